@@ -1,0 +1,23 @@
+"""Typed errors. An illegal transition raises one of these and leaves the state unchanged."""
+
+from __future__ import annotations
+
+
+class ArcError(Exception):
+    """Base class of every error the reference core raises on purpose."""
+
+
+class ConfigError(ArcError):
+    """A configuration that cannot satisfy the appendix' assumptions (e.g. K > L), or a missing tokenizer."""
+
+
+class CapacityExceeded(ArcError):
+    """A1: storing one more observation would exceed the declared capacity N_max."""
+
+
+class InvalidEvent(ArcError):
+    """An event whose fields are malformed (wrong type, out-of-range return code, unknown reason)."""
+
+
+class BudgetViolation(ArcError):
+    """Internal: a component or the whole view would exceed its budget. Never yields an over-long prompt."""
