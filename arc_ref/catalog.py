@@ -1,0 +1,62 @@
+"""A3: the persistent external catalog, its bounded pages and the stateful cursor.
+
+The catalog is the store itself read through the stubs z_j (one per record, in creation order, never
+removed): page s holds z_((s-1)p+1) .. z_min(sp, N). Only one page is materialized in the view.
+"""
+
+from __future__ import annotations
+
+from arc_ref import render
+from arc_ref.config import Setup
+from arc_ref.errors import BudgetViolation
+from arc_ref.message import Message
+from arc_ref.store import Store
+
+
+def page_count(stored: int, page_size: int) -> int:
+    """ceil(N / p): the number of pages of a catalog of ``stored`` stubs.
+
+    pre: stored >= 0
+    pre: page_size >= 1
+    post: (__return__ - 1) * page_size < stored <= __return__ * page_size or (stored == 0 and __return__ == 0)
+    """
+    return -(-stored // page_size)
+
+
+def page_of(index: int, page_size: int) -> int:
+    """s_j = ceil(j / p): the page holding stub z_j (Lemma 3).
+
+    pre: index >= 1
+    pre: page_size >= 1
+    post: (__return__ - 1) * page_size + 1 <= index <= __return__ * page_size
+    """
+    return (index - 1) // page_size + 1
+
+
+def page_span(page: int, page_size: int, stored: int) -> tuple[int, int]:
+    """Indices (first, last) of the stubs on ``page`` (A3), both inclusive.
+
+    pre: page_size >= 1
+    pre: 1 <= page <= -(-stored // page_size)
+    post: __return__[0] == (page - 1) * page_size + 1
+    post: __return__[0] <= __return__[1] <= stored
+    post: __return__[1] - __return__[0] + 1 <= page_size
+    """
+    first = (page - 1) * page_size + 1
+    return first, min(page * page_size, stored)
+
+
+def render_page(setup: Setup, store: Store, page: int) -> Message:
+    """G: the catalog message for ``page`` (1 <= page <= pages); its tokens are <= P (Lemma 3)."""
+    size = setup.config.page_size
+    stored = len(store)
+    pages = page_count(stored, size)
+    first, last = page_span(page, size, stored)
+    header = render.catalog_header(page, pages, first, last, stored)
+    content = render.catalog_content(header, (store[index - 1].stub for index in range(first, last + 1)))
+    message = Message(render.USER, content, setup.message_tokens(render.USER, content))
+    if message.tokens > setup.config.page_budget:
+        raise BudgetViolation(
+            f"catalog page {page} costs {message.tokens} tokens > page_budget P = {setup.config.page_budget}"
+        )
+    return message

@@ -1,0 +1,491 @@
+"""The ARC state machine: everything that affects a transition lives here.
+
+The state of one task is a frozen value; events are frozen values; ``step(state, event)`` returns the new
+state and an output, and never mutates its input. An illegal event raises one ArcError subclass and, the
+state being immutable, leaves the caller's state as it was. There is no I/O, no clock, no randomness.
+
+Events: Observe (a normal action's result: A1 id, A2 store, A3 stub), AgentTurn (the agent's thought and
+action; recall and catalog commands are answered here, A3/A5), Compact (the one compaction routine:
+proactive, reactive after an overflow, or forced), and RequestView (A4; pure).
+
+Invariant kept by every transition: tokens(H) <= R. When an append makes the recent suffix exceed R,
+the compaction routine runs at once (the proactive trigger), so a view is always within budget.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+import attrs
+import immutables
+from attrs import frozen
+
+from arc_ref import render
+from arc_ref.catalog import page_count, page_of, render_page
+from arc_ref.commands import RECALL_WORDS, Command, IgnoredLine, parse_action
+from arc_ref.config import Config, Setup, make_setup
+from arc_ref.errors import BudgetViolation, CapacityExceeded, InvalidEvent
+from arc_ref.history import LiveEntry, ObservationEntry, agent_entry, command_entry, observation_entry
+from arc_ref.ids import decode_counter, edit_distance, hex_width, normalize_token
+from arc_ref.message import Message
+from arc_ref.recall import BufferEntry, admit, chunk_count, chunk_text, make_entry
+from arc_ref.store import EMPTY_STORE, Record, Store, make_record
+from arc_ref.summary import EMPTY_SUMMARY, Summary, fit_summary, summarize_entry
+from arc_ref.text import clipped
+from arc_ref.view import View, build_view
+
+CompactReason = Literal["proactive", "reactive", "forced"]
+COMPACT_REASONS: tuple[str, ...] = ("proactive", "reactive", "forced")
+SHOWN_TOKEN_CHARS = 48  # an unknown id is echoed back clipped to this many characters
+
+
+# --- events -----------------------------------------------------------------------------------
+
+
+@frozen
+class Observe:
+    """A normal action's observation, to be stored (A2) before anything can compact it away."""
+
+    action: str
+    observation: str
+    returncode: int = 0
+
+
+@frozen
+class AgentTurn:
+    """The agent's reply: a thought and one action (commands are recognised in the action only)."""
+
+    thought: str
+    action: str
+
+
+@frozen
+class Compact:
+    reason: str = "forced"
+
+
+@frozen
+class RequestView:
+    pass
+
+
+Event = Union[Observe, AgentTurn, Compact, RequestView]
+
+
+# --- outputs ----------------------------------------------------------------------------------
+
+
+@frozen
+class ObserveResult:
+    obs_id: str
+    index: int
+    tokens: int  # n_j
+    chunks: int  # m_j
+    verbatim: bool  # shown verbatim in H (False: shown as its stub)
+    folded: int  # entries folded by a proactive compaction this step
+
+
+@frozen
+class RecallResult:
+    obs_id: str
+    chunk: int  # 1-based; 0 for an empty observation
+    chunks: int
+    payload: str
+
+
+@frozen
+class AgentResult:
+    command: bool  # the action was a command action, answered here (never reaches an environment)
+    response: str | None  # exactly what the model sees as the answer to its commands
+    notes: tuple[str, ...]
+    recalls: tuple[RecallResult, ...]
+    folded: int
+
+
+@frozen
+class CompactResult:
+    reason: str
+    folded: int
+
+
+Output = Union[ObserveResult, AgentResult, CompactResult, View]
+
+
+# --- state ------------------------------------------------------------------------------------
+
+
+@frozen
+class ArcState:
+    """The whole state of one task. Fields holding history are persistent structures (shared, not copied)."""
+
+    setup: Setup
+    prefix: tuple[Message, ...]
+    records: Store  # ObsStore, ordered by creation index (A2)
+    fingerprints: immutables.Map[str, int]  # fingerprint hex -> latest index, for suggestions only
+    turn: int  # agent turns so far
+    live: tuple[LiveEntry, ...]  # H, at most R tokens (bounded, never the whole history)
+    live_tokens: int
+    summary: Summary  # S
+    cited: immutables.Map[int, bool]  # Cited: indices shown as recall handles
+    catalog_cursor: int | None  # the page the agent chose; None follows the last page
+    catalog_message: Message | None  # G
+    recall_cursor: immutables.Map[int, int]  # index -> last chunk returned (external cursor, A5)
+    recall_buffer: tuple[BufferEntry, ...]  # U's bodies, least recently used first
+    recall_message: Message | None  # U
+
+    @property
+    def config(self) -> Config:
+        return self.setup.config
+
+    @property
+    def stored(self) -> int:
+        return len(self.records)
+
+    def record(self, index: int) -> Record:
+        return self.records[index - 1]
+
+
+def init(config: Config) -> ArcState:
+    """The initial state of a task under ``config`` (validated: ConfigError when K > L etc.)."""
+    setup = make_setup(config)
+    prefix = tuple(
+        Message(role, content, setup.message_tokens(role, content)) for role, content in setup.prefix_messages
+    )
+    if sum(message.tokens for message in prefix) != setup.prefix_tokens:
+        raise BudgetViolation(
+            f"tokenizer {setup.tokenizer.name!r} merges across message boundaries; token counts of the"
+            " view would not add up"
+        )
+    return ArcState(
+        setup=setup,
+        prefix=prefix,
+        records=EMPTY_STORE,
+        fingerprints=immutables.Map(),
+        turn=0,
+        live=(),
+        live_tokens=0,
+        summary=EMPTY_SUMMARY,
+        cited=immutables.Map(),
+        catalog_cursor=None,
+        catalog_message=None,
+        recall_cursor=immutables.Map(),
+        recall_buffer=(),
+        recall_message=None,
+    )
+
+
+# --- compaction -------------------------------------------------------------------------------
+
+
+def fold(state: ArcState, keep_tokens: int) -> tuple[ArcState, int]:
+    """The compaction routine: fold the oldest recent entries into S until H <= ``keep_tokens``.
+
+    The newest entry always stays in H. Stored records are never touched (A2): only H, S and Cited change.
+    """
+    live = state.live
+    remaining = state.live_tokens
+    count = 0
+    while len(live) - count > 1 and remaining > keep_tokens:
+        remaining -= live[count].message.tokens
+        count += 1
+    if count == 0:
+        return state, 0
+    setup = state.setup
+    cited = state.cited
+    items = list(state.summary.items)
+    for entry in live[:count]:
+        record = state.record(entry.index) if isinstance(entry, ObservationEntry) else None
+        item = summarize_entry(setup, entry, record, record is not None and record.index in cited)
+        if item.kind == "stub":
+            cited = cited.set(item.index, True)
+        items.append(item)
+    summary = fit_summary(setup, items, state.summary.omitted, state.record)
+    folded = attrs.evolve(state, live=live[count:], live_tokens=remaining, summary=summary, cited=cited)
+    return folded, count
+
+
+def compaction_target(state: ArcState) -> int:
+    """Every trigger compacts H down to half of R (hysteresis, so compaction is not run every step)."""
+    return state.config.recent_budget // 2
+
+
+def _append_live(state: ArcState, entries: tuple[LiveEntry, ...], **changes: Any) -> tuple[ArcState, int]:
+    """Append entries to H, then run the proactive trigger if H now exceeds R."""
+    tokens = state.live_tokens + sum(entry.message.tokens for entry in entries)
+    appended = attrs.evolve(state, live=state.live + entries, live_tokens=tokens, **changes)
+    if tokens > state.config.recent_budget:
+        return fold(appended, compaction_target(appended))
+    return appended, 0
+
+
+def compact(state: ArcState, event: Compact) -> tuple[ArcState, CompactResult]:
+    """Run the compaction routine for any trigger (proactive, reactive after an overflow, forced)."""
+    if event.reason not in COMPACT_REASONS:
+        raise InvalidEvent(f"compact reason must be one of {', '.join(COMPACT_REASONS)}, got {event.reason!r}")
+    folded_state, folded = fold(state, compaction_target(state))
+    return folded_state, CompactResult(event.reason, folded)
+
+
+# --- observe ----------------------------------------------------------------------------------
+
+
+def _require_str(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise InvalidEvent(f"{name} must be a string, got {type(value).__name__}")
+    return value
+
+
+def observe(state: ArcState, event: Observe) -> tuple[ArcState, ObserveResult]:
+    """Store O_j under id_j (A1, A2) and append it to H: verbatim when it fits R, else as its stub (A4)."""
+    action = _require_str("action", event.action)
+    content = _require_str("observation", event.observation)
+    if isinstance(event.returncode, bool) or not isinstance(event.returncode, int):
+        raise InvalidEvent(f"returncode must be an integer, got {event.returncode!r}")
+    setup = state.setup
+    index = state.stored + 1
+    if index > state.config.capacity:
+        raise CapacityExceeded(
+            f"cannot store observation #{index}: the declared capacity N_max is {state.config.capacity}"
+        )
+    record = make_record(setup, index, action, content, event.returncode, state.turn)
+    records = state.records.append(record)
+    fingerprints = state.fingerprints
+    if setup.ids.fingerprint_bits:
+        fingerprints = fingerprints.set(record.obs_id.partition("-")[2], index)
+    entry = observation_entry(setup, state.turn, record)
+    cited = state.cited if entry.verbatim else state.cited.set(index, True)
+    size = state.config.page_size
+    shown_page = state.catalog_cursor or page_count(index, size)
+    catalog_message = state.catalog_message
+    if page_of(index, size) == shown_page:
+        catalog_message = render_page(setup, records, shown_page)
+    new_state, folded = _append_live(
+        state,
+        (entry,),
+        records=records,
+        fingerprints=fingerprints,
+        cited=cited,
+        catalog_message=catalog_message,
+    )
+    result = ObserveResult(
+        record.obs_id,
+        index,
+        record.n_tokens,
+        chunk_count(record.n_tokens, state.config.chunk_tokens),
+        entry.verbatim,
+        folded,
+    )
+    return new_state, result
+
+
+# --- id resolution (A1: a mistyped id gets a nearest-match suggestion) ------------------------
+
+
+def resolve(state: ArcState, token: str) -> Record | None:
+    """The record whose printed id is ``token`` (with or without §, surrounding punctuation ignored)."""
+    body = normalize_token(token)
+    counter, _ = state.setup.ids.split(body)
+    if counter is not None and counter <= state.stored:
+        record = state.record(counter)
+        if record.obs_id == "§" + body:
+            return record
+    return None
+
+
+def suggest(state: ArcState, token: str) -> str | None:
+    """The nearest stored id to a token that resolved to nothing (edit distance over a few candidates).
+
+    Candidates: the id with the same counter, the latest id with the same fingerprint, and ids whose
+    counter is one substitution, deletion or insertion away. The work is bounded by the id width, not N.
+    """
+    scheme = state.setup.ids
+    body = normalize_token(token)[: 4 * (scheme.counter_width + scheme.fingerprint_width + 2)]
+    counter_text, _, fingerprint_text = body.partition("-")
+    candidates: set[int] = set()
+    counter, _ = scheme.split(body)
+    if counter is not None and counter <= state.stored:
+        candidates.add(counter)
+    if fingerprint_text and fingerprint_text in state.fingerprints:
+        candidates.add(state.fingerprints[fingerprint_text])
+    width = hex_width(scheme.bits)
+    variants: list[str] = []
+    if len(counter_text) == width:
+        variants = [counter_text[:i] + digit + counter_text[i + 1 :] for i in range(width) for digit in "0123456789abcdef"]
+    elif len(counter_text) == width + 1:
+        variants = [counter_text[:i] + counter_text[i + 1 :] for i in range(width + 1)]
+    elif len(counter_text) == width - 1:
+        variants = [counter_text[:i] + digit + counter_text[i:] for i in range(width) for digit in "0123456789abcdef"]
+    for variant in variants:
+        value = decode_counter(variant, scheme.bits)
+        if value is not None and value <= state.stored:
+            candidates.add(value)
+    if not candidates:
+        return None
+    best = min(candidates, key=lambda index: (edit_distance(body, state.record(index).obs_id[1:]), index))
+    return state.record(best).obs_id
+
+
+# --- agent turn: commands answered before any environment (A3, A5) ----------------------------
+
+
+@attrs.define
+class _CommandRun:
+    """Scratch space for answering the commands of one action; turned into a new state at the end."""
+
+    state: ArcState
+    catalog_cursor: int | None
+    catalog_message: Message | None
+    recall_cursor: immutables.Map[int, int]
+    recall_buffer: tuple[BufferEntry, ...]
+    recall_message: Message | None
+    body_recalls: int = 0
+    notes: list[str] = attrs.field(factory=list)
+    responses: list[str] = attrs.field(factory=list)
+    recalls: list[RecallResult] = attrs.field(factory=list)
+
+    def answer(self, note: str, response: str | None = None) -> None:
+        self.notes.append(note)
+        self.responses.append(note if response is None else response)
+
+    def unknown(self, word: str, token: str) -> None:
+        records = self.state.records
+        first = records[0].obs_id if len(records) else None
+        last = records[-1].obs_id if len(records) else None
+        shown = clipped(token, SHOWN_TOKEN_CHARS)
+        self.answer(render.note_unknown_id(word, shown, suggest(self.state, token), first, last))
+
+    def recall(self, command: Command) -> None:
+        word = command.word
+        if command.argument is None:
+            self.answer(render.note_missing_argument(word, f"{word} §id"))
+            return
+        if word != "_recall_meta":
+            if self.body_recalls >= self.state.config.recalls_per_step:
+                self.answer(render.note_recall_limit(word, clipped(command.argument, SHOWN_TOKEN_CHARS),
+                                                     self.state.config.recalls_per_step))
+                return
+            self.body_recalls += 1
+        record = resolve(self.state, command.argument)
+        if record is None:
+            self.unknown(word, command.argument)
+            return
+        if word == "_recall_meta":
+            self.answer(render.note_meta(word, record.stub), record.stub)
+            return
+        setup = self.state.setup
+        chunks = chunk_count(record.n_tokens, setup.config.chunk_tokens)
+        if chunks == 0:
+            self.answer(render.note_empty(word, record.obs_id))
+            self.recalls.append(RecallResult(record.obs_id, 0, 0, ""))
+            return
+        chunk = self.recall_cursor.get(record.index, 0) + 1 if word == "_recall-next" else 1
+        if chunk > chunks:
+            self.answer(render.note_exhausted(word, record.obs_id, chunks))
+            return
+        payload, counted = chunk_text(setup, record.content, chunk)
+        if counted != chunks:
+            raise BudgetViolation(f"{record.obs_id}: tokenizer gave {counted} chunks, expected {chunks}")
+        entry = make_entry(setup, record.index, record.obs_id, chunk, chunks, payload)
+        self.recall_buffer, self.recall_message, _evicted = admit(setup, self.recall_buffer, entry)
+        self.recall_cursor = self.recall_cursor.set(record.index, chunk)
+        self.answer(render.note_chunk_in_buffer(word, record.obs_id, chunk, chunks), entry.response)
+        self.recalls.append(RecallResult(record.obs_id, chunk, chunks, payload))
+
+    def catalog(self, command: Command) -> None:
+        word = command.word
+        stored = self.state.stored
+        if stored == 0:
+            self.answer(render.note_catalog_empty(word))
+            return
+        pages = page_count(stored, self.state.config.page_size)
+        current = self.catalog_cursor or pages
+        if word == "catalog-first":
+            target = 1
+        elif word == "catalog-next":
+            if current >= pages:
+                self.answer(render.note_catalog_last(word, pages))
+                return
+            target = current + 1
+        else:
+            if command.argument is None:
+                self.answer(render.note_missing_argument(word, f"{word} N"))
+                return
+            argument = command.argument
+            target = int(argument) if argument.isdigit() and len(argument) <= 10 else 0
+            if not 1 <= target <= pages:
+                self.answer(render.note_catalog_no_page(word, clipped(argument, SHOWN_TOKEN_CHARS), pages))
+                return
+        self.catalog_cursor = target
+        self.catalog_message = render_page(self.state.setup, self.state.records, target)
+        self.answer(render.note_catalog_page(word, target, pages), self.catalog_message.content)
+
+
+def agent_turn(state: ArcState, event: AgentTurn) -> tuple[ArcState, AgentResult]:
+    """Record the agent's turn; answer its recall/catalog commands here, never in an environment."""
+    thought = _require_str("thought", event.thought)
+    action = _require_str("action", event.action)
+    setup = state.setup
+    turn = state.turn + 1
+    agent = agent_entry(setup, turn, thought, action)
+    commands = parse_action(action)
+    if commands is None:
+        new_state, folded = _append_live(state, (agent,), turn=turn)
+        return new_state, AgentResult(False, None, (), (), folded)
+    run = _CommandRun(
+        state=state,
+        catalog_cursor=state.catalog_cursor,
+        catalog_message=state.catalog_message,
+        recall_cursor=state.recall_cursor,
+        recall_buffer=state.recall_buffer,
+        recall_message=state.recall_message,
+    )
+    for command in commands:
+        if isinstance(command, IgnoredLine):
+            run.answer(render.note_ignored(clipped(command.text, SHOWN_TOKEN_CHARS)))
+        elif command.word in RECALL_WORDS:
+            run.recall(command)
+        else:
+            run.catalog(command)
+    result_entry = command_entry(setup, turn, run.notes)
+    new_state, folded = _append_live(
+        state,
+        (agent, result_entry),
+        turn=turn,
+        catalog_cursor=run.catalog_cursor,
+        catalog_message=run.catalog_message,
+        recall_cursor=run.recall_cursor,
+        recall_buffer=run.recall_buffer,
+        recall_message=run.recall_message,
+    )
+    response = "\n".join(run.responses)
+    return new_state, AgentResult(True, response, tuple(run.notes), tuple(run.recalls), folded)
+
+
+# --- view and dispatch ------------------------------------------------------------------------
+
+
+def view(state: ArcState) -> View:
+    """A4: the active view for the next model call; pure, within K <= L by construction (Lemma 2)."""
+    return build_view(
+        state.setup, state.prefix, state.summary.message, state.catalog_message, state.recall_message, state.live
+    )
+
+
+def step(state: ArcState, event: Event) -> tuple[ArcState, Output]:
+    """Apply one event. Raises an ArcError (state unchanged) for an illegal event."""
+    if isinstance(event, Observe):
+        return observe(state, event)
+    if isinstance(event, AgentTurn):
+        return agent_turn(state, event)
+    if isinstance(event, Compact):
+        return compact(state, event)
+    if isinstance(event, RequestView):
+        return state, view(state)
+    raise InvalidEvent(f"unknown event {event!r}")
+
+
+__all__ = [
+    "AgentResult", "AgentTurn", "ArcState", "Compact", "CompactResult", "Event", "Observe", "ObserveResult",
+    "Output", "RecallResult", "RequestView", "agent_turn", "compact", "fold", "init", "observe",
+    "resolve", "step", "suggest", "view",
+]

@@ -1,0 +1,114 @@
+"""A5: exact chunked recall and the LRU recall buffer U.
+
+Chunk l of an n-token observation covers the tokens (l-1)q .. min(lq, n) - 1 (0-based), so there are
+m = ceil(n/q) chunks of at most q tokens (Lemma 4). Token boundaries can fall inside a multi-byte
+character; a chunk's *text* therefore starts at the character that holds the first byte of its first
+token: cut(0) = 0, cut(l) = start(lq) for 0 < l < m, cut(m) = len(O), chunk text = O[cut(l-1):cut(l)].
+The cuts never decrease, so the chunk texts are contiguous, disjoint, and concatenate to O exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from attrs import frozen
+
+from arc_ref import render
+from arc_ref.config import Setup
+from arc_ref.errors import BudgetViolation
+from arc_ref.message import Message
+
+
+def chunk_count(n_tokens: int, chunk_tokens: int) -> int:
+    """m_j = ceil(n_j / q); 0 for an empty observation.
+
+    pre: n_tokens >= 0
+    pre: chunk_tokens >= 1
+    post: (__return__ - 1) * chunk_tokens < n_tokens <= __return__ * chunk_tokens or (n_tokens == 0 and __return__ == 0)
+    """
+    return -(-n_tokens // chunk_tokens)
+
+
+def chunk_bounds(n_tokens: int, chunk_tokens: int, chunk: int) -> tuple[int, int]:
+    """Token interval [start, end) of chunk ``chunk`` (1-based): a_(j,l) - 1 and b_(j,l) of A5.
+
+    pre: chunk_tokens >= 1
+    pre: 1 <= chunk <= -(-n_tokens // chunk_tokens)
+    post: 0 <= __return__[0] < __return__[1] <= n_tokens
+    post: __return__[1] - __return__[0] <= chunk_tokens
+    post: __return__[0] == (chunk - 1) * chunk_tokens
+    """
+    start = (chunk - 1) * chunk_tokens
+    return start, min(chunk * chunk_tokens, n_tokens)
+
+
+def chunk_cuts(token_starts: Sequence[int], text_length: int, chunk_tokens: int) -> list[int]:
+    """Character cut positions cut(0) .. cut(m) of the chunk texts (see the module docstring)."""
+    chunks = chunk_count(len(token_starts), chunk_tokens)
+    if chunks == 0:
+        return [0]
+    inner = [token_starts[chunk * chunk_tokens] for chunk in range(1, chunks)]
+    return [0, *inner, text_length]
+
+
+def chunk_texts(setup: Setup, content: str) -> list[str]:
+    """R_(j,1) .. R_(j,m): the exact texts of every chunk of ``content`` (Lemma 4)."""
+    starts = setup.tokenizer.token_starts(content)
+    cuts = chunk_cuts(starts, len(content), setup.config.chunk_tokens)
+    return [content[cuts[i] : cuts[i + 1]] for i in range(len(cuts) - 1)]
+
+
+def chunk_text(setup: Setup, content: str, chunk: int) -> tuple[str, int]:
+    """The text of one chunk (1-based) and the number of chunks m."""
+    starts = setup.tokenizer.token_starts(content)
+    cuts = chunk_cuts(starts, len(content), setup.config.chunk_tokens)
+    return content[cuts[chunk - 1] : cuts[chunk]], len(cuts) - 1
+
+
+@frozen
+class BufferEntry:
+    """One recall response held in U; ``tokens`` is the cost of the response with its leading newline."""
+
+    index: int
+    chunk: int
+    chunks: int
+    response: str
+    tokens: int
+
+
+def make_entry(setup: Setup, index: int, obs_id: str, chunk: int, chunks: int, payload: str) -> BufferEntry:
+    response = render.recall_response(obs_id, chunk, chunks, payload)
+    return BufferEntry(index, chunk, chunks, response, setup.line_tokens(response))
+
+
+def _buffer_message(setup: Setup, entries: Sequence[BufferEntry]) -> Message:
+    content = render.recall_content(entry.response for entry in entries)
+    return Message(render.USER, content, setup.message_tokens(render.USER, content))
+
+
+def admit(
+    setup: Setup, entries: tuple[BufferEntry, ...], new: BufferEntry
+) -> tuple[tuple[BufferEntry, ...], Message, tuple[BufferEntry, ...]]:
+    """Put ``new`` at the most-recently-used end of U and evict least-recently-used bodies until U <= Q.
+
+    Returns (entries oldest first, the U message, the evicted entries). A response recalled again moves to
+    the MRU end instead of being duplicated.
+    """
+    budget = setup.config.recall_budget
+    kept = [entry for entry in entries if (entry.index, entry.chunk) != (new.index, new.chunk)]
+    kept.append(new)
+    evicted: list[BufferEntry] = []
+    estimate = setup.recall_frame + sum(entry.tokens for entry in kept)
+    while estimate > budget and len(kept) > 1:
+        dropped = kept.pop(0)
+        evicted.append(dropped)
+        estimate -= dropped.tokens
+    message = _buffer_message(setup, kept)
+    while message.tokens > budget and len(kept) > 1:
+        evicted.append(kept.pop(0))
+        message = _buffer_message(setup, kept)
+    if message.tokens > budget:
+        raise BudgetViolation(
+            f"one recall response costs {message.tokens} tokens > recall_budget Q = {budget}"
+        )
+    return tuple(kept), message, tuple(evicted)

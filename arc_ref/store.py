@@ -1,0 +1,120 @@
+"""A2: the append-only observation store, and the decoder D of Theorem claim 5.
+
+A record is written once, when its observation arrives and before any compaction can run, and is
+never rewritten: recall cursors and the recall buffer live in the state, outside the record. The
+store is a persistent vector: appending costs O(log32 N) and shares every earlier record.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from attrs import frozen
+from pyrsistent import PVector, pvector
+
+from arc_ref import render
+from arc_ref.config import Setup
+from arc_ref.errors import BudgetViolation, InvalidEvent
+from arc_ref.text import clip_until, halving_lengths
+
+
+def action_signature(action: str) -> str:
+    """signature(A): the action with surrounding whitespace removed and inner whitespace runs collapsed."""
+    return " ".join(action.split())
+
+
+@frozen
+class Record:
+    """ObsStore[id_j]: full content plus fixed metadata and the citation stub z_j (A2, A3)."""
+
+    index: int  # j, 1-based occurrence index
+    obs_id: str  # printed id, with the leading §
+    signature: str
+    content: str  # full_content = O_j, verbatim
+    returncode: int
+    step: int  # creation step: agent turns taken before this observation arrived
+    n_chars: int
+    n_bytes: int
+    n_tokens: int  # n_j under the configured tokenizer, computed once
+    head: str  # fixed-size previews
+    tail: str
+    stub: str  # z_j, clipped so that its cost is <= c
+    stub_tokens: int  # cost of the stub: tokens of "\n" + stub
+
+
+Store = PVector[Record]
+
+EMPTY_STORE: Store = pvector()
+
+
+def previews(content: str, head_chars: int, tail_chars: int) -> tuple[str, str]:
+    """Head = first ``head_chars`` characters; tail = last ``tail_chars`` characters not in the head."""
+    head = content[:head_chars]
+    tail_start = max(len(head), len(content) - tail_chars)
+    return head, content[tail_start:]
+
+
+def make_stub(setup: Setup, obs_id: str, returncode: int, n_chars: int, n_tokens: int,
+              signature: str, head: str, tail: str) -> tuple[str, int]:
+    """z_j with previews clipped (halving, tail and head together) and then the signature, until cost <= c."""
+    cap = setup.config.stub_cap
+    sig = signature[: setup.config.signature_chars]
+
+    def cost(line: str) -> int:
+        return setup.line_tokens(line)
+
+    for keep in halving_lengths(max(len(head), len(tail))):
+        clipped_tail = tail[len(tail) - min(keep, len(tail)) :]
+        line = render.stub(obs_id, returncode, n_chars, n_tokens, sig, head[:keep], clipped_tail)
+        if cost(line) <= cap:
+            return line, cost(line)
+    clipped_sig = clip_until(
+        sig, lambda s: cost(render.stub(obs_id, returncode, n_chars, n_tokens, s, "", "")) <= cap
+    )
+    if clipped_sig is None:
+        raise BudgetViolation(f"stub of {obs_id} cannot fit stub_cap c = {cap} tokens")
+    line = render.stub(obs_id, returncode, n_chars, n_tokens, clipped_sig, "", "")
+    return line, cost(line)
+
+
+def make_record(setup: Setup, index: int, action: str, content: str, returncode: int, step: int) -> Record:
+    """Build ObsStore[id_j] for the j-th observation (A1 id, A2 content, A3 stub)."""
+    if returncode not in render.RETURNCODE_RANGE:
+        raise InvalidEvent(f"returncode must be a 32-bit signed integer, got {returncode}")
+    signature = action_signature(action)
+    obs_id = setup.ids.make(index, signature, content)
+    n_tokens = setup.tokenizer.count(content)
+    if max(len(content), n_tokens) > render.WIDEST_NUMBER:
+        raise InvalidEvent("observation longer than 9,999,999,999 characters or tokens")
+    head, tail = previews(content, setup.config.preview_head_chars, setup.config.preview_tail_chars)
+    stub, stub_tokens = make_stub(setup, obs_id, returncode, len(content), n_tokens, signature, head, tail)
+    return Record(
+        index=index,
+        obs_id=obs_id,
+        signature=signature,
+        content=content,
+        returncode=returncode,
+        step=step,
+        n_chars=len(content),
+        n_bytes=len(content.encode("utf-8")),
+        n_tokens=n_tokens,
+        head=head,
+        tail=tail,
+        stub=stub,
+        stub_tokens=stub_tokens,
+    )
+
+
+def decode_history(store: Store) -> tuple[str, ...]:
+    """D (Theorem claim 5): the observation history, ordered by creation index, from the store alone."""
+    ordered = sorted(store, key=lambda record: record.index)
+    return tuple(record.content for record in ordered)
+
+
+def payload_tokens(store: Store) -> int:
+    """Claim 6: the archived payload, sum of n_j over stored observations (metadata excluded)."""
+    return sum(record.n_tokens for record in store)
+
+
+def iter_records(store: Store) -> Iterator[Record]:
+    return iter(store)

@@ -1,0 +1,76 @@
+"""Deterministic text helpers shared by every rendered component: escaping and id-safe clipping.
+
+A port must reproduce these byte for byte: the spec (`spec/rendering.md`) states each rule.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+ELLIPSIS = "\u2026"
+
+# The printed form of an id (A1): a section sign followed by id characters.
+ID_PATTERN = re.compile(r"§[0-9A-Za-z._-]+")
+_ID_CHAR = re.compile(r"[0-9A-Za-z._-]")
+
+_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def escape_line(text: str) -> str:
+    """Make ``text`` a single line: backslash, newline, CR and tab escaped; other control chars as \\xNN."""
+    out: list[str] = []
+    for char in text:
+        mapped = _ESCAPES.get(char)
+        if mapped is not None:
+            out.append(mapped)
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            out.append(f"\\x{ord(char):02x}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def id_safe_cut(text: str, cut: int) -> int:
+    """Largest cut position <= ``cut`` that does not split a ``§id`` printed in ``text``.
+
+    If ``text[:cut]`` ends inside an id (the § and at least zero id characters, with more id characters
+    following at ``cut``), the cut moves back to just before that §, so a handle is never shown mangled.
+    """
+    if cut <= 0:
+        return 0
+    if cut >= len(text):
+        return len(text)
+    start = cut
+    while start > 0 and _ID_CHAR.match(text[start - 1]):
+        start -= 1
+    if start > 0 and text[start - 1] == "§":
+        if start == cut or _ID_CHAR.match(text[cut]):
+            return start - 1
+    return cut
+
+
+def halving_lengths(length: int) -> list[int]:
+    """Candidate prefix lengths for clipping: the full length, then halves down to 0 (deterministic)."""
+    lengths = [length]
+    current = length
+    while current > 0:
+        current //= 2
+        lengths.append(current)
+    return lengths
+
+
+def clipped(text: str, keep: int) -> str:
+    """``text`` cut id-safely to at most ``keep`` characters, with an ellipsis when anything was cut."""
+    if keep >= len(text):
+        return text
+    return text[: id_safe_cut(text, keep)] + ELLIPSIS
+
+
+def clip_until(text: str, fits: Callable[[str], bool]) -> str | None:
+    """First of ``clipped(text, k)`` for k in ``halving_lengths(len(text))`` that ``fits``; None if none does."""
+    for keep in halving_lengths(len(text)):
+        candidate = clipped(text, keep)
+        if fits(candidate):
+            return candidate
+    return None

@@ -1,0 +1,179 @@
+"""The replay contract (`spec/trace.md`): JSON Lines events in, exactly one JSON line out per line in.
+
+This is what a port in another language is tested against. It is a pure function of the input lines;
+reading files and writing standard output is the CLI's job (`arc_ref.cli`). No user input produces a
+traceback: a malformed line yields ``{"op": "error", "line": N, "message": ...}`` and the replay goes on
+with the state it had before that line.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Iterator
+
+import attrs
+
+from arc_ref.config import OVERRIDE_KEYS, PRESETS, preset
+from arc_ref.errors import ArcError, BudgetViolation
+from arc_ref.machine import (
+    AgentResult,
+    AgentTurn,
+    ArcState,
+    Compact,
+    Observe,
+    RecallResult,
+    agent_turn,
+    compact,
+    init,
+    observe,
+    view,
+)
+from arc_ref.view import verify_tokens
+
+TRACE_OPS = ("config", "observe", "agent", "compact", "view")
+_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # op: (required keys, optional keys) besides "op"
+    "observe": (("action", "observation"), ("returncode",)),
+    "agent": (("thought", "action"), ()),
+    "compact": (("reason",), ()),
+    "view": ((), ()),
+}
+
+
+class TraceError(Exception):
+    """A line that is not a valid event; becomes an error output line."""
+
+
+def encode(obj: dict[str, Any]) -> str:
+    """Canonical JSON for output lines: sorted keys, no spaces, UTF-8 characters kept."""
+    return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def _check_keys(obj: dict[str, Any], required: tuple[str, ...], optional: tuple[str, ...]) -> None:
+    missing = [key for key in required if key not in obj]
+    if missing:
+        raise TraceError(f"missing key(s) {', '.join(missing)} for op {obj['op']!r}")
+    unknown = sorted(set(obj) - set(required) - set(optional) - {"op"})
+    if unknown:
+        raise TraceError(f"unknown key(s) {', '.join(unknown)} for op {obj['op']!r}")
+
+
+def _string(obj: dict[str, Any], key: str) -> str:
+    value = obj[key]
+    if not isinstance(value, str):
+        raise TraceError(f"{key!r} must be a string, got {json.dumps(value)[:40]}")
+    return value
+
+
+def _config_output(state: ArcState, preset_name: str) -> dict[str, Any]:
+    setup = state.setup
+    return {
+        "op": "config",
+        "preset": preset_name,
+        "config": attrs.asdict(setup.config),
+        "budget": setup.budget,
+        "limit": setup.limit,
+        "prefix_tokens": setup.prefix_tokens,
+        "wrapper_tokens": setup.wrapper_cost,
+    }
+
+
+def _recall_json(recall: RecallResult) -> dict[str, Any]:
+    return {"id": recall.obs_id, "chunk": recall.chunk, "chunks": recall.chunks, "payload": recall.payload}
+
+
+def _agent_output(result: AgentResult) -> dict[str, Any]:
+    output: dict[str, Any] = {"op": "agent", "command": result.command, "folded": result.folded}
+    if result.command:
+        output["response"] = result.response
+    if result.recalls:
+        output.update(_recall_json(result.recalls[0]))
+        output["recalls"] = [_recall_json(recall) for recall in result.recalls]
+    return output
+
+
+def _configure(obj: dict[str, Any]) -> tuple[ArcState, dict[str, Any]]:
+    preset_name = obj.get("preset")
+    if not isinstance(preset_name, str) or preset_name not in PRESETS:
+        raise TraceError(f"config needs \"preset\": one of {', '.join(sorted(PRESETS))}")
+    overrides = {key: value for key, value in obj.items() if key not in ("op", "preset")}
+    unknown = sorted(set(overrides) - set(OVERRIDE_KEYS))
+    if unknown:
+        raise TraceError(f"unknown config key(s) {', '.join(unknown)}; known: {', '.join(OVERRIDE_KEYS)}")
+    state = init(preset(preset_name, **overrides))
+    return state, _config_output(state, preset_name)
+
+
+def _apply(state: ArcState, obj: dict[str, Any]) -> tuple[ArcState, dict[str, Any]]:
+    op = obj["op"]
+    required, optional = _FIELDS[op]
+    _check_keys(obj, required, optional)
+    if op == "observe":
+        returncode = obj.get("returncode", 0)
+        if isinstance(returncode, bool) or not isinstance(returncode, int):
+            raise TraceError(f"'returncode' must be an integer, got {json.dumps(returncode)[:40]}")
+        new_state, observed = observe(
+            state, Observe(_string(obj, "action"), _string(obj, "observation"), returncode)
+        )
+        return new_state, {
+            "op": "observe",
+            "id": observed.obs_id,
+            "index": observed.index,
+            "tokens": observed.tokens,
+            "chunks": observed.chunks,
+            "verbatim": observed.verbatim,
+            "folded": observed.folded,
+        }
+    if op == "agent":
+        new_state, answered = agent_turn(state, AgentTurn(_string(obj, "thought"), _string(obj, "action")))
+        return new_state, _agent_output(answered)
+    if op == "compact":
+        new_state, compacted = compact(state, Compact(_string(obj, "reason")))
+        return new_state, {"op": "compact", "reason": compacted.reason, "folded": compacted.folded}
+    shown = view(state)
+    exact = verify_tokens(state.setup, shown)
+    components = shown.components.as_dict()
+    components["overhead"] = exact - sum(value for key, value in components.items() if key != "overhead")
+    return state, {
+        "op": "view",
+        "text": shown.text(),
+        "tokens": exact,
+        "budget": shown.budget,
+        "limit": shown.limit,
+        "components": components,
+    }
+
+
+def replay(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
+    """One output object per input line, in order (the config line included)."""
+    state: ArcState | None = None
+    for number, line in enumerate(lines, start=1):
+        try:
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as bad:
+                raise TraceError(f"not valid JSON: {bad.msg} at column {bad.colno}") from None
+            if not isinstance(obj, dict):
+                raise TraceError("each line must be a JSON object")
+            op = obj.get("op")
+            if op not in TRACE_OPS:
+                raise TraceError(f"\"op\" must be one of {', '.join(TRACE_OPS)}, got {json.dumps(op)[:40]}")
+            if op == "config":
+                if number != 1:
+                    raise TraceError("the config line must be the first line of a trace")
+                state, output = _configure(obj)
+            elif state is None:
+                raise TraceError("no valid config line: the first line must be {\"op\": \"config\", ...}")
+            else:
+                state, output = _apply(state, obj)
+        except BudgetViolation as violation:
+            output = {"op": "error", "line": number, "message": f"internal budget violation: {violation}"}
+        except (TraceError, ArcError) as problem:
+            output = {"op": "error", "line": number, "message": str(problem)}
+        yield output
+
+
+def replay_text(lines: Iterable[str]) -> Iterator[str]:
+    """The replay's output lines, canonically encoded."""
+    for output in replay(line.rstrip("\r\n") for line in lines):
+        yield encode(output)

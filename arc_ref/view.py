@@ -1,0 +1,116 @@
+"""A4: the budgeted active view, Serialize(F, S, H, G, U), and the checks of Lemma 2.
+
+Message order: F (system, goal), S (summary), G (catalog page), U (recall buffer), then the entries of
+H, then the chat format's generation prompt. Every message's tokens were counted when it was built, so
+assembling a view costs O(number of messages) plus joining O(K) characters, whatever N is. The total
+is the sum of the message counts plus the generation prompt: exact when the tokenizer does not merge
+across message boundaries (checked by `verify_tokens` and by a property for every adapter).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from attrs import field, frozen
+
+from arc_ref.chat import ChatFormat
+from arc_ref.config import Setup
+from arc_ref.errors import BudgetViolation
+from arc_ref.history import LiveEntry
+from arc_ref.message import Message
+
+
+@frozen
+class Components:
+    """Token counts of the view's parts: B, tokens(S), tokens(H), tokens(G), tokens(U), eta_i."""
+
+    prefix: int
+    summary: int
+    recent: int
+    catalog: int
+    recall: int
+    overhead: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "prefix": self.prefix,
+            "summary": self.summary,
+            "recent": self.recent,
+            "catalog": self.catalog,
+            "recall": self.recall,
+            "overhead": self.overhead,
+        }
+
+
+@frozen
+class View:
+    """transcript'_i: the messages sent to the model, with tokens(transcript'_i) <= K <= L."""
+
+    messages: tuple[Message, ...]
+    tokens: int
+    budget: int  # K
+    limit: int  # L
+    components: Components
+    chat: ChatFormat = field(repr=False)
+
+    def text(self) -> str:
+        """Exactly what would be sent: the serialized messages and the generation prompt."""
+        return self.chat.render((message.role, message.content) for message in self.messages)
+
+    def chat_messages(self) -> list[dict[str, str]]:
+        """The messages in OpenAI chat format (the server applies the same template)."""
+        return [{"role": message.role, "content": message.content} for message in self.messages]
+
+
+def _cost(message: Message | None) -> int:
+    return 0 if message is None else message.tokens
+
+
+def build_view(
+    setup: Setup,
+    prefix: Sequence[Message],
+    summary: Message | None,
+    catalog: Message | None,
+    recall: Message | None,
+    recent: Sequence[LiveEntry],
+) -> View:
+    """Assemble the view and check every component budget and K <= L (Lemma 2); raise, never overflow."""
+    config = setup.config
+    recent_tokens = sum(entry.message.tokens for entry in recent)
+    parts = {
+        "summary_budget M": (_cost(summary), config.summary_budget),
+        "recent_budget R": (recent_tokens, config.recent_budget),
+        "page_budget P": (_cost(catalog), config.page_budget),
+        "recall_budget Q": (_cost(recall), config.recall_budget),
+        "overhead eta": (setup.generation_tokens, config.overhead),
+    }
+    for name, (used, allowed) in parts.items():
+        if used > allowed:
+            raise BudgetViolation(f"{name} exceeded: {used} > {allowed}")
+    messages = tuple(prefix) + tuple(
+        message for message in (summary, catalog, recall) if message is not None
+    ) + tuple(entry.message for entry in recent)
+    prefix_tokens = sum(message.tokens for message in prefix)
+    total = sum(message.tokens for message in messages) + setup.generation_tokens
+    if total > setup.budget or setup.budget > setup.limit:
+        raise BudgetViolation(f"view of {total} tokens exceeds K = {setup.budget} (L = {setup.limit})")
+    components = Components(
+        prefix=prefix_tokens,
+        summary=_cost(summary),
+        recent=recent_tokens,
+        catalog=_cost(catalog),
+        recall=_cost(recall),
+        overhead=setup.generation_tokens,
+    )
+    return View(messages, total, setup.budget, setup.limit, components, setup.chat)
+
+
+def verify_tokens(setup: Setup, view: View) -> int:
+    """Count the serialized text itself; raise if it exceeds K. Returns the exact count."""
+    exact = setup.tokenizer.count(view.text())
+    if exact > view.budget:
+        raise BudgetViolation(
+            f"serialized view counts {exact} tokens > K = {view.budget} (sum of parts said {view.tokens});"
+            f" tokenizer {setup.tokenizer.name!r} merges across message boundaries"
+        )
+    return exact
