@@ -12,6 +12,8 @@ from typing import Literal
 
 from attrs import frozen
 
+from arc_ref.text import ASCII_WHITESPACE, ascii_words
+
 RECALL_WORDS = ("_recall", "_recall-start", "_recall-next", "_recall_meta")
 CATALOG_WORDS = ("catalog-first", "catalog-next", "catalog-page")
 COMMAND_WORDS = RECALL_WORDS + CATALOG_WORDS
@@ -36,24 +38,23 @@ class IgnoredLine:
     text: str
 
 
-def _first_word(line: str) -> str:
-    parts = line.split(None, 1)
-    return parts[0] if parts else ""
-
-
 def is_command_line(line: str) -> bool:
-    return _first_word(line) in COMMAND_WORDS
+    words = ascii_words(line)
+    return bool(words) and words[0] in COMMAND_WORDS
 
 
 def parse_action(action: str) -> tuple[Command | IgnoredLine, ...] | None:
-    """The commands of a command action, in order; None for a normal action."""
-    lines = [line.strip() for line in action.splitlines()]
+    """The commands of a command action, in order; None for a normal action.
+
+    Lines are separated by "\n"; a line is stripped of ASCII whitespace and split into words on runs of it.
+    """
+    lines = [line.strip(ASCII_WHITESPACE) for line in action.split("\n")]
     lines = [line for line in lines if line]
     if not lines or not is_command_line(lines[0]):
         return None
     parsed: list[Command | IgnoredLine] = []
     for line in lines:
-        parts = line.split()
+        parts = ascii_words(line)
         if parts[0] in COMMAND_WORDS:
             parsed.append(Command(parts[0], parts[1] if len(parts) > 1 else None))
         else:

@@ -301,16 +301,17 @@ def make_setup(config: Config) -> Setup:
 def minimum_budgets(config: Config) -> Mapping[str, int]:
     """Smallest c, P, Q, M, R, eta that `make_setup` accepts for the other fields of ``config``.
 
-    Used to draw random valid budgets in the executable proofs; K <= L still has to be arranged.
+    The page, summary and recent floors use ``max(config.stub_cap, smallest stub cap)``. Used to draw
+    random valid budgets in the executable proofs; K <= L still has to be arranged by the caller.
     """
     loose = config.replace(
         stub_cap=10**6, page_budget=10**9, recall_budget=10**9, summary_budget=10**9,
         recent_budget=10**9, overhead=10**6, context_limit=10**12, max_completion=1,
     )
     setup = make_setup(loose)
-    stub_cap = setup.stub_floor
+    stub_cap = max(config.stub_cap, setup.stub_floor)
     return {
-        "stub_cap": stub_cap,
+        "stub_cap": setup.stub_floor,
         "page_budget": setup.page_frame + config.page_size * stub_cap,
         "recall_budget": setup.recall_frame + config.chunk_tokens + setup.wrapper_cost,
         "summary_budget": setup.summary_frame + stub_cap,

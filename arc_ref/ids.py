@@ -134,7 +134,7 @@ _SURROUNDING = re.compile(r"^[^0-9A-Za-z§]+|[^0-9A-Za-z]+$")
 
 def normalize_token(token: str) -> str:
     """Strip surrounding punctuation and a leading §, lowercase: ``'(§002A-3f).'`` -> ``'002a-3f'``."""
-    stripped = _SURROUNDING.sub("", token.strip())
+    stripped = _SURROUNDING.sub("", token)
     if stripped.startswith("§"):
         stripped = stripped[1:]
     return stripped.lower()

@@ -14,6 +14,7 @@ the compaction routine runs at once (the proactive trigger), so a view is always
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal, Union
 
 import attrs
@@ -37,6 +38,7 @@ from arc_ref.view import View, build_view
 CompactReason = Literal["proactive", "reactive", "forced"]
 COMPACT_REASONS: tuple[str, ...] = ("proactive", "reactive", "forced")
 SHOWN_TOKEN_CHARS = 48  # an unknown id is echoed back clipped to this many characters
+_DECIMAL = re.compile(r"[0-9]{1,10}")
 
 
 # --- events -----------------------------------------------------------------------------------
@@ -305,9 +307,15 @@ def suggest(state: ArcState, token: str) -> str | None:
     counter, _ = scheme.split(body)
     if counter is not None and counter <= state.stored:
         candidates.add(counter)
-    if fingerprint_text and fingerprint_text in state.fingerprints:
-        candidates.add(state.fingerprints[fingerprint_text])
     width = hex_width(scheme.bits)
+    # the counter and fingerprint read by position too, in case the separator itself was mistyped
+    prefix = decode_counter(body[:width], scheme.bits)
+    if prefix is not None and prefix <= state.stored:
+        candidates.add(prefix)
+    fingerprint_width = scheme.fingerprint_width
+    for text in (fingerprint_text, body[-fingerprint_width:] if fingerprint_width else ""):
+        if text and text in state.fingerprints:
+            candidates.add(state.fingerprints[text])
     variants: list[str] = []
     if len(counter_text) == width:
         variants = [counter_text[:i] + digit + counter_text[i + 1 :] for i in range(width) for digit in "0123456789abcdef"]
@@ -411,7 +419,7 @@ class _CommandRun:
                 self.answer(render.note_missing_argument(word, f"{word} N"))
                 return
             argument = command.argument
-            target = int(argument) if argument.isdigit() and len(argument) <= 10 else 0
+            target = int(argument) if _DECIMAL.fullmatch(argument) else 0
             if not 1 <= target <= pages:
                 self.answer(render.note_catalog_no_page(word, clipped(argument, SHOWN_TOKEN_CHARS), pages))
                 return

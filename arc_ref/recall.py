@@ -43,7 +43,16 @@ def chunk_bounds(n_tokens: int, chunk_tokens: int, chunk: int) -> tuple[int, int
 
 
 def chunk_cuts(token_starts: Sequence[int], text_length: int, chunk_tokens: int) -> list[int]:
-    """Character cut positions cut(0) .. cut(m) of the chunk texts (see the module docstring)."""
+    """Character cut positions cut(0) .. cut(m) of the chunk texts (see the module docstring).
+
+    pre: chunk_tokens >= 1
+    pre: all(0 <= start <= text_length for start in token_starts)
+    pre: all(token_starts[i] <= token_starts[i + 1] for i in range(len(token_starts) - 1))
+    post: __return__[0] == 0
+    post: len(__return__) == -(-len(token_starts) // chunk_tokens) + 1 or (len(token_starts) == 0 and __return__ == [0])
+    post: all(__return__[i] <= __return__[i + 1] for i in range(len(__return__) - 1))
+    post: len(token_starts) == 0 or __return__[-1] == text_length
+    """
     chunks = chunk_count(len(token_starts), chunk_tokens)
     if chunks == 0:
         return [0]

@@ -15,12 +15,12 @@ from pyrsistent import PVector, pvector
 from arc_ref import render
 from arc_ref.config import Setup
 from arc_ref.errors import BudgetViolation, InvalidEvent
-from arc_ref.text import clip_until, halving_lengths
+from arc_ref.text import ascii_words, clip_until, halving_lengths
 
 
 def action_signature(action: str) -> str:
     """signature(A): the action with surrounding whitespace removed and inner whitespace runs collapsed."""
-    return " ".join(action.split())
+    return " ".join(ascii_words(action))
 
 
 @frozen

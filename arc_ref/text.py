@@ -14,21 +14,21 @@ ELLIPSIS = "\u2026"
 ID_PATTERN = re.compile(r"§[0-9A-Za-z._-]+")
 _ID_CHAR = re.compile(r"[0-9A-Za-z._-]")
 
-_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+ASCII_WHITESPACE = " \t\n\r\x0b\x0c"
+_WHITESPACE_RUN = re.compile(r"[ \t\n\r\x0b\x0c]+")
+
+
+def ascii_words(text: str) -> list[str]:
+    """``text`` split on runs of ASCII whitespace (the only whitespace the spec recognises)."""
+    return [word for word in _WHITESPACE_RUN.split(text) if word]
+
+_ESCAPES: dict[int, str] = {code: f"\\x{code:02x}" for code in [*range(0x20), 0x7F]}
+_ESCAPES.update({ord("\\"): "\\\\", ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
 
 
 def escape_line(text: str) -> str:
     """Make ``text`` a single line: backslash, newline, CR and tab escaped; other control chars as \\xNN."""
-    out: list[str] = []
-    for char in text:
-        mapped = _ESCAPES.get(char)
-        if mapped is not None:
-            out.append(mapped)
-        elif ord(char) < 0x20 or ord(char) == 0x7F:
-            out.append(f"\\x{ord(char):02x}")
-        else:
-            out.append(char)
-    return "".join(out)
+    return text.translate(_ESCAPES)
 
 
 def id_safe_cut(text: str, cut: int) -> int:

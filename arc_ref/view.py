@@ -62,6 +62,15 @@ class View:
         return [{"role": message.role, "content": message.content} for message in self.messages]
 
 
+def within_budget(costs: tuple[int, ...], budgets: tuple[int, ...]) -> bool:
+    """Lemma 2's arithmetic: when every component is within its budget, the total is within their sum.
+
+    pre: len(costs) == len(budgets)
+    post: (not __return__) or sum(costs) <= sum(budgets)
+    """
+    return all(cost <= budget for cost, budget in zip(costs, budgets))
+
+
 def _cost(message: Message | None) -> int:
     return 0 if message is None else message.tokens
 
@@ -77,20 +86,17 @@ def build_view(
     """Assemble the view and check every component budget and K <= L (Lemma 2); raise, never overflow."""
     config = setup.config
     recent_tokens = sum(entry.message.tokens for entry in recent)
-    parts = {
-        "summary_budget M": (_cost(summary), config.summary_budget),
-        "recent_budget R": (recent_tokens, config.recent_budget),
-        "page_budget P": (_cost(catalog), config.page_budget),
-        "recall_budget Q": (_cost(recall), config.recall_budget),
-        "overhead eta": (setup.generation_tokens, config.overhead),
-    }
-    for name, (used, allowed) in parts.items():
-        if used > allowed:
-            raise BudgetViolation(f"{name} exceeded: {used} > {allowed}")
+    prefix_tokens = sum(message.tokens for message in prefix)
+    names = ("prefix B", "summary_budget M", "recent_budget R", "page_budget P", "recall_budget Q", "overhead eta")
+    costs = (prefix_tokens, _cost(summary), recent_tokens, _cost(catalog), _cost(recall), setup.generation_tokens)
+    budgets = (setup.prefix_tokens, config.summary_budget, config.recent_budget, config.page_budget,
+               config.recall_budget, config.overhead)
+    if not within_budget(costs, budgets):
+        over = [f"{name}: {cost} > {allowed}" for name, cost, allowed in zip(names, costs, budgets) if cost > allowed]
+        raise BudgetViolation("component over budget: " + "; ".join(over))
     messages = tuple(prefix) + tuple(
         message for message in (summary, catalog, recall) if message is not None
     ) + tuple(entry.message for entry in recent)
-    prefix_tokens = sum(message.tokens for message in prefix)
     total = sum(message.tokens for message in messages) + setup.generation_tokens
     if total > setup.budget or setup.budget > setup.limit:
         raise BudgetViolation(f"view of {total} tokens exceeds K = {setup.budget} (L = {setup.limit})")

@@ -1,0 +1,86 @@
+"""Helpers the properties share: drive a state through events and read back what the model would see."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from hypothesis import strategies as st
+
+from arc_ref.machine import (
+    AgentResult,
+    AgentTurn,
+    ArcState,
+    Compact,
+    Event,
+    Observe,
+    RecallResult,
+    agent_turn,
+    step,
+    view,
+)
+from arc_ref.errors import CapacityExceeded
+from arc_ref.recall import chunk_count
+from arc_ref.view import View, verify_tokens
+from proofs_check.strategies import normal_actions, texts, thoughts
+
+
+def apply(state: ArcState, event: Event) -> ArcState:
+    """One event; an observation past N_max is refused (CapacityExceeded) and leaves the state as it was."""
+    try:
+        new_state, _ = step(state, event)
+    except CapacityExceeded:
+        assert isinstance(event, Observe) and state.stored == state.config.capacity
+        return state
+    return new_state
+
+
+def run(state: ArcState, events: Iterable[Event]) -> ArcState:
+    for event in events:
+        state = apply(state, event)
+    return state
+
+
+def exact_view(state: ArcState) -> tuple[View, int]:
+    """The view and the token count of its serialized text (counted whole, not summed)."""
+    shown = view(state)
+    return shown, verify_tokens(state.setup, shown)
+
+
+def command(state: ArcState, action: str) -> tuple[ArcState, AgentResult]:
+    return agent_turn(state, AgentTurn("", action))
+
+
+def read_back(state: ArcState, obs_id: str) -> tuple[list[RecallResult], ArcState]:
+    """Recall every chunk of ``obs_id`` with _recall-start then _recall-next (on a copy: states are values)."""
+    results: list[RecallResult] = []
+    state, first = command(state, f"_recall-start {obs_id}")
+    results.extend(first.recalls)
+    record = next(r for r in state.records if r.obs_id == obs_id)
+    for _ in range(chunk_count(record.n_tokens, state.config.chunk_tokens) - 1):
+        state, more = command(state, f"_recall-next {obs_id}")
+        results.extend(more.recalls)
+    return results, state
+
+
+@st.composite
+def event_lists(draw: st.DrawFn, max_events: int = 24) -> list[Event]:
+    """Random interleavings of observe / think / recall of recent ids / catalog / compact."""
+    events: list[Event] = []
+    stored = 0
+    for _ in range(draw(st.integers(0, max_events))):
+        kind = draw(st.sampled_from(("observe", "observe", "think", "recall", "catalog", "compact")))
+        if kind == "observe":
+            events.append(Observe(draw(normal_actions), draw(texts(160)), draw(st.integers(-3, 3))))
+            stored += 1
+        elif kind == "think":
+            events.append(AgentTurn(draw(thoughts), draw(normal_actions)))
+        elif kind == "recall":
+            word = draw(st.sampled_from(("_recall", "_recall-next", "_recall-start", "_recall_meta")))
+            counter = draw(st.integers(1, max(1, stored)))
+            events.append(AgentTurn(draw(thoughts), f"{word} §{counter:02x}"))
+        elif kind == "catalog":
+            word = draw(st.sampled_from(("catalog-first", "catalog-next", "catalog-page 2", "catalog-page 99")))
+            events.append(AgentTurn(draw(thoughts), word))
+        else:
+            events.append(Compact(draw(st.sampled_from(("proactive", "reactive", "forced")))))
+    return events

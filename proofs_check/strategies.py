@@ -1,0 +1,93 @@
+"""Hypothesis strategies shared by the executable proofs: configurations, texts, actions.
+
+Configurations come from both presets with random budgets: every budget is drawn between the smallest
+value `make_setup` accepts and a few times that, and L_ctx is then chosen so that K <= L holds with a
+random margin. Texts mix ASCII, multi-byte characters (so BPE and byte tokens split characters),
+newlines, and decoys that look like ids or commands (which must stay inert inside observations).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+from arc_ref.config import Config, make_setup, minimum_budgets, preset
+
+PRESET_NAMES = ("minimal", "paper")
+
+# Characters chosen to make tokenizers and chunk boundaries work hard: 1- to 4-byte UTF-8, combining
+# marks, whitespace runs, the section sign and id characters.
+_ALPHABET = "ab xyz09_.-§\n\t é中😀\u0301|"
+DECOYS = (
+    "_recall §01-1",
+    "_recall-next §0001-00000000",
+    "catalog-first",
+    "catalog-page 2",
+    "§02-7",
+    "THE NEEDLE FOR THIS TASK",
+    "<|im_end|>",
+    "[recall §01-1 chunk 1/2]",
+)
+
+
+def texts(max_size: int = 120) -> st.SearchStrategy[str]:
+    """Observation-like text: random characters with decoys spliced in; may be empty."""
+    plain = st.text(alphabet=_ALPHABET, max_size=max_size)
+    spliced = st.lists(st.one_of(st.text(alphabet=_ALPHABET, max_size=24), st.sampled_from(DECOYS)), max_size=6).map(
+        "".join
+    )
+    return st.one_of(plain, spliced, st.just(""))
+
+
+def unicode_texts(max_size: int = 80) -> st.SearchStrategy[str]:
+    """Arbitrary Unicode text (no surrogates): the widest input the core must take verbatim."""
+    return st.text(st.characters(exclude_categories=["Cs"]), max_size=max_size)
+
+
+normal_actions = st.sampled_from(
+    ("ls", "cat notes.txt", "cat secrets.txt", "grep -n key file.txt", "head log.txt 5", "  cat  notes.txt ")
+)
+thoughts = st.text(alphabet=_ALPHABET, max_size=60)
+
+
+@st.composite
+def configs(draw: st.DrawFn, preset_name: str | None = None) -> Config:
+    """A valid Config from either preset with random page size, chunk size, capacity, d and budgets."""
+    name = preset_name if preset_name is not None else draw(st.sampled_from(PRESET_NAMES))
+    small = name == "minimal"
+    overrides: dict[str, Any] = {
+        "page_size": draw(st.integers(1, 4)),
+        "chunk_tokens": draw(st.integers(1, 12) if small else st.integers(1, 64)),
+        "capacity": draw(st.integers(2, 40)),
+        "fingerprint_bits": draw(st.sampled_from((0, 1, 2, 3, 4, 8, 32))),
+        "keep_verbatim_chars": draw(st.integers(0, 60)),
+        "recalls_per_step": draw(st.integers(1, 3)),
+    }
+    base = preset(name, **overrides)
+    floors = minimum_budgets(base)
+    for key in ("stub_cap", "overhead"):
+        overrides[key] = floors[key] + draw(st.integers(0, 40))
+    staged = base.replace(stub_cap=overrides["stub_cap"], overhead=overrides["overhead"])
+    floors = minimum_budgets(staged)
+    for key in ("page_budget", "recall_budget", "summary_budget", "recent_budget"):
+        overrides[key] = floors[key] + draw(st.integers(0, 3 * floors[key]))
+    total = (
+        floors["prefix_tokens"]
+        + overrides["summary_budget"]
+        + overrides["recent_budget"]
+        + overrides["page_budget"]
+        + overrides["recall_budget"]
+        + overrides["overhead"]
+    )
+    completion = draw(st.integers(1, 64))
+    overrides["max_completion"] = completion
+    overrides["context_limit"] = total + completion + draw(st.integers(0, 32))
+    config = preset(name, **overrides)
+    make_setup(config)  # must be valid by construction
+    return config
+
+
+def preset_configs() -> st.SearchStrategy[Config]:
+    """The two presets exactly as shipped."""
+    return st.sampled_from([preset(name) for name in PRESET_NAMES])

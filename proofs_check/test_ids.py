@@ -1,0 +1,104 @@
+"""A1 and Lemma 1: injective fixed-width ids, with fingerprint collisions forced by a tiny d."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import event, given
+from hypothesis import strategies as st
+
+from arc_ref.errors import CapacityExceeded
+from arc_ref.ids import IdScheme, decode_counter, edit_distance, encode_counter, fingerprint, normalize_token
+from arc_ref.machine import Observe, init, observe, resolve, suggest
+from arc_ref.config import preset
+from arc_ref.text import ID_PATTERN
+from proofs_check.registry import proves
+from proofs_check.strategies import configs, texts
+
+schemes = st.builds(IdScheme, capacity=st.integers(2, 5000), fingerprint_bits=st.integers(0, 6))
+
+
+@given(schemes, st.lists(st.tuples(st.sampled_from(("ls", "cat a")), st.sampled_from(("", "x", "y"))), min_size=2))
+@proves("L1", "A1")
+def test_lemma1_ids_pairwise_distinct_despite_fingerprint_collisions(
+    scheme: IdScheme, occurrences: list[tuple[str, str]]
+) -> None:
+    """Lemma 1: id_1..id_n are pairwise distinct even when fingerprints collide (d <= 6, repeated content)."""
+    occurrences = occurrences[: scheme.capacity]
+    ids = [scheme.make(j, signature, content) for j, (signature, content) in enumerate(occurrences, start=1)]
+    prints = [fingerprint(signature, content, scheme.fingerprint_bits) for signature, content in occurrences]
+    if len(set(prints)) < len(prints):
+        event("fingerprint collision forced")
+    assert len(set(ids)) == len(ids)
+
+
+@given(schemes, st.data())
+@proves("A1")
+def test_a1_fixed_width_printed_form(scheme: IdScheme, data: st.DataObject) -> None:
+    """A1: b = ceil(log2(N_max + 1)) bits; every printed id has the same width and the printed form."""
+    assert scheme.bits == math.ceil(math.log2(scheme.capacity + 1))
+    index = data.draw(st.integers(1, scheme.capacity))
+    content = data.draw(texts(40))
+    obs_id = scheme.make(index, "cat a", content)
+    assert ID_PATTERN.fullmatch(obs_id)
+    assert len(obs_id) == len(scheme.widest())
+    counter_text = obs_id[1:].partition("-")[0]
+    assert decode_counter(counter_text, scheme.bits) == index
+
+
+@given(st.integers(1, 64), st.data())
+@proves("A1")
+def test_a1_counter_encoding_round_trip(bits: int, data: st.DataObject) -> None:
+    """enc_b is injective: decode(encode(j)) == j for every j < 2^b."""
+    index = data.draw(st.integers(1, 2**bits - 1))
+    assert decode_counter(encode_counter(index, bits), bits) == index
+
+
+@given(configs("minimal"), st.lists(texts(30), min_size=1, max_size=6), st.data())
+@proves("A1")
+def test_a1_printed_id_parses_with_or_without_section_sign_and_punctuation(
+    config: object, contents: list[str], data: st.DataObject
+) -> None:
+    """An id resolves with or without § and wrapped in punctuation; the record found is the right one."""
+    state = init(config)  # type: ignore[arg-type]
+    for content in contents[: state.config.capacity]:
+        state, _ = observe(state, Observe("cat a", content, 0))
+    record = data.draw(st.sampled_from(list(state.records)))
+    body = record.obs_id[1:]
+    wrapping = data.draw(st.sampled_from(("{}", "§{}", "(§{}).", "`§{}`", "[{}],", '"§{}"', "§{}:")))
+    assert normalize_token(wrapping.format(body)) == body
+    assert resolve(state, wrapping.format(body)) == record
+
+
+@given(configs("minimal"), st.lists(texts(20), min_size=1, max_size=8), st.data())
+@proves("A1")
+def test_a1_mistyped_id_gets_a_nearest_suggestion(config: object, contents: list[str], data: st.DataObject) -> None:
+    """A one-character typo never resolves silently to nothing: it gets a stored id at distance <= 1."""
+    state = init(config)  # type: ignore[arg-type]
+    for content in contents[: state.config.capacity]:
+        state, _ = observe(state, Observe("cat a", content, 0))
+    record = data.draw(st.sampled_from(list(state.records)))
+    body = record.obs_id[1:]
+    position = data.draw(st.integers(0, len(body) - 1))
+    replacement = data.draw(st.sampled_from("0123456789abcdef").filter(lambda c: c != body[position]))
+    typo = body[:position] + replacement + body[position + 1 :]
+    found = resolve(state, "§" + typo)
+    if found is not None:  # the typo hit another stored id exactly
+        assert found.obs_id == "§" + typo
+        return
+    suggestion = suggest(state, "§" + typo)
+    assert suggestion is not None
+    assert suggestion in {r.obs_id for r in state.records}
+    assert edit_distance(typo, suggestion[1:]) <= 1
+
+
+@proves("A1")
+def test_a1_exceeding_capacity_is_an_explicit_error() -> None:
+    """Going past N_max raises CapacityExceeded and the state stays usable (unchanged)."""
+    state = init(preset("minimal", capacity=2))
+    for content in ("a", "b"):
+        state, _ = observe(state, Observe("ls", content, 0))
+    with pytest.raises(CapacityExceeded):
+        observe(state, Observe("ls", "c", 0))
+    assert [r.content for r in state.records] == ["a", "b"]
