@@ -1,0 +1,339 @@
+"""`arc-eval report RUN_DIR...`: the paper's tables and plots from recorded runs.
+
+    arc-eval report RUN_DIR... [--out DIR] [--baseline METHOD] [--hardware h200|h100-sxm|mi300x|FILE]
+                    [--model-preset qwen3-8b|qwen3-32b|FILE] [--format md,tex,png,json]
+                    [--scratch-gb GB] [--normalise success|successful|task] [--arc METHOD]
+
+Writes report.md, report.tex, PNG plots (and report.json when asked) into --out (default
+RUN_DIR/report of the first run) and prints the Markdown report to stdout. Progress goes to stderr.
+Bad input (a missing or malformed record, an unknown preset) is one clear message, exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Sequence, TextIO
+
+from eval.analysis.accuracy import accuracy_rows
+from eval.analysis.errors import AnalysisError
+from eval.analysis.load import Dataset, load_runs
+from eval.analysis.mcnemar import PValue, compare_methods
+from eval.analysis.presets import (
+    HARDWARE_PRESETS,
+    QWEN3_CONFIGS,
+    ModelSpec,
+    hardware_preset,
+    model_preset,
+    preset_for_model_name,
+)
+from eval.analysis.report import (
+    Report,
+    ReportOptions,
+    build_report,
+    render_report_latex,
+    render_report_markdown,
+    write_atomic,
+)
+from eval.analysis.roofline import DEFAULT_BASELINE, NORMALISATIONS, MethodCost
+
+FORMATS = ("md", "tex", "png", "json")
+DEFAULT_FORMATS = "md,tex,png"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="arc-eval report",
+        description="Accuracy, McNemar and roofline tables (Markdown, LaTeX) and plots (PNG) from arc-eval run directories.",
+    )
+    parser.add_argument(
+        "run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (manifest.json, calls.jsonl, tasks.jsonl)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="output directory (default: RUN_DIR/report of the first run)"
+    )
+    parser.add_argument(
+        "--baseline",
+        default=DEFAULT_BASELINE,
+        help="method that savings and speedup are measured against (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--hardware", default="h200", help=f"{'|'.join(HARDWARE_PRESETS)} or a TOML/JSON file (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--model-preset",
+        default=None,
+        help=f"{'|'.join(QWEN3_CONFIGS)} or a TOML/JSON file with config.json keys (default: from the manifest's model name)",
+    )
+    parser.add_argument(
+        "--format",
+        default=DEFAULT_FORMATS,
+        help=f"comma-separated subset of {','.join(FORMATS)} (default: %(default)s)",
+    )
+    parser.add_argument("--scratch-gb", type=float, default=None, help="scratch reserve S in GB (default: 10%% of HBM)")
+    parser.add_argument(
+        "--normalise",
+        choices=NORMALISATIONS,
+        default="success",
+        help="roofline cost per success (all tasks / correct ones, the paper's), per successful trajectory, or per task",
+    )
+    parser.add_argument("--arc", default="arc", help="method A of the McNemar tests (default: %(default)s)")
+    return parser
+
+
+def resolve_models(dataset: Dataset, flag: str | None) -> tuple[dict[str, ModelSpec], list[str]]:
+    """Model preset per recorded model name: the flag, else 8B / 32B in the name, scripted -> 8B."""
+    names = sorted({t.model for t in dataset.tasks} | {r.manifest.model for r in dataset.runs})
+    notes: list[str] = []
+    models: dict[str, ModelSpec] = {}
+    if flag is not None:
+        spec = model_preset(flag)
+        if len(names) > 1:
+            notes.append(f"--model-preset {flag} applies to every model: {', '.join(names)}")
+        return {name: spec for name in names}, notes
+    scripted = {r.manifest.model for r in dataset.runs if r.manifest.backend == "scripted"}
+    for name in names:
+        preset = preset_for_model_name(name)
+        if preset is None and (name in scripted or name == "scripted"):
+            preset = "qwen3-8b"
+            notes.append(
+                f"model {name!r} is a scripted run: its roofline uses the qwen3-8b preset by default "
+                "(give --model-preset to choose another)"
+            )
+        if preset is None:
+            raise AnalysisError(
+                f"cannot tell the model size of {name!r} from its name: give --model-preset "
+                f"{'|'.join(QWEN3_CONFIGS)}|FILE"
+            )
+        models[name] = model_preset(preset)
+    return models, notes
+
+
+def _parse_formats(text: str) -> list[str]:
+    formats = [f.strip().lower() for f in text.split(",") if f.strip()]
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown or not formats:
+        raise AnalysisError(f"--format {text!r}: use a comma-separated subset of {','.join(FORMATS)}")
+    return formats
+
+
+def _json_number(x: float | None) -> float | str | None:
+    if x is None:
+        return None
+    if math.isinf(x):
+        return "inf"
+    return x
+
+
+def _json_p(p: PValue) -> dict[str, Any]:
+    return {"value": p.value, "log10": p.log10, "text": p.format()}
+
+
+def report_json(dataset: Dataset, options: ReportOptions, costs: Sequence[MethodCost]) -> dict[str, Any]:
+    """Every number of the report in a machine-readable form."""
+    accuracy = []
+    for breakdown in ("overall", "length", "domain"):
+        for r in accuracy_rows(dataset.tasks, breakdown):
+            accuracy.append(
+                {
+                    "task_kind": r.task_kind,
+                    "model": r.model,
+                    "variant": r.variant,
+                    "method": r.method,
+                    "breakdown": breakdown,
+                    "category": r.category,
+                    "attempts": r.attempts,
+                    "passes": r.passes,
+                    "no_answers": r.no_answers,
+                    "mean_no_answer": r.mean_no_answer,
+                    "mean_pass": r.mean_pass,
+                    "mean_accuracy": r.mean_accuracy,
+                    "sd_accuracy": r.sd_accuracy,
+                    "per_seed": [
+                        {"seed": s.seed, "attempts": s.attempts, "passes": s.passes, "no_answers": s.no_answers}
+                        for s in r.per_seed
+                    ],
+                }
+            )
+    mcnemar = []
+    for outcome in ("correct", "submitted"):
+        for c in compare_methods(dataset.tasks, options.arc_method, outcome):
+            t, so = c.total, c.seed_odds
+            mcnemar.append(
+                {
+                    "task_kind": c.task_kind,
+                    "model": c.model,
+                    "variant": c.variant,
+                    "a": c.method_a,
+                    "b": c.method_b,
+                    "outcome": outcome,
+                    "a_only": t.a_only,
+                    "b_only": t.b_only,
+                    "both": t.both,
+                    "neither": t.neither,
+                    "statistic": t.statistic,
+                    "chi2_p": _json_p(t.chi2_p),
+                    "exact_p": _json_p(t.exact_p),
+                    "exact_p_one_sided": _json_p(t.exact_p_one_sided),
+                    "odds_ratio": _json_number(t.odds_ratio),
+                    "per_seed_odds": {
+                        "kind": so.kind,
+                        "mean": so.mean,
+                        "sd": so.sd,
+                        "finite_seeds": so.finite_seeds,
+                        "discordant_seeds": so.discordant_seeds,
+                    },
+                    "unpaired_a": c.unpaired_a,
+                    "unpaired_b": c.unpaired_b,
+                }
+            )
+    roofline = []
+    for m in costs:
+        roofline.append(
+            {
+                "task_kind": m.task_kind,
+                "model": m.model,
+                "variant": m.variant,
+                "method": m.method,
+                "normalisation": m.normalisation,
+                "n_tasks": m.n_tasks,
+                "n_success": m.n_success,
+                "decode_tokens": m.decode_tokens,
+                "prompt_tokens": m.prompt_tokens,
+                "total_decode_bytes": m.weight_bytes + m.kv_bytes,
+                "total_prefill_flops": m.prefill_flops,
+                "bw_bytes": m.bw_bytes,
+                "t_tot": m.t_tot,
+                "t_dec": m.t_dec,
+                "t_pre": m.t_pre,
+                "baseline": m.baseline,
+                "savings_percent": m.savings,
+                "speedup": m.speedup,
+                "bw_savings_percent": m.bw_savings,
+            }
+        )
+    hw = options.hardware
+    return {
+        "schema": "arc-eval-report/1",
+        "runs": [str(r.run_dir) for r in dataset.runs],
+        "hardware": {
+            "name": hw.name,
+            "n_gpu": hw.n_gpu,
+            "hbm_bytes": hw.hbm_bytes,
+            "bandwidth_bytes_per_s": hw.bandwidth_bytes_per_s,
+            "peak_flops": hw.peak_flops,
+            "scratch_bytes": hw.scratch,
+        },
+        "models": {
+            name: {
+                "preset": s.name,
+                "weight_bytes": s.weight_bytes,
+                "kv_bytes_per_token": s.kv_bytes_per_token,
+                "total_params": s.total_params,
+            }
+            for name, s in options.models.items()
+        },
+        "notes": list(dataset.notes),
+        "accuracy": accuracy,
+        "mcnemar": mcnemar,
+        "roofline": roofline,
+    }
+
+
+def run_report(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> Report:
+    formats = _parse_formats(args.format)
+
+    def progress(message: str) -> None:
+        print(message, file=stderr, flush=True)
+
+    hardware = hardware_preset(args.hardware, args.scratch_gb)
+    dataset = load_runs([Path(d) for d in args.run_dirs], progress)
+    methods = sorted({t.method for t in dataset.tasks})
+    if dataset.tasks and args.baseline not in methods:
+        raise AnalysisError(
+            f"--baseline {args.baseline}: no task of that method in the runs (methods: {', '.join(methods)})"
+        )
+    models, model_notes = resolve_models(dataset, args.model_preset)
+    options = ReportOptions(
+        hardware=hardware,
+        models=models,
+        model_notes=tuple(model_notes),
+        baseline=args.baseline,
+        arc_method=args.arc,
+        normalisation=args.normalise,
+    )
+    progress(f"computing tables over {len(dataset.tasks):,} finished task(s)")
+    report = build_report(dataset, options)
+    out_dir: Path = args.out if args.out is not None else Path(args.run_dirs[0]) / "report"
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise AnalysisError(f"cannot create the output directory {out_dir}: {exc}") from None
+    if "png" in formats and dataset.tasks:
+        try:
+            from eval.analysis.plots import write_plots
+        except ImportError as exc:
+            raise AnalysisError(
+                f"PNG plots need matplotlib ({exc}): pip install 'arc-ref[eval]', or leave png out of --format"
+            ) from None
+
+        progress("drawing plots")
+        try:
+            report.figures = write_plots(dataset, report.costs, out_dir)
+        except OSError as exc:
+            raise AnalysisError(f"cannot write the plots into {out_dir}: {exc}") from None
+    markdown = render_report_markdown(report)
+    try:
+        if "md" in formats:
+            write_atomic(out_dir / "report.md", markdown.encode("utf-8"))
+        if "tex" in formats:
+            write_atomic(out_dir / "report.tex", render_report_latex(report).encode("utf-8"))
+        if "json" in formats:
+            data = json.dumps(report_json(dataset, options, report.costs), indent=1, allow_nan=False)
+            write_atomic(out_dir / "report.json", data.encode("utf-8"))
+    except OSError as exc:
+        raise AnalysisError(f"cannot write the report into {out_dir}: {exc}") from None
+    stdout.write(markdown)
+    stdout.flush()
+    written = [f"report.{f}" for f in formats if f != "png"]
+    if report.figures:
+        written.append(f"{len(report.figures)} plot(s)")
+    progress(f"wrote {', '.join(written) or 'nothing'} into {out_dir}")
+    return report
+
+
+def report_main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    """Entry point of `arc-eval report`; returns the exit status (0 ok, 1 bad input, 2 bad usage)."""
+    out = stdout if stdout is not None else sys.stdout
+    err = stderr if stderr is not None else sys.stderr
+    parser = _parser()
+    try:
+        old_err = sys.stderr
+        sys.stderr = err  # argparse writes usage errors to sys.stderr
+        try:
+            args = parser.parse_args(list(argv))
+        finally:
+            sys.stderr = old_err
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
+    try:
+        run_report(args, out, err)
+    except AnalysisError as exc:
+        print(f"arc-eval report: error: {exc.message}", file=err)
+        return 1
+    except KeyboardInterrupt:
+        print("arc-eval report: interrupted (files already written are complete)", file=err)
+        return 130
+    return 0
+
+
+def main() -> None:
+    """`python -m eval.analysis.cli RUN_DIR...` until the lead wires `arc-eval report`."""
+    raise SystemExit(report_main(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()

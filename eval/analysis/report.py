@@ -1,0 +1,627 @@
+"""The paper's tables from recorded runs: accuracy (and LongBench breakdowns), ablations, McNemar,
+HBM / roofline per method, trajectory statistics, and one roofline trajectory worked by hand.
+
+`build_report` computes everything into a `Report` (tables + notes); `render_report_markdown` /
+`render_report_latex` turn it into text; `write_report` writes the files atomically.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from eval.analysis.accuracy import AccuracyRow, accuracy_rows, method_order
+from eval.analysis.load import Dataset, Manifest, TaskRecord
+from eval.analysis.mcnemar import PairedComparison, PValue, compare_methods
+from eval.analysis.presets import HardwareSpec, ModelSpec
+from eval.analysis.roofline import DEFAULT_BASELINE, MethodCost, explain_trajectory, method_costs
+from eval.analysis.tables import Cell, Table, cell, render_latex, render_markdown, tex_escape
+
+METHOD_LABELS = {
+    "full_context": "Full_context",
+    "sliding_window": "Sliding_window",
+    "llm_summary": "LLM_summary",
+    "structured_state": "Structured_state",
+    "rag_memory": "RAG_memory",
+    "arc": "ARC",
+}
+KIND_LABELS = {"nih": "Needle-in-a-haystack", "longbench": "LongBench-v2"}
+DASH = cell("—", "--")
+
+
+def method_label(method: str) -> str:
+    return METHOD_LABELS.get(method, method)
+
+
+def variant_label(variant: str) -> str:
+    return variant if variant else "(no variant)"
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """What the report is computed with."""
+
+    hardware: HardwareSpec
+    models: Mapping[str, ModelSpec]  # model name as recorded -> preset
+    model_notes: tuple[str, ...] = ()
+    baseline: str = DEFAULT_BASELINE
+    arc_method: str = "arc"
+    normalisation: str = "success"
+
+
+@dataclass
+class Report:
+    title: str
+    header: list[str]
+    tables: list[Table]
+    notes: list[str]
+    worked_example: str | None = None
+    figures: list[Path] = field(default_factory=list)
+    costs: list[MethodCost] = field(default_factory=list)  # the roofline rows behind the HBM tables
+
+
+# --------------------------------------------------------------------------------------------
+# number formatting
+
+
+def fmt_pct(x: float | None, digits: int = 2) -> Cell:
+    if x is None:
+        return DASH
+    return cell(f"{100 * x:.{digits}f}%")
+
+
+def fmt(x: float | None, digits: int = 2) -> Cell:
+    if x is None:
+        return DASH
+    if math.isinf(x):
+        return cell("inf")
+    return cell(f"{x:.{digits}f}")
+
+
+def fmt_int(x: int) -> Cell:
+    return cell(str(x))
+
+
+def fmt_p(p: PValue) -> Cell:
+    return Cell(p.format(), p.format(tex=True))
+
+
+def fmt_odds(x: float | None) -> Cell:
+    if x is None:
+        return cell("undefined")
+    if math.isinf(x):
+        return cell("inf")
+    return cell(f"{x:.2f}")
+
+
+# --------------------------------------------------------------------------------------------
+# helpers over the dataset
+
+
+def _kinds(tasks: Iterable[TaskRecord]) -> list[str]:
+    return sorted({t.task_kind for t in tasks})
+
+
+def variant_order(dataset: Dataset, kind: str, model: str) -> list[str]:
+    """Variant labels in the order the manifests declare them (then any undeclared ones)."""
+    order: list[str] = []
+    for run in dataset.runs:
+        if run.manifest.task_kind == kind and run.manifest.model == model:
+            for label in run.manifest.variants:
+                if label not in order:
+                    order.append(label)
+    for t in dataset.tasks:
+        if t.task_kind == kind and t.model == model and t.variant not in order:
+            order.append(t.variant)
+    return order
+
+
+def variant_params(dataset: Dataset, kind: str, model: str, variant: str) -> Mapping[str, Any]:
+    for m in dataset.manifests_for(variant, model, kind):
+        if variant in m.variants:
+            return m.variants[variant]
+    return {}
+
+
+def _limits(manifests: Sequence[Manifest]) -> tuple[str, str]:
+    if not manifests:
+        return ("?", "?")
+    ctx = sorted({m.context_limit for m in manifests})
+    mt = sorted({m.max_tokens for m in manifests})
+    return (str(ctx[0]) if len(ctx) == 1 else "mixed", str(mt[0]) if len(mt) == 1 else "mixed")
+
+
+def _group_key(model: str, variant: str, order: list[str]) -> tuple[str, int, str]:
+    return (model, order.index(variant) if variant in order else len(order), variant)
+
+
+def _section_header(model: str, variant: str, with_variant: bool) -> str:
+    return f"{model} · variant {variant_label(variant)}" if with_variant else model
+
+
+# --------------------------------------------------------------------------------------------
+# tables
+
+
+def accuracy_table(dataset: Dataset, kind: str) -> Table:
+    """Paper Tables "LongBench-v2 hard-subset accuracy" / "Needle-in-a-haystack" (one per task kind)."""
+    rows = accuracy_rows((t for t in dataset.tasks if t.task_kind == kind), "overall")
+    table = Table(
+        title=f"{KIND_LABELS.get(kind, kind)}: accuracy across seeds",
+        columns=[
+            "Method",
+            "Ctx.",
+            "Max-T.",
+            "Pass / Attempts",
+            "Mean No-Ans",
+            "Mean Pass",
+            "Mean Acc",
+            "SD Acc",
+            "Mean ± SD",
+            "Seeds",
+        ],
+        align="lrrrrrrrrl",
+        label=f"tab:accuracy_{kind}",
+        notes=[
+            "Mean No-Ans / Mean Pass: mean over seeds of per-seed counts; Mean Acc: mean over seeds of per-seed "
+            "accuracy; SD Acc: sample SD (n - 1) over seeds, — with one seed."
+        ],
+    )
+    _fill_accuracy(table, dataset, kind, rows, breakdown=False)
+    return table
+
+
+def _fill_accuracy(table: Table, dataset: Dataset, kind: str, rows: list[AccuracyRow], breakdown: bool) -> None:
+    groups: dict[tuple[str, str, str], list[AccuracyRow]] = {}
+    for row in rows:
+        groups.setdefault((row.model, row.variant, row.category), []).append(row)
+    models = sorted({r.model for r in rows})
+    orders = {m: variant_order(dataset, kind, m) for m in models}
+    with_variant = any(r.variant for r in rows)
+    category_rank = {c: i for i, c in reversed(list(enumerate(r.category for r in rows)))}  # accuracy_rows' order
+    for model, variant, category in sorted(
+        groups, key=lambda g: (*_group_key(g[0], g[1], orders[g[0]]), category_rank[g[2]])
+    ):
+        header = _section_header(model, variant, with_variant)
+        if breakdown:
+            header += f" · {rows[0].breakdown} = {category}"
+        section = table.add_section(header)
+        ctx, max_t = _limits(dataset.manifests_for(variant, model, kind))
+        for r in groups[(model, variant, category)]:
+            mean, sd = r.mean_accuracy, r.sd_accuracy
+            both = f"{100 * mean:.2f}% ± {100 * sd:.2f}%" if sd is not None else f"{100 * mean:.2f}% ± —"
+            bold = r.method == "arc"
+            if breakdown:
+                section.rows.append(
+                    [
+                        cell(method_label(r.method), bold=bold),
+                        cell(f"{r.passes} / {r.attempts}"),
+                        fmt(r.mean_no_answer),
+                        fmt_pct(mean),
+                        fmt_pct(sd),
+                        cell(both, tex_escape(both)),
+                    ]
+                )
+            else:
+                section.rows.append(
+                    [
+                        cell(method_label(r.method), bold=bold),
+                        cell(ctx),
+                        cell(max_t),
+                        cell(f"{r.passes} / {r.attempts}"),
+                        fmt(r.mean_no_answer),
+                        fmt(r.mean_pass),
+                        fmt_pct(mean),
+                        fmt_pct(sd),
+                        cell(both),
+                        cell(", ".join(str(s.seed) for s in r.per_seed)),
+                    ]
+                )
+
+
+def breakdown_table(dataset: Dataset, kind: str, breakdown: str) -> Table | None:
+    """LongBench-v2 accuracy by `meta.length` or `meta.domain`; None when no task has that field."""
+    rows = accuracy_rows((t for t in dataset.tasks if t.task_kind == kind), breakdown)
+    if not rows:
+        return None
+    table = Table(
+        title=f"{KIND_LABELS.get(kind, kind)}: accuracy by {breakdown}",
+        columns=["Method", "Pass / Attempts", "Mean No-Ans", "Mean Acc", "SD Acc", "Mean ± SD"],
+        align="lrrrrr",
+        label=f"tab:accuracy_{kind}_{breakdown}",
+    )
+    _fill_accuracy(table, dataset, kind, rows, breakdown=True)
+    return table
+
+
+def ablation_table(dataset: Dataset, kind: str) -> Table | None:
+    """Accuracy per variant (paper Tables "Recall_budget ..."): Success, Fail, Success / (Success + Fail)."""
+    rows = accuracy_rows((t for t in dataset.tasks if t.task_kind == kind), "overall")
+    models = sorted({r.model for r in rows})
+    if not any(len({r.variant for r in rows if r.model == m}) > 1 for m in models):
+        return None
+    params: list[str] = []
+    for m in models:
+        for v in variant_order(dataset, kind, m):
+            for key in variant_params(dataset, kind, m, v):
+                if key not in params:
+                    params.append(key)
+    table = Table(
+        title=f"{KIND_LABELS.get(kind, kind)}: ablation over variants",
+        columns=["Method", "Variant", *params, "Success", "Fail", "Accuracy (%)"],
+        align="ll" + "c" * len(params) + "rrr",
+        label=f"tab:ablation_{kind}",
+        notes=["Accuracy = Success / (Success + Fail), pooled over seeds; Fail includes no-answers."],
+    )
+    for model in models:
+        order = variant_order(dataset, kind, model)
+        for variant in order:
+            group = [r for r in rows if r.model == model and r.variant == variant]
+            if not group:
+                continue
+            section = table.add_section(f"{model} · {variant_label(variant)}")
+            values = variant_params(dataset, kind, model, variant)
+            for r in group:
+                section.rows.append(
+                    [
+                        cell(method_label(r.method), bold=r.method == "arc"),
+                        cell(variant_label(variant)),
+                        *[cell(_param_text(values.get(p))) for p in params],
+                        fmt_int(r.passes),
+                        fmt_int(r.fails),
+                        cell(f"{100 * r.pooled_accuracy:.2f}"),
+                    ]
+                )
+    return table
+
+
+def _param_text(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def mcnemar_table(dataset: Dataset, kind: str, outcome: str, arc_method: str) -> Table | None:
+    """Paper Tables "McNemar test on ...": A = ARC vs each baseline B, on one outcome."""
+    comparisons = compare_methods((t for t in dataset.tasks if t.task_kind == kind), arc_method, outcome)
+    if not comparisons:
+        return None
+    what = "correctness (correct vs not)" if outcome == "correct" else "completion (accepted submission vs no answer)"
+    table = Table(
+        title=f"{KIND_LABELS.get(kind, kind)}: McNemar on {what}",
+        columns=[
+            "A",
+            "B",
+            "A-Only",
+            "B-Only",
+            "Both",
+            "Neither",
+            "χ²",
+            "χ² p-val",
+            "Exact p-val",
+            "Exact p one-sided",
+            "Odds Ratio",
+            "Per-Seed Odds (± SD)",
+            "Dis. Seeds",
+            "Seeds w/ disc.",
+        ],
+        align="llrrrrrrrrrrrr",
+        label=f"tab:mcnemar_{kind}_{outcome}",
+        notes=[
+            "χ² = max(|a - b| - 1, 0)^2 / (a + b) (continuity-corrected, clipped at 0; 0 and p = 1 when a = b or a + b = 0).",
+            "Exact p-val: two-sided binomial min(1, 2 P(X <= min(a, b))), X ~ Bin(a + b, 1/2); one-sided: "
+            "P(X <= min(a, b)), which is what the paper's 'Exact p-val' column reports.",
+            "Odds ratio a/b (inf when b = 0 < a, undefined when a = b = 0); per-seed odds: mean ± sample SD over "
+            "the seeds with b_s > 0 ('Dis. Seeds', as in the paper).",
+        ],
+    )
+    models = sorted({c.model for c in comparisons})
+    orders = {m: variant_order(dataset, kind, m) for m in models}
+    with_variant = any(c.variant for c in comparisons)
+    groups: dict[tuple[str, str], list[PairedComparison]] = {}
+    for c in comparisons:
+        groups.setdefault((c.model, c.variant), []).append(c)
+    unpaired_notes = []
+    for model, variant in sorted(groups, key=lambda g: _group_key(g[0], g[1], orders[g[0]])):
+        section = table.add_section(_section_header(model, variant, with_variant))
+        for c in groups[(model, variant)]:
+            r = c.total
+            so = c.seed_odds
+            if so.kind == "finite" and so.mean is not None:
+                seed_text = f"{so.mean:.2f} ± {so.sd:.2f}" if so.sd is not None else f"{so.mean:.2f} ± — (1 seed)"
+            else:
+                seed_text = so.kind
+            section.rows.append(
+                [
+                    cell(method_label(c.method_a), bold=True),
+                    cell(method_label(c.method_b)),
+                    fmt_int(r.a_only),
+                    fmt_int(r.b_only),
+                    fmt_int(r.both),
+                    fmt_int(r.neither),
+                    fmt(r.statistic, 2),
+                    fmt_p(r.chi2_p),
+                    fmt_p(r.exact_p),
+                    fmt_p(r.exact_p_one_sided),
+                    fmt_odds(r.odds_ratio),
+                    cell(seed_text),
+                    fmt_int(so.finite_seeds),
+                    fmt_int(so.discordant_seeds),
+                ]
+            )
+            if c.unpaired_a or c.unpaired_b:
+                unpaired_notes.append(
+                    f"{model} {variant_label(variant)}: {c.unpaired_a} task(s) of {method_label(c.method_a)} and "
+                    f"{c.unpaired_b} of {method_label(c.method_b)} have no counterpart and are left out of the pairs."
+                )
+    table.notes.extend(unpaired_notes)
+    return table
+
+
+def hbm_table(costs: Sequence[MethodCost], dataset: Dataset, kind: str, options: ReportOptions) -> Table | None:
+    """Paper Tables "HBM comparison ..." / "HBM evaluation per successful trajectory ..."."""
+    rows = [c for c in costs if c.task_kind == kind]
+    if not rows:
+        return None
+    unit = {"success": "per success", "successful": "per successful trajectory", "task": "per task"}[
+        options.normalisation
+    ]
+    table = Table(
+        title=f"{KIND_LABELS.get(kind, kind)}: roofline cost {unit} on {options.hardware.name}",
+        columns=[
+            "Method",
+            "n_succ",
+            "n_tasks",
+            "t_tot (s)",
+            "t_dec (s)",
+            "t_pre (s)",
+            "BW (TB)",
+            "Sav. (%)",
+            "Speedup (×)",
+            "BW sav. (%)",
+        ],
+        align="lrrrrrrrrr",
+        label=f"tab:hbm_{kind}",
+        notes=[
+            f"Savings and speedup against {method_label(options.baseline)} within each block: Sav. = 100 (1 - t_tot / "
+            "t_tot(baseline)) (time, as the paper computes it); BW sav. = 100 (1 - BW / BW(baseline)).",
+            {
+                "success": "Costs of all finished tasks (failed attempts included) divided by the number of correct tasks.",
+                "successful": "Costs of the correct tasks only, divided by their number.",
+                "task": "Costs of all finished tasks divided by their number.",
+            }[options.normalisation],
+        ],
+    )
+    models = sorted({c.model for c in rows})
+    orders = {m: variant_order(dataset, kind, m) for m in models}
+    with_variant = any(c.variant for c in rows)
+    groups: dict[tuple[str, str], list[MethodCost]] = {}
+    for c in rows:
+        groups.setdefault((c.model, c.variant), []).append(c)
+    for model, variant in sorted(groups, key=lambda g: _group_key(g[0], g[1], orders[g[0]])):
+        spec = options.models.get(model)
+        header = _section_header(model, variant, with_variant)
+        if spec is not None:
+            header += f" (preset {spec.name})"
+        section = table.add_section(header)
+        for c in groups[(model, variant)]:
+            bw = c.bw_bytes
+            section.rows.append(
+                [
+                    cell(method_label(c.method), bold=c.method == "arc"),
+                    fmt_int(c.n_success),
+                    fmt_int(c.n_tasks),
+                    fmt(c.t_tot, 3),
+                    fmt(c.t_dec, 3),
+                    fmt(c.t_pre, 3),
+                    fmt(None if bw is None else bw / 1e12, 4),
+                    fmt(c.savings, 1),
+                    fmt(c.speedup, 2),
+                    fmt(c.bw_savings, 1),
+                ]
+            )
+        block = groups[(model, variant)]
+        if all(c.baseline is None for c in block):
+            table.notes.append(
+                f"{model} {variant_label(variant)}: no {method_label(options.baseline)} run, no savings."
+            )
+        elif all(c.baseline_t_total is None for c in block):
+            table.notes.append(
+                f"{model} {variant_label(variant)}: {method_label(options.baseline)} has no correct task, so its cost "
+                "per success and the savings are undefined (try --normalise task)."
+            )
+    return table
+
+
+def trajectory_table(dataset: Dataset, kind: str) -> Table:
+    """Per method: calls, prompt and completion tokens, overflows, compactions, recalls (diagnostics)."""
+    table = Table(
+        title=f"{KIND_LABELS.get(kind, kind)}: trajectory statistics (per finished task)",
+        columns=[
+            "Method",
+            "Tasks",
+            "Calls",
+            "Aux calls",
+            "Prompt tok./call",
+            "Max prompt",
+            "Completion tok.",
+            "Overflows",
+            "Compactions",
+            "Recalls",
+            "Re-exec.",
+        ],
+        align="lrrrrrrrrrr",
+        label=f"tab:trajectories_{kind}",
+    )
+    groups: dict[tuple[str, str, str], list[TaskRecord]] = {}
+    for t in dataset.tasks:
+        if t.task_kind == kind:
+            groups.setdefault((t.model, t.variant, t.method), []).append(t)
+    models = sorted({g[0] for g in groups})
+    orders = {m: variant_order(dataset, kind, m) for m in models}
+    with_variant = any(g[1] for g in groups)
+    sections: dict[tuple[str, str], Any] = {}
+    for model, variant, method in sorted(
+        groups, key=lambda g: (*_group_key(g[0], g[1], orders[g[0]]), method_order(g[2]))
+    ):
+        if (model, variant) not in sections:
+            sections[(model, variant)] = table.add_section(_section_header(model, variant, with_variant))
+        tasks = groups[(model, variant, method)]
+        calls = [c for t in tasks for c in dataset.calls.get(t.key, ())]
+        n = len(tasks)
+        prompts = [c.prompt_tokens for c in calls]
+        sections[(model, variant)].rows.append(
+            [
+                cell(method_label(method)),
+                fmt_int(n),
+                fmt(len(calls) / n, 1),
+                fmt(sum(1 for c in calls if c.purpose != "agent") / n, 1),
+                fmt(sum(prompts) / len(prompts) if prompts else None, 0),
+                fmt_int(max(prompts, default=0)),
+                fmt(sum(c.completion_tokens for c in calls) / n, 0),
+                fmt(sum(1 for c in calls if c.overflow) / n, 2),
+                fmt(sum(len(c.compactions) for c in calls) / n, 2),
+                fmt(sum(c.recalls for c in calls) / n, 2),
+                fmt(sum(t.reexecutions for t in tasks) / n, 2),
+            ]
+        )
+    return table
+
+
+def pick_worked_example(dataset: Dataset, arc_method: str) -> TaskRecord | None:
+    """The first correct task of ARC (else of any method) that has recorded calls."""
+    candidates = [t for t in dataset.tasks if dataset.calls.get(t.key)]
+    if not candidates:
+        return None
+
+    def key(t: TaskRecord) -> tuple[bool, bool, str, str, str, int, str]:
+        return (t.method != arc_method, not t.correct, t.task_kind, t.model, t.variant, t.seed, t.task_id)
+
+    return min(candidates, key=key)
+
+
+# --------------------------------------------------------------------------------------------
+# the report
+
+
+def build_report(dataset: Dataset, options: ReportOptions) -> Report:
+    """Every table of the report, computed from the records."""
+    header = []
+    for run in dataset.runs:
+        m = run.manifest
+        variants = ", ".join(variant_label(v) for v in m.variants) or "(none)"
+        header.append(
+            f"`{run.run_dir}`: {KIND_LABELS.get(m.task_kind, m.task_kind)}, model `{m.model}` ({m.backend} backend), "
+            f"methods {', '.join(m.methods)}, seeds {', '.join(map(str, m.seeds))} x {m.tasks_per_seed if m.tasks_per_seed is not None else 'all'} tasks, "
+            f"variants {variants}, context_limit {m.context_limit}, max_tokens {m.max_tokens}; "
+            f"{len(run.tasks)} finished task(s), {run.incomplete_tasks} incomplete; created {m.created}, "
+            f"commit {m.git_commit or 'unknown'}"
+        )
+    hw = options.hardware
+    header.append(
+        f"Roofline hardware: {hw.name} x{hw.n_gpu} (HBM {hw.total_hbm_bytes / 1e9:.1f} GB, "
+        f"{hw.total_bandwidth / 1e12:.2f} TB/s, {hw.total_flops / 1e12:.0f} TFLOP/s, scratch S {hw.scratch / 1e9:.2f} GB); "
+        "decimal units (1 GB = 1e9 B, 1 TB = 1e12 B)."
+    )
+    for model, spec in sorted(options.models.items()):
+        header.append(
+            f"Model preset for `{model}`: {spec.name} ({spec.total_params / 1e9:.3f}e9 parameters, M_w "
+            f"{spec.weight_bytes / 1e9:.2f} GB, kv_b {spec.kv_bytes_per_token:,.0f} B/token)."
+        )
+    notes = list(options.model_notes) + list(dataset.notes)
+    tables: list[Table] = []
+    costs = method_costs(
+        dataset.tasks, dataset.calls, options.models, options.hardware, options.baseline, options.normalisation
+    )
+    for kind in _kinds(dataset.tasks):
+        tables.append(accuracy_table(dataset, kind))
+        for breakdown in ("length", "domain"):
+            t = breakdown_table(dataset, kind, breakdown)
+            if t is not None:
+                tables.append(t)
+        abl = ablation_table(dataset, kind)
+        if abl is not None:
+            tables.append(abl)
+        for outcome in ("correct", "submitted"):
+            mc = mcnemar_table(dataset, kind, outcome, options.arc_method)
+            if mc is not None:
+                tables.append(mc)
+        hbm = hbm_table(costs, dataset, kind, options)
+        if hbm is not None:
+            tables.append(hbm)
+        tables.append(trajectory_table(dataset, kind))
+    if not any(t.method == options.arc_method for t in dataset.tasks):
+        notes.append(f"no {method_label(options.arc_method)} task in the runs: McNemar tables skipped")
+    worked = None
+    example = pick_worked_example(dataset, options.arc_method)
+    if example is not None:
+        spec = options.models[example.model]
+        worked = explain_trajectory(
+            dataset.calls[example.key],
+            spec,
+            options.hardware,
+            title=(
+                f"task {example.task_id} ({method_label(example.method)}, seed {example.seed}, variant "
+                f"{variant_label(example.variant)}, model {example.model}, correct={example.correct})"
+            ),
+        )
+    if not dataset.tasks:
+        notes.append("the runs hold no finished task: nothing to tabulate")
+    return Report(
+        title="ARC evaluation report",
+        header=header,
+        tables=tables,
+        notes=notes,
+        worked_example=worked,
+        costs=costs,
+    )
+
+
+def render_report_markdown(report: Report) -> str:
+    parts = [f"# {report.title}", "", "## Runs", ""]
+    parts += [f"- {line}" for line in report.header]
+    if report.notes:
+        parts += ["", "## Notes", ""]
+        parts += [f"- {note}" for note in report.notes]
+    parts.append("")
+    for table in report.tables:
+        parts.append(render_markdown(table))
+    if report.worked_example:
+        parts += ["### Roofline worked by hand for one trajectory", "", "```text", report.worked_example, "```", ""]
+    if report.figures:
+        parts += ["## Figures", ""]
+        parts += [f"![{f.stem}]({f.name})" for f in report.figures]
+        parts.append("")
+    return "\n".join(parts)
+
+
+def render_report_latex(report: Report) -> str:
+    """A LaTeX fragment of booktabs tables (\\usepackage{booktabs} in the including document)."""
+    parts = [f"% {report.title}: generated by arc-eval report; needs \\usepackage{{booktabs}}", ""]
+    for line in report.header:
+        parts.append("% " + line.replace("\n", " "))
+    parts.append("")
+    for table in report.tables:
+        parts.append(render_latex(table))
+    if report.worked_example:
+        parts += ["\\begin{verbatim}", report.worked_example, "\\end{verbatim}", ""]
+    return "\n".join(parts)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write through a temporary file and rename, so a crash never leaves a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,234 @@
+"""`arc-eval report` end to end on synthetic runs: files, tables, plots, and clear errors."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from eval.analysis.cli import report_main
+from eval.analysis.tables import Table, cell, render_latex, render_markdown, tex_escape
+
+from .synthetic_runs import RunSpec, append_interrupted_task, tear_last_line, write_run
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _run(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = report_main(argv, stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    root = tmp_path_factory.mktemp("runs")
+    nih = root / "nih"
+    write_run(
+        nih,
+        RunSpec(
+            tasks_per_seed=4,
+            variants={
+                "4k/2k": {"recall_budget_chars": 4000, "recall_max_chars": 2000},
+                "16k/8k": {"recall_budget_chars": 16000, "recall_max_chars": 8000},
+            },
+        ),
+    )
+    lb = root / "lb"
+    write_run(
+        lb,
+        RunSpec(task_kind="longbench", model="Qwen/Qwen3-32B", context_limit=32768, seeds=(42, 82), tasks_per_seed=8),
+    )
+    append_interrupted_task(lb)
+    tear_last_line(lb / "calls.jsonl")
+    out = root / "out"
+    code, stdout, stderr = _run([str(nih), str(lb), "--out", str(out), "--format", "md,tex,png,json"])
+    assert code == 0, stderr
+    (root / "stdout.md").write_text(stdout)
+    (root / "stderr.txt").write_text(stderr)
+    return nih, lb, out
+
+
+def test_report_files_are_written(two_runs: tuple[Path, Path, Path]) -> None:
+    _, _, out = two_runs
+    assert {p.name for p in out.iterdir()} >= {"report.md", "report.tex", "report.json"}
+    pngs = sorted(out.glob("*.png"))
+    names = {p.name for p in pngs}
+    assert {
+        "accuracy_nih_qwen-qwen3-8b.png",
+        "accuracy_vs_variant_nih_qwen-qwen3-8b.png",
+        "hbm_nih_qwen-qwen3-8b.png",
+        "prompt_tokens_nih_qwen-qwen3-8b.png",
+        "accuracy_longbench_qwen-qwen3-32b.png",
+        "hbm_longbench_qwen-qwen3-32b.png",
+        "prompt_tokens_longbench_qwen-qwen3-32b.png",
+    } <= names
+    assert "accuracy_vs_variant_longbench_qwen-qwen3-32b.png" not in names  # one variant only
+    for p in pngs:
+        assert p.read_bytes()[:8] == PNG_MAGIC and p.stat().st_size > 5000
+
+
+def test_markdown_has_the_papers_tables(two_runs: tuple[Path, Path, Path]) -> None:
+    nih, lb, out = two_runs
+    md = (out / "report.md").read_text()
+    assert md == (out.parent / "stdout.md").read_text()  # stdout is the same report
+    for title in [
+        "Needle-in-a-haystack: accuracy across seeds",
+        "Needle-in-a-haystack: ablation over variants",
+        "Needle-in-a-haystack: McNemar on correctness",
+        "Needle-in-a-haystack: McNemar on completion",
+        "Needle-in-a-haystack: roofline cost per success on H200",
+        "LongBench-v2: accuracy by length",
+        "LongBench-v2: accuracy by domain",
+        "LongBench-v2: McNemar on completion",
+        "Roofline worked by hand for one trajectory",
+    ]:
+        assert title in md, title
+    assert "NIH accuracy by domain" not in md and "Needle-in-a-haystack: accuracy by domain" not in md
+    assert "torn last line dropped" in md and "1 incomplete task(s) skipped" in md
+    assert "| recall_budget_chars | recall_max_chars |" in md
+    assert "Qwen/Qwen3-8B · variant 4k/2k" in md
+    assert md.index("variant 4k/2k") < md.index("variant 16k/8k")  # manifest order, not alphabetical
+    assert md.index("length = short") < md.index("length = medium") < md.index("length = long")
+
+
+def test_json_numbers_agree_with_the_tables(two_runs: tuple[Path, Path, Path]) -> None:
+    _, _, out = two_runs
+    data = json.loads((out / "report.json").read_text())
+    assert data["schema"] == "arc-eval-report/1"
+    overall = [r for r in data["accuracy"] if r["breakdown"] == "overall" and r["task_kind"] == "longbench"]
+    assert len(overall) == 6 and all(r["attempts"] == 16 for r in overall)
+    arc = next(r for r in overall if r["method"] == "arc")
+    assert f"| **ARC** | 32768 | 4096 | {arc['passes']} / 16 |" in (out / "report.md").read_text()
+    sw = [r for r in data["roofline"] if r["method"] == "sliding_window"]
+    assert all(r["savings_percent"] == 0 for r in sw if r["t_tot"] is not None)
+    for row in data["mcnemar"]:
+        assert row["a"] == "arc" and row["a_only"] + row["b_only"] + row["both"] + row["neither"] > 0
+
+
+def test_latex_is_booktabs(two_runs: tuple[Path, Path, Path]) -> None:
+    _, _, out = two_runs
+    tex = (out / "report.tex").read_text()
+    assert tex.count("\\begin{tabular}") == tex.count("\\end{tabular}") >= 10
+    assert "\\toprule" in tex and "\\midrule" in tex and "\\bottomrule" in tex
+    assert "Sliding\\_window" in tex and "$\\chi^2$" in tex
+    assert "\\textbf{ARC}" in tex
+
+
+def test_progress_goes_to_stderr(two_runs: tuple[Path, Path, Path]) -> None:
+    _, _, out = two_runs
+    err = (out.parent / "stderr.txt").read_text()
+    assert "reading" in err and "drawing plots" in err and f"into {out}" in err
+
+
+def test_scripted_run_defaults_to_the_8b_preset_and_says_so(tmp_path: Path) -> None:
+    run = tmp_path / "scripted"
+    write_run(
+        run,
+        RunSpec(model="scripted", backend="scripted", methods=("sliding_window", "arc"), seeds=(1,), tasks_per_seed=2),
+    )
+    code, md, err = _run([str(run), "--format", "md"])
+    assert code == 0, err
+    assert "scripted run: its roofline uses the qwen3-8b preset by default" in md
+    assert (run / "report" / "report.md").is_file() and not list((run / "report").glob("*.png"))
+
+
+def test_other_options(tmp_path: Path) -> None:
+    run = tmp_path / "r"
+    write_run(run, RunSpec(methods=("full_context", "arc"), seeds=(1, 2), tasks_per_seed=2))
+    code, md, err = _run(
+        [
+            str(run),
+            "--format",
+            "md",
+            "--hardware",
+            "mi300x",
+            "--baseline",
+            "full_context",
+            "--normalise",
+            "task",
+            "--scratch-gb",
+            "4",
+        ]
+    )
+    assert code == 0, err
+    assert "roofline cost per task on MI300X" in md and "scratch S 4.00 GB" in md
+    assert "against Full_context" in md
+
+
+@pytest.mark.parametrize(
+    "setup,argv_extra,message",
+    [
+        ("rm_tasks", [], "tasks.jsonl is missing"),
+        ("rm_manifest", [], "manifest.json is missing"),
+        ("unknown_model", [], "cannot tell the model size of 'mystery-model'"),
+        ("none", ["--format", "pdf"], "--format 'pdf'"),
+        ("none", ["--hardware", "tpu"], "unknown hardware 'tpu'"),
+        ("none", ["--baseline", "oracle"], "--baseline oracle: no task of that method"),
+        ("none", ["--model-preset", "gpt"], "unknown model preset 'gpt'"),
+        ("bad_line", [], "tasks.jsonl:2: not valid JSON"),
+    ],
+)
+def test_bad_input_is_one_clear_message(tmp_path: Path, setup: str, argv_extra: list[str], message: str) -> None:
+    run = tmp_path / "r"
+    write_run(
+        run,
+        RunSpec(model="mystery-model" if setup == "unknown_model" else "Qwen/Qwen3-8B", seeds=(1,), tasks_per_seed=2),
+    )
+    if setup == "rm_tasks":
+        (run / "tasks.jsonl").unlink()
+    elif setup == "rm_manifest":
+        (run / "manifest.json").unlink()
+    elif setup == "bad_line":
+        lines = (run / "tasks.jsonl").read_text().split("\n")
+        lines[1] = lines[1][:20]
+        (run / "tasks.jsonl").write_text("\n".join(lines))
+    code, out, err = _run([str(run), "--format", "md", *argv_extra])
+    assert code == 1
+    assert message in err
+    assert "Traceback" not in err and out == ""
+    assert err.startswith("arc-eval report: error: ") or err.startswith("reading")
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    code, _, err = _run([])
+    assert code == 2 and "RUN_DIR" in err
+    code, _, err = _run([str(tmp_path), "--normalise", "weekly"])
+    assert code == 2 and "invalid choice" in err
+
+
+def test_run_without_finished_tasks_still_reports(tmp_path: Path) -> None:
+    run = tmp_path / "empty"
+    write_run(run, RunSpec(seeds=(1,), tasks_per_seed=0))
+    code, md, err = _run([str(run)])
+    assert code == 0, err
+    assert "no finished task" in md
+
+
+def test_table_rendering_primitives() -> None:
+    t = Table(title="T_1 & co", columns=["Method", "p"], align="lr")
+    s = t.add_section("Qwen3-8B")
+    s.rows.append([cell("RAG_memory"), cell("2.0e-05", "$2.0 \\times 10^{-5}$")])
+    md = render_markdown(t)
+    assert "| **Qwen3-8B** |  |" in md and "| RAG_memory | 2.0e-05 |" in md
+    tex = render_latex(t)
+    assert "RAG\\_memory & $2.0 \\times 10^{-5}$ \\\\" in tex and "\\caption{T\\_1 \\& co}" in tex
+    assert tex_escape("50% ± 1 × χ² {x}") == "50\\% $\\pm$ 1 $\\times$ $\\chi^2$ \\{x\\}"
+    assert tex_escape("P(X <= k) · |a|") == "P(X $<$= k) $\\cdot$ $|$a$|$"
+    s.rows.append([cell("short row")])
+    with pytest.raises(ValueError):
+        render_markdown(t)
+
+
+def test_task_lines_naming_another_model_than_the_manifest(tmp_path: Path) -> None:
+    run = tmp_path / "r"
+    write_run(run, RunSpec(methods=("sliding_window", "arc"), seeds=(1,), tasks_per_seed=2))
+    for name in ("tasks.jsonl", "calls.jsonl"):
+        path = run / name
+        path.write_text(path.read_text().replace('"Qwen/Qwen3-8B"', '"Qwen/Qwen3-8B-renamed"'))
+    code, md, err = _run([str(run), "--format", "md"])
+    assert code == 0, err
+    assert "differ from the manifest's 'Qwen/Qwen3-8B'" in md
+    assert "| Sliding_window | ? | ? |" in md
