@@ -1,0 +1,661 @@
+"""`arc-eval serve-scripted`: an OpenAI-compatible HTTP server around a policy, answering like vLLM.
+
+It exists so the `openai` backend is exercised end to end over real HTTP on a laptop: the same
+client code that talks to vLLM talks to this server, which wraps a policy
+``Callable[[Sequence[Message]], str]`` (by default the deterministic scripted agent,
+`eval.agent.scripted.ScriptedPolicy`).
+
+Endpoints (the subset of vLLM's server the harness uses):
+
+- ``POST /v1/chat/completions``: the policy's reply, with ``usage`` and ``finish_reason``.
+- ``POST /tokenize``: ``{"count", "max_model_len", "tokens"}`` for ``messages`` (or ``prompt``),
+  counted exactly as the chat endpoint counts them, so a client's count matches ``usage``.
+- ``GET /v1/models``, ``GET /health``, and ``GET /stats`` (requests, ``max_in_flight``...).
+
+Prompt length. The prompt is the ChatML rendering of the messages (hermes-style tool calls, like
+Qwen's template) counted with an `arc_ref` tokenizer (``o200k_base`` by default). With
+``max_model_len`` L: a prompt of L tokens or more is refused with HTTP 400 and vLLM's recent error
+text ("This model's maximum context length is L tokens. However, you requested ..."); otherwise
+``max_tokens`` is clamped to L - prompt like recent vLLM does, and a reply cut at the cap ends
+with ``finish_reason: "length"``. ``reject_long_completion=True`` instead refuses
+prompt + max_tokens > L, as vLLM up to about v0.10 did.
+
+Concurrency. Up to ``concurrency`` requests are processed at once (an `asyncio.Semaphore`);
+``latency_ms`` adds an artificial service time inside that window so the batching of concurrent
+clients is observable; `/stats` reports the largest number of requests seen in that window at once.
+
+Why a small asyncio HTTP/1.1 server instead of aiohttp: it needs no dependency beyond the standard
+library, it is about 100 lines, and the harness only needs JSON over keep-alive HTTP/1.1 with
+Content-Length bodies (what httpx and curl send). The policy runs on the event loop, so it must be
+quick; the artificial latency is an `asyncio.sleep`.
+
+Fault injection for tests: ``faults`` is a list consumed by successive chat requests; an int is
+answered with that HTTP status, ``"drop"`` closes the connection without an answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib
+import json
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from attrs import define
+
+from eval.backends.openai_backend import (
+    action_to_tool_call,
+    render_for_count,
+    split_tool_action,
+    tool_call_action,
+    tool_names,
+)
+from eval.types import ROLES, Message
+
+Policy = Callable[[Sequence[Message]], str]
+
+DEFAULT_POLICY = "eval.agent.scripted:ScriptedPolicy"
+MAX_BODY_BYTES = 256 * 1024 * 1024
+_DROP = object()
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    411: "Length Required",
+    413: "Payload Too Large",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+}
+
+
+@define
+class ServerStats:
+    """Counters exposed at `GET /stats`."""
+
+    requests: int = 0
+    chat_requests: int = 0
+    tokenize_requests: int = 0
+    completed: int = 0
+    overflows: int = 0
+    clamped: int = 0
+    faults_injected: int = 0
+    in_flight: int = 0
+    max_in_flight: int = 0
+
+    def as_json(self) -> dict[str, int]:
+        return {
+            "requests": self.requests,
+            "chat_requests": self.chat_requests,
+            "tokenize_requests": self.tokenize_requests,
+            "completed": self.completed,
+            "overflows": self.overflows,
+            "clamped": self.clamped,
+            "faults_injected": self.faults_injected,
+            "in_flight": self.in_flight,
+            "max_in_flight": self.max_in_flight,
+        }
+
+
+def _error(
+    status: int, message: str, kind: str, param: str | None = None
+) -> tuple[int, dict[str, Any]]:
+    """An OpenAI error object as vLLM nests it."""
+    return status, {"error": {"message": message, "type": kind, "param": param, "code": status}}
+
+
+def overflow_message(max_model_len: int, max_tokens: int, prompt_tokens: int) -> str:
+    """vLLM's recent wording for a request that does not fit (renderer length check)."""
+    return (
+        f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+        f"{max_tokens} output tokens and your prompt contains at least {prompt_tokens} input "
+        f"tokens, for a total of at least {prompt_tokens + max_tokens} tokens. Please reduce the "
+        "length of the input prompt or the number of requested output tokens. "
+        f"(parameter=input_tokens, value={prompt_tokens})"
+    )
+
+
+class ScriptedServer:
+    """The server object `build_app` returns; `start`/`stop` it inside an asyncio event loop."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        max_model_len: int,
+        tokenizer: str = "o200k_base",
+        concurrency: int = 8,
+        latency_ms: float = 0.0,
+        model_name: str = "scripted",
+        chat_format: str = "chatml",
+        reject_long_completion: bool = False,
+        faults: Sequence[int | str] = (),
+    ) -> None:
+        from arc_ref.chat import get_chat_format
+        from arc_ref.tokenizers import get_tokenizer
+
+        if max_model_len < 2:
+            raise ValueError(f"max_model_len must be at least 2, got {max_model_len}")
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        if latency_ms < 0:
+            raise ValueError(f"latency_ms must be >= 0, got {latency_ms}")
+        for fault in faults:
+            if fault != "drop" and not (isinstance(fault, int) and 400 <= fault <= 599):
+                raise ValueError(f"a fault is an HTTP status 400-599 or 'drop', got {fault!r}")
+        get_chat_format(chat_format)  # fail early on an unknown name
+        self.policy = policy
+        self.max_model_len = max_model_len
+        self.tokenizer = get_tokenizer(tokenizer)
+        self.concurrency = concurrency
+        self.latency_s = latency_ms / 1000.0
+        self.model_name = model_name
+        self.chat_format = chat_format
+        self.reject_long_completion = reject_long_completion
+        self.stats = ServerStats()
+        self._faults: deque[int | str] = deque(faults)
+        self._semaphore: asyncio.Semaphore | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self.host: str | None = None
+        self.port: int | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
+        """Listen on (host, port); port 0 picks a free one. Returns the bound address."""
+        self._semaphore = asyncio.Semaphore(self.concurrency)
+        self._server = await asyncio.start_server(self._connection, host, port)
+        bound = self._server.sockets[0].getsockname()
+        self.host, self.port = host, int(bound[1])
+        return self.host, self.port
+
+    @property
+    def base_url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("the server is not started")
+        return f"http://{self.host}:{self.port}/v1"
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for task in list(self._connections):
+                task.cancel()
+            await asyncio.gather(*self._connections, return_exceptions=True)
+            await self._server.wait_closed()
+            self._server = None
+
+    def inject_faults(self, faults: Sequence[int | str]) -> None:
+        """Queue faults for the next chat requests (see the module docstring)."""
+        self._faults.extend(faults)
+
+    # -- HTTP -----------------------------------------------------------------------------------
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._connections.add(task)
+        try:
+            while True:
+                request_line = await reader.readline()
+                if not request_line.strip():
+                    break
+                parts = request_line.decode("latin-1").split()
+                if len(parts) != 3:
+                    await self._respond(
+                        writer, *_error(400, "malformed request line", "BadRequestError"), False
+                    )
+                    break
+                method, target, version = parts
+                headers: dict[str, str] = {}
+                while True:
+                    line = await reader.readline()
+                    if line in (b"\r\n", b"\n", b""):
+                        break
+                    name, _, value = line.decode("latin-1").partition(":")
+                    headers[name.strip().lower()] = value.strip()
+                keep_alive = (
+                    version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
+                )
+                if "chunked" in headers.get("transfer-encoding", "").lower():
+                    await self._respond(
+                        writer, *_error(411, "send a Content-Length body", "BadRequestError"), False
+                    )
+                    break
+                try:
+                    length = int(headers.get("content-length", "0") or "0")
+                except ValueError:
+                    length = -1
+                if not 0 <= length <= MAX_BODY_BYTES:
+                    await self._respond(
+                        writer,
+                        *_error(413, "bad or too large Content-Length", "BadRequestError"),
+                        False,
+                    )
+                    break
+                body = await reader.readexactly(length) if length else b""
+                self.stats.requests += 1
+                result = await self.handle(method, target.split("?", 1)[0], body)
+                if result is None:
+                    break  # an injected dropped connection: close without answering
+                await self._respond(writer, result[0], result[1], keep_alive)
+                if not keep_alive:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            writer.close()
+            try:
+                with contextlib.suppress(ConnectionError, OSError):
+                    await writer.wait_closed()
+            finally:
+                # Leave the set last, so `stop` still cancels a task that is closing its socket.
+                if task is not None:
+                    self._connections.discard(task)
+
+    @staticmethod
+    async def _respond(
+        writer: asyncio.StreamWriter,
+        status: int,
+        payload: Mapping[str, Any] | None,
+        keep_alive: bool,
+    ) -> None:
+        data = b"" if payload is None else json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        head = (
+            f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
+            "content-type: application/json\r\n"
+            f"content-length: {len(data)}\r\n"
+            f"connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
+        )
+        writer.write(head.encode("latin-1") + data)
+        await writer.drain()
+
+    async def handle(
+        self, method: str, path: str, body: bytes
+    ) -> tuple[int, dict[str, Any] | None] | None:
+        """Route one request: (status, JSON body or None), or None to drop the connection."""
+        routes: dict[str, tuple[str, Callable[[bytes], Any]]] = {
+            "/v1/chat/completions": ("POST", self._chat),
+            "/tokenize": ("POST", self._tokenize),
+            "/v1/models": ("GET", self._models),
+            "/health": ("GET", self._health),
+            "/stats": ("GET", self._stats),
+        }
+        route = routes.get(path.rstrip("/") or "/")
+        if route is None:
+            return _error(404, f"no route {path}", "NotFoundError")
+        if method != route[0]:
+            return _error(405, f"{path} accepts {route[0]} only", "MethodNotAllowed")
+        result = route[1](body)
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result is _DROP:
+            return None
+        status, payload = result
+        return int(status), payload
+
+    # -- endpoints ------------------------------------------------------------------------------
+
+    def _health(self, _body: bytes) -> tuple[int, None]:
+        return 200, None
+
+    def _stats(self, _body: bytes) -> tuple[int, dict[str, Any]]:
+        return 200, self.stats.as_json()
+
+    def _models(self, _body: bytes) -> tuple[int, dict[str, Any]]:
+        card = {
+            "id": self.model_name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "arc-eval",
+            "root": self.model_name,
+            "max_model_len": self.max_model_len,
+        }
+        return 200, {"object": "list", "data": [card]}
+
+    @staticmethod
+    def _json_body(body: bytes) -> dict[str, Any] | tuple[int, dict[str, Any]]:
+        try:
+            parsed = json.loads(body or b"{}")
+        except (json.JSONDecodeError, UnicodeDecodeError) as failure:
+            return _error(400, f"the body is not JSON: {failure}", "BadRequestError")
+        if not isinstance(parsed, dict):
+            return _error(400, "the body must be a JSON object", "BadRequestError")
+        return parsed
+
+    def _check_messages(
+        self, request: Mapping[str, Any]
+    ) -> list[dict[str, Any]] | tuple[int, dict[str, Any]]:
+        messages = request.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return _error(400, "messages must be a non-empty list", "BadRequestError", "messages")
+        for index, message in enumerate(messages):
+            if not isinstance(message, dict) or message.get("role") not in ROLES:
+                return _error(
+                    400,
+                    f"messages[{index}] needs a role among {', '.join(ROLES)}",
+                    "BadRequestError",
+                    "messages",
+                )
+            if not isinstance(message.get("content") or "", str):
+                return _error(
+                    400, f"messages[{index}].content must be text", "BadRequestError", "messages"
+                )
+        return messages
+
+    def count_messages(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None
+    ) -> list[int]:
+        """Token ids of the prompt the way this server renders it (chat and /tokenize alike)."""
+        return self.tokenizer.encode(render_for_count(messages, tools, self.chat_format))
+
+    def _tokenize(self, body: bytes) -> tuple[int, dict[str, Any]]:
+        self.stats.tokenize_requests += 1
+        request = self._json_body(body)
+        if isinstance(request, tuple):
+            return request
+        if "prompt" in request and "messages" not in request:
+            tokens = self.tokenizer.encode(str(request["prompt"]))
+        else:
+            messages = self._check_messages(request)
+            if isinstance(messages, tuple):
+                return messages
+            tokens = self.count_messages(messages, request.get("tools"))
+        return 200, {"count": len(tokens), "max_model_len": self.max_model_len, "tokens": tokens}
+
+    async def _chat(self, body: bytes) -> tuple[int, dict[str, Any]] | object:
+        self.stats.chat_requests += 1
+        if self._faults:
+            fault = self._faults.popleft()
+            self.stats.faults_injected += 1
+            if fault == "drop":
+                return _DROP
+            return _error(int(fault), f"injected fault {fault}", "InternalServerError")
+        request = self._json_body(body)
+        if isinstance(request, tuple):
+            return request
+        if request.get("model") != self.model_name:
+            return _error(
+                404, f"The model `{request.get('model')}` does not exist.", "NotFoundError", "model"
+            )
+        messages = self._check_messages(request)
+        if isinstance(messages, tuple):
+            return messages
+        tools = request.get("tools") or None
+        prompt_tokens = len(self.count_messages(messages, tools))
+        requested = request.get("max_tokens")
+        if requested is None:
+            requested = request.get("max_completion_tokens")
+        if requested is not None and (not isinstance(requested, int) or requested < 1):
+            return _error(
+                400,
+                f"max_tokens must be a positive integer, got {requested!r}",
+                "BadRequestError",
+                "max_tokens",
+            )
+        room = self.max_model_len - prompt_tokens
+        too_long = room < 1 or (
+            self.reject_long_completion and requested is not None and requested > room
+        )
+        if too_long:
+            self.stats.overflows += 1
+            return _error(
+                400,
+                overflow_message(self.max_model_len, requested or 0, prompt_tokens),
+                "BadRequestError",
+                "input_tokens",
+            )
+        cap = room if requested is None else min(requested, room)
+        if requested is not None and requested > room:
+            self.stats.clamped += 1
+        assert self._semaphore is not None
+        async with self._semaphore:
+            self.stats.in_flight += 1
+            self.stats.max_in_flight = max(self.stats.max_in_flight, self.stats.in_flight)
+            try:
+                if self.latency_s:
+                    await asyncio.sleep(self.latency_s)
+                reply = self.policy(self._policy_messages(messages, tools))
+            except Exception as failure:  # the policy's bug is the server's 500, never a reply
+                print(f"serve-scripted: the policy failed: {failure!r}", file=sys.stderr)
+                return _error(500, f"the policy failed: {failure}", "InternalServerError")
+            finally:
+                self.stats.in_flight -= 1
+        return 200, self._completion(reply, cap, prompt_tokens, tools)
+
+    @staticmethod
+    def _policy_messages(
+        messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None
+    ) -> list[Message]:
+        """Request messages as the policy sees them: tool calls back in text-action form."""
+        params = tool_names(tools)
+        converted = []
+        for message in messages:
+            content = message.get("content") or ""
+            for call in message.get("tool_calls") or ():
+                action = tool_call_action(call.get("function") or {}, params)
+                content = (
+                    f"{content.rstrip()}\nAction: {action}"
+                    if content.strip()
+                    else f"Action: {action}"
+                )
+            converted.append(Message(str(message["role"]), content))
+        return converted
+
+    def _completion(
+        self, reply: str, cap: int, prompt_tokens: int, tools: Sequence[Mapping[str, Any]] | None
+    ) -> dict[str, Any]:
+        tokens = self.tokenizer.encode(reply)
+        finish_reason = "stop"
+        if len(tokens) > cap:
+            tokens = tokens[:cap]
+            reply = self.tokenizer.decode(tokens)
+            finish_reason = "length"
+        message: dict[str, Any] = {"role": "assistant", "content": reply}
+        params = tool_names(tools)
+        split = split_tool_action(reply, params) if params and finish_reason == "stop" else None
+        if split is not None:
+            thought = split[0]
+            call = action_to_tool_call(split[1], params)
+            if call is not None:
+                message = {
+                    "role": "assistant",
+                    "content": thought or None,
+                    "tool_calls": [
+                        {
+                            "id": f"call_{self.stats.completed}",
+                            "type": "function",
+                            "function": {"name": call[0], "arguments": call[1]},
+                        }
+                    ],
+                }
+                finish_reason = "tool_calls"
+        self.stats.completed += 1
+        return {
+            "id": f"chatcmpl-scripted-{self.stats.completed}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model_name,
+            "choices": [
+                {"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": len(tokens),
+                "total_tokens": prompt_tokens + len(tokens),
+            },
+        }
+
+
+def build_app(
+    policy: Policy,
+    *,
+    max_model_len: int,
+    tokenizer: str = "o200k_base",
+    concurrency: int = 8,
+    latency_ms: float = 0.0,
+    model_name: str = "scripted",
+    **options: Any,
+) -> ScriptedServer:
+    """The server around `policy`; extra `options` go to `ScriptedServer` (chat_format...)."""
+    return ScriptedServer(
+        policy,
+        max_model_len=max_model_len,
+        tokenizer=tokenizer,
+        concurrency=concurrency,
+        latency_ms=latency_ms,
+        model_name=model_name,
+        **options,
+    )
+
+
+@contextlib.contextmanager
+def serve_in_thread(app: ScriptedServer, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Run `app` on its own event loop in a daemon thread; yields its base URL (`.../v1`)."""
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(app.start(host, port))
+        except BaseException as error:  # reported to the caller below
+            failure.append(error)
+            ready.set()
+            loop.close()
+            return
+        ready.set()
+        loop.run_forever()
+        loop.run_until_complete(app.stop())
+        loop.close()
+
+    thread = threading.Thread(target=run, name="serve-scripted", daemon=True)
+    thread.start()
+    if not ready.wait(30):
+        raise RuntimeError("the scripted server did not start within 30 s")
+    if failure:
+        raise failure[0]
+    try:
+        yield app.base_url
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+
+
+def load_policy(spec: str) -> Policy:
+    """`module:attribute` -> a policy; a class is instantiated without arguments."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"--policy must look like module:attribute, got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as failure:
+        raise ValueError(f"cannot import the policy module {module_name!r}: {failure}") from None
+    try:
+        target = getattr(module, attribute)
+    except AttributeError:
+        raise ValueError(f"module {module_name!r} has no {attribute!r}") from None
+    policy = target() if isinstance(target, type) else target
+    if not callable(policy):
+        raise ValueError(f"{spec} is not callable")
+    return policy  # type: ignore[no-any-return]
+
+
+def _parse_faults(text: str) -> list[int | str]:
+    faults: list[int | str] = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        faults.append("drop" if item == "drop" else int(item))
+    return faults
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="arc-eval serve-scripted",
+        description="Serve the deterministic scripted agent as an OpenAI-compatible endpoint that "
+        "answers over-long prompts the way vLLM does.",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument(
+        "--max-model-len", type=int, default=16384, help="context window L (tokens)"
+    )
+    parser.add_argument(
+        "--tokenizer",
+        default="o200k_base",
+        help="arc_ref tokenizer: bytes, o200k_base, cl100k_base, hf:PATH",
+    )
+    parser.add_argument("--chat-format", default="chatml", help="chatml or qwen3-nothink")
+    parser.add_argument("--concurrency", type=int, default=8, help="requests processed at once")
+    parser.add_argument(
+        "--latency-ms", type=float, default=0.0, help="artificial service time per request"
+    )
+    parser.add_argument("--model-name", default="scripted", help="the served model name")
+    parser.add_argument("--policy", default=DEFAULT_POLICY, help="module:attribute of the policy")
+    parser.add_argument(
+        "--reject-long-completion",
+        action="store_true",
+        help="refuse prompt + max_tokens > max-model-len (vLLM <= 0.10) instead of clamping",
+    )
+    parser.add_argument(
+        "--inject-faults", default="", help="e.g. 503,drop,500: answers of the first chat requests"
+    )
+    return parser
+
+
+def serve_main(argv: list[str]) -> int:
+    """`arc-eval serve-scripted`: serves until SIGINT/SIGTERM; returns the exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        faults = _parse_faults(args.inject_faults)
+        policy = load_policy(args.policy)
+        app = build_app(
+            policy,
+            max_model_len=args.max_model_len,
+            tokenizer=args.tokenizer,
+            concurrency=args.concurrency,
+            latency_ms=args.latency_ms,
+            model_name=args.model_name,
+            chat_format=args.chat_format,
+            reject_long_completion=args.reject_long_completion,
+            faults=faults,
+        )
+    except Exception as failure:
+        print(f"arc-eval serve-scripted: {failure}", file=sys.stderr)
+        return 2
+
+    async def serve() -> None:
+        try:
+            await app.start(args.host, args.port)
+        except OSError as failure:
+            reason = failure.strerror or failure
+            raise SystemExit(
+                f"arc-eval serve-scripted: cannot listen on {args.host}:{args.port}: {reason}"
+            ) from None
+        print(
+            f"serve-scripted: {app.base_url} (model {app.model_name}, max model len "
+            f"{app.max_model_len}, concurrency {app.concurrency}); Ctrl-C stops",
+            flush=True,
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
+        await app.stop()
+        print(f"serve-scripted: stopped; {json.dumps(app.stats.as_json())}", flush=True)
+
+    try:
+        asyncio.run(serve())
+    except SystemExit as exit_request:
+        print(exit_request, file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,1 @@
+"""Tests of the evaluation infrastructure: sandbox, tasks, records, backends."""

@@ -1,0 +1,319 @@
+"""RunWriter / RunReader: the schema of eval/RECORDS.md, resume, and a real SIGKILL crash test."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eval.records import (
+    CALL_FIELDS,
+    SCHEMA,
+    TASK_FIELDS,
+    RunReader,
+    RunRecordError,
+    RunWriter,
+    git_commit,
+    package_versions,
+)
+
+WORKER = Path(__file__).with_name("records_worker.py")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def manifest(**changes: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "command": ["arc-eval", "nih", "--tasks", "3"],
+        "task_kind": "nih",
+        "methods": ["arc"],
+        "seeds": [42],
+        "tasks_per_seed": 3,
+        "model": "scripted",
+        "backend": "scripted",
+        "context_limit": 16384,
+        "max_tokens": 4096,
+        "variants": {"": {}},
+        "config": {"force_at_calls": [5, 10, 15]},
+    }
+    base.update(changes)
+    return base
+
+
+def call(task_id: str, index: int, method: str = "arc") -> dict[str, Any]:
+    return {
+        "variant": "",
+        "method": method,
+        "model": "scripted",
+        "task_kind": "nih",
+        "task_id": task_id,
+        "seed": 42,
+        "call_index": index,
+        "purpose": "agent",
+        "prompt_tokens": 10,
+        "completion_tokens": 2,
+        "latency_s": 0.5,
+        "finish_reason": "stop",
+        "overflow": False,
+        "compactions": [],
+        "recalls": [],
+        "action": "ls",
+        "submission": None,
+        "reexecution": False,
+    }
+
+
+def task(task_id: str, calls: int = 2, method: str = "arc") -> dict[str, Any]:
+    return {
+        "variant": "",
+        "method": method,
+        "model": "scripted",
+        "task_kind": "nih",
+        "task_id": task_id,
+        "seed": 42,
+        "submitted": True,
+        "no_answer": False,
+        "correct": True,
+        "submission": "NEEDLE=A",
+        "end": "submitted",
+        "error": None,
+        "calls": calls,
+        "steps": calls,
+        "reexecutions": 0,
+        "meta": {"noise_lines_per_side": 25},
+    }
+
+
+def write(writer: RunWriter, task_id: str, n: int = 2) -> None:
+    writer.write_task([call(task_id, k) for k in range(1, n + 1)], task(task_id, n))
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    data = path.read_bytes()
+    assert data == b"" or data.endswith(b"\n"), f"{path} ends with a torn line"
+    return [json.loads(line) for line in data.splitlines()]
+
+
+def test_fresh_run_writes_a_complete_manifest(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    with RunWriter(run, manifest(), resume=False) as writer:
+        write(writer, "t1")
+        assert writer.finished() == {("", "arc", 42, "t1")}
+    stored = json.loads((run / "manifest.json").read_text())
+    assert stored["schema"] == SCHEMA
+    assert stored["command"] == ["arc-eval", "nih", "--tasks", "3"]
+    assert stored["versions"]["python"] and "arc-ref" in stored["versions"]
+    assert stored["created"].endswith("+00:00")
+    assert stored["git_commit"] == git_commit(REPO)
+    assert [c["call_index"] for c in lines(run / "calls.jsonl")] == [1, 2]
+    assert [t["task_id"] for t in lines(run / "tasks.jsonl")] == ["t1"]
+    assert set(lines(run / "calls.jsonl")[0]) == set(CALL_FIELDS)
+    assert set(lines(run / "tasks.jsonl")[0]) == set(TASK_FIELDS)
+
+
+def test_existing_run_needs_resume_and_the_same_command(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    RunWriter(run, manifest(), resume=False).close()
+    with pytest.raises(RunRecordError, match="already holds a run.*--resume"):
+        RunWriter(run, manifest(), resume=False)
+    with pytest.raises(RunRecordError, match="different run.*command"):
+        RunWriter(run, manifest(command=["arc-eval", "nih", "--tasks", "4"]), resume=True)
+    with pytest.raises(RunRecordError, match="config"):
+        RunWriter(run, manifest(config={"force_at_calls": [5]}), resume=True)
+    # adding --resume to the same command is the same run; tuples and lists compare equal
+    resumed = manifest(command=["arc-eval", "nih", "--tasks", "3", "--resume"], seeds=(42,))
+    RunWriter(run, resumed, resume=True).close()
+
+
+def test_non_run_directories_and_bad_manifests_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("x")
+    with pytest.raises(RunRecordError, match="not empty"):
+        RunWriter(tmp_path / "busy", manifest(), resume=True)
+    incomplete = manifest()
+    del incomplete["methods"]
+    with pytest.raises(RunRecordError, match="lacks methods"):
+        RunWriter(tmp_path / "fresh", incomplete, resume=False)
+    with pytest.raises(RunRecordError, match="JSON-serializable"):
+        RunWriter(tmp_path / "fresh2", manifest(config={"bad": object()}), resume=False)
+
+
+def test_one_writer_per_directory(tmp_path: Path) -> None:
+    first = RunWriter(tmp_path / "run", manifest(), resume=False)
+    try:
+        with pytest.raises(RunRecordError, match="another process is writing"):
+            RunWriter(tmp_path / "run", manifest(), resume=True)
+    finally:
+        first.close()
+    RunWriter(tmp_path / "run", manifest(), resume=True).close()  # free again after close
+
+
+def test_write_task_validates_records(tmp_path: Path) -> None:
+    with RunWriter(tmp_path / "run", manifest(), resume=False) as writer:
+        bad_task = task("t1")
+        del bad_task["end"]
+        with pytest.raises(ValueError, match="lacks end"):
+            writer.write_task([], bad_task)
+        with pytest.raises(ValueError, match="differs from task key"):
+            writer.write_task([call("t2", 1)], task("t1", 1))
+        bad_call = call("t1", 1)
+        del bad_call["latency_s"]
+        with pytest.raises(ValueError, match="lacks latency_s"):
+            writer.write_task([bad_call], task("t1", 1))
+        with pytest.raises(ValueError):
+            writer.write_task([dict(call("t1", 1), latency_s=float("nan"))], task("t1", 1))
+        with pytest.raises(ValueError, match="record key"):
+            writer.write_task([], dict(task("t1"), seed="42"))
+        with pytest.raises(ValueError, match="must be exactly 1..calls"):
+            writer.write_task([call("t1", 1)], task("t1", 2))
+        with pytest.raises(ValueError, match="must be exactly 1..calls"):
+            writer.write_task([call("t1", 1), call("t1", 1)], task("t1", 2))
+        write(writer, "t1")
+        with pytest.raises(RunRecordError, match="already recorded"):
+            write(writer, "t1")
+    with pytest.raises(RunRecordError, match="closed"):
+        write(writer, "t9")
+    # nothing from the refused records reached the files
+    assert [c["task_id"] for c in lines(tmp_path / "run" / "calls.jsonl")] == ["t1", "t1"]
+
+
+def test_resume_drops_torn_lines_and_calls_of_unfinished_tasks(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    with RunWriter(run, manifest(), resume=False) as writer:
+        write(writer, "t1")
+        write(writer, "t2", 3)
+    with (run / "calls.jsonl").open("a") as calls:  # t3 was interrupted after two calls ...
+        calls.write(json.dumps(call("t3", 1)) + "\n" + json.dumps(call("t3", 2)) + "\n")
+        calls.write('{"variant": "", "meth')  # ... in the middle of its third
+    with (run / "tasks.jsonl").open("a") as tasks:
+        tasks.write('{"variant": "", "method": "arc", "task_id": "t3"')
+    with RunWriter(run, manifest(), resume=True) as writer:
+        assert writer.finished() == {("", "arc", 42, "t1"), ("", "arc", 42, "t2")}
+        assert writer.removed_call_lines == 2 and writer.dropped_torn_lines == 2
+        assert writer.resumed_tasks == 2
+        write(writer, "t3", 4)
+    assert [t["task_id"] for t in lines(run / "tasks.jsonl")] == ["t1", "t2", "t3"]
+    written = [(c["task_id"], c["call_index"]) for c in lines(run / "calls.jsonl")]
+    assert written == [("t1", 1), ("t1", 2), ("t2", 1), ("t2", 2), ("t2", 3)] + [
+        ("t3", k) for k in range(1, 5)
+    ]
+    assert not list(run.glob("*.tmp"))
+
+
+def test_resume_keeps_only_tasks_whose_calls_are_all_on_disk(tmp_path: Path) -> None:
+    """A power loss may persist a task line but not its calls; such a task is redone."""
+    run = tmp_path / "run"
+    with RunWriter(run, manifest(), resume=False, fsync=False) as writer:
+        write(writer, "t1", 2)
+        write(writer, "t2", 3)
+        write(writer, "t3", 2)
+    kept = [line for line in (run / "calls.jsonl").read_text().splitlines(keepends=True)]
+    # lose t2's last call line (the calls file was behind the tasks file)
+    (run / "calls.jsonl").write_text("".join(kept[:4] + kept[5:]))
+    with RunWriter(run, manifest(), resume=True) as writer:
+        assert writer.finished() == {("", "arc", 42, "t1"), ("", "arc", 42, "t3")}
+        assert writer.incomplete_tasks == 1 and writer.removed_call_lines == 2
+        write(writer, "t2", 3)
+    assert [t["task_id"] for t in lines(run / "tasks.jsonl")] == ["t1", "t3", "t2"]
+    written = [(c["task_id"], c["call_index"]) for c in lines(run / "calls.jsonl")]
+    assert written == [("t1", 1), ("t1", 2), ("t3", 1), ("t3", 2), ("t2", 1), ("t2", 2), ("t2", 3)]
+
+
+def test_a_damaged_middle_line_is_reported_not_guessed(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    with RunWriter(run, manifest(), resume=False) as writer:
+        write(writer, "t1")
+        write(writer, "t2")
+    data = (run / "tasks.jsonl").read_text().splitlines()
+    (run / "tasks.jsonl").write_text("garbage\n" + data[1] + "\n")
+    with pytest.raises(RunRecordError, match="tasks.jsonl:1 is not a JSON record"):
+        RunWriter(run, manifest(), resume=True)
+
+
+def test_reader_skips_a_torn_tail_and_calls_of_unfinished_tasks(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    with RunWriter(run, manifest(), resume=False) as writer:
+        write(writer, "t1")
+    with (run / "calls.jsonl").open("a") as calls:
+        calls.write(json.dumps(call("t2", 1)) + "\n" + '{"torn')
+    reader = RunReader(run)
+    assert reader.manifest["schema"] == SCHEMA
+    assert [t["task_id"] for t in reader.tasks()] == ["t1"]
+    assert [c["task_id"] for c in reader.calls()] == ["t1", "t1"]
+    assert [c["task_id"] for c in reader.calls(finished_only=False)] == ["t1", "t1", "t2"]
+    with pytest.raises(RunRecordError, match="not a run directory"):
+        RunReader(tmp_path)
+
+
+def test_helpers() -> None:
+    versions = package_versions()
+    assert versions["python"].count(".") == 2 and versions["arc-ref"] == "0.1.0"
+    commit = git_commit(REPO)
+    assert commit is None or len(commit) == 40
+    assert git_commit("/") is None
+
+
+def run_worker(run_dir: Path, tasks: int, sleep_s: float, durability: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), str(run_dir), str(tasks), str(sleep_s), durability],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize("durability", ["fsync", "flush"])
+def test_sigkill_in_the_middle_of_a_run_then_resume(tmp_path: Path, durability: str) -> None:
+    """A real crash: no finished task is redone or lost, no record duplicated or torn."""
+    run = tmp_path / "run"
+    tasks_per_method = 300
+    total = 2 * tasks_per_method
+    worker = run_worker(run, tasks_per_method, 0.002, durability)
+    tasks_file = run / "tasks.jsonl"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if tasks_file.exists() and tasks_file.read_bytes().count(b"\n") >= 60:
+            break
+        time.sleep(0.005)
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.wait(10)
+    assert worker.returncode == -signal.SIGKILL
+    raw_before = tasks_file.read_bytes()
+    finished_before = [json.loads(line) for line in raw_before.split(b"\n")[:-1]]
+    assert 60 <= len(finished_before) < total, "the kill must land in the middle of the run"
+    # Whatever the kill left, make the worst case certain: a torn task line and orphan calls.
+    with tasks_file.open("ab") as handle:
+        handle.write(b'{"variant":"","method":"arc","mod')
+    with (run / "calls.jsonl").open("ab") as handle:
+        handle.write(
+            b'{"variant":"","method":"arc","model":"scripted","task_kind":"nih",'
+            b'"task_id":"nih-s42-9999","seed":42,"call_index":1}\n{"torn'
+        )
+
+    second = run_worker(run, tasks_per_method, 0.0, durability)
+    out, err = second.communicate(timeout=120)
+    assert second.returncode == 0, err
+    assert out.startswith(f"resumed {len(finished_before)} ")
+
+    tasks = lines(tasks_file)
+    keys = [(t["variant"], t["method"], t["seed"], t["task_id"]) for t in tasks]
+    assert len(keys) == len(set(keys)) == total  # nothing lost, nothing twice
+    # tasks finished before the kill were kept as written, not redone by the second process
+    assert tasks[: len(finished_before)] == finished_before
+    assert {t["meta"]["pid"] for t in tasks[: len(finished_before)]} == {worker.pid}
+    assert {t["meta"]["pid"] for t in tasks[len(finished_before) :]} == {second.pid}
+    calls = lines(run / "calls.jsonl")
+    per_task: dict[tuple[str, str], list[int]] = {}
+    for record in calls:
+        per_task.setdefault((record["method"], record["task_id"]), []).append(record["call_index"])
+    assert set(per_task) == {(t["method"], t["task_id"]) for t in tasks}
+    for record in tasks:
+        assert per_task[(record["method"], record["task_id"])] == list(
+            range(1, record["calls"] + 1)
+        )
