@@ -178,9 +178,7 @@ def note_ignored(line: str) -> str:
 
 # --- default task prefix ----------------------------------------------------------------------
 
-DEFAULT_SYSTEM = (
-    "You are an agent that solves a task with tools. Each reply is a thought and one action:\n"
-    "Thought: <your reasoning>\nAction: <one action>\n"
+ARC_INSTRUCTIONS = (
     "Tool observations are stored verbatim under ids like §0001-3fa9c1e2. Older turns are summarized;"
     " a long observation appears as a one-line citation stub. To read a stored observation exactly,"
     " use these actions (they never re-run a tool):\n"
@@ -188,4 +186,9 @@ DEFAULT_SYSTEM = (
     "_recall_meta §id  (the stub only)\n"
     "catalog-first / catalog-next / catalog-page N  (browse the list of every stored observation)\n"
     "Recalled chunks appear in the recall buffer section."
+)
+
+DEFAULT_SYSTEM = (
+    "You are an agent that solves a task with tools. Each reply is a thought and one action:\n"
+    "Thought: <your reasoning>\nAction: <one action>\n" + ARC_INSTRUCTIONS
 )

@@ -1,0 +1,121 @@
+"""ARC behind the evaluation layer's `Method` interface: the `arc_ref` core, unchanged, driven by the loop.
+
+Every prompt is `arc_ref.machine.view(state)`, so it is within K <= L = L_ctx - G_max by construction
+(Theorem claim 1); recall and catalog commands in the agent's action are answered by the core here,
+before any environment (claim 4); every observation is stored verbatim first (A2).
+
+Budgets come from the run's settings: L = context_limit - max_tokens; the paper's recall knobs map to
+tokens at 4 characters per token (Q = recall_budget_chars / 4, q = recall_max_chars / 4 - 80, the 80
+leaving room for the response wrapper); what remains of L after the prefix B, Q and eta is split
+between S, H and G in the paper preset's proportions M : R : P = 2 : 4 : 1.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from arc_ref import render
+from arc_ref.config import PRESETS, Config, make_setup, minimum_budgets
+from arc_ref.errors import ArcError, ConfigError
+from arc_ref.machine import AgentTurn, ArcState, Compact, Observe, agent_turn, compact, init, observe, view
+from eval.methods.base import AuxCaller, Intercepted, MethodEvents, MethodSettings
+from eval.types import Message, Observation
+
+CHARS_PER_TOKEN = 4
+WRAPPER_ALLOWANCE = 80  # tokens of q's character budget left for the response wrapper
+SHARES = {"summary_budget": 2, "recent_budget": 4, "page_budget": 1}
+OVERHEAD = 64
+CAPACITY = 65535
+
+
+def arc_config(settings: MethodSettings, system: str, goal: str) -> Config:
+    """The core's Config for one task under the run's shared budgets (see the module docstring)."""
+    base = PRESETS["paper"].replace(
+        context_limit=settings.context_limit,
+        max_completion=settings.max_tokens,
+        keep_verbatim_chars=settings.keep_verbatim_chars,
+        tokenizer=settings.tokenizer,
+        chat_format=settings.chat_format,
+        system=system,
+        goal=goal,
+        capacity=int(settings.extra.get("arc_capacity", CAPACITY)),
+        overhead=OVERHEAD,
+    )
+    chunk_tokens = max(1, settings.recall_max_chars // CHARS_PER_TOKEN - WRAPPER_ALLOWANCE)
+    floors = minimum_budgets(base.replace(chunk_tokens=chunk_tokens, page_size=1))
+    recall_budget = max(settings.recall_budget_chars // CHARS_PER_TOKEN, floors["recall_budget"])
+    limit = settings.context_limit - settings.max_tokens
+    available = limit - floors["prefix_tokens"] - recall_budget - OVERHEAD
+    total_shares = sum(SHARES.values())
+    budgets = {name: available * share // total_shares for name, share in SHARES.items()}
+    for name in budgets:
+        if budgets[name] < floors[name]:
+            raise ConfigError(
+                f"arc: {name} would be {budgets[name]} tokens, below its minimum {floors[name]}: L = {limit} minus"
+                f" the prefix ({floors['prefix_tokens']}), the recall budget ({recall_budget}) and overhead leaves"
+                f" {available}; raise --context-limit, lower --recall-budget-chars, or shorten the goal"
+            )
+    page_frame = floors["page_budget"] - base.stub_cap  # the floor was taken with one stub per page
+    page_size = max(1, (budgets["page_budget"] - page_frame) // base.stub_cap)
+    config = base.replace(chunk_tokens=chunk_tokens, recall_budget=recall_budget, page_size=page_size, **budgets)
+    make_setup(config)  # validated here: K <= L and every component floor
+    return config
+
+
+class ArcMethod:
+    """Method "arc": the reference core's state machine, one state per task."""
+
+    name = "arc"
+
+    def __init__(self, settings: MethodSettings):
+        self.settings = settings
+        self.state: ArcState | None = None
+        self._compactions: list[str] = []
+        self._recalls: list[Mapping[str, Any]] = []
+
+    @property
+    def arc(self) -> ArcState:
+        if self.state is None:
+            raise RuntimeError("ArcMethod.begin() must be called before anything else")
+        return self.state
+
+    def begin(self, system: str, goal: str) -> None:
+        instructions = system + ("\n" if system else "") + render.ARC_INSTRUCTIONS
+        self.state = init(arc_config(self.settings, instructions, goal))
+
+    async def prompt(self, aux: AuxCaller) -> tuple[Message, ...]:
+        shown = view(self.arc)
+        return tuple(Message(message.role, message.content) for message in shown.messages)
+
+    def prompt_tokens(self) -> int:
+        """ARC's own count of the next prompt (exact for the configured tokenizer and chat format)."""
+        return view(self.arc).tokens
+
+    def record_agent(self, thought: str, action: str) -> Intercepted | None:
+        self.state, result = agent_turn(self.arc, AgentTurn(thought, action))
+        if result.folded:
+            self._compactions.append("proactive")
+        if not result.command:
+            return None
+        recalls = tuple({"id": r.obs_id, "chunk": r.chunk, "chunks": r.chunks} for r in result.recalls)
+        self._recalls.extend(recalls)
+        return Intercepted(result.response or "", recalls)
+
+    def record_observation(self, action: str, observation: Observation) -> None:
+        self.state, result = observe(self.arc, Observe(action, observation.text, observation.returncode))
+        if result.folded:
+            self._compactions.append("proactive")
+
+    async def compact(self, reason: str, aux: AuxCaller) -> bool:
+        try:
+            self.state, result = compact(self.arc, Compact(reason))
+        except ArcError as problem:
+            raise ValueError(str(problem)) from problem
+        self._compactions.append(reason)
+        return result.folded > 0
+
+    def drain_events(self) -> MethodEvents:
+        events = MethodEvents(tuple(self._compactions), tuple(self._recalls))
+        self._compactions.clear()
+        self._recalls.clear()
+        return events
