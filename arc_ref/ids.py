@@ -1,9 +1,12 @@
 """A1: injective fixed-width occurrence identifiers, their printed form, parsing and suggestions.
 
 ``id_j = enc_b(j) || fp_d(signature(A_j) || 0x1F || O_j)`` with ``b = ceil(log2(N_max + 1))``.
-The printed form is ``§`` + the counter in ``ceil(b/4)`` lowercase hex digits + (when d > 0) ``-`` +
-the fingerprint in ``ceil(d/4)`` lowercase hex digits, e.g. ``§002a-3f0c91d2``. Uniqueness comes from
-the counter alone (Lemma 1); the fingerprint catches a mistyped id and helps a human.
+The printed form is ``§`` + the b-bit counter in decimal, zero-padded to the digits of 2^b - 1, +
+(when d > 0) ``-`` + the d-bit fingerprint in decimal, zero-padded to the digits of 2^d - 1, e.g.
+``§00042-0591234567`` (N_max = 65535, d = 32). Uniqueness comes from the counter alone (Lemma 1); the
+fingerprint catches a mistyped id and helps a human. Decimal digits, unlike hex letters, cost the same
+number of tokens whatever their values under the shipped tokenizers, so every id of a scheme has the
+same token cost and the budget checks can use the widest id.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from arc_ref.errors import CapacityExceeded, ConfigError
 
 SHA1_BITS = 160
 UNIT_SEPARATOR = b"\x1f"
+DIGITS = "0123456789"
 
 
 def counter_bits(capacity: int) -> int:
@@ -28,37 +32,37 @@ def counter_bits(capacity: int) -> int:
     return capacity.bit_length()
 
 
-def hex_width(bits: int) -> int:
-    """Number of hex digits that hold ``bits`` bits.
+def decimal_width(bits: int) -> int:
+    """Decimal digits needed for every ``bits``-bit value: the digits of 2^bits - 1 (0 for 0 bits).
 
-    pre: bits >= 0
-    post: 4 * __return__ >= bits
-    post: 4 * __return__ < bits + 4
+    pre: 0 <= bits <= 200
+    post: bits == 0 or 10 ** (__return__ - 1) <= 2 ** bits - 1 < 10 ** __return__
+    post: bits > 0 or __return__ == 0
     """
-    return (bits + 3) // 4
+    return len(str(2**bits - 1)) if bits else 0
 
 
 def encode_counter(index: int, bits: int) -> str:
-    """enc_b(j): the occurrence index as fixed-width lowercase hex.
+    """enc_b(j): the occurrence index in decimal, zero-padded to a fixed width.
 
-    pre: bits >= 1
+    pre: 1 <= bits <= 200
     pre: 1 <= index < 2 ** bits
-    post: len(__return__) == (bits + 3) // 4
-    post: int(__return__, 16) == index
+    post: len(__return__) == len(str(2 ** bits - 1))
+    post: int(__return__) == index
     """
-    return format(index, f"0{hex_width(bits)}x")
+    return str(index).zfill(decimal_width(bits))
 
 
 def decode_counter(text: str, bits: int) -> int | None:
     """Inverse of ``encode_counter`` on well-formed input; None for anything else.
 
-    pre: bits >= 1
-    post: __return__ is None or encode_counter(__return__, bits) == text.lower()
+    pre: 1 <= bits <= 200
+    post: __return__ is None or encode_counter(__return__, bits) == text
     """
-    width = hex_width(bits)
-    if len(text) != width or not all(char in "0123456789abcdefABCDEF" for char in text):
+    width = decimal_width(bits)
+    if len(text) != width or not all(char in DIGITS for char in text):
         return None
-    value = int(text, 16)
+    value = int(text)
     if value < 1 or value >= 2**bits:
         return None
     return value
@@ -91,11 +95,11 @@ class IdScheme:
 
     @property
     def counter_width(self) -> int:
-        return hex_width(self.bits)
+        return decimal_width(self.bits)
 
     @property
     def fingerprint_width(self) -> int:
-        return hex_width(self.fingerprint_bits)
+        return decimal_width(self.fingerprint_bits)
 
     def format(self, index: int, fingerprint_value: int) -> str:
         """The printed id ``§<counter>[-<fingerprint>]`` of occurrence ``index``."""
@@ -105,7 +109,7 @@ class IdScheme:
             )
         body = encode_counter(index, self.bits)
         if self.fingerprint_bits:
-            body += "-" + format(fingerprint_value, f"0{self.fingerprint_width}x")
+            body += "-" + str(fingerprint_value).zfill(self.fingerprint_width)
         return "§" + body
 
     def make(self, index: int, signature: str, observation: str) -> str:
@@ -113,18 +117,16 @@ class IdScheme:
         return self.format(index, fingerprint(signature, observation, self.fingerprint_bits))
 
     def widest(self) -> str:
-        """The id with the most characters this scheme can print (all ids have this width)."""
-        return self.format(self.capacity, 0)
+        """An id of this scheme; every id has this width and, in decimal digits, the same token cost."""
+        return self.format(self.capacity, 2**self.fingerprint_bits - 1)
 
     def split(self, body: str) -> tuple[int | None, str | None]:
-        """Parse an id body (no §) into (counter, fingerprint hex); None parts when malformed."""
+        """Parse an id body (no §) into (counter, fingerprint digits); None parts when malformed."""
         if self.fingerprint_bits:
             counter_text, _, fingerprint_text = body.partition("-")
             counter = decode_counter(counter_text, self.bits)
             width = self.fingerprint_width
-            well_formed = len(fingerprint_text) == width and all(
-                char in "0123456789abcdef" for char in fingerprint_text
-            )
+            well_formed = len(fingerprint_text) == width and all(char in DIGITS for char in fingerprint_text)
             return counter, (fingerprint_text if well_formed else None)
         return decode_counter(body, self.bits), None
 
@@ -133,11 +135,11 @@ _SURROUNDING = re.compile(r"^[^0-9A-Za-z§]+|[^0-9A-Za-z]+$")
 
 
 def normalize_token(token: str) -> str:
-    """Strip surrounding punctuation and a leading §, lowercase: ``'(§002A-3f).'`` -> ``'002a-3f'``."""
+    """Strip surrounding punctuation and a leading §: ``'(§00042-05912).'`` -> ``'00042-05912'``."""
     stripped = _SURROUNDING.sub("", token)
     if stripped.startswith("§"):
         stripped = stripped[1:]
-    return stripped.lower()
+    return stripped
 
 
 def edit_distance(left: str, right: str) -> int:

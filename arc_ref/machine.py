@@ -27,7 +27,7 @@ from arc_ref.commands import RECALL_WORDS, Command, IgnoredLine, parse_action
 from arc_ref.config import Config, Setup, make_setup
 from arc_ref.errors import BudgetViolation, CapacityExceeded, InvalidEvent
 from arc_ref.history import LiveEntry, ObservationEntry, agent_entry, command_entry, observation_entry
-from arc_ref.ids import decode_counter, edit_distance, hex_width, normalize_token
+from arc_ref.ids import DIGITS, decode_counter, edit_distance, normalize_token
 from arc_ref.message import Message
 from arc_ref.recall import BufferEntry, admit, chunk_count, chunk_text, make_entry
 from arc_ref.store import EMPTY_STORE, Record, Store, make_record
@@ -123,7 +123,7 @@ class ArcState:
     setup: Setup
     prefix: tuple[Message, ...]
     records: Store  # ObsStore, ordered by creation index (A2)
-    fingerprints: immutables.Map[str, int]  # fingerprint hex -> latest index, for suggestions only
+    fingerprints: immutables.Map[str, int]  # fingerprint digits -> latest index, for suggestions only
     turn: int  # agent turns so far
     live: tuple[LiveEntry, ...]  # H, at most R tokens (bounded, never the whole history)
     live_tokens: int
@@ -301,13 +301,13 @@ def suggest(state: ArcState, token: str) -> str | None:
     counter is one substitution, deletion or insertion away. The work is bounded by the id width, not N.
     """
     scheme = state.setup.ids
-    body = normalize_token(token)[: 4 * (scheme.counter_width + scheme.fingerprint_width + 2)]
+    body = normalize_token(token)[: 2 * (scheme.counter_width + scheme.fingerprint_width + 2)]
     counter_text, _, fingerprint_text = body.partition("-")
     candidates: set[int] = set()
     counter, _ = scheme.split(body)
     if counter is not None and counter <= state.stored:
         candidates.add(counter)
-    width = hex_width(scheme.bits)
+    width = scheme.counter_width
     # the counter and fingerprint read by position too, in case the separator itself was mistyped
     prefix = decode_counter(body[:width], scheme.bits)
     if prefix is not None and prefix <= state.stored:
@@ -318,11 +318,11 @@ def suggest(state: ArcState, token: str) -> str | None:
             candidates.add(state.fingerprints[text])
     variants: list[str] = []
     if len(counter_text) == width:
-        variants = [counter_text[:i] + digit + counter_text[i + 1 :] for i in range(width) for digit in "0123456789abcdef"]
+        variants = [counter_text[:i] + digit + counter_text[i + 1 :] for i in range(width) for digit in DIGITS]
     elif len(counter_text) == width + 1:
         variants = [counter_text[:i] + counter_text[i + 1 :] for i in range(width + 1)]
     elif len(counter_text) == width - 1:
-        variants = [counter_text[:i] + digit + counter_text[i:] for i in range(width) for digit in "0123456789abcdef"]
+        variants = [counter_text[:i] + digit + counter_text[i:] for i in range(width) for digit in DIGITS]
     for variant in variants:
         value = decode_counter(variant, scheme.bits)
         if value is not None and value <= state.stored:

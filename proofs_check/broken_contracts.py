@@ -51,14 +51,14 @@ def page_span_unclamped(page: int, page_size: int, stored: int) -> tuple[int, in
     return (page - 1) * page_size + 1, page * page_size
 
 
-def encode_counter_decimal(index: int, bits: int) -> str:
-    """Bug: decimal digits where the spec says hex.
+def encode_counter_hex(index: int, bits: int) -> str:
+    """Bug: hex digits where the spec says decimal.
 
-    pre: bits >= 1
+    pre: 1 <= bits <= 200
     pre: 1 <= index < 2 ** bits
-    post: int(__return__, 16) == index
+    post: int(__return__) == index
     """
-    return format(index, f"0{(bits + 3) // 4}d")
+    return format(index, f"0{len(str(2 ** bits - 1))}x")
 
 
 def within_budget_forgets_overhead(costs: tuple[int, ...], budgets: tuple[int, ...]) -> bool:
@@ -90,7 +90,7 @@ def _post_page_span(args: tuple[int, int, int], result: tuple[int, int]) -> bool
 
 
 def _post_encode_counter(args: tuple[int, int], result: str) -> bool:
-    return int(result, 16) == args[0]
+    return result.isdigit() and int(result) == args[0]
 
 
 def _post_within_budget(args: tuple[tuple[int, ...], tuple[int, ...]], result: bool) -> bool:
@@ -103,14 +103,14 @@ BROKEN: dict[str, tuple[Callable[..., Any], tuple[Any, ...], Callable[[Any, Any]
     "chunk_bounds_unclamped": (chunk_bounds_unclamped, (3, 2, 2), _post_chunk_bounds),
     "page_of_off_by_one": (page_of_off_by_one, (2, 2), _post_page_of),
     "page_span_unclamped": (page_span_unclamped, (1, 2, 1), _post_page_span),
-    "encode_counter_decimal": (encode_counter_decimal, (10, 4), _post_encode_counter),
+    "encode_counter_hex": (encode_counter_hex, (10, 4), _post_encode_counter),
     "within_budget_forgets_overhead": (within_budget_forgets_overhead, ((0, 1), (0, 0)), _post_within_budget),
 }
 
 # The contracted functions of the core that CrossHair must find no counterexample for.
 CONTRACTED = (
     "arc_ref.ids.counter_bits",
-    "arc_ref.ids.hex_width",
+    "arc_ref.ids.decimal_width",
     "arc_ref.ids.encode_counter",
     "arc_ref.ids.decode_counter",
     "arc_ref.catalog.page_count",
@@ -125,7 +125,7 @@ CONTRACTED = (
 # Which statement each contracted function supports.
 CONTRACT_STATEMENTS = {
     "arc_ref.ids.counter_bits": ("A1", "L1"),
-    "arc_ref.ids.hex_width": ("A1",),
+    "arc_ref.ids.decimal_width": ("A1",),
     "arc_ref.ids.encode_counter": ("A1", "L1"),
     "arc_ref.ids.decode_counter": ("A1", "L1"),
     "arc_ref.catalog.page_count": ("A3", "L3"),

@@ -77,7 +77,7 @@ def event_lists(draw: st.DrawFn, max_events: int = 24) -> list[Event]:
         elif kind == "recall":
             word = draw(st.sampled_from(("_recall", "_recall-next", "_recall-start", "_recall_meta")))
             counter = draw(st.integers(1, max(1, stored)))
-            events.append(AgentTurn(draw(thoughts), f"{word} §{counter:02x}"))
+            events.append(AgentTurn(draw(thoughts), f"{word} §{counter:02d}"))
         elif kind == "catalog":
             word = draw(st.sampled_from(("catalog-first", "catalog-next", "catalog-page 2", "catalog-page 99")))
             events.append(AgentTurn(draw(thoughts), word))

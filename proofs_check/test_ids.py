@@ -17,6 +17,7 @@ from proofs_check.registry import proves
 from proofs_check.strategies import configs, texts
 
 schemes = st.builds(IdScheme, capacity=st.integers(2, 5000), fingerprint_bits=st.integers(0, 6))
+wide_schemes = st.builds(IdScheme, capacity=st.integers(2, 10**7), fingerprint_bits=st.integers(0, 64))
 
 
 @given(schemes, st.lists(st.tuples(st.sampled_from(("ls", "cat a")), st.sampled_from(("", "x", "y"))), min_size=2))
@@ -81,7 +82,7 @@ def test_a1_mistyped_id_gets_a_nearest_suggestion(config: object, contents: list
     record = data.draw(st.sampled_from(list(state.records)))
     body = record.obs_id[1:]
     position = data.draw(st.integers(0, len(body) - 1))
-    replacement = data.draw(st.sampled_from("0123456789abcdef").filter(lambda c: c != body[position]))
+    replacement = data.draw(st.sampled_from("0123456789").filter(lambda c: c != body[position]))
     typo = body[:position] + replacement + body[position + 1 :]
     found = resolve(state, "§" + typo)
     if found is not None:  # the typo hit another stored id exactly
@@ -102,3 +103,20 @@ def test_a1_exceeding_capacity_is_an_explicit_error() -> None:
     with pytest.raises(CapacityExceeded):
         observe(state, Observe("ls", "c", 0))
     assert [r.content for r in state.records] == ["a", "b"]
+
+
+@given(wide_schemes, st.sampled_from(("bytes", "o200k_base", "cl100k_base")), st.data())
+@proves("A1", "A3")
+def test_a1_every_id_of_a_scheme_costs_the_same_tokens(scheme: IdScheme, tokenizer_name: str, data: st.DataObject) -> None:
+    """Decimal ids: any id costs exactly what the widest one costs, alone and inside a stub line, so the
+    budget floors computed with the widest id hold for every id (A3: stub cost <= c)."""
+    from arc_ref.tokenizers import get_tokenizer
+
+    tokenizer = get_tokenizer(tokenizer_name)
+    index = data.draw(st.integers(1, scheme.capacity))
+    value = data.draw(st.integers(0, 2**scheme.fingerprint_bits - 1))
+    obs_id = scheme.format(index, value)
+    widest = scheme.widest()
+    assert len(obs_id) == len(widest)
+    assert tokenizer.count(obs_id) == tokenizer.count(widest)
+    assert tokenizer.count(f"\n{obs_id} rc=0 | _recall {obs_id}") == tokenizer.count(f"\n{widest} rc=0 | _recall {widest}")
