@@ -179,7 +179,7 @@ def note_ignored(line: str) -> str:
 # --- default task prefix ----------------------------------------------------------------------
 
 ARC_INSTRUCTIONS = (
-    "Tool observations are stored verbatim under ids like §0001-3fa9c1e2. Older turns are summarized;"
+    "Tool observations are stored verbatim under ids like §00042-0591234567. Older turns are summarized;"
     " a long observation appears as a one-line citation stub. To read a stored observation exactly,"
     " use these actions (they never re-run a tool):\n"
     "_recall §id  (first chunk)   _recall-next §id  (next chunk)   _recall-start §id  (restart)\n"

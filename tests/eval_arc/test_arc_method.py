@@ -1,0 +1,94 @@
+"""ArcMethod: the core behind the evaluation layer's Method interface."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from arc_ref.config import make_setup
+from arc_ref.errors import ConfigError
+from eval.methods import make_method
+from eval.methods.arc import ArcMethod, arc_config
+from eval.methods.base import MethodSettings, prompt_counter
+from eval.types import ChatReply, Message, Observation
+
+
+async def _no_aux(messages: object, purpose: str) -> ChatReply:  # ARC never makes auxiliary calls
+    raise AssertionError("ArcMethod must not call the model to compact")
+
+
+@pytest.mark.parametrize(
+    ("context", "budget_chars", "max_chars"),
+    [(16384, 16000, 8000), (16384, 4000, 2000), (16384, 32000, 16000), (32768, 16000, 8000), (32768, 32000, 16000)],
+)
+def test_budgets_fit_l_for_the_papers_settings(context: int, budget_chars: int, max_chars: int) -> None:
+    settings = MethodSettings(context_limit=context, recall_budget_chars=budget_chars, recall_max_chars=max_chars)
+    config = arc_config(settings, "system", "goal")
+    setup = make_setup(config)
+    assert setup.budget <= setup.limit == context - settings.max_tokens
+    assert config.recall_budget >= budget_chars // 4
+    assert config.chunk_tokens == max_chars // 4 - 80
+    assert config.keep_verbatim_chars == 500
+
+
+def test_budgets_that_cannot_fit_are_a_clear_error() -> None:
+    settings = MethodSettings(context_limit=8192, max_tokens=4096, recall_budget_chars=32000, recall_max_chars=16000)
+    with pytest.raises(ConfigError, match="below its minimum"):
+        arc_config(settings, "system", "goal")
+
+
+def test_prompt_stays_within_l_and_recall_is_intercepted() -> None:
+    settings = MethodSettings(context_limit=16384)
+    method = make_method("arc", settings)
+    assert isinstance(method, ArcMethod)
+    method.begin("You are an agent.", "Find the needle.")
+    counter = prompt_counter(settings)
+    secret = "noise line\n" * 200 + "THE NEEDLE FOR THIS TASK\nNEEDLE=ABCDEFGHJKLMNPQRSTUVWXYZ\n" + "noise line\n" * 200
+    assert method.record_agent("read it", "cat secrets.txt") is None
+    method.record_observation("cat secrets.txt", Observation(secret, 0))
+    for step in range(40):
+        assert method.record_agent("next", f"cat notes_{step:02d}.txt") is None
+        method.record_observation(f"cat notes_{step:02d}.txt", Observation("distractor text. " * 300, 0))
+        messages = asyncio.run(method.prompt(_no_aux))
+        assert counter.count(messages) <= settings.usable_tokens
+    first_id = method.arc.records[0].obs_id
+    visible = "\n".join(message.content for message in asyncio.run(method.prompt(_no_aux)))
+    assert "NEEDLE=ABCDEFGHJKLMNPQRSTUVWXYZ" not in visible  # folded into a citation, nothing recalled yet
+    if f"_recall {first_id}" not in visible:  # its stub left the summary: the catalog still holds it (claim 3)
+        browsed = method.record_agent("find the secrets file", "catalog-first")
+        assert browsed is not None and f"_recall {first_id}" in browsed.response
+        visible = "\n".join(message.content for message in asyncio.run(method.prompt(_no_aux)))
+        assert f"_recall {first_id}" in visible
+    intercepted = method.record_agent("recall the secrets", f"_recall {first_id}")
+    assert intercepted is not None and intercepted.recalls[0]["id"] == first_id
+    payloads = [intercepted.response]
+    while intercepted is not None and intercepted.recalls and intercepted.recalls[0]["chunk"] < intercepted.recalls[0]["chunks"]:
+        intercepted = method.record_agent("more", f"_recall-next {first_id}")
+        assert intercepted is not None
+        payloads.append(intercepted.response)
+    assert "NEEDLE=ABCDEFGHJKLMNPQRSTUVWXYZ" in "".join(payloads)
+    events = method.drain_events()
+    assert "proactive" in events.compactions and events.recalls and method.drain_events().recalls == ()
+
+
+def test_compaction_reasons_are_recorded_and_report_progress() -> None:
+    method = ArcMethod(MethodSettings(context_limit=16384))
+    method.begin("system", "goal")
+    assert asyncio.run(method.compact("forced", _no_aux)) is False  # nothing to fold yet
+    for step in range(8):
+        method.record_agent("t", f"cat f{step}")
+        method.record_observation(f"cat f{step}", Observation("word " * 400, 0))
+    assert method.drain_events().compactions == ("forced",)  # 8 x ~400 tokens stay below R: no proactive fold
+    assert asyncio.run(method.compact("reactive", _no_aux)) is True
+    assert method.drain_events().compactions == ("reactive",)
+    with pytest.raises(ValueError):
+        asyncio.run(method.compact("sometimes", _no_aux))
+
+
+def test_messages_are_the_cores_view() -> None:
+    method = ArcMethod(MethodSettings(context_limit=16384))
+    method.begin("system", "goal")
+    messages = asyncio.run(method.prompt(_no_aux))
+    assert messages[0] == Message("system", messages[0].content) and messages[1] == Message("user", "goal")
+    assert method.prompt_tokens() == prompt_counter(MethodSettings(context_limit=16384)).count(messages)
