@@ -1,0 +1,358 @@
+"""``arc-eval``: run the paper's experiments, reports, the scripted server and the benchmarks.
+
+Subcommands::
+
+    arc-eval nih        --methods all --seeds 42 82 122 --tasks 1000 [--backend scripted|openai ...]
+    arc-eval longbench  --data PATH [--limit N] ...
+    arc-eval ablation   recall-budget|force-schedule|noise-lines [--task nih|longbench] ...
+    arc-eval report     RUN_DIR...            (eval.analysis.cli.report_main)
+    arc-eval serve-scripted ...               (eval.backends.scripted_server.serve_main)
+    arc-eval bench      [--tasks 1000] ...    (throughput, harness overhead, concurrency)
+
+A run writes ``--out RUN_DIR`` (default: ``runs/<kind>-<hash of the arguments>``, so the same
+command always names the same directory). Restarting the same command continues a killed run
+(``--no-resume`` refuses an existing directory instead). Bad arguments print a clear message and
+exit with status 2; a backend that stays unavailable stops the run with status 3 (what finished is
+kept; rerun the command to continue); Ctrl-C stops with status 130, likewise resumable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from arc_ref.errors import ConfigError
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_BACKEND = 3
+EXIT_INTERRUPTED = 130
+DEFAULT_RUNS_DIR = "runs"
+PAPER_SEEDS = (42, 82, 122)
+_DISPATCHED = ("report", "serve-scripted")
+
+
+class UsageError(Exception):
+    """A command line that cannot run; the message says why."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError instead of exiting, so main() returns 2 with one clear line."""
+
+    def error(self, message: str) -> Any:
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def parse_methods(text: str) -> tuple[str, ...]:
+    """``all`` or a comma-separated list of method names."""
+    from eval.methods import METHOD_NAMES
+
+    if text.strip() == "all":
+        return METHOD_NAMES
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in METHOD_NAMES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown method(s) {', '.join(unknown) or text!r}; use 'all' or a comma-separated "
+            f"subset of {', '.join(METHOD_NAMES)}"
+        )
+    return names
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    run = parser.add_argument_group("run")
+    run.add_argument("--methods", type=parse_methods, default=None, metavar="all|m1,m2",
+                     help="methods to compare (default: all)")
+    run.add_argument("--seeds", type=_int, nargs="+", default=list(PAPER_SEEDS), metavar="SEED",
+                     help="seeds (default: 42 82 122)")
+    run.add_argument("--out", default=None, metavar="RUN_DIR",
+                     help="run directory (default: runs/<kind>-<hash of the arguments>)")
+    resume = run.add_mutually_exclusive_group()
+    resume.add_argument("--resume", dest="resume", action="store_true", default=True,
+                        help="continue the run in RUN_DIR if it exists (the default)")
+    resume.add_argument("--no-resume", dest="resume", action="store_false",
+                        help="refuse a RUN_DIR that already holds a run")
+    run.add_argument("--concurrency", type=_positive_int, default=8, metavar="N",
+                     help="trajectories in flight at once (default 8)")
+    run.add_argument("--max-steps", type=_positive_int, default=None, metavar="N",
+                     help="agent steps per task (default: the goal's plan + 10)")
+    run.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+
+    model = parser.add_argument_group("backend and budgets")
+    model.add_argument("--backend", choices=("scripted", "openai"), default="scripted",
+                       help="scripted: the embedded deterministic agent (default); openai: an OpenAI-compatible server")
+    model.add_argument("--base-url", dest="base_urls", action="append", default=[], metavar="URL",
+                       help="server URL, e.g. http://localhost:8000/v1 (repeat for replicas)")
+    model.add_argument("--model", default=None, help="model name as served (e.g. Qwen/Qwen3-8B)")
+    model.add_argument("--context-limit", type=_positive_int, default=16384, metavar="L_CTX",
+                       help="the server's max model length (default 16384)")
+    model.add_argument("--max-tokens", type=_positive_int, default=4096, metavar="G_MAX",
+                       help="completion cap per call (default 4096)")
+    model.add_argument("--temperature", type=_non_negative_float, default=0.0)
+    model.add_argument("--tokenizer", default="o200k_base",
+                       help="arc_ref tokenizer for prompt estimates: bytes, o200k_base, cl100k_base, hf:PATH")
+    model.add_argument("--tokenizer-json", default=None, metavar="PATH",
+                       help="the served model's tokenizer.json (counts and estimates with it)")
+    model.add_argument("--chat-format", choices=("chatml", "qwen3-nothink"), default="chatml")
+    model.add_argument("--tool-calling", action="store_true",
+                       help="offer ARC's recall/catalog commands as native tools (openai backend)")
+
+    method = parser.add_argument_group("methods")
+    method.add_argument("--force-at-calls", type=_positive_int, nargs="*", default=[5, 10, 15], metavar="K",
+                        help="agent steps before which compaction is forced (default 5 10 15; none: empty)")
+    method.add_argument("--recall-budget-chars", type=_positive_int, default=16000)
+    method.add_argument("--recall-max-chars", type=_positive_int, default=8000)
+    method.add_argument("--keep-verbatim-chars", type=_positive_int, default=500)
+    method.add_argument("--rag-top-k", type=_positive_int, default=3)
+    method.add_argument("--rag-chunk-chars", type=_positive_int, default=1000)
+    method.add_argument("--rag-retriever", choices=("auto", "embeddings", "bm25"), default="auto",
+                        help="rag_memory retriever (auto: embeddings when installed, else bm25)")
+    method.add_argument("--allow-reexecution", action="store_true",
+                        help="scripted agent: re-run a tool call when what it needs left the prompt")
+
+
+def _add_nih_options(parser: argparse.ArgumentParser) -> None:
+    nih = parser.add_argument_group("needle-in-a-haystack")
+    nih.add_argument("--tasks", type=_positive_int, default=1000, help="tasks per seed (default 1000)")
+    nih.add_argument("--noise-lines", type=_non_negative_int, default=25, help="noise lines per side (default 25)")
+    nih.add_argument("--distractor-files", type=_non_negative_int, default=16, help="distractor files (default 16)")
+
+
+def _add_longbench_options(parser: argparse.ArgumentParser, required: bool) -> None:
+    longbench = parser.add_argument_group("LongBench-v2")
+    longbench.add_argument("--data", required=required, default=None, metavar="PATH",
+                           help="the official data.json (or its directory); never downloaded")
+    longbench.add_argument("--limit", type=_positive_int, default=None, metavar="N",
+                           help="only the first N hard items")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="arc-eval", description="Evaluate ARC and five baselines (see eval/METHODS.md).")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    nih = commands.add_parser("nih", help="needle-in-a-haystack")
+    _add_run_options(nih)
+    _add_nih_options(nih)
+    longbench = commands.add_parser("longbench", help="LongBench-v2 hard subset from a local data.json")
+    _add_run_options(longbench)
+    _add_longbench_options(longbench, required=False)
+    ablation = commands.add_parser("ablation", help="the paper's sweeps")
+    ablation.add_argument("sweep", choices=("recall-budget", "force-schedule", "noise-lines"))
+    ablation.add_argument("--task", choices=("nih", "longbench"), default="nih")
+    _add_run_options(ablation)
+    _add_nih_options(ablation)
+    _add_longbench_options(ablation, required=False)
+    commands.add_parser("report", help="tables, McNemar, roofline and plots of run directories (RUN_DIR...)",
+                        add_help=False)
+    commands.add_parser("serve-scripted", help="the scripted agent as an OpenAI-compatible HTTP server",
+                        add_help=False)
+    bench = commands.add_parser("bench", help="throughput, per-call harness overhead, concurrency")
+    bench.add_argument("--tasks", type=_positive_int, default=1000, help="NIH tasks for the throughput figure")
+    bench.add_argument("--methods", type=parse_methods, default=None, metavar="all|m1,m2")
+    bench.add_argument("--overhead-tasks", type=_positive_int, default=50, help="NIH tasks for the overhead figure")
+    bench.add_argument("--concurrency", type=_positive_int, default=8, help="N for the serve-scripted figure")
+    bench.add_argument("--concurrency-tasks", type=_positive_int, default=32)
+    bench.add_argument("--latency-ms", type=_non_negative_float, default=20.0,
+                       help="serve-scripted service time per request")
+    bench.add_argument("--rag-retriever", choices=("auto", "embeddings", "bm25"), default="bm25")
+    bench.add_argument("--only", choices=("throughput", "overhead", "concurrency"), action="append", default=None)
+    return parser
+
+
+def default_run_dir(argv: Sequence[str], kind: str) -> Path:
+    """runs/<kind>-<hash>: the same arguments (resume flags aside) always name the same directory."""
+    relevant = [arg for arg in argv if arg not in ("--resume", "--no-resume", "--no-progress")]
+    digest = hashlib.sha256("\x1f".join(relevant).encode("utf-8")).hexdigest()[:10]
+    return Path(DEFAULT_RUNS_DIR) / f"{kind}-{digest}"
+
+
+def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
+    """A RunSpec from parsed arguments (the command line itself is recorded for resume checks)."""
+    from eval.methods import METHOD_NAMES
+    from eval.runner import ABLATIONS, SCRIPTED_MODEL, RunSpec
+
+    if args.command == "ablation":
+        kind = args.task
+        variants: dict[str, dict[str, Any]] = {label: dict(params) for label, params in ABLATIONS[args.sweep].items()}
+        if args.sweep == "noise-lines" and kind != "nih":
+            raise UsageError("the noise-lines sweep is a needle-in-a-haystack parameter: use --task nih")
+    else:
+        kind = args.command
+        variants = {"": {}}
+    if kind == "longbench" and not getattr(args, "data", None):
+        raise UsageError("LongBench needs --data PATH (the official data.json or its directory); nothing is downloaded")
+    if args.backend == "scripted" and args.base_urls:
+        raise UsageError("--base-url is for --backend openai")
+    model = args.model if args.model is not None else (SCRIPTED_MODEL if args.backend == "scripted" else None)
+    if model is None:
+        raise UsageError("--backend openai needs --model, the model name as served (e.g. Qwen/Qwen3-8B)")
+    tasks_per_seed = args.tasks if kind == "nih" else getattr(args, "limit", None)
+    out = Path(args.out) if args.out else default_run_dir(argv, kind)
+    return RunSpec(
+        task_kind=kind,
+        methods=args.methods if args.methods is not None else METHOD_NAMES,
+        seeds=tuple(args.seeds),
+        out=out,
+        tasks_per_seed=tasks_per_seed,
+        backend=args.backend,
+        base_urls=tuple(args.base_urls),
+        model=model,
+        context_limit=args.context_limit,
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        force_at_calls=tuple(args.force_at_calls),
+        noise_lines_per_side=getattr(args, "noise_lines", 25),
+        distractor_files=getattr(args, "distractor_files", 16),
+        recall_budget_chars=args.recall_budget_chars,
+        recall_max_chars=args.recall_max_chars,
+        keep_verbatim_chars=args.keep_verbatim_chars,
+        rag_top_k=args.rag_top_k,
+        rag_chunk_chars=args.rag_chunk_chars,
+        rag_retriever=args.rag_retriever,
+        tokenizer=args.tokenizer,
+        tokenizer_json=args.tokenizer_json,
+        chat_format=args.chat_format,
+        concurrency=args.concurrency,
+        resume=args.resume,
+        tool_calling=args.tool_calling,
+        data=getattr(args, "data", None),
+        max_steps=args.max_steps,
+        allow_reexecution=args.allow_reexecution,
+        variants=variants,
+        command=("arc-eval", *argv),
+        progress=args.progress,
+    )
+
+
+def _missing_methods_message(methods: Sequence[str]) -> str | None:
+    from eval.methods import method_available
+
+    missing = [name for name in methods if not method_available(name)]
+    if missing:
+        return f"method(s) not available in this installation: {', '.join(missing)}"
+    return None
+
+
+def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from eval.records import RunRecordError
+    from eval.runner import run
+
+    spec = spec_from_args(args, argv)
+    spec.validate()
+    missing = _missing_methods_message(spec.methods)
+    if missing is not None:
+        raise UsageError(missing + "; choose others with --methods")
+    print(f"run directory: {spec.out}", file=sys.stderr)
+    from eval.tasks.longbench import LongBenchDataError
+
+    try:
+        result = run(spec)
+    except (RunRecordError, LongBenchDataError) as failure:
+        raise UsageError(f"arc-eval: {failure}") from None
+    if result.aborted is not None:
+        print(f"arc-eval: stopped: {result.aborted}\n"
+              f"{result.ran} task(s) finished in this invocation are recorded in {spec.out}; "
+              "rerun the same command to continue.", file=sys.stderr)
+        return EXIT_BACKEND
+    return EXIT_OK
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from eval.methods import BASELINE_NAMES, METHOD_NAMES, method_available
+    from eval.runner import bench_concurrency, bench_harness_overhead, bench_throughput
+
+    methods = args.methods if args.methods is not None else tuple(
+        name for name in METHOD_NAMES if name in BASELINE_NAMES or method_available(name)
+    )
+    missing = _missing_methods_message(methods)
+    if missing is not None:
+        raise UsageError(missing)
+    only = set(args.only or ("throughput", "overhead", "concurrency"))
+    if "throughput" in only:
+        print(bench_throughput(methods, args.tasks, rag_retriever=args.rag_retriever), flush=True)
+    if "overhead" in only:
+        print(bench_harness_overhead(methods, args.overhead_tasks, rag_retriever=args.rag_retriever), flush=True)
+    if "concurrency" in only:
+        print(bench_concurrency(args.concurrency, args.concurrency_tasks, latency_ms=args.latency_ms), flush=True)
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``arc-eval`` console script; returns the exit status."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if arguments and arguments[0] in _DISPATCHED:
+            try:
+                if arguments[0] == "report":
+                    from eval.analysis.cli import report_main
+
+                    return int(report_main(arguments[1:]))
+                from eval.backends.scripted_server import serve_main
+
+                return int(serve_main(arguments[1:]))
+            except SystemExit as done:  # --help or a usage error of the dispatched command
+                return int(done.code) if isinstance(done.code, int) else EXIT_USAGE
+        parser = build_parser()
+        try:
+            args = parser.parse_args(arguments)
+        except SystemExit as done:  # --help
+            return int(done.code) if isinstance(done.code, int) else EXIT_OK
+        if args.command is None:
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
+        if args.command == "bench":
+            return _bench(args)
+        return _run(args, arguments)
+    except UsageError as failure:
+        print(str(failure), file=sys.stderr)
+        return EXIT_USAGE
+    except ConfigError as failure:
+        print(f"arc-eval: {failure}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("arc-eval: interrupted; finished tasks are recorded; rerun the same command to continue.",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

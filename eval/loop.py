@@ -1,0 +1,332 @@
+"""The agent loop for one (task, method): the paper's text-action protocol against one backend.
+
+Each step: a forced compaction when the step's index is in ``force_at_calls``; the method builds
+the prompt (compacting proactively when its estimate exceeds L = L_ctx - G_max); the backend
+answers; a ``ContextOverflow`` triggers a reactive compaction and a retry (at most
+``max_reactive_retries`` per step; when the method has nothing left to shrink the task ends with
+``end="overflow"``). The reply is parsed into a thought and one action (``eval.protocol``). The
+method sees the turn first and may intercept it (ARC's recall and catalog commands never reach the
+sandbox); every other action runs in the sandbox and its observation goes back to the method.
+
+The task ends on:
+
+* an accepted ``submit ANSWER`` (``end="submitted"``), scored by the task kind's scorer;
+* an empty ``submit``: the agent declines to answer (``end="error"``, no answer);
+* the step limit (``end="step_limit"``, no answer);
+* a context overflow with nothing left to compact (``end="overflow"``, no answer);
+* an unexpected exception (``end="error"`` with its message, no answer).
+
+``BackendUnavailable`` (retries exhausted) is not a task outcome: it propagates, and the runner
+aborts the run without recording the task, so it is never scored as a wrong answer.
+
+``force_at_calls`` counts agent steps (1-based), not auxiliary calls, so the schedule is the same
+for every method. ``call_index`` in the records counts every call, auxiliary ones included.
+
+A normal action is a re-execution when its ``action_signature`` equals that of an earlier tool call
+of the same task (the cost ARC exists to remove); submissions and intercepted commands never are.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+from eval.methods.base import Method, MethodSettings
+from eval.protocol import NO_ACTION_MESSAGE, is_submission, parse_reply, submitted_text, system_prompt
+from eval.types import (
+    Backend,
+    BackendUnavailable,
+    ChatReply,
+    ChatRequest,
+    ContextOverflow,
+    Message,
+    Observation,
+    Sandbox,
+    Task,
+)
+
+Scorer = Callable[[Task, str], tuple[bool, str | None]]
+"""(task, submission) -> (correct, the scored value recorded as ``submission``)."""
+
+DEFAULT_FORCE_AT_CALLS = (5, 10, 15)
+MAX_REACTIVE_RETRIES = 3
+DECLINED_MESSAGE = "the agent declined to answer (empty submit)"
+
+
+def default_scorer(kind: str) -> Scorer:
+    """The scorer of a task kind: NIH scores the ``NEEDLE=<value>`` token, LongBench the letter."""
+    if kind == "nih":
+        from eval.tasks.nih import needle_token, score_nih
+
+        def score_needle(task: Task, submission: str) -> tuple[bool, str | None]:
+            return score_nih(task, submission), needle_token(submission)
+
+        return score_needle
+    if kind == "longbench":
+        from eval.tasks.longbench import extract_longbench_answer, score_longbench
+
+        def score_letter(task: Task, submission: str) -> tuple[bool, str | None]:
+            return score_longbench(task, submission), extract_longbench_answer(submission)
+
+        return score_letter
+    raise ValueError(f"no scorer for task kind {kind!r}")
+
+
+def default_sandbox(task: Task) -> Sandbox:
+    from eval.sandbox import VirtualSandbox
+
+    return VirtualSandbox(task.files)
+
+
+@functools.lru_cache(maxsize=8192)
+def _signature(action: str) -> str:
+    """``eval.sandbox.action_signature``, cached: the same actions recur in every task."""
+    from eval.sandbox import action_signature
+
+    return action_signature(action)
+
+
+class _TaskRun:
+    """State of one running task: its records and counters."""
+
+    def __init__(
+        self,
+        task: Task,
+        method: Method,
+        backend: Backend,
+        settings: MethodSettings,
+        *,
+        seed: int,
+        variant: str,
+        model: str,
+        temperature: float,
+    ) -> None:
+        self.task = task
+        self.method = method
+        self.backend = backend
+        self.settings = settings
+        self.seed = seed
+        self.variant = variant
+        self.model = model
+        self.temperature = temperature
+        self.calls: list[dict[str, Any]] = []
+        self.call_index = 0
+        self.pending_compactions: list[str] = []
+
+    def record(
+        self,
+        purpose: str,
+        *,
+        prompt_tokens: int,
+        completion_tokens: int,
+        latency_s: float,
+        finish_reason: str,
+        overflow: bool,
+        compactions: Sequence[str] = (),
+    ) -> dict[str, Any]:
+        call: dict[str, Any] = {
+            "variant": self.variant,
+            "method": self.method.name,
+            "model": self.model,
+            "task_kind": self.task.kind,
+            "task_id": self.task.task_id,
+            "seed": self.seed,
+            "call_index": self.call_index,
+            "purpose": purpose,
+            "prompt_tokens": int(prompt_tokens),
+            "completion_tokens": int(completion_tokens),
+            "latency_s": round(float(latency_s), 6),
+            "finish_reason": finish_reason,
+            "overflow": overflow,
+            "compactions": [{"reason": reason} for reason in compactions],
+            "recalls": [],
+            "action": None,
+            "submission": None,
+            "reexecution": False,
+        }
+        self.calls.append(call)
+        return call
+
+    def request(self, messages: Sequence[Message], purpose: str) -> ChatRequest:
+        return ChatRequest(
+            messages=tuple(messages),
+            max_tokens=self.settings.max_tokens,
+            temperature=self.temperature,
+            seed=self.seed,
+            tags={
+                "variant": self.variant,
+                "method": self.method.name,
+                "task_id": self.task.task_id,
+                "seed": self.seed,
+                "call_index": self.call_index,
+                "purpose": purpose,
+            },
+        )
+
+    async def call(
+        self, messages: Sequence[Message], purpose: str, compactions: Sequence[str] = ()
+    ) -> tuple[ChatReply, dict[str, Any]]:
+        """One recorded model call; an overflow is recorded, then re-raised."""
+        self.call_index += 1
+        request = self.request(messages, purpose)
+        started = time.perf_counter()
+        try:
+            reply = await self.backend.complete(request)
+        except ContextOverflow as overflow:
+            tokens = overflow.prompt_tokens
+            if tokens is None:
+                tokens = await self.backend.count_prompt_tokens(request.messages)
+            self.record(
+                purpose,
+                prompt_tokens=tokens,
+                completion_tokens=0,
+                latency_s=time.perf_counter() - started,
+                finish_reason="overflow",
+                overflow=True,
+                compactions=compactions,
+            )
+            raise
+        call = self.record(
+            purpose,
+            prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens,
+            latency_s=reply.latency_s,
+            finish_reason=reply.finish_reason,
+            overflow=False,
+            compactions=compactions,
+        )
+        return reply, call
+
+    async def aux(self, messages: Sequence[Message], purpose: str) -> ChatReply:
+        """The AuxCaller handed to methods: summary / state requests, recorded like any call."""
+        reply, _ = await self.call(messages, purpose)
+        return reply
+
+    def take_compactions(self) -> list[str]:
+        drained = self.method.drain_events()
+        self.pending_compactions.extend(drained.compactions)
+        taken, self.pending_compactions = self.pending_compactions, []
+        return taken
+
+
+async def run_task(
+    task: Task,
+    method: Method,
+    backend: Backend,
+    *,
+    settings: MethodSettings,
+    max_steps: int,
+    force_at_calls: Sequence[int] = DEFAULT_FORCE_AT_CALLS,
+    seed: int,
+    variant: str = "",
+    model: str | None = None,
+    temperature: float = 0.0,
+    sandbox: Sandbox | None = None,
+    scorer: Scorer | None = None,
+    max_reactive_retries: int = MAX_REACTIVE_RETRIES,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Run one task to its end; returns (call records, task record) in the RECORDS.md shapes."""
+    if max_steps < 1:
+        raise ValueError(f"max_steps must be at least 1, got {max_steps}")
+    run = _TaskRun(
+        task, method, backend, settings, seed=seed, variant=variant,
+        model=model if model is not None else backend.name, temperature=temperature,
+    )
+    forced = frozenset(force_at_calls)
+    steps = 0
+    reexecutions = 0
+    seen: set[str] = set()
+    submission: str | None = None
+    end = "step_limit"
+    error: str | None = None
+    score: Scorer | None = scorer
+    try:
+        environment = sandbox if sandbox is not None else default_sandbox(task)
+        if score is None:
+            score = default_scorer(task.kind)
+        method.begin(system_prompt(), task.goal)
+        while steps < max_steps:
+            if steps + 1 in forced:
+                await method.compact("forced", run.aux)
+            messages = await method.prompt(run.aux)
+            reply: ChatReply | None = None
+            call: dict[str, Any] = {}
+            retries = 0
+            while reply is None:
+                try:
+                    reply, call = await run.call(messages, "agent", run.take_compactions())
+                except ContextOverflow:
+                    if retries >= max_reactive_retries or not await method.compact("reactive", run.aux):
+                        break
+                    retries += 1
+                    messages = await method.prompt(run.aux)
+            if reply is None:
+                end = "overflow"
+                break
+            steps += 1
+            thought, action = parse_reply(reply.content)
+            call["action"] = action
+            intercepted = method.record_agent(thought, action)
+            events = method.drain_events()
+            run.pending_compactions.extend(events.compactions)
+            recalls = events.recalls or (intercepted.recalls if intercepted is not None else ())
+            call["recalls"] = [dict(recall) for recall in recalls]
+            if intercepted is not None:
+                continue
+            if not action:
+                method.record_observation(action, Observation(NO_ACTION_MESSAGE, 2))
+                continue
+            if is_submission(action):
+                if not submitted_text(action):
+                    end, error = "error", DECLINED_MESSAGE
+                    break
+                observation = environment.run(action)
+                if observation.submitted is not None:
+                    submission = observation.submitted
+                    call["submission"] = submission
+                    end = "submitted"
+                    break
+                method.record_observation(action, observation)
+                continue
+            signature = _signature(action)
+            if signature in seen:
+                call["reexecution"] = True
+                reexecutions += 1
+            seen.add(signature)
+            method.record_observation(action, environment.run(action))
+    except BackendUnavailable:
+        raise
+    except Exception as failure:  # noqa: BLE001 - a task's crash is recorded, never a wrong answer
+        end, error = "error", f"{type(failure).__name__}: {failure}"
+        submission = None
+    correct, scored = False, None
+    if submission is not None and score is not None:
+        correct, scored = score(task, submission)
+    outcome: dict[str, Any] = {
+        "variant": variant,
+        "method": method.name,
+        "model": run.model,
+        "task_kind": task.kind,
+        "task_id": task.task_id,
+        "seed": seed,
+        "submitted": submission is not None,
+        "no_answer": submission is None,
+        "correct": bool(correct),
+        "submission": scored,
+        "end": end,
+        "error": error,
+        "calls": run.call_index,
+        "steps": steps,
+        "reexecutions": reexecutions,
+        "meta": _json_meta(task.meta),
+    }
+    return run.calls, outcome
+
+
+def _json_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """Task metadata as plain JSON values (strings for anything exotic)."""
+    plain: dict[str, Any] = {}
+    for key, value in meta.items():
+        plain[str(key)] = value if isinstance(value, (str, int, float, bool, type(None), list, dict)) else str(value)
+    return plain

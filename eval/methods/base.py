@@ -1,0 +1,352 @@
+"""Shared definitions of the six context-management methods (see ``eval/DESIGN.md``, "Method").
+
+A method owns what the model sees: it is told the system prompt and goal once (``begin``), every
+agent turn (``record_agent``) and every observation (``record_observation``), and it builds the
+messages of the next model call (``prompt``). When the prompt does not fit, or at a forced call
+index, the loop asks it to ``compact``. Everything it did since the last call is reported by
+``drain_events`` and ends up in the call records (``eval/RECORDS.md``).
+
+This module also holds:
+
+* ``PromptCounter``: token counts of a message list, serialized the way the server sees it
+  (``arc_ref.chat`` + an ``arc_ref`` tokenizer), with a cache per message so that a call never
+  recounts the whole history (the per-call harness overhead target is < 1 ms at the 16k preset);
+* ``TranscriptMethod``: the machinery the five baselines share (prefix, turns, recent suffix,
+  proactive trigger, events). ``ArcMethod`` implements ``Method`` on its own.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
+
+from attrs import field, frozen
+
+from arc_ref.chat import get_chat_format
+from arc_ref.errors import ConfigError
+from arc_ref.tokenizers import get_tokenizer
+from eval.types import ChatReply, Message, Observation
+
+COMPACTION_REASONS = ("proactive", "reactive", "forced")
+
+# Fraction of the usable budget L = L_ctx - G_max that a baseline keeps as its verbatim recent
+# suffix after a compaction (override with ``MethodSettings.extra["recent_fraction"]``).
+DEFAULT_RECENT_FRACTION = 0.25
+# Fraction of L that a baseline's condensed memory (summary, JSON state, retrieved chunks) may use
+# (override with ``MethodSettings.extra["memory_fraction"]``).
+DEFAULT_MEMORY_FRACTION = 0.25
+
+
+def _positive(instance: Any, attribute: Any, value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(f"{attribute.name} must be a positive integer, got {value!r}")
+
+
+@frozen
+class MethodSettings:
+    """Budgets every method shares (paper, "Experimental Setup" and "Ablation")."""
+
+    context_limit: int = field(validator=_positive)  # L_ctx
+    max_tokens: int = field(default=4096, validator=_positive)  # G_max
+    keep_verbatim_chars: int = field(default=500, validator=_positive)
+    recall_budget_chars: int = field(default=16000, validator=_positive)  # RECALL_BUDGET_CHARS
+    recall_max_chars: int = field(default=8000, validator=_positive)  # RECALL_MAX_CHARS
+    tokenizer: str = "o200k_base"  # arc_ref tokenizer name used to estimate prompt tokens
+    chat_format: str = "chatml"
+    rag_top_k: int = field(default=3, validator=_positive)
+    rag_chunk_chars: int = field(default=1000, validator=_positive)
+    extra: Mapping[str, Any] = field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_tokens >= self.context_limit:
+            raise ConfigError(
+                f"max_tokens ({self.max_tokens}) must be below context_limit ({self.context_limit}): "
+                "the usable prompt budget L = L_ctx - G_max would be empty"
+            )
+
+    @property
+    def usable_tokens(self) -> int:
+        """L = L_ctx - G_max: the most prompt tokens a call may carry (paper, "System-Level Guarantee")."""
+        return self.context_limit - self.max_tokens
+
+    def fraction(self, key: str, default: float) -> float:
+        """A budget fraction from ``extra`` (checked to lie in (0, 1])."""
+        value = self.extra.get(key, default)
+        if not isinstance(value, (int, float)) or not 0.0 < float(value) <= 1.0:
+            raise ConfigError(f"extra[{key!r}] must be a number in (0, 1], got {value!r}")
+        return float(value)
+
+
+@frozen
+class Intercepted:
+    """A command answered by the method itself, before any environment."""
+
+    response: str  # what the model will see as the result of its action
+    recalls: tuple[Mapping[str, Any], ...] = ()  # {"id", "chunk", "chunks"} per recall answered
+
+
+@frozen
+class MethodEvents:
+    """What a method did since the last ``drain_events``."""
+
+    compactions: tuple[str, ...] = ()  # reasons, in order, since the last drain
+    recalls: tuple[Mapping[str, Any], ...] = ()
+
+
+AuxCaller = Callable[[Sequence[Message], str], Awaitable[ChatReply]]  # (messages, purpose) -> reply
+
+
+class Method(Protocol):
+    """One context-management method for one task (a fresh object per task)."""
+
+    name: str
+
+    def begin(self, system: str, goal: str) -> None:
+        """Start the task: the system prompt (a method may append its own instructions) and goal."""
+        ...
+
+    async def prompt(self, aux: AuxCaller) -> tuple[Message, ...]:
+        """Messages of the next agent call; may compact proactively first (and record it)."""
+        ...
+
+    def record_agent(self, thought: str, action: str) -> Intercepted | None:
+        """The agent's turn. ARC intercepts its recall/catalog commands here; others return None."""
+        ...
+
+    def record_observation(self, action: str, observation: Observation) -> None:
+        """The environment's answer to the agent's last (non-intercepted) action."""
+        ...
+
+    async def compact(self, reason: str, aux: AuxCaller) -> bool:
+        """Shrink the view ("proactive" | "reactive" | "forced"); False when nothing is left to shrink."""
+        ...
+
+    def drain_events(self) -> MethodEvents:
+        """Compactions and recalls since the last call, then forget them."""
+        ...
+
+
+class PromptCounter:
+    """Counts the tokens a server charges for a message list, one cached count per message.
+
+    A message is rendered alone (``<|im_start|>role\\ncontent<|im_end|>\\n`` for ChatML) and
+    counted once; a list costs the sum of its messages plus the generation prompt. For ChatML and
+    the tiktoken/byte tokenizers the sum equals the count of the whole rendered text, because the
+    role markers start a new pre-token at every message boundary.
+    """
+
+    def __init__(self, tokenizer: str = "o200k_base", chat_format: str = "chatml", cache_size: int = 8192):
+        self.tokenizer = get_tokenizer(tokenizer)
+        self.chat_format = get_chat_format(chat_format)
+        self._cache: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self._cache_size = cache_size
+        self.generation_prompt_tokens = self.tokenizer.count(self.chat_format.generation_prompt)
+
+    def message_tokens(self, message: Message) -> int:
+        key = (message.role, message.content)
+        cached = self._cache.get(key)
+        if cached is not None:
+            self._cache.move_to_end(key)
+            return cached
+        tokens = self.tokenizer.count(self.chat_format.render_message(message.role, message.content))
+        self._cache[key] = tokens
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return tokens
+
+    def clear(self) -> None:
+        """Forget every cached count (benchmarks measure cold caches with it)."""
+        self._cache.clear()
+
+    def count(self, messages: Sequence[Message]) -> int:
+        """Prompt tokens of ``messages`` with the generation prompt appended."""
+        return sum(self.message_tokens(message) for message in messages) + self.generation_prompt_tokens
+
+    def text_tokens(self, text: str) -> int:
+        """Tokens of a bare text (no role markers)."""
+        return self.tokenizer.count(text)
+
+
+_COUNTERS: dict[tuple[str, str], PromptCounter] = {}
+
+
+def shared_counter(tokenizer: str, chat_format: str) -> PromptCounter:
+    """The process-wide counter of a tokenizer and chat format (one cache for methods and backends)."""
+    key = (tokenizer, chat_format)
+    counter = _COUNTERS.get(key)
+    if counter is None:
+        counter = PromptCounter(tokenizer, chat_format)
+        _COUNTERS[key] = counter
+    return counter
+
+
+def clear_counter_caches() -> None:
+    """Empty the caches of every shared counter."""
+    for counter in _COUNTERS.values():
+        counter.clear()
+
+
+def prompt_counter(settings: MethodSettings) -> PromptCounter:
+    """The process-wide counter for the settings' tokenizer and chat format."""
+    return shared_counter(settings.tokenizer, settings.chat_format)
+
+
+def assistant_text(thought: str, action: str) -> str:
+    """The assistant message a baseline keeps for one agent turn (the protocol's reply format)."""
+    return f"Thought: {thought}\nAction: {action}" if thought else f"Action: {action}"
+
+
+def observation_text(action: str, observation: Observation) -> str:
+    """The user message that carries an observation in a baseline's transcript."""
+    return f"Observation (rc={observation.returncode}) of `{action}`:\n{observation.text}"
+
+
+@frozen
+class Turn:
+    """One agent turn and the observation it produced: a unit that compaction never splits."""
+
+    assistant: Message
+    observation: Message | None
+    action: str
+    observation_text: str = ""
+    returncode: int = 0
+
+    def messages(self) -> tuple[Message, ...]:
+        return (self.assistant,) if self.observation is None else (self.assistant, self.observation)
+
+
+class TranscriptMethod:
+    """Prefix + condensed memory + verbatim turns: what the five baselines have in common.
+
+    * the prefix (system prompt, goal) is always kept;
+    * each turn (assistant reply + its observation) is kept or removed whole, so an assistant
+      action and its result are never separated (this also covers native tool calls);
+    * ``prompt`` compacts proactively when its own token estimate exceeds L = L_ctx - G_max;
+    * ``compact`` keeps the longest suffix of turns within ``recent_fraction * L`` tokens (at least
+      the last turn) and hands the older turns to ``_condense``, which each baseline defines.
+    """
+
+    name = "transcript"
+
+    def __init__(self, settings: MethodSettings):
+        self.settings = settings
+        self.counter = prompt_counter(settings)
+        self.prefix: tuple[Message, ...] = ()
+        self.turns: list[Turn] = []
+        self._pending: Turn | None = None
+        self._compactions: list[str] = []
+        self._recalls: list[Mapping[str, Any]] = []
+        self.recent_budget = int(settings.usable_tokens * settings.fraction("recent_fraction", DEFAULT_RECENT_FRACTION))
+        self.memory_budget = int(settings.usable_tokens * settings.fraction("memory_fraction", DEFAULT_MEMORY_FRACTION))
+
+    # -- Method protocol -------------------------------------------------------------------
+    def begin(self, system: str, goal: str) -> None:
+        self.prefix = (Message("system", system), Message("user", goal))
+        self.turns = []
+        self._pending = None
+
+    async def prompt(self, aux: AuxCaller) -> tuple[Message, ...]:
+        self._flush_pending()
+        messages = await self._assemble(aux)
+        if self.counter.count(messages) > self.settings.usable_tokens and await self.compact("proactive", aux):
+            messages = await self._assemble(aux)
+        return messages
+
+    def record_agent(self, thought: str, action: str) -> Intercepted | None:
+        self._flush_pending()
+        self._pending = Turn(Message("assistant", assistant_text(thought, action)), None, action)
+        return None
+
+    def record_observation(self, action: str, observation: Observation) -> None:
+        pending = self._pending
+        assistant = pending.assistant if pending is not None else Message("assistant", assistant_text("", action))
+        self._pending = None
+        self.turns.append(
+            Turn(
+                assistant,
+                Message("user", observation_text(action, observation)),
+                action,
+                observation.text,
+                observation.returncode,
+            )
+        )
+
+    async def compact(self, reason: str, aux: AuxCaller) -> bool:
+        if reason not in COMPACTION_REASONS:
+            raise ValueError(f"unknown compaction reason {reason!r}; expected one of {COMPACTION_REASONS}")
+        self._flush_pending()
+        split = self._recent_start()
+        if split == 0:
+            return False
+        older, self.turns = self.turns[:split], self.turns[split:]
+        await self._condense(older, aux)
+        self._compactions.append(reason)
+        return True
+
+    def drain_events(self) -> MethodEvents:
+        events = MethodEvents(tuple(self._compactions), tuple(self._recalls))
+        self._compactions.clear()
+        self._recalls.clear()
+        return events
+
+    # -- shared helpers --------------------------------------------------------------------
+    def _flush_pending(self) -> None:
+        """An agent turn with no observation (it got none) still belongs to the transcript."""
+        if self._pending is not None:
+            self.turns.append(self._pending)
+            self._pending = None
+
+    def _turn_tokens(self, turn: Turn) -> int:
+        return sum(self.counter.message_tokens(message) for message in turn.messages())
+
+    def _recent_start(self) -> int:
+        """Index of the first turn of the recent suffix kept verbatim by a compaction."""
+        if not self.turns:
+            return 0
+        start = len(self.turns) - 1  # the last turn is always kept
+        used = self._turn_tokens(self.turns[start])
+        while start > 0:
+            cost = self._turn_tokens(self.turns[start - 1])
+            if used + cost > self.recent_budget:
+                break
+            used += cost
+            start -= 1
+        return start
+
+    def _turn_messages(self) -> list[Message]:
+        messages: list[Message] = []
+        for turn in self.turns:
+            messages.extend(turn.messages())
+        return messages
+
+    async def _assemble(self, aux: AuxCaller) -> tuple[Message, ...]:
+        """Prefix, then the method's memory messages, then the verbatim turns."""
+        return (*self.prefix, *await self._memory_messages(aux), *self._turn_messages())
+
+    def clip_to_tokens(self, text: str, budget: int) -> str:
+        """The longest line-prefix of ``text`` within ``budget`` tokens (then a hard cut), marked when cut."""
+        if self.counter.text_tokens(text) <= budget:
+            return text
+        marker = "\n[... cut to fit the memory budget]"
+        lines = text.split("\n")
+        low, high = 0, len(lines)
+        while low < high:  # binary search on the number of whole lines kept
+            middle = (low + high + 1) // 2
+            if self.counter.text_tokens("\n".join(lines[:middle]) + marker) <= budget:
+                low = middle
+            else:
+                high = middle - 1
+        if low > 0:
+            return "\n".join(lines[:low]) + marker
+        characters = max(0, budget * 4)
+        while characters > 0 and self.counter.text_tokens(text[:characters] + marker) > budget:
+            characters //= 2
+        return text[:characters] + marker
+
+    # -- what each baseline defines ----------------------------------------------------------
+    async def _memory_messages(self, aux: AuxCaller) -> tuple[Message, ...]:
+        """Messages between the prefix and the verbatim turns (summary, state, retrieved chunks)."""
+        return ()
+
+    async def _condense(self, older: list[Turn], aux: AuxCaller) -> None:
+        """Absorb the turns removed from the verbatim transcript (drop, summarize, index...)."""

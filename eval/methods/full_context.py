@@ -1,0 +1,21 @@
+"""``full_context``: no compaction (paper, Related Works, "Full-Context (No Compaction)").
+
+Every turn is appended and re-sent verbatim, as in ReAct. The view is exact while it fits; once
+the prompt exceeds L = L_ctx - G_max the next call overflows, ``compact`` returns False, and the
+task ends as no answer (``end="overflow"``). Forced compactions are no-ops.
+"""
+
+from __future__ import annotations
+
+from eval.methods.base import COMPACTION_REASONS, AuxCaller, TranscriptMethod
+
+
+class FullContextMethod(TranscriptMethod):
+    """Keeps the whole transcript; never compacts."""
+
+    name = "full_context"
+
+    async def compact(self, reason: str, aux: AuxCaller) -> bool:
+        if reason not in COMPACTION_REASONS:
+            raise ValueError(f"unknown compaction reason {reason!r}; expected one of {COMPACTION_REASONS}")
+        return False

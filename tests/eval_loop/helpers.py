@@ -1,0 +1,80 @@
+"""Small fakes shared by the eval_loop tests (synthetic fixtures; no shared data)."""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from eval.types import ChatReply, ChatRequest, ContextOverflow, Message, Observation, Task
+
+
+def reply(text: str, prompt_tokens: int = 10) -> ChatReply:
+    return ChatReply(
+        content=text, prompt_tokens=prompt_tokens, completion_tokens=3, finish_reason="stop", latency_s=0.0
+    )
+
+
+class FakeBackend:
+    """Answers with a function of the request; records every request it saw."""
+
+    name = "fake"
+
+    def __init__(self, answer: Callable[[ChatRequest], str | Exception]) -> None:
+        self.answer = answer
+        self.requests: list[ChatRequest] = []
+
+    async def complete(self, request: ChatRequest) -> ChatReply:
+        self.requests.append(request)
+        result = self.answer(request)
+        if isinstance(result, Exception):
+            raise result
+        return reply(result, prompt_tokens=len(request.messages))
+
+    async def count_prompt_tokens(self, messages: Sequence[Message]) -> int:
+        return len(messages)
+
+
+class ScriptedReplies:
+    """Agent replies in order (aux requests get 'summary text'); an Exception entry is raised."""
+
+    def __init__(self, replies: Sequence[str | Exception]) -> None:
+        self.replies = list(replies)
+        self.index = 0
+
+    def __call__(self, request: ChatRequest) -> str | Exception:
+        if request.tags.get("purpose") != "agent":
+            return "summary text"
+        item = self.replies[min(self.index, len(self.replies) - 1)]
+        self.index += 1
+        return item
+
+
+class FakeSandbox:
+    """Files answer `cat NAME`; `submit X` is accepted when X is not empty."""
+
+    def __init__(self, files: dict[str, str]) -> None:
+        self.files = files
+        self.actions: list[str] = []
+
+    def run(self, action: str) -> Observation:
+        self.actions.append(action)
+        word, _, rest = action.partition(" ")
+        if word == "submit":
+            if not rest.strip():
+                return Observation("empty", 2)
+            return Observation(f"submitted: {rest}", 0, submitted=rest.strip())
+        if word == "cat" and rest in self.files:
+            return Observation(self.files[rest], 0)
+        return Observation(f"{word}: not found", 1)
+
+
+def overflow() -> ContextOverflow:
+    return ContextOverflow("This model's maximum context length is 100 tokens", prompt_tokens=120, limit=100)
+
+
+def tiny_task(kind: str = "nih", files: dict[str, str] | None = None) -> Task:
+    return Task(task_id="t-1", kind=kind, goal="Read a.txt then submit.", files=files or {"a.txt": "alpha"},
+                answer="never-read", meta={"size": 1})
+
+
+def exact_scorer(task: Task, submission: str) -> tuple[bool, str | None]:
+    return submission == "NEEDLE=OK", submission

@@ -1,0 +1,268 @@
+"""The shared method definitions and the five baselines (synthetic transcripts, fake aux calls)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from typing import Sequence
+
+import pytest
+
+from arc_ref.chat import CHATML
+from arc_ref.errors import ConfigError
+from arc_ref.tokenizers import get_tokenizer
+from eval.methods import BASELINE_NAMES, METHOD_NAMES, make_method, method_available
+from eval.methods.base import Method, MethodEvents, MethodSettings, PromptCounter, TranscriptMethod
+from eval.methods.llm_summary import LlmSummaryMethod
+from eval.methods.rag_memory import Bm25Retriever, RagMemoryMethod, chunk_text, embeddings_available, resolve_retriever
+from eval.methods.structured_state import STATE_KEYS, StructuredStateMethod, parse_state
+from eval.protocol import STATE_REQUEST_HEADER, SUMMARY_REQUEST_HEADER
+from eval.types import ChatReply, ContextOverflow, Message, Observation
+
+from .helpers import reply
+
+SETTINGS = MethodSettings(context_limit=4096, max_tokens=1024, tokenizer="bytes", extra={"rag_retriever": "bm25"})
+
+
+class AuxRecorder:
+    """An AuxCaller that answers summaries and states and remembers what it was asked."""
+
+    def __init__(self, answer: str | None = None, overflow_over: int | None = None) -> None:
+        self.requests: list[tuple[tuple[Message, ...], str]] = []
+        self.answer = answer
+        self.overflow_over = overflow_over
+
+    async def __call__(self, messages: Sequence[Message], purpose: str) -> ChatReply:
+        self.requests.append((tuple(messages), purpose))
+        size = sum(len(message.content) for message in messages)
+        if self.overflow_over is not None and size > self.overflow_over:
+            raise ContextOverflow("maximum context length", prompt_tokens=size, limit=self.overflow_over)
+        if self.answer is not None:
+            return reply(self.answer)
+        if purpose == "state":
+            return reply(json.dumps({"task": "t", "done": [f"turn {len(self.requests)}"], "facts": {"K": "V"}}))
+        return reply(f"summary #{len(self.requests)}")
+
+
+def run(coroutine: object) -> object:
+    return asyncio.run(coroutine)  # type: ignore[arg-type]
+
+
+def feed(method: Method, turns: int, size: int = 600, start: int = 0) -> None:
+    for index in range(start, start + turns):
+        action = f"cat file_{index:02d}.txt"
+        method.record_agent(f"reading file {index}", action)
+        method.record_observation(action, Observation(f"line {index}\n" + "x" * size, 0))
+
+
+def prompt(method: Method, aux: AuxRecorder | None = None) -> tuple[Message, ...]:
+    return run(method.prompt(aux or AuxRecorder()))  # type: ignore[return-value]
+
+
+def test_settings_validate_budgets() -> None:
+    assert SETTINGS.usable_tokens == 3072
+    with pytest.raises(ConfigError):
+        MethodSettings(context_limit=4096, max_tokens=4096)
+    with pytest.raises(ConfigError):
+        MethodSettings(context_limit=0)
+    with pytest.raises(ConfigError):
+        settings = MethodSettings(context_limit=100, max_tokens=10, extra={"recent_fraction": 1.5})
+        settings.fraction("recent_fraction", 0.2)
+
+
+@pytest.mark.parametrize("tokenizer", ["bytes", "o200k_base"])
+def test_prompt_counter_matches_the_whole_rendered_prompt(tokenizer: str) -> None:
+    counter = PromptCounter(tokenizer, "chatml")
+    rng = random.Random(7)
+    alphabet = "abc xyz\n<|>:{}§é.-_"
+    for _ in range(30):
+        messages = [
+            Message(rng.choice(["system", "user", "assistant"]),
+                    "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 80))))
+            for _ in range(rng.randint(1, 6))
+        ]
+        whole = CHATML.render([(message.role, message.content) for message in messages])
+        assert counter.count(messages) == get_tokenizer(tokenizer).count(whole)
+    assert counter.count(messages) == counter.count(messages)  # cached counts stay exact
+
+
+def test_make_method_names() -> None:
+    assert METHOD_NAMES == ("full_context", "sliding_window", "llm_summary", "structured_state", "rag_memory", "arc")
+    for name in BASELINE_NAMES:
+        method = make_method(name, SETTINGS)
+        assert method.name == name
+    with pytest.raises(ConfigError, match="unknown method"):
+        make_method("nope", SETTINGS)
+
+
+def test_arc_is_made_lazily_or_reported_missing() -> None:
+    if method_available("arc"):
+        assert make_method("arc", SETTINGS).name == "arc"
+    else:
+        with pytest.raises(ConfigError, match="not available"):
+            make_method("arc", SETTINGS)
+
+
+@pytest.mark.parametrize("name", BASELINE_NAMES)
+def test_prefix_is_kept_and_turns_are_never_split(name: str) -> None:
+    method = make_method(name, SETTINGS)
+    method.begin("SYSTEM", "GOAL")
+    aux = AuxRecorder()
+    for round_ in range(6):
+        feed(method, 3, start=3 * round_)
+        if round_ % 2:
+            run(method.compact("forced", aux))
+        messages = prompt(method, aux)
+        assert messages[0] == Message("system", "SYSTEM") and messages[1] == Message("user", "GOAL")
+        for index, message in enumerate(messages):
+            if message.role == "assistant":  # every kept agent turn is followed by its own observation
+                action = message.content.split("Action: ", 1)[1]
+                assert messages[index + 1].content.startswith(f"Observation (rc=0) of `{action}`:")
+
+
+@pytest.mark.parametrize("name", [name for name in BASELINE_NAMES if name != "full_context"])
+def test_compacting_baselines_stay_within_the_usable_budget(name: str) -> None:
+    method = make_method(name, SETTINGS)
+    method.begin("SYSTEM", "GOAL")
+    counter = PromptCounter("bytes", "chatml")
+    events: list[MethodEvents] = []
+    for _ in range(12):
+        feed(method, 1, size=900, start=len(events))
+        messages = prompt(method)
+        events.append(method.drain_events())
+        assert counter.count(messages) <= SETTINGS.usable_tokens
+    assert any("proactive" in event.compactions for event in events)
+
+
+def test_full_context_never_compacts() -> None:
+    method = make_method("full_context", SETTINGS)
+    method.begin("S", "G")
+    feed(method, 10, size=900)
+    assert run(method.compact("forced", AuxRecorder())) is False
+    assert run(method.compact("reactive", AuxRecorder())) is False
+    messages = prompt(method)
+    assert len(messages) == 2 + 2 * 10  # the whole transcript, over budget
+    assert method.drain_events().compactions == ()
+    with pytest.raises(ValueError):
+        run(method.compact("sometimes", AuxRecorder()))
+
+
+def test_sliding_window_drops_older_turns_for_good() -> None:
+    method = make_method("sliding_window", SETTINGS)
+    method.begin("S", "G")
+    feed(method, 6)
+    assert run(method.compact("forced", AuxRecorder())) is True
+    text = "\n".join(message.content for message in prompt(method))
+    assert "line 5\n" in text and "line 0\n" not in text
+    assert method.drain_events().compactions == ("forced",)
+    single = make_method("sliding_window", SETTINGS)
+    single.begin("S", "G")
+    feed(single, 1)
+    assert run(single.compact("forced", AuxRecorder())) is False  # the last turn is always kept
+
+
+def test_llm_summary_asks_the_model_and_keeps_short_observations_verbatim() -> None:
+    method = make_method("llm_summary", SETTINGS)
+    method.begin("S", "GOAL")
+    method.record_agent("short one", "ls")
+    method.record_observation("ls", Observation("a.txt\nb.txt", 0))
+    feed(method, 6)
+    aux = AuxRecorder()
+    assert run(method.compact("forced", aux)) is True
+    assert aux.requests and all(purpose == "summary" for _, purpose in aux.requests)
+    request = aux.requests[0][0]
+    assert request[0].content.startswith(SUMMARY_REQUEST_HEADER) and "GOAL" in request[1].content
+    text = "\n".join(message.content for message in prompt(method, aux))
+    assert "summary #" in text
+    assert "a.txt\nb.txt" in text  # < 500 characters: kept verbatim
+    assert "line 0\n" not in text  # a long older observation lives only in the summary
+
+
+def test_llm_summary_splits_requests_that_do_not_fit() -> None:
+    settings = MethodSettings(context_limit=2048, max_tokens=512, tokenizer="bytes")
+    method = LlmSummaryMethod(settings)
+    method.begin("S", "GOAL")
+    feed(method, 8, size=700)
+    aux = AuxRecorder()
+    assert run(method.compact("reactive", aux)) is True
+    assert len(aux.requests) >= 2  # older turns folded in several requests
+    counter = PromptCounter("bytes", "chatml")
+    assert all(counter.count(messages) <= settings.usable_tokens for messages, _ in aux.requests)
+    overflowing = LlmSummaryMethod(settings)
+    overflowing.begin("S", "GOAL")
+    feed(overflowing, 4, size=700)
+    assert run(overflowing.compact("forced", AuxRecorder(overflow_over=10))) is True
+    assert overflowing.lost_batches >= 1  # the server kept refusing: counted, not crashed
+
+
+def test_structured_state_schema_and_invalid_replies() -> None:
+    parsed = parse_state('```json\n{"task": "x", "done": "one", "facts": {"a": 1}, "extra": 2}\n```')
+    assert parsed is not None and tuple(parsed) == STATE_KEYS
+    assert parsed["done"] == ["one"] and parsed["facts"] == {"a": "1"}
+    assert parse_state("no json here") is None and parse_state("[1, 2]") is None
+    method = StructuredStateMethod(SETTINGS)
+    method.begin("S", "GOAL")
+    feed(method, 5)
+    aux = AuxRecorder()
+    run(method.compact("forced", aux))
+    assert aux.requests[0][0][0].content.startswith(STATE_REQUEST_HEADER)
+    assert aux.requests[0][1] == "state"
+    text = "\n".join(message.content for message in prompt(method, aux))
+    assert '"K": "V"' in text
+    feed(method, 5, start=5)
+    run(method.compact("forced", AuxRecorder(answer="I refuse to write JSON")))
+    assert method.invalid_replies >= 1 and method.state is not None and method.state["facts"] == {"K": "V"}
+
+
+def test_chunk_text_covers_the_text_within_the_size() -> None:
+    rng = random.Random(3)
+    for _ in range(50):
+        text = "\n".join("w" * rng.randint(0, 40) for _ in range(rng.randint(1, 30)))
+        chunks = chunk_text(text, 37)
+        assert all(len(chunk) <= 37 for chunk in chunks)
+        assert "".join(chunks).replace("\n", "") == text.replace("\n", "")
+
+
+def test_bm25_retriever_finds_the_matching_chunk() -> None:
+    retriever = Bm25Retriever()
+    retriever.add(["apples and pears", "the harbor lantern", "zebra stripes"])
+    assert retriever.search(["where is the lantern", ""], 2)[0] == 1
+    assert retriever.search(["the of and"], 2) == [0, 1]  # no content word: oldest first
+    assert Bm25Retriever().search(["x"], 3) == []
+
+
+def test_rag_memory_reinjects_retrieved_chunks() -> None:
+    method = RagMemoryMethod(SETTINGS)
+    assert method.retriever.name == "bm25"
+    method.begin("S", "Find the lantern colour.")
+    for index, body in enumerate(["river stone " * 60, "the lantern is crimson\n" + "quiet " * 100, "meadow " * 100]):
+        action = f"cat f{index}.txt"
+        method.record_agent("reading", action)
+        method.record_observation(action, Observation(body, 0))
+    feed(method, 2, size=300, start=10)
+    assert run(method.compact("forced", AuxRecorder())) is True
+    text = "\n".join(message.content for message in prompt(method))
+    assert "Retrieved memory" in text and "the lantern is crimson" in text
+    assert "from `cat f1.txt`" in text
+
+
+def test_retriever_choice() -> None:
+    assert resolve_retriever("bm25") == "bm25"
+    assert resolve_retriever("auto") == ("embeddings" if embeddings_available() else "bm25")
+    with pytest.raises(ConfigError):
+        resolve_retriever("tfidf")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not embeddings_available(), reason="embeddings not installed (pip install 'arc-ref[embeddings]')")
+def test_embedding_retriever_ranks_by_meaning() -> None:
+    from eval.methods.rag_memory import EmbeddingRetriever
+
+    retriever = EmbeddingRetriever()
+    retriever.add(["The cat sat on the mat.", "Quarterly revenue grew by ten percent.", "A kitten naps on a rug."])
+    assert retriever.search(["How did the company's sales change?"], 1) == [1]
+
+
+def test_transcript_method_is_the_shared_machinery() -> None:
+    assert all(issubclass(type(make_method(name, SETTINGS)), TranscriptMethod) for name in BASELINE_NAMES)

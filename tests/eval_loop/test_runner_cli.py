@@ -1,0 +1,275 @@
+"""The runner and the ``arc-eval`` CLI end to end: tables, records, resume, ablations, HTTP backend."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eval.cli import default_run_dir, main
+from eval.runner import ABLATIONS, RunSpec, accuracy_table, run
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE = REPO.parent / "shared" / "data" / "longbench_v2_hard_sample"
+BASELINES = "full_context,sliding_window,llm_summary,structured_state,rag_memory"
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["nih", "--tasks", "0"], "positive integer"),
+        (["nih", "--methods", "full_context,bogus"], "unknown method"),
+        (["nih", "--seeds", "x"], "expected an integer"),
+        (["nih", "--backend", "openai"], "--model"),
+        (["nih", "--backend", "openai", "--model", "m"], "--base-url"),
+        (["nih", "--base-url", "http://x"], "--base-url is for --backend openai"),
+        (["nih", "--tool-calling"], "--tool-calling needs --backend openai"),
+        (["nih", "--max-tokens", "20000"], "must be below --context-limit"),
+        (["nih", "--tokenizer", "nonsense"], "unknown tokenizer"),
+        (["nih", "--tokenizer-json", "/nonexistent/tokenizer.json"], "cannot load tokenizer.json"),
+        (["longbench"], "--data"),
+        (["longbench", "--data", "/nonexistent/data.json"], "does not exist"),
+        (["ablation", "noise-lines", "--task", "longbench", "--data", "x"], "--task nih"),
+        (["ablation", "bogus"], "invalid choice"),
+        (["frobnicate"], "invalid choice"),
+        ([], "COMMAND"),
+    ],
+)
+def test_bad_arguments_exit_2_with_a_message(argv: list[str], message: str, capsys: pytest.CaptureFixture[str],
+                                             tmp_path: Path) -> None:
+    if argv and argv[0] in ("nih", "longbench", "ablation") and len(argv) > 1 and "bogus" not in argv:
+        argv = [*argv, "--out", str(tmp_path / "run"), "--no-progress", "--methods", "sliding_window"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_small_nih_run_prints_the_table_and_writes_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    argv = ["nih", "--tasks", "2", "--seeds", "42", "--methods", BASELINES, "--out", str(out),
+            "--rag-retriever", "bm25", "--no-progress", "--concurrency", "3"]
+    assert main(argv) == 0
+    table = capsys.readouterr().out
+    for name in BASELINES.split(","):
+        assert name in table
+    assert "pass/attempts" in table and "0/2" in table
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["methods"] == BASELINES.split(",") and manifest["config"]["rag_retriever"] == "bm25"
+    assert manifest["command"][:2] == ["arc-eval", "nih"] and manifest["config"]["force_at_calls"] == [5, 10, 15]
+    tasks = lines(out / "tasks.jsonl")
+    calls = lines(out / "calls.jsonl")
+    assert len(tasks) == 10 and {task["end"] for task in tasks} <= {"submitted", "overflow", "error", "step_limit"}
+    for task in tasks:
+        own = [call for call in calls if (call["method"], call["task_id"]) == (task["method"], task["task_id"])]
+        assert [call["call_index"] for call in own] == list(range(1, task["calls"] + 1))
+    full = [task for task in tasks if task["method"] == "full_context"]
+    assert all(task["end"] == "overflow" and task["no_answer"] for task in full)
+    assert main(argv) == 0  # the same command again: everything is finished, nothing is redone
+    assert len(lines(out / "tasks.jsonl")) == 10
+
+
+def test_arc_keeps_every_needle_recoverable_and_the_baselines_lose_it(tmp_path: Path) -> None:
+    from eval.methods import method_available
+
+    if not method_available("arc"):
+        pytest.skip("eval.methods.arc is not installed")
+    import io
+
+    spec = RunSpec(task_kind="nih", methods=("sliding_window", "llm_summary", "arc"), seeds=(82,), out=tmp_path / "r",
+                   tasks_per_seed=3, progress=False)
+    run(spec, out=io.StringIO())
+    tasks = lines(tmp_path / "r" / "tasks.jsonl")
+    calls = lines(tmp_path / "r" / "calls.jsonl")
+    arc = [task for task in tasks if task["method"] == "arc"]
+    assert len(arc) == 3 and all(task["correct"] and task["reexecutions"] == 0 for task in arc)
+    recalled = [call for call in calls if call["method"] == "arc" and call["recalls"]]
+    assert recalled and all(call["action"].startswith("_recall") for call in recalled)
+    assert not any(task["correct"] for task in tasks if task["method"] != "arc")
+
+
+def test_a_killed_run_resumes_without_loss_or_duplicates(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    argv = ["nih", "--tasks", "120", "--seeds", "42", "--methods", "sliding_window", "--out", str(out),
+            "--no-progress", "--concurrency", "2"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen([sys.executable, "-m", "eval.cli", *argv], cwd=tmp_path, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tasks_path = out / "tasks.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and process.poll() is None:
+        if tasks_path.exists() and tasks_path.read_text().count("\n") >= 8:
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    before = tasks_path.read_text().splitlines()
+    assert 0 < len(before) < 120, "the run should have been killed in the middle"
+    with (out / "calls.jsonl").open("a") as handle:
+        handle.write('{"variant": "", "method": "sliding_window", "task_id": "torn')  # a write cut by the crash
+    assert main(argv) == 0
+    tasks = lines(tasks_path)
+    keys = [(task["method"], task["seed"], task["task_id"]) for task in tasks]
+    assert len(keys) == len(set(keys)) == 120
+    assert tasks_path.read_text().splitlines()[: len(before)] == before  # finished tasks kept as they were
+    calls = lines(out / "calls.jsonl")
+    per_task: dict[str, list[int]] = {}
+    for call in calls:
+        per_task.setdefault(call["task_id"], []).append(call["call_index"])
+    assert all(indexes == list(range(1, len(indexes) + 1)) for indexes in per_task.values())
+    assert sum(task["calls"] for task in tasks) == len(calls)
+
+
+def test_ctrl_c_stops_between_tasks_with_status_130(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    argv = ["nih", "--tasks", "150", "--seeds", "42", "--methods", "sliding_window", "--out", str(out), "--no-progress"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen([sys.executable, "-m", "eval.cli", *argv], cwd=tmp_path, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tasks_path = out / "tasks.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and process.poll() is None:
+        if tasks_path.exists() and tasks_path.read_text().count("\n") >= 5:
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130 and "rerun the same command" in err and "Traceback" not in err
+    finished = lines(tasks_path)
+    assert 0 < len(finished) < 150
+
+
+def test_an_unavailable_backend_stops_the_run_resumably(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import eval.runner
+    from eval.agent.scripted import ScriptedBackend
+    from eval.types import BackendUnavailable, ChatReply, ChatRequest
+
+    class FailingAfter(ScriptedBackend):
+        """The embedded backend, until the server 'goes away' at the 60th call."""
+
+        async def complete(self, request: ChatRequest) -> ChatReply:
+            if self.calls >= 60:
+                raise BackendUnavailable("503 Service Unavailable after 6 retries")
+            return await super().complete(request)
+
+    monkeypatch.setattr(eval.runner, "make_backend", lambda spec, method=None: FailingAfter())
+    out = tmp_path / "run"
+    argv = ["nih", "--tasks", "10", "--seeds", "42", "--methods", "sliding_window", "--out", str(out),
+            "--no-progress", "--concurrency", "1"]
+    assert main(argv) == 3
+    err = capsys.readouterr().err
+    assert "backend is unavailable" in err and "rerun the same command" in err
+    finished = lines(out / "tasks.jsonl")
+    assert 0 < len(finished) < 10 and not any("503" in (task["error"] or "") for task in finished)
+    monkeypatch.undo()
+    assert main(argv) == 0
+    assert len(lines(out / "tasks.jsonl")) == 10
+
+
+def test_resume_refuses_a_different_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    base = ["nih", "--tasks", "1", "--seeds", "42", "--methods", "sliding_window", "--out", str(out), "--no-progress"]
+    assert main(base) == 0
+    assert main([*base[:2], "2", *base[3:]]) == 2
+    assert "cannot be resumed" in capsys.readouterr().err
+    assert main([*base, "--no-resume"]) == 2
+
+
+def test_default_run_directory_is_stable() -> None:
+    first = default_run_dir(["nih", "--tasks", "5"], "nih")
+    assert first == default_run_dir(["nih", "--tasks", "5", "--resume", "--no-progress"], "nih")
+    assert first != default_run_dir(["nih", "--tasks", "6"], "nih") and first.parent.name == "runs"
+
+
+def test_ablation_runs_every_variant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "ablation"
+    argv = ["ablation", "noise-lines", "--tasks", "1", "--seeds", "42", "--methods", "sliding_window",
+            "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    tasks = lines(out / "tasks.jsonl")
+    assert sorted(task["variant"] for task in tasks) == sorted(ABLATIONS["noise-lines"])
+    assert {task["meta"]["noise_lines_per_side"] for task in tasks} == {5, 10, 25, 30}
+    assert json.loads((out / "manifest.json").read_text())["variants"]["noise=5"] == {"noise_lines_per_side": 5}
+    assert "noise=30" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not (SAMPLE / "data.json").is_file(), reason="../shared/data/longbench_v2_hard_sample is absent")
+def test_longbench_on_the_real_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "lb"
+    argv = ["longbench", "--data", str(SAMPLE), "--limit", "2", "--seeds", "42", "--methods",
+            "full_context,sliding_window", "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    tasks = lines(out / "tasks.jsonl")
+    assert len(tasks) == 4 and {task["task_kind"] for task in tasks} == {"longbench"}
+    window = [task for task in tasks if task["method"] == "sliding_window"]
+    assert all(task["submitted"] and task["submission"] in ("A", "B", "C", "D") for task in window)
+    assert all(task["meta"]["difficulty"] == "hard" for task in tasks)
+    assert all(task["end"] == "overflow" for task in tasks if task["method"] == "full_context")
+
+
+def test_openai_backend_over_http_matches_the_embedded_backend(tmp_path: Path) -> None:
+    from eval.agent.scripted import ScriptedPolicy
+    from eval.backends.scripted_server import build_app, serve_in_thread
+
+    common: dict[str, Any] = dict(task_kind="nih", methods=("sliding_window", "llm_summary"), seeds=(42,),
+                                  tasks_per_seed=2, progress=False, concurrency=4)
+    import io
+
+    embedded = run(RunSpec(out=tmp_path / "embedded", **common), out=io.StringIO())
+    app = build_app(ScriptedPolicy(), max_model_len=16384, concurrency=4)
+    with serve_in_thread(app) as base_url:
+        remote = run(RunSpec(out=tmp_path / "http", backend="openai", base_urls=(base_url,), model="scripted",
+                             **common), out=io.StringIO())
+    assert remote.aborted is None and remote.ran == embedded.ran == 4
+
+    def outcomes(directory: Path) -> list[tuple[Any, ...]]:
+        rows = lines(directory / "tasks.jsonl")
+        return sorted((row["method"], row["task_id"], row["end"], row["correct"], row["steps"]) for row in rows)
+
+    assert outcomes(tmp_path / "embedded") == outcomes(tmp_path / "http")
+    assert app.stats.chat_requests > 0
+
+
+def test_tool_calling_offers_the_recall_tools_to_arc_only(tmp_path: Path) -> None:
+    from eval.runner import make_backend
+
+    spec = RunSpec(task_kind="nih", methods=("sliding_window",), seeds=(1,), out=tmp_path, tasks_per_seed=1,
+                   backend="openai", base_urls=("http://127.0.0.1:9/v1",), model="m", tool_calling=True)
+    spec.validate()
+    arc_backend: Any = make_backend(spec, "arc")
+    other: Any = make_backend(spec, "sliding_window")
+    assert [tool["function"]["name"] for tool in arc_backend.tools][:2] == ["_recall", "_recall-next"]
+    assert other.tools is None
+
+
+def test_accuracy_table_layout() -> None:
+    rows = [{"variant": "", "method": method, "correct": correct, "no_answer": not correct, "reexecutions": 0}
+            for method, correct in [("arc", True), ("arc", True), ("sliding_window", False), ("sliding_window", True)]]
+    table = accuracy_table(rows).splitlines()
+    assert table[0].split() == ["variant", "method", "pass/attempts", "no-answer", "accuracy", "re-executions"]
+    assert table[2].split() == ["-", "sliding_window", "1/2", "1", "50.00%", "0"]
+    assert table[3].split() == ["-", "arc", "2/2", "0", "100.00%", "0"]
+    assert accuracy_table([]) == "no finished task in this run"
+
+
+def test_report_and_serve_scripted_are_dispatched(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("eval.analysis.cli")
+    out = tmp_path / "run"
+    assert main(["nih", "--tasks", "2", "--seeds", "42", "--methods", "sliding_window,rag_memory", "--out", str(out),
+                 "--rag-retriever", "bm25", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0
+    assert "sliding_window" in capsys.readouterr().out
+    assert main(["report", str(tmp_path / "missing")]) != 0
+    assert main(["serve-scripted", "--help"]) == 0
