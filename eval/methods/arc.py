@@ -84,8 +84,21 @@ class ArcMethod:
         self.state = init(arc_config(self.settings, instructions, goal))
 
     async def prompt(self, aux: AuxCaller) -> tuple[Message, ...]:
+        """The core's view. In native tool-calling mode the answer to a command becomes a ``tool`` message
+        right after the assistant turn that issued it, so the backend sends them as a call/result pair
+        (the server's template then wraps it; that wrapping is checked by the server-side count)."""
         shown = view(self.arc)
-        return tuple(Message(message.role, message.content) for message in shown.messages)
+        messages = [Message(message.role, message.content) for message in shown.messages]
+        if self.settings.extra.get("tool_calling"):
+            for position in range(1, len(messages)):
+                current = messages[position]
+                if (
+                    current.role == render.USER
+                    and current.content.startswith(render.COMMAND_RESULT_HEADER)
+                    and messages[position - 1].role == render.ASSISTANT
+                ):
+                    messages[position] = Message("tool", current.content)
+        return tuple(messages)
 
     def prompt_tokens(self) -> int:
         """ARC's own count of the next prompt (exact for the configured tokenizer and chat format)."""
@@ -111,7 +124,8 @@ class ArcMethod:
             self.state, result = compact(self.arc, Compact(reason))
         except ArcError as problem:
             raise ValueError(str(problem)) from problem
-        self._compactions.append(reason)
+        if result.folded:
+            self._compactions.append(reason)
         return result.folded > 0
 
     def drain_events(self) -> MethodEvents:

@@ -79,9 +79,22 @@ def test_compaction_reasons_are_recorded_and_report_progress() -> None:
     for step in range(8):
         method.record_agent("t", f"cat f{step}")
         method.record_observation(f"cat f{step}", Observation("word " * 400, 0))
-    assert method.drain_events().compactions == ("forced",)  # 8 x ~400 tokens stay below R: no proactive fold
+    assert method.drain_events().compactions == ()  # the forced one folded nothing; 8 x ~400 tokens stay below R
     assert asyncio.run(method.compact("reactive", _no_aux)) is True
     assert method.drain_events().compactions == ("reactive",)
+
+
+def test_tool_calling_mode_pairs_a_command_with_its_result() -> None:
+    method = ArcMethod(MethodSettings(context_limit=16384, extra={"tool_calling": True}))
+    method.begin("system", "goal")
+    method.record_agent("look", "cat a.txt")
+    method.record_observation("cat a.txt", Observation("alpha", 0))
+    obs_id = method.arc.records[0].obs_id
+    assert method.record_agent("again", f"_recall {obs_id}") is not None
+    messages = asyncio.run(method.prompt(_no_aux))
+    roles = [message.role for message in messages]
+    assert roles[-2:] == ["assistant", "tool"] and messages[-1].content.startswith("Result of your command:")
+    assert "tool" not in roles[:-1]
     with pytest.raises(ValueError):
         asyncio.run(method.compact("sometimes", _no_aux))
 
