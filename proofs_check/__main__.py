@@ -26,7 +26,7 @@ from proofs_check.profiles import load_profile
 from proofs_check.registry import EXAMPLES, PROPERTIES, STATEMENTS
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-_COUNTEREXAMPLE = re.compile(r"error: (false when calling .*)$")
+_COUNTEREXAMPLE = re.compile(r"error: (.*when calling .*)$")
 
 
 def property_name(item: Any) -> str:

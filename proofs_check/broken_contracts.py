@@ -56,7 +56,7 @@ def encode_counter_hex(index: int, bits: int) -> str:
 
     pre: 1 <= bits <= 200
     pre: 1 <= index < 2 ** bits
-    post: int(__return__) == index
+    post: __return__.isdigit() and int(__return__) == index
     """
     return format(index, f"0{len(str(2 ** bits - 1))}x")
 
