@@ -17,22 +17,22 @@ from arc_ref.trace import replay_text
 
 
 def _replay(path: str) -> int:
+    """Lines are split at LF bytes only (a CR before it is dropped), from a file or standard input alike;
+    each line is decoded as UTF-8 on its own, so an undecodable line is one error line, not a stop."""
+    out = sys.stdout.buffer
     if path == "-":
-        for line in replay_text(sys.stdin):
-            print(line, flush=True)
+        for line in replay_text(sys.stdin.buffer):
+            out.write((line + "\n").encode("utf-8"))
+            out.flush()
         return 0
     try:
-        handle = open(path, encoding="utf-8", newline="")
+        handle = open(path, "rb")
     except OSError as problem:
         print(f"arc-ref replay: cannot read {path!r}: {problem.strerror}", file=sys.stderr)
         return 2
     with handle:
-        try:
-            for line in replay_text(handle):
-                print(line)
-        except UnicodeDecodeError as problem:
-            print(f"arc-ref replay: {path!r} is not UTF-8 text: {problem.reason}", file=sys.stderr)
-            return 2
+        for line in replay_text(handle):
+            out.write((line + "\n").encode("utf-8"))
     return 0
 
 

@@ -207,7 +207,7 @@ def make_setup(config: Config) -> Setup:
     prefix = ((render.SYSTEM, config.system), (render.USER, config.goal))
     prefix_tokens = tokenizer.count("".join(chat.render_message(r, c) for r, c in prefix))
     generation_tokens = tokenizer.count(chat.generation_prompt)
-    widest_stub = render.stub(widest_id, render.WIDEST_RETURNCODE, number, number, "", "", "")
+    widest_stub = render.stub(widest_id, render.WIDEST_RETURNCODE, number, number, ELLIPSIS, "", "")
     stub_floor = tokenizer.count("\n" + widest_stub)
     widest_pages = -(-config.capacity // config.page_size)
     page_frame = message(

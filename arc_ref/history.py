@@ -16,7 +16,7 @@ from arc_ref.config import Setup
 from arc_ref.errors import BudgetViolation
 from arc_ref.message import Message
 from arc_ref.store import Record
-from arc_ref.text import ELLIPSIS, clip_until, clipped
+from arc_ref.text import ELLIPSIS, clip_until, clipped, shown_signature
 
 
 @frozen
@@ -75,7 +75,7 @@ def agent_entry(setup: Setup, turn: int, thought: str, action: str) -> AgentEntr
 
 def observation_entry(setup: Setup, turn: int, record: Record) -> ObservationEntry:
     """The new observation verbatim when its message fits R, otherwise its stub (A4)."""
-    signature = clipped(record.signature, setup.config.signature_chars)
+    signature = shown_signature(record.signature, setup.config.signature_chars)
     content = render.observation_message(record.obs_id, record.returncode, signature, record.content)
     tokens = setup.message_tokens(render.USER, content)
     if tokens <= setup.config.recent_budget:

@@ -22,7 +22,7 @@ import immutables
 from attrs import frozen
 
 from arc_ref import render
-from arc_ref.catalog import page_count, page_of, render_page
+from arc_ref.catalog import page_count, render_page
 from arc_ref.commands import RECALL_WORDS, Command, IgnoredLine, parse_action
 from arc_ref.config import Config, Setup, make_setup
 from arc_ref.errors import BudgetViolation, CapacityExceeded, InvalidEvent
@@ -234,6 +234,10 @@ def compact(state: ArcState, event: Compact) -> tuple[ArcState, CompactResult]:
 def _require_str(name: str, value: object) -> str:
     if not isinstance(value, str):
         raise InvalidEvent(f"{name} must be a string, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as bad:
+        raise InvalidEvent(f"{name} is not valid Unicode text (lone surrogate at index {bad.start})") from None
     return value
 
 
@@ -258,9 +262,7 @@ def observe(state: ArcState, event: Observe) -> tuple[ArcState, ObserveResult]:
     cited = state.cited if entry.verbatim else state.cited.set(index, True)
     size = state.config.page_size
     shown_page = state.catalog_cursor or page_count(index, size)
-    catalog_message = state.catalog_message
-    if page_of(index, size) == shown_page:
-        catalog_message = render_page(setup, records, shown_page)
+    catalog_message = render_page(setup, records, shown_page)  # its header counts every stored stub
     new_state, folded = _append_live(
         state,
         (entry,),

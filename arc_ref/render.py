@@ -26,9 +26,9 @@ SYSTEM = "system"
 def stub(
     obs_id: str, returncode: int, n_chars: int, n_tokens: int, signature: str, head: str, tail: str
 ) -> str:
-    """z_j: one line holding the id, metadata, previews and the recall hint."""
+    """z_j: one line holding the id, metadata, previews and the recall hint (``signature`` already shown)."""
     return (
-        f"{obs_id} rc={returncode} {n_chars}ch {n_tokens}tok $ {escape_line(signature)}"
+        f"{obs_id} rc={returncode} {n_chars}ch {n_tokens}tok $ {signature}"
         f" | head: {escape_line(head)} | tail: {escape_line(tail)} | _recall {obs_id}"
     )
 
@@ -100,7 +100,7 @@ def agent_message(thought: str, action: str) -> str:
 
 
 def observation_message(obs_id: str, returncode: int, signature: str, content: str) -> str:
-    return f"Observation {obs_id} (rc={returncode}) of `{escape_line(signature)}`:\n{content}"
+    return f"Observation {obs_id} (rc={returncode}) of `{signature}`:\n{content}"
 
 
 def observation_stub_message(obs_id: str, returncode: int, n_tokens: int, stub_line: str) -> str:

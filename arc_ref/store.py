@@ -15,7 +15,7 @@ from pyrsistent import PVector, pvector
 from arc_ref import render
 from arc_ref.config import Setup
 from arc_ref.errors import BudgetViolation, InvalidEvent
-from arc_ref.text import ascii_words, clip_until, halving_lengths
+from arc_ref.text import ascii_words, clip_until, halving_lengths, shown_signature
 
 
 def action_signature(action: str) -> str:
@@ -58,7 +58,7 @@ def make_stub(setup: Setup, obs_id: str, returncode: int, n_chars: int, n_tokens
               signature: str, head: str, tail: str) -> tuple[str, int]:
     """z_j with previews clipped (halving, tail and head together) and then the signature, until cost <= c."""
     cap = setup.config.stub_cap
-    sig = signature[: setup.config.signature_chars]
+    sig = shown_signature(signature, setup.config.signature_chars)
 
     def cost(line: str) -> int:
         return setup.line_tokens(line)

@@ -22,7 +22,7 @@ from arc_ref.errors import BudgetViolation
 from arc_ref.history import AgentEntry, CommandEntry, LiveEntry, ObservationEntry
 from arc_ref.message import Message
 from arc_ref.store import Record
-from arc_ref.text import clip_until, clipped, escape_line
+from arc_ref.text import clip_until, clipped, escape_line, shown_signature
 
 ItemKind = Literal["thought", "note", "stub", "bare", "inline"]
 LineBuilder = Callable[[str, str], str]
@@ -91,7 +91,7 @@ def bare_item(setup: Setup, record: Record) -> SummaryItem:
 def observation_item(setup: Setup, record: Record, cited: bool) -> SummaryItem:
     """Inline when short and never shown as a handle and it fits S; otherwise the citation stub."""
     if not cited and record.n_chars < setup.config.keep_verbatim_chars:
-        signature = clipped(escape_line(record.signature), setup.config.signature_chars)
+        signature = shown_signature(record.signature, setup.config.signature_chars)
         text = render.inline_item(record.obs_id, record.returncode, signature, record.content)
         tokens = setup.line_tokens(text)
         if setup.summary_frame + tokens <= setup.config.summary_budget:

@@ -50,6 +50,11 @@ def id_safe_cut(text: str, cut: int) -> int:
     return cut
 
 
+def shown_signature(signature: str, limit: int) -> str:
+    """How an action signature is shown in stubs, headers and summary items: escaped, then clipped."""
+    return clipped(escape_line(signature), limit)
+
+
 def halving_lengths(length: int) -> list[int]:
     """Candidate prefix lengths for clipping: the full length, then halves down to 0 (deterministic)."""
     lengths = [length]

@@ -144,15 +144,26 @@ def _apply(state: ArcState, obj: dict[str, Any]) -> tuple[ArcState, dict[str, An
     }
 
 
-def replay(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
-    """One output object per input line, in order (the config line included)."""
+def _parse(line: str | bytes) -> Any:
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            raise TraceError(f"not UTF-8 text (invalid byte at offset {bad.start})") from None
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as bad:
+        raise TraceError(f"not valid JSON: {bad.msg} at column {bad.colno}") from None
+    except (ValueError, RecursionError) as bad:  # e.g. an integer of more than 4300 digits, deep nesting
+        raise TraceError(f"not valid JSON: {type(bad).__name__}") from None
+
+
+def replay(lines: Iterable[str | bytes]) -> Iterator[dict[str, Any]]:
+    """One output object per input line, in order (the config line included). Bytes lines are UTF-8."""
     state: ArcState | None = None
     for number, line in enumerate(lines, start=1):
         try:
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as bad:
-                raise TraceError(f"not valid JSON: {bad.msg} at column {bad.colno}") from None
+            obj = _parse(line)
             if not isinstance(obj, dict):
                 raise TraceError("each line must be a JSON object")
             op = obj.get("op")
@@ -173,7 +184,11 @@ def replay(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
         yield output
 
 
-def replay_text(lines: Iterable[str]) -> Iterator[str]:
-    """The replay's output lines, canonically encoded."""
-    for output in replay(line.rstrip("\r\n") for line in lines):
+def _strip_line_end(line: str | bytes) -> str | bytes:
+    return line.rstrip(b"\r\n") if isinstance(line, bytes) else line.rstrip("\r\n")
+
+
+def replay_text(lines: Iterable[str | bytes]) -> Iterator[str]:
+    """The replay's output lines, canonically encoded (input lines may keep their line ends)."""
+    for output in replay(_strip_line_end(line) for line in lines):
         yield encode(output)

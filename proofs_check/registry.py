@@ -71,6 +71,11 @@ def proves(*statements: str) -> Callable[[F], F]:
     return decorate
 
 
+def register(name: str, statements: tuple[str, ...]) -> None:
+    """Declare a property that is not a plain function (a state machine) when it is defined."""
+    PROPERTIES.setdefault(name, PropertyInfo(name, statements))
+
+
 def tally(name: str, statements: tuple[str, ...]) -> None:
     """Count one example of a property that is not a plain function (a state machine run)."""
     PROPERTIES.setdefault(name, PropertyInfo(name, statements))

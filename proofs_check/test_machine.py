@@ -15,7 +15,7 @@ from arc_ref.recall import chunk_text
 from arc_ref.render import recall_response
 from arc_ref.store import decode_history, payload_tokens
 from proofs_check.harness import command, exact_view, read_back
-from proofs_check.registry import tally
+from proofs_check.registry import register, tally
 from proofs_check.strategies import configs, normal_actions, texts, thoughts, unicode_texts
 
 CLAIMS = ("T1", "T2", "T3", "T4", "T5", "T6")
@@ -200,6 +200,9 @@ class PaperPresetMachine(ArcMachine):
     def start(self, config: Config) -> None:
         self.state = init(config)
 
+
+for _machine in (MinimalPresetMachine, PaperPresetMachine):
+    register(f"{__name__}.{_machine.__name__}", CLAIMS)
 
 TestMinimalPreset = MinimalPresetMachine.TestCase
 TestPaperPreset = PaperPresetMachine.TestCase

@@ -29,6 +29,10 @@ MALFORMED = [
     ('{"op": "config", "preset": "minimal"}', "must be the first line"),
     ('{"op": "view", "extra": 1}', "unknown key(s) extra"),
     ("", "not valid JSON"),
+    ("[" * 100000, "not valid JSON"),
+    ('{"op": "view", "n": ' + "9" * 5000 + "}", "not valid JSON"),
+    ('{"op": "observe", "action": "ls", "observation": "\\ud800"}', "not valid Unicode"),
+    ('{"op": "agent", "thought": "\\udfff", "action": "ls"}', "not valid Unicode"),
 ]
 
 
@@ -119,9 +123,12 @@ def test_cli_reports_unreadable_input_without_traceback(tmp_path: Path) -> None:
     missing = _cli("replay", str(tmp_path / "absent.jsonl"))
     assert missing.returncode == 2 and "cannot read" in missing.stderr and "Traceback" not in missing.stderr
     binary = tmp_path / "binary.jsonl"
-    binary.write_bytes(b"\xff\xfe\x00garbage\n")
+    binary.write_bytes(CONFIG.encode() + b"\r\n\xff\xfe\x00garbage\n" + OBSERVE.encode() + b"\n")
     bad = _cli("replay", str(binary))
-    assert bad.returncode == 2 and "not UTF-8" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.returncode == 0 and "Traceback" not in bad.stderr
+    outputs = [json.loads(line) for line in bad.stdout.splitlines()]
+    assert [o["op"] for o in outputs] == ["config", "error", "observe"]
+    assert "not UTF-8" in outputs[1]["message"]
 
 
 def test_cli_budgets_prints_the_table_and_refuses_k_over_l() -> None:

@@ -1,0 +1,505 @@
+"""Keep `spec/` and the reference core in agreement.
+
+(a) every numbered statement of the appendix has a section in `spec/statements.md` whose "Implemented by"
+    paths resolve and whose "Checked by" names are registered properties or CrossHair contracts, and every
+    registered property is listed under every statement it proves;
+(b) every trace vector's input and expected output lines validate against the two JSON Schemas;
+(c) every trace vector replays to its expected output;
+(d) the Wycheproof-style vector files have consistent headers and every case re-evaluates to its result;
+(e) the parameter table lists every Config field with the presets' values, and the derived quantities;
+plus: the templates quoted in `spec/rendering.md` are the code's, and its worked examples are real output.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+import re
+import unittest
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
+from jsonschema import Draft202012Validator
+
+import proofs_check
+from arc_ref import render
+from arc_ref.chat import CHAT_FORMATS
+from arc_ref.config import OVERRIDE_KEYS, PRESETS, Config, Setup, make_setup
+from arc_ref.text import ELLIPSIS
+from arc_ref.trace import replay_text
+from proofs_check import vectors
+from proofs_check.broken_contracts import CONTRACT_STATEMENTS, CONTRACTED
+from proofs_check.registry import PROPERTIES, STATEMENTS
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = ROOT / "spec"
+VECTOR_DIR = SPEC / "vectors"
+STATEMENTS_FILE = SPEC / "statements.md"
+IMPLEMENTED = "**Implemented by:**"
+CHECKED = "**Checked by:**"
+CROSSHAIR = "crosshair:"
+_BACKTICKED = re.compile(r"`([^`]+)`")
+_HEADING = re.compile(r"^## (?P<key>[A-Z][0-9]) — (?P<title>.+)$")
+
+
+# --- (a) statements -------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Section:
+    key: str
+    title: str
+    text: str
+    implemented: tuple[str, ...]
+    checked: tuple[str, ...]
+
+
+def _paragraph_items(text: str, prefix: str) -> tuple[str, ...] | None:
+    """Backticked items of the paragraph that starts with ``prefix`` (None when there is no such paragraph)."""
+    lines = text.split("\n")
+    for number, line in enumerate(lines):
+        if line.startswith(prefix):
+            paragraph = [line[len(prefix):]]
+            for following in lines[number + 1:]:
+                if not following.strip():
+                    break
+                paragraph.append(following)
+            return tuple(_BACKTICKED.findall(" ".join(paragraph)))
+    return None
+
+
+@cache
+def statement_sections() -> dict[str, Section]:
+    text = STATEMENTS_FILE.read_text(encoding="utf-8")
+    sections: dict[str, Section] = {}
+    current: tuple[str, str] | None = None
+    body: list[str] = []
+
+    def close() -> None:
+        if current is None:
+            return
+        key, title = current
+        joined = "\n".join(body)
+        assert key not in sections, f"spec/statements.md has two sections for {key}"
+        sections[key] = Section(
+            key, title, joined, _paragraph_items(joined, IMPLEMENTED) or (), _paragraph_items(joined, CHECKED) or ()
+        )
+
+    for line in text.split("\n"):
+        match = _HEADING.match(line)
+        if match:
+            close()
+            current, body = (match["key"], match["title"].strip()), []
+        elif line.startswith("## "):
+            close()
+            current, body = None, []
+        else:
+            body.append(line)
+    close()
+    return sections
+
+
+def _test_modules() -> list[ModuleType]:
+    return [
+        importlib.import_module(f"proofs_check.{info.name}")
+        for info in pkgutil.iter_modules(proofs_check.__path__)
+        if info.name.startswith("test_")
+    ]
+
+
+def _exposed_machines(module: ModuleType) -> Iterator[tuple[str, type[RuleBasedStateMachine]]]:
+    """State machines a module exposes to pytest (``TestX = Machine.TestCase``), by registry name."""
+    for value in vars(module).values():
+        if isinstance(value, type) and issubclass(value, unittest.TestCase) and value.__qualname__.endswith(".TestCase"):
+            machine_name = value.__qualname__[: -len(".TestCase")]
+            machine = getattr(module, machine_name, None)
+            if isinstance(machine, type) and issubclass(machine, RuleBasedStateMachine):
+                yield f"{module.__name__}.{machine_name}", machine
+
+
+@cache
+def registered_properties() -> dict[str, tuple[str, ...]]:
+    """Registry name -> statements, after importing every property module.
+
+    Plain properties register at import (``@proves``); a state machine registers (``tally``) when a rule runs,
+    so each exposed machine not yet registered is run for one short example first.
+    """
+    modules = _test_modules()
+    quick = settings(max_examples=1, stateful_step_count=3, deadline=None, derandomize=True, database=None,
+                     phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    for module in modules:
+        for name, machine in _exposed_machines(module):
+            if name not in PROPERTIES:
+                run_state_machine_as_test(machine, settings=quick)
+            assert name in PROPERTIES, f"state machine {name} ran but did not register itself (tally)"
+    return {name: info.statements for name, info in PROPERTIES.items()}
+
+
+def resolve_path(dotted: str) -> object:
+    """Import the longest module prefix of ``dotted`` and getattr the rest; raise with a clear message."""
+    parts = dotted.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            target: object = importlib.import_module(".".join(parts[:split]))
+        except ModuleNotFoundError:
+            continue
+        for attribute in parts[split:]:
+            if not hasattr(target, attribute):
+                raise LookupError(f"{'.'.join(parts[:split])} has no attribute path {'.'.join(parts[split:])!r}")
+            target = getattr(target, attribute)
+        return target
+    raise LookupError(f"no importable module in {dotted!r}")
+
+
+def test_every_statement_has_exactly_one_section_with_the_registry_title() -> None:
+    sections = statement_sections()
+    missing = [key for key in STATEMENTS if key not in sections]
+    extra = [key for key in sections if key not in STATEMENTS]
+    assert not missing, f"spec/statements.md has no section for {missing} (heading '## KEY — Title')"
+    assert not extra, f"spec/statements.md has sections for unknown statements {extra}"
+    assert list(sections) == list(STATEMENTS), "sections must follow the paper's numbering (registry order)"
+    wrong = {key: (section.title, STATEMENTS[key]) for key, section in sections.items() if section.title != STATEMENTS[key]}
+    assert not wrong, f"section titles differ from proofs_check.registry.STATEMENTS: {wrong}"
+
+
+@pytest.mark.parametrize("key", list(STATEMENTS))
+def test_statement_has_statement_behaviour_implementation_and_property(key: str) -> None:
+    section = statement_sections().get(key)
+    assert section is not None, f"no section for {key}"
+    for part in ("**Statement.**", "**Reference behaviour.**"):
+        assert part in section.text, f"{key}: the section has no {part} paragraph"
+    assert section.implemented, f"{key}: no '{IMPLEMENTED}' paragraph with backticked paths"
+    problems = []
+    for path in section.implemented:
+        if not path.startswith("arc_ref."):
+            problems.append(f"{path}: implementation paths must name the core (arc_ref.*)")
+            continue
+        try:
+            resolve_path(path)
+        except (LookupError, ImportError) as failure:
+            problems.append(f"{path}: {failure}")
+    assert not problems, f"{key}: unresolvable 'Implemented by' paths:\n  " + "\n  ".join(problems)
+    properties = [name for name in section.checked if not name.startswith(CROSSHAIR)]
+    assert properties, f"{key}: '{CHECKED}' names no registered property"
+
+
+@pytest.mark.parametrize("key", list(STATEMENTS))
+def test_checked_by_names_exist_and_prove_the_statement(key: str) -> None:
+    registry = registered_properties()
+    section = statement_sections()[key]
+    problems = []
+    for name in section.checked:
+        if name.startswith(CROSSHAIR):
+            target = name[len(CROSSHAIR):]
+            if target not in CONTRACTED:
+                problems.append(f"{name}: not in proofs_check.broken_contracts.CONTRACTED")
+            elif key not in CONTRACT_STATEMENTS.get(target, ()):
+                problems.append(f"{name}: CONTRACT_STATEMENTS says it supports {CONTRACT_STATEMENTS.get(target)}, not {key}")
+        elif name not in registry:
+            problems.append(f"{name}: not a registered property (proofs_check.registry.PROPERTIES)")
+        elif key not in registry[name]:
+            problems.append(f"{name}: declares @proves{registry[name]}, not {key}")
+    assert not problems, f"{key}: 'Checked by' disagrees with the registry:\n  " + "\n  ".join(problems)
+
+
+def test_every_registered_property_and_contract_is_listed_under_each_statement_it_proves() -> None:
+    sections = statement_sections()
+    missing = [
+        f"{name} (proves {key})"
+        for name, keys in registered_properties().items()
+        for key in keys
+        if key in sections and name not in sections[key].checked
+    ]
+    missing += [
+        f"{CROSSHAIR}{target} (supports {key})"
+        for target in CONTRACTED
+        for key in CONTRACT_STATEMENTS.get(target, ())
+        if key in sections and f"{CROSSHAIR}{target}" not in sections[key].checked
+    ]
+    assert not missing, "spec/statements.md does not list these under 'Checked by':\n  " + "\n  ".join(missing)
+
+
+def test_readme_indexes_every_statement_with_a_working_link() -> None:
+    readme = (SPEC / "README.md").read_text(encoding="utf-8")
+    statements = STATEMENTS_FILE.read_text(encoding="utf-8")
+    for key, title in STATEMENTS.items():
+        row = re.search(rf"^\| {key} \| (?P<title>[^|]+) \| \[[^\]]*\]\(statements\.md#{key}\) \|$", readme, re.MULTILINE)
+        assert row, f"spec/README.md: no index row '| {key} | title | [..](statements.md#{key}) |'"
+        assert row["title"].strip() == title, f"spec/README.md: title of {key} differs from the registry"
+        assert f'<a id="{key}"></a>' in statements, f"spec/statements.md: no anchor <a id=\"{key}\"></a>"
+
+
+# --- (b) and (c) trace vectors --------------------------------------------------------------------
+
+
+def _schema(name: str) -> Draft202012Validator:
+    schema = json.loads((SPEC / name).read_text(encoding="utf-8"))
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
+@cache
+def input_validator() -> Draft202012Validator:
+    return _schema("trace-input.schema.json")
+
+
+@cache
+def output_validator() -> Draft202012Validator:
+    return _schema("trace-output.schema.json")
+
+
+TRACE_NAMES = sorted(path.name[: -len(".trace.jsonl")] for path in VECTOR_DIR.glob("*.trace.jsonl"))
+
+
+def read_lines(path: Path) -> list[str]:
+    """The lines of a vector file as `arc-ref replay` reads them (UTF-8, newline kept untranslated)."""
+    with path.open(encoding="utf-8", newline="") as handle:
+        return list(handle)
+
+
+def test_vector_directory_matches_the_generator() -> None:
+    generated = {vector.name for vector in vectors.trace_vectors()}
+    assert TRACE_NAMES, f"no trace vectors in {VECTOR_DIR}; run python -m proofs_check.vectors --write"
+    assert set(TRACE_NAMES) == generated, (
+        f"spec/vectors disagrees with proofs_check/vectors.py: only on disk {sorted(set(TRACE_NAMES) - generated)},"
+        f" only in the generator {sorted(generated - set(TRACE_NAMES))}; run python -m proofs_check.vectors --write"
+    )
+    for name in TRACE_NAMES:
+        assert (VECTOR_DIR / f"{name}.expected.jsonl").exists(), f"{name}.expected.jsonl is missing"
+
+
+def test_schemas_are_valid_and_name_every_config_field() -> None:
+    input_schema: dict[str, Any] = json.loads((SPEC / "trace-input.schema.json").read_text(encoding="utf-8"))
+    output_schema: dict[str, Any] = json.loads((SPEC / "trace-output.schema.json").read_text(encoding="utf-8"))
+    for schema in (input_schema, output_schema):
+        Draft202012Validator.check_schema(schema)
+    fields = [field.name for field in attrs.fields(Config)]
+    output_fields = output_schema["$defs"]["configFields"]["properties"]
+    assert sorted(output_fields) == sorted(fields), "trace-output.schema.json configFields != Config fields"
+    config_keys = input_schema["$defs"]["config"]["properties"]
+    assert set(config_keys) - {"op", "preset"} == set(OVERRIDE_KEYS), (
+        "trace-input.schema.json config keys != arc_ref.config.OVERRIDE_KEYS"
+    )
+    assert config_keys["preset"]["enum"] == sorted(PRESETS), "trace-input.schema.json preset enum != PRESETS"
+    assert set(config_keys["chat_format"]["enum"]) == set(CHAT_FORMATS), "chat_format enum != CHAT_FORMATS"
+
+
+@pytest.mark.parametrize("name", TRACE_NAMES)
+def test_trace_vector_lines_validate_against_the_schemas(name: str) -> None:
+    inputs = read_lines(VECTOR_DIR / f"{name}.trace.jsonl")
+    expected = read_lines(VECTOR_DIR / f"{name}.expected.jsonl")
+    assert len(expected) == len(inputs), f"{name}: {len(expected)} expected lines for {len(inputs)} input lines"
+    for number, (raw, out) in enumerate(zip(inputs, expected), start=1):
+        output = json.loads(out)
+        problems = [error.message for error in output_validator().iter_errors(output)]
+        assert not problems, f"{name} expected line {number} violates trace-output.schema.json: {problems}"
+        try:
+            parsed: Any = json.loads(raw)
+        except json.JSONDecodeError:
+            parsed = None
+        input_ok = parsed is not None and input_validator().is_valid(parsed)
+        if not input_ok:
+            assert output["op"] == "error", f"{name} line {number}: schema-invalid input must give an error line"
+        if output["op"] != "error":
+            assert input_ok, f"{name} line {number}: answered normally but violates trace-input.schema.json"
+            assert output["op"] == parsed["op"], f"{name} line {number}: output op differs from input op"
+        if output["op"] == "error":
+            assert output["line"] == number, f"{name} line {number}: error line names line {output['line']}"
+        if output["op"] == "view":
+            assert output["tokens"] <= output["budget"] <= output["limit"], f"{name} line {number}: view over K or L"
+            assert sum(output["components"].values()) == output["tokens"], f"{name} line {number}: components"
+
+
+@pytest.mark.parametrize("name", TRACE_NAMES)
+def test_trace_vector_replays_to_the_expected_output(name: str) -> None:
+    inputs = read_lines(VECTOR_DIR / f"{name}.trace.jsonl")
+    expected = [line.rstrip("\n") for line in read_lines(VECTOR_DIR / f"{name}.expected.jsonl")]
+    actual = list(replay_text(inputs))
+    assert len(actual) == len(inputs), f"{name}: replay wrote {len(actual)} lines for {len(inputs)}"
+    for number, (got, want) in enumerate(zip(actual, expected), start=1):
+        assert got == want, (
+            f"{name} line {number}: the reference's output differs from spec/vectors/{name}.expected.jsonl"
+            f" (regenerate with python -m proofs_check.vectors --write if the change is intended)\n"
+            f"  got:  {got[:400]}\n  want: {want[:400]}"
+        )
+
+
+# --- (d) Wycheproof-style vector files -------------------------------------------------------------
+
+VECTOR_FILES = {vector_file.name: vector_file for vector_file in vectors.vector_files()}
+
+
+@pytest.mark.parametrize("name", sorted(VECTOR_FILES))
+def test_vector_file_header_counts_and_every_case_reevaluates(name: str) -> None:
+    path = VECTOR_DIR / f"{name}.json"
+    assert path.exists(), f"{path} is missing; run python -m proofs_check.vectors --write"
+    document = json.loads(path.read_text(encoding="utf-8"))
+    schema_errors = [error.message for error in _schema("vectors/vector-file.schema.json").iter_errors(document)]
+    assert not schema_errors, f"{name}.json violates vector-file.schema.json: {schema_errors}"
+    cases = document["cases"]
+    assert document["numberOfTests"] == len(cases), f"{name}.json: numberOfTests {document['numberOfTests']} != {len(cases)}"
+    assert [case["tcId"] for case in cases] == list(range(1, len(cases) + 1)), f"{name}.json: tcIds must be 1..n"
+    used = {flag for case in cases for flag in case["flags"]}
+    assert used <= set(document["notes"]), f"{name}.json: flags without a note: {sorted(used - set(document['notes']))}"
+    assert set(document["notes"]) <= used, f"{name}.json: notes for unused flags: {sorted(set(document['notes']) - used)}"
+    evaluate = VECTOR_FILES[name].evaluate
+    for case in cases:
+        assert evaluate(case["inputs"]) == case["result"], (
+            f"{name}.json tcId {case['tcId']} ({case['comment']}): the reference now computes"
+            f" {json.dumps(evaluate(case['inputs']), ensure_ascii=False)[:300]}"
+        )
+
+
+# --- (e) parameter table ---------------------------------------------------------------------------
+
+
+def _table_under(text: str, heading: str) -> list[list[str]]:
+    """Rows (cells stripped) of the first table after ``heading``."""
+    start = text.find(heading)
+    assert start >= 0, f"spec/parameters.md has no heading {heading!r}"
+    rows: list[list[str]] = []
+    for line in text[start:].split("\n")[1:]:
+        if line.startswith("|"):
+            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            if not all(set(cell) <= set("-: ") for cell in cells):
+                rows.append(cells)
+        elif rows:
+            break
+    return rows[1:]  # without the header row
+
+
+def _cell_value(cell: str) -> object:
+    """A table cell: an integer, a backticked JSON literal, or a backticked dotted name under arc_ref."""
+    inner = cell.strip()
+    if inner.startswith("`") and inner.endswith("`"):
+        inner = inner[1:-1]
+        if inner.startswith("arc_ref."):
+            return resolve_path(inner)
+    return json.loads(inner)
+
+
+def test_parameter_table_lists_every_config_field_with_both_presets() -> None:
+    text = (SPEC / "parameters.md").read_text(encoding="utf-8")
+    rows = _table_under(text, "## Configuration fields")
+    by_field = {row[1].strip("`"): row for row in rows}
+    fields = [field.name for field in attrs.fields(Config)]
+    assert sorted(by_field) == sorted(fields), (
+        f"spec/parameters.md configuration table: missing {sorted(set(fields) - set(by_field))},"
+        f" unknown {sorted(set(by_field) - set(fields))}"
+    )
+    for field in fields:
+        row = by_field[field]
+        assert len(row) == 5 and row[0] and row[4], f"parameters.md row for {field} needs 5 non-empty cells"
+        for column, preset_name in ((2, "minimal"), (3, "paper")):
+            expected = getattr(PRESETS[preset_name], field)
+            assert _cell_value(row[column]) == expected, (
+                f"parameters.md: {field} under {preset_name} says {row[column]}, the preset has {expected!r}"
+            )
+
+
+def test_parameter_table_derived_quantities_match_make_setup() -> None:
+    text = (SPEC / "parameters.md").read_text(encoding="utf-8")
+    rows = _table_under(text, "## Derived quantities")
+    setups = {name: make_setup(config) for name, config in PRESETS.items()}
+    integer_fields = [field.name for field in attrs.fields(Setup) if field.type in ("int", int)]
+    listed = {row[1].strip("`"): row for row in rows}
+    assert sorted(listed) == sorted(integer_fields), (
+        f"parameters.md derived table: missing {sorted(set(integer_fields) - set(listed))},"
+        f" unknown {sorted(set(listed) - set(integer_fields))}"
+    )
+    for field, row in listed.items():
+        for column, preset_name in ((2, "minimal"), (3, "paper")):
+            expected = getattr(setups[preset_name], field)
+            assert _cell_value(row[column]) == expected, (
+                f"parameters.md: derived {field} under {preset_name} says {row[column]}, make_setup gives {expected}"
+            )
+
+
+# --- rendering.md: templates and worked examples -----------------------------------------------------
+
+
+def test_rendering_quotes_the_fixed_strings_of_the_code() -> None:
+    text = (SPEC / "rendering.md").read_text(encoding="utf-8")
+    fixed = {
+        "SUMMARY_HEADER": render.SUMMARY_HEADER,
+        "RECALL_HEADER": render.RECALL_HEADER,
+        "COMMAND_RESULT_HEADER": render.COMMAND_RESULT_HEADER,
+        "ELLIPSIS": ELLIPSIS,
+        "WIDEST_NUMBER": str(render.WIDEST_NUMBER),
+        "WIDEST_RETURNCODE": str(render.WIDEST_RETURNCODE),
+    }
+    for chat in CHAT_FORMATS.values():
+        fixed[f"{chat.name} generation prompt"] = json.dumps(chat.generation_prompt)
+        fixed[f"{chat.name} message end"] = json.dumps(chat.message_end)
+    missing = [name for name, value in fixed.items() if value not in text]
+    assert not missing, f"spec/rendering.md does not quote these strings of arc_ref exactly: {missing}"
+    block = re.search(r"```text default-system\n(?P<body>.*?)\n```", text, re.DOTALL)
+    assert block and block["body"] == render.DEFAULT_SYSTEM, "rendering.md must quote DEFAULT_SYSTEM exactly"
+
+
+def test_trace_md_examples_are_lines_of_the_vectors() -> None:
+    text = (SPEC / "trace.md").read_text(encoding="utf-8")
+    examples = re.findall(r"```jsonl vector=(?P<name>[a-z0-9_]+) (?P<kind>trace|expected)\n(?P<body>.*?)\n```", text, re.DOTALL)
+    assert examples, "trace.md should show example lines taken from the vectors"
+    for name, kind, body in examples:
+        path = VECTOR_DIR / f"{name}.{kind}.jsonl"
+        assert path.exists(), f"trace.md cites unknown vector file {path.name}"
+        lines = [line.rstrip("\n") for line in read_lines(path)]
+        for example in body.split("\n"):
+            assert example in lines, f"trace.md example line is not a line of {path.name}: {example[:200]}"
+
+
+def _anchors(markdown: str) -> set[str]:
+    """Explicit <a id> anchors and GitHub heading slugs (lowercase, punctuation dropped, spaces to hyphens)."""
+    anchors = set(re.findall(r'<a id="([^"]+)"></a>', markdown))
+    for heading in re.findall(r"^#{1,6} (.+)$", markdown, re.MULTILINE):
+        anchors.add(re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-"))
+    return anchors
+
+
+def test_links_between_spec_files_resolve() -> None:
+    broken = []
+    for source in sorted(SPEC.rglob("*.md")):
+        text = source.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path_text, _, anchor = target.partition("#")
+            path = (source.parent / path_text).resolve() if path_text else source
+            if not path.exists():
+                broken.append(f"{source.relative_to(ROOT)}: {target} (no such file)")
+            elif anchor and path.suffix == ".md" and anchor not in _anchors(path.read_text(encoding="utf-8")):
+                broken.append(f"{source.relative_to(ROOT)}: {target} (no such anchor)")
+    assert not broken, "broken links in spec/:\n  " + "\n  ".join(broken)
+
+
+def _strings(value: object) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def test_rendering_examples_are_real_replay_output() -> None:
+    text = (SPEC / "rendering.md").read_text(encoding="utf-8")
+    examples = re.findall(r"```text vector=(?P<name>[a-z0-9_]+)\n(?P<body>.*?)\n```", text, re.DOTALL)
+    assert len(examples) >= 5, "rendering.md should carry worked examples taken from the vectors"
+    for name, body in examples:
+        path = VECTOR_DIR / f"{name}.expected.jsonl"
+        assert path.exists(), f"rendering.md cites unknown vector {name}"
+        outputs = [json.loads(line) for line in read_lines(path)]
+        assert any(body in string for output in outputs for string in _strings(output)), (
+            f"rendering.md example from {name} is not in its expected output:\n{body[:300]}"
+        )
