@@ -101,18 +101,14 @@ def admit(
     """Put ``new`` at the most-recently-used end of U and evict least-recently-used bodies until U <= Q.
 
     Returns (entries oldest first, the U message, the evicted entries). A response recalled again moves to
-    the MRU end instead of being duplicated.
+    the MRU end instead of being duplicated. Eviction is minimal: the kept entries are the longest
+    most-recently-used suffix whose message fits Q.
     """
     budget = setup.config.recall_budget
     kept = [entry for entry in entries if (entry.index, entry.chunk) != (new.index, new.chunk)]
     kept.append(new)
     evicted: list[BufferEntry] = []
-    estimate = setup.recall_frame + sum(entry.tokens for entry in kept)
-    while estimate > budget and len(kept) > 1:
-        dropped = kept.pop(0)
-        evicted.append(dropped)
-        estimate -= dropped.tokens
-    message = _buffer_message(setup, kept)
+    message = _buffer_message(setup, kept)  # counted exactly after each eviction: U holds <= r + Q/q bodies
     while message.tokens > budget and len(kept) > 1:
         evicted.append(kept.pop(0))
         message = _buffer_message(setup, kept)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Iterable
 
 from hypothesis import strategies as st
@@ -24,8 +25,30 @@ from arc_ref.view import View, verify_tokens
 from proofs_check.strategies import normal_actions, texts, thoughts
 
 
+STORED_ID = re.compile(r"@stored(\d+)")
+
+
+def resolve_placeholders(state: ArcState, event: Event) -> Event:
+    """Replace ``@storedK`` in an agent action by the id of the K-th stored observation (if any yet).
+
+    Event lists are drawn before any id exists; the placeholder lets them recall real ids, and a
+    placeholder past the last stored observation becomes a wrong id on purpose (its suggestion path).
+    """
+    if not isinstance(event, AgentTurn) or "@stored" not in event.action:
+        return event
+
+    def real_id(match: re.Match[str]) -> str:
+        index = int(match.group(1))
+        if 1 <= index <= state.stored:
+            return state.records[index - 1].obs_id
+        return f"§{index:02d}"
+
+    return AgentTurn(event.thought, STORED_ID.sub(real_id, event.action))
+
+
 def apply(state: ArcState, event: Event) -> ArcState:
     """One event; an observation past N_max is refused (CapacityExceeded) and leaves the state as it was."""
+    event = resolve_placeholders(state, event)
     try:
         new_state, _ = step(state, event)
     except CapacityExceeded:
@@ -76,8 +99,8 @@ def event_lists(draw: st.DrawFn, max_events: int = 24) -> list[Event]:
             events.append(AgentTurn(draw(thoughts), draw(normal_actions)))
         elif kind == "recall":
             word = draw(st.sampled_from(("_recall", "_recall-next", "_recall-start", "_recall_meta")))
-            counter = draw(st.integers(1, max(1, stored)))
-            events.append(AgentTurn(draw(thoughts), f"{word} §{counter:02d}"))
+            counter = draw(st.integers(1, stored + 1))
+            events.append(AgentTurn(draw(thoughts), f"{word} @stored{counter}"))
         elif kind == "catalog":
             word = draw(st.sampled_from(("catalog-first", "catalog-next", "catalog-page 2", "catalog-page 99")))
             events.append(AgentTurn(draw(thoughts), word))

@@ -120,3 +120,59 @@ def test_a1_every_id_of_a_scheme_costs_the_same_tokens(scheme: IdScheme, tokeniz
     assert len(obs_id) == len(widest)
     assert tokenizer.count(obs_id) == tokenizer.count(widest)
     assert tokenizer.count(f"\n{obs_id} rc=0 | _recall {obs_id}") == tokenizer.count(f"\n{widest} rc=0 | _recall {widest}")
+
+
+@given(st.integers(1, 40), st.text(alphabet="0123456789-ab", max_size=16))
+@proves("A1")
+def test_a1_decode_counter_accepts_exactly_the_printed_counters(bits: int, text: str) -> None:
+    """decode_counter is the exact inverse of encode_counter: a fixed-width run of decimal digits whose value
+    lies in 1 .. 2^b - 1, and nothing else (a wrong width, a letter, zero or 2^b is refused)."""
+    width = len(str(2**bits - 1))
+    valid = len(text) == width and text.isdigit() and 1 <= int(text) < 2**bits
+    decoded = decode_counter(text, bits)
+    assert decoded == (int(text) if valid else None)
+    if valid:
+        assert encode_counter(int(text), bits) == text
+    edge = encode_counter(2**bits - 1, bits)
+    assert decode_counter(edge, bits) == 2**bits - 1
+    if len(str(2**bits)) == width:
+        assert decode_counter(str(2**bits).zfill(width), bits) is None
+
+
+@given(schemes, st.data())
+@proves("A1")
+def test_a1_split_reads_counter_and_fingerprint_or_refuses(scheme: IdScheme, data: st.DataObject) -> None:
+    """IdScheme.split: (counter, fingerprint digits) of a well-formed body; None for a malformed part."""
+    index = data.draw(st.integers(1, scheme.capacity))
+    value = data.draw(st.integers(0, max(0, 2**scheme.fingerprint_bits - 1)))
+    body = scheme.format(index, value)[1:]
+    counter, fingerprint_text = scheme.split(body)
+    assert counter == index
+    if scheme.fingerprint_bits:
+        assert fingerprint_text == body.partition("-")[2] and len(fingerprint_text) == scheme.fingerprint_width
+        for broken in (body + "1", body[:-1], body[:-1] + "x", body.replace("-", "-1-", 1)):
+            assert scheme.split(broken)[1] is None
+    else:
+        assert fingerprint_text is None and "-" not in body
+        assert scheme.split(body + "-1")[0] is None
+
+
+def _reference_distance(left: str, right: str) -> int:
+    """Levenshtein distance by plain recursion (the oracle for short strings)."""
+    import functools
+
+    @functools.lru_cache(maxsize=None)
+    def distance(i: int, j: int) -> int:
+        if i == 0 or j == 0:
+            return i + j
+        return min(distance(i - 1, j) + 1, distance(i, j - 1) + 1,
+                   distance(i - 1, j - 1) + (left[i - 1] != right[j - 1]))
+
+    return distance(len(left), len(right))
+
+
+@given(st.text(alphabet="ab-0", max_size=8), st.text(alphabet="ab-0", max_size=8))
+@proves("A1")
+def test_a1_suggestion_distance_is_levenshtein(left: str, right: str) -> None:
+    """The distance ranking suggestions is the Levenshtein distance (checked against a recursive oracle)."""
+    assert edit_distance(left, right) == _reference_distance(left, right) == edit_distance(right, left)

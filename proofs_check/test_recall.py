@@ -151,3 +151,30 @@ def test_a5_commands_inside_observations_are_inert(config: Config, decoy: str, f
     assert state.catalog_cursor is None
     state, normal = agent_turn(state, AgentTurn(poisoned, "cat notes.txt"))  # a thought is not parsed either
     assert not normal.command and state.recall_buffer == ()
+
+
+@given(configs(), st.lists(st.tuples(st.integers(1, 6), texts(60)), min_size=1, max_size=10))
+@proves("A5")
+def test_a5_eviction_is_minimal_and_least_recently_used_first(
+    config: Config, recalls: list[tuple[int, str]]
+) -> None:
+    """admit(): U keeps the longest most-recently-used suffix that fits Q: it never evicts more than needed,
+    never the newest response, and a response recalled again moves to the MRU end instead of repeating."""
+    from arc_ref.recall import admit, make_entry
+    from arc_ref.render import recall_content, USER
+
+    setup = make_setup(config)
+    entries: tuple = ()
+    for index, payload in recalls:
+        new = make_entry(setup, index, f"§{index:02d}", 1, 1, payload)
+        if setup.recall_frame + new.tokens > config.recall_budget:
+            continue  # larger than the budget by construction of this test, not a real chunk
+        previous = [e for e in entries if (e.index, e.chunk) != (new.index, new.chunk)]
+        entries, message, evicted = admit(setup, entries, new)
+        assert entries[-1] == new
+        assert message.tokens <= config.recall_budget
+        assert len({(e.index, e.chunk) for e in entries}) == len(entries)
+        assert list(evicted) == previous[: len(evicted)]  # least recently used first
+        if evicted:  # keeping one more would not fit
+            wider = (evicted[-1], *entries)
+            assert setup.message_tokens(USER, recall_content(e.response for e in wider)) > config.recall_budget
