@@ -160,11 +160,11 @@ def test_a5_eviction_is_minimal_and_least_recently_used_first(
 ) -> None:
     """admit(): U keeps the longest most-recently-used suffix that fits Q: it never evicts more than needed,
     never the newest response, and a response recalled again moves to the MRU end instead of repeating."""
-    from arc_ref.recall import admit, make_entry
+    from arc_ref.recall import BufferEntry, admit, make_entry
     from arc_ref.render import recall_content, USER
 
     setup = make_setup(config)
-    entries: tuple = ()
+    entries: tuple[BufferEntry, ...] = ()
     for index, payload in recalls:
         new = make_entry(setup, index, f"§{index:02d}", 1, 1, payload)
         if setup.recall_frame + new.tokens > config.recall_budget:
