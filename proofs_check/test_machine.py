@@ -12,7 +12,9 @@ from arc_ref.config import Config
 from arc_ref.errors import CapacityExceeded
 from arc_ref.machine import AgentTurn, ArcState, Compact, Observe, agent_turn, compact, init, observe
 from arc_ref.recall import chunk_text
-from arc_ref.render import recall_response
+from arc_ref.history import ObservationEntry
+from arc_ref.render import recall_content, recall_response
+from arc_ref.summary import render_summary
 from arc_ref.store import decode_history, payload_tokens
 from proofs_check.harness import command, exact_view, read_back
 from proofs_check.registry import register, tally
@@ -31,6 +33,7 @@ class ArcMachine(RuleBasedStateMachine):
         self.state: ArcState | None = None
         self.history: list[str] = []
         self.payload = 0
+        self.turns = 0
 
     @property
     def arc(self) -> ArcState:
@@ -60,6 +63,7 @@ class ArcMachine(RuleBasedStateMachine):
     def act(self, thought: str, action: str, content: str) -> str:
         """A full step: the agent's normal action, then the environment's observation of it."""
         self.state, answered = agent_turn(self.arc, AgentTurn(thought, action))
+        self.turns += 1
         assert not answered.command
         return self._store(action, content, 0)
 
@@ -75,6 +79,7 @@ class ArcMachine(RuleBasedStateMachine):
     @rule(thought=thoughts, action=normal_actions)
     def think(self, thought: str, action: str) -> None:
         self.state, answered = agent_turn(self.arc, AgentTurn(thought, action))
+        self.turns += 1
         assert not answered.command and answered.response is None
         self._count()
 
@@ -83,6 +88,7 @@ class ArcMachine(RuleBasedStateMachine):
     def recall(self, obs_id: str, word: str, typo: bool) -> None:
         token = obs_id[:-1] + ("0" if obs_id[-1] != "0" else "1") if typo else obs_id
         self.state, answered = agent_turn(self.arc, AgentTurn("recall", f"{word} {token}"))
+        self.turns += 1
         assert answered.command and answered.response
         if typo and all(r.obs_id != token for r in self.arc.records):
             assert not answered.recalls and "no stored observation has this id" in answered.response
@@ -102,6 +108,7 @@ class ArcMachine(RuleBasedStateMachine):
     def catalog(self, word: str, page: int) -> None:
         action = f"{word} {page}" if word == "catalog-page" else word
         self.state, answered = agent_turn(self.arc, AgentTurn("browse", action))
+        self.turns += 1
         assert answered.command
         self._count()
 
@@ -128,6 +135,33 @@ class ArcMachine(RuleBasedStateMachine):
         assert exact <= setup.budget <= setup.limit
         assert exact + setup.config.max_completion <= setup.config.context_limit
         assert self.arc.live_tokens <= setup.config.recent_budget
+
+    @invariant()
+    def view_components_match_the_state(self) -> None:
+        """A4: the cached messages are exactly the renderings of the state's S, G, U and H (nothing stale)."""
+        if self.state is None:
+            return
+        arc = self.arc
+        setup = arc.setup
+        if arc.recall_buffer:
+            assert arc.recall_message is not None
+            assert arc.recall_message.content == recall_content(entry.response for entry in arc.recall_buffer)
+        else:
+            assert arc.recall_message is None
+        if arc.stored:
+            page = arc.catalog_cursor or page_count(arc.stored, arc.config.page_size)
+            assert arc.catalog_message == render_page(setup, arc.records, page)
+        else:
+            assert arc.catalog_message is None
+        assert arc.summary.message == render_summary(setup, arc.summary.items, arc.summary.omitted)
+        assert arc.live_tokens == sum(entry.message.tokens for entry in arc.live)
+        assert arc.turn == self.turns
+        for item in arc.summary.items:
+            if item.kind == "stub":
+                assert item.index in arc.cited
+        for entry in arc.live:
+            if isinstance(entry, ObservationEntry) and not entry.verbatim:
+                assert entry.index in arc.cited
 
     @invariant()
     def claim2_stable_archival_fidelity(self) -> None:
