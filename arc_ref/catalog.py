@@ -53,8 +53,15 @@ def render_page(setup: Setup, store: Store, page: int) -> Message:
     pages = page_count(stored, size)
     first, last = page_span(page, size, stored)
     header = render.catalog_header(page, pages, first, last, stored)
-    content = render.catalog_content(header, (store[index - 1].stub for index in range(first, last + 1)))
-    message = Message(render.USER, content, setup.message_tokens(render.USER, content))
+    records = [store[index - 1] for index in range(first, last + 1)]
+    content = render.catalog_content(header, (record.stub for record in records))
+    if setup.tokenizer.stub_lines_add_up:
+        # the page costs its header message plus each stub's cached line cost (exact for these tokenizers:
+        # proofs_check.test_catalog.test_a3_page_tokens_are_header_plus_stub_lines)
+        tokens = setup.message_tokens(render.USER, header) + sum(record.stub_tokens for record in records)
+    else:
+        tokens = setup.message_tokens(render.USER, content)
+    message = Message(render.USER, content, tokens)
     if message.tokens > setup.config.page_budget:
         raise BudgetViolation(
             f"catalog page {page} costs {message.tokens} tokens > page_budget P = {setup.config.page_budget}"

@@ -30,6 +30,11 @@ class Tokenizer(Protocol):
         """Most tokens a recall chunk's text may cost above the tokens assigned to it (A5)."""
         ...
 
+    @property
+    def stub_lines_add_up(self) -> bool:
+        """True when a catalog page costs its header message plus its stub lines (checked by a property)."""
+        ...
+
     def count(self, text: str) -> int: ...
 
     def encode(self, text: str) -> list[int]: ...
@@ -72,6 +77,7 @@ class ByteTokenizer:
 
     name = "bytes"
     chunk_overrun = 3  # a chunk may carry up to 3 bytes of a character split at its start
+    stub_lines_add_up = True
 
     def count(self, text: str) -> int:
         return len(text.encode("utf-8"))
@@ -92,9 +98,14 @@ class ByteTokenizer:
 
 
 class TiktokenTokenizer:
-    """A tiktoken encoding; text is counted as ordinary text (``disallowed_special=()``)."""
+    """A tiktoken encoding; text is counted as ordinary text (``disallowed_special=()``).
+
+    Its pre-tokenizer always splits before the "\n" that ends a line ending in a digit or "]" and after it
+    when "§" follows, so a catalog page's tokens are its header's plus its stub lines' (``stub_lines_add_up``).
+    """
 
     chunk_overrun = 4
+    stub_lines_add_up = True
 
     def __init__(self, name: str, encoding: Any) -> None:
         self._name = name
@@ -130,6 +141,7 @@ class HuggingFaceTokenizer:
     """A ``tokenizers`` tokenizer loaded from a local ``tokenizer.json``; no special tokens added."""
 
     chunk_overrun = 4
+    stub_lines_add_up = False  # an arbitrary file: pages are counted whole
 
     def __init__(self, path: str, tokenizer: Any) -> None:
         self._name = f"hf:{path}"

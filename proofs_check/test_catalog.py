@@ -76,3 +76,19 @@ def test_a3_catalog_persists_every_stub_with_bounded_cost(config: Config, events
         first, last = page_span(page, config.page_size, state.stored)
         shown = state.catalog_message.content.split("\n")[1:]
         assert shown == [state.records[i - 1].stub for i in range(first, last + 1)]
+
+
+@given(configs(), st.lists(texts(80), min_size=1, max_size=12), st.data())
+@proves("A3", "L3")
+def test_a3_page_tokens_are_header_plus_stub_lines(config: Config, contents: list[str], data: st.DataObject) -> None:
+    """The cached cost of a page (header message + each stub's line cost) is its exact token count, for every
+    tokenizer that declares ``stub_lines_add_up``; so G <= P is checked on exact counts."""
+    from arc_ref.catalog import render_page
+
+    state = init(config)
+    for content in contents[: config.capacity]:
+        state, _ = observe(state, Observe(data.draw(st.sampled_from(("ls", "cat a.txt", "grep x y  "))), content, 0))
+    page = data.draw(st.integers(1, page_count(state.stored, config.page_size)))
+    message = render_page(state.setup, state.records, page)
+    assert state.setup.tokenizer.stub_lines_add_up
+    assert message.tokens == state.setup.message_tokens(message.role, message.content)

@@ -163,8 +163,17 @@ class PromptCounter:
         return sum(self.message_tokens(message) for message in messages) + self.generation_prompt_tokens
 
     def text_tokens(self, text: str) -> int:
-        """Tokens of a bare text (no role markers)."""
-        return self.tokenizer.count(text)
+        """Tokens of a bare text (no role markers), cached like messages (retrieved memory repeats)."""
+        key = ("", text)
+        cached = self._cache.get(key)
+        if cached is not None:
+            self._cache.move_to_end(key)
+            return cached
+        tokens = self.tokenizer.count(text)
+        self._cache[key] = tokens
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return tokens
 
 
 _COUNTERS: dict[tuple[str, str], PromptCounter] = {}
