@@ -205,6 +205,17 @@ def assistant_text(thought: str, action: str) -> str:
     return f"Thought: {thought}\nAction: {action}" if thought else f"Action: {action}"
 
 
+SHORT_OBSERVATIONS_HEADER = "Short observations of earlier turns (kept verbatim):"
+
+
+def short_observations_message(turns: Sequence[Turn]) -> Message:
+    """The user message with the short observations a condensing baseline keeps verbatim (< 500 chars)."""
+    block = "\n".join(
+        f"Observation (rc={turn.returncode}) of `{turn.action}`:\n{turn.observation_text}" for turn in turns
+    )
+    return Message("user", f"{SHORT_OBSERVATIONS_HEADER}\n{block}")
+
+
 def observation_text(action: str, observation: Observation) -> str:
     """The user message that carries an observation in a baseline's transcript."""
     return f"Observation (rc={observation.returncode}) of `{action}`:\n{observation.text}"

@@ -17,13 +17,12 @@ several requests, and an observation too long for a request on its own is shown 
 
 from __future__ import annotations
 
-from eval.methods.base import AuxCaller, MethodSettings, TranscriptMethod, Turn
+from eval.methods.base import AuxCaller, MethodSettings, TranscriptMethod, Turn, short_observations_message
 from eval.protocol import SUMMARY_REQUEST_HEADER, strip_reasoning
 from eval.types import ContextOverflow, Message
 
 TURN_HEADER = "### Turn"
 TURNS_HEADER = "Turns to fold in (oldest first):"
-SHORT_OBSERVATIONS_HEADER = "Short observations of earlier turns (kept verbatim):"
 # Part of a request's budget left free for the server's own count differing from ours.
 REQUEST_SAFETY_FRACTION = 0.05
 MAX_REQUEST_ATTEMPTS = 3
@@ -78,11 +77,7 @@ class ModelCondensedMethod(TranscriptMethod):
         if memory:
             messages.append(Message("user", memory))
         if self.kept_short:
-            block = "\n".join(
-                f"Observation (rc={turn.returncode}) of `{turn.action}`:\n{turn.observation_text}"
-                for turn in self.kept_short
-            )
-            messages.append(Message("user", f"{SHORT_OBSERVATIONS_HEADER}\n{block}"))
+            messages.append(short_observations_message(self.kept_short))
         return tuple(messages)
 
     async def _condense(self, older: list[Turn], aux: AuxCaller) -> None:

@@ -38,12 +38,11 @@ from collections import OrderedDict
 from typing import Any, Protocol, Sequence
 
 from arc_ref.errors import ConfigError
-from eval.methods.base import AuxCaller, MethodSettings, TranscriptMethod, Turn
+from eval.methods.base import AuxCaller, MethodSettings, TranscriptMethod, Turn, short_observations_message
 from eval.types import Message
 
 RETRIEVER_CHOICES = ("auto", "embeddings", "bm25")
 RETRIEVED_HEADER = "Retrieved memory (older observations most similar to the current step):"
-SHORT_OBSERVATIONS_HEADER = "Short observations of earlier turns (kept verbatim):"
 
 
 class Retriever(Protocol):
@@ -266,9 +265,5 @@ class RagMemoryMethod(TranscriptMethod):
             text = f"{RETRIEVED_HEADER}\n" + "\n".join(parts)
             messages.append(Message("user", self.clip_to_tokens(text, self.memory_budget)))
         if self.kept_short:
-            block = "\n".join(
-                f"Observation (rc={turn.returncode}) of `{turn.action}`:\n{turn.observation_text}"
-                for turn in self.kept_short
-            )
-            messages.append(Message("user", f"{SHORT_OBSERVATIONS_HEADER}\n{block}"))
+            messages.append(short_observations_message(self.kept_short))
         return tuple(messages)
