@@ -29,7 +29,6 @@ class AgentEntry:
 
 @frozen
 class ObservationEntry:
-    turn: int
     index: int  # j of the stored record
     verbatim: bool  # False: the message shows the stub because the full message exceeds R
     message: Message
@@ -73,18 +72,18 @@ def agent_entry(setup: Setup, turn: int, thought: str, action: str) -> AgentEntr
     return AgentEntry(turn, thought, action, Message(render.ASSISTANT, content, setup.message_tokens(render.ASSISTANT, content)))
 
 
-def observation_entry(setup: Setup, turn: int, record: Record) -> ObservationEntry:
+def observation_entry(setup: Setup, record: Record) -> ObservationEntry:
     """The new observation verbatim when its message fits R, otherwise its stub (A4)."""
     signature = shown_signature(record.signature, setup.config.signature_chars)
     content = render.observation_message(record.obs_id, record.returncode, signature, record.content)
     tokens = setup.message_tokens(render.USER, content)
     if tokens <= setup.config.recent_budget:
-        return ObservationEntry(turn, record.index, True, Message(render.USER, content, tokens))
+        return ObservationEntry(record.index, True, Message(render.USER, content, tokens))
     content = render.observation_stub_message(record.obs_id, record.returncode, record.n_tokens, record.stub)
     tokens = setup.message_tokens(render.USER, content)
     if tokens > setup.config.recent_budget:
         raise BudgetViolation(f"the stub message of {record.obs_id} costs {tokens} > recent_budget R")
-    return ObservationEntry(turn, record.index, False, Message(render.USER, content, tokens))
+    return ObservationEntry(record.index, False, Message(render.USER, content, tokens))
 
 
 def command_entry(setup: Setup, turn: int, notes: Sequence[str]) -> CommandEntry:

@@ -258,7 +258,7 @@ def observe(state: ArcState, event: Observe) -> tuple[ArcState, ObserveResult]:
     fingerprints = state.fingerprints
     if setup.ids.fingerprint_bits:
         fingerprints = fingerprints.set(record.obs_id.partition("-")[2], index)
-    entry = observation_entry(setup, state.turn, record)
+    entry = observation_entry(setup, record)
     cited = state.cited if entry.verbatim else state.cited.set(index, True)
     size = state.config.page_size
     shown_page = state.catalog_cursor or page_count(index, size)

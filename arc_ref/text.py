@@ -34,7 +34,7 @@ def escape_line(text: str) -> str:
 def id_safe_cut(text: str, cut: int) -> int:
     """Largest cut position <= ``cut`` that does not split a ``§id`` printed in ``text``.
 
-    If ``text[:cut]`` ends inside an id (the § and at least zero id characters, with more id characters
+    If ``text[:cut]`` ends inside an id (a § and zero or more id characters, with another id character
     following at ``cut``), the cut moves back to just before that §, so a handle is never shown mangled.
     """
     if cut <= 0:
@@ -44,9 +44,8 @@ def id_safe_cut(text: str, cut: int) -> int:
     start = cut
     while start > 0 and _ID_CHAR.match(text[start - 1]):
         start -= 1
-    if start > 0 and text[start - 1] == "§":
-        if start == cut or _ID_CHAR.match(text[cut]):
-            return start - 1
+    if start > 0 and text[start - 1] == "§" and _ID_CHAR.match(text[cut]):
+        return start - 1
     return cut
 
 

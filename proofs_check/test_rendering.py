@@ -1,0 +1,294 @@
+"""The rendering procedures of spec/rendering.md, re-stated from the spec and compared with the reference.
+
+Each oracle below is written from the spec's text (sections 4, 7, 9.1, 11.2, 11.3), not from the code, as a
+port would write it; the properties feed both with random inputs chosen to reach every branch (long
+signatures and thoughts against tight budgets reach the last-resort clipping paths).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from arc_ref import render
+from arc_ref.config import Config, Setup, make_setup, minimum_budgets, preset
+from arc_ref.history import AgentEntry, CommandEntry, agent_entry, command_entry
+from arc_ref.message import Message
+from arc_ref.store import make_record, make_stub, previews
+from arc_ref.summary import SummaryItem, fit_summary, note_item, observation_item, thought_item
+from arc_ref.text import ELLIPSIS, clip_until, clipped, escape_line, id_safe_cut, shown_signature
+from proofs_check.registry import proves
+from proofs_check.strategies import texts
+
+_ID_CHARS = set("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz._-")
+# text with ids and id-like runs, so that id-safe clipping has something to protect
+id_texts = st.lists(
+    st.one_of(st.sampled_from(("§01-3", "§00042-123", " ", "x", "§", "ab-c", "\n", "\t", "é", "😀")), texts(12)),
+    max_size=30,
+).map("".join)
+
+
+def oracle_id_safe_cut(text: str, cut: int) -> int:
+    """Spec §4: the largest cut <= cut that does not fall inside a printed id (§ + id characters)."""
+    if cut <= 0:
+        return 0
+    if cut >= len(text):
+        return len(text)
+    for candidate in range(cut, -1, -1):
+        inside = False
+        start = candidate
+        while start > 0 and text[start - 1] in _ID_CHARS:
+            start -= 1
+        if start > 0 and text[start - 1] == "§":
+            # a run "§..." reaches up to the candidate: the cut splits it when an id character follows
+            inside = candidate < len(text) and text[candidate] in _ID_CHARS
+        if not inside:
+            return candidate
+    return 0
+
+
+@given(id_texts, st.integers(-2, 80))
+@proves("A4")
+def test_id_safe_cut_never_splits_a_printed_id(text: str, cut: int) -> None:
+    safe = id_safe_cut(text, cut)
+    assert safe == oracle_id_safe_cut(text, cut)
+    assert id_safe_cut(text, safe) == safe
+
+
+def tight_config(draw: st.DrawFn, name: str) -> Config:
+    """A config whose c, R and M sit at (or just above) their floors, with long signature/thought limits."""
+    base = preset(name, signature_chars=draw(st.integers(0, 200)), thought_chars=draw(st.integers(0, 200)),
+                  action_chars=draw(st.integers(0, 200)), keep_verbatim_chars=draw(st.integers(0, 80)),
+                  preview_head_chars=draw(st.integers(0, 40)), preview_tail_chars=draw(st.integers(0, 40)))
+    floors = minimum_budgets(base)
+    stub_cap = floors["stub_cap"] + draw(st.integers(0, 12))
+    floors = minimum_budgets(base.replace(stub_cap=stub_cap))
+    values = {key: floors[key] + draw(st.integers(0, 16)) for key in ("page_budget", "recall_budget",
+                                                                       "summary_budget", "recent_budget")}
+    values["stub_cap"] = stub_cap
+    values["overhead"] = floors["overhead"]
+    total = floors["prefix_tokens"] + sum(values[k] for k in ("page_budget", "recall_budget", "summary_budget",
+                                                              "recent_budget", "overhead"))
+    return base.replace(context_limit=total + base.max_completion, **values)
+
+
+@st.composite
+def tight_setups(draw: st.DrawFn) -> Setup:
+    return make_setup(tight_config(draw, draw(st.sampled_from(("minimal", "paper")))))
+
+
+def oracle_stub(setup: Setup, obs_id: str, rc: int, content: str, n_tokens: int, signature: str) -> str:
+    """Spec §7, the stub procedure."""
+    config = setup.config
+    head, tail = previews(content, config.preview_head_chars, config.preview_tail_chars)
+    sig = clipped(escape_line(signature), config.signature_chars)
+
+    def line_cost(line: str) -> int:
+        return setup.tokenizer.count("\n" + line)
+
+    keep = max(len(head), len(tail))
+    while True:
+        shown_tail = tail[len(tail) - min(keep, len(tail)):]
+        line = (f"{obs_id} rc={rc} {len(content)}ch {n_tokens}tok $ {sig} | head: {escape_line(head[:keep])}"
+                f" | tail: {escape_line(shown_tail)} | _recall {obs_id}")
+        if line_cost(line) <= config.stub_cap:
+            return line
+        if keep == 0:
+            break
+        keep //= 2
+    for length in _halvings(len(sig)):
+        candidate = clipped(sig, length)
+        line = f"{obs_id} rc={rc} {len(content)}ch {n_tokens}tok $ {candidate} | head:  | tail:  | _recall {obs_id}"
+        if line_cost(line) <= config.stub_cap:
+            return line
+    raise AssertionError("the spec says BudgetViolation; make_setup's floor should make this unreachable")
+
+
+def _halvings(length: int) -> list[int]:
+    lengths = [length]
+    while length:
+        length //= 2
+        lengths.append(length)
+    return lengths
+
+
+@given(tight_setups(), texts(200), id_texts, st.integers(-(2**31), 2**31 - 1))
+@proves("A3")
+def test_stub_procedure_matches_the_spec(setup: Setup, content: str, action: str, returncode: int) -> None:
+    """Spec §7: previews halved together, then the (escaped, id-safely clipped) signature, until line <= c."""
+    record = make_record(setup, 1, action, content, returncode, 0)
+    expected = oracle_stub(setup, record.obs_id, returncode, content, record.n_tokens, record.signature)
+    assert record.stub == expected
+    assert record.stub_tokens == setup.line_tokens(expected) <= setup.config.stub_cap
+    assert (record.head, record.tail) == previews(content, setup.config.preview_head_chars,
+                                                   setup.config.preview_tail_chars)
+    assert record.n_chars == len(content) and record.n_bytes == len(content.encode("utf-8"))
+    assert make_stub(setup, record.obs_id, returncode, len(content), record.n_tokens, record.signature,
+                     record.head, record.tail) == (record.stub, record.stub_tokens)
+
+
+def oracle_agent_content(setup: Setup, thought: str, action: str) -> str:
+    """Spec §9.1, agent entry."""
+    def fits(content: str) -> bool:
+        return setup.message_tokens(render.ASSISTANT, content) <= setup.config.recent_budget
+
+    def message(t: str, a: str) -> str:
+        return f"Thought: {t}\nAction: {a}"
+
+    if fits(message(thought, action)):
+        return message(thought, action)
+    for length in _halvings(len(thought)):
+        if fits(message(clipped(thought, length), action)):
+            return message(clipped(thought, length), action)
+    empty = clipped(thought, 0)
+    for length in _halvings(len(action)):
+        if fits(message(empty, clipped(action, length))):
+            return message(empty, clipped(action, length))
+    raise AssertionError("unreachable under make_setup's agent floor")
+
+
+@given(tight_setups(), id_texts, id_texts, st.integers(1, 50))
+@proves("A4")
+def test_agent_entry_matches_the_spec(setup: Setup, thought: str, action: str, repeat: int) -> None:
+    """Spec §9.1: verbatim when it fits R; else the thought, then the action, clipped by halving (id-safe)."""
+    thought = thought * repeat
+    entry = agent_entry(setup, 3, thought, action)
+    assert entry.message.content == oracle_agent_content(setup, thought, action)
+    assert entry.message.role == render.ASSISTANT
+    assert entry.message.tokens == setup.message_tokens(render.ASSISTANT, entry.message.content)
+    assert entry.message.tokens <= setup.config.recent_budget
+    assert (entry.turn, entry.thought, entry.action) == (3, thought, action)
+
+
+@given(tight_setups(), st.lists(id_texts, min_size=1, max_size=6), st.integers(1, 20))
+@proves("A4")
+def test_command_entry_matches_the_spec(setup: Setup, notes: list[str], repeat: int) -> None:
+    notes = [note * repeat for note in notes]
+    entry = command_entry(setup, 2, notes)
+
+    def fits(content: str) -> bool:
+        return setup.message_tokens(render.USER, content) <= setup.config.recent_budget
+
+    full = "Result of your command:" + "".join("\n" + note for note in notes)
+    if fits(full):
+        expected = full
+    else:
+        shown = clip_until("\n".join(notes), lambda x: fits("Result of your command:\n" + x)) or ELLIPSIS
+        expected = "Result of your command:\n" + shown
+    assert entry.message.content == expected and entry.notes == tuple(notes)
+    assert entry.message.tokens <= setup.config.recent_budget
+
+
+def oracle_bounded(setup: Setup, build: Callable[[str, str], str], first: str, second: str) -> str:
+    """Spec §11.2, bounded()."""
+    cap = setup.config.stub_cap
+
+    def fits(line: str) -> bool:
+        return setup.tokenizer.count("\n" + line) <= cap
+
+    if fits(build(first, second)):
+        return build(first, second)
+    for length in _halvings(len(first)):
+        if fits(build(clipped(first, length), second)):
+            return build(clipped(first, length), second)
+    empty = clipped(first, 0)
+    for length in _halvings(len(second)):
+        if fits(build(empty, clipped(second, length))):
+            return build(empty, clipped(second, length))
+    raise AssertionError("unreachable: c >= the smallest line")
+
+
+@given(tight_setups(), id_texts, id_texts, st.lists(id_texts, min_size=1, max_size=4), st.integers(1, 30))
+@proves("A4")
+def test_summary_lines_match_the_spec(setup: Setup, thought: str, action: str, notes: list[str], repeat: int) -> None:
+    """Spec §11.2: thought and result items, each clipped by bounded() to cost <= c."""
+    config = setup.config
+    thought, action = thought * repeat, action * repeat
+    entry = AgentEntry(7, thought, action, Message("assistant", "", 0))
+    item = thought_item(setup, entry)
+    expected = oracle_bounded(
+        setup, lambda x, y: f"turn 7: thought: {x} | action: {y}",
+        clipped(escape_line(thought), config.thought_chars), clipped(escape_line(action), config.action_chars),
+    )
+    assert (item.kind, item.text, item.tokens) == ("thought", expected, setup.line_tokens(expected))
+    assert item.tokens <= config.stub_cap
+    command = CommandEntry(8, tuple(note * repeat for note in notes), Message("user", "", 0))
+    note = note_item(setup, command)
+    joined = clipped(escape_line(" / ".join(command.notes)), config.action_chars)
+    expected_note = oracle_bounded(setup, lambda x, _: f"turn 8: result: {x}", joined, "")
+    assert (note.kind, note.text, note.tokens) == ("note", expected_note, setup.line_tokens(expected_note))
+
+
+@given(tight_setups(), texts(120), id_texts, st.booleans())
+@proves("A4")
+def test_observation_items_match_the_spec(setup: Setup, content: str, action: str, cited: bool) -> None:
+    """Spec §11.2: inline when not cited, shorter than keep_verbatim_chars and fitting S; else the stub."""
+    record = make_record(setup, 1, action, content, 0, 0)
+    item = observation_item(setup, record, cited)
+    inline = f"{record.obs_id} (rc=0) of `{shown_signature(record.signature, setup.config.signature_chars)}`:\n{content}"
+    inline_fits = setup.summary_frame + setup.line_tokens(inline) <= setup.config.summary_budget
+    if not cited and len(content) < setup.config.keep_verbatim_chars and inline_fits:
+        assert (item.kind, item.text, item.index) == ("inline", inline, 1)
+        assert item.tokens == setup.line_tokens(inline)
+    else:
+        assert (item.kind, item.text, item.tokens, item.index) == ("stub", record.stub, record.stub_tokens, 1)
+
+
+def oracle_fit(setup: Setup, items: list[SummaryItem], omitted: int, stubs: dict[int, str]) -> tuple[list[str], int]:
+    """Spec §11.3: collapse the oldest full stub, else drop the oldest item, until the summary fits M."""
+    kinds = [item.kind for item in items]
+    texts_ = [item.text for item in items]
+    costs = [item.tokens for item in items]
+    budget = setup.config.summary_budget
+
+    def frame() -> int:
+        return setup.summary_base + (setup.line_tokens(render.summary_omitted(omitted)) if omitted else 0)
+
+    def shrink() -> None:
+        nonlocal omitted
+        if "stub" in kinds:
+            oldest = kinds.index("stub")
+            identifier = texts_[oldest].split(" ", 1)[0]
+            kinds[oldest], texts_[oldest], costs[oldest] = "bare", identifier, setup.line_tokens(identifier)
+        elif kinds:
+            kinds.pop(0), texts_.pop(0), costs.pop(0)
+            omitted += 1
+        else:
+            raise AssertionError("frame alone over M")
+
+    while frame() + sum(costs) > budget:
+        shrink()
+    while (texts_ or omitted) and setup.message_tokens(render.USER, render.summary_content(omitted, texts_)) > budget:
+        shrink()
+    return texts_, omitted
+
+
+@given(tight_setups(), st.lists(st.tuples(st.sampled_from(("stub", "thought", "inline")), texts(60)), max_size=14),
+       st.integers(0, 3))
+@proves("A4", "T1")
+def test_summary_fit_matches_the_spec(setup: Setup, specs: list[tuple[str, str]], omitted: int) -> None:
+    """Spec §11.3: the fitted summary is the spec's, costs <= M, and collapses keep the very same ids."""
+    items: list[SummaryItem] = []
+    records = {}
+    for index, (kind, text) in enumerate(specs, start=1):
+        record = make_record(setup, index, "cat f", text, 0, 0)
+        records[index] = record
+        if kind == "stub":
+            items.append(SummaryItem("stub", record.stub, record.stub_tokens, index))
+        elif kind == "inline":
+            line = f"{record.obs_id} (rc=0) of `cat f`:\n{text}"
+            items.append(SummaryItem("inline", line, setup.line_tokens(line), index))
+        else:
+            line = f"turn {index}: thought: {escape_line(text)} | action: ls"
+            if setup.line_tokens(line) <= setup.config.stub_cap:
+                items.append(SummaryItem("thought", line, setup.line_tokens(line)))
+    summary = fit_summary(setup, items, omitted, lambda index: records[index])
+    expected_texts, expected_omitted = oracle_fit(setup, items, omitted, {})
+    assert [item.text for item in summary.items] == expected_texts
+    assert summary.omitted == expected_omitted
+    assert summary.tokens <= setup.config.summary_budget
+    for item in summary.items:
+        if item.kind == "bare":
+            assert item.text == records[item.index].obs_id
