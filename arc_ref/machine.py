@@ -296,11 +296,23 @@ def resolve(state: ArcState, token: str) -> Record | None:
     return None
 
 
+def _one_edit_away(text: str, width: int) -> list[str]:
+    """Strings of length ``width`` one digit substitution, deletion or insertion away from ``text``."""
+    if len(text) == width:
+        return [text[:i] + digit + text[i + 1 :] for i in range(width) for digit in DIGITS]
+    if len(text) == width + 1:
+        return [text[:i] + text[i + 1 :] for i in range(width + 1)]
+    if len(text) == width - 1:
+        return [text[:i] + digit + text[i:] for i in range(width) for digit in DIGITS]
+    return []
+
+
 def suggest(state: ArcState, token: str) -> str | None:
     """The nearest stored id to a token that resolved to nothing (edit distance over a few candidates).
 
-    Candidates: the id with the same counter, the latest id with the same fingerprint, and ids whose
-    counter is one substitution, deletion or insertion away. The work is bounded by the id width, not N.
+    Candidates: the id with the same counter (also read by position from the token's digits), the
+    latest id with the same fingerprint, and ids whose counter is one substitution, deletion or
+    insertion away. The work is bounded by the id width, not N.
     """
     scheme = state.setup.ids
     body = normalize_token(token)[: 2 * (scheme.counter_width + scheme.fingerprint_width + 2)]
@@ -310,25 +322,22 @@ def suggest(state: ArcState, token: str) -> str | None:
     if counter is not None and counter <= state.stored:
         candidates.add(counter)
     width = scheme.counter_width
-    # the counter and fingerprint read by position too, in case the separator itself was mistyped
-    prefix = decode_counter(body[:width], scheme.bits)
+    # the counter and fingerprint read by position from the digits alone too, in case a separator was
+    # mistyped, left out or added
+    digits = "".join(char for char in body if char in DIGITS)
+    prefix = decode_counter(digits[:width], scheme.bits)
     if prefix is not None and prefix <= state.stored:
         candidates.add(prefix)
     fingerprint_width = scheme.fingerprint_width
-    for text in (fingerprint_text, body[-fingerprint_width:] if fingerprint_width else ""):
+    for text in (fingerprint_text, digits[-fingerprint_width:] if fingerprint_width else ""):
         if text and text in state.fingerprints:
             candidates.add(state.fingerprints[text])
-    variants: list[str] = []
-    if len(counter_text) == width:
-        variants = [counter_text[:i] + digit + counter_text[i + 1 :] for i in range(width) for digit in DIGITS]
-    elif len(counter_text) == width + 1:
-        variants = [counter_text[:i] + counter_text[i + 1 :] for i in range(width + 1)]
-    elif len(counter_text) == width - 1:
-        variants = [counter_text[:i] + digit + counter_text[i:] for i in range(width) for digit in DIGITS]
-    for variant in variants:
-        value = decode_counter(variant, scheme.bits)
-        if value is not None and value <= state.stored:
-            candidates.add(value)
+    # a counter one edit away; without a fingerprint the digits alone are the counter
+    for text in {counter_text, digits if not fingerprint_width else counter_text}:
+        for variant in _one_edit_away(text, width):
+            value = decode_counter(variant, scheme.bits)
+            if value is not None and value <= state.stored:
+                candidates.add(value)
     if not candidates:
         return None
     best = min(candidates, key=lambda index: (edit_distance(body, state.record(index).obs_id[1:]), index))

@@ -59,6 +59,12 @@ class ArcMachine(RuleBasedStateMachine):
         return self._store(action, content, returncode)
 
     @precondition(lambda self: self.state is not None and self.state.stored < self.state.config.capacity)
+    @rule(target=ids, action=normal_actions, piece=texts(40).filter(bool), repeat=st.integers(20, 100))
+    def observe_large(self, action: str, piece: str, repeat: int) -> str:
+        """An observation that often exceeds R: stored first, shown as its stub, its id joins Cited (A4)."""
+        return self._store(action, piece * repeat, 1)
+
+    @precondition(lambda self: self.state is not None and self.state.stored < self.state.config.capacity)
     @rule(target=ids, thought=thoughts, action=normal_actions, content=texts(300))
     def act(self, thought: str, action: str, content: str) -> str:
         """A full step: the agent's normal action, then the environment's observation of it."""
