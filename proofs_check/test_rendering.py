@@ -129,24 +129,27 @@ def test_stub_procedure_matches_the_spec(setup: Setup, content: str, action: str
                      record.head, record.tail) == (record.stub, record.stub_tokens)
 
 
+def oracle_clip_two_parts(fits: Callable[[str], bool], build: Callable[[str, str], str], first: str,
+                          second: str) -> str:
+    """Spec §9.1 and §11.2: the whole; else ``first`` clipped by halving; else ``second`` after an empty first."""
+    if fits(build(first, second)):
+        return build(first, second)
+    for length in _halvings(len(first)):
+        if fits(build(clipped(first, length), second)):
+            return build(clipped(first, length), second)
+    empty = clipped(first, 0)
+    for length in _halvings(len(second)):
+        if fits(build(empty, clipped(second, length))):
+            return build(empty, clipped(second, length))
+    raise AssertionError("unreachable: make_setup's floors admit the fully clipped form")
+
+
 def oracle_agent_content(setup: Setup, thought: str, action: str) -> str:
-    """Spec §9.1, agent entry."""
-    def fits(content: str) -> bool:
-        return setup.message_tokens(render.ASSISTANT, content) <= setup.config.recent_budget
-
-    def message(t: str, a: str) -> str:
-        return f"Thought: {t}\nAction: {a}"
-
-    if fits(message(thought, action)):
-        return message(thought, action)
-    for length in _halvings(len(thought)):
-        if fits(message(clipped(thought, length), action)):
-            return message(clipped(thought, length), action)
-    empty = clipped(thought, 0)
-    for length in _halvings(len(action)):
-        if fits(message(empty, clipped(action, length))):
-            return message(empty, clipped(action, length))
-    raise AssertionError("unreachable under make_setup's agent floor")
+    """Spec §9.1, agent entry: the message must fit R."""
+    return oracle_clip_two_parts(
+        lambda content: setup.message_tokens(render.ASSISTANT, content) <= setup.config.recent_budget,
+        lambda t, a: f"Thought: {t}\nAction: {a}", thought, action,
+    )
 
 
 @given(tight_setups(), id_texts, id_texts, st.integers(1, 50))
@@ -182,22 +185,9 @@ def test_command_entry_matches_the_spec(setup: Setup, notes: list[str], repeat: 
 
 
 def oracle_bounded(setup: Setup, build: Callable[[str, str], str], first: str, second: str) -> str:
-    """Spec §11.2, bounded()."""
-    cap = setup.config.stub_cap
-
-    def fits(line: str) -> bool:
-        return setup.tokenizer.count("\n" + line) <= cap
-
-    if fits(build(first, second)):
-        return build(first, second)
-    for length in _halvings(len(first)):
-        if fits(build(clipped(first, length), second)):
-            return build(clipped(first, length), second)
-    empty = clipped(first, 0)
-    for length in _halvings(len(second)):
-        if fits(build(empty, clipped(second, length))):
-            return build(empty, clipped(second, length))
-    raise AssertionError("unreachable: c >= the smallest line")
+    """Spec §11.2, bounded(): the line must cost <= c."""
+    return oracle_clip_two_parts(lambda line: setup.tokenizer.count("\n" + line) <= setup.config.stub_cap,
+                                 build, first, second)
 
 
 @given(tight_setups(), id_texts, id_texts, st.lists(id_texts, min_size=1, max_size=4), st.integers(1, 30))
