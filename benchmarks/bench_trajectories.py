@@ -73,7 +73,7 @@ def run(trajectory: Trajectory, window: str, verbose: bool) -> dict[str, Any]:
     exact_final = verify_tokens(setup, view(state))
     rows.append((len(trajectory.steps) + 1, full, exact_final))
     if verbose:
-        print(f"    call  full-transcript  ARC-view")
+        print("    call  full-transcript  ARC-view")
         for number, full_tokens, arc_tokens in rows:
             print(f"    {number:>4} {full_tokens:>16,} {arc_tokens:>9,}")
     exact_records = 0

@@ -16,7 +16,7 @@ from arc_ref.history import ObservationEntry
 from arc_ref.render import recall_content, recall_response
 from arc_ref.summary import render_summary
 from arc_ref.store import decode_history, payload_tokens
-from proofs_check.harness import command, exact_view, read_back
+from proofs_check.harness import exact_view, read_back
 from proofs_check.registry import register, tally
 from proofs_check.strategies import configs, normal_actions, texts, thoughts, unicode_texts
 
