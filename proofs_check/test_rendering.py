@@ -229,9 +229,9 @@ def test_observation_items_match_the_spec(setup: Setup, content: str, action: st
         assert (item.kind, item.text, item.tokens, item.index) == ("stub", record.stub, record.stub_tokens, 1)
 
 
-def oracle_fit(setup: Setup, items: list[SummaryItem], omitted: int, stubs: dict[int, str]) -> tuple[list[str], int]:
+def oracle_fit(setup: Setup, items: list[SummaryItem], omitted: int) -> tuple[list[str], list[str], int]:
     """Spec §11.3: collapse the oldest full stub, else drop the oldest item, until the summary fits M."""
-    kinds = [item.kind for item in items]
+    kinds: list[str] = [item.kind for item in items]
     texts_ = [item.text for item in items]
     costs = [item.tokens for item in items]
     budget = setup.config.summary_budget
@@ -255,7 +255,7 @@ def oracle_fit(setup: Setup, items: list[SummaryItem], omitted: int, stubs: dict
         shrink()
     while (texts_ or omitted) and setup.message_tokens(render.USER, render.summary_content(omitted, texts_)) > budget:
         shrink()
-    return texts_, omitted
+    return kinds, texts_, omitted
 
 
 class LineMergingTokenizer:
@@ -315,8 +315,9 @@ def test_summary_fit_matches_the_spec(setup: Setup, specs: list[tuple[str, str]]
             if setup.line_tokens(line) <= setup.config.stub_cap:
                 items.append(SummaryItem("thought", line, setup.line_tokens(line)))
     summary = fit_summary(setup, items, omitted, lambda index: records[index])
-    expected_texts, expected_omitted = oracle_fit(setup, items, omitted, {})
+    expected_kinds, expected_texts, expected_omitted = oracle_fit(setup, items, omitted)
     assert [item.text for item in summary.items] == expected_texts
+    assert [item.kind for item in summary.items] == expected_kinds
     assert summary.omitted == expected_omitted
     assert summary.tokens <= setup.config.summary_budget
     assert summary.message == (None if not expected_texts and not expected_omitted else Message(

