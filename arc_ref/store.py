@@ -7,8 +7,6 @@ store is a persistent vector: appending costs O(log32 N) and shares every earlie
 
 from __future__ import annotations
 
-from typing import Iterator
-
 from attrs import frozen
 from pyrsistent import PVector, pvector
 
@@ -114,7 +112,3 @@ def decode_history(store: Store) -> tuple[str, ...]:
 def payload_tokens(store: Store) -> int:
     """Claim 6: the archived payload, sum of n_j over stored observations (metadata excluded)."""
     return sum(record.n_tokens for record in store)
-
-
-def iter_records(store: Store) -> Iterator[Record]:
-    return iter(store)
