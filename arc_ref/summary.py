@@ -122,9 +122,8 @@ def fit_summary(setup: Setup, items: Iterable[SummaryItem], omitted: int, record
             kept[next_stub] = bare_item(setup, records(full.index))
             next_stub += 1
             return full.tokens - kept[next_stub - 1].tokens
-        if kept:
+        if kept:  # no full stub is left anywhere, so next_stub needs no adjusting
             dropped = kept.pop(0)
-            next_stub = max(0, next_stub - 1)
             omitted += 1
             return dropped.tokens
         raise BudgetViolation(f"the summary frame alone exceeds summary_budget M = {budget}")

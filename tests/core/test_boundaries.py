@@ -21,7 +21,7 @@ from arc_ref.message import Message
 from arc_ref.recall import admit, make_entry
 from arc_ref.store import make_record, make_stub
 from arc_ref.summary import fit_summary, observation_item, stub_item, thought_item
-from arc_ref.text import ELLIPSIS, id_safe_cut
+from arc_ref.text import ELLIPSIS, clipped, id_safe_cut
 from arc_ref.tokenizers import get_tokenizer
 from arc_ref.view import build_view
 
@@ -275,3 +275,18 @@ def test_init_refuses_a_tokenizer_whose_message_counts_do_not_add_up(monkeypatch
     assert str(refused.value) == (
         "tokenizer 'one-extra' merges across message boundaries; token counts of the view would not add up"
     )
+
+
+def test_a_clipped_summary_line_of_exactly_c_tokens_is_taken() -> None:
+    """The halving stops at the first clipped thought whose line costs <= c, including == c."""
+    entry = AgentEntry(4, "abcdefgh", "ls", Message(render.ASSISTANT, "", 0))
+    half = render.thought_item(4, clipped("abcdefgh", 4), "ls")
+    assert thought_item(_with(SETUP, stub_cap=SETUP.line_tokens(half)), entry).text == half
+
+
+def test_a_clipped_stub_signature_of_exactly_c_tokens_is_taken() -> None:
+    signature = "cat a-rather-long-file-name.txt"
+    shown = clipped(signature, SETUP.config.signature_chars)
+    half = render.stub("§01-1", 0, 5, 5, clipped(shown, len(shown) // 2), "", "")
+    line, tokens = make_stub(_with(SETUP, stub_cap=SETUP.line_tokens(half)), "§01-1", 0, 5, 5, signature, "hello", "")
+    assert (line, tokens) == (half, SETUP.line_tokens(half))
