@@ -333,7 +333,7 @@ def suggest(state: ArcState, token: str) -> str | None:
         if text and text in state.fingerprints:
             candidates.add(state.fingerprints[text])
     # a counter one edit away; without a fingerprint the digits alone are the counter
-    for text in {counter_text, digits if not fingerprint_width else counter_text}:
+    for text in (counter_text,) if fingerprint_width else (counter_text, digits):
         for variant in _one_edit_away(text, width):
             value = decode_counter(variant, scheme.bits)
             if value is not None and value <= state.stored:

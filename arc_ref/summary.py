@@ -142,10 +142,10 @@ def fit_summary(setup: Setup, items: Iterable[SummaryItem], omitted: int, record
 
 
 def summarize_entry(setup: Setup, entry: LiveEntry, record: Record | None, cited: bool) -> SummaryItem:
-    """The summary item of one folded entry."""
+    """The summary item of one folded entry; ``cited``: the observation is in Cited (shown as a handle)."""
     if isinstance(entry, AgentEntry):
         return thought_item(setup, entry)
     if isinstance(entry, CommandEntry):
         return note_item(setup, entry)
     assert isinstance(entry, ObservationEntry) and record is not None
-    return observation_item(setup, record, cited or not entry.verbatim)
+    return observation_item(setup, record, cited)

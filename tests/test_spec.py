@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable
 
 import attrs
 import pytest
@@ -386,41 +386,36 @@ def _cell_value(cell: str) -> object:
     return json.loads(inner)
 
 
-def test_parameter_table_lists_every_config_field_with_both_presets() -> None:
+def _check_preset_table(heading: str, names: list[str], value_of: Callable[[str, str], object]) -> list[list[str]]:
+    """The table under ``heading`` lists exactly ``names`` (column 1) with each preset's value (columns 2, 3)."""
     text = (SPEC / "parameters.md").read_text(encoding="utf-8")
-    rows = _table_under(text, "## Configuration fields")
-    by_field = {row[1].strip("`"): row for row in rows}
-    fields = [field.name for field in attrs.fields(Config)]
-    assert sorted(by_field) == sorted(fields), (
-        f"spec/parameters.md configuration table: missing {sorted(set(fields) - set(by_field))},"
-        f" unknown {sorted(set(by_field) - set(fields))}"
+    listed = {row[1].strip("`"): row for row in _table_under(text, heading)}
+    assert sorted(listed) == sorted(names), (
+        f"parameters.md {heading!r}: missing {sorted(set(names) - set(listed))},"
+        f" unknown {sorted(set(listed) - set(names))}"
     )
-    for field in fields:
-        row = by_field[field]
-        assert len(row) == 5 and row[0] and row[4], f"parameters.md row for {field} needs 5 non-empty cells"
+    for name, row in listed.items():
         for column, preset_name in ((2, "minimal"), (3, "paper")):
-            expected = getattr(PRESETS[preset_name], field)
+            expected = value_of(preset_name, name)
             assert _cell_value(row[column]) == expected, (
-                f"parameters.md: {field} under {preset_name} says {row[column]}, the preset has {expected!r}"
+                f"parameters.md {heading!r}: {name} under {preset_name} says {row[column]}, the code gives {expected!r}"
             )
+    return list(listed.values())
+
+
+def test_parameter_table_lists_every_config_field_with_both_presets() -> None:
+    fields = [field.name for field in attrs.fields(Config)]
+    rows = _check_preset_table("## Configuration fields", fields,
+                               lambda preset_name, name: getattr(PRESETS[preset_name], name))
+    for row in rows:
+        assert len(row) == 5 and row[0] and row[4], f"parameters.md row for {row[1]} needs 5 non-empty cells"
 
 
 def test_parameter_table_derived_quantities_match_make_setup() -> None:
-    text = (SPEC / "parameters.md").read_text(encoding="utf-8")
-    rows = _table_under(text, "## Derived quantities")
     setups = {name: make_setup(config) for name, config in PRESETS.items()}
     integer_fields = [field.name for field in attrs.fields(Setup) if field.type in ("int", int)]
-    listed = {row[1].strip("`"): row for row in rows}
-    assert sorted(listed) == sorted(integer_fields), (
-        f"parameters.md derived table: missing {sorted(set(integer_fields) - set(listed))},"
-        f" unknown {sorted(set(listed) - set(integer_fields))}"
-    )
-    for field, row in listed.items():
-        for column, preset_name in ((2, "minimal"), (3, "paper")):
-            expected = getattr(setups[preset_name], field)
-            assert _cell_value(row[column]) == expected, (
-                f"parameters.md: derived {field} under {preset_name} says {row[column]}, make_setup gives {expected}"
-            )
+    _check_preset_table("## Derived quantities", integer_fields,
+                        lambda preset_name, name: getattr(setups[preset_name], name))
 
 
 # --- rendering.md: templates and worked examples -----------------------------------------------------
