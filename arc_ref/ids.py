@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import Callable, Mapping
 
 from attrs import frozen
 
@@ -159,3 +160,65 @@ def edit_distance(left: str, right: str) -> int:
             )
         previous = current
     return previous[-1]
+
+
+# --- lookup of a printed id among the stored ones (A1: a mistyped id gets a nearest-match suggestion) ---
+
+IdOf = Callable[[int], str]  # the printed id of stored occurrence j (1 <= j <= stored)
+
+
+def resolve(scheme: IdScheme, stored: int, id_of: IdOf, token: str) -> int | None:
+    """The index j whose printed id is ``token`` (with or without §, surrounding punctuation ignored)."""
+    body = normalize_token(token)
+    counter, _ = scheme.split(body)
+    if counter is not None and counter <= stored and id_of(counter) == "§" + body:
+        return counter
+    return None
+
+
+def _one_edit_away(text: str, width: int) -> list[str]:
+    """Strings of length ``width`` one digit substitution, deletion or insertion away from ``text``."""
+    if len(text) == width:
+        return [text[:i] + digit + text[i + 1 :] for i in range(width) for digit in DIGITS]
+    if len(text) == width + 1:
+        return [text[:i] + text[i + 1 :] for i in range(width + 1)]
+    if len(text) == width - 1:
+        return [text[:i] + digit + text[i:] for i in range(width) for digit in DIGITS]
+    return []
+
+
+def suggest(
+    scheme: IdScheme, stored: int, id_of: IdOf, fingerprints: Mapping[str, int], token: str
+) -> int | None:
+    """The index of the stored id nearest to a token that resolved to nothing (edit distance over a few candidates).
+
+    Candidates: the id with the same counter (also read by position from the token's digits), the
+    latest id with the same fingerprint (``fingerprints``: fingerprint digits -> latest index), and ids
+    whose counter is one substitution, deletion or insertion away. The work is bounded by the id width, not N.
+    """
+    body = normalize_token(token)[: 2 * (scheme.counter_width + scheme.fingerprint_width + 2)]
+    counter_text, _, fingerprint_text = body.partition("-")
+    candidates: set[int] = set()
+    counter, _ = scheme.split(body)
+    if counter is not None and counter <= stored:
+        candidates.add(counter)
+    width = scheme.counter_width
+    # the counter and fingerprint read by position from the digits alone too, in case a separator was
+    # mistyped, left out or added
+    digits = "".join(char for char in body if char in DIGITS)
+    prefix = decode_counter(digits[:width], scheme.bits)
+    if prefix is not None and prefix <= stored:
+        candidates.add(prefix)
+    fingerprint_width = scheme.fingerprint_width
+    for text in (fingerprint_text, digits[-fingerprint_width:] if fingerprint_width else ""):
+        if text and text in fingerprints:
+            candidates.add(fingerprints[text])
+    # a counter one edit away; without a fingerprint the digits alone are the counter
+    for text in (counter_text,) if fingerprint_width else (counter_text, digits):
+        for variant in _one_edit_away(text, width):
+            value = decode_counter(variant, scheme.bits)
+            if value is not None and value <= stored:
+                candidates.add(value)
+    if not candidates:
+        return None
+    return min(candidates, key=lambda index: (edit_distance(body, id_of(index)[1:]), index))

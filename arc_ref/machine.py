@@ -15,7 +15,7 @@ the compaction routine runs at once (the proactive trigger), so a view is always
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, Union
+from typing import Any, Union
 
 import attrs
 import immutables
@@ -27,7 +27,7 @@ from arc_ref.commands import RECALL_WORDS, Command, IgnoredLine, parse_action
 from arc_ref.config import Config, Setup, make_setup
 from arc_ref.errors import BudgetViolation, CapacityExceeded, InvalidEvent
 from arc_ref.history import LiveEntry, ObservationEntry, agent_entry, command_entry, observation_entry
-from arc_ref.ids import DIGITS, decode_counter, edit_distance, normalize_token
+from arc_ref.ids import resolve, suggest
 from arc_ref.message import Message
 from arc_ref.recall import BufferEntry, admit, chunk_count, chunk_text, make_entry
 from arc_ref.store import EMPTY_STORE, Record, Store, make_record
@@ -35,7 +35,6 @@ from arc_ref.summary import EMPTY_SUMMARY, Summary, fit_summary, summarize_entry
 from arc_ref.text import clipped
 from arc_ref.view import View, build_view
 
-CompactReason = Literal["proactive", "reactive", "forced"]
 COMPACT_REASONS: tuple[str, ...] = ("proactive", "reactive", "forced")
 SHOWN_TOKEN_CHARS = 48  # an unknown id is echoed back clipped to this many characters
 _DECIMAL = re.compile(r"[0-9]{1,10}")
@@ -145,6 +144,19 @@ class ArcState:
 
     def record(self, index: int) -> Record:
         return self.records[index - 1]
+
+    def obs_id(self, index: int) -> str:
+        return self.records[index - 1].obs_id
+
+    def lookup(self, token: str) -> Record | None:
+        """The stored record whose printed id is ``token`` (A1; parsing and matching live in arc_ref.ids)."""
+        index = resolve(self.setup.ids, self.stored, self.obs_id, token)
+        return None if index is None else self.record(index)
+
+    def nearest(self, token: str) -> str | None:
+        """The printed id nearest to a token that resolved to nothing (arc_ref.ids.suggest)."""
+        index = suggest(self.setup.ids, self.stored, self.obs_id, self.fingerprints, token)
+        return None if index is None else self.obs_id(index)
 
 
 def init(config: Config) -> ArcState:
@@ -282,81 +294,15 @@ def observe(state: ArcState, event: Observe) -> tuple[ArcState, ObserveResult]:
     return new_state, result
 
 
-# --- id resolution (A1: a mistyped id gets a nearest-match suggestion) ------------------------
-
-
-def resolve(state: ArcState, token: str) -> Record | None:
-    """The record whose printed id is ``token`` (with or without §, surrounding punctuation ignored)."""
-    body = normalize_token(token)
-    counter, _ = state.setup.ids.split(body)
-    if counter is not None and counter <= state.stored:
-        record = state.record(counter)
-        if record.obs_id == "§" + body:
-            return record
-    return None
-
-
-def _one_edit_away(text: str, width: int) -> list[str]:
-    """Strings of length ``width`` one digit substitution, deletion or insertion away from ``text``."""
-    if len(text) == width:
-        return [text[:i] + digit + text[i + 1 :] for i in range(width) for digit in DIGITS]
-    if len(text) == width + 1:
-        return [text[:i] + text[i + 1 :] for i in range(width + 1)]
-    if len(text) == width - 1:
-        return [text[:i] + digit + text[i:] for i in range(width) for digit in DIGITS]
-    return []
-
-
-def suggest(state: ArcState, token: str) -> str | None:
-    """The nearest stored id to a token that resolved to nothing (edit distance over a few candidates).
-
-    Candidates: the id with the same counter (also read by position from the token's digits), the
-    latest id with the same fingerprint, and ids whose counter is one substitution, deletion or
-    insertion away. The work is bounded by the id width, not N.
-    """
-    scheme = state.setup.ids
-    body = normalize_token(token)[: 2 * (scheme.counter_width + scheme.fingerprint_width + 2)]
-    counter_text, _, fingerprint_text = body.partition("-")
-    candidates: set[int] = set()
-    counter, _ = scheme.split(body)
-    if counter is not None and counter <= state.stored:
-        candidates.add(counter)
-    width = scheme.counter_width
-    # the counter and fingerprint read by position from the digits alone too, in case a separator was
-    # mistyped, left out or added
-    digits = "".join(char for char in body if char in DIGITS)
-    prefix = decode_counter(digits[:width], scheme.bits)
-    if prefix is not None and prefix <= state.stored:
-        candidates.add(prefix)
-    fingerprint_width = scheme.fingerprint_width
-    for text in (fingerprint_text, digits[-fingerprint_width:] if fingerprint_width else ""):
-        if text and text in state.fingerprints:
-            candidates.add(state.fingerprints[text])
-    # a counter one edit away; without a fingerprint the digits alone are the counter
-    for text in (counter_text,) if fingerprint_width else (counter_text, digits):
-        for variant in _one_edit_away(text, width):
-            value = decode_counter(variant, scheme.bits)
-            if value is not None and value <= state.stored:
-                candidates.add(value)
-    if not candidates:
-        return None
-    best = min(candidates, key=lambda index: (edit_distance(body, state.record(index).obs_id[1:]), index))
-    return state.record(best).obs_id
-
-
 # --- agent turn: commands answered before any environment (A3, A5) ----------------------------
 
 
 @attrs.define
 class _CommandRun:
-    """Scratch space for answering the commands of one action; turned into a new state at the end."""
+    """Scratch space for answering the commands of one action: ``state`` carries the catalog and recall
+    fields as the commands change them (the store is not touched); the caller appends the turn to H."""
 
     state: ArcState
-    catalog_cursor: int | None
-    catalog_message: Message | None
-    recall_cursor: immutables.Map[int, int]
-    recall_buffer: tuple[BufferEntry, ...]
-    recall_message: Message | None
     body_recalls: int = 0
     notes: list[str] = attrs.field(factory=list)
     responses: list[str] = attrs.field(factory=list)
@@ -371,7 +317,7 @@ class _CommandRun:
         first = records[0].obs_id if len(records) else None
         last = records[-1].obs_id if len(records) else None
         shown = clipped(token, SHOWN_TOKEN_CHARS)
-        self.answer(render.note_unknown_id(word, shown, suggest(self.state, token), first, last))
+        self.answer(render.note_unknown_id(word, shown, self.state.nearest(token), first, last))
 
     def recall(self, command: Command) -> None:
         word = command.word
@@ -384,7 +330,7 @@ class _CommandRun:
                                                      self.state.config.recalls_per_step))
                 return
             self.body_recalls += 1
-        record = resolve(self.state, command.argument)
+        record = self.state.lookup(command.argument)
         if record is None:
             self.unknown(word, command.argument)
             return
@@ -397,7 +343,7 @@ class _CommandRun:
             self.answer(render.note_empty(word, record.obs_id))
             self.recalls.append(RecallResult(record.obs_id, 0, 0, ""))
             return
-        chunk = self.recall_cursor.get(record.index, 0) + 1 if word == "_recall-next" else 1
+        chunk = self.state.recall_cursor.get(record.index, 0) + 1 if word == "_recall-next" else 1
         if chunk > chunks:
             self.answer(render.note_exhausted(word, record.obs_id, chunks))
             return
@@ -405,8 +351,13 @@ class _CommandRun:
         if counted != chunks:
             raise BudgetViolation(f"{record.obs_id}: tokenizer gave {counted} chunks, expected {chunks}")
         entry = make_entry(setup, record.index, record.obs_id, chunk, chunks, payload)
-        self.recall_buffer, self.recall_message, _evicted = admit(setup, self.recall_buffer, entry)
-        self.recall_cursor = self.recall_cursor.set(record.index, chunk)
+        buffer, message, _evicted = admit(setup, self.state.recall_buffer, entry)
+        self.state = attrs.evolve(
+            self.state,
+            recall_buffer=buffer,
+            recall_message=message,
+            recall_cursor=self.state.recall_cursor.set(record.index, chunk),
+        )
         self.answer(render.note_chunk_in_buffer(word, record.obs_id, chunk, chunks), entry.response)
         self.recalls.append(RecallResult(record.obs_id, chunk, chunks, payload))
 
@@ -417,7 +368,7 @@ class _CommandRun:
             self.answer(render.note_catalog_empty(word))
             return
         pages = page_count(stored, self.state.config.page_size)
-        current = self.catalog_cursor or pages
+        current = self.state.catalog_cursor or pages
         if word == "catalog-first":
             target = 1
         elif word == "catalog-next":
@@ -434,9 +385,9 @@ class _CommandRun:
             if not 1 <= target <= pages:
                 self.answer(render.note_catalog_no_page(word, clipped(argument, SHOWN_TOKEN_CHARS), pages))
                 return
-        self.catalog_cursor = target
-        self.catalog_message = render_page(self.state.setup, self.state.records, target)
-        self.answer(render.note_catalog_page(word, target, pages), self.catalog_message.content)
+        page = render_page(self.state.setup, self.state.records, target)
+        self.state = attrs.evolve(self.state, catalog_cursor=target, catalog_message=page)
+        self.answer(render.note_catalog_page(word, target, pages), page.content)
 
 
 def agent_turn(state: ArcState, event: AgentTurn) -> tuple[ArcState, AgentResult]:
@@ -450,14 +401,7 @@ def agent_turn(state: ArcState, event: AgentTurn) -> tuple[ArcState, AgentResult
     if commands is None:
         new_state, folded = _append_live(state, (agent,), turn=turn)
         return new_state, AgentResult(False, None, (), (), folded)
-    run = _CommandRun(
-        state=state,
-        catalog_cursor=state.catalog_cursor,
-        catalog_message=state.catalog_message,
-        recall_cursor=state.recall_cursor,
-        recall_buffer=state.recall_buffer,
-        recall_message=state.recall_message,
-    )
+    run = _CommandRun(state)
     for command in commands:
         if isinstance(command, IgnoredLine):
             run.answer(render.note_ignored(clipped(command.text, SHOWN_TOKEN_CHARS)))
@@ -466,16 +410,7 @@ def agent_turn(state: ArcState, event: AgentTurn) -> tuple[ArcState, AgentResult
         else:
             run.catalog(command)
     result_entry = command_entry(setup, turn, run.notes)
-    new_state, folded = _append_live(
-        state,
-        (agent, result_entry),
-        turn=turn,
-        catalog_cursor=run.catalog_cursor,
-        catalog_message=run.catalog_message,
-        recall_cursor=run.recall_cursor,
-        recall_buffer=run.recall_buffer,
-        recall_message=run.recall_message,
-    )
+    new_state, folded = _append_live(run.state, (agent, result_entry), turn=turn)
     response = "\n".join(run.responses)
     return new_state, AgentResult(True, response, tuple(run.notes), tuple(run.recalls), folded)
 
@@ -506,5 +441,5 @@ def step(state: ArcState, event: Event) -> tuple[ArcState, Output]:
 __all__ = [
     "AgentResult", "AgentTurn", "ArcState", "Compact", "CompactResult", "Event", "Observe", "ObserveResult",
     "Output", "RecallResult", "RequestView", "agent_turn", "compact", "fold", "init", "observe",
-    "resolve", "step", "suggest", "view",
+    "step", "view",
 ]

@@ -20,15 +20,17 @@ from arc_ref.machine import (
     AgentTurn,
     ArcState,
     Compact,
+    CompactResult,
+    Event,
     Observe,
+    ObserveResult,
+    Output,
     RecallResult,
-    agent_turn,
-    compact,
+    RequestView,
     init,
-    observe,
-    view,
+    step,
 )
-from arc_ref.view import verify_tokens
+from arc_ref.view import View, verify_tokens
 
 TRACE_OPS = ("config", "observe", "agent", "compact", "view")
 _FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -104,7 +106,8 @@ def _configure(obj: dict[str, Any]) -> tuple[ArcState, dict[str, Any]]:
     return state, _config_output(state, preset_name)
 
 
-def _apply(state: ArcState, obj: dict[str, Any]) -> tuple[ArcState, dict[str, Any]]:
+def _event(obj: dict[str, Any]) -> Event:
+    """The core event of a trace line (keys and types checked here; values by the core)."""
     op = obj["op"]
     required, optional = _FIELDS[op]
     _check_keys(obj, required, optional)
@@ -112,29 +115,38 @@ def _apply(state: ArcState, obj: dict[str, Any]) -> tuple[ArcState, dict[str, An
         returncode = obj.get("returncode", 0)
         if isinstance(returncode, bool) or not isinstance(returncode, int):
             raise TraceError(f"'returncode' must be an integer, got {json.dumps(returncode)[:40]}")
-        new_state, observed = observe(
-            state, Observe(_string(obj, "action"), _string(obj, "observation"), returncode)
-        )
-        return new_state, {
-            "op": "observe",
-            "id": observed.obs_id,
-            "index": observed.index,
-            "tokens": observed.tokens,
-            "chunks": observed.chunks,
-            "verbatim": observed.verbatim,
-            "folded": observed.folded,
-        }
+        return Observe(_string(obj, "action"), _string(obj, "observation"), returncode)
     if op == "agent":
-        new_state, answered = agent_turn(state, AgentTurn(_string(obj, "thought"), _string(obj, "action")))
-        return new_state, _agent_output(answered)
+        return AgentTurn(_string(obj, "thought"), _string(obj, "action"))
     if op == "compact":
-        new_state, compacted = compact(state, Compact(_string(obj, "reason")))
-        return new_state, {"op": "compact", "reason": compacted.reason, "folded": compacted.folded}
-    shown = view(state)
+        return Compact(_string(obj, "reason"))
+    return RequestView()
+
+
+def _output_json(state: ArcState, output: Output) -> dict[str, Any]:
+    """The output line of one applied event (spec/trace.md)."""
+    if isinstance(output, ObserveResult):
+        return {
+            "op": "observe",
+            "id": output.obs_id,
+            "index": output.index,
+            "tokens": output.tokens,
+            "chunks": output.chunks,
+            "verbatim": output.verbatim,
+            "folded": output.folded,
+        }
+    if isinstance(output, AgentResult):
+        return _agent_output(output)
+    if isinstance(output, CompactResult):
+        return {"op": "compact", "reason": output.reason, "folded": output.folded}
+    return _view_output(state, output)
+
+
+def _view_output(state: ArcState, shown: View) -> dict[str, Any]:
     exact = verify_tokens(state.setup, shown)
     components = shown.components.as_dict()
     components["overhead"] = exact - sum(value for key, value in components.items() if key != "overhead")
-    return state, {
+    return {
         "op": "view",
         "text": shown.text(),
         "tokens": exact,
@@ -142,6 +154,12 @@ def _apply(state: ArcState, obj: dict[str, Any]) -> tuple[ArcState, dict[str, An
         "limit": shown.limit,
         "components": components,
     }
+
+
+def _apply(state: ArcState, obj: dict[str, Any]) -> tuple[ArcState, dict[str, Any]]:
+    """Map a trace line to its event, apply it with the one dispatcher (machine.step), map the output back."""
+    new_state, output = step(state, _event(obj))
+    return new_state, _output_json(new_state, output)
 
 
 def _parse(line: str | bytes) -> Any:

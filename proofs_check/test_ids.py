@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from arc_ref.errors import CapacityExceeded
 from arc_ref.ids import IdScheme, decode_counter, edit_distance, encode_counter, fingerprint, normalize_token
-from arc_ref.machine import Observe, init, observe, resolve, suggest
+from arc_ref.machine import Observe, init, observe
 from arc_ref.config import preset
 from arc_ref.text import ID_PATTERN
 from proofs_check.registry import proves
@@ -69,7 +69,7 @@ def test_a1_printed_id_parses_with_or_without_section_sign_and_punctuation(
     body = record.obs_id[1:]
     wrapping = data.draw(st.sampled_from(("{}", "§{}", "(§{}).", "`§{}`", "[{}],", '"§{}"', "§{}:")))
     assert normalize_token(wrapping.format(body)) == body
-    assert resolve(state, wrapping.format(body)) == record
+    assert state.lookup(wrapping.format(body)) == record
 
 
 @given(configs("minimal"), st.lists(texts(20), min_size=1, max_size=8), st.data())
@@ -84,11 +84,11 @@ def test_a1_mistyped_id_gets_a_nearest_suggestion(config: object, contents: list
     position = data.draw(st.integers(0, len(body) - 1))
     replacement = data.draw(st.sampled_from("0123456789").filter(lambda c: c != body[position]))
     typo = body[:position] + replacement + body[position + 1 :]
-    found = resolve(state, "§" + typo)
+    found = state.lookup("§" + typo)
     if found is not None:  # the typo hit another stored id exactly
         assert found.obs_id == "§" + typo
         return
-    suggestion = suggest(state, "§" + typo)
+    suggestion = state.nearest("§" + typo)
     assert suggestion is not None
     assert suggestion in {r.obs_id for r in state.records}
     assert edit_distance(typo, suggestion[1:]) <= 1

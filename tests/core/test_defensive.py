@@ -28,7 +28,7 @@ from arc_ref.config import (
 )
 from arc_ref.ids import normalize_token
 from arc_ref.errors import BudgetViolation, ConfigError, InvalidEvent
-from arc_ref.machine import AgentTurn, ArcState, Observe, RequestView, agent_turn, init, observe, step, suggest, view
+from arc_ref.machine import AgentTurn, ArcState, Observe, RequestView, agent_turn, init, observe, step, view
 from arc_ref.message import Message
 from arc_ref.store import make_record
 from arc_ref.view import build_view, verify_tokens
@@ -370,7 +370,7 @@ def test_every_single_typo_of_a_stored_id_gets_a_nearest_stored_id(count: int, f
     bodies = [obs_id[1:] for obs_id in ids]
     for body in bodies:
         for typo in _single_edits(body, "0123456789-_"):
-            suggestion = suggest(state, typo)
+            suggestion = state.nearest(typo)
             assert suggestion is not None, (body, typo)
             read = normalize_token(typo)  # punctuation around an id is not part of it
             nearest = min(_levenshtein(read, other) for other in bodies)
@@ -380,16 +380,16 @@ def test_every_single_typo_of_a_stored_id_gets_a_nearest_stored_id(count: int, f
 def test_suggestion_examples() -> None:
     state, ids = _stored(30, fingerprint_bits=0)
     assert [obs_id[1:] for obs_id in ids[:2]] == ["0001", "0002"]  # width of 2**10 - 1
-    assert suggest(state, "0013") == ids[12]  # a substitution that lands on another stored id
-    assert suggest(state, "0012x") == ids[11]
-    assert suggest(state, "§0012.") == ids[11]  # punctuation around it
-    assert suggest(state, "00-12") == ids[11]  # a separator where an id without fingerprint has none
-    assert suggest(state, "9999") is None and suggest(state, "abc") is None  # the note then names the range
+    assert state.nearest("0013") == ids[12]  # a substitution that lands on another stored id
+    assert state.nearest("0012x") == ids[11]
+    assert state.nearest("§0012.") == ids[11]  # punctuation around it
+    assert state.nearest("00-12") == ids[11]  # a separator where an id without fingerprint has none
+    assert state.nearest("9999") is None and state.nearest("abc") is None  # the note then names the range
     state, ids = _stored(12, fingerprint_bits=16)
     counter, _, fingerprint = ids[6][1:].partition("-")
-    assert suggest(state, f"{counter}_{fingerprint}") == ids[6]  # mistyped separator
-    assert suggest(state, f"{counter}{fingerprint}") == ids[6]  # separator left out
-    assert suggest(state, f"0999-{fingerprint}") == ids[6]  # wrong counter, right fingerprint
+    assert state.nearest(f"{counter}_{fingerprint}") == ids[6]  # mistyped separator
+    assert state.nearest(f"{counter}{fingerprint}") == ids[6]  # separator left out
+    assert state.nearest(f"0999-{fingerprint}") == ids[6]  # wrong counter, right fingerprint
 
 
 # --- the trace replayer -------------------------------------------------------------------------
