@@ -5,8 +5,8 @@ Subcommands::
     arc-eval nih        --methods all --seeds 42 82 122 --tasks 1000 [--backend scripted|openai ...]
     arc-eval longbench  --data PATH [--limit N] ...
     arc-eval ablation   recall-budget|force-schedule|noise-lines [--task nih|longbench] ...
-    arc-eval report     RUN_DIR...            (eval.analysis.cli.report_main)
-    arc-eval serve-scripted ...               (eval.backends.scripted_server.serve_main)
+    arc-eval report     RUN_DIR...            (arc_eval.analysis.cli.report_main)
+    arc-eval serve-scripted ...               (arc_eval.backends.scripted_server.serve_main)
     arc-eval bench      [--tasks 1000] ...    (throughput, harness overhead, concurrency)
 
 A run writes ``--out RUN_DIR`` (default: ``runs/<kind>-<hash of the arguments>``, so the same
@@ -85,7 +85,7 @@ def _non_negative_float(text: str) -> float:
 
 def parse_methods(text: str) -> tuple[str, ...]:
     """``all`` or a comma-separated list of method names."""
-    from eval.methods import METHOD_NAMES
+    from arc_eval.methods import METHOD_NAMES
 
     if text.strip() == "all":
         return METHOD_NAMES
@@ -207,8 +207,8 @@ def default_run_dir(argv: Sequence[str], kind: str) -> Path:
 
 def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
     """A RunSpec from parsed arguments (the command line itself is recorded for resume checks)."""
-    from eval.methods import METHOD_NAMES
-    from eval.runner import ABLATIONS, SCRIPTED_MODEL, RunSpec
+    from arc_eval.methods import METHOD_NAMES
+    from arc_eval.runner import ABLATIONS, SCRIPTED_MODEL, RunSpec
 
     if args.command == "ablation":
         kind = args.task
@@ -264,7 +264,7 @@ def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
 
 
 def _missing_methods_message(methods: Sequence[str]) -> str | None:
-    from eval.methods import method_available
+    from arc_eval.methods import method_available
 
     missing = [name for name in methods if not method_available(name)]
     if missing:
@@ -273,8 +273,8 @@ def _missing_methods_message(methods: Sequence[str]) -> str | None:
 
 
 def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from eval.records import RunRecordError
-    from eval.runner import run
+    from arc_eval.records import RunRecordError
+    from arc_eval.runner import run
 
     spec = spec_from_args(args, argv)
     spec.validate()
@@ -282,7 +282,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if missing is not None:
         raise UsageError(missing + "; choose others with --methods")
     print(f"run directory: {spec.out}", file=sys.stderr)
-    from eval.tasks.longbench import LongBenchDataError
+    from arc_eval.tasks.longbench import LongBenchDataError
 
     try:
         result = run(spec)
@@ -297,8 +297,8 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from eval.methods import BASELINE_NAMES, METHOD_NAMES, method_available
-    from eval.runner import bench_concurrency, bench_harness_overhead, bench_throughput
+    from arc_eval.methods import BASELINE_NAMES, METHOD_NAMES, method_available
+    from arc_eval.runner import bench_concurrency, bench_harness_overhead, bench_throughput
 
     methods = args.methods if args.methods is not None else tuple(
         name for name in METHOD_NAMES if name in BASELINE_NAMES or method_available(name)
@@ -323,10 +323,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if arguments and arguments[0] in _DISPATCHED:
             try:
                 if arguments[0] == "report":
-                    from eval.analysis.cli import report_main
+                    from arc_eval.analysis.cli import report_main
 
                     return int(report_main(arguments[1:]))
-                from eval.backends.scripted_server import serve_main
+                from arc_eval.backends.scripted_server import serve_main
 
                 return int(serve_main(arguments[1:]))
             except SystemExit as done:  # --help or a usage error of the dispatched command

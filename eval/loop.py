@@ -4,7 +4,7 @@ Each step: a forced compaction when the step's index is in ``force_at_calls``; t
 the prompt (compacting proactively when its estimate exceeds L = L_ctx - G_max); the backend
 answers; a ``ContextOverflow`` triggers a reactive compaction and a retry (at most
 ``max_reactive_retries`` per step; when the method has nothing left to shrink the task ends with
-``end="overflow"``). The reply is parsed into a thought and one action (``eval.protocol``). The
+``end="overflow"``). The reply is parsed into a thought and one action (``arc_eval.protocol``). The
 method sees the turn first and may intercept it (ARC's recall and catalog commands never reach the
 sandbox); every other action runs in the sandbox and its observation goes back to the method.
 
@@ -32,9 +32,9 @@ import functools
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from eval.methods.base import Method, MethodSettings
-from eval.protocol import NO_ACTION_MESSAGE, is_submission, parse_reply, submitted_text, system_prompt
-from eval.types import (
+from arc_eval.methods.base import Method, MethodSettings
+from arc_eval.protocol import NO_ACTION_MESSAGE, is_submission, parse_reply, submitted_text, system_prompt
+from arc_eval.types import (
     Backend,
     BackendUnavailable,
     ChatReply,
@@ -57,14 +57,14 @@ DECLINED_MESSAGE = "the agent declined to answer (empty submit)"
 def default_scorer(kind: str) -> Scorer:
     """The scorer of a task kind: NIH scores the ``NEEDLE=<value>`` token, LongBench the letter."""
     if kind == "nih":
-        from eval.tasks.nih import needle_token, score_nih
+        from arc_eval.tasks.nih import needle_token, score_nih
 
         def score_needle(task: Task, submission: str) -> tuple[bool, str | None]:
             return score_nih(task, submission), needle_token(submission)
 
         return score_needle
     if kind == "longbench":
-        from eval.tasks.longbench import extract_longbench_answer, score_longbench
+        from arc_eval.tasks.longbench import extract_longbench_answer, score_longbench
 
         def score_letter(task: Task, submission: str) -> tuple[bool, str | None]:
             return score_longbench(task, submission), extract_longbench_answer(submission)
@@ -74,15 +74,15 @@ def default_scorer(kind: str) -> Scorer:
 
 
 def default_sandbox(task: Task) -> Sandbox:
-    from eval.sandbox import VirtualSandbox
+    from arc_eval.sandbox import VirtualSandbox
 
     return VirtualSandbox(task.files)
 
 
 @functools.lru_cache(maxsize=8192)
 def _signature(action: str) -> str:
-    """``eval.sandbox.action_signature``, cached: the same actions recur in every task."""
-    from eval.sandbox import action_signature
+    """``arc_eval.sandbox.action_signature``, cached: the same actions recur in every task."""
+    from arc_eval.sandbox import action_signature
 
     return action_signature(action)
 

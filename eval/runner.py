@@ -1,6 +1,6 @@
 """Runs tasks x methods x seeds (x variants for ablations), N trajectories in flight, resumable.
 
-``run(spec)`` opens the run directory with ``eval.records.RunWriter`` (``resume=True`` continues a
+``run(spec)`` opens the run directory with ``arc_eval.records.RunWriter`` (``resume=True`` continues a
 killed run: finished tasks are skipped, unfinished ones redone from scratch, nothing duplicated),
 then feeds every unfinished (variant, seed, task, method) job to ``concurrency`` asyncio workers
 sharing one backend, so an HTTP server sees N requests at once and batches them. Each finished
@@ -26,9 +26,9 @@ from typing import Any, Iterable, Mapping, Sequence, TextIO
 from attrs import evolve, field, frozen
 
 from arc_ref.errors import ConfigError
-from eval.methods import METHOD_NAMES, make_method
-from eval.methods.base import MethodSettings
-from eval.types import Backend, BackendUnavailable, Task
+from arc_eval.methods import METHOD_NAMES, make_method
+from arc_eval.methods.base import MethodSettings
+from arc_eval.types import Backend, BackendUnavailable, Task
 
 TASK_KINDS = ("nih", "longbench")
 BACKENDS = ("scripted", "openai")
@@ -139,7 +139,7 @@ class RunSpec:
             raise ConfigError("--max-steps must be at least 1")
         if self.temperature < 0:
             raise ConfigError("--temperature must be >= 0")
-        from eval.methods.base import shared_counter
+        from arc_eval.methods.base import shared_counter
 
         tokenizer = f"hf:{self.tokenizer_json}" if self.tokenizer_json else self.tokenizer
         shared_counter(tokenizer, self.chat_format)  # an unknown tokenizer or format fails here, clearly
@@ -176,7 +176,7 @@ def resolved_retriever(spec: RunSpec) -> str:
     """The RAG retriever the run uses (recorded): only resolved when rag_memory runs."""
     if "rag_memory" not in spec.methods:
         return "unused"
-    from eval.methods.rag_memory import resolve_retriever
+    from arc_eval.methods.rag_memory import resolve_retriever
 
     return resolve_retriever(spec.rag_retriever)
 
@@ -235,7 +235,7 @@ def default_max_steps(task: Task) -> int:
 def make_tasks(spec: RunSpec, seed: int, longbench_cache: dict[str, list[Task]]) -> list[Task]:
     """The tasks of one seed (NIH: drawn from the seed; LongBench: the same items for every seed)."""
     if spec.task_kind == "nih":
-        from eval.tasks.nih import make_nih_tasks
+        from arc_eval.tasks.nih import make_nih_tasks
 
         assert spec.tasks_per_seed is not None
         return make_nih_tasks(
@@ -245,7 +245,7 @@ def make_tasks(spec: RunSpec, seed: int, longbench_cache: dict[str, list[Task]])
             distractor_files=spec.distractor_files,
         )
     if "tasks" not in longbench_cache:
-        from eval.tasks.longbench import load_longbench
+        from arc_eval.tasks.longbench import load_longbench
 
         longbench_cache["tasks"] = load_longbench(spec.data)
     tasks = longbench_cache["tasks"]
@@ -255,7 +255,7 @@ def make_tasks(spec: RunSpec, seed: int, longbench_cache: dict[str, list[Task]])
 def make_backend(spec: RunSpec, method: str | None = None) -> Backend:
     """The run's backend. With ``--tool-calling`` the recall/catalog tools go only to ``arc``'s backend."""
     if spec.backend == "scripted":
-        from eval.agent.scripted import ScriptedBackend, ScriptedPolicy
+        from arc_eval.agent.scripted import ScriptedBackend, ScriptedPolicy
 
         return ScriptedBackend(
             ScriptedPolicy(allow_reexecution=spec.allow_reexecution),
@@ -263,8 +263,8 @@ def make_backend(spec: RunSpec, method: str | None = None) -> Backend:
             tokenizer=f"hf:{spec.tokenizer_json}" if spec.tokenizer_json else spec.tokenizer,
             chat_format=spec.chat_format,
         )
-    from eval.backends.openai_backend import OpenAIBackend
-    from eval.protocol import recall_tool_specs
+    from arc_eval.backends.openai_backend import OpenAIBackend
+    from arc_eval.protocol import recall_tool_specs
 
     return OpenAIBackend(
         list(spec.base_urls),
@@ -299,7 +299,7 @@ def _progress(total: int, initial: int, enabled: bool, description: str) -> Any:
 async def _run_async(
     spec: RunSpec, writer: Any, rag_retriever: str, longbench_cache: dict[str, list[Task]]
 ) -> tuple[int, int, str | None]:
-    from eval.loop import run_task
+    from arc_eval.loop import run_task
 
     finished = writer.finished()
     shared = make_backend(spec)
@@ -387,7 +387,7 @@ def run(spec: RunSpec, *, out: TextIO | None = None) -> RunResult:
     longbench_cache: dict[str, list[Task]] = {}
     if spec.task_kind == "longbench":
         make_tasks(spec, spec.seeds[0], longbench_cache)  # a missing or malformed file fails here, before any record
-    from eval.records import RunWriter
+    from arc_eval.records import RunWriter
 
     writer = RunWriter(spec.out, manifest(spec, rag_retriever), resume=spec.resume)
     try:
@@ -402,7 +402,7 @@ def run(spec: RunSpec, *, out: TextIO | None = None) -> RunResult:
 
 
 def load_outcomes(run_dir: Path) -> list[dict[str, Any]]:
-    from eval.records import RunReader
+    from arc_eval.records import RunReader
 
     return list(RunReader(run_dir).tasks())
 
@@ -481,7 +481,7 @@ def bench_throughput(methods: Sequence[str], tasks: int, *, rag_retriever: str =
 
         result = run(spec, out=io.StringIO())
         elapsed = time.perf_counter() - started
-        calls = sum(1 for _ in __import__("eval.records", fromlist=["RunReader"]).RunReader(spec.out).calls())
+        calls = sum(1 for _ in __import__("arc_eval.records", fromlist=["RunReader"]).RunReader(spec.out).calls())
     finished = result.ran
     return (
         f"throughput: scripted NIH, {tasks} tasks x {len(methods)} methods x 1 seed "
@@ -495,9 +495,9 @@ def bench_harness_overhead(methods: Sequence[str], tasks: int, *, rag_retriever:
     """Per-call harness time (everything but the backend's own work) per method, 16k/4096 preset."""
     import time
 
-    from eval.agent.scripted import ScriptedBackend
-    from eval.loop import run_task
-    from eval.tasks.nih import make_nih_tasks
+    from arc_eval.agent.scripted import ScriptedBackend
+    from arc_eval.loop import run_task
+    from arc_eval.tasks.nih import make_nih_tasks
 
     spec = RunSpec(task_kind="nih", methods=tuple(methods), seeds=(seed,), out=Path("unused"),
                    tasks_per_seed=tasks, rag_retriever=rag_retriever)
@@ -515,8 +515,8 @@ def bench_harness_overhead(methods: Sequence[str], tasks: int, *, rag_retriever:
                            max_steps=default_max_steps(task), seed=seed)
         return time.perf_counter() - started, backend.seconds, backend.calls
 
-    from eval.agent.scripted import message_facts
-    from eval.methods.base import clear_counter_caches
+    from arc_eval.agent.scripted import message_facts
+    from arc_eval.methods.base import clear_counter_caches
 
     for name in methods:
         asyncio.run(measure(name, warm_up))
@@ -534,8 +534,8 @@ def bench_concurrency(concurrency: int, tasks: int, *, latency_ms: float = 20.0,
     import tempfile
     import time
 
-    from eval.agent.scripted import ScriptedPolicy
-    from eval.backends.scripted_server import build_app, serve_in_thread
+    from arc_eval.agent.scripted import ScriptedPolicy
+    from arc_eval.backends.scripted_server import build_app, serve_in_thread
 
     figures = []
     for level in sorted({1, concurrency}):

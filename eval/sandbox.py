@@ -27,7 +27,7 @@ import shlex
 from types import MappingProxyType
 from typing import Mapping
 
-from eval.types import Observation
+from arc_eval.types import Observation
 
 DEFAULT_PAGE_CHARS = 4000
 DEFAULT_HEAD_LINES = 10
@@ -113,7 +113,7 @@ def action_signature(action: str) -> str:
 class VirtualSandbox:
     """A read-only virtual file system answering `ls`, `cat`, `head`, `grep`, `read`, `submit`.
 
-    Implements `eval.types.Sandbox`. Files are copied into an immutable mapping at construction,
+    Implements `arc_eval.types.Sandbox`. Files are copied into an immutable mapping at construction,
     so the caller's dict can change afterwards without affecting the task.
     """
 

@@ -55,7 +55,7 @@ observation, whatever the task; it never looks at any answer.
 excerpts); ``facts`` and ``open_questions`` unchanged, ``next_step`` = ``"continue the plan of
 the task"``.
 
-``ScriptedBackend`` implements ``eval.types.Backend`` in-process around a policy: it counts the
+``ScriptedBackend`` implements ``arc_eval.types.Backend`` in-process around a policy: it counts the
 prompt with the chat format and an ``arc_ref`` tokenizer (one cached count per message), raises
 ``ContextOverflow`` when prompt > context_limit - max_tokens (the harness' own L_ctx - G_max
 check), and reports usage with a near-zero latency.
@@ -72,8 +72,8 @@ from typing import Any, Sequence
 from attrs import frozen
 
 from arc_ref.errors import ConfigError
-from eval.methods.base import shared_counter
-from eval.protocol import (
+from arc_eval.methods.base import shared_counter
+from arc_eval.protocol import (
     STATE_REQUEST_HEADER,
     SUMMARY_REQUEST_HEADER,
     TASK_VERBS,
@@ -81,7 +81,7 @@ from eval.protocol import (
     command_word,
     parse_reply,
 )
-from eval.types import ChatReply, ChatRequest, ContextOverflow, Message
+from arc_eval.types import ChatReply, ChatRequest, ContextOverflow, Message
 
 ID_RE = re.compile(r"§[0-9A-Za-z._-]+")
 STUB_RE = re.compile(r"(§[0-9A-Za-z._-]+) rc=-?\d+ \d+ch \d+tok \$ (.*?) \| head: (.*) \| tail: (.*) \| _recall §")

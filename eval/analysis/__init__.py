@@ -1,15 +1,15 @@
 """Analysis of recorded runs: accuracy, McNemar tests, the roofline HBM model, tables and plots.
 
-Entry point: `eval.analysis.cli.report_main(argv)` (`arc-eval report RUN_DIR...`). Formulas, units
+Entry point: `arc_eval.analysis.cli.report_main(argv)` (`arc-eval report RUN_DIR...`). Formulas, units
 and edge-case decisions: `eval/ANALYSIS.md`.
 """
 
-from eval.analysis.accuracy import AccuracyRow, SeedOutcome, accuracy_rows, mean_and_sd
-from eval.analysis.errors import AnalysisError
-from eval.analysis.load import CallRecord, Dataset, Manifest, RunData, TaskRecord, load_run, load_runs
-from eval.analysis.mcnemar import McNemarResult, PairedComparison, PValue, compare_methods, mcnemar_test
-from eval.analysis.presets import HardwareSpec, ModelSpec, hardware_preset, model_preset
-from eval.analysis.roofline import MethodCost, TrajectoryCost, explain_trajectory, method_costs, trajectory_cost
+from arc_eval.analysis.accuracy import AccuracyRow, SeedOutcome, accuracy_rows, mean_and_sd
+from arc_eval.analysis.errors import AnalysisError
+from arc_eval.analysis.load import CallRecord, Dataset, Manifest, RunData, TaskRecord, load_run, load_runs
+from arc_eval.analysis.mcnemar import McNemarResult, PairedComparison, PValue, compare_methods, mcnemar_test
+from arc_eval.analysis.presets import HardwareSpec, ModelSpec, hardware_preset, model_preset
+from arc_eval.analysis.roofline import MethodCost, TrajectoryCost, explain_trajectory, method_costs, trajectory_cost
 
 __all__ = [
     "AccuracyRow",

@@ -6,7 +6,7 @@ Per (variant, model, task_kind, method) and, for LongBench-v2, per `meta.length`
 - Mean No-Ans, Mean Pass: mean over seeds of the per-seed counts;
 - Mean Acc, SD Acc: mean and *sample* standard deviation (n - 1) over seeds of the per-seed
   accuracy passes_s / attempts_s. The sample SD is the one that reproduces the paper's tables:
-  see ANALYSIS.md ("Which SD") and `tests/analysis/test_paper_numbers.py`.
+  see ANALYSIS.md ("Which SD") and `tests/eval/analysis/test_paper_numbers.py`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from eval.analysis.load import METHODS, TaskRecord
+from arc_eval.analysis.load import METHODS, TaskRecord
 
 BREAKDOWNS = ("overall", "length", "domain")
 LENGTH_ORDER = ("short", "medium", "long")

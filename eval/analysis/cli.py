@@ -18,11 +18,11 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
-from eval.analysis.accuracy import accuracy_rows
-from eval.analysis.errors import AnalysisError
-from eval.analysis.load import Dataset, load_runs
-from eval.analysis.mcnemar import PValue, compare_methods
-from eval.analysis.presets import (
+from arc_eval.analysis.accuracy import accuracy_rows
+from arc_eval.analysis.errors import AnalysisError
+from arc_eval.analysis.load import Dataset, load_runs
+from arc_eval.analysis.mcnemar import PValue, compare_methods
+from arc_eval.analysis.presets import (
     HARDWARE_PRESETS,
     QWEN3_CONFIGS,
     ModelSpec,
@@ -30,7 +30,7 @@ from eval.analysis.presets import (
     model_preset,
     preset_for_model_name,
 )
-from eval.analysis.report import (
+from arc_eval.analysis.report import (
     Report,
     ReportOptions,
     build_report,
@@ -38,7 +38,7 @@ from eval.analysis.report import (
     render_report_markdown,
     write_atomic,
 )
-from eval.analysis.roofline import DEFAULT_BASELINE, NORMALISATIONS, MethodCost
+from arc_eval.analysis.roofline import DEFAULT_BASELINE, NORMALISATIONS, MethodCost
 
 FORMATS = ("md", "tex", "png", "json")
 DEFAULT_FORMATS = "md,tex,png"
@@ -274,7 +274,7 @@ def run_report(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> Repo
         raise AnalysisError(f"cannot create the output directory {out_dir}: {exc}") from None
     if "png" in formats and dataset.tasks:
         try:
-            from eval.analysis.plots import write_plots
+            from arc_eval.analysis.plots import write_plots
         except ImportError as exc:
             raise AnalysisError(
                 f"PNG plots need matplotlib ({exc}): pip install 'arc-ref[eval]', or leave png out of --format"
@@ -331,7 +331,7 @@ def report_main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextI
 
 
 def main() -> None:
-    """`python -m eval.analysis.cli RUN_DIR...` until the lead wires `arc-eval report`."""
+    """`python -m arc_eval.analysis.cli RUN_DIR...` until the lead wires `arc-eval report`."""
     raise SystemExit(report_main(sys.argv[1:]))
 
 

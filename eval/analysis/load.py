@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from eval.analysis.errors import AnalysisError
+from arc_eval.analysis.errors import AnalysisError
 
 SCHEMA = "arc-eval-run/1"
 METHODS = ("full_context", "sliding_window", "llm_summary", "structured_state", "rag_memory", "arc")

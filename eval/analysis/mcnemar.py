@@ -27,8 +27,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
-from eval.analysis.accuracy import mean_and_sd, method_order
-from eval.analysis.load import PairKey, TaskRecord
+from arc_eval.analysis.accuracy import mean_and_sd, method_order
+from arc_eval.analysis.load import PairKey, TaskRecord
 
 OUTCOMES = ("correct", "submitted")
 # Up to this many discordant pairs the binomial tail is summed exactly in integers.

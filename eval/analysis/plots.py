@@ -17,10 +17,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from eval.analysis.accuracy import AccuracyRow, accuracy_rows, method_order
-from eval.analysis.load import Dataset
-from eval.analysis.report import KIND_LABELS, method_label, variant_label, variant_order, variant_params, write_atomic
-from eval.analysis.roofline import MethodCost
+from arc_eval.analysis.accuracy import AccuracyRow, accuracy_rows, method_order
+from arc_eval.analysis.load import Dataset
+from arc_eval.analysis.report import KIND_LABELS, method_label, variant_label, variant_order, variant_params, write_atomic
+from arc_eval.analysis.roofline import MethodCost
 
 DPI = 110
 

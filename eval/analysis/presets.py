@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from eval.analysis.errors import AnalysisError
+from arc_eval.analysis.errors import AnalysisError
 
 GB = 1e9
 TB = 1e12

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from eval.analysis.accuracy import AccuracyRow, accuracy_rows, method_order
-from eval.analysis.load import Dataset, Manifest, TaskRecord
-from eval.analysis.mcnemar import PairedComparison, PValue, compare_methods
-from eval.analysis.presets import HardwareSpec, ModelSpec
-from eval.analysis.roofline import DEFAULT_BASELINE, MethodCost, explain_trajectory, method_costs
-from eval.analysis.tables import Cell, Table, cell, render_latex, render_markdown, tex_escape
+from arc_eval.analysis.accuracy import AccuracyRow, accuracy_rows, method_order
+from arc_eval.analysis.load import Dataset, Manifest, TaskRecord
+from arc_eval.analysis.mcnemar import PairedComparison, PValue, compare_methods
+from arc_eval.analysis.presets import HardwareSpec, ModelSpec
+from arc_eval.analysis.roofline import DEFAULT_BASELINE, MethodCost, explain_trajectory, method_costs
+from arc_eval.analysis.tables import Cell, Table, cell, render_latex, render_markdown, tex_escape
 
 METHOD_LABELS = {
     "full_context": "Full_context",

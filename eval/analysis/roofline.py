@@ -27,10 +27,10 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from eval.analysis.accuracy import method_order
-from eval.analysis.errors import AnalysisError
-from eval.analysis.load import CallRecord, TaskKey, TaskRecord
-from eval.analysis.presets import HardwareSpec, ModelSpec
+from arc_eval.analysis.accuracy import method_order
+from arc_eval.analysis.errors import AnalysisError
+from arc_eval.analysis.load import CallRecord, TaskKey, TaskRecord
+from arc_eval.analysis.presets import HardwareSpec, ModelSpec
 
 NORMALISATIONS = ("success", "successful", "task")
 DEFAULT_BASELINE = "sliding_window"

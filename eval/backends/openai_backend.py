@@ -27,10 +27,10 @@ Replicas. With several base URLs a call goes to the replica chosen by a CRC-32 o
 serving its growing prompt; calls without a task id go round-robin. A retry moves to the next
 replica. Base URLs may be given with or without the trailing ``/v1``.
 
-Tool calling (``tools=``). The OpenAI function tools (see `eval.protocol.command_tool_spec`) are
+Tool calling (``tools=``). The OpenAI function tools (see `arc_eval.protocol.command_tool_spec`) are
 sent with ``tool_choice: "auto"`` (vLLM needs ``--enable-auto-tool-choice --tool-call-parser
 hermes`` for Qwen3). A returned tool call becomes the text action ``name arg1 arg2`` (argument
-values in the tool's parameter order, the rule of `eval.protocol.tool_call_to_action`),
+values in the tool's parameter order, the rule of `arc_eval.protocol.tool_call_to_action`),
 appended to the reply's content as a final ``Action:`` line, so the loop parses one protocol.
 On the way back,
 an assistant message whose action is a tool command and that is followed by a ``tool`` message
@@ -56,8 +56,8 @@ from typing import Any, Mapping, Sequence
 
 import httpx
 
-from eval.backends.overflow import is_context_overflow
-from eval.types import BackendUnavailable, ChatReply, ChatRequest, ContextOverflow, Message
+from arc_eval.backends.overflow import is_context_overflow
+from arc_eval.types import BackendUnavailable, ChatReply, ChatRequest, ContextOverflow, Message
 
 COUNT_MODES = ("auto", "server", "local")
 _THINK_PREFIX = re.compile(r"^\s*<think>.*?</think>\s*", re.DOTALL)
@@ -110,7 +110,7 @@ def tool_call_action(function: Mapping[str, Any], tools: Mapping[str, list[str]]
     """The text action of one returned tool call: the name, then the argument values.
 
     Values come in the tool's parameter order, then any others; this is the rule of
-    `eval.protocol.tool_call_to_action`. Arguments that are not a JSON object count as one value.
+    `arc_eval.protocol.tool_call_to_action`. Arguments that are not a JSON object count as one value.
     """
     name = str(function.get("name", "")).strip()
     arguments = function.get("arguments", "")
@@ -274,7 +274,7 @@ def _error_message(response: httpx.Response) -> str:
 
 
 class OpenAIBackend:
-    """An OpenAI-compatible server as an `eval.types.Backend` (see the module docstring)."""
+    """An OpenAI-compatible server as an `arc_eval.types.Backend` (see the module docstring)."""
 
     name = "openai"
 

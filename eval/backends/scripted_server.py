@@ -3,7 +3,7 @@
 It exists so the `openai` backend is exercised end to end over real HTTP on a laptop: the same
 client code that talks to vLLM talks to this server, which wraps a policy
 ``Callable[[Sequence[Message]], str]`` (by default the deterministic scripted agent,
-`eval.agent.scripted.ScriptedPolicy`).
+`arc_eval.agent.scripted.ScriptedPolicy`).
 
 Endpoints (the subset of vLLM's server the harness uses):
 
@@ -49,18 +49,18 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from attrs import define
 
-from eval.backends.openai_backend import (
+from arc_eval.backends.openai_backend import (
     action_to_tool_call,
     render_for_count,
     split_tool_action,
     tool_call_action,
     tool_names,
 )
-from eval.types import ROLES, Message
+from arc_eval.types import ROLES, Message
 
 Policy = Callable[[Sequence[Message]], str]
 
-DEFAULT_POLICY = "eval.agent.scripted:ScriptedPolicy"
+DEFAULT_POLICY = "arc_eval.agent.scripted:ScriptedPolicy"
 MAX_BODY_BYTES = 256 * 1024 * 1024
 _DROP = object()
 _REASONS = {

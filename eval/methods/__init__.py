@@ -1,7 +1,7 @@
-"""The six context-management methods behind one interface (``eval.methods.base.Method``).
+"""The six context-management methods behind one interface (``arc_eval.methods.base.Method``).
 
 ``make_method(name, settings)`` builds a fresh method object for one task. ``arc`` is the lead's
-``eval.methods.arc.ArcMethod`` (imported lazily); the five baselines live beside this file.
+``arc_eval.methods.arc.ArcMethod`` (imported lazily); the five baselines live beside this file.
 """
 
 from __future__ import annotations
@@ -10,18 +10,18 @@ import importlib
 from typing import Callable
 
 from arc_ref.errors import ConfigError
-from eval.methods.base import Method, MethodSettings
+from arc_eval.methods.base import Method, MethodSettings
 
 METHOD_NAMES = ("full_context", "sliding_window", "llm_summary", "structured_state", "rag_memory", "arc")
 BASELINE_NAMES = METHOD_NAMES[:5]
 
 _BASELINES: dict[str, tuple[str, str]] = {
-    "full_context": ("eval.methods.full_context", "FullContextMethod"),
-    "sliding_window": ("eval.methods.sliding_window", "SlidingWindowMethod"),
-    "llm_summary": ("eval.methods.llm_summary", "LlmSummaryMethod"),
-    "structured_state": ("eval.methods.structured_state", "StructuredStateMethod"),
-    "rag_memory": ("eval.methods.rag_memory", "RagMemoryMethod"),
-    "arc": ("eval.methods.arc", "ArcMethod"),
+    "full_context": ("arc_eval.methods.full_context", "FullContextMethod"),
+    "sliding_window": ("arc_eval.methods.sliding_window", "SlidingWindowMethod"),
+    "llm_summary": ("arc_eval.methods.llm_summary", "LlmSummaryMethod"),
+    "structured_state": ("arc_eval.methods.structured_state", "StructuredStateMethod"),
+    "rag_memory": ("arc_eval.methods.rag_memory", "RagMemoryMethod"),
+    "arc": ("arc_eval.methods.arc", "ArcMethod"),
 }
 
 

@@ -18,8 +18,8 @@ from arc_ref import render
 from arc_ref.config import PRESETS, Config, make_setup, minimum_budgets
 from arc_ref.errors import ArcError, ConfigError
 from arc_ref.machine import AgentTurn, ArcState, Compact, Observe, agent_turn, compact, init, observe, view
-from eval.methods.base import AuxCaller, Intercepted, MethodEvents, MethodSettings
-from eval.types import Message, Observation
+from arc_eval.methods.base import AuxCaller, Intercepted, MethodEvents, MethodSettings
+from arc_eval.types import Message, Observation
 
 CHARS_PER_TOKEN = 4
 WRAPPER_ALLOWANCE = 80  # tokens of q's character budget left for the response wrapper

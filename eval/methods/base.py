@@ -25,7 +25,7 @@ from attrs import field, frozen
 from arc_ref.chat import get_chat_format
 from arc_ref.errors import ConfigError
 from arc_ref.tokenizers import get_tokenizer
-from eval.types import ChatReply, Message, Observation
+from arc_eval.types import ChatReply, Message, Observation
 
 COMPACTION_REASONS = ("proactive", "reactive", "forced")
 

@@ -7,7 +7,7 @@ task ends as no answer (``end="overflow"``). Forced compactions are no-ops.
 
 from __future__ import annotations
 
-from eval.methods.base import COMPACTION_REASONS, AuxCaller, TranscriptMethod
+from arc_eval.methods.base import COMPACTION_REASONS, AuxCaller, TranscriptMethod
 
 
 class FullContextMethod(TranscriptMethod):

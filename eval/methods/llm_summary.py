@@ -17,9 +17,9 @@ several requests, and an observation too long for a request on its own is shown 
 
 from __future__ import annotations
 
-from eval.methods.base import AuxCaller, MethodSettings, TranscriptMethod, Turn, short_observations_message
-from eval.protocol import SUMMARY_REQUEST_HEADER, strip_reasoning
-from eval.types import ContextOverflow, Message
+from arc_eval.methods.base import AuxCaller, MethodSettings, TranscriptMethod, Turn, short_observations_message
+from arc_eval.protocol import SUMMARY_REQUEST_HEADER, strip_reasoning
+from arc_eval.types import ContextOverflow, Message
 
 TURN_HEADER = "### Turn"
 TURNS_HEADER = "Turns to fold in (oldest first):"

@@ -38,8 +38,8 @@ from collections import OrderedDict
 from typing import Any, Protocol, Sequence
 
 from arc_ref.errors import ConfigError
-from eval.methods.base import AuxCaller, MethodSettings, TranscriptMethod, Turn, short_observations_message
-from eval.types import Message
+from arc_eval.methods.base import AuxCaller, MethodSettings, TranscriptMethod, Turn, short_observations_message
+from arc_eval.types import Message
 
 RETRIEVER_CHOICES = ("auto", "embeddings", "bm25")
 RETRIEVED_HEADER = "Retrieved memory (older observations most similar to the current step):"

@@ -9,7 +9,7 @@ keep-verbatim threshold does not apply (a pure window keeps no older observation
 
 from __future__ import annotations
 
-from eval.methods.base import AuxCaller, MethodSettings, TranscriptMethod, Turn
+from arc_eval.methods.base import AuxCaller, MethodSettings, TranscriptMethod, Turn
 
 
 class SlidingWindowMethod(TranscriptMethod):

@@ -29,10 +29,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from eval.methods.base import MethodSettings
-from eval.methods.llm_summary import TURNS_HEADER, ModelCondensedMethod
-from eval.protocol import STATE_REQUEST_HEADER
-from eval.types import Message
+from arc_eval.methods.base import MethodSettings
+from arc_eval.methods.llm_summary import TURNS_HEADER, ModelCondensedMethod
+from arc_eval.protocol import STATE_REQUEST_HEADER
+from arc_eval.types import Message
 
 STATE_SCHEMA: dict[str, Any] = {
     "task": "string: the task in one line",

@@ -29,8 +29,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
-from eval.sandbox import DEFAULT_PAGE_CHARS, paginate
-from eval.types import Task
+from arc_eval.sandbox import DEFAULT_PAGE_CHARS, paginate
+from arc_eval.types import Task
 
 CONTEXT_FILE = "context.txt"
 REQUIRED_FIELDS = (

@@ -29,7 +29,7 @@ distractor files: about S + 1.4k + 0.83k * k tokens. With S between 0.4k and 1.5
 12,288 at k = 12 to 13, so a method that never compacts overflows at call 14 to 16 of the 18
 calls the task needs (cat secrets.txt, 16 distractor reads, submit). The whole finished
 transcript is ~15-16k tokens: it fits a 32k window, where the task does not overflow unless the
-model writes long replies. `tests/eval_infra/test_nih.py` re-measures this.
+model writes long replies. `tests/eval/tasks/test_nih.py` re-measures this.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import random
 import re
 from typing import Sequence
 
-from eval.types import Task
+from arc_eval.types import Task
 
 NEEDLE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ234567"  # 30 symbols: A-Z without I and O, digits 2-7
 NEEDLE_LENGTH = 24

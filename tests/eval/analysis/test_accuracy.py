@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from eval.analysis.accuracy import accuracy_rows, mean_and_sd
-from eval.analysis.load import load_run
+from arc_eval.analysis.accuracy import accuracy_rows, mean_and_sd
+from arc_eval.analysis.load import load_run
 
 from .synthetic_runs import RunSpec, write_run
 

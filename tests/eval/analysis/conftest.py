@@ -16,7 +16,7 @@ def nih_run(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def repo_root() -> Path:
-    return Path(__file__).resolve().parents[2]
+    return Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eval.sandbox import COMMAND_HELP, VirtualSandbox, action_signature, paginate
+from arc_eval.sandbox import COMMAND_HELP, VirtualSandbox, action_signature, paginate
 
 FILES = {
     "a.txt": "alpha\nbeta\ngamma\nALPHA again\n",

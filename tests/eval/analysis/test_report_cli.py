@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from eval.analysis.cli import report_main
-from eval.analysis.tables import Table, cell, render_latex, render_markdown, tex_escape
+from arc_eval.analysis.cli import report_main
+from arc_eval.analysis.tables import Table, cell, render_latex, render_markdown, tex_escape
 
 from .synthetic_runs import RunSpec, append_interrupted_task, tear_last_line, write_run
 

@@ -11,9 +11,9 @@ from scipy import special  # type: ignore[import-untyped]
 from scipy.stats import binomtest  # type: ignore[import-untyped]
 from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar  # type: ignore[import-untyped]
 
-import eval.analysis.mcnemar as mc
-from eval.analysis.load import TaskRecord
-from eval.analysis.mcnemar import PValue, compare_methods, mcnemar_test, per_seed_odds
+import arc_eval.analysis.mcnemar as mc
+from arc_eval.analysis.load import TaskRecord
+from arc_eval.analysis.mcnemar import PValue, compare_methods, mcnemar_test, per_seed_odds
 
 GRID = [(a, b) for a in range(0, 13) for b in range(0, 13)] + [(150, 90), (400, 371), (1000, 1), (37, 2)]
 

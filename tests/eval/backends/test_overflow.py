@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eval.backends.overflow import is_context_overflow
+from arc_eval.backends.overflow import is_context_overflow
 
 # Texts as vLLM produces them (see eval/backends/overflow.py for where each comes from).
 VLLM_OVERFLOW_MESSAGES = [

@@ -8,10 +8,10 @@ import pytest
 
 from arc_ref.config import make_setup
 from arc_ref.errors import ConfigError
-from eval.methods import make_method
-from eval.methods.arc import ArcMethod, arc_config
-from eval.methods.base import MethodSettings, prompt_counter
-from eval.types import ChatReply, Message, Observation
+from arc_eval.methods import make_method
+from arc_eval.methods.arc import ArcMethod, arc_config
+from arc_eval.methods.base import MethodSettings, prompt_counter
+from arc_eval.types import ChatReply, Message, Observation
 
 
 async def _no_aux(messages: object, purpose: str) -> ChatReply:  # ARC never makes auxiliary calls

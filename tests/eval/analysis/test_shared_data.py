@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from eval.analysis.accuracy import accuracy_rows
-from eval.analysis.cli import report_main
-from eval.analysis.load import load_run
-from eval.analysis.presets import HARDWARE_PRESETS, model_preset
-from eval.analysis.roofline import explain_trajectory, trajectory_cost
+from arc_eval.analysis.accuracy import accuracy_rows
+from arc_eval.analysis.cli import report_main
+from arc_eval.analysis.load import load_run
+from arc_eval.analysis.presets import HARDWARE_PRESETS, model_preset
+from arc_eval.analysis.roofline import explain_trajectory, trajectory_cost
 
 from .synthetic_runs import RunSpec, write_run
 
@@ -79,7 +79,7 @@ def test_longbench_sample_breakdowns(tmp_path: Path, longbench_sample: list[dict
 def _plain_roofline(
     pairs: list[tuple[int, int]], hbm: float, bandwidth: float, peak: float, scratch: float
 ) -> dict[str, float]:
-    """The paper's eqs. written out again, independently of eval.analysis.roofline (Qwen3-8B, bf16)."""
+    """The paper's eqs. written out again, independently of arc_eval.analysis.roofline (Qwen3-8B, bf16)."""
     layers, heads, kv_heads, head_dim, hidden, inter, vocab = 36, 32, 8, 128, 4096, 12288, 151936
     per_layer = hidden * heads * head_dim * 2 + 2 * hidden * kv_heads * head_dim + 3 * hidden * inter
     params = layers * (per_layer + 2 * hidden + 2 * head_dim) + 2 * vocab * hidden + hidden

@@ -14,15 +14,15 @@ from typing import Any, Sequence
 import httpx
 import pytest
 
-from eval.backends.overflow import is_context_overflow
-from eval.backends.scripted_server import (
+from arc_eval.backends.overflow import is_context_overflow
+from arc_eval.backends.scripted_server import (
     build_app,
     load_policy,
     overflow_message,
     serve_in_thread,
     serve_main,
 )
-from eval.types import Message
+from arc_eval.types import Message
 
 
 def constant_policy(messages: Sequence[Message]) -> str:
@@ -152,11 +152,11 @@ def test_cli_bad_arguments_exit_2_with_a_message(capsys: pytest.CaptureFixture[s
 
 
 @pytest.mark.skipif(
-    importlib.util.find_spec("eval.agent.scripted") is None,
+    importlib.util.find_spec("arc_eval.agent.scripted") is None,
     reason="the default scripted policy (eval/agent/scripted.py) is not in this tree yet",
 )
 def test_default_policy_loads() -> None:
-    policy = load_policy("eval.agent.scripted:ScriptedPolicy")
+    policy = load_policy("arc_eval.agent.scripted:ScriptedPolicy")
     assert callable(policy)
 
 
@@ -171,7 +171,7 @@ def test_cli_serves_until_sigterm() -> None:
     command = [
         sys.executable,
         "-c",
-        "import sys; from eval.backends.scripted_server import serve_main; "
+        "import sys; from arc_eval.backends.scripted_server import serve_main; "
         "sys.exit(serve_main(sys.argv[1:]))",
         "--port",
         str(port),

@@ -8,11 +8,11 @@ from typing import Any, Callable
 
 import pytest
 
-import eval.analysis.roofline as rl
-from eval.analysis.errors import AnalysisError
-from eval.analysis.load import CallRecord, TaskRecord, load_run
-from eval.analysis.presets import HardwareSpec, ModelSpec, model_preset
-from eval.analysis.roofline import explain_trajectory, method_costs, trajectory_cost
+import arc_eval.analysis.roofline as rl
+from arc_eval.analysis.errors import AnalysisError
+from arc_eval.analysis.load import CallRecord, TaskRecord, load_run
+from arc_eval.analysis.presets import HardwareSpec, ModelSpec, model_preset
+from arc_eval.analysis.roofline import explain_trajectory, method_costs, trajectory_cost
 
 from .synthetic_runs import RunSpec, write_run
 
@@ -241,7 +241,7 @@ def test_costs_of_a_recorded_run(tmp_path: Path) -> None:
     write_run(tmp_path / "r", RunSpec(tasks_per_seed=3))
     run = load_run(tmp_path / "r")
     q8 = model_preset("qwen3-8b")
-    from eval.analysis.presets import HARDWARE_PRESETS
+    from arc_eval.analysis.presets import HARDWARE_PRESETS
 
     rows = method_costs(run.tasks, run.calls, {"Qwen/Qwen3-8B": q8}, HARDWARE_PRESETS["h200"])
     assert {r.method for r in rows} == set(RunSpec().methods)

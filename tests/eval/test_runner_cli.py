@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from eval.cli import default_run_dir, main
-from eval.runner import ABLATIONS, RunSpec, accuracy_table, run
+from arc_eval.cli import default_run_dir, main
+from arc_eval.runner import ABLATIONS, RunSpec, accuracy_table, run
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO.parent / "shared" / "data" / "longbench_v2_hard_sample"
@@ -80,10 +80,10 @@ def test_small_nih_run_prints_the_table_and_writes_records(tmp_path: Path, capsy
 
 
 def test_arc_keeps_every_needle_recoverable_and_the_baselines_lose_it(tmp_path: Path) -> None:
-    from eval.methods import method_available
+    from arc_eval.methods import method_available
 
     if not method_available("arc"):
-        pytest.skip("eval.methods.arc is not installed")
+        pytest.skip("arc_eval.methods.arc is not installed")
     import io
 
     spec = RunSpec(task_kind="nih", methods=("sliding_window", "llm_summary", "arc"), seeds=(82,), out=tmp_path / "r",
@@ -103,7 +103,7 @@ def test_a_killed_run_resumes_without_loss_or_duplicates(tmp_path: Path) -> None
     argv = ["nih", "--tasks", "120", "--seeds", "42", "--methods", "sliding_window", "--out", str(out),
             "--no-progress", "--concurrency", "2"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    process = subprocess.Popen([sys.executable, "-m", "eval.cli", *argv], cwd=tmp_path, env=env,
+    process = subprocess.Popen([sys.executable, "-m", "arc_eval.cli", *argv], cwd=tmp_path, env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     tasks_path = out / "tasks.jsonl"
     deadline = time.monotonic() + 60
@@ -134,7 +134,7 @@ def test_ctrl_c_stops_between_tasks_with_status_130(tmp_path: Path) -> None:
     out = tmp_path / "run"
     argv = ["nih", "--tasks", "150", "--seeds", "42", "--methods", "sliding_window", "--out", str(out), "--no-progress"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    process = subprocess.Popen([sys.executable, "-m", "eval.cli", *argv], cwd=tmp_path, env=env,
+    process = subprocess.Popen([sys.executable, "-m", "arc_eval.cli", *argv], cwd=tmp_path, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     tasks_path = out / "tasks.jsonl"
     deadline = time.monotonic() + 60
@@ -151,9 +151,9 @@ def test_ctrl_c_stops_between_tasks_with_status_130(tmp_path: Path) -> None:
 
 def test_an_unavailable_backend_stops_the_run_resumably(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
-    import eval.runner
-    from eval.agent.scripted import ScriptedBackend
-    from eval.types import BackendUnavailable, ChatReply, ChatRequest
+    import arc_eval.runner
+    from arc_eval.agent.scripted import ScriptedBackend
+    from arc_eval.types import BackendUnavailable, ChatReply, ChatRequest
 
     class FailingAfter(ScriptedBackend):
         """The embedded backend, until the server 'goes away' at the 60th call."""
@@ -163,7 +163,7 @@ def test_an_unavailable_backend_stops_the_run_resumably(tmp_path: Path, monkeypa
                 raise BackendUnavailable("503 Service Unavailable after 6 retries")
             return await super().complete(request)
 
-    monkeypatch.setattr(eval.runner, "make_backend", lambda spec, method=None: FailingAfter())
+    monkeypatch.setattr(arc_eval.runner, "make_backend", lambda spec, method=None: FailingAfter())
     out = tmp_path / "run"
     argv = ["nih", "--tasks", "10", "--seeds", "42", "--methods", "sliding_window", "--out", str(out),
             "--no-progress", "--concurrency", "1"]
@@ -219,8 +219,8 @@ def test_longbench_on_the_real_sample(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_openai_backend_over_http_matches_the_embedded_backend(tmp_path: Path) -> None:
-    from eval.agent.scripted import ScriptedPolicy
-    from eval.backends.scripted_server import build_app, serve_in_thread
+    from arc_eval.agent.scripted import ScriptedPolicy
+    from arc_eval.backends.scripted_server import build_app, serve_in_thread
 
     common: dict[str, Any] = dict(task_kind="nih", methods=("sliding_window", "llm_summary"), seeds=(42,),
                                   tasks_per_seed=2, progress=False, concurrency=4)
@@ -242,7 +242,7 @@ def test_openai_backend_over_http_matches_the_embedded_backend(tmp_path: Path) -
 
 
 def test_tool_calling_offers_the_recall_tools_to_arc_only(tmp_path: Path) -> None:
-    from eval.runner import make_backend
+    from arc_eval.runner import make_backend
 
     spec = RunSpec(task_kind="nih", methods=("sliding_window",), seeds=(1,), out=tmp_path, tasks_per_seed=1,
                    backend="openai", base_urls=("http://127.0.0.1:9/v1",), model="m", tool_calling=True)
@@ -264,7 +264,7 @@ def test_accuracy_table_layout() -> None:
 
 
 def test_report_and_serve_scripted_are_dispatched(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("eval.analysis.cli")
+    pytest.importorskip("arc_eval.analysis.cli")
     out = tmp_path / "run"
     assert main(["nih", "--tasks", "2", "--seeds", "42", "--methods", "sliding_window,rag_memory", "--out", str(out),
                  "--rag-retriever", "bm25", "--no-progress"]) == 0

@@ -12,15 +12,15 @@ import pytest
 from arc_ref.chat import CHATML
 from arc_ref.errors import ConfigError
 from arc_ref.tokenizers import get_tokenizer
-from eval.methods import BASELINE_NAMES, METHOD_NAMES, make_method, method_available
-from eval.methods.base import Method, MethodEvents, MethodSettings, PromptCounter, TranscriptMethod
-from eval.methods.llm_summary import LlmSummaryMethod
-from eval.methods.rag_memory import Bm25Retriever, RagMemoryMethod, chunk_text, embeddings_available, resolve_retriever
-from eval.methods.structured_state import STATE_KEYS, StructuredStateMethod, parse_state
-from eval.protocol import STATE_REQUEST_HEADER, SUMMARY_REQUEST_HEADER
-from eval.types import ChatReply, ContextOverflow, Message, Observation
+from arc_eval.methods import BASELINE_NAMES, METHOD_NAMES, make_method, method_available
+from arc_eval.methods.base import Method, MethodEvents, MethodSettings, PromptCounter, TranscriptMethod
+from arc_eval.methods.llm_summary import LlmSummaryMethod
+from arc_eval.methods.rag_memory import Bm25Retriever, RagMemoryMethod, chunk_text, embeddings_available, resolve_retriever
+from arc_eval.methods.structured_state import STATE_KEYS, StructuredStateMethod, parse_state
+from arc_eval.protocol import STATE_REQUEST_HEADER, SUMMARY_REQUEST_HEADER
+from arc_eval.types import ChatReply, ContextOverflow, Message, Observation
 
-from .helpers import reply
+from ..helpers import reply
 
 SETTINGS = MethodSettings(context_limit=4096, max_tokens=1024, tokenizer="bytes", extra={"rag_retriever": "bm25"})
 
@@ -257,7 +257,7 @@ def test_retriever_choice() -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(not embeddings_available(), reason="embeddings not installed (pip install 'arc-ref[embeddings]')")
 def test_embedding_retriever_ranks_by_meaning() -> None:
-    from eval.methods.rag_memory import EmbeddingRetriever
+    from arc_eval.methods.rag_memory import EmbeddingRetriever
 
     retriever = EmbeddingRetriever()
     retriever.add(["The cat sat on the mat.", "Quarterly revenue grew by ten percent.", "A kitten naps on a rug."])

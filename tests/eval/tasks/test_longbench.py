@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from eval.sandbox import VirtualSandbox, paginate
-from eval.tasks.longbench import (
+from arc_eval.sandbox import VirtualSandbox, paginate
+from arc_eval.tasks.longbench import (
     LongBenchDataError,
     extract_longbench_answer,
     load_longbench,
     score_longbench,
 )
 
-SAMPLE = Path(__file__).resolve().parents[3] / "shared" / "data" / "longbench_v2_hard_sample"
+SAMPLE = Path(__file__).resolve().parents[4] / "shared" / "data" / "longbench_v2_hard_sample"
 
 
 def record(index: int, difficulty: str = "hard", answer: str = "B") -> dict[str, Any]:

@@ -7,14 +7,14 @@ import json
 
 import pytest
 
-from eval.agent.scripted import Plan, ScriptedBackend, ScriptedPolicy, first_last_lines
-from eval.loop import run_task
-from eval.methods import make_method
-from eval.methods.base import MethodSettings
-from eval.protocol import STATE_REQUEST_HEADER, SUMMARY_REQUEST_HEADER, parse_reply, system_prompt
-from eval.tasks.longbench import make_longbench_task
-from eval.tasks.nih import make_nih_tasks
-from eval.types import ChatRequest, ContextOverflow, Message, Task
+from arc_eval.agent.scripted import Plan, ScriptedBackend, ScriptedPolicy, first_last_lines
+from arc_eval.loop import run_task
+from arc_eval.methods import make_method
+from arc_eval.methods.base import MethodSettings
+from arc_eval.protocol import STATE_REQUEST_HEADER, SUMMARY_REQUEST_HEADER, parse_reply, system_prompt
+from arc_eval.tasks.longbench import make_longbench_task
+from arc_eval.tasks.nih import make_nih_tasks
+from arc_eval.types import ChatRequest, ContextOverflow, Message, Task
 
 NIH = make_nih_tasks(42, 2, distractor_files=3)[0]
 NEEDLE_FILE = NIH.files["secrets.txt"]

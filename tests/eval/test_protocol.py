@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from eval.protocol import (
+from arc_eval.protocol import (
     SYSTEM_PROMPT,
     command_tool_spec,
     is_submission,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from eval.analysis.presets import HARDWARE_PRESETS, TB
-from eval.analysis.roofline import decode_time, savings_percent, speedup
+from arc_eval.analysis.presets import HARDWARE_PRESETS, TB
+from arc_eval.analysis.roofline import decode_time, savings_percent, speedup
 
 from .paper_tables import (
     FORCE_ABLATION,

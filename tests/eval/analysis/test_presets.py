@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from eval.analysis.errors import AnalysisError
-from eval.analysis.presets import (
+from arc_eval.analysis.errors import AnalysisError
+from arc_eval.analysis.presets import (
     DEFAULT_SCRATCH_FRACTION,
     GB,
     HARDWARE_PRESETS,
@@ -17,7 +17,7 @@ from eval.analysis.presets import (
     preset_for_model_name,
 )
 
-PRESET_DIR = Path(__file__).resolve().parents[2] / "eval" / "analysis" / "presets"
+PRESET_DIR = Path(__file__).resolve().parents[3] / "eval" / "analysis" / "presets"
 
 
 def test_shipped_example_files_equal_the_builtin_presets() -> None:

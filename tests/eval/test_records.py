@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from eval.records import (
+from arc_eval.records import (
     CALL_FIELDS,
     SCHEMA,
     TASK_FIELDS,

@@ -11,7 +11,7 @@ import os
 import sys
 import time
 
-from eval.records import RunWriter
+from arc_eval.records import RunWriter
 
 METHODS = ("arc", "full_context")
 

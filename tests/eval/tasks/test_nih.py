@@ -9,8 +9,8 @@ import pytest
 
 from arc_ref.chat import CHATML
 from arc_ref.tokenizers import get_tokenizer
-from eval.sandbox import VirtualSandbox
-from eval.tasks.nih import (
+from arc_eval.sandbox import VirtualSandbox
+from arc_eval.tasks.nih import (
     NEEDLE_ALPHABET,
     NEEDLE_BANNER_LABEL,
     NEEDLE_SHAPE_RE,

@@ -10,14 +10,14 @@ from typing import Any, Sequence
 import httpx
 import pytest
 
-from eval.backends.openai_backend import (
+from arc_eval.backends.openai_backend import (
     BackendRequestError,
     OpenAIBackend,
     api_urls,
     encode_messages,
 )
-from eval.backends.scripted_server import build_app, serve_in_thread
-from eval.types import BackendUnavailable, ChatRequest, ContextOverflow, Message
+from arc_eval.backends.scripted_server import build_app, serve_in_thread
+from arc_eval.types import BackendUnavailable, ChatRequest, ContextOverflow, Message
 
 SEEN: list[list[Message]] = []
 

@@ -7,10 +7,10 @@ from typing import Any, Sequence
 
 import pytest
 
-from eval.loop import DECLINED_MESSAGE, run_task
-from eval.methods import make_method
-from eval.methods.base import AuxCaller, Intercepted, MethodEvents, MethodSettings
-from eval.types import BackendUnavailable, ChatRequest, Message, Observation, Task
+from arc_eval.loop import DECLINED_MESSAGE, run_task
+from arc_eval.methods import make_method
+from arc_eval.methods.base import AuxCaller, Intercepted, MethodEvents, MethodSettings
+from arc_eval.types import BackendUnavailable, ChatRequest, Message, Observation, Task
 
 from .helpers import FakeBackend, FakeSandbox, ScriptedReplies, exact_scorer, overflow, tiny_task
 

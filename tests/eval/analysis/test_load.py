@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from eval.analysis.errors import AnalysisError
-from eval.analysis.load import load_run, load_runs
+from arc_eval.analysis.errors import AnalysisError
+from arc_eval.analysis.load import load_run, load_runs
 
 from .synthetic_runs import RunSpec, append_interrupted_task, edit_task_line, rewrite_line, tear_last_line, write_run
 
@@ -160,7 +160,7 @@ def test_longbench_manifest_may_leave_tasks_per_seed_null(tmp_path: Path) -> Non
 
 
 def test_fast_and_checked_call_parsers_agree(nih_run: Path) -> None:
-    from eval.analysis.load import _parse_call_checked, _parse_call_fast
+    from arc_eval.analysis.load import _parse_call_checked, _parse_call_fast
 
     lines = [json.loads(line) for line in (nih_run / "calls.jsonl").read_text().splitlines()]
     lines[0]["compactions"] = [{"reason": "forced"}, {"reason": "reactive"}]

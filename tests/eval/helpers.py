@@ -1,10 +1,10 @@
-"""Small fakes shared by the eval_loop tests (synthetic fixtures; no shared data)."""
+"""Small fakes shared by the tests of the evaluation layer (synthetic fixtures; no shared data)."""
 
 from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from eval.types import ChatReply, ChatRequest, ContextOverflow, Message, Observation, Task
+from arc_eval.types import ChatReply, ChatRequest, ContextOverflow, Message, Observation, Task
 
 
 def reply(text: str, prompt_tokens: int = 10) -> ChatReply:

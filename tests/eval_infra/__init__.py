@@ -1,1 +1,0 @@
-"""Tests of the evaluation infrastructure: sandbox, tasks, records, backends."""
