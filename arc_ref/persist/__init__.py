@@ -14,9 +14,10 @@ from arc_ref.persist.store import (
     StoreLocked,
     StoreNotFound,
     fold_lines,
+    read_rows,
 )
 
 __all__ = [
     "Appended", "DurableStore", "OpenReport", "StoreCorrupt", "StoreError", "StoreExists", "StoreLocked",
-    "StoreNotFound", "StoredEvent", "fold_lines",
+    "StoreNotFound", "StoredEvent", "fold_lines", "read_rows",
 ]

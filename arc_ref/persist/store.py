@@ -133,6 +133,49 @@ class OpenReport:
     snapshot_note: str
 
 
+def _checked_rows(connection: sqlite3.Connection, path: Path) -> Iterator[tuple[int, bytes, str]]:
+    """The rows in order as (seq, line bytes, checksum); StoreCorrupt at the first missing or damaged row."""
+    expected = 1
+    checksum = GENESIS
+    for seq, line, stored_checksum in connection.execute("SELECT seq, line, checksum FROM events ORDER BY seq"):
+        if seq != expected:
+            raise StoreCorrupt(f"{str(path)!r}: row {expected} is missing (the next row is {seq})")
+        line = bytes(line)
+        checksum = chain(checksum, seq, line)
+        if stored_checksum != checksum.encode("ascii"):
+            raise StoreCorrupt(
+                f"{str(path)!r}: row {seq} fails its checksum (damaged or edited; the rows before it are"
+                " intact: arc-ref export writes them)"
+            )
+        yield seq, line, checksum
+        expected += 1
+
+
+def read_rows(path: str | os.PathLike[str]) -> Iterator[StoredEvent]:
+    """The rows of a store, checked (chain and numbering) but not folded: what `arc-ref export` writes.
+
+    Takes no lock (a writer may be appending: the rows are those committed when the read began). Raises
+    StoreNotFound / StoreCorrupt; a damaged row raises after every row before it was yielded.
+    """
+    target = Path(path)
+    if not target.is_file():
+        raise StoreNotFound(f"no ARC store at {str(target)!r}" + (" (a directory)" if target.is_dir() else ""))
+    try:
+        connection = _connect(target, readonly=True)
+    except sqlite3.Error as problem:
+        raise StoreError(f"cannot open {str(target)!r}: {problem}") from None
+    try:
+        _check_header(connection, target)
+        connection.execute("BEGIN")
+        for seq, line, checksum in _checked_rows(connection, target):
+            yield StoredEvent(seq, line.decode("utf-8", "replace"), checksum)
+        connection.execute("COMMIT")
+    except sqlite3.DatabaseError as problem:
+        raise StoreCorrupt(f"{str(target)!r} cannot be read: {problem}") from None
+    finally:
+        connection.close()
+
+
 def _lock_path(path: Path) -> Path:
     return path.with_name(path.name + ".lock")
 
@@ -324,23 +367,13 @@ class DurableStore:
         """One pass over the rows: check each, fold those after the snapshot (if one is usable)."""
         note = "no snapshot" if candidate is None else ""
         snapshot_seq = 0 if candidate is None else candidate.seq
-        expected = 1
-        checksum = GENESIS
         state: ArcState | None = None
         folded = 0
         self.snapshot_seq = 0
-        for seq, line, stored_checksum in self._connection.execute(
-            "SELECT seq, line, checksum FROM events ORDER BY seq"
-        ):
-            if seq != expected:
-                raise StoreCorrupt(f"{str(self.path)!r}: row {expected} is missing (the next row is {seq})")
-            line = bytes(line)
-            checksum = chain(checksum, seq, line)
-            if stored_checksum != checksum.encode("ascii"):
-                raise StoreCorrupt(
-                    f"{str(self.path)!r}: row {seq} fails its checksum (damaged or edited; the rows before it"
-                    " are intact: arc-ref export shows them)"
-                )
+        rows = 0
+        checksum = GENESIS
+        for seq, line, checksum in _checked_rows(self._connection, self.path):
+            rows = seq
             try:
                 obj = parse_line(line)
                 if seq == 1:
@@ -370,10 +403,9 @@ class DurableStore:
                     return None, 0, f"snapshot ignored: {refused}"
                 self.snapshot_seq = seq
                 note = f"snapshot of row {seq}"
-            expected += 1
-        if expected == 1:
+        if rows == 0:
             raise StoreCorrupt(f"{str(self.path)!r} holds no rows (not even the config line)")
-        self.seq = expected - 1
+        self.seq = rows
         self.checksum = checksum
         return state, folded, note
 
@@ -405,7 +437,7 @@ class DurableStore:
         return self._lock is None
 
     def events(self, start: int = 1, count: int | None = None) -> Iterator[StoredEvent]:
-        """The stored rows from ``start`` (row 1 is the config line), as stored (checked by the open)."""
+        """The stored rows from ``start`` (row 1 is the config line), as stored (checked when the store opened)."""
         limit = -1 if count is None else count
         rows = self._connection.execute(
             "SELECT seq, line, checksum FROM events WHERE seq >= ? AND seq <= ? ORDER BY seq LIMIT ?",
