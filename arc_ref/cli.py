@@ -2,6 +2,7 @@
 
     arc-ref replay TRACE.jsonl|-      one JSON line out per line in (spec/trace.md)
     arc-ref budgets [--preset NAME] [--set KEY=VALUE ...]   the budget table of a configuration
+    arc-ref inspect | export | mcp STORE ...   a durable store (arc_ref.store_cli)
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from typing import Sequence
 
 from arc_ref.config import OVERRIDE_KEYS, PRESETS, STRING_FIELDS, make_setup, preset
+from arc_ref import store_cli
 from arc_ref.errors import ArcError
 from arc_ref.trace import replay_text
 
@@ -91,8 +93,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     budget_parser = commands.add_parser("budgets", help="show and check the budgets of a configuration")
     budget_parser.add_argument("--preset", default="paper", choices=sorted(PRESETS))
     budget_parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    store_cli.add_commands(commands, _parse_setting)
     arguments = parser.parse_args(argv)
     try:
+        if arguments.command in store_cli.STORE_COMMANDS:
+            return store_cli.run(arguments)
         if arguments.command == "replay":
             return _replay(arguments.trace)
         return _budgets(arguments.preset, arguments.set)
