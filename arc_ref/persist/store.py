@@ -22,9 +22,11 @@ writer leaves no stale lock. Readers take no lock and read one consistent snapsh
 WAL isolation), also while a writer appends. Every file the store creates (the database, its ``-wal`` and
 ``-shm`` files, which SQLite creates with the database's mode, and the lock file) is owner-only (0600).
 
-Reopening: rows are read, checked and parsed in one pass; the state is the latest valid snapshot
+Reopening: every row is read and its checksum checked in one pass; the state is the latest valid snapshot
 (`arc_ref.persist.snapshot`: a cache of the fold, used only for exactly the same events under the same
-code) plus the fold of the events after it. A writer snapshots when the log has grown by a quarter (at
+code) plus the fold of the events after it (parsed and applied). The rows a snapshot covers are not parsed
+again: the snapshot's chained checksum binds them to the rows its writer folded; when it does not match,
+every row is parsed and folded. A writer snapshots when the log has grown by a quarter (at
 least `SNAPSHOT_MIN_EVENTS` events) since the last snapshot, and on close.
 """
 
@@ -231,7 +233,9 @@ def _check_header(connection: sqlite3.Connection, path: Path) -> None:
     try:
         application_id = connection.execute("PRAGMA application_id").fetchone()[0]
         version = connection.execute("PRAGMA user_version").fetchone()[0]
-    except sqlite3.DatabaseError as problem:
+    except sqlite3.OperationalError as problem:  # e.g. no permission to read it, or to create its -shm file
+        raise StoreError(f"cannot read {str(path)!r}: {problem}") from None
+    except sqlite3.DatabaseError as problem:  # "file is not a database"
         raise StoreCorrupt(f"{str(path)!r} is not an ARC store ({problem})") from None
     if application_id != APPLICATION_ID:
         raise StoreCorrupt(f"{str(path)!r} is not an ARC store (a SQLite file of another application)")
@@ -374,6 +378,8 @@ class DurableStore:
         checksum = GENESIS
         for seq, line, checksum in _checked_rows(self._connection, self.path):
             rows = seq
+            if candidate is not None and 1 < seq < snapshot_seq:
+                continue  # covered by the snapshot: checked against its chain at row snapshot_seq (else a refold)
             try:
                 obj = parse_line(line)
                 if seq == 1:
