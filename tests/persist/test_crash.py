@@ -18,3 +18,4 @@ def test_killed_writers_lose_no_acknowledged_event(tmp_path: Path) -> None:
     assert figures.acknowledged >= 20  # the writer got going between the kills
     assert figures.stored - 1 >= figures.acknowledged  # every acknowledged event is among the stored rows
     assert figures.snapshot_reopens > 0  # reopens from a snapshot written between kills were checked too
+    assert figures.fold_checks == 20  # each compared with the fold of every row
