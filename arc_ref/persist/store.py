@@ -27,7 +27,8 @@ Reopening: every row is read and its checksum checked in one pass; the state is 
 code) plus the fold of the events after it (parsed and applied). The rows a snapshot covers are not parsed
 again: the snapshot's chained checksum binds them to the rows its writer folded; when it does not match,
 every row is parsed and folded. A writer snapshots when the log has grown by a quarter (at
-least `SNAPSHOT_MIN_EVENTS` events) since the last snapshot, and on close.
+least `SNAPSHOT_MIN_EVENTS` events) since the last snapshot, before it applies the next append (so that a
+snapshot never delays an acknowledgement), and on close.
 """
 
 from __future__ import annotations
@@ -471,6 +472,8 @@ class DurableStore:
         """Apply and store several events in one commit (all or none; the first refused event raises)."""
         with self._guard:
             self._require_writer()
+            if self.snapshot_due():  # before the new events: a snapshot never delays an acknowledgement
+                self.write_snapshot()
             state = self.state
             seq, checksum = self.seq, self.checksum
             rows: list[tuple[int, str, str]] = []
@@ -500,10 +503,13 @@ class DurableStore:
                     ) from None
                 raise StoreError(f"{str(self.path)!r}: cannot store event #{rows[0][0]}: {problem}") from None
             self._state, self.seq, self.checksum = state, seq, checksum
-            if self.seq - self.snapshot_seq >= max(self.snapshot_min_events,
-                                                   int(self.snapshot_growth * self.snapshot_seq)):
-                self.write_snapshot()
             return acknowledged
+
+    def snapshot_due(self) -> bool:
+        """The policy: at least `snapshot_min_events` events, and `snapshot_growth` times the events the
+        last snapshot covers, came since the last snapshot."""
+        return self.seq - self.snapshot_seq >= max(self.snapshot_min_events,
+                                                   int(self.snapshot_growth * self.snapshot_seq))
 
     def write_snapshot(self) -> str:
         """Store a snapshot of the current state (replacing the older one); returns what was done."""
