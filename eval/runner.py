@@ -6,7 +6,7 @@ then feeds every unfinished (variant, seed, task, method) job to ``concurrency``
 sharing one backend, so an HTTP server sees N requests at once and batches them. Each finished
 task is written (its call lines, then its task line) the moment it ends. A progress bar (tqdm, on
 stderr) counts tasks. At the end it prints the accuracy table of the whole run directory
-(``accuracy_table``).
+(``arc_eval.analysis.accuracy.summary_table``).
 
 Jobs go variant by variant and seed by seed (tasks of one seed are generated when reached), and
 within a seed task by task with every method, so an interrupted run leaves paired outcomes.
@@ -387,7 +387,7 @@ def run(spec: RunSpec, *, out: TextIO | None = None) -> RunResult:
     longbench_cache: dict[str, list[Task]] = {}
     if spec.task_kind == "longbench":
         make_tasks(spec, spec.seeds[0], longbench_cache)  # a missing or malformed file fails here, before any record
-    from arc_eval.records import RunWriter
+    from arc_eval.records import RunReader, RunWriter
 
     writer = RunWriter(spec.out, manifest(spec, rag_retriever), resume=spec.resume)
     try:
@@ -396,47 +396,11 @@ def run(spec: RunSpec, *, out: TextIO | None = None) -> RunResult:
         ran, skipped, aborted = asyncio.run(_run_async(spec, writer, rag_retriever, longbench_cache))
     finally:
         writer.close()
-    table = accuracy_table(load_outcomes(spec.out))
+    from arc_eval.analysis.accuracy import summary_table
+
+    table = summary_table(RunReader(spec.out).tasks())
     print(table, file=out if out is not None else sys.stdout)
     return RunResult(spec.out, ran, skipped, aborted, table)
-
-
-def load_outcomes(run_dir: Path) -> list[dict[str, Any]]:
-    from arc_eval.records import RunReader
-
-    return list(RunReader(run_dir).tasks())
-
-
-def accuracy_table(outcomes: Sequence[Mapping[str, Any]], method_order: Sequence[str] = METHOD_NAMES) -> str:
-    """One row per (variant, method): pass/attempts, no-answer, accuracy, re-executions."""
-    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
-    for outcome in outcomes:
-        groups.setdefault((str(outcome["variant"]), str(outcome["method"])), []).append(outcome)
-    def order(key: tuple[str, str]) -> tuple[str, int, str]:
-        rank = method_order.index(key[1]) if key[1] in method_order else len(method_order)
-        return key[0], rank, key[1]
-
-    rows = [("variant", "method", "pass/attempts", "no-answer", "accuracy", "re-executions")]
-    for key in sorted(groups, key=order):
-        items = groups[key]
-        passed = sum(1 for item in items if item["correct"])
-        no_answer = sum(1 for item in items if item["no_answer"])
-        reexecutions = sum(int(item.get("reexecutions", 0)) for item in items)
-        rows.append(
-            (key[0] or "-", key[1], f"{passed}/{len(items)}", str(no_answer),
-             f"{100.0 * passed / len(items):.2f}%", str(reexecutions))
-        )
-    if len(rows) == 1:
-        return "no finished task in this run"
-    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
-    lines = []
-    for index, row in enumerate(rows):
-        cells = [row[0].ljust(widths[0]), row[1].ljust(widths[1])]
-        cells += [cell.rjust(width) for cell, width in zip(row[2:], widths[2:], strict=True)]
-        lines.append("  ".join(cells).rstrip())
-        if index == 0:
-            lines.append("  ".join("-" * width for width in widths))
-    return "\n".join(lines)
 
 
 # -- benchmarks (``arc-eval bench``; figures, never timed tests) --------------------------------
@@ -481,7 +445,9 @@ def bench_throughput(methods: Sequence[str], tasks: int, *, rag_retriever: str =
 
         result = run(spec, out=io.StringIO())
         elapsed = time.perf_counter() - started
-        calls = sum(1 for _ in __import__("arc_eval.records", fromlist=["RunReader"]).RunReader(spec.out).calls())
+        from arc_eval.records import RunReader
+
+        calls = len(RunReader(spec.out).calls())
     finished = result.ran
     return (
         f"throughput: scripted NIH, {tasks} tasks x {len(methods)} methods x 1 seed "
