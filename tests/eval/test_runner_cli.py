@@ -263,3 +263,11 @@ def test_report_and_serve_scripted_are_dispatched(tmp_path: Path, capsys: pytest
     assert "sliding_window" in capsys.readouterr().out
     assert main(["report", str(tmp_path / "missing")]) != 0
     assert main(["serve-scripted", "--help"]) == 0
+
+
+def test_bench_prints_its_figures(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--only", "throughput", "--only", "overhead", "--tasks", "1", "--overhead-tasks", "1",
+                 "--methods", "sliding_window"]) == 0
+    out = capsys.readouterr().out
+    assert "throughput: scripted NIH, 1 tasks x 1 methods x 1 seed" in out and "0/1" in out
+    assert "harness overhead per call" in out and "sliding_window" in out.splitlines()[-1]
