@@ -69,21 +69,21 @@ def agent_entry(setup: Setup, turn: int, thought: str, action: str) -> AgentEntr
             if shown_action is None:
                 raise BudgetViolation("an agent message cannot fit recent_budget R even fully clipped")
             content = render.agent_message(empty_thought, shown_action)
-    return AgentEntry(turn, thought, action, Message(render.ASSISTANT, content, setup.message_tokens(render.ASSISTANT, content)))
+    return AgentEntry(turn, thought, action, setup.message(render.ASSISTANT, content))
 
 
 def observation_entry(setup: Setup, record: Record) -> ObservationEntry:
     """The new observation verbatim when its message fits R, otherwise its stub (A4)."""
     signature = shown_signature(record.signature, setup.config.signature_chars)
     content = render.observation_message(record.obs_id, record.returncode, signature, record.content)
-    tokens = setup.message_tokens(render.USER, content)
-    if tokens <= setup.config.recent_budget:
-        return ObservationEntry(record.index, True, Message(render.USER, content, tokens))
+    message = setup.message(render.USER, content)
+    if message.tokens <= setup.config.recent_budget:
+        return ObservationEntry(record.index, True, message)
     content = render.observation_stub_message(record.obs_id, record.returncode, record.n_tokens, record.stub)
-    tokens = setup.message_tokens(render.USER, content)
-    if tokens > setup.config.recent_budget:
-        raise BudgetViolation(f"the stub message of {record.obs_id} costs {tokens} > recent_budget R")
-    return ObservationEntry(record.index, False, Message(render.USER, content, tokens))
+    message = setup.message(render.USER, content)
+    if message.tokens > setup.config.recent_budget:
+        raise BudgetViolation(f"the stub message of {record.obs_id} costs {message.tokens} > recent_budget R")
+    return ObservationEntry(record.index, False, message)
 
 
 def command_entry(setup: Setup, turn: int, notes: Sequence[str]) -> CommandEntry:
@@ -96,4 +96,4 @@ def command_entry(setup: Setup, turn: int, notes: Sequence[str]) -> CommandEntry
         if shown is None:
             shown = ELLIPSIS
         content = render.command_message((shown,))
-    return CommandEntry(turn, tuple(notes), Message(render.USER, content, setup.message_tokens(render.USER, content)))
+    return CommandEntry(turn, tuple(notes), setup.message(render.USER, content))

@@ -150,9 +150,7 @@ class ArcState:
 def init(config: Config) -> ArcState:
     """The initial state of a task under ``config`` (validated: ConfigError when K > L etc.)."""
     setup = make_setup(config)
-    prefix = tuple(
-        Message(role, content, setup.message_tokens(role, content)) for role, content in setup.prefix_messages
-    )
+    prefix = setup.prefix()
     if sum(message.tokens for message in prefix) != setup.prefix_tokens:
         raise BudgetViolation(
             f"tokenizer {setup.tokenizer.name!r} merges across message boundaries; token counts of the"

@@ -103,7 +103,7 @@ def render_summary(setup: Setup, items: Sequence[SummaryItem], omitted: int) -> 
     if not items and omitted == 0:
         return None
     content = render.summary_content(omitted, (item.text for item in items))
-    return Message(render.USER, content, setup.message_tokens(render.USER, content))
+    return setup.message(render.USER, content)
 
 
 def fit_summary(setup: Setup, items: Iterable[SummaryItem], omitted: int, records: RecordLookup) -> Summary:

@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Iterator
 
-import attrs
 
-from arc_ref.config import OVERRIDE_KEYS, PRESETS, preset
+from arc_ref.config import OVERRIDE_KEYS, PRESETS, config_json, preset
 from arc_ref.errors import ArcError, BudgetViolation
 from arc_ref.machine import (
     AgentResult,
@@ -70,7 +69,7 @@ def _config_output(state: ArcState, preset_name: str) -> dict[str, Any]:
     return {
         "op": "config",
         "preset": preset_name,
-        "config": attrs.asdict(setup.config),
+        "config": config_json(setup.config),
         "budget": setup.budget,
         "limit": setup.limit,
         "prefix_tokens": setup.prefix_tokens,

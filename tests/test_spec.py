@@ -32,7 +32,7 @@ from jsonschema import Draft202012Validator
 import proofs_check
 from arc_ref import render
 from arc_ref.chat import CHAT_FORMATS
-from arc_ref.config import OVERRIDE_KEYS, PRESETS, Config, Setup, make_setup
+from arc_ref.config import OVERRIDE_KEYS, PRESETS, TEMPLATE_FORMAT, Config, Setup, make_setup
 from arc_ref.text import ELLIPSIS
 from arc_ref.trace import replay_text
 from proofs_check import vectors
@@ -289,7 +289,9 @@ def test_schemas_are_valid_and_name_every_config_field() -> None:
         "trace-input.schema.json config keys != arc_ref.config.OVERRIDE_KEYS"
     )
     assert config_keys["preset"]["enum"] == sorted(PRESETS), "trace-input.schema.json preset enum != PRESETS"
-    assert set(config_keys["chat_format"]["enum"]) == set(CHAT_FORMATS), "chat_format enum != CHAT_FORMATS"
+    assert set(config_keys["chat_format"]["enum"]) == set(CHAT_FORMATS) | {TEMPLATE_FORMAT}, (
+        "chat_format enum != CHAT_FORMATS and the template format"
+    )
 
 
 @pytest.mark.parametrize("name", TRACE_NAMES)
