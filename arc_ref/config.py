@@ -20,6 +20,7 @@ from arc_ref.ids import IdScheme
 from arc_ref.message import Context, Message, ToolCall, ToolSpec
 from arc_ref.text import ELLIPSIS
 from arc_ref.tokenizers import HF_DIR_PREFIX, HuggingFaceTokenizer, Tokenizer, get_tokenizer
+from arc_ref.tools import ARC_TOOL_NAMES, ARC_TOOLS
 
 if TYPE_CHECKING:
     from arc_ref.templates import TemplateFormat
@@ -253,6 +254,8 @@ class Setup:
     command_floor: int  # smallest command-result message (notes clipped to nothing)
     limit: int  # L = L_ctx - G_max
     budget: int  # K = B + M + R + P + Q + eta
+    tool_reserve: int = 0  # tool mode: what a pending call's result may cost in H (its stub message, widest)
+    tool_unit_floor: int = 0  # tool mode: the smallest tool turn (one call) with the reserve for its result
 
     def message_tokens(self, role: str, content: str) -> int:
         """Tokens of one serialized message, role markers included (the largest over its places, A4)."""
@@ -284,6 +287,10 @@ class Setup:
             Message(goal_role, goal, goal_tokens, placed=chat.goal_costs),
         )
 
+    def result_reserve(self, call_id: str) -> int:
+        """Tool mode: the most a pending call's result may cost in H, its stub message at the widest (A4)."""
+        return tool_result_reserve(self.chat, self.ids.widest(), call_id) + self.config.stub_cap
+
     def line_tokens(self, line: str) -> int:
         """Tokens a line costs inside a component: the line with the newline that precedes it."""
         return self.tokenizer.count("\n" + line)
@@ -314,12 +321,20 @@ def _check_integers(config: Config) -> None:
 
 
 SYSTEM_CONTEXT = Context(None, "user", True)  # the system prompt: first, the goal after it
+TOOL_RESERVE_CALL_ID = "call_0"  # the call id the reserve of Setup is measured with (per call at run time)
+
+
+def tool_result_reserve(chat: Union[ChatFormat, "TemplateFormat"], widest_id: str, call_id: str) -> int:
+    """Tokens of a tool result showing the stub frame of the widest id (largest over its places), without the stub."""
+    if isinstance(chat, ChatFormat):
+        return 0
+    content = render.observation_stub_message(widest_id, render.WIDEST_RETURNCODE, render.WIDEST_NUMBER, "")
+    return max(cost for _, cost in chat.placed_costs(render.TOOL, content, (), call_id))
 
 
 def _template_format(config: Config, tokenizer: Tokenizer) -> "TemplateFormat":
     """The chat format "template": the model directory of an hf-dir tokenizer gives its own chat template."""
     from arc_ref.templates import template_format
-    from arc_ref.tools import ARC_TOOL_NAMES, ARC_TOOLS
 
     if not (isinstance(tokenizer, HuggingFaceTokenizer) and config.tokenizer.startswith(HF_DIR_PREFIX)):
         raise ConfigError(
@@ -438,6 +453,19 @@ def make_setup(config: Config) -> Setup:
             f" {m.stub_cap} = {summary_frame + m.stub_cap}"
         )
     recent_floor = max(observation_stub_frame + m.stub_cap, agent_floor, command_floor)
+    tool_reserve = tool_unit_floor = 0
+    if config.action_mode == "tools":
+        tool_reserve = tool_result_reserve(chat, widest_id, TOOL_RESERVE_CALL_ID) + m.stub_cap
+        shortest = min((tool.name for tool in (*ARC_TOOLS, *config.tools)), key=len)
+        unit_floor = message(render.ASSISTANT, "") if isinstance(chat, ChatFormat) else max(
+            cost for _, cost in chat.placed_costs(render.ASSISTANT, "", (ToolCall(TOOL_RESERVE_CALL_ID, shortest, "{}"),))
+        )
+        tool_unit_floor = unit_floor + tool_reserve
+        if tool_unit_floor > m.recent_budget:
+            problems.append(
+                f"recent_budget R = {m.recent_budget} < {unit_floor + tool_reserve}, the smallest tool turn"
+                f" (one call: {unit_floor}) and the reserve for its result (tool_reserve {tool_reserve})"
+            )
     if recent_floor > m.recent_budget:
         problems.append(
             f"recent_budget R = {m.recent_budget} < {recent_floor}, the largest of: a too-large observation"
@@ -470,6 +498,8 @@ def make_setup(config: Config) -> Setup:
         observation_stub_frame=observation_stub_frame,
         agent_floor=agent_floor,
         command_floor=command_floor,
+        tool_reserve=tool_reserve,
+        tool_unit_floor=tool_unit_floor,
         limit=limit,
         budget=budget,
     )
@@ -492,7 +522,8 @@ def minimum_budgets(config: Config) -> Mapping[str, int]:
         "page_budget": setup.page_frame + config.page_size * stub_cap,
         "recall_budget": setup.recall_frame + config.chunk_tokens + setup.wrapper_cost,
         "summary_budget": setup.summary_frame + stub_cap,
-        "recent_budget": max(setup.observation_stub_frame + stub_cap, setup.agent_floor, setup.command_floor),
+        "recent_budget": max(setup.observation_stub_frame + stub_cap, setup.agent_floor, setup.command_floor,
+                             setup.tool_unit_floor - setup.config.stub_cap + stub_cap),
         "overhead": setup.generation_tokens,
         "prefix_tokens": setup.prefix_tokens,
     }

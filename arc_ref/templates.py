@@ -51,6 +51,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from collections import OrderedDict
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -350,7 +351,8 @@ class ChatTemplate:
             raise TemplateRefused(f"chat template of {name!r}: cannot place a mark after its message loop")
         self._split = env.from_string(tree)
         self._variables = {**dict(special_tokens), **dict(template_kwargs)}
-        self._source = source
+        fixed = source + "".join(_strings(self._variables))
+        self._mark_candidates = "".join(char for char in _MARK_CHARACTERS if char not in fixed)
 
     def _variables_for(self, conversation: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                        add_generation_prompt: bool) -> dict[str, Any]:
@@ -366,9 +368,12 @@ class ChatTemplate:
             raise TemplateRefused(f"chat template of {self.name!r} refused the conversation: {bad}") from None
 
     def render_parts(self, conversation: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                     add_generation_prompt: bool = True) -> tuple[str, list[str], str]:
-        """(head, one piece per message, tail): their concatenation is ``render(...)``."""
-        mark = self._marker(conversation, tools)
+                     add_generation_prompt: bool = True, tools_text: str | None = None) -> tuple[str, list[str], str]:
+        """(head, one piece per message, tail): their concatenation is ``render(...)``.
+
+        ``tools_text``: every string of ``tools`` joined (a caller rendering many times with the same tools).
+        """
+        mark = self._marker(conversation, tools, tools_text)
         piece_mark, end_mark = mark + "P" + mark, mark + "E" + mark
         variables = self._variables_for(conversation, tools, add_generation_prompt)
         try:
@@ -384,10 +389,13 @@ class ChatTemplate:
             )
         return parts[0], parts[1:], tail
 
-    def _marker(self, conversation: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
-        seen = set(_strings((conversation, tools, self._variables)))
-        for char in _MARK_CHARACTERS:
-            if char not in self._source and not any(char in text for text in seen):
+    def _marker(self, conversation: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                tools_text: str | None) -> str:
+        """A character that occurs in no input and not in the template: it cannot come out of the template
+        except where the instrumented loop writes it."""
+        text = "".join(_strings(conversation)) + (tools_text if tools_text is not None else "".join(_strings(tools)))
+        for char in self._mark_candidates:
+            if char not in text:
                 return char
         raise TemplateRefused("every split-mark character occurs in the conversation; cannot split it per message")
 
@@ -457,45 +465,59 @@ def _filler(role: str) -> dict[str, Any]:
     return {"role": role, "content": FILLER}
 
 
-def probe_plans(contexts: Sequence[Context], role: str) -> list[list[Context | str]]:
+@functools.lru_cache(maxsize=64)
+def probe_plans(contexts: tuple[Context, ...], role: str) -> tuple[tuple[Context | str, ...], ...]:
     """Probe conversations (after the prefix [system, goal]) that realise every context once.
 
-    Each plan is a list of filler roles (str) and occurrences of the probed message of ``role`` (its
+    Each plan is a sequence of filler roles (str) and occurrences of the probed message of ``role`` (its
     Context). The contexts with a user message after them come first, followed by one user filler. Then the
     others, with no user message after them: only the first of a plan may follow a user message (the goal, or
     that filler), one that ends the conversation closes its plan, and a probed user message closes its plan
-    at once (a later occurrence of it would be a user message after it).
+    at once (a later occurrence of it would be a user message after it). A filler written after one
+    occurrence also serves as the role before the next when the roles agree (fewer messages to render).
     """
-    plans: list[list[Context | str]] = []
+    plans: list[tuple[Context | str, ...]] = []
     current: list[Context | str] = []
-    for ctx in (c for c in contexts if c.user_after):
-        assert ctx.after is not None
-        current += ([ctx.before] if ctx.before is not None else []) + [ctx, ctx.after]
-    if current and current[-1] != "user":
+    last = "user"  # the goal
+    pending_user = [c for c in contexts if c.user_after]
+    while pending_user:
+        ctx = next((c for c in pending_user if c.before == last), pending_user[0])
+        pending_user.remove(ctx)
+        assert ctx.before is not None and ctx.after is not None
+        if ctx.before != last:
+            current.append(ctx.before)
+        current += [ctx, ctx.after]
+        last = ctx.after
+    if current and last != "user":
         current.append("user")
+        last = "user"
     pending = [c for c in contexts if not c.user_after]
-    may_follow_user = not current or current[-1] == "user"  # a fresh plan follows the goal, a user message
+    may_follow_user = last == "user"
     while pending:
         placeable = [c for c in pending if c.before != "user" or may_follow_user]
-        placeable.sort(key=lambda c: (c.after is None, c.before != "user"))  # middle ones first, user-led first
         if not placeable:
-            plans.append(current)
-            current, may_follow_user = [], True
+            plans.append(tuple(current))
+            current, last, may_follow_user = [], "user", True
             continue
+        # middle ones before one that ends the plan; one needing the user before it while it may; then chained
+        placeable.sort(key=lambda c: (c.after is None, c.before != "user", c.before != last))
         ctx = placeable[0]
         pending.remove(ctx)
-        if ctx.before != "user" or not may_follow_user:
-            current.append(ctx.before if ctx.before is not None else "user")
+        assert ctx.before is not None
+        if ctx.before != last or (ctx.before == "user" and not may_follow_user):
+            current.append(ctx.before)
         current.append(ctx)
         may_follow_user = False
+        last = role
         if ctx.after is not None:
             current.append(ctx.after)
+            last = ctx.after
         if ctx.after is None or role == "user":
-            plans.append(current)
-            current, may_follow_user = [], True
+            plans.append(tuple(current))
+            current, last, may_follow_user = [], "user", True
     if current:
-        plans.append(current)
-    return plans
+        plans.append(tuple(current))
+    return tuple(plans)
 
 
 class _LRU:
@@ -518,9 +540,17 @@ class _LRU:
             self._items.popitem(last=False)
 
 
-def _cut_safe(left: str, right: str, added: Sequence[str]) -> bool:
-    """A cut between two pieces is exact when one side touches an added token (the encoder splits there)."""
-    return any(left.endswith(token) for token in added) or any(right.startswith(token) for token in added)
+class _AddedTokens:
+    """Where added tokens touch a cut: a cut between two parts is exact when one side touches an added token."""
+
+    def __init__(self, tokens: Sequence[str]) -> None:
+        alternatives = "|".join(re.escape(token) for token in sorted(tokens, key=len, reverse=True)) or "(?!)"
+        self._ends = re.compile(f"(?:{alternatives})\\Z")
+        self._starts = re.compile(f"(?:{alternatives})")
+        self._longest = max((len(token) for token in tokens), default=0)
+
+    def cut_safe(self, left: str, right: str) -> bool:
+        return bool(self._ends.search(left[-self._longest:])) or bool(self._starts.match(right))
 
 
 def added_tokens_cut_safe(tokens: Sequence[str]) -> str | None:
@@ -560,6 +590,7 @@ class TemplateFormat:
                 " whitespace beside them, so per-message counts would not add up"
             )
         self.added = tuple(sorted((text for text, _, _ in flags), key=len, reverse=True))
+        self._added = _AddedTokens(self.added)
         overlap = added_tokens_cut_safe(self.added)
         if overlap is not None:
             raise TemplateRefused(
@@ -570,6 +601,7 @@ class TemplateFormat:
         self.template = compiled_template(chosen, source.special_tokens, tuple(self.template_kwargs.items()),
                                           source.directory)
         self._server_tools = server_tools(self.tools)
+        self._tools_text = "".join(_strings(self._server_tools))
         self._prefix = [{"role": "system", "content": system}, {"role": "user", "content": goal}]
         self._cache = _LRU(4096)
         self._count_cache = _LRU(8192)
@@ -609,7 +641,7 @@ class TemplateFormat:
         return int(cached)
 
     def _check_boundary(self, left: str, right: str, where: str) -> None:
-        if left and right and not _cut_safe(left, right, self.added):
+        if left and right and not self._added.cut_safe(left, right):
             raise TemplateRefused(
                 f"chat template of {self.template.name!r}: {where} meet without an added token between them"
                 f" ({left[-12:]!r} | {right[:12]!r}), so per-message counts would not add up"
@@ -630,7 +662,7 @@ class TemplateFormat:
         return tuple(costs)
 
     def _pieces(self, conversation: list[dict[str, Any]]) -> list[str]:
-        head, pieces, tail = self.template.render_parts(conversation, self._server_tools)
+        head, pieces, tail = self.template.render_parts(conversation, self._server_tools, True, self._tools_text)
         if head != self.head or tail != self.tail:
             raise TemplateRefused(
                 f"chat template of {self.template.name!r}: the text before or after its message loop depends on"

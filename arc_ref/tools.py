@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from arc_ref.commands import Command
 from arc_ref.message import ToolCall, ToolSpec
+from arc_ref.text import ascii_words
 
 _ID_PARAMETER = ("id", "the observation id, e.g. §0001-3fa9c1e2, exactly as printed")
 _COMMANDS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
@@ -42,12 +44,13 @@ ARC_TOOL_NAMES = frozenset(tool.name for tool in ARC_TOOLS)
 _ARGUMENT_ORDER = {name: tuple(argument for argument, _ in arguments) for name, _, arguments in _COMMANDS}
 
 
-def call_command(call: ToolCall) -> str:
-    """The command line a call to one of ARC's tools stands for: the name, then the argument values in order.
+def call_command(call: ToolCall) -> Command:
+    """The command a call to one of ARC's tools stands for: its name, and the first word of its first argument.
 
-    The arguments are read as a JSON object; values are taken in the tool's parameter order (any other keys
-    after them); a value that is not a string is written as JSON. Arguments that are not a JSON object are
-    taken as one positional value.
+    The arguments are read as a JSON object and its values taken in the tool's parameter order (any other
+    keys after them); a value that is not a string is written as JSON; arguments that are not a JSON object
+    are one positional value. The command's argument is the first ASCII word of the first non-blank value
+    (as a text command takes the word after the command word), None when there is none.
     """
     try:
         decoded: Any = json.loads(call.arguments) if call.arguments.strip() else {}
@@ -62,5 +65,5 @@ def call_command(call: ToolCall) -> str:
             values.append(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
     elif decoded is not None:
         values.append(decoded if isinstance(decoded, str) else json.dumps(decoded, ensure_ascii=False))
-    words = [value.strip() for value in values if value.strip()]
-    return " ".join([call.name, *words])
+    words = [word for value in values for word in ascii_words(value)]
+    return Command(call.name, words[0] if words else None)
