@@ -52,6 +52,7 @@ import functools
 import json
 import os
 import re
+import threading
 from collections import OrderedDict
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -526,18 +527,21 @@ class _LRU:
     def __init__(self, size: int) -> None:
         self._size = size
         self._items: OrderedDict[Any, Any] = OrderedDict()
+        self._lock = threading.Lock()
 
     def get(self, key: Any) -> Any:
-        if key in self._items:
-            self._items.move_to_end(key)
-            return self._items[key]
-        return None
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+            return None
 
     def put(self, key: Any, value: Any) -> None:
-        self._items[key] = value
-        self._items.move_to_end(key)
-        if len(self._items) > self._size:
-            self._items.popitem(last=False)
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            if len(self._items) > self._size:
+                self._items.popitem(last=False)
 
 
 class _AddedTokens:

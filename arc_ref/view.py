@@ -151,6 +151,11 @@ def build_view(
 def verify_tokens(setup: Setup, view: View) -> int:
     """Count the serialized text itself; raise if it exceeds K. Returns the exact count."""
     exact = setup.tokenizer.count(view.text())
+    if setup.chat.positional and exact != view.tokens:
+        raise BudgetViolation(
+            f"serialized view counts {exact} tokens but its parts add up to {view.tokens}: the chat template of"
+            f" {setup.chat.name!r} is not local as the count per place assumes (spec/rendering.md section 3.1)"
+        )
     if exact > view.budget:
         raise BudgetViolation(
             f"serialized view counts {exact} tokens > K = {view.budget} (sum of parts said {view.tokens});"
