@@ -12,7 +12,7 @@ Subcommands::
 A run writes ``--out RUN_DIR`` (default: ``runs/<kind>-<hash of the arguments>``, so the same
 command always names the same directory). Restarting the same command continues a killed run
 (``--no-resume`` refuses an existing directory instead). Bad arguments print a clear message and
-exit with status 2; a backend that stays unavailable stops the run with status 3 (what finished is
+exit with status 2; a backend that stays unavailable or fails (refuses a request, breaks the API) stops the run with status 3 (what finished is
 kept; rerun the command to continue); Ctrl-C stops with status 130, likewise resumable.
 """
 

@@ -11,8 +11,9 @@ accuracy table of the whole run directory (``arc_eval.analysis.accuracy.summary_
 Jobs go variant by variant and seed by seed (tasks of one seed are generated when reached), and
 within a seed task by task with every method, so an interrupted run leaves paired outcomes.
 
-A ``BackendUnavailable`` (server down after retries) stops the run: the task in flight is not
-recorded and the message says how to resume; it is never scored as a wrong answer.
+A ``BackendError`` (server down after retries, a refused request, a reply that breaks the API) stops
+the run: the task in flight is not recorded (a resume redoes it) and the message says how to resume;
+it is never scored as a wrong answer.
 
 The benchmarks (``arc-eval bench``) live in ``arc_eval.bench``.
 """
@@ -38,7 +39,7 @@ from arc_eval.records import RunReader, RunWriter
 from arc_eval.schema import SCHEMA, TASK_KINDS, RecordKey
 from arc_eval.tasks.longbench import load_longbench
 from arc_eval.tasks.nih import make_nih_tasks
-from arc_eval.types import Backend, BackendUnavailable, Task
+from arc_eval.types import Backend, BackendError, BackendUnavailable, Task
 
 BACKENDS = ("scripted", "openai")
 SCRIPTED_MODEL = "scripted"
@@ -379,8 +380,10 @@ async def execute(plan: RunPlan, writer: RunWriter) -> Executed:
                     model=spec.model,
                     temperature=spec.temperature,
                 )
-            except BackendUnavailable as failure:
-                aborted = f"the backend is unavailable: {failure}"
+            except BackendError as failure:
+                if aborted is None:
+                    unavailable = isinstance(failure, BackendUnavailable)
+                    aborted = f"the backend {'is unavailable' if unavailable else 'failed'}: {failure}"
                 stop.set()
                 return
             writer.write_task(calls, outcome)

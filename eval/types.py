@@ -66,7 +66,8 @@ class BackendError(Exception):
     """The backend failed, not the task: never scored; the run stops with this message and resumes later.
 
     Backends raise a subclass: ``BackendUnavailable`` (retries exhausted), or their own for a request
-    the server refuses (a 4xx that is not a context overflow) or a reply that breaks the API.
+    the server refuses (a 4xx that is not a context overflow) or a reply that breaks the API. The loop
+    lets every BackendError through, and the runner stops the run without recording the task in flight.
     """
 
 

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any, Sequence
 
+import attrs
 import pytest
 
 from arc_eval.loop import DECLINED_MESSAGE, run_task
 from arc_eval.methods import make_method
 from arc_eval.methods.base import AuxCaller, Intercepted, MethodEvents, MethodSettings
-from arc_eval.types import BackendUnavailable, ChatRequest, Message, Observation, Task
+from arc_eval.records import RunWriter
+from arc_eval.types import BackendError, BackendUnavailable, ChatReply, ChatRequest, Message, Observation, Task
 
 from .helpers import FakeBackend, FakeSandbox, ScriptedReplies, exact_scorer, overflow, tiny_task
 
@@ -20,6 +23,11 @@ CALL_KEYS = {
     "completion_tokens", "latency_s", "finish_reason", "overflow", "compactions", "recalls", "action",
     "submission", "reexecution",
 }
+WRITER_MANIFEST: dict[str, Any] = {
+    "command": ["test"], "task_kind": "nih", "methods": ["sliding_window"], "seeds": [42], "tasks_per_seed": 1,
+    "model": "fake", "backend": "scripted", "context_limit": 4096, "max_tokens": 1024, "variants": {"": {}},
+    "config": {},
+}  # fmt: skip
 TASK_KEYS = {
     "variant", "method", "model", "task_kind", "task_id", "seed", "submitted", "no_answer", "correct",
     "submission", "end", "error", "calls", "steps", "reexecutions", "meta",
@@ -187,3 +195,45 @@ def test_max_steps_must_be_positive() -> None:
     with pytest.raises(ValueError):
         go(["Action: ls"], max_steps=0)
 
+
+
+class ServerRefused(BackendError):
+    """A backend failure other than BackendUnavailable (e.g. a 4xx that is not an overflow)."""
+
+
+def test_a_failed_call_is_recorded_so_calls_match_the_call_records(tmp_path: Path) -> None:
+    """A call that raises (not a backend error) ends the task as an error, and its records stay writable."""
+    records, result = asyncio.run(
+        run_task(tiny_task(), make_method("sliding_window", SETTINGS),
+                 FakeBackend(ScriptedReplies(["Action: cat a.txt", KeyError("choices")])),
+                 settings=SETTINGS, max_steps=5, force_at_calls=(), seed=42, sandbox=FakeSandbox({"a.txt": "a"}),
+                 scorer=exact_scorer)
+    )  # fmt: skip
+    assert result.end == "error" and "KeyError" in (result.error or "")
+    assert result.calls == len(records) == 2 and [call.call_index for call in records] == [1, 2]
+    assert (records[1].finish_reason, records[1].prompt_tokens, records[1].completion_tokens) == ("error", 0, 0)
+    with RunWriter(tmp_path / "run", WRITER_MANIFEST, resume=False) as writer:
+        writer.write_task(records, result)  # before: "says calls=2 and has 1 call records"
+    assert writer.finished() == {("", "sliding_window", 42, "t-1")}
+
+
+def test_every_backend_error_propagates_and_is_never_an_outcome() -> None:
+    with pytest.raises(ServerRefused):
+        go(["Action: cat a.txt", ServerRefused("404 The model `x` does not exist")])
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [({"finish_reason": "content_filter"}, "finish_reason 'content_filter'"),
+     ({"prompt_tokens": -1}, "prompt_tokens -1"), ({"completion_tokens": "3"}, "completion_tokens '3'")],
+)  # fmt: skip
+def test_a_reply_that_breaks_the_record_schema_is_a_backend_error(bad: dict[str, Any], message: str) -> None:
+    class OddBackend(FakeBackend):
+        async def complete(self, request: ChatRequest) -> ChatReply:
+            return attrs.evolve(await super().complete(request), **bad)
+
+    with pytest.raises(BackendError, match=message):
+        asyncio.run(
+            run_task(tiny_task(), make_method("sliding_window", SETTINGS), OddBackend(ScriptedReplies(["Action: ls"])),
+                     settings=SETTINGS, max_steps=3, seed=1, sandbox=FakeSandbox({}), scorer=exact_scorer)
+        )  # fmt: skip

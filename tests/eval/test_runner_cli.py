@@ -271,3 +271,61 @@ def test_bench_prints_its_figures(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "throughput: scripted NIH, 1 tasks x 1 methods x 1 seed" in out and "0/1" in out
     assert "harness overhead per call" in out and "sliding_window" in out.splitlines()[-1]
+
+
+def _failing_backend_after(calls: int, failure: Exception) -> Any:
+    from arc_eval.agent.scripted import ScriptedBackend
+    from arc_eval.types import ChatReply, ChatRequest
+
+    class FailingAfter(ScriptedBackend):
+        """The embedded backend, until it fails at the given call."""
+
+        async def complete(self, request: ChatRequest) -> ChatReply:
+            if self.calls >= calls:
+                raise failure
+            return await super().complete(request)
+
+    return FailingAfter()
+
+
+def test_a_backend_error_stops_the_run_and_the_task_in_flight_is_redone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Any BackendError (here a refused request) stops the run with status 3; nothing of the task is kept."""
+    import arc_eval.runner
+    from arc_eval.types import BackendError
+
+    refused = BackendError("401 Unauthorized: the server wants --api-key")
+    monkeypatch.setattr(arc_eval.runner, "make_backend", lambda spec, method=None: _failing_backend_after(50, refused))
+    out = tmp_path / "run"
+    argv = ["nih", "--tasks", "10", "--seeds", "42", "--methods", "sliding_window", "--out", str(out),
+            "--no-progress", "--concurrency", "1"]
+    assert main(argv) == 3
+    err = capsys.readouterr().err
+    assert "the backend failed: 401 Unauthorized" in err and "rerun the same command" in err and "Traceback" not in err
+    finished = lines(out / "tasks.jsonl")
+    assert 0 < len(finished) < 10 and not any("401" in (task["error"] or "") for task in finished)
+    assert {call["task_id"] for call in lines(out / "calls.jsonl")} == {task["task_id"] for task in finished}
+    monkeypatch.undo()
+    assert main(argv) == 0  # the same command resumes: the task in flight is redone, nothing twice
+    tasks = lines(out / "tasks.jsonl")
+    assert tasks[: len(finished)] == finished and len({task["task_id"] for task in tasks}) == len(tasks) == 10
+    assert sum(task["calls"] for task in tasks) == len(lines(out / "calls.jsonl"))
+
+
+def test_a_call_that_crashes_is_an_error_outcome_not_a_crashed_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: RunWriter refused the task ("says calls=N and has N-1 call records") and the run died."""
+    import arc_eval.runner
+
+    monkeypatch.setattr(arc_eval.runner, "make_backend",
+                        lambda spec, method=None: _failing_backend_after(30, KeyError("choices")))
+    out = tmp_path / "run"
+    assert main(["nih", "--tasks", "3", "--seeds", "42", "--methods", "sliding_window", "--out", str(out),
+                 "--no-progress", "--concurrency", "1"]) == 0
+    tasks = lines(out / "tasks.jsonl")
+    calls = lines(out / "calls.jsonl")
+    assert len(tasks) == 3 and any(task["end"] == "error" and "KeyError" in task["error"] for task in tasks)
+    assert sum(task["calls"] for task in tasks) == len(calls)
+    assert [call["finish_reason"] for call in calls].count("error") >= 1
