@@ -9,20 +9,27 @@ Subcommands::
     arc-eval serve-scripted ...               (arc_eval.backends.scripted_server.serve_main)
     arc-eval bench      [--tasks 1000] ...    (throughput, harness overhead, concurrency)
 
-A run writes ``--out RUN_DIR`` (default: ``runs/<kind>-<hash of the arguments>``, so the same
-command always names the same directory). Restarting the same command continues a killed run
-(``--no-resume`` refuses an existing directory instead). Bad arguments print a clear message and
-exit with status 2; a backend that stays unavailable or fails (refuses a request, breaks the API) stops the run with status 3 (what finished is
-kept; rerun the command to continue); Ctrl-C stops with status 130, likewise resumable.
+A run writes ``--out RUN_DIR`` (default: ``runs/<kind>-<hash of the run's meaning>``, so the same
+run always names the same directory). Restarting the same run continues a killed one; what must match
+is the run's meaning (tasks, methods, seeds, budgets, backend and model: ``arc_eval.schema.run_meaning``),
+not the command line: argument order, a relative or absolute ``--out``, ``--concurrency``,
+``--no-progress`` or another ``--base-url`` do not matter (``--no-resume`` refuses an existing
+directory instead). Bad arguments print a clear message and exit with status 2; a backend that stays
+unavailable or fails (refuses a request, breaks the API) stops the run with status 3 (what finished
+is kept; rerun the command to continue); Ctrl-C stops with status 130, likewise resumable.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
+
+from attrs import evolve
 
 from arc_ref.errors import ConfigError
 
@@ -106,7 +113,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--seeds", type=_int, nargs="+", default=list(PAPER_SEEDS), metavar="SEED",
                      help="seeds (default: 42 82 122)")
     run.add_argument("--out", default=None, metavar="RUN_DIR",
-                     help="run directory (default: runs/<kind>-<hash of the arguments>)")
+                     help="run directory (default: runs/<kind>-<hash of the run's meaning>)")
     resume = run.add_mutually_exclusive_group()
     resume.add_argument("--resume", dest="resume", action="store_true", default=True,
                         help="continue the run in RUN_DIR if it exists (the default)")
@@ -198,15 +205,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def default_run_dir(argv: Sequence[str], kind: str) -> Path:
-    """runs/<kind>-<hash>: the same arguments (resume flags aside) always name the same directory."""
-    relevant = [arg for arg in argv if arg not in ("--resume", "--no-resume", "--no-progress")]
-    digest = hashlib.sha256("\x1f".join(relevant).encode("utf-8")).hexdigest()[:10]
-    return Path(DEFAULT_RUNS_DIR) / f"{kind}-{digest}"
+def default_run_dir(spec: Any) -> Path:
+    """runs/<kind>-<hash of the run's meaning>: the same run names the same directory, however it is spelled.
+
+    The meaning is what a resume compares (``arc_eval.schema.run_meaning``): argument order, the run
+    directory, ``--concurrency``, ``--no-progress`` and the resume flags do not change it.
+    """
+    from arc_eval.runner import resolved_retriever, run_manifest
+    from arc_eval.schema import run_meaning
+
+    meaning = run_meaning(run_manifest(spec, resolved_retriever(spec)))
+    digest = hashlib.sha256(json.dumps(meaning, sort_keys=True).encode("utf-8")).hexdigest()[:10]
+    return Path(DEFAULT_RUNS_DIR) / f"{spec.task_kind}-{digest}"
+
+
+def _absolute(path: str | None) -> str | None:
+    """A path from the command line made absolute (so the run's meaning does not depend on the cwd)."""
+    return None if path is None else os.path.abspath(path)
 
 
 def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
-    """A RunSpec from parsed arguments (the command line itself is recorded for resume checks)."""
+    """A RunSpec from parsed arguments (the command line is recorded in the manifest as provenance)."""
     from arc_eval.methods import METHOD_NAMES
     from arc_eval.runner import ABLATIONS, SCRIPTED_MODEL, RunSpec
 
@@ -226,12 +245,11 @@ def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
     if model is None:
         raise UsageError("--backend openai needs --model, the model name as served (e.g. Qwen/Qwen3-8B)")
     tasks_per_seed = args.tasks if kind == "nih" else getattr(args, "limit", None)
-    out = Path(args.out) if args.out else default_run_dir(argv, kind)
-    return RunSpec(
+    spec = RunSpec(
         task_kind=kind,
         methods=args.methods if args.methods is not None else METHOD_NAMES,
         seeds=tuple(args.seeds),
-        out=out,
+        out=Path(args.out if args.out else "."),
         tasks_per_seed=tasks_per_seed,
         backend=args.backend,
         base_urls=tuple(args.base_urls),
@@ -249,18 +267,22 @@ def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
         rag_chunk_chars=args.rag_chunk_chars,
         rag_retriever=args.rag_retriever,
         tokenizer=args.tokenizer,
-        tokenizer_json=args.tokenizer_json,
+        tokenizer_json=_absolute(args.tokenizer_json),
         chat_format=args.chat_format,
         concurrency=args.concurrency,
         resume=args.resume,
         tool_calling=args.tool_calling,
-        data=getattr(args, "data", None),
+        data=_absolute(getattr(args, "data", None)),
         max_steps=args.max_steps,
         allow_reexecution=args.allow_reexecution,
         variants=variants,
         command=("arc-eval", *argv),
         progress=args.progress,
     )
+    if args.out:
+        return spec
+    spec.validate()  # the default directory is named after the run's meaning: check the spec first
+    return evolve(spec, out=default_run_dir(spec))
 
 
 def _missing_methods_message(methods: Sequence[str]) -> str | None:

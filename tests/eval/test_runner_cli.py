@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from arc_eval.cli import default_run_dir, main
+from arc_eval.cli import build_parser, default_run_dir, main, spec_from_args
 from arc_eval.runner import ABLATIONS, RunSpec, run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -186,10 +186,55 @@ def test_resume_refuses_a_different_run(tmp_path: Path, capsys: pytest.CaptureFi
     assert main([*base, "--no-resume"]) == 2
 
 
-def test_default_run_directory_is_stable() -> None:
-    first = default_run_dir(["nih", "--tasks", "5"], "nih")
-    assert first == default_run_dir(["nih", "--tasks", "5", "--resume", "--no-progress"], "nih")
-    assert first != default_run_dir(["nih", "--tasks", "6"], "nih") and first.parent.name == "runs"
+def default_dir(argv: list[str]) -> Path:
+    args = build_parser().parse_args(argv)
+    spec = spec_from_args(args, argv)
+    assert spec.out == default_run_dir(spec)
+    return Path(spec.out)
+
+
+def test_default_run_directory_is_named_after_the_run() -> None:
+    first = default_dir(["nih", "--tasks", "5", "--seeds", "1", "2"])
+    assert first.parent.name == "runs" and first.name.startswith("nih-")
+    assert first == default_dir(["nih", "--seeds", "1", "2", "--no-progress", "--tasks", "5", "--resume"])
+    assert first == default_dir(["nih", "--concurrency", "3", "--seeds", "1", "2", "--tasks", "5"])
+    assert first == default_dir(["nih", "--tasks", "5", "--seeds", "1", "2", "--methods", "all"])
+    assert first != default_dir(["nih", "--tasks", "6", "--seeds", "1", "2"])
+    assert first != default_dir(["nih", "--tasks", "5", "--seeds", "2", "1"])  # seed order is the run's order
+
+
+def test_resume_forgives_what_does_not_change_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    first = ["nih", "--tasks", "3", "--seeds", "42", "--methods", "sliding_window", "--out", "run",
+             "--no-progress", "--concurrency", "2"]
+    assert main(first) == 0
+    finished = (tmp_path / "run" / "tasks.jsonl").read_text()
+    capsys.readouterr()
+    again = ["nih", "--methods", "sliding_window", "--out", str(tmp_path / "run"), "--seeds", "42", "--tasks", "3",
+             "--concurrency", "5"]  # absolute --out, another order, another concurrency, a progress bar
+    assert main(again) == 0
+    assert "resuming" in capsys.readouterr().err
+    assert (tmp_path / "run" / "tasks.jsonl").read_text() == finished  # nothing redone
+    assert main([*again[:-2], "--seeds", "43"]) == 2  # another seed is another run
+    assert "seeds: stored [42] != requested [43]" in capsys.readouterr().err
+
+
+def test_a_leftover_manifest_tmp_does_not_block_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "manifest.json.tmp").write_text('{"schema": "arc-ev')  # a kill during the first write
+    assert main(["nih", "--tasks", "1", "--seeds", "42", "--methods", "sliding_window", "--out", str(out),
+                 "--no-progress"]) == 0, capsys.readouterr().err
+    assert not (out / "manifest.json.tmp").exists() and len(lines(out / "tasks.jsonl")) == 1
+
+
+def test_a_repeated_seed_is_refused_before_anything_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    assert main(["nih", "--tasks", "1", "--seeds", "42", "7", "42", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "--seeds lists 42 more than once" in err and "Traceback" not in err
+    assert not out.exists()
 
 
 def test_ablation_runs_every_variant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
