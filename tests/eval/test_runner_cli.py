@@ -347,7 +347,8 @@ def test_a_backend_error_stops_the_run_and_the_task_in_flight_is_redone(
             "--no-progress", "--concurrency", "1"]
     assert main(argv) == 3
     err = capsys.readouterr().err
-    assert "the backend failed: 401 Unauthorized" in err and "rerun the same command" in err and "Traceback" not in err
+    assert "401 Unauthorized: the server wants --api-key" in err and "Traceback" not in err
+    assert "rerun the same command" in err.lower()
     finished = lines(out / "tasks.jsonl")
     assert 0 < len(finished) < 10 and not any("401" in (task["error"] or "") for task in finished)
     assert {call["task_id"] for call in lines(out / "calls.jsonl")} == {task["task_id"] for task in finished}
