@@ -32,6 +32,7 @@ from typing import Any, Sequence
 from attrs import evolve
 
 from arc_ref.errors import ConfigError
+from arc_eval.arguments import integer, non_negative_float, non_negative_int, positive_int
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -51,43 +52,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> Any:
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
 
 
 def parse_methods(text: str) -> tuple[str, ...]:
@@ -110,7 +74,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     run = parser.add_argument_group("run")
     run.add_argument("--methods", type=parse_methods, default=None, metavar="all|m1,m2",
                      help="methods to compare (default: all)")
-    run.add_argument("--seeds", type=_int, nargs="+", default=list(PAPER_SEEDS), metavar="SEED",
+    run.add_argument("--seeds", type=integer, nargs="+", default=list(PAPER_SEEDS), metavar="SEED",
                      help="seeds (default: 42 82 122)")
     run.add_argument("--out", default=None, metavar="RUN_DIR",
                      help="run directory (default: runs/<kind>-<hash of the run's meaning>)")
@@ -119,9 +83,9 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
                         help="continue the run in RUN_DIR if it exists (the default)")
     resume.add_argument("--no-resume", dest="resume", action="store_false",
                         help="refuse a RUN_DIR that already holds a run")
-    run.add_argument("--concurrency", type=_positive_int, default=8, metavar="N",
+    run.add_argument("--concurrency", type=positive_int, default=8, metavar="N",
                      help="trajectories in flight at once (default 8)")
-    run.add_argument("--max-steps", type=_positive_int, default=None, metavar="N",
+    run.add_argument("--max-steps", type=positive_int, default=None, metavar="N",
                      help="agent steps per task (default: the goal's plan + 10)")
     run.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
@@ -131,11 +95,11 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--base-url", dest="base_urls", action="append", default=[], metavar="URL",
                        help="server URL, e.g. http://localhost:8000/v1 (repeat for replicas)")
     model.add_argument("--model", default=None, help="model name as served (e.g. Qwen/Qwen3-8B)")
-    model.add_argument("--context-limit", type=_positive_int, default=16384, metavar="L_CTX",
+    model.add_argument("--context-limit", type=positive_int, default=16384, metavar="L_CTX",
                        help="the server's max model length (default 16384)")
-    model.add_argument("--max-tokens", type=_positive_int, default=4096, metavar="G_MAX",
+    model.add_argument("--max-tokens", type=positive_int, default=4096, metavar="G_MAX",
                        help="completion cap per call (default 4096)")
-    model.add_argument("--temperature", type=_non_negative_float, default=0.0)
+    model.add_argument("--temperature", type=non_negative_float, default=0.0)
     model.add_argument("--tokenizer", default="o200k_base",
                        help="arc_ref tokenizer for prompt estimates: bytes, o200k_base, cl100k_base, hf:PATH")
     model.add_argument("--tokenizer-json", default=None, metavar="PATH",
@@ -145,13 +109,13 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
                        help="offer ARC's recall/catalog commands as native tools (openai backend)")
 
     method = parser.add_argument_group("methods")
-    method.add_argument("--force-at-calls", type=_positive_int, nargs="*", default=[5, 10, 15], metavar="K",
+    method.add_argument("--force-at-calls", type=positive_int, nargs="*", default=[5, 10, 15], metavar="K",
                         help="agent steps before which compaction is forced (default 5 10 15; none: empty)")
-    method.add_argument("--recall-budget-chars", type=_positive_int, default=16000)
-    method.add_argument("--recall-max-chars", type=_positive_int, default=8000)
-    method.add_argument("--keep-verbatim-chars", type=_positive_int, default=500)
-    method.add_argument("--rag-top-k", type=_positive_int, default=3)
-    method.add_argument("--rag-chunk-chars", type=_positive_int, default=1000)
+    method.add_argument("--recall-budget-chars", type=positive_int, default=16000)
+    method.add_argument("--recall-max-chars", type=positive_int, default=8000)
+    method.add_argument("--keep-verbatim-chars", type=positive_int, default=500)
+    method.add_argument("--rag-top-k", type=positive_int, default=3)
+    method.add_argument("--rag-chunk-chars", type=positive_int, default=1000)
     method.add_argument("--rag-retriever", choices=("auto", "embeddings", "bm25"), default="auto",
                         help="rag_memory retriever (auto: embeddings when installed, else bm25)")
     method.add_argument("--allow-reexecution", action="store_true",
@@ -160,16 +124,16 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
 
 def _add_nih_options(parser: argparse.ArgumentParser) -> None:
     nih = parser.add_argument_group("needle-in-a-haystack")
-    nih.add_argument("--tasks", type=_positive_int, default=1000, help="tasks per seed (default 1000)")
-    nih.add_argument("--noise-lines", type=_non_negative_int, default=25, help="noise lines per side (default 25)")
-    nih.add_argument("--distractor-files", type=_non_negative_int, default=16, help="distractor files (default 16)")
+    nih.add_argument("--tasks", type=positive_int, default=1000, help="tasks per seed (default 1000)")
+    nih.add_argument("--noise-lines", type=non_negative_int, default=25, help="noise lines per side (default 25)")
+    nih.add_argument("--distractor-files", type=non_negative_int, default=16, help="distractor files (default 16)")
 
 
 def _add_longbench_options(parser: argparse.ArgumentParser, required: bool) -> None:
     longbench = parser.add_argument_group("LongBench-v2")
     longbench.add_argument("--data", required=required, default=None, metavar="PATH",
                            help="the official data.json (or its directory); never downloaded")
-    longbench.add_argument("--limit", type=_positive_int, default=None, metavar="N",
+    longbench.add_argument("--limit", type=positive_int, default=None, metavar="N",
                            help="only the first N hard items")
 
 
@@ -193,12 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("serve-scripted", help="the scripted agent as an OpenAI-compatible HTTP server",
                         add_help=False)
     bench = commands.add_parser("bench", help="throughput, per-call harness overhead, concurrency")
-    bench.add_argument("--tasks", type=_positive_int, default=1000, help="NIH tasks for the throughput figure")
+    bench.add_argument("--tasks", type=positive_int, default=1000, help="NIH tasks for the throughput figure")
     bench.add_argument("--methods", type=parse_methods, default=None, metavar="all|m1,m2")
-    bench.add_argument("--overhead-tasks", type=_positive_int, default=50, help="NIH tasks for the overhead figure")
-    bench.add_argument("--concurrency", type=_positive_int, default=8, help="N for the serve-scripted figure")
-    bench.add_argument("--concurrency-tasks", type=_positive_int, default=32)
-    bench.add_argument("--latency-ms", type=_non_negative_float, default=20.0,
+    bench.add_argument("--overhead-tasks", type=positive_int, default=50, help="NIH tasks for the overhead figure")
+    bench.add_argument("--concurrency", type=positive_int, default=8, help="N for the serve-scripted figure")
+    bench.add_argument("--concurrency-tasks", type=positive_int, default=32)
+    bench.add_argument("--latency-ms", type=non_negative_float, default=20.0,
                        help="serve-scripted service time per request")
     bench.add_argument("--rag-retriever", choices=("auto", "embeddings", "bm25"), default="bm25")
     bench.add_argument("--only", choices=("throughput", "overhead", "concurrency"), action="append", default=None)
