@@ -32,7 +32,7 @@ from typing import Any, Sequence
 from attrs import evolve
 
 from arc_ref.errors import ConfigError
-from arc_eval.arguments import integer, non_negative_float, non_negative_int, positive_int
+from arc_eval.arguments import http_url, integer, non_negative_float, non_negative_int, positive_int
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -92,7 +92,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("backend and budgets")
     model.add_argument("--backend", choices=("scripted", "openai"), default="scripted",
                        help="scripted: the embedded deterministic agent (default); openai: an OpenAI-compatible server")
-    model.add_argument("--base-url", dest="base_urls", action="append", default=[], metavar="URL",
+    model.add_argument("--base-url", dest="base_urls", action="append", default=[], metavar="URL", type=http_url,
                        help="server URL, e.g. http://localhost:8000/v1 (repeat for replicas)")
     model.add_argument("--model", default=None, help="model name as served (e.g. Qwen/Qwen3-8B)")
     model.add_argument("--context-limit", type=positive_int, default=16384, metavar="L_CTX",
