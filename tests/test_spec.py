@@ -269,7 +269,7 @@ def test_vector_directory_matches_the_generator() -> None:
     generated = {vector.name for vector in vectors.trace_vectors()}
     assert TRACE_NAMES, f"no trace vectors in {VECTOR_DIR}; run python -m proofs_check.vectors --write"
     assert set(TRACE_NAMES) == generated, (
-        f"spec/vectors disagrees with proofs_check/vectors.py: only on disk {sorted(set(TRACE_NAMES) - generated)},"
+        f"spec/vectors disagrees with proofs_check/vectors/trace_cases.py: only on disk {sorted(set(TRACE_NAMES) - generated)},"
         f" only in the generator {sorted(generated - set(TRACE_NAMES))}; run python -m proofs_check.vectors --write"
     )
     for name in TRACE_NAMES:
