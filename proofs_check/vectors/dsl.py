@@ -7,6 +7,7 @@ a header, notes and cases whose ``result`` an evaluator computes. Nothing here k
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -14,10 +15,31 @@ from attrs import frozen
 
 from arc_ref import ids
 from arc_ref.store import action_signature
+from proofs_check.registry import STATEMENTS
 
 Outputs = list[dict[str, Any]]
 Feature = tuple[str, Callable[[Outputs], bool]]
 Json = Any
+
+# What a vector pins: a numbered statement of the appendix (spec/statements.md: "A1", "L4", "T1") or a
+# numbered section of the behaviour spec ("rendering.md §11.2", "trace.md §3"). tests/test_spec.py checks
+# that every section named exists.
+SECTION_REFERENCE = re.compile(r"(?P<file>rendering|trace)\.md §(?P<section>[0-9]+(?:\.[0-9]+)*)")
+
+
+def check_statements(owner: str, statements: tuple[str, ...]) -> tuple[str, ...]:
+    """The references a vector pins, refused when empty, repeated, or neither a statement key nor a § section."""
+    if not statements:
+        raise ValueError(f"{owner}: a vector names at least one statement it pins")
+    if len(set(statements)) != len(statements):
+        raise ValueError(f"{owner}: a statement is named twice in {statements}")
+    for reference in statements:
+        if reference not in STATEMENTS and not SECTION_REFERENCE.fullmatch(reference):
+            raise ValueError(
+                f"{owner}: {reference!r} is neither a statement key ({', '.join(STATEMENTS)})"
+                " nor a section reference such as 'rendering.md §11.2' or 'trace.md §3'"
+            )
+    return statements
 
 
 # --- trace vectors --------------------------------------------------------------------------------
@@ -25,12 +47,16 @@ Json = Any
 
 @frozen
 class TraceVector:
-    """One replay trace: its input lines and the features its expected output must show."""
+    """One replay trace: the statements it pins, its input lines and the features its output must show."""
 
     name: str
+    statements: tuple[str, ...]
     description: str
     lines: tuple[str, ...]
     features: tuple[Feature, ...]
+
+    def __attrs_post_init__(self) -> None:
+        check_statements(f"trace vector {self.name!r}", self.statements)
 
 
 def line(op: str, **fields: Any) -> str:
@@ -90,10 +116,14 @@ class VectorFile:
 
     name: str
     algorithm: str
+    statements: tuple[str, ...]
     header: tuple[str, ...]
     notes: Mapping[str, str]
     cases: tuple[Case, ...]
     evaluate: Callable[[Mapping[str, Json]], Json]
+
+    def __attrs_post_init__(self) -> None:
+        check_statements(f"vector file {self.name!r}", self.statements)
 
 
 def cases(*items: tuple[str, tuple[str, ...], Mapping[str, Json]]) -> tuple[Case, ...]:

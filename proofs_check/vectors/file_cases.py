@@ -18,6 +18,7 @@ def vector_files() -> tuple[VectorFile, ...]:
         VectorFile(
             "ids",
             "ARC-A1-id",
+            ("A1", "L1", "rendering.md §6"),
             (
                 ("id_j = enc_b(j) || fp_d(signature(A_j) || 0x1F || O_j), printed as § + the counter in decimal,"
                 " zero-padded to the number of digits of 2^b - 1, then (only when d > 0) '-' + the fingerprint in"
@@ -68,6 +69,7 @@ def vector_files() -> tuple[VectorFile, ...]:
         VectorFile(
             "id_parsing",
             "ARC-A1-id-parse",
+            ("A1", "rendering.md §6.1"),
             (
                 ("How a token from a recall command is read: normalize (strip surrounding punctuation and one leading"
                 " §), then split into the counter (decoded; exactly counter_width ASCII digits, 1 <= counter < 2^b)"
@@ -113,6 +115,7 @@ def vector_files() -> tuple[VectorFile, ...]:
         VectorFile(
             "chunks",
             "ARC-A5-chunks",
+            ("A5", "L4", "rendering.md §10.4"),
             (
                 "Chunk l of an n-token observation is assigned tokens [(l-1)q, min(lq, n)) (0-based); m = ceil(n/q).",
                 ("cut(0) = 0, cut(l) = token_starts[l*q] for 0 < l < m, cut(m) = len(text) (characters = code points);"
@@ -151,6 +154,7 @@ def vector_files() -> tuple[VectorFile, ...]:
         VectorFile(
             "pages",
             "ARC-A3-pages",
+            ("A3", "L3", "rendering.md §8", "rendering.md §10.3"),
             (
                 ("pages = ceil(N/p); page s holds stubs (s-1)p+1 .. min(sp, N) (1-based, inclusive); stub j is on"
                 " page ceil(j/p)."),
@@ -189,6 +193,7 @@ def vector_files() -> tuple[VectorFile, ...]:
         VectorFile(
             "text",
             "ARC-text-helpers",
+            ("rendering.md §4",),
             (
                 ("The deterministic text helpers of `spec/rendering.md`: escape_line, id_safe_cut, clipped,"
                 " halving_lengths, ascii_words. Lengths and positions count characters (Unicode code points)."),
@@ -235,6 +240,7 @@ def vector_files() -> tuple[VectorFile, ...]:
         VectorFile(
             "commands",
             "ARC-commands",
+            ("rendering.md §10",),
             (
                 ("An action is a command action when its first non-empty line (split on LF, stripped of ASCII"
                 " whitespace) starts with a command word; then every non-empty line is a command or ignored."),

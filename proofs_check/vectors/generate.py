@@ -11,6 +11,8 @@ from proofs_check.vectors.file_cases import vector_files
 from proofs_check.vectors.trace_cases import trace_vectors
 
 VECTOR_SCHEMA = "vector-file.schema.json"
+TRACE_INDEX = "traces.json"
+TRACE_INDEX_SCHEMA = "traces.schema.json"
 
 
 def replay_vector(vector: TraceVector) -> list[str]:
@@ -37,6 +39,7 @@ def render_vector_file(vector_file: VectorFile) -> str:
     ]
     document = {
         "algorithm": vector_file.algorithm,
+        "statements": list(vector_file.statements),
         "schema": VECTOR_SCHEMA,
         "numberOfTests": len(cases),
         "header": list(vector_file.header),
@@ -62,7 +65,30 @@ def generated_files() -> Iterable[tuple[str, str]]:
         yield f"{vector.name}.expected.jsonl", "".join(output + "\n" for output in outputs)
     for vector_file in vector_files():
         yield f"{vector_file.name}.json", render_vector_file(vector_file)
+    yield TRACE_INDEX, render_trace_index()
     yield "README.md", render_index()
+
+
+def render_trace_index() -> str:
+    """traces.json: every trace vector with the statements it pins, for a port to read (the README's table)."""
+    document = {
+        "schema": TRACE_INDEX_SCHEMA,
+        "numberOfTraces": len(trace_vectors()),
+        "traces": [
+            {
+                "name": vector.name,
+                "statements": list(vector.statements),
+                "lines": len(vector.lines),
+                "description": vector.description,
+            }
+            for vector in trace_vectors()
+        ],
+    }
+    return json.dumps(document, ensure_ascii=False, indent=1) + "\n"
+
+
+def _pins(statements: Sequence[str]) -> str:
+    return ", ".join(statements)
 
 
 def render_index() -> str:
@@ -77,30 +103,36 @@ def render_index() -> str:
         "## Trace vectors",
         "",
         "Each `NAME.trace.jsonl` is an input trace for `replay`; `NAME.expected.jsonl` holds the reference's",
-        "output, one line per input line ([../trace.md](../trace.md)).",
+        "output, one line per input line ([../trace.md](../trace.md)). *Pins* names the statements of",
+        "[../statements.md](../statements.md) (A1, L4, T1, ...) and the sections of the behaviour spec the vector",
+        f"pins; [`{TRACE_INDEX}`]({TRACE_INDEX}) lists the same for a program ([`{TRACE_INDEX_SCHEMA}`]({TRACE_INDEX_SCHEMA})).",
         "",
-        "| trace | lines | what it covers |",
-        "|---|---|---|",
+        "| trace | pins | lines | what it covers |",
+        "|---|---|---|---|",
     ]
     for vector in trace_vectors():
-        lines.append(f"| [`{vector.name}`]({vector.name}.trace.jsonl) | {len(vector.lines)} | {vector.description} |")
+        lines.append(
+            f"| [`{vector.name}`]({vector.name}.trace.jsonl) | {_pins(vector.statements)} | {len(vector.lines)} |"
+            f" {vector.description} |"
+        )
     lines += [
         "",
         "## Vector files for the pure functions",
         "",
-        f"Wycheproof-style JSON ([`{VECTOR_SCHEMA}`]({VECTOR_SCHEMA})): a header (`algorithm`, `schema`,",
-        "`numberOfTests`, `header`, `notes` explaining every flag) and cases `{tcId, comment, flags, inputs, result}`.",
+        f"Wycheproof-style JSON ([`{VECTOR_SCHEMA}`]({VECTOR_SCHEMA})): a header (`algorithm`, `statements` pinned,",
+        "`schema`, `numberOfTests`, `header`, `notes` explaining every flag) and cases",
+        "`{tcId, comment, flags, inputs, result}`.",
         "",
-        "| file | algorithm | cases | what `result` holds |",
-        "|---|---|---|---|",
+        "| file | algorithm | pins | cases | what `result` holds |",
+        "|---|---|---|---|---|",
     ]
     for vector_file in vector_files():
         lines.append(
             f"| [`{vector_file.name}.json`]({vector_file.name}.json) | `{vector_file.algorithm}` |"
-            f" {len(vector_file.cases)} | {vector_file.header[-1]} |"
+            f" {_pins(vector_file.statements)} | {len(vector_file.cases)} | {vector_file.header[-1]} |"
         )
     return "\n".join(lines) + "\n"
 
 
 GENERATED_SUFFIXES = (".trace.jsonl", ".expected.jsonl", ".json", ".md")
-HAND_WRITTEN = (VECTOR_SCHEMA,)
+HAND_WRITTEN = (VECTOR_SCHEMA, TRACE_INDEX_SCHEMA)

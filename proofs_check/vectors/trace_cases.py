@@ -64,6 +64,7 @@ def trace_vectors() -> tuple[TraceVector, ...]:
     vectors = [
         TraceVector(
             "minimal_session",
+            ("A2", "A4", "A5", "rendering.md §11.1"),
             "The minimal preset (bytes tokenizer): observations, a normal turn, a recall, a catalog command, views;"
             " the recent suffix overflows R and the proactive trigger folds it.",
             (
@@ -89,6 +90,7 @@ def trace_vectors() -> tuple[TraceVector, ...]:
         ),
         TraceVector(
             "paper_session",
+            ("A4", "A5", "L4", "T4"),
             "The paper preset (o200k_base, 16k window): small observations verbatim, one observation larger than R"
             " shown as its stub, recalled chunk by chunk (chunks of q = 1920 tokens).",
             (
@@ -110,6 +112,7 @@ def trace_vectors() -> tuple[TraceVector, ...]:
         ),
         TraceVector(
             "fingerprint_collisions",
+            ("A1", "L1", "T4"),
             "fingerprint_bits d = 1: fingerprints collide, the counter keeps every id distinct and each id recalls"
             " its own observation (the same content stored twice gets two ids); a typo in the fingerprint gets a"
             " suggestion.",
@@ -130,6 +133,7 @@ def trace_vectors() -> tuple[TraceVector, ...]:
         ),
         TraceVector(
             "no_fingerprint",
+            ("A1", "rendering.md §6"),
             "fingerprint_bits d = 0 and capacity 300: ids are the counter alone, in 3 decimal digits (b = 9, 2^b - 1 = 511).",
             (
                 config("minimal", fingerprint_bits=0, capacity=300),
@@ -144,6 +148,7 @@ def trace_vectors() -> tuple[TraceVector, ...]:
         ),
         TraceVector(
             "mistyped_ids",
+            ("A1", "rendering.md §6.1", "rendering.md §6.2"),
             "Id resolution: § optional, surrounding punctuation ignored; typos in the counter (substitution, missing"
             " or extra digit), in the fingerprint, or in the separator get the nearest stored id; a token with no"
             " candidate lists the id range; nothing stored yet; over-long tokens are echoed clipped.",
@@ -174,6 +179,7 @@ def trace_vectors() -> tuple[TraceVector, ...]:
         ),
         TraceVector(
             "capacity_exceeded",
+            ("A1", "A2", "trace.md §3"),
             "capacity N_max = 2: the third observation is refused with an error line and the state is unchanged.",
             (
                 config("minimal", capacity=2),
@@ -187,6 +193,7 @@ def trace_vectors() -> tuple[TraceVector, ...]:
         ),
         TraceVector(
             "multibyte_bytes",
+            ("A5", "L4", "rendering.md §10.4"),
             "The bytes tokenizer splits every multi-byte character; with q = 8 a chunk begins at the character"
             " holding its first byte, and the chunks concatenate to the observation.",
             (
@@ -204,6 +211,7 @@ def trace_vectors() -> tuple[TraceVector, ...]:
         ),
         TraceVector(
             "multibyte_q1",
+            ("A5", "L4", "rendering.md §10.4"),
             "q = 1 with the bytes tokenizer: a 2-byte character gives 2 chunks, the first with an empty text (the"
             " character moves whole into the chunk of its last byte).",
             (
@@ -221,6 +229,7 @@ def trace_vectors() -> tuple[TraceVector, ...]:
         ),
         TraceVector(
             "multibyte_o200k",
+            ("A5", "L4", "rendering.md §2", "rendering.md §10.4"),
             "tokenizer o200k_base with q = 3: BPE tokens split Fraktur and rare characters, chunk texts start at"
             " the character holding the first byte of their first token.",
             (
@@ -237,6 +246,7 @@ def trace_vectors() -> tuple[TraceVector, ...]:
         ),
         TraceVector(
             "empty_observation",
+            ("A5", "rendering.md §10.1"),
             "An empty observation: 0 tokens, 0 chunks; _recall answers chunk 0 with an empty payload; its stub"
             " has empty previews; it stays inline in the summary.",
             (
@@ -254,6 +264,7 @@ def trace_vectors() -> tuple[TraceVector, ...]:
         ),
         TraceVector(
             "large_observations",
+            ("A4", "A5", "rendering.md §9.1", "rendering.md §10.5"),
             "An observation larger than R (shown as its stub in H) and larger than Q (read back in 8-byte chunks"
             " through a buffer that holds only a few responses).",
             (
@@ -272,6 +283,7 @@ def trace_vectors() -> tuple[TraceVector, ...]:
         ),
         TraceVector(
             "recall_eviction",
+            ("A5", "rendering.md §10.5"),
             "LRU recall buffer: recalling a chunk already in U moves it to the most-recently-used end; a new chunk"
             " evicts the least recently used bodies until U <= Q.",
             (
@@ -290,6 +302,7 @@ def trace_vectors() -> tuple[TraceVector, ...]:
         ),
         TraceVector(
             "recall_limit",
+            ("A5", "rendering.md §10.1"),
             "At most r = 2 recalls per step: _recall, _recall-start and _recall-next lines count (an unknown id,"
             " an empty or exhausted observation too); _recall_meta lines and lines missing their argument do"
             " not; the rest are answered 'not run'.",
@@ -306,6 +319,7 @@ def trace_vectors() -> tuple[TraceVector, ...]:
         ),
         TraceVector(
             "catalog_paging",
+            ("A3", "L3", "T3", "rendering.md §10.3"),
             "Catalog paging with p = 2: empty catalog, the cursor following the last page, catalog-first,"
             " catalog-next (and at the last page), catalog-page N (valid, 0, too large, not a number, missing,"
             " leading zeros), several commands in one action, a chosen page that later observations do not change.",
@@ -335,6 +349,7 @@ def trace_vectors() -> tuple[TraceVector, ...]:
         ),
         TraceVector(
             "compaction_reasons",
+            ("T1", "rendering.md §11.1", "rendering.md §11.2"),
             "The compaction routine under every trigger: proactive (explicit and automatic), reactive, forced;"
             " nothing left to fold (folded 0, the newest entry stays); an unknown reason and a non-string reason"
             " are error lines.",
@@ -367,6 +382,7 @@ def trace_vectors() -> tuple[TraceVector, ...]:
         ),
         TraceVector(
             "summary_collapse",
+            ("A4", "T1", "rendering.md §11.3"),
             "Many folds: long observations become citation stubs in S; when S would exceed M the oldest full"
             " stubs collapse to bare §id lines, then the oldest items are dropped and counted.",
             (
@@ -390,6 +406,7 @@ def trace_vectors() -> tuple[TraceVector, ...]:
         ),
         TraceVector(
             "inert_commands",
+            ("rendering.md §10",),
             "Only the agent's action is parsed, and only when its first non-empty line is a command: commands in"
             " observations, thoughts, or after a normal first line are inert; in a command action every other"
             " non-empty line is reported as ignored.",
@@ -410,6 +427,7 @@ def trace_vectors() -> tuple[TraceVector, ...]:
         ),
         TraceVector(
             "escaping_and_clipping",
+            ("rendering.md §4", "rendering.md §9.1", "rendering.md §11.2"),
             "Escapes and clipping: control characters and newlines in signatures, previews and summary lines;"
             " long thoughts and actions clipped (halving, id-safe, ellipsis) in the summary; an agent message"
             " and a command result larger than R clipped until they fit.",
@@ -432,6 +450,7 @@ def trace_vectors() -> tuple[TraceVector, ...]:
         ),
         TraceVector(
             "config_overrides",
+            ("D2", "rendering.md §3"),
             "A config line with overrides: the cl100k_base tokenizer, the qwen3-nothink chat format, a custom"
             " system and goal, larger pages.",
             (
@@ -445,6 +464,7 @@ def trace_vectors() -> tuple[TraceVector, ...]:
         ),
         TraceVector(
             "malformed_lines",
+            ("trace.md §3",),
             "Malformed lines of every kind give one error line each and leave the state as it was: bad JSON, a"
             " blank line, a non-object, a missing or unknown op, missing and unknown keys, wrong types (string,"
             " boolean or fractional return code, out-of-range return code), a second config line.",
@@ -477,18 +497,21 @@ def trace_vectors() -> tuple[TraceVector, ...]:
         ),
         TraceVector(
             "config_not_first",
+            ("trace.md §3",),
             "A trace whose first line is not a config: every line is an error, including a config line later on.",
             (obs("ls", "x"), config("minimal"), VIEW),
             (("all lines are errors", errors_on(1, 2, 3)),),
         ),
         TraceVector(
             "config_k_exceeds_l",
+            ("D2", "A4", "trace.md §3"),
             "A configuration whose budgets do not fit (K > L) is refused on line 1; later lines have no state.",
             (config("minimal", context_limit=1000), obs("ls", "x"), VIEW),
             (("K > L is named", has_error("exceeds L = L_ctx - G_max")), ("all lines are errors", errors_on(1, 2, 3))),
         ),
         TraceVector(
             "config_bad_values",
+            ("A3", "A5", "trace.md §3"),
             "Config values that make_setup refuses (pages too small for p stubs, chunk too large for Q): one"
             " error line naming every violated inequality.",
             (config("minimal", page_size=4, chunk_tokens=200), VIEW),
@@ -496,24 +519,28 @@ def trace_vectors() -> tuple[TraceVector, ...]:
         ),
         TraceVector(
             "config_bad_types",
+            ("trace.md §3",),
             "A config override of the wrong type is refused.",
             (config("minimal", page_size="2"), VIEW),
             (("type error", has_error("must be an integer")),),
         ),
         TraceVector(
             "config_unknown_key",
+            ("trace.md §3",),
             "An unknown config key is refused.",
             (config("minimal", pagesize=2), VIEW),
             (("unknown key", has_error("unknown config key(s) pagesize")),),
         ),
         TraceVector(
             "config_unknown_preset",
+            ("trace.md §3",),
             "An unknown preset (and an unknown tokenizer in a second trace line: no state, so an error too).",
             (config("mainnet"), VIEW),
             (("unknown preset", has_error("config needs \"preset\"")),),
         ),
         TraceVector(
             "config_unknown_tokenizer",
+            ("D1", "trace.md §3"),
             "An unknown tokenizer name is a config error.",
             (config("minimal", tokenizer="gpt2"), VIEW),
             (("unknown tokenizer", has_error("unknown tokenizer 'gpt2'")),),
