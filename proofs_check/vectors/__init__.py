@@ -20,7 +20,13 @@ computes or checks their results (`evaluators`, `features`), and writing them ou
 
 from proofs_check.vectors.dsl import Case, TraceVector, VectorFile
 from proofs_check.vectors.file_cases import vector_files
-from proofs_check.vectors.generate import check_features, generated_files, render_index, render_vector_file, replay_vector
+from proofs_check.vectors.generate import (
+    check_features,
+    generated_files,
+    render_index,
+    render_vector_file,
+    replay_vector,
+)
 from proofs_check.vectors.trace_cases import trace_vectors
 
 __all__ = [

@@ -105,7 +105,8 @@ def render_index() -> str:
         "Each `NAME.trace.jsonl` is an input trace for `replay`; `NAME.expected.jsonl` holds the reference's",
         "output, one line per input line ([../trace.md](../trace.md)). *Pins* names the statements of",
         "[../statements.md](../statements.md) (A1, L4, T1, ...) and the sections of the behaviour spec the vector",
-        f"pins; [`{TRACE_INDEX}`]({TRACE_INDEX}) lists the same for a program ([`{TRACE_INDEX_SCHEMA}`]({TRACE_INDEX_SCHEMA})).",
+        f"pins; [`{TRACE_INDEX}`]({TRACE_INDEX}) lists the same for a program"
+        f" ([`{TRACE_INDEX_SCHEMA}`]({TRACE_INDEX_SCHEMA})).",
         "",
         "| trace | pins | lines | what it covers |",
         "|---|---|---|---|",

@@ -546,4 +546,77 @@ def trace_vectors() -> tuple[TraceVector, ...]:
             (("unknown tokenizer", has_error("unknown tokenizer 'gpt2'")),),
         ),
     ]
-    return tuple(vectors)
+    return tuple(vectors) + hostile_vectors()
+
+
+MAX_INTEGER = 2**31 - 1  # the largest config integer (spec/parameters.md, check 1)
+HUGE_INTEGER = "9" * 4300  # the most digits Python's parser reads; out of range for any field
+
+
+def hostile_vectors() -> tuple[TraceVector, ...]:
+    """Config integers at and past 2^31 - 1, and lines that are not quite JSON text (issue 9.1, 9.6 d)."""
+    return (
+        TraceVector(
+            "config_integer_largest",
+            ("A1", "trace.md §2"),
+            f"Config integers reach {MAX_INTEGER} (2^31 - 1): capacity and context_limit at the maximum; ids carry"
+            " a 10-digit counter.",
+            (
+                config("minimal", capacity=MAX_INTEGER, stub_cap=140, page_budget=600, summary_budget=400,
+                       recent_budget=480, context_limit=MAX_INTEGER, max_completion=MAX_INTEGER - 2000),
+                obs("ls", "x"),
+                agent("", "catalog-first"),
+            ),
+            (("a 10-digit counter", lambda outputs: ops(outputs, "observe")[0]["id"].startswith("§0000000001-")),),
+        ),
+        TraceVector(
+            "config_integer_too_large",
+            ("trace.md §2", "trace.md §3"),
+            f"A config integer one above {MAX_INTEGER} (2^31 - 1) is refused on line 1; later lines have no state.",
+            (config("minimal", capacity=MAX_INTEGER + 1), obs("ls", "x")),
+            (("out of range", has_error("must be at most 2147483647")), ("all lines are errors", errors_on(1, 2))),
+        ),
+        TraceVector(
+            "config_integer_huge",
+            ("trace.md §2", "trace.md §8"),
+            "A config integer of 4,300 digits (parsed by the reference, maybe not by a port) is refused on line 1"
+            " like any integer above 2^31 - 1.",
+            (f'{{"op": "config", "preset": "minimal", "capacity": {HUGE_INTEGER}}}', obs("ls", "x")),
+            (("out of range", has_error("an integer of 4300 digits")), ("all lines are errors", errors_on(1, 2))),
+        ),
+        TraceVector(
+            "config_lone_surrogate",
+            ("trace.md §2", "trace.md §3"),
+            "A config line whose goal holds a lone surrogate escape (\\ud800) is not text: refused on line 1.",
+            ('{"op": "config", "preset": "minimal", "goal": "Solve \\ud800 it."}', VIEW),
+            (("not text", has_error("not valid Unicode text")), ("all lines are errors", errors_on(1, 2))),
+        ),
+        TraceVector(
+            "not_quite_json",
+            ("trace.md §1", "trace.md §2", "trace.md §8"),
+            "Lines a lenient parser would take: NaN and Infinity (even as a repeated key's dropped value), lone"
+            " surrogate escapes in a value, in a key, in a nested unknown value and in a repeated key's dropped"
+            " value, a byte order mark before the object, 1.0 and 1e2 as integers, a return code of 4,300 digits"
+            " and one of 4,301: all error lines. -0 is the integer 0.",
+            (
+                config("minimal"),
+                '{"op": "observe", "action": "ls", "observation": "x", "returncode": NaN, "returncode": 0}',
+                '{"op": "observe", "action": "ls", "observation": "x", "returncode": -Infinity}',
+                '{"op": "observe", "action": "ls", "observation": "a\\ud800b"}',
+                '{"op": "observe", "action": "ls", "observation": "x", "\\udc00": 1}',
+                '{"op": "view", "extra": [["\\udfff"]]}',
+                '{"op": "observe", "action": "\\ud800", "action": "ls", "observation": "x"}',
+                '\ufeff{"op": "view"}',
+                '{"op": "observe", "action": "ls", "observation": "x", "returncode": 1.0}',
+                '{"op": "observe", "action": "ls", "observation": "x", "returncode": 1e2}',
+                f'{{"op": "observe", "action": "ls", "observation": "x", "returncode": {HUGE_INTEGER}}}',
+                f'{{"op": "observe", "action": "ls", "observation": "x", "returncode": {HUGE_INTEGER}9}}',
+                '{"op": "observe", "action": "ls", "observation": "x", "returncode": -0}',
+                VIEW,
+            ),
+            (
+                ("every not-quite-JSON line is an error", errors_on(*range(2, 13))),
+                ("-0 is stored as return code 0", view_has("(rc=0) of `ls`")),
+            ),
+        ),
+    )
