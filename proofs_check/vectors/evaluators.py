@@ -109,3 +109,12 @@ def evaluate_commands(inputs: Mapping[str, Json]) -> Json:
         {"word": item.word, "argument": item.argument} if isinstance(item, commands.Command) else {"ignored": item.text}
         for item in parsed
     ]
+
+
+def evaluate_tokens(inputs: Mapping[str, Json]) -> Json:
+    """D1 / rendering.md §2: the token ids of a text under a tokenizer, and where each token starts."""
+    tokenizer = make_setup(preset("minimal", tokenizer=inputs["tokenizer"], recall_budget=4000,
+                                  context_limit=10**6)).tokenizer
+    content = inputs["text"]
+    tokens = tokenizer.encode(content)
+    return {"tokens": tokens, "token_starts": tokenizer.token_starts(content), "n_tokens": len(tokens)}

@@ -10,6 +10,7 @@ from proofs_check.vectors.evaluators import (
     evaluate_id_parse,
     evaluate_pages,
     evaluate_text,
+    evaluate_tokens,
 )
 
 
@@ -274,4 +275,50 @@ def vector_files() -> tuple[VectorFile, ...]:
             ),
             evaluate_commands,
         ),
+    ) + (tokens_file(),)
+
+
+TIKTOKEN_VERSION = "0.14.0"  # the tiktoken the vectors were made with (spec/rendering.md §2)
+
+
+def tokens_file() -> VectorFile:
+    """The tokenizers down to the Unicode tables their pre-tokenizer uses (issue 9.6 e)."""
+    both = ("o200k_base", "cl100k_base")
+    texts = (  # (comment, flags, text, tokenizers): each text is split differently by some other regex engine
+        ("two spaces then NEL: U+0085 is whitespace", ("Whitespace",), "  \u0085", both),
+        ("NEL after a word and spaces", ("Whitespace",), "one  \u0085two", both),
+        ("U+FEFF is not whitespace", ("NotWhitespace",), "  \ufeff", both),
+        ("two U+FEFF between letters", ("NotWhitespace",), "x\ufeff\ufeffy", ("o200k_base",)),
+        ("U+FEFF between contractions", ("NotWhitespace",), "it's\ufeff's", both),
+        ("U+001C is not whitespace", ("NotWhitespace",), "  \u001c", both),
+        ("a letter of Unicode 16.0 (U+1C89) takes 's", ("UnicodeVersion",), "\u1c89's", both),
+        ("U+1E6C0 (a letter since Unicode 17.0) is not one in the 16.0 tables", ("UnicodeVersion",), "\U0001e6c0's",
+         both),
+        ("unassigned U+0378", ("UnicodeVersion",), "\u0378's", both),
+    )
+    return VectorFile(
+        "tokens",
+        "ARC-tokens",
+        ("D1", "rendering.md §2"),
+        (
+            ("tokens(x) and token_starts(x) of rendering.md §2, down to the token ids: o200k_base and cl100k_base as"
+             f" tiktoken {TIKTOKEN_VERSION} encodes ordinary text with the public rank files. Their pre-tokenizer"
+             " pattern runs on Unicode 16.0 character properties: \\s is the White_Space property (U+0085 yes;"
+             " U+FEFF, U+001C, U+180E no), \\p{L} and \\p{N} the 16.0 general categories."),
+            ("A JavaScript port (its \\s has U+FEFF and lacks U+0085), Python's re (its \\s has U+001C..U+001F)"
+             " or a regex engine on other Unicode tables tokenizes some of these cases differently."),
+            "inputs: tokenizer, text. result: tokens (the ids), token_starts, n_tokens.",
+        ),
+        {
+            "Whitespace": "U+0085 NEL, which is White_Space.",
+            "NotWhitespace": "U+FEFF or U+001C, which are not White_Space.",
+            "UnicodeVersion": "Whether a code point is a letter depends on the Unicode version of the tables (16.0).",
+        },
+        cases(*[
+            (f"{tokenizer}: {comment}", flags, {"tokenizer": tokenizer, "text": text})
+            for tokenizer in both
+            for comment, flags, text, tokenizers in texts
+            if tokenizer in tokenizers
+        ]),
+        evaluate_tokens,
     )

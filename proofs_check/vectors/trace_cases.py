@@ -546,11 +546,65 @@ def trace_vectors() -> tuple[TraceVector, ...]:
             (("unknown tokenizer", has_error("unknown tokenizer 'gpt2'")),),
         ),
     ]
-    return tuple(vectors) + hostile_vectors()
+    return tuple(vectors) + port_guess_vectors() + hostile_vectors()
 
 
 MAX_INTEGER = 2**31 - 1  # the largest config integer (spec/parameters.md, check 1)
 HUGE_INTEGER = "9" * 4300  # the most digits Python's parser reads; out of range for any field
+
+
+def port_guess_vectors() -> tuple[TraceVector, ...]:
+    """What a port written from spec/ alone had to guess (issue 9.6), each pinned by a trace."""
+    long_action = "y" * 600
+    many_notes = "catalog-first\ncatalog-next\n" + "\n".join(f"note line {number}" for number in range(12))
+    return (
+        TraceVector(
+            "folded_items_use_event_text",
+            ("rendering.md §11.2", "rendering.md §9.1"),
+            "A folded agent or command-result entry is summarized from the event's own thought, action and notes,"
+            " not from its message in H, which §9.1 may have clipped to fit R: H shows the thought as '…' and the"
+            " notes cut short, the summary shows the thought and the notes joined by ' / '.",
+            (
+                config("minimal", action_chars=60),
+                agent("Short thought.", long_action),
+                VIEW,
+                agent("", many_notes),
+                VIEW,
+                agent("Next.", "ls"),
+                compact("forced"),
+                VIEW,
+            ),
+            (
+                ("H shows the thought clipped to nothing", view_has("Thought: …\nAction: yyy")),
+                ("the summary shows the event's own thought", view_has("turn 1: thought: Short")),
+                ("H shows the notes clipped", view_has("ignored (not a command): note line 4\nig…")),
+                ("the summary joins the event's notes", view_has("the catalog is empty / catalog-next")),
+            ),
+        ),
+        TraceVector(
+            "summary_fit_o200k",
+            ("rendering.md §11.3", "A4"),
+            "S refitted under o200k_base, where a summary line ending in spaces shares a token with the next"
+            " line's LF, so item costs do not add up: shrink() must return exactly the tokens it saved from the"
+            " item total (a full stub's cost minus its bare id's; a dropped item's cost), and the second loop"
+            " finishes on the exact count. A port returning more or less keeps a different summary.",
+            (
+                config("minimal", tokenizer="o200k_base", summary_budget=250),
+                *[
+                    event
+                    for number in range(1, 9)
+                    for event in (
+                        agent(f"Step {number}: read part {number}.", f"cat part{number}.txt" + "  " * (number % 2)),
+                        obs(f"cat part{number}.txt", f"part {number}: " + "xyz " * (8 + number % 5)),
+                    )
+                ],
+                VIEW,
+                compact("forced"),
+                VIEW,
+            ),
+            (("a stub collapsed to a bare id", bare_id_in_summary),),
+        ),
+    )
 
 
 def hostile_vectors() -> tuple[TraceVector, ...]:
