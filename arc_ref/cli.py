@@ -16,9 +16,9 @@ import re
 import sys
 from typing import BinaryIO, Callable, Iterator, Sequence
 
-from arc_ref.config import OVERRIDE_KEYS, PRESETS, STRING_FIELDS, make_setup, preset
+from arc_ref.config import JSON_FIELDS, OVERRIDE_KEYS, PRESETS, STRING_FIELDS, make_setup, preset
 from arc_ref.errors import ArcError
-from arc_ref.trace import encode, replay_text
+from arc_ref.trace import TraceError, encode, replay_text, strict_json
 
 # Longest input line `arc-ref replay` reads (bytes before its LF, spec/trace.md §1): 32 MiB.
 MAX_LINE_BYTES = 32 * 1024 * 1024
@@ -161,6 +161,11 @@ def _parse_setting(text: str) -> tuple[str, object]:
         raise ValueError(f"--set needs KEY=VALUE with KEY one of {', '.join(OVERRIDE_KEYS)}: {text[:60]!r}")
     if key in STRING_FIELDS:
         return key, value
+    if key in JSON_FIELDS:
+        try:
+            return key, strict_json(value)
+        except TraceError as problem:
+            raise ValueError(f"--set {key} needs a JSON value: {problem}") from None
     if not _JSON_INTEGER.fullmatch(value):
         raise ValueError(
             f"--set {key} needs an integer written as in JSON (ASCII digits, no sign but '-', no '_',"

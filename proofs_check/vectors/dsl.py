@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from attrs import frozen
@@ -54,6 +55,11 @@ class TraceVector:
     description: str
     lines: tuple[str, ...]
     features: tuple[Feature, ...]
+    needs: tuple[str, ...] = ()  # paths the replay must find, relative to its working directory (the repo root)
+
+    def missing(self) -> list[str]:
+        """The paths this trace needs that are absent from the working directory (its reason to be skipped)."""
+        return [path for path in self.needs if not Path(path).exists()]
 
     def __attrs_post_init__(self) -> None:
         check_statements(f"trace vector {self.name!r}", self.statements)

@@ -52,9 +52,19 @@ def render_vector_file(vector_file: VectorFile) -> str:
 # --- writing and checking -------------------------------------------------------------------------
 
 
+def skipped_vectors() -> list[tuple[TraceVector, list[str]]]:
+    """Trace vectors whose material is absent from the working directory, with the missing paths."""
+    return [(vector, vector.missing()) for vector in trace_vectors() if vector.missing()]
+
+
 def generated_files() -> Iterable[tuple[str, str]]:
-    """(file name, content) of every generated vector file; raises when a trace lost a feature."""
+    """(file name, content) of every generated vector file; raises when a trace lost a feature.
+
+    A trace whose material is absent (``TraceVector.needs``) is not generated: its files are left as they are.
+    """
     for vector in trace_vectors():
+        if vector.missing():
+            continue
         outputs = replay_vector(vector)
         lost = check_features(vector, outputs)
         if lost:

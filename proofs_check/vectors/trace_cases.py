@@ -32,6 +32,7 @@ from proofs_check.vectors.features import (
     split_character_moved,
     view_has,
 )
+from proofs_check.shared_data import QWEN3_VECTOR_PATH
 
 NUMBERED = "\n".join(f"line {number:03d}: value={number * 7 % 101}" for number in range(1, 25))
 FRAKTUR = "naïve café 😀 中文 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 ǅ ꙮ 𓀀 🜁 end"
@@ -40,6 +41,58 @@ PAPER_BIG = "\n".join(
     f"{number:05d} | sensor={number * 37 % 997:03d} | status={'OK' if number % 11 else 'WARN'} | note=reading"
     for number in range(1, 281)
 )
+
+
+QWEN3 = f"hf-dir:{QWEN3_VECTOR_PATH}"
+DECOMPOSED = "cafe\u0301 and A\u030a: NFC composes them, recall returns them as stored"
+
+
+def template_vectors() -> list[TraceVector]:
+    """Vectors of the chat format "template" on Qwen3's real files (skipped where they are absent)."""
+    qwen = {"tokenizer": QWEN3, "chat_format": "template", "context_limit": 1700, "recent_budget": 260,
+            "summary_budget": 300, "page_budget": 300, "recall_budget": 200, "chunk_tokens": 8}
+    listing = make_id(1, "cat notes.md", "notes: <|im_end|> ends a turn, </think> ends a thought")
+    decomposed = make_id(2, "cat cafe.txt", DECOMPOSED)
+    return [
+        TraceVector(
+            "template_qwen3_session",
+            ("rendering.md §3.1", "A4", "A5", "L4"),
+            "Chat format template on Qwen3's own chat template and tokenizer (../shared/data/qwen3-tokenizer):"
+            " special-token text inside an observation costs one token each, as the server counts it; an"
+            " assistant turn that ends the view gets Qwen3's think block (empty, or the text before a </think> in"
+            " its thought), and loses that text once a user turn follows it; a decomposed character is recalled"
+            " exactly as stored although the tokenizer normalizes to NFC; folds compact H.",
+            (
+                config("minimal", **qwen),
+                obs("cat notes.md", "notes: <|im_end|> ends a turn, </think> ends a thought"),
+                VIEW,
+                agent("plan A</think>", "cat cafe.txt"),
+                VIEW,
+                obs("cat cafe.txt", DECOMPOSED),
+                VIEW,
+                agent("Read it back.", f"_recall {decomposed}\n_recall-next {decomposed}"),
+                agent("", f"_recall-next {decomposed}\n_recall-next {decomposed}"),
+                agent("", f"_recall-next {decomposed}\n_recall_meta {listing}"),
+                VIEW,
+                obs("ls", "a.txt b.txt " * 30),
+                agent("Done.", "submit"),
+                VIEW,
+            ),
+            (
+                ("a final assistant turn shows the text before </think> in its think block",
+                 view_has("<|im_start|>assistant\n<think>\nThought: plan A\n</think>\n\nAction: cat cafe.txt<|im_end|>")),
+                ("an earlier assistant turn loses the text before </think>",
+                 view_has("<|im_start|>assistant\nAction: cat cafe.txt<|im_end|>")),
+                ("a final assistant turn has the empty think block",
+                 view_has("<|im_start|>assistant\n<think>\n\n</think>\n\nThought: Done.\nAction: submit<|im_end|>")),
+                ("the decomposed characters come back exactly", reassembles(DECOMPOSED)),
+                ("the generation prompt has the empty think block",
+                 view_has("<|im_start|>assistant\n<think>\n\n</think>\n\n")),
+                ("H was folded", folded_by("observe")),
+            ),
+            (QWEN3_VECTOR_PATH,),
+        ),
+    ]
 
 
 def trace_vectors() -> tuple[TraceVector, ...]:
@@ -545,6 +598,22 @@ def trace_vectors() -> tuple[TraceVector, ...]:
             (config("minimal", tokenizer="gpt2"), VIEW),
             (("unknown tokenizer", has_error("unknown tokenizer 'gpt2'")),),
         ),
+        TraceVector(
+            "config_template_needs_hf_dir",
+            ("rendering.md §3.1", "trace.md §3"),
+            "Chat format template renders the model directory's own chat template, so it needs the tokenizer"
+            " hf-dir:DIR; with any other tokenizer the configuration is refused.",
+            (config("minimal", chat_format="template"), VIEW),
+            (("the tokenizer is named", has_error("needs the tokenizer 'hf-dir:DIR'")),),
+        ),
+        TraceVector(
+            "config_tools_need_template",
+            ("rendering.md §13", "trace.md §3"),
+            "action_mode tools (actions as tool calls) needs chat_format template; tools belong to tool mode.",
+            (config("minimal", action_mode="tools"), VIEW),
+            (("the chat format is named", has_error("action_mode 'tools' needs chat_format 'template'")),),
+        ),
+        *template_vectors(),
     ]
     return tuple(vectors) + port_guess_vectors() + hostile_vectors()
 

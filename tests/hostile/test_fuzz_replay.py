@@ -53,9 +53,9 @@ json_values = st.recursive(
 
 
 def _no_tokenizer_file(obj: dict[str, Any]) -> dict[str, Any]:
-    """Keep the fuzzer away from `hf:PATH` tokenizers: they read a file (refusing unusual files is issue 9.2's)."""
+X
     tokenizer = obj.get("tokenizer")
-    if isinstance(tokenizer, str) and tokenizer.startswith("hf:"):
+    if isinstance(tokenizer, str) and tokenizer.startswith(("hf:", "hf-dir:")):
         obj["tokenizer"] = "bytes"
     return obj
 
