@@ -156,8 +156,8 @@ def _write_atomically(path: Path, lines: Iterator[bytes] | Sequence[bytes]) -> N
 class JsonlFile:
     """The complete lines of one JSON Lines file, each a JSON object; a torn last line is dropped and noted.
 
-    Torn (a write cut short by a crash): a last line without its newline, or a last line that is not a
-    JSON object. Anything else that is not a JSON object is damage in the middle of the file and raises
+    Torn (a write cut short by a crash): a last line without its newline, or a last complete line that
+    is not a JSON object. Anything else that is not a JSON object is damage in the middle of the file and raises
     RunRecordError naming the file and the line: only a torn tail can be repaired.
     """
 
@@ -178,11 +178,9 @@ class JsonlFile:
             raise RunRecordError(f"{self.path}: cannot be read ({failure.strerror or failure})") from None
         # The last element is b"" when the file ends with a newline, else a torn write.
         tail = data_lines.pop()
-        if tail.strip():
-            self._torn(len(data_lines) + 1, "no newline at its end")
-            last = -1
-        else:
-            last = max((i for i, raw in enumerate(data_lines) if raw.strip()), default=-1)
+        # A kill in the middle of a write can leave a partial line; a torn tail glued to what a later
+        # writer appended can make the last complete line garbled too: only those two may be torn.
+        last = max((i for i, raw in enumerate(data_lines) if raw.strip()), default=-1)
         step = max(1, len(data_lines) // 10)
         for index, raw in enumerate(data_lines):
             if self.progress is not None and len(data_lines) > 50_000 and index % step == 0 and index:
@@ -210,6 +208,8 @@ class JsonlFile:
                 )
             assert isinstance(record, dict)
             yield number, raw + b"\n", record
+        if tail.strip():
+            self._torn(len(data_lines) + 1, "no newline at its end")
 
     def _torn(self, number: int, why: str) -> None:
         self.torn += 1

@@ -336,3 +336,18 @@ def test_sigkill_in_the_middle_of_a_run_then_resume(tmp_path: Path, durability: 
         assert per_task[(record["method"], record["task_id"])] == list(
             range(1, record["calls"] + 1)
         )
+
+
+def test_a_garbled_last_line_before_a_torn_tail_is_torn_too(tmp_path: Path) -> None:
+    """A kill mid-write, then more appended to the partial line: both the glued line and the tail are torn."""
+    run = tmp_path / "run"
+    with RunWriter(run, manifest(), resume=False) as writer:
+        write(writer, "t1")
+    with (run / "calls.jsonl").open("a") as calls:
+        calls.write('{"variant": "", "meth' + json.dumps(call_json("t2", 1)) + "\n" + '{"torn')
+    reader = RunReader(run)
+    assert [c.task_id for c in reader.calls(finished_only=False)] == ["t1", "t1"]
+    assert sum("torn last line dropped" in note for note in reader.notes) == 2
+    with RunWriter(run, manifest(), resume=True) as writer:
+        assert writer.dropped_torn_lines == 2 and writer.finished() == {("", "arc", 42, "t1")}
+    assert [c["task_id"] for c in lines(run / "calls.jsonl")] == ["t1", "t1"]
