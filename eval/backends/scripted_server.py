@@ -24,13 +24,14 @@ Concurrency. Up to ``concurrency`` requests are processed at once (an `asyncio.S
 ``latency_ms`` adds an artificial service time inside that window so the batching of concurrent
 clients is observable; `/stats` reports the largest number of requests seen in that window at once.
 
-Why a small asyncio HTTP/1.1 server instead of aiohttp: it needs no dependency beyond the standard
-library, it is about 100 lines, and the harness only needs JSON over keep-alive HTTP/1.1 with
-Content-Length bodies (what httpx and curl send). The policy runs on the event loop, so it must be
-quick; the artificial latency is an `asyncio.sleep`.
+HTTP. The endpoints are a Starlette application served by uvicorn (the ASGI server vLLM itself
+runs on), started inside the caller's event loop so tests and benches can run it in a thread
+(`serve_in_thread`). The policy runs on the event loop, so it must be quick; the artificial
+latency is an `asyncio.sleep`.
 
 Fault injection for tests: ``faults`` is a list consumed by successive chat requests; an int is
-answered with that HTTP status, ``"drop"`` closes the connection without an answer.
+answered with that HTTP status, ``"drop"`` closes the connection without a complete answer (the
+ASGI rule: an application that fails after starting its response has the connection closed).
 """
 
 from __future__ import annotations
@@ -40,14 +41,23 @@ import asyncio
 import contextlib
 import importlib
 import json
+import logging
 import signal
+import socket
 import sys
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Awaitable, Callable, Generator, Iterator, Mapping, Sequence
 
+import uvicorn
 from attrs import define
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from arc_eval.backends.openai_backend import (
     action_to_tool_call,
@@ -63,18 +73,29 @@ Policy = Callable[[Sequence[Message]], str]
 DEFAULT_POLICY = "arc_eval.agent.scripted:ScriptedPolicy"
 MAX_BODY_BYTES = 256 * 1024 * 1024
 _DROP = object()
-_REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    411: "Length Required",
-    413: "Payload Too Large",
-    429: "Too Many Requests",
-    500: "Internal Server Error",
-    502: "Bad Gateway",
-    503: "Service Unavailable",
-}
+KEEP_ALIVE_S = 5  # uvicorn's default idle keep-alive, which vLLM keeps
+
+
+class InjectedDrop(Exception):
+    """Raised after the response has started, so that uvicorn closes the connection mid-answer."""
+
+
+class _QuietInjectedDrops(logging.Filter):
+    """Keeps uvicorn's log free of the tracebacks of drops injected on purpose (other errors stay)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], InjectedDrop))
+
+
+logging.getLogger("uvicorn.error").addFilter(_QuietInjectedDrops())
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """uvicorn's server without its own signal handling: whoever embeds it decides when it stops."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
 
 
 @define
@@ -110,6 +131,30 @@ def _error(
 ) -> tuple[int, dict[str, Any]]:
     """An OpenAI error object as vLLM nests it."""
     return status, {"error": {"message": message, "type": kind, "param": param, "code": status}}
+
+
+def _json(status: int, payload: Mapping[str, Any] | None) -> Response:
+    """A JSON response (an empty body when `payload` is None)."""
+    if payload is None:
+        return Response(status_code=status)
+    return JSONResponse(payload, status_code=status)
+
+
+class _DroppedResponse(Response):
+    """Starts a response that promises a body, then fails: uvicorn closes the connection."""
+
+    def __init__(self) -> None:
+        super().__init__(status_code=200)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", b"64")],
+            }
+        )
+        raise InjectedDrop("an injected dropped connection")
 
 
 def overflow_message(max_model_len: int, max_tokens: int, prompt_tokens: int) -> str:
@@ -163,19 +208,49 @@ class ScriptedServer:
         self.stats = ServerStats()
         self._faults: deque[int | str] = deque(faults)
         self._semaphore: asyncio.Semaphore | None = None
-        self._server: asyncio.AbstractServer | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        self._server: _EmbeddedServer | None = None
+        self._serving: asyncio.Task[None] | None = None
         self.host: str | None = None
         self.port: int | None = None
+        self.app = self._asgi_app()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
-        """Listen on (host, port); port 0 picks a free one. Returns the bound address."""
+        """Listen on (host, port); port 0 picks a free one. Returns the bound address.
+
+        The socket is bound here (an address in use raises `OSError`), then handed to uvicorn.
+        """
         self._semaphore = asyncio.Semaphore(self.concurrency)
-        self._server = await asyncio.start_server(self._connection, host, port)
-        bound = self._server.sockets[0].getsockname()
-        self.host, self.port = host, int(bound[1])
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        # IPPROTO_TCP named explicitly: asyncio sets TCP_NODELAY only on sockets that say so, and
+        # without it Nagle's algorithm adds ~40 ms to every small answer.
+        listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((host, port))
+        except OSError:
+            listener.close()
+            raise
+        listener.set_inheritable(True)
+        config = uvicorn.Config(
+            self.app,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            ws="none",
+            timeout_keep_alive=KEEP_ALIVE_S,
+            timeout_graceful_shutdown=5,
+        )
+        server = _EmbeddedServer(config)
+        self._serving = asyncio.create_task(server.serve(sockets=[listener]))
+        while not server.started:
+            if self._serving.done():
+                self._serving.result()  # raises what stopped it
+                raise RuntimeError("the HTTP server stopped while starting")
+            await asyncio.sleep(0.005)
+        self._server = server
+        self.host, self.port = host, int(listener.getsockname()[1])
         return self.host, self.port
 
     @property
@@ -185,13 +260,11 @@ class ScriptedServer:
         return f"http://{self.host}:{self.port}/v1"
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            for task in list(self._connections):
-                task.cancel()
-            await asyncio.gather(*self._connections, return_exceptions=True)
-            await self._server.wait_closed()
+        if self._server is not None and self._serving is not None:
+            self._server.should_exit = True
+            await self._serving
             self._server = None
+            self._serving = None
 
     def inject_faults(self, faults: Sequence[int | str]) -> None:
         """Queue faults for the next chat requests (see the module docstring)."""
@@ -199,108 +272,58 @@ class ScriptedServer:
 
     # -- HTTP -----------------------------------------------------------------------------------
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._connections.add(task)
-        try:
-            while True:
-                request_line = await reader.readline()
-                if not request_line.strip():
-                    break
-                parts = request_line.decode("latin-1").split()
-                if len(parts) != 3:
-                    await self._respond(
-                        writer, *_error(400, "malformed request line", "BadRequestError"), False
-                    )
-                    break
-                method, target, version = parts
-                headers: dict[str, str] = {}
-                while True:
-                    line = await reader.readline()
-                    if line in (b"\r\n", b"\n", b""):
-                        break
-                    name, _, value = line.decode("latin-1").partition(":")
-                    headers[name.strip().lower()] = value.strip()
-                keep_alive = (
-                    version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
-                )
-                if "chunked" in headers.get("transfer-encoding", "").lower():
-                    await self._respond(
-                        writer, *_error(411, "send a Content-Length body", "BadRequestError"), False
-                    )
-                    break
-                try:
-                    length = int(headers.get("content-length", "0") or "0")
-                except ValueError:
-                    length = -1
-                if not 0 <= length <= MAX_BODY_BYTES:
-                    await self._respond(
-                        writer,
-                        *_error(413, "bad or too large Content-Length", "BadRequestError"),
-                        False,
-                    )
-                    break
-                body = await reader.readexactly(length) if length else b""
+    def _asgi_app(self) -> ASGIApp:
+        """The Starlette routes, wrapped so that every request (routed or not) is counted."""
+        routes = [
+            Route("/v1/chat/completions", self._endpoint(self._chat), methods=["POST"]),
+            Route("/tokenize", self._endpoint(self._tokenize), methods=["POST"]),
+            Route("/v1/models", self._endpoint(self._models), methods=["GET"]),
+            Route("/health", self._endpoint(self._health), methods=["GET"]),
+            Route("/stats", self._endpoint(self._stats), methods=["GET"]),
+        ]
+        starlette = Starlette(
+            routes=routes,
+            exception_handlers={HTTPException: self._http_error},
+        )
+
+        async def counted(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] == "http":
                 self.stats.requests += 1
-                result = await self.handle(method, target.split("?", 1)[0], body)
-                if result is None:
-                    break  # an injected dropped connection: close without answering
-                await self._respond(writer, result[0], result[1], keep_alive)
-                if not keep_alive:
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
-            pass
-        finally:
-            writer.close()
-            try:
-                with contextlib.suppress(ConnectionError, OSError):
-                    await writer.wait_closed()
-            finally:
-                # Leave the set last, so `stop` still cancels a task that is closing its socket.
-                if task is not None:
-                    self._connections.discard(task)
+            await starlette(scope, receive, send)
+
+        return counted
 
     @staticmethod
-    async def _respond(
-        writer: asyncio.StreamWriter,
-        status: int,
-        payload: Mapping[str, Any] | None,
-        keep_alive: bool,
-    ) -> None:
-        data = b"" if payload is None else json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        head = (
-            f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
-            "content-type: application/json\r\n"
-            f"content-length: {len(data)}\r\n"
-            f"connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
-        )
-        writer.write(head.encode("latin-1") + data)
-        await writer.drain()
+    async def _http_error(request: Request, failure: Exception) -> Response:
+        """Routing errors (404, 405) as OpenAI error objects, like every other error here."""
+        assert isinstance(failure, HTTPException)
+        status = failure.status_code
+        if status == 404:
+            return _json(*_error(404, f"no route {request.url.path}", "NotFoundError"))
+        if status == 405:
+            return _json(*_error(405, f"{request.url.path} does not accept {request.method}",
+                                 "MethodNotAllowed"))
+        return _json(*_error(status, str(failure.detail), "BadRequestError"))
 
-    async def handle(
-        self, method: str, path: str, body: bytes
-    ) -> tuple[int, dict[str, Any] | None] | None:
-        """Route one request: (status, JSON body or None), or None to drop the connection."""
-        routes: dict[str, tuple[str, Callable[[bytes], Any]]] = {
-            "/v1/chat/completions": ("POST", self._chat),
-            "/tokenize": ("POST", self._tokenize),
-            "/v1/models": ("GET", self._models),
-            "/health": ("GET", self._health),
-            "/stats": ("GET", self._stats),
-        }
-        route = routes.get(path.rstrip("/") or "/")
-        if route is None:
-            return _error(404, f"no route {path}", "NotFoundError")
-        if method != route[0]:
-            return _error(405, f"{path} accepts {route[0]} only", "MethodNotAllowed")
-        result = route[1](body)
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result is _DROP:
-            return None
-        status, payload = result
-        return int(status), payload
+    def _endpoint(
+        self, handler: Callable[[bytes], Any]
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """A Starlette endpoint around ``handler(body) -> (status, JSON or None) | _DROP``."""
+
+        async def endpoint(request: Request) -> Response:
+            declared = request.headers.get("content-length")
+            if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
+                return _json(*_error(413, "bad or too large Content-Length", "BadRequestError"))
+            body = await request.body()
+            result = handler(body)
+            if asyncio.iscoroutine(result):
+                result = await result
+            if result is _DROP:
+                return _DroppedResponse()
+            status, payload = result
+            return _json(int(status), payload)
+
+        return endpoint
 
     # -- endpoints ------------------------------------------------------------------------------
 
