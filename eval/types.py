@@ -66,9 +66,12 @@ class ContextOverflow(Exception):
 
 
 class BackendError(Exception):
-    """A fault of the server or of its configuration: it stops the run and is never scored.
+    """The backend failed, not the task: never scored; the run stops with this message and resumes later.
 
-    The task in flight is not recorded, so the same command, rerun after the fix, redoes it.
+    Subclasses: ``BackendUnavailable`` (retries exhausted), ``BackendRequestError`` (the server
+    refuses a request for a reason retrying cannot fix: its message names the cause and the fix),
+    ``BackendReplyError`` (a reply that breaks the API). The task in flight is not recorded, so the
+    same command, rerun after the fix, redoes it.
     """
 
 
