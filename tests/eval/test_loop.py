@@ -18,7 +18,7 @@ SETTINGS = MethodSettings(context_limit=4096, max_tokens=1024, tokenizer="bytes"
 CALL_KEYS = {
     "variant", "method", "model", "task_kind", "task_id", "seed", "call_index", "purpose", "prompt_tokens",
     "completion_tokens", "latency_s", "finish_reason", "overflow", "compactions", "recalls", "action",
-    "submission", "reexecution",
+    "submission", "reexecution", "counted_prompt_tokens",
 }
 TASK_KEYS = {
     "variant", "method", "model", "task_kind", "task_id", "seed", "submitted", "no_answer", "correct",
