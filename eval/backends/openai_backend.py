@@ -396,6 +396,7 @@ class OpenAIBackend:
         ):
             if not value > 0:
                 raise ValueError(f"{label} must be > 0, got {value}")
+        self.base_urls = tuple(base_urls)
         self.replicas = [api_urls(url) for url in base_urls]
         self.model = model
         self.context_limit = context_limit
