@@ -329,7 +329,7 @@ async def run_task(
         submission=scored,
         end=end,
         error=error,
-        calls=run.call_index,
+        calls=len(run.calls),  # calls made and recorded (a call that raised was neither)
         steps=steps,
         reexecutions=reexecutions,
         meta=_json_meta(task.meta),

@@ -182,6 +182,8 @@ class RunSpec:
                 raise ConfigError(f"{flag} must be a number of seconds > 0, got {seconds}")
         if self.max_retries < 0:
             raise ConfigError(f"--max-retries must be >= 0, got {self.max_retries}")
+        if self.api_key is not None and not (self.api_key.isascii() and self.api_key.isprintable()):
+            raise ConfigError("--api-key must be printable ASCII (it travels in an HTTP header)")
         if self.count_with not in COUNT_MODES:
             raise ConfigError(f"--count-with must be one of {', '.join(COUNT_MODES)}, got {self.count_with!r}")
         counting = self.prompt_counting()

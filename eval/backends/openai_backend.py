@@ -422,6 +422,8 @@ class OpenAIBackend:
         self.client_shards = client_shards
         self._transport = transport
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
+        if not (key.isascii() and key.isprintable()):
+            raise ValueError("the API key must be printable ASCII (it travels in an HTTP header)")
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._tokenizer_json = tokenizer_json
         self._local_tokenizer: Any = None

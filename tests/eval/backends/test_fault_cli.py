@@ -158,3 +158,9 @@ def test_a_refusal_mid_run_records_nothing_for_the_task_in_flight_and_resumes(
     monkeypatch.undo()
     assert main(argv) == 0
     assert len((out / "tasks.jsonl").read_text().splitlines()) == 6
+
+
+def test_a_key_that_cannot_travel_in_a_header_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["nih", "--backend", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--api-key", "clé"]
+    assert main(argv) == 2
+    assert "--api-key must be printable ASCII" in capsys.readouterr().err
