@@ -80,7 +80,6 @@ from arc_eval.backends.overflow import is_context_overflow
 from arc_eval.backends.replies import parse_completion
 from arc_eval.backends.servers import (
     LLAMA_CPP,
-    OPENAI,
     VLLM,
     ServerInfo,
     parse_models,
