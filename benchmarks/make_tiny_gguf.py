@@ -31,7 +31,9 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_TOKENIZER_DIR = ROOT.parent / "shared" / "data" / "qwen3-tokenizer"
+# ../shared/data beside the repository, or $ARC_SHARED_DATA (a checkout without it, e.g. a worktree)
+SHARED_DATA = Path(os.environ.get("ARC_SHARED_DATA") or ROOT.parent / "shared" / "data")
+DEFAULT_TOKENIZER_DIR = SHARED_DATA / "qwen3-tokenizer"
 NORMAL, CONTROL, USER_DEFINED = 1, 3, 4  # gguf.TokenType values
 
 

@@ -4,8 +4,8 @@
 The mock tests answer with llama-server's own shapes (tools/server/server-context.cpp,
 server-common.cpp); the last test runs a real llama-server when one is available:
 ``LLAMA_SERVER`` (the binary) or ``llama-server`` on PATH, and a GGUF: ``ARC_TEST_GGUF``, or one
-made by benchmarks/make_tiny_gguf.py from ../shared/data/qwen3-tokenizer with llama.cpp's gguf-py
-(``LLAMA_CPP_DIR`` or an installed ``gguf``). CI cannot build llama-server in time, so there it
+made by benchmarks/make_tiny_gguf.py from ../shared/data/qwen3-tokenizer (or ``$ARC_SHARED_DATA``)
+with llama.cpp's gguf-py (``LLAMA_CPP_DIR`` or an installed ``gguf``). CI cannot build llama-server in time, so there it
 skips, saying which of these is missing.
 """
 
@@ -34,9 +34,10 @@ from arc_eval.types import (
     ContextOverflow,
     Message,
 )
+from proofs_check.shared_data import shared_data_dir
 
 REPO = Path(__file__).resolve().parents[3]
-TOKENIZER_DIR = REPO.parent / "shared" / "data" / "qwen3-tokenizer"
+TOKENIZER_DIR = shared_data_dir() / "qwen3-tokenizer"
 TOOLS = [
     {
         "type": "function",
@@ -181,7 +182,7 @@ def _gguf(tmp: Path) -> tuple[Path | None, str]:
     if given:
         return (Path(given), "") if Path(given).is_file() else (None, f"ARC_TEST_GGUF={given} is not a file")
     if not (TOKENIZER_DIR / "tokenizer.json").is_file():
-        return None, f"no ARC_TEST_GGUF, and {TOKENIZER_DIR} (to make a tiny GGUF) is absent"
+        return None, f"no ARC_TEST_GGUF, and {TOKENIZER_DIR} (to make a tiny GGUF; ARC_SHARED_DATA moves it) is absent"
     llama_cpp = os.environ.get("LLAMA_CPP_DIR")
     if not llama_cpp and importlib.util.find_spec("gguf") is None:
         return None, "no ARC_TEST_GGUF, and neither LLAMA_CPP_DIR (for its gguf-py) nor the gguf package to make one"
