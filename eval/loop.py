@@ -16,8 +16,9 @@ The task ends on:
 * a context overflow with nothing left to compact (``end="overflow"``, no answer);
 * an unexpected exception (``end="error"`` with its message, no answer).
 
-``BackendUnavailable`` (retries exhausted) is not a task outcome: it propagates, and the runner
-aborts the run without recording the task, so it is never scored as a wrong answer.
+A ``BackendError`` (the server unavailable after retries, a refusal naming a configuration fault, a
+reply that breaks the API) is not a task outcome: it propagates, and the runner stops the run
+without recording the task, so it is never scored as a wrong answer.
 
 ``force_at_calls`` counts agent steps (1-based), not auxiliary calls, so the schedule is the same
 for every method. ``call_index`` in the records counts every call, auxiliary ones included.
@@ -39,7 +40,7 @@ from arc_eval.protocol import NO_ACTION_MESSAGE, is_submission, parse_reply, sub
 from arc_eval.schema import CallRecord, Compaction, Recall, TaskRecord
 from arc_eval.types import (
     Backend,
-    BackendUnavailable,
+    BackendError,
     ChatReply,
     ChatRequest,
     ContextOverflow,
@@ -127,6 +128,7 @@ class _TaskRun:
         finish_reason: str,
         overflow: bool,
         compactions: Sequence[str] = (),
+        counted_prompt_tokens: int | None = None,
     ) -> int:
         """Record a call; returns its position in ``calls`` (``amend`` fills in what the step learns later)."""
         self.calls.append(
@@ -149,6 +151,7 @@ class _TaskRun:
                 action=None,
                 submission=None,
                 reexecution=False,
+                counted_prompt_tokens=counted_prompt_tokens,
             )
         )
         return len(self.calls) - 1
@@ -204,6 +207,7 @@ class _TaskRun:
             finish_reason=reply.finish_reason,
             overflow=False,
             compactions=compactions,
+            counted_prompt_tokens=reply.counted_prompt_tokens,
         )
         return reply, position
 
@@ -304,7 +308,7 @@ async def run_task(
                 reexecutions += 1
             seen.add(signature)
             method.record_observation(action, environment.run(action))
-    except BackendUnavailable:
+    except BackendError:
         raise
     except Exception as failure:  # noqa: BLE001 - a task's crash is recorded, never a wrong answer
         end, error = "error", f"{type(failure).__name__}: {failure}"
@@ -325,7 +329,7 @@ async def run_task(
         submission=scored,
         end=end,
         error=error,
-        calls=run.call_index,
+        calls=len(run.calls),  # calls made and recorded (a call that raised was neither)
         steps=steps,
         reexecutions=reexecutions,
         meta=_json_meta(task.meta),

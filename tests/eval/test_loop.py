@@ -10,7 +10,15 @@ import pytest
 from arc_eval.loop import DECLINED_MESSAGE, run_task
 from arc_eval.methods import make_method
 from arc_eval.methods.base import AuxCaller, Intercepted, MethodEvents, MethodSettings
-from arc_eval.types import BackendUnavailable, ChatRequest, Message, Observation, Task
+from arc_eval.types import (
+    BackendReplyError,
+    BackendRequestError,
+    BackendUnavailable,
+    ChatRequest,
+    Message,
+    Observation,
+    Task,
+)
 
 from .helpers import FakeBackend, FakeSandbox, ScriptedReplies, exact_scorer, overflow, tiny_task
 
@@ -18,7 +26,7 @@ SETTINGS = MethodSettings(context_limit=4096, max_tokens=1024, tokenizer="bytes"
 CALL_KEYS = {
     "variant", "method", "model", "task_kind", "task_id", "seed", "call_index", "purpose", "prompt_tokens",
     "completion_tokens", "latency_s", "finish_reason", "overflow", "compactions", "recalls", "action",
-    "submission", "reexecution",
+    "submission", "reexecution", "counted_prompt_tokens",
 }
 TASK_KEYS = {
     "variant", "method", "model", "task_kind", "task_id", "seed", "submitted", "no_answer", "correct",
@@ -132,12 +140,16 @@ def test_overflow_with_nothing_to_compact_is_no_answer() -> None:
     assert calls[-1]["overflow"] and outcome["steps"] == 1
 
 
-def test_backend_unavailable_propagates_and_crashes_are_recorded() -> None:
-    with pytest.raises(BackendUnavailable):
-        go([BackendUnavailable("server down after 6 retries")])
-    _, outcome, _, _ = go([RuntimeError("policy exploded")])
+def test_backend_errors_propagate_and_crashes_are_recorded() -> None:
+    for fault in (BackendUnavailable("server down after 6 retries"), BackendRequestError("HTTP 401"),
+                  BackendReplyError("`usage` must be an object")):
+        with pytest.raises(type(fault)):
+            go([fault])
+    calls, outcome, _, _ = go(["Action: ls", RuntimeError("policy exploded")])
     assert outcome["end"] == "error" and "RuntimeError: policy exploded" in outcome["error"]
     assert outcome["no_answer"]
+    # the call that raised was neither made nor recorded: the task's count agrees with its records
+    assert outcome["calls"] == len(calls) == 1
 
 
 class InterceptingMethod:
