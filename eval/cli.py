@@ -13,10 +13,13 @@ A run writes ``--out RUN_DIR`` (default: ``runs/<kind>-<hash of the run's meanin
 run always names the same directory). Restarting the same run continues a killed one; what must match
 is the run's meaning (tasks, methods, seeds, budgets, backend and model: ``arc_eval.schema.run_meaning``),
 not the command line: argument order, a relative or absolute ``--out``, ``--concurrency``,
-``--no-progress`` or another ``--base-url`` do not matter (``--no-resume`` refuses an existing
-directory instead). Bad arguments print a clear message and exit with status 2; a backend that stays
-unavailable or fails (refuses a request, breaks the API) stops the run with status 3 (what finished
-is kept; rerun the command to continue); Ctrl-C stops with status 130, likewise resumable.
+``--no-progress``, another ``--base-url`` or the connection options do not matter (``--no-resume``
+refuses an existing directory instead). Bad arguments print a clear message and exit with status 2.
+A server fault stops the run with status 3 and a message naming the cause and the fix: before the
+first task (a wrong model name, a missing API key, tool mode off, a window smaller than
+``--context-limit``, no answer; nothing is written), or during the run (unavailable after retries, a
+refusal, a malformed answer; what finished is kept, the task in flight is not); rerun the same command
+after the fix to continue. Ctrl-C stops with status 130, likewise resumable.
 """
 
 from __future__ import annotations
@@ -32,7 +35,14 @@ from typing import Any, Sequence
 from attrs import evolve
 
 from arc_ref.errors import ConfigError
-from arc_eval.arguments import http_url, integer, non_negative_float, non_negative_int, positive_int
+from arc_eval.arguments import (
+    http_url,
+    integer,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -108,6 +118,22 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--tool-calling", action="store_true",
                        help="offer ARC's recall/catalog commands as native tools (openai backend)")
 
+    server = parser.add_argument_group("server connection (--backend openai; see eval/SERVING.md)")
+    server.add_argument("--api-key", default=None, metavar="KEY",
+                        help="the server's API key (vllm --api-key); default: $OPENAI_API_KEY; never recorded")
+    server.add_argument("--connect-timeout", dest="connect_timeout_s", type=positive_float, default=10.0,
+                        metavar="S", help="seconds to connect (default 10)")
+    server.add_argument("--first-byte-timeout", dest="first_byte_timeout_s", type=positive_float, default=None,
+                        metavar="S", help="seconds until the answer starts (default: the request timeout)")
+    server.add_argument("--request-timeout", dest="request_timeout_s", type=positive_float, default=600.0,
+                        metavar="S", help="seconds for a whole request (default 600)")
+    server.add_argument("--max-retries", type=non_negative_int, default=6, metavar="N",
+                        help="retries of refused or dropped connections, timeouts, 5xx and 429 (default 6); one "
+                             "call never takes longer than two whole requests plus 30 s")
+    server.add_argument("--count-with", choices=("auto", "server", "local"), default="auto",
+                        help="count prompts with the server's endpoints (vLLM /tokenize, llama.cpp "
+                             "/apply-template + /tokenize) or locally (default auto: the server's when it has them)")
+
     method = parser.add_argument_group("methods")
     method.add_argument("--force-at-calls", type=positive_int, nargs="*", default=[5, 10, 15], metavar="K",
                         help="agent steps before which compaction is forced (default 5 10 15; none: empty)")
@@ -167,6 +193,27 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--rag-retriever", choices=("auto", "embeddings", "bm25"), default="bm25")
     bench.add_argument("--only", choices=("throughput", "overhead", "concurrency"), action="append", default=None)
     return parser
+
+
+# Options of the connection to the server, not of the run: they name no other run directory.
+CONNECTION_OPTIONS = ("--api-key", "--connect-timeout", "--first-byte-timeout", "--request-timeout",
+                      "--max-retries")
+
+
+def without_connection_options(argv: Sequence[str]) -> list[str]:
+    """`argv` without the connection options and their values (a key is never recorded or hashed)."""
+    kept: list[str] = []
+    skip_value = False
+    for arg in argv:
+        if skip_value:
+            skip_value = False
+            continue
+        name = arg.split("=", 1)[0]
+        if name in CONNECTION_OPTIONS:
+            skip_value = "=" not in arg
+            continue
+        kept.append(arg)
+    return kept
 
 
 def default_run_dir(spec: Any) -> Path:
@@ -240,8 +287,14 @@ def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
         max_steps=args.max_steps,
         allow_reexecution=args.allow_reexecution,
         variants=variants,
-        command=("arc-eval", *argv),
+        command=("arc-eval", *without_connection_options(argv)),
         progress=args.progress,
+        api_key=args.api_key,
+        connect_timeout_s=args.connect_timeout_s,
+        first_byte_timeout_s=args.first_byte_timeout_s,
+        request_timeout_s=args.request_timeout_s,
+        max_retries=args.max_retries,
+        count_with=args.count_with,
     )
     if args.out:
         return spec
@@ -267,17 +320,20 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     missing = _missing_methods_message(spec.methods)
     if missing is not None:
         raise UsageError(missing + "; choose others with --methods")
-    print(f"run directory: {spec.out}", file=sys.stderr)
     from arc_eval.tasks.longbench import LongBenchDataError
 
     try:
         result = run(spec)
     except (RunRecordError, LongBenchDataError) as failure:
         raise UsageError(f"arc-eval: {failure}") from None
+    if result.aborted is not None and not result.started:
+        print(f"arc-eval: stopped before the first task: {result.aborted}\n"
+              "Nothing was run or recorded; run the command again after the fix.", file=sys.stderr)
+        return EXIT_BACKEND
     if result.aborted is not None:
         print(f"arc-eval: stopped: {result.aborted}\n"
-              f"{result.ran} task(s) finished in this invocation are recorded in {spec.out}; "
-              "rerun the same command to continue.", file=sys.stderr)
+              f"{result.ran} task(s) finished in this invocation are recorded in {spec.out}; the task(s) in "
+              "flight are not. Rerun the same command (after the fix) to continue.", file=sys.stderr)
         return EXIT_BACKEND
     return EXIT_OK
 

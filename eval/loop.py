@@ -18,10 +18,10 @@ The task ends on:
   that call is recorded with ``finish_reason="error"`` (0 tokens), so ``calls`` always equals the
   task's call records.
 
-A ``BackendError`` (``BackendUnavailable`` after retries, a request the server refuses, a reply that
-breaks the API, e.g. a ``finish_reason`` or token count the records cannot hold) is not a task
-outcome: it propagates, and the runner stops the run without recording the task, so it is never
-scored and a resume redoes the task.
+A ``BackendError`` (the server unavailable after retries, a refusal naming a configuration fault, a
+reply that breaks the API, e.g. a ``finish_reason`` or token count the records cannot hold) is not a
+task outcome: it propagates, and the runner stops the run without recording the task, so it is never
+scored as a wrong answer and a resume redoes the task.
 
 ``force_at_calls`` counts agent steps (1-based), not auxiliary calls, so the schedule is the same
 for every method. ``call_index`` in the records counts every call, auxiliary ones included.
@@ -44,6 +44,7 @@ from arc_eval.schema import FINISH_REASONS, CallRecord, Compaction, Recall, Task
 from arc_eval.types import (
     Backend,
     BackendError,
+    BackendReplyError,
     ChatReply,
     ChatRequest,
     ContextOverflow,
@@ -131,6 +132,7 @@ class _TaskRun:
         finish_reason: str,
         overflow: bool,
         compactions: Sequence[str] = (),
+        counted_prompt_tokens: int | None = None,
     ) -> int:
         """Record a call; returns its position in ``calls`` (``amend`` fills in what the step learns later)."""
         self.calls.append(
@@ -153,6 +155,7 @@ class _TaskRun:
                 action=None,
                 submission=None,
                 reexecution=False,
+                counted_prompt_tokens=counted_prompt_tokens,
             )
         )
         return len(self.calls) - 1
@@ -221,6 +224,7 @@ class _TaskRun:
             finish_reason=reply.finish_reason,
             overflow=False,
             compactions=compactions,
+            counted_prompt_tokens=reply.counted_prompt_tokens,
         )
         return reply, position
 
@@ -342,7 +346,7 @@ async def run_task(
         submission=scored,
         end=end,
         error=error,
-        calls=len(run.calls),
+        calls=len(run.calls),  # every call made, one record each (a call that raised is recorded as an error)
         steps=steps,
         reexecutions=reexecutions,
         meta=_json_meta(task.meta),
@@ -351,13 +355,13 @@ async def run_task(
 
 
 def _check_reply(reply: ChatReply) -> None:
-    """A reply the records can hold (token counts integers >= 0, a known finish reason), else a BackendError."""
-    for name in ("prompt_tokens", "completion_tokens"):
+    """A reply the records can hold (token counts integers >= 0, a known finish reason), else a BackendReplyError."""
+    for name in ("prompt_tokens", "completion_tokens", "counted_prompt_tokens"):
         value = getattr(reply, name)
-        if type(value) is not int or value < 0:
-            raise BackendError(f"the backend's reply has {name} {value!r}; the API promises an integer >= 0")
+        if (value is not None or name != "counted_prompt_tokens") and (type(value) is not int or value < 0):
+            raise BackendReplyError(f"the backend's reply has {name} {value!r}; the API promises an integer >= 0")
     if reply.finish_reason not in FINISH_REASONS:
-        raise BackendError(
+        raise BackendReplyError(
             f"the backend's reply has finish_reason {reply.finish_reason!r}; the records hold only "
             f"{', '.join(FINISH_REASONS)} (eval/RECORDS.md): the backend must map it to one of those"
         )

@@ -90,6 +90,9 @@ class CallRecord:
     action: str | None
     submission: str | None
     reexecution: bool
+    # The harness's own count of the prompt, made before it was sent (null when the backend makes
+    # none apart from its answer's usage); `prompt_tokens` is the server's.
+    counted_prompt_tokens: int | None = field(default=None, metadata=_at_least(0))
 
     @property
     def record_key(self) -> RecordKey:

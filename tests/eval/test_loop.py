@@ -13,7 +13,17 @@ from arc_eval.loop import DECLINED_MESSAGE, run_task
 from arc_eval.methods import make_method
 from arc_eval.methods.base import AuxCaller, Intercepted, MethodEvents, MethodSettings
 from arc_eval.records import RunWriter
-from arc_eval.types import BackendError, BackendUnavailable, ChatReply, ChatRequest, Message, Observation, Task
+from arc_eval.types import (
+    BackendError,
+    BackendReplyError,
+    BackendRequestError,
+    BackendUnavailable,
+    ChatReply,
+    ChatRequest,
+    Message,
+    Observation,
+    Task,
+)
 
 from .helpers import FakeBackend, FakeSandbox, ScriptedReplies, exact_scorer, overflow, tiny_task
 
@@ -21,7 +31,7 @@ SETTINGS = MethodSettings(context_limit=4096, max_tokens=1024, tokenizer="bytes"
 CALL_KEYS = {
     "variant", "method", "model", "task_kind", "task_id", "seed", "call_index", "purpose", "prompt_tokens",
     "completion_tokens", "latency_s", "finish_reason", "overflow", "compactions", "recalls", "action",
-    "submission", "reexecution",
+    "submission", "reexecution", "counted_prompt_tokens",
 }
 WRITER_MANIFEST: dict[str, Any] = {
     "command": ["test"], "task_kind": "nih", "methods": ["sliding_window"], "seeds": [42], "tasks_per_seed": 1,
@@ -140,12 +150,16 @@ def test_overflow_with_nothing_to_compact_is_no_answer() -> None:
     assert calls[-1]["overflow"] and outcome["steps"] == 1
 
 
-def test_backend_unavailable_propagates_and_crashes_are_recorded() -> None:
-    with pytest.raises(BackendUnavailable):
-        go([BackendUnavailable("server down after 6 retries")])
-    _, outcome, _, _ = go([RuntimeError("policy exploded")])
+def test_backend_errors_propagate_and_crashes_are_recorded() -> None:
+    for fault in (BackendUnavailable("server down after 6 retries"), BackendRequestError("HTTP 401"),
+                  BackendReplyError("`usage` must be an object")):
+        with pytest.raises(type(fault)):
+            go([fault])
+    calls, outcome, _, _ = go(["Action: ls", RuntimeError("policy exploded")])
     assert outcome["end"] == "error" and "RuntimeError: policy exploded" in outcome["error"]
     assert outcome["no_answer"]
+    # the call that raised is recorded as an error call: the task's count agrees with its records
+    assert outcome["calls"] == len(calls) == 2 and calls[1]["finish_reason"] == "error"
 
 
 class InterceptingMethod:
@@ -232,7 +246,7 @@ def test_a_reply_that_breaks_the_record_schema_is_a_backend_error(bad: dict[str,
         async def complete(self, request: ChatRequest) -> ChatReply:
             return attrs.evolve(await super().complete(request), **bad)
 
-    with pytest.raises(BackendError, match=message):
+    with pytest.raises(BackendReplyError, match=message):
         asyncio.run(
             run_task(tiny_task(), make_method("sliding_window", SETTINGS), OddBackend(ScriptedReplies(["Action: ls"])),
                      settings=SETTINGS, max_steps=3, seed=1, sandbox=FakeSandbox({}), scorer=exact_scorer)

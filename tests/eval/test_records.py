@@ -59,6 +59,7 @@ def call_json(task_id: str, index: int, method: str = "arc") -> dict[str, Any]:
         "action": "ls",
         "submission": None,
         "reexecution": False,
+        "counted_prompt_tokens": 10,
     }
 
 

@@ -178,7 +178,7 @@ def test_an_unavailable_backend_stops_the_run_resumably(tmp_path: Path, monkeypa
             "--no-progress", "--concurrency", "1"]
     assert main(argv) == 3
     err = capsys.readouterr().err
-    assert "backend is unavailable" in err and "rerun the same command" in err
+    assert "the server is unavailable: 503" in err and "Rerun the same command" in err
     finished = lines(out / "tasks.jsonl")
     assert 0 < len(finished) < 10 and not any("503" in (task["error"] or "") for task in finished)
     monkeypatch.undo()
