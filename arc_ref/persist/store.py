@@ -481,8 +481,12 @@ class DurableStore:
             for event in events:
                 if isinstance(event, RequestView):
                     raise StoreError("a view request changes nothing and is not stored; use view(store.state)")
+                try:
+                    line_object = event_line(event)
+                except TraceError as problem:
+                    raise StoreError(f"cannot store this event: {problem}") from None
                 state, output = step(state, event)  # ArcError: nothing of this batch is stored
-                line = encode(event_line(event))
+                line = encode(line_object)
                 seq += 1
                 checksum = chain(checksum, seq, line.encode("utf-8"))
                 rows.append((seq, line, checksum))

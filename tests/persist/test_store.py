@@ -4,6 +4,7 @@ one writer at a time, owner-only files, snapshots used only when they are the fo
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pickle
 import sqlite3
@@ -331,3 +332,34 @@ def test_a_writer_snapshots_as_the_log_grows(tmp_path: Path) -> None:
     assert snapshots == [0, 5, 10, 15, 22, 33]
     with DurableStore.open(path) as again:
         assert again.report.snapshot_seq == 41 and again.state == state
+
+
+def test_a_template_config_round_trips_and_reopens_from_its_snapshot(tmp_path: Path) -> None:
+    from arc_ref.machine import ToolTurn
+    from arc_ref.message import ToolCall
+    from tests.core.test_tokenizers import _train_tokenizer_json
+    from tests.core.test_tool_mode import TOOL_TEMPLATE, tool_config
+
+    model = tmp_path / "model"
+    model.mkdir()
+    _train_tokenizer_json(model / "tokenizer.json")
+    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": TOOL_TEMPLATE}), encoding="utf-8")
+    text_mode = tool_config(str(model), action_mode="text", tools=[], template_kwargs={"enable_thinking": True})
+    path = tmp_path / "template.arc"
+    with DurableStore.create(path, text_mode) as store:
+        store.append(Observe("cat a.txt", "alpha\n" * 30))
+        store.append(AgentTurn("again", "_recall " + store.state.records[0].obs_id))
+        store.append(Observe("cat b.txt", "beta é\n" * 30, 1))
+        expected = store.state
+        config_row = json.loads(next(store.events(1, 1)).line)
+    assert config_row["chat_format"] == "template" and config_row["template_kwargs"] == {"enable_thinking": True}
+    with DurableStore.open(path, readonly=True) as reopened:
+        assert reopened.report.snapshot_seq == 4 and reopened.state == expected
+    with DurableStore.open(path, readonly=True, use_snapshot=False) as folded_again:
+        assert folded_again.state == expected
+    # tool-calling mode: its config line carries the tools, but its events have no trace line yet
+    with DurableStore.create(tmp_path / "tools.arc", tool_config(str(model))) as store:
+        assert json.loads(next(store.events(1, 1)).line)["tools"][0]["function"]["name"] == "read_file"
+        with pytest.raises(StoreError, match="no line for ToolTurn events yet"):
+            store.append(ToolTurn("", (ToolCall("call_1", "read_file", '{"path": "c"}'),)))
+        assert store.seq == 1
