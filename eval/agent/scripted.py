@@ -72,6 +72,19 @@ from typing import Any, Sequence
 from attrs import frozen
 
 from arc_ref.errors import ConfigError
+from arc_ref.parse import (
+    InlineItem,
+    Note,
+    ObservationMessage,
+    Stub,
+    Summary,
+    ThoughtItem,
+    find_stubs,
+    parse_catalog_header,
+    parse_recall_marker,
+    parse_view_message,
+)
+from arc_ref.text import ID_PATTERN
 from arc_eval.methods.base import shared_counter
 from arc_eval.protocol import (
     STATE_REQUEST_HEADER,
@@ -83,14 +96,6 @@ from arc_eval.protocol import (
 )
 from arc_eval.types import ChatReply, ChatRequest, ContextOverflow, Message
 
-ID_RE = re.compile(r"§[0-9A-Za-z._-]+")
-STUB_RE = re.compile(r"(§[0-9A-Za-z._-]+) rc=-?\d+ \d+ch \d+tok \$ (.*?) \| head: (.*) \| tail: (.*) \| _recall §")
-RECALL_OPEN_RE = re.compile(r"^\[recall (§[0-9A-Za-z._-]+) chunk (\d+)/(\d+)\]$", re.MULTILINE)
-RECALL_MARKER_RE = re.compile(r"^\[(?:recall|end) §[0-9A-Za-z._-]+ chunk \d+/\d+\]$")
-EXHAUSTED_RE = re.compile(r"(§[0-9A-Za-z._-]+): all \d+ chunks were already returned")
-CATALOG_RE = re.compile(r"\[ARC catalog page (\d+)/(\d+)")
-ACTION_LINE_RE = re.compile(r"(?:^|\|\s*)\**action\**\s*:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
-HEADER_ACTION_RE = re.compile(r"\bof `([^`\n]+)`")
 BACKTICK_RE = re.compile(r"`([^`\n]+)`")
 NUMBERED_STEP_RE = re.compile(r"^\s*\d+[.)]\s+(.+)$", re.MULTILINE)
 PAGE_RANGE_RE = re.compile(r"PAGE from 1 to (\d+)|(\d+) pages?\b", re.IGNORECASE)
@@ -204,6 +209,38 @@ class MessageFacts:
     last_action: str
 
 
+def _arc_component_facts(role: str, content: str) -> tuple[set[str], list[Stub], list[tuple[str, int, int]], set[str],
+                                                       list[tuple[int, int]]]:
+    """What an ARC view message shows, read with the core's own parsers (``arc_ref.parse``): actions shown
+    as executed, stubs, recall openings, exhausted ids and catalog pages."""
+    executed: set[str] = set()
+    stubs: list[Stub] = list(find_stubs(content))
+    opens: list[tuple[str, int, int]] = []
+    exhausted: set[str] = set()
+    catalog: list[tuple[int, int]] = []
+    component = parse_view_message(role, content)
+    if isinstance(component, Summary):
+        for item in component.items:
+            if isinstance(item, ThoughtItem):
+                executed.add(_normal(clean_action(item.action)))
+            elif isinstance(item, InlineItem):
+                executed.add(_normal(item.signature))
+    elif isinstance(component, ObservationMessage):
+        executed.add(_normal(component.signature))
+    elif isinstance(component, tuple):
+        for part in component:
+            if isinstance(part, Note) and part.kind == "exhausted":
+                exhausted.add(part.text("obs_id"))
+    for line in content.split("\n"):
+        marker = parse_recall_marker(line)
+        if marker is not None and marker.opening:
+            opens.append((marker.obs_id, marker.chunk, marker.chunks))
+        header = parse_catalog_header(line)
+        if header is not None:
+            catalog.append((header.page, header.pages))
+    return executed, stubs, opens, exhausted, catalog
+
+
 @functools.lru_cache(maxsize=16384)
 def message_facts(role: str, content: str) -> MessageFacts:
     executed: set[str] = set()
@@ -213,21 +250,17 @@ def message_facts(role: str, content: str) -> MessageFacts:
         last_action = _normal(action)
         if action:
             executed.add(last_action)
-    for match in ACTION_LINE_RE.finditer(content):
-        executed.add(_normal(clean_action(match.group(1))))
-    for pattern in (HEADER_ACTION_RE, BACKTICK_RE):
-        for found in pattern.findall(content):
-            executed.add(_normal(found))
-    stubs = tuple((match.group(1), match.group(0)) for match in STUB_RE.finditer(content))
-    executed.update(_normal(match.group(2)) for match in STUB_RE.finditer(content))
+    for found in BACKTICK_RE.findall(content):
+        executed.add(_normal(found))
+    arc_executed, stubs, opens, exhausted, catalog = _arc_component_facts(role, content)
+    executed.update(arc_executed)
+    executed.update(_normal(stub.signature) for stub in stubs)
     return MessageFacts(
         executed=frozenset(executed),
-        stubs=stubs,
-        recall_opens=tuple(
-            (match.group(1), int(match.group(2)), int(match.group(3))) for match in RECALL_OPEN_RE.finditer(content)
-        ),
-        exhausted=frozenset(EXHAUSTED_RE.findall(content)),
-        catalog=tuple((int(page), int(pages)) for page, pages in CATALOG_RE.findall(content)),
+        stubs=tuple((stub.obs_id, stub.line) for stub in stubs),
+        recall_opens=tuple(opens),
+        exhausted=frozenset(exhausted),
+        catalog=tuple(catalog),
         next_hints=tuple(_normal(hint) for hint in NEXT_HINT_RE.findall(content)),
         last_action=last_action,
     )
@@ -282,7 +315,7 @@ class View:
         attempted = set(self.recall_chunks())
         for action in self.executed:
             if action.startswith("_recall"):
-                attempted.update(ID_RE.findall(action))
+                attempted.update(ID_PATTERN.findall(action))
         for facts in self.facts:
             attempted.update(facts.exhausted)
         return attempted
@@ -367,7 +400,7 @@ class ScriptedPolicy:
         token = re.compile(rf"(?:^|\s){re.escape(key)}=([A-Za-z0-9]+)")
         previous = ""
         for line in text.split("\n"):
-            if RECALL_MARKER_RE.match(line.strip()):
+            if parse_recall_marker(line.strip()) is not None:
                 continue
             match = token.search(line)
             if match and (label in line or label in previous):

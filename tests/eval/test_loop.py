@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 import pytest
 
+from arc_ref import render
 from arc_eval.loop import DECLINED_MESSAGE, run_task
 from arc_eval.methods import make_method
 from arc_eval.methods.base import AuxCaller, Intercepted, MethodEvents, MethodSettings
@@ -157,7 +158,7 @@ class InterceptingMethod:
     def record_agent(self, thought: str, action: str) -> Intercepted | None:
         self.messages.append(Message("assistant", f"Action: {action}"))
         if action.startswith("_recall"):
-            response = "[recall §1 chunk 1/1]\nNEEDLE=OK\n[end §1 chunk 1/1]"
+            response = render.recall_response("§1", 1, 1, "NEEDLE=OK")
             self.messages.append(Message("user", response))
             return Intercepted(response, ({"id": "§1", "chunk": 1, "chunks": 1},))
         return None

@@ -7,14 +7,15 @@ import json
 
 import pytest
 
+from arc_ref import render
 from arc_eval.agent.scripted import Plan, ScriptedBackend, ScriptedPolicy, first_last_lines
 from arc_eval.loop import run_task
 from arc_eval.methods import make_method
-from arc_eval.methods.base import MethodSettings
+from arc_eval.methods.base import MethodSettings, assistant_text, observation_text
 from arc_eval.protocol import STATE_REQUEST_HEADER, SUMMARY_REQUEST_HEADER, parse_reply, system_prompt
 from arc_eval.tasks.longbench import make_longbench_task
 from arc_eval.tasks.nih import make_nih_tasks
-from arc_eval.types import ChatRequest, ContextOverflow, Message, Task
+from arc_eval.types import ChatRequest, ContextOverflow, Message, Observation, Task
 
 NIH = make_nih_tasks(42, 2, distractor_files=3)[0]
 NEEDLE_FILE = NIH.files["secrets.txt"]
@@ -41,8 +42,8 @@ def start(task: Task) -> list[Message]:
 
 def turn(action: str, text: str, rc: int = 0) -> list[Message]:
     return [
-        Message("assistant", f"Thought: t\nAction: {action}"),
-        Message("user", f"Observation (rc={rc}) of `{action}`:\n{text}"),
+        Message("assistant", assistant_text("t", action)),
+        Message("user", observation_text(action, Observation(text, rc))),
     ]
 
 
@@ -90,12 +91,11 @@ def test_best_candidate_when_the_banner_is_gone() -> None:
 
 
 def stub(obs_id: str, action: str, head: str, tail: str) -> str:
-    return f"{obs_id} rc=0 4512ch 1100tok $ {action} | head: {head} | tail: {tail} | _recall {obs_id}"
+    return render.stub(obs_id, 0, 4512, 1100, action, head, tail)
 
 
 def test_recalls_the_citation_that_may_hold_the_needle() -> None:
-    catalog = "\n".join([
-        "[ARC catalog page 1/1: observations 1-3 of 3; catalog-first, catalog-next, catalog-page N]",
+    catalog = render.catalog_content(render.catalog_header(1, 1, 1, 3, 3), [
         stub("§0001-aa", "cat notes_01.txt", "# notes_01.txt: distractor file 1 of 3; it holds no needle.", "w"),
         stub("§0002-bb", "cat secrets.txt", "# secrets.txt for task x", "NOISE below (not the needle)"),
         stub("§0003-cc", "cat notes_02.txt", "# notes_02.txt: distractor", "w"),
@@ -103,19 +103,21 @@ def test_recalls_the_citation_that_may_hold_the_needle() -> None:
     messages = start(NIH) + [Message("user", catalog)] + turn("cat notes_03.txt", NIH.files["notes_03.txt"])
     assert agent(messages)[1] == "_recall §0002-bb"
     half = NEEDLE_FILE.index("NEEDLE=")
-    first = f"[ARC recall buffer]\n[recall §0002-bb chunk 1/2]\n{NEEDLE_FILE[:half - 200]}\n[end §0002-bb chunk 1/2]"
-    recalled = messages + [Message("assistant", "Thought: t\nAction: _recall §0002-bb"), Message("user", first)]
+    first = render.recall_response("§0002-bb", 1, 2, NEEDLE_FILE[: half - 200])
+    recalled = messages + [Message("assistant", render.agent_message("t", "_recall §0002-bb")),
+                           Message("user", render.recall_content([first]))]
     assert agent(recalled)[1] == "_recall-next §0002-bb"
-    second = f"[recall §0002-bb chunk 2/2]\n{NEEDLE_FILE[half - 200:]}\n[end §0002-bb chunk 2/2]"
-    both = recalled + [Message("assistant", "Action: _recall-next §0002-bb"), Message("user", f"{first}\n{second}")]
+    second = render.recall_response("§0002-bb", 2, 2, NEEDLE_FILE[half - 200 :])
+    both = recalled + [Message("assistant", render.agent_message("t", "_recall-next §0002-bb")),
+                       Message("user", render.recall_content([first, second]))]
     assert agent(both)[1] == f"submit NEEDLE={NIH.answer}"
 
 
 def test_banner_split_across_recall_chunks_is_still_read() -> None:
     lines = NEEDLE_FILE.split("\n")
     at = next(index for index, line in enumerate(lines) if line.startswith("NEEDLE="))
-    text = ("[recall §1 chunk 1/2]\n" + "\n".join(lines[:at]) + "\n[end §1 chunk 1/2]\n[recall §1 chunk 2/2]\n"
-            + "\n".join(lines[at:]) + "\n[end §1 chunk 2/2]")
+    text = render.recall_content([render.recall_response("§1", 1, 2, "\n".join(lines[:at])),
+                                  render.recall_response("§1", 2, 2, "\n".join(lines[at:]))])
     messages = start(NIH) + turn("cat notes_03.txt", "x") + [Message("user", text)]
     assert agent(messages)[1] == f"submit NEEDLE={NIH.answer}"
 
