@@ -58,7 +58,7 @@ class Template:
 
     __slots__ = ("text", "kinds", "fields", "pattern")
 
-    def __init__(self, text: str, **kinds: str) -> None:
+    def __init__(self, text: str, /, **kinds: str) -> None:
         self.text = text
         self.kinds: Mapping[str, str] = kinds
         parts: list[str] = []

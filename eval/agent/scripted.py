@@ -86,6 +86,8 @@ from arc_ref.parse import (
 )
 from arc_ref.text import ID_PATTERN
 from arc_eval.methods.base import shared_counter
+from arc_eval.methods.llm_summary import NO_SUMMARY_YET, SUMMARY_REQUEST, parse_turns
+from arc_eval.methods.structured_state import STATE_REQUEST
 from arc_eval.protocol import (
     STATE_REQUEST_HEADER,
     SUMMARY_REQUEST_HEADER,
@@ -115,7 +117,6 @@ STOP_WORDS = frozenset(
     "between through during without within upon whose your yours".split()
 )
 EXCERPT_CHARS = 160
-TURN_HEADER = "### Turn"
 
 
 def words(text: str) -> set[str]:
@@ -473,48 +474,40 @@ class ScriptedPolicy:
 
     # -- auxiliary requests (llm_summary, structured_state) --------------------------------------
     @staticmethod
-    def _turns(messages: Sequence[Message]) -> list[tuple[str, int, str]]:
-        """(action, return code, observation text) of each turn in a condensing request."""
-        body = messages[-1].content
+    def _turns(body: str) -> list[tuple[str, int, str]]:
+        """(action, return code, observation text) of each turn in a condensing request's body."""
         turns: list[tuple[str, int, str]] = []
-        for block in body.split(f"{TURN_HEADER}\n")[1:]:
-            header = re.search(r"^Observation \(rc=(-?\d+)\) of `([^`\n]*)`:\n", block, re.MULTILINE)
-            if header is None:
-                _thought, action = parse_reply(block)
+        for folded in parse_turns(body):
+            if folded.action is not None:
+                turns.append((folded.action, folded.returncode, folded.text))
+            else:
+                _thought, action = parse_reply(folded.assistant)
                 turns.append((action, 0, ""))
-                continue
-            text = block[header.end() :]
-            for tail in ("\n\nWrite the updated summary.", "\n\nReply with the updated JSON state."):
-                if text.endswith(tail):
-                    text = text[: -len(tail)]
-            turns.append((header.group(2), int(header.group(1)), text))
         return turns
 
     def summarize(self, messages: Sequence[Message]) -> str:
-        body = messages[-1].content
-        current = ""
-        match = re.search(r"Current summary:\n(.*?)\n\nTurns to fold in", body, re.DOTALL)
-        if match and match.group(1).strip() != "(none yet)":
-            current = match.group(1).strip()
-        lines = [current] if current else []
-        for action, returncode, text in self._turns(messages):
+        fields = SUMMARY_REQUEST.parse(messages[-1].content)
+        if fields is None:
+            return ""
+        current = str(fields["current"]).strip()
+        lines = [current] if current and current != NO_SUMMARY_YET else []
+        for action, returncode, text in self._turns(str(fields["body"])):
             first, last, count = first_last_lines(text)
             lines.append(f"- `{action}` (rc={returncode}, {count} lines) first: {first} | last: {last}")
         return "\n".join(lines)
 
     def update_state(self, messages: Sequence[Message]) -> str:
-        body = messages[-1].content
+        fields = STATE_REQUEST.parse(messages[-1].content)
         state: dict[str, Any] = {}
-        match = re.search(r"Current state:\n(.*?)\n\nTurns to fold in", body, re.DOTALL)
-        if match:
+        if fields is not None:
             try:
-                loaded = json.loads(match.group(1))
+                loaded = json.loads(str(fields["current"]))
                 state = loaded if isinstance(loaded, dict) else {}
             except json.JSONDecodeError:
                 state = {}
         done = list(state.get("done", [])) if isinstance(state.get("done"), list) else []
         sources = dict(state.get("sources", {})) if isinstance(state.get("sources"), dict) else {}
-        for action, returncode, text in self._turns(messages):
+        for action, returncode, text in self._turns(str(fields["body"]) if fields is not None else ""):
             first, last, count = first_last_lines(text)
             done.append(f"`{action}` -> rc={returncode}, {count} lines")
             sources[action] = f"first: {first} | last: {last}"

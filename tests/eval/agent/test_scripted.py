@@ -11,8 +11,10 @@ from arc_ref import render
 from arc_eval.agent.scripted import Plan, ScriptedBackend, ScriptedPolicy, first_last_lines
 from arc_eval.loop import run_task
 from arc_eval.methods import make_method
-from arc_eval.methods.base import MethodSettings, assistant_text, observation_text
-from arc_eval.protocol import STATE_REQUEST_HEADER, SUMMARY_REQUEST_HEADER, parse_reply, system_prompt
+from arc_eval.methods.base import MethodSettings, Turn, assistant_text, observation_text
+from arc_eval.methods.llm_summary import SUMMARY_INSTRUCTIONS, SUMMARY_REQUEST, render_turn
+from arc_eval.methods.structured_state import STATE_INSTRUCTIONS, STATE_REQUEST
+from arc_eval.protocol import parse_reply, system_prompt
 from arc_eval.tasks.longbench import make_longbench_task
 from arc_eval.tasks.nih import make_nih_tasks
 from arc_eval.types import ChatRequest, ContextOverflow, Message, Observation, Task
@@ -140,12 +142,27 @@ def test_longbench_reads_pages_then_answers_by_overlap() -> None:
     assert agent(messages)[1] == "submit The correct answer is (B)"
 
 
+def folded(action: str, text: str, rc: int = 0, thought: str = "t") -> Turn:
+    observation = Observation(text, rc)
+    return Turn(Message("assistant", assistant_text(thought, action)), Message("user", observation_text(action, observation)),
+                action, text, rc)
+
+
+def summary_request(current: str, turns: list[Turn]) -> list[Message]:
+    body = "\n".join(render_turn(turn) for turn in turns)
+    return [Message("system", SUMMARY_INSTRUCTIONS),
+            Message("user", SUMMARY_REQUEST.render(goal="GOAL", current=current, body=body))]
+
+
+def state_request(current: str, turns: list[Turn]) -> list[Message]:
+    body = "\n".join(render_turn(turn) for turn in turns)
+    return [Message("system", STATE_INSTRUCTIONS),
+            Message("user", STATE_REQUEST.render(goal="GOAL", current=current, body=body))]
+
+
 def test_summary_rule_keeps_first_and_last_lines() -> None:
-    body = ("Task:\nGOAL\n\nCurrent summary:\n- earlier line\n\nTurns to fold in (oldest first):\n"
-            "### Turn\nThought: t\nAction: cat a.txt\nObservation (rc=0) of `cat a.txt`:\n"
-            "first line\nmiddle SECRET=42\nlast line\n\n"
-            "Write the updated summary.")
-    summary = ScriptedPolicy()([Message("system", f"{SUMMARY_REQUEST_HEADER}\n..."), Message("user", body)])
+    request = summary_request("- earlier line", [folded("cat a.txt", "first line\nmiddle SECRET=42\nlast line")])
+    summary = ScriptedPolicy()(request)
     assert summary.startswith("- earlier line\n- `cat a.txt` (rc=0, 3 lines) first: first line | last: last line")
     assert "SECRET" not in summary
     assert first_last_lines("\n\nonly\n\n") == ("only", "only", 1)
@@ -153,10 +170,7 @@ def test_summary_rule_keeps_first_and_last_lines() -> None:
 
 def test_state_rule_updates_the_json() -> None:
     current = json.dumps({"task": "T", "done": ["`ls` -> rc=0, 1 lines"], "facts": {}, "sources": {}})
-    body = (f"Task:\nGOAL\n\nCurrent state:\n{current}\n\nTurns to fold in (oldest first):\n"
-            "### Turn\nAction: cat b.txt\nObservation (rc=1) of `cat b.txt`:\nmissing\n\n"
-            "Reply with the updated JSON state.")
-    state = json.loads(ScriptedPolicy()([Message("system", f"{STATE_REQUEST_HEADER}\n..."), Message("user", body)]))
+    state = json.loads(ScriptedPolicy()(state_request(current, [folded("cat b.txt", "missing", rc=1, thought="")])))
     assert state["done"] == ["`ls` -> rc=0, 1 lines", "`cat b.txt` -> rc=1, 1 lines"]
     assert state["sources"]["cat b.txt"] == "first: missing | last: missing" and state["task"] == "T"
 
