@@ -1,0 +1,253 @@
+"""What the scripted agent reads: the plan in the goal and what the rest of the prompt shows.
+
+``Plan`` reads the goal (its numbered steps or backticked commands, the answer format, the banner label,
+the question and choices of a multiple-choice task). ``View`` reads every message after the goal with the
+owners' parsers (``arc_ref.parse`` for ARC's components, the protocol's reply parser for agent turns) and
+a generic rule for backticked actions; it records which plan actions the prompt shows as executed, the
+citation stubs, the recall responses and notes, and the catalog pages. Rules: ``eval/METHODS.md``.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Sequence
+
+from attrs import frozen
+
+from arc_ref.parse import (
+    InlineItem,
+    Note,
+    ObservationMessage,
+    Stub,
+    Summary,
+    ThoughtItem,
+    find_stubs,
+    parse_catalog_header,
+    parse_recall_marker,
+    parse_view_message,
+)
+from arc_ref.text import ID_PATTERN
+from arc_eval.protocol import TASK_VERBS, clean_action, command_word, parse_reply
+from arc_eval.types import Message
+
+BACKTICK_RE = re.compile(r"`([^`\n]+)`")
+NUMBERED_STEP_RE = re.compile(r"^\s*\d+[.)]\s+(.+)$", re.MULTILINE)
+PAGE_RANGE_RE = re.compile(r"PAGE from 1 to (\d+)|(\d+) pages?\b", re.IGNORECASE)
+NEXT_HINT_RE = re.compile(r"next: (read \S+ \d+)\]")
+KEY_TEMPLATE_RE = re.compile(r"submit\s+([A-Z][A-Z0-9_]*)=<value>")
+BANNER_LABEL_RE = re.compile(r"label(?:l)?ed\s+([A-Z][A-Z0-9 ]*[A-Z0-9])")
+CHOICE_RE = re.compile(r"^\(([A-D])\)\s*(.+)$", re.MULTILINE)
+QUESTION_RE = re.compile(r"^Question:\s*(.+)$", re.MULTILINE)
+WORD_RE = re.compile(r"[a-z0-9][a-z0-9_.]*[a-z0-9]|[a-z0-9]")
+PLACEHOLDER_RE = re.compile(r"^[A-Z][A-Z_]+$")
+
+STOP_WORDS = frozenset(
+    "the and for are but not you all any can had her was one our out has have his how its may new now "
+    "old see two who did get him let put say she too use that with this from they will would there their "
+    "what which when where been were into than then them these those such only also very just some more "
+    "most other each both same about after before while because does done should could being over under "
+    "between through during without within upon whose your yours".split()
+)
+def words(text: str) -> set[str]:
+    """Content words: lowercase runs of letters/digits (dots and underscores inside), 3+ chars, no stop words."""
+    return {word for word in WORD_RE.findall(text.lower()) if len(word) >= 3 and word not in STOP_WORDS}
+
+
+def _normal(action: str) -> str:
+    return " ".join(action.split())
+
+
+class Plan:
+    """What the goal asks for, in order, and the answer format."""
+
+    def __init__(self, goal: str) -> None:
+        self.goal = goal
+        self.actions: list[str] = []
+        self.answer_instruction = ""
+        self.follow_hints_for: str | None = None  # FILE of a read template with an unknown page count
+        self._read_numbered(goal)
+        if not self.actions:
+            self._read_backticks(goal)
+        key = KEY_TEMPLATE_RE.search(goal)
+        self.key = key.group(1) if key else None
+        label = BANNER_LABEL_RE.search(goal)
+        self.banner_label = label.group(1).strip() if label else None
+        self.choices = {letter: text.strip() for letter, text in CHOICE_RE.findall(goal)}
+        question = QUESTION_RE.search(goal)
+        self.question = question.group(1).strip() if question else ""
+
+    def _read_numbered(self, goal: str) -> None:
+        for match in NUMBERED_STEP_RE.finditer(goal):
+            text = match.group(1).split(" -- ")[0]
+            action = clean_action(text)
+            word = command_word(action)
+            if word == "submit":
+                self.answer_instruction = match.group(0)
+                break
+            if word in TASK_VERBS and not any(PLACEHOLDER_RE.match(part) for part in action.split()[1:]):
+                self.actions.append(_normal(action))
+
+    def _read_backticks(self, goal: str) -> None:
+        for span in BACKTICK_RE.findall(goal):
+            action = clean_action(span)
+            parts = action.split()
+            word = command_word(action)
+            if word == "submit":
+                continue
+            if word not in TASK_VERBS:
+                continue
+            placeholders = [part for part in parts[1:] if PLACEHOLDER_RE.match(part)]
+            if word == "read" and len(parts) == 3 and placeholders == [parts[2]]:
+                pages = PAGE_RANGE_RE.search(goal)
+                count = next((int(group) for group in pages.groups() if group), 0) if pages else 0
+                if count:
+                    self.actions.extend(f"read {parts[1]} {page}" for page in range(1, count + 1))
+                else:
+                    self.actions.append(f"read {parts[1]} 1")
+                    self.follow_hints_for = parts[1]
+            elif not placeholders:
+                self.actions.append(_normal(action))
+        for line in goal.split("\n"):
+            if "submit" in line.lower():
+                self.answer_instruction = line
+                break
+
+
+@frozen
+class MessageFacts:
+    """What one message shows the policy (computed once per distinct message: prompts repeat)."""
+
+    executed: frozenset[str]
+    stubs: tuple[tuple[str, str], ...]
+    recall_opens: tuple[tuple[str, int, int], ...]
+    exhausted: frozenset[str]
+    catalog: tuple[tuple[int, int], ...]
+    next_hints: tuple[str, ...]
+    last_action: str
+
+
+def _arc_component_facts(role: str, content: str) -> tuple[set[str], list[Stub], list[tuple[str, int, int]], set[str],
+                                                       list[tuple[int, int]]]:
+    """What an ARC view message shows, read with the core's own parsers (``arc_ref.parse``): actions shown
+    as executed, stubs, recall openings, exhausted ids and catalog pages."""
+    executed: set[str] = set()
+    stubs: list[Stub] = list(find_stubs(content))
+    opens: list[tuple[str, int, int]] = []
+    exhausted: set[str] = set()
+    catalog: list[tuple[int, int]] = []
+    component = parse_view_message(role, content)
+    if isinstance(component, Summary):
+        for item in component.items:
+            if isinstance(item, ThoughtItem):
+                executed.add(_normal(clean_action(item.action)))
+            elif isinstance(item, InlineItem):
+                executed.add(_normal(item.signature))
+    elif isinstance(component, ObservationMessage):
+        executed.add(_normal(component.signature))
+    elif isinstance(component, tuple):
+        for part in component:
+            if isinstance(part, Note) and part.kind == "exhausted":
+                exhausted.add(part.text("obs_id"))
+    for line in content.split("\n"):
+        marker = parse_recall_marker(line)
+        if marker is not None and marker.opening:
+            opens.append((marker.obs_id, marker.chunk, marker.chunks))
+        header = parse_catalog_header(line)
+        if header is not None:
+            catalog.append((header.page, header.pages))
+    return executed, stubs, opens, exhausted, catalog
+
+
+@functools.lru_cache(maxsize=16384)
+def message_facts(role: str, content: str) -> MessageFacts:
+    executed: set[str] = set()
+    last_action = ""
+    if role == "assistant":
+        _thought, action = parse_reply(content)
+        last_action = _normal(action)
+        if action:
+            executed.add(last_action)
+    for found in BACKTICK_RE.findall(content):
+        executed.add(_normal(found))
+    arc_executed, stubs, opens, exhausted, catalog = _arc_component_facts(role, content)
+    executed.update(arc_executed)
+    executed.update(_normal(stub.signature) for stub in stubs)
+    return MessageFacts(
+        executed=frozenset(executed),
+        stubs=tuple((stub.obs_id, stub.line) for stub in stubs),
+        recall_opens=tuple(opens),
+        exhausted=frozenset(exhausted),
+        catalog=tuple(catalog),
+        next_hints=tuple(_normal(hint) for hint in NEXT_HINT_RE.findall(content)),
+        last_action=last_action,
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def plan_of(goal: str) -> Plan:
+    return Plan(goal)
+
+
+class View:
+    """What the prompt shows after the goal (facts cached per message)."""
+
+    def __init__(self, history: Sequence[Message]) -> None:
+        self.messages = list(history)
+        self.facts = [message_facts(message.role, message.content) for message in history]
+        self.executed: set[str] = set()
+        for facts in self.facts:
+            self.executed.update(facts.executed)
+        self.last_action = next(
+            (facts.last_action for message, facts in zip(reversed(self.messages), reversed(self.facts), strict=True)
+             if message.role == "assistant"),
+            "",
+        )
+        self._text: str | None = None
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._text = "\n".join(message.content for message in self.messages)
+        return self._text
+
+    def recall_opens(self) -> list[tuple[str, int, int]]:
+        return [opened for facts in self.facts for opened in facts.recall_opens]
+
+    def recall_chunks(self) -> dict[str, tuple[set[int], int]]:
+        """Per id: the chunk numbers visible in the prompt and the chunk count."""
+        seen: dict[str, tuple[set[int], int]] = {}
+        for obs_id, chunk, chunks in self.recall_opens():
+            numbers, _ = seen.get(obs_id, (set(), chunks))
+            numbers.add(chunk)
+            seen[obs_id] = (numbers, chunks)
+        return seen
+
+    def last_recalled(self) -> tuple[str, int, int] | None:
+        """(id, chunk, chunks) of the last recall response in the prompt."""
+        opens = self.recall_opens()
+        return opens[-1] if opens else None
+
+    def attempted_ids(self) -> set[str]:
+        """Ids the agent already asked for (visible recall actions, responses or notes)."""
+        attempted = set(self.recall_chunks())
+        for action in self.executed:
+            if action.startswith("_recall"):
+                attempted.update(ID_PATTERN.findall(action))
+        for facts in self.facts:
+            attempted.update(facts.exhausted)
+        return attempted
+
+    def stubs(self) -> list[tuple[str, str]]:
+        """(id, stub text) of the citation stubs visible, in order of first appearance."""
+        found: dict[str, str] = {}
+        for facts in self.facts:
+            for obs_id, stub in facts.stubs:
+                found.setdefault(obs_id, stub)
+        return list(found.items())
+
+    def catalog_pages(self) -> list[tuple[int, int]]:
+        return [page for facts in self.facts for page in facts.catalog]
+
+    def next_hints(self) -> list[str]:
+        return [hint for facts in self.facts for hint in facts.next_hints]
