@@ -16,6 +16,7 @@ from typing import Sequence
 from attrs import frozen
 
 from arc_ref.parse import (
+    BareItem,
     InlineItem,
     Note,
     ObservationMessage,
@@ -77,6 +78,16 @@ class Plan:
         question = QUESTION_RE.search(goal)
         self.question = question.group(1).strip() if question else ""
 
+    @property
+    def need(self) -> str:
+        """What the task asks the agent to produce, in the task's words: the question and its choices for a
+        multiple-choice task, else the answer instruction (its step number dropped). The fair agent's one
+        query: it ranks citations with it and states it in its recovery step."""
+        if self.choices:
+            return " ".join([self.question, *(f"({letter}) {text}" for letter, text in sorted(self.choices.items()))])
+        numbered = NUMBERED_STEP_RE.match(self.answer_instruction)
+        return " ".join((numbered.group(1) if numbered else self.answer_instruction).split())
+
     def _read_numbered(self, goal: str) -> None:
         for match in NUMBERED_STEP_RE.finditer(goal):
             text = match.group(1).split(" -- ")[0]
@@ -119,32 +130,61 @@ class MessageFacts:
     """What one message shows the policy (computed once per distinct message: prompts repeat)."""
 
     executed: frozenset[str]
-    stubs: tuple[tuple[str, str], ...]
+    stubs: tuple[tuple[str, str], ...]  # (id, stub line)
     recall_opens: tuple[tuple[str, int, int], ...]
     exhausted: frozenset[str]
     catalog: tuple[tuple[int, int], ...]
     next_hints: tuple[str, ...]
     last_action: str
+    # (id, description) of every cited observation the message names: a stub's signature and previews,
+    # or, for a bare id in S, the action of the summarized turn just before it (S lists a turn, then its result)
+    citations: tuple[tuple[str, str], ...] = ()
+    shown_in_full: frozenset[str] = frozenset()  # ids whose whole content the message shows
 
 
-def _arc_component_facts(role: str, content: str) -> tuple[set[str], list[Stub], list[tuple[str, int, int]], set[str],
-                                                       list[tuple[int, int]]]:
+@frozen
+class _ArcFacts:
+    executed: frozenset[str]
+    stubs: tuple[Stub, ...]
+    opens: tuple[tuple[str, int, int], ...]
+    exhausted: frozenset[str]
+    catalog: tuple[tuple[int, int], ...]
+    citations: tuple[tuple[str, str], ...]
+    shown_in_full: frozenset[str]
+
+
+def stub_description(stub: Stub) -> str:
+    """What a stub says about its observation: the action that produced it and the previews."""
+    return f"{stub.signature} {stub.head} {stub.tail}"
+
+
+def _arc_component_facts(role: str, content: str) -> _ArcFacts:
     """What an ARC view message shows, read with the core's own parsers (``arc_ref.parse``): actions shown
-    as executed, stubs, recall openings, exhausted ids and catalog pages."""
+    as executed, stubs, recall openings, exhausted ids, catalog pages, citations and their descriptions."""
     executed: set[str] = set()
-    stubs: list[Stub] = list(find_stubs(content))
+    stubs = find_stubs(content)
+    citations = [(stub.obs_id, stub_description(stub)) for stub in stubs]
+    shown: set[str] = set()
     opens: list[tuple[str, int, int]] = []
     exhausted: set[str] = set()
     catalog: list[tuple[int, int]] = []
     component = parse_view_message(role, content)
     if isinstance(component, Summary):
+        previous_action = ""
         for item in component.items:
             if isinstance(item, ThoughtItem):
                 executed.add(_normal(clean_action(item.action)))
-            elif isinstance(item, InlineItem):
+                previous_action = item.action
+                continue
+            if isinstance(item, InlineItem):
                 executed.add(_normal(item.signature))
+                shown.add(item.obs_id)
+            elif isinstance(item, BareItem):
+                citations.append((item.obs_id, previous_action))
+            previous_action = ""
     elif isinstance(component, ObservationMessage):
         executed.add(_normal(component.signature))
+        shown.add(component.obs_id)
     elif isinstance(component, tuple):
         for part in component:
             if isinstance(part, Note) and part.kind == "exhausted":
@@ -156,7 +196,8 @@ def _arc_component_facts(role: str, content: str) -> tuple[set[str], list[Stub],
         header = parse_catalog_header(line)
         if header is not None:
             catalog.append((header.page, header.pages))
-    return executed, stubs, opens, exhausted, catalog
+    return _ArcFacts(frozenset(executed), stubs, tuple(opens), frozenset(exhausted), tuple(catalog),
+                     tuple(citations), frozenset(shown))
 
 
 @functools.lru_cache(maxsize=16384)
@@ -170,17 +211,19 @@ def message_facts(role: str, content: str) -> MessageFacts:
             executed.add(last_action)
     for found in BACKTICK_RE.findall(content):
         executed.add(_normal(found))
-    arc_executed, stubs, opens, exhausted, catalog = _arc_component_facts(role, content)
-    executed.update(arc_executed)
-    executed.update(_normal(stub.signature) for stub in stubs)
+    arc = _arc_component_facts(role, content)
+    executed.update(arc.executed)
+    executed.update(_normal(stub.signature) for stub in arc.stubs)
     return MessageFacts(
         executed=frozenset(executed),
-        stubs=tuple((stub.obs_id, stub.line) for stub in stubs),
-        recall_opens=tuple(opens),
-        exhausted=frozenset(exhausted),
-        catalog=tuple(catalog),
+        stubs=tuple((stub.obs_id, stub.line) for stub in arc.stubs),
+        recall_opens=arc.opens,
+        exhausted=arc.exhausted,
+        catalog=arc.catalog,
         next_hints=tuple(_normal(hint) for hint in NEXT_HINT_RE.findall(content)),
         last_action=last_action,
+        citations=arc.citations,
+        shown_in_full=arc.shown_in_full,
     )
 
 
@@ -245,6 +288,21 @@ class View:
             for obs_id, stub in facts.stubs:
                 found.setdefault(obs_id, stub)
         return list(found.items())
+
+    def citations(self) -> list[tuple[str, str]]:
+        """(id, description) of every cited observation the prompt names, in order of first appearance;
+        the descriptions of an id named several times (stub, bare id) are joined."""
+        found: dict[str, list[str]] = {}
+        for facts in self.facts:
+            for obs_id, description in facts.citations:
+                known = found.setdefault(obs_id, [])
+                if description and description not in known:
+                    known.append(description)
+        return [(obs_id, " ".join(descriptions)) for obs_id, descriptions in found.items()]
+
+    def shown_in_full(self) -> set[str]:
+        """Ids whose whole content the prompt shows (an observation in H, an inline item in S)."""
+        return {obs_id for facts in self.facts for obs_id in facts.shown_in_full}
 
     def catalog_pages(self) -> list[tuple[int, int]]:
         return [page for facts in self.facts for page in facts.catalog]
