@@ -21,7 +21,7 @@ from arc_eval.tasks.longbench import make_longbench_task
 from arc_eval.tasks.nih import make_nih_tasks
 from arc_eval.types import ChatRequest, ContextOverflow, Message, Observation, Task
 
-NIH = make_nih_tasks(42, 2, distractor_files=3)[0]
+NIH = make_nih_tasks(42, 2, distractor_files=3, layout="paper")[0]
 NEEDLE_FILE = NIH.files["secrets.txt"]
 
 
