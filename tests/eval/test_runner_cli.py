@@ -79,7 +79,7 @@ def test_small_nih_run_prints_the_table_and_writes_records(tmp_path: Path, capsy
     assert len(lines(out / "tasks.jsonl")) == 10
 
 
-def test_arc_keeps_every_needle_recoverable_and_the_baselines_lose_it(tmp_path: Path) -> None:
+def test_arc_keeps_every_needle_recoverable_and_a_window_loses_it(tmp_path: Path) -> None:
     from arc_eval.methods import method_available
 
     if not method_available("arc"):
@@ -95,7 +95,9 @@ def test_arc_keeps_every_needle_recoverable_and_the_baselines_lose_it(tmp_path: 
     assert len(arc) == 3 and all(task["correct"] and task["reexecutions"] == 0 for task in arc)
     recalled = [call for call in calls if call["method"] == "arc" and call["recalls"]]
     assert recalled and all(call["action"].startswith("_recall") for call in recalled)
-    assert not any(task["correct"] for task in tasks if task["method"] != "arc")
+    assert not any(task["correct"] for task in tasks if task["method"] == "sliding_window")
+    # the fair scripted agent copies the banner's lines into llm_summary's summary as the request asks
+    assert all(task["correct"] for task in tasks if task["method"] == "llm_summary")
 
 
 def test_a_killed_run_resumes_without_loss_or_duplicates(tmp_path: Path) -> None:

@@ -212,16 +212,21 @@ def test_state_rule_updates_the_json() -> None:
     assert state["sources"]["cat b.txt"] == "first: missing | last: missing" and state["task"] == "T"
 
 
-def test_the_policy_never_depends_on_the_answer() -> None:
+@pytest.mark.parametrize("variant", ["fair", "floor"])
+@pytest.mark.parametrize("method", ["sliding_window", "llm_summary", "structured_state", "rag_memory", "arc"])
+def test_the_policy_never_depends_on_the_answer(method: str, variant: str) -> None:
     settings = MethodSettings(context_limit=16384, extra={"rag_retriever": "bm25"})
+    task = make_nih_tasks(42, 1)[0]
 
     def trajectory(task: Task) -> list[tuple[object, ...]]:
-        calls, _ = asyncio.run(run_task(task, make_method("sliding_window", settings), ScriptedBackend(),
-                                        settings=settings, max_steps=20, seed=1))
+        backend = ScriptedBackend(ScriptedPolicy(variant=variant))
+        calls, _ = asyncio.run(run_task(task, make_method(method, settings), backend, settings=settings,
+                                        max_steps=40, seed=1))
         return [(call["action"], call["prompt_tokens"]) for call in calls]
 
-    other = Task(NIH.task_id, NIH.kind, NIH.goal, NIH.files, answer="SOMETHING-ELSE", meta=NIH.meta)
-    assert trajectory(NIH) == trajectory(other)
+    other = Task(task.task_id, task.kind, task.goal, task.files, answer="SOMETHING-ELSE", meta=task.meta,
+                 required_actions=task.required_actions)
+    assert trajectory(task) == trajectory(other)
 
 
 def test_scripted_backend_enforces_the_usable_budget() -> None:
