@@ -24,7 +24,9 @@ from arc_ref.parse import (
     Summary,
     ThoughtItem,
     find_stubs,
+    RecallResponse,
     parse_catalog_header,
+    parse_recall_buffer,
     parse_recall_marker,
     parse_view_message,
 )
@@ -227,6 +229,30 @@ def message_facts(role: str, content: str) -> MessageFacts:
     )
 
 
+def _whole_lines(responses: Sequence[RecallResponse]) -> str:
+    """Each observation of a recall buffer rebuilt from its runs of consecutive chunks, whole lines only."""
+    chunks: dict[str, dict[int, RecallResponse]] = {}
+    for response in responses:
+        chunks.setdefault(response.obs_id, {})[response.chunk] = response
+    texts: list[str] = []
+    for by_number in chunks.values():
+        numbers = sorted(by_number)
+        start = 0
+        while start < len(numbers):
+            end = start
+            while end + 1 < len(numbers) and numbers[end + 1] == numbers[end] + 1:
+                end += 1
+            first, last = by_number[numbers[start]], by_number[numbers[end]]
+            lines = "".join(by_number[number].payload for number in numbers[start : end + 1]).split("\n")
+            if first.chunk > 1:
+                lines = lines[1:]  # may start inside a line
+            if last.chunk < last.chunks:
+                lines = lines[:-1]  # may end inside a line
+            texts.append("\n".join(lines))
+            start = end + 1
+    return "\n".join(texts)
+
+
 @functools.lru_cache(maxsize=256)
 def plan_of(goal: str) -> Plan:
     return Plan(goal)
@@ -247,12 +273,26 @@ class View:
             "",
         )
         self._text: str | None = None
+        self._reassembled: str | None = None
 
     @property
     def text(self) -> str:
         if self._text is None:
             self._text = "\n".join(message.content for message in self.messages)
         return self._text
+
+    @property
+    def reassembled_text(self) -> str:
+        """The prompt's text with each recall buffer read as its observations: consecutive chunks of an
+        observation joined back (they are exact, non-overlapping slices: Lemma 4) and only whole lines kept,
+        so a line cut at a chunk boundary is read whole once its next chunk is shown, and not before."""
+        if self._reassembled is None:
+            parts: list[str] = []
+            for message in self.messages:
+                responses = parse_recall_buffer(message.content) if message.role == "user" else None
+                parts.append(message.content if responses is None else _whole_lines(responses))
+            self._reassembled = "\n".join(parts)
+        return self._reassembled
 
     def recall_opens(self) -> list[tuple[str, int, int]]:
         return [opened for facts in self.facts for opened in facts.recall_opens]

@@ -98,7 +98,8 @@ class ScriptedPolicy:
 
     def _answer_value(self, plan: Plan, view: View) -> str:
         key = plan.key or "ANSWER"
-        value = self._banner_value(view.text, key, plan.banner_label)
+        text = view.reassembled_text if self.fair else view.text
+        value = self._banner_value(text, key, plan.banner_label)
         if value is not None:
             return _reply(f"The value is in my context, inside the banner: {key}={value}.", f"submit {key}={value}")
         recall = self._recover(plan, view)
@@ -108,7 +109,7 @@ class ScriptedPolicy:
             rerun = self._rerun_step(plan, view)
             if rerun is not None:
                 return _reply(f"The value is no longer in my context; I run `{rerun}` again to see it.", rerun)
-        candidate = self._best_candidate(view.text, key)
+        candidate = self._best_candidate(text, key)
         if candidate is not None:
             return _reply(
                 f"I cannot see the banner any more; my best candidate is {key}={candidate}.",

@@ -284,3 +284,16 @@ def test_fair_browses_the_catalog_when_no_citation_fits_and_skips_what_it_can_re
 def test_unknown_agent_variant_is_refused() -> None:
     with pytest.raises(ConfigError, match="unknown scripted agent 'clever'; choose one of fair, floor"):
         ScriptedPolicy(variant="clever")
+
+
+def test_fair_reads_a_line_cut_at_a_chunk_boundary_only_once_it_is_whole() -> None:
+    cut = NEEDLE_FILE.index("NEEDLE=") + 12  # chunk 1 ends inside the needle's line
+    first = render.recall_response("§0002-bb", 1, 2, NEEDLE_FILE[:cut])
+    history = start(NIH) + turn("cat notes_03.txt", "x") + [
+        Message("assistant", render.agent_message("t", "_recall §0002-bb")),
+        Message("user", render.recall_content([first]))]
+    assert agent(history)[1] == "_recall-next §0002-bb"
+    assert agent(history, variant="floor")[1] == f"submit NEEDLE={NIH.answer[:5]}"  # floor reads the cut token
+    second = render.recall_response("§0002-bb", 2, 2, NEEDLE_FILE[cut:])
+    history[-1] = Message("user", render.recall_content([first, second]))
+    assert agent(history)[1] == f"submit NEEDLE={NIH.answer}"
