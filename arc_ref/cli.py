@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Sequence
 
-from arc_ref.config import OVERRIDE_KEYS, PRESETS, STRING_FIELDS, make_setup, preset
+from arc_ref.config import JSON_FIELDS, OVERRIDE_KEYS, PRESETS, STRING_FIELDS, make_setup, preset
 from arc_ref.errors import ArcError
 from arc_ref.trace import replay_text
 
@@ -42,6 +42,11 @@ def _parse_setting(text: str) -> tuple[str, object]:
         raise ValueError(f"--set needs KEY=VALUE with KEY one of {', '.join(OVERRIDE_KEYS)}: {text!r}")
     if key in STRING_FIELDS:
         return key, value
+    if key in JSON_FIELDS:
+        try:
+            return key, json.loads(value)
+        except json.JSONDecodeError:
+            raise ValueError(f"--set {key} needs a JSON value, got {value!r}") from None
     try:
         return key, int(value)
     except ValueError:

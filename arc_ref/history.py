@@ -3,6 +3,11 @@
 An entry is an agent turn (assistant: thought + action), an observation (user: verbatim content, or its
 stub when the whole message would not fit R: A4 "stored first and represented by its stub"), or the
 result of commands the core answered itself (user: one note per command).
+
+In tool mode (spec/rendering.md section 13) an entry is an assistant turn with its tool calls, or the tool
+result answering one call: an environment's result stored as an observation, or ARC's own answer to a call
+of one of its tools. An assistant turn and the results of its calls form one *unit* (`unit_starts`), folded
+as a whole, so a call and its result are never separated; a unit's messages cost at most R together.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from attrs import frozen
 from arc_ref import render
 from arc_ref.config import Setup
 from arc_ref.errors import BudgetViolation
-from arc_ref.message import Message
+from arc_ref.message import Message, ToolCall
 from arc_ref.store import Record
 from arc_ref.text import ELLIPSIS, clip_until, clipped, shown_signature
 
@@ -41,7 +46,34 @@ class CommandEntry:
     message: Message
 
 
-LiveEntry = Union[AgentEntry, ObservationEntry, CommandEntry]
+@frozen
+class ToolTurnEntry:
+    """Tool mode: the agent's turn, an assistant message with its text (the thought) and its tool calls."""
+
+    turn: int
+    thought: str
+    calls: tuple[ToolCall, ...]
+    message: Message
+
+
+@frozen
+class ToolResultEntry:
+    """Tool mode: a tool message answering one call; ``index`` is j of the stored result, 0 for ARC's answer."""
+
+    turn: int
+    call_id: str
+    index: int
+    verbatim: bool  # False: an environment result shown as its stub
+    notes: tuple[str, ...]  # ARC's answer (index 0): the notes shown
+    message: Message
+
+
+LiveEntry = Union[AgentEntry, ObservationEntry, CommandEntry, ToolTurnEntry, ToolResultEntry]
+
+
+def starts_unit(entry: LiveEntry) -> bool:
+    """A tool result belongs to the unit of the assistant turn before it; every other entry starts a unit."""
+    return not isinstance(entry, ToolResultEntry)
 
 
 class FitsRecent:
@@ -69,21 +101,21 @@ def agent_entry(setup: Setup, turn: int, thought: str, action: str) -> AgentEntr
             if shown_action is None:
                 raise BudgetViolation("an agent message cannot fit recent_budget R even fully clipped")
             content = render.agent_message(empty_thought, shown_action)
-    return AgentEntry(turn, thought, action, Message(render.ASSISTANT, content, setup.message_tokens(render.ASSISTANT, content)))
+    return AgentEntry(turn, thought, action, setup.message(render.ASSISTANT, content))
 
 
 def observation_entry(setup: Setup, record: Record) -> ObservationEntry:
     """The new observation verbatim when its message fits R, otherwise its stub (A4)."""
     signature = shown_signature(record.signature, setup.config.signature_chars)
     content = render.observation_message(record.obs_id, record.returncode, signature, record.content)
-    tokens = setup.message_tokens(render.USER, content)
-    if tokens <= setup.config.recent_budget:
-        return ObservationEntry(record.index, True, Message(render.USER, content, tokens))
+    message = setup.message(render.USER, content)
+    if message.tokens <= setup.config.recent_budget:
+        return ObservationEntry(record.index, True, message)
     content = render.observation_stub_message(record.obs_id, record.returncode, record.n_tokens, record.stub)
-    tokens = setup.message_tokens(render.USER, content)
-    if tokens > setup.config.recent_budget:
-        raise BudgetViolation(f"the stub message of {record.obs_id} costs {tokens} > recent_budget R")
-    return ObservationEntry(record.index, False, Message(render.USER, content, tokens))
+    message = setup.message(render.USER, content)
+    if message.tokens > setup.config.recent_budget:
+        raise BudgetViolation(f"the stub message of {record.obs_id} costs {message.tokens} > recent_budget R")
+    return ObservationEntry(record.index, False, message)
 
 
 def command_entry(setup: Setup, turn: int, notes: Sequence[str]) -> CommandEntry:
@@ -96,4 +128,46 @@ def command_entry(setup: Setup, turn: int, notes: Sequence[str]) -> CommandEntry
         if shown is None:
             shown = ELLIPSIS
         content = render.command_message((shown,))
-    return CommandEntry(turn, tuple(notes), Message(render.USER, content, setup.message_tokens(render.USER, content)))
+    return CommandEntry(turn, tuple(notes), setup.message(render.USER, content))
+
+
+# --- tool mode ------------------------------------------------------------------------------------------
+
+
+def tool_turn_entry(setup: Setup, turn: int, thought: str, calls: tuple[ToolCall, ...], budget: int) -> ToolTurnEntry:
+    """The assistant turn with its calls; its text (the thought) clipped until the message costs <= ``budget``."""
+
+    def message(text: str) -> Message:
+        return setup.message(render.ASSISTANT, text, calls)
+
+    shown = clip_until(thought, lambda text: message(text).tokens <= budget)
+    if shown is None:
+        raise BudgetViolation(f"the tool calls of turn {turn} cost more than the {budget} tokens left for them in R")
+    return ToolTurnEntry(turn, thought, calls, message(shown))
+
+
+def tool_note_entry(setup: Setup, turn: int, call_id: str, notes: Sequence[str], budget: int) -> ToolResultEntry:
+    """ARC's answer to a call of one of its tools: the notes, clipped as one text until it costs <= ``budget``."""
+    joined = "\n".join(notes)
+
+    def message(text: str) -> Message:
+        return setup.message(render.TOOL, text, (), call_id)
+
+    shown = clip_until(joined, lambda text: message(text).tokens <= budget)
+    if shown is None:
+        raise BudgetViolation(f"ARC's answer to call {call_id!r} cannot fit the {budget} tokens left for it in R")
+    return ToolResultEntry(turn, call_id, 0, True, tuple(notes), message(shown))
+
+
+def tool_result_entry(setup: Setup, turn: int, call_id: str, record: Record, budget: int) -> ToolResultEntry:
+    """An environment's result: verbatim when its message costs <= ``budget``, otherwise its stub (A4)."""
+    signature = shown_signature(record.signature, setup.config.signature_chars)
+    content = render.observation_message(record.obs_id, record.returncode, signature, record.content)
+    message = setup.message(render.TOOL, content, (), call_id)
+    if message.tokens <= budget:
+        return ToolResultEntry(turn, call_id, record.index, True, (), message)
+    content = render.observation_stub_message(record.obs_id, record.returncode, record.n_tokens, record.stub)
+    message = setup.message(render.TOOL, content, (), call_id)
+    if message.tokens > budget:
+        raise BudgetViolation(f"the stub message of {record.obs_id} costs {message.tokens} > the {budget} tokens left")
+    return ToolResultEntry(turn, call_id, record.index, False, (), message)

@@ -92,7 +92,7 @@ def make_entry(setup: Setup, index: int, obs_id: str, chunk: int, chunks: int, p
 
 def _buffer_message(setup: Setup, entries: Sequence[BufferEntry]) -> Message:
     content = render.recall_content(entry.response for entry in entries)
-    return Message(render.USER, content, setup.message_tokens(render.USER, content))
+    return setup.message(render.USER, content)
 
 
 def admit(

@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Iterator
 
-import attrs
 
-from arc_ref.config import OVERRIDE_KEYS, PRESETS, preset
+from arc_ref.config import OVERRIDE_KEYS, PRESETS, config_json, preset
 from arc_ref.errors import ArcError, BudgetViolation
 from arc_ref.machine import (
     AgentResult,
@@ -72,7 +71,7 @@ def _config_output(state: ArcState, preset_name: str) -> dict[str, Any]:
     return {
         "op": "config",
         "preset": preset_name,
-        "config": attrs.asdict(setup.config),
+        "config": config_json(setup.config),
         "budget": setup.budget,
         "limit": setup.limit,
         "prefix_tokens": setup.prefix_tokens,
@@ -139,7 +138,9 @@ def _output_json(state: ArcState, output: Output) -> dict[str, Any]:
         return _agent_output(output)
     if isinstance(output, CompactResult):
         return {"op": "compact", "reason": output.reason, "folded": output.folded}
-    return _view_output(state, output)
+    if isinstance(output, View):
+        return _view_output(state, output)
+    raise TraceError(f"no trace output for {type(output).__name__}")  # tool-mode events have no trace op yet
 
 
 def _view_output(state: ArcState, shown: View) -> dict[str, Any]:

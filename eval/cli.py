@@ -298,7 +298,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def _bench(args: argparse.Namespace) -> int:
     from arc_eval.methods import BASELINE_NAMES, METHOD_NAMES, method_available
-    from arc_eval.runner import bench_concurrency, bench_harness_overhead, bench_throughput
+    from arc_eval.bench import bench_concurrency, bench_harness_overhead, bench_throughput
 
     methods = args.methods if args.methods is not None else tuple(
         name for name in METHOD_NAMES if name in BASELINE_NAMES or method_available(name)

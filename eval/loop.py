@@ -36,6 +36,8 @@ import functools
 import time
 from typing import Any, Callable, Mapping, Sequence
 
+from attrs import evolve
+
 from arc_eval.methods.base import Method, MethodSettings
 from arc_eval.protocol import (
     NO_ACTION_MESSAGE,
@@ -45,6 +47,7 @@ from arc_eval.protocol import (
     submitted_text,
     system_prompt,
 )
+from arc_eval.schema import CallRecord, Compaction, Recall, TaskRecord
 from arc_eval.types import (
     Backend,
     BackendUnavailable,
@@ -125,7 +128,7 @@ class _TaskRun:
         self.variant = variant
         self.model = model
         self.temperature = temperature
-        self.calls: list[dict[str, Any]] = []
+        self.calls: list[CallRecord] = []
         self.call_index = 0
         self.pending_compactions: list[str] = []
 
@@ -139,29 +142,35 @@ class _TaskRun:
         finish_reason: str,
         overflow: bool,
         compactions: Sequence[str] = (),
-    ) -> dict[str, Any]:
-        call: dict[str, Any] = {
-            "variant": self.variant,
-            "method": self.method.name,
-            "model": self.model,
-            "task_kind": self.task.kind,
-            "task_id": self.task.task_id,
-            "seed": self.seed,
-            "call_index": self.call_index,
-            "purpose": purpose,
-            "prompt_tokens": int(prompt_tokens),
-            "completion_tokens": int(completion_tokens),
-            "latency_s": round(float(latency_s), 6),
-            "finish_reason": finish_reason,
-            "overflow": overflow,
-            "compactions": [{"reason": reason} for reason in compactions],
-            "recalls": [],
-            "action": None,
-            "submission": None,
-            "reexecution": False,
-        }
-        self.calls.append(call)
-        return call
+    ) -> int:
+        """Record a call; returns its position in ``calls`` (``amend`` fills in what the step learns later)."""
+        self.calls.append(
+            CallRecord(
+                variant=self.variant,
+                method=self.method.name,
+                model=self.model,
+                task_kind=self.task.kind,
+                task_id=self.task.task_id,
+                seed=self.seed,
+                call_index=self.call_index,
+                purpose=purpose,
+                prompt_tokens=int(prompt_tokens),
+                completion_tokens=int(completion_tokens),
+                latency_s=round(float(latency_s), 6),
+                finish_reason=finish_reason,
+                overflow=overflow,
+                compactions=tuple(Compaction(reason) for reason in compactions),
+                recalls=(),
+                action=None,
+                submission=None,
+                reexecution=False,
+            )
+        )
+        return len(self.calls) - 1
+
+    def amend(self, position: int, **changes: Any) -> None:
+        """What the agent step learned after its call: the action, recalls, submission, re-execution."""
+        self.calls[position] = evolve(self.calls[position], **changes)
 
     def request(self, messages: Sequence[Message], purpose: str) -> ChatRequest:
         return ChatRequest(
@@ -181,8 +190,8 @@ class _TaskRun:
 
     async def call(
         self, messages: Sequence[Message], purpose: str, compactions: Sequence[str] = ()
-    ) -> tuple[ChatReply, dict[str, Any]]:
-        """One recorded model call; an overflow is recorded, then re-raised."""
+    ) -> tuple[ChatReply, int]:
+        """One recorded model call (its reply and its position in ``calls``); an overflow is recorded, then re-raised."""
         self.call_index += 1
         request = self.request(messages, purpose)
         started = time.perf_counter()
@@ -202,7 +211,7 @@ class _TaskRun:
                 compactions=compactions,
             )
             raise
-        call = self.record(
+        position = self.record(
             purpose,
             prompt_tokens=reply.prompt_tokens,
             completion_tokens=reply.completion_tokens,
@@ -211,7 +220,7 @@ class _TaskRun:
             overflow=False,
             compactions=compactions,
         )
-        return reply, call
+        return reply, position
 
     async def aux(self, messages: Sequence[Message], purpose: str) -> ChatReply:
         """The AuxCaller handed to methods: summary / state requests, recorded like any call."""
@@ -240,8 +249,8 @@ async def run_task(
     sandbox: Sandbox | None = None,
     scorer: Scorer | None = None,
     max_reactive_retries: int = MAX_REACTIVE_RETRIES,
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Run one task to its end; returns (call records, task record) in the RECORDS.md shapes."""
+) -> tuple[list[CallRecord], TaskRecord]:
+    """Run one task to its end; returns its call records and its task record (``arc_eval.schema``)."""
     if max_steps < 1:
         raise ValueError(f"max_steps must be at least 1, got {max_steps}")
     run = _TaskRun(
@@ -267,7 +276,7 @@ async def run_task(
                 await method.compact("forced", run.aux)
             messages = await method.prompt(run.aux)
             reply: ChatReply | None = None
-            call: dict[str, Any] = {}
+            call = -1
             retries = 0
             while reply is None:
                 try:
@@ -282,12 +291,12 @@ async def run_task(
                 break
             steps += 1
             thought, action = parse_reply(reply.content)
-            call["action"] = action
+            run.amend(call, action=action)
             intercepted = method.record_agent(thought, action)
             events = method.drain_events()
             run.pending_compactions.extend(events.compactions)
             recalls = events.recalls or (intercepted.recalls if intercepted is not None else ())
-            call["recalls"] = [dict(recall) for recall in recalls]
+            run.amend(call, recalls=tuple(Recall(recall["id"], recall["chunk"], recall["chunks"]) for recall in recalls))
             if intercepted is not None:
                 continue
             if not action:
@@ -299,7 +308,7 @@ async def run_task(
                     break
                 observation = environment.run(action)
                 if observation.submitted is not None:
-                    call["submission"] = observation.submitted
+                    run.amend(call, submission=observation.submitted)
                     missing = [required for required in task.required_actions if _signature(required) not in seen]
                     if missing:
                         shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
@@ -313,7 +322,7 @@ async def run_task(
                 continue
             signature = _signature(action)
             if signature in seen:
-                call["reexecution"] = True
+                run.amend(call, reexecution=True)
                 reexecutions += 1
             seen.add(signature)
             method.record_observation(action, environment.run(action))
@@ -325,24 +334,24 @@ async def run_task(
     correct, scored = False, None
     if submission is not None and score is not None:
         correct, scored = score(task, submission, final_reply)
-    outcome: dict[str, Any] = {
-        "variant": variant,
-        "method": method.name,
-        "model": run.model,
-        "task_kind": task.kind,
-        "task_id": task.task_id,
-        "seed": seed,
-        "submitted": submission is not None,
-        "no_answer": submission is None,
-        "correct": bool(correct),
-        "submission": scored,
-        "end": end,
-        "error": error,
-        "calls": run.call_index,
-        "steps": steps,
-        "reexecutions": reexecutions,
-        "meta": _json_meta(task.meta),
-    }
+    outcome = TaskRecord(
+        variant=variant,
+        method=method.name,
+        model=run.model,
+        task_kind=task.kind,
+        task_id=task.task_id,
+        seed=seed,
+        submitted=submission is not None,
+        no_answer=submission is None,
+        correct=bool(correct),
+        submission=scored,
+        end=end,
+        error=error,
+        calls=run.call_index,
+        steps=steps,
+        reexecutions=reexecutions,
+        meta=_json_meta(task.meta),
+    )
     return run.calls, outcome
 
 

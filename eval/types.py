@@ -62,7 +62,15 @@ class ContextOverflow(Exception):
         self.limit = limit
 
 
-class BackendUnavailable(Exception):
+class BackendError(Exception):
+    """The backend failed, not the task: never scored; the run stops with this message and resumes later.
+
+    Backends raise a subclass: ``BackendUnavailable`` (retries exhausted), or their own for a request
+    the server refuses (a 4xx that is not a context overflow) or a reply that breaks the API.
+    """
+
+
+class BackendUnavailable(BackendError):
     """Retries exhausted on 5xx / timeouts / dropped connections. Never scored as a wrong answer."""
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from arc_ref.chat import CHATML, QWEN3_NOTHINK
+from arc_ref.chat import CHATML, QWEN3_NOTHINK, ChatFormat
 from arc_ref.config import Config, make_setup, preset
 from arc_ref.errors import ConfigError
 from arc_ref.machine import Observe, init, observe
@@ -109,5 +109,6 @@ def test_a4_prefix_tokens_b_is_tokens_of_f(goal: str) -> None:
     """B is the token count of F = [system, goal] as serialized."""
     config = preset("minimal", goal=goal, context_limit=4000)
     setup = make_setup(config)
+    assert isinstance(setup.chat, ChatFormat)
     rendered = "".join(setup.chat.render_message(role, text) for role, text in setup.prefix_messages)
     assert setup.prefix_tokens == setup.tokenizer.count(rendered)

@@ -32,12 +32,13 @@ from jsonschema import Draft202012Validator
 import proofs_check
 from arc_ref import render
 from arc_ref.chat import CHAT_FORMATS
-from arc_ref.config import OVERRIDE_KEYS, PRESETS, Config, Setup, make_setup
+from arc_ref.config import OVERRIDE_KEYS, PRESETS, TEMPLATE_FORMAT, Config, Setup, make_setup
 from arc_ref.text import ELLIPSIS
 from arc_ref.trace import replay_text
 from proofs_check import vectors
 from proofs_check.broken_contracts import CONTRACT_STATEMENTS, CONTRACTED
 from proofs_check.registry import PROPERTIES, STATEMENTS
+from proofs_check.shared_data import SHARED_DATA_ENV, replay_directory
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "spec"
@@ -289,7 +290,9 @@ def test_schemas_are_valid_and_name_every_config_field() -> None:
         "trace-input.schema.json config keys != arc_ref.config.OVERRIDE_KEYS"
     )
     assert config_keys["preset"]["enum"] == sorted(PRESETS), "trace-input.schema.json preset enum != PRESETS"
-    assert set(config_keys["chat_format"]["enum"]) == set(CHAT_FORMATS), "chat_format enum != CHAT_FORMATS"
+    assert set(config_keys["chat_format"]["enum"]) == set(CHAT_FORMATS) | {TEMPLATE_FORMAT}, (
+        "chat_format enum != CHAT_FORMATS and the template format"
+    )
 
 
 @pytest.mark.parametrize("name", TRACE_NAMES)
@@ -318,11 +321,18 @@ def test_trace_vector_lines_validate_against_the_schemas(name: str) -> None:
             assert sum(output["components"].values()) == output["tokens"], f"{name} line {number}: components"
 
 
+TRACE_VECTORS = {vector.name: vector for vector in vectors.trace_vectors()}
+
+
 @pytest.mark.parametrize("name", TRACE_NAMES)
 def test_trace_vector_replays_to_the_expected_output(name: str) -> None:
     inputs = read_lines(VECTOR_DIR / f"{name}.trace.jsonl")
     expected = [line.rstrip("\n") for line in read_lines(VECTOR_DIR / f"{name}.expected.jsonl")]
-    actual = list(replay_text(inputs))
+    needs = TRACE_VECTORS[name].needs if name in TRACE_VECTORS else ()
+    with replay_directory(needs) as directory:
+        if directory is None:
+            pytest.skip(f"trace vector {name} needs {', '.join(needs)} beside the repository (or {SHARED_DATA_ENV})")
+        actual = list(replay_text(inputs))
     assert len(actual) == len(inputs), f"{name}: replay wrote {len(actual)} lines for {len(inputs)}"
     for number, (got, want) in enumerate(zip(actual, expected), start=1):
         assert got == want, (

@@ -44,7 +44,7 @@ def go(
         run_task(task or tiny_task(files=files), chosen, backend, settings=SETTINGS, max_steps=max_steps,
                  force_at_calls=force_at_calls, seed=42, variant="v", sandbox=sandbox, scorer=exact_scorer)
     )
-    return calls, outcome, backend, sandbox
+    return [call.to_json() for call in calls], outcome.to_json(), backend, sandbox
 
 
 def test_submission_ends_the_task_and_records_have_the_schema() -> None:
@@ -115,10 +115,11 @@ def test_reactive_compaction_then_retry() -> None:
 
     backend = FakeBackend(answer)
     files = {f"f{index}.txt": "z" * 400 for index in range(3)}
-    calls, outcome = asyncio.run(
+    records, result = asyncio.run(
         run_task(tiny_task(files=files), make_method("sliding_window", SETTINGS), backend, settings=SETTINGS,
                  max_steps=10, force_at_calls=(), seed=1, sandbox=FakeSandbox(files), scorer=exact_scorer)
     )
+    calls, outcome = [record.to_json() for record in records], result.to_json()
     overflowed = [call for call in calls if call["overflow"]]
     assert len(overflowed) == 1 and overflowed[0]["finish_reason"] == "overflow"
     assert overflowed[0]["prompt_tokens"] == 120 and overflowed[0]["completion_tokens"] == 0
@@ -213,7 +214,7 @@ def test_longbench_reads_the_answer_from_the_whole_final_reply_with_the_official
         backend = FakeBackend(ScriptedReplies([final]))
         _, outcome = asyncio.run(run_task(task, make_method("sliding_window", settings), backend, settings=settings,
                                           max_steps=3, force_at_calls=(), seed=1))
-        return outcome
+        return outcome.to_json()
 
     starred = outcome_of("Thought: **The correct answer is (C)**, I am sure.\nAction: submit C")
     assert starred["correct"] and starred["submission"] == "C"  # the action alone holds no answer pattern

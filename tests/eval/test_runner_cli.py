@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from arc_eval.cli import default_run_dir, main
-from arc_eval.runner import ABLATIONS, RunSpec, accuracy_table, run
+from arc_eval.runner import ABLATIONS, RunSpec, run
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO.parent / "shared" / "data" / "longbench_v2_hard_sample"
@@ -255,16 +255,6 @@ def test_tool_calling_offers_the_recall_tools_to_arc_only(tmp_path: Path) -> Non
     assert other.tools is None
 
 
-def test_accuracy_table_layout() -> None:
-    rows = [{"variant": "", "method": method, "correct": correct, "no_answer": not correct, "reexecutions": 0}
-            for method, correct in [("arc", True), ("arc", True), ("sliding_window", False), ("sliding_window", True)]]
-    table = accuracy_table(rows).splitlines()
-    assert table[0].split() == ["variant", "method", "pass/attempts", "no-answer", "accuracy", "re-executions"]
-    assert table[2].split() == ["-", "sliding_window", "1/2", "1", "50.00%", "0"]
-    assert table[3].split() == ["-", "arc", "2/2", "0", "100.00%", "0"]
-    assert accuracy_table([]) == "no finished task in this run"
-
-
 def test_report_and_serve_scripted_are_dispatched(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("arc_eval.analysis.cli")
     out = tmp_path / "run"
@@ -275,3 +265,11 @@ def test_report_and_serve_scripted_are_dispatched(tmp_path: Path, capsys: pytest
     assert "sliding_window" in capsys.readouterr().out
     assert main(["report", str(tmp_path / "missing")]) != 0
     assert main(["serve-scripted", "--help"]) == 0
+
+
+def test_bench_prints_its_figures(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--only", "throughput", "--only", "overhead", "--tasks", "1", "--overhead-tasks", "1",
+                 "--methods", "sliding_window"]) == 0
+    out = capsys.readouterr().out
+    assert "throughput: scripted NIH, 1 tasks x 1 methods x 1 seed" in out and "0/1" in out
+    assert "harness overhead per call" in out and "sliding_window" in out.splitlines()[-1]

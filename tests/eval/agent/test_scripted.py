@@ -160,8 +160,8 @@ def test_longbench_reads_pages_then_answers_by_overlap(variant: str) -> None:
 
 def folded(action: str, text: str, rc: int = 0, thought: str = "t") -> Turn:
     observation = Observation(text, rc)
-    return Turn(Message("assistant", assistant_text(thought, action)), Message("user", observation_text(action, observation)),
-                action, text, rc)
+    return Turn(Message("assistant", assistant_text(thought, action)),
+                Message("user", observation_text(action, observation)), action, text, rc)
 
 
 def summary_request(current: str, turns: list[Turn]) -> list[Message]:
@@ -222,7 +222,7 @@ def test_the_policy_never_depends_on_the_answer(method: str, variant: str) -> No
         backend = ScriptedBackend(ScriptedPolicy(variant=variant))
         calls, _ = asyncio.run(run_task(task, make_method(method, settings), backend, settings=settings,
                                         max_steps=40, seed=1))
-        return [(call["action"], call["prompt_tokens"]) for call in calls]
+        return [(call.action, call.prompt_tokens) for call in calls]
 
     other = Task(task.task_id, task.kind, task.goal, task.files, answer="SOMETHING-ELSE", meta=task.meta,
                  required_actions=task.required_actions)
@@ -254,7 +254,8 @@ DISTRACTOR_HEAD = "# notes_01.txt: distractor file 1 of 3; it holds no needle."
 def test_fair_reads_a_bare_id_by_the_turn_it_follows_in_the_summary() -> None:
     summary = render.summary_content(0, [
         render.thought_item(1, "step 1", "cat secrets.txt"), "§00001-aa",  # collapsed to its bare id
-        render.thought_item(2, "step 2", "cat notes_01.txt"), stub("§00002-bb", "cat notes_01.txt", DISTRACTOR_HEAD, "w"),
+        render.thought_item(2, "step 2", "cat notes_01.txt"),
+        stub("§00002-bb", "cat notes_01.txt", DISTRACTOR_HEAD, "w"),
     ])
     messages = start(NIH) + [Message("user", summary)] + arc_turn("§00004-dd", "cat notes_03.txt", "words")
     assert agent(messages)[1] == "_recall §00001-aa"
