@@ -299,7 +299,8 @@ def parse_recall_buffer(content: str) -> tuple[RecallResponse, ...] | None:
     for start, end in runs:
         opening = markers[start]
         assert opening is not None
-        responses.append(RecallResponse(opening.obs_id, opening.chunk, opening.chunks, "\n".join(body[start + 1 : end - 1])))
+        payload = "\n".join(body[start + 1 : end - 1])
+        responses.append(RecallResponse(opening.obs_id, opening.chunk, opening.chunks, payload))
     return tuple(responses)
 
 

@@ -230,7 +230,9 @@ def _rerender(component: parse.ViewComponent) -> str:
             for r in component if isinstance(r, parse.RecallResponse)
         )
     return render.command_message(
-        dict(parse.NOTE_TEMPLATES)[note.kind].render(**note.fields) for note in component if isinstance(note, parse.Note)
+        dict(parse.NOTE_TEMPLATES)[note.kind].render(**note.fields)
+        for note in component
+        if isinstance(note, parse.Note)
     )
 
 

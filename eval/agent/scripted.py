@@ -31,7 +31,8 @@ from arc_ref.errors import ConfigError
 from arc_ref.parse import parse_recall_marker
 from arc_eval.agent.condense import first_last_lines, marks_itself_as_noise, write_state, write_summary
 from arc_eval.agent.ranking import bm25_scores, named_sources, ranked, tokens
-from arc_eval.agent.reading import Plan, View, message_facts, plan_of, words  # message_facts: the runner clears its cache
+# message_facts: the benches clear its cache through this module
+from arc_eval.agent.reading import Plan, View, message_facts, plan_of, words
 from arc_eval.methods.base import shared_counter
 from arc_eval.protocol import STATE_REQUEST_HEADER, SUMMARY_REQUEST_HEADER
 from arc_eval.types import ChatReply, ChatRequest, ContextOverflow, Message

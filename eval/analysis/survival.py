@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Protocol, Sequence
 
+from attrs import evolve
+
+from arc_eval.schema import CallRecord, TaskKey, TaskRecord
+
 SURVIVAL_KEY = "compactions_survived"
 NEVER_READ = "needle never read"
 
@@ -52,3 +56,15 @@ def survival_bucket(count: int | None) -> str:
 def bucket_order(label: str) -> tuple[int, str]:
     order = [*(str(count) for count in range(6)), "6-9", "10+", NEVER_READ]
     return (order.index(label), label) if label in order else (len(order), label)
+
+
+def with_survival(tasks: Iterable[TaskRecord], calls: Mapping[TaskKey, Sequence[CallRecord]]) -> list[TaskRecord]:
+    """The NIH tasks (those naming their needle's action) with ``meta[SURVIVAL_KEY]``, the bucket of
+    compactions the needle survived; other tasks are left out."""
+    marked: list[TaskRecord] = []
+    for task in tasks:
+        if "needle_action" not in task.meta:
+            continue
+        count = compactions_survived(task.meta, calls.get(task.key, ()))
+        marked.append(evolve(task, meta={**task.meta, SURVIVAL_KEY: survival_bucket(count)}))
+    return marked

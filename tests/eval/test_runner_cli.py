@@ -42,6 +42,9 @@ def lines(path: Path) -> list[dict[str, Any]]:
         (["longbench", "--data", "/nonexistent/data.json"], "does not exist"),
         (["ablation", "noise-lines", "--task", "longbench", "--data", "x"], "--task nih"),
         (["ablation", "bogus"], "invalid choice"),
+        (["nih", "--agent", "clever"], "invalid choice: 'clever'"),
+        (["nih", "--nih-layout", "odd"], "invalid choice: 'odd'"),
+        (["longbench", "--data", "x", "--difficulty", "medium"], "invalid choice: 'medium'"),
         (["frobnicate"], "invalid choice"),
         ([], "COMMAND"),
     ],
@@ -58,7 +61,7 @@ def test_bad_arguments_exit_2_with_a_message(argv: list[str], message: str, caps
 def test_small_nih_run_prints_the_table_and_writes_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
     argv = ["nih", "--tasks", "2", "--seeds", "42", "--methods", BASELINES, "--out", str(out),
-            "--rag-retriever", "bm25", "--no-progress", "--concurrency", "3"]
+            "--nih-layout", "paper", "--rag-retriever", "bm25", "--no-progress", "--concurrency", "3"]
     assert main(argv) == 0
     table = capsys.readouterr().out
     for name in BASELINES.split(","):
@@ -253,6 +256,29 @@ def test_tool_calling_offers_the_recall_tools_to_arc_only(tmp_path: Path) -> Non
     other: Any = make_backend(spec, "sliding_window")
     assert [tool["function"]["name"] for tool in arc_backend.tools][:2] == ["_recall", "_recall-next"]
     assert other.tools is None
+
+
+def test_the_agent_and_the_layout_are_chosen_recorded_and_the_figures_say_what_they_are(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "floor"
+    assert main(["nih", "--tasks", "2", "--seeds", "42", "--methods", "sliding_window,llm_summary,arc",
+                 "--out", str(out), "--agent", "floor", "--nih-layout", "paper", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "scripted-floor: the deterministic scripted agent" in printed and "not a model's accuracy" in printed
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["model"] == "scripted-floor"
+    assert (manifest["config"]["agent"], manifest["config"]["nih_layout"]) == ("floor", "paper")
+    tasks = lines(out / "tasks.jsonl")
+    assert {task["model"] for task in tasks} == {"scripted-floor"} and {t["meta"]["layout"] for t in tasks} == {"paper"}
+    assert not any(task["correct"] for task in tasks if task["method"] == "llm_summary")  # floor keeps 2 lines
+    fair = tmp_path / "fair"
+    assert main(["nih", "--tasks", "2", "--seeds", "42", "--methods", "llm_summary", "--out", str(fair),
+                 "--nih-layout", "paper", "--no-progress"]) == 0
+    assert all(task["correct"] and task["model"] == "scripted-fair" for task in lines(fair / "tasks.jsonl"))
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0
+    report = capsys.readouterr().out
+    assert "accuracy by compactions the needle survived" in report and "not a model's accuracy" in report
 
 
 def test_report_and_serve_scripted_are_dispatched(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
