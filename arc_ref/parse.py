@@ -369,8 +369,11 @@ NOTE_TEMPLATES: tuple[tuple[str, Template], ...] = (
     ("catalog_empty", render.NOTE_CATALOG_EMPTY),
     ("catalog_no_page", render.NOTE_CATALOG_NO_PAGE),
     ("ignored", render.NOTE_IGNORED),
+    ("unknown_tool", render.NOTE_UNKNOWN_TOOL),
     ("meta", render.NOTE_META),
 )
+# A line of a command result that is no whole note: the notes were clipped together to fit R (history.py).
+CLIPPED = "clipped"
 
 
 @frozen
@@ -393,6 +396,7 @@ class Note:
 
 
 def parse_note(line: str) -> Note | None:
+    """The note ``line`` is (its kind and fields), or None when it is none of ``NOTE_TEMPLATES``."""
     for kind, template in NOTE_TEMPLATES:
         fields = template.parse(line)
         if fields is None:
@@ -403,28 +407,51 @@ def parse_note(line: str) -> Note | None:
     return None
 
 
+def _notes(lines: list[str]) -> tuple[Note, ...]:
+    """Each line as its note; a line that is no note (the notes were clipped to fit) is kept as ``clipped``."""
+    return tuple(parse_note(line) or Note(CLIPPED, {"text": line}) for line in lines)
+
+
 def parse_command_message(content: str) -> tuple[Note, ...] | None:
+    """A command result of text mode: the header, then one note per line."""
     lines = content.split("\n")
     if lines[0] != render.COMMAND_RESULT_HEADER:
         return None
-    notes = tuple(parse_note(line) for line in lines[1:])
-    if any(note is None for note in notes):
-        return None
-    return tuple(note for note in notes if note is not None)
+    return _notes(lines[1:])
+
+
+@frozen
+class ToolTurnMessage:
+    """An assistant message of tool mode: its text (the thought); its calls travel beside the content."""
+
+    thought: str
+
+
+@frozen
+class ToolNotes:
+    """ARC's answer to a call of one of its tools (tool mode): the notes, one per line, with no header."""
+
+    notes: tuple[Note, ...]
 
 
 # --- any message of the view -------------------------------------------------------------------------
 
 ViewComponent = Union[
     Summary, CatalogPage, tuple[RecallResponse, ...], tuple[Note, ...], AgentMessage, ObservationMessage,
-    ObservationStubMessage,
+    ObservationStubMessage, ToolTurnMessage, ToolNotes,
 ]
 
 
 def parse_view_message(role: str, content: str) -> ViewComponent | None:
-    """The component (S, G, U, a command result or an entry of H) a message of the view is, read back."""
+    """The component (S, G, U, a command result or an entry of H) a message of the view is, read back.
+
+    In tool mode (spec/rendering.md section 13) an assistant message that is not a text-mode turn is a tool
+    turn's text, and a ``tool`` message is an observation, an observation's stub, or ARC's notes."""
     if role == render.ASSISTANT:
-        return parse_agent_message(content)
+        return parse_agent_message(content) or ToolTurnMessage(content)
+    if role == render.TOOL:
+        observed = parse_observation_stub_message(content) or parse_observation_message(content)
+        return observed if observed is not None else ToolNotes(_notes(content.split("\n")))
     first = content.split("\n", 1)[0]
     if first == render.SUMMARY_HEADER:
         return parse_summary(content)

@@ -252,6 +252,7 @@ NOTE_CATALOG_NO_PAGE = Template(
     "{word} {argument}: no such page (pages 1-{pages})", word=WORD, argument=LINE, pages=COUNT
 )
 NOTE_IGNORED = Template("ignored (not a command): {line}", line=LINE)
+NOTE_UNKNOWN_TOOL = Template("{name}: no tool has this name; not run", name=LINE)
 
 
 def note_chunk_in_buffer(word: str, obs_id: str, chunk: int, chunks: int) -> str:
@@ -308,7 +309,7 @@ def note_ignored(line: str) -> str:
 
 
 def note_unknown_tool(name: str) -> str:
-    return f"{escape_line(name)}: no tool has this name; not run"
+    return NOTE_UNKNOWN_TOOL.render(name=escape_line(name))
 
 
 def tool_calls_action(actions: Iterable[str]) -> str:

@@ -175,6 +175,7 @@ NOTES = {
     "catalog_empty": lambda w, i, t, n: render.note_catalog_empty(w),
     "catalog_no_page": lambda w, i, t, n: render.note_catalog_no_page(w, t, n),
     "ignored": lambda w, i, t, n: render.note_ignored(t),
+    "unknown_tool": lambda w, i, t, n: render.note_unknown_tool(t),
     "meta": lambda w, i, t, n: render.note_meta(w, render.stub(i, 0, n, n, t, t, t)),
 }
 
@@ -188,13 +189,20 @@ def test_command_result_notes_read_back_as_their_kind(notes: list[tuple[str, str
     assert parsed is not None
     assert [note.kind for note in parsed] == [kind for kind, *_ in notes]
     for note, (kind, word, obs_id, _token, _n) in zip(parsed, notes, strict=True):
-        if kind != "ignored":
+        if kind not in ("ignored", "unknown_tool"):
             assert note.text("word") == word
         if kind == "meta":
             assert note.stub is not None and note.stub.obs_id == obs_id
 
 
-def _rerender(component: parse.ViewComponent) -> str:
+def note_text(note: parse.Note) -> str:
+    """A parsed note rendered again (a clipped line as it was)."""
+    if note.kind == parse.CLIPPED:
+        return note.text("text")
+    return dict(parse.NOTE_TEMPLATES)[note.kind].render(**note.fields)
+
+
+def rerender(component: parse.ViewComponent) -> str:
     """The text of a parsed view message, rendered again from its parts with the render functions."""
     if isinstance(component, parse.Summary):
         texts_: list[str] = []
@@ -221,6 +229,10 @@ def _rerender(component: parse.ViewComponent) -> str:
     if isinstance(component, parse.ObservationMessage):
         return render.observation_message(component.obs_id, component.returncode, component.signature,
                                           component.content)
+    if isinstance(component, parse.ToolTurnMessage):
+        return component.thought
+    if isinstance(component, parse.ToolNotes):
+        return "\n".join(note_text(note) for note in component.notes)
     if isinstance(component, parse.ObservationStubMessage):
         return render.observation_stub_message(component.obs_id, component.returncode, component.n_tokens,
                                                component.stub.line)
@@ -229,11 +241,7 @@ def _rerender(component: parse.ViewComponent) -> str:
             render.recall_response(r.obs_id, r.chunk, r.chunks, r.payload)
             for r in component if isinstance(r, parse.RecallResponse)
         )
-    return render.command_message(
-        dict(parse.NOTE_TEMPLATES)[note.kind].render(**note.fields)
-        for note in component
-        if isinstance(note, parse.Note)
-    )
+    return render.command_message(note_text(note) for note in component if isinstance(note, parse.Note))
 
 
 @given(configs(), event_lists())
@@ -247,6 +255,6 @@ def test_every_message_of_every_view_reads_back(config: Config, events: list[obj
         for message in shown.messages[2:]:
             component = parse.parse_view_message(message.role, message.content)
             assert component is not None, message.content
-            assert _rerender(component) == message.content
+            assert rerender(component) == message.content
         if event is not None:
             state = apply(state, event)  # type: ignore[arg-type]
