@@ -28,6 +28,8 @@ from arc_ref.parse import (
     parse_catalog_header,
     parse_recall_buffer,
     parse_recall_marker,
+    parse_summary,
+    parse_thought_item,
     parse_view_message,
 )
 from arc_ref.text import ID_PATTERN
@@ -273,7 +275,7 @@ class View:
             "",
         )
         self._text: str | None = None
-        self._reassembled: str | None = None
+        self._evidence: str | None = None
 
     @property
     def text(self) -> str:
@@ -282,17 +284,26 @@ class View:
         return self._text
 
     @property
-    def reassembled_text(self) -> str:
-        """The prompt's text with each recall buffer read as its observations: consecutive chunks of an
-        observation joined back (they are exact, non-overlapping slices: Lemma 4) and only whole lines kept,
-        so a line cut at a chunk boundary is read whole once its next chunk is shown, and not before."""
-        if self._reassembled is None:
+    def evidence(self) -> str:
+        """What the prompt shows that the agent did not write itself: every message but its own turns, ARC's
+        summary without its summarized thoughts, and each recall buffer read as its observations (consecutive
+        chunks joined back, exact non-overlapping slices: Lemma 4; whole lines only, so a line cut at a chunk
+        boundary is read once its next chunk is shown, and not before)."""
+        if self._evidence is None:
             parts: list[str] = []
             for message in self.messages:
-                responses = parse_recall_buffer(message.content) if message.role == "user" else None
-                parts.append(message.content if responses is None else _whole_lines(responses))
-            self._reassembled = "\n".join(parts)
-        return self._reassembled
+                if message.role == "assistant":
+                    continue
+                responses = parse_recall_buffer(message.content)
+                if responses is not None:
+                    parts.append(_whole_lines(responses))
+                elif parse_summary(message.content) is not None:
+                    parts.append("\n".join(line for line in message.content.split("\n")
+                                           if parse_thought_item(line) is None))
+                else:
+                    parts.append(message.content)
+            self._evidence = "\n".join(parts)
+        return self._evidence
 
     def recall_opens(self) -> list[tuple[str, int, int]]:
         return [opened for facts in self.facts for opened in facts.recall_opens]

@@ -11,7 +11,8 @@ Two variants (``--agent``), both documented rule by rule in ``eval/METHODS.md``:
   instructions (exact-value lines copied verbatim, ``facts`` filled), ranks what it may recall with one
   relevance ranking (``arc_eval.agent.ranking``: BM25 against what the task asks), states that same need in
   one recovery step when nothing it can see holds the answer (the step RAG's retriever then ranks its
-  chunks against), reads bare ids in ARC's summary and browses ARC's catalog when no citation fits;
+  chunks against), reads bare ids in ARC's summary, browses ARC's catalog when no citation fits, and reads
+  recalled chunks joined back into whole lines;
 * ``floor`` keeps the first rules: first and last line of each folded observation, word-overlap ranking
   of visible stubs only, no recovery step. Its numbers are a floor for the condensing baselines.
 
@@ -99,7 +100,7 @@ class ScriptedPolicy:
 
     def _answer_value(self, plan: Plan, view: View) -> str:
         key = plan.key or "ANSWER"
-        text = view.reassembled_text if self.fair else view.text
+        text = view.evidence if self.fair else view.text
         value = self._banner_value(text, key, plan.banner_label)
         if value is not None:
             return _reply(f"The value is in my context, inside the banner: {key}={value}.", f"submit {key}={value}")
@@ -245,7 +246,7 @@ class ScriptedPolicy:
         recall = self._recover(plan, view)
         if recall is not None:
             return recall
-        visible = words(view.text)
+        visible = words(view.evidence if self.fair else view.text)
         best_letter, best_score = "A", -1.0
         for letter in sorted(plan.choices):
             choice_words = words(plan.choices[letter])

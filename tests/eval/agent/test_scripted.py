@@ -152,9 +152,11 @@ def test_longbench_reads_pages_then_answers_by_overlap(variant: str) -> None:
     for page in range(1, task.meta["pages"] + 1):
         messages += turn(f"read context.txt {page}", context[(page - 1) * 4000 : page * 4000])
     if variant == "fair":
-        thought, action = agent(messages, variant=variant)
+        reply = ScriptedPolicy(variant=variant)(messages)
+        thought, action = parse_reply(reply)
         assert action == "ls" and "Which animal guards the harbor lantern?" in thought  # the need, stated once
-        messages += turn("ls", "context.txt")
+        # its own statement names every choice: the answer must come from what it read, not from it
+        messages += [Message("assistant", reply), Message("user", observation_text("ls", Observation("context.txt", 0)))]
     assert agent(messages, variant=variant)[1] == "submit The correct answer is (B)"
 
 
