@@ -8,6 +8,7 @@ under which the appendix' assumptions could fail, naming the budgets involved.
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING, Any, Mapping, Union
 
 import attrs
@@ -301,23 +302,65 @@ def _check_integers(config: Config) -> None:
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{name} must be an integer, got {value!r}")
+    _check_range_and_text(config)
     at_least_one = (
         "context_limit", "max_completion", "summary_budget", "recent_budget", "page_budget",
         "page_size", "stub_cap", "recall_budget", "chunk_tokens", "recalls_per_step",
     )
     for name in at_least_one:
         if getattr(config, name) < 1:
-            raise ConfigError(f"{name} must be >= 1, got {getattr(config, name)}")
+            raise ConfigError(f"{name} must be >= 1, got {shown_integer(getattr(config, name))}")
     non_negative = (
         "overhead", "keep_verbatim_chars", "preview_head_chars", "preview_tail_chars",
         "signature_chars", "thought_chars", "action_chars",
     )
     for name in non_negative:
         if getattr(config, name) < 0:
-            raise ConfigError(f"{name} must be >= 0, got {getattr(config, name)}")
+            raise ConfigError(f"{name} must be >= 0, got {shown_integer(getattr(config, name))}")
     for name in STRING_FIELDS:
         if not isinstance(getattr(config, name), str):
             raise ConfigError(f"{name} must be a string, got {getattr(config, name)!r}")
+
+
+# Every integer field is at most 2^31 - 1 (spec/parameters.md, check 1): sums and products of the checks fit
+# in 64 bits, every count stays below render.WIDEST_NUMBER, and a port needs no arbitrary precision.
+MAX_CONFIG_INTEGER = 2**31 - 1
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def shown_integer(value: int) -> str:
+    """An integer for a message: itself up to 64 bits, else its number of digits (or of bits, past 4,300 digits)."""
+    if value.bit_length() <= 64:
+        return str(value)
+    try:
+        return f"an integer of {len(str(abs(value)))} digits"
+    except ValueError:  # more digits than Python converts to text
+        return f"an integer of {value.bit_length()} bits"
+
+
+def first_lone_surrogate(text: str) -> int | None:
+    """Index of the first lone surrogate (U+D800..U+DFFF) of ``text``, or None: such a string is not text."""
+    if text.isascii():  # O(1) in CPython: most texts are done here
+        return None
+    found = _SURROGATE.search(text)
+    return None if found is None else found.start()
+
+
+def _check_range_and_text(config: Config) -> None:
+    """Integer fields at most MAX_CONFIG_INTEGER, string fields Unicode text (no lone surrogate)."""
+    for name in INTEGER_FIELDS:
+        value = getattr(config, name)
+        if value > MAX_CONFIG_INTEGER:
+            raise ConfigError(f"{name} must be at most {MAX_CONFIG_INTEGER} (2^31 - 1), got {shown_integer(value)}")
+        if value < -MAX_CONFIG_INTEGER - 1:  # refused below with its own minimum; too long to print there
+            raise ConfigError(
+                f"{name} must be between its minimum and {MAX_CONFIG_INTEGER}, got {shown_integer(value)}"
+            )
+    for name in STRING_FIELDS:
+        value = getattr(config, name)
+        index = first_lone_surrogate(value) if isinstance(value, str) else None
+        if index is not None:
+            raise ConfigError(f"{name} is not valid Unicode text (lone surrogate at index {index})")
 
 
 SYSTEM_CONTEXT = Context(None, "user", True)  # the system prompt: first, the goal after it
@@ -511,9 +554,9 @@ def minimum_budgets(config: Config) -> Mapping[str, int]:
     The page, summary and recent floors use ``max(config.stub_cap, smallest stub cap)``. Used to draw
     random valid budgets in the executable proofs; K <= L still has to be arranged by the caller.
     """
-    loose = config.replace(
-        stub_cap=10**6, page_budget=10**9, recall_budget=10**9, summary_budget=10**9,
-        recent_budget=10**9, overhead=10**6, context_limit=10**12, max_completion=1,
+    loose = config.replace(  # K = B + 1.6e9 + 1e6 stays within L = MAX_CONFIG_INTEGER - 1
+        stub_cap=10**6, page_budget=4 * 10**8, recall_budget=4 * 10**8, summary_budget=4 * 10**8,
+        recent_budget=4 * 10**8, overhead=10**6, context_limit=MAX_CONFIG_INTEGER, max_completion=1,
     )
     setup = make_setup(loose)
     stub_cap = max(config.stub_cap, setup.stub_floor)

@@ -18,10 +18,14 @@ The task ends on:
 * an empty ``submit``: the agent declines to answer (``end="error"``, no answer);
 * the step limit (``end="step_limit"``, no answer);
 * a context overflow with nothing left to compact (``end="overflow"``, no answer);
-* an unexpected exception (``end="error"`` with its message, no answer).
+* an unexpected exception (``end="error"`` with its message, no answer); when a model call raised it,
+  that call is recorded with ``finish_reason="error"`` (0 tokens), so ``calls`` always equals the
+  task's call records.
 
-``BackendUnavailable`` (retries exhausted) is not a task outcome: it propagates, and the runner
-aborts the run without recording the task, so it is never scored as a wrong answer.
+A ``BackendError`` (the server unavailable after retries, a refusal naming a configuration fault, a
+reply that breaks the API, e.g. a ``finish_reason`` or token count the records cannot hold) is not a
+task outcome: it propagates, and the runner stops the run without recording the task, so it is never
+scored as a wrong answer and a resume redoes the task.
 
 ``force_at_calls`` counts agent steps (1-based), not auxiliary calls, so the schedule is the same
 for every method. ``call_index`` in the records counts every call, auxiliary ones included.
@@ -47,10 +51,11 @@ from arc_eval.protocol import (
     submitted_text,
     system_prompt,
 )
-from arc_eval.schema import CallRecord, Compaction, Recall, TaskRecord
+from arc_eval.schema import FINISH_REASONS, CallRecord, Compaction, Recall, TaskRecord
 from arc_eval.types import (
     Backend,
-    BackendUnavailable,
+    BackendError,
+    BackendReplyError,
     ChatReply,
     ChatRequest,
     ContextOverflow,
@@ -142,6 +147,7 @@ class _TaskRun:
         finish_reason: str,
         overflow: bool,
         compactions: Sequence[str] = (),
+        counted_prompt_tokens: int | None = None,
     ) -> int:
         """Record a call; returns its position in ``calls`` (``amend`` fills in what the step learns later)."""
         self.calls.append(
@@ -164,6 +170,7 @@ class _TaskRun:
                 action=None,
                 submission=None,
                 reexecution=False,
+                counted_prompt_tokens=counted_prompt_tokens,
             )
         )
         return len(self.calls) - 1
@@ -191,25 +198,38 @@ class _TaskRun:
     async def call(
         self, messages: Sequence[Message], purpose: str, compactions: Sequence[str] = ()
     ) -> tuple[ChatReply, int]:
-        """One recorded model call (its reply and its position in ``calls``); an overflow is recorded, then re-raised."""
-        self.call_index += 1
+        """One recorded model call (its reply and its position in ``calls``).
+
+        An overflow is recorded, then re-raised; a BackendError propagates unrecorded (the task will not
+        be recorded at all); any other failure is recorded as a call with ``finish_reason="error"``,
+        then re-raised, so every call index has exactly one record.
+        """
+        self.call_index = len(self.calls) + 1
         request = self.request(messages, purpose)
         started = time.perf_counter()
         try:
-            reply = await self.backend.complete(request)
-        except ContextOverflow as overflow:
-            tokens = overflow.prompt_tokens
-            if tokens is None:
-                tokens = await self.backend.count_prompt_tokens(request.messages)
-            self.record(
-                purpose,
-                prompt_tokens=tokens,
-                completion_tokens=0,
-                latency_s=time.perf_counter() - started,
-                finish_reason="overflow",
-                overflow=True,
-                compactions=compactions,
-            )
+            try:
+                reply = await self.backend.complete(request)
+            except ContextOverflow as overflow:
+                tokens = overflow.prompt_tokens
+                if tokens is None:
+                    tokens = await self.backend.count_prompt_tokens(request.messages)
+                self.record(
+                    purpose,
+                    prompt_tokens=tokens,
+                    completion_tokens=0,
+                    latency_s=time.perf_counter() - started,
+                    finish_reason="overflow",
+                    overflow=True,
+                    compactions=compactions,
+                )
+                raise
+            _check_reply(reply)
+        except (ContextOverflow, BackendError):
+            raise
+        except Exception:
+            self.record(purpose, prompt_tokens=0, completion_tokens=0, latency_s=time.perf_counter() - started,
+                        finish_reason="error", overflow=False, compactions=compactions)
             raise
         position = self.record(
             purpose,
@@ -219,6 +239,7 @@ class _TaskRun:
             finish_reason=reply.finish_reason,
             overflow=False,
             compactions=compactions,
+            counted_prompt_tokens=reply.counted_prompt_tokens,
         )
         return reply, position
 
@@ -326,7 +347,7 @@ async def run_task(
                 reexecutions += 1
             seen.add(signature)
             method.record_observation(action, environment.run(action))
-    except BackendUnavailable:
+    except BackendError:
         raise
     except Exception as failure:  # noqa: BLE001 - a task's crash is recorded, never a wrong answer
         end, error = "error", f"{type(failure).__name__}: {failure}"
@@ -347,12 +368,25 @@ async def run_task(
         submission=scored,
         end=end,
         error=error,
-        calls=run.call_index,
+        calls=len(run.calls),  # every call made, one record each (a call that raised is recorded as an error)
         steps=steps,
         reexecutions=reexecutions,
         meta=_json_meta(task.meta),
     )
     return run.calls, outcome
+
+
+def _check_reply(reply: ChatReply) -> None:
+    """A reply the records can hold (token counts integers >= 0, a known finish reason), else a BackendReplyError."""
+    for name in ("prompt_tokens", "completion_tokens", "counted_prompt_tokens"):
+        value = getattr(reply, name)
+        if (value is not None or name != "counted_prompt_tokens") and (type(value) is not int or value < 0):
+            raise BackendReplyError(f"the backend's reply has {name} {value!r}; the API promises an integer >= 0")
+    if reply.finish_reason not in FINISH_REASONS:
+        raise BackendReplyError(
+            f"the backend's reply has finish_reason {reply.finish_reason!r}; the records hold only "
+            f"{', '.join(FINISH_REASONS)} (eval/RECORDS.md): the backend must map it to one of those"
+        )
 
 
 def _json_meta(meta: Mapping[str, Any]) -> dict[str, Any]:

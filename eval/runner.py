@@ -11,8 +11,12 @@ accuracy table of the whole run directory (``arc_eval.analysis.accuracy.summary_
 Jobs go variant by variant and seed by seed (tasks of one seed are generated when reached), and
 within a seed task by task with every method, so an interrupted run leaves paired outcomes.
 
-A ``BackendUnavailable`` (server down after retries) stops the run: the task in flight is not
-recorded and the message says how to resume; it is never scored as a wrong answer.
+Before anything is written, every HTTP backend is checked (``check_server``: the model is served, its
+window holds ``--context-limit``, it answers a 1-token completion with the key and, in tool mode, with
+tools): a misconfigured server stops the run with the fix and no run directory. During the run, a
+``BackendError`` (the server unavailable after retries, a refusal naming a configuration fault, a
+reply that breaks the API) stops the run: the task in flight is not recorded and the message says
+how to resume; it is never scored as a wrong answer.
 
 The benchmarks (``arc-eval bench``) live in ``arc_eval.bench``.
 """
@@ -30,6 +34,7 @@ from tqdm import tqdm  # type: ignore[import-untyped]
 
 from arc_ref.errors import ConfigError
 from arc_eval.analysis.accuracy import summary_table
+from arc_eval.backends.openai_backend import COUNT_MODES, OpenAIBackend
 from arc_eval.loop import run_task
 from arc_eval.methods import METHOD_NAMES, make_method
 from arc_eval.methods.base import MethodSettings, shared_counter
@@ -39,7 +44,14 @@ from arc_eval.schema import SCHEMA, TASK_KINDS, RecordKey
 from arc_eval.agent.scripted import AGENT_VARIANTS, DEFAULT_AGENT
 from arc_eval.tasks.longbench import DIFFICULTIES, load_longbench
 from arc_eval.tasks.nih import DEFAULT_NIH_LAYOUT, NIH_LAYOUTS, make_nih_tasks
-from arc_eval.types import Backend, BackendUnavailable, Task
+from arc_eval.types import (
+    Backend,
+    BackendError,
+    BackendReplyError,
+    BackendRequestError,
+    BackendUnavailable,
+    Task,
+)
 
 BACKENDS = ("scripted", "openai")
 SCRIPTED_MODEL = "scripted"
@@ -120,6 +132,13 @@ class RunSpec:
     variants: Mapping[str, Mapping[str, Any]] = field(factory=lambda: {"": {}})
     command: tuple[str, ...] = ()
     progress: bool = True
+    # The HTTP backend's connection (not the run's meaning: never recorded in the manifest)
+    api_key: str | None = field(default=None, repr=False)  # None: OPENAI_API_KEY
+    connect_timeout_s: float = 10.0
+    first_byte_timeout_s: float | None = None  # None: the request timeout
+    request_timeout_s: float = 600.0
+    max_retries: int = 6
+    count_with: str = "auto"
 
     def validate(self) -> None:
         """Raise ConfigError with a clear message for any inconsistent setting."""
@@ -136,6 +155,12 @@ class RunSpec:
             raise ConfigError("a method is listed twice")
         if not self.seeds:
             raise ConfigError("no seed given")
+        repeated = sorted({seed for seed in self.seeds if self.seeds.count(seed) > 1})
+        if repeated:
+            raise ConfigError(
+                f"--seeds lists {', '.join(map(str, repeated))} more than once; give each seed once "
+                "(a seed draws its own tasks)"
+            )
         if self.backend == "openai" and not self.base_urls:
             raise ConfigError("--backend openai needs at least one --base-url (e.g. http://localhost:8000/v1)")
         if not self.model:
@@ -166,6 +191,17 @@ class RunSpec:
             raise ConfigError(f"unknown NIH layout {self.nih_layout!r}; use one of {', '.join(NIH_LAYOUTS)}")
         if self.difficulty not in DIFFICULTIES:
             raise ConfigError(f"unknown difficulty {self.difficulty!r}; use one of {', '.join(DIFFICULTIES)}")
+        for flag, seconds in (("--connect-timeout", self.connect_timeout_s),
+                              ("--first-byte-timeout", self.first_byte_timeout_s),
+                              ("--request-timeout", self.request_timeout_s)):
+            if seconds is not None and not 0 < seconds < math.inf:
+                raise ConfigError(f"{flag} must be a number of seconds > 0, got {seconds}")
+        if self.max_retries < 0:
+            raise ConfigError(f"--max-retries must be >= 0, got {self.max_retries}")
+        if self.api_key is not None and not (self.api_key.isascii() and self.api_key.isprintable()):
+            raise ConfigError("--api-key must be printable ASCII (it travels in an HTTP header)")
+        if self.count_with not in COUNT_MODES:
+            raise ConfigError(f"--count-with must be one of {', '.join(COUNT_MODES)}, got {self.count_with!r}")
         counting = self.prompt_counting()
         shared_counter(counting.tokenizer, counting.chat_format)  # an unknown tokenizer or format fails here, clearly
         for label, overrides in self.variants.items():
@@ -280,47 +316,52 @@ class RunPlan:
 
     def manifest(self) -> dict[str, Any]:
         """The manifest's fields that describe the run (the writer adds versions, commit and time)."""
-        spec = self.spec
-        return {
-            "schema": SCHEMA,
-            "command": list(spec.command),
-            "task_kind": spec.task_kind,
-            "methods": list(spec.methods),
-            "seeds": list(spec.seeds),
-            "tasks_per_seed": spec.tasks_per_seed,
-            "model": spec.model,
-            "backend": spec.backend,
-            "context_limit": spec.context_limit,
-            "max_tokens": spec.max_tokens,
-            "variants": {label: dict(params) for label, params in spec.variants.items()},
-            "config": self.config(),
-        }
+        return run_manifest(self.spec, self.rag_retriever)
 
-    def config(self) -> dict[str, Any]:
-        """The manifest's ``config``: every knob that changes what is run."""
-        spec = self.spec
-        return {
-            "force_at_calls": list(spec.force_at_calls),
-            "noise_lines_per_side": spec.noise_lines_per_side,
-            "distractor_files": spec.distractor_files,
-            "recall_budget_chars": spec.recall_budget_chars,
-            "recall_max_chars": spec.recall_max_chars,
-            "keep_verbatim_chars": spec.keep_verbatim_chars,
-            "rag_top_k": spec.rag_top_k,
-            "rag_chunk_chars": spec.rag_chunk_chars,
-            "rag_retriever": self.rag_retriever,
-            "tokenizer": spec.prompt_counting().tokenizer,
-            "chat_format": spec.prompt_counting().chat_format,
-            "temperature": spec.temperature,
-            "max_steps": spec.max_steps,
-            "tool_calling": spec.tool_calling,
-            "allow_reexecution": spec.allow_reexecution,
-            "agent": spec.agent if spec.backend == "scripted" else None,
-            "nih_layout": spec.nih_layout if spec.task_kind == "nih" else None,
-            "difficulty": spec.difficulty if spec.task_kind == "longbench" else None,
-            "data": spec.data,
-            "base_urls": list(spec.base_urls),
-        }
+
+def run_manifest(spec: RunSpec, rag_retriever: str) -> dict[str, Any]:
+    """The manifest's fields that describe a run (the writer adds versions, commit and time)."""
+    return {
+        "schema": SCHEMA,
+        "command": list(spec.command),
+        "task_kind": spec.task_kind,
+        "methods": list(spec.methods),
+        "seeds": list(spec.seeds),
+        "tasks_per_seed": spec.tasks_per_seed,
+        "model": spec.model,
+        "backend": spec.backend,
+        "context_limit": spec.context_limit,
+        "max_tokens": spec.max_tokens,
+        "variants": {label: dict(params) for label, params in spec.variants.items()},
+        "config": run_config(spec, rag_retriever),
+    }
+
+
+def run_config(spec: RunSpec, rag_retriever: str) -> dict[str, Any]:
+    """The manifest's ``config``: every knob that changes what is run (and ``base_urls``, where the server is)."""
+    counting = spec.prompt_counting()
+    return {
+        "force_at_calls": list(spec.force_at_calls),
+        "noise_lines_per_side": spec.noise_lines_per_side,
+        "distractor_files": spec.distractor_files,
+        "recall_budget_chars": spec.recall_budget_chars,
+        "recall_max_chars": spec.recall_max_chars,
+        "keep_verbatim_chars": spec.keep_verbatim_chars,
+        "rag_top_k": spec.rag_top_k,
+        "rag_chunk_chars": spec.rag_chunk_chars,
+        "rag_retriever": rag_retriever,
+        "tokenizer": counting.tokenizer,
+        "chat_format": counting.chat_format,
+        "temperature": spec.temperature,
+        "max_steps": spec.max_steps,
+        "tool_calling": spec.tool_calling,
+        "allow_reexecution": spec.allow_reexecution,
+        "agent": spec.agent if spec.backend == "scripted" else None,
+        "nih_layout": spec.nih_layout if spec.task_kind == "nih" else None,
+        "difficulty": spec.difficulty if spec.task_kind == "longbench" else None,
+        "data": spec.data,
+        "base_urls": list(spec.base_urls),
+    }
 
 
 # -- execute ----------------------------------------------------------------------------------------
@@ -338,7 +379,6 @@ def make_backend(spec: RunSpec, method: str | None = None) -> Backend:
             tokenizer=counting.tokenizer,
             chat_format=counting.chat_format,
         )
-    from arc_eval.backends.openai_backend import OpenAIBackend
     from arc_eval.protocol import recall_tool_specs
 
     return OpenAIBackend(
@@ -349,7 +389,62 @@ def make_backend(spec: RunSpec, method: str | None = None) -> Backend:
         temperature=spec.temperature,
         tokenizer_json=spec.tokenizer_json,
         tools=recall_tool_specs() if spec.tool_calling and method == "arc" else None,
+        api_key=spec.api_key,
+        connect_timeout_s=spec.connect_timeout_s,
+        first_byte_timeout_s=spec.first_byte_timeout_s,
+        request_timeout_s=spec.request_timeout_s,
+        probe_timeout_s=min(60.0, spec.request_timeout_s),
+        max_retries=spec.max_retries,
+        count_with=spec.count_with,
     )
+
+
+def make_backends(spec: RunSpec) -> dict[str, Backend]:
+    """Each method's backend: one shared, and with ``--tool-calling`` arc's own (it alone gets the tools)."""
+    shared = make_backend(spec)
+    backends: dict[str, Backend] = {name: shared for name in spec.methods}
+    if spec.tool_calling and "arc" in spec.methods:
+        backends["arc"] = make_backend(spec, "arc")
+    return backends
+
+
+def _distinct(backends: Mapping[str, Backend]) -> list[Backend]:
+    return list({id(backend): backend for backend in backends.values()}.values())
+
+
+def describe_backend_error(failure: BackendError) -> str:
+    """What stopped the run, in words (the error's own message names the server and the fix)."""
+    if isinstance(failure, BackendUnavailable):
+        return f"the server is unavailable: {failure}"
+    if isinstance(failure, BackendReplyError):
+        return f"the server's answer breaks the API: {failure}"
+    if isinstance(failure, BackendRequestError):
+        return f"the server cannot serve this run: {failure}"
+    return str(failure)
+
+
+async def check_backends(backends: Mapping[str, Backend]) -> str | None:
+    """Check every HTTP backend before the first task (``OpenAIBackend.check_server``); the reason
+    the run cannot start, or None. Says on stderr what was found and the retry budget."""
+    try:
+        for backend in _distinct(backends):
+            if isinstance(backend, OpenAIBackend):
+                print(f"checking {', '.join(backend.base_urls)}: GET /v1/models, then a 1-token completion "
+                      f"(at most {backend.probe_timeout_s:g} s per attempt)", file=sys.stderr, flush=True)
+                for info in await backend.check_server():
+                    window = f"window {info.window} ({info.window_field})" if info.window else "window not said"
+                    tools = "; tool mode checked" if backend.tools else ""
+                    print(f"server {info.url.removesuffix('/models')}: {info.kind}, serves {backend.model}, "
+                          f"{window}; counts with {backend.count_source}{tools}", file=sys.stderr)
+                print(backend.retry_policy(), file=sys.stderr)
+    except BackendError as failure:
+        return describe_backend_error(failure)
+    finally:
+        for backend in _distinct(backends):
+            closer = getattr(backend, "aclose", None)
+            if closer is not None:
+                await closer()
+    return None
 
 
 @frozen
@@ -359,14 +454,10 @@ class Executed:
     aborted: str | None  # why the run stopped early (None when it completed)
 
 
-async def execute(plan: RunPlan, writer: RunWriter) -> Executed:
+async def execute(plan: RunPlan, writer: RunWriter, backends: Mapping[str, Backend]) -> Executed:
     """Run every unfinished job of the plan, writing each task the moment it ends."""
     spec = plan.spec
     finished = writer.finished()
-    shared = make_backend(spec)
-    backends: dict[str, Backend] = {name: shared for name in spec.methods}
-    if spec.tool_calling and "arc" in spec.methods:
-        backends["arc"] = make_backend(spec, "arc")
     total = plan.total_jobs()
     done_before = sum(1 for key in finished if key[0] in spec.variants and key[1] in spec.methods)
     bar = tqdm(
@@ -395,8 +486,9 @@ async def execute(plan: RunPlan, writer: RunWriter) -> Executed:
                     model=spec.model,
                     temperature=spec.temperature,
                 )
-            except BackendUnavailable as failure:
-                aborted = f"the backend is unavailable: {failure}"
+            except BackendError as failure:
+                if aborted is None:  # the first failure is the cause; the workers still in flight see the same
+                    aborted = describe_backend_error(failure)
                 stop.set()
                 return
             writer.write_task(calls, outcome)
@@ -420,7 +512,7 @@ async def execute(plan: RunPlan, writer: RunWriter) -> Executed:
                 break
     finally:
         bar.close()
-        for backend in {id(backend): backend for backend in backends.values()}.values():
+        for backend in _distinct(backends):
             closer = getattr(backend, "aclose", None)
             if closer is not None:
                 await closer()
@@ -437,16 +529,23 @@ class RunResult:
     skipped: int  # tasks already finished (resume)
     aborted: str | None  # why the run stopped early (None when it completed)
     table: str
+    started: bool = True  # False: a check before the first task stopped it, and nothing was written
 
 
 def run(spec: RunSpec, *, out: TextIO | None = None) -> RunResult:
-    """Run (or resume) the whole spec: plan -> execute -> write; prints and returns the accuracy table."""
+    """Run (or resume) the whole spec: plan -> check the servers -> execute -> write; prints and returns
+    the accuracy table."""
     spec.validate()
     plan = RunPlan(spec)
+    backends = make_backends(spec)
+    refused = asyncio.run(check_backends(backends))
+    if refused is not None:
+        return RunResult(spec.out, 0, 0, refused, "", started=False)
+    print(f"run directory: {spec.out}", file=sys.stderr)
     with RunWriter(spec.out, plan.manifest(), resume=spec.resume) as writer:
         if writer.finished():
             print(f"resuming {spec.out}: {len(writer.finished())} task(s) already finished", file=sys.stderr)
-        executed = asyncio.run(execute(plan, writer))
+        executed = asyncio.run(execute(plan, writer, backends))
     table = summary_table(RunReader(spec.out).tasks())
     print(table, file=out if out is not None else sys.stdout)
     return RunResult(spec.out, executed.ran, executed.skipped, executed.aborted, table)

@@ -77,7 +77,7 @@ def call_json(**changes: Any) -> dict[str, Any]:
         "call_index": 1, "purpose": "agent", "prompt_tokens": 10, "completion_tokens": 2, "latency_s": 0.5,
         "finish_reason": "stop", "overflow": False, "compactions": [{"reason": "forced"}],
         "recalls": [{"id": "§1", "chunk": 1, "chunks": 2}], "action": "ls", "submission": None,
-        "reexecution": False,
+        "reexecution": False, "counted_prompt_tokens": 10,
     }  # fmt: skip
     return {**line, **changes}
 
@@ -130,6 +130,14 @@ def test_round_trip_and_both_parsing_paths_agree(cls: type, obj: dict[str, Any])
     assert list(record.to_json()) == [spec.name for spec in field_specs(cls)]  # the order on disk
 
 
+def test_a_call_record_written_before_counted_prompt_tokens_reads_with_null() -> None:
+    older = call_json()
+    del older["counted_prompt_tokens"]
+    record = from_json(CallRecord, older, "x")
+    assert record.counted_prompt_tokens is None and record == slow_path(CallRecord, older)
+    assert record.to_json()["counted_prompt_tokens"] is None
+
+
 BROKEN = [
     (CallRecord, call_json(seed=True), "'seed' should be an integer"),
     (CallRecord, call_json(call_index=0), "'call_index' should be an integer >= 1"),
@@ -140,6 +148,8 @@ BROKEN = [
     (CallRecord, call_json(recalls=[{"id": "§1", "chunk": 0, "chunks": 1}]), "'chunk' should be an integer >= 1"),
     (CallRecord, call_json(compactions=[{"reason": "bored"}]), "'reason' should be one of"),
     (CallRecord, call_json(action=3), "'action' should be a string"),
+    (CallRecord, call_json(counted_prompt_tokens=-1), "'counted_prompt_tokens' should be an integer >= 0"),
+    (CallRecord, call_json(counted_prompt_tokens="10"), "'counted_prompt_tokens' should be an integer"),
     (CallRecord, {k: v for k, v in call_json().items() if k != "overflow"}, "required field 'overflow' is missing"),
     (TaskRecord, task_json(no_answer=True), "negation of 'submitted'"),
     (TaskRecord, task_json(submitted=False, no_answer=True), "'correct' is true but 'submitted' is false"),
