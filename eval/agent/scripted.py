@@ -44,8 +44,8 @@ DEFAULT_AGENT = "fair"
 # nothing that produced a value; its turn states what the agent needs (see METHODS.md).
 RECOVERY_ACTION = "ls"
 
-__all__ = ["AGENT_VARIANTS", "DEFAULT_AGENT", "Plan", "ScriptedBackend", "ScriptedPolicy", "first_last_lines",
-           "message_facts"]
+__all__ = ["AGENT_VARIANTS", "DEFAULT_AGENT", "FloorPolicy", "Plan", "ScriptedBackend", "ScriptedPolicy",
+           "first_last_lines", "message_facts"]
 
 
 def _reply(thought: str, action: str) -> str:
@@ -257,6 +257,13 @@ class ScriptedPolicy:
             f"Choice ({best_letter}) is the one whose words appear most in what I read ({best_score:.2f}).",
             f"submit The correct answer is ({best_letter})",
         )
+
+
+class FloorPolicy(ScriptedPolicy):
+    """The floor rules by default: ``arc-eval serve-scripted --policy arc_eval.agent.scripted:FloorPolicy``."""
+
+    def __init__(self, *, variant: str = "floor", allow_reexecution: bool = False, max_recall_targets: int = 3) -> None:
+        super().__init__(variant=variant, allow_reexecution=allow_reexecution, max_recall_targets=max_recall_targets)
 
 
 class ScriptedBackend:

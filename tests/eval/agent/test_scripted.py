@@ -300,3 +300,11 @@ def test_fair_reads_a_line_cut_at_a_chunk_boundary_only_once_it_is_whole() -> No
     second = render.recall_response("§0002-bb", 2, 2, NEEDLE_FILE[cut:])
     history[-1] = Message("user", render.recall_content([first, second]))
     assert agent(history)[1] == f"submit NEEDLE={NIH.answer}"
+
+
+def test_serve_scripted_can_serve_either_agent() -> None:
+    from arc_eval.backends.scripted_server import DEFAULT_POLICY, load_policy
+
+    fair, floor = load_policy(DEFAULT_POLICY), load_policy("arc_eval.agent.scripted:FloorPolicy")
+    assert isinstance(fair, ScriptedPolicy) and isinstance(floor, ScriptedPolicy)
+    assert (fair.variant, floor.variant) == ("fair", "floor")
