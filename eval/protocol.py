@@ -229,3 +229,88 @@ RECALL_TOOL_COMMANDS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] =
 def recall_tool_specs() -> list[dict[str, Any]]:
     """OpenAI ``tools`` for ARC's recall and catalog commands (native tool-calling mode)."""
     return [command_tool_spec(name, description, arguments) for name, description, arguments in RECALL_TOOL_COMMANDS]
+
+
+# -- text actions <-> tool calls (the model's side: the scripted server and the scripted backend) ------
+
+
+def tool_names(tools: Sequence[Mapping[str, Any]] | None) -> dict[str, list[str]]:
+    """Function name -> its parameter names in declaration order."""
+    names: dict[str, list[str]] = {}
+    for tool in tools or ():
+        function = tool.get("function", {})
+        name = function.get("name")
+        if isinstance(name, str):
+            properties = function.get("parameters", {}).get("properties", {})
+            names[name] = list(properties) if isinstance(properties, Mapping) else []
+    return names
+
+
+def action_to_tool_call(action: str, tools: Mapping[str, list[str]]) -> tuple[str, str] | None:
+    """(name, JSON arguments) when `action` is a call of one of `tools`; else None.
+
+    Words after the name fill the parameters in order; extra words join the last parameter.
+    """
+    words = action.split()
+    if not words or words[0] not in tools:
+        return None
+    parameters = tools[words[0]]
+    values = words[1:]
+    arguments: dict[str, str] = {}
+    for position, parameter in enumerate(parameters):
+        if position >= len(values):
+            break
+        arguments[parameter] = (
+            " ".join(values[position:]) if position == len(parameters) - 1 else values[position]
+        )
+    return words[0], json.dumps(arguments, ensure_ascii=False)
+
+
+def tool_call_action(function: Mapping[str, Any], tools: Mapping[str, list[str]]) -> str:
+    """The text action of one returned tool call: the name, then the argument values.
+
+    Values come in the tool's parameter order, then any others; this is the rule of
+    `arc_eval.protocol.tool_call_to_action`. Arguments that are not a JSON object count as one value.
+    """
+    name = str(function.get("name", "")).strip()
+    arguments = function.get("arguments", "")
+    decoded: Any = arguments
+    if isinstance(arguments, str):
+        try:
+            decoded = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError:
+            decoded = arguments
+    if isinstance(decoded, Mapping):
+        order = [key for key in tools.get(name, ()) if key in decoded]
+        order += [key for key in decoded if key not in order]
+        values = [str(decoded[key]).strip() for key in order]
+    elif decoded is None:
+        values = []
+    else:
+        values = [str(decoded).strip()]
+    return " ".join([name, *(value for value in values if value)])
+
+
+_TOOL_ACTION_LINE = re.compile(r"^\s*\**\s*action\s*\**\s*:\s*\**\s*(.*?)\s*$", re.IGNORECASE)
+_TOOL_THOUGHT_LABEL = re.compile(r"^\s*\**\s*thought\s*\**\s*:\s*\**\s*", re.IGNORECASE)
+
+
+def split_tool_action(text: str, tools: Mapping[str, list[str]]) -> tuple[str, str] | None:
+    """(thought, action) when the reply's action is a call of one of `tools`; else None.
+
+    The action is the last ``Action:`` line (or, without one, the last line that starts with a
+    tool name); the thought is the text before it, without its ``Thought:`` label.
+    """
+    lines = text.split("\n")
+    for index in range(len(lines) - 1, -1, -1):
+        match = _TOOL_ACTION_LINE.match(lines[index])
+        candidate = match.group(1).strip("`").strip() if match else lines[index].strip()
+        words = candidate.split()
+        if match is None and not (words and words[0] in tools):
+            continue
+        if not words or words[0] not in tools:
+            return None
+        thought = "\n".join(lines[:index]).strip()
+        thought = _TOOL_THOUGHT_LABEL.sub("", thought, count=1).strip()
+        return thought, candidate
+    return None
