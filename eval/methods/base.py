@@ -19,14 +19,21 @@ from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
 
 from attrs import field, frozen
 
+from arc_ref import render
+from arc_ref.config import ACTION_MODES, TEMPLATE_FORMAT
 from arc_ref.errors import ConfigError
+from arc_ref.machine import SHOWN_TOKEN_CHARS
+from arc_ref.message import ToolCall, ToolSpec
+from arc_ref.text import clipped
 # PromptCounter, shared_counter and clear_counter_caches live in arc_eval.counting; importable from here too
 from arc_eval.counting import PromptCounter as PromptCounter
 from arc_eval.counting import clear_counter_caches as clear_counter_caches
-from arc_eval.counting import shared_counter as shared_counter
+from arc_eval.counting import TokenCounter, shared_counter as shared_counter
+from arc_eval.protocol import TASK_TOOL_SPECS, call_action
 from arc_eval.types import ChatReply, Message, Observation
 
 COMPACTION_REASONS = ("proactive", "reactive", "forced")
+UNKNOWN_TOOL_RETURNCODE = 2  # a call to a tool that is not offered, as its turn is shown to a condensing request
 
 # Fraction of the usable budget L = L_ctx - G_max that a baseline keeps as its verbatim recent
 # suffix after a compaction (override with ``MethodSettings.extra["recent_fraction"]``).
@@ -41,6 +48,11 @@ def _positive(instance: Any, attribute: Any, value: int) -> None:
         raise ConfigError(f"{attribute.name} must be a positive integer, got {value!r}")
 
 
+def _action_mode(instance: Any, attribute: Any, value: str) -> None:
+    if value not in ACTION_MODES:
+        raise ConfigError(f"action_mode must be one of {', '.join(ACTION_MODES)}, got {value!r}")
+
+
 @frozen
 class MethodSettings:
     """Budgets every method shares (paper, "Experimental Setup" and "Ablation")."""
@@ -50,13 +62,19 @@ class MethodSettings:
     keep_verbatim_chars: int = field(default=500, validator=_positive)
     recall_budget_chars: int = field(default=16000, validator=_positive)  # RECALL_BUDGET_CHARS
     recall_max_chars: int = field(default=8000, validator=_positive)  # RECALL_MAX_CHARS
-    tokenizer: str = "o200k_base"  # arc_ref tokenizer name used to estimate prompt tokens
-    chat_format: str = "chatml"
+    tokenizer: str = "o200k_base"  # arc_ref tokenizer name prompts are counted with (hf-dir:DIR: the served model's)
+    chat_format: str = "chatml"  # "template": the model directory's own chat template (arc_ref.templates)
+    action_mode: str = field(default="text", validator=_action_mode)  # "tools": tool-calling mode
     rag_top_k: int = field(default=3, validator=_positive)
     rag_chunk_chars: int = field(default=1000, validator=_positive)
     extra: Mapping[str, Any] = field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
+        if self.action_mode == "tools" and self.chat_format != TEMPLATE_FORMAT:
+            raise ConfigError(
+                "tool-calling mode counts tool calls and results with the served model's own chat template: it"
+                f" needs chat_format {TEMPLATE_FORMAT!r} (--tokenizer DIR, the model directory), got {self.chat_format!r}"
+            )
         if self.max_tokens >= self.context_limit:
             raise ConfigError(
                 f"max_tokens ({self.max_tokens}) must be below context_limit ({self.context_limit}): "
@@ -82,6 +100,14 @@ class Intercepted:
 
     response: str  # what the model will see as the result of its action
     recalls: tuple[Mapping[str, Any], ...] = ()  # {"id", "chunk", "chunks"} per recall answered
+
+
+@frozen
+class ToolTurnOutcome:
+    """Tool-calling mode: what a method made of the model's tool turn."""
+
+    environment_calls: tuple[ToolCall, ...]  # the calls the environment runs (each answered by record_tool_result)
+    recalls: tuple[Mapping[str, Any], ...] = ()  # {"id", "chunk", "chunks"} per recall answered by the method
 
 
 @frozen
@@ -116,6 +142,19 @@ class Method(Protocol):
         """The environment's answer to the agent's last (non-intercepted) action."""
         ...
 
+    def tools(self) -> tuple[ToolSpec, ...]:
+        """The tools offered with every agent call (tool-calling mode); () in text mode."""
+        ...
+
+    def record_tool_turn(self, thought: str, calls: tuple[ToolCall, ...]) -> ToolTurnOutcome:
+        """Tool-calling mode: the model's turn (its text and its tool calls, at most one). The method answers
+        the calls it owns (ARC's recall and catalog tools, or a tool not offered) and returns the others."""
+        ...
+
+    def record_tool_result(self, call: ToolCall, observation: Observation) -> None:
+        """Tool-calling mode: the environment's result of one call that ``record_tool_turn`` returned."""
+        ...
+
     async def compact(self, reason: str, aux: AuxCaller) -> bool:
         """Shrink the view ("proactive" | "reactive" | "forced"); False when nothing is left to shrink."""
         ...
@@ -125,7 +164,7 @@ class Method(Protocol):
         ...
 
 
-def prompt_counter(settings: MethodSettings) -> PromptCounter:
+def prompt_counter(settings: MethodSettings) -> TokenCounter:
     """The process-wide counter for the settings' tokenizer and chat format."""
     return shared_counter(settings.tokenizer, settings.chat_format)
 
@@ -198,9 +237,13 @@ class TranscriptMethod:
     async def prompt(self, aux: AuxCaller) -> tuple[Message, ...]:
         self._flush_pending()
         messages = await self._assemble(aux)
-        if self.counter.count(messages) > self.settings.usable_tokens and await self.compact("proactive", aux):
+        if self._prompt_tokens(messages) > self.settings.usable_tokens and await self.compact("proactive", aux):
             messages = await self._assemble(aux)
         return messages
+
+    def _prompt_tokens(self, messages: Sequence[Message]) -> int:
+        tools = self.tools()
+        return self.counter.count(messages, tools) if tools else self.counter.count(messages)
 
     def record_agent(self, thought: str, action: str) -> Intercepted | None:
         self._flush_pending()
@@ -220,6 +263,39 @@ class TranscriptMethod:
                 observation.returncode,
             )
         )
+
+    def tools(self) -> tuple[ToolSpec, ...]:
+        """Tool-calling mode: the task's commands as tools (``TASK_TOOL_SPECS``), the same for every baseline."""
+        return TASK_TOOL_SPECS if self.settings.action_mode == "tools" else ()
+
+    def record_tool_turn(self, thought: str, calls: tuple[ToolCall, ...]) -> ToolTurnOutcome:
+        """The assistant message carries the call as the model made it; its result comes back as a ``tool``
+        message (``record_tool_result``). A call to a tool that is not offered is answered here with the core's
+        note (``NAME: no tool has this name; not run``), never run, as ARC's core does."""
+        self._flush_pending()
+        if len(calls) > 1:
+            raise ValueError(f"one tool call per reply, got {len(calls)}")
+        assistant = Message("assistant", thought, tuple(calls))
+        if not calls:
+            self.turns.append(Turn(assistant, None, ""))
+            return ToolTurnOutcome(())
+        call = calls[0]
+        action = call_action(call, self.tools())
+        if call.name in {tool.name for tool in self.tools()}:
+            self._pending = Turn(assistant, None, action)
+            return ToolTurnOutcome((call,))
+        note = render.note_unknown_tool(clipped(call.name, SHOWN_TOKEN_CHARS))
+        self.turns.append(Turn(assistant, Message("tool", note, tool_call_id=call.call_id), action, note,
+                               UNKNOWN_TOOL_RETURNCODE))
+        return ToolTurnOutcome(())
+
+    def record_tool_result(self, call: ToolCall, observation: Observation) -> None:
+        pending = self._pending
+        self._pending = None
+        action = pending.action if pending is not None else call_action(call, self.tools())
+        assistant = pending.assistant if pending is not None else Message("assistant", "", (call,))
+        result = Message("tool", observation_text(action, observation), tool_call_id=call.call_id)
+        self.turns.append(Turn(assistant, result, action, observation.text, observation.returncode))
 
     async def compact(self, reason: str, aux: AuxCaller) -> bool:
         if reason not in COMPACTION_REASONS:
@@ -247,6 +323,9 @@ class TranscriptMethod:
             self._pending = None
 
     def _turn_tokens(self, turn: Turn) -> int:
+        tools = self.tools()
+        if tools:
+            return sum(self.counter.message_tokens(message, tools) for message in turn.messages())
         return sum(self.counter.message_tokens(message) for message in turn.messages())
 
     def _recent_start(self) -> int:

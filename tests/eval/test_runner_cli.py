@@ -15,6 +15,7 @@ import pytest
 
 from arc_eval.cli import default_run_dir, main
 from arc_eval.runner import ABLATIONS, RunSpec, run
+from tests.eval.helpers import tool_model_dir
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO.parent / "shared" / "data" / "longbench_v2_hard_sample"
@@ -34,7 +35,9 @@ def lines(path: Path) -> list[dict[str, Any]]:
         (["nih", "--backend", "openai"], "--model"),
         (["nih", "--backend", "openai", "--model", "m"], "--base-url"),
         (["nih", "--base-url", "http://x"], "--base-url is for --backend openai"),
-        (["nih", "--tool-calling"], "--tool-calling needs --backend openai"),
+        (["nih", "--tool-calling"], "--tool-calling counts the tool listing"),
+        (["nih", "--chat-format", "template"], "--chat-format template renders the served model's own chat template"),
+        (["nih", "--tokenizer", "/nonexistent-model-dir/"], "unknown tokenizer"),
         (["nih", "--max-tokens", "20000"], "must be below --context-limit"),
         (["nih", "--tokenizer", "nonsense"], "unknown tokenizer"),
         (["nih", "--tokenizer-json", "/nonexistent/tokenizer.json"], "cannot load tokenizer.json"),
@@ -241,16 +244,35 @@ def test_openai_backend_over_http_matches_the_embedded_backend(tmp_path: Path) -
     assert app.stats.chat_requests > 0
 
 
-def test_tool_calling_offers_the_recall_tools_to_arc_only(tmp_path: Path) -> None:
-    from arc_eval.runner import make_backend
+def test_a_model_directory_counts_with_its_template_and_tool_mode_offers_each_method_its_tools(
+        tmp_path: Path) -> None:
+    from arc_eval.counting import TemplateCounter
+    from arc_eval.methods import make_method
+    from arc_eval.protocol import TASK_TOOL_SPECS
+    from arc_eval.runner import make_backends, method_settings
 
-    spec = RunSpec(task_kind="nih", methods=("sliding_window",), seeds=(1,), out=tmp_path, tasks_per_seed=1,
-                   backend="openai", base_urls=("http://127.0.0.1:9/v1",), model="m", tool_calling=True)
+    model = tool_model_dir(tmp_path / "model")
+    spec = RunSpec(task_kind="nih", methods=("sliding_window", "arc"), seeds=(1,), out=tmp_path / "run",
+                   tasks_per_seed=1, backend="openai", base_urls=("http://127.0.0.1:9/v1",), model="m",
+                   tokenizer=model, tool_calling=True)
     spec.validate()
-    arc_backend: Any = make_backend(spec, "arc")
-    other: Any = make_backend(spec, "sliding_window")
-    assert [tool["function"]["name"] for tool in arc_backend.tools][:2] == ["_recall", "_recall-next"]
-    assert other.tools is None
+    counting = spec.prompt_counting()
+    assert (counting.tokenizer, counting.chat_format) == (f"hf-dir:{model}", "template")
+    assert isinstance(counting.counter(), TemplateCounter)
+    backends: Any = make_backends(spec)
+    assert backends["arc"] is backends["sliding_window"] and backends["arc"].counter is counting.counter()
+    assert [tool["function"]["name"] for tool in backends["arc"].tools] == [tool.name for tool in TASK_TOOL_SPECS]
+    settings = method_settings(spec, "bm25")
+    sliding, arc = make_method("sliding_window", settings), make_method("arc", settings)
+    sliding.begin("s", "goal")
+    arc.begin("s", "goal")
+    assert sliding.tools() == TASK_TOOL_SPECS
+    assert [tool.name for tool in arc.tools()][:2] == ["_recall", "_recall-next"] and arc.tools()[7:] == TASK_TOOL_SPECS
+    text = RunSpec(task_kind="nih", methods=("arc",), seeds=(1,), out=tmp_path / "run", tasks_per_seed=1,
+                   tokenizer=f"hf-dir:{model}")
+    assert text.prompt_counting().chat_format == "template"
+    assert RunSpec(task_kind="nih", methods=("arc",), seeds=(1,), out=tmp_path, tasks_per_seed=1,
+                   tokenizer=model, chat_format="chatml").prompt_counting().chat_format == "chatml"
 
 
 def test_report_and_serve_scripted_are_dispatched(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

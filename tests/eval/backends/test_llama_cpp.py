@@ -25,6 +25,8 @@ from typing import Any, Callable, Iterator
 import httpx
 import pytest
 
+from arc_ref.config import parse_tools
+from arc_ref.message import ToolCall
 from arc_eval.backends.faults import SHARED_KV_FIX
 from arc_eval.backends.openai_backend import OpenAIBackend
 from arc_eval.types import (
@@ -110,7 +112,7 @@ def test_llama_server_is_detected_and_counted_with_its_own_template_and_tokenize
 
     async def job(backend: OpenAIBackend) -> Any:
         infos = await backend.check_server()
-        reply = await backend.complete(ask("one two three"))
+        reply = await backend.complete(ChatRequest(ask("one two three").messages, tools=parse_tools(TOOLS)))
         return infos, reply, backend.calibration()
 
     infos, reply, calibration = run(handler, job, tools=TOOLS)
@@ -234,17 +236,19 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def test_a_real_llama_server_counts_exactly_in_text_and_tool_mode(llama_server: str) -> None:
+    call = ToolCall("call_1", "_recall", '{"id": "§0001-ab12"}')
     history = (
         Message("system", "You are an agent. Answer with Thought: and Action: lines."),
         Message("user", "Find the needle. Ünïcode, 数字 12345, and tabs\tto count."),
-        Message("assistant", "Thought: look it up.\nAction: _recall §0001-ab12"),
-        Message("tool", "[§0001-ab12 chunk 1/1] NEEDLE=XYZ"),
+        Message("assistant", "look it up.", (call,)),
+        Message("tool", "[§0001-ab12 chunk 1/1] NEEDLE=XYZ", tool_call_id="call_1"),
         Message("user", "go on"),
     )
 
     async def job(backend: OpenAIBackend) -> Any:
         infos = await backend.check_server()
-        replies = [await backend.complete(ChatRequest(history[:n], max_tokens=8)) for n in (2, 5)]
+        offered = parse_tools(backend.tools) if backend.tools else ()
+        replies = [await backend.complete(ChatRequest(history[:n], max_tokens=8, tools=offered)) for n in (2, 5)]
         return infos, replies, backend.calibration()
 
     for tools in (None, TOOLS):
