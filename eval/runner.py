@@ -43,7 +43,7 @@ from arc_eval.loop import run_task
 from arc_eval.methods import METHOD_NAMES, make_method
 from arc_eval.counting import TokenCounter, shared_counter
 from arc_eval.methods.base import MethodSettings
-from arc_eval.protocol import TASK_TOOL_SPECS
+from arc_eval.protocol import TASK_TOOL_SPECS, system_prompt, tool_system_prompt
 from arc_eval.methods.rag_memory import resolve_retriever
 from arc_eval.records import RunReader, RunWriter
 from arc_eval.schema import SCHEMA, TASK_KINDS, RecordKey
@@ -341,6 +341,27 @@ class RunPlan:
                 )
                 yield SeedBatch(label, variant, settings, seed, jobs)
 
+    def check_methods(self) -> None:
+        """Build every method of every variant once, on the first seed's task with the longest goal, before
+        anything runs: a configuration a method refuses (ARC's budgets at a small --context-limit, a budget
+        fraction out of range...) is a ConfigError naming the method and the fix, never a task error."""
+        spec = self.spec
+        for label in spec.variants:
+            variant = spec.for_variant(label)
+            settings = method_settings(variant, self.rag_retriever)
+            tasks = self.tasks(variant, spec.seeds[0])
+            if not tasks:
+                continue
+            goal = max((task.goal for task in tasks), key=len)
+            system = tool_system_prompt() if settings.action_mode == "tools" else system_prompt()
+            for name in spec.methods:
+                try:
+                    make_method(name, settings).begin(system, goal)
+                except ConfigError as refused:
+                    where = f" (variant {label})" if label else ""
+                    reason = str(refused).removeprefix(f"{name}: ")
+                    raise ConfigError(f"method {name}{where} cannot run with these settings: {reason}") from None
+
     def manifest(self) -> dict[str, Any]:
         """The manifest's fields that describe the run (the writer adds versions, commit and time)."""
         spec = self.spec
@@ -552,6 +573,7 @@ def run(spec: RunSpec, *, out: TextIO | None = None) -> RunResult:
     the accuracy table."""
     spec.validate()
     plan = RunPlan(spec)
+    plan.check_methods()
     backends = make_backends(spec)
     refused = asyncio.run(check_backends(backends))
     if refused is not None:

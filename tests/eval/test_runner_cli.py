@@ -58,6 +58,24 @@ def test_bad_arguments_exit_2_with_a_message(argv: list[str], message: str, caps
     assert message in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["nih", "--context-limit", "4096", "--max-tokens", "512"],
+         "method arc cannot run with these settings: summary_budget would be"),
+        (["ablation", "recall-budget", "--context-limit", "8192", "--max-tokens", "2048"],
+         "method arc (variant recall=32k/16k) cannot run with these settings"),
+    ],
+)
+def test_a_method_that_refuses_the_settings_stops_the_run_before_anything_is_recorded(
+        argv: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert main([*argv, "--tasks", "2", "--seeds", "1", "--out", str(out), "--no-progress", "--rag-retriever", "bm25"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "raise --context-limit" in err and "Traceback" not in err
+    assert not out.exists()
+
+
 def test_small_nih_run_prints_the_table_and_writes_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
     argv = ["nih", "--tasks", "2", "--seeds", "42", "--methods", BASELINES, "--out", str(out),
