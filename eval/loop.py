@@ -14,11 +14,14 @@ The task ends on:
 * an empty ``submit``: the agent declines to answer (``end="error"``, no answer);
 * the step limit (``end="step_limit"``, no answer);
 * a context overflow with nothing left to compact (``end="overflow"``, no answer);
-* an unexpected exception (``end="error"`` with its message, no answer).
+* an unexpected exception (``end="error"`` with its message, no answer); when a model call raised it,
+  that call is recorded with ``finish_reason="error"`` (0 tokens), so ``calls`` always equals the
+  task's call records.
 
 A ``BackendError`` (the server unavailable after retries, a refusal naming a configuration fault, a
-reply that breaks the API) is not a task outcome: it propagates, and the runner stops the run
-without recording the task, so it is never scored as a wrong answer.
+reply that breaks the API, e.g. a ``finish_reason`` or token count the records cannot hold) is not a
+task outcome: it propagates, and the runner stops the run without recording the task, so it is never
+scored as a wrong answer and a resume redoes the task.
 
 ``force_at_calls`` counts agent steps (1-based), not auxiliary calls, so the schedule is the same
 for every method. ``call_index`` in the records counts every call, auxiliary ones included.
@@ -58,10 +61,11 @@ from arc_eval.protocol import (
     system_prompt,
     tool_system_prompt,
 )
-from arc_eval.schema import CallRecord, Compaction, Recall, TaskRecord
+from arc_eval.schema import FINISH_REASONS, CallRecord, Compaction, Recall, TaskRecord
 from arc_eval.types import (
     Backend,
     BackendError,
+    BackendReplyError,
     ChatReply,
     ChatRequest,
     ContextOverflow,
@@ -202,26 +206,39 @@ class _TaskRun:
         self, messages: Sequence[Message], purpose: str, compactions: Sequence[str] = (),
         tools: tuple[ToolSpec, ...] = (),
     ) -> tuple[ChatReply, int]:
-        """One recorded model call (its reply and its position in ``calls``); an overflow is recorded, then re-raised."""
-        self.call_index += 1
+        """One recorded model call (its reply and its position in ``calls``).
+
+        An overflow is recorded, then re-raised; a BackendError propagates unrecorded (the task will not
+        be recorded at all); any other failure is recorded as a call with ``finish_reason="error"``,
+        then re-raised, so every call index has exactly one record.
+        """
+        self.call_index = len(self.calls) + 1
         request = self.request(messages, purpose, tools)
         started = time.perf_counter()
         try:
-            reply = await self.backend.complete(request)
-        except ContextOverflow as overflow:
-            tokens = overflow.prompt_tokens
-            if tokens is None:
-                tokens = await (self.backend.count_prompt_tokens(request.messages, request.tools) if request.tools
-                                else self.backend.count_prompt_tokens(request.messages))
-            self.record(
-                purpose,
-                prompt_tokens=tokens,
-                completion_tokens=0,
-                latency_s=time.perf_counter() - started,
-                finish_reason="overflow",
-                overflow=True,
-                compactions=compactions,
-            )
+            try:
+                reply = await self.backend.complete(request)
+            except ContextOverflow as overflow:
+                tokens = overflow.prompt_tokens
+                if tokens is None:
+                    tokens = await (self.backend.count_prompt_tokens(request.messages, request.tools)
+                                    if request.tools else self.backend.count_prompt_tokens(request.messages))
+                self.record(
+                    purpose,
+                    prompt_tokens=tokens,
+                    completion_tokens=0,
+                    latency_s=time.perf_counter() - started,
+                    finish_reason="overflow",
+                    overflow=True,
+                    compactions=compactions,
+                )
+                raise
+            _check_reply(reply)
+        except (ContextOverflow, BackendError):
+            raise
+        except Exception:
+            self.record(purpose, prompt_tokens=0, completion_tokens=0, latency_s=time.perf_counter() - started,
+                        finish_reason="error", overflow=False, compactions=compactions)
             raise
         position = self.record(
             purpose,
@@ -363,7 +380,7 @@ async def run_task(
         submission=scored,
         end=end,
         error=error,
-        calls=len(run.calls),  # calls made and recorded (a call that raised was neither)
+        calls=len(run.calls),  # every call made, one record each (a call that raised is recorded as an error)
         steps=steps,
         reexecutions=reexecutions,
         meta=_json_meta(task.meta),
@@ -390,6 +407,19 @@ def _tool_turn(
     run.pending_compactions.extend(events.compactions)
     run.amend(call, recalls=_recalls(events.recalls or outcome.recalls))
     return action, (calls[0] if calls and calls[0] in outcome.environment_calls else None)
+
+
+def _check_reply(reply: ChatReply) -> None:
+    """A reply the records can hold (token counts integers >= 0, a known finish reason), else a BackendReplyError."""
+    for name in ("prompt_tokens", "completion_tokens", "counted_prompt_tokens"):
+        value = getattr(reply, name)
+        if (value is not None or name != "counted_prompt_tokens") and (type(value) is not int or value < 0):
+            raise BackendReplyError(f"the backend's reply has {name} {value!r}; the API promises an integer >= 0")
+    if reply.finish_reason not in FINISH_REASONS:
+        raise BackendReplyError(
+            f"the backend's reply has finish_reason {reply.finish_reason!r}; the records hold only "
+            f"{', '.join(FINISH_REASONS)} (eval/RECORDS.md): the backend must map it to one of those"
+        )
 
 
 def _json_meta(meta: Mapping[str, Any]) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from arc_eval.schema import (
     RecordKey,
     TaskRecord,
     record_key,
+    run_meaning,
 )
 
 ProgressFn = Callable[[str], None]
@@ -50,10 +51,8 @@ CALLS_FILE = "calls.jsonl"
 TASKS_FILE = "tasks.jsonl"
 LOCK_FILE = ".lock"
 
-# What must be equal for a restarted command to continue an existing run.
-RESUME_MATCH_FIELDS = ("command", *Manifest.IDENTITY)
-# Flags a user may add when restarting the same command; they do not change what is run.
-RESUME_FLAGS = ("--resume", "--no-resume")
+# Left by a write through a temporary file that a kill interrupted (``_write_atomically``).
+TEMPORARY_FILES = tuple(f"{name}.tmp" for name in (MANIFEST_FILE, CALLS_FILE, TASKS_FILE))
 
 VERSIONED_PACKAGES = (
     "arc-ref",
@@ -116,15 +115,23 @@ def _dumps(record: Mapping[str, Any]) -> str:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
-def _normalized(value: Any) -> Any:
-    """JSON round trip, so tuples and lists (and int/str dict keys) compare as on disk."""
-    return json.loads(json.dumps(value, sort_keys=True))
-
-
-def _command_without_resume_flags(command: Any) -> Any:
-    if isinstance(command, list):
-        return [arg for arg in command if arg not in RESUME_FLAGS]
-    return command
+def _differences(stored: Mapping[str, Any], requested: Mapping[str, Any]) -> list[str]:
+    """`name: stored X != requested Y` for each field (or config key) of the run's meaning that differs."""
+    old, new = run_meaning(stored), run_meaning(requested)
+    different = []
+    for name in old:
+        if name == "config" and isinstance(old[name], dict) and isinstance(new[name], dict):
+            keys = sorted(set(old[name]) | set(new[name]))
+            pairs = [(f"config.{key}", old[name].get(key), new[name].get(key)) for key in keys]
+        else:
+            pairs = [(name, old[name], new[name])]
+        for label, before, after in pairs:
+            if before != after:
+                different.append(
+                    f"{label}: stored {json.dumps(before, ensure_ascii=False)} "
+                    f"!= requested {json.dumps(after, ensure_ascii=False)}"
+                )
+    return different
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -149,8 +156,8 @@ def _write_atomically(path: Path, lines: Iterator[bytes] | Sequence[bytes]) -> N
 class JsonlFile:
     """The complete lines of one JSON Lines file, each a JSON object; a torn last line is dropped and noted.
 
-    Torn (a write cut short by a crash): a last line without its newline, or a last line that is not a
-    JSON object. Anything else that is not a JSON object is damage in the middle of the file and raises
+    Torn (a write cut short by a crash): a last line without its newline, or a last complete line that
+    is not a JSON object. Anything else that is not a JSON object is damage in the middle of the file and raises
     RunRecordError naming the file and the line: only a torn tail can be repaired.
     """
 
@@ -171,11 +178,9 @@ class JsonlFile:
             raise RunRecordError(f"{self.path}: cannot be read ({failure.strerror or failure})") from None
         # The last element is b"" when the file ends with a newline, else a torn write.
         tail = data_lines.pop()
-        if tail.strip():
-            self._torn(len(data_lines) + 1, "no newline at its end")
-            last = -1
-        else:
-            last = max((i for i, raw in enumerate(data_lines) if raw.strip()), default=-1)
+        # A kill in the middle of a write can leave a partial line; a torn tail glued to what a later
+        # writer appended can make the last complete line garbled too: only those two may be torn.
+        last = max((i for i, raw in enumerate(data_lines) if raw.strip()), default=-1)
         step = max(1, len(data_lines) // 10)
         for index, raw in enumerate(data_lines):
             if self.progress is not None and len(data_lines) > 50_000 and index % step == 0 and index:
@@ -203,6 +208,8 @@ class JsonlFile:
                 )
             assert isinstance(record, dict)
             yield number, raw + b"\n", record
+        if tail.strip():
+            self._torn(len(data_lines) + 1, "no newline at its end")
 
     def _torn(self, number: int, why: str) -> None:
         self.torn += 1
@@ -240,6 +247,8 @@ class RunWriter:
         self._acquire_lock()
         try:
             manifest_path = self.run_dir / MANIFEST_FILE
+            for name in TEMPORARY_FILES:  # a kill during a write through a temporary file left it
+                (self.run_dir / name).unlink(missing_ok=True)
             if manifest_path.exists():
                 if not resume:
                     raise RunRecordError(
@@ -308,18 +317,7 @@ class RunWriter:
             record = Manifest.from_json(stored, str(path))
         except RecordError as failure:
             raise RunRecordError(str(failure)) from None
-        different = []
-        for name in RESUME_MATCH_FIELDS:
-            if name not in requested and name not in stored:
-                continue
-            old, new = stored.get(name), requested.get(name)
-            if name == "command":
-                old, new = _command_without_resume_flags(old), _command_without_resume_flags(new)
-            if _normalized(old) != _normalized(new):
-                different.append(
-                    f"{name}: stored {json.dumps(old, ensure_ascii=False)} "
-                    f"!= requested {json.dumps(new, ensure_ascii=False)}"
-                )
+        different = _differences(stored, {"variants": {"": {}}, **requested})  # the default _complete_manifest gives
         if different:
             raise RunRecordError(
                 f"{self.run_dir} holds a different run, so it cannot be resumed with this "

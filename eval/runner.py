@@ -162,6 +162,12 @@ class RunSpec:
             raise ConfigError("a method is listed twice")
         if not self.seeds:
             raise ConfigError("no seed given")
+        repeated = sorted({seed for seed in self.seeds if self.seeds.count(seed) > 1})
+        if repeated:
+            raise ConfigError(
+                f"--seeds lists {', '.join(map(str, repeated))} more than once; give each seed once "
+                "(a seed draws its own tasks)"
+            )
         if self.backend == "openai" and not self.base_urls:
             raise ConfigError("--backend openai needs at least one --base-url (e.g. http://localhost:8000/v1)")
         if not self.model:
@@ -364,44 +370,49 @@ class RunPlan:
 
     def manifest(self) -> dict[str, Any]:
         """The manifest's fields that describe the run (the writer adds versions, commit and time)."""
-        spec = self.spec
-        return {
-            "schema": SCHEMA,
-            "command": list(spec.command),
-            "task_kind": spec.task_kind,
-            "methods": list(spec.methods),
-            "seeds": list(spec.seeds),
-            "tasks_per_seed": spec.tasks_per_seed,
-            "model": spec.model,
-            "backend": spec.backend,
-            "context_limit": spec.context_limit,
-            "max_tokens": spec.max_tokens,
-            "variants": {label: dict(params) for label, params in spec.variants.items()},
-            "config": self.config(),
-        }
+        return run_manifest(self.spec, self.rag_retriever)
 
-    def config(self) -> dict[str, Any]:
-        """The manifest's ``config``: every knob that changes what is run."""
-        spec = self.spec
-        return {
-            "force_at_calls": list(spec.force_at_calls),
-            "noise_lines_per_side": spec.noise_lines_per_side,
-            "distractor_files": spec.distractor_files,
-            "recall_budget_chars": spec.recall_budget_chars,
-            "recall_max_chars": spec.recall_max_chars,
-            "keep_verbatim_chars": spec.keep_verbatim_chars,
-            "rag_top_k": spec.rag_top_k,
-            "rag_chunk_chars": spec.rag_chunk_chars,
-            "rag_retriever": self.rag_retriever,
-            "tokenizer": spec.prompt_counting().tokenizer,
-            "chat_format": spec.prompt_counting().chat_format,
-            "temperature": spec.temperature,
-            "max_steps": spec.max_steps,
-            "tool_calling": spec.tool_calling,
-            "allow_reexecution": spec.allow_reexecution,
-            "data": spec.data,
-            "base_urls": list(spec.base_urls),
-        }
+
+def run_manifest(spec: RunSpec, rag_retriever: str) -> dict[str, Any]:
+    """The manifest's fields that describe a run (the writer adds versions, commit and time)."""
+    return {
+        "schema": SCHEMA,
+        "command": list(spec.command),
+        "task_kind": spec.task_kind,
+        "methods": list(spec.methods),
+        "seeds": list(spec.seeds),
+        "tasks_per_seed": spec.tasks_per_seed,
+        "model": spec.model,
+        "backend": spec.backend,
+        "context_limit": spec.context_limit,
+        "max_tokens": spec.max_tokens,
+        "variants": {label: dict(params) for label, params in spec.variants.items()},
+        "config": run_config(spec, rag_retriever),
+    }
+
+
+def run_config(spec: RunSpec, rag_retriever: str) -> dict[str, Any]:
+    """The manifest's ``config``: every knob that changes what is run (and ``base_urls``, where the server is)."""
+    counting = spec.prompt_counting()
+    return {
+        "force_at_calls": list(spec.force_at_calls),
+        "noise_lines_per_side": spec.noise_lines_per_side,
+        "distractor_files": spec.distractor_files,
+        "recall_budget_chars": spec.recall_budget_chars,
+        "recall_max_chars": spec.recall_max_chars,
+        "keep_verbatim_chars": spec.keep_verbatim_chars,
+        "rag_top_k": spec.rag_top_k,
+        "rag_chunk_chars": spec.rag_chunk_chars,
+        "rag_retriever": rag_retriever,
+        "tokenizer": counting.tokenizer,
+        "chat_format": counting.chat_format,
+        "temperature": spec.temperature,
+        "max_steps": spec.max_steps,
+        "tool_calling": spec.tool_calling,
+        "allow_reexecution": spec.allow_reexecution,
+        "data": spec.data,
+        "base_urls": list(spec.base_urls),
+    }
 
 
 # -- execute ----------------------------------------------------------------------------------------
@@ -524,7 +535,8 @@ async def execute(plan: RunPlan, writer: RunWriter, backends: Mapping[str, Backe
                     temperature=spec.temperature,
                 )
             except BackendError as failure:
-                aborted = describe_backend_error(failure)
+                if aborted is None:  # the first failure is the cause; the workers still in flight see the same
+                    aborted = describe_backend_error(failure)
                 stop.set()
                 return
             writer.write_task(calls, outcome)

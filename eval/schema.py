@@ -168,6 +168,8 @@ class Manifest:
         "task_kind", "methods", "seeds", "tasks_per_seed", "model", "backend", "context_limit", "max_tokens",
         "variants", "config",
     )  # fmt: skip
+    # Keys of `config` that say where the backend is, not what is run: a resume may change them.
+    CONFIG_NOT_IDENTITY: ClassVar[tuple[str, ...]] = ("base_urls",)
 
     schema: str
     command: tuple[str, ...]
@@ -196,6 +198,21 @@ class Manifest:
     @classmethod
     def from_json(cls, obj: Any, where: str = "manifest") -> Manifest:
         return from_json(cls, obj, where)
+
+
+def run_meaning(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """What a run is (a manifest's `Manifest.IDENTITY` fields, `config` without where the server is), as plain JSON.
+
+    Two manifests with the same meaning are the same run: a resume compares exactly this, and the
+    default run directory is named after it. The command line, the run directory, the concurrency and
+    the progress bar are not part of it.
+    """
+    meaning = {name: manifest.get(name) for name in Manifest.IDENTITY}
+    config = meaning.get("config")
+    if isinstance(config, Mapping):
+        meaning["config"] = {key: value for key, value in config.items() if key not in Manifest.CONFIG_NOT_IDENTITY}
+    plain: dict[str, Any] = json.loads(json.dumps(_plain(meaning), sort_keys=True))
+    return plain
 
 
 RECORD_CLASSES: tuple[type, ...] = (Manifest, CallRecord, TaskRecord, Compaction, Recall)

@@ -105,8 +105,9 @@ class BackendError(Exception):
 
     Subclasses: ``BackendUnavailable`` (retries exhausted), ``BackendRequestError`` (the server
     refuses a request for a reason retrying cannot fix: its message names the cause and the fix),
-    ``BackendReplyError`` (a reply that breaks the API). The task in flight is not recorded, so the
-    same command, rerun after the fix, redoes it.
+    ``BackendReplyError`` (a reply that breaks the API). The loop lets every BackendError through and
+    the runner stops the run: the task in flight is not recorded, so the same command, rerun after the
+    fix, redoes it.
     """
 
 

@@ -78,6 +78,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from arc_ref.config import TEMPLATE_FORMAT, parse_tools
 from arc_ref.errors import ConfigError
+from arc_eval.arguments import port_number
 from arc_eval.backends.openai_backend import render_for_count
 from arc_eval.counting import TemplateCounter
 from arc_eval.protocol import reply_tool_call, text_view
@@ -685,7 +686,7 @@ def _parser() -> argparse.ArgumentParser:
         "answers over-long prompts the way vLLM does.",
     )
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=port_number, default=8000, help="0 to 65535 (0: any free port)")
     parser.add_argument(
         "--max-model-len", type=int, default=16384, help="context window L (tokens)"
     )
@@ -728,8 +729,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def serve_main(argv: list[str]) -> int:
-    """`arc-eval serve-scripted`: serves until SIGINT/SIGTERM; returns the exit code."""
-    args = _parser().parse_args(argv)
+    """`arc-eval serve-scripted`: serves until SIGINT/SIGTERM; returns the exit code (2: bad arguments)."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as done:  # --help, or a usage error argparse has already printed
+        return done.code if isinstance(done.code, int) else 2
     try:
         faults = _parse_faults(args.inject_faults)
         policy = load_policy(args.policy)

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any, Sequence
 
+import attrs
 import pytest
 
 from arc_eval.loop import DECLINED_MESSAGE, run_task
 from arc_eval.methods import make_method
 from arc_eval.methods.base import AuxCaller, Intercepted, MethodEvents, MethodSettings
+from arc_eval.records import RunWriter
 from arc_eval.types import (
+    BackendError,
     BackendReplyError,
     BackendRequestError,
     BackendUnavailable,
+    ChatReply,
     ChatRequest,
     Message,
     Observation,
@@ -28,6 +33,11 @@ CALL_KEYS = {
     "completion_tokens", "latency_s", "finish_reason", "overflow", "compactions", "recalls", "action",
     "submission", "reexecution", "counted_prompt_tokens",
 }
+WRITER_MANIFEST: dict[str, Any] = {
+    "command": ["test"], "task_kind": "nih", "methods": ["sliding_window"], "seeds": [42], "tasks_per_seed": 1,
+    "model": "fake", "backend": "scripted", "context_limit": 4096, "max_tokens": 1024, "variants": {"": {}},
+    "config": {},
+}  # fmt: skip
 TASK_KEYS = {
     "variant", "method", "model", "task_kind", "task_id", "seed", "submitted", "no_answer", "correct",
     "submission", "end", "error", "calls", "steps", "reexecutions", "meta",
@@ -148,8 +158,8 @@ def test_backend_errors_propagate_and_crashes_are_recorded() -> None:
     calls, outcome, _, _ = go(["Action: ls", RuntimeError("policy exploded")])
     assert outcome["end"] == "error" and "RuntimeError: policy exploded" in outcome["error"]
     assert outcome["no_answer"]
-    # the call that raised was neither made nor recorded: the task's count agrees with its records
-    assert outcome["calls"] == len(calls) == 1
+    # the call that raised is recorded as an error call: the task's count agrees with its records
+    assert outcome["calls"] == len(calls) == 2 and calls[1]["finish_reason"] == "error"
 
 
 class InterceptingMethod:
@@ -199,3 +209,45 @@ def test_max_steps_must_be_positive() -> None:
     with pytest.raises(ValueError):
         go(["Action: ls"], max_steps=0)
 
+
+
+class ServerRefused(BackendError):
+    """A backend failure other than BackendUnavailable (e.g. a 4xx that is not an overflow)."""
+
+
+def test_a_failed_call_is_recorded_so_calls_match_the_call_records(tmp_path: Path) -> None:
+    """A call that raises (not a backend error) ends the task as an error, and its records stay writable."""
+    records, result = asyncio.run(
+        run_task(tiny_task(), make_method("sliding_window", SETTINGS),
+                 FakeBackend(ScriptedReplies(["Action: cat a.txt", KeyError("choices")])),
+                 settings=SETTINGS, max_steps=5, force_at_calls=(), seed=42, sandbox=FakeSandbox({"a.txt": "a"}),
+                 scorer=exact_scorer)
+    )  # fmt: skip
+    assert result.end == "error" and "KeyError" in (result.error or "")
+    assert result.calls == len(records) == 2 and [call.call_index for call in records] == [1, 2]
+    assert (records[1].finish_reason, records[1].prompt_tokens, records[1].completion_tokens) == ("error", 0, 0)
+    with RunWriter(tmp_path / "run", WRITER_MANIFEST, resume=False) as writer:
+        writer.write_task(records, result)  # before: "says calls=2 and has 1 call records"
+    assert writer.finished() == {("", "sliding_window", 42, "t-1")}
+
+
+def test_every_backend_error_propagates_and_is_never_an_outcome() -> None:
+    with pytest.raises(ServerRefused):
+        go(["Action: cat a.txt", ServerRefused("404 The model `x` does not exist")])
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [({"finish_reason": "content_filter"}, "finish_reason 'content_filter'"),
+     ({"prompt_tokens": -1}, "prompt_tokens -1"), ({"completion_tokens": "3"}, "completion_tokens '3'")],
+)  # fmt: skip
+def test_a_reply_that_breaks_the_record_schema_is_a_backend_error(bad: dict[str, Any], message: str) -> None:
+    class OddBackend(FakeBackend):
+        async def complete(self, request: ChatRequest) -> ChatReply:
+            return attrs.evolve(await super().complete(request), **bad)
+
+    with pytest.raises(BackendReplyError, match=message):
+        asyncio.run(
+            run_task(tiny_task(), make_method("sliding_window", SETTINGS), OddBackend(ScriptedReplies(["Action: ls"])),
+                     settings=SETTINGS, max_steps=3, seed=1, sandbox=FakeSandbox({}), scorer=exact_scorer)
+        )  # fmt: skip

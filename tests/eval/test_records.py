@@ -119,18 +119,35 @@ def test_fresh_run_writes_a_complete_manifest(tmp_path: Path) -> None:
     assert lines(run / "tasks.jsonl")[0] == task_json("t1")
 
 
-def test_existing_run_needs_resume_and_the_same_command(tmp_path: Path) -> None:
+def test_existing_run_needs_resume_and_the_same_meaning(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    RunWriter(run, manifest(), resume=False).close()
+    RunWriter(run, manifest(config={"force_at_calls": [5, 10, 15], "base_urls": ["http://a:8000/v1"]}),
+              resume=False).close()
     with pytest.raises(RunRecordError, match="already holds a run.*--resume"):
         RunWriter(run, manifest(), resume=False)
-    with pytest.raises(RunRecordError, match="different run.*command"):
-        RunWriter(run, manifest(command=["arc-eval", "nih", "--tasks", "4"]), resume=True)
-    with pytest.raises(RunRecordError, match="config"):
-        RunWriter(run, manifest(config={"force_at_calls": [5]}), resume=True)
-    # adding --resume to the same command is the same run; tuples and lists compare equal
-    resumed = manifest(command=["arc-eval", "nih", "--tasks", "3", "--resume"], seeds=(42,))
+    with pytest.raises(RunRecordError, match=r"different run.*\n  tasks_per_seed: stored 3 != requested 4"):
+        RunWriter(run, manifest(tasks_per_seed=4), resume=True)
+    with pytest.raises(RunRecordError, match=r"config.force_at_calls: stored \[5, 10, 15\] != requested \[5\]"):
+        RunWriter(run, manifest(config={"force_at_calls": [5], "base_urls": []}), resume=True)
+    # the command line, the server's address, tuples for lists: the same run
+    resumed = manifest(command=["arc-eval", "nih", "--no-progress", "--tasks", "3", "--concurrency", "2"],
+                       seeds=(42,), config={"force_at_calls": (5, 10, 15), "base_urls": ["http://b:8001/v1"]})
     RunWriter(run, resumed, resume=True).close()
+    assert json.loads((run / "manifest.json").read_text())["command"] == ["arc-eval", "nih", "--tasks", "3"]
+
+
+def test_a_temporary_file_left_by_a_kill_is_cleaned_up(tmp_path: Path) -> None:
+    """A kill during the first manifest write leaves manifest.json.tmp (and the lock file) behind."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json.tmp").write_text('{"schema": "arc-eval-run/1", "comm')
+    (run / ".lock").write_text("")
+    with RunWriter(run, manifest(), resume=True) as writer:
+        write(writer, "t1")
+    assert sorted(path.name for path in run.iterdir()) == [".lock", "calls.jsonl", "manifest.json", "tasks.jsonl"]
+    (run / "tasks.jsonl.tmp").write_text("half a rewrite")  # a kill during a resume's repair
+    RunWriter(run, manifest(), resume=True).close()
+    assert not list(run.glob("*.tmp"))
 
 
 def test_non_run_directories_and_bad_manifests_are_refused(tmp_path: Path) -> None:
@@ -320,3 +337,18 @@ def test_sigkill_in_the_middle_of_a_run_then_resume(tmp_path: Path, durability: 
         assert per_task[(record["method"], record["task_id"])] == list(
             range(1, record["calls"] + 1)
         )
+
+
+def test_a_garbled_last_line_before_a_torn_tail_is_torn_too(tmp_path: Path) -> None:
+    """A kill mid-write, then more appended to the partial line: both the glued line and the tail are torn."""
+    run = tmp_path / "run"
+    with RunWriter(run, manifest(), resume=False) as writer:
+        write(writer, "t1")
+    with (run / "calls.jsonl").open("a") as calls:
+        calls.write('{"variant": "", "meth' + json.dumps(call_json("t2", 1)) + "\n" + '{"torn')
+    reader = RunReader(run)
+    assert [c.task_id for c in reader.calls(finished_only=False)] == ["t1", "t1"]
+    assert sum("torn last line dropped" in note for note in reader.notes) == 2
+    with RunWriter(run, manifest(), resume=True) as writer:
+        assert writer.dropped_torn_lines == 2 and writer.finished() == {("", "arc", 42, "t1")}
+    assert [c["task_id"] for c in lines(run / "calls.jsonl")] == ["t1", "t1"]
