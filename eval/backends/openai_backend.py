@@ -90,6 +90,7 @@ from arc_eval.protocol import action_to_tool_call as action_to_tool_call
 from arc_eval.protocol import split_tool_action as split_tool_action
 from arc_eval.protocol import tool_call_action as tool_call_action
 from arc_eval.protocol import tool_names as tool_names
+from arc_ref.config import parse_tools
 from arc_ref.message import ToolCall, ToolSpec
 from arc_eval.counting import TemplateCounter, TokenCounter, shared_counter
 from arc_eval.types import (
@@ -294,6 +295,7 @@ class OpenAIBackend:
         self.max_retries = max_retries
         self.enable_thinking = enable_thinking
         self.tools = [tool.openai() if isinstance(tool, ToolSpec) else dict(tool) for tool in tools] if tools else None
+        self._probe_tools = parse_tools(self.tools) if self.tools else ()
         self.count_with = count_with
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
@@ -585,7 +587,7 @@ class OpenAIBackend:
             raise self._refused(url, response)
         completion = parse_completion(self._json(response, url), url)
         if completion.prompt_tokens is not None and self._server_tokenize:
-            count = await self._count(PROBE_MESSAGES, (), (replica, 0))
+            count = await self._count(PROBE_MESSAGES, self._probe_tools, (replica, 0))
             if count.exact and count.tokens != completion.prompt_tokens:
                 self._note(
                     "probe-count",

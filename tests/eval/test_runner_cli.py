@@ -316,6 +316,40 @@ def test_openai_backend_over_http_matches_the_embedded_backend(tmp_path: Path) -
     assert app.stats.chat_requests > 0
 
 
+@pytest.mark.parametrize("count_with", ["server", "local"])
+def test_tool_mode_over_http_counts_exactly_what_serve_scripted_counts(tmp_path: Path, count_with: str) -> None:
+    """Tool mode end to end over HTTP, every method, serve-scripted rendering with the same model directory as vLLM
+    would: the harness's count of every call (the server's /tokenize, or its own template count) equals the
+    server's usage.prompt_tokens, and the outcomes equal the in-process scripted backend's."""
+    import io
+
+    from arc_eval.agent.scripted import ScriptedPolicy
+    from arc_eval.backends.scripted_server import build_app, serve_in_thread
+
+    model = tool_model_dir(tmp_path / "model")
+    common: dict[str, Any] = dict(task_kind="nih", methods=("full_context", "sliding_window", "llm_summary",
+                                  "structured_state", "rag_memory", "arc"), seeds=(42,), tasks_per_seed=1,
+                                  progress=False, concurrency=3, tokenizer=model, tool_calling=True,
+                                  context_limit=24000, rag_retriever="bm25", max_steps=10)
+    embedded = run(RunSpec(out=tmp_path / "embedded", **common), out=io.StringIO())
+    app = build_app(ScriptedPolicy(), max_model_len=24000, concurrency=3, tokenizer=model)
+    with serve_in_thread(app) as base_url:
+        remote = run(RunSpec(out=tmp_path / "http", backend="openai", base_urls=(base_url,), model="scripted",
+                             count_with=count_with, **common), out=io.StringIO())
+    assert remote.aborted is None and remote.ran == embedded.ran == 6
+    calls = [call for call in lines(tmp_path / "http" / "calls.jsonl") if not call["overflow"]]  # sent calls
+    assert calls and all(call["counted_prompt_tokens"] == call["prompt_tokens"] > 0 for call in calls)
+    assert any(call["action"].startswith("cat ") for call in calls)
+
+    def outcomes(directory: Path) -> list[tuple[Any, ...]]:
+        rows = lines(directory / "tasks.jsonl")
+        return sorted((row["method"], row["task_id"], row["end"], row["correct"], row["steps"]) for row in rows)
+
+    assert outcomes(tmp_path / "embedded") == outcomes(tmp_path / "http")
+    manifest = json.loads((tmp_path / "http" / "manifest.json").read_text())
+    assert manifest["config"]["chat_format"] == "template" and manifest["config"]["tokenizer"] == f"hf-dir:{model}"
+
+
 def test_a_model_directory_counts_with_its_template_and_tool_mode_offers_each_method_its_tools(
         tmp_path: Path) -> None:
     from arc_eval.counting import TemplateCounter
