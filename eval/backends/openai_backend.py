@@ -586,6 +586,8 @@ class OpenAIBackend:
                 )
             raise self._refused(url, response)
         completion = parse_completion(self._json(response, url), url)
+        if self.tools and self.server is not None and self.server.kind == LLAMA_CPP:
+            await self._probe_prefill(replica)
         if completion.prompt_tokens is not None and self._server_tokenize:
             count = await self._count(PROBE_MESSAGES, self._probe_tools, (replica, 0))
             if count.exact and count.tokens != completion.prompt_tokens:
@@ -595,6 +597,20 @@ class OpenAIBackend:
                     f"tokens in chat and {count.tokens} with its counting endpoint; the run's "
                     "budget follows the latter",
                 )
+
+    async def _probe_prefill(self, replica: int) -> None:
+        """Tool mode on llama-server: a prompt may end with the assistant's message (a reply without a call),
+        which must be answered after, as vLLM does, not continued: llama-server's ``--prefill-assistant``
+        (its default) refuses two assistant messages at the end, so /apply-template on such a conversation
+        tells which it is."""
+        url = self.replicas[replica]["apply_template"]
+        conversation = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"},
+                        {"role": "assistant", "content": "z"}]
+        payload = {"model": self.model, "messages": conversation, **self._chat_template_fields(self.tools)}
+        response, _ = await self._send("apply_template", payload, (replica, 0), timeout_s=self.probe_timeout_s,
+                                       retries=1)
+        if response.status_code != 200:
+            raise self._refused(url, response)
 
     # -- counting -------------------------------------------------------------------------------
 
