@@ -23,6 +23,7 @@ from arc_ref import render
 from arc_ref.config import ACTION_MODES, TEMPLATE_FORMAT
 from arc_ref.errors import ConfigError
 from arc_ref.machine import SHOWN_TOKEN_CHARS
+from arc_ref.render import INT, LINE, TEXT, Template
 from arc_ref.message import ToolCall, ToolSpec
 from arc_ref.text import clipped
 # PromptCounter, shared_counter and clear_counter_caches live in arc_eval.counting; importable from here too
@@ -175,19 +176,25 @@ def assistant_text(thought: str, action: str) -> str:
 
 
 SHORT_OBSERVATIONS_HEADER = "Short observations of earlier turns (kept verbatim):"
+# How a baseline shows an observation (its transcript, its kept short observations, its condensing
+# requests); ``OBSERVATION.parse`` reads it back (the scripted agent does).
+OBSERVATION = Template(
+    "Observation (rc={returncode}) of `{action}`:\n{text}", returncode=INT, action=LINE, text=TEXT
+)
 
 
 def short_observations_message(turns: Sequence[Turn]) -> Message:
     """The user message with the short observations a condensing baseline keeps verbatim (< 500 chars)."""
     block = "\n".join(
-        f"Observation (rc={turn.returncode}) of `{turn.action}`:\n{turn.observation_text}" for turn in turns
+        OBSERVATION.render(returncode=turn.returncode, action=turn.action, text=turn.observation_text)
+        for turn in turns
     )
     return Message("user", f"{SHORT_OBSERVATIONS_HEADER}\n{block}")
 
 
 def observation_text(action: str, observation: Observation) -> str:
     """The user message that carries an observation in a baseline's transcript."""
-    return f"Observation (rc={observation.returncode}) of `{action}`:\n{observation.text}"
+    return OBSERVATION.render(returncode=observation.returncode, action=action, text=observation.text)
 
 
 @frozen
