@@ -24,6 +24,12 @@ from arc_ref.config import OVERRIDE_KEYS
 from arc_ref.trace import TRACE_OPS, replay_text
 
 OUTPUT_OPS = set(TRACE_OPS) | {"error"}
+# How many inputs each run tries (benchmarks/refusal_cases.py prints them): traces replayed in process and
+# whole inputs given to `arc-ref replay -` in a subprocess, in the default run and with `-m slow`.
+TRACES_IN_PROCESS = 300
+CLI_INPUTS = 12
+TRACES_IN_PROCESS_SLOW = 2000
+CLI_INPUTS_SLOW = 60
 EVENT_KEYS = ("op", "action", "observation", "returncode", "thought", "reason", "preset")
 
 # Text from every plane, with lone surrogates (rare among all code points; a high one before a low one makes a
@@ -176,26 +182,26 @@ def _fuzz_cli(examples: int) -> Counter[str]:
 
 
 def test_fuzz_replay_in_process() -> None:
-    tried = _fuzz_in_process(300)
+    tried = _fuzz_in_process(TRACES_IN_PROCESS)
     print(f"\nfuzz replay (in process): {tried['inputs']} traces, {tried['lines']} lines")
-    assert tried["inputs"] >= 300
+    assert tried["inputs"] >= TRACES_IN_PROCESS
 
 
 def test_fuzz_replay_cli() -> None:
-    tried = _fuzz_cli(12)
+    tried = _fuzz_cli(CLI_INPUTS)
     print(f"\nfuzz arc-ref replay (subprocess): {tried['inputs']} inputs, {tried['lines']} lines")
-    assert tried["inputs"] >= 12
+    assert tried["inputs"] >= CLI_INPUTS
 
 
 @pytest.mark.slow
 def test_fuzz_replay_in_process_long() -> None:
-    tried = _fuzz_in_process(2000)
+    tried = _fuzz_in_process(TRACES_IN_PROCESS_SLOW)
     print(f"\nfuzz replay (in process, long): {tried['inputs']} traces, {tried['lines']} lines")
-    assert tried["inputs"] >= 2000
+    assert tried["inputs"] >= TRACES_IN_PROCESS_SLOW
 
 
 @pytest.mark.slow
 def test_fuzz_replay_cli_long() -> None:
-    tried = _fuzz_cli(60)
+    tried = _fuzz_cli(CLI_INPUTS_SLOW)
     print(f"\nfuzz arc-ref replay (subprocess, long): {tried['inputs']} inputs, {tried['lines']} lines")
-    assert tried["inputs"] >= 60
+    assert tried["inputs"] >= CLI_INPUTS_SLOW

@@ -1,0 +1,633 @@
+"""Every hostile or careless input of issue 9 and every server fault of issue 8 (item 2), tried as a user would.
+
+    python benchmarks/refusal_cases.py [--no-fuzz] [--only WORDS]
+
+Each case is a real subprocess: `arc-ref replay` fed crafted standard input, closed and full streams given
+by shell redirections (`<&-`, `>&-`, `> /dev/full`), `/dev/zero` under `timeout`, `arc-ref budgets --set`,
+and `arc-eval` against `arc-eval serve-scripted` started with its fault options (answering like a
+misconfigured vLLM) or against a small vLLM-shaped server in this script that answers with bodies breaking
+the API (serve-scripted only breaks the protocol on purpose, never the JSON shapes). Resume cases run in a
+temporary directory.
+
+It prints one row per case: case | command | exit code (expected) | the message's first line, where the
+message is what a user reads: the error line `arc-ref replay` writes for the line in question (exit 0: the
+replay goes on), or the first line on standard error. A row is `ok` when the exit code is the expected one,
+the message holds the expected words, any extra check holds (nothing recorded, a file cleaned up), and no
+output shows a traceback. The script exits 1 when any row differs. Then the fuzzer of
+tests/hostile/test_fuzz_replay.py runs its default budget and prints how many inputs it tried (and the
+budget of its slow run). About a minute or two in all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import httpx
+
+from arc_ref.cli import EXIT_IO, EXIT_LINE_TOO_LONG, EXIT_OK, EXIT_USAGE, MAX_LINE_BYTES
+from arc_ref.tokenizers import TOKENIZER_FILE_LIMIT
+
+REPO = Path(__file__).resolve().parents[1]
+QWEN3_DIR = REPO.parent / "shared" / "data" / "qwen3-tokenizer"
+ARC_REF = [sys.executable, "-m", "arc_ref.cli"]
+ARC_EVAL = [sys.executable, "-c", "import sys; from arc_eval.cli import main; sys.exit(main(sys.argv[1:]))"]
+ARC_REF_SHELL = " ".join(shlex.quote(part) for part in ARC_REF)
+EXIT_STOPPED = 3  # arc-eval: the server or its answers stopped the run (eval/SERVING.md)
+EXIT_REPORT_BAD_INPUT = 1  # arc-eval report: bad input (eval/analysis/cli.py)
+CONFIG = '{"op":"config","preset":"minimal"}'
+OBSERVE = '{"op":"observe","action":"ls","observation":"x"}'
+MESSAGE_WIDTH = 300
+COMMAND_WIDTH = 76
+
+
+@dataclass
+class Outcome:
+    exit_code: int | None  # None: the command did not end within its time limit
+    message: str
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Case:
+    name: str
+    command: str  # as a user would type it, shortened for the table
+    run: Callable[[], Outcome]
+    exit_code: int
+    expect: str  # words the message must hold
+
+
+def _cut(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters; a message's "Fix: ..." is kept whole and its middle cut instead."""
+    text = text.replace("\n", " ")
+    if len(text) <= width:
+        return text
+    fix = text.find(" Fix: ")
+    if fix > 0 and len(text) - fix < width * 2 // 3:
+        tail = text[fix:]
+        head = text[: width - len(tail) - 2]
+        return head[: head.rfind(" ")] + " …" + tail
+    return text[: width - 1] + "…"
+
+
+def _first_line(text: str) -> str:
+    return next((line for line in text.splitlines() if line.strip()), "")
+
+
+def _tracebacks(*texts: str) -> list[str]:
+    return [f"a traceback, ending in: {_cut(text.strip().splitlines()[-1], 200)}" for text in texts
+            if "Traceback (most recent call last)" in text or "Exception ignored" in text]
+
+
+def _decoded(data: bytes | str | None) -> str:
+    if data is None:
+        return ""
+    return data if isinstance(data, str) else data.decode("utf-8", errors="replace")
+
+
+def _run(argv: list[str], stdin: bytes | None = None, timeout: float = 120, cwd: Path | None = None,
+         env: dict[str, str] | None = None) -> tuple[int | None, str, str]:
+    try:
+        done = subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout, cwd=cwd, env=env)
+    except subprocess.TimeoutExpired as late:
+        return None, _decoded(late.stdout), _decoded(late.stderr)
+    return done.returncode, _decoded(done.stdout), _decoded(done.stderr)
+
+
+def from_stderr(argv: list[str], stdin: bytes | None = None, timeout: float = 120, cwd: Path | None = None,
+                env: dict[str, str] | None = None, pick: str | None = None, lines: int = 1) -> Outcome:
+    """The first line on standard error (or the first holding ``pick``; with ``lines``, it and the next ones)."""
+    code, out, err = _run(argv, stdin, timeout, cwd, env)
+    written = [line for line in err.splitlines() if line.strip()]
+    start = next((index for index, line in enumerate(written) if pick and pick in line), 0)
+    chosen = " / ".join(line.strip() for line in written[start:start + lines]) or "(nothing on stderr)"
+    return Outcome(code, chosen, _tracebacks(out, err))
+
+
+def shell(script: str, stdin: bytes | None = None, timeout: float = 120) -> Outcome:
+    """A bash line, so that `<&-`, `>&-` and `> /dev/full` mean what they mean to a user."""
+    return from_stderr(["bash", "-c", script], stdin, timeout)
+
+
+def replay_line(lines: list[bytes | str], line: int) -> Outcome:
+    """`arc-ref replay -` on the lines; the message is the error line answering line ``line``. The replay must
+    answer every input line with one JSON line."""
+    data = b"".join((item if isinstance(item, bytes) else item.encode("utf-8", errors="surrogatepass")) + b"\n"
+                    for item in lines)
+    code, out, err = _run([*ARC_REF, "replay", "-"], data)
+    problems = _tracebacks(out, err)
+    answers = []
+    for text in out.splitlines():
+        try:
+            answers.append(json.loads(text))
+        except ValueError:
+            problems.append(f"an output line that is not JSON: {_cut(text, 80)}")
+    if len(answers) != len(lines):
+        problems.append(f"{len(answers)} output lines for {len(lines)} input lines")
+    if err:
+        problems.append(f"standard error: {_cut(err, 120)}")
+    answer = answers[line - 1] if len(answers) >= line else {}
+    if answer.get("op") != "error":
+        problems.append(f"line {line} was answered by {_cut(json.dumps(answer), 80)}, not by an error line")
+    return Outcome(code, f"error line: {answer.get('message', '')}", problems)
+
+
+def checked(outcome: Outcome, check: Callable[[], str | None]) -> Outcome:
+    """``outcome`` with the problem ``check`` finds, if any."""
+    problem = check()
+    if problem:
+        outcome.problems.append(problem)
+    return outcome
+
+
+# --- servers ---------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _wait_healthy(url: str, alive: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        if not alive() or time.monotonic() > deadline:
+            raise SystemExit(f"the server at {url} did not come up")
+        time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def serve_scripted(*flags: str, problems: list[str]) -> Iterator[str]:
+    """`arc-eval serve-scripted --max-model-len 4096 FLAGS` in a process of its own; yields its base URL. A
+    traceback the server printed is added to ``problems`` when it has stopped."""
+    port = free_port()
+    process = subprocess.Popen([*ARC_EVAL, "serve-scripted", "--port", str(port), "--max-model-len", "4096", *flags],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _wait_healthy(f"http://127.0.0.1:{port}/health", lambda: process.poll() is None)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        os.kill(process.pid, signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+        problems.extend(f"serve-scripted: {problem}" for problem in _tracebacks(_decoded(err)))
+
+
+GOOD_COMPLETION = {
+    "id": "c", "object": "chat.completion", "model": "m",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Thought: look.\nAction: ls"},
+                 "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 12, "completion_tokens": 1, "total_tokens": 13},
+}
+
+
+class BrokenVLLM(ThreadingHTTPServer):
+    """A vLLM-shaped server (model card, /tokenize, chat) whose `/tokenize` answers ``tokenize`` and whose chat
+    answers ``chat`` to every request but the 1-token probe (so that a run gets past its checks and meets the
+    broken answer in a task)."""
+
+    daemon_threads = True
+
+    def __init__(self, tokenize: Any = None, chat: Any = None) -> None:
+        super().__init__(("127.0.0.1", 0), _BrokenVLLMHandler)
+        self.tokenize_body = {"count": 12} if tokenize is None else tokenize
+        self.chat_body = GOOD_COMPLETION if chat is None else chat
+
+
+class _BrokenVLLMHandler(BaseHTTPRequestHandler):
+    server: BrokenVLLM
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        pass
+
+    def _answer(self, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if self.path == "/v1/models":
+            self._answer({"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "vllm",
+                                                      "max_model_len": 4096}]})
+        else:
+            self._answer({})
+
+    def do_POST(self) -> None:  # noqa: N802
+        request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+        if self.path == "/tokenize":
+            self._answer(self.server.tokenize_body)
+        elif request.get("max_tokens") == 1:
+            self._answer(GOOD_COMPLETION)  # the probe of check_server
+        else:
+            self._answer(self.server.chat_body)
+
+
+@contextlib.contextmanager
+def broken_vllm(tokenize: Any = None, chat: Any = None) -> Iterator[str]:
+    server = BrokenVLLM(tokenize, chat)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _env_without_key() -> dict[str, str]:
+    return {key: value for key, value in os.environ.items() if key != "OPENAI_API_KEY"}
+
+
+def nih_over_http(url: str, out: Path, *extra: str, model: str = "scripted") -> list[str]:
+    return [*ARC_EVAL, "nih", "--backend", "openai", "--base-url", url, "--model", model, "--context-limit", "4096",
+            "--max-tokens", "256", "--tasks", "1", "--seeds", "42", "--methods", "sliding_window", "--out", str(out),
+            "--no-progress", "--max-retries", "1", *extra]
+
+
+def recorded_tasks(out: Path) -> int:
+    tasks = out / "tasks.jsonl"
+    return len(tasks.read_text().splitlines()) if tasks.exists() else 0
+
+
+def nothing_recorded(out: Path) -> Callable[[], str | None]:
+    return lambda: f"{recorded_tasks(out)} task(s) recorded" if recorded_tasks(out) else None
+
+
+def no_run_directory(out: Path) -> Callable[[], str | None]:
+    return lambda: f"{out} was created" if out.exists() else None
+
+
+# --- the cases ------------------------------------------------------------------------------------------
+
+
+def replay_cases(scratch: Path) -> list[Case]:
+    nines = "9" * 4300
+    trace = scratch / "trace.jsonl"
+    trace.write_text(CONFIG + "\n" + OBSERVE + "\n", encoding="utf-8")
+    long_line = [CONFIG.encode(), b"x" * (MAX_LINE_BYTES + 1), OBSERVE.encode()]
+    long_input = b"\n".join(long_line) + b"\n"
+
+    def over_the_limit() -> Outcome:
+        code, out, err = _run([*ARC_REF, "replay", "-"], long_input)
+        outcome = Outcome(code, _first_line(err), _tracebacks(out, err))
+        answers = [json.loads(line) for line in out.splitlines()]
+        if [answer["op"] for answer in answers] != ["config", "error"]:
+            outcome.problems.append(f"expected a config line and one error line, got {[a['op'] for a in answers]}")
+        return outcome
+
+    return [
+        Case("surrogate in goal", "arc-ref replay - <<< '{...,\"goal\":\"\\ud800\"}'",
+             lambda: replay_line(['{"op":"config","preset":"minimal","goal":"\\ud800"}'], 1), EXIT_OK,
+             "not valid Unicode text"),
+        Case("surrogate in system", "arc-ref replay - <<< '{...,\"system\":\"a\\udc00\"}'",
+             lambda: replay_line(['{"op":"config","preset":"minimal","system":"a\\udc00"}'], 1), EXIT_OK,
+             "not valid Unicode text"),
+        Case("surrogate in an unknown key's name", "arc-ref replay - <<< '{...,\"\\ud800\":1}'",
+             lambda: replay_line(['{"op":"config","preset":"minimal","\\ud800":1}'], 1), EXIT_OK,
+             "not valid Unicode text"),
+        Case("surrogate as raw bytes ED A0 80", "printf '{...\"observation\":\"\\xed\\xa0\\x80\"}' | arc-ref replay -",
+             lambda: replay_line([CONFIG, b'{"op":"observe","action":"ls","observation":"\xed\xa0\x80"}'], 2),
+             EXIT_OK, "not UTF-8 text"),
+        Case("surrogate in another field (thought)", "arc-ref replay - <<< 'CONFIG\\n{\"op\":\"agent\",\"thought\":\"\\ud800\",...}'",
+             lambda: replay_line([CONFIG, '{"op":"agent","thought":"\\ud800","action":"ls"}'], 2), EXIT_OK,
+             "not valid Unicode text"),
+        Case("surrogate in an observation", "arc-ref replay - <<< 'CONFIG\\n{\"op\":\"observe\",...,\"observation\":\"\\udfff\"}'",
+             lambda: replay_line([CONFIG, '{"op":"observe","action":"ls","observation":"\\udfff"}'], 2), EXIT_OK,
+             "not valid Unicode text"),
+        Case("closed stdin", "arc-ref replay - <&-", lambda: shell(f"{ARC_REF_SHELL} replay - <&-"), EXIT_IO,
+             "standard input is closed"),
+        Case("closed stdout", "arc-ref replay trace.jsonl >&-",
+             lambda: shell(f"{ARC_REF_SHELL} replay {shlex.quote(str(trace))} >&-"), EXIT_IO,
+             "standard output is closed"),
+        Case("full stdout", "arc-ref replay trace.jsonl > /dev/full",
+             lambda: shell(f"{ARC_REF_SHELL} replay {shlex.quote(str(trace))} > /dev/full"), EXIT_IO,
+             "No space left on device"),
+        Case("closed stdout (budgets)", "arc-ref budgets --preset minimal >&-",
+             lambda: shell(f"{ARC_REF_SHELL} budgets --preset minimal >&-"), EXIT_IO, "standard output is closed"),
+        Case("reader goes away (| head -c 100)", "arc-ref replay - < 3001 lines | head -c 100",
+             lambda: shell(f"{ARC_REF_SHELL} replay - | head -c 100 > /dev/null; exit ${{PIPESTATUS[0]}}",
+                           ("\n".join([CONFIG] + ['{"op":"view"}'] * 3000) + "\n").encode()), EXIT_OK, ""),
+        Case("/dev/zero (endless line)", "timeout 60 arc-ref replay - < /dev/zero",
+             lambda: shell(f"timeout 60 {ARC_REF_SHELL} replay - < /dev/zero"), EXIT_LINE_TOO_LONG,
+             f"longer than {MAX_LINE_BYTES} bytes"),
+        Case(f"a line of {MAX_LINE_BYTES + 1} bytes", "arc-ref replay - < (config, 32 MiB + 1 of x, observe)",
+             over_the_limit, EXIT_LINE_TOO_LONG, f"line 2 is longer than {MAX_LINE_BYTES} bytes"),
+        Case("4,300-digit capacity (replay)", "arc-ref replay - <<< '{...,\"capacity\":999…(4300 digits)}'",
+             lambda: replay_line([f'{{"op":"config","preset":"minimal","capacity":{nines}}}'], 1), EXIT_OK,
+             "capacity must be at most 2147483647 (2^31 - 1), got an integer of 4300 digits"),
+        Case("4,300-digit capacity (budgets)", "arc-ref budgets --preset minimal --set capacity=999…(4300)",
+             lambda: from_stderr([*ARC_REF, "budgets", "--preset", "minimal", "--set", f"capacity={nines}"]),
+             EXIT_USAGE, "a 4300-digit number is out of range"),
+        Case("capacity 2^31 (budgets)", "arc-ref budgets --preset minimal --set capacity=2147483648",
+             lambda: from_stderr([*ARC_REF, "budgets", "--preset", "minimal", "--set", "capacity=2147483648"]),
+             EXIT_USAGE, "at most 2147483647"),
+        Case("full-width digits (budgets)", "arc-ref budgets --preset minimal --set capacity=１２",
+             lambda: from_stderr([*ARC_REF, "budgets", "--preset", "minimal", "--set", "capacity=１２"]),
+             EXIT_USAGE, "needs an integer written as in JSON"),
+        Case("full-width digits (replay)", "arc-ref replay - <<< '{...,\"capacity\":１２}'",
+             lambda: replay_line(['{"op":"config","preset":"minimal","capacity":１２}'], 1), EXIT_OK, "not valid JSON"),
+        Case("1_000 (budgets)", "arc-ref budgets --preset minimal --set capacity=1_000",
+             lambda: from_stderr([*ARC_REF, "budgets", "--preset", "minimal", "--set", "capacity=1_000"]),
+             EXIT_USAGE, "needs an integer written as in JSON"),
+        Case("1_000 (replay)", "arc-ref replay - <<< '{...,\"capacity\":1_000}'",
+             lambda: replay_line(['{"op":"config","preset":"minimal","capacity":1_000}'], 1), EXIT_OK, "not valid JSON"),
+    ]
+
+
+def lossy_tokenizer_json(path: Path) -> str:
+    """A BPE over a-z and space with no byte fallback and no unknown token: it silently drops other characters."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {char: index for index, char in enumerate("abcdefghijklmnopqrstuvwxyz ")}
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(" ", "isolated")
+    tokenizer.decoder = decoders.Fuse()
+    tokenizer.save(str(path))
+    return str(path)
+
+
+def tokenizer_cases(scratch: Path) -> list[Case]:
+    lossy = lossy_tokenizer_json(scratch / "lossy.json")
+    fifo = scratch / "fifo.json"
+    os.mkfifo(fifo)
+    sparse = scratch / "sparse.json"
+    with open(sparse, "wb") as handle:
+        handle.truncate(TOKENIZER_FILE_LIMIT + 1)  # a hole: no disk used, nothing to read
+
+    def budgets(tokenizer: str) -> Callable[[], Outcome]:
+        return lambda: from_stderr([*ARC_REF, "budgets", "--preset", "minimal", "--set", f"tokenizer={tokenizer}"],
+                                   timeout=60)
+
+    return [
+        Case("lossy tokenizer.json (budgets)", "arc-ref budgets --preset minimal --set tokenizer=hf:lossy.json",
+             budgets(f"hf:{lossy}"), EXIT_USAGE, "is lossy"),
+        Case("lossy tokenizer.json (replay)", "arc-ref replay - <<< '{...,\"tokenizer\":\"hf:lossy.json\"}'",
+             lambda: replay_line([json.dumps({"op": "config", "preset": "minimal", "tokenizer": f"hf:{lossy}"})], 1),
+             EXIT_OK, "is lossy"),
+        Case("lossy tokenizer.json (arc-eval)", "arc-eval nih --tokenizer-json lossy.json",
+             lambda: from_stderr([*ARC_EVAL, "nih", "--tokenizer-json", lossy, "--tasks", "1", "--seeds", "42",
+                                  "--out", str(scratch / "lossy-run"), "--no-progress"]), EXIT_USAGE, "is lossy"),
+        Case("tokenizer path is a directory", "arc-ref budgets --preset minimal --set tokenizer=hf:DIR",
+             budgets(f"hf:{scratch}"), EXIT_USAGE, "not a regular file"),
+        Case("tokenizer path is a FIFO", "arc-ref budgets --preset minimal --set tokenizer=hf:fifo.json",
+             budgets(f"hf:{fifo}"), EXIT_USAGE, "not a regular file"),
+        Case("tokenizer too large (sparse)", f"arc-ref budgets ... --set tokenizer=hf:sparse.json ({TOKENIZER_FILE_LIMIT + 1} B)",
+             budgets(f"hf:{sparse}"), EXIT_USAGE, f"more than the limit of {TOKENIZER_FILE_LIMIT}"),
+    ]
+
+
+def reply_cases(scratch: Path) -> list[Case]:
+    """Answers that break the API, from the vLLM-shaped server above: refused at the probe or in the first task,
+    exit 3, and the task in flight is not recorded."""
+    choice = GOOD_COMPLETION["choices"]
+    faults: list[tuple[str, dict[str, Any], str]] = [
+        ("/tokenize without `count`", {"tokenize": {"tokens": []}}, "has no `count`"),
+        ("/tokenize `count` not a number", {"tokenize": {"count": "12"}}, "`count` must be a non-negative integer"),
+        ("`choices` not a list", {"chat": {"choices": "no"}}, "`choices` must be a non-empty list"),
+        ("`choices` of strings", {"chat": {"choices": ["Action: ls"]}}, "choices[0] must be an object"),
+        ("`usage` a string", {"chat": {"choices": choice, "usage": "12 tokens"}}, "`usage` must be an object"),
+        ("usage.prompt_tokens a string", {"chat": {"choices": choice, "usage": {"prompt_tokens": "12"}}},
+         "usage.prompt_tokens must be"),
+        ("completion not JSON object", {"chat": [1, 2]}, "a chat completion must be a JSON object"),
+    ]
+
+    def case(name: str, bodies: dict[str, Any], expect: str, index: int) -> Case:
+        out = scratch / f"reply-{index}"
+
+        def run() -> Outcome:
+            with broken_vllm(**bodies) as url:
+                outcome = from_stderr(nih_over_http(url, out, model="m"), env=_env_without_key(), pick="arc-eval:")
+            return checked(outcome, nothing_recorded(out))
+
+        (where, body), = bodies.items()
+        shown_body = json.dumps(body, ensure_ascii=False)
+        return Case(f"reply: {name}", f"arc-eval nih --backend openai ... ({where} answers {shown_body})", run,
+                    EXIT_STOPPED, expect)
+
+    return [case(name, bodies, expect, index) for index, (name, bodies, expect) in enumerate(faults)]
+
+
+def server_fault_cases(scratch: Path) -> list[Case]:
+    """Issue 8 item 2: serve-scripted answering like a misconfigured vLLM; each stops before the first task."""
+
+    def fault(name: str, flags: tuple[str, ...], extra: tuple[str, ...], expect: str, code: int = EXIT_STOPPED,
+              model: str = "scripted", env: dict[str, str] | None = None, shown: str = "") -> Case:
+        out = scratch / ("fault-" + re.sub(r"[^a-z0-9]+", "-", name.lower()))
+
+        def run() -> Outcome:
+            server_problems: list[str] = []
+            with serve_scripted(*flags, problems=server_problems) as url:
+                outcome = from_stderr(nih_over_http(url, out, *extra, model=model), env=env or _env_without_key(),
+                                      pick="arc-eval:" if code else None)
+            outcome.problems += server_problems
+            if code == EXIT_STOPPED:
+                return checked(outcome, no_run_directory(out))
+            if code == EXIT_OK:
+                outcome.message = f"ran: {recorded_tasks(out)} task(s) recorded"
+                return checked(outcome, lambda: None if recorded_tasks(out) == 1 else "the task was not recorded")
+            return outcome
+
+        command = " ".join(["serve-scripted", *flags, "+ arc-eval nih ...", shown or " ".join(extra)]).strip()
+        return Case(name, command, run, code, expect)
+
+    tool_dir = str(QWEN3_DIR)
+    key_env = {**_env_without_key(), "OPENAI_API_KEY": "sesame"}
+    cases = [
+        fault("wrong model name", (), (), "serves scripted, not 'Qwen/Qwen3-8B'. Fix: pass --model scripted",
+              model="Qwen/Qwen3-8B", shown="--model Qwen/Qwen3-8B"),
+        fault("401: server has --api-key, run has none", ("--api-key", "sesame"), (),
+              "HTTP 401: Unauthorized. Fix: pass the server's key with --api-key KEY"),
+        fault("401 fixed: --api-key given", ("--api-key", "sesame"), ("--api-key", "sesame"), "ran", code=EXIT_OK),
+        fault("401 fixed: OPENAI_API_KEY set", ("--api-key", "sesame"), (), "ran", code=EXIT_OK, env=key_env,
+              shown="(OPENAI_API_KEY=sesame)"),
+        fault("every request overflowing", ("--overflow-every-request",), (),
+              "refused a 1-token probe of a one-line prompt as too long"),
+        fault("never answering", ("--never-answer",), ("--request-timeout", "1"),
+              "gave up after 2 attempts; last error: no answer within 1"),
+        fault("window smaller than --context-limit", (), ("--context-limit", "8192"),
+              "smaller than --context-limit 8192"),
+    ]
+    if QWEN3_DIR.is_dir():
+        cases.insert(4, fault("tool mode off on the server", ("--no-auto-tool-choice",),
+                              ("--tool-calling", "--tokenizer", tool_dir),
+                              "Fix: restart vLLM with --enable-auto-tool-choice --tool-call-parser hermes",
+                              shown="--tool-calling --tokenizer qwen3-tokenizer"))
+    else:
+        print(f"skipped: tool mode off (needs {QWEN3_DIR})")
+    return cases
+
+
+def resume_cases(scratch: Path) -> list[Case]:
+    """Resume forgives what does not change the run and refuses what does (issue 9.4)."""
+    work = scratch / "resume"
+    work.mkdir()
+    first = ["nih", "--tasks", "2", "--seeds", "42", "--methods", "sliding_window", "--out", "run",
+             "--no-progress", "--concurrency", "2"]
+    finished: dict[str, str] = {}
+
+    def first_run() -> Outcome:
+        outcome = from_stderr([*ARC_EVAL, *first], cwd=work)
+        finished["tasks"] = (work / "run" / "tasks.jsonl").read_text() if (work / "run" / "tasks.jsonl").exists() else ""
+        outcome.message = f"ran: {recorded_tasks(work / 'run')} task(s) recorded"
+        return outcome
+
+    def resumed() -> Outcome:
+        again = ["nih", "--methods", "sliding_window", "--out", str(work / "run"), "--seeds", "42", "--tasks", "2",
+                 "--concurrency", "5"]
+        outcome = from_stderr([*ARC_EVAL, *again], cwd=scratch, pick="resuming")
+        return checked(outcome, lambda: None if (work / "run" / "tasks.jsonl").read_text() == finished.get("tasks")
+                       else "tasks.jsonl changed: tasks were redone")
+
+    def another_seed() -> Outcome:
+        return from_stderr([*ARC_EVAL, *first[:4], "43", *first[5:]], cwd=work, pick="arc-eval:", lines=2)
+
+    def leftover_tmp() -> Outcome:
+        out = work / "killed"
+        out.mkdir()
+        (out / "manifest.json.tmp").write_text('{"schema": "arc-ev')
+        outcome = from_stderr([*ARC_EVAL, "nih", "--tasks", "1", "--seeds", "42", "--methods", "sliding_window",
+                               "--out", str(out), "--no-progress"], cwd=work)
+        outcome.message = f"ran: {recorded_tasks(out)} task(s) recorded; manifest.json.tmp " + (
+            "still there" if (out / "manifest.json.tmp").exists() else "removed")
+        return checked(outcome, lambda: "manifest.json.tmp left" if (out / "manifest.json.tmp").exists() else None)
+
+    def repeated_seed() -> Outcome:
+        outcome = from_stderr([*ARC_EVAL, "nih", "--tasks", "1", "--seeds", "42", "42", "--out", "twice",
+                               "--no-progress"], cwd=work)
+        return checked(outcome, no_run_directory(work / "twice"))
+
+    return [
+        Case("first run (relative --out)", "arc-eval " + " ".join(first), first_run, EXIT_OK, "ran: 2 task(s)"),
+        Case("resume: abs. --out, reordered, bar, conc. 5",
+             "arc-eval nih --methods sliding_window --out /ABS/run --seeds 42 --tasks 2 --concurrency 5",
+             resumed, EXIT_OK, "resuming"),
+        Case("resume with another seed (refused)", "arc-eval nih --tasks 2 --seeds 43 ... --out run",
+             another_seed, EXIT_USAGE, "seeds: stored [42] != requested [43]"),
+        Case("leftover manifest.json.tmp", "arc-eval nih ... --out killed (holding manifest.json.tmp)",
+             leftover_tmp, EXIT_OK, "manifest.json.tmp removed"),
+        Case("--seeds 42 42", "arc-eval nih --tasks 1 --seeds 42 42", repeated_seed, EXIT_USAGE,
+             "--seeds lists 42 more than once"),
+    ]
+
+
+def argument_cases(scratch: Path) -> list[Case]:
+    def nih(*extra: str) -> Callable[[], Outcome]:
+        return lambda: from_stderr([*ARC_EVAL, "nih", "--backend", "openai", "--model", "m", *extra, "--out",
+                                    str(scratch / "args-run"), "--no-progress"], pick="error:")
+
+    run = scratch / "resume" / "run"
+    return [
+        Case("port 99999 in --base-url", "arc-eval nih --backend openai --model m --base-url http://host:99999/v1",
+             nih("--base-url", "http://host:99999/v1"), EXIT_USAGE, "port 99999 is outside 0-65535"),
+        Case("serve-scripted --port 70000", "arc-eval serve-scripted --port 70000",
+             lambda: from_stderr([*ARC_EVAL, "serve-scripted", "--port", "70000"], pick="error:"), EXIT_USAGE,
+             "70000"),
+        Case("serve-scripted --port -1", "arc-eval serve-scripted --port -1",
+             lambda: from_stderr([*ARC_EVAL, "serve-scripted", "--port", "-1"], pick="error:"), EXIT_USAGE, "-1"),
+        Case("ftp:// base URL", "arc-eval nih --backend openai --model m --base-url ftp://host/v1",
+             nih("--base-url", "ftp://host/v1"), EXIT_USAGE, "expected an http:// or https:// URL"),
+        Case("base URL without a scheme", "arc-eval nih --backend openai --model m --base-url localhost:8000/v1",
+             nih("--base-url", "localhost:8000/v1"), EXIT_USAGE, "localhost:8000/v1"),
+        Case("report --arc with no such method", "arc-eval report run --arc nosuch",
+             lambda: from_stderr([*ARC_EVAL, "report", str(run), "--arc", "nosuch", "--out", str(scratch / "rep"),
+                                  "--format", "md"], pick="nosuch"), EXIT_REPORT_BAD_INPUT,
+             "--arc nosuch: no task of that method in the runs"),
+    ]
+
+
+# --- the table ------------------------------------------------------------------------------------------
+
+
+def shown(message: str, scratch: Path) -> str:
+    """The message as the table shows it: the temporary directory as $TMP, the servers' ports as PORT."""
+    return re.sub(r"http://127\.0\.0\.1:\d+", "http://127.0.0.1:PORT", message.replace(str(scratch), "$TMP"))
+
+
+def run_cases(groups: list[tuple[str, list[Case]]], scratch: Path) -> int:
+    differing = 0
+    print(f"{'case':<44} | {'command':<{COMMAND_WIDTH}} | exit (expected) | message")
+    for title, cases in groups:
+        print(f"-- {title}")
+        for case in cases:
+            outcome = case.run()
+            problems = list(outcome.problems)
+            if outcome.exit_code != case.exit_code:
+                problems.append(f"exit {outcome.exit_code}, expected {case.exit_code}")
+            if case.expect not in outcome.message:
+                problems.append(f"the message lacks {case.expect!r}")
+            differing += bool(problems)
+            code = "none" if outcome.exit_code is None else str(outcome.exit_code)
+            mark = "" if not problems else "  DIFFERS: " + "; ".join(problems)
+            print(f"{case.name:<44} | {_cut(case.command, COMMAND_WIDTH):<{COMMAND_WIDTH}} | "
+                  f"{code:>4} ({case.exit_code:>2}) {'ok' if not problems else '!!'}     | "
+                  f"{_cut(shown(outcome.message, scratch), MESSAGE_WIDTH)}{mark}")
+    return differing
+
+
+def fuzz_counts() -> None:
+    """Run the fuzzer's default budget here and print what it tried; the slow budget is printed, not run."""
+    sys.path.insert(0, str(REPO))
+    from tests.hostile import test_fuzz_replay as fuzz
+
+    started = time.monotonic()
+    in_process = fuzz._fuzz_in_process(fuzz.TRACES_IN_PROCESS)
+    cli = fuzz._fuzz_cli(fuzz.CLI_INPUTS)
+    print(f"fuzzer (tests/hostile/test_fuzz_replay.py), default run, here: {in_process['inputs']} traces "
+          f"({in_process['lines']} lines) replayed in process, {cli['inputs']} inputs ({cli['lines']} lines) "
+          f"to `arc-ref replay -` in a subprocess; every line answered by one JSON line, exit 0, no traceback "
+          f"[{time.monotonic() - started:.1f}s]")
+    print(f"fuzzer, slow run (pytest -m slow): {fuzz.TRACES_IN_PROCESS_SLOW} traces in process, "
+          f"{fuzz.CLI_INPUTS_SLOW} inputs to the CLI")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fuzz", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run the fuzzer's default budget and print its counts (default: yes)")
+    parser.add_argument("--only", default="", metavar="WORDS", help="run only the cases whose name holds WORDS")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="refusal-cases-") as directory:
+        scratch = Path(directory)
+        groups = [
+            ("arc-ref replay / budgets: input and streams (issue 9.1)", replay_cases(scratch)),
+            ("lossless tokenizers only (issue 9.2)", tokenizer_cases(scratch)),
+            ("backend answers that break the API (issue 9.3; a vLLM-shaped server in this script)",
+             reply_cases(scratch)),
+            ("resume (issue 9.4), in a temporary directory", resume_cases(scratch)),
+            ("CLI arguments (issue 9.5)", argument_cases(scratch)),
+            ("serve-scripted answering like a misconfigured vLLM (issue 8.2)", server_fault_cases(scratch)),
+        ]
+        groups = [(title, [case for case in cases if args.only in case.name]) for title, cases in groups]
+        differing = run_cases(groups, scratch)
+    total = sum(len(cases) for _, cases in groups)
+    print(f"{total - differing} of {total} cases as expected, {differing} differ "
+          f"[{time.monotonic() - started:.1f}s]")
+    if args.fuzz:
+        fuzz_counts()
+    return 1 if differing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
