@@ -1,6 +1,6 @@
 """`arc-ref`: the command line around the pure core (the only module here that does I/O).
 
-    arc-ref replay TRACE.jsonl|-      one JSON line out per line in (spec/trace.md)
+    arc-ref replay TRACE.jsonl|- [--verify]   one JSON line out per line in (spec/trace.md)
     arc-ref budgets [--preset NAME] [--set KEY=VALUE ...]   the budget table of a configuration
 """
 
@@ -16,12 +16,14 @@ from arc_ref.errors import ArcError
 from arc_ref.trace import replay_text
 
 
-def _replay(path: str) -> int:
+def _replay(path: str, verify: bool) -> int:
     """Lines are split at LF bytes only (a CR before it is dropped), from a file or standard input alike;
-    each line is decoded as UTF-8 on its own, so an undecodable line is one error line, not a stop."""
+    each line is decoded as UTF-8 on its own, so an undecodable line is one error line, not a stop.
+    ``verify`` recounts every view's serialized text (the same output, or an error line for a view
+    whose parts disagree with its text)."""
     out = sys.stdout.buffer
     if path == "-":
-        for line in replay_text(sys.stdin.buffer):
+        for line in replay_text(sys.stdin.buffer, verify):
             out.write((line + "\n").encode("utf-8"))
             out.flush()
         return 0
@@ -31,7 +33,7 @@ def _replay(path: str) -> int:
         print(f"arc-ref replay: cannot read {path!r}: {problem.strerror}", file=sys.stderr)
         return 2
     with handle:
-        for line in replay_text(handle):
+        for line in replay_text(handle, verify):
             out.write((line + "\n").encode("utf-8"))
     return 0
 
@@ -88,13 +90,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     replay_parser = commands.add_parser("replay", help="replay an event trace (JSON Lines)")
     replay_parser.add_argument("trace", help="path of the trace, or - for standard input")
+    replay_parser.add_argument("--verify", action="store_true",
+                               help="also count each view's serialized text whole and refuse a view whose parts disagree")
     budget_parser = commands.add_parser("budgets", help="show and check the budgets of a configuration")
     budget_parser.add_argument("--preset", default="paper", choices=sorted(PRESETS))
     budget_parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     arguments = parser.parse_args(argv)
     try:
         if arguments.command == "replay":
-            return _replay(arguments.trace)
+            return _replay(arguments.trace, arguments.verify)
         return _budgets(arguments.preset, arguments.set)
     except BrokenPipeError:
         return 0

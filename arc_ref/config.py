@@ -7,13 +7,14 @@ under which the appendix' assumptions could fail, naming the budgets involved.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import attrs
 from attrs import field, frozen
 
 from arc_ref import render
 from arc_ref.chat import ChatFormat, get_chat_format
+from arc_ref.counting import Part, joined_tokens
 from arc_ref.errors import ConfigError
 from arc_ref.ids import IdScheme
 from arc_ref.text import ELLIPSIS
@@ -162,6 +163,15 @@ class Setup:
     def line_tokens(self, line: str) -> int:
         """Tokens a line costs inside a component: the line with the newline that precedes it."""
         return self.tokenizer.count("\n" + line)
+
+    def message_tokens_of(self, role: str, parts: Sequence[Part]) -> int:
+        """Tokens of the message whose content is the concatenation of ``parts``, known counts reused
+        where the tokenizer's boundary rule allows (`arc_ref.counting`); exactly ``message_tokens``."""
+        frame = self.chat.frame(role)
+        if frame is None:
+            return self.message_tokens(role, "".join(text for text, _ in parts))
+        before, after = frame
+        return joined_tokens(self.tokenizer, [(before, None), *parts, (after, None)])
 
 
 def _check_integers(config: Config) -> None:

@@ -50,9 +50,16 @@ class FitsRecent:
     def __init__(self, setup: Setup, role: str) -> None:
         self.setup = setup
         self.role = role
+        self._last: tuple[str, int] = ("", -1)  # the content counted last and its count
 
     def __call__(self, content: str) -> bool:
-        return self.setup.message_tokens(self.role, content) <= self.setup.config.recent_budget
+        return self.tokens(content) <= self.setup.config.recent_budget
+
+    def tokens(self, content: str) -> int:
+        """The message's tokens; the content asked about last is not counted again."""
+        if self._last[1] < 0 or self._last[0] != content:
+            self._last = (content, self.setup.message_tokens(self.role, content))
+        return self._last[1]
 
 
 def agent_entry(setup: Setup, turn: int, thought: str, action: str) -> AgentEntry:
@@ -69,16 +76,17 @@ def agent_entry(setup: Setup, turn: int, thought: str, action: str) -> AgentEntr
             if shown_action is None:
                 raise BudgetViolation("an agent message cannot fit recent_budget R even fully clipped")
             content = render.agent_message(empty_thought, shown_action)
-    return AgentEntry(turn, thought, action, Message(render.ASSISTANT, content, setup.message_tokens(render.ASSISTANT, content)))
+    return AgentEntry(turn, thought, action, Message(render.ASSISTANT, content, fits.tokens(content)))
 
 
 def observation_entry(setup: Setup, record: Record) -> ObservationEntry:
     """The new observation verbatim when its message fits R, otherwise its stub (A4)."""
     signature = shown_signature(record.signature, setup.config.signature_chars)
-    content = render.observation_message(record.obs_id, record.returncode, signature, record.content)
-    tokens = setup.message_tokens(render.USER, content)
+    head = render.observation_head(record.obs_id, record.returncode, signature)
+    # the content's count is the record's n_j: it is not counted again (arc_ref.counting)
+    tokens = setup.message_tokens_of(render.USER, ((head, None), (record.content, record.n_tokens)))
     if tokens <= setup.config.recent_budget:
-        return ObservationEntry(record.index, True, Message(render.USER, content, tokens))
+        return ObservationEntry(record.index, True, Message(render.USER, head + record.content, tokens))
     content = render.observation_stub_message(record.obs_id, record.returncode, record.n_tokens, record.stub)
     tokens = setup.message_tokens(render.USER, content)
     if tokens > setup.config.recent_budget:
@@ -96,4 +104,4 @@ def command_entry(setup: Setup, turn: int, notes: Sequence[str]) -> CommandEntry
         if shown is None:
             shown = ELLIPSIS
         content = render.command_message((shown,))
-    return CommandEntry(turn, tuple(notes), Message(render.USER, content, setup.message_tokens(render.USER, content)))
+    return CommandEntry(turn, tuple(notes), Message(render.USER, content, fits.tokens(content)))

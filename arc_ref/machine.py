@@ -29,7 +29,7 @@ from arc_ref.errors import BudgetViolation, CapacityExceeded, InvalidEvent
 from arc_ref.history import LiveEntry, ObservationEntry, agent_entry, command_entry, observation_entry
 from arc_ref.ids import resolve, suggest
 from arc_ref.message import Message
-from arc_ref.recall import BufferEntry, admit, chunk_count, chunk_text, make_entry
+from arc_ref.recall import BufferEntry, admit, chunk_count, make_entry, stored_chunk
 from arc_ref.store import EMPTY_STORE, Record, Store, make_record
 from arc_ref.summary import EMPTY_SUMMARY, Summary, fit_summary, summarize_entry
 from arc_ref.text import clipped
@@ -347,9 +347,9 @@ class _CommandRun:
         if chunk > chunks:
             self.answer(render.note_exhausted(word, record.obs_id, chunks))
             return
-        payload, counted = chunk_text(setup, record.content, chunk)
-        if counted != chunks:
-            raise BudgetViolation(f"{record.obs_id}: tokenizer gave {counted} chunks, expected {chunks}")
+        if len(record.inner_cuts) != chunks - 1:
+            raise BudgetViolation(f"{record.obs_id}: {len(record.inner_cuts) + 1} stored chunks, expected {chunks}")
+        payload = stored_chunk(record.content, record.inner_cuts, chunk)
         entry = make_entry(setup, record.index, record.obs_id, chunk, chunks, payload)
         buffer, message, _evicted = admit(setup, self.state.recall_buffer, entry)
         self.state = attrs.evolve(

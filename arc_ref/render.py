@@ -85,7 +85,12 @@ def recall_close(obs_id: str, chunk: int, chunks: int) -> str:
 
 def recall_response(obs_id: str, chunk: int, chunks: int, payload: str) -> str:
     """A5 response: wrapper (opening and closing line) around the exact payload."""
-    return recall_open(obs_id, chunk, chunks) + "\n" + payload + "\n" + recall_close(obs_id, chunk, chunks)
+    return recall_body(obs_id, chunk, chunks, payload) + recall_close(obs_id, chunk, chunks)
+
+
+def recall_body(obs_id: str, chunk: int, chunks: int, payload: str) -> str:
+    """The response up to its closing line: opening line, payload, newline."""
+    return recall_open(obs_id, chunk, chunks) + "\n" + payload + "\n"
 
 
 def recall_content(responses: Iterable[str]) -> str:
@@ -100,7 +105,12 @@ def agent_message(thought: str, action: str) -> str:
 
 
 def observation_message(obs_id: str, returncode: int, signature: str, content: str) -> str:
-    return f"Observation {obs_id} (rc={returncode}) of `{signature}`:\n{content}"
+    return observation_head(obs_id, returncode, signature) + content
+
+
+def observation_head(obs_id: str, returncode: int, signature: str) -> str:
+    """The observation message before its verbatim content."""
+    return f"Observation {obs_id} (rc={returncode}) of `{signature}`:\n"
 
 
 def observation_stub_message(obs_id: str, returncode: int, n_tokens: int, stub_line: str) -> str:

@@ -123,7 +123,7 @@ def _event(obj: dict[str, Any]) -> Event:
     return RequestView()
 
 
-def _output_json(state: ArcState, output: Output) -> dict[str, Any]:
+def _output_json(state: ArcState, output: Output, verify: bool) -> dict[str, Any]:
     """The output line of one applied event (spec/trace.md)."""
     if isinstance(output, ObserveResult):
         return {
@@ -139,27 +139,28 @@ def _output_json(state: ArcState, output: Output) -> dict[str, Any]:
         return _agent_output(output)
     if isinstance(output, CompactResult):
         return {"op": "compact", "reason": output.reason, "folded": output.folded}
-    return _view_output(state, output)
+    return _view_output(state, output, verify)
 
 
-def _view_output(state: ArcState, shown: View) -> dict[str, Any]:
-    exact = verify_tokens(state.setup, shown)
-    components = shown.components.as_dict()
-    components["overhead"] = exact - sum(value for key, value in components.items() if key != "overhead")
+def _view_output(state: ArcState, shown: View, verify: bool) -> dict[str, Any]:
+    """The view's count is the sum of its parts (exact: proofs_check.test_view); ``verify`` recounts the
+    serialized text as well and refuses a view whose parts disagree with it."""
+    if verify:
+        verify_tokens(state.setup, shown)
     return {
         "op": "view",
         "text": shown.text(),
-        "tokens": exact,
+        "tokens": shown.tokens,
         "budget": shown.budget,
         "limit": shown.limit,
-        "components": components,
+        "components": shown.components.as_dict(),
     }
 
 
-def _apply(state: ArcState, obj: dict[str, Any]) -> tuple[ArcState, dict[str, Any]]:
+def _apply(state: ArcState, obj: dict[str, Any], verify: bool) -> tuple[ArcState, dict[str, Any]]:
     """Map a trace line to its event, apply it with the one dispatcher (machine.step), map the output back."""
     new_state, output = step(state, _event(obj))
-    return new_state, _output_json(new_state, output)
+    return new_state, _output_json(new_state, output, verify)
 
 
 def _parse(line: str | bytes) -> Any:
@@ -176,8 +177,12 @@ def _parse(line: str | bytes) -> Any:
         raise TraceError(f"not valid JSON: {type(bad).__name__}") from None
 
 
-def replay(lines: Iterable[str | bytes]) -> Iterator[dict[str, Any]]:
-    """One output object per input line, in order (the config line included). Bytes lines are UTF-8."""
+def replay(lines: Iterable[str | bytes], verify: bool = False) -> Iterator[dict[str, Any]]:
+    """One output object per input line, in order (the config line included). Bytes lines are UTF-8.
+
+    ``verify``: also count each view's serialized text whole (`verify_tokens`); a view whose parts
+    disagree with that count becomes an error line. The outputs are the same either way.
+    """
     state: ArcState | None = None
     for number, line in enumerate(lines, start=1):
         try:
@@ -194,7 +199,7 @@ def replay(lines: Iterable[str | bytes]) -> Iterator[dict[str, Any]]:
             elif state is None:
                 raise TraceError("no valid config line: the first line must be {\"op\": \"config\", ...}")
             else:
-                state, output = _apply(state, obj)
+                state, output = _apply(state, obj, verify)
         except BudgetViolation as violation:
             output = {"op": "error", "line": number, "message": f"internal budget violation: {violation}"}
         except (TraceError, ArcError) as problem:
@@ -206,7 +211,7 @@ def _strip_line_end(line: str | bytes) -> str | bytes:
     return line.rstrip(b"\r\n") if isinstance(line, bytes) else line.rstrip("\r\n")
 
 
-def replay_text(lines: Iterable[str | bytes]) -> Iterator[str]:
+def replay_text(lines: Iterable[str | bytes], verify: bool = False) -> Iterator[str]:
     """The replay's output lines, canonically encoded (input lines may keep their line ends)."""
-    for output in replay(_strip_line_end(line) for line in lines):
+    for output in replay((_strip_line_end(line) for line in lines), verify):
         yield encode(output)

@@ -86,14 +86,20 @@ def read_back(state: ArcState, obs_id: str) -> tuple[list[RecallResult], ArcStat
 
 
 @st.composite
-def event_lists(draw: st.DrawFn, max_events: int = 24) -> list[Event]:
-    """Random interleavings of observe / think / recall of recent ids / catalog / compact."""
+def event_lists(
+    draw: st.DrawFn, max_events: int = 24, contents: st.SearchStrategy[str] | None = None,
+    reasoning: st.SearchStrategy[str] = thoughts,
+) -> list[Event]:
+    """Random interleavings of observe / think / recall of recent ids / catalog / compact (``contents``:
+    the observations' texts, ``reasoning``: the thoughts')."""
+    contents = texts(160) if contents is None else contents
+    thoughts = reasoning
     events: list[Event] = []
     stored = 0
     for _ in range(draw(st.integers(0, max_events))):
         kind = draw(st.sampled_from(("observe", "observe", "think", "recall", "catalog", "compact")))
         if kind == "observe":
-            events.append(Observe(draw(normal_actions), draw(texts(160)), draw(st.integers(-3, 3))))
+            events.append(Observe(draw(normal_actions), draw(contents), draw(st.integers(-3, 3))))
             stored += 1
         elif kind == "think":
             events.append(AgentTurn(draw(thoughts), draw(normal_actions)))

@@ -52,11 +52,13 @@ thoughts = st.text(alphabet=_ALPHABET, max_size=60)
 
 
 @st.composite
-def configs(draw: st.DrawFn, preset_name: str | None = None) -> Config:
-    """A valid Config from either preset with random page size, chunk size, capacity, d and budgets."""
+def configs(draw: st.DrawFn, /, preset_name: str | None = None, **fixed: str) -> Config:
+    """A valid Config from either preset with random page size, chunk size, capacity, d and budgets
+    (``fixed``: string fields such as ``tokenizer`` and ``chat_format`` set before the budgets are drawn)."""
     name = preset_name if preset_name is not None else draw(st.sampled_from(PRESET_NAMES))
     small = name == "minimal"
     overrides: dict[str, Any] = {
+        **fixed,
         "page_size": draw(st.integers(1, 4)),
         "chunk_tokens": draw(st.integers(1, 12) if small else st.integers(1, 64)),
         "capacity": draw(st.integers(2, 40)),

@@ -141,7 +141,7 @@ def test_huggingface_tokenizer_drives_a_whole_task(tmp_path: Path) -> None:
         json.dumps({"op": "observe", "action": "cat a", "observation": "héllo wörld 中文 😀 " * 30, "returncode": 0}),
         json.dumps({"op": "view"}),
     ]
-    outputs = list(replay(lines))
+    outputs = list(replay(lines, verify=True))
     assert [o["op"] for o in outputs] == ["config", "observe", "view"]
     assert outputs[2]["tokens"] <= outputs[2]["budget"] <= outputs[2]["limit"]
 
