@@ -1,6 +1,7 @@
 """`arc-ref replay` against its floor: time and peak memory as ratios, measured side by side in one run.
 
-    python benchmarks/bench_replay.py [--sizes 10000 30000 100000] [--repeat 2] [--replay-args --verify]
+    python benchmarks/bench_replay.py [--sizes 10000 30000 100000] [--repeat 2] [--baseline-python PY]
+                                      [--replay-args --verify]
 
 For each size, a synthetic trace is written (paper preset, o200k_base; observations of 60-30,000
 characters, log-uniform, mostly ASCII words with some 'é' and '中'; agent turns with normal actions,
@@ -15,10 +16,13 @@ and taking turns (replay, floor, replay, floor, ...) so that machine noise falls
   not for producing them).
 
 Each child measures itself after start-up (interpreter, arc_ref and the tokenizer loaded): seconds of
-work (perf_counter) and peak resident memory above its own start-up (ru_maxrss). Printed per size:
-events/s, median seconds of each, the time ratio replay/floor (median of the per-pair ratios), the
-memory ratio replay/floor (floor memory ~ the payload held once as str), the payload as str, and the
-SHA-256 of the replay output (equal before and after a change: the output is a contract).
+work (wall clock and CPU time) and peak resident memory above its own start-up (ru_maxrss). Printed per
+size: events/s, median seconds of each, the time ratios replay/floor (medians of the per-round ratios;
+the CPU-time ratio is the steadier one on a machine shared with other work), the memory ratio
+replay/floor (floor memory ~ the payload held once as str), and the SHA-256 of the replay output.
+``--baseline-python PYTHON`` replays with another interpreter too, in every round (e.g. a virtual
+environment whose arc_ref is the code before a change): its figures are printed beside, measured in the
+same run, and its output must be byte-identical (the output is a contract).
 Targets (issue 12): time ratio <= 2 at 30,000 and 100,000 events; memory ratio <= 1.25.
 """
 
@@ -46,13 +50,13 @@ from arc_ref.tokenizers import get_tokenizer
 get_tokenizer("o200k_base")
 trace, stats, extra = sys.argv[1], sys.argv[2], sys.argv[3:]
 start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-started = time.perf_counter()
+started, cpu = time.perf_counter(), time.process_time()
 code = arc_ref.cli.main(["replay", trace, *extra])
 sys.stdout.flush()
-seconds = time.perf_counter() - started
+seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 with open(stats, "w") as out:
-    json.dump({"seconds": seconds, "start_kib": start_rss, "peak_kib": peak, "code": code}, out)
+    json.dump({"seconds": seconds, "cpu": cpu, "start_kib": start_rss, "peak_kib": peak, "code": code}, out)
 """
 
 _FLOOR_CHILD = r"""
@@ -64,7 +68,7 @@ trace, expected, stats = sys.argv[1], sys.argv[2], sys.argv[3]
 encoding = get_tokenizer("o200k_base")._encoding
 count_str, count_bytes = encoding.encode_ordinary, encoding._encode_bytes
 start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-started = time.perf_counter()
+started, cpu = time.perf_counter(), time.process_time()
 held, tokens = [], 0
 out = sys.stdout.buffer
 with open(trace, "rb") as lines, open(expected, "rb") as outputs:
@@ -76,10 +80,10 @@ with open(trace, "rb") as lines, open(expected, "rb") as outputs:
             held.append(text)
         out.write(outputs.readline())
 out.flush()
-seconds = time.perf_counter() - started
+seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 with open(stats, "w") as stats_out:
-    json.dump({"seconds": seconds, "start_kib": start_rss, "peak_kib": peak, "tokens": tokens,
+    json.dump({"seconds": seconds, "cpu": cpu, "start_kib": start_rss, "peak_kib": peak, "tokens": tokens,
                "payload_bytes": sum(sys.getsizeof(text) for text in held),
                "payload_chars": sum(len(text) for text in held)}, stats_out)
 """
@@ -130,9 +134,9 @@ def write_trace(path: Path, events: int, seed: int = 11) -> None:
             out.write(json.dumps(line, ensure_ascii=False) + "\n")
 
 
-def run_child(code: str, arguments: list[str], stdout: Path, stats: Path) -> dict[str, float]:
+def run_child(python: str, code: str, arguments: list[str], stdout: Path, stats: Path) -> dict[str, float]:
     with stdout.open("wb") as out:
-        subprocess.run([sys.executable, "-c", code, *arguments], stdout=out, check=True)
+        subprocess.run([python, "-c", code, *arguments], stdout=out, check=True)
     result: dict[str, float] = json.loads(stats.read_text())
     return result
 
@@ -149,53 +153,72 @@ def load() -> str:
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
-def measure(events: int, repeat: int, replay_args: list[str], scratch: Path) -> None:
-    trace = scratch / f"trace_{events}.jsonl"
-    write_trace(trace, events)
-    replays: list[dict[str, float]] = []
-    floors: list[dict[str, float]] = []
-    digests: set[str] = set()
-    for attempt in range(repeat):
-        output = scratch / f"replay_{events}_{attempt}.jsonl"
-        stats = scratch / "stats.json"
-        replays.append(run_child(_REPLAY_CHILD, [str(trace), str(stats), *replay_args], output, stats))
-        digests.add(digest(output))
-        floors.append(run_child(_FLOOR_CHILD, [str(trace), str(output), str(stats)], scratch / "floor.jsonl", stats))
-        if digest(scratch / "floor.jsonl") != digest(output):
-            raise SystemExit("the floor did not write the replay's output")
-        if attempt:
-            output.unlink()
-    if len(digests) != 1:
-        raise SystemExit(f"replays of the same trace wrote different outputs: {sorted(digests)}")
-    time_ratios = [r["seconds"] / f["seconds"] for r, f in zip(replays, floors)]
+def _row(label: str, events: int, replays: list[dict[str, float]], floors: list[dict[str, float]], sha: str) -> str:
+    """One line of figures: medians of the replays and of the floors they were paired with."""
+    wall_ratios = [r["seconds"] / f["seconds"] for r, f in zip(replays, floors)]
+    cpu_ratios = [r["cpu"] / f["cpu"] for r, f in zip(replays, floors)]
     replay_mib = statistics.median((r["peak_kib"] - r["start_kib"]) / 1024 for r in replays)
     floor_mib = statistics.median((f["peak_kib"] - f["start_kib"]) / 1024 for f in floors)
     replay_s = statistics.median(r["seconds"] for r in replays)
     floor_s = statistics.median(f["seconds"] for f in floors)
-    payload_mib = floors[0]["payload_bytes"] / 2**20
-    print(f"{events:>8,} {events / replay_s:>9,.0f} {replay_s:>9.2f} {floor_s:>8.2f} "
-          f"{statistics.median(time_ratios):>6.2f} {replay_mib:>9.1f} {floor_mib:>8.1f} {replay_mib / floor_mib:>6.2f} "
-          f"{payload_mib:>8.1f} {floors[0]['payload_chars'] / 1e6:>7.1f}M  {digests.pop()}  "
-          f"[{', '.join(f'{ratio:.2f}' for ratio in time_ratios)}] load {load()}", flush=True)
+    return (f"{label:<9}{events:>8,} {events / replay_s:>9,.0f} {replay_s:>8.2f} {floor_s:>7.2f} "
+            f"{statistics.median(wall_ratios):>6.2f} {statistics.median(cpu_ratios):>6.2f} {replay_mib:>8.1f} "
+            f"{floor_mib:>7.1f} {replay_mib / floor_mib:>6.2f}  {sha}  "
+            f"[{', '.join(f'{ratio:.2f}' for ratio in wall_ratios)}]")
+
+
+def measure(events: int, repeat: int, replay_args: list[str], baseline: str | None, scratch: Path) -> None:
+    trace = scratch / f"trace_{events}.jsonl"
+    write_trace(trace, events)
+    runs: dict[str, list[dict[str, float]]] = {"replay": [], "baseline": [], "floor": []}
+    digests: dict[str, set[str]] = {"replay": set(), "baseline": set()}
+    pythons = {"replay": sys.executable, "baseline": baseline}
+    stats = scratch / "stats.json"
+    output = scratch / "replay.jsonl"
+    for _ in range(repeat):
+        for name in ("replay", "baseline"):
+            python = pythons[name]
+            if python is None:
+                continue
+            arguments = [str(trace), str(stats), *(replay_args if name == "replay" else [])]
+            runs[name].append(run_child(python, _REPLAY_CHILD, arguments, output, stats))
+            digests[name].add(digest(output))
+        runs["floor"].append(run_child(sys.executable, _FLOOR_CHILD, [str(trace), str(output), str(stats)],
+                                       scratch / "floor.jsonl", stats))
+        if digest(scratch / "floor.jsonl") != digest(output):
+            raise SystemExit("the floor did not write the replay's output")
+    shas = digests["replay"] | digests["baseline"]
+    if len(shas) != 1:
+        raise SystemExit(f"replays of the same trace wrote different outputs: {sorted(shas)}")
+    sha = shas.pop()
+    floor = runs["floor"][0]
+    print(f"{events:,} events: payload {floor['payload_bytes'] / 2**20:.1f} MiB as str "
+          f"({floor['payload_chars'] / 1e6:.1f}M characters), load {load()}", flush=True)
+    print(_row("replay", events, runs["replay"], runs["floor"], sha), flush=True)
+    if baseline is not None:
+        print(_row("baseline", events, runs["baseline"], runs["floor"], sha), flush=True)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 30_000, 100_000])
-    parser.add_argument("--repeat", type=int, default=2, help="replay/floor pairs per size, interleaved")
+    parser.add_argument("--repeat", type=int, default=2, help="rounds (replay, [baseline,] floor) per size")
+    parser.add_argument("--baseline-python", default=None, metavar="PYTHON",
+                        help="also replay with this interpreter (another checkout's arc_ref) in every round")
     parser.add_argument("--replay-args", nargs=argparse.REMAINDER, default=[],
                         help="extra arguments for `arc-ref replay` (e.g. --verify); must come last")
     arguments = parser.parse_args()
     print(f"paper preset, o200k_base, observations of {SMALLEST}-{LARGEST} characters, a view every 10 events; "
-          f"{arguments.repeat} replay/floor pair(s) per size, interleaved; replay args {arguments.replay_args}; "
+          f"{arguments.repeat} round(s) per size; replay args {arguments.replay_args}; "
           f"load average {load()} on {os.cpu_count()} CPUs")
-    print(f"{'events':>8} {'replay/s':>9} {'replay s':>9} {'floor s':>8} {'time x':>6} {'replay MiB':>9} "
-          f"{'floor MiB':>8} {'mem x':>6} {'payload':>8} {'chars':>8}  output sha256    [time x per pair]")
+    print(f"{'':<9}{'events':>8} {'events/s':>9} {'replay s':>8} {'floor s':>7} {'time x':>6} {'cpu x':>6} "
+          f"{'rep. MiB':>8} {'fl. MiB':>7} {'mem x':>6}  output sha256     [time x per round]")
     with tempfile.TemporaryDirectory() as scratch:
         for events in arguments.sizes:
-            measure(events, arguments.repeat, arguments.replay_args, Path(scratch))
-    print("MiB = peak resident memory above the child's own start-up; payload = the observations held once as str "
-          "(sys.getsizeof, MiB); time x and mem x = replay / floor (targets: <= 2 at 30k and 100k events; <= 1.25)")
+            measure(events, arguments.repeat, arguments.replay_args, arguments.baseline_python, Path(scratch))
+    print("MiB = peak resident memory above the child's own start-up (the floor's ~ the payload held once as str); "
+          "time x = wall-clock replay / floor, cpu x = the same in CPU time (steadier on a shared machine), "
+          "mem x = replay / floor memory; targets: time <= 2 at 30k and 100k events, memory <= 1.25")
     return 0
 
 
