@@ -135,8 +135,8 @@ def write_trace(path: Path, events: int, seed: int = 11) -> None:
 
 
 def run_child(python: str, code: str, arguments: list[str], stdout: Path, stats: Path) -> dict[str, float]:
-    with stdout.open("wb") as out:
-        subprocess.run([python, "-c", code, *arguments], stdout=out, check=True)
+    with stdout.open("wb") as out:  # run in the scratch folder: the current folder must not shadow arc_ref
+        subprocess.run([python, "-c", code, *arguments], stdout=out, check=True, cwd=stats.parent)
     result: dict[str, float] = json.loads(stats.read_text())
     return result
 
