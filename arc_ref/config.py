@@ -155,6 +155,8 @@ class Setup:
     command_floor: int  # smallest command-result message (notes clipped to nothing)
     limit: int  # L = L_ctx - G_max
     budget: int  # K = B + M + R + P + Q + eta
+    # tokens of each role's message frame (before, after the content), counted once when first needed
+    _frame_tokens: dict[str, tuple[int, int]] = field(factory=dict, init=False, eq=False, repr=False)
 
     def message_tokens(self, role: str, content: str) -> int:
         """Tokens of one serialized message, role markers included."""
@@ -171,7 +173,10 @@ class Setup:
         if frame is None:
             return self.message_tokens(role, "".join(text for text, _ in parts))
         before, after = frame
-        return joined_tokens(self.tokenizer, [(before, None), *parts, (after, None)])
+        counts = self._frame_tokens.get(role)
+        if counts is None:
+            counts = self._frame_tokens[role] = (self.tokenizer.count(before), self.tokenizer.count(after))
+        return joined_tokens(self.tokenizer, [(before, counts[0]), *parts, (after, counts[1])])
 
 
 def _check_integers(config: Config) -> None:

@@ -5,8 +5,8 @@ stored observation, summary lines, recall bodies. Where the tokenizer's boundary
 (`Tokenizer.splits_between`) says that no token crosses the junction of two parts, the tokens of the
 whole are the sum of the tokens of the parts, and a part whose count is already known (a record's n_j,
 a summary item's line cost, a recall body's count) is not counted again. Parts whose junction the rule
-cannot vouch for are counted together, as one text; a part with a known count first gives up only
-the few characters at such an edge (up to the nearest junction inside it that the rule vouches
+cannot vouch for are counted together, as one text; a long part with a known count first gives up
+only the few characters at such an edge (up to the nearest junction inside it that the rule vouches
 for: tokens(part) = tokens(edge) + tokens(rest), so the rest's count is the known count minus the
 edge's). The sum is therefore the exact count of the concatenation whenever the rule keeps its
 promise: proofs_check.test_view checks the rule on adversarial texts, and that the sum of a view's
@@ -22,6 +22,7 @@ from arc_ref.tokenizers import Tokenizer
 Part = Tuple[str, Optional[int]]  # (text, its token count when already known)
 
 EDGE_WINDOW = 64  # characters searched for a vouched junction at an edge of a known part
+SPLIT_FROM = 4 * EDGE_WINDOW  # a shorter known part is simply counted with its neighbour
 
 
 def _vouched_cut(tokenizer: Tokenizer, text: str, positions: range) -> int:
@@ -35,7 +36,7 @@ def _vouched_cut(tokenizer: Tokenizer, text: str, positions: range) -> int:
 def joined_tokens(tokenizer: Tokenizer, parts: Iterable[Part]) -> int:
     """tokens("".join(texts of parts)), counting only the parts (or runs of parts) not known already.
 
-    Empty parts are skipped (the junction is then between their neighbours). A known part whose
+    Empty parts are skipped (the junction is then between their neighbours). A long known part whose
     junction with a neighbour is not vouched for gives up its edge up to the nearest vouched junction
     inside it (within EDGE_WINDOW characters; count: the known count minus the edges' counts); then
     every run of texts joined at junctions not vouched for is counted whole.
@@ -55,7 +56,7 @@ def joined_tokens(tokenizer: Tokenizer, parts: Iterable[Part]) -> int:
     for position, text in enumerate(texts):
         known = counts[position]
         opens, closes = vouched[position], vouched[position + 1]
-        if known is not None and not (opens and closes) and len(text) > 1:
+        if known is not None and not (opens and closes) and len(text) > SPLIT_FROM:
             size = len(text)
             head_end = 0 if opens else _vouched_cut(tokenizer, text, range(1, min(EDGE_WINDOW, size - 1) + 1))
             tail_start = size

@@ -73,7 +73,10 @@ def fingerprint(signature: str, observation: str, bits: int) -> int:
     """fp_d: the top ``bits`` bits of SHA1(signature || 0x1F || observation) over UTF-8 bytes."""
     if bits == 0:
         return 0
-    digest = hashlib.sha1(signature.encode("utf-8") + UNIT_SEPARATOR + observation.encode("utf-8")).digest()
+    hashed = hashlib.sha1(signature.encode("utf-8"))
+    hashed.update(UNIT_SEPARATOR)
+    hashed.update(observation.encode("utf-8"))  # fed apart: the observation's bytes are not copied again
+    digest = hashed.digest()
     return int.from_bytes(digest, "big") >> (SHA1_BITS - bits)
 
 

@@ -247,7 +247,8 @@ def _require_str(name: str, value: object) -> str:
     if not isinstance(value, str):
         raise InvalidEvent(f"{name} must be a string, got {type(value).__name__}")
     try:
-        value.encode("utf-8")
+        if not value.isascii():  # an ASCII string holds no surrogate: no need to encode it
+            value.encode("utf-8")
     except UnicodeEncodeError as bad:
         raise InvalidEvent(f"{name} is not valid Unicode text (lone surrogate at index {bad.start})") from None
     return value

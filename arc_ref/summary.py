@@ -53,46 +53,57 @@ class Summary:
 EMPTY_SUMMARY = Summary()
 
 
-def _bounded_line(setup: Setup, build: LineBuilder, first: str, second: str) -> str:
-    """Clip ``first`` then ``second`` (halving, id-safe) until ``build(first, second)`` costs <= c."""
+def _bounded_line(setup: Setup, build: LineBuilder, first: str, second: str) -> tuple[str, int]:
+    """Clip ``first`` then ``second`` (halving, id-safe) until ``build(first, second)`` costs <= c;
+    the line and its cost."""
     cap = setup.config.stub_cap
     line = build(first, second)
-    if setup.line_tokens(line) <= cap:
-        return line
+    tokens = setup.line_tokens(line)
+    if tokens <= cap:
+        return line, tokens
     shown = clip_until(first, lambda text: setup.line_tokens(build(text, second)) <= cap)
     if shown is not None:
-        return build(shown, second)
+        line = build(shown, second)
+        return line, setup.line_tokens(line)
     empty = clipped(first, 0)
     shown = clip_until(second, lambda text: setup.line_tokens(build(empty, text)) <= cap)
     if shown is None:
         raise BudgetViolation("a summary line cannot fit stub_cap c even fully clipped")
-    return build(empty, shown)
+    line = build(empty, shown)
+    return line, setup.line_tokens(line)
 
 
 def thought_item(setup: Setup, entry: AgentEntry) -> SummaryItem:
     thought = clipped(escape_line(entry.thought), setup.config.thought_chars)
     action = clipped(escape_line(entry.action), setup.config.action_chars)
-    text = _bounded_line(setup, lambda t, a: render.thought_item(entry.turn, t, a), thought, action)
-    return SummaryItem("thought", text, setup.line_tokens(text), closed_tokens=_closed(setup, text))
+    text, tokens = _bounded_line(setup, lambda t, a: render.thought_item(entry.turn, t, a), thought, action)
+    return SummaryItem("thought", text, tokens, closed_tokens=_closed(setup, text, tokens))
 
 
 def note_item(setup: Setup, entry: CommandEntry) -> SummaryItem:
     note = clipped(escape_line(" / ".join(entry.notes)), setup.config.action_chars)
-    text = _bounded_line(setup, lambda n, _: render.note_item(entry.turn, n), note, "")
-    return SummaryItem("note", text, setup.line_tokens(text), closed_tokens=_closed(setup, text))
+    text, tokens = _bounded_line(setup, lambda n, _: render.note_item(entry.turn, n), note, "")
+    return SummaryItem("note", text, tokens, closed_tokens=_closed(setup, text, tokens))
 
 
 def stub_item(setup: Setup, record: Record) -> SummaryItem:
-    return SummaryItem("stub", record.stub, record.stub_tokens, record.index, _closed(setup, record.stub))
+    return SummaryItem("stub", record.stub, record.stub_tokens, record.index,
+                       _closed(setup, record.stub, record.stub_tokens))
 
 
 def bare_item(setup: Setup, record: Record) -> SummaryItem:
     obs_id = record.obs_id
-    return SummaryItem("bare", obs_id, setup.line_tokens(obs_id), record.index, _closed(setup, obs_id))
+    tokens = setup.line_tokens(obs_id)
+    return SummaryItem("bare", obs_id, tokens, record.index, _closed(setup, obs_id, tokens))
 
 
-def _closed(setup: Setup, text: str) -> int:
-    """Tokens of an item followed by the newline of the next one, counted once when the item is made."""
+def _closed(setup: Setup, text: str, line_tokens: int) -> int:
+    """Tokens of an item followed by the newline of the next one (``closed_tokens``). Where the tokenizer
+    splits after a newline before the item and after the item before a newline, both "\n" + text and
+    text + "\n" cost tokens("\n") + tokens(text): the line cost; otherwise it is counted."""
+    splits = setup.tokenizer.splits_between
+    if text and splits("\n", text[0]) and splits(text[-1], "\n"):
+        return line_tokens
     return setup.tokenizer.count(text + "\n")
 
 
@@ -103,7 +114,7 @@ def observation_item(setup: Setup, record: Record, cited: bool) -> SummaryItem:
         text = render.inline_item(record.obs_id, record.returncode, signature, record.content)
         tokens = setup.line_tokens(text)
         if setup.summary_frame + tokens <= setup.config.summary_budget:
-            return SummaryItem("inline", text, tokens, record.index, _closed(setup, text))
+            return SummaryItem("inline", text, tokens, record.index, _closed(setup, text, tokens))
     return stub_item(setup, record)
 
 

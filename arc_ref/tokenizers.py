@@ -63,6 +63,8 @@ class Tokenizer(Protocol):
         ...
 
 
+SHORT_TEXT = 48  # texts up to this many characters have their counts remembered (message frames, headers)
+
 _LEAD_BYTES = bytes(value for value in range(256) if not 0x80 <= value < 0xC0)
 
 
@@ -181,6 +183,7 @@ class TiktokenTokenizer:
         self._newline_tail = newline_tail
         self._byte_lengths = _TokenByteLengths(encoding)
         self._vouched: dict[tuple[str, str], bool] = {}  # splits_between, per pair of characters seen
+        self._short_counts: dict[str, int] = {}  # counts of short texts (frames, headers, line ends)
 
     @property
     def name(self) -> str:
@@ -199,7 +202,14 @@ class TiktokenTokenizer:
         return self._encode_text(data.decode("utf-8")), data
 
     def count(self, text: str) -> int:
-        return len(self._tokens(text)[0])
+        if len(text) > SHORT_TEXT:
+            return len(self._tokens(text)[0])
+        known = self._short_counts.get(text)
+        if known is None:
+            if len(self._short_counts) >= 1 << 16:
+                self._short_counts.clear()
+            known = self._short_counts[text] = len(self._tokens(text)[0])
+        return known
 
     def encode(self, text: str) -> list[int]:
         return self._tokens(text)[0]

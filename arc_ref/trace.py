@@ -46,9 +46,12 @@ class TraceError(Exception):
     """A line that is not a valid event; becomes an error output line."""
 
 
+_CANONICAL = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
 def encode(obj: dict[str, Any]) -> str:
     """Canonical JSON for output lines: sorted keys, no spaces, UTF-8 characters kept."""
-    return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return _CANONICAL.encode(obj)
 
 
 def _check_keys(obj: dict[str, Any], required: tuple[str, ...], optional: tuple[str, ...]) -> None:
