@@ -91,9 +91,9 @@ def _bm25_tokens(text: str, stopwords: frozenset[str]) -> tuple[str, ...]:
 
 class Bm25Retriever:
     """Okapi BM25 with ``bm25s``' defaults (its "lucene" variant, k1 = 1.5, b = 0.75, float32 scores),
-    kept incrementally: adding a chunk appends its term counts to the postings (O(its length)), and a
-    search scores only the postings of the query's terms from the current document frequencies and
-    mean length. ``bm25s`` would rebuild its whole index each time chunks are added; the scores here
+    kept incrementally: adding a chunk keeps its term counts (O(its length)) and extends the postings of
+    the terms searched so far; a search scores only the postings of the query's terms from the current
+    document frequencies and mean length. ``bm25s`` would rebuild its whole index each time chunks are added; the scores here
     are its own, float for float (tests/eval/methods/test_baselines.py compares them).
 
     Tokens: lowercase words of 2+ word characters (bm25s' default pattern) minus bm25s' English
@@ -109,41 +109,72 @@ class Bm25Retriever:
 
         self._numpy: Any = numpy
         self._stopwords = frozenset(importlib.import_module("bm25s.stopwords").STOPWORDS_EN)
+        self._counts: list[Counter[str]] = []  # term counts of each chunk
         self._lengths: list[int] = []  # tokens per chunk
         self._total_length = 0
-        self._postings: dict[str, tuple[list[int], list[int]]] = {}  # token -> (chunks, counts in them)
+        # postings (chunks, counts in them) of the terms searched so far, kept up to date as chunks come
+        self._postings: dict[str, tuple[list[int], list[int]]] = {}
+        self._arrays: dict[str, tuple[Any, Any]] = {}  # those postings as arrays, made when next searched
+        self._length_array: Any = None
 
     def tokenize(self, text: str) -> list[str]:
         return list(_bm25_tokens(text, self._stopwords))
 
     def add(self, chunks: Sequence[str]) -> None:
+        """Append chunks: O(their length), plus the postings of the terms already searched that they hold."""
         for chunk in chunks:
             tokens = self.tokenize(chunk) or ["<empty>"]
             index = len(self._lengths)
+            counts = Counter(tokens)
+            self._counts.append(counts)
             self._lengths.append(len(tokens))
             self._total_length += len(tokens)
-            for token, count in Counter(tokens).items():
-                chunk_list, count_list = self._postings.setdefault(token, ([], []))
+            for token in self._postings.keys() & counts.keys():
+                chunk_list, count_list = self._postings[token]
                 chunk_list.append(index)
-                count_list.append(count)
+                count_list.append(counts[token])
+                self._arrays.pop(token, None)
+        self._length_array = None
+
+    def _posting(self, token: str) -> tuple[list[int], list[int]]:
+        """A term's postings; a term searched for the first time is looked up in every chunk once."""
+        posting = self._postings.get(token)
+        if posting is None:
+            chunk_list = [index for index, counts in enumerate(self._counts) if token in counts]
+            posting = self._postings[token] = (chunk_list, [self._counts[index][token] for index in chunk_list])
+        return posting
 
     def scores(self, tokens: Sequence[str]) -> Any:
-        """The float32 BM25 score of every chunk for query tokens (as bm25s' ``get_scores``)."""
+        """The float32 BM25 score of every chunk for query tokens, as bm25s' ``get_scores`` computes them:
+        float32 idf, float64 term saturation, each (chunk, term) score rounded to float32 and added in
+        query-term order (one ``add.at`` over the query terms' postings in that order)."""
         numpy = self._numpy
         documents = len(self._lengths)
-        scores = numpy.zeros(documents, dtype=numpy.float32)
-        mean_length = self._total_length / documents
-        lengths = numpy.asarray(self._lengths, dtype=numpy.float64)
+        if self._length_array is None:
+            self._length_array = numpy.asarray(self._lengths, dtype=numpy.float64)
+        chunk_parts: list[Any] = []
+        count_parts: list[Any] = []
+        idfs: list[float] = []
         for token in tokens:
-            posting = self._postings.get(token)
-            if posting is None:
+            posting = self._posting(token)
+            if not posting[0]:
                 continue
-            chunk_list, count_list = posting
-            frequency = len(chunk_list)
-            idf = float(numpy.float32(math.log(1 + (documents - frequency + 0.5) / (frequency + 0.5))))
-            chunk_ids = numpy.asarray(chunk_list)
-            counts = numpy.asarray(count_list, dtype=numpy.float64)
-            saturation = counts / (self.k1 * ((1 - self.b) + self.b * lengths[chunk_ids] / mean_length) + counts)
+            arrays = self._arrays.get(token)
+            if arrays is None:
+                arrays = self._arrays[token] = (numpy.asarray(posting[0], dtype=numpy.intp),
+                                                numpy.asarray(posting[1], dtype=numpy.float64))
+            chunk_parts.append(arrays[0])
+            count_parts.append(arrays[1])
+            frequency = len(posting[0])
+            idfs.append(float(numpy.float32(math.log(1 + (documents - frequency + 0.5) / (frequency + 0.5)))))
+        scores = numpy.zeros(documents, dtype=numpy.float32)
+        if chunk_parts:
+            chunk_ids = numpy.concatenate(chunk_parts)
+            counts = numpy.concatenate(count_parts)
+            idf = numpy.repeat(numpy.asarray(idfs, dtype=numpy.float64), [len(part) for part in chunk_parts])
+            mean_length = self._total_length / documents
+            lengths = self._length_array[chunk_ids]
+            saturation = counts / (self.k1 * ((1 - self.b) + self.b * lengths / mean_length) + counts)
             numpy.add.at(scores, chunk_ids, (idf * saturation).astype(numpy.float32))
         return scores
 
