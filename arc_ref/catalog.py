@@ -55,13 +55,13 @@ def render_page(setup: Setup, store: Store, page: int) -> Message:
     header = render.catalog_header(page, pages, first, last, stored)
     records = [store[index - 1] for index in range(first, last + 1)]
     content = render.catalog_content(header, (record.stub for record in records))
-    if setup.tokenizer.stub_lines_add_up:
+    if setup.tokenizer.stub_lines_add_up and not setup.chat.positional:
         # the page costs its header message plus each stub's cached line cost (exact for these tokenizers:
         # proofs_check.test_catalog.test_a3_page_tokens_are_header_plus_stub_lines)
         tokens = setup.message_tokens(render.USER, header) + sum(record.stub_tokens for record in records)
+        message = Message(render.USER, content, tokens)
     else:
-        tokens = setup.message_tokens(render.USER, content)
-    message = Message(render.USER, content, tokens)
+        message = setup.message(render.USER, content)
     if message.tokens > setup.config.page_budget:
         raise BudgetViolation(
             f"catalog page {page} costs {message.tokens} tokens > page_budget P = {setup.config.page_budget}"

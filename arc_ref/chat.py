@@ -22,6 +22,7 @@ class ChatFormat:
     message_start: str  # followed by the role and a newline
     message_end: str
     generation_prompt: str
+    positional = False  # a message costs the same wherever it sits (a served template's may not)
 
     def render_message(self, role: str, content: str) -> str:
         return f"{self.message_start}{role}\n{content}{self.message_end}"

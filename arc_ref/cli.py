@@ -2,52 +2,180 @@
 
     arc-ref replay TRACE.jsonl|- [--verify]   one JSON line out per line in (spec/trace.md)
     arc-ref budgets [--preset NAME] [--set KEY=VALUE ...]   the budget table of a configuration
+
+No input ends in a traceback: a bad line is an error line, a refused input or a failed read or write is one
+line on standard error and an exit status of EXIT_CODES (spec/trace.md §8).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
-from typing import Sequence
+from typing import BinaryIO, Callable, Iterator, Sequence
 
-from arc_ref.config import OVERRIDE_KEYS, PRESETS, STRING_FIELDS, make_setup, preset
+from arc_ref.config import JSON_FIELDS, OVERRIDE_KEYS, PRESETS, STRING_FIELDS, make_setup, preset
 from arc_ref.errors import ArcError
-from arc_ref.trace import replay_text
+from arc_ref.trace import TraceError, encode, replay_text, strict_json
+
+# Longest input line `arc-ref replay` reads (bytes before its LF, spec/trace.md §1): 32 MiB.
+MAX_LINE_BYTES = 32 * 1024 * 1024
+
+# Exit statuses of every subcommand (also in `arc-ref --help` and spec/trace.md §8).
+EXIT_OK = 0  # every input line answered (error lines included); or the reader of standard output went away
+EXIT_USAGE = 2  # bad arguments, a trace file that cannot be opened, a configuration `budgets` refuses
+EXIT_LINE_TOO_LONG = 3  # a line longer than MAX_LINE_BYTES: answered by an error line, nothing after it is read
+EXIT_IO = 4  # standard input or output closed, or a read or write failed (a full disk: /dev/full)
+EXIT_INTERNAL = 70  # a bug in arc-ref (never caused by input): one line on standard error, no traceback
+EXIT_INTERRUPTED = 130  # Ctrl-C
+EXIT_CODES = f"""exit status:
+  {EXIT_OK}    done: every input line was answered (malformed lines by error lines)
+  {EXIT_USAGE}    usage: bad arguments, a trace file that cannot be opened, a configuration that is refused
+  {EXIT_LINE_TOO_LONG}    replay: a line longer than {MAX_LINE_BYTES} bytes: answered by an error line, then the replay stops
+  {EXIT_IO}    standard input or output is closed, or reading or writing failed (e.g. a full disk)
+  {EXIT_INTERNAL}   internal error: a bug in arc-ref, reported in one line on standard error
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C)
+A reader of standard output that goes away (`arc-ref replay t.jsonl | head -1`) ends the replay quietly, status 0."""
 
 
-def _replay(path: str, verify: bool) -> int:
+class LineTooLong(Exception):
+    """Input line ``number`` has more than ``limit`` bytes before its LF (or the input never ends)."""
+
+    def __init__(self, number: int, limit: int) -> None:
+        super().__init__(f"line {number} is longer than {limit} bytes, the longest line arc-ref replay reads")
+        self.number = number
+        self.limit = limit
+
+
+class _Stop(Exception):
+    """Ends a command with an exit status after one message line on standard error."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _say(message: str) -> None:
+    """One line on standard error; nothing when standard error is closed (print(file=None) would use stdout)."""
+    stream = sys.stderr
+    if stream is None:
+        return
+    try:
+        stream.write(message + "\n")
+        stream.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def read_lines(stream: BinaryIO, limit: int = MAX_LINE_BYTES) -> Iterator[bytes]:
+    """The lines of ``stream`` (each with its LF, when it has one), never holding more than ``limit`` + 1 bytes.
+
+    Raises LineTooLong for a line of more than ``limit`` bytes before its LF: an input that never ends
+    (/dev/zero) is refused after ``limit`` + 1 bytes instead of filling memory.
+    """
+    number = 0
+    while True:
+        line = stream.readline(limit + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > limit and not line.endswith(b"\n"):
+            raise LineTooLong(number, limit)
+        yield line
+
+
+def _input_lines(stream: BinaryIO, source: str) -> Iterator[bytes]:
+    try:
+        yield from read_lines(stream)
+    except OSError as problem:
+        raise _Stop(EXIT_IO, f"arc-ref replay: cannot read {source}: {problem.strerror or problem}") from None
+
+
+def _silence_stdout() -> None:
+    """Point file descriptor 1 at /dev/null so that the interpreter's final flush cannot fail again."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _standard_output() -> BinaryIO:
+    if sys.stdout is None:
+        raise _Stop(EXIT_IO, "arc-ref: standard output is closed; nothing can be written")
+    return sys.stdout.buffer
+
+
+def _write(out: BinaryIO, text: str, flush: bool) -> None:
+    try:
+        out.write(text.encode("utf-8"))
+        if flush:
+            out.flush()
+    except BrokenPipeError:
+        raise  # the reader went away: main() ends quietly
+    except OSError as problem:
+        _silence_stdout()
+        raise _Stop(EXIT_IO, f"arc-ref: cannot write standard output: {problem.strerror or problem}") from None
+
+
+def _replay(path: str, verify: bool = False) -> int:
     """Lines are split at LF bytes only (a CR before it is dropped), from a file or standard input alike;
     each line is decoded as UTF-8 on its own, so an undecodable line is one error line, not a stop.
     ``verify`` recounts every view's serialized text (the same output, or an error line for a view
     whose parts disagree with its text)."""
-    out = sys.stdout.buffer
-    if path == "-":
-        for line in replay_text(sys.stdin.buffer, verify):
-            out.write((line + "\n").encode("utf-8"))
-            out.flush()
-        return 0
+    out = _standard_output()
+    interactive = path == "-"
+    if interactive:
+        if sys.stdin is None:
+            raise _Stop(EXIT_IO, "arc-ref replay: standard input is closed; give a trace file or pipe one in")
+        return _replay_stream(sys.stdin.buffer, "standard input", out, interactive, verify)
     try:
         handle = open(path, "rb")
     except OSError as problem:
-        print(f"arc-ref replay: cannot read {path!r}: {problem.strerror}", file=sys.stderr)
-        return 2
+        raise _Stop(EXIT_USAGE, f"arc-ref replay: cannot read {path!r}: {problem.strerror}") from None
     with handle:
-        for line in replay_text(handle, verify):
-            out.write((line + "\n").encode("utf-8"))
-    return 0
+        return _replay_stream(handle, repr(path), out, interactive, verify)
+
+
+def _replay_stream(stream: BinaryIO, source: str, out: BinaryIO, interactive: bool, verify: bool) -> int:
+    try:
+        for line in replay_text(_input_lines(stream, source), verify):
+            _write(out, line + "\n", flush=interactive)
+    except LineTooLong as refused:
+        error = {"op": "error", "line": refused.number, "message": f"{refused}: the replay stops here"}
+        _write(out, encode(error) + "\n", flush=True)
+        raise _Stop(EXIT_LINE_TOO_LONG, f"arc-ref replay: {refused}; stopped there") from None
+    _write(out, "", flush=True)
+    return EXIT_OK
+
+
+# An integer given to --set is written as in JSON: ASCII digits, an optional leading '-', no leading zero.
+_JSON_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)")
+_MOST_DIGITS = 19  # more digits than this is out of range whatever they are (config integers < 2^31)
 
 
 def _parse_setting(text: str) -> tuple[str, object]:
     key, separator, value = text.partition("=")
     if not separator or key not in OVERRIDE_KEYS:
-        raise ValueError(f"--set needs KEY=VALUE with KEY one of {', '.join(OVERRIDE_KEYS)}: {text!r}")
+        raise ValueError(f"--set needs KEY=VALUE with KEY one of {', '.join(OVERRIDE_KEYS)}: {text[:60]!r}")
     if key in STRING_FIELDS:
         return key, value
-    try:
-        return key, int(value)
-    except ValueError:
-        raise ValueError(f"--set {key} needs an integer, got {value!r}") from None
+    if key in JSON_FIELDS:
+        try:
+            return key, strict_json(value)
+        except TraceError as problem:
+            raise ValueError(f"--set {key} needs a JSON value: {problem}") from None
+    if not _JSON_INTEGER.fullmatch(value):
+        raise ValueError(
+            f"--set {key} needs an integer written as in JSON (ASCII digits, no sign but '-', no '_',"
+            f" no spaces, no leading zero), got {value[:40]!r}"
+        )
+    if len(value.lstrip("-")) > _MOST_DIGITS:
+        raise ValueError(f"--set {key}: a {len(value.lstrip('-'))}-digit number is out of range (at most 2147483647)")
+    return key, int(value)
 
 
 def _budgets(preset_name: str, settings: Sequence[str]) -> int:
@@ -55,8 +183,8 @@ def _budgets(preset_name: str, settings: Sequence[str]) -> int:
         overrides = dict(_parse_setting(text) for text in settings)
         setup = make_setup(preset(preset_name, **overrides))
     except (ValueError, ArcError) as problem:
-        print(f"arc-ref budgets: {problem}", file=sys.stderr)
-        return 2
+        raise _Stop(EXIT_USAGE, f"arc-ref budgets: {problem}") from None
+    out = _standard_output()
     config = setup.config
     rows = [
         ("L_ctx", "context_limit", config.context_limit),
@@ -78,32 +206,50 @@ def _budgets(preset_name: str, settings: Sequence[str]) -> int:
         ("r", "recalls_per_step", config.recalls_per_step),
     ]
     width = max(len(row[0]) for row in rows)
-    print(f"preset {preset_name}, tokenizer {config.tokenizer}, chat format {config.chat_format}")
-    for symbol, name, value in rows:
-        print(f"  {symbol:<{width}}  {name:<16} {value}")
-    print(json.dumps({"budget": setup.budget, "limit": setup.limit, "fits": setup.budget <= setup.limit}))
-    return 0
+    lines = [f"preset {preset_name}, tokenizer {config.tokenizer}, chat format {config.chat_format}"]
+    lines += [f"  {symbol:<{width}}  {name:<16} {value}" for symbol, name, value in rows]
+    lines.append(json.dumps({"budget": setup.budget, "limit": setup.limit, "fits": setup.budget <= setup.limit}))
+    _write(out, "".join(line + "\n" for line in lines), flush=True)
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="arc-ref", description="ARC reference core")
+    help_format = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(prog="arc-ref", description="ARC reference core", epilog=EXIT_CODES,
+                                     formatter_class=help_format)
     commands = parser.add_subparsers(dest="command", required=True)
-    replay_parser = commands.add_parser("replay", help="replay an event trace (JSON Lines)")
+    replay_parser = commands.add_parser(
+        "replay", help="replay an event trace (JSON Lines)", epilog=EXIT_CODES, formatter_class=help_format,
+        description="Write one JSON line per input line (spec/trace.md); lines of at most"
+                    f" {MAX_LINE_BYTES} bytes.",
+    )
     replay_parser.add_argument("trace", help="path of the trace, or - for standard input")
     replay_parser.add_argument("--verify", action="store_true",
                                help="also count each view's serialized text whole and refuse a view whose parts disagree")
-    budget_parser = commands.add_parser("budgets", help="show and check the budgets of a configuration")
+    budget_parser = commands.add_parser("budgets", help="show and check the budgets of a configuration",
+                                        epilog=EXIT_CODES, formatter_class=help_format)
     budget_parser.add_argument("--preset", default="paper", choices=sorted(PRESETS))
     budget_parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     arguments = parser.parse_args(argv)
+    return _run(lambda: _replay(arguments.trace, arguments.verify) if arguments.command == "replay"
+                else _budgets(arguments.preset, arguments.set))
+
+
+def _run(command: Callable[[], int]) -> int:
+    """Run a subcommand; every way it can end becomes an exit status of EXIT_CODES and at most one stderr line."""
     try:
-        if arguments.command == "replay":
-            return _replay(arguments.trace, arguments.verify)
-        return _budgets(arguments.preset, arguments.set)
+        return command()
+    except _Stop as stop:
+        _say(str(stop))
+        return stop.status
     except BrokenPipeError:
-        return 0
+        _silence_stdout()
+        return EXIT_OK
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+    except Exception as bug:  # never input's fault: the replay answers every bad line with an error line
+        _say(f"arc-ref: internal error (a bug in arc-ref, please report it): {type(bug).__name__}: {str(bug)[:200]}")
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,7 +7,9 @@ under which the appendix' assumptions could fail, naming the budgets involved.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+import json
+import re
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
 
 import attrs
 from attrs import field, frozen
@@ -17,8 +19,18 @@ from arc_ref.chat import ChatFormat, get_chat_format
 from arc_ref.counting import Part, joined_tokens
 from arc_ref.errors import ConfigError
 from arc_ref.ids import IdScheme
+from arc_ref.message import Context, Message, ToolCall, ToolSpec
 from arc_ref.text import ELLIPSIS
-from arc_ref.tokenizers import Tokenizer, get_tokenizer
+from arc_ref.tokenizers import HF_DIR_PREFIX, HuggingFaceTokenizer, Tokenizer, get_tokenizer
+from arc_ref.tools import ARC_TOOL_NAMES, ARC_TOOLS
+
+if TYPE_CHECKING:
+    from arc_ref.templates import TemplateFormat
+
+TEMPLATE_FORMAT = "template"  # chat_format: the chat template of the hf-dir tokenizer's model directory
+ACTION_MODES = ("text", "tools")
+DEFAULT_TEMPLATE_KWARGS: tuple[tuple[str, Any], ...] = (("enable_thinking", False),)
+NO_TOOLS: tuple[ToolSpec, ...] = ()
 
 
 @frozen(kw_only=True)
@@ -43,6 +55,9 @@ class Config:
     system: str
     goal: str
     chat_format: str = "chatml"
+    action_mode: str = "text"  # "tools": actions are OpenAI tool calls (needs chat_format "template")
+    tools: tuple[ToolSpec, ...] = NO_TOOLS  # the environment's tools, sent after ARC's own (tool mode)
+    template_kwargs: tuple[tuple[str, Any], ...] = DEFAULT_TEMPLATE_KWARGS  # chat_template_kwargs of each request
     preview_head_chars: int = 96  # fixed-size previews kept in each record and stub
     preview_tail_chars: int = 64
     signature_chars: int = 160  # action signature shown in stubs and headers
@@ -56,14 +71,18 @@ class Config:
 INTEGER_FIELDS = tuple(
     a.name for a in attrs.fields(Config) if a.type in ("int", int)
 )
-STRING_FIELDS = ("tokenizer", "system", "goal", "chat_format")
+STRING_FIELDS = ("tokenizer", "system", "goal", "chat_format", "action_mode")
+JSON_FIELDS = ("tools", "template_kwargs")  # given as JSON values (an array of tools, an object)
+# Fields that were added after the first traces: echoed on the config line only when not at their default,
+# so that every earlier trace replays byte-identically (spec/trace.md section 4).
+LATER_FIELDS = ("action_mode", "tools", "template_kwargs")
 # The replay trace's override keys (the issue fixes these names; the last six are extensions).
 OVERRIDE_KEYS = (
     "context_limit", "max_completion", "summary_budget", "recent_budget", "page_budget", "page_size",
     "stub_cap", "recall_budget", "chunk_tokens", "overhead", "capacity", "fingerprint_bits",
     "keep_verbatim_chars", "recalls_per_step", "tokenizer", "system", "goal",
     "chat_format", "preview_head_chars", "preview_tail_chars", "signature_chars", "thought_chars",
-    "action_chars",
+    "action_chars", "action_mode", "tools", "template_kwargs",
 )
 
 PRESETS: dict[str, Config] = {
@@ -124,13 +143,95 @@ def preset(name: str, **overrides: Any) -> Config:
     unknown = sorted(set(overrides) - set(OVERRIDE_KEYS))
     if unknown:
         raise ConfigError(f"unknown config keys {unknown}; known: {', '.join(OVERRIDE_KEYS)}")
+    converted: dict[str, Any] = {}
     for key, value in overrides.items():
-        if key in STRING_FIELDS:
+        if key == "tools":
+            converted[key] = parse_tools(value)
+        elif key == "template_kwargs":
+            converted[key] = parse_template_kwargs(value)
+        elif key in STRING_FIELDS:
             if not isinstance(value, str):
                 raise ConfigError(f"config key {key!r} must be a string, got {value!r}")
+            converted[key] = value
         elif isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"config key {key!r} must be an integer, got {value!r}")
-    return PRESETS[name].replace(**overrides)
+        else:
+            converted[key] = value
+    return PRESETS[name].replace(**converted)
+
+
+TOOL_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+
+
+def parse_tools(value: Any) -> tuple[ToolSpec, ...]:
+    """The ``tools`` override: ToolSpec values, or OpenAI tool objects ``{"type": "function", "function": {...}}``."""
+    if isinstance(value, tuple) and all(isinstance(item, ToolSpec) for item in value):
+        tools = value
+    elif isinstance(value, list):
+        parsed = []
+        for number, item in enumerate(value, start=1):
+            function = item.get("function") if isinstance(item, dict) and item.get("type") == "function" else None
+            if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+                raise ConfigError(
+                    f"config key 'tools': tool {number} must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}"
+                )
+            unknown = sorted(set(function) - {"name", "description", "parameters"})
+            if unknown:
+                raise ConfigError(f"config key 'tools': tool {number} has unknown function key(s) {', '.join(unknown)}")
+            description = function.get("description")
+            parameters = function.get("parameters")
+            if description is not None and not isinstance(description, str):
+                raise ConfigError(f"config key 'tools': tool {number}'s description must be a string")
+            if parameters is not None and not isinstance(parameters, dict):
+                raise ConfigError(f"config key 'tools': tool {number}'s parameters must be a JSON object")
+            text = None if parameters is None else json.dumps(parameters, ensure_ascii=False)
+            parsed.append(ToolSpec(function["name"], description, text))
+        tools = tuple(parsed)
+    else:
+        raise ConfigError(f"config key 'tools' must be an array of tools, got {json.dumps(value)[:40]}")
+    names = [tool.name for tool in tools]
+    for tool_name in names:
+        if not 1 <= len(tool_name) <= 64 or not set(tool_name) <= TOOL_NAME_CHARS:
+            raise ConfigError(f"config key 'tools': tool name {tool_name!r} must match ^[A-Za-z0-9_-]{{1,64}}$")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"config key 'tools': tool names must be distinct, got {names}")
+    return tools
+
+
+def parse_template_kwargs(value: Any) -> tuple[tuple[str, Any], ...]:
+    """The ``template_kwargs`` override: a JSON object of scalars (the request's ``chat_template_kwargs``)."""
+    if isinstance(value, tuple):
+        items = list(value)
+    elif isinstance(value, dict):
+        items = list(value.items())
+    else:
+        raise ConfigError(f"config key 'template_kwargs' must be an object, got {json.dumps(value)[:40]}")
+    for item in items:
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
+            raise ConfigError("config key 'template_kwargs' must map names to values")
+        key, scalar = item
+        if scalar is not None and not isinstance(scalar, (str, int, float, bool)):
+            raise ConfigError(f"config key 'template_kwargs': {key!r} must be a string, number, boolean or null")
+        if key in ("messages", "tools", "documents", "add_generation_prompt", "chat_template", "tokenize"):
+            raise ConfigError(f"config key 'template_kwargs': {key!r} is set by the request itself")
+    return tuple(items)
+
+
+def config_json(config: Config) -> dict[str, Any]:
+    """The resolved configuration as the config output line echoes it (fields of LATER_FIELDS only when set)."""
+    echoed: dict[str, Any] = {}
+    defaults = Config.__attrs_attrs__
+    for attribute in defaults:
+        value = getattr(config, attribute.name)
+        if attribute.name in LATER_FIELDS and value == attribute.default:
+            continue
+        if attribute.name == "tools":
+            echoed["tools"] = [tool.openai() for tool in value]
+        elif attribute.name == "template_kwargs":
+            echoed["template_kwargs"] = dict(value)
+        else:
+            echoed[attribute.name] = value
+    return echoed
 
 
 @frozen
@@ -139,7 +240,7 @@ class Setup:
 
     config: Config
     tokenizer: Tokenizer = field(eq=False, repr=False)
-    chat: ChatFormat
+    chat: Union[ChatFormat, "TemplateFormat"] = field(eq=False)
     ids: IdScheme
     prefix_messages: tuple[tuple[str, str], ...]
     prefix_tokens: int  # B = tokens(F)
@@ -155,20 +256,42 @@ class Setup:
     command_floor: int  # smallest command-result message (notes clipped to nothing)
     limit: int  # L = L_ctx - G_max
     budget: int  # K = B + M + R + P + Q + eta
+    tool_reserve: int = 0  # tool mode: what a pending call's result may cost in H (its stub message, widest)
+    tool_unit_floor: int = 0  # tool mode: the smallest tool turn (one call) with the reserve for its result
     # tokens of each role's message frame (before, after the content), counted once when first needed
     _frame_tokens: dict[str, tuple[int, int]] = field(factory=dict, init=False, eq=False, repr=False)
 
     def message_tokens(self, role: str, content: str) -> int:
-        """Tokens of one serialized message, role markers included."""
-        return self.tokenizer.count(self.chat.render_message(role, content))
+        """Tokens of one serialized message, role markers included (the largest over its places, A4)."""
+        if isinstance(self.chat, ChatFormat):
+            return self.tokenizer.count(self.chat.render_message(role, content))
+        return max(cost for _, cost in self.chat.placed_costs(role, content))
 
-    def line_tokens(self, line: str) -> int:
-        """Tokens a line costs inside a component: the line with the newline that precedes it."""
-        return self.tokenizer.count("\n" + line)
+    def message(self, role: str, content: str, tool_calls: tuple[ToolCall, ...] = (),
+                tool_call_id: str | None = None, parts: Sequence[Part] | None = None) -> Message:
+        """A message of the view with its cost counted once: the one way every component builds its messages.
 
-    def message_tokens_of(self, role: str, parts: Sequence[Part]) -> int:
-        """Tokens of the message whose content is the concatenation of ``parts``, known counts reused
-        where the tokenizer's boundary rule allows (`arc_ref.counting`); exactly ``message_tokens``."""
+        ``parts``, when given, are the content as a concatenation, each text with its token count where it is
+        already known (a record's n_j, a summary item's line, a recall body). A chat format that embeds the
+        content verbatim in a frame of its own (``ChatFormat.frame``) sums the cost from the frame and the
+        parts (`arc_ref.counting`): exactly the count of the rendered message, no known part counted again. A
+        served template's piece may depend on its place and may rewrite the content, so it is counted in
+        every place the view can give it (`TemplateFormat.placed_costs`; spec/rendering.md section 3.1),
+        the parts unused.
+        """
+        if isinstance(self.chat, ChatFormat):
+            if tool_calls or tool_call_id is not None:
+                raise ConfigError(f"chat format {self.chat.name!r} has no tool calls; use chat_format 'template'")
+            if parts is None:
+                return Message(role, content, self.tokenizer.count(self.chat.render_message(role, content)))
+            return Message(role, content, self._framed_tokens(role, parts))
+        placed = self.chat.placed_costs(role, content, tool_calls, tool_call_id)
+        return Message(role, content, max(cost for _, cost in placed), tool_calls, tool_call_id, placed)
+
+    def _framed_tokens(self, role: str, parts: Sequence[Part]) -> int:
+        """Tokens of the message of a ChatFormat whose content is the concatenation of ``parts``, known counts
+        reused where the tokenizer's boundary rule allows (`arc_ref.counting`); exactly ``message_tokens``."""
+        assert isinstance(self.chat, ChatFormat)
         frame = self.chat.frame(role)
         if frame is None:
             return self.message_tokens(role, "".join(text for text, _ in parts))
@@ -178,29 +301,125 @@ class Setup:
             counts = self._frame_tokens[role] = (self.tokenizer.count(before), self.tokenizer.count(after))
         return joined_tokens(self.tokenizer, [(before, counts[0]), *parts, (after, counts[1])])
 
+    def prefix(self) -> tuple[Message, ...]:
+        """F = [system, goal] as messages; their costs add up to B (the head of a served template included)."""
+        (system_role, system), (goal_role, goal) = self.prefix_messages
+        if isinstance(self.chat, ChatFormat):
+            return tuple(self.message(role, content) for role, content in self.prefix_messages)
+        chat = self.chat
+        system_tokens = chat.head_tokens + chat.system_piece_tokens
+        system_placed = ((SYSTEM_CONTEXT, system_tokens),)
+        goal_tokens = max(cost for _, cost in chat.goal_costs)
+        return (
+            Message(system_role, system, system_tokens, placed=system_placed),
+            Message(goal_role, goal, goal_tokens, placed=chat.goal_costs),
+        )
+
+    def result_reserve(self, call_id: str) -> int:
+        """Tool mode: the most a pending call's result may cost in H, its stub message at the widest (A4)."""
+        return tool_result_reserve(self.chat, self.ids.widest(), call_id) + self.config.stub_cap
+
+    def line_tokens(self, line: str) -> int:
+        """Tokens a line costs inside a component: the line with the newline that precedes it."""
+        return self.tokenizer.count("\n" + line)
+
 
 def _check_integers(config: Config) -> None:
     for name in INTEGER_FIELDS:
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{name} must be an integer, got {value!r}")
+    _check_range_and_text(config)
     at_least_one = (
         "context_limit", "max_completion", "summary_budget", "recent_budget", "page_budget",
         "page_size", "stub_cap", "recall_budget", "chunk_tokens", "recalls_per_step",
     )
     for name in at_least_one:
         if getattr(config, name) < 1:
-            raise ConfigError(f"{name} must be >= 1, got {getattr(config, name)}")
+            raise ConfigError(f"{name} must be >= 1, got {shown_integer(getattr(config, name))}")
     non_negative = (
         "overhead", "keep_verbatim_chars", "preview_head_chars", "preview_tail_chars",
         "signature_chars", "thought_chars", "action_chars",
     )
     for name in non_negative:
         if getattr(config, name) < 0:
-            raise ConfigError(f"{name} must be >= 0, got {getattr(config, name)}")
+            raise ConfigError(f"{name} must be >= 0, got {shown_integer(getattr(config, name))}")
     for name in STRING_FIELDS:
         if not isinstance(getattr(config, name), str):
             raise ConfigError(f"{name} must be a string, got {getattr(config, name)!r}")
+
+
+# Every integer field is at most 2^31 - 1 (spec/parameters.md, check 1): sums and products of the checks fit
+# in 64 bits, every count stays below render.WIDEST_NUMBER, and a port needs no arbitrary precision.
+MAX_CONFIG_INTEGER = 2**31 - 1
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def shown_integer(value: int) -> str:
+    """An integer for a message: itself up to 64 bits, else its number of digits (or of bits, past 4,300 digits)."""
+    if value.bit_length() <= 64:
+        return str(value)
+    try:
+        return f"an integer of {len(str(abs(value)))} digits"
+    except ValueError:  # more digits than Python converts to text
+        return f"an integer of {value.bit_length()} bits"
+
+
+def first_lone_surrogate(text: str) -> int | None:
+    """Index of the first lone surrogate (U+D800..U+DFFF) of ``text``, or None: such a string is not text."""
+    if text.isascii():  # O(1) in CPython: most texts are done here
+        return None
+    found = _SURROGATE.search(text)
+    return None if found is None else found.start()
+
+
+def _check_range_and_text(config: Config) -> None:
+    """Integer fields at most MAX_CONFIG_INTEGER, string fields Unicode text (no lone surrogate)."""
+    for name in INTEGER_FIELDS:
+        value = getattr(config, name)
+        if value > MAX_CONFIG_INTEGER:
+            raise ConfigError(f"{name} must be at most {MAX_CONFIG_INTEGER} (2^31 - 1), got {shown_integer(value)}")
+        if value < -MAX_CONFIG_INTEGER - 1:  # refused below with its own minimum; too long to print there
+            raise ConfigError(
+                f"{name} must be between its minimum and {MAX_CONFIG_INTEGER}, got {shown_integer(value)}"
+            )
+    for name in STRING_FIELDS:
+        value = getattr(config, name)
+        index = first_lone_surrogate(value) if isinstance(value, str) else None
+        if index is not None:
+            raise ConfigError(f"{name} is not valid Unicode text (lone surrogate at index {index})")
+
+
+SYSTEM_CONTEXT = Context(None, "user", True)  # the system prompt: first, the goal after it
+TOOL_RESERVE_CALL_ID = "call_0"  # the call id the reserve of Setup is measured with (per call at run time)
+
+
+def tool_result_reserve(chat: Union[ChatFormat, "TemplateFormat"], widest_id: str, call_id: str) -> int:
+    """Tokens of a tool result showing the stub frame of the widest id (largest over its places), without the stub."""
+    if isinstance(chat, ChatFormat):
+        return 0
+    content = render.observation_stub_message(widest_id, render.WIDEST_RETURNCODE, render.WIDEST_NUMBER, "")
+    return max(cost for _, cost in chat.placed_costs(render.TOOL, content, (), call_id))
+
+
+def _template_format(config: Config, tokenizer: Tokenizer) -> "TemplateFormat":
+    """The chat format "template": the model directory of an hf-dir tokenizer gives its own chat template."""
+    from arc_ref.templates import template_format
+
+    if not (isinstance(tokenizer, HuggingFaceTokenizer) and config.tokenizer.startswith(HF_DIR_PREFIX)):
+        raise ConfigError(
+            f"chat format {TEMPLATE_FORMAT!r} renders the model directory's own chat template; it needs the"
+            f" tokenizer 'hf-dir:DIR' of that directory, got tokenizer {config.tokenizer!r}"
+        )
+    tools: tuple[ToolSpec, ...] = ()
+    if config.action_mode == "tools":
+        clash = sorted(ARC_TOOL_NAMES & {tool.name for tool in config.tools})
+        if clash:
+            raise ConfigError(f"config key 'tools': {clash} are names of ARC's own tools")
+        tools = ARC_TOOLS + config.tools
+    directory = config.tokenizer[len(HF_DIR_PREFIX):]
+    return template_format(tokenizer, directory, config.template_kwargs, tools, config.system, config.goal,
+                           config.action_mode)
 
 
 def make_setup(config: Config) -> Setup:
@@ -210,18 +429,46 @@ def make_setup(config: Config) -> Setup:
     or when a component budget cannot hold its smallest possible content.
     """
     _check_integers(config)
+    if config.action_mode not in ACTION_MODES:
+        raise ConfigError(f"action_mode must be one of {', '.join(ACTION_MODES)}, got {config.action_mode!r}")
+    if config.action_mode == "tools" and config.chat_format != TEMPLATE_FORMAT:
+        raise ConfigError(
+            f"action_mode 'tools' needs chat_format {TEMPLATE_FORMAT!r}: tool calls and results are rendered by"
+            f" the served model's own chat template, got chat format {config.chat_format!r}"
+        )
+    if config.tools and config.action_mode != "tools":
+        raise ConfigError("config key 'tools' lists the environment's tools of action_mode 'tools'")
+    parse_tools(config.tools)
+    parse_template_kwargs(config.template_kwargs)
     tokenizer = get_tokenizer(config.tokenizer)
-    chat = get_chat_format(config.chat_format)
+    chat: ChatFormat | TemplateFormat
+    chat = _template_format(config, tokenizer) if config.chat_format == TEMPLATE_FORMAT else get_chat_format(
+        config.chat_format
+    )
     ids = IdScheme(config.capacity, config.fingerprint_bits)
     widest_id = ids.widest()
     number = render.WIDEST_NUMBER
 
-    def message(role: str, content: str) -> int:
-        return tokenizer.count(chat.render_message(role, content))
-
     prefix = ((render.SYSTEM, config.system), (render.USER, config.goal))
-    prefix_tokens = tokenizer.count("".join(chat.render_message(r, c) for r, c in prefix))
-    generation_tokens = tokenizer.count(chat.generation_prompt)
+    if isinstance(chat, ChatFormat):
+        marker = chat
+
+        def message(role: str, content: str) -> int:
+            return tokenizer.count(marker.render_message(role, content))
+
+        prefix_tokens = tokenizer.count("".join(chat.render_message(r, c) for r, c in prefix))
+        generation_tokens = tokenizer.count(chat.generation_prompt)
+        generation_prompt = chat.generation_prompt
+    else:
+        template = chat
+
+        def message(role: str, content: str) -> int:
+            return max(cost for _, cost in template.placed_costs(role, content))
+
+        prefix_tokens = (template.head_tokens + template.system_piece_tokens
+                         + max(cost for _, cost in template.goal_costs))
+        generation_tokens = template.tail_tokens
+        generation_prompt = template.tail
     widest_stub = render.stub(widest_id, render.WIDEST_RETURNCODE, number, number, ELLIPSIS, "", "")
     stub_floor = tokenizer.count("\n" + widest_stub)
     widest_pages = -(-config.capacity // config.page_size)
@@ -253,7 +500,7 @@ def make_setup(config: Config) -> Setup:
     if generation_tokens > m.overhead:
         problems.append(
             f"overhead eta = {m.overhead} < {generation_tokens} tokens of the generation prompt"
-            f" {chat.generation_prompt!r}"
+            f" {generation_prompt!r}"
         )
     if stub_floor > m.stub_cap:
         problems.append(
@@ -276,6 +523,19 @@ def make_setup(config: Config) -> Setup:
             f" {m.stub_cap} = {summary_frame + m.stub_cap}"
         )
     recent_floor = max(observation_stub_frame + m.stub_cap, agent_floor, command_floor)
+    tool_reserve = tool_unit_floor = 0
+    if config.action_mode == "tools":
+        tool_reserve = tool_result_reserve(chat, widest_id, TOOL_RESERVE_CALL_ID) + m.stub_cap
+        shortest = min((tool.name for tool in (*ARC_TOOLS, *config.tools)), key=len)
+        unit_floor = message(render.ASSISTANT, "") if isinstance(chat, ChatFormat) else max(
+            cost for _, cost in chat.placed_costs(render.ASSISTANT, "", (ToolCall(TOOL_RESERVE_CALL_ID, shortest, "{}"),))
+        )
+        tool_unit_floor = unit_floor + tool_reserve
+        if tool_unit_floor > m.recent_budget:
+            problems.append(
+                f"recent_budget R = {m.recent_budget} < {unit_floor + tool_reserve}, the smallest tool turn"
+                f" (one call: {unit_floor}) and the reserve for its result (tool_reserve {tool_reserve})"
+            )
     if recent_floor > m.recent_budget:
         problems.append(
             f"recent_budget R = {m.recent_budget} < {recent_floor}, the largest of: a too-large observation"
@@ -308,6 +568,8 @@ def make_setup(config: Config) -> Setup:
         observation_stub_frame=observation_stub_frame,
         agent_floor=agent_floor,
         command_floor=command_floor,
+        tool_reserve=tool_reserve,
+        tool_unit_floor=tool_unit_floor,
         limit=limit,
         budget=budget,
     )
@@ -319,9 +581,9 @@ def minimum_budgets(config: Config) -> Mapping[str, int]:
     The page, summary and recent floors use ``max(config.stub_cap, smallest stub cap)``. Used to draw
     random valid budgets in the executable proofs; K <= L still has to be arranged by the caller.
     """
-    loose = config.replace(
-        stub_cap=10**6, page_budget=10**9, recall_budget=10**9, summary_budget=10**9,
-        recent_budget=10**9, overhead=10**6, context_limit=10**12, max_completion=1,
+    loose = config.replace(  # K = B + 1.6e9 + 1e6 stays within L = MAX_CONFIG_INTEGER - 1
+        stub_cap=10**6, page_budget=4 * 10**8, recall_budget=4 * 10**8, summary_budget=4 * 10**8,
+        recent_budget=4 * 10**8, overhead=10**6, context_limit=MAX_CONFIG_INTEGER, max_completion=1,
     )
     setup = make_setup(loose)
     stub_cap = max(config.stub_cap, setup.stub_floor)
@@ -330,7 +592,8 @@ def minimum_budgets(config: Config) -> Mapping[str, int]:
         "page_budget": setup.page_frame + config.page_size * stub_cap,
         "recall_budget": setup.recall_frame + config.chunk_tokens + setup.wrapper_cost,
         "summary_budget": setup.summary_frame + stub_cap,
-        "recent_budget": max(setup.observation_stub_frame + stub_cap, setup.agent_floor, setup.command_floor),
+        "recent_budget": max(setup.observation_stub_frame + stub_cap, setup.agent_floor, setup.command_floor,
+                             setup.tool_unit_floor - setup.config.stub_cap + stub_cap),
         "overhead": setup.generation_tokens,
         "prefix_tokens": setup.prefix_tokens,
     }

@@ -11,6 +11,12 @@ for: tokens(part) = tokens(edge) + tokens(rest), so the rest's count is the know
 edge's). The sum is therefore the exact count of the concatenation whenever the rule keeps its
 promise: proofs_check.test_view checks the rule on adversarial texts, and that the sum of a view's
 parts equals the count of its serialized text on random traces, for every tokenizer and chat format.
+
+Every component builds its messages through `arc_ref.config.Setup.message`, passing the parts it knows;
+this module is used there for a chat format that embeds the content verbatim between a frame of its own
+(`arc_ref.chat.ChatFormat.frame`). A served model's template (`arc_ref.templates`) may rewrite the
+content and renders a message differently by its place, so its messages are counted per place instead
+(`TemplateFormat.placed_costs`), each piece whole, and the parts are not used (spec/rendering.md §2, §3.1).
 """
 
 from __future__ import annotations

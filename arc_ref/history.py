@@ -3,6 +3,11 @@
 An entry is an agent turn (assistant: thought + action), an observation (user: verbatim content, or its
 stub when the whole message would not fit R: A4 "stored first and represented by its stub"), or the
 result of commands the core answered itself (user: one note per command).
+
+In tool mode (spec/rendering.md section 13) an entry is an assistant turn with its tool calls, or the tool
+result answering one call: an environment's result stored as an observation, or ARC's own answer to a call
+of one of its tools. An assistant turn and the results of its calls form one *unit* (`unit_starts`), folded
+as a whole, so a call and its result are never separated; a unit's messages cost at most R together.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from attrs import frozen
 from arc_ref import render
 from arc_ref.config import Setup
 from arc_ref.errors import BudgetViolation
-from arc_ref.message import Message
+from arc_ref.message import Message, ToolCall
 from arc_ref.store import Record
 from arc_ref.text import ELLIPSIS, clip_until, clipped, shown_signature
 
@@ -41,7 +46,34 @@ class CommandEntry:
     message: Message
 
 
-LiveEntry = Union[AgentEntry, ObservationEntry, CommandEntry]
+@frozen
+class ToolTurnEntry:
+    """Tool mode: the agent's turn, an assistant message with its text (the thought) and its tool calls."""
+
+    turn: int
+    thought: str
+    calls: tuple[ToolCall, ...]
+    message: Message
+
+
+@frozen
+class ToolResultEntry:
+    """Tool mode: a tool message answering one call; ``index`` is j of the stored result, 0 for ARC's answer."""
+
+    turn: int
+    call_id: str
+    index: int
+    verbatim: bool  # False: an environment result shown as its stub
+    notes: tuple[str, ...]  # ARC's answer (index 0): the notes shown
+    message: Message
+
+
+LiveEntry = Union[AgentEntry, ObservationEntry, CommandEntry, ToolTurnEntry, ToolResultEntry]
+
+
+def starts_unit(entry: LiveEntry) -> bool:
+    """A tool result belongs to the unit of the assistant turn before it; every other entry starts a unit."""
+    return not isinstance(entry, ToolResultEntry)
 
 
 class FitsRecent:
@@ -50,16 +82,16 @@ class FitsRecent:
     def __init__(self, setup: Setup, role: str) -> None:
         self.setup = setup
         self.role = role
-        self._last: tuple[str, int] = ("", -1)  # the content counted last and its count
+        self._last: Message | None = None  # the message built last (its content asked about last)
 
     def __call__(self, content: str) -> bool:
-        return self.tokens(content) <= self.setup.config.recent_budget
+        return self.message(content).tokens <= self.setup.config.recent_budget
 
-    def tokens(self, content: str) -> int:
-        """The message's tokens; the content asked about last is not counted again."""
-        if self._last[1] < 0 or self._last[0] != content:
-            self._last = (content, self.setup.message_tokens(self.role, content))
-        return self._last[1]
+    def message(self, content: str) -> Message:
+        """The message (`Setup.message`); the content asked about last is not counted again."""
+        if self._last is None or self._last.content != content:
+            self._last = self.setup.message(self.role, content)
+        return self._last
 
 
 def agent_entry(setup: Setup, turn: int, thought: str, action: str) -> AgentEntry:
@@ -76,7 +108,7 @@ def agent_entry(setup: Setup, turn: int, thought: str, action: str) -> AgentEntr
             if shown_action is None:
                 raise BudgetViolation("an agent message cannot fit recent_budget R even fully clipped")
             content = render.agent_message(empty_thought, shown_action)
-    return AgentEntry(turn, thought, action, Message(render.ASSISTANT, content, fits.tokens(content)))
+    return AgentEntry(turn, thought, action, fits.message(content))
 
 
 def observation_entry(setup: Setup, record: Record) -> ObservationEntry:
@@ -84,14 +116,15 @@ def observation_entry(setup: Setup, record: Record) -> ObservationEntry:
     signature = shown_signature(record.signature, setup.config.signature_chars)
     head = render.observation_head(record.obs_id, record.returncode, signature)
     # the content's count is the record's n_j: it is not counted again (arc_ref.counting)
-    tokens = setup.message_tokens_of(render.USER, ((head, None), (record.content, record.n_tokens)))
-    if tokens <= setup.config.recent_budget:
-        return ObservationEntry(record.index, True, Message(render.USER, head + record.content, tokens))
+    parts = ((head, None), (record.content, record.n_tokens))
+    message = setup.message(render.USER, head + record.content, parts=parts)
+    if message.tokens <= setup.config.recent_budget:
+        return ObservationEntry(record.index, True, message)
     content = render.observation_stub_message(record.obs_id, record.returncode, record.n_tokens, record.stub)
-    tokens = setup.message_tokens(render.USER, content)
-    if tokens > setup.config.recent_budget:
-        raise BudgetViolation(f"the stub message of {record.obs_id} costs {tokens} > recent_budget R")
-    return ObservationEntry(record.index, False, Message(render.USER, content, tokens))
+    message = setup.message(render.USER, content)
+    if message.tokens > setup.config.recent_budget:
+        raise BudgetViolation(f"the stub message of {record.obs_id} costs {message.tokens} > recent_budget R")
+    return ObservationEntry(record.index, False, message)
 
 
 def command_entry(setup: Setup, turn: int, notes: Sequence[str]) -> CommandEntry:
@@ -104,4 +137,47 @@ def command_entry(setup: Setup, turn: int, notes: Sequence[str]) -> CommandEntry
         if shown is None:
             shown = ELLIPSIS
         content = render.command_message((shown,))
-    return CommandEntry(turn, tuple(notes), Message(render.USER, content, fits.tokens(content)))
+    return CommandEntry(turn, tuple(notes), fits.message(content))
+
+
+# --- tool mode ------------------------------------------------------------------------------------------
+
+
+def tool_turn_entry(setup: Setup, turn: int, thought: str, calls: tuple[ToolCall, ...], budget: int) -> ToolTurnEntry:
+    """The assistant turn with its calls; its text (the thought) clipped until the message costs <= ``budget``."""
+
+    def message(text: str) -> Message:
+        return setup.message(render.ASSISTANT, text, calls)
+
+    shown = clip_until(thought, lambda text: message(text).tokens <= budget)
+    if shown is None:
+        raise BudgetViolation(f"the tool calls of turn {turn} cost more than the {budget} tokens left for them in R")
+    return ToolTurnEntry(turn, thought, calls, message(shown))
+
+
+def tool_note_entry(setup: Setup, turn: int, call_id: str, notes: Sequence[str], budget: int) -> ToolResultEntry:
+    """ARC's answer to a call of one of its tools: the notes, clipped as one text until it costs <= ``budget``."""
+    joined = "\n".join(notes)
+
+    def message(text: str) -> Message:
+        return setup.message(render.TOOL, text, (), call_id)
+
+    shown = clip_until(joined, lambda text: message(text).tokens <= budget)
+    if shown is None:
+        raise BudgetViolation(f"ARC's answer to call {call_id!r} cannot fit the {budget} tokens left for it in R")
+    return ToolResultEntry(turn, call_id, 0, True, tuple(notes), message(shown))
+
+
+def tool_result_entry(setup: Setup, turn: int, call_id: str, record: Record, budget: int) -> ToolResultEntry:
+    """An environment's result: verbatim when its message costs <= ``budget``, otherwise its stub (A4)."""
+    signature = shown_signature(record.signature, setup.config.signature_chars)
+    head = render.observation_head(record.obs_id, record.returncode, signature)
+    parts = ((head, None), (record.content, record.n_tokens))
+    message = setup.message(render.TOOL, head + record.content, (), call_id, parts)
+    if message.tokens <= budget:
+        return ToolResultEntry(turn, call_id, record.index, True, (), message)
+    content = render.observation_stub_message(record.obs_id, record.returncode, record.n_tokens, record.stub)
+    message = setup.message(render.TOOL, content, (), call_id)
+    if message.tokens > budget:
+        raise BudgetViolation(f"the stub message of {record.obs_id} costs {message.tokens} > the {budget} tokens left")
+    return ToolResultEntry(turn, call_id, record.index, False, (), message)

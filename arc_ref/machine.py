@@ -6,7 +6,10 @@ state being immutable, leaves the caller's state as it was. There is no I/O, no 
 
 Events: Observe (a normal action's result: A1 id, A2 store, A3 stub), AgentTurn (the agent's thought and
 action; recall and catalog commands are answered here, A3/A5), Compact (the one compaction routine:
-proactive, reactive after an overflow, or forced), and RequestView (A4; pure).
+proactive, reactive after an overflow, or forced), and RequestView (A4; pure). In tool mode (config
+``action_mode = "tools"``, spec/rendering.md section 13) the agent acts with ToolTurn (its text and tool
+calls; calls to ARC's own tools are answered here) and the environment answers each of its calls with a
+ToolResult (stored like an observation); Observe and AgentTurn belong to text mode.
 
 Invariant kept by every transition: tokens(H) <= R. When an append makes the recent suffix exceed R,
 the compaction routine runs at once (the proactive trigger), so a view is always within budget.
@@ -26,10 +29,22 @@ from arc_ref.catalog import page_count, render_page
 from arc_ref.commands import RECALL_WORDS, Command, IgnoredLine, parse_action
 from arc_ref.config import Config, Setup, make_setup
 from arc_ref.errors import BudgetViolation, CapacityExceeded, InvalidEvent
-from arc_ref.history import LiveEntry, ObservationEntry, agent_entry, command_entry, observation_entry
+from arc_ref.history import (
+    LiveEntry,
+    ObservationEntry,
+    ToolResultEntry,
+    agent_entry,
+    command_entry,
+    observation_entry,
+    starts_unit,
+    tool_note_entry,
+    tool_result_entry,
+    tool_turn_entry,
+)
 from arc_ref.ids import resolve, suggest
-from arc_ref.message import Message
+from arc_ref.message import Message, ToolCall
 from arc_ref.recall import BufferEntry, admit, chunk_count, make_entry, stored_chunk
+from arc_ref.tools import ARC_TOOL_NAMES, call_command
 from arc_ref.store import EMPTY_STORE, Record, Store, make_record
 from arc_ref.summary import EMPTY_SUMMARY, Summary, fit_summary, summarize_entry
 from arc_ref.text import clipped
@@ -61,6 +76,23 @@ class AgentTurn:
 
 
 @frozen
+class ToolTurn:
+    """Tool mode: the agent's reply, its text (the thought) and the tool calls it made (OpenAI tool_calls)."""
+
+    thought: str
+    calls: tuple[ToolCall, ...] = ()
+
+
+@frozen
+class ToolResult:
+    """Tool mode: the environment's result of one pending call, stored (A2) before anything can compact it."""
+
+    call_id: str
+    observation: str
+    returncode: int = 0
+
+
+@frozen
 class Compact:
     reason: str = "forced"
 
@@ -70,7 +102,7 @@ class RequestView:
     pass
 
 
-Event = Union[Observe, AgentTurn, Compact, RequestView]
+Event = Union[Observe, AgentTurn, ToolTurn, ToolResult, Compact, RequestView]
 
 
 # --- outputs ----------------------------------------------------------------------------------
@@ -104,12 +136,29 @@ class AgentResult:
 
 
 @frozen
+class ToolAnswer:
+    """ARC's answer to one call of its own tools: the tool message's content and the command's response."""
+
+    call_id: str
+    content: str  # what the model reads in the tool message (the notes)
+    response: str  # the command's response, as text mode's AgentResult gives it
+
+
+@frozen
+class ToolTurnResult:
+    answered: tuple[ToolAnswer, ...]  # calls to ARC's tools (or to no offered tool), answered here
+    environment_calls: tuple[ToolCall, ...]  # calls the environment must run and answer with ToolResult
+    recalls: tuple[RecallResult, ...]
+    folded: int
+
+
+@frozen
 class CompactResult:
     reason: str
     folded: int
 
 
-Output = Union[ObserveResult, AgentResult, CompactResult, View]
+Output = Union[ObserveResult, AgentResult, ToolTurnResult, CompactResult, View]
 
 
 # --- state ------------------------------------------------------------------------------------
@@ -133,6 +182,7 @@ class ArcState:
     recall_cursor: immutables.Map[int, int]  # index -> last chunk returned (external cursor, A5)
     recall_buffer: tuple[BufferEntry, ...]  # U's bodies, least recently used first
     recall_message: Message | None  # U
+    pending: tuple[ToolCall, ...] = ()  # tool mode: environment calls of the last turn without a result yet
 
     @property
     def config(self) -> Config:
@@ -162,9 +212,7 @@ class ArcState:
 def init(config: Config) -> ArcState:
     """The initial state of a task under ``config`` (validated: ConfigError when K > L etc.)."""
     setup = make_setup(config)
-    prefix = tuple(
-        Message(role, content, setup.message_tokens(role, content)) for role, content in setup.prefix_messages
-    )
+    prefix = setup.prefix()
     if sum(message.tokens for message in prefix) != setup.prefix_tokens:
         raise BudgetViolation(
             f"tokenizer {setup.tokenizer.name!r} merges across message boundaries; token counts of the"
@@ -194,21 +242,31 @@ def init(config: Config) -> ArcState:
 def fold(state: ArcState, keep_tokens: int) -> tuple[ArcState, int]:
     """The compaction routine: fold the oldest recent entries into S until H <= ``keep_tokens``.
 
-    The newest entry always stays in H. Stored records are never touched (A2): only H, S and Cited change.
+    Entries fold by units (a tool turn with the results of its calls; any other entry alone), so a call and
+    its result are never separated. The newest unit always stays in H. Stored records are never touched
+    (A2): only H, S and Cited change.
     """
     live = state.live
     remaining = state.live_tokens
+    newest = len(live) - 1
+    while newest > 0 and not starts_unit(live[newest]):
+        newest -= 1
     count = 0
-    while len(live) - count > 1 and remaining > keep_tokens:
+    while count < newest and remaining > keep_tokens:
         remaining -= live[count].message.tokens
         count += 1
+        while count < newest and not starts_unit(live[count]):
+            remaining -= live[count].message.tokens
+            count += 1
     if count == 0:
         return state, 0
     setup = state.setup
     cited = state.cited
     items = list(state.summary.items)
     for entry in live[:count]:
-        record = state.record(entry.index) if isinstance(entry, ObservationEntry) else None
+        record = None
+        if isinstance(entry, (ObservationEntry, ToolResultEntry)) and entry.index > 0:
+            record = state.record(entry.index)
         item = summarize_entry(setup, entry, record, record is not None and record.index in cited)
         if item.kind == "stub":
             cited = cited.set(item.index, True)
@@ -254,8 +312,17 @@ def _require_str(name: str, value: object) -> str:
     return value
 
 
+def _text_mode(state: ArcState, what: str) -> None:
+    if state.config.action_mode != "text":
+        raise InvalidEvent(
+            f"{what} belongs to action_mode 'text'; under action_mode 'tools' the agent acts with tool turns and"
+            " each call is answered by a tool result"
+        )
+
+
 def observe(state: ArcState, event: Observe) -> tuple[ArcState, ObserveResult]:
     """Store O_j under id_j (A1, A2) and append it to H: verbatim when it fits R, else as its stub (A4)."""
+    _text_mode(state, "an observe event")
     action = _require_str("action", event.action)
     content = _require_str("observation", event.observation)
     if isinstance(event.returncode, bool) or not isinstance(event.returncode, int):
@@ -362,6 +429,14 @@ class _CommandRun:
         self.answer(render.note_chunk_in_buffer(word, record.obs_id, chunk, chunks), entry.response)
         self.recalls.append(RecallResult(record.obs_id, chunk, chunks, payload))
 
+    def dispatch(self, command: Command | IgnoredLine) -> None:
+        if isinstance(command, IgnoredLine):
+            self.answer(render.note_ignored(clipped(command.text, SHOWN_TOKEN_CHARS)))
+        elif command.word in RECALL_WORDS:
+            self.recall(command)
+        else:
+            self.catalog(command)
+
     def catalog(self, command: Command) -> None:
         word = command.word
         stored = self.state.stored
@@ -393,6 +468,7 @@ class _CommandRun:
 
 def agent_turn(state: ArcState, event: AgentTurn) -> tuple[ArcState, AgentResult]:
     """Record the agent's turn; answer its recall/catalog commands here, never in an environment."""
+    _text_mode(state, "an agent event")
     thought = _require_str("thought", event.thought)
     action = _require_str("action", event.action)
     setup = state.setup
@@ -404,16 +480,136 @@ def agent_turn(state: ArcState, event: AgentTurn) -> tuple[ArcState, AgentResult
         return new_state, AgentResult(False, None, (), (), folded)
     run = _CommandRun(state)
     for command in commands:
-        if isinstance(command, IgnoredLine):
-            run.answer(render.note_ignored(clipped(command.text, SHOWN_TOKEN_CHARS)))
-        elif command.word in RECALL_WORDS:
-            run.recall(command)
-        else:
-            run.catalog(command)
+        run.dispatch(command)
     result_entry = command_entry(setup, turn, run.notes)
     new_state, folded = _append_live(run.state, (agent, result_entry), turn=turn)
     response = "\n".join(run.responses)
     return new_state, AgentResult(True, response, tuple(run.notes), tuple(run.recalls), folded)
+
+
+# --- tool mode: tool turns and tool results (spec/rendering.md section 13) ----------------------------
+
+
+def _tool_mode(state: ArcState, what: str) -> None:
+    if state.config.action_mode != "tools":
+        raise InvalidEvent(f"{what} needs action_mode 'tools' (this task runs in action_mode 'text')")
+
+
+def _require_calls(calls: object) -> tuple[ToolCall, ...]:
+    if not isinstance(calls, tuple) or not all(isinstance(call, ToolCall) for call in calls):
+        raise InvalidEvent("calls must be a tuple of ToolCall")
+    seen: set[str] = set()
+    for call in calls:
+        for name in ("call_id", "name", "arguments"):
+            _require_str(f"a call's {name}", getattr(call, name))
+        if not call.call_id or call.call_id in seen:
+            raise InvalidEvent(f"tool call ids must be distinct and non-empty, got {call.call_id!r} twice or empty")
+        seen.add(call.call_id)
+    return calls
+
+
+def _unit_tokens(live: tuple[LiveEntry, ...]) -> int:
+    """Tokens (largest over their places) of the newest unit of H: a tool turn and the results after it."""
+    total = 0
+    for entry in reversed(live):
+        total += entry.message.tokens
+        if starts_unit(entry):
+            break
+    return total
+
+
+def tool_turn(state: ArcState, event: ToolTurn) -> tuple[ArcState, ToolTurnResult]:
+    """Record a tool turn; answer the calls to ARC's own tools here (A3, A5), hand the others to the environment.
+
+    The turn and the results of its calls form one unit of H that costs at most R: each environment call has
+    a result reserved (``tool_reserve``: its stub message at the widest), ARC's answers and the assistant
+    message take the rest (the thought is clipped until it fits; a turn whose calls cannot fit is refused).
+    A call to a tool that is neither ARC's nor the environment's is answered with a note, never run.
+    """
+    _tool_mode(state, "a tool turn")
+    thought = _require_str("thought", event.thought)
+    calls = _require_calls(event.calls)
+    if state.pending:
+        waiting = ", ".join(call.call_id for call in state.pending)
+        raise InvalidEvent(f"tool call(s) {waiting} of the previous turn have no result yet")
+    setup = state.setup
+    budget = setup.config.recent_budget
+    turn = state.turn + 1
+    offered = {tool.name for tool in setup.config.tools}
+    run = _CommandRun(state)
+    answered: list[tuple[ToolCall, tuple[str, ...], str]] = []
+    environment: list[ToolCall] = []
+    for call in calls:
+        if call.name in offered:
+            environment.append(call)
+            continue
+        start = len(run.notes)
+        if call.name in ARC_TOOL_NAMES:
+            run.dispatch(call_command(call))
+        else:
+            run.answer(render.note_unknown_tool(clipped(call.name, SHOWN_TOKEN_CHARS)))
+        answered.append((call, tuple(run.notes[start:]), "\n".join(run.responses[start:])))
+    answers = [tool_note_entry(setup, turn, call.call_id, notes, budget) for call, notes, _ in answered]
+    reserved = sum(setup.result_reserve(call.call_id) for call in environment)
+    left = budget - sum(entry.message.tokens for entry in answers) - reserved
+    try:
+        assistant = tool_turn_entry(setup, turn, thought, calls, left)
+    except BudgetViolation:
+        raise InvalidEvent(
+            f"a tool turn with {len(calls)} call(s) cannot fit recent_budget R = {budget}: with its text clipped"
+            f" its message costs more than the {left} tokens left after ARC's answers and the {reserved} reserved"
+            f" for the {len(environment)} result(s) of the environment"
+        ) from None
+    new_state, folded = _append_live(run.state, (assistant, *answers), turn=turn, pending=tuple(environment))
+    result = ToolTurnResult(
+        tuple(ToolAnswer(call.call_id, entry.message.content, response)
+              for (call, _, response), entry in zip(answered, answers)),
+        tuple(environment),
+        tuple(run.recalls),
+        folded,
+    )
+    return new_state, result
+
+
+def tool_result(state: ArcState, event: ToolResult) -> tuple[ArcState, ObserveResult]:
+    """Store the result of a pending call as O_j (A1, A2) and add it to H within its unit's share of R (A4)."""
+    _tool_mode(state, "a tool result")
+    call_id = _require_str("call_id", event.call_id)
+    content = _require_str("observation", event.observation)
+    if isinstance(event.returncode, bool) or not isinstance(event.returncode, int):
+        raise InvalidEvent(f"returncode must be an integer, got {event.returncode!r}")
+    call = next((pending for pending in state.pending if pending.call_id == call_id), None)
+    if call is None:
+        waiting = ", ".join(pending.call_id for pending in state.pending) or "none"
+        raise InvalidEvent(f"no pending tool call has id {clipped(call_id, SHOWN_TOKEN_CHARS)!r} (pending: {waiting})")
+    setup = state.setup
+    index = state.stored + 1
+    if index > state.config.capacity:
+        raise CapacityExceeded(
+            f"cannot store observation #{index}: the declared capacity N_max is {state.config.capacity}"
+        )
+    record = make_record(setup, index, call.action(), content, event.returncode, state.turn)
+    pending = tuple(other for other in state.pending if other.call_id != call_id)
+    left = (state.config.recent_budget - _unit_tokens(state.live)
+            - sum(setup.result_reserve(other.call_id) for other in pending))
+    entry = tool_result_entry(setup, state.turn, call_id, record, left)
+    records = state.records.append(record)
+    fingerprints = state.fingerprints
+    if setup.ids.fingerprint_bits:
+        fingerprints = fingerprints.set(record.obs_id.partition("-")[2], index)
+    cited = state.cited if entry.verbatim else state.cited.set(index, True)
+    shown_page = state.catalog_cursor or page_count(index, state.config.page_size)
+    new_state, folded = _append_live(
+        state,
+        (entry,),
+        records=records,
+        fingerprints=fingerprints,
+        cited=cited,
+        pending=pending,
+        catalog_message=render_page(setup, records, shown_page),
+    )
+    chunks = chunk_count(record.n_tokens, state.config.chunk_tokens)
+    return new_state, ObserveResult(record.obs_id, index, record.n_tokens, chunks, entry.verbatim, folded)
 
 
 # --- view and dispatch ------------------------------------------------------------------------
@@ -432,6 +628,10 @@ def step(state: ArcState, event: Event) -> tuple[ArcState, Output]:
         return observe(state, event)
     if isinstance(event, AgentTurn):
         return agent_turn(state, event)
+    if isinstance(event, ToolTurn):
+        return tool_turn(state, event)
+    if isinstance(event, ToolResult):
+        return tool_result(state, event)
     if isinstance(event, Compact):
         return compact(state, event)
     if isinstance(event, RequestView):
@@ -441,6 +641,6 @@ def step(state: ArcState, event: Event) -> tuple[ArcState, Output]:
 
 __all__ = [
     "AgentResult", "AgentTurn", "ArcState", "Compact", "CompactResult", "Event", "Observe", "ObserveResult",
-    "Output", "RecallResult", "RequestView", "agent_turn", "compact", "fold", "init", "observe",
-    "step", "view",
+    "Output", "RecallResult", "RequestView", "ToolAnswer", "ToolResult", "ToolTurn", "ToolTurnResult",
+    "agent_turn", "compact", "fold", "init", "observe", "step", "tool_result", "tool_turn", "view",
 ]

@@ -1,8 +1,73 @@
-"""A chat message of the active view together with its exact token cost (role markers included)."""
+"""A chat message of the active view with its exact token cost, and the tool-calling values it can carry.
+
+The view is a list of these (A4). A message is what is sent in OpenAI chat format: a role, a content, and in
+tool-calling mode the assistant's ``tool_calls`` or the ``tool_call_id`` a tool result answers. Its cost is
+counted once, when it is built (`arc_ref.config.Setup.message`, summed from parts of known cost where the
+chat format and the tokenizer allow: `arc_ref.counting`): ``tokens`` is what the budgets of A4 are checked
+against; for a chat format whose rendering of a message depends on its neighbours (a served model's
+template, `arc_ref.templates`), ``placed`` holds the exact cost in every context the view can give it and
+``tokens`` is the largest of them.
+"""
 
 from __future__ import annotations
 
-from attrs import frozen
+import json
+from typing import Any
+
+from attrs import field, frozen
+
+
+@frozen
+class Context:
+    """Where a message sits in a view: the role before it, the role after it (None: last), a user message later."""
+
+    before: str | None
+    after: str | None
+    user_after: bool
+
+
+@frozen
+class ToolCall:
+    """One function call of an assistant turn, as the model produced it (``arguments`` is its JSON text)."""
+
+    call_id: str
+    name: str
+    arguments: str
+
+    def openai(self) -> dict[str, Any]:
+        return {"id": self.call_id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+    def action(self) -> str:
+        """The call as one action line: its name, a space, its arguments (the text A1's signature is taken of)."""
+        return f"{self.name} {self.arguments}"
+
+
+@frozen
+class ToolSpec:
+    """One function tool offered to the model; ``parameters`` is the JSON text of its JSON Schema (key order kept)."""
+
+    name: str
+    description: str | None = None
+    parameters: str | None = None
+
+    def parameters_value(self) -> Any:
+        return None if self.parameters is None else json.loads(self.parameters)
+
+    def openai(self) -> dict[str, Any]:
+        """The tool as an OpenAI request carries it."""
+        function: dict[str, Any] = {"name": self.name}
+        if self.description is not None:
+            function["description"] = self.description
+        if self.parameters is not None:
+            function["parameters"] = self.parameters_value()
+        return {"type": "function", "function": function}
+
+    def server_dump(self) -> dict[str, Any]:
+        """The tool as vLLM hands it to the template: its pydantic dump, missing fields as None."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters_value()},
+        }
 
 
 @frozen
@@ -12,3 +77,24 @@ class Message:
     role: str
     content: str
     tokens: int
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    placed: tuple[tuple[Context, int], ...] = field(default=(), repr=False)
+
+    def tokens_at(self, context: Context) -> int | None:
+        """The exact cost where the view places it; ``tokens`` when the cost does not depend on the place."""
+        if not self.placed:
+            return self.tokens
+        for candidate, cost in self.placed:
+            if candidate == context:
+                return cost
+        return None
+
+    def openai(self) -> dict[str, Any]:
+        """The message in OpenAI chat format."""
+        message: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            message["tool_calls"] = [call.openai() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        return message

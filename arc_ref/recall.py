@@ -133,7 +133,7 @@ def _buffer_message(setup: Setup, entries: Sequence[BufferEntry]) -> Message:
         parts.append((entry.body, entry.body_tokens))
         parts.append((entry.close if position == last else entry.close + "\n", None))
     content = render.recall_content(entry.response for entry in entries)
-    return Message(render.USER, content, setup.message_tokens_of(render.USER, parts))
+    return setup.message(render.USER, content, parts=parts)
 
 
 def admit(

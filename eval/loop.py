@@ -14,10 +14,14 @@ The task ends on:
 * an empty ``submit``: the agent declines to answer (``end="error"``, no answer);
 * the step limit (``end="step_limit"``, no answer);
 * a context overflow with nothing left to compact (``end="overflow"``, no answer);
-* an unexpected exception (``end="error"`` with its message, no answer).
+* an unexpected exception (``end="error"`` with its message, no answer); when a model call raised it,
+  that call is recorded with ``finish_reason="error"`` (0 tokens), so ``calls`` always equals the
+  task's call records.
 
-``BackendUnavailable`` (retries exhausted) is not a task outcome: it propagates, and the runner
-aborts the run without recording the task, so it is never scored as a wrong answer.
+A ``BackendError`` (the server unavailable after retries, a refusal naming a configuration fault, a
+reply that breaks the API, e.g. a ``finish_reason`` or token count the records cannot hold) is not a
+task outcome: it propagates, and the runner stops the run without recording the task, so it is never
+scored as a wrong answer and a resume redoes the task.
 
 ``force_at_calls`` counts agent steps (1-based), not auxiliary calls, so the schedule is the same
 for every method. ``call_index`` in the records counts every call, auxiliary ones included.
@@ -32,11 +36,15 @@ import functools
 import time
 from typing import Any, Callable, Mapping, Sequence
 
+from attrs import evolve
+
 from arc_eval.methods.base import Method, MethodSettings
 from arc_eval.protocol import NO_ACTION_MESSAGE, is_submission, parse_reply, submitted_text, system_prompt
+from arc_eval.schema import FINISH_REASONS, CallRecord, Compaction, Recall, TaskRecord
 from arc_eval.types import (
     Backend,
-    BackendUnavailable,
+    BackendError,
+    BackendReplyError,
     ChatReply,
     ChatRequest,
     ContextOverflow,
@@ -110,7 +118,7 @@ class _TaskRun:
         self.variant = variant
         self.model = model
         self.temperature = temperature
-        self.calls: list[dict[str, Any]] = []
+        self.calls: list[CallRecord] = []
         self.call_index = 0
         self.pending_compactions: list[str] = []
 
@@ -124,29 +132,37 @@ class _TaskRun:
         finish_reason: str,
         overflow: bool,
         compactions: Sequence[str] = (),
-    ) -> dict[str, Any]:
-        call: dict[str, Any] = {
-            "variant": self.variant,
-            "method": self.method.name,
-            "model": self.model,
-            "task_kind": self.task.kind,
-            "task_id": self.task.task_id,
-            "seed": self.seed,
-            "call_index": self.call_index,
-            "purpose": purpose,
-            "prompt_tokens": int(prompt_tokens),
-            "completion_tokens": int(completion_tokens),
-            "latency_s": round(float(latency_s), 6),
-            "finish_reason": finish_reason,
-            "overflow": overflow,
-            "compactions": [{"reason": reason} for reason in compactions],
-            "recalls": [],
-            "action": None,
-            "submission": None,
-            "reexecution": False,
-        }
-        self.calls.append(call)
-        return call
+        counted_prompt_tokens: int | None = None,
+    ) -> int:
+        """Record a call; returns its position in ``calls`` (``amend`` fills in what the step learns later)."""
+        self.calls.append(
+            CallRecord(
+                variant=self.variant,
+                method=self.method.name,
+                model=self.model,
+                task_kind=self.task.kind,
+                task_id=self.task.task_id,
+                seed=self.seed,
+                call_index=self.call_index,
+                purpose=purpose,
+                prompt_tokens=int(prompt_tokens),
+                completion_tokens=int(completion_tokens),
+                latency_s=round(float(latency_s), 6),
+                finish_reason=finish_reason,
+                overflow=overflow,
+                compactions=tuple(Compaction(reason) for reason in compactions),
+                recalls=(),
+                action=None,
+                submission=None,
+                reexecution=False,
+                counted_prompt_tokens=counted_prompt_tokens,
+            )
+        )
+        return len(self.calls) - 1
+
+    def amend(self, position: int, **changes: Any) -> None:
+        """What the agent step learned after its call: the action, recalls, submission, re-execution."""
+        self.calls[position] = evolve(self.calls[position], **changes)
 
     def request(self, messages: Sequence[Message], purpose: str) -> ChatRequest:
         return ChatRequest(
@@ -166,28 +182,41 @@ class _TaskRun:
 
     async def call(
         self, messages: Sequence[Message], purpose: str, compactions: Sequence[str] = ()
-    ) -> tuple[ChatReply, dict[str, Any]]:
-        """One recorded model call; an overflow is recorded, then re-raised."""
-        self.call_index += 1
+    ) -> tuple[ChatReply, int]:
+        """One recorded model call (its reply and its position in ``calls``).
+
+        An overflow is recorded, then re-raised; a BackendError propagates unrecorded (the task will not
+        be recorded at all); any other failure is recorded as a call with ``finish_reason="error"``,
+        then re-raised, so every call index has exactly one record.
+        """
+        self.call_index = len(self.calls) + 1
         request = self.request(messages, purpose)
         started = time.perf_counter()
         try:
-            reply = await self.backend.complete(request)
-        except ContextOverflow as overflow:
-            tokens = overflow.prompt_tokens
-            if tokens is None:
-                tokens = await self.backend.count_prompt_tokens(request.messages)
-            self.record(
-                purpose,
-                prompt_tokens=tokens,
-                completion_tokens=0,
-                latency_s=time.perf_counter() - started,
-                finish_reason="overflow",
-                overflow=True,
-                compactions=compactions,
-            )
+            try:
+                reply = await self.backend.complete(request)
+            except ContextOverflow as overflow:
+                tokens = overflow.prompt_tokens
+                if tokens is None:
+                    tokens = await self.backend.count_prompt_tokens(request.messages)
+                self.record(
+                    purpose,
+                    prompt_tokens=tokens,
+                    completion_tokens=0,
+                    latency_s=time.perf_counter() - started,
+                    finish_reason="overflow",
+                    overflow=True,
+                    compactions=compactions,
+                )
+                raise
+            _check_reply(reply)
+        except (ContextOverflow, BackendError):
             raise
-        call = self.record(
+        except Exception:
+            self.record(purpose, prompt_tokens=0, completion_tokens=0, latency_s=time.perf_counter() - started,
+                        finish_reason="error", overflow=False, compactions=compactions)
+            raise
+        position = self.record(
             purpose,
             prompt_tokens=reply.prompt_tokens,
             completion_tokens=reply.completion_tokens,
@@ -195,8 +224,9 @@ class _TaskRun:
             finish_reason=reply.finish_reason,
             overflow=False,
             compactions=compactions,
+            counted_prompt_tokens=reply.counted_prompt_tokens,
         )
-        return reply, call
+        return reply, position
 
     async def aux(self, messages: Sequence[Message], purpose: str) -> ChatReply:
         """The AuxCaller handed to methods: summary / state requests, recorded like any call."""
@@ -225,8 +255,8 @@ async def run_task(
     sandbox: Sandbox | None = None,
     scorer: Scorer | None = None,
     max_reactive_retries: int = MAX_REACTIVE_RETRIES,
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Run one task to its end; returns (call records, task record) in the RECORDS.md shapes."""
+) -> tuple[list[CallRecord], TaskRecord]:
+    """Run one task to its end; returns its call records and its task record (``arc_eval.schema``)."""
     if max_steps < 1:
         raise ValueError(f"max_steps must be at least 1, got {max_steps}")
     run = _TaskRun(
@@ -251,7 +281,7 @@ async def run_task(
                 await method.compact("forced", run.aux)
             messages = await method.prompt(run.aux)
             reply: ChatReply | None = None
-            call: dict[str, Any] = {}
+            call = -1
             retries = 0
             while reply is None:
                 try:
@@ -266,12 +296,12 @@ async def run_task(
                 break
             steps += 1
             thought, action = parse_reply(reply.content)
-            call["action"] = action
+            run.amend(call, action=action)
             intercepted = method.record_agent(thought, action)
             events = method.drain_events()
             run.pending_compactions.extend(events.compactions)
             recalls = events.recalls or (intercepted.recalls if intercepted is not None else ())
-            call["recalls"] = [dict(recall) for recall in recalls]
+            run.amend(call, recalls=tuple(Recall(recall["id"], recall["chunk"], recall["chunks"]) for recall in recalls))
             if intercepted is not None:
                 continue
             if not action:
@@ -284,18 +314,18 @@ async def run_task(
                 observation = environment.run(action)
                 if observation.submitted is not None:
                     submission = observation.submitted
-                    call["submission"] = submission
+                    run.amend(call, submission=submission)
                     end = "submitted"
                     break
                 method.record_observation(action, observation)
                 continue
             signature = _signature(action)
             if signature in seen:
-                call["reexecution"] = True
+                run.amend(call, reexecution=True)
                 reexecutions += 1
             seen.add(signature)
             method.record_observation(action, environment.run(action))
-    except BackendUnavailable:
+    except BackendError:
         raise
     except Exception as failure:  # noqa: BLE001 - a task's crash is recorded, never a wrong answer
         end, error = "error", f"{type(failure).__name__}: {failure}"
@@ -303,25 +333,38 @@ async def run_task(
     correct, scored = False, None
     if submission is not None and score is not None:
         correct, scored = score(task, submission)
-    outcome: dict[str, Any] = {
-        "variant": variant,
-        "method": method.name,
-        "model": run.model,
-        "task_kind": task.kind,
-        "task_id": task.task_id,
-        "seed": seed,
-        "submitted": submission is not None,
-        "no_answer": submission is None,
-        "correct": bool(correct),
-        "submission": scored,
-        "end": end,
-        "error": error,
-        "calls": run.call_index,
-        "steps": steps,
-        "reexecutions": reexecutions,
-        "meta": _json_meta(task.meta),
-    }
+    outcome = TaskRecord(
+        variant=variant,
+        method=method.name,
+        model=run.model,
+        task_kind=task.kind,
+        task_id=task.task_id,
+        seed=seed,
+        submitted=submission is not None,
+        no_answer=submission is None,
+        correct=bool(correct),
+        submission=scored,
+        end=end,
+        error=error,
+        calls=len(run.calls),  # every call made, one record each (a call that raised is recorded as an error)
+        steps=steps,
+        reexecutions=reexecutions,
+        meta=_json_meta(task.meta),
+    )
     return run.calls, outcome
+
+
+def _check_reply(reply: ChatReply) -> None:
+    """A reply the records can hold (token counts integers >= 0, a known finish reason), else a BackendReplyError."""
+    for name in ("prompt_tokens", "completion_tokens", "counted_prompt_tokens"):
+        value = getattr(reply, name)
+        if (value is not None or name != "counted_prompt_tokens") and (type(value) is not int or value < 0):
+            raise BackendReplyError(f"the backend's reply has {name} {value!r}; the API promises an integer >= 0")
+    if reply.finish_reason not in FINISH_REASONS:
+        raise BackendReplyError(
+            f"the backend's reply has finish_reason {reply.finish_reason!r}; the records hold only "
+            f"{', '.join(FINISH_REASONS)} (eval/RECORDS.md): the backend must map it to one of those"
+        )
 
 
 def _json_meta(meta: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,6 @@
-"""Run records: an append-only, crash-safe, resumable writer and a reader (schema `arc-eval-run/1`).
+"""Run directories: an append-only, crash-safe, resumable writer and a reader of `arc_eval.schema`'s records.
 
-`eval/RECORDS.md` is the schema. A run directory holds `manifest.json`, `calls.jsonl` and
+`arc_eval.schema` defines every record (`eval/RECORDS.md` documents it). A run directory holds `manifest.json`, `calls.jsonl` and
 `tasks.jsonl`. `RunWriter.write_task` appends a finished task's call lines, flushes and fsyncs,
 then appends its task line, flushes and fsyncs: a task is finished exactly when its task line is
 complete on disk together with its ``calls`` call lines (``call_index`` 1..calls). A crash can
@@ -31,86 +31,28 @@ import os
 import platform
 import subprocess
 from pathlib import Path
-from typing import IO, Any, Iterator, Mapping, Sequence
+from typing import IO, Any, Callable, Iterator, Mapping, Sequence
 
-SCHEMA = "arc-eval-run/1"
+from arc_eval.schema import (
+    SCHEMA,
+    CallRecord,
+    Manifest,
+    RecordError,
+    RecordKey,
+    TaskRecord,
+    record_key,
+    run_meaning,
+)
+
+ProgressFn = Callable[[str], None]
+
 MANIFEST_FILE = "manifest.json"
 CALLS_FILE = "calls.jsonl"
 TASKS_FILE = "tasks.jsonl"
 LOCK_FILE = ".lock"
 
-KEY_FIELDS = ("variant", "method", "seed", "task_id")
-CALL_FIELDS = (
-    "variant",
-    "method",
-    "model",
-    "task_kind",
-    "task_id",
-    "seed",
-    "call_index",
-    "purpose",
-    "prompt_tokens",
-    "completion_tokens",
-    "latency_s",
-    "finish_reason",
-    "overflow",
-    "compactions",
-    "recalls",
-    "action",
-    "submission",
-    "reexecution",
-)
-TASK_FIELDS = (
-    "variant",
-    "method",
-    "model",
-    "task_kind",
-    "task_id",
-    "seed",
-    "submitted",
-    "no_answer",
-    "correct",
-    "submission",
-    "end",
-    "error",
-    "calls",
-    "steps",
-    "reexecutions",
-    "meta",
-)
-MANIFEST_FIELDS = (
-    "schema",
-    "command",
-    "task_kind",
-    "methods",
-    "seeds",
-    "tasks_per_seed",
-    "model",
-    "backend",
-    "context_limit",
-    "max_tokens",
-    "variants",
-    "config",
-    "versions",
-    "git_commit",
-    "created",
-)
-# What must be equal for a restarted command to continue an existing run.
-RESUME_MATCH_FIELDS = (
-    "command",
-    "task_kind",
-    "methods",
-    "seeds",
-    "tasks_per_seed",
-    "model",
-    "backend",
-    "context_limit",
-    "max_tokens",
-    "variants",
-    "config",
-)
-# Flags a user may add when restarting the same command; they do not change what is run.
-RESUME_FLAGS = ("--resume", "--no-resume")
+# Left by a write through a temporary file that a kill interrupted (``_write_atomically``).
+TEMPORARY_FILES = tuple(f"{name}.tmp" for name in (MANIFEST_FILE, CALLS_FILE, TASKS_FILE))
 
 VERSIONED_PACKAGES = (
     "arc-ref",
@@ -135,28 +77,8 @@ VERSIONED_PACKAGES = (
     "vllm",
 )
 
-RecordKey = tuple[str, str, int, str]
-
-
 class RunRecordError(Exception):
     """A run directory that cannot be created, resumed or appended to; the message says why."""
-
-
-def record_key(record: Mapping[str, Any]) -> RecordKey:
-    """`(variant, method, seed, task_id)` of a call or task record."""
-    variant, method, seed, task_id = (record[name] for name in KEY_FIELDS)
-    if not (
-        isinstance(variant, str)
-        and isinstance(method, str)
-        and isinstance(seed, int)
-        and not isinstance(seed, bool)
-        and isinstance(task_id, str)
-    ):
-        raise ValueError(
-            "record key must be (variant: str, method: str, seed: int, task_id: str), got "
-            f"{(variant, method, seed, task_id)!r}"
-        )
-    return (variant, method, seed, task_id)
 
 
 def git_commit(repo_dir: str | os.PathLike[str]) -> str | None:
@@ -193,15 +115,23 @@ def _dumps(record: Mapping[str, Any]) -> str:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
-def _normalized(value: Any) -> Any:
-    """JSON round trip, so tuples and lists (and int/str dict keys) compare as on disk."""
-    return json.loads(json.dumps(value, sort_keys=True))
-
-
-def _command_without_resume_flags(command: Any) -> Any:
-    if isinstance(command, list):
-        return [arg for arg in command if arg not in RESUME_FLAGS]
-    return command
+def _differences(stored: Mapping[str, Any], requested: Mapping[str, Any]) -> list[str]:
+    """`name: stored X != requested Y` for each field (or config key) of the run's meaning that differs."""
+    old, new = run_meaning(stored), run_meaning(requested)
+    different = []
+    for name in old:
+        if name == "config" and isinstance(old[name], dict) and isinstance(new[name], dict):
+            keys = sorted(set(old[name]) | set(new[name]))
+            pairs = [(f"config.{key}", old[name].get(key), new[name].get(key)) for key in keys]
+        else:
+            pairs = [(name, old[name], new[name])]
+        for label, before, after in pairs:
+            if before != after:
+                different.append(
+                    f"{label}: stored {json.dumps(before, ensure_ascii=False)} "
+                    f"!= requested {json.dumps(after, ensure_ascii=False)}"
+                )
+    return different
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -223,38 +153,67 @@ def _write_atomically(path: Path, lines: Iterator[bytes] | Sequence[bytes]) -> N
     _fsync_dir(path.parent)
 
 
-class _JsonlScan:
-    """Complete lines of a JSON Lines file, with the torn tail and its problems counted."""
+class JsonlFile:
+    """The complete lines of one JSON Lines file, each a JSON object; a torn last line is dropped and noted.
 
-    def __init__(self, path: Path) -> None:
+    Torn (a write cut short by a crash): a last line without its newline, or a last complete line that
+    is not a JSON object. Anything else that is not a JSON object is damage in the middle of the file and raises
+    RunRecordError naming the file and the line: only a torn tail can be repaired.
+    """
+
+    def __init__(self, path: Path, progress: ProgressFn | None = None) -> None:
         self.path = path
+        self.progress = progress
         self.torn = 0
+        self.notes: list[str] = []
 
-    def records(self) -> Iterator[tuple[bytes, dict[str, Any]]]:
+    def lines(self) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
+        """(line number, the line's bytes with its newline, the object) for every complete line."""
         if not self.path.exists():
             return
-        with self.path.open("rb") as handle:
-            data_lines = handle.read().split(b"\n")
+        try:
+            with self.path.open("rb") as handle:
+                data_lines = handle.read().split(b"\n")
+        except OSError as failure:
+            raise RunRecordError(f"{self.path}: cannot be read ({failure.strerror or failure})") from None
         # The last element is b"" when the file ends with a newline, else a torn write.
         tail = data_lines.pop()
-        if tail.strip():
-            self.torn += 1
-        for number, raw in enumerate(data_lines, start=1):
+        # A kill in the middle of a write can leave a partial line; a torn tail glued to what a later
+        # writer appended can make the last complete line garbled too: only those two may be torn.
+        last = max((i for i, raw in enumerate(data_lines) if raw.strip()), default=-1)
+        step = max(1, len(data_lines) // 10)
+        for index, raw in enumerate(data_lines):
+            if self.progress is not None and len(data_lines) > 50_000 and index % step == 0 and index:
+                self.progress(f"  {self.path.name}: {index:,}/{len(data_lines):,} lines")
             if not raw.strip():
                 continue
+            number = index + 1
             try:
-                record = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                if number == len(data_lines):
-                    self.torn += 1  # a garbled final line is a torn write too
+                record = json.loads(raw.decode("utf-8"))
+            except json.JSONDecodeError as failure:
+                problem = f"not valid JSON ({failure.msg} at column {failure.colno})"
+                record = None
+            except UnicodeDecodeError:
+                problem = "not UTF-8 text"
+                record = None
+            else:
+                problem = "" if isinstance(record, dict) else f"should be a JSON object, got {type(record).__name__}"
+            if problem:
+                if index == last:
+                    self._torn(number, problem)
                     continue
                 raise RunRecordError(
-                    f"{self.path}:{number} is not a JSON record; the file was edited or damaged "
-                    "in the middle (only a torn last line can be repaired)"
-                ) from None
-            if not isinstance(record, dict):
-                raise RunRecordError(f"{self.path}:{number} is not a JSON object")
-            yield raw + b"\n", record
+                    f"{self.path}:{number}: {problem}; the file was edited or damaged in the middle "
+                    "(only a torn last line can be repaired)"
+                )
+            assert isinstance(record, dict)
+            yield number, raw + b"\n", record
+        if tail.strip():
+            self._torn(len(data_lines) + 1, "no newline at its end")
+
+    def _torn(self, number: int, why: str) -> None:
+        self.torn += 1
+        self.notes.append(f"{self.path}:{number}: torn last line dropped (a write was interrupted: {why})")
 
 
 class RunWriter:
@@ -288,6 +247,8 @@ class RunWriter:
         self._acquire_lock()
         try:
             manifest_path = self.run_dir / MANIFEST_FILE
+            for name in TEMPORARY_FILES:  # a kill during a write through a temporary file left it
+                (self.run_dir / name).unlink(missing_ok=True)
             if manifest_path.exists():
                 if not resume:
                     raise RunRecordError(
@@ -306,7 +267,7 @@ class RunWriter:
                 self.manifest = self._complete_manifest(manifest)
                 _write_atomically(
                     manifest_path,
-                    [(json.dumps(self.manifest, indent=2, ensure_ascii=False) + "\n").encode()],
+                    [(json.dumps(self.manifest.to_json(), indent=2, ensure_ascii=False) + "\n").encode()],
                 )
             self._calls = (self.run_dir / CALLS_FILE).open("ab")
             self._tasks = (self.run_dir / TASKS_FILE).open("ab")
@@ -329,7 +290,7 @@ class RunWriter:
         self._lock = handle
 
     @staticmethod
-    def _complete_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    def _complete_manifest(manifest: Mapping[str, Any]) -> Manifest:
         completed = dict(manifest)
         completed.setdefault("schema", SCHEMA)
         completed.setdefault("variants", {"": {}})
@@ -338,47 +299,32 @@ class RunWriter:
         completed.setdefault(
             "created", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         )
-        missing = [name for name in MANIFEST_FIELDS if name not in completed]
-        if missing:
-            raise RunRecordError(f"the manifest lacks {', '.join(missing)} (see eval/RECORDS.md)")
-        if completed["schema"] != SCHEMA:
-            raise RunRecordError(f"manifest schema must be {SCHEMA!r}, got {completed['schema']!r}")
         try:
-            _dumps(completed)
+            record = Manifest.from_json(completed, "the manifest")
+            _dumps(record.to_json())
+        except RecordError as failure:
+            raise RunRecordError(f"{failure} (see eval/RECORDS.md)") from None
         except (TypeError, ValueError) as failure:
             raise RunRecordError(f"the manifest is not JSON-serializable: {failure}") from None
-        return completed
+        return record
 
-    def _check_manifest(self, path: Path, requested: Mapping[str, Any]) -> dict[str, Any]:
+    def _check_manifest(self, path: Path, requested: Mapping[str, Any]) -> Manifest:
         try:
             stored = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError, UnicodeDecodeError) as failure:
             raise RunRecordError(f"cannot read {path}: {failure}") from None
-        if not isinstance(stored, dict):
-            raise RunRecordError(f"{path} is not a JSON object")
-        if stored.get("schema") != SCHEMA:
-            raise RunRecordError(
-                f"{path} has schema {stored.get('schema')!r}; this version writes {SCHEMA!r}"
-            )
-        different = []
-        for name in RESUME_MATCH_FIELDS:
-            if name not in requested and name not in stored:
-                continue
-            old, new = stored.get(name), requested.get(name)
-            if name == "command":
-                old, new = _command_without_resume_flags(old), _command_without_resume_flags(new)
-            if _normalized(old) != _normalized(new):
-                different.append(
-                    f"{name}: stored {json.dumps(old, ensure_ascii=False)} "
-                    f"!= requested {json.dumps(new, ensure_ascii=False)}"
-                )
+        try:
+            record = Manifest.from_json(stored, str(path))
+        except RecordError as failure:
+            raise RunRecordError(str(failure)) from None
+        different = _differences(stored, {"variants": {"": {}}, **requested})  # the default _complete_manifest gives
         if different:
             raise RunRecordError(
                 f"{self.run_dir} holds a different run, so it cannot be resumed with this "
                 "command:\n  " + "\n  ".join(different) + "\nRestart the original command, or "
                 "choose another run directory."
             )
-        return stored
+        return record
 
     def _repair(self) -> None:
         """Keep exactly the finished tasks: complete task lines whose call lines are all there.
@@ -390,10 +336,10 @@ class RunWriter:
         """
         tasks_path = self.run_dir / TASKS_FILE
         calls_path = self.run_dir / CALLS_FILE
-        scan = _JsonlScan(tasks_path)
+        scan = JsonlFile(tasks_path)
         candidates: dict[RecordKey, tuple[bytes, Any]] = {}
         duplicates = 0
-        for raw, record in scan.records():
+        for _number, raw, record in scan.lines():
             try:
                 key = record_key(record)
             except (KeyError, ValueError) as failure:
@@ -407,9 +353,9 @@ class RunWriter:
         self.dropped_torn_lines += scan.torn
 
         indices: dict[RecordKey, list[Any]] = {}
-        calls_scan = _JsonlScan(calls_path)
+        calls_scan = JsonlFile(calls_path)
         stray = 0
-        for _raw, record in calls_scan.records():
+        for _number, _raw, record in calls_scan.lines():
             call_key = self._key_or_none(record)
             if call_key is not None and call_key in candidates:
                 indices.setdefault(call_key, []).append(record.get("call_index"))
@@ -434,7 +380,7 @@ class RunWriter:
                 calls_path,
                 (
                     raw
-                    for raw, record in _JsonlScan(calls_path).records()
+                    for _number, raw, record in JsonlFile(calls_path).lines()
                     if self._key_or_none(record) in self._finished
                 ),
             )
@@ -455,44 +401,34 @@ class RunWriter:
         """Keys `(variant, method, seed, task_id)` of the tasks already recorded."""
         return set(self._finished)
 
-    def write_task(self, calls: Sequence[Mapping[str, Any]], task: Mapping[str, Any]) -> None:
+    def write_task(self, calls: Sequence[CallRecord], task: TaskRecord) -> None:
         """Append the task's call lines, then its task line; each file flushed and fsynced.
 
-        The records must be consistent: `task["calls"]` call records with `call_index` 1..calls
-        (a resume checks exactly that). With ``fsync=False`` the files are only flushed: that
-        survives a killed process (the data is in the kernel) but not a power loss, after which
-        a resume still keeps only complete tasks.
+        The records must be consistent: `task.calls` call records with `call_index` 1..calls (a
+        resume checks exactly that), each line what `arc_eval.schema`'s `from_json` reads back. With
+        ``fsync=False`` the files are only flushed: that survives a killed process (the data is in the
+        kernel) but not a power loss, after which a resume still keeps only complete tasks.
 
-        Raises ValueError for a record that breaks the schema (missing fields, mismatched keys,
-        values that are not JSON) and RunRecordError for a task already recorded.
+        Raises RecordError (a ValueError) for records that break the schema (mismatched keys, values
+        out of range or not JSON, calls that are not 1..calls) and RunRecordError for a task already
+        recorded; nothing is written then.
         """
         if self._closed or self._calls is None or self._tasks is None:
             raise RunRecordError(f"the writer of {self.run_dir} is closed")
-        missing = [name for name in TASK_FIELDS if name not in task]
-        if missing:
-            raise ValueError(f"task record lacks {', '.join(missing)}")
-        key = record_key(task)
+        key = task.record_key
         if key in self._finished:
             raise RunRecordError(f"task {key} is already recorded in {self.run_dir}")
-        call_lines = []
         for call in calls:
-            missing = [name for name in CALL_FIELDS if name not in call]
-            if missing:
-                raise ValueError(f"call record of {key} lacks {', '.join(missing)}")
-            if record_key(call) != key:
-                raise ValueError(f"call record key {record_key(call)} differs from task key {key}")
-            call_lines.append(_dumps(call) + "\n")
-        indices = [call["call_index"] for call in calls]
-        if (
-            task["calls"] != len(calls)
-            or not all(isinstance(index, int) for index in indices)
-            or sorted(indices) != list(range(1, len(calls) + 1))
-        ):
-            raise ValueError(
-                f"task {key} says calls={task['calls']!r} and has {len(calls)} call records with "
+            if call.record_key != key:
+                raise RecordError(f"call record key {call.record_key} differs from task key {key}")
+        indices = [call.call_index for call in calls]
+        if task.calls != len(calls) or sorted(indices) != list(range(1, len(calls) + 1)):
+            raise RecordError(
+                f"task {key} says calls={task.calls!r} and has {len(calls)} call records with "
                 f"call_index {indices}; they must be exactly 1..calls"
             )
-        task_line = _dumps(task) + "\n"
+        call_lines = [_record_line(call, f"call {call.call_index} of task {key}") for call in calls]
+        task_line = _record_line(task, f"task {key}")
         if call_lines:
             self._calls.write("".join(call_lines).encode("utf-8"))
             self._calls.flush()
@@ -523,30 +459,62 @@ class RunWriter:
         self.close()
 
 
-class RunReader:
-    """Reads a run directory for analysis; a torn last line (a run still writing) is skipped."""
+def _record_line(record: CallRecord | TaskRecord, where: str) -> str:
+    """One JSON line of a record, checked to read back through the schema as the same record."""
+    try:
+        line = _dumps(record.to_json())
+    except (TypeError, ValueError) as failure:
+        raise RecordError(f"{where}: not JSON: {failure}") from None
+    if type(record).from_json(json.loads(line), where) != record:
+        raise RecordError(f"{where}: does not read back as written")
+    return line + "\n"
 
-    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
+
+class RunReader:
+    """Reads a run directory through the schema; a torn last line (a run still writing) is dropped and noted.
+
+    Raises RunRecordError for a missing or damaged file and RecordError (naming file:line and the
+    field) for a line that breaks the schema.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike[str], progress: ProgressFn | None = None) -> None:
         self.run_dir = Path(run_dir)
+        self.progress = progress
+        self.notes: list[str] = []
         manifest_path = self.run_dir / MANIFEST_FILE
         if not manifest_path.is_file():
             raise RunRecordError(f"{self.run_dir} is not a run directory (no {MANIFEST_FILE})")
         try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as failure:
-            raise RunRecordError(f"cannot read {manifest_path}: {failure}") from None
-        if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
-            raise RunRecordError(f"{manifest_path} is not an {SCHEMA} manifest")
-        self.manifest: dict[str, Any] = manifest
+            raw = json.loads(manifest_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as failure:
+            raise RunRecordError(f"{manifest_path}: cannot be read ({failure})") from None
+        except json.JSONDecodeError as failure:
+            raise RunRecordError(
+                f"{manifest_path}: not valid JSON (line {failure.lineno}, column {failure.colno}: {failure.msg})"
+            ) from None
+        self.manifest = Manifest.from_json(raw, str(manifest_path))
 
-    def tasks(self) -> Iterator[dict[str, Any]]:
+    def numbered_tasks(self) -> Iterator[tuple[int, TaskRecord]]:
+        """(line number, task record) in the order the tasks finished."""
+        path = self.run_dir / TASKS_FILE
+        scan = JsonlFile(path, self.progress)
+        for number, _raw, obj in scan.lines():
+            yield number, TaskRecord.from_json(obj, f"{path}:{number}")
+        self.notes.extend(scan.notes)
+
+    def numbered_calls(self) -> Iterator[tuple[int, CallRecord]]:
+        """(line number, call record) of every complete call line, finished tasks or not."""
+        path = self.run_dir / CALLS_FILE
+        scan = JsonlFile(path, self.progress)
+        for number, _raw, obj in scan.lines():
+            yield number, CallRecord.from_json(obj, f"{path}:{number}")
+        self.notes.extend(scan.notes)
+
+    def tasks(self) -> list[TaskRecord]:
         """Task records in the order they finished."""
-        for _raw, record in _JsonlScan(self.run_dir / TASKS_FILE).records():
-            yield record
+        return [task for _number, task in self.numbered_tasks()]
 
-    def calls(self, *, finished_only: bool = True) -> Iterator[dict[str, Any]]:
+    def calls(self, *, finished_only: bool = True) -> list[CallRecord]:
         """Call records; by default only those of finished tasks (as a resume would keep)."""
-        keep = {record_key(task) for task in self.tasks()} if finished_only else None
-        for _raw, record in _JsonlScan(self.run_dir / CALLS_FILE).records():
-            if keep is None or record_key(record) in keep:
-                yield record
+        keep = {task.record_key for task in self.tasks()} if finished_only else None
+        return [call for _number, call in self.numbered_calls() if keep is None or call.record_key in keep]

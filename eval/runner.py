@@ -1,18 +1,24 @@
-"""Runs tasks x methods x seeds (x variants for ablations), N trajectories in flight, resumable.
+"""A run: plan (variants x seeds x tasks x methods) -> execute (N trajectories in flight) -> write (resumable).
 
-``run(spec)`` opens the run directory with ``arc_eval.records.RunWriter`` (``resume=True`` continues a
-killed run: finished tasks are skipped, unfinished ones redone from scratch, nothing duplicated),
-then feeds every unfinished (variant, seed, task, method) job to ``concurrency`` asyncio workers
-sharing one backend, so an HTTP server sees N requests at once and batches them. Each finished
-task is written (its call lines, then its task line) the moment it ends. A progress bar (tqdm, on
-stderr) counts tasks. At the end it prints the accuracy table of the whole run directory
-(``accuracy_table``).
+``run(spec)`` validates the spec, builds its ``RunPlan`` (the manifest it records and its jobs),
+opens the run directory with ``arc_eval.records.RunWriter`` (``resume=True`` continues a killed run:
+finished tasks are skipped, unfinished ones redone from scratch, nothing duplicated), and ``execute``s
+the plan: every unfinished job goes to ``concurrency`` asyncio workers sharing one backend, so an HTTP
+server sees N requests at once and batches them. Each finished task is written (its call lines, then its
+task line) the moment it ends. A progress bar (tqdm, on stderr) counts tasks. At the end it prints the
+accuracy table of the whole run directory (``arc_eval.analysis.accuracy.summary_table``).
 
 Jobs go variant by variant and seed by seed (tasks of one seed are generated when reached), and
 within a seed task by task with every method, so an interrupted run leaves paired outcomes.
 
-A ``BackendUnavailable`` (server down after retries) stops the run: the task in flight is not
-recorded and the message says how to resume; it is never scored as a wrong answer.
+Before anything is written, every HTTP backend is checked (``check_server``: the model is served, its
+window holds ``--context-limit``, it answers a 1-token completion with the key and, in tool mode, with
+tools): a misconfigured server stops the run with the fix and no run directory. During the run, a
+``BackendError`` (the server unavailable after retries, a refusal naming a configuration fault, a
+reply that breaks the API) stops the run: the task in flight is not recorded and the message says
+how to resume; it is never scored as a wrong answer.
+
+The benchmarks (``arc-eval bench``) live in ``arc_eval.bench``.
 """
 
 from __future__ import annotations
@@ -21,16 +27,31 @@ import asyncio
 import math
 import sys
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence, TextIO
+from typing import Any, Iterable, Iterator, Mapping, TextIO
 
 from attrs import evolve, field, frozen
+from tqdm import tqdm  # type: ignore[import-untyped]
 
 from arc_ref.errors import ConfigError
+from arc_eval.analysis.accuracy import summary_table
+from arc_eval.backends.openai_backend import COUNT_MODES, OpenAIBackend
+from arc_eval.loop import run_task
 from arc_eval.methods import METHOD_NAMES, make_method
-from arc_eval.methods.base import MethodSettings
-from arc_eval.types import Backend, BackendUnavailable, Task
+from arc_eval.methods.base import MethodSettings, shared_counter
+from arc_eval.methods.rag_memory import resolve_retriever
+from arc_eval.records import RunReader, RunWriter
+from arc_eval.schema import SCHEMA, TASK_KINDS, RecordKey
+from arc_eval.tasks.longbench import load_longbench
+from arc_eval.tasks.nih import make_nih_tasks
+from arc_eval.types import (
+    Backend,
+    BackendError,
+    BackendReplyError,
+    BackendRequestError,
+    BackendUnavailable,
+    Task,
+)
 
-TASK_KINDS = ("nih", "longbench")
 BACKENDS = ("scripted", "openai")
 SCRIPTED_MODEL = "scripted"
 MAX_STEPS_SLACK = 10  # steps beyond the goal's own plan: recalls, retries, answering
@@ -57,6 +78,14 @@ ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
     "noise-lines": NOISE_LINES_SWEEP,
 }
 VARIANT_KEYS = ("recall_budget_chars", "recall_max_chars", "force_at_calls", "noise_lines_per_side")
+
+
+@frozen
+class PromptCounting:
+    """How prompts are counted: an ``arc_ref`` tokenizer name and a chat format."""
+
+    tokenizer: str
+    chat_format: str
 
 
 def _tuple_of_ints(values: Iterable[int]) -> tuple[int, ...]:
@@ -99,6 +128,13 @@ class RunSpec:
     variants: Mapping[str, Mapping[str, Any]] = field(factory=lambda: {"": {}})
     command: tuple[str, ...] = ()
     progress: bool = True
+    # The HTTP backend's connection (not the run's meaning: never recorded in the manifest)
+    api_key: str | None = field(default=None, repr=False)  # None: OPENAI_API_KEY
+    connect_timeout_s: float = 10.0
+    first_byte_timeout_s: float | None = None  # None: the request timeout
+    request_timeout_s: float = 600.0
+    max_retries: int = 6
+    count_with: str = "auto"
 
     def validate(self) -> None:
         """Raise ConfigError with a clear message for any inconsistent setting."""
@@ -115,6 +151,12 @@ class RunSpec:
             raise ConfigError("a method is listed twice")
         if not self.seeds:
             raise ConfigError("no seed given")
+        repeated = sorted({seed for seed in self.seeds if self.seeds.count(seed) > 1})
+        if repeated:
+            raise ConfigError(
+                f"--seeds lists {', '.join(map(str, repeated))} more than once; give each seed once "
+                "(a seed draws its own tasks)"
+            )
         if self.backend == "openai" and not self.base_urls:
             raise ConfigError("--backend openai needs at least one --base-url (e.g. http://localhost:8000/v1)")
         if not self.model:
@@ -139,14 +181,28 @@ class RunSpec:
             raise ConfigError("--max-steps must be at least 1")
         if self.temperature < 0:
             raise ConfigError("--temperature must be >= 0")
-        from arc_eval.methods.base import shared_counter
-
-        tokenizer = f"hf:{self.tokenizer_json}" if self.tokenizer_json else self.tokenizer
-        shared_counter(tokenizer, self.chat_format)  # an unknown tokenizer or format fails here, clearly
+        for flag, seconds in (("--connect-timeout", self.connect_timeout_s),
+                              ("--first-byte-timeout", self.first_byte_timeout_s),
+                              ("--request-timeout", self.request_timeout_s)):
+            if seconds is not None and not 0 < seconds < math.inf:
+                raise ConfigError(f"{flag} must be a number of seconds > 0, got {seconds}")
+        if self.max_retries < 0:
+            raise ConfigError(f"--max-retries must be >= 0, got {self.max_retries}")
+        if self.api_key is not None and not (self.api_key.isascii() and self.api_key.isprintable()):
+            raise ConfigError("--api-key must be printable ASCII (it travels in an HTTP header)")
+        if self.count_with not in COUNT_MODES:
+            raise ConfigError(f"--count-with must be one of {', '.join(COUNT_MODES)}, got {self.count_with!r}")
+        counting = self.prompt_counting()
+        shared_counter(counting.tokenizer, counting.chat_format)  # an unknown tokenizer or format fails here, clearly
         for label, overrides in self.variants.items():
             extra = [key for key in overrides if key not in VARIANT_KEYS]
             if extra:
                 raise ConfigError(f"variant {label!r}: unknown parameter(s) {', '.join(extra)}")
+
+    def prompt_counting(self) -> PromptCounting:
+        """The tokenizer and chat format prompts are counted with: the one place the options are resolved."""
+        tokenizer = f"hf:{self.tokenizer_json}" if self.tokenizer_json else self.tokenizer
+        return PromptCounting(tokenizer=tokenizer, chat_format=self.chat_format)
 
     def for_variant(self, label: str) -> RunSpec:
         """This spec with a variant's overrides applied."""
@@ -156,16 +212,19 @@ class RunSpec:
         return evolve(self, **overrides) if overrides else self
 
 
+# -- plan -----------------------------------------------------------------------------------------
+
+
 def method_settings(spec: RunSpec, rag_retriever: str) -> MethodSettings:
-    tokenizer = f"hf:{spec.tokenizer_json}" if spec.tokenizer_json else spec.tokenizer
+    counting = spec.prompt_counting()
     return MethodSettings(
         context_limit=spec.context_limit,
         max_tokens=spec.max_tokens,
         keep_verbatim_chars=spec.keep_verbatim_chars,
         recall_budget_chars=spec.recall_budget_chars,
         recall_max_chars=spec.recall_max_chars,
-        tokenizer=tokenizer,
-        chat_format=spec.chat_format,
+        tokenizer=counting.tokenizer,
+        chat_format=counting.chat_format,
         rag_top_k=spec.rag_top_k,
         rag_chunk_chars=spec.rag_chunk_chars,
         extra={"rag_retriever": rag_retriever, "tool_calling": spec.tool_calling},
@@ -174,39 +233,83 @@ def method_settings(spec: RunSpec, rag_retriever: str) -> MethodSettings:
 
 def resolved_retriever(spec: RunSpec) -> str:
     """The RAG retriever the run uses (recorded): only resolved when rag_memory runs."""
-    if "rag_memory" not in spec.methods:
-        return "unused"
-    from arc_eval.methods.rag_memory import resolve_retriever
-
-    return resolve_retriever(spec.rag_retriever)
+    return resolve_retriever(spec.rag_retriever) if "rag_memory" in spec.methods else "unused"
 
 
-def run_config(spec: RunSpec, rag_retriever: str) -> dict[str, Any]:
-    """The manifest's ``config``: every knob that changes what is run."""
+def default_max_steps(task: Task) -> int:
+    """The goal's own plan plus ``MAX_STEPS_SLACK``: NIH one step per file + submit; LongBench one per page + answer."""
+    if task.kind == "longbench":
+        pages = task.meta.get("pages")
+        if isinstance(pages, int) and pages > 0:
+            return pages + 1 + MAX_STEPS_SLACK
+        context = "".join(task.files.values())
+        return math.ceil(len(context) / 4000) + 1 + MAX_STEPS_SLACK
+    return len(task.files) + 1 + MAX_STEPS_SLACK
+
+
+@frozen
+class SeedBatch:
+    """The unfinished jobs of one (variant, seed): each task with each method, in that order."""
+
+    label: str
+    variant: RunSpec  # the spec with the variant's overrides
+    settings: MethodSettings
+    seed: int
+    jobs: tuple[tuple[Task, str], ...]
+
+
+class RunPlan:
+    """What a run does: the manifest it records and its jobs (variants x seeds x tasks x methods).
+
+    Built before anything is written: an unavailable retriever or a missing or malformed LongBench
+    file fails here, before any record.
+    """
+
+    def __init__(self, spec: RunSpec) -> None:
+        self.spec = spec
+        self.rag_retriever = resolved_retriever(spec)
+        self._longbench: list[Task] | None = load_longbench(spec.data) if spec.task_kind == "longbench" else None
+
+    def tasks(self, variant: RunSpec, seed: int) -> list[Task]:
+        """The tasks of one seed (NIH: drawn from the seed; LongBench: the same items for every seed)."""
+        if self._longbench is None:
+            assert variant.tasks_per_seed is not None
+            return make_nih_tasks(
+                seed,
+                variant.tasks_per_seed,
+                noise_lines_per_side=variant.noise_lines_per_side,
+                distractor_files=variant.distractor_files,
+            )
+        return self._longbench[: variant.tasks_per_seed] if variant.tasks_per_seed is not None else self._longbench
+
+    def total_jobs(self) -> int:
+        spec = self.spec
+        per_seed = len(self.tasks(spec, spec.seeds[0])) if self._longbench is not None else spec.tasks_per_seed or 0
+        return len(spec.variants) * len(spec.seeds) * per_seed * len(spec.methods)
+
+    def batches(self, finished: set[RecordKey]) -> Iterator[SeedBatch]:
+        """The unfinished jobs, variant by variant and seed by seed (tasks generated when reached)."""
+        for label in self.spec.variants:
+            variant = self.spec.for_variant(label)
+            settings = method_settings(variant, self.rag_retriever)
+            for seed in self.spec.seeds:
+                jobs = tuple(
+                    (task, name)
+                    for task in self.tasks(variant, seed)
+                    for name in self.spec.methods
+                    if (label, name, seed, task.task_id) not in finished
+                )
+                yield SeedBatch(label, variant, settings, seed, jobs)
+
+    def manifest(self) -> dict[str, Any]:
+        """The manifest's fields that describe the run (the writer adds versions, commit and time)."""
+        return run_manifest(self.spec, self.rag_retriever)
+
+
+def run_manifest(spec: RunSpec, rag_retriever: str) -> dict[str, Any]:
+    """The manifest's fields that describe a run (the writer adds versions, commit and time)."""
     return {
-        "force_at_calls": list(spec.force_at_calls),
-        "noise_lines_per_side": spec.noise_lines_per_side,
-        "distractor_files": spec.distractor_files,
-        "recall_budget_chars": spec.recall_budget_chars,
-        "recall_max_chars": spec.recall_max_chars,
-        "keep_verbatim_chars": spec.keep_verbatim_chars,
-        "rag_top_k": spec.rag_top_k,
-        "rag_chunk_chars": spec.rag_chunk_chars,
-        "rag_retriever": rag_retriever,
-        "tokenizer": f"hf:{spec.tokenizer_json}" if spec.tokenizer_json else spec.tokenizer,
-        "chat_format": spec.chat_format,
-        "temperature": spec.temperature,
-        "max_steps": spec.max_steps,
-        "tool_calling": spec.tool_calling,
-        "allow_reexecution": spec.allow_reexecution,
-        "data": spec.data,
-        "base_urls": list(spec.base_urls),
-    }
-
-
-def manifest(spec: RunSpec, rag_retriever: str) -> dict[str, Any]:
-    return {
-        "schema": "arc-eval-run/1",
+        "schema": SCHEMA,
         "command": list(spec.command),
         "task_kind": spec.task_kind,
         "methods": list(spec.methods),
@@ -221,35 +324,31 @@ def manifest(spec: RunSpec, rag_retriever: str) -> dict[str, Any]:
     }
 
 
-def default_max_steps(task: Task) -> int:
-    """The goal's own plan plus ``MAX_STEPS_SLACK``: NIH one step per file + submit; LongBench one per page + answer."""
-    if task.kind == "longbench":
-        pages = task.meta.get("pages")
-        if isinstance(pages, int) and pages > 0:
-            return pages + 1 + MAX_STEPS_SLACK
-        context = "".join(task.files.values())
-        return math.ceil(len(context) / 4000) + 1 + MAX_STEPS_SLACK
-    return len(task.files) + 1 + MAX_STEPS_SLACK
+def run_config(spec: RunSpec, rag_retriever: str) -> dict[str, Any]:
+    """The manifest's ``config``: every knob that changes what is run (and ``base_urls``, where the server is)."""
+    counting = spec.prompt_counting()
+    return {
+        "force_at_calls": list(spec.force_at_calls),
+        "noise_lines_per_side": spec.noise_lines_per_side,
+        "distractor_files": spec.distractor_files,
+        "recall_budget_chars": spec.recall_budget_chars,
+        "recall_max_chars": spec.recall_max_chars,
+        "keep_verbatim_chars": spec.keep_verbatim_chars,
+        "rag_top_k": spec.rag_top_k,
+        "rag_chunk_chars": spec.rag_chunk_chars,
+        "rag_retriever": rag_retriever,
+        "tokenizer": counting.tokenizer,
+        "chat_format": counting.chat_format,
+        "temperature": spec.temperature,
+        "max_steps": spec.max_steps,
+        "tool_calling": spec.tool_calling,
+        "allow_reexecution": spec.allow_reexecution,
+        "data": spec.data,
+        "base_urls": list(spec.base_urls),
+    }
 
 
-def make_tasks(spec: RunSpec, seed: int, longbench_cache: dict[str, list[Task]]) -> list[Task]:
-    """The tasks of one seed (NIH: drawn from the seed; LongBench: the same items for every seed)."""
-    if spec.task_kind == "nih":
-        from arc_eval.tasks.nih import make_nih_tasks
-
-        assert spec.tasks_per_seed is not None
-        return make_nih_tasks(
-            seed,
-            spec.tasks_per_seed,
-            noise_lines_per_side=spec.noise_lines_per_side,
-            distractor_files=spec.distractor_files,
-        )
-    if "tasks" not in longbench_cache:
-        from arc_eval.tasks.longbench import load_longbench
-
-        longbench_cache["tasks"] = load_longbench(spec.data)
-    tasks = longbench_cache["tasks"]
-    return tasks[: spec.tasks_per_seed] if spec.tasks_per_seed is not None else tasks
+# -- execute ----------------------------------------------------------------------------------------
 
 
 def make_backend(spec: RunSpec, method: str | None = None) -> Backend:
@@ -257,13 +356,13 @@ def make_backend(spec: RunSpec, method: str | None = None) -> Backend:
     if spec.backend == "scripted":
         from arc_eval.agent.scripted import ScriptedBackend, ScriptedPolicy
 
+        counting = spec.prompt_counting()
         return ScriptedBackend(
             ScriptedPolicy(allow_reexecution=spec.allow_reexecution),
             context_limit=spec.context_limit,
-            tokenizer=f"hf:{spec.tokenizer_json}" if spec.tokenizer_json else spec.tokenizer,
-            chat_format=spec.chat_format,
+            tokenizer=counting.tokenizer,
+            chat_format=counting.chat_format,
         )
-    from arc_eval.backends.openai_backend import OpenAIBackend
     from arc_eval.protocol import recall_tool_specs
 
     return OpenAIBackend(
@@ -274,73 +373,106 @@ def make_backend(spec: RunSpec, method: str | None = None) -> Backend:
         temperature=spec.temperature,
         tokenizer_json=spec.tokenizer_json,
         tools=recall_tool_specs() if spec.tool_calling and method == "arc" else None,
+        api_key=spec.api_key,
+        connect_timeout_s=spec.connect_timeout_s,
+        first_byte_timeout_s=spec.first_byte_timeout_s,
+        request_timeout_s=spec.request_timeout_s,
+        probe_timeout_s=min(60.0, spec.request_timeout_s),
+        max_retries=spec.max_retries,
+        count_with=spec.count_with,
     )
 
 
-@frozen
-class RunResult:
-    run_dir: Path
-    ran: int  # tasks finished by this invocation
-    skipped: int  # tasks already finished (resume)
-    aborted: str | None  # why the run stopped early (None when it completed)
-    table: str
-
-
-def _progress(total: int, initial: int, enabled: bool, description: str) -> Any:
-    import importlib
-
-    tqdm: Any = importlib.import_module("tqdm").tqdm
-    return tqdm(
-        total=total, initial=initial, unit="task", desc=description, disable=not enabled,
-        file=sys.stderr, dynamic_ncols=True, smoothing=0.05,
-    )
-
-
-async def _run_async(
-    spec: RunSpec, writer: Any, rag_retriever: str, longbench_cache: dict[str, list[Task]]
-) -> tuple[int, int, str | None]:
-    from arc_eval.loop import run_task
-
-    finished = writer.finished()
+def make_backends(spec: RunSpec) -> dict[str, Backend]:
+    """Each method's backend: one shared, and with ``--tool-calling`` arc's own (it alone gets the tools)."""
     shared = make_backend(spec)
     backends: dict[str, Backend] = {name: shared for name in spec.methods}
     if spec.tool_calling and "arc" in spec.methods:
         backends["arc"] = make_backend(spec, "arc")
-    if spec.task_kind == "nih":
-        assert spec.tasks_per_seed is not None
-        per_seed = spec.tasks_per_seed
-    else:
-        per_seed = len(make_tasks(spec, spec.seeds[0], longbench_cache))
-    total = len(spec.variants) * len(spec.seeds) * per_seed * len(spec.methods)
+    return backends
+
+
+def _distinct(backends: Mapping[str, Backend]) -> list[Backend]:
+    return list({id(backend): backend for backend in backends.values()}.values())
+
+
+def describe_backend_error(failure: BackendError) -> str:
+    """What stopped the run, in words (the error's own message names the server and the fix)."""
+    if isinstance(failure, BackendUnavailable):
+        return f"the server is unavailable: {failure}"
+    if isinstance(failure, BackendReplyError):
+        return f"the server's answer breaks the API: {failure}"
+    if isinstance(failure, BackendRequestError):
+        return f"the server cannot serve this run: {failure}"
+    return str(failure)
+
+
+async def check_backends(backends: Mapping[str, Backend]) -> str | None:
+    """Check every HTTP backend before the first task (``OpenAIBackend.check_server``); the reason
+    the run cannot start, or None. Says on stderr what was found and the retry budget."""
+    try:
+        for backend in _distinct(backends):
+            if isinstance(backend, OpenAIBackend):
+                print(f"checking {', '.join(backend.base_urls)}: GET /v1/models, then a 1-token completion "
+                      f"(at most {backend.probe_timeout_s:g} s per attempt)", file=sys.stderr, flush=True)
+                for info in await backend.check_server():
+                    window = f"window {info.window} ({info.window_field})" if info.window else "window not said"
+                    tools = "; tool mode checked" if backend.tools else ""
+                    print(f"server {info.url.removesuffix('/models')}: {info.kind}, serves {backend.model}, "
+                          f"{window}; counts with {backend.count_source}{tools}", file=sys.stderr)
+                print(backend.retry_policy(), file=sys.stderr)
+    except BackendError as failure:
+        return describe_backend_error(failure)
+    finally:
+        for backend in _distinct(backends):
+            closer = getattr(backend, "aclose", None)
+            if closer is not None:
+                await closer()
+    return None
+
+
+@frozen
+class Executed:
+    ran: int  # tasks finished by this invocation
+    skipped: int  # tasks already finished (resume)
+    aborted: str | None  # why the run stopped early (None when it completed)
+
+
+async def execute(plan: RunPlan, writer: RunWriter, backends: Mapping[str, Backend]) -> Executed:
+    """Run every unfinished job of the plan, writing each task the moment it ends."""
+    spec = plan.spec
+    finished = writer.finished()
+    total = plan.total_jobs()
     done_before = sum(1 for key in finished if key[0] in spec.variants and key[1] in spec.methods)
-    bar = _progress(total, min(done_before, total), spec.progress, f"{spec.task_kind} {spec.backend}")
+    bar = tqdm(
+        total=total, initial=min(done_before, total), unit="task", desc=f"{spec.task_kind} {spec.backend}",
+        disable=not spec.progress, file=sys.stderr, dynamic_ncols=True, smoothing=0.05,
+    )  # fmt: skip
     ran = 0
     aborted: str | None = None
     stop = asyncio.Event()
 
-    async def worker(jobs: asyncio.Queue[tuple[Task, str]], variant: RunSpec, label: str, seed: int,
-                     settings: MethodSettings) -> None:
+    async def worker(batch: SeedBatch, jobs: Iterator[tuple[Task, str]]) -> None:
         nonlocal ran, aborted
-        while not stop.is_set():
-            try:
-                task, name = jobs.get_nowait()
-            except asyncio.QueueEmpty:
+        for task, name in jobs:
+            if stop.is_set():
                 return
             try:
                 calls, outcome = await run_task(
                     task,
-                    make_method(name, settings),
+                    make_method(name, batch.settings),
                     backends[name],
-                    settings=settings,
-                    max_steps=variant.max_steps or default_max_steps(task),
-                    force_at_calls=variant.force_at_calls,
-                    seed=seed,
-                    variant=label,
+                    settings=batch.settings,
+                    max_steps=batch.variant.max_steps or default_max_steps(task),
+                    force_at_calls=batch.variant.force_at_calls,
+                    seed=batch.seed,
+                    variant=batch.label,
                     model=spec.model,
                     temperature=spec.temperature,
                 )
-            except BackendUnavailable as failure:
-                aborted = f"the backend is unavailable: {failure}"
+            except BackendError as failure:
+                if aborted is None:  # the first failure is the cause; the workers still in flight see the same
+                    aborted = describe_backend_error(failure)
                 stop.set()
                 return
             writer.write_task(calls, outcome)
@@ -351,211 +483,53 @@ async def _run_async(
             await asyncio.sleep(0)
 
     try:
-        for label in spec.variants:
-            variant = spec.for_variant(label)
-            settings = method_settings(variant, rag_retriever)
-            for seed in spec.seeds:
-                jobs: asyncio.Queue[tuple[Task, str]] = asyncio.Queue()
-                for task in make_tasks(variant, seed, longbench_cache):
-                    for name in spec.methods:
-                        if (label, name, seed, task.task_id) not in finished:
-                            jobs.put_nowait((task, name))
-                workers = [
-                    asyncio.create_task(worker(jobs, variant, label, seed, settings)) for _ in range(spec.concurrency)
-                ]
-                try:
-                    await asyncio.gather(*workers)
-                except BaseException:
-                    for pending in workers:
-                        pending.cancel()
-                    raise
-                if stop.is_set():
-                    return ran, done_before, aborted
+        for batch in plan.batches(finished):
+            jobs = iter(batch.jobs)  # shared by the workers: each job is taken once
+            workers = [asyncio.create_task(worker(batch, jobs)) for _ in range(spec.concurrency)]
+            try:
+                await asyncio.gather(*workers)
+            except BaseException:
+                for pending in workers:
+                    pending.cancel()
+                raise
+            if stop.is_set():
+                break
     finally:
         bar.close()
-        for backend in {id(backend): backend for backend in backends.values()}.values():
+        for backend in _distinct(backends):
             closer = getattr(backend, "aclose", None)
             if closer is not None:
                 await closer()
-    return ran, done_before, aborted
+    return Executed(ran, done_before, aborted)
+
+
+# -- run --------------------------------------------------------------------------------------------
+
+
+@frozen
+class RunResult:
+    run_dir: Path
+    ran: int  # tasks finished by this invocation
+    skipped: int  # tasks already finished (resume)
+    aborted: str | None  # why the run stopped early (None when it completed)
+    table: str
+    started: bool = True  # False: a check before the first task stopped it, and nothing was written
 
 
 def run(spec: RunSpec, *, out: TextIO | None = None) -> RunResult:
-    """Run (or resume) the whole spec; prints and returns the accuracy table."""
+    """Run (or resume) the whole spec: plan -> check the servers -> execute -> write; prints and returns
+    the accuracy table."""
     spec.validate()
-    rag_retriever = resolved_retriever(spec)
-    longbench_cache: dict[str, list[Task]] = {}
-    if spec.task_kind == "longbench":
-        make_tasks(spec, spec.seeds[0], longbench_cache)  # a missing or malformed file fails here, before any record
-    from arc_eval.records import RunWriter
-
-    writer = RunWriter(spec.out, manifest(spec, rag_retriever), resume=spec.resume)
-    try:
+    plan = RunPlan(spec)
+    backends = make_backends(spec)
+    refused = asyncio.run(check_backends(backends))
+    if refused is not None:
+        return RunResult(spec.out, 0, 0, refused, "", started=False)
+    print(f"run directory: {spec.out}", file=sys.stderr)
+    with RunWriter(spec.out, plan.manifest(), resume=spec.resume) as writer:
         if writer.finished():
             print(f"resuming {spec.out}: {len(writer.finished())} task(s) already finished", file=sys.stderr)
-        ran, skipped, aborted = asyncio.run(_run_async(spec, writer, rag_retriever, longbench_cache))
-    finally:
-        writer.close()
-    table = accuracy_table(load_outcomes(spec.out))
+        executed = asyncio.run(execute(plan, writer, backends))
+    table = summary_table(RunReader(spec.out).tasks())
     print(table, file=out if out is not None else sys.stdout)
-    return RunResult(spec.out, ran, skipped, aborted, table)
-
-
-def load_outcomes(run_dir: Path) -> list[dict[str, Any]]:
-    from arc_eval.records import RunReader
-
-    return list(RunReader(run_dir).tasks())
-
-
-def accuracy_table(outcomes: Sequence[Mapping[str, Any]], method_order: Sequence[str] = METHOD_NAMES) -> str:
-    """One row per (variant, method): pass/attempts, no-answer, accuracy, re-executions."""
-    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
-    for outcome in outcomes:
-        groups.setdefault((str(outcome["variant"]), str(outcome["method"])), []).append(outcome)
-    def order(key: tuple[str, str]) -> tuple[str, int, str]:
-        rank = method_order.index(key[1]) if key[1] in method_order else len(method_order)
-        return key[0], rank, key[1]
-
-    rows = [("variant", "method", "pass/attempts", "no-answer", "accuracy", "re-executions")]
-    for key in sorted(groups, key=order):
-        items = groups[key]
-        passed = sum(1 for item in items if item["correct"])
-        no_answer = sum(1 for item in items if item["no_answer"])
-        reexecutions = sum(int(item.get("reexecutions", 0)) for item in items)
-        rows.append(
-            (key[0] or "-", key[1], f"{passed}/{len(items)}", str(no_answer),
-             f"{100.0 * passed / len(items):.2f}%", str(reexecutions))
-        )
-    if len(rows) == 1:
-        return "no finished task in this run"
-    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
-    lines = []
-    for index, row in enumerate(rows):
-        cells = [row[0].ljust(widths[0]), row[1].ljust(widths[1])]
-        cells += [cell.rjust(width) for cell, width in zip(row[2:], widths[2:], strict=True)]
-        lines.append("  ".join(cells).rstrip())
-        if index == 0:
-            lines.append("  ".join("-" * width for width in widths))
-    return "\n".join(lines)
-
-
-# -- benchmarks (``arc-eval bench``; figures, never timed tests) --------------------------------
-
-
-class _TimedBackend:
-    """Wraps a backend and adds up the wall time spent inside it ("the model")."""
-
-    def __init__(self, inner: Backend) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.seconds = 0.0
-        self.calls = 0
-
-    async def complete(self, request: Any) -> Any:
-        import time
-
-        started = time.perf_counter()
-        try:
-            return await self.inner.complete(request)
-        finally:
-            self.seconds += time.perf_counter() - started
-            self.calls += 1
-
-    async def count_prompt_tokens(self, messages: Any) -> int:
-        return await self.inner.count_prompt_tokens(messages)
-
-
-def bench_throughput(methods: Sequence[str], tasks: int, *, rag_retriever: str = "bm25", seed: int = 42) -> str:
-    """Wall time of a scripted NIH run (tasks x methods x 1 seed, records written) at the 16k preset."""
-    import tempfile
-    import time
-
-    with tempfile.TemporaryDirectory(prefix="arc-eval-bench-") as directory:
-        spec = RunSpec(
-            task_kind="nih", methods=tuple(methods), seeds=(seed,), out=Path(directory) / "run",
-            tasks_per_seed=tasks, rag_retriever=rag_retriever, progress=False, concurrency=1,
-            command=("arc-eval", "bench"),
-        )
-        started = time.perf_counter()
-        import io
-
-        result = run(spec, out=io.StringIO())
-        elapsed = time.perf_counter() - started
-        calls = sum(1 for _ in __import__("arc_eval.records", fromlist=["RunReader"]).RunReader(spec.out).calls())
-    finished = result.ran
-    return (
-        f"throughput: scripted NIH, {tasks} tasks x {len(methods)} methods x 1 seed "
-        f"({', '.join(methods)}; rag retriever {resolved_retriever(spec)}): {elapsed:.1f} s wall, "
-        f"{finished} tasks, {calls} model calls, {finished / elapsed:.1f} tasks/s, "
-        f"{1000 * elapsed / max(1, calls):.3f} ms per call all included\n{result.table}"
-    )
-
-
-def bench_harness_overhead(methods: Sequence[str], tasks: int, *, rag_retriever: str = "bm25", seed: int = 42) -> str:
-    """Per-call harness time (everything but the backend's own work) per method, 16k/4096 preset."""
-    import time
-
-    from arc_eval.agent.scripted import ScriptedBackend
-    from arc_eval.loop import run_task
-    from arc_eval.tasks.nih import make_nih_tasks
-
-    spec = RunSpec(task_kind="nih", methods=tuple(methods), seeds=(seed,), out=Path("unused"),
-                   tasks_per_seed=tasks, rag_retriever=rag_retriever)
-    settings = method_settings(spec, resolved_retriever(spec))
-    task_list = make_nih_tasks(seed, tasks)
-    warm_up = make_nih_tasks(seed + 1, 3)  # other tasks: loads tokenizer and retriever, leaves per-task caches cold
-    lines = [f"harness overhead per call (16k context, 4096 max tokens, {tasks} NIH tasks; "
-             "backend time = scripted policy + its prompt count, excluded):"]
-
-    async def measure(name: str, batch: list[Task]) -> tuple[float, float, int]:
-        backend = _TimedBackend(ScriptedBackend(context_limit=spec.context_limit))
-        started = time.perf_counter()
-        for task in batch:
-            await run_task(task, make_method(name, settings), backend, settings=settings,
-                           max_steps=default_max_steps(task), seed=seed)
-        return time.perf_counter() - started, backend.seconds, backend.calls
-
-    from arc_eval.agent.scripted import message_facts
-    from arc_eval.methods.base import clear_counter_caches
-
-    for name in methods:
-        asyncio.run(measure(name, warm_up))
-        clear_counter_caches()  # every method pays for counting its own new messages
-        message_facts.cache_clear()
-        total, inside, calls = asyncio.run(measure(name, task_list))
-        overhead_ms = 1000 * (total - inside) / max(1, calls)
-        lines.append(f"  {name:<17} {overhead_ms:7.3f} ms/call harness, {1000 * inside / max(1, calls):7.3f} ms/call "
-                     f"backend, {calls} calls")
-    return "\n".join(lines)
-
-
-def bench_concurrency(concurrency: int, tasks: int, *, latency_ms: float = 20.0, seed: int = 42) -> str:
-    """NIH over real HTTP against serve-scripted: requests in flight at once, and the speed-up over 1."""
-    import tempfile
-    import time
-
-    from arc_eval.agent.scripted import ScriptedPolicy
-    from arc_eval.backends.scripted_server import build_app, serve_in_thread
-
-    figures = []
-    for level in sorted({1, concurrency}):
-        app = build_app(ScriptedPolicy(), max_model_len=16384, concurrency=concurrency, latency_ms=latency_ms)
-        with serve_in_thread(app) as base_url, tempfile.TemporaryDirectory(prefix="arc-eval-bench-") as directory:
-            spec = RunSpec(
-                task_kind="nih", methods=("sliding_window",), seeds=(seed,), out=Path(directory) / "run",
-                tasks_per_seed=tasks, backend="openai", base_urls=(base_url,), model="scripted",
-                concurrency=level, progress=False, command=("arc-eval", "bench", "concurrency"),
-            )
-            import io
-
-            started = time.perf_counter()
-            run(spec, out=io.StringIO())
-            elapsed = time.perf_counter() - started
-        figures.append((level, elapsed, app.stats.max_in_flight, app.stats.chat_requests))
-    lines = [f"concurrency: NIH sliding_window over HTTP against serve-scripted ({tasks} tasks, "
-             f"{latency_ms:g} ms service time per request, server concurrency {concurrency}):"]
-    base = figures[0][1]
-    for level, elapsed, in_flight, requests in figures:
-        lines.append(f"  --concurrency {level:<3} {elapsed:6.2f} s wall, {requests} chat requests, "
-                     f"max in flight at the server {in_flight}, speed-up {base / elapsed:4.1f}x")
-    return "\n".join(lines)
+    return RunResult(spec.out, executed.ran, executed.skipped, executed.aborted, table)

@@ -42,10 +42,13 @@ class ChatReply:
     """A completion and the accounting the server reported for it."""
 
     content: str
-    prompt_tokens: int
+    prompt_tokens: int  # the server's usage.prompt_tokens when it reports one, else the harness's count
     completion_tokens: int
     finish_reason: str  # "stop" | "length" | ...
     latency_s: float
+    # The harness's own count of the same prompt, made before the request was sent (None when the
+    # backend does not count before sending, as the in-process scripted backend).
+    counted_prompt_tokens: int | None = None
 
 
 class ContextOverflow(Exception):
@@ -62,8 +65,33 @@ class ContextOverflow(Exception):
         self.limit = limit
 
 
-class BackendUnavailable(Exception):
+class BackendError(Exception):
+    """The backend failed, not the task: never scored; the run stops with this message and resumes later.
+
+    Subclasses: ``BackendUnavailable`` (retries exhausted), ``BackendRequestError`` (the server
+    refuses a request for a reason retrying cannot fix: its message names the cause and the fix),
+    ``BackendReplyError`` (a reply that breaks the API). The loop lets every BackendError through and
+    the runner stops the run: the task in flight is not recorded, so the same command, rerun after the
+    fix, redoes it.
+    """
+
+
+class BackendUnavailable(BackendError):
     """Retries exhausted on 5xx / timeouts / dropped connections. Never scored as a wrong answer."""
+
+
+class BackendRequestError(BackendError):
+    """The server refused a request for a reason retrying cannot fix (a wrong model name, a missing
+    API key, tool calling switched off, a window smaller than the run's...); the message names the
+    cause and the fix."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class BackendReplyError(BackendError):
+    """The server answered something the API does not promise (a missing field, a wrong type)."""
 
 
 class Backend(Protocol):
@@ -72,7 +100,7 @@ class Backend(Protocol):
     name: str
 
     async def complete(self, request: ChatRequest) -> ChatReply:
-        """One chat completion; raises ContextOverflow or BackendUnavailable."""
+        """One chat completion; raises ContextOverflow or a BackendError."""
         ...
 
     async def count_prompt_tokens(self, messages: Sequence[Message]) -> int:

@@ -8,7 +8,7 @@ newlines, and decoys that look like ids or commands (which must stay inert insid
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from hypothesis import strategies as st
 
@@ -28,6 +28,8 @@ DECOYS = (
     "THE NEEDLE FOR THIS TASK",
     "<|im_end|>",
     "[recall §01-1 chunk 1/2]",
+    "</think>",
+    "<tool_response>",
 )
 
 
@@ -52,13 +54,15 @@ thoughts = st.text(alphabet=_ALPHABET, max_size=60)
 
 
 @st.composite
-def configs(draw: st.DrawFn, /, preset_name: str | None = None, **fixed: str) -> Config:
-    """A valid Config from either preset with random page size, chunk size, capacity, d and budgets
-    (``fixed``: string fields such as ``tokenizer`` and ``chat_format`` set before the budgets are drawn)."""
+def configs(draw: st.DrawFn, preset_name: str | None = None, fixed: Mapping[str, Any] | None = None) -> Config:
+    """A valid Config from either preset with random page size, chunk size, capacity, d and budgets.
+
+    ``fixed``: overrides kept as given (e.g. a served model's tokenizer and chat format).
+    """
     name = preset_name if preset_name is not None else draw(st.sampled_from(PRESET_NAMES))
     small = name == "minimal"
-    overrides: dict[str, Any] = {
-        **fixed,
+    overrides: dict[str, Any] = dict(fixed or {})
+    overrides |= {
         "page_size": draw(st.integers(1, 4)),
         "chunk_tokens": draw(st.integers(1, 12) if small else st.integers(1, 64)),
         "capacity": draw(st.integers(2, 40)),

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from arc_ref.chat import CHATML, QWEN3_NOTHINK
+from arc_ref.chat import CHATML, QWEN3_NOTHINK, ChatFormat
 from arc_ref.config import Config, make_setup, preset
 from arc_ref.counting import joined_tokens
 from arc_ref.errors import ConfigError
@@ -113,6 +113,7 @@ def test_a4_prefix_tokens_b_is_tokens_of_f(goal: str) -> None:
     """B is the token count of F = [system, goal] as serialized."""
     config = preset("minimal", goal=goal, context_limit=4000)
     setup = make_setup(config)
+    assert isinstance(setup.chat, ChatFormat)
     rendered = "".join(setup.chat.render_message(role, text) for role, text in setup.prefix_messages)
     assert setup.prefix_tokens == setup.tokenizer.count(rendered)
 
@@ -204,7 +205,7 @@ def test_l2_view_tokens_are_the_count_of_the_serialized_text(name: str, data: st
     view reports (summed from its parts: records' n_j, summary lines, recall bodies, message frames)
     equals the count of the text actually sent, message by message and in total."""
     chat = data.draw(st.sampled_from(CHAT_FORMATS))
-    config = data.draw(configs(tokenizer=name, chat_format=chat.name))
+    config = data.draw(configs(fixed={"tokenizer": name, "chat_format": chat.name}))
     events = data.draw(event_lists(contents=edge_texts(120), reasoning=edge_texts(30)))
     state = init(config)
     setup = state.setup

@@ -32,12 +32,14 @@ from jsonschema import Draft202012Validator
 import proofs_check
 from arc_ref import render
 from arc_ref.chat import CHAT_FORMATS
-from arc_ref.config import OVERRIDE_KEYS, PRESETS, Config, Setup, make_setup
+from arc_ref.config import OVERRIDE_KEYS, PRESETS, TEMPLATE_FORMAT, Config, Setup, make_setup
 from arc_ref.text import ELLIPSIS
 from arc_ref.trace import replay_text
 from proofs_check import vectors
 from proofs_check.broken_contracts import CONTRACT_STATEMENTS, CONTRACTED
 from proofs_check.registry import PROPERTIES, STATEMENTS
+from proofs_check.shared_data import SHARED_DATA_ENV, replay_directory
+from proofs_check.vectors.dsl import SECTION_REFERENCE
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "spec"
@@ -269,7 +271,7 @@ def test_vector_directory_matches_the_generator() -> None:
     generated = {vector.name for vector in vectors.trace_vectors()}
     assert TRACE_NAMES, f"no trace vectors in {VECTOR_DIR}; run python -m proofs_check.vectors --write"
     assert set(TRACE_NAMES) == generated, (
-        f"spec/vectors disagrees with proofs_check/vectors.py: only on disk {sorted(set(TRACE_NAMES) - generated)},"
+        f"spec/vectors disagrees with proofs_check/vectors/trace_cases.py: only on disk {sorted(set(TRACE_NAMES) - generated)},"
         f" only in the generator {sorted(generated - set(TRACE_NAMES))}; run python -m proofs_check.vectors --write"
     )
     for name in TRACE_NAMES:
@@ -289,7 +291,9 @@ def test_schemas_are_valid_and_name_every_config_field() -> None:
         "trace-input.schema.json config keys != arc_ref.config.OVERRIDE_KEYS"
     )
     assert config_keys["preset"]["enum"] == sorted(PRESETS), "trace-input.schema.json preset enum != PRESETS"
-    assert set(config_keys["chat_format"]["enum"]) == set(CHAT_FORMATS), "chat_format enum != CHAT_FORMATS"
+    assert set(config_keys["chat_format"]["enum"]) == set(CHAT_FORMATS) | {TEMPLATE_FORMAT}, (
+        "chat_format enum != CHAT_FORMATS and the template format"
+    )
 
 
 @pytest.mark.parametrize("name", TRACE_NAMES)
@@ -303,7 +307,7 @@ def test_trace_vector_lines_validate_against_the_schemas(name: str) -> None:
         assert not problems, f"{name} expected line {number} violates trace-output.schema.json: {problems}"
         try:
             parsed: Any = json.loads(raw)
-        except json.JSONDecodeError:
+        except ValueError:  # not JSON, or an integer of more digits than Python converts
             parsed = None
         input_ok = parsed is not None and input_validator().is_valid(parsed)
         if not input_ok:
@@ -318,12 +322,19 @@ def test_trace_vector_lines_validate_against_the_schemas(name: str) -> None:
             assert sum(output["components"].values()) == output["tokens"], f"{name} line {number}: components"
 
 
+TRACE_VECTORS = {vector.name: vector for vector in vectors.trace_vectors()}
+
+
 @pytest.mark.parametrize("name", TRACE_NAMES)
 def test_trace_vector_replays_to_the_expected_output(name: str) -> None:
     inputs = read_lines(VECTOR_DIR / f"{name}.trace.jsonl")
     expected = [line.rstrip("\n") for line in read_lines(VECTOR_DIR / f"{name}.expected.jsonl")]
-    actual = list(replay_text(inputs))
-    assert list(replay_text(inputs, verify=True)) == actual, f"{name}: the replay with --verify prints other lines"
+    needs = TRACE_VECTORS[name].needs if name in TRACE_VECTORS else ()
+    with replay_directory(needs) as directory:
+        if directory is None:
+            pytest.skip(f"trace vector {name} needs {', '.join(needs)} beside the repository (or {SHARED_DATA_ENV})")
+        actual = list(replay_text(inputs))
+        assert list(replay_text(inputs, verify=True)) == actual, f"{name}: the replay with --verify prints other lines"
     assert len(actual) == len(inputs), f"{name}: replay wrote {len(actual)} lines for {len(inputs)}"
     for number, (got, want) in enumerate(zip(actual, expected), start=1):
         assert got == want, (
@@ -331,6 +342,41 @@ def test_trace_vector_replays_to_the_expected_output(name: str) -> None:
             f" (regenerate with python -m proofs_check.vectors --write if the change is intended)\n"
             f"  got:  {got[:400]}\n  want: {want[:400]}"
         )
+
+
+def test_trace_index_lists_every_trace_with_what_it_pins() -> None:
+    index = json.loads((VECTOR_DIR / "traces.json").read_text(encoding="utf-8"))
+    problems = [error.message for error in _schema("vectors/traces.schema.json").iter_errors(index)]
+    assert not problems, f"traces.json violates traces.schema.json: {problems}"
+    assert [trace["name"] for trace in index["traces"]] == [vector.name for vector in vectors.trace_vectors()]
+    assert sorted(trace["name"] for trace in index["traces"]) == TRACE_NAMES, "traces.json != the trace files"
+    assert index["numberOfTraces"] == len(index["traces"])
+    for trace in index["traces"]:
+        assert trace["lines"] == len(read_lines(VECTOR_DIR / f"{trace['name']}.trace.jsonl")), trace["name"]
+
+
+def _numbered_sections(name: str) -> set[str]:
+    """Numbers of the numbered headings of a spec file ("## 10. Agent turns" -> "10", "### 6.1 ..." -> "6.1")."""
+    text = (SPEC / name).read_text(encoding="utf-8")
+    return set(re.findall(r"^#{2,4} ([0-9]+(?:\.[0-9]+)*)\.? ", text, re.MULTILINE))
+
+
+def test_every_statement_a_vector_pins_exists_in_the_spec() -> None:
+    pinned = {f"trace vector {vector.name}": vector.statements for vector in vectors.trace_vectors()}
+    pinned.update({f"vector file {item.name}.json": item.statements for item in vectors.vector_files()})
+    sections = statement_sections()
+    problems = []
+    for owner, references in pinned.items():
+        for reference in references:
+            match = SECTION_REFERENCE.fullmatch(reference)
+            if match is None and reference not in sections:
+                problems.append(f"{owner}: {reference} has no section in spec/statements.md")
+            elif match is not None and match["section"] not in _numbered_sections(f"{match['file']}.md"):
+                problems.append(f"{owner}: spec/{match['file']}.md has no section {match['section']}")
+    assert not problems, "vectors pin statements the spec does not have:\n  " + "\n  ".join(problems)
+    on_disk = {name: json.loads((VECTOR_DIR / f"{name}.json").read_text(encoding="utf-8"))["statements"]
+               for name in VECTOR_FILES}
+    assert on_disk == {item.name: list(item.statements) for item in vectors.vector_files()}
 
 
 # --- (d) Wycheproof-style vector files -------------------------------------------------------------

@@ -6,7 +6,7 @@ and edge-case decisions: `eval/ANALYSIS.md`.
 
 from arc_eval.analysis.accuracy import AccuracyRow, SeedOutcome, accuracy_rows, mean_and_sd
 from arc_eval.analysis.errors import AnalysisError
-from arc_eval.analysis.load import CallRecord, Dataset, Manifest, RunData, TaskRecord, load_run, load_runs
+from arc_eval.analysis.load import Dataset, RunData, load_run, load_runs
 from arc_eval.analysis.mcnemar import McNemarResult, PairedComparison, PValue, compare_methods, mcnemar_test
 from arc_eval.analysis.presets import HardwareSpec, ModelSpec, hardware_preset, model_preset
 from arc_eval.analysis.roofline import MethodCost, TrajectoryCost, explain_trajectory, method_costs, trajectory_cost
@@ -14,10 +14,8 @@ from arc_eval.analysis.roofline import MethodCost, TrajectoryCost, explain_traje
 __all__ = [
     "AccuracyRow",
     "AnalysisError",
-    "CallRecord",
     "Dataset",
     "HardwareSpec",
-    "Manifest",
     "McNemarResult",
     "MethodCost",
     "ModelSpec",
@@ -25,7 +23,6 @@ __all__ = [
     "PairedComparison",
     "RunData",
     "SeedOutcome",
-    "TaskRecord",
     "TrajectoryCost",
     "accuracy_rows",
     "compare_methods",

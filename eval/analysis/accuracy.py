@@ -7,6 +7,8 @@ Per (variant, model, task_kind, method) and, for LongBench-v2, per `meta.length`
 - Mean Acc, SD Acc: mean and *sample* standard deviation (n - 1) over seeds of the per-seed
   accuracy passes_s / attempts_s. The sample SD is the one that reproduces the paper's tables:
   see ANALYSIS.md ("Which SD") and `tests/eval/analysis/test_paper_numbers.py`.
+
+`summary_table` is the plain-text table `arc-eval` prints at the end of a run.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from arc_eval.analysis.load import METHODS, TaskRecord
+from arc_eval.methods import METHOD_NAMES
+from arc_eval.schema import TaskRecord
 
 BREAKDOWNS = ("overall", "length", "domain")
 LENGTH_ORDER = ("short", "medium", "long")
@@ -33,7 +36,7 @@ def mean_and_sd(values: Sequence[float]) -> tuple[float, float | None]:
 
 def method_order(method: str) -> tuple[int, str]:
     """Sort key: the paper's method order, unknown methods after, alphabetically."""
-    return (METHODS.index(method), "") if method in METHODS else (len(METHODS), method)
+    return (METHOD_NAMES.index(method), "") if method in METHOD_NAMES else (len(METHOD_NAMES), method)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +47,7 @@ class SeedOutcome:
     attempts: int
     passes: int
     no_answers: int
+    reexecutions: int = 0
 
     @property
     def accuracy(self) -> float:
@@ -73,6 +77,10 @@ class AccuracyRow:
     @property
     def no_answers(self) -> int:
         return sum(s.no_answers for s in self.per_seed)
+
+    @property
+    def reexecutions(self) -> int:
+        return sum(s.reexecutions for s in self.per_seed)
 
     @property
     def fails(self) -> int:
@@ -134,10 +142,11 @@ def accuracy_rows(tasks: Iterable[TaskRecord], breakdown: str = "overall") -> li
             continue
         group = (task.task_kind, task.model, task.variant, task.method, category)
         per_seed = counts.setdefault(group, {})
-        c = per_seed.setdefault(task.seed, [0, 0, 0])
+        c = per_seed.setdefault(task.seed, [0, 0, 0, 0])
         c[0] += 1
         c[1] += int(task.correct)
         c[2] += int(task.no_answer)
+        c[3] += task.reexecutions
     order = _category_order(breakdown)
     keys = sorted(counts, key=lambda g: (g[0], g[1], g[2], order(g[4]), method_order(g[3])))
     rows = []
@@ -155,3 +164,24 @@ def accuracy_rows(tasks: Iterable[TaskRecord], breakdown: str = "overall") -> li
             )
         )
     return rows
+
+
+def summary_table(tasks: Iterable[TaskRecord]) -> str:
+    """The table `arc-eval` prints after a run: per (variant, method) pass/attempts, no-answer, accuracy, re-executions."""
+    rows = [("variant", "method", "pass/attempts", "no-answer", "accuracy", "re-executions")]
+    for group in accuracy_rows(tasks):
+        rows.append(
+            (group.variant or "-", group.method, f"{group.passes}/{group.attempts}", str(group.no_answers),
+             f"{100.0 * group.passes / group.attempts:.2f}%", str(group.reexecutions))
+        )  # fmt: skip
+    if len(rows) == 1:
+        return "no finished task in this run"
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    lines = []
+    for index, row in enumerate(rows):
+        cells = [row[0].ljust(widths[0]), row[1].ljust(widths[1])]
+        cells += [cell.rjust(width) for cell, width in zip(row[2:], widths[2:], strict=True)]
+        lines.append("  ".join(cells).rstrip())
+        if index == 0:
+            lines.append("  ".join("-" * width for width in widths))
+    return "\n".join(lines)

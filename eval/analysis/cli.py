@@ -80,7 +80,8 @@ def _parser() -> argparse.ArgumentParser:
         default="success",
         help="roofline cost per success (all tasks / correct ones, the paper's), per successful trajectory, or per task",
     )
-    parser.add_argument("--arc", default="arc", help="method A of the McNemar tests (default: %(default)s)")
+    parser.add_argument("--arc", default=None, metavar="METHOD",
+                        help="method A of the McNemar tests, a recorded method (default: arc, when recorded)")
     return parser
 
 
@@ -252,17 +253,16 @@ def run_report(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> Repo
     hardware = hardware_preset(args.hardware, args.scratch_gb)
     dataset = load_runs([Path(d) for d in args.run_dirs], progress)
     methods = sorted({t.method for t in dataset.tasks})
-    if dataset.tasks and args.baseline not in methods:
-        raise AnalysisError(
-            f"--baseline {args.baseline}: no task of that method in the runs (methods: {', '.join(methods)})"
-        )
+    for flag, method in (("--baseline", args.baseline), ("--arc", args.arc)):
+        if dataset.tasks and method is not None and method not in methods:
+            raise AnalysisError(f"{flag} {method}: no task of that method in the runs (methods: {', '.join(methods)})")
     models, model_notes = resolve_models(dataset, args.model_preset)
     options = ReportOptions(
         hardware=hardware,
         models=models,
         model_notes=tuple(model_notes),
         baseline=args.baseline,
-        arc_method=args.arc,
+        arc_method=args.arc if args.arc is not None else "arc",
         normalisation=args.normalise,
     )
     progress(f"computing tables over {len(dataset.tasks):,} finished task(s)")

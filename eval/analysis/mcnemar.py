@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from arc_eval.analysis.accuracy import mean_and_sd, method_order
-from arc_eval.analysis.load import PairKey, TaskRecord
+from arc_eval.schema import PairKey, TaskRecord
 
 OUTCOMES = ("correct", "submitted")
 # Up to this many discordant pairs the binomial tail is summed exactly in integers.

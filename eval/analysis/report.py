@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from arc_eval.analysis.accuracy import AccuracyRow, accuracy_rows, method_order
-from arc_eval.analysis.load import Dataset, Manifest, TaskRecord
+from arc_eval.analysis.load import Dataset
+from arc_eval.schema import Manifest, TaskRecord
 from arc_eval.analysis.mcnemar import PairedComparison, PValue, compare_methods
 from arc_eval.analysis.presets import HardwareSpec, ModelSpec
 from arc_eval.analysis.roofline import DEFAULT_BASELINE, MethodCost, explain_trajectory, method_costs
@@ -487,7 +488,7 @@ def trajectory_table(dataset: Dataset, kind: str) -> Table:
                 fmt(sum(c.completion_tokens for c in calls) / n, 0),
                 fmt(sum(1 for c in calls if c.overflow) / n, 2),
                 fmt(sum(len(c.compactions) for c in calls) / n, 2),
-                fmt(sum(c.recalls for c in calls) / n, 2),
+                fmt(sum(len(c.recalls) for c in calls) / n, 2),
                 fmt(sum(t.reexecutions for t in tasks) / n, 2),
             ]
         )

@@ -29,7 +29,7 @@ from typing import Iterable, Mapping, Sequence
 
 from arc_eval.analysis.accuracy import method_order
 from arc_eval.analysis.errors import AnalysisError
-from arc_eval.analysis.load import CallRecord, TaskKey, TaskRecord
+from arc_eval.schema import CallRecord, TaskKey, TaskRecord
 from arc_eval.analysis.presets import HardwareSpec, ModelSpec
 
 NORMALISATIONS = ("success", "successful", "task")

@@ -1,42 +1,59 @@
-"""`OpenAIBackend`: any OpenAI-compatible chat server (vLLM is the target; SGLang and llama.cpp's
-server speak the same API), driven with `httpx.AsyncClient` so N trajectories are in flight at once.
+"""`OpenAIBackend`: an OpenAI-compatible chat server (vLLM, llama.cpp's `llama-server`, or any other
+that speaks the API), driven with `httpx.AsyncClient` so N trajectories are in flight at once.
+
+Before the first task, `check_server()` (the runner calls it) asks every replica's
+``GET /v1/models``: which server it is (`arc_eval.backends.servers`), that it serves ``model``, and
+that its window is not smaller than ``context_limit`` (an error naming the fix; a larger window is
+said once); then a 1-token chat completion per replica checks that the server answers at all, with
+the API key, and, in tool mode, that tool calling is switched on.
 
 What one `complete()` does:
 
-1. Counts the prompt. With vLLM: ``POST {root}/tokenize`` with the same ``messages`` (plus
-   ``add_generation_prompt``, ``chat_template_kwargs`` and ``tools``), which answers ``count``
-   and ``max_model_len`` (vLLM's `TokenizeResponse`). When the server has no `/tokenize` (404 or
-   405), the local counter is used: the served model's `tokenizer.json` (``tokenizer_json=``) over
-   ChatML (Qwen3's no-think variant when thinking is off), via `arc_ref.chat`; without one, the
-   `o200k_base` approximation. A local count gets a safety margin: the largest amount by which the
-   server's reported `usage.prompt_tokens` has exceeded it so far.
+1. Counts the prompt with what the server offers, exactly as the chat endpoint will count it:
+   vLLM's ``POST /tokenize`` with the same ``messages`` (plus ``add_generation_prompt``,
+   ``chat_template_kwargs`` and ``tools``), or llama.cpp's ``POST /apply-template`` then ``POST
+   /tokenize`` of the rendered prompt. A server with neither (or ``count_with="local"``) is
+   counted locally (`_local_count`, the one seam for a local count: today the served
+   ``tokenizer.json`` over ChatML / Qwen3's no-think variant, else ``o200k_base``); a local count
+   gets a safety margin, the largest amount by which the server's ``usage.prompt_tokens`` has
+   exceeded it so far.
 2. Enforces the usable budget itself: prompt > context_limit - max_tokens raises `ContextOverflow`
-   (recent vLLM no longer rejects prompt + max_tokens > max_model_len; it clamps max_tokens).
+   with no request sent (vLLM >= 0.32 and llama.cpp clamp a too-large max_tokens instead of
+   refusing it; vLLM <= 0.31 refuses; see `arc_eval.backends.overflow`).
 3. ``POST {base}/chat/completions`` with ``max_tokens``, ``temperature`` and
    ``chat_template_kwargs: {"enable_thinking": false}`` (Qwen3's switch; other templates ignore
-   it). A 400 whose message says the context is too long (`is_context_overflow`) raises
-   `ContextOverflow`; any other 4xx raises `BackendRequestError` (a configuration problem, e.g. a
-   wrong model name: not retried). 5xx, 429, timeouts and dropped connections are retried with
-   exponential backoff and jitter, on the next replica; after `max_retries` retries
-   `BackendUnavailable` is raised (the runner must not score that as a wrong answer).
-4. Returns the reply with the server's `usage` (authoritative) and its `finish_reason` ("length"
-   when the completion hit its cap, clamped or not; "tool_calls" is reported as "stop").
+   it). A 400 whose message says the context is too long raises `ContextOverflow`, unless the
+   prompt is far under the server's own window (an exact count that fits, or a local one under
+   half of it): that server misreports its window, which `BackendRequestError` reports rather than
+   letting every task be scored as no answer. Any other refusal raises `BackendRequestError` with
+   the cause and the fix (`arc_eval.backends.faults`), never retried. Refused or dropped
+   connections, 5xx and 429 are retried with exponential backoff and jitter, on the next replica;
+   then `BackendUnavailable`. Timeouts are bounded per attempt (connect, first byte, whole
+   request) and per call (`call_budget_s`): `retry_policy()` states the budget.
+4. Reads the reply strictly (`arc_eval.backends.replies`: a reply that is not what the API
+   promises is a `BackendReplyError`) and returns it with the server's ``usage`` (authoritative),
+   the harness's own count (``counted_prompt_tokens``) and ``finish_reason`` ("length" when the
+   completion hit its cap, clamped or not; "tool_calls" is reported as "stop").
+
+All three errors are `arc_eval.types.BackendError`s: the run stops, the task in flight is not
+recorded, and the same command resumes after the fix.
 
 Replicas. With several base URLs a call goes to the replica chosen by a CRC-32 of
-``request.tags["task_id"]``, so one trajectory stays on one replica and vLLM's prefix cache keeps
-serving its growing prompt; calls without a task id go round-robin. A retry moves to the next
+``request.tags["task_id"]``, so one trajectory stays on one replica and the server's prefix cache
+keeps serving its growing prompt; calls without a task id go round-robin. A retry moves to the next
 replica. Base URLs may be given with or without the trailing ``/v1``.
 
 Tool calling (``tools=``). The OpenAI function tools (see `arc_eval.protocol.command_tool_spec`) are
 sent with ``tool_choice: "auto"`` (vLLM needs ``--enable-auto-tool-choice --tool-call-parser
-hermes`` for Qwen3). A returned tool call becomes the text action ``name arg1 arg2`` (argument
-values in the tool's parameter order, the rule of `arc_eval.protocol.tool_call_to_action`),
-appended to the reply's content as a final ``Action:`` line, so the loop parses one protocol.
-On the way back,
-an assistant message whose action is a tool command and that is followed by a ``tool`` message
-is re-encoded as an assistant ``tool_calls`` entry plus a ``tool`` message with the matching
-``tool_call_id``: the pair always travels together. A ``tool`` message with no such assistant
-message before it is sent with role ``user``.
+hermes`` for Qwen3, and >= 0.9.0 for `/tokenize` to count the tool listing; llama-server needs
+``--jinja``, its default). A returned tool call becomes the text action ``name arg1 arg2``
+(argument values in the tool's parameter order, the rule of
+`arc_eval.protocol.tool_call_to_action`), appended to the reply's content as a final ``Action:``
+line, so the loop parses one protocol. On the way back, an assistant message whose action is a
+tool command and that is followed by a ``tool`` message is re-encoded as an assistant
+``tool_calls`` entry plus a ``tool`` message with the matching ``tool_call_id``: the pair always
+travels together. A ``tool`` message with no such assistant message before it is sent with role
+``user``.
 
 Temperature and max_tokens: the backend's settings are the run's; a request's ``max_tokens`` may
 only lower the completion cap. ``latency_s`` is the wall time of the successful HTTP attempt.
@@ -46,6 +63,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import re
 import ssl
@@ -55,20 +73,50 @@ import zlib
 from typing import Any, Mapping, Sequence
 
 import httpx
+from attrs import frozen
 
+from arc_eval.backends.faults import configuration_fault, refusal_message, retry_hint
 from arc_eval.backends.overflow import is_context_overflow
-from arc_eval.types import BackendUnavailable, ChatReply, ChatRequest, ContextOverflow, Message
+from arc_eval.backends.replies import parse_completion
+from arc_eval.backends.servers import (
+    LLAMA_CPP,
+    VLLM,
+    ServerInfo,
+    parse_models,
+    template_prompt,
+    tokenize_count,
+    tokens_list_length,
+)
+from arc_eval.types import (
+    BackendReplyError,
+    BackendRequestError,
+    BackendUnavailable,
+    ChatReply,
+    ChatRequest,
+    ContextOverflow,
+    Message,
+)
 
 COUNT_MODES = ("auto", "server", "local")
 _THINK_PREFIX = re.compile(r"^\s*<think>.*?</think>\s*", re.DOTALL)
+# A prompt that a local count puts under this fraction of the usable budget cannot credibly
+# overflow: such a refusal is reported as a server fault rather than compacted away.
+FAR_UNDER_FRACTION = 0.5
+PROBE_MESSAGES = ({"role": "user", "content": "Reply with the word OK."},)
 
-
-class BackendRequestError(Exception):
-    """The server refused a request for a reason retrying cannot fix (4xx other than overflow)."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
+__all__ = [
+    "BackendRequestError",  # defined in arc_eval.types; kept importable from here
+    "COUNT_MODES",
+    "OpenAIBackend",
+    "PromptCount",
+    "action_to_tool_call",
+    "api_urls",
+    "encode_messages",
+    "render_for_count",
+    "split_tool_action",
+    "tool_call_action",
+    "tool_names",
+]
 
 
 # -- message encoding shared with the scripted server ----------------------------------------------
@@ -255,6 +303,7 @@ def api_urls(base_url: str) -> dict[str, str]:
         "chat": api + "/chat/completions",
         "models": api + "/models",
         "tokenize": root + "/tokenize",
+        "apply_template": root + "/apply-template",  # llama.cpp
     }
 
 
@@ -268,9 +317,25 @@ def _error_message(response: httpx.Response) -> str:
         error = body.get("error", body)
         if isinstance(error, Mapping) and "message" in error:
             return str(error["message"])
+        if isinstance(error, str):  # vLLM's 401: {"error": "Unauthorized"}
+            return error
         if "message" in body:
             return str(body["message"])
     return response.text[:2000]
+
+
+@frozen
+class PromptCount:
+    """The harness's count of one prompt, before it is sent."""
+
+    tokens: int  # the count itself (the server's own tokenizer and template, or the local seam)
+    exact: bool  # counted by the server (vLLM /tokenize, llama.cpp apply-template + tokenize)
+    margin: int = 0  # added to a local count for the budget check (the largest under-count seen)
+
+    @property
+    def budgeted(self) -> int:
+        """What the budget check compares with context_limit - max_tokens."""
+        return self.tokens + self.margin
 
 
 class OpenAIBackend:
@@ -286,7 +351,11 @@ class OpenAIBackend:
         context_limit: int,
         max_tokens: int = 4096,
         temperature: float = 0.0,
-        timeout_s: float = 600.0,
+        connect_timeout_s: float = 10.0,
+        first_byte_timeout_s: float | None = None,
+        request_timeout_s: float = 600.0,
+        call_budget_s: float | None = None,
+        probe_timeout_s: float = 120.0,
         max_retries: int = 6,
         api_key: str | None = None,
         tokenizer_json: str | None = None,
@@ -299,6 +368,9 @@ class OpenAIBackend:
         client_shards: int = 32,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        """`api_key` None reads ``OPENAI_API_KEY`` (empty: none). ``first_byte_timeout_s`` None is
+        the request timeout (a non-streamed answer starts when it is complete); ``call_budget_s``
+        None is two whole requests and the longest backoff."""
         if not base_urls:
             raise ValueError("at least one base URL is needed (e.g. http://localhost:8000/v1)")
         if max_tokens < 1 or context_limit <= max_tokens:
@@ -312,12 +384,32 @@ class OpenAIBackend:
             )
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        if client_shards < 1:
+            raise ValueError(f"client_shards must be >= 1, got {client_shards}")
+        first_byte = request_timeout_s if first_byte_timeout_s is None else first_byte_timeout_s
+        for label, value in (
+            ("connect_timeout_s", connect_timeout_s),
+            ("first_byte_timeout_s", first_byte),
+            ("request_timeout_s", request_timeout_s),
+            ("probe_timeout_s", probe_timeout_s),
+        ):
+            if not value > 0:
+                raise ValueError(f"{label} must be > 0, got {value}")
+        self.base_urls = tuple(base_urls)
         self.replicas = [api_urls(url) for url in base_urls]
         self.model = model
         self.context_limit = context_limit
         self.max_tokens = max_tokens
         self.temperature = temperature
-        self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.first_byte_timeout_s = first_byte
+        self.request_timeout_s = request_timeout_s
+        self.call_budget_s = (
+            2 * request_timeout_s + backoff_max_s if call_budget_s is None else call_budget_s
+        )
+        if not self.call_budget_s > 0:
+            raise ValueError(f"call_budget_s must be > 0, got {call_budget_s}")
+        self.probe_timeout_s = probe_timeout_s
         self.max_retries = max_retries
         self.enable_thinking = enable_thinking
         self.tools = [dict(tool) for tool in tools] if tools else None
@@ -326,22 +418,26 @@ class OpenAIBackend:
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
         self.max_connections = max_connections
-        if client_shards < 1:
-            raise ValueError(f"client_shards must be >= 1, got {client_shards}")
         self.client_shards = client_shards
         self._transport = transport
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
+        if not (key.isascii() and key.isprintable()):
+            raise ValueError("the API key must be printable ASCII (it travels in an HTTP header)")
+        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._tokenizer_json = tokenizer_json
         self._local_tokenizer: Any = None
-        self._server_tokenize: bool | None = None if count_with != "local" else False
         self._round_robin = 0
         self._clients: dict[int, httpx.AsyncClient] = {}
         self._ssl_context: ssl.SSLContext | None = None
         self._clients_loop: asyncio.AbstractEventLoop | None = None
-        self.server_max_model_len: int | None = None
-        self._warned_max_len = False
+        self.server: ServerInfo | None = None  # what GET /v1/models said (check_server, or lazily)
+        self.server_max_model_len: int | None = None  # the window the server reported, if any
+        self._server_tokenize = count_with != "local"  # False once the server turned out unable
+        self._warned: set[str] = set()
         self.retries = 0
-        self._calibration: list[int] = []  # server-reported prompt tokens - own count, per call
+        # per call: (harness count, server's usage.prompt_tokens); local counts exclude the margin
+        self._counts: list[tuple[int, int]] = []
+        self._local_underrun: list[int] = []  # server - local count, for the local margin
 
     # -- plumbing -------------------------------------------------------------------------------
 
@@ -367,7 +463,12 @@ class OpenAIBackend:
                 # one context for every shard: building one loads the CA bundle (tens of ms)
                 self._ssl_context = httpx.create_ssl_context()
             client = httpx.AsyncClient(
-                timeout=httpx.Timeout(self.timeout_s),
+                timeout=httpx.Timeout(
+                    connect=self.connect_timeout_s,
+                    read=self.first_byte_timeout_s,
+                    write=self.request_timeout_s,
+                    pool=self.request_timeout_s,
+                ),
                 limits=limits,
                 headers=self._headers,
                 transport=self._transport,
@@ -401,39 +502,223 @@ class OpenAIBackend:
         delay: float = min(self.backoff_max_s, self.backoff_base_s * (2**attempt))
         return delay * random.uniform(0.5, 1.0)
 
-    async def _send(
-        self, endpoint: str, payload: Mapping[str, Any], route: tuple[int, int]
-    ) -> tuple[httpx.Response, float]:
-        """POST with retries on 5xx / 429 / timeouts / dropped connections; other codes return.
+    def _note(self, key: str, text: str) -> None:
+        """Say `text` on stderr once per `key` (the run's log)."""
+        if key not in self._warned:
+            self._warned.add(key)
+            print(f"arc-eval: {text}", file=sys.stderr, flush=True)
 
-        Returns the response and the wall time of the attempt that produced it.
+    def retry_policy(self) -> str:
+        """The timeouts and the retry budget, in words (printed at the start of a run)."""
+        return (
+            f"timeouts per attempt: connect {self.connect_timeout_s:g} s, first byte "
+            f"{self.first_byte_timeout_s:g} s, whole request {self.request_timeout_s:g} s; up to "
+            f"{self.max_retries} retries (refused or dropped connections, timeouts, HTTP 5xx and "
+            f"429; backoff {self.backoff_base_s:g}-{self.backoff_max_s:g} s, next replica); one call "
+            f"gives up after {self.call_budget_s:g} s at most, and the run then stops (resumable)"
+        )
+
+    async def _send(
+        self,
+        endpoint: str,
+        payload: Mapping[str, Any] | None,
+        route: tuple[int, int],
+        *,
+        timeout_s: float | None = None,
+        retries: int | None = None,
+    ) -> tuple[httpx.Response, float]:
+        """POST `payload` (GET when None) with retries on refused or dropped connections,
+        timeouts, 5xx and 429; other answers return. Returns the response and the wall time of
+        the attempt that produced it.
+
+        A 5xx that names a configuration fault (`faults.configuration_fault`) is returned at once.
+        Every attempt is cut at `timeout_s` (the whole request), and no attempt starts once the
+        call's budget is spent.
         """
         last_error = "no attempt made"
         replica, shard = route
+        limit = self.request_timeout_s if timeout_s is None else timeout_s
+        attempts = (self.max_retries if retries is None else retries) + 1
+        budget_end = time.monotonic() + max(self.call_budget_s, limit)
         url = self.replicas[replica][endpoint]
-        for attempt in range(self.max_retries + 1):
+        made = 0
+        for attempt in range(attempts):
             url = self.replicas[(replica + attempt) % len(self.replicas)][endpoint]
+            remaining = budget_end - time.monotonic()
+            if remaining <= 0:
+                break
+            made += 1
             started = time.perf_counter()
+            client = self._client(shard)
+            request = client.post(url, json=payload) if payload is not None else client.get(url)
             try:
-                response = await self._client(shard).post(url, json=payload)
-            except httpx.TimeoutException:
-                last_error = f"no answer within {self.timeout_s:g} s"
+                response = await asyncio.wait_for(request, timeout=min(limit, remaining))
+            except (asyncio.TimeoutError, httpx.TimeoutException) as failure:
+                waited = time.perf_counter() - started
+                kind = "connect" if isinstance(failure, httpx.ConnectTimeout) else "answer"
+                last_error = f"no {kind} within {waited:.3g} s"
             except httpx.TransportError as failure:
                 last_error = f"{type(failure).__name__}: {failure}"
             else:
-                if response.status_code < 500 and response.status_code != 429:
+                status = response.status_code
+                if status < 500 and status != 429:
                     return response, time.perf_counter() - started
-                last_error = f"HTTP {response.status_code}: {_error_message(response)[:300]}"
-            if attempt < self.max_retries:
+                message = _error_message(response)
+                if configuration_fault(status, message) is not None:
+                    return response, time.perf_counter() - started
+                last_error = f"HTTP {status}: {message[:300]}"
+            if attempt < attempts - 1:
+                pause = self._backoff(attempt)
+                if time.monotonic() + pause >= budget_end:
+                    break
                 self.retries += 1
-                await asyncio.sleep(self._backoff(attempt))
+                await asyncio.sleep(pause)
+        hint = retry_hint(last_error)
         raise BackendUnavailable(
-            f"{url}: gave up after {self.max_retries + 1} attempts; last error: {last_error}"
+            f"{url}: gave up after {made} attempt{'s' if made != 1 else ''}; last error: "
+            f"{last_error}. "
+            + (f"Fix: {hint}." if hint else "Fix: check that the server is up and answering "
+               "(its log), then rerun the same command to continue.")
         )
+
+    def _refused(self, endpoint_url: str, response: httpx.Response) -> BackendRequestError:
+        message = _error_message(response)
+        return BackendRequestError(
+            refusal_message(endpoint_url, response.status_code, message), response.status_code
+        )
+
+    @staticmethod
+    def _json(response: httpx.Response, url: str) -> Any:
+        try:
+            return response.json()
+        except ValueError:
+            raise BackendReplyError(
+                f"{url}: the answer is not JSON: {response.text[:200]!r}"
+            ) from None
+
+    # -- the server -----------------------------------------------------------------------------
+
+    async def _models(self, replica: int) -> ServerInfo:
+        """GET /v1/models of one replica, classified (see `check_server`)."""
+        url = self.replicas[replica]["models"]
+        response, _ = await self._send(
+            "models", None, (replica, 0), timeout_s=min(self.probe_timeout_s, 60.0)
+        )
+        if response.status_code != 200:
+            raise self._refused(url, response)
+        return parse_models(self._json(response, url), url)
+
+    async def _server_info(self) -> ServerInfo:
+        """What the first replica's /v1/models says, asked once (check_server asks every one)."""
+        if self.server is None:
+            self.server = await self._models(0)
+            if self.server.window is not None:
+                self.server_max_model_len = self.server.window
+        return self.server
+
+    def _check_card(self, info: ServerInfo) -> None:
+        """The model is served and the window holds --context-limit; else BackendRequestError."""
+        if self.model not in info.model_ids:
+            served = ", ".join(info.model_ids) or "no model"
+            first = info.model_ids[0] if info.model_ids else "NAME"
+            raise BackendRequestError(
+                f"{info.url} serves {served}, not {self.model!r}. Fix: pass --model {first} "
+                "(vLLM: the --served-model-name, else the model path; llama-server: its --alias, "
+                "else the model file's name)"
+            )
+        if info.window is None:
+            self._note(
+                "window-unknown",
+                f"note: {info.url} does not say its context window; --context-limit "
+                f"{self.context_limit} is trusted",
+            )
+        elif info.window < self.context_limit:
+            where = "vLLM --max-model-len" if info.kind != LLAMA_CPP else (
+                "llama-server -c with --kv-unified-per-slot, or -c N*L with -np N (each slot "
+                "gets -c / -np)"
+            )
+            raise BackendRequestError(
+                f"{info.url}: the server's window is {info.window} tokens ({info.window_field}), "
+                f"smaller than --context-limit {self.context_limit}: every prompt the run allows "
+                f"above {info.window} would be refused. Fix: pass --context-limit {info.window} "
+                f"(with --max-tokens below it), or restart the server with a window of "
+                f"{self.context_limit} ({where})"
+            )
+        elif info.window > self.context_limit:
+            self._note(
+                "window-larger",
+                f"note: the server's window is {info.window} tokens ({info.window_field}); the "
+                f"run keeps prompt + completion within --context-limit {self.context_limit}",
+            )
+
+    async def check_server(self) -> list[ServerInfo]:
+        """Fail fast before the first task: every replica serves the model with a window that
+        holds ``context_limit``, answers a 1-token completion (with the API key; with tools, in
+        tool mode) and is the same kind of server. Raises `BackendRequestError` (naming the fix),
+        `BackendReplyError` or `BackendUnavailable`; returns one `ServerInfo` per replica."""
+        infos = [await self._models(index) for index in range(len(self.replicas))]
+        for info in infos:
+            self._check_card(info)
+        kinds = sorted({info.kind for info in infos})
+        if len(kinds) > 1:
+            raise BackendRequestError(
+                f"the replicas are different servers ({', '.join(kinds)}). Fix: give --base-url "
+                "replicas of one server"
+            )
+        self.server = infos[0]
+        windows = [info.window for info in infos if info.window is not None]
+        if windows:
+            self.server_max_model_len = min(windows)
+        for index in range(len(self.replicas)):
+            await self._probe(index)
+        return infos
+
+    async def _probe(self, replica: int) -> None:
+        """One 1-token completion: the server answers, accepts the key, and (tools) tool mode."""
+        url = self.replicas[replica]["chat"]
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "messages": list(PROBE_MESSAGES),
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "chat_template_kwargs": {"enable_thinking": self.enable_thinking},
+        }
+        if self.tools:
+            payload["tools"] = self.tools
+            payload["tool_choice"] = "auto"
+        response, _ = await self._send(
+            "chat", payload, (replica, 0), timeout_s=self.probe_timeout_s, retries=1
+        )
+        if response.status_code != 200:
+            message = _error_message(response)
+            if is_context_overflow(response.status_code, message):
+                window = self.server_max_model_len
+                raise BackendRequestError(
+                    f"{url} refused a 1-token probe of a one-line prompt as too long although it "
+                    f"reports a window of {window if window else 'unknown size'} tokens: its real "
+                    f"window is far smaller than it says. Its message: {message[:500]}. Fix: check "
+                    "the server's window (vLLM --max-model-len, llama-server -c / -np) and its log",
+                    response.status_code,
+                )
+            raise self._refused(url, response)
+        completion = parse_completion(self._json(response, url), url)
+        if completion.prompt_tokens is not None and self._server_tokenize:
+            count = await self._count(list(PROBE_MESSAGES), (replica, 0))
+            if count.exact and count.tokens != completion.prompt_tokens:
+                self._note(
+                    "probe-count",
+                    f"warning: the server counts the probe prompt as {completion.prompt_tokens} "
+                    f"tokens in chat and {count.tokens} with its counting endpoint; the run's "
+                    "budget follows the latter",
+                )
 
     # -- counting -------------------------------------------------------------------------------
 
     def _local_count(self, encoded: Sequence[Mapping[str, Any]]) -> int:
+        """The harness's own count of `encoded` plus the generation prompt: the one seam for
+        counting without the server (a served chat template given as a model directory belongs
+        here). Today: ``tokenizer_json`` (else ``o200k_base``) over ChatML, Qwen3's no-think
+        variant when thinking is off."""
         if self._local_tokenizer is None:
             from arc_ref.tokenizers import get_tokenizer
 
@@ -445,68 +730,107 @@ class OpenAIBackend:
 
     @property
     def count_source(self) -> str:
-        """ "server" (vLLM /tokenize), "local" (tokenizer.json or o200k_base), or "unknown" yet."""
-        if self._server_tokenize is None:
+        """ "server" (vLLM /tokenize or llama.cpp apply-template + tokenize), "local", or
+        "unknown" before the first count."""
+        if not self._server_tokenize:
+            return "local"
+        if self.server is None:
             return "unknown"
-        return "server" if self._server_tokenize else "local"
+        return "server" if self.server.kind in (VLLM, LLAMA_CPP) else "local"
 
     def _local_margin(self) -> int:
-        return max([0, *self._calibration])
+        return max([0, *self._local_underrun])
 
-    async def _count(self, encoded: list[dict[str, Any]], route: tuple[int, int]) -> int:
-        if self._server_tokenize is not False:
-            payload: dict[str, Any] = {
-                "model": self.model,
-                "messages": encoded,
-                "add_generation_prompt": True,
-                "chat_template_kwargs": {"enable_thinking": self.enable_thinking},
-            }
-            if self.tools:
-                payload["tools"] = self.tools
-            response, _ = await self._send("tokenize", payload, route)
-            if response.status_code == 200:
-                body = response.json()
-                self._server_tokenize = True
-                max_len = body.get("max_model_len")
-                if isinstance(max_len, int):
-                    self._note_max_model_len(max_len)
-                return int(body["count"])
-            message = _error_message(response)
-            if is_context_overflow(response.status_code, message):
-                raise ContextOverflow(message, None, self.context_limit - self.max_tokens)
-            if response.status_code in (404, 405) and self.count_with == "auto":
-                self._server_tokenize = False
+    def _chat_template_fields(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {
+            "add_generation_prompt": True,
+            "chat_template_kwargs": {"enable_thinking": self.enable_thinking},
+        }
+        if self.tools:
+            fields["tools"] = self.tools
+        return fields
+
+    async def _count(self, encoded: list[dict[str, Any]], route: tuple[int, int]) -> PromptCount:
+        if self._server_tokenize:
+            info = await self._server_info()
+            if info.kind == VLLM:
+                count = await self._count_vllm(encoded, route)
+                if count is not None:
+                    return count
+            elif info.kind == LLAMA_CPP:
+                return await self._count_llama_cpp(encoded, route)
             elif self.count_with == "server":
                 raise BackendRequestError(
-                    f"the server cannot count tokens (POST /tokenize: HTTP {response.status_code}: "
-                    f"{message[:200]}); use count_with='local' with the model's tokenizer.json",
-                    response.status_code,
+                    f"{info.url}: this server offers no way to count tokens (neither vLLM's "
+                    "/tokenize nor llama.cpp's /apply-template). Fix: --count-with local, with the "
+                    "served model's tokenizer (--tokenizer-json)"
                 )
             else:
-                raise BackendRequestError(
-                    f"POST /tokenize failed: HTTP {response.status_code}: {message[:300]}",
-                    response.status_code,
-                )
-        return self._local_count(encoded) + self._local_margin()
+                self._server_tokenize = False
+                self._note("local-count", "note: the server cannot count tokens; counting locally")
+        return PromptCount(self._local_count(encoded), exact=False, margin=self._local_margin())
 
-    def _note_max_model_len(self, max_len: int) -> None:
-        self.server_max_model_len = max_len
-        if max_len < self.context_limit and not self._warned_max_len:
-            self._warned_max_len = True
-            print(
-                f"warning: the server's max_model_len is {max_len}, below the run's context limit "
-                f"{self.context_limit}; the server will reject prompts the harness allows",
-                file=sys.stderr,
+    async def _count_vllm(
+        self, encoded: list[dict[str, Any]], route: tuple[int, int]
+    ) -> PromptCount | None:
+        url = self.replicas[route[0]]["tokenize"]
+        payload = {"model": self.model, "messages": encoded, **self._chat_template_fields()}
+        response, _ = await self._send("tokenize", payload, route)
+        if response.status_code == 200:
+            body = self._json(response, url)
+            tokens = tokenize_count(body, url)
+            reported = body.get("max_model_len")
+            if isinstance(reported, int) and not isinstance(reported, bool) and reported > 0:
+                self._note_window(reported)
+            return PromptCount(tokens, exact=True)
+        message = _error_message(response)
+        if is_context_overflow(response.status_code, message):
+            raise ContextOverflow(message, None, self.context_limit - self.max_tokens)
+        if response.status_code in (404, 405) and self.count_with == "auto":
+            self._server_tokenize = False
+            self._note(
+                "local-count",
+                f"note: {url} answered HTTP {response.status_code}; counting locally",
+            )
+            return None
+        raise self._refused(url, response)
+
+    async def _count_llama_cpp(
+        self, encoded: list[dict[str, Any]], route: tuple[int, int]
+    ) -> PromptCount:
+        """llama-server renders with its own template, then tokenizes that text as chat does."""
+        template_url = self.replicas[route[0]]["apply_template"]
+        payload = {"model": self.model, "messages": encoded, **self._chat_template_fields()}
+        response, _ = await self._send("apply_template", payload, route)
+        if response.status_code != 200:
+            raise self._refused(template_url, response)
+        prompt = template_prompt(self._json(response, template_url), template_url)
+        tokenize_url = self.replicas[route[0]]["tokenize"]
+        # add_special and parse_special as llama-server's chat endpoint tokenizes its prompt
+        body = {"content": prompt, "add_special": True, "parse_special": True}
+        response, _ = await self._send("tokenize", body, route)
+        if response.status_code != 200:
+            raise self._refused(tokenize_url, response)
+        return PromptCount(tokens_list_length(self._json(response, tokenize_url), tokenize_url),
+                           exact=True)
+
+    def _note_window(self, window: int) -> None:
+        self.server_max_model_len = window
+        if window < self.context_limit:
+            self._note(
+                "window-smaller",
+                f"warning: the server's max_model_len is {window}, below the run's context limit "
+                f"{self.context_limit}; the server will refuse prompts the harness allows",
             )
 
     async def count_prompt_tokens(self, messages: Sequence[Message]) -> int:
         """Tokens the server will charge for `messages` plus the generation prompt."""
         encoded = encode_messages(messages, self.tools)
-        return await self._count(encoded, self._route({}))
+        return (await self._count(encoded, self._route({}))).tokens
 
     def calibration(self) -> dict[str, Any]:
-        """Own prompt count vs the server's `usage.prompt_tokens` over the calls so far."""
-        diffs = self._calibration
+        """The harness's prompt counts vs the server's `usage.prompt_tokens` over the calls so far."""
+        diffs = [server - own for own, server in self._counts]
         return {
             "source": self.count_source,
             "calls": len(diffs),
@@ -518,16 +842,34 @@ class OpenAIBackend:
 
     # -- the call -------------------------------------------------------------------------------
 
+    async def _unexplained_overflow(self, count: PromptCount) -> bool:
+        """True when a server's overflow refusal cannot be the prompt's length: an exact count
+        that fits the server's window with max_tokens, or a local count under `FAR_UNDER_FRACTION`
+        of the usable budget. The server's window is asked for when still unknown."""
+        if self.server is None:
+            info = await self._server_info()
+            if info.window is not None:
+                self.server_max_model_len = info.window
+        window = self.server_max_model_len
+        if count.exact:
+            limit = self.context_limit if window is None else window
+            if self.server is not None and self.server.kind == LLAMA_CPP:
+                return count.tokens < limit  # llama-server refuses only a prompt >= n_ctx
+            return count.tokens + self.max_tokens <= limit  # vLLM <= 0.31 refuses N + M > L
+        limit = self.context_limit if window is None else min(self.context_limit, window)
+        return count.tokens < FAR_UNDER_FRACTION * (limit - self.max_tokens)
+
     async def complete(self, request: ChatRequest) -> ChatReply:
         route = self._route(request.tags)
         encoded = encode_messages(request.messages, self.tools)
-        own_count = await self._count(encoded, route)
+        count = await self._count(encoded, route)
         usable = self.context_limit - self.max_tokens
-        if own_count > usable:
+        if count.budgeted > usable:
+            margin = f" (+{count.margin} margin for a local count)" if count.margin else ""
             raise ContextOverflow(
-                f"prompt of {own_count} tokens exceeds the usable budget L_ctx - G_max = "
-                f"{self.context_limit} - {self.max_tokens} = {usable}",
-                own_count,
+                f"prompt of {count.tokens} tokens{margin} exceeds the usable budget L_ctx - G_max "
+                f"= {self.context_limit} - {self.max_tokens} = {usable}",
+                count.tokens,
                 usable,
             )
         payload: dict[str, Any] = {
@@ -542,43 +884,50 @@ class OpenAIBackend:
         if self.tools:
             payload["tools"] = self.tools
             payload["tool_choice"] = "auto"
+        url = self.replicas[route[0]]["chat"]
         response, latency = await self._send("chat", payload, route)
         if response.status_code != 200:
             message = _error_message(response)
             if is_context_overflow(response.status_code, message):
-                raise ContextOverflow(message, own_count, usable)
-            raise BackendRequestError(
-                f"the server refused the request: HTTP {response.status_code}: {message[:500]}",
-                response.status_code,
-            )
-        return self._reply(response, own_count, latency)
+                if await self._unexplained_overflow(count):
+                    window = self.server_max_model_len
+                    said = f"reports a window of {window} tokens" if window else "reports no window"
+                    how = "by its own counting endpoint" if count.exact else "locally by the harness"
+                    raise BackendRequestError(
+                        f"{url} refused as too long a prompt of {count.tokens} tokens (counted "
+                        f"{how}) with max_tokens {payload['max_tokens']}, although it {said} and "
+                        f"--context-limit is {self.context_limit}: the server's real window is "
+                        f"smaller than it says, or it counts prompts differently. Its message: "
+                        f"{message[:500]}. Fix: check the server's window (vLLM --max-model-len, "
+                        "llama-server -c / -np) and its log, then rerun the same command",
+                        400,
+                    )
+                raise ContextOverflow(message, count.tokens, usable)
+            raise self._refused(url, response)
+        return self._reply(response, url, count, latency)
 
-    def _reply(self, response: httpx.Response, own_count: int, latency: float) -> ChatReply:
-        try:
-            body = response.json()
-            choice = body["choices"][0]
-            message = choice.get("message") or {}
-        except (ValueError, KeyError, IndexError, TypeError):
-            raise BackendUnavailable(
-                f"malformed chat completion from the server: {response.text[:300]!r}"
-            ) from None
-        content = message.get("content") or ""
-        content = _THINK_PREFIX.sub("", content)
-        for call in message.get("tool_calls") or ():
-            action = tool_call_action(call.get("function") or {}, self._tool_params)
+    def _reply(
+        self, response: httpx.Response, url: str, count: PromptCount, latency: float
+    ) -> ChatReply:
+        completion = parse_completion(self._json(response, url), url)
+        content = _THINK_PREFIX.sub("", completion.content)
+        for call in completion.tool_calls:
+            function = {"name": call.name, "arguments": call.arguments}
+            action = tool_call_action(function, self._tool_params)
             content = (
                 f"{content.rstrip()}\nAction: {action}" if content.strip() else f"Action: {action}"
             )
-        usage = body.get("usage") or {}
-        prompt_tokens = usage.get("prompt_tokens")
-        if isinstance(prompt_tokens, int):
-            self._calibration.append(prompt_tokens - own_count)
+        prompt_tokens = completion.prompt_tokens
+        if prompt_tokens is not None:
+            self._counts.append((count.tokens, prompt_tokens))
+            if not count.exact:
+                self._local_underrun.append(prompt_tokens - count.tokens)
         else:
-            prompt_tokens = own_count
-        completion_tokens = usage.get("completion_tokens")
-        if not isinstance(completion_tokens, int):
+            prompt_tokens = count.tokens
+        completion_tokens = completion.completion_tokens
+        if completion_tokens is None:
             completion_tokens = self._local_count([{"role": "assistant", "content": content}])
-        finish_reason = str(choice.get("finish_reason") or "stop")
+        finish_reason = completion.finish_reason or "stop"
         if finish_reason == "tool_calls":
             finish_reason = "stop"
         return ChatReply(
@@ -587,38 +936,5 @@ class OpenAIBackend:
             completion_tokens=completion_tokens,
             finish_reason=finish_reason,
             latency_s=latency,
+            counted_prompt_tokens=count.tokens,
         )
-
-    async def check_server(self) -> list[dict[str, Any]]:
-        """Ask every replica for its models; raise `BackendRequestError` when the model is missing.
-
-        Returns one entry per replica: ``{"url", "models", "max_model_len"}``. Call it once before
-        a run to fail fast on a wrong URL or model name.
-        """
-        found: list[dict[str, Any]] = []
-        for replica in self.replicas:
-            try:
-                response = await self._client().get(replica["models"])
-            except httpx.HTTPError as failure:
-                raise BackendUnavailable(
-                    f"{replica['models']}: {type(failure).__name__}: {failure}"
-                ) from None
-            if response.status_code != 200:
-                raise BackendRequestError(
-                    f"{replica['models']}: HTTP {response.status_code}: "
-                    f"{_error_message(response)[:300]}",
-                    response.status_code,
-                )
-            cards = response.json().get("data", [])
-            ids = [card.get("id") for card in cards]
-            if self.model not in ids:
-                raise BackendRequestError(
-                    f"{replica['models']} serves {', '.join(map(str, ids)) or 'no model'}, "
-                    f"not {self.model!r}; pass the served model name"
-                )
-            card = cards[ids.index(self.model)]
-            max_len = card.get("max_model_len")
-            if isinstance(max_len, int):
-                self._note_max_model_len(max_len)
-            found.append({"url": replica["chat"], "models": ids, "max_model_len": max_len})
-        return found

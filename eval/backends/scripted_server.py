@@ -14,23 +14,37 @@ Endpoints (the subset of vLLM's server the harness uses):
 
 Prompt length. The prompt is the ChatML rendering of the messages (hermes-style tool calls, like
 Qwen's template) counted with an `arc_ref` tokenizer (``o200k_base`` by default). With
-``max_model_len`` L: a prompt of L tokens or more is refused with HTTP 400 and vLLM's recent error
-text ("This model's maximum context length is L tokens. However, you requested ..."); otherwise
-``max_tokens`` is clamped to L - prompt like recent vLLM does, and a reply cut at the cap ends
-with ``finish_reason: "length"``. ``reject_long_completion=True`` instead refuses
-prompt + max_tokens > L, as vLLM up to about v0.10 did.
+``max_model_len`` L and a prompt of N tokens, it answers as vLLM >= 0.32 does (the texts of
+`arc_eval.backends.overflow`): N > L is refused with HTTP 400 ("This model's maximum context length
+is L tokens. However, your prompt contains N input tokens, which exceeds this limit even without
+any output tokens. ..."), N == L with "max_tokens must be at least 1, got 0.", and below that
+``max_tokens`` is clamped to L - N; a reply cut at the cap ends with ``finish_reason: "length"``.
+``reject_long_completion=True`` answers as vLLM 0.22-0.31: N + max_tokens > L is refused ("...
+However, you requested M output tokens and your prompt contains N input tokens, for a total of
+N+M tokens. ...").
+
+Answering like a misconfigured vLLM (so a new user's mistakes can be tried without a GPU):
+``api_key`` refuses every /v1 request without ``Authorization: Bearer KEY`` with 401
+``{"error": "Unauthorized"}`` (vLLM's `--api-key`; /tokenize and /health stay open, as in vLLM);
+``auto_tool_choice=False`` refuses tool calling with vLLM's 400 '"auto" tool choice requires
+--enable-auto-tool-choice and --tool-call-parser to be set'; ``overflow_every_request`` refuses
+every chat request as too long, whatever its length (a server whose real window is far smaller
+than it reports); ``never_answer`` accepts chat requests and never answers them (a hung engine:
+/v1/models, /tokenize and /health still answer). A wrong model name gets vLLM's 404 "The model
+`X` does not exist." in every mode.
 
 Concurrency. Up to ``concurrency`` requests are processed at once (an `asyncio.Semaphore`);
 ``latency_ms`` adds an artificial service time inside that window so the batching of concurrent
 clients is observable; `/stats` reports the largest number of requests seen in that window at once.
 
-Why a small asyncio HTTP/1.1 server instead of aiohttp: it needs no dependency beyond the standard
-library, it is about 100 lines, and the harness only needs JSON over keep-alive HTTP/1.1 with
-Content-Length bodies (what httpx and curl send). The policy runs on the event loop, so it must be
-quick; the artificial latency is an `asyncio.sleep`.
+HTTP. The endpoints are a Starlette application served by uvicorn (the ASGI server vLLM itself
+runs on), started inside the caller's event loop so tests and benches can run it in a thread
+(`serve_in_thread`). The policy runs on the event loop, so it must be quick; the artificial
+latency is an `asyncio.sleep`.
 
 Fault injection for tests: ``faults`` is a list consumed by successive chat requests; an int is
-answered with that HTTP status, ``"drop"`` closes the connection without an answer.
+answered with that HTTP status, ``"drop"`` closes the connection without a complete answer (the
+ASGI rule: an application that fails after starting its response has the connection closed).
 """
 
 from __future__ import annotations
@@ -40,14 +54,23 @@ import asyncio
 import contextlib
 import importlib
 import json
+import logging
 import signal
+import socket
 import sys
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Awaitable, Callable, Generator, Iterator, Mapping, Sequence
 
+import uvicorn
 from attrs import define
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from arc_eval.backends.openai_backend import (
     action_to_tool_call,
@@ -56,6 +79,7 @@ from arc_eval.backends.openai_backend import (
     tool_call_action,
     tool_names,
 )
+from arc_eval.arguments import port_number
 from arc_eval.types import ROLES, Message
 
 Policy = Callable[[Sequence[Message]], str]
@@ -63,18 +87,29 @@ Policy = Callable[[Sequence[Message]], str]
 DEFAULT_POLICY = "arc_eval.agent.scripted:ScriptedPolicy"
 MAX_BODY_BYTES = 256 * 1024 * 1024
 _DROP = object()
-_REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    411: "Length Required",
-    413: "Payload Too Large",
-    429: "Too Many Requests",
-    500: "Internal Server Error",
-    502: "Bad Gateway",
-    503: "Service Unavailable",
-}
+KEEP_ALIVE_S = 5  # uvicorn's default idle keep-alive, which vLLM keeps
+
+
+class InjectedDrop(Exception):
+    """Raised after the response has started, so that uvicorn closes the connection mid-answer."""
+
+
+class _QuietInjectedDrops(logging.Filter):
+    """Keeps uvicorn's log free of the tracebacks of drops injected on purpose (other errors stay)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], InjectedDrop))
+
+
+logging.getLogger("uvicorn.error").addFilter(_QuietInjectedDrops())
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """uvicorn's server without its own signal handling: whoever embeds it decides when it stops."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
 
 
 @define
@@ -88,6 +123,8 @@ class ServerStats:
     overflows: int = 0
     clamped: int = 0
     faults_injected: int = 0
+    unauthorized: int = 0
+    stalled: int = 0
     in_flight: int = 0
     max_in_flight: int = 0
 
@@ -100,6 +137,8 @@ class ServerStats:
             "overflows": self.overflows,
             "clamped": self.clamped,
             "faults_injected": self.faults_injected,
+            "unauthorized": self.unauthorized,
+            "stalled": self.stalled,
             "in_flight": self.in_flight,
             "max_in_flight": self.max_in_flight,
         }
@@ -112,15 +151,65 @@ def _error(
     return status, {"error": {"message": message, "type": kind, "param": param, "code": status}}
 
 
+def _json(status: int, payload: Mapping[str, Any] | None) -> Response:
+    """A JSON response (an empty body when `payload` is None)."""
+    if payload is None:
+        return Response(status_code=status)
+    return JSONResponse(payload, status_code=status)
+
+
+class _DroppedResponse(Response):
+    """Starts a response that promises a body, then fails: uvicorn closes the connection."""
+
+    def __init__(self) -> None:
+        super().__init__(status_code=200)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", b"64")],
+            }
+        )
+        raise InjectedDrop("an injected dropped connection")
+
+
+def _reported_prompt(prompt_tokens: int, max_input_tokens: int) -> tuple[str, int]:
+    """vLLM tokenizes at most max_input + 1 tokens, so a longer prompt is said to hold "at least"
+    that many (`TokenizeParams.get_encode_kwargs` / `_token_len_check`)."""
+    if prompt_tokens > max_input_tokens + 1:
+        return "at least ", max_input_tokens + 1
+    return "", prompt_tokens
+
+
 def overflow_message(max_model_len: int, max_tokens: int, prompt_tokens: int) -> str:
-    """vLLM's recent wording for a request that does not fit (renderer length check)."""
+    """vLLM 0.22-0.31's refusal of prompt + max_tokens > max_model_len (renderer length check)."""
+    qualifier, shown = _reported_prompt(prompt_tokens, max_model_len - max_tokens)
     return (
         f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-        f"{max_tokens} output tokens and your prompt contains at least {prompt_tokens} input "
-        f"tokens, for a total of at least {prompt_tokens + max_tokens} tokens. Please reduce the "
+        f"{max_tokens} output tokens and your prompt contains {qualifier}{shown} input "
+        f"tokens, for a total of {qualifier}{shown + max_tokens} tokens. Please reduce the "
         "length of the input prompt or the number of requested output tokens. "
-        f"(parameter=input_tokens, value={prompt_tokens})"
+        f"(parameter=input_tokens, value={shown})"
     )
+
+
+def prompt_overflow_message(max_model_len: int, prompt_tokens: int) -> str:
+    """vLLM >= 0.32's refusal of a prompt longer than max_model_len (it clamps max_tokens below)."""
+    qualifier, shown = _reported_prompt(prompt_tokens, max_model_len)
+    return (
+        f"This model's maximum context length is {max_model_len} tokens. However, your prompt "
+        f"contains {qualifier}{shown} input tokens, which exceeds this limit even without any "
+        "output tokens. Please reduce the length of the input prompt. "
+        f"(parameter=input_tokens, value={shown})"
+    )
+
+
+NO_ROOM_MESSAGE = "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)"
+TOOL_CHOICE_MESSAGE = (
+    '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+)
 
 
 class ScriptedServer:
@@ -138,6 +227,10 @@ class ScriptedServer:
         chat_format: str = "chatml",
         reject_long_completion: bool = False,
         faults: Sequence[int | str] = (),
+        api_key: str | None = None,
+        auto_tool_choice: bool = True,
+        overflow_every_request: bool = False,
+        never_answer: bool = False,
     ) -> None:
         from arc_ref.chat import get_chat_format
         from arc_ref.tokenizers import get_tokenizer
@@ -160,22 +253,58 @@ class ScriptedServer:
         self.model_name = model_name
         self.chat_format = chat_format
         self.reject_long_completion = reject_long_completion
+        self.api_key = api_key or None
+        self.auto_tool_choice = auto_tool_choice
+        self.overflow_every_request = overflow_every_request
+        self.never_answer = never_answer
         self.stats = ServerStats()
+        self._stopping: asyncio.Event | None = None
         self._faults: deque[int | str] = deque(faults)
         self._semaphore: asyncio.Semaphore | None = None
-        self._server: asyncio.AbstractServer | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        self._server: _EmbeddedServer | None = None
+        self._serving: asyncio.Task[None] | None = None
         self.host: str | None = None
         self.port: int | None = None
+        self.app = self._asgi_app()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
-        """Listen on (host, port); port 0 picks a free one. Returns the bound address."""
+        """Listen on (host, port); port 0 picks a free one. Returns the bound address.
+
+        The socket is bound here (an address in use raises `OSError`), then handed to uvicorn.
+        """
         self._semaphore = asyncio.Semaphore(self.concurrency)
-        self._server = await asyncio.start_server(self._connection, host, port)
-        bound = self._server.sockets[0].getsockname()
-        self.host, self.port = host, int(bound[1])
+        self._stopping = asyncio.Event()
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        # IPPROTO_TCP named explicitly: asyncio sets TCP_NODELAY only on sockets that say so, and
+        # without it Nagle's algorithm adds ~40 ms to every small answer.
+        listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((host, port))
+        except OSError:
+            listener.close()
+            raise
+        listener.set_inheritable(True)
+        config = uvicorn.Config(
+            self.app,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            ws="none",
+            timeout_keep_alive=KEEP_ALIVE_S,
+            timeout_graceful_shutdown=5,
+        )
+        server = _EmbeddedServer(config)
+        self._serving = asyncio.create_task(server.serve(sockets=[listener]))
+        while not server.started:
+            if self._serving.done():
+                self._serving.result()  # raises what stopped it
+                raise RuntimeError("the HTTP server stopped while starting")
+            await asyncio.sleep(0.005)
+        self._server = server
+        self.host, self.port = host, int(listener.getsockname()[1])
         return self.host, self.port
 
     @property
@@ -185,13 +314,13 @@ class ScriptedServer:
         return f"http://{self.host}:{self.port}/v1"
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            for task in list(self._connections):
-                task.cancel()
-            await asyncio.gather(*self._connections, return_exceptions=True)
-            await self._server.wait_closed()
+        if self._stopping is not None:
+            self._stopping.set()  # requests held by never_answer end now
+        if self._server is not None and self._serving is not None:
+            self._server.should_exit = True
+            await self._serving
             self._server = None
+            self._serving = None
 
     def inject_faults(self, faults: Sequence[int | str]) -> None:
         """Queue faults for the next chat requests (see the module docstring)."""
@@ -199,108 +328,66 @@ class ScriptedServer:
 
     # -- HTTP -----------------------------------------------------------------------------------
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._connections.add(task)
-        try:
-            while True:
-                request_line = await reader.readline()
-                if not request_line.strip():
-                    break
-                parts = request_line.decode("latin-1").split()
-                if len(parts) != 3:
-                    await self._respond(
-                        writer, *_error(400, "malformed request line", "BadRequestError"), False
-                    )
-                    break
-                method, target, version = parts
-                headers: dict[str, str] = {}
-                while True:
-                    line = await reader.readline()
-                    if line in (b"\r\n", b"\n", b""):
-                        break
-                    name, _, value = line.decode("latin-1").partition(":")
-                    headers[name.strip().lower()] = value.strip()
-                keep_alive = (
-                    version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
-                )
-                if "chunked" in headers.get("transfer-encoding", "").lower():
-                    await self._respond(
-                        writer, *_error(411, "send a Content-Length body", "BadRequestError"), False
-                    )
-                    break
-                try:
-                    length = int(headers.get("content-length", "0") or "0")
-                except ValueError:
-                    length = -1
-                if not 0 <= length <= MAX_BODY_BYTES:
-                    await self._respond(
-                        writer,
-                        *_error(413, "bad or too large Content-Length", "BadRequestError"),
-                        False,
-                    )
-                    break
-                body = await reader.readexactly(length) if length else b""
+    def _asgi_app(self) -> ASGIApp:
+        """The Starlette routes, wrapped so that every request (routed or not) is counted."""
+        routes = [
+            Route("/v1/chat/completions", self._endpoint(self._chat), methods=["POST"]),
+            Route("/tokenize", self._endpoint(self._tokenize), methods=["POST"]),
+            Route("/v1/models", self._endpoint(self._models), methods=["GET"]),
+            Route("/health", self._endpoint(self._health), methods=["GET"]),
+            Route("/stats", self._endpoint(self._stats), methods=["GET"]),
+        ]
+        starlette = Starlette(
+            routes=routes,
+            exception_handlers={HTTPException: self._http_error},
+        )
+
+        async def counted(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] == "http":
                 self.stats.requests += 1
-                result = await self.handle(method, target.split("?", 1)[0], body)
-                if result is None:
-                    break  # an injected dropped connection: close without answering
-                await self._respond(writer, result[0], result[1], keep_alive)
-                if not keep_alive:
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
-            pass
-        finally:
-            writer.close()
-            try:
-                with contextlib.suppress(ConnectionError, OSError):
-                    await writer.wait_closed()
-            finally:
-                # Leave the set last, so `stop` still cancels a task that is closing its socket.
-                if task is not None:
-                    self._connections.discard(task)
+                if self.api_key is not None and str(scope["path"]).startswith("/v1"):
+                    # vLLM's AuthenticationMiddleware: a bearer token on every /v1 path
+                    given = Request(scope).headers.get("authorization", "")
+                    if given != f"Bearer {self.api_key}":
+                        self.stats.unauthorized += 1
+                        refusal = JSONResponse({"error": "Unauthorized"}, status_code=401)
+                        await refusal(scope, receive, send)
+                        return
+            await starlette(scope, receive, send)
+
+        return counted
 
     @staticmethod
-    async def _respond(
-        writer: asyncio.StreamWriter,
-        status: int,
-        payload: Mapping[str, Any] | None,
-        keep_alive: bool,
-    ) -> None:
-        data = b"" if payload is None else json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        head = (
-            f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
-            "content-type: application/json\r\n"
-            f"content-length: {len(data)}\r\n"
-            f"connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
-        )
-        writer.write(head.encode("latin-1") + data)
-        await writer.drain()
+    async def _http_error(request: Request, failure: Exception) -> Response:
+        """Routing errors (404, 405) as OpenAI error objects, like every other error here."""
+        assert isinstance(failure, HTTPException)
+        status = failure.status_code
+        if status == 404:
+            return _json(*_error(404, f"no route {request.url.path}", "NotFoundError"))
+        if status == 405:
+            return _json(*_error(405, f"{request.url.path} does not accept {request.method}",
+                                 "MethodNotAllowed"))
+        return _json(*_error(status, str(failure.detail), "BadRequestError"))
 
-    async def handle(
-        self, method: str, path: str, body: bytes
-    ) -> tuple[int, dict[str, Any] | None] | None:
-        """Route one request: (status, JSON body or None), or None to drop the connection."""
-        routes: dict[str, tuple[str, Callable[[bytes], Any]]] = {
-            "/v1/chat/completions": ("POST", self._chat),
-            "/tokenize": ("POST", self._tokenize),
-            "/v1/models": ("GET", self._models),
-            "/health": ("GET", self._health),
-            "/stats": ("GET", self._stats),
-        }
-        route = routes.get(path.rstrip("/") or "/")
-        if route is None:
-            return _error(404, f"no route {path}", "NotFoundError")
-        if method != route[0]:
-            return _error(405, f"{path} accepts {route[0]} only", "MethodNotAllowed")
-        result = route[1](body)
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result is _DROP:
-            return None
-        status, payload = result
-        return int(status), payload
+    def _endpoint(
+        self, handler: Callable[[bytes], Any]
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """A Starlette endpoint around ``handler(body) -> (status, JSON or None) | _DROP``."""
+
+        async def endpoint(request: Request) -> Response:
+            declared = request.headers.get("content-length")
+            if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
+                return _json(*_error(413, "bad or too large Content-Length", "BadRequestError"))
+            body = await request.body()
+            result = handler(body)
+            if asyncio.iscoroutine(result):
+                result = await result
+            if result is _DROP:
+                return _DroppedResponse()
+            status, payload = result
+            return _json(int(status), payload)
+
+        return endpoint
 
     # -- endpoints ------------------------------------------------------------------------------
 
@@ -390,6 +477,9 @@ class ScriptedServer:
         if isinstance(messages, tuple):
             return messages
         tools = request.get("tools") or None
+        tool_choice = request.get("tool_choice")
+        if tools and not self.auto_tool_choice and tool_choice in (None, "auto"):
+            return _error(400, TOOL_CHOICE_MESSAGE, "BadRequestError")
         prompt_tokens = len(self.count_messages(messages, tools))
         requested = request.get("max_tokens")
         if requested is None:
@@ -401,18 +491,16 @@ class ScriptedServer:
                 "BadRequestError",
                 "max_tokens",
             )
-        room = self.max_model_len - prompt_tokens
-        too_long = room < 1 or (
-            self.reject_long_completion and requested is not None and requested > room
-        )
-        if too_long:
+        refusal = self._length_refusal(prompt_tokens, requested)
+        if refusal is not None:
             self.stats.overflows += 1
-            return _error(
-                400,
-                overflow_message(self.max_model_len, requested or 0, prompt_tokens),
-                "BadRequestError",
-                "input_tokens",
-            )
+            return _error(400, refusal[0], "BadRequestError", refusal[1])
+        if self.never_answer:
+            self.stats.stalled += 1
+            assert self._stopping is not None
+            await self._stopping.wait()
+            return _error(503, "the server is shutting down", "ServiceUnavailableError")
+        room = self.max_model_len - prompt_tokens
         cap = room if requested is None else min(requested, room)
         if requested is not None and requested > room:
             self.stats.clamped += 1
@@ -430,6 +518,21 @@ class ScriptedServer:
             finally:
                 self.stats.in_flight -= 1
         return 200, self._completion(reply, cap, prompt_tokens, tools)
+
+    def _length_refusal(self, prompt_tokens: int, requested: int | None) -> tuple[str, str] | None:
+        """(vLLM's message, its parameter) when the request does not fit; None when it does."""
+        limit = self.max_model_len
+        if self.overflow_every_request:
+            return prompt_overflow_message(limit, prompt_tokens), "input_tokens"
+        if self.reject_long_completion:  # vLLM 0.22-0.31: max_input_tokens = L - max_tokens
+            asked = requested or 0
+            if prompt_tokens + asked > limit:
+                return overflow_message(limit, asked, prompt_tokens), "input_tokens"
+        elif prompt_tokens > limit:  # vLLM >= 0.32: max_input_tokens = L
+            return prompt_overflow_message(limit, prompt_tokens), "input_tokens"
+        if prompt_tokens >= limit:  # get_max_tokens leaves 0, which SamplingParams refuses
+            return NO_ROOM_MESSAGE, "max_tokens"
+        return None
 
     @staticmethod
     def _policy_messages(
@@ -584,7 +687,7 @@ def _parser() -> argparse.ArgumentParser:
         "answers over-long prompts the way vLLM does.",
     )
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=port_number, default=8000, help="0 to 65535 (0: any free port)")
     parser.add_argument(
         "--max-model-len", type=int, default=16384, help="context window L (tokens)"
     )
@@ -598,13 +701,26 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--latency-ms", type=float, default=0.0, help="artificial service time per request"
     )
-    parser.add_argument("--model-name", default="scripted", help="the served model name")
+    parser.add_argument("--model-name", "--served-model-name", default="scripted",
+                        help="the served model name")
     parser.add_argument("--policy", default=DEFAULT_POLICY, help="module:attribute of the policy")
     parser.add_argument(
         "--reject-long-completion",
         action="store_true",
-        help="refuse prompt + max_tokens > max-model-len (vLLM <= 0.10) instead of clamping",
+        help="refuse prompt + max_tokens > max-model-len (vLLM <= 0.31) instead of clamping",
     )
+    faults = parser.add_argument_group(
+        "answering like a misconfigured vLLM (to try a run's failures without a GPU)"
+    )
+    faults.add_argument("--api-key", default=None,
+                        help="require this bearer key on /v1 paths (401 otherwise), like vllm --api-key")
+    faults.add_argument("--no-auto-tool-choice", dest="auto_tool_choice", action="store_false",
+                        help="refuse tool_choice=auto like a vLLM started without "
+                        "--enable-auto-tool-choice")
+    faults.add_argument("--overflow-every-request", action="store_true",
+                        help="refuse every chat request as too long, whatever its length")
+    faults.add_argument("--never-answer", action="store_true",
+                        help="accept chat requests and never answer them (a hung engine)")
     parser.add_argument(
         "--inject-faults", default="", help="e.g. 503,drop,500: answers of the first chat requests"
     )
@@ -612,8 +728,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def serve_main(argv: list[str]) -> int:
-    """`arc-eval serve-scripted`: serves until SIGINT/SIGTERM; returns the exit code."""
-    args = _parser().parse_args(argv)
+    """`arc-eval serve-scripted`: serves until SIGINT/SIGTERM; returns the exit code (2: bad arguments)."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as done:  # --help, or a usage error argparse has already printed
+        return done.code if isinstance(done.code, int) else 2
     try:
         faults = _parse_faults(args.inject_faults)
         policy = load_policy(args.policy)
@@ -627,6 +746,10 @@ def serve_main(argv: list[str]) -> int:
             chat_format=args.chat_format,
             reject_long_completion=args.reject_long_completion,
             faults=faults,
+            api_key=args.api_key,
+            auto_tool_choice=args.auto_tool_choice,
+            overflow_every_request=args.overflow_every_request,
+            never_answer=args.never_answer,
         )
     except Exception as failure:
         print(f"arc-eval serve-scripted: {failure}", file=sys.stderr)
@@ -640,9 +763,22 @@ def serve_main(argv: list[str]) -> int:
             raise SystemExit(
                 f"arc-eval serve-scripted: cannot listen on {args.host}:{args.port}: {reason}"
             ) from None
+        modes = [
+            label
+            for label, on in (
+                ("api key required", app.api_key is not None),
+                ("tool choice refused", not app.auto_tool_choice),
+                ("every request overflows", app.overflow_every_request),
+                ("never answers chat", app.never_answer),
+                ("refuses prompt + max_tokens > max model len", app.reject_long_completion),
+            )
+            if on
+        ]
         print(
             f"serve-scripted: {app.base_url} (model {app.model_name}, max model len "
-            f"{app.max_model_len}, concurrency {app.concurrency}); Ctrl-C stops",
+            f"{app.max_model_len}, concurrency {app.concurrency}"
+            + "".join(f"; {mode}" for mode in modes)
+            + "); Ctrl-C stops",
             flush=True,
         )
         stop = asyncio.Event()

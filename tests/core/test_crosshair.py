@@ -1,6 +1,7 @@
 """CrossHair on the contracted arithmetic (no counterexample) and on the broken variants (each caught).
 
-Runs `crosshair check` under a time bound, as `python -m proofs_check` does; part of the CI test command.
+Runs `crosshair check` under a time bound, as `python -m proofs_check` does. Marked `slow`: the default test
+run leaves it out, CI runs it (`pytest -m slow`, see .ci/run).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from proofs_check.__main__ import crosshair_check
 from proofs_check.broken_contracts import BROKEN, CONTRACTED
 
 pytest.importorskip("crosshair")
+
+pytestmark = pytest.mark.slow
 
 PER_CONDITION_SECONDS = 4.0
 RUN_BUDGET_SECONDS = 600.0

@@ -12,6 +12,7 @@ import sys
 import time
 
 from arc_eval.records import RunWriter
+from arc_eval.schema import CallRecord, TaskRecord
 
 METHODS = ("arc", "full_context")
 
@@ -32,7 +33,7 @@ def manifest(tasks: int) -> dict[str, object]:
     }
 
 
-def records(method: str, index: int) -> tuple[list[dict[str, object]], dict[str, object]]:
+def records(method: str, index: int) -> tuple[list[CallRecord], TaskRecord]:
     task_id = f"nih-s42-{index:04d}"
     base = {
         "variant": "",
@@ -44,7 +45,7 @@ def records(method: str, index: int) -> tuple[list[dict[str, object]], dict[str,
     }
     n_calls = 1 + (index * 7 + len(method)) % 6
     calls = [
-        dict(
+        CallRecord.from_json(dict(
             base,
             call_index=k,
             purpose="agent",
@@ -58,10 +59,10 @@ def records(method: str, index: int) -> tuple[list[dict[str, object]], dict[str,
             action="x" * 2000,
             submission=None,
             reexecution=False,
-        )
+        ))
         for k in range(1, n_calls + 1)
     ]
-    task = dict(
+    task = TaskRecord.from_json(dict(
         base,
         submitted=True,
         no_answer=False,
@@ -73,7 +74,7 @@ def records(method: str, index: int) -> tuple[list[dict[str, object]], dict[str,
         steps=n_calls,
         reexecutions=0,
         meta={"pid": os.getpid()},
-    )
+    ))
     return calls, task
 
 

@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any, Sequence
 
+import attrs
 import pytest
 
 from arc_eval.loop import DECLINED_MESSAGE, run_task
 from arc_eval.methods import make_method
 from arc_eval.methods.base import AuxCaller, Intercepted, MethodEvents, MethodSettings
-from arc_eval.types import BackendUnavailable, ChatRequest, Message, Observation, Task
+from arc_eval.records import RunWriter
+from arc_eval.types import (
+    BackendError,
+    BackendReplyError,
+    BackendRequestError,
+    BackendUnavailable,
+    ChatReply,
+    ChatRequest,
+    Message,
+    Observation,
+    Task,
+)
 
 from .helpers import FakeBackend, FakeSandbox, ScriptedReplies, exact_scorer, overflow, tiny_task
 
@@ -18,8 +31,13 @@ SETTINGS = MethodSettings(context_limit=4096, max_tokens=1024, tokenizer="bytes"
 CALL_KEYS = {
     "variant", "method", "model", "task_kind", "task_id", "seed", "call_index", "purpose", "prompt_tokens",
     "completion_tokens", "latency_s", "finish_reason", "overflow", "compactions", "recalls", "action",
-    "submission", "reexecution",
+    "submission", "reexecution", "counted_prompt_tokens",
 }
+WRITER_MANIFEST: dict[str, Any] = {
+    "command": ["test"], "task_kind": "nih", "methods": ["sliding_window"], "seeds": [42], "tasks_per_seed": 1,
+    "model": "fake", "backend": "scripted", "context_limit": 4096, "max_tokens": 1024, "variants": {"": {}},
+    "config": {},
+}  # fmt: skip
 TASK_KEYS = {
     "variant", "method", "model", "task_kind", "task_id", "seed", "submitted", "no_answer", "correct",
     "submission", "end", "error", "calls", "steps", "reexecutions", "meta",
@@ -42,7 +60,7 @@ def go(
         run_task(task or tiny_task(files=files), chosen, backend, settings=SETTINGS, max_steps=max_steps,
                  force_at_calls=force_at_calls, seed=42, variant="v", sandbox=sandbox, scorer=exact_scorer)
     )
-    return calls, outcome, backend, sandbox
+    return [call.to_json() for call in calls], outcome.to_json(), backend, sandbox
 
 
 def test_submission_ends_the_task_and_records_have_the_schema() -> None:
@@ -113,10 +131,11 @@ def test_reactive_compaction_then_retry() -> None:
 
     backend = FakeBackend(answer)
     files = {f"f{index}.txt": "z" * 400 for index in range(3)}
-    calls, outcome = asyncio.run(
+    records, result = asyncio.run(
         run_task(tiny_task(files=files), make_method("sliding_window", SETTINGS), backend, settings=SETTINGS,
                  max_steps=10, force_at_calls=(), seed=1, sandbox=FakeSandbox(files), scorer=exact_scorer)
     )
+    calls, outcome = [record.to_json() for record in records], result.to_json()
     overflowed = [call for call in calls if call["overflow"]]
     assert len(overflowed) == 1 and overflowed[0]["finish_reason"] == "overflow"
     assert overflowed[0]["prompt_tokens"] == 120 and overflowed[0]["completion_tokens"] == 0
@@ -131,12 +150,16 @@ def test_overflow_with_nothing_to_compact_is_no_answer() -> None:
     assert calls[-1]["overflow"] and outcome["steps"] == 1
 
 
-def test_backend_unavailable_propagates_and_crashes_are_recorded() -> None:
-    with pytest.raises(BackendUnavailable):
-        go([BackendUnavailable("server down after 6 retries")])
-    _, outcome, _, _ = go([RuntimeError("policy exploded")])
+def test_backend_errors_propagate_and_crashes_are_recorded() -> None:
+    for fault in (BackendUnavailable("server down after 6 retries"), BackendRequestError("HTTP 401"),
+                  BackendReplyError("`usage` must be an object")):
+        with pytest.raises(type(fault)):
+            go([fault])
+    calls, outcome, _, _ = go(["Action: ls", RuntimeError("policy exploded")])
     assert outcome["end"] == "error" and "RuntimeError: policy exploded" in outcome["error"]
     assert outcome["no_answer"]
+    # the call that raised is recorded as an error call: the task's count agrees with its records
+    assert outcome["calls"] == len(calls) == 2 and calls[1]["finish_reason"] == "error"
 
 
 class InterceptingMethod:
@@ -186,3 +209,45 @@ def test_max_steps_must_be_positive() -> None:
     with pytest.raises(ValueError):
         go(["Action: ls"], max_steps=0)
 
+
+
+class ServerRefused(BackendError):
+    """A backend failure other than BackendUnavailable (e.g. a 4xx that is not an overflow)."""
+
+
+def test_a_failed_call_is_recorded_so_calls_match_the_call_records(tmp_path: Path) -> None:
+    """A call that raises (not a backend error) ends the task as an error, and its records stay writable."""
+    records, result = asyncio.run(
+        run_task(tiny_task(), make_method("sliding_window", SETTINGS),
+                 FakeBackend(ScriptedReplies(["Action: cat a.txt", KeyError("choices")])),
+                 settings=SETTINGS, max_steps=5, force_at_calls=(), seed=42, sandbox=FakeSandbox({"a.txt": "a"}),
+                 scorer=exact_scorer)
+    )  # fmt: skip
+    assert result.end == "error" and "KeyError" in (result.error or "")
+    assert result.calls == len(records) == 2 and [call.call_index for call in records] == [1, 2]
+    assert (records[1].finish_reason, records[1].prompt_tokens, records[1].completion_tokens) == ("error", 0, 0)
+    with RunWriter(tmp_path / "run", WRITER_MANIFEST, resume=False) as writer:
+        writer.write_task(records, result)  # before: "says calls=2 and has 1 call records"
+    assert writer.finished() == {("", "sliding_window", 42, "t-1")}
+
+
+def test_every_backend_error_propagates_and_is_never_an_outcome() -> None:
+    with pytest.raises(ServerRefused):
+        go(["Action: cat a.txt", ServerRefused("404 The model `x` does not exist")])
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [({"finish_reason": "content_filter"}, "finish_reason 'content_filter'"),
+     ({"prompt_tokens": -1}, "prompt_tokens -1"), ({"completion_tokens": "3"}, "completion_tokens '3'")],
+)  # fmt: skip
+def test_a_reply_that_breaks_the_record_schema_is_a_backend_error(bad: dict[str, Any], message: str) -> None:
+    class OddBackend(FakeBackend):
+        async def complete(self, request: ChatRequest) -> ChatReply:
+            return attrs.evolve(await super().complete(request), **bad)
+
+    with pytest.raises(BackendReplyError, match=message):
+        asyncio.run(
+            run_task(tiny_task(), make_method("sliding_window", SETTINGS), OddBackend(ScriptedReplies(["Action: ls"])),
+                     settings=SETTINGS, max_steps=3, seed=1, sandbox=FakeSandbox({}), scorer=exact_scorer)
+        )  # fmt: skip

@@ -1,4 +1,4 @@
-"""RunWriter / RunReader: the schema of eval/RECORDS.md, resume, and a real SIGKILL crash test."""
+"""RunWriter / RunReader: records written through the schema, resume, and a real SIGKILL crash test."""
 
 from __future__ import annotations
 
@@ -11,18 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
-from arc_eval.records import (
-    CALL_FIELDS,
-    SCHEMA,
-    TASK_FIELDS,
-    RunReader,
-    RunRecordError,
-    RunWriter,
-    git_commit,
-    package_versions,
-)
+from arc_eval.records import RunReader, RunRecordError, RunWriter, git_commit, package_versions
+from arc_eval.schema import SCHEMA, CallRecord, RecordError, TaskRecord
 
 WORKER = Path(__file__).with_name("records_worker.py")
 REPO = Path(__file__).resolve().parents[2]
@@ -46,7 +39,7 @@ def manifest(**changes: Any) -> dict[str, Any]:
     return base
 
 
-def call(task_id: str, index: int, method: str = "arc") -> dict[str, Any]:
+def call_json(task_id: str, index: int, method: str = "arc") -> dict[str, Any]:
     return {
         "variant": "",
         "method": method,
@@ -66,10 +59,11 @@ def call(task_id: str, index: int, method: str = "arc") -> dict[str, Any]:
         "action": "ls",
         "submission": None,
         "reexecution": False,
+        "counted_prompt_tokens": 10,
     }
 
 
-def task(task_id: str, calls: int = 2, method: str = "arc") -> dict[str, Any]:
+def task_json(task_id: str, calls: int = 2, method: str = "arc") -> dict[str, Any]:
     return {
         "variant": "",
         "method": method,
@@ -88,6 +82,14 @@ def task(task_id: str, calls: int = 2, method: str = "arc") -> dict[str, Any]:
         "reexecutions": 0,
         "meta": {"noise_lines_per_side": 25},
     }
+
+
+def call(task_id: str, index: int, method: str = "arc", **changes: Any) -> CallRecord:
+    return CallRecord.from_json({**call_json(task_id, index, method), **changes})
+
+
+def task(task_id: str, calls: int = 2, method: str = "arc", **changes: Any) -> TaskRecord:
+    return TaskRecord.from_json({**task_json(task_id, calls, method), **changes})
 
 
 def write(writer: RunWriter, task_id: str, n: int = 2) -> None:
@@ -113,22 +115,39 @@ def test_fresh_run_writes_a_complete_manifest(tmp_path: Path) -> None:
     assert stored["git_commit"] == git_commit(REPO)
     assert [c["call_index"] for c in lines(run / "calls.jsonl")] == [1, 2]
     assert [t["task_id"] for t in lines(run / "tasks.jsonl")] == ["t1"]
-    assert set(lines(run / "calls.jsonl")[0]) == set(CALL_FIELDS)
-    assert set(lines(run / "tasks.jsonl")[0]) == set(TASK_FIELDS)
+    assert lines(run / "calls.jsonl")[0] == call_json("t1", 1)
+    assert lines(run / "tasks.jsonl")[0] == task_json("t1")
 
 
-def test_existing_run_needs_resume_and_the_same_command(tmp_path: Path) -> None:
+def test_existing_run_needs_resume_and_the_same_meaning(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    RunWriter(run, manifest(), resume=False).close()
+    RunWriter(run, manifest(config={"force_at_calls": [5, 10, 15], "base_urls": ["http://a:8000/v1"]}),
+              resume=False).close()
     with pytest.raises(RunRecordError, match="already holds a run.*--resume"):
         RunWriter(run, manifest(), resume=False)
-    with pytest.raises(RunRecordError, match="different run.*command"):
-        RunWriter(run, manifest(command=["arc-eval", "nih", "--tasks", "4"]), resume=True)
-    with pytest.raises(RunRecordError, match="config"):
-        RunWriter(run, manifest(config={"force_at_calls": [5]}), resume=True)
-    # adding --resume to the same command is the same run; tuples and lists compare equal
-    resumed = manifest(command=["arc-eval", "nih", "--tasks", "3", "--resume"], seeds=(42,))
+    with pytest.raises(RunRecordError, match=r"different run.*\n  tasks_per_seed: stored 3 != requested 4"):
+        RunWriter(run, manifest(tasks_per_seed=4), resume=True)
+    with pytest.raises(RunRecordError, match=r"config.force_at_calls: stored \[5, 10, 15\] != requested \[5\]"):
+        RunWriter(run, manifest(config={"force_at_calls": [5], "base_urls": []}), resume=True)
+    # the command line, the server's address, tuples for lists: the same run
+    resumed = manifest(command=["arc-eval", "nih", "--no-progress", "--tasks", "3", "--concurrency", "2"],
+                       seeds=(42,), config={"force_at_calls": (5, 10, 15), "base_urls": ["http://b:8001/v1"]})
     RunWriter(run, resumed, resume=True).close()
+    assert json.loads((run / "manifest.json").read_text())["command"] == ["arc-eval", "nih", "--tasks", "3"]
+
+
+def test_a_temporary_file_left_by_a_kill_is_cleaned_up(tmp_path: Path) -> None:
+    """A kill during the first manifest write leaves manifest.json.tmp (and the lock file) behind."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json.tmp").write_text('{"schema": "arc-eval-run/1", "comm')
+    (run / ".lock").write_text("")
+    with RunWriter(run, manifest(), resume=True) as writer:
+        write(writer, "t1")
+    assert sorted(path.name for path in run.iterdir()) == [".lock", "calls.jsonl", "manifest.json", "tasks.jsonl"]
+    (run / "tasks.jsonl.tmp").write_text("half a rewrite")  # a kill during a resume's repair
+    RunWriter(run, manifest(), resume=True).close()
+    assert not list(run.glob("*.tmp"))
 
 
 def test_non_run_directories_and_bad_manifests_are_refused(tmp_path: Path) -> None:
@@ -138,7 +157,7 @@ def test_non_run_directories_and_bad_manifests_are_refused(tmp_path: Path) -> No
         RunWriter(tmp_path / "busy", manifest(), resume=True)
     incomplete = manifest()
     del incomplete["methods"]
-    with pytest.raises(RunRecordError, match="lacks methods"):
+    with pytest.raises(RunRecordError, match="required field 'methods' is missing"):
         RunWriter(tmp_path / "fresh", incomplete, resume=False)
     with pytest.raises(RunRecordError, match="JSON-serializable"):
         RunWriter(tmp_path / "fresh2", manifest(config={"bad": object()}), resume=False)
@@ -156,23 +175,23 @@ def test_one_writer_per_directory(tmp_path: Path) -> None:
 
 def test_write_task_validates_records(tmp_path: Path) -> None:
     with RunWriter(tmp_path / "run", manifest(), resume=False) as writer:
-        bad_task = task("t1")
-        del bad_task["end"]
-        with pytest.raises(ValueError, match="lacks end"):
-            writer.write_task([], bad_task)
-        with pytest.raises(ValueError, match="differs from task key"):
+        with pytest.raises(RecordError, match="differs from task key"):
             writer.write_task([call("t2", 1)], task("t1", 1))
-        bad_call = call("t1", 1)
-        del bad_call["latency_s"]
-        with pytest.raises(ValueError, match="lacks latency_s"):
-            writer.write_task([bad_call], task("t1", 1))
-        with pytest.raises(ValueError):
-            writer.write_task([dict(call("t1", 1), latency_s=float("nan"))], task("t1", 1))
-        with pytest.raises(ValueError, match="record key"):
-            writer.write_task([], dict(task("t1"), seed="42"))
-        with pytest.raises(ValueError, match="must be exactly 1..calls"):
+        with pytest.raises(RecordError, match="not JSON"):
+            writer.write_task([attrs.evolve(call("t1", 1), latency_s=float("nan"))], task("t1", 1))
+        with pytest.raises(RecordError, match="'finish_reason' should be one of"):
+            writer.write_task([attrs.evolve(call("t1", 1), finish_reason="tool_calls")], task("t1", 1))
+        with pytest.raises(RecordError, match="'prompt_tokens' should be an integer >= 0"):
+            writer.write_task([attrs.evolve(call("t1", 1), prompt_tokens=-1)], task("t1", 1))
+        with pytest.raises(RecordError, match="negation of 'submitted'"):
+            writer.write_task([], attrs.evolve(task("t1", 0), no_answer=True))
+        with pytest.raises(RecordError, match="'seed' should be an integer"):
+            writer.write_task([], attrs.evolve(task("t1", 0), seed="42"))
+        with pytest.raises(RecordError, match="does not read back"):
+            writer.write_task([attrs.evolve(call("t1", 1), compactions=[])], task("t1", 1))  # a list, not a tuple
+        with pytest.raises(RecordError, match="must be exactly 1..calls"):
             writer.write_task([call("t1", 1)], task("t1", 2))
-        with pytest.raises(ValueError, match="must be exactly 1..calls"):
+        with pytest.raises(RecordError, match="must be exactly 1..calls"):
             writer.write_task([call("t1", 1), call("t1", 1)], task("t1", 2))
         write(writer, "t1")
         with pytest.raises(RunRecordError, match="already recorded"):
@@ -189,7 +208,7 @@ def test_resume_drops_torn_lines_and_calls_of_unfinished_tasks(tmp_path: Path) -
         write(writer, "t1")
         write(writer, "t2", 3)
     with (run / "calls.jsonl").open("a") as calls:  # t3 was interrupted after two calls ...
-        calls.write(json.dumps(call("t3", 1)) + "\n" + json.dumps(call("t3", 2)) + "\n")
+        calls.write(json.dumps(call_json("t3", 1)) + "\n" + json.dumps(call_json("t3", 2)) + "\n")
         calls.write('{"variant": "", "meth')  # ... in the middle of its third
     with (run / "tasks.jsonl").open("a") as tasks:
         tasks.write('{"variant": "", "method": "arc", "task_id": "t3"')
@@ -232,7 +251,7 @@ def test_a_damaged_middle_line_is_reported_not_guessed(tmp_path: Path) -> None:
         write(writer, "t2")
     data = (run / "tasks.jsonl").read_text().splitlines()
     (run / "tasks.jsonl").write_text("garbage\n" + data[1] + "\n")
-    with pytest.raises(RunRecordError, match="tasks.jsonl:1 is not a JSON record"):
+    with pytest.raises(RunRecordError, match="tasks.jsonl:1: not valid JSON.*damaged in the middle"):
         RunWriter(run, manifest(), resume=True)
 
 
@@ -241,12 +260,13 @@ def test_reader_skips_a_torn_tail_and_calls_of_unfinished_tasks(tmp_path: Path) 
     with RunWriter(run, manifest(), resume=False) as writer:
         write(writer, "t1")
     with (run / "calls.jsonl").open("a") as calls:
-        calls.write(json.dumps(call("t2", 1)) + "\n" + '{"torn')
+        calls.write(json.dumps(call_json("t2", 1)) + "\n" + '{"torn')
     reader = RunReader(run)
-    assert reader.manifest["schema"] == SCHEMA
-    assert [t["task_id"] for t in reader.tasks()] == ["t1"]
-    assert [c["task_id"] for c in reader.calls()] == ["t1", "t1"]
-    assert [c["task_id"] for c in reader.calls(finished_only=False)] == ["t1", "t1", "t2"]
+    assert reader.manifest.schema == SCHEMA
+    assert [t.task_id for t in reader.tasks()] == ["t1"]
+    assert [c.task_id for c in reader.calls()] == ["t1", "t1"]
+    assert [c.task_id for c in reader.calls(finished_only=False)] == ["t1", "t1", "t2"]
+    assert any("calls.jsonl:4: torn last line dropped" in note for note in reader.notes)
     with pytest.raises(RunRecordError, match="not a run directory"):
         RunReader(tmp_path)
 
@@ -317,3 +337,18 @@ def test_sigkill_in_the_middle_of_a_run_then_resume(tmp_path: Path, durability: 
         assert per_task[(record["method"], record["task_id"])] == list(
             range(1, record["calls"] + 1)
         )
+
+
+def test_a_garbled_last_line_before_a_torn_tail_is_torn_too(tmp_path: Path) -> None:
+    """A kill mid-write, then more appended to the partial line: both the glued line and the tail are torn."""
+    run = tmp_path / "run"
+    with RunWriter(run, manifest(), resume=False) as writer:
+        write(writer, "t1")
+    with (run / "calls.jsonl").open("a") as calls:
+        calls.write('{"variant": "", "meth' + json.dumps(call_json("t2", 1)) + "\n" + '{"torn')
+    reader = RunReader(run)
+    assert [c.task_id for c in reader.calls(finished_only=False)] == ["t1", "t1"]
+    assert sum("torn last line dropped" in note for note in reader.notes) == 2
+    with RunWriter(run, manifest(), resume=True) as writer:
+        assert writer.dropped_torn_lines == 2 and writer.finished() == {("", "arc", 42, "t1")}
+    assert [c["task_id"] for c in lines(run / "calls.jsonl")] == ["t1", "t1"]

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from arc_eval.cli import default_run_dir, main
-from arc_eval.runner import ABLATIONS, RunSpec, accuracy_table, run
+from arc_eval.cli import build_parser, default_run_dir, main, spec_from_args
+from arc_eval.runner import ABLATIONS, RunSpec, run
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO.parent / "shared" / "data" / "longbench_v2_hard_sample"
@@ -34,6 +34,15 @@ def lines(path: Path) -> list[dict[str, Any]]:
         (["nih", "--backend", "openai"], "--model"),
         (["nih", "--backend", "openai", "--model", "m"], "--base-url"),
         (["nih", "--base-url", "http://x"], "--base-url is for --backend openai"),
+        (["nih", "--backend", "openai", "--model", "m", "--base-url", "localhost:8000/v1"],
+         "argument --base-url: expected an http:// or https:// URL such as http://localhost:8000/v1, "
+         "got 'localhost:8000/v1'"),
+        (["nih", "--backend", "openai", "--model", "m", "--base-url", "ftp://host/v1"],
+         "expected an http:// or https:// URL"),
+        (["nih", "--backend", "openai", "--model", "m", "--base-url", "http://:8000/v1"], "the URL 'http://:8000/v1' names no host"),
+        (["nih", "--backend", "openai", "--model", "m", "--base-url", "http://host:99999/v1"],
+         "port 99999 is outside 0-65535"),
+        (["nih", "--seeds", "42", "42"], "--seeds lists 42 more than once"),
         (["nih", "--tool-calling"], "--tool-calling needs --backend openai"),
         (["nih", "--max-tokens", "20000"], "must be below --context-limit"),
         (["nih", "--tokenizer", "nonsense"], "unknown tokenizer"),
@@ -169,7 +178,7 @@ def test_an_unavailable_backend_stops_the_run_resumably(tmp_path: Path, monkeypa
             "--no-progress", "--concurrency", "1"]
     assert main(argv) == 3
     err = capsys.readouterr().err
-    assert "backend is unavailable" in err and "rerun the same command" in err
+    assert "the server is unavailable: 503" in err and "Rerun the same command" in err
     finished = lines(out / "tasks.jsonl")
     assert 0 < len(finished) < 10 and not any("503" in (task["error"] or "") for task in finished)
     monkeypatch.undo()
@@ -186,10 +195,55 @@ def test_resume_refuses_a_different_run(tmp_path: Path, capsys: pytest.CaptureFi
     assert main([*base, "--no-resume"]) == 2
 
 
-def test_default_run_directory_is_stable() -> None:
-    first = default_run_dir(["nih", "--tasks", "5"], "nih")
-    assert first == default_run_dir(["nih", "--tasks", "5", "--resume", "--no-progress"], "nih")
-    assert first != default_run_dir(["nih", "--tasks", "6"], "nih") and first.parent.name == "runs"
+def default_dir(argv: list[str]) -> Path:
+    args = build_parser().parse_args(argv)
+    spec = spec_from_args(args, argv)
+    assert spec.out == default_run_dir(spec)
+    return Path(spec.out)
+
+
+def test_default_run_directory_is_named_after_the_run() -> None:
+    first = default_dir(["nih", "--tasks", "5", "--seeds", "1", "2"])
+    assert first.parent.name == "runs" and first.name.startswith("nih-")
+    assert first == default_dir(["nih", "--seeds", "1", "2", "--no-progress", "--tasks", "5", "--resume"])
+    assert first == default_dir(["nih", "--concurrency", "3", "--seeds", "1", "2", "--tasks", "5"])
+    assert first == default_dir(["nih", "--tasks", "5", "--seeds", "1", "2", "--methods", "all"])
+    assert first != default_dir(["nih", "--tasks", "6", "--seeds", "1", "2"])
+    assert first != default_dir(["nih", "--tasks", "5", "--seeds", "2", "1"])  # seed order is the run's order
+
+
+def test_resume_forgives_what_does_not_change_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    first = ["nih", "--tasks", "3", "--seeds", "42", "--methods", "sliding_window", "--out", "run",
+             "--no-progress", "--concurrency", "2"]
+    assert main(first) == 0
+    finished = (tmp_path / "run" / "tasks.jsonl").read_text()
+    capsys.readouterr()
+    again = ["nih", "--methods", "sliding_window", "--out", str(tmp_path / "run"), "--seeds", "42", "--tasks", "3",
+             "--concurrency", "5"]  # absolute --out, another order, another concurrency, a progress bar
+    assert main(again) == 0
+    assert "resuming" in capsys.readouterr().err
+    assert (tmp_path / "run" / "tasks.jsonl").read_text() == finished  # nothing redone
+    assert main([*again[:-2], "--seeds", "43"]) == 2  # another seed is another run
+    assert "seeds: stored [42] != requested [43]" in capsys.readouterr().err
+
+
+def test_a_leftover_manifest_tmp_does_not_block_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "manifest.json.tmp").write_text('{"schema": "arc-ev')  # a kill during the first write
+    assert main(["nih", "--tasks", "1", "--seeds", "42", "--methods", "sliding_window", "--out", str(out),
+                 "--no-progress"]) == 0, capsys.readouterr().err
+    assert not (out / "manifest.json.tmp").exists() and len(lines(out / "tasks.jsonl")) == 1
+
+
+def test_a_repeated_seed_is_refused_before_anything_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    assert main(["nih", "--tasks", "1", "--seeds", "42", "7", "42", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "--seeds lists 42 more than once" in err and "Traceback" not in err
+    assert not out.exists()
 
 
 def test_ablation_runs_every_variant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -253,16 +307,6 @@ def test_tool_calling_offers_the_recall_tools_to_arc_only(tmp_path: Path) -> Non
     assert other.tools is None
 
 
-def test_accuracy_table_layout() -> None:
-    rows = [{"variant": "", "method": method, "correct": correct, "no_answer": not correct, "reexecutions": 0}
-            for method, correct in [("arc", True), ("arc", True), ("sliding_window", False), ("sliding_window", True)]]
-    table = accuracy_table(rows).splitlines()
-    assert table[0].split() == ["variant", "method", "pass/attempts", "no-answer", "accuracy", "re-executions"]
-    assert table[2].split() == ["-", "sliding_window", "1/2", "1", "50.00%", "0"]
-    assert table[3].split() == ["-", "arc", "2/2", "0", "100.00%", "0"]
-    assert accuracy_table([]) == "no finished task in this run"
-
-
 def test_report_and_serve_scripted_are_dispatched(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("arc_eval.analysis.cli")
     out = tmp_path / "run"
@@ -273,3 +317,70 @@ def test_report_and_serve_scripted_are_dispatched(tmp_path: Path, capsys: pytest
     assert "sliding_window" in capsys.readouterr().out
     assert main(["report", str(tmp_path / "missing")]) != 0
     assert main(["serve-scripted", "--help"]) == 0
+
+
+def test_bench_prints_its_figures(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--only", "throughput", "--only", "overhead", "--tasks", "1", "--overhead-tasks", "1",
+                 "--methods", "sliding_window"]) == 0
+    out = capsys.readouterr().out
+    assert "throughput: scripted NIH, 1 tasks x 1 methods x 1 seed" in out and "0/1" in out
+    assert "harness overhead per call" in out and "sliding_window" in out.splitlines()[-1]
+
+
+def _failing_backend_after(calls: int, failure: Exception) -> Any:
+    from arc_eval.agent.scripted import ScriptedBackend
+    from arc_eval.types import ChatReply, ChatRequest
+
+    class FailingAfter(ScriptedBackend):
+        """The embedded backend, until it fails at the given call."""
+
+        async def complete(self, request: ChatRequest) -> ChatReply:
+            if self.calls >= calls:
+                raise failure
+            return await super().complete(request)
+
+    return FailingAfter()
+
+
+def test_a_backend_error_stops_the_run_and_the_task_in_flight_is_redone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Any BackendError (here a refused request) stops the run with status 3; nothing of the task is kept."""
+    import arc_eval.runner
+    from arc_eval.types import BackendError
+
+    refused = BackendError("401 Unauthorized: the server wants --api-key")
+    monkeypatch.setattr(arc_eval.runner, "make_backend", lambda spec, method=None: _failing_backend_after(50, refused))
+    out = tmp_path / "run"
+    argv = ["nih", "--tasks", "10", "--seeds", "42", "--methods", "sliding_window", "--out", str(out),
+            "--no-progress", "--concurrency", "1"]
+    assert main(argv) == 3
+    err = capsys.readouterr().err
+    assert "401 Unauthorized: the server wants --api-key" in err and "Traceback" not in err
+    assert "rerun the same command" in err.lower()
+    finished = lines(out / "tasks.jsonl")
+    assert 0 < len(finished) < 10 and not any("401" in (task["error"] or "") for task in finished)
+    assert {call["task_id"] for call in lines(out / "calls.jsonl")} == {task["task_id"] for task in finished}
+    monkeypatch.undo()
+    assert main(argv) == 0  # the same command resumes: the task in flight is redone, nothing twice
+    tasks = lines(out / "tasks.jsonl")
+    assert tasks[: len(finished)] == finished and len({task["task_id"] for task in tasks}) == len(tasks) == 10
+    assert sum(task["calls"] for task in tasks) == len(lines(out / "calls.jsonl"))
+
+
+def test_a_call_that_crashes_is_an_error_outcome_not_a_crashed_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: RunWriter refused the task ("says calls=N and has N-1 call records") and the run died."""
+    import arc_eval.runner
+
+    monkeypatch.setattr(arc_eval.runner, "make_backend",
+                        lambda spec, method=None: _failing_backend_after(30, KeyError("choices")))
+    out = tmp_path / "run"
+    assert main(["nih", "--tasks", "3", "--seeds", "42", "--methods", "sliding_window", "--out", str(out),
+                 "--no-progress", "--concurrency", "1"]) == 0
+    tasks = lines(out / "tasks.jsonl")
+    calls = lines(out / "calls.jsonl")
+    assert len(tasks) == 3 and any(task["end"] == "error" and "KeyError" in task["error"] for task in tasks)
+    assert sum(task["calls"] for task in tasks) == len(calls)
+    assert [call["finish_reason"] for call in calls].count("error") >= 1

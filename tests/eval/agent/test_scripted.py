@@ -165,7 +165,7 @@ def test_the_policy_never_depends_on_the_answer() -> None:
     def trajectory(task: Task) -> list[tuple[object, ...]]:
         calls, _ = asyncio.run(run_task(task, make_method("sliding_window", settings), ScriptedBackend(),
                                         settings=settings, max_steps=20, seed=1))
-        return [(call["action"], call["prompt_tokens"]) for call in calls]
+        return [(call.action, call.prompt_tokens) for call in calls]
 
     other = Task(NIH.task_id, NIH.kind, NIH.goal, NIH.files, answer="SOMETHING-ELSE", meta=NIH.meta)
     assert trajectory(NIH) == trajectory(other)

@@ -93,6 +93,7 @@ def _call_line(
         "action": "cat secrets.txt",
         "submission": None,
         "reexecution": False,
+        "counted_prompt_tokens": 1000,
     }
     line.update(fields)
     return line

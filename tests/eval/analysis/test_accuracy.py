@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from arc_eval.analysis.accuracy import accuracy_rows, mean_and_sd
+from arc_eval.analysis.accuracy import accuracy_rows, mean_and_sd, summary_table
 from arc_eval.analysis.load import load_run
+from arc_eval.schema import TaskRecord
 
 from .synthetic_runs import RunSpec, write_run
 
@@ -94,3 +95,20 @@ def test_the_paper_uses_the_sample_sd(passes: int) -> None:
     assert "0.17" not in rounded_sds(ddof=0)
     sd = mean_and_sd([(mean + 1) / 10, (mean + 1) / 10, (mean - 2) / 10])[1]
     assert sd is not None and f"{sd:.2f}" == "0.17"
+
+
+def test_summary_table_layout() -> None:
+    """The plain table `arc-eval` prints after a run: paper order of methods, pooled accuracy, re-executions."""
+    outcomes = [("arc", True, 0), ("arc", True, 1), ("sliding_window", False, 2), ("sliding_window", True, 0)]
+    tasks = [
+        TaskRecord(variant="", method=method, model="m", task_kind="nih", task_id=f"t{index}", seed=1,
+                   submitted=correct, no_answer=not correct, correct=correct, submission=None,
+                   end="submitted" if correct else "step_limit", error=None, calls=1, steps=1,
+                   reexecutions=reexecutions, meta={})
+        for index, (method, correct, reexecutions) in enumerate(outcomes)
+    ]  # fmt: skip
+    table = summary_table(tasks).splitlines()
+    assert table[0].split() == ["variant", "method", "pass/attempts", "no-answer", "accuracy", "re-executions"]
+    assert table[2].split() == ["-", "sliding_window", "1/2", "1", "50.00%", "2"]
+    assert table[3].split() == ["-", "arc", "2/2", "0", "100.00%", "1"]
+    assert summary_table([]) == "no finished task in this run"

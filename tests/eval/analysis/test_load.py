@@ -10,6 +10,7 @@ import pytest
 
 from arc_eval.analysis.errors import AnalysisError
 from arc_eval.analysis.load import load_run, load_runs
+from arc_eval.schema import CallRecord, RecordError
 
 from .synthetic_runs import RunSpec, append_interrupted_task, edit_task_line, rewrite_line, tear_last_line, write_run
 
@@ -159,15 +160,14 @@ def test_longbench_manifest_may_leave_tasks_per_seed_null(tmp_path: Path) -> Non
     assert load_run(tmp_path / "lb").manifest.tasks_per_seed is None
 
 
-def test_fast_and_checked_call_parsers_agree(nih_run: Path) -> None:
-    from arc_eval.analysis.load import _parse_call_checked, _parse_call_fast
-
+def test_call_lines_read_through_the_schema(nih_run: Path) -> None:
     lines = [json.loads(line) for line in (nih_run / "calls.jsonl").read_text().splitlines()]
     lines[0]["compactions"] = [{"reason": "forced"}, {"reason": "reactive"}]
     lines[1]["latency_s"] = 2
     for i, obj in enumerate(lines, start=1):
-        assert _parse_call_fast(obj, i) == _parse_call_checked(obj, "x", i)
+        call = CallRecord.from_json(obj, f"x:{i}")
+        assert call.to_json() == {**obj, "latency_s": float(obj["latency_s"])}
+    assert [c.reason for c in CallRecord.from_json(lines[0]).compactions] == ["forced", "reactive"]
     for broken in ({**lines[0], "seed": True}, {**lines[0], "purpose": ["agent"]}, {**lines[0], "recalls": [1]}):
-        assert _parse_call_fast(broken, 1) is None
-        with pytest.raises(AnalysisError):
-            _parse_call_checked(broken, "x", 1)
+        with pytest.raises(RecordError):
+            CallRecord.from_json(broken, "x")

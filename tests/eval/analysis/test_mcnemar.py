@@ -12,7 +12,7 @@ from scipy.stats import binomtest  # type: ignore[import-untyped]
 from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar  # type: ignore[import-untyped]
 
 import arc_eval.analysis.mcnemar as mc
-from arc_eval.analysis.load import TaskRecord
+from arc_eval.schema import TaskRecord
 from arc_eval.analysis.mcnemar import PValue, compare_methods, mcnemar_test, per_seed_odds
 
 GRID = [(a, b) for a in range(0, 13) for b in range(0, 13)] + [(150, 90), (400, 371), (1000, 1), (37, 2)]
@@ -194,7 +194,6 @@ def _task(method: str, seed: int, task_id: str, correct: bool, submitted: bool, 
         steps=1,
         reexecutions=0,
         meta={},
-        line=1,
     )
 
 

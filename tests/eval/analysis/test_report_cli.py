@@ -167,6 +167,7 @@ def test_other_options(tmp_path: Path) -> None:
         ("none", ["--format", "pdf"], "--format 'pdf'"),
         ("none", ["--hardware", "tpu"], "unknown hardware 'tpu'"),
         ("none", ["--baseline", "oracle"], "--baseline oracle: no task of that method"),
+        ("none", ["--arc", "ARC"], "--arc ARC: no task of that method in the runs (methods: arc, full_context,"),
         ("none", ["--model-preset", "gpt"], "unknown model preset 'gpt'"),
         ("bad_line", [], "tasks.jsonl:2: not valid JSON"),
     ],

@@ -10,7 +10,8 @@ import pytest
 
 import arc_eval.analysis.roofline as rl
 from arc_eval.analysis.errors import AnalysisError
-from arc_eval.analysis.load import CallRecord, TaskRecord, load_run
+from arc_eval.analysis.load import load_run
+from arc_eval.schema import CallRecord, TaskRecord
 from arc_eval.analysis.presets import HardwareSpec, ModelSpec, model_preset
 from arc_eval.analysis.roofline import explain_trajectory, method_costs, trajectory_cost
 
@@ -57,10 +58,10 @@ def _call(
         finish_reason="overflow" if overflow else finish,
         overflow=overflow,
         compactions=(),
-        recalls=0,
+        recalls=(),
         action=None,
+        submission=None,
         reexecution=False,
-        line=index,
     )
 
 
@@ -190,7 +191,6 @@ def _tasks_for(method: str, correct: list[bool]) -> list[TaskRecord]:
             steps=1,
             reexecutions=0,
             meta={},
-            line=i,
         )
         for i, c in enumerate(correct)
     ]

@@ -141,12 +141,15 @@ def test_wrong_model_name_is_a_request_error() -> None:
             client = OpenAIBackend([url], "Qwen/Qwen3-8B", context_limit=2048, max_tokens=256)
             with pytest.raises(BackendRequestError, match="does not exist"):
                 await client.complete(ask("go"))
-            with pytest.raises(BackendRequestError, match="serves scripted, not 'Qwen/Qwen3-8B'"):
+            with pytest.raises(
+                BackendRequestError, match="serves scripted, not 'Qwen/Qwen3-8B'. Fix: pass --model scripted"
+            ):
                 await client.check_server()
             await client.aclose()
             async with backend(url) as good:
                 info = await good.check_server()
-                assert info[0]["max_model_len"] == 2048
+                assert info[0].window == 2048 and info[0].kind == "vllm"
+                assert info[0].model_ids == ("scripted",)
 
         asyncio.run(run())
 
@@ -278,6 +281,9 @@ def test_request_payload_switches_thinking_off_and_caps_tokens() -> None:
     seen: list[dict[str, Any]] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":  # a vLLM card: counting starts with POST /tokenize
+            card = {"id": "scripted", "owned_by": "vllm", "max_model_len": 2048}
+            return httpx.Response(200, json={"object": "list", "data": [card]})
         body = json.loads(request.content)
         seen.append({"path": request.url.path, **body})
         if request.url.path == "/tokenize":

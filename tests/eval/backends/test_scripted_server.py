@@ -151,6 +151,14 @@ def test_cli_bad_arguments_exit_2_with_a_message(capsys: pytest.CaptureFixture[s
     assert serve_main(["--inject-faults", "boom", "--policy", "builtins:repr"]) == 2
 
 
+@pytest.mark.parametrize("port", ["70000", "-1", "http"])
+def test_cli_refuses_a_port_outside_0_to_65535(port: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert serve_main(["--port", port]) == 2
+    err = capsys.readouterr().err
+    assert f"argument --port: expected a port number from 0 to 65535, got {port!r}" in err
+    assert "Traceback" not in err
+
+
 @pytest.mark.skipif(
     importlib.util.find_spec("arc_eval.agent.scripted") is None,
     reason="the default scripted policy (eval/agent/scripted.py) is not in this tree yet",

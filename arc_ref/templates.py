@@ -1,0 +1,727 @@
+"""Served-model chat templates: render and count a conversation exactly as vLLM does (A4's Serialize).
+
+A model directory in Hugging Face layout (``tokenizer.json``, ``tokenizer_config.json`` with ``chat_template``,
+or ``chat_template.jinja``) gives the chat format ``template``: the model's own Jinja chat template, rendered
+the way vLLM renders it (Hugging Face ``apply_chat_template``) and encoded with the model's own tokenizer.
+The rules are stated for a port in spec/rendering.md section 3.1.
+
+Why ``jinja2`` and not ``transformers``: ``transformers`` renders with ``jinja2`` itself, in an environment
+that is fully stated in its source (``utils/chat_template_utils.py``); reproducing that environment here
+(below, ``_environment``) keeps the core light (no ``transformers``, ``huggingface_hub``, ``safetensors`` or
+``numpy`` at run time) and lets the core split the rendering per message (``ChatTemplate.render_parts``),
+which ``apply_chat_template`` cannot do. A test checks byte equality with ``transformers``' own
+``apply_chat_template`` on random conversations, with and without tools
+(tests/core/test_templates.py).
+
+What vLLM does before the template sees a request (vllm/entrypoints/chat_utils.py, ``parse_chat_messages``
+and ``_postprocess_messages``; the chat serving code), reproduced by ``server_conversation`` and
+``server_tools``:
+- a message's ``content`` that is ``None`` becomes ``""``; a list of text parts is joined with ``"\\n"``;
+- an assistant message keeps ``tool_calls`` (an empty list is dropped); each call's ``arguments`` string is
+  parsed with ``json.loads`` (a string that is not valid JSON becomes ``{}``), so templates print it again with
+  ``tojson``: ``{"id":"§1"}`` is rendered ``{"id": "§1"}``;
+- a tool message keeps ``tool_call_id``; ``name`` is kept when it is a string;
+- each tool is passed as its pydantic dump: ``{"type": "function", "function": {"name", "description",
+  "parameters"}}`` in that order, a missing description or parameters being ``null``;
+- the template gets ``messages``, ``tools`` (``None`` without tools), ``add_generation_prompt``, the
+  tokenizer's special tokens (``eos_token``...) and the ``chat_template_kwargs`` of the request
+  (``{"enable_thinking": false}`` from the eval layer);
+- the rendered text is encoded with ``add_special_tokens=False``: added tokens in the text are matched.
+The Jinja environment is ``transformers``': an ``ImmutableSandboxedEnvironment`` with ``trim_blocks`` and
+``lstrip_blocks``, the ``loopcontrols`` extension and a ``generation`` block tag that renders its body, a
+``tojson`` filter that is ``json.dumps(x, ensure_ascii=False, indent=None, separators=None,
+sort_keys=False)`` (no HTML escaping), ``raise_exception``, ``dict`` and an underscore-refusing ``namespace``.
+``strftime_now`` would read the clock, which the core may not: a template calling it is refused while
+rendering, with a message naming ``date_string``.
+
+Per-message costs (spec/rendering.md section 3.1). The rendering is split per message by instrumenting the
+template's one loop over ``messages`` (``render_parts``): head (before the loop), one piece per message
+(what one iteration writes), tail (after the loop: the generation prompt). A message's piece may depend on
+its position (Qwen3 writes a ``<think>`` block on the last assistant turn, groups consecutive tool results
+in one user turn): its *context* is (role before it, role after it or None, whether a user message follows).
+`TemplateFormat.placed_costs` counts a message's piece in every context the view can give it, by rendering
+it in probe conversations that realise those contexts; the budgets use the largest, the view sums the counts
+of the contexts it actually gives (exact, not a bound). Counting pieces separately is exact because every
+boundary between pieces falls beside an added token (checked when the format is built), and Hugging Face
+tokenizers split the text at added tokens before anything else.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import threading
+from collections import OrderedDict
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import jinja2
+import jinja2.ext
+import jinja2.nodes
+import jinja2.sandbox
+from attrs import frozen
+
+from arc_ref.errors import ConfigError
+from arc_ref.message import Context, ToolCall, ToolSpec
+from arc_ref.tokenizers import HuggingFaceTokenizer, read_regular_file
+
+TEMPLATE_FILE_LIMIT = 2**20  # bytes of chat_template.jinja; published templates are a few kB
+CONFIG_FILE_LIMIT = 16 * 2**20  # bytes of tokenizer_config.json (some carry thousands of added tokens)
+SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+FILLER = "x"  # content of the neighbours in probe conversations
+
+
+class TemplateRefused(ConfigError):
+    """A template the core cannot render or split exactly (the message says why)."""
+
+
+# --- the Jinja environment of transformers' apply_chat_template ------------------------------------
+
+
+class _GenerationTag(jinja2.ext.Extension):
+    """``{% generation %}...{% endgeneration %}``: transformers tracks assistant spans with it; renders its body."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: Any) -> jinja2.nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_render_body"), [], [], body).set_lineno(lineno)
+
+    def _render_body(self, caller: Callable[[], str]) -> str:
+        return caller()
+
+
+def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
+            sort_keys: bool = False) -> str:
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _raise_exception(message: str) -> str:
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _strftime_now(format: str) -> str:
+    raise jinja2.exceptions.TemplateError(
+        "the template reads the clock (strftime_now); the core has no clock: pass the date as a template"
+        " keyword (for example date_string) in template_kwargs"
+    )
+
+
+class _TemplateDict:
+    """``dict(...)`` for templates without access to the dict type itself."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
+        return dict.fromkeys(*args, **kwargs)
+
+
+class _TemplateNamespace(jinja2.utils.Namespace):
+    """``namespace(...)`` refusing underscore-prefixed attributes (as transformers does)."""
+
+    def __init__(*args: Any, **kwargs: Any) -> None:  # noqa: N805 - same signature trick as jinja's Namespace
+        self, rest = args[0], args[1:]
+        attributes = dict(*rest, **kwargs)
+        for name in attributes:
+            _TemplateNamespace._check_name(name)
+        jinja2.utils.Namespace.__init__(self, attributes)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        _TemplateNamespace._check_name(name)
+        jinja2.utils.Namespace.__setitem__(self, name, value)
+
+    @staticmethod
+    def _check_name(name: Any) -> None:
+        if isinstance(name, str) and name.startswith("_"):
+            raise jinja2.exceptions.SecurityError(
+                f"chat templates cannot store underscore-prefixed attributes on a namespace, got {name!r}"
+            )
+
+
+def _environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols]
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    env.globals["dict"] = _TemplateDict()
+    env.globals["namespace"] = _TemplateNamespace
+    return env
+
+
+# --- what vLLM hands to the template ---------------------------------------------------------------
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, Mapping) and part.get("type") in ("text", "input_text", "output_text", "refusal"):
+                text = part.get("text", part.get("refusal"))
+                if text is not None:
+                    texts.append(str(text))
+            else:
+                raise ValueError(f"content part {part!r} is not text; the core renders text conversations only")
+        return "\n".join(texts)
+    raise ValueError(f"message content must be a string, a list of text parts or null, got {type(content).__name__}")
+
+
+def server_arguments(arguments: Any) -> Any:
+    """A tool call's ``arguments`` as vLLM passes them to the template (a JSON string is parsed; bad JSON is {})."""
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except json.JSONDecodeError:
+            return {}
+    if isinstance(arguments, (dict, list)):
+        return arguments
+    return {}
+
+
+def server_conversation(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI chat messages as vLLM hands them to ``apply_chat_template`` (text content only)."""
+    conversation: list[dict[str, Any]] = []
+    for message in messages:
+        role = message["role"]
+        converted: dict[str, Any] = {"role": role, "content": _content_text(message.get("content"))}
+        if role == "assistant":
+            calls = message.get("tool_calls")
+            if calls:
+                converted["tool_calls"] = [
+                    {**call, "function": {**call["function"], "arguments": server_arguments(call["function"].get("arguments"))}}
+                    for call in calls
+                ]
+            reasoning = message.get("reasoning", message.get("reasoning_content"))
+            if reasoning is not None:
+                converted["reasoning"] = reasoning
+                converted["reasoning_content"] = reasoning
+        elif role == "tool" and "tool_call_id" in message:
+            converted["tool_call_id"] = message["tool_call_id"]
+        if isinstance(message.get("name"), str):
+            converted["name"] = message["name"]
+        conversation.append(converted)
+    return conversation
+
+
+def server_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]] | None:
+    """The ``tools`` vLLM passes to the template: each tool's pydantic dump (None fields kept); None when empty."""
+    if not tools:
+        return None
+    return [tool.server_dump() for tool in tools]
+
+
+# --- loading a model directory ----------------------------------------------------------------------
+
+
+def _token_text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping) and isinstance(value.get("content"), str):
+        return str(value["content"])
+    return None
+
+
+@frozen
+class TemplateSource:
+    """The chat template of a model directory and the special-token variables the template sees."""
+
+    directory: str
+    source: str
+    tool_source: str | None  # a named "tool_use" template, used when tools are passed (transformers' rule)
+    special_tokens: tuple[tuple[str, Any], ...]
+
+
+def load_template_source(directory: str) -> TemplateSource:
+    """Find the template as transformers does: chat_template.jinja first, else tokenizer_config.json's entry."""
+    config_path = os.path.join(directory, "tokenizer_config.json")
+    config: dict[str, Any] = {}
+    if os.path.exists(config_path):
+        raw = read_regular_file(config_path, CONFIG_FILE_LIMIT, "tokenizer_config.json")
+        try:
+            loaded = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as bad:
+            raise ConfigError(f"tokenizer config {config_path!r} is not valid JSON: {bad}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"tokenizer config {config_path!r} must hold a JSON object")
+        config = loaded
+    named: dict[str, str] = {}
+    entry = config.get("chat_template")
+    if isinstance(entry, str):
+        named["default"] = entry
+    elif isinstance(entry, list):
+        for item in entry:
+            if isinstance(item, Mapping) and isinstance(item.get("name"), str) and isinstance(item.get("template"), str):
+                named[item["name"]] = item["template"]
+    template_path = os.path.join(directory, "chat_template.jinja")
+    if os.path.exists(template_path):
+        named["default"] = _read_text(template_path)
+    extra_dir = os.path.join(directory, "additional_chat_templates")
+    if os.path.isdir(extra_dir):
+        for file_name in sorted(os.listdir(extra_dir)):
+            if file_name.endswith(".jinja"):
+                named[file_name[: -len(".jinja")]] = _read_text(os.path.join(extra_dir, file_name))
+    if "default" not in named:
+        raise ConfigError(
+            f"chat format 'template': {directory!r} has no chat template (neither chat_template.jinja nor a"
+            " chat_template entry in tokenizer_config.json)"
+        )
+    special: list[tuple[str, Any]] = []
+    for key in SPECIAL_TOKEN_KEYS:
+        text = _token_text(config.get(key))
+        if text is not None:
+            special.append((key, text))
+    extra = config.get("additional_special_tokens")
+    if isinstance(extra, list):
+        texts = [t for t in (_token_text(item) for item in extra) if t is not None]
+        special.append(("additional_special_tokens", tuple(texts)))
+    return TemplateSource(directory, named["default"], named.get("tool_use"), tuple(special))
+
+
+def _read_text(path: str) -> str:
+    try:
+        return read_regular_file(path, TEMPLATE_FILE_LIMIT, "chat template").decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"chat template {path!r} is not UTF-8 text") from None
+
+
+# --- rendering, whole and split per message --------------------------------------------------------
+
+_MARK_VARIABLE = "arc_ref_piece_mark"
+_END_VARIABLE = "arc_ref_loop_end"
+# Candidate marker characters: NUL, then noncharacters; one that occurs in no input marks the split points.
+_MARK_CHARACTERS = "\x00" + "".join(chr(point) for point in range(0xFDD0, 0xFDF0))
+
+
+def _message_loops(tree: jinja2.nodes.Template) -> list[jinja2.nodes.For]:
+    return [
+        loop for loop in tree.find_all(jinja2.nodes.For)
+        if isinstance(loop.iter, jinja2.nodes.Name) and loop.iter.name == "messages"
+    ]
+
+
+def _insert_after(tree: jinja2.nodes.Node, target: jinja2.nodes.Node, new: jinja2.nodes.Node) -> bool:
+    for field in tree.fields:
+        value = getattr(tree, field, None)
+        if isinstance(value, list):
+            for position, child in enumerate(value):
+                if child is target:
+                    value.insert(position + 1, new)
+                    return True
+            for child in value:
+                if isinstance(child, jinja2.nodes.Node) and _insert_after(child, target, new):
+                    return True
+        elif isinstance(value, jinja2.nodes.Node) and _insert_after(value, target, new):
+            return True
+    return False
+
+
+class ChatTemplate:
+    """One compiled chat template, whole and instrumented (a mark before each message and after the loop)."""
+
+    def __init__(self, source: str, special_tokens: Mapping[str, Any], template_kwargs: Mapping[str, Any],
+                 name: str) -> None:
+        self.name = name
+        env = _environment()
+        try:
+            self._whole = env.from_string(source)
+            tree = env.parse(source)
+        except jinja2.exceptions.TemplateError as bad:
+            raise TemplateRefused(f"chat template of {name!r} does not compile: {bad}") from None
+        assigned = [node for node in tree.find_all(jinja2.nodes.Assign)
+                    if isinstance(node.target, jinja2.nodes.Name) and node.target.name == "messages"]
+        loops = _message_loops(tree)
+        if assigned or len(loops) != 1 or loops[0].test is not None or loops[0].recursive:
+            raise TemplateRefused(
+                f"chat template of {name!r} is not supported: the core splits a rendering at the iterations of the"
+                " template's one loop 'for message in messages' over the unchanged list (found"
+                f" {len(loops)} such loop(s){', and an assignment to messages' if assigned else ''})"
+            )
+        loop = loops[0]
+        loop.body.insert(0, jinja2.nodes.Output([jinja2.nodes.Name(_MARK_VARIABLE, "load")]))
+        if not _insert_after(tree, loop, jinja2.nodes.Output([jinja2.nodes.Name(_END_VARIABLE, "load")])):
+            raise TemplateRefused(f"chat template of {name!r}: cannot place a mark after its message loop")
+        self._split = env.from_string(tree)
+        self._variables = {**dict(special_tokens), **dict(template_kwargs)}
+        fixed = source + "".join(_strings(self._variables))
+        self._mark_candidates = "".join(char for char in _MARK_CHARACTERS if char not in fixed)
+
+    def _variables_for(self, conversation: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                       add_generation_prompt: bool) -> dict[str, Any]:
+        return {**self._variables, "messages": conversation, "tools": tools,
+                "documents": None, "add_generation_prompt": add_generation_prompt}
+
+    def render(self, conversation: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+               add_generation_prompt: bool = True) -> str:
+        """The text the server renders for a (server-side) conversation."""
+        try:
+            return str(self._whole.render(**self._variables_for(conversation, tools, add_generation_prompt)))
+        except jinja2.exceptions.TemplateError as bad:
+            raise TemplateRefused(f"chat template of {self.name!r} refused the conversation: {bad}") from None
+
+    def render_parts(self, conversation: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                     add_generation_prompt: bool = True, tools_text: str | None = None) -> tuple[str, list[str], str]:
+        """(head, one piece per message, tail): their concatenation is ``render(...)``.
+
+        ``tools_text``: every string of ``tools`` joined (a caller rendering many times with the same tools).
+        """
+        mark = self._marker(conversation, tools, tools_text)
+        piece_mark, end_mark = mark + "P" + mark, mark + "E" + mark
+        variables = self._variables_for(conversation, tools, add_generation_prompt)
+        try:
+            text = str(self._split.render(**variables, **{_MARK_VARIABLE: piece_mark, _END_VARIABLE: end_mark}))
+        except jinja2.exceptions.TemplateError as bad:
+            raise TemplateRefused(f"chat template of {self.name!r} refused the conversation: {bad}") from None
+        body, ends, tail = text.rpartition(end_mark)
+        parts = body.split(piece_mark)
+        if not ends or end_mark in body or len(parts) != len(conversation) + 1:
+            raise TemplateRefused(
+                f"chat template of {self.name!r}: its message loop ran {len(parts) - 1} times for"
+                f" {len(conversation)} messages; the core cannot split its rendering per message"
+            )
+        return parts[0], parts[1:], tail
+
+    def _marker(self, conversation: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                tools_text: str | None) -> str:
+        """A character that occurs in no input and not in the template: it cannot come out of the template
+        except where the instrumented loop writes it."""
+        text = "".join(_strings(conversation)) + (tools_text if tools_text is not None else "".join(_strings(tools)))
+        for char in self._mark_candidates:
+            if char not in text:
+                return char
+        raise TemplateRefused("every split-mark character occurs in the conversation; cannot split it per message")
+
+
+@functools.lru_cache(maxsize=16)
+def compiled_template(source: str, special_tokens: tuple[tuple[str, Any], ...],
+                      template_kwargs: tuple[tuple[str, Any], ...], name: str) -> ChatTemplate:
+    """A compiled template, shared by every task that renders it (compiling costs tens of milliseconds)."""
+    return ChatTemplate(source, dict(special_tokens), dict(template_kwargs), name)
+
+
+def _strings(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _strings(key)
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+
+
+# --- the chat format "template": per-message costs by context ---------------------------------------
+
+
+ACTION_MODES = ("text", "tools")
+
+
+def possible_contexts(role: str, action_mode: str) -> tuple[Context, ...]:
+    """Every context a message of ``role`` after the prefix F can have in a view (spec/rendering.md section 3.1).
+
+    Text mode: S, G, U and H hold user and assistant messages in any order. Tool mode: S, G, U are user
+    messages before H; H holds assistant turns, each followed by the tool results answering its calls.
+    """
+    afters: tuple[str | None, ...]
+    if action_mode == "text":
+        befores: tuple[str, ...] = ("user", "assistant")
+        afters = ("user", "assistant", None)
+    elif role == "user":
+        befores, afters = ("user",), ("user", "assistant", None)
+    elif role == "assistant":
+        befores, afters = ("user", "assistant", "tool"), ("assistant", "tool", None)
+    else:
+        befores, afters = ("assistant", "tool"), ("assistant", "tool", None)
+    contexts: list[Context] = []
+    for before in befores:
+        for after in afters:
+            if after == "user":
+                contexts.append(Context(before, after, True))
+            elif after is None or action_mode != "text":
+                contexts.append(Context(before, after, False))
+            else:
+                contexts.extend((Context(before, after, False), Context(before, after, True)))
+    return tuple(contexts)
+
+
+def goal_contexts(action_mode: str) -> tuple[Context, ...]:
+    """Contexts of the goal (the second message, after the system prompt)."""
+    contexts = [Context("system", "user", True), Context("system", "assistant", False), Context("system", None, False)]
+    if action_mode == "text":
+        contexts.append(Context("system", "assistant", True))
+    return tuple(contexts)
+
+
+def _filler(role: str) -> dict[str, Any]:
+    return {"role": role, "content": FILLER}
+
+
+@functools.lru_cache(maxsize=64)
+def probe_plans(contexts: tuple[Context, ...], role: str) -> tuple[tuple[Context | str, ...], ...]:
+    """Probe conversations (after the prefix [system, goal]) that realise every context once.
+
+    Each plan is a sequence of filler roles (str) and occurrences of the probed message of ``role`` (its
+    Context). The contexts with a user message after them come first, followed by one user filler. Then the
+    others, with no user message after them: only the first of a plan may follow a user message (the goal, or
+    that filler), one that ends the conversation closes its plan, and a probed user message closes its plan
+    at once (a later occurrence of it would be a user message after it). A filler written after one
+    occurrence also serves as the role before the next when the roles agree (fewer messages to render).
+    """
+    plans: list[tuple[Context | str, ...]] = []
+    current: list[Context | str] = []
+    last = "user"  # the goal
+    pending_user = [c for c in contexts if c.user_after]
+    while pending_user:
+        ctx = next((c for c in pending_user if c.before == last), pending_user[0])
+        pending_user.remove(ctx)
+        assert ctx.before is not None and ctx.after is not None
+        if ctx.before != last:
+            current.append(ctx.before)
+        current += [ctx, ctx.after]
+        last = ctx.after
+    if current and last != "user":
+        current.append("user")
+        last = "user"
+    pending = [c for c in contexts if not c.user_after]
+    may_follow_user = last == "user"
+    while pending:
+        placeable = [c for c in pending if c.before != "user" or may_follow_user]
+        if not placeable:
+            plans.append(tuple(current))
+            current, last, may_follow_user = [], "user", True
+            continue
+        # middle ones before one that ends the plan; one needing the user before it while it may; then chained
+        placeable.sort(key=lambda c: (c.after is None, c.before != "user", c.before != last))
+        ctx = placeable[0]
+        pending.remove(ctx)
+        assert ctx.before is not None
+        if ctx.before != last or (ctx.before == "user" and not may_follow_user):
+            current.append(ctx.before)
+        current.append(ctx)
+        may_follow_user = False
+        last = role
+        if ctx.after is not None:
+            current.append(ctx.after)
+            last = ctx.after
+        if ctx.after is None or role == "user":
+            plans.append(tuple(current))
+            current, last, may_follow_user = [], "user", True
+    if current:
+        plans.append(tuple(current))
+    return tuple(plans)
+
+
+class _LRU:
+    """A small bounded cache of computed piece costs (pure: the same message always costs the same)."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._items: OrderedDict[Any, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Any) -> Any:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+            return None
+
+    def put(self, key: Any, value: Any) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            if len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+
+class _AddedTokens:
+    """Where added tokens touch a cut: a cut between two parts is exact when one side touches an added token."""
+
+    def __init__(self, tokens: Sequence[str]) -> None:
+        alternatives = "|".join(re.escape(token) for token in sorted(tokens, key=len, reverse=True)) or "(?!)"
+        self._ends = re.compile(f"(?:{alternatives})\\Z")
+        self._starts = re.compile(f"(?:{alternatives})")
+        self._longest = max((len(token) for token in tokens), default=0)
+
+    def cut_safe(self, left: str, right: str) -> bool:
+        return bool(self._ends.search(left[-self._longest:])) or bool(self._starts.match(right))
+
+
+def added_tokens_cut_safe(tokens: Sequence[str]) -> str | None:
+    """None when no added token can match across a cut beside another added token; else the offending pair."""
+    for u in tokens:
+        for t in tokens:
+            for k in range(1, len(u)):
+                head, rest = u[:k], u[k:]
+                if t.startswith(rest) or rest.startswith(t) or t.endswith(head) or head.endswith(t):
+                    return f"{u!r} overlaps {t!r}"
+    return None
+
+
+class TemplateFormat:
+    """The chat format ``template``: a model directory's own chat template, counted with its tokenizer.
+
+    Built once per task (`arc_ref.config.make_setup`) for a prefix (system, goal), the tools listing sent with
+    every request and the template keywords. ``placed_costs`` is the only per-message work.
+    """
+
+    name = "template"
+    positional = True
+
+    def __init__(self, tokenizer: HuggingFaceTokenizer, source: TemplateSource, template_kwargs: Mapping[str, Any],
+                 tools: Sequence[ToolSpec], system: str, goal: str, action_mode: str) -> None:
+        self.tokenizer = tokenizer
+        self.tools = tuple(tools)
+        self.template_kwargs = dict(template_kwargs)
+        if action_mode not in ACTION_MODES:
+            raise ConfigError(f"action_mode must be one of {', '.join(ACTION_MODES)}, got {action_mode!r}")
+        self.action_mode = action_mode
+        flags = tokenizer.added_token_flags()
+        stripping = [text for text, lstrip, rstrip in flags if lstrip or rstrip]
+        if stripping:
+            raise TemplateRefused(
+                f"chat format 'template' with tokenizer {tokenizer.name!r}: added tokens {stripping[:3]} strip the"
+                " whitespace beside them, so per-message counts would not add up"
+            )
+        self.added = tuple(sorted((text for text, _, _ in flags), key=len, reverse=True))
+        self._added = _AddedTokens(self.added)
+        overlap = added_tokens_cut_safe(self.added)
+        if overlap is not None:
+            raise TemplateRefused(
+                f"chat format 'template' with tokenizer {tokenizer.name!r}: added token {overlap}, so a match"
+                " could span two messages and per-message counts would not add up"
+            )
+        chosen = source.tool_source if (self.tools and source.tool_source is not None) else source.source
+        self.template = compiled_template(chosen, source.special_tokens, tuple(self.template_kwargs.items()),
+                                          source.directory)
+        self._server_tools = server_tools(self.tools)
+        self._tools_text = "".join(_strings(self._server_tools))
+        self._prefix = [{"role": "system", "content": system}, {"role": "user", "content": goal}]
+        self._cache = _LRU(4096)
+        self._count_cache = _LRU(8192)
+        head, pieces, tail = self.template.render_parts(self._prefix, self._server_tools)
+        self.head = head
+        self.tail = tail
+        self.head_tokens = self._count(head)
+        self.tail_tokens = self._count(tail)
+        self.system_piece_tokens = self._count(pieces[0])
+        self._check_boundary(head, pieces[0] or pieces[1], "the head and the first message")
+        self.goal_costs = self._prefix_goal_costs()
+        # every role in every context once, so that a template that cannot render ARC's views is refused now
+        self.placed_costs("user", FILLER)
+        self.placed_costs("assistant", FILLER)
+        if action_mode == "tools":
+            probe_call = ToolCall("call_0", tools[0].name if tools else "f", "{}")
+            self.placed_costs("assistant", FILLER, (probe_call,))
+            self.placed_costs("tool", FILLER, (), "call_0")
+
+    # -- rendering -------------------------------------------------------------------------------------
+
+    def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True) -> str:
+        """Exactly what the server renders for OpenAI ``messages`` with this format's tools and keywords."""
+        return self.template.render(server_conversation(messages), self._server_tools, add_generation_prompt)
+
+    def openai_tools(self) -> list[dict[str, Any]] | None:
+        """The ``tools`` of a request (OpenAI JSON), or None in text mode."""
+        return [tool.openai() for tool in self.tools] or None
+
+    # -- counting --------------------------------------------------------------------------------------
+
+    def _count(self, text: str) -> int:
+        cached = self._count_cache.get(text)
+        if cached is None:
+            cached = self.tokenizer.count(text)
+            self._count_cache.put(text, cached)
+        return int(cached)
+
+    def _check_boundary(self, left: str, right: str, where: str) -> None:
+        if left and right and not self._added.cut_safe(left, right):
+            raise TemplateRefused(
+                f"chat template of {self.template.name!r}: {where} meet without an added token between them"
+                f" ({left[-12:]!r} | {right[:12]!r}), so per-message counts would not add up"
+            )
+
+    def _prefix_goal_costs(self) -> tuple[tuple[Context, int], ...]:
+        costs: list[tuple[Context, int]] = []
+        goal = self._prefix[1]
+        for ctx in goal_contexts(self.action_mode):
+            conversation = [self._prefix[0], goal]
+            if ctx.after is not None:
+                conversation.append(_filler(ctx.after))
+            if ctx.user_after and ctx.after != "user":
+                conversation.append(_filler("user"))
+            pieces = self._pieces(conversation)
+            self._check_pieces(conversation, pieces)
+            costs.append((ctx, self._count(pieces[1])))
+        return tuple(costs)
+
+    def _pieces(self, conversation: list[dict[str, Any]]) -> list[str]:
+        head, pieces, tail = self.template.render_parts(conversation, self._server_tools, True, self._tools_text)
+        if head != self.head or tail != self.tail:
+            raise TemplateRefused(
+                f"chat template of {self.template.name!r}: the text before or after its message loop depends on"
+                " messages after the first, so per-message counts would not add up"
+            )
+        return pieces
+
+    def _check_pieces(self, conversation: list[dict[str, Any]], pieces: list[str]) -> None:
+        shown = [self.head] + [piece for piece in pieces if piece] + [self.tail]
+        for left, right in zip(shown, shown[1:]):
+            self._check_boundary(left, right, "two messages")
+
+    def placed_costs(self, role: str, content: str, tool_calls: tuple[ToolCall, ...] = (),
+                     tool_call_id: str | None = None) -> tuple[tuple[Context, int], ...]:
+        """Tokens of the message's piece in every context a view can give it (exact per context)."""
+        key = (role, content, tool_calls, tool_call_id)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return tuple(cached)
+        message = openai_message(role, content, tool_calls, tool_call_id)
+        contexts = possible_contexts(role, self.action_mode)
+        costs: dict[Context, int] = {}
+        for plan in probe_plans(contexts, role):
+            conversation = list(self._prefix)
+            where: list[tuple[int, Context]] = []
+            for item in plan:
+                if isinstance(item, Context):
+                    where.append((len(conversation), item))
+                    conversation.append(message)
+                else:
+                    conversation.append(_filler(item))
+            server = server_conversation(conversation)
+            pieces = self._pieces(server)
+            self._check_pieces(server, pieces)
+            for position, ctx in where:
+                costs[ctx] = self._count(pieces[position])
+        result = tuple((ctx, costs[ctx]) for ctx in contexts)
+        self._cache.put(key, result)
+        return result
+
+
+def openai_message(role: str, content: str, tool_calls: tuple[ToolCall, ...] = (),
+                   tool_call_id: str | None = None) -> dict[str, Any]:
+    """One message as an OpenAI chat message (what a client sends)."""
+    message: dict[str, Any] = {"role": role, "content": content}
+    if tool_calls:
+        message["tool_calls"] = [call.openai() for call in tool_calls]
+    if tool_call_id is not None:
+        message["tool_call_id"] = tool_call_id
+    return message
+
+
+@functools.lru_cache(maxsize=64)
+def template_format(tokenizer: HuggingFaceTokenizer, directory: str, template_kwargs: tuple[tuple[str, Any], ...],
+                    tools: tuple[ToolSpec, ...], system: str, goal: str, action_mode: str) -> TemplateFormat:
+    """The chat format ``template`` of a model directory for one task prefix (shared by equal configurations)."""
+    return TemplateFormat(tokenizer, load_template_source(directory), dict(template_kwargs), tools, system, goal,
+                          action_mode)

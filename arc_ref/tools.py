@@ -1,0 +1,69 @@
+"""ARC's own recall and catalog commands as function tools (tool-calling mode, A3 and A5).
+
+In tool mode (config ``action_mode = "tools"``) the model acts through OpenAI tool calls. ARC offers one
+tool per command of `arc_ref.commands`; a call to one of them is turned into the command line it names
+(``_recall §0001-3fa9c1e2``, ``catalog-page 2``) and answered by the core, never by the environment. The
+tool names are the command words, and each tool's parameters are the command's argument (an id or a page
+number), so the listing the model reads and the text commands of text mode are the same vocabulary.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from arc_ref.commands import Command
+from arc_ref.message import ToolCall, ToolSpec
+from arc_ref.text import ascii_words
+
+_ID_PARAMETER = ("id", "the observation id, e.g. §0001-3fa9c1e2, exactly as printed")
+_COMMANDS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
+    ("_recall", "Return the first chunk of a stored observation, exactly (never re-runs the tool).", (_ID_PARAMETER,)),
+    ("_recall-next", "Return the next chunk of a stored observation being recalled.", (_ID_PARAMETER,)),
+    ("_recall-start", "Read a stored observation again from its first chunk.", (_ID_PARAMETER,)),
+    ("_recall_meta", "Show only the citation stub (metadata and previews) of a stored observation.", (_ID_PARAMETER,)),
+    ("catalog-first", "Show the first page of the catalog of every stored observation.", ()),
+    ("catalog-next", "Show the next page of the catalog of stored observations.", ()),
+    ("catalog-page", "Show a given page of the catalog of stored observations.", (("page", "page number, from 1"),)),
+)
+
+
+def _parameters(arguments: tuple[tuple[str, str], ...]) -> str:
+    schema = {
+        "type": "object",
+        "properties": {name: {"type": "string", "description": text} for name, text in arguments},
+        "required": [name for name, _ in arguments],
+    }
+    return json.dumps(schema, ensure_ascii=False)
+
+
+ARC_TOOLS: tuple[ToolSpec, ...] = tuple(
+    ToolSpec(name, description, _parameters(arguments)) for name, description, arguments in _COMMANDS
+)
+ARC_TOOL_NAMES = frozenset(tool.name for tool in ARC_TOOLS)
+_ARGUMENT_ORDER = {name: tuple(argument for argument, _ in arguments) for name, _, arguments in _COMMANDS}
+
+
+def call_command(call: ToolCall) -> Command:
+    """The command a call to one of ARC's tools stands for: its name, and the first word of its first argument.
+
+    The arguments are read as a JSON object and its values taken in the tool's parameter order (any other
+    keys after them); a value that is not a string is written as JSON; arguments that are not a JSON object
+    are one positional value. The command's argument is the first ASCII word of the first non-blank value
+    (as a text command takes the word after the command word), None when there is none.
+    """
+    try:
+        decoded: Any = json.loads(call.arguments) if call.arguments.strip() else {}
+    except json.JSONDecodeError:
+        decoded = call.arguments
+    values: list[str] = []
+    if isinstance(decoded, dict):
+        order = _ARGUMENT_ORDER.get(call.name, ())
+        keys = [key for key in order if key in decoded] + [key for key in decoded if key not in order]
+        for key in keys:
+            value = decoded[key]
+            values.append(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+    elif decoded is not None:
+        values.append(decoded if isinstance(decoded, str) else json.dumps(decoded, ensure_ascii=False))
+    words = [word for value in values for word in ascii_words(value)]
+    return Command(call.name, words[0] if words else None)

@@ -1,0 +1,132 @@
+"""`arc-eval nih` against a real llama.cpp `llama-server`: the harness's count of every prompt vs the
+server's `usage.prompt_tokens`, and how every task ended.
+
+    python benchmarks/bench_llama_server.py --llama-server BIN (--gguf FILE | --llama-cpp SRC)
+        [--tasks 2] [--methods all] [--max-tokens 256] [--context-limit 16384] [--slots 2]
+        [--threads 1] [--max-steps N] [--tool-calling] [--out DIR]
+
+Without ``--gguf`` a random-weight model is made first (benchmarks/make_tiny_gguf.py, from
+../shared/data/qwen3-tokenizer and llama.cpp's gguf-py in SRC): its replies are garbage, so every
+task must end as no answer, never as a crash. The server runs with ``--jinja`` (the model's Qwen3
+template) and one window per slot (``-np SLOTS --kv-unified-per-slot CONTEXT_LIMIT``; see
+eval/SERVING.md). Prints, from the run's records: calls, the largest and mean |harness count -
+usage.prompt_tokens| over all calls (0 when the harness counts as the server does), the largest
+prompt against the usable budget, and the tasks' ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from arc_eval.cli import main as arc_eval
+
+HERE = Path(__file__).resolve().parent
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def make_gguf(out: Path, llama_cpp: str | None, tokenizer_dir: str | None) -> Path:
+    sys.path.insert(0, str(HERE))
+    from make_tiny_gguf import main as make  # noqa: E402 (a sibling script)
+
+    arguments = [str(out)]
+    if llama_cpp:
+        arguments += ["--llama-cpp", llama_cpp]
+    if tokenizer_dir:
+        arguments += ["--tokenizer-dir", tokenizer_dir]
+    make(arguments)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER"))
+    parser.add_argument("--gguf", default=None)
+    parser.add_argument("--llama-cpp", default=os.environ.get("LLAMA_CPP_DIR"))
+    parser.add_argument("--tokenizer-dir", default=None)
+    parser.add_argument("--tasks", type=int, default=2)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[42])
+    parser.add_argument("--methods", default="all")
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--max-steps", type=int, default=None, help="agent steps per task (default: the plan's)")
+    parser.add_argument("--context-limit", type=int, default=16384)
+    parser.add_argument("--slots", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--tool-calling", action="store_true")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    if not args.llama_server:
+        raise SystemExit("bench_llama_server: pass --llama-server BIN or set LLAMA_SERVER")
+    work = Path(tempfile.mkdtemp(prefix="arc-llama-"))
+    gguf = Path(args.gguf) if args.gguf else make_gguf(work / "tiny.gguf", args.llama_cpp, args.tokenizer_dir)
+    port = free_port()
+    log = work / "llama-server.log"
+    command = [args.llama_server, "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "--jinja",
+               "--alias", "tiny", "-np", str(args.slots), "--kv-unified-per-slot", str(args.context_limit),
+               "-t", str(args.threads)]
+    print("llama-server " + " ".join(command[1:]), flush=True)
+    with open(log, "wb") as sink:
+        server = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"llama-server did not come up; its log: {log}")
+            time.sleep(0.2)
+        out = Path(args.out) if args.out else work / "run"
+        argv = ["nih", "--backend", "openai", "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "tiny",
+                "--context-limit", str(args.context_limit), "--max-tokens", str(args.max_tokens),
+                "--tasks", str(args.tasks), "--seeds", *map(str, args.seeds), "--methods", args.methods,
+                "--concurrency", str(args.slots), "--out", str(out), "--no-progress"]
+        if args.tool_calling:
+            argv.append("--tool-calling")
+        if args.max_steps:
+            argv += ["--max-steps", str(args.max_steps)]
+        print("arc-eval " + " ".join(argv), flush=True)
+        started = time.perf_counter()
+        code = arc_eval(argv)
+        wall = time.perf_counter() - started
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(30)
+    calls = [json.loads(line) for line in (out / "calls.jsonl").read_text().splitlines()]
+    tasks = [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()]
+    compared = [call for call in calls if call.get("counted_prompt_tokens") is not None]
+    gaps = [abs(call["counted_prompt_tokens"] - call["prompt_tokens"]) for call in compared]
+    usable = args.context_limit - args.max_tokens
+    ends = collections.Counter((task["end"], "no answer" if task["no_answer"] else "answered") for task in tasks)
+    print(f"exit code {code}, {wall:.0f} s wall; {len(tasks)} tasks, {len(calls)} calls "
+          f"({len(compared)} with both counts, {sum(call['overflow'] for call in calls)} overflows)")
+    print(f"largest |harness count - usage.prompt_tokens|: {max(gaps, default=0)} "
+          f"(mean {sum(gaps) / max(1, len(gaps)):.3f}) over {len(gaps)} calls")
+    print(f"largest prompt: {max((call['prompt_tokens'] for call in calls), default=0)} tokens "
+          f"(usable budget {usable} = {args.context_limit} - {args.max_tokens})")
+    print("task ends: " + ", ".join(f"{end} / {answer}: {n}" for (end, answer), n in sorted(ends.items())))
+    errors = [task["error"] for task in tasks if task["error"]]
+    print(f"task errors: {len(errors)}" + (f" (first: {errors[0]})" if errors else ""))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

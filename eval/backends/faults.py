@@ -1,0 +1,84 @@
+"""What a server's refusal means, and what the user must change: every message names the fix.
+
+A refusal that is not a context overflow (`arc_eval.backends.overflow`) is a fault of the server
+or of its configuration. Retrying cannot fix it, so the run stops (`BackendRequestError`), nothing
+is recorded for the task in flight, and the same command resumes once the fix is made. The
+patterns below are the servers' own words (vLLM's and llama.cpp's sources, the releases named in
+`overflow`'s docstring):
+
+- vLLM started with ``--api-key``: HTTP 401 ``{"error": "Unauthorized"}`` on every path under /v1
+  (`AuthenticationMiddleware`); llama.cpp: 401 "Invalid API Key".
+- a model name the server does not serve: vLLM 404 "The model `X` does not exist." (0.32 adds
+  " Valid aliases: ..."); llama.cpp in single-model mode ignores the name.
+- tool calling asked of a vLLM started without ``--enable-auto-tool-choice``: 400 '"auto" tool
+  choice requires --enable-auto-tool-choice and --tool-call-parser to be set'; of a llama-server
+  started with ``--no-jinja``: 500 "tools param requires --jinja flag".
+- llama.cpp with several slots sharing one KV pool (``--kv-unified``, the default when the number
+  of slots is automatic): long prompts at once get 500 "Context size has been exceeded.". That one
+  is retried (it passes once other slots finish); if it persists, the message says how to give each
+  slot its own window.
+"""
+
+from __future__ import annotations
+
+API_KEY_FIX = (
+    "pass the server's key with --api-key KEY (or set OPENAI_API_KEY); the server was started "
+    "with --api-key"
+)
+TOOL_MODE_VLLM_FIX = (
+    "restart vLLM with --enable-auto-tool-choice --tool-call-parser hermes (Qwen3's format), "
+    "or run without --tool-calling"
+)
+TOOL_MODE_LLAMA_FIX = "restart llama-server with --jinja, or run without --tool-calling"
+SHARED_KV_FIX = (
+    "give every llama-server slot its own window: --kv-unified-per-slot L (the pool is then "
+    "sized n_parallel x L), or --no-kv-unified -np N -c N*L, or -np 1"
+)
+
+
+def configuration_fault(status: int, message: str) -> str | None:
+    """The fix for a refusal caused by the server's configuration, or None when it is not one.
+
+    Such refusals are never retried, even when the server answers them with a 5xx.
+    """
+    lowered = message.lower()
+    if status in (401, 403) or "unauthorized" in lowered or "invalid api key" in lowered:
+        return API_KEY_FIX
+    if "tool choice requires" in lowered and "enable-auto-tool-choice" in lowered:
+        return TOOL_MODE_VLLM_FIX
+    if "requires --tool-call-parser" in lowered:
+        return TOOL_MODE_VLLM_FIX
+    if "requires --jinja" in lowered:
+        return TOOL_MODE_LLAMA_FIX
+    if status == 404 and "does not exist" in lowered:
+        return (
+            "pass --model with a name the server serves (GET /v1/models lists them; vLLM: the "
+            "--served-model-name, else the model path given to `vllm serve`)"
+        )
+    return None
+
+
+def retry_hint(message: str) -> str | None:
+    """A hint for a retried error that did not pass (a 5xx whose cause is known), else None."""
+    if "context size has been exceeded" in message.lower():
+        return "llama-server's slots share one KV pool that long prompts at once overflow; " + SHARED_KV_FIX
+    return None
+
+
+def refusal_message(endpoint: str, status: int, message: str) -> str:
+    """The run-stopping message of a refusal: what the server said, then what to change."""
+    fix = configuration_fault(status, message)
+    if fix is None:
+        if status == 404:
+            fix = (
+                "check --base-url: it must be the server's root or its /v1 (e.g. "
+                "http://localhost:8000/v1)"
+            )
+        elif status == 422 or status == 400:
+            fix = (
+                "the server refused the request's form; check that it is an OpenAI-compatible "
+                "chat server (vLLM, llama-server) and read its log"
+            )
+        else:
+            fix = "read the server's log"
+    return f"{endpoint}: HTTP {status}: {message[:500]}. Fix: {fix}."

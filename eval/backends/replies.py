@@ -1,0 +1,109 @@
+"""A chat completion read as the OpenAI API promises it, every field checked (issue 9.3).
+
+A reply that breaks the promise (no ``choices``, a ``message`` that is not an object, a string
+``usage``, a non-numeric token count, tool calls without a function name...) is a
+`BackendReplyError` whose message names the field and shows the value: never a KeyError or a
+TypeError deep in the loop, and never a task scored on a half-read reply.
+
+Optional fields stay optional where servers differ: ``usage`` may be absent (the harness then
+uses its own count), ``finish_reason`` may be null, ``content`` may be null when a tool call
+carries the answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from attrs import frozen
+
+from arc_eval.types import BackendReplyError
+
+
+@frozen
+class ToolCall:
+    name: str
+    arguments: str | Mapping[str, Any]
+
+
+@frozen
+class Completion:
+    """The fields of a chat completion the harness reads."""
+
+    content: str
+    tool_calls: tuple[ToolCall, ...]
+    finish_reason: str | None
+    prompt_tokens: int | None  # usage.prompt_tokens, None when the server reports no usage
+    completion_tokens: int | None
+
+
+def _count(usage: Mapping[str, Any], key: str, where: str) -> int | None:
+    value = usage.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BackendReplyError(f"{where}: usage.{key} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _tool_calls(raw: Any, where: str) -> tuple[ToolCall, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise BackendReplyError(f"{where}: message.tool_calls must be a list, got {raw!r:.200}")
+    calls = []
+    for index, call in enumerate(raw):
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+            raise BackendReplyError(
+                f"{where}: message.tool_calls[{index}] needs a function with a string name, "
+                f"got {call!r:.200}"
+            )
+        arguments = function.get("arguments", "")
+        if arguments is None:
+            arguments = ""
+        if not isinstance(arguments, (str, Mapping)):
+            raise BackendReplyError(
+                f"{where}: message.tool_calls[{index}].function.arguments must be a JSON string, "
+                f"got {arguments!r:.200}"
+            )
+        calls.append(ToolCall(function["name"], arguments))
+    return tuple(calls)
+
+
+def parse_completion(body: Any, where: str) -> Completion:
+    """`body` (decoded JSON) as a `Completion`; `BackendReplyError` naming what is wrong."""
+    if not isinstance(body, Mapping):
+        raise BackendReplyError(f"{where}: a chat completion must be a JSON object, got {body!r:.200}")
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise BackendReplyError(f"{where}: `choices` must be a non-empty list, got {choices!r:.200}")
+    choice = choices[0]
+    if not isinstance(choice, Mapping):
+        raise BackendReplyError(f"{where}: choices[0] must be an object, got {choice!r:.200}")
+    message = choice.get("message")
+    if not isinstance(message, Mapping):
+        raise BackendReplyError(f"{where}: choices[0].message must be an object, got {message!r:.200}")
+    content = message.get("content")
+    if content is None:
+        content = ""
+    if not isinstance(content, str):
+        raise BackendReplyError(f"{where}: message.content must be text or null, got {content!r:.200}")
+    finish_reason = choice.get("finish_reason")
+    if finish_reason is not None and not isinstance(finish_reason, str):
+        raise BackendReplyError(
+            f"{where}: choices[0].finish_reason must be text or null, got {finish_reason!r:.200}"
+        )
+    usage = body.get("usage")
+    prompt_tokens = completion_tokens = None
+    if usage is not None:
+        if not isinstance(usage, Mapping):
+            raise BackendReplyError(f"{where}: `usage` must be an object, got {usage!r:.200}")
+        prompt_tokens = _count(usage, "prompt_tokens", where)
+        completion_tokens = _count(usage, "completion_tokens", where)
+    return Completion(
+        content=content,
+        tool_calls=_tool_calls(message.get("tool_calls"), where),
+        finish_reason=finish_reason,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+    )

@@ -1,0 +1,116 @@
+"""Where the real material lives: ``../shared/data`` beside the repository (never copied in).
+
+``ARC_SHARED_DATA`` overrides the location (for a checkout whose parent has no ``shared/``, e.g. a git
+worktree). Checks that need the material skip with a message naming the path when it is absent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_DATA_ENV = "ARC_SHARED_DATA"
+QWEN3_NAME = "qwen3-tokenizer"
+# How the trace vectors name the Qwen3 directory: relative to the repository root, where replay runs.
+QWEN3_VECTOR_PATH = f"../shared/data/{QWEN3_NAME}"
+
+
+def shared_data_dir() -> Path:
+    override = os.environ.get(SHARED_DATA_ENV)
+    return Path(override).resolve() if override else (REPO.parent / "shared" / "data").resolve()
+
+
+def qwen3_dir() -> Path | None:
+    """The Qwen3 tokenizer directory (tokenizer.json, tokenizer_config.json, chat_template.jinja), if present."""
+    path = shared_data_dir() / QWEN3_NAME
+    return path if (path / "tokenizer.json").is_file() else None
+
+
+QWEN3_ABSENT = (
+    f"the Qwen3 tokenizer directory is absent: {shared_data_dir() / QWEN3_NAME} (real material lives in"
+    f" ../shared/data beside the repository; set {SHARED_DATA_ENV} to point elsewhere)"
+)
+
+
+@functools.lru_cache(maxsize=2)
+def transformers_tokenizer(directory: str) -> Any:
+    """transformers' own tokenizer of a model directory (the independent oracle of the template tests)."""
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast.from_pretrained(directory)
+
+
+def vllm_conversation(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The oracle's own reading of vLLM's preprocessing (written here, apart from arc_ref.templates):
+    content None -> "", a call's arguments JSON-decoded ({} when not valid JSON), tool_call_id kept."""
+    conversation = []
+    for message in messages:
+        converted: dict[str, Any] = {"role": message["role"], "content": message.get("content") or ""}
+        if message.get("tool_calls"):
+            converted["tool_calls"] = []
+            for call in message["tool_calls"]:
+                try:
+                    arguments = json.loads(call["function"]["arguments"])
+                except json.JSONDecodeError:
+                    arguments = {}
+                converted["tool_calls"].append({**call, "function": {**call["function"], "arguments": arguments}})
+        if "tool_call_id" in message:
+            converted["tool_call_id"] = message["tool_call_id"]
+        conversation.append(converted)
+    return conversation
+
+
+def vllm_tools(tools: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """vLLM's pydantic dump of OpenAI tools: name, description, parameters, the missing ones as None."""
+    if not tools:
+        return None
+    return [
+        {"type": "function", "function": {"name": tool["function"]["name"],
+                                          "description": tool["function"].get("description"),
+                                          "parameters": tool["function"].get("parameters")}}
+        for tool in tools
+    ]
+
+
+def transformers_prompt(directory: Path, messages: Sequence[Mapping[str, Any]],
+                        tools: Sequence[Mapping[str, Any]] | None, **template_kwargs: Any) -> tuple[str, int]:
+    """What vLLM renders for an OpenAI request and how many tokens it counts, by transformers' own code."""
+    tokenizer = transformers_tokenizer(str(directory))
+    text = tokenizer.apply_chat_template(
+        vllm_conversation(messages), tools=vllm_tools(tools), tokenize=False, add_generation_prompt=True,
+        **template_kwargs,
+    )
+    return str(text), len(tokenizer.encode(text, add_special_tokens=False))
+
+
+@contextlib.contextmanager
+def replay_directory(needs: Sequence[str]) -> Iterator[str | None]:
+    """A working directory in which the paths a trace vector needs resolve, or None (the reason in the caller).
+
+    The repository root when ``../shared`` is beside it; else, with ``ARC_SHARED_DATA`` set, a temporary
+    directory whose ``../shared/data`` points there. The previous working directory is restored afterwards.
+    """
+    previous = os.getcwd()
+    try:
+        os.chdir(REPO)
+        if all(Path(path).exists() for path in needs):
+            yield str(REPO)
+            return
+        override = os.environ.get(SHARED_DATA_ENV)
+        if not override:
+            yield None
+            return
+        with tempfile.TemporaryDirectory() as scratch:
+            (Path(scratch) / "shared").mkdir()
+            (Path(scratch) / "shared" / "data").symlink_to(Path(override).resolve())
+            (Path(scratch) / "repo").mkdir()
+            os.chdir(Path(scratch) / "repo")
+            yield str(Path(scratch) / "repo") if all(Path(path).exists() for path in needs) else None
+    finally:
+        os.chdir(previous)

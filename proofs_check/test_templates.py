@@ -1,0 +1,176 @@
+"""A4, Lemma 2, Theorem claim 1 under a served model's chat template: the view counts as the server counts.
+
+Every property here runs on Qwen3's real tokenizer and chat template (../shared/data/qwen3-tokenizer; skipped
+with a message when absent) and compares with an independent oracle: the view's OpenAI messages and tools,
+preprocessed as vLLM does and rendered by ``transformers``' own ``apply_chat_template``, then encoded by
+``transformers``' tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from arc_ref.config import Config
+from arc_ref.errors import CapacityExceeded, InvalidEvent
+from arc_ref.machine import ArcState, ToolResult, ToolTurn, init, tool_result, tool_turn, view
+from arc_ref.message import ToolCall
+from arc_ref.view import View
+from proofs_check.harness import apply, event_lists
+from proofs_check.registry import proves
+from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir, transformers_prompt
+from proofs_check.strategies import configs, texts, thoughts
+
+QWEN3 = qwen3_dir()
+pytestmark = pytest.mark.skipif(QWEN3 is None, reason=QWEN3_ABSENT)
+
+
+def template_configs(action_mode: str = "text", **fixed: Any) -> st.SearchStrategy[Config]:
+    """Random valid configurations on Qwen3's tokenizer and its own chat template."""
+    return configs(fixed={"tokenizer": f"hf-dir:{QWEN3}", "chat_format": "template", "action_mode": action_mode,
+                          **fixed})
+
+
+def check_view_against_the_server(state: ArcState) -> View:
+    """The view's text and count equal the oracle's; every component within its budget; the parts add up."""
+    assert QWEN3 is not None
+    config = state.config
+    shown = view(state)
+    text, server_count = transformers_prompt(QWEN3, shown.chat_messages(), shown.tools(), **dict(config.template_kwargs))
+    assert shown.text() == text
+    assert shown.tokens == server_count
+    assert server_count <= state.setup.budget <= state.setup.limit
+    parts = shown.components
+    assert parts.prefix <= state.setup.prefix_tokens
+    assert parts.summary <= config.summary_budget
+    assert parts.recent <= config.recent_budget
+    assert parts.catalog <= config.page_budget
+    assert parts.recall <= config.recall_budget
+    assert parts.overhead == state.setup.generation_tokens <= config.overhead
+    assert sum(parts.as_dict().values()) == server_count  # the sum of the parts is the serialized count
+    return shown
+
+
+@given(template_configs(), event_lists())
+@proves("L2", "T1", "A4")
+def test_template_views_count_as_the_server_counts(config: Config, events: list[object]) -> None:
+    """Before every call of a random trace, tokens(view) = the server's render-and-encode <= K <= L."""
+    state = init(config)
+    for event in [*events, None]:
+        check_view_against_the_server(state)
+        if event is not None:
+            state = apply(state, event)  # type: ignore[arg-type]
+
+
+@given(template_configs(), st.text(alphabet="ab \n</think>§", max_size=40), st.text(alphabet="ab \n", max_size=12))
+@proves("A4")
+def test_template_assistant_turn_last_costs_its_think_block(config: Config, thought: str, action: str) -> None:
+    """An agent turn that ends the view gets Qwen3's empty think block; the view's count follows it exactly."""
+    from arc_ref.machine import AgentTurn, agent_turn
+
+    state = init(config)
+    state, _ = agent_turn(state, AgentTurn(thought, action))
+    shown = check_view_against_the_server(state)
+    assert "<think>" in shown.text().rsplit("<|im_start|>assistant\n", 2)[1]
+
+
+# --- tool-calling mode ---------------------------------------------------------------------------------
+
+ENVIRONMENT_TOOLS = [
+    {"type": "function", "function": {"name": "read_file", "description": "Read a file.",
+                                      "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
+                                                     "required": ["path"]}}},
+    {"type": "function", "function": {"name": "ls"}},
+]
+_ARGUMENT_TEXT = st.text(alphabet="ab §é\"\\\n", max_size=12)
+
+
+@st.composite
+def tool_steps(draw: st.DrawFn, max_turns: int = 8) -> list[tuple[str, list[tuple[str, str]], list[str], bool]]:
+    """Tool turns: (thought, calls as (name, arguments), one result per environment call, view while pending)."""
+    steps = []
+    for _ in range(draw(st.integers(0, max_turns))):
+        calls: list[tuple[str, str]] = []
+        for _ in range(draw(st.integers(0, 3))):
+            kind = draw(st.sampled_from(("env", "env", "arc", "catalog", "unknown", "bad-json")))
+            if kind == "env":
+                name = draw(st.sampled_from(("read_file", "ls")))
+                calls.append((name, json.dumps({"path": draw(_ARGUMENT_TEXT)}, ensure_ascii=draw(st.booleans()))))
+            elif kind == "arc":
+                word = draw(st.sampled_from(("_recall", "_recall-next", "_recall-start", "_recall_meta")))
+                calls.append((word, json.dumps({"id": f"@stored{draw(st.integers(1, 6))}"})))
+            elif kind == "catalog":
+                calls.append((draw(st.sampled_from(("catalog-first", "catalog-next", "catalog-page"))),
+                              json.dumps({"page": str(draw(st.integers(0, 4)))})))
+            elif kind == "unknown":
+                calls.append(("nope", "{}"))
+            else:
+                calls.append(("read_file", "{not json"))
+        results = [draw(st.one_of(texts(200), st.just("long line\n" * draw(st.integers(50, 400)))))
+                   for name, _ in calls if name in ("read_file", "ls")]
+        steps.append((draw(thoughts), calls, results, draw(st.booleans())))
+    return steps
+
+
+def _resolve(state: ArcState, arguments: str) -> str:
+    def real(match: re.Match[str]) -> str:
+        index = int(match.group(1))
+        return state.records[index - 1].obs_id if index <= state.stored else f"§{index:02d}"
+
+    return re.sub(r"@stored(\d+)", real, arguments)
+
+
+def check_pairs(shown: View) -> None:
+    """No tool result without its call before it in the view, no answered call without its result in it."""
+    messages = shown.chat_messages()
+    called: dict[str, int] = {}
+    for position, message in enumerate(messages):
+        for call in message.get("tool_calls", ()):
+            called[call["id"]] = position
+        if message["role"] == "tool":
+            assert message["tool_call_id"] in called, "a tool result whose call was compacted away"
+
+
+@given(template_configs("tools", tools=ENVIRONMENT_TOOLS), tool_steps())
+@proves("L2", "T1", "A4")
+def test_tool_mode_views_count_as_the_server_counts(config: Config, steps: list[Any]) -> None:
+    """Tool mode: tool listing in the system turn, assistant tool_calls, results inside user turns, think
+    blocks on final assistant turns: every view equals the server's render-and-encode and stays <= K; a call
+    and its result are never separated by compaction."""
+    state = init(config)
+    check_view_against_the_server(state)
+    number = 0
+    for thought, calls, results, view_while_pending in steps:
+        made = []
+        for name, arguments in calls:
+            number += 1
+            made.append(ToolCall(f"call_{number}", name, _resolve(state, arguments)))
+        try:
+            state, turn = tool_turn(state, ToolTurn(thought, tuple(made)))
+        except InvalidEvent as refused:
+            assert "cannot fit recent_budget R" in str(refused)
+            continue
+        shown = check_view_against_the_server(state)
+        check_pairs(shown)
+        assert [call.call_id for call in turn.environment_calls] == [
+            call.call_id for call in made if call.name in ("read_file", "ls")]
+        assert {answer.call_id for answer in turn.answered} == {
+            call.call_id for call in made if call.name not in ("read_file", "ls")}
+        for call, result in zip(turn.environment_calls, results):
+            if view_while_pending:
+                check_view_against_the_server(state)
+            try:
+                state, _ = tool_result(state, ToolResult(call.call_id, result))
+            except CapacityExceeded:
+                return
+        shown = check_view_against_the_server(state)
+        check_pairs(shown)
+        assert not state.pending
+        called = {call["id"] for message in shown.chat_messages() for call in message.get("tool_calls", ())}
+        answered = {message["tool_call_id"] for message in shown.chat_messages() if message["role"] == "tool"}
+        assert called == answered  # every call in the view has its result beside it

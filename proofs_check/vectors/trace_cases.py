@@ -1,0 +1,745 @@
+"""The trace vectors: input lines for ``arc-ref replay`` and the features each must show."""
+
+from __future__ import annotations
+
+from proofs_check.vectors.dsl import (
+    VIEW,
+    TraceVector,
+    agent,
+    compact,
+    config,
+    line,
+    make_id,
+    obs,
+    other_digit,
+    with_fingerprint,
+)
+from proofs_check.vectors.features import (
+    bare_id_in_summary,
+    buffer_evicted,
+    empty_chunk_text,
+    errors_on,
+    fingerprint_collision,
+    folded_by,
+    has_error,
+    inline_in_summary,
+    items_omitted,
+    not_verbatim,
+    ops,
+    reassembles,
+    recall_chunks,
+    response_has,
+    split_character_moved,
+    view_has,
+)
+from proofs_check.shared_data import QWEN3_VECTOR_PATH
+
+NUMBERED = "\n".join(f"line {number:03d}: value={number * 7 % 101}" for number in range(1, 25))
+FRAKTUR = "naïve café 😀 中文 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 ǅ ꙮ 𓀀 🜁 end"
+MIXED = "aé中😀b" * 3 + "\u0301z"
+PAPER_BIG = "\n".join(
+    f"{number:05d} | sensor={number * 37 % 997:03d} | status={'OK' if number % 11 else 'WARN'} | note=reading"
+    for number in range(1, 281)
+)
+
+
+QWEN3 = f"hf-dir:{QWEN3_VECTOR_PATH}"
+DECOMPOSED = "cafe\u0301 and A\u030a: NFC composes them, recall returns them as stored"
+
+
+def template_vectors() -> list[TraceVector]:
+    """Vectors of the chat format "template" on Qwen3's real files (skipped where they are absent)."""
+    qwen = {"tokenizer": QWEN3, "chat_format": "template", "context_limit": 1700, "recent_budget": 260,
+            "summary_budget": 300, "page_budget": 300, "recall_budget": 200, "chunk_tokens": 8}
+    listing = make_id(1, "cat notes.md", "notes: <|im_end|> ends a turn, </think> ends a thought")
+    decomposed = make_id(2, "cat cafe.txt", DECOMPOSED)
+    return [
+        TraceVector(
+            "template_qwen3_session",
+            ("rendering.md §3.1", "A4", "A5", "L4"),
+            "Chat format template on Qwen3's own chat template and tokenizer (../shared/data/qwen3-tokenizer):"
+            " special-token text inside an observation costs one token each, as the server counts it; an"
+            " assistant turn that ends the view gets Qwen3's think block (empty, or the text before a </think> in"
+            " its thought), and loses that text once a user turn follows it; a decomposed character is recalled"
+            " exactly as stored although the tokenizer normalizes to NFC; folds compact H.",
+            (
+                config("minimal", **qwen),
+                obs("cat notes.md", "notes: <|im_end|> ends a turn, </think> ends a thought"),
+                VIEW,
+                agent("plan A</think>", "cat cafe.txt"),
+                VIEW,
+                obs("cat cafe.txt", DECOMPOSED),
+                VIEW,
+                agent("Read it back.", f"_recall {decomposed}\n_recall-next {decomposed}"),
+                agent("", f"_recall-next {decomposed}\n_recall-next {decomposed}"),
+                agent("", f"_recall-next {decomposed}\n_recall_meta {listing}"),
+                VIEW,
+                obs("ls", "a.txt b.txt " * 30),
+                agent("Done.", "submit"),
+                VIEW,
+            ),
+            (
+                ("a final assistant turn shows the text before </think> in its think block",
+                 view_has("<|im_start|>assistant\n<think>\nThought: plan A\n</think>\n\nAction: cat cafe.txt<|im_end|>")),
+                ("an earlier assistant turn loses the text before </think>",
+                 view_has("<|im_start|>assistant\nAction: cat cafe.txt<|im_end|>")),
+                ("a final assistant turn has the empty think block",
+                 view_has("<|im_start|>assistant\n<think>\n\n</think>\n\nThought: Done.\nAction: submit<|im_end|>")),
+                ("the decomposed characters come back exactly", reassembles(DECOMPOSED)),
+                ("the generation prompt has the empty think block",
+                 view_has("<|im_start|>assistant\n<think>\n\n</think>\n\n")),
+                ("H was folded", folded_by("observe")),
+            ),
+            (QWEN3_VECTOR_PATH,),
+        ),
+    ]
+
+
+def trace_vectors() -> tuple[TraceVector, ...]:
+    """Every trace vector. Ids in the traces are computed with the reference's id scheme (A1)."""
+    listing = make_id(1, "ls", "a.txt b.txt notes.md")
+    log = make_id(3, "cat sensors.log", PAPER_BIG, capacity=65535, fingerprint_bits=32)
+    contents = ("one", "two", "three", "one", "four")
+    collide = [make_id(j, "cat f", c, fingerprint_bits=1) for j, c in enumerate(contents, start=1)]
+    files = [make_id(j, f"cat file{j}.txt", f"content of file {j}") for j in range(1, 13)]
+    tenth = files[9]
+    tenth_body = tenth[1:]
+    tenth_counter, _, tenth_digit = tenth_body.partition("-")
+    mixed = make_id(1, "cat utf8.txt", MIXED)
+    accent = make_id(1, "cat e.txt", "é!")
+    fraktur = make_id(1, "cat fraktur.txt", FRAKTUR)
+    empty = make_id(1, "touch empty.txt", "")
+    numbers = make_id(1, "cat numbers.txt", NUMBERED)
+    letters = [make_id(j, f"cat {c}", c.upper() * 8 + c * 8) for j, c in enumerate("abc", start=1)]
+    alpha, blank = make_id(1, "cat a", "alpha"), make_id(2, "cat b", "")
+    secret = make_id(1, "cat a", "secret")
+    escaped = make_id(1, "printf  'a\\tb'\u0007", "tab\there\r\nand a bell \u0007 and back\\slash, then more text")
+    vectors = [
+        TraceVector(
+            "minimal_session",
+            ("A2", "A4", "A5", "rendering.md §11.1"),
+            "The minimal preset (bytes tokenizer): observations, a normal turn, a recall, a catalog command, views;"
+            " the recent suffix overflows R and the proactive trigger folds it.",
+            (
+                config("minimal"),
+                VIEW,
+                obs("ls", "a.txt b.txt notes.md"),
+                agent("Read the notes.", "cat  notes.md"),
+                obs("cat  notes.md", "The key is 4417.\nKeep it safe.\n"),
+                VIEW,
+                agent("Check the first file.", "cat a.txt"),
+                obs("cat a.txt", "alpha " * 30, 0),
+                agent("Look at the listing again.", f"_recall {listing}"),
+                VIEW,
+                agent("", "catalog-first"),
+                obs("cat b.txt", "", 1),
+                VIEW,
+            ),
+            (
+                ("the proactive trigger folds H", folded_by("observe")),
+                ("a recall chunk reaches the buffer", view_has(f"[recall {listing} chunk 1/")),
+                ("the summary keeps a short observation inline", inline_in_summary),
+            ),
+        ),
+        TraceVector(
+            "paper_session",
+            ("A4", "A5", "L4", "T4"),
+            "The paper preset (o200k_base, 16k window): small observations verbatim, one observation larger than R"
+            " shown as its stub, recalled chunk by chunk (chunks of q = 1920 tokens).",
+            (
+                config("paper"),
+                obs("ls -la", "total 12\n-rw-r--r-- 1 user user 4410 notes.txt\n-rw-r--r-- 1 user user 95 key.txt"),
+                agent("The key file is small; read it.", "cat key.txt"),
+                obs("cat key.txt", "KEY=7c1e-99aa-04f2\n"),
+                agent("Now the large log.", "cat sensors.log"),
+                obs("cat sensors.log", PAPER_BIG),
+                VIEW,
+                agent("Read the log back exactly.", f"_recall-start {log}"),
+                agent("Continue.", f"_recall-next {log}\n_recall-next {log}"),
+                VIEW,
+            ),
+            (
+                ("an observation larger than R is shown as its stub", not_verbatim),
+                ("the large observation comes back exactly", reassembles(PAPER_BIG)),
+            ),
+        ),
+        TraceVector(
+            "fingerprint_collisions",
+            ("A1", "L1", "T4"),
+            "fingerprint_bits d = 1: fingerprints collide, the counter keeps every id distinct and each id recalls"
+            " its own observation (the same content stored twice gets two ids); a typo in the fingerprint gets a"
+            " suggestion.",
+            (
+                config("minimal", fingerprint_bits=1),
+                *[obs("cat f", content) for content in contents],
+                agent("", f"_recall {collide[0]}\n_recall {collide[3]}"),
+                agent("", f"_recall {collide[1]}\n_recall {collide[2]}"),
+                agent("", f"_recall_meta {collide[4]}\n_recall_meta {with_fingerprint(collide[4], '01'[collide[4][-1] == '0'])}"),
+                agent("", f"_recall {with_fingerprint(collide[1], '01'[collide[1][-1] == '0'])}"),
+                VIEW,
+            ),
+            (
+                ("two ids share a fingerprint", fingerprint_collision),
+                ("five distinct ids", lambda outputs: len({o["id"] for o in ops(outputs, "observe")}) == 5),
+                ("a suggestion is offered", response_has("did you mean")),
+            ),
+        ),
+        TraceVector(
+            "no_fingerprint",
+            ("A1", "rendering.md §6"),
+            "fingerprint_bits d = 0 and capacity 300: ids are the counter alone, in 3 decimal digits (b = 9, 2^b - 1 = 511).",
+            (
+                config("minimal", fingerprint_bits=0, capacity=300),
+                obs("echo a", "a"),
+                obs("echo b", "b"),
+                agent("", "_recall §002\n_recall 1"),
+                agent("", "_recall §02\n_recall §0002"),
+                agent("", "_recall_meta (§001)."),
+                VIEW,
+            ),
+            (("ids carry no fingerprint", lambda outputs: ops(outputs, "observe")[0]["id"] == "§001"),),
+        ),
+        TraceVector(
+            "mistyped_ids",
+            ("A1", "rendering.md §6.1", "rendering.md §6.2"),
+            "Id resolution: § optional, surrounding punctuation ignored; typos in the counter (substitution, missing"
+            " or extra digit), in the fingerprint, or in the separator get the nearest stored id; a token with no"
+            " candidate lists the id range; nothing stored yet; over-long tokens are echoed clipped.",
+            (
+                config("minimal"),
+                agent("", "_recall §01-1"),
+                *[obs(f"cat file{j}.txt", f"content of file {j}") for j in range(1, 13)],
+                agent("", f"_recall_meta {tenth_body}"),
+                agent("", f"_recall_meta (§{tenth_body}),"),
+                agent("", f"_recall_meta {with_fingerprint(tenth, other_digit(tenth_digit))}"),
+                agent("", f"_recall_meta §{tenth_counter[1:]}-{tenth_digit}"),
+                agent("", f"_recall_meta §0{tenth_counter}-{tenth_digit}"),
+                agent("", f"_recall_meta §{tenth_counter}_{tenth_digit}"),
+                agent("", f"_recall_meta §{tenth_counter[0]}x-{tenth_digit}"),
+                agent("", "_recall_meta §19-7"),
+                agent("", "_recall_meta §zz"),
+                agent("", f"_recall_meta {tenth}-and-a-very-long-tail-that-goes-on-and-on-past-forty-eight"),
+                agent("", f"_recall_meta {tenth}/and/a/very/long/path/that/goes/on/and/on/past/forty-eight"),
+                agent("", f"_recall_meta §\u0001{tenth_counter}"),
+                VIEW,
+            ),
+            (
+                ("a suggestion is offered", response_has("did you mean")),
+                ("the id range is listed when nothing is near", response_has("ids run from")),
+                ("nothing stored yet", response_has("nothing is stored yet")),
+                ("an over-long token is echoed clipped", response_has("…: no stored observation")),
+            ),
+        ),
+        TraceVector(
+            "capacity_exceeded",
+            ("A1", "A2", "trace.md §3"),
+            "capacity N_max = 2: the third observation is refused with an error line and the state is unchanged.",
+            (
+                config("minimal", capacity=2),
+                obs("ls", "x"),
+                obs("ls", "y"),
+                obs("ls", "z"),
+                agent("", "catalog-first"),
+                VIEW,
+            ),
+            (("the third observation is an error", has_error("declared capacity N_max is 2")),),
+        ),
+        TraceVector(
+            "multibyte_bytes",
+            ("A5", "L4", "rendering.md §10.4"),
+            "The bytes tokenizer splits every multi-byte character; with q = 8 a chunk begins at the character"
+            " holding its first byte, and the chunks concatenate to the observation.",
+            (
+                config("minimal"),
+                obs("cat utf8.txt", MIXED),
+                agent("", f"_recall-start {mixed}"),
+                *[agent("", f"_recall-next {mixed}") for _ in range(5)],
+                VIEW,
+            ),
+            (
+                ("a chunk starts with a multi-byte character", split_character_moved),
+                ("the chunks reassemble the observation", reassembles(MIXED)),
+                ("reading past the last chunk is answered", response_has("chunks were already returned")),
+            ),
+        ),
+        TraceVector(
+            "multibyte_q1",
+            ("A5", "L4", "rendering.md §10.4"),
+            "q = 1 with the bytes tokenizer: a 2-byte character gives 2 chunks, the first with an empty text (the"
+            " character moves whole into the chunk of its last byte).",
+            (
+                config("minimal", chunk_tokens=1),
+                obs("cat e.txt", "é!"),
+                agent("", f"_recall {accent}"),
+                agent("", f"_recall-next {accent}\n_recall-next {accent}"),
+                agent("", f"_recall-next {accent}"),
+                VIEW,
+            ),
+            (
+                ("a chunk has an empty text", empty_chunk_text),
+                ("the chunks reassemble the observation", reassembles("é!")),
+            ),
+        ),
+        TraceVector(
+            "multibyte_o200k",
+            ("A5", "L4", "rendering.md §2", "rendering.md §10.4"),
+            "tokenizer o200k_base with q = 3: BPE tokens split Fraktur and rare characters, chunk texts start at"
+            " the character holding the first byte of their first token.",
+            (
+                config("minimal", tokenizer="o200k_base", chunk_tokens=3),
+                obs("cat fraktur.txt", FRAKTUR),
+                agent("", f"_recall-start {fraktur}"),
+                *[agent("", f"_recall-next {fraktur}\n_recall-next {fraktur}") for _ in range(7)],
+                VIEW,
+            ),
+            (
+                ("a chunk starts with a multi-byte character", split_character_moved),
+                ("the chunks reassemble the observation", reassembles(FRAKTUR)),
+            ),
+        ),
+        TraceVector(
+            "empty_observation",
+            ("A5", "rendering.md §10.1"),
+            "An empty observation: 0 tokens, 0 chunks; _recall answers chunk 0 with an empty payload; its stub"
+            " has empty previews; it stays inline in the summary.",
+            (
+                config("minimal"),
+                obs("touch empty.txt", ""),
+                agent("", f"_recall {empty}"),
+                agent("", f"_recall-next {empty}\n_recall_meta {empty}"),
+                compact("forced"),
+                VIEW,
+            ),
+            (
+                ("chunk 0 with empty payload", lambda outputs: any(r["chunk"] == 0 for r in recall_chunks(outputs))),
+                ("the empty observation is announced", response_has("the observation is empty (0 chunks)")),
+            ),
+        ),
+        TraceVector(
+            "large_observations",
+            ("A4", "A5", "rendering.md §9.1", "rendering.md §10.5"),
+            "An observation larger than R (shown as its stub in H) and larger than Q (read back in 8-byte chunks"
+            " through a buffer that holds only a few responses).",
+            (
+                config("minimal"),
+                obs("cat numbers.txt", NUMBERED, 0),
+                VIEW,
+                agent("", f"_recall {numbers}"),
+                *[agent("", f"_recall-next {numbers}\n_recall-next {numbers}") for _ in range(4)],
+                VIEW,
+            ),
+            (
+                ("the observation is shown as its stub", not_verbatim),
+                ("old chunks are evicted from the buffer", buffer_evicted),
+                ("the stub message names the size", view_has("is too large for the recent window")),
+            ),
+        ),
+        TraceVector(
+            "recall_eviction",
+            ("A5", "rendering.md §10.5"),
+            "LRU recall buffer: recalling a chunk already in U moves it to the most-recently-used end; a new chunk"
+            " evicts the least recently used bodies until U <= Q.",
+            (
+                config("minimal", recall_budget=240),
+                *[obs(f"cat {c}", c.upper() * 8 + c * 8) for c in "abc"],
+                agent("", f"_recall {letters[0]}\n_recall {letters[1]}"),
+                VIEW,
+                agent("", f"_recall {letters[0]}"),
+                VIEW,
+                agent("", f"_recall {letters[2]}"),
+                VIEW,
+                agent("", f"_recall-next {letters[0]}"),
+                VIEW,
+            ),
+            (("a chunk was evicted", buffer_evicted),),
+        ),
+        TraceVector(
+            "recall_limit",
+            ("A5", "rendering.md §10.1"),
+            "At most r = 2 recalls per step: _recall, _recall-start and _recall-next lines count (an unknown id,"
+            " an empty or exhausted observation too); _recall_meta lines and lines missing their argument do"
+            " not; the rest are answered 'not run'.",
+            (
+                config("minimal"),
+                obs("cat a", "alpha"),
+                obs("cat b", ""),
+                agent("", f"_recall_meta {alpha}\n_recall §09-9\n_recall\n_recall {blank}\n_recall {alpha}\n"
+                          f"_recall-next {alpha}"),
+                agent("", f"_recall {alpha} extra words\n_recall-start {alpha}\n_recall_meta {alpha}"),
+                VIEW,
+            ),
+            (("extra recalls are refused", response_has("not run, at most 2 recalls per step")),),
+        ),
+        TraceVector(
+            "catalog_paging",
+            ("A3", "L3", "T3", "rendering.md §10.3"),
+            "Catalog paging with p = 2: empty catalog, the cursor following the last page, catalog-first,"
+            " catalog-next (and at the last page), catalog-page N (valid, 0, too large, not a number, missing,"
+            " leading zeros), several commands in one action, a chosen page that later observations do not change.",
+            (
+                config("minimal"),
+                agent("", "catalog-first\ncatalog-next\ncatalog-page 1"),
+                obs("ls 1", "one"),
+                obs("ls 2", "two"),
+                obs("ls 3", "three"),
+                VIEW,
+                agent("", "catalog-first"),
+                agent("", "catalog-next\ncatalog-next"),
+                agent("", "catalog-page 0\ncatalog-page 3\ncatalog-page two\ncatalog-page\ncatalog-page 0001"),
+                obs("ls 4", "four"),
+                obs("ls 5", "five"),
+                VIEW,
+                agent("", "catalog-next"),
+                agent("", "catalog-page 99999999999"),
+                VIEW,
+            ),
+            (
+                ("empty catalog", response_has("the catalog is empty")),
+                ("already at the last page", response_has("already at the last page")),
+                ("no such page", response_has("no such page")),
+                ("missing argument", response_has("missing argument (usage: catalog-page N)")),
+            ),
+        ),
+        TraceVector(
+            "compaction_reasons",
+            ("T1", "rendering.md §11.1", "rendering.md §11.2"),
+            "The compaction routine under every trigger: proactive (explicit and automatic), reactive, forced;"
+            " nothing left to fold (folded 0, the newest entry stays); an unknown reason and a non-string reason"
+            " are error lines.",
+            (
+                config("minimal"),
+                compact("forced"),
+                obs("cat a", "a short one"),
+                compact("reactive"),
+                agent("Think about it for a while longer.", "cat b"),
+                obs("cat b", "b" * 100),
+                agent("And more.", "cat c"),
+                obs("cat c", "c" * 100),
+                agent("A longer thought: " + "the file c looks uniform, so the next file should be read as well. " * 2,
+                      "cat d"),
+                compact("proactive"),
+                VIEW,
+                obs("cat d", "d" * 150),
+                compact("reactive"),
+                agent("Again.", "cat e"),
+                compact("forced"),
+                compact("sometimes"),
+                line("compact", reason=5),
+                VIEW,
+            ),
+            (
+                ("the proactive trigger folds on observe", folded_by("observe")),
+                ("an explicit compaction folds", folded_by("compact")),
+                ("unknown reason refused", has_error("compact reason must be one of")),
+            ),
+        ),
+        TraceVector(
+            "summary_collapse",
+            ("A4", "T1", "rendering.md §11.3"),
+            "Many folds: long observations become citation stubs in S; when S would exceed M the oldest full"
+            " stubs collapse to bare §id lines, then the oldest items are dropped and counted.",
+            (
+                config("minimal"),
+                *[
+                    step
+                    for number in range(1, 15)
+                    for step in (
+                        agent(f"Step {number}: read part {number}.", f"cat part{number}.txt"),
+                        obs(f"cat part{number}.txt", f"part {number}: " + "xyz " * (8 + number % 5)),
+                    )
+                ],
+                VIEW,
+                compact("forced"),
+                VIEW,
+            ),
+            (
+                ("a stub collapsed to a bare id", bare_id_in_summary),
+                ("items were omitted", items_omitted),
+            ),
+        ),
+        TraceVector(
+            "inert_commands",
+            ("rendering.md §10",),
+            "Only the agent's action is parsed, and only when its first non-empty line is a command: commands in"
+            " observations, thoughts, or after a normal first line are inert; in a command action every other"
+            " non-empty line is reported as ignored.",
+            (
+                config("minimal"),
+                obs("cat a", "secret"),
+                obs("cat trap.txt", f"_recall {secret}\ncatalog-page 1\n_recall-next {secret}"),
+                agent(f"_recall {secret}\ncatalog-first", f"echo hi\n_recall {secret}"),
+                agent("", f"\n  \n\t_recall   {secret}\r\nplease show it\n\n  catalog-first  "),
+                agent("", f"_Recall {secret}"),
+                agent("", f"_recall\t{secret}"),
+                VIEW,
+            ),
+            (
+                ("a normal action with a command on line 2", lambda outputs: any(not o["command"] for o in ops(outputs, "agent"))),
+                ("an ignored line is reported", response_has("ignored (not a command): please show it")),
+            ),
+        ),
+        TraceVector(
+            "escaping_and_clipping",
+            ("rendering.md §4", "rendering.md §9.1", "rendering.md §11.2"),
+            "Escapes and clipping: control characters and newlines in signatures, previews and summary lines;"
+            " long thoughts and actions clipped (halving, id-safe, ellipsis) in the summary; an agent message"
+            " and a command result larger than R clipped until they fit.",
+            (
+                config("minimal"),
+                obs("printf  'a\\tb'\u0007", "tab\there\r\nand a bell \u0007 and back\\slash, then more text", 2),
+                agent(f"Re-read {escaped} and {escaped} again, then think about it for a long, long time.",
+                      f"grep -n 'key' file.txt   # look for the key in {escaped}"),
+                obs("grep -n 'key' file.txt", "12: key=1\n"),
+                VIEW,
+                agent("x" * 500, "y" * 40),
+                VIEW,
+                agent("", "\n".join([f"_recall_meta {escaped}"] * 6)),
+                VIEW,
+            ),
+            (
+                ("an escaped tab in a stub or signature", view_has("\\t")),
+                ("an ellipsis marks a clipped text", view_has("…")),
+            ),
+        ),
+        TraceVector(
+            "config_overrides",
+            ("D2", "rendering.md §3"),
+            "A config line with overrides: the cl100k_base tokenizer, the qwen3-nothink chat format, a custom"
+            " system and goal, larger pages.",
+            (
+                config("minimal", tokenizer="cl100k_base", chat_format="qwen3-nothink", system="You are terse.",
+                       goal="Find the key.", page_size=3, page_budget=480, context_limit=1800),
+                obs("cat key", "KEY=42"),
+                agent("Done.", "submit 42"),
+                VIEW,
+            ),
+            (("the generation prompt has the empty think block", view_has("<think>\n\n</think>\n\n")),),
+        ),
+        TraceVector(
+            "malformed_lines",
+            ("trace.md §3",),
+            "Malformed lines of every kind give one error line each and leave the state as it was: bad JSON, a"
+            " blank line, a non-object, a missing or unknown op, missing and unknown keys, wrong types (string,"
+            " boolean or fractional return code, out-of-range return code), a second config line.",
+            (
+                config("minimal"),
+                "{\"op\": \"observe\", \"action\": \"ls\"",
+                "",
+                "[\"op\", \"view\"]",
+                "\"view\"",
+                "{\"action\": \"ls\", \"observation\": \"x\"}",
+                "{\"op\": \"recall\", \"id\": \"§01-1\"}",
+                "{\"op\": null}",
+                line("observe", action="ls"),
+                line("observe", action="ls", observation="x", extra=1),
+                line("observe", action="ls", observation=5),
+                line("observe", action=["ls"], observation="x"),
+                line("observe", action="ls", observation="x", returncode="0"),
+                line("observe", action="ls", observation="x", returncode=True),
+                "{\"op\": \"observe\", \"action\": \"ls\", \"observation\": \"x\", \"returncode\": 1.5}",
+                line("observe", action="ls", observation="x", returncode=2**31),
+                line("agent", thought="t"),
+                line("agent", thought=None, action="ls"),
+                line("compact"),
+                line("view", full=True),
+                config("minimal"),
+                obs("ls", "still here", -(2**31)),
+                VIEW,
+            ),
+            (("every malformed line is an error", errors_on(*range(2, 22))),),
+        ),
+        TraceVector(
+            "config_not_first",
+            ("trace.md §3",),
+            "A trace whose first line is not a config: every line is an error, including a config line later on.",
+            (obs("ls", "x"), config("minimal"), VIEW),
+            (("all lines are errors", errors_on(1, 2, 3)),),
+        ),
+        TraceVector(
+            "config_k_exceeds_l",
+            ("D2", "A4", "trace.md §3"),
+            "A configuration whose budgets do not fit (K > L) is refused on line 1; later lines have no state.",
+            (config("minimal", context_limit=1000), obs("ls", "x"), VIEW),
+            (("K > L is named", has_error("exceeds L = L_ctx - G_max")), ("all lines are errors", errors_on(1, 2, 3))),
+        ),
+        TraceVector(
+            "config_bad_values",
+            ("A3", "A5", "trace.md §3"),
+            "Config values that make_setup refuses (pages too small for p stubs, chunk too large for Q): one"
+            " error line naming every violated inequality.",
+            (config("minimal", page_size=4, chunk_tokens=200), VIEW),
+            (("A3 and A5 are named", lambda outputs: has_error("p*c <= P")(outputs) and has_error("q + rho <= Q")(outputs)),),
+        ),
+        TraceVector(
+            "config_bad_types",
+            ("trace.md §3",),
+            "A config override of the wrong type is refused.",
+            (config("minimal", page_size="2"), VIEW),
+            (("type error", has_error("must be an integer")),),
+        ),
+        TraceVector(
+            "config_unknown_key",
+            ("trace.md §3",),
+            "An unknown config key is refused.",
+            (config("minimal", pagesize=2), VIEW),
+            (("unknown key", has_error("unknown config key(s) pagesize")),),
+        ),
+        TraceVector(
+            "config_unknown_preset",
+            ("trace.md §3",),
+            "An unknown preset (and an unknown tokenizer in a second trace line: no state, so an error too).",
+            (config("mainnet"), VIEW),
+            (("unknown preset", has_error("config needs \"preset\"")),),
+        ),
+        TraceVector(
+            "config_unknown_tokenizer",
+            ("D1", "trace.md §3"),
+            "An unknown tokenizer name is a config error.",
+            (config("minimal", tokenizer="gpt2"), VIEW),
+            (("unknown tokenizer", has_error("unknown tokenizer 'gpt2'")),),
+        ),
+        TraceVector(
+            "config_template_needs_hf_dir",
+            ("rendering.md §3.1", "trace.md §3"),
+            "Chat format template renders the model directory's own chat template, so it needs the tokenizer"
+            " hf-dir:DIR; with any other tokenizer the configuration is refused.",
+            (config("minimal", chat_format="template"), VIEW),
+            (("the tokenizer is named", has_error("needs the tokenizer 'hf-dir:DIR'")),),
+        ),
+        TraceVector(
+            "config_tools_need_template",
+            ("rendering.md §13", "trace.md §3"),
+            "action_mode tools (actions as tool calls) needs chat_format template; tools belong to tool mode.",
+            (config("minimal", action_mode="tools"), VIEW),
+            (("the chat format is named", has_error("action_mode 'tools' needs chat_format 'template'")),),
+        ),
+        *template_vectors(),
+    ]
+    return tuple(vectors) + port_guess_vectors() + hostile_vectors()
+
+
+MAX_INTEGER = 2**31 - 1  # the largest config integer (spec/parameters.md, check 1)
+HUGE_INTEGER = "9" * 4300  # the most digits Python's parser reads; out of range for any field
+
+
+def port_guess_vectors() -> tuple[TraceVector, ...]:
+    """What a port written from spec/ alone had to guess (issue 9.6), each pinned by a trace."""
+    long_action = "y" * 600
+    many_notes = "catalog-first\ncatalog-next\n" + "\n".join(f"note line {number}" for number in range(12))
+    return (
+        TraceVector(
+            "folded_items_use_event_text",
+            ("rendering.md §11.2", "rendering.md §9.1"),
+            "A folded agent or command-result entry is summarized from the event's own thought, action and notes,"
+            " not from its message in H, which §9.1 may have clipped to fit R: H shows the thought as '…' and the"
+            " notes cut short, the summary shows the thought and the notes joined by ' / '.",
+            (
+                config("minimal", action_chars=60),
+                agent("Short thought.", long_action),
+                VIEW,
+                agent("", many_notes),
+                VIEW,
+                agent("Next.", "ls"),
+                compact("forced"),
+                VIEW,
+            ),
+            (
+                ("H shows the thought clipped to nothing", view_has("Thought: …\nAction: yyy")),
+                ("the summary shows the event's own thought", view_has("turn 1: thought: Short")),
+                ("H shows the notes clipped", view_has("ignored (not a command): note line 4\nig…")),
+                ("the summary joins the event's notes", view_has("the catalog is empty / catalog-next")),
+            ),
+        ),
+        TraceVector(
+            "summary_fit_o200k",
+            ("rendering.md §11.3", "A4"),
+            "S refitted under o200k_base, where a summary line ending in spaces shares a token with the next"
+            " line's LF, so item costs do not add up: shrink() must return exactly the tokens it saved from the"
+            " item total (a full stub's cost minus its bare id's; a dropped item's cost), and the second loop"
+            " finishes on the exact count. A port returning more or less keeps a different summary.",
+            (
+                config("minimal", tokenizer="o200k_base", summary_budget=250),
+                *[
+                    event
+                    for number in range(1, 9)
+                    for event in (
+                        agent(f"Step {number}: read part {number}.", f"cat part{number}.txt" + "  " * (number % 2)),
+                        obs(f"cat part{number}.txt", f"part {number}: " + "xyz " * (8 + number % 5)),
+                    )
+                ],
+                VIEW,
+                compact("forced"),
+                VIEW,
+            ),
+            (("a stub collapsed to a bare id", bare_id_in_summary),),
+        ),
+    )
+
+
+def hostile_vectors() -> tuple[TraceVector, ...]:
+    """Config integers at and past 2^31 - 1, and lines that are not quite JSON text (issue 9.1, 9.6 d)."""
+    return (
+        TraceVector(
+            "config_integer_largest",
+            ("A1", "trace.md §2"),
+            f"Config integers reach {MAX_INTEGER} (2^31 - 1): capacity and context_limit at the maximum; ids carry"
+            " a 10-digit counter.",
+            (
+                config("minimal", capacity=MAX_INTEGER, stub_cap=140, page_budget=600, summary_budget=400,
+                       recent_budget=480, context_limit=MAX_INTEGER, max_completion=MAX_INTEGER - 2000),
+                obs("ls", "x"),
+                agent("", "catalog-first"),
+            ),
+            (("a 10-digit counter", lambda outputs: ops(outputs, "observe")[0]["id"].startswith("§0000000001-")),),
+        ),
+        TraceVector(
+            "config_integer_too_large",
+            ("trace.md §2", "trace.md §3"),
+            f"A config integer one above {MAX_INTEGER} (2^31 - 1) is refused on line 1; later lines have no state.",
+            (config("minimal", capacity=MAX_INTEGER + 1), obs("ls", "x")),
+            (("out of range", has_error("must be at most 2147483647")), ("all lines are errors", errors_on(1, 2))),
+        ),
+        TraceVector(
+            "config_integer_huge",
+            ("trace.md §2", "trace.md §8"),
+            "A config integer of 4,300 digits (parsed by the reference, maybe not by a port) is refused on line 1"
+            " like any integer above 2^31 - 1.",
+            (f'{{"op": "config", "preset": "minimal", "capacity": {HUGE_INTEGER}}}', obs("ls", "x")),
+            (("out of range", has_error("an integer of 4300 digits")), ("all lines are errors", errors_on(1, 2))),
+        ),
+        TraceVector(
+            "config_lone_surrogate",
+            ("trace.md §2", "trace.md §3"),
+            "A config line whose goal holds a lone surrogate escape (\\ud800) is not text: refused on line 1.",
+            ('{"op": "config", "preset": "minimal", "goal": "Solve \\ud800 it."}', VIEW),
+            (("not text", has_error("not valid Unicode text")), ("all lines are errors", errors_on(1, 2))),
+        ),
+        TraceVector(
+            "not_quite_json",
+            ("trace.md §1", "trace.md §2", "trace.md §8"),
+            "Lines a lenient parser would take: NaN and Infinity (even as a repeated key's dropped value), lone"
+            " surrogate escapes in a value, in a key, in a nested unknown value and in a repeated key's dropped"
+            " value, a byte order mark before the object, 1.0 and 1e2 as integers, a return code of 4,300 digits"
+            " and one of 4,301: all error lines. -0 is the integer 0.",
+            (
+                config("minimal"),
+                '{"op": "observe", "action": "ls", "observation": "x", "returncode": NaN, "returncode": 0}',
+                '{"op": "observe", "action": "ls", "observation": "x", "returncode": -Infinity}',
+                '{"op": "observe", "action": "ls", "observation": "a\\ud800b"}',
+                '{"op": "observe", "action": "ls", "observation": "x", "\\udc00": 1}',
+                '{"op": "view", "extra": [["\\udfff"]]}',
+                '{"op": "observe", "action": "\\ud800", "action": "ls", "observation": "x"}',
+                '\ufeff{"op": "view"}',
+                '{"op": "observe", "action": "ls", "observation": "x", "returncode": 1.0}',
+                '{"op": "observe", "action": "ls", "observation": "x", "returncode": 1e2}',
+                f'{{"op": "observe", "action": "ls", "observation": "x", "returncode": {HUGE_INTEGER}}}',
+                f'{{"op": "observe", "action": "ls", "observation": "x", "returncode": {HUGE_INTEGER}9}}',
+                '{"op": "observe", "action": "ls", "observation": "x", "returncode": -0}',
+                VIEW,
+            ),
+            (
+                ("every not-quite-JSON line is an error", errors_on(*range(2, 13))),
+                ("-0 is stored as return code 0", view_has("(rc=0) of `ls`")),
+            ),
+        ),
+    )

@@ -1,0 +1,435 @@
+"""The served model's tokenizer and chat template as a format of the core (chat format ``template``).
+
+Checked against the real Qwen3 files in ../shared/data/qwen3-tokenizer (skipped when absent) and against
+``transformers``' own ``apply_chat_template`` as an independent oracle; refusals (lossy tokenizers, files that
+are not regular, templates the core cannot split exactly) on small files made here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from arc_ref import tokenizers
+from arc_ref.config import config_json, make_setup, preset
+from arc_ref.errors import ConfigError
+from arc_ref.message import ToolCall, ToolSpec
+from arc_ref.templates import (
+    TemplateFormat,
+    added_tokens_cut_safe,
+    load_template_source,
+    possible_contexts,
+    probe_plans,
+    server_arguments,
+)
+from arc_ref.tokenizers import HuggingFaceTokenizer, get_tokenizer
+from arc_ref.trace import replay
+from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir, transformers_tokenizer
+from tests.core.test_tokenizers import _train_tokenizer_json
+
+QWEN3 = qwen3_dir()
+needs_qwen3 = pytest.mark.skipif(QWEN3 is None, reason=QWEN3_ABSENT)
+
+
+def qwen3_tokenizer() -> HuggingFaceTokenizer:
+    assert QWEN3 is not None
+    tokenizer = get_tokenizer(f"hf-dir:{QWEN3}")
+    assert isinstance(tokenizer, HuggingFaceTokenizer)
+    return tokenizer
+
+
+# --- the tokenizer: Qwen's real vocabulary ------------------------------------------------------------
+
+
+@needs_qwen3
+def test_hf_dir_tokenizer_passes_all_47_vocabulary_cases() -> None:
+    """llama.cpp's 47 Qwen2 vocabulary cases (inputs and expected ids), through the hf-dir adapter."""
+    assert QWEN3 is not None
+    inputs = (QWEN3 / "vocab-test.inp").read_text(encoding="utf-8").split("\n__ggml_vocab_test__\n")
+    expected = (QWEN3 / "vocab-test.out").read_text(encoding="utf-8").split("\n")
+    assert len(inputs) == len(expected) == 47
+    tokenizer = qwen3_tokenizer()
+    for text, ids in zip(inputs, expected):
+        assert tokenizer.encode(text) == [int(token) for token in ids.split()], text
+        assert tokenizer.count(text) == len(ids.split())
+        assert tokenizer.decode(tokenizer.encode(text)) == __import__("unicodedata").normalize("NFC", text)
+
+
+@needs_qwen3
+def test_hf_dir_tokenizer_matches_special_tokens_as_the_server_does() -> None:
+    tokenizer = qwen3_tokenizer()
+    prompt = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    assert tokenizer.encode(prompt) == [151644, 872, 198, 6023, 151645, 198, 151644, 77091, 198, 151667, 271, 151668, 271]
+    assert tokenizer.name == f"hf-dir:{QWEN3}" and tokenizer.normalizer_kind() == "NFC"
+    # token starts map onto the original (not NFC-normalized) text: a decomposed character stays whole
+    text = "ae\u0301b " * 3
+    starts = tokenizer.token_starts(text)
+    assert len(starts) == tokenizer.count(text) and starts == sorted(starts) and starts[0] == 0
+
+
+# --- lossless tokenizers only (A5) --------------------------------------------------------------------
+
+
+def _save(tokenizer: Any, path: Path) -> str:
+    tokenizer.save(str(path))
+    return str(path)
+
+
+def _byte_level(path: Path, normalizer: Any = None) -> str:
+    _train_tokenizer_json(path)
+    if normalizer is None:
+        return str(path)
+    from tokenizers import Tokenizer
+
+    loaded = Tokenizer.from_file(str(path))
+    loaded.normalizer = normalizer
+    return _save(loaded, path)
+
+
+def test_a_tokenizer_that_drops_characters_is_refused(tmp_path: Path) -> None:
+    """A BPE without byte fallback and without an unknown token silently drops characters it cannot encode."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {char: index for index, char in enumerate("abcdefghijklmnopqrstuvwxyz ")}
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(" ", "isolated")
+    tokenizer.decoder = decoders.Fuse()
+    path = _save(tokenizer, tmp_path / "drops.json")
+    with pytest.raises(ConfigError, match="is lossy: decoding its tokens does not give back the text"):
+        get_tokenizer(f"hf:{path}")
+
+
+def test_a_tokenizer_with_an_unknown_token_is_refused(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {"[UNK]": 0, **{char: index + 1 for index, char in enumerate("abcdefghijklmnopqrstuvwxyz")}}
+    tokenizer = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.decoder = decoders.WordPiece()
+    path = _save(tokenizer, tmp_path / "unk.json")
+    with pytest.raises(ConfigError, match="lossy"):
+        get_tokenizer(f"hf:{path}")
+
+
+@pytest.mark.parametrize("kind", ["NFKC", "NFKD", "Lowercase"])
+def test_a_normalizer_that_maps_characters_is_refused(tmp_path: Path, kind: str) -> None:
+    from tokenizers import normalizers
+
+    path = _byte_level(tmp_path / f"{kind}.json", getattr(normalizers, kind)())
+    with pytest.raises(ConfigError, match=f"normalizer \\({'other' if kind == 'Lowercase' else kind}\\)"):
+        get_tokenizer(f"hf:{path}")
+
+
+def test_an_nfc_normalizer_is_accepted_and_offsets_map_onto_the_original(tmp_path: Path) -> None:
+    from tokenizers import normalizers
+
+    path = _byte_level(tmp_path / "nfc.json", normalizers.NFC())
+    tokenizer = get_tokenizer(f"hf:{path}")
+    text = "cafe\u0301 \u212b"  # NFC composes both
+    starts = tokenizer.token_starts(text)
+    assert starts == sorted(starts) and all(0 <= start <= len(text) for start in starts)
+    assert tokenizer.decode(tokenizer.encode(text)) == "caf\u00e9 \u00c5"
+
+
+def test_a_tokenizer_file_that_is_not_regular_or_too_large_is_refused_before_reading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ConfigError, match="not a regular file"):
+        get_tokenizer(f"hf:{tmp_path}")
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="not a regular file"):  # would block forever if it were opened
+        get_tokenizer(f"hf:{fifo}")
+    big = tmp_path / "big.json"
+    _train_tokenizer_json(big)
+    monkeypatch.setattr(tokenizers, "TOKENIZER_FILE_LIMIT", 1000)
+
+    def no_read(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the file was opened")
+
+    monkeypatch.setattr("builtins.open", no_read)
+    with pytest.raises(ConfigError, match="more than the limit of 1000"):
+        get_tokenizer(f"hf:{big}")
+    with pytest.raises(ConfigError, match="is not a directory"):
+        get_tokenizer(f"hf-dir:{tmp_path / 'nowhere'}")
+
+
+# --- templates: refusals on small model directories made here -----------------------------------------
+
+CHATML = (
+    "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _model_dir(tmp_path: Path, template: str | None, **config: Any) -> str:
+    directory = tmp_path / "model"
+    directory.mkdir(exist_ok=True)
+    _train_tokenizer_json(directory / "tokenizer.json")
+    entries = dict(config)
+    if template is not None:
+        entries["chat_template"] = template
+    (directory / "tokenizer_config.json").write_text(json.dumps(entries), encoding="utf-8")
+    return str(directory)
+
+
+def _template_config(directory: str, **overrides: Any) -> Any:
+    return preset("minimal", tokenizer=f"hf-dir:{directory}", chat_format="template", context_limit=6000,
+                  recent_budget=600, summary_budget=600, page_budget=600, recall_budget=300, **overrides)
+
+
+def test_a_chatml_template_with_its_own_tokenizer_drives_a_task(tmp_path: Path) -> None:
+    directory = _model_dir(tmp_path, CHATML, eos_token="<|im_end|>")
+    setup = make_setup(_template_config(directory))
+    outputs = list(replay([
+        json.dumps({"op": "config", "preset": "minimal", "tokenizer": f"hf-dir:{directory}", "chat_format": "template",
+                    "context_limit": 6000, "recent_budget": 600, "summary_budget": 600, "page_budget": 600,
+                    "recall_budget": 300}),
+        json.dumps({"op": "observe", "action": "cat a", "observation": "hello world " * 5}),
+        json.dumps({"op": "view"}),
+    ]))
+    assert [o["op"] for o in outputs] == ["config", "observe", "view"]
+    view = outputs[2]
+    assert view["text"].startswith("<|im_start|>system\nAgent.<|im_end|>\n<|im_start|>user\nSolve it.<|im_end|>\n")
+    assert view["text"].endswith("<|im_start|>assistant\n")
+    assert view["tokens"] == setup.tokenizer.count(view["text"]) <= view["budget"]
+    assert view["components"]["overhead"] == setup.generation_tokens  # the parts add up to the whole count
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        (None, "has no chat template"),
+        ("{{ messages[0].content }}", "found 0 such loop"),
+        (CHATML + CHATML, "found 2 such loop"),
+        ("{% set messages = messages[1:] %}" + CHATML, "an assignment to messages"),
+        ("{% for message in messages if message.role != 'system' %}x{% endfor %}", "found 1 such loop"),
+        ("{% for message in messages %}{% if loop.index0 % 2 == 1 and message.role != 'user' %}"
+         "{{ raise_exception('roles must alternate') }}{% endif %}<|im_start|>{{ message.content }}<|im_end|>"
+         "{% endfor %}", "roles must alternate"),
+        ("{{ strftime_now('%d %b %Y') }}" + CHATML, "date_string"),
+        ("{% for message in messages %}{{ message.role }}: {{ message.content }}\n{% endfor %}",
+         "without an added token between them"),
+        ("{{ messages|length }}" + CHATML, "depends on messages after the first"),
+        ("{% for message in messages %}", "does not compile"),
+    ],
+)
+def test_a_template_the_core_cannot_split_exactly_is_refused(tmp_path: Path, template: str | None, message: str) -> None:
+    directory = _model_dir(tmp_path, template)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        make_setup(_template_config(directory))
+
+
+def test_template_resolution_follows_transformers(tmp_path: Path) -> None:
+    """chat_template.jinja wins over tokenizer_config.json; named templates pick "default" (or "tool_use" with tools)."""
+    directory = Path(_model_dir(tmp_path, [{"name": "default", "template": CHATML},  # type: ignore[arg-type]
+                                           {"name": "tool_use", "template": "T" + CHATML}], eos_token={"content": "E"}))
+    source = load_template_source(str(directory))
+    assert source.source == CHATML and source.tool_source == "T" + CHATML and ("eos_token", "E") in source.special_tokens
+    (directory / "chat_template.jinja").write_text("J" + CHATML, encoding="utf-8")
+    assert load_template_source(str(directory)).source == "J" + CHATML
+
+
+def test_template_configuration_errors_are_clear(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="needs the tokenizer 'hf-dir:DIR'"):
+        make_setup(preset("minimal", chat_format="template"))
+    with pytest.raises(ConfigError, match="action_mode 'tools' needs chat_format 'template'"):
+        make_setup(preset("minimal", action_mode="tools"))
+    with pytest.raises(ConfigError, match="action_mode must be one of text, tools"):
+        make_setup(preset("minimal", action_mode="mcp"))
+    with pytest.raises(ConfigError, match="lists the environment's tools of action_mode 'tools'"):
+        make_setup(preset("minimal", tools=[{"type": "function", "function": {"name": "ls"}}]))
+    with pytest.raises(ConfigError, match="tool 1 must be"):
+        preset("minimal", tools=[{"name": "ls"}])
+    with pytest.raises(ConfigError, match="must match"):
+        preset("minimal", tools=[{"type": "function", "function": {"name": "l s"}}])
+    with pytest.raises(ConfigError, match="must be distinct"):
+        preset("minimal", tools=[{"type": "function", "function": {"name": "ls"}}] * 2)
+    with pytest.raises(ConfigError, match="'template_kwargs' must be an object"):
+        preset("minimal", template_kwargs=[1])
+    with pytest.raises(ConfigError, match="is set by the request itself"):
+        preset("minimal", template_kwargs={"tools": None})
+    with pytest.raises(ConfigError, match="must be a string, number, boolean or null"):
+        preset("minimal", template_kwargs={"x": [1]})
+    directory = _model_dir(tmp_path, CHATML)
+    with pytest.raises(ConfigError, match="are names of ARC's own tools"):
+        make_setup(_template_config(directory, action_mode="tools",
+                                    tools=[{"type": "function", "function": {"name": "_recall"}}]))
+
+
+def test_the_config_line_echoes_later_fields_only_when_set() -> None:
+    assert "action_mode" not in config_json(preset("minimal"))
+    assert "tools" not in config_json(preset("minimal")) and "template_kwargs" not in config_json(preset("minimal"))
+    echoed = config_json(preset("minimal", action_mode="tools", template_kwargs={"enable_thinking": True},
+                                tools=[{"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}}]))
+    assert echoed["action_mode"] == "tools" and echoed["template_kwargs"] == {"enable_thinking": True}
+    assert echoed["tools"] == [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}}]
+
+
+@pytest.mark.parametrize(
+    ("tokens", "overlap"),
+    [
+        (["<|im_start|>", "<|im_end|>", "<think>", "</think>"], False),
+        (["<a>", "<a>b"], True),  # one token inside another
+        (["ab", "bc"], True),  # a suffix of one is a prefix of the other
+    ],
+)
+def test_overlapping_added_tokens_are_found(tokens: list[str], overlap: bool) -> None:
+    assert (added_tokens_cut_safe(tokens) is not None) == overlap
+
+
+def test_probe_plans_realise_every_context_once() -> None:
+    for mode in ("text", "tools"):
+        for role in ("user", "assistant", "tool") if mode == "tools" else ("user", "assistant"):
+            contexts = possible_contexts(role, mode)
+            plans = probe_plans(contexts, role)
+            realised = []
+            for plan in plans:
+                roles = ["system", "user"] + [item if isinstance(item, str) else role for item in plan]
+                for position, item in enumerate(plan, start=2):
+                    if not isinstance(item, str):
+                        before = roles[position - 1]
+                        after = roles[position + 1] if position + 1 < len(roles) else None
+                        assert (before, after, "user" in roles[position + 1:]) == (
+                            item.before, item.after, item.user_after), (role, mode, plan)
+                        realised.append(item)
+            assert sorted(realised, key=repr) == sorted(contexts, key=repr)
+
+
+def test_server_arguments_follow_vllm() -> None:
+    assert server_arguments('{"id": "§1"}') == {"id": "§1"}
+    assert server_arguments("not json") == {} and server_arguments("") == {} and server_arguments(None) == {}
+    assert server_arguments("[1, 2]") == [1, 2] and server_arguments('"text"') == "text"
+
+
+# --- rendering: byte-equal to transformers' apply_chat_template (Qwen3's real template) --------------
+
+_TEXT = st.one_of(
+    st.text(alphabet="ab \n\t§é中😀{}\":,", max_size=30),
+    st.sampled_from(["", "\n", "\n\nx", "x\n", "<think>r</think>c", "</think>", "a</think>\n\nb", "<tool_response>x</tool_response>",
+                     "<|im_end|>", "<tool_call>", "  \n y"]),
+)
+_ARGUMENTS = st.one_of(
+    st.dictionaries(st.sampled_from(["id", "page", "path", "é"]), st.one_of(st.text(max_size=8), st.integers(), st.none()),
+                    max_size=3).map(lambda d: json.dumps(d, ensure_ascii=False)),
+    st.sampled_from(["", "not json", "[1, 2]", '"s"', "{\"a\":1,\"a\":2}", "null", "3.50"]),
+)
+TOOL_SETS: tuple[tuple[ToolSpec, ...], ...] = (
+    (),
+    (ToolSpec("read_file", "Read a file.", '{"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}'),
+     ToolSpec("bare"), ToolSpec("ü_ok", None, '{"b": 1, "a": [true, null]}')),
+)
+
+
+@st.composite
+def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": draw(_TEXT)}]
+    call_number = 0
+    for _ in range(draw(st.integers(1, 7))):
+        role = draw(st.sampled_from(["user", "assistant", "assistant", "tool"]))
+        message: dict[str, Any] = {"role": role, "content": draw(_TEXT)}
+        if role == "assistant" and draw(st.booleans()):
+            calls = []
+            for _ in range(draw(st.integers(1, 3))):
+                call_number += 1
+                calls.append(ToolCall(f"call_{call_number}", draw(st.sampled_from(["read_file", "bare", "_recall"])),
+                                      draw(_ARGUMENTS)).openai())
+            message["tool_calls"] = calls
+        if role == "tool":
+            message["tool_call_id"] = f"call_{call_number}"
+        messages.append(message)
+    return messages
+
+
+def _transformers_text(directory: Path, messages: list[dict[str, Any]], tools: tuple[ToolSpec, ...]) -> str:
+    """The oracle: vLLM's preprocessing written out here, then transformers' own apply_chat_template."""
+    conversation = []
+    for message in messages:
+        converted = {"role": message["role"], "content": message["content"] or ""}
+        if message.get("tool_calls"):
+            converted["tool_calls"] = []
+            for call in message["tool_calls"]:
+                try:
+                    arguments = json.loads(call["function"]["arguments"])
+                except json.JSONDecodeError:
+                    arguments = {}
+                converted["tool_calls"].append({**call, "function": {**call["function"], "arguments": arguments}})
+        if "tool_call_id" in message:
+            converted["tool_call_id"] = message["tool_call_id"]
+        conversation.append(converted)
+    dumped = [{"type": "function", "function": {"name": tool.name, "description": tool.description,
+                                                 "parameters": None if tool.parameters is None else json.loads(tool.parameters)}}
+              for tool in tools] or None
+    text = transformers_tokenizer(str(directory)).apply_chat_template(
+        conversation, tools=dumped, tokenize=False, add_generation_prompt=True, enable_thinking=False
+    )
+    return str(text)
+
+
+def _qwen3_format(tools: tuple[ToolSpec, ...], system: str = "S") -> TemplateFormat:
+    assert QWEN3 is not None
+    return TemplateFormat(qwen3_tokenizer(), load_template_source(str(QWEN3)), {"enable_thinking": False}, tools,
+                          system, "G", "tools" if tools else "text")
+
+
+@needs_qwen3
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conversations(), st.sampled_from(range(len(TOOL_SETS))))
+def test_rendering_is_byte_equal_to_transformers(messages: list[dict[str, Any]], tool_set: int) -> None:
+    assert QWEN3 is not None
+    tools = TOOL_SETS[tool_set]
+    fmt = _qwen3_format(tools)
+    ours = fmt.render(messages)
+    assert ours == _transformers_text(QWEN3, messages, tools)
+    from arc_ref.templates import server_conversation, server_tools
+
+    head, pieces, tail = fmt.template.render_parts(server_conversation(messages), server_tools(tools))
+    assert head + "".join(pieces) + tail == ours
+    # the parts are counted separately and add up to the server's count of the whole prompt
+    oracle_count = len(transformers_tokenizer(str(QWEN3)).encode(ours, add_special_tokens=False))
+    assert fmt.tokenizer.count(head) + sum(fmt.tokenizer.count(p) for p in pieces) + fmt.tokenizer.count(tail) == oracle_count
+
+
+@needs_qwen3
+def test_tool_listing_and_calls_render_as_vllm_sends_them() -> None:
+    """vLLM json-loads a call's arguments and the template prints them with tojson: spaces after , and :."""
+    fmt = _qwen3_format(TOOL_SETS[1])
+    call = ToolCall("c1", "read_file", '{"path":"a.txt","n":2}')
+    text = fmt.render([{"role": "system", "content": "S"}, {"role": "user", "content": "go"},
+                       {"role": "assistant", "content": "", "tool_calls": [call.openai()]},
+                       {"role": "tool", "tool_call_id": "c1", "content": "data"}])
+    assert '<tool_call>\n{"name": "read_file", "arguments": {"path": "a.txt", "n": 2}}\n</tool_call>' in text
+    assert '{"type": "function", "function": {"name": "bare", "description": null, "parameters": null}}' in text
+    assert "<|im_start|>user\n<tool_response>\ndata\n</tool_response><|im_end|>\n" in text
+    assert text.startswith("<|im_start|>system\nS\n\n# Tools\n") and text.endswith("<think>\n\n</think>\n\n")
+
+
+# --- issue 12: where a message's count is its content's count plus a fixed frame ----------------------
+
+
+@needs_qwen3
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(st.text(max_size=12), st.text(alphabet=" \t\n\r\u2028\u0085ab1.'", max_size=8)))
+def test_role_line_and_content_merge_only_after_a_line_break(content: str) -> None:
+    """Qwen's pre-tokenizer joins the role line's LF with a content that starts with whitespace reaching a line
+    break (``\\s*[\\r\\n]``); any other content costs exactly its own count inside the role line."""
+    tokenizer = qwen3_tokenizer()
+    joined = tokenizer.count("user\n" + content)
+    apart = tokenizer.count("user\n") + tokenizer.count(content)
+    if not re.match(r"\s*[\r\n]", content):
+        assert joined == apart
+    else:
+        assert joined <= apart
+
+
+@needs_qwen3
+def test_a_content_that_starts_with_a_line_break_does_merge() -> None:
+    tokenizer = qwen3_tokenizer()
+    assert tokenizer.count("user\n" + "\nx") < tokenizer.count("user\n") + tokenizer.count("\nx")

@@ -1,0 +1,169 @@
+"""Tool-calling mode (spec/rendering.md section 13) on a small tool-capable template and tokenizer made here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from arc_ref.config import Config, make_setup, preset
+from arc_ref.errors import ConfigError, InvalidEvent
+from arc_ref.machine import (
+    AgentTurn,
+    ArcState,
+    Observe,
+    ToolResult,
+    ToolTurn,
+    agent_turn,
+    init,
+    observe,
+    step,
+    tool_result,
+    tool_turn,
+    view,
+)
+from arc_ref.message import ToolCall
+from arc_ref.tools import ARC_TOOLS, call_command
+from tests.core.test_tokenizers import _train_tokenizer_json
+
+TOOL_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n{{ messages[0].content }}\nTools:{% for tool in tools %}\n"
+    "{{ tool | tojson }}{% endfor %}<|im_end|>\n{% endif %}"
+    "{% for message in messages %}"
+    "{% if message.role == 'system' %}{% if not tools %}<|im_start|>system\n{{ message.content }}<|im_end|>\n{% endif %}"
+    "{% elif message.role == 'tool' %}<|im_start|>tool {{ message.tool_call_id }}\n{{ message.content }}<|im_end|>\n"
+    "{% else %}<|im_start|>{{ message.role }}\n{{ message.content }}"
+    "{% for call in message.tool_calls or [] %}\n<|im_start|>call {{ call.function.name }}"
+    " {{ call.function.arguments | tojson }}{% endfor %}<|im_end|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+ENVIRONMENT = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    directory = tmp_path_factory.mktemp("toolmodel")
+    _train_tokenizer_json(directory / "tokenizer.json")
+    (directory / "tokenizer_config.json").write_text(json.dumps({"chat_template": TOOL_TEMPLATE}), encoding="utf-8")
+    return str(directory)
+
+
+def tool_config(model_dir: str, **overrides: Any) -> Config:
+    settings: dict[str, Any] = {
+        "tokenizer": f"hf-dir:{model_dir}", "chat_format": "template", "action_mode": "tools", "tools": ENVIRONMENT,
+        "context_limit": 9000, "recent_budget": 1200, "summary_budget": 900, "page_budget": 900,
+        "recall_budget": 400, "overhead": 40, "signature_chars": 160, "capacity": 400,
+    }
+    settings.update(overrides)
+    return preset("minimal", **settings)
+
+
+def pairs_hold(state: ArcState) -> None:
+    messages = view(state).chat_messages()
+    called = [call["id"] for message in messages for call in message.get("tool_calls", ())]
+    for position, message in enumerate(messages):
+        if message["role"] == "tool":
+            earlier = [call["id"] for m in messages[:position] for call in m.get("tool_calls", ())]
+            assert message["tool_call_id"] in earlier
+    answered = [message["tool_call_id"] for message in messages if message["role"] == "tool"]
+    assert set(called) - {call.call_id for call in state.pending} <= set(answered)
+
+
+def test_a_tool_turn_answers_arc_calls_and_hands_the_others_to_the_environment(model_dir: str) -> None:
+    state = init(tool_config(model_dir))
+    view_tools = view(state).tools()
+    assert view_tools is not None and [tool["function"]["name"] for tool in view_tools] == [
+        *(tool.name for tool in ARC_TOOLS), "read_file"]
+    calls = (ToolCall("c1", "read_file", '{"path": "a.txt"}'), ToolCall("c2", "catalog-first", "{}"),
+             ToolCall("c3", "rm_rf", "{}"))
+    state, turn = tool_turn(state, ToolTurn("Reading.", calls))
+    assert [call.call_id for call in turn.environment_calls] == ["c1"] and state.pending == (calls[0],)
+    assert [(answer.call_id, answer.content) for answer in turn.answered] == [
+        ("c2", "catalog-first: the catalog is empty"), ("c3", "rm_rf: no tool has this name; not run")]
+    with pytest.raises(InvalidEvent, match="c1 of the previous turn have no result yet"):
+        tool_turn(state, ToolTurn("again", ()))
+    with pytest.raises(InvalidEvent, match="no pending tool call has id 'c9' \\(pending: c1\\)"):
+        tool_result(state, ToolResult("c9", "x"))
+    state, observed = tool_result(state, ToolResult("c1", "hello world"))
+    assert observed.verbatim and state.records[0].signature == 'read_file {"path": "a.txt"}' and not state.pending
+    message = view(state).chat_messages()[-1]
+    assert message == {"role": "tool", "tool_call_id": "c1", "content": f"Observation {observed.obs_id} (rc=0) of"
+                       ' `read_file {"path": "a.txt"}`:\nhello world'}
+    state, recalled = tool_turn(state, ToolTurn("", (ToolCall("c4", "_recall", json.dumps({"id": observed.obs_id})),)))
+    assert recalled.recalls[0].payload == "hello world" and "[recall" in recalled.answered[0].response
+    pairs_hold(state)
+
+
+def test_text_events_and_tool_events_belong_to_their_modes(model_dir: str) -> None:
+    state = init(tool_config(model_dir))
+    with pytest.raises(InvalidEvent, match="belongs to action_mode 'text'"):
+        observe(state, Observe("ls", "x"))
+    with pytest.raises(InvalidEvent, match="belongs to action_mode 'text'"):
+        agent_turn(state, AgentTurn("t", "ls"))
+    text_state = init(preset("minimal"))
+    with pytest.raises(InvalidEvent, match="needs action_mode 'tools'"):
+        step(text_state, ToolTurn("t", ()))
+    with pytest.raises(InvalidEvent, match="needs action_mode 'tools'"):
+        step(text_state, ToolResult("c", "x"))
+    with pytest.raises(InvalidEvent, match="must be distinct and non-empty"):
+        tool_turn(state, ToolTurn("t", (ToolCall("c", "ls", "{}"), ToolCall("c", "ls", "{}"))))
+    with pytest.raises(InvalidEvent, match="calls must be a tuple of ToolCall"):
+        tool_turn(state, ToolTurn("t", [ToolCall("c", "ls", "{}")]))  # type: ignore[arg-type]
+
+
+def test_a_turn_and_its_results_fit_r_and_fold_as_one_unit(model_dir: str) -> None:
+    config = tool_config(model_dir)
+    state = init(config)
+    number = 0
+    for round_ in range(12):
+        calls = tuple(ToolCall(f"c{number + k}", "read_file", json.dumps({"path": f"f{round_}-{k}"})) for k in range(3))
+        number += 3
+        state, turn = tool_turn(state, ToolTurn(f"round {round_} " * 20, calls))
+        for call in turn.environment_calls:
+            state, result = tool_result(state, ToolResult(call.call_id, f"content {call.call_id} " * (40 * (round_ % 3))))
+            assert sum(entry.message.tokens for entry in state.live) <= config.recent_budget
+            pairs_hold(state)
+        shown = view(state)
+        assert shown.tokens == state.setup.tokenizer.count(shown.text()) <= shown.budget
+    assert state.summary.items, "older units were folded into S"
+
+
+def test_a_turn_too_large_for_r_is_refused_with_the_reason(model_dir: str) -> None:
+    state = init(tool_config(model_dir))
+    calls = tuple(ToolCall(f"c{k}", "read_file", "{}") for k in range(40))
+    with pytest.raises(InvalidEvent, match="a tool turn with 40 call\\(s\\) cannot fit recent_budget R = 1200"):
+        tool_turn(state, ToolTurn("t", calls))
+
+
+def test_a_large_result_is_shown_as_its_stub_within_the_unit(model_dir: str) -> None:
+    state = init(tool_config(model_dir))
+    state, _ = tool_turn(state, ToolTurn("", (ToolCall("c1", "read_file", "{}"),)))
+    state, result = tool_result(state, ToolResult("c1", "big file " * 2000))
+    assert not result.verbatim and "is too large for the recent window" in view(state).chat_messages()[-1]["content"]
+    assert state.records[-1].content == "big file " * 2000
+
+
+def test_tool_mode_configuration_is_checked(model_dir: str) -> None:
+    with pytest.raises(ConfigError, match="the smallest tool turn"):
+        make_setup(tool_config(model_dir, recent_budget=60, stub_cap=50))
+    setup = make_setup(tool_config(model_dir))
+    assert 0 < setup.tool_reserve < setup.tool_unit_floor <= setup.config.recent_budget
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "word", "argument"),
+    [
+        ("_recall", '{"id": "§01-3 trailing"}', "_recall", "§01-3"),
+        ("catalog-page", '{"page": 2}', "catalog-page", "2"),
+        ("catalog-page", '{"other": "x", "page": "3"}', "catalog-page", "3"),
+        ("_recall", "§01-3", "_recall", "§01-3"),
+        ("_recall", "", "_recall", None),
+        ("catalog-first", "{}", "catalog-first", None),
+        ("_recall", '"§02-1"', "_recall", "§02-1"),
+    ],
+)
+def test_a_call_to_an_arc_tool_is_its_command(name: str, arguments: str, word: str, argument: str | None) -> None:
+    command = call_command(ToolCall("c", name, arguments))
+    assert (command.word, command.argument) == (word, argument)

@@ -1,0 +1,59 @@
+"""`python -m proofs_check.vectors` from a checkout and from a copy installed without one (issue 13.5)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from proofs_check.vectors.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+VECTOR_DIR = ROOT / "spec" / "vectors"
+
+
+def _installed_copy(tmp_path: Path) -> Path:
+    """The two packages alone, as an installed wheel lays them out: no spec/ beside them."""
+    site = tmp_path / "site"
+    for package in ("arc_ref", "proofs_check"):
+        shutil.copytree(ROOT / package, site / package, ignore=shutil.ignore_patterns("__pycache__"))
+    return site
+
+
+def _run_installed(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    environment = {**os.environ, "PYTHONPATH": str(site)}
+    return subprocess.run([sys.executable, "-m", "proofs_check.vectors", *args], cwd=site, env=environment,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_installed_package_without_dir_is_refused_with_a_message(tmp_path: Path) -> None:
+    site = _installed_copy(tmp_path)
+    for mode in ("--check", "--write"):
+        refused = _run_installed(site, mode)
+        assert refused.returncode == 2, refused.stderr
+        assert "no vector directory" in refused.stderr and "pass --dir DIR" in refused.stderr
+        assert "Traceback" not in refused.stderr
+    assert not (tmp_path / "spec").exists(), "nothing may be written beside an installed package"
+
+
+def test_installed_package_checks_a_directory_named_with_dir(tmp_path: Path) -> None:
+    site = _installed_copy(tmp_path)
+    checked = _run_installed(site, "--check", "--dir", str(VECTOR_DIR))
+    assert checked.returncode == 0, checked.stderr
+    assert "0 problem(s)" in checked.stdout
+
+
+def test_write_into_any_directory_gives_the_checkout_vectors_byte_for_byte(tmp_path: Path) -> None:
+    target = tmp_path / "vectors"
+    assert main(["--write", "--dir", str(target)]) == 0
+    written = sorted(path.name for path in target.iterdir())
+    generated_on_disk = sorted(
+        path.name for path in VECTOR_DIR.iterdir() if not path.name.endswith(".schema.json")
+    )
+    assert written == generated_on_disk
+    for name in written:
+        assert (target / name).read_bytes() == (VECTOR_DIR / name).read_bytes(), name
+    (target / "stale.trace.jsonl").write_text("{}\n", encoding="utf-8")
+    assert main(["--check", "--dir", str(target)]) == 1  # a file the generator does not make is reported
