@@ -46,6 +46,16 @@ def resolve_placeholders(state: ArcState, event: Event) -> Event:
     return AgentTurn(event.thought, STORED_ID.sub(real_id, event.action))
 
 
+def resolve_stored(state: ArcState, arguments: str) -> str:
+    """A tool call's arguments with each ``@storedK`` replaced by the K-th stored id (a wrong id past the last)."""
+
+    def real_id(match: re.Match[str]) -> str:
+        index = int(match.group(1))
+        return state.records[index - 1].obs_id if index <= state.stored else f"§{index:02d}"
+
+    return STORED_ID.sub(real_id, arguments)
+
+
 def apply(state: ArcState, event: Event) -> ArcState:
     """One event; an observation past N_max is refused (CapacityExceeded) and leaves the state as it was."""
     event = resolve_placeholders(state, event)
