@@ -113,12 +113,18 @@ _ARGUMENT_TEXT = st.text(alphabet="ab §é\"\\\n", max_size=12)
 
 
 @st.composite
-def tool_steps(draw: st.DrawFn, max_turns: int = 8) -> list[tuple[str, list[tuple[str, str]], list[str], bool]]:
+def tool_steps(
+    draw: st.DrawFn, max_turns: int = 8, contents: st.SearchStrategy[str] | None = None,
+    reasoning: st.SearchStrategy[str] | None = None,
+) -> list[tuple[str, list[tuple[str, str]], list[str], bool]]:
     """Tool turns: (thought, calls as (name, arguments), one result per environment call, view while pending).
 
     Calls go to ENVIRONMENT_TOOLS, to ARC's own tools (ids as ``@storedK`` placeholders, see
     `proofs_check.harness.resolve_stored`), to no offered tool, or carry arguments that are not JSON.
+    ``contents``: the results' texts (default: short texts or a long run of lines); ``reasoning``: the thoughts'.
     """
+    if contents is None:
+        contents = st.one_of(texts(200), st.integers(50, 400).map(lambda lines: "long line\n" * lines))
     steps = []
     for _ in range(draw(st.integers(0, max_turns))):
         calls: list[tuple[str, str]] = []
@@ -137,7 +143,6 @@ def tool_steps(draw: st.DrawFn, max_turns: int = 8) -> list[tuple[str, list[tupl
                 calls.append(("nope", "{}"))
             else:
                 calls.append(("read_file", "{not json"))
-        results = [draw(st.one_of(texts(200), st.just("long line\n" * draw(st.integers(50, 400)))))
-                   for name, _ in calls if name in ENVIRONMENT_TOOL_NAMES]
-        steps.append((draw(thoughts), calls, results, draw(st.booleans())))
+        results = [draw(contents) for name, _ in calls if name in ENVIRONMENT_TOOL_NAMES]
+        steps.append((draw(thoughts if reasoning is None else reasoning), calls, results, draw(st.booleans())))
     return steps

@@ -12,13 +12,15 @@ from hypothesis import strategies as st
 from arc_ref.chat import CHATML, QWEN3_NOTHINK, ChatFormat
 from arc_ref.config import Config, make_setup, preset
 from arc_ref.counting import joined_tokens
-from arc_ref.errors import ConfigError
-from arc_ref.machine import Observe, init, observe, view
+from arc_ref.errors import CapacityExceeded, ConfigError, InvalidEvent
+from arc_ref.machine import ArcState, Observe, ToolResult, ToolTurn, init, observe, tool_result, tool_turn, view
+from arc_ref.message import ToolCall
 from arc_ref.tokenizers import get_tokenizer
 from arc_ref.view import verify_tokens, within_budget
-from proofs_check.harness import apply, event_lists, exact_view
+from proofs_check.harness import apply, event_lists, exact_view, resolve_stored
 from proofs_check.registry import proves
-from proofs_check.strategies import configs, texts, unicode_texts
+from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
+from proofs_check.strategies import ENVIRONMENT_TOOLS, configs, texts, tool_steps, unicode_texts
 
 
 @given(configs(), event_lists())
@@ -227,3 +229,66 @@ def test_a4_joined_count_is_the_count_of_the_concatenation(name: str, drawn: lis
     tokenizer = get_tokenizer(name)
     parts = [(text, tokenizer.count(text) if known else None) for text, known in drawn]
     assert joined_tokens(tokenizer, parts) == tokenizer.count("".join(text for text, _ in drawn))
+
+
+# --- the same under a served model's chat template (chat format "template", issue 8) -----------------
+
+QWEN3_DIR = qwen3_dir()
+
+
+def _check_summed_count(state: ArcState) -> None:
+    """The view's count (each message's count at its place, summed, plus the generation prompt) equals the
+    count of its serialized text, and the components add up to it."""
+    shown = view(state)
+    serialized = state.setup.tokenizer.count(shown.text())
+    assert shown.tokens == serialized
+    assert sum(shown.components.as_dict().values()) == serialized
+    assert verify_tokens(state.setup, shown) == serialized
+
+
+@pytest.mark.skipif(QWEN3_DIR is None, reason=QWEN3_ABSENT)
+@given(data=st.data())
+@proves("A4", "L2", "T1")
+def test_l2_template_view_tokens_are_the_count_of_the_serialized_text(data: st.DataObject) -> None:
+    """Lemma 2 under Qwen3's served template, text mode: on random traces whose observations and thoughts
+    open and close with boundary-testing characters, the summed count is the serialized count."""
+    config = data.draw(configs(fixed={"tokenizer": f"hf-dir:{QWEN3_DIR}", "chat_format": "template",
+                                      "action_mode": "text"}))
+    events = data.draw(event_lists(contents=edge_texts(120), reasoning=edge_texts(30)))
+    state = init(config)
+    for event in [*events, None]:
+        _check_summed_count(state)
+        if event is not None:
+            state = apply(state, event)
+
+
+@pytest.mark.skipif(QWEN3_DIR is None, reason=QWEN3_ABSENT)
+@given(data=st.data())
+@proves("A4", "L2", "T1")
+def test_l2_tool_mode_view_tokens_are_the_count_of_the_serialized_text(data: st.DataObject) -> None:
+    """Lemma 2 under Qwen3's served template, tool-calling mode: tool listing, assistant tool calls, results
+    with boundary-testing edges, views while a call is pending; the summed count is the serialized count."""
+    config = data.draw(configs(fixed={"tokenizer": f"hf-dir:{QWEN3_DIR}", "chat_format": "template",
+                                      "action_mode": "tools", "tools": ENVIRONMENT_TOOLS}))
+    steps = data.draw(tool_steps(contents=edge_texts(40), reasoning=edge_texts(30)))
+    state = init(config)
+    _check_summed_count(state)
+    number = 0
+    for thought, calls, results, view_while_pending in steps:
+        made = []
+        for name, arguments in calls:
+            number += 1
+            made.append(ToolCall(f"call_{number}", name, resolve_stored(state, arguments)))
+        try:
+            state, turn = tool_turn(state, ToolTurn(thought, tuple(made)))
+        except InvalidEvent:
+            continue  # a turn too big for R is refused whole (test_templates checks the message)
+        _check_summed_count(state)
+        for call, result in zip(turn.environment_calls, results):
+            if view_while_pending:
+                _check_summed_count(state)
+            try:
+                state, _ = tool_result(state, ToolResult(call.call_id, result))
+            except CapacityExceeded:
+                return
+        _check_summed_count(state)
