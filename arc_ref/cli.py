@@ -2,6 +2,7 @@
 
     arc-ref replay TRACE.jsonl|- [--verify]   one JSON line out per line in (spec/trace.md)
     arc-ref budgets [--preset NAME] [--set KEY=VALUE ...]   the budget table of a configuration
+    arc-ref inspect | export | mcp STORE ...   a durable store (arc_ref.store_cli)
 
 No input ends in a traceback: a bad line is an error line, a refused input or a failed read or write is one
 line on standard error and an exit status of EXIT_CODES (spec/trace.md §8).
@@ -16,6 +17,7 @@ import re
 import sys
 from typing import BinaryIO, Callable, Iterator, Sequence
 
+from arc_ref import store_cli
 from arc_ref.config import JSON_FIELDS, OVERRIDE_KEYS, PRESETS, STRING_FIELDS, make_setup, preset
 from arc_ref.errors import ArcError
 from arc_ref.trace import TraceError, encode, replay_text, strict_json
@@ -230,7 +232,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                         epilog=EXIT_CODES, formatter_class=help_format)
     budget_parser.add_argument("--preset", default="paper", choices=sorted(PRESETS))
     budget_parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    store_cli.add_commands(commands, _parse_setting)
     arguments = parser.parse_args(argv)
+    if arguments.command in store_cli.STORE_COMMANDS:
+        return _run(lambda: store_cli.run(arguments))
     return _run(lambda: _replay(arguments.trace, arguments.verify) if arguments.command == "replay"
                 else _budgets(arguments.preset, arguments.set))
 

@@ -4,11 +4,17 @@ Each component of the active view (A4) is one chat message, or several for the r
 F = system + goal, S = summary, G = catalog page, U = recall buffer, H = recent entries.
 Widths: counts and token numbers are printed in decimal without padding; the budget checks of
 `arc_ref.config` use the widest values (``WIDEST_NUMBER`` and ``WIDEST_RETURNCODE``).
+
+Every template with fields is one ``Template``: its format string (the spec's notation) renders it, and
+the same string, read as a pattern, parses it back (``arc_ref.parse`` gives a typed parser per template).
+A template is therefore written once: change it here and the renderer and every reader change together.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+import re
+import string
+from typing import Iterable, Mapping
 
 from arc_ref.text import escape_line
 
@@ -21,24 +27,98 @@ ASSISTANT = "assistant"
 SYSTEM = "system"
 TOOL = "tool"
 
+# --- templates: one format string renders and parses ------------------------------------------
+
+# Kinds of field: what a field may hold, as a pattern (and whether it is read back as an int).
+ID = "id"  # a printed id (A1): § and id characters
+INT = "int"  # a decimal integer, possibly negative (return codes)
+COUNT = "count"  # a non-negative decimal integer
+WORD = "word"  # a command word: no whitespace
+LINE = "line"  # any text without a newline (escaped previews, signatures, thoughts)
+TEXT = "text"  # any text, newlines included (observation contents, recall payloads)
+
+FIELD_PATTERNS: Mapping[str, str] = {
+    ID: r"§[0-9A-Za-z._-]+",
+    INT: r"-?[0-9]+",
+    COUNT: r"[0-9]+",
+    WORD: r"[^\s]+?",
+    LINE: r"[^\n]*?",
+    TEXT: r".*?",
+}
+INTEGER_KINDS = frozenset((INT, COUNT))
+
+
+class Template:
+    """A message template with named fields: ``render`` fills it, ``parse`` reads the fields back.
+
+    ``text`` uses ``str.format`` fields (``{obs_id}``); ``kinds`` gives each field's kind. A field named
+    twice must hold the same value twice (parsed as a back-reference). ``parse`` is a right inverse of
+    ``render`` on every rendered string: ``render(**parse(s)) == s``; it is the exact inverse when no
+    LINE or TEXT field holds a separator of the template itself (then the split is unique).
+    """
+
+    __slots__ = ("text", "kinds", "fields", "pattern")
+
+    def __init__(self, text: str, /, **kinds: str) -> None:
+        self.text = text
+        self.kinds: Mapping[str, str] = kinds
+        parts: list[str] = []
+        fields: list[str] = []
+        for literal, name, spec, conversion in string.Formatter().parse(text):
+            parts.append(re.escape(literal))
+            if name is None:
+                continue
+            if spec or conversion or name not in kinds:
+                raise ValueError(f"template field {{{name}}} needs a kind and no format spec: {text!r}")
+            if name in fields:
+                parts.append(f"(?P={name})")
+            else:
+                fields.append(name)
+                parts.append(f"(?P<{name}>{FIELD_PATTERNS[kinds[name]]})")
+        unknown = set(kinds) - set(fields)
+        if unknown:
+            raise ValueError(f"kinds given for fields the template does not have: {sorted(unknown)}")
+        self.fields = tuple(fields)
+        self.pattern = re.compile("".join(parts), re.DOTALL)
+
+    def render(self, **values: object) -> str:
+        return self.text.format(**values)
+
+    def parse(self, text: str) -> dict[str, str | int] | None:
+        """The fields of ``text`` when it is this template, rendered; else None."""
+        match = self.pattern.fullmatch(text)
+        if match is None:
+            return None
+        return {
+            name: int(value) if self.kinds[name] in INTEGER_KINDS else value
+            for name, value in match.groupdict().items()
+        }
+
+
 # --- A3: citation stub and catalog page -------------------------------------------------------
+
+STUB = Template(
+    "{obs_id} rc={returncode} {n_chars}ch {n_tokens}tok $ {signature} | head: {head} | tail: {tail} | _recall {obs_id}",
+    obs_id=ID, returncode=INT, n_chars=COUNT, n_tokens=COUNT, signature=LINE, head=LINE, tail=LINE,
+)
+CATALOG_HEADER = Template(
+    "[ARC catalog page {page}/{pages}: observations {first}-{last} of {total}; catalog-first, catalog-next, catalog-page N]",
+    page=COUNT, pages=COUNT, first=COUNT, last=COUNT, total=COUNT,
+)
 
 
 def stub(
     obs_id: str, returncode: int, n_chars: int, n_tokens: int, signature: str, head: str, tail: str
 ) -> str:
     """z_j: one line holding the id, metadata, previews and the recall hint (``signature`` already shown)."""
-    return (
-        f"{obs_id} rc={returncode} {n_chars}ch {n_tokens}tok $ {signature}"
-        f" | head: {escape_line(head)} | tail: {escape_line(tail)} | _recall {obs_id}"
+    return STUB.render(
+        obs_id=obs_id, returncode=returncode, n_chars=n_chars, n_tokens=n_tokens, signature=signature,
+        head=escape_line(head), tail=escape_line(tail),
     )
 
 
 def catalog_header(page: int, pages: int, first: int, last: int, total: int) -> str:
-    return (
-        f"[ARC catalog page {page}/{pages}: observations {first}-{last} of {total};"
-        " catalog-first, catalog-next, catalog-page N]"
-    )
+    return CATALOG_HEADER.render(page=page, pages=pages, first=first, last=last, total=total)
 
 
 def catalog_content(header: str, stubs: Iterable[str]) -> str:
@@ -48,10 +128,17 @@ def catalog_content(header: str, stubs: Iterable[str]) -> str:
 # --- S: deterministic summary -----------------------------------------------------------------
 
 SUMMARY_HEADER = "[ARC summary of earlier turns; _recall §id brings back any observation]"
+SUMMARY_OMITTED = Template("({count} earlier items omitted; every observation stays in the catalog)", count=COUNT)
+THOUGHT_ITEM = Template("turn {turn}: thought: {thought} | action: {action}", turn=COUNT, thought=LINE, action=LINE)
+NOTE_ITEM = Template("turn {turn}: result: {note}", turn=COUNT, note=LINE)
+BARE_ITEM = Template("{obs_id}", obs_id=ID)  # a stub collapsed to its id (summary.bare_item prints record.obs_id)
+INLINE_ITEM = Template(
+    "{obs_id} (rc={returncode}) of `{signature}`:\n{content}", obs_id=ID, returncode=INT, signature=LINE, content=TEXT
+)
 
 
 def summary_omitted(count: int) -> str:
-    return f"({count} earlier items omitted; every observation stays in the catalog)"
+    return SUMMARY_OMITTED.render(count=count)
 
 
 def summary_content(omitted: int, items: Iterable[str]) -> str:
@@ -60,38 +147,42 @@ def summary_content(omitted: int, items: Iterable[str]) -> str:
 
 
 def thought_item(turn: int, thought: str, action: str) -> str:
-    return f"turn {turn}: thought: {thought} | action: {action}"
+    return THOUGHT_ITEM.render(turn=turn, thought=thought, action=action)
 
 
 def note_item(turn: int, note: str) -> str:
-    return f"turn {turn}: result: {note}"
+    return NOTE_ITEM.render(turn=turn, note=note)
 
 
 def inline_item(obs_id: str, returncode: int, signature: str, content: str) -> str:
-    return f"{obs_id} (rc={returncode}) of `{signature}`:\n{content}"
+    return INLINE_ITEM.render(obs_id=obs_id, returncode=returncode, signature=signature, content=content)
 
 
 # --- U: recall buffer -------------------------------------------------------------------------
 
 RECALL_HEADER = "[ARC recall buffer]"
+RECALL_OPEN = Template("[recall {obs_id} chunk {chunk}/{chunks}]", obs_id=ID, chunk=COUNT, chunks=COUNT)
+RECALL_CLOSE = Template("[end {obs_id} chunk {chunk}/{chunks}]", obs_id=ID, chunk=COUNT, chunks=COUNT)
+RECALL_BODY = Template(RECALL_OPEN.text + "\n{payload}\n", obs_id=ID, chunk=COUNT, chunks=COUNT, payload=TEXT)
+RECALL_RESPONSE = Template(RECALL_BODY.text + RECALL_CLOSE.text, obs_id=ID, chunk=COUNT, chunks=COUNT, payload=TEXT)
 
 
 def recall_open(obs_id: str, chunk: int, chunks: int) -> str:
-    return f"[recall {obs_id} chunk {chunk}/{chunks}]"
+    return RECALL_OPEN.render(obs_id=obs_id, chunk=chunk, chunks=chunks)
 
 
 def recall_close(obs_id: str, chunk: int, chunks: int) -> str:
-    return f"[end {obs_id} chunk {chunk}/{chunks}]"
+    return RECALL_CLOSE.render(obs_id=obs_id, chunk=chunk, chunks=chunks)
 
 
 def recall_response(obs_id: str, chunk: int, chunks: int, payload: str) -> str:
     """A5 response: wrapper (opening and closing line) around the exact payload."""
-    return recall_body(obs_id, chunk, chunks, payload) + recall_close(obs_id, chunk, chunks)
+    return RECALL_RESPONSE.render(obs_id=obs_id, chunk=chunk, chunks=chunks, payload=payload)
 
 
 def recall_body(obs_id: str, chunk: int, chunks: int, payload: str) -> str:
-    """The response up to its closing line: opening line, payload, newline."""
-    return recall_open(obs_id, chunk, chunks) + "\n" + payload + "\n"
+    """The response up to its closing line: opening line, payload, newline (body + close = response)."""
+    return RECALL_BODY.render(obs_id=obs_id, chunk=chunk, chunks=chunks, payload=payload)
 
 
 def recall_content(responses: Iterable[str]) -> str:
@@ -100,25 +191,32 @@ def recall_content(responses: Iterable[str]) -> str:
 
 # --- H: recent entries ------------------------------------------------------------------------
 
+AGENT_MESSAGE = Template("Thought: {thought}\nAction: {action}", thought=TEXT, action=LINE)
+OBSERVATION_MESSAGE = Template(
+    "Observation {obs_id} (rc={returncode}) of `{signature}`:\n{content}",
+    obs_id=ID, returncode=INT, signature=LINE, content=TEXT,
+)
+OBSERVATION_STUB_MESSAGE = Template(
+    "Observation {obs_id} (rc={returncode}) is too large for the recent window ({n_tokens} tokens); stub:\n{stub_line}",
+    obs_id=ID, returncode=INT, n_tokens=COUNT, stub_line=LINE,
+)
+
 
 def agent_message(thought: str, action: str) -> str:
-    return f"Thought: {thought}\nAction: {action}"
+    return AGENT_MESSAGE.render(thought=thought, action=action)
 
 
 def observation_message(obs_id: str, returncode: int, signature: str, content: str) -> str:
-    return observation_head(obs_id, returncode, signature) + content
+    return OBSERVATION_MESSAGE.render(obs_id=obs_id, returncode=returncode, signature=signature, content=content)
 
 
 def observation_head(obs_id: str, returncode: int, signature: str) -> str:
-    """The observation message before its verbatim content."""
-    return f"Observation {obs_id} (rc={returncode}) of `{signature}`:\n"
+    """The observation message before its verbatim content (the template with empty content)."""
+    return OBSERVATION_MESSAGE.render(obs_id=obs_id, returncode=returncode, signature=signature, content="")
 
 
 def observation_stub_message(obs_id: str, returncode: int, n_tokens: int, stub_line: str) -> str:
-    return (
-        f"Observation {obs_id} (rc={returncode}) is too large for the recent window"
-        f" ({n_tokens} tokens); stub:\n{stub_line}"
-    )
+    return OBSERVATION_STUB_MESSAGE.render(obs_id=obs_id, returncode=returncode, n_tokens=n_tokens, stub_line=stub_line)
 
 
 COMMAND_RESULT_HEADER = "Result of your command:"
@@ -130,65 +228,97 @@ def command_message(notes: Iterable[str]) -> str:
 
 # --- notes answering agent commands (H) -------------------------------------------------------
 
+NOTE_CHUNK_IN_BUFFER = Template(
+    "{word} {obs_id}: chunk {chunk}/{chunks} is in the recall buffer", word=WORD, obs_id=ID, chunk=COUNT, chunks=COUNT
+)
+NOTE_EMPTY = Template("{word} {obs_id}: the observation is empty (0 chunks)", word=WORD, obs_id=ID)
+NOTE_EXHAUSTED = Template(
+    "{word} {obs_id}: all {chunks} chunks were already returned; _recall-start {obs_id} reads it again",
+    word=WORD, obs_id=ID, chunks=COUNT,
+)
+NOTE_META = Template("{word}: {stub_line}", word=WORD, stub_line=LINE)
+NOTE_UNKNOWN_SUGGEST = Template(
+    "{word} {token}: no stored observation has this id; did you mean {suggestion}?",
+    word=WORD, token=LINE, suggestion=ID,
+)
+NOTE_UNKNOWN_EMPTY = Template(
+    "{word} {token}: no stored observation has this id; nothing is stored yet", word=WORD, token=LINE
+)
+NOTE_UNKNOWN_RANGE = Template(
+    "{word} {token}: no stored observation has this id; ids run from {first} to {last}; catalog-first lists them",
+    word=WORD, token=LINE, first=ID, last=ID,
+)
+NOTE_MISSING_ARGUMENT = Template("{word}: missing argument (usage: {usage})", word=WORD, usage=LINE)
+NOTE_RECALL_LIMIT = Template(
+    "{word} {token}: not run, at most {limit} recalls per step", word=WORD, token=LINE, limit=COUNT
+)
+NOTE_CATALOG_PAGE = Template(
+    "{word}: catalog page {page}/{pages} is shown in the catalog section", word=WORD, page=COUNT, pages=COUNT
+)
+NOTE_CATALOG_LAST = Template("{word}: already at the last page {pages}/{pages}", word=WORD, pages=COUNT)
+NOTE_CATALOG_EMPTY = Template("{word}: the catalog is empty", word=WORD)
+NOTE_CATALOG_NO_PAGE = Template(
+    "{word} {argument}: no such page (pages 1-{pages})", word=WORD, argument=LINE, pages=COUNT
+)
+NOTE_IGNORED = Template("ignored (not a command): {line}", line=LINE)
+NOTE_UNKNOWN_TOOL = Template("{name}: no tool has this name; not run", name=LINE)
+
 
 def note_chunk_in_buffer(word: str, obs_id: str, chunk: int, chunks: int) -> str:
-    return f"{word} {obs_id}: chunk {chunk}/{chunks} is in the recall buffer"
+    return NOTE_CHUNK_IN_BUFFER.render(word=word, obs_id=obs_id, chunk=chunk, chunks=chunks)
 
 
 def note_empty(word: str, obs_id: str) -> str:
-    return f"{word} {obs_id}: the observation is empty (0 chunks)"
+    return NOTE_EMPTY.render(word=word, obs_id=obs_id)
 
 
 def note_exhausted(word: str, obs_id: str, chunks: int) -> str:
-    return f"{word} {obs_id}: all {chunks} chunks were already returned; _recall-start {obs_id} reads it again"
+    return NOTE_EXHAUSTED.render(word=word, obs_id=obs_id, chunks=chunks)
 
 
 def note_meta(word: str, stub_line: str) -> str:
-    return f"{word}: {stub_line}"
+    return NOTE_META.render(word=word, stub_line=stub_line)
 
 
 def note_unknown_id(word: str, token: str, suggestion: str | None, first: str | None, last: str | None) -> str:
     shown = escape_line(token)
     if suggestion is not None:
-        return f"{word} {shown}: no stored observation has this id; did you mean {suggestion}?"
+        return NOTE_UNKNOWN_SUGGEST.render(word=word, token=shown, suggestion=suggestion)
     if first is None or last is None:
-        return f"{word} {shown}: no stored observation has this id; nothing is stored yet"
-    return (
-        f"{word} {shown}: no stored observation has this id; ids run from {first} to {last};"
-        " catalog-first lists them"
-    )
+        return NOTE_UNKNOWN_EMPTY.render(word=word, token=shown)
+    return NOTE_UNKNOWN_RANGE.render(word=word, token=shown, first=first, last=last)
 
 
 def note_missing_argument(word: str, usage: str) -> str:
-    return f"{word}: missing argument (usage: {usage})"
+    return NOTE_MISSING_ARGUMENT.render(word=word, usage=usage)
 
 
 def note_recall_limit(word: str, token: str, limit: int) -> str:
-    return f"{word} {escape_line(token)}: not run, at most {limit} recalls per step"
+    return NOTE_RECALL_LIMIT.render(word=word, token=escape_line(token), limit=limit)
 
 
 def note_catalog_page(word: str, page: int, pages: int) -> str:
-    return f"{word}: catalog page {page}/{pages} is shown in the catalog section"
+    return NOTE_CATALOG_PAGE.render(word=word, page=page, pages=pages)
 
 
 def note_catalog_last(word: str, pages: int) -> str:
-    return f"{word}: already at the last page {pages}/{pages}"
+    return NOTE_CATALOG_LAST.render(word=word, pages=pages)
 
 
 def note_catalog_empty(word: str) -> str:
-    return f"{word}: the catalog is empty"
+    return NOTE_CATALOG_EMPTY.render(word=word)
 
 
 def note_catalog_no_page(word: str, argument: str, pages: int) -> str:
-    return f"{word} {escape_line(argument)}: no such page (pages 1-{pages})"
+    return NOTE_CATALOG_NO_PAGE.render(word=word, argument=escape_line(argument), pages=pages)
 
 
 def note_ignored(line: str) -> str:
-    return f"ignored (not a command): {escape_line(line)}"
+    return NOTE_IGNORED.render(line=escape_line(line))
 
 
 def note_unknown_tool(name: str) -> str:
-    return f"{escape_line(name)}: no tool has this name; not run"
+    return NOTE_UNKNOWN_TOOL.render(name=escape_line(name))
 
 
 def tool_calls_action(actions: Iterable[str]) -> str:

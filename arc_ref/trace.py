@@ -12,7 +12,7 @@ import json
 from typing import Any, Iterable, Iterator
 
 
-from arc_ref.config import OVERRIDE_KEYS, PRESETS, config_json, first_lone_surrogate, preset
+from arc_ref.config import OVERRIDE_KEYS, PRESETS, Config, config_json, first_lone_surrogate, preset
 from arc_ref.errors import ArcError, BudgetViolation
 from arc_ref.machine import (
     AgentResult,
@@ -96,7 +96,8 @@ def _agent_output(result: AgentResult) -> dict[str, Any]:
     return output
 
 
-def _configure(obj: dict[str, Any]) -> tuple[ArcState, dict[str, Any]]:
+def config_from_line(obj: dict[str, Any]) -> tuple[str, Config]:
+    """The preset name and the Config of a config line (ConfigError when a value is refused)."""
     preset_name = obj.get("preset")
     if not isinstance(preset_name, str) or preset_name not in PRESETS:
         raise TraceError(f"config needs \"preset\": one of {', '.join(sorted(PRESETS))}")
@@ -104,8 +105,65 @@ def _configure(obj: dict[str, Any]) -> tuple[ArcState, dict[str, Any]]:
     unknown = sorted(set(overrides) - set(OVERRIDE_KEYS))
     if unknown:
         raise TraceError(f"unknown config key(s) {', '.join(unknown)}; known: {', '.join(OVERRIDE_KEYS)}")
-    state = init(preset(preset_name, **overrides))
+    return preset_name, preset(preset_name, **overrides)
+
+
+def config_line(config: Config) -> dict[str, Any]:
+    """The config line of ``config``: the preset it differs least from, plus every field that differs.
+
+    ``config_from_line(config_line(c))`` gives back ``c`` (checked here, so a field the trace format cannot
+    carry is an error, not a silent change).
+    """
+    best: dict[str, Any] | None = None
+    values = config_json(config)  # JSON fields (tools, template_kwargs) as the trace writes them
+    for name, base in PRESETS.items():
+        line: dict[str, Any] = {"op": "config", "preset": name}
+        line.update({key: values[key] for key in OVERRIDE_KEYS if getattr(config, key) != getattr(base, key)})
+        if best is None or len(line) < len(best):
+            best = line
+    assert best is not None
+    if config_from_line(best)[1] != config:
+        raise TraceError("this configuration has fields the trace format's config line cannot carry")
+    return best
+
+
+def _configure(obj: dict[str, Any]) -> tuple[ArcState, dict[str, Any]]:
+    preset_name, config = config_from_line(obj)
+    state = init(config)
     return state, _config_output(state, preset_name)
+
+
+def event_line(event: Event) -> dict[str, Any]:
+    """The trace line of an event (spec/trace.md §2): the inverse of ``_event``; ``encode`` makes it one line.
+
+    This is the one serialization of events: the durable store (`arc_ref.persist`) keeps exactly these lines.
+    """
+    if isinstance(event, Observe):
+        return {"op": "observe", "action": event.action, "observation": event.observation,
+                "returncode": event.returncode}
+    if isinstance(event, AgentTurn):
+        return {"op": "agent", "thought": event.thought, "action": event.action}
+    if isinstance(event, Compact):
+        return {"op": "compact", "reason": event.reason}
+    if isinstance(event, RequestView):
+        return {"op": "view"}
+    raise TraceError(f"the trace format has no line for {type(event).__name__} events yet")
+
+
+def event_from_line(obj: dict[str, Any]) -> Event:
+    """The core event of a parsed trace line other than the config line (TraceError for a malformed one)."""
+    op = obj.get("op")
+    if op not in _FIELDS:
+        raise TraceError(f"\"op\" must be one of {', '.join(_FIELDS)}, got {json.dumps(op)[:40]}")
+    return _event(obj)
+
+
+def parse_line(line: str | bytes) -> dict[str, Any]:
+    """One trace line parsed to a JSON object (TraceError when it is not valid JSON or not an object)."""
+    obj = _parse(line)
+    if not isinstance(obj, dict):
+        raise TraceError("each line must be a JSON object")
+    return obj
 
 
 def _event(obj: dict[str, Any]) -> Event:

@@ -81,6 +81,8 @@ def parse_methods(text: str) -> tuple[str, ...]:
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    from arc_eval.agent.scripted import AGENT_VARIANTS, DEFAULT_AGENT
+
     run = parser.add_argument_group("run")
     run.add_argument("--methods", type=parse_methods, default=None, metavar="all|m1,m2",
                      help="methods to compare (default: all)")
@@ -117,6 +119,9 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--chat-format", choices=("chatml", "qwen3-nothink"), default="chatml")
     model.add_argument("--tool-calling", action="store_true",
                        help="offer ARC's recall/catalog commands as native tools (openai backend)")
+    model.add_argument("--agent", choices=AGENT_VARIANTS, default=DEFAULT_AGENT,
+                       help="scripted backend: the agent's rules, fair (equally competent for every method, the "
+                            "default) or floor (the first rules); see eval/METHODS.md")
 
     server = parser.add_argument_group("server connection (--backend openai; see eval/SERVING.md)")
     server.add_argument("--api-key", default=None, metavar="KEY",
@@ -149,18 +154,27 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_nih_options(parser: argparse.ArgumentParser) -> None:
+    from arc_eval.tasks.nih import DEFAULT_NIH_LAYOUT, NIH_LAYOUTS
+
     nih = parser.add_argument_group("needle-in-a-haystack")
     nih.add_argument("--tasks", type=positive_int, default=1000, help="tasks per seed (default 1000)")
     nih.add_argument("--noise-lines", type=non_negative_int, default=25, help="noise lines per side (default 25)")
-    nih.add_argument("--distractor-files", type=non_negative_int, default=16, help="distractor files (default 16)")
+    nih.add_argument("--distractor-files", type=non_negative_int, default=16,
+                     help="distractor files (default 16; varied layout: the centre of each task's range D/2..3D/2)")
+    nih.add_argument("--nih-layout", choices=NIH_LAYOUTS, default=DEFAULT_NIH_LAYOUT,
+                     help="varied: each task draws its own shape (default); paper: the paper's single structure")
 
 
 def _add_longbench_options(parser: argparse.ArgumentParser, required: bool) -> None:
+    from arc_eval.tasks.longbench import DIFFICULTIES
+
     longbench = parser.add_argument_group("LongBench-v2")
     longbench.add_argument("--data", required=required, default=None, metavar="PATH",
                            help="the official data.json (or its directory); never downloaded")
     longbench.add_argument("--limit", type=positive_int, default=None, metavar="N",
-                           help="only the first N hard items")
+                           help="only the first N items of the chosen difficulty")
+    longbench.add_argument("--difficulty", choices=DIFFICULTIES, default="hard",
+                           help="hard (the paper's subset, default), easy, or all (the full data set)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -239,6 +253,7 @@ def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
     """A RunSpec from parsed arguments (the command line is recorded in the manifest as provenance)."""
     from arc_eval.methods import METHOD_NAMES
     from arc_eval.runner import ABLATIONS, SCRIPTED_MODEL, RunSpec
+    from arc_eval.tasks.nih import DEFAULT_NIH_LAYOUT
 
     if args.command == "ablation":
         kind = args.task
@@ -252,7 +267,8 @@ def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
         raise UsageError("LongBench needs --data PATH (the official data.json or its directory); nothing is downloaded")
     if args.backend == "scripted" and args.base_urls:
         raise UsageError("--base-url is for --backend openai")
-    model = args.model if args.model is not None else (SCRIPTED_MODEL if args.backend == "scripted" else None)
+    scripted_model = f"{SCRIPTED_MODEL}-{args.agent}"  # the records name the agent's rules
+    model = args.model if args.model is not None else (scripted_model if args.backend == "scripted" else None)
     if model is None:
         raise UsageError("--backend openai needs --model, the model name as served (e.g. Qwen/Qwen3-8B)")
     tasks_per_seed = args.tasks if kind == "nih" else getattr(args, "limit", None)
@@ -286,6 +302,9 @@ def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
         data=_absolute(getattr(args, "data", None)),
         max_steps=args.max_steps,
         allow_reexecution=args.allow_reexecution,
+        agent=args.agent,
+        nih_layout=getattr(args, "nih_layout", DEFAULT_NIH_LAYOUT),
+        difficulty=getattr(args, "difficulty", "hard"),
         variants=variants,
         command=("arc-eval", *without_connection_options(argv)),
         progress=args.progress,

@@ -10,7 +10,11 @@ sandbox); every other action runs in the sandbox and its observation goes back t
 
 The task ends on:
 
-* an accepted ``submit ANSWER`` (``end="submitted"``), scored by the task kind's scorer;
+* an accepted ``submit ANSWER`` (``end="submitted"``), scored by the task kind's scorer: NIH scores the
+  submitted ``NEEDLE=<value>`` token, LongBench the letter the official regexes find in the whole final
+  reply (reasoning blocks removed);
+* a premature ``submit``: one made before every action of the task's protocol (``Task.required_actions``,
+  compared by signature) has run (``end="premature"``, no answer: the paper counts it as a failure);
 * an empty ``submit``: the agent declines to answer (``end="error"``, no answer);
 * the step limit (``end="step_limit"``, no answer);
 * a context overflow with nothing left to compact (``end="overflow"``, no answer);
@@ -39,7 +43,14 @@ from typing import Any, Callable, Mapping, Sequence
 from attrs import evolve
 
 from arc_eval.methods.base import Method, MethodSettings
-from arc_eval.protocol import NO_ACTION_MESSAGE, is_submission, parse_reply, submitted_text, system_prompt
+from arc_eval.protocol import (
+    NO_ACTION_MESSAGE,
+    is_submission,
+    parse_reply,
+    strip_reasoning,
+    submitted_text,
+    system_prompt,
+)
 from arc_eval.schema import FINISH_REASONS, CallRecord, Compaction, Recall, TaskRecord
 from arc_eval.types import (
     Backend,
@@ -54,12 +65,16 @@ from arc_eval.types import (
     Task,
 )
 
-Scorer = Callable[[Task, str], tuple[bool, str | None]]
-"""(task, submission) -> (correct, the scored value recorded as ``submission``)."""
+Scorer = Callable[[Task, str, str], tuple[bool, str | None]]
+"""(task, submission, final reply) -> (correct, the scored value recorded as ``submission``).
+
+``submission`` is the text after ``submit``; ``final reply`` is the whole reply that submitted, reasoning
+blocks removed (LongBench's official harness extracts the answer from the whole response)."""
 
 DEFAULT_FORCE_AT_CALLS = (5, 10, 15)
 MAX_REACTIVE_RETRIES = 3
 DECLINED_MESSAGE = "the agent declined to answer (empty submit)"
+PREMATURE_MESSAGE = "premature submission: the task's protocol was not complete"
 
 
 def default_scorer(kind: str) -> Scorer:
@@ -67,15 +82,15 @@ def default_scorer(kind: str) -> Scorer:
     if kind == "nih":
         from arc_eval.tasks.nih import needle_token, score_nih
 
-        def score_needle(task: Task, submission: str) -> tuple[bool, str | None]:
+        def score_needle(task: Task, submission: str, reply: str) -> tuple[bool, str | None]:
             return score_nih(task, submission), needle_token(submission)
 
         return score_needle
     if kind == "longbench":
         from arc_eval.tasks.longbench import extract_longbench_answer, score_longbench
 
-        def score_letter(task: Task, submission: str) -> tuple[bool, str | None]:
-            return score_longbench(task, submission), extract_longbench_answer(submission)
+        def score_letter(task: Task, submission: str, reply: str) -> tuple[bool, str | None]:
+            return score_longbench(task, reply), extract_longbench_answer(reply)
 
         return score_letter
     raise ValueError(f"no scorer for task kind {kind!r}")
@@ -268,6 +283,7 @@ async def run_task(
     reexecutions = 0
     seen: set[str] = set()
     submission: str | None = None
+    final_reply = ""
     end = "step_limit"
     error: str | None = None
     score: Scorer | None = scorer
@@ -313,8 +329,14 @@ async def run_task(
                     break
                 observation = environment.run(action)
                 if observation.submitted is not None:
+                    run.amend(call, submission=observation.submitted)
+                    missing = [required for required in task.required_actions if _signature(required) not in seen]
+                    if missing:
+                        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+                        end, error = "premature", f"{PREMATURE_MESSAGE} (not yet run: {shown})"
+                        break
                     submission = observation.submitted
-                    run.amend(call, submission=submission)
+                    final_reply = strip_reasoning(reply.content).strip()
                     end = "submitted"
                     break
                 method.record_observation(action, observation)
@@ -332,7 +354,7 @@ async def run_task(
         submission = None
     correct, scored = False, None
     if submission is not None and score is not None:
-        correct, scored = score(task, submission)
+        correct, scored = score(task, submission, final_reply)
     outcome = TaskRecord(
         variant=variant,
         method=method.name,

@@ -41,8 +41,9 @@ from arc_eval.methods.base import MethodSettings, shared_counter
 from arc_eval.methods.rag_memory import resolve_retriever
 from arc_eval.records import RunReader, RunWriter
 from arc_eval.schema import SCHEMA, TASK_KINDS, RecordKey
-from arc_eval.tasks.longbench import load_longbench
-from arc_eval.tasks.nih import make_nih_tasks
+from arc_eval.agent.scripted import AGENT_VARIANTS, DEFAULT_AGENT
+from arc_eval.tasks.longbench import DIFFICULTIES, load_longbench
+from arc_eval.tasks.nih import DEFAULT_NIH_LAYOUT, NIH_LAYOUTS, make_nih_tasks
 from arc_eval.types import (
     Backend,
     BackendError,
@@ -125,6 +126,9 @@ class RunSpec:
     data: str | None = None
     max_steps: int | None = None
     allow_reexecution: bool = False
+    agent: str = DEFAULT_AGENT  # the scripted agent's rules (fair | floor); unused by --backend openai
+    nih_layout: str = DEFAULT_NIH_LAYOUT  # varied | paper
+    difficulty: str = "hard"  # LongBench-v2 items: hard (the paper's subset) | easy | all
     variants: Mapping[str, Mapping[str, Any]] = field(factory=lambda: {"": {}})
     command: tuple[str, ...] = ()
     progress: bool = True
@@ -181,6 +185,12 @@ class RunSpec:
             raise ConfigError("--max-steps must be at least 1")
         if self.temperature < 0:
             raise ConfigError("--temperature must be >= 0")
+        if self.agent not in AGENT_VARIANTS:
+            raise ConfigError(f"unknown scripted agent {self.agent!r}; use one of {', '.join(AGENT_VARIANTS)}")
+        if self.nih_layout not in NIH_LAYOUTS:
+            raise ConfigError(f"unknown NIH layout {self.nih_layout!r}; use one of {', '.join(NIH_LAYOUTS)}")
+        if self.difficulty not in DIFFICULTIES:
+            raise ConfigError(f"unknown difficulty {self.difficulty!r}; use one of {', '.join(DIFFICULTIES)}")
         for flag, seconds in (("--connect-timeout", self.connect_timeout_s),
                               ("--first-byte-timeout", self.first_byte_timeout_s),
                               ("--request-timeout", self.request_timeout_s)):
@@ -268,7 +278,9 @@ class RunPlan:
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
         self.rag_retriever = resolved_retriever(spec)
-        self._longbench: list[Task] | None = load_longbench(spec.data) if spec.task_kind == "longbench" else None
+        self._longbench: list[Task] | None = (
+            load_longbench(spec.data, difficulty=spec.difficulty) if spec.task_kind == "longbench" else None
+        )
 
     def tasks(self, variant: RunSpec, seed: int) -> list[Task]:
         """The tasks of one seed (NIH: drawn from the seed; LongBench: the same items for every seed)."""
@@ -279,6 +291,7 @@ class RunPlan:
                 variant.tasks_per_seed,
                 noise_lines_per_side=variant.noise_lines_per_side,
                 distractor_files=variant.distractor_files,
+                layout=variant.nih_layout,
             )
         return self._longbench[: variant.tasks_per_seed] if variant.tasks_per_seed is not None else self._longbench
 
@@ -343,6 +356,9 @@ def run_config(spec: RunSpec, rag_retriever: str) -> dict[str, Any]:
         "max_steps": spec.max_steps,
         "tool_calling": spec.tool_calling,
         "allow_reexecution": spec.allow_reexecution,
+        "agent": spec.agent if spec.backend == "scripted" else None,
+        "nih_layout": spec.nih_layout if spec.task_kind == "nih" else None,
+        "difficulty": spec.difficulty if spec.task_kind == "longbench" else None,
         "data": spec.data,
         "base_urls": list(spec.base_urls),
     }
@@ -358,7 +374,7 @@ def make_backend(spec: RunSpec, method: str | None = None) -> Backend:
 
         counting = spec.prompt_counting()
         return ScriptedBackend(
-            ScriptedPolicy(allow_reexecution=spec.allow_reexecution),
+            ScriptedPolicy(variant=spec.agent, allow_reexecution=spec.allow_reexecution),
             context_limit=spec.context_limit,
             tokenizer=counting.tokenizer,
             chat_format=counting.chat_format,

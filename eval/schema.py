@@ -28,7 +28,7 @@ SCHEMA = "arc-eval-run/1"
 TASK_KINDS = ("nih", "longbench")
 PURPOSES = ("agent", "summary", "state")
 FINISH_REASONS = ("stop", "length", "overflow", "error")
-TASK_ENDS = ("submitted", "step_limit", "error", "overflow")
+TASK_ENDS = ("submitted", "premature", "step_limit", "error", "overflow")
 COMPACTION_REASONS = ("proactive", "reactive", "forced")
 
 KEY_FIELDS = ("variant", "method", "seed", "task_id")

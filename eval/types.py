@@ -133,3 +133,6 @@ class Task:
     files: Mapping[str, str]
     answer: str
     meta: Mapping[str, Any] = field(factory=dict)
+    # The task's protocol: actions that must have run before a submission counts (paper, "Evaluation
+    # metrics": a premature submission is a failure). Compared by action signature; empty: none.
+    required_actions: tuple[str, ...] = ()

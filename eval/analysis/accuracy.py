@@ -18,10 +18,11 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
+from arc_eval.analysis.survival import SURVIVAL_KEY, bucket_order
 from arc_eval.methods import METHOD_NAMES
 from arc_eval.schema import TaskRecord
 
-BREAKDOWNS = ("overall", "length", "domain")
+BREAKDOWNS = ("overall", "length", "domain", SURVIVAL_KEY)
 LENGTH_ORDER = ("short", "medium", "long")
 
 
@@ -122,6 +123,8 @@ def _category_order(breakdown: str) -> Callable[[str], tuple[int, str]]:
     def key(value: str) -> tuple[int, str]:
         if breakdown == "length" and value in LENGTH_ORDER:
             return (LENGTH_ORDER.index(value), value)
+        if breakdown == SURVIVAL_KEY:
+            return bucket_order(value)
         return (len(LENGTH_ORDER), value)
 
     return key
@@ -169,13 +172,15 @@ def accuracy_rows(tasks: Iterable[TaskRecord], breakdown: str = "overall") -> li
 def summary_table(tasks: Iterable[TaskRecord]) -> str:
     """The table `arc-eval` prints after a run: per (variant, method) pass/attempts, no-answer, accuracy, re-executions."""
     rows = [("variant", "method", "pass/attempts", "no-answer", "accuracy", "re-executions")]
-    for group in accuracy_rows(tasks):
+    tasks_seen = list(tasks)
+    for group in accuracy_rows(tasks_seen):
         rows.append(
             (group.variant or "-", group.method, f"{group.passes}/{group.attempts}", str(group.no_answers),
              f"{100.0 * group.passes / group.attempts:.2f}%", str(group.reexecutions))
         )  # fmt: skip
     if len(rows) == 1:
         return "no finished task in this run"
+    note = mechanism_note({task.model for task in tasks_seen})
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     lines = []
     for index, row in enumerate(rows):
@@ -184,4 +189,15 @@ def summary_table(tasks: Iterable[TaskRecord]) -> str:
         lines.append("  ".join(cells).rstrip())
         if index == 0:
             lines.append("  ".join("-" * width for width in widths))
+    if note is not None:
+        lines.append(note)
     return "\n".join(lines)
+
+
+def mechanism_note(models: Iterable[str]) -> str | None:
+    """The line every table of scripted-agent figures carries (None when no model is the scripted agent)."""
+    scripted = sorted(model for model in set(models) if model.startswith("scripted"))
+    if not scripted:
+        return None
+    return (f"{', '.join(scripted)}: the deterministic scripted agent (eval/METHODS.md). These figures are a "
+            "mechanism check of what each method keeps recoverable, not a model's accuracy.")

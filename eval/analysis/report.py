@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from arc_eval.analysis.accuracy import AccuracyRow, accuracy_rows, method_order
+from arc_eval.analysis.accuracy import AccuracyRow, accuracy_rows, mechanism_note, method_order
+from arc_eval.analysis.survival import SURVIVAL_KEY, with_survival
+from arc_eval.tasks.longbench import OFFICIAL_COLUMNS, longbench_columns
 from arc_eval.analysis.load import Dataset
 from arc_eval.schema import Manifest, TaskRecord
 from arc_eval.analysis.mcnemar import PairedComparison, PValue, compare_methods
@@ -236,6 +238,57 @@ def breakdown_table(dataset: Dataset, kind: str, breakdown: str) -> Table | None
         label=f"tab:accuracy_{kind}_{breakdown}",
     )
     _fill_accuracy(table, dataset, kind, rows, breakdown=True)
+    return table
+
+
+def survival_table(dataset: Dataset, kind: str) -> Table | None:
+    """NIH accuracy by the compactions the needle had to survive (counted from the call records)."""
+    tasks = with_survival((t for t in dataset.tasks if t.task_kind == kind), dataset.calls)
+    rows = accuracy_rows(tasks, SURVIVAL_KEY)
+    if not rows:
+        return None
+    table = Table(
+        title=f"{KIND_LABELS.get(kind, kind)}: accuracy by compactions the needle survived",
+        columns=["Method", "Pass / Attempts", "Mean No-Ans", "Mean Acc", "SD Acc", "Mean ± SD"],
+        align="lrrrrr",
+        label=f"tab:accuracy_{kind}_survival",
+        notes=[
+            "compactions_survived: compaction events recorded on the task's calls after the call that read the "
+            "needle (each method counts its own: ARC folds proactively, the baselines compact when forced or over "
+            "budget); 'needle never read': the agent did not read it."
+        ],
+    )
+    _fill_accuracy(table, dataset, kind, rows, breakdown=True)
+    return table
+
+
+def longbench_official_table(dataset: Dataset, kind: str) -> Table | None:
+    """LongBench-v2's official columns (`result.py`): Overall, Easy, Hard, Short, Medium, Long, per seed pooled."""
+    tasks = [t for t in dataset.tasks if t.task_kind == kind]
+    if not tasks:
+        return None
+    groups: dict[tuple[str, str, str], list[TaskRecord]] = {}
+    for task in tasks:
+        groups.setdefault((task.model, task.variant, task.method), []).append(task)
+    table = Table(
+        title=f"{KIND_LABELS.get(kind, kind)}: the official columns (accuracy %, all seeds pooled)",
+        columns=["Method", *OFFICIAL_COLUMNS, "Attempts"],
+        align="l" + "r" * (len(OFFICIAL_COLUMNS) + 1),
+        label=f"tab:longbench_official_{kind}",
+        notes=["As LongBench-v2's result.py: not easy counts as hard, neither short nor medium as long; "
+               "— where no task falls in a column."],
+    )
+    sections: dict[tuple[str, str], Any] = {}
+    for model, variant, method in sorted(groups, key=lambda g: (g[0], g[1], method_order(g[2]))):
+        key = (model, variant)
+        if key not in sections:
+            sections[key] = table.add_section(_section_header(model, variant, any(v for _, v, _ in groups)))
+        columns = longbench_columns(t.to_json() for t in groups[(model, variant, method)])
+        sections[key].rows.append(
+            [cell(method_label(method), bold=method == "arc"),
+             *(cell("—") if columns[name] is None else cell(f"{columns[name]:.1f}") for name in OFFICIAL_COLUMNS),
+             fmt_int(len(groups[(model, variant, method)]))]
+        )
     return table
 
 
@@ -536,6 +589,9 @@ def build_report(dataset: Dataset, options: ReportOptions) -> Report:
             f"{spec.weight_bytes / 1e9:.2f} GB, kv_b {spec.kv_bytes_per_token:,.0f} B/token)."
         )
     notes = list(options.model_notes) + list(dataset.notes)
+    mechanism = mechanism_note(t.model for t in dataset.tasks)
+    if mechanism is not None:
+        notes.insert(0, mechanism)
     tables: list[Table] = []
     costs = method_costs(
         dataset.tasks, dataset.calls, options.models, options.hardware, options.baseline, options.normalisation
@@ -546,6 +602,9 @@ def build_report(dataset: Dataset, options: ReportOptions) -> Report:
             t = breakdown_table(dataset, kind, breakdown)
             if t is not None:
                 tables.append(t)
+        extra = survival_table(dataset, kind) if kind == "nih" else longbench_official_table(dataset, kind)
+        if extra is not None:
+            tables.append(extra)
         abl = ablation_table(dataset, kind)
         if abl is not None:
             tables.append(abl)
@@ -557,6 +616,9 @@ def build_report(dataset: Dataset, options: ReportOptions) -> Report:
         if hbm is not None:
             tables.append(hbm)
         tables.append(trajectory_table(dataset, kind))
+    if mechanism is not None:
+        for table in tables:
+            table.notes.append(mechanism)
     if not any(t.method == options.arc_method for t in dataset.tasks):
         notes.append(f"no {method_label(options.arc_method)} task in the runs: McNemar tables skipped")
     worked = None

@@ -24,6 +24,7 @@ from attrs import field, frozen
 
 from arc_ref.chat import get_chat_format
 from arc_ref.errors import ConfigError
+from arc_ref.render import INT, LINE, TEXT, Template
 from arc_ref.tokenizers import get_tokenizer
 from arc_eval.types import ChatReply, Message, Observation
 
@@ -206,19 +207,25 @@ def assistant_text(thought: str, action: str) -> str:
 
 
 SHORT_OBSERVATIONS_HEADER = "Short observations of earlier turns (kept verbatim):"
+# How a baseline shows an observation (its transcript, its kept short observations, its condensing
+# requests); ``OBSERVATION.parse`` reads it back (the scripted agent does).
+OBSERVATION = Template(
+    "Observation (rc={returncode}) of `{action}`:\n{text}", returncode=INT, action=LINE, text=TEXT
+)
 
 
 def short_observations_message(turns: Sequence[Turn]) -> Message:
     """The user message with the short observations a condensing baseline keeps verbatim (< 500 chars)."""
     block = "\n".join(
-        f"Observation (rc={turn.returncode}) of `{turn.action}`:\n{turn.observation_text}" for turn in turns
+        OBSERVATION.render(returncode=turn.returncode, action=turn.action, text=turn.observation_text)
+        for turn in turns
     )
     return Message("user", f"{SHORT_OBSERVATIONS_HEADER}\n{block}")
 
 
 def observation_text(action: str, observation: Observation) -> str:
     """The user message that carries an observation in a baseline's transcript."""
-    return f"Observation (rc={observation.returncode}) of `{action}`:\n{observation.text}"
+    return OBSERVATION.render(returncode=observation.returncode, action=action, text=observation.text)
 
 
 @frozen

@@ -17,12 +17,27 @@ several requests, and an observation too long for a request on its own is shown 
 
 from __future__ import annotations
 
-from arc_eval.methods.base import AuxCaller, MethodSettings, TranscriptMethod, Turn, short_observations_message
+from attrs import frozen
+
+from arc_ref.render import TEXT, Template
+from arc_eval.methods.base import (
+    OBSERVATION,
+    AuxCaller,
+    MethodSettings,
+    TranscriptMethod,
+    Turn,
+    short_observations_message,
+)
 from arc_eval.protocol import SUMMARY_REQUEST_HEADER, strip_reasoning
 from arc_eval.types import ContextOverflow, Message
 
 TURN_HEADER = "### Turn"
 TURNS_HEADER = "Turns to fold in (oldest first):"
+SUMMARY_REQUEST = Template(
+    "Task:\n{goal}\n\nCurrent summary:\n{current}\n\n" + TURNS_HEADER + "\n{body}\n\nWrite the updated summary.",
+    goal=TEXT, current=TEXT, body=TEXT,
+)
+NO_SUMMARY_YET = "(none yet)"
 # Part of a request's budget left free for the server's own count differing from ours.
 REQUEST_SAFETY_FRACTION = 0.05
 MAX_REQUEST_ATTEMPTS = 3
@@ -38,9 +53,40 @@ def render_turn(turn: Turn, max_chars: int | None = None) -> str:
         text = f"{text[:half]}\n[... {hidden} characters not shown ...]\n{text[len(text) - half:]}"
     lines = [TURN_HEADER, thought]
     if turn.observation is not None:
-        lines.append(f"Observation (rc={turn.returncode}) of `{turn.action}`:")
-        lines.append(text)
+        lines.append(OBSERVATION.render(returncode=turn.returncode, action=turn.action, text=text))
     return "\n".join(lines)
+
+
+@frozen
+class FoldedTurn:
+    """One turn of a condensing request, read back: the agent's message and the observation it produced."""
+
+    assistant: str
+    action: str | None  # None when the turn had no observation
+    returncode: int = 0
+    text: str = ""
+
+
+def parse_turns(body: str) -> list[FoldedTurn]:
+    """The turns of a request body written by ``render_turn`` (joined by newlines), in order."""
+    turns: list[FoldedTurn] = []
+    opening = f"{TURN_HEADER}\n"
+    if not body.startswith(opening):
+        return turns
+    for block in body[len(opening) :].split(f"\n{opening}"):
+        lines = block.split("\n")
+        for start, line in enumerate(lines):
+            if OBSERVATION.parse(line + "\n") is None:  # not the observation's header line
+                continue
+            observation = OBSERVATION.parse("\n".join(lines[start:]))
+            assert observation is not None
+            assistant = "\n".join(lines[:start])
+            turns.append(FoldedTurn(assistant, str(observation["action"]), int(observation["returncode"]),
+                                    str(observation["text"])))
+            break
+        else:
+            turns.append(FoldedTurn(block, None))
+    return turns
 
 
 class ModelCondensedMethod(TranscriptMethod):
@@ -178,11 +224,7 @@ class LlmSummaryMethod(ModelCondensedMethod):
         self.summary = ""
 
     def _request(self, body: str) -> tuple[Message, ...]:
-        current = self.summary or "(none yet)"
-        user = (
-            f"Task:\n{self.goal}\n\nCurrent summary:\n{current}\n\n{TURNS_HEADER}\n{body}\n\n"
-            "Write the updated summary."
-        )
+        user = SUMMARY_REQUEST.render(goal=self.goal, current=self.summary or NO_SUMMARY_YET, body=body)
         return (Message("system", SUMMARY_INSTRUCTIONS), Message("user", user))
 
     def _absorb(self, reply: str) -> None:

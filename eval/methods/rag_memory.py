@@ -8,9 +8,10 @@ budget). The older assistant turns are dropped.
 
 Before every agent call the ``rag_top_k`` chunks (3 by default) most similar to the current step
 are re-injected after the prefix. The query has two parts, the goal and the latest agent turn
-(thought and action), i.e. what the agent is doing now: BM25 scores the two joined, the embedding
-retriever compares with the normalized mean of their two embeddings (each part's embedding is
-cached, so a repeated goal or step costs nothing). Recall is implicit: the agent cannot ask for a
+(thought and action), i.e. what the agent is doing now, and each part weighs the same: the embedding
+retriever compares with the normalized mean of their two embeddings (each part's embedding is cached,
+so a repeated goal or step costs nothing); BM25 adds each part's scores divided by that part's best
+score (a joined text would let the long, constant goal drown the current step). Recall is implicit: the agent cannot ask for a
 given item, and recovery depends on retrieval quality.
 
 Retrievers, chosen automatically (``extra["rag_retriever"]`` = ``auto`` | ``embeddings`` |
@@ -179,13 +180,21 @@ class Bm25Retriever:
         return scores
 
     def search(self, query: Sequence[str], k: int) -> list[int]:
-        """BM25 scores of the query's parts joined into one text (parts tokenized apart, cached)."""
+        """The sum over the query's parts of each part's BM25 scores divided by that part's best score, so
+        every part weighs the same (as in the embedding retriever, whose query is the normalized sum of the
+        parts' unit embeddings); a part with no scoring token adds nothing. Parts are tokenized apart (cached)."""
         if not self._lengths:
             return []
-        tokens = [token for part in query for token in _bm25_tokens(part, self._stopwords)]
-        if not tokens:
-            return list(range(min(k, len(self._lengths))))
-        return _ranked([float(value) for value in self.scores(tokens)], k)
+        combined = [0.0] * len(self._lengths)
+        for part in query:
+            tokens = _bm25_tokens(part, self._stopwords)
+            if not tokens:
+                continue
+            scores = [float(value) for value in self.scores(tokens)]
+            best = max(scores)
+            if best > 0:
+                combined = [total + score / best for total, score in zip(combined, scores, strict=True)]
+        return _ranked(combined, k)
 
 
 _EMBEDDING_MODEL: Any = None

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from arc_ref.render import TEXT, Template
 from arc_eval.methods.base import MethodSettings
 from arc_eval.methods.llm_summary import TURNS_HEADER, ModelCondensedMethod
 from arc_eval.protocol import STATE_REQUEST_HEADER
@@ -44,6 +45,10 @@ STATE_SCHEMA: dict[str, Any] = {
 }
 STATE_KEYS = tuple(STATE_SCHEMA)
 STATE_HEADER = "Task state (JSON, maintained by the model across compactions):"
+STATE_REQUEST = Template(
+    "Task:\n{goal}\n\nCurrent state:\n{current}\n\n" + TURNS_HEADER + "\n{body}\n\nReply with the updated JSON state.",
+    goal=TEXT, current=TEXT, body=TEXT,
+)
 
 STATE_INSTRUCTIONS = f"""\
 {STATE_REQUEST_HEADER}
@@ -106,10 +111,7 @@ class StructuredStateMethod(ModelCondensedMethod):
 
     def _request(self, body: str) -> tuple[Message, ...]:
         current = json.dumps(self._current(), ensure_ascii=False, indent=1)
-        user = (
-            f"Task:\n{self.goal}\n\nCurrent state:\n{current}\n\n{TURNS_HEADER}\n{body}\n\n"
-            "Reply with the updated JSON state."
-        )
+        user = STATE_REQUEST.render(goal=self.goal, current=current, body=body)
         return (Message("system", STATE_INSTRUCTIONS), Message("user", user))
 
     def _absorb(self, reply: str) -> None:

@@ -14,8 +14,11 @@ Loading never downloads. `load_longbench(path)` takes the file or a directory ho
 Scoring. `extract_longbench_answer` mirrors `extract_answer` of the official `pred.py`
 (THUDM/LongBench, LongBench v2): remove every ``*``, then search
 ``The correct answer is \\(([A-D])\\)``, then ``The correct answer is ([A-D])``; the first match
-wins, case-sensitive; no match is no answer. A prediction is correct when the letter equals
-``answer``.
+wins, case-sensitive; no match is no answer. As the official harness applies it to the whole response,
+the agent loop applies it to the whole final reply (the one whose action is ``submit``; reasoning blocks
+removed, as a server with a reasoning parser does), not to the action alone. A prediction is correct when
+the letter equals ``answer``. The official table (`result.py`) reports Overall, Easy, Hard, Short, Medium
+and Long accuracy: `longbench_columns` computes them from task records.
 
 The agent sees the context only through the sandbox: ``files={"context.txt": context}``, read with
 ``read context.txt PAGE``; the goal gives the question, the four choices and the answer format.
@@ -27,7 +30,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from arc_eval.sandbox import DEFAULT_PAGE_CHARS, paginate
 from arc_eval.types import Task
@@ -274,3 +277,26 @@ def load_longbench(
             f"(difficulties present: {', '.join(found) or 'none'})"
         )
     return [make_longbench_task(record, page_chars=page_chars) for record in kept]
+
+
+OFFICIAL_COLUMNS = ("Overall", "Easy", "Hard", "Short", "Medium", "Long")
+
+
+def longbench_columns(records: Iterable[Mapping[str, Any]]) -> dict[str, float | None]:
+    """The official LongBench-v2 table (`result.py`): accuracy in percent, rounded to one decimal, overall and
+    by difficulty and length, from task records (``correct`` and ``meta.difficulty`` / ``meta.length``).
+
+    As in `result.py`, a record that is not ``easy`` counts as hard and one that is neither ``short`` nor
+    ``medium`` as long; a column with no record is None (the official script would divide by zero).
+    """
+    totals = {column: [0, 0] for column in OFFICIAL_COLUMNS}
+    for record in records:
+        meta = record.get("meta") or {}
+        correct = 1 if record.get("correct") else 0
+        length = meta.get("length")
+        columns = ["Overall", "Easy" if meta.get("difficulty") == "easy" else "Hard",
+                   "Short" if length == "short" else "Medium" if length == "medium" else "Long"]
+        for column in columns:
+            totals[column][0] += correct
+            totals[column][1] += 1
+    return {column: (round(100 * hits / count, 1) if count else None) for column, (hits, count) in totals.items()}

@@ -5,7 +5,28 @@ A task plants one needle -- a 24-character token over a 30-character alphabet --
 `noise_lines_per_side` distractor lines above and below that are marked as noise (paper,
 "Needle benchmark guardrail"). The goal then walks the agent through `distractor_files` files
 (`notes_01.txt`, ...), one per step, which grows the context, before it submits
-``NEEDLE=<value>``. Only that token is scored (`score_nih`).
+``NEEDLE=<value>``. Only that token is scored (`score_nih`). The goal's protocol ("Read every file in
+this order before you submit") is the task's ``required_actions``: a submission before every file was
+read is premature and counts as a failure (paper, "Evaluation metrics").
+
+Layouts. ``paper`` is the paper's single structure: the needle is read at step 1, 16 distractor files
+of 4,200 characters follow, the banner sits in the middle of `secrets.txt`, and the question comes at
+step 18; every task has the same shape, so 1000 tasks behave as one. ``varied`` (the default) draws,
+per seeded task, from its own generator (``("nih-layout", seed, index)``, so the layout of a task is
+the same for every method):
+
+* the number of distractor files, uniform in [D/2, 3D/2] around ``distractor_files`` = D (8..24);
+* the step at which the needle is read: after ``before`` distractor files, ``before`` uniform in
+  [0, files // 2] (the needle is introduced early, as in the paper's protocol);
+* the delay before the question: the ``files - before`` distractor reads between the needle and the
+  submission (at least half the files);
+* each distractor file's size, uniform in [2,100, 6,300] characters (DISTRACTOR_CHARS / 2 .. 3/2);
+* the banner's position in `secrets.txt`: ``noise_above`` uniform in [0, 2N] noise lines above it and
+  ``2N - noise_above`` below, N = ``noise_lines_per_side`` (the file's size is unchanged).
+
+Every task records its layout in ``meta`` (``needle_step``, ``delay_steps``, ``distractor_files``,
+``distractor_chars``, ``noise_above``, ``noise_below``, ``needle_line``, ``needle_action``), so a report
+can break accuracy down by it, and by the compactions the needle had to survive (from the records).
 
 Pairing. The needle pool of a seed is drawn from ``random.Random(seed)`` alone, in task order, so
 task `nih-s42-0007` has the same needle for every method, every `noise_lines_per_side` and every
@@ -39,6 +60,8 @@ import random
 import re
 from typing import Sequence
 
+from attrs import frozen
+
 from arc_eval.types import Task
 
 NEEDLE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ234567"  # 30 symbols: A-Z without I and O, digits 2-7
@@ -55,6 +78,9 @@ NOISE_LINE_WORD_CHARS = 46
 PHRASE_BANK_SIZE = 4096
 NOISE_LINES_SWEEP = (5, 10, 25, 30)  # the paper's fixture-size ablation
 PAPER_SEEDS = (42, 82, 122)
+NIH_LAYOUTS = ("varied", "paper")
+DEFAULT_NIH_LAYOUT = "varied"
+NEEDLE_ACTION = f"cat {NEEDLE_FILE}"
 
 # A submitted `NEEDLE=<value>` token: the value is the longest run of letters and digits after it.
 NEEDLE_TOKEN_RE = re.compile(r"NEEDLE=([A-Za-z0-9]+)")
@@ -129,34 +155,32 @@ def _mean_line_chars(chars: int) -> float:
     return sum(map(len, bank)) / len(bank) + 1
 
 
-def _secrets_file(rng: random.Random, task_id: str, needle: str, noise_lines_per_side: int) -> str:
+def _secrets_file(rng: random.Random, task_id: str, needle: str, noise_above: int, noise_below: int) -> str:
     bank = _phrase_bank(NOISE_LINE_WORD_CHARS)
 
-    def noise_block(side: str) -> list[str]:
+    def noise_block(side: str, count: int) -> list[str]:
         return [
-            f"NOISE {side} {line:02d}/{noise_lines_per_side:02d} (not the needle): {phrase}"
-            for line, phrase in enumerate(rng.choices(bank, k=noise_lines_per_side), start=1)
+            f"NOISE {side} {line:02d}/{count:02d} (not the needle): {phrase}"
+            for line, phrase in enumerate(rng.choices(bank, k=count), start=1)
         ]
 
     rule = "=" * 16
     lines = [
         f"# {NEEDLE_FILE} for task {task_id}",
         "# Lines starting with NOISE are distractors and hold no needle.",
-        *noise_block("above"),
+        *noise_block("above", noise_above),
         f"{rule} BEGIN {NEEDLE_BANNER_LABEL} {rule}",
         f"{NEEDLE_KEY}={needle}",
         f"{rule} END {NEEDLE_BANNER_LABEL} {rule}",
-        *noise_block("below"),
+        *noise_block("below", noise_below),
     ]
     return "\n".join(lines) + "\n"
 
 
-def _distractor_file(rng: random.Random, name: str, number: int, total: int) -> str:
+def _distractor_file(rng: random.Random, name: str, number: int, total: int, chars: int = DISTRACTOR_CHARS) -> str:
     header = f"# {name}: distractor file {number} of {total}; it holds no needle.\n"
     bank = _phrase_bank(DISTRACTOR_LINE_CHARS)
-    count = max(
-        1, round((DISTRACTOR_CHARS - len(header)) / _mean_line_chars(DISTRACTOR_LINE_CHARS))
-    )
+    count = max(1, round((chars - len(header)) / _mean_line_chars(DISTRACTOR_LINE_CHARS)))
     return header + "\n".join(rng.choices(bank, k=count)) + "\n"
 
 
@@ -164,18 +188,55 @@ def distractor_names(distractor_files: int) -> list[str]:
     return [f"notes_{number:02d}.txt" for number in range(1, distractor_files + 1)]
 
 
-def _goal(distractors: Sequence[str]) -> str:
-    reads = "\n".join(f"  {step}. cat {name}" for step, name in enumerate(distractors, start=2))
+def _goal(before: Sequence[str], after: Sequence[str]) -> str:
+    """The plan: the distractors ``before``, the needle file, the distractors ``after``, then the submission."""
+    steps = [f"cat {name}" for name in before]
+    steps.append(
+        f"cat {NEEDLE_FILE}  -- it holds the needle inside the banner labelled {NEEDLE_BANNER_LABEL}; "
+        "lines marked NOISE are distractors."
+    )
+    steps.extend(f"cat {name}" for name in after)
+    reads = "\n".join(f"  {step}. {text}" for step, text in enumerate(steps, start=1))
     return (
-        f"Your task has {len(distractors) + 2} steps; do exactly one action per step, in order.\n"
-        f"  1. cat {NEEDLE_FILE}  -- it holds the needle inside the banner labelled "
-        f"{NEEDLE_BANNER_LABEL}; lines marked NOISE are distractors.\n"
+        f"Your task has {len(steps) + 1} steps; do exactly one action per step, in order.\n"
         f"{reads}\n"
-        f"  {len(distractors) + 2}. submit {NEEDLE_KEY}=<value>  -- with the exact 24-character "
+        f"  {len(steps) + 1}. submit {NEEDLE_KEY}=<value>  -- with the exact 24-character "
         f"value from the banner in {NEEDLE_FILE}.\n"
         "Read every file in this order before you submit. Only the submitted "
         f"{NEEDLE_KEY}=<value> token is scored."
     )
+
+
+@frozen
+class NihLayout:
+    """The shape of one task: what the ``varied`` layout draws (see the module docstring)."""
+
+    before: int  # distractor files read before the needle
+    distractor_chars: tuple[int, ...]  # target size of each distractor file, in reading order
+    noise_above: int
+    noise_below: int
+
+    @property
+    def files(self) -> int:
+        return len(self.distractor_chars)
+
+    @property
+    def after(self) -> int:
+        """The delay before the question: distractor reads between the needle and the submission."""
+        return self.files - self.before
+
+
+def paper_layout(noise_lines_per_side: int, distractor_files: int) -> NihLayout:
+    return NihLayout(0, (DISTRACTOR_CHARS,) * distractor_files, noise_lines_per_side, noise_lines_per_side)
+
+
+def varied_layout(seed: int, index: int, noise_lines_per_side: int, distractor_files: int) -> NihLayout:
+    rng = random.Random(f"nih-layout:{seed}:{index}")
+    files = rng.randint(-(-distractor_files // 2), distractor_files + distractor_files // 2)
+    before = rng.randint(0, files // 2)
+    chars = tuple(rng.randint(DISTRACTOR_CHARS // 2, DISTRACTOR_CHARS * 3 // 2) for _ in range(files))
+    above = rng.randint(0, 2 * noise_lines_per_side)
+    return NihLayout(before, chars, above, 2 * noise_lines_per_side - above)
 
 
 def make_nih_tasks(
@@ -184,6 +245,7 @@ def make_nih_tasks(
     *,
     noise_lines_per_side: int = DEFAULT_NOISE_LINES_PER_SIDE,
     distractor_files: int = DEFAULT_DISTRACTOR_FILES,
+    layout: str = DEFAULT_NIH_LAYOUT,
 ) -> list[Task]:
     """`n_tasks` NIH tasks of `seed`, ids `nih-s{seed}-{index:04d}`; paired across methods."""
     if n_tasks < 0:
@@ -192,28 +254,47 @@ def make_nih_tasks(
         raise ValueError(f"noise_lines_per_side must be >= 0, got {noise_lines_per_side}")
     if distractor_files < 0:
         raise ValueError(f"distractor_files must be >= 0, got {distractor_files}")
-    names = distractor_names(distractor_files)
-    goal = _goal(names)
+    if layout not in NIH_LAYOUTS:
+        raise ValueError(f"unknown NIH layout {layout!r}; use one of {', '.join(NIH_LAYOUTS)}")
     tasks: list[Task] = []
     for index, needle in enumerate(needle_pool(seed, n_tasks)):
         task_id = nih_task_id(seed, index)
+        shape = (
+            paper_layout(noise_lines_per_side, distractor_files)
+            if layout == "paper"
+            else varied_layout(seed, index, noise_lines_per_side, distractor_files)
+        )
+        names = distractor_names(shape.files)
         rng = random.Random(f"nih-fixture:{seed}:{index}")
-        files = {NEEDLE_FILE: _secrets_file(rng, task_id, needle, noise_lines_per_side)}
-        for number, name in enumerate(names, start=1):
-            files[name] = _distractor_file(rng, name, number, distractor_files)
+        secrets = _secrets_file(rng, task_id, needle, shape.noise_above, shape.noise_below)
+        files = {NEEDLE_FILE: secrets}
+        for number, (name, chars) in enumerate(zip(names, shape.distractor_chars, strict=True), start=1):
+            files[name] = _distractor_file(rng, name, number, shape.files, chars)
+        reads = [f"cat {name}" for name in names]
+        required = (*reads[: shape.before], NEEDLE_ACTION, *reads[shape.before :])
+        needle_line = secrets.split("\n").index(f"{NEEDLE_KEY}={needle}") + 1
         tasks.append(
             Task(
                 task_id=task_id,
                 kind="nih",
-                goal=goal,
+                goal=_goal(names[: shape.before], names[shape.before :]),
                 files=files,
                 answer=needle,
                 meta={
+                    "layout": layout,
                     "noise_lines_per_side": noise_lines_per_side,
-                    "distractor_files": distractor_files,
+                    "distractor_files": shape.files,
                     "seed": seed,
                     "index": index,
+                    "needle_step": shape.before + 1,
+                    "delay_steps": shape.after,
+                    "distractor_chars": [len(files[name]) for name in names],
+                    "noise_above": shape.noise_above,
+                    "noise_below": shape.noise_below,
+                    "needle_line": needle_line,
+                    "needle_action": NEEDLE_ACTION,
                 },
+                required_actions=required,
             )
         )
     return tasks

@@ -76,5 +76,5 @@ def tiny_task(kind: str = "nih", files: dict[str, str] | None = None) -> Task:
                 answer="never-read", meta={"size": 1})
 
 
-def exact_scorer(task: Task, submission: str) -> tuple[bool, str | None]:
+def exact_scorer(task: Task, submission: str, reply: str = "") -> tuple[bool, str | None]:
     return submission == "NEEDLE=OK", submission

@@ -9,7 +9,9 @@ from typing import Any, Sequence
 import attrs
 import pytest
 
-from arc_eval.loop import DECLINED_MESSAGE, run_task
+from arc_ref import render
+from arc_eval.loop import DECLINED_MESSAGE, PREMATURE_MESSAGE, run_task
+from arc_eval.tasks.longbench import make_longbench_task
 from arc_eval.methods import make_method
 from arc_eval.methods.base import AuxCaller, Intercepted, MethodEvents, MethodSettings
 from arc_eval.records import RunWriter
@@ -180,7 +182,7 @@ class InterceptingMethod:
     def record_agent(self, thought: str, action: str) -> Intercepted | None:
         self.messages.append(Message("assistant", f"Action: {action}"))
         if action.startswith("_recall"):
-            response = "[recall §1 chunk 1/1]\nNEEDLE=OK\n[end §1 chunk 1/1]"
+            response = render.recall_response("§1", 1, 1, "NEEDLE=OK")
             self.messages.append(Message("user", response))
             return Intercepted(response, ({"id": "§1", "chunk": 1, "chunks": 1},))
         return None
@@ -209,6 +211,40 @@ def test_max_steps_must_be_positive() -> None:
     with pytest.raises(ValueError):
         go(["Action: ls"], max_steps=0)
 
+
+
+def test_a_submission_before_the_protocol_is_complete_is_premature_and_a_failure() -> None:
+    task = Task(task_id="t-p", kind="nih", goal="Read a.txt and b.txt, then submit.",
+                files={"a.txt": "alpha", "b.txt": "beta"}, answer="OK", required_actions=("cat a.txt", "cat  b.txt"))
+    early = ["Action: cat a.txt", "Action: submit NEEDLE=OK"]
+    calls, outcome, _, _ = go(early, task=task, files=dict(task.files))
+    assert outcome["end"] == "premature" and outcome["no_answer"] and not outcome["submitted"]
+    assert not outcome["correct"] and outcome["submission"] is None
+    assert outcome["error"] == f"{PREMATURE_MESSAGE} (not yet run: cat  b.txt)"
+    assert calls[-1]["submission"] == "NEEDLE=OK"  # what was submitted is kept on the call
+    calls, outcome, _, _ = go(["Action: cat b.txt", *early], task=task, files=dict(task.files))
+    assert outcome["end"] == "submitted" and outcome["correct"]  # every required action ran (by signature)
+
+
+def test_longbench_reads_the_answer_from_the_whole_final_reply_with_the_official_regexes() -> None:
+    record = {"_id": "x", "domain": "d", "sub_domain": "s", "difficulty": "hard", "length": "short", "question": "Q?",
+              "choice_A": "a", "choice_B": "b", "choice_C": "c", "choice_D": "d", "answer": "C", "context": "text"}
+    task = make_longbench_task(record)
+    settings = SETTINGS
+
+    def outcome_of(final: str) -> dict[str, Any]:
+        backend = FakeBackend(ScriptedReplies([final]))
+        _, outcome = asyncio.run(run_task(task, make_method("sliding_window", settings), backend, settings=settings,
+                                          max_steps=3, force_at_calls=(), seed=1))
+        return outcome.to_json()
+
+    starred = outcome_of("Thought: **The correct answer is (C)**, I am sure.\nAction: submit C")
+    assert starred["correct"] and starred["submission"] == "C"  # the action alone holds no answer pattern
+    first = outcome_of("Thought: <think>The correct answer is (C)</think>The correct answer is (A).\n"
+                       "Action: submit The correct answer is (C)")
+    assert first["submission"] == "A" and not first["correct"]  # first match wins; reasoning removed
+    bare = outcome_of("Action: submit The correct answer is D")
+    assert bare["submission"] == "D" and bare["end"] == "submitted"
 
 
 class ServerRefused(BackendError):

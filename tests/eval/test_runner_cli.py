@@ -51,6 +51,9 @@ def lines(path: Path) -> list[dict[str, Any]]:
         (["longbench", "--data", "/nonexistent/data.json"], "does not exist"),
         (["ablation", "noise-lines", "--task", "longbench", "--data", "x"], "--task nih"),
         (["ablation", "bogus"], "invalid choice"),
+        (["nih", "--agent", "clever"], "invalid choice: 'clever'"),
+        (["nih", "--nih-layout", "odd"], "invalid choice: 'odd'"),
+        (["longbench", "--data", "x", "--difficulty", "medium"], "invalid choice: 'medium'"),
         (["frobnicate"], "invalid choice"),
         ([], "COMMAND"),
     ],
@@ -67,7 +70,7 @@ def test_bad_arguments_exit_2_with_a_message(argv: list[str], message: str, caps
 def test_small_nih_run_prints_the_table_and_writes_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
     argv = ["nih", "--tasks", "2", "--seeds", "42", "--methods", BASELINES, "--out", str(out),
-            "--rag-retriever", "bm25", "--no-progress", "--concurrency", "3"]
+            "--nih-layout", "paper", "--rag-retriever", "bm25", "--no-progress", "--concurrency", "3"]
     assert main(argv) == 0
     table = capsys.readouterr().out
     for name in BASELINES.split(","):
@@ -88,7 +91,7 @@ def test_small_nih_run_prints_the_table_and_writes_records(tmp_path: Path, capsy
     assert len(lines(out / "tasks.jsonl")) == 10
 
 
-def test_arc_keeps_every_needle_recoverable_and_the_baselines_lose_it(tmp_path: Path) -> None:
+def test_arc_keeps_every_needle_recoverable_and_a_window_loses_it(tmp_path: Path) -> None:
     from arc_eval.methods import method_available
 
     if not method_available("arc"):
@@ -104,7 +107,9 @@ def test_arc_keeps_every_needle_recoverable_and_the_baselines_lose_it(tmp_path: 
     assert len(arc) == 3 and all(task["correct"] and task["reexecutions"] == 0 for task in arc)
     recalled = [call for call in calls if call["method"] == "arc" and call["recalls"]]
     assert recalled and all(call["action"].startswith("_recall") for call in recalled)
-    assert not any(task["correct"] for task in tasks if task["method"] != "arc")
+    assert not any(task["correct"] for task in tasks if task["method"] == "sliding_window")
+    # the fair scripted agent copies the banner's lines into llm_summary's summary as the request asks
+    assert all(task["correct"] for task in tasks if task["method"] == "llm_summary")
 
 
 def test_a_killed_run_resumes_without_loss_or_duplicates(tmp_path: Path) -> None:
@@ -305,6 +310,29 @@ def test_tool_calling_offers_the_recall_tools_to_arc_only(tmp_path: Path) -> Non
     other: Any = make_backend(spec, "sliding_window")
     assert [tool["function"]["name"] for tool in arc_backend.tools][:2] == ["_recall", "_recall-next"]
     assert other.tools is None
+
+
+def test_the_agent_and_the_layout_are_chosen_recorded_and_the_figures_say_what_they_are(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "floor"
+    assert main(["nih", "--tasks", "2", "--seeds", "42", "--methods", "sliding_window,llm_summary,arc",
+                 "--out", str(out), "--agent", "floor", "--nih-layout", "paper", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "scripted-floor: the deterministic scripted agent" in printed and "not a model's accuracy" in printed
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["model"] == "scripted-floor"
+    assert (manifest["config"]["agent"], manifest["config"]["nih_layout"]) == ("floor", "paper")
+    tasks = lines(out / "tasks.jsonl")
+    assert {task["model"] for task in tasks} == {"scripted-floor"} and {t["meta"]["layout"] for t in tasks} == {"paper"}
+    assert not any(task["correct"] for task in tasks if task["method"] == "llm_summary")  # floor keeps 2 lines
+    fair = tmp_path / "fair"
+    assert main(["nih", "--tasks", "2", "--seeds", "42", "--methods", "llm_summary", "--out", str(fair),
+                 "--nih-layout", "paper", "--no-progress"]) == 0
+    assert all(task["correct"] and task["model"] == "scripted-fair" for task in lines(fair / "tasks.jsonl"))
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0
+    report = capsys.readouterr().out
+    assert "accuracy by compactions the needle survived" in report and "not a model's accuracy" in report
 
 
 def test_report_and_serve_scripted_are_dispatched(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -255,6 +255,17 @@ def test_bm25_retriever_grown_chunk_by_chunk_scores_as_bm25s_rebuilt() -> None:
                 assert scored.dtype == expected.dtype and numpy.array_equal(scored, expected)
 
 
+def test_bm25_weighs_each_part_of_the_query_the_same() -> None:
+    """A long first part (the goal) does not drown the second (the current step): each part's scores are
+    divided by its best score before they are added, as the embedding retriever averages unit embeddings."""
+    retriever = Bm25Retriever()
+    retriever.add(["alpha beta gamma", "needle banner", "alpha"])
+    goal = "alpha alpha alpha beta beta gamma"
+    assert retriever.search([goal + " needle"], 3) == [0, 2, 1]  # one joined text: the goal's words win
+    assert retriever.search([goal, "needle"], 3) == [0, 1, 2]  # two parts: the step's best chunk ties the goal's
+    assert retriever.search([goal, ""], 3) == retriever.search([goal], 3)  # an empty part adds nothing
+
+
 def test_rag_memory_reinjects_retrieved_chunks() -> None:
     method = RagMemoryMethod(SETTINGS)
     assert method.retriever.name == "bm25"

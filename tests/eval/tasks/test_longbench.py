@@ -13,6 +13,7 @@ from arc_eval.sandbox import VirtualSandbox, paginate
 from arc_eval.tasks.longbench import (
     LongBenchDataError,
     extract_longbench_answer,
+    longbench_columns,
     load_longbench,
     score_longbench,
 )
@@ -181,3 +182,16 @@ def test_real_twelve_question_sample() -> None:
         last = sandbox.run(f"read context.txt {pages}")
         assert last.returncode == 0 and f"page {pages}/{pages}" in last.text
         assert score_longbench(task, f"The correct answer is ({task.answer})")
+
+
+def test_official_columns_as_result_py_computes_them() -> None:
+    def record(correct: bool, difficulty: str, length: str) -> dict[str, object]:
+        return {"correct": correct, "meta": {"difficulty": difficulty, "length": length}}
+
+    records = [record(True, "easy", "short"), record(False, "easy", "medium"), record(True, "hard", "long"),
+               record(True, "hard", "medium"), record(False, "hard", "long"), record(False, "hard", "short")]
+    assert longbench_columns(records) == {"Overall": 50.0, "Easy": 50.0, "Hard": 50.0, "Short": 50.0,
+                                          "Medium": 50.0, "Long": 50.0}
+    assert longbench_columns([record(True, "hard", "long"), record(False, "hard", "long"),
+                              record(False, "hard", "long")]) == {
+        "Overall": 33.3, "Easy": None, "Hard": 33.3, "Short": None, "Medium": None, "Long": 33.3}

@@ -47,7 +47,7 @@ def test_task_ids_and_needles_are_stable_and_paired() -> None:
 
 
 def test_secrets_file_layout_banner_and_noise() -> None:
-    task = make_nih_tasks(122, 1)[0]
+    task = make_nih_tasks(122, 1, layout="paper")[0]
     secrets = task.files["secrets.txt"]
     lines = secrets.splitlines()
     needle_lines = [i for i, line in enumerate(lines) if line.startswith("NEEDLE=")]
@@ -72,7 +72,7 @@ def test_nothing_but_the_needle_looks_like_a_needle(noise: int) -> None:
 
 def test_fixture_size_matches_the_paper() -> None:
     sizes = {
-        noise: len(make_nih_tasks(42, 1, noise_lines_per_side=noise)[0].files["secrets.txt"])
+        noise: len(make_nih_tasks(42, 1, noise_lines_per_side=noise, layout="paper")[0].files["secrets.txt"])
         for noise in (5, 10, 25, 30)
     }
     assert 4000 <= sizes[25] <= 5000  # paper: about 4.5k characters at the default
@@ -81,7 +81,7 @@ def test_fixture_size_matches_the_paper() -> None:
 
 
 def test_goal_orders_the_reads_and_the_submission() -> None:
-    task = make_nih_tasks(42, 1, distractor_files=3)[0]
+    task = make_nih_tasks(42, 1, distractor_files=3, layout="paper")[0]
     assert sorted(task.files) == ["notes_01.txt", "notes_02.txt", "notes_03.txt", "secrets.txt"]
     positions = [task.goal.index(f"cat {name}") for name in ["secrets.txt", *distractor_names(3)]]
     assert positions == sorted(positions)
@@ -95,7 +95,7 @@ def test_full_transcript_overflows_between_calls_10_and_20() -> None:
     usable = 16384 - 4096
     system = "You are an agent in a sandbox. Reply with Thought: and Action: lines. " * 25
     for noise in (5, 25, 30):
-        task = make_nih_tasks(42, 1, noise_lines_per_side=noise)[0]
+        task = make_nih_tasks(42, 1, noise_lines_per_side=noise, layout="paper")[0]
         sandbox = VirtualSandbox(task.files)
         messages = [("system", system), ("user", task.goal)]
         actions = ["cat secrets.txt", *(f"cat {n}" for n in distractor_names(16)), "submit x"]
@@ -131,3 +131,30 @@ def test_bad_arguments_are_refused() -> None:
     with pytest.raises(ValueError, match="noise_lines_per_side"):
         make_nih_tasks(42, 1, noise_lines_per_side=-2)
     assert make_nih_tasks(42, 0) == []
+    with pytest.raises(ValueError, match="unknown NIH layout 'odd'; use one of varied, paper"):
+        make_nih_tasks(42, 1, layout="odd")
+
+
+def test_varied_layout_draws_each_task_its_own_shape_and_records_it() -> None:
+    tasks = make_nih_tasks(42, 60, noise_lines_per_side=25, distractor_files=16)
+    paper = make_nih_tasks(42, 60, layout="paper")
+    assert [(t.task_id, t.answer) for t in tasks] == [(t.task_id, t.answer) for t in paper]  # same needles
+    assert [t.files for t in make_nih_tasks(42, 5)] == [t.files for t in tasks[:5]]  # a prefix of a longer run
+    for task in tasks:
+        meta = task.meta
+        files = meta["distractor_files"]
+        assert 8 <= files <= 24 and 0 <= meta["needle_step"] - 1 <= files // 2
+        assert meta["delay_steps"] == files - (meta["needle_step"] - 1) >= files / 2
+        names = distractor_names(files)
+        assert sorted(task.files) == sorted([*names, "secrets.txt"])
+        assert meta["distractor_chars"] == [len(task.files[name]) for name in names]
+        assert all(1900 <= chars <= 6600 for chars in meta["distractor_chars"])
+        plan = [line.split(". ", 1)[1].split("  --")[0] for line in task.goal.splitlines()[1:-2]]
+        assert plan == list(task.required_actions) and plan[meta["needle_step"] - 1] == meta["needle_action"]
+        lines = task.files["secrets.txt"].split("\n")
+        assert lines[meta["needle_line"] - 1] == f"NEEDLE={task.answer}"
+        assert meta["noise_above"] + meta["noise_below"] == 50
+        assert sum(line.startswith("NOISE above") for line in lines) == meta["noise_above"]
+    shapes = {(t.meta["needle_step"], t.meta["distractor_files"], t.meta["noise_above"]) for t in tasks}
+    assert len(shapes) > 40  # the tasks differ: 60 tasks are not one task repeated
+    assert len({t.meta["distractor_files"] for t in tasks}) > 8 and len({t.meta["needle_step"] for t in tasks}) > 6

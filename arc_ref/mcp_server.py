@@ -1,0 +1,193 @@
+"""`arc-ref mcp STORE`: ARC's store and recall as MCP tools over a durable store (stdio transport).
+
+Any MCP-capable agent can keep its tool outputs in ARC and read them back exactly, in chunks (A5):
+
+- ``store_observation(action, observation, returncode=0)``: store an output verbatim under a fresh id (A1,
+  A2); the id is minted by the store, never taken from the caller;
+- ``recall(id)``: the first chunk of an observation, exact; ``recall_next(id)``: the next chunk (the
+  cursor is kept in the store, so it survives a restart of the server);
+- ``recall_meta(id)``: the observation's stub (size, chunks, return code, command, previews);
+- ``catalog_page(page=None)``: one page of the catalog of every stored observation (the last one by default).
+
+Each call is one event of the store (an observation, or an agent turn holding the matching ARC command),
+committed before the result is returned, so the log shows every store and recall. The text of a result is
+exactly what ARC's own agent would read; the structured content carries the fields (the exact ``payload``
+of a chunk among them). A call the core refuses or that names no stored id is an error result, with the
+core's message (for a mistyped id, the nearest stored id).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, TypedDict
+
+from mcp.server.mcpserver import MCPServer
+from pydantic import Field
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+
+from arc_ref.catalog import page_count
+from arc_ref.errors import ArcError
+from arc_ref.machine import AgentResult, AgentTurn, Observe, ObserveResult
+from arc_ref.persist import DurableStore, StoreError
+from arc_ref.recall import chunk_count
+from arc_ref.text import ASCII_WHITESPACE
+
+INSTRUCTIONS = (
+    "ARC keeps tool outputs verbatim under short ids (like §0012-3456) and gives them back exactly, in chunks."
+    " Call store_observation with a command and its output to keep it; later, recall(id) returns its first"
+    " chunk and recall_next(id) each further one; recall_meta(id) tells its size before you read it;"
+    " catalog_page lists every stored output, a page at a time."
+)
+
+
+ObsId = Annotated[str, Field(description="an id given by store_observation or shown in the catalog, e.g. §0001-1847617399")]
+Action = Annotated[str, Field(description="the command or tool call that produced the output (shown in its stub)")]
+Output = Annotated[str, Field(description="the output, kept verbatim")]
+ReturnCode = Annotated[int, Field(description="the command's exit status (0: success)")]
+Page = Annotated[int | None, Field(description="a page number, 1 = the oldest outputs (default: the last page)")]
+
+
+class StoredObservation(TypedDict):
+    id: str  # the id minted by the store (A1)
+    index: int  # j: its position among the stored observations
+    tokens: int  # n_j, in the store's tokenizer
+    chunks: int  # m_j: recall chunks
+    seq: int  # the event's row in the store
+
+
+class RecalledChunk(TypedDict):
+    id: str
+    chunk: int  # 1-based (0 for an empty observation)
+    chunks: int
+    payload: str  # the chunk, exact
+    more: bool  # recall_next has a further chunk
+
+
+class ObservationMeta(TypedDict):
+    id: str
+    stub: str  # z_j, the line the catalog shows
+    tokens: int
+    chunks: int
+    characters: int
+    returncode: int
+    action: str  # the command's signature
+
+
+class CatalogPage(TypedDict):
+    page: int
+    pages: int
+    stored: int
+    text: str  # the page as ARC's agent sees it
+
+
+def _one_id(argument: str) -> str:
+    """An id is one word; anything else would be read as further commands by the core's parser."""
+    words = argument.strip(ASCII_WHITESPACE).split()
+    if len(words) != 1 or any(char in argument for char in "\n\r"):
+        raise ToolError(f"an id is one word like §0012-3456, got {argument[:60]!r}")
+    return words[0]
+
+
+def _result(text: str, structured: object) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
+
+
+class ArcTools:
+    """The five tools over one open writer store (calls are serialized by the store)."""
+
+    def __init__(self, store: DurableStore) -> None:
+        self.store = store
+
+    def _command(self, action: str) -> AgentResult:
+        try:
+            output = self.store.append(AgentTurn("", action)).output
+        except (ArcError, StoreError) as problem:
+            raise ToolError(str(problem)) from None
+        assert isinstance(output, AgentResult)
+        return output
+
+    def store_observation(
+        self, action: Action, observation: Output, returncode: ReturnCode = 0
+    ) -> Annotated[CallToolResult, StoredObservation]:
+        """Keep a tool's output verbatim in ARC; returns the id to recall it by."""
+        try:
+            appended = self.store.append(Observe(action, observation, returncode))
+        except (ArcError, StoreError) as problem:
+            raise ToolError(str(problem)) from None
+        output = appended.output
+        assert isinstance(output, ObserveResult)
+        stored: StoredObservation = {
+            "id": output.obs_id, "index": output.index, "tokens": output.tokens, "chunks": output.chunks,
+            "seq": appended.seq,
+        }
+        text = (f"stored as {output.obs_id}: {output.tokens} tokens in {output.chunks} chunk(s);"
+                f" recall({output.obs_id}) reads it back")
+        return _result(text, stored)
+
+    def _recall(self, word: str, obs_id: str) -> CallToolResult:
+        answered = self._command(f"{word} {_one_id(obs_id)}")
+        text = answered.response or ""
+        if not answered.recalls:  # unknown id (with the nearest one), or every chunk already returned
+            return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+        recalled = answered.recalls[0]
+        chunk: RecalledChunk = {
+            "id": recalled.obs_id, "chunk": recalled.chunk, "chunks": recalled.chunks,
+            "payload": recalled.payload, "more": recalled.chunk < recalled.chunks,
+        }
+        return _result(text, chunk)
+
+    def recall(self, id: ObsId) -> Annotated[CallToolResult, RecalledChunk]:
+        """The first chunk of a stored observation, exact (restarts its cursor)."""
+        return self._recall("_recall", id)
+
+    def recall_next(self, id: ObsId) -> Annotated[CallToolResult, RecalledChunk]:
+        """The next chunk of a stored observation after the last one returned, exact."""
+        return self._recall("_recall-next", id)
+
+    def recall_meta(self, id: ObsId) -> Annotated[CallToolResult, ObservationMeta]:
+        """A stored observation's stub: size in tokens and chunks, return code, command, previews."""
+        token = _one_id(id)
+        answered = self._command(f"_recall_meta {token}")
+        record = self.store.state.lookup(token)
+        if record is None:
+            return CallToolResult(content=[TextContent(type="text", text=answered.response or "")], is_error=True)
+        meta: ObservationMeta = {
+            "id": record.obs_id, "stub": record.stub, "tokens": record.n_tokens,
+            "chunks": chunk_count(record.n_tokens, self.store.state.config.chunk_tokens),
+            "characters": record.n_chars,
+            "returncode": record.returncode, "action": record.signature,
+        }
+        return _result(record.stub, meta)
+
+    def catalog_page(self, page: Page = None) -> Annotated[CallToolResult, CatalogPage]:
+        """One page of the catalog of every stored observation (default: the last page)."""
+        state = self.store.state
+        pages = page_count(state.stored, state.config.page_size)
+        if pages == 0:
+            raise ToolError("the catalog is empty: nothing is stored yet")
+        target = pages if page is None else page
+        answered = self._command(f"catalog-page {target}")
+        catalog = self.store.state.catalog_message
+        if not 1 <= target <= pages or catalog is None:
+            return CallToolResult(content=[TextContent(type="text", text=answered.response or "")], is_error=True)
+        listing: CatalogPage = {"page": target, "pages": pages, "stored": state.stored, "text": catalog.content}
+        return _result(catalog.content, listing)
+
+
+def build_server(store: DurableStore) -> MCPServer:
+    """An MCP server with ARC's five tools over ``store`` (a writer)."""
+    tools = ArcTools(store)
+    server: MCPServer = MCPServer(name="arc-ref", instructions=INSTRUCTIONS, log_level="WARNING")
+    recall_hints = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
+    server.add_tool(tools.store_observation, name="store_observation", annotations=ToolAnnotations(
+        read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False))
+    server.add_tool(tools.recall, name="recall", annotations=recall_hints)
+    server.add_tool(tools.recall_next, name="recall_next", annotations=recall_hints)
+    server.add_tool(tools.recall_meta, name="recall_meta", annotations=recall_hints)
+    server.add_tool(tools.catalog_page, name="catalog_page", annotations=recall_hints)
+    return server
+
+
+def serve(store: DurableStore) -> None:
+    """Serve the tools on standard input/output until the client disconnects."""
+    build_server(store).run("stdio")

@@ -1,0 +1,618 @@
+"""The durable store: an ARC task's events in SQLite, so that the state survives a crash.
+
+The core is event-sourced: a task's state is the fold of its events over ``init(config)``. Durability is
+therefore keeping the events, and opening a store is replaying them. One row per event, numbered from 1
+like the lines of a replay trace: row 1 holds the config line, every later row one event, each as the very
+line of the replay trace format (spec/trace.md, `arc_ref.trace.event_line`, canonically encoded), so that
+`arc-ref export` is the rows as they are and any port can replay a store.
+
+Every row carries a chained checksum (SHA-256 of the previous row's checksum, the sequence number and the
+line's bytes): a damaged, edited, reordered or missing row stops the open with an error naming the row.
+
+Durability contract: `DurableStore.append` applies the event to the state (an event the core refuses
+raises its ArcError and nothing is stored), writes its row and commits, and returns only after the commit.
+The database is in WAL mode with ``synchronous=FULL``: every commit fsyncs the write-ahead log, so an
+acknowledged event survives a kill -9 and also a power loss or OS crash (``NORMAL`` would survive a kill
+but may lose the last commits to a power loss). The price, one fsync per event, is small next to an agent
+step (a model call); `append_many` commits a batch at once for bulk imports.
+
+One writer at a time: a writer holds an exclusive lock (flock) on ``STORE.lock`` for as long as it is open;
+a second writer gets `StoreLocked` naming the holder's pid. The lock goes with the process, so a killed
+writer leaves no stale lock. Readers take no lock and read one consistent snapshot of the log (SQLite's
+WAL isolation), also while a writer appends. Every file the store creates (the database, its ``-wal`` and
+``-shm`` files, which SQLite creates with the database's mode, and the lock file) is owner-only (0600).
+
+Reopening: every row is read and its checksum checked in one pass; the state is the latest valid snapshot
+(`arc_ref.persist.snapshot`: a cache of the fold, used only for exactly the same events under the same
+code) plus the fold of the events after it (parsed and applied). The rows a snapshot covers are not parsed
+again: the snapshot's chained checksum binds them to the rows its writer folded; when it does not match,
+every row is parsed and folded. A writer snapshots when the log has grown by a quarter (at
+least `SNAPSHOT_MIN_EVENTS` events) since the last snapshot, before it applies the next append (so that a
+snapshot never delays an acknowledgement), and on close.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import os
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+from attrs import frozen
+
+from arc_ref.config import Config
+from arc_ref.errors import ArcError
+from arc_ref.machine import ArcState, Event, Output, RequestView, init, step
+from arc_ref.persist import snapshot
+from arc_ref.trace import TraceError, config_from_line, config_line, encode, event_from_line, event_line, parse_line
+
+APPLICATION_ID = 0x41524331  # "ARC1" in the SQLite header: this file is an ARC store
+SCHEMA_VERSION = 1
+GENESIS = hashlib.sha256(b"arc-ref event log 1").hexdigest()  # the chain's value before row 1
+SNAPSHOT_MIN_EVENTS = 1000  # a writer snapshots after at least this many new events ...
+SNAPSHOT_GROWTH = 0.25  # ... and at least this fraction of the events already covered by the last snapshot
+SNAPSHOT_PART_BYTES = 64 * 2**20  # snapshots are split in parts (SQLite's blob limit is 1 GB)
+
+_SCHEMA = """
+CREATE TABLE events (
+    seq INTEGER PRIMARY KEY,   -- 1 = the config line, then one event per row, numbered as in an export
+    line TEXT NOT NULL,        -- the replay trace line (spec/trace.md), canonical JSON
+    checksum TEXT NOT NULL     -- sha256(previous checksum + "\\n" + seq + "\\n" + line), hex
+);
+CREATE TABLE snapshots (
+    seq INTEGER NOT NULL,      -- the state after this row
+    part INTEGER NOT NULL,
+    key TEXT NOT NULL,         -- arc_ref.persist.snapshot.snapshot_key
+    chain TEXT NOT NULL,       -- the checksum of row seq
+    digest TEXT NOT NULL,      -- sha256 of the whole snapshot's bytes
+    data BLOB NOT NULL,
+    PRIMARY KEY (seq, part)
+);
+"""
+
+
+class StoreError(Exception):
+    """A store that cannot be opened, read or written; the message says which and why."""
+
+
+class StoreNotFound(StoreError):
+    pass
+
+
+class StoreExists(StoreError):
+    pass
+
+
+class StoreLocked(StoreError):
+    """Another process holds the store open for writing."""
+
+
+class StoreCorrupt(StoreError):
+    """A row that is damaged, edited, out of order or missing, or a file that is not an ARC store."""
+
+
+def chain(previous: str, seq: int, line: bytes) -> str:
+    """The checksum of row ``seq``: SHA-256 of the previous row's checksum, the number and the line."""
+    return hashlib.sha256(previous.encode("ascii") + b"\n" + str(seq).encode("ascii") + b"\n" + line).hexdigest()
+
+
+@frozen
+class Appended:
+    """The acknowledgement of one stored event: returned only after its row was committed."""
+
+    seq: int
+    checksum: str
+    output: Output
+
+
+@frozen
+class _SnapshotRow:
+    seq: int
+    key: str
+    chain: str
+    digest: str
+
+
+@frozen
+class StoredEvent:
+    seq: int
+    line: str
+    checksum: str
+
+
+@frozen
+class OpenReport:
+    """How the state was rebuilt: rows read, the snapshot used (0: none), events folded, and why."""
+
+    events: int  # rows, the config row included
+    snapshot_seq: int
+    folded: int
+    seconds: float
+    snapshot_note: str
+
+
+def _checked_rows(connection: sqlite3.Connection, path: Path) -> Iterator[tuple[int, bytes, str]]:
+    """The rows in order as (seq, line bytes, checksum); StoreCorrupt at the first missing or damaged row."""
+    expected = 1
+    checksum = GENESIS
+    for seq, line, stored_checksum in connection.execute("SELECT seq, line, checksum FROM events ORDER BY seq"):
+        if seq != expected:
+            raise StoreCorrupt(f"{str(path)!r}: row {expected} is missing (the next row is {seq})")
+        line = bytes(line)
+        checksum = chain(checksum, seq, line)
+        if stored_checksum != checksum.encode("ascii"):
+            raise StoreCorrupt(
+                f"{str(path)!r}: row {seq} fails its checksum (damaged or edited; the rows before it are"
+                " intact: arc-ref export writes them)"
+            )
+        yield seq, line, checksum
+        expected += 1
+
+
+def read_rows(path: str | os.PathLike[str]) -> Iterator[StoredEvent]:
+    """The rows of a store, checked (chain and numbering) but not folded: what `arc-ref export` writes.
+
+    Takes no lock (a writer may be appending: the rows are those committed when the read began). Raises
+    StoreNotFound / StoreCorrupt; a damaged row raises after every row before it was yielded.
+    """
+    target = Path(path)
+    if not target.is_file():
+        raise StoreNotFound(f"no ARC store at {str(target)!r}" + (" (a directory)" if target.is_dir() else ""))
+    try:
+        connection = _connect(target, readonly=True)
+    except sqlite3.Error as problem:
+        raise StoreError(f"cannot open {str(target)!r}: {problem}") from None
+    try:
+        _check_header(connection, target)
+        connection.execute("BEGIN")
+        for seq, line, checksum in _checked_rows(connection, target):
+            yield StoredEvent(seq, line.decode("utf-8", "replace"), checksum)
+        connection.execute("COMMIT")
+    except sqlite3.DatabaseError as problem:
+        raise StoreCorrupt(f"{str(target)!r} cannot be read: {problem}") from None
+    finally:
+        connection.close()
+
+
+def _lock_path(path: Path) -> Path:
+    return path.with_name(path.name + ".lock")
+
+
+def _owner_only(path: Path) -> int:
+    """Open (creating 0600 if absent) a file for writing, owner-only whatever the umask."""
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    os.fchmod(descriptor, 0o600)
+    return descriptor
+
+
+class _WriterLock:
+    """An exclusive flock on STORE.lock, held while the writer is open; released by the kernel on exit."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = _lock_path(path)
+        try:
+            self.descriptor = _owner_only(self.path)
+        except OSError as problem:
+            raise StoreError(f"cannot create the lock file {str(self.path)!r}: {problem.strerror}") from None
+        try:
+            fcntl.flock(self.descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as problem:
+            holder = os.pread(self.descriptor, 32, 0).decode("ascii", "replace").strip()
+            os.close(self.descriptor)
+            if problem.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                who = f"process {holder}" if holder.isdigit() else "another process"
+                raise StoreLocked(
+                    f"{str(path)!r} is open for writing by {who}; one writer at a time"
+                    " (readers: arc-ref inspect / export)"
+                ) from None
+            raise StoreError(f"cannot lock {str(self.path)!r}: {problem.strerror}") from None
+        os.ftruncate(self.descriptor, 0)
+        os.pwrite(self.descriptor, f"{os.getpid()}\n".encode("ascii"), 0)
+
+    def release(self) -> None:
+        if self.descriptor >= 0:
+            os.close(self.descriptor)  # closing the descriptor drops the flock
+            self.descriptor = -1
+
+
+def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
+    if readonly:
+        uri = "file:" + str(path.resolve()).replace("?", "%3f").replace("#", "%23") + "?mode=ro"
+        connection = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+    else:
+        connection = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    connection.text_factory = bytes  # lines are checked as the bytes that were stored
+    return connection
+
+
+def _check_header(connection: sqlite3.Connection, path: Path) -> None:
+    try:
+        application_id = connection.execute("PRAGMA application_id").fetchone()[0]
+        version = connection.execute("PRAGMA user_version").fetchone()[0]
+    except sqlite3.OperationalError as problem:  # e.g. no permission to read it, or to create its -shm file
+        raise StoreError(f"cannot read {str(path)!r}: {problem}") from None
+    except sqlite3.DatabaseError as problem:  # "file is not a database"
+        raise StoreCorrupt(f"{str(path)!r} is not an ARC store ({problem})") from None
+    if application_id != APPLICATION_ID:
+        raise StoreCorrupt(f"{str(path)!r} is not an ARC store (a SQLite file of another application)")
+    if version != SCHEMA_VERSION:
+        raise StoreCorrupt(f"{str(path)!r} is an ARC store of schema {version}; this arc-ref reads schema "
+                           f"{SCHEMA_VERSION}")
+
+
+class DurableStore:
+    """An ARC task whose every event is committed to SQLite before it is acknowledged (see the module doc).
+
+    Create with `DurableStore.create(path, config)`, reopen with `DurableStore.open(path)` (the writer) or
+    `DurableStore.open(path, readonly=True)` (a reader: no lock, no writes). Use as a context manager.
+    """
+
+    def __init__(self, path: Path, connection: sqlite3.Connection, lock: _WriterLock | None) -> None:
+        self.path = path
+        self._connection = connection
+        self._lock = lock
+        self._guard = threading.RLock()
+        self._state: ArcState | None = None
+        self._config_line = b""
+        self.seq = 0
+        self.checksum = GENESIS
+        self.snapshot_seq = 0
+        self.snapshot_min_events = SNAPSHOT_MIN_EVENTS
+        self.snapshot_growth = SNAPSHOT_GROWTH
+        self.report = OpenReport(0, 0, 0, 0.0, "")
+        self.closed = False
+
+    # --- opening ------------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, path: str | os.PathLike[str], config: Config) -> "DurableStore":
+        """A new store for a task under ``config`` (refused configurations raise ConfigError; no file then)."""
+        target = Path(path)
+        line = encode(config_line(config)).encode("utf-8")
+        state = init(config)  # ConfigError before any file exists
+        exists = StoreExists(f"{str(target)!r} already exists; open it, or choose another path")
+        if target.exists():
+            raise exists
+        lock = _WriterLock(target)
+        try:
+            if target.exists():
+                raise exists
+            # built under a temporary name and linked into place: a crash while creating leaves no half store
+            staging = target.with_name(f".{target.name}.creating-{os.getpid()}")
+            try:
+                checksum = _build(staging, line)
+                try:
+                    os.link(staging, target)
+                except FileExistsError:
+                    raise exists from None
+                except OSError:  # no hard links here: under the lock, after the check above
+                    os.replace(staging, target)
+            except OSError as problem:
+                raise StoreError(f"cannot create {str(target)!r}: {problem.strerror}") from None
+            except sqlite3.Error as problem:
+                raise StoreError(f"cannot create {str(target)!r}: {problem}") from None
+            finally:
+                for leftover in ("", "-wal", "-shm", "-journal"):
+                    Path(str(staging) + leftover).unlink(missing_ok=True)
+            connection = _connect(target, readonly=False)
+            _writer_pragmas(connection)
+        except BaseException:
+            lock.release()
+            raise
+        store = cls(target, connection, lock)
+        store._state, store._config_line, store.seq, store.checksum = state, line, 1, checksum
+        store.report = OpenReport(1, 0, 0, 0.0, "new store")
+        return store
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, readonly: bool = False,
+             use_snapshot: bool = True) -> "DurableStore":
+        """Reopen a store: the state is the fold of its events (StoreCorrupt names a bad row).
+
+        ``readonly``: a reader (no lock, no writes; may run beside the writer). ``use_snapshot=False``
+        folds every event even when a valid snapshot exists (to check the snapshot, or to time the fold).
+        """
+        target = Path(path)
+        if not target.is_file():
+            raise StoreNotFound(f"no ARC store at {str(target)!r}" + (" (a directory)" if target.is_dir() else ""))
+        lock = None if readonly else _WriterLock(target)
+        try:
+            try:
+                connection = _connect(target, readonly)
+            except sqlite3.Error as problem:
+                raise StoreError(f"cannot open {str(target)!r}: {problem}") from None
+            store = cls(target, connection, lock)
+            try:
+                _check_header(connection, target)
+                if not readonly:
+                    _writer_pragmas(connection)
+                store._load(use_snapshot)
+            except BaseException:
+                connection.close()
+                raise
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
+        return store
+
+    def _load(self, use_snapshot: bool) -> None:
+        started = time.perf_counter()
+        connection = self._connection
+        try:
+            connection.execute("BEGIN")  # one read transaction: a consistent view of the log
+            try:
+                row = connection.execute(
+                    "SELECT seq, key, chain, digest FROM snapshots ORDER BY seq DESC LIMIT 1"
+                ).fetchone() if use_snapshot else None
+                candidate = None if row is None else _SnapshotRow(row[0], *(bytes(v).decode("ascii") for v in row[1:]))
+                last = connection.execute("SELECT max(seq) FROM events").fetchone()[0] or 0
+                past_the_end = candidate is not None and candidate.seq > last
+                state, folded, note = self._fold_rows(None if past_the_end else candidate)
+                if past_the_end:
+                    assert candidate is not None
+                    note = f"snapshot ignored: it is of row {candidate.seq}, past the last row {last}"
+                if state is None:  # the snapshot was refused after its rows were passed: fold them all
+                    state, folded, _ = self._fold_rows(None)
+                    # the note of the first pass says why
+            finally:
+                connection.execute("COMMIT")
+        except sqlite3.DatabaseError as problem:
+            raise StoreCorrupt(f"{str(self.path)!r} cannot be read: {problem}") from None
+        assert state is not None
+        self._state = state
+        self.report = OpenReport(self.seq, self.snapshot_seq, folded, time.perf_counter() - started, note)
+
+    def _fold_rows(self, candidate: _SnapshotRow | None) -> tuple[ArcState | None, int, str]:
+        """One pass over the rows: check each, fold those after the snapshot (if one is usable)."""
+        note = "no snapshot" if candidate is None else ""
+        snapshot_seq = 0 if candidate is None else candidate.seq
+        state: ArcState | None = None
+        folded = 0
+        self.snapshot_seq = 0
+        rows = 0
+        checksum = GENESIS
+        for seq, line, checksum in _checked_rows(self._connection, self.path):
+            rows = seq
+            if candidate is not None and 1 < seq < snapshot_seq:
+                continue  # covered by the snapshot: checked against its chain at row snapshot_seq (else a refold)
+            try:
+                obj = parse_line(line)
+                if seq == 1:
+                    if obj.get("op") != "config":
+                        raise TraceError("row 1 must hold the config line")
+                    _, config = config_from_line(obj)
+                    state = init(config)
+                    self._config_line = line
+                    if candidate is not None and candidate.key != snapshot.snapshot_key(state.setup, line):
+                        note = "snapshot ignored: written by other code or for another tokenizer"
+                        candidate = None
+                else:
+                    event = event_from_line(obj)
+                    if isinstance(event, RequestView):
+                        raise TraceError("a view request is not an event of the log")
+                    if candidate is None or seq > snapshot_seq:
+                        assert state is not None
+                        state, _ = step(state, event)
+                        folded += 1
+            except (TraceError, ArcError) as problem:
+                raise StoreCorrupt(f"{str(self.path)!r}: row {seq}: {problem}") from None
+            if candidate is not None and seq == snapshot_seq:
+                assert state is not None
+                try:
+                    state = self._read_snapshot(candidate, checksum, state)
+                except snapshot.SnapshotRefused as refused:
+                    return None, 0, f"snapshot ignored: {refused}"
+                self.snapshot_seq = seq
+                note = f"snapshot of row {seq}"
+        if rows == 0:
+            raise StoreCorrupt(f"{str(self.path)!r} holds no rows (not even the config line)")
+        self.seq = rows
+        self.checksum = checksum
+        return state, folded, note
+
+    def _read_snapshot(self, candidate: _SnapshotRow, checksum: str, fresh: ArcState) -> ArcState:
+        seq, digest = candidate.seq, candidate.digest
+        if candidate.chain != checksum:
+            raise snapshot.SnapshotRefused(f"it is of other events than rows 1-{seq}")
+        parts = self._connection.execute("SELECT part, data FROM snapshots WHERE seq = ? ORDER BY part", (seq,))
+        chunks: list[bytes] = []
+        for number, (part, data) in enumerate(parts):
+            if part != number:
+                raise snapshot.SnapshotRefused(f"part {number} is missing")
+            chunks.append(bytes(data))
+        data = b"".join(chunks)
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise snapshot.SnapshotRefused("its bytes fail their checksum")
+        return snapshot.load(data, fresh.setup)
+
+    # --- reading ------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> ArcState:
+        if self._state is None or self.closed:
+            raise StoreError(f"{str(self.path)!r} is closed")
+        return self._state
+
+    @property
+    def readonly(self) -> bool:
+        return self._lock is None
+
+    def events(self, start: int = 1, count: int | None = None) -> Iterator[StoredEvent]:
+        """The stored rows from ``start`` (row 1 is the config line), as stored (checked when the store opened)."""
+        limit = -1 if count is None else count
+        rows = self._connection.execute(
+            "SELECT seq, line, checksum FROM events WHERE seq >= ? AND seq <= ? ORDER BY seq LIMIT ?",
+            (start, self.seq, limit),
+        )
+        for seq, line, checksum in rows:
+            yield StoredEvent(seq, bytes(line).decode("utf-8"), bytes(checksum).decode("ascii"))
+
+    def export_lines(self) -> Iterator[str]:
+        """The store as a replay trace (spec/trace.md): its rows, one line each, in order."""
+        for stored in self.events():
+            yield stored.line
+
+    # --- writing ------------------------------------------------------------------------------
+
+    def append(self, event: Event) -> Appended:
+        """Apply ``event`` and commit its row; returns after the commit (the acknowledgement).
+
+        An event the core refuses raises its ArcError and is not stored; a failed write raises StoreError
+        and leaves the state as it was.
+        """
+        return self.append_many((event,))[0]
+
+    def append_many(self, events: Iterable[Event]) -> list[Appended]:
+        """Apply and store several events in one commit (all or none; the first refused event raises)."""
+        with self._guard:
+            self._require_writer()
+            if self.snapshot_due():  # before the new events: a snapshot never delays an acknowledgement
+                self.write_snapshot()
+            state = self.state
+            seq, checksum = self.seq, self.checksum
+            rows: list[tuple[int, str, str]] = []
+            acknowledged: list[Appended] = []
+            for event in events:
+                if isinstance(event, RequestView):
+                    raise StoreError("a view request changes nothing and is not stored; use view(store.state)")
+                try:
+                    line_object = event_line(event)
+                except TraceError as problem:
+                    raise StoreError(f"cannot store this event: {problem}") from None
+                state, output = step(state, event)  # ArcError: nothing of this batch is stored
+                line = encode(line_object)
+                seq += 1
+                checksum = chain(checksum, seq, line.encode("utf-8"))
+                rows.append((seq, line, checksum))
+                acknowledged.append(Appended(seq, checksum, output))
+            if not rows:
+                return []
+            connection = self._connection
+            try:
+                connection.execute("BEGIN IMMEDIATE")
+                connection.executemany("INSERT INTO events VALUES (?, ?, ?)", rows)
+                connection.execute("COMMIT")
+            except sqlite3.Error as problem:
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                if isinstance(problem, sqlite3.IntegrityError):
+                    raise StoreError(
+                        f"{str(self.path)!r}: row {rows[0][0]} was written by someone else; reopen the store"
+                    ) from None
+                raise StoreError(f"{str(self.path)!r}: cannot store event #{rows[0][0]}: {problem}") from None
+            self._state, self.seq, self.checksum = state, seq, checksum
+            return acknowledged
+
+    def snapshot_due(self) -> bool:
+        """The policy: at least `snapshot_min_events` events, and `snapshot_growth` times the events the
+        last snapshot covers, came since the last snapshot."""
+        return self.seq - self.snapshot_seq >= max(self.snapshot_min_events,
+                                                   int(self.snapshot_growth * self.snapshot_seq))
+
+    def write_snapshot(self) -> str:
+        """Store a snapshot of the current state (replacing the older one); returns what was done."""
+        self._require_writer()
+        if self.seq <= self.snapshot_seq:
+            return f"snapshot of row {self.snapshot_seq} is current"
+        state = self.state
+        try:
+            data = snapshot.dump(state)
+        except Exception as problem:  # a state that cannot be pickled: reopening folds the events instead
+            self.snapshot_min_events = 2**62
+            return f"no snapshot: {type(problem).__name__}: {problem}"
+        key = snapshot.snapshot_key(state.setup, self._config_line)
+        digest = hashlib.sha256(data).hexdigest()
+        parts = [
+            (self.seq, number, key, self.checksum, digest, data[offset:offset + SNAPSHOT_PART_BYTES])
+            for number, offset in enumerate(range(0, max(len(data), 1), SNAPSHOT_PART_BYTES))
+        ]
+        connection = self._connection
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            connection.execute("DELETE FROM snapshots")
+            connection.executemany("INSERT INTO snapshots VALUES (?, ?, ?, ?, ?, ?)", parts)
+            connection.execute("COMMIT")
+        except sqlite3.Error as problem:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            return f"no snapshot: {problem}"
+        self.snapshot_seq = self.seq
+        return f"snapshot of row {self.seq} ({len(data):,} bytes)"
+
+    def _require_writer(self) -> None:
+        if self.closed:
+            raise StoreError(f"{str(self.path)!r} is closed")
+        if self._lock is None:
+            raise StoreError(f"{str(self.path)!r} is open read-only; open it without readonly to append")
+
+    # --- closing ------------------------------------------------------------------------------
+
+    def close(self, snapshot: bool = True) -> None:
+        """Snapshot (a writer, when events came since the last one, unless ``snapshot`` is False), close the
+        database, drop the lock. Closing without a snapshot leaves the store as a crash would."""
+        with self._guard:
+            if self.closed:
+                return
+            try:
+                if snapshot and self._lock is not None and self._state is not None:
+                    self.write_snapshot()
+            finally:
+                self._connection.close()
+                self.closed = True
+                if self._lock is not None:
+                    self._lock.release()
+
+    def __enter__(self) -> "DurableStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _build(path: Path, config_line: bytes) -> str:
+    """A complete new store at ``path`` (owner-only): header, schema and row 1, committed; its checksum."""
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    os.fchmod(descriptor, 0o600)
+    os.close(descriptor)
+    connection = _connect(path, readonly=False)
+    try:
+        connection.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        connection.execute("PRAGMA journal_mode = WAL")
+        _writer_pragmas(connection)
+        connection.execute("BEGIN IMMEDIATE")
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                connection.execute(statement)
+        checksum = chain(GENESIS, 1, config_line)
+        connection.execute("INSERT INTO events VALUES (1, ?, ?)", (config_line.decode("utf-8"), checksum))
+        connection.execute("COMMIT")
+    finally:
+        connection.close()
+    return checksum
+
+
+def _writer_pragmas(connection: sqlite3.Connection) -> None:
+    connection.execute("PRAGMA synchronous = FULL")  # see the module doc: an acknowledged event is on disk
+    connection.execute("PRAGMA journal_size_limit = 67108864")  # the WAL is truncated back to 64 MiB
+
+
+def fold_lines(lines: Sequence[str]) -> ArcState:
+    """The state a list of trace lines folds to (the config line first); any bad line raises."""
+    state: ArcState | None = None
+    for number, line in enumerate(lines, start=1):
+        obj = parse_line(line)
+        if number == 1:
+            state = init(config_from_line(obj)[1])
+        else:
+            assert state is not None
+            state, _ = step(state, event_from_line(obj))
+    if state is None:
+        raise TraceError("no lines")
+    return state

@@ -1,0 +1,209 @@
+"""The store's subcommands of `arc-ref` (wired in by `arc_ref.cli`):
+
+    arc-ref inspect STORE [--catalog [N] | --record ID | --events | --view] [--verify]
+    arc-ref export STORE                  the rows as a replay trace (spec/trace.md), to standard output
+    arc-ref mcp STORE [--preset NAME] [--set KEY=VALUE ...]   serve ARC's tools over MCP (stdio)
+
+A missing, corrupt or locked store is one clear line on standard error and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from typing import Callable
+
+from arc_ref.catalog import page_count, render_page
+from arc_ref.config import PRESETS, Config, preset
+from arc_ref.errors import ArcError
+from arc_ref.machine import ArcState, view
+from arc_ref.persist import DurableStore, StoreError, StoreNotFound, read_rows
+from arc_ref.recall import chunk_count
+from arc_ref.view import verify_tokens
+
+STORE_COMMANDS = ("inspect", "export", "mcp")
+EVENT_LINE_CHARS = 160  # --events clips each line to this many characters unless --full
+
+
+def add_commands(commands: "argparse._SubParsersAction[argparse.ArgumentParser]",
+                 parse_setting: Callable[[str], tuple[str, object]]) -> None:
+    """Add inspect, export and mcp to the `arc-ref` parser."""
+    inspect = commands.add_parser("inspect", help="look into a durable store (readers may run beside its writer)")
+    inspect.add_argument("store", help="path of the store")
+    shown = inspect.add_mutually_exclusive_group()
+    shown.add_argument("--catalog", nargs="?", type=int, const=0, metavar="PAGE",
+                       help="a catalog page (default: the last)")
+    shown.add_argument("--record", metavar="ID", help="one stored observation: metadata, then its exact content")
+    shown.add_argument("--events", action="store_true", help="the event log: row, checksum, line")
+    shown.add_argument("--view", action="store_true", help="the current view, then its budget audit")
+    inspect.add_argument("--from", dest="start", type=int, default=1, metavar="ROW", help="--events: first row")
+    inspect.add_argument("--count", type=int, default=None, help="--events: number of rows")
+    inspect.add_argument("--full", action="store_true", help="--events: whole lines, not clipped")
+    inspect.add_argument("--verify", action="store_true",
+                         help="also fold every row without the snapshot and check that both states agree")
+    export = commands.add_parser("export", help="write a store's events as a replay trace (spec/trace.md)")
+    export.add_argument("store", help="path of the store")
+    mcp = commands.add_parser("mcp", help="serve ARC's store and recall tools over MCP (stdio) on a store")
+    mcp.add_argument("store", help="path of the store (created when absent, with --preset and --set)")
+    mcp.add_argument("--preset", choices=sorted(PRESETS), default=None, help="for a new store (default: paper)")
+    mcp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="for a new store")
+    mcp.set_defaults(parse_setting=parse_setting)
+
+
+def run(arguments: argparse.Namespace) -> int:
+    """Run one of STORE_COMMANDS; store problems are one line on standard error, exit status 2."""
+    name = arguments.command
+    try:
+        if name == "inspect":
+            return _inspect(arguments)
+        if name == "export":
+            return _export(arguments.store)
+        return _mcp(arguments)
+    except (StoreError, ArcError, ValueError) as problem:  # ValueError: a bad --set
+        print(f"arc-ref {name}: {problem}", file=sys.stderr)
+        return 2
+    except LookupError as problem:  # no such record or page in a store that opened
+        print(f"arc-ref {name}: {problem.args[0]}", file=sys.stderr)
+        return 1
+
+
+# --- export -------------------------------------------------------------------------------------
+
+
+def _export(path: str) -> int:
+    out = sys.stdout.buffer
+    for row in read_rows(path):  # a damaged row raises after every row before it was written
+        out.write(row.line.encode("utf-8") + b"\n")
+    out.flush()
+    return 0
+
+
+# --- inspect ------------------------------------------------------------------------------------
+
+
+def _inspect(arguments: argparse.Namespace) -> int:
+    with DurableStore.open(arguments.store, readonly=True) as store:
+        if arguments.verify:
+            with DurableStore.open(arguments.store, readonly=True, use_snapshot=False) as full:
+                agree = full.state == store.state and full.seq == store.seq
+            print(f"verify: {store.report.snapshot_note}; the fold of all {full.seq} rows "
+                  f"{'equals' if agree else 'DIFFERS FROM'} the state opened")
+            if not agree:
+                return 1
+        if arguments.catalog is not None:
+            return _print_catalog(store.state, arguments.catalog)
+        if arguments.record is not None:
+            return _print_record(store.state, arguments.record)
+        if arguments.events:
+            for row in store.events(arguments.start, arguments.count):
+                line = row.line if arguments.full or len(row.line) <= EVENT_LINE_CHARS else (
+                    row.line[:EVENT_LINE_CHARS] + f"... ({len(row.line):,} characters)")
+                print(f"{row.seq:>7} {row.checksum[:12]} {line}")
+            return 0
+        if arguments.view:
+            print(view(store.state).text())
+            print()
+            _print_audit(store.state)
+            return 0
+        _print_overview(store)
+        return 0
+
+
+def _print_overview(store: DurableStore) -> None:
+    state, report = store.state, store.report
+    config_row = next(store.events(1, 1)).line
+    print(f"store {store.path}: {store.seq} rows (the config line and {store.seq - 1} events),"
+          f" {state.stored} observations, {state.turn} agent turns; last checksum {store.checksum[:16]}")
+    print(f"opened in {report.seconds:.3f} s: {report.snapshot_note}, {report.folded} events folded")
+    print(f"config: {config_row}")
+    pages = page_count(state.stored, state.config.page_size)
+    print(f"catalog: {pages} page(s) of {state.config.page_size} (--catalog N), records by id (--record ID),"
+          f" the log (--events), the view (--view)")
+    print()
+    _print_audit(state)
+
+
+def _print_audit(state: ArcState) -> None:
+    """Tokens per component of the current view against its budget, and the whole view against K and L."""
+    shown = view(state)
+    exact = verify_tokens(state.setup, shown)
+    config, setup = state.config, state.setup
+    components = shown.components
+    rows = [
+        ("prefix F (system, goal)", components.prefix, "B", setup.prefix_tokens),
+        ("summary S", components.summary, "M", config.summary_budget),
+        ("recent H", components.recent, "R", config.recent_budget),
+        ("catalog page G", components.catalog, "P", config.page_budget),
+        ("recall buffer U", components.recall, "Q", config.recall_budget),
+        ("overhead (generation prompt, joins)", exact - shown.tokens + components.overhead, "eta", config.overhead),
+    ]
+    print(f"budget audit (tokenizer {config.tokenizer}, chat format {config.chat_format}):")
+    print(f"  {'component':<38} {'tokens':>8}   budget")
+    for label, tokens, symbol, budget in rows:
+        print(f"  {label:<38} {tokens:>8}   {symbol} = {budget}")
+    print(f"  {'view, counted whole':<38} {exact:>8}   K = {setup.budget} <= L = {setup.limit}")
+    entries = len(state.live)
+    print(f"  H holds {entries} entries; S holds {len(state.summary.items)} items"
+          f" ({state.summary.omitted} older ones omitted); U holds {len(state.recall_buffer)} chunk(s)")
+
+
+def _print_catalog(state: ArcState, page: int) -> int:
+    pages = page_count(state.stored, state.config.page_size)
+    if pages == 0:
+        print("the catalog is empty: no observation is stored")
+        return 0
+    target = pages if page == 0 else page
+    if not 1 <= target <= pages:
+        raise LookupError(f"no catalog page {page}: pages 1-{pages}")
+    print(render_page(state.setup, state.records, target).content)
+    return 0
+
+
+def _print_record(state: ArcState, token: str) -> int:
+    record = state.lookup(token)
+    if record is None:
+        nearest = state.nearest(token)
+        hint = f"; did you mean {nearest}?" if nearest else ""
+        raise LookupError(f"no stored observation has the id {token!r}{hint}")
+    chunks = chunk_count(record.n_tokens, state.config.chunk_tokens)
+    print(json.dumps({
+        "id": record.obs_id, "index": record.index, "action": record.signature, "returncode": record.returncode,
+        "step": record.step, "characters": record.n_chars, "bytes": record.n_bytes, "tokens": record.n_tokens,
+        "chunks": chunks, "stub": record.stub,
+    }, ensure_ascii=False))
+    sys.stdout.write(record.content)
+    if not record.content.endswith("\n"):
+        sys.stdout.write("\n")
+    return 0
+
+
+# --- mcp ----------------------------------------------------------------------------------------
+
+
+def _new_store_config(arguments: argparse.Namespace) -> Config:
+    overrides = dict(arguments.parse_setting(text) for text in arguments.set)
+    return preset(arguments.preset or "paper", **overrides)
+
+
+def _mcp(arguments: argparse.Namespace) -> int:
+    if importlib.util.find_spec("mcp") is None:
+        raise StoreError("the MCP server needs the mcp package: pip install 'arc-ref[mcp]'")
+    try:  # the store first: a locked or corrupt store is refused before the (slower) import of the SDK
+        store = DurableStore.open(arguments.store)
+        if arguments.preset is not None or arguments.set:
+            store.close(snapshot=False)
+            raise StoreError(f"{arguments.store!r} exists: its configuration was fixed when it was created"
+                             " (leave out --preset and --set)")
+    except StoreNotFound:
+        store = DurableStore.create(arguments.store, _new_store_config(arguments))
+    try:
+        from arc_ref.mcp_server import serve
+
+        serve(store)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        store.close()
+    return 0

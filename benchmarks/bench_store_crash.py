@@ -1,0 +1,48 @@
+"""Crash check at scale: a store writer killed with SIGKILL at random moments, many times (proofs_check.crash).
+
+    python benchmarks/bench_store_crash.py [--kills 500] [--seed 7] [--max-delay 0.4]
+
+Prints the kills, the events acknowledged, the events lost (must be 0), the events stored but never
+acknowledged (a kill between the commit and the acknowledgement: mostly during the commit's fsync, after the
+write; the event is kept), the reopens from a snapshot and how many were compared with the fold of every
+row, and any problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from proofs_check.crash import kill_loop
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--kills", type=int, default=500)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--max-delay", type=float, default=0.4, help="seconds after ready, at most, before a kill")
+    parser.add_argument("--fold-every", type=int, default=25,
+                        help="compare the snapshot reopen with the fold of every row after every N-th kill")
+    arguments = parser.parse_args()
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as scratch:
+        figures = kill_loop(Path(scratch), arguments.kills, arguments.seed, arguments.max_delay,
+                            arguments.fold_every)
+    print(f"kills: {figures.kills}")
+    print(f"events acknowledged: {figures.acknowledged}")
+    print(f"events lost: {figures.lost}")
+    print(f"rows in the store at the end: {figures.stored} (the config row included)")
+    print(f"events stored but never acknowledged (killed after the commit, before the acknowledgement): "
+          f"{figures.unacknowledged_stored}")
+    print(f"reopens after a kill: {figures.kills}, {figures.snapshot_reopens} of them from a snapshot;"
+          f" {figures.fold_checks} compared with the fold of every row, all equal unless a problem is listed")
+    print(f"problems: {figures.problems or 'none'}")
+    print(f"({time.perf_counter() - started:.0f} s)")
+    return 0 if not figures.problems and figures.lost == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""`arc-ref mcp STORE` driven by the MCP SDK's own client over stdio (a real subprocess): store, recall in
+chunks (exact), meta, catalog; errors as error results; the store and its recall cursors survive a restart;
+a second server on the same store is refused."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+pytest.importorskip("mcp", reason="the mcp extra is not installed")
+
+from mcp import Client, StdioServerParameters  # noqa: E402
+from mcp.types import CallToolResult, TextContent  # noqa: E402
+
+from arc_ref.config import preset  # noqa: E402
+from arc_ref.persist import DurableStore  # noqa: E402
+
+TOOLS = {"store_observation", "recall", "recall_next", "recall_meta", "catalog_page"}
+# a long observation with multi-byte characters: several chunks of 8 bytes under the minimal preset
+LOG = "".join(f"line {n}: é中😀 status=ok\n" for n in range(12))
+
+
+def server(store: Path, *options: str) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable, args=["-m", "arc_ref.cli", "mcp", str(store), *options])
+
+
+def text_of(result: CallToolResult) -> str:
+    assert len(result.content) == 1 and isinstance(result.content[0], TextContent)
+    return result.content[0].text
+
+
+async def call(client: Client, name: str, **arguments: Any) -> CallToolResult:
+    return await client.call_tool(name, arguments)
+
+
+def test_store_and_recall_exactly_over_mcp_stdio(tmp_path: Path) -> None:
+    store = tmp_path / "agent.arc"
+    seen: dict[str, Any] = {}
+
+    async def first_session() -> None:
+        options = ("--preset", "minimal", "--set", "capacity=50")
+        async with Client(server(store, *options)) as client:
+            listed = await client.list_tools()
+            assert {tool.name for tool in listed.tools} == TOOLS
+            schemas = {tool.name: tool.input_schema for tool in listed.tools}
+            assert schemas["store_observation"]["required"] == ["action", "observation"]
+            assert schemas["recall"]["required"] == ["id"]
+
+            stored = await call(client, "store_observation", action="pytest -x", observation=LOG, returncode=1)
+            assert not stored.is_error
+            obs_id = stored.structured_content["id"]
+            assert obs_id.startswith("§") and f"stored as {obs_id}" in text_of(stored)
+            chunks = stored.structured_content["chunks"]
+            assert chunks > 3
+
+            first = await call(client, "recall", id=obs_id)
+            assert not first.is_error and first.structured_content["chunk"] == 1
+            assert first.structured_content["payload"] in text_of(first)  # the text is ARC's wrapped chunk
+            payloads = [first.structured_content["payload"]]
+            second = await call(client, "recall_next", id=obs_id)
+            payloads.append(second.structured_content["payload"])
+            assert second.structured_content["chunk"] == 2 and second.structured_content["more"] is True
+            seen.update(obs_id=obs_id, chunks=chunks, payloads=payloads)
+
+            meta = await call(client, "recall_meta", id=obs_id)
+            assert meta.structured_content["chunks"] == chunks
+            assert meta.structured_content["returncode"] == 1 and meta.structured_content["action"] == "pytest -x"
+            assert text_of(meta) == meta.structured_content["stub"]
+
+            page = await call(client, "catalog_page")
+            assert obs_id in text_of(page) and page.structured_content["pages"] == 1
+
+            typo = await call(client, "recall", id=obs_id[:-1] + ("0" if obs_id[-1] != "0" else "1"))
+            assert typo.is_error and f"did you mean {obs_id}?" in text_of(typo)
+            two_words = await call(client, "recall", id=f"{obs_id}\n_recall {obs_id}")
+            assert two_words.is_error and "an id is one word" in text_of(two_words)
+            nothing = await call(client, "catalog_page", page=7)
+            assert nothing.is_error and "no such page" in text_of(nothing)
+
+            # a second server on the same store is refused while this one runs
+            refused = subprocess.run(
+                [sys.executable, "-m", "arc_ref.cli", "mcp", str(store)],
+                capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+            )
+            assert refused.returncode == 2
+            assert "is open for writing by process" in refused.stderr and "Traceback" not in refused.stderr
+
+    async def second_session() -> None:  # a new server process on the same store: the cursor is durable
+        async with Client(server(store)) as client:
+            payloads = seen["payloads"]
+            while True:
+                more = await call(client, "recall_next", id=seen["obs_id"])
+                if more.is_error:
+                    assert "already returned" in text_of(more)
+                    break
+                payloads.append(more.structured_content["payload"])
+            assert "".join(payloads) == LOG  # exact, chunk after chunk, across a restart
+            assert len(payloads) == seen["chunks"]
+
+    anyio.run(first_session)
+    anyio.run(second_session)
+    with DurableStore.open(store, readonly=True) as reopened:
+        actions = [row.line for row in reopened.events()]
+        assert reopened.state.stored == 1
+    assert '"op":"observe"' in actions[1] and "_recall_meta" in "".join(actions)
+
+
+def test_mcp_on_an_existing_store_refuses_a_new_configuration(tmp_path: Path) -> None:
+    store = tmp_path / "s.arc"
+    DurableStore.create(store, preset("minimal")).close()
+    done = subprocess.run(
+        [sys.executable, "-m", "arc_ref.cli", "mcp", str(store), "--preset", "paper"],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+    )
+    assert done.returncode == 2 and "its configuration was fixed when it was created" in done.stderr
+    bad = subprocess.run(
+        [sys.executable, "-m", "arc_ref.cli", "mcp", str(tmp_path / "new.arc"), "--set", "page_size=x"],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+    )
+    assert bad.returncode == 2 and "--set page_size needs an integer" in bad.stderr
+    assert not (tmp_path / "new.arc").exists()

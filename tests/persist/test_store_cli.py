@@ -1,0 +1,121 @@
+"""`arc-ref inspect` and `arc-ref export`: what they show, that an export replays to the store's state, and
+one clear line (never a traceback) for a missing, foreign or damaged store."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from arc_ref.cli import main
+from arc_ref.config import preset
+from arc_ref.machine import AgentTurn, Compact, Observe, view
+from arc_ref.persist import DurableStore, fold_lines
+
+CONTENT = "first line é中\nsecond line 😀\n" * 3
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    path = tmp_path / "task.arc"
+    with DurableStore.create(path, preset("minimal", capacity=20)) as store:
+        store.append(Observe("cat notes.txt", CONTENT, 3))
+        store.append(Observe("ls", "a b c"))
+        store.append(AgentTurn("read it", "_recall " + store.state.records[0].obs_id))
+        store.append(Compact("forced"))
+        store.append(Observe("cat more.txt", "more\n" * 40))
+    return path
+
+
+def run(capfd: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capfd.readouterr()
+    return code, out, err
+
+
+def test_inspect_overview_shows_the_log_and_the_budget_audit(store_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capfd, "inspect", str(store_path))
+    assert code == 0 and err == ""
+    assert "6 rows (the config line and 5 events), 3 observations, 1 agent turns" in out
+    assert 'config: {"capacity":20,"op":"config","preset":"minimal"}' in out
+    with DurableStore.open(store_path, readonly=True) as store:
+        shown = view(store.state)
+        parts = shown.components
+        for label, tokens in (("summary S", parts.summary), ("recent H", parts.recent),
+                              ("catalog page G", parts.catalog), ("recall buffer U", parts.recall)):
+            assert any(line.split()[:len(label.split())] == label.split() and str(tokens) in line.split()
+                       for line in out.splitlines()), label
+        assert f"K = {store.state.setup.budget} <= L = {store.state.setup.limit}" in out
+
+
+def test_inspect_catalog_record_events_view_and_verify(store_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    with DurableStore.open(store_path, readonly=True) as store:
+        first = store.state.records[0]
+        expected_view = view(store.state).text()
+    code, out, _ = run(capfd, "inspect", str(store_path), "--catalog", "1")
+    assert code == 0 and out.startswith("[ARC catalog page 1/2") and first.obs_id in out
+    code, out, _ = run(capfd, "inspect", str(store_path), "--record", first.obs_id)
+    header, _, content = out.partition("\n")
+    assert code == 0 and json.loads(header)["returncode"] == 3 and content == CONTENT
+    code, out, err = run(capfd, "inspect", str(store_path), "--record", first.obs_id[:-1] + "x")
+    assert code == 1 and f"did you mean {first.obs_id}?" in err
+    code, out, err = run(capfd, "inspect", str(store_path), "--catalog", "9")
+    assert code == 1 and "no catalog page 9: pages 1-2" in err
+    code, out, _ = run(capfd, "inspect", str(store_path), "--events", "--from", "4", "--count", "2")
+    rows = out.splitlines()
+    assert code == 0 and [row.split()[0] for row in rows] == ["4", "5"] and '"op":"agent"' in rows[0]
+    code, out, _ = run(capfd, "inspect", str(store_path), "--view")
+    assert code == 0 and out.startswith(expected_view) and "view, counted whole" in out
+    code, out, _ = run(capfd, "inspect", str(store_path), "--verify")
+    assert code == 0 and "the fold of all 6 rows equals the state opened" in out
+
+
+def test_export_replays_to_the_store_state(store_path: Path, tmp_path: Path) -> None:
+    exported = subprocess.run([sys.executable, "-m", "arc_ref.cli", "export", str(store_path)],
+                              capture_output=True, check=True).stdout.decode("utf-8")
+    lines = exported.splitlines()
+    with DurableStore.open(store_path, readonly=True) as store:
+        assert lines == [row.line for row in store.events()]
+        assert fold_lines(lines) == store.state
+        state = store.state
+    trace = tmp_path / "export.jsonl"
+    trace.write_text(exported + '{"op":"view"}\n', encoding="utf-8")
+    replayed = subprocess.run([sys.executable, "-m", "arc_ref.cli", "replay", str(trace)],
+                              capture_output=True, check=True).stdout.decode("utf-8").splitlines()
+    outputs = [json.loads(line) for line in replayed]
+    assert [output["op"] for output in outputs] == ["config", "observe", "observe", "agent", "compact",
+                                                     "observe", "view"]
+    assert [output["id"] for output in outputs if output["op"] == "observe"] == [r.obs_id for r in state.records]
+    assert outputs[-1]["text"] == view(state).text()
+
+
+def test_readers_work_beside_the_writer(store_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    with DurableStore.open(store_path) as writer:
+        writer.append(Observe("echo", "while inspect runs"))
+        code, out, _ = run(capfd, "inspect", str(store_path))
+        assert code == 0 and "7 rows" in out
+        code, out, _ = run(capfd, "export", str(store_path))
+        assert code == 0 and len(out.splitlines()) == 7
+
+
+def test_missing_foreign_and_damaged_stores_are_one_clear_line(
+    store_path: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    for command in ("inspect", "export"):
+        code, out, err = run(capfd, command, str(tmp_path / "absent.arc"))
+        assert code == 2 and err == f"arc-ref {command}: no ARC store at {str(tmp_path / 'absent.arc')!r}\n"
+    text = tmp_path / "notes.txt"
+    text.write_text("not a database at all, " * 100)
+    code, _, err = run(capfd, "inspect", str(text))
+    assert code == 2 and "is not an ARC store" in err and "Traceback" not in err
+    connection = sqlite3.connect(str(store_path), isolation_level=None)
+    connection.execute("UPDATE events SET line = replace(line, 'a b c', 'a b d') WHERE seq = 3")
+    connection.close()
+    code, _, err = run(capfd, "inspect", str(store_path))
+    assert code == 2 and "row 3 fails its checksum" in err and err.count("\n") == 1
+    code, out, err = run(capfd, "export", str(store_path))  # the intact rows, then the error
+    assert code == 2 and len(out.splitlines()) == 2 and "row 3 fails its checksum" in err

@@ -1,0 +1,126 @@
+"""DESIGN.md's layer rules, read from the code: every module belongs to a layer, every import points down."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = {"arc_ref": ROOT / "arc_ref", "arc_eval": ROOT / "eval", "proofs_check": ROOT / "proofs_check"}
+
+EVAL_LEAVES = ("types", "protocol", "sandbox", "tasks", "schema", "records", "arguments")
+
+# layer -> the layers its modules may import (its own layer is always allowed)
+ALLOWED: dict[str, set[str]] = {
+    "core": set(),
+    "persist": {"core"},
+    "session": {"core", "persist"},
+    "arc-ref front ends": {"core", "persist", "session"},
+    "proofs": {"core", "persist", "session"},
+    "eval leaves": {"core"},
+    "methods, agent": {"core", "eval leaves"},
+    "backends": {"core", "eval leaves"},
+    "analysis": {"eval leaves", "methods, agent"},
+    "loop": {"core", "eval leaves", "methods, agent", "backends"},
+    "runner": {"core", "eval leaves", "methods, agent", "backends", "analysis", "loop"},
+    "eval front ends": {"core", "eval leaves", "methods, agent", "backends", "analysis", "loop", "runner"},
+}
+
+
+def layer_of(module: str) -> str | None:
+    """The DESIGN.md layer of a dotted module name of ours; None for anything else."""
+    top, _, rest = module.partition(".")
+    first = rest.split(".")[0]
+    if top == "proofs_check":
+        return "proofs"
+    if top == "arc_ref":
+        if first == "persist":
+            return "persist"
+        if first == "session":
+            return "session"
+        if first in ("cli", "store_cli", "mcp_server"):
+            return "arc-ref front ends"
+        return "core"
+    if top == "arc_eval":
+        if first in EVAL_LEAVES or first == "":
+            return "eval leaves"
+        if first in ("methods", "agent"):
+            return "methods, agent"
+        if first in ("backends", "counting"):
+            return "backends"
+        if first == "analysis":
+            return "analysis"
+        if first == "loop":
+            return "loop"
+        if first == "runner":
+            return "runner"
+        if first in ("cli", "bench"):
+            return "eval front ends"
+        return None
+    return None
+
+
+def module_name(package: str, path: Path) -> str:
+    parts = [package, *path.relative_to(PACKAGES[package]).with_suffix("").parts]
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path, module: str) -> set[str]:
+    """Our modules a file imports (absolute, or relative resolved against its package)."""
+    found: set[str] = set()
+    package_parts = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package_parts[: len(package_parts) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.add(target)
+            found.update(f"{target}.{alias.name}" for alias in node.names)
+    return {name for name in found if name.split(".")[0] in PACKAGES}
+
+
+def all_modules() -> list[tuple[str, Path]]:
+    return [(module_name(package, path), path)
+            for package, folder in PACKAGES.items() for path in sorted(folder.rglob("*.py"))]
+
+
+def test_every_module_has_a_layer() -> None:
+    homeless = [module for module, _ in all_modules() if layer_of(module) is None]
+    assert homeless == [], f"modules DESIGN.md places in no layer (add them to its table and to layer_of): {homeless}"
+
+
+@pytest.mark.parametrize("module, path", all_modules(), ids=lambda value: str(value) if isinstance(value, str) else "")
+def test_imports_point_down(module: str, path: Path) -> None:
+    source_layer = layer_of(module)
+    assert source_layer is not None
+    wrong = []
+    for target in sorted(imports_of(path, module)):
+        target_layer = layer_of(target)
+        if target_layer is None or target_layer == source_layer:
+            continue
+        if target_layer not in ALLOWED[source_layer]:
+            wrong.append(f"{target} ({target_layer})")
+    assert wrong == [], f"{module} ({source_layer}) imports what DESIGN.md forbids it: {wrong}"
+
+
+def test_the_rules_catch_an_upward_import(tmp_path: Path) -> None:
+    """The check itself can fail: a core module importing the evaluation layer is caught."""
+    fake = tmp_path / "view.py"
+    fake.write_text("from arc_eval.loop import run_task\nimport arc_ref.persist\n", encoding="utf-8")
+    targets = imports_of(fake, "arc_ref.view")
+    assert {"arc_eval.loop", "arc_ref.persist"} <= targets
+    assert {layer_of(name) for name in targets} - ALLOWED["core"] - {"core"} == {"loop", "persist"}
+
+
+def test_design_md_names_every_layer() -> None:
+    text = (ROOT / "DESIGN.md").read_text(encoding="utf-8")
+    for layer in ALLOWED:
+        assert f"| {layer} |" in text, f"DESIGN.md's table has no row for {layer!r}"
