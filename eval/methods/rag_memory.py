@@ -185,16 +185,18 @@ class Bm25Retriever:
         parts' unit embeddings); a part with no scoring token adds nothing. Parts are tokenized apart (cached)."""
         if not self._lengths:
             return []
-        combined = [0.0] * len(self._lengths)
+        numpy = self._numpy
+        combined = numpy.zeros(len(self._lengths), dtype=numpy.float64)
         for part in query:
             tokens = _bm25_tokens(part, self._stopwords)
             if not tokens:
                 continue
-            scores = [float(value) for value in self.scores(tokens)]
-            best = max(scores)
+            scores = self.scores(tokens).astype(numpy.float64)  # each float32 score as a Python float is
+            best = scores.max()
             if best > 0:
-                combined = [total + score / best for total, score in zip(combined, scores, strict=True)]
-        return _ranked(combined, k)
+                combined += scores / best  # the same float64 division and sum, element by element
+        # best first, ties by position (as _ranked): a stable sort of the negated scores
+        return [int(index) for index in numpy.argsort(-combined, kind="stable")[:k]]
 
 
 _EMBEDDING_MODEL: Any = None
