@@ -18,6 +18,7 @@ from typing import Callable, Mapping
 from attrs import frozen
 
 from arc_ref.errors import CapacityExceeded, ConfigError
+from arc_ref.text import utf8_bytes
 
 SHA1_BITS = 160
 UNIT_SEPARATOR = b"\x1f"
@@ -75,7 +76,7 @@ def fingerprint(signature: str, observation: str, bits: int) -> int:
         return 0
     hashed = hashlib.sha1(signature.encode("utf-8"))
     hashed.update(UNIT_SEPARATOR)
-    hashed.update(observation.encode("utf-8"))  # fed apart: the observation's bytes are not copied again
+    hashed.update(utf8_bytes(observation))  # fed apart, encoded once for the observation in hand
     digest = hashed.digest()
     return int.from_bytes(digest, "big") >> (SHA1_BITS - bits)
 

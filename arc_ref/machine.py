@@ -47,7 +47,7 @@ from arc_ref.recall import BufferEntry, admit, chunk_count, make_entry, stored_c
 from arc_ref.tools import ARC_TOOL_NAMES, call_command
 from arc_ref.store import EMPTY_STORE, Record, Store, make_record
 from arc_ref.summary import EMPTY_SUMMARY, Summary, fit_summary, summarize_entry
-from arc_ref.text import clipped
+from arc_ref.text import clipped, utf8_bytes
 from arc_ref.view import View, build_view
 
 COMPACT_REASONS: tuple[str, ...] = ("proactive", "reactive", "forced")
@@ -306,7 +306,7 @@ def _require_str(name: str, value: object) -> str:
         raise InvalidEvent(f"{name} must be a string, got {type(value).__name__}")
     try:
         if not value.isascii():  # an ASCII string holds no surrogate: no need to encode it
-            value.encode("utf-8")
+            utf8_bytes(value)  # kept for the fingerprint, the byte count and the tokenizer
     except UnicodeEncodeError as bad:
         raise InvalidEvent(f"{name} is not valid Unicode text (lone surrogate at index {bad.start})") from None
     return value

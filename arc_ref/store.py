@@ -14,7 +14,7 @@ from arc_ref import render
 from arc_ref.config import Setup
 from arc_ref.errors import BudgetViolation, InvalidEvent
 from arc_ref.recall import count_and_inner_cuts
-from arc_ref.text import ascii_words, clip_until, halving_lengths, shown_signature
+from arc_ref.text import ascii_words, clip_until, halving_lengths, shown_signature, utf8_bytes
 
 
 def action_signature(action: str) -> str:
@@ -97,7 +97,7 @@ def make_record(setup: Setup, index: int, action: str, content: str, returncode:
         returncode=returncode,
         step=step,
         n_chars=len(content),
-        n_bytes=len(content) if content.isascii() else len(content.encode("utf-8")),
+        n_bytes=len(content) if content.isascii() else len(utf8_bytes(content)),
         n_tokens=n_tokens,
         inner_cuts=inner_cuts,
         head=head,

@@ -27,6 +27,7 @@ import unicodedata
 from typing import Any, Callable, Iterable, Protocol, Sequence, runtime_checkable
 
 from arc_ref.errors import ConfigError
+from arc_ref.text import utf8_bytes
 
 
 @runtime_checkable
@@ -203,7 +204,7 @@ class TiktokenTokenizer:
         if text.isascii():
             return self._encode_text(text), None  # an ASCII string is its own UTF-8: nothing is cached
         try:
-            data = text.encode("utf-8")
+            data = utf8_bytes(text)
         except UnicodeEncodeError:  # lone surrogates: tiktoken's own replacement, on a copy
             data = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
         if self._encode_utf8 is not None:
