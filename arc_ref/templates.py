@@ -637,6 +637,13 @@ class TemplateFormat:
 
     # -- counting --------------------------------------------------------------------------------------
 
+    def tool_listing_tokens(self) -> int:
+        """Tokens the tools listing adds to B (A4): the head and system turn with the tools, less without them."""
+        if not self.tools:
+            return 0
+        head, pieces, _ = self.template.render_parts(self._prefix, None)
+        return self.head_tokens + self.system_piece_tokens - self._count(head) - self._count(pieces[0])
+
     def _count(self, text: str) -> int:
         cached = self._count_cache.get(text)
         if cached is None:

@@ -27,16 +27,24 @@ from arc_ref.machine import (
     Output,
     RecallResult,
     RequestView,
+    ToolResult,
+    ToolTurn,
+    ToolTurnResult,
     init,
     step,
 )
+from arc_ref.message import ToolCall
 from arc_ref.view import View, verify_tokens
 
-TRACE_OPS = ("config", "observe", "agent", "compact", "view")
+TRACE_OPS = ("config", "observe", "agent", "tool_turn", "tool_result", "compact", "view")
+TEXT_MODE_OPS = ("config", "observe", "agent", "compact", "view")  # named when a line's op is unknown ...
+TOOL_MODE_OPS = ("config", "tool_turn", "tool_result", "compact", "view")  # ... by the task's action mode
 _FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # op: (required keys, optional keys) besides "op"
     "observe": (("action", "observation"), ("returncode",)),
     "agent": (("thought", "action"), ()),
+    "tool_turn": (("thought",), ("calls",)),
+    "tool_result": (("call_id", "observation"), ("returncode",)),
     "compact": (("reason",), ()),
     "view": ((), ()),
 }
@@ -52,6 +60,15 @@ _CANONICAL = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",
 def encode(obj: dict[str, Any]) -> str:
     """Canonical JSON for output lines: sorted keys, no spaces, UTF-8 characters kept."""
     return _CANONICAL.encode(obj)
+
+
+def encode_config_line(obj: dict[str, Any]) -> str:
+    """A config line as a store keeps it: its own keys sorted as ``encode`` sorts them, nested values in their order.
+
+    The values are not sorted: a tool's ``parameters`` are counted as the model reads them, in their own key
+    order, and ``template_kwargs`` keep theirs, so sorting them would make another configuration.
+    """
+    return json.dumps(dict(sorted(obj.items())), ensure_ascii=False, separators=(",", ":"))
 
 
 def _check_keys(obj: dict[str, Any], required: tuple[str, ...], optional: tuple[str, ...]) -> None:
@@ -144,11 +161,16 @@ def event_line(event: Event) -> dict[str, Any]:
                 "returncode": event.returncode}
     if isinstance(event, AgentTurn):
         return {"op": "agent", "thought": event.thought, "action": event.action}
+    if isinstance(event, ToolTurn):
+        return {"op": "tool_turn", "thought": event.thought, "calls": [call.openai() for call in event.calls]}
+    if isinstance(event, ToolResult):
+        return {"op": "tool_result", "call_id": event.call_id, "observation": event.observation,
+                "returncode": event.returncode}
     if isinstance(event, Compact):
         return {"op": "compact", "reason": event.reason}
     if isinstance(event, RequestView):
         return {"op": "view"}
-    raise TraceError(f"the trace format has no line for {type(event).__name__} events yet")
+    raise TraceError(f"the trace format has no line for {type(event).__name__} events")
 
 
 def event_from_line(obj: dict[str, Any]) -> Event:
@@ -173,15 +195,59 @@ def _event(obj: dict[str, Any]) -> Event:
     required, optional = _FIELDS[op]
     _check_keys(obj, required, optional)
     if op == "observe":
-        returncode = obj.get("returncode", 0)
-        if isinstance(returncode, bool) or not isinstance(returncode, int):
-            raise TraceError(f"'returncode' must be an integer, got {_shown_value(returncode)}")
-        return Observe(_string(obj, "action"), _string(obj, "observation"), returncode)
+        return Observe(_string(obj, "action"), _string(obj, "observation"), _returncode(obj))
     if op == "agent":
         return AgentTurn(_string(obj, "thought"), _string(obj, "action"))
+    if op == "tool_turn":
+        return ToolTurn(_string(obj, "thought"), _calls(obj.get("calls", [])))
+    if op == "tool_result":
+        return ToolResult(_string(obj, "call_id"), _string(obj, "observation"), _returncode(obj))
     if op == "compact":
         return Compact(_string(obj, "reason"))
     return RequestView()
+
+
+def _returncode(obj: dict[str, Any]) -> int:
+    returncode = obj.get("returncode", 0)
+    if isinstance(returncode, bool) or not isinstance(returncode, int):
+        raise TraceError(f"'returncode' must be an integer, got {_shown_value(returncode)}")
+    return returncode
+
+
+CALL_SHAPE = '{"id": ..., "type": "function", "function": {"name": ..., "arguments": ...}}'
+
+
+def _calls(value: Any) -> tuple[ToolCall, ...]:
+    """The ``calls`` of a tool_turn line: OpenAI tool calls, each exactly ``CALL_SHAPE`` with string values."""
+    if not isinstance(value, list):
+        raise TraceError(f"'calls' must be an array of tool calls {CALL_SHAPE}, got {_shown_value(value)}")
+    calls = []
+    for number, item in enumerate(value, start=1):
+        where = f"call {number} of 'calls'"
+        if not isinstance(item, dict) or set(item) != {"id", "type", "function"} or item["type"] != "function":
+            raise TraceError(f"{where} must be {CALL_SHAPE}, got {_shown_value(item)}")
+        function = item["function"]
+        if not isinstance(function, dict) or set(function) != {"name", "arguments"}:
+            raise TraceError(f"{where}: 'function' must be {{\"name\": ..., \"arguments\": ...}},"
+                             f" got {_shown_value(function)}")
+        for key, member in (("id", item["id"]), ("name", function["name"]), ("arguments", function["arguments"])):
+            if not isinstance(member, str):
+                raise TraceError(f"{where}: {key!r} must be a string, got {_shown_value(member)}")
+        calls.append(ToolCall(item["id"], function["name"], function["arguments"]))
+    return tuple(calls)
+
+
+def _tool_turn_output(result: ToolTurnResult) -> dict[str, Any]:
+    output: dict[str, Any] = {
+        "op": "tool_turn",
+        "answered": [{"call_id": answer.call_id, "content": answer.content, "response": answer.response}
+                     for answer in result.answered],
+        "environment_calls": [call.call_id for call in result.environment_calls],
+        "folded": result.folded,
+    }
+    if result.recalls:
+        output["recalls"] = [_recall_json(recall) for recall in result.recalls]
+    return output
 
 
 def _output_json(state: ArcState, output: Output, verify: bool) -> dict[str, Any]:
@@ -198,11 +264,13 @@ def _output_json(state: ArcState, output: Output, verify: bool) -> dict[str, Any
         }
     if isinstance(output, AgentResult):
         return _agent_output(output)
+    if isinstance(output, ToolTurnResult):
+        return _tool_turn_output(output)
     if isinstance(output, CompactResult):
         return {"op": "compact", "reason": output.reason, "folded": output.folded}
     if isinstance(output, View):
         return _view_output(state, output, verify)
-    raise TraceError(f"no trace output for {type(output).__name__}")  # tool-mode events have no trace op yet
+    raise TraceError(f"no trace output for {type(output).__name__}")
 
 
 def _view_output(state: ArcState, shown: View, verify: bool) -> dict[str, Any]:
@@ -224,10 +292,14 @@ def _apply(state: ArcState, obj: dict[str, Any], verify: bool,
            views: _ViewLines | None = None) -> tuple[ArcState, dict[str, Any] | str]:
     """Map a trace line to its event, apply it with the one dispatcher (machine.step), map the output back
     (``views``: a view's output line encoded directly, when its chat format allows)."""
-    new_state, output = step(state, _event(obj))
+    event = _event(obj)
+    new_state, output = step(state, event)
     if views is not None and not verify and isinstance(output, View) and isinstance(output.chat, ChatFormat):
         return new_state, views.line(output)
-    return new_state, _output_json(new_state, output, verify)
+    answer = _output_json(new_state, output, verify)
+    if isinstance(event, ToolResult):  # a stored tool result: an observe output, named by its op and call
+        answer.update(op="tool_result", call_id=event.call_id)
+    return new_state, answer
 
 
 _ESCAPE = json.encoder.encode_basestring  # what _CANONICAL writes for a string (ensure_ascii=False)
@@ -261,6 +333,14 @@ class _ViewLines:
         # the keys in encode's sorted order: budget, components, limit, op, text, tokens
         return (f'{{"budget":{shown.budget:d},"components":{encode(shown.components.as_dict())},'
                 f'"limit":{shown.limit:d},"op":"view","text":"{"".join(parts)}","tokens":{shown.tokens:d}}}')
+
+
+
+def mode_ops(state: ArcState | None) -> tuple[str, ...]:
+    """The ops a line of this task may hold, named when a line's op is unknown (text mode before a config)."""
+    if state is not None and state.config.action_mode == "tools":
+        return TOOL_MODE_OPS
+    return TEXT_MODE_OPS
 
 
 def _parse(line: str | bytes) -> Any:
@@ -382,7 +462,7 @@ def _replay(lines: Iterable[str | bytes], verify: bool, views: _ViewLines | None
                 raise TraceError("each line must be a JSON object")
             op = obj.get("op")
             if op not in TRACE_OPS:
-                raise TraceError(f"\"op\" must be one of {', '.join(TRACE_OPS)}, got {_shown_value(op)}")
+                raise TraceError(f"\"op\" must be one of {', '.join(mode_ops(state))}, got {_shown_value(op)}")
             if op == "config":
                 if number != 1:
                     raise TraceError("the config line must be the first line of a trace")

@@ -3,15 +3,19 @@ server's `usage.prompt_tokens`, and how every task ended.
 
     python benchmarks/bench_llama_server.py --llama-server BIN (--gguf FILE | --llama-cpp SRC)
         [--tasks 2] [--methods all] [--max-tokens 256] [--context-limit 16384] [--slots 2]
-        [--threads 1] [--max-steps N] [--tool-calling] [--out DIR]
+        [--threads 1] [--max-steps N] [--tool-calling] [--tokenizer DIR] [--count-with auto|server|local]
+        [--out DIR]
 
 Without ``--gguf`` a random-weight model is made first (benchmarks/make_tiny_gguf.py, from
 ../shared/data/qwen3-tokenizer and llama.cpp's gguf-py in SRC): its replies are garbage, so every
 task must end as no answer, never as a crash. The server runs with ``--jinja`` (the model's Qwen3
-template) and one window per slot (``-np SLOTS --kv-unified-per-slot CONTEXT_LIMIT``; see
-eval/SERVING.md). Prints, from the run's records: calls, the largest and mean |harness count -
+template), ``--no-prefill-assistant`` (a last assistant message is answered after, as vLLM does)
+and one window per slot (``-np SLOTS --kv-unified-per-slot CONTEXT_LIMIT``; see eval/SERVING.md). Prints, from the run's records: calls, the largest and mean |harness count -
 usage.prompt_tokens| over all calls (0 when the harness counts as the server does), the largest
-prompt against the usable budget, and the tasks' ends.
+prompt against the usable budget, and the tasks' ends. ``--tokenizer DIR`` (the model directory the
+GGUF was made from; needed by ``--tool-calling``) makes the harness count with that directory's own
+template and tokenizer; with ``--count-with local`` every call's harness count is that local count, so
+the figure compares the harness's rendering with llama-server's own.
 """
 
 from __future__ import annotations
@@ -69,6 +73,9 @@ def main() -> int:
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--tool-calling", action="store_true")
+    parser.add_argument("--tokenizer", default=None, metavar="DIR",
+                        help="arc-eval --tokenizer: count with this model directory's template and tokenizer")
+    parser.add_argument("--count-with", choices=("auto", "server", "local"), default="auto")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     if not args.llama_server:
@@ -78,7 +85,7 @@ def main() -> int:
     port = free_port()
     log = work / "llama-server.log"
     command = [args.llama_server, "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "--jinja",
-               "--alias", "tiny", "-np", str(args.slots), "--kv-unified-per-slot", str(args.context_limit),
+               "--no-prefill-assistant", "--alias", "tiny", "-np", str(args.slots), "--kv-unified-per-slot", str(args.context_limit),
                "-t", str(args.threads)]
     print("llama-server " + " ".join(command[1:]), flush=True)
     with open(log, "wb") as sink:
@@ -101,6 +108,9 @@ def main() -> int:
                 "--concurrency", str(args.slots), "--out", str(out), "--no-progress"]
         if args.tool_calling:
             argv.append("--tool-calling")
+        if args.tokenizer:
+            argv += ["--tokenizer", args.tokenizer]
+        argv += ["--count-with", args.count_with]
         if args.max_steps:
             argv += ["--max-steps", str(args.max_steps)]
         print("arc-eval " + " ".join(argv), flush=True)

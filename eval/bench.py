@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from arc_ref.message import ToolSpec
 from arc_eval.agent.scripted import ScriptedBackend, ScriptedPolicy, message_facts
 from arc_eval.backends.scripted_server import build_app, serve_in_thread
 from arc_eval.loop import run_task
@@ -40,8 +41,8 @@ class _TimedBackend:
             self.seconds += time.perf_counter() - started
             self.calls += 1
 
-    async def count_prompt_tokens(self, messages: Sequence[Message]) -> int:
-        return await self.inner.count_prompt_tokens(messages)
+    async def count_prompt_tokens(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
+        return await self.inner.count_prompt_tokens(messages, tools)
 
 
 def bench_throughput(methods: Sequence[str], tasks: int, *, rag_retriever: str = "bm25", seed: int = 42) -> str:

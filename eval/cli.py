@@ -112,13 +112,19 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--max-tokens", type=positive_int, default=4096, metavar="G_MAX",
                        help="completion cap per call (default 4096)")
     model.add_argument("--temperature", type=non_negative_float, default=0.0)
-    model.add_argument("--tokenizer", default="o200k_base",
-                       help="arc_ref tokenizer for prompt estimates: bytes, o200k_base, cl100k_base, hf:PATH")
+    model.add_argument("--tokenizer", default="o200k_base", metavar="DIR|NAME",
+                       help="what every prompt is counted with: the served model's directory (DIR or hf-dir:DIR: "
+                            "its tokenizer.json and chat template, rendered as vLLM renders them, so counts are the "
+                            "server's), or an arc_ref tokenizer over --chat-format: bytes, o200k_base (default), "
+                            "cl100k_base, hf:PATH")
     model.add_argument("--tokenizer-json", default=None, metavar="PATH",
-                       help="the served model's tokenizer.json (counts and estimates with it)")
-    model.add_argument("--chat-format", choices=("chatml", "qwen3-nothink"), default="chatml")
+                       help="a tokenizer.json, over --chat-format (ChatML by default); a model directory in "
+                            "--tokenizer is exact")
+    model.add_argument("--chat-format", choices=("auto", "chatml", "qwen3-nothink", "template"), default="auto",
+                       help="auto (default): template with a model directory, else chatml")
     model.add_argument("--tool-calling", action="store_true",
-                       help="offer ARC's recall/catalog commands as native tools (openai backend)")
+                       help="every method acts through function tools (the task's commands; ARC's recall and "
+                            "catalog commands too), one call per reply; needs --tokenizer DIR")
     model.add_argument("--agent", choices=AGENT_VARIANTS, default=DEFAULT_AGENT,
                        help="scripted backend: the agent's rules, fair (equally competent for every method, the "
                             "default) or floor (the first rules); see eval/METHODS.md")

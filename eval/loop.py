@@ -32,6 +32,17 @@ for every method. ``call_index`` in the records counts every call, auxiliary one
 
 A normal action is a re-execution when its ``action_signature`` equals that of an earlier tool call
 of the same task (the cost ARC exists to remove); submissions and intercepted commands never are.
+
+Tool-calling mode (``settings.action_mode == "tools"``; ``arc_eval.protocol``): every agent call
+offers the method's tools (``Method.tools``) and the system prompt is the tool-mode one. A reply's
+text (reasoning removed) is the thought and its first tool call the action: one call per reply,
+as one action per reply in text mode (the backends ask for ``parallel_tool_calls: false``; a
+further call a server returns anyway is dropped, for every method alike). The method sees the turn
+first (``record_tool_turn``: ARC's core answers calls to its own tools, any method answers a call
+to a tool it does not offer); a call it returns runs in the sandbox as its text action
+(``call_action``: ``cat notes.txt``) and the result goes back with ``record_tool_result``. A
+reply without a call stays in the transcript as the assistant's message alone. The records show
+the text action (``""`` without a call).
 """
 
 from __future__ import annotations
@@ -42,14 +53,17 @@ from typing import Any, Callable, Mapping, Sequence
 
 from attrs import evolve
 
+from arc_ref.message import ToolCall, ToolSpec
 from arc_eval.methods.base import Method, MethodSettings
 from arc_eval.protocol import (
     NO_ACTION_MESSAGE,
+    call_action,
     is_submission,
     parse_reply,
     strip_reasoning,
     submitted_text,
     system_prompt,
+    tool_system_prompt,
 )
 from arc_eval.schema import FINISH_REASONS, CallRecord, Compaction, Recall, TaskRecord
 from arc_eval.types import (
@@ -179,9 +193,10 @@ class _TaskRun:
         """What the agent step learned after its call: the action, recalls, submission, re-execution."""
         self.calls[position] = evolve(self.calls[position], **changes)
 
-    def request(self, messages: Sequence[Message], purpose: str) -> ChatRequest:
+    def request(self, messages: Sequence[Message], purpose: str, tools: tuple[ToolSpec, ...] = ()) -> ChatRequest:
         return ChatRequest(
             messages=tuple(messages),
+            tools=tools,
             max_tokens=self.settings.max_tokens,
             temperature=self.temperature,
             seed=self.seed,
@@ -196,7 +211,8 @@ class _TaskRun:
         )
 
     async def call(
-        self, messages: Sequence[Message], purpose: str, compactions: Sequence[str] = ()
+        self, messages: Sequence[Message], purpose: str, compactions: Sequence[str] = (),
+        tools: tuple[ToolSpec, ...] = (),
     ) -> tuple[ChatReply, int]:
         """One recorded model call (its reply and its position in ``calls``).
 
@@ -205,7 +221,7 @@ class _TaskRun:
         then re-raised, so every call index has exactly one record.
         """
         self.call_index = len(self.calls) + 1
-        request = self.request(messages, purpose)
+        request = self.request(messages, purpose, tools)
         started = time.perf_counter()
         try:
             try:
@@ -213,7 +229,8 @@ class _TaskRun:
             except ContextOverflow as overflow:
                 tokens = overflow.prompt_tokens
                 if tokens is None:
-                    tokens = await self.backend.count_prompt_tokens(request.messages)
+                    tokens = await (self.backend.count_prompt_tokens(request.messages, request.tools)
+                                    if request.tools else self.backend.count_prompt_tokens(request.messages))
                 self.record(
                     purpose,
                     prompt_tokens=tokens,
@@ -291,17 +308,19 @@ async def run_task(
         environment = sandbox if sandbox is not None else default_sandbox(task)
         if score is None:
             score = default_scorer(task.kind)
-        method.begin(system_prompt(), task.goal)
+        tool_mode = settings.action_mode == "tools"
+        method.begin(tool_system_prompt() if tool_mode else system_prompt(), task.goal)
         while steps < max_steps:
             if steps + 1 in forced:
                 await method.compact("forced", run.aux)
             messages = await method.prompt(run.aux)
+            tools = method.tools() if tool_mode else ()
             reply: ChatReply | None = None
             call = -1
             retries = 0
             while reply is None:
                 try:
-                    reply, call = await run.call(messages, "agent", run.take_compactions())
+                    reply, call = await run.call(messages, "agent", run.take_compactions(), tools)
                 except ContextOverflow:
                     if retries >= max_reactive_retries or not await method.compact("reactive", run.aux):
                         break
@@ -311,18 +330,26 @@ async def run_task(
                 end = "overflow"
                 break
             steps += 1
-            thought, action = parse_reply(reply.content)
-            run.amend(call, action=action)
-            intercepted = method.record_agent(thought, action)
-            events = method.drain_events()
-            run.pending_compactions.extend(events.compactions)
-            recalls = events.recalls or (intercepted.recalls if intercepted is not None else ())
-            run.amend(call, recalls=tuple(Recall(recall["id"], recall["chunk"], recall["chunks"]) for recall in recalls))
-            if intercepted is not None:
-                continue
-            if not action:
-                method.record_observation(action, Observation(NO_ACTION_MESSAGE, 2))
-                continue
+            record: Callable[[Observation], None]
+            if tool_mode:
+                action, environment_call = _tool_turn(run, method, reply, call, tools)
+                if environment_call is None:
+                    continue
+                record = functools.partial(method.record_tool_result, environment_call)
+            else:
+                thought, action = parse_reply(reply.content)
+                run.amend(call, action=action)
+                intercepted = method.record_agent(thought, action)
+                events = method.drain_events()
+                run.pending_compactions.extend(events.compactions)
+                recalls = events.recalls or (intercepted.recalls if intercepted is not None else ())
+                run.amend(call, recalls=_recalls(recalls))
+                if intercepted is not None:
+                    continue
+                if not action:
+                    method.record_observation(action, Observation(NO_ACTION_MESSAGE, 2))
+                    continue
+                record = functools.partial(method.record_observation, action)
             if is_submission(action):
                 if not submitted_text(action):
                     end, error = "error", DECLINED_MESSAGE
@@ -339,14 +366,14 @@ async def run_task(
                     final_reply = strip_reasoning(reply.content).strip()
                     end = "submitted"
                     break
-                method.record_observation(action, observation)
+                record(observation)
                 continue
             signature = _signature(action)
             if signature in seen:
                 run.amend(call, reexecution=True)
                 reexecutions += 1
             seen.add(signature)
-            method.record_observation(action, environment.run(action))
+            record(environment.run(action))
     except BackendError:
         raise
     except Exception as failure:  # noqa: BLE001 - a task's crash is recorded, never a wrong answer
@@ -374,6 +401,27 @@ async def run_task(
         meta=_json_meta(task.meta),
     )
     return run.calls, outcome
+
+
+def _recalls(recalls: Sequence[Mapping[str, Any]]) -> tuple[Recall, ...]:
+    return tuple(Recall(recall["id"], recall["chunk"], recall["chunks"]) for recall in recalls)
+
+
+def _tool_turn(
+    run: _TaskRun, method: Method, reply: ChatReply, call: int, tools: tuple[ToolSpec, ...]
+) -> tuple[str, ToolCall | None]:
+    """Tool-calling mode: hand the reply's turn to the method; (the text action, the call the environment runs)."""
+    thought = strip_reasoning(reply.content).strip()
+    calls = reply.tool_calls[:1]  # one call per reply
+    if calls and not calls[0].call_id:
+        calls = (evolve(calls[0], call_id=f"call_{run.call_index}"),)
+    action = call_action(calls[0], tools) if calls else ""
+    run.amend(call, action=action)
+    outcome = method.record_tool_turn(thought, calls)
+    events = method.drain_events()
+    run.pending_compactions.extend(events.compactions)
+    run.amend(call, recalls=_recalls(events.recalls or outcome.recalls))
+    return action, (calls[0] if calls and calls[0] in outcome.environment_calls else None)
 
 
 def _check_reply(reply: ChatReply) -> None:

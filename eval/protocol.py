@@ -29,6 +29,10 @@ import json
 import re
 from typing import Any, Mapping, Sequence
 
+from arc_ref.message import ToolCall, ToolSpec
+from arc_ref.tools import ARC_TOOLS
+from arc_eval.types import Message
+
 TASK_VERBS = ("ls", "cat", "head", "grep", "read", "submit")
 
 TASK_TOOLS = """\
@@ -162,11 +166,12 @@ def submitted_text(action: str) -> str:
     return parts[1].strip() if len(parts) == 2 else ""
 
 
-# -- native tool calling (optional) --------------------------------------------------------------
-# In tool-calling mode the method's own commands (ARC's recall and catalog commands) are offered to
-# the server as OpenAI "function" tools; a tool call the model makes is turned back into the same
-# text action (``name arg1 arg2``), so methods and records see one protocol. The function-name rule
-# ^[a-zA-Z0-9_-]{1,64}$ is the OpenAI chat-completions API's.
+# -- tool-calling mode (``--tool-calling``) -------------------------------------------------------
+# The same protocol with OpenAI function tools instead of text actions, for every method alike: the
+# task's commands are offered as tools (``TASK_TOOL_SPECS``; ARC adds its own recall and catalog
+# tools, `arc_ref.tools.ARC_TOOLS`, before them); a reply's one tool call is its action, its text is
+# the thought; the result of a call comes back as a ``tool`` message answering the call's id. The
+# function-name rule ^[a-zA-Z0-9_-]{1,64}$ is the OpenAI chat-completions API's.
 
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -211,21 +216,168 @@ def tool_call_to_action(name: str, arguments: str | Mapping[str, Any], order: Se
     return " ".join([name, *[value for value in values if value]])
 
 
-# ARC's recall and catalog commands (``arc_ref.commands``) as tools, for ``--tool-calling``. The
-# parameter order is the order of the command's words, so ``tool_call_to_action`` rebuilds the
-# exact text command (``_recall §0001-3fa9c1e2``, ``catalog-page 2``).
-_RECALL_ID = ("id", "the observation id, e.g. §0001-3fa9c1e2, exactly as printed")
-RECALL_TOOL_COMMANDS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
-    ("_recall", "Return the first chunk of a stored observation, exactly (never re-runs the tool).", (_RECALL_ID,)),
-    ("_recall-next", "Return the next chunk of a stored observation being recalled.", (_RECALL_ID,)),
-    ("_recall-start", "Read a stored observation again from its first chunk.", (_RECALL_ID,)),
-    ("_recall_meta", "Show only the citation stub (metadata and previews) of a stored observation.", (_RECALL_ID,)),
-    ("catalog-first", "Show the first page of the catalog of every stored observation.", ()),
-    ("catalog-next", "Show the next page of the catalog of stored observations.", ()),
-    ("catalog-page", "Show a given page of the catalog of stored observations.", (("page", "page number, from 1"),)),
+def _tool_spec(name: str, description: str, arguments: Sequence[tuple[str, str]]) -> ToolSpec:
+    function = command_tool_spec(name, description, arguments)["function"]
+    return ToolSpec(name, description, json.dumps(function["parameters"], ensure_ascii=False))
+
+
+# The task's commands as tools: the parameters are the command's words in order, so a call's text
+# action (``call_action``) is the command itself (``cat notes_02.txt``, ``read context.txt 3``).
+_FILE = ("file", "the file name, as ls prints it")
+TASK_TOOL_SPECS: tuple[ToolSpec, ...] = (
+    _tool_spec("ls", "List the files of the task.", ()),
+    _tool_spec("cat", "Print a whole file.", (_FILE,)),
+    _tool_spec("head", "Print the first N lines of a file.", (_FILE, ("n", "the number of lines"))),
+    _tool_spec("grep", "Print the lines of a file that contain a pattern.",
+               (("pattern", "the text to look for"), _FILE)),
+    _tool_spec("read", "Print one page (1, 2, ...) of a long file.", (_FILE, ("page", "the page number, from 1"))),
+    _tool_spec("submit", "Give your final answer; this ends the task.",
+               (("answer", "the answer, in the form the task asks for"),)),
 )
+TASK_TOOL_NAMES = frozenset(tool.name for tool in TASK_TOOL_SPECS)
+
+TOOL_SYSTEM_PROMPT = """You are an agent solving a task inside a sandbox with a small virtual file system. There is no \
+real shell: you act only by calling the tools you are given, exactly one tool call per reply. \
+Before the call, say in a few words what you are doing and why.
+
+The result of your call comes back as the tool's answer, starting with "Observation". Answer only \
+from what you have seen; when you are done, call submit with the answer in the form the task asks \
+for."""
+
+
+def tool_system_prompt(method_instructions: str = "") -> str:
+    """The tool-calling mode's system prompt, with a method's own instructions appended when given."""
+    extra = method_instructions.strip()
+    return f"{TOOL_SYSTEM_PROMPT}\n\n{extra}" if extra else TOOL_SYSTEM_PROMPT
+
+
+def call_action(call: ToolCall, tools: Sequence[ToolSpec]) -> str:
+    """The text action a tool call stands for: its name, then its argument values in the tool's parameter order.
+
+    The action runs in the sandbox and is what the records show; the call itself (its id, name and
+    arguments exactly as the model produced them) is what the transcript keeps.
+    """
+    return tool_call_action({"name": call.name, "arguments": call.arguments}, tool_names([t.openai() for t in tools]))
 
 
 def recall_tool_specs() -> list[dict[str, Any]]:
-    """OpenAI ``tools`` for ARC's recall and catalog commands (native tool-calling mode)."""
-    return [command_tool_spec(name, description, arguments) for name, description, arguments in RECALL_TOOL_COMMANDS]
+    """OpenAI ``tools`` for ARC's recall and catalog commands (the core's listing, `arc_ref.tools.ARC_TOOLS`)."""
+    return [tool.openai() for tool in ARC_TOOLS]
+
+
+# -- text actions <-> tool calls (the model's side: the scripted server and the scripted backend) ------
+
+
+def tool_names(tools: Sequence[Mapping[str, Any]] | None) -> dict[str, list[str]]:
+    """Function name -> its parameter names in declaration order."""
+    names: dict[str, list[str]] = {}
+    for tool in tools or ():
+        function = tool.get("function", {})
+        name = function.get("name")
+        if isinstance(name, str):
+            properties = function.get("parameters", {}).get("properties", {})
+            names[name] = list(properties) if isinstance(properties, Mapping) else []
+    return names
+
+
+def action_to_tool_call(action: str, tools: Mapping[str, list[str]]) -> tuple[str, str] | None:
+    """(name, JSON arguments) when `action` is a call of one of `tools`; else None.
+
+    Words after the name fill the parameters in order; extra words join the last parameter.
+    """
+    words = action.split()
+    if not words or words[0] not in tools:
+        return None
+    parameters = tools[words[0]]
+    values = words[1:]
+    arguments: dict[str, str] = {}
+    for position, parameter in enumerate(parameters):
+        if position >= len(values):
+            break
+        arguments[parameter] = (
+            " ".join(values[position:]) if position == len(parameters) - 1 else values[position]
+        )
+    return words[0], json.dumps(arguments, ensure_ascii=False)
+
+
+def tool_call_action(function: Mapping[str, Any], tools: Mapping[str, list[str]]) -> str:
+    """The text action of one returned tool call: the name, then the argument values.
+
+    Values come in the tool's parameter order, then any others; this is the rule of
+    `arc_eval.protocol.tool_call_to_action`. Arguments that are not a JSON object count as one value.
+    """
+    name = str(function.get("name", "")).strip()
+    arguments = function.get("arguments", "")
+    decoded: Any = arguments
+    if isinstance(arguments, str):
+        try:
+            decoded = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError:
+            decoded = arguments
+    if isinstance(decoded, Mapping):
+        order = [key for key in tools.get(name, ()) if key in decoded]
+        order += [key for key in decoded if key not in order]
+        values = [str(decoded[key]).strip() for key in order]
+    elif decoded is None:
+        values = []
+    else:
+        values = [str(decoded).strip()]
+    return " ".join([name, *(value for value in values if value)])
+
+
+_TOOL_ACTION_LINE = re.compile(r"^\s*\**\s*action\s*\**\s*:\s*\**\s*(.*?)\s*$", re.IGNORECASE)
+_TOOL_THOUGHT_LABEL = re.compile(r"^\s*\**\s*thought\s*\**\s*:\s*\**\s*", re.IGNORECASE)
+
+
+def split_tool_action(text: str, tools: Mapping[str, list[str]]) -> tuple[str, str] | None:
+    """(thought, action) when the reply's action is a call of one of `tools`; else None.
+
+    The action is the last ``Action:`` line (or, without one, the last line that starts with a
+    tool name); the thought is the text before it, without its ``Thought:`` label.
+    """
+    lines = text.split("\n")
+    for index in range(len(lines) - 1, -1, -1):
+        match = _TOOL_ACTION_LINE.match(lines[index])
+        candidate = match.group(1).strip("`").strip() if match else lines[index].strip()
+        words = candidate.split()
+        if match is None and not (words and words[0] in tools):
+            continue
+        if not words or words[0] not in tools:
+            return None
+        thought = "\n".join(lines[:index]).strip()
+        thought = _TOOL_THOUGHT_LABEL.sub("", thought, count=1).strip()
+        return thought, candidate
+    return None
+
+
+def reply_tool_call(text: str, tools: Sequence[ToolSpec], call_id: str) -> tuple[str, tuple[ToolCall, ...]]:
+    """A text reply (the scripted agent's) as a tool-calling model's: (its thought, its one call), or (text, ()).
+
+    When the reply's action (``split_tool_action``) is a call of an offered tool, the call is built
+    with ``action_to_tool_call`` and the content is the thought; otherwise the reply is plain text.
+    """
+    params = tool_names([tool.openai() for tool in tools])
+    split = split_tool_action(text, params) if params else None
+    if split is None:
+        return text, ()
+    made = action_to_tool_call(split[1], params)
+    if made is None:
+        return text, ()
+    return split[0], (ToolCall(call_id, made[0], made[1]),)
+
+
+def text_view(messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> list[Message]:
+    """Messages as a text-action reader sees them: an assistant's tool calls become ``Action:`` lines.
+
+    For the scripted agent, which reads the text protocol: each call is appended to the assistant's
+    content as ``Action: <its text action>`` (``call_action``, parameters in the order of ``tools``);
+    tool messages keep their role and content.
+    """
+    viewed: list[Message] = []
+    for message in messages:
+        content = message.content
+        for call in message.tool_calls:
+            action = call_action(call, tools)
+            content = f"{content.rstrip()}\nAction: {action}" if content.strip() else f"Action: {action}"
+        viewed.append(Message(message.role, content))
+    return viewed

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, TextIO
@@ -32,12 +33,17 @@ from typing import Any, Iterable, Iterator, Mapping, TextIO
 from attrs import evolve, field, frozen
 from tqdm import tqdm  # type: ignore[import-untyped]
 
+from arc_ref.chat import CHAT_FORMATS
+from arc_ref.config import TEMPLATE_FORMAT
 from arc_ref.errors import ConfigError
+from arc_ref.tokenizers import HF_DIR_PREFIX
 from arc_eval.analysis.accuracy import summary_table
 from arc_eval.backends.openai_backend import COUNT_MODES, OpenAIBackend
 from arc_eval.loop import run_task
 from arc_eval.methods import METHOD_NAMES, make_method
-from arc_eval.methods.base import MethodSettings, shared_counter
+from arc_eval.counting import TokenCounter, shared_counter
+from arc_eval.methods.base import MethodSettings
+from arc_eval.protocol import TASK_TOOL_SPECS, system_prompt, tool_system_prompt
 from arc_eval.methods.rag_memory import resolve_retriever
 from arc_eval.records import RunReader, RunWriter
 from arc_eval.schema import SCHEMA, TASK_KINDS, RecordKey
@@ -83,10 +89,15 @@ VARIANT_KEYS = ("recall_budget_chars", "recall_max_chars", "force_at_calls", "no
 
 @frozen
 class PromptCounting:
-    """How prompts are counted: an ``arc_ref`` tokenizer name and a chat format."""
+    """How prompts are counted: an ``arc_ref`` tokenizer name and a chat format (``template``: the model
+    directory's own chat template, with the tokenizer ``hf-dir:DIR``)."""
 
     tokenizer: str
     chat_format: str
+
+    def counter(self) -> TokenCounter:
+        """The run's counter (``arc_eval.counting``), shared by the methods and the backends."""
+        return shared_counter(self.tokenizer, self.chat_format)
 
 
 def _tuple_of_ints(values: Iterable[int]) -> tuple[int, ...]:
@@ -117,9 +128,9 @@ class RunSpec:
     rag_top_k: int = 3
     rag_chunk_chars: int = 1000
     rag_retriever: str = "auto"
-    tokenizer: str = "o200k_base"
+    tokenizer: str = "o200k_base"  # an arc_ref tokenizer name, or a model directory (DIR or hf-dir:DIR)
     tokenizer_json: str | None = None
-    chat_format: str = "chatml"
+    chat_format: str = "auto"  # auto: "template" with a model directory, else "chatml"
     concurrency: int = 8
     resume: bool = False
     tool_calling: bool = False
@@ -165,8 +176,6 @@ class RunSpec:
             raise ConfigError("--backend openai needs at least one --base-url (e.g. http://localhost:8000/v1)")
         if not self.model:
             raise ConfigError("--model must name the model as served (e.g. Qwen/Qwen3-8B)")
-        if self.tool_calling and self.backend != "openai":
-            raise ConfigError("--tool-calling needs --backend openai (the scripted backend speaks text actions)")
         if self.task_kind == "nih" and (self.tasks_per_seed is None or self.tasks_per_seed < 1):
             raise ConfigError("--tasks must be at least 1")
         for name in ("context_limit", "max_tokens", "concurrency", "recall_budget_chars", "recall_max_chars",
@@ -202,17 +211,46 @@ class RunSpec:
             raise ConfigError("--api-key must be printable ASCII (it travels in an HTTP header)")
         if self.count_with not in COUNT_MODES:
             raise ConfigError(f"--count-with must be one of {', '.join(COUNT_MODES)}, got {self.count_with!r}")
+        if self.tokenizer_json and _model_directory(self.tokenizer) is not None:
+            raise ConfigError("--tokenizer-json and a model directory in --tokenizer name two tokenizers; give one")
         counting = self.prompt_counting()
-        shared_counter(counting.tokenizer, counting.chat_format)  # an unknown tokenizer or format fails here, clearly
+        if counting.chat_format not in (*CHAT_FORMATS, TEMPLATE_FORMAT):
+            known = ", ".join(("auto", *CHAT_FORMATS, TEMPLATE_FORMAT))
+            raise ConfigError(f"unknown chat format {counting.chat_format!r}; use one of {known}")
+        if counting.chat_format == TEMPLATE_FORMAT and not counting.tokenizer.startswith(HF_DIR_PREFIX):
+            raise ConfigError(
+                "--chat-format template renders the served model's own chat template: give its directory with"
+                " --tokenizer DIR (tokenizer.json, and chat_template.jinja or tokenizer_config.json)"
+            )
+        if self.tool_calling and counting.chat_format != TEMPLATE_FORMAT:
+            raise ConfigError(
+                "--tool-calling counts the tool listing, tool calls and their results with the served model's own"
+                " chat template: give the model directory with --tokenizer DIR (its tokenizer.json and chat template)"
+            )
+        counting.counter()  # an unknown tokenizer or format, or a template the core cannot split, fails here, clearly
         for label, overrides in self.variants.items():
             extra = [key for key in overrides if key not in VARIANT_KEYS]
             if extra:
                 raise ConfigError(f"variant {label!r}: unknown parameter(s) {', '.join(extra)}")
 
     def prompt_counting(self) -> PromptCounting:
-        """The tokenizer and chat format prompts are counted with: the one place the options are resolved."""
-        tokenizer = f"hf:{self.tokenizer_json}" if self.tokenizer_json else self.tokenizer
-        return PromptCounting(tokenizer=tokenizer, chat_format=self.chat_format)
+        """The tokenizer and chat format prompts are counted with: the one place the options are resolved.
+
+        A model directory (``--tokenizer DIR`` or ``hf-dir:DIR``) gives its own tokenizer and, with the
+        chat format ``auto``, its own chat template (rendered as vLLM renders it); ``--tokenizer-json``
+        gives that file's tokenizer over ``--chat-format`` (ChatML by default).
+        """
+        directory = _model_directory(self.tokenizer)
+        if self.tokenizer_json:
+            tokenizer = f"hf:{self.tokenizer_json}"
+        elif directory is not None:
+            tokenizer = f"{HF_DIR_PREFIX}{directory}"
+        else:
+            tokenizer = self.tokenizer
+        chat_format = self.chat_format
+        if chat_format == "auto":
+            chat_format = TEMPLATE_FORMAT if tokenizer.startswith(HF_DIR_PREFIX) else "chatml"
+        return PromptCounting(tokenizer=tokenizer, chat_format=chat_format)
 
     def for_variant(self, label: str) -> RunSpec:
         """This spec with a variant's overrides applied."""
@@ -222,12 +260,20 @@ class RunSpec:
         return evolve(self, **overrides) if overrides else self
 
 
+def _model_directory(tokenizer: str) -> str | None:
+    """The model directory a --tokenizer value names (``hf-dir:DIR``, or a path to a directory), else None."""
+    if tokenizer.startswith(HF_DIR_PREFIX):
+        return tokenizer[len(HF_DIR_PREFIX):]
+    return tokenizer if os.path.isdir(tokenizer) else None
+
+
 # -- plan -----------------------------------------------------------------------------------------
 
 
 def method_settings(spec: RunSpec, rag_retriever: str) -> MethodSettings:
     counting = spec.prompt_counting()
     return MethodSettings(
+        action_mode="tools" if spec.tool_calling else "text",
         context_limit=spec.context_limit,
         max_tokens=spec.max_tokens,
         keep_verbatim_chars=spec.keep_verbatim_chars,
@@ -237,7 +283,7 @@ def method_settings(spec: RunSpec, rag_retriever: str) -> MethodSettings:
         chat_format=counting.chat_format,
         rag_top_k=spec.rag_top_k,
         rag_chunk_chars=spec.rag_chunk_chars,
-        extra={"rag_retriever": rag_retriever, "tool_calling": spec.tool_calling},
+        extra={"rag_retriever": rag_retriever},
     )
 
 
@@ -314,6 +360,27 @@ class RunPlan:
                 )
                 yield SeedBatch(label, variant, settings, seed, jobs)
 
+    def check_methods(self) -> None:
+        """Build every method of every variant once, on the first seed's task with the longest goal, before
+        anything runs: a configuration a method refuses (ARC's budgets at a small --context-limit, a budget
+        fraction out of range...) is a ConfigError naming the method and the fix, never a task error."""
+        spec = self.spec
+        for label in spec.variants:
+            variant = spec.for_variant(label)
+            settings = method_settings(variant, self.rag_retriever)
+            tasks = self.tasks(variant, spec.seeds[0])
+            if not tasks:
+                continue
+            goal = max((task.goal for task in tasks), key=len)
+            system = tool_system_prompt() if settings.action_mode == "tools" else system_prompt()
+            for name in spec.methods:
+                try:
+                    make_method(name, settings).begin(system, goal)
+                except ConfigError as refused:
+                    where = f" (variant {label})" if label else ""
+                    reason = str(refused).removeprefix(f"{name}: ")
+                    raise ConfigError(f"method {name}{where} cannot run with these settings: {reason}") from None
+
     def manifest(self) -> dict[str, Any]:
         """The manifest's fields that describe the run (the writer adds versions, commit and time)."""
         return run_manifest(self.spec, self.rag_retriever)
@@ -367,28 +434,28 @@ def run_config(spec: RunSpec, rag_retriever: str) -> dict[str, Any]:
 # -- execute ----------------------------------------------------------------------------------------
 
 
-def make_backend(spec: RunSpec, method: str | None = None) -> Backend:
-    """The run's backend. With ``--tool-calling`` the recall/catalog tools go only to ``arc``'s backend."""
+def make_backend(spec: RunSpec) -> Backend:
+    """The run's backend, counting with the run's counter (``spec.prompt_counting``). Every request carries
+    its method's own tools (``ChatRequest.tools``); with ``--tool-calling`` the server's probe offers the
+    task's tools."""
+    counting = spec.prompt_counting()
     if spec.backend == "scripted":
         from arc_eval.agent.scripted import ScriptedBackend, ScriptedPolicy
 
-        counting = spec.prompt_counting()
         return ScriptedBackend(
             ScriptedPolicy(variant=spec.agent, allow_reexecution=spec.allow_reexecution),
             context_limit=spec.context_limit,
             tokenizer=counting.tokenizer,
             chat_format=counting.chat_format,
         )
-    from arc_eval.protocol import recall_tool_specs
-
     return OpenAIBackend(
         list(spec.base_urls),
         spec.model,
         context_limit=spec.context_limit,
         max_tokens=spec.max_tokens,
         temperature=spec.temperature,
-        tokenizer_json=spec.tokenizer_json,
-        tools=recall_tool_specs() if spec.tool_calling and method == "arc" else None,
+        counter=counting.counter(),
+        tools=TASK_TOOL_SPECS if spec.tool_calling else None,
         api_key=spec.api_key,
         connect_timeout_s=spec.connect_timeout_s,
         first_byte_timeout_s=spec.first_byte_timeout_s,
@@ -400,12 +467,9 @@ def make_backend(spec: RunSpec, method: str | None = None) -> Backend:
 
 
 def make_backends(spec: RunSpec) -> dict[str, Backend]:
-    """Each method's backend: one shared, and with ``--tool-calling`` arc's own (it alone gets the tools)."""
+    """Each method's backend: one, shared (every request carries its method's own tools)."""
     shared = make_backend(spec)
-    backends: dict[str, Backend] = {name: shared for name in spec.methods}
-    if spec.tool_calling and "arc" in spec.methods:
-        backends["arc"] = make_backend(spec, "arc")
-    return backends
+    return {name: shared for name in spec.methods}
 
 
 def _distinct(backends: Mapping[str, Backend]) -> list[Backend]:
@@ -537,6 +601,7 @@ def run(spec: RunSpec, *, out: TextIO | None = None) -> RunResult:
     the accuracy table."""
     spec.validate()
     plan = RunPlan(spec)
+    plan.check_methods()
     backends = make_backends(spec)
     refused = asyncio.run(check_backends(backends))
     if refused is not None:

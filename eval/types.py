@@ -7,27 +7,58 @@ and gets a `ChatReply` back (or a `ContextOverflow`), the loop runs actions in a
 
 from __future__ import annotations
 
+import json
 from typing import Any, Mapping, Protocol, Sequence
 
 from attrs import field, frozen
+
+from arc_ref.message import ToolCall, ToolSpec
 
 ROLES = ("system", "user", "assistant", "tool")
 
 
 @frozen
 class Message:
-    """One chat message as sent to an OpenAI-compatible server."""
+    """One chat message exactly as sent to an OpenAI-compatible server.
+
+    In tool-calling mode an assistant message carries the ``tool_calls`` the model made (the core's
+    `arc_ref.message.ToolCall`: id, name, the arguments' JSON text as the model produced it) and a
+    ``tool`` message the ``tool_call_id`` it answers. A method builds these; a backend sends them
+    verbatim (``as_json``) and the run's counter counts exactly them.
+    """
 
     role: str
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
 
-    def as_json(self) -> dict[str, str]:
-        return {"role": self.role, "content": self.content}
+    @classmethod
+    def from_json(cls, message: Mapping[str, Any]) -> Message:
+        """An OpenAI chat message (a server's view of a request): null content is "", arguments kept as text."""
+        calls = []
+        for number, call in enumerate(message.get("tool_calls") or ()):
+            function = call.get("function") or {}
+            arguments = function.get("arguments", "")
+            if not isinstance(arguments, str):
+                arguments = json.dumps(arguments, ensure_ascii=False)
+            calls.append(ToolCall(str(call.get("id") or f"call_{number}"), str(function.get("name", "")), arguments))
+        call_id = message.get("tool_call_id")
+        return cls(str(message["role"]), str(message.get("content") or ""), tuple(calls),
+                   None if call_id is None else str(call_id))
+
+    def as_json(self) -> dict[str, Any]:
+        """The message in OpenAI chat format (``tool_calls`` / ``tool_call_id`` only when set)."""
+        message: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            message["tool_calls"] = [call.openai() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        return message
 
 
 @frozen
 class ChatRequest:
-    """What the agent loop asks a backend for: one completion of `messages`."""
+    """What the agent loop asks a backend for: one completion of `messages`, with `tools` offered."""
 
     messages: tuple[Message, ...]
     max_tokens: int = 4096
@@ -35,6 +66,8 @@ class ChatRequest:
     seed: int | None = None
     # Free-form tags that identify the call in logs (method, task id, call index...).
     tags: Mapping[str, Any] = field(factory=dict)
+    # Tool-calling mode: the function tools offered with this request (empty: none, text mode).
+    tools: tuple[ToolSpec, ...] = ()
 
 
 @frozen
@@ -49,6 +82,8 @@ class ChatReply:
     # The harness's own count of the same prompt, made before the request was sent (None when the
     # backend does not count before sending, as the in-process scripted backend).
     counted_prompt_tokens: int | None = None
+    # Tool-calling mode: the calls the model made, as the server returned them (id, name, arguments).
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 class ContextOverflow(Exception):
@@ -103,8 +138,8 @@ class Backend(Protocol):
         """One chat completion; raises ContextOverflow or a BackendError."""
         ...
 
-    async def count_prompt_tokens(self, messages: Sequence[Message]) -> int:
-        """Tokens the server will charge for `messages` with the generation prompt appended."""
+    async def count_prompt_tokens(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
+        """Tokens the server will charge for `messages` (offered `tools`) with the generation prompt appended."""
         ...
 
 

@@ -49,7 +49,16 @@ from arc_ref.config import Config
 from arc_ref.errors import ArcError
 from arc_ref.machine import ArcState, Event, Output, RequestView, init, step
 from arc_ref.persist import snapshot
-from arc_ref.trace import TraceError, config_from_line, config_line, encode, event_from_line, event_line, parse_line
+from arc_ref.trace import (
+    TraceError,
+    config_from_line,
+    config_line,
+    encode,
+    encode_config_line,
+    event_from_line,
+    event_line,
+    parse_line,
+)
 
 APPLICATION_ID = 0x41524331  # "ARC1" in the SQLite header: this file is an ARC store
 SCHEMA_VERSION = 1
@@ -273,7 +282,7 @@ class DurableStore:
     def create(cls, path: str | os.PathLike[str], config: Config) -> "DurableStore":
         """A new store for a task under ``config`` (refused configurations raise ConfigError; no file then)."""
         target = Path(path)
-        line = encode(config_line(config)).encode("utf-8")
+        line = encode_config_line(config_line(config)).encode("utf-8")  # nested values as written
         state = init(config)  # ConfigError before any file exists
         exists = StoreExists(f"{str(target)!r} already exists; open it, or choose another path")
         if target.exists():

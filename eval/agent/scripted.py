@@ -17,7 +17,8 @@ Two variants (``--agent``), both documented rule by rule in ``eval/METHODS.md``:
   of visible stubs only, no recovery step. Its numbers are a floor for the condensing baselines.
 
 ``ScriptedBackend`` implements ``arc_eval.types.Backend`` in-process around a policy: it counts the
-prompt with the chat format and an ``arc_ref`` tokenizer (one cached count per message), raises
+prompt with the run's counter (``arc_eval.counting``; in tool-calling mode the offered tools too, and
+the policy's action comes back as a tool call when it names an offered tool), raises
 ``ContextOverflow`` when prompt > context_limit - max_tokens (the harness' own L_ctx - G_max
 check), and reports usage with a near-zero latency.
 """
@@ -29,13 +30,14 @@ import time
 from typing import Sequence
 
 from arc_ref.errors import ConfigError
+from arc_ref.message import ToolCall, ToolSpec
 from arc_ref.parse import parse_recall_marker
 from arc_eval.agent.condense import first_last_lines, marks_itself_as_noise, write_state, write_summary
 from arc_eval.agent.ranking import bm25_scores, named_sources, ranked, tokens
 # message_facts: the benches clear its cache through this module
 from arc_eval.agent.reading import Plan, View, message_facts, plan_of, words
-from arc_eval.methods.base import shared_counter
-from arc_eval.protocol import STATE_REQUEST_HEADER, SUMMARY_REQUEST_HEADER
+from arc_eval.counting import shared_counter
+from arc_eval.protocol import STATE_REQUEST_HEADER, SUMMARY_REQUEST_HEADER, reply_tool_call, text_view
 from arc_eval.types import ChatReply, ChatRequest, ContextOverflow, Message
 
 AGENT_VARIANTS = ("fair", "floor")
@@ -267,7 +269,14 @@ class FloorPolicy(ScriptedPolicy):
 
 
 class ScriptedBackend:
-    """``Backend`` in-process around a policy, with the harness' L_ctx - G_max check."""
+    """``Backend`` in-process around a policy, with the harness' L_ctx - G_max check.
+
+    The prompt is counted with the run's counter (``arc_eval.counting``: the same function the methods
+    use), offered tools included. In tool-calling mode (a request with ``tools``) it answers as a
+    tool-calling model would: the policy reads the messages in text form (``protocol.text_view``) and
+    a reply whose action is a call of an offered tool comes back as that call (``reply_tool_call``),
+    its thought as the content.
+    """
 
     name = "scripted"
 
@@ -286,13 +295,14 @@ class ScriptedBackend:
         self.counter = shared_counter(tokenizer, chat_format)
         self.calls = 0
 
-    async def count_prompt_tokens(self, messages: Sequence[Message]) -> int:
-        return self.counter.count(messages)
+    async def count_prompt_tokens(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
+        return self.counter.count(messages, tools) if tools else self.counter.count(messages)
 
     async def complete(self, request: ChatRequest) -> ChatReply:
         started = time.perf_counter()
         self.calls += 1
-        prompt_tokens = self.counter.count(request.messages)
+        tools = request.tools
+        prompt_tokens = self.counter.count(request.messages, tools) if tools else self.counter.count(request.messages)
         limit = self.context_limit - request.max_tokens
         if prompt_tokens > limit:
             raise ContextOverflow(
@@ -302,16 +312,20 @@ class ScriptedBackend:
                 prompt_tokens=prompt_tokens,
                 limit=limit,
             )
-        content = self.policy(request.messages)
+        content = self.policy(text_view(request.messages, request.tools) if request.tools else request.messages)
         completion_tokens = self.counter.text_tokens(content)
         finish_reason = "stop"
         if completion_tokens > request.max_tokens:
             content = self.counter.tokenizer.decode(self.counter.tokenizer.encode(content)[: request.max_tokens])
             completion_tokens, finish_reason = request.max_tokens, "length"
+        calls: tuple[ToolCall, ...] = ()
+        if request.tools and finish_reason == "stop":
+            content, calls = reply_tool_call(content, request.tools, f"call_{self.calls}")
         return ChatReply(
             content=content,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             finish_reason=finish_reason,
             latency_s=time.perf_counter() - started,
+            tool_calls=calls,
         )

@@ -13,6 +13,13 @@ patterns below are the servers' own words (vLLM's and llama.cpp's sources, the r
 - tool calling asked of a vLLM started without ``--enable-auto-tool-choice``: 400 '"auto" tool
   choice requires --enable-auto-tool-choice and --tool-call-parser to be set'; of a llama-server
   started with ``--no-jinja``: 500 "tools param requires --jinja flag".
+- llama-server prefilling the assistant (its default, ``--prefill-assistant``): a request whose last
+  message is the assistant's is continued instead of answered, and two assistant messages at the end
+  are refused with 400 "Cannot have 2 or more assistant messages at the end of the list." (or
+  "Cannot continue an assistant message that contains tool calls."). In tool-calling mode a reply
+  without a tool call stays in the transcript as the assistant's message alone, so the next prompt
+  ends with it: vLLM answers after it (``add_generation_prompt``), llama-server must be told to
+  (``--no-prefill-assistant``).
 - llama.cpp with several slots sharing one KV pool (``--kv-unified``, the default when the number
   of slots is automatic): long prompts at once get 500 "Context size has been exceeded.". That one
   is retried (it passes once other slots finish); if it persists, the message says how to give each
@@ -30,6 +37,11 @@ TOOL_MODE_VLLM_FIX = (
     "or run without --tool-calling"
 )
 TOOL_MODE_LLAMA_FIX = "restart llama-server with --jinja, or run without --tool-calling"
+PREFILL_FIX = (
+    "restart llama-server with --no-prefill-assistant (tool-calling mode: a reply without a tool call "
+    "leaves the assistant's message last, which llama-server by default continues instead of answering "
+    "after it as vLLM does), or run without --tool-calling"
+)
 SHARED_KV_FIX = (
     "give every llama-server slot its own window: --kv-unified-per-slot L (the pool is then "
     "sized n_parallel x L), or --no-kv-unified -np N -c N*L, or -np 1"
@@ -50,6 +62,8 @@ def configuration_fault(status: int, message: str) -> str | None:
         return TOOL_MODE_VLLM_FIX
     if "requires --jinja" in lowered:
         return TOOL_MODE_LLAMA_FIX
+    if "assistant messages at the end of the list" in lowered or "cannot continue an assistant message" in lowered:
+        return PREFILL_FIX
     if status == 404 and "does not exist" in lowered:
         return (
             "pass --model with a name the server serves (GET /v1/models lists them; vLLM: the "
@@ -81,4 +95,4 @@ def refusal_message(endpoint: str, status: int, message: str) -> str:
             )
         else:
             fix = "read the server's log"
-    return f"{endpoint}: HTTP {status}: {message[:500]}. Fix: {fix}."
+    return f"{endpoint}: HTTP {status}: {message[:500].rstrip('.')}. Fix: {fix}."

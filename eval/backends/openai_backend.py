@@ -13,10 +13,10 @@ What one `complete()` does:
    vLLM's ``POST /tokenize`` with the same ``messages`` (plus ``add_generation_prompt``,
    ``chat_template_kwargs`` and ``tools``), or llama.cpp's ``POST /apply-template`` then ``POST
    /tokenize`` of the rendered prompt. A server with neither (or ``count_with="local"``) is
-   counted locally (`_local_count`, the one seam for a local count: today the served
-   ``tokenizer.json`` over ChatML / Qwen3's no-think variant, else ``o200k_base``); a local count
-   gets a safety margin, the largest amount by which the server's ``usage.prompt_tokens`` has
-   exceeded it so far.
+   counted locally (`_local_count`: the run's counter, `arc_eval.counting`, the same function the
+   methods count with; with ``--tokenizer DIR`` the model directory's own template and tokenizer,
+   exact); a local count gets a safety margin, the largest amount by which the server's
+   ``usage.prompt_tokens`` has exceeded it so far.
 2. Enforces the usable budget itself: prompt > context_limit - max_tokens raises `ContextOverflow`
    with no request sent (vLLM >= 0.32 and llama.cpp clamp a too-large max_tokens instead of
    refusing it; vLLM <= 0.31 refuses; see `arc_eval.backends.overflow`).
@@ -43,17 +43,15 @@ Replicas. With several base URLs a call goes to the replica chosen by a CRC-32 o
 keeps serving its growing prompt; calls without a task id go round-robin. A retry moves to the next
 replica. Base URLs may be given with or without the trailing ``/v1``.
 
-Tool calling (``tools=``). The OpenAI function tools (see `arc_eval.protocol.command_tool_spec`) are
-sent with ``tool_choice: "auto"`` (vLLM needs ``--enable-auto-tool-choice --tool-call-parser
-hermes`` for Qwen3, and >= 0.9.0 for `/tokenize` to count the tool listing; llama-server needs
-``--jinja``, its default). A returned tool call becomes the text action ``name arg1 arg2``
-(argument values in the tool's parameter order, the rule of
-`arc_eval.protocol.tool_call_to_action`), appended to the reply's content as a final ``Action:``
-line, so the loop parses one protocol. On the way back, an assistant message whose action is a
-tool command and that is followed by a ``tool`` message is re-encoded as an assistant
-``tool_calls`` entry plus a ``tool`` message with the matching ``tool_call_id``: the pair always
-travels together. A ``tool`` message with no such assistant message before it is sent with role
-``user``.
+Tool calling. Messages are sent exactly as the method built them (`arc_eval.types.Message.as_json`:
+an assistant's ``tool_calls`` with the arguments' JSON text as the model produced it, a ``tool``
+message's ``tool_call_id``), with the request's own ``tools`` (``ChatRequest.tools``: the method's
+listing on agent calls, none on condensing calls), ``tool_choice: "auto"`` and
+``parallel_tool_calls: false`` (one call per reply); what is counted is exactly what is sent. vLLM
+needs ``--enable-auto-tool-choice --tool-call-parser hermes`` for Qwen3, and >= 0.9.0 for
+`/tokenize` to count the tool listing; llama-server needs ``--jinja``, its default. The reply's
+calls come back as ``ChatReply.tool_calls`` (id, name, arguments as returned; an object of
+arguments is written as JSON text), its text (reasoning removed) as the content.
 
 Temperature and max_tokens: the backend's settings are the run's; a request's ``max_tokens`` may
 only lower the completion cap. ``latency_s`` is the wall time of the successful HTTP attempt.
@@ -87,6 +85,14 @@ from arc_eval.backends.servers import (
     tokenize_count,
     tokens_list_length,
 )
+# re-exported: these moved to arc_eval.protocol
+from arc_eval.protocol import action_to_tool_call as action_to_tool_call
+from arc_eval.protocol import split_tool_action as split_tool_action
+from arc_eval.protocol import tool_call_action as tool_call_action
+from arc_eval.protocol import tool_names as tool_names
+from arc_ref.config import parse_tools
+from arc_ref.message import ToolCall, ToolSpec
+from arc_eval.counting import TemplateCounter, TokenCounter, shared_counter
 from arc_eval.types import (
     BackendReplyError,
     BackendRequestError,
@@ -102,7 +108,7 @@ _THINK_PREFIX = re.compile(r"^\s*<think>.*?</think>\s*", re.DOTALL)
 # A prompt that a local count puts under this fraction of the usable budget cannot credibly
 # overflow: such a refusal is reported as a server fault rather than compacted away.
 FAR_UNDER_FRACTION = 0.5
-PROBE_MESSAGES = ({"role": "user", "content": "Reply with the word OK."},)
+PROBE_MESSAGES = (Message("user", "Reply with the word OK."),)
 
 __all__ = [
     "BackendRequestError",  # defined in arc_eval.types; kept importable from here
@@ -111,7 +117,6 @@ __all__ = [
     "PromptCount",
     "action_to_tool_call",
     "api_urls",
-    "encode_messages",
     "render_for_count",
     "split_tool_action",
     "tool_call_action",
@@ -119,137 +124,7 @@ __all__ = [
 ]
 
 
-# -- message encoding shared with the scripted server ----------------------------------------------
-
-
-def tool_names(tools: Sequence[Mapping[str, Any]] | None) -> dict[str, list[str]]:
-    """Function name -> its parameter names in declaration order."""
-    names: dict[str, list[str]] = {}
-    for tool in tools or ():
-        function = tool.get("function", {})
-        name = function.get("name")
-        if isinstance(name, str):
-            properties = function.get("parameters", {}).get("properties", {})
-            names[name] = list(properties) if isinstance(properties, Mapping) else []
-    return names
-
-
-def action_to_tool_call(action: str, tools: Mapping[str, list[str]]) -> tuple[str, str] | None:
-    """(name, JSON arguments) when `action` is a call of one of `tools`; else None.
-
-    Words after the name fill the parameters in order; extra words join the last parameter.
-    """
-    words = action.split()
-    if not words or words[0] not in tools:
-        return None
-    parameters = tools[words[0]]
-    values = words[1:]
-    arguments: dict[str, str] = {}
-    for position, parameter in enumerate(parameters):
-        if position >= len(values):
-            break
-        arguments[parameter] = (
-            " ".join(values[position:]) if position == len(parameters) - 1 else values[position]
-        )
-    return words[0], json.dumps(arguments, ensure_ascii=False)
-
-
-def tool_call_action(function: Mapping[str, Any], tools: Mapping[str, list[str]]) -> str:
-    """The text action of one returned tool call: the name, then the argument values.
-
-    Values come in the tool's parameter order, then any others; this is the rule of
-    `arc_eval.protocol.tool_call_to_action`. Arguments that are not a JSON object count as one value.
-    """
-    name = str(function.get("name", "")).strip()
-    arguments = function.get("arguments", "")
-    decoded: Any = arguments
-    if isinstance(arguments, str):
-        try:
-            decoded = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError:
-            decoded = arguments
-    if isinstance(decoded, Mapping):
-        order = [key for key in tools.get(name, ()) if key in decoded]
-        order += [key for key in decoded if key not in order]
-        values = [str(decoded[key]).strip() for key in order]
-    elif decoded is None:
-        values = []
-    else:
-        values = [str(decoded).strip()]
-    return " ".join([name, *(value for value in values if value)])
-
-
-_ACTION_LINE = re.compile(r"^\s*\**\s*action\s*\**\s*:\s*\**\s*(.*?)\s*$", re.IGNORECASE)
-_THOUGHT_LABEL = re.compile(r"^\s*\**\s*thought\s*\**\s*:\s*\**\s*", re.IGNORECASE)
-
-
-def split_tool_action(text: str, tools: Mapping[str, list[str]]) -> tuple[str, str] | None:
-    """(thought, action) when the reply's action is a call of one of `tools`; else None.
-
-    The action is the last ``Action:`` line (or, without one, the last line that starts with a
-    tool name); the thought is the text before it, without its ``Thought:`` label.
-    """
-    lines = text.split("\n")
-    for index in range(len(lines) - 1, -1, -1):
-        match = _ACTION_LINE.match(lines[index])
-        candidate = match.group(1).strip("`").strip() if match else lines[index].strip()
-        words = candidate.split()
-        if match is None and not (words and words[0] in tools):
-            continue
-        if not words or words[0] not in tools:
-            return None
-        thought = "\n".join(lines[:index]).strip()
-        thought = _THOUGHT_LABEL.sub("", thought, count=1).strip()
-        return thought, candidate
-    return None
-
-
-def encode_messages(
-    messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None
-) -> list[dict[str, Any]]:
-    """Messages as OpenAI JSON; in tool mode, assistant tool calls and their results are paired."""
-    known = tool_names(tools)
-    encoded: list[dict[str, Any]] = []
-    pending_call: str | None = None
-    for index, message in enumerate(messages):
-        following = messages[index + 1] if index + 1 < len(messages) else None
-        if (
-            message.role == "assistant"
-            and known
-            and following is not None
-            and following.role == "tool"
-        ):
-            split = split_tool_action(message.content, known)
-            call = action_to_tool_call(split[1], known) if split is not None else None
-            if split is not None and call is not None:
-                thought = split[0]
-                pending_call = f"call_{index}"
-                encoded.append(
-                    {
-                        "role": "assistant",
-                        "content": thought or None,
-                        "tool_calls": [
-                            {
-                                "id": pending_call,
-                                "type": "function",
-                                "function": {"name": call[0], "arguments": call[1]},
-                            }
-                        ],
-                    }
-                )
-                continue
-        if message.role == "tool":
-            if pending_call is not None:
-                encoded.append(
-                    {"role": "tool", "tool_call_id": pending_call, "content": message.content}
-                )
-                pending_call = None
-            else:
-                encoded.append({"role": "user", "content": message.content})
-            continue
-        pending_call = None
-        encoded.append({"role": message.role, "content": message.content})
-    return encoded
+# -- message encoding ---------------------------------------------------------------------------
 
 
 def render_for_count(
@@ -257,7 +132,9 @@ def render_for_count(
     tools: Sequence[Mapping[str, Any]] | None,
     chat_format: str,
 ) -> str:
-    """The ChatML text of OpenAI JSON messages (hermes-style tool calls), for local counting."""
+    """The ChatML text of OpenAI JSON messages (hermes-style tool calls): how serve-scripted renders a
+    request when it is given no model directory (an approximation of Qwen's template, ~10% under it on a
+    tool transcript; the harness itself counts tool mode with the model directory's own template)."""
     from arc_ref.chat import get_chat_format
 
     fmt = get_chat_format(chat_format)
@@ -360,7 +237,8 @@ class OpenAIBackend:
         api_key: str | None = None,
         tokenizer_json: str | None = None,
         enable_thinking: bool = False,
-        tools: Sequence[dict[str, Any]] | None = None,
+        tools: Sequence[dict[str, Any] | ToolSpec] | None = None,
+        counter: TokenCounter | None = None,
         count_with: str = "auto",
         backoff_base_s: float = 0.5,
         backoff_max_s: float = 30.0,
@@ -370,7 +248,11 @@ class OpenAIBackend:
     ) -> None:
         """`api_key` None reads ``OPENAI_API_KEY`` (empty: none). ``first_byte_timeout_s`` None is
         the request timeout (a non-streamed answer starts when it is complete); ``call_budget_s``
-        None is two whole requests and the longest backoff."""
+        None is two whole requests and the longest backoff. ``tools``: the tools of tool-calling
+        mode, offered with the probe of `check_server` (every request sends its own
+        ``ChatRequest.tools``). ``counter``: the run's token counter (`arc_eval.counting`), used for
+        every local count; None: ``tokenizer_json`` (else ``o200k_base``) over ChatML, Qwen3's
+        no-think variant when thinking is off."""
         if not base_urls:
             raise ValueError("at least one base URL is needed (e.g. http://localhost:8000/v1)")
         if max_tokens < 1 or context_limit <= max_tokens:
@@ -412,8 +294,8 @@ class OpenAIBackend:
         self.probe_timeout_s = probe_timeout_s
         self.max_retries = max_retries
         self.enable_thinking = enable_thinking
-        self.tools = [dict(tool) for tool in tools] if tools else None
-        self._tool_params = tool_names(self.tools)
+        self.tools = [tool.openai() if isinstance(tool, ToolSpec) else dict(tool) for tool in tools] if tools else None
+        self._probe_tools = parse_tools(self.tools) if self.tools else ()
         self.count_with = count_with
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
@@ -424,8 +306,10 @@ class OpenAIBackend:
         if not (key.isascii() and key.isprintable()):
             raise ValueError("the API key must be printable ASCII (it travels in an HTTP header)")
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._tokenizer_json = tokenizer_json
-        self._local_tokenizer: Any = None
+        if counter is None:
+            name = f"hf:{tokenizer_json}" if tokenizer_json else "o200k_base"
+            counter = shared_counter(name, "chatml" if enable_thinking else "qwen3-nothink")
+        self.counter = counter
         self._round_robin = 0
         self._clients: dict[int, httpx.AsyncClient] = {}
         self._ssl_context: ssl.SSLContext | None = None
@@ -678,7 +562,7 @@ class OpenAIBackend:
         url = self.replicas[replica]["chat"]
         payload: dict[str, Any] = {
             "model": self.model,
-            "messages": list(PROBE_MESSAGES),
+            "messages": [message.as_json() for message in PROBE_MESSAGES],
             "max_tokens": 1,
             "temperature": 0.0,
             "chat_template_kwargs": {"enable_thinking": self.enable_thinking},
@@ -702,8 +586,10 @@ class OpenAIBackend:
                 )
             raise self._refused(url, response)
         completion = parse_completion(self._json(response, url), url)
+        if self.tools and self.server is not None and self.server.kind == LLAMA_CPP:
+            await self._probe_prefill(replica)
         if completion.prompt_tokens is not None and self._server_tokenize:
-            count = await self._count(list(PROBE_MESSAGES), (replica, 0))
+            count = await self._count(PROBE_MESSAGES, self._probe_tools, (replica, 0))
             if count.exact and count.tokens != completion.prompt_tokens:
                 self._note(
                     "probe-count",
@@ -712,21 +598,34 @@ class OpenAIBackend:
                     "budget follows the latter",
                 )
 
+    async def _probe_prefill(self, replica: int) -> None:
+        """Tool mode on llama-server: a prompt may end with the assistant's message (a reply without a call),
+        which must be answered after, as vLLM does, not continued: llama-server's ``--prefill-assistant``
+        (its default) refuses two assistant messages at the end, so /apply-template on such a conversation
+        tells which it is."""
+        url = self.replicas[replica]["apply_template"]
+        conversation = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"},
+                        {"role": "assistant", "content": "z"}]
+        payload = {"model": self.model, "messages": conversation, **self._chat_template_fields(self.tools)}
+        response, _ = await self._send("apply_template", payload, (replica, 0), timeout_s=self.probe_timeout_s,
+                                       retries=1)
+        if response.status_code != 200:
+            raise self._refused(url, response)
+
     # -- counting -------------------------------------------------------------------------------
 
-    def _local_count(self, encoded: Sequence[Mapping[str, Any]]) -> int:
-        """The harness's own count of `encoded` plus the generation prompt: the one seam for
-        counting without the server (a served chat template given as a model directory belongs
-        here). Today: ``tokenizer_json`` (else ``o200k_base``) over ChatML, Qwen3's no-think
-        variant when thinking is off."""
-        if self._local_tokenizer is None:
-            from arc_ref.tokenizers import get_tokenizer
-
-            name = f"hf:{self._tokenizer_json}" if self._tokenizer_json else "o200k_base"
-            self._local_tokenizer = get_tokenizer(name)
-        chat_format = "chatml" if self.enable_thinking else "qwen3-nothink"
-        count: int = self._local_tokenizer.count(render_for_count(encoded, self.tools, chat_format))
-        return count
+    def _local_count(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> int:
+        """The harness's own count of `messages` offered `tools`, plus the generation prompt: the run's
+        counter (`arc_eval.counting`, the one counting seam: with a model directory, its own template
+        and tokenizer, exact). A ChatML counter cannot render tool calls: a request with tools is then
+        rendered the hermes way (``render_for_count``), an estimate (the runner refuses tool mode
+        without a model directory)."""
+        if tools and not isinstance(self.counter, TemplateCounter):
+            chat_format = "chatml" if self.enable_thinking else "qwen3-nothink"
+            encoded = [message.as_json() for message in messages]
+            text = render_for_count(encoded, [tool.openai() for tool in tools], chat_format)
+            return self.counter.tokenizer.count(text)
+        return self.counter.count(messages, tools) if tools else self.counter.count(messages)
 
     @property
     def count_source(self) -> str:
@@ -741,40 +640,44 @@ class OpenAIBackend:
     def _local_margin(self) -> int:
         return max([0, *self._local_underrun])
 
-    def _chat_template_fields(self) -> dict[str, Any]:
+    def _chat_template_fields(self, tools: list[dict[str, Any]] | None) -> dict[str, Any]:
         fields: dict[str, Any] = {
             "add_generation_prompt": True,
             "chat_template_kwargs": {"enable_thinking": self.enable_thinking},
         }
-        if self.tools:
-            fields["tools"] = self.tools
+        if tools:
+            fields["tools"] = tools
         return fields
 
-    async def _count(self, encoded: list[dict[str, Any]], route: tuple[int, int]) -> PromptCount:
+    async def _count(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec], route: tuple[int, int]
+    ) -> PromptCount:
+        encoded = [message.as_json() for message in messages]
+        listing = [tool.openai() for tool in tools] or None
         if self._server_tokenize:
             info = await self._server_info()
             if info.kind == VLLM:
-                count = await self._count_vllm(encoded, route)
+                count = await self._count_vllm(encoded, listing, route)
                 if count is not None:
                     return count
             elif info.kind == LLAMA_CPP:
-                return await self._count_llama_cpp(encoded, route)
+                return await self._count_llama_cpp(encoded, listing, route)
             elif self.count_with == "server":
                 raise BackendRequestError(
                     f"{info.url}: this server offers no way to count tokens (neither vLLM's "
                     "/tokenize nor llama.cpp's /apply-template). Fix: --count-with local, with the "
-                    "served model's tokenizer (--tokenizer-json)"
+                    "served model's directory (--tokenizer DIR)"
                 )
             else:
                 self._server_tokenize = False
                 self._note("local-count", "note: the server cannot count tokens; counting locally")
-        return PromptCount(self._local_count(encoded), exact=False, margin=self._local_margin())
+        return PromptCount(self._local_count(messages, tools), exact=False, margin=self._local_margin())
 
     async def _count_vllm(
-        self, encoded: list[dict[str, Any]], route: tuple[int, int]
+        self, encoded: list[dict[str, Any]], tools: list[dict[str, Any]] | None, route: tuple[int, int]
     ) -> PromptCount | None:
         url = self.replicas[route[0]]["tokenize"]
-        payload = {"model": self.model, "messages": encoded, **self._chat_template_fields()}
+        payload = {"model": self.model, "messages": encoded, **self._chat_template_fields(tools)}
         response, _ = await self._send("tokenize", payload, route)
         if response.status_code == 200:
             body = self._json(response, url)
@@ -796,11 +699,11 @@ class OpenAIBackend:
         raise self._refused(url, response)
 
     async def _count_llama_cpp(
-        self, encoded: list[dict[str, Any]], route: tuple[int, int]
+        self, encoded: list[dict[str, Any]], tools: list[dict[str, Any]] | None, route: tuple[int, int]
     ) -> PromptCount:
         """llama-server renders with its own template, then tokenizes that text as chat does."""
         template_url = self.replicas[route[0]]["apply_template"]
-        payload = {"model": self.model, "messages": encoded, **self._chat_template_fields()}
+        payload = {"model": self.model, "messages": encoded, **self._chat_template_fields(tools)}
         response, _ = await self._send("apply_template", payload, route)
         if response.status_code != 200:
             raise self._refused(template_url, response)
@@ -823,10 +726,9 @@ class OpenAIBackend:
                 f"{self.context_limit}; the server will refuse prompts the harness allows",
             )
 
-    async def count_prompt_tokens(self, messages: Sequence[Message]) -> int:
-        """Tokens the server will charge for `messages` plus the generation prompt."""
-        encoded = encode_messages(messages, self.tools)
-        return (await self._count(encoded, self._route({}))).tokens
+    async def count_prompt_tokens(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
+        """Tokens the server will charge for `messages` offered `tools`, plus the generation prompt."""
+        return (await self._count(messages, tools, self._route({}))).tokens
 
     def calibration(self) -> dict[str, Any]:
         """The harness's prompt counts vs the server's `usage.prompt_tokens` over the calls so far."""
@@ -861,8 +763,7 @@ class OpenAIBackend:
 
     async def complete(self, request: ChatRequest) -> ChatReply:
         route = self._route(request.tags)
-        encoded = encode_messages(request.messages, self.tools)
-        count = await self._count(encoded, route)
+        count = await self._count(request.messages, request.tools, route)
         usable = self.context_limit - self.max_tokens
         if count.budgeted > usable:
             margin = f" (+{count.margin} margin for a local count)" if count.margin else ""
@@ -874,16 +775,17 @@ class OpenAIBackend:
             )
         payload: dict[str, Any] = {
             "model": self.model,
-            "messages": encoded,
+            "messages": [message.as_json() for message in request.messages],
             "max_tokens": min(self.max_tokens, request.max_tokens),
             "temperature": self.temperature,
             "chat_template_kwargs": {"enable_thinking": self.enable_thinking},
         }
         if request.seed is not None:
             payload["seed"] = request.seed
-        if self.tools:
-            payload["tools"] = self.tools
+        if request.tools:
+            payload["tools"] = [tool.openai() for tool in request.tools]
             payload["tool_choice"] = "auto"
+            payload["parallel_tool_calls"] = False  # one call per reply, as one action per reply
         url = self.replicas[route[0]]["chat"]
         response, latency = await self._send("chat", payload, route)
         if response.status_code != 200:
@@ -911,12 +813,15 @@ class OpenAIBackend:
     ) -> ChatReply:
         completion = parse_completion(self._json(response, url), url)
         content = _THINK_PREFIX.sub("", completion.content)
-        for call in completion.tool_calls:
-            function = {"name": call.name, "arguments": call.arguments}
-            action = tool_call_action(function, self._tool_params)
-            content = (
-                f"{content.rstrip()}\nAction: {action}" if content.strip() else f"Action: {action}"
+        calls = tuple(
+            ToolCall(
+                call.call_id or f"call_{number}",
+                call.name,
+                call.arguments if isinstance(call.arguments, str)
+                else json.dumps(call.arguments, ensure_ascii=False),
             )
+            for number, call in enumerate(completion.tool_calls)
+        )
         prompt_tokens = completion.prompt_tokens
         if prompt_tokens is not None:
             self._counts.append((count.tokens, prompt_tokens))
@@ -926,7 +831,7 @@ class OpenAIBackend:
             prompt_tokens = count.tokens
         completion_tokens = completion.completion_tokens
         if completion_tokens is None:
-            completion_tokens = self._local_count([{"role": "assistant", "content": content}])
+            completion_tokens = self.counter.text_tokens(content)
         finish_reason = completion.finish_reason or "stop"
         if finish_reason == "tool_calls":
             finish_reason = "stop"
@@ -937,4 +842,5 @@ class OpenAIBackend:
             finish_reason=finish_reason,
             latency_s=latency,
             counted_prompt_tokens=count.tokens,
+            tool_calls=calls,
         )

@@ -23,6 +23,7 @@ from arc_eval.types import BackendReplyError
 class ToolCall:
     name: str
     arguments: str | Mapping[str, Any]
+    call_id: str = ""  # the call's ``id`` ("" when the server gave none)
 
 
 @frozen
@@ -66,7 +67,10 @@ def _tool_calls(raw: Any, where: str) -> tuple[ToolCall, ...]:
                 f"{where}: message.tool_calls[{index}].function.arguments must be a JSON string, "
                 f"got {arguments!r:.200}"
             )
-        calls.append(ToolCall(function["name"], arguments))
+        call_id = call.get("id")
+        if call_id is not None and not isinstance(call_id, str):
+            raise BackendReplyError(f"{where}: message.tool_calls[{index}].id must be text, got {call_id!r:.200}")
+        calls.append(ToolCall(function["name"], arguments, call_id or ""))
     return tuple(calls)
 
 

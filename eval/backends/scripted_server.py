@@ -12,8 +12,11 @@ Endpoints (the subset of vLLM's server the harness uses):
   counted exactly as the chat endpoint counts them, so a client's count matches ``usage``.
 - ``GET /v1/models``, ``GET /health``, and ``GET /stats`` (requests, ``max_in_flight``...).
 
-Prompt length. The prompt is the ChatML rendering of the messages (hermes-style tool calls, like
-Qwen's template) counted with an `arc_ref` tokenizer (``o200k_base`` by default). With
+Prompt length. Given a model directory (``--tokenizer DIR`` or ``hf-dir:DIR``), the prompt is
+that model's own chat template rendered as vLLM renders it, tools and tool calls included, and
+encoded with its tokenizer (`arc_eval.counting.TemplateCounter`); otherwise it is the ChatML
+rendering of the messages (hermes-style tool calls, an approximation of Qwen's template) counted
+with an `arc_ref` tokenizer (``o200k_base`` by default). With
 ``max_model_len`` L and a prompt of N tokens, it answers as vLLM >= 0.32 does (the texts of
 `arc_eval.backends.overflow`): N > L is refused with HTTP 400 ("This model's maximum context length
 is L tokens. However, your prompt contains N input tokens, which exceeds this limit even without
@@ -55,6 +58,7 @@ import contextlib
 import importlib
 import json
 import logging
+import os
 import signal
 import socket
 import sys
@@ -72,14 +76,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from arc_eval.backends.openai_backend import (
-    action_to_tool_call,
-    render_for_count,
-    split_tool_action,
-    tool_call_action,
-    tool_names,
-)
+from arc_ref.config import TEMPLATE_FORMAT, parse_tools
+from arc_ref.errors import ConfigError
 from arc_eval.arguments import port_number
+from arc_eval.backends.openai_backend import render_for_count
+from arc_eval.counting import TemplateCounter
+from arc_eval.protocol import reply_tool_call, text_view
 from arc_eval.types import ROLES, Message
 
 Policy = Callable[[Sequence[Message]], str]
@@ -233,7 +235,7 @@ class ScriptedServer:
         never_answer: bool = False,
     ) -> None:
         from arc_ref.chat import get_chat_format
-        from arc_ref.tokenizers import get_tokenizer
+        from arc_ref.tokenizers import HF_DIR_PREFIX, get_tokenizer
 
         if max_model_len < 2:
             raise ValueError(f"max_model_len must be at least 2, got {max_model_len}")
@@ -244,7 +246,14 @@ class ScriptedServer:
         for fault in faults:
             if fault != "drop" and not (isinstance(fault, int) and 400 <= fault <= 599):
                 raise ValueError(f"a fault is an HTTP status 400-599 or 'drop', got {fault!r}")
-        get_chat_format(chat_format)  # fail early on an unknown name
+        if os.path.isdir(tokenizer):
+            tokenizer = f"{HF_DIR_PREFIX}{tokenizer}"
+        self.template: TemplateCounter | None = None
+        if tokenizer.startswith(HF_DIR_PREFIX):  # the model's own template, as vLLM serves it
+            self.template = TemplateCounter(tokenizer)
+            chat_format = TEMPLATE_FORMAT
+        else:
+            get_chat_format(chat_format)  # fail early on an unknown name
         self.policy = policy
         self.max_model_len = max_model_len
         self.tokenizer = get_tokenizer(tokenizer)
@@ -442,6 +451,9 @@ class ScriptedServer:
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None
     ) -> list[int]:
         """Token ids of the prompt the way this server renders it (chat and /tokenize alike)."""
+        if self.template is not None:
+            specs = parse_tools(list(tools)) if tools else ()
+            return self.tokenizer.encode(self.template.render_request(messages, specs))
         return self.tokenizer.encode(render_for_count(messages, tools, self.chat_format))
 
     def _tokenize(self, body: bytes) -> tuple[int, dict[str, Any]]:
@@ -455,7 +467,10 @@ class ScriptedServer:
             messages = self._check_messages(request)
             if isinstance(messages, tuple):
                 return messages
-            tokens = self.count_messages(messages, request.get("tools"))
+            try:
+                tokens = self.count_messages(messages, request.get("tools"))
+            except ConfigError as bad:  # a malformed tool, or a conversation the template refuses
+                return _error(400, str(bad), "BadRequestError")
         return 200, {"count": len(tokens), "max_model_len": self.max_model_len, "tokens": tokens}
 
     async def _chat(self, body: bytes) -> tuple[int, dict[str, Any]] | object:
@@ -480,7 +495,10 @@ class ScriptedServer:
         tool_choice = request.get("tool_choice")
         if tools and not self.auto_tool_choice and tool_choice in (None, "auto"):
             return _error(400, TOOL_CHOICE_MESSAGE, "BadRequestError")
-        prompt_tokens = len(self.count_messages(messages, tools))
+        try:
+            prompt_tokens = len(self.count_messages(messages, tools))
+        except ConfigError as bad:  # a malformed tool, or a conversation the template refuses
+            return _error(400, str(bad), "BadRequestError")
         requested = request.get("max_tokens")
         if requested is None:
             requested = request.get("max_completion_tokens")
@@ -538,20 +556,10 @@ class ScriptedServer:
     def _policy_messages(
         messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None
     ) -> list[Message]:
-        """Request messages as the policy sees them: tool calls back in text-action form."""
-        params = tool_names(tools)
-        converted = []
-        for message in messages:
-            content = message.get("content") or ""
-            for call in message.get("tool_calls") or ():
-                action = tool_call_action(call.get("function") or {}, params)
-                content = (
-                    f"{content.rstrip()}\nAction: {action}"
-                    if content.strip()
-                    else f"Action: {action}"
-                )
-            converted.append(Message(str(message["role"]), content))
-        return converted
+        """Request messages as the policy sees them: tool calls back in text-action form
+        (`arc_eval.protocol.text_view`, as the in-process scripted backend shows them)."""
+        specs = parse_tools(list(tools)) if tools else ()
+        return text_view([Message.from_json(message) for message in messages], specs)
 
     def _completion(
         self, reply: str, cap: int, prompt_tokens: int, tools: Sequence[Mapping[str, Any]] | None
@@ -563,22 +571,13 @@ class ScriptedServer:
             reply = self.tokenizer.decode(tokens)
             finish_reason = "length"
         message: dict[str, Any] = {"role": "assistant", "content": reply}
-        params = tool_names(tools)
-        split = split_tool_action(reply, params) if params and finish_reason == "stop" else None
-        if split is not None:
-            thought = split[0]
-            call = action_to_tool_call(split[1], params)
-            if call is not None:
+        if tools and finish_reason == "stop":
+            thought, calls = reply_tool_call(reply, parse_tools(list(tools)), f"call_{self.stats.completed}")
+            if calls:
                 message = {
                     "role": "assistant",
                     "content": thought or None,
-                    "tool_calls": [
-                        {
-                            "id": f"call_{self.stats.completed}",
-                            "type": "function",
-                            "function": {"name": call[0], "arguments": call[1]},
-                        }
-                    ],
+                    "tool_calls": [call.openai() for call in calls],
                 }
                 finish_reason = "tool_calls"
         self.stats.completed += 1
@@ -694,9 +693,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--tokenizer",
         default="o200k_base",
-        help="arc_ref tokenizer: bytes, o200k_base, cl100k_base, hf:PATH",
+        help="a model directory (its tokenizer.json and chat template, rendered as vLLM renders them), or an "
+        "arc_ref tokenizer: bytes, o200k_base, cl100k_base, hf:PATH, hf-dir:DIR",
     )
-    parser.add_argument("--chat-format", default="chatml", help="chatml or qwen3-nothink")
+    parser.add_argument("--chat-format", default="chatml",
+                        help="chatml or qwen3-nothink (without a model directory)")
     parser.add_argument("--concurrency", type=int, default=8, help="requests processed at once")
     parser.add_argument(
         "--latency-ms", type=float, default=0.0, help="artificial service time per request"

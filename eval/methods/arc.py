@@ -4,10 +4,19 @@ Every prompt is `arc_ref.machine.view(state)`, so it is within K <= L = L_ctx - 
 (Theorem claim 1); recall and catalog commands in the agent's action are answered by the core here,
 before any environment (claim 4); every observation is stored verbatim first (A2).
 
+Under the served model's chat template (``--tokenizer DIR``: chat format ``template``) the core counts
+its view exactly as the server will (spec/rendering.md section 3.1). In tool-calling mode the method
+drives the core's tool mode (spec/rendering.md section 13): the agent's turn is a `ToolTurn` (its
+calls to ARC's own tools answered by the core, the others returned to the loop), each result a
+`ToolResult`; the tools offered are the core's listing, ARC's seven tools then the task's
+(``TASK_TOOL_SPECS``), and the messages sent are the view's own, tool calls and ``tool_call_id``
+included, so what is counted (K <= L) is exactly what is sent.
+
 Budgets come from the run's settings: L = context_limit - max_tokens; the paper's recall knobs map to
 tokens at 4 characters per token (Q = recall_budget_chars / 4, q = recall_max_chars / 4 - 80, the 80
 leaving room for the response wrapper); what remains of L after the prefix B, Q and eta is split
-between S, H and G in the paper preset's proportions M : R : P = 2 : 4 : 1.
+between S, H and G in the paper preset's proportions M : R : P = 2 : 4 : 1. The stub cap c is the paper
+preset's (112) or, when the tokenizer needs more for the smallest stub, that floor.
 """
 
 from __future__ import annotations
@@ -17,8 +26,24 @@ from typing import Any, Mapping
 from arc_ref import render
 from arc_ref.config import PRESETS, Config, make_setup, minimum_budgets
 from arc_ref.errors import ArcError, ConfigError
-from arc_ref.machine import AgentTurn, ArcState, Compact, Observe, agent_turn, compact, init, observe, view
-from arc_eval.methods.base import AuxCaller, Intercepted, MethodEvents, MethodSettings
+from arc_ref.machine import (
+    AgentTurn,
+    ArcState,
+    Compact,
+    Observe,
+    ToolResult,
+    ToolTurn,
+    agent_turn,
+    compact,
+    init,
+    observe,
+    tool_result,
+    tool_turn,
+    view,
+)
+from arc_ref.message import ToolCall, ToolSpec
+from arc_eval.methods.base import AuxCaller, Intercepted, MethodEvents, MethodSettings, ToolTurnOutcome
+from arc_eval.protocol import TASK_TOOL_SPECS
 from arc_eval.types import Message, Observation
 
 CHARS_PER_TOKEN = 4
@@ -39,6 +64,8 @@ def arc_config(settings: MethodSettings, system: str, goal: str, *, check: bool 
         keep_verbatim_chars=settings.keep_verbatim_chars,
         tokenizer=settings.tokenizer,
         chat_format=settings.chat_format,
+        action_mode=settings.action_mode,
+        tools=TASK_TOOL_SPECS if settings.action_mode == "tools" else (),
         system=system,
         goal=goal,
         capacity=int(settings.extra.get("arc_capacity", CAPACITY)),
@@ -46,6 +73,9 @@ def arc_config(settings: MethodSettings, system: str, goal: str, *, check: bool 
     )
     chunk_tokens = max(1, settings.recall_max_chars // CHARS_PER_TOKEN - WRAPPER_ALLOWANCE)
     floors = minimum_budgets(base.replace(chunk_tokens=chunk_tokens, page_size=1))
+    if floors["stub_cap"] > base.stub_cap:  # a tokenizer that spends more on the smallest stub (ids, numbers)
+        base = base.replace(stub_cap=floors["stub_cap"])
+        floors = minimum_budgets(base.replace(chunk_tokens=chunk_tokens, page_size=1))
     recall_budget = max(settings.recall_budget_chars // CHARS_PER_TOKEN, floors["recall_budget"])
     limit = settings.context_limit - settings.max_tokens
     available = limit - floors["prefix_tokens"] - recall_budget - OVERHEAD
@@ -88,21 +118,14 @@ class ArcMethod:
         self.state = init(arc_config(self.settings, instructions, goal, check=False))  # init validates it
 
     async def prompt(self, aux: AuxCaller) -> tuple[Message, ...]:
-        """The core's view. In native tool-calling mode the answer to a command becomes a ``tool`` message
-        right after the assistant turn that issued it, so the backend sends them as a call/result pair
-        (the server's template then wraps it; that wrapping is checked by the server-side count)."""
-        shown = view(self.arc)
-        messages = [Message(message.role, message.content) for message in shown.messages]
-        if self.settings.extra.get("tool_calling"):
-            for position in range(1, len(messages)):
-                current = messages[position]
-                if (
-                    current.role == render.USER
-                    and current.content.startswith(render.COMMAND_RESULT_HEADER)
-                    and messages[position - 1].role == render.ASSISTANT
-                ):
-                    messages[position] = Message("tool", current.content)
-        return tuple(messages)
+        """The core's view, message for message (tool calls and the ids results answer included)."""
+        return tuple(Message(message.role, message.content, message.tool_calls, message.tool_call_id)
+                     for message in view(self.arc).messages)
+
+    def tools(self) -> tuple[ToolSpec, ...]:
+        """The core's listing in tool-calling mode (ARC's tools, then the task's); () in text mode."""
+        chat = self.arc.setup.chat
+        return tuple(getattr(chat, "tools", ())) if self.arc.config.action_mode == "tools" else ()
 
     def prompt_tokens(self) -> int:
         """ARC's own count of the next prompt (exact for the configured tokenizer and chat format)."""
@@ -120,6 +143,21 @@ class ArcMethod:
 
     def record_observation(self, action: str, observation: Observation) -> None:
         self.state, result = observe(self.arc, Observe(action, observation.text, observation.returncode))
+        if result.folded:
+            self._compactions.append("proactive")
+
+    def record_tool_turn(self, thought: str, calls: tuple[ToolCall, ...]) -> ToolTurnOutcome:
+        """The core's ``ToolTurn``: calls to ARC's tools (and to tools not offered) are answered by the core."""
+        self.state, result = tool_turn(self.arc, ToolTurn(thought, tuple(calls)))
+        if result.folded:
+            self._compactions.append("proactive")
+        recalls = tuple({"id": r.obs_id, "chunk": r.chunk, "chunks": r.chunks} for r in result.recalls)
+        self._recalls.extend(recalls)
+        return ToolTurnOutcome(result.environment_calls, recalls)
+
+    def record_tool_result(self, call: ToolCall, observation: Observation) -> None:
+        """The core's ``ToolResult``: the result is stored (A2) before anything can compact it."""
+        self.state, result = tool_result(self.arc, ToolResult(call.call_id, observation.text, observation.returncode))
         if result.folded:
             self._compactions.append("proactive")
 

@@ -8,27 +8,33 @@ index, the loop asks it to ``compact``. Everything it did since the last call is
 
 This module also holds:
 
-* ``PromptCounter``: token counts of a message list, serialized the way the server sees it
-  (``arc_ref.chat`` + an ``arc_ref`` tokenizer), with a cache per message so that a call never
-  recounts the whole history (the per-call harness overhead target is < 1 ms at the 16k preset);
+* ``prompt_counter``: the run's token counter (``arc_eval.counting``) for a method's settings;
 * ``TranscriptMethod``: the machinery the five baselines share (prefix, turns, recent suffix,
   proactive trigger, events). ``ArcMethod`` implements ``Method`` on its own.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
 
 from attrs import field, frozen
 
-from arc_ref.chat import get_chat_format
+from arc_ref import render
+from arc_ref.config import ACTION_MODES, TEMPLATE_FORMAT
 from arc_ref.errors import ConfigError
+from arc_ref.machine import SHOWN_TOKEN_CHARS
 from arc_ref.render import INT, LINE, TEXT, Template
-from arc_ref.tokenizers import get_tokenizer
+from arc_ref.message import ToolCall, ToolSpec
+from arc_ref.text import clipped
+# PromptCounter, shared_counter and clear_counter_caches live in arc_eval.counting; importable from here too
+from arc_eval.counting import PromptCounter as PromptCounter
+from arc_eval.counting import clear_counter_caches as clear_counter_caches
+from arc_eval.counting import TokenCounter, shared_counter as shared_counter
+from arc_eval.protocol import TASK_TOOL_SPECS, call_action
 from arc_eval.types import ChatReply, Message, Observation
 
 COMPACTION_REASONS = ("proactive", "reactive", "forced")
+UNKNOWN_TOOL_RETURNCODE = 2  # a call to a tool that is not offered, as its turn is shown to a condensing request
 
 # Fraction of the usable budget L = L_ctx - G_max that a baseline keeps as its verbatim recent
 # suffix after a compaction (override with ``MethodSettings.extra["recent_fraction"]``).
@@ -43,6 +49,11 @@ def _positive(instance: Any, attribute: Any, value: int) -> None:
         raise ConfigError(f"{attribute.name} must be a positive integer, got {value!r}")
 
 
+def _action_mode(instance: Any, attribute: Any, value: str) -> None:
+    if value not in ACTION_MODES:
+        raise ConfigError(f"action_mode must be one of {', '.join(ACTION_MODES)}, got {value!r}")
+
+
 @frozen
 class MethodSettings:
     """Budgets every method shares (paper, "Experimental Setup" and "Ablation")."""
@@ -52,13 +63,19 @@ class MethodSettings:
     keep_verbatim_chars: int = field(default=500, validator=_positive)
     recall_budget_chars: int = field(default=16000, validator=_positive)  # RECALL_BUDGET_CHARS
     recall_max_chars: int = field(default=8000, validator=_positive)  # RECALL_MAX_CHARS
-    tokenizer: str = "o200k_base"  # arc_ref tokenizer name used to estimate prompt tokens
-    chat_format: str = "chatml"
+    tokenizer: str = "o200k_base"  # arc_ref tokenizer name prompts are counted with (hf-dir:DIR: the served model's)
+    chat_format: str = "chatml"  # "template": the model directory's own chat template (arc_ref.templates)
+    action_mode: str = field(default="text", validator=_action_mode)  # "tools": tool-calling mode
     rag_top_k: int = field(default=3, validator=_positive)
     rag_chunk_chars: int = field(default=1000, validator=_positive)
     extra: Mapping[str, Any] = field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
+        if self.action_mode == "tools" and self.chat_format != TEMPLATE_FORMAT:
+            raise ConfigError(
+                "tool-calling mode counts tool calls and results with the served model's own chat template: it"
+                f" needs chat_format {TEMPLATE_FORMAT!r} (--tokenizer DIR, the model directory), got {self.chat_format!r}"
+            )
         if self.max_tokens >= self.context_limit:
             raise ConfigError(
                 f"max_tokens ({self.max_tokens}) must be below context_limit ({self.context_limit}): "
@@ -84,6 +101,14 @@ class Intercepted:
 
     response: str  # what the model will see as the result of its action
     recalls: tuple[Mapping[str, Any], ...] = ()  # {"id", "chunk", "chunks"} per recall answered
+
+
+@frozen
+class ToolTurnOutcome:
+    """Tool-calling mode: what a method made of the model's tool turn."""
+
+    environment_calls: tuple[ToolCall, ...]  # the calls the environment runs (each answered by record_tool_result)
+    recalls: tuple[Mapping[str, Any], ...] = ()  # {"id", "chunk", "chunks"} per recall answered by the method
 
 
 @frozen
@@ -118,6 +143,19 @@ class Method(Protocol):
         """The environment's answer to the agent's last (non-intercepted) action."""
         ...
 
+    def tools(self) -> tuple[ToolSpec, ...]:
+        """The tools offered with every agent call (tool-calling mode); () in text mode."""
+        ...
+
+    def record_tool_turn(self, thought: str, calls: tuple[ToolCall, ...]) -> ToolTurnOutcome:
+        """Tool-calling mode: the model's turn (its text and its tool calls, at most one). The method answers
+        the calls it owns (ARC's recall and catalog tools, or a tool not offered) and returns the others."""
+        ...
+
+    def record_tool_result(self, call: ToolCall, observation: Observation) -> None:
+        """Tool-calling mode: the environment's result of one call that ``record_tool_turn`` returned."""
+        ...
+
     async def compact(self, reason: str, aux: AuxCaller) -> bool:
         """Shrink the view ("proactive" | "reactive" | "forced"); False when nothing is left to shrink."""
         ...
@@ -127,76 +165,7 @@ class Method(Protocol):
         ...
 
 
-class PromptCounter:
-    """Counts the tokens a server charges for a message list, one cached count per message.
-
-    A message is rendered alone (``<|im_start|>role\\ncontent<|im_end|>\\n`` for ChatML) and
-    counted once; a list costs the sum of its messages plus the generation prompt. For ChatML and
-    the tiktoken/byte tokenizers the sum equals the count of the whole rendered text, because the
-    role markers start a new pre-token at every message boundary.
-    """
-
-    def __init__(self, tokenizer: str = "o200k_base", chat_format: str = "chatml", cache_size: int = 8192):
-        self.tokenizer = get_tokenizer(tokenizer)
-        self.chat_format = get_chat_format(chat_format)
-        self._cache: OrderedDict[tuple[str, str], int] = OrderedDict()
-        self._cache_size = cache_size
-        self.generation_prompt_tokens = self.tokenizer.count(self.chat_format.generation_prompt)
-
-    def message_tokens(self, message: Message) -> int:
-        key = (message.role, message.content)
-        cached = self._cache.get(key)
-        if cached is not None:
-            self._cache.move_to_end(key)
-            return cached
-        tokens = self.tokenizer.count(self.chat_format.render_message(message.role, message.content))
-        self._cache[key] = tokens
-        if len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
-        return tokens
-
-    def clear(self) -> None:
-        """Forget every cached count (benchmarks measure cold caches with it)."""
-        self._cache.clear()
-
-    def count(self, messages: Sequence[Message]) -> int:
-        """Prompt tokens of ``messages`` with the generation prompt appended."""
-        return sum(self.message_tokens(message) for message in messages) + self.generation_prompt_tokens
-
-    def text_tokens(self, text: str) -> int:
-        """Tokens of a bare text (no role markers), cached like messages (retrieved memory repeats)."""
-        key = ("", text)
-        cached = self._cache.get(key)
-        if cached is not None:
-            self._cache.move_to_end(key)
-            return cached
-        tokens = self.tokenizer.count(text)
-        self._cache[key] = tokens
-        if len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
-        return tokens
-
-
-_COUNTERS: dict[tuple[str, str], PromptCounter] = {}
-
-
-def shared_counter(tokenizer: str, chat_format: str) -> PromptCounter:
-    """The process-wide counter of a tokenizer and chat format (one cache for methods and backends)."""
-    key = (tokenizer, chat_format)
-    counter = _COUNTERS.get(key)
-    if counter is None:
-        counter = PromptCounter(tokenizer, chat_format)
-        _COUNTERS[key] = counter
-    return counter
-
-
-def clear_counter_caches() -> None:
-    """Empty the caches of every shared counter."""
-    for counter in _COUNTERS.values():
-        counter.clear()
-
-
-def prompt_counter(settings: MethodSettings) -> PromptCounter:
+def prompt_counter(settings: MethodSettings) -> TokenCounter:
     """The process-wide counter for the settings' tokenizer and chat format."""
     return shared_counter(settings.tokenizer, settings.chat_format)
 
@@ -275,9 +244,13 @@ class TranscriptMethod:
     async def prompt(self, aux: AuxCaller) -> tuple[Message, ...]:
         self._flush_pending()
         messages = await self._assemble(aux)
-        if self.counter.count(messages) > self.settings.usable_tokens and await self.compact("proactive", aux):
+        if self._prompt_tokens(messages) > self.settings.usable_tokens and await self.compact("proactive", aux):
             messages = await self._assemble(aux)
         return messages
+
+    def _prompt_tokens(self, messages: Sequence[Message]) -> int:
+        tools = self.tools()
+        return self.counter.count(messages, tools) if tools else self.counter.count(messages)
 
     def record_agent(self, thought: str, action: str) -> Intercepted | None:
         self._flush_pending()
@@ -297,6 +270,39 @@ class TranscriptMethod:
                 observation.returncode,
             )
         )
+
+    def tools(self) -> tuple[ToolSpec, ...]:
+        """Tool-calling mode: the task's commands as tools (``TASK_TOOL_SPECS``), the same for every baseline."""
+        return TASK_TOOL_SPECS if self.settings.action_mode == "tools" else ()
+
+    def record_tool_turn(self, thought: str, calls: tuple[ToolCall, ...]) -> ToolTurnOutcome:
+        """The assistant message carries the call as the model made it; its result comes back as a ``tool``
+        message (``record_tool_result``). A call to a tool that is not offered is answered here with the core's
+        note (``NAME: no tool has this name; not run``), never run, as ARC's core does."""
+        self._flush_pending()
+        if len(calls) > 1:
+            raise ValueError(f"one tool call per reply, got {len(calls)}")
+        assistant = Message("assistant", thought, tuple(calls))
+        if not calls:
+            self.turns.append(Turn(assistant, None, ""))
+            return ToolTurnOutcome(())
+        call = calls[0]
+        action = call_action(call, self.tools())
+        if call.name in {tool.name for tool in self.tools()}:
+            self._pending = Turn(assistant, None, action)
+            return ToolTurnOutcome((call,))
+        note = render.note_unknown_tool(clipped(call.name, SHOWN_TOKEN_CHARS))
+        self.turns.append(Turn(assistant, Message("tool", note, tool_call_id=call.call_id), action, note,
+                               UNKNOWN_TOOL_RETURNCODE))
+        return ToolTurnOutcome(())
+
+    def record_tool_result(self, call: ToolCall, observation: Observation) -> None:
+        pending = self._pending
+        self._pending = None
+        action = pending.action if pending is not None else call_action(call, self.tools())
+        assistant = pending.assistant if pending is not None else Message("assistant", "", (call,))
+        result = Message("tool", observation_text(action, observation), tool_call_id=call.call_id)
+        self.turns.append(Turn(assistant, result, action, observation.text, observation.returncode))
 
     async def compact(self, reason: str, aux: AuxCaller) -> bool:
         if reason not in COMPACTION_REASONS:
@@ -324,6 +330,9 @@ class TranscriptMethod:
             self._pending = None
 
     def _turn_tokens(self, turn: Turn) -> int:
+        tools = self.tools()
+        if tools:
+            return sum(self.counter.message_tokens(message, tools) for message in turn.messages())
         return sum(self.counter.message_tokens(message) for message in turn.messages())
 
     def _recent_start(self) -> int:

@@ -88,6 +88,22 @@ def compact(reason: str) -> str:
     return line("compact", reason=reason)
 
 
+def call(call_id: str, name: str, arguments: Any = None) -> dict[str, Any]:
+    """One OpenAI tool call of a tool_turn line; ``arguments`` a JSON text, or a value written as one."""
+    text_ = arguments if isinstance(arguments, str) else json.dumps(arguments or {}, ensure_ascii=False)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": text_}}
+
+
+def tool_turn(thought: str, *calls: dict[str, Any]) -> str:
+    return line("tool_turn", thought=thought, calls=list(calls))
+
+
+def tool_result(call_id: str, observation: str, returncode: int | None = None) -> str:
+    if returncode is None:
+        return line("tool_result", call_id=call_id, observation=observation)
+    return line("tool_result", call_id=call_id, observation=observation, returncode=returncode)
+
+
 VIEW = line("view")
 
 

@@ -48,7 +48,15 @@ def folded_by(op_name: str) -> Callable[[Outputs], bool]:
 
 
 def recall_chunks(outputs: Outputs) -> list[dict[str, Any]]:
-    return [recalled for output in ops(outputs, "agent") for recalled in output.get("recalls", [])]
+    """Every recalled chunk, of agent turns and of tool turns (tool mode)."""
+    return [recalled for output in outputs if output["op"] in ("agent", "tool_turn")
+            for recalled in output.get("recalls", [])]
+
+
+def answered_has(fragment: str) -> Callable[[Outputs], bool]:
+    """A tool turn's answer to a call of ARC's tools (or of no offered tool) contains ``fragment``."""
+    return lambda outputs: any(fragment in answer["content"] for output in ops(outputs, "tool_turn")
+                               for answer in output["answered"])
 
 
 def empty_chunk_text(outputs: Outputs) -> bool:
@@ -65,7 +73,7 @@ def reassembles(observation: str) -> Callable[[Outputs], bool]:
 
     def check(outputs: Outputs) -> bool:
         chunks = recall_chunks(outputs)
-        for output in ops(outputs, "observe"):
+        for output in ops(outputs, "observe") + ops(outputs, "tool_result"):
             pieces = {r["chunk"]: r["payload"] for r in chunks if r["id"] == output["id"] and r["chunk"] > 0}
             complete = bool(output["chunks"]) and sorted(pieces) == list(range(1, output["chunks"] + 1))
             if complete and "".join(pieces[index] for index in sorted(pieces)) == observation:

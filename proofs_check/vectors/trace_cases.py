@@ -6,15 +6,19 @@ from proofs_check.vectors.dsl import (
     VIEW,
     TraceVector,
     agent,
+    call,
     compact,
     config,
     line,
     make_id,
     obs,
     other_digit,
+    tool_result,
+    tool_turn,
     with_fingerprint,
 )
 from proofs_check.vectors.features import (
+    answered_has,
     bare_id_in_summary,
     buffer_evicted,
     empty_chunk_text,
@@ -89,6 +93,108 @@ def template_vectors() -> list[TraceVector]:
                 ("the generation prompt has the empty think block",
                  view_has("<|im_start|>assistant\n<think>\n\n</think>\n\n")),
                 ("H was folded", folded_by("observe")),
+            ),
+            (QWEN3_VECTOR_PATH,),
+        ),
+    ]
+
+
+SENSOR_REPORT = "\n".join(
+    f"row {number}: reading={number * 13 % 97} status={'ok' if number % 5 else 'LATE'}" for number in range(1, 7)
+)
+READ_FILE = {"type": "function", "function": {"name": "read_file", "description": "Read a file.",
+                                              "parameters": {"type": "object",
+                                                             "properties": {"path": {"type": "string"}},
+                                                             "required": ["path"]}}}
+LS = {"type": "function", "function": {"name": "ls"}}
+
+
+def tool_mode_vectors() -> list[TraceVector]:
+    """Tool-calling mode (rendering.md §13) through the trace's tool_turn and tool_result ops, on Qwen3's files."""
+    qwen_tools = {"tokenizer": QWEN3, "chat_format": "template", "action_mode": "tools", "tools": [READ_FILE, LS],
+                  "context_limit": 3000, "recent_budget": 420, "summary_budget": 300, "page_budget": 300,
+                  "recall_budget": 200, "chunk_tokens": 24}
+    report_arguments = '{"path": "report.txt"}'
+    report = make_id(1, f"read_file {report_arguments}", SENSOR_REPORT)
+    return [
+        TraceVector(
+            "tool_mode_qwen3_session",
+            ("rendering.md §13", "trace.md §2", "A2", "A3", "A5", "L4"),
+            "Tool-calling mode on Qwen3's chat template: the tools listing (ARC's seven tools, then read_file and"
+            " ls) in the system turn; an environment call stays pending (a view may be taken meanwhile) until"
+            " its tool_result stores the observation under the next id, whose action is the call's name and"
+            " arguments; calls to _recall, _recall-next and _recall_meta are answered by the core (the chunks"
+            " reassemble the file exactly), an unknown tool gets a note and is not run; two results of one turn"
+            " may come in any order; a large result is shown as its stub; a turn without calls is a final"
+            " answer; H folds by units, never separating a call from its result.",
+            (
+                config("minimal", **qwen_tools),
+                VIEW,
+                tool_turn("Read the report.", call("call_1", "read_file", report_arguments)),
+                VIEW,
+                tool_result("call_1", SENSOR_REPORT),
+                tool_turn("", call("call_2", "_recall", {"id": report}), call("call_3", "_recall-next", {"id": report}),
+                          call("call_4", "grep", {"pattern": "LATE"})),
+                tool_turn("", call("call_5", "_recall-next", {"id": report}),
+                          call("call_6", "_recall_meta", {"id": report})),
+                VIEW,
+                tool_turn("List, then read the log.", call("call_7", "ls"),
+                          call("call_8", "read_file", {"path": "big.log"})),
+                tool_result("call_8", "\n".join(f"log line {number}: all quiet" for number in range(1, 80)), 1),
+                tool_result("call_7", "report.txt big.log"),
+                tool_turn("", call("call_9", "catalog-first")),
+                VIEW,
+                tool_turn("Row 5 is LATE."),
+                VIEW,
+            ),
+            (
+                ("the tools listing is in the system turn", view_has('"name": "_recall-next"')),
+                ("a pending call is shown before its result", view_has('"path": "report.txt"')),
+                ("the recalled chunks reassemble the file", reassembles(SENSOR_REPORT)),
+                ("an unknown tool is not run", answered_has("grep: no tool has this name; not run")),
+                ("the catalog page is answered", answered_has("catalog page 1/")),
+                ("a large result is shown as its stub",
+                 lambda outputs: any(not output["verbatim"] for output in outputs if output["op"] == "tool_result")),
+                ("tool results answer their calls", view_has("<tool_response>")),
+                ("H was folded", lambda outputs: any(output.get("folded", 0) > 0 for output in outputs
+                                                     if output["op"] in ("tool_turn", "tool_result"))),
+            ),
+            (QWEN3_VECTOR_PATH,),
+        ),
+        TraceVector(
+            "tool_mode_refusals",
+            ("rendering.md §13", "trace.md §3"),
+            "Tool mode's refusals, each an error line that leaves the state as it was: a result with no pending"
+            " call, text mode's observe and agent, a tool_turn whose calls are not OpenAI tool calls (not an"
+            " array, a call without its type, arguments that are not a string), two calls sharing an id, a new"
+            " turn while a call waits for its result, a result for an id that is not pending, a returncode that"
+            " is not an integer; an unknown op names the ops of tool mode.",
+            (
+                config("minimal", **qwen_tools),
+                tool_result("call_1", "x"),
+                obs("ls", "x"),
+                agent("", "ls"),
+                line("tool_turn", thought="", calls="ls"),
+                line("tool_turn", thought="", calls=[{"id": "c", "function": {"name": "ls", "arguments": "{}"}}]),
+                line("tool_turn", thought="", calls=[{"id": "c", "type": "function",
+                                                      "function": {"name": "ls", "arguments": {}}}]),
+                tool_turn("", call("c", "ls"), call("c", "read_file", {"path": "a"})),
+                tool_turn("", call("call_1", "ls")),
+                tool_turn("", call("call_2", "ls")),
+                tool_result("call_9", "x"),
+                line("tool_result", call_id="call_1", observation="x", returncode=1.5),
+                tool_result("call_1", "a.txt", 2),
+                line("tool"),
+                VIEW,
+            ),
+            (
+                ("the refused lines", errors_on(2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 14)),
+                ("a result with nothing pending", has_error("no pending tool call has id 'call_1' (pending: none)")),
+                ("observe belongs to text mode", has_error("an observe event belongs to action_mode 'text'")),
+                ("calls must be tool calls", has_error("'calls' must be an array of tool calls")),
+                ("arguments must be a string", has_error("'arguments' must be a string")),
+                ("a turn while a call is pending", has_error("of the previous turn have no result yet")),
+                ("the ops of tool mode are named", has_error("must be one of config, tool_turn, tool_result")),
             ),
             (QWEN3_VECTOR_PATH,),
         ),
@@ -613,7 +719,19 @@ def trace_vectors() -> tuple[TraceVector, ...]:
             (config("minimal", action_mode="tools"), VIEW),
             (("the chat format is named", has_error("action_mode 'tools' needs chat_format 'template'")),),
         ),
+        TraceVector(
+            "tool_ops_in_text_mode",
+            ("rendering.md §13", "trace.md §3"),
+            "tool_turn and tool_result are ops of every trace, but the core refuses them in action_mode text"
+            " (the default); the state is kept and the text-mode trace goes on.",
+            (config("minimal"), tool_turn("", call("call_1", "ls")), tool_result("call_1", "x"),
+             obs("ls", "a.txt"), VIEW),
+            (("both tool ops are refused", errors_on(2, 3)),
+             ("a tool turn needs tool mode", has_error("a tool turn needs action_mode 'tools'")),
+             ("a tool result needs tool mode", has_error("a tool result needs action_mode 'tools'"))),
+        ),
         *template_vectors(),
+        *tool_mode_vectors(),
     ]
     return tuple(vectors) + port_guess_vectors() + hostile_vectors()
 

@@ -417,7 +417,7 @@ def test_trace_messages_cut_long_values_at_forty_characters() -> None:
     long_value = "v" * 100
     quoted = json.dumps(long_value)[:40]
     assert _errors(json.dumps({"op": long_value})) == [
-        f"\"op\" must be one of {', '.join(trace.TRACE_OPS)}, got {quoted}"
+        f"\"op\" must be one of {', '.join(trace.TEXT_MODE_OPS)}, got {quoted}"
     ]
     assert _errors(json.dumps({"op": "observe", "action": ["x" * 100], "observation": "o"})) == [
         f"'action' must be a string, got {json.dumps(['x' * 100])[:40]}"

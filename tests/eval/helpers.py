@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Callable, Sequence
 
 from arc_eval.types import ChatReply, ChatRequest, ContextOverflow, Message, Observation, Task
+from tests.core.test_tokenizers import _train_tokenizer_json
+from tests.core.test_tool_mode import TOOL_TEMPLATE
+
+
+def tool_model_dir(directory: Path) -> str:
+    """A model directory made here (a small trained tokenizer.json and a tool-capable chat template), for the
+    template and tool-calling paths without ../shared/data."""
+    directory.mkdir(parents=True, exist_ok=True)
+    _train_tokenizer_json(directory / "tokenizer.json")
+    (directory / "tokenizer_config.json").write_text(json.dumps({"chat_template": TOOL_TEMPLATE}), encoding="utf-8")
+    return str(directory)
 
 
 def reply(text: str, prompt_tokens: int = 10) -> ChatReply:

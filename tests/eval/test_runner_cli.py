@@ -15,6 +15,7 @@ import pytest
 
 from arc_eval.cli import build_parser, default_run_dir, main, spec_from_args
 from arc_eval.runner import ABLATIONS, RunSpec, run
+from tests.eval.helpers import tool_model_dir
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO.parent / "shared" / "data" / "longbench_v2_hard_sample"
@@ -43,7 +44,9 @@ def lines(path: Path) -> list[dict[str, Any]]:
         (["nih", "--backend", "openai", "--model", "m", "--base-url", "http://host:99999/v1"],
          "port 99999 is outside 0-65535"),
         (["nih", "--seeds", "42", "42"], "--seeds lists 42 more than once"),
-        (["nih", "--tool-calling"], "--tool-calling needs --backend openai"),
+        (["nih", "--tool-calling"], "--tool-calling counts the tool listing"),
+        (["nih", "--chat-format", "template"], "--chat-format template renders the served model's own chat template"),
+        (["nih", "--tokenizer", "/nonexistent-model-dir/"], "unknown tokenizer"),
         (["nih", "--max-tokens", "20000"], "must be below --context-limit"),
         (["nih", "--tokenizer", "nonsense"], "unknown tokenizer"),
         (["nih", "--tokenizer-json", "/nonexistent/tokenizer.json"], "cannot load tokenizer.json"),
@@ -65,6 +68,24 @@ def test_bad_arguments_exit_2_with_a_message(argv: list[str], message: str, caps
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["nih", "--context-limit", "4096", "--max-tokens", "512"],
+         "method arc cannot run with these settings: summary_budget would be"),
+        (["ablation", "recall-budget", "--context-limit", "8192", "--max-tokens", "2048"],
+         "method arc (variant recall=32k/16k) cannot run with these settings"),
+    ],
+)
+def test_a_method_that_refuses_the_settings_stops_the_run_before_anything_is_recorded(
+        argv: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert main([*argv, "--tasks", "2", "--seeds", "1", "--out", str(out), "--no-progress", "--rag-retriever", "bm25"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "raise --context-limit" in err and "Traceback" not in err
+    assert not out.exists()
 
 
 def test_small_nih_run_prints_the_table_and_writes_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -300,16 +321,69 @@ def test_openai_backend_over_http_matches_the_embedded_backend(tmp_path: Path) -
     assert app.stats.chat_requests > 0
 
 
-def test_tool_calling_offers_the_recall_tools_to_arc_only(tmp_path: Path) -> None:
-    from arc_eval.runner import make_backend
+@pytest.mark.parametrize("count_with", ["server", "local"])
+def test_tool_mode_over_http_counts_exactly_what_serve_scripted_counts(tmp_path: Path, count_with: str) -> None:
+    """Tool mode end to end over HTTP, every method, serve-scripted rendering with the same model directory as vLLM
+    would: the harness's count of every call (the server's /tokenize, or its own template count) equals the
+    server's usage.prompt_tokens, and the outcomes equal the in-process scripted backend's."""
+    import io
 
-    spec = RunSpec(task_kind="nih", methods=("sliding_window",), seeds=(1,), out=tmp_path, tasks_per_seed=1,
-                   backend="openai", base_urls=("http://127.0.0.1:9/v1",), model="m", tool_calling=True)
+    from arc_eval.agent.scripted import ScriptedPolicy
+    from arc_eval.backends.scripted_server import build_app, serve_in_thread
+
+    model = tool_model_dir(tmp_path / "model")
+    common: dict[str, Any] = dict(task_kind="nih", methods=("full_context", "sliding_window", "llm_summary",
+                                  "structured_state", "rag_memory", "arc"), seeds=(42,), tasks_per_seed=1,
+                                  progress=False, concurrency=3, tokenizer=model, tool_calling=True,
+                                  context_limit=24000, rag_retriever="bm25", max_steps=10)
+    embedded = run(RunSpec(out=tmp_path / "embedded", **common), out=io.StringIO())
+    app = build_app(ScriptedPolicy(), max_model_len=24000, concurrency=3, tokenizer=model)
+    with serve_in_thread(app) as base_url:
+        remote = run(RunSpec(out=tmp_path / "http", backend="openai", base_urls=(base_url,), model="scripted",
+                             count_with=count_with, **common), out=io.StringIO())
+    assert remote.aborted is None and remote.ran == embedded.ran == 6
+    calls = [call for call in lines(tmp_path / "http" / "calls.jsonl") if not call["overflow"]]  # sent calls
+    assert calls and all(call["counted_prompt_tokens"] == call["prompt_tokens"] > 0 for call in calls)
+    assert any(call["action"].startswith("cat ") for call in calls)
+
+    def outcomes(directory: Path) -> list[tuple[Any, ...]]:
+        rows = lines(directory / "tasks.jsonl")
+        return sorted((row["method"], row["task_id"], row["end"], row["correct"], row["steps"]) for row in rows)
+
+    assert outcomes(tmp_path / "embedded") == outcomes(tmp_path / "http")
+    manifest = json.loads((tmp_path / "http" / "manifest.json").read_text())
+    assert manifest["config"]["chat_format"] == "template" and manifest["config"]["tokenizer"] == f"hf-dir:{model}"
+
+
+def test_a_model_directory_counts_with_its_template_and_tool_mode_offers_each_method_its_tools(
+        tmp_path: Path) -> None:
+    from arc_eval.counting import TemplateCounter
+    from arc_eval.methods import make_method
+    from arc_eval.protocol import TASK_TOOL_SPECS
+    from arc_eval.runner import make_backends, method_settings
+
+    model = tool_model_dir(tmp_path / "model")
+    spec = RunSpec(task_kind="nih", methods=("sliding_window", "arc"), seeds=(1,), out=tmp_path / "run",
+                   tasks_per_seed=1, backend="openai", base_urls=("http://127.0.0.1:9/v1",), model="m",
+                   tokenizer=model, tool_calling=True)
     spec.validate()
-    arc_backend: Any = make_backend(spec, "arc")
-    other: Any = make_backend(spec, "sliding_window")
-    assert [tool["function"]["name"] for tool in arc_backend.tools][:2] == ["_recall", "_recall-next"]
-    assert other.tools is None
+    counting = spec.prompt_counting()
+    assert (counting.tokenizer, counting.chat_format) == (f"hf-dir:{model}", "template")
+    assert isinstance(counting.counter(), TemplateCounter)
+    backends: Any = make_backends(spec)
+    assert backends["arc"] is backends["sliding_window"] and backends["arc"].counter is counting.counter()
+    assert [tool["function"]["name"] for tool in backends["arc"].tools] == [tool.name for tool in TASK_TOOL_SPECS]
+    settings = method_settings(spec, "bm25")
+    sliding, arc = make_method("sliding_window", settings), make_method("arc", settings)
+    sliding.begin("s", "goal")
+    arc.begin("s", "goal")
+    assert sliding.tools() == TASK_TOOL_SPECS
+    assert [tool.name for tool in arc.tools()][:2] == ["_recall", "_recall-next"] and arc.tools()[7:] == TASK_TOOL_SPECS
+    text = RunSpec(task_kind="nih", methods=("arc",), seeds=(1,), out=tmp_path / "run", tasks_per_seed=1,
+                   tokenizer=f"hf-dir:{model}")
+    assert text.prompt_counting().chat_format == "template"
+    assert RunSpec(task_kind="nih", methods=("arc",), seeds=(1,), out=tmp_path, tasks_per_seed=1,
+                   tokenizer=model, chat_format="chatml").prompt_counting().chat_format == "chatml"
 
 
 def test_the_agent_and_the_layout_are_chosen_recorded_and_the_figures_say_what_they_are(

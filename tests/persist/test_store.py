@@ -335,7 +335,8 @@ def test_a_writer_snapshots_as_the_log_grows(tmp_path: Path) -> None:
 
 
 def test_a_template_config_round_trips_and_reopens_from_its_snapshot(tmp_path: Path) -> None:
-    from arc_ref.machine import ToolTurn
+    from arc_ref.errors import InvalidEvent
+    from arc_ref.machine import ToolResult, ToolTurn, ToolTurnResult
     from arc_ref.message import ToolCall
     from tests.core.test_tokenizers import _train_tokenizer_json
     from tests.core.test_tool_mode import TOOL_TEMPLATE, tool_config
@@ -357,9 +358,22 @@ def test_a_template_config_round_trips_and_reopens_from_its_snapshot(tmp_path: P
         assert reopened.report.snapshot_seq == 4 and reopened.state == expected
     with DurableStore.open(path, readonly=True, use_snapshot=False) as folded_again:
         assert folded_again.state == expected
-    # tool-calling mode: its config line carries the tools, but its events have no trace line yet
-    with DurableStore.create(tmp_path / "tools.arc", tool_config(str(model))) as store:
+    # tool-calling mode: its config line carries the tools, its tool_turn and tool_result rows reopen to the state
+    tools_path = tmp_path / "tools.arc"
+    with DurableStore.create(tools_path, tool_config(str(model))) as store:
         assert json.loads(next(store.events(1, 1)).line)["tools"][0]["function"]["name"] == "read_file"
-        with pytest.raises(StoreError, match="no line for ToolTurn events yet"):
-            store.append(ToolTurn("", (ToolCall("call_1", "read_file", '{"path": "c"}'),)))
-        assert store.seq == 1
+        store.append(ToolTurn("read it", (ToolCall("call_1", "read_file", '{"path": "c"}'),)))
+        with pytest.raises(InvalidEvent, match="no pending tool call has id 'call_9'"):
+            store.append(ToolResult("call_9", "wrong call"))
+        store.append(ToolResult("call_1", "gamma\n" * 40, 1))
+        obs_id = store.state.records[0].obs_id
+        answer = store.append(ToolTurn("", (ToolCall("call_2", "_recall", json.dumps({"id": obs_id})),))).output
+        assert isinstance(answer, ToolTurnResult) and answer.recalls[0].payload.startswith("gamma")
+        expected = store.state
+        rows = [json.loads(stored.line) for stored in store.events()]
+    assert [row["op"] for row in rows] == ["config", "tool_turn", "tool_result", "tool_turn"]
+    assert rows[1]["calls"] == [{"id": "call_1", "type": "function",
+                                 "function": {"name": "read_file", "arguments": '{"path": "c"}'}}]
+    for use_snapshot in (True, False):
+        with DurableStore.open(tools_path, readonly=True, use_snapshot=use_snapshot) as reopened:
+            assert reopened.state == expected

@@ -119,3 +119,37 @@ def test_missing_foreign_and_damaged_stores_are_one_clear_line(
     assert code == 2 and "row 3 fails its checksum" in err and err.count("\n") == 1
     code, out, err = run(capfd, "export", str(store_path))  # the intact rows, then the error
     assert code == 2 and len(out.splitlines()) == 2 and "row 3 fails its checksum" in err
+
+
+def test_a_tool_mode_store_exports_and_replays(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """Tool mode's tool_turn and tool_result rows (spec/trace.md §2): exported as stored, replayed to the state."""
+    from arc_ref.machine import ToolResult, ToolTurn
+    from arc_ref.message import ToolCall
+    from tests.core.test_tokenizers import _train_tokenizer_json
+    from tests.core.test_tool_mode import TOOL_TEMPLATE, tool_config
+
+    model = tmp_path / "model"
+    model.mkdir()
+    _train_tokenizer_json(model / "tokenizer.json")
+    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": TOOL_TEMPLATE}), encoding="utf-8")
+    path = tmp_path / "tools.arc"
+    with DurableStore.create(path, tool_config(str(model))) as store:
+        store.append(ToolTurn("look", (ToolCall("call_1", "read_file", '{"path": "a.txt"}'),)))
+        store.append(ToolResult("call_1", CONTENT, 2))
+        obs_id = store.state.records[0].obs_id
+        store.append(ToolTurn("", (ToolCall("call_2", "_recall", json.dumps({"id": obs_id})),)))
+        state = store.state
+    capfd.readouterr()  # what training the tokenizer printed
+    code, exported, err = run(capfd, "export", str(path))
+    lines = exported.splitlines()
+    assert code == 0 and err == ""
+    assert [json.loads(line)["op"] for line in lines] == ["config", "tool_turn", "tool_result", "tool_turn"]
+    assert fold_lines(lines) == state
+    outputs = [json.loads(line) for line in
+               subprocess.run([sys.executable, "-m", "arc_ref.cli", "replay", "-"], input=exported.encode("utf-8"),
+                              capture_output=True, check=True).stdout.decode("utf-8").splitlines()]
+    assert [output["op"] for output in outputs] == ["config", "tool_turn", "tool_result", "tool_turn"]
+    assert outputs[2]["id"] == obs_id and outputs[2]["call_id"] == "call_1"
+    assert outputs[3]["recalls"][0]["payload"] == CONTENT[:len(outputs[3]["recalls"][0]["payload"])]
+    code, out, _ = run(capfd, "inspect", str(path))
+    assert code == 0 and "1 observations" in out

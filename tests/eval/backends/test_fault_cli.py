@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from arc_eval.cli import main
+from tests.eval.helpers import tool_model_dir
 
 SERVE = "import sys; from arc_eval.cli import main; sys.exit(main(['serve-scripted', *sys.argv[1:]]))"
 RUN = "import sys; from arc_eval.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -104,8 +105,8 @@ def test_a_server_started_with_an_api_key(serve: type[Server], tmp_path: Path) -
 
 def test_tool_mode_switched_off_on_the_server(serve: type[Server], tmp_path: Path) -> None:
     server = serve("--no-auto-tool-choice")
-    err = stopped_before_start(arc_eval(server.url, tmp_path / "run", "--tool-calling", "--methods", "arc"),
-                               tmp_path / "run")
+    model = tool_model_dir(tmp_path / "model")
+    err = stopped_before_start(arc_eval(server.url, tmp_path / "run", "--tool-calling", "--tokenizer", model), tmp_path / "run")
     assert '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set' in err
     assert "Fix: restart vLLM with --enable-auto-tool-choice --tool-call-parser hermes" in err
 

@@ -25,7 +25,9 @@ from typing import Any, Callable, Iterator
 import httpx
 import pytest
 
-from arc_eval.backends.faults import SHARED_KV_FIX
+from arc_ref.config import parse_tools
+from arc_ref.message import ToolCall
+from arc_eval.backends.faults import PREFILL_FIX, SHARED_KV_FIX
 from arc_eval.backends.openai_backend import OpenAIBackend
 from arc_eval.types import (
     BackendRequestError,
@@ -110,7 +112,7 @@ def test_llama_server_is_detected_and_counted_with_its_own_template_and_tokenize
 
     async def job(backend: OpenAIBackend) -> Any:
         infos = await backend.check_server()
-        reply = await backend.complete(ask("one two three"))
+        reply = await backend.complete(ChatRequest(ask("one two three").messages, tools=parse_tools(TOOLS)))
         return infos, reply, backend.calibration()
 
     infos, reply, calibration = run(handler, job, tools=TOOLS)
@@ -168,6 +170,59 @@ def test_tools_without_jinja_stop_at_once_with_the_fix() -> None:
     assert sum(entry["path"] == "/v1/chat/completions" for entry in seen) == 1  # never retried
 
 
+def prefilling(body: dict[str, Any]) -> httpx.Response | None:
+    """llama-server's default --prefill-assistant (server-common.cpp): two assistant messages at the end are
+    refused (one is continued, not answered); None when the conversation passes."""
+    roles = [message["role"] for message in body["messages"]]
+    if roles[-2:] == ["assistant", "assistant"]:
+        error = {"code": 400, "type": "invalid_request_error",
+                 "message": "Cannot have 2 or more assistant messages at the end of the list."}
+        return httpx.Response(400, json={"error": error})
+    return None
+
+
+def prefill_mock(prefill: bool) -> tuple[Callable[[httpx.Request], httpx.Response], list[dict[str, Any]]]:
+    handler, seen = llama_mock()
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if prefill and request.url.path in ("/apply-template", "/v1/chat/completions"):
+            body = json.loads(request.content)
+            refusal = prefilling(body)
+            if refusal is not None:
+                seen.append({"path": request.url.path, **body})
+                return refusal
+        return handler(request)
+
+    return answer, seen
+
+
+def test_tool_mode_against_a_prefilling_llama_server_stops_before_the_first_task_with_the_fix() -> None:
+    handler, seen = prefill_mock(prefill=True)
+    with pytest.raises(BackendRequestError) as caught:
+        run(handler, lambda backend: backend.check_server(), tools=TOOLS)
+    assert "Cannot have 2 or more assistant messages" in str(caught.value) and PREFILL_FIX in str(caught.value)
+    assert sum(entry["path"] == "/apply-template" for entry in seen) == 1  # never retried
+    # text mode never ends a prompt with the assistant's message: no probe, the same server passes
+    handler, seen = prefill_mock(prefill=True)
+    run(handler, lambda backend: backend.check_server())
+    assert not any(entry["path"] == "/apply-template" and entry["messages"][-1]["role"] == "assistant"
+                   for entry in seen)
+    # started with --no-prefill-assistant, tool mode passes
+    handler, _ = prefill_mock(prefill=False)
+    infos = run(handler, lambda backend: backend.check_server(), tools=TOOLS)
+    assert infos[0].kind == "llama.cpp"
+
+
+def test_a_prefill_refusal_during_a_run_is_a_configuration_fault_with_the_fix() -> None:
+    handler, seen = prefill_mock(prefill=True)
+    transcript = ChatRequest((*ask().messages, Message("assistant", "thinking"), Message("assistant", "more")),
+                             tools=parse_tools(TOOLS))
+    with pytest.raises(BackendRequestError, match="--no-prefill-assistant") as caught:
+        run(handler, lambda backend: backend.complete(transcript), tools=TOOLS)
+    assert not isinstance(caught.value, ContextOverflow)
+    assert sum(entry["path"] == "/apply-template" for entry in seen) == 1
+
+
 # -- a real llama-server ---------------------------------------------------------------------------
 
 
@@ -213,7 +268,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with open(log, "wb") as sink:
         server = subprocess.Popen(
             [binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", "4096", "-np", "1",
-             "-t", "1", "--jinja", "--alias", "tiny"],
+             "-t", "1", "--jinja", "--no-prefill-assistant", "--alias", "tiny"],
             stdout=sink, stderr=subprocess.STDOUT,
         )
     try:
@@ -234,17 +289,19 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def test_a_real_llama_server_counts_exactly_in_text_and_tool_mode(llama_server: str) -> None:
+    call = ToolCall("call_1", "_recall", '{"id": "§0001-ab12"}')
     history = (
         Message("system", "You are an agent. Answer with Thought: and Action: lines."),
         Message("user", "Find the needle. Ünïcode, 数字 12345, and tabs\tto count."),
-        Message("assistant", "Thought: look it up.\nAction: _recall §0001-ab12"),
-        Message("tool", "[§0001-ab12 chunk 1/1] NEEDLE=XYZ"),
+        Message("assistant", "look it up.", (call,)),
+        Message("tool", "[§0001-ab12 chunk 1/1] NEEDLE=XYZ", tool_call_id="call_1"),
         Message("user", "go on"),
     )
 
     async def job(backend: OpenAIBackend) -> Any:
         infos = await backend.check_server()
-        replies = [await backend.complete(ChatRequest(history[:n], max_tokens=8)) for n in (2, 5)]
+        offered = parse_tools(backend.tools) if backend.tools else ()
+        replies = [await backend.complete(ChatRequest(history[:n], max_tokens=8, tools=offered)) for n in (2, 5)]
         return infos, replies, backend.calibration()
 
     for tools in (None, TOOLS):

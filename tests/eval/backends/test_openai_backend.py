@@ -10,11 +10,12 @@ from typing import Any, Sequence
 import httpx
 import pytest
 
+from arc_ref.config import parse_tools
+from arc_ref.message import ToolCall
 from arc_eval.backends.openai_backend import (
     BackendRequestError,
     OpenAIBackend,
     api_urls,
-    encode_messages,
 )
 from arc_eval.backends.scripted_server import build_app, serve_in_thread
 from arc_eval.types import BackendUnavailable, ChatRequest, ContextOverflow, Message
@@ -226,55 +227,81 @@ TOOLS = [
 ]
 
 
-def test_tool_calls_round_trip_as_text_actions() -> None:
+def test_tool_calls_travel_verbatim_both_ways() -> None:
+    """A returned call comes back as a structured ToolCall; the method's messages (the call, the result answering
+    its id) are sent exactly as built, with the request's own tools, and counted exactly as sent."""
     app = build_app(echo_policy, max_model_len=4096)
+    tools = parse_tools(TOOLS)
+    sent: list[dict[str, Any]] = []
     with serve_in_thread(app) as url:
 
         async def run() -> None:
-            async with backend(url, context_limit=4096, tools=TOOLS) as client:
-                reply = await client.complete(ask("recall please"))
-                # the server answered with a native tool call; the client made it an action again
-                assert reply.content == "the citation may hold it.\nAction: _recall §0001-ab12"
-                assert reply.finish_reason == "stop"
+            async with backend(url, context_limit=4096) as client:
+                reply = await client.complete(ChatRequest(ask("recall please").messages, tools=tools))
+                assert reply.content == "the citation may hold it." and reply.finish_reason == "stop"
+                assert reply.tool_calls == (ToolCall("call_0", "_recall", '{"id": "§0001-ab12"}'),)
                 history = ask("recall please").messages + (
-                    Message("assistant", reply.content),
-                    Message("tool", "[§0001-ab12 chunk 1/1] NEEDLE=XYZ"),
+                    Message("assistant", reply.content, reply.tool_calls),
+                    Message("tool", "[§0001-ab12 chunk 1/1] NEEDLE=XYZ", tool_call_id="call_0"),
                     Message("user", "go on"),
                 )
-                await client.complete(ChatRequest(history))
+                original = client._send
+
+                async def spy(endpoint: str, payload: Any, *args: Any, **kwargs: Any) -> Any:
+                    if endpoint == "chat":
+                        sent.append(payload)
+                    return await original(endpoint, payload, *args, **kwargs)
+
+                client._send = spy  # type: ignore[method-assign]
+                plain = await client.complete(ChatRequest(history))  # no tools: none offered, none parsed
+                assert plain.tool_calls == () and plain.content.endswith("Action: cat a.txt")
                 assert client.calibration()["max_abs_diff"] == 0
 
         asyncio.run(run())
-    # the policy saw the tool call as a text action and the tool result in its own message
+    assert sent[0]["messages"] == [message.as_json() for message in history_of(sent[0])]
+    assert sent[0]["messages"][2]["tool_calls"][0] == {
+        "id": "call_0", "type": "function", "function": {"name": "_recall", "arguments": '{"id": "§0001-ab12"}'}}
+    assert sent[0]["messages"][3] == {"role": "tool", "content": "[§0001-ab12 chunk 1/1] NEEDLE=XYZ",
+                                      "tool_call_id": "call_0"}
+    assert "tools" not in sent[0] and "parallel_tool_calls" not in sent[0]
+    # the policy read the call as a text action and the result in its own message
     last = SEEN[-1]
     assert last[2] == Message("assistant", "the citation may hold it.\nAction: _recall §0001-ab12")
     assert last[3] == Message("tool", "[§0001-ab12 chunk 1/1] NEEDLE=XYZ")
 
 
-def test_encode_messages_pairs_tool_calls_with_results() -> None:
-    history = [
-        Message("system", "s"),
-        Message("assistant", "Thought: look it up\nAction: _recall §0001-ab12"),
-        Message("tool", "payload"),
-        Message("assistant", "Thought: read\nAction: cat a.txt"),
-        Message("tool", "orphan result"),
-    ]
-    encoded = encode_messages(history, TOOLS)
-    assert encoded[1]["tool_calls"][0]["function"] == {
-        "name": "_recall",
-        "arguments": json.dumps({"id": "§0001-ab12"}, ensure_ascii=False),
-    }
-    assert encoded[1]["content"] == "look it up"
-    assert encoded[2] == {
-        "role": "tool",
-        "tool_call_id": encoded[1]["tool_calls"][0]["id"],
-        "content": "payload",
-    }
-    assert encoded[3] == {"role": "assistant", "content": "Thought: read\nAction: cat a.txt"}
-    assert encoded[4] == {"role": "user", "content": "orphan result"}
-    # without tools every message passes through as text
-    plain = encode_messages(history[:3], None)
-    assert plain[1]["content"].endswith("_recall §0001-ab12") and plain[2]["role"] == "user"
+def history_of(payload: dict[str, Any]) -> list[Message]:
+    return [Message.from_json(message) for message in payload["messages"]]
+
+
+def test_a_request_with_tools_offers_them_one_call_at_a_time() -> None:
+    seen: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json={"object": "list", "data": [{"id": "scripted", "max_model_len": 2048}]})
+        body = json.loads(request.content)
+        seen.append({"path": request.url.path, **body})
+        if request.url.path == "/tokenize":
+            return httpx.Response(200, json={"count": 40, "max_model_len": 2048, "tokens": list(range(40))})
+        calls = [{"id": "c7", "type": "function", "function": {"name": "_recall", "arguments": {"id": "§1"}}},
+                 {"type": "function", "function": {"name": "_recall", "arguments": '{"id": "§2"}'}}]
+        message = {"role": "assistant", "content": None, "tool_calls": calls}
+        return httpx.Response(200, json={"choices": [{"message": message, "finish_reason": "tool_calls"}],
+                                         "usage": {"prompt_tokens": 40, "completion_tokens": 9}})
+
+    async def run() -> Any:
+        async with backend("http://replica.invalid:8000", transport=httpx.MockTransport(handler)) as client:
+            return await client.complete(ChatRequest(ask("go").messages, tools=parse_tools(TOOLS)))
+
+    reply = asyncio.run(run())
+    assert reply.content == "" and reply.finish_reason == "stop"
+    # every call as returned (an object of arguments written as JSON text, a missing id numbered); the loop keeps one
+    assert reply.tool_calls == (ToolCall("c7", "_recall", '{"id": "§1"}'), ToolCall("call_1", "_recall", '{"id": "§2"}'))
+    chat = [entry for entry in seen if entry["path"] == "/v1/chat/completions"][0]
+    assert chat["tools"] == TOOLS and chat["tool_choice"] == "auto" and chat["parallel_tool_calls"] is False
+    tokenize = [entry for entry in seen if entry["path"] == "/tokenize"][0]
+    assert tokenize["tools"] == TOOLS and tokenize["messages"] == chat["messages"]
 
 
 def test_request_payload_switches_thinking_off_and_caps_tokens() -> None:

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from pathlib import Path
 
 import pytest
 
 from arc_ref.config import make_setup
 from arc_ref.errors import ConfigError
+from arc_ref.message import ToolCall
+from arc_ref.tools import ARC_TOOLS
 from arc_eval.methods import make_method
 from arc_eval.methods.arc import ArcMethod, arc_config
 from arc_eval.methods.base import MethodSettings, prompt_counter
+from arc_eval.protocol import TASK_TOOL_SPECS
 from arc_eval.types import ChatReply, Message, Observation
+from tests.eval.helpers import tool_model_dir
 
 
 async def _no_aux(messages: object, purpose: str) -> ChatReply:  # ARC never makes auxiliary calls
@@ -84,19 +90,38 @@ def test_compaction_reasons_are_recorded_and_report_progress() -> None:
     assert method.drain_events().compactions == ("reactive",)
 
 
-def test_tool_calling_mode_pairs_a_command_with_its_result() -> None:
-    method = ArcMethod(MethodSettings(context_limit=16384, extra={"tool_calling": True}))
+def test_tool_calling_mode_drives_the_cores_tool_turns(tmp_path: Path) -> None:
+    """In tool mode the agent's turn is the core's ToolTurn: ARC's own calls are answered by the core, a task call
+    is returned for the environment and its result stored; the messages carry the calls and the ids they answer."""
+    model = tool_model_dir(tmp_path / "model")
+    settings = MethodSettings(context_limit=16384, tokenizer=f"hf-dir:{model}", chat_format="template",
+                              action_mode="tools")
+    method = ArcMethod(settings)
     method.begin("system", "goal")
-    method.record_agent("look", "cat a.txt")
-    method.record_observation("cat a.txt", Observation("alpha", 0))
+    assert [tool.name for tool in method.tools()] == [tool.name for tool in ARC_TOOLS + TASK_TOOL_SPECS]
+    read = ToolCall("c1", "cat", '{"file": "a.txt"}')
+    outcome = method.record_tool_turn("look", (read,))
+    assert outcome.environment_calls == (read,) and outcome.recalls == ()
+    method.record_tool_result(read, Observation("alpha", 0))
     obs_id = method.arc.records[0].obs_id
-    assert method.record_agent("again", f"_recall {obs_id}") is not None
+    recall = ToolCall("c2", "_recall", json.dumps({"id": obs_id}, ensure_ascii=False))
+    outcome = method.record_tool_turn("again", (recall,))
+    assert outcome.environment_calls == () and outcome.recalls == ({"id": obs_id, "chunk": 1, "chunks": 1},)
     messages = asyncio.run(method.prompt(_no_aux))
-    roles = [message.role for message in messages]
-    assert roles[-2:] == ["assistant", "tool"] and messages[-1].content.startswith("Result of your command:")
-    assert "tool" not in roles[:-1]
+    assert [message.role for message in messages[-4:]] == ["assistant", "tool", "assistant", "tool"]
+    assert messages[-4].tool_calls == (read,) and messages[-3].tool_call_id == "c1"
+    assert messages[-3].content.endswith("alpha") and messages[-2].tool_calls == (recall,)
+    assert messages[-1].tool_call_id == "c2"
+    counter = prompt_counter(settings)
+    assert method.prompt_tokens() == counter.count(messages, method.tools())
+    assert counter.tokenizer.count(counter.render(messages, method.tools())) == method.prompt_tokens()
     with pytest.raises(ValueError):
         asyncio.run(method.compact("sometimes", _no_aux))
+
+
+def test_tool_calling_needs_the_template() -> None:
+    with pytest.raises(ConfigError, match="needs chat_format 'template'"):
+        MethodSettings(context_limit=16384, action_mode="tools")
 
 
 def test_messages_are_the_cores_view() -> None:

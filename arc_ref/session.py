@@ -1,0 +1,366 @@
+"""ARC in front of an agent: a session that speaks OpenAI chat messages and tool calls (issue 10, item 2).
+
+A `Session` is a thin adapter over the core's tool-calling mode (spec/rendering.md section 13): every
+assistant turn is a `ToolTurn`, every environment result a `ToolResult`, and the messages to send are the
+core's view (A4) in OpenAI chat format, counted with the configured tokenizer and the served model's own chat
+template (chat format ``template``, tokenizer ``hf-dir:DIR``), tools listing included. Nothing here builds a
+view of its own.
+
+    session = Session("hf-dir:models/Qwen3-8B", system="You are a coding agent.", tools=[read_file_tool])
+    session.add_user("Find the failing test.")            # the task (the goal of the prefix F)
+    reply = client.chat.completions.create(model=..., messages=session.messages(), tools=session.tools())
+    session.add_assistant(reply.choices[0].message)        # text and tool calls; ARC's calls answered here
+    for call in reply.choices[0].message.tool_calls or []:
+        if not session.is_arc_call(call):
+            session.add_tool_result(call.id, run_my_tool(call))   # stored under an id the store mints (A1)
+
+Calls to ARC's own tools (``_recall``, ``_recall-next``, ``_recall-start``, ``_recall_meta``,
+``catalog-first``, ``catalog-next``, ``catalog-page``: the command words of arc_ref.commands) are answered by
+the core when the assistant turn is added, without touching the environment (A3, A5); `handle` returns that
+answer as the tool message. An environment result is stored as the next observation under an id the
+store mints (A1, A2); the framework's ``tool_call_id`` only links the call to its result in the messages.
+Compaction folds H by units (a turn with the results of its calls), so a call and its result are never
+separated (`arc_ref.machine.fold`). With ``path`` the session is durable: every event is committed to a
+`DurableStore` before the method returns, and `Session.open(path)` resumes it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping, Sequence
+
+from attrs import frozen
+
+from arc_ref.config import Config, preset
+from arc_ref.errors import ArcError
+from arc_ref.machine import (
+    ArcState,
+    Event,
+    ObserveResult,
+    Output,
+    ToolAnswer,
+    ToolResult,
+    ToolTurn,
+    ToolTurnResult,
+    init,
+    step,
+    view,
+)
+from arc_ref.message import ToolCall
+from arc_ref.persist import DurableStore
+from arc_ref.templates import TemplateFormat
+from arc_ref.tools import ARC_TOOL_NAMES
+
+
+class SessionError(ArcError):
+    """A session used out of order (a result for a call never made, a turn while calls wait...)."""
+
+
+@frozen
+class Audit:
+    """The budget audit of the messages to send (A4, Lemma 2): tokens per component, what was folded, recalled.
+
+    ``prefix`` is B without the tools listing, ``tool_listing`` what the listing adds to B; ``summary``,
+    ``suffix``, ``catalog``, ``recall_buffer`` are tokens(S), tokens(H), tokens(G), tokens(U); ``overhead`` the
+    generation prompt. They add up to ``tokens`` <= ``budget`` (K) <= ``limit`` (L).
+    """
+
+    tokens: int
+    budget: int
+    limit: int
+    prefix: int
+    tool_listing: int
+    summary: int
+    suffix: int
+    catalog: int
+    recall_buffer: int
+    overhead: int
+    stored: int  # observations in the store
+    folded: int  # entries of H folded into S by this session object (since it was opened)
+    compacted: tuple[tuple[str, str], ...]  # (id, how S shows it: stub, bare or inline) of folded observations
+    summarized_turns: int  # folded turns and answers shown in S as thoughts and notes
+    omitted: int  # summary items collapsed into the omitted count
+    recalled: tuple[tuple[str, int, int], ...]  # (id, chunk, chunks) in the recall buffer U, oldest first
+    recalled_last_turn: tuple[tuple[str, int, int], ...]  # the chunks the last assistant turn recalled
+
+    def components(self) -> dict[str, int]:
+        return {"prefix": self.prefix, "tool_listing": self.tool_listing, "summary": self.summary,
+                "suffix": self.suffix, "catalog": self.catalog, "recall_buffer": self.recall_buffer,
+                "overhead": self.overhead}
+
+    def text(self) -> str:
+        """The audit as a few printable lines."""
+        parts = ", ".join(f"{name} {tokens}" for name, tokens in self.components().items())
+        lines = [f"{self.tokens} tokens <= K = {self.budget} <= L = {self.limit}: {parts}",
+                 f"stored {self.stored} observations; folded {self.folded} entries of H into S this session"
+                 f" ({len(self.compacted)} observations and {self.summarized_turns} turns/answers in S,"
+                 f" {self.omitted} omitted)"]
+        if self.compacted:
+            lines.append("compacted: " + ", ".join(f"{obs_id} ({kind})" for obs_id, kind in self.compacted))
+        if self.recalled:
+            lines.append("recall buffer: " + ", ".join(f"{obs_id} chunk {chunk}/{chunks}"
+                                                       for obs_id, chunk, chunks in self.recalled))
+        if self.recalled_last_turn:
+            lines.append("recalled by the last turn: " + ", ".join(
+                f"{obs_id} chunk {chunk}/{chunks}" for obs_id, chunk, chunks in self.recalled_last_turn))
+        return "\n".join(lines)
+
+
+def _field(value: Any, name: str) -> Any:
+    """A field of a mapping or of an object (the openai client's pydantic models), None when absent."""
+    if isinstance(value, Mapping):
+        return value.get(name)
+    return getattr(value, name, None)
+
+
+def tool_call(call: Any) -> ToolCall:
+    """An OpenAI tool call (a mapping, an openai client object, or a ToolCall) as the core's ToolCall."""
+    if isinstance(call, ToolCall):
+        return call
+    function = _field(call, "function")
+    call_id, name, arguments = _field(call, "id"), _field(function, "name"), _field(function, "arguments")
+    if not isinstance(call_id, str) or not isinstance(name, str):
+        raise SessionError(
+            'a tool call must be {"id": ..., "type": "function", "function": {"name": ..., "arguments": ...}}'
+            f" with string id and name, got {str(call)[:80]!r}"
+        )
+    if arguments is None:
+        arguments = ""
+    if not isinstance(arguments, str):
+        raise SessionError(f"tool call {call_id!r}: arguments must be the JSON text the model produced (a string)")
+    return ToolCall(call_id, name, arguments)
+
+
+class Session:
+    """An agent's conversation kept by ARC: in memory, or durable in a `DurableStore` at ``path``.
+
+    ``tokenizer`` is the served model's directory as ``hf-dir:DIR`` (its tokenizer and chat template count
+    every message as the server will). ``tools`` are the environment's tools (OpenAI tool objects), offered
+    after ARC's own. ``preset_name`` and ``overrides`` set the budgets (spec/parameters.md); the defaults are
+    the paper's (a 16k window, 4096-token completions). System and goal may also be set before the first
+    message is requested (`set_system`, `set_goal` / `add_user`); the session starts then.
+    """
+
+    def __init__(self, tokenizer: str | None = None, *, system: str | None = None, goal: str | None = None,
+                 tools: Sequence[Mapping[str, Any]] = (), path: str | os.PathLike[str] | None = None,
+                 config: Config | None = None, preset_name: str = "paper", **overrides: Any) -> None:
+        if config is None and tokenizer is None:
+            raise SessionError("a session needs the served model's tokenizer (hf-dir:DIR) or a config")
+        if config is not None and (tokenizer is not None or tools or overrides):
+            raise SessionError("give either a config or tokenizer/tools/budgets, not both")
+        self._config = config
+        self._preset_name = preset_name
+        self._overrides: dict[str, Any] = dict(overrides)
+        if tokenizer is not None:
+            self._overrides.update(tokenizer=tokenizer, chat_format="template", action_mode="tools",
+                                   tools=list(tools))
+        self._system = system
+        self._goal = goal
+        self._path = path
+        self._store: DurableStore | None = None
+        self._state: ArcState | None = None
+        self._answers: dict[str, ToolAnswer] = {}  # ARC's answers to the calls of the last turn
+        self._calls: dict[str, ToolCall] = {}  # the calls of the last turn
+        self._results: dict[str, str] = {}  # call id -> the id its result was stored under (last turn)
+        self._last_recalls: tuple[tuple[str, int, int], ...] = ()
+        self.folded = 0
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> "Session":
+        """Resume a durable session: its state is the fold of its stored events (calls still pending included)."""
+        store = DurableStore.open(path)
+        session = cls(config=store.state.config, path=path)
+        session._store, session._state = store, store.state
+        return session
+
+    # --- the prefix (before the session starts) -------------------------------------------------------
+
+    def set_system(self, text: str) -> None:
+        self._before_start("the system prompt")
+        self._system = text
+
+    def set_goal(self, text: str) -> None:
+        self._before_start("the goal")
+        self._goal = text
+
+    def add_user(self, text: str) -> None:
+        """The user's message: the task, kept verbatim in the prefix F (the core has one user message, the goal).
+
+        Only before the session starts; a second one before then is refused too (join them yourself).
+        """
+        if self._goal is not None:
+            self._before_start("a user message")
+            raise SessionError("the goal is already set: the view keeps one user message (the task); join them")
+        self.set_goal(text)
+
+    def _before_start(self, what: str) -> None:
+        if self._state is not None:
+            raise SessionError(
+                f"{what} cannot change once the session has started (its first messages, turn or audit): the"
+                " prefix F is fixed for the whole task, and the view keeps one user message, the goal"
+            )
+
+    def start(self) -> ArcState:
+        """Fix the configuration and start the task (and create the store); done by the first use anyway."""
+        if self._state is not None:
+            return self._state
+        config = self._config if self._config is not None else preset(self._preset_name, **self._overrides)
+        changes = {name: value for name, value in (("system", self._system), ("goal", self._goal))
+                   if value is not None}
+        if "goal" not in changes and self._config is None:
+            raise SessionError("no task yet: add the user's message first (add_user or set_goal)")
+        config = config.replace(**changes)
+        if config.action_mode != "tools":
+            raise SessionError("a session speaks OpenAI tool calls: it needs action_mode 'tools' (chat format"
+                               " 'template' with the tokenizer 'hf-dir:DIR')")
+        if self._path is not None:
+            self._store = DurableStore.create(self._path, config)
+            self._state = self._store.state
+        else:
+            self._state = init(config)
+        return self._state
+
+    @property
+    def state(self) -> ArcState:
+        return self.start()
+
+    # --- what to send ----------------------------------------------------------------------------------
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The OpenAI chat messages of the next request: the view (A4), within K <= L by construction."""
+        state = self.start()
+        if state.pending:
+            raise SessionError(
+                f"tool call(s) {', '.join(call.call_id for call in state.pending)} await their result"
+                " (add_tool_result) before the next request"
+            )
+        return view(state).chat_messages()
+
+    def tools(self) -> list[dict[str, Any]]:
+        """The ``tools`` of the next request (OpenAI JSON Schema): ARC's seven tools, then the environment's."""
+        listing = view(self.start()).tools()
+        assert listing is not None  # tool mode always lists ARC's tools
+        return listing
+
+    def is_arc_call(self, call: Any) -> bool:
+        """The call is to one of ARC's tools, or to a name no tool has (both answered by the session)."""
+        name = tool_call(call).name
+        return name in ARC_TOOL_NAMES or name not in {tool.name for tool in self.start().config.tools}
+
+    def audit(self) -> Audit:
+        """The budget audit of `messages()`: tokens per component, what was compacted, what was recalled."""
+        state = self.start()
+        shown = view(state)
+        parts = shown.components
+        chat = state.setup.chat
+        listing = chat.tool_listing_tokens() if isinstance(chat, TemplateFormat) else 0
+        items = state.summary.items
+        compacted = tuple((state.obs_id(item.index), item.kind) for item in items
+                          if item.kind in ("stub", "bare", "inline") and item.index > 0)
+        return Audit(
+            tokens=shown.tokens, budget=shown.budget, limit=shown.limit, prefix=parts.prefix - listing,
+            tool_listing=listing, summary=parts.summary, suffix=parts.recent, catalog=parts.catalog,
+            recall_buffer=parts.recall, overhead=parts.overhead, stored=state.stored, folded=self.folded,
+            compacted=compacted, summarized_turns=len(items) - len(compacted), omitted=state.summary.omitted,
+            recalled=tuple((state.obs_id(entry.index), entry.chunk, entry.chunks) for entry in state.recall_buffer),
+            recalled_last_turn=self._last_recalls,
+        )
+
+    # --- what the model and the environment did ----------------------------------------------------------
+
+    def add_assistant(self, message: Any = None, tool_calls: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+        """Add the model's reply: an OpenAI assistant message (mapping or openai object), or its text and calls.
+
+        Calls to ARC's tools are answered now (their tool messages are returned, and are in `messages()`);
+        environment calls wait for `add_tool_result`. Returns ARC's tool messages in call order.
+        """
+        if isinstance(message, str) or message is None:
+            content = message or ""
+            calls = tuple(tool_call(call) for call in tool_calls or ())
+        else:
+            if tool_calls is not None:
+                raise SessionError("give an assistant message or its text and tool_calls, not both")
+            content = _field(message, "content") or ""
+            calls = tuple(tool_call(call) for call in _field(message, "tool_calls") or ())
+            if not isinstance(content, str):
+                raise SessionError("the assistant message's content must be text")
+        state = self.start()
+        if state.pending:
+            raise SessionError(
+                f"tool call(s) {', '.join(call.call_id for call in state.pending)} of the last assistant turn"
+                " await their result (add_tool_result) before the next assistant turn"
+            )
+        output = self._apply(ToolTurn(content, calls))
+        assert isinstance(output, ToolTurnResult)
+        self._calls = {call.call_id: call for call in calls}
+        self._answers = {answer.call_id: answer for answer in output.answered}
+        self._results = {}
+        self._last_recalls = tuple((recall.obs_id, recall.chunk, recall.chunks) for recall in output.recalls)
+        return [self._tool_message(answer) for answer in output.answered]
+
+    def handle(self, call: Any) -> dict[str, Any]:
+        """The tool message answering a call of the last assistant turn to one of ARC's tools (never the
+        environment's: those are run by the caller and added with `add_tool_result`)."""
+        made = tool_call(call)
+        answer = self._answers.get(made.call_id)
+        if answer is not None:
+            return self._tool_message(answer)
+        if made.call_id in self._calls:
+            raise SessionError(f"call {made.call_id!r} is to the environment's tool {made.name!r}: run it and add"
+                               " its result with add_tool_result")
+        raise SessionError(f"no call of the last assistant turn has id {made.call_id!r}: add the assistant"
+                           " message first (add_assistant); ARC answers its calls then")
+
+    def add_tool_result(self, call_id: str, content: str, returncode: int = 0) -> str:
+        """Store the environment's result of a pending call; returns the id the store minted for it (A1)."""
+        if not isinstance(call_id, str):
+            raise SessionError(f"call_id must be the tool call's id (a string), got {call_id!r}")
+        if not isinstance(content, str):
+            raise SessionError(f"the result of {call_id!r} must be text, got {type(content).__name__}")
+        state = self.start()
+        if state.turn == 0:
+            raise SessionError("no assistant turn yet: a tool result answers a call of the last assistant turn")
+        if call_id in self._answers:
+            raise SessionError(f"call {call_id!r} is to ARC's tool {self._calls[call_id].name!r} and was answered"
+                               " by the session (handle returns its message); only environment calls take a"
+                               " result")
+        if call_id in self._results:
+            raise SessionError(f"call {call_id!r} already has its result (stored as {self._results[call_id]})")
+        if all(call.call_id != call_id for call in state.pending):
+            waiting = ", ".join(call.call_id for call in state.pending) or "none"
+            raise SessionError(f"no call of the last assistant turn waits for a result under id {call_id!r}"
+                               f" (waiting: {waiting})")
+        output = self._apply(ToolResult(call_id, content, returncode))
+        assert isinstance(output, ObserveResult)
+        self._results[call_id] = output.obs_id
+        return output.obs_id
+
+    # --- plumbing ----------------------------------------------------------------------------------------
+
+    def _apply(self, event: Event) -> Output:
+        """One event through the core's one dispatcher (machine.step), committed first when durable."""
+        if self._store is not None:
+            output = self._store.append(event).output
+            self._state = self._store.state
+        else:
+            self._state, output = step(self.start(), event)
+        folded = getattr(output, "folded", 0)
+        self.folded += folded if isinstance(folded, int) else 0
+        return output
+
+    @staticmethod
+    def _tool_message(answer: ToolAnswer) -> dict[str, Any]:
+        return {"role": "tool", "tool_call_id": answer.call_id, "content": answer.content}
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["Audit", "Session", "SessionError", "tool_call"]

@@ -1,0 +1,273 @@
+"""Counting prompts as the server counts them: the one counting seam of the evaluation layer.
+
+Every count of a prompt in the evaluation layer goes through one ``TokenCounter``, resolved once per
+run (``RunSpec.prompt_counting``) and shared: the methods' own budget checks (proactive compaction,
+the recent suffix, condensing requests), the scripted backend's L_ctx - G_max check, and the OpenAI
+backend's local count (``--count-with local``, or a server without a counting endpoint). ARC's view
+is counted by the core itself (``arc_ref.view``) with the same tokenizer and chat format, and its
+count equals this one (tests/eval/test_counting.py).
+
+Two counters:
+
+* ``PromptCounter`` (chat formats ``chatml`` / ``qwen3-nothink``, any ``arc_ref`` tokenizer): a
+  message is rendered alone (``<|im_start|>role\ncontent<|im_end|>\n``) and counted once; a list
+  costs the sum of its messages plus the generation prompt. For ChatML and the tiktoken/byte
+  tokenizers the sum equals the count of the whole rendered text, because the role markers start a
+  new pre-token at every message boundary. Text mode only (no tools).
+* ``TemplateCounter`` (chat format ``template``, tokenizer ``hf-dir:DIR``): the served model's own
+  chat template and tokenizer, rendered as vLLM renders a request (``arc_ref.templates``: Hugging
+  Face ``apply_chat_template``'s Jinja environment, vLLM's preprocessing of messages and tools) and
+  encoded as the server encodes it; tool listings, tool calls and tool results included. A prompt
+  ``[system, user, ...]`` is counted per message with the core's exact per-place costs
+  (``arc_ref.templates.TemplateFormat``: head + each message's piece in the place it has + tail,
+  cached per message, so a call costs O(messages), never a re-encoding of the history); any other
+  prompt (a condensing request, a probe) is rendered whole and encoded. Both are exact.
+
+``shared_counter`` gives the process-wide counter of a tokenizer and chat format (one cache for
+methods and backends).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Protocol, Sequence
+
+from arc_ref.chat import get_chat_format
+from arc_ref.config import DEFAULT_TEMPLATE_KWARGS, SYSTEM_CONTEXT, TEMPLATE_FORMAT
+from arc_ref.errors import BudgetViolation, ConfigError
+from arc_ref.message import Message as CoreMessage
+from arc_ref.message import ToolSpec
+from arc_ref.templates import (
+    TemplateFormat,
+    compiled_template,
+    load_template_source,
+    server_conversation,
+    server_tools,
+    template_format,
+)
+from arc_ref.tokenizers import HF_DIR_PREFIX, HuggingFaceTokenizer, Tokenizer, get_tokenizer
+from arc_ref.view import placed_costs
+from arc_eval.types import Message
+
+_NO_TOOLS = (
+    "chat format {name!r} has no tool calls: tool-calling mode counts prompts with the served model's own chat"
+    " template (--tokenizer DIR, the model directory)"
+)
+NEUTRAL_TEXT = "x"  # system prompt and goal of the format that prices a message on its own (message_tokens)
+
+
+class TokenCounter(Protocol):
+    """What every part of the evaluation layer counts prompts with (``shared_counter``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def tokenizer(self) -> Tokenizer: ...
+
+    @property
+    def generation_prompt_tokens(self) -> int:
+        """Tokens of the generation prompt after the last message."""
+        ...
+
+    def message_tokens(self, message: Message, tools: Sequence[ToolSpec] = ()) -> int:
+        """Tokens of one message wherever it sits (a served template's largest over its places)."""
+        ...
+
+    def count(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
+        """Prompt tokens of ``messages`` sent with ``tools``, the generation prompt included (exact)."""
+        ...
+
+    def render(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> str:
+        """The whole prompt text the server renders for ``messages`` and ``tools``."""
+        ...
+
+    def text_tokens(self, text: str) -> int:
+        """Tokens of a bare text (no role markers), cached."""
+        ...
+
+    def clear(self) -> None:
+        """Forget every cached count."""
+        ...
+
+
+class PromptCounter:
+    """Counts the tokens a server charges for a message list, one cached count per message.
+
+    A message is rendered alone (``<|im_start|>role\\ncontent<|im_end|>\\n`` for ChatML) and
+    counted once; a list costs the sum of its messages plus the generation prompt. For ChatML and
+    the tiktoken/byte tokenizers the sum equals the count of the whole rendered text, because the
+    role markers start a new pre-token at every message boundary.
+    """
+
+    def __init__(self, tokenizer: str = "o200k_base", chat_format: str = "chatml", cache_size: int = 8192):
+        self.tokenizer = get_tokenizer(tokenizer)
+        self.chat_format = get_chat_format(chat_format)
+        self.name = f"{tokenizer} over {chat_format}"
+        self._cache: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self._cache_size = cache_size
+        self.generation_prompt_tokens = self.tokenizer.count(self.chat_format.generation_prompt)
+
+    def message_tokens(self, message: Message, tools: Sequence[ToolSpec] = ()) -> int:
+        """Tokens of one message, role markers included (the same wherever it sits)."""
+        if message.tool_calls or message.tool_call_id is not None:
+            raise ConfigError(_NO_TOOLS.format(name=self.chat_format.name))
+        key = (message.role, message.content)
+        cached = self._cache.get(key)
+        if cached is not None:
+            self._cache.move_to_end(key)
+            return cached
+        tokens = self.tokenizer.count(self.chat_format.render_message(message.role, message.content))
+        self._cache[key] = tokens
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return tokens
+
+    def clear(self) -> None:
+        """Forget every cached count (benchmarks measure cold caches with it)."""
+        self._cache.clear()
+
+    def count(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
+        """Prompt tokens of ``messages`` with the generation prompt appended."""
+        if tools:
+            raise ConfigError(_NO_TOOLS.format(name=self.chat_format.name))
+        return sum(self.message_tokens(message) for message in messages) + self.generation_prompt_tokens
+
+    def render(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> str:
+        """The whole prompt text: every message, then the generation prompt."""
+        if tools or any(message.tool_calls or message.tool_call_id is not None for message in messages):
+            raise ConfigError(_NO_TOOLS.format(name=self.chat_format.name))
+        return self.chat_format.render((message.role, message.content) for message in messages)
+
+    def text_tokens(self, text: str) -> int:
+        """Tokens of a bare text (no role markers), cached like messages (retrieved memory repeats)."""
+        key = ("", text)
+        cached = self._cache.get(key)
+        if cached is not None:
+            self._cache.move_to_end(key)
+            return cached
+        tokens = self.tokenizer.count(text)
+        self._cache[key] = tokens
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return tokens
+
+
+class TemplateCounter:
+    """Counts prompts with a model directory's own tokenizer and chat template, exactly as vLLM serves it.
+
+    ``tokenizer`` is ``hf-dir:DIR``; ``template_kwargs`` are the ``chat_template_kwargs`` every
+    request carries (the backends send ``{"enable_thinking": false}``). See the module docstring for
+    how a prompt is counted.
+    """
+
+    def __init__(self, tokenizer: str, template_kwargs: tuple[tuple[str, Any], ...] = DEFAULT_TEMPLATE_KWARGS,
+                 cache_size: int = 8192) -> None:
+        if not tokenizer.startswith(HF_DIR_PREFIX):
+            raise ConfigError(
+                f"chat format {TEMPLATE_FORMAT!r} renders a model directory's own chat template: it needs the"
+                f" tokenizer 'hf-dir:DIR' (or --tokenizer DIR), got {tokenizer!r}"
+            )
+        loaded = get_tokenizer(tokenizer)
+        assert isinstance(loaded, HuggingFaceTokenizer)
+        self.tokenizer: HuggingFaceTokenizer = loaded
+        self.name = f"{tokenizer} with its chat template"
+        self.directory = tokenizer[len(HF_DIR_PREFIX):]
+        self.template_kwargs = tuple(template_kwargs)
+        self.source = load_template_source(self.directory)
+        self._cache: OrderedDict[str, int] = OrderedDict()
+        self._cache_size = cache_size
+        neutral = self._format(NEUTRAL_TEXT, NEUTRAL_TEXT, (), "text")  # a template the core cannot split fails here
+        self.generation_prompt_tokens = neutral.tail_tokens
+
+    def _format(self, system: str, goal: str, tools: Sequence[ToolSpec], action_mode: str) -> TemplateFormat:
+        """The core's format for a prefix (shared with ARC's own tasks: the same cache key gives the same object)."""
+        return template_format(self.tokenizer, self.directory, self.template_kwargs, tuple(tools), system, goal,
+                               action_mode)
+
+    def render(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> str:
+        """What the server renders: the template over vLLM's reading of the request (``arc_ref.templates``)."""
+        return self.render_request([message.as_json() for message in messages], tools)
+
+    def render_request(self, messages: Sequence[Any], tools: Sequence[ToolSpec] = ()) -> str:
+        """The same for OpenAI JSON messages (a server's view of a request)."""
+        source = self.source.tool_source if (tools and self.source.tool_source is not None) else self.source.source
+        template = compiled_template(source, self.source.special_tokens, self.template_kwargs, self.directory)
+        return template.render(server_conversation(messages), server_tools(tuple(tools)), True)
+
+    def count(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
+        """Exact prompt tokens: per message in its place for ``[system, user, ...]``, else the whole rendering."""
+        if (len(messages) > 2 and messages[0].role == "system" and messages[1].role == "user"
+                and not any(_reads_as_tool_result(message) for message in messages)):
+            try:
+                return self._count_placed(messages, tools)
+            except BudgetViolation:  # a message in a place the format does not price: render the whole
+                pass
+        return self.tokenizer.count(self.render(messages, tools))
+
+    def _count_placed(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> int:
+        fmt = self._format(messages[0].content, messages[1].content, tools, "tools" if tools else "text")
+        priced = [
+            CoreMessage("system", messages[0].content, fmt.head_tokens + fmt.system_piece_tokens,
+                        placed=((SYSTEM_CONTEXT, fmt.head_tokens + fmt.system_piece_tokens),)),
+            CoreMessage("user", messages[1].content, max(cost for _, cost in fmt.goal_costs), placed=fmt.goal_costs),
+        ]
+        for message in messages[2:]:
+            placed = fmt.placed_costs(message.role, message.content, message.tool_calls, message.tool_call_id)
+            priced.append(CoreMessage(message.role, message.content, max(cost for _, cost in placed),
+                                      message.tool_calls, message.tool_call_id, placed))
+        return sum(placed_costs(priced)) + fmt.tail_tokens
+
+    def message_tokens(self, message: Message, tools: Sequence[ToolSpec] = ()) -> int:
+        """The message's largest cost over the places a view can give it (a bound for budgeting; counts are exact)."""
+        tool_mode = bool(tools) or message.role == "tool" or bool(message.tool_calls)
+        fmt = self._format(NEUTRAL_TEXT, NEUTRAL_TEXT, tools, "tools" if tool_mode else "text")
+        placed = fmt.placed_costs(message.role, message.content, message.tool_calls, message.tool_call_id)
+        return max(cost for _, cost in placed)
+
+    def text_tokens(self, text: str) -> int:
+        cached = self._cache.get(text)
+        if cached is not None:
+            self._cache.move_to_end(text)
+            return cached
+        tokens = self.tokenizer.count(text)
+        self._cache[text] = tokens
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return tokens
+
+    def clear(self) -> None:
+        """Forget every cached count, the core's formats of prefixes included."""
+        self._cache.clear()
+        template_format.cache_clear()
+
+
+def _reads_as_tool_result(message: Message) -> bool:
+    """A user message that Qwen's templates (Qwen2.5, Qwen3, QwQ) take for a tool result rather than a query: its
+    whole content is one ``<tool_response>`` block. The per-place costs (spec/rendering.md section 3.1) count any
+    user message as a query, so such a prompt is rendered whole. No message the evaluation builds has this form
+    (every observation, memory and note starts with its own header); a task's goal could."""
+    content = message.content
+    return message.role == "user" and content.startswith("<tool_response>") and content.endswith("</tool_response>")
+
+
+_COUNTERS: dict[tuple[str, str], TokenCounter] = {}
+
+
+def shared_counter(tokenizer: str, chat_format: str) -> TokenCounter:
+    """The process-wide counter of a tokenizer and chat format (one cache for methods and backends)."""
+    key = (tokenizer, chat_format)
+    if key not in _COUNTERS:
+        counter: TokenCounter
+        if chat_format == TEMPLATE_FORMAT:
+            counter = TemplateCounter(tokenizer)
+        else:
+            counter = PromptCounter(tokenizer, chat_format)
+        _COUNTERS[key] = counter
+    return _COUNTERS[key]
+
+
+def clear_counter_caches() -> None:
+    """Empty the caches of every shared counter."""
+    for counter in _COUNTERS.values():
+        counter.clear()

@@ -1,0 +1,55 @@
+"""The README's "Use ARC in your agent" snippet runs as written, against `serve-scripted` and the example's
+stand-in model (only the server address, the tokenizer directory and the model name are replaced)."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+from contextlib import redirect_stdout
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
+
+REPO = Path(__file__).resolve().parents[2]
+QWEN3 = qwen3_dir()
+
+
+def readme_snippet() -> str:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Use ARC in your agent\n", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_snippet_is_about_ten_lines_of_the_session_api() -> None:
+    lines = [line for line in readme_snippet().splitlines() if line.strip()]
+    assert len(lines) <= 18 and "from arc_ref.session import Session" in lines
+
+
+@pytest.mark.skipif(QWEN3 is None, reason=QWEN3_ABSENT)
+def test_the_readme_snippet_runs() -> None:
+    pytest.importorskip("openai", reason="the openai package (pip install -e '.[examples]') is absent")
+    from arc_eval.backends.scripted_server import build_app, serve_in_thread
+
+    spec = importlib.util.spec_from_file_location("session_openai", REPO / "examples" / "session_openai.py")
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    code = readme_snippet()
+    with serve_in_thread(build_app(example.DemoModel(), max_model_len=16384)) as url:
+        replaced = (code.replace("http://localhost:8000/v1", url).replace("hf-dir:/models/Qwen3-8B", f"hf-dir:{QWEN3}")
+                    .replace('model="Qwen/Qwen3-8B"', 'model="scripted"'))
+        assert replaced.count(url) == 1 and replaced.count(str(QWEN3)) == 1 and 'model="scripted"' in replaced
+        # the log twice: larger than the paper preset's recent window R, so H shows its stub and the model recalls
+        namespace: dict[str, Any] = {"READ_FILE": example.READ_FILE,
+                                     "run_tool": lambda name, arguments: example.run_tool(name, arguments)[0] * 2}
+        printed = io.StringIO()
+        with redirect_stdout(printed):
+            exec(compile(replaced, "README.md", "exec"), namespace)
+    session = namespace["session"]
+    assert namespace["message"].content.startswith("The row with status LATE is: row 070")
+    assert session.state.stored == 1 and session.state.records[0].content == example.FILES["server.log"] * 2
+    assert session.audit().recalled[0][:2] == (session.state.records[0].obs_id, 1)
+    assert "tokens <= K =" in printed.getvalue()
