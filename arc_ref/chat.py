@@ -27,6 +27,12 @@ class ChatFormat:
     def render_message(self, role: str, content: str) -> str:
         return f"{self.message_start}{role}\n{content}{self.message_end}"
 
+    def frame(self, role: str) -> tuple[str, str] | None:
+        """``(before, after)`` with ``render_message(role, c) == before + c + after`` for every content c:
+        the content is embedded verbatim, so a message's tokens can be summed from its parts (None for a
+        format that rewrites the content: its messages are counted whole)."""
+        return f"{self.message_start}{role}\n", self.message_end
+
     def render(self, messages: Iterable[tuple[str, str]], add_generation_prompt: bool = True) -> str:
         text = "".join(self.render_message(role, content) for role, content in messages)
         return text + self.generation_prompt if add_generation_prompt else text

@@ -1,6 +1,6 @@
 """`arc-ref`: the command line around the pure core (the only module here that does I/O).
 
-    arc-ref replay TRACE.jsonl|-      one JSON line out per line in (spec/trace.md)
+    arc-ref replay TRACE.jsonl|- [--verify]   one JSON line out per line in (spec/trace.md)
     arc-ref budgets [--preset NAME] [--set KEY=VALUE ...]   the budget table of a configuration
     arc-ref inspect | export | mcp STORE ...   a durable store (arc_ref.store_cli)
 
@@ -123,26 +123,28 @@ def _write(out: BinaryIO, text: str, flush: bool) -> None:
         raise _Stop(EXIT_IO, f"arc-ref: cannot write standard output: {problem.strerror or problem}") from None
 
 
-def _replay(path: str) -> int:
+def _replay(path: str, verify: bool = False) -> int:
     """Lines are split at LF bytes only (a CR before it is dropped), from a file or standard input alike;
-    each line is decoded as UTF-8 on its own, so an undecodable line is one error line, not a stop."""
+    each line is decoded as UTF-8 on its own, so an undecodable line is one error line, not a stop.
+    ``verify`` recounts every view's serialized text (the same output, or an error line for a view
+    whose parts disagree with its text)."""
     out = _standard_output()
     interactive = path == "-"
     if interactive:
         if sys.stdin is None:
             raise _Stop(EXIT_IO, "arc-ref replay: standard input is closed; give a trace file or pipe one in")
-        return _replay_stream(sys.stdin.buffer, "standard input", out, interactive)
+        return _replay_stream(sys.stdin.buffer, "standard input", out, interactive, verify)
     try:
         handle = open(path, "rb")
     except OSError as problem:
         raise _Stop(EXIT_USAGE, f"arc-ref replay: cannot read {path!r}: {problem.strerror}") from None
     with handle:
-        return _replay_stream(handle, repr(path), out, interactive)
+        return _replay_stream(handle, repr(path), out, interactive, verify)
 
 
-def _replay_stream(stream: BinaryIO, source: str, out: BinaryIO, interactive: bool) -> int:
+def _replay_stream(stream: BinaryIO, source: str, out: BinaryIO, interactive: bool, verify: bool) -> int:
     try:
-        for line in replay_text(_input_lines(stream, source)):
+        for line in replay_text(_input_lines(stream, source), verify):
             _write(out, line + "\n", flush=interactive)
     except LineTooLong as refused:
         error = {"op": "error", "line": refused.number, "message": f"{refused}: the replay stops here"}
@@ -224,6 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f" {MAX_LINE_BYTES} bytes.",
     )
     replay_parser.add_argument("trace", help="path of the trace, or - for standard input")
+    replay_parser.add_argument("--verify", action="store_true",
+                               help="also count each view's serialized text whole and refuse a view whose parts disagree")
     budget_parser = commands.add_parser("budgets", help="show and check the budgets of a configuration",
                                         epilog=EXIT_CODES, formatter_class=help_format)
     budget_parser.add_argument("--preset", default="paper", choices=sorted(PRESETS))
@@ -232,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = parser.parse_args(argv)
     if arguments.command in store_cli.STORE_COMMANDS:
         return _run(lambda: store_cli.run(arguments))
-    return _run(lambda: _replay(arguments.trace) if arguments.command == "replay"
+    return _run(lambda: _replay(arguments.trace, arguments.verify) if arguments.command == "replay"
                 else _budgets(arguments.preset, arguments.set))
 
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any, Mapping, Union
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
 
 import attrs
 from attrs import field, frozen
 
 from arc_ref import render
 from arc_ref.chat import ChatFormat, get_chat_format
+from arc_ref.counting import Part, joined_tokens
 from arc_ref.errors import ConfigError
 from arc_ref.ids import IdScheme
 from arc_ref.message import Context, Message, ToolCall, ToolSpec
@@ -257,6 +258,8 @@ class Setup:
     budget: int  # K = B + M + R + P + Q + eta
     tool_reserve: int = 0  # tool mode: what a pending call's result may cost in H (its stub message, widest)
     tool_unit_floor: int = 0  # tool mode: the smallest tool turn (one call) with the reserve for its result
+    # tokens of each role's message frame (before, after the content), counted once when first needed
+    _frame_tokens: dict[str, tuple[int, int]] = field(factory=dict, init=False, eq=False, repr=False)
 
     def message_tokens(self, role: str, content: str) -> int:
         """Tokens of one serialized message, role markers included (the largest over its places, A4)."""
@@ -265,14 +268,38 @@ class Setup:
         return max(cost for _, cost in self.chat.placed_costs(role, content))
 
     def message(self, role: str, content: str, tool_calls: tuple[ToolCall, ...] = (),
-                tool_call_id: str | None = None) -> Message:
-        """A message of the view with its cost counted once (per place, for a served template)."""
+                tool_call_id: str | None = None, parts: Sequence[Part] | None = None) -> Message:
+        """A message of the view with its cost counted once: the one way every component builds its messages.
+
+        ``parts``, when given, are the content as a concatenation, each text with its token count where it is
+        already known (a record's n_j, a summary item's line, a recall body). A chat format that embeds the
+        content verbatim in a frame of its own (``ChatFormat.frame``) sums the cost from the frame and the
+        parts (`arc_ref.counting`): exactly the count of the rendered message, no known part counted again. A
+        served template's piece may depend on its place and may rewrite the content, so it is counted in
+        every place the view can give it (`TemplateFormat.placed_costs`; spec/rendering.md section 3.1),
+        the parts unused.
+        """
         if isinstance(self.chat, ChatFormat):
             if tool_calls or tool_call_id is not None:
                 raise ConfigError(f"chat format {self.chat.name!r} has no tool calls; use chat_format 'template'")
-            return Message(role, content, self.tokenizer.count(self.chat.render_message(role, content)))
+            if parts is None:
+                return Message(role, content, self.tokenizer.count(self.chat.render_message(role, content)))
+            return Message(role, content, self._framed_tokens(role, parts))
         placed = self.chat.placed_costs(role, content, tool_calls, tool_call_id)
         return Message(role, content, max(cost for _, cost in placed), tool_calls, tool_call_id, placed)
+
+    def _framed_tokens(self, role: str, parts: Sequence[Part]) -> int:
+        """Tokens of the message of a ChatFormat whose content is the concatenation of ``parts``, known counts
+        reused where the tokenizer's boundary rule allows (`arc_ref.counting`); exactly ``message_tokens``."""
+        assert isinstance(self.chat, ChatFormat)
+        frame = self.chat.frame(role)
+        if frame is None:
+            return self.message_tokens(role, "".join(text for text, _ in parts))
+        before, after = frame
+        counts = self._frame_tokens.get(role)
+        if counts is None:
+            counts = self._frame_tokens[role] = (self.tokenizer.count(before), self.tokenizer.count(after))
+        return joined_tokens(self.tokenizer, [(before, counts[0]), *parts, (after, counts[1])])
 
     def prefix(self) -> tuple[Message, ...]:
         """F = [system, goal] as messages; their costs add up to B (the head of a served template included)."""

@@ -82,9 +82,16 @@ class FitsRecent:
     def __init__(self, setup: Setup, role: str) -> None:
         self.setup = setup
         self.role = role
+        self._last: Message | None = None  # the message built last (its content asked about last)
 
     def __call__(self, content: str) -> bool:
-        return self.setup.message_tokens(self.role, content) <= self.setup.config.recent_budget
+        return self.message(content).tokens <= self.setup.config.recent_budget
+
+    def message(self, content: str) -> Message:
+        """The message (`Setup.message`); the content asked about last is not counted again."""
+        if self._last is None or self._last.content != content:
+            self._last = self.setup.message(self.role, content)
+        return self._last
 
 
 def agent_entry(setup: Setup, turn: int, thought: str, action: str) -> AgentEntry:
@@ -101,14 +108,16 @@ def agent_entry(setup: Setup, turn: int, thought: str, action: str) -> AgentEntr
             if shown_action is None:
                 raise BudgetViolation("an agent message cannot fit recent_budget R even fully clipped")
             content = render.agent_message(empty_thought, shown_action)
-    return AgentEntry(turn, thought, action, setup.message(render.ASSISTANT, content))
+    return AgentEntry(turn, thought, action, fits.message(content))
 
 
 def observation_entry(setup: Setup, record: Record) -> ObservationEntry:
     """The new observation verbatim when its message fits R, otherwise its stub (A4)."""
     signature = shown_signature(record.signature, setup.config.signature_chars)
-    content = render.observation_message(record.obs_id, record.returncode, signature, record.content)
-    message = setup.message(render.USER, content)
+    head = render.observation_head(record.obs_id, record.returncode, signature)
+    # the content's count is the record's n_j: it is not counted again (arc_ref.counting)
+    parts = ((head, None), (record.content, record.n_tokens))
+    message = setup.message(render.USER, head + record.content, parts=parts)
     if message.tokens <= setup.config.recent_budget:
         return ObservationEntry(record.index, True, message)
     content = render.observation_stub_message(record.obs_id, record.returncode, record.n_tokens, record.stub)
@@ -128,7 +137,7 @@ def command_entry(setup: Setup, turn: int, notes: Sequence[str]) -> CommandEntry
         if shown is None:
             shown = ELLIPSIS
         content = render.command_message((shown,))
-    return CommandEntry(turn, tuple(notes), setup.message(render.USER, content))
+    return CommandEntry(turn, tuple(notes), fits.message(content))
 
 
 # --- tool mode ------------------------------------------------------------------------------------------
@@ -162,8 +171,9 @@ def tool_note_entry(setup: Setup, turn: int, call_id: str, notes: Sequence[str],
 def tool_result_entry(setup: Setup, turn: int, call_id: str, record: Record, budget: int) -> ToolResultEntry:
     """An environment's result: verbatim when its message costs <= ``budget``, otherwise its stub (A4)."""
     signature = shown_signature(record.signature, setup.config.signature_chars)
-    content = render.observation_message(record.obs_id, record.returncode, signature, record.content)
-    message = setup.message(render.TOOL, content, (), call_id)
+    head = render.observation_head(record.obs_id, record.returncode, signature)
+    parts = ((head, None), (record.content, record.n_tokens))
+    message = setup.message(render.TOOL, head + record.content, (), call_id, parts)
     if message.tokens <= budget:
         return ToolResultEntry(turn, call_id, record.index, True, (), message)
     content = render.observation_stub_message(record.obs_id, record.returncode, record.n_tokens, record.stub)

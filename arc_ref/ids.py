@@ -18,6 +18,7 @@ from typing import Callable, Mapping
 from attrs import frozen
 
 from arc_ref.errors import CapacityExceeded, ConfigError
+from arc_ref.text import utf8_bytes
 
 SHA1_BITS = 160
 UNIT_SEPARATOR = b"\x1f"
@@ -73,7 +74,10 @@ def fingerprint(signature: str, observation: str, bits: int) -> int:
     """fp_d: the top ``bits`` bits of SHA1(signature || 0x1F || observation) over UTF-8 bytes."""
     if bits == 0:
         return 0
-    digest = hashlib.sha1(signature.encode("utf-8") + UNIT_SEPARATOR + observation.encode("utf-8")).digest()
+    hashed = hashlib.sha1(signature.encode("utf-8"))
+    hashed.update(UNIT_SEPARATOR)
+    hashed.update(utf8_bytes(observation))  # fed apart, encoded once for the observation in hand
+    digest = hashed.digest()
     return int.from_bytes(digest, "big") >> (SHA1_BITS - bits)
 
 

@@ -43,11 +43,11 @@ from arc_ref.history import (
 )
 from arc_ref.ids import resolve, suggest
 from arc_ref.message import Message, ToolCall
+from arc_ref.recall import BufferEntry, admit, chunk_count, make_entry, stored_chunk
 from arc_ref.tools import ARC_TOOL_NAMES, call_command
-from arc_ref.recall import BufferEntry, admit, chunk_count, chunk_text, make_entry
 from arc_ref.store import EMPTY_STORE, Record, Store, make_record
 from arc_ref.summary import EMPTY_SUMMARY, Summary, fit_summary, summarize_entry
-from arc_ref.text import clipped
+from arc_ref.text import clipped, utf8_bytes
 from arc_ref.view import View, build_view
 
 COMPACT_REASONS: tuple[str, ...] = ("proactive", "reactive", "forced")
@@ -305,7 +305,8 @@ def _require_str(name: str, value: object) -> str:
     if not isinstance(value, str):
         raise InvalidEvent(f"{name} must be a string, got {type(value).__name__}")
     try:
-        value.encode("utf-8")
+        if not value.isascii():  # an ASCII string holds no surrogate: no need to encode it
+            utf8_bytes(value)  # kept for the fingerprint, the byte count and the tokenizer
     except UnicodeEncodeError as bad:
         raise InvalidEvent(f"{name} is not valid Unicode text (lone surrogate at index {bad.start})") from None
     return value
@@ -414,9 +415,9 @@ class _CommandRun:
         if chunk > chunks:
             self.answer(render.note_exhausted(word, record.obs_id, chunks))
             return
-        payload, counted = chunk_text(setup, record.content, chunk)
-        if counted != chunks:
-            raise BudgetViolation(f"{record.obs_id}: tokenizer gave {counted} chunks, expected {chunks}")
+        if len(record.inner_cuts) != chunks - 1:
+            raise BudgetViolation(f"{record.obs_id}: {len(record.inner_cuts) + 1} stored chunks, expected {chunks}")
+        payload = stored_chunk(record.content, record.inner_cuts, chunk)
         entry = make_entry(setup, record.index, record.obs_id, chunk, chunks, payload)
         buffer, message, _evicted = admit(setup, self.state.recall_buffer, entry)
         self.state = attrs.evolve(

@@ -2,9 +2,11 @@
 
 The view is a list of these (A4). A message is what is sent in OpenAI chat format: a role, a content, and in
 tool-calling mode the assistant's ``tool_calls`` or the ``tool_call_id`` a tool result answers. Its cost is
-counted once, when it is built: ``tokens`` is what the budgets of A4 are checked against; for a chat format
-whose rendering of a message depends on its neighbours (a served model's template, `arc_ref.templates`),
-``placed`` holds the exact cost in every context the view can give it and ``tokens`` is the largest of them.
+counted once, when it is built (`arc_ref.config.Setup.message`, summed from parts of known cost where the
+chat format and the tokenizer allow: `arc_ref.counting`): ``tokens`` is what the budgets of A4 are checked
+against; for a chat format whose rendering of a message depends on its neighbours (a served model's
+template, `arc_ref.templates`), ``placed`` holds the exact cost in every context the view can give it and
+``tokens`` is the largest of them.
 """
 
 from __future__ import annotations

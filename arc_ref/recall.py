@@ -15,6 +15,7 @@ from attrs import frozen
 
 from arc_ref import render
 from arc_ref.config import Setup
+from arc_ref.counting import Part, joined_tokens
 from arc_ref.errors import BudgetViolation
 from arc_ref.message import Message
 
@@ -74,25 +75,65 @@ def chunk_text(setup: Setup, content: str, chunk: int) -> tuple[str, int]:
     return content[cuts[chunk - 1] : cuts[chunk]], len(cuts) - 1
 
 
+def count_and_inner_cuts(setup: Setup, content: str) -> tuple[int, tuple[int, ...]]:
+    """n_j and the inner cuts cut(1) .. cut(m-1), from one tokenization of ``content``.
+
+    ``token_starts(content, q)`` gives the starts of tokens 0, q, 2q, ...; cut(l) = start(lq) for 0 < l < m.
+    A record keeps them, so that a recall slices its chunk without tokenizing the observation again.
+    """
+    n_tokens, starts = setup.tokenizer.count_and_starts(content, setup.config.chunk_tokens)
+    return n_tokens, tuple(starts[1:])
+
+
+def stored_chunk(content: str, inner_cuts: Sequence[int], chunk: int) -> str:
+    """Chunk ``chunk`` (1-based) of an observation from its stored inner cuts (Lemma 4)."""
+    start = inner_cuts[chunk - 2] if chunk > 1 else 0
+    end = inner_cuts[chunk - 1] if chunk <= len(inner_cuts) else len(content)
+    return content[start:end]
+
+
 @frozen
 class BufferEntry:
-    """One recall response held in U; ``tokens`` is the cost of the response with its leading newline."""
+    """One recall response held in U: its body (opening line, payload, newline) and its closing line.
+
+    ``body_tokens`` counts the body once, when the chunk is recalled; ``tokens`` is the cost of the
+    response with its leading newline.
+    """
 
     index: int
     chunk: int
     chunks: int
-    response: str
+    body: str
+    close: str
+    body_tokens: int
     tokens: int
+
+    @property
+    def response(self) -> str:
+        return self.body + self.close
 
 
 def make_entry(setup: Setup, index: int, obs_id: str, chunk: int, chunks: int, payload: str) -> BufferEntry:
-    response = render.recall_response(obs_id, chunk, chunks, payload)
-    return BufferEntry(index, chunk, chunks, response, setup.line_tokens(response))
+    body = render.recall_body(obs_id, chunk, chunks, payload)
+    close = render.recall_close(obs_id, chunk, chunks)
+    body_tokens = setup.tokenizer.count(body)  # the chunk's text is counted here, once
+    tokens = joined_tokens(setup.tokenizer, (("\n", None), (body, body_tokens), (close, None)))
+    return BufferEntry(index, chunk, chunks, body, close, body_tokens, tokens)
 
 
 def _buffer_message(setup: Setup, entries: Sequence[BufferEntry]) -> Message:
+    """U: the header, then each response on its own line; every body's count is reused.
+
+    The content is ``header + "\n" + body_1 + close_1 + "\n" + body_2 + ... + close_k``: each body and
+    each closing line starts with "[" right after a newline, where the shipped tokenizers split.
+    """
+    parts: list[Part] = [(render.RECALL_HEADER + "\n", None)]
+    last = len(entries) - 1
+    for position, entry in enumerate(entries):
+        parts.append((entry.body, entry.body_tokens))
+        parts.append((entry.close if position == last else entry.close + "\n", None))
     content = render.recall_content(entry.response for entry in entries)
-    return setup.message(render.USER, content)
+    return setup.message(render.USER, content, parts=parts)
 
 
 def admit(
@@ -108,7 +149,7 @@ def admit(
     kept = [entry for entry in entries if (entry.index, entry.chunk) != (new.index, new.chunk)]
     kept.append(new)
     evicted: list[BufferEntry] = []
-    message = _buffer_message(setup, kept)  # counted exactly after each eviction: U holds <= r + Q/q bodies
+    message = _buffer_message(setup, kept)  # summed exactly after each eviction: U holds <= r + Q/q bodies
     while message.tokens > budget and len(kept) > 1:
         evicted.append(kept.pop(0))
         message = _buffer_message(setup, kept)

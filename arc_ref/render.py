@@ -163,9 +163,8 @@ def inline_item(obs_id: str, returncode: int, signature: str, content: str) -> s
 RECALL_HEADER = "[ARC recall buffer]"
 RECALL_OPEN = Template("[recall {obs_id} chunk {chunk}/{chunks}]", obs_id=ID, chunk=COUNT, chunks=COUNT)
 RECALL_CLOSE = Template("[end {obs_id} chunk {chunk}/{chunks}]", obs_id=ID, chunk=COUNT, chunks=COUNT)
-RECALL_RESPONSE = Template(
-    RECALL_OPEN.text + "\n{payload}\n" + RECALL_CLOSE.text, obs_id=ID, chunk=COUNT, chunks=COUNT, payload=TEXT
-)
+RECALL_BODY = Template(RECALL_OPEN.text + "\n{payload}\n", obs_id=ID, chunk=COUNT, chunks=COUNT, payload=TEXT)
+RECALL_RESPONSE = Template(RECALL_BODY.text + RECALL_CLOSE.text, obs_id=ID, chunk=COUNT, chunks=COUNT, payload=TEXT)
 
 
 def recall_open(obs_id: str, chunk: int, chunks: int) -> str:
@@ -179,6 +178,11 @@ def recall_close(obs_id: str, chunk: int, chunks: int) -> str:
 def recall_response(obs_id: str, chunk: int, chunks: int, payload: str) -> str:
     """A5 response: wrapper (opening and closing line) around the exact payload."""
     return RECALL_RESPONSE.render(obs_id=obs_id, chunk=chunk, chunks=chunks, payload=payload)
+
+
+def recall_body(obs_id: str, chunk: int, chunks: int, payload: str) -> str:
+    """The response up to its closing line: opening line, payload, newline (body + close = response)."""
+    return RECALL_BODY.render(obs_id=obs_id, chunk=chunk, chunks=chunks, payload=payload)
 
 
 def recall_content(responses: Iterable[str]) -> str:
@@ -204,6 +208,11 @@ def agent_message(thought: str, action: str) -> str:
 
 def observation_message(obs_id: str, returncode: int, signature: str, content: str) -> str:
     return OBSERVATION_MESSAGE.render(obs_id=obs_id, returncode=returncode, signature=signature, content=content)
+
+
+def observation_head(obs_id: str, returncode: int, signature: str) -> str:
+    """The observation message before its verbatim content (the template with empty content)."""
+    return OBSERVATION_MESSAGE.render(obs_id=obs_id, returncode=returncode, signature=signature, content="")
 
 
 def observation_stub_message(obs_id: str, returncode: int, n_tokens: int, stub_line: str) -> str:

@@ -13,7 +13,8 @@ from pyrsistent import PVector, pvector
 from arc_ref import render
 from arc_ref.config import Setup
 from arc_ref.errors import BudgetViolation, InvalidEvent
-from arc_ref.text import ascii_words, clip_until, halving_lengths, shown_signature
+from arc_ref.recall import count_and_inner_cuts
+from arc_ref.text import ascii_words, clip_until, halving_lengths, shown_signature, utf8_bytes
 
 
 def action_signature(action: str) -> str:
@@ -34,6 +35,7 @@ class Record:
     n_chars: int
     n_bytes: int
     n_tokens: int  # n_j under the configured tokenizer, computed once
+    inner_cuts: tuple[int, ...]  # A5 chunk cuts cut(1) .. cut(m-1) (characters), from the same tokenization
     head: str  # fixed-size previews
     tail: str
     stub: str  # z_j, clipped so that its cost is <= c
@@ -64,8 +66,9 @@ def make_stub(setup: Setup, obs_id: str, returncode: int, n_chars: int, n_tokens
     for keep in halving_lengths(max(len(head), len(tail))):
         clipped_tail = tail[len(tail) - min(keep, len(tail)) :]
         line = render.stub(obs_id, returncode, n_chars, n_tokens, sig, head[:keep], clipped_tail)
-        if cost(line) <= cap:
-            return line, cost(line)
+        tokens = cost(line)
+        if tokens <= cap:
+            return line, tokens
     clipped_sig = clip_until(
         sig, lambda s: cost(render.stub(obs_id, returncode, n_chars, n_tokens, s, "", "")) <= cap
     )
@@ -81,7 +84,7 @@ def make_record(setup: Setup, index: int, action: str, content: str, returncode:
         raise InvalidEvent(f"returncode must be a 32-bit signed integer, got {returncode}")
     signature = action_signature(action)
     obs_id = setup.ids.make(index, signature, content)
-    n_tokens = setup.tokenizer.count(content)
+    n_tokens, inner_cuts = count_and_inner_cuts(setup, content)
     if max(len(content), n_tokens) > render.WIDEST_NUMBER:
         raise InvalidEvent("observation longer than 9,999,999,999 characters or tokens")
     head, tail = previews(content, setup.config.preview_head_chars, setup.config.preview_tail_chars)
@@ -94,8 +97,9 @@ def make_record(setup: Setup, index: int, action: str, content: str, returncode:
         returncode=returncode,
         step=step,
         n_chars=len(content),
-        n_bytes=len(content.encode("utf-8")),
+        n_bytes=len(content) if content.isascii() else len(utf8_bytes(content)),
         n_tokens=n_tokens,
+        inner_cuts=inner_cuts,
         head=head,
         tail=tail,
         stub=stub,

@@ -18,6 +18,7 @@ from attrs import frozen
 
 from arc_ref import render
 from arc_ref.config import Setup
+from arc_ref.counting import Part
 from arc_ref.errors import BudgetViolation
 from arc_ref.history import AgentEntry, CommandEntry, LiveEntry, ObservationEntry, ToolResultEntry, ToolTurnEntry
 from arc_ref.message import Message
@@ -35,6 +36,7 @@ class SummaryItem:
     text: str
     tokens: int  # cost of the item inside S: tokens of "\n" + text
     index: int = 0  # j of the observation for stub / bare / inline items
+    closed_tokens: int | None = None  # tokens of text + "\n" (the item followed by another), when counted
 
 
 @frozen
@@ -51,41 +53,58 @@ class Summary:
 EMPTY_SUMMARY = Summary()
 
 
-def _bounded_line(setup: Setup, build: LineBuilder, first: str, second: str) -> str:
-    """Clip ``first`` then ``second`` (halving, id-safe) until ``build(first, second)`` costs <= c."""
+def _bounded_line(setup: Setup, build: LineBuilder, first: str, second: str) -> tuple[str, int]:
+    """Clip ``first`` then ``second`` (halving, id-safe) until ``build(first, second)`` costs <= c;
+    the line and its cost."""
     cap = setup.config.stub_cap
     line = build(first, second)
-    if setup.line_tokens(line) <= cap:
-        return line
+    tokens = setup.line_tokens(line)
+    if tokens <= cap:
+        return line, tokens
     shown = clip_until(first, lambda text: setup.line_tokens(build(text, second)) <= cap)
     if shown is not None:
-        return build(shown, second)
+        line = build(shown, second)
+        return line, setup.line_tokens(line)
     empty = clipped(first, 0)
     shown = clip_until(second, lambda text: setup.line_tokens(build(empty, text)) <= cap)
     if shown is None:
         raise BudgetViolation("a summary line cannot fit stub_cap c even fully clipped")
-    return build(empty, shown)
+    line = build(empty, shown)
+    return line, setup.line_tokens(line)
 
 
 def thought_item(setup: Setup, entry: AgentEntry) -> SummaryItem:
     thought = clipped(escape_line(entry.thought), setup.config.thought_chars)
     action = clipped(escape_line(entry.action), setup.config.action_chars)
-    text = _bounded_line(setup, lambda t, a: render.thought_item(entry.turn, t, a), thought, action)
-    return SummaryItem("thought", text, setup.line_tokens(text))
+    text, tokens = _bounded_line(setup, lambda t, a: render.thought_item(entry.turn, t, a), thought, action)
+    return SummaryItem("thought", text, tokens, closed_tokens=_closed(setup, text, tokens))
 
 
 def note_item(setup: Setup, entry: CommandEntry) -> SummaryItem:
     note = clipped(escape_line(" / ".join(entry.notes)), setup.config.action_chars)
-    text = _bounded_line(setup, lambda n, _: render.note_item(entry.turn, n), note, "")
-    return SummaryItem("note", text, setup.line_tokens(text))
+    text, tokens = _bounded_line(setup, lambda n, _: render.note_item(entry.turn, n), note, "")
+    return SummaryItem("note", text, tokens, closed_tokens=_closed(setup, text, tokens))
 
 
-def stub_item(record: Record) -> SummaryItem:
-    return SummaryItem("stub", record.stub, record.stub_tokens, record.index)
+def stub_item(setup: Setup, record: Record) -> SummaryItem:
+    return SummaryItem("stub", record.stub, record.stub_tokens, record.index,
+                       _closed(setup, record.stub, record.stub_tokens))
 
 
 def bare_item(setup: Setup, record: Record) -> SummaryItem:
-    return SummaryItem("bare", record.obs_id, setup.line_tokens(record.obs_id), record.index)
+    obs_id = record.obs_id
+    tokens = setup.line_tokens(obs_id)
+    return SummaryItem("bare", obs_id, tokens, record.index, _closed(setup, obs_id, tokens))
+
+
+def _closed(setup: Setup, text: str, line_tokens: int) -> int:
+    """Tokens of an item followed by the newline of the next one (``closed_tokens``). Where the tokenizer
+    splits after a newline before the item and after the item before a newline, both "\n" + text and
+    text + "\n" cost tokens("\n") + tokens(text): the line cost; otherwise it is counted."""
+    splits = setup.tokenizer.splits_between
+    if text and splits("\n", text[0]) and splits(text[-1], "\n"):
+        return line_tokens
+    return setup.tokenizer.count(text + "\n")
 
 
 def observation_item(setup: Setup, record: Record, cited: bool) -> SummaryItem:
@@ -95,15 +114,23 @@ def observation_item(setup: Setup, record: Record, cited: bool) -> SummaryItem:
         text = render.inline_item(record.obs_id, record.returncode, signature, record.content)
         tokens = setup.line_tokens(text)
         if setup.summary_frame + tokens <= setup.config.summary_budget:
-            return SummaryItem("inline", text, tokens, record.index)
-    return stub_item(record)
+            return SummaryItem("inline", text, tokens, record.index, _closed(setup, text, tokens))
+    return stub_item(setup, record)
 
 
 def render_summary(setup: Setup, items: Sequence[SummaryItem], omitted: int) -> Message | None:
+    """S as a message. Its count is summed from the head and each item with the newline after it
+    (``closed_tokens``): every item starts a line ("turn ..." or "§..."), where the shipped tokenizers
+    split, so nothing is counted again but the head and the last item (`arc_ref.counting`)."""
     if not items and omitted == 0:
         return None
+    head = render.summary_content(omitted, ())
     content = render.summary_content(omitted, (item.text for item in items))
-    return setup.message(render.USER, content)
+    parts: list[Part] = [(head, None)]
+    if items:
+        parts = [(head + "\n", None), *((item.text + "\n", item.closed_tokens) for item in items[:-1])]
+        parts.append((items[-1].text, None))
+    return setup.message(render.USER, content, parts=parts)
 
 
 def fit_summary(setup: Setup, items: Iterable[SummaryItem], omitted: int, records: RecordLookup) -> Summary:
@@ -128,8 +155,12 @@ def fit_summary(setup: Setup, items: Iterable[SummaryItem], omitted: int, record
             return dropped.tokens
         raise BudgetViolation(f"the summary frame alone exceeds summary_budget M = {budget}")
 
+    omitted_lines: dict[int, int] = {0: 0}  # tokens of the omitted-count line, per count
+
     def frame() -> int:
-        return setup.summary_base + (setup.line_tokens(render.summary_omitted(omitted)) if omitted else 0)
+        if omitted not in omitted_lines:
+            omitted_lines[omitted] = setup.line_tokens(render.summary_omitted(omitted))
+        return setup.summary_base + omitted_lines[omitted]
 
     item_tokens = sum(item.tokens for item in kept)
     while frame() + item_tokens > budget:

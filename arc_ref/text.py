@@ -14,6 +14,25 @@ ELLIPSIS = "\u2026"
 ID_PATTERN = re.compile(r"§[0-9A-Za-z._-]+")
 _ID_CHAR = re.compile(r"[0-9A-Za-z._-]")
 
+# The last text utf8_bytes encoded, with its bytes (one entry; a tuple, replaced whole).
+_LAST_UTF8: tuple[str, bytes] = ("", b"")
+
+
+def utf8_bytes(text: str) -> bytes:
+    """The UTF-8 bytes of ``text`` (UnicodeEncodeError on a lone surrogate), encoded once for the text in hand.
+
+    An observation is checked for surrogates, fingerprinted, measured in bytes and tokenized one after the
+    other; the last text's bytes are kept (by identity) so that it is encoded once for all of them. Only a
+    copy is made: the string itself never caches a UTF-8 form.
+    """
+    last_text, last_bytes = _LAST_UTF8
+    if last_text is text:
+        return last_bytes
+    data = text.encode("utf-8")
+    globals()["_LAST_UTF8"] = (text, data)
+    return data
+
+
 ASCII_WHITESPACE = " \t\n\r\x0b\x0c"
 _WHITESPACE_RUN = re.compile(r"[ \t\n\r\x0b\x0c]+")
 

@@ -19,17 +19,25 @@ This module holds adapters only; loading files here is configuration, not part o
 from __future__ import annotations
 
 import functools
+import functools
+import itertools
 import os
 import stat
 import unicodedata
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterable, Protocol, Sequence, runtime_checkable
 
 from arc_ref.errors import ConfigError
+from arc_ref.text import utf8_bytes
 
 
 @runtime_checkable
 class Tokenizer(Protocol):
-    """Counts, encodes and decodes text; locates where each token starts (A5 chunk boundaries)."""
+    """Counts, encodes and decodes text; locates where each token starts (A5 chunk boundaries).
+
+    ``count`` and ``token_starts`` leave their argument as it was: CPython caches a string's UTF-8 form
+    inside the string object once C code asks for it, so an adapter hands its library a throwaway copy
+    or the encoded bytes of a non-ASCII text, never a stored one (no second copy of the payload).
+    """
 
     @property
     def name(self) -> str: ...
@@ -50,35 +58,73 @@ class Tokenizer(Protocol):
 
     def decode(self, tokens: Sequence[int]) -> str: ...
 
-    def token_starts(self, text: str) -> list[int]:
-        """For each token of ``encode(text)``, the index of the character holding its first byte."""
+    def token_starts(self, text: str, every: int = 1) -> list[int]:
+        """For tokens 0, every, 2*every, ... of ``encode(text)``, the index of the character holding its first byte."""
+        ...
+
+    def count_and_starts(self, text: str, every: int) -> tuple[int, list[int]]:
+        """``(count(text), token_starts(text, every))`` from one tokenization."""
+        ...
+
+    def splits_between(self, before: str, after: str) -> bool:
+        """True only when tokens(X + Y) == tokens(X) + tokens(Y) for every text X ending in the character
+        ``before`` and every text Y starting with the character ``after`` (the boundary rule that lets a
+        message's count be derived from its parts' counts; False when unsure, and the whole is counted)."""
         ...
 
 
-def _byte_to_char_index(text: str) -> list[int]:
-    """Map each UTF-8 byte offset of ``text`` to the index of the character it belongs to."""
-    owner: list[int] = []
-    for char_index, char in enumerate(text):
-        owner.extend([char_index] * len(char.encode("utf-8")))
-    return owner
+SHORT_TEXT = 48  # texts up to this many characters have their counts remembered (message frames, headers)
+
+_LEAD_BYTES = bytes(value for value in range(256) if not 0x80 <= value < 0xC0)
+
+
+def chars_holding(data: bytes, offsets: Iterable[int]) -> list[int]:
+    """For increasing byte offsets into the UTF-8 text ``data``, the index of the character holding each byte.
+
+    Counts the characters that start in each stretch between two offsets (bytes that are not UTF-8
+    continuation bytes), one C-level pass over each stretch: no per-byte Python list.
+    """
+    holders: list[int] = []
+    scanned = 0  # data[:scanned] has been counted
+    started = 0  # characters starting in data[:scanned]
+    for offset in offsets:
+        end = offset + 1
+        stretch = data[scanned:end]
+        started += len(stretch) - len(stretch.translate(None, _LEAD_BYTES))
+        scanned = end
+        holders.append(started - 1)
+    return holders
 
 
 def starts_from_byte_lengths(text: str, byte_lengths: Sequence[int]) -> list[int]:
     """Character index of each token's first byte, given each token's length in bytes."""
-    if not text.isascii():
-        owner = _byte_to_char_index(text)
-        starts: list[int] = []
-        offset = 0
-        for length in byte_lengths:
-            starts.append(owner[offset])
-            offset += length
-        return starts
-    starts = []
-    offset = 0
-    for length in byte_lengths:
-        starts.append(offset)
-        offset += length
-    return starts
+    return _starts_from_offsets(text, [0, *itertools.accumulate(byte_lengths[:-1])] if byte_lengths else [], None)
+
+
+def _starts_from_offsets(text: str, offsets: list[int], data: bytes | None) -> list[int]:
+    """Character index holding each byte offset (``data``: the UTF-8 bytes of ``text`` if already made)."""
+    if text.isascii():
+        return offsets
+    return chars_holding(text.encode("utf-8") if data is None else data, offsets)
+
+
+def _throwaway_copy(text: str) -> str:
+    """A new string object equal to ``text`` (a join of two parts always allocates), for C code that
+    would otherwise leave a UTF-8 copy inside a stored string."""
+    return "".join((text, ""))
+
+
+def _never_space(char: str) -> bool:
+    """A letter, mark, number, punctuation or symbol: White_Space in no Unicode version."""
+    return unicodedata.category(char)[0] in "LMNPS"
+
+
+def _is_letter(char: str) -> bool:
+    return unicodedata.category(char)[0] == "L"
+
+
+def _is_number(char: str) -> bool:
+    return unicodedata.category(char)[0] == "N"
 
 
 class ByteTokenizer:
@@ -89,7 +135,7 @@ class ByteTokenizer:
     stub_lines_add_up = True
 
     def count(self, text: str) -> int:
-        return len(text.encode("utf-8"))
+        return len(text) if text.isascii() else len(text.encode("utf-8"))
 
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8"))
@@ -97,13 +143,33 @@ class ByteTokenizer:
     def decode(self, tokens: Sequence[int]) -> str:
         return bytes(tokens).decode("utf-8", errors="replace")
 
-    def token_starts(self, text: str) -> list[int]:
+    def token_starts(self, text: str, every: int = 1) -> list[int]:
+        return self.count_and_starts(text, every)[1]
+
+    def count_and_starts(self, text: str, every: int) -> tuple[int, list[int]]:
         if text.isascii():
-            return list(range(len(text)))
-        return _byte_to_char_index(text)
+            return len(text), list(range(0, len(text), every))
+        data = text.encode("utf-8")
+        return len(data), chars_holding(data, range(0, len(data), every))
+
+    def splits_between(self, before: str, after: str) -> bool:
+        return True  # a byte is a token whatever surrounds it
 
     def __repr__(self) -> str:
         return "ByteTokenizer()"
+
+
+class _TokenByteLengths(dict[int, int]):
+    """Byte length of each token id, looked up once per id."""
+
+    def __init__(self, encoding: Any) -> None:
+        super().__init__()
+        self._encoding = encoding
+
+    def __missing__(self, token: int) -> int:
+        length = len(self._encoding.decode_single_token_bytes(token))
+        self[token] = length
+        return length
 
 
 class TiktokenTokenizer:
@@ -111,36 +177,107 @@ class TiktokenTokenizer:
 
     Its pre-tokenizer always splits before the "\n" that ends a line ending in a digit or "]" and after it
     when "§" follows, so a catalog page's tokens are its header's plus its stub lines' (``stub_lines_add_up``).
+
+    A non-ASCII text is tokenized from its UTF-8 bytes (tiktoken's ``_encode_bytes``, which runs
+    ``encode_ordinary`` on valid UTF-8), so that no UTF-8 copy is left inside the string.
     """
 
     chunk_overrun = 4
     stub_lines_add_up = True
 
-    def __init__(self, name: str, encoding: Any) -> None:
+    def __init__(self, name: str, encoding: Any, newline_tail: str = "") -> None:
         self._name = name
         self._encoding = encoding
-        self._token_byte_length: Callable[[int], int] = functools.lru_cache(maxsize=None)(
-            lambda token: len(encoding.decode_single_token_bytes(token))
-        )
+        self._encode_text: Callable[[str], list[int]] = encoding.encode_ordinary
+        self._encode_utf8: Callable[[bytes], list[int]] | None = getattr(encoding, "_encode_bytes", None)
+        self._newline_tail = newline_tail
+        self._byte_lengths = _TokenByteLengths(encoding)
+        self._vouched: dict[tuple[str, str], bool] = {}  # splits_between, per pair of characters seen
+        self._short_counts: dict[str, int] = {}  # counts of short texts (frames, headers, line ends)
 
     @property
     def name(self) -> str:
         return self._name
 
+    def _tokens(self, text: str) -> tuple[list[int], bytes | None]:
+        """The tokens of ``text`` and, for a non-ASCII text, the UTF-8 bytes they were read from."""
+        if text.isascii():
+            return self._encode_text(text), None  # an ASCII string is its own UTF-8: nothing is cached
+        try:
+            data = utf8_bytes(text)
+        except UnicodeEncodeError:  # lone surrogates: tiktoken's own replacement, on a copy
+            data = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
+        if self._encode_utf8 is not None:
+            return self._encode_utf8(data), data
+        return self._encode_text(data.decode("utf-8")), data
+
     def count(self, text: str) -> int:
-        return len(self._encoding.encode_ordinary(text))
+        if len(text) > SHORT_TEXT:
+            return len(self._tokens(text)[0])
+        known = self._short_counts.get(text)
+        if known is None:
+            if len(self._short_counts) >= 1 << 16:
+                self._short_counts.clear()
+            known = self._short_counts[text] = len(self._tokens(text)[0])
+        return known
 
     def encode(self, text: str) -> list[int]:
-        tokens: list[int] = self._encoding.encode_ordinary(text)
-        return tokens
+        return self._tokens(text)[0]
 
     def decode(self, tokens: Sequence[int]) -> str:
         text: str = self._encoding.decode(list(tokens))
         return text
 
-    def token_starts(self, text: str) -> list[int]:
-        lengths = [self._token_byte_length(token) for token in self.encode(text)]
-        return starts_from_byte_lengths(text, lengths)
+    def token_starts(self, text: str, every: int = 1) -> list[int]:
+        return self.count_and_starts(text, every)[1]
+
+    def count_and_starts(self, text: str, every: int) -> tuple[int, list[int]]:
+        tokens, data = self._tokens(text)
+        if len(tokens) <= every:
+            return len(tokens), [0] if tokens else []
+        # byte offset of each group of ``every`` tokens: the lengths of the groups before it
+        if every == 1:
+            lengths: Iterable[int] = map(self._byte_lengths.__getitem__, tokens[:-1])
+        else:
+            decode_bytes = self._encoding.decode_bytes
+            lengths = (len(decode_bytes(tokens[first : first + every])) for first in range(0, len(tokens) - every, every))
+        return len(tokens), _starts_from_offsets(text, [0, *itertools.accumulate(lengths)], data)
+
+    def splits_between(self, before: str, after: str) -> bool:
+        """The boundary rule of cl100k_base / o200k_base: their pre-tokenizer's pieces never cross here.
+
+        - after a line end ("\n", "\r"), when the next character is never white space (a newline run
+          and a punctuation run with its trailing newlines stop there; o200k_base also takes "/" into
+          such a run);
+        - after a letter, when what follows is no letter, mark or apostrophe (letter runs, with
+          o200k_base's marks and "'s"-style suffixes, stop there);
+        - after a number, when what follows is no number (digit groups stop there).
+        A following character must be ASCII or of an assigned category that no Unicode version moves
+        into those classes. The regexes have no look-behind, so the pieces after the boundary are those
+        of the second text alone; proofs_check.test_view checks the rule on adversarial texts.
+        """
+        pair = (before, after)
+        known = self._vouched.get(pair)
+        if known is None:
+            if len(self._vouched) >= 1 << 16:
+                self._vouched.clear()
+            known = self._vouched[pair] = self._splits_between(before, after)
+        return known
+
+    def _splits_between(self, before: str, after: str) -> bool:
+        if len(before) != 1 or len(after) != 1:
+            return False
+        if before in "\r\n":
+            return _never_space(after) and after not in self._newline_tail
+        if _is_letter(before):
+            if after.isascii():
+                return not after.isalpha() and after != "'"
+            return unicodedata.category(after)[0] in "NPSZ"
+        if _is_number(before):
+            if after.isascii():
+                return not after.isdigit()
+            return unicodedata.category(after)[0] in "LMPSZ"
+        return False
 
     def __repr__(self) -> str:
         return f"TiktokenTokenizer({self._name!r})"
@@ -150,7 +287,8 @@ class HuggingFaceTokenizer:
     """A ``tokenizers`` tokenizer loaded from a local ``tokenizer.json``; no special tokens added.
 
     Added tokens (``<|im_start|>``, ``<think>``...) are matched in the text, as a server encoding a rendered
-    prompt matches them: this is the count the server makes.
+    prompt matches them: this is the count the server makes. ``tokenizers`` reads a string through its UTF-8
+    form, so a non-ASCII text is handed over as a throwaway copy.
     """
 
     chunk_overrun = 4
@@ -181,26 +319,35 @@ class HuggingFaceTokenizer:
         return tuple((decoder[key].content, bool(decoder[key].lstrip), bool(decoder[key].rstrip))
                      for key in sorted(decoder))
 
+    def _encoding(self, text: str) -> Any:
+        return self._tokenizer.encode(text if text.isascii() else _throwaway_copy(text), add_special_tokens=False)
+
     def count(self, text: str) -> int:
-        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+        return len(self._encoding(text).ids)
 
     def encode(self, text: str) -> list[int]:
-        ids: list[int] = self._tokenizer.encode(text, add_special_tokens=False).ids
+        ids: list[int] = self._encoding(text).ids
         return ids
 
     def decode(self, tokens: Sequence[int]) -> str:
         text: str = self._tokenizer.decode(list(tokens), skip_special_tokens=False)
         return text
 
-    def token_starts(self, text: str) -> list[int]:
-        offsets = self._tokenizer.encode(text, add_special_tokens=False).offsets
+    def token_starts(self, text: str, every: int = 1) -> list[int]:
+        return self.count_and_starts(text, every)[1]
+
+    def count_and_starts(self, text: str, every: int) -> tuple[int, list[int]]:
+        offsets = self._encoding(text).offsets
         starts: list[int] = []
         floor = 0
         for start, _end in offsets:
             # offsets are character spans; keep them monotone (merged or empty spans repeat)
             floor = max(floor, min(start, len(text)))
             starts.append(floor)
-        return starts
+        return len(offsets), starts[::every]
+
+    def splits_between(self, before: str, after: str) -> bool:
+        return False  # an arbitrary file: messages are counted whole
 
     def normalizer_kind(self) -> str | None:
         """The Unicode normal form of the file's normalizer (NFC/NFD/NFKC/NFKD), "other", or None when it has none."""
@@ -289,6 +436,8 @@ def check_lossless(tokenizer: HuggingFaceTokenizer) -> None:
 
 
 TIKTOKEN_ENCODINGS = ("o200k_base", "cl100k_base")
+# characters besides "\r\n" that a punctuation run takes after its newlines (the encodings' patterns)
+NEWLINE_TAILS = {"o200k_base": "/", "cl100k_base": ""}
 
 
 @functools.lru_cache(maxsize=None)
@@ -311,7 +460,7 @@ def _load_tiktoken(name: str) -> TiktokenTokenizer:
         definition = getattr(public_encodings, name)()
     finally:
         public_encodings.load_tiktoken_bpe = original_loader
-    return TiktokenTokenizer(name, tiktoken.Encoding(**definition))
+    return TiktokenTokenizer(name, tiktoken.Encoding(**definition), newline_tail=NEWLINE_TAILS[name])
 
 
 @functools.lru_cache(maxsize=None)

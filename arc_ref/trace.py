@@ -12,6 +12,7 @@ import json
 from typing import Any, Iterable, Iterator
 
 
+from arc_ref.chat import ChatFormat
 from arc_ref.config import OVERRIDE_KEYS, PRESETS, Config, config_json, first_lone_surrogate, preset
 from arc_ref.errors import ArcError, BudgetViolation
 from arc_ref.machine import (
@@ -53,9 +54,12 @@ class TraceError(Exception):
     """A line that is not a valid event; becomes an error output line."""
 
 
+_CANONICAL = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
 def encode(obj: dict[str, Any]) -> str:
     """Canonical JSON for output lines: sorted keys, no spaces, UTF-8 characters kept."""
-    return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return _CANONICAL.encode(obj)
 
 
 def encode_config_line(obj: dict[str, Any]) -> str:
@@ -246,7 +250,7 @@ def _tool_turn_output(result: ToolTurnResult) -> dict[str, Any]:
     return output
 
 
-def _output_json(state: ArcState, output: Output) -> dict[str, Any]:
+def _output_json(state: ArcState, output: Output, verify: bool) -> dict[str, Any]:
     """The output line of one applied event (spec/trace.md)."""
     if isinstance(output, ObserveResult):
         return {
@@ -265,32 +269,71 @@ def _output_json(state: ArcState, output: Output) -> dict[str, Any]:
     if isinstance(output, CompactResult):
         return {"op": "compact", "reason": output.reason, "folded": output.folded}
     if isinstance(output, View):
-        return _view_output(state, output)
+        return _view_output(state, output, verify)
     raise TraceError(f"no trace output for {type(output).__name__}")
 
 
-def _view_output(state: ArcState, shown: View) -> dict[str, Any]:
-    exact = verify_tokens(state.setup, shown)
-    components = shown.components.as_dict()
-    components["overhead"] = exact - sum(value for key, value in components.items() if key != "overhead")
+def _view_output(state: ArcState, shown: View, verify: bool) -> dict[str, Any]:
+    """The view's count is the sum of its parts (exact: proofs_check.test_view); ``verify`` recounts the
+    serialized text as well and refuses a view whose parts disagree with it."""
+    if verify:
+        verify_tokens(state.setup, shown)
     return {
         "op": "view",
         "text": shown.text(),
-        "tokens": exact,
+        "tokens": shown.tokens,
         "budget": shown.budget,
         "limit": shown.limit,
-        "components": components,
+        "components": shown.components.as_dict(),
     }
 
 
-def _apply(state: ArcState, obj: dict[str, Any]) -> tuple[ArcState, dict[str, Any]]:
-    """Map a trace line to its event, apply it with the one dispatcher (machine.step), map the output back."""
+def _apply(state: ArcState, obj: dict[str, Any], verify: bool,
+           views: _ViewLines | None = None) -> tuple[ArcState, dict[str, Any] | str]:
+    """Map a trace line to its event, apply it with the one dispatcher (machine.step), map the output back
+    (``views``: a view's output line encoded directly, when its chat format allows)."""
     event = _event(obj)
     new_state, output = step(state, event)
-    answer = _output_json(new_state, output)
+    if views is not None and not verify and isinstance(output, View) and isinstance(output.chat, ChatFormat):
+        return new_state, views.line(output)
+    answer = _output_json(new_state, output, verify)
     if isinstance(event, ToolResult):  # a stored tool result: an observe output, named by its op and call
         answer.update(op="tool_result", call_id=event.call_id)
     return new_state, answer
+
+
+_ESCAPE = json.encoder.encode_basestring  # what _CANONICAL writes for a string (ensure_ascii=False)
+
+
+class _ViewLines:
+    """View output lines encoded as `encode` would, each message's escaped text kept while it stays in view.
+
+    JSON escapes a string character by character, so the escaped serialized text is the concatenation of
+    the escaped messages (and generation prompt); a message shown by the view before (the same object) is
+    not rendered or escaped again. Only the current view's messages are kept: O(K) memory.
+    """
+
+    def __init__(self) -> None:
+        self._escaped: dict[int, tuple[Any, str]] = {}
+
+    def line(self, shown: View) -> str:
+        chat = shown.chat
+        assert isinstance(chat, ChatFormat)
+        kept = self._escaped
+        escaped: dict[int, tuple[Any, str]] = {}
+        parts: list[str] = []
+        for message in shown.messages:
+            known = kept.get(id(message))
+            if known is None or known[0] is not message:
+                known = (message, _ESCAPE(chat.render_message(message.role, message.content))[1:-1])
+            escaped[id(message)] = known
+            parts.append(known[1])
+        parts.append(_ESCAPE(chat.generation_prompt)[1:-1])
+        self._escaped = escaped
+        # the keys in encode's sorted order: budget, components, limit, op, text, tokens
+        return (f'{{"budget":{shown.budget:d},"components":{encode(shown.components.as_dict())},'
+                f'"limit":{shown.limit:d},"op":"view","text":"{"".join(parts)}","tokens":{shown.tokens:d}}}')
+
 
 
 def mode_ops(state: ArcState | None) -> tuple[str, ...]:
@@ -301,11 +344,15 @@ def mode_ops(state: ArcState | None) -> tuple[str, ...]:
 
 
 def _parse(line: str | bytes) -> Any:
+    # A line decoded here from strict UTF-8 holds no surrogate, so its parsed strings can hold one only
+    # through a \u escape: without a "\u" in the line there is nothing to look for.
+    may_hold_surrogate = True
     if isinstance(line, bytes):
         try:
             line = line.decode("utf-8")
         except UnicodeDecodeError as bad:
             raise TraceError(f"not UTF-8 text (invalid byte at offset {bad.start})") from None
+        may_hold_surrogate = "\\u" in line
     if line.startswith("\ufeff"):
         raise TraceError("not valid JSON: a byte order mark (U+FEFF) before the value")
     try:
@@ -314,7 +361,7 @@ def _parse(line: str | bytes) -> Any:
         raise TraceError(f"not valid JSON: {bad.msg} at column {bad.colno}") from None
     except (ValueError, RecursionError) as bad:  # e.g. an integer of more than 4300 digits, deep nesting
         raise TraceError(f"not valid JSON: {type(bad).__name__}") from None
-    problem = _lone_surrogate(value)
+    problem = _lone_surrogate(value) if may_hold_surrogate else None
     if problem is not None:
         raise TraceError(f"not valid Unicode text: {problem}")
     return value
@@ -393,9 +440,21 @@ def _shown_value(value: Any) -> str:
         return f"a deeply nested JSON {'array' if isinstance(value, list) else 'object'}"
 
 
-def replay(lines: Iterable[str | bytes]) -> Iterator[dict[str, Any]]:
-    """One output object per input line, in order (the config line included). Bytes lines are UTF-8."""
+def replay(lines: Iterable[str | bytes], verify: bool = False) -> Iterator[dict[str, Any]]:
+    """One output object per input line, in order (the config line included). Bytes lines are UTF-8.
+
+    ``verify``: also count each view's serialized text whole (`verify_tokens`); a view whose parts
+    disagree with that count becomes an error line. The outputs are the same either way.
+    """
+    for output in _replay(lines, verify, None):
+        assert isinstance(output, dict)
+        yield output
+
+
+def _replay(lines: Iterable[str | bytes], verify: bool, views: _ViewLines | None) -> Iterator[dict[str, Any] | str]:
+    """`replay`, with view lines already encoded (`_ViewLines`) when ``views`` is given."""
     state: ArcState | None = None
+    output: dict[str, Any] | str
     for number, line in enumerate(lines, start=1):
         try:
             obj = _parse(line)
@@ -411,7 +470,7 @@ def replay(lines: Iterable[str | bytes]) -> Iterator[dict[str, Any]]:
             elif state is None:
                 raise TraceError("no valid config line: the first line must be {\"op\": \"config\", ...}")
             else:
-                state, output = _apply(state, obj)
+                state, output = _apply(state, obj, verify, views)
         except BudgetViolation as violation:
             output = {"op": "error", "line": number, "message": f"internal budget violation: {violation}"}
         except (TraceError, ArcError) as problem:
@@ -423,7 +482,7 @@ def _strip_line_end(line: str | bytes) -> str | bytes:
     return line.rstrip(b"\r\n") if isinstance(line, bytes) else line.rstrip("\r\n")
 
 
-def replay_text(lines: Iterable[str | bytes]) -> Iterator[str]:
+def replay_text(lines: Iterable[str | bytes], verify: bool = False) -> Iterator[str]:
     """The replay's output lines, canonically encoded (input lines may keep their line ends)."""
-    for output in replay(_strip_line_end(line) for line in lines):
-        yield encode(output)
+    for output in _replay((_strip_line_end(line) for line in lines), verify, _ViewLines()):
+        yield output if isinstance(output, str) else encode(output)

@@ -4,7 +4,8 @@ Message order: F (system, goal), S (summary), G (catalog page), U (recall buffer
 H, then the chat format's generation prompt. Every message's tokens were counted when it was built, so
 assembling a view costs O(number of messages) plus joining O(K) characters, whatever N is. The total
 is the sum of the message counts plus the generation prompt: exact when the tokenizer does not merge
-across message boundaries (checked by `verify_tokens` and by a property for every adapter).
+across message boundaries (a property checks it for every adapter and chat format; `verify_tokens`,
+the opt-in full recount, refuses a view whose parts disagree with its text).
 
 Under a served model's chat template (chat format ``template``) a message's count depends on where it sits
 (its Context: the roles around it, a user message after it); each message carries its exact count for every
@@ -149,16 +150,22 @@ def build_view(
 
 
 def verify_tokens(setup: Setup, view: View) -> int:
-    """Count the serialized text itself; raise if it exceeds K. Returns the exact count."""
+    """Count the serialized text itself (the opt-in full recount); returns the exact count.
+
+    Raises BudgetViolation when the count differs from the sum of the parts the view reports (a
+    tokenizer merging across a boundary its rule vouched for) or exceeds K.
+    """
     exact = setup.tokenizer.count(view.text())
     if setup.chat.positional and exact != view.tokens:
         raise BudgetViolation(
             f"serialized view counts {exact} tokens but its parts add up to {view.tokens}: the chat template of"
             f" {setup.chat.name!r} is not local as the count per place assumes (spec/rendering.md section 3.1)"
         )
-    if exact > view.budget:
+    if exact != view.tokens:
         raise BudgetViolation(
-            f"serialized view counts {exact} tokens > K = {view.budget} (sum of parts said {view.tokens});"
-            f" tokenizer {setup.tokenizer.name!r} merges across message boundaries"
+            f"serialized view counts {exact} tokens but its parts sum to {view.tokens};"
+            f" tokenizer {setup.tokenizer.name!r} merges across a boundary of the chat format {setup.chat.name!r}"
         )
+    if exact > view.budget:
+        raise BudgetViolation(f"serialized view counts {exact} tokens > K = {view.budget}")
     return exact

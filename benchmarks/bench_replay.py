@@ -1,114 +1,226 @@
-"""Replay throughput and memory: a synthetic event trace through `arc-ref replay` (paper preset, tiktoken).
+"""`arc-ref replay` against its floor: time and peak memory as ratios, measured side by side in one run.
 
-    python benchmarks/bench_replay.py [--events 100000] [--sizes 25000 50000 100000]
+    python benchmarks/bench_replay.py [--sizes 10000 30000 100000] [--repeat 2] [--baseline-python PY]
+                                      [--replay-args --verify]
 
-For each size: writes a trace (observe / agent turns with normal actions, recalls and catalog commands /
-compactions / a view every 10 events), replays it in a fresh process with `arc-ref replay`, and prints
-events per second, peak resident memory, and the stored payload, so that memory growth can be compared
-with payload growth (Theorem claim 6: the archive grows with the payload; the active view does not).
+For each size, a synthetic trace is written (paper preset, o200k_base; observations of 60-30,000
+characters, log-uniform, mostly ASCII words with some 'é' and '中'; agent turns with normal actions,
+recalls and catalog commands; compactions; a view every ten events). Then, each in a fresh interpreter
+and taking turns (replay, floor, replay, floor, ...) so that machine noise falls on both alike:
+
+- replay: `arc-ref replay TRACE` (arc_ref.cli.main), its output written to a file;
+- floor: what any replay must do at least: read and parse every line (json.loads), count every
+  observation's tokens once (o200k_base; a non-ASCII text is counted through its UTF-8 bytes, so no
+  second copy stays on the string), hold every observation once as a Python str, and write the
+  output lines (the replay's own output, read back from its file: the floor pays for writing them,
+  not for producing them).
+
+Each child measures itself after start-up (interpreter, arc_ref and the tokenizer loaded): seconds of
+work (wall clock and CPU time) and peak resident memory above its own start-up (ru_maxrss). Printed per
+size: events/s, median seconds of each, the time ratios replay/floor (medians of the per-round ratios;
+the CPU-time ratio is the steadier one on a machine shared with other work), the memory ratio
+replay/floor (floor memory ~ the payload held once as str), and the SHA-256 of the replay output.
+``--baseline-python PYTHON`` replays with another interpreter too, in every round (e.g. a virtual
+environment whose arc_ref is the code before a change): its figures are printed beside, measured in the
+same run, and its output must be byte-identical (the output is a contract).
+Targets (issue 12): time ratio <= 2 at 30,000 and 100,000 events; memory ratio <= 1.25.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import math
+import os
 import random
-import resource
+import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from arc_ref.config import preset
-from arc_ref.ids import IdScheme
-
 WORDS = ("def", "return", "self", "import", "class", "the", "file", "line", "error", "0", "1", "None", "->", "é", "中")
+SMALLEST, LARGEST = 60, 30_000
+
+_REPLAY_CHILD = r"""
+import json, resource, sys, time
+import arc_ref.cli, arc_ref.trace
+from arc_ref.tokenizers import get_tokenizer
+get_tokenizer("o200k_base")
+trace, stats, extra = sys.argv[1], sys.argv[2], sys.argv[3:]
+start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+started, cpu = time.perf_counter(), time.process_time()
+code = arc_ref.cli.main(["replay", trace, *extra])
+sys.stdout.flush()
+seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+with open(stats, "w") as out:
+    json.dump({"seconds": seconds, "cpu": cpu, "start_kib": start_rss, "peak_kib": peak, "code": code}, out)
+"""
+
+_FLOOR_CHILD = r"""
+import json, resource, sys, time
+import arc_ref.cli, arc_ref.trace
+from arc_ref.tokenizers import get_tokenizer
+get_tokenizer("o200k_base")
+trace, expected, stats = sys.argv[1], sys.argv[2], sys.argv[3]
+encoding = get_tokenizer("o200k_base")._encoding
+count_str, count_bytes = encoding.encode_ordinary, encoding._encode_bytes
+start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+started, cpu = time.perf_counter(), time.process_time()
+held, tokens = [], 0
+out = sys.stdout.buffer
+with open(trace, "rb") as lines, open(expected, "rb") as outputs:
+    for line in lines:
+        event = json.loads(line)
+        if event.get("op") == "observe":
+            text = event["observation"]
+            tokens += len(count_str(text) if text.isascii() else count_bytes(text.encode("utf-8")))
+            held.append(text)
+        out.write(outputs.readline())
+out.flush()
+seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+with open(stats, "w") as stats_out:
+    json.dump({"seconds": seconds, "cpu": cpu, "start_kib": start_rss, "peak_kib": peak, "tokens": tokens,
+               "payload_bytes": sum(sys.getsizeof(text) for text in held),
+               "payload_chars": sum(len(text) for text in held)}, stats_out)
+"""
 
 
-def write_trace(path: Path, events: int, seed: int = 11) -> int:
-    """Write a trace of ``events`` lines after the config line; return the payload characters stored."""
+def observation_text(rng: random.Random) -> str:
+    """Log-uniform length in [SMALLEST, LARGEST] characters; lines of 4-16 words."""
+    target = int(math.exp(rng.uniform(math.log(SMALLEST), math.log(LARGEST))))
+    lines: list[str] = []
+    size = 0
+    while size < target:
+        line = " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 16)))
+        lines.append(line)
+        size += len(line) + 1
+    return "\n".join(lines)[:target]
+
+
+def write_trace(path: Path, events: int, seed: int = 11) -> None:
+    """A trace of ``events`` lines after the config line (recalls name ids already stored)."""
+    from arc_ref.config import preset
+    from arc_ref.ids import IdScheme
+    from arc_ref.store import action_signature
+
     rng = random.Random(seed)
-    payload = 0
-    stored = 0
     scheme = IdScheme(events + 1, preset("paper").fingerprint_bits)
     ids: list[str] = []
     with path.open("w", encoding="utf-8") as out:
         out.write(json.dumps({"op": "config", "preset": "paper", "capacity": events + 1}) + "\n")
         for n in range(events):
             roll = rng.random()
+            line: dict[str, object]
             if n % 10 == 9:
-                line: dict[str, object] = {"op": "view"}
-            elif roll < 0.45 or stored == 0:
-                size = rng.choice((80, 400, 1500, 4000, 12000))
-                words = [rng.choice(WORDS) for _ in range(size // 5)]
-                text = " ".join(words)
-                line = {"op": "observe", "action": f"cat file_{n}.py", "observation": text, "returncode": 0}
-                payload += len(text)
-                stored += 1
-                ids.append(scheme.make(stored, f"cat file_{n}.py", text))
+                line = {"op": "view"}
+            elif roll < 0.45 or not ids:
+                action = f"cat file_{n}.py"
+                text = observation_text(rng)
+                line = {"op": "observe", "action": action, "observation": text, "returncode": 0}
+                ids.append(scheme.make(len(ids) + 1, action_signature(action), text))
             elif roll < 0.80:
                 line = {"op": "agent", "thought": "next file", "action": f"cat file_{n + 1}.py"}
             elif roll < 0.92:
-                target = ids[rng.randint(1, stored) - 1]
                 word = rng.choice(("_recall", "_recall-next", "_recall_meta"))
-                line = {"op": "agent", "thought": "re-read", "action": f"{word} {target}"}
+                line = {"op": "agent", "thought": "re-read", "action": f"{word} {rng.choice(ids)}"}
             elif roll < 0.97:
                 line = {"op": "agent", "thought": "browse", "action": rng.choice(("catalog-first", "catalog-next"))}
             else:
                 line = {"op": "compact", "reason": rng.choice(("forced", "reactive"))}
             out.write(json.dumps(line, ensure_ascii=False) + "\n")
-    return payload
 
 
-def replay_in_child(trace: Path) -> tuple[float, int, int, int]:
-    """Replay in a fresh interpreter; return (seconds, peak RSS KiB, output lines, error lines)."""
-    code = (
-        "import sys, resource, time\n"
-        "from arc_ref.trace import replay_text\n"
-        "from arc_ref.tokenizers import get_tokenizer\n"
-        "get_tokenizer('o200k_base')\n"
-        "t = time.perf_counter(); lines = errors = 0\n"
-        "with open(sys.argv[1], encoding='utf-8') as handle:\n"
-        "    for line in replay_text(handle):\n"
-        "        lines += 1; errors += line.startswith('{\"line\"')\n"
-        "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, lines, errors)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code, str(trace)], capture_output=True, text=True, check=True)
-    seconds, rss, lines, errors = done.stdout.split()
-    return float(seconds), int(rss), int(lines), int(errors)
+def run_child(python: str, code: str, arguments: list[str], stdout: Path, stats: Path) -> dict[str, float]:
+    with stdout.open("wb") as out:  # run in the scratch folder: the current folder must not shadow arc_ref
+        subprocess.run([python, "-c", code, *arguments], stdout=out, check=True, cwd=stats.parent)
+    result: dict[str, float] = json.loads(stats.read_text())
+    return result
 
 
-def baseline_rss() -> int:
-    code = "import resource\nfrom arc_ref.tokenizers import get_tokenizer\nimport arc_ref.trace\nget_tokenizer('o200k_base')\nprint(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
-    return int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+def digest(path: Path) -> str:
+    sha = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()[:16]
+
+
+def load() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def _row(label: str, events: int, replays: list[dict[str, float]], floors: list[dict[str, float]], sha: str) -> str:
+    """One line of figures: medians of the replays and of the floors they were paired with."""
+    wall_ratios = [r["seconds"] / f["seconds"] for r, f in zip(replays, floors)]
+    cpu_ratios = [r["cpu"] / f["cpu"] for r, f in zip(replays, floors)]
+    replay_mib = statistics.median((r["peak_kib"] - r["start_kib"]) / 1024 for r in replays)
+    floor_mib = statistics.median((f["peak_kib"] - f["start_kib"]) / 1024 for f in floors)
+    replay_s = statistics.median(r["seconds"] for r in replays)
+    floor_s = statistics.median(f["seconds"] for f in floors)
+    return (f"{label:<9}{events:>8,} {events / replay_s:>9,.0f} {replay_s:>8.2f} {floor_s:>7.2f} "
+            f"{statistics.median(wall_ratios):>6.2f} {statistics.median(cpu_ratios):>6.2f} {replay_mib:>8.1f} "
+            f"{floor_mib:>7.1f} {replay_mib / floor_mib:>6.2f}  {sha}  "
+            f"[{', '.join(f'{ratio:.2f}' for ratio in wall_ratios)}]")
+
+
+def measure(events: int, repeat: int, replay_args: list[str], baseline: str | None, scratch: Path) -> None:
+    trace = scratch / f"trace_{events}.jsonl"
+    write_trace(trace, events)
+    runs: dict[str, list[dict[str, float]]] = {"replay": [], "baseline": [], "floor": []}
+    digests: dict[str, set[str]] = {"replay": set(), "baseline": set()}
+    pythons = {"replay": sys.executable, "baseline": baseline}
+    stats = scratch / "stats.json"
+    output = scratch / "replay.jsonl"
+    for _ in range(repeat):
+        for name in ("replay", "baseline"):
+            python = pythons[name]
+            if python is None:
+                continue
+            arguments = [str(trace), str(stats), *(replay_args if name == "replay" else [])]
+            runs[name].append(run_child(python, _REPLAY_CHILD, arguments, output, stats))
+            digests[name].add(digest(output))
+        runs["floor"].append(run_child(sys.executable, _FLOOR_CHILD, [str(trace), str(output), str(stats)],
+                                       scratch / "floor.jsonl", stats))
+        if digest(scratch / "floor.jsonl") != digest(output):
+            raise SystemExit("the floor did not write the replay's output")
+    shas = digests["replay"] | digests["baseline"]
+    if len(shas) != 1:
+        raise SystemExit(f"replays of the same trace wrote different outputs: {sorted(shas)}")
+    sha = shas.pop()
+    floor = runs["floor"][0]
+    print(f"{events:,} events: payload {floor['payload_bytes'] / 2**20:.1f} MiB as str "
+          f"({floor['payload_chars'] / 1e6:.1f}M characters), load {load()}", flush=True)
+    print(_row("replay", events, runs["replay"], runs["floor"], sha), flush=True)
+    if baseline is not None:
+        print(_row("baseline", events, runs["baseline"], runs["floor"], sha), flush=True)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[25_000, 50_000, 100_000])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 30_000, 100_000])
+    parser.add_argument("--repeat", type=int, default=2, help="rounds (replay, [baseline,] floor) per size")
+    parser.add_argument("--baseline-python", default=None, metavar="PYTHON",
+                        help="also replay with this interpreter (another checkout's arc_ref) in every round")
+    parser.add_argument("--replay-args", nargs=argparse.REMAINDER, default=[],
+                        help="extra arguments for `arc-ref replay` (e.g. --verify); must come last")
     arguments = parser.parse_args()
-    base = baseline_rss()
-    print(f"interpreter + tokenizer loaded: {base / 1024:.1f} MiB resident")
-    print(f"{'events':>8} {'seconds':>8} {'events/s':>9} {'peak MiB':>9} {'above base':>10} {'payload MiB':>11} "
-          f"{'ratio':>6} {'errors':>6}")
+    print(f"paper preset, o200k_base, observations of {SMALLEST}-{LARGEST} characters, a view every 10 events; "
+          f"{arguments.repeat} round(s) per size; replay args {arguments.replay_args}; "
+          f"load average {load()} on {os.cpu_count()} CPUs")
+    print(f"{'':<9}{'events':>8} {'events/s':>9} {'replay s':>8} {'floor s':>7} {'time x':>6} {'cpu x':>6} "
+          f"{'rep. MiB':>8} {'fl. MiB':>7} {'mem x':>6}  output sha256     [time x per round]")
     with tempfile.TemporaryDirectory() as scratch:
         for events in arguments.sizes:
-            trace = Path(scratch) / f"trace_{events}.jsonl"
-            payload = write_trace(trace, events)
-            started = time.perf_counter()
-            seconds, rss, lines, errors = replay_in_child(trace)
-            _ = time.perf_counter() - started
-            assert lines == events + 1, f"replay wrote {lines} lines for {events + 1} input lines"
-            above = (rss - base) / 1024
-            payload_mib = payload / 2**20
-            print(f"{events:>8,} {seconds:>8.1f} {events / seconds:>9,.0f} {rss / 1024:>9.1f} {above:>10.1f} "
-                  f"{payload_mib:>11.1f} {above / payload_mib:>6.2f} {errors:>6}")
-    print("ratio = resident memory above the baseline / stored payload characters (MiB); a constant ratio means "
-          "memory grows with the payload only")
+            measure(events, arguments.repeat, arguments.replay_args, arguments.baseline_python, Path(scratch))
+    print("MiB = peak resident memory above the child's own start-up (the floor's ~ the payload held once as str); "
+          "time x = wall-clock replay / floor, cpu x = the same in CPU time (steadier on a shared machine), "
+          "mem x = replay / floor memory; targets: time <= 2 at 30k and 100k events, memory <= 1.25")
     return 0
 
 
 if __name__ == "__main__":
-    resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     sys.exit(main())

@@ -46,6 +46,16 @@ def resolve_placeholders(state: ArcState, event: Event) -> Event:
     return AgentTurn(event.thought, STORED_ID.sub(real_id, event.action))
 
 
+def resolve_stored(state: ArcState, arguments: str) -> str:
+    """A tool call's arguments with each ``@storedK`` replaced by the K-th stored id (a wrong id past the last)."""
+
+    def real_id(match: re.Match[str]) -> str:
+        index = int(match.group(1))
+        return state.records[index - 1].obs_id if index <= state.stored else f"§{index:02d}"
+
+    return STORED_ID.sub(real_id, arguments)
+
+
 def apply(state: ArcState, event: Event) -> ArcState:
     """One event; an observation past N_max is refused (CapacityExceeded) and leaves the state as it was."""
     event = resolve_placeholders(state, event)
@@ -86,14 +96,20 @@ def read_back(state: ArcState, obs_id: str) -> tuple[list[RecallResult], ArcStat
 
 
 @st.composite
-def event_lists(draw: st.DrawFn, max_events: int = 24) -> list[Event]:
-    """Random interleavings of observe / think / recall of recent ids / catalog / compact."""
+def event_lists(
+    draw: st.DrawFn, max_events: int = 24, contents: st.SearchStrategy[str] | None = None,
+    reasoning: st.SearchStrategy[str] = thoughts,
+) -> list[Event]:
+    """Random interleavings of observe / think / recall of recent ids / catalog / compact (``contents``:
+    the observations' texts, ``reasoning``: the thoughts')."""
+    contents = texts(160) if contents is None else contents
+    thoughts = reasoning
     events: list[Event] = []
     stored = 0
     for _ in range(draw(st.integers(0, max_events))):
         kind = draw(st.sampled_from(("observe", "observe", "think", "recall", "catalog", "compact")))
         if kind == "observe":
-            events.append(Observe(draw(normal_actions), draw(texts(160)), draw(st.integers(-3, 3))))
+            events.append(Observe(draw(normal_actions), draw(contents), draw(st.integers(-3, 3))))
             stored += 1
         elif kind == "think":
             events.append(AgentTurn(draw(thoughts), draw(normal_actions)))

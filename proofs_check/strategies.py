@@ -1,4 +1,4 @@
-"""Hypothesis strategies shared by the executable proofs: configurations, texts, actions.
+"""Hypothesis strategies shared by the executable proofs: configurations, texts, actions, tool turns.
 
 Configurations come from both presets with random budgets: every budget is drawn between the smallest
 value `make_setup` accepts and a few times that, and L_ctx is then chosen so that K <= L holds with a
@@ -8,6 +8,7 @@ newlines, and decoys that look like ids or commands (which must stay inert insid
 
 from __future__ import annotations
 
+import json
 from typing import Any, Mapping
 
 from hypothesis import strategies as st
@@ -97,3 +98,51 @@ def configs(draw: st.DrawFn, preset_name: str | None = None, fixed: Mapping[str,
 def preset_configs() -> st.SearchStrategy[Config]:
     """The two presets exactly as shipped."""
     return st.sampled_from([preset(name) for name in PRESET_NAMES])
+
+
+# --- tool-calling mode ---------------------------------------------------------------------------------
+
+ENVIRONMENT_TOOLS = [
+    {"type": "function", "function": {"name": "read_file", "description": "Read a file.",
+                                      "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
+                                                     "required": ["path"]}}},
+    {"type": "function", "function": {"name": "ls"}},
+]
+ENVIRONMENT_TOOL_NAMES = ("read_file", "ls")
+_ARGUMENT_TEXT = st.text(alphabet="ab §é\"\\\n", max_size=12)
+
+
+@st.composite
+def tool_steps(
+    draw: st.DrawFn, max_turns: int = 8, contents: st.SearchStrategy[str] | None = None,
+    reasoning: st.SearchStrategy[str] | None = None,
+) -> list[tuple[str, list[tuple[str, str]], list[str], bool]]:
+    """Tool turns: (thought, calls as (name, arguments), one result per environment call, view while pending).
+
+    Calls go to ENVIRONMENT_TOOLS, to ARC's own tools (ids as ``@storedK`` placeholders, see
+    `proofs_check.harness.resolve_stored`), to no offered tool, or carry arguments that are not JSON.
+    ``contents``: the results' texts (default: short texts or a long run of lines); ``reasoning``: the thoughts'.
+    """
+    if contents is None:
+        contents = st.one_of(texts(200), st.integers(50, 400).map(lambda lines: "long line\n" * lines))
+    steps = []
+    for _ in range(draw(st.integers(0, max_turns))):
+        calls: list[tuple[str, str]] = []
+        for _ in range(draw(st.integers(0, 3))):
+            kind = draw(st.sampled_from(("env", "env", "arc", "catalog", "unknown", "bad-json")))
+            if kind == "env":
+                name = draw(st.sampled_from(ENVIRONMENT_TOOL_NAMES))
+                calls.append((name, json.dumps({"path": draw(_ARGUMENT_TEXT)}, ensure_ascii=draw(st.booleans()))))
+            elif kind == "arc":
+                word = draw(st.sampled_from(("_recall", "_recall-next", "_recall-start", "_recall_meta")))
+                calls.append((word, json.dumps({"id": f"@stored{draw(st.integers(1, 6))}"})))
+            elif kind == "catalog":
+                calls.append((draw(st.sampled_from(("catalog-first", "catalog-next", "catalog-page"))),
+                              json.dumps({"page": str(draw(st.integers(0, 4)))})))
+            elif kind == "unknown":
+                calls.append(("nope", "{}"))
+            else:
+                calls.append(("read_file", "{not json"))
+        results = [draw(contents) for name, _ in calls if name in ENVIRONMENT_TOOL_NAMES]
+        steps.append((draw(thoughts if reasoning is None else reasoning), calls, results, draw(st.booleans())))
+    return steps

@@ -288,8 +288,14 @@ class LineMergingTokenizer:
     def decode(self, tokens: Sequence[int]) -> str:
         return self.inner.decode(tokens)
 
-    def token_starts(self, text: str) -> list[int]:
-        return self.inner.token_starts(text)
+    def token_starts(self, text: str, every: int = 1) -> list[int]:
+        return self.inner.token_starts(text, every)
+
+    def count_and_starts(self, text: str, every: int) -> tuple[int, list[int]]:
+        return self.count(text), self.inner.token_starts(text, every)
+
+    def splits_between(self, before: str, after: str) -> bool:
+        return False  # its lines merge: every message is counted whole
 
 
 @given(tight_setups(), st.lists(st.tuples(st.sampled_from(("stub", "thought", "inline")), texts(60)), max_size=14),

@@ -8,8 +8,6 @@ preprocessed as vLLM does and rendered by ``transformers``' own ``apply_chat_tem
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Any
 
 import pytest
@@ -21,10 +19,10 @@ from arc_ref.errors import CapacityExceeded, InvalidEvent
 from arc_ref.machine import ArcState, ToolResult, ToolTurn, init, tool_result, tool_turn, view
 from arc_ref.message import ToolCall
 from arc_ref.view import View
-from proofs_check.harness import apply, event_lists
+from proofs_check.harness import apply, event_lists, resolve_stored
 from proofs_check.registry import proves
 from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir, transformers_prompt
-from proofs_check.strategies import configs, texts, thoughts
+from proofs_check.strategies import ENVIRONMENT_TOOLS, configs, tool_steps
 
 QWEN3 = qwen3_dir()
 pytestmark = pytest.mark.skipif(QWEN3 is None, reason=QWEN3_ABSENT)
@@ -81,50 +79,6 @@ def test_template_assistant_turn_last_costs_its_think_block(config: Config, thou
 
 # --- tool-calling mode ---------------------------------------------------------------------------------
 
-ENVIRONMENT_TOOLS = [
-    {"type": "function", "function": {"name": "read_file", "description": "Read a file.",
-                                      "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
-                                                     "required": ["path"]}}},
-    {"type": "function", "function": {"name": "ls"}},
-]
-_ARGUMENT_TEXT = st.text(alphabet="ab §é\"\\\n", max_size=12)
-
-
-@st.composite
-def tool_steps(draw: st.DrawFn, max_turns: int = 8) -> list[tuple[str, list[tuple[str, str]], list[str], bool]]:
-    """Tool turns: (thought, calls as (name, arguments), one result per environment call, view while pending)."""
-    steps = []
-    for _ in range(draw(st.integers(0, max_turns))):
-        calls: list[tuple[str, str]] = []
-        for _ in range(draw(st.integers(0, 3))):
-            kind = draw(st.sampled_from(("env", "env", "arc", "catalog", "unknown", "bad-json")))
-            if kind == "env":
-                name = draw(st.sampled_from(("read_file", "ls")))
-                calls.append((name, json.dumps({"path": draw(_ARGUMENT_TEXT)}, ensure_ascii=draw(st.booleans()))))
-            elif kind == "arc":
-                word = draw(st.sampled_from(("_recall", "_recall-next", "_recall-start", "_recall_meta")))
-                calls.append((word, json.dumps({"id": f"@stored{draw(st.integers(1, 6))}"})))
-            elif kind == "catalog":
-                calls.append((draw(st.sampled_from(("catalog-first", "catalog-next", "catalog-page"))),
-                              json.dumps({"page": str(draw(st.integers(0, 4)))})))
-            elif kind == "unknown":
-                calls.append(("nope", "{}"))
-            else:
-                calls.append(("read_file", "{not json"))
-        results = [draw(st.one_of(texts(200), st.just("long line\n" * draw(st.integers(50, 400)))))
-                   for name, _ in calls if name in ("read_file", "ls")]
-        steps.append((draw(thoughts), calls, results, draw(st.booleans())))
-    return steps
-
-
-def _resolve(state: ArcState, arguments: str) -> str:
-    def real(match: re.Match[str]) -> str:
-        index = int(match.group(1))
-        return state.records[index - 1].obs_id if index <= state.stored else f"§{index:02d}"
-
-    return re.sub(r"@stored(\d+)", real, arguments)
-
-
 def check_pairs(shown: View) -> None:
     """No tool result without its call before it in the view, no answered call without its result in it."""
     messages = shown.chat_messages()
@@ -149,7 +103,7 @@ def test_tool_mode_views_count_as_the_server_counts(config: Config, steps: list[
         made = []
         for name, arguments in calls:
             number += 1
-            made.append(ToolCall(f"call_{number}", name, _resolve(state, arguments)))
+            made.append(ToolCall(f"call_{number}", name, resolve_stored(state, arguments)))
         try:
             state, turn = tool_turn(state, ToolTurn(thought, tuple(made)))
         except InvalidEvent as refused:

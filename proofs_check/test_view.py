@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from arc_ref.chat import CHATML, QWEN3_NOTHINK, ChatFormat
 from arc_ref.config import Config, make_setup, preset
-from arc_ref.errors import ConfigError
-from arc_ref.machine import Observe, init, observe
+from arc_ref.counting import joined_tokens
+from arc_ref.errors import CapacityExceeded, ConfigError, InvalidEvent
+from arc_ref.machine import ArcState, Observe, ToolResult, ToolTurn, init, observe, tool_result, tool_turn, view
+from arc_ref.message import ToolCall
 from arc_ref.tokenizers import get_tokenizer
-from arc_ref.view import within_budget
-from proofs_check.harness import apply, event_lists, exact_view
+from arc_ref.view import verify_tokens, within_budget
+from proofs_check.harness import apply, event_lists, exact_view, resolve_stored
 from proofs_check.registry import proves
-from proofs_check.strategies import configs, texts, unicode_texts
+from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
+from proofs_check.strategies import ENVIRONMENT_TOOLS, configs, texts, tool_steps, unicode_texts
 
 
 @given(configs(), event_lists())
@@ -112,3 +118,177 @@ def test_a4_prefix_tokens_b_is_tokens_of_f(goal: str) -> None:
     assert isinstance(setup.chat, ChatFormat)
     rendered = "".join(setup.chat.render_message(role, text) for role, text in setup.prefix_messages)
     assert setup.prefix_tokens == setup.tokenizer.count(rendered)
+
+
+# --- the view's count is the sum of its parts, for every tokenizer and chat format (issue 12) ------
+
+# Characters that make a tokenizer merge across a junction, or not: line ends and other white space
+# (U+001C is space to Python only, U+00A0 and U+2028 to both), letters of both cases and other
+# scripts, a combining mark, ASCII and other numbers, the apostrophe of "'s", "/" (o200k_base takes it
+# into a newline run), brackets, the section sign and the "<" that opens "<|im_end|>".
+EDGE_CHARS = "aZé中\u0301\u02b009²Ⅷ٣'/<>[]§.:-_| \t\n\r\x0b\x1c\u00a0\u2028😀"
+CONTEXTS = ("", "x", "ab'", "12", " ", ".", "]", "\n", "a \n", "word\r\n", "<|im_end|>\n", "§0001-7")
+CHAT_FORMATS = (CHATML, QWEN3_NOTHINK)
+
+
+def _trained_tokenizer_json(directory: Path) -> Path:
+    """A small byte-level BPE tokenizer.json trained here (no download): the hf:PATH adapter's stand-in."""
+    from tokenizers import Tokenizer as RustTokenizer
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    tokenizer = RustTokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=420, special_tokens=["<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(["cat notes.txt Observation turn thought action " * 20, "héllo 中文 😀 § " * 10],
+                                  trainer)
+    path = directory / "tokenizer.json"
+    tokenizer.save(str(path))
+    return path
+
+
+def _tokenizer_names() -> list[str]:
+    """Every tokenizer the core supports: bytes, both tiktoken encodings, a tokenizer.json (one trained
+    here, and Qwen3's own when ../shared/data is beside the repository)."""
+    names = ["bytes", "o200k_base", "cl100k_base"]
+    try:
+        names.append(f"hf:{_trained_tokenizer_json(Path(_SCRATCH.name))}")
+    except ImportError:  # the optional 'tokenizers' package (arc-ref[hf]) is not installed
+        return names
+    if QWEN3_TOKENIZER.is_file():
+        names.append(f"hf:{QWEN3_TOKENIZER}")
+    return names
+
+
+QWEN3_TOKENIZER = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "qwen3-tokenizer" / "tokenizer.json"
+_SCRATCH = tempfile.TemporaryDirectory(prefix="arc-tokenizer-")  # removed when the interpreter exits
+TOKENIZER_NAMES = _tokenizer_names()
+
+
+def edge_texts(max_size: int = 40) -> st.SearchStrategy[str]:
+    """Observation-like text opening and closing with characters that test the boundary rules."""
+    edges = st.text(alphabet=EDGE_CHARS, max_size=3)
+    return st.builds(lambda first, middle, last: first + middle + last, edges, texts(max_size), edges)
+
+
+@given(st.sampled_from(TOKENIZER_NAMES[:3]), st.sampled_from(CONTEXTS), st.sampled_from(CONTEXTS))
+@proves("A4", "L2")
+def test_a4_boundary_rule_holds_for_every_pair_of_edge_characters(name: str, head: str, tail: str) -> None:
+    """`splits_between(a, b)` promises tokens(X + Y) = tokens(X) + tokens(Y) for every X ending in a
+    and every Y starting with b: checked for every pair of edge characters inside the drawn contexts."""
+    tokenizer = get_tokenizer(name)
+    vouched = 0
+    for before in EDGE_CHARS:
+        left = head + before
+        left_tokens = tokenizer.encode(left)
+        for after in EDGE_CHARS:
+            if tokenizer.splits_between(before, after):
+                vouched += 1
+                right = after + tail
+                assert tokenizer.encode(left + right) == left_tokens + tokenizer.encode(right), (left, right)
+    assert vouched > 0  # the rule vouches for some junctions: the check is not vacuous
+
+
+@given(st.sampled_from(TOKENIZER_NAMES), edge_texts(60), edge_texts(60))
+@proves("A4", "L2")
+def test_a4_boundary_rule_holds_on_adversarial_texts(name: str, left: str, right: str) -> None:
+    """The boundary rule on random texts whose ends are drawn from the edge characters."""
+    tokenizer = get_tokenizer(name)
+    if left and right and tokenizer.splits_between(left[-1], right[0]):
+        assert tokenizer.encode(left + right) == tokenizer.encode(left) + tokenizer.encode(right)
+
+
+@pytest.mark.parametrize("name", TOKENIZER_NAMES)
+@given(data=st.data())
+@proves("A4", "L2", "T1")
+def test_l2_view_tokens_are_the_count_of_the_serialized_text(name: str, data: st.DataObject) -> None:
+    """Lemma 2 without the recount: on random traces, for every tokenizer and chat format, the count a
+    view reports (summed from its parts: records' n_j, summary lines, recall bodies, message frames)
+    equals the count of the text actually sent, message by message and in total."""
+    chat = data.draw(st.sampled_from(CHAT_FORMATS))
+    config = data.draw(configs(fixed={"tokenizer": name, "chat_format": chat.name}))
+    events = data.draw(event_lists(contents=edge_texts(120), reasoning=edge_texts(30)))
+    state = init(config)
+    setup = state.setup
+    for event in [*events, None]:
+        shown = view(state)
+        for message in shown.messages:
+            assert message.tokens == setup.message_tokens(message.role, message.content), message
+        assert shown.tokens == setup.tokenizer.count(shown.text())
+        assert verify_tokens(setup, shown) == shown.tokens
+        if event is not None:
+            state = apply(state, event)
+
+
+@given(st.sampled_from(TOKENIZER_NAMES), st.lists(st.tuples(edge_texts(80), st.booleans()), max_size=6))
+@proves("A4", "L2")
+def test_a4_joined_count_is_the_count_of_the_concatenation(name: str, drawn: list[tuple[str, bool]]) -> None:
+    """`joined_tokens` (known counts reused, unvouched edges split off and counted with their
+    neighbours) gives exactly the count of the concatenated text."""
+    tokenizer = get_tokenizer(name)
+    parts = [(text, tokenizer.count(text) if known else None) for text, known in drawn]
+    assert joined_tokens(tokenizer, parts) == tokenizer.count("".join(text for text, _ in drawn))
+
+
+# --- the same under a served model's chat template (chat format "template", issue 8) -----------------
+
+QWEN3_DIR = qwen3_dir()
+
+
+def _check_summed_count(state: ArcState) -> None:
+    """The view's count (each message's count at its place, summed, plus the generation prompt) equals the
+    count of its serialized text, and the components add up to it."""
+    shown = view(state)
+    serialized = state.setup.tokenizer.count(shown.text())
+    assert shown.tokens == serialized
+    assert sum(shown.components.as_dict().values()) == serialized
+    assert verify_tokens(state.setup, shown) == serialized
+
+
+@pytest.mark.skipif(QWEN3_DIR is None, reason=QWEN3_ABSENT)
+@given(data=st.data())
+@proves("A4", "L2", "T1")
+def test_l2_template_view_tokens_are_the_count_of_the_serialized_text(data: st.DataObject) -> None:
+    """Lemma 2 under Qwen3's served template, text mode: on random traces whose observations and thoughts
+    open and close with boundary-testing characters, the summed count is the serialized count."""
+    config = data.draw(configs(fixed={"tokenizer": f"hf-dir:{QWEN3_DIR}", "chat_format": "template",
+                                      "action_mode": "text"}))
+    events = data.draw(event_lists(contents=edge_texts(120), reasoning=edge_texts(30)))
+    state = init(config)
+    for event in [*events, None]:
+        _check_summed_count(state)
+        if event is not None:
+            state = apply(state, event)
+
+
+@pytest.mark.skipif(QWEN3_DIR is None, reason=QWEN3_ABSENT)
+@given(data=st.data())
+@proves("A4", "L2", "T1")
+def test_l2_tool_mode_view_tokens_are_the_count_of_the_serialized_text(data: st.DataObject) -> None:
+    """Lemma 2 under Qwen3's served template, tool-calling mode: tool listing, assistant tool calls, results
+    with boundary-testing edges, views while a call is pending; the summed count is the serialized count."""
+    config = data.draw(configs(fixed={"tokenizer": f"hf-dir:{QWEN3_DIR}", "chat_format": "template",
+                                      "action_mode": "tools", "tools": ENVIRONMENT_TOOLS}))
+    steps = data.draw(tool_steps(contents=edge_texts(40), reasoning=edge_texts(30)))
+    state = init(config)
+    _check_summed_count(state)
+    number = 0
+    for thought, calls, results, view_while_pending in steps:
+        made = []
+        for name, arguments in calls:
+            number += 1
+            made.append(ToolCall(f"call_{number}", name, resolve_stored(state, arguments)))
+        try:
+            state, turn = tool_turn(state, ToolTurn(thought, tuple(made)))
+        except InvalidEvent:
+            continue  # a turn too big for R is refused whole (test_templates checks the message)
+        _check_summed_count(state)
+        for call, result in zip(turn.environment_calls, results):
+            if view_while_pending:
+                _check_summed_count(state)
+            try:
+                state, _ = tool_result(state, ToolResult(call.call_id, result))
+            except CapacityExceeded:
+                return
+        _check_summed_count(state)

@@ -334,6 +334,7 @@ def test_trace_vector_replays_to_the_expected_output(name: str) -> None:
         if directory is None:
             pytest.skip(f"trace vector {name} needs {', '.join(needs)} beside the repository (or {SHARED_DATA_ENV})")
         actual = list(replay_text(inputs))
+        assert list(replay_text(inputs, verify=True)) == actual, f"{name}: the replay with --verify prints other lines"
     assert len(actual) == len(inputs), f"{name}: replay wrote {len(actual)} lines for {len(inputs)}"
     for number, (got, want) in enumerate(zip(actual, expected), start=1):
         assert got == want, (

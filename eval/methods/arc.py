@@ -53,8 +53,11 @@ OVERHEAD = 64
 CAPACITY = 65535
 
 
-def arc_config(settings: MethodSettings, system: str, goal: str) -> Config:
-    """The core's Config for one task under the run's shared budgets (see the module docstring)."""
+def arc_config(settings: MethodSettings, system: str, goal: str, *, check: bool = True) -> Config:
+    """The core's Config for one task under the run's shared budgets (see the module docstring).
+
+    ``check``: build its Setup here to validate it (K <= L, every component floor); ``begin`` leaves that
+    to ``init``, which builds the same Setup and raises the same error."""
     base = PRESETS["paper"].replace(
         context_limit=settings.context_limit,
         max_completion=settings.max_tokens,
@@ -88,7 +91,8 @@ def arc_config(settings: MethodSettings, system: str, goal: str) -> Config:
     page_frame = floors["page_budget"] - base.stub_cap  # the floor was taken with one stub per page
     page_size = max(1, (budgets["page_budget"] - page_frame) // base.stub_cap)
     config = base.replace(chunk_tokens=chunk_tokens, recall_budget=recall_budget, page_size=page_size, **budgets)
-    make_setup(config)  # validated here: K <= L and every component floor
+    if check:
+        make_setup(config)  # validated here: K <= L and every component floor
     return config
 
 
@@ -111,7 +115,7 @@ class ArcMethod:
 
     def begin(self, system: str, goal: str) -> None:
         instructions = system + ("\n" if system else "") + render.ARC_INSTRUCTIONS
-        self.state = init(arc_config(self.settings, instructions, goal))
+        self.state = init(arc_config(self.settings, instructions, goal, check=False))  # init validates it
 
     async def prompt(self, aux: AuxCaller) -> tuple[Message, ...]:
         """The core's view, message for message (tool calls and the ids results answer included)."""

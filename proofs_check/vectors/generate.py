@@ -16,8 +16,13 @@ TRACE_INDEX_SCHEMA = "traces.schema.json"
 
 
 def replay_vector(vector: TraceVector) -> list[str]:
-    """The reference's output lines for a trace vector."""
-    return list(replay_text(vector.lines))
+    """The reference's output lines for a trace vector (the default replay; the full recount of every
+    view, ``verify``, must print the very same lines)."""
+    outputs = list(replay_text(vector.lines))
+    verified = list(replay_text(vector.lines, verify=True))
+    if verified != outputs:
+        raise AssertionError(f"trace vector {vector.name!r}: the replay with --verify prints other lines")
+    return outputs
 
 
 def check_features(vector: TraceVector, output_lines: Sequence[str]) -> list[str]:

@@ -180,7 +180,7 @@ def test_summary_frame_over_m_is_refused_by_name() -> None:
     record = make_record(SETUP, 1, "cat a.txt", "x" * 40, 0, 0)
     tight = _with(SETUP, summary_budget=SETUP.summary_base - 1)
     with pytest.raises(BudgetViolation) as refused:
-        fit_summary(tight, [stub_item(record)], 0, lambda index: record)
+        fit_summary(tight, [stub_item(tight, record)], 0, lambda index: record)
     assert str(refused.value) == f"the summary frame alone exceeds summary_budget M = {SETUP.summary_base - 1}"
 
 

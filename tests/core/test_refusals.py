@@ -253,10 +253,21 @@ def test_verify_tokens_accepts_exactly_k_and_refuses_one_more() -> None:
     assert verify_tokens(state.setup, attrs.evolve(shown, budget=exact)) == exact
     with pytest.raises(BudgetViolation) as refused:
         verify_tokens(state.setup, attrs.evolve(shown, budget=exact - 1))
-    assert str(refused.value) == (
-        f"serialized view counts {exact} tokens > K = {exact - 1} (sum of parts said {shown.tokens});"
-        f" tokenizer {state.setup.tokenizer.name!r} merges across message boundaries"
-    )
+    assert str(refused.value) == f"serialized view counts {exact} tokens > K = {exact - 1}"
+
+
+def test_verify_tokens_refuses_a_view_whose_parts_disagree_with_its_text() -> None:
+    """The opt-in recount refuses a view whose reported sum of parts is not the count of its text."""
+    state, _ = observe(init(preset("minimal")), Observe("ls", "a.txt b.txt", 0))
+    shown = view(state)
+    exact = verify_tokens(state.setup, shown)
+    for reported in (exact - 1, exact + 1):
+        with pytest.raises(BudgetViolation) as refused:
+            verify_tokens(state.setup, attrs.evolve(shown, tokens=reported))
+        assert str(refused.value) == (
+            f"serialized view counts {exact} tokens but its parts sum to {reported};"
+            " tokenizer 'bytes' merges across a boundary of the chat format 'chatml'"
+        )
 
 
 def test_chat_messages_are_openai_role_content_pairs() -> None:
@@ -399,7 +410,7 @@ CONFIG = json.dumps({"op": "config", "preset": "minimal"})
 
 
 def _errors(*lines: str | bytes) -> list[str]:
-    return [out["message"] for out in trace.replay([CONFIG, *lines]) if out["op"] == "error"]
+    return [out["message"] for out in trace.replay([CONFIG, *lines], verify=True) if out["op"] == "error"]
 
 
 def test_trace_messages_cut_long_values_at_forty_characters() -> None:
@@ -419,7 +430,7 @@ def test_trace_messages_cut_long_values_at_forty_characters() -> None:
 def test_trace_messages_list_several_keys_with_commas() -> None:
     assert _errors(json.dumps({"op": "observe"})) == ["missing key(s) action, observation for op 'observe'"]
     assert _errors(json.dumps({"op": "view", "b": 1, "a": 2})) == ["unknown key(s) a, b for op 'view'"]
-    outputs = list(trace.replay([json.dumps({"op": "config", "preset": "minimal", "zz": 1, "aa": 2})]))
+    outputs = list(trace.replay([json.dumps({"op": "config", "preset": "minimal", "zz": 1, "aa": 2})], verify=True))
     assert outputs == [{
         "op": "error", "line": 1,
         "message": f"unknown config key(s) aa, zz; known: {', '.join(OVERRIDE_KEYS)}",
@@ -428,10 +439,10 @@ def test_trace_messages_list_several_keys_with_commas() -> None:
 
 def test_bytes_lines_are_decoded_as_utf8_and_line_ends_stripped() -> None:
     observation = {"op": "observe", "action": "ls", "observation": "ü 😀 中"}
-    as_text = list(trace.replay([CONFIG, json.dumps(observation, ensure_ascii=False)]))
-    as_bytes = list(trace.replay([CONFIG.encode(), json.dumps(observation, ensure_ascii=False).encode("utf-8")]))
+    as_text = list(trace.replay([CONFIG, json.dumps(observation, ensure_ascii=False)], verify=True))
+    as_bytes = list(trace.replay([CONFIG.encode(), json.dumps(observation, ensure_ascii=False).encode("utf-8")], verify=True))
     assert as_bytes == as_text and as_text[1]["op"] == "observe"
-    with_ends = list(trace.replay_text([CONFIG + "\r\n", json.dumps(observation).encode() + b"\r\n"]))
+    with_ends = list(trace.replay_text([CONFIG + "\r\n", json.dumps(observation).encode() + b"\r\n"], verify=True))
     assert with_ends == [trace.encode(out) for out in as_text]
     bad = b'{"op": "view", "x": "\xff"}'
     assert _errors(bad) == [f"not UTF-8 text (invalid byte at offset {bad.index(0xFF)})"]
@@ -446,14 +457,14 @@ def test_an_internal_violation_becomes_an_error_line_and_the_replay_goes_on(monk
     real_apply = trace._apply
     calls = []
 
-    def failing_once(state, obj):  # type: ignore[no-untyped-def]
+    def failing_once(state, obj, *rest):  # type: ignore[no-untyped-def]
         calls.append(obj["op"])
         if len(calls) == 1:
             raise BudgetViolation("H costs 9 > R = 8")
-        return real_apply(state, obj)
+        return real_apply(state, obj, *rest)
 
     monkeypatch.setattr(trace, "_apply", failing_once)
-    outputs = list(trace.replay([CONFIG, json.dumps({"op": "view"}), json.dumps({"op": "view"})]))
+    outputs = list(trace.replay([CONFIG, json.dumps({"op": "view"}), json.dumps({"op": "view"})], verify=True))
     assert outputs[1] == {"op": "error", "line": 2, "message": "internal budget violation: H costs 9 > R = 8"}
     assert outputs[2]["op"] == "view"
 

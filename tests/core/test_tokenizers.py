@@ -141,7 +141,7 @@ def test_huggingface_tokenizer_drives_a_whole_task(tmp_path: Path) -> None:
         json.dumps({"op": "observe", "action": "cat a", "observation": "héllo wörld 中文 😀 " * 30, "returncode": 0}),
         json.dumps({"op": "view"}),
     ]
-    outputs = list(replay(lines))
+    outputs = list(replay(lines, verify=True))
     assert [o["op"] for o in outputs] == ["config", "observe", "view"]
     assert outputs[2]["tokens"] <= outputs[2]["budget"] <= outputs[2]["limit"]
 
@@ -151,3 +151,46 @@ def test_unknown_or_missing_tokenizer_is_a_clear_error(tmp_path: Path) -> None:
         get_tokenizer("gpt2")
     with pytest.raises(ConfigError, match="cannot load tokenizer.json"):
         get_tokenizer(f"hf:{tmp_path / 'missing.json'}")
+
+
+@pytest.mark.parametrize("name", ["bytes", "o200k_base", "cl100k_base", "hf"])
+def test_counting_leaves_no_utf8_copy_inside_the_string(name: str, tmp_path: Path) -> None:
+    """CPython caches a string's UTF-8 form inside it once C code reads it so; no adapter may do that to
+    a text it is given (a stored observation would carry a second copy of itself)."""
+    import sys
+
+    if name == "hf":
+        pytest.importorskip("tokenizers")
+        _train_tokenizer_json(tmp_path / "tokenizer.json")
+        name = f"hf:{tmp_path / 'tokenizer.json'}"
+    tokenizer = get_tokenizer(name)
+    text = "".join(["héllo wörld 中文 😀 "] * 50)
+    size = sys.getsizeof(text)
+    tokenizer.count(text)
+    tokenizer.encode(text)
+    tokenizer.token_starts(text)
+    tokenizer.count_and_starts(text, 7)
+    assert sys.getsizeof(text) == size
+    probe = "".join(["é"] * 10)
+    probe.encode("utf-8").decode("utf-8")
+    before = sys.getsizeof(probe)
+    len(get_tokenizer("o200k_base")._encoding.encode_ordinary(probe))  # type: ignore[attr-defined]
+    assert sys.getsizeof(probe) > before  # the effect the adapters avoid is real
+
+
+def test_stored_observations_carry_no_utf8_copy_after_a_replay() -> None:
+    """Observed, recalled and shown: every stored content is still one copy (paper preset, o200k_base)."""
+    import sys
+
+    from arc_ref.machine import AgentTurn, Observe, agent_turn, init, observe, view
+    from arc_ref.config import preset
+
+    state = init(preset("paper"))
+    texts = ["".join(["ligne é 中 ", str(i)] * (40 + 300 * i)) for i in range(4)]
+    sizes = [sys.getsizeof("".join((text, ""))) for text in texts]
+    for index, text in enumerate(texts):
+        state, _ = observe(state, Observe(f"cat {index}.txt", text, 0))
+        state, _ = agent_turn(state, AgentTurn("read", f"_recall {state.records[index].obs_id}"))
+        view(state).text()
+    assert [record.content for record in state.records] == texts
+    assert [sys.getsizeof(record.content) for record in state.records] == sizes

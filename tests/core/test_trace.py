@@ -38,7 +38,7 @@ MALFORMED = [
 
 @pytest.mark.parametrize(("line", "message"), MALFORMED)
 def test_malformed_line_is_an_error_line_and_the_replay_goes_on(line: str, message: str) -> None:
-    outputs = list(replay([CONFIG, OBSERVE, line, OBSERVE]))
+    outputs = list(replay([CONFIG, OBSERVE, line, OBSERVE], verify=True))
     assert len(outputs) == 4
     assert outputs[2]["op"] == "error" and outputs[2]["line"] == 3
     assert message in outputs[2]["message"]
@@ -59,7 +59,7 @@ def test_malformed_line_is_an_error_line_and_the_replay_goes_on(line: str, messa
     ],
 )
 def test_bad_or_missing_config_errors_every_line(first: str, message: str) -> None:
-    outputs = list(replay([first, OBSERVE, '{"op": "view"}']))
+    outputs = list(replay([first, OBSERVE, '{"op": "view"}'], verify=True))
     assert outputs[0]["op"] == "error" and message in outputs[0]["message"]
     assert all(output["op"] == "error" for output in outputs)
     assert "no valid config line" in outputs[1]["message"]
@@ -74,7 +74,7 @@ def test_outputs_of_every_op() -> None:
         json.dumps({"op": "compact", "reason": "reactive"}),
         json.dumps({"op": "view"}),
     ]
-    config, observed, recalled, normal, compacted, shown = replay(trace)
+    config, observed, recalled, normal, compacted, shown = replay(trace, verify=True)
     assert config["op"] == "config" and config["budget"] <= config["limit"]
     assert observed["id"].startswith("§") and observed["chunks"] >= 1
     assert recalled["command"] is True and "did you mean" in recalled["response"]
@@ -86,9 +86,9 @@ def test_outputs_of_every_op() -> None:
 
 
 def test_recall_output_carries_chunk_fields() -> None:
-    first = list(replay([CONFIG, OBSERVE]))[1]
+    first = list(replay([CONFIG, OBSERVE], verify=True))[1]
     recall = json.dumps({"op": "agent", "thought": "", "action": f"_recall {first['id']}\n_recall-next {first['id']}"})
-    output = list(replay([CONFIG, OBSERVE, recall]))[2]
+    output = list(replay([CONFIG, OBSERVE, recall], verify=True))[2]
     assert (output["id"], output["chunk"], output["chunks"]) == (first["id"], 1, first["chunks"])
     assert [r["chunk"] for r in output["recalls"]] == [1, 2]
     assert output["payload"] == output["recalls"][0]["payload"]
@@ -97,8 +97,8 @@ def test_recall_output_carries_chunk_fields() -> None:
 
 def test_replay_is_deterministic_and_canonical() -> None:
     trace = [CONFIG, OBSERVE, '{"op": "view"}']
-    first = list(replay_text(trace))
-    assert first == list(replay_text(trace))
+    first = list(replay_text(trace, verify=True))
+    assert first == list(replay_text(trace, verify=True))
     for line in first:
         assert line == json.dumps(json.loads(line), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 

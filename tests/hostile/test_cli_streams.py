@@ -117,7 +117,7 @@ def test_an_internal_error_is_one_line_and_exit_70(monkeypatch: pytest.MonkeyPat
                                                     capfd: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     import arc_ref.cli as cli
 
-    def broken(lines: object) -> object:
+    def broken(lines: object, verify: bool = False) -> object:
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(cli, "replay_text", broken)

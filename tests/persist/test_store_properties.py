@@ -17,13 +17,10 @@ from arc_ref.machine import ArcState, Compact, Event, ToolResult, ToolTurn, init
 from arc_ref.message import ToolCall
 from arc_ref.persist import DurableStore, fold_lines
 from arc_ref.trace import replay
-from proofs_check.harness import apply, event_lists, resolve_placeholders
+from proofs_check.harness import apply, event_lists, resolve_placeholders, resolve_stored
 from proofs_check.shared_data import QWEN3_ABSENT
-from proofs_check.strategies import configs
-
-# The tool-turn strategy lives beside the template properties on main (H6 moves it to proofs_check.strategies).
-from proofs_check.test_templates import QWEN3, ENVIRONMENT_TOOLS, template_configs, tool_steps
-from proofs_check.test_templates import _resolve as resolve_stored
+from proofs_check.strategies import ENVIRONMENT_TOOLS, configs, tool_steps
+from proofs_check.test_templates import QWEN3, template_configs
 
 
 def _store_all(store: DurableStore, events: list[Event]) -> None:

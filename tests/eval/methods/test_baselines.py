@@ -232,6 +232,51 @@ def test_bm25_retriever_finds_the_matching_chunk() -> None:
     assert Bm25Retriever().search(["x"], 3) == []
 
 
+def test_bm25_retriever_grown_chunk_by_chunk_scores_as_bm25s_rebuilt() -> None:
+    """The incremental index gives bm25s' own float32 scores, float for float, after every addition."""
+    import bm25s
+    import numpy
+
+    rng = random.Random(5)
+    words = "alpha beta gamma needle the file error value key secret code line data of".split()
+    for _ in range(40):
+        retriever = Bm25Retriever()
+        chunks: list[str] = []
+        for _ in range(rng.randint(1, 5)):
+            added = [" ".join(rng.choice(words) for _ in range(rng.randint(0, 30))) for _ in range(rng.randint(1, 6))]
+            retriever.add(added)
+            chunks.extend(added)
+            rebuilt = bm25s.BM25()
+            rebuilt.index([retriever.tokenize(chunk) or ["<empty>"] for chunk in chunks], show_progress=False)
+            query = retriever.tokenize(" ".join(rng.choice(words) for _ in range(rng.randint(1, 6))))
+            if query:
+                expected = rebuilt.get_scores(query)
+                scored = retriever.scores(query)
+                assert scored.dtype == expected.dtype and numpy.array_equal(scored, expected)
+
+
+def test_bm25_search_ranks_as_the_per_part_python_sum() -> None:
+    """The vectorised search gives the ranking of the plain definition: per part, each float32 score as a
+    Python float divided by the part's best, summed over the parts, best first, ties by position."""
+    rng = random.Random(8)
+    words = "alpha beta gamma needle the file error value key secret code line data of".split()
+    for _ in range(60):
+        retriever = Bm25Retriever()
+        retriever.add([" ".join(rng.choice(words) for _ in range(rng.randint(0, 20)))
+                       for _ in range(rng.randint(1, 25))])
+        query = [" ".join(rng.choice(words) for _ in range(rng.randint(0, 5))) for _ in range(rng.randint(1, 3))]
+        combined = [0.0] * len(retriever._lengths)
+        for part in query:
+            tokens = retriever.tokenize(part)
+            if tokens:
+                scores = [float(value) for value in retriever.scores(tokens)]
+                if max(scores) > 0:
+                    combined = [total + score / max(scores) for total, score in zip(combined, scores)]
+        expected = sorted(range(len(combined)), key=lambda index: (-combined[index], index))
+        k = rng.randint(1, 30)
+        assert retriever.search(query, k) == expected[:k]
+
+
 def test_bm25_weighs_each_part_of_the_query_the_same() -> None:
     """A long first part (the goal) does not drown the second (the current step): each part's scores are
     divided by its best score before they are added, as the embedding retriever averages unit embeddings."""
