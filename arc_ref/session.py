@@ -52,6 +52,17 @@ from arc_ref.templates import TemplateFormat
 from arc_ref.tools import ARC_TOOL_NAMES
 
 
+TOOL_MODE_SYSTEM = (
+    "You are an agent that solves a task by calling tools. Tool outputs are stored verbatim under ids like"
+    " §00042-0591234567; older turns are summarized, and a long output appears as a one-line stub with its id."
+    " To read a stored output again, exactly and without re-running anything, call the tools _recall (first"
+    " chunk), _recall-next (next chunk), _recall-start (from the start again) or _recall_meta (the stub only)"
+    " with its id; catalog-first, catalog-next and catalog-page list every stored output. Recalled chunks appear"
+    " in the recall buffer section."
+)
+"""The system prompt of a session given none: the core's default describes text actions, ignored in tool mode."""
+
+
 class SessionError(ArcError):
     """A session used out of order (a result for a call never made, a turn while calls wait...)."""
 
@@ -154,7 +165,7 @@ class Session:
         if tokenizer is not None:
             self._overrides.update(tokenizer=tokenizer, chat_format="template", action_mode="tools",
                                    tools=list(tools))
-        self._system = system
+        self._system = system if system is not None or config is not None else TOOL_MODE_SYSTEM
         self._goal = goal
         self._path = path
         self._store: DurableStore | None = None
@@ -363,4 +374,4 @@ class Session:
         self.close()
 
 
-__all__ = ["Audit", "Session", "SessionError", "tool_call"]
+__all__ = ["TOOL_MODE_SYSTEM", "Audit", "Session", "SessionError", "tool_call"]

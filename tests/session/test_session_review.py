@@ -1,0 +1,23 @@
+"""Review findings on arc_ref.session (H9): silent misuse turned into clear errors, a tool-mode default prompt."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from arc_ref.session import Session, SessionError
+from tests.core.test_tool_mode import ENVIRONMENT
+from tests.session.test_session import BUDGETS, model_dir, new_session  # noqa: F401  (model_dir: a fixture)
+
+
+def test_the_default_system_prompt_speaks_of_tool_calls_not_text_actions(model_dir: str) -> None:
+    session = Session(f"hf-dir:{model_dir}", tools=ENVIRONMENT, preset_name="minimal", **BUDGETS)
+    session.add_user("Find the value of line 77.")
+    system = session.messages()[0]
+    assert system["role"] == "system"
+    assert "Action:" not in system["content"], "the text-action protocol is ignored in tool mode"
+    assert "_recall" in system["content"] and "tool" in system["content"]
+    given = Session(f"hf-dir:{model_dir}", system="Mine.", tools=ENVIRONMENT, preset_name="minimal", **BUDGETS)
+    given.add_user("Find the value of line 77.")
+    assert given.messages()[0]["content"] == "Mine."
