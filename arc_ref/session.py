@@ -291,6 +291,12 @@ class Session:
         else:
             if tool_calls is not None:
                 raise SessionError("give an assistant message or its text and tool_calls, not both")
+            role = _field(message, "role")
+            known = isinstance(message, Mapping) or hasattr(message, "content") or hasattr(message, "tool_calls")
+            if not known or role not in (None, "assistant"):
+                raise SessionError("add_assistant takes the model's reply: an assistant message (a mapping or the"
+                                   " openai client's message, role 'assistant') or its text and tool_calls, got"
+                                   f" {str(message)[:80]!r}")
             content = _field(message, "content") or ""
             calls = tuple(tool_call(call) for call in _field(message, "tool_calls") or ())
             if not isinstance(content, str):

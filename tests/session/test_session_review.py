@@ -21,3 +21,11 @@ def test_the_default_system_prompt_speaks_of_tool_calls_not_text_actions(model_d
     given = Session(f"hf-dir:{model_dir}", system="Mine.", tools=ENVIRONMENT, preset_name="minimal", **BUDGETS)
     given.add_user("Find the value of line 77.")
     assert given.messages()[0]["content"] == "Mine."
+
+
+@pytest.mark.parametrize("message", [42, ["hello"], {"role": "user", "content": "hi"}, object()])
+def test_an_assistant_turn_that_is_not_an_assistant_message_is_refused(model_dir: str, message: Any) -> None:
+    session = new_session(model_dir)
+    with pytest.raises(SessionError, match="assistant message"):
+        session.add_assistant(message)
+    assert session.state.turn == 0, "nothing was added"
