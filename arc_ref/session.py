@@ -163,6 +163,11 @@ class Session:
         self._preset_name = preset_name
         self._overrides: dict[str, Any] = dict(overrides)
         if tokenizer is not None:
+            fixed = sorted(set(overrides) & {"chat_format", "action_mode", "tools", "tokenizer"})
+            if fixed:
+                raise SessionError(f"{', '.join(fixed)} fixed by the session: it renders the served model's own"
+                                   " chat template (chat_format 'template') and speaks tool calls (action_mode"
+                                   " 'tools'); give a config for anything else")
             self._overrides.update(tokenizer=tokenizer, chat_format="template", action_mode="tools",
                                    tools=list(tools))
         self._system = system if system is not None or config is not None else TOOL_MODE_SYSTEM

@@ -29,3 +29,10 @@ def test_an_assistant_turn_that_is_not_an_assistant_message_is_refused(model_dir
     with pytest.raises(SessionError, match="assistant message"):
         session.add_assistant(message)
     assert session.state.turn == 0, "nothing was added"
+
+
+@pytest.mark.parametrize("override", [{"chat_format": "chatml"}, {"action_mode": "text"}])
+def test_overriding_what_the_tokenizer_fixes_is_refused(model_dir: str, override: dict[str, str]) -> None:
+    with pytest.raises(SessionError, match="fixed by the session"):
+        Session(f"hf-dir:{model_dir}", goal="g", preset_name="minimal", **{**BUDGETS, **override})
+
