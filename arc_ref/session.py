@@ -27,6 +27,7 @@ separated (`arc_ref.machine.fold`). With ``path`` the session is durable: every 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from attrs import frozen
@@ -168,6 +169,9 @@ class Session:
                 raise SessionError(f"{', '.join(fixed)} fixed by the session: it renders the served model's own"
                                    " chat template (chat_format 'template') and speaks tool calls (action_mode"
                                    " 'tools'); give a config for anything else")
+            scheme, _, directory = tokenizer.partition(":")
+            if scheme in ("hf-dir", "hf") and directory:  # stored with a durable session: reopen from anywhere
+                tokenizer = f"{scheme}:{Path(directory).expanduser().resolve()}"
             self._overrides.update(tokenizer=tokenizer, chat_format="template", action_mode="tools",
                                    tools=list(tools))
         self._system = system if system is not None or config is not None else TOOL_MODE_SYSTEM

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,3 +37,16 @@ def test_overriding_what_the_tokenizer_fixes_is_refused(model_dir: str, override
     with pytest.raises(SessionError, match="fixed by the session"):
         Session(f"hf-dir:{model_dir}", goal="g", preset_name="minimal", **{**BUDGETS, **override})
 
+
+def test_a_relative_model_directory_is_kept_absolute(model_dir: str, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A durable session stores its configuration: a relative directory would not reopen from another folder."""
+    monkeypatch.chdir(Path(model_dir).parent)
+    session = Session(f"hf-dir:{Path(model_dir).name}", goal="g", tools=ENVIRONMENT, path=tmp_path / "t.arc",
+                      preset_name="minimal", **BUDGETS)
+    session.messages()
+    session.close()
+    monkeypatch.chdir(tmp_path)
+    with Session.open(tmp_path / "t.arc") as reopened:
+        assert reopened.state.config.tokenizer == f"hf-dir:{Path(model_dir).resolve()}"
+        assert reopened.messages()[1]["content"] == "g"
