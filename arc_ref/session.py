@@ -189,6 +189,11 @@ class Session:
     def open(cls, path: str | os.PathLike[str]) -> "Session":
         """Resume a durable session: its state is the fold of its stored events (calls still pending included)."""
         store = DurableStore.open(path)
+        mode = store.state.config.action_mode
+        if mode != "tools":
+            store.close(snapshot=False)
+            raise SessionError(f"{str(path)!r} holds a task in action_mode {mode!r}, not a"
+                               " session's (tool calls): read it with DurableStore.open or arc-ref inspect")
         session = cls(config=store.state.config, path=path)
         session._store, session._state = store, store.state
         return session

@@ -50,3 +50,17 @@ def test_a_relative_model_directory_is_kept_absolute(model_dir: str, tmp_path: P
     with Session.open(tmp_path / "t.arc") as reopened:
         assert reopened.state.config.tokenizer == f"hf-dir:{Path(model_dir).resolve()}"
         assert reopened.messages()[1]["content"] == "g"
+
+
+def test_opening_a_store_that_is_not_a_tool_mode_session_is_refused(tmp_path: Path) -> None:
+    """A store of `arc-ref mcp` or of DurableStore with a text-mode preset: tools() ended in an AssertionError."""
+    from arc_ref.config import preset
+    from arc_ref.machine import Observe
+    from arc_ref.persist import DurableStore
+
+    with DurableStore.create(tmp_path / "text.arc", preset("minimal", goal="g")) as store:
+        store.append(Observe("ls", "a b c", 0))
+    with pytest.raises(SessionError, match="action_mode 'text'.*not a session's"):
+        Session.open(tmp_path / "text.arc")
+    with DurableStore.open(tmp_path / "text.arc") as store:  # the refusal released the writer's lock
+        assert store.state.stored == 1
