@@ -339,6 +339,9 @@ class Session:
         if made.call_id in self._calls:
             raise SessionError(f"call {made.call_id!r} is to the environment's tool {made.name!r}: run it and add"
                                " its result with add_tool_result")
+        if not self._calls and self.start().turn > 0:
+            raise SessionError(f"call {made.call_id!r}: this session was reopened after that turn; ARC's answers"
+                               " to its calls are already in the view (messages())")
         raise SessionError(f"no call of the last assistant turn has id {made.call_id!r}: add the assistant"
                            " message first (add_assistant); ARC answers its calls then")
 

@@ -64,3 +64,16 @@ def test_opening_a_store_that_is_not_a_tool_mode_session_is_refused(tmp_path: Pa
         Session.open(tmp_path / "text.arc")
     with DurableStore.open(tmp_path / "text.arc") as store:  # the refusal released the writer's lock
         assert store.state.stored == 1
+
+
+def test_handle_after_reopening_says_why_the_answer_is_not_here(model_dir: str, tmp_path: Path) -> None:
+    session = new_session(model_dir, path=tmp_path / "t.arc")
+    session.add_assistant("", [{"id": "call_a", "type": "function", "function": {"name": "read_file",
+                                                                                 "arguments": "{}"}},
+                               {"id": "call_b", "type": "function", "function": {"name": "_recall_meta",
+                                                                                 "arguments": '{"id": "§1"}'}}])
+    session.close()
+    with Session.open(tmp_path / "t.arc") as reopened:
+        with pytest.raises(SessionError, match="reopened after that turn.*already in the view"):
+            reopened.handle({"id": "call_b", "type": "function", "function": {"name": "_recall_meta",
+                                                                             "arguments": '{"id": "§1"}'}})
