@@ -149,7 +149,9 @@ class Session:
     ``tokenizer`` is the served model's directory as ``hf-dir:DIR`` (its tokenizer and chat template count
     every message as the server will). ``tools`` are the environment's tools (OpenAI tool objects), offered
     after ARC's own. ``preset_name`` and ``overrides`` set the budgets (spec/parameters.md); the defaults are
-    the paper's (a 16k window, 4096-token completions). System and goal may also be set before the first
+    the paper's (a 16k window, 4096-token completions). Without ``system`` the model is told how to call ARC's
+    tools (`TOOL_MODE_SYSTEM`). Misuse raises `SessionError` (an `ArcError`); the durable store's own failures
+    (missing, locked, damaged) raise `arc_ref.persist.StoreError`. System and goal may also be set before the first
     message is requested (`set_system`, `set_goal` / `add_user`); the session starts then.
     """
 
