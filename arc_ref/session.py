@@ -27,6 +27,7 @@ separated (`arc_ref.machine.fold`). With ``path`` the session is durable: every 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from attrs import frozen
@@ -50,6 +51,17 @@ from arc_ref.message import ToolCall
 from arc_ref.persist import DurableStore
 from arc_ref.templates import TemplateFormat
 from arc_ref.tools import ARC_TOOL_NAMES
+
+
+TOOL_MODE_SYSTEM = (
+    "You are an agent that solves a task by calling tools. Tool outputs are stored verbatim under ids like"
+    " §00042-0591234567; older turns are summarized, and a long output appears as a one-line stub with its id."
+    " To read a stored output again, exactly and without re-running anything, call the tools _recall (first"
+    " chunk), _recall-next (next chunk), _recall-start (from the start again) or _recall_meta (the stub only)"
+    " with its id; catalog-first, catalog-next and catalog-page list every stored output. Recalled chunks appear"
+    " in the recall buffer section."
+)
+"""The system prompt of a session given none: the core's default describes text actions, ignored in tool mode."""
 
 
 class SessionError(ArcError):
@@ -137,7 +149,9 @@ class Session:
     ``tokenizer`` is the served model's directory as ``hf-dir:DIR`` (its tokenizer and chat template count
     every message as the server will). ``tools`` are the environment's tools (OpenAI tool objects), offered
     after ARC's own. ``preset_name`` and ``overrides`` set the budgets (spec/parameters.md); the defaults are
-    the paper's (a 16k window, 4096-token completions). System and goal may also be set before the first
+    the paper's (a 16k window, 4096-token completions). Without ``system`` the model is told how to call ARC's
+    tools (`TOOL_MODE_SYSTEM`). Misuse raises `SessionError` (an `ArcError`); the durable store's own failures
+    (missing, locked, damaged) raise `arc_ref.persist.StoreError`. System and goal may also be set before the first
     message is requested (`set_system`, `set_goal` / `add_user`); the session starts then.
     """
 
@@ -152,9 +166,17 @@ class Session:
         self._preset_name = preset_name
         self._overrides: dict[str, Any] = dict(overrides)
         if tokenizer is not None:
+            fixed = sorted(set(overrides) & {"chat_format", "action_mode", "tools", "tokenizer"})
+            if fixed:
+                raise SessionError(f"{', '.join(fixed)} fixed by the session: it renders the served model's own"
+                                   " chat template (chat_format 'template') and speaks tool calls (action_mode"
+                                   " 'tools'); give a config for anything else")
+            scheme, _, directory = tokenizer.partition(":")
+            if scheme in ("hf-dir", "hf") and directory:  # stored with a durable session: reopen from anywhere
+                tokenizer = f"{scheme}:{Path(directory).expanduser().resolve()}"
             self._overrides.update(tokenizer=tokenizer, chat_format="template", action_mode="tools",
                                    tools=list(tools))
-        self._system = system
+        self._system = system if system is not None or config is not None else TOOL_MODE_SYSTEM
         self._goal = goal
         self._path = path
         self._store: DurableStore | None = None
@@ -169,6 +191,11 @@ class Session:
     def open(cls, path: str | os.PathLike[str]) -> "Session":
         """Resume a durable session: its state is the fold of its stored events (calls still pending included)."""
         store = DurableStore.open(path)
+        mode = store.state.config.action_mode
+        if mode != "tools":
+            store.close(snapshot=False)
+            raise SessionError(f"{str(path)!r} holds a task in action_mode {mode!r}, not a"
+                               " session's (tool calls): read it with DurableStore.open or arc-ref inspect")
         session = cls(config=store.state.config, path=path)
         session._store, session._state = store, store.state
         return session
@@ -280,6 +307,12 @@ class Session:
         else:
             if tool_calls is not None:
                 raise SessionError("give an assistant message or its text and tool_calls, not both")
+            role = _field(message, "role")
+            known = isinstance(message, Mapping) or hasattr(message, "content") or hasattr(message, "tool_calls")
+            if not known or role not in (None, "assistant"):
+                raise SessionError("add_assistant takes the model's reply: an assistant message (a mapping or the"
+                                   " openai client's message, role 'assistant') or its text and tool_calls, got"
+                                   f" {str(message)[:80]!r}")
             content = _field(message, "content") or ""
             calls = tuple(tool_call(call) for call in _field(message, "tool_calls") or ())
             if not isinstance(content, str):
@@ -308,6 +341,9 @@ class Session:
         if made.call_id in self._calls:
             raise SessionError(f"call {made.call_id!r} is to the environment's tool {made.name!r}: run it and add"
                                " its result with add_tool_result")
+        if not self._calls and self.start().turn > 0:
+            raise SessionError(f"call {made.call_id!r}: this session was reopened after that turn; ARC's answers"
+                               " to its calls are already in the view (messages())")
         raise SessionError(f"no call of the last assistant turn has id {made.call_id!r}: add the assistant"
                            " message first (add_assistant); ARC answers its calls then")
 
@@ -363,4 +399,4 @@ class Session:
         self.close()
 
 
-__all__ = ["Audit", "Session", "SessionError", "tool_call"]
+__all__ = ["TOOL_MODE_SYSTEM", "Audit", "Session", "SessionError", "tool_call"]

@@ -1,0 +1,79 @@
+"""Review findings on arc_ref.session (H9): silent misuse turned into clear errors, a tool-mode default prompt."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from arc_ref.session import Session, SessionError
+from tests.core.test_tool_mode import ENVIRONMENT
+from tests.session.test_session import BUDGETS, model_dir, new_session  # noqa: F401  (model_dir: a fixture)
+
+
+def test_the_default_system_prompt_speaks_of_tool_calls_not_text_actions(model_dir: str) -> None:
+    session = Session(f"hf-dir:{model_dir}", tools=ENVIRONMENT, preset_name="minimal", **BUDGETS)
+    session.add_user("Find the value of line 77.")
+    system = session.messages()[0]
+    assert system["role"] == "system"
+    assert "Action:" not in system["content"], "the text-action protocol is ignored in tool mode"
+    assert "_recall" in system["content"] and "tool" in system["content"]
+    given = Session(f"hf-dir:{model_dir}", system="Mine.", tools=ENVIRONMENT, preset_name="minimal", **BUDGETS)
+    given.add_user("Find the value of line 77.")
+    assert given.messages()[0]["content"] == "Mine."
+
+
+@pytest.mark.parametrize("message", [42, ["hello"], {"role": "user", "content": "hi"}, object()])
+def test_an_assistant_turn_that_is_not_an_assistant_message_is_refused(model_dir: str, message: Any) -> None:
+    session = new_session(model_dir)
+    with pytest.raises(SessionError, match="assistant message"):
+        session.add_assistant(message)
+    assert session.state.turn == 0, "nothing was added"
+
+
+@pytest.mark.parametrize("override", [{"chat_format": "chatml"}, {"action_mode": "text"}])
+def test_overriding_what_the_tokenizer_fixes_is_refused(model_dir: str, override: dict[str, str]) -> None:
+    with pytest.raises(SessionError, match="fixed by the session"):
+        Session(f"hf-dir:{model_dir}", goal="g", preset_name="minimal", **{**BUDGETS, **override})
+
+
+def test_a_relative_model_directory_is_kept_absolute(model_dir: str, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A durable session stores its configuration: a relative directory would not reopen from another folder."""
+    monkeypatch.chdir(Path(model_dir).parent)
+    session = Session(f"hf-dir:{Path(model_dir).name}", goal="g", tools=ENVIRONMENT, path=tmp_path / "t.arc",
+                      preset_name="minimal", **BUDGETS)
+    session.messages()
+    session.close()
+    monkeypatch.chdir(tmp_path)
+    with Session.open(tmp_path / "t.arc") as reopened:
+        assert reopened.state.config.tokenizer == f"hf-dir:{Path(model_dir).resolve()}"
+        assert reopened.messages()[1]["content"] == "g"
+
+
+def test_opening_a_store_that_is_not_a_tool_mode_session_is_refused(tmp_path: Path) -> None:
+    """A store of `arc-ref mcp` or of DurableStore with a text-mode preset: tools() ended in an AssertionError."""
+    from arc_ref.config import preset
+    from arc_ref.machine import Observe
+    from arc_ref.persist import DurableStore
+
+    with DurableStore.create(tmp_path / "text.arc", preset("minimal", goal="g")) as store:
+        store.append(Observe("ls", "a b c", 0))
+    with pytest.raises(SessionError, match="action_mode 'text'.*not a session's"):
+        Session.open(tmp_path / "text.arc")
+    with DurableStore.open(tmp_path / "text.arc") as store:  # the refusal released the writer's lock
+        assert store.state.stored == 1
+
+
+def test_handle_after_reopening_says_why_the_answer_is_not_here(model_dir: str, tmp_path: Path) -> None:
+    session = new_session(model_dir, path=tmp_path / "t.arc")
+    session.add_assistant("", [{"id": "call_a", "type": "function", "function": {"name": "read_file",
+                                                                                 "arguments": "{}"}},
+                               {"id": "call_b", "type": "function", "function": {"name": "_recall_meta",
+                                                                                 "arguments": '{"id": "§1"}'}}])
+    session.close()
+    with Session.open(tmp_path / "t.arc") as reopened:
+        with pytest.raises(SessionError, match="reopened after that turn.*already in the view"):
+            reopened.handle({"id": "call_b", "type": "function", "function": {"name": "_recall_meta",
+                                                                             "arguments": '{"id": "§1"}'}})
