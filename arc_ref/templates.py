@@ -54,7 +54,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import jinja2
 import jinja2.ext
@@ -544,6 +544,10 @@ class _LRU:
                 self._items.popitem(last=False)
 
 
+SPLIT_COUNT_CHARS = 1024
+"""A piece longer than this is counted between its added tokens (`TemplateFormat._count_between_added`)."""
+
+
 class _AddedTokens:
     """Where added tokens touch a cut: a cut between two parts is exact when one side touches an added token."""
 
@@ -555,6 +559,10 @@ class _AddedTokens:
 
     def cut_safe(self, left: str, right: str) -> bool:
         return bool(self._ends.search(left[-self._longest:])) or bool(self._starts.match(right))
+
+    def matches(self, text: str) -> Iterator[re.Match[str]]:
+        """The added tokens in ``text``, leftmost first and longest at a place (no two overlap: refused)."""
+        return self._starts.finditer(text)
 
 
 def added_tokens_cut_safe(tokens: Sequence[str]) -> str | None:
@@ -647,9 +655,31 @@ class TemplateFormat:
     def _count(self, text: str) -> int:
         cached = self._count_cache.get(text)
         if cached is None:
-            cached = self.tokenizer.count(text)
+            cached = self._count_between_added(text) if len(text) > SPLIT_COUNT_CHARS else self.tokenizer.count(text)
             self._count_cache.put(text, cached)
         return int(cached)
+
+    def _count_between_added(self, text: str) -> int:
+        """The count of a long piece as one token per added token plus the counts of the texts between them.
+
+        The encoder matches added tokens first and encodes the texts between them apart (the assumption this
+        format already makes at every message boundary; stripping or overlapping added tokens are refused when
+        the format is built). A long observation is then counted once for all the places a view can give its
+        message: the wrappers differ from place to place, the text between ``<tool_response>`` and its close
+        does not, and its count is remembered.
+        """
+        total = 0
+        start = 0
+        for match in self._added.matches(text):
+            if match.start() > start:
+                total += self._count(text[start:match.start()])
+            total += 1
+            start = match.end()
+        if start == 0:
+            return self.tokenizer.count(text)
+        if start < len(text):
+            total += self._count(text[start:])
+        return total
 
     def _check_boundary(self, left: str, right: str, where: str) -> None:
         if left and right and not self._added.cut_safe(left, right):
