@@ -82,6 +82,8 @@ def _ranked(scores: Sequence[float], k: int) -> list[int]:
     return order[:k]
 
 
+_UNKNOWN: Any = object()  # a query part not scored since the last ``add``
+NORMALIZED_CACHE_SIZE = 64  # query parts whose normalized scores are kept (the goal and recent steps)
 _BM25_TOKEN = re.compile(r"(?u)\b\w\w+\b")  # bm25s' default token pattern
 
 
@@ -95,7 +97,9 @@ class Bm25Retriever:
     kept incrementally: adding a chunk keeps its term counts (O(its length)) and extends the postings of
     the terms searched so far; a search scores only the postings of the query's terms from the current
     document frequencies and mean length. ``bm25s`` would rebuild its whole index each time chunks are added; the scores here
-    are its own, float for float (tests/eval/methods/test_baselines.py compares them).
+    are its own, float for float (tests/eval/methods/test_baselines.py compares them). A query part's normalized
+    scores are kept until chunks are next added, so the goal (one part of every query) is scored once per index
+    state, not once per call.
 
     Tokens: lowercase words of 2+ word characters (bm25s' default pattern) minus bm25s' English
     stop words, the same rule for chunks and queries.
@@ -117,6 +121,9 @@ class Bm25Retriever:
         self._postings: dict[str, tuple[list[int], list[int]]] = {}
         self._arrays: dict[str, tuple[Any, Any]] = {}  # those postings as arrays, made when next searched
         self._length_array: Any = None
+        # a query part's normalized scores (its scores over its best), valid until chunks are added: the goal,
+        # one part of every query, is scored once per index state instead of once per call
+        self._normalized: dict[tuple[str, ...], Any] = {}
 
     def tokenize(self, text: str) -> list[str]:
         return list(_bm25_tokens(text, self._stopwords))
@@ -136,6 +143,7 @@ class Bm25Retriever:
                 count_list.append(counts[token])
                 self._arrays.pop(token, None)
         self._length_array = None
+        self._normalized.clear()
 
     def _posting(self, token: str) -> tuple[list[int], list[int]]:
         """A term's postings; a term searched for the first time is looked up in every chunk once."""
@@ -191,10 +199,17 @@ class Bm25Retriever:
             tokens = _bm25_tokens(part, self._stopwords)
             if not tokens:
                 continue
-            scores = self.scores(tokens).astype(numpy.float64)  # each float32 score as a Python float is
-            best = scores.max()
-            if best > 0:
-                combined += scores / best  # the same float64 division and sum, element by element
+            normalized = self._normalized.get(tokens, _UNKNOWN)
+            if normalized is _UNKNOWN:
+                scores = self.scores(tokens).astype(numpy.float64)  # each float32 score as a Python float is
+                best = scores.max()
+                # the same float64 division, element by element; None: the part adds nothing
+                normalized = scores / best if best > 0 else None
+                if len(self._normalized) >= NORMALIZED_CACHE_SIZE:
+                    self._normalized.clear()
+                self._normalized[tokens] = normalized
+            if normalized is not None:
+                combined += normalized  # the same float64 sum, element by element
         # best first, ties by position (as _ranked): a stable sort of the negated scores
         return [int(index) for index in numpy.argsort(-combined, kind="stable")[:k]]
 

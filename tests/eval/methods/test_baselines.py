@@ -277,6 +277,26 @@ def test_bm25_search_ranks_as_the_per_part_python_sum() -> None:
         assert retriever.search(query, k) == expected[:k]
 
 
+def test_bm25_search_with_kept_part_scores_ranks_as_a_fresh_index() -> None:
+    """A query part's normalized scores are kept between searches and forgotten when chunks are added: every
+    search, repeated parts and growing index alike, ranks as a fresh index holding the same chunks."""
+    rng = random.Random(13)
+    words = "alpha beta gamma needle the file error value key secret code line data of".split()
+    for _ in range(30):
+        retriever = Bm25Retriever()
+        chunks: list[str] = []
+        goal = " ".join(rng.choice(words) for _ in range(rng.randint(1, 8)))
+        for _ in range(rng.randint(1, 6)):
+            added = [" ".join(rng.choice(words) for _ in range(rng.randint(0, 20))) for _ in range(rng.randint(1, 6))]
+            retriever.add(added)
+            chunks.extend(added)
+            for _ in range(rng.randint(1, 3)):
+                query = [goal, " ".join(rng.choice(words) for _ in range(rng.randint(0, 4)))]
+                fresh = Bm25Retriever()
+                fresh.add(chunks)
+                assert retriever.search(query, len(chunks)) == fresh.search(query, len(chunks))
+
+
 def test_bm25_weighs_each_part_of_the_query_the_same() -> None:
     """A long first part (the goal) does not drown the second (the current step): each part's scores are
     divided by its best score before they are added, as the embedding retriever averages unit embeddings."""
