@@ -360,7 +360,11 @@ class RagMemoryMethod(TranscriptMethod):
             hits = self.retriever.search(self.query(), self.settings.rag_top_k)
             parts = [f"[{rank}] {self.chunks[index]}" for rank, index in enumerate(hits, 1)]
             text = f"{RETRIEVED_HEADER}\n" + "\n".join(parts)
-            messages.append(Message("user", self.clip_to_tokens(text, self.memory_budget)))
+            content = self.clip_to_tokens(text, self.memory_budget)
+            message = Message("user", content)
+            # clip_to_tokens counted the content (its count is cached): the message is not counted again
+            self.counter.note_content_tokens(message, self.counter.text_tokens(content))
+            messages.append(message)
         if self.kept_short:
             messages.append(short_observations_message(self.kept_short))
         return tuple(messages)

@@ -196,3 +196,29 @@ def test_every_methods_prompt_is_counted_as_sent(tiny_model: Path, tool_mode: bo
         if tool_mode:
             assert any(message.tool_calls for request, _ in backend.sent for message in request.messages)
             assert any(message.tool_call_id for request, _ in backend.sent for message in request.messages)
+
+
+_EDGE_TEXT = st.text(alphabet="ab \n\t§é中😀<|>[]'s09.-", max_size=12)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    tokenizer=st.sampled_from(["o200k_base", "cl100k_base", "bytes"]),
+    chat_format=st.sampled_from(["chatml", "qwen3-nothink"]),
+    role=st.sampled_from(["system", "user", "assistant"]),
+    head=_EDGE_TEXT,
+    middle=st.text(alphabet="ab \n§é中😀", max_size=600),
+    tail=_EDGE_TEXT,
+)
+def test_a_message_counted_from_its_contents_count_is_its_rendered_count(
+    tokenizer: str, chat_format: str, role: str, head: str, middle: str, tail: str
+) -> None:
+    """note_content_tokens derives a message's count from its content's (the frame summed where the boundary rule
+    vouches, an edge recounted where it does not): it is the count of the rendered message, long content or short."""
+    counter = PromptCounter(tokenizer, chat_format)
+    content = head + middle + tail
+    message = Message(role, content)
+    counter.note_content_tokens(message, counter.tokenizer.count(content))
+    expected = counter.tokenizer.count(counter.chat_format.render_message(role, content))
+    assert counter.message_tokens(message) == expected
+    assert counter.count([message]) == expected + counter.generation_prompt_tokens
