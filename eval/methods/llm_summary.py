@@ -26,7 +26,6 @@ from arc_eval.methods.base import (
     MethodSettings,
     TranscriptMethod,
     Turn,
-    short_observations_message,
 )
 from arc_eval.protocol import SUMMARY_REQUEST_HEADER, strip_reasoning
 from arc_eval.types import ContextOverflow, Message
@@ -123,7 +122,7 @@ class ModelCondensedMethod(TranscriptMethod):
         if memory:
             messages.append(Message("user", memory))
         if self.kept_short:
-            messages.append(short_observations_message(self.kept_short))
+            messages.append(self._short_observations(self.kept_short))
         return tuple(messages)
 
     async def _condense(self, older: list[Turn], aux: AuxCaller) -> None:

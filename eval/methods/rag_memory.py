@@ -40,7 +40,7 @@ from collections import Counter, OrderedDict
 from typing import Any, Protocol, Sequence
 
 from arc_ref.errors import ConfigError
-from arc_eval.methods.base import AuxCaller, MethodSettings, TranscriptMethod, Turn, short_observations_message
+from arc_eval.methods.base import AuxCaller, MethodSettings, TranscriptMethod, Turn
 from arc_eval.types import Message
 
 RETRIEVER_CHOICES = ("auto", "embeddings", "bm25")
@@ -322,6 +322,7 @@ class RagMemoryMethod(TranscriptMethod):
         self.retriever: Retriever = retriever if retriever is not None else make_retriever(choice)
         self.chunks: list[str] = []
         self.kept_short: list[Turn] = []
+        self._retrieved: tuple[tuple[int, ...], Message] | None = None  # the last hits and their message
 
     async def _condense(self, older: list[Turn], aux: AuxCaller) -> None:
         budget = self.memory_budget // 4
@@ -357,14 +358,16 @@ class RagMemoryMethod(TranscriptMethod):
     async def _memory_messages(self, aux: AuxCaller) -> tuple[Message, ...]:
         messages: list[Message] = []
         if self.chunks:
-            hits = self.retriever.search(self.query(), self.settings.rag_top_k)
-            parts = [f"[{rank}] {self.chunks[index]}" for rank, index in enumerate(hits, 1)]
-            text = f"{RETRIEVED_HEADER}\n" + "\n".join(parts)
-            content = self.clip_to_tokens(text, self.memory_budget)
-            message = Message("user", content)
-            # clip_to_tokens counted the content (its count is cached): the message is not counted again
-            self.counter.note_content_tokens(message, self.counter.text_tokens(content))
-            messages.append(message)
+            hits = tuple(self.retriever.search(self.query(), self.settings.rag_top_k))
+            if self._retrieved is None or self._retrieved[0] != hits:  # chunks never change: same hits, same text
+                parts = [f"[{rank}] {self.chunks[index]}" for rank, index in enumerate(hits, 1)]
+                text = f"{RETRIEVED_HEADER}\n" + "\n".join(parts)
+                content = self.clip_to_tokens(text, self.memory_budget)
+                message = Message("user", content)
+                # clip_to_tokens counted the content (its count is cached): the message is not counted again
+                self.counter.note_content_tokens(message, self.counter.text_tokens(content))
+                self._retrieved = (hits, message)
+            messages.append(self._retrieved[1])
         if self.kept_short:
-            messages.append(short_observations_message(self.kept_short))
+            messages.append(self._short_observations(self.kept_short))
         return tuple(messages)
