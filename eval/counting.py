@@ -75,6 +75,10 @@ class TokenCounter(Protocol):
         """Tokens of one message wherever it sits (a served template's largest over its places)."""
         ...
 
+    def content_tokens(self, message: Message) -> int | None:
+        """Tokens of the message's content alone, taken from the message's count where that is exact; else None."""
+        ...
+
     def note_content_tokens(self, message: Message, content_tokens: int) -> None:
         """A message whose content's count is already known (``text_tokens``): its own count is derived from it
         where the chat format embeds the content verbatim, and kept for ``count`` (the same figure)."""
@@ -128,6 +132,22 @@ class PromptCounter:
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return tokens
+
+    def content_tokens(self, message: Message) -> int | None:
+        """Tokens of the message's content alone: its message count (cached) less its frame's, where the tokenizer's
+        boundary rule vouches for both junctions of the content with the frame (no token crosses them, so the
+        message's tokens are the frame's and the content's); None where it does not, or the format has no frame."""
+        frame = self.chat_format.frame(message.role)
+        if message.tool_calls or message.tool_call_id is not None or frame is None:
+            return None
+        before, after = frame
+        content = message.content
+        if not content:
+            return 0
+        splits = self.tokenizer.splits_between
+        if not (splits(before[-1], content[0]) and splits(content[-1], after[0])):
+            return None
+        return self.message_tokens(message) - self.tokenizer.count(before) - self.tokenizer.count(after)
 
     def note_content_tokens(self, message: Message, content_tokens: int) -> None:
         """Keep the count of a message whose content's count is known, summed from the frame and the content
@@ -255,6 +275,10 @@ class TemplateCounter:
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return tokens
+
+    def content_tokens(self, message: Message) -> int | None:
+        """None: a served template may rewrite the content, so a message's count does not give its content's."""
+        return None
 
     def note_content_tokens(self, message: Message, content_tokens: int) -> None:
         """Nothing to keep: a served template may rewrite the content and prices it by place (``count``)."""

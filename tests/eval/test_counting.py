@@ -222,3 +222,48 @@ def test_a_message_counted_from_its_contents_count_is_its_rendered_count(
     expected = counter.tokenizer.count(counter.chat_format.render_message(role, content))
     assert counter.message_tokens(message) == expected
     assert counter.count([message]) == expected + counter.generation_prompt_tokens
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    tokenizer=st.sampled_from(["o200k_base", "cl100k_base", "bytes"]),
+    chat_format=st.sampled_from(["chatml", "qwen3-nothink"]),
+    role=st.sampled_from(["system", "user", "assistant"]),
+    content=st.text(alphabet="ab \n\t§é中😀<|>[]'s09.-", max_size=40),
+)
+def test_a_contents_count_taken_from_its_messages_is_its_own(
+    tokenizer: str, chat_format: str, role: str, content: str
+) -> None:
+    """content_tokens takes the frame's tokens off the message's count only where no token crosses the frame's
+    junctions with the content: when it answers, it answers the content's own count."""
+    counter = PromptCounter(tokenizer, chat_format)
+    known = counter.content_tokens(Message(role, content))
+    assert known is None or known == counter.tokenizer.count(content)
+    observation = Message("user", "Observation (rc=0) of `cat a.txt`:\nNEEDLE=X\n")
+    assert counter.content_tokens(observation) == counter.tokenizer.count(observation.content)  # the common case
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    tokenizer=st.sampled_from(["o200k_base", "cl100k_base", "bytes"]),
+    thought=st.text(alphabet="ab \n§é中<>[]'s09.-`", max_size=20),
+    action=st.text(alphabet="ab §é中<>[]'s09.-", max_size=12),
+    text=st.text(alphabet="ab \n\t§é中😀<|>[]'s09.-", max_size=400),
+    returncode=st.integers(-3, 300),
+)
+def test_a_folded_turn_counted_from_its_observations_count_is_its_rendered_count(
+    tokenizer: str, thought: str, action: str, text: str, returncode: int
+) -> None:
+    """A condensing request counts each turn it folds from the observation message's count (its content's tokens)
+    and the head's: the figure is the count of the rendered turn."""
+    from arc_eval.methods.base import MethodSettings, Turn, assistant_text, observation_text
+    from arc_eval.methods.llm_summary import LlmSummaryMethod, render_turn
+    from arc_eval.types import Observation
+
+    method = LlmSummaryMethod(MethodSettings(context_limit=4096, max_tokens=1024, tokenizer=tokenizer))
+    turn = Turn(Message("assistant", assistant_text(thought, action)),
+                Message("user", observation_text(action, Observation(text, returncode))), action, text, returncode)
+    assert turn.observation is not None
+    method.counter.message_tokens(turn.observation)  # as the transcript counted it
+    rendered = render_turn(turn)
+    assert method._turn_tokens_in_request(turn, rendered) == method.counter.tokenizer.count(rendered)
