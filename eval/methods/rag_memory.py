@@ -84,6 +84,7 @@ def _ranked(scores: Sequence[float], k: int) -> list[int]:
 
 _UNKNOWN: Any = object()  # a query part not scored since the last ``add``
 NORMALIZED_CACHE_SIZE = 64  # query parts whose normalized scores are kept (the goal and recent steps)
+EMPTY_CHUNK_TOKENS = ("<empty>",)  # the tokens a chunk without any word is indexed with (as bm25s would need one)
 _BM25_TOKEN = re.compile(r"(?u)\b\w\w+\b")  # bm25s' default token pattern
 
 
@@ -130,13 +131,19 @@ class Bm25Retriever:
 
     def add(self, chunks: Sequence[str]) -> None:
         """Append chunks: O(their length), plus the postings of the terms already searched that they hold."""
+        stopwords = self._stopwords
         for chunk in chunks:
-            tokens = self.tokenize(chunk) or ["<empty>"]
+            # the term counts of self.tokenize(chunk), stop words taken out of the counts (once per distinct word)
+            counts = Counter(_BM25_TOKEN.findall(chunk.lower()))
+            for stopword in counts.keys() & stopwords:
+                del counts[stopword]
+            length = sum(counts.values())
+            if not length:
+                counts, length = Counter(EMPTY_CHUNK_TOKENS), len(EMPTY_CHUNK_TOKENS)
             index = len(self._lengths)
-            counts = Counter(tokens)
             self._counts.append(counts)
-            self._lengths.append(len(tokens))
-            self._total_length += len(tokens)
+            self._lengths.append(length)
+            self._total_length += length
             for token in self._postings.keys() & counts.keys():
                 chunk_list, count_list = self._postings[token]
                 chunk_list.append(index)
