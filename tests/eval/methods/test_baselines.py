@@ -23,6 +23,7 @@ from arc_eval.methods.base import (
 )
 from arc_eval.methods.llm_summary import LlmSummaryMethod
 from arc_eval.methods.rag_memory import (
+    BM25S_TOKEN_PATTERN,
     RETRIEVED_HEADER,
     Bm25Retriever,
     RagMemoryMethod,
@@ -289,6 +290,20 @@ def test_bm25_search_ranks_as_the_per_part_python_sum() -> None:
         expected = sorted(range(len(combined)), key=lambda index: (-combined[index], index))
         k = rng.randint(1, 30)
         assert retriever.search(query, k) == expected[:k]
+
+
+def test_bm25_words_are_those_of_bm25s_default_pattern() -> None:
+    """The tokens found are those of bm25s' own default pattern, on texts dense in word edges of every kind."""
+    import re
+
+    pattern = re.compile(BM25S_TOKEN_PATTERN)
+    rng = random.Random(17)
+    alphabet = "ab_19 é\n.-'中\u0301\u00b2\t😀"
+    retriever = Bm25Retriever()
+    for _ in range(20000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 16)))
+        expected = [word for word in pattern.findall(text.lower()) if word not in retriever._stopwords]
+        assert retriever.tokenize(text) == expected, text
 
 
 def test_bm25_search_with_kept_part_scores_ranks_as_a_fresh_index() -> None:
