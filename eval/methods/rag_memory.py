@@ -39,6 +39,7 @@ import re
 from collections import Counter, OrderedDict
 from typing import Any, Protocol, Sequence
 
+from arc_ref.counting import joined_tokens
 from arc_ref.errors import ConfigError
 from arc_eval.methods.base import AuxCaller, MethodSettings, TranscriptMethod, Turn
 from arc_eval.types import Message
@@ -334,6 +335,7 @@ class RagMemoryMethod(TranscriptMethod):
         self.chunks: list[str] = []
         self.kept_short: list[Turn] = []
         self._retrieved: tuple[tuple[int, ...], Message] | None = None  # the last hits and their message
+        self._chunk_tokens: dict[int, int] = {}  # tokens of each chunk retrieved so far (by index)
 
     async def _condense(self, older: list[Turn], aux: AuxCaller) -> None:
         budget = self.memory_budget // 4
@@ -360,6 +362,18 @@ class RagMemoryMethod(TranscriptMethod):
         self.chunks.extend(new_chunks)
         self.retriever.add(new_chunks)
 
+    def retrieved_tokens(self, hits: Sequence[int]) -> int:
+        """Tokens of the retrieved-memory text for ``hits``, summed from its parts (``arc_ref.counting.joined_tokens``:
+        exact, the edges the tokenizer's boundary rule does not vouch for counted again): each chunk is counted once,
+        the first time it is retrieved, whatever its rank."""
+        parts: list[tuple[str, int | None]] = [(f"{RETRIEVED_HEADER}\n", None)]
+        for rank, index in enumerate(hits, 1):
+            known = self._chunk_tokens.get(index)
+            if known is None:
+                known = self._chunk_tokens[index] = self.counter.tokenizer.count(self.chunks[index])
+            parts += [("\n" if rank > 1 else "", None), (f"[{rank}] ", None), (self.chunks[index], known)]
+        return joined_tokens(self.counter.tokenizer, parts)
+
     def query(self) -> tuple[str, str]:
         """The retrieval query, in two parts: the goal and the current step (the latest agent turn)."""
         goal = self.prefix[1].content if len(self.prefix) > 1 else ""
@@ -373,10 +387,12 @@ class RagMemoryMethod(TranscriptMethod):
             if self._retrieved is None or self._retrieved[0] != hits:  # chunks never change: same hits, same text
                 parts = [f"[{rank}] {self.chunks[index]}" for rank, index in enumerate(hits, 1)]
                 text = f"{RETRIEVED_HEADER}\n" + "\n".join(parts)
-                content = self.clip_to_tokens(text, self.memory_budget)
-                message = Message("user", content)
-                # clip_to_tokens counted the content (its count is cached): the message is not counted again
-                self.counter.note_content_tokens(message, self.counter.text_tokens(content))
+                tokens = self.retrieved_tokens(hits)
+                if tokens > self.memory_budget:
+                    text = self.clip_to_tokens(text, self.memory_budget)
+                    tokens = self.counter.text_tokens(text)  # counted by clip_to_tokens (cached)
+                message = Message("user", text)
+                self.counter.note_content_tokens(message, tokens)  # the message is not counted again
                 self._retrieved = (hits, message)
             messages.append(self._retrieved[1])
         if self.kept_short:

@@ -267,3 +267,26 @@ def test_a_folded_turn_counted_from_its_observations_count_is_its_rendered_count
     method.counter.message_tokens(turn.observation)  # as the transcript counted it
     rendered = render_turn(turn)
     assert method._turn_tokens_in_request(turn, rendered) == method.counter.tokenizer.count(rendered)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    tokenizer=st.sampled_from(["o200k_base", "cl100k_base", "bytes"]),
+    chunks=st.lists(st.text(alphabet="ab \n\t§é中😀<|>[]'s09.-`", max_size=700), min_size=1, max_size=6),
+    data=st.data(),
+)
+def test_retrieved_memory_counted_from_its_chunks_is_its_rendered_count(
+    tokenizer: str, chunks: list[str], data: st.DataObject
+) -> None:
+    """rag_memory counts its retrieved-memory text from its parts, each chunk counted once whatever its rank:
+    the figure is the count of the text, for every tokenizer, hits in any order, chunks repeated across calls."""
+    from arc_eval.methods.base import MethodSettings
+    from arc_eval.methods.rag_memory import RETRIEVED_HEADER, RagMemoryMethod
+
+    method = RagMemoryMethod(MethodSettings(context_limit=4096, max_tokens=1024, tokenizer=tokenizer,
+                                            extra={"rag_retriever": "bm25"}))
+    method.chunks = chunks
+    for _ in range(3):
+        hits = data.draw(st.lists(st.integers(0, len(chunks) - 1), min_size=1, max_size=3, unique=True))
+        text = f"{RETRIEVED_HEADER}\n" + "\n".join(f"[{rank}] {chunks[index]}" for rank, index in enumerate(hits, 1))
+        assert method.retrieved_tokens(hits) == method.counter.tokenizer.count(text)
