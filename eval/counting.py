@@ -34,6 +34,7 @@ from typing import Any, Protocol, Sequence
 
 from arc_ref.chat import get_chat_format
 from arc_ref.config import DEFAULT_TEMPLATE_KWARGS, SYSTEM_CONTEXT, TEMPLATE_FORMAT
+from arc_ref.counting import joined_tokens
 from arc_ref.errors import BudgetViolation, ConfigError
 from arc_ref.message import Message as CoreMessage
 from arc_ref.message import ToolSpec
@@ -72,6 +73,15 @@ class TokenCounter(Protocol):
 
     def message_tokens(self, message: Message, tools: Sequence[ToolSpec] = ()) -> int:
         """Tokens of one message wherever it sits (a served template's largest over its places)."""
+        ...
+
+    def content_tokens(self, message: Message) -> int | None:
+        """Tokens of the message's content alone, taken from the message's count where that is exact; else None."""
+        ...
+
+    def note_content_tokens(self, message: Message, content_tokens: int) -> None:
+        """A message whose content's count is already known (``text_tokens``): its own count is derived from it
+        where the chat format embeds the content verbatim, and kept for ``count`` (the same figure)."""
         ...
 
     def count(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
@@ -122,6 +132,36 @@ class PromptCounter:
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return tokens
+
+    def content_tokens(self, message: Message) -> int | None:
+        """Tokens of the message's content alone: its message count (cached) less its frame's, where the tokenizer's
+        boundary rule vouches for both junctions of the content with the frame (no token crosses them, so the
+        message's tokens are the frame's and the content's); None where it does not, or the format has no frame."""
+        frame = self.chat_format.frame(message.role)
+        if message.tool_calls or message.tool_call_id is not None or frame is None:
+            return None
+        before, after = frame
+        content = message.content
+        if not content:
+            return 0
+        splits = self.tokenizer.splits_between
+        if not (splits(before[-1], content[0]) and splits(content[-1], after[0])):
+            return None
+        return self.message_tokens(message) - self.tokenizer.count(before) - self.tokenizer.count(after)
+
+    def note_content_tokens(self, message: Message, content_tokens: int) -> None:
+        """Keep the count of a message whose content's count is known, summed from the frame and the content
+        (``arc_ref.counting.joined_tokens``: the content is not encoded again where the tokenizer's boundary
+        rule vouches for the junctions, only the few characters at an edge it does not vouch for)."""
+        key = (message.role, message.content)
+        frame = self.chat_format.frame(message.role)
+        if message.tool_calls or message.tool_call_id is not None or frame is None or key in self._cache:
+            return
+        before, after = frame
+        self._cache[key] = joined_tokens(self.tokenizer, ((before, None), (message.content, content_tokens),
+                                                          (after, None)))
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
 
     def clear(self) -> None:
         """Forget every cached count (benchmarks measure cold caches with it)."""
@@ -235,6 +275,13 @@ class TemplateCounter:
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return tokens
+
+    def content_tokens(self, message: Message) -> int | None:
+        """None: a served template may rewrite the content, so a message's count does not give its content's."""
+        return None
+
+    def note_content_tokens(self, message: Message, content_tokens: int) -> None:
+        """Nothing to keep: a served template may rewrite the content and prices it by place (``count``)."""
 
     def clear(self) -> None:
         """Forget every cached count, the core's formats of prefixes included."""

@@ -232,6 +232,7 @@ class TranscriptMethod:
         self._pending: Turn | None = None
         self._compactions: list[str] = []
         self._recalls: list[Mapping[str, Any]] = []
+        self._short: tuple[tuple[Turn, ...], Message] | None = None  # kept short observations and their message
         self.recent_budget = int(settings.usable_tokens * settings.fraction("recent_fraction", DEFAULT_RECENT_FRACTION))
         self.memory_budget = int(settings.usable_tokens * settings.fraction("memory_fraction", DEFAULT_MEMORY_FRACTION))
 
@@ -348,6 +349,13 @@ class TranscriptMethod:
             used += cost
             start -= 1
         return start
+
+    def _short_observations(self, turns: Sequence[Turn]) -> Message:
+        """``short_observations_message(turns)``, built again only when the kept turns change (at a compaction)."""
+        key = tuple(turns)
+        if self._short is None or self._short[0] != key:
+            self._short = (key, short_observations_message(key))
+        return self._short[1]
 
     def _turn_messages(self) -> list[Message]:
         messages: list[Message] = []

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from attrs import frozen
 
+from arc_ref.counting import joined_tokens
 from arc_ref.render import TEXT, Template
 from arc_eval.methods.base import (
     OBSERVATION,
@@ -26,7 +27,6 @@ from arc_eval.methods.base import (
     MethodSettings,
     TranscriptMethod,
     Turn,
-    short_observations_message,
 )
 from arc_eval.protocol import SUMMARY_REQUEST_HEADER, strip_reasoning
 from arc_eval.types import ContextOverflow, Message
@@ -123,7 +123,7 @@ class ModelCondensedMethod(TranscriptMethod):
         if memory:
             messages.append(Message("user", memory))
         if self.kept_short:
-            messages.append(short_observations_message(self.kept_short))
+            messages.append(self._short_observations(self.kept_short))
         return tuple(messages)
 
     async def _condense(self, older: list[Turn], aux: AuxCaller) -> None:
@@ -151,6 +151,17 @@ class ModelCondensedMethod(TranscriptMethod):
         fold = [turn for index, turn in enumerate(turns) if index not in keep_index]
         return keep, fold
 
+    def _turn_tokens_in_request(self, turn: Turn, text: str) -> int:
+        """Tokens of ``render_turn(turn)``: it ends with the observation's message content, whose count the message's
+        gives (``content_tokens``), so only the head (header, thought) is counted where the junction is vouched
+        (``arc_ref.counting.joined_tokens``); the whole text otherwise."""
+        observation = turn.observation
+        known = self.counter.content_tokens(observation) if observation is not None else None
+        if observation is None or known is None or not text.endswith(observation.content):
+            return self.counter.text_tokens(text)
+        head = text[: len(text) - len(observation.content)]
+        return joined_tokens(self.counter.tokenizer, ((head, None), (observation.content, known)))
+
     def _request_budget(self) -> int:
         """Tokens the rendered turns of one request may take."""
         empty = self.counter.count(self._request(""))
@@ -164,7 +175,7 @@ class ModelCondensedMethod(TranscriptMethod):
         used = 0
         for turn in turns:
             text = render_turn(turn)
-            cost = self.counter.text_tokens(text) + 1
+            cost = self._turn_tokens_in_request(turn, text) + 1
             if cost > budget:
                 max_chars = len(turn.observation_text)
                 while cost > budget and max_chars > 0:

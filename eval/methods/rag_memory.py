@@ -39,8 +39,9 @@ import re
 from collections import Counter, OrderedDict
 from typing import Any, Protocol, Sequence
 
+from arc_ref.counting import joined_tokens
 from arc_ref.errors import ConfigError
-from arc_eval.methods.base import AuxCaller, MethodSettings, TranscriptMethod, Turn, short_observations_message
+from arc_eval.methods.base import AuxCaller, MethodSettings, TranscriptMethod, Turn
 from arc_eval.types import Message
 
 RETRIEVER_CHOICES = ("auto", "embeddings", "bm25")
@@ -82,7 +83,14 @@ def _ranked(scores: Sequence[float], k: int) -> list[int]:
     return order[:k]
 
 
-_BM25_TOKEN = re.compile(r"(?u)\b\w\w+\b")  # bm25s' default token pattern
+_UNKNOWN: Any = object()  # a query part not scored since the last ``add``
+NORMALIZED_CACHE_SIZE = 64  # query parts whose normalized scores are kept (the goal and recent steps)
+EMPTY_CHUNK_TOKENS = ("<empty>",)  # the tokens a chunk without any word is indexed with (as bm25s would need one)
+# bm25s' default token pattern is r"(?u)\b\w\w+\b"; this one finds the same words twice as fast: a greedy run of two or
+# more word characters starts where the run starts and ends where it ends, so both of its edges are word boundaries
+# (tests/eval/methods/test_baselines.py compares the two)
+BM25S_TOKEN_PATTERN = r"(?u)\b\w\w+\b"
+_BM25_TOKEN = re.compile(r"\w\w+")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -95,7 +103,9 @@ class Bm25Retriever:
     kept incrementally: adding a chunk keeps its term counts (O(its length)) and extends the postings of
     the terms searched so far; a search scores only the postings of the query's terms from the current
     document frequencies and mean length. ``bm25s`` would rebuild its whole index each time chunks are added; the scores here
-    are its own, float for float (tests/eval/methods/test_baselines.py compares them).
+    are its own, float for float (tests/eval/methods/test_baselines.py compares them). A query part's normalized
+    scores are kept until chunks are next added, so the goal (one part of every query) is scored once per index
+    state, not once per call.
 
     Tokens: lowercase words of 2+ word characters (bm25s' default pattern) minus bm25s' English
     stop words, the same rule for chunks and queries.
@@ -117,25 +127,35 @@ class Bm25Retriever:
         self._postings: dict[str, tuple[list[int], list[int]]] = {}
         self._arrays: dict[str, tuple[Any, Any]] = {}  # those postings as arrays, made when next searched
         self._length_array: Any = None
+        # a query part's normalized scores (its scores over its best), valid until chunks are added: the goal,
+        # one part of every query, is scored once per index state instead of once per call
+        self._normalized: dict[tuple[str, ...], Any] = {}
 
     def tokenize(self, text: str) -> list[str]:
         return list(_bm25_tokens(text, self._stopwords))
 
     def add(self, chunks: Sequence[str]) -> None:
         """Append chunks: O(their length), plus the postings of the terms already searched that they hold."""
+        stopwords = self._stopwords
         for chunk in chunks:
-            tokens = self.tokenize(chunk) or ["<empty>"]
+            # the term counts of self.tokenize(chunk), stop words taken out of the counts (once per distinct word)
+            counts = Counter(_BM25_TOKEN.findall(chunk.lower()))
+            for stopword in counts.keys() & stopwords:
+                del counts[stopword]
+            length = sum(counts.values())
+            if not length:
+                counts, length = Counter(EMPTY_CHUNK_TOKENS), len(EMPTY_CHUNK_TOKENS)
             index = len(self._lengths)
-            counts = Counter(tokens)
             self._counts.append(counts)
-            self._lengths.append(len(tokens))
-            self._total_length += len(tokens)
+            self._lengths.append(length)
+            self._total_length += length
             for token in self._postings.keys() & counts.keys():
                 chunk_list, count_list = self._postings[token]
                 chunk_list.append(index)
                 count_list.append(counts[token])
                 self._arrays.pop(token, None)
         self._length_array = None
+        self._normalized.clear()
 
     def _posting(self, token: str) -> tuple[list[int], list[int]]:
         """A term's postings; a term searched for the first time is looked up in every chunk once."""
@@ -191,10 +211,17 @@ class Bm25Retriever:
             tokens = _bm25_tokens(part, self._stopwords)
             if not tokens:
                 continue
-            scores = self.scores(tokens).astype(numpy.float64)  # each float32 score as a Python float is
-            best = scores.max()
-            if best > 0:
-                combined += scores / best  # the same float64 division and sum, element by element
+            normalized = self._normalized.get(tokens, _UNKNOWN)
+            if normalized is _UNKNOWN:
+                scores = self.scores(tokens).astype(numpy.float64)  # each float32 score as a Python float is
+                best = scores.max()
+                # the same float64 division, element by element; None: the part adds nothing
+                normalized = scores / best if best > 0 else None
+                if len(self._normalized) >= NORMALIZED_CACHE_SIZE:
+                    self._normalized.clear()
+                self._normalized[tokens] = normalized
+            if normalized is not None:
+                combined += normalized  # the same float64 sum, element by element
         # best first, ties by position (as _ranked): a stable sort of the negated scores
         return [int(index) for index in numpy.argsort(-combined, kind="stable")[:k]]
 
@@ -307,6 +334,8 @@ class RagMemoryMethod(TranscriptMethod):
         self.retriever: Retriever = retriever if retriever is not None else make_retriever(choice)
         self.chunks: list[str] = []
         self.kept_short: list[Turn] = []
+        self._retrieved: tuple[tuple[int, ...], Message] | None = None  # the last hits and their message
+        self._chunk_tokens: dict[int, int] = {}  # tokens of each chunk retrieved so far (by index)
 
     async def _condense(self, older: list[Turn], aux: AuxCaller) -> None:
         budget = self.memory_budget // 4
@@ -333,6 +362,18 @@ class RagMemoryMethod(TranscriptMethod):
         self.chunks.extend(new_chunks)
         self.retriever.add(new_chunks)
 
+    def retrieved_tokens(self, hits: Sequence[int]) -> int:
+        """Tokens of the retrieved-memory text for ``hits``, summed from its parts (``arc_ref.counting.joined_tokens``:
+        exact, the edges the tokenizer's boundary rule does not vouch for counted again): each chunk is counted once,
+        the first time it is retrieved, whatever its rank."""
+        parts: list[tuple[str, int | None]] = [(f"{RETRIEVED_HEADER}\n", None)]
+        for rank, index in enumerate(hits, 1):
+            known = self._chunk_tokens.get(index)
+            if known is None:
+                known = self._chunk_tokens[index] = self.counter.tokenizer.count(self.chunks[index])
+            parts += [("\n" if rank > 1 else "", None), (f"[{rank}] ", None), (self.chunks[index], known)]
+        return joined_tokens(self.counter.tokenizer, parts)
+
     def query(self) -> tuple[str, str]:
         """The retrieval query, in two parts: the goal and the current step (the latest agent turn)."""
         goal = self.prefix[1].content if len(self.prefix) > 1 else ""
@@ -342,10 +383,18 @@ class RagMemoryMethod(TranscriptMethod):
     async def _memory_messages(self, aux: AuxCaller) -> tuple[Message, ...]:
         messages: list[Message] = []
         if self.chunks:
-            hits = self.retriever.search(self.query(), self.settings.rag_top_k)
-            parts = [f"[{rank}] {self.chunks[index]}" for rank, index in enumerate(hits, 1)]
-            text = f"{RETRIEVED_HEADER}\n" + "\n".join(parts)
-            messages.append(Message("user", self.clip_to_tokens(text, self.memory_budget)))
+            hits = tuple(self.retriever.search(self.query(), self.settings.rag_top_k))
+            if self._retrieved is None or self._retrieved[0] != hits:  # chunks never change: same hits, same text
+                parts = [f"[{rank}] {self.chunks[index]}" for rank, index in enumerate(hits, 1)]
+                text = f"{RETRIEVED_HEADER}\n" + "\n".join(parts)
+                tokens = self.retrieved_tokens(hits)
+                if tokens > self.memory_budget:
+                    text = self.clip_to_tokens(text, self.memory_budget)
+                    tokens = self.counter.text_tokens(text)  # counted by clip_to_tokens (cached)
+                message = Message("user", text)
+                self.counter.note_content_tokens(message, tokens)  # the message is not counted again
+                self._retrieved = (hits, message)
+            messages.append(self._retrieved[1])
         if self.kept_short:
-            messages.append(short_observations_message(self.kept_short))
+            messages.append(self._short_observations(self.kept_short))
         return tuple(messages)

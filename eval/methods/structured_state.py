@@ -105,6 +105,7 @@ class StructuredStateMethod(ModelCondensedMethod):
         super().__init__(settings)
         self.state: dict[str, Any] | None = None
         self.invalid_replies = 0
+        self._shown: tuple[dict[str, Any], str] | None = None  # the state last rendered for the agent, and its text
 
     def _current(self) -> dict[str, Any]:
         return self.state if self.state is not None else empty_state(self.goal.split("\n", 1)[0])
@@ -142,4 +143,9 @@ class StructuredStateMethod(ModelCondensedMethod):
         return state
 
     def _memory_text(self) -> str:
-        return self._render(self.state) if self.state is not None else ""
+        """The state as shown, rendered once per state (a new state comes only from a compaction's reply)."""
+        if self.state is None:
+            return ""
+        if self._shown is None or self._shown[0] is not self.state:
+            self._shown = (self.state, self._render(self.state))
+        return self._shown[1]

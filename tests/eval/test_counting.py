@@ -196,3 +196,97 @@ def test_every_methods_prompt_is_counted_as_sent(tiny_model: Path, tool_mode: bo
         if tool_mode:
             assert any(message.tool_calls for request, _ in backend.sent for message in request.messages)
             assert any(message.tool_call_id for request, _ in backend.sent for message in request.messages)
+
+
+_EDGE_TEXT = st.text(alphabet="ab \n\t§é中😀<|>[]'s09.-", max_size=12)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    tokenizer=st.sampled_from(["o200k_base", "cl100k_base", "bytes"]),
+    chat_format=st.sampled_from(["chatml", "qwen3-nothink"]),
+    role=st.sampled_from(["system", "user", "assistant"]),
+    head=_EDGE_TEXT,
+    middle=st.text(alphabet="ab \n§é中😀", max_size=600),
+    tail=_EDGE_TEXT,
+)
+def test_a_message_counted_from_its_contents_count_is_its_rendered_count(
+    tokenizer: str, chat_format: str, role: str, head: str, middle: str, tail: str
+) -> None:
+    """note_content_tokens derives a message's count from its content's (the frame summed where the boundary rule
+    vouches, an edge recounted where it does not): it is the count of the rendered message, long content or short."""
+    counter = PromptCounter(tokenizer, chat_format)
+    content = head + middle + tail
+    message = Message(role, content)
+    counter.note_content_tokens(message, counter.tokenizer.count(content))
+    expected = counter.tokenizer.count(counter.chat_format.render_message(role, content))
+    assert counter.message_tokens(message) == expected
+    assert counter.count([message]) == expected + counter.generation_prompt_tokens
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    tokenizer=st.sampled_from(["o200k_base", "cl100k_base", "bytes"]),
+    chat_format=st.sampled_from(["chatml", "qwen3-nothink"]),
+    role=st.sampled_from(["system", "user", "assistant"]),
+    content=st.text(alphabet="ab \n\t§é中😀<|>[]'s09.-", max_size=40),
+)
+def test_a_contents_count_taken_from_its_messages_is_its_own(
+    tokenizer: str, chat_format: str, role: str, content: str
+) -> None:
+    """content_tokens takes the frame's tokens off the message's count only where no token crosses the frame's
+    junctions with the content: when it answers, it answers the content's own count."""
+    counter = PromptCounter(tokenizer, chat_format)
+    known = counter.content_tokens(Message(role, content))
+    assert known is None or known == counter.tokenizer.count(content)
+    observation = Message("user", "Observation (rc=0) of `cat a.txt`:\nNEEDLE=X\n")
+    assert counter.content_tokens(observation) == counter.tokenizer.count(observation.content)  # the common case
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    tokenizer=st.sampled_from(["o200k_base", "cl100k_base", "bytes"]),
+    thought=st.text(alphabet="ab \n§é中<>[]'s09.-`", max_size=20),
+    action=st.text(alphabet="ab §é中<>[]'s09.-", max_size=12),
+    text=st.text(alphabet="ab \n\t§é中😀<|>[]'s09.-", max_size=400),
+    returncode=st.integers(-3, 300),
+)
+def test_a_folded_turn_counted_from_its_observations_count_is_its_rendered_count(
+    tokenizer: str, thought: str, action: str, text: str, returncode: int
+) -> None:
+    """A condensing request counts each turn it folds from the observation message's count (its content's tokens)
+    and the head's: the figure is the count of the rendered turn."""
+    from arc_eval.methods.base import MethodSettings, Turn, assistant_text, observation_text
+    from arc_eval.methods.llm_summary import LlmSummaryMethod, render_turn
+    from arc_eval.types import Observation
+
+    method = LlmSummaryMethod(MethodSettings(context_limit=4096, max_tokens=1024, tokenizer=tokenizer))
+    turn = Turn(Message("assistant", assistant_text(thought, action)),
+                Message("user", observation_text(action, Observation(text, returncode))), action, text, returncode)
+    assert turn.observation is not None
+    method.counter.message_tokens(turn.observation)  # as the transcript counted it
+    rendered = render_turn(turn)
+    assert method._turn_tokens_in_request(turn, rendered) == method.counter.tokenizer.count(rendered)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    tokenizer=st.sampled_from(["o200k_base", "cl100k_base", "bytes"]),
+    chunks=st.lists(st.text(alphabet="ab \n\t§é中😀<|>[]'s09.-`", max_size=700), min_size=1, max_size=6),
+    data=st.data(),
+)
+def test_retrieved_memory_counted_from_its_chunks_is_its_rendered_count(
+    tokenizer: str, chunks: list[str], data: st.DataObject
+) -> None:
+    """rag_memory counts its retrieved-memory text from its parts, each chunk counted once whatever its rank:
+    the figure is the count of the text, for every tokenizer, hits in any order, chunks repeated across calls."""
+    from arc_eval.methods.base import MethodSettings
+    from arc_eval.methods.rag_memory import RETRIEVED_HEADER, RagMemoryMethod
+
+    method = RagMemoryMethod(MethodSettings(context_limit=4096, max_tokens=1024, tokenizer=tokenizer,
+                                            extra={"rag_retriever": "bm25"}))
+    method.chunks = chunks
+    for _ in range(3):
+        hits = data.draw(st.lists(st.integers(0, len(chunks) - 1), min_size=1, max_size=3, unique=True))
+        text = f"{RETRIEVED_HEADER}\n" + "\n".join(f"[{rank}] {chunks[index]}" for rank, index in enumerate(hits, 1))
+        assert method.retrieved_tokens(hits) == method.counter.tokenizer.count(text)

@@ -13,9 +13,24 @@ from arc_ref.chat import CHATML
 from arc_ref.errors import ConfigError
 from arc_ref.tokenizers import get_tokenizer
 from arc_eval.methods import BASELINE_NAMES, METHOD_NAMES, make_method, method_available
-from arc_eval.methods.base import Method, MethodEvents, MethodSettings, PromptCounter, TranscriptMethod
+from arc_eval.methods.base import (
+    Method,
+    MethodEvents,
+    MethodSettings,
+    PromptCounter,
+    TranscriptMethod,
+    short_observations_message,
+)
 from arc_eval.methods.llm_summary import LlmSummaryMethod
-from arc_eval.methods.rag_memory import Bm25Retriever, RagMemoryMethod, chunk_text, embeddings_available, resolve_retriever
+from arc_eval.methods.rag_memory import (
+    BM25S_TOKEN_PATTERN,
+    RETRIEVED_HEADER,
+    Bm25Retriever,
+    RagMemoryMethod,
+    chunk_text,
+    embeddings_available,
+    resolve_retriever,
+)
 from arc_eval.methods.structured_state import STATE_KEYS, StructuredStateMethod, parse_state
 from arc_eval.protocol import STATE_REQUEST_HEADER, SUMMARY_REQUEST_HEADER
 from arc_eval.types import ChatReply, ContextOverflow, Message, Observation
@@ -277,6 +292,40 @@ def test_bm25_search_ranks_as_the_per_part_python_sum() -> None:
         assert retriever.search(query, k) == expected[:k]
 
 
+def test_bm25_words_are_those_of_bm25s_default_pattern() -> None:
+    """The tokens found are those of bm25s' own default pattern, on texts dense in word edges of every kind."""
+    import re
+
+    pattern = re.compile(BM25S_TOKEN_PATTERN)
+    rng = random.Random(17)
+    alphabet = "ab_19 é\n.-'中\u0301\u00b2\t😀"
+    retriever = Bm25Retriever()
+    for _ in range(20000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 16)))
+        expected = [word for word in pattern.findall(text.lower()) if word not in retriever._stopwords]
+        assert retriever.tokenize(text) == expected, text
+
+
+def test_bm25_search_with_kept_part_scores_ranks_as_a_fresh_index() -> None:
+    """A query part's normalized scores are kept between searches and forgotten when chunks are added: every
+    search, repeated parts and growing index alike, ranks as a fresh index holding the same chunks."""
+    rng = random.Random(13)
+    words = "alpha beta gamma needle the file error value key secret code line data of".split()
+    for _ in range(30):
+        retriever = Bm25Retriever()
+        chunks: list[str] = []
+        goal = " ".join(rng.choice(words) for _ in range(rng.randint(1, 8)))
+        for _ in range(rng.randint(1, 6)):
+            added = [" ".join(rng.choice(words) for _ in range(rng.randint(0, 20))) for _ in range(rng.randint(1, 6))]
+            retriever.add(added)
+            chunks.extend(added)
+            for _ in range(rng.randint(1, 3)):
+                query = [goal, " ".join(rng.choice(words) for _ in range(rng.randint(0, 4)))]
+                fresh = Bm25Retriever()
+                fresh.add(chunks)
+                assert retriever.search(query, len(chunks)) == fresh.search(query, len(chunks))
+
+
 def test_bm25_weighs_each_part_of_the_query_the_same() -> None:
     """A long first part (the goal) does not drown the second (the current step): each part's scores are
     divided by its best score before they are added, as the embedding retriever averages unit embeddings."""
@@ -301,6 +350,48 @@ def test_rag_memory_reinjects_retrieved_chunks() -> None:
     text = "\n".join(message.content for message in prompt(method))
     assert "Retrieved memory" in text and "the lantern is crimson" in text
     assert "from `cat f1.txt`" in text
+
+
+def _memory_built_anew(method: TranscriptMethod) -> list[Message]:
+    """The memory messages a baseline shows, built from its current state with nothing kept between calls."""
+    messages: list[Message] = []
+    if isinstance(method, RagMemoryMethod):
+        if method.chunks:
+            hits = method.retriever.search(method.query(), method.settings.rag_top_k)
+            text = f"{RETRIEVED_HEADER}\n" + "\n".join(f"[{rank}] {method.chunks[index]}"
+                                                      for rank, index in enumerate(hits, 1))
+            messages.append(Message("user", method.clip_to_tokens(text, method.memory_budget)))
+    elif isinstance(method, StructuredStateMethod):
+        if method.state is not None:
+            messages.append(Message("user", method._render(method.state)))
+    elif isinstance(method, LlmSummaryMethod) and method.summary:
+        messages.append(Message("user", method._memory_text()))
+    kept = getattr(method, "kept_short", [])
+    if kept:
+        messages.append(short_observations_message(kept))
+    return messages
+
+
+@pytest.mark.parametrize("name", ["llm_summary", "structured_state", "rag_memory"])
+def test_memory_messages_kept_between_calls_are_those_built_anew(name: str) -> None:
+    """A baseline keeps its memory messages (the state's text, the retrieved chunks, the short observations)
+    between calls; after every turn and compaction they are the messages its current state gives."""
+    rng = random.Random(21)
+    method = make_method(name, SETTINGS)
+    assert isinstance(method, TranscriptMethod)
+    method.begin("S", "Find the lantern colour.")
+    aux = AuxRecorder()
+    for step in range(40):
+        read = rng.randint(0, step)  # files read again: the current step matches different chunks over time
+        action = f"cat file_{read:02d}.txt"
+        method.record_agent(f"reading file {read}", action)
+        method.record_observation(action, Observation(f"topic{read} " * rng.choice([2, 8, 40, 120]), 0))
+        if rng.random() < 0.25:
+            run(method.compact("forced", aux))
+        for _ in range(rng.randint(1, 2)):
+            shown = prompt(method, aux)  # may compact first: the state it leaves is the one shown
+            expected = _memory_built_anew(method)
+            assert list(shown[2 : 2 + len(expected)]) == expected
 
 
 def test_retriever_choice() -> None:
