@@ -31,7 +31,7 @@ from arc_ref.templates import (
 )
 from arc_ref.tokenizers import HuggingFaceTokenizer, get_tokenizer
 from arc_ref.trace import replay
-from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir, transformers_tokenizer
+from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir, transformers_prompt, transformers_tokenizer
 from tests.core.test_tokenizers import _train_tokenizer_json
 
 QWEN3 = qwen3_dir()
@@ -349,28 +349,10 @@ def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
 
 
 def _transformers_text(directory: Path, messages: list[dict[str, Any]], tools: tuple[ToolSpec, ...]) -> str:
-    """The oracle: vLLM's preprocessing written out here, then transformers' own apply_chat_template."""
-    conversation = []
-    for message in messages:
-        converted = {"role": message["role"], "content": message["content"] or ""}
-        if message.get("tool_calls"):
-            converted["tool_calls"] = []
-            for call in message["tool_calls"]:
-                try:
-                    arguments = json.loads(call["function"]["arguments"])
-                except json.JSONDecodeError:
-                    arguments = {}
-                converted["tool_calls"].append({**call, "function": {**call["function"], "arguments": arguments}})
-        if "tool_call_id" in message:
-            converted["tool_call_id"] = message["tool_call_id"]
-        conversation.append(converted)
-    dumped = [{"type": "function", "function": {"name": tool.name, "description": tool.description,
-                                                 "parameters": None if tool.parameters is None else json.loads(tool.parameters)}}
-              for tool in tools] or None
-    text = transformers_tokenizer(str(directory)).apply_chat_template(
-        conversation, tools=dumped, tokenize=False, add_generation_prompt=True, enable_thinking=False
-    )
-    return str(text)
+    """The oracle (proofs_check.shared_data): vLLM's preprocessing, then transformers' own apply_chat_template."""
+    text, _ = transformers_prompt(directory, messages, [tool.openai() for tool in tools] or None,
+                                  enable_thinking=False)
+    return text
 
 
 def _qwen3_format(tools: tuple[ToolSpec, ...], system: str = "S") -> TemplateFormat:
