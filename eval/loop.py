@@ -92,22 +92,10 @@ PREMATURE_MESSAGE = "premature submission: the task's protocol was not complete"
 
 
 def default_scorer(kind: str) -> Scorer:
-    """The scorer of a task kind: NIH scores the ``NEEDLE=<value>`` token, LongBench the letter."""
-    if kind == "nih":
-        from arc_eval.tasks.nih import needle_token, score_nih
+    """The scorer a task kind registers (``arc_eval.registry.TaskEntry.scorer``)."""
+    from arc_eval.registry import TASKS
 
-        def score_needle(task: Task, submission: str, reply: str) -> tuple[bool, str | None]:
-            return score_nih(task, submission), needle_token(submission)
-
-        return score_needle
-    if kind == "longbench":
-        from arc_eval.tasks.longbench import extract_longbench_answer, score_longbench
-
-        def score_letter(task: Task, submission: str, reply: str) -> tuple[bool, str | None]:
-            return score_longbench(task, reply), extract_longbench_answer(reply)
-
-        return score_letter
-    raise ValueError(f"no scorer for task kind {kind!r}")
+    return TASKS.get(kind).scorer
 
 
 def default_sandbox(task: Task) -> Sandbox:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from arc_eval.analysis.survival import SURVIVAL_KEY, bucket_order
-from arc_eval.methods import METHOD_NAMES
+from arc_eval.methods import method_names
 from arc_eval.schema import TaskRecord
 
 BREAKDOWNS = ("overall", "length", "domain", SURVIVAL_KEY)
@@ -36,8 +36,9 @@ def mean_and_sd(values: Sequence[float]) -> tuple[float, float | None]:
 
 
 def method_order(method: str) -> tuple[int, str]:
-    """Sort key: the paper's method order, unknown methods after, alphabetically."""
-    return (METHOD_NAMES.index(method), "") if method in METHOD_NAMES else (len(METHOD_NAMES), method)
+    """Sort key: the registered methods' order (``MethodEntry.order``), unknown methods after, alphabetically."""
+    known = method_names()
+    return (known.index(method), "") if method in known else (len(known), method)
 
 
 @dataclass(frozen=True, slots=True)

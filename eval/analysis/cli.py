@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
+from arc_eval.registry import highlighted_method
 from arc_eval.analysis.accuracy import accuracy_rows
 from arc_eval.analysis.errors import AnalysisError
 from arc_eval.analysis.load import Dataset, load_runs
@@ -81,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
         help="roofline cost per success (all tasks / correct ones, the paper's), per successful trajectory, or per task",
     )
     parser.add_argument("--arc", default=None, metavar="METHOD",
-                        help="method A of the McNemar tests, a recorded method (default: arc, when recorded)")
+                        help="method A of the McNemar tests, a recorded method (default: the paper's method, arc, when recorded)")
     return parser
 
 
@@ -262,7 +263,7 @@ def run_report(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> Repo
         models=models,
         model_notes=tuple(model_notes),
         baseline=args.baseline,
-        arc_method=args.arc if args.arc is not None else "arc",
+        arc_method=args.arc if args.arc is not None else (highlighted_method() or ""),
         normalisation=args.normalise,
     )
     progress(f"computing tables over {len(dataset.tasks):,} finished task(s)")

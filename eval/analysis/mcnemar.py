@@ -269,9 +269,14 @@ def paired_counts(
 
 
 def compare_methods(
-    tasks: Iterable[TaskRecord], method_a: str = "arc", outcome: str = "correct"
+    tasks: Iterable[TaskRecord], method_a: str | None = None, outcome: str = "correct"
 ) -> list[PairedComparison]:
-    """McNemar of `method_a` against every other method, per (task_kind, model, variant)."""
+    """McNemar of `method_a` (None: the paper's method, ``arc_eval.registry.highlighted_method``) against every
+    other method, per (task_kind, model, variant)."""
+    if method_a is None:
+        from arc_eval.registry import highlighted_method
+
+        method_a = highlighted_method() or ""
     if outcome not in OUTCOMES:
         raise ValueError(f"outcome must be one of {OUTCOMES}, not {outcome!r}")
     groups: dict[tuple[str, str, str], dict[str, dict[PairKey, TaskRecord]]] = {}

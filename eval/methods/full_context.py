@@ -8,6 +8,7 @@ task ends as no answer (``end="overflow"``). Forced compactions are no-ops.
 from __future__ import annotations
 
 from arc_eval.methods.base import COMPACTION_REASONS, AuxCaller, TranscriptMethod
+from arc_eval.registry import MethodEntry, register_method
 
 
 class FullContextMethod(TranscriptMethod):
@@ -19,3 +20,6 @@ class FullContextMethod(TranscriptMethod):
         if reason not in COMPACTION_REASONS:
             raise ValueError(f"unknown compaction reason {reason!r}; expected one of {COMPACTION_REASONS}")
         return False
+
+
+register_method(MethodEntry(name=FullContextMethod.name, label="Full_context", order=1, factory=FullContextMethod))

