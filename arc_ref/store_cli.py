@@ -18,6 +18,7 @@ from typing import Callable
 from arc_ref.catalog import page_count, render_page
 from arc_ref.config import PRESETS, Config, preset
 from arc_ref.errors import ArcError
+from arc_ref.exit_status import INSPECT_FAILED, OK, CommandFailed, status_of
 from arc_ref.machine import ArcState, view
 from arc_ref.persist import DurableStore, StoreError, StoreNotFound, read_rows
 from arc_ref.recall import chunk_count
@@ -53,7 +54,8 @@ def add_commands(commands: "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def run(arguments: argparse.Namespace) -> int:
-    """Run one of STORE_COMMANDS; store problems are one line on standard error, exit status 2."""
+    """Run one of STORE_COMMANDS; a store problem is one line on standard error and its status of
+    ``arc_ref.exit_status.status_of`` (USAGE; NOT_FOUND for no such record or page in a store that opened)."""
     name = arguments.command
     try:
         if name == "inspect":
@@ -61,12 +63,9 @@ def run(arguments: argparse.Namespace) -> int:
         if name == "export":
             return _export(arguments.store)
         return _mcp(arguments)
-    except (StoreError, ArcError, ValueError) as problem:  # ValueError: a bad --set
-        print(f"arc-ref {name}: {problem}", file=sys.stderr)
-        return 2
-    except LookupError as problem:  # no such record or page in a store that opened
-        print(f"arc-ref {name}: {problem.args[0]}", file=sys.stderr)
-        return 1
+    except (StoreError, ArcError, ValueError, LookupError) as problem:  # ValueError: a bad --set
+        text = problem.args[0] if isinstance(problem, LookupError) and problem.args else problem
+        raise CommandFailed(status_of(problem), f"arc-ref {name}: {text}") from None
 
 
 # --- export -------------------------------------------------------------------------------------
@@ -77,7 +76,7 @@ def _export(path: str) -> int:
     for row in read_rows(path):  # a damaged row raises after every row before it was written
         out.write(row.line.encode("utf-8") + b"\n")
     out.flush()
-    return 0
+    return OK.code
 
 
 # --- inspect ------------------------------------------------------------------------------------
@@ -91,7 +90,7 @@ def _inspect(arguments: argparse.Namespace) -> int:
             print(f"verify: {store.report.snapshot_note}; the fold of all {full.seq} rows "
                   f"{'equals' if agree else 'DIFFERS FROM'} the state opened")
             if not agree:
-                return 1
+                return INSPECT_FAILED.code
         if arguments.catalog is not None:
             return _print_catalog(store.state, arguments.catalog)
         if arguments.record is not None:
@@ -101,14 +100,14 @@ def _inspect(arguments: argparse.Namespace) -> int:
                 line = row.line if arguments.full or len(row.line) <= EVENT_LINE_CHARS else (
                     row.line[:EVENT_LINE_CHARS] + f"... ({len(row.line):,} characters)")
                 print(f"{row.seq:>7} {row.checksum[:12]} {line}")
-            return 0
+            return OK.code
         if arguments.view:
             print(view(store.state).text())
             print()
             _print_audit(store.state)
-            return 0
+            return OK.code
         _print_overview(store)
-        return 0
+        return OK.code
 
 
 def _print_overview(store: DurableStore) -> None:
@@ -153,12 +152,12 @@ def _print_catalog(state: ArcState, page: int) -> int:
     pages = page_count(state.stored, state.config.page_size)
     if pages == 0:
         print("the catalog is empty: no observation is stored")
-        return 0
+        return OK.code
     target = pages if page == 0 else page
     if not 1 <= target <= pages:
         raise LookupError(f"no catalog page {page}: pages 1-{pages}")
     print(render_page(state.setup, state.records, target).content)
-    return 0
+    return OK.code
 
 
 def _print_record(state: ArcState, token: str) -> int:
@@ -176,7 +175,7 @@ def _print_record(state: ArcState, token: str) -> int:
     sys.stdout.write(record.content)
     if not record.content.endswith("\n"):
         sys.stdout.write("\n")
-    return 0
+    return OK.code
 
 
 # --- mcp ----------------------------------------------------------------------------------------
@@ -206,4 +205,4 @@ def _mcp(arguments: argparse.Namespace) -> int:
         pass
     finally:
         store.close()
-    return 0
+    return OK.code

@@ -14,8 +14,9 @@ run always names the same directory). Restarting the same run continues a killed
 is the run's meaning (tasks, methods, seeds, budgets, backend and model: ``arc_eval.schema.run_meaning``),
 not the command line: argument order, a relative or absolute ``--out``, ``--concurrency``,
 ``--no-progress``, another ``--base-url`` or the connection options do not matter (``--no-resume``
-refuses an existing directory instead). Bad arguments print a clear message and exit with status 2.
-A server fault stops the run with status 3 and a message naming the cause and the fix: before the
+refuses an existing directory instead). Every way a command ends is an exit status of the one table,
+``arc_eval.errors.EXIT_STATUSES`` (README.md, "Exit statuses"): bad arguments print a clear message and
+exit with status 2. A server fault stops the run with status 3 and a message naming the cause and the fix: before the
 first task (a wrong model name, a missing API key, tool mode off, a window smaller than
 ``--context-limit``, no answer; nothing is written), or during the run (unavailable after retries, a
 refusal, a malformed answer; what finished is kept, the task in flight is not); rerun the same command
@@ -35,7 +36,8 @@ from typing import Any, Sequence
 import attrs
 from attrs import evolve
 
-from arc_ref.errors import ConfigError
+from arc_ref.errors import ArcError
+from arc_eval.errors import INTERRUPTED, OK, SERVER_STOPPED, USAGE, EvalError, status_of
 from arc_eval.arguments import (
     http_url,
     integer,
@@ -45,17 +47,12 @@ from arc_eval.arguments import (
     positive_int,
 )
 
-EXIT_OK = 0
-EXIT_USAGE = 2
-EXIT_BACKEND = 3
-EXIT_INTERRUPTED = 130
 DEFAULT_RUNS_DIR = "runs"
-PAPER_SEEDS = (42, 82, 122)
 _DISPATCHED = ("report", "serve-scripted")
 
 
-class UsageError(Exception):
-    """A command line that cannot run; the message says why."""
+class UsageError(EvalError):
+    """A command line that cannot run; the message says why (status ``USAGE``)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -88,7 +85,7 @@ RUN_OWNER = "run"
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     """The run's own flags (``RunSpec``'s option fields), then each method's and each backend's options."""
     from arc_eval.registry import BACKENDS, METHODS, add_option_flags
-    from arc_eval.runner import RunSpec
+    from arc_eval.runner import PAPER_SEEDS, RunSpec
 
     run = parser.add_argument_group("run")
     run.add_argument("--methods", type=parse_methods, default=None, metavar="all|m1,m2",
@@ -258,27 +255,21 @@ def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
 
 
 def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from arc_eval.records import RunRecordError
     from arc_eval.runner import run
 
     spec = spec_from_args(args, argv)
     spec.validate()
-    from arc_eval.tasks.longbench import LongBenchDataError
-
-    try:
-        result = run(spec)
-    except (RunRecordError, LongBenchDataError) as failure:
-        raise UsageError(f"arc-eval: {failure}") from None
+    result = run(spec)
     if result.aborted is not None and not result.started:
         print(f"arc-eval: stopped before the first task: {result.aborted}\n"
               "Nothing was run or recorded; run the command again after the fix.", file=sys.stderr)
-        return EXIT_BACKEND
+        return SERVER_STOPPED.code
     if result.aborted is not None:
         print(f"arc-eval: stopped: {result.aborted}\n"
               f"{result.ran} task(s) finished in this invocation are recorded in {spec.out}; the task(s) in "
               "flight are not. Rerun the same command (after the fix) to continue.", file=sys.stderr)
-        return EXIT_BACKEND
-    return EXIT_OK
+        return SERVER_STOPPED.code
+    return OK.code
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -293,7 +284,7 @@ def _bench(args: argparse.Namespace) -> int:
         print(bench_harness_overhead(methods, args.overhead_tasks, rag_retriever=args.rag_retriever), flush=True)
     if "concurrency" in only:
         print(bench_concurrency(args.concurrency, args.concurrency_tasks, latency_ms=args.latency_ms), flush=True)
-    return EXIT_OK
+    return OK.code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -310,28 +301,28 @@ def main(argv: Sequence[str] | None = None) -> int:
 
                 return int(serve_main(arguments[1:]))
             except SystemExit as done:  # --help or a usage error of the dispatched command
-                return int(done.code) if isinstance(done.code, int) else EXIT_USAGE
+                return int(done.code) if isinstance(done.code, int) else USAGE.code
         parser = build_parser()
         try:
             args = parser.parse_args(arguments)
         except SystemExit as done:  # --help
-            return int(done.code) if isinstance(done.code, int) else EXIT_OK
+            return int(done.code) if isinstance(done.code, int) else OK.code
         if args.command is None:
             parser.print_help(sys.stderr)
-            return EXIT_USAGE
+            return USAGE.code
         if args.command == "bench":
             return _bench(args)
         return _run(args, arguments)
-    except UsageError as failure:
+    except UsageError as failure:  # argparse's own form: "arc-eval nih: ... (see --help)"
         print(str(failure), file=sys.stderr)
-        return EXIT_USAGE
-    except ConfigError as failure:
+        return failure.exit_status.code
+    except (EvalError, ArcError) as failure:  # the evaluation's errors and a configuration the core refuses
         print(f"arc-eval: {failure}", file=sys.stderr)
-        return EXIT_USAGE
+        return status_of(failure).code
     except KeyboardInterrupt:
         print("arc-eval: interrupted; finished tasks are recorded; rerun the same command to continue.",
               file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return INTERRUPTED.code
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from attrs import evolve
 
+from arc_eval.errors import InvalidInput
 from arc_ref.message import ToolCall, ToolSpec
 from arc_eval.methods.base import Method, MethodSettings
 from arc_eval.protocol import (
@@ -278,7 +279,7 @@ async def run_task(
 ) -> tuple[list[CallRecord], TaskRecord]:
     """Run one task to its end; returns its call records and its task record (``arc_eval.schema``)."""
     if max_steps < 1:
-        raise ValueError(f"max_steps must be at least 1, got {max_steps}")
+        raise InvalidInput(f"max_steps must be at least 1, got {max_steps}")
     run = _TaskRun(
         task, method, backend, settings, seed=seed, variant=variant,
         model=model if model is not None else backend.name, temperature=temperature,

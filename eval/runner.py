@@ -76,6 +76,7 @@ from arc_eval.types import (
 )
 
 PAPER = PRESETS["paper"]  # the paper's setting: the defaults of the window, the completion cap, keep-verbatim
+PAPER_SEEDS = (42, 82, 122)  # the paper's seeds: the default of --seeds
 MAX_STEPS_SLACK = 10  # steps beyond the goal's own plan: recalls, retries, answering
 CHAT_FORMAT_CHOICES = ("auto", *CHAT_FORMATS, TEMPLATE_FORMAT)
 

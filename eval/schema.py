@@ -23,6 +23,9 @@ from typing import Any, Callable, ClassVar, TypeVar
 import attrs
 from attrs import field, frozen
 
+
+from arc_eval.errors import EvalError
+
 SCHEMA = "arc-eval-run/1"
 
 PURPOSES = ("agent", "summary", "state")
@@ -39,7 +42,7 @@ TaskKey = tuple[str, str, str, str, int, str]
 PairKey = tuple[str, str, str, int, str]
 
 
-class RecordError(ValueError):
+class RecordError(EvalError, ValueError):
     """A record that breaks the schema; the message names where (file:line) and the field."""
 
 

@@ -12,6 +12,7 @@ from typing import Any, Mapping, Protocol, Sequence
 
 from attrs import field, frozen
 
+from arc_eval.errors import SERVER_STOPPED, EvalError
 from arc_ref.message import ToolCall, ToolSpec
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -86,12 +87,14 @@ class ChatReply:
     tool_calls: tuple[ToolCall, ...] = ()
 
 
-class ContextOverflow(Exception):
+class ContextOverflow(EvalError):
     """The server (or the harness' own L_ctx - G_max check) rejected an over-long prompt.
 
     Raised by backends on an HTTP 400 whose message says "maximum context length" (vLLM), and
     by the harness when prompt_tokens > context_limit - max_tokens. Triggers reactive compaction.
     """
+
+    exit_status = SERVER_STOPPED  # handled by the loop (reactive compaction); never ends a run by itself
 
     def __init__(self, message: str, prompt_tokens: int | None = None, limit: int | None = None):
         super().__init__(message)
@@ -100,7 +103,7 @@ class ContextOverflow(Exception):
         self.limit = limit
 
 
-class BackendError(Exception):
+class BackendError(EvalError):
     """The backend failed, not the task: never scored; the run stops with this message and resumes later.
 
     Subclasses: ``BackendUnavailable`` (retries exhausted), ``BackendRequestError`` (the server
@@ -109,6 +112,8 @@ class BackendError(Exception):
     the runner stops the run: the task in flight is not recorded, so the same command, rerun after the
     fix, redoes it.
     """
+
+    exit_status = SERVER_STOPPED
 
 
 class BackendUnavailable(BackendError):

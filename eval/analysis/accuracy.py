@@ -18,6 +18,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
+from arc_eval.errors import InvalidInput
 from arc_eval.analysis.survival import SURVIVAL_KEY, bucket_order
 from arc_eval.methods import method_names
 from arc_eval.schema import TaskRecord
@@ -29,7 +30,7 @@ LENGTH_ORDER = ("short", "medium", "long")
 def mean_and_sd(values: Sequence[float]) -> tuple[float, float | None]:
     """Mean and sample SD (n - 1); the SD is None for fewer than two values (undefined)."""
     if not values:
-        raise ValueError("mean of no values")
+        raise InvalidInput("mean of no values")
     mean = math.fsum(values) / len(values)
     sd = statistics.stdev(values) if len(values) >= 2 else None
     return mean, sd
@@ -138,7 +139,7 @@ def accuracy_rows(tasks: Iterable[TaskRecord], breakdown: str = "overall") -> li
     have neither); a seed with no attempt in a category does not count towards its means.
     """
     if breakdown not in BREAKDOWNS:
-        raise ValueError(f"breakdown must be one of {BREAKDOWNS}, not {breakdown!r}")
+        raise InvalidInput(f"breakdown must be one of {BREAKDOWNS}, not {breakdown!r}")
     counts: dict[tuple[str, str, str, str, str], dict[int, list[int]]] = {}
     for task in tasks:
         category = _category(task, breakdown)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from arc_eval.errors import REPORT_INPUT, EvalError
 
-class AnalysisError(Exception):
+
+class AnalysisError(EvalError):
     """Bad input to the analysis (missing or malformed run records, an unknown preset, a bad flag).
 
     The message names what is wrong and where (file, line, field); `arc-eval report` prints it
-    as is and exits with status 1.
+    as is and exits with its status (``REPORT_INPUT``).
     """
+
+    exit_status = REPORT_INPUT
 
     def __init__(self, message: str) -> None:
         super().__init__(message)

@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
+from arc_eval.errors import InvalidInput
 from arc_eval.analysis.accuracy import method_order
 from arc_eval.analysis.errors import AnalysisError
 from arc_eval.schema import CallRecord, TaskKey, TaskRecord
@@ -127,7 +128,7 @@ def trajectory_cost(
         else:
             p, m = call
             if p < 0 or m < 0:
-                raise ValueError("token counts must be non-negative")
+                raise InvalidInput("token counts must be non-negative")
             rows.append((i, "agent", p, m, True))
     kv_b = model.kv_bytes_per_token
     weights = model.weight_bytes

@@ -73,6 +73,7 @@ from typing import Any, Mapping, Sequence, TextIO
 import httpx
 from attrs import frozen
 
+from arc_eval.errors import InvalidInput
 from arc_eval.backends.faults import configuration_fault, refusal_message, retry_hint
 from arc_eval.backends.overflow import is_context_overflow
 from arc_eval.backends.replies import parse_completion
@@ -178,7 +179,7 @@ def api_urls(base_url: str) -> dict[str, str]:
     """Endpoints of one replica; `base_url` with or without its trailing `/v1`."""
     base = base_url.rstrip("/")
     if not base.startswith(("http://", "https://")):
-        raise ValueError(f"base URL must start with http:// or https://, got {base_url!r}")
+        raise InvalidInput(f"base URL must start with http:// or https://, got {base_url!r}")
     root = base[: -len("/v1")] if base.endswith("/v1") else base
     api = root + "/v1"
     return {
@@ -259,20 +260,20 @@ class OpenAIBackend:
         every local count; None: ``tokenizer_json`` (else ``o200k_base``) over ChatML, Qwen3's
         no-think variant when thinking is off."""
         if not base_urls:
-            raise ValueError("at least one base URL is needed (e.g. http://localhost:8000/v1)")
+            raise InvalidInput("at least one base URL is needed (e.g. http://localhost:8000/v1)")
         if max_tokens < 1 or context_limit <= max_tokens:
-            raise ValueError(
+            raise InvalidInput(
                 f"need 0 < max_tokens < context_limit, got max_tokens={max_tokens}, "
                 f"context_limit={context_limit}"
             )
         if count_with not in COUNT_MODES:
-            raise ValueError(
+            raise InvalidInput(
                 f"count_with must be one of {', '.join(COUNT_MODES)}, got {count_with!r}"
             )
         if max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+            raise InvalidInput(f"max_retries must be >= 0, got {max_retries}")
         if client_shards < 1:
-            raise ValueError(f"client_shards must be >= 1, got {client_shards}")
+            raise InvalidInput(f"client_shards must be >= 1, got {client_shards}")
         first_byte = request_timeout_s if first_byte_timeout_s is None else first_byte_timeout_s
         for label, value in (
             ("connect_timeout_s", connect_timeout_s),
@@ -281,7 +282,7 @@ class OpenAIBackend:
             ("probe_timeout_s", probe_timeout_s),
         ):
             if not value > 0:
-                raise ValueError(f"{label} must be > 0, got {value}")
+                raise InvalidInput(f"{label} must be > 0, got {value}")
         self.base_urls = tuple(base_urls)
         self.replicas = [api_urls(url) for url in base_urls]
         self.model = model
@@ -295,7 +296,7 @@ class OpenAIBackend:
             2 * request_timeout_s + backoff_max_s if call_budget_s is None else call_budget_s
         )
         if not self.call_budget_s > 0:
-            raise ValueError(f"call_budget_s must be > 0, got {call_budget_s}")
+            raise InvalidInput(f"call_budget_s must be > 0, got {call_budget_s}")
         self.probe_timeout_s = probe_timeout_s
         self.max_retries = max_retries
         self.enable_thinking = enable_thinking
@@ -309,7 +310,7 @@ class OpenAIBackend:
         self._transport = transport
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
         if not (key.isascii() and key.isprintable()):
-            raise ValueError("the API key must be printable ASCII (it travels in an HTTP header)")
+            raise InvalidInput("the API key must be printable ASCII (it travels in an HTTP header)")
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         if counter is None:
             name = f"hf:{tokenizer_json}" if tokenizer_json else DEFAULT_TOKENIZER

@@ -78,6 +78,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from arc_ref.config import TEMPLATE_FORMAT, parse_tools
 from arc_ref.errors import ConfigError
+from arc_eval.errors import OK, USAGE, EvalError, InvalidInput
 from arc_eval.arguments import port_number
 from arc_eval.backends.openai_backend import render_for_count
 from arc_eval.counting import TemplateCounter
@@ -92,7 +93,7 @@ _DROP = object()
 KEEP_ALIVE_S = 5  # uvicorn's default idle keep-alive, which vLLM keeps
 
 
-class InjectedDrop(Exception):
+class InjectedDrop(EvalError):
     """Raised after the response has started, so that uvicorn closes the connection mid-answer."""
 
 
@@ -238,14 +239,14 @@ class ScriptedServer:
         from arc_ref.tokenizers import HF_DIR_PREFIX, get_tokenizer
 
         if max_model_len < 2:
-            raise ValueError(f"max_model_len must be at least 2, got {max_model_len}")
+            raise InvalidInput(f"max_model_len must be at least 2, got {max_model_len}")
         if concurrency < 1:
-            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+            raise InvalidInput(f"concurrency must be at least 1, got {concurrency}")
         if latency_ms < 0:
-            raise ValueError(f"latency_ms must be >= 0, got {latency_ms}")
+            raise InvalidInput(f"latency_ms must be >= 0, got {latency_ms}")
         for fault in faults:
             if fault != "drop" and not (isinstance(fault, int) and 400 <= fault <= 599):
-                raise ValueError(f"a fault is an HTTP status 400-599 or 'drop', got {fault!r}")
+                raise InvalidInput(f"a fault is an HTTP status 400-599 or 'drop', got {fault!r}")
         if os.path.isdir(tokenizer):
             tokenizer = f"{HF_DIR_PREFIX}{tokenizer}"
         self.template: TemplateCounter | None = None
@@ -657,18 +658,18 @@ def load_policy(spec: str) -> Policy:
     """`module:attribute` -> a policy; a class is instantiated without arguments."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
-        raise ValueError(f"--policy must look like module:attribute, got {spec!r}")
+        raise InvalidInput(f"--policy must look like module:attribute, got {spec!r}")
     try:
         module = importlib.import_module(module_name)
     except ImportError as failure:
-        raise ValueError(f"cannot import the policy module {module_name!r}: {failure}") from None
+        raise InvalidInput(f"cannot import the policy module {module_name!r}: {failure}") from None
     try:
         target = getattr(module, attribute)
     except AttributeError:
-        raise ValueError(f"module {module_name!r} has no {attribute!r}") from None
+        raise InvalidInput(f"module {module_name!r} has no {attribute!r}") from None
     policy = target() if isinstance(target, type) else target
     if not callable(policy):
-        raise ValueError(f"{spec} is not callable")
+        raise InvalidInput(f"{spec} is not callable")
     return policy  # type: ignore[no-any-return]
 
 
@@ -754,7 +755,7 @@ def serve_main(argv: list[str]) -> int:
         )
     except Exception as failure:
         print(f"arc-eval serve-scripted: {failure}", file=sys.stderr)
-        return 2
+        return USAGE.code
 
     async def serve() -> None:
         try:
@@ -794,5 +795,5 @@ def serve_main(argv: list[str]) -> int:
         asyncio.run(serve())
     except SystemExit as exit_request:
         print(exit_request, file=sys.stderr)
-        return 2
-    return 0
+        return USAGE.code
+    return OK.code

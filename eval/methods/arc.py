@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from arc_eval.errors import InvalidInput
 from arc_ref import render
 from arc_ref.config import PRESETS, Config, make_setup, minimum_budgets
 from arc_ref.errors import ArcError, ConfigError
@@ -182,7 +183,7 @@ class ArcMethod:
         try:
             self.state, result = compact(self.arc, Compact(reason))
         except ArcError as problem:
-            raise ValueError(str(problem)) from problem
+            raise InvalidInput(str(problem)) from problem
         if result.folded:
             self._compactions.append(reason)
         return result.folded > 0

@@ -18,6 +18,7 @@ from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence, TypeVa
 
 from attrs import field, frozen
 
+from arc_eval.errors import InvalidInput
 from arc_ref import render
 from arc_ref.config import ACTION_MODES, TEMPLATE_FORMAT
 from arc_ref.errors import ConfigError
@@ -282,7 +283,7 @@ class TranscriptMethod:
         note (``NAME: no tool has this name; not run``), never run, as ARC's core does."""
         self._flush_pending()
         if len(calls) > 1:
-            raise ValueError(f"one tool call per reply, got {len(calls)}")
+            raise InvalidInput(f"one tool call per reply, got {len(calls)}")
         assistant = Message("assistant", thought, tuple(calls))
         if not calls:
             self.turns.append(Turn(assistant, None, ""))
@@ -307,7 +308,7 @@ class TranscriptMethod:
 
     async def compact(self, reason: str, aux: AuxCaller) -> bool:
         if reason not in COMPACTION_REASONS:
-            raise ValueError(f"unknown compaction reason {reason!r}; expected one of {COMPACTION_REASONS}")
+            raise InvalidInput(f"unknown compaction reason {reason!r}; expected one of {COMPACTION_REASONS}")
         self._flush_pending()
         split = self._recent_start()
         if split == 0:

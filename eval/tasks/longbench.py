@@ -36,6 +36,7 @@ from typing import Any, Iterable, Mapping
 from attrs import frozen
 
 from arc_ref.errors import ConfigError
+from arc_eval.errors import EvalError
 from arc_eval.registry import TaskEntry, option, register_task
 from arc_eval.sandbox import DEFAULT_PAGE_CHARS, paginate
 from arc_eval.types import Task
@@ -63,7 +64,7 @@ _ANSWER_WITH_PARENS = re.compile(r"The correct answer is \(([A-D])\)")
 _ANSWER_BARE = re.compile(r"The correct answer is ([A-D])")
 
 
-class LongBenchDataError(ValueError):
+class LongBenchDataError(EvalError, ValueError):
     """The LongBench-v2 file is missing, unreadable or not in the official format."""
 
 

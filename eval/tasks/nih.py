@@ -62,6 +62,7 @@ from typing import Sequence
 
 from attrs import frozen
 
+from arc_eval.errors import InvalidInput
 from arc_eval.arguments import non_negative_int
 from arc_eval.registry import TaskEntry, option, register_task
 from arc_eval.types import Task
@@ -80,7 +81,6 @@ DISTRACTOR_LINE_CHARS = 76
 NOISE_LINE_WORD_CHARS = 46
 PHRASE_BANK_SIZE = 4096
 NOISE_LINES_SWEEP = (5, 10, 25, 30)  # the paper's fixture-size ablation
-PAPER_SEEDS = (42, 82, 122)
 NIH_LAYOUTS = ("varied", "paper")
 DEFAULT_NIH_LAYOUT = "varied"
 NEEDLE_ACTION = f"cat {NEEDLE_FILE}"
@@ -252,13 +252,13 @@ def make_nih_tasks(
 ) -> list[Task]:
     """`n_tasks` NIH tasks of `seed`, ids `nih-s{seed}-{index:04d}`; paired across methods."""
     if n_tasks < 0:
-        raise ValueError(f"n_tasks must be >= 0, got {n_tasks}")
+        raise InvalidInput(f"n_tasks must be >= 0, got {n_tasks}")
     if noise_lines_per_side < 0:
-        raise ValueError(f"noise_lines_per_side must be >= 0, got {noise_lines_per_side}")
+        raise InvalidInput(f"noise_lines_per_side must be >= 0, got {noise_lines_per_side}")
     if distractor_files < 0:
-        raise ValueError(f"distractor_files must be >= 0, got {distractor_files}")
+        raise InvalidInput(f"distractor_files must be >= 0, got {distractor_files}")
     if layout not in NIH_LAYOUTS:
-        raise ValueError(f"unknown NIH layout {layout!r}; use one of {', '.join(NIH_LAYOUTS)}")
+        raise InvalidInput(f"unknown NIH layout {layout!r}; use one of {', '.join(NIH_LAYOUTS)}")
     tasks: list[Task] = []
     for index, needle in enumerate(needle_pool(seed, n_tasks)):
         task_id = nih_task_id(seed, index)
