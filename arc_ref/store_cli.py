@@ -22,7 +22,7 @@ from arc_ref.exit_status import INSPECT_FAILED, OK, CommandFailed, status_of
 from arc_ref.machine import ArcState, view
 from arc_ref.persist import DurableStore, StoreError, StoreNotFound, read_rows
 from arc_ref.recall import chunk_count
-from arc_ref.view import verify_tokens
+from arc_ref.view import VIEW_COMPONENTS, verify_tokens
 
 STORE_COMMANDS = ("inspect", "export", "mcp")
 EVENT_LINE_CHARS = 160  # --events clips each line to this many characters unless --full
@@ -129,15 +129,11 @@ def _print_audit(state: ArcState) -> None:
     shown = view(state)
     exact = verify_tokens(state.setup, shown)
     config, setup = state.config, state.setup
-    components = shown.components
-    rows = [
-        ("prefix F (system, goal)", components.prefix, "B", setup.prefix_tokens),
-        ("summary S", components.summary, "M", config.summary_budget),
-        ("recent H", components.recent, "R", config.recent_budget),
-        ("catalog page G", components.catalog, "P", config.page_budget),
-        ("recall buffer U", components.recall, "Q", config.recall_budget),
-        ("overhead (generation prompt, joins)", exact - shown.tokens + components.overhead, "eta", config.overhead),
-    ]
+    counts = shown.components.as_dict()
+    counts["overhead"] += exact - shown.tokens  # the joins the whole count adds
+    rows = [(component.label, counts[component.name], component.budget_symbol,
+             getattr(config, component.budget_field) if component.budget_field else setup.prefix_tokens)
+            for component in VIEW_COMPONENTS]
     print(f"budget audit (tokenizer {config.tokenizer}, chat format {config.chat_format}):")
     print(f"  {'component':<38} {'tokens':>8}   budget")
     for label, tokens, symbol, budget in rows:

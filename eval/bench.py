@@ -18,7 +18,7 @@ from arc_eval.backends.scripted_server import build_app, serve_in_thread
 from arc_eval.loop import run_task
 from arc_eval.methods import make_method
 from arc_eval.records import RunReader
-from arc_eval.runner import RunPlan, RunSpec, default_max_steps, run
+from arc_eval.runner import PAPER, RunPlan, RunSpec, default_max_steps, run
 from arc_eval.tasks.nih import make_nih_tasks
 from arc_eval.types import Backend, ChatReply, ChatRequest, Message, Task
 
@@ -104,7 +104,7 @@ def bench_concurrency(concurrency: int, tasks: int, *, latency_ms: float = 20.0,
     """NIH over real HTTP against serve-scripted: requests in flight at once, and the speed-up over 1."""
     figures = []
     for level in sorted({1, concurrency}):
-        app = build_app(ScriptedPolicy(), max_model_len=16384, concurrency=concurrency, latency_ms=latency_ms)
+        app = build_app(ScriptedPolicy(), max_model_len=PAPER.context_limit, concurrency=concurrency, latency_ms=latency_ms)
         with serve_in_thread(app) as base_url, tempfile.TemporaryDirectory(prefix="arc-eval-bench-") as directory:
             spec = RunSpec.build(
                 task_kind="nih", methods=("sliding_window",), seeds=(seed,), out=Path(directory) / "run",

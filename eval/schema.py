@@ -23,6 +23,7 @@ from typing import Any, Callable, ClassVar, TypeVar
 import attrs
 from attrs import field, frozen
 
+from arc_ref.machine import COMPACT_REASONS
 
 from arc_eval.errors import EvalError
 
@@ -31,7 +32,7 @@ SCHEMA = "arc-eval-run/1"
 PURPOSES = ("agent", "summary", "state")
 FINISH_REASONS = ("stop", "length", "overflow", "error")
 TASK_ENDS = ("submitted", "premature", "step_limit", "error", "overflow")
-COMPACTION_REASONS = ("proactive", "reactive", "forced")
+COMPACTION_REASONS = COMPACT_REASONS  # the core's (arc_ref.machine): a record's reasons are the core's
 
 KEY_FIELDS = ("variant", "method", "seed", "task_id")
 # (variant, method, seed, task_id): one task of one method within one run directory.

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Protocol, Sequence
 from attrs import field, frozen
 
 from arc_eval.errors import SERVER_STOPPED, EvalError
-from arc_ref.message import ToolCall, ToolSpec
+from arc_ref.message import ToolCall, ToolSpec, openai_message
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -48,13 +48,8 @@ class Message:
                    None if call_id is None else str(call_id))
 
     def as_json(self) -> dict[str, Any]:
-        """The message in OpenAI chat format (``tool_calls`` / ``tool_call_id`` only when set)."""
-        message: dict[str, Any] = {"role": self.role, "content": self.content}
-        if self.tool_calls:
-            message["tool_calls"] = [call.openai() for call in self.tool_calls]
-        if self.tool_call_id is not None:
-            message["tool_call_id"] = self.tool_call_id
-        return message
+        """The message in OpenAI chat format: the core's wire shape (``arc_ref.message.openai_message``)."""
+        return openai_message(self.role, self.content, self.tool_calls, self.tool_call_id)
 
 
 @frozen

@@ -31,6 +31,7 @@ from typing import Any, Sequence
 
 from attrs import frozen
 
+from arc_ref.config import PRESETS
 from arc_ref.errors import ConfigError
 from arc_ref.message import ToolCall, ToolSpec
 from arc_ref.parse import parse_recall_marker
@@ -287,7 +288,7 @@ class ScriptedBackend:
         self,
         policy: ScriptedPolicy | None = None,
         *,
-        context_limit: int = 16384,
+        context_limit: int = PRESETS["paper"].context_limit,
         counter: TokenCounter | None = None,
     ) -> None:
         """``counter``: the run's counter (``arc_eval.counting``); None: the default counting."""

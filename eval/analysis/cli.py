@@ -333,7 +333,7 @@ def report_main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextI
 
 
 def main() -> None:
-    """`python -m arc_eval.analysis.cli RUN_DIR...` until the lead wires `arc-eval report`."""
+    """`python -m arc_eval.analysis.cli RUN_DIR...`: the same as `arc-eval report RUN_DIR...`."""
     raise SystemExit(report_main(sys.argv[1:]))
 
 

@@ -76,7 +76,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from arc_ref.config import TEMPLATE_FORMAT, parse_tools
+from arc_ref.config import PRESETS, TEMPLATE_FORMAT, parse_tools
 from arc_ref.errors import ConfigError
 from arc_eval.errors import OK, USAGE, EvalError, InvalidInput
 from arc_eval.arguments import port_number
@@ -689,7 +689,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=port_number, default=8000, help="0 to 65535 (0: any free port)")
     parser.add_argument(
-        "--max-model-len", type=int, default=16384, help="context window L (tokens)"
+        "--max-model-len", type=int, default=PRESETS["paper"].context_limit, help="context window L (tokens)"
     )
     parser.add_argument(
         "--tokenizer",

@@ -20,9 +20,9 @@ from attrs import field, frozen
 
 from arc_eval.errors import InvalidInput
 from arc_ref import render
-from arc_ref.config import ACTION_MODES, TEMPLATE_FORMAT
+from arc_ref.config import ACTION_MODES, PRESETS, TEMPLATE_FORMAT
 from arc_ref.errors import ConfigError
-from arc_ref.machine import SHOWN_TOKEN_CHARS
+from arc_ref.machine import COMPACT_REASONS, SHOWN_TOKEN_CHARS
 from arc_ref.render import INT, LINE, TEXT, Template
 from arc_ref.message import ToolCall, ToolSpec
 from arc_ref.text import clipped
@@ -31,7 +31,8 @@ from arc_eval.protocol import TASK_TOOL_SPECS, call_action
 from arc_eval.types import ChatReply, Message, Observation
 
 O = TypeVar("O")
-COMPACTION_REASONS = ("proactive", "reactive", "forced")
+PAPER = PRESETS["paper"]  # the paper's setting: the budgets' defaults
+COMPACTION_REASONS = COMPACT_REASONS  # the core's (arc_ref.machine), for every method
 UNKNOWN_TOOL_RETURNCODE = 2  # a call to a tool that is not offered, as its turn is shown to a condensing request
 
 # Fraction of the usable budget L = L_ctx - G_max that a baseline keeps as its verbatim recent
@@ -57,8 +58,8 @@ class MethodSettings:
     """Budgets every method shares (paper, "Experimental Setup" and "Ablation")."""
 
     context_limit: int = field(validator=_positive)  # L_ctx
-    max_tokens: int = field(default=4096, validator=_positive)  # G_max
-    keep_verbatim_chars: int = field(default=500, validator=_positive)
+    max_tokens: int = field(default=PAPER.max_completion, validator=_positive)  # G_max
+    keep_verbatim_chars: int = field(default=PAPER.keep_verbatim_chars, validator=_positive)
     # the run's counter (``arc_eval.counting``): its tokenizer and chat format ("template": the model
     # directory's own chat template) are what every prompt is counted with
     counter: TokenCounter = field(factory=default_counter)
