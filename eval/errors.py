@@ -13,17 +13,16 @@ from typing import ClassVar
 from arc_ref.errors import ArcError, ExitStatus
 
 OK = ExitStatus(0, "done: the run finished (or had nothing left to do), the report or bench was written")
-REPORT_INPUT = ExitStatus(1, "report: run directories it cannot read (missing or malformed records, an unknown preset "
-                              "or method)")
 USAGE = ExitStatus(2, "bad input: bad arguments, a configuration a method or the core refuses, a run directory "
-                      "that holds another run or is damaged, LongBench data missing or malformed; nothing is run or written")
+                      "that holds another run or is damaged, LongBench data missing or malformed, run directories a report cannot read (missing or malformed "
+                      "records, an unknown preset or method); nothing is run or written")
 SERVER_STOPPED = ExitStatus(3, "the server stopped the run: before the first task (wrong model, missing key, tool "
                                "mode off, a window below --context-limit, no answer; nothing is written) or during "
                                "it (unavailable after retries, a refusal, a malformed answer; finished tasks are "
                                "kept); rerun the same command after the fix")
 INTERRUPTED = ExitStatus(130, "interrupted (Ctrl-C); finished tasks are kept, the same command continues")
 
-EXIT_STATUSES = (OK, REPORT_INPUT, USAGE, SERVER_STOPPED, INTERRUPTED)
+EXIT_STATUSES = (OK, USAGE, SERVER_STOPPED, INTERRUPTED)
 
 
 class EvalError(Exception):

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from arc_eval.errors import REPORT_INPUT, EvalError
+from arc_eval.errors import EvalError
 
 
 class AnalysisError(EvalError):
     """Bad input to the analysis (missing or malformed run records, an unknown preset, a bad flag).
 
     The message names what is wrong and where (file, line, field); `arc-eval report` prints it
-    as is and exits with its status (``REPORT_INPUT``).
+    as is and exits with status 2 (``USAGE``), as every bad input of ``arc-eval`` does.
     """
-
-    exit_status = REPORT_INPUT
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
