@@ -29,6 +29,7 @@ the run builds one and hands it on (``MethodSettings.counter``, ``BackendRun.cou
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from typing import Any, Protocol, Sequence
 
@@ -313,6 +314,31 @@ def _reads_as_tool_result(message: Message) -> bool:
     (every observation, memory and note starts with its own header); a task's goal could."""
     content = message.content
     return message.role == "user" and content.startswith("<tool_response>") and content.endswith("</tool_response>")
+
+
+def model_directory(tokenizer: str) -> str | None:
+    """The model directory a tokenizer option names (``hf-dir:DIR``, or a path to a directory), else None."""
+    if tokenizer.startswith(HF_DIR_PREFIX):
+        return tokenizer[len(HF_DIR_PREFIX):]
+    return tokenizer if os.path.isdir(tokenizer) else None
+
+
+def resolve_counting(tokenizer: str, chat_format: str = "auto", tokenizer_json: str | None = None) -> tuple[str, str]:
+    """The ``arc_ref`` tokenizer name and chat format that options name: the one place they are resolved.
+
+    A model directory (``DIR`` or ``hf-dir:DIR``) gives its own tokenizer and, with the chat format ``auto``,
+    its own chat template (rendered as vLLM renders it); ``tokenizer_json`` gives that file's tokenizer over
+    the chat format (ChatML for ``auto``)."""
+    directory = model_directory(tokenizer)
+    if tokenizer_json:
+        name = f"hf:{tokenizer_json}"
+    elif directory is not None:
+        name = f"{HF_DIR_PREFIX}{directory}"
+    else:
+        name = tokenizer
+    if chat_format == "auto":
+        chat_format = TEMPLATE_FORMAT if name.startswith(HF_DIR_PREFIX) else DEFAULT_CHAT_FORMAT
+    return name, chat_format
 
 
 def make_counter(tokenizer: str = DEFAULT_TOKENIZER, chat_format: str = DEFAULT_CHAT_FORMAT) -> TokenCounter:

@@ -44,7 +44,7 @@ from arc_ref.errors import ConfigError
 from arc_ref.tokenizers import HF_DIR_PREFIX
 from arc_eval.analysis.accuracy import summary_table
 from arc_eval.arguments import non_negative_float, positive_int
-from arc_eval.counting import DEFAULT_TOKENIZER, TokenCounter, make_counter
+from arc_eval.counting import DEFAULT_TOKENIZER, TokenCounter, make_counter, model_directory, resolve_counting
 from arc_eval.loop import DEFAULT_FORCE_AT_CALLS, run_task
 from arc_eval.methods import make_method
 from arc_eval.methods.base import MethodSettings
@@ -277,7 +277,7 @@ class RunSpec:
             raise ConfigError(
                 f"--max-tokens ({self.max_tokens}) must be below --context-limit ({self.context_limit})"
             )
-        if self.tokenizer_json and _model_directory(self.tokenizer) is not None:
+        if self.tokenizer_json and model_directory(self.tokenizer) is not None:
             raise ConfigError("--tokenizer-json and a model directory in --tokenizer name two tokenizers; give one")
         counting = self.prompt_counting()
         if counting.chat_format == TEMPLATE_FORMAT and not counting.tokenizer.startswith(HF_DIR_PREFIX):
@@ -300,16 +300,7 @@ class RunSpec:
         chat format ``auto``, its own chat template (rendered as vLLM renders it); ``--tokenizer-json``
         gives that file's tokenizer over ``--chat-format`` (ChatML by default).
         """
-        directory = _model_directory(self.tokenizer)
-        if self.tokenizer_json:
-            tokenizer = f"hf:{self.tokenizer_json}"
-        elif directory is not None:
-            tokenizer = f"{HF_DIR_PREFIX}{directory}"
-        else:
-            tokenizer = self.tokenizer
-        chat_format = self.chat_format
-        if chat_format == "auto":
-            chat_format = TEMPLATE_FORMAT if tokenizer.startswith(HF_DIR_PREFIX) else "chatml"
+        tokenizer, chat_format = resolve_counting(self.tokenizer, self.chat_format, self.tokenizer_json)
         return PromptCounting(tokenizer=tokenizer, chat_format=chat_format)
 
     def for_variant(self, label: str) -> RunSpec:
@@ -346,13 +337,6 @@ def _options_with(options_class: type, knobs: Mapping[str, Any]) -> Any:
     names = set(option_names(options_class))
     return options_class(**{name: (tuple(value) if isinstance(value, list) else value)
                             for name, value in knobs.items() if name in names})
-
-
-def _model_directory(tokenizer: str) -> str | None:
-    """The model directory a --tokenizer value names (``hf-dir:DIR``, or a path to a directory), else None."""
-    if tokenizer.startswith(HF_DIR_PREFIX):
-        return tokenizer[len(HF_DIR_PREFIX):]
-    return tokenizer if os.path.isdir(tokenizer) else None
 
 
 # -- plan -----------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any, Mapping, Protocol, Sequence
 from attrs import field, frozen
 
 from arc_eval.errors import SERVER_STOPPED, EvalError
+from arc_ref.config import PRESETS
 from arc_ref.message import ToolCall, ToolSpec, openai_message
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -57,7 +58,7 @@ class ChatRequest:
     """What the agent loop asks a backend for: one completion of `messages`, with `tools` offered."""
 
     messages: tuple[Message, ...]
-    max_tokens: int = 4096
+    max_tokens: int = PRESETS["paper"].max_completion
     temperature: float = 0.0
     seed: int | None = None
     # Free-form tags that identify the call in logs (method, task id, call index...).

@@ -91,7 +91,7 @@ from arc_eval.protocol import action_to_tool_call as action_to_tool_call
 from arc_eval.protocol import split_tool_action as split_tool_action
 from arc_eval.protocol import tool_call_action as tool_call_action
 from arc_eval.protocol import tool_names as tool_names
-from arc_ref.config import parse_tools
+from arc_ref.config import PRESETS, parse_tools
 from arc_ref.errors import ConfigError
 from arc_eval.arguments import http_url, non_negative_int, positive_float
 from arc_eval.protocol import TASK_TOOL_SPECS
@@ -232,7 +232,7 @@ class OpenAIBackend:
         model: str,
         *,
         context_limit: int,
-        max_tokens: int = 4096,
+        max_tokens: int = PRESETS["paper"].max_completion,
         temperature: float = 0.0,
         connect_timeout_s: float = 10.0,
         first_byte_timeout_s: float | None = None,

@@ -58,7 +58,6 @@ import contextlib
 import importlib
 import json
 import logging
-import os
 import signal
 import socket
 import sys
@@ -81,7 +80,13 @@ from arc_ref.errors import ConfigError
 from arc_eval.errors import OK, USAGE, EvalError, InvalidInput
 from arc_eval.arguments import port_number
 from arc_eval.backends.openai_backend import render_for_count
-from arc_eval.counting import TemplateCounter
+from arc_eval.counting import (
+    DEFAULT_CHAT_FORMAT,
+    DEFAULT_TOKENIZER,
+    TemplateCounter,
+    model_directory,
+    resolve_counting,
+)
 from arc_eval.protocol import reply_tool_call, text_view
 from arc_eval.types import ROLES, Message
 
@@ -223,11 +228,11 @@ class ScriptedServer:
         policy: Policy,
         *,
         max_model_len: int,
-        tokenizer: str = "o200k_base",
+        tokenizer: str = DEFAULT_TOKENIZER,
         concurrency: int = 8,
         latency_ms: float = 0.0,
         model_name: str = "scripted",
-        chat_format: str = "chatml",
+        chat_format: str = DEFAULT_CHAT_FORMAT,
         reject_long_completion: bool = False,
         faults: Sequence[int | str] = (),
         api_key: str | None = None,
@@ -236,7 +241,7 @@ class ScriptedServer:
         never_answer: bool = False,
     ) -> None:
         from arc_ref.chat import get_chat_format
-        from arc_ref.tokenizers import HF_DIR_PREFIX, get_tokenizer
+        from arc_ref.tokenizers import get_tokenizer
 
         if max_model_len < 2:
             raise InvalidInput(f"max_model_len must be at least 2, got {max_model_len}")
@@ -247,12 +252,10 @@ class ScriptedServer:
         for fault in faults:
             if fault != "drop" and not (isinstance(fault, int) and 400 <= fault <= 599):
                 raise InvalidInput(f"a fault is an HTTP status 400-599 or 'drop', got {fault!r}")
-        if os.path.isdir(tokenizer):
-            tokenizer = f"{HF_DIR_PREFIX}{tokenizer}"
+        tokenizer, chat_format = resolve_counting(tokenizer, TEMPLATE_FORMAT if model_directory(tokenizer) else chat_format)
         self.template: TemplateCounter | None = None
-        if tokenizer.startswith(HF_DIR_PREFIX):  # the model's own template, as vLLM serves it
+        if chat_format == TEMPLATE_FORMAT:  # the model's own template, as vLLM serves it
             self.template = TemplateCounter(tokenizer)
-            chat_format = TEMPLATE_FORMAT
         else:
             get_chat_format(chat_format)  # fail early on an unknown name
         self.policy = policy
@@ -602,7 +605,7 @@ def build_app(
     policy: Policy,
     *,
     max_model_len: int,
-    tokenizer: str = "o200k_base",
+    tokenizer: str = DEFAULT_TOKENIZER,
     concurrency: int = 8,
     latency_ms: float = 0.0,
     model_name: str = "scripted",
@@ -693,7 +696,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--tokenizer",
-        default="o200k_base",
+        default=DEFAULT_TOKENIZER,
         help="a model directory (its tokenizer.json and chat template, rendered as vLLM renders them), or an "
         "arc_ref tokenizer: bytes, o200k_base, cl100k_base, hf:PATH, hf-dir:DIR",
     )
