@@ -300,8 +300,8 @@ def add_option_flags(group: argparse._ArgumentGroup, owner: str, options_class: 
             kwargs["choices"] = info.choices
         if info.nargs is not None:
             kwargs["nargs"] = info.nargs
-        if info.metavar is not None:
-            kwargs["metavar"] = info.metavar
+        if info.metavar is not None or info.choices is None:  # the field's name, not the owner-qualified dest
+            kwargs["metavar"] = info.metavar or attribute.name.upper()
         if info.append:
             kwargs["action"] = "append"
         group.add_argument(option_flag(attribute), **kwargs)

@@ -149,11 +149,11 @@ class RunSpec:
                                 help="the server's max model length")
     max_tokens: int = option(PAPER.max_completion, parse=positive_int, minimum=1, metavar="G_MAX",
                              help="completion cap per call")
-    temperature: float = option(0.0, parse=non_negative_float, minimum=0, help="sampling temperature")
+    temperature: float = option(0.0, parse=non_negative_float, minimum=0, metavar="T", help="sampling temperature")
     force_at_calls: tuple[int, ...] = option(DEFAULT_FORCE_AT_CALLS, parse=positive_int, nargs="*", minimum=1,
                                              metavar="K", converter=_tuple_of_ints,
                                              help="agent steps before which compaction is forced (none: empty)")
-    keep_verbatim_chars: int = option(PAPER.keep_verbatim_chars, parse=positive_int, minimum=1,
+    keep_verbatim_chars: int = option(PAPER.keep_verbatim_chars, parse=positive_int, minimum=1, metavar="CHARS",
                                       help="observations shorter than this are kept verbatim by the condensing "
                                            "methods and ARC")
     tokenizer: str = option(DEFAULT_TOKENIZER, metavar="DIR|NAME",

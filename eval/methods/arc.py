@@ -64,9 +64,9 @@ class ArcOptions:
     """ARC's own knobs: the paper's recall budgets in characters (``RECALL_BUDGET_CHARS``, ``RECALL_MAX_CHARS``;
     the recall-budget sweep of "Ablation")."""
 
-    recall_budget_chars: int = option(16000, parse=positive_int, minimum=1,
+    recall_budget_chars: int = option(16000, parse=positive_int, minimum=1, metavar="CHARS",
                                       help="ARC's recall budget Q, in characters (4 per token)")
-    recall_max_chars: int = option(8000, parse=positive_int, minimum=1,
+    recall_max_chars: int = option(8000, parse=positive_int, minimum=1, metavar="CHARS",
                                    help="ARC's largest recalled chunk q, in characters (4 per token, less 80)")
 
 

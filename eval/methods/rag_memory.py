@@ -308,8 +308,8 @@ class EmbeddingRetriever:
 class RagOptions:
     """rag_memory's own knobs (paper, Related Works: top-k retrieval over chunks of older observations)."""
 
-    rag_top_k: int = option(3, parse=positive_int, minimum=1, help="rag_memory: chunks retrieved per call")
-    rag_chunk_chars: int = option(1000, parse=positive_int, minimum=1, help="rag_memory: characters per chunk")
+    rag_top_k: int = option(3, parse=positive_int, minimum=1, metavar="K", help="rag_memory: chunks retrieved per call")
+    rag_chunk_chars: int = option(1000, parse=positive_int, minimum=1, metavar="CHARS", help="rag_memory: characters per chunk")
     rag_retriever: str = option("auto", choices=RETRIEVER_CHOICES,
                                 help="rag_memory retriever (auto: embeddings when installed, else bm25)")
 

@@ -332,9 +332,9 @@ def score_nih(task: Task, submission: str | None) -> bool:
 class NihOptions:
     """The needle-in-a-haystack task's knobs (paper, "Experimental Setup"; the noise sweep of "Ablation")."""
 
-    noise_lines_per_side: int = option(DEFAULT_NOISE_LINES_PER_SIDE, flag="--noise-lines", parse=non_negative_int,
+    noise_lines_per_side: int = option(DEFAULT_NOISE_LINES_PER_SIDE, flag="--noise-lines", parse=non_negative_int, metavar="N",
                                        minimum=0, help="noise lines per side")
-    distractor_files: int = option(DEFAULT_DISTRACTOR_FILES, parse=non_negative_int, minimum=0,
+    distractor_files: int = option(DEFAULT_DISTRACTOR_FILES, parse=non_negative_int, minimum=0, metavar="N",
                                    help="distractor files (varied layout: the centre of each task's range D/2..3D/2)")
     nih_layout: str = option(DEFAULT_NIH_LAYOUT, choices=NIH_LAYOUTS,
                              help="varied: each task draws its own shape; paper: the paper's single structure")
