@@ -598,13 +598,15 @@ class DurableStore:
         try:
             connection.execute("BEGIN")  # one read transaction: a consistent view of the log
             try:
-                candidate = self._snapshot_candidate() if use_snapshot else None
+                candidate, damaged = self._snapshot_candidate() if use_snapshot else (None, False)
                 last = connection.execute("SELECT max(seq) FROM events").fetchone()[0] or 0
                 past_the_end = candidate is not None and candidate.seq > last
                 state, folded, note = self._fold_rows(None if past_the_end else candidate)
                 if past_the_end:
                     assert candidate is not None
                     note = f"snapshot ignored: it is of row {candidate.seq}, past the last row {last}"
+                if damaged:
+                    note = "snapshot ignored: its row is damaged (not the types and ASCII text it is written with)"
                 if state is None:  # the snapshot was refused after its rows were passed: fold them all
                     state, folded, _ = self._fold_rows(None)
                     # the note of the first pass says why
@@ -621,17 +623,20 @@ class DurableStore:
         self._state = state
         self.report = OpenReport(self.seq, self.snapshot_seq, folded, time.perf_counter() - started, note)
 
-    def _snapshot_candidate(self) -> _SnapshotRow | None:
-        """The latest snapshot's row, or None; a damaged row (wrong types, non-ASCII text) is no candidate."""
+    def _snapshot_candidate(self) -> tuple[_SnapshotRow | None, bool]:
+        """The latest snapshot's row (None: no snapshot), and whether it was ignored as damaged (wrong types,
+        non-ASCII text): a snapshot is a cache, so a damaged one means folding the events (issue 18.8)."""
         row = self._connection.execute(
             "SELECT seq, key, chain, digest FROM snapshots ORDER BY seq DESC LIMIT 1").fetchone()
-        if row is None or not isinstance(row[0], int):
-            return None
+        if row is None:
+            return None, False
+        if not isinstance(row[0], int) or not all(isinstance(value, bytes) for value in row[1:]):
+            return None, True
         try:
-            key, chain_value, digest = (bytes(value).decode("ascii") for value in row[1:])
-        except (TypeError, UnicodeDecodeError):
-            return None
-        return _SnapshotRow(row[0], key, chain_value, digest)
+            key, chain_value, digest = (value.decode("ascii") for value in row[1:])
+        except UnicodeDecodeError:
+            return None, True
+        return _SnapshotRow(row[0], key, chain_value, digest), False
 
     def _fold_rows(self, candidate: _SnapshotRow | None) -> tuple[ArcState | None, int, str]:
         """One pass over the rows: check each, fold those after the snapshot (if one is usable)."""
@@ -712,7 +717,8 @@ class DurableStore:
 
     def events(self, start: int = 1, count: int | None = None) -> Iterator[StoredEvent]:
         """The stored rows from ``start`` (row 1 is the config line), as stored (checked when the store opened)."""
-        limit = -1 if count is None else count
+        start = max(1, min(start, self.seq + 1))  # SQLite's integers are 64-bit: --from 10**30 is past the end
+        limit = -1 if count is None else max(0, min(count, self.seq))
         rows = self._connection.execute(
             "SELECT seq, line, checksum FROM events WHERE seq >= ? AND seq <= ? ORDER BY seq LIMIT ?",
             (start, self.seq, limit),
