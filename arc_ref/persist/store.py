@@ -10,17 +10,32 @@ Every row carries a chained checksum (SHA-256 of the previous row's checksum, th
 line's bytes): a damaged, edited, reordered or missing row stops the open with an error naming the row.
 
 Durability contract: `DurableStore.append` applies the event to the state (an event the core refuses
-raises its ArcError and nothing is stored), writes its row and commits, and returns only after the commit.
-The database is in WAL mode with ``synchronous=FULL``: every commit fsyncs the write-ahead log, so an
-acknowledged event survives a kill -9 and also a power loss or OS crash (``NORMAL`` would survive a kill
-but may lose the last commits to a power loss). The price, one fsync per event, is small next to an agent
-step (a model call); `append_many` commits a batch at once for bulk imports.
+raises its ArcError and nothing is stored), writes its row and commits, records the acknowledgement, and
+returns only after both. The database is in WAL mode with ``synchronous=FULL``: every commit fsyncs the
+write-ahead log, so an acknowledged event survives a kill -9 and also a power loss or OS crash (``NORMAL``
+would survive a kill but may lose the last commits to a power loss). The price, one fsync per event, is
+small next to an agent step (a model call); `append_many` commits a batch at once for bulk imports.
 
-One writer at a time: a writer holds an exclusive lock (flock) on ``STORE.lock`` for as long as it is open;
-a second writer gets `StoreLocked` naming the holder's pid. The lock goes with the process, so a killed
-writer leaves no stale lock. Readers take no lock and read one consistent snapshot of the log (SQLite's
-WAL isolation), also while a writer appends. Every file the store creates (the database, its ``-wal`` and
-``-shm`` files, which SQLite creates with the database's mode, and the lock file) is owner-only (0600).
+Acknowledged events live in ``STORE-wal`` until a checkpoint, so a WAL deleted ("stale SQLite files"),
+truncated or damaged after a crash would reopen as a shorter log. After every commit the writer therefore
+writes the last acknowledged row and its chained checksum to ``STORE.ack`` (a fixed-size record, pwrite and
+fdatasync: a second fsync per append, measured by benchmarks/bench_store.py), and marks the store open in
+the database file itself (table ``writer``, checkpointed before the first append; a clean close records the
+row count there). Every open (reader, writer, export) reads the record before the rows and refuses a log
+that ends before it, or whose row there has another checksum, with StoreCorrupt saying how many
+acknowledged events are missing; an unclosed store without its record is refused too. A refused writer
+changes nothing: it checks the log through a read-only connection before it opens its read-write one.
+
+One writer per database FILE: a writer holds an exclusive flock on the database file itself (so a symlink
+or another name reaches the same lock) for as long as it is open; a second writer gets `StoreLocked` naming
+the holder's pid (from /proc/locks). A file with several names (hard links) is refused for writing: SQLite
+keeps a WAL per name. The lock goes with the process, so a killed writer leaves no stale lock; no lock file
+is created. Readers take no lock and read one consistent snapshot of the log (SQLite's WAL isolation), also
+while a writer appends; on a read-only file system a cleanly closed store (no WAL) is read as immutable.
+Every file the store creates (the database, its ``-wal`` and ``-shm`` files, which SQLite creates with the
+database's mode, and ``STORE.ack``) is owner-only (0600), and the store writes only files it created itself
+(O_EXCL|O_NOFOLLOW, renamed into place): a symlink, FIFO or hard link planted beside it is never written
+through.
 
 Reopening: every row is read and its checksum checked in one pass; the state is the latest valid snapshot
 (`arc_ref.persist.snapshot`: a cache of the fold, used only for exactly the same events under the same
@@ -324,8 +339,9 @@ def read_acknowledged(real: Path, shown: Path) -> Acknowledged | None:
 
 
 class _AckWriter:
-    """The writer's acknowledgement record (A5's "acknowledged" made durable apart from SQLite's WAL): after
-    each commit, the last acknowledged row and its chained checksum, written in place and fdatasync'ed.
+    """The writer's acknowledgement record, kept apart from SQLite's WAL so that losing the WAL cannot erase
+    what was acknowledged (A2 across crashes): after each commit, the last acknowledged row and its chained
+    checksum, written in place and fdatasync'ed.
 
     Created fresh under a temporary name and renamed over ``STORE.ack`` (a rename replaces a symlink or
     FIFO planted there instead of writing through it), so the writer writes only files it created."""
@@ -406,8 +422,9 @@ def _clean_seq(connection: sqlite3.Connection) -> int | None:
 
 def _acknowledgement_problem(shown: Path, real: Path, acknowledged: Acknowledged | None, clean_seq: int | None,
                              rows: int, checksum_at_acknowledged: str | None) -> str | None:
-    """Why the rows read are not every acknowledged event (None when they are): A5 and Theorem claim 6 hold
-    only for a log that lost nothing acknowledged, so a shorter log is refused, never served as the task."""
+    """Why the rows read are not every acknowledged event (None when they are). A2 (a stored observation is
+    never truncated or deleted during the task) holds across crashes only for a log that lost nothing it
+    acknowledged, so a shorter log is refused, never served as the task (spec/store.md)."""
     wal = f"{str(real) + '-wal'!r}"
     keep = f"arc-ref export writes the {rows} rows that are there"
     if acknowledged is not None:
@@ -781,7 +798,7 @@ class DurableStore:
                 raise StoreError(f"{str(self.path)!r}: cannot store event #{rows[0][0]}: {problem}") from None
             self._state, self.seq, self.checksum = state, seq, checksum
             assert self._acknowledgements is not None
-            try:  # the acknowledgement is recorded apart from the WAL before append returns (A5)
+            try:  # the acknowledgement is recorded apart from the WAL before append returns (A2 across crashes)
                 self._acknowledgements.record(seq, checksum)
             except OSError as problem:
                 raise StoreError(f"{str(self.path)!r}: event #{seq} is stored but its acknowledgement could not be"
