@@ -731,13 +731,17 @@ def store_cases(scratch: Path) -> list[Case]:
         command, *extra = argv.split()
         line = f"{ARC_REF_SHELL} {command} {quoted} {' '.join(extra)}"
         cases.append(Case(f"{argv}: /dev/full", f"arc-ref {command} s.arc {' '.join(extra)} > /dev/full",
-                          lambda line=line: shell(line + " > /dev/full"), EXIT_IO, "No space left on device"))
+                          _redirected(line, " > /dev/full"), EXIT_IO, "No space left on device"))
         cases.append(Case(f"{argv}: closed stdout", f"arc-ref {command} s.arc {' '.join(extra)} >&-",
-                          lambda line=line: shell(line + " >&-"), EXIT_IO, "standard output is closed"))
+                          _redirected(line, " >&-"), EXIT_IO, "standard output is closed"))
     if os.geteuid() == 0:  # a read-only bind mount needs root
         cases.append(Case("cleanly closed store on read-only media", "mount -o remount,bind,ro; arc-ref inspect",
                           lambda: _read_only_media(work, good), EXIT_OK, "rows (the config line and 40 events)"))
     return cases
+
+
+def _redirected(line: str, redirection: str) -> Callable[[], Outcome]:
+    return lambda: shell(line + redirection)
 
 
 def _read_only_media(work: Path, store: Path) -> Outcome:
