@@ -605,7 +605,7 @@ class DurableStore:
             if connection.in_transaction:
                 connection.execute("ROLLBACK")
             raise
-        connection.execute("PRAGMA wal_checkpoint(FULL)").fetchall()
+        connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()  # never waits for a reader
         self._acknowledgements = _AckWriter(self._real, self.path, self.seq, self.checksum)
 
     def _load(self, use_snapshot: bool, acknowledged: Acknowledged | None) -> None:
