@@ -30,21 +30,23 @@ from arc_ref.machine import (
     ToolResult,
     ToolTurn,
     ToolTurnResult,
+    UserMessage,
     init,
     step,
 )
 from arc_ref.message import ToolCall
 from arc_ref.view import View, verify_tokens
 
-TRACE_OPS = ("config", "observe", "agent", "tool_turn", "tool_result", "compact", "view")
+TRACE_OPS = ("config", "observe", "agent", "tool_turn", "tool_result", "user", "compact", "view")
 TEXT_MODE_OPS = ("config", "observe", "agent", "compact", "view")  # named when a line's op is unknown ...
-TOOL_MODE_OPS = ("config", "tool_turn", "tool_result", "compact", "view")  # ... by the task's action mode
+TOOL_MODE_OPS = ("config", "tool_turn", "tool_result", "user", "compact", "view")  # ... by the task's action mode
 _FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # op: (required keys, optional keys) besides "op"
     "observe": (("action", "observation"), ("returncode",)),
     "agent": (("thought", "action"), ()),
     "tool_turn": (("thought",), ("calls",)),
     "tool_result": (("call_id", "observation"), ("returncode",)),
+    "user": (("content",), ()),
     "compact": (("reason",), ()),
     "view": ((), ()),
 }
@@ -166,6 +168,8 @@ def event_line(event: Event) -> dict[str, Any]:
     if isinstance(event, ToolResult):
         return {"op": "tool_result", "call_id": event.call_id, "observation": event.observation,
                 "returncode": event.returncode}
+    if isinstance(event, UserMessage):
+        return {"op": "user", "content": event.content}
     if isinstance(event, Compact):
         return {"op": "compact", "reason": event.reason}
     if isinstance(event, RequestView):
@@ -202,6 +206,8 @@ def _event(obj: dict[str, Any]) -> Event:
         return ToolTurn(_string(obj, "thought"), _calls(obj.get("calls", [])))
     if op == "tool_result":
         return ToolResult(_string(obj, "call_id"), _string(obj, "observation"), _returncode(obj))
+    if op == "user":
+        return UserMessage(_string(obj, "content"))
     if op == "compact":
         return Compact(_string(obj, "reason"))
     return RequestView()
@@ -299,6 +305,8 @@ def _apply(state: ArcState, obj: dict[str, Any], verify: bool,
     answer = _output_json(new_state, output, verify)
     if isinstance(event, ToolResult):  # a stored tool result: an observe output, named by its op and call
         answer.update(op="tool_result", call_id=event.call_id)
+    elif isinstance(event, UserMessage):  # a stored user message: an observe output named by its op
+        answer["op"] = "user"
     return new_state, answer
 
 

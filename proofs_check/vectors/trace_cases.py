@@ -15,6 +15,7 @@ from proofs_check.vectors.dsl import (
     other_digit,
     tool_result,
     tool_turn,
+    user,
     with_fingerprint,
 )
 from proofs_check.vectors.features import (
@@ -102,6 +103,7 @@ def template_vectors() -> list[TraceVector]:
 SENSOR_REPORT = "\n".join(
     f"row {number}: reading={number * 13 % 97} status={'ok' if number % 5 else 'LATE'}" for number in range(1, 7)
 )
+PASTED_LOG = "\n".join(f"pasted {number}: ok" for number in range(1, 70))
 READ_FILE = {"type": "function", "function": {"name": "read_file", "description": "Read a file.",
                                               "parameters": {"type": "object",
                                                              "properties": {"path": {"type": "string"}},
@@ -116,6 +118,7 @@ def tool_mode_vectors() -> list[TraceVector]:
                   "recall_budget": 200, "chunk_tokens": 24}
     report_arguments = '{"path": "report.txt"}'
     report = make_id(1, f"read_file {report_arguments}", SENSOR_REPORT)
+    pasted = make_id(3, "user", PASTED_LOG)
     return [
         TraceVector(
             "tool_mode_qwen3_session",
@@ -195,6 +198,43 @@ def tool_mode_vectors() -> list[TraceVector]:
                 ("arguments must be a string", has_error("'arguments' must be a string")),
                 ("a turn while a call is pending", has_error("of the previous turn have no result yet")),
                 ("the ops of tool mode are named", has_error("must be one of config, tool_turn, tool_result")),
+            ),
+            (QWEN3_VECTOR_PATH,),
+        ),
+        TraceVector(
+            "tool_mode_user_messages",
+            ("rendering.md §13", "trace.md §2", "trace.md §3", "A2", "A4", "A5", "L4"),
+            "A user message after the goal (tool mode): refused while a call waits for its result; otherwise"
+            " stored as the next observation under the action 'user' and shown as a user message after the"
+            " results (verbatim, or its stub when the message exceeds R); recalled exactly by id; folded by"
+            " compaction as a unit of its own (an observation item of S), never between a call and its result.",
+            (
+                config("minimal", **{**qwen_tools, "chunk_tokens": 200, "recall_budget": 300}),
+                tool_turn("Read the report.", call("call_1", "read_file", report_arguments)),
+                user("Any news?"),
+                tool_result("call_1", SENSOR_REPORT),
+                user("Also list the files."),
+                VIEW,
+                user(PASTED_LOG),
+                VIEW,
+                tool_turn("", call("call_2", "_recall", {"id": pasted}), call("call_3", "_recall-next", {"id": pasted})),
+                tool_turn("", call("call_4", "_recall-next", {"id": pasted}), call("call_5", "_recall-next", {"id": pasted})),
+                tool_turn("Listing.", call("call_6", "ls")),
+                tool_result("call_6", "report.txt big.log"),
+                user("Thanks; now say which row is LATE."),
+                tool_turn("Row 5 is LATE."),
+                VIEW,
+            ),
+            (
+                ("a user message waits for the pending result", errors_on(3)),
+                ("the refusal names the call", has_error("cannot come while tool call(s) call_1 have no result yet")),
+                ("a short one is shown verbatim as a user message",
+                 view_has("<|im_start|>user\nAlso list the files.<|im_end|>")),
+                ("a long one is shown as its stub", lambda outputs: any(not output["verbatim"]
+                                                                        for output in outputs if output["op"] == "user")),
+                ("its chunks reassemble it", reassembles(PASTED_LOG)),
+                ("H was folded", lambda outputs: any(output.get("folded", 0) > 0 for output in outputs
+                                                     if output["op"] in ("tool_turn", "tool_result", "user"))),
             ),
             (QWEN3_VECTOR_PATH,),
         ),
