@@ -50,12 +50,17 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(directory)
 
 
-def tool_config(model_dir: str, **overrides: Any) -> Config:
-    settings: dict[str, Any] = {
+def tool_config_fields(model_dir: str) -> dict[str, Any]:
+    """The overrides of ``tool_config`` (as a trace's config line carries them)."""
+    return {
         "tokenizer": f"hf-dir:{model_dir}", "chat_format": "template", "action_mode": "tools", "tools": ENVIRONMENT,
         "context_limit": 9000, "recent_budget": 1200, "summary_budget": 900, "page_budget": 900,
         "recall_budget": 400, "overhead": 40, "signature_chars": 160, "capacity": 400,
     }
+
+
+def tool_config(model_dir: str, **overrides: Any) -> Config:
+    settings = tool_config_fields(model_dir)
     settings.update(overrides)
     return preset("minimal", **settings)
 
@@ -111,6 +116,28 @@ def test_text_events_and_tool_events_belong_to_their_modes(model_dir: str) -> No
         tool_turn(state, ToolTurn("t", (ToolCall("c", "ls", "{}"), ToolCall("c", "ls", "{}"))))
     with pytest.raises(InvalidEvent, match="calls must be a tuple of ToolCall"):
         tool_turn(state, ToolTurn("t", [ToolCall("c", "ls", "{}")]))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["read_file", "_recall", "no_such_tool"])
+def test_arguments_whose_json_holds_a_lone_surrogate_refuse_the_turn(model_dir: str, name: str) -> None:
+    """The arguments' JSON text decodes to a lone surrogate: not text (rendering.md §13); before, rendering the
+    view (or the note echoing the argument) raised a TypeError in the tokenizer: a traceback, replay exit 70."""
+    state = init(tool_config(model_dir))
+    for arguments in ('{"path": "\\ud800"}', '{"\\udfff": "a"}', '["ok", {"deep": ["\\ud83d"]}]', '"\\udc00"'):
+        with pytest.raises(InvalidEvent, match=r"are not text: their JSON holds a lone surrogate escape \(U\+D"):
+            tool_turn(state, ToolTurn("t", (ToolCall("c1", name, arguments),)))
+    state, turn = tool_turn(state, ToolTurn("t", (ToolCall("c1", name, '{"path": "\\ud83d\\ude00 \\\\ud800"}'),)))
+    assert view(state).tokens > 0  # a surrogate pair is a character, an escaped backslash is text
+
+
+def test_a_lone_surrogate_in_arguments_is_an_error_line_of_replay(model_dir: str) -> None:
+    from arc_ref.trace import encode, replay
+    config_line = encode({"op": "config", "preset": "minimal", **tool_config_fields(model_dir)})
+    call = {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "\\ud800"}'}}
+    outputs = list(replay([config_line, encode({"op": "tool_turn", "thought": "", "calls": [call]}), '{"op": "view"}']))
+    assert outputs[1] == {"op": "error", "line": 2, "message": "the arguments of tool call 'c1' are not text: their JSON"
+                          " holds a lone surrogate escape (U+D800)"}
+    assert outputs[2]["op"] == "view"
 
 
 def test_a_turn_and_its_results_fit_r_and_fold_as_one_unit(model_dir: str) -> None:
