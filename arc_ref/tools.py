@@ -14,7 +14,7 @@ from typing import Any
 
 from arc_ref.commands import Command
 from arc_ref.message import ToolCall, ToolSpec
-from arc_ref.text import ascii_words
+from arc_ref.text import ASCII_WHITESPACE, ascii_words
 
 _ID_PARAMETER = ("id", "the observation id, e.g. §0001-3fa9c1e2, exactly as printed")
 _COMMANDS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
@@ -80,7 +80,7 @@ def call_command(call: ToolCall) -> Command:
     (as a text command takes the word after the command word), None when there is none.
     """
     try:
-        decoded: Any = json.loads(call.arguments) if call.arguments.strip() else {}
+        decoded: Any = json.loads(call.arguments) if call.arguments.strip(ASCII_WHITESPACE) else {}
     except json.JSONDecodeError:
         decoded = call.arguments
     values: list[str] = []

@@ -189,6 +189,13 @@ def test_tool_mode_configuration_is_checked(model_dir: str) -> None:
         ("_recall", "", "_recall", None),
         ("catalog-first", "{}", "catalog-first", None),
         ("_recall", '"§02-1"', "_recall", "§02-1"),
+        ("_recall", " \t\x0b\x0c\r\n", "_recall", None),  # ASCII whitespace only: no value
+        ("_recall", "\u00a0", "_recall", "\u00a0"),  # a no-break space is a character (rendering.md §1), not blank
+        ("_recall", "\u2028§01-3", "_recall", "\u2028§01-3"),
+        ("_recall", '{"id": 1.0}', "_recall", "1.0"),  # a value that is not a string: its JSON text
+        ("_recall", '{"id": ["§01-3", 2]}', "_recall", '["§01-3",'),
+        ("_recall", '{"id": "a", "id": "b"}', "_recall", "b"),  # a repeated key: its last value
+        ("_recall", "{not json", "_recall", "{not"),  # not JSON: the text itself is the one value
     ],
 )
 def test_a_call_to_an_arc_tool_is_its_command(name: str, arguments: str, word: str, argument: str | None) -> None:
