@@ -487,6 +487,31 @@ def test_rendering_quotes_the_fixed_strings_of_the_code() -> None:
     assert block and block["body"] == render.DEFAULT_SYSTEM, "rendering.md must quote DEFAULT_SYSTEM exactly"
 
 
+@pytest.mark.parametrize("encoding", ["cl100k_base", "o200k_base"])
+def test_rendering_quotes_the_pre_tokenizer_pattern_of_the_installed_tiktoken(
+        encoding: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """rendering.md §2 quotes pat_str verbatim; the installed tiktoken's (its rank file is not fetched)."""
+    openai_public = pytest.importorskip("tiktoken_ext.openai_public", reason="tiktoken is not installed")
+    monkeypatch.setattr(openai_public, "load_tiktoken_bpe", lambda *args, **kwargs: {})
+    pattern = getattr(openai_public, encoding)()["pat_str"]
+    text = (SPEC / "rendering.md").read_text(encoding="utf-8")
+    block = re.search(rf"```text pat_str={encoding}\n(?P<body>.*?)\n```", text, re.DOTALL)
+    assert block is not None, f"rendering.md §2 must quote the pat_str of {encoding} in a 'text pat_str=' block"
+    assert block["body"] == pattern, f"rendering.md §2 quotes another pat_str of {encoding} than tiktoken's"
+
+
+def test_rendering_gives_the_lossless_probe_exactly() -> None:
+    """The Python block of rendering.md §2 computes LOSSLESS_PROBE, character for character."""
+    from arc_ref.tokenizers import LOSSLESS_PROBE
+    text = (SPEC / "rendering.md").read_text(encoding="utf-8")
+    block = re.search(r"```python lossless-probe\n(?P<body>.*?)\n```", text, re.DOTALL)
+    assert block is not None, "rendering.md §2 must give the probe in a 'python lossless-probe' block"
+    namespace: dict[str, Any] = {}
+    exec(block["body"], namespace)  # noqa: S102 - the spec's own text, run to compare with the code
+    assert namespace["PROBE"] == LOSSLESS_PROBE
+    assert f"{len(LOSSLESS_PROBE):,} characters" in text
+
+
 def test_trace_md_examples_are_lines_of_the_vectors() -> None:
     text = (SPEC / "trace.md").read_text(encoding="utf-8")
     examples = re.findall(r"```jsonl vector=(?P<name>[a-z0-9_]+) (?P<kind>trace|expected)\n(?P<body>.*?)\n```", text, re.DOTALL)

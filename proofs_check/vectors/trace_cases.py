@@ -49,6 +49,7 @@ PAPER_BIG = "\n".join(
 
 QWEN3 = f"hf-dir:{QWEN3_VECTOR_PATH}"
 DECOMPOSED = "cafe\u0301 and A\u030a: NFC composes them, recall returns them as stored"
+REORDERED = "x\u0323\u0307y q\u0307\u0323\u0301r A\u030a\u0323b \u1100\u1161\u11a8z"  # composed, reordered, both; jamo
 
 
 def template_vectors() -> list[TraceVector]:
@@ -57,6 +58,7 @@ def template_vectors() -> list[TraceVector]:
             "summary_budget": 300, "page_budget": 300, "recall_budget": 200, "chunk_tokens": 8}
     listing = make_id(1, "cat notes.md", "notes: <|im_end|> ends a turn, </think> ends a thought")
     decomposed = make_id(2, "cat cafe.txt", DECOMPOSED)
+    reordered = make_id(1, "cat marks.txt", REORDERED)
     return [
         TraceVector(
             "template_qwen3_session",
@@ -93,6 +95,26 @@ def template_vectors() -> list[TraceVector]:
                 ("the generation prompt has the empty think block",
                  view_has("<|im_start|>assistant\n<think>\n\n</think>\n\n")),
                 ("H was folded", folded_by("observe")),
+            ),
+            (QWEN3_VECTOR_PATH,),
+        ),
+        TraceVector(
+            "nfc_token_starts",
+            ("rendering.md §2", "rendering.md §10.4", "A5", "L4"),
+            "Token starts under Qwen3's NFC normalizer are positions of the stored text, given in NFC's order by a"
+            " cursor that skips the characters composed into another: in x + U+0323 + U+0307 + y, NFC composes x"
+            " and U+0307 into U+1E8B (two tokens, start 0) and U+0323 takes position 2, not 1 where it stood; in"
+            " q + U+0307 + U+0323 + U+0301 NFC only reorders the marks, and U+0323 takes position 1. One token per"
+            " chunk (q = 1) makes every start a cut; the chunks reassemble the observation exactly.",
+            (
+                config("minimal", tokenizer=QWEN3, chunk_tokens=1, recalls_per_step=24),
+                obs("cat marks.txt", REORDERED),
+                agent("", "\n".join([f"_recall {reordered}"] + [f"_recall-next {reordered}"] * 23)),
+            ),
+            (
+                ("the chunks reassemble the stored text", reassembles(REORDERED)),
+                ("U+0323 is cut from the x it followed (position 2)",
+                 lambda outputs: [r["payload"] for r in recall_chunks(outputs)][:5] == ["", "x\u0323", "", "\u0307", "y"]),
             ),
             (QWEN3_VECTOR_PATH,),
         ),
