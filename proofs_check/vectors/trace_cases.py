@@ -184,6 +184,48 @@ def tool_mode_vectors() -> list[TraceVector]:
             (QWEN3_VECTOR_PATH,),
         ),
         TraceVector(
+            "tool_mode_arguments",
+            ("rendering.md §13", "rendering.md §3.1"),
+            "How a call's arguments reach the model and the core: the template prints them with tojson after the"
+            " server's json.loads (', ' and ': ' separators, 1.0 kept as 1.0, 1e400 as Infinity, NaN, non-ASCII"
+            " and <&> as they are, a key repeated keeps its first place and its last value), and arguments that"
+            " are not JSON as {}; an ARC tool reads a non-string value as its JSON text (1.0 -> '1.0', [2] ->"
+            " '[2]') and text that is not JSON as itself; an unknown tool name is clipped to 48 characters and"
+            " escaped in its note; a tool turn without calls folds into S as a turn whose action is empty.",
+            (
+                config("minimal", **qwen_tools),
+                tool_turn("Read.", call("call_1", "read_file",
+                                        '{"path": "caf\u00e9 <b>&\\"q\\"", "n": 1.0, "big": 1e400, "odd": NaN,'
+                                        ' "list": [1, 2.50, 1e-7], "path": "last"}'),
+                          call("call_2", "read_file", "{not json")),
+                VIEW,
+                tool_result("call_1", "a"),
+                tool_result("call_2", "b"),
+                tool_turn("", call("call_3", "_recall", '{"id": 1.0}'), call("call_4", "catalog-page", '{"page": [2]}'),
+                          call("call_5", "_recall_meta", "§01-1 (not JSON)"),
+                          call("call_6", "tool\t" + "n" * 50)),
+                tool_turn("Done."),
+                tool_turn("Again.", call("call_7", "ls")),
+                tool_result("call_7", "c"),
+                tool_turn("Last. " + "Then list the files again. " * 12, call("call_8", "ls")),
+                tool_result("call_8", "a.txt b.txt " * 20),
+                compact("forced"),
+                VIEW,
+            ),
+            (
+                ("tojson writes the parsed arguments back", view_has(
+                    '{"path": "last", "n": 1.0, "big": Infinity, "odd": NaN, "list": [1, 2.5, 1e-07]}')),
+                ("arguments that are not JSON are {}", view_has('"arguments": {}')),
+                ("a non-string id is its JSON text", answered_has("_recall 1.0: ")),
+                ("a non-string page is its JSON text", answered_has("catalog-page [2]: no such page")),
+                ("text that is not JSON is the value", answered_has("_recall_meta §01-1: no stored")),
+                ("an unknown name is clipped, then escaped",
+                 answered_has("tool\\t" + "n" * 43 + "…: no tool has this name; not run")),
+                ("a turn without calls folds with an empty action", view_has("thought: Done. | action: \n")),
+            ),
+            (QWEN3_VECTOR_PATH,),
+        ),
+        TraceVector(
             "tool_mode_refusals",
             ("rendering.md §13", "trace.md §3"),
             "Tool mode's refusals, each an error line that leaves the state as it was: a result with no pending"
