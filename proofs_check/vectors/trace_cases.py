@@ -897,6 +897,39 @@ def hostile_vectors() -> tuple[TraceVector, ...]:
             (("not text", has_error("not valid Unicode text")), ("all lines are errors", errors_on(1, 2))),
         ),
         TraceVector(
+            "error_line_details",
+            ("trace.md §3", "trace.md §6"),
+            "The details of error lines (trace.md §6): the first lone surrogate in the line's order (a key before its"
+            " value, members in order, depth first; a repeated key at its first place) named under its own top-level"
+            " key; a value echoed as its JSON (non-ASCII as \\u escapes) clipped to 40 characters; a compact reason"
+            " and a refused configuration value shown as Python writes them; a tool call whose type is another"
+            " string refused by its shape (types are checked before the action mode).",
+            (
+                config("minimal"),
+                '{"op": "observe", "action": "\\ud800", "observation": "x\\udc00"}',
+                '{"op": "view", "a": ["ok", ["\\ud801"]], "b": "\\udc02"}',
+                '{"op": "observe", "action": "ls", "observation": "\\udc00", "action": "\\ud800"}',
+                '{"op": "observe", "action": 1.5, "observation": "x"}',
+                line("observe", action="ls", observation=["a list that is far longer than forty characters", 1]),
+                line("observe", action="ls", observation="x", returncode="0"),
+                line("vi\u00e9w"),
+                line("compact", reason="l\u00e4ter"),
+                line("observe", action="ls", observation="x", returncode=2**31),
+                line("tool_turn", thought="", calls=[{"id": "c", "type": "code",
+                                                      "function": {"name": "ls", "arguments": "{}"}}]),
+                VIEW,
+            ),
+            (
+                ("every refused line", errors_on(*range(2, 12))),
+                ("the first surrogate under its own key",
+                 has_error('a lone surrogate U+D800 at index 0 of a string in the value of "action"')),
+                ("clipped JSON", has_error("'observation' must be a string, got [\"a list that is far longer than fo")),
+                ("non-ASCII escaped", has_error('got "vi\\u00e9w"')),
+                ("a Python repr", has_error("got 'l\u00e4ter'")),
+                ("the call's shape", has_error("call 1 of 'calls' must be")),
+            ),
+        ),
+        TraceVector(
             "not_quite_json",
             ("trace.md §1", "trace.md §2", "trace.md §8"),
             "Lines a lenient parser would take: NaN and Infinity (even as a repeated key's dropped value), lone"
