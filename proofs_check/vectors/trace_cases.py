@@ -191,7 +191,8 @@ def tool_mode_vectors() -> list[TraceVector]:
             " and <&> as they are, a key repeated keeps its first place and its last value), and arguments that"
             " are not JSON as {}; an ARC tool reads a non-string value as its JSON text (1.0 -> '1.0', [2] ->"
             " '[2]') and text that is not JSON as itself; an unknown tool name is clipped to 48 characters and"
-            " escaped in its note; a tool turn without calls folds into S as a turn whose action is empty.",
+            " escaped in its note; a tool turn without calls folds into S as a turn whose action is empty; a turn"
+            " whose results cannot all be reserved in R is refused whole.",
             (
                 config("minimal", **qwen_tools),
                 tool_turn("Read.", call("call_1", "read_file",
@@ -211,6 +212,7 @@ def tool_mode_vectors() -> list[TraceVector]:
                 tool_result("call_8", "a.txt b.txt " * 20),
                 compact("forced"),
                 VIEW,
+                tool_turn("", call("call_9", "ls"), call("call_10", "ls"), call("call_11", "ls")),
             ),
             (
                 ("tojson writes the parsed arguments back", view_has(
@@ -222,6 +224,8 @@ def tool_mode_vectors() -> list[TraceVector]:
                 ("an unknown name is clipped, then escaped",
                  answered_has("tool\\t" + "n" * 43 + "…: no tool has this name; not run")),
                 ("a turn without calls folds with an empty action", view_has("thought: Done. | action: \n")),
+                ("three results cannot be reserved in R: the turn is refused",
+                 has_error("a tool turn with 3 call(s) cannot fit recent_budget R = 420")),
             ),
             (QWEN3_VECTOR_PATH,),
         ),
