@@ -16,6 +16,7 @@ import pytest
 from arc_eval.cli import build_parser, default_run_dir, main, spec_from_args
 from arc_eval.runner import ABLATIONS, RunSpec, run
 from tests.eval.helpers import tool_model_dir
+from tests.waiting import scaled_ceiling, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO.parent / "shared" / "data" / "longbench_v2_hard_sample"
@@ -141,11 +142,7 @@ def test_a_killed_run_resumes_without_loss_or_duplicates(tmp_path: Path) -> None
     process = subprocess.Popen([sys.executable, "-m", "arc_eval.cli", *argv], cwd=tmp_path, env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     tasks_path = out / "tasks.jsonl"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and process.poll() is None:
-        if tasks_path.exists() and tasks_path.read_text().count("\n") >= 8:
-            break
-        time.sleep(0.05)
+    wait_until(lambda: tasks_path.exists() and tasks_path.read_text().count("\n") >= 8, process, "arc-eval nih")
     process.send_signal(signal.SIGKILL)
     process.wait()
     before = tasks_path.read_text().splitlines()
@@ -172,13 +169,9 @@ def test_ctrl_c_stops_between_tasks_with_status_130(tmp_path: Path) -> None:
     process = subprocess.Popen([sys.executable, "-m", "arc_eval.cli", *argv], cwd=tmp_path, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     tasks_path = out / "tasks.jsonl"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and process.poll() is None:
-        if tasks_path.exists() and tasks_path.read_text().count("\n") >= 5:
-            break
-        time.sleep(0.05)
+    wait_until(lambda: tasks_path.exists() and tasks_path.read_text().count("\n") >= 5, process, "arc-eval nih")
     process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=60)
+    _, err = process.communicate(timeout=scaled_ceiling(60))
     assert process.returncode == 130 and "rerun the same command" in err and "Traceback" not in err
     finished = lines(tasks_path)
     assert 0 < len(finished) < 150
