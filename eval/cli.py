@@ -5,6 +5,7 @@ Subcommands::
     arc-eval nih        --methods all --seeds 42 82 122 --tasks 1000 [--backend scripted|openai ...]
     arc-eval longbench  --data PATH [--limit N] ...
     arc-eval ablation   recall-budget|force-schedule|noise-lines [--task nih|longbench] ...
+                        (default methods: the paper's, ``runner.ABLATION_METHODS``; runs/ablation-<sweep>-<hash>)
     arc-eval report     RUN_DIR...            (arc_eval.analysis.cli.report_main)
     arc-eval serve-scripted ...               (arc_eval.backends.scripted_server.serve_main)
     arc-eval bench      [--tasks 1000] ...    (throughput, harness overhead, concurrency)
@@ -85,7 +86,8 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
 
     run = parser.add_argument_group("run")
     run.add_argument("--methods", type=parse_methods, default=None, metavar="all|m1,m2",
-                     help="methods to compare (default: all)")
+                     help="methods to compare (default: all; an ablation: the methods the paper ablates, "
+                          "arc alone for recall-budget)")
     run.add_argument("--seeds", type=integer, nargs="+", default=list(PAPER_SEEDS), metavar="SEED",
                      help="seeds (default: 42 82 122)")
     run.add_argument("--out", default=None, metavar="RUN_DIR",
@@ -236,8 +238,17 @@ def without_connection_options(argv: Sequence[str]) -> list[str]:
     return kept
 
 
-def default_run_dir(spec: Any) -> Path:
+def run_kind(args: argparse.Namespace) -> str:
+    """What a run directory is named by (issue 19): ``nih``, ``longbench``, or ``ablation-<sweep>`` (with
+    ``-longbench`` for a LongBench sweep), so ``runs/nih-*`` holds the main runs only."""
+    if args.command != "ablation":
+        return str(args.command)
+    return f"ablation-{args.sweep}" + ("-longbench" if args.task == "longbench" else "")
+
+
+def default_run_dir(spec: Any, kind: str | None = None) -> Path:
     """runs/<kind>-<hash of the run's meaning>: the same run names the same directory, however it is spelled.
+    ``kind`` defaults to the task kind (``run_kind`` names ablations by their sweep).
 
     The meaning is what a resume compares (``arc_eval.schema.run_meaning``): argument order, the run
     directory, ``--concurrency``, ``--no-progress`` and the resume flags do not change it.
@@ -247,7 +258,7 @@ def default_run_dir(spec: Any) -> Path:
 
     meaning = run_meaning(run_manifest(spec, resolved_retriever(spec)))
     digest = hashlib.sha256(json.dumps(meaning, sort_keys=True).encode("utf-8")).hexdigest()[:10]
-    return Path(DEFAULT_RUNS_DIR) / f"{spec.task_kind}-{digest}"
+    return Path(DEFAULT_RUNS_DIR) / f"{kind or spec.task_kind}-{digest}"
 
 
 def _absolute(path: str | None) -> str | None:
@@ -258,7 +269,7 @@ def _absolute(path: str | None) -> str | None:
 def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
     """A RunSpec from parsed arguments (the command line is recorded in the manifest as provenance)."""
     from arc_eval.methods import METHOD_NAMES
-    from arc_eval.runner import ABLATIONS, SCRIPTED_MODEL, RunSpec
+    from arc_eval.runner import ABLATION_METHODS, ABLATIONS, SCRIPTED_MODEL, RunSpec
     from arc_eval.tasks.nih import DEFAULT_NIH_LAYOUT
 
     if args.command == "ablation":
@@ -280,7 +291,8 @@ def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
     tasks_per_seed = args.tasks if kind == "nih" else getattr(args, "limit", None)
     spec = RunSpec(
         task_kind=kind,
-        methods=args.methods if args.methods is not None else METHOD_NAMES,
+        methods=args.methods if args.methods is not None else (
+            ABLATION_METHODS[args.sweep] if args.command == "ablation" else METHOD_NAMES),
         seeds=tuple(args.seeds),
         out=Path(args.out if args.out else "."),
         tasks_per_seed=tasks_per_seed,
@@ -324,7 +336,7 @@ def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
     if args.out:
         return spec
     spec.validate()  # the default directory is named after the run's meaning: check the spec first
-    return evolve(spec, out=default_run_dir(spec))
+    return evolve(spec, out=default_run_dir(spec, run_kind(args)))
 
 
 def _missing_methods_message(methods: Sequence[str]) -> str | None:

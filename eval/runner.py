@@ -84,6 +84,14 @@ ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
     "force-schedule": FORCE_SCHEDULE_SWEEP,
     "noise-lines": NOISE_LINES_SWEEP,
 }
+# The methods each sweep compares by default (the paper's Ablation section; eval/METHODS.md): only ARC reads
+# the recall budget (every baseline would repeat one result per level), and the forced-compaction and
+# fixture-size tables compare the five methods that compact (full_context never does). --methods overrides.
+ABLATION_METHODS: dict[str, tuple[str, ...]] = {
+    "recall-budget": ("arc",),
+    "force-schedule": ("sliding_window", "llm_summary", "structured_state", "rag_memory", "arc"),
+    "noise-lines": ("sliding_window", "llm_summary", "structured_state", "rag_memory", "arc"),
+}
 VARIANT_KEYS = ("recall_budget_chars", "recall_max_chars", "force_at_calls", "noise_lines_per_side")
 
 

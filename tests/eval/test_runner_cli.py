@@ -231,6 +231,25 @@ def test_default_run_directory_is_named_after_the_run() -> None:
     assert first != default_dir(["nih", "--tasks", "5", "--seeds", "2", "1"])  # seed order is the run's order
 
 
+@pytest.mark.parametrize("sweep, methods", [("recall-budget", ["arc"]),
+                                            ("force-schedule", ["sliding_window", "llm_summary", "structured_state",
+                                                                "rag_memory", "arc"]),
+                                            ("noise-lines", ["sliding_window", "llm_summary", "structured_state",
+                                                             "rag_memory", "arc"])])
+def test_an_ablation_runs_the_paper_s_methods_and_is_named_by_its_sweep(sweep: str, methods: list[str]) -> None:
+    """Issue 19: `arc-eval ablation recall-budget` ran all six methods (METHODS.md: arc alone) under runs/nih-*."""
+    argv = ["ablation", sweep, "--tasks", "2", "--seeds", "42"]
+    spec = spec_from_args(build_parser().parse_args(argv), argv)
+    assert list(spec.methods) == methods
+    assert Path(spec.out).parent.name == "runs" and Path(spec.out).name.startswith(f"ablation-{sweep}-")
+    chosen = [*argv, "--methods", "all"]
+    assert len(spec_from_args(build_parser().parse_args(chosen), chosen).methods) == 6  # --methods overrides
+    if sweep != "noise-lines":
+        longbench = [*argv, "--task", "longbench", "--data", "x"]
+        assert Path(spec_from_args(build_parser().parse_args(longbench), longbench).out).name.startswith(
+            f"ablation-{sweep}-longbench-")
+
+
 def test_resume_forgives_what_does_not_change_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
