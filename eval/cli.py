@@ -20,7 +20,8 @@ A server fault stops the run with status 3 and a message naming the cause and th
 first task (a wrong model name, a missing API key, tool mode off, a window smaller than
 ``--context-limit``, no answer; nothing is written), or during the run (unavailable after retries, a
 refusal, a malformed answer; what finished is kept, the task in flight is not); rerun the same command
-after the fix to continue. Ctrl-C stops with status 130, likewise resumable.
+after the fix to continue. Ctrl-C stops with status 130 and SIGTERM with 143, likewise resumable; each
+says at once what it waits for and what is recorded (``arc_eval.announce``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_BACKEND = 3
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 DEFAULT_RUNS_DIR = "runs"
 PAPER_SEEDS = (42, 82, 122)
 _DISPATCHED = ("report", "serve-scripted")
@@ -363,6 +365,11 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         result = run(spec)
     except (RunRecordError, LongBenchDataError) as failure:
         raise UsageError(f"arc-eval: {failure}") from None
+    if result.stopped_by is not None:
+        from arc_eval.announce import stopped_text
+
+        print(stopped_text(result.stopped_by, result.skipped + result.ran, result.ran, spec.out), file=sys.stderr)
+        return EXIT_TERMINATED if result.stopped_by == "SIGTERM" else EXIT_INTERRUPTED
     if result.aborted is not None and not result.started:
         print(f"arc-eval: stopped before the first task: {result.aborted}\n"
               "Nothing was run or recorded; run the command again after the fix.", file=sys.stderr)
