@@ -158,7 +158,8 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     method.add_argument("--rag-top-k", type=positive_int, default=3)
     method.add_argument("--rag-chunk-chars", type=positive_int, default=1000)
     method.add_argument("--rag-retriever", choices=("auto", "embeddings", "bm25"), default="auto",
-                        help="rag_memory retriever (auto: embeddings when installed, else bm25)")
+                        help="rag_memory retriever (auto: embeddings when installed and a CUDA device is "
+                             "there, else bm25, the fast one)")
     method.add_argument("--allow-reexecution", action="store_true",
                         help="scripted agent: re-run a tool call when what it needs left the prompt")
 
