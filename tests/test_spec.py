@@ -500,6 +500,28 @@ def test_rendering_quotes_the_pre_tokenizer_pattern_of_the_installed_tiktoken(
     assert block["body"] == pattern, f"rendering.md §2 quotes another pat_str of {encoding} than tiktoken's"
 
 
+def test_qwen3_split_regex_runs_on_the_same_unicode_tables_as_tiktoken() -> None:
+    """rendering.md §2: Oniguruma (tokenizers' Split) has Unicode 16.0 letters and White_Space as \\s."""
+    tokenizers = pytest.importorskip("tokenizers", reason="the Hugging Face tokenizers package is not installed")
+    from proofs_check.shared_data import QWEN3_VECTOR_PATH
+
+    path = ROOT / QWEN3_VECTOR_PATH / "tokenizer.json"
+    if not path.is_file():
+        pytest.skip(f"Qwen3's tokenizer.json is absent ({path})")
+    split = tokenizers.Tokenizer.from_file(str(path)).pre_tokenizer
+
+    def pieces(text: str) -> int:
+        return len(split.pre_tokenize_str(text))
+
+    assert pieces("a\u1c89b") == 1, "U+1C89 is a letter in Unicode 16.0"
+    assert pieces("a\U0001e6c0b") == 2, "U+1E6C0 is a letter only since Unicode 17.0"
+    assert pieces("\u0085 \u0085") == 1, "U+0085 is White_Space"
+    for other in ("\ufeff", "\u180e", "\u001c"):
+        assert pieces(f"{other} {other}") == 2, f"U+{ord(other):04X} is not White_Space"
+    ignore_case = tokenizers.pre_tokenizers.Split(tokenizers.Regex("(?i:'s)"), "isolated")
+    assert [piece for piece, _ in ignore_case.pre_tokenize_str("x'\u017fy")] == ["x", "'\u017f", "y"]
+
+
 def test_rendering_gives_the_lossless_probe_exactly() -> None:
     """The Python block of rendering.md §2 computes LOSSLESS_PROBE, character for character."""
     from arc_ref.tokenizers import LOSSLESS_PROBE

@@ -792,6 +792,22 @@ def trace_vectors() -> tuple[TraceVector, ...]:
             (("type error", has_error("must be an integer")),),
         ),
         TraceVector(
+            "config_first_failure_in_line_order",
+            ("trace.md §3", "trace.md §6"),
+            "parameters.md check 1 (c): the overrides are checked in the order their keys appear in the line, not in"
+            " the order of the configuration table: capacity (a string) is named, not context_limit (a boolean).",
+            ('{"op": "config", "preset": "minimal", "capacity": "24", "context_limit": true}', VIEW),
+            (("the first key of the line is named", has_error("config key 'capacity' must be an integer, got '24'")),),
+        ),
+        TraceVector(
+            "config_check_two_order",
+            ("trace.md §3", "trace.md §6"),
+            "parameters.md check 2 stops at its first failure, in its order: an unknown tokenizer is reported before"
+            " a capacity below 2 and a fingerprint width above 160, though capacity comes first in the table.",
+            (config("minimal", capacity=1, fingerprint_bits=161, tokenizer="gpt2"), VIEW),
+            (("the tokenizer first", has_error("unknown tokenizer 'gpt2'")),),
+        ),
+        TraceVector(
             "config_unknown_key",
             ("trace.md §3",),
             "An unknown config key is refused.",
