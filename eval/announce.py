@@ -50,9 +50,8 @@ def plan_text(spec: Any, retriever: str, total_jobs: int, on_gpu: bool) -> str:
     (backend, model, retriever) and where it is recorded."""
     methods = list(spec.methods)
     variants = [label for label in spec.variants if label]
-    per_seed = spec.tasks_per_seed if spec.task_kind == "nih" else None
-    tasks = f"{per_seed} task(s)" if per_seed is not None else f"{spec.task_kind} items"
-    shape = f"{tasks} x {len(methods)} method(s) x {len(spec.seeds)} seed(s)"
+    per_seed = total_jobs // max(1, len(methods) * len(spec.seeds) * len(spec.variants))  # LongBench: its items
+    shape = f"{per_seed} task(s) x {len(methods)} method(s) x {len(spec.seeds)} seed(s)"
     if variants:
         shape += f" x {len(variants)} variant(s) ({', '.join(variants)})"
     backend = (f"backend scripted (the embedded agent, rules {spec.agent})" if spec.backend == "scripted"

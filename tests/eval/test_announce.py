@@ -57,6 +57,17 @@ def test_an_unreachable_server_is_planned_before_it_is_checked(tmp_path: Path, c
     assert waited < 2 * PREFLIGHT_MAX_PAUSE_S + scaled_ceiling(5)
 
 
+def test_the_plan_of_an_ablation_over_longbench_items() -> None:
+    from types import SimpleNamespace
+
+    spec = SimpleNamespace(methods=("arc",), variants={"recall=4k/2k": {}, "recall=8k/4k": {}}, seeds=(42,),
+                           task_kind="longbench", tasks_per_seed=None, backend="scripted", agent="fair",
+                           base_urls=(), model="scripted-fair", out=Path("runs/ablation-recall-budget-longbench-x"))
+    text = announce.plan_text(spec, "unused", 24, on_gpu=False)
+    assert text.startswith("plan: longbench, 12 task(s) x 1 method(s) x 1 seed(s) x 2 variant(s) (recall=4k/2k, "
+                           "recall=8k/4k) = 24 task runs; methods arc; seeds 42")
+
+
 def test_the_slow_retriever_is_announced_with_its_cost() -> None:
     slow = announce.retriever_note("embeddings", ["arc", "rag_memory"], 1000, on_gpu=False)
     assert "embeddings on CPU: slow, about 5 s per rag_memory task (~1 h 23 min for its 1000 tasks)" in slow
