@@ -5,6 +5,7 @@ Subcommands::
     arc-eval nih        --methods all --seeds 42 82 122 --tasks 1000 [--backend scripted|openai ...]
     arc-eval longbench  --data PATH [--limit N] ...
     arc-eval ablation   recall-budget|force-schedule|noise-lines [--task nih|longbench] ...
+                        (default methods: the paper's, ``runner.ablation_methods``; runs/ablation-<sweep>-<hash>)
     arc-eval report     RUN_DIR...            (arc_eval.analysis.cli.report_main)
     arc-eval serve-scripted ...               (arc_eval.backends.scripted_server.serve_main)
     arc-eval bench      [--tasks 1000] ...    (throughput, harness overhead, concurrency)
@@ -20,7 +21,8 @@ exit with status 2. A server fault stops the run with status 3 and a message nam
 first task (a wrong model name, a missing API key, tool mode off, a window smaller than
 ``--context-limit``, no answer; nothing is written), or during the run (unavailable after retries, a
 refusal, a malformed answer; what finished is kept, the task in flight is not); rerun the same command
-after the fix to continue. Ctrl-C stops with status 130, likewise resumable.
+after the fix to continue. Ctrl-C stops with status 130 and SIGTERM with 143, likewise resumable; each
+says at once what it waits for and what is recorded (``arc_eval.announce``).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import attrs
 from attrs import evolve
 
 from arc_ref.errors import ArcError
-from arc_eval.errors import INTERRUPTED, OK, SERVER_STOPPED, USAGE, EvalError, status_of
+from arc_eval.errors import INTERRUPTED, OK, SERVER_STOPPED, TERMINATED, USAGE, EvalError, status_of
 from arc_eval.arguments import (
     http_url,
     integer,
@@ -89,7 +91,8 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
 
     run = parser.add_argument_group("run")
     run.add_argument("--methods", type=parse_methods, default=None, metavar="all|m1,m2",
-                     help="methods to compare (default: all)")
+                     help="methods to compare (default: all; an ablation: the methods the paper ablates, "
+                          "arc alone for recall-budget)")
     run.add_argument("--seeds", type=integer, nargs="+", default=list(PAPER_SEEDS), metavar="SEED",
                      help=f"seeds (default: {' '.join(map(str, PAPER_SEEDS))})")
     run.add_argument("--out", default=None, metavar="RUN_DIR",
@@ -185,8 +188,20 @@ def without_connection_options(argv: Sequence[str]) -> list[str]:
     return kept
 
 
-def default_run_dir(spec: Any) -> Path:
+def run_kind(args: argparse.Namespace) -> str:
+    """What a run directory is named by (issue 19): the task (``nih``, ``longbench``), or ``ablation-<sweep>``
+    (with ``-<task>`` for a sweep of another task than the first registered, ``-longbench``), so ``runs/nih-*``
+    holds the main runs only."""
+    from arc_eval.registry import TASKS
+
+    if args.command != "ablation":
+        return str(args.command)
+    return f"ablation-{args.sweep}" + (f"-{args.task}" if args.task != TASKS.entries()[0].name else "")
+
+
+def default_run_dir(spec: Any, kind: str | None = None) -> Path:
     """runs/<kind>-<hash of the run's meaning>: the same run names the same directory, however it is spelled.
+    ``kind`` defaults to the task kind (``run_kind`` names ablations by their sweep).
 
     The meaning is what a resume compares (``arc_eval.schema.run_meaning``): argument order, the run
     directory, ``--concurrency``, ``--no-progress`` and the resume flags do not change it.
@@ -196,7 +211,7 @@ def default_run_dir(spec: Any) -> Path:
 
     meaning = run_meaning(run_manifest(spec))
     digest = hashlib.sha256(json.dumps(meaning, sort_keys=True).encode("utf-8")).hexdigest()[:10]
-    return Path(DEFAULT_RUNS_DIR) / f"{spec.task_kind}-{digest}"
+    return Path(DEFAULT_RUNS_DIR) / f"{kind or spec.task_kind}-{digest}"
 
 
 def _refuse_other_components(args: argparse.Namespace, kind: str, backend: str) -> None:
@@ -217,7 +232,7 @@ def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
     """A RunSpec from parsed arguments (the command line is recorded in the manifest as provenance)."""
     from arc_eval.methods import method_names
     from arc_eval.registry import BACKENDS, METHODS, TASKS, option_dest, options_from_args
-    from arc_eval.runner import ABLATIONS, RunSpec
+    from arc_eval.runner import ABLATIONS, RunSpec, ablation_methods
 
     if args.command == "ablation":
         kind = args.task
@@ -233,7 +248,8 @@ def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
                   if option_dest(RUN_OWNER, attribute.name) in given}
     spec = RunSpec(
         task_kind=kind,
-        methods=args.methods if args.methods is not None else method_names(),
+        methods=args.methods if args.methods is not None else (
+            ablation_methods(args.sweep) if args.command == "ablation" else method_names()),
         seeds=tuple(args.seeds),
         out=Path(args.out if args.out else "."),
         tasks_per_seed=getattr(args, f"count/{kind}"),
@@ -251,7 +267,7 @@ def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
     if args.out:
         return spec
     spec.validate()  # the default directory is named after the run's meaning: check the spec first
-    return evolve(spec, out=default_run_dir(spec))
+    return evolve(spec, out=default_run_dir(spec, run_kind(args)))
 
 
 def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -260,6 +276,11 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     spec = spec_from_args(args, argv)
     spec.validate()
     result = run(spec)
+    if result.stopped_by is not None:
+        from arc_eval.announce import stopped_text
+
+        print(stopped_text(result.stopped_by, result.skipped + result.ran, result.ran, spec.out), file=sys.stderr)
+        return (TERMINATED if result.stopped_by == "SIGTERM" else INTERRUPTED).code
     if result.aborted is not None and not result.started:
         print(f"arc-eval: stopped before the first task: {result.aborted}\n"
               "Nothing was run or recorded; run the command again after the fix.", file=sys.stderr)

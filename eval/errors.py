@@ -20,9 +20,10 @@ SERVER_STOPPED = ExitStatus(3, "the server stopped the run: before the first tas
                                "mode off, a window below --context-limit, no answer; nothing is written) or during "
                                "it (unavailable after retries, a refusal, a malformed answer; finished tasks are "
                                "kept); rerun the same command after the fix")
-INTERRUPTED = ExitStatus(130, "interrupted (Ctrl-C); finished tasks are kept, the same command continues")
+INTERRUPTED = ExitStatus(130, "interrupted (Ctrl-C, SIGINT); finished tasks are kept, the same command continues")
+TERMINATED = ExitStatus(143, "terminated (SIGTERM); finished tasks are kept, the same command continues")
 
-EXIT_STATUSES = (OK, USAGE, SERVER_STOPPED, INTERRUPTED)
+EXIT_STATUSES = (OK, USAGE, SERVER_STOPPED, INTERRUPTED, TERMINATED)
 
 
 class EvalError(Exception):

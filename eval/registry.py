@@ -174,6 +174,7 @@ class MethodEntry:
     factory: Callable[[Any], Any]
     options: type = NoOptions
     highlighted: bool = False  # the paper's method: bold in reports, method A of McNemar
+    compacts: bool = True  # False: the method never compacts (full context): an ablation of compaction skips it
 
 
 @frozen

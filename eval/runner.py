@@ -5,8 +5,12 @@ one token counter), opens the run directory with ``arc_eval.records.RunWriter`` 
 killed run: finished tasks are skipped, unfinished ones redone from scratch, nothing duplicated), and
 ``execute``s the plan: every unfinished job goes to ``concurrency`` asyncio workers sharing one backend, so
 an HTTP server sees N requests at once and batches them. Each finished task is written (its call lines,
-then its task line) the moment it ends. A progress bar (tqdm, on stderr) counts tasks. At the end it prints
-the accuracy table of the whole run directory (``arc_eval.analysis.accuracy.summary_table``).
+then its task line) the moment it ends. Before anything runs it says its plan (tasks x methods x seeds x
+variants, backend, each method's own note such as rag_memory's retriever and its cost; ``arc_eval.announce``),
+after the first tasks an estimate of the time left, and a progress bar (tqdm, on stderr) counts tasks. At
+the end it prints the accuracy table of the whole run directory (``arc_eval.analysis.accuracy.summary_table``)
+and the next step (the report command). SIGINT and SIGTERM say at once what they wait for (the tasks in
+flight, cancelled, not recorded) and what is recorded, and the run ends with status 130 or 143, resumable.
 
 Tasks, methods and backends are looked up by name in ``arc_eval.registry``: this module names none of
 them. A spec carries the run's own knobs (budgets, counting, schedule) and each component's options
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, TextIO
@@ -43,6 +48,7 @@ from arc_ref.config import PRESETS, TEMPLATE_FORMAT
 from arc_ref.errors import ConfigError
 from arc_ref.tokenizers import HF_DIR_PREFIX
 from arc_eval.analysis.accuracy import summary_table
+from arc_eval.announce import RunNotes, next_step_text, plan_text, program_name, stop_text
 from arc_eval.arguments import non_negative_float, positive_int
 from arc_eval.counting import DEFAULT_TOKENIZER, TokenCounter, make_counter, model_directory, resolve_counting
 from arc_eval.loop import DEFAULT_FORCE_AT_CALLS, run_task
@@ -102,6 +108,16 @@ ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
     "force-schedule": FORCE_SCHEDULE_SWEEP,
     "noise-lines": NOISE_LINES_SWEEP,
 }
+
+
+def ablation_methods(sweep: str) -> tuple[str, ...]:
+    """The methods a sweep compares by default (the paper's Ablation section; eval/METHODS.md): the methods that
+    own an option the sweep varies (the recall budget: ARC alone; every other method would repeat one result per
+    level), else every method that compacts (the forced-compaction and fixture-size tables; full context never
+    does: ``MethodEntry.compacts``). --methods overrides."""
+    varied = {name for params in ABLATIONS[sweep].values() for name in params}
+    owners = tuple(entry.name for entry in METHODS.entries() if varied & set(option_names(entry.options)))
+    return owners or tuple(entry.name for entry in METHODS.entries() if entry.compacts)
 
 
 @frozen
@@ -444,6 +460,23 @@ class RunPlan:
         """The manifest's fields that describe the run (the writer adds versions, commit and time)."""
         return run_manifest(self.spec, self.method_options)
 
+    def notes(self) -> list[str]:
+        """What each method of the run says of itself in the plan (its options' ``plan_note``, if any: rag_memory's
+        retriever and its cost)."""
+        jobs = self.total_jobs() // max(1, len(self.spec.methods))
+        notes = []
+        for name in self.spec.methods:
+            note = getattr(self.method_options[name], "plan_note", None)
+            if note is not None:
+                notes.append(str(note(jobs)))
+        return notes
+
+
+def describe_backend(spec: RunSpec) -> str:
+    """The backend as the plan names it (its options' ``describe``, given the served model; else its name)."""
+    describe = getattr(spec.backend_opts(), "describe", None)
+    return str(describe(spec.served_model())) if describe is not None else f"backend {spec.backend}"
+
 
 def run_manifest(spec: RunSpec, method_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The manifest's fields that describe a run (the writer adds versions, commit and time).
@@ -542,6 +575,24 @@ class Executed:
     ran: int  # tasks finished by this invocation
     skipped: int  # tasks already finished (resume)
     aborted: str | None  # why the run stopped early (None when it completed)
+    stopped_by: str | None = None  # the signal that stopped the run (SIGINT, SIGTERM), if one did
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def install_stop_handlers(on_stop: Any) -> list[signal.Signals]:
+    """Call ``on_stop(name)`` on SIGINT or SIGTERM instead of dying silently (issue 19); the signals installed
+    (none off the main thread or where the loop cannot)."""
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    for signum in STOP_SIGNALS:
+        try:
+            loop.add_signal_handler(signum, on_stop, signum.name)
+        except (NotImplementedError, RuntimeError, ValueError):
+            continue
+        installed.append(signum)
+    return installed
 
 
 async def execute(plan: RunPlan, writer: RunWriter, backends: Mapping[str, Backend]) -> Executed:
@@ -557,12 +608,25 @@ async def execute(plan: RunPlan, writer: RunWriter, backends: Mapping[str, Backe
     ran = 0
     aborted: str | None = None
     stop = asyncio.Event()
+    notes = RunNotes(total, min(done_before, total), lambda text: tqdm.write(text, file=sys.stderr))
+    received: list[str] = []
+    main_task = asyncio.current_task()
+
+    def on_stop(name: str) -> None:
+        """A stop signal: say what the run waits for and what is recorded, then cancel the tasks in flight."""
+        if not received and main_task is not None:
+            received.append(name)
+            notes.say(stop_text(name, notes.in_flight, done_before + ran, spec.out))
+            main_task.cancel()
+
+    installed = install_stop_handlers(on_stop)
 
     async def worker(batch: SeedBatch, jobs: Iterator[tuple[Task, str]]) -> None:
         nonlocal ran, aborted
         for task, name in jobs:
             if stop.is_set():
                 return
+            notes.in_flight += 1
             try:
                 calls, outcome = await run_task(
                     task,
@@ -581,9 +645,12 @@ async def execute(plan: RunPlan, writer: RunWriter, backends: Mapping[str, Backe
                     aborted = describe_backend_error(failure)
                 stop.set()
                 return
+            finally:
+                notes.in_flight -= 1
             writer.write_task(calls, outcome)
             ran += 1
             bar.update(1)
+            notes.task_finished(len(batch.jobs))
             # Yield to the event loop: an in-process backend never suspends, and Ctrl-C (asyncio
             # cancels the run) must be seen between two tasks.
             await asyncio.sleep(0)
@@ -600,13 +667,20 @@ async def execute(plan: RunPlan, writer: RunWriter, backends: Mapping[str, Backe
                 raise
             if stop.is_set():
                 break
+    except asyncio.CancelledError:
+        if not received or main_task is None:
+            raise
+        main_task.uncancel()  # the stop signal's cancel, handled: the run ends with what is recorded
     finally:
+        loop = asyncio.get_running_loop()
+        for signum in installed:
+            loop.remove_signal_handler(signum)
         bar.close()
         for backend in _distinct(backends):
             closer = getattr(backend, "aclose", None)
             if closer is not None:
                 await closer()
-    return Executed(ran, done_before, aborted)
+    return Executed(ran, done_before, aborted, received[0] if received else None)
 
 
 # -- run --------------------------------------------------------------------------------------------
@@ -620,6 +694,7 @@ class RunResult:
     aborted: str | None  # why the run stopped early (None when it completed)
     table: str
     started: bool = True  # False: a check before the first task stopped it, and nothing was written
+    stopped_by: str | None = None  # the signal that stopped the run (SIGINT, SIGTERM): no table then
 
 
 def run(spec: RunSpec, *, out: TextIO | None = None) -> RunResult:
@@ -628,15 +703,19 @@ def run(spec: RunSpec, *, out: TextIO | None = None) -> RunResult:
     spec.validate()
     plan = RunPlan(spec)
     plan.check_methods()
+    print(plan_text(spec, plan.total_jobs(), describe_backend(spec), plan.notes()), file=sys.stderr, flush=True)
     backends = make_backends(spec, plan.counter)
     refused = asyncio.run(check_backends(backends))
     if refused is not None:
         return RunResult(spec.out, 0, 0, refused, "", started=False)
-    print(f"run directory: {spec.out}", file=sys.stderr)
     with RunWriter(spec.out, plan.manifest(), resume=spec.resume) as writer:
         if writer.finished():
             print(f"resuming {spec.out}: {len(writer.finished())} task(s) already finished", file=sys.stderr)
         executed = asyncio.run(execute(plan, writer, backends))
+    if executed.stopped_by is not None:
+        return RunResult(spec.out, executed.ran, executed.skipped, None, "", stopped_by=executed.stopped_by)
     table = summary_table(RunReader(spec.out).tasks())
     print(table, file=out if out is not None else sys.stdout)
+    if executed.aborted is None:
+        print(next_step_text(spec.out, program_name(sys.argv[0])), file=out if out is not None else sys.stdout)
     return RunResult(spec.out, executed.ran, executed.skipped, executed.aborted, table)

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {"arc_ref": ROOT / "arc_ref", "arc_eval": ROOT / "eval", "proofs_check": ROOT / "proofs_check"}
 
 EVAL_LEAVES = ("types", "protocol", "counting", "sandbox", "tasks", "schema", "records", "arguments", "registry",
-               "errors")
+               "errors", "announce")
 
 # layer -> the layers its modules may import (its own layer is always allowed)
 ALLOWED: dict[str, set[str]] = {

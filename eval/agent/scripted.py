@@ -350,6 +350,10 @@ class ScriptedOptions:
     allow_reexecution: bool = option(False, store_true=True,
                                      help="scripted agent: re-run a tool call when what it needs left the prompt")
 
+    def describe(self, model: str) -> str:
+        """The backend as a run's plan names it."""
+        return f"backend scripted (the embedded agent, rules {self.agent})"
+
 
 def _scripted_backend(options: Any, run: BackendRun) -> Backend:
     assert isinstance(options, ScriptedOptions)

