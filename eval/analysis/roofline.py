@@ -152,7 +152,8 @@ def trajectory_cost(
             weight, kv = m * weights / batch, m * mean_k * kv_b
         else:
             weight, kv = 0.0, 0.0
-        matmul, attention, lm_head = model.prefill_flops_parts(p, c) if replayed else (0.0, 0.0, 0.0)
+        parts = model.prefill_flops_parts(p, c) if c else model.prefill_flops_parts(p)
+        matmul, attention, lm_head = parts if replayed else (0.0, 0.0, 0.0)
         costs.append(CallCost(index, purpose, p, m, replayed, mean_k, weight, kv, matmul, attention, lm_head))
     weight_bytes = math.fsum(c.weight_bytes for c in costs)
     kv_bytes = math.fsum(c.kv_bytes for c in costs)
