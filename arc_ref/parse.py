@@ -322,6 +322,14 @@ class ObservationMessage:
 
 
 @frozen
+class LeanObservationMessage:
+    """A verbatim observation under layout "lean": its return code and content (spec/rendering.md section 14)."""
+
+    returncode: int
+    content: str
+
+
+@frozen
 class ObservationStubMessage:
     obs_id: str
     returncode: int
@@ -341,6 +349,19 @@ def parse_observation_message(content: str) -> ObservationMessage | None:
     return ObservationMessage(
         _text(fields, "obs_id"), _int(fields, "returncode"), _text(fields, "signature"), _text(fields, "content")
     )
+
+
+def parse_lean_observation_message(content: str) -> LeanObservationMessage | None:
+    fields = render.LEAN_OBSERVATION_MESSAGE.parse(content)
+    if fields is None:
+        return None
+    return LeanObservationMessage(_int(fields, "returncode"), _text(fields, "content"))
+
+
+def parse_any_observation(content: str) -> ObservationMessage | LeanObservationMessage | ObservationStubMessage | None:
+    """An observation message of either layout, or an observation's stub message."""
+    return (parse_observation_stub_message(content) or parse_observation_message(content)
+            or parse_lean_observation_message(content))
 
 
 def parse_observation_stub_message(content: str) -> ObservationStubMessage | None:
@@ -438,7 +459,7 @@ class ToolNotes:
 
 ViewComponent = Union[
     Summary, CatalogPage, tuple[RecallResponse, ...], tuple[Note, ...], AgentMessage, ObservationMessage,
-    ObservationStubMessage, ToolTurnMessage, ToolNotes,
+    LeanObservationMessage, ObservationStubMessage, ToolTurnMessage, ToolNotes,
 ]
 
 
@@ -450,7 +471,7 @@ def parse_view_message(role: str, content: str) -> ViewComponent | None:
     if role == render.ASSISTANT:
         return parse_agent_message(content) or ToolTurnMessage(content)
     if role == render.TOOL:
-        observed = parse_observation_stub_message(content) or parse_observation_message(content)
+        observed = parse_any_observation(content)
         return observed if observed is not None else ToolNotes(_notes(content.split("\n")))
     first = content.split("\n", 1)[0]
     if first == render.SUMMARY_HEADER:
@@ -461,7 +482,7 @@ def parse_view_message(role: str, content: str) -> ViewComponent | None:
         return parse_command_message(content)
     if parse_catalog_header(first) is not None:
         return parse_catalog(content)
-    return parse_observation_stub_message(content) or parse_observation_message(content)
+    return parse_any_observation(content)
 
 
 def find_stubs(content: str) -> tuple[Stub, ...]:

@@ -66,6 +66,7 @@ def test_every_template_with_fields_is_a_template_object() -> None:
     """The render functions that take fields all go through a Template (so every one has a parser)."""
     assert {"STUB", "CATALOG_HEADER", "THOUGHT_ITEM", "NOTE_ITEM", "INLINE_ITEM", "BARE_ITEM", "SUMMARY_OMITTED",
             "RECALL_OPEN", "RECALL_CLOSE", "RECALL_RESPONSE", "AGENT_MESSAGE", "OBSERVATION_MESSAGE",
+            "LEAN_OBSERVATION_MESSAGE",
             "OBSERVATION_STUB_MESSAGE"} <= set(TEMPLATES)
     assert {name for name in TEMPLATES if name.startswith("NOTE_") and name != "NOTE_ITEM"} == {
         f"NOTE_{kind.upper()}" for kind, _ in parse.NOTE_TEMPLATES
@@ -229,6 +230,8 @@ def rerender(component: parse.ViewComponent) -> str:
     if isinstance(component, parse.ObservationMessage):
         return render.observation_message(component.obs_id, component.returncode, component.signature,
                                           component.content)
+    if isinstance(component, parse.LeanObservationMessage):
+        return render.lean_observation_message(component.returncode, component.content)
     if isinstance(component, parse.ToolTurnMessage):
         return component.thought
     if isinstance(component, parse.ToolNotes):
