@@ -225,8 +225,9 @@ def parse_summary(content: str) -> Summary | None:
             omitted, body = _int(fields, "count"), body[1:]
     singles = [_line_item(line) for line in body]
     heads = [_inline_head(line) for line in body]
+    # an inline item is its head line and at least one content line (empty content is an empty line)
     runs = _split_runs(
-        len(body), lambda i: singles[i] is not None and not heads[i], lambda i: heads[i], lambda i, j: True
+        len(body), lambda i: singles[i] is not None and not heads[i], lambda i: heads[i], lambda i, j: j >= i + 2
     )
     if runs is None:
         return None
@@ -237,7 +238,7 @@ def parse_summary(content: str) -> Summary | None:
             items.append(single)
             continue
         inline = parse_inline_item("\n".join(body[start:end]))
-        if inline is None:  # pragma: no cover - the head line guarantees the shape
+        if inline is None:  # pragma: no cover - a head line and a content line guarantee the shape
             return None
         items.append(inline)
     return Summary(omitted, tuple(items))

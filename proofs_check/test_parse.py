@@ -261,3 +261,12 @@ def test_every_message_of_every_view_reads_back(config: Config, events: list[obj
             assert rerender(component) == message.content
         if event is not None:
             state = apply(state, event)  # type: ignore[arg-type]
+
+
+def test_inline_content_that_looks_like_an_id_stays_inside_its_item() -> None:
+    """An inline item is its head line and at least one content line: an observation reading `§02-7` is its
+    content, not a bare item after an inline item with nothing in it (found by the property above)."""
+    content = render.summary_content(0, ["turn 1: thought:  | action: ls", render.inline_item("§1", 0, "ls", "§02-7")])
+    summary = parse.parse_summary(content)
+    assert summary is not None and rerender(summary) == content
+    assert isinstance(summary.items[-1], parse.InlineItem) and summary.items[-1].content == "§02-7"
