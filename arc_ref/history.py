@@ -122,10 +122,17 @@ def agent_entry(setup: Setup, turn: int, thought: str, action: str) -> AgentEntr
     return AgentEntry(turn, thought, action, fits.message(content))
 
 
+def verbatim_head(setup: Setup, record: Record) -> str:
+    """The header of a verbatim observation: return code only (layout "lean"), or id, code and signature ("paper")."""
+    if setup.config.layout == "lean":
+        return render.lean_observation_head(record.returncode)
+    signature = shown_signature(record.signature, setup.config.signature_chars)
+    return render.observation_head(record.obs_id, record.returncode, signature)
+
+
 def observation_entry(setup: Setup, record: Record) -> ObservationEntry:
     """The new observation verbatim when its message fits R, otherwise its stub (A4)."""
-    signature = shown_signature(record.signature, setup.config.signature_chars)
-    head = render.observation_head(record.obs_id, record.returncode, signature)
+    head = verbatim_head(setup, record)
     # the content's count is the record's n_j: it is not counted again (arc_ref.counting)
     parts = ((head, None), (record.content, record.n_tokens))
     message = setup.message(render.USER, head + record.content, parts=parts)
@@ -181,8 +188,7 @@ def tool_note_entry(setup: Setup, turn: int, call_id: str, notes: Sequence[str],
 
 def tool_result_entry(setup: Setup, turn: int, call_id: str, record: Record, budget: int) -> ToolResultEntry:
     """An environment's result: verbatim when its message costs <= ``budget``, otherwise its stub (A4)."""
-    signature = shown_signature(record.signature, setup.config.signature_chars)
-    head = render.observation_head(record.obs_id, record.returncode, signature)
+    head = verbatim_head(setup, record)
     parts = ((head, None), (record.content, record.n_tokens))
     message = setup.message(render.TOOL, head + record.content, (), call_id, parts)
     if message.tokens <= budget:

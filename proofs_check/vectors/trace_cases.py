@@ -81,7 +81,7 @@ def template_vectors() -> list[TraceVector]:
                 agent("", f"_recall-next {decomposed}\n_recall-next {decomposed}"),
                 agent("", f"_recall-next {decomposed}\n_recall_meta {listing}"),
                 VIEW,
-                obs("ls", "a.txt b.txt " * 30),
+                obs("ls", "a.txt b.txt " * 40),
                 agent("Done.", "submit"),
                 VIEW,
             ),
@@ -375,6 +375,52 @@ def trace_vectors() -> tuple[TraceVector, ...]:
             (
                 ("an observation larger than R is shown as its stub", not_verbatim),
                 ("the large observation comes back exactly", reassembles(PAPER_BIG)),
+            ),
+        ),
+        TraceVector(
+            "layout_paper",
+            ("A3", "A4", "rendering.md §14"),
+            "Layout paper, the presentation of the paper's experiments: every verbatim observation carries its id"
+            " and action signature, and the last catalog page is in the view from the first observation on.",
+            (
+                config("minimal", layout="paper"),
+                obs("ls", "a.txt b.txt"),
+                VIEW,
+                agent("Read a.", "cat a.txt"),
+                obs("cat a.txt", "alpha"),
+                VIEW,
+            ),
+            (
+                ("an observation header carries id and signature", view_has(") of `cat a.txt`:\nalpha")),
+                ("the catalog page is shown before anything is compacted", view_has("[ARC catalog page 1/1")),
+            ),
+        ),
+        TraceVector(
+            "layout_lean",
+            ("A3", "A4", "rendering.md §14"),
+            "Layout lean, the default: no catalog page while every observation is in H, verbatim observations"
+            " without id or signature; after a fold the default page holds the stubs of observations that left H"
+            " only, and storing an observation leaves it as it is; a chosen page is the whole page.",
+            (
+                config("minimal"),
+                obs("ls", "a.txt b.txt"),
+                VIEW,
+                agent("Read a.", "cat a.txt"),
+                obs("cat a.txt", "alpha " * 50),
+                agent("Read b.", "cat b.txt"),
+                obs("cat b.txt", "beta " * 50),
+                VIEW,
+                agent("Read c.", "cat c.txt"),
+                obs("cat c.txt", "gamma"),
+                VIEW,
+                agent("List them.", "catalog-first"),
+                VIEW,
+            ),
+            (
+                ("no catalog page before a fold", view_has("Solve it.<|im_end|>\n<|im_start|>user\nObservation (rc=0):\na.txt b.txt")),
+                ("H was folded", folded_by("observe")),
+                ("the default page counts the observations that left H", view_has("[ARC catalog page 2/2: observations 3-3 of 3;")),
+                ("a chosen page counts every stored stub", view_has("[ARC catalog page 1/2: observations 1-2 of 4;")),
             ),
         ),
         TraceVector(
@@ -1014,7 +1060,7 @@ def hostile_vectors() -> tuple[TraceVector, ...]:
             ),
             (
                 ("every not-quite-JSON line is an error", errors_on(*range(2, 13))),
-                ("-0 is stored as return code 0", view_has("(rc=0) of `ls`")),
+                ("-0 is stored as return code 0", view_has("Observation (rc=0):\nx")),
             ),
         ),
     )
