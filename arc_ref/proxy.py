@@ -448,7 +448,10 @@ class Proxy:
                     return forked, depth
             goal = messages[0].text
             config = await asyncio.to_thread(self._config, system, goal, tools)
-            conversation = await asyncio.to_thread(self.conversations.new, config)
+            try:
+                conversation = await asyncio.to_thread(self.conversations.new, config)
+            except ArcError as problem:  # K > L for this system prompt and goal, most often
+                raise Refused("configuration", f"ARC cannot hold this conversation: {problem}") from None
             conversation.position = 1  # the system prompt and the goal are its prefix F
             self.conversations.index[hashes[0]] = (conversation, conversation.mark(hashes[0]))
             return conversation, 1
