@@ -285,6 +285,7 @@ class RoundRecord:
     max_tokens: int
     status: int
     upstream_prompt_tokens: int | None
+    streamed: bool = False  # the agent asked for a stream (the upstream is always asked for a whole reply)
 
 
 class Conversations:
@@ -292,7 +293,7 @@ class Conversations:
 
     def __init__(self, settings: ProxySettings) -> None:
         self.settings = settings
-        self.index: dict[str, tuple[Conversation, Mark]] = {}
+        self.index: dict[str, list[tuple[Conversation, Mark]]] = {}  # every conversation that passed a hash
         self.by_key: dict[str, Conversation] = {}
         self._lock = asyncio.Lock()
         if settings.store is not None:
@@ -304,6 +305,7 @@ class Conversations:
         """A conversation of a previous run: its store reopened (the fold of its events), its marks read back."""
         store = DurableStore.open(directory / "task.arc")
         conversation = Conversation(directory.name, store.state, store, directory, seq=store.seq)
+        last: Mark | None = None
         for line in (directory / "marks.jsonl").read_text(encoding="utf-8").splitlines():
             try:
                 item = json.loads(line)
@@ -312,12 +314,22 @@ class Conversations:
             if item["seq"] > store.seq:
                 break
             mark = Mark(item["position"], item["seq"], None)
-            self.index[item["hash"]] = (conversation, mark)
+            self.add(item["hash"], conversation, mark)
             conversation.position, conversation.head = mark.position, item["hash"]
-        last = conversation.head and self.index[conversation.head][1]
-        if last and last.seq != store.seq:  # events stored after the last mark (a crash mid-request):
-            conversation.position = -1  # never resumed in place; a request forks at its last mark instead
+            last = mark
+        if last is not None and last.seq != store.seq:  # events stored after the last mark (a crash mid-request):
+            conversation.position = -1  # never resumed in place: a request forks at its mark instead
         self.by_key[conversation.key] = conversation
+
+    def add(self, chain_hash: str, conversation: Conversation, mark: Mark) -> None:
+        self.index.setdefault(chain_hash, []).append((conversation, mark))
+
+    def find(self, chain_hash: str) -> tuple[Conversation, Mark] | None:
+        """A conversation that passed ``chain_hash``: one still there (resumed in place) when there is one."""
+        found = self.index.get(chain_hash)
+        if not found:
+            return None
+        return next(((c, m) for c, m in found if c.position == m.position), found[-1])
 
     def config(self, system: str, goal: str, tools: list[dict[str, Any]]) -> Config:
         overrides = {**self.settings.overrides, "tokenizer": self.settings.tokenizer, "chat_format": "template",
@@ -423,29 +435,23 @@ class Proxy:
         for message in messages:
             previous = chain_next(previous, message)
             hashes.append(previous)
-        conversation, start = await self._resume(hashes, messages, system, tools)
+        conversation, mark, start = await self._resume(hashes, messages, system, tools)
         async with conversation.lock:
-            if conversation.position == start:
+            if conversation.position == mark.position:
                 return await self._run(conversation, messages[start:], hashes[start:], body)
-            # it moved on since this request found it (another request of the same history): fork at our mark
-            parent, mark = self.conversations.index[hashes[start - 1]]
-            forked = await asyncio.to_thread(self.conversations.fork, parent, mark)
+            # it moved on (another request of this history, or the agent edited or regenerated): fork at the mark
+            forked = await asyncio.to_thread(self.conversations.fork, conversation, mark)
         async with forked.lock:
             return await self._run(forked, messages[start:], hashes[start:], body)
 
     async def _resume(self, hashes: list[str], messages: list[AgentMessage], system: str,
-                      tools: list[dict[str, Any]]) -> tuple[Conversation, int]:
-        """The conversation to continue and how many of the agent's messages it already holds."""
+                      tools: list[dict[str, Any]]) -> tuple[Conversation, Mark, int]:
+        """The conversation at the request's deepest known message, its mark there, and that depth."""
         async with self.conversations._lock:
             for depth in range(len(hashes), 0, -1):
-                found = self.conversations.index.get(hashes[depth - 1])
+                found = self.conversations.find(hashes[depth - 1])
                 if found is not None:
-                    conversation, mark = found
-                    if conversation.position == mark.position:
-                        return conversation, depth
-                    async with conversation.lock:
-                        forked = await asyncio.to_thread(self.conversations.fork, conversation, mark)
-                    return forked, depth
+                    return found[0], found[1], depth
             goal = messages[0].text
             config = await asyncio.to_thread(self._config, system, goal, tools)
             try:
@@ -453,8 +459,9 @@ class Proxy:
             except ArcError as problem:  # K > L for this system prompt and goal, most often
                 raise Refused("configuration", f"ARC cannot hold this conversation: {problem}") from None
             conversation.position = 1  # the system prompt and the goal are its prefix F
-            self.conversations.index[hashes[0]] = (conversation, conversation.mark(hashes[0]))
-            return conversation, 1
+            mark = conversation.mark(hashes[0])
+            self.conversations.add(hashes[0], conversation, mark)
+            return conversation, mark, 1
 
     def _config(self, system: str, goal: str, tools: list[dict[str, Any]]) -> Config:
         shown_system = f"{system}\n\n{ARC_NOTE}" if system else TOOL_MODE_SYSTEM
@@ -468,8 +475,7 @@ class Proxy:
         for agent_said, chain_hash in zip(new, hashes):
             await self._apply(conversation, _event(agent_said))
             conversation.position += 1
-            mark = conversation.mark(chain_hash)
-            self.conversations.index[chain_hash] = (conversation, mark)
+            self.conversations.add(chain_hash, conversation, conversation.mark(chain_hash))
         state = conversation.state
         if state.pending:
             waiting = ", ".join(call.call_id for call in state.pending)
@@ -505,8 +511,7 @@ class Proxy:
             finish = "tool_calls"
         conversation.position += 1
         chain_hash = chain_next(conversation.head, AgentMessage("assistant", content, environment))
-        mark = conversation.mark(chain_hash)
-        self.conversations.index[chain_hash] = (conversation, mark)
+        self.conversations.add(chain_hash, conversation, conversation.mark(chain_hash))
         result = dict(completion)
         result["choices"] = [{**choice, "index": 0, "message": returned, "finish_reason": finish}]
         result["usage"] = usage
@@ -542,7 +547,7 @@ class Proxy:
                                               "type": "upstream_unreachable", "code": 502}})
             raise UpstreamError(502, body_text.encode("utf-8"), "application/json") from None
         record = RoundRecord(conversation.key, hidden, tokens, state.setup.budget, state.setup.limit, max_tokens,
-                             response.status_code, None)
+                             response.status_code, None, bool(body.get("stream")))
         self.rounds.append(record)
         if response.status_code != 200:
             raise UpstreamError(response.status_code, response.content,

@@ -4,8 +4,9 @@
 of the form "... the value of KEY in PATH ..." as a careful model would behind ARC: it reads the file with the
 agent's bash tool; when the output comes back as ARC's stub (too long for the recent suffix) it calls ARC's
 ``_recall`` with the stub's id, then ``_recall-next`` chunk by chunk, until ``KEY=VALUE`` is in view; then it
-submits in mini-swe-agent's way (``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && echo KEY=VALUE``). It reads
-only the messages it is given, never the file.
+submits in mini-swe-agent's way (``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && echo KEY=VALUE``); an agent
+that runs that command and asks again gets the plain answer ``KEY=VALUE``. It reads only the messages it is
+given, never the file.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class RecallThenSubmitPolicy:
         value = next((match.group(1) for m in later for match in re.finditer(rf"{key}=([A-Za-z0-9_-]+)", m.content)),
                      None)
         if value is not None:
+            if any(m.role == "tool" and re.search(rf"^{SUBMIT}$", m.content, re.MULTILINE) for m in later):
+                return f"{key}={value}"  # submitted and the agent kept going (it has no submit rule): the answer
             return f"Thought: {key} is {value}.\nAction: bash echo {SUBMIT} && echo {key}={value}"
         results = [m for m in later if m.role == "tool"]
         if not results:
