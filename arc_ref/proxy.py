@@ -531,7 +531,12 @@ class Proxy:
         state = conversation.state
         cap = state.config.max_completion
         request = {key: value for key, value in body.items()
-                   if key not in ("messages", "tools", "stream", "stream_options", "metadata")}
+                   if key not in ("messages", "tools", "stream", "stream_options")}
+        metadata = request.get("metadata")
+        if isinstance(metadata, Mapping) and "conversation_id" in metadata:  # ours: not the upstream's
+            request["metadata"] = {key: value for key, value in metadata.items() if key != "conversation_id"} or None
+            if request["metadata"] is None:
+                del request["metadata"]
         request.update(messages=messages, tools=tools, stream=False)
         asked = [request[key] for key in ("max_tokens", "max_completion_tokens") if isinstance(request.get(key), int)]
         max_tokens = min([cap, *asked])

@@ -23,6 +23,7 @@ from tests.proxy.harness import (
 import httpx  # noqa: E402  (after the harness, which skips without the proxy extra)
 
 from arc_ref.proxy import Proxy, ProxySettings, Refused, sse_chunks  # noqa: E402
+from arc_ref.session import TOOL_MODE_SYSTEM  # noqa: E402
 from arc_ref.tools import ARC_TOOL_NAMES  # noqa: E402
 
 pytestmark = needs_qwen3
@@ -199,7 +200,8 @@ def test_mixed_calls_go_back_without_arc_calls_and_arc_answers_stay() -> None:
             {"id": "b1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]},
         *({"content": "again", "tool_calls": [
             {"id": f"a{n}", "type": "function", "function": {"name": "catalog-first", "arguments": "{}"}}]}
-          for n in range(2, 10)),
+          for n in range(2, 5)),
+        *({"content": "done"} for _ in range(3)),
     ])
     seen: list[dict[str, Any]] = []
 
@@ -227,6 +229,19 @@ def test_mixed_calls_go_back_without_arc_calls_and_arc_answers_stay() -> None:
             assert second.hidden_rounds == 2 and second.completion["choices"][0]["message"] == {
                 "role": "assistant", "content": "again"}
             assert second.completion["usage"]["prompt_tokens"] == 3
+            # another system text or tools list is another conversation, with that prefix (not a fork of this one)
+            for system, tools in (("S2", [BASH_TOOL]), ("", [])):
+                shown = [{"role": "system", "content": system}] if system else []
+                await proxy.complete({"model": "m", "messages": [*shown, {"role": "user", "content": "go"}],
+                                      "tools": tools}, None)
+                sent_system = seen[-1]["messages"][0]["content"]
+                assert sent_system.startswith(f"{system}\n\n") if system else sent_system == TOOL_MODE_SYSTEM
+                assert [t["function"]["name"] for t in seen[-1]["tools"]][-1] == ("bash" if tools else "catalog-page")
+            named = await proxy.complete({"model": "m", "messages": [{"role": "user", "content": "go"}],
+                                          "metadata": {"conversation_id": "run-9", "user": "u"}, "temperature": 0},
+                                         "run-9")
+            assert named.conversation != first.conversation  # a named conversation is its own
+            assert seen[-1]["metadata"] == {"user": "u"} and seen[-1]["temperature"] == 0  # the rest passes through
             with pytest.raises(Refused, match="must be the user's task"):
                 await proxy.complete({"model": "m", "messages": [{"role": "tool", "tool_call_id": "x"}]}, None)
 
