@@ -226,6 +226,7 @@ class Mark:
     position: int
     seq: int
     state: ArcState | None
+    chain_hash: str = ""
 
 
 @attrs.define(eq=False)
@@ -253,7 +254,7 @@ class Conversation:
         return output
 
     def mark(self, chain_hash: str) -> Mark:
-        mark = Mark(self.position, self.seq, self.state)
+        mark = Mark(self.position, self.seq, self.state, chain_hash)
         self.head = chain_hash
         if self.directory is not None:
             with open(self.directory / "marks.jsonl", "a", encoding="utf-8") as marks:
@@ -313,7 +314,7 @@ class Conversations:
                 break  # a mark cut by a crash: the marks before it stand
             if item["seq"] > store.seq:
                 break
-            mark = Mark(item["position"], item["seq"], None)
+            mark = Mark(item["position"], item["seq"], None, item["hash"])
             self.add(item["hash"], conversation, mark)
             conversation.position, conversation.head = mark.position, item["hash"]
             last = mark
@@ -367,6 +368,7 @@ class Conversations:
             child.state = mark.state
             child.seq = mark.seq
         child.position = mark.position
+        self.add(mark.chain_hash, child, child.mark(mark.chain_hash))  # the chain goes on from the fork point
         return child
 
     def close(self) -> None:

@@ -86,7 +86,12 @@ def test_identity_resumes_forks_and_separates_conversations(tmp_path: Path) -> N
                      "content": reply["content"], "role": "assistant", "refusal": None}
         history = [*start, reordered, {"role": "tool", "tool_call_id": call["id"], "content": "no such file"}]
         assert ask(history).headers["x-arc-conversation"] == key  # resumed: the reply was known
-        assert ask(start).headers["x-arc-conversation"] != key  # regenerated: forked at the task
+        regenerated = ask(start)  # regenerated: forked at the task
+        forked = regenerated.headers["x-arc-conversation"]
+        assert forked != key
+        again = regenerated.json()["choices"][0]["message"]
+        answer = {"role": "tool", "tool_call_id": again["tool_calls"][0]["id"], "content": "no such file"}
+        assert ask([*start, again, answer]).headers["x-arc-conversation"] == forked  # the fork goes on in place
         assert ask([{"role": "system", "content": "S2"}, start[1]]).headers["x-arc-conversation"] != key
         assert ask(start, tools=[]).headers["x-arc-conversation"] != key
         named = ask(start, **{"X-Arc-Conversation": "run-2"}).headers["x-arc-conversation"]
