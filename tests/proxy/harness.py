@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import threading
 from pathlib import Path
 from typing import Any, Iterator
@@ -15,7 +14,7 @@ pytest.importorskip("httpx", reason="the proxy needs the extra 'proxy' (httpx, s
 pytest.importorskip("starlette", reason="the proxy needs the extra 'proxy' (httpx, starlette, uvicorn)")
 uvicorn = pytest.importorskip("uvicorn", reason="the proxy needs the extra 'proxy' (httpx, starlette, uvicorn)")
 
-from arc_ref.proxy import ProxySettings, build_app  # noqa: E402
+from arc_ref.proxy import ProxySettings, build_app, listening_socket  # noqa: E402
 from arc_eval.agent.recall_then_submit import RecallThenSubmitPolicy  # noqa: E402
 from arc_eval.backends.scripted_server import build_app as build_upstream  # noqa: E402
 from arc_eval.backends.scripted_server import ScriptedServer, serve_in_thread  # noqa: E402
@@ -55,12 +54,6 @@ def serve_upstream(**options: Any) -> Iterator[tuple[ScriptedServer, str]]:
         yield server, base_url
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @contextlib.contextmanager
 def serve_proxy(upstream_url: str, store: Path | None = None, keepalive_s: float = 5.0, max_hidden_rounds: int = 8,
                 **overrides: Any) -> Iterator[str]:
@@ -68,10 +61,10 @@ def serve_proxy(upstream_url: str, store: Path | None = None, keepalive_s: float
     assert QWEN3 is not None
     settings = ProxySettings(upstream=upstream_url, tokenizer=f"hf-dir:{QWEN3}", overrides={**BUDGETS, **overrides},
                              store=store, keepalive_s=keepalive_s, max_hidden_rounds=max_hidden_rounds)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(build_app(settings), host="127.0.0.1", port=port, log_level="warning",
-                                           access_log=False))
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
+    listener = listening_socket("127.0.0.1", 0)
+    port = int(listener.getsockname()[1])
+    server = uvicorn.Server(uvicorn.Config(build_app(settings), log_level="warning", access_log=False))
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[listener])), daemon=True)
     thread.start()
     while not server.started:
         if not thread.is_alive():
