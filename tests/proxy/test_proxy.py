@@ -47,6 +47,7 @@ def test_an_agent_reads_a_long_output_recalls_it_inside_the_proxy_and_submits(tm
     with serve_upstream() as (server, upstream_url), serve_proxy(upstream_url) as base_url:
         messages, responses, submitted = run_agent(base_url, task_text(log))
         upstream_rounds = rounds(base_url)
+        assert httpx.get(f"{base_url}/models").json() == httpx.get(f"{upstream_url}/models").json()  # forwarded
         assert submitted == "NEEDLE_KEY=violet-42\n"
         hidden = sum(int(response.headers["x-arc-hidden-rounds"]) for response in responses)
         assert hidden >= 1 and len(upstream_rounds) == len(responses) + hidden
