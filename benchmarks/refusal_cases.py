@@ -556,6 +556,49 @@ def argument_cases(scratch: Path) -> list[Case]:
     ]
 
 
+# --- issue 18 (items 5, 7, 9): tool output and arguments that crash or hang, unusable run directories -----
+
+
+def issue18_input_cases(scratch: Path) -> list[Case]:
+    """Front ends given hostile input (issue 18, items 5, 7 and 9): every line answered, a clear refusal."""
+    work = scratch / "issue18"
+    work.mkdir()
+    nih = [*ARC_EVAL, "nih", "--tasks", "1", "--seeds", "42", "--methods", "sliding_window", "--no-progress"]
+
+    def read_only_out() -> Outcome:
+        shared = Path(tempfile.mkdtemp(prefix="refusal-read-only-"))  # in /tmp: reachable by nobody
+        try:
+            shared.chmod(0o755)
+            out = shared / "ro"
+            out.mkdir()
+            out.chmod(0o555)
+            as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+            outcome = from_stderr([*as_nobody, *nih, "--out", str(out)], cwd=shared, pick="arc-eval:")
+            outcome.message = outcome.message.replace(str(shared), "$RO")
+            return checked(outcome, lambda: f"left {sorted(os.listdir(out))}" if os.listdir(out) else None)
+        finally:
+            subprocess.run(["rm", "-rf", str(shared)], check=False)
+
+    def empty_out() -> Outcome:
+        outcome = from_stderr([*nih, "--out", ""], cwd=work)
+        return checked(outcome, lambda: f"wrote {sorted(os.listdir(work))}" if os.listdir(work) else None)
+
+    def unrelated_out() -> Outcome:
+        out = work / "photos"
+        out.mkdir()
+        (out / "holiday.jpg").write_bytes(b"\xff\xd8")
+        outcome = from_stderr([*nih, "--out", str(out)], pick="arc-eval:")
+        return checked(outcome, lambda: None if os.listdir(out) == ["holiday.jpg"] else f"left {os.listdir(out)}")
+
+    return [
+        Case("--out a read-only directory", "arc-eval nih ... --out RO (mode 0555, not root)", read_only_out,
+             EXIT_USAGE, "cannot write in run directory"),
+        Case("--out ''", "arc-eval nih ... --out ''", empty_out, EXIT_USAGE, "--out names no directory"),
+        Case("--out an unrelated non-empty directory", "arc-eval nih ... --out photos (holding holiday.jpg)",
+             unrelated_out, EXIT_USAGE, "is not empty (holiday.jpg)"),
+    ]
+
+
 # --- the table ------------------------------------------------------------------------------------------
 
 
@@ -618,6 +661,7 @@ def main(argv: list[str] | None = None) -> int:
             ("resume (issue 9.4), in a temporary directory", resume_cases(scratch)),
             ("CLI arguments (issue 9.5)", argument_cases(scratch)),
             ("serve-scripted answering like a misconfigured vLLM (issue 8.2)", server_fault_cases(scratch)),
+            ("hostile input to the front ends (issue 18, items 5, 7, 9)", issue18_input_cases(scratch)),
         ]
         groups = [(title, [case for case in cases if args.only in case.name]) for title, cases in groups]
         differing = run_cases(groups, scratch)
