@@ -590,7 +590,25 @@ def issue18_input_cases(scratch: Path) -> list[Case]:
         outcome = from_stderr([*nih, "--out", str(out)], pick="arc-eval:")
         return checked(outcome, lambda: None if os.listdir(out) == ["holiday.jpg"] else f"left {os.listdir(out)}")
 
+    qwen_tools = json.dumps({"op": "config", "preset": "minimal", "tokenizer": f"hf-dir:{QWEN3_DIR}",
+                             "chat_format": "template", "action_mode": "tools", "context_limit": 3000,
+                             "tools": [{"type": "function", "function": {"name": "bash"}}]})
+
+    def tool_turn(arguments: str) -> str:
+        return json.dumps({"op": "tool_turn", "thought": "", "calls": [
+            {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": arguments}}]})
+
+    def then_answered(lines: list[str]) -> Outcome:
+        outcome = replay_line([*lines, '{"op": "view"}'], 2)
+        return outcome
+
     return [
+        Case("tool call arguments nesting 100,000 deep", "arc-ref replay - (tool_turn, arguments [[[...]]])",
+             lambda: then_answered([qwen_tools, tool_turn("[" * 100_000 + "]" * 100_000)]), EXIT_OK,
+             "its arguments nest 100000 levels deep (at most 256)"),
+        Case("tool call arguments with a 5,000-digit integer", "arc-ref replay - (tool_turn, {\"id\": 99...9})",
+             lambda: then_answered([qwen_tools, tool_turn('{"id": ' + "9" * 5000 + "}")]), EXIT_OK,
+             "its arguments hold an integer of 5000 digits (at most 4300)"),
         Case("--out a read-only directory", "arc-eval nih ... --out RO (mode 0555, not root)", read_only_out,
              EXIT_USAGE, "cannot write in run directory"),
         Case("--out ''", "arc-eval nih ... --out ''", empty_out, EXIT_USAGE, "--out names no directory"),
