@@ -559,6 +559,35 @@ def argument_cases(scratch: Path) -> list[Case]:
 # --- issue 18 (items 5, 7, 9): tool output and arguments that crash or hang, unusable run directories -----
 
 
+def mcp_cases(work: Path) -> list[Case]:
+    """`arc-ref mcp STORE` fed one hostile line after the handshake: the line's answer (never none)."""
+    sys.path.insert(0, str(REPO))
+    from tests.hostile import test_mcp_lines as hostile
+
+    def answered(name: str, line: bytes, code: int) -> Callable[[], Outcome]:
+        def run() -> Outcome:
+            server = hostile.Server(work / f"mcp-{len(os.listdir(work))}.arc")
+            problems: list[str] = []
+            try:
+                server.answer(json.dumps(hostile.INITIALIZE).encode())
+                server.send(json.dumps(hostile.INITIALIZED).encode())
+                answer = server.answer(line)
+                error = answer.get("error") or {}
+                message = f"{error.get('code')} {error.get('message', '')}" if error else json.dumps(answer)[:200]
+                if error.get("code") != code:
+                    problems.append(f"error code {error.get('code')}, expected {code}")
+            except AssertionError as problem:
+                message, problems = "(no answer)", [str(problem).splitlines()[0]]
+            finally:
+                status, err = server.close()
+            return Outcome(status, message, problems + _tracebacks(err))
+        return run
+
+    return [Case(f"mcp: {name}", f"arc-ref mcp STORE <<< {name} line", answered(name, line, code), EXIT_OK,
+                 words)
+            for name, line, code, words in hostile.HOSTILE]
+
+
 def issue18_input_cases(scratch: Path) -> list[Case]:
     """Front ends given hostile input (issue 18, items 5, 7 and 9): every line answered, a clear refusal."""
     work = scratch / "issue18"
@@ -609,6 +638,7 @@ def issue18_input_cases(scratch: Path) -> list[Case]:
         Case("tool call arguments with a 5,000-digit integer", "arc-ref replay - (tool_turn, {\"id\": 99...9})",
              lambda: then_answered([qwen_tools, tool_turn('{"id": ' + "9" * 5000 + "}")]), EXIT_OK,
              "its arguments hold an integer of 5000 digits (at most 4300)"),
+        *mcp_cases(work),
         Case("--out a read-only directory", "arc-eval nih ... --out RO (mode 0555, not root)", read_only_out,
              EXIT_USAGE, "cannot write in run directory"),
         Case("--out ''", "arc-eval nih ... --out ''", empty_out, EXIT_USAGE, "--out names no directory"),
