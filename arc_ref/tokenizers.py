@@ -155,6 +155,11 @@ class ByteTokenizer:
     def splits_between(self, before: str, after: str) -> bool:
         return True  # a byte is a token whatever surrounds it
 
+    @property
+    def max_token_chars(self) -> int:
+        """At most how many characters of a text one token covers (a byte: at most one character)."""
+        return 1
+
     def __repr__(self) -> str:
         return "ByteTokenizer()"
 
@@ -298,6 +303,7 @@ class HuggingFaceTokenizer:
         self._name = name if name is not None else f"hf:{path}"
         self._path = path
         self._tokenizer = tokenizer
+        self._max_token_chars: int | None = None
 
     @property
     def name(self) -> str:
@@ -348,6 +354,15 @@ class HuggingFaceTokenizer:
 
     def splits_between(self, before: str, after: str) -> bool:
         return False  # an arbitrary file: messages are counted whole
+
+    @property
+    def max_token_chars(self) -> int:
+        """At most how many characters of a text one token covers: the longest token's string in the
+        vocabulary, added tokens included (a byte-level token's string has one character per byte; a
+        lossless tokenizer deletes no character, so no token covers more characters than it spells)."""
+        if self._max_token_chars is None:
+            self._max_token_chars = max(len(token) for token in self._tokenizer.get_vocab(with_added_tokens=True))
+        return self._max_token_chars
 
     def normalizer_kind(self) -> str | None:
         """The Unicode normal form of the file's normalizer (NFC/NFD/NFKC/NFKD), "other", or None when it has none."""
