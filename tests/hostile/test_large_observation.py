@@ -16,7 +16,7 @@ from arc_ref.session import Session
 from arc_ref.tokenizers import ByteTokenizer, get_tokenizer
 from proofs_check.shared_data import qwen3_dir
 
-LARGE = 100_000
+LARGE = 1_000  # longer than any header or frame
 
 
 def _qwen3() -> str:
@@ -61,9 +61,55 @@ def test_a_large_tool_result_is_encoded_once(monkeypatch: pytest.MonkeyPatch) ->
     session.add_assistant({"role": "assistant", "content": "", "tool_calls": [
         {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]})
     output = "".join(f"{n:08d} INFO request ok in {n % 997} ms\n" for n in range(20_000))  # ~700 kB
+    encodes.clear()
     session.add_tool_result("c1", output)
     shown = session.messages()
-    assert encodes == [len(output)]  # n_j only
+    assert sum(encodes) == len(output)  # n_j only: one pass over the text, in slices
+    assert max(encodes) < 2 * tokenizers.SLICE_CHARS
     assert "Observation" in shown[-1]["content"] and output not in shown[-1]["content"]  # its stub
     record = session.start().records[-1]
     assert record.content == output and record.n_tokens == get_tokenizer(directory).count(output)
+
+
+_PIECES = st.sampled_from(["\n", "\n\n", " \n", "a", "Z", "7", "42", " ", "  ", ":", ".\n", "é", "\u0301", "中",
+                           "'s", "<|im_start|>", "<think>", "-", "\t", "\r\n", "😀", "ok "])
+
+
+@settings(max_examples=300, deadline=None)
+@example(["a", "\n", "b"] * 20, 2)
+@given(st.lists(_PIECES, max_size=120), st.integers(1, 5))
+def test_slices_encode_to_the_tokens_of_the_whole(pieces: list[str], every: int) -> None:
+    """Encoding a long text in slices cut after a line feed before a letter or digit gives the whole's tokens,
+    count and token starts (with slices of a few characters, so that every text is cut many times)."""
+    qwen = get_tokenizer(_qwen3())
+    assert isinstance(qwen, tokenizers.HuggingFaceTokenizer)
+    text = "".join(pieces)
+    whole = qwen._tokenizer.encode(text, add_special_tokens=False)
+    starts, floor = [], 0
+    for start, _end in whole.offsets:
+        floor = max(floor, min(start, len(text)))
+        starts.append(floor)
+    saved = tokenizers.SLICE_CHARS
+    tokenizers.SLICE_CHARS = 4
+    try:
+        assert len(list(qwen._slices(text))) >= min(1, text.count("\n"))
+        assert qwen.encode(text) == whole.ids
+        assert qwen.count(text) == len(whole.ids)
+        assert qwen.count_and_starts(text, every) == (len(whole.ids), starts[::every])
+    finally:
+        tokenizers.SLICE_CHARS = saved
+
+
+def test_an_observation_over_the_largest_is_refused_at_once_and_the_call_still_waits() -> None:
+    from arc_ref.errors import InvalidEvent
+    from arc_ref.store import LARGEST_OBSERVATION_BYTES
+
+    session = Session(_qwen3(), goal="Solve it.", tools=[{"type": "function", "function": {"name": "bash"}}])
+    session.messages()
+    session.add_assistant({"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]})
+    too_large = "é" * (LARGEST_OBSERVATION_BYTES // 2 + 1)  # 2 bytes each: one byte over
+    with pytest.raises(InvalidEvent, match="observation of 67,108,866 bytes is larger than the largest stored"):
+        session.add_tool_result("c1", too_large)
+    session.add_tool_result("c1", "a.txt")  # nothing was stored: the call still waits for its result
+    assert session.start().records[-1].content == "a.txt"
