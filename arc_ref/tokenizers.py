@@ -396,13 +396,12 @@ class HuggingFaceTokenizer:
         count = 0
         for begin, piece in self._slices(text):
             offsets = self._encoding(piece).offsets
-            for index, (start, _end) in enumerate(offsets, count):
-                # offsets are character spans; keep them monotone (merged or empty spans repeat)
-                floor = max(floor, min(begin + start, len(text)))
-                if index % every == 0:
-                    starts.append(floor)
+            # offsets are character spans; keep them monotone (merged or empty spans repeat), within the text
+            running = list(itertools.accumulate([begin + start for start, _end in offsets], max, initial=floor))
+            floor = running[-1]
+            starts.extend(min(start, len(text)) for start in running[1 + (-count) % every :: every])
             count += len(offsets)
-            del offsets
+            del offsets, running
         return count, starts
 
     def splits_between(self, before: str, after: str) -> bool:
