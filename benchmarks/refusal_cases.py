@@ -556,7 +556,24 @@ def argument_cases(scratch: Path) -> list[Case]:
     ]
 
 
-# --- issue 18 (items 5, 7, 9): tool output and arguments that crash or hang, unusable run directories -----
+# --- issue 18 (items 5, 6, 7, 9): arguments and lines that crashed or hung, a huge result, unusable run dirs --
+
+
+# A Session given a tool result one byte over the largest observation: the refusal is raised at once, then
+# the call still waits and takes a small result (the script exits 1 with the refusal's line on stderr).
+TOO_LARGE_RESULT = """
+import sys
+from arc_ref.session import Session
+session = Session("hf-dir:" + sys.argv[1], goal="Solve it.", tools=[{"type": "function", "function": {"name": "bash"}}])
+session.messages()
+session.add_assistant({"role": "assistant", "content": "", "tool_calls": [
+    {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]})
+try:
+    session.add_tool_result("c1", "\u00e9" * (32 * 2**20 + 1))
+except Exception as refused:
+    session.add_tool_result("c1", "a.txt")
+    sys.exit(f"{type(refused).__name__}: {refused}")
+"""
 
 
 def mcp_cases(work: Path) -> list[Case]:
@@ -589,7 +606,7 @@ def mcp_cases(work: Path) -> list[Case]:
 
 
 def issue18_input_cases(scratch: Path) -> list[Case]:
-    """Front ends given hostile input (issue 18, items 5, 7 and 9): every line answered, a clear refusal."""
+    """Front ends given hostile input (issue 18, items 5, 6, 7 and 9): every line answered, a clear refusal."""
     work = scratch / "issue18"
     work.mkdir()
     nih = [*ARC_EVAL, "nih", "--tasks", "1", "--seeds", "42", "--methods", "sliding_window", "--no-progress"]
@@ -639,6 +656,9 @@ def issue18_input_cases(scratch: Path) -> list[Case]:
              lambda: then_answered([qwen_tools, tool_turn('{"id": ' + "9" * 5000 + "}")]), EXIT_OK,
              "its arguments hold an integer of 5000 digits (at most 4300)"),
         *mcp_cases(work),
+        Case("a tool result over 64 MiB (Session, Qwen3)", "session.add_tool_result('c1', 'é' * (32 MiB + 1))",
+             lambda: from_stderr([sys.executable, "-c", TOO_LARGE_RESULT, str(QWEN3_DIR)], pick="InvalidEvent"),
+             1, "is larger than the largest stored observation, 67,108,864 bytes (64 MiB)"),
         Case("--out a read-only directory", "arc-eval nih ... --out RO (mode 0555, not root)", read_only_out,
              EXIT_USAGE, "cannot write in run directory"),
         Case("--out ''", "arc-eval nih ... --out ''", empty_out, EXIT_USAGE, "--out names no directory"),
@@ -709,7 +729,7 @@ def main(argv: list[str] | None = None) -> int:
             ("resume (issue 9.4), in a temporary directory", resume_cases(scratch)),
             ("CLI arguments (issue 9.5)", argument_cases(scratch)),
             ("serve-scripted answering like a misconfigured vLLM (issue 8.2)", server_fault_cases(scratch)),
-            ("hostile input to the front ends (issue 18, items 5, 7, 9)", issue18_input_cases(scratch)),
+            ("hostile input to the front ends (issue 18, items 5, 6, 7, 9)", issue18_input_cases(scratch)),
         ]
         groups = [(title, [case for case in cases if args.only in case.name]) for title, cases in groups]
         differing = run_cases(groups, scratch)
