@@ -49,7 +49,7 @@ ObsId = Annotated[str, Field(description="an id given by store_observation or sh
 Action = Annotated[str, Field(description="the command or tool call that produced the output (shown in its stub)")]
 Output = Annotated[str, Field(description="the output, kept verbatim")]
 ReturnCode = Annotated[int, Field(strict=True, description="the command's exit status (0: success), an integer")]
-Page = Annotated[int | None, Field(description="a page number, 1 = the oldest outputs (default: the last page)")]
+Page = Annotated[int | None, Field(strict=True, description="a page number, 1 = the oldest outputs (default: the last page)")]
 
 
 class StoredObservation(TypedDict):

@@ -91,6 +91,9 @@ def test_every_hostile_line_gets_a_json_rpc_error_and_nothing_is_stored(tmp_path
         assert "valid integer" in refused["result"]["content"][0]["text"]
         stored = server.answer(store_call(8, action="ls", observation="café", returncode=2))
         assert stored["id"] == 8 and not stored["result"].get("isError"), stored
+        page = server.answer(json.dumps({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+            "name": "catalog_page", "arguments": {"page": True}}}).encode())
+        assert page["id"] == 9 and page["result"]["isError"], page  # true is no page number
     finally:
         code, err = server.close()
     assert code == 0 and "Traceback" not in err, err
