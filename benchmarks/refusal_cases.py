@@ -626,8 +626,10 @@ def issue18_input_cases(scratch: Path) -> list[Case]:
             subprocess.run(["rm", "-rf", str(shared)], check=False)
 
     def empty_out() -> Outcome:
-        outcome = from_stderr([*nih, "--out", ""], cwd=work)
-        return checked(outcome, lambda: f"wrote {sorted(os.listdir(work))}" if os.listdir(work) else None)
+        here = work / "empty-out"
+        here.mkdir()
+        outcome = from_stderr([*nih, "--out", ""], cwd=here)
+        return checked(outcome, lambda: f"wrote {sorted(os.listdir(here))}" if os.listdir(here) else None)
 
     def unrelated_out() -> Outcome:
         out = work / "photos"
