@@ -27,7 +27,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp.shared.message import SessionMessage
 from pydantic import Field
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, JSONRPCMessage, TextContent, ToolAnnotations, jsonrpc_message_adapter
+from mcp.types import (CallToolResult, JSONRPCError, JSONRPCMessage, JSONRPCRequest, JSONRPCResponse, TextContent,
+                       ToolAnnotations, jsonrpc_message_adapter)
 
 from arc_ref.catalog import page_count
 from arc_ref.errors import ArcError
@@ -238,6 +239,7 @@ async def serve_lines(server: MCPServer, stdin: IO[bytes], stdout: IO[bytes]) ->
     incoming_send, incoming = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     outgoing, outgoing_receive = anyio.create_memory_object_stream[SessionMessage](0)
     lock = anyio.Lock()
+    awaiting: set[str | int] = set()  # ids of requests read and not yet answered
 
     def write_line(text: str) -> None:
         stdout.write(text.encode("utf-8") + b"\n")
@@ -251,7 +253,9 @@ async def serve_lines(server: MCPServer, stdin: IO[bytes], stdout: IO[bytes]) ->
         async with incoming_send:
             while True:
                 line = await anyio.to_thread.run_sync(stdin.readline)
-                if not line:
+                if not line:  # the client closed its side: answer what it asked, then end
+                    while awaiting:
+                        await anyio.sleep(0.01)
                     return
                 if not line.strip():
                     continue
@@ -259,12 +263,16 @@ async def serve_lines(server: MCPServer, stdin: IO[bytes], stdout: IO[bytes]) ->
                 if isinstance(message, str):
                     await emit(message)
                 else:
+                    if isinstance(message, JSONRPCRequest):
+                        awaiting.add(message.id)
                     await incoming_send.send(SessionMessage(message))
 
     async def writer() -> None:
         async with outgoing_receive:
             async for session_message in outgoing_receive:
                 await emit(session_message.message.model_dump_json(by_alias=True, exclude_unset=True))
+                if isinstance(session_message.message, (JSONRPCResponse, JSONRPCError)):
+                    awaiting.discard(session_message.message.id)
 
     lowlevel = server._lowlevel_server
     async with anyio.create_task_group() as group:

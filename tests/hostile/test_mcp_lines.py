@@ -100,3 +100,17 @@ def test_every_hostile_line_gets_a_json_rpc_error_and_nothing_is_stored(tmp_path
     with DurableStore.open(store, readonly=True) as opened:
         records = opened.state.records
         assert [(record.content, record.returncode) for record in records] == [("café", 2)]
+
+
+def test_requests_piped_before_the_input_closes_are_all_answered(tmp_path: Path) -> None:
+    """`printf ... | arc-ref mcp STORE`: the input ends before the calls are done; each still gets its answer
+    (before: the calls in flight when the input closed were never answered)."""
+    lines = [json.dumps(INITIALIZE).encode(), json.dumps(INITIALIZED).encode(),
+             *(store_call(number, action="ls", observation=f"output {number}") for number in range(1, 6)),
+             HOSTILE[0][1]]
+    done = subprocess.run([sys.executable, "-m", "arc_ref.cli", "mcp", str(tmp_path / "piped.arc")],
+                          input=b"\n".join(lines) + b"\n", capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert sorted(answer["id"] for answer in answers if answer["id"] is not None) == [0, 1, 2, 3, 4, 5]
+    assert sum(answer["id"] is None for answer in answers) == 1  # the hostile line's error
