@@ -46,10 +46,14 @@ def page_span(page: int, page_size: int, stored: int) -> tuple[int, int]:
     return first, min(page * page_size, stored)
 
 
-def render_page(setup: Setup, store: Store, page: int) -> Message:
-    """G: the catalog message for ``page`` (1 <= page <= pages); its tokens are <= P (Lemma 3)."""
+def render_page(setup: Setup, store: Store, page: int, upto: int | None = None) -> Message:
+    """G: the catalog message for ``page`` (1 <= page <= pages); its tokens are <= P (Lemma 3).
+
+    ``upto`` (layout "lean", spec/rendering.md section 14): the page of the catalog of observations 1..upto,
+    those that have left the verbatim view; its header counts them (pages and total), not later ones.
+    """
     size = setup.config.page_size
-    stored = len(store)
+    stored = len(store) if upto is None else upto
     pages = page_count(stored, size)
     first, last = page_span(page, size, stored)
     header = render.catalog_header(page, pages, first, last, stored)

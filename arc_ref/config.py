@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 
 TEMPLATE_FORMAT = "template"  # chat_format: the chat template of the hf-dir tokenizer's model directory
 ACTION_MODES = ("text", "tools")
+# The view's presentation (spec/rendering.md section 14): "lean" (default) costs what the plain transcript costs
+# until something is compacted and extends the previous view between compactions; "paper" is the layout of the
+# paper's experiments (a catalog page from the first observation, signatures in observation headers).
+LAYOUTS = ("lean", "paper")
 DEFAULT_TEMPLATE_KWARGS: tuple[tuple[str, Any], ...] = (("enable_thinking", False),)
 NO_TOOLS: tuple[ToolSpec, ...] = ()
 
@@ -63,6 +67,7 @@ class Config:
     signature_chars: int = 160  # action signature shown in stubs and headers
     thought_chars: int = 96  # summary: older thoughts truncated to this
     action_chars: int = 128  # summary: older actions truncated to this
+    layout: str = "lean"  # the view's presentation, one of LAYOUTS
 
     def replace(self, **changes: Any) -> "Config":
         return attrs.evolve(self, **changes)
@@ -71,18 +76,18 @@ class Config:
 INTEGER_FIELDS = tuple(
     a.name for a in attrs.fields(Config) if a.type in ("int", int)
 )
-STRING_FIELDS = ("tokenizer", "system", "goal", "chat_format", "action_mode")
+STRING_FIELDS = ("tokenizer", "system", "goal", "chat_format", "action_mode", "layout")
 JSON_FIELDS = ("tools", "template_kwargs")  # given as JSON values (an array of tools, an object)
 # Fields that were added after the first traces: echoed on the config line only when not at their default,
 # so that every earlier trace replays byte-identically (spec/trace.md section 4).
-LATER_FIELDS = ("action_mode", "tools", "template_kwargs")
+LATER_FIELDS = ("action_mode", "tools", "template_kwargs", "layout")
 # The replay trace's override keys (the issue fixes these names; the last six are extensions).
 OVERRIDE_KEYS = (
     "context_limit", "max_completion", "summary_budget", "recent_budget", "page_budget", "page_size",
     "stub_cap", "recall_budget", "chunk_tokens", "overhead", "capacity", "fingerprint_bits",
     "keep_verbatim_chars", "recalls_per_step", "tokenizer", "system", "goal",
     "chat_format", "preview_head_chars", "preview_tail_chars", "signature_chars", "thought_chars",
-    "action_chars", "action_mode", "tools", "template_kwargs",
+    "action_chars", "action_mode", "tools", "template_kwargs", "layout",
 )
 
 PRESETS: dict[str, Config] = {
@@ -431,6 +436,8 @@ def make_setup(config: Config) -> Setup:
     _check_integers(config)
     if config.action_mode not in ACTION_MODES:
         raise ConfigError(f"action_mode must be one of {', '.join(ACTION_MODES)}, got {config.action_mode!r}")
+    if config.layout not in LAYOUTS:
+        raise ConfigError(f"layout must be one of {', '.join(LAYOUTS)}, got {config.layout!r}")
     if config.action_mode == "tools" and config.chat_format != TEMPLATE_FORMAT:
         raise ConfigError(
             f"action_mode 'tools' needs chat_format {TEMPLATE_FORMAT!r}: tool calls and results are rendered by"

@@ -26,7 +26,7 @@ import immutables
 from attrs import frozen
 
 from arc_ref import render
-from arc_ref.catalog import page_count, render_page
+from arc_ref.catalog import page_count, page_of, render_page
 from arc_ref.commands import RECALL_WORDS, Command, IgnoredLine, parse_action
 from arc_ref.config import Config, Setup, make_setup
 from arc_ref.errors import BudgetViolation, CapacityExceeded, InvalidEvent
@@ -47,7 +47,7 @@ from arc_ref.history import (
 from arc_ref.ids import resolve, suggest
 from arc_ref.message import Message, ToolCall
 from arc_ref.recall import BufferEntry, admit, chunk_count, make_entry, stored_chunk
-from arc_ref.tools import ARC_TOOL_NAMES, arguments_surrogate, call_command
+from arc_ref.tools import ARC_TOOL_NAMES, arguments_problem, arguments_surrogate, call_command
 from arc_ref.store import EMPTY_STORE, Record, Store, make_record
 from arc_ref.summary import EMPTY_SUMMARY, Summary, fit_summary, summarize_entry
 from arc_ref.text import clipped, utf8_bytes
@@ -188,7 +188,7 @@ class ArcState:
     live_tokens: int
     summary: Summary  # S
     cited: immutables.Map[int, bool]  # Cited: indices shown as recall handles
-    catalog_cursor: int | None  # the page the agent chose; None follows the last page
+    catalog_cursor: int | None  # the page the agent chose; None: the default page (last, or lean's, section 14)
     catalog_message: Message | None  # G
     recall_cursor: immutables.Map[int, int]  # index -> last chunk returned (external cursor, A5)
     recall_buffer: tuple[BufferEntry, ...]  # U's bodies, least recently used first
@@ -284,7 +284,46 @@ def fold(state: ArcState, keep_tokens: int) -> tuple[ArcState, int]:
         items.append(item)
     summary = fit_summary(setup, items, state.summary.omitted, state.record)
     folded = attrs.evolve(state, live=live[count:], live_tokens=remaining, summary=summary, cited=cited)
+    if setup.config.layout == "lean":
+        folded = attrs.evolve(folded, catalog_message=lean_page(folded, folded.catalog_cursor))
     return folded, count
+
+
+def compacted_count(state: ArcState) -> int:
+    """c: observations 1..c have left the recent suffix H (folding takes the oldest first); O(|H|)."""
+    for entry in state.live:
+        if isinstance(entry, (ObservationEntry, ToolResultEntry, UserEntry)) and entry.index > 0:
+            return entry.index - 1
+    return state.stored
+
+
+def default_page(state: ArcState) -> int:
+    """The page shown while the agent has chosen none: the last page ("paper"), or under layout "lean" the page
+    of the newest observation that has left H (0: none has, and no page is shown; spec/rendering.md section 14)."""
+    if state.config.layout == "lean":
+        compacted = compacted_count(state)
+        return page_of(compacted, state.config.page_size) if compacted else 0
+    return page_count(state.stored, state.config.page_size)
+
+
+def page_after_storing(state: ArcState, records: Store) -> Message | None:
+    """G once a new record is stored: layout "paper" re-renders the chosen or the new last page (its header
+    counts every stored stub); layout "lean" leaves G as it is (it changes at a fold or a catalog command)."""
+    if state.config.layout == "lean":
+        return state.catalog_message
+    shown_page = state.catalog_cursor or page_count(len(records), state.config.page_size)
+    return render_page(state.setup, records, shown_page)
+
+
+def lean_page(state: ArcState, cursor: int | None) -> Message | None:
+    """G under layout "lean": the chosen page whole, or the default page with the stubs of observations that
+    have left H only; None while no observation has (A3 keeps every stub in the external catalog)."""
+    if cursor is not None:
+        return render_page(state.setup, state.records, cursor)
+    compacted = compacted_count(state)
+    if compacted == 0:
+        return None
+    return render_page(state.setup, state.records, page_of(compacted, state.config.page_size), compacted)
 
 
 def compaction_target(state: ArcState) -> int:
@@ -360,8 +399,7 @@ def _store(state: ArcState, action: str, content: str, returncode: int,
     if setup.ids.fingerprint_bits:
         fingerprints = fingerprints.set(record.obs_id.partition("-")[2], index)
     cited = state.cited if entry.verbatim else state.cited.set(index, True)
-    shown_page = state.catalog_cursor or page_count(index, state.config.page_size)
-    catalog_message = render_page(setup, records, shown_page)  # its header counts every stored stub
+    catalog_message = page_after_storing(state, records)
     new_state, folded = _append_live(
         state,
         (entry,),
@@ -457,7 +495,7 @@ class _CommandRun:
             self.answer(render.note_catalog_empty(word))
             return
         pages = page_count(stored, self.state.config.page_size)
-        current = self.state.catalog_cursor or pages
+        current = self.state.catalog_cursor or default_page(self.state)
         if word == "catalog-first":
             target = 1
         elif word == "catalog-next":
@@ -518,6 +556,9 @@ def _require_calls(calls: object) -> tuple[ToolCall, ...]:
         if not call.call_id or call.call_id in seen:
             raise InvalidEvent(f"tool call ids must be distinct and non-empty, got {call.call_id!r} twice or empty")
         seen.add(call.call_id)
+        problem = arguments_problem(call.arguments)  # first: it makes the json.loads below safe
+        if problem is not None:
+            raise InvalidEvent(f"tool call {clipped(call.call_id, SHOWN_TOKEN_CHARS)!r} cannot be read back: {problem}")
         lone = arguments_surrogate(call.arguments)
         if lone is not None:
             raise InvalidEvent(f"the arguments of tool call {clipped(call.call_id, SHOWN_TOKEN_CHARS)!r} are not text:"

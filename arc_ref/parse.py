@@ -214,7 +214,8 @@ def _split_runs(count: int, single: Callable[[int], bool], opens: Callable[[int]
 
 
 def parse_summary(content: str) -> Summary | None:
-    """S read back item by item (an inline item's content takes the fewest lines that let the rest parse)."""
+    """S read back item by item (an inline item's content takes the fewest lines that let the rest parse, and
+    at least one: the line after its head is always content, even when it reads as an item itself)."""
     lines = content.split("\n")
     if lines[0] != render.SUMMARY_HEADER:
         return None
@@ -225,8 +226,9 @@ def parse_summary(content: str) -> Summary | None:
             omitted, body = _int(fields, "count"), body[1:]
     singles = [_line_item(line) for line in body]
     heads = [_inline_head(line) for line in body]
+    # an inline item is its head line and at least one content line (empty content is an empty line)
     runs = _split_runs(
-        len(body), lambda i: singles[i] is not None and not heads[i], lambda i: heads[i], lambda i, j: True
+        len(body), lambda i: singles[i] is not None and not heads[i], lambda i: heads[i], lambda i, j: j >= i + 2
     )
     if runs is None:
         return None
@@ -237,7 +239,7 @@ def parse_summary(content: str) -> Summary | None:
             items.append(single)
             continue
         inline = parse_inline_item("\n".join(body[start:end]))
-        if inline is None:  # pragma: no cover - the head line guarantees the shape
+        if inline is None:  # pragma: no cover - a head line and a content line guarantee the shape
             return None
         items.append(inline)
     return Summary(omitted, tuple(items))
@@ -322,6 +324,14 @@ class ObservationMessage:
 
 
 @frozen
+class LeanObservationMessage:
+    """A verbatim observation under layout "lean": its return code and content (spec/rendering.md section 14)."""
+
+    returncode: int
+    content: str
+
+
+@frozen
 class ObservationStubMessage:
     obs_id: str
     returncode: int
@@ -341,6 +351,19 @@ def parse_observation_message(content: str) -> ObservationMessage | None:
     return ObservationMessage(
         _text(fields, "obs_id"), _int(fields, "returncode"), _text(fields, "signature"), _text(fields, "content")
     )
+
+
+def parse_lean_observation_message(content: str) -> LeanObservationMessage | None:
+    fields = render.LEAN_OBSERVATION_MESSAGE.parse(content)
+    if fields is None:
+        return None
+    return LeanObservationMessage(_int(fields, "returncode"), _text(fields, "content"))
+
+
+def parse_any_observation(content: str) -> ObservationMessage | LeanObservationMessage | ObservationStubMessage | None:
+    """An observation message of either layout, or an observation's stub message."""
+    return (parse_observation_stub_message(content) or parse_observation_message(content)
+            or parse_lean_observation_message(content))
 
 
 def parse_observation_stub_message(content: str) -> ObservationStubMessage | None:
@@ -438,7 +461,7 @@ class ToolNotes:
 
 ViewComponent = Union[
     Summary, CatalogPage, tuple[RecallResponse, ...], tuple[Note, ...], AgentMessage, ObservationMessage,
-    ObservationStubMessage, ToolTurnMessage, ToolNotes,
+    LeanObservationMessage, ObservationStubMessage, ToolTurnMessage, ToolNotes,
 ]
 
 
@@ -450,7 +473,7 @@ def parse_view_message(role: str, content: str) -> ViewComponent | None:
     if role == render.ASSISTANT:
         return parse_agent_message(content) or ToolTurnMessage(content)
     if role == render.TOOL:
-        observed = parse_observation_stub_message(content) or parse_observation_message(content)
+        observed = parse_any_observation(content)
         return observed if observed is not None else ToolNotes(_notes(content.split("\n")))
     first = content.split("\n", 1)[0]
     if first == render.SUMMARY_HEADER:
@@ -461,7 +484,7 @@ def parse_view_message(role: str, content: str) -> ViewComponent | None:
         return parse_command_message(content)
     if parse_catalog_header(first) is not None:
         return parse_catalog(content)
-    return parse_observation_stub_message(content) or parse_observation_message(content)
+    return parse_any_observation(content)
 
 
 def find_stubs(content: str) -> tuple[Stub, ...]:

@@ -202,6 +202,11 @@ OBSERVATION_STUB_MESSAGE = Template(
 )
 
 
+# layout "lean" (spec/rendering.md section 14): a verbatim observation as the plain transcript shows it, its id and
+# signature left out (the assistant message before it shows the action; its stub shows the id once it is compacted)
+LEAN_OBSERVATION_MESSAGE = Template("Observation (rc={returncode}):\n{content}", returncode=INT, content=TEXT)
+
+
 def agent_message(thought: str, action: str) -> str:
     return AGENT_MESSAGE.render(thought=thought, action=action)
 
@@ -213,6 +218,15 @@ def observation_message(obs_id: str, returncode: int, signature: str, content: s
 def observation_head(obs_id: str, returncode: int, signature: str) -> str:
     """The observation message before its verbatim content (the template with empty content)."""
     return OBSERVATION_MESSAGE.render(obs_id=obs_id, returncode=returncode, signature=signature, content="")
+
+
+def lean_observation_message(returncode: int, content: str) -> str:
+    return LEAN_OBSERVATION_MESSAGE.render(returncode=returncode, content=content)
+
+
+def lean_observation_head(returncode: int) -> str:
+    """The lean observation message before its verbatim content."""
+    return LEAN_OBSERVATION_MESSAGE.render(returncode=returncode, content="")
 
 
 def observation_stub_message(obs_id: str, returncode: int, n_tokens: int, stub_line: str) -> str:

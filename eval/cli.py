@@ -241,6 +241,8 @@ def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
         kind = args.command
         variants = {"": {}}
     _refuse_other_components(args, kind, args.backend)
+    if args.out is not None and not args.out.strip():
+        raise UsageError("--out names no directory; give a run directory, or leave --out out for the default")
     task = TASKS.get(kind)
     given = vars(args)
     run_values: dict[str, Any] = {attribute.name: given[option_dest(RUN_OWNER, attribute.name)]

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from hypothesis import strategies as st
 
-from arc_ref.config import Config, make_setup, minimum_budgets, preset
+from arc_ref.config import LAYOUTS, Config, make_setup, minimum_budgets, preset
 
 PRESET_NAMES = ("minimal", "paper")
 
@@ -71,6 +71,8 @@ def configs(draw: st.DrawFn, preset_name: str | None = None, fixed: Mapping[str,
         "keep_verbatim_chars": draw(st.integers(0, 60)),
         "recalls_per_step": draw(st.integers(1, 3)),
     }
+    if "layout" not in overrides:  # both presentations (spec/rendering.md section 14), lean the default
+        overrides["layout"] = draw(st.sampled_from(LAYOUTS))
     base = preset(name, **overrides)
     floors = minimum_budgets(base)
     for key in ("stub_cap", "overhead"):

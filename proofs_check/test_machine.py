@@ -10,7 +10,9 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invar
 from arc_ref.catalog import page_count, page_of, render_page
 from arc_ref.config import Config
 from arc_ref.errors import CapacityExceeded
-from arc_ref.machine import AgentTurn, ArcState, Compact, Observe, agent_turn, compact, init, observe
+from arc_ref.machine import (
+    AgentTurn, ArcState, Compact, Observe, agent_turn, compact, compacted_count, init, lean_page, observe,
+)
 from arc_ref.recall import chunk_text
 from arc_ref.history import ObservationEntry
 from arc_ref.render import recall_content, recall_response
@@ -154,7 +156,18 @@ class ArcMachine(RuleBasedStateMachine):
             assert arc.recall_message.content == recall_content(entry.response for entry in arc.recall_buffer)
         else:
             assert arc.recall_message is None
-        if arc.stored:
+        if arc.config.layout == "lean":
+            # section 14: the default page is that of the observations that have left H (none: no page); a
+            # chosen page was rendered at its command or at the last compaction, later stubs not yet on it
+            if arc.catalog_cursor is None:
+                assert arc.catalog_message == lean_page(arc, None)
+            else:
+                assert arc.catalog_message is not None
+                shown_lines = arc.catalog_message.content.split("\n")
+                fresh_lines = render_page(setup, arc.records, arc.catalog_cursor).content.split("\n")
+                assert shown_lines[1:] == fresh_lines[1 : len(shown_lines)]
+                assert shown_lines[0].startswith(f"[ARC catalog page {arc.catalog_cursor}/")
+        elif arc.stored:
             page = arc.catalog_cursor or page_count(arc.stored, arc.config.page_size)
             assert arc.catalog_message == render_page(setup, arc.records, page)
         else:
@@ -192,7 +205,10 @@ class ArcMachine(RuleBasedStateMachine):
             assert record.stub in render_page(arc.setup, arc.records, page).content.split("\n")
         shown, _ = exact_view(arc)
         catalogs = [m for m in shown.messages if m.content.startswith("[ARC catalog page")]
-        assert len(catalogs) == (1 if arc.stored else 0)
+        if arc.config.layout == "lean":  # section 14: no page until an observation leaves H or one is chosen
+            assert len(catalogs) == (0 if arc.catalog_cursor is None and compacted_count(arc) == 0 else 1)
+        else:
+            assert len(catalogs) == (1 if arc.stored else 0)
 
     @invariant()
     def claim4_recall_buffer_is_exact(self) -> None:

@@ -19,8 +19,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from arc_ref import parse, render
-from arc_ref.config import Config
-from arc_ref.machine import init
+from arc_ref.config import Config, preset
+from arc_ref.machine import Compact, Observe, init
 from arc_ref.render import Template
 from arc_ref.text import escape_line
 from proofs_check.harness import apply, event_lists, exact_view
@@ -66,6 +66,7 @@ def test_every_template_with_fields_is_a_template_object() -> None:
     """The render functions that take fields all go through a Template (so every one has a parser)."""
     assert {"STUB", "CATALOG_HEADER", "THOUGHT_ITEM", "NOTE_ITEM", "INLINE_ITEM", "BARE_ITEM", "SUMMARY_OMITTED",
             "RECALL_OPEN", "RECALL_CLOSE", "RECALL_RESPONSE", "AGENT_MESSAGE", "OBSERVATION_MESSAGE",
+            "LEAN_OBSERVATION_MESSAGE",
             "OBSERVATION_STUB_MESSAGE"} <= set(TEMPLATES)
     assert {name for name in TEMPLATES if name.startswith("NOTE_") and name != "NOTE_ITEM"} == {
         f"NOTE_{kind.upper()}" for kind, _ in parse.NOTE_TEMPLATES
@@ -229,6 +230,8 @@ def rerender(component: parse.ViewComponent) -> str:
     if isinstance(component, parse.ObservationMessage):
         return render.observation_message(component.obs_id, component.returncode, component.signature,
                                           component.content)
+    if isinstance(component, parse.LeanObservationMessage):
+        return render.lean_observation_message(component.returncode, component.content)
     if isinstance(component, parse.ToolTurnMessage):
         return component.thought
     if isinstance(component, parse.ToolNotes):
@@ -244,7 +247,17 @@ def rerender(component: parse.ViewComponent) -> str:
     return render.command_message(note_text(note) for note in component if isinstance(note, parse.Note))
 
 
+# An inline summary item whose content reads as a bare id (the line after its head is content, not an item).
+_ID_LIKE_CONTENT = (
+    preset("minimal", page_size=1, chunk_tokens=1, capacity=2, fingerprint_bits=0, keep_verbatim_chars=6,
+           recalls_per_step=1, max_completion=1, stub_cap=84, overhead=22, page_budget=202, recall_budget=131,
+           summary_budget=259, recent_budget=207, context_limit=895),
+    [Observe("ls", "§02-7", 0), Observe("ls", "§02-7", 0), Compact("proactive")],
+)
+
+
 @given(configs(), event_lists())
+@example(*_ID_LIKE_CONTENT)
 @proves("A4", "A3", "A5")
 def test_every_message_of_every_view_reads_back(config: Config, events: list[object]) -> None:
     """Every message after the prefix F is recognised as S, G, U, a command result or an entry of H, and
@@ -258,3 +271,12 @@ def test_every_message_of_every_view_reads_back(config: Config, events: list[obj
             assert rerender(component) == message.content
         if event is not None:
             state = apply(state, event)  # type: ignore[arg-type]
+
+
+def test_inline_content_that_looks_like_an_id_stays_inside_its_item() -> None:
+    """An inline item is its head line and at least one content line: an observation reading `§02-7` is its
+    content, not a bare item after an inline item with nothing in it (found by the property above)."""
+    content = render.summary_content(0, ["turn 1: thought:  | action: ls", render.inline_item("§1", 0, "ls", "§02-7")])
+    summary = parse.parse_summary(content)
+    assert summary is not None and rerender(summary) == content
+    assert isinstance(summary.items[-1], parse.InlineItem) and summary.items[-1].content == "§02-7"

@@ -108,20 +108,25 @@ class ModelSpec:
         """kv_b: K and V of every layer for one token: 2 x layers x kv_heads x head_dim x bytes."""
         return float(2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim * self.kv_bytes_per_element)
 
-    def prefill_flops_parts(self, prompt_tokens: int) -> tuple[float, float, float]:
-        """(matmul, attention, lm_head) FLOPs of prefilling a prompt of p tokens from scratch.
+    def prefill_flops_parts(self, prompt_tokens: int, cached_tokens: int = 0) -> tuple[float, float, float]:
+        """(matmul, attention, lm_head) FLOPs of prefilling a prompt of p tokens, the first c of them cached.
 
-        matmul    = 2 x matmul_params x p            (one multiply-add per weight per token)
-        attention = 2 x layers x heads x head_dim x p (p + 1)
-                    (QK^T and AV, 2 FLOPs per multiply-add each, over the p (p + 1) / 2 causal
-                    query-key pairs including the diagonal)
+        matmul    = 2 x matmul_params x (p - c)      (one multiply-add per weight per new token)
+        attention = 2 x layers x heads x head_dim x (p (p + 1) - c (c + 1))
+                    (QK^T and AV, 2 FLOPs per multiply-add each, over the causal query-key pairs of
+                    the p - c new queries, each against every key before it and itself)
         lm_head   = 2 x hidden x vocab               (logits of the last position only)
+
+        c = 0 is the paper's model (every call prefills its whole prompt); c > 0 is a server with
+        prefix caching (vLLM's automatic prefix caching) reusing the KV of the first c tokens.
         """
         p = float(prompt_tokens)
+        c = float(min(max(cached_tokens, 0), max(prompt_tokens - 1, 0)))  # the last token is always computed
         if p <= 0:
             return (0.0, 0.0, 0.0)
-        matmul = 2.0 * self.matmul_params * p
-        attention = 2.0 * self.num_hidden_layers * self.num_attention_heads * self.head_dim * p * (p + 1.0)
+        matmul = 2.0 * self.matmul_params * (p - c)
+        attention = (2.0 * self.num_hidden_layers * self.num_attention_heads * self.head_dim
+                     * (p * (p + 1.0) - c * (c + 1.0)))
         lm_head = 2.0 * self.hidden_size * self.vocab_size
         return (matmul, attention, lm_head)
 

@@ -10,6 +10,10 @@ completion m_k per call k:
     BW_decode = sum_k m_k (M_w / B + L_k kv_b)           bytes streamed from HBM while decoding
     T_decode  = BW_decode / bandwidth
     T_prefill = sum_k FLOPs_prefill(p_k) / peak FLOP/s   (every call re-prefills its whole prompt)
+
+With prefix caching (``trajectory_cost`` given (p_k, m_k, c_k) triples, c_k the tokens of call k's
+prompt shared with the previous prompt of its task): T_prefill = sum_k FLOPs_prefill(p_k | c_k) / peak,
+the uncached part only; decode still reads the whole KV of p_k (BW_decode unchanged).
     T_total   = T_prefill + T_decode
 
 A call that overflowed (rejected before any prefill) or ended in an error is not replayed.
@@ -118,18 +122,23 @@ def is_replayed(call: CallRecord) -> bool:
 
 
 def trajectory_cost(
-    calls: Sequence[CallRecord | tuple[int, int]], model: ModelSpec, hardware: HardwareSpec
+    calls: Sequence[CallRecord | tuple[int, int] | tuple[int, int, int]], model: ModelSpec, hardware: HardwareSpec
 ) -> TrajectoryCost:
-    """Cost of one trajectory: recorded calls, or plain (prompt_tokens, completion_tokens) pairs."""
+    """Cost of one trajectory: recorded calls, or plain (prompt_tokens, completion_tokens) pairs, or
+    (prompt_tokens, completion_tokens, cached_tokens) triples (prefix caching: see the module docstring)."""
     rows: list[tuple[int, str, int, int, bool]] = []
+    cached: list[int] = []
     for i, call in enumerate(calls, start=1):
         if isinstance(call, CallRecord):
             rows.append((call.call_index, call.purpose, call.prompt_tokens, call.completion_tokens, is_replayed(call)))
+            cached.append(0)
         else:
-            p, m = call
-            if p < 0 or m < 0:
-                raise InvalidInput("token counts must be non-negative")
+            p, m = call[0], call[1]
+            c = call[2] if len(call) == 3 else 0
+            if p < 0 or m < 0 or not 0 <= c <= p:
+                raise InvalidInput("token counts must be non-negative and cached tokens at most the prompt's")
             rows.append((i, "agent", p, m, True))
+            cached.append(c)
     kv_b = model.kv_bytes_per_token
     weights = model.weight_bytes
     free = free_hbm(model, hardware)
@@ -138,13 +147,14 @@ def trajectory_cost(
     l_bar = weighted / decode_tokens if decode_tokens else None
     batch = batch_size(l_bar, model, hardware) if l_bar is not None else None
     costs = []
-    for index, purpose, p, m, replayed in rows:
+    for (index, purpose, p, m, replayed), c in zip(rows, cached):
         mean_k = mean_context(p, m)
         if replayed and batch is not None:
             weight, kv = m * weights / batch, m * mean_k * kv_b
         else:
             weight, kv = 0.0, 0.0
-        matmul, attention, lm_head = model.prefill_flops_parts(p) if replayed else (0.0, 0.0, 0.0)
+        parts = model.prefill_flops_parts(p, c) if c else model.prefill_flops_parts(p)
+        matmul, attention, lm_head = parts if replayed else (0.0, 0.0, 0.0)
         costs.append(CallCost(index, purpose, p, m, replayed, mean_k, weight, kv, matmul, attention, lm_head))
     weight_bytes = math.fsum(c.weight_bytes for c in costs)
     kv_bytes = math.fsum(c.kv_bytes for c in costs)

@@ -81,7 +81,7 @@ def template_vectors() -> list[TraceVector]:
                 agent("", f"_recall-next {decomposed}\n_recall-next {decomposed}"),
                 agent("", f"_recall-next {decomposed}\n_recall_meta {listing}"),
                 VIEW,
-                obs("ls", "a.txt b.txt " * 30),
+                obs("ls", "a.txt b.txt " * 40),
                 agent("Done.", "submit"),
                 VIEW,
             ),
@@ -270,6 +270,30 @@ def tool_mode_vectors() -> list[TraceVector]:
             (QWEN3_VECTOR_PATH,),
         ),
         TraceVector(
+            "tool_turn_unreadable_arguments",
+            ("rendering.md §13", "trace.md §8"),
+            "A tool turn whose call's arguments the server could not read back (json.loads) nor the template"
+            " write again (tojson) is refused with an error line naming why, and the state is kept: brackets"
+            " nesting 257 levels deep (at most 256) and an integer literal of 4,301 digits (at most 4,300); the"
+            " next turn is taken as usual.",
+            (
+                config("minimal", **qwen_tools),
+                tool_turn("", call("call_1", "read_file", "[" * 257 + "]" * 257)),
+                tool_turn("", call("call_1", "_recall", '{"id": ' + "7" * 4301 + "}")),
+                tool_turn("", call("call_1", "read_file", {"path": "report.txt"})),
+                tool_result("call_1", "row 1"),
+                VIEW,
+            ),
+            (
+                ("the refused lines", errors_on(2, 3)),
+                ("too deep", has_error("tool call 'call_1' cannot be read back: its arguments nest 257 levels deep"
+                                       " (at most 256)")),
+                ("too many digits", has_error("its arguments hold an integer of 4301 digits (at most 4300)")),
+                ("the next turn is taken", view_has('"path": "report.txt"')),
+            ),
+            (QWEN3_VECTOR_PATH,),
+        ),
+        TraceVector(
             "tool_mode_user_messages",
             ("rendering.md §13", "trace.md §2", "trace.md §3", "A2", "A4", "A5", "L4"),
             "A user message after the goal (tool mode): refused while a call waits for its result; otherwise"
@@ -375,6 +399,52 @@ def trace_vectors() -> tuple[TraceVector, ...]:
             (
                 ("an observation larger than R is shown as its stub", not_verbatim),
                 ("the large observation comes back exactly", reassembles(PAPER_BIG)),
+            ),
+        ),
+        TraceVector(
+            "layout_paper",
+            ("A3", "A4", "rendering.md §14"),
+            "Layout paper, the presentation of the paper's experiments: every verbatim observation carries its id"
+            " and action signature, and the last catalog page is in the view from the first observation on.",
+            (
+                config("minimal", layout="paper"),
+                obs("ls", "a.txt b.txt"),
+                VIEW,
+                agent("Read a.", "cat a.txt"),
+                obs("cat a.txt", "alpha"),
+                VIEW,
+            ),
+            (
+                ("an observation header carries id and signature", view_has(") of `cat a.txt`:\nalpha")),
+                ("the catalog page is shown before anything is compacted", view_has("[ARC catalog page 1/1")),
+            ),
+        ),
+        TraceVector(
+            "layout_lean",
+            ("A3", "A4", "rendering.md §14"),
+            "Layout lean, the default: no catalog page while every observation is in H, verbatim observations"
+            " without id or signature; after a fold the default page holds the stubs of observations that left H"
+            " only, and storing an observation leaves it as it is; a chosen page is the whole page.",
+            (
+                config("minimal"),
+                obs("ls", "a.txt b.txt"),
+                VIEW,
+                agent("Read a.", "cat a.txt"),
+                obs("cat a.txt", "alpha " * 50),
+                agent("Read b.", "cat b.txt"),
+                obs("cat b.txt", "beta " * 50),
+                VIEW,
+                agent("Read c.", "cat c.txt"),
+                obs("cat c.txt", "gamma"),
+                VIEW,
+                agent("List them.", "catalog-first"),
+                VIEW,
+            ),
+            (
+                ("no catalog page before a fold", view_has("Solve it.<|im_end|>\n<|im_start|>user\nObservation (rc=0):\na.txt b.txt")),
+                ("H was folded", folded_by("observe")),
+                ("the default page counts the observations that left H", view_has("[ARC catalog page 2/2: observations 3-3 of 3;")),
+                ("a chosen page counts every stored stub", view_has("[ARC catalog page 1/2: observations 1-2 of 4;")),
             ),
         ),
         TraceVector(
@@ -1014,7 +1084,7 @@ def hostile_vectors() -> tuple[TraceVector, ...]:
             ),
             (
                 ("every not-quite-JSON line is an error", errors_on(*range(2, 13))),
-                ("-0 is stored as return code 0", view_has("(rc=0) of `ls`")),
+                ("-0 is stored as return code 0", view_has("Observation (rc=0):\nx")),
             ),
         ),
     )

@@ -156,7 +156,7 @@ def test_stub_of_exactly_c_tokens_keeps_its_signature_and_a_smaller_cap_refuses(
 
 def test_observation_message_of_exactly_r_tokens_is_verbatim_and_its_stub_must_fit_r() -> None:
     record = make_record(SETUP, 1, "cat a.txt", "a line of the file\n" * 20, 0, 0)
-    full = render.observation_message(record.obs_id, 0, "cat a.txt", record.content)
+    full = render.lean_observation_message(0, record.content)  # layout "lean", the default
     exact = SETUP.message_tokens(render.USER, full)
     assert observation_entry(_with(SETUP, recent_budget=exact), record).verbatim
     shown = observation_entry(_with(SETUP, recent_budget=exact - 1), record)

@@ -27,5 +27,5 @@ def test_every_tool_mode_message_reads_back(model_dir: str) -> None:  # noqa: F8
             component = parse.parse_view_message(message.role, message.content)
             assert component is not None and rerender(component) == message.content
             kinds.add(type(component).__name__)
-    assert {"ToolTurnMessage", "ToolNotes", "ObservationMessage", "ObservationStubMessage", "Summary", "CatalogPage",
+    assert {"ToolTurnMessage", "ToolNotes", "LeanObservationMessage", "ObservationStubMessage", "Summary", "CatalogPage",
             "tuple"} <= kinds, kinds

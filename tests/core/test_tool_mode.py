@@ -94,8 +94,8 @@ def test_a_tool_turn_answers_arc_calls_and_hands_the_others_to_the_environment(m
     state, observed = tool_result(state, ToolResult("c1", "hello world"))
     assert observed.verbatim and state.records[0].signature == 'read_file {"path": "a.txt"}' and not state.pending
     message = view(state).chat_messages()[-1]
-    assert message == {"role": "tool", "tool_call_id": "c1", "content": f"Observation {observed.obs_id} (rc=0) of"
-                       ' `read_file {"path": "a.txt"}`:\nhello world'}
+    # layout "lean" (spec/rendering.md section 14): the call's message shows the action, the result only its code
+    assert message == {"role": "tool", "tool_call_id": "c1", "content": "Observation (rc=0):\nhello world"}
     state, recalled = tool_turn(state, ToolTurn("", (ToolCall("c4", "_recall", json.dumps({"id": observed.obs_id})),)))
     assert recalled.recalls[0].payload == "hello world" and "[recall" in recalled.answered[0].response
     pairs_hold(state)

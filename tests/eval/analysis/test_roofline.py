@@ -253,3 +253,24 @@ def test_costs_of_a_recorded_run(tmp_path: Path) -> None:
         assert r.t_tot == (pytest.approx(total / n_ok) if n_ok else None)
     with pytest.raises(AnalysisError, match="no model preset"):
         method_costs(run.tasks, run.calls, {}, HARDWARE_PRESETS["h200"])
+
+
+def test_prefix_caching_prefills_only_the_uncached_queries() -> None:
+    """Prefix caching: the c cached tokens cost no matmul, and attention only for the p - c new queries;
+    decode (HBM) is unchanged, since every generated token still reads the whole KV."""
+    from arc_eval.analysis.presets import hardware_preset, model_preset
+
+    model, hardware = model_preset("qwen3-8b"), hardware_preset("h200")
+    p, c = 9000, 8000
+    matmul, attention, lm_head = model.prefill_flops_parts(p, c)
+    per_pair = 2.0 * model.num_hidden_layers * model.num_attention_heads * model.head_dim
+    assert matmul == 2.0 * model.matmul_params * (p - c)
+    assert attention == per_pair * (p * (p + 1) - c * (c + 1))
+    assert model.prefill_flops_parts(p, 0) == model.prefill_flops_parts(p)
+    plain = rl.trajectory_cost([(p, 100), (p + 500, 100)], model, hardware)
+    cached = rl.trajectory_cost([(p, 100, 0), (p + 500, 100, p)], model, hardware)
+    assert cached.decode_bytes == plain.decode_bytes
+    assert cached.prefill_flops < plain.prefill_flops
+    assert cached.calls[0].prefill_flops == plain.calls[0].prefill_flops
+    with pytest.raises(ValueError):
+        rl.trajectory_cost([(10, 1, 11)], model, hardware)

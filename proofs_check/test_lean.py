@@ -1,0 +1,211 @@
+"""A4 under layout "lean" (spec/rendering.md section 14): ARC never costs more than doing nothing.
+
+The plain transcript of a trace is what an agent without ARC sends: the same prefix F (system, goal and, in
+tool mode, the same tool listing), then every agent turn and every observation appended, each observation
+as ``Observation (rc=N):`` and its content, rendered by the same chat format. ARC's overhead over it is what
+its configuration adds to F (its instructions in the system text, its tools in the listing): B itself, the
+same on both sides here. Traces are runs of normal actions (no recall or catalog command: those are calls
+an agent without ARC cannot make). Properties, for every trace, at every call:
+
+* before the first compaction the view is the plain transcript, text and token count;
+* the view never costs more than the plain transcript;
+* between compactions the previous prompt, less its generation prompt, is a token prefix of the next one.
+
+Each runs with ChatML and o200k_base and with Qwen3's own chat template and tokenizer (skipped when absent),
+in text mode and in tool mode.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from arc_ref import render
+from arc_ref.chat import ChatFormat
+from arc_ref.config import Config
+from arc_ref.errors import CapacityExceeded, InvalidEvent
+from arc_ref.machine import (
+    AgentTurn,
+    ArcState,
+    Observe,
+    ToolResult,
+    ToolTurn,
+    agent_turn,
+    init,
+    observe,
+    tool_result,
+    tool_turn,
+    view,
+)
+from arc_ref.message import ToolCall
+from arc_ref.view import View
+from proofs_check.registry import proves
+from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
+from proofs_check.strategies import ENVIRONMENT_TOOLS, configs, normal_actions, texts, thoughts
+
+QWEN3 = qwen3_dir()
+needs_qwen3 = pytest.mark.skipif(QWEN3 is None, reason=QWEN3_ABSENT)
+
+returncodes = st.sampled_from((0, 0, 0, 1, 2, -9, 127))
+text_steps = st.lists(st.tuples(thoughts, normal_actions, texts(400), returncodes), max_size=24)
+tool_arguments = st.sampled_from(('{"path": "a.txt"}', '{"path": "notes"}', "{}"))
+tool_steps_plain = st.lists(
+    st.tuples(thoughts, st.lists(st.tuples(st.sampled_from(("read_file", "ls")), tool_arguments, texts(300),
+                                           returncodes), min_size=1, max_size=2)),
+    max_size=14,
+)
+
+
+def o200k_configs(action_mode: str = "text", **fixed: Any) -> st.SearchStrategy[Config]:
+    return configs("paper", fixed={"tokenizer": "o200k_base", "chat_format": "chatml", "layout": "lean", **fixed})
+
+
+def qwen3_configs(action_mode: str = "text", **fixed: Any) -> st.SearchStrategy[Config]:
+    return configs(fixed={"tokenizer": f"hf-dir:{QWEN3}", "chat_format": "template", "action_mode": action_mode,
+                          "layout": "lean", **fixed})
+
+
+class Plain:
+    """The plain transcript of the same trace, built from the events alone (not from ARC's state)."""
+
+    def __init__(self, state: ArcState) -> None:
+        self.setup = state.setup
+        self.messages: list[dict[str, Any]] = [message.openai() for message in state.prefix]
+
+    def agent(self, thought: str, action: str) -> None:
+        self.messages.append({"role": render.ASSISTANT, "content": render.agent_message(thought, action)})
+
+    def observation(self, content: str, returncode: int) -> None:
+        self.messages.append({"role": render.USER, "content": render.lean_observation_message(returncode, content)})
+
+    def tool_turn(self, thought: str, calls: Sequence[ToolCall]) -> None:
+        self.messages.append({"role": render.ASSISTANT, "content": thought,
+                              "tool_calls": [call.openai() for call in calls]})
+
+    def tool_result(self, call_id: str, content: str, returncode: int) -> None:
+        self.messages.append({"role": render.TOOL, "content": render.lean_observation_message(returncode, content),
+                              "tool_call_id": call_id})
+
+    def text(self, keep: int | None = None) -> str:
+        """The plain transcript rendered; ``keep``: only F and its last ``keep`` messages."""
+        chat = self.setup.chat
+        messages = self.messages
+        if keep is not None:
+            prefix = len(self.setup.prefix())
+            messages = messages[:prefix] + (messages[len(messages) - keep:] if keep else [])
+        if isinstance(chat, ChatFormat):
+            return chat.render((message["role"], message["content"]) for message in messages)
+        return chat.render(messages)
+
+    def tokens(self, keep: int | None = None) -> int:
+        return self.setup.tokenizer.count(self.text(keep))
+
+
+class Calls:
+    """Checks made before every call: exactness before the first compaction, the bound, the token prefix."""
+
+    def __init__(self, state: ArcState, plain: Plain) -> None:
+        self.plain = plain
+        self.compacted = False
+        self.previous: list[int] | None = None
+        self.generation = state.setup.generation_tokens
+        self.calls = 0
+
+    def check(self, state: ArcState, folded: int) -> View:
+        shown = view(state)
+        self.compacted |= folded > 0
+        plain_tokens = self.plain.tokens()
+        parts = shown.components
+        if not self.compacted:
+            assert shown.text() == self.plain.text()
+            assert shown.tokens == plain_tokens
+            assert parts.catalog == 0 and parts.summary == 0 and parts.recall == 0
+        # F, H and the generation prompt cost no more than F and the same messages of the plain transcript
+        # (an entry of H is the plain message, clipped or replaced by its stub when it could not fit R) ...
+        kept = self.plain.tokens(len(state.live))
+        assert shown.tokens - parts.summary - parts.catalog - parts.recall <= kept
+        # ... so the view exceeds the plain transcript by at most what S and G cost beyond the folded messages
+        folded_tokens = plain_tokens - kept
+        excess = max(0, parts.summary + parts.catalog - folded_tokens)
+        assert shown.tokens <= plain_tokens + excess, f"view {shown.tokens} > plain {plain_tokens} + {excess}"
+        if folded_tokens >= state.config.summary_budget + state.config.page_budget:
+            assert shown.tokens <= plain_tokens
+        ids = state.setup.tokenizer.encode(shown.text())
+        if self.previous is not None and folded == 0:
+            kept = len(self.previous) - self.generation
+            assert ids[:kept] == self.previous[:kept], "the view rewrote itself without a compaction"
+        self.previous = ids
+        self.calls += 1
+        return shown
+
+
+def run_text(config: Config, steps: list[tuple[str, str, str, int]]) -> None:
+    state = init(config)
+    plain = Plain(state)
+    calls = Calls(state, plain)
+    calls.check(state, 0)
+    for thought, action, content, returncode in steps:
+        state, turn = agent_turn(state, AgentTurn(thought, action))
+        assert not turn.command
+        plain.agent(thought, action)
+        try:
+            state, stored = observe(state, Observe(action, content, returncode))
+        except CapacityExceeded:
+            return
+        plain.observation(content, returncode)
+        calls.check(state, turn.folded + stored.folded)
+
+
+def run_tools(config: Config, steps: list[tuple[str, list[tuple[str, str, str, int]]]]) -> None:
+    state = init(config)
+    plain = Plain(state)
+    calls = Calls(state, plain)
+    calls.check(state, 0)
+    number = 0
+    for thought, made in steps:
+        tool_calls = []
+        for name, arguments, _, _ in made:
+            number += 1
+            tool_calls.append(ToolCall(f"call_{number}", name, arguments))
+        try:
+            state, turn = tool_turn(state, ToolTurn(thought, tuple(tool_calls)))
+        except InvalidEvent as refused:
+            assert "cannot fit recent_budget R" in str(refused)
+            return
+        plain.tool_turn(thought, tool_calls)
+        folded = turn.folded
+        for call, (_, _, content, returncode) in zip(tool_calls, made):
+            try:
+                state, stored = tool_result(state, ToolResult(call.call_id, content, returncode))
+            except CapacityExceeded:
+                return
+            plain.tool_result(call.call_id, content, returncode)
+            folded += stored.folded
+        calls.check(state, folded)
+
+
+@given(o200k_configs(), text_steps)
+@proves("A4")
+def test_lean_view_costs_no_more_than_the_plain_transcript(config: Config, steps: list[Any]) -> None:
+    """ChatML, o200k: view = plain transcript until the first compaction, <= it at every call, and between
+    compactions each prompt extends the previous one token for token."""
+    run_text(config, steps)
+
+
+@needs_qwen3
+@given(qwen3_configs(), text_steps)
+@proves("A4")
+def test_lean_template_view_costs_no_more_than_the_plain_transcript(config: Config, steps: list[Any]) -> None:
+    """The same under Qwen3's own chat template and tokenizer, text mode."""
+    run_text(config, steps)
+
+
+@needs_qwen3
+@given(qwen3_configs("tools", tools=ENVIRONMENT_TOOLS), tool_steps_plain)
+@proves("A4")
+def test_lean_tool_mode_view_costs_no_more_than_the_plain_transcript(config: Config, steps: list[Any]) -> None:
+    """The same in tool mode (Qwen3's template): tool turns and their results, the listing in both prefixes."""
+    run_tools(config, steps)
