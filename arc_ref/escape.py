@@ -30,6 +30,26 @@ def unshow(shown: str) -> str:
     return _DOUBLED_OR_LONE.sub(_undo, shown)
 
 
+def _starts_pattern(texts: Iterable[str]) -> str:
+    """A regular expression matching where any of ``texts`` starts, factored by common prefix (a trie), so that
+    each position costs the depth of the trie, not the number of texts. A text that another extends is
+    enough on its own: the match only says that some control string starts here."""
+    trie: dict[str, Any] = {}
+    for text in texts:
+        node = trie
+        for character in text:
+            node = node.setdefault(character, {})
+        node[""] = {}
+
+    def alternatives(node: dict[str, Any]) -> str:
+        if "" in node:
+            return ""
+        branches = [re.escape(character) + alternatives(child) for character, child in sorted(node.items())]
+        return branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+
+    return alternatives(trie)
+
+
 def _mark(match: re.Match[str]) -> str:
     character = match.group()
     return WORD_JOINER + WORD_JOINER if character == WORD_JOINER else character + WORD_JOINER
@@ -46,10 +66,10 @@ class ShownForm:
         kept = sorted({text for text in control_strings if len(text) >= 2 and WORD_JOINER not in text})
         self.control_strings: tuple[str, ...] = tuple(kept)
         if kept:
-            starts = "|".join(re.escape(text) for text in sorted(kept, key=len, reverse=True))
+            starts = _starts_pattern(kept)
             # a U+2060, or the first character of every occurrence (overlapping ones too: the lookahead
             # consumes nothing, the match one character)
-            self._marks: re.Pattern[str] = re.compile(f"{WORD_JOINER}|(?=(?:{starts})).", re.DOTALL)
+            self._marks: re.Pattern[str] = re.compile(f"{WORD_JOINER}|(?={starts}).", re.DOTALL)
             self._any: re.Pattern[str] = re.compile(f"{WORD_JOINER}|{starts}")
         else:
             self._marks = re.compile(WORD_JOINER)
