@@ -20,6 +20,10 @@ a lower bound, so the ratio is >= 1, and how far above 1 it is says how much of 
 kernel stack (eager PyTorch here, not vLLM's CUDA graphs and paged attention: decode at batch 1 pays kernel-launch
 time the roofline does not count).
 
+``--measured FILE`` prints the table for timings taken elsewhere (no torch needed): bench_roofline_gpu_h100.txt holds
+one H100 run (2026-11-26, transformers 5.17 eager): prefill 2.2x the roofline (441-461 TFLOP/s of 989), decode at
+batch 1-16 7.7-15x (70-104 ms per step, flat in the batch: Python and kernel launches, not HBM, bound eager decode).
+
 On a machine without CUDA it runs on the CPU (``--model tiny`` by default there, float32) so a test covers it; the
 prediction is then the chosen hardware's and the ratio says nothing about the CPU.
 """
@@ -113,9 +117,14 @@ def build_model(keys: dict[str, Any], device: Any, dtype: Any) -> Any:
         tie_word_embeddings=keys["tie_word_embeddings"], max_position_embeddings=40960,
     )
     torch.manual_seed(0)
-    with torch.device(device):
-        model = Qwen3ForCausalLM(config).to(dtype)
-    return model.eval()
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # built in its own dtype: no float32 copy of 8 B parameters on the GPU
+    try:
+        with torch.device(device):
+            model = Qwen3ForCausalLM(config)
+    finally:
+        torch.set_default_dtype(default)
+    return model.to(dtype).eval()
 
 
 class Timer:
@@ -151,6 +160,39 @@ def repeat_cache(cache: Any, batch: int) -> Any:
     return cache
 
 
+def prefill_row(spec: ModelSpec, hardware: HardwareSpec, prompt: int, seconds: float) -> Row:
+    """A prefill of `prompt` tokens beside T_prefill = FLOPs_prefill(p) / peak FLOP/s."""
+    flops = spec.prefill_flops(prompt)
+    return Row("prefill", prompt, 1, seconds, flops / hardware.total_flops, flops)
+
+
+def decode_row(spec: ModelSpec, hardware: HardwareSpec, prompt: int, batch: int, steps: int, seconds: float) -> Row:
+    """One decode step of `batch` sequences after `prompt` tokens beside (M_w + b L kv_b) / bandwidth, L the mean
+    context of the `steps` steps timed (the first of them sees p + 1 tokens)."""
+    context = mean_context(prompt + 1, steps)
+    streamed = spec.weight_bytes + batch * context * spec.kv_bytes_per_token
+    return Row("decode", prompt, batch, seconds, decode_time(streamed, hardware), streamed)
+
+
+def rows_from_lines(text: str, spec: ModelSpec, hardware: HardwareSpec, steps: int) -> list[Row]:
+    """Rows from lines ``prefill P 1 SECONDS`` / ``decode P B SECONDS_PER_STEP`` (``--measured``); others skipped."""
+    rows = []
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) == 4 and words[0] in ("prefill", "decode"):
+            prompt, batch, seconds = int(words[1]), int(words[2]), float(words[3])
+            rows.append(prefill_row(spec, hardware, prompt, seconds) if words[0] == "prefill"
+                        else decode_row(spec, hardware, prompt, batch, steps, seconds))
+    return rows
+
+
+def print_table(rows: list[Row]) -> None:
+    print(f"{'phase':8} {'prompt':>7} {'batch':>5} {'measured ms':>12} {'roofline ms':>12} {'measured/':>9}  achieved")
+    print(f"{'':8} {'':>7} {'':>5} {'':>12} {'':>12} {'roofline':>9}")
+    for row in rows:
+        print(row.line())
+
+
 def measure(model: Any, spec: ModelSpec, hardware: HardwareSpec, device: Any, prompts: list[int],
             batches: list[int], steps: int, repeats: int) -> list[Row]:
     import torch
@@ -164,8 +206,7 @@ def measure(model: Any, spec: ModelSpec, hardware: HardwareSpec, device: Any, pr
         for prompt in prompts:
             ids = torch.randint(0, spec.vocab_size, (1, prompt), generator=generator).to(device)
             times = [timer(lambda: prefill(model, ids)) for _ in range(repeats)]
-            flops = spec.prefill_flops(prompt)
-            rows.append(Row("prefill", prompt, 1, statistics.median(times), flops / hardware.total_flops, flops))
+            rows.append(prefill_row(spec, hardware, prompt, statistics.median(times)))
             for batch in batches:
                 cache, logits = prefill(model, ids)
                 cache = repeat_cache(cache, batch)
@@ -182,9 +223,7 @@ def measure(model: Any, spec: ModelSpec, hardware: HardwareSpec, device: Any, pr
 
                 step()  # the first step at this batch size warms its kernels
                 total = timer(decode)
-                context = mean_context(prompt + 1, steps)
-                streamed = spec.weight_bytes + batch * context * spec.kv_bytes_per_token
-                rows.append(Row("decode", prompt, batch, total / steps, decode_time(streamed, hardware), streamed))
+                rows.append(decode_row(spec, hardware, prompt, batch, steps, total / steps))
                 del cache
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
@@ -200,7 +239,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decode-steps", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3, help="prefill passes per prompt (median)")
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    parser.add_argument("--measured", type=Path, help="print the table for timings measured elsewhere (lines "
+                        "'prefill P 1 S' / 'decode P B S_PER_STEP', --decode-steps steps each), timing nothing")
     args = parser.parse_args(argv)
+    if args.measured is not None:
+        spec, _ = model_config(args.model or "qwen3-8b")
+        hardware = hardware_preset("h100-sxm" if args.hardware == "auto" else args.hardware)
+        print(f"model: {spec.name}; roofline: {hardware.name}; timings from {args.measured}")
+        print_table(rows_from_lines(args.measured.read_text(encoding="utf-8"), spec, hardware, args.decode_steps))
+        return 0
     try:
         import torch
         import transformers
@@ -233,10 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"built in {time.perf_counter() - started:.1f} s; prefill: median of {args.repeats}, decode: "
           f"{args.decode_steps} steps per row")
     rows = measure(model, spec, hardware, device, prompts, args.decode_batches, args.decode_steps, args.repeats)
-    print(f"{'phase':8} {'prompt':>7} {'batch':>5} {'measured ms':>12} {'roofline ms':>12} {'measured/':>9}  achieved")
-    print(f"{'':8} {'':>7} {'':>5} {'':>12} {'':>12} {'roofline':>9}")
-    for row in rows:
-        print(row.line())
+    print_table(rows)
     if on_cuda:
         print(f"peak memory: {torch.cuda.max_memory_allocated(device) / 1e9:.1f} GB")
     return 0

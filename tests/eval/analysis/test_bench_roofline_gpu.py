@@ -72,3 +72,17 @@ def test_bad_sizes_are_refused_with_a_message(capsys: pytest.CaptureFixture[str]
     pytest.importorskip("transformers", reason="transformers is absent (pip install transformers)")
     assert bench().main(["--device", "cpu", "--prompts", "0"]) == 2
     assert "must be positive" in capsys.readouterr().err
+
+
+def test_timings_measured_elsewhere_get_the_same_predictions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from arc_eval.analysis.presets import hardware_preset, model_preset
+
+    module = bench()
+    spec, hardware = model_preset("qwen3-8b"), hardware_preset("h100-sxm")
+    rows = module.rows_from_lines("# note\nprefill 4096 1 0.14\ndecode 4096 8 0.079\npeak_gb 46\n", spec, hardware, 32)
+    assert rows == [module.prefill_row(spec, hardware, 4096, 0.14), module.decode_row(spec, hardware, 4096, 8, 32, 0.079)]
+    assert rows[0].predicted_s == spec.prefill_flops(4096) / hardware.total_flops
+    recorded = REPO / "benchmarks" / "bench_roofline_gpu_h100.txt"
+    assert module.main(["--measured", str(recorded)]) == 0
+    table = [line.split() for line in capsys.readouterr().out.splitlines() if re.match(r"(prefill|decode) ", line)]
+    assert len(table) == 8 and all(float(row[5]) >= 1 for row in table)  # the roofline is a lower bound
