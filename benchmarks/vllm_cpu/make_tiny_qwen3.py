@@ -7,9 +7,13 @@ Without ``--answer`` the weights are random (replies are garbage): what is exerc
 template and its tokenizer. With ``--answer TEXT`` the model is a bigram machine that answers TEXT to every
 prompt, whatever it holds: every layer's attention and MLP outputs are zero (``o_proj``, ``down_proj``), so the
 last position's hidden state is its token's embedding; the embeddings of the generation prompt's last token and
-of TEXT's tokens are distinct one-hot vectors, and ``lm_head`` maps each of them to the token that follows it
-(TEXT's last token to ``<|im_end|>``, the end of the turn) with a logit of 128 against 0 for every other token.
-Decoding, greedy or sampled, then always writes TEXT, so a harness
+of TEXT's distinct tokens are distinct one-hot vectors, and ``lm_head`` maps each of them to the token that follows
+it (TEXT's last token to ``<|im_end|>``, the end of the turn) with a logit of 128 or more against 0 for every other
+token. When every token of TEXT is distinct, decoding, greedy or sampled, always writes TEXT. A token that repeats
+gets every one of its successors, the later ones with larger logits (128, 144, ...): free decoding takes the last,
+and a grammar that forces the earlier ones allows only them. That is how a tool call passes vLLM 0.32's grammar for
+``parallel_tool_calls: false`` (the envelope ``{"name": "`` NAME ``", "arguments": `` forced, the name and the
+arguments free): after ``":`` the name's ``Ġ"`` is forced and the arguments' ``Ġ{"`` free. Then, so a harness
 run against it takes the same action at every step and its tasks store, compact, summarize and overflow.
 
 Needs torch, transformers and safetensors (the vLLM environment has them); nothing is downloaded.
@@ -77,13 +81,15 @@ def answer_chain(tokenizer_dir: Path, answer: str) -> tuple[list[int], int]:
     answer_ids = tokenizer.encode(answer, add_special_tokens=False)
     end_of_turn = tokenizer.convert_tokens_to_ids(END_OF_TURN)
     chain = [prompt_ids[-1], *answer_ids]
-    if len(set(chain)) != len(chain) or end_of_turn in chain:
+    successors = {(token, following) for token, following in zip(chain, [*chain[1:], end_of_turn])}
+    if chain.count(prompt_ids[-1]) > 1 or end_of_turn in chain or len(successors) != len(chain):
         raise SystemExit(
-            f"make_tiny_qwen3: a bigram model cannot answer {answer!r}: a token repeats in "
-            f"{tokenizer.convert_ids_to_tokens(chain)} (pick an answer whose tokens are all distinct)"
+            f"make_tiny_qwen3: a bigram model cannot answer {answer!r}: in "
+            f"{tokenizer.convert_ids_to_tokens(chain)} the prompt's last token or a token pair repeats"
         )
-    if len(chain) > HIDDEN:
-        raise SystemExit(f"make_tiny_qwen3: {answer!r} has {len(answer_ids)} tokens; at most {HIDDEN - 1} fit")
+    if len(set(chain)) > HIDDEN:
+        raise SystemExit(f"make_tiny_qwen3: {answer!r} has {len(set(answer_ids))} distinct tokens; at most "
+                         f"{HIDDEN - 1} fit")
     return chain, int(end_of_turn)
 
 
@@ -98,10 +104,14 @@ def rig_bigram(state: dict[str, Any], chain: list[int], end_of_turn: int) -> Non
     head = state["lm_head.weight"]
     embed.zero_()
     head.zero_()
-    successors = [*chain[1:], end_of_turn]
-    for slot, (token, successor) in enumerate(zip(chain, successors)):
+    slots: dict[int, int] = {}
+    seen: dict[int, int] = {}
+    for token, successor in zip(chain, [*chain[1:], end_of_turn]):
+        slot = slots.setdefault(token, len(slots))
         embed[token, slot] = 1.0
-        head[successor, slot] = SUCCESSOR_LOGIT / HIDDEN**0.5  # the final RMSNorm scales a one-hot by sqrt(64)
+        logit = SUCCESSOR_LOGIT + 16.0 * seen.get(token, 0)  # a repeated token's later successors rank higher
+        seen[token] = seen.get(token, 0) + 1
+        head[successor, slot] = logit / HIDDEN**0.5  # the final RMSNorm scales a one-hot by sqrt(64)
     state["model.norm.weight"].copy_(torch.ones_like(state["model.norm.weight"]))
 
 

@@ -42,8 +42,9 @@ SHARED_DATA = Path(os.environ.get("ARC_SHARED_DATA") or ROOT.parent / "shared" /
 SERVED = "tiny-qwen3"
 WINDOW = 8192
 ANSWER = "cat secrets.txt"  # the needle file of every nih task: each call stores ~1300 tokens
-# the same command as a hermes tool call (Qwen3's format), spaced so that no token repeats (a bigram needs that)
-TOOL_ANSWER = '<tool_call>{"name":"cat","arguments":{"file": "secrets.txt"}}</tool_call>'
+# the same command as a hermes tool call (Qwen3's format), spaced as vLLM 0.32's grammar forces the envelope when
+# the harness sends parallel_tool_calls: false (see make_tiny_qwen3.py on repeated tokens)
+TOOL_ANSWER = '<tool_call>{"name": "cat", "arguments": {"file":"secrets.txt"}}</tool_call>'
 
 
 @dataclass
@@ -254,8 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--vllm-python", required=True, help="the Python of the environment vLLM is installed in")
     parser.add_argument("--work", type=Path, required=True, help="a directory for the models, runs and logs")
-    parser.add_argument("--start-timeout", type=float, default=1800, help="seconds for vLLM to come up")
-    parser.add_argument("--skip-random", action="store_true", help="serve the bigram model only")
+    parser.add_argument("--start-timeout", type=float, default=900, help="seconds for vLLM to come up")
+    parser.add_argument("--parts", default="text,tool,random",
+                        help="which servers to run, of text (text mode, refusals, Session), tool, random")
     args = parser.parse_args(argv)
     # run.sh's timeout sends SIGTERM: leave through the `finally` blocks, so no vLLM server outlives the check
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(f"real_vllm: stopped by signal {signum}"))
@@ -264,10 +266,25 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     text_model, tool_model = work / "tiny-qwen3-text", work / "tiny-qwen3-tool"
     random_model = work / "tiny-qwen3-random"
-    make_model(args.vllm_python, text_model, "--answer", ANSWER)
-    make_model(args.vllm_python, tool_model, "--answer", TOOL_ANSWER)
+    parts = set(args.parts.split(","))
     report = Report()
     runs = work / "runs"
+    if "text" in parts:
+        make_model(args.vllm_python, text_model, "--answer", ANSWER)
+        text_part(report, args, text_model, runs, work)
+    if "tool" in parts:
+        make_model(args.vllm_python, tool_model, "--answer", TOOL_ANSWER)
+        tool_part(report, args, tool_model, runs, work)
+    if "random" in parts:
+        make_model(args.vllm_python, random_model)
+        random_part(report, args, random_model, runs, work)
+    minutes = (time.monotonic() - started) / 60
+    print(f"real vLLM: {len(report.lines) - len(report.failures)} checks passed, {len(report.failures)} failed "
+          f"in {minutes:.1f} min" + (f": {', '.join(report.failures)}" if report.failures else ""), flush=True)
+    return 1 if report.failures or not report.lines else 0
+
+
+def text_part(report: Report, args: argparse.Namespace, text_model: Path, runs: Path, work: Path) -> None:
     server = VllmServer(args.vllm_python, text_model, work / "vllm-text.log", args.start_timeout)
     try:
         check_run(report, "text mode, server counting", server.url, text_model, runs / "text-server", paths=True)
@@ -277,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
         check_session(report, server.url, text_model)
     finally:
         server.stop()
+
+
+def tool_part(report: Report, args: argparse.Namespace, tool_model: Path, runs: Path, work: Path) -> None:
     server = VllmServer(args.vllm_python, tool_model, work / "vllm-tool.log", args.start_timeout)
     try:
         check_run(report, "tool mode, server counting", server.url, tool_model, runs / "tool-server",
@@ -285,18 +305,15 @@ def main(argv: list[str] | None = None) -> int:
                   "--tool-calling", "--count-with", "local", paths=True)
     finally:
         server.stop()
-    if not args.skip_random:
-        make_model(args.vllm_python, random_model)
-        server = VllmServer(args.vllm_python, random_model, work / "vllm-random.log", args.start_timeout)
-        try:
-            check_run(report, "random model, text mode", server.url, random_model, work / "runs" / "random-text",
-                      "--max-steps", "4", paths=False)
-        finally:
-            server.stop()
-    minutes = (time.monotonic() - started) / 60
-    print(f"real vLLM: {len(report.lines) - len(report.failures)} checks passed, {len(report.failures)} failed "
-          f"in {minutes:.1f} min" + (f": {', '.join(report.failures)}" if report.failures else ""), flush=True)
-    return 1 if report.failures else 0
+
+
+def random_part(report: Report, args: argparse.Namespace, random_model: Path, runs: Path, work: Path) -> None:
+    server = VllmServer(args.vllm_python, random_model, work / "vllm-random.log", args.start_timeout)
+    try:
+        check_run(report, "random model, text mode", server.url, random_model, runs / "random-text",
+                  "--max-steps", "4", paths=False)
+    finally:
+        server.stop()
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
 
 REPO = Path(__file__).resolve().parents[3]
 QWEN3 = qwen3_dir()
-TOOL_ANSWER = '<tool_call>{"name":"cat","arguments":{"file": "secrets.txt"}}</tool_call>'
+TOOL_ANSWER = '<tool_call>{"name": "cat", "arguments": {"file":"secrets.txt"}}</tool_call>'
 
 
 def load(name: str) -> ModuleType:
@@ -28,8 +28,8 @@ def load(name: str) -> ModuleType:
 
 
 @pytest.mark.skipif(QWEN3 is None, reason=QWEN3_ABSENT)
-@pytest.mark.parametrize("answer", ["cat secrets.txt", TOOL_ANSWER])
-def test_the_bigram_model_answers_its_text_to_every_prompt_greedy_or_sampled(tmp_path: Path, answer: str) -> None:
+def test_the_bigram_model_answers_its_text_to_every_prompt_greedy_or_sampled(tmp_path: Path) -> None:
+    answer = "cat secrets.txt"
     torch = pytest.importorskip("torch", reason="PyTorch is absent (pip install torch)")
     transformers = pytest.importorskip("transformers", reason="transformers is absent (pip install transformers)")
     assert QWEN3 is not None
@@ -53,10 +53,34 @@ def test_the_bigram_model_answers_its_text_to_every_prompt_greedy_or_sampled(tmp
 
 
 @pytest.mark.skipif(QWEN3 is None, reason=QWEN3_ABSENT)
-def test_an_answer_whose_tokens_repeat_is_refused(tmp_path: Path) -> None:
+def test_a_repeated_token_offers_every_successor_the_later_ones_first(tmp_path: Path) -> None:
+    """The tool call repeats '":' and 'Ġ"': vLLM's grammar forces the envelope's earlier successors, and where
+    the grammar leaves the choice free (the name, the arguments) the model's ranking decides."""
+    torch = pytest.importorskip("torch", reason="PyTorch is absent (pip install torch)")
+    transformers = pytest.importorskip("transformers", reason="transformers is absent (pip install transformers)")
+    assert QWEN3 is not None
+    module = load("make_tiny_qwen3")
+    module.write_model(tmp_path / "model", Path(QWEN3), TOOL_ANSWER, seed=0)
+    chain, end_of_turn = module.answer_chain(Path(QWEN3), TOOL_ANSWER)
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "model"))
+    successors: dict[int, list[int]] = {}
+    for token, following in zip(chain, [*chain[1:], end_of_turn]):
+        successors.setdefault(token, []).append(following)
+    assert any(len(following) > 1 for following in successors.values())
+    with torch.inference_mode():
+        for token, following in successors.items():
+            logits = model(input_ids=torch.tensor([[1, 2, token]])).logits[0, -1]
+            offered = (logits > 1).nonzero().flatten().tolist()
+            assert sorted(offered) == sorted(following)  # every successor, nothing else
+            ranked = sorted(following, key=lambda candidate: -float(logits[candidate]))
+            assert ranked == following[::-1]  # the later occurrence's successor first
+
+
+@pytest.mark.skipif(QWEN3 is None, reason=QWEN3_ABSENT)
+def test_an_answer_that_repeats_a_token_pair_is_refused(tmp_path: Path) -> None:
     pytest.importorskip("transformers", reason="transformers is absent (pip install transformers)")
     assert QWEN3 is not None
-    with pytest.raises(SystemExit, match="a token repeats"):
+    with pytest.raises(SystemExit, match="a token pair repeats"):
         load("make_tiny_qwen3").answer_chain(Path(QWEN3), "cat secrets.txt; cat secrets.txt")
 
 
