@@ -549,6 +549,14 @@ def make_setup(config: Config) -> Setup:
             f" = {m.context_limit} - {m.max_completion} = {limit} (A4: K <= L); lower summary_budget,"
             " recent_budget, page_budget, recall_budget or overhead, shorten system/goal, or raise context_limit"
         )
+    if isinstance(chat, ChatFormat):  # check 4: B is counted whole, the view sums F's two messages apart
+        apart = [message(role, content) for role, content in prefix]
+        if sum(apart) != prefix_tokens:
+            problems.append(
+                f"the task prefix F costs {prefix_tokens} tokens counted whole but {apart[0]} + {apart[1]} ="
+                f" {sum(apart)} as its two messages: tokenizer {config.tokenizer!r} merges across their boundary,"
+                " so the view's total would not be the sum of its messages"
+            )
     if problems:
         raise ConfigError("invalid ARC configuration:\n  - " + "\n  - ".join(problems))
     return Setup(

@@ -4,9 +4,10 @@ An entry is an agent turn (assistant: thought + action), an observation (user: v
 stub when the whole message would not fit R: A4 "stored first and represented by its stub"), or the
 result of commands the core answered itself (user: one note per command).
 
-In tool mode (spec/rendering.md section 13) an entry is an assistant turn with its tool calls, or the tool
-result answering one call: an environment's result stored as an observation, or ARC's own answer to a call
-of one of its tools. An assistant turn and the results of its calls form one *unit* (`unit_starts`), folded
+In tool mode (spec/rendering.md section 13) an entry is an assistant turn with its tool calls, the tool
+result answering one call (an environment's result stored as an observation, or ARC's own answer to a call
+of one of its tools), or a user message after the goal (stored as an observation, shown as a user message,
+a unit of its own). An assistant turn and the results of its calls form one *unit* (`unit_starts`), folded
 as a whole, so a call and its result are never separated; a unit's messages cost at most R together.
 """
 
@@ -68,7 +69,17 @@ class ToolResultEntry:
     message: Message
 
 
-LiveEntry = Union[AgentEntry, ObservationEntry, CommandEntry, ToolTurnEntry, ToolResultEntry]
+@frozen
+class UserEntry:
+    """Tool mode: a user message after the goal, stored as O_j (``index``) and shown as a user message."""
+
+    turn: int
+    index: int  # j of the stored record
+    verbatim: bool  # False: the message shows the stub because the full message exceeds R
+    message: Message
+
+
+LiveEntry = Union[AgentEntry, ObservationEntry, CommandEntry, ToolTurnEntry, ToolResultEntry, UserEntry]
 
 
 def starts_unit(entry: LiveEntry) -> bool:
@@ -181,3 +192,15 @@ def tool_result_entry(setup: Setup, turn: int, call_id: str, record: Record, bud
     if message.tokens > budget:
         raise BudgetViolation(f"the stub message of {record.obs_id} costs {message.tokens} > the {budget} tokens left")
     return ToolResultEntry(turn, call_id, record.index, False, (), message)
+
+
+def user_entry(setup: Setup, turn: int, record: Record) -> UserEntry:
+    """A user message after the goal: its text verbatim when the message fits R, otherwise its stub (A4)."""
+    message = setup.message(render.USER, record.content, parts=((record.content, record.n_tokens),))
+    if message.tokens <= setup.config.recent_budget:
+        return UserEntry(turn, record.index, True, message)
+    content = render.observation_stub_message(record.obs_id, record.returncode, record.n_tokens, record.stub)
+    message = setup.message(render.USER, content)
+    if message.tokens > setup.config.recent_budget:
+        raise BudgetViolation(f"the stub message of {record.obs_id} costs {message.tokens} > recent_budget R")
+    return UserEntry(turn, record.index, False, message)

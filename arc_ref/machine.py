@@ -9,7 +9,8 @@ action; recall and catalog commands are answered here, A3/A5), Compact (the one 
 proactive, reactive after an overflow, or forced), and RequestView (A4; pure). In tool mode (config
 ``action_mode = "tools"``, spec/rendering.md section 13) the agent acts with ToolTurn (its text and tool
 calls; calls to ARC's own tools are answered here) and the environment answers each of its calls with a
-ToolResult (stored like an observation); Observe and AgentTurn belong to text mode.
+ToolResult (stored like an observation), and a user message after the goal is a UserMessage (stored like an
+observation, shown as a user message, a unit of its own); Observe and AgentTurn belong to text mode.
 
 Invariant kept by every transition: tokens(H) <= R. When an append makes the recent suffix exceed R,
 the compaction routine runs at once (the proactive trigger), so a view is always within budget.
@@ -33,6 +34,7 @@ from arc_ref.history import (
     LiveEntry,
     ObservationEntry,
     ToolResultEntry,
+    UserEntry,
     agent_entry,
     command_entry,
     observation_entry,
@@ -40,17 +42,19 @@ from arc_ref.history import (
     tool_note_entry,
     tool_result_entry,
     tool_turn_entry,
+    user_entry,
 )
 from arc_ref.ids import resolve, suggest
 from arc_ref.message import Message, ToolCall
 from arc_ref.recall import BufferEntry, admit, chunk_count, make_entry, stored_chunk
-from arc_ref.tools import ARC_TOOL_NAMES, call_command
+from arc_ref.tools import ARC_TOOL_NAMES, arguments_surrogate, call_command
 from arc_ref.store import EMPTY_STORE, Record, Store, make_record
 from arc_ref.summary import EMPTY_SUMMARY, Summary, fit_summary, summarize_entry
 from arc_ref.text import clipped, utf8_bytes
 from arc_ref.view import View, build_view
 
 COMPACT_REASONS: tuple[str, ...] = ("proactive", "reactive", "forced")
+USER_ACTION = "user"  # the action a user message is stored under (its signature, hence its id, A1)
 SHOWN_TOKEN_CHARS = 48  # an unknown id is echoed back clipped to this many characters
 _DECIMAL = re.compile(r"[0-9]{1,10}")
 
@@ -93,6 +97,13 @@ class ToolResult:
 
 
 @frozen
+class UserMessage:
+    """Tool mode: a user message after the goal (a follow-up, a framework's format error), stored (A2) as O_j."""
+
+    content: str
+
+
+@frozen
 class Compact:
     reason: str = "forced"
 
@@ -102,7 +113,7 @@ class RequestView:
     pass
 
 
-Event = Union[Observe, AgentTurn, ToolTurn, ToolResult, Compact, RequestView]
+Event = Union[Observe, AgentTurn, ToolTurn, ToolResult, UserMessage, Compact, RequestView]
 
 
 # --- outputs ----------------------------------------------------------------------------------
@@ -265,7 +276,7 @@ def fold(state: ArcState, keep_tokens: int) -> tuple[ArcState, int]:
     items = list(state.summary.items)
     for entry in live[:count]:
         record = None
-        if isinstance(entry, (ObservationEntry, ToolResultEntry)) and entry.index > 0:
+        if isinstance(entry, (ObservationEntry, ToolResultEntry, UserEntry)) and entry.index > 0:
             record = state.record(entry.index)
         item = summarize_entry(setup, entry, record, record is not None and record.index in cited)
         if item.kind == "stub":
@@ -505,6 +516,10 @@ def _require_calls(calls: object) -> tuple[ToolCall, ...]:
         if not call.call_id or call.call_id in seen:
             raise InvalidEvent(f"tool call ids must be distinct and non-empty, got {call.call_id!r} twice or empty")
         seen.add(call.call_id)
+        lone = arguments_surrogate(call.arguments)
+        if lone is not None:
+            raise InvalidEvent(f"the arguments of tool call {clipped(call.call_id, SHOWN_TOKEN_CHARS)!r} are not text:"
+                               f" their JSON holds a lone surrogate escape ({lone})")
     return calls
 
 
@@ -612,6 +627,41 @@ def tool_result(state: ArcState, event: ToolResult) -> tuple[ArcState, ObserveRe
     return new_state, ObserveResult(record.obs_id, index, record.n_tokens, chunks, entry.verbatim, folded)
 
 
+def user_message(state: ArcState, event: UserMessage) -> tuple[ArcState, ObserveResult]:
+    """Store a user message after the goal as O_j (A1, A2) and append it to H as a user message, verbatim when
+    it fits R, otherwise its stub (A4); a unit of its own. Refused while a call of the last turn has no result
+    (a chat puts a call's result right after it)."""
+    _tool_mode(state, "a user message")
+    content = _require_str("content", event.content)
+    if state.pending:
+        waiting = ", ".join(call.call_id for call in state.pending)
+        raise InvalidEvent(f"a user message cannot come while tool call(s) {waiting} have no result yet")
+    setup = state.setup
+    index = state.stored + 1
+    if index > state.config.capacity:
+        raise CapacityExceeded(
+            f"cannot store observation #{index}: the declared capacity N_max is {state.config.capacity}"
+        )
+    record = make_record(setup, index, USER_ACTION, content, 0, state.turn)
+    entry = user_entry(setup, state.turn, record)
+    records = state.records.append(record)
+    fingerprints = state.fingerprints
+    if setup.ids.fingerprint_bits:
+        fingerprints = fingerprints.set(record.obs_id.partition("-")[2], index)
+    cited = state.cited if entry.verbatim else state.cited.set(index, True)
+    shown_page = state.catalog_cursor or page_count(index, state.config.page_size)
+    new_state, folded = _append_live(
+        state,
+        (entry,),
+        records=records,
+        fingerprints=fingerprints,
+        cited=cited,
+        catalog_message=render_page(setup, records, shown_page),
+    )
+    chunks = chunk_count(record.n_tokens, state.config.chunk_tokens)
+    return new_state, ObserveResult(record.obs_id, index, record.n_tokens, chunks, entry.verbatim, folded)
+
+
 # --- view and dispatch ------------------------------------------------------------------------
 
 
@@ -632,6 +682,8 @@ def step(state: ArcState, event: Event) -> tuple[ArcState, Output]:
         return tool_turn(state, event)
     if isinstance(event, ToolResult):
         return tool_result(state, event)
+    if isinstance(event, UserMessage):
+        return user_message(state, event)
     if isinstance(event, Compact):
         return compact(state, event)
     if isinstance(event, RequestView):
@@ -642,5 +694,6 @@ def step(state: ArcState, event: Event) -> tuple[ArcState, Output]:
 __all__ = [
     "AgentResult", "AgentTurn", "ArcState", "Compact", "CompactResult", "Event", "Observe", "ObserveResult",
     "Output", "RecallResult", "RequestView", "ToolAnswer", "ToolResult", "ToolTurn", "ToolTurnResult",
-    "agent_turn", "compact", "fold", "init", "observe", "step", "tool_result", "tool_turn", "view",
+    "USER_ACTION", "UserMessage", "agent_turn", "compact", "fold", "init", "observe", "step", "tool_result",
+    "tool_turn", "user_message", "view",
 ]

@@ -43,6 +43,7 @@ from arc_ref.machine import (
     ToolResult,
     ToolTurn,
     ToolTurnResult,
+    UserMessage,
     init,
     step,
     view,
@@ -152,7 +153,8 @@ class Session:
     the paper's (a 16k window, 4096-token completions). Without ``system`` the model is told how to call ARC's
     tools (`TOOL_MODE_SYSTEM`). Misuse raises `SessionError` (an `ArcError`); the durable store's own failures
     (missing, locked, damaged) raise `arc_ref.persist.StoreError`. System and goal may also be set before the first
-    message is requested (`set_system`, `set_goal` / `add_user`); the session starts then.
+    message is requested (`set_system`, `set_goal` / the first `add_user`); the session starts then. A later
+    `add_user` (a follow-up, a framework's format-error message) is stored and shown as a user message.
     """
 
     def __init__(self, tokenizer: str | None = None, *, system: str | None = None, goal: str | None = None,
@@ -210,21 +212,30 @@ class Session:
         self._before_start("the goal")
         self._goal = text
 
-    def add_user(self, text: str) -> None:
-        """The user's message: the task, kept verbatim in the prefix F (the core has one user message, the goal).
-
-        Only before the session starts; a second one before then is refused too (join them yourself).
-        """
-        if self._goal is not None:
-            self._before_start("a user message")
-            raise SessionError("the goal is already set: the view keeps one user message (the task); join them")
-        self.set_goal(text)
+    def add_user(self, text: str) -> str | None:
+        """The user's message, at any time: the first is the task (the goal, kept verbatim in the prefix F);
+        every later one is stored as the next observation and shown as a user message (`UserMessage`), and its
+        id is returned (A1). Refused while a call of the last assistant turn awaits its result."""
+        if self._goal is None and self._state is None:
+            self.set_goal(text)
+            return None
+        if not isinstance(text, str):
+            raise SessionError(f"a user message must be text, got {type(text).__name__}")
+        state = self.start()
+        if state.pending:
+            raise SessionError(
+                f"tool call(s) {', '.join(call.call_id for call in state.pending)} of the last assistant turn"
+                " await their result (add_tool_result) before a user message"
+            )
+        output = self._apply(UserMessage(text))
+        assert isinstance(output, ObserveResult)
+        return output.obs_id
 
     def _before_start(self, what: str) -> None:
         if self._state is not None:
             raise SessionError(
                 f"{what} cannot change once the session has started (its first messages, turn or audit): the"
-                " prefix F is fixed for the whole task, and the view keeps one user message, the goal"
+                " prefix F is fixed for the whole task (later user messages: add_user)"
             )
 
     def start(self) -> ArcState:

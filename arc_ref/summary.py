@@ -20,7 +20,9 @@ from arc_ref import render
 from arc_ref.config import Setup
 from arc_ref.counting import Part
 from arc_ref.errors import BudgetViolation
-from arc_ref.history import AgentEntry, CommandEntry, LiveEntry, ObservationEntry, ToolResultEntry, ToolTurnEntry
+from arc_ref.history import (
+    AgentEntry, CommandEntry, LiveEntry, ObservationEntry, ToolResultEntry, ToolTurnEntry, UserEntry,
+)
 from arc_ref.message import Message
 from arc_ref.store import Record
 from arc_ref.text import clip_until, clipped, escape_line, shown_signature
@@ -176,7 +178,7 @@ def summarize_entry(setup: Setup, entry: LiveEntry, record: Record | None, cited
     """The summary item of one folded entry; ``cited``: the observation is in Cited (shown as a handle).
 
     Tool mode: a tool turn folds like an agent turn whose action is its calls; ARC's answer to a call like a
-    command result; an environment's result like an observation.
+    command result; an environment's result and a user message after the goal like an observation.
     """
     if isinstance(entry, ToolTurnEntry):
         action = render.tool_calls_action(call.action() for call in entry.calls)
@@ -187,5 +189,5 @@ def summarize_entry(setup: Setup, entry: LiveEntry, record: Record | None, cited
         return thought_item(setup, entry)
     if isinstance(entry, CommandEntry):
         return note_item(setup, entry)
-    assert isinstance(entry, (ObservationEntry, ToolResultEntry)) and record is not None
+    assert isinstance(entry, (ObservationEntry, ToolResultEntry, UserEntry)) and record is not None
     return observation_item(setup, record, cited)

@@ -430,24 +430,25 @@ def possible_contexts(role: str, action_mode: str) -> tuple[Context, ...]:
     """Every context a message of ``role`` after the prefix F can have in a view (spec/rendering.md section 3.1).
 
     Text mode: S, G, U and H hold user and assistant messages in any order. Tool mode: S, G, U are user
-    messages before H; H holds assistant turns, each followed by the tool results answering its calls.
+    messages before H; H holds assistant turns, each followed by the tool results answering its calls, and
+    user messages after the goal (a unit of their own, never between a call and its result).
     """
     afters: tuple[str | None, ...]
     if action_mode == "text":
         befores: tuple[str, ...] = ("user", "assistant")
         afters = ("user", "assistant", None)
     elif role == "user":
-        befores, afters = ("user",), ("user", "assistant", None)
+        befores, afters = ("user", "assistant", "tool"), ("user", "assistant", None)
     elif role == "assistant":
-        befores, afters = ("user", "assistant", "tool"), ("assistant", "tool", None)
+        befores, afters = ("user", "assistant", "tool"), ("user", "assistant", "tool", None)
     else:
-        befores, afters = ("assistant", "tool"), ("assistant", "tool", None)
+        befores, afters = ("assistant", "tool"), ("user", "assistant", "tool", None)
     contexts: list[Context] = []
     for before in befores:
         for after in afters:
             if after == "user":
                 contexts.append(Context(before, after, True))
-            elif after is None or action_mode != "text":
+            elif after is None:
                 contexts.append(Context(before, after, False))
             else:
                 contexts.extend((Context(before, after, False), Context(before, after, True)))
@@ -456,10 +457,8 @@ def possible_contexts(role: str, action_mode: str) -> tuple[Context, ...]:
 
 def goal_contexts(action_mode: str) -> tuple[Context, ...]:
     """Contexts of the goal (the second message, after the system prompt)."""
-    contexts = [Context("system", "user", True), Context("system", "assistant", False), Context("system", None, False)]
-    if action_mode == "text":
-        contexts.append(Context("system", "assistant", True))
-    return tuple(contexts)
+    return (Context("system", "user", True), Context("system", "assistant", False), Context("system", None, False),
+            Context("system", "assistant", True))
 
 
 def _filler(role: str) -> dict[str, Any]:

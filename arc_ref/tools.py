@@ -14,7 +14,7 @@ from typing import Any
 
 from arc_ref.commands import Command
 from arc_ref.message import ToolCall, ToolSpec
-from arc_ref.text import ascii_words
+from arc_ref.text import ASCII_WHITESPACE, ascii_words
 
 _ID_PARAMETER = ("id", "the observation id, e.g. §0001-3fa9c1e2, exactly as printed")
 _COMMANDS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
@@ -44,6 +44,33 @@ ARC_TOOL_NAMES = frozenset(tool.name for tool in ARC_TOOLS)
 _ARGUMENT_ORDER = {name: tuple(argument for argument, _ in arguments) for name, _, arguments in _COMMANDS}
 
 
+def arguments_surrogate(arguments: str) -> str | None:
+    """The first lone surrogate (U+D800..U+DFFF) that the JSON text ``arguments`` decodes to, as ``U+XXXX``; or None.
+
+    A call's arguments are JSON text that the server decodes (``\\ud800`` inside it is an escape of a lone
+    surrogate): such arguments are not text, and a tool turn holding them is refused (spec/rendering.md §13).
+    """
+    if "\\u" not in arguments:
+        return None
+    try:
+        decoded: Any = json.loads(arguments)
+    except json.JSONDecodeError:
+        return None  # kept as text, which holds no surrogate (the trace line was checked)
+    pending = [decoded]
+    while pending:
+        item = pending.pop()
+        texts = [item] if isinstance(item, str) else list(item) if isinstance(item, dict) else []
+        for text in texts:
+            lone = next((char for char in text if "\ud800" <= char <= "\udfff"), None)
+            if lone is not None:
+                return f"U+{ord(lone):04X}"
+        if isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return None
+
+
 def call_command(call: ToolCall) -> Command:
     """The command a call to one of ARC's tools stands for: its name, and the first word of its first argument.
 
@@ -53,7 +80,7 @@ def call_command(call: ToolCall) -> Command:
     (as a text command takes the word after the command word), None when there is none.
     """
     try:
-        decoded: Any = json.loads(call.arguments) if call.arguments.strip() else {}
+        decoded: Any = json.loads(call.arguments) if call.arguments.strip(ASCII_WHITESPACE) else {}
     except json.JSONDecodeError:
         decoded = call.arguments
     values: list[str] = []

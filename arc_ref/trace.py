@@ -30,21 +30,23 @@ from arc_ref.machine import (
     ToolResult,
     ToolTurn,
     ToolTurnResult,
+    UserMessage,
     init,
     step,
 )
 from arc_ref.message import ToolCall
 from arc_ref.view import View, verify_tokens
 
-TRACE_OPS = ("config", "observe", "agent", "tool_turn", "tool_result", "compact", "view")
+TRACE_OPS = ("config", "observe", "agent", "tool_turn", "tool_result", "user", "compact", "view")
 TEXT_MODE_OPS = ("config", "observe", "agent", "compact", "view")  # named when a line's op is unknown ...
-TOOL_MODE_OPS = ("config", "tool_turn", "tool_result", "compact", "view")  # ... by the task's action mode
+TOOL_MODE_OPS = ("config", "tool_turn", "tool_result", "user", "compact", "view")  # ... by the task's action mode
 _FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # op: (required keys, optional keys) besides "op"
     "observe": (("action", "observation"), ("returncode",)),
     "agent": (("thought", "action"), ()),
     "tool_turn": (("thought",), ("calls",)),
     "tool_result": (("call_id", "observation"), ("returncode",)),
+    "user": (("content",), ()),
     "compact": (("reason",), ()),
     "view": ((), ()),
 }
@@ -166,6 +168,8 @@ def event_line(event: Event) -> dict[str, Any]:
     if isinstance(event, ToolResult):
         return {"op": "tool_result", "call_id": event.call_id, "observation": event.observation,
                 "returncode": event.returncode}
+    if isinstance(event, UserMessage):
+        return {"op": "user", "content": event.content}
     if isinstance(event, Compact):
         return {"op": "compact", "reason": event.reason}
     if isinstance(event, RequestView):
@@ -202,6 +206,8 @@ def _event(obj: dict[str, Any]) -> Event:
         return ToolTurn(_string(obj, "thought"), _calls(obj.get("calls", [])))
     if op == "tool_result":
         return ToolResult(_string(obj, "call_id"), _string(obj, "observation"), _returncode(obj))
+    if op == "user":
+        return UserMessage(_string(obj, "content"))
     if op == "compact":
         return Compact(_string(obj, "reason"))
     return RequestView()
@@ -299,6 +305,8 @@ def _apply(state: ArcState, obj: dict[str, Any], verify: bool,
     answer = _output_json(new_state, output, verify)
     if isinstance(event, ToolResult):  # a stored tool result: an observe output, named by its op and call
         answer.update(op="tool_result", call_id=event.call_id)
+    elif isinstance(event, UserMessage):  # a stored user message: an observe output named by its op
+        answer["op"] = "user"
     return new_state, answer
 
 
@@ -392,42 +400,42 @@ def _object_keeping_last(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 _DECODER = json.JSONDecoder(parse_constant=_not_json_constant, object_pairs_hook=_object_keeping_last)
 
 
-def _surrogate_in(value: Any) -> tuple[str, int, bool] | None:
-    """The first string of ``value`` (any depth) holding a lone surrogate: (string, index, is a key); or None.
+def _surrogate_in(value: Any) -> tuple[str, int, bool, str | None] | None:
+    """The first string of ``value`` holding a lone surrogate, in the order of the line's text: each key before
+    its value, members in order, depth first. (string, index, is a key, the top-level key whose member holds
+    it: None for a top-level key itself or a line that is no object); or None.
 
     Walked without recursion, since a line may nest as deep as the parser allows.
     """
-    pending = [value]
+    pending: list[tuple[Any, bool, str | None]] = [(value, False, None)]
     while pending:
-        item = pending.pop()
+        item, is_key, top = pending.pop()
         if isinstance(item, str):
             index = first_lone_surrogate(item)
             if index is not None:
-                return item, index, False
+                return item, index, is_key, top
         elif isinstance(item, dict):
-            for key in item:
-                index = first_lone_surrogate(key)
-                if index is not None:
-                    return key, index, True
-            pending.extend(item.values())
+            entries: list[tuple[Any, bool, str | None]] = []
+            for key, member in item.items():
+                entries.append((key, True, top))
+                entries.append((member, False, key if item is value else top))
+            pending.extend(reversed(entries))
         elif isinstance(item, list):
-            pending.extend(item)
+            pending.extend((member, False, top) for member in reversed(item))
     return None
 
 
 def _lone_surrogate(value: Any) -> str | None:
     """Where a parsed line holds a lone surrogate (trace.md §2: such a string is not text); None if nowhere.
 
-    The description names the top-level key whose value holds it, never the string itself.
+    The first one in the line's order is reported, with the top-level key under which it stands, never the
+    string itself.
     """
     found = _surrogate_in(value)
     if found is None:
         return None
-    text, index, is_key = found
-    where = "the line"
-    if isinstance(value, dict) and not (is_key and text in value):
-        where = next((f"the value of {_shown_value(key)}" for key, member in value.items()
-                      if _surrogate_in(member) is not None), "the line")
+    text, index, is_key, top = found
+    where = "the line" if top is None else f"the value of {_shown_value(top)}"
     kind = "a key" if is_key else "a string"
     return f"a lone surrogate U+{ord(text[index]):04X} at index {index} of {kind} in {where}"
 

@@ -116,8 +116,9 @@ _ARGUMENT_TEXT = st.text(alphabet="ab §é\"\\\n", max_size=12)
 def tool_steps(
     draw: st.DrawFn, max_turns: int = 8, contents: st.SearchStrategy[str] | None = None,
     reasoning: st.SearchStrategy[str] | None = None,
-) -> list[tuple[str, list[tuple[str, str]], list[str], bool]]:
-    """Tool turns: (thought, calls as (name, arguments), one result per environment call, view while pending).
+) -> list[tuple[str, list[tuple[str, str]], list[str], bool, str | None]]:
+    """Tool turns: (thought, calls as (name, arguments), one result per environment call, view while pending,
+    a user message after the turn's results or None: short, or a long paste shown as its stub).
 
     Calls go to ENVIRONMENT_TOOLS, to ARC's own tools (ids as ``@storedK`` placeholders, see
     `proofs_check.harness.resolve_stored`), to no offered tool, or carry arguments that are not JSON.
@@ -144,5 +145,6 @@ def tool_steps(
             else:
                 calls.append(("read_file", "{not json"))
         results = [draw(contents) for name, _ in calls if name in ENVIRONMENT_TOOL_NAMES]
-        steps.append((draw(thoughts if reasoning is None else reasoning), calls, results, draw(st.booleans())))
+        user = draw(st.one_of(st.none(), st.none(), contents))
+        steps.append((draw(thoughts if reasoning is None else reasoning), calls, results, draw(st.booleans()), user))
     return steps

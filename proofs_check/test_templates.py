@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 
 from arc_ref.config import Config
 from arc_ref.errors import CapacityExceeded, InvalidEvent
-from arc_ref.machine import ArcState, ToolResult, ToolTurn, init, tool_result, tool_turn, view
+from arc_ref.machine import (
+    ArcState, ToolResult, ToolTurn, UserMessage, init, tool_result, tool_turn, user_message, view,
+)
 from arc_ref.message import ToolCall
 from arc_ref.view import View
 from proofs_check.harness import apply, event_lists, resolve_stored
@@ -99,7 +101,7 @@ def test_tool_mode_views_count_as_the_server_counts(config: Config, steps: list[
     state = init(config)
     check_view_against_the_server(state)
     number = 0
-    for thought, calls, results, view_while_pending in steps:
+    for thought, calls, results, view_while_pending, user in steps:
         made = []
         for name, arguments in calls:
             number += 1
@@ -128,3 +130,54 @@ def test_tool_mode_views_count_as_the_server_counts(config: Config, steps: list[
         called = {call["id"] for message in shown.chat_messages() for call in message.get("tool_calls", ())}
         answered = {message["tool_call_id"] for message in shown.chat_messages() if message["role"] == "tool"}
         assert called == answered  # every call in the view has its result beside it
+        if user is not None:  # a user message after the goal: a unit of its own, after the results
+            try:
+                state, _ = user_message(state, UserMessage(user))
+            except CapacityExceeded:
+                return
+            shown = check_view_against_the_server(state)
+            check_pairs(shown)
+
+
+@given(template_configs("tools", tools=ENVIRONMENT_TOOLS), tool_steps(max_turns=5))
+@proves("A5", "L4", "T4", "L2")
+def test_tool_mode_recall_is_exact_with_user_messages(config: Config, steps: list[Any]) -> None:
+    """After random tool turns with user messages after the goal, every text stored (a tool result or a user
+    message) is read back exactly by ARC's _recall then _recall-next calls under the id it got, each view <= K."""
+    state = init(config)
+    sent: list[tuple[str, str]] = []  # (the id a text was stored under, the text as given)
+    number = 0
+    for thought, calls, results, _, user in steps:
+        made = []
+        for name, arguments in calls:
+            number += 1
+            made.append(ToolCall(f"call_{number}", name, resolve_stored(state, arguments)))
+        try:
+            state, turn = tool_turn(state, ToolTurn(thought, tuple(made)))
+        except InvalidEvent:
+            continue
+        try:
+            for call, result in zip(turn.environment_calls, results):
+                state, stored = tool_result(state, ToolResult(call.call_id, result))
+                sent.append((stored.obs_id, result))
+            if user is not None:
+                state, stored = user_message(state, UserMessage(user))
+                sent.append((stored.obs_id, user))
+        except CapacityExceeded:
+            break
+    if state.pending:
+        return
+    for obs_id, text in sent:
+        payloads: list[str] = []
+        word = "_recall"
+        while True:
+            number += 1
+            state, turn = tool_turn(state, ToolTurn("", (ToolCall(f"call_{number}", word, f'{{"id": "{obs_id}"}}'),)))
+            assert view(state).tokens <= state.setup.budget <= state.setup.limit
+            if not turn.recalls:
+                break
+            payloads.append(turn.recalls[0].payload)
+            if turn.recalls[0].chunk >= turn.recalls[0].chunks:
+                break
+            word = "_recall-next"
+        assert "".join(payloads) == text

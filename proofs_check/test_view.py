@@ -13,7 +13,9 @@ from arc_ref.chat import CHATML, QWEN3_NOTHINK, ChatFormat
 from arc_ref.config import Config, make_setup, preset
 from arc_ref.counting import joined_tokens
 from arc_ref.errors import CapacityExceeded, ConfigError, InvalidEvent
-from arc_ref.machine import ArcState, Observe, ToolResult, ToolTurn, init, observe, tool_result, tool_turn, view
+from arc_ref.machine import (
+    ArcState, Observe, ToolResult, ToolTurn, UserMessage, init, observe, tool_result, tool_turn, user_message, view,
+)
 from arc_ref.message import ToolCall
 from arc_ref.tokenizers import get_tokenizer
 from arc_ref.view import verify_tokens, within_budget
@@ -274,7 +276,7 @@ def test_l2_tool_mode_view_tokens_are_the_count_of_the_serialized_text(data: st.
     state = init(config)
     _check_summed_count(state)
     number = 0
-    for thought, calls, results, view_while_pending in steps:
+    for thought, calls, results, view_while_pending, user in steps:
         made = []
         for name, arguments in calls:
             number += 1
@@ -292,3 +294,9 @@ def test_l2_tool_mode_view_tokens_are_the_count_of_the_serialized_text(data: st.
             except CapacityExceeded:
                 return
         _check_summed_count(state)
+        if user is not None:  # a user message after the goal (stored; verbatim or its stub)
+            try:
+                state, _ = user_message(state, UserMessage(user))
+            except CapacityExceeded:
+                return
+            _check_summed_count(state)

@@ -487,6 +487,53 @@ def test_rendering_quotes_the_fixed_strings_of_the_code() -> None:
     assert block and block["body"] == render.DEFAULT_SYSTEM, "rendering.md must quote DEFAULT_SYSTEM exactly"
 
 
+@pytest.mark.parametrize("encoding", ["cl100k_base", "o200k_base"])
+def test_rendering_quotes_the_pre_tokenizer_pattern_of_the_installed_tiktoken(
+        encoding: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """rendering.md §2 quotes pat_str verbatim; the installed tiktoken's (its rank file is not fetched)."""
+    openai_public = pytest.importorskip("tiktoken_ext.openai_public", reason="tiktoken is not installed")
+    monkeypatch.setattr(openai_public, "load_tiktoken_bpe", lambda *args, **kwargs: {})
+    pattern = getattr(openai_public, encoding)()["pat_str"]
+    text = (SPEC / "rendering.md").read_text(encoding="utf-8")
+    block = re.search(rf"```text pat_str={encoding}\n(?P<body>.*?)\n```", text, re.DOTALL)
+    assert block is not None, f"rendering.md §2 must quote the pat_str of {encoding} in a 'text pat_str=' block"
+    assert block["body"] == pattern, f"rendering.md §2 quotes another pat_str of {encoding} than tiktoken's"
+
+
+def test_qwen3_split_regex_runs_on_the_same_unicode_tables_as_tiktoken() -> None:
+    """rendering.md §2: Oniguruma (tokenizers' Split) has Unicode 16.0 letters and White_Space as \\s."""
+    tokenizers = pytest.importorskip("tokenizers", reason="the Hugging Face tokenizers package is not installed")
+    from proofs_check.shared_data import QWEN3_VECTOR_PATH
+
+    path = ROOT / QWEN3_VECTOR_PATH / "tokenizer.json"
+    if not path.is_file():
+        pytest.skip(f"Qwen3's tokenizer.json is absent ({path})")
+    split = tokenizers.Tokenizer.from_file(str(path)).pre_tokenizer
+
+    def pieces(text: str) -> int:
+        return len(split.pre_tokenize_str(text))
+
+    assert pieces("a\u1c89b") == 1, "U+1C89 is a letter in Unicode 16.0"
+    assert pieces("a\U0001e6c0b") == 2, "U+1E6C0 is a letter only since Unicode 17.0"
+    assert pieces("\u0085 \u0085") == 1, "U+0085 is White_Space"
+    for other in ("\ufeff", "\u180e", "\u001c"):
+        assert pieces(f"{other} {other}") == 2, f"U+{ord(other):04X} is not White_Space"
+    ignore_case = tokenizers.pre_tokenizers.Split(tokenizers.Regex("(?i:'s)"), "isolated")
+    assert [piece for piece, _ in ignore_case.pre_tokenize_str("x'\u017fy")] == ["x", "'\u017f", "y"]
+
+
+def test_rendering_gives_the_lossless_probe_exactly() -> None:
+    """The Python block of rendering.md §2 computes LOSSLESS_PROBE, character for character."""
+    from arc_ref.tokenizers import LOSSLESS_PROBE
+    text = (SPEC / "rendering.md").read_text(encoding="utf-8")
+    block = re.search(r"```python lossless-probe\n(?P<body>.*?)\n```", text, re.DOTALL)
+    assert block is not None, "rendering.md §2 must give the probe in a 'python lossless-probe' block"
+    namespace: dict[str, Any] = {}
+    exec(block["body"], namespace)  # noqa: S102 - the spec's own text, run to compare with the code
+    assert namespace["PROBE"] == LOSSLESS_PROBE
+    assert f"{len(LOSSLESS_PROBE):,} characters" in text
+
+
 def test_trace_md_examples_are_lines_of_the_vectors() -> None:
     text = (SPEC / "trace.md").read_text(encoding="utf-8")
     examples = re.findall(r"```jsonl vector=(?P<name>[a-z0-9_]+) (?P<kind>trace|expected)\n(?P<body>.*?)\n```", text, re.DOTALL)
@@ -545,3 +592,76 @@ def test_rendering_examples_are_real_replay_output() -> None:
         assert any(body in string for output in outputs for string in _strings(output)), (
             f"rendering.md example from {name} is not in its expected output:\n{body[:300]}"
         )
+
+
+# --- trace.md §6: every error message the code can raise is in the table ------------------------------
+
+ERROR_CLASSES = {"TraceError", "ConfigError", "TemplateRefused", "InvalidEvent", "CapacityExceeded",
+                 "BudgetViolation", "TemplateError", "SecurityError", "LineTooLong"}
+NOT_REPLAY_MODULES = {"store_cli.py", "mcp_server.py", "session.py"}  # their errors are not replay lines
+PLACEHOLDER = re.compile(r"\{[a-z_][A-Za-z0-9_]*(?::[a-z]+)?\}")
+
+
+def _message_texts(node: Any) -> list[str]:
+    """The texts an error message expression can produce, each f-string field written {}."""
+    import ast
+
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.JoinedStr):
+        return ["".join(part.value if isinstance(part, ast.Constant) else "{}" for part in node.values)]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return [left + right for left in _message_texts(node.left) for right in _message_texts(node.right)]
+    if isinstance(node, ast.IfExp):
+        return _message_texts(node.body) + _message_texts(node.orelse)
+    return ["{}"]
+
+
+def _code_error_templates() -> list[tuple[str, str]]:
+    """(where, template) of every message raised as an error (and every line of a refused configuration)."""
+    import ast
+
+    found = []
+    for path in sorted((ROOT / "arc_ref").glob("*.py")):
+        if path.name in NOT_REPLAY_MODULES:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            call = node.exc if isinstance(node, ast.Raise) else node
+            if not isinstance(call, ast.Call) or not call.args:
+                continue
+            func = call.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            raised = isinstance(node, ast.Raise) and name in ERROR_CLASSES
+            problem = (name == "append" and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+                       and func.value.id == "problems")
+            constructed = (name == "__init__" and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call)
+                           and path.name == "cli.py")  # LineTooLong's own message
+            if raised or problem or constructed:
+                found += [(f"arc_ref/{path.name}:{node.lineno}", text) for text in _message_texts(call.args[0])]
+    return found
+
+
+def _table_templates() -> list[str]:
+    text = (SPEC / "trace.md").read_text(encoding="utf-8")
+    section = text[text.index("## 6. Error messages"):text.index("## 7. ")]
+    spans = [span.replace("\\|", "|") for span in re.findall(r"`([^`]+)`", section)]
+    return [PLACEHOLDER.sub("{}", span) for span in spans]
+
+
+def test_every_error_message_of_the_code_is_in_the_table_of_trace_md() -> None:
+    """trace.md §6 lists every error line's template: a message added to the code fails here until it is."""
+    table = _table_templates()
+    assert "internal budget violation: {}" in table and "{}: the replay stops here" not in table
+    missing = []
+    for where, template in _code_error_templates():
+        lines = [line for line in template.split("\n")]
+        pattern = [re.compile(".*".join(re.escape(piece) for piece in line.split("{}")), re.DOTALL) for line in lines]
+        if where.startswith("arc_ref/cli.py"):  # the replay adds its stop to the line-too-long message
+            pattern = [re.compile(pattern[0].pattern + re.escape(": the replay stops here"), re.DOTALL)]
+        if not all(any(each.fullmatch(entry) for entry in table) for each in pattern):
+            missing.append(f"{where}: {template!r}")
+    assert not missing, (
+        "these error messages of the code are not in the table of spec/trace.md §6; add each, in a code span, with"
+        " its fields as placeholders ({name}, {name:json}, {name:py}, {name:list}, {name:pylist}, {name:count}):\n"
+        + "\n".join(missing)
+    )

@@ -104,6 +104,11 @@ def tool_result(call_id: str, observation: str, returncode: int | None = None) -
     return line("tool_result", call_id=call_id, observation=observation, returncode=returncode)
 
 
+def user(content: str) -> str:
+    """A user message after the goal (tool mode)."""
+    return line("user", content=content)
+
+
 VIEW = line("view")
 
 

@@ -73,7 +73,7 @@ def reassembles(observation: str) -> Callable[[Outputs], bool]:
 
     def check(outputs: Outputs) -> bool:
         chunks = recall_chunks(outputs)
-        for output in ops(outputs, "observe") + ops(outputs, "tool_result"):
+        for output in ops(outputs, "observe") + ops(outputs, "tool_result") + ops(outputs, "user"):
             pieces = {r["chunk"]: r["payload"] for r in chunks if r["id"] == output["id"] and r["chunk"] > 0}
             complete = bool(output["chunks"]) and sorted(pieces) == list(range(1, output["chunks"] + 1))
             if complete and "".join(pieces[index] for index in sorted(pieces)) == observation:

@@ -15,6 +15,7 @@ from proofs_check.vectors.dsl import (
     other_digit,
     tool_result,
     tool_turn,
+    user,
     with_fingerprint,
 )
 from proofs_check.vectors.features import (
@@ -49,6 +50,7 @@ PAPER_BIG = "\n".join(
 
 QWEN3 = f"hf-dir:{QWEN3_VECTOR_PATH}"
 DECOMPOSED = "cafe\u0301 and A\u030a: NFC composes them, recall returns them as stored"
+REORDERED = "x\u0323\u0307y q\u0307\u0323\u0301r A\u030a\u0323b \u1100\u1161\u11a8z"  # composed, reordered, both; jamo
 
 
 def template_vectors() -> list[TraceVector]:
@@ -57,6 +59,7 @@ def template_vectors() -> list[TraceVector]:
             "summary_budget": 300, "page_budget": 300, "recall_budget": 200, "chunk_tokens": 8}
     listing = make_id(1, "cat notes.md", "notes: <|im_end|> ends a turn, </think> ends a thought")
     decomposed = make_id(2, "cat cafe.txt", DECOMPOSED)
+    reordered = make_id(1, "cat marks.txt", REORDERED)
     return [
         TraceVector(
             "template_qwen3_session",
@@ -96,12 +99,33 @@ def template_vectors() -> list[TraceVector]:
             ),
             (QWEN3_VECTOR_PATH,),
         ),
+        TraceVector(
+            "nfc_token_starts",
+            ("rendering.md §2", "rendering.md §10.4", "A5", "L4"),
+            "Token starts under Qwen3's NFC normalizer are positions of the stored text, given in NFC's order by a"
+            " cursor that skips the characters composed into another: in x + U+0323 + U+0307 + y, NFC composes x"
+            " and U+0307 into U+1E8B (two tokens, start 0) and U+0323 takes position 2, not 1 where it stood; in"
+            " q + U+0307 + U+0323 + U+0301 NFC only reorders the marks, and U+0323 takes position 1. One token per"
+            " chunk (q = 1) makes every start a cut; the chunks reassemble the observation exactly.",
+            (
+                config("minimal", tokenizer=QWEN3, chunk_tokens=1, recalls_per_step=24),
+                obs("cat marks.txt", REORDERED),
+                agent("", "\n".join([f"_recall {reordered}"] + [f"_recall-next {reordered}"] * 23)),
+            ),
+            (
+                ("the chunks reassemble the stored text", reassembles(REORDERED)),
+                ("U+0323 is cut from the x it followed (position 2)",
+                 lambda outputs: [r["payload"] for r in recall_chunks(outputs)][:5] == ["", "x\u0323", "", "\u0307", "y"]),
+            ),
+            (QWEN3_VECTOR_PATH,),
+        ),
     ]
 
 
 SENSOR_REPORT = "\n".join(
     f"row {number}: reading={number * 13 % 97} status={'ok' if number % 5 else 'LATE'}" for number in range(1, 7)
 )
+PASTED_LOG = "\n".join(f"pasted {number}: ok" for number in range(1, 70))
 READ_FILE = {"type": "function", "function": {"name": "read_file", "description": "Read a file.",
                                               "parameters": {"type": "object",
                                                              "properties": {"path": {"type": "string"}},
@@ -116,6 +140,7 @@ def tool_mode_vectors() -> list[TraceVector]:
                   "recall_budget": 200, "chunk_tokens": 24}
     report_arguments = '{"path": "report.txt"}'
     report = make_id(1, f"read_file {report_arguments}", SENSOR_REPORT)
+    pasted = make_id(3, "user", PASTED_LOG)
     return [
         TraceVector(
             "tool_mode_qwen3_session",
@@ -162,6 +187,52 @@ def tool_mode_vectors() -> list[TraceVector]:
             (QWEN3_VECTOR_PATH,),
         ),
         TraceVector(
+            "tool_mode_arguments",
+            ("rendering.md §13", "rendering.md §3.1"),
+            "How a call's arguments reach the model and the core: the template prints them with tojson after the"
+            " server's json.loads (', ' and ': ' separators, 1.0 kept as 1.0, 1e400 as Infinity, NaN, non-ASCII"
+            " and <&> as they are, a key repeated keeps its first place and its last value), and arguments that"
+            " are not JSON as {}; an ARC tool reads a non-string value as its JSON text (1.0 -> '1.0', [2] ->"
+            " '[2]') and text that is not JSON as itself; an unknown tool name is clipped to 48 characters and"
+            " escaped in its note; a tool turn without calls folds into S as a turn whose action is empty; a turn"
+            " whose results cannot all be reserved in R is refused whole.",
+            (
+                config("minimal", **qwen_tools),
+                tool_turn("Read.", call("call_1", "read_file",
+                                        '{"path": "caf\u00e9 <b>&\\"q\\"", "n": 1.0, "big": 1e400, "odd": NaN,'
+                                        ' "list": [1, 2.50, 1e-7], "path": "last"}'),
+                          call("call_2", "read_file", "{not json")),
+                VIEW,
+                tool_result("call_1", "a"),
+                tool_result("call_2", "b"),
+                tool_turn("", call("call_3", "_recall", '{"id": 1.0}'), call("call_4", "catalog-page", '{"page": [2]}'),
+                          call("call_5", "_recall_meta", "§01-1 (not JSON)"),
+                          call("call_6", "tool\t" + "n" * 50)),
+                tool_turn("Done."),
+                tool_turn("Again.", call("call_7", "ls")),
+                tool_result("call_7", "c"),
+                tool_turn("Last. " + "Then list the files again. " * 12, call("call_8", "ls")),
+                tool_result("call_8", "a.txt b.txt " * 20),
+                compact("forced"),
+                VIEW,
+                tool_turn("", call("call_9", "ls"), call("call_10", "ls"), call("call_11", "ls")),
+            ),
+            (
+                ("tojson writes the parsed arguments back", view_has(
+                    '{"path": "last", "n": 1.0, "big": Infinity, "odd": NaN, "list": [1, 2.5, 1e-07]}')),
+                ("arguments that are not JSON are {}", view_has('"arguments": {}')),
+                ("a non-string id is its JSON text", answered_has("_recall 1.0: ")),
+                ("a non-string page is its JSON text", answered_has("catalog-page [2]: no such page")),
+                ("text that is not JSON is the value", answered_has("_recall_meta §01-1: no stored")),
+                ("an unknown name is clipped, then escaped",
+                 answered_has("tool\\t" + "n" * 43 + "…: no tool has this name; not run")),
+                ("a turn without calls folds with an empty action", view_has("thought: Done. | action: \n")),
+                ("three results cannot be reserved in R: the turn is refused",
+                 has_error("a tool turn with 3 call(s) cannot fit recent_budget R = 420")),
+            ),
+            (QWEN3_VECTOR_PATH,),
+        ),
+        TraceVector(
             "tool_mode_refusals",
             ("rendering.md §13", "trace.md §3"),
             "Tool mode's refusals, each an error line that leaves the state as it was: a result with no pending"
@@ -195,6 +266,43 @@ def tool_mode_vectors() -> list[TraceVector]:
                 ("arguments must be a string", has_error("'arguments' must be a string")),
                 ("a turn while a call is pending", has_error("of the previous turn have no result yet")),
                 ("the ops of tool mode are named", has_error("must be one of config, tool_turn, tool_result")),
+            ),
+            (QWEN3_VECTOR_PATH,),
+        ),
+        TraceVector(
+            "tool_mode_user_messages",
+            ("rendering.md §13", "trace.md §2", "trace.md §3", "A2", "A4", "A5", "L4"),
+            "A user message after the goal (tool mode): refused while a call waits for its result; otherwise"
+            " stored as the next observation under the action 'user' and shown as a user message after the"
+            " results (verbatim, or its stub when the message exceeds R); recalled exactly by id; folded by"
+            " compaction as a unit of its own (an observation item of S), never between a call and its result.",
+            (
+                config("minimal", **{**qwen_tools, "chunk_tokens": 200, "recall_budget": 300}),
+                tool_turn("Read the report.", call("call_1", "read_file", report_arguments)),
+                user("Any news?"),
+                tool_result("call_1", SENSOR_REPORT),
+                user("Also list the files."),
+                VIEW,
+                user(PASTED_LOG),
+                VIEW,
+                tool_turn("", call("call_2", "_recall", {"id": pasted}), call("call_3", "_recall-next", {"id": pasted})),
+                tool_turn("", call("call_4", "_recall-next", {"id": pasted}), call("call_5", "_recall-next", {"id": pasted})),
+                tool_turn("Listing.", call("call_6", "ls")),
+                tool_result("call_6", "report.txt big.log"),
+                user("Thanks; now say which row is LATE."),
+                tool_turn("Row 5 is LATE."),
+                VIEW,
+            ),
+            (
+                ("a user message waits for the pending result", errors_on(3)),
+                ("the refusal names the call", has_error("cannot come while tool call(s) call_1 have no result yet")),
+                ("a short one is shown verbatim as a user message",
+                 view_has("<|im_start|>user\nAlso list the files.<|im_end|>")),
+                ("a long one is shown as its stub", lambda outputs: any(not output["verbatim"]
+                                                                        for output in outputs if output["op"] == "user")),
+                ("its chunks reassemble it", reassembles(PASTED_LOG)),
+                ("H was folded", lambda outputs: any(output.get("folded", 0) > 0 for output in outputs
+                                                     if output["op"] in ("tool_turn", "tool_result", "user"))),
             ),
             (QWEN3_VECTOR_PATH,),
         ),
@@ -684,6 +792,22 @@ def trace_vectors() -> tuple[TraceVector, ...]:
             (("type error", has_error("must be an integer")),),
         ),
         TraceVector(
+            "config_first_failure_in_line_order",
+            ("trace.md §3", "trace.md §6"),
+            "parameters.md check 1 (c): the overrides are checked in the order their keys appear in the line, not in"
+            " the order of the configuration table: capacity (a string) is named, not context_limit (a boolean).",
+            ('{"op": "config", "preset": "minimal", "capacity": "24", "context_limit": true}', VIEW),
+            (("the first key of the line is named", has_error("config key 'capacity' must be an integer, got '24'")),),
+        ),
+        TraceVector(
+            "config_check_two_order",
+            ("trace.md §3", "trace.md §6"),
+            "parameters.md check 2 stops at its first failure, in its order: an unknown tokenizer is reported before"
+            " a capacity below 2 and a fingerprint width above 160, though capacity comes first in the table.",
+            (config("minimal", capacity=1, fingerprint_bits=161, tokenizer="gpt2"), VIEW),
+            (("the tokenizer first", has_error("unknown tokenizer 'gpt2'")),),
+        ),
+        TraceVector(
             "config_unknown_key",
             ("trace.md §3",),
             "An unknown config key is refused.",
@@ -831,6 +955,39 @@ def hostile_vectors() -> tuple[TraceVector, ...]:
             "A config line whose goal holds a lone surrogate escape (\\ud800) is not text: refused on line 1.",
             ('{"op": "config", "preset": "minimal", "goal": "Solve \\ud800 it."}', VIEW),
             (("not text", has_error("not valid Unicode text")), ("all lines are errors", errors_on(1, 2))),
+        ),
+        TraceVector(
+            "error_line_details",
+            ("trace.md §3", "trace.md §6"),
+            "The details of error lines (trace.md §6): the first lone surrogate in the line's order (a key before its"
+            " value, members in order, depth first; a repeated key at its first place) named under its own top-level"
+            " key; a value echoed as its JSON (non-ASCII as \\u escapes) clipped to 40 characters; a compact reason"
+            " and a refused configuration value shown as Python writes them; a tool call whose type is another"
+            " string refused by its shape (types are checked before the action mode).",
+            (
+                config("minimal"),
+                '{"op": "observe", "action": "\\ud800", "observation": "x\\udc00"}',
+                '{"op": "view", "a": ["ok", ["\\ud801"]], "b": "\\udc02"}',
+                '{"op": "observe", "action": "ls", "observation": "\\udc00", "action": "\\ud800"}',
+                '{"op": "observe", "action": 1.5, "observation": "x"}',
+                line("observe", action="ls", observation=["a list that is far longer than forty characters", 1]),
+                line("observe", action="ls", observation="x", returncode="0"),
+                line("vi\u00e9w"),
+                line("compact", reason="l\u00e4ter"),
+                line("observe", action="ls", observation="x", returncode=2**31),
+                line("tool_turn", thought="", calls=[{"id": "c", "type": "code",
+                                                      "function": {"name": "ls", "arguments": "{}"}}]),
+                VIEW,
+            ),
+            (
+                ("every refused line", errors_on(*range(2, 12))),
+                ("the first surrogate under its own key",
+                 has_error('a lone surrogate U+D800 at index 0 of a string in the value of "action"')),
+                ("clipped JSON", has_error("'observation' must be a string, got [\"a list that is far longer than fo")),
+                ("non-ASCII escaped", has_error('got "vi\\u00e9w"')),
+                ("a Python repr", has_error("got 'l\u00e4ter'")),
+                ("the call's shape", has_error("call 1 of 'calls' must be")),
+            ),
         ),
         TraceVector(
             "not_quite_json",

@@ -480,3 +480,31 @@ def test_unknown_id_notes_name_the_stored_range_or_an_empty_store() -> None:
         f"_recall §zz: no stored observation has this id; ids run from {first.obs_id} to {last.obs_id};"
         " catalog-first lists them"
     )
+
+
+class _MergingAcrossMessages:
+    """The bytes tokenizer, except that a message end followed by a message start costs one token less:
+    a tokenizer that merges across the boundary between two messages (parameters.md, check 4)."""
+
+    def __init__(self) -> None:
+        from arc_ref.tokenizers import get_tokenizer
+        self._bytes = get_tokenizer("bytes")
+
+    def count(self, text: str) -> int:
+        return int(self._bytes.count(text)) - text.count("<|im_end|>\n<|im_start|>")
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._bytes, name)
+
+
+def test_a_tokenizer_merging_across_the_two_prefix_messages_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Check 4 of parameters.md: F's two messages counted apart must add up to B counted whole (it was stated
+    but not made: such a tokenizer was accepted and the view's total was not the sum of its parts)."""
+    monkeypatch.setattr("arc_ref.config.get_tokenizer", lambda name: _MergingAcrossMessages())
+    with pytest.raises(ConfigError) as refused:
+        make_setup(preset("minimal"))
+    assert str(refused.value) == (
+        "invalid ARC configuration:\n  - the task prefix F costs 72 tokens counted whole but 36 + 37 = 73 as its two"
+        " messages: tokenizer 'bytes' merges across their boundary, so the view's total would not be the sum of"
+        " its messages"
+    )

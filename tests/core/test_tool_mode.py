@@ -50,12 +50,17 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(directory)
 
 
-def tool_config(model_dir: str, **overrides: Any) -> Config:
-    settings: dict[str, Any] = {
+def tool_config_fields(model_dir: str) -> dict[str, Any]:
+    """The overrides of ``tool_config`` (as a trace's config line carries them)."""
+    return {
         "tokenizer": f"hf-dir:{model_dir}", "chat_format": "template", "action_mode": "tools", "tools": ENVIRONMENT,
         "context_limit": 9000, "recent_budget": 1200, "summary_budget": 900, "page_budget": 900,
         "recall_budget": 400, "overhead": 40, "signature_chars": 160, "capacity": 400,
     }
+
+
+def tool_config(model_dir: str, **overrides: Any) -> Config:
+    settings = tool_config_fields(model_dir)
     settings.update(overrides)
     return preset("minimal", **settings)
 
@@ -113,6 +118,28 @@ def test_text_events_and_tool_events_belong_to_their_modes(model_dir: str) -> No
         tool_turn(state, ToolTurn("t", [ToolCall("c", "ls", "{}")]))  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("name", ["read_file", "_recall", "no_such_tool"])
+def test_arguments_whose_json_holds_a_lone_surrogate_refuse_the_turn(model_dir: str, name: str) -> None:
+    """The arguments' JSON text decodes to a lone surrogate: not text (rendering.md §13); before, rendering the
+    view (or the note echoing the argument) raised a TypeError in the tokenizer: a traceback, replay exit 70."""
+    state = init(tool_config(model_dir))
+    for arguments in ('{"path": "\\ud800"}', '{"\\udfff": "a"}', '["ok", {"deep": ["\\ud83d"]}]', '"\\udc00"'):
+        with pytest.raises(InvalidEvent, match=r"are not text: their JSON holds a lone surrogate escape \(U\+D"):
+            tool_turn(state, ToolTurn("t", (ToolCall("c1", name, arguments),)))
+    state, turn = tool_turn(state, ToolTurn("t", (ToolCall("c1", name, '{"path": "\\ud83d\\ude00 \\\\ud800"}'),)))
+    assert view(state).tokens > 0  # a surrogate pair is a character, an escaped backslash is text
+
+
+def test_a_lone_surrogate_in_arguments_is_an_error_line_of_replay(model_dir: str) -> None:
+    from arc_ref.trace import encode, replay
+    config_line = encode({"op": "config", "preset": "minimal", **tool_config_fields(model_dir)})
+    call = {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "\\ud800"}'}}
+    outputs = list(replay([config_line, encode({"op": "tool_turn", "thought": "", "calls": [call]}), '{"op": "view"}']))
+    assert outputs[1] == {"op": "error", "line": 2, "message": "the arguments of tool call 'c1' are not text: their JSON"
+                          " holds a lone surrogate escape (U+D800)"}
+    assert outputs[2]["op"] == "view"
+
+
 def test_a_turn_and_its_results_fit_r_and_fold_as_one_unit(model_dir: str) -> None:
     config = tool_config(model_dir)
     state = init(config)
@@ -162,6 +189,13 @@ def test_tool_mode_configuration_is_checked(model_dir: str) -> None:
         ("_recall", "", "_recall", None),
         ("catalog-first", "{}", "catalog-first", None),
         ("_recall", '"§02-1"', "_recall", "§02-1"),
+        ("_recall", " \t\x0b\x0c\r\n", "_recall", None),  # ASCII whitespace only: no value
+        ("_recall", "\u00a0", "_recall", "\u00a0"),  # a no-break space is a character (rendering.md §1), not blank
+        ("_recall", "\u2028§01-3", "_recall", "\u2028§01-3"),
+        ("_recall", '{"id": 1.0}', "_recall", "1.0"),  # a value that is not a string: its JSON text
+        ("_recall", '{"id": ["§01-3", 2]}', "_recall", '["§01-3",'),
+        ("_recall", '{"id": "a", "id": "b"}', "_recall", "b"),  # a repeated key: its last value
+        ("_recall", "{not json", "_recall", "{not"),  # not JSON: the text itself is the one value
     ],
 )
 def test_a_call_to_an_arc_tool_is_its_command(name: str, arguments: str, word: str, argument: str | None) -> None:

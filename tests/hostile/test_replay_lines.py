@@ -163,3 +163,22 @@ def test_every_output_of_a_hostile_trace_is_one_utf8_json_line() -> None:
     assert [answer["op"] for answer in answers] == ["error", "error", "error", "error", "error", "error", "error"]
     valid = list(replay(lines[1:4] + lines[6:]))
     assert [answer["op"] for answer in valid] == ["config", "observe", "error", "view"]
+
+
+@pytest.mark.parametrize(
+    ("line", "where"),
+    [
+        ('{"op": "observe", "action": "\\ud800", "observation": "x\\udc00"}', 'U+D800 at index 0 of a string in the value of "action"'),
+        ('{"op": "view", "a": ["ok", ["\\ud801"]], "b": "\\udc02"}', 'U+D801 at index 0 of a string in the value of "a"'),
+        ('{"op": "view", "a": {"k\\udfff": "\\ud800"}}', 'U+DFFF at index 1 of a key in the value of "a"'),
+        ('{"op": "view", "\\udc05": "\\ud806"}', "U+DC05 at index 0 of a key in the line"),
+        ('{"op": "observe", "action": "ls", "observation": "\\udc00", "action": "\\ud800"}',
+         'U+D800 at index 0 of a string in the value of "action"'),  # a repeated key stands at its first place
+        ('["\\ud807", "\\udc08"]', "U+D807 at index 0 of a string in the line"),
+    ],
+)
+def test_the_first_lone_surrogate_in_the_line_order_is_reported_under_its_own_key(line: str, where: str) -> None:
+    """trace.md §6: keys before their values, members in order, depth first; the top-level key named is the one
+    holding the reported string (the walk popped values last-first and named the first key holding any)."""
+    config = json.dumps({"op": "config", "preset": "minimal"})
+    assert _error_message(_answers(config, line)[1]) == f"not valid Unicode text: a lone surrogate {where}"

@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 
 from arc_ref.config import Config
 from arc_ref.errors import CapacityExceeded, InvalidEvent
-from arc_ref.machine import ArcState, Compact, Event, ToolResult, ToolTurn, init, step, tool_result, tool_turn
+from arc_ref.machine import (
+    ArcState, Compact, Event, ToolResult, ToolTurn, UserMessage, init, step, tool_result, tool_turn,
+)
 from arc_ref.message import ToolCall
 from arc_ref.persist import DurableStore, fold_lines
 from arc_ref.trace import replay
@@ -76,7 +78,7 @@ def _tool_mode_events(config: Config, steps: list[Any], compact_after: list[bool
     state = init(config)
     events: list[Event] = []
     number = 0
-    for (thought, calls, results, _), compact in zip(steps, compact_after):
+    for (thought, calls, results, _, user), compact in zip(steps, compact_after):
         made = []
         for name, arguments in calls:
             number += 1
@@ -94,6 +96,13 @@ def _tool_mode_events(config: Config, steps: list[Any], compact_after: list[bool
             except CapacityExceeded:
                 return events, state
             events.append(result_event)
+        if user is not None:
+            user_event = UserMessage(user)
+            try:
+                state, _ = step(state, user_event)
+            except CapacityExceeded:
+                return events, state
+            events.append(user_event)
         if compact:
             state, _ = step(state, Compact("forced"))
             events.append(Compact("forced"))

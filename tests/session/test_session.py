@@ -127,9 +127,8 @@ def test_misuse_gets_clear_errors(model_dir: str) -> None:
     unstarted = Session(f"hf-dir:{model_dir}", tools=ENVIRONMENT, preset_name="minimal", **BUDGETS)
     with pytest.raises(SessionError, match="no task yet: add the user's message first"):
         unstarted.messages()
-    unstarted.add_user("one")
-    with pytest.raises(SessionError, match="keeps one user message"):
-        unstarted.add_user("two")
+    assert unstarted.add_user("one") is None  # the goal
+    assert unstarted.add_user("two") == unstarted.state.records[-1].obs_id  # stored, shown after the goal
     with pytest.raises(ConfigError, match="ARC's own tools"):
         Session(f"hf-dir:{model_dir}", goal="g", tools=[{"type": "function", "function": {"name": "_recall"}}],
                 preset_name="minimal", **BUDGETS).messages()
@@ -214,3 +213,22 @@ def test_qwen3_messages_count_as_the_server_counts() -> None:
         assert_pairs(session.messages())
     text, count = transformers_prompt(QWEN3, session.messages(), session.tools(), enable_thinking=False)
     assert session.audit().tokens == count and "<tool_response>" in text
+
+
+def test_add_user_works_at_any_time_and_is_stored(model_dir: str, tmp_path: Path) -> None:
+    """add_user after the start is a UserMessage: stored under a minted id (A1, A2), shown as a user message after
+    the tool results, refused while a call awaits its result; a durable session reopens with it."""
+    session = new_session(model_dir, path=tmp_path / "s.arc")
+    session.add_assistant("reading", [call("call_a", "read_file", {"path": "a"})])
+    with pytest.raises(SessionError, match="await their result .add_tool_result. before a user message"):
+        session.add_user("wait")
+    session.add_tool_result("call_a", "alpha")
+    obs_id = session.add_user("Your last reply had no tool call; call one.")
+    assert obs_id is not None and session.state.lookup(obs_id) is not None
+    messages = session.messages()
+    assert messages[-1] == {"role": "user", "content": "Your last reply had no tool call; call one."}
+    assert_pairs(messages)
+    session.close()
+    reopened = Session.open(tmp_path / "s.arc")
+    assert reopened.messages() == messages and reopened.add_user("more") is not None
+    reopened.close()
