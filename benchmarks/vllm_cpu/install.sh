@@ -18,9 +18,9 @@ if [ -f "$MARK" ] && "$VENV/bin/python" -c "import vllm" >/dev/null 2>&1; then
     exit 0
 fi
 started=$(date +%s)
-rm -rf "$VENV"
 mkdir -p "$VLLM_HOME"
-python3 -m venv "$VENV"
+# an install cut short (a timeout) is continued, not redone: pip skips what is there
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
 "${PIP[@]}" ${ARC_TORCH_INDEX:+--extra-index-url "$ARC_TORCH_INDEX"} "torch==$TORCH"
 if ! "$VENV/bin/python" -c "import sys, torch; sys.exit(torch.version.cuda is not None)"; then

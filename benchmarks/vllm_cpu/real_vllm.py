@@ -256,8 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vllm-python", required=True, help="the Python of the environment vLLM is installed in")
     parser.add_argument("--work", type=Path, required=True, help="a directory for the models, runs and logs")
     parser.add_argument("--start-timeout", type=float, default=900, help="seconds for vLLM to come up")
-    parser.add_argument("--parts", default="text,tool,random",
-                        help="which servers to run, of text (text mode, refusals, Session), tool, random")
+    parser.add_argument("--parts", default="text,tool",
+                        help="the servers to run, of text (text mode, refusals, Session), tool and random (a random "
+                        "model's garbage replies); default text,tool")
     args = parser.parse_args(argv)
     # run.sh's timeout sends SIGTERM: leave through the `finally` blocks, so no vLLM server outlives the check
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(f"real_vllm: stopped by signal {signum}"))
