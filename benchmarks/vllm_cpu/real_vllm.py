@@ -204,8 +204,10 @@ def check_refusals(report: Report, url: str, model_dir: Path, work: Path) -> Non
 
 
 def last_line(text: str) -> str:
+    """The line that names the fix, else the last line (at most 400 characters)."""
     lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1][:400] if lines else ""
+    fixes = [line for line in lines if "Fix:" in line]
+    return (fixes or lines or [""])[-1][:400]
 
 
 def check_session(report: Report, url: str, model_dir: Path) -> None:
