@@ -4,7 +4,9 @@
     arc-ref export STORE                  the rows as a replay trace (spec/trace.md), to standard output
     arc-ref mcp STORE [--preset NAME] [--set KEY=VALUE ...]   serve ARC's tools over MCP (stdio)
 
-A missing, corrupt or locked store is one clear line on standard error and exit status 2, never a traceback.
+A missing, corrupt or locked store is one clear line on standard error and exit status 2, never a traceback;
+no such record, page or row is status 1; standard output closed or failing (a full disk) is status 4 (EXIT_IO).
+What they write is UTF-8 whatever the locale or PYTHONIOENCODING says (store lines are UTF-8 text).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import argparse
 import importlib.util
 import json
 import sys
-from typing import Callable
+from typing import BinaryIO, Callable
 
 from arc_ref.catalog import page_count, render_page
 from arc_ref.config import PRESETS, Config, preset
@@ -52,31 +54,73 @@ def add_commands(commands: "argparse._SubParsersAction[argparse.ArgumentParser]"
     mcp.set_defaults(parse_setting=parse_setting)
 
 
+class OutputFailed(Exception):
+    """Standard output is closed or a write to it failed (exit status 4, EXIT_IO, as `arc-ref --help` says)."""
+
+
 def run(arguments: argparse.Namespace) -> int:
     """Run one of STORE_COMMANDS; store problems are one line on standard error, exit status 2."""
+    from arc_ref.cli import EXIT_IO, _say, _silence_stdout
+
     name = arguments.command
     try:
         if name == "inspect":
-            return _inspect(arguments)
-        if name == "export":
-            return _export(arguments.store)
-        return _mcp(arguments)
+            status = _inspect(arguments)
+        elif name == "export":
+            status = _export(arguments.store)
+        else:
+            return _mcp(arguments)
+        _flush()
+        return status
+    except OutputFailed as problem:
+        _silence_stdout()  # so that the interpreter's last flush cannot fail again
+        _say(f"arc-ref {name}: {problem}")
+        return EXIT_IO
     except (StoreError, ArcError, ValueError) as problem:  # ValueError: a bad --set
-        print(f"arc-ref {name}: {problem}", file=sys.stderr)
+        _say(f"arc-ref {name}: {problem}")
         return 2
-    except LookupError as problem:  # no such record or page in a store that opened
-        print(f"arc-ref {name}: {problem.args[0]}", file=sys.stderr)
+    except LookupError as problem:  # no such record, page or row in a store that opened
+        _say(f"arc-ref {name}: {problem.args[0]}")
         return 1
+
+
+# --- standard output: UTF-8 bytes, a failed write is OutputFailed ------------------------------------
+
+
+def _stdout() -> BinaryIO:
+    if sys.stdout is None:
+        raise OutputFailed("standard output is closed; nothing can be written")
+    return sys.stdout.buffer
+
+
+def _emit(text: str) -> None:
+    """Write ``text`` as UTF-8 (a reader that went away raises BrokenPipeError: arc-ref ends quietly, 0)."""
+    try:
+        _stdout().write(text.encode("utf-8"))
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError) as problem:  # ValueError: a closed stream
+        raise OutputFailed(f"cannot write standard output: {getattr(problem, 'strerror', None) or problem}") \
+            from None
+
+
+def _flush() -> None:
+    try:
+        _stdout().flush()
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError) as problem:
+        raise OutputFailed(f"cannot write standard output: {getattr(problem, 'strerror', None) or problem}") \
+            from None
 
 
 # --- export -------------------------------------------------------------------------------------
 
 
 def _export(path: str) -> int:
-    out = sys.stdout.buffer
+    _stdout()  # a closed standard output is refused before the store is read
     for row in read_rows(path):  # a damaged row raises after every row before it was written
-        out.write(row.line.encode("utf-8") + b"\n")
-    out.flush()
+        _emit(row.line + "\n")
     return 0
 
 
@@ -88,8 +132,8 @@ def _inspect(arguments: argparse.Namespace) -> int:
         if arguments.verify:
             with DurableStore.open(arguments.store, readonly=True, use_snapshot=False) as full:
                 agree = full.state == store.state and full.seq == store.seq
-            print(f"verify: {store.report.snapshot_note}; the fold of all {full.seq} rows "
-                  f"{'equals' if agree else 'DIFFERS FROM'} the state opened")
+            _emit(f"verify: {store.report.snapshot_note}; the fold of all {full.seq} rows "
+                  f"{'equals' if agree else 'DIFFERS FROM'} the state opened\n")
             if not agree:
                 return 1
         if arguments.catalog is not None:
@@ -97,14 +141,17 @@ def _inspect(arguments: argparse.Namespace) -> int:
         if arguments.record is not None:
             return _print_record(store.state, arguments.record)
         if arguments.events:
+            if not 1 <= arguments.start <= store.seq:
+                raise LookupError(f"no row {arguments.start}: the store has rows 1-{store.seq}")
+            if arguments.count is not None and arguments.count < 0:
+                raise ValueError(f"--count {arguments.count}: a number of rows is 0 or more")
             for row in store.events(arguments.start, arguments.count):
                 line = row.line if arguments.full or len(row.line) <= EVENT_LINE_CHARS else (
                     row.line[:EVENT_LINE_CHARS] + f"... ({len(row.line):,} characters)")
-                print(f"{row.seq:>7} {row.checksum[:12]} {line}")
+                _emit(f"{row.seq:>7} {row.checksum[:12]} {line}\n")
             return 0
         if arguments.view:
-            print(view(store.state).text())
-            print()
+            _emit(view(store.state).text() + "\n\n")
             _print_audit(store.state)
             return 0
         _print_overview(store)
@@ -114,14 +161,14 @@ def _inspect(arguments: argparse.Namespace) -> int:
 def _print_overview(store: DurableStore) -> None:
     state, report = store.state, store.report
     config_row = next(store.events(1, 1)).line
-    print(f"store {store.path}: {store.seq} rows (the config line and {store.seq - 1} events),"
-          f" {state.stored} observations, {state.turn} agent turns; last checksum {store.checksum[:16]}")
-    print(f"opened in {report.seconds:.3f} s: {report.snapshot_note}, {report.folded} events folded")
-    print(f"config: {config_row}")
+    _emit(f"store {store.path}: {store.seq} rows (the config line and {store.seq - 1} events),"
+          f" {state.stored} observations, {state.turn} agent turns; last checksum {store.checksum[:16]}\n")
+    _emit(f"opened in {report.seconds:.3f} s: {report.snapshot_note}, {report.folded} events folded\n")
+    _emit(f"config: {config_row}\n")
     pages = page_count(state.stored, state.config.page_size)
-    print(f"catalog: {pages} page(s) of {state.config.page_size} (--catalog N), records by id (--record ID),"
-          f" the log (--events), the view (--view)")
-    print()
+    _emit(f"catalog: {pages} page(s) of {state.config.page_size} (--catalog N), records by id (--record ID),"
+          f" the log (--events), the view (--view)\n")
+    _emit("\n")
     _print_audit(state)
 
 
@@ -139,25 +186,25 @@ def _print_audit(state: ArcState) -> None:
         ("recall buffer U", components.recall, "Q", config.recall_budget),
         ("overhead (generation prompt, joins)", exact - shown.tokens + components.overhead, "eta", config.overhead),
     ]
-    print(f"budget audit (tokenizer {config.tokenizer}, chat format {config.chat_format}):")
-    print(f"  {'component':<38} {'tokens':>8}   budget")
+    _emit(f"budget audit (tokenizer {config.tokenizer}, chat format {config.chat_format}):\n")
+    _emit(f"  {'component':<38} {'tokens':>8}   budget\n")
     for label, tokens, symbol, budget in rows:
-        print(f"  {label:<38} {tokens:>8}   {symbol} = {budget}")
-    print(f"  {'view, counted whole':<38} {exact:>8}   K = {setup.budget} <= L = {setup.limit}")
+        _emit(f"  {label:<38} {tokens:>8}   {symbol} = {budget}\n")
+    _emit(f"  {'view, counted whole':<38} {exact:>8}   K = {setup.budget} <= L = {setup.limit}\n")
     entries = len(state.live)
-    print(f"  H holds {entries} entries; S holds {len(state.summary.items)} items"
-          f" ({state.summary.omitted} older ones omitted); U holds {len(state.recall_buffer)} chunk(s)")
+    _emit(f"  H holds {entries} entries; S holds {len(state.summary.items)} items"
+          f" ({state.summary.omitted} older ones omitted); U holds {len(state.recall_buffer)} chunk(s)\n")
 
 
 def _print_catalog(state: ArcState, page: int) -> int:
     pages = page_count(state.stored, state.config.page_size)
     if pages == 0:
-        print("the catalog is empty: no observation is stored")
+        _emit("the catalog is empty: no observation is stored\n")
         return 0
     target = pages if page == 0 else page
     if not 1 <= target <= pages:
         raise LookupError(f"no catalog page {page}: pages 1-{pages}")
-    print(render_page(state.setup, state.records, target).content)
+    _emit(render_page(state.setup, state.records, target).content + "\n")
     return 0
 
 
@@ -168,14 +215,12 @@ def _print_record(state: ArcState, token: str) -> int:
         hint = f"; did you mean {nearest}?" if nearest else ""
         raise LookupError(f"no stored observation has the id {token!r}{hint}")
     chunks = chunk_count(record.n_tokens, state.config.chunk_tokens)
-    print(json.dumps({
+    _emit(json.dumps({
         "id": record.obs_id, "index": record.index, "action": record.signature, "returncode": record.returncode,
         "step": record.step, "characters": record.n_chars, "bytes": record.n_bytes, "tokens": record.n_tokens,
         "chunks": chunks, "stub": record.stub,
-    }, ensure_ascii=False))
-    sys.stdout.write(record.content)
-    if not record.content.endswith("\n"):
-        sys.stdout.write("\n")
+    }, ensure_ascii=False) + "\n")
+    _emit(record.content if record.content.endswith("\n") else record.content + "\n")
     return 0
 
 

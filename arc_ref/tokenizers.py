@@ -468,8 +468,9 @@ def _load_huggingface(path: str, name: str | None = None) -> HuggingFaceTokenize
     try:
         from tokenizers import Tokenizer as RustTokenizer
     except ImportError as missing:  # pragma: no cover - depends on the environment
+        spelled = name if name is not None else f"hf:{path}"  # a directory is named as the user gave it
         raise ConfigError(
-            "tokenizer 'hf:...' needs the package 'tokenizers' (pip install 'arc-ref[hf]')"
+            f"tokenizer {spelled!r} needs the package 'tokenizers' (pip install 'arc-ref[eval]' or 'arc-ref[hf]')"
         ) from missing
     data = read_regular_file(path, TOKENIZER_FILE_LIMIT, "tokenizer.json")
     try:

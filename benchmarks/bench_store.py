@@ -15,7 +15,11 @@ nothing and is not an event of the log). In one run it times:
 
 and prints each with its ratio to the replay, in wall-clock and in CPU seconds of this process (on a
 machine shared with other work the CPU figures are the steadier ones). Every reopened state is compared with
-the in-memory fold (untimed); the script fails if one differs. Then it times single appends (one commit and fsync each).
+the in-memory fold (untimed); the script fails if one differs. Then it times single appends (one commit and fsync each)
+and what the acknowledgement record costs each (issue 18.1: after every commit the last acknowledged row is written to
+STORE.ack and fdatasync'ed, apart from the WAL): rounds of appends with the record and rounds with its write left out
+(a benchmark-only switch), alternating in one run, and the record's write alone. ``--appends-only`` runs just that,
+on a new store of the paper preset.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from arc_ref.config import preset
 from arc_ref.machine import Event, Observe
 from arc_ref.persist import DurableStore, fold_lines
 from arc_ref.tokenizers import get_tokenizer
@@ -61,11 +66,67 @@ def fill(store: DurableStore, events: list[Event]) -> None:
         store.append_many(events[start:start + BATCH])
 
 
+def _milliseconds(latencies: list[float]) -> str:
+    ordered = sorted(latencies)
+    return (f"median {ordered[len(ordered) // 2] * 1000:.2f} ms, p99 {ordered[int(len(ordered) * 0.99)] * 1000:.2f} ms"
+            f" over {len(ordered)}")
+
+
+def append_costs(path: Path, appends: int, rounds: int = 6) -> None:
+    """Single appends with and without the acknowledgement record's write, alternating rounds in one run."""
+    timings: dict[bool, list[float]] = {True: [], False: []}
+    record_alone: list[float] = []
+    with DurableStore.open(path) as writer:
+        writer.snapshot_min_events = 2**62
+        acknowledgements = writer._acknowledgements
+        assert acknowledgements is not None
+        recorded = acknowledgements.record
+        number = 0
+        for round_number in range(rounds):
+            with_record = round_number % 2 == 0
+            acknowledgements.record = recorded if with_record else (lambda seq, checksum: None)  # type: ignore[method-assign]
+            for _ in range(max(1, appends // rounds)):
+                number += 1
+                started = time.perf_counter()
+                writer.append(Observe(f"cat extra_{number}.txt", f"line {number}\n" * 20))
+                timings[with_record].append(time.perf_counter() - started)
+        acknowledgements.record = recorded  # type: ignore[method-assign]
+        for _ in range(max(1, appends // rounds)):
+            started = time.perf_counter()
+            recorded(writer.seq, writer.checksum)
+            record_alone.append(time.perf_counter() - started)
+        writer.close(snapshot=False)
+    with_median = sorted(timings[True])[len(timings[True]) // 2]
+    without_median = sorted(timings[False])[len(timings[False]) // 2]
+    print(f"  single appends (step + commit + WAL fsync, synchronous=FULL, + the acknowledgement record): "
+          f"{_milliseconds(timings[True])}")
+    print(f"  single appends without the acknowledgement record's write (alternating rounds, same run): "
+          f"{_milliseconds(timings[False])}")
+    print(f"  the acknowledgement record costs {(with_median - without_median) * 1000:+.2f} ms per append"
+          f" (difference of the medians, x{with_median / without_median:.2f}); its write alone"
+          f" (pwrite + fdatasync of {len(_ack_record_sample())} bytes): {_milliseconds(record_alone)}")
+
+
+def _ack_record_sample() -> bytes:
+    from arc_ref.persist.store import _ack_record, GENESIS
+
+    return _ack_record(1, GENESIS)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--appends", type=int, default=300, help="single appends timed at the end")
+    parser.add_argument("--appends-only", action="store_true",
+                        help="only the single appends and the acknowledgement record's cost, on a new store")
     arguments = parser.parse_args()
+    if arguments.appends_only:
+        with tempfile.TemporaryDirectory() as scratch:
+            path = Path(scratch) / "task.arc"
+            DurableStore.create(path, preset("paper")).close()
+            print(f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; store in {scratch}")
+            append_costs(path, arguments.appends)
+        return 0
     get_tokenizer("o200k_base")
     with tempfile.TemporaryDirectory() as scratch:
         trace = Path(scratch) / "trace.jsonl"
@@ -133,18 +194,7 @@ def main() -> int:
         print(f"  every reopened state equals the in-memory fold: "
               f"{same_after_crash and same_after_close and same_without}")
 
-        with DurableStore.open(path) as writer:
-            writer.snapshot_min_events = 2**62
-            latencies = []
-            for number in range(arguments.appends):
-                started = time.perf_counter()
-                writer.append(Observe(f"cat extra_{number}.txt", f"line {number}\n" * 20))
-                latencies.append(time.perf_counter() - started)
-            writer.close(snapshot=False)
-        latencies.sort()
-        print(f"  single appends (step + commit + fsync, synchronous=FULL): median"
-              f" {latencies[len(latencies) // 2] * 1000:.2f} ms, p99 {latencies[int(len(latencies) * 0.99)] * 1000:.2f} ms"
-              f" over {len(latencies)}")
+        append_costs(path, arguments.appends)
         if not (same_after_crash and same_after_close and same_without):
             print("FAILED: a reopened state differs from the fold", file=sys.stderr)
             return 1

@@ -1,11 +1,14 @@
 """Crash check at scale: a store writer killed with SIGKILL at random moments, many times (proofs_check.crash).
 
-    python benchmarks/bench_store_crash.py [--kills 500] [--seed 7] [--max-delay 0.4]
+    python benchmarks/bench_store_crash.py [--kills 500] [--seed 7] [--max-delay 0.4] [--wal-damage 0.5]
 
 Prints the kills, the events acknowledged, the events lost (must be 0), the events stored but never
 acknowledged (a kill between the commit and the acknowledgement: mostly during the commit's fsync, after the
 write; the event is kept), the reopens from a snapshot and how many were compared with the fold of every
-row, and any problem.
+row, and any problem. With ``--wal-damage P`` (default 0.5), after that fraction of the kills the write-ahead log
+is also deleted (with or without its -shm), truncated at random or has a random byte flipped (issue 18.1): it prints
+the damages, how many reopened with every acknowledged event (recovered) and how many were refused naming the
+number of acknowledged events missing (refused); a reopen lacking an acknowledged event counts as lost.
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ def main() -> int:
     parser.add_argument("--max-delay", type=float, default=0.4, help="seconds after ready, at most, before a kill")
     parser.add_argument("--fold-every", type=int, default=25,
                         help="compare the snapshot reopen with the fold of every row after every N-th kill")
+    parser.add_argument("--wal-damage", type=float, default=0.5,
+                        help="the fraction of kills after which the WAL is deleted, truncated or has a byte flipped")
     arguments = parser.parse_args()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
         figures = kill_loop(Path(scratch), arguments.kills, arguments.seed, arguments.max_delay,
-                            arguments.fold_every)
+                            arguments.fold_every, arguments.wal_damage)
     print(f"kills: {figures.kills}")
     print(f"events acknowledged: {figures.acknowledged}")
     print(f"events lost: {figures.lost}")
@@ -39,7 +44,10 @@ def main() -> int:
           f"{figures.unacknowledged_stored}")
     print(f"reopens after a kill: {figures.kills}, {figures.snapshot_reopens} of them from a snapshot;"
           f" {figures.fold_checks} compared with the fold of every row, all equal unless a problem is listed")
-    print(f"problems: {figures.problems or 'none'}")
+    kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(figures.damage_kinds.items()))
+    print(f"WAL damages after a kill: {figures.wal_damages} ({kinds or 'none'}); reopened with every acknowledged"
+          f" event: {figures.recovered}; refused, naming the acknowledged events missing: {figures.refused}")
+    print(f"problems: {figures.problems[:5] or 'none'}{' ...' if len(figures.problems) > 5 else ''}")
     print(f"({time.perf_counter() - started:.0f} s)")
     return 0 if not figures.problems and figures.lost == 0 else 1
 

@@ -26,8 +26,10 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -559,6 +561,206 @@ def argument_cases(scratch: Path) -> list[Case]:
 # --- the table ------------------------------------------------------------------------------------------
 
 
+# --- the durable store and its front ends (issue 18, items 1-3 and 8) --------------------------------------
+
+_STORE_WRITER = """
+import os, sys
+from arc_ref.config import preset
+from arc_ref.machine import Observe
+from arc_ref.persist import DurableStore
+store = DurableStore.create(sys.argv[1], preset("minimal", capacity=100))
+for number in range(40):
+    store.append(Observe(f"cat f{number}.txt", f"row {number} é中 " * 5))
+if sys.argv[2] == "kill":
+    os.kill(os.getpid(), 9)  # 40 events acknowledged, in STORE-wal until a checkpoint
+if sys.argv[2] == "hold":
+    os.write(1, b"ready\\n")
+    sys.stdin.read()  # a writer holding the store open until its input ends
+store.close()
+"""
+
+
+def _store(path: Path, how: str = "close") -> Path:
+    """A store of 41 rows at ``path``: closed cleanly, or its writer killed after acknowledging them."""
+    subprocess.run([sys.executable, "-c", _STORE_WRITER, str(path), how], capture_output=True, timeout=120)
+    return path
+
+
+def _from_stdout(argv: list[str], pick: str, env: dict[str, str] | None = None) -> Outcome:
+    """The first line on standard output holding ``pick`` (a command that succeeds); stderr must be empty."""
+    code, out, err = _run(argv, env=env)
+    outcome = Outcome(code, next((line for line in out.splitlines() if pick in line), "(no such line on stdout)"),
+                      _tracebacks(out, err))
+    if err.strip():
+        outcome.problems.append(f"standard error: {_cut(err, 120)}")
+    return outcome
+
+
+def _untouched(victim: Path) -> Callable[[], str | None]:
+    return lambda: None if victim.read_text() == "precious\n" else f"{victim.name} was written through"
+
+
+def store_cases(scratch: Path) -> list[Case]:
+    """The store's WAL lost or damaged after a crash, two names of one store, files planted beside it, and the
+    front ends given a damaged store or failing streams (issue 18.1-3, 18.8). Statuses: spec/store.md."""
+    work = scratch / "store"
+    work.mkdir()
+    victim = work / "victim.txt"
+    victim.write_text("precious\n")
+
+    def wal_damaged(damage: str, command: str = "inspect") -> Callable[[], Outcome]:
+        def run() -> Outcome:
+            path = _store(work / f"wal-{damage.replace(' ', '-')}-{command}.arc", "kill")
+            wal = Path(str(path) + "-wal")
+            if damage == "deleted":
+                wal.unlink()
+                Path(str(path) + "-shm").unlink(missing_ok=True)
+            elif damage == "truncated":
+                os.truncate(wal, wal.stat().st_size // 2)
+            else:
+                data = bytearray(wal.read_bytes())
+                data[len(data) // 2] ^= 0x10
+                wal.write_bytes(bytes(data))
+            return from_stderr([*ARC_REF, command, str(path)])
+        return run
+
+    def second_writer_by_symlink() -> Outcome:
+        path = _store(work / "held.arc")
+        alias = work / "alias.arc"
+        alias.symlink_to(path)
+        holder = subprocess.Popen([sys.executable, "-c", _STORE_WRITER.replace(
+            'store = DurableStore.create(sys.argv[1], preset("minimal", capacity=100))',
+            "store = DurableStore.open(sys.argv[1])").replace("range(40)", "range(0)"), str(path), "hold"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            assert holder.stdout is not None
+            holder.stdout.readline()
+            outcome = from_stderr([*ARC_REF, "mcp", str(alias)])
+        finally:
+            holder.communicate(b"", timeout=60)
+        return outcome
+
+    def hard_link() -> Outcome:
+        path = _store(work / "linked.arc")
+        os.link(path, work / "other-name.arc")
+        return from_stderr([*ARC_REF, "mcp", str(work / "other-name.arc")])
+
+    def planted(name: str, command: str) -> Callable[[], Outcome]:
+        def run() -> Outcome:
+            path = work / f"planted-{name.strip('.')}-{command}.arc"
+            if command != "mcp":
+                _store(path)
+                Path(str(path) + name).unlink(missing_ok=True)
+            Path(str(path) + name).symlink_to(victim)
+            outcome = from_stderr([*ARC_REF, command, str(path)])
+            if outcome.message == "(nothing on stderr)":
+                outcome.message = f"served; {victim.name} " + ("untouched" if _untouched(victim)() is None
+                                                                else "WRITTEN THROUGH")
+            return checked(outcome, _untouched(victim))
+        return run
+
+    def fifo(name: str, command: str) -> Callable[[], Outcome]:
+        def run() -> Outcome:
+            path = _store(work / f"fifo-{name.strip('.')}.arc")
+            Path(str(path) + name).unlink(missing_ok=True)
+            os.mkfifo(str(path) + name)
+            outcome = from_stderr([*ARC_REF, command, str(path)], timeout=60)
+            if outcome.message == "(nothing on stderr)":
+                outcome.message = f"served until the end of its input; {name} ignored"
+            return outcome
+        return run
+
+    def damaged_snapshot() -> Outcome:
+        path = _store(work / "snapshot.arc")
+        with sqlite3.connect(path) as connection:
+            connection.execute("UPDATE snapshots SET key = ?", ("ÿþ non-ASCII",))
+        connection.close()
+        return _from_stdout([*ARC_REF, "inspect", str(path)], "opened in")
+
+    def damaged_schema(command: str) -> Callable[[], Outcome]:
+        def run() -> Outcome:
+            path = _store(work / f"schema-{command}.arc")
+            with sqlite3.connect(path) as connection:
+                connection.execute("PRAGMA writable_schema = ON")
+                connection.execute("UPDATE sqlite_master SET sql = 'CREATE TABLE events(' WHERE name = 'events'")
+            connection.close()
+            return from_stderr([*ARC_REF, command, str(path)])
+        return run
+
+    good = _store(work / "good.arc")
+    quoted = shlex.quote(str(good))
+    cases = [
+        Case("WAL deleted after a kill", "kill -9 writer; rm s.arc-wal s.arc-shm; arc-ref inspect s.arc",
+             wal_damaged("deleted"), EXIT_USAGE, "40 acknowledged events are missing"),
+        Case("WAL truncated after a kill", "kill -9 writer; truncate -s 50% s.arc-wal; arc-ref inspect s.arc",
+             wal_damaged("truncated"), EXIT_USAGE, "acknowledged events are missing"),
+        Case("WAL byte flipped after a kill", "kill -9 writer; flip a byte of s.arc-wal; arc-ref inspect s.arc",
+             wal_damaged("a byte flipped"), EXIT_USAGE, "acknowledged events are missing"),
+        Case("WAL deleted: the writer appends nothing", "kill -9 writer; rm s.arc-wal s.arc-shm; arc-ref mcp s.arc",
+             wal_damaged("deleted", "mcp"), EXIT_USAGE, "40 acknowledged events are missing"),
+        Case("WAL deleted: export", "kill -9 writer; rm s.arc-wal s.arc-shm; arc-ref export s.arc",
+             wal_damaged("deleted", "export"), EXIT_USAGE, "arc-ref export writes the 1 rows that are there"),
+        Case("second writer through a symlink", "arc-ref mcp alias.arc (-> a store a writer holds)",
+             second_writer_by_symlink, EXIT_USAGE, "is open for writing by process"),
+        Case("writer through a hard link", "ln s.arc other.arc; arc-ref mcp other.arc", hard_link, EXIT_USAGE,
+             "has 2 names (hard links)"),
+        Case("planted STORE.lock symlink, new store", "ln -s victim new.arc.lock; arc-ref mcp new.arc </dev/null",
+             planted(".lock", "mcp"), EXIT_OK, "untouched"),
+        Case("planted STORE.ack symlink, new store", "ln -s victim new.arc.ack; arc-ref mcp new.arc </dev/null",
+             planted(".ack", "mcp"), EXIT_OK, "untouched"),
+        Case("planted STORE.ack symlink, existing store", "ln -sf victim s.arc.ack; arc-ref inspect s.arc",
+             planted(".ack", "inspect"), EXIT_USAGE, "(a symbolic link)"),
+        Case("STORE.lock is a FIFO", "mkfifo s.arc.lock; arc-ref mcp s.arc </dev/null", fifo(".lock", "mcp"),
+             EXIT_OK, "ignored"),
+        Case("STORE.ack is a FIFO", "mkfifo s.arc.ack; arc-ref mcp s.arc </dev/null", fifo(".ack", "mcp"),
+             EXIT_USAGE, "is not a regular file"),
+        Case("damaged snapshot row (non-ASCII key)", "arc-ref inspect s.arc", damaged_snapshot, EXIT_OK,
+             "snapshot ignored: its row is damaged"),
+        Case("damaged schema: inspect", "arc-ref inspect s.arc", damaged_schema("inspect"), EXIT_USAGE,
+             "malformed database schema"),
+        Case("damaged schema: the writer", "arc-ref mcp s.arc", damaged_schema("mcp"), EXIT_USAGE,
+             "malformed database schema"),
+        Case("--from 10**30", f"arc-ref inspect s.arc --events --from {10**30}",
+             lambda: from_stderr([*ARC_REF, "inspect", str(good), "--events", "--from", str(10**30)]), 1,
+             "no row 1000000000000000000000000000000: the store has rows 1-41"),
+        Case("PYTHONIOENCODING=ascii", "PYTHONIOENCODING=ascii arc-ref inspect s.arc --events --full",
+             lambda: _from_stdout([*ARC_REF, "inspect", str(good), "--events", "--full"], "é中",
+                                  env={**os.environ, "PYTHONIOENCODING": "ascii"}), EXIT_OK, "row 0 é中"),
+    ]
+    for argv in ("export", "inspect --events", "inspect --view", "inspect"):
+        command, *extra = argv.split()
+        line = f"{ARC_REF_SHELL} {command} {quoted} {' '.join(extra)}"
+        cases.append(Case(f"{argv}: /dev/full", f"arc-ref {command} s.arc {' '.join(extra)} > /dev/full",
+                          _redirected(line, " > /dev/full"), EXIT_IO, "No space left on device"))
+        cases.append(Case(f"{argv}: closed stdout", f"arc-ref {command} s.arc {' '.join(extra)} >&-",
+                          _redirected(line, " >&-"), EXIT_IO, "standard output is closed"))
+    if os.geteuid() == 0:  # a read-only bind mount needs root
+        cases.append(Case("cleanly closed store on read-only media", "mount -o remount,bind,ro; arc-ref inspect",
+                          lambda: _read_only_media(work, good), EXIT_OK, "rows (the config line and 40 events)"))
+    return cases
+
+
+def _redirected(line: str, redirection: str) -> Callable[[], Outcome]:
+    return lambda: shell(line + redirection)
+
+
+def _read_only_media(work: Path, store: Path) -> Outcome:
+    source, media = work / "media-source", work / "media"
+    source.mkdir()
+    media.mkdir()
+    shutil.copy(store, source / store.name)
+    mounted = subprocess.run(["mount", "--bind", str(source), str(media)], capture_output=True)
+    if mounted.returncode != 0:
+        return Outcome(None, f"cannot bind-mount here: {_decoded(mounted.stderr).strip()}")
+    try:
+        remounted = subprocess.run(["mount", "-o", "remount,bind,ro", str(media)], capture_output=True)
+        if remounted.returncode != 0:
+            return Outcome(None, f"cannot remount read-only here: {_decoded(remounted.stderr).strip()}")
+        return _from_stdout([*ARC_REF, "inspect", str(media / store.name)], "rows (the config line")
+    finally:
+        subprocess.run(["umount", str(media)], capture_output=True)
+
+
 def shown(message: str, scratch: Path) -> str:
     """The message as the table shows it: the temporary directory as $TMP, the servers' ports as PORT."""
     return re.sub(r"http://127\.0\.0\.1:\d+", "http://127.0.0.1:PORT", message.replace(str(scratch), "$TMP"))
@@ -618,6 +820,7 @@ def main(argv: list[str] | None = None) -> int:
             ("resume (issue 9.4), in a temporary directory", resume_cases(scratch)),
             ("CLI arguments (issue 9.5)", argument_cases(scratch)),
             ("serve-scripted answering like a misconfigured vLLM (issue 8.2)", server_fault_cases(scratch)),
+            ("the durable store and its front ends (issue 18.1-3, 18.8)", store_cases(scratch)),
         ]
         groups = [(title, [case for case in cases if args.only in case.name]) for title, cases in groups]
         differing = run_cases(groups, scratch)

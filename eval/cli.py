@@ -5,6 +5,7 @@ Subcommands::
     arc-eval nih        --methods all --seeds 42 82 122 --tasks 1000 [--backend scripted|openai ...]
     arc-eval longbench  --data PATH [--limit N] ...
     arc-eval ablation   recall-budget|force-schedule|noise-lines [--task nih|longbench] ...
+                        (default methods: the paper's, ``runner.ABLATION_METHODS``; runs/ablation-<sweep>-<hash>)
     arc-eval report     RUN_DIR...            (arc_eval.analysis.cli.report_main)
     arc-eval serve-scripted ...               (arc_eval.backends.scripted_server.serve_main)
     arc-eval bench      [--tasks 1000] ...    (throughput, harness overhead, concurrency)
@@ -19,7 +20,8 @@ A server fault stops the run with status 3 and a message naming the cause and th
 first task (a wrong model name, a missing API key, tool mode off, a window smaller than
 ``--context-limit``, no answer; nothing is written), or during the run (unavailable after retries, a
 refusal, a malformed answer; what finished is kept, the task in flight is not); rerun the same command
-after the fix to continue. Ctrl-C stops with status 130, likewise resumable.
+after the fix to continue. Ctrl-C stops with status 130 and SIGTERM with 143, likewise resumable; each
+says at once what it waits for and what is recorded (``arc_eval.announce``).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_BACKEND = 3
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 DEFAULT_RUNS_DIR = "runs"
 PAPER_SEEDS = (42, 82, 122)
 _DISPATCHED = ("report", "serve-scripted")
@@ -85,7 +88,8 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
 
     run = parser.add_argument_group("run")
     run.add_argument("--methods", type=parse_methods, default=None, metavar="all|m1,m2",
-                     help="methods to compare (default: all)")
+                     help="methods to compare (default: all; an ablation: the methods the paper ablates, "
+                          "arc alone for recall-budget)")
     run.add_argument("--seeds", type=integer, nargs="+", default=list(PAPER_SEEDS), metavar="SEED",
                      help="seeds (default: 42 82 122)")
     run.add_argument("--out", default=None, metavar="RUN_DIR",
@@ -154,7 +158,8 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     method.add_argument("--rag-top-k", type=positive_int, default=3)
     method.add_argument("--rag-chunk-chars", type=positive_int, default=1000)
     method.add_argument("--rag-retriever", choices=("auto", "embeddings", "bm25"), default="auto",
-                        help="rag_memory retriever (auto: embeddings when installed, else bm25)")
+                        help="rag_memory retriever (auto: embeddings when installed and a CUDA device is "
+                             "there, else bm25, the fast one)")
     method.add_argument("--allow-reexecution", action="store_true",
                         help="scripted agent: re-run a tool call when what it needs left the prompt")
 
@@ -236,8 +241,17 @@ def without_connection_options(argv: Sequence[str]) -> list[str]:
     return kept
 
 
-def default_run_dir(spec: Any) -> Path:
+def run_kind(args: argparse.Namespace) -> str:
+    """What a run directory is named by (issue 19): ``nih``, ``longbench``, or ``ablation-<sweep>`` (with
+    ``-longbench`` for a LongBench sweep), so ``runs/nih-*`` holds the main runs only."""
+    if args.command != "ablation":
+        return str(args.command)
+    return f"ablation-{args.sweep}" + ("-longbench" if args.task == "longbench" else "")
+
+
+def default_run_dir(spec: Any, kind: str | None = None) -> Path:
     """runs/<kind>-<hash of the run's meaning>: the same run names the same directory, however it is spelled.
+    ``kind`` defaults to the task kind (``run_kind`` names ablations by their sweep).
 
     The meaning is what a resume compares (``arc_eval.schema.run_meaning``): argument order, the run
     directory, ``--concurrency``, ``--no-progress`` and the resume flags do not change it.
@@ -247,7 +261,7 @@ def default_run_dir(spec: Any) -> Path:
 
     meaning = run_meaning(run_manifest(spec, resolved_retriever(spec)))
     digest = hashlib.sha256(json.dumps(meaning, sort_keys=True).encode("utf-8")).hexdigest()[:10]
-    return Path(DEFAULT_RUNS_DIR) / f"{spec.task_kind}-{digest}"
+    return Path(DEFAULT_RUNS_DIR) / f"{kind or spec.task_kind}-{digest}"
 
 
 def _absolute(path: str | None) -> str | None:
@@ -258,7 +272,7 @@ def _absolute(path: str | None) -> str | None:
 def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
     """A RunSpec from parsed arguments (the command line is recorded in the manifest as provenance)."""
     from arc_eval.methods import METHOD_NAMES
-    from arc_eval.runner import ABLATIONS, SCRIPTED_MODEL, RunSpec
+    from arc_eval.runner import ABLATION_METHODS, ABLATIONS, SCRIPTED_MODEL, RunSpec
     from arc_eval.tasks.nih import DEFAULT_NIH_LAYOUT
 
     if args.command == "ablation":
@@ -280,7 +294,8 @@ def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
     tasks_per_seed = args.tasks if kind == "nih" else getattr(args, "limit", None)
     spec = RunSpec(
         task_kind=kind,
-        methods=args.methods if args.methods is not None else METHOD_NAMES,
+        methods=args.methods if args.methods is not None else (
+            ABLATION_METHODS[args.sweep] if args.command == "ablation" else METHOD_NAMES),
         seeds=tuple(args.seeds),
         out=Path(args.out if args.out else "."),
         tasks_per_seed=tasks_per_seed,
@@ -324,7 +339,7 @@ def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
     if args.out:
         return spec
     spec.validate()  # the default directory is named after the run's meaning: check the spec first
-    return evolve(spec, out=default_run_dir(spec))
+    return evolve(spec, out=default_run_dir(spec, run_kind(args)))
 
 
 def _missing_methods_message(methods: Sequence[str]) -> str | None:
@@ -351,6 +366,11 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         result = run(spec)
     except (RunRecordError, LongBenchDataError) as failure:
         raise UsageError(f"arc-eval: {failure}") from None
+    if result.stopped_by is not None:
+        from arc_eval.announce import stopped_text
+
+        print(stopped_text(result.stopped_by, result.skipped + result.ran, result.ran, spec.out), file=sys.stderr)
+        return EXIT_TERMINATED if result.stopped_by == "SIGTERM" else EXIT_INTERRUPTED
     if result.aborted is not None and not result.started:
         print(f"arc-eval: stopped before the first task: {result.aborted}\n"
               "Nothing was run or recorded; run the command again after the fix.", file=sys.stderr)

@@ -5,8 +5,12 @@ opens the run directory with ``arc_eval.records.RunWriter`` (``resume=True`` con
 finished tasks are skipped, unfinished ones redone from scratch, nothing duplicated), and ``execute``s
 the plan: every unfinished job goes to ``concurrency`` asyncio workers sharing one backend, so an HTTP
 server sees N requests at once and batches them. Each finished task is written (its call lines, then its
-task line) the moment it ends. A progress bar (tqdm, on stderr) counts tasks. At the end it prints the
-accuracy table of the whole run directory (``arc_eval.analysis.accuracy.summary_table``).
+task line) the moment it ends. Before anything runs it says its plan (tasks x methods x seeds x variants,
+backend, retriever and its cost; ``arc_eval.announce``), after the first tasks an estimate of the time left,
+and a progress bar (tqdm, on stderr) counts tasks. At the end it prints the accuracy table of the whole run
+directory (``arc_eval.analysis.accuracy.summary_table``) and the next step (the report command). SIGINT
+and SIGTERM say at once what they wait for (the tasks in flight, cancelled, not recorded) and what is
+recorded, and the run ends with status 130 or 143, resumable.
 
 Jobs go variant by variant and seed by seed (tasks of one seed are generated when reached), and
 within a seed task by task with every method, so an interrupted run leaves paired outcomes.
@@ -26,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, TextIO
@@ -38,13 +43,14 @@ from arc_ref.config import TEMPLATE_FORMAT
 from arc_ref.errors import ConfigError
 from arc_ref.tokenizers import HF_DIR_PREFIX
 from arc_eval.analysis.accuracy import summary_table
+from arc_eval.announce import RunNotes, next_step_text, plan_text, program_name, stop_text
 from arc_eval.backends.openai_backend import COUNT_MODES, OpenAIBackend
 from arc_eval.loop import run_task
 from arc_eval.methods import METHOD_NAMES, make_method
 from arc_eval.counting import TokenCounter, shared_counter
 from arc_eval.methods.base import MethodSettings
 from arc_eval.protocol import TASK_TOOL_SPECS, system_prompt, tool_system_prompt
-from arc_eval.methods.rag_memory import resolve_retriever
+from arc_eval.methods.rag_memory import cuda_available, resolve_retriever
 from arc_eval.records import RunReader, RunWriter
 from arc_eval.schema import SCHEMA, TASK_KINDS, RecordKey
 from arc_eval.agent.scripted import AGENT_VARIANTS, DEFAULT_AGENT
@@ -83,6 +89,14 @@ ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
     "recall-budget": RECALL_BUDGET_SWEEP,
     "force-schedule": FORCE_SCHEDULE_SWEEP,
     "noise-lines": NOISE_LINES_SWEEP,
+}
+# The methods each sweep compares by default (the paper's Ablation section; eval/METHODS.md): only ARC reads
+# the recall budget (every baseline would repeat one result per level), and the forced-compaction and
+# fixture-size tables compare the five methods that compact (full_context never does). --methods overrides.
+ABLATION_METHODS: dict[str, tuple[str, ...]] = {
+    "recall-budget": ("arc",),
+    "force-schedule": ("sliding_window", "llm_summary", "structured_state", "rag_memory", "arc"),
+    "noise-lines": ("sliding_window", "llm_summary", "structured_state", "rag_memory", "arc"),
 }
 VARIANT_KEYS = ("recall_budget_chars", "recall_max_chars", "force_at_calls", "noise_lines_per_side")
 
@@ -516,6 +530,24 @@ class Executed:
     ran: int  # tasks finished by this invocation
     skipped: int  # tasks already finished (resume)
     aborted: str | None  # why the run stopped early (None when it completed)
+    stopped_by: str | None = None  # the signal that stopped the run (SIGINT, SIGTERM), if one did
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def install_stop_handlers(on_stop: Any) -> list[signal.Signals]:
+    """Call ``on_stop(name)`` on SIGINT or SIGTERM instead of dying silently (issue 19); the signals installed
+    (none off the main thread or where the loop cannot)."""
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    for signum in STOP_SIGNALS:
+        try:
+            loop.add_signal_handler(signum, on_stop, signum.name)
+        except (NotImplementedError, RuntimeError, ValueError):
+            continue
+        installed.append(signum)
+    return installed
 
 
 async def execute(plan: RunPlan, writer: RunWriter, backends: Mapping[str, Backend]) -> Executed:
@@ -531,12 +563,25 @@ async def execute(plan: RunPlan, writer: RunWriter, backends: Mapping[str, Backe
     ran = 0
     aborted: str | None = None
     stop = asyncio.Event()
+    notes = RunNotes(total, min(done_before, total), lambda text: tqdm.write(text, file=sys.stderr))
+    received: list[str] = []
+    main_task = asyncio.current_task()
+
+    def on_stop(name: str) -> None:
+        """A stop signal: say what the run waits for and what is recorded, then cancel the tasks in flight."""
+        if not received and main_task is not None:
+            received.append(name)
+            notes.say(stop_text(name, notes.in_flight, done_before + ran, spec.out))
+            main_task.cancel()
+
+    installed = install_stop_handlers(on_stop)
 
     async def worker(batch: SeedBatch, jobs: Iterator[tuple[Task, str]]) -> None:
         nonlocal ran, aborted
         for task, name in jobs:
             if stop.is_set():
                 return
+            notes.in_flight += 1
             try:
                 calls, outcome = await run_task(
                     task,
@@ -555,9 +600,12 @@ async def execute(plan: RunPlan, writer: RunWriter, backends: Mapping[str, Backe
                     aborted = describe_backend_error(failure)
                 stop.set()
                 return
+            finally:
+                notes.in_flight -= 1
             writer.write_task(calls, outcome)
             ran += 1
             bar.update(1)
+            notes.task_finished(len(batch.jobs))
             # Yield to the event loop: an in-process backend never suspends, and Ctrl-C (asyncio
             # cancels the run) must be seen between two tasks.
             await asyncio.sleep(0)
@@ -574,13 +622,20 @@ async def execute(plan: RunPlan, writer: RunWriter, backends: Mapping[str, Backe
                 raise
             if stop.is_set():
                 break
+    except asyncio.CancelledError:
+        if not received or main_task is None:
+            raise
+        main_task.uncancel()  # the stop signal's cancel, handled: the run ends with what is recorded
     finally:
+        loop = asyncio.get_running_loop()
+        for signum in installed:
+            loop.remove_signal_handler(signum)
         bar.close()
         for backend in _distinct(backends):
             closer = getattr(backend, "aclose", None)
             if closer is not None:
                 await closer()
-    return Executed(ran, done_before, aborted)
+    return Executed(ran, done_before, aborted, received[0] if received else None)
 
 
 # -- run --------------------------------------------------------------------------------------------
@@ -594,6 +649,7 @@ class RunResult:
     aborted: str | None  # why the run stopped early (None when it completed)
     table: str
     started: bool = True  # False: a check before the first task stopped it, and nothing was written
+    stopped_by: str | None = None  # the signal that stopped the run (SIGINT, SIGTERM): no table then
 
 
 def run(spec: RunSpec, *, out: TextIO | None = None) -> RunResult:
@@ -602,15 +658,20 @@ def run(spec: RunSpec, *, out: TextIO | None = None) -> RunResult:
     spec.validate()
     plan = RunPlan(spec)
     plan.check_methods()
+    on_gpu = plan.rag_retriever == "embeddings" and cuda_available()  # torch is imported only for embeddings
+    print(plan_text(spec, plan.rag_retriever, plan.total_jobs(), on_gpu), file=sys.stderr, flush=True)
     backends = make_backends(spec)
     refused = asyncio.run(check_backends(backends))
     if refused is not None:
         return RunResult(spec.out, 0, 0, refused, "", started=False)
-    print(f"run directory: {spec.out}", file=sys.stderr)
     with RunWriter(spec.out, plan.manifest(), resume=spec.resume) as writer:
         if writer.finished():
             print(f"resuming {spec.out}: {len(writer.finished())} task(s) already finished", file=sys.stderr)
         executed = asyncio.run(execute(plan, writer, backends))
+    if executed.stopped_by is not None:
+        return RunResult(spec.out, executed.ran, executed.skipped, None, "", stopped_by=executed.stopped_by)
     table = summary_table(RunReader(spec.out).tasks())
     print(table, file=out if out is not None else sys.stdout)
+    if executed.aborted is None:
+        print(next_step_text(spec.out, program_name(sys.argv[0])), file=out if out is not None else sys.stdout)
     return RunResult(spec.out, executed.ran, executed.skipped, executed.aborted, table)

@@ -10,6 +10,14 @@ same store: every acknowledged event must be there, byte for byte (its row's lin
 acknowledged digest, its chained checksum is the acknowledged one); each killed run may have stored at most
 one event it did not acknowledge (the one being written); and the store must reopen from its snapshot to the
 same state as the fold of every event (compared after every kill, or every ``fold_every`` kills).
+
+With ``wal_damage`` (issue 18.1), after a fraction of the kills the harness also does what a user's "stale
+SQLite files" reflex or a bad disk does to the write-ahead log: deletes it (with or without its -shm),
+truncates it at a random length, or flips a random byte of it. The store must then either reopen with every
+acknowledged event byte for byte (recovered) or be refused with StoreCorrupt naming how many acknowledged
+events are missing (refused; the count is checked against the rows that are there); a reopen that lacks an
+acknowledged event is a loss. The log is then put back as it was (its -shm removed, to be rebuilt) and the
+loop goes on.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -82,6 +91,10 @@ class CrashFigures:
     stored: int = 0  # rows in the store at the end (the config row included)
     snapshot_reopens: int = 0  # reopens that started from a snapshot
     fold_checks: int = 0  # reopens compared with the fold of every row
+    wal_damages: int = 0  # kills after which the WAL was deleted, truncated or had a byte flipped
+    recovered: int = 0  # ... and the store still reopened with every acknowledged event
+    refused: int = 0  # ... and the store was refused, naming how many acknowledged events are missing
+    damage_kinds: dict[str, int] = Factory(dict)  # damages by kind
     problems: list[str] = Factory(list)
 
 
@@ -130,8 +143,66 @@ def check_store(
     figures.stored = stored
 
 
+WAL_DAMAGES = ("deleted", "deleted with its -shm", "truncated", "a byte flipped")
+_MISSING = re.compile(r"(\d+) acknowledged events? (?:is|are) missing: rows up to (\d+) were acknowledged"
+                      r" .* the store ends at row (\d+)")
+
+
+def damage_wal(store_path: Path, rng: random.Random) -> str | None:
+    """Damage the store's WAL as a user or a disk might (None: there was no WAL to damage)."""
+    wal = Path(str(store_path) + "-wal")
+    if not wal.exists() or wal.stat().st_size == 0:
+        return None
+    kind = rng.choice(WAL_DAMAGES)
+    if kind.startswith("deleted"):
+        wal.unlink()
+        if kind.endswith("-shm"):
+            Path(str(store_path) + "-shm").unlink(missing_ok=True)
+    elif kind == "truncated":
+        os.truncate(wal, rng.randrange(wal.stat().st_size))
+    else:
+        data = bytearray(wal.read_bytes())
+        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        wal.write_bytes(bytes(data))
+    return kind
+
+
+def check_damaged(store_path: Path, acks: dict[int, tuple[str, str]], figures: CrashFigures) -> None:
+    """After a WAL damage: every acknowledged event reopens byte for byte, or the open is refused with the
+    number of acknowledged events missing, and that number is right (the export stops after the rows there)."""
+    from arc_ref.persist import DurableStore, StoreCorrupt, StoredEvent, read_rows
+
+    rows: dict[int, StoredEvent] = {}
+    try:
+        for stored in read_rows(store_path):
+            rows[stored.seq] = stored
+        with DurableStore.open(store_path, readonly=True) as store:
+            seq = store.seq
+    except StoreCorrupt as refusal:
+        found = _MISSING.search(str(refusal))
+        last_acknowledged = max(acks, default=1)
+        if found is None:
+            figures.problems.append(f"a damaged WAL was refused without the count of missing events: {refusal}")
+        else:
+            missing, acknowledged, there = (int(value) for value in found.groups())
+            if there != len(rows) or missing != acknowledged - there or acknowledged < last_acknowledged:
+                figures.problems.append(f"refused with wrong figures ({refusal}); {len(rows)} rows are there and"
+                                        f" row {last_acknowledged} was acknowledged")
+        figures.refused += 1
+        return
+    for number, (checksum, digest) in acks.items():
+        found_row = rows.get(number)
+        if (found_row is None or found_row.checksum != checksum
+                or hashlib.sha256(found_row.line.encode()).hexdigest() != digest):
+            figures.lost += 1
+            figures.problems.append(f"after a WAL damage acknowledged row {number} is"
+                                    f" {'missing' if found_row is None else 'different'} and the store opened ({seq} rows)")
+    figures.recovered += 1
+
+
 def kill_loop(
-    directory: Path, kills: int, seed: int = 7, max_delay: float = 0.4, fold_every: int = 1
+    directory: Path, kills: int, seed: int = 7, max_delay: float = 0.4, fold_every: int = 1,
+    wal_damage: float = 0.0,
 ) -> CrashFigures:
     """Start the writer, SIGKILL it at a random moment, check, repeat ``kills`` times on one store.
 
@@ -169,6 +240,17 @@ def kill_loop(
         if store_path.exists():  # (a kill before the store was first created leaves no store)
             check_store(store_path, acks, figures.stored, figures,
                         fold=(kill + 1) % fold_every == 0 or kill + 1 == kills)
+            if rng.random() < wal_damage:
+                wal = Path(str(store_path) + "-wal")
+                kept = wal.read_bytes() if wal.exists() else None
+                kind = damage_wal(store_path, rng)
+                if kind is not None:
+                    figures.wal_damages += 1
+                    figures.damage_kinds[kind] = figures.damage_kinds.get(kind, 0) + 1
+                    check_damaged(store_path, acks, figures)
+                    assert kept is not None
+                    wal.write_bytes(kept)  # put back as it was; its index is rebuilt from it
+                    Path(str(store_path) + "-shm").unlink(missing_ok=True)
         elif acks:
             figures.problems.append("the store is gone")
     return figures

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from proofs_check.vectors.cli import main
+from proofs_check.vectors.generate import skipped_vectors
 
 ROOT = Path(__file__).resolve().parent.parent
 VECTOR_DIR = ROOT / "spec" / "vectors"
@@ -49,8 +50,11 @@ def test_write_into_any_directory_gives_the_checkout_vectors_byte_for_byte(tmp_p
     target = tmp_path / "vectors"
     assert main(["--write", "--dir", str(target)]) == 0
     written = sorted(path.name for path in target.iterdir())
+    # a trace vector whose files are absent (the Qwen3 tokenizer of ../shared beside the repository, on a fresh
+    # clone) is skipped by the generator with a line saying so: the others must still come out byte for byte
+    skipped = {f"{vector.name}.{part}.jsonl" for vector, _ in skipped_vectors() for part in ("trace", "expected")}
     generated_on_disk = sorted(
-        path.name for path in VECTOR_DIR.iterdir() if not path.name.endswith(".schema.json")
+        path.name for path in VECTOR_DIR.iterdir() if not path.name.endswith(".schema.json") and path.name not in skipped
     )
     assert written == generated_on_disk
     for name in written:

@@ -10,17 +10,32 @@ Every row carries a chained checksum (SHA-256 of the previous row's checksum, th
 line's bytes): a damaged, edited, reordered or missing row stops the open with an error naming the row.
 
 Durability contract: `DurableStore.append` applies the event to the state (an event the core refuses
-raises its ArcError and nothing is stored), writes its row and commits, and returns only after the commit.
-The database is in WAL mode with ``synchronous=FULL``: every commit fsyncs the write-ahead log, so an
-acknowledged event survives a kill -9 and also a power loss or OS crash (``NORMAL`` would survive a kill
-but may lose the last commits to a power loss). The price, one fsync per event, is small next to an agent
-step (a model call); `append_many` commits a batch at once for bulk imports.
+raises its ArcError and nothing is stored), writes its row and commits, records the acknowledgement, and
+returns only after both. The database is in WAL mode with ``synchronous=FULL``: every commit fsyncs the
+write-ahead log, so an acknowledged event survives a kill -9 and also a power loss or OS crash (``NORMAL``
+would survive a kill but may lose the last commits to a power loss). The price, one fsync per event, is
+small next to an agent step (a model call); `append_many` commits a batch at once for bulk imports.
 
-One writer at a time: a writer holds an exclusive lock (flock) on ``STORE.lock`` for as long as it is open;
-a second writer gets `StoreLocked` naming the holder's pid. The lock goes with the process, so a killed
-writer leaves no stale lock. Readers take no lock and read one consistent snapshot of the log (SQLite's
-WAL isolation), also while a writer appends. Every file the store creates (the database, its ``-wal`` and
-``-shm`` files, which SQLite creates with the database's mode, and the lock file) is owner-only (0600).
+Acknowledged events live in ``STORE-wal`` until a checkpoint, so a WAL deleted ("stale SQLite files"),
+truncated or damaged after a crash would reopen as a shorter log. After every commit the writer therefore
+writes the last acknowledged row and its chained checksum to ``STORE.ack`` (a fixed-size record, pwrite and
+fdatasync: a second fsync per append, measured by benchmarks/bench_store.py), and marks the store open in
+the database file itself (table ``writer``, checkpointed before the first append; a clean close records the
+row count there). Every open (reader, writer, export) reads the record before the rows and refuses a log
+that ends before it, or whose row there has another checksum, with StoreCorrupt saying how many
+acknowledged events are missing; an unclosed store without its record is refused too. A refused writer
+changes nothing: it checks the log through a read-only connection before it opens its read-write one.
+
+One writer per database FILE: a writer holds an exclusive flock on the database file itself (so a symlink
+or another name reaches the same lock) for as long as it is open; a second writer gets `StoreLocked` naming
+the holder's pid (from /proc/locks). A file with several names (hard links) is refused for writing: SQLite
+keeps a WAL per name. The lock goes with the process, so a killed writer leaves no stale lock; no lock file
+is created. Readers take no lock and read one consistent snapshot of the log (SQLite's WAL isolation), also
+while a writer appends; on a read-only file system a cleanly closed store (no WAL) is read as immutable.
+Every file the store creates (the database, its ``-wal`` and ``-shm`` files, which SQLite creates with the
+database's mode, and ``STORE.ack``) is owner-only (0600), and the store writes only files it created itself
+(O_EXCL|O_NOFOLLOW, renamed into place): a symlink, FIFO or hard link planted beside it is never written
+through.
 
 Reopening: every row is read and its checksum checked in one pass; the state is the latest valid snapshot
 (`arc_ref.persist.snapshot`: a cache of the fold, used only for exactly the same events under the same
@@ -38,6 +53,7 @@ import fcntl
 import hashlib
 import os
 import sqlite3
+import stat
 import threading
 import time
 from pathlib import Path
@@ -81,6 +97,9 @@ CREATE TABLE snapshots (
     digest TEXT NOT NULL,      -- sha256 of the whole snapshot's bytes
     data BLOB NOT NULL,
     PRIMARY KEY (seq, part)
+);
+CREATE TABLE writer (
+    clean_seq INTEGER NOT NULL -- one row: the rows when the last writer closed cleanly, 0 while one is open
 );
 """
 
@@ -167,11 +186,14 @@ def read_rows(path: str | os.PathLike[str]) -> Iterator[StoredEvent]:
     """The rows of a store, checked (chain and numbering) but not folded: what `arc-ref export` writes.
 
     Takes no lock (a writer may be appending: the rows are those committed when the read began). Raises
-    StoreNotFound / StoreCorrupt; a damaged row raises after every row before it was yielded.
+    StoreNotFound / StoreCorrupt; a damaged row raises after every row before it was yielded, and so does a
+    log that lacks acknowledged events (the acknowledgement record, read before the rows, says so).
     """
     target = Path(path)
     if not target.is_file():
         raise StoreNotFound(f"no ARC store at {str(target)!r}" + (" (a directory)" if target.is_dir() else ""))
+    real = target.resolve()
+    acknowledged = read_acknowledged(real, target)  # before the rows: it never runs ahead of them
     try:
         connection = _connect(target, readonly=True)
     except sqlite3.Error as problem:
@@ -179,64 +201,252 @@ def read_rows(path: str | os.PathLike[str]) -> Iterator[StoredEvent]:
     try:
         _check_header(connection, target)
         connection.execute("BEGIN")
+        clean_seq = _clean_seq(connection)
+        rows, at_acknowledged = 0, None
         for seq, line, checksum in _checked_rows(connection, target):
+            rows = seq
+            if acknowledged is not None and seq == acknowledged.seq:
+                at_acknowledged = checksum
             yield StoredEvent(seq, line.decode("utf-8", "replace"), checksum)
         connection.execute("COMMIT")
+        missing = _acknowledgement_problem(target, real, acknowledged, clean_seq, rows, at_acknowledged)
+        if missing is not None:
+            raise StoreCorrupt(missing)
     except sqlite3.DatabaseError as problem:
         raise StoreCorrupt(f"{str(target)!r} cannot be read: {problem}") from None
     finally:
         connection.close()
 
 
-def _lock_path(path: Path) -> Path:
-    return path.with_name(path.name + ".lock")
+ACK_SUFFIX = ".ack"
+ACK_MAGIC = b"arc-ref acknowledged "
+ACK_RECORD_BYTES = len(ACK_MAGIC) + 20 + 1 + 64 + 1  # magic, seq (20 digits), checksum (hex), LF: fixed size
+_held_locks: dict[tuple[int, int], int] = {}  # (st_dev, st_ino) of the stores this process holds for writing
+_held_guard = threading.Lock()
 
 
-def _owner_only(path: Path) -> int:
-    """Open (creating 0600 if absent) a file for writing, owner-only whatever the umask."""
-    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    os.fchmod(descriptor, 0o600)
-    return descriptor
+def _ack_path(real: Path) -> Path:
+    """The acknowledgement record beside the database (named after its resolved path, as SQLite names its WAL)."""
+    return real.with_name(real.name + ACK_SUFFIX)
+
+
+def _lock_holder(device: int, inode: int) -> str:
+    """The pid holding a flock on the file, from /proc/locks (Linux), or "" when it cannot be told."""
+    wanted = f"{os.major(device):02x}:{os.minor(device):02x}:{inode}"
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as listing:
+            for entry in listing:
+                fields = entry.split()
+                if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == wanted and fields[4].isdigit():
+                    return fields[4]
+    except OSError:
+        pass
+    return ""
 
 
 class _WriterLock:
-    """An exclusive flock on STORE.lock, held while the writer is open; released by the kernel on exit."""
+    """An exclusive flock on the database file itself, held while the writer is open (one writer per FILE,
+    whatever name, symlink or hard link it is reached by); released by the kernel when the process dies.
 
-    def __init__(self, path: Path) -> None:
-        self.path = _lock_path(path)
+    Nothing is created or written to take it. The descriptor is opened read-only, without O_CREAT, on the
+    database (a FIFO or device at the store's path is refused by its type, never opened for writing)."""
+
+    def __init__(self, path: Path, shown: Path) -> None:
         try:
-            self.descriptor = _owner_only(self.path)
+            self.descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
         except OSError as problem:
-            raise StoreError(f"cannot create the lock file {str(self.path)!r}: {problem.strerror}") from None
+            raise StoreError(f"cannot open {str(shown)!r} to lock it: {problem.strerror}") from None
+        self.key = (0, 0)
         try:
-            fcntl.flock(self.descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as problem:
-            holder = os.pread(self.descriptor, 32, 0).decode("ascii", "replace").strip()
+            status = os.fstat(self.descriptor)
+            if not stat.S_ISREG(status.st_mode):
+                raise StoreError(f"{str(shown)!r} is not a regular file; an ARC store is one SQLite file")
+            if status.st_nlink != 1:
+                raise StoreError(
+                    f"{str(shown)!r} has {status.st_nlink} names (hard links): SQLite keeps a write-ahead log per"
+                    " NAME, so two names of one store would lose or mix rows; open it for writing by one name"
+                    " only (remove the other links, or copy the store)")
+            self.key = (status.st_dev, status.st_ino)
+            with _held_guard:
+                if self.key in _held_locks:  # this process: closing a second descriptor would drop SQLite's locks
+                    self.key = (0, 0)
+                    raise StoreLocked(f"{str(shown)!r} is open for writing by process {os.getpid()} (this one);"
+                                      " one writer at a time (readers: arc-ref inspect / export)")
+                try:
+                    fcntl.flock(self.descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError as problem:
+                    if problem.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                        holder = _lock_holder(*self.key)
+                        self.key = (0, 0)
+                        who = f"process {holder}" if holder else "another process"
+                        raise StoreLocked(
+                            f"{str(shown)!r} is open for writing by {who}; one writer at a time"
+                            " (readers: arc-ref inspect / export)"
+                        ) from None
+                    self.key = (0, 0)
+                    raise StoreError(f"cannot lock {str(shown)!r}: {problem.strerror}") from None
+                _held_locks[self.key] = self.descriptor
+        except BaseException:
             os.close(self.descriptor)
-            if problem.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                who = f"process {holder}" if holder.isdigit() else "another process"
-                raise StoreLocked(
-                    f"{str(path)!r} is open for writing by {who}; one writer at a time"
-                    " (readers: arc-ref inspect / export)"
-                ) from None
-            raise StoreError(f"cannot lock {str(self.path)!r}: {problem.strerror}") from None
-        os.ftruncate(self.descriptor, 0)
-        os.pwrite(self.descriptor, f"{os.getpid()}\n".encode("ascii"), 0)
+            self.descriptor = -1
+            raise
 
     def release(self) -> None:
         if self.descriptor >= 0:
+            with _held_guard:
+                _held_locks.pop(self.key, None)
             os.close(self.descriptor)  # closing the descriptor drops the flock
             self.descriptor = -1
 
 
+@frozen
+class Acknowledged:
+    """What the acknowledgement record says: row ``seq`` was acknowledged, its chained checksum ``checksum``."""
+
+    seq: int
+    checksum: str
+
+
+def _ack_record(seq: int, checksum: str) -> bytes:
+    return ACK_MAGIC + f"{seq:020d} {checksum}\n".encode("ascii")
+
+
+def read_acknowledged(real: Path, shown: Path) -> Acknowledged | None:
+    """The store's acknowledgement record (None when there is none). Opened without following a symlink and
+    without blocking; anything but a regular file holding one well-formed record is refused (StoreCorrupt)."""
+    where = _ack_path(real)
+    try:
+        descriptor = os.open(where, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except FileNotFoundError:
+        return None
+    except OSError as problem:
+        kind = "a symbolic link" if problem.errno == errno.ELOOP else problem.strerror
+        raise StoreCorrupt(f"{str(shown)!r}: its acknowledgement record {str(where)!r} cannot be read ({kind});"
+                           " it must be a regular file written by the store's writer") from None
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise StoreCorrupt(f"{str(shown)!r}: its acknowledgement record {str(where)!r} is not a regular file"
+                               " (remove it: the store's writer writes a regular file there)")
+        data = os.pread(descriptor, ACK_RECORD_BYTES + 1, 0)
+    finally:
+        os.close(descriptor)
+    fields = data[len(ACK_MAGIC):-1].split(b" ") if data.startswith(ACK_MAGIC) else []
+    if (len(data) != ACK_RECORD_BYTES or not data.endswith(b"\n") or len(fields) != 2 or not fields[0].isdigit()
+            or len(fields[1]) != 64 or any(c not in b"0123456789abcdef" for c in fields[1])):
+        raise StoreCorrupt(f"{str(shown)!r}: its acknowledgement record {str(where)!r} is damaged; it cannot say"
+                           " how many events were acknowledged (arc-ref export writes the rows that are there)")
+    return Acknowledged(int(fields[0]), fields[1].decode("ascii"))
+
+
+class _AckWriter:
+    """The writer's acknowledgement record, kept apart from SQLite's WAL so that losing the WAL cannot erase
+    what was acknowledged (A2 across crashes): after each commit, the last acknowledged row and its chained
+    checksum, written in place and fdatasync'ed.
+
+    Created fresh under a temporary name and renamed over ``STORE.ack`` (a rename replaces a symlink or
+    FIFO planted there instead of writing through it), so the writer writes only files it created."""
+
+    def __init__(self, real: Path, shown: Path, seq: int, checksum: str) -> None:
+        target = _ack_path(real)
+        staging = real.with_name(f".{real.name}.ack-{os.getpid()}-{threading.get_ident()}")
+        try:
+            staging.unlink(missing_ok=True)
+            self.descriptor = os.open(staging, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                      0o600)
+        except OSError as problem:
+            raise StoreError(f"cannot write the acknowledgement record of {str(shown)!r}: {problem.strerror}") \
+                from None
+        try:
+            os.fchmod(self.descriptor, 0o600)
+            os.pwrite(self.descriptor, _ack_record(seq, checksum), 0)
+            os.fsync(self.descriptor)
+            os.replace(staging, target)
+            _sync_directory(real.parent)
+        except OSError as problem:
+            os.close(self.descriptor)
+            staging.unlink(missing_ok=True)
+            raise StoreError(f"cannot write the acknowledgement record of {str(shown)!r}: {problem.strerror}") \
+                from None
+
+    def record(self, seq: int, checksum: str) -> None:
+        """Rows up to ``seq`` are acknowledged: a same-size overwrite, so fdatasync need not sync metadata."""
+        os.pwrite(self.descriptor, _ack_record(seq, checksum), 0)
+        os.fdatasync(self.descriptor)
+
+    def close(self) -> None:
+        if self.descriptor >= 0:
+            os.close(self.descriptor)
+            self.descriptor = -1
+
+
+def _sync_directory(directory: Path) -> None:
+    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
 def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
     if readonly:
-        uri = "file:" + str(path.resolve()).replace("?", "%3f").replace("#", "%23") + "?mode=ro"
+        real = path.resolve()
+        uri = "file:" + str(real).replace("%", "%25").replace("?", "%3f").replace("#", "%23") + "?mode=ro"
+        if _on_read_only_media(real):  # nobody can write there: no -shm to create, no lock to take
+            uri += "&immutable=1"
         connection = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
     else:
         connection = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
     connection.text_factory = bytes  # lines are checked as the bytes that were stored
     return connection
+
+
+def _on_read_only_media(real: Path) -> bool:
+    """A store on a read-only file system with no write-ahead log beside it (a cleanly closed store): SQLite
+    cannot create the WAL index a reader needs there, and no writer can exist, so it is read as immutable."""
+    try:
+        read_only = bool(os.statvfs(real.parent).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+    return read_only and not Path(str(real) + "-wal").exists()
+
+
+def _clean_seq(connection: sqlite3.Connection) -> int | None:
+    """The `writer` table's clean_seq (rows when the last writer closed cleanly, 0 while one is open or after
+    it crashed); None for a store written before the table existed."""
+    try:
+        row = connection.execute("SELECT clean_seq FROM writer").fetchone()
+    except sqlite3.OperationalError:  # no such table
+        return None
+    return row[0] if row is not None and isinstance(row[0], int) else 0
+
+
+def _acknowledgement_problem(shown: Path, real: Path, acknowledged: Acknowledged | None, clean_seq: int | None,
+                             rows: int, checksum_at_acknowledged: str | None) -> str | None:
+    """Why the rows read are not every acknowledged event (None when they are). A2 (a stored observation is
+    never truncated or deleted during the task) holds across crashes only for a log that lost nothing it
+    acknowledged, so a shorter log is refused, never served as the task (spec/store.md)."""
+    wal = f"{str(real) + '-wal'!r}"
+    keep = f"arc-ref export writes the {rows} rows that are there"
+    if acknowledged is not None:
+        if acknowledged.seq > rows:
+            missing = acknowledged.seq - rows
+            return (f"{str(shown)!r}: {missing} acknowledged event{'s are' if missing > 1 else ' is'} missing:"
+                    f" rows up to {acknowledged.seq} were acknowledged ({str(_ack_path(real))!r}) but the store"
+                    f" ends at row {rows}; its write-ahead log {wal} was deleted, truncated or damaged after a"
+                    f" crash (restore it if you can; {keep})")
+        if checksum_at_acknowledged != acknowledged.checksum:
+            return (f"{str(shown)!r}: row {acknowledged.seq} is not the acknowledged row (its chained checksum"
+                    f" differs from {str(_ack_path(real))!r}): acknowledged rows were lost and others written in"
+                    f" their place, or that record is another store's ({keep})")
+        return None
+    if clean_seq == 0:
+        return (f"{str(shown)!r} was not closed cleanly and its acknowledgement record"
+                f" {str(_ack_path(real))!r} is missing: whether acknowledged events were lost cannot be told"
+                f" (an unclosed store needs its {wal} and its .ack beside it; {keep})")
+    if clean_seq is not None and clean_seq > rows:
+        return (f"{str(shown)!r}: {clean_seq - rows} acknowledged event(s) are missing: it was closed with"
+                f" {clean_seq} rows and holds {rows} ({keep})")
+    return None
 
 
 def _check_header(connection: sqlite3.Connection, path: Path) -> None:
@@ -263,8 +473,10 @@ class DurableStore:
 
     def __init__(self, path: Path, connection: sqlite3.Connection, lock: _WriterLock | None) -> None:
         self.path = path
+        self._real = path.resolve()
         self._connection = connection
         self._lock = lock
+        self._acknowledgements: _AckWriter | None = None
         self._guard = threading.RLock()
         self._state: ArcState | None = None
         self._config_line = b""
@@ -275,6 +487,8 @@ class DurableStore:
         self.snapshot_growth = SNAPSHOT_GROWTH
         self.report = OpenReport(0, 0, 0, 0.0, "")
         self.closed = False
+        self._watched_seq = 0  # the acknowledged row whose chained checksum the fold notes
+        self._watched_checksum: str | None = None
 
     # --- opening ------------------------------------------------------------------------------
 
@@ -285,21 +499,25 @@ class DurableStore:
         line = encode_config_line(config_line(config)).encode("utf-8")  # nested values as written
         state = init(config)  # ConfigError before any file exists
         exists = StoreExists(f"{str(target)!r} already exists; open it, or choose another path")
-        if target.exists():
+        if os.path.lexists(target):
             raise exists
-        lock = _WriterLock(target)
+        # built under a temporary name, locked, and linked into place: a crash while creating leaves no half
+        # store, and of two creators only the one whose link succeeds goes on (the other gets StoreExists)
+        staging = target.with_name(f".{target.name}.creating-{os.getpid()}-{threading.get_ident()}")
+        lock: _WriterLock | None = None
         try:
-            if target.exists():
-                raise exists
-            # built under a temporary name and linked into place: a crash while creating leaves no half store
-            staging = target.with_name(f".{target.name}.creating-{os.getpid()}")
             try:
                 checksum = _build(staging, line)
+                lock = _WriterLock(staging, target)
                 try:
                     os.link(staging, target)
                 except FileExistsError:
                     raise exists from None
-                except OSError:  # no hard links here: under the lock, after the check above
+                except OSError as problem:  # no hard links here: under the lock, after a last check
+                    if problem.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+                        raise
+                    if os.path.lexists(target):
+                        raise exists from None
                     os.replace(staging, target)
             except OSError as problem:
                 raise StoreError(f"cannot create {str(target)!r}: {problem.strerror}") from None
@@ -309,19 +527,26 @@ class DurableStore:
                 for leftover in ("", "-wal", "-shm", "-journal"):
                     Path(str(staging) + leftover).unlink(missing_ok=True)
             connection = _connect(target, readonly=False)
-            _writer_pragmas(connection)
         except BaseException:
-            lock.release()
+            if lock is not None:
+                lock.release()
             raise
         store = cls(target, connection, lock)
         store._state, store._config_line, store.seq, store.checksum = state, line, 1, checksum
+        try:
+            _writer_pragmas(connection)
+            store._start_writing()
+        except BaseException:
+            store._abandon()
+            raise
         store.report = OpenReport(1, 0, 0, 0.0, "new store")
         return store
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, readonly: bool = False,
              use_snapshot: bool = True) -> "DurableStore":
-        """Reopen a store: the state is the fold of its events (StoreCorrupt names a bad row).
+        """Reopen a store: the state is the fold of its events (StoreCorrupt names a bad row, or says how many
+        acknowledged events are missing).
 
         ``readonly``: a reader (no lock, no writes; may run beside the writer). ``use_snapshot=False``
         folds every event even when a valid snapshot exists (to check the snapshot, or to time the fold).
@@ -329,53 +554,106 @@ class DurableStore:
         target = Path(path)
         if not target.is_file():
             raise StoreNotFound(f"no ARC store at {str(target)!r}" + (" (a directory)" if target.is_dir() else ""))
-        lock = None if readonly else _WriterLock(target)
+        lock = None if readonly else _WriterLock(target, target)
         try:
-            try:
-                connection = _connect(target, readonly)
+            try:  # read-only until the log is checked: a refused open must not checkpoint a damaged WAL on close
+                connection = _connect(target, readonly=True)
             except sqlite3.Error as problem:
                 raise StoreError(f"cannot open {str(target)!r}: {problem}") from None
-            store = cls(target, connection, lock)
-            try:
-                _check_header(connection, target)
-                if not readonly:
-                    _writer_pragmas(connection)
-                store._load(use_snapshot)
-            except BaseException:
-                connection.close()
-                raise
         except BaseException:
             if lock is not None:
                 lock.release()
             raise
+        store = cls(target, connection, lock)
+        try:
+            acknowledged = read_acknowledged(store._real, target)  # before the rows: never ahead of them
+            _check_header(connection, target)
+            store._load(use_snapshot, acknowledged)
+            if not readonly:
+                connection.close()
+                store._connection = _connect(target, readonly=False)
+                _writer_pragmas(store._connection)
+                store._start_writing()
+        except sqlite3.DatabaseError as problem:  # e.g. a damaged schema: "malformed database schema"
+            store._abandon()
+            raise StoreCorrupt(f"{str(target)!r} cannot be read: {problem}") from None
+        except BaseException:
+            store._abandon()
+            raise
         return store
 
-    def _load(self, use_snapshot: bool) -> None:
+    def _abandon(self) -> None:
+        """Close what an open or create that failed had opened, writing nothing."""
+        self.closed = True
+        self._connection.close()
+        if self._acknowledgements is not None:
+            self._acknowledgements.close()
+        if self._lock is not None:
+            self._lock.release()
+
+    def _start_writing(self) -> None:
+        """Mark the store open for writing in the database file itself (checkpointed out of the WAL, so that
+        losing the WAL cannot erase the mark), then write a fresh acknowledgement record of the last row."""
+        connection = self._connection
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            connection.execute("CREATE TABLE IF NOT EXISTS writer (clean_seq INTEGER NOT NULL)")
+            connection.execute("DELETE FROM writer")
+            connection.execute("INSERT INTO writer VALUES (0)")
+            connection.execute("COMMIT")
+        except BaseException:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            raise
+        connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()  # never waits for a reader
+        self._acknowledgements = _AckWriter(self._real, self.path, self.seq, self.checksum)
+
+    def _load(self, use_snapshot: bool, acknowledged: Acknowledged | None) -> None:
         started = time.perf_counter()
         connection = self._connection
+        self._watched_seq = 0 if acknowledged is None else acknowledged.seq
         try:
             connection.execute("BEGIN")  # one read transaction: a consistent view of the log
             try:
-                row = connection.execute(
-                    "SELECT seq, key, chain, digest FROM snapshots ORDER BY seq DESC LIMIT 1"
-                ).fetchone() if use_snapshot else None
-                candidate = None if row is None else _SnapshotRow(row[0], *(bytes(v).decode("ascii") for v in row[1:]))
+                candidate, damaged = self._snapshot_candidate() if use_snapshot else (None, False)
                 last = connection.execute("SELECT max(seq) FROM events").fetchone()[0] or 0
                 past_the_end = candidate is not None and candidate.seq > last
                 state, folded, note = self._fold_rows(None if past_the_end else candidate)
                 if past_the_end:
                     assert candidate is not None
                     note = f"snapshot ignored: it is of row {candidate.seq}, past the last row {last}"
+                if damaged:
+                    note = "snapshot ignored: its row is damaged (not the types and ASCII text it is written with)"
                 if state is None:  # the snapshot was refused after its rows were passed: fold them all
                     state, folded, _ = self._fold_rows(None)
                     # the note of the first pass says why
+                clean_seq = _clean_seq(connection)
             finally:
                 connection.execute("COMMIT")
         except sqlite3.DatabaseError as problem:
             raise StoreCorrupt(f"{str(self.path)!r} cannot be read: {problem}") from None
+        missing = _acknowledgement_problem(self.path, self._real, acknowledged, clean_seq, self.seq,
+                                           self._watched_checksum)
+        if missing is not None:
+            raise StoreCorrupt(missing)
         assert state is not None
         self._state = state
         self.report = OpenReport(self.seq, self.snapshot_seq, folded, time.perf_counter() - started, note)
+
+    def _snapshot_candidate(self) -> tuple[_SnapshotRow | None, bool]:
+        """The latest snapshot's row (None: no snapshot), and whether it was ignored as damaged (wrong types,
+        non-ASCII text): a snapshot is a cache, so a damaged one means folding the events (issue 18.8)."""
+        row = self._connection.execute(
+            "SELECT seq, key, chain, digest FROM snapshots ORDER BY seq DESC LIMIT 1").fetchone()
+        if row is None:
+            return None, False
+        if not isinstance(row[0], int) or not all(isinstance(value, bytes) for value in row[1:]):
+            return None, True
+        try:
+            key, chain_value, digest = (value.decode("ascii") for value in row[1:])
+        except UnicodeDecodeError:
+            return None, True
+        return _SnapshotRow(row[0], key, chain_value, digest), False
 
     def _fold_rows(self, candidate: _SnapshotRow | None) -> tuple[ArcState | None, int, str]:
         """One pass over the rows: check each, fold those after the snapshot (if one is usable)."""
@@ -388,6 +666,8 @@ class DurableStore:
         checksum = GENESIS
         for seq, line, checksum in _checked_rows(self._connection, self.path):
             rows = seq
+            if seq == self._watched_seq:
+                self._watched_checksum = checksum
             if candidate is not None and 1 < seq < snapshot_seq:
                 continue  # covered by the snapshot: checked against its chain at row snapshot_seq (else a refold)
             try:
@@ -454,7 +734,8 @@ class DurableStore:
 
     def events(self, start: int = 1, count: int | None = None) -> Iterator[StoredEvent]:
         """The stored rows from ``start`` (row 1 is the config line), as stored (checked when the store opened)."""
-        limit = -1 if count is None else count
+        start = max(1, min(start, self.seq + 1))  # SQLite's integers are 64-bit: --from 10**30 is past the end
+        limit = -1 if count is None else max(0, min(count, self.seq))
         rows = self._connection.execute(
             "SELECT seq, line, checksum FROM events WHERE seq >= ? AND seq <= ? ORDER BY seq LIMIT ?",
             (start, self.seq, limit),
@@ -516,6 +797,12 @@ class DurableStore:
                     ) from None
                 raise StoreError(f"{str(self.path)!r}: cannot store event #{rows[0][0]}: {problem}") from None
             self._state, self.seq, self.checksum = state, seq, checksum
+            assert self._acknowledgements is not None
+            try:  # the acknowledgement is recorded apart from the WAL before append returns (A2 across crashes)
+                self._acknowledgements.record(seq, checksum)
+            except OSError as problem:
+                raise StoreError(f"{str(self.path)!r}: event #{seq} is stored but its acknowledgement could not be"
+                                 f" recorded: {problem.strerror}") from None
             return acknowledged
 
     def snapshot_due(self) -> bool:
@@ -564,18 +851,25 @@ class DurableStore:
 
     def close(self, snapshot: bool = True) -> None:
         """Snapshot (a writer, when events came since the last one, unless ``snapshot`` is False), close the
-        database, drop the lock. Closing without a snapshot leaves the store as a crash would."""
+        database, drop the lock. Closing without a snapshot leaves the snapshots as a crash would."""
         with self._guard:
             if self.closed:
                 return
             try:
                 if snapshot and self._lock is not None and self._state is not None:
                     self.write_snapshot()
+                if self._lock is not None and self._acknowledgements is not None:
+                    self._mark_closed_cleanly()
             finally:
-                self._connection.close()
-                self.closed = True
-                if self._lock is not None:
-                    self._lock.release()
+                self._abandon()
+
+    def _mark_closed_cleanly(self) -> None:
+        """Record in the database that its writer closed after row `seq` (a moved store then opens without its
+        .ack); best effort: when it fails the .ack still says what was acknowledged."""
+        try:
+            self._connection.execute("UPDATE writer SET clean_seq = ?", (self.seq,))
+        except sqlite3.Error:
+            pass
 
     def __enter__(self) -> "DurableStore":
         return self
@@ -586,7 +880,8 @@ class DurableStore:
 
 def _build(path: Path, config_line: bytes) -> str:
     """A complete new store at ``path`` (owner-only): header, schema and row 1, committed; its checksum."""
-    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    path.unlink(missing_ok=True)  # a leftover of a crashed creator (a symlink planted there is removed, not followed)
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     os.fchmod(descriptor, 0o600)
     os.close(descriptor)
     connection = _connect(path, readonly=False)
@@ -601,6 +896,7 @@ def _build(path: Path, config_line: bytes) -> str:
                 connection.execute(statement)
         checksum = chain(GENESIS, 1, config_line)
         connection.execute("INSERT INTO events VALUES (1, ?, ?)", (config_line.decode("utf-8"), checksum))
+        connection.execute("INSERT INTO writer VALUES (1)")
         connection.execute("COMMIT")
     finally:
         connection.close()

@@ -162,10 +162,62 @@ def _load_run(run_dir: Path, progress: ProgressFn | None) -> RunData:
     )
 
 
+def configuration_differences(first: Manifest, second: Manifest) -> list[str]:
+    """How two runs' meanings differ (``arc_eval.schema.run_meaning``), one ``field (a vs b)`` per field."""
+    from arc_eval.schema import run_meaning
+
+    def flat(meaning: Mapping[str, object], prefix: str = "") -> dict[str, object]:
+        out: dict[str, object] = {}
+        for key, value in meaning.items():
+            if key == "config" and isinstance(value, Mapping):
+                out.update(flat(value, "config."))
+            else:
+                out[prefix + key] = value
+        return out
+
+    a, b = flat(run_meaning(first.to_json())), flat(run_meaning(second.to_json()))
+    return [f"{key} ({a.get(key)!r} vs {b.get(key)!r})" for key in sorted(a.keys() | b.keys()) if a.get(key) != b.get(key)]
+
+
+def check_runs_can_combine(run_dirs: Sequence[str | Path]) -> None:
+    """Read the manifests only, before any record (issue 19): two runs that can hold the same task (same task
+    kind and model, a seed, a method and a variant in common) cannot be combined; the error says at once how
+    their configurations differ, or that they are one run given twice. Runs that differ by model, seed or
+    variant (one per model, per ablation...) combine."""
+    manifests: list[tuple[Path, Manifest]] = []
+    for run_dir in run_dirs:
+        path = Path(run_dir)
+        if (path / MANIFEST_FILE).is_file():  # a missing or broken manifest is load_run's error, with its words
+            try:
+                manifests.append((path, RunReader(path).manifest))
+            except (RunRecordError, RecordError):
+                continue
+    for index, (path_a, a) in enumerate(manifests):
+        for path_b, b in manifests[index + 1:]:
+            if path_a.resolve() == path_b.resolve():
+                raise AnalysisError(f"{path_a} is given twice; give each run directory once")
+            seeds = sorted(set(a.seeds) & set(b.seeds))
+            methods = [name for name in a.methods if name in b.methods]
+            variants = [label for label in a.variants if label in b.variants]
+            if a.task_kind != b.task_kind or a.model != b.model or not (seeds and methods and variants):
+                continue
+            differences = configuration_differences(a, b)
+            what = (f"their configurations differ in {', '.join(differences)}" if differences
+                    else "they are the same configuration (one run recorded twice)")
+            raise AnalysisError(
+                f"{path_a} and {path_b} are two {a.task_kind} runs of {a.model} with seed(s) "
+                f"{', '.join(map(str, seeds))} and method(s) {', '.join(methods)} in common, so they record the same "
+                f"tasks; {what}. Report them one at a time (arc-eval report {path_a}), or combine runs that differ "
+                "by model, seeds or variant"
+            )
+
+
 def load_runs(run_dirs: Sequence[str | Path], progress: ProgressFn | None = None) -> Dataset:
-    """Load and combine several run directories; a task recorded by two runs is an error."""
+    """Load and combine several run directories; runs that record the same tasks are refused before any record
+    is read (``check_runs_can_combine``), and a task recorded by two runs is an error."""
     if not run_dirs:
         raise AnalysisError("no run directory given")
+    check_runs_can_combine(run_dirs)
     runs = [load_run(d, progress) for d in run_dirs]
     seen: dict[TaskKey, Path] = {}
     tasks: list[TaskRecord] = []

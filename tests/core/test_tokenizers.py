@@ -194,3 +194,26 @@ def test_stored_observations_carry_no_utf8_copy_after_a_replay() -> None:
         view(state).text()
     assert [record.content for record in state.records] == texts
     assert [sys.getsizeof(record.content) for record in state.records] == sizes
+
+
+@pytest.mark.parametrize("spelling", ["hf-dir", "hf"])
+def test_a_missing_tokenizers_package_names_the_tokenizer_as_given(
+    spelling: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 19: a model directory is named `hf-dir:DIR` in the message (not `hf:...`), and the fix names the
+    `eval` extra, which carries `tokenizers` since tool mode needs `--tokenizer DIR`."""
+    monkeypatch.setitem(__import__("sys").modules, "tokenizers", None)  # `import tokenizers` raises ImportError
+    name = f"hf-dir:{tmp_path}" if spelling == "hf-dir" else f"hf:{tmp_path / 'tokenizer.json'}"
+    with pytest.raises(ConfigError) as refused:
+        get_tokenizer(name)
+    assert f"tokenizer {name!r} needs the package 'tokenizers'" in str(refused.value)
+    assert "arc-ref[eval]" in str(refused.value)
+
+
+def test_the_eval_extra_carries_what_a_model_directory_needs() -> None:
+    """Issue 19: `pip install -e '.[eval]'` runs `--tokenizer DIR` (tool mode): the extra lists `tokenizers`."""
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text(encoding="utf-8"))
+    names = [requirement.split(">")[0].split("=")[0] for requirement in project["project"]["optional-dependencies"]["eval"]]
+    assert "tokenizers" in names

@@ -16,6 +16,7 @@ import pytest
 
 from arc_eval.records import RunReader, RunRecordError, RunWriter, git_commit, package_versions
 from arc_eval.schema import SCHEMA, CallRecord, RecordError, TaskRecord
+from tests.waiting import scaled_ceiling, wait_until
 
 WORKER = Path(__file__).with_name("records_worker.py")
 REPO = Path(__file__).resolve().parents[2]
@@ -296,11 +297,8 @@ def test_sigkill_in_the_middle_of_a_run_then_resume(tmp_path: Path, durability: 
     total = 2 * tasks_per_method
     worker = run_worker(run, tasks_per_method, 0.002, durability)
     tasks_file = run / "tasks.jsonl"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if tasks_file.exists() and tasks_file.read_bytes().count(b"\n") >= 60:
-            break
-        time.sleep(0.005)
+    wait_until(lambda: tasks_file.exists() and tasks_file.read_bytes().count(b"\n") >= 60, worker, "records worker",
+               poll_s=0.005)
     os.kill(worker.pid, signal.SIGKILL)
     worker.wait(10)
     assert worker.returncode == -signal.SIGKILL
@@ -317,7 +315,7 @@ def test_sigkill_in_the_middle_of_a_run_then_resume(tmp_path: Path, durability: 
         )
 
     second = run_worker(run, tasks_per_method, 0.0, durability)
-    out, err = second.communicate(timeout=120)
+    out, err = second.communicate(timeout=scaled_ceiling(120))
     assert second.returncode == 0, err
     assert out.startswith(f"resumed {len(finished_before)} ")
 

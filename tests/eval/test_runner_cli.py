@@ -16,6 +16,7 @@ import pytest
 from arc_eval.cli import build_parser, default_run_dir, main, spec_from_args
 from arc_eval.runner import ABLATIONS, RunSpec, run
 from tests.eval.helpers import tool_model_dir
+from tests.waiting import scaled_ceiling, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO.parent / "shared" / "data" / "longbench_v2_hard_sample"
@@ -141,11 +142,7 @@ def test_a_killed_run_resumes_without_loss_or_duplicates(tmp_path: Path) -> None
     process = subprocess.Popen([sys.executable, "-m", "arc_eval.cli", *argv], cwd=tmp_path, env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     tasks_path = out / "tasks.jsonl"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and process.poll() is None:
-        if tasks_path.exists() and tasks_path.read_text().count("\n") >= 8:
-            break
-        time.sleep(0.05)
+    wait_until(lambda: tasks_path.exists() and tasks_path.read_text().count("\n") >= 8, process, "arc-eval nih")
     process.send_signal(signal.SIGKILL)
     process.wait()
     before = tasks_path.read_text().splitlines()
@@ -172,13 +169,9 @@ def test_ctrl_c_stops_between_tasks_with_status_130(tmp_path: Path) -> None:
     process = subprocess.Popen([sys.executable, "-m", "arc_eval.cli", *argv], cwd=tmp_path, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     tasks_path = out / "tasks.jsonl"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and process.poll() is None:
-        if tasks_path.exists() and tasks_path.read_text().count("\n") >= 5:
-            break
-        time.sleep(0.05)
+    wait_until(lambda: tasks_path.exists() and tasks_path.read_text().count("\n") >= 5, process, "arc-eval nih")
     process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=60)
+    _, err = process.communicate(timeout=scaled_ceiling(60))
     assert process.returncode == 130 and "rerun the same command" in err and "Traceback" not in err
     finished = lines(tasks_path)
     assert 0 < len(finished) < 150
@@ -236,6 +229,25 @@ def test_default_run_directory_is_named_after_the_run() -> None:
     assert first == default_dir(["nih", "--tasks", "5", "--seeds", "1", "2", "--methods", "all"])
     assert first != default_dir(["nih", "--tasks", "6", "--seeds", "1", "2"])
     assert first != default_dir(["nih", "--tasks", "5", "--seeds", "2", "1"])  # seed order is the run's order
+
+
+@pytest.mark.parametrize("sweep, methods", [("recall-budget", ["arc"]),
+                                            ("force-schedule", ["sliding_window", "llm_summary", "structured_state",
+                                                                "rag_memory", "arc"]),
+                                            ("noise-lines", ["sliding_window", "llm_summary", "structured_state",
+                                                             "rag_memory", "arc"])])
+def test_an_ablation_runs_the_paper_s_methods_and_is_named_by_its_sweep(sweep: str, methods: list[str]) -> None:
+    """Issue 19: `arc-eval ablation recall-budget` ran all six methods (METHODS.md: arc alone) under runs/nih-*."""
+    argv = ["ablation", sweep, "--tasks", "2", "--seeds", "42"]
+    spec = spec_from_args(build_parser().parse_args(argv), argv)
+    assert list(spec.methods) == methods
+    assert Path(spec.out).parent.name == "runs" and Path(spec.out).name.startswith(f"ablation-{sweep}-")
+    chosen = [*argv, "--methods", "all"]
+    assert len(spec_from_args(build_parser().parse_args(chosen), chosen).methods) == 6  # --methods overrides
+    if sweep != "noise-lines":
+        longbench = [*argv, "--task", "longbench", "--data", "x"]
+        assert Path(spec_from_args(build_parser().parse_args(longbench), longbench).out).name.startswith(
+            f"ablation-{sweep}-longbench-")
 
 
 def test_resume_forgives_what_does_not_change_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -19,6 +19,7 @@ from mcp.types import CallToolResult, TextContent  # noqa: E402
 
 from arc_ref.config import preset  # noqa: E402
 from arc_ref.persist import DurableStore  # noqa: E402
+from tests.waiting import scaled_ceiling  # noqa: E402
 
 TOOLS = {"store_observation", "recall", "recall_next", "recall_meta", "catalog_page"}
 # a long observation with multi-byte characters: several chunks of 8 bytes under the minimal preset
@@ -85,7 +86,7 @@ def test_store_and_recall_exactly_over_mcp_stdio(tmp_path: Path) -> None:
             # a second server on the same store is refused while this one runs
             refused = subprocess.run(
                 [sys.executable, "-m", "arc_ref.cli", "mcp", str(store)],
-                capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+                capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=scaled_ceiling(60),
             )
             assert refused.returncode == 2
             assert "is open for writing by process" in refused.stderr and "Traceback" not in refused.stderr
@@ -115,12 +116,12 @@ def test_mcp_on_an_existing_store_refuses_a_new_configuration(tmp_path: Path) ->
     DurableStore.create(store, preset("minimal")).close()
     done = subprocess.run(
         [sys.executable, "-m", "arc_ref.cli", "mcp", str(store), "--preset", "paper"],
-        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=scaled_ceiling(60),
     )
     assert done.returncode == 2 and "its configuration was fixed when it was created" in done.stderr
     bad = subprocess.run(
         [sys.executable, "-m", "arc_ref.cli", "mcp", str(tmp_path / "new.arc"), "--set", "page_size=x"],
-        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=scaled_ceiling(60),
     )
     assert bad.returncode == 2 and "--set page_size needs an integer" in bad.stderr
     assert not (tmp_path / "new.arc").exists()

@@ -1,5 +1,6 @@
-"""The README's "Use ARC in your agent" snippet runs as written, against `serve-scripted` and the example's
-stand-in model (only the server address, the tokenizer directory and the model name are replaced)."""
+"""The README's "Put ARC in front of your agent" Session snippet runs as written, against `serve-scripted` and the
+example's stand-in model (only the server address, the tokenizer directory and the model name are replaced), in a
+directory holding the `server.log` its `read_file` tool reads."""
 
 from __future__ import annotations
 
@@ -19,17 +20,18 @@ QWEN3 = qwen3_dir()
 
 def readme_snippet() -> str:
     text = (REPO / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Use ARC in your agent\n", 1)[1]
+    section = text.split("## Put ARC in front of your agent\n", 1)[1]
     return section.split("```python\n", 1)[1].split("```", 1)[0]
 
 
-def test_the_snippet_is_about_ten_lines_of_the_session_api() -> None:
+def test_the_snippet_is_short_and_defines_what_it_uses() -> None:
     lines = [line for line in readme_snippet().splitlines() if line.strip()]
-    assert len(lines) <= 18 and "from arc_ref.session import Session" in lines
+    assert len(lines) <= 30 and "from arc_ref.session import Session" in lines
+    assert "READ_FILE = {" in readme_snippet() and "def run_tool(" in readme_snippet()  # issue 19: were undefined
 
 
 @pytest.mark.skipif(QWEN3 is None, reason=QWEN3_ABSENT)
-def test_the_readme_snippet_runs() -> None:
+def test_the_readme_snippet_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("openai", reason="the openai package (pip install -e '.[examples]') is absent")
     from arc_eval.backends.scripted_server import build_app, serve_in_thread
 
@@ -43,8 +45,9 @@ def test_the_readme_snippet_runs() -> None:
                     .replace('model="Qwen/Qwen3-8B"', 'model="scripted"'))
         assert replaced.count(url) == 1 and replaced.count(str(QWEN3)) == 1 and 'model="scripted"' in replaced
         # the log twice: larger than the paper preset's recent window R, so H shows its stub and the model recalls
-        namespace: dict[str, Any] = {"READ_FILE": example.READ_FILE,
-                                     "run_tool": lambda name, arguments: example.run_tool(name, arguments)[0] * 2}
+        (tmp_path / "server.log").write_text(example.FILES["server.log"] * 2, encoding="utf-8")
+        monkeypatch.chdir(tmp_path)
+        namespace: dict[str, Any] = {}
         printed = io.StringIO()
         with redirect_stdout(printed):
             exec(compile(replaced, "README.md", "exec"), namespace)

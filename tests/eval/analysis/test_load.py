@@ -138,8 +138,30 @@ def test_call_count_mismatch_is_noted(nih_run: Path) -> None:
 def test_same_run_twice_is_an_error_naming_both_dirs(tmp_path: Path, nih_run: Path) -> None:
     copy = tmp_path / "copy"
     shutil.copytree(nih_run, copy)
-    with pytest.raises(AnalysisError, match="recorded both in .*nih and in .*copy"):
+    with pytest.raises(AnalysisError, match=r"nih and .*copy are two nih runs .* same configuration \(one run recorded"):
         load_runs([nih_run, copy])
+    with pytest.raises(AnalysisError, match="is given twice; give each run directory once"):
+        load_runs([nih_run, nih_run])
+
+
+def test_two_runs_of_one_kind_that_differ_are_refused_at_once_naming_the_difference(tmp_path: Path) -> None:
+    """Issue 19: `arc-eval report runs/nih-*` over two runs of the same kind said "give each run directory once"
+    after reading every record; the manifests alone now say how the runs differ, before any record is read."""
+    write_run(tmp_path / "nih-a", RunSpec(tasks_per_seed=2, seeds=(42,)))
+    write_run(tmp_path / "nih-b", RunSpec(tasks_per_seed=3, seeds=(42, 82)))
+    (tmp_path / "nih-b" / "tasks.jsonl").write_text("not json\n" * 3)  # never read: the manifests decide
+    with pytest.raises(AnalysisError) as refused:
+        load_runs([tmp_path / "nih-a", tmp_path / "nih-b"])
+    message = str(refused.value)
+    assert "two nih runs of Qwen/Qwen3-8B with seed(s) 42" in message
+    assert "differ in seeds ([42] vs [42, 82]), tasks_per_seed (2 vs 3)" in message
+    assert f"arc-eval report {tmp_path / 'nih-a'}" in message
+
+
+def test_runs_of_one_kind_with_other_seeds_combine(tmp_path: Path) -> None:
+    a = write_run(tmp_path / "nih-a", RunSpec(tasks_per_seed=2, seeds=(42,)))
+    b = write_run(tmp_path / "nih-b", RunSpec(tasks_per_seed=2, seeds=(82,)))
+    assert len(load_runs([tmp_path / "nih-a", tmp_path / "nih-b"]).tasks) == len(a) + len(b)
 
 
 def test_runs_of_two_models_combine(tmp_path: Path) -> None:

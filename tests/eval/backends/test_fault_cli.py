@@ -21,6 +21,7 @@ import pytest
 
 from arc_eval.cli import main
 from tests.eval.helpers import tool_model_dir
+from tests.waiting import http_ok, scaled_ceiling, wait_until
 
 SERVE = "import sys; from arc_eval.cli import main; sys.exit(main(['serve-scripted', *sys.argv[1:]]))"
 RUN = "import sys; from arc_eval.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -39,20 +40,12 @@ class Server:
             [sys.executable, "-c", SERVE, "--port", str(self.port), "--max-model-len", "4096", *flags],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert self.process.poll() is None and time.monotonic() < deadline, "serve-scripted did not come up"
-            time.sleep(0.05)
+        wait_until(http_ok(f"http://127.0.0.1:{self.port}/health"), self.process, "serve-scripted")
         self.url = f"http://127.0.0.1:{self.port}/v1"
 
     def stop(self) -> None:
         os.kill(self.process.pid, signal.SIGTERM)
-        self.process.communicate(timeout=30)
+        self.process.communicate(timeout=scaled_ceiling(30))
 
 
 @pytest.fixture
@@ -74,7 +67,7 @@ def arc_eval(url: str, out: Path, *extra: str, model: str = "scripted") -> subpr
                "--context-limit", "4096", "--max-tokens", "256", "--tasks", "1", "--seeds", "42",
                "--methods", "sliding_window", "--out", str(out), "--no-progress", "--max-retries", "1", *extra]
     env = {key: value for key, value in os.environ.items() if key != "OPENAI_API_KEY"}
-    return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run(command, capture_output=True, text=True, timeout=scaled_ceiling(120), env=env)
 
 
 def stopped_before_start(result: subprocess.CompletedProcess[str], out: Path) -> str:
@@ -122,7 +115,7 @@ def test_a_server_that_never_answers(serve: type[Server], tmp_path: Path) -> Non
     started = time.monotonic()
     err = stopped_before_start(arc_eval(server.url, tmp_path / "run", "--request-timeout", "1"), tmp_path / "run")
     assert "the server is unavailable:" in err and "gave up after 2 attempts; last error: no answer within 1" in err
-    assert time.monotonic() - started < 60
+    assert time.monotonic() - started < scaled_ceiling(60)
 
 
 def test_a_window_smaller_than_the_context_limit(serve: type[Server], tmp_path: Path) -> None:

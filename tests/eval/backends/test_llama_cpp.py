@@ -37,6 +37,7 @@ from arc_eval.types import (
     Message,
 )
 from proofs_check.shared_data import shared_data_dir
+from tests.waiting import scaled_ceiling
 
 REPO = Path(__file__).resolve().parents[3]
 TOKENIZER_DIR = shared_data_dir() / "qwen3-tokenizer"
@@ -272,7 +273,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             stdout=sink, stderr=subprocess.STDOUT,
         )
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + scaled_ceiling(60)
         while True:
             try:
                 if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:

@@ -23,6 +23,7 @@ from arc_eval.backends.scripted_server import (
     serve_main,
 )
 from arc_eval.types import Message
+from tests.waiting import http_ok, scaled_ceiling, wait_until
 
 
 def constant_policy(messages: Sequence[Message]) -> str:
@@ -193,19 +194,11 @@ def test_cli_serves_until_sigterm() -> None:
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "serve-scripted did not come up"
-            time.sleep(0.05)
+        wait_until(http_ok(f"{url}/health"), server, "serve-scripted")
         reply = httpx.post(f"{url}/v1/chat/completions", json=chat(USER, max_tokens=400)).json()
         assert reply["choices"][0]["message"]["content"].startswith("[Message(role='user'")
     finally:
         os.kill(server.pid, signal.SIGTERM)
-        out, err = server.communicate(timeout=20)
+        out, err = server.communicate(timeout=scaled_ceiling(60))
     assert server.returncode == 0, err
     assert f"serve-scripted: http://127.0.0.1:{port}/v1" in out and "stopped" in out

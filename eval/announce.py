@@ -1,0 +1,127 @@
+"""What a run says about itself (issue 19): its plan and cost before the first task, an estimate of the time
+left after the first tasks, the next step once it ends, and what a stop signal waits for and keeps.
+
+Each is one small function of plain values (no I/O but the ``print`` of ``RunNotes``), so a registry of
+runs can call them as they are.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+# A rag_memory task with the embeddings retriever on CPU: issue 19 measured about 5 s per task on 2 cores
+# (a MiniLM encode of every chunk and query); bm25 costs well under a millisecond per call (benchmarks/).
+EMBEDDINGS_CPU_SECONDS_PER_TASK = 5.0
+# The estimate is printed once this many tasks have finished (or the first seed's batch, if smaller).
+ETA_AFTER_TASKS = 10
+
+
+def duration(seconds: float) -> str:
+    """A duration in words a person reads at a glance: 42 s, 3 min 5 s, 2 h 10 min."""
+    if not math.isfinite(seconds) or seconds < 0:
+        return "unknown"
+    whole = int(round(seconds))
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    return f"{whole // 3600} h {whole % 3600 // 60} min"
+
+
+def retriever_note(retriever: str, methods: Sequence[str], jobs_per_method: int, on_gpu: bool) -> str:
+    """The rag_memory retriever, and its cost when it is the slow one (embeddings without a GPU)."""
+    if "rag_memory" not in methods:
+        return "rag_memory not run"
+    if retriever == "embeddings" and not on_gpu:
+        cost = EMBEDDINGS_CPU_SECONDS_PER_TASK * jobs_per_method
+        return (f"rag_memory retriever embeddings on CPU: slow, about {EMBEDDINGS_CPU_SECONDS_PER_TASK:g} s per "
+                f"rag_memory task (~{duration(cost)} for its {jobs_per_method} tasks); --rag-retriever bm25 is "
+                "the fast one")
+    return f"rag_memory retriever {retriever}"
+
+
+def plan_text(spec: Any, retriever: str, total_jobs: int, on_gpu: bool) -> str:
+    """The run's plan, printed before anything runs: what (tasks x methods x seeds x variants), with what
+    (backend, model, retriever) and where it is recorded."""
+    methods = list(spec.methods)
+    variants = [label for label in spec.variants if label]
+    per_seed = total_jobs // max(1, len(methods) * len(spec.seeds) * len(spec.variants))  # LongBench: its items
+    shape = f"{per_seed} task(s) x {len(methods)} method(s) x {len(spec.seeds)} seed(s)"
+    if variants:
+        shape += f" x {len(variants)} variant(s) ({', '.join(variants)})"
+    backend = (f"backend scripted (the embedded agent, rules {spec.agent})" if spec.backend == "scripted"
+               else f"backend openai {', '.join(spec.base_urls)} serving {spec.model}")
+    jobs_per_method = total_jobs // max(1, len(methods))
+    return (f"plan: {spec.task_kind}, {shape} = {total_jobs} task runs; methods {', '.join(methods)}; "
+            f"seeds {' '.join(map(str, spec.seeds))}\n"
+            f"      {backend}; {retriever_note(retriever, methods, jobs_per_method, on_gpu)}; "
+            f"recorded in {spec.out}")
+
+
+def eta_text(finished: int, elapsed_s: float, remaining: int) -> str:
+    """The estimate after the first tasks: the measured rate and the time left at that rate."""
+    rate = elapsed_s / finished if finished else math.inf
+    return (f"estimate: {finished} task(s) in {duration(elapsed_s)} ({rate:.2g} s per task); "
+            f"{remaining} left, about {duration(rate * remaining)} at this rate")
+
+
+def next_step_text(run_dir: Path, program: str) -> str:
+    """The last line of a run: the command that reports it."""
+    return f"next: {program} report {run_dir}   (tables, McNemar tests, roofline, plots; eval/ANALYSIS.md)"
+
+
+def program_name(argv0: str) -> str:
+    """How the user can call arc-eval again: ``arc-eval`` when that is on PATH and is this program, else the
+    path they used (``.venv/bin/arc-eval``)."""
+    path = Path(argv0)
+    if path.name != "arc-eval":
+        return "arc-eval"
+    found = shutil.which("arc-eval")
+    if found is not None and Path(found).resolve() == path.resolve():
+        return "arc-eval"
+    return str(argv0)
+
+
+def stop_text(signal_name: str, in_flight: int, recorded: int, run_dir: Path) -> str:
+    """Said the moment a stop signal arrives: what the run waits for, and what is already recorded."""
+    return (f"arc-eval: {signal_name}: stopping: cancelling the {in_flight} task(s) in flight (not recorded; "
+            f"redone on resume) and closing the server connections; {recorded} finished task(s) are recorded "
+            f"in {run_dir}")
+
+
+def stopped_text(signal_name: str, recorded: int, ran: int, run_dir: Path) -> str:
+    """Said when the run has stopped after a signal."""
+    return (f"arc-eval: stopped by {signal_name}: {recorded} finished task(s) are recorded in {run_dir} ({ran} in "
+            "this invocation); rerun the same command to continue.")
+
+
+class RunNotes:
+    """What a running run says on stderr: the plan once, the estimate once after the first tasks, the stop."""
+
+    def __init__(self, total: int, done_before: int, write: Callable[[str], None] | None = None) -> None:
+        self.total = total
+        self.done_before = done_before
+        self.write = write  # None: a line on stderr (a progress bar passes its own, which keeps the bar whole)
+        self.started = time.monotonic()
+        self.ran = 0
+        self.in_flight = 0
+        self.estimated = False
+
+    def say(self, text: str) -> None:
+        if self.write is not None:
+            self.write(text)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def task_finished(self, batch_size: int) -> None:
+        """One task recorded; after ``ETA_AFTER_TASKS`` (or a whole first batch, if smaller) say the estimate."""
+        self.ran += 1
+        remaining = self.total - self.done_before - self.ran
+        if not self.estimated and remaining > 0 and self.ran >= min(ETA_AFTER_TASKS, max(1, batch_size)):
+            self.estimated = True
+            self.say(eta_text(self.ran, time.monotonic() - self.started, remaining))

@@ -1,0 +1,208 @@
+"""Issue 18, items 1-3: acknowledged events survive the loss of SQLite's WAL or are refused with their count;
+one writer per database FILE (hard links, symlinks); nothing planted beside the store is ever written through.
+
+Each test fails on main 5bf445a: a deleted, truncated or damaged `STORE-wal` reopened as a shorter log with
+rc 0; two writers through a hard link both acknowledged the same rows; a `STORE.lock` symlink made a writer
+overwrite its target with a pid.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from arc_ref.cli import main
+from arc_ref.config import preset
+from arc_ref.machine import Observe
+from arc_ref.persist import DurableStore, StoreCorrupt, StoreError, StoreLocked, read_rows
+
+CONFIG = preset("minimal", capacity=100)
+APPENDED = 40
+
+_KILLED_WRITER = """
+import os, sys
+from arc_ref.config import preset
+from arc_ref.machine import Observe
+from arc_ref.persist import DurableStore
+store = DurableStore.create(sys.argv[1], preset("minimal", capacity=100))
+for number in range(int(sys.argv[2])):
+    store.append(Observe(f"cat f{number}", f"row {number} " * 5))
+os.write(1, f"{store.seq}\\n".encode())
+os.kill(os.getpid(), 9)  # acknowledged, then killed: the rows are in STORE-wal until a checkpoint
+"""
+
+
+def killed_writer(path: Path, appends: int = APPENDED) -> int:
+    """A writer that appends ``appends`` events, acknowledged, and is killed with SIGKILL; its last row."""
+    done = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(path), str(appends)], capture_output=True)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert Path(str(path) + "-wal").stat().st_size > 0  # the rows are in the WAL, not yet in the database file
+    return int(done.stdout)
+
+
+def wal(path: Path) -> Path:
+    return Path(str(path) + "-wal")
+
+
+def test_with_its_wal_a_killed_writers_store_reopens_with_every_acknowledged_event(tmp_path: Path) -> None:
+    path = tmp_path / "s.arc"
+    last = killed_writer(path)
+    assert last == APPENDED + 1
+    with DurableStore.open(path) as store:
+        assert store.seq == last and store.state.stored == APPENDED
+        store.append(Observe("ls", "after the crash"))
+    assert [row.seq for row in read_rows(path)][-1] == last + 1
+
+
+@pytest.mark.parametrize("damage", ["deleted", "deleted with its -shm", "truncated", "a byte flipped"])
+def test_a_lost_or_damaged_wal_is_refused_with_the_count_of_missing_acknowledged_events(
+        tmp_path: Path, damage: str, capfd: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "s.arc"
+    last = killed_writer(path)
+    log = wal(path)
+    if damage.startswith("deleted"):
+        log.unlink()
+        if "shm" in damage:
+            Path(str(path) + "-shm").unlink()
+    elif damage == "truncated":
+        os.truncate(log, log.stat().st_size // 2)
+    else:
+        data = bytearray(log.read_bytes())
+        data[len(data) // 2] ^= 0x10
+        log.write_bytes(bytes(data))
+    for readonly in (True, False):  # a reader and a writer alike: the writer appends nothing over the gap
+        with pytest.raises(StoreCorrupt, match=rf"acknowledged events? (is|are) missing: rows up to {last} were"
+                                               r" acknowledged .* but the store ends at row \d+"):
+            DurableStore.open(path, readonly=readonly)
+    rows = [row.seq for row in _rows_until_refused(path)]
+    assert rows and rows[-1] < last  # export writes the rows that are there, then says what is missing
+    code = main(["inspect", str(path)])
+    _, err = capfd.readouterr()
+    assert code == 2 and f"{last - rows[-1]} acknowledged event" in err and "missing" in err
+
+
+def _rows_until_refused(path: Path) -> list[object]:
+    rows: list[object] = []
+    with pytest.raises(StoreCorrupt, match="missing"):
+        for row in read_rows(path):
+            rows.append(row)
+    return rows
+
+
+def test_after_a_refusal_the_restored_wal_recovers_every_event(tmp_path: Path) -> None:
+    path = tmp_path / "s.arc"
+    last = killed_writer(path)
+    saved = wal(path).read_bytes()
+    wal(path).unlink()
+    Path(str(path) + "-shm").unlink()
+    with pytest.raises(StoreCorrupt, match="missing"):
+        DurableStore.open(path)  # refused by a writer too
+    wal(path).write_bytes(saved)  # "restore it if you can"
+    with DurableStore.open(path) as store:
+        assert store.seq == last
+
+
+def test_a_missing_acknowledgement_record_of_an_unclosed_store_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.arc"
+    killed_writer(path)
+    Path(str(path) + ".ack").unlink()
+    wal(path).unlink()
+    with pytest.raises(StoreCorrupt, match="was not closed cleanly and its acknowledgement record .* is missing"):
+        DurableStore.open(path, readonly=True)
+
+
+def test_a_cleanly_closed_store_moves_without_its_acknowledgement_record(tmp_path: Path) -> None:
+    path = tmp_path / "s.arc"
+    with DurableStore.create(path, CONFIG) as store:
+        for number in range(5):
+            store.append(Observe("ls", f"{number}"))
+    moved = tmp_path / "moved.arc"
+    os.rename(path, moved)  # the .ack stays behind: a clean close recorded its row count in the database
+    with DurableStore.open(moved) as store:
+        assert store.seq == 6
+        store.append(Observe("ls", "moved"))
+
+
+def test_an_old_record_of_another_store_at_the_same_name_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "s.arc"
+    with DurableStore.create(path, CONFIG) as store:
+        store.append(Observe("ls", "first store"))
+    record = Path(str(path) + ".ack").read_bytes()
+    path.unlink()
+    with DurableStore.create(path, CONFIG) as store:  # create replaces a leftover record
+        store.append(Observe("ls", "second store"))
+    Path(str(path) + ".ack").write_bytes(record)
+    with pytest.raises(StoreCorrupt, match="row 2 is not the acknowledged row"):
+        DurableStore.open(path, readonly=True)
+
+
+# --- item 2: one writer per file ------------------------------------------------------------------------
+
+
+def test_one_writer_per_file_through_a_hard_link_or_a_symlink(tmp_path: Path) -> None:
+    path = tmp_path / "s.arc"
+    DurableStore.create(path, CONFIG).close()
+    symlink = tmp_path / "alias.arc"
+    symlink.symlink_to(path)
+    with DurableStore.open(path) as writer:
+        with pytest.raises(StoreLocked, match="open for writing by process"):
+            DurableStore.open(symlink)  # refused at the open, not at its first append
+        other = subprocess.run(
+            [sys.executable, "-c", "import sys\nfrom arc_ref.persist import DurableStore, StoreLocked\n"
+             "try:\n    DurableStore.open(sys.argv[1])\nexcept StoreLocked as e:\n    print(e)\n", str(symlink)],
+            capture_output=True, text=True, check=True)
+        assert f"open for writing by process {os.getpid()}; one writer at a time" in other.stdout
+        writer.append(Observe("ls", "only one writer"))
+    hard = tmp_path / "hard.arc"
+    os.link(path, hard)
+    for name in (path, hard):  # two names of one file would mean two WALs: refused for writing by either
+        with pytest.raises(StoreError, match="has 2 names \\(hard links\\)"):
+            DurableStore.open(name)
+    with DurableStore.open(hard, readonly=True) as reader:  # reading is fine
+        assert reader.seq == 2
+    hard.unlink()
+    with DurableStore.open(symlink) as writer:  # through the symlink: the same file, its WAL and its .ack
+        writer.append(Observe("ls", "through the symlink"))
+    with DurableStore.open(path, readonly=True) as reader:
+        assert reader.seq == 3
+
+
+# --- item 3: nothing beside the store is written through -------------------------------------------------
+
+
+@pytest.mark.parametrize("planted", [".lock", ".ack", ".creating"])
+def test_a_planted_symlink_beside_the_store_is_never_written_through(tmp_path: Path, planted: str) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    os.chmod(victim, 0o644)
+    path = tmp_path / "s.arc"
+    name = f".s.arc.creating-{os.getpid()}" if planted == ".creating" else "s.arc" + planted
+    (tmp_path / name).symlink_to(victim)
+    with DurableStore.create(path, CONFIG) as store:  # a new store (also arc-ref mcp's path)
+        store.append(Observe("ls", "x"))
+    with DurableStore.open(path) as store:  # and a writer reopening it
+        store.append(Observe("ls", "y"))
+    assert victim.read_text() == "precious\n"
+    assert (victim.stat().st_mode & 0o777) == 0o644
+
+
+def test_a_planted_ack_symlink_or_fifo_of_an_existing_store_is_refused_not_followed(tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    path = tmp_path / "s.arc"
+    DurableStore.create(path, CONFIG).close()
+    record = Path(str(path) + ".ack")
+    record.unlink()
+    record.symlink_to(victim)
+    with pytest.raises(StoreCorrupt, match="acknowledgement record .* cannot be read \\(a symbolic link\\)"):
+        DurableStore.open(path)
+    record.unlink()
+    os.mkfifo(record)
+    with pytest.raises(StoreCorrupt, match="is not a regular file"):
+        DurableStore.open(path)
+    assert victim.read_text() == "precious\n"
