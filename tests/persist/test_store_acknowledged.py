@@ -221,9 +221,13 @@ def _wal_checksums(words: bytes, big_endian: bool, s0: int, s1: int) -> tuple[in
     return s0, s1
 
 
-def damage_page_one_with_valid_checksums(log: Path) -> None:
-    """Zero the b-tree header of the newest copy of page 1 in the WAL and re-sign every frame from there on, as
-    a bad disk or a buggy copier may leave it: SQLite accepts the frames and reports the database malformed."""
+SQLITE_FILE_HEADER = (0, 16)  # "SQLite format 3\0": SQLite then says "file is not a database"
+SCHEMA_BTREE_HEADER = (100, 108)  # sqlite_schema's b-tree page header: "database disk image is malformed"
+
+
+def damage_page_one_with_valid_checksums(log: Path, zeroed: tuple[int, int] = SCHEMA_BTREE_HEADER) -> None:
+    """Zero bytes ``zeroed`` of the newest copy of page 1 in the WAL and re-sign every frame from there on, as
+    a bad disk or a buggy copier may leave it: SQLite accepts the frames and cannot read the database."""
     data = bytearray(log.read_bytes())
     big_endian = bool(int.from_bytes(data[0:4], "big") & 1)
     page_size = int.from_bytes(data[8:12], "big")
@@ -234,7 +238,7 @@ def damage_page_one_with_valid_checksums(log: Path) -> None:
     page_one = [start for start in frames if int.from_bytes(data[start:start + 4], "big") == 1]
     assert page_one, "page 1 is not in the WAL"
     target = page_one[-1]
-    data[target + 24 + 100:target + 24 + 108] = bytes(8)  # the b-tree page header of sqlite_schema
+    data[target + 24 + zeroed[0]:target + 24 + zeroed[1]] = bytes(zeroed[1] - zeroed[0])
     s0, s1 = int.from_bytes(data[24:28], "big"), int.from_bytes(data[28:32], "big")
     for start in frames:
         if start >= target:
@@ -247,15 +251,17 @@ def damage_page_one_with_valid_checksums(log: Path) -> None:
     log.write_bytes(bytes(data))
 
 
+@pytest.mark.parametrize("zeroed, sqlite_says", [(SCHEMA_BTREE_HEADER, "database disk image is malformed"),
+                                                 (SQLITE_FILE_HEADER, "file is not a database")])
 def test_a_wal_sqlite_reads_as_malformed_is_refused_with_the_count_of_missing_acknowledged_events(
-        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, capfd: pytest.CaptureFixture[str], zeroed: tuple[int, int], sqlite_says: str) -> None:
     path = tmp_path / "s.arc"
     last = killed_writer(path)
-    damage_page_one_with_valid_checksums(wal(path))
+    damage_page_one_with_valid_checksums(wal(path), zeroed)
     for readonly in (True, False):
         with pytest.raises(StoreCorrupt, match=rf"{last - 1} acknowledged events are missing: rows up to {last} were"
                                                r" acknowledged .* but the store ends at row 1; its write-ahead log"
-                                               r" .* cannot be read \(database disk image is malformed\)"):
+                                               rf" .* cannot be read \({sqlite_says}\)"):
             DurableStore.open(path, readonly=readonly)
     assert [row.seq for row in _rows_until_refused(path)] == [1]  # the database file holds row 1 (the config)
     code = main(["export", str(path)])
