@@ -3,6 +3,7 @@
     arc-ref replay TRACE.jsonl|- [--verify]   one JSON line out per line in (spec/trace.md)
     arc-ref budgets [--preset NAME] [--set KEY=VALUE ...]   the budget table of a configuration
     arc-ref inspect | export | mcp STORE ...   a durable store (arc_ref.store_cli)
+    arc-ref proxy --upstream URL --tokenizer hf-dir:DIR [--store DIR]   ARC in front of any agent (arc_ref.proxy)
 
 No input ends in a traceback: a bad line is an error line, a refused input or a failed read or write is one
 line on standard error and an exit status of EXIT_CODES (spec/trace.md §8).
@@ -215,6 +216,14 @@ def _budgets(preset_name: str, settings: Sequence[str]) -> int:
     return EXIT_OK
 
 
+def _proxy(arguments: argparse.Namespace) -> int:
+    try:
+        from arc_ref.proxy import serve
+    except ImportError as missing:
+        raise _Stop(EXIT_USAGE, f"arc-ref proxy needs the extra 'proxy' (pip install 'arc-ref[proxy]'): {missing}")
+    return serve(arguments, _parse_setting)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     help_format = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(prog="arc-ref", description="ARC reference core", epilog=EXIT_CODES,
@@ -233,7 +242,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     budget_parser.add_argument("--preset", default="paper", choices=sorted(PRESETS))
     budget_parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     store_cli.add_commands(commands, _parse_setting)
+    proxy_parser = commands.add_parser(
+        "proxy", help="ARC in front of an agent: an OpenAI-compatible /v1/chat/completions proxy",
+        description="Serve /v1/chat/completions: each conversation kept by ARC, the upstream sent ARC's view"
+                    " (K <= L in the served model's tokens), every tool output recoverable by id (arc_ref.proxy).")
+    proxy_parser.add_argument("--upstream", required=True, help="the served model's base URL, e.g. http://host:8000/v1")
+    proxy_parser.add_argument("--tokenizer", required=True,
+                              help="hf-dir:DIR of the served model (its tokenizer and chat template)")
+    proxy_parser.add_argument("--store", default=None, help="a directory: every conversation a durable store there")
+    proxy_parser.add_argument("--host", default="127.0.0.1")
+    proxy_parser.add_argument("--port", type=int, default=8100)
+    proxy_parser.add_argument("--preset", default="paper", choices=sorted(PRESETS))
+    proxy_parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    proxy_parser.add_argument("--max-hidden-rounds", type=int, default=8,
+                              help="upstream calls answered by ARC alone before the reply goes back (default 8)")
     arguments = parser.parse_args(argv)
+    if arguments.command == "proxy":
+        return _run(lambda: _proxy(arguments))
     if arguments.command in store_cli.STORE_COMMANDS:
         return _run(lambda: store_cli.run(arguments))
     return _run(lambda: _replay(arguments.trace, arguments.verify) if arguments.command == "replay"

@@ -130,14 +130,27 @@ def verbatim_head(setup: Setup, record: Record) -> str:
     return render.observation_head(record.obs_id, record.returncode, signature)
 
 
+def cannot_fit(setup: Setup, content: str, budget: int) -> bool:
+    """True when any message holding ``content`` costs more than ``budget`` tokens, known without counting it.
+
+    Every character of the content is covered by some token, and no token covers more than the tokenizer's
+    ``max_token_chars``: a message holding it costs at least len(content) / max_token_chars. A large
+    observation then goes straight to its stub, with no encode of its verbatim message (issue 18, item 6:
+    one encode per observation, its n_j). Tokenizers that do not state the bound are counted as before.
+    """
+    widest = getattr(setup.tokenizer, "max_token_chars", None)
+    return isinstance(widest, int) and widest > 0 and len(content) > budget * widest
+
+
 def observation_entry(setup: Setup, record: Record) -> ObservationEntry:
     """The new observation verbatim when its message fits R, otherwise its stub (A4)."""
     head = verbatim_head(setup, record)
     # the content's count is the record's n_j: it is not counted again (arc_ref.counting)
     parts = ((head, None), (record.content, record.n_tokens))
-    message = setup.message(render.USER, head + record.content, parts=parts)
-    if message.tokens <= setup.config.recent_budget:
-        return ObservationEntry(record.index, True, message)
+    if not cannot_fit(setup, record.content, setup.config.recent_budget):
+        message = setup.message(render.USER, head + record.content, parts=parts)
+        if message.tokens <= setup.config.recent_budget:
+            return ObservationEntry(record.index, True, message)
     content = render.observation_stub_message(record.obs_id, record.returncode, record.n_tokens, record.stub)
     message = setup.message(render.USER, content)
     if message.tokens > setup.config.recent_budget:
@@ -190,9 +203,10 @@ def tool_result_entry(setup: Setup, turn: int, call_id: str, record: Record, bud
     """An environment's result: verbatim when its message costs <= ``budget``, otherwise its stub (A4)."""
     head = verbatim_head(setup, record)
     parts = ((head, None), (record.content, record.n_tokens))
-    message = setup.message(render.TOOL, head + record.content, (), call_id, parts)
-    if message.tokens <= budget:
-        return ToolResultEntry(turn, call_id, record.index, True, (), message)
+    if not cannot_fit(setup, record.content, budget):
+        message = setup.message(render.TOOL, head + record.content, (), call_id, parts)
+        if message.tokens <= budget:
+            return ToolResultEntry(turn, call_id, record.index, True, (), message)
     content = render.observation_stub_message(record.obs_id, record.returncode, record.n_tokens, record.stub)
     message = setup.message(render.TOOL, content, (), call_id)
     if message.tokens > budget:

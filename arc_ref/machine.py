@@ -47,7 +47,7 @@ from arc_ref.history import (
 from arc_ref.ids import resolve, suggest
 from arc_ref.message import Message, ToolCall
 from arc_ref.recall import BufferEntry, admit, chunk_count, make_entry, stored_chunk
-from arc_ref.tools import ARC_TOOL_NAMES, arguments_surrogate, call_command
+from arc_ref.tools import ARC_TOOL_NAMES, arguments_problem, arguments_surrogate, call_command
 from arc_ref.store import EMPTY_STORE, Record, Store, make_record
 from arc_ref.summary import EMPTY_SUMMARY, Summary, fit_summary, summarize_entry
 from arc_ref.text import clipped, utf8_bytes
@@ -553,6 +553,9 @@ def _require_calls(calls: object) -> tuple[ToolCall, ...]:
         if not call.call_id or call.call_id in seen:
             raise InvalidEvent(f"tool call ids must be distinct and non-empty, got {call.call_id!r} twice or empty")
         seen.add(call.call_id)
+        problem = arguments_problem(call.arguments)  # first: it makes the json.loads below safe
+        if problem is not None:
+            raise InvalidEvent(f"tool call {clipped(call.call_id, SHOWN_TOKEN_CHARS)!r} cannot be read back: {problem}")
         lone = arguments_surrogate(call.arguments)
         if lone is not None:
             raise InvalidEvent(f"the arguments of tool call {clipped(call.call_id, SHOWN_TOKEN_CHARS)!r} are not text:"

@@ -18,12 +18,17 @@ core's message (for a mistyped id, the nearest stored id).
 
 from __future__ import annotations
 
-from typing import Annotated, TypedDict
+import json
+import sys
+from typing import IO, Annotated, Any, TypedDict
 
+import anyio
 from mcp.server.mcpserver import MCPServer
+from mcp.shared.message import SessionMessage
 from pydantic import Field
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.types import (CallToolResult, JSONRPCError, JSONRPCMessage, JSONRPCRequest, JSONRPCResponse, TextContent,
+                       ToolAnnotations, jsonrpc_message_adapter)
 
 from arc_ref.catalog import page_count
 from arc_ref.errors import ArcError
@@ -31,6 +36,7 @@ from arc_ref.machine import AgentResult, AgentTurn, Observe, ObserveResult
 from arc_ref.persist import DurableStore, StoreError
 from arc_ref.recall import chunk_count
 from arc_ref.text import ASCII_WHITESPACE
+from arc_ref.trace import TraceError, strict_json
 
 INSTRUCTIONS = (
     "ARC keeps tool outputs verbatim under short ids (like §0012-3456) and gives them back exactly, in chunks."
@@ -43,8 +49,8 @@ INSTRUCTIONS = (
 ObsId = Annotated[str, Field(description="an id given by store_observation or shown in the catalog, e.g. §0001-1847617399")]
 Action = Annotated[str, Field(description="the command or tool call that produced the output (shown in its stub)")]
 Output = Annotated[str, Field(description="the output, kept verbatim")]
-ReturnCode = Annotated[int, Field(description="the command's exit status (0: success)")]
-Page = Annotated[int | None, Field(description="a page number, 1 = the oldest outputs (default: the last page)")]
+ReturnCode = Annotated[int, Field(strict=True, description="the command's exit status (0: success), an integer")]
+Page = Annotated[int | None, Field(strict=True, description="a page number, 1 = the oldest outputs (default: the last page)")]
 
 
 class StoredObservation(TypedDict):
@@ -188,6 +194,94 @@ def build_server(store: DurableStore) -> MCPServer:
     return server
 
 
+PARSE_ERROR = -32700  # JSON-RPC 2.0: the line is not JSON (or not UTF-8 text)
+INVALID_REQUEST = -32600  # JSON-RPC 2.0: JSON, but no message MCP takes
+
+
+def _error_line(code: int, message: str, request_id: object = None) -> str:
+    """A JSON-RPC error response (``id`` null when the line's id cannot be read)."""
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}},
+                      ensure_ascii=False)
+
+
+def read_message(line: bytes) -> JSONRPCMessage | str:
+    """One line of standard input as an MCP message, or the error response answering it.
+
+    The SDK's stdio reader replaces invalid UTF-8 with U+FFFD and drops, without an answer, any line its
+    parser refuses (a lone-surrogate escape, an integer past 4,300 digits, deep nesting, a batch): the client
+    then waits forever. Here every such line is answered, and bytes are never replaced.
+    """
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return _error_line(PARSE_ERROR, f"Parse error: not UTF-8 text (invalid byte at offset {bad.start});"
+                                        " nothing was stored")
+    try:
+        value: Any = strict_json(text)
+    except TraceError as problem:
+        return _error_line(PARSE_ERROR, f"Parse error: {problem}")
+    if isinstance(value, list):
+        return _error_line(INVALID_REQUEST, "Invalid Request: a JSON-RPC batch is not supported (MCP sends one"
+                                            " message per line); send each message on its own line")
+    request_id = value.get("id") if isinstance(value, dict) else None
+    if isinstance(request_id, bool) or not isinstance(request_id, (str, int)):
+        request_id = None
+    try:
+        return jsonrpc_message_adapter.validate_python(value, by_name=False)
+    except Exception as problem:  # pydantic's ValidationError, or its recursion guard on a deep value
+        first = str(problem).splitlines()[0][:200] if str(problem) else type(problem).__name__
+        return _error_line(INVALID_REQUEST, f"Invalid Request: not a JSON-RPC 2.0 message MCP takes ({first})",
+                           request_id)
+
+
+async def serve_lines(server: MCPServer, stdin: IO[bytes], stdout: IO[bytes]) -> None:
+    """Serve ``server`` over newline-delimited JSON-RPC on byte streams, answering every line (`read_message`)."""
+    incoming_send, incoming = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    outgoing, outgoing_receive = anyio.create_memory_object_stream[SessionMessage](0)
+    lock = anyio.Lock()
+    awaiting: set[str | int] = set()  # ids of requests read and not yet answered
+
+    def write_line(text: str) -> None:
+        stdout.write(text.encode("utf-8") + b"\n")
+        stdout.flush()
+
+    async def emit(text: str) -> None:
+        async with lock:
+            await anyio.to_thread.run_sync(write_line, text)
+
+    async def reader() -> None:
+        async with incoming_send:
+            while True:
+                line = await anyio.to_thread.run_sync(stdin.readline)
+                if not line:  # the client closed its side: answer what it asked, then end
+                    while awaiting:
+                        await anyio.sleep(0.01)
+                    return
+                if not line.strip():
+                    continue
+                message = read_message(line.rstrip(b"\r\n"))
+                if isinstance(message, str):
+                    await emit(message)
+                else:
+                    if isinstance(message, JSONRPCRequest):
+                        awaiting.add(message.id)
+                    await incoming_send.send(SessionMessage(message))
+
+    async def writer() -> None:
+        async with outgoing_receive:
+            async for session_message in outgoing_receive:
+                await emit(session_message.message.model_dump_json(by_alias=True, exclude_unset=True))
+                if isinstance(session_message.message, (JSONRPCResponse, JSONRPCError)):
+                    awaiting.discard(session_message.message.id)
+
+    lowlevel = server._lowlevel_server
+    async with anyio.create_task_group() as group:
+        group.start_soon(reader)
+        group.start_soon(writer)
+        await lowlevel.run(incoming, outgoing, lowlevel.create_initialization_options())
+        await outgoing.aclose()
+
+
 def serve(store: DurableStore) -> None:
-    """Serve the tools on standard input/output until the client disconnects."""
-    build_server(store).run("stdio")
+    """Serve the tools on standard input/output until the client disconnects (every line answered)."""
+    anyio.run(serve_lines, build_server(store), sys.stdin.buffer, sys.stdout.buffer)

@@ -214,7 +214,8 @@ def _split_runs(count: int, single: Callable[[int], bool], opens: Callable[[int]
 
 
 def parse_summary(content: str) -> Summary | None:
-    """S read back item by item (an inline item's content takes the fewest lines that let the rest parse)."""
+    """S read back item by item (an inline item's content takes the fewest lines that let the rest parse, and
+    at least one: the line after its head is always content, even when it reads as an item itself)."""
     lines = content.split("\n")
     if lines[0] != render.SUMMARY_HEADER:
         return None

@@ -78,10 +78,23 @@ def make_stub(setup: Setup, obs_id: str, returncode: int, n_chars: int, n_tokens
     return line, cost(line)
 
 
+# The largest observation stored (UTF-8 bytes; spec/rendering.md section 7). Storing one is linear in its size
+# (one encode, in slices of bounded memory), about 10 s and no added peak memory per MB on Qwen3's tokenizer
+# (benchmarks/bench_large_observation.py); a larger output is refused before any work is done.
+LARGEST_OBSERVATION_BYTES = 64 * 2**20
+
+
 def make_record(setup: Setup, index: int, action: str, content: str, returncode: int, step: int) -> Record:
     """Build ObsStore[id_j] for the j-th observation (A1 id, A2 content, A3 stub)."""
     if returncode not in render.RETURNCODE_RANGE:
         raise InvalidEvent(f"returncode must be a 32-bit signed integer, got {returncode}")
+    if len(content) * 4 > LARGEST_OBSERVATION_BYTES:  # only then may its UTF-8 form be over the limit
+        size = len(content) if content.isascii() else len(content.encode("utf-8", "surrogatepass"))
+        if size > LARGEST_OBSERVATION_BYTES:
+            raise InvalidEvent(
+                f"observation of {size:,} bytes is larger than the largest stored observation,"
+                f" {LARGEST_OBSERVATION_BYTES:,} bytes (64 MiB); store it in parts or keep a reference to it"
+            )
     signature = action_signature(action)
     obs_id = setup.ids.make(index, signature, content)
     n_tokens, inner_cuts = count_and_inner_cuts(setup, content)

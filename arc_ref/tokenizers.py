@@ -19,9 +19,10 @@ This module holds adapters only; loading files here is configuration, not part o
 from __future__ import annotations
 
 import functools
-import functools
 import itertools
+import json
 import os
+import re
 import stat
 import unicodedata
 from typing import Any, Callable, Iterable, Protocol, Sequence, runtime_checkable
@@ -155,6 +156,11 @@ class ByteTokenizer:
     def splits_between(self, before: str, after: str) -> bool:
         return True  # a byte is a token whatever surrounds it
 
+    @property
+    def max_token_chars(self) -> int:
+        """At most how many characters of a text one token covers (a byte: at most one character)."""
+        return 1
+
     def __repr__(self) -> str:
         return "ByteTokenizer()"
 
@@ -283,6 +289,23 @@ class TiktokenTokenizer:
         return f"TiktokenTokenizer({self._name!r})"
 
 
+# Qwen2/Qwen3's pre-tokenizer (tokenizer.json), under which a long text may be encoded in slices (below).
+QWEN2_SPLIT = (
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+    "\\s+(?!\\S)|\\s+"
+)
+_QWEN2_PRE_TOKENIZER = {"type": "Sequence", "pretokenizers": [
+    {"type": "Split", "pattern": {"Regex": QWEN2_SPLIT}, "behavior": "Isolated", "invert": False},
+    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+]}
+SLICE_CHARS = 1 << 18  # a text longer than this is encoded in slices of about this many characters
+# A slice ends after a line feed followed by an ASCII letter or digit: under the pre-tokenizer above no piece
+# spans that point (only white space may follow a line feed inside a piece, and a piece that takes letters
+# or a digit cannot start with a line feed), NFC composes nothing across it, and no added token of such a
+# file holds a line feed; so encoding the slices apart gives the tokens of the whole text.
+_SLICE_POINT = re.compile(r"\n(?=[0-9A-Za-z])")
+
+
 class HuggingFaceTokenizer:
     """A ``tokenizers`` tokenizer loaded from a local ``tokenizer.json``; no special tokens added.
 
@@ -298,6 +321,8 @@ class HuggingFaceTokenizer:
         self._name = name if name is not None else f"hf:{path}"
         self._path = path
         self._tokenizer = tokenizer
+        self._max_token_chars: int | None = None
+        self._sliceable: bool | None = None
 
     @property
     def name(self) -> str:
@@ -322,11 +347,40 @@ class HuggingFaceTokenizer:
     def _encoding(self, text: str) -> Any:
         return self._tokenizer.encode(text if text.isascii() else _throwaway_copy(text), add_special_tokens=False)
 
+    def _slices_apart(self) -> bool:
+        """True when slices cut at ``_SLICE_POINT`` encode to the tokens of the whole (checked once, on the
+        file's normalizer, pre-tokenizer, model and added tokens: Qwen2's shape)."""
+        if self._sliceable is None:
+            spec = json.loads(self._tokenizer.to_str())
+            model = spec.get("model") or {}
+            self._sliceable = (
+                spec.get("normalizer") in (None, {"type": "NFC"})
+                and spec.get("pre_tokenizer") == _QWEN2_PRE_TOKENIZER
+                and model.get("type") == "BPE" and model.get("dropout") is None
+                and not any("\n" in token or "\r" in token for token in self.added_tokens())
+            )
+        return self._sliceable
+
+    def _slices(self, text: str) -> Iterable[tuple[int, str]]:
+        """``text`` as (start, slice) pairs whose encodings, joined, are the encoding of ``text`` (one slice
+        when it is short or the file's shape is not known to allow cutting). Peak memory: one slice's."""
+        if len(text) <= SLICE_CHARS or not self._slices_apart():
+            yield 0, text
+            return
+        start = 0
+        while start < len(text):
+            cut = _SLICE_POINT.search(text, start + SLICE_CHARS) if len(text) - start > SLICE_CHARS else None
+            end = len(text) if cut is None else cut.end()
+            yield start, text[start:end] if (start, end) != (0, len(text)) else text
+            start = end
+
     def count(self, text: str) -> int:
-        return len(self._encoding(text).ids)
+        return sum(len(self._encoding(piece).ids) for _, piece in self._slices(text))
 
     def encode(self, text: str) -> list[int]:
-        ids: list[int] = self._encoding(text).ids
+        ids: list[int] = []
+        for _, piece in self._slices(text):
+            ids.extend(self._encoding(piece).ids)
         return ids
 
     def decode(self, tokens: Sequence[int]) -> str:
@@ -337,17 +391,30 @@ class HuggingFaceTokenizer:
         return self.count_and_starts(text, every)[1]
 
     def count_and_starts(self, text: str, every: int) -> tuple[int, list[int]]:
-        offsets = self._encoding(text).offsets
         starts: list[int] = []
         floor = 0
-        for start, _end in offsets:
-            # offsets are character spans; keep them monotone (merged or empty spans repeat)
-            floor = max(floor, min(start, len(text)))
-            starts.append(floor)
-        return len(offsets), starts[::every]
+        count = 0
+        for begin, piece in self._slices(text):
+            offsets = self._encoding(piece).offsets
+            # offsets are character spans; keep them monotone (merged or empty spans repeat), within the text
+            running = list(itertools.accumulate([begin + start for start, _end in offsets], max, initial=floor))
+            floor = running[-1]
+            starts.extend(min(start, len(text)) for start in running[1 + (-count) % every :: every])
+            count += len(offsets)
+            del offsets, running
+        return count, starts
 
     def splits_between(self, before: str, after: str) -> bool:
         return False  # an arbitrary file: messages are counted whole
+
+    @property
+    def max_token_chars(self) -> int:
+        """At most how many characters of a text one token covers: the longest token's string in the
+        vocabulary, added tokens included (a byte-level token's string has one character per byte; a
+        lossless tokenizer deletes no character, so no token covers more characters than it spells)."""
+        if self._max_token_chars is None:
+            self._max_token_chars = max(len(token) for token in self._tokenizer.get_vocab(with_added_tokens=True))
+        return self._max_token_chars
 
     def normalizer_kind(self) -> str | None:
         """The Unicode normal form of the file's normalizer (NFC/NFD/NFKC/NFKD), "other", or None when it has none."""

@@ -367,8 +367,10 @@ def _parse(line: str | bytes) -> Any:
         value = _DECODER.decode(line)
     except json.JSONDecodeError as bad:
         raise TraceError(f"not valid JSON: {bad.msg} at column {bad.colno}") from None
-    except (ValueError, RecursionError) as bad:  # e.g. an integer of more than 4300 digits, deep nesting
-        raise TraceError(f"not valid JSON: {type(bad).__name__}") from None
+    except RecursionError:  # nesting deeper than Python's recursion limit (about a thousand levels)
+        raise TraceError("not valid JSON: nested too deeply to read (thousands of levels)") from None
+    except ValueError:  # int() refuses a literal of more than 4300 digits (sys.int_info.default_max_str_digits)
+        raise TraceError("not valid JSON: an integer literal of more than 4300 digits") from None
     problem = _lone_surrogate(value) if may_hold_surrogate else None
     if problem is not None:
         raise TraceError(f"not valid Unicode text: {problem}")

@@ -558,6 +558,119 @@ def argument_cases(scratch: Path) -> list[Case]:
     ]
 
 
+# --- issue 18 (items 5, 6, 7, 9): arguments and lines that crashed or hung, a huge result, unusable run dirs --
+
+
+# A Session given a tool result one byte over the largest observation: the refusal is raised at once, then
+# the call still waits and takes a small result (the script exits 1 with the refusal's line on stderr).
+TOO_LARGE_RESULT = """
+import sys
+from arc_ref.session import Session
+session = Session("hf-dir:" + sys.argv[1], goal="Solve it.", tools=[{"type": "function", "function": {"name": "bash"}}])
+session.messages()
+session.add_assistant({"role": "assistant", "content": "", "tool_calls": [
+    {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]})
+try:
+    session.add_tool_result("c1", "\u00e9" * (32 * 2**20 + 1))
+except Exception as refused:
+    session.add_tool_result("c1", "a.txt")
+    sys.exit(f"{type(refused).__name__}: {refused}")
+"""
+
+
+def mcp_cases(work: Path) -> list[Case]:
+    """`arc-ref mcp STORE` fed one hostile line after the handshake: the line's answer (never none)."""
+    sys.path.insert(0, str(REPO))
+    from tests.hostile import test_mcp_lines as hostile
+
+    def answered(name: str, line: bytes, code: int) -> Callable[[], Outcome]:
+        def run() -> Outcome:
+            server = hostile.Server(work / f"mcp-{len(os.listdir(work))}.arc")
+            problems: list[str] = []
+            try:
+                server.answer(json.dumps(hostile.INITIALIZE).encode())
+                server.send(json.dumps(hostile.INITIALIZED).encode())
+                answer = server.answer(line)
+                error = answer.get("error") or {}
+                message = f"{error.get('code')} {error.get('message', '')}" if error else json.dumps(answer)[:200]
+                if error.get("code") != code:
+                    problems.append(f"error code {error.get('code')}, expected {code}")
+            except AssertionError as problem:
+                message, problems = "(no answer)", [str(problem).splitlines()[0]]
+            finally:
+                status, err = server.close()
+            return Outcome(status, message, problems + _tracebacks(err))
+        return run
+
+    return [Case(f"mcp: {name}", f"arc-ref mcp STORE <<< {name} line", answered(name, line, code), EXIT_OK,
+                 words)
+            for name, line, code, words in hostile.HOSTILE]
+
+
+def issue18_input_cases(scratch: Path) -> list[Case]:
+    """Front ends given hostile input (issue 18, items 5, 6, 7 and 9): every line answered, a clear refusal."""
+    work = scratch / "issue18"
+    work.mkdir()
+    nih = [*ARC_EVAL, "nih", "--tasks", "1", "--seeds", "42", "--methods", "sliding_window", "--no-progress"]
+
+    def read_only_out() -> Outcome:
+        shared = Path(tempfile.mkdtemp(prefix="refusal-read-only-"))  # in /tmp: reachable by nobody
+        try:
+            shared.chmod(0o755)
+            out = shared / "ro"
+            out.mkdir()
+            out.chmod(0o555)
+            as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+            outcome = from_stderr([*as_nobody, *nih, "--out", str(out)], cwd=shared, pick="arc-eval:")
+            outcome.message = outcome.message.replace(str(shared), "$RO")
+            return checked(outcome, lambda: f"left {sorted(os.listdir(out))}" if os.listdir(out) else None)
+        finally:
+            subprocess.run(["rm", "-rf", str(shared)], check=False)
+
+    def empty_out() -> Outcome:
+        here = work / "empty-out"
+        here.mkdir()
+        outcome = from_stderr([*nih, "--out", ""], cwd=here)
+        return checked(outcome, lambda: f"wrote {sorted(os.listdir(here))}" if os.listdir(here) else None)
+
+    def unrelated_out() -> Outcome:
+        out = work / "photos"
+        out.mkdir()
+        (out / "holiday.jpg").write_bytes(b"\xff\xd8")
+        outcome = from_stderr([*nih, "--out", str(out)], pick="arc-eval:")
+        return checked(outcome, lambda: None if os.listdir(out) == ["holiday.jpg"] else f"left {os.listdir(out)}")
+
+    qwen_tools = json.dumps({"op": "config", "preset": "minimal", "tokenizer": f"hf-dir:{QWEN3_DIR}",
+                             "chat_format": "template", "action_mode": "tools", "context_limit": 3000,
+                             "tools": [{"type": "function", "function": {"name": "bash"}}]})
+
+    def tool_turn(arguments: str) -> str:
+        return json.dumps({"op": "tool_turn", "thought": "", "calls": [
+            {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": arguments}}]})
+
+    def then_answered(lines: list[str]) -> Outcome:
+        outcome = replay_line([*lines, '{"op": "view"}'], 2)
+        return outcome
+
+    return [
+        Case("tool call arguments nesting 100,000 deep", "arc-ref replay - (tool_turn, arguments [[[...]]])",
+             lambda: then_answered([qwen_tools, tool_turn("[" * 100_000 + "]" * 100_000)]), EXIT_OK,
+             "its arguments nest 100000 levels deep (at most 256)"),
+        Case("tool call arguments with a 5,000-digit integer", "arc-ref replay - (tool_turn, {\"id\": 99...9})",
+             lambda: then_answered([qwen_tools, tool_turn('{"id": ' + "9" * 5000 + "}")]), EXIT_OK,
+             "its arguments hold an integer of 5000 digits (at most 4300)"),
+        *mcp_cases(work),
+        Case("a tool result over 64 MiB (Session, Qwen3)", "session.add_tool_result('c1', 'é' * (32 MiB + 1))",
+             lambda: from_stderr([sys.executable, "-c", TOO_LARGE_RESULT, str(QWEN3_DIR)], pick="InvalidEvent"),
+             1, "is larger than the largest stored observation, 67,108,864 bytes (64 MiB)"),
+        Case("--out a read-only directory", "arc-eval nih ... --out RO (mode 0555, not root)", read_only_out,
+             EXIT_USAGE, "cannot write in run directory"),
+        Case("--out ''", "arc-eval nih ... --out ''", empty_out, EXIT_USAGE, "--out names no directory"),
+        Case("--out an unrelated non-empty directory", "arc-eval nih ... --out photos (holding holiday.jpg)",
+             unrelated_out, EXIT_USAGE, "is not empty (holiday.jpg)"),
+    ]
+
+
 # --- the table ------------------------------------------------------------------------------------------
 
 
@@ -821,6 +934,7 @@ def main(argv: list[str] | None = None) -> int:
             ("CLI arguments (issue 9.5)", argument_cases(scratch)),
             ("serve-scripted answering like a misconfigured vLLM (issue 8.2)", server_fault_cases(scratch)),
             ("the durable store and its front ends (issue 18.1-3, 18.8)", store_cases(scratch)),
+            ("hostile input to the front ends (issue 18, items 5, 6, 7, 9)", issue18_input_cases(scratch)),
         ]
         groups = [(title, [case for case in cases if args.only in case.name]) for title, cases in groups]
         differing = run_cases(groups, scratch)

@@ -291,6 +291,8 @@ def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
     model = args.model if args.model is not None else (scripted_model if args.backend == "scripted" else None)
     if model is None:
         raise UsageError("--backend openai needs --model, the model name as served (e.g. Qwen/Qwen3-8B)")
+    if args.out is not None and not args.out.strip():
+        raise UsageError("--out names no directory; give a run directory, or leave --out out for the default")
     tasks_per_seed = args.tasks if kind == "nih" else getattr(args, "limit", None)
     spec = RunSpec(
         task_kind=kind,

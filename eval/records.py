@@ -244,6 +244,7 @@ class RunWriter:
             raise RunRecordError(
                 f"cannot create run directory {self.run_dir}: {failure.strerror or failure}"
             ) from None
+        self._refuse_unrelated_directory()  # before the lock: a refused directory is left as it was
         self._acquire_lock()
         try:
             manifest_path = self.run_dir / MANIFEST_FILE
@@ -258,12 +259,7 @@ class RunWriter:
                 self.manifest = self._check_manifest(manifest_path, manifest)
                 self._repair()
             else:
-                leftovers = sorted(p.name for p in self.run_dir.iterdir() if p.name != LOCK_FILE)
-                if leftovers:
-                    raise RunRecordError(
-                        f"{self.run_dir} is not empty ({', '.join(leftovers[:5])}) and has no "
-                        f"{MANIFEST_FILE}; choose an empty or new run directory"
-                    )
+                self._refuse_unrelated_directory()  # again under the lock: files may have come meanwhile
                 self.manifest = self._complete_manifest(manifest)
                 _write_atomically(
                     manifest_path,
@@ -277,8 +273,25 @@ class RunWriter:
 
     # -- opening ----------------------------------------------------------------------------
 
+    def _refuse_unrelated_directory(self) -> None:
+        """A directory with files but no manifest is no run of ours: refuse it (its files are not touched)."""
+        if (self.run_dir / MANIFEST_FILE).exists():
+            return
+        leftovers = sorted(p.name for p in self.run_dir.iterdir() if p.name not in (LOCK_FILE, *TEMPORARY_FILES))
+        if leftovers:
+            raise RunRecordError(
+                f"{self.run_dir} is not empty ({', '.join(leftovers[:5])}) and has no "
+                f"{MANIFEST_FILE}; choose an empty or new run directory"
+            )
+
     def _acquire_lock(self) -> None:
-        handle = (self.run_dir / LOCK_FILE).open("ab")
+        try:
+            handle = (self.run_dir / LOCK_FILE).open("ab")
+        except OSError as failure:
+            raise RunRecordError(
+                f"cannot write in run directory {self.run_dir}: {failure.strerror or failure}; "
+                "choose a directory you can write to"
+            ) from None
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

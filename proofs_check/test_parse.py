@@ -19,8 +19,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from arc_ref import parse, render
-from arc_ref.config import Config
-from arc_ref.machine import init
+from arc_ref.config import Config, preset
+from arc_ref.machine import Compact, Observe, init
 from arc_ref.render import Template
 from arc_ref.text import escape_line
 from proofs_check.harness import apply, event_lists, exact_view
@@ -247,7 +247,17 @@ def rerender(component: parse.ViewComponent) -> str:
     return render.command_message(note_text(note) for note in component if isinstance(note, parse.Note))
 
 
+# An inline summary item whose content reads as a bare id (the line after its head is content, not an item).
+_ID_LIKE_CONTENT = (
+    preset("minimal", page_size=1, chunk_tokens=1, capacity=2, fingerprint_bits=0, keep_verbatim_chars=6,
+           recalls_per_step=1, max_completion=1, stub_cap=84, overhead=22, page_budget=202, recall_budget=131,
+           summary_budget=259, recent_budget=207, context_limit=895),
+    [Observe("ls", "§02-7", 0), Observe("ls", "§02-7", 0), Compact("proactive")],
+)
+
+
 @given(configs(), event_lists())
+@example(*_ID_LIKE_CONTENT)
 @proves("A4", "A3", "A5")
 def test_every_message_of_every_view_reads_back(config: Config, events: list[object]) -> None:
     """Every message after the prefix F is recognised as S, G, U, a command result or an entry of H, and

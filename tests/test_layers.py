@@ -40,7 +40,7 @@ def layer_of(module: str) -> str | None:
             return "persist"
         if first == "session":
             return "session"
-        if first in ("cli", "store_cli", "mcp_server"):
+        if first in ("cli", "store_cli", "mcp_server", "proxy"):
             return "arc-ref front ends"
         return "core"
     if top == "arc_eval":

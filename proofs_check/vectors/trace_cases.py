@@ -270,6 +270,30 @@ def tool_mode_vectors() -> list[TraceVector]:
             (QWEN3_VECTOR_PATH,),
         ),
         TraceVector(
+            "tool_turn_unreadable_arguments",
+            ("rendering.md §13", "trace.md §8"),
+            "A tool turn whose call's arguments the server could not read back (json.loads) nor the template"
+            " write again (tojson) is refused with an error line naming why, and the state is kept: brackets"
+            " nesting 257 levels deep (at most 256) and an integer literal of 4,301 digits (at most 4,300); the"
+            " next turn is taken as usual.",
+            (
+                config("minimal", **qwen_tools),
+                tool_turn("", call("call_1", "read_file", "[" * 257 + "]" * 257)),
+                tool_turn("", call("call_1", "_recall", '{"id": ' + "7" * 4301 + "}")),
+                tool_turn("", call("call_1", "read_file", {"path": "report.txt"})),
+                tool_result("call_1", "row 1"),
+                VIEW,
+            ),
+            (
+                ("the refused lines", errors_on(2, 3)),
+                ("too deep", has_error("tool call 'call_1' cannot be read back: its arguments nest 257 levels deep"
+                                       " (at most 256)")),
+                ("too many digits", has_error("its arguments hold an integer of 4301 digits (at most 4300)")),
+                ("the next turn is taken", view_has('"path": "report.txt"')),
+            ),
+            (QWEN3_VECTOR_PATH,),
+        ),
+        TraceVector(
             "tool_mode_user_messages",
             ("rendering.md §13", "trace.md §2", "trace.md §3", "A2", "A4", "A5", "L4"),
             "A user message after the goal (tool mode): refused while a call waits for its result; otherwise"

@@ -1,0 +1,760 @@
+"""`arc-ref proxy`: ARC in front of any agent that speaks OpenAI's `/v1/chat/completions` (issue 20).
+
+An agent that resends its whole history every turn points its base URL here; the proxy keeps each conversation
+as an ARC task in tool mode (spec/rendering.md section 13) and sends the upstream server ARC's view instead of
+the history, so every upstream prompt is within K <= L in the served model's own tokens (A4, Lemma 2) and
+every tool output stays recoverable exactly by its id (A2, A5).
+
+Conversation identity. ``X-Arc-Conversation`` (or ``metadata.conversation_id``) names a conversation when
+given; either way a conversation is a hash chain over the canonical messages (role, text, tool calls with
+their arguments re-serialized with sorted keys, name, tool_call_id; key order and null fields ignored), rooted
+at the model, the canonical tools list, the system text and the explicit name. A request resumes at its
+deepest known message and only what is new becomes events; a request that diverges from a known conversation
+(an edited or regenerated message) forks it there; a changed tools list or system text, or a history cut at
+the front, has another root and starts a new conversation.
+
+Mapping. The leading system messages are the system prompt (ARC's note on its tools appended), the first
+user message the goal; then an assistant message is a `ToolTurn`, a tool message a `ToolResult`, a later
+user message a `UserMessage`. The upstream request is the agent's own with ``messages`` = the view, ``tools``
+= ARC's then the agent's (function name, description and parameters: what the core counts), and
+``max_tokens`` capped at G_max. When the model calls only ARC's tools the core answers and the upstream is
+called again (at most ``max_hidden_rounds`` hidden rounds); calls to the agent's tools go back with ARC's
+calls stripped, so the agent never sees an ARC tool name. ``usage`` is the sum over the rounds.
+
+Errors. Upstream errors pass back unchanged (the agent's events are kept: its retry resends the same
+history and resumes). ARC's own refusals (a configuration whose K exceeds L, capacity, a turn that can never
+fit R, a malformed history) are HTTP 400 with a typed body ``{"error": {"type": "arc_refused", "code": ...,
+"message": ..., "budget": {...}}}``, never a 5xx, so that clients do not retry a deterministic failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import socket
+import sys
+import time
+import uuid
+from collections import deque
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable, Mapping, Sequence
+
+import attrs
+import httpx
+
+from arc_ref.config import Config, parse_tools, preset
+from arc_ref.errors import ArcError
+from arc_ref.machine import (
+    ArcState,
+    Event,
+    Output,
+    ToolResult,
+    ToolTurn,
+    ToolTurnResult,
+    UserMessage,
+    init,
+    step,
+    view,
+)
+from arc_ref.message import ToolCall
+from arc_ref.persist import DurableStore, StoreError
+from arc_ref.session import TOOL_MODE_SYSTEM
+from arc_ref.tools import ARC_TOOL_NAMES
+from arc_ref.trace import event_from_line, parse_line
+
+ARC_NOTE = (
+    "Tool outputs are stored verbatim under ids like §00042-0591234567; older turns are summarized and a long"
+    " output appears as a one-line stub with its id. To read a stored output again, exactly and without"
+    " re-running anything, call _recall (first chunk), _recall-next (next chunk), _recall-start or _recall_meta"
+    " with its id; catalog-first, catalog-next and catalog-page list every stored output."
+)
+"""Appended to the agent's system prompt: the model must know how to use ARC's tools (its own prompt does not)."""
+
+CONVERSATION_HEADER = "x-arc-conversation"
+DEFAULT_MAX_HIDDEN_ROUNDS = 8
+KEEPALIVE_S = 5.0
+ROUND_LOG_SIZE = 10_000
+
+
+class Refused(Exception):
+    """A request ARC refuses deterministically: answered with HTTP 400 and a typed body, never retried."""
+
+    def __init__(self, code: str, message: str, budget: Mapping[str, int] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.budget = dict(budget or {})
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"type": "arc_refused", "code": self.code, "message": str(self), "param": None,
+                          "budget": self.budget}}
+
+
+@attrs.define
+class UpstreamError(Exception):
+    """An upstream answer that is not a completion: passed back to the agent unchanged."""
+
+    status: int
+    body: bytes
+    content_type: str
+
+
+# --- canonical messages and the hash chain ---------------------------------------------------------------
+
+
+def _text(content: Any, where: str) -> str:
+    """A message's text: a string, null, or a list of text parts (joined); anything else is refused."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise Refused("unsupported_content", f"{where}: only text content is supported (text parts)")
+            texts.append(part["text"])
+        return "".join(texts)
+    raise Refused("bad_message", f"{where}: content must be a string or a list of text parts")
+
+
+def _arguments(text: str) -> str:
+    """Tool-call arguments as compared: JSON re-serialized with sorted keys; other text as it is."""
+    try:
+        return json.dumps(json.loads(text), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    except (ValueError, RecursionError):
+        return text
+
+
+def _calls(message: Mapping[str, Any], where: str) -> tuple[ToolCall, ...]:
+    calls = []
+    for number, call in enumerate(message.get("tool_calls") or (), start=1):
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping) or not isinstance(call.get("id"), str) \
+                or not isinstance(function.get("name"), str):
+            raise Refused("bad_message", f"{where}: tool call {number} must have an id and a function name")
+        arguments = function.get("arguments")
+        if arguments is None:
+            arguments = ""
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments)
+        calls.append(ToolCall(call["id"], function["name"], arguments))
+    return tuple(calls)
+
+
+@attrs.frozen
+class AgentMessage:
+    """One message of the agent's history, reduced to what identifies it and what the core needs."""
+
+    role: str
+    text: str
+    calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def canonical(self) -> str:
+        shape: dict[str, Any] = {"role": self.role, "text": self.text}
+        if self.calls:
+            shape["calls"] = [[call.call_id, call.name, _arguments(call.arguments)] for call in self.calls]
+        if self.tool_call_id is not None:
+            shape["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            shape["name"] = self.name
+        return json.dumps(shape, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def agent_message(message: Any, number: int) -> AgentMessage:
+    """The agent's ``number``-th message (1-based) as an AgentMessage; Refused when it is malformed."""
+    where = f"message {number}"
+    if not isinstance(message, Mapping):
+        raise Refused("bad_message", f"{where} must be an object")
+    role = message.get("role")
+    if role == "developer":
+        role = "system"
+    if role not in ("system", "user", "assistant", "tool"):
+        raise Refused("bad_message", f"{where}: role must be system, developer, user, assistant or tool, got {role!r}")
+    text = _text(message.get("content"), where)
+    name = message.get("name") if isinstance(message.get("name"), str) else None
+    if role == "tool":
+        call_id = message.get("tool_call_id")
+        if not isinstance(call_id, str):
+            raise Refused("bad_message", f"{where}: a tool message needs its tool_call_id")
+        return AgentMessage(role, text, (), call_id, name)
+    return AgentMessage(role, text, _calls(message, where) if role == "assistant" else (), None, name)
+
+
+def chain_root(model: str, tools: Sequence[Mapping[str, Any]], system: str, explicit: str | None) -> str:
+    """The root of a conversation's hash chain: the model, the canonical tools list, the system text, the name."""
+    canonical_tools = json.dumps(list(tools), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return _digest(json.dumps([model, canonical_tools, system, explicit], ensure_ascii=False))
+
+
+def chain_next(previous: str, message: AgentMessage) -> str:
+    return _digest(previous + "\n" + message.canonical())
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def agent_tools(tools: Any) -> list[dict[str, Any]]:
+    """The agent's tools as the core counts them: each function's name, description and parameters only."""
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise Refused("bad_tools", "tools must be a list of OpenAI function tools")
+    kept = []
+    for number, tool in enumerate(tools, start=1):
+        function = tool.get("function") if isinstance(tool, Mapping) and tool.get("type") == "function" else None
+        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+            raise Refused("bad_tools", f"tool {number} must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}")
+        if function["name"] in ARC_TOOL_NAMES:
+            raise Refused("bad_tools", f"tool {number} is named {function['name']!r}, the name of one of ARC's tools")
+        kept.append({"type": "function", "function": {key: function[key] for key in ("name", "description",
+                                                                                    "parameters")
+                                                      if function.get(key) is not None}})
+    return kept
+
+
+# --- conversations ---------------------------------------------------------------------------------------
+
+
+@attrs.define
+class Mark:
+    """A known point of a conversation: after ``position`` agent messages, ``seq`` rows stored, its state."""
+
+    position: int
+    seq: int
+    state: ArcState | None
+    chain_hash: str = ""
+
+
+@attrs.define(eq=False)
+class Conversation:
+    """One agent conversation: an ARC task (in memory, or a durable store) and the marks of its hash chain."""
+
+    key: str
+    state: ArcState
+    store: DurableStore | None
+    directory: Path | None
+    position: int = 0  # agent messages applied
+    head: str = ""  # the chain hash at ``position``
+    seq: int = 1  # rows: the config row and one per event
+    lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
+    last_reply: dict[str, Any] | None = None
+
+    def apply(self, event: Event) -> Output:
+        """One event through the core (machine.step), committed first when durable."""
+        if self.store is not None:
+            output = self.store.append(event).output
+            self.state = self.store.state
+        else:
+            self.state, output = step(self.state, event)
+        self.seq += 1
+        return output
+
+    def mark(self, chain_hash: str) -> Mark:
+        mark = Mark(self.position, self.seq, self.state, chain_hash)
+        self.head = chain_hash
+        if self.directory is not None:
+            with open(self.directory / "marks.jsonl", "a", encoding="utf-8") as marks:
+                marks.write(json.dumps({"hash": chain_hash, "position": self.position, "seq": self.seq}) + "\n")
+        return mark
+
+
+@attrs.frozen
+class ProxySettings:
+    upstream: str  # base URL of the upstream, ending in /v1
+    tokenizer: str  # hf-dir:DIR of the served model
+    preset_name: str = "paper"
+    overrides: Mapping[str, Any] = attrs.field(factory=dict)
+    store: Path | None = None
+    max_hidden_rounds: int = DEFAULT_MAX_HIDDEN_ROUNDS
+    keepalive_s: float = KEEPALIVE_S
+    timeout_s: float = 600.0
+
+
+@attrs.define
+class RoundRecord:
+    """One upstream call: what the proxy counted and what the upstream said (GET /arc/rounds)."""
+
+    conversation: str
+    hidden: bool  # a round the agent never sees (after ARC answered all the model's calls)
+    view_tokens: int
+    budget: int
+    limit: int
+    max_tokens: int
+    status: int
+    upstream_prompt_tokens: int | None
+    streamed: bool = False  # the agent asked for a stream (the upstream is always asked for a whole reply)
+
+
+class Conversations:
+    """Every conversation the proxy knows, indexed by the hashes of their chains (in memory and on disk)."""
+
+    def __init__(self, settings: ProxySettings) -> None:
+        self.settings = settings
+        self.index: dict[str, list[tuple[Conversation, Mark]]] = {}  # every conversation that passed a hash
+        self.by_key: dict[str, Conversation] = {}
+        self._lock = asyncio.Lock()
+        if settings.store is not None:
+            settings.store.mkdir(parents=True, exist_ok=True)
+            for directory in sorted(path for path in settings.store.iterdir() if (path / "marks.jsonl").exists()):
+                self._reopen(directory)
+
+    def _reopen(self, directory: Path) -> None:
+        """A conversation of a previous run: its store reopened (the fold of its events), its marks read back."""
+        store = DurableStore.open(directory / "task.arc")
+        conversation = Conversation(directory.name, store.state, store, directory, seq=store.seq)
+        last: Mark | None = None
+        for line in (directory / "marks.jsonl").read_text(encoding="utf-8").splitlines():
+            try:
+                item = json.loads(line)
+            except ValueError:
+                break  # a mark cut by a crash: the marks before it stand
+            if item["seq"] > store.seq:
+                break
+            mark = Mark(item["position"], item["seq"], None, item["hash"])
+            self.add(item["hash"], conversation, mark)
+            conversation.position, conversation.head = mark.position, item["hash"]
+            last = mark
+        if last is not None and last.seq != store.seq:  # events stored after the last mark (a crash mid-request):
+            conversation.position = -1  # never resumed in place: a request forks at its mark instead
+        self.by_key[conversation.key] = conversation
+
+    def add(self, chain_hash: str, conversation: Conversation, mark: Mark) -> None:
+        self.index.setdefault(chain_hash, []).append((conversation, mark))
+
+    def find(self, chain_hash: str) -> tuple[Conversation, Mark] | None:
+        """A conversation that passed ``chain_hash``: one still there (resumed in place) when there is one."""
+        found = self.index.get(chain_hash)
+        if not found:
+            return None
+        return next(((c, m) for c, m in found if c.position == m.position), found[-1])
+
+    def config(self, system: str, goal: str, tools: list[dict[str, Any]]) -> Config:
+        overrides = {**self.settings.overrides, "tokenizer": self.settings.tokenizer, "chat_format": "template",
+                     "action_mode": "tools", "tools": tools, "system": system, "goal": goal}
+        return preset(self.settings.preset_name, **overrides)
+
+    def new(self, config: Config, events: Sequence[Event] = ()) -> Conversation:
+        """A new conversation (its store created when durable), with ``events`` applied first."""
+        key = uuid.uuid4().hex
+        if self.settings.store is None:
+            state = init(config)
+            for event in events:
+                state, _ = step(state, event)
+            conversation = Conversation(key, state, None, None, seq=1 + len(events))
+        else:
+            directory = self.settings.store / key
+            directory.mkdir()
+            store = DurableStore.create(directory / "task.arc", config)
+            store.append_many(events)
+            conversation = Conversation(key, store.state, store, directory, seq=store.seq)
+            (directory / "marks.jsonl").touch()
+        self.by_key[key] = conversation
+        return conversation
+
+    def fork(self, parent: Conversation, mark: Mark) -> Conversation:
+        """A new conversation equal to ``parent`` at ``mark`` (an edited or regenerated message follows it)."""
+        if parent.store is not None:
+            lines = [stored.line for stored in parent.store.events(2, mark.seq - 1)]
+            events = [event_from_line(parse_line(line)) for line in lines]
+        else:
+            events = []
+        child = self.new(parent.state.config, events)
+        if parent.store is None:
+            assert mark.state is not None
+            child.state = mark.state
+            child.seq = mark.seq
+        child.position = mark.position
+        self.add(mark.chain_hash, child, child.mark(mark.chain_hash))  # the chain goes on from the fork point
+        return child
+
+    def close(self) -> None:
+        for conversation in self.by_key.values():
+            if conversation.store is not None:
+                conversation.store.close()
+
+
+# --- one request -----------------------------------------------------------------------------------------
+
+
+def _budget(state: ArcState) -> dict[str, int]:
+    config = state.config
+    return {"K": state.setup.budget, "L": state.setup.limit, "B": state.setup.prefix_tokens,
+            "R": config.recent_budget, "G_max": config.max_completion, "N_max": config.capacity,
+            "stored": state.stored}
+
+
+def _event(message: AgentMessage) -> Event:
+    if message.role == "assistant":
+        return ToolTurn(message.text, message.calls)
+    if message.role == "tool":
+        assert message.tool_call_id is not None
+        return ToolResult(message.tool_call_id, message.text)
+    if message.role == "user":
+        return UserMessage(message.text)
+    raise Refused("bad_message", "a system message may only open the conversation")
+
+
+@attrs.define
+class Reply:
+    """What the agent gets back: the final completion, the rounds it took, the last view's count."""
+
+    completion: dict[str, Any]
+    hidden_rounds: int
+    view_tokens: int
+    conversation: str
+
+
+class Proxy:
+    """The proxy's logic, independent of the HTTP server: `complete` answers one chat request."""
+
+    def __init__(self, settings: ProxySettings, client: Any) -> None:
+        self.settings = settings
+        self.client = client  # an httpx.AsyncClient
+        self.conversations = Conversations(settings)
+        self.rounds: deque[RoundRecord] = deque(maxlen=ROUND_LOG_SIZE)
+
+    async def complete(self, body: dict[str, Any], explicit: str | None) -> Reply:
+        if not isinstance(body.get("messages"), list) or not body["messages"]:
+            raise Refused("bad_request", "messages must be a non-empty list")
+        model = body.get("model")
+        if not isinstance(model, str):
+            raise Refused("bad_request", "model must be a string")
+        messages = [agent_message(message, number) for number, message in enumerate(body["messages"], start=1)]
+        tools = agent_tools(body.get("tools"))
+        system_parts = []
+        while messages and messages[0].role == "system":
+            system_parts.append(messages.pop(0).text)
+        if not messages or messages[0].role != "user":
+            raise Refused("bad_message", "the first message after the system prompt must be the user's task")
+        system = "\n\n".join(system_parts)
+        root = chain_root(model, tools, system, explicit)
+        hashes = []
+        previous = root
+        for message in messages:
+            previous = chain_next(previous, message)
+            hashes.append(previous)
+        conversation, mark, start = await self._resume(hashes, messages, system, tools)
+        async with conversation.lock:
+            if conversation.position == mark.position:
+                return await self._run(conversation, messages[start:], hashes[start:], body)
+            # it moved on (another request of this history, or the agent edited or regenerated): fork at the mark
+            forked = await asyncio.to_thread(self.conversations.fork, conversation, mark)
+        async with forked.lock:
+            return await self._run(forked, messages[start:], hashes[start:], body)
+
+    async def _resume(self, hashes: list[str], messages: list[AgentMessage], system: str,
+                      tools: list[dict[str, Any]]) -> tuple[Conversation, Mark, int]:
+        """The conversation at the request's deepest known message, its mark there, and that depth."""
+        async with self.conversations._lock:
+            for depth in range(len(hashes), 0, -1):
+                found = self.conversations.find(hashes[depth - 1])
+                if found is not None:
+                    return found[0], found[1], depth
+            goal = messages[0].text
+            config = await asyncio.to_thread(self._config, system, goal, tools)
+            try:
+                conversation = await asyncio.to_thread(self.conversations.new, config)
+            except ArcError as problem:  # K > L for this system prompt and goal, most often
+                raise Refused("configuration", f"ARC cannot hold this conversation: {problem}") from None
+            conversation.position = 1  # the system prompt and the goal are its prefix F
+            mark = conversation.mark(hashes[0])
+            self.conversations.add(hashes[0], conversation, mark)
+            return conversation, mark, 1
+
+    def _config(self, system: str, goal: str, tools: list[dict[str, Any]]) -> Config:
+        shown_system = f"{system}\n\n{ARC_NOTE}" if system else TOOL_MODE_SYSTEM
+        try:
+            return self.conversations.config(shown_system, goal, tools)
+        except ArcError as problem:
+            raise Refused("configuration", f"ARC cannot hold this conversation: {problem}") from None
+
+    async def _run(self, conversation: Conversation, new: list[AgentMessage], hashes: list[str],
+                   body: dict[str, Any]) -> Reply:
+        for agent_said, chain_hash in zip(new, hashes):
+            await self._apply(conversation, _event(agent_said))
+            conversation.position += 1
+            self.conversations.add(chain_hash, conversation, conversation.mark(chain_hash))
+        state = conversation.state
+        if state.pending:
+            waiting = ", ".join(call.call_id for call in state.pending)
+            raise Refused("pending_calls", f"tool call(s) {waiting} of the last assistant message have no tool"
+                          " message answering them", _budget(state))
+        usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        hidden = 0
+        while True:
+            shown = await asyncio.to_thread(view, conversation.state)
+            completion = await self._upstream(conversation, shown.chat_messages(), shown.tools() or [], body,
+                                              shown.tokens, hidden > 0)
+            for key in usage:
+                value = (completion.get("usage") or {}).get(key)
+                usage[key] += value if isinstance(value, int) else 0
+            choice = (completion.get("choices") or [{}])[0]
+            reply = choice.get("message") or {}
+            content = _text(reply.get("content"), "the upstream reply")
+            calls = _calls(reply, "the upstream reply")
+            output = await self._apply(conversation, ToolTurn(content, calls))
+            assert isinstance(output, ToolTurnResult)
+            environment = output.environment_calls
+            if calls and not environment and hidden < self.settings.max_hidden_rounds:
+                hidden += 1
+                continue
+            break
+        returned: dict[str, Any] = {"role": "assistant", "content": content or None}
+        if environment:
+            returned["tool_calls"] = [call.openai() for call in environment]
+        finish = choice.get("finish_reason")
+        if calls and not environment:
+            finish = "stop"  # ARC's calls are never shown; the round cap was reached
+        elif environment:
+            finish = "tool_calls"
+        conversation.position += 1
+        chain_hash = chain_next(conversation.head, AgentMessage("assistant", content, environment))
+        self.conversations.add(chain_hash, conversation, conversation.mark(chain_hash))
+        result = dict(completion)
+        result["choices"] = [{**choice, "index": 0, "message": returned, "finish_reason": finish}]
+        result["usage"] = usage
+        return Reply(result, hidden, shown.tokens, conversation.key)
+
+    async def _apply(self, conversation: Conversation, event: Event) -> Output:
+        try:
+            return await asyncio.to_thread(conversation.apply, event)
+        except ArcError as problem:
+            raise Refused(_code(problem), f"ARC refused the conversation: {problem}",
+                          _budget(conversation.state)) from None
+        except StoreError as problem:
+            raise Refused("store", f"the conversation's store failed: {problem}") from None
+
+    async def _upstream(self, conversation: Conversation, messages: list[dict[str, Any]],
+                        tools: list[dict[str, Any]], body: dict[str, Any], tokens: int, hidden: bool) -> dict[str, Any]:
+        state = conversation.state
+        cap = state.config.max_completion
+        request = {key: value for key, value in body.items()
+                   if key not in ("messages", "tools", "stream", "stream_options")}
+        metadata = request.get("metadata")
+        if isinstance(metadata, Mapping) and "conversation_id" in metadata:  # ours: not the upstream's
+            request["metadata"] = {key: value for key, value in metadata.items() if key != "conversation_id"} or None
+            if request["metadata"] is None:
+                del request["metadata"]
+        request.update(messages=messages, tools=tools, stream=False)
+        asked = [request[key] for key in ("max_tokens", "max_completion_tokens") if isinstance(request.get(key), int)]
+        max_tokens = min([cap, *asked])
+        request.pop("max_completion_tokens", None)
+        request["max_tokens"] = max_tokens
+        try:
+            response = await self.client.post(f"{self.settings.upstream}/chat/completions", json=request,
+                                              timeout=self.settings.timeout_s)
+        except httpx.HTTPError as problem:
+            self.rounds.append(RoundRecord(conversation.key, hidden, tokens, state.setup.budget, state.setup.limit,
+                                           max_tokens, 502, None))
+            body_text = json.dumps({"error": {"message": f"the upstream did not answer: {problem!r}",
+                                              "type": "upstream_unreachable", "code": 502}})
+            raise UpstreamError(502, body_text.encode("utf-8"), "application/json") from None
+        record = RoundRecord(conversation.key, hidden, tokens, state.setup.budget, state.setup.limit, max_tokens,
+                             response.status_code, None, bool(body.get("stream")))
+        self.rounds.append(record)
+        if response.status_code != 200:
+            raise UpstreamError(response.status_code, response.content,
+                                response.headers.get("content-type", "application/json"))
+        try:
+            completion = response.json()
+        except ValueError:
+            raise UpstreamError(502, response.content, response.headers.get("content-type", "text/plain")) from None
+        prompt_tokens = (completion.get("usage") or {}).get("prompt_tokens")
+        record.upstream_prompt_tokens = prompt_tokens if isinstance(prompt_tokens, int) else None
+        return completion  # type: ignore[no-any-return]
+
+
+def _code(problem: ArcError) -> str:
+    name = type(problem).__name__
+    return {"CapacityExceeded": "capacity", "ConfigError": "configuration",
+            "BudgetViolation": "budget"}.get(name, "invalid_event")
+
+
+# --- streaming -------------------------------------------------------------------------------------------
+
+
+def sse_chunks(completion: Mapping[str, Any], include_usage: bool) -> list[str]:
+    """The SSE events of a completion built whole: the role and content, each tool call, the finish, the usage
+    when asked, then [DONE]."""
+    base = {"id": completion.get("id", "chatcmpl-arc"), "object": "chat.completion.chunk",
+            "created": completion.get("created", int(time.time())), "model": completion.get("model", "")}
+    choice = completion["choices"][0]
+    message = choice["message"]
+    events = []
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> None:
+        payload = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+        events.append(f"data: {json.dumps(payload, ensure_ascii=False)}\n\n")
+
+    chunk({"role": "assistant", "content": message.get("content") or ""})
+    for number, call in enumerate(message.get("tool_calls") or ()):
+        chunk({"tool_calls": [{"index": number, "id": call["id"], "type": "function",
+                               "function": {"name": call["function"]["name"],
+                                            "arguments": call["function"]["arguments"]}}]})
+    chunk({}, choice.get("finish_reason") or "stop")
+    if include_usage:
+        events.append(f"data: {json.dumps({**base, 'choices': [], 'usage': completion.get('usage')})}\n\n")
+    events.append("data: [DONE]\n\n")
+    return events
+
+
+# --- the HTTP server -------------------------------------------------------------------------------------
+
+
+def build_app(settings: ProxySettings) -> Any:
+    """The Starlette application of the proxy (its httpx client opened and closed with the app)."""
+    import contextlib
+
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response, StreamingResponse
+    from starlette.routing import Route
+
+    holder: dict[str, Proxy] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+        async with httpx.AsyncClient(limits=limits, timeout=settings.timeout_s) as client:
+            holder["proxy"] = Proxy(settings, client)
+            app.state.proxy = holder["proxy"]
+            try:
+                yield
+            finally:
+                holder["proxy"].conversations.close()
+
+    def headers(reply: Reply) -> dict[str, str]:
+        return {"x-arc-hidden-rounds": str(reply.hidden_rounds), "x-arc-view-tokens": str(reply.view_tokens),
+                "x-arc-conversation": reply.conversation}
+
+    def failure(problem: Exception) -> Response:
+        if isinstance(problem, Refused):
+            return JSONResponse(problem.body(), status_code=400)
+        assert isinstance(problem, UpstreamError)
+        return Response(problem.body, status_code=problem.status, media_type=problem.content_type)
+
+    async def chat(request: Request) -> Response:
+        proxy = holder["proxy"]
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            return JSONResponse(Refused("bad_request", "the body is not JSON").body(), status_code=400)
+        if not isinstance(body, dict):
+            return JSONResponse(Refused("bad_request", "the body must be a JSON object").body(), status_code=400)
+        metadata = body.get("metadata")
+        explicit = request.headers.get(CONVERSATION_HEADER)
+        if explicit is None and isinstance(metadata, Mapping) and isinstance(metadata.get("conversation_id"), str):
+            explicit = metadata["conversation_id"]
+        task = asyncio.ensure_future(proxy.complete(body, explicit))
+        if not body.get("stream"):
+            try:
+                reply = await task
+            except (Refused, UpstreamError) as problem:
+                return failure(problem)
+            return JSONResponse(reply.completion, headers=headers(reply))
+        options = body.get("stream_options")
+        include_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
+        done, _ = await asyncio.wait({task}, timeout=settings.keepalive_s)
+        if done:  # answered before the first keepalive: a plain status is still possible
+            try:
+                reply = task.result()
+            except (Refused, UpstreamError) as problem:
+                return failure(problem)
+            return StreamingResponse(iter(sse_chunks(reply.completion, include_usage)),
+                                     media_type="text/event-stream", headers=headers(reply))
+
+        async def events() -> AsyncIterator[str]:
+            while not task.done():
+                yield ": keepalive\n\n"
+                await asyncio.wait({task}, timeout=settings.keepalive_s)
+            try:
+                reply = task.result()
+            except Refused as problem:
+                yield f"data: {json.dumps(problem.body())}\n\n"
+                return
+            except UpstreamError as problem:
+                error = {"error": {"message": problem.body.decode("utf-8", "replace"), "type": "upstream_error",
+                                   "code": problem.status}}
+                yield f"data: {json.dumps(error)}\n\n"
+                return
+            for event in sse_chunks(reply.completion, include_usage):
+                yield event
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    async def models(request: Request) -> Response:
+        response = await holder["proxy"].client.get(f"{settings.upstream}/models")
+        return Response(response.content, status_code=response.status_code,
+                        media_type=response.headers.get("content-type", "application/json"))
+
+    async def rounds(request: Request) -> Response:
+        return JSONResponse([attrs.asdict(record) for record in holder["proxy"].rounds])
+
+    return Starlette(routes=[
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/arc/rounds", rounds, methods=["GET"]),
+    ], lifespan=lifespan)
+
+
+def settings_from(arguments: argparse.Namespace, parse_setting: Callable[[str], tuple[str, object]]) -> ProxySettings:
+    """The settings of `arc-ref proxy`'s arguments (ValueError or ArcError when they are refused)."""
+    overrides = dict(parse_setting(text) for text in arguments.set)
+    fixed = sorted(set(overrides) & {"tokenizer", "chat_format", "action_mode", "tools", "system", "goal"})
+    if fixed:
+        raise ValueError(f"--set {', '.join(fixed)}: fixed by the proxy (from --tokenizer and each request)")
+    if arguments.max_hidden_rounds < 0:
+        raise ValueError("--max-hidden-rounds must be >= 0")
+    settings = ProxySettings(upstream=arguments.upstream.rstrip("/"), tokenizer=arguments.tokenizer,
+                             preset_name=arguments.preset, overrides=overrides,
+                             store=Path(arguments.store) if arguments.store else None,
+                             max_hidden_rounds=arguments.max_hidden_rounds)
+    preset(settings.preset_name, **settings.overrides, tokenizer=settings.tokenizer, chat_format="template",
+           action_mode="tools")  # refuse a bad configuration now, not at the first request
+    return settings
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A bound TCP socket for uvicorn, made with IPPROTO_TCP named so that asyncio sets TCP_NODELAY on its
+    connections (without it Nagle's algorithm and delayed ACKs add ~40 ms to a small answer)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+    except OSError:
+        listener.close()
+        raise
+    listener.set_inheritable(True)
+    return listener
+
+
+def serve(arguments: argparse.Namespace, parse_setting: Callable[[str], tuple[str, object]]) -> int:
+    """`arc-ref proxy`: serve until interrupted."""
+    import uvicorn
+
+    try:
+        settings = settings_from(arguments, parse_setting)
+    except (ValueError, ArcError) as problem:
+        print(f"arc-ref proxy: {problem}", file=sys.stderr)
+        return 2
+    try:
+        listener = listening_socket(arguments.host, arguments.port)
+    except OSError as problem:
+        print(f"arc-ref proxy: cannot listen on {arguments.host}:{arguments.port}: {problem.strerror or problem}",
+              file=sys.stderr)
+        return 2
+    print(f"arc-ref proxy: http://{arguments.host}:{arguments.port}/v1 -> {settings.upstream}"
+          f" (store: {settings.store or 'memory'})", flush=True)
+    server = uvicorn.Server(uvicorn.Config(build_app(settings), log_level="warning", access_log=False))
+    asyncio.run(server.serve(sockets=[listener]))
+    return 0
+
+
+__all__ = ["ARC_NOTE", "AgentMessage", "Conversations", "Proxy", "ProxySettings", "Refused", "agent_message",
+           "build_app", "chain_next", "chain_root", "listening_socket", "serve", "sse_chunks"]

@@ -1,0 +1,258 @@
+"""arc-ref proxy (arc_ref.proxy) over real HTTP: serve-scripted on Qwen3's files upstream, an agent loop that
+resends its whole history every turn in front (tests/proxy/harness.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.proxy.harness import (
+    BASH_TOOL,
+    big_log,
+    needs_qwen3,
+    run_agent,
+    serve_proxy,
+    serve_upstream,
+    task_text,
+)
+
+import httpx  # noqa: E402  (after the harness, which skips without the proxy extra)
+
+from arc_ref.proxy import Proxy, ProxySettings, Refused, sse_chunks  # noqa: E402
+from arc_ref.session import TOOL_MODE_SYSTEM  # noqa: E402
+from arc_ref.tools import ARC_TOOL_NAMES  # noqa: E402
+
+pytestmark = needs_qwen3
+
+
+def rounds(base_url: str) -> list[dict[str, Any]]:
+    return httpx.get(base_url.removesuffix("/v1") + "/arc/rounds").json()  # type: ignore[no-any-return]
+
+
+def no_arc_names(payload: Any) -> None:
+    text = json.dumps(payload)
+    for name in ARC_TOOL_NAMES:
+        assert f'"{name}"' not in text, f"the agent saw ARC's tool {name}"
+
+
+def test_an_agent_reads_a_long_output_recalls_it_inside_the_proxy_and_submits(tmp_path: Path) -> None:
+    """The upstream gets ARC's view (its count = the server's, <= K), recall rounds stay hidden, the agent
+    never sees an ARC tool, max_tokens <= G_max, usage sums the hidden calls."""
+    log = tmp_path / "big.log"
+    big_log(log)
+    with serve_upstream() as (server, upstream_url), serve_proxy(upstream_url) as base_url:
+        messages, responses, submitted = run_agent(base_url, task_text(log))
+        upstream_rounds = rounds(base_url)
+        assert httpx.get(f"{base_url}/models").json() == httpx.get(f"{upstream_url}/models").json()  # forwarded
+        assert submitted == "NEEDLE_KEY=violet-42\n"
+        hidden = sum(int(response.headers["x-arc-hidden-rounds"]) for response in responses)
+        assert hidden >= 1 and len(upstream_rounds) == len(responses) + hidden
+        assert server.stats.chat_requests == len(upstream_rounds)
+        for record in upstream_rounds:
+            assert record["status"] == 200
+            assert record["upstream_prompt_tokens"] == record["view_tokens"] <= record["budget"] <= record["limit"]
+            assert record["max_tokens"] <= 4096
+        no_arc_names(messages)
+        for response in responses:
+            no_arc_names(response.json())
+        last = responses[-1].json()["usage"]
+        assert last["prompt_tokens"] == sum(record["upstream_prompt_tokens"] for record in upstream_rounds[-1 - int(
+            responses[-1].headers["x-arc-hidden-rounds"]):])
+
+
+def test_identity_resumes_forks_and_separates_conversations(tmp_path: Path) -> None:
+    """Key order and null fields do not matter; a regenerated reply forks; another system text, tools list or
+    conversation name is another conversation; two runs sharing the system and the task diverge."""
+    log = tmp_path / "big.log"
+    big_log(log)
+    task = task_text(log)
+    with serve_upstream() as (_, upstream_url), serve_proxy(upstream_url) as base_url:
+        def ask(messages: list[dict[str, Any]], tools: list[Any] = [BASH_TOOL], **headers: str) -> httpx.Response:
+            response = httpx.post(f"{base_url}/chat/completions", json={"model": "scripted", "messages": messages,
+                                                                        "tools": tools}, headers=headers, timeout=60)
+            assert response.status_code == 200, response.text
+            return response
+
+        start = [{"role": "system", "content": "S"}, {"role": "user", "content": task}]
+        first = ask(start)
+        key = first.headers["x-arc-conversation"]
+        reply = first.json()["choices"][0]["message"]
+        call = reply["tool_calls"][0]
+        reordered = {"tool_calls": [{"function": {"arguments": json.dumps(json.loads(call["function"]["arguments"])),
+                                                  "name": "bash"}, "type": "function", "id": call["id"]}],
+                     "content": reply["content"], "role": "assistant", "refusal": None}
+        history = [*start, reordered, {"role": "tool", "tool_call_id": call["id"], "content": "no such file"}]
+        assert ask(history).headers["x-arc-conversation"] == key  # resumed: the reply was known
+        regenerated = ask(start)  # regenerated: forked at the task
+        forked = regenerated.headers["x-arc-conversation"]
+        assert forked != key
+        again = regenerated.json()["choices"][0]["message"]
+        answer = {"role": "tool", "tool_call_id": again["tool_calls"][0]["id"], "content": "no such file"}
+        assert ask([*start, again, answer]).headers["x-arc-conversation"] == forked  # the fork goes on in place
+        assert ask([{"role": "system", "content": "S2"}, start[1]]).headers["x-arc-conversation"] != key
+        assert ask(start, tools=[]).headers["x-arc-conversation"] != key
+        named = ask(start, **{"X-Arc-Conversation": "run-2"}).headers["x-arc-conversation"]
+        assert named != key and ask(start, **{"X-Arc-Conversation": "run-3"}).headers["x-arc-conversation"] != named
+
+
+def test_upstream_errors_pass_back_unchanged_and_the_retry_resumes(tmp_path: Path) -> None:
+    """A 503 upstream comes back as the same 503; the agent's retry resends the same history and gets the ids a
+    run without the failure gets."""
+    log = tmp_path / "big.log"
+    big_log(log)
+    with serve_upstream() as (_, upstream_url), serve_proxy(upstream_url) as base_url:
+        _, clean, _ = run_agent(base_url, task_text(log), headers={"X-Arc-Conversation": "clean"})
+    with serve_upstream(faults=[503]) as (server, upstream_url), serve_proxy(upstream_url) as base_url:
+        body = {"model": "scripted", "messages": [{"role": "user", "content": task_text(log)}], "tools": [BASH_TOOL]}
+        failed = httpx.post(f"{base_url}/chat/completions", json=body, timeout=60)
+        assert failed.status_code == 503 and server.stats.faults_injected == 1
+        _, retried, submitted = run_agent(base_url, task_text(log), headers={"X-Arc-Conversation": "clean"})
+    assert submitted == "NEEDLE_KEY=violet-42\n"
+    assert [r.headers["x-arc-view-tokens"] for r in retried] == [r.headers["x-arc-view-tokens"] for r in clean]
+
+
+def test_arc_refusals_are_typed_400s_never_5xx(tmp_path: Path) -> None:
+    """A configuration whose K exceeds L, and capacity, are 400s naming the budget (clients do not retry)."""
+    with serve_upstream() as (server, upstream_url):
+        with serve_proxy(upstream_url, recent_budget=12000) as base_url:
+            body = {"model": "scripted", "messages": [{"role": "user", "content": "hi"}]}
+            refused = httpx.post(f"{base_url}/chat/completions", json=body, timeout=60)
+            assert refused.status_code == 400
+            assert refused.json()["error"]["type"] == "arc_refused" and refused.json()["error"]["code"] == "configuration"
+        with serve_proxy(upstream_url, capacity=2) as base_url:
+            messages = [{"role": "user", "content": "task"}]
+            for number in range(3):
+                messages += [{"role": "assistant", "content": "", "tool_calls": [
+                    {"id": f"c{number}", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+                    {"role": "tool", "tool_call_id": f"c{number}", "content": "out"}]
+            refused = httpx.post(f"{base_url}/chat/completions", json={"model": "scripted", "messages": messages,
+                                                                       "tools": [BASH_TOOL]}, timeout=60)
+            error = refused.json()["error"]
+            assert refused.status_code == 400 and error["code"] == "capacity" and error["budget"]["N_max"] == 2
+            bad = httpx.post(f"{base_url}/chat/completions", json={"model": "scripted", "messages": [
+                {"role": "user", "content": "t"}, {"role": "tool", "tool_call_id": "nope", "content": "x"}]},
+                timeout=60)
+            assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_event"
+        assert server.stats.chat_requests == 0  # nothing refused reached the upstream
+
+
+def test_streaming_clients_get_sse_without_arc_calls(tmp_path: Path) -> None:
+    log = tmp_path / "big.log"
+    big_log(log)
+    with serve_upstream(latency_ms=300) as (_, upstream_url), serve_proxy(upstream_url, keepalive_s=0.1) as base_url:
+        messages: list[dict[str, Any]] = [{"role": "user", "content": task_text(log)}]
+        for _ in range(3):
+            with httpx.stream("POST", f"{base_url}/chat/completions", timeout=60, json={
+                    "model": "scripted", "messages": messages, "tools": [BASH_TOOL], "stream": True,
+                    "stream_options": {"include_usage": True}}) as response:
+                assert response.status_code == 200
+                lines = [line for line in response.iter_lines() if line]
+            assert ": keepalive" in lines and lines[-1] == "data: [DONE]"
+            chunks = [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
+            no_arc_names(chunks)
+            assert chunks[-1]["usage"]["prompt_tokens"] > 0
+            calls = [call for chunk in chunks for choice in chunk["choices"]
+                     for call in choice["delta"].get("tool_calls") or ()]
+            content = "".join(choice["delta"].get("content") or "" for chunk in chunks for choice in chunk["choices"])
+            messages.append({"role": "assistant", "content": content,
+                             "tool_calls": [{k: call[k] for k in ("id", "type", "function")} for call in calls]})
+            for call in calls:
+                messages.append({"role": "tool", "tool_call_id": call["id"], "content": log.read_text()})
+        assert content == "NEEDLE_KEY is violet-42."  # found through hidden recall rounds, streamed
+
+
+def test_a_restarted_proxy_with_a_store_gives_the_same_ids_and_views(tmp_path: Path) -> None:
+    """Stopped after the first turn and started again on its store, the proxy resumes the conversation in place:
+    the same stored ids as an uninterrupted run, the same view counts, the same reply."""
+    from arc_ref.persist import DurableStore
+
+    log = tmp_path / "big.log"
+    big_log(log)
+
+    def stored_ids(store: Path) -> list[str]:
+        (directory,) = [path for path in store.iterdir() if path.is_dir()]
+        with DurableStore.open(directory / "task.arc", readonly=True) as opened:
+            return [record.obs_id for record in opened.state.records]
+
+    with serve_upstream() as (_, upstream_url):
+        with serve_proxy(upstream_url, store=tmp_path / "straight") as base_url:
+            _, straight, submitted = run_agent(base_url, task_text(log))
+        with serve_proxy(upstream_url, store=tmp_path / "store") as base_url:
+            messages, before, _ = run_agent(base_url, task_text(log), steps=1)
+        with serve_proxy(upstream_url, store=tmp_path / "store") as base_url:  # a new process, the same store
+            resumed = httpx.post(f"{base_url}/chat/completions", timeout=60, json={
+                "model": "scripted", "messages": messages, "tools": [BASH_TOOL]})
+    assert submitted == "NEEDLE_KEY=violet-42\n" and len(straight) == 2
+    assert len(list((tmp_path / "store").iterdir())) == 1  # resumed in place: no new conversation
+    assert resumed.headers["x-arc-conversation"] == before[0].headers["x-arc-conversation"]
+    assert stored_ids(tmp_path / "store") == stored_ids(tmp_path / "straight") != []
+    assert [r.headers["x-arc-view-tokens"] for r in (*before, resumed)] == [
+        r.headers["x-arc-view-tokens"] for r in straight]
+    assert resumed.headers["x-arc-hidden-rounds"] == straight[1].headers["x-arc-hidden-rounds"]
+    strip_id = [{**call, "id": None} for call in resumed.json()["choices"][0]["message"]["tool_calls"]]
+    assert strip_id == [{**call, "id": None} for call in straight[1].json()["choices"][0]["message"]["tool_calls"]]
+
+
+def test_mixed_calls_go_back_without_arc_calls_and_arc_answers_stay() -> None:
+    """A reply calling ARC's _recall and the agent's bash: the agent gets only bash; the next view holds ARC's
+    answer; the hidden-round cap returns the text when the model keeps calling only ARC's tools."""
+    replies = iter([
+        {"content": "both", "tool_calls": [
+            {"id": "a1", "type": "function", "function": {"name": "_recall_meta", "arguments": '{"id": "§1"}'}},
+            {"id": "b1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]},
+        *({"content": "again", "tool_calls": [
+            {"id": f"a{n}", "type": "function", "function": {"name": "catalog-first", "arguments": "{}"}}]}
+          for n in range(2, 5)),
+        *({"content": "done"} for _ in range(3)),
+    ])
+    seen: list[dict[str, Any]] = []
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        sent = json.loads(request.content)
+        seen.append(sent)
+        message = next(replies)
+        return httpx.Response(200, json={"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                                         "choices": [{"index": 0, "message": {"role": "assistant", **message},
+                                                      "finish_reason": "tool_calls"}],
+                                         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+
+    from tests.proxy.harness import BUDGETS, QWEN3
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(upstream)) as client:
+            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS, max_hidden_rounds=2),
+                          client)
+            messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+            first = await proxy.complete({"model": "m", "messages": messages, "tools": [BASH_TOOL]}, None)
+            message = first.completion["choices"][0]["message"]
+            assert [call["id"] for call in message["tool_calls"]] == ["b1"] and first.hidden_rounds == 0
+            messages += [message, {"role": "tool", "tool_call_id": "b1", "content": "a.txt"}]
+            second = await proxy.complete({"model": "m", "messages": messages, "tools": [BASH_TOOL]}, None)
+            assert second.hidden_rounds == 2 and second.completion["choices"][0]["message"] == {
+                "role": "assistant", "content": "again"}
+            assert second.completion["usage"]["prompt_tokens"] == 3
+            # another system text or tools list is another conversation, with that prefix (not a fork of this one)
+            for system, tools in (("S2", [BASH_TOOL]), ("", [])):
+                shown = [{"role": "system", "content": system}] if system else []
+                await proxy.complete({"model": "m", "messages": [*shown, {"role": "user", "content": "go"}],
+                                      "tools": tools}, None)
+                sent_system = seen[-1]["messages"][0]["content"]
+                assert sent_system.startswith(f"{system}\n\n") if system else sent_system == TOOL_MODE_SYSTEM
+                assert [t["function"]["name"] for t in seen[-1]["tools"]][-1] == ("bash" if tools else "catalog-page")
+            named = await proxy.complete({"model": "m", "messages": [{"role": "user", "content": "go"}],
+                                          "metadata": {"conversation_id": "run-9", "user": "u"}, "temperature": 0},
+                                         "run-9")
+            assert named.conversation != first.conversation  # a named conversation is its own
+            assert seen[-1]["metadata"] == {"user": "u"} and seen[-1]["temperature"] == 0  # the rest passes through
+            with pytest.raises(Refused, match="must be the user's task"):
+                await proxy.complete({"model": "m", "messages": [{"role": "tool", "tool_call_id": "x"}]}, None)
+
+    asyncio.run(scenario())
+    assert [tool["function"]["name"] for tool in seen[0]["tools"]][-1] == "bash"
+    assert any(message.get("tool_call_id") == "a1" for message in seen[1]["messages"])  # ARC's answer kept
+    assert sse_chunks({"choices": [{"message": {"content": "x"}, "finish_reason": "stop"}]}, False)[-1] == (
+        "data: [DONE]\n\n")
