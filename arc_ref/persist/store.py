@@ -681,8 +681,8 @@ class DurableStore:
             raise StoreCorrupt(
                 f"{str(target)!r}: its write-ahead log {wal} cannot be read ({wal_problem}), but the database file"
                 f" without it holds every acknowledged event (rows up to {acknowledged.seq}); readers (arc-ref"
-                f" inspect / export) read them; to write again, export them and replay into a new store, or move"
-                f" {wal} and its -shm aside")
+                f" inspect / export) read them; to write again, move {wal} and its -shm aside (keep them: nothing"
+                f" acknowledged is lost without them)")
         store = cls(target, _connect_without_wal(real), None)
         try:
             _check_header(store._connection, target)
