@@ -18,6 +18,7 @@ from arc_ref import render
 from arc_ref.chat import ChatFormat, get_chat_format
 from arc_ref.counting import Part, joined_tokens
 from arc_ref.errors import ConfigError
+from arc_ref.escape import ShownForm, control_strings
 from arc_ref.ids import IdScheme
 from arc_ref.message import Context, Message, ToolCall, ToolSpec
 from arc_ref.text import ELLIPSIS
@@ -265,6 +266,16 @@ class Setup:
     tool_unit_floor: int = 0  # tool mode: the smallest tool turn (one call) with the reserve for its result
     # tokens of each role's message frame (before, after the content), counted once when first needed
     _frame_tokens: dict[str, tuple[int, int]] = field(factory=dict, init=False, eq=False, repr=False)
+    # S of spec/rendering.md 7.1 for this chat format and tokenizer, built when first needed
+    _shown_forms: dict[None, ShownForm] = field(factory=dict, init=False, eq=False, repr=False)
+
+    @property
+    def shown_form(self) -> ShownForm:
+        """S: how an observation is shown with no control string of this setup in it (spec/rendering.md 7.1)."""
+        form = self._shown_forms.get(None)
+        if form is None:
+            form = self._shown_forms[None] = ShownForm(control_strings(self.chat, self.tokenizer))
+        return form
 
     def message_tokens(self, role: str, content: str) -> int:
         """Tokens of one serialized message, role markers included (the largest over its places, A4)."""

@@ -146,9 +146,9 @@ def observation_entry(setup: Setup, record: Record) -> ObservationEntry:
     """The new observation verbatim when its message fits R, otherwise its stub (A4)."""
     head = verbatim_head(setup, record)
     # the content's count is the record's n_j: it is not counted again (arc_ref.counting)
-    parts = ((head, None), (record.content, record.n_tokens))
-    if not cannot_fit(setup, record.content, setup.config.recent_budget):
-        message = setup.message(render.USER, head + record.content, parts=parts)
+    parts = ((head, None), (record.shown, record.n_tokens))
+    if not cannot_fit(setup, record.shown, setup.config.recent_budget):
+        message = setup.message(render.USER, head + record.shown, parts=parts)
         if message.tokens <= setup.config.recent_budget:
             return ObservationEntry(record.index, True, message)
     content = render.observation_stub_message(record.obs_id, record.returncode, record.n_tokens, record.stub)
@@ -202,9 +202,9 @@ def tool_note_entry(setup: Setup, turn: int, call_id: str, notes: Sequence[str],
 def tool_result_entry(setup: Setup, turn: int, call_id: str, record: Record, budget: int) -> ToolResultEntry:
     """An environment's result: verbatim when its message costs <= ``budget``, otherwise its stub (A4)."""
     head = verbatim_head(setup, record)
-    parts = ((head, None), (record.content, record.n_tokens))
-    if not cannot_fit(setup, record.content, budget):
-        message = setup.message(render.TOOL, head + record.content, (), call_id, parts)
+    parts = ((head, None), (record.shown, record.n_tokens))
+    if not cannot_fit(setup, record.shown, budget):
+        message = setup.message(render.TOOL, head + record.shown, (), call_id, parts)
         if message.tokens <= budget:
             return ToolResultEntry(turn, call_id, record.index, True, (), message)
     content = render.observation_stub_message(record.obs_id, record.returncode, record.n_tokens, record.stub)
@@ -216,7 +216,7 @@ def tool_result_entry(setup: Setup, turn: int, call_id: str, record: Record, bud
 
 def user_entry(setup: Setup, turn: int, record: Record) -> UserEntry:
     """A user message after the goal: its text verbatim when the message fits R, otherwise its stub (A4)."""
-    message = setup.message(render.USER, record.content, parts=((record.content, record.n_tokens),))
+    message = setup.message(render.USER, record.shown, parts=((record.shown, record.n_tokens),))
     if message.tokens <= setup.config.recent_budget:
         return UserEntry(turn, record.index, True, message)
     content = render.observation_stub_message(record.obs_id, record.returncode, record.n_tokens, record.stub)

@@ -468,7 +468,7 @@ class _CommandRun:
             return
         if len(record.inner_cuts) != chunks - 1:
             raise BudgetViolation(f"{record.obs_id}: {len(record.inner_cuts) + 1} stored chunks, expected {chunks}")
-        payload = stored_chunk(record.content, record.inner_cuts, chunk)
+        payload = stored_chunk(record.shown, record.inner_cuts, chunk)
         entry = make_entry(setup, record.index, record.obs_id, chunk, chunks, payload)
         buffer, message, _evicted = admit(setup, self.state.recall_buffer, entry)
         self.state = attrs.evolve(

@@ -17,6 +17,7 @@ from arc_ref import render
 from arc_ref.config import Setup
 from arc_ref.counting import Part, joined_tokens
 from arc_ref.errors import BudgetViolation
+from arc_ref.escape import unshow
 from arc_ref.message import Message
 
 
@@ -83,6 +84,12 @@ def count_and_inner_cuts(setup: Setup, content: str) -> tuple[int, tuple[int, ..
     """
     n_tokens, starts = setup.tokenizer.count_and_starts(content, setup.config.chunk_tokens)
     return n_tokens, tuple(starts[1:])
+
+
+def reassemble(payloads: Sequence[str]) -> str:
+    """D's step for one observation (Theorem claim 5): its chunks, concatenated, with S^-1 applied
+    (spec/rendering.md 7.1), are the stored observation O byte for byte."""
+    return unshow("".join(payloads))
 
 
 def stored_chunk(content: str, inner_cuts: Sequence[int], chunk: int) -> str:

@@ -20,7 +20,10 @@ the core when the assistant turn is added, without touching the environment (A3,
 answer as the tool message. An environment result is stored as the next observation under an id the
 store mints (A1, A2); the framework's ``tool_call_id`` only links the call to its result in the messages.
 Compaction folds H by units (a turn with the results of its calls), so a call and its result are never
-separated (`arc_ref.machine.fold`). With ``path`` the session is durable: every event is committed to a
+separated (`arc_ref.machine.fold`). The messages show every stored output as its shown form S(O), with the
+template's control strings made inert (spec/rendering.md 7.1), and recall answers with chunks of S(O) (what the
+model reads): ``arc_ref.escape.unshow`` of the chunks joined, or ``record.content``, is the output exactly.
+With ``path`` the session is durable: every event is committed to a
 `DurableStore` before the method returns, and `Session.open(path)` resumes it.
 """
 

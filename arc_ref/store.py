@@ -30,13 +30,14 @@ class Record:
     obs_id: str  # printed id, with the leading §
     signature: str
     content: str  # full_content = O_j, verbatim
+    shown: str  # S(O_j) (spec/rendering.md 7.1): what the view shows of it; the same object when it equals O_j
     returncode: int
     step: int  # creation step: agent turns taken before this observation arrived
     n_chars: int
     n_bytes: int
-    n_tokens: int  # n_j under the configured tokenizer, computed once
-    inner_cuts: tuple[int, ...]  # A5 chunk cuts cut(1) .. cut(m-1) (characters), from the same tokenization
-    head: str  # fixed-size previews
+    n_tokens: int  # n_j: tokens of the shown form S(O_j) under the configured tokenizer, computed once
+    inner_cuts: tuple[int, ...]  # A5 chunk cuts cut(1) .. cut(m-1) (characters of S(O_j)), same tokenization
+    head: str  # fixed-size previews of S(O_j)
     tail: str
     stub: str  # z_j, clipped so that its cost is <= c
     stub_tokens: int  # cost of the stub: tokens of "\n" + stub
@@ -97,16 +98,18 @@ def make_record(setup: Setup, index: int, action: str, content: str, returncode:
             )
     signature = action_signature(action)
     obs_id = setup.ids.make(index, signature, content)
-    n_tokens, inner_cuts = count_and_inner_cuts(setup, content)
-    if max(len(content), n_tokens) > render.WIDEST_NUMBER:
+    shown = setup.shown_form.show(content)  # control strings inert (spec/rendering.md 7.1); O itself is stored
+    n_tokens, inner_cuts = count_and_inner_cuts(setup, shown)
+    if max(len(shown), n_tokens) > render.WIDEST_NUMBER:
         raise InvalidEvent("observation longer than 9,999,999,999 characters or tokens")
-    head, tail = previews(content, setup.config.preview_head_chars, setup.config.preview_tail_chars)
+    head, tail = previews(shown, setup.config.preview_head_chars, setup.config.preview_tail_chars)
     stub, stub_tokens = make_stub(setup, obs_id, returncode, len(content), n_tokens, signature, head, tail)
     return Record(
         index=index,
         obs_id=obs_id,
         signature=signature,
         content=content,
+        shown=shown,
         returncode=returncode,
         step=step,
         n_chars=len(content),

@@ -113,7 +113,7 @@ def observation_item(setup: Setup, record: Record, cited: bool) -> SummaryItem:
     """Inline when short and never shown as a handle and it fits S; otherwise the citation stub."""
     if not cited and record.n_chars < setup.config.keep_verbatim_chars:
         signature = shown_signature(record.signature, setup.config.signature_chars)
-        text = render.inline_item(record.obs_id, record.returncode, signature, record.content)
+        text = render.inline_item(record.obs_id, record.returncode, signature, record.shown)
         tokens = setup.line_tokens(text)
         if setup.summary_frame + tokens <= setup.config.summary_budget:
             return SummaryItem("inline", text, tokens, record.index, _closed(setup, text, tokens))

@@ -156,6 +156,10 @@ class ByteTokenizer:
     def splits_between(self, before: str, after: str) -> bool:
         return True  # a byte is a token whatever surrounds it
 
+    def control_tokens(self) -> tuple[str, ...]:
+        """No text is a control token of the byte tokenizer (spec/rendering.md 7.1)."""
+        return ()
+
     @property
     def max_token_chars(self) -> int:
         """At most how many characters of a text one token covers (a byte: at most one character)."""
@@ -229,6 +233,10 @@ class TiktokenTokenizer:
 
     def encode(self, text: str) -> list[int]:
         return self._tokens(text)[0]
+
+    def control_tokens(self) -> tuple[str, ...]:
+        """The encoding's special tokens (``<|endoftext|>``, ...), which a server may match in its prompt text."""
+        return tuple(sorted(self._encoding.special_tokens_set))
 
     def decode(self, tokens: Sequence[int]) -> str:
         text: str = self._encoding.decode(list(tokens))
@@ -337,6 +345,10 @@ class HuggingFaceTokenizer:
         """The text of every added token (special or not): the strings the encoder matches before splitting."""
         decoder = self._tokenizer.get_added_tokens_decoder()
         return tuple(decoder[key].content for key in sorted(decoder))
+
+    def control_tokens(self) -> tuple[str, ...]:
+        """Every added token's text (spec/rendering.md 7.1): the server's tokenizer matches each in a prompt."""
+        return self.added_tokens()
 
     def added_token_flags(self) -> tuple[tuple[str, bool, bool], ...]:
         """(text, lstrip, rstrip) of every added token: a stripping token eats the whitespace beside it."""

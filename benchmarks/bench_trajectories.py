@@ -46,6 +46,7 @@ from arc_eval.methods.base import MethodSettings
 from arc_eval.protocol import system_prompt
 from arc_eval.types import ChatReply, ChatRequest, ContextOverflow, Message, Observation
 from arc_ref.machine import AgentTurn, agent_turn
+from arc_ref.recall import reassemble
 from arc_ref.recall import chunk_count
 from arc_ref.render import agent_message
 
@@ -143,7 +144,7 @@ def recall_exact(replay: Replay) -> tuple[int, int]:
         for _ in range(chunk_count(record.n_tokens, state.config.chunk_tokens) - 1):
             probe, answered = agent_turn(probe, AgentTurn("", f"_recall-next {record.obs_id}"))
             payloads.extend(r.payload for r in answered.recalls)
-        exact += "".join(payloads) == record.content
+        exact += reassemble(payloads) == record.content  # D: S^-1 of the chunks (spec/rendering.md 7.1)
     return exact, state.stored
 
 

@@ -15,9 +15,10 @@ With ``wal_damage`` (issue 18.1), after a fraction of the kills the harness also
 SQLite files" reflex or a bad disk does to the write-ahead log: deletes it (with or without its -shm),
 truncates it at a random length, or flips a random byte of it. The store must then either reopen with every
 acknowledged event byte for byte (recovered) or be refused with StoreCorrupt naming how many acknowledged
-events are missing (refused; the count is checked against the rows that are there); a reopen that lacks an
-acknowledged event is a loss. The log is then put back as it was (its -shm removed, to be rebuilt) and the
-loop goes on.
+events are missing (refused; the count is checked against the rows that are there), also when SQLite itself
+cannot read the store through the damaged WAL (the store then reads its database file alone); a reopen that
+lacks an acknowledged event is a loss, and any other refusal (another message, another StoreError) a problem.
+The log is then put back as it was (its -shm removed, to be rebuilt) and the loop goes on.
 """
 
 from __future__ import annotations
@@ -170,7 +171,7 @@ def damage_wal(store_path: Path, rng: random.Random) -> str | None:
 def check_damaged(store_path: Path, acks: dict[int, tuple[str, str]], figures: CrashFigures) -> None:
     """After a WAL damage: every acknowledged event reopens byte for byte, or the open is refused with the
     number of acknowledged events missing, and that number is right (the export stops after the rows there)."""
-    from arc_ref.persist import DurableStore, StoreCorrupt, StoredEvent, read_rows
+    from arc_ref.persist import DurableStore, StoreCorrupt, StoredEvent, StoreError, read_rows
 
     rows: dict[int, StoredEvent] = {}
     try:
@@ -178,10 +179,13 @@ def check_damaged(store_path: Path, acks: dict[int, tuple[str, str]], figures: C
             rows[stored.seq] = stored
         with DurableStore.open(store_path, readonly=True) as store:
             seq = store.seq
-    except StoreCorrupt as refusal:
+    except StoreError as refusal:  # any refusal (SQLite's "disk I/O error" too) is checked, never a crash of the loop
         found = _MISSING.search(str(refusal))
         last_acknowledged = max(acks, default=1)
-        if found is None:
+        if not isinstance(refusal, StoreCorrupt):
+            figures.problems.append(f"a damaged WAL was refused as {type(refusal).__name__}, not StoreCorrupt:"
+                                    f" {refusal}")
+        elif found is None:
             figures.problems.append(f"a damaged WAL was refused without the count of missing events: {refusal}")
         else:
             missing, acknowledged, there = (int(value) for value in found.groups())

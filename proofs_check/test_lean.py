@@ -2,7 +2,8 @@
 
 The plain transcript of a trace is what an agent without ARC sends: the same prefix F (system, goal and, in
 tool mode, the same tool listing), then every agent turn and every observation appended, each observation
-as ``Observation (rc=N):`` and its content, rendered by the same chat format. ARC's overhead over it is what
+as ``Observation (rc=N):`` and its shown form S(O) (rendering.md 7.1: control strings inert, as any agent must
+send it; O itself when it holds none), rendered by the same chat format. ARC's overhead over it is what
 its configuration adds to F (its instructions in the system text, its tools in the listing): B itself, the
 same on both sides here. Traces are runs of normal actions (no recall or catalog command: those are calls
 an agent without ARC cannot make). Properties, for every trace, at every call:
@@ -79,14 +80,16 @@ class Plain:
         self.messages.append({"role": render.ASSISTANT, "content": render.agent_message(thought, action)})
 
     def observation(self, content: str, returncode: int) -> None:
-        self.messages.append({"role": render.USER, "content": render.lean_observation_message(returncode, content)})
+        shown = self.setup.shown_form.show(content)
+        self.messages.append({"role": render.USER, "content": render.lean_observation_message(returncode, shown)})
 
     def tool_turn(self, thought: str, calls: Sequence[ToolCall]) -> None:
         self.messages.append({"role": render.ASSISTANT, "content": thought,
                               "tool_calls": [call.openai() for call in calls]})
 
     def tool_result(self, call_id: str, content: str, returncode: int) -> None:
-        self.messages.append({"role": render.TOOL, "content": render.lean_observation_message(returncode, content),
+        shown = self.setup.shown_form.show(content)
+        self.messages.append({"role": render.TOOL, "content": render.lean_observation_message(returncode, shown),
                               "tool_call_id": call_id})
 
     def text(self, keep: int | None = None) -> str:

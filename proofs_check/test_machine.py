@@ -13,7 +13,7 @@ from arc_ref.errors import CapacityExceeded
 from arc_ref.machine import (
     AgentTurn, ArcState, Compact, Observe, agent_turn, compact, compacted_count, init, lean_page, observe,
 )
-from arc_ref.recall import chunk_text
+from arc_ref.recall import chunk_text, reassemble
 from arc_ref.history import ObservationEntry
 from arc_ref.render import recall_content, recall_response
 from arc_ref.summary import render_summary
@@ -50,7 +50,7 @@ class ArcMachine(RuleBasedStateMachine):
     def _store(self, action: str, content: str, returncode: int) -> str:
         self.state, result = observe(self.arc, Observe(action, content, returncode))
         self.history.append(content)
-        self.payload += self.arc.setup.tokenizer.count(content)
+        self.payload += self.arc.setup.tokenizer.count(self.arc.setup.shown_form.show(content))  # n_j: of S(O)
         self._count()
         return result.obs_id
 
@@ -108,7 +108,7 @@ class ArcMachine(RuleBasedStateMachine):
         results, _ = read_back(self.arc, obs_id)
         index = next(r.index for r in self.arc.records if r.obs_id == obs_id)
         expected = self.history[index - 1]
-        assert "".join(r.payload for r in results) == expected
+        assert reassemble([r.payload for r in results]) == expected  # D: the chunks of S(O), S^-1 applied
         assert len(results) == max(1, results[0].chunks)
         self._count()
 
@@ -218,7 +218,7 @@ class ArcMachine(RuleBasedStateMachine):
         arc = self.arc
         for entry in arc.recall_buffer:
             record = arc.records[entry.index - 1]
-            payload, chunks = chunk_text(arc.setup, record.content, entry.chunk)
+            payload, chunks = chunk_text(arc.setup, record.shown, entry.chunk)
             assert chunks == entry.chunks
             assert entry.response == recall_response(record.obs_id, entry.chunk, chunks, payload)
         if arc.recall_message is not None:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from arc_ref.config import Config, make_setup, preset
 from arc_ref.machine import AgentTurn, Observe, agent_turn, init, observe
-from arc_ref.recall import chunk_bounds, chunk_count, chunk_cuts, chunk_texts
+from arc_ref.recall import chunk_bounds, chunk_count, chunk_cuts, chunk_texts, reassemble
 from arc_ref.tokenizers import get_tokenizer
 from proofs_check.harness import command, read_back
 from proofs_check.registry import proves
@@ -65,7 +65,7 @@ def test_claim4_recall_returns_the_observation_exactly_in_m_chunks(
     else:
         assert [r.chunk for r in results] == list(range(1, m + 1))
         assert all(r.chunks == m and r.obs_id == stored.obs_id for r in results)
-        assert "".join(r.payload for r in results) == content
+        assert reassemble([r.payload for r in results]) == content  # D: S^-1 of the chunks (rendering.md 7.1)
     assert after.records is records_before  # recall never writes the store (and has no environment to call)
     after, exhausted = command(after, f"_recall-next {stored.obs_id}")
     if m:

@@ -85,7 +85,8 @@ def tight_setups(draw: st.DrawFn) -> Setup:
 def oracle_stub(setup: Setup, obs_id: str, rc: int, content: str, n_tokens: int, signature: str) -> str:
     """Spec §7, the stub procedure."""
     config = setup.config
-    head, tail = previews(content, config.preview_head_chars, config.preview_tail_chars)
+    # the previews are of the shown form S(O) (spec 7.1), the size is O's
+    head, tail = previews(setup.shown_form.show(content), config.preview_head_chars, config.preview_tail_chars)
     sig = clipped(escape_line(signature), config.signature_chars)
 
     def line_cost(line: str) -> int:
@@ -122,10 +123,12 @@ def _halvings(length: int) -> list[int]:
 def test_stub_procedure_matches_the_spec(setup: Setup, content: str, action: str, returncode: int) -> None:
     """Spec §7: previews halved together, then the (escaped, id-safely clipped) signature, until line <= c."""
     record = make_record(setup, 1, action, content, returncode, 0)
+    shown = setup.shown_form.show(content)  # previews come from S(O) (spec 7.1); n_chars is len(O)
+    assert record.shown == shown and record.n_tokens == setup.tokenizer.count(shown)
     expected = oracle_stub(setup, record.obs_id, returncode, content, record.n_tokens, record.signature)
     assert record.stub == expected
     assert record.stub_tokens == setup.line_tokens(expected) <= setup.config.stub_cap
-    assert (record.head, record.tail) == previews(content, setup.config.preview_head_chars,
+    assert (record.head, record.tail) == previews(shown, setup.config.preview_head_chars,
                                                    setup.config.preview_tail_chars)
     assert record.n_chars == len(content) and record.n_bytes == len(content.encode("utf-8"))
     assert make_stub(setup, record.obs_id, returncode, len(content), record.n_tokens, record.signature,

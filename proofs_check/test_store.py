@@ -64,7 +64,8 @@ def test_claim5_decoder_recovers_the_history_so_the_map_is_injective(
 @given(configs(), event_lists(max_events=30))
 @proves("T6", "C2")
 def test_claim6_archive_grows_with_payload_while_view_bound_is_fixed(config: Config, events: list[object]) -> None:
-    """Claim 6: the archived payload is exactly sum n_j tokens and grows, while K does not depend on i or N."""
+    """Claim 6: the archived payload is exactly sum n_j tokens (n_j of the shown form S(O_j)) and grows, while K
+    does not depend on i or N."""
     state = init(config)
     budget = state.setup.budget
     total = 0
@@ -72,7 +73,9 @@ def test_claim6_archive_grows_with_payload_while_view_bound_is_fixed(config: Con
         before = state.stored
         state = apply(state, event)  # type: ignore[arg-type]
         if state.stored > before:
-            total += state.setup.tokenizer.count(state.records[-1].content)
+            record = state.records[-1]  # n_j counts the shown form S(O_j) (rendering.md 7.1), O_j is stored
+            assert record.shown == state.setup.shown_form.show(record.content)
+            total += state.setup.tokenizer.count(record.shown)
         assert payload_tokens(state.records) == total
         assert state.setup.budget == budget
         assert view(state).tokens <= budget

@@ -20,6 +20,7 @@ from arc_ref.machine import (
     ArcState, ToolResult, ToolTurn, UserMessage, init, tool_result, tool_turn, user_message, view,
 )
 from arc_ref.message import ToolCall
+from arc_ref.recall import reassemble
 from arc_ref.view import View
 from proofs_check.harness import apply, event_lists, resolve_stored
 from proofs_check.registry import proves
@@ -180,4 +181,4 @@ def test_tool_mode_recall_is_exact_with_user_messages(config: Config, steps: lis
             if turn.recalls[0].chunk >= turn.recalls[0].chunks:
                 break
             word = "_recall-next"
-        assert "".join(payloads) == text
+        assert reassemble(payloads) == text  # D: the chunks of S(O) with S^-1 applied (rendering.md 7.1)

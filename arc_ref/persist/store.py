@@ -24,7 +24,10 @@ the database file itself (table ``writer``, checkpointed before the first append
 row count there). Every open (reader, writer, export) reads the record before the rows and refuses a log
 that ends before it, or whose row there has another checksum, with StoreCorrupt saying how many
 acknowledged events are missing; an unclosed store without its record is refused too. A refused writer
-changes nothing: it checks the log through a read-only connection before it opens its read-write one.
+changes nothing: it checks the log through a read-only connection before it opens its read-write one. A WAL
+that SQLite itself cannot read ("database disk image is malformed") is set aside by reading the database file
+alone (immutable): refused with the count of what it lacks, or, holding every acknowledged row, read as it is
+by readers and refused to writers (spec/store.md).
 
 One writer per database FILE: a writer holds an exclusive flock on the database file itself (so a symlink
 or another name reaches the same lock) for as long as it is open; a second writer gets `StoreLocked` naming
@@ -198,24 +201,40 @@ def read_rows(path: str | os.PathLike[str]) -> Iterator[StoredEvent]:
         connection = _connect(target, readonly=True)
     except sqlite3.Error as problem:
         raise StoreError(f"cannot open {str(target)!r}: {problem}") from None
+    rows, at_acknowledged, header_read = 0, None, False
     try:
-        _check_header(connection, target)
-        connection.execute("BEGIN")
-        clean_seq = _clean_seq(connection)
-        rows, at_acknowledged = 0, None
-        for seq, line, checksum in _checked_rows(connection, target):
-            rows = seq
-            if acknowledged is not None and seq == acknowledged.seq:
-                at_acknowledged = checksum
-            yield StoredEvent(seq, line.decode("utf-8", "replace"), checksum)
-        connection.execute("COMMIT")
-        missing = _acknowledgement_problem(target, real, acknowledged, clean_seq, rows, at_acknowledged)
-        if missing is not None:
-            raise StoreCorrupt(missing)
-    except sqlite3.DatabaseError as problem:
-        raise StoreCorrupt(f"{str(target)!r} cannot be read: {problem}") from None
+        try:
+            header = _read_header(connection)
+            header_read = True
+            _check_header_values(target, *header)
+            connection.execute("BEGIN")
+            clean_seq = _clean_seq(connection)
+            for seq, line, checksum in _checked_rows(connection, target):
+                rows = seq
+                if acknowledged is not None and seq == acknowledged.seq:
+                    at_acknowledged = checksum
+                yield StoredEvent(seq, line.decode("utf-8", "replace"), checksum)
+            connection.execute("COMMIT")
+        except sqlite3.DatabaseError as problem:
+            if acknowledged is None or not _has_wal(real):
+                raise _unreadable(target, problem, header_read) from None
+            wal_problem = problem  # the rows through the WAL end here: what does the database file hold?
+        else:
+            missing = _acknowledgement_problem(target, real, acknowledged, clean_seq, rows, at_acknowledged)
+            if missing is not None:
+                raise StoreCorrupt(missing)
+            return
     finally:
         connection.close()
+    for seq, line, checksum in _rows_without_wal(real, target):  # the rows before `rows` were yielded already
+        if seq == acknowledged.seq:
+            at_acknowledged = checksum
+        if seq > rows:
+            rows = seq
+            yield StoredEvent(seq, line.decode("utf-8", "replace"), checksum)
+    missing = _acknowledgement_problem(target, real, acknowledged, None, rows, at_acknowledged, wal_problem)
+    if missing is not None:
+        raise StoreCorrupt(missing)
 
 
 ACK_SUFFIX = ".ack"
@@ -421,19 +440,23 @@ def _clean_seq(connection: sqlite3.Connection) -> int | None:
 
 
 def _acknowledgement_problem(shown: Path, real: Path, acknowledged: Acknowledged | None, clean_seq: int | None,
-                             rows: int, checksum_at_acknowledged: str | None) -> str | None:
+                             rows: int, checksum_at_acknowledged: str | None,
+                             wal_problem: sqlite3.Error | None = None) -> str | None:
     """Why the rows read are not every acknowledged event (None when they are). A2 (a stored observation is
     never truncated or deleted during the task) holds across crashes only for a log that lost nothing it
-    acknowledged, so a shorter log is refused, never served as the task (spec/store.md)."""
+    acknowledged, so a shorter log is refused, never served as the task (spec/store.md). ``wal_problem``:
+    SQLite could not read the store through its WAL, and ``rows`` are those readable without it."""
     wal = f"{str(real) + '-wal'!r}"
     keep = f"arc-ref export writes the {rows} rows that are there"
     if acknowledged is not None:
         if acknowledged.seq > rows:
             missing = acknowledged.seq - rows
+            why = ("was deleted, truncated or damaged after a crash" if wal_problem is None else
+                   f"cannot be read ({wal_problem}): it was damaged after a crash, and the database file without it"
+                   " holds the rows up to there")
             return (f"{str(shown)!r}: {missing} acknowledged event{'s are' if missing > 1 else ' is'} missing:"
                     f" rows up to {acknowledged.seq} were acknowledged ({str(_ack_path(real))!r}) but the store"
-                    f" ends at row {rows}; its write-ahead log {wal} was deleted, truncated or damaged after a"
-                    f" crash (restore it if you can; {keep})")
+                    f" ends at row {rows}; its write-ahead log {wal} {why} (restore it if you can; {keep})")
         if checksum_at_acknowledged != acknowledged.checksum:
             return (f"{str(shown)!r}: row {acknowledged.seq} is not the acknowledged row (its chained checksum"
                     f" differs from {str(_ack_path(real))!r}): acknowledged rows were lost and others written in"
@@ -449,14 +472,64 @@ def _acknowledgement_problem(shown: Path, real: Path, acknowledged: Acknowledged
     return None
 
 
+def _has_wal(real: Path) -> bool:
+    """Whether the store has a non-empty write-ahead log beside it (rows SQLite reads through it)."""
+    try:
+        return os.stat(str(real) + "-wal").st_size > 0
+    except OSError:
+        return False
+
+
+def _connect_without_wal(real: Path) -> sqlite3.Connection:
+    """A read-only connection to the database file alone: SQLite's immutable URI reads neither the WAL nor
+    its index and writes nothing (used when the store cannot be read through a damaged WAL)."""
+    uri = "file:" + str(real).replace("%", "%25").replace("?", "%3f").replace("#", "%23") + "?mode=ro&immutable=1"
+    connection = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+    connection.text_factory = bytes
+    return connection
+
+
+def _rows_without_wal(real: Path, shown: Path) -> Iterator[tuple[int, bytes, str]]:
+    """The checked rows of the database file without its WAL, up to the first that cannot be read or fails its
+    checksum (the file may itself be half checkpointed): what is there when the WAL is unreadable."""
+    try:
+        connection = _connect_without_wal(real)
+    except sqlite3.Error:
+        return
+    try:
+        _check_header_values(shown, *_read_header(connection))
+        yield from _checked_rows(connection, shown)
+    except (sqlite3.Error, StoreCorrupt):
+        return
+    finally:
+        connection.close()
+
+
+def _read_header(connection: sqlite3.Connection) -> tuple[int, int]:
+    """(application_id, user_version); SQLite's error when the file (or its WAL) cannot be read."""
+    application_id = connection.execute("PRAGMA application_id").fetchone()[0]
+    version = connection.execute("PRAGMA user_version").fetchone()[0]
+    return application_id, version
+
+
+def _unreadable(path: Path, problem: sqlite3.DatabaseError, header_read: bool) -> StoreError:
+    """The error for a store SQLite cannot read (no acknowledgement record to count missing events by)."""
+    if header_read:
+        return StoreCorrupt(f"{str(path)!r} cannot be read: {problem}")
+    if isinstance(problem, sqlite3.OperationalError):  # e.g. no permission to read it, or to create its -shm file
+        return StoreError(f"cannot read {str(path)!r}: {problem}")
+    return StoreCorrupt(f"{str(path)!r} is not an ARC store ({problem})")  # "file is not a database"
+
+
 def _check_header(connection: sqlite3.Connection, path: Path) -> None:
     try:
-        application_id = connection.execute("PRAGMA application_id").fetchone()[0]
-        version = connection.execute("PRAGMA user_version").fetchone()[0]
-    except sqlite3.OperationalError as problem:  # e.g. no permission to read it, or to create its -shm file
-        raise StoreError(f"cannot read {str(path)!r}: {problem}") from None
-    except sqlite3.DatabaseError as problem:  # "file is not a database"
-        raise StoreCorrupt(f"{str(path)!r} is not an ARC store ({problem})") from None
+        header = _read_header(connection)
+    except sqlite3.DatabaseError as problem:
+        raise _unreadable(path, problem, header_read=False) from None
+    _check_header_values(path, *header)
+
+
+def _check_header_values(path: Path, application_id: int, version: int) -> None:
     if application_id != APPLICATION_ID:
         raise StoreCorrupt(f"{str(path)!r} is not an ARC store (a SQLite file of another application)")
     if version != SCHEMA_VERSION:
@@ -565,21 +638,64 @@ class DurableStore:
                 lock.release()
             raise
         store = cls(target, connection, lock)
+        header_read, checked, acknowledged = False, False, None
         try:
             acknowledged = read_acknowledged(store._real, target)  # before the rows: never ahead of them
-            _check_header(connection, target)
+            _check_header_values(target, *_read_header(connection))
+            header_read = True
             store._load(use_snapshot, acknowledged)
+            checked = True
             if not readonly:
                 connection.close()
                 store._connection = _connect(target, readonly=False)
                 _writer_pragmas(store._connection)
                 store._start_writing()
-        except sqlite3.DatabaseError as problem:  # e.g. a damaged schema: "malformed database schema"
+        except sqlite3.DatabaseError as problem:  # e.g. a damaged schema ("malformed database schema") or WAL
             store._abandon()
-            raise StoreCorrupt(f"{str(target)!r} cannot be read: {problem}") from None
+            if checked or acknowledged is None or not _has_wal(store._real):
+                raise _unreadable(target, problem, header_read) from None
+            return cls._open_without_wal(target, readonly, use_snapshot, acknowledged, problem)
         except BaseException:
             store._abandon()
             raise
+        return store
+
+    @classmethod
+    def _open_without_wal(cls, target: Path, readonly: bool, use_snapshot: bool, acknowledged: Acknowledged,
+                          wal_problem: sqlite3.DatabaseError) -> "DurableStore":
+        """SQLite cannot read the store through its WAL (damaged after a crash): the database file alone decides.
+        It lacks acknowledged rows: refused with their count (A2 across crashes). It holds them all: a reader
+        gets exactly them (read without the WAL); a writer is refused, since SQLite would write through the
+        damaged WAL (spec/store.md)."""
+        real = target.resolve()
+        rows, at_acknowledged = 0, None
+        for seq, _, checksum in _rows_without_wal(real, target):
+            rows = seq
+            if seq == acknowledged.seq:
+                at_acknowledged = checksum
+        missing = _acknowledgement_problem(target, real, acknowledged, None, rows, at_acknowledged, wal_problem)
+        if missing is not None:
+            raise StoreCorrupt(missing)
+        wal = f"{str(real) + '-wal'!r}"
+        if not readonly:
+            raise StoreCorrupt(
+                f"{str(target)!r}: its write-ahead log {wal} cannot be read ({wal_problem}), but the database file"
+                f" without it holds every acknowledged event (rows up to {acknowledged.seq}); readers (arc-ref"
+                f" inspect / export) read them; to write again, move {wal} and its -shm aside (keep them: nothing"
+                f" acknowledged is lost without them)")
+        store = cls(target, _connect_without_wal(real), None)
+        try:
+            _check_header(store._connection, target)
+            store._load(use_snapshot, acknowledged)
+        except sqlite3.DatabaseError as problem:
+            store._abandon()
+            raise _unreadable(target, problem, header_read=True) from None
+        except BaseException:
+            store._abandon()
+            raise
+        store.report = OpenReport(store.report.events, store.report.snapshot_seq, store.report.folded,
+                                  store.report.seconds, store.report.snapshot_note
+                                  + f"; read without its write-ahead log, which cannot be read ({wal_problem})")
         return store
 
     def _abandon(self) -> None:
@@ -612,26 +728,24 @@ class DurableStore:
         started = time.perf_counter()
         connection = self._connection
         self._watched_seq = 0 if acknowledged is None else acknowledged.seq
+        connection.execute("BEGIN")  # one read transaction: a consistent view of the log (SQLite's errors: open)
         try:
-            connection.execute("BEGIN")  # one read transaction: a consistent view of the log
-            try:
-                candidate, damaged = self._snapshot_candidate() if use_snapshot else (None, False)
-                last = connection.execute("SELECT max(seq) FROM events").fetchone()[0] or 0
-                past_the_end = candidate is not None and candidate.seq > last
-                state, folded, note = self._fold_rows(None if past_the_end else candidate)
-                if past_the_end:
-                    assert candidate is not None
-                    note = f"snapshot ignored: it is of row {candidate.seq}, past the last row {last}"
-                if damaged:
-                    note = "snapshot ignored: its row is damaged (not the types and ASCII text it is written with)"
-                if state is None:  # the snapshot was refused after its rows were passed: fold them all
-                    state, folded, _ = self._fold_rows(None)
-                    # the note of the first pass says why
-                clean_seq = _clean_seq(connection)
-            finally:
+            candidate, damaged = self._snapshot_candidate() if use_snapshot else (None, False)
+            last = connection.execute("SELECT max(seq) FROM events").fetchone()[0] or 0
+            past_the_end = candidate is not None and candidate.seq > last
+            state, folded, note = self._fold_rows(None if past_the_end else candidate)
+            if past_the_end:
+                assert candidate is not None
+                note = f"snapshot ignored: it is of row {candidate.seq}, past the last row {last}"
+            if damaged:
+                note = "snapshot ignored: its row is damaged (not the types and ASCII text it is written with)"
+            if state is None:  # the snapshot was refused after its rows were passed: fold them all
+                state, folded, _ = self._fold_rows(None)
+                # the note of the first pass says why
+            clean_seq = _clean_seq(connection)
+        finally:
+            if connection.in_transaction:
                 connection.execute("COMMIT")
-        except sqlite3.DatabaseError as problem:
-            raise StoreCorrupt(f"{str(self.path)!r} cannot be read: {problem}") from None
         missing = _acknowledgement_problem(self.path, self._real, acknowledged, clean_seq, self.seq,
                                            self._watched_checksum)
         if missing is not None:

@@ -13,6 +13,10 @@ patterns below are the servers' own words (vLLM's and llama.cpp's sources, the r
 - tool calling asked of a vLLM started without ``--enable-auto-tool-choice``: 400 '"auto" tool
   choice requires --enable-auto-tool-choice and --tool-call-parser to be set'; of a llama-server
   started with ``--no-jinja``: 500 "tools param requires --jinja flag".
+- a completion cap above the window: vLLM 0.32 refuses ``max_tokens`` (or ``max_completion_tokens``) > L before
+  counting the prompt, 400 "max_tokens=M cannot be greater than max_model_len=L. Please request fewer output
+  tokens." (`renderers/params.py`, `TokenizeParams.__post_init__`). No prompt fits such a call, so it is no
+  overflow: the run's ``--max-tokens`` or the server's ``--max-model-len`` must change.
 - llama-server prefilling the assistant (its default, ``--prefill-assistant``): a request whose last
   message is the assistant's is continued instead of answered, and two assistant messages at the end
   are refused with 400 "Cannot have 2 or more assistant messages at the end of the list." (or
@@ -42,6 +46,10 @@ PREFILL_FIX = (
     "leaves the assistant's message last, which llama-server by default continues instead of answering "
     "after it as vLLM does), or run without --tool-calling"
 )
+MAX_TOKENS_FIX = (
+    "pass --max-tokens below the server's window (the max_model_len in its message), or restart vLLM with "
+    "--max-model-len equal to --context-limit"
+)
 SHARED_KV_FIX = (
     "give every llama-server slot its own window: --kv-unified-per-slot L (the pool is then "
     "sized n_parallel x L), or --no-kv-unified -np N -c N*L, or -np 1"
@@ -60,6 +68,8 @@ def configuration_fault(status: int, message: str) -> str | None:
         return TOOL_MODE_VLLM_FIX
     if "requires --tool-call-parser" in lowered:
         return TOOL_MODE_VLLM_FIX
+    if "cannot be greater than max_model_len" in lowered:
+        return MAX_TOKENS_FIX
     if "requires --jinja" in lowered:
         return TOOL_MODE_LLAMA_FIX
     if "assistant messages at the end of the list" in lowered or "cannot continue an assistant message" in lowered:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from arc_ref import catalog, commands, ids, recall, text
 from arc_ref.config import make_setup, preset
 from arc_ref.errors import ArcError
+from arc_ref.escape import ShownForm, unshow
 from arc_ref.machine import AgentTurn, Observe, agent_turn, init, observe
 from arc_ref.store import action_signature
 from proofs_check.vectors.dsl import Json
@@ -97,6 +98,10 @@ def evaluate_text(inputs: Mapping[str, Json]) -> Json:
         return text.halving_lengths(inputs["length"])
     if function == "ascii_words":
         return text.ascii_words(inputs["text"])
+    if function == "shown_form":
+        return ShownForm(inputs["control_strings"]).show(inputs["text"])
+    if function == "unshow":
+        return unshow(inputs["text"])
     raise ValueError(f"unknown text function {function!r}")
 
 

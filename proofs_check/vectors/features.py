@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from arc_ref import text
+from arc_ref.recall import reassemble
 from proofs_check.vectors.dsl import Outputs
 
 
@@ -69,14 +70,15 @@ def split_character_moved(outputs: Outputs) -> bool:
 
 
 def reassembles(observation: str) -> Callable[[Outputs], bool]:
-    """The payloads of the recalled chunks of ``observation`` concatenate to it exactly."""
+    """The payloads of the recalled chunks of ``observation``, concatenated with S^-1 applied (the decoder D of
+    Theorem claim 5, spec/rendering.md 7.1), are it exactly."""
 
     def check(outputs: Outputs) -> bool:
         chunks = recall_chunks(outputs)
         for output in ops(outputs, "observe") + ops(outputs, "tool_result") + ops(outputs, "user"):
             pieces = {r["chunk"]: r["payload"] for r in chunks if r["id"] == output["id"] and r["chunk"] > 0}
             complete = bool(output["chunks"]) and sorted(pieces) == list(range(1, output["chunks"] + 1))
-            if complete and "".join(pieces[index] for index in sorted(pieces)) == observation:
+            if complete and reassemble([pieces[index] for index in sorted(pieces)]) == observation:
                 return True
         return False
 
@@ -114,3 +116,15 @@ def items_omitted(outputs: Outputs) -> bool:
 
 def inline_in_summary(outputs: Outputs) -> bool:
     return any(") of `" in summary_section(output["text"]) for output in ops(outputs, "view"))
+
+
+def no_injected_turns(outputs: Outputs) -> bool:
+    """Every view opens one more turn than it closes (the generation prompt) and has one system turn, at its
+    start: no observation's text made a turn of its own (rendering.md 7.1). At least one view is taken."""
+    views = ops(outputs, "view")
+    return bool(views) and all(
+        output["text"].count("<|im_start|>") == output["text"].count("<|im_end|>") + 1
+        and output["text"].count("<|im_start|>system") == 1
+        and output["text"].startswith("<|im_start|>system")
+        for output in views
+    )

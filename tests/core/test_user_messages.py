@@ -68,7 +68,7 @@ def test_a_user_message_larger_than_r_is_its_stub_and_recalled_exactly(model_dir
     assert not output.verbatim and output.chunks > 1 and 1 in state.cited
     assert output.obs_id in view(state).chat_messages()[-1]["content"]
     record = state.record(1)
-    assert "".join(stored_chunk(record.content, record.inner_cuts, chunk)
+    assert "".join(stored_chunk(record.shown, record.inner_cuts, chunk)
                    for chunk in range(1, output.chunks + 1)) == pasted
     recalled = []
     for number in range(output.chunks):

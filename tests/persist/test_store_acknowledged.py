@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -206,3 +207,97 @@ def test_a_planted_ack_symlink_or_fifo_of_an_existing_store_is_refused_not_follo
     with pytest.raises(StoreCorrupt, match="is not a regular file"):
         DurableStore.open(path)
     assert victim.read_text() == "precious\n"
+
+
+# --- a WAL that SQLite itself reads as malformed (CI failure of test_crash after issue 18.1) ----------------
+
+
+def _wal_checksums(words: bytes, big_endian: bool, s0: int, s1: int) -> tuple[int, int]:
+    """SQLite's WAL checksum (its file format, section 4.1) over ``words``, continued from (s0, s1)."""
+    values = [int.from_bytes(words[i:i + 4], "big" if big_endian else "little") for i in range(0, len(words), 4)]
+    for first, second in zip(values[0::2], values[1::2]):
+        s0 = (s0 + first + s1) & 0xFFFFFFFF
+        s1 = (s1 + second + s0) & 0xFFFFFFFF
+    return s0, s1
+
+
+SQLITE_FILE_HEADER = (0, 16)  # "SQLite format 3\0": SQLite then says "file is not a database"
+SCHEMA_BTREE_HEADER = (100, 108)  # sqlite_schema's b-tree page header: "database disk image is malformed"
+
+
+def damage_page_one_with_valid_checksums(log: Path, zeroed: tuple[int, int] = SCHEMA_BTREE_HEADER) -> None:
+    """Zero bytes ``zeroed`` of the newest copy of page 1 in the WAL and re-sign every frame from there on, as
+    a bad disk or a buggy copier may leave it: SQLite accepts the frames and cannot read the database."""
+    data = bytearray(log.read_bytes())
+    big_endian = bool(int.from_bytes(data[0:4], "big") & 1)
+    page_size = int.from_bytes(data[8:12], "big")
+    salts = bytes(data[16:24])
+    frame_bytes = 24 + page_size
+    frames = [32 + number * frame_bytes for number in range((len(data) - 32) // frame_bytes)]
+    frames = [start for start in frames if bytes(data[start + 8:start + 16]) == salts]
+    page_one = [start for start in frames if int.from_bytes(data[start:start + 4], "big") == 1]
+    assert page_one, "page 1 is not in the WAL"
+    target = page_one[-1]
+    data[target + 24 + zeroed[0]:target + 24 + zeroed[1]] = bytes(zeroed[1] - zeroed[0])
+    s0, s1 = int.from_bytes(data[24:28], "big"), int.from_bytes(data[28:32], "big")
+    for start in frames:
+        if start >= target:
+            s0, s1 = _wal_checksums(bytes(data[start:start + 8]) + bytes(data[start + 24:start + frame_bytes]),
+                                    big_endian, s0, s1)
+            data[start + 16:start + 24] = s0.to_bytes(4, "big") + s1.to_bytes(4, "big")
+        else:
+            s0, s1 = int.from_bytes(data[start + 16:start + 20], "big"), int.from_bytes(data[start + 20:start + 24],
+                                                                                            "big")
+    log.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("zeroed, sqlite_says", [(SCHEMA_BTREE_HEADER, "database disk image is malformed"),
+                                                 (SQLITE_FILE_HEADER, "file is not a database")])
+def test_a_wal_sqlite_reads_as_malformed_is_refused_with_the_count_of_missing_acknowledged_events(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str], zeroed: tuple[int, int], sqlite_says: str) -> None:
+    path = tmp_path / "s.arc"
+    last = killed_writer(path)
+    damage_page_one_with_valid_checksums(wal(path), zeroed)
+    for readonly in (True, False):
+        with pytest.raises(StoreCorrupt, match=rf"{last - 1} acknowledged events are missing: rows up to {last} were"
+                                               r" acknowledged .* but the store ends at row 1; its write-ahead log"
+                                               rf" .* cannot be read \({sqlite_says}\)"):
+            DurableStore.open(path, readonly=readonly)
+    assert [row.seq for row in _rows_until_refused(path)] == [1]  # the database file holds row 1 (the config)
+    code = main(["export", str(path)])
+    out, err = capfd.readouterr()
+    assert code == 2 and out.count("\n") == 1 and '"op":"config"' in out
+    assert f"{last - 1} acknowledged events are missing" in err
+
+
+_CHECKPOINT_THEN_KILLED = """
+import os, sqlite3, sys
+connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+print(connection.execute("PRAGMA wal_checkpoint(FULL)").fetchone())
+os.kill(os.getpid(), 9)  # the WAL stays, every frame of it copied into the database file
+"""
+
+
+def test_a_malformed_wal_whose_rows_are_all_in_the_database_file_is_read_exactly_and_not_written(
+        tmp_path: Path) -> None:
+    path = tmp_path / "s.arc"
+    last = killed_writer(path)
+    done = subprocess.run([sys.executable, "-c", _CHECKPOINT_THEN_KILLED, str(path)], capture_output=True)
+    assert done.returncode == -signal.SIGKILL and b"(0, " in done.stdout, done
+    damage_page_one_with_valid_checksums(wal(path))
+    plain = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    with pytest.raises(sqlite3.DatabaseError, match="malformed"):  # SQLite itself, through the WAL
+        plain.execute("SELECT count(*) FROM events").fetchone()
+    plain.close()  # (an open connection would keep the moved -shm's lock state in this process)
+    assert [row.seq for row in read_rows(path)] == list(range(1, last + 1))  # every row, then no refusal
+    with DurableStore.open(path, readonly=True) as reader:
+        assert reader.seq == last and reader.state.stored == APPENDED
+        assert "read without its write-ahead log" in reader.report.snapshot_note
+    with pytest.raises(StoreCorrupt, match="holds every acknowledged event .* to write again"):
+        DurableStore.open(path)  # SQLite would write through the damaged WAL
+    wal(path).rename(tmp_path / "damaged-wal")  # what the refusal says to do
+    Path(str(path) + "-shm").rename(tmp_path / "damaged-shm")
+    with DurableStore.open(path) as writer:
+        assert writer.seq == last
+        writer.append(Observe("ls", "after the WAL was set aside"))
+    assert [row.seq for row in read_rows(path)][-1] == last + 1

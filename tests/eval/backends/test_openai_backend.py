@@ -17,6 +17,7 @@ from arc_eval.backends.openai_backend import (
     OpenAIBackend,
     api_urls,
 )
+from arc_eval.backends.overflow import is_context_overflow
 from arc_eval.backends.scripted_server import build_app, serve_in_thread
 from arc_eval.types import BackendUnavailable, ChatRequest, ContextOverflow, Message
 
@@ -353,3 +354,33 @@ def test_constructor_and_url_errors() -> None:
         OpenAIBackend([], "m", context_limit=100)
     with pytest.raises(ValueError, match="count_with"):
         OpenAIBackend(["http://h/v1"], "m", context_limit=100, max_tokens=10, count_with="guess")
+
+
+# vLLM 0.32's body for max_tokens > max_model_len (renderers/params.py, TokenizeParams.__post_init__), as its
+# server answers it (benchmarks/vllm_cpu/run.sh checks the same words against the real server)
+MAX_TOKENS_REFUSAL = (
+    "max_tokens=4096 cannot be greater than max_model_len=2048. Please request fewer output tokens. "
+    "(parameter=max_tokens, value=4096)"
+)
+
+
+def test_a_completion_cap_above_the_window_stops_the_run_with_the_fix_and_is_no_overflow() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":  # a card without max_model_len: the preflight cannot see the window
+            return httpx.Response(200, json={"object": "list", "data": [{"id": "scripted", "owned_by": "vllm"}]})
+        if request.url.path == "/tokenize":
+            return httpx.Response(200, json={"count": 12, "tokens": list(range(12))})
+        error = {"message": MAX_TOKENS_REFUSAL, "type": "BadRequestError", "param": "max_tokens", "code": 400}
+        return httpx.Response(400, json={"error": error})
+
+    async def run() -> None:
+        async with backend("http://replica.invalid:8000", context_limit=8192, max_tokens=4096,
+                           transport=httpx.MockTransport(handler)) as client:
+            await client.complete(ask("go"))
+
+    with pytest.raises(BackendRequestError) as refused:
+        asyncio.run(run())
+    text = str(refused.value)
+    assert "HTTP 400: max_tokens=4096 cannot be greater than max_model_len=2048" in text
+    assert "Fix: pass --max-tokens below the server's window" in text
+    assert not is_context_overflow(400, MAX_TOKENS_REFUSAL)  # no prompt fits such a call: compaction cannot help

