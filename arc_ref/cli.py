@@ -6,7 +6,7 @@
     arc-ref proxy --upstream URL --tokenizer hf-dir:DIR [--store DIR]   ARC in front of any agent (arc_ref.proxy)
 
 No input ends in a traceback: a bad line is an error line, a refused input or a failed read or write is one
-line on standard error and an exit status of EXIT_CODES (spec/trace.md §8).
+line on standard error and an exit status of ``arc_ref.exit_status`` (the one table; spec/trace.md §8).
 """
 
 from __future__ import annotations
@@ -20,27 +20,21 @@ from typing import BinaryIO, Callable, Iterator, Sequence
 
 from arc_ref import store_cli
 from arc_ref.config import JSON_FIELDS, OVERRIDE_KEYS, PRESETS, STRING_FIELDS, make_setup, preset
+from arc_ref import exit_status
 from arc_ref.errors import ArcError
+from arc_ref.exit_status import MAX_LINE_BYTES as MAX_LINE_BYTES
+from arc_ref.exit_status import CommandFailed
 from arc_ref.trace import TraceError, encode, replay_text, strict_json
 
-# Longest input line `arc-ref replay` reads (bytes before its LF, spec/trace.md §1): 32 MiB.
-MAX_LINE_BYTES = 32 * 1024 * 1024
-
-# Exit statuses of every subcommand (also in `arc-ref --help` and spec/trace.md §8).
-EXIT_OK = 0  # every input line answered (error lines included); or the reader of standard output went away
-EXIT_USAGE = 2  # bad arguments, a trace file that cannot be opened, a configuration `budgets` refuses
-EXIT_LINE_TOO_LONG = 3  # a line longer than MAX_LINE_BYTES: answered by an error line, nothing after it is read
-EXIT_IO = 4  # standard input or output closed, or a read or write failed (a full disk: /dev/full)
-EXIT_INTERNAL = 70  # a bug in arc-ref (never caused by input): one line on standard error, no traceback
-EXIT_INTERRUPTED = 130  # Ctrl-C
-EXIT_CODES = f"""exit status:
-  {EXIT_OK}    done: every input line was answered (malformed lines by error lines)
-  {EXIT_USAGE}    usage: bad arguments, a trace file that cannot be opened, a configuration that is refused
-  {EXIT_LINE_TOO_LONG}    replay: a line longer than {MAX_LINE_BYTES} bytes: answered by an error line, then the replay stops
-  {EXIT_IO}    standard input or output is closed, or reading or writing failed (e.g. a full disk)
-  {EXIT_INTERNAL}   internal error: a bug in arc-ref, reported in one line on standard error
-  {EXIT_INTERRUPTED}  interrupted (Ctrl-C)
-A reader of standard output that goes away (`arc-ref replay t.jsonl | head -1`) ends the replay quietly, status 0."""
+# The exit statuses' numbers, from the one table (arc_ref.exit_status)
+EXIT_OK = exit_status.OK.code
+EXIT_INSPECT_FAILED = exit_status.INSPECT_FAILED.code
+EXIT_USAGE = exit_status.USAGE.code
+EXIT_LINE_TOO_LONG = exit_status.LINE_TOO_LONG.code
+EXIT_IO = exit_status.IO.code
+EXIT_INTERNAL = exit_status.INTERNAL.code
+EXIT_INTERRUPTED = exit_status.INTERRUPTED.code
+EXIT_CODES = exit_status.exit_codes_help()
 
 
 class LineTooLong(Exception):
@@ -50,14 +44,6 @@ class LineTooLong(Exception):
         super().__init__(f"line {number} is longer than {limit} bytes, the longest line arc-ref replay reads")
         self.number = number
         self.limit = limit
-
-
-class _Stop(Exception):
-    """Ends a command with an exit status after one message line on standard error."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def _say(message: str) -> None:
@@ -93,7 +79,7 @@ def _input_lines(stream: BinaryIO, source: str) -> Iterator[bytes]:
     try:
         yield from read_lines(stream)
     except OSError as problem:
-        raise _Stop(EXIT_IO, f"arc-ref replay: cannot read {source}: {problem.strerror or problem}") from None
+        raise CommandFailed(exit_status.IO, f"arc-ref replay: cannot read {source}: {problem.strerror or problem}") from None
 
 
 def _silence_stdout() -> None:
@@ -108,7 +94,7 @@ def _silence_stdout() -> None:
 
 def _standard_output() -> BinaryIO:
     if sys.stdout is None:
-        raise _Stop(EXIT_IO, "arc-ref: standard output is closed; nothing can be written")
+        raise CommandFailed(exit_status.IO, "arc-ref: standard output is closed; nothing can be written")
     return sys.stdout.buffer
 
 
@@ -121,7 +107,7 @@ def _write(out: BinaryIO, text: str, flush: bool) -> None:
         raise  # the reader went away: main() ends quietly
     except OSError as problem:
         _silence_stdout()
-        raise _Stop(EXIT_IO, f"arc-ref: cannot write standard output: {problem.strerror or problem}") from None
+        raise CommandFailed(exit_status.IO, f"arc-ref: cannot write standard output: {problem.strerror or problem}") from None
 
 
 def _replay(path: str, verify: bool = False) -> int:
@@ -133,12 +119,12 @@ def _replay(path: str, verify: bool = False) -> int:
     interactive = path == "-"
     if interactive:
         if sys.stdin is None:
-            raise _Stop(EXIT_IO, "arc-ref replay: standard input is closed; give a trace file or pipe one in")
+            raise CommandFailed(exit_status.IO, "arc-ref replay: standard input is closed; give a trace file or pipe one in")
         return _replay_stream(sys.stdin.buffer, "standard input", out, interactive, verify)
     try:
         handle = open(path, "rb")
     except OSError as problem:
-        raise _Stop(EXIT_USAGE, f"arc-ref replay: cannot read {path!r}: {problem.strerror}") from None
+        raise CommandFailed(exit_status.USAGE, f"arc-ref replay: cannot read {path!r}: {problem.strerror}") from None
     with handle:
         return _replay_stream(handle, repr(path), out, interactive, verify)
 
@@ -150,7 +136,7 @@ def _replay_stream(stream: BinaryIO, source: str, out: BinaryIO, interactive: bo
     except LineTooLong as refused:
         error = {"op": "error", "line": refused.number, "message": f"{refused}: the replay stops here"}
         _write(out, encode(error) + "\n", flush=True)
-        raise _Stop(EXIT_LINE_TOO_LONG, f"arc-ref replay: {refused}; stopped there") from None
+        raise CommandFailed(exit_status.LINE_TOO_LONG, f"arc-ref replay: {refused}; stopped there") from None
     _write(out, "", flush=True)
     return EXIT_OK
 
@@ -186,7 +172,7 @@ def _budgets(preset_name: str, settings: Sequence[str]) -> int:
         overrides = dict(_parse_setting(text) for text in settings)
         setup = make_setup(preset(preset_name, **overrides))
     except (ValueError, ArcError) as problem:
-        raise _Stop(EXIT_USAGE, f"arc-ref budgets: {problem}") from None
+        raise CommandFailed(exit_status.USAGE, f"arc-ref budgets: {problem}") from None
     out = _standard_output()
     config = setup.config
     rows = [
@@ -220,7 +206,7 @@ def _proxy(arguments: argparse.Namespace) -> int:
     try:
         from arc_ref.proxy import serve
     except ImportError as missing:
-        raise _Stop(EXIT_USAGE, f"arc-ref proxy needs the extra 'proxy' (pip install 'arc-ref[proxy]'): {missing}")
+        raise CommandFailed(exit_status.USAGE, f"arc-ref proxy needs the extra 'proxy' (pip install 'arc-ref[proxy]'): {missing}")
     return serve(arguments, _parse_setting)
 
 
@@ -269,9 +255,9 @@ def _run(command: Callable[[], int]) -> int:
     """Run a subcommand; every way it can end becomes an exit status of EXIT_CODES and at most one stderr line."""
     try:
         return command()
-    except _Stop as stop:
+    except CommandFailed as stop:
         _say(str(stop))
-        return stop.status
+        return stop.status.code
     except BrokenPipeError:
         _silence_stdout()
         return EXIT_OK

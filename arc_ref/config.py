@@ -510,36 +510,6 @@ def make_setup(config: Config) -> Setup:
     budget = prefix_tokens + m.summary_budget + m.recent_budget + m.page_budget + m.recall_budget + m.overhead
 
     problems: list[str] = []
-    if limit < 1:
-        problems.append(
-            f"L = L_ctx - G_max = context_limit {m.context_limit} - max_completion {m.max_completion}"
-            f" = {limit} leaves no room for a prompt"
-        )
-    if generation_tokens > m.overhead:
-        problems.append(
-            f"overhead eta = {m.overhead} < {generation_tokens} tokens of the generation prompt"
-            f" {generation_prompt!r}"
-        )
-    if stub_floor > m.stub_cap:
-        problems.append(
-            f"stub_cap c = {m.stub_cap} < {stub_floor}, the smallest stub (id, widest metadata, empty previews)"
-        )
-    if page_frame + m.page_size * m.stub_cap > m.page_budget:
-        problems.append(
-            f"page_budget P = {m.page_budget} < page frame {page_frame} + page_size p {m.page_size}"
-            f" x stub_cap c {m.stub_cap} = {page_frame + m.page_size * m.stub_cap} (A3: p*c <= P)"
-        )
-    if recall_frame + m.chunk_tokens + wrapper_cost > m.recall_budget:
-        problems.append(
-            f"recall_budget Q = {m.recall_budget} < buffer frame {recall_frame} + chunk_tokens q"
-            f" {m.chunk_tokens} + wrapper rho {wrapper_cost} = {recall_frame + m.chunk_tokens + wrapper_cost}"
-            " (A5: q + rho <= Q)"
-        )
-    if summary_frame + m.stub_cap > m.summary_budget:
-        problems.append(
-            f"summary_budget M = {m.summary_budget} < summary frame {summary_frame} + stub_cap c"
-            f" {m.stub_cap} = {summary_frame + m.stub_cap}"
-        )
     recent_floor = max(observation_stub_frame + m.stub_cap, agent_floor, command_floor)
     tool_reserve = tool_unit_floor = 0
     if config.action_mode == "tools":
@@ -549,12 +519,48 @@ def make_setup(config: Config) -> Setup:
             cost for _, cost in chat.placed_costs(render.ASSISTANT, "", (ToolCall(TOOL_RESERVE_CALL_ID, shortest, "{}"),))
         )
         tool_unit_floor = unit_floor + tool_reserve
-        if tool_unit_floor > m.recent_budget:
+    floors = component_floors(
+        stub_cap=m.stub_cap, page_size=m.page_size, chunk_tokens=m.chunk_tokens, stub_floor=stub_floor,
+        page_frame=page_frame, recall_frame=recall_frame, wrapper_cost=wrapper_cost, summary_frame=summary_frame,
+        recent_floor=recent_floor, tool_unit_floor=tool_unit_floor, generation_tokens=generation_tokens,
+    )
+    if limit < 1:
+        problems.append(
+            f"L = L_ctx - G_max = context_limit {m.context_limit} - max_completion {m.max_completion}"
+            f" = {limit} leaves no room for a prompt"
+        )
+    if floors["overhead"] > m.overhead:
+        problems.append(
+            f"overhead eta = {m.overhead} < {generation_tokens} tokens of the generation prompt"
+            f" {generation_prompt!r}"
+        )
+    if floors["stub_cap"] > m.stub_cap:
+        problems.append(
+            f"stub_cap c = {m.stub_cap} < {stub_floor}, the smallest stub (id, widest metadata, empty previews)"
+        )
+    if floors["page_budget"] > m.page_budget:
+        problems.append(
+            f"page_budget P = {m.page_budget} < page frame {page_frame} + page_size p {m.page_size}"
+            f" x stub_cap c {m.stub_cap} = {page_frame + m.page_size * m.stub_cap} (A3: p*c <= P)"
+        )
+    if floors["recall_budget"] > m.recall_budget:
+        problems.append(
+            f"recall_budget Q = {m.recall_budget} < buffer frame {recall_frame} + chunk_tokens q"
+            f" {m.chunk_tokens} + wrapper rho {wrapper_cost} = {recall_frame + m.chunk_tokens + wrapper_cost}"
+            " (A5: q + rho <= Q)"
+        )
+    if floors["summary_budget"] > m.summary_budget:
+        problems.append(
+            f"summary_budget M = {m.summary_budget} < summary frame {summary_frame} + stub_cap c"
+            f" {m.stub_cap} = {summary_frame + m.stub_cap}"
+        )
+    if config.action_mode == "tools":
+        if floors["tool_unit"] > m.recent_budget:
             problems.append(
                 f"recent_budget R = {m.recent_budget} < {unit_floor + tool_reserve}, the smallest tool turn"
                 f" (one call: {unit_floor}) and the reserve for its result (tool_reserve {tool_reserve})"
             )
-    if recent_floor > m.recent_budget:
+    if floors["recent_budget"] > m.recent_budget:
         problems.append(
             f"recent_budget R = {m.recent_budget} < {recent_floor}, the largest of: a too-large observation"
             f" shown as its stub ({observation_stub_frame} + c {m.stub_cap}), the smallest agent message"
@@ -613,13 +619,32 @@ def minimum_budgets(config: Config) -> Mapping[str, int]:
     )
     setup = make_setup(loose)
     stub_cap = max(config.stub_cap, setup.stub_floor)
+    floors = component_floors(
+        stub_cap=stub_cap, page_size=config.page_size, chunk_tokens=config.chunk_tokens, stub_floor=setup.stub_floor,
+        page_frame=setup.page_frame, recall_frame=setup.recall_frame, wrapper_cost=setup.wrapper_cost,
+        summary_frame=setup.summary_frame,
+        recent_floor=max(setup.observation_stub_frame + stub_cap, setup.agent_floor, setup.command_floor),
+        tool_unit_floor=setup.tool_unit_floor - setup.config.stub_cap + stub_cap if setup.tool_unit_floor else 0,
+        generation_tokens=setup.generation_tokens,
+    )
+    tool_unit = floors.pop("tool_unit")
+    return {**floors, "recent_budget": max(floors["recent_budget"], tool_unit), "prefix_tokens": setup.prefix_tokens}
+
+
+def component_floors(*, stub_cap: int, page_size: int, chunk_tokens: int, stub_floor: int, page_frame: int,
+                     recall_frame: int, wrapper_cost: int, summary_frame: int, recent_floor: int,
+                     tool_unit_floor: int, generation_tokens: int) -> dict[str, int]:
+    """The smallest value of each budget component, the one statement of the floors ``make_setup`` checks and
+    ``minimum_budgets`` reports: c holds the widest stub; P one page of p stubs of cap c (A3: p*c <= P); Q a
+    chunk and its wrapper (A5: q + rho <= Q); M the summary frame and one stub; R the largest of a stubbed
+    observation, the smallest agent message and command result (``recent_floor``), and in tool mode the
+    smallest tool turn with its result's reserve (``tool_unit``); eta the generation prompt."""
     return {
-        "stub_cap": setup.stub_floor,
-        "page_budget": setup.page_frame + config.page_size * stub_cap,
-        "recall_budget": setup.recall_frame + config.chunk_tokens + setup.wrapper_cost,
-        "summary_budget": setup.summary_frame + stub_cap,
-        "recent_budget": max(setup.observation_stub_frame + stub_cap, setup.agent_floor, setup.command_floor,
-                             setup.tool_unit_floor - setup.config.stub_cap + stub_cap),
-        "overhead": setup.generation_tokens,
-        "prefix_tokens": setup.prefix_tokens,
+        "stub_cap": stub_floor,
+        "page_budget": page_frame + page_size * stub_cap,
+        "recall_budget": recall_frame + chunk_tokens + wrapper_cost,
+        "summary_budget": summary_frame + stub_cap,
+        "recent_budget": recent_floor,
+        "tool_unit": tool_unit_floor,
+        "overhead": generation_tokens,
     }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from attrs import frozen
+
 
 class ArcError(Exception):
     """Base class of every error the reference core raises on purpose."""
@@ -17,6 +19,15 @@ class CapacityExceeded(ArcError):
 
 class InvalidEvent(ArcError):
     """An event whose fields are malformed (wrong type, out-of-range return code, unknown reason)."""
+
+
+@frozen
+class ExitStatus:
+    """One exit status of a command-line program: its number and when the program ends with it (each program
+    defines its statuses in one table: ``arc_ref.exit_status``, ``arc_eval.errors``)."""
+
+    code: int
+    when: str
 
 
 class BudgetViolation(ArcError):

@@ -19,7 +19,7 @@ the compaction routine runs at once (the proactive trigger), so a view is always
 from __future__ import annotations
 
 import re
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 import attrs
 import immutables
@@ -377,18 +377,27 @@ def observe(state: ArcState, event: Observe) -> tuple[ArcState, ObserveResult]:
     content = _require_str("observation", event.observation)
     if isinstance(event.returncode, bool) or not isinstance(event.returncode, int):
         raise InvalidEvent(f"returncode must be an integer, got {event.returncode!r}")
+    return _store(state, action, content, event.returncode, lambda record: observation_entry(state.setup, record))
+
+
+def _store(state: ArcState, action: str, content: str, returncode: int,
+           entry_of: Callable[[Record], ObservationEntry | ToolResultEntry | UserEntry],
+           **changes: Any) -> tuple[ArcState, ObserveResult]:
+    """The one storing step of ``observe``, ``tool_result`` and ``user_message``: the capacity check (A1), the record under the next
+    id (A1, A2), its fingerprint, the citation of a stubbed entry, the catalog page (A3), then its entry in H (A4;
+    ``entry_of`` makes it) with ``changes`` to the state."""
     setup = state.setup
     index = state.stored + 1
     if index > state.config.capacity:
         raise CapacityExceeded(
             f"cannot store observation #{index}: the declared capacity N_max is {state.config.capacity}"
         )
-    record = make_record(setup, index, action, content, event.returncode, state.turn)
+    record = make_record(setup, index, action, content, returncode, state.turn)
+    entry = entry_of(record)
     records = state.records.append(record)
     fingerprints = state.fingerprints
     if setup.ids.fingerprint_bits:
         fingerprints = fingerprints.set(record.obs_id.partition("-")[2], index)
-    entry = observation_entry(setup, record)
     cited = state.cited if entry.verbatim else state.cited.set(index, True)
     catalog_message = page_after_storing(state, records)
     new_state, folded = _append_live(
@@ -398,16 +407,10 @@ def observe(state: ArcState, event: Observe) -> tuple[ArcState, ObserveResult]:
         fingerprints=fingerprints,
         cited=cited,
         catalog_message=catalog_message,
+        **changes,
     )
-    result = ObserveResult(
-        record.obs_id,
-        index,
-        record.n_tokens,
-        chunk_count(record.n_tokens, state.config.chunk_tokens),
-        entry.verbatim,
-        folded,
-    )
-    return new_state, result
+    chunks = chunk_count(record.n_tokens, state.config.chunk_tokens)
+    return new_state, ObserveResult(record.obs_id, index, record.n_tokens, chunks, entry.verbatim, folded)
 
 
 # --- agent turn: commands answered before any environment (A3, A5) ----------------------------
@@ -638,33 +641,11 @@ def tool_result(state: ArcState, event: ToolResult) -> tuple[ArcState, ObserveRe
         waiting = ", ".join(pending.call_id for pending in state.pending) or "none"
         raise InvalidEvent(f"no pending tool call has id {clipped(call_id, SHOWN_TOKEN_CHARS)!r} (pending: {waiting})")
     setup = state.setup
-    index = state.stored + 1
-    if index > state.config.capacity:
-        raise CapacityExceeded(
-            f"cannot store observation #{index}: the declared capacity N_max is {state.config.capacity}"
-        )
-    record = make_record(setup, index, call.action(), content, event.returncode, state.turn)
     pending = tuple(other for other in state.pending if other.call_id != call_id)
     left = (state.config.recent_budget - _unit_tokens(state.live)
             - sum(setup.result_reserve(other.call_id) for other in pending))
-    entry = tool_result_entry(setup, state.turn, call_id, record, left)
-    records = state.records.append(record)
-    fingerprints = state.fingerprints
-    if setup.ids.fingerprint_bits:
-        fingerprints = fingerprints.set(record.obs_id.partition("-")[2], index)
-    cited = state.cited if entry.verbatim else state.cited.set(index, True)
-    catalog_message = page_after_storing(state, records)
-    new_state, folded = _append_live(
-        state,
-        (entry,),
-        records=records,
-        fingerprints=fingerprints,
-        cited=cited,
-        pending=pending,
-        catalog_message=catalog_message,
-    )
-    chunks = chunk_count(record.n_tokens, state.config.chunk_tokens)
-    return new_state, ObserveResult(record.obs_id, index, record.n_tokens, chunks, entry.verbatim, folded)
+    return _store(state, call.action(), content, event.returncode,
+                  lambda record: tool_result_entry(setup, state.turn, call_id, record, left), pending=pending)
 
 
 def user_message(state: ArcState, event: UserMessage) -> tuple[ArcState, ObserveResult]:
@@ -676,29 +657,7 @@ def user_message(state: ArcState, event: UserMessage) -> tuple[ArcState, Observe
     if state.pending:
         waiting = ", ".join(call.call_id for call in state.pending)
         raise InvalidEvent(f"a user message cannot come while tool call(s) {waiting} have no result yet")
-    setup = state.setup
-    index = state.stored + 1
-    if index > state.config.capacity:
-        raise CapacityExceeded(
-            f"cannot store observation #{index}: the declared capacity N_max is {state.config.capacity}"
-        )
-    record = make_record(setup, index, USER_ACTION, content, 0, state.turn)
-    entry = user_entry(setup, state.turn, record)
-    records = state.records.append(record)
-    fingerprints = state.fingerprints
-    if setup.ids.fingerprint_bits:
-        fingerprints = fingerprints.set(record.obs_id.partition("-")[2], index)
-    cited = state.cited if entry.verbatim else state.cited.set(index, True)
-    new_state, folded = _append_live(
-        state,
-        (entry,),
-        records=records,
-        fingerprints=fingerprints,
-        cited=cited,
-        catalog_message=page_after_storing(state, records),
-    )
-    chunks = chunk_count(record.n_tokens, state.config.chunk_tokens)
-    return new_state, ObserveResult(record.obs_id, index, record.n_tokens, chunks, entry.verbatim, folded)
+    return _store(state, USER_ACTION, content, 0, lambda record: user_entry(state.setup, state.turn, record))
 
 
 # --- view and dispatch ------------------------------------------------------------------------

@@ -12,7 +12,7 @@ template, `arc_ref.templates`), ``placed`` holds the exact cost in every context
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Sequence
 
 from attrs import field, frozen
 
@@ -92,9 +92,16 @@ class Message:
 
     def openai(self) -> dict[str, Any]:
         """The message in OpenAI chat format."""
-        message: dict[str, Any] = {"role": self.role, "content": self.content}
-        if self.tool_calls:
-            message["tool_calls"] = [call.openai() for call in self.tool_calls]
-        if self.tool_call_id is not None:
-            message["tool_call_id"] = self.tool_call_id
-        return message
+        return openai_message(self.role, self.content, self.tool_calls, self.tool_call_id)
+
+
+def openai_message(role: str, content: str, tool_calls: Sequence[ToolCall] = (),
+                   tool_call_id: str | None = None) -> dict[str, Any]:
+    """A message in OpenAI chat format (``tool_calls`` / ``tool_call_id`` only when set): the one wire shape of the
+    core's messages and the evaluation's (``arc_eval.types.Message``)."""
+    message: dict[str, Any] = {"role": role, "content": content}
+    if tool_calls:
+        message["tool_calls"] = [call.openai() for call in tool_calls]
+    if tool_call_id is not None:
+        message["tool_call_id"] = tool_call_id
+    return message

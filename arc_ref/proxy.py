@@ -46,6 +46,7 @@ import httpx
 
 from arc_ref.config import Config, parse_tools, preset
 from arc_ref.errors import ArcError
+from arc_ref.exit_status import OK, USAGE
 from arc_ref.machine import (
     ArcState,
     Event,
@@ -742,18 +743,18 @@ def serve(arguments: argparse.Namespace, parse_setting: Callable[[str], tuple[st
         settings = settings_from(arguments, parse_setting)
     except (ValueError, ArcError) as problem:
         print(f"arc-ref proxy: {problem}", file=sys.stderr)
-        return 2
+        return USAGE.code
     try:
         listener = listening_socket(arguments.host, arguments.port)
     except OSError as problem:
         print(f"arc-ref proxy: cannot listen on {arguments.host}:{arguments.port}: {problem.strerror or problem}",
               file=sys.stderr)
-        return 2
+        return USAGE.code
     print(f"arc-ref proxy: http://{arguments.host}:{arguments.port}/v1 -> {settings.upstream}"
           f" (store: {settings.store or 'memory'})", flush=True)
     server = uvicorn.Server(uvicorn.Config(build_app(settings), log_level="warning", access_log=False))
     asyncio.run(server.serve(sockets=[listener]))
-    return 0
+    return OK.code
 
 
 __all__ = ["ARC_NOTE", "AgentMessage", "Conversations", "Proxy", "ProxySettings", "Refused", "agent_message",

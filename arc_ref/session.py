@@ -55,6 +55,7 @@ from arc_ref.message import ToolCall
 from arc_ref.persist import DurableStore
 from arc_ref.templates import TemplateFormat
 from arc_ref.tools import ARC_TOOL_NAMES
+from arc_ref.view import VIEW_COMPONENTS
 
 
 TOOL_MODE_SYSTEM = (
@@ -77,8 +78,9 @@ class Audit:
     """The budget audit of the messages to send (A4, Lemma 2): tokens per component, what was folded, recalled.
 
     ``prefix`` is B without the tools listing, ``tool_listing`` what the listing adds to B; ``summary``,
-    ``suffix``, ``catalog``, ``recall_buffer`` are tokens(S), tokens(H), tokens(G), tokens(U); ``overhead`` the
-    generation prompt. They add up to ``tokens`` <= ``budget`` (K) <= ``limit`` (L).
+    ``recent``, ``catalog``, ``recall`` are tokens(S), tokens(H), tokens(G), tokens(U); ``overhead`` the
+    generation prompt: the view's parts, named as ``arc_ref.view.VIEW_COMPONENTS`` names them. They add up to
+    ``tokens`` <= ``budget`` (K) <= ``limit`` (L).
     """
 
     tokens: int
@@ -87,9 +89,9 @@ class Audit:
     prefix: int
     tool_listing: int
     summary: int
-    suffix: int
+    recent: int
     catalog: int
-    recall_buffer: int
+    recall: int
     overhead: int
     stored: int  # observations in the store
     folded: int  # entries of H folded into S by this session object (since it was opened)
@@ -99,10 +101,20 @@ class Audit:
     recalled: tuple[tuple[str, int, int], ...]  # (id, chunk, chunks) in the recall buffer U, oldest first
     recalled_last_turn: tuple[tuple[str, int, int], ...]  # the chunks the last assistant turn recalled
 
+    @property
+    def suffix(self) -> int:
+        """tokens(H) under its former name (``recent``)."""
+        return self.recent
+
+    @property
+    def recall_buffer(self) -> int:
+        """tokens(U) under its former name (``recall``)."""
+        return self.recall
+
     def components(self) -> dict[str, int]:
-        return {"prefix": self.prefix, "tool_listing": self.tool_listing, "summary": self.summary,
-                "suffix": self.suffix, "catalog": self.catalog, "recall_buffer": self.recall_buffer,
-                "overhead": self.overhead}
+        """Tokens per part, in the view's order (``VIEW_COMPONENTS``), the tools listing after the prefix."""
+        parts = {component.name: getattr(self, component.name) for component in VIEW_COMPONENTS}
+        return {"prefix": parts.pop("prefix"), "tool_listing": self.tool_listing, **parts}
 
     def text(self) -> str:
         """The audit as a few printable lines."""
@@ -300,8 +312,8 @@ class Session:
                           if item.kind in ("stub", "bare", "inline") and item.index > 0)
         return Audit(
             tokens=shown.tokens, budget=shown.budget, limit=shown.limit, prefix=parts.prefix - listing,
-            tool_listing=listing, summary=parts.summary, suffix=parts.recent, catalog=parts.catalog,
-            recall_buffer=parts.recall, overhead=parts.overhead, stored=state.stored, folded=self.folded,
+            tool_listing=listing, summary=parts.summary, recent=parts.recent, catalog=parts.catalog,
+            recall=parts.recall, overhead=parts.overhead, stored=state.stored, folded=self.folded,
             compacted=compacted, summarized_turns=len(items) - len(compacted), omitted=state.summary.omitted,
             recalled=tuple((state.obs_id(entry.index), entry.chunk, entry.chunks) for entry in state.recall_buffer),
             recalled_last_turn=self._last_recalls,

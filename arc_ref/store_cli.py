@@ -5,7 +5,8 @@
     arc-ref mcp STORE [--preset NAME] [--set KEY=VALUE ...]   serve ARC's tools over MCP (stdio)
 
 A missing, corrupt or locked store is one clear line on standard error and exit status 2, never a traceback;
-no such record, page or row is status 1; standard output closed or failing (a full disk) is status 4 (EXIT_IO).
+no such record, page or row is status 1; standard output closed or failing (a full disk) is status 4: the statuses
+of `arc_ref.exit_status`, the one table.
 What they write is UTF-8 whatever the locale or PYTHONIOENCODING says (store lines are UTF-8 text).
 """
 
@@ -20,10 +21,11 @@ from typing import BinaryIO, Callable
 from arc_ref.catalog import page_count, render_page
 from arc_ref.config import PRESETS, Config, preset
 from arc_ref.errors import ArcError
+from arc_ref.exit_status import INSPECT_FAILED, IO, OK, CommandFailed, status_of
 from arc_ref.machine import ArcState, view
 from arc_ref.persist import DurableStore, StoreError, StoreNotFound, read_rows
 from arc_ref.recall import chunk_count
-from arc_ref.view import verify_tokens
+from arc_ref.view import VIEW_COMPONENTS, verify_tokens
 
 STORE_COMMANDS = ("inspect", "export", "mcp")
 EVENT_LINE_CHARS = 160  # --events clips each line to this many characters unless --full
@@ -55,13 +57,13 @@ def add_commands(commands: "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 class OutputFailed(Exception):
-    """Standard output is closed or a write to it failed (exit status 4, EXIT_IO, as `arc-ref --help` says)."""
+    """Standard output is closed or a write to it failed (exit status 4, ``arc_ref.exit_status.IO``)."""
 
 
 def run(arguments: argparse.Namespace) -> int:
-    """Run one of STORE_COMMANDS; store problems are one line on standard error, exit status 2."""
-    from arc_ref.cli import EXIT_IO, _say, _silence_stdout
-
+    """Run one of STORE_COMMANDS; a problem is one line on standard error and its status of the one table
+    (``arc_ref.exit_status.status_of``: USAGE for a store that cannot be opened, INSPECT_FAILED for no such
+    record, page or row in a store that opened, IO when standard output is closed or failing)."""
     name = arguments.command
     try:
         if name == "inspect":
@@ -73,15 +75,13 @@ def run(arguments: argparse.Namespace) -> int:
         _flush()
         return status
     except OutputFailed as problem:
+        from arc_ref.cli import _silence_stdout
+
         _silence_stdout()  # so that the interpreter's last flush cannot fail again
-        _say(f"arc-ref {name}: {problem}")
-        return EXIT_IO
-    except (StoreError, ArcError, ValueError) as problem:  # ValueError: a bad --set
-        _say(f"arc-ref {name}: {problem}")
-        return 2
-    except LookupError as problem:  # no such record, page or row in a store that opened
-        _say(f"arc-ref {name}: {problem.args[0]}")
-        return 1
+        raise CommandFailed(IO, f"arc-ref {name}: {problem}") from None
+    except (StoreError, ArcError, ValueError, LookupError) as problem:  # ValueError: a bad --set
+        text = problem.args[0] if isinstance(problem, LookupError) and problem.args else problem
+        raise CommandFailed(status_of(problem), f"arc-ref {name}: {text}") from None
 
 
 # --- standard output: UTF-8 bytes, a failed write is OutputFailed ------------------------------------
@@ -121,7 +121,7 @@ def _export(path: str) -> int:
     _stdout()  # a closed standard output is refused before the store is read
     for row in read_rows(path):  # a damaged row raises after every row before it was written
         _emit(row.line + "\n")
-    return 0
+    return OK.code
 
 
 # --- inspect ------------------------------------------------------------------------------------
@@ -135,7 +135,7 @@ def _inspect(arguments: argparse.Namespace) -> int:
             _emit(f"verify: {store.report.snapshot_note}; the fold of all {full.seq} rows "
                   f"{'equals' if agree else 'DIFFERS FROM'} the state opened\n")
             if not agree:
-                return 1
+                return INSPECT_FAILED.code
         if arguments.catalog is not None:
             return _print_catalog(store.state, arguments.catalog)
         if arguments.record is not None:
@@ -149,13 +149,13 @@ def _inspect(arguments: argparse.Namespace) -> int:
                 line = row.line if arguments.full or len(row.line) <= EVENT_LINE_CHARS else (
                     row.line[:EVENT_LINE_CHARS] + f"... ({len(row.line):,} characters)")
                 _emit(f"{row.seq:>7} {row.checksum[:12]} {line}\n")
-            return 0
+            return OK.code
         if arguments.view:
             _emit(view(store.state).text() + "\n\n")
             _print_audit(store.state)
-            return 0
+            return OK.code
         _print_overview(store)
-        return 0
+        return OK.code
 
 
 def _print_overview(store: DurableStore) -> None:
@@ -177,15 +177,11 @@ def _print_audit(state: ArcState) -> None:
     shown = view(state)
     exact = verify_tokens(state.setup, shown)
     config, setup = state.config, state.setup
-    components = shown.components
-    rows = [
-        ("prefix F (system, goal)", components.prefix, "B", setup.prefix_tokens),
-        ("summary S", components.summary, "M", config.summary_budget),
-        ("recent H", components.recent, "R", config.recent_budget),
-        ("catalog page G", components.catalog, "P", config.page_budget),
-        ("recall buffer U", components.recall, "Q", config.recall_budget),
-        ("overhead (generation prompt, joins)", exact - shown.tokens + components.overhead, "eta", config.overhead),
-    ]
+    counts = shown.components.as_dict()
+    counts["overhead"] += exact - shown.tokens  # the joins the whole count adds
+    rows = [(component.label, counts[component.name], component.budget_symbol,
+             getattr(config, component.budget_field) if component.budget_field else setup.prefix_tokens)
+            for component in VIEW_COMPONENTS]
     _emit(f"budget audit (tokenizer {config.tokenizer}, chat format {config.chat_format}):\n")
     _emit(f"  {'component':<38} {'tokens':>8}   budget\n")
     for label, tokens, symbol, budget in rows:
@@ -200,12 +196,12 @@ def _print_catalog(state: ArcState, page: int) -> int:
     pages = page_count(state.stored, state.config.page_size)
     if pages == 0:
         _emit("the catalog is empty: no observation is stored\n")
-        return 0
+        return OK.code
     target = pages if page == 0 else page
     if not 1 <= target <= pages:
         raise LookupError(f"no catalog page {page}: pages 1-{pages}")
     _emit(render_page(state.setup, state.records, target).content + "\n")
-    return 0
+    return OK.code
 
 
 def _print_record(state: ArcState, token: str) -> int:
@@ -221,7 +217,7 @@ def _print_record(state: ArcState, token: str) -> int:
         "chunks": chunks, "stub": record.stub,
     }, ensure_ascii=False) + "\n")
     _emit(record.content if record.content.endswith("\n") else record.content + "\n")
-    return 0
+    return OK.code
 
 
 # --- mcp ----------------------------------------------------------------------------------------
@@ -251,4 +247,4 @@ def _mcp(arguments: argparse.Namespace) -> int:
         pass
     finally:
         store.close()
-    return 0
+    return OK.code

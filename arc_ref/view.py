@@ -29,8 +29,31 @@ if TYPE_CHECKING:
 
 
 @frozen
+class ViewComponent:
+    """One part of the view: its name (``Components``' field), what a reader is shown, its budget's symbol and
+    the ``Config`` field of that budget (None: the prefix's B is its own count)."""
+
+    name: str
+    label: str
+    budget_symbol: str
+    budget_field: str | None
+
+
+# The one table of the view's parts, in order (A4: K = B + M + R + P + Q + eta): the view, the session's audit
+# (arc_ref.session.Audit) and the store's audit (arc-ref inspect) name them from here.
+VIEW_COMPONENTS = (
+    ViewComponent("prefix", "prefix F (system, goal)", "B", None),
+    ViewComponent("summary", "summary S", "M", "summary_budget"),
+    ViewComponent("recent", "recent H", "R", "recent_budget"),
+    ViewComponent("catalog", "catalog page G", "P", "page_budget"),
+    ViewComponent("recall", "recall buffer U", "Q", "recall_budget"),
+    ViewComponent("overhead", "overhead (generation prompt, joins)", "eta", "overhead"),
+)
+
+
+@frozen
 class Components:
-    """Token counts of the view's parts: B, tokens(S), tokens(H), tokens(G), tokens(U), eta_i."""
+    """Token counts of the view's parts (``VIEW_COMPONENTS``): B, tokens(S), tokens(H), tokens(G), tokens(U), eta_i."""
 
     prefix: int
     summary: int
@@ -40,14 +63,7 @@ class Components:
     overhead: int
 
     def as_dict(self) -> dict[str, int]:
-        return {
-            "prefix": self.prefix,
-            "summary": self.summary,
-            "recent": self.recent,
-            "catalog": self.catalog,
-            "recall": self.recall,
-            "overhead": self.overhead,
-        }
+        return {component.name: getattr(self, component.name) for component in VIEW_COMPONENTS}
 
 
 @frozen

@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from arc_eval.loop import run_task  # noqa: E402
-from arc_eval.methods import METHOD_NAMES, make_method  # noqa: E402
+from arc_eval.methods import make_method, method_names  # noqa: E402
 from arc_eval.runner import RunSpec, default_max_steps, make_backend, method_settings  # noqa: E402
 from arc_eval.tasks.longbench import load_longbench  # noqa: E402
 from arc_eval.tasks.nih import make_nih_tasks  # noqa: E402
@@ -78,19 +78,21 @@ def oracle(directory: Path, request: ChatRequest) -> int:
 
 def measure(mode: str, tasks: list[Task], directory: Path, context_limit: int, max_tokens: int) -> list[str]:
     limit = context_limit - max_tokens
-    specs = {kind: RunSpec(task_kind=kind, methods=METHOD_NAMES, seeds=(0,), out=Path("unused"), tasks_per_seed=1,
-                           tokenizer=str(directory), tool_calling=mode == "tools", context_limit=context_limit,
-                           max_tokens=max_tokens, rag_retriever="bm25") for kind in ("nih", "longbench")}
+    specs = {kind: RunSpec.build(task_kind=kind, methods=method_names(), seeds=(0,), out=Path("unused"),
+                                 tasks_per_seed=1, tokenizer=str(directory), tool_calling=mode == "tools",
+                                 context_limit=context_limit, max_tokens=max_tokens, rag_retriever="bm25")
+             for kind in ("nih", "longbench")}
     specs["nih"].validate()
+    counter = specs["nih"].prompt_counting().counter()  # one counter for the whole measurement, as a run has
     rows = []
     worst_view, largest_view, budget = 0, 0, 0
     started = time.perf_counter()
-    for name in METHOD_NAMES:
+    for name in method_names():
         calls = worst = largest = refused = 0
         for number, task in enumerate(tasks):
             spec = specs[task.kind]
-            settings = method_settings(spec, "bm25")
-            backend = Recording(make_backend(spec))
+            settings = method_settings(spec, counter)
+            backend = Recording(make_backend(spec, counter))
             method = make_method(name, settings)
             views: list[int] = []
             if name == "arc":

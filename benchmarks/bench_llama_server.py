@@ -32,8 +32,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: the tests' one readiness wait
+from tests.waiting import http_ok, wait_until  # noqa: E402
 from arc_eval.cli import main as arc_eval
 
 HERE = Path(__file__).resolve().parent
@@ -91,16 +92,10 @@ def main() -> int:
     with open(log, "wb") as sink:
         server = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"llama-server did not come up; its log: {log}")
-            time.sleep(0.2)
+        try:
+            wait_until(http_ok(f"http://127.0.0.1:{port}/health"), server, "llama-server", base_s=120, poll_s=0.2)
+        except AssertionError as failure:
+            raise SystemExit(f"{failure}; its log: {log}") from None
         out = Path(args.out) if args.out else work / "run"
         argv = ["nih", "--backend", "openai", "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "tiny",
                 "--context-limit", str(args.context_limit), "--max-tokens", str(args.max_tokens),

@@ -30,6 +30,8 @@ from typing import Iterator, Sequence
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: the tests' one readiness wait
+from tests.waiting import http_ok, wait_until  # noqa: E402
 from arc_eval.types import Message
 
 DEFAULT_SERVER = "arc_eval.backends.scripted_server"
@@ -90,16 +92,10 @@ def serve_in_process(server: str) -> Iterator[str]:
                "--policy", "bench_scripted_server:constant_policy"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise SystemExit(f"{server}: serve-scripted did not come up")
-            time.sleep(0.05)
+        try:
+            wait_until(http_ok(f"http://127.0.0.1:{port}/health"), process, f"{server}: serve-scripted", base_s=60)
+        except AssertionError as failure:
+            raise SystemExit(str(failure)) from None
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         os.kill(process.pid, signal.SIGTERM)

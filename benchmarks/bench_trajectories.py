@@ -40,8 +40,8 @@ from typing import Any, Sequence
 from arc_eval.analysis.presets import hardware_preset, model_preset
 from arc_eval.analysis.roofline import trajectory_cost
 from arc_eval.agent.scripted import ScriptedBackend
-from arc_eval.counting import shared_counter
-from arc_eval.methods import METHOD_NAMES, make_method
+from arc_eval.counting import TokenCounter, make_counter
+from arc_eval.methods import make_method, method_names
 from arc_eval.methods.base import MethodSettings
 from arc_eval.protocol import system_prompt
 from arc_eval.types import ChatReply, ChatRequest, ContextOverflow, Message, Observation
@@ -93,7 +93,7 @@ class Replay:
         self.settings = settings
         self.method = make_method(name, settings)
         self.backend = backend
-        self.counter = shared_counter(settings.tokenizer, settings.chat_format)
+        self.counter = settings.counter
         self.previous: list[int] = []
         self.requests: list[tuple[int, int, int]] = []  # (prompt, completion, cached) of served requests
         self.agent_prompts: list[int | None] = []  # per agent call: its prompt tokens, None when not served
@@ -148,15 +148,15 @@ def recall_exact(replay: Replay) -> tuple[int, int]:
     return exact, state.stored
 
 
-def measure(trajectory: Trajectory, window: str, tokenizer: str, chat_format: str) -> dict[str, Any]:
-    settings = MethodSettings(context_limit=WINDOWS[window], max_tokens=MAX_TOKENS, tokenizer=tokenizer,
-                              chat_format=chat_format)
+def measure(trajectory: Trajectory, window: str, counter: TokenCounter) -> dict[str, Any]:
+    """``counter``: the one counter of this counting, shared by the methods and the backend (as a run's is)."""
+    settings = MethodSettings(context_limit=WINDOWS[window], max_tokens=MAX_TOKENS, counter=counter)
     model_name, hardware_name, gpus = ROOFLINE[window]
     model, hardware = model_preset(model_name), dataclasses.replace(hardware_preset(hardware_name), n_gpu=gpus)
     results: dict[str, Any] = {}
     replays = {}
-    for name in METHOD_NAMES:
-        backend = ScriptedBackend(context_limit=10**7, tokenizer=tokenizer, chat_format=chat_format)
+    for name in method_names():
+        backend = ScriptedBackend(context_limit=10**7, counter=counter)
         replay = Replay(name, settings, backend)
         asyncio.run(replay.run(trajectory))
         replays[name] = replay
@@ -205,6 +205,7 @@ def main() -> int:
     started = time.perf_counter()
     for counting in chosen:
         tokenizer, chat_format = available[counting]
+        counter = make_counter(tokenizer, chat_format)
         for window in arguments.windows.split(","):
             model_name, hardware_name, gpus = ROOFLINE[window]
             print(f"\n== {window}, {counting} (roofline {model_name} on {gpus} x {hardware_name}) ==")
@@ -212,9 +213,9 @@ def main() -> int:
                   f" {'>f+o':>5} {'HBM GB':>8} {'T s':>8} {'T$ s':>8}")
             totals: dict[str, dict[str, float]] = {}
             for trajectory in trajectories:
-                results = measure(trajectory, window, tokenizer, chat_format)
+                results = measure(trajectory, window, counter)
                 label = f"{trajectory.name[:26]}{'' if results['_needs_compaction'] else ' (fits)'}"
-                for name in METHOD_NAMES:
+                for name in method_names():
                     row = results[name]
                     total = totals.setdefault(name, {"prompt": 0, "prefill": 0, "hbm": 0.0, "t": 0.0,
                                                      "t_cached": 0.0, "over_full": 0, "over_full_overhead": 0})
@@ -230,7 +231,7 @@ def main() -> int:
                 print(f"{'':<34} arc/full prompt {arc['prompt'] / full['prompt']:.3f}, prefill"
                       f" {arc['prefill'] / full['prefill']:.2f}x; ARC's overhead {arc['overhead']} tokens;"
                       f" recall byte-exact {exact}/{stored}")
-            for name in METHOD_NAMES:
+            for name in method_names():
                 total = totals[name]
                 print(f"{'all five':<34} {SHORT[name]:<8} {int(total['prompt']):>10,} {int(total['prefill']):>10,}"
                       f" {'':>8} {int(total['over_full']):>5} {int(total['over_full_overhead']):>5}"

@@ -40,8 +40,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: the tests' one readiness wait
+from tests.waiting import http_ok, wait_until  # noqa: E402
 from arc_ref.cli import EXIT_IO, EXIT_LINE_TOO_LONG, EXIT_OK, EXIT_USAGE, MAX_LINE_BYTES
 from arc_ref.tokenizers import TOKENIZER_FILE_LIMIT
 
@@ -166,15 +167,12 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _wait_healthy(url: str, alive: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        if not alive() or time.monotonic() > deadline:
-            raise SystemExit(f"the server at {url} did not come up")
-        time.sleep(0.05)
+def _wait_healthy(url: str, process: subprocess.Popen[bytes]) -> None:
+    """The one readiness wait of the tests (tests/waiting.py), a benchmark's stop when it fails."""
+    try:
+        wait_until(http_ok(url), process, f"the server at {url}", base_s=60)
+    except AssertionError as failure:
+        raise SystemExit(str(failure)) from None
 
 
 @contextlib.contextmanager
@@ -185,7 +183,7 @@ def serve_scripted(*flags: str, problems: list[str]) -> Iterator[str]:
     process = subprocess.Popen([*ARC_EVAL, "serve-scripted", "--port", str(port), "--max-model-len", "4096", *flags],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        _wait_healthy(f"http://127.0.0.1:{port}/health", lambda: process.poll() is None)
+        _wait_healthy(f"http://127.0.0.1:{port}/health", process)
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         os.kill(process.pid, signal.SIGTERM)

@@ -14,9 +14,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-# A rag_memory task with the embeddings retriever on CPU: issue 19 measured about 5 s per task on 2 cores
-# (a MiniLM encode of every chunk and query); bm25 costs well under a millisecond per call (benchmarks/).
-EMBEDDINGS_CPU_SECONDS_PER_TASK = 5.0
 # The estimate is printed once this many tasks have finished (or the first seed's batch, if smaller).
 ETA_AFTER_TASKS = 10
 
@@ -33,34 +30,19 @@ def duration(seconds: float) -> str:
     return f"{whole // 3600} h {whole % 3600 // 60} min"
 
 
-def retriever_note(retriever: str, methods: Sequence[str], jobs_per_method: int, on_gpu: bool) -> str:
-    """The rag_memory retriever, and its cost when it is the slow one (embeddings without a GPU)."""
-    if "rag_memory" not in methods:
-        return "rag_memory not run"
-    if retriever == "embeddings" and not on_gpu:
-        cost = EMBEDDINGS_CPU_SECONDS_PER_TASK * jobs_per_method
-        return (f"rag_memory retriever embeddings on CPU: slow, about {EMBEDDINGS_CPU_SECONDS_PER_TASK:g} s per "
-                f"rag_memory task (~{duration(cost)} for its {jobs_per_method} tasks); --rag-retriever bm25 is "
-                "the fast one")
-    return f"rag_memory retriever {retriever}"
-
-
-def plan_text(spec: Any, retriever: str, total_jobs: int, on_gpu: bool) -> str:
+def plan_text(spec: Any, total_jobs: int, backend: str, notes: Sequence[str]) -> str:
     """The run's plan, printed before anything runs: what (tasks x methods x seeds x variants), with what
-    (backend, model, retriever) and where it is recorded."""
+    (``backend``, as the backend describes itself, and each method's own ``notes``, e.g. rag_memory's
+    retriever and its cost) and where it is recorded."""
     methods = list(spec.methods)
     variants = [label for label in spec.variants if label]
     per_seed = total_jobs // max(1, len(methods) * len(spec.seeds) * len(spec.variants))  # LongBench: its items
     shape = f"{per_seed} task(s) x {len(methods)} method(s) x {len(spec.seeds)} seed(s)"
     if variants:
         shape += f" x {len(variants)} variant(s) ({', '.join(variants)})"
-    backend = (f"backend scripted (the embedded agent, rules {spec.agent})" if spec.backend == "scripted"
-               else f"backend openai {', '.join(spec.base_urls)} serving {spec.model}")
-    jobs_per_method = total_jobs // max(1, len(methods))
     return (f"plan: {spec.task_kind}, {shape} = {total_jobs} task runs; methods {', '.join(methods)}; "
             f"seeds {' '.join(map(str, spec.seeds))}\n"
-            f"      {backend}; {retriever_note(retriever, methods, jobs_per_method, on_gpu)}; "
-            f"recorded in {spec.out}")
+            f"      {'; '.join((backend, *notes))}; recorded in {spec.out}")
 
 
 def eta_text(finished: int, elapsed_s: float, remaining: int) -> str:

@@ -17,9 +17,8 @@ from arc_eval.agent.scripted import ScriptedBackend, ScriptedPolicy, message_fac
 from arc_eval.backends.scripted_server import build_app, serve_in_thread
 from arc_eval.loop import run_task
 from arc_eval.methods import make_method
-from arc_eval.methods.base import clear_counter_caches
 from arc_eval.records import RunReader
-from arc_eval.runner import RunSpec, default_max_steps, method_settings, resolved_retriever, run
+from arc_eval.runner import PAPER, RunPlan, RunSpec, default_max_steps, run
 from arc_eval.tasks.nih import make_nih_tasks
 from arc_eval.types import Backend, ChatReply, ChatRequest, Message, Task
 
@@ -48,7 +47,7 @@ class _TimedBackend:
 def bench_throughput(methods: Sequence[str], tasks: int, *, rag_retriever: str = "bm25", seed: int = 42) -> str:
     """Wall time of a scripted NIH run (tasks x methods x 1 seed, records written) at the 16k preset."""
     with tempfile.TemporaryDirectory(prefix="arc-eval-bench-") as directory:
-        spec = RunSpec(
+        spec = RunSpec.build(
             task_kind="nih", methods=tuple(methods), seeds=(seed,), out=Path(directory) / "run",
             tasks_per_seed=tasks, rag_retriever=rag_retriever, progress=False, concurrency=1,
             command=("arc-eval", "bench"),
@@ -60,24 +59,30 @@ def bench_throughput(methods: Sequence[str], tasks: int, *, rag_retriever: str =
     finished = result.ran
     return (
         f"throughput: scripted NIH, {tasks} tasks x {len(methods)} methods x 1 seed "
-        f"({', '.join(methods)}; rag retriever {resolved_retriever(spec)}): {elapsed:.1f} s wall, "
+        f"({', '.join(methods)}; rag retriever {_recorded_retriever(spec)}): {elapsed:.1f} s wall, "
         f"{finished} tasks, {calls} model calls, {finished / elapsed:.1f} tasks/s, "
         f"{1000 * elapsed / max(1, calls):.3f} ms per call all included\n{result.table}"
     )
 
 
+def _recorded_retriever(spec: RunSpec) -> str:
+    """The RAG retriever the run recorded (its resolved option), or "unused"."""
+    return str(RunPlan(spec).manifest()["config"].get("rag_retriever", "unused"))
+
+
 def bench_harness_overhead(methods: Sequence[str], tasks: int, *, rag_retriever: str = "bm25", seed: int = 42) -> str:
     """Per-call harness time (everything but the backend's own work) per method, 16k/4096 preset."""
-    spec = RunSpec(task_kind="nih", methods=tuple(methods), seeds=(seed,), out=Path("unused"),
-                   tasks_per_seed=tasks, rag_retriever=rag_retriever)
-    settings = method_settings(spec, resolved_retriever(spec))
+    spec = RunSpec.build(task_kind="nih", methods=tuple(methods), seeds=(seed,), out=Path("unused"),
+                         tasks_per_seed=tasks, rag_retriever=rag_retriever)
+    plan = RunPlan(spec)
+    settings = plan.settings(spec)
     task_list = make_nih_tasks(seed, tasks)
     warm_up = make_nih_tasks(seed + 1, 3)  # other tasks: loads tokenizer and retriever, leaves per-task caches cold
     lines = [f"harness overhead per call (16k context, 4096 max tokens, {tasks} NIH tasks; "
              "backend time = scripted policy + its prompt count, excluded):"]
 
     async def measure(name: str, batch: list[Task]) -> tuple[float, float, int]:
-        backend = _TimedBackend(ScriptedBackend(context_limit=spec.context_limit))
+        backend = _TimedBackend(ScriptedBackend(context_limit=spec.context_limit, counter=settings.counter))
         started = time.perf_counter()
         for task in batch:
             await run_task(task, make_method(name, settings), backend, settings=settings,
@@ -86,7 +91,7 @@ def bench_harness_overhead(methods: Sequence[str], tasks: int, *, rag_retriever:
 
     for name in methods:
         asyncio.run(measure(name, warm_up))
-        clear_counter_caches()  # every method pays for counting its own new messages
+        settings.counter.clear()  # every method pays for counting its own new messages
         message_facts.cache_clear()
         total, inside, calls = asyncio.run(measure(name, task_list))
         overhead_ms = 1000 * (total - inside) / max(1, calls)
@@ -99,9 +104,9 @@ def bench_concurrency(concurrency: int, tasks: int, *, latency_ms: float = 20.0,
     """NIH over real HTTP against serve-scripted: requests in flight at once, and the speed-up over 1."""
     figures = []
     for level in sorted({1, concurrency}):
-        app = build_app(ScriptedPolicy(), max_model_len=16384, concurrency=concurrency, latency_ms=latency_ms)
+        app = build_app(ScriptedPolicy(), max_model_len=PAPER.context_limit, concurrency=concurrency, latency_ms=latency_ms)
         with serve_in_thread(app) as base_url, tempfile.TemporaryDirectory(prefix="arc-eval-bench-") as directory:
-            spec = RunSpec(
+            spec = RunSpec.build(
                 task_kind="nih", methods=("sliding_window",), seeds=(seed,), out=Path(directory) / "run",
                 tasks_per_seed=tasks, backend="openai", base_urls=(base_url,), model="scripted",
                 concurrency=level, progress=False, command=("arc-eval", "bench", "concurrency"),

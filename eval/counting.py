@@ -1,7 +1,7 @@
 """Counting prompts as the server counts them: the one counting seam of the evaluation layer.
 
 Every count of a prompt in the evaluation layer goes through one ``TokenCounter``, resolved once per
-run (``RunSpec.prompt_counting``) and shared: the methods' own budget checks (proactive compaction,
+run (``RunSpec.prompt_counting``, built by ``RunPlan``) and handed to every user: the methods' own budget checks (proactive compaction,
 the recent suffix, condensing requests), the scripted backend's L_ctx - G_max check, and the OpenAI
 backend's local count (``--count-with local``, or a server without a counting endpoint). ARC's view
 is counted by the core itself (``arc_ref.view``) with the same tokenizer and chat format, and its
@@ -23,12 +23,13 @@ Two counters:
   cached per message, so a call costs O(messages), never a re-encoding of the history); any other
   prompt (a condensing request, a probe) is rendered whole and encoded. Both are exact.
 
-``shared_counter`` gives the process-wide counter of a tokenizer and chat format (one cache for
-methods and backends).
+``make_counter`` builds the counter of a tokenizer and chat format; there is no process-wide cache:
+the run builds one and hands it on (``MethodSettings.counter``, ``BackendRun.counter``).
 """
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from typing import Any, Protocol, Sequence
 
@@ -54,14 +55,26 @@ _NO_TOOLS = (
     "chat format {name!r} has no tool calls: tool-calling mode counts prompts with the served model's own chat"
     " template (--tokenizer DIR, the model directory)"
 )
+DEFAULT_TOKENIZER = "o200k_base"  # the evaluation's default tokenizer (a stand-in for a served model's)
+DEFAULT_CHAT_FORMAT = "chatml"
 NEUTRAL_TEXT = "x"  # system prompt and goal of the format that prices a message on its own (message_tokens)
 
 
 class TokenCounter(Protocol):
-    """What every part of the evaluation layer counts prompts with (``shared_counter``)."""
+    """What every part of the evaluation layer counts prompts with (``make_counter``)."""
 
     @property
     def name(self) -> str: ...
+
+    @property
+    def tokenizer_name(self) -> str:
+        """The ``arc_ref`` tokenizer name it counts with (``hf-dir:DIR``: a model directory's)."""
+        ...
+
+    @property
+    def chat_format_name(self) -> str:
+        """The chat format it renders with (``template``: the model directory's own chat template)."""
+        ...
 
     @property
     def tokenizer(self) -> Tokenizer: ...
@@ -110,9 +123,12 @@ class PromptCounter:
     role markers start a new pre-token at every message boundary.
     """
 
-    def __init__(self, tokenizer: str = "o200k_base", chat_format: str = "chatml", cache_size: int = 8192):
+    def __init__(self, tokenizer: str = DEFAULT_TOKENIZER, chat_format: str = DEFAULT_CHAT_FORMAT,
+                 cache_size: int = 8192):
         self.tokenizer = get_tokenizer(tokenizer)
         self.chat_format = get_chat_format(chat_format)
+        self.tokenizer_name = tokenizer
+        self.chat_format_name = chat_format
         self.name = f"{tokenizer} over {chat_format}"
         self._cache: OrderedDict[tuple[str, str], int] = OrderedDict()
         self._cache_size = cache_size
@@ -211,6 +227,8 @@ class TemplateCounter:
         loaded = get_tokenizer(tokenizer)
         assert isinstance(loaded, HuggingFaceTokenizer)
         self.tokenizer: HuggingFaceTokenizer = loaded
+        self.tokenizer_name = tokenizer
+        self.chat_format_name = TEMPLATE_FORMAT
         self.name = f"{tokenizer} with its chat template"
         self.directory = tokenizer[len(HF_DIR_PREFIX):]
         self.template_kwargs = tuple(template_kwargs)
@@ -298,23 +316,40 @@ def _reads_as_tool_result(message: Message) -> bool:
     return message.role == "user" and content.startswith("<tool_response>") and content.endswith("</tool_response>")
 
 
-_COUNTERS: dict[tuple[str, str], TokenCounter] = {}
+def model_directory(tokenizer: str) -> str | None:
+    """The model directory a tokenizer option names (``hf-dir:DIR``, or a path to a directory), else None."""
+    if tokenizer.startswith(HF_DIR_PREFIX):
+        return tokenizer[len(HF_DIR_PREFIX):]
+    return tokenizer if os.path.isdir(tokenizer) else None
 
 
-def shared_counter(tokenizer: str, chat_format: str) -> TokenCounter:
-    """The process-wide counter of a tokenizer and chat format (one cache for methods and backends)."""
-    key = (tokenizer, chat_format)
-    if key not in _COUNTERS:
-        counter: TokenCounter
-        if chat_format == TEMPLATE_FORMAT:
-            counter = TemplateCounter(tokenizer)
-        else:
-            counter = PromptCounter(tokenizer, chat_format)
-        _COUNTERS[key] = counter
-    return _COUNTERS[key]
+def resolve_counting(tokenizer: str, chat_format: str = "auto", tokenizer_json: str | None = None) -> tuple[str, str]:
+    """The ``arc_ref`` tokenizer name and chat format that options name: the one place they are resolved.
+
+    A model directory (``DIR`` or ``hf-dir:DIR``) gives its own tokenizer and, with the chat format ``auto``,
+    its own chat template (rendered as vLLM renders it); ``tokenizer_json`` gives that file's tokenizer over
+    the chat format (ChatML for ``auto``)."""
+    directory = model_directory(tokenizer)
+    if tokenizer_json:
+        name = f"hf:{tokenizer_json}"
+    elif directory is not None:
+        name = f"{HF_DIR_PREFIX}{directory}"
+    else:
+        name = tokenizer
+    if chat_format == "auto":
+        chat_format = TEMPLATE_FORMAT if name.startswith(HF_DIR_PREFIX) else DEFAULT_CHAT_FORMAT
+    return name, chat_format
 
 
-def clear_counter_caches() -> None:
-    """Empty the caches of every shared counter."""
-    for counter in _COUNTERS.values():
-        counter.clear()
+def make_counter(tokenizer: str = DEFAULT_TOKENIZER, chat_format: str = DEFAULT_CHAT_FORMAT) -> TokenCounter:
+    """The counter of a tokenizer and chat format (``template``: the model directory's own chat template); the
+    run builds one and hands it on (an unknown tokenizer or format, or a template the core cannot split, fails
+    here, clearly)."""
+    if chat_format == TEMPLATE_FORMAT:
+        return TemplateCounter(tokenizer)
+    return PromptCounter(tokenizer, chat_format)
+
+
+def default_counter() -> TokenCounter:
+    """A counter with the defaults (``DEFAULT_TOKENIZER`` over ``DEFAULT_CHAT_FORMAT``), for a component built alone."""
+    return make_counter()

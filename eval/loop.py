@@ -53,6 +53,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from attrs import evolve
 
+from arc_eval.errors import InvalidInput
 from arc_ref.message import ToolCall, ToolSpec
 from arc_eval.methods.base import Method, MethodSettings
 from arc_eval.protocol import (
@@ -92,22 +93,10 @@ PREMATURE_MESSAGE = "premature submission: the task's protocol was not complete"
 
 
 def default_scorer(kind: str) -> Scorer:
-    """The scorer of a task kind: NIH scores the ``NEEDLE=<value>`` token, LongBench the letter."""
-    if kind == "nih":
-        from arc_eval.tasks.nih import needle_token, score_nih
+    """The scorer a task kind registers (``arc_eval.registry.TaskEntry.scorer``)."""
+    from arc_eval.registry import TASKS
 
-        def score_needle(task: Task, submission: str, reply: str) -> tuple[bool, str | None]:
-            return score_nih(task, submission), needle_token(submission)
-
-        return score_needle
-    if kind == "longbench":
-        from arc_eval.tasks.longbench import extract_longbench_answer, score_longbench
-
-        def score_letter(task: Task, submission: str, reply: str) -> tuple[bool, str | None]:
-            return score_longbench(task, reply), extract_longbench_answer(reply)
-
-        return score_letter
-    raise ValueError(f"no scorer for task kind {kind!r}")
+    return TASKS.get(kind).scorer
 
 
 def default_sandbox(task: Task) -> Sandbox:
@@ -290,7 +279,7 @@ async def run_task(
 ) -> tuple[list[CallRecord], TaskRecord]:
     """Run one task to its end; returns its call records and its task record (``arc_eval.schema``)."""
     if max_steps < 1:
-        raise ValueError(f"max_steps must be at least 1, got {max_steps}")
+        raise InvalidInput(f"max_steps must be at least 1, got {max_steps}")
     run = _TaskRun(
         task, method, backend, settings, seed=seed, variant=variant,
         model=model if model is not None else backend.name, temperature=temperature,

@@ -29,6 +29,7 @@ import json
 import re
 from typing import Any, Mapping, Sequence
 
+from arc_eval.errors import InvalidInput
 from arc_ref.message import ToolCall, ToolSpec
 from arc_ref.tools import ARC_TOOLS
 from arc_eval.types import Message
@@ -179,7 +180,7 @@ _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 def command_tool_spec(name: str, description: str, arguments: Sequence[tuple[str, str]]) -> dict[str, Any]:
     """An OpenAI ``tools`` entry for one command; ``arguments`` = (name, description) pairs, all strings."""
     if not _TOOL_NAME.match(name):
-        raise ValueError(f"tool name {name!r} must match ^[A-Za-z0-9_-]{{1,64}}$")
+        raise InvalidInput(f"tool name {name!r} must match ^[A-Za-z0-9_-]{{1,64}}$")
     return {
         "type": "function",
         "function": {

@@ -33,6 +33,7 @@ import subprocess
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator, Mapping, Sequence
 
+from arc_eval.errors import EvalError
 from arc_eval.schema import (
     SCHEMA,
     CallRecord,
@@ -77,7 +78,7 @@ VERSIONED_PACKAGES = (
     "vllm",
 )
 
-class RunRecordError(Exception):
+class RunRecordError(EvalError):
     """A run directory that cannot be created, resumed or appended to; the message says why."""
 
 

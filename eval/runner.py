@@ -1,16 +1,21 @@
 """A run: plan (variants x seeds x tasks x methods) -> execute (N trajectories in flight) -> write (resumable).
 
-``run(spec)`` validates the spec, builds its ``RunPlan`` (the manifest it records and its jobs),
-opens the run directory with ``arc_eval.records.RunWriter`` (``resume=True`` continues a killed run:
-finished tasks are skipped, unfinished ones redone from scratch, nothing duplicated), and ``execute``s
-the plan: every unfinished job goes to ``concurrency`` asyncio workers sharing one backend, so an HTTP
-server sees N requests at once and batches them. Each finished task is written (its call lines, then its
-task line) the moment it ends. Before anything runs it says its plan (tasks x methods x seeds x variants,
-backend, retriever and its cost; ``arc_eval.announce``), after the first tasks an estimate of the time left,
-and a progress bar (tqdm, on stderr) counts tasks. At the end it prints the accuracy table of the whole run
-directory (``arc_eval.analysis.accuracy.summary_table``) and the next step (the report command). SIGINT
-and SIGTERM say at once what they wait for (the tasks in flight, cancelled, not recorded) and what is
-recorded, and the run ends with status 130 or 143, resumable.
+``run(spec)`` validates the spec, builds its ``RunPlan`` (the manifest it records, its jobs, and the run's
+one token counter), opens the run directory with ``arc_eval.records.RunWriter`` (``resume=True`` continues a
+killed run: finished tasks are skipped, unfinished ones redone from scratch, nothing duplicated), and
+``execute``s the plan: every unfinished job goes to ``concurrency`` asyncio workers sharing one backend, so
+an HTTP server sees N requests at once and batches them. Each finished task is written (its call lines,
+then its task line) the moment it ends. Before anything runs it says its plan (tasks x methods x seeds x
+variants, backend, each method's own note such as rag_memory's retriever and its cost; ``arc_eval.announce``),
+after the first tasks an estimate of the time left, and a progress bar (tqdm, on stderr) counts tasks. At
+the end it prints the accuracy table of the whole run directory (``arc_eval.analysis.accuracy.summary_table``)
+and the next step (the report command). SIGINT and SIGTERM say at once what they wait for (the tasks in
+flight, cancelled, not recorded) and what is recorded, and the run ends with status 130 or 143, resumable.
+
+Tasks, methods and backends are looked up by name in ``arc_eval.registry``: this module names none of
+them. A spec carries the run's own knobs (budgets, counting, schedule) and each component's options
+(``task_options``, ``method_options``, ``backend_options``); ``RunSpec.build`` routes knobs by name to
+their one owner.
 
 Jobs go variant by variant and seed by seed (tasks of one seed are generated when reached), and
 within a seed task by task with every method, so an interrupted run leaves paired outcomes.
@@ -28,34 +33,45 @@ The benchmarks (``arc-eval bench``) live in ``arc_eval.bench``.
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import signal
 import sys
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, TextIO
 
+import attrs
 from attrs import evolve, field, frozen
 from tqdm import tqdm  # type: ignore[import-untyped]
 
 from arc_ref.chat import CHAT_FORMATS
-from arc_ref.config import TEMPLATE_FORMAT
+from arc_ref.config import PRESETS, TEMPLATE_FORMAT
 from arc_ref.errors import ConfigError
 from arc_ref.tokenizers import HF_DIR_PREFIX
 from arc_eval.analysis.accuracy import summary_table
 from arc_eval.announce import RunNotes, next_step_text, plan_text, program_name, stop_text
-from arc_eval.backends.openai_backend import COUNT_MODES, OpenAIBackend
-from arc_eval.loop import run_task
-from arc_eval.methods import METHOD_NAMES, make_method
-from arc_eval.counting import TokenCounter, shared_counter
+from arc_eval.arguments import non_negative_float, positive_int
+from arc_eval.counting import DEFAULT_TOKENIZER, TokenCounter, make_counter, model_directory, resolve_counting
+from arc_eval.loop import DEFAULT_FORCE_AT_CALLS, run_task
+from arc_eval.methods import make_method
 from arc_eval.methods.base import MethodSettings
-from arc_eval.protocol import TASK_TOOL_SPECS, system_prompt, tool_system_prompt
-from arc_eval.methods.rag_memory import cuda_available, resolve_retriever
+from arc_eval.protocol import system_prompt, tool_system_prompt
 from arc_eval.records import RunReader, RunWriter
-from arc_eval.schema import SCHEMA, TASK_KINDS, RecordKey
-from arc_eval.agent.scripted import AGENT_VARIANTS, DEFAULT_AGENT
-from arc_eval.tasks.longbench import DIFFICULTIES, load_longbench
-from arc_eval.tasks.nih import DEFAULT_NIH_LAYOUT, NIH_LAYOUTS, make_nih_tasks
+from arc_eval.registry import (
+    BACKENDS,
+    METHODS,
+    TASKS,
+    BackendEntry,
+    BackendRun,
+    TaskEntry,
+    TaskSource,
+    option,
+    option_names,
+    options_check,
+    options_resolved,
+    recorded_options,
+    with_overrides,
+)
+from arc_eval.schema import SCHEMA, RecordKey
 from arc_eval.types import (
     Backend,
     BackendError,
@@ -65,11 +81,13 @@ from arc_eval.types import (
     Task,
 )
 
-BACKENDS = ("scripted", "openai")
-SCRIPTED_MODEL = "scripted"
+PAPER = PRESETS["paper"]  # the paper's setting: the defaults of the window, the completion cap, keep-verbatim
+PAPER_SEEDS = (42, 82, 122)  # the paper's seeds: the default of --seeds
 MAX_STEPS_SLACK = 10  # steps beyond the goal's own plan: recalls, retries, answering
+CHAT_FORMAT_CHOICES = ("auto", *CHAT_FORMATS, TEMPLATE_FORMAT)
 
-# The paper's ablation sweeps (Ablation section).
+# The paper's ablation sweeps (Ablation section): each variant's overrides name options of the run or of
+# its components (``RunSpec.build`` routes them).
 RECALL_BUDGET_SWEEP: dict[str, dict[str, Any]] = {
     "recall=4k/2k": {"recall_budget_chars": 4000, "recall_max_chars": 2000},
     "recall=8k/4k": {"recall_budget_chars": 8000, "recall_max_chars": 4000},
@@ -90,15 +108,16 @@ ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
     "force-schedule": FORCE_SCHEDULE_SWEEP,
     "noise-lines": NOISE_LINES_SWEEP,
 }
-# The methods each sweep compares by default (the paper's Ablation section; eval/METHODS.md): only ARC reads
-# the recall budget (every baseline would repeat one result per level), and the forced-compaction and
-# fixture-size tables compare the five methods that compact (full_context never does). --methods overrides.
-ABLATION_METHODS: dict[str, tuple[str, ...]] = {
-    "recall-budget": ("arc",),
-    "force-schedule": ("sliding_window", "llm_summary", "structured_state", "rag_memory", "arc"),
-    "noise-lines": ("sliding_window", "llm_summary", "structured_state", "rag_memory", "arc"),
-}
-VARIANT_KEYS = ("recall_budget_chars", "recall_max_chars", "force_at_calls", "noise_lines_per_side")
+
+
+def ablation_methods(sweep: str) -> tuple[str, ...]:
+    """The methods a sweep compares by default (the paper's Ablation section; eval/METHODS.md): the methods that
+    own an option the sweep varies (the recall budget: ARC alone; every other method would repeat one result per
+    level), else every method that compacts (the forced-compaction and fixture-size tables; full context never
+    does: ``MethodEntry.compacts``). --methods overrides."""
+    varied = {name for params in ABLATIONS[sweep].values() for name in params}
+    owners = tuple(entry.name for entry in METHODS.entries() if varied & set(option_names(entry.options)))
+    return owners or tuple(entry.name for entry in METHODS.entries() if entry.compacts)
 
 
 @frozen
@@ -110,74 +129,152 @@ class PromptCounting:
     chat_format: str
 
     def counter(self) -> TokenCounter:
-        """The run's counter (``arc_eval.counting``), shared by the methods and the backends."""
-        return shared_counter(self.tokenizer, self.chat_format)
+        """A counter of this tokenizer and format (``arc_eval.counting.make_counter``); a run builds one."""
+        return make_counter(self.tokenizer, self.chat_format)
 
 
 def _tuple_of_ints(values: Iterable[int]) -> tuple[int, ...]:
     return tuple(int(value) for value in values)
 
 
+def _absolute_path(path: str | None) -> str | None:
+    """A path made absolute (so the run's meaning does not depend on the working directory)."""
+    return None if path is None else os.path.abspath(path)
+
+
+def _default_backend() -> str:
+    return BACKENDS.entries()[0].name
+
+
 @frozen
 class RunSpec:
-    """Everything one ``arc-eval`` run needs (built by the CLI; recorded in the manifest)."""
+    """Everything one ``arc-eval`` run needs (built by the CLI; recorded in the manifest).
+
+    The fields made with ``option`` are the run's own knobs (their flags, defaults and bounds are derived
+    from here); the components' knobs are their options instances (None / absent: the defaults).
+    """
 
     task_kind: str
     methods: tuple[str, ...]
     seeds: tuple[int, ...] = field(converter=_tuple_of_ints)
     out: Path
-    tasks_per_seed: int | None = None  # NIH: tasks drawn per seed; LongBench: first N (None = all)
-    backend: str = "scripted"
-    base_urls: tuple[str, ...] = ()
-    model: str = SCRIPTED_MODEL
-    context_limit: int = 16384
-    max_tokens: int = 4096
-    temperature: float = 0.0
-    force_at_calls: tuple[int, ...] = field(default=(5, 10, 15), converter=_tuple_of_ints)
-    noise_lines_per_side: int = 25
-    distractor_files: int = 16
-    recall_budget_chars: int = 16000
-    recall_max_chars: int = 8000
-    keep_verbatim_chars: int = 500
-    rag_top_k: int = 3
-    rag_chunk_chars: int = 1000
-    rag_retriever: str = "auto"
-    tokenizer: str = "o200k_base"  # an arc_ref tokenizer name, or a model directory (DIR or hf-dir:DIR)
-    tokenizer_json: str | None = None
-    chat_format: str = "auto"  # auto: "template" with a model directory, else "chatml"
-    concurrency: int = 8
+    tasks_per_seed: int | None = None  # None: the task's default (its ``count_default``)
+    backend: str = field(factory=_default_backend)
+    model: str | None = option(None, help="model name as served (e.g. Qwen/Qwen3-8B; default: the backend's)")
+    context_limit: int = option(PAPER.context_limit, parse=positive_int, minimum=1, metavar="L_CTX",
+                                help="the server's max model length")
+    max_tokens: int = option(PAPER.max_completion, parse=positive_int, minimum=1, metavar="G_MAX",
+                             help="completion cap per call")
+    temperature: float = option(0.0, parse=non_negative_float, minimum=0, metavar="T", help="sampling temperature")
+    force_at_calls: tuple[int, ...] = option(DEFAULT_FORCE_AT_CALLS, parse=positive_int, nargs="*", minimum=1,
+                                             metavar="K", converter=_tuple_of_ints,
+                                             help="agent steps before which compaction is forced (none: empty)")
+    keep_verbatim_chars: int = option(PAPER.keep_verbatim_chars, parse=positive_int, minimum=1, metavar="CHARS",
+                                      help="observations shorter than this are kept verbatim by the condensing "
+                                           "methods and ARC")
+    tokenizer: str = option(DEFAULT_TOKENIZER, metavar="DIR|NAME",
+                            help="what every prompt is counted with: the served model's directory (DIR or "
+                                 "hf-dir:DIR: its tokenizer.json and chat template, rendered as vLLM renders them, "
+                                 "so counts are the server's), or an arc_ref tokenizer over --chat-format: bytes, "
+                                 "o200k_base, cl100k_base, hf:PATH")
+    tokenizer_json: str | None = option(None, metavar="PATH", converter=_absolute_path,
+                                        help="a tokenizer.json, over --chat-format (ChatML by default); a model "
+                                             "directory in --tokenizer is exact")
+    chat_format: str = option("auto", choices=CHAT_FORMAT_CHOICES,
+                              help="auto: template with a model directory, else chatml")
+    tool_calling: bool = option(False, store_true=True,
+                                help="every method acts through function tools (the task's commands; ARC's recall "
+                                     "and catalog commands too), one call per reply; needs --tokenizer DIR")
+    max_steps: int | None = option(None, parse=positive_int, minimum=1, metavar="N",
+                                   help="agent steps per task (default: the goal's plan + 10)")
+    concurrency: int = option(8, parse=positive_int, minimum=1, metavar="N", help="trajectories in flight at once")
     resume: bool = False
-    tool_calling: bool = False
-    data: str | None = None
-    max_steps: int | None = None
-    allow_reexecution: bool = False
-    agent: str = DEFAULT_AGENT  # the scripted agent's rules (fair | floor); unused by --backend openai
-    nih_layout: str = DEFAULT_NIH_LAYOUT  # varied | paper
-    difficulty: str = "hard"  # LongBench-v2 items: hard (the paper's subset) | easy | all
     variants: Mapping[str, Mapping[str, Any]] = field(factory=lambda: {"": {}})
     command: tuple[str, ...] = ()
     progress: bool = True
-    # The HTTP backend's connection (not the run's meaning: never recorded in the manifest)
-    api_key: str | None = field(default=None, repr=False)  # None: OPENAI_API_KEY
-    connect_timeout_s: float = 10.0
-    first_byte_timeout_s: float | None = None  # None: the request timeout
-    request_timeout_s: float = 600.0
-    max_retries: int = 6
-    count_with: str = "auto"
+    task_options: Any = None  # the task's options (None: its defaults)
+    method_options: Mapping[str, Any] = field(factory=dict)  # method name -> its options (absent: defaults)
+    backend_options: Any = None  # the backend's options (None: its defaults)
+
+    @classmethod
+    def build(cls, task_kind: str, methods: Iterable[str], seeds: Iterable[int], out: Path,
+              **knobs: Any) -> RunSpec:
+        """A spec from flat knobs: each knob goes to its one owner (the run, the task, a method or the backend)."""
+        run_fields = {attribute.name for attribute in attrs.fields(cls)} - {
+            "task_options", "method_options", "backend_options"}
+        own = {name: value for name, value in knobs.items() if name in run_fields}
+        rest = {name: value for name, value in knobs.items() if name not in run_fields}
+        backend = str(own.get("backend") or _default_backend())
+        task_entry = TASKS.get(task_kind)
+        backend_entry = BACKENDS.get(backend)
+        task_options = _options_with(task_entry.options, rest)
+        backend_options = _options_with(backend_entry.options, rest)
+        method_options = {}
+        for entry in METHODS.entries():
+            if set(option_names(entry.options)) & set(rest):
+                method_options[entry.name] = _options_with(entry.options, rest)
+        claimed = (set(option_names(task_entry.options)) | set(option_names(backend_entry.options))
+                   | {name for entry in METHODS.entries() for name in option_names(entry.options)})
+        unknown = sorted(set(rest) - claimed)
+        if unknown:
+            raise ConfigError(f"unknown run option(s) {', '.join(unknown)} for task {task_kind} and backend {backend}")
+        return cls(task_kind=task_kind, methods=tuple(methods), seeds=tuple(seeds), out=out, **own,
+                   task_options=task_options, method_options=method_options, backend_options=backend_options)
+
+    @property
+    def task_entry(self) -> TaskEntry:
+        return TASKS.get(self.task_kind)
+
+    @property
+    def backend_entry(self) -> BackendEntry:
+        return BACKENDS.get(self.backend)
+
+    def task_opts(self) -> Any:
+        """The task's options (its defaults when the spec gives none)."""
+        return self.task_options if self.task_options is not None else self.task_entry.options()
+
+    def backend_opts(self) -> Any:
+        """The backend's options (its defaults when the spec gives none)."""
+        return self.backend_options if self.backend_options is not None else self.backend_entry.options()
+
+    def method_opts(self, name: str) -> Any:
+        """A method's options (its defaults when the spec gives none)."""
+        given = self.method_options.get(name)
+        return given if given is not None else METHODS.get(name).options()
+
+    def served_model(self) -> str:
+        """The model name the records carry: ``--model``, else the backend's default."""
+        model = self.model if self.model is not None else self.backend_entry.default_model(self.backend_opts())
+        if not model:
+            raise ConfigError(f"--backend {self.backend} needs --model, the model name as served (e.g. Qwen/Qwen3-8B)")
+        return model
+
+    def task_count(self) -> int | None:
+        """Tasks per seed: the spec's, else the task's default (None: all)."""
+        return self.tasks_per_seed if self.tasks_per_seed is not None else self.task_entry.count_default
 
     def validate(self) -> None:
-        """Raise ConfigError with a clear message for any inconsistent setting."""
-        if self.task_kind not in TASK_KINDS:
-            raise ConfigError(f"unknown task kind {self.task_kind!r}; use one of {', '.join(TASK_KINDS)}")
-        if self.backend not in BACKENDS:
-            raise ConfigError(f"unknown backend {self.backend!r}; use one of {', '.join(BACKENDS)}")
+        """Raise ConfigError with a clear message for any inconsistent setting (each option's own bounds are
+        checked when it is built)."""
+        task = self.task_entry
+        backend = self.backend_entry
         if not self.methods:
             raise ConfigError("no method selected")
-        unknown = [name for name in self.methods if name not in METHOD_NAMES]
-        if unknown:
-            raise ConfigError(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(METHOD_NAMES)}, or 'all'")
+        for name in self.methods:
+            METHODS.get(name)  # an unknown name names the known ones
         if len(set(self.methods)) != len(self.methods):
             raise ConfigError("a method is listed twice")
+        unknown = sorted(set(self.method_options) - set(METHODS.names()))
+        if unknown:
+            raise ConfigError(f"options given for unknown method(s) {', '.join(unknown)}")
+        for given, owner_class, owner in ((self.task_options, task.options, f"task {task.name}"),
+                                          (self.backend_options, backend.options, f"backend {backend.name}")):
+            if given is not None and not isinstance(given, owner_class):
+                raise ConfigError(f"{owner}: options must be {owner_class.__name__}, got {type(given).__name__}")
+        for name, given in self.method_options.items():
+            options_class = METHODS.get(name).options
+            if not isinstance(given, options_class):
+                raise ConfigError(f"method {name}: options must be {options_class.__name__}, got {type(given).__name__}")
         if not self.seeds:
             raise ConfigError("no seed given")
         repeated = sorted({seed for seed in self.seeds if self.seeds.count(seed) > 1})
@@ -186,51 +283,19 @@ class RunSpec:
                 f"--seeds lists {', '.join(map(str, repeated))} more than once; give each seed once "
                 "(a seed draws its own tasks)"
             )
-        if self.backend == "openai" and not self.base_urls:
-            raise ConfigError("--backend openai needs at least one --base-url (e.g. http://localhost:8000/v1)")
-        if not self.model:
-            raise ConfigError("--model must name the model as served (e.g. Qwen/Qwen3-8B)")
-        if self.task_kind == "nih" and (self.tasks_per_seed is None or self.tasks_per_seed < 1):
-            raise ConfigError("--tasks must be at least 1")
-        for name in ("context_limit", "max_tokens", "concurrency", "recall_budget_chars", "recall_max_chars",
-                     "keep_verbatim_chars", "rag_top_k", "rag_chunk_chars"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        self.served_model()
+        options_check(self.task_opts())
+        options_check(self.backend_opts())
+        count = self.task_count()
+        if count is not None and count < 1:
+            raise ConfigError(f"{task.count_flag} must be at least 1")
         if self.max_tokens >= self.context_limit:
             raise ConfigError(
                 f"--max-tokens ({self.max_tokens}) must be below --context-limit ({self.context_limit})"
             )
-        if self.noise_lines_per_side < 0 or self.distractor_files < 0:
-            raise ConfigError("--noise-lines and --distractor-files must be >= 0")
-        if any(call < 1 for call in self.force_at_calls):
-            raise ConfigError("--force-at-calls takes 1-based call indices (>= 1)")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ConfigError("--max-steps must be at least 1")
-        if self.temperature < 0:
-            raise ConfigError("--temperature must be >= 0")
-        if self.agent not in AGENT_VARIANTS:
-            raise ConfigError(f"unknown scripted agent {self.agent!r}; use one of {', '.join(AGENT_VARIANTS)}")
-        if self.nih_layout not in NIH_LAYOUTS:
-            raise ConfigError(f"unknown NIH layout {self.nih_layout!r}; use one of {', '.join(NIH_LAYOUTS)}")
-        if self.difficulty not in DIFFICULTIES:
-            raise ConfigError(f"unknown difficulty {self.difficulty!r}; use one of {', '.join(DIFFICULTIES)}")
-        for flag, seconds in (("--connect-timeout", self.connect_timeout_s),
-                              ("--first-byte-timeout", self.first_byte_timeout_s),
-                              ("--request-timeout", self.request_timeout_s)):
-            if seconds is not None and not 0 < seconds < math.inf:
-                raise ConfigError(f"{flag} must be a number of seconds > 0, got {seconds}")
-        if self.max_retries < 0:
-            raise ConfigError(f"--max-retries must be >= 0, got {self.max_retries}")
-        if self.api_key is not None and not (self.api_key.isascii() and self.api_key.isprintable()):
-            raise ConfigError("--api-key must be printable ASCII (it travels in an HTTP header)")
-        if self.count_with not in COUNT_MODES:
-            raise ConfigError(f"--count-with must be one of {', '.join(COUNT_MODES)}, got {self.count_with!r}")
-        if self.tokenizer_json and _model_directory(self.tokenizer) is not None:
+        if self.tokenizer_json and model_directory(self.tokenizer) is not None:
             raise ConfigError("--tokenizer-json and a model directory in --tokenizer name two tokenizers; give one")
         counting = self.prompt_counting()
-        if counting.chat_format not in (*CHAT_FORMATS, TEMPLATE_FORMAT):
-            known = ", ".join(("auto", *CHAT_FORMATS, TEMPLATE_FORMAT))
-            raise ConfigError(f"unknown chat format {counting.chat_format!r}; use one of {known}")
         if counting.chat_format == TEMPLATE_FORMAT and not counting.tokenizer.startswith(HF_DIR_PREFIX):
             raise ConfigError(
                 "--chat-format template renders the served model's own chat template: give its directory with"
@@ -241,11 +306,8 @@ class RunSpec:
                 "--tool-calling counts the tool listing, tool calls and their results with the served model's own"
                 " chat template: give the model directory with --tokenizer DIR (its tokenizer.json and chat template)"
             )
-        counting.counter()  # an unknown tokenizer or format, or a template the core cannot split, fails here, clearly
-        for label, overrides in self.variants.items():
-            extra = [key for key in overrides if key not in VARIANT_KEYS]
-            if extra:
-                raise ConfigError(f"variant {label!r}: unknown parameter(s) {', '.join(extra)}")
+        for label in self.variants:
+            self.for_variant(label)  # an unknown override, or one out of bounds, fails here
 
     def prompt_counting(self) -> PromptCounting:
         """The tokenizer and chat format prompts are counted with: the one place the options are resolved.
@@ -254,67 +316,64 @@ class RunSpec:
         chat format ``auto``, its own chat template (rendered as vLLM renders it); ``--tokenizer-json``
         gives that file's tokenizer over ``--chat-format`` (ChatML by default).
         """
-        directory = _model_directory(self.tokenizer)
-        if self.tokenizer_json:
-            tokenizer = f"hf:{self.tokenizer_json}"
-        elif directory is not None:
-            tokenizer = f"{HF_DIR_PREFIX}{directory}"
-        else:
-            tokenizer = self.tokenizer
-        chat_format = self.chat_format
-        if chat_format == "auto":
-            chat_format = TEMPLATE_FORMAT if tokenizer.startswith(HF_DIR_PREFIX) else "chatml"
+        tokenizer, chat_format = resolve_counting(self.tokenizer, self.chat_format, self.tokenizer_json)
         return PromptCounting(tokenizer=tokenizer, chat_format=chat_format)
 
     def for_variant(self, label: str) -> RunSpec:
-        """This spec with a variant's overrides applied."""
+        """This spec with a variant's overrides applied, each to its owner (the run, the task, a method)."""
         overrides = dict(self.variants.get(label, {}))
-        if "force_at_calls" in overrides:
-            overrides["force_at_calls"] = tuple(overrides["force_at_calls"])
-        return evolve(self, **overrides) if overrides else self
+        if not overrides:
+            return self
+        run_names = {attribute.name for attribute in attrs.fields(RunSpec)
+                     if attribute.name not in ("task_options", "method_options", "backend_options")}
+        own = {name: value for name, value in overrides.items() if name in run_names}
+        task_names = set(option_names(self.task_entry.options))
+        method_names_ = {name for entry in METHODS.entries() for name in option_names(entry.options)}
+        other_tasks = {name: entry.name for entry in TASKS.entries() if entry.name != self.task_kind
+                       for name in option_names(entry.options)}
+        for name in overrides:
+            if name in own or name in task_names or name in method_names_:
+                continue
+            if name in other_tasks:
+                raise ConfigError(f"variant {label!r} sets {name}, an option of task {other_tasks[name]}: "
+                                  f"use --task {other_tasks[name]}")
+            raise ConfigError(f"variant {label!r}: unknown parameter(s) {name}")
+        if "force_at_calls" in own:
+            own["force_at_calls"] = tuple(own["force_at_calls"])
+        method_options = dict(self.method_options)
+        for entry in METHODS.entries():
+            if set(option_names(entry.options)) & set(overrides):
+                method_options[entry.name] = with_overrides(self.method_opts(entry.name), overrides)
+        return evolve(self, **own, task_options=with_overrides(self.task_opts(), overrides),
+                      method_options=method_options)
 
 
-def _model_directory(tokenizer: str) -> str | None:
-    """The model directory a --tokenizer value names (``hf-dir:DIR``, or a path to a directory), else None."""
-    if tokenizer.startswith(HF_DIR_PREFIX):
-        return tokenizer[len(HF_DIR_PREFIX):]
-    return tokenizer if os.path.isdir(tokenizer) else None
+def _options_with(options_class: type, knobs: Mapping[str, Any]) -> Any:
+    """An options instance of ``options_class`` with the knobs that name its fields."""
+    names = set(option_names(options_class))
+    return options_class(**{name: (tuple(value) if isinstance(value, list) else value)
+                            for name, value in knobs.items() if name in names})
 
 
 # -- plan -----------------------------------------------------------------------------------------
 
 
-def method_settings(spec: RunSpec, rag_retriever: str) -> MethodSettings:
-    counting = spec.prompt_counting()
+def method_settings(spec: RunSpec, counter: TokenCounter) -> MethodSettings:
+    """What every method of one variant is built with: the run's budgets, its counter and each method's options
+    (resolved: RAG's ``auto`` retriever is the one the run records)."""
     return MethodSettings(
         action_mode="tools" if spec.tool_calling else "text",
         context_limit=spec.context_limit,
         max_tokens=spec.max_tokens,
         keep_verbatim_chars=spec.keep_verbatim_chars,
-        recall_budget_chars=spec.recall_budget_chars,
-        recall_max_chars=spec.recall_max_chars,
-        tokenizer=counting.tokenizer,
-        chat_format=counting.chat_format,
-        rag_top_k=spec.rag_top_k,
-        rag_chunk_chars=spec.rag_chunk_chars,
-        extra={"rag_retriever": rag_retriever},
+        counter=counter,
+        method_options={name: options_resolved(spec.method_opts(name)) for name in spec.methods},
     )
 
 
-def resolved_retriever(spec: RunSpec) -> str:
-    """The RAG retriever the run uses (recorded): only resolved when rag_memory runs."""
-    return resolve_retriever(spec.rag_retriever) if "rag_memory" in spec.methods else "unused"
-
-
 def default_max_steps(task: Task) -> int:
-    """The goal's own plan plus ``MAX_STEPS_SLACK``: NIH one step per file + submit; LongBench one per page + answer."""
-    if task.kind == "longbench":
-        pages = task.meta.get("pages")
-        if isinstance(pages, int) and pages > 0:
-            return pages + 1 + MAX_STEPS_SLACK
-        context = "".join(task.files.values())
-        return math.ceil(len(context) / 4000) + 1 + MAX_STEPS_SLACK
-    return len(task.files) + 1 + MAX_STEPS_SLACK
+    """The goal's own plan (``TaskEntry.plan_steps``) plus ``MAX_STEPS_SLACK``."""
+    return TASKS.get(task.kind).plan_steps(task) + MAX_STEPS_SLACK
 
 
 @frozen
@@ -329,42 +388,44 @@ class SeedBatch:
 
 
 class RunPlan:
-    """What a run does: the manifest it records and its jobs (variants x seeds x tasks x methods).
+    """What a run does: the manifest it records, its jobs (variants x seeds x tasks x methods) and its counter.
 
-    Built before anything is written: an unavailable retriever or a missing or malformed LongBench
-    file fails here, before any record.
+    Built before anything is written: the run's one counter is built here (an unknown tokenizer or a template
+    the core cannot split fails here); so are each method's resolved options (an unavailable retriever) and
+    the task's source (a missing or malformed LongBench file).
     """
 
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
-        self.rag_retriever = resolved_retriever(spec)
-        self._longbench: list[Task] | None = (
-            load_longbench(spec.data, difficulty=spec.difficulty) if spec.task_kind == "longbench" else None
-        )
+        self.counter = spec.prompt_counting().counter()
+        self.method_options = {name: options_resolved(spec.method_opts(name)) for name in spec.methods}
+        self._sources: dict[Any, TaskSource] = {}
+        self.source(spec)
+
+    def source(self, variant: RunSpec) -> TaskSource:
+        """The task source of a variant's task options (opened once per options value)."""
+        options = variant.task_opts()
+        if options not in self._sources:
+            self._sources[options] = variant.task_entry.source(options)
+        return self._sources[options]
+
+    def settings(self, variant: RunSpec) -> MethodSettings:
+        return method_settings(variant, self.counter)
 
     def tasks(self, variant: RunSpec, seed: int) -> list[Task]:
-        """The tasks of one seed (NIH: drawn from the seed; LongBench: the same items for every seed)."""
-        if self._longbench is None:
-            assert variant.tasks_per_seed is not None
-            return make_nih_tasks(
-                seed,
-                variant.tasks_per_seed,
-                noise_lines_per_side=variant.noise_lines_per_side,
-                distractor_files=variant.distractor_files,
-                layout=variant.nih_layout,
-            )
-        return self._longbench[: variant.tasks_per_seed] if variant.tasks_per_seed is not None else self._longbench
+        """The tasks of one seed."""
+        return self.source(variant).tasks(seed, variant.task_count())
 
     def total_jobs(self) -> int:
         spec = self.spec
-        per_seed = len(self.tasks(spec, spec.seeds[0])) if self._longbench is not None else spec.tasks_per_seed or 0
+        per_seed = len(self.tasks(spec, spec.seeds[0]))
         return len(spec.variants) * len(spec.seeds) * per_seed * len(spec.methods)
 
     def batches(self, finished: set[RecordKey]) -> Iterator[SeedBatch]:
         """The unfinished jobs, variant by variant and seed by seed (tasks generated when reached)."""
         for label in self.spec.variants:
             variant = self.spec.for_variant(label)
-            settings = method_settings(variant, self.rag_retriever)
+            settings = self.settings(variant)
             for seed in self.spec.seeds:
                 jobs = tuple(
                     (task, name)
@@ -381,7 +442,7 @@ class RunPlan:
         spec = self.spec
         for label in spec.variants:
             variant = spec.for_variant(label)
-            settings = method_settings(variant, self.rag_retriever)
+            settings = self.settings(variant)
             tasks = self.tasks(variant, spec.seeds[0])
             if not tasks:
                 continue
@@ -397,92 +458,82 @@ class RunPlan:
 
     def manifest(self) -> dict[str, Any]:
         """The manifest's fields that describe the run (the writer adds versions, commit and time)."""
-        return run_manifest(self.spec, self.rag_retriever)
+        return run_manifest(self.spec, self.method_options)
+
+    def notes(self) -> list[str]:
+        """What each method of the run says of itself in the plan (its options' ``plan_note``, if any: rag_memory's
+        retriever and its cost)."""
+        jobs = self.total_jobs() // max(1, len(self.spec.methods))
+        notes = []
+        for name in self.spec.methods:
+            note = getattr(self.method_options[name], "plan_note", None)
+            if note is not None:
+                notes.append(str(note(jobs)))
+        return notes
 
 
-def run_manifest(spec: RunSpec, rag_retriever: str) -> dict[str, Any]:
-    """The manifest's fields that describe a run (the writer adds versions, commit and time)."""
+def describe_backend(spec: RunSpec) -> str:
+    """The backend as the plan names it (its options' ``describe``, given the served model; else its name)."""
+    describe = getattr(spec.backend_opts(), "describe", None)
+    return str(describe(spec.served_model())) if describe is not None else f"backend {spec.backend}"
+
+
+def run_manifest(spec: RunSpec, method_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The manifest's fields that describe a run (the writer adds versions, commit and time).
+
+    ``method_options``: each method's options as the run resolved them (RunPlan's); None: resolved here."""
     return {
         "schema": SCHEMA,
         "command": list(spec.command),
         "task_kind": spec.task_kind,
         "methods": list(spec.methods),
         "seeds": list(spec.seeds),
-        "tasks_per_seed": spec.tasks_per_seed,
-        "model": spec.model,
+        "tasks_per_seed": spec.task_count(),
+        "model": spec.served_model(),
         "backend": spec.backend,
         "context_limit": spec.context_limit,
         "max_tokens": spec.max_tokens,
         "variants": {label: dict(params) for label, params in spec.variants.items()},
-        "config": run_config(spec, rag_retriever),
+        "config": run_config(spec, method_options),
     }
 
 
-def run_config(spec: RunSpec, rag_retriever: str) -> dict[str, Any]:
-    """The manifest's ``config``: every knob that changes what is run (and ``base_urls``, where the server is)."""
+def run_config(spec: RunSpec, method_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The manifest's ``config``: every knob that changes what is run: the run's own, then the recorded options
+    of the task, of each method of the run and of the backend (``arc_eval.registry.recorded_options``)."""
     counting = spec.prompt_counting()
-    return {
+    config: dict[str, Any] = {
         "force_at_calls": list(spec.force_at_calls),
-        "noise_lines_per_side": spec.noise_lines_per_side,
-        "distractor_files": spec.distractor_files,
-        "recall_budget_chars": spec.recall_budget_chars,
-        "recall_max_chars": spec.recall_max_chars,
         "keep_verbatim_chars": spec.keep_verbatim_chars,
-        "rag_top_k": spec.rag_top_k,
-        "rag_chunk_chars": spec.rag_chunk_chars,
-        "rag_retriever": rag_retriever,
         "tokenizer": counting.tokenizer,
         "chat_format": counting.chat_format,
         "temperature": spec.temperature,
         "max_steps": spec.max_steps,
         "tool_calling": spec.tool_calling,
-        "allow_reexecution": spec.allow_reexecution,
-        "agent": spec.agent if spec.backend == "scripted" else None,
-        "nih_layout": spec.nih_layout if spec.task_kind == "nih" else None,
-        "difficulty": spec.difficulty if spec.task_kind == "longbench" else None,
-        "data": spec.data,
-        "base_urls": list(spec.base_urls),
     }
+    config.update(recorded_options(spec.task_opts()))
+    for name in spec.methods:
+        options = method_options[name] if method_options is not None else options_resolved(spec.method_opts(name))
+        config.update(recorded_options(options))
+    config.update(recorded_options(spec.backend_opts()))
+    return config
 
 
 # -- execute ----------------------------------------------------------------------------------------
 
 
-def make_backend(spec: RunSpec) -> Backend:
-    """The run's backend, counting with the run's counter (``spec.prompt_counting``). Every request carries
+def make_backend(spec: RunSpec, counter: TokenCounter) -> Backend:
+    """The run's backend (its registry entry's factory), counting with the run's counter. Every request carries
     its method's own tools (``ChatRequest.tools``); with ``--tool-calling`` the server's probe offers the
     task's tools."""
-    counting = spec.prompt_counting()
-    if spec.backend == "scripted":
-        from arc_eval.agent.scripted import ScriptedBackend, ScriptedPolicy
-
-        return ScriptedBackend(
-            ScriptedPolicy(variant=spec.agent, allow_reexecution=spec.allow_reexecution),
-            context_limit=spec.context_limit,
-            tokenizer=counting.tokenizer,
-            chat_format=counting.chat_format,
-        )
-    return OpenAIBackend(
-        list(spec.base_urls),
-        spec.model,
-        context_limit=spec.context_limit,
-        max_tokens=spec.max_tokens,
-        temperature=spec.temperature,
-        counter=counting.counter(),
-        tools=TASK_TOOL_SPECS if spec.tool_calling else None,
-        api_key=spec.api_key,
-        connect_timeout_s=spec.connect_timeout_s,
-        first_byte_timeout_s=spec.first_byte_timeout_s,
-        request_timeout_s=spec.request_timeout_s,
-        probe_timeout_s=min(60.0, spec.request_timeout_s),
-        max_retries=spec.max_retries,
-        count_with=spec.count_with,
-    )
+    run = BackendRun(model=spec.served_model(), context_limit=spec.context_limit, max_tokens=spec.max_tokens,
+                     temperature=spec.temperature, counter=counter, tool_calling=spec.tool_calling)
+    return spec.backend_entry.factory(spec.backend_opts(), run)
 
 
-def make_backends(spec: RunSpec) -> dict[str, Backend]:
+def make_backends(spec: RunSpec, counter: TokenCounter) -> dict[str, Backend]:
     """Each method's backend: one, shared (every request carries its method's own tools)."""
-    shared = make_backend(spec)
+    shared = make_backend(spec, counter)
     return {name: shared for name in spec.methods}
 
 
@@ -502,19 +553,13 @@ def describe_backend_error(failure: BackendError) -> str:
 
 
 async def check_backends(backends: Mapping[str, Backend]) -> str | None:
-    """Check every HTTP backend before the first task (``OpenAIBackend.check_server``); the reason
-    the run cannot start, or None. Says on stderr what was found and the retry budget."""
+    """Check every backend that can be checked before the first task (its ``preflight``, e.g. an HTTP server's);
+    the reason the run cannot start, or None. Each says on stderr what it found."""
     try:
         for backend in _distinct(backends):
-            if isinstance(backend, OpenAIBackend):
-                print(f"checking {', '.join(backend.base_urls)}: GET /v1/models, then a 1-token completion "
-                      f"(at most {backend.probe_timeout_s:g} s per attempt)", file=sys.stderr, flush=True)
-                for info in await backend.check_server():
-                    window = f"window {info.window} ({info.window_field})" if info.window else "window not said"
-                    tools = "; tool mode checked" if backend.tools else ""
-                    print(f"server {info.url.removesuffix('/models')}: {info.kind}, serves {backend.model}, "
-                          f"{window}; counts with {backend.count_source}{tools}", file=sys.stderr)
-                print(backend.retry_policy(), file=sys.stderr)
+            preflight = getattr(backend, "preflight", None)
+            if preflight is not None:
+                await preflight(sys.stderr)
     except BackendError as failure:
         return describe_backend_error(failure)
     finally:
@@ -592,7 +637,7 @@ async def execute(plan: RunPlan, writer: RunWriter, backends: Mapping[str, Backe
                     force_at_calls=batch.variant.force_at_calls,
                     seed=batch.seed,
                     variant=batch.label,
-                    model=spec.model,
+                    model=spec.served_model(),
                     temperature=spec.temperature,
                 )
             except BackendError as failure:
@@ -658,9 +703,8 @@ def run(spec: RunSpec, *, out: TextIO | None = None) -> RunResult:
     spec.validate()
     plan = RunPlan(spec)
     plan.check_methods()
-    on_gpu = plan.rag_retriever == "embeddings" and cuda_available()  # torch is imported only for embeddings
-    print(plan_text(spec, plan.rag_retriever, plan.total_jobs(), on_gpu), file=sys.stderr, flush=True)
-    backends = make_backends(spec)
+    print(plan_text(spec, plan.total_jobs(), describe_backend(spec), plan.notes()), file=sys.stderr, flush=True)
+    backends = make_backends(spec, plan.counter)
     refused = asyncio.run(check_backends(backends))
     if refused is not None:
         return RunResult(spec.out, 0, 0, refused, "", started=False)

@@ -27,6 +27,7 @@ import shlex
 from types import MappingProxyType
 from typing import Mapping
 
+from arc_eval.errors import InvalidInput
 from arc_eval.types import Observation
 
 DEFAULT_PAGE_CHARS = 4000
@@ -44,7 +45,7 @@ def paginate(text: str, page_chars: int) -> list[tuple[int, int]]:
     not cut); a single line longer than a page is cut hard. An empty text has one empty page.
     """
     if page_chars < 1:
-        raise ValueError(f"page_chars must be at least 1, got {page_chars}")
+        raise InvalidInput(f"page_chars must be at least 1, got {page_chars}")
     spans: list[tuple[int, int]] = []
     start = 0
     length = len(text)
@@ -119,7 +120,7 @@ class VirtualSandbox:
 
     def __init__(self, files: Mapping[str, str], *, page_chars: int = DEFAULT_PAGE_CHARS) -> None:
         if page_chars < 1:
-            raise ValueError(f"page_chars must be at least 1, got {page_chars}")
+            raise InvalidInput(f"page_chars must be at least 1, got {page_chars}")
         self._files: Mapping[str, str] = MappingProxyType(
             {_normalize_path(name): text for name, text in files.items()}
         )

@@ -23,13 +23,16 @@ from typing import Any, Callable, ClassVar, TypeVar
 import attrs
 from attrs import field, frozen
 
+from arc_ref.machine import COMPACT_REASONS
+
+from arc_eval.errors import EvalError
+
 SCHEMA = "arc-eval-run/1"
 
-TASK_KINDS = ("nih", "longbench")
 PURPOSES = ("agent", "summary", "state")
 FINISH_REASONS = ("stop", "length", "overflow", "error")
 TASK_ENDS = ("submitted", "premature", "step_limit", "error", "overflow")
-COMPACTION_REASONS = ("proactive", "reactive", "forced")
+COMPACTION_REASONS = COMPACT_REASONS  # the core's (arc_ref.machine): a record's reasons are the core's
 
 KEY_FIELDS = ("variant", "method", "seed", "task_id")
 # (variant, method, seed, task_id): one task of one method within one run directory.
@@ -40,7 +43,7 @@ TaskKey = tuple[str, str, str, str, int, str]
 PairKey = tuple[str, str, str, int, str]
 
 
-class RecordError(ValueError):
+class RecordError(EvalError, ValueError):
     """A record that breaks the schema; the message names where (file:line) and the field."""
 
 
@@ -75,7 +78,7 @@ class CallRecord:
     variant: str
     method: str
     model: str
-    task_kind: str = field(metadata=_choices(*TASK_KINDS))
+    task_kind: str  # a registered task's name (arc_eval.registry); a reader needs no task installed
     task_id: str
     seed: int
     call_index: int = field(metadata=_at_least(1))
@@ -117,7 +120,7 @@ class TaskRecord:
     variant: str
     method: str
     model: str
-    task_kind: str = field(metadata=_choices(*TASK_KINDS))
+    task_kind: str  # a registered task's name (arc_eval.registry); a reader needs no task installed
     task_id: str
     seed: int
     submitted: bool
@@ -173,7 +176,7 @@ class Manifest:
 
     schema: str
     command: tuple[str, ...]
-    task_kind: str = field(metadata=_choices(*TASK_KINDS))
+    task_kind: str  # a registered task's name (arc_eval.registry); a reader needs no task installed
     methods: tuple[str, ...]
     seeds: tuple[int, ...]
     tasks_per_seed: int | None = field(metadata=_at_least(0))

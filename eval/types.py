@@ -12,7 +12,9 @@ from typing import Any, Mapping, Protocol, Sequence
 
 from attrs import field, frozen
 
-from arc_ref.message import ToolCall, ToolSpec
+from arc_eval.errors import SERVER_STOPPED, EvalError
+from arc_ref.config import PRESETS
+from arc_ref.message import ToolCall, ToolSpec, openai_message
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -47,13 +49,8 @@ class Message:
                    None if call_id is None else str(call_id))
 
     def as_json(self) -> dict[str, Any]:
-        """The message in OpenAI chat format (``tool_calls`` / ``tool_call_id`` only when set)."""
-        message: dict[str, Any] = {"role": self.role, "content": self.content}
-        if self.tool_calls:
-            message["tool_calls"] = [call.openai() for call in self.tool_calls]
-        if self.tool_call_id is not None:
-            message["tool_call_id"] = self.tool_call_id
-        return message
+        """The message in OpenAI chat format: the core's wire shape (``arc_ref.message.openai_message``)."""
+        return openai_message(self.role, self.content, self.tool_calls, self.tool_call_id)
 
 
 @frozen
@@ -61,7 +58,7 @@ class ChatRequest:
     """What the agent loop asks a backend for: one completion of `messages`, with `tools` offered."""
 
     messages: tuple[Message, ...]
-    max_tokens: int = 4096
+    max_tokens: int = PRESETS["paper"].max_completion
     temperature: float = 0.0
     seed: int | None = None
     # Free-form tags that identify the call in logs (method, task id, call index...).
@@ -86,12 +83,14 @@ class ChatReply:
     tool_calls: tuple[ToolCall, ...] = ()
 
 
-class ContextOverflow(Exception):
+class ContextOverflow(EvalError):
     """The server (or the harness' own L_ctx - G_max check) rejected an over-long prompt.
 
     Raised by backends on an HTTP 400 whose message says "maximum context length" (vLLM), and
     by the harness when prompt_tokens > context_limit - max_tokens. Triggers reactive compaction.
     """
+
+    exit_status = SERVER_STOPPED  # handled by the loop (reactive compaction); never ends a run by itself
 
     def __init__(self, message: str, prompt_tokens: int | None = None, limit: int | None = None):
         super().__init__(message)
@@ -100,7 +99,7 @@ class ContextOverflow(Exception):
         self.limit = limit
 
 
-class BackendError(Exception):
+class BackendError(EvalError):
     """The backend failed, not the task: never scored; the run stops with this message and resumes later.
 
     Subclasses: ``BackendUnavailable`` (retries exhausted), ``BackendRequestError`` (the server
@@ -109,6 +108,8 @@ class BackendError(Exception):
     the runner stops the run: the task in flight is not recorded, so the same command, rerun after the
     fix, redoes it.
     """
+
+    exit_status = SERVER_STOPPED
 
 
 class BackendUnavailable(BackendError):

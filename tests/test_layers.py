@@ -10,7 +10,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {"arc_ref": ROOT / "arc_ref", "arc_eval": ROOT / "eval", "proofs_check": ROOT / "proofs_check"}
 
-EVAL_LEAVES = ("types", "protocol", "counting", "sandbox", "tasks", "schema", "records", "arguments", "announce")
+EVAL_LEAVES = ("types", "protocol", "counting", "sandbox", "tasks", "schema", "records", "arguments", "registry",
+               "errors", "announce")
 
 # layer -> the layers its modules may import (its own layer is always allowed)
 ALLOWED: dict[str, set[str]] = {
@@ -40,7 +41,7 @@ def layer_of(module: str) -> str | None:
             return "persist"
         if first == "session":
             return "session"
-        if first in ("cli", "store_cli", "mcp_server", "proxy"):
+        if first in ("cli", "store_cli", "mcp_server", "exit_status", "proxy"):
             return "arc-ref front ends"
         return "core"
     if top == "arc_eval":

@@ -27,8 +27,11 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
+from attrs import frozen
+
+from arc_ref.config import PRESETS
 from arc_ref.errors import ConfigError
 from arc_ref.message import ToolCall, ToolSpec
 from arc_ref.parse import parse_recall_marker
@@ -36,9 +39,10 @@ from arc_eval.agent.condense import first_last_lines, marks_itself_as_noise, wri
 from arc_eval.agent.ranking import bm25_scores, named_sources, ranked, tokens
 # message_facts: the benches clear its cache through this module
 from arc_eval.agent.reading import Plan, View, message_facts, plan_of, words
-from arc_eval.counting import shared_counter
+from arc_eval.counting import TokenCounter, default_counter
+from arc_eval.registry import BackendEntry, BackendRun, option, register_backend
 from arc_eval.protocol import STATE_REQUEST_HEADER, SUMMARY_REQUEST_HEADER, reply_tool_call, text_view
-from arc_eval.types import ChatReply, ChatRequest, ContextOverflow, Message
+from arc_eval.types import Backend, ChatReply, ChatRequest, ContextOverflow, Message
 
 AGENT_VARIANTS = ("fair", "floor")
 DEFAULT_AGENT = "fair"
@@ -284,15 +288,15 @@ class ScriptedBackend:
         self,
         policy: ScriptedPolicy | None = None,
         *,
-        context_limit: int = 16384,
-        tokenizer: str = "o200k_base",
-        chat_format: str = "chatml",
+        context_limit: int = PRESETS["paper"].context_limit,
+        counter: TokenCounter | None = None,
     ) -> None:
+        """``counter``: the run's counter (``arc_eval.counting``); None: the default counting."""
         if context_limit < 2:
             raise ConfigError(f"context_limit must be at least 2, got {context_limit}")
         self.policy = policy if policy is not None else ScriptedPolicy()
         self.context_limit = context_limit
-        self.counter = shared_counter(tokenizer, chat_format)
+        self.counter = counter if counter is not None else default_counter()
         self.calls = 0
 
     async def count_prompt_tokens(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
@@ -329,3 +333,44 @@ class ScriptedBackend:
             latency_s=time.perf_counter() - started,
             tool_calls=calls,
         )
+
+
+# -- the ``scripted`` backend: its name, options and factory ------------------------------------------
+
+SCRIPTED_MODEL = "scripted"  # the records' model: scripted-<agent>, naming the agent's rules
+
+
+@frozen
+class ScriptedOptions:
+    """The scripted agent's rules (eval/METHODS.md)."""
+
+    agent: str = option(DEFAULT_AGENT, choices=AGENT_VARIANTS,
+                        help="the scripted agent's rules: fair (equally competent for every method) or floor "
+                             "(the first rules); see eval/METHODS.md")
+    allow_reexecution: bool = option(False, store_true=True,
+                                     help="scripted agent: re-run a tool call when what it needs left the prompt")
+
+    def describe(self, model: str) -> str:
+        """The backend as a run's plan names it."""
+        return f"backend scripted (the embedded agent, rules {self.agent})"
+
+
+def _scripted_backend(options: Any, run: BackendRun) -> Backend:
+    assert isinstance(options, ScriptedOptions)
+    return ScriptedBackend(ScriptedPolicy(variant=options.agent, allow_reexecution=options.allow_reexecution),
+                           context_limit=run.context_limit, counter=run.counter)
+
+
+def _scripted_model(options: Any) -> str:
+    assert isinstance(options, ScriptedOptions)
+    return f"{SCRIPTED_MODEL}-{options.agent}"
+
+
+register_backend(BackendEntry(
+    name=ScriptedBackend.name,
+    help="the embedded deterministic agent",
+    factory=_scripted_backend,
+    options=ScriptedOptions,
+    default_model=_scripted_model,
+    order=1,
+))

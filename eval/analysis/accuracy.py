@@ -18,8 +18,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
+from arc_eval.errors import InvalidInput
 from arc_eval.analysis.survival import SURVIVAL_KEY, bucket_order
-from arc_eval.methods import METHOD_NAMES
+from arc_eval.methods import method_names
 from arc_eval.schema import TaskRecord
 
 BREAKDOWNS = ("overall", "length", "domain", SURVIVAL_KEY)
@@ -29,15 +30,16 @@ LENGTH_ORDER = ("short", "medium", "long")
 def mean_and_sd(values: Sequence[float]) -> tuple[float, float | None]:
     """Mean and sample SD (n - 1); the SD is None for fewer than two values (undefined)."""
     if not values:
-        raise ValueError("mean of no values")
+        raise InvalidInput("mean of no values")
     mean = math.fsum(values) / len(values)
     sd = statistics.stdev(values) if len(values) >= 2 else None
     return mean, sd
 
 
 def method_order(method: str) -> tuple[int, str]:
-    """Sort key: the paper's method order, unknown methods after, alphabetically."""
-    return (METHOD_NAMES.index(method), "") if method in METHOD_NAMES else (len(METHOD_NAMES), method)
+    """Sort key: the registered methods' order (``MethodEntry.order``), unknown methods after, alphabetically."""
+    known = method_names()
+    return (known.index(method), "") if method in known else (len(known), method)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +139,7 @@ def accuracy_rows(tasks: Iterable[TaskRecord], breakdown: str = "overall") -> li
     have neither); a seed with no attempt in a category does not count towards its means.
     """
     if breakdown not in BREAKDOWNS:
-        raise ValueError(f"breakdown must be one of {BREAKDOWNS}, not {breakdown!r}")
+        raise InvalidInput(f"breakdown must be one of {BREAKDOWNS}, not {breakdown!r}")
     counts: dict[tuple[str, str, str, str, str], dict[int, list[int]]] = {}
     for task in tasks:
         category = _category(task, breakdown)

@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
+from arc_eval.errors import INTERRUPTED, OK, USAGE
+from arc_eval.registry import highlighted_method
 from arc_eval.analysis.accuracy import accuracy_rows
 from arc_eval.analysis.errors import AnalysisError
 from arc_eval.analysis.load import Dataset, load_runs
@@ -81,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
         help="roofline cost per success (all tasks / correct ones, the paper's), per successful trajectory, or per task",
     )
     parser.add_argument("--arc", default=None, metavar="METHOD",
-                        help="method A of the McNemar tests, a recorded method (default: arc, when recorded)")
+                        help="method A of the McNemar tests, a recorded method (default: the paper's method, arc, when recorded)")
     return parser
 
 
@@ -262,7 +264,7 @@ def run_report(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> Repo
         models=models,
         model_notes=tuple(model_notes),
         baseline=args.baseline,
-        arc_method=args.arc if args.arc is not None else "arc",
+        arc_method=args.arc if args.arc is not None else (highlighted_method() or ""),
         normalisation=args.normalise,
     )
     progress(f"computing tables over {len(dataset.tasks):,} finished task(s)")
@@ -306,7 +308,7 @@ def run_report(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> Repo
 
 
 def report_main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
-    """Entry point of `arc-eval report`; returns the exit status (0 ok, 1 bad input, 2 bad usage)."""
+    """Entry point of `arc-eval report`; returns an exit status of ``arc_eval.errors.EXIT_STATUSES``."""
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
     parser = _parser()
@@ -318,20 +320,20 @@ def report_main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextI
         finally:
             sys.stderr = old_err
     except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
+        return exc.code if isinstance(exc.code, int) else USAGE.code
     try:
         run_report(args, out, err)
     except AnalysisError as exc:
         print(f"arc-eval report: error: {exc.message}", file=err)
-        return 1
+        return exc.exit_status.code
     except KeyboardInterrupt:
         print("arc-eval report: interrupted (files already written are complete)", file=err)
-        return 130
-    return 0
+        return INTERRUPTED.code
+    return OK.code
 
 
 def main() -> None:
-    """`python -m arc_eval.analysis.cli RUN_DIR...` until the lead wires `arc-eval report`."""
+    """`python -m arc_eval.analysis.cli RUN_DIR...`: the same as `arc-eval report RUN_DIR...`."""
     raise SystemExit(report_main(sys.argv[1:]))
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from arc_eval.errors import EvalError
 
-class AnalysisError(Exception):
+
+class AnalysisError(EvalError):
     """Bad input to the analysis (missing or malformed run records, an unknown preset, a bad flag).
 
     The message names what is wrong and where (file, line, field); `arc-eval report` prints it
-    as is and exits with status 1.
+    as is and exits with status 2 (``USAGE``), as every bad input of ``arc-eval`` does.
     """
 
     def __init__(self, message: str) -> None:

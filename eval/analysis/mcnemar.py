@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
+from arc_eval.errors import InvalidInput
 from arc_eval.analysis.accuracy import mean_and_sd, method_order
 from arc_eval.schema import PairKey, TaskRecord
 
@@ -44,7 +45,7 @@ class PValue:
 
     def __post_init__(self) -> None:
         if not self.log10 <= 0.0:
-            raise ValueError(f"a p-value is at most 1 (log10 {self.log10})")
+            raise InvalidInput(f"a p-value is at most 1 (log10 {self.log10})")
 
     @classmethod
     def one(cls) -> PValue:
@@ -86,7 +87,7 @@ def binomial_lower_tail_log10(k: int, n: int) -> float:
     Above the limit: the same sum in log space (lgamma), accurate to about 1e-9 relative.
     """
     if n < 0 or k < 0:
-        raise ValueError("k and n must be non-negative")
+        raise InvalidInput("k and n must be non-negative")
     if k >= n:
         return 0.0
     if n <= EXACT_INTEGER_LIMIT:
@@ -186,7 +187,7 @@ def mcnemar_test(a_only: int, b_only: int, both: int = 0, neither: int = 0) -> M
     """McNemar's test on paired counts (paper eq. 3), with the edge cases decided above."""
     for name, value in (("a_only", a_only), ("b_only", b_only), ("both", both), ("neither", neither)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+            raise InvalidInput(f"{name} must be a non-negative integer, got {value!r}")
     statistic = corrected_statistic(a_only, b_only)
     return McNemarResult(
         a_only=a_only,
@@ -269,11 +270,16 @@ def paired_counts(
 
 
 def compare_methods(
-    tasks: Iterable[TaskRecord], method_a: str = "arc", outcome: str = "correct"
+    tasks: Iterable[TaskRecord], method_a: str | None = None, outcome: str = "correct"
 ) -> list[PairedComparison]:
-    """McNemar of `method_a` against every other method, per (task_kind, model, variant)."""
+    """McNemar of `method_a` (None: the paper's method, ``arc_eval.registry.highlighted_method``) against every
+    other method, per (task_kind, model, variant)."""
+    if method_a is None:
+        from arc_eval.registry import highlighted_method
+
+        method_a = highlighted_method() or ""
     if outcome not in OUTCOMES:
-        raise ValueError(f"outcome must be one of {OUTCOMES}, not {outcome!r}")
+        raise InvalidInput(f"outcome must be one of {OUTCOMES}, not {outcome!r}")
     groups: dict[tuple[str, str, str], dict[str, dict[PairKey, TaskRecord]]] = {}
     for task in tasks:
         by_method = groups.setdefault((task.task_kind, task.model, task.variant), {})

@@ -19,7 +19,7 @@ from matplotlib.ticker import MaxNLocator
 
 from arc_eval.analysis.accuracy import AccuracyRow, accuracy_rows, method_order
 from arc_eval.analysis.load import Dataset
-from arc_eval.analysis.report import KIND_LABELS, method_label, variant_label, variant_order, variant_params, write_atomic
+from arc_eval.analysis.report import highlighted, kind_label, method_label, variant_label, variant_order, variant_params, write_atomic
 from arc_eval.analysis.roofline import MethodCost
 
 DPI = 110
@@ -82,7 +82,7 @@ def plot_accuracy_vs_variant(
             if match:
                 xs.append(i)
                 ys.append(100 * match[0].pooled_accuracy)
-        ax.plot(xs, ys, marker="o", label=method_label(method), linewidth=2.2 if method == "arc" else 1.2)
+        ax.plot(xs, ys, marker="o", label=method_label(method), linewidth=2.2 if highlighted(method) else 1.2)
     labels = []
     for variant, values in zip(variants, params):
         shown = "/".join(str(v) for v in values.values()) if values else ""
@@ -203,7 +203,7 @@ def write_plots(dataset: Dataset, costs: Sequence[MethodCost], out_dir: Path) ->
     """Every plot of the report, one file per (task kind, model); returns the files written."""
     written: list[Path] = []
     for kind in sorted({t.task_kind for t in dataset.tasks}):
-        kind_label = KIND_LABELS.get(kind, kind)
+        label = kind_label(kind)
         rows = accuracy_rows((t for t in dataset.tasks if t.task_kind == kind), "overall")
         for model in sorted({r.model for r in rows}):
             name = f"{kind}_{slug(model)}"
@@ -211,7 +211,7 @@ def write_plots(dataset: Dataset, costs: Sequence[MethodCost], out_dir: Path) ->
             variants = [v for v in variant_order(dataset, kind, model) if any(r.variant == v for r in mine)]
             written.append(
                 plot_accuracy(
-                    mine, variants, f"{kind_label}, {model}: accuracy per method", out_dir / f"accuracy_{name}.png"
+                    mine, variants, f"{label}, {model}: accuracy per method", out_dir / f"accuracy_{name}.png"
                 )
             )
             if len(variants) > 1:
@@ -221,7 +221,7 @@ def write_plots(dataset: Dataset, costs: Sequence[MethodCost], out_dir: Path) ->
                         mine,
                         variants,
                         params,
-                        f"{kind_label}, {model}: accuracy per variant",
+                        f"{label}, {model}: accuracy per variant",
                         out_dir / f"accuracy_vs_variant_{name}.png",
                     )
                 )
@@ -231,7 +231,7 @@ def write_plots(dataset: Dataset, costs: Sequence[MethodCost], out_dir: Path) ->
                     plot_hbm(
                         model_costs,
                         variants,
-                        f"{kind_label}, {model}: HBM traffic and roofline time",
+                        f"{label}, {model}: HBM traffic and roofline time",
                         out_dir / f"hbm_{name}.png",
                     )
                 )
@@ -239,7 +239,7 @@ def write_plots(dataset: Dataset, costs: Sequence[MethodCost], out_dir: Path) ->
                 dataset,
                 kind,
                 model,
-                f"{kind_label}, {model}: prompt tokens per call",
+                f"{label}, {model}: prompt tokens per call",
                 out_dir / f"prompt_tokens_{name}.png",
             )
             if tokens is not None:

@@ -18,26 +18,39 @@ from arc_eval.analysis.accuracy import AccuracyRow, accuracy_rows, mechanism_not
 from arc_eval.analysis.survival import SURVIVAL_KEY, with_survival
 from arc_eval.tasks.longbench import OFFICIAL_COLUMNS, longbench_columns
 from arc_eval.analysis.load import Dataset
+from arc_eval.registry import METHODS, TASKS, highlighted_method
 from arc_eval.schema import Manifest, TaskRecord
 from arc_eval.analysis.mcnemar import PairedComparison, PValue, compare_methods
 from arc_eval.analysis.presets import HardwareSpec, ModelSpec
 from arc_eval.analysis.roofline import DEFAULT_BASELINE, MethodCost, explain_trajectory, method_costs
 from arc_eval.analysis.tables import Cell, Table, cell, render_latex, render_markdown, tex_escape
 
-METHOD_LABELS = {
-    "full_context": "Full_context",
-    "sliding_window": "Sliding_window",
-    "llm_summary": "LLM_summary",
-    "structured_state": "Structured_state",
-    "rag_memory": "RAG_memory",
-    "arc": "ARC",
-}
-KIND_LABELS = {"nih": "Needle-in-a-haystack", "longbench": "LongBench-v2"}
 DASH = cell("—", "--")
 
 
 def method_label(method: str) -> str:
-    return METHOD_LABELS.get(method, method)
+    """The label a method registers (``MethodEntry.label``); a method not registered here, its name."""
+    entry = next((entry for entry in METHODS.entries() if entry.name == method), None)
+    return entry.label if entry is not None else method
+
+
+def kind_label(kind: str) -> str:
+    """The label a task registers (``TaskEntry.label``); a task not registered here, its name."""
+    entry = next((entry for entry in TASKS.entries() if entry.name == kind), None)
+    return entry.label if entry is not None else kind
+
+
+def highlighted(method: str) -> bool:
+    """The paper's method (``MethodEntry.highlighted``): bold in tables."""
+    return method == highlighted_method()
+
+
+def task_table(dataset: Dataset, kind: str) -> Table | None:
+    """The task's own table (``TaskEntry.report_table``), if it registers one."""
+    entry = next((entry for entry in TASKS.entries() if entry.name == kind), None)
+    function = entry.report_table_function() if entry is not None else None
+    table: Table | None = function(dataset, kind) if function is not None else None
+    return table
 
 
 def variant_label(variant: str) -> str:
@@ -52,7 +65,7 @@ class ReportOptions:
     models: Mapping[str, ModelSpec]  # model name as recorded -> preset
     model_notes: tuple[str, ...] = ()
     baseline: str = DEFAULT_BASELINE
-    arc_method: str = "arc"
+    arc_method: str = field(default_factory=lambda: highlighted_method() or "")
     normalisation: str = "success"
 
 
@@ -154,7 +167,7 @@ def accuracy_table(dataset: Dataset, kind: str) -> Table:
     """Paper Tables "LongBench-v2 hard-subset accuracy" / "Needle-in-a-haystack" (one per task kind)."""
     rows = accuracy_rows((t for t in dataset.tasks if t.task_kind == kind), "overall")
     table = Table(
-        title=f"{KIND_LABELS.get(kind, kind)}: accuracy across seeds",
+        title=f"{kind_label(kind)}: accuracy across seeds",
         columns=[
             "Method",
             "Ctx.",
@@ -197,7 +210,7 @@ def _fill_accuracy(table: Table, dataset: Dataset, kind: str, rows: list[Accurac
         for r in groups[(model, variant, category)]:
             mean, sd = r.mean_accuracy, r.sd_accuracy
             both = f"{100 * mean:.2f}% ± {100 * sd:.2f}%" if sd is not None else f"{100 * mean:.2f}% ± —"
-            bold = r.method == "arc"
+            bold = highlighted(r.method)
             if breakdown:
                 section.rows.append(
                     [
@@ -232,7 +245,7 @@ def breakdown_table(dataset: Dataset, kind: str, breakdown: str) -> Table | None
     if not rows:
         return None
     table = Table(
-        title=f"{KIND_LABELS.get(kind, kind)}: accuracy by {breakdown}",
+        title=f"{kind_label(kind)}: accuracy by {breakdown}",
         columns=["Method", "Pass / Attempts", "Mean No-Ans", "Mean Acc", "SD Acc", "Mean ± SD"],
         align="lrrrrr",
         label=f"tab:accuracy_{kind}_{breakdown}",
@@ -248,7 +261,7 @@ def survival_table(dataset: Dataset, kind: str) -> Table | None:
     if not rows:
         return None
     table = Table(
-        title=f"{KIND_LABELS.get(kind, kind)}: accuracy by compactions the needle survived",
+        title=f"{kind_label(kind)}: accuracy by compactions the needle survived",
         columns=["Method", "Pass / Attempts", "Mean No-Ans", "Mean Acc", "SD Acc", "Mean ± SD"],
         align="lrrrrr",
         label=f"tab:accuracy_{kind}_survival",
@@ -271,7 +284,7 @@ def longbench_official_table(dataset: Dataset, kind: str) -> Table | None:
     for task in tasks:
         groups.setdefault((task.model, task.variant, task.method), []).append(task)
     table = Table(
-        title=f"{KIND_LABELS.get(kind, kind)}: the official columns (accuracy %, all seeds pooled)",
+        title=f"{kind_label(kind)}: the official columns (accuracy %, all seeds pooled)",
         columns=["Method", *OFFICIAL_COLUMNS, "Attempts"],
         align="l" + "r" * (len(OFFICIAL_COLUMNS) + 1),
         label=f"tab:longbench_official_{kind}",
@@ -285,7 +298,7 @@ def longbench_official_table(dataset: Dataset, kind: str) -> Table | None:
             sections[key] = table.add_section(_section_header(model, variant, any(v for _, v, _ in groups)))
         columns = longbench_columns(t.to_json() for t in groups[(model, variant, method)])
         sections[key].rows.append(
-            [cell(method_label(method), bold=method == "arc"),
+            [cell(method_label(method), bold=highlighted(method)),
              *(cell("—") if columns[name] is None else cell(f"{columns[name]:.1f}") for name in OFFICIAL_COLUMNS),
              fmt_int(len(groups[(model, variant, method)]))]
         )
@@ -305,7 +318,7 @@ def ablation_table(dataset: Dataset, kind: str) -> Table | None:
                 if key not in params:
                     params.append(key)
     table = Table(
-        title=f"{KIND_LABELS.get(kind, kind)}: ablation over variants",
+        title=f"{kind_label(kind)}: ablation over variants",
         columns=["Method", "Variant", *params, "Success", "Fail", "Accuracy (%)"],
         align="ll" + "c" * len(params) + "rrr",
         label=f"tab:ablation_{kind}",
@@ -322,7 +335,7 @@ def ablation_table(dataset: Dataset, kind: str) -> Table | None:
             for r in group:
                 section.rows.append(
                     [
-                        cell(method_label(r.method), bold=r.method == "arc"),
+                        cell(method_label(r.method), bold=highlighted(r.method)),
                         cell(variant_label(variant)),
                         *[cell(_param_text(values.get(p))) for p in params],
                         fmt_int(r.passes),
@@ -348,7 +361,7 @@ def mcnemar_table(dataset: Dataset, kind: str, outcome: str, arc_method: str) ->
         return None
     what = "correctness (correct vs not)" if outcome == "correct" else "completion (accepted submission vs no answer)"
     table = Table(
-        title=f"{KIND_LABELS.get(kind, kind)}: McNemar on {what}",
+        title=f"{kind_label(kind)}: McNemar on {what}",
         columns=[
             "A",
             "B",
@@ -427,7 +440,7 @@ def hbm_table(costs: Sequence[MethodCost], dataset: Dataset, kind: str, options:
         options.normalisation
     ]
     table = Table(
-        title=f"{KIND_LABELS.get(kind, kind)}: roofline cost {unit} on {options.hardware.name}",
+        title=f"{kind_label(kind)}: roofline cost {unit} on {options.hardware.name}",
         columns=[
             "Method",
             "n_succ",
@@ -468,7 +481,7 @@ def hbm_table(costs: Sequence[MethodCost], dataset: Dataset, kind: str, options:
             bw = c.bw_bytes
             section.rows.append(
                 [
-                    cell(method_label(c.method), bold=c.method == "arc"),
+                    cell(method_label(c.method), bold=highlighted(c.method)),
                     fmt_int(c.n_success),
                     fmt_int(c.n_tasks),
                     fmt(c.t_tot, 3),
@@ -496,7 +509,7 @@ def hbm_table(costs: Sequence[MethodCost], dataset: Dataset, kind: str, options:
 def trajectory_table(dataset: Dataset, kind: str) -> Table:
     """Per method: calls, prompt and completion tokens, overflows, compactions, recalls (diagnostics)."""
     table = Table(
-        title=f"{KIND_LABELS.get(kind, kind)}: trajectory statistics (per finished task)",
+        title=f"{kind_label(kind)}: trajectory statistics (per finished task)",
         columns=[
             "Method",
             "Tasks",
@@ -571,7 +584,7 @@ def build_report(dataset: Dataset, options: ReportOptions) -> Report:
         m = run.manifest
         variants = ", ".join(variant_label(v) for v in m.variants) or "(none)"
         header.append(
-            f"`{run.run_dir}`: {KIND_LABELS.get(m.task_kind, m.task_kind)}, model `{m.model}` ({m.backend} backend), "
+            f"`{run.run_dir}`: {kind_label(m.task_kind)}, model `{m.model}` ({m.backend} backend), "
             f"methods {', '.join(m.methods)}, seeds {', '.join(map(str, m.seeds))} x {m.tasks_per_seed if m.tasks_per_seed is not None else 'all'} tasks, "
             f"variants {variants}, context_limit {m.context_limit}, max_tokens {m.max_tokens}; "
             f"{len(run.tasks)} finished task(s), {run.incomplete_tasks} incomplete; created {m.created}, "
@@ -602,7 +615,7 @@ def build_report(dataset: Dataset, options: ReportOptions) -> Report:
             t = breakdown_table(dataset, kind, breakdown)
             if t is not None:
                 tables.append(t)
-        extra = survival_table(dataset, kind) if kind == "nih" else longbench_official_table(dataset, kind)
+        extra = task_table(dataset, kind)
         if extra is not None:
             tables.append(extra)
         abl = ablation_table(dataset, kind)

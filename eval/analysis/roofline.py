@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
+from arc_eval.errors import InvalidInput
 from arc_eval.analysis.accuracy import method_order
 from arc_eval.analysis.errors import AnalysisError
 from arc_eval.schema import CallRecord, TaskKey, TaskRecord
@@ -135,7 +136,7 @@ def trajectory_cost(
             p, m = call[0], call[1]
             c = call[2] if len(call) == 3 else 0
             if p < 0 or m < 0 or not 0 <= c <= p:
-                raise ValueError("token counts must be non-negative and cached tokens at most the prompt's")
+                raise InvalidInput("token counts must be non-negative and cached tokens at most the prompt's")
             rows.append((i, "agent", p, m, True))
             cached.append(c)
     kv_b = model.kv_bytes_per_token

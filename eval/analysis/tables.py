@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from arc_eval.errors import InvalidInput
 
 _TEX_ESCAPES = {
     "\\": r"\textbackslash{}",
@@ -98,7 +99,7 @@ def render_markdown(table: Table) -> str:
             lines.append("| " + " | ".join([f"**{md_escape(section.header)}**"] + [""] * (n - 1)) + " |")
         for row in section.rows:
             if len(row) != n:
-                raise ValueError(f"row of {len(row)} cells in a table of {n} columns ({table.title})")
+                raise InvalidInput(f"row of {len(row)} cells in a table of {n} columns ({table.title})")
             lines.append("| " + " | ".join(md_escape(c.md) for c in row) + " |")
     if table.notes:
         lines.append("")

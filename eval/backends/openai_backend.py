@@ -68,11 +68,12 @@ import ssl
 import sys
 import time
 import zlib
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, TextIO
 
 import httpx
 from attrs import frozen
 
+from arc_eval.errors import InvalidInput
 from arc_eval.backends.faults import configuration_fault, refusal_message, retry_hint
 from arc_eval.backends.overflow import is_context_overflow
 from arc_eval.backends.replies import parse_completion
@@ -90,10 +91,15 @@ from arc_eval.protocol import action_to_tool_call as action_to_tool_call
 from arc_eval.protocol import split_tool_action as split_tool_action
 from arc_eval.protocol import tool_call_action as tool_call_action
 from arc_eval.protocol import tool_names as tool_names
-from arc_ref.config import parse_tools
+from arc_ref.config import PRESETS, parse_tools
+from arc_ref.errors import ConfigError
+from arc_eval.arguments import http_url, non_negative_int, positive_float
+from arc_eval.protocol import TASK_TOOL_SPECS
+from arc_eval.registry import BackendEntry, BackendRun, option, register_backend
 from arc_ref.message import ToolCall, ToolSpec
-from arc_eval.counting import TemplateCounter, TokenCounter, shared_counter
+from arc_eval.counting import DEFAULT_TOKENIZER, TemplateCounter, TokenCounter, make_counter
 from arc_eval.types import (
+    Backend,
     BackendReplyError,
     BackendRequestError,
     BackendUnavailable,
@@ -176,7 +182,7 @@ def api_urls(base_url: str) -> dict[str, str]:
     """Endpoints of one replica; `base_url` with or without its trailing `/v1`."""
     base = base_url.rstrip("/")
     if not base.startswith(("http://", "https://")):
-        raise ValueError(f"base URL must start with http:// or https://, got {base_url!r}")
+        raise InvalidInput(f"base URL must start with http:// or https://, got {base_url!r}")
     root = base[: -len("/v1")] if base.endswith("/v1") else base
     api = root + "/v1"
     return {
@@ -229,7 +235,7 @@ class OpenAIBackend:
         model: str,
         *,
         context_limit: int,
-        max_tokens: int = 4096,
+        max_tokens: int = PRESETS["paper"].max_completion,
         temperature: float = 0.0,
         connect_timeout_s: float = 10.0,
         first_byte_timeout_s: float | None = None,
@@ -257,20 +263,20 @@ class OpenAIBackend:
         every local count; None: ``tokenizer_json`` (else ``o200k_base``) over ChatML, Qwen3's
         no-think variant when thinking is off."""
         if not base_urls:
-            raise ValueError("at least one base URL is needed (e.g. http://localhost:8000/v1)")
+            raise InvalidInput("at least one base URL is needed (e.g. http://localhost:8000/v1)")
         if max_tokens < 1 or context_limit <= max_tokens:
-            raise ValueError(
+            raise InvalidInput(
                 f"need 0 < max_tokens < context_limit, got max_tokens={max_tokens}, "
                 f"context_limit={context_limit}"
             )
         if count_with not in COUNT_MODES:
-            raise ValueError(
+            raise InvalidInput(
                 f"count_with must be one of {', '.join(COUNT_MODES)}, got {count_with!r}"
             )
         if max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+            raise InvalidInput(f"max_retries must be >= 0, got {max_retries}")
         if client_shards < 1:
-            raise ValueError(f"client_shards must be >= 1, got {client_shards}")
+            raise InvalidInput(f"client_shards must be >= 1, got {client_shards}")
         first_byte = request_timeout_s if first_byte_timeout_s is None else first_byte_timeout_s
         for label, value in (
             ("connect_timeout_s", connect_timeout_s),
@@ -279,7 +285,7 @@ class OpenAIBackend:
             ("probe_timeout_s", probe_timeout_s),
         ):
             if not value > 0:
-                raise ValueError(f"{label} must be > 0, got {value}")
+                raise InvalidInput(f"{label} must be > 0, got {value}")
         self.base_urls = tuple(base_urls)
         self.replicas = [api_urls(url) for url in base_urls]
         self.model = model
@@ -293,7 +299,7 @@ class OpenAIBackend:
             2 * request_timeout_s + backoff_max_s if call_budget_s is None else call_budget_s
         )
         if not self.call_budget_s > 0:
-            raise ValueError(f"call_budget_s must be > 0, got {call_budget_s}")
+            raise InvalidInput(f"call_budget_s must be > 0, got {call_budget_s}")
         self.probe_timeout_s = probe_timeout_s
         self.max_retries = max_retries
         self.enable_thinking = enable_thinking
@@ -307,11 +313,11 @@ class OpenAIBackend:
         self._transport = transport
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
         if not (key.isascii() and key.isprintable()):
-            raise ValueError("the API key must be printable ASCII (it travels in an HTTP header)")
+            raise InvalidInput("the API key must be printable ASCII (it travels in an HTTP header)")
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         if counter is None:
-            name = f"hf:{tokenizer_json}" if tokenizer_json else "o200k_base"
-            counter = shared_counter(name, "chatml" if enable_thinking else "qwen3-nothink")
+            name = f"hf:{tokenizer_json}" if tokenizer_json else DEFAULT_TOKENIZER
+            counter = make_counter(name, "chatml" if enable_thinking else "qwen3-nothink")
         self.counter = counter
         self._round_robin = 0
         self._clients: dict[int, httpx.AsyncClient] = {}
@@ -625,6 +631,17 @@ class OpenAIBackend:
         if response.status_code != 200:
             raise self._refused(url, response)
 
+    async def preflight(self, out: TextIO) -> None:
+        """``check_server`` before a run's first task, saying on ``out`` what was found and the retry budget."""
+        print(f"checking {', '.join(self.base_urls)}: GET /v1/models, then a 1-token completion "
+              f"(at most {self.probe_timeout_s:g} s per attempt)", file=out, flush=True)
+        for info in await self.check_server():
+            window = f"window {info.window} ({info.window_field})" if info.window else "window not said"
+            tools = "; tool mode checked" if self.tools else ""
+            print(f"server {info.url.removesuffix('/models')}: {info.kind}, serves {self.model}, "
+                  f"{window}; counts with {self.count_source}{tools}", file=out)
+        print(self.retry_policy(), file=out)
+
     # -- counting -------------------------------------------------------------------------------
 
     def _local_count(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> int:
@@ -857,3 +874,69 @@ class OpenAIBackend:
             counted_prompt_tokens=count.tokens,
             tool_calls=calls,
         )
+
+
+@frozen
+class OpenAIOptions:
+    """Where the server is and how to talk to it (eval/SERVING.md). Only ``base_urls`` is recorded (not part of
+    the run's meaning): the key, timeouts, retries and counting mode are the connection's, never recorded."""
+
+    base_urls: tuple[str, ...] = option((), flag="--base-url", parse=http_url, append=True, metavar="URL",
+                                        converter=tuple,
+                                        help="server URL, e.g. http://localhost:8000/v1 (repeat for replicas)")
+    api_key: str | None = option(None, metavar="KEY", recorded=False,
+                                 help="the server's API key (vllm --api-key); default: $OPENAI_API_KEY; never "
+                                      "recorded")
+    connect_timeout_s: float = option(10.0, flag="--connect-timeout", parse=positive_float, exclusive_minimum=0,
+                                      metavar="S", recorded=False, help="seconds to connect")
+    first_byte_timeout_s: float | None = option(None, flag="--first-byte-timeout", parse=positive_float,
+                                                exclusive_minimum=0, metavar="S", recorded=False,
+                                                help="seconds until the answer starts (default: the request "
+                                                     "timeout)")
+    request_timeout_s: float = option(600.0, flag="--request-timeout", parse=positive_float, exclusive_minimum=0,
+                                      metavar="S", recorded=False, help="seconds for a whole request")
+    max_retries: int = option(6, parse=non_negative_int, minimum=0, metavar="N", recorded=False,
+                              help="retries of refused or dropped connections, timeouts, 5xx and 429; one call never "
+                                   "takes longer than two whole requests plus 30 s")
+    count_with: str = option("auto", choices=COUNT_MODES, recorded=False,
+                             help="count prompts with the server's endpoints (vLLM /tokenize, llama.cpp "
+                                  "/apply-template + /tokenize) or locally (auto: the server's when it has them)")
+
+    def describe(self, model: str) -> str:
+        """The backend as a run's plan names it."""
+        return f"backend openai {', '.join(self.base_urls)} serving {model}"
+
+    def check(self) -> None:
+        if not self.base_urls:
+            raise ConfigError("--backend openai needs at least one --base-url (e.g. http://localhost:8000/v1)")
+        if self.api_key is not None and not (self.api_key.isascii() and self.api_key.isprintable()):
+            raise ConfigError("--api-key must be printable ASCII (it travels in an HTTP header)")
+
+
+def _openai_backend(options: Any, run: BackendRun) -> Backend:
+    assert isinstance(options, OpenAIOptions)
+    return OpenAIBackend(
+        list(options.base_urls),
+        run.model,
+        context_limit=run.context_limit,
+        max_tokens=run.max_tokens,
+        temperature=run.temperature,
+        counter=run.counter,
+        tools=TASK_TOOL_SPECS if run.tool_calling else None,
+        api_key=options.api_key,
+        connect_timeout_s=options.connect_timeout_s,
+        first_byte_timeout_s=options.first_byte_timeout_s,
+        request_timeout_s=options.request_timeout_s,
+        probe_timeout_s=min(60.0, options.request_timeout_s),
+        max_retries=options.max_retries,
+        count_with=options.count_with,
+    )
+
+
+register_backend(BackendEntry(
+    name=OpenAIBackend.name,
+    help="an OpenAI-compatible server (vLLM, llama.cpp; eval/SERVING.md)",
+    factory=_openai_backend,
+    options=OpenAIOptions,
+    order=2,
+))

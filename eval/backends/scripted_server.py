@@ -58,7 +58,6 @@ import contextlib
 import importlib
 import json
 import logging
-import os
 import signal
 import socket
 import sys
@@ -76,11 +75,18 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from arc_ref.config import TEMPLATE_FORMAT, parse_tools
+from arc_ref.config import PRESETS, TEMPLATE_FORMAT, parse_tools
 from arc_ref.errors import ConfigError
+from arc_eval.errors import OK, USAGE, EvalError, InvalidInput
 from arc_eval.arguments import port_number
 from arc_eval.backends.openai_backend import render_for_count
-from arc_eval.counting import TemplateCounter
+from arc_eval.counting import (
+    DEFAULT_CHAT_FORMAT,
+    DEFAULT_TOKENIZER,
+    TemplateCounter,
+    model_directory,
+    resolve_counting,
+)
 from arc_eval.protocol import reply_tool_call, text_view
 from arc_eval.types import ROLES, Message
 
@@ -92,7 +98,7 @@ _DROP = object()
 KEEP_ALIVE_S = 5  # uvicorn's default idle keep-alive, which vLLM keeps
 
 
-class InjectedDrop(Exception):
+class InjectedDrop(EvalError):
     """Raised after the response has started, so that uvicorn closes the connection mid-answer."""
 
 
@@ -222,11 +228,11 @@ class ScriptedServer:
         policy: Policy,
         *,
         max_model_len: int,
-        tokenizer: str = "o200k_base",
+        tokenizer: str = DEFAULT_TOKENIZER,
         concurrency: int = 8,
         latency_ms: float = 0.0,
         model_name: str = "scripted",
-        chat_format: str = "chatml",
+        chat_format: str = DEFAULT_CHAT_FORMAT,
         reject_long_completion: bool = False,
         faults: Sequence[int | str] = (),
         api_key: str | None = None,
@@ -235,23 +241,21 @@ class ScriptedServer:
         never_answer: bool = False,
     ) -> None:
         from arc_ref.chat import get_chat_format
-        from arc_ref.tokenizers import HF_DIR_PREFIX, get_tokenizer
+        from arc_ref.tokenizers import get_tokenizer
 
         if max_model_len < 2:
-            raise ValueError(f"max_model_len must be at least 2, got {max_model_len}")
+            raise InvalidInput(f"max_model_len must be at least 2, got {max_model_len}")
         if concurrency < 1:
-            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+            raise InvalidInput(f"concurrency must be at least 1, got {concurrency}")
         if latency_ms < 0:
-            raise ValueError(f"latency_ms must be >= 0, got {latency_ms}")
+            raise InvalidInput(f"latency_ms must be >= 0, got {latency_ms}")
         for fault in faults:
             if fault != "drop" and not (isinstance(fault, int) and 400 <= fault <= 599):
-                raise ValueError(f"a fault is an HTTP status 400-599 or 'drop', got {fault!r}")
-        if os.path.isdir(tokenizer):
-            tokenizer = f"{HF_DIR_PREFIX}{tokenizer}"
+                raise InvalidInput(f"a fault is an HTTP status 400-599 or 'drop', got {fault!r}")
+        tokenizer, chat_format = resolve_counting(tokenizer, TEMPLATE_FORMAT if model_directory(tokenizer) else chat_format)
         self.template: TemplateCounter | None = None
-        if tokenizer.startswith(HF_DIR_PREFIX):  # the model's own template, as vLLM serves it
+        if chat_format == TEMPLATE_FORMAT:  # the model's own template, as vLLM serves it
             self.template = TemplateCounter(tokenizer)
-            chat_format = TEMPLATE_FORMAT
         else:
             get_chat_format(chat_format)  # fail early on an unknown name
         self.policy = policy
@@ -601,7 +605,7 @@ def build_app(
     policy: Policy,
     *,
     max_model_len: int,
-    tokenizer: str = "o200k_base",
+    tokenizer: str = DEFAULT_TOKENIZER,
     concurrency: int = 8,
     latency_ms: float = 0.0,
     model_name: str = "scripted",
@@ -657,18 +661,18 @@ def load_policy(spec: str) -> Policy:
     """`module:attribute` -> a policy; a class is instantiated without arguments."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
-        raise ValueError(f"--policy must look like module:attribute, got {spec!r}")
+        raise InvalidInput(f"--policy must look like module:attribute, got {spec!r}")
     try:
         module = importlib.import_module(module_name)
     except ImportError as failure:
-        raise ValueError(f"cannot import the policy module {module_name!r}: {failure}") from None
+        raise InvalidInput(f"cannot import the policy module {module_name!r}: {failure}") from None
     try:
         target = getattr(module, attribute)
     except AttributeError:
-        raise ValueError(f"module {module_name!r} has no {attribute!r}") from None
+        raise InvalidInput(f"module {module_name!r} has no {attribute!r}") from None
     policy = target() if isinstance(target, type) else target
     if not callable(policy):
-        raise ValueError(f"{spec} is not callable")
+        raise InvalidInput(f"{spec} is not callable")
     return policy  # type: ignore[no-any-return]
 
 
@@ -688,11 +692,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=port_number, default=8000, help="0 to 65535 (0: any free port)")
     parser.add_argument(
-        "--max-model-len", type=int, default=16384, help="context window L (tokens)"
+        "--max-model-len", type=int, default=PRESETS["paper"].context_limit, help="context window L (tokens)"
     )
     parser.add_argument(
         "--tokenizer",
-        default="o200k_base",
+        default=DEFAULT_TOKENIZER,
         help="a model directory (its tokenizer.json and chat template, rendered as vLLM renders them), or an "
         "arc_ref tokenizer: bytes, o200k_base, cl100k_base, hf:PATH, hf-dir:DIR",
     )
@@ -754,7 +758,7 @@ def serve_main(argv: list[str]) -> int:
         )
     except Exception as failure:
         print(f"arc-eval serve-scripted: {failure}", file=sys.stderr)
-        return 2
+        return USAGE.code
 
     async def serve() -> None:
         try:
@@ -794,5 +798,5 @@ def serve_main(argv: list[str]) -> int:
         asyncio.run(serve())
     except SystemExit as exit_request:
         print(exit_request, file=sys.stderr)
-        return 2
-    return 0
+        return USAGE.code
+    return OK.code

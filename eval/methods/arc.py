@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from arc_eval.errors import InvalidInput
 from arc_ref import render
 from arc_ref.config import PRESETS, Config, make_setup, minimum_budgets
 from arc_ref.errors import ArcError, ConfigError
@@ -42,10 +43,15 @@ from arc_ref.machine import (
     view,
 )
 from arc_ref.message import ToolCall, ToolSpec
+from attrs import frozen
+
+from arc_eval.arguments import positive_int
+from arc_eval.registry import MethodEntry, option, register_method
 from arc_eval.methods.base import AuxCaller, Intercepted, MethodEvents, MethodSettings, ToolTurnOutcome
 from arc_eval.protocol import TASK_TOOL_SPECS
 from arc_eval.types import Message, Observation
 
+ARC_NAME = "arc"
 CHARS_PER_TOKEN = 4
 WRAPPER_ALLOWANCE = 80  # tokens of q's character budget left for the response wrapper
 SHARES = {"summary_budget": 2, "recent_budget": 4, "page_budget": 1}
@@ -53,8 +59,19 @@ OVERHEAD = 64
 CAPACITY = 65535
 
 
+@frozen
+class ArcOptions:
+    """ARC's own knobs: the paper's recall budgets in characters (``RECALL_BUDGET_CHARS``, ``RECALL_MAX_CHARS``;
+    the recall-budget sweep of "Ablation")."""
+
+    recall_budget_chars: int = option(16000, parse=positive_int, minimum=1, metavar="CHARS",
+                                      help="ARC's recall budget Q, in characters (4 per token)")
+    recall_max_chars: int = option(8000, parse=positive_int, minimum=1, metavar="CHARS",
+                                   help="ARC's largest recalled chunk q, in characters (4 per token, less 80)")
+
+
 def arc_config(settings: MethodSettings, system: str, goal: str, *, check: bool = True) -> Config:
-    """The core's Config for one task under the run's shared budgets (see the module docstring).
+    """The core's Config for one task under the run's shared budgets and ARC's options (module docstring).
 
     ``check``: build its Setup here to validate it (K <= L, every component floor); ``begin`` leaves that
     to ``init``, which builds the same Setup and raises the same error."""
@@ -62,8 +79,8 @@ def arc_config(settings: MethodSettings, system: str, goal: str, *, check: bool 
         context_limit=settings.context_limit,
         max_completion=settings.max_tokens,
         keep_verbatim_chars=settings.keep_verbatim_chars,
-        tokenizer=settings.tokenizer,
-        chat_format=settings.chat_format,
+        tokenizer=settings.counter.tokenizer_name,
+        chat_format=settings.counter.chat_format_name,
         action_mode=settings.action_mode,
         tools=TASK_TOOL_SPECS if settings.action_mode == "tools" else (),
         system=system,
@@ -71,12 +88,13 @@ def arc_config(settings: MethodSettings, system: str, goal: str, *, check: bool 
         capacity=int(settings.extra.get("arc_capacity", CAPACITY)),
         overhead=OVERHEAD,
     )
-    chunk_tokens = max(1, settings.recall_max_chars // CHARS_PER_TOKEN - WRAPPER_ALLOWANCE)
+    options = settings.options_of(ARC_NAME, ArcOptions)
+    chunk_tokens = max(1, options.recall_max_chars // CHARS_PER_TOKEN - WRAPPER_ALLOWANCE)
     floors = minimum_budgets(base.replace(chunk_tokens=chunk_tokens, page_size=1))
     if floors["stub_cap"] > base.stub_cap:  # a tokenizer that spends more on the smallest stub (ids, numbers)
         base = base.replace(stub_cap=floors["stub_cap"])
         floors = minimum_budgets(base.replace(chunk_tokens=chunk_tokens, page_size=1))
-    recall_budget = max(settings.recall_budget_chars // CHARS_PER_TOKEN, floors["recall_budget"])
+    recall_budget = max(options.recall_budget_chars // CHARS_PER_TOKEN, floors["recall_budget"])
     limit = settings.context_limit - settings.max_tokens
     available = limit - floors["prefix_tokens"] - recall_budget - OVERHEAD
     total_shares = sum(SHARES.values())
@@ -99,7 +117,7 @@ def arc_config(settings: MethodSettings, system: str, goal: str, *, check: bool 
 class ArcMethod:
     """Method "arc": the reference core's state machine, one state per task."""
 
-    name = "arc"
+    name = ARC_NAME
 
     def __init__(self, settings: MethodSettings):
         self.settings = settings
@@ -165,7 +183,7 @@ class ArcMethod:
         try:
             self.state, result = compact(self.arc, Compact(reason))
         except ArcError as problem:
-            raise ValueError(str(problem)) from problem
+            raise InvalidInput(str(problem)) from problem
         if result.folded:
             self._compactions.append(reason)
         return result.folded > 0
@@ -175,3 +193,7 @@ class ArcMethod:
         self._compactions.clear()
         self._recalls.clear()
         return events
+
+
+register_method(MethodEntry(name=ArcMethod.name, label="ARC", order=6, factory=ArcMethod, options=ArcOptions,
+                            highlighted=True))

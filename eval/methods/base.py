@@ -8,32 +8,31 @@ index, the loop asks it to ``compact``. Everything it did since the last call is
 
 This module also holds:
 
-* ``prompt_counter``: the run's token counter (``arc_eval.counting``) for a method's settings;
 * ``TranscriptMethod``: the machinery the five baselines share (prefix, turns, recent suffix,
   proactive trigger, events). ``ArcMethod`` implements ``Method`` on its own.
 """
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence, TypeVar
 
 from attrs import field, frozen
 
+from arc_eval.errors import InvalidInput
 from arc_ref import render
-from arc_ref.config import ACTION_MODES, TEMPLATE_FORMAT
+from arc_ref.config import ACTION_MODES, PRESETS, TEMPLATE_FORMAT
 from arc_ref.errors import ConfigError
-from arc_ref.machine import SHOWN_TOKEN_CHARS
+from arc_ref.machine import COMPACT_REASONS, SHOWN_TOKEN_CHARS
 from arc_ref.render import INT, LINE, TEXT, Template
 from arc_ref.message import ToolCall, ToolSpec
 from arc_ref.text import clipped
-# PromptCounter, shared_counter and clear_counter_caches live in arc_eval.counting; importable from here too
-from arc_eval.counting import PromptCounter as PromptCounter
-from arc_eval.counting import clear_counter_caches as clear_counter_caches
-from arc_eval.counting import TokenCounter, shared_counter as shared_counter
+from arc_eval.counting import TokenCounter, default_counter
 from arc_eval.protocol import TASK_TOOL_SPECS, call_action
 from arc_eval.types import ChatReply, Message, Observation
 
-COMPACTION_REASONS = ("proactive", "reactive", "forced")
+O = TypeVar("O")
+PAPER = PRESETS["paper"]  # the paper's setting: the budgets' defaults
+COMPACTION_REASONS = COMPACT_REASONS  # the core's (arc_ref.machine), for every method
 UNKNOWN_TOOL_RETURNCODE = 2  # a call to a tool that is not offered, as its turn is shown to a condensing request
 
 # Fraction of the usable budget L = L_ctx - G_max that a baseline keeps as its verbatim recent
@@ -59,28 +58,36 @@ class MethodSettings:
     """Budgets every method shares (paper, "Experimental Setup" and "Ablation")."""
 
     context_limit: int = field(validator=_positive)  # L_ctx
-    max_tokens: int = field(default=4096, validator=_positive)  # G_max
-    keep_verbatim_chars: int = field(default=500, validator=_positive)
-    recall_budget_chars: int = field(default=16000, validator=_positive)  # RECALL_BUDGET_CHARS
-    recall_max_chars: int = field(default=8000, validator=_positive)  # RECALL_MAX_CHARS
-    tokenizer: str = "o200k_base"  # arc_ref tokenizer name prompts are counted with (hf-dir:DIR: the served model's)
-    chat_format: str = "chatml"  # "template": the model directory's own chat template (arc_ref.templates)
+    max_tokens: int = field(default=PAPER.max_completion, validator=_positive)  # G_max
+    keep_verbatim_chars: int = field(default=PAPER.keep_verbatim_chars, validator=_positive)
+    # the run's counter (``arc_eval.counting``): its tokenizer and chat format ("template": the model
+    # directory's own chat template) are what every prompt is counted with
+    counter: TokenCounter = field(factory=default_counter)
     action_mode: str = field(default="text", validator=_action_mode)  # "tools": tool-calling mode
-    rag_top_k: int = field(default=3, validator=_positive)
-    rag_chunk_chars: int = field(default=1000, validator=_positive)
+    # each method's own options by its name (``arc_eval.registry.MethodEntry.options``); absent: the defaults
+    method_options: Mapping[str, Any] = field(factory=dict)
     extra: Mapping[str, Any] = field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
-        if self.action_mode == "tools" and self.chat_format != TEMPLATE_FORMAT:
+        if self.action_mode == "tools" and self.counter.chat_format_name != TEMPLATE_FORMAT:
             raise ConfigError(
                 "tool-calling mode counts tool calls and results with the served model's own chat template: it"
-                f" needs chat_format {TEMPLATE_FORMAT!r} (--tokenizer DIR, the model directory), got {self.chat_format!r}"
+                f" needs chat_format {TEMPLATE_FORMAT!r} (--tokenizer DIR, the model directory), got {self.counter.chat_format_name!r}"
             )
         if self.max_tokens >= self.context_limit:
             raise ConfigError(
                 f"max_tokens ({self.max_tokens}) must be below context_limit ({self.context_limit}): "
                 "the usable prompt budget L = L_ctx - G_max would be empty"
             )
+
+    def options_of(self, method: str, options_class: type[O]) -> O:
+        """``method``'s own options: those the run gave, else the class's defaults."""
+        given = self.method_options.get(method)
+        if given is None:
+            return options_class()
+        if not isinstance(given, options_class):
+            raise ConfigError(f"method {method}: options must be {options_class.__name__}, got {type(given).__name__}")
+        return given
 
     @property
     def usable_tokens(self) -> int:
@@ -165,11 +172,6 @@ class Method(Protocol):
         ...
 
 
-def prompt_counter(settings: MethodSettings) -> TokenCounter:
-    """The process-wide counter for the settings' tokenizer and chat format."""
-    return shared_counter(settings.tokenizer, settings.chat_format)
-
-
 def assistant_text(thought: str, action: str) -> str:
     """The assistant message a baseline keeps for one agent turn (the protocol's reply format)."""
     return f"Thought: {thought}\nAction: {action}" if thought else f"Action: {action}"
@@ -226,7 +228,7 @@ class TranscriptMethod:
 
     def __init__(self, settings: MethodSettings):
         self.settings = settings
-        self.counter = prompt_counter(settings)
+        self.counter = settings.counter
         self.prefix: tuple[Message, ...] = ()
         self.turns: list[Turn] = []
         self._pending: Turn | None = None
@@ -282,7 +284,7 @@ class TranscriptMethod:
         note (``NAME: no tool has this name; not run``), never run, as ARC's core does."""
         self._flush_pending()
         if len(calls) > 1:
-            raise ValueError(f"one tool call per reply, got {len(calls)}")
+            raise InvalidInput(f"one tool call per reply, got {len(calls)}")
         assistant = Message("assistant", thought, tuple(calls))
         if not calls:
             self.turns.append(Turn(assistant, None, ""))
@@ -307,7 +309,7 @@ class TranscriptMethod:
 
     async def compact(self, reason: str, aux: AuxCaller) -> bool:
         if reason not in COMPACTION_REASONS:
-            raise ValueError(f"unknown compaction reason {reason!r}; expected one of {COMPACTION_REASONS}")
+            raise InvalidInput(f"unknown compaction reason {reason!r}; expected one of {COMPACTION_REASONS}")
         self._flush_pending()
         split = self._recent_start()
         if split == 0:

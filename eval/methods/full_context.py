@@ -7,7 +7,9 @@ task ends as no answer (``end="overflow"``). Forced compactions are no-ops.
 
 from __future__ import annotations
 
+from arc_eval.errors import InvalidInput
 from arc_eval.methods.base import COMPACTION_REASONS, AuxCaller, TranscriptMethod
+from arc_eval.registry import MethodEntry, register_method
 
 
 class FullContextMethod(TranscriptMethod):
@@ -17,5 +19,9 @@ class FullContextMethod(TranscriptMethod):
 
     async def compact(self, reason: str, aux: AuxCaller) -> bool:
         if reason not in COMPACTION_REASONS:
-            raise ValueError(f"unknown compaction reason {reason!r}; expected one of {COMPACTION_REASONS}")
+            raise InvalidInput(f"unknown compaction reason {reason!r}; expected one of {COMPACTION_REASONS}")
         return False
+
+
+register_method(MethodEntry(name=FullContextMethod.name, label="Full_context", order=1, factory=FullContextMethod,
+                            compacts=False))

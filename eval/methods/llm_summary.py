@@ -30,6 +30,7 @@ from arc_eval.methods.base import (
 )
 from arc_eval.protocol import SUMMARY_REQUEST_HEADER, strip_reasoning
 from arc_eval.types import ContextOverflow, Message
+from arc_eval.registry import MethodEntry, register_method
 
 TURN_HEADER = "### Turn"
 TURNS_HEADER = "Turns to fold in (oldest first):"
@@ -243,3 +244,6 @@ class LlmSummaryMethod(ModelCondensedMethod):
 
     def _memory_text(self) -> str:
         return f"Summary of earlier turns (written by the model):\n{self.summary}" if self.summary else ""
+
+
+register_method(MethodEntry(name=LlmSummaryMethod.name, label="LLM_summary", order=3, factory=LlmSummaryMethod))

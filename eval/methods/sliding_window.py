@@ -10,6 +10,7 @@ keep-verbatim threshold does not apply (a pure window keeps no older observation
 from __future__ import annotations
 
 from arc_eval.methods.base import AuxCaller, MethodSettings, TranscriptMethod, Turn
+from arc_eval.registry import MethodEntry, register_method
 
 
 class SlidingWindowMethod(TranscriptMethod):
@@ -23,3 +24,6 @@ class SlidingWindowMethod(TranscriptMethod):
 
     async def _condense(self, older: list[Turn], aux: AuxCaller) -> None:
         self.dropped_turns += len(older)
+
+
+register_method(MethodEntry(name=SlidingWindowMethod.name, label="Sliding_window", order=2, factory=SlidingWindowMethod))

@@ -34,6 +34,7 @@ from arc_eval.methods.base import MethodSettings
 from arc_eval.methods.llm_summary import TURNS_HEADER, ModelCondensedMethod
 from arc_eval.protocol import STATE_REQUEST_HEADER
 from arc_eval.types import Message
+from arc_eval.registry import MethodEntry, register_method
 
 STATE_SCHEMA: dict[str, Any] = {
     "task": "string: the task in one line",
@@ -149,3 +150,6 @@ class StructuredStateMethod(ModelCondensedMethod):
         if self._shown is None or self._shown[0] is not self.state:
             self._shown = (self.state, self._render(self.state))
         return self._shown[1]
+
+
+register_method(MethodEntry(name=StructuredStateMethod.name, label="Structured_state", order=4, factory=StructuredStateMethod))

@@ -27,14 +27,21 @@ The agent sees the context only through the sandbox: ``files={"context.txt": con
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from attrs import frozen
+
+from arc_ref.errors import ConfigError
+from arc_eval.errors import EvalError
+from arc_eval.registry import TaskEntry, option, register_task
 from arc_eval.sandbox import DEFAULT_PAGE_CHARS, paginate
 from arc_eval.types import Task
 
+LONGBENCH_KIND = "longbench"  # the task's name: Task.kind, the records' task_kind, the command
 CONTEXT_FILE = "context.txt"
 REQUIRED_FIELDS = (
     "_id",
@@ -57,7 +64,7 @@ _ANSWER_WITH_PARENS = re.compile(r"The correct answer is \(([A-D])\)")
 _ANSWER_BARE = re.compile(r"The correct answer is ([A-D])")
 
 
-class LongBenchDataError(ValueError):
+class LongBenchDataError(EvalError, ValueError):
     """The LongBench-v2 file is missing, unreadable or not in the official format."""
 
 
@@ -237,7 +244,7 @@ def make_longbench_task(record: dict[str, Any], *, page_chars: int = DEFAULT_PAG
     pages = len(paginate(record["context"], page_chars))
     return Task(
         task_id=longbench_task_id(record["_id"]),
-        kind="longbench",
+        kind=LONGBENCH_KIND,
         goal=_goal(record, pages, page_chars),
         files={CONTEXT_FILE: record["context"]},
         answer=record["answer"],
@@ -300,3 +307,62 @@ def longbench_columns(records: Iterable[Mapping[str, Any]]) -> dict[str, float |
             totals[column][0] += correct
             totals[column][1] += 1
     return {column: (round(100 * hits / count, 1) if count else None) for column, (hits, count) in totals.items()}
+
+
+def _absolute_path(path: str | None) -> str | None:
+    """A path made absolute (so the run's meaning does not depend on the working directory)."""
+    return None if path is None else os.path.abspath(path)
+
+
+@frozen
+class LongBenchOptions:
+    """The LongBench-v2 task's knobs: the local data and the subset (paper: the hard subset)."""
+
+    data: str | None = option(None, metavar="PATH", converter=_absolute_path,
+                              help="the official data.json (or its directory); never downloaded")
+    difficulty: str = option("hard", choices=DIFFICULTIES,
+                             help="hard (the paper's subset), easy, or all (the full data set)")
+
+    def check(self) -> None:
+        if not self.data:
+            raise ConfigError("LongBench needs --data PATH (the official data.json or its directory); nothing is "
+                              "downloaded")
+
+
+class LongBenchItems:
+    """The items of one data file and difficulty, read once (the same items for every seed)."""
+
+    def __init__(self, options: LongBenchOptions) -> None:
+        self.items = load_longbench(options.data, difficulty=options.difficulty)
+
+    def tasks(self, seed: int, count: int | None) -> list[Task]:
+        return self.items[:count] if count is not None else self.items
+
+
+def _score_letter(task: Task, submission: str, reply: str) -> tuple[bool, str | None]:
+    """The letter of the whole final reply, as the official harness extracts it."""
+    return score_longbench(task, reply), extract_longbench_answer(reply)
+
+
+def _plan_steps(task: Task) -> int:
+    """One step per page of the context, then the answer."""
+    pages = task.meta.get("pages")
+    if isinstance(pages, int) and pages > 0:
+        return pages + 1
+    return math.ceil(len("".join(task.files.values())) / DEFAULT_PAGE_CHARS) + 1
+
+
+register_task(TaskEntry(
+    name=LONGBENCH_KIND,
+    label="LongBench-v2",
+    help="LongBench-v2 hard subset from a local data.json",
+    options=LongBenchOptions,
+    source=LongBenchItems,
+    scorer=_score_letter,
+    plan_steps=_plan_steps,
+    count_flag="--limit",
+    count_default=None,
+    count_help="only the first N items of the chosen difficulty (default: all)",
+    report_table="arc_eval.analysis.report:longbench_official_table",
+    order=2,
+))

@@ -62,8 +62,12 @@ from typing import Sequence
 
 from attrs import frozen
 
+from arc_eval.errors import InvalidInput
+from arc_eval.arguments import non_negative_int
+from arc_eval.registry import TaskEntry, option, register_task
 from arc_eval.types import Task
 
+NIH_KIND = "nih"  # the task's name: Task.kind, the records' task_kind, the command
 NEEDLE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ234567"  # 30 symbols: A-Z without I and O, digits 2-7
 NEEDLE_LENGTH = 24
 NEEDLE_BANNER_LABEL = "THE NEEDLE FOR THIS TASK"
@@ -77,7 +81,6 @@ DISTRACTOR_LINE_CHARS = 76
 NOISE_LINE_WORD_CHARS = 46
 PHRASE_BANK_SIZE = 4096
 NOISE_LINES_SWEEP = (5, 10, 25, 30)  # the paper's fixture-size ablation
-PAPER_SEEDS = (42, 82, 122)
 NIH_LAYOUTS = ("varied", "paper")
 DEFAULT_NIH_LAYOUT = "varied"
 NEEDLE_ACTION = f"cat {NEEDLE_FILE}"
@@ -249,13 +252,13 @@ def make_nih_tasks(
 ) -> list[Task]:
     """`n_tasks` NIH tasks of `seed`, ids `nih-s{seed}-{index:04d}`; paired across methods."""
     if n_tasks < 0:
-        raise ValueError(f"n_tasks must be >= 0, got {n_tasks}")
+        raise InvalidInput(f"n_tasks must be >= 0, got {n_tasks}")
     if noise_lines_per_side < 0:
-        raise ValueError(f"noise_lines_per_side must be >= 0, got {noise_lines_per_side}")
+        raise InvalidInput(f"noise_lines_per_side must be >= 0, got {noise_lines_per_side}")
     if distractor_files < 0:
-        raise ValueError(f"distractor_files must be >= 0, got {distractor_files}")
+        raise InvalidInput(f"distractor_files must be >= 0, got {distractor_files}")
     if layout not in NIH_LAYOUTS:
-        raise ValueError(f"unknown NIH layout {layout!r}; use one of {', '.join(NIH_LAYOUTS)}")
+        raise InvalidInput(f"unknown NIH layout {layout!r}; use one of {', '.join(NIH_LAYOUTS)}")
     tasks: list[Task] = []
     for index, needle in enumerate(needle_pool(seed, n_tasks)):
         task_id = nih_task_id(seed, index)
@@ -276,7 +279,7 @@ def make_nih_tasks(
         tasks.append(
             Task(
                 task_id=task_id,
-                kind="nih",
+                kind=NIH_KIND,
                 goal=_goal(names[: shape.before], names[shape.before :]),
                 files=files,
                 answer=needle,
@@ -323,3 +326,47 @@ def needle_token(submission: str | None) -> str | None:
 def score_nih(task: Task, submission: str | None) -> bool:
     """True when the submitted `NEEDLE=<value>` token is exactly the task's needle."""
     return extract_needle(submission) == task.answer
+
+
+@frozen
+class NihOptions:
+    """The needle-in-a-haystack task's knobs (paper, "Experimental Setup"; the noise sweep of "Ablation")."""
+
+    noise_lines_per_side: int = option(DEFAULT_NOISE_LINES_PER_SIDE, flag="--noise-lines", parse=non_negative_int, metavar="N",
+                                       minimum=0, help="noise lines per side")
+    distractor_files: int = option(DEFAULT_DISTRACTOR_FILES, parse=non_negative_int, minimum=0, metavar="N",
+                                   help="distractor files (varied layout: the centre of each task's range D/2..3D/2)")
+    nih_layout: str = option(DEFAULT_NIH_LAYOUT, choices=NIH_LAYOUTS,
+                             help="varied: each task draws its own shape; paper: the paper's single structure")
+
+
+@frozen
+class NihSource:
+    """Tasks drawn from each seed (nothing to read)."""
+
+    options: NihOptions
+
+    def tasks(self, seed: int, count: int | None) -> list[Task]:
+        return make_nih_tasks(seed, count or 0, noise_lines_per_side=self.options.noise_lines_per_side,
+                              distractor_files=self.options.distractor_files, layout=self.options.nih_layout)
+
+
+def _score_needle(task: Task, submission: str, reply: str) -> tuple[bool, str | None]:
+    """The ``NEEDLE=<value>`` token of the submission, scored."""
+    return score_nih(task, submission), needle_token(submission)
+
+
+register_task(TaskEntry(
+    name=NIH_KIND,
+    label="Needle-in-a-haystack",
+    help="needle-in-a-haystack",
+    options=NihOptions,
+    source=NihSource,
+    scorer=_score_needle,
+    plan_steps=lambda task: len(task.files) + 1,  # one step per file, then submit
+    count_flag="--tasks",
+    count_default=1000,
+    count_help="tasks per seed",
+    report_table="arc_eval.analysis.report:survival_table",
+    order=1,
+))

@@ -63,17 +63,20 @@ def test_the_plan_of_an_ablation_over_longbench_items() -> None:
     spec = SimpleNamespace(methods=("arc",), variants={"recall=4k/2k": {}, "recall=8k/4k": {}}, seeds=(42,),
                            task_kind="longbench", tasks_per_seed=None, backend="scripted", agent="fair",
                            base_urls=(), model="scripted-fair", out=Path("runs/ablation-recall-budget-longbench-x"))
-    text = announce.plan_text(spec, "unused", 24, on_gpu=False)
+    text = announce.plan_text(spec, 24, "backend scripted (the embedded agent, rules fair)", [])
     assert text.startswith("plan: longbench, 12 task(s) x 1 method(s) x 1 seed(s) x 2 variant(s) (recall=4k/2k, "
                            "recall=8k/4k) = 24 task runs; methods arc; seeds 42")
 
 
 def test_the_slow_retriever_is_announced_with_its_cost() -> None:
-    slow = announce.retriever_note("embeddings", ["arc", "rag_memory"], 1000, on_gpu=False)
+    """rag_memory's own note in the plan (its options' plan_note; a run without rag_memory has none)."""
+    from arc_eval.methods.rag_memory import retriever_note
+
+    slow = retriever_note("embeddings", 1000, on_gpu=False)
     assert "embeddings on CPU: slow, about 5 s per rag_memory task (~1 h 23 min for its 1000 tasks)" in slow
     assert "--rag-retriever bm25 is the fast one" in slow
-    assert announce.retriever_note("embeddings", ["rag_memory"], 1000, on_gpu=True) == "rag_memory retriever embeddings"
-    assert announce.retriever_note("bm25", ["arc"], 1000, on_gpu=False) == "rag_memory not run"
+    assert retriever_note("embeddings", 1000, on_gpu=True) == "rag_memory retriever embeddings"
+    assert retriever_note("bm25", 1000, on_gpu=False) == "rag_memory retriever bm25"
 
 
 def test_durations_and_the_estimate_read_at_a_glance(monkeypatch: pytest.MonkeyPatch) -> None:

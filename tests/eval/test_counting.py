@@ -9,6 +9,8 @@ bare probe. On a model directory made here (always) and on Qwen3's real files (s
 
 from __future__ import annotations
 
+import functools
+
 import asyncio
 import json
 from pathlib import Path
@@ -20,11 +22,11 @@ from hypothesis import strategies as st
 
 from arc_ref.errors import ConfigError
 from arc_ref.message import ToolCall
-from arc_eval.counting import PromptCounter, TemplateCounter, shared_counter
+from arc_eval.counting import PromptCounter, TemplateCounter, make_counter
 from arc_eval.loop import run_task
-from arc_eval.methods import METHOD_NAMES, make_method
+from arc_eval.methods import make_method, method_names
 from arc_eval.protocol import TASK_TOOL_SPECS, system_prompt, tool_system_prompt
-from arc_eval.runner import RunSpec, make_backend, method_settings
+from arc_eval.runner import RunPlan, RunSpec, make_backend
 from arc_eval.tasks.nih import make_nih_tasks
 from arc_eval.types import ChatReply, ChatRequest, Message
 from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir, transformers_prompt
@@ -82,6 +84,14 @@ def transcripts(draw: st.DrawFn) -> tuple[list[Message], bool]:
     return messages, tool_mode
 
 
+@functools.lru_cache(maxsize=1)
+def _qwen3_counter() -> TemplateCounter:
+    """One counter of the Qwen3 directory for every example (the run builds one per run likewise)."""
+    counter = make_counter(f"hf-dir:{QWEN3}", "template")
+    assert isinstance(counter, TemplateCounter)
+    return counter
+
+
 def check_counts(counter: TemplateCounter, directory: Path, messages: list[Message], tool_mode: bool) -> None:
     tools = TASK_TOOL_SPECS if tool_mode else ()
     expected = oracle(directory, messages, tools)
@@ -106,7 +116,7 @@ def test_counts_equal_an_independent_render_and_encode_on_a_model_made_here(
 @given(transcripts())
 def test_counts_equal_an_independent_render_and_encode_under_qwen3(drawn: tuple[list[Message], bool]) -> None:
     assert QWEN3 is not None
-    check_counts(shared_counter(f"hf-dir:{QWEN3}", "template"), QWEN3, *drawn)  # type: ignore[arg-type]
+    check_counts(_qwen3_counter(), QWEN3, *drawn)  # type: ignore[arg-type]
 
 
 def test_condensing_requests_and_probes_are_rendered_whole(tiny_model: Path) -> None:
@@ -163,14 +173,15 @@ class Recording:
 def test_every_methods_prompt_is_counted_as_sent(tiny_model: Path, tool_mode: bool, tmp_path: Path) -> None:
     """All six methods through the loop with the scripted backend, counting with the model directory: each prompt
     sent (messages and tools) counts what the oracle counts, ARC's view counts the same, and no prompt exceeds L."""
-    spec = RunSpec(task_kind="nih", methods=METHOD_NAMES, seeds=(3,), out=tmp_path, tasks_per_seed=1,
-                   tokenizer=str(tiny_model), tool_calling=tool_mode, context_limit=24000, max_tokens=4096,
-                   rag_retriever="bm25")
+    spec = RunSpec.build(task_kind="nih", methods=method_names(), seeds=(3,), out=tmp_path, tasks_per_seed=1,
+                         tokenizer=str(tiny_model), tool_calling=tool_mode, context_limit=24000, max_tokens=4096,
+                         rag_retriever="bm25")
     spec.validate()
-    run_settings = method_settings(spec, "bm25")
+    plan = RunPlan(spec)
+    run_settings = plan.settings(spec)
     task = make_nih_tasks(3, 1)[0]
-    for name in METHOD_NAMES:
-        backend = Recording(make_backend(spec))
+    for name in method_names():
+        backend = Recording(make_backend(spec, plan.counter))
         method = make_method(name, run_settings)
         views: list[int] = []
         if name == "arc":
@@ -260,7 +271,7 @@ def test_a_folded_turn_counted_from_its_observations_count_is_its_rendered_count
     from arc_eval.methods.llm_summary import LlmSummaryMethod, render_turn
     from arc_eval.types import Observation
 
-    method = LlmSummaryMethod(MethodSettings(context_limit=4096, max_tokens=1024, tokenizer=tokenizer))
+    method = LlmSummaryMethod(MethodSettings(context_limit=4096, max_tokens=1024, counter=make_counter(tokenizer)))
     turn = Turn(Message("assistant", assistant_text(thought, action)),
                 Message("user", observation_text(action, Observation(text, returncode))), action, text, returncode)
     assert turn.observation is not None
@@ -281,10 +292,10 @@ def test_retrieved_memory_counted_from_its_chunks_is_its_rendered_count(
     """rag_memory counts its retrieved-memory text from its parts, each chunk counted once whatever its rank:
     the figure is the count of the text, for every tokenizer, hits in any order, chunks repeated across calls."""
     from arc_eval.methods.base import MethodSettings
-    from arc_eval.methods.rag_memory import RETRIEVED_HEADER, RagMemoryMethod
+    from arc_eval.methods.rag_memory import RETRIEVED_HEADER, RagMemoryMethod, RagOptions
 
-    method = RagMemoryMethod(MethodSettings(context_limit=4096, max_tokens=1024, tokenizer=tokenizer,
-                                            extra={"rag_retriever": "bm25"}))
+    method = RagMemoryMethod(MethodSettings(context_limit=4096, max_tokens=1024, counter=make_counter(tokenizer),
+                                            method_options={"rag_memory": RagOptions(rag_retriever="bm25")}))
     method.chunks = chunks
     for _ in range(3):
         hits = data.draw(st.lists(st.integers(0, len(chunks) - 1), min_size=1, max_size=3, unique=True))

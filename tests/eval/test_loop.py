@@ -10,6 +10,8 @@ import attrs
 import pytest
 
 from arc_ref import render
+from arc_eval.counting import make_counter
+from arc_eval.methods.rag_memory import RagOptions
 from arc_eval.loop import DECLINED_MESSAGE, PREMATURE_MESSAGE, run_task
 from arc_eval.tasks.longbench import make_longbench_task
 from arc_eval.methods import make_method
@@ -29,7 +31,7 @@ from arc_eval.types import (
 
 from .helpers import FakeBackend, FakeSandbox, ScriptedReplies, exact_scorer, overflow, tiny_task
 
-SETTINGS = MethodSettings(context_limit=4096, max_tokens=1024, tokenizer="bytes", extra={"rag_retriever": "bm25"})
+SETTINGS = MethodSettings(context_limit=4096, max_tokens=1024, counter=make_counter("bytes"), method_options={"rag_memory": RagOptions(rag_retriever="bm25")})
 CALL_KEYS = {
     "variant", "method", "model", "task_kind", "task_id", "seed", "call_index", "purpose", "prompt_tokens",
     "completion_tokens", "latency_s", "finish_reason", "overflow", "compactions", "recalls", "action",

@@ -114,13 +114,9 @@ def test_small_nih_run_prints_the_table_and_writes_records(tmp_path: Path, capsy
 
 
 def test_arc_keeps_every_needle_recoverable_and_a_window_loses_it(tmp_path: Path) -> None:
-    from arc_eval.methods import method_available
-
-    if not method_available("arc"):
-        pytest.skip("arc_eval.methods.arc is not installed")
     import io
 
-    spec = RunSpec(task_kind="nih", methods=("sliding_window", "llm_summary", "arc"), seeds=(82,), out=tmp_path / "r",
+    spec = RunSpec.build(task_kind="nih", methods=("sliding_window", "llm_summary", "arc"), seeds=(82,), out=tmp_path / "r",
                    tasks_per_seed=3, progress=False)
     run(spec, out=io.StringIO())
     tasks = lines(tmp_path / "r" / "tasks.jsonl")
@@ -318,10 +314,10 @@ def test_openai_backend_over_http_matches_the_embedded_backend(tmp_path: Path) -
                                   tasks_per_seed=2, progress=False, concurrency=4)
     import io
 
-    embedded = run(RunSpec(out=tmp_path / "embedded", **common), out=io.StringIO())
+    embedded = run(RunSpec.build(out=tmp_path / "embedded", **common), out=io.StringIO())
     app = build_app(ScriptedPolicy(), max_model_len=16384, concurrency=4)
     with serve_in_thread(app) as base_url:
-        remote = run(RunSpec(out=tmp_path / "http", backend="openai", base_urls=(base_url,), model="scripted",
+        remote = run(RunSpec.build(out=tmp_path / "http", backend="openai", base_urls=(base_url,), model="scripted",
                              **common), out=io.StringIO())
     assert remote.aborted is None and remote.ran == embedded.ran == 4
 
@@ -348,10 +344,10 @@ def test_tool_mode_over_http_counts_exactly_what_serve_scripted_counts(tmp_path:
                                   "structured_state", "rag_memory", "arc"), seeds=(42,), tasks_per_seed=1,
                                   progress=False, concurrency=3, tokenizer=model, tool_calling=True,
                                   context_limit=24000, rag_retriever="bm25", max_steps=10)
-    embedded = run(RunSpec(out=tmp_path / "embedded", **common), out=io.StringIO())
+    embedded = run(RunSpec.build(out=tmp_path / "embedded", **common), out=io.StringIO())
     app = build_app(ScriptedPolicy(), max_model_len=24000, concurrency=3, tokenizer=model)
     with serve_in_thread(app) as base_url:
-        remote = run(RunSpec(out=tmp_path / "http", backend="openai", base_urls=(base_url,), model="scripted",
+        remote = run(RunSpec.build(out=tmp_path / "http", backend="openai", base_urls=(base_url,), model="scripted",
                              count_with=count_with, **common), out=io.StringIO())
     assert remote.aborted is None and remote.ran == embedded.ran == 6
     calls = [call for call in lines(tmp_path / "http" / "calls.jsonl") if not call["overflow"]]  # sent calls
@@ -372,29 +368,31 @@ def test_a_model_directory_counts_with_its_template_and_tool_mode_offers_each_me
     from arc_eval.counting import TemplateCounter
     from arc_eval.methods import make_method
     from arc_eval.protocol import TASK_TOOL_SPECS
-    from arc_eval.runner import make_backends, method_settings
+    from arc_eval.runner import RunPlan, make_backends
 
     model = tool_model_dir(tmp_path / "model")
-    spec = RunSpec(task_kind="nih", methods=("sliding_window", "arc"), seeds=(1,), out=tmp_path / "run",
+    spec = RunSpec.build(task_kind="nih", methods=("sliding_window", "arc"), seeds=(1,), out=tmp_path / "run",
                    tasks_per_seed=1, backend="openai", base_urls=("http://127.0.0.1:9/v1",), model="m",
                    tokenizer=model, tool_calling=True)
     spec.validate()
     counting = spec.prompt_counting()
     assert (counting.tokenizer, counting.chat_format) == (f"hf-dir:{model}", "template")
-    assert isinstance(counting.counter(), TemplateCounter)
-    backends: Any = make_backends(spec)
-    assert backends["arc"] is backends["sliding_window"] and backends["arc"].counter is counting.counter()
+    plan = RunPlan(spec)  # the run's one counter, resolved once and handed to the backend and every method
+    assert isinstance(plan.counter, TemplateCounter)
+    backends: Any = make_backends(spec, plan.counter)
+    assert backends["arc"] is backends["sliding_window"] and backends["arc"].counter is plan.counter
     assert [tool["function"]["name"] for tool in backends["arc"].tools] == [tool.name for tool in TASK_TOOL_SPECS]
-    settings = method_settings(spec, "bm25")
+    settings = plan.settings(spec)
+    assert settings.counter is plan.counter
     sliding, arc = make_method("sliding_window", settings), make_method("arc", settings)
     sliding.begin("s", "goal")
     arc.begin("s", "goal")
     assert sliding.tools() == TASK_TOOL_SPECS
     assert [tool.name for tool in arc.tools()][:2] == ["_recall", "_recall-next"] and arc.tools()[7:] == TASK_TOOL_SPECS
-    text = RunSpec(task_kind="nih", methods=("arc",), seeds=(1,), out=tmp_path / "run", tasks_per_seed=1,
+    text = RunSpec.build(task_kind="nih", methods=("arc",), seeds=(1,), out=tmp_path / "run", tasks_per_seed=1,
                    tokenizer=f"hf-dir:{model}")
     assert text.prompt_counting().chat_format == "template"
-    assert RunSpec(task_kind="nih", methods=("arc",), seeds=(1,), out=tmp_path, tasks_per_seed=1,
+    assert RunSpec.build(task_kind="nih", methods=("arc",), seeds=(1,), out=tmp_path, tasks_per_seed=1,
                    tokenizer=model, chat_format="chatml").prompt_counting().chat_format == "chatml"
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from arc_ref.view import VIEW_COMPONENTS
 from arc_ref.errors import ConfigError
 from arc_ref.machine import view
 from arc_ref.session import Session, SessionError
@@ -70,6 +71,10 @@ def test_messages_and_tools_are_the_core_view_in_openai_format(model_dir: str) -
     assert audit.tool_listing > 0 and audit.prefix > 0
     assert sum(audit.components().values()) == audit.tokens == view(session.state).tokens <= audit.budget
     assert audit.prefix + audit.tool_listing == session.state.setup.prefix_tokens
+    names = [component.name for component in VIEW_COMPONENTS]  # the one table of the view's parts
+    assert list(audit.components()) == [names[0], "tool_listing", *names[1:]]
+    assert list(view(session.state).components.as_dict()) == names
+    assert all(f"{name} " in audit.text() for name in names)
 
 
 def test_a_tool_round_trip_stores_under_a_minted_id_and_answers_recall_here(model_dir: str) -> None:

@@ -9,6 +9,8 @@ import pytest
 
 from arc_ref import render
 from arc_ref.errors import ConfigError
+from arc_eval.counting import make_counter
+from arc_eval.methods.rag_memory import RagOptions
 from arc_eval.agent.condense import MAX_VALUE_LINES
 from arc_eval.agent.scripted import Plan, ScriptedBackend, ScriptedPolicy, first_last_lines
 from arc_eval.loop import run_task
@@ -217,7 +219,7 @@ def test_state_rule_updates_the_json() -> None:
 @pytest.mark.parametrize("variant", ["fair", "floor"])
 @pytest.mark.parametrize("method", ["sliding_window", "llm_summary", "structured_state", "rag_memory", "arc"])
 def test_the_policy_never_depends_on_the_answer(method: str, variant: str) -> None:
-    settings = MethodSettings(context_limit=16384, extra={"rag_retriever": "bm25"})
+    settings = MethodSettings(context_limit=16384, method_options={"rag_memory": RagOptions(rag_retriever="bm25")})
     task = make_nih_tasks(42, 1)[0]
 
     def trajectory(task: Task) -> list[tuple[object, ...]]:
@@ -232,7 +234,7 @@ def test_the_policy_never_depends_on_the_answer(method: str, variant: str) -> No
 
 
 def test_scripted_backend_enforces_the_usable_budget() -> None:
-    backend = ScriptedBackend(context_limit=600, tokenizer="bytes")
+    backend = ScriptedBackend(context_limit=600, counter=make_counter("bytes"))
     small = ChatRequest((Message("user", NIH.goal[:50]),), max_tokens=300)
     reply = asyncio.run(backend.complete(small))
     assert reply.prompt_tokens == asyncio.run(backend.count_prompt_tokens(small.messages))

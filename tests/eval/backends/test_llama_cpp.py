@@ -18,7 +18,6 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -37,7 +36,7 @@ from arc_eval.types import (
     Message,
 )
 from proofs_check.shared_data import shared_data_dir
-from tests.waiting import scaled_ceiling
+from tests.waiting import http_ok, scaled_ceiling, wait_until
 
 REPO = Path(__file__).resolve().parents[3]
 TOKENIZER_DIR = shared_data_dir() / "qwen3-tokenizer"
@@ -273,16 +272,10 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             stdout=sink, stderr=subprocess.STDOUT,
         )
     try:
-        deadline = time.monotonic() + scaled_ceiling(60)
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"llama-server did not come up: {log.read_text(errors='replace')[-2000:]}")
-            time.sleep(0.2)
+        try:
+            wait_until(http_ok(f"http://127.0.0.1:{port}/health"), server, "llama-server", base_s=60, poll_s=0.2)
+        except AssertionError as failure:
+            raise AssertionError(f"{failure}: {log.read_text(errors='replace')[-2000:]}") from None
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         server.terminate()

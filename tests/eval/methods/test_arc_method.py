@@ -12,9 +12,10 @@ from arc_ref.config import make_setup
 from arc_ref.errors import ConfigError
 from arc_ref.message import ToolCall
 from arc_ref.tools import ARC_TOOLS
+from arc_eval.counting import make_counter
 from arc_eval.methods import make_method
-from arc_eval.methods.arc import ArcMethod, arc_config
-from arc_eval.methods.base import MethodSettings, prompt_counter
+from arc_eval.methods.arc import ArcMethod, ArcOptions, arc_config
+from arc_eval.methods.base import MethodSettings
 from arc_eval.protocol import TASK_TOOL_SPECS
 from arc_eval.types import ChatReply, Message, Observation
 from tests.eval.helpers import tool_model_dir
@@ -29,7 +30,7 @@ async def _no_aux(messages: object, purpose: str) -> ChatReply:  # ARC never mak
     [(16384, 16000, 8000), (16384, 4000, 2000), (16384, 32000, 16000), (32768, 16000, 8000), (32768, 32000, 16000)],
 )
 def test_budgets_fit_l_for_the_papers_settings(context: int, budget_chars: int, max_chars: int) -> None:
-    settings = MethodSettings(context_limit=context, recall_budget_chars=budget_chars, recall_max_chars=max_chars)
+    settings = MethodSettings(context_limit=context, method_options={"arc": ArcOptions(recall_budget_chars=budget_chars, recall_max_chars=max_chars)})
     config = arc_config(settings, "system", "goal")
     setup = make_setup(config)
     assert setup.budget <= setup.limit == context - settings.max_tokens
@@ -39,7 +40,7 @@ def test_budgets_fit_l_for_the_papers_settings(context: int, budget_chars: int, 
 
 
 def test_budgets_that_cannot_fit_are_a_clear_error() -> None:
-    settings = MethodSettings(context_limit=8192, max_tokens=4096, recall_budget_chars=32000, recall_max_chars=16000)
+    settings = MethodSettings(context_limit=8192, max_tokens=4096, method_options={"arc": ArcOptions(recall_budget_chars=32000, recall_max_chars=16000)})
     with pytest.raises(ConfigError, match="below its minimum"):
         arc_config(settings, "system", "goal")
 
@@ -49,7 +50,7 @@ def test_prompt_stays_within_l_and_recall_is_intercepted() -> None:
     method = make_method("arc", settings)
     assert isinstance(method, ArcMethod)
     method.begin("You are an agent.", "Find the needle.")
-    counter = prompt_counter(settings)
+    counter = settings.counter
     secret = "noise line\n" * 200 + "THE NEEDLE FOR THIS TASK\nNEEDLE=ABCDEFGHJKLMNPQRSTUVWXYZ\n" + "noise line\n" * 200
     assert method.record_agent("read it", "cat secrets.txt") is None
     method.record_observation("cat secrets.txt", Observation(secret, 0))
@@ -94,7 +95,7 @@ def test_tool_calling_mode_drives_the_cores_tool_turns(tmp_path: Path) -> None:
     """In tool mode the agent's turn is the core's ToolTurn: ARC's own calls are answered by the core, a task call
     is returned for the environment and its result stored; the messages carry the calls and the ids they answer."""
     model = tool_model_dir(tmp_path / "model")
-    settings = MethodSettings(context_limit=16384, tokenizer=f"hf-dir:{model}", chat_format="template",
+    settings = MethodSettings(context_limit=16384, counter=make_counter(f"hf-dir:{model}", "template"),
                               action_mode="tools")
     method = ArcMethod(settings)
     method.begin("system", "goal")
@@ -112,7 +113,7 @@ def test_tool_calling_mode_drives_the_cores_tool_turns(tmp_path: Path) -> None:
     assert messages[-4].tool_calls == (read,) and messages[-3].tool_call_id == "c1"
     assert messages[-3].content.endswith("alpha") and messages[-2].tool_calls == (recall,)
     assert messages[-1].tool_call_id == "c2"
-    counter = prompt_counter(settings)
+    counter = settings.counter
     assert method.prompt_tokens() == counter.count(messages, method.tools())
     assert counter.tokenizer.count(counter.render(messages, method.tools())) == method.prompt_tokens()
     with pytest.raises(ValueError):
@@ -129,4 +130,4 @@ def test_messages_are_the_cores_view() -> None:
     method.begin("system", "goal")
     messages = asyncio.run(method.prompt(_no_aux))
     assert messages[0] == Message("system", messages[0].content) and messages[1] == Message("user", "goal")
-    assert method.prompt_tokens() == prompt_counter(MethodSettings(context_limit=16384)).count(messages)
+    assert method.prompt_tokens() == MethodSettings(context_limit=16384).counter.count(messages)

@@ -13,12 +13,14 @@ import pytest
 from arc_ref.chat import CHATML
 from arc_ref.errors import ConfigError
 from arc_ref.tokenizers import get_tokenizer
-from arc_eval.methods import BASELINE_NAMES, METHOD_NAMES, make_method, method_available
+from arc_eval.counting import PromptCounter, make_counter
+from arc_eval.methods.rag_memory import RagOptions
+from arc_eval.methods import make_method, method_names
+from arc_eval.registry import highlighted_method
 from arc_eval.methods.base import (
     Method,
     MethodEvents,
     MethodSettings,
-    PromptCounter,
     TranscriptMethod,
     short_observations_message,
 )
@@ -39,7 +41,8 @@ from arc_eval.types import ChatReply, ContextOverflow, Message, Observation
 
 from ..helpers import reply
 
-SETTINGS = MethodSettings(context_limit=4096, max_tokens=1024, tokenizer="bytes", extra={"rag_retriever": "bm25"})
+BASELINES = tuple(name for name in method_names() if name != highlighted_method())  # the five baselines
+SETTINGS = MethodSettings(context_limit=4096, max_tokens=1024, counter=make_counter("bytes"), method_options={"rag_memory": RagOptions(rag_retriever="bm25")})
 
 
 class AuxRecorder:
@@ -105,23 +108,15 @@ def test_prompt_counter_matches_the_whole_rendered_prompt(tokenizer: str) -> Non
 
 
 def test_make_method_names() -> None:
-    assert METHOD_NAMES == ("full_context", "sliding_window", "llm_summary", "structured_state", "rag_memory", "arc")
-    for name in BASELINE_NAMES:
+    assert method_names() == ("full_context", "sliding_window", "llm_summary", "structured_state", "rag_memory", "arc")
+    for name in method_names():
         method = make_method(name, SETTINGS)
         assert method.name == name
     with pytest.raises(ConfigError, match="unknown method"):
         make_method("nope", SETTINGS)
 
 
-def test_arc_is_made_lazily_or_reported_missing() -> None:
-    if method_available("arc"):
-        assert make_method("arc", SETTINGS).name == "arc"
-    else:
-        with pytest.raises(ConfigError, match="not available"):
-            make_method("arc", SETTINGS)
-
-
-@pytest.mark.parametrize("name", BASELINE_NAMES)
+@pytest.mark.parametrize("name", BASELINES)
 def test_prefix_is_kept_and_turns_are_never_split(name: str) -> None:
     method = make_method(name, SETTINGS)
     method.begin("SYSTEM", "GOAL")
@@ -138,7 +133,7 @@ def test_prefix_is_kept_and_turns_are_never_split(name: str) -> None:
                 assert messages[index + 1].content.startswith(f"Observation (rc=0) of `{action}`:")
 
 
-@pytest.mark.parametrize("name", [name for name in BASELINE_NAMES if name != "full_context"])
+@pytest.mark.parametrize("name", [name for name in BASELINES if name != "full_context"])
 def test_compacting_baselines_stay_within_the_usable_budget(name: str) -> None:
     method = make_method(name, SETTINGS)
     method.begin("SYSTEM", "GOAL")
@@ -197,7 +192,7 @@ def test_llm_summary_asks_the_model_and_keeps_short_observations_verbatim() -> N
 
 
 def test_llm_summary_splits_requests_that_do_not_fit() -> None:
-    settings = MethodSettings(context_limit=2048, max_tokens=512, tokenizer="bytes")
+    settings = MethodSettings(context_limit=2048, max_tokens=512, counter=make_counter("bytes"))
     method = LlmSummaryMethod(settings)
     method.begin("S", "GOAL")
     feed(method, 8, size=700)
@@ -359,7 +354,7 @@ def _memory_built_anew(method: TranscriptMethod) -> list[Message]:
     messages: list[Message] = []
     if isinstance(method, RagMemoryMethod):
         if method.chunks:
-            hits = method.retriever.search(method.query(), method.settings.rag_top_k)
+            hits = method.retriever.search(method.query(), method.options.rag_top_k)
             text = f"{RETRIEVED_HEADER}\n" + "\n".join(f"[{rank}] {method.chunks[index]}"
                                                       for rank, index in enumerate(hits, 1))
             messages.append(Message("user", method.clip_to_tokens(text, method.memory_budget)))
@@ -430,4 +425,4 @@ def test_embedding_retriever_ranks_by_meaning() -> None:
 
 
 def test_transcript_method_is_the_shared_machinery() -> None:
-    assert all(issubclass(type(make_method(name, SETTINGS)), TranscriptMethod) for name in BASELINE_NAMES)
+    assert all(issubclass(type(make_method(name, SETTINGS)), TranscriptMethod) for name in BASELINES)

@@ -1,0 +1,54 @@
+"""The exit statuses of ``arc-ref``, every subcommand: the one table (spec/trace.md section 8, ``arc-ref --help``).
+
+A command ends by returning ``OK`` or raising ``CommandFailed`` with one of these statuses and one line for
+standard error; ``status_of`` maps the errors a store command meets to theirs (as h11's ``ProtocolError``
+carries its ``error_status_hint``, a failure here carries its exit status).
+"""
+
+from __future__ import annotations
+
+from arc_ref.errors import ArcError, ExitStatus
+from arc_ref.persist.store import StoreError
+
+MAX_LINE_BYTES = 32 * 1024 * 1024  # the longest input line `arc-ref replay` reads (spec/trace.md section 1)
+
+
+OK = ExitStatus(0, "done: every input line was answered (malformed lines by error lines); also when the reader "
+                   "of standard output goes away (a broken pipe): the command ends quietly")
+INSPECT_FAILED = ExitStatus(1, "inspect: no such record or page in a store that opened, or --verify found that the fold "
+                          "of every row differs from the state opened")
+USAGE = ExitStatus(2, "usage: bad arguments, a trace file that cannot be opened, a configuration that is refused; "
+                      "a store that is missing, corrupt or locked")
+LINE_TOO_LONG = ExitStatus(3, f"replay: a line longer than {MAX_LINE_BYTES} bytes: answered by an error line, then "
+                              "the replay stops")
+IO = ExitStatus(4, "standard input or output is closed, or reading or writing failed (e.g. a full disk)")
+INTERNAL = ExitStatus(70, "internal error: a bug in arc-ref, reported in one line on standard error")
+INTERRUPTED = ExitStatus(130, "interrupted (Ctrl-C)")
+
+EXIT_STATUSES = (OK, INSPECT_FAILED, USAGE, LINE_TOO_LONG, IO, INTERNAL, INTERRUPTED)
+
+
+class CommandFailed(Exception):
+    """The one way an arc-ref command fails: its exit status and one line for standard error."""
+
+    def __init__(self, status: ExitStatus, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def status_of(error: Exception) -> ExitStatus:
+    """The exit status of an error a store command meets: a lookup in a store that opened is INSPECT_FAILED; a store,
+    core or value error is USAGE; anything else INTERNAL (a bug)."""
+    if isinstance(error, CommandFailed):
+        return error.status
+    if isinstance(error, LookupError):
+        return INSPECT_FAILED
+    if isinstance(error, (StoreError, ArcError, ValueError)):
+        return USAGE
+    return INTERNAL
+
+
+def exit_codes_help() -> str:
+    """The table as ``arc-ref --help`` prints it."""
+    rows = "\n".join(f"  {status.code:<4} {status.when}" for status in EXIT_STATUSES)
+    return f"exit status:\n{rows}"
