@@ -63,7 +63,7 @@ import jinja2.sandbox
 from attrs import frozen
 
 from arc_ref.errors import ConfigError
-from arc_ref.message import Context, ToolCall, ToolSpec
+from arc_ref.message import Context, ToolCall, ToolSpec, openai_message
 from arc_ref.tokenizers import HuggingFaceTokenizer, read_regular_file
 
 TEMPLATE_FILE_LIMIT = 2**20  # bytes of chat_template.jinja; published templates are a few kB
@@ -742,17 +742,6 @@ class TemplateFormat:
         result = tuple((ctx, costs[ctx]) for ctx in contexts)
         self._cache.put(key, result)
         return result
-
-
-def openai_message(role: str, content: str, tool_calls: tuple[ToolCall, ...] = (),
-                   tool_call_id: str | None = None) -> dict[str, Any]:
-    """One message as an OpenAI chat message (what a client sends)."""
-    message: dict[str, Any] = {"role": role, "content": content}
-    if tool_calls:
-        message["tool_calls"] = [call.openai() for call in tool_calls]
-    if tool_call_id is not None:
-        message["tool_call_id"] = tool_call_id
-    return message
 
 
 @functools.lru_cache(maxsize=64)
