@@ -24,7 +24,7 @@ class InvalidEvent(ArcError):
 @frozen
 class ExitStatus:
     """One exit status of a command-line program: its number and when the program ends with it (each program
-    defines its statuses in one table: ``arc_ref.exit_status``, ``arc_eval.errors``)."""
+    defines its statuses in one table: ``arc_ref.frontends.exit_status``, ``arc_eval.errors``)."""
 
     code: int
     when: str

@@ -1,7 +1,7 @@
 """The replay contract (`spec/trace.md`): JSON Lines events in, exactly one JSON line out per line in.
 
 This is what a port in another language is tested against. It is a pure function of the input lines;
-reading files and writing standard output is the CLI's job (`arc_ref.cli`). No user input produces a
+reading files and writing standard output is the CLI's job (`arc_ref.frontends.cli`). No user input produces a
 traceback: a malformed line yields ``{"op": "error", "line": N, "message": ...}`` and the replay goes on
 with the state it had before that line.
 """

@@ -1,19 +1,18 @@
-"""`arc-ref`: the command line around the pure core (the only module here that does I/O).
+"""`arc-ref`: the command line around the pure core (replay, budgets, and the table of subcommands).
 
     arc-ref replay TRACE.jsonl|- [--verify]   one JSON line out per line in (spec/trace.md)
     arc-ref budgets [--preset NAME] [--set KEY=VALUE ...]   the budget table of a configuration
-    arc-ref inspect | export | mcp STORE ...   a durable store (arc_ref.store_cli)
-    arc-ref proxy --upstream URL --tokenizer hf-dir:DIR [--store DIR]   ARC in front of any agent (arc_ref.proxy)
+    arc-ref inspect | export | mcp STORE ...   a durable store (arc_ref.frontends.store_cli)
+    arc-ref proxy --upstream URL --tokenizer hf-dir:DIR [--store DIR]   ARC in front of any agent (arc_ref.frontends.proxy)
 
 No input ends in a traceback: a bad line is an error line, a refused input or a failed read or write is one
-line on standard error and an exit status of ``arc_ref.exit_status`` (the one table; spec/trace.md §8).
+line on standard error and an exit status of ``arc_ref.frontends.exit_status`` (the one table; spec/trace.md §8).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 from typing import BinaryIO, Callable, Iterator, Sequence
@@ -24,9 +23,10 @@ from arc_ref.frontends import exit_status
 from arc_ref.errors import ArcError
 from arc_ref.frontends.exit_status import MAX_LINE_BYTES as MAX_LINE_BYTES
 from arc_ref.frontends.exit_status import CommandFailed
+from arc_ref.frontends.streams import silence_stdout
 from arc_ref.trace import TraceError, encode, replay_text, strict_json
 
-# The exit statuses' numbers, from the one table (arc_ref.exit_status)
+# The exit statuses' numbers, from the one table (arc_ref.frontends.exit_status)
 EXIT_OK = exit_status.OK.code
 EXIT_INSPECT_FAILED = exit_status.INSPECT_FAILED.code
 EXIT_USAGE = exit_status.USAGE.code
@@ -82,16 +82,6 @@ def _input_lines(stream: BinaryIO, source: str) -> Iterator[bytes]:
         raise CommandFailed(exit_status.IO, f"arc-ref replay: cannot read {source}: {problem.strerror or problem}") from None
 
 
-def _silence_stdout() -> None:
-    """Point file descriptor 1 at /dev/null so that the interpreter's final flush cannot fail again."""
-    try:
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, sys.stdout.fileno())
-        os.close(null)
-    except (OSError, ValueError, AttributeError):
-        pass
-
-
 def _standard_output() -> BinaryIO:
     if sys.stdout is None:
         raise CommandFailed(exit_status.IO, "arc-ref: standard output is closed; nothing can be written")
@@ -106,7 +96,7 @@ def _write(out: BinaryIO, text: str, flush: bool) -> None:
     except BrokenPipeError:
         raise  # the reader went away: main() ends quietly
     except OSError as problem:
-        _silence_stdout()
+        silence_stdout()
         raise CommandFailed(exit_status.IO, f"arc-ref: cannot write standard output: {problem.strerror or problem}") from None
 
 
@@ -231,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     proxy_parser = commands.add_parser(
         "proxy", help="ARC in front of an agent: an OpenAI-compatible /v1/chat/completions proxy",
         description="Serve /v1/chat/completions: each conversation kept by ARC, the upstream sent ARC's view"
-                    " (K <= L in the served model's tokens), every tool output recoverable by id (arc_ref.proxy).")
+                    " (K <= L in the served model's tokens), every tool output recoverable by id (arc_ref.frontends.proxy).")
     proxy_parser.add_argument("--upstream", required=True, help="the served model's base URL, e.g. http://host:8000/v1")
     proxy_parser.add_argument("--tokenizer", required=True,
                               help="hf-dir:DIR of the served model (its tokenizer and chat template)")
@@ -259,7 +249,7 @@ def _run(command: Callable[[], int]) -> int:
         _say(str(stop))
         return stop.status.code
     except BrokenPipeError:
-        _silence_stdout()
+        silence_stdout()
         return EXIT_OK
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
