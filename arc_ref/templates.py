@@ -73,7 +73,12 @@ FILLER = "x"  # content of the neighbours in probe conversations
 
 
 class TemplateRefused(ConfigError):
-    """A template the core cannot render or split exactly (the message says why)."""
+    """A template the core cannot render or split exactly (the message says why).
+
+    Its code is ``invalid_event``: met by a transition, it is the conversation that the template refuses (met
+    while a configuration is built, the front end refuses the configuration as a whole)."""
+
+    code = "invalid_event"
 
 
 # --- the Jinja environment of transformers' apply_chat_template ------------------------------------

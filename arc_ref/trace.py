@@ -52,8 +52,10 @@ _FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
-class TraceError(Exception):
+class TraceError(ArcError):
     """A line that is not a valid event; becomes an error output line."""
+
+    code = "trace"
 
 
 _CANONICAL = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"))
@@ -483,7 +485,7 @@ def _replay(lines: Iterable[str | bytes], verify: bool, views: _ViewLines | None
                 state, output = _apply(state, obj, verify, views)
         except BudgetViolation as violation:
             output = {"op": "error", "line": number, "message": f"internal budget violation: {violation}"}
-        except (TraceError, ArcError) as problem:
+        except ArcError as problem:  # a TraceError or a core refusal
             output = {"op": "error", "line": number, "message": str(problem)}
         yield output
 

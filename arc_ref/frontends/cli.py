@@ -37,8 +37,11 @@ EXIT_INTERRUPTED = exit_status.INTERRUPTED.code
 EXIT_CODES = exit_status.exit_codes_help()
 
 
-class LineTooLong(Exception):
+class LineTooLong(ArcError):
     """Input line ``number`` has more than ``limit`` bytes before its LF (or the input never ends)."""
+
+    code = "line_too_long"
+    exit_status_hint = exit_status.LINE_TOO_LONG.code
 
     def __init__(self, number: int, limit: int) -> None:
         super().__init__(f"line {number} is longer than {limit} bytes, the longest line arc-ref replay reads")
@@ -126,7 +129,7 @@ def _replay_stream(stream: BinaryIO, source: str, out: BinaryIO, interactive: bo
     except LineTooLong as refused:
         error = {"op": "error", "line": refused.number, "message": f"{refused}: the replay stops here"}
         _write(out, encode(error) + "\n", flush=True)
-        raise CommandFailed(exit_status.LINE_TOO_LONG, f"arc-ref replay: {refused}; stopped there") from None
+        raise CommandFailed(exit_status.status_of(refused), f"arc-ref replay: {refused}; stopped there") from None
     _write(out, "", flush=True)
     return EXIT_OK
 

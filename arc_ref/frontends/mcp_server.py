@@ -110,7 +110,7 @@ class ArcTools:
     def _command(self, action: str) -> AgentResult:
         try:
             output = self.store.append(AgentTurn("", action)).output
-        except (ArcError, StoreError) as problem:
+        except ArcError as problem:  # a core refusal or a StoreError
             raise ToolError(str(problem)) from None
         assert isinstance(output, AgentResult)
         return output
@@ -121,7 +121,7 @@ class ArcTools:
         """Keep a tool's output verbatim in ARC; returns the id to recall it by."""
         try:
             appended = self.store.append(Observe(action, observation, returncode))
-        except (ArcError, StoreError) as problem:
+        except ArcError as problem:  # a core refusal or a StoreError
             raise ToolError(str(problem)) from None
         output = appended.output
         assert isinstance(output, ObserveResult)

@@ -79,7 +79,7 @@ KEEPALIVE_S = 5.0
 ROUND_LOG_SIZE = 10_000
 
 
-class Refused(Exception):
+class Refused(ArcError):
     """A request ARC refuses deterministically: answered with HTTP 400 and a typed body, never retried."""
 
     def __init__(self, code: str, message: str, budget: Mapping[str, int] | None = None) -> None:
@@ -93,12 +93,16 @@ class Refused(Exception):
 
 
 @attrs.define
-class UpstreamError(Exception):
-    """An upstream answer that is not a completion: passed back to the agent unchanged."""
+class UpstreamError(ArcError):
+    """An upstream answer that is not a completion: passed back to the agent unchanged (under its own status)."""
 
     status: int
     body: bytes
     content_type: str
+    code = "upstream"
+
+    def __attrs_post_init__(self) -> None:
+        self.http_status_hint = self.status
 
 
 # --- canonical messages and the hash chain ---------------------------------------------------------------
@@ -460,6 +464,8 @@ class Proxy:
             config = await asyncio.to_thread(self._config, system, goal, tools)
             try:
                 conversation = await asyncio.to_thread(self.conversations.new, config)
+            except StoreError:
+                raise
             except ArcError as problem:  # K > L for this system prompt and goal, most often
                 raise Refused("configuration", f"ARC cannot hold this conversation: {problem}") from None
             conversation.position = 1  # the system prompt and the goal are its prefix F
@@ -524,11 +530,10 @@ class Proxy:
     async def _apply(self, conversation: Conversation, event: Event) -> Output:
         try:
             return await asyncio.to_thread(conversation.apply, event)
-        except ArcError as problem:
-            raise Refused(_code(problem), f"ARC refused the conversation: {problem}",
-                          _budget(conversation.state)) from None
         except StoreError as problem:
-            raise Refused("store", f"the conversation's store failed: {problem}") from None
+            raise Refused(StoreError.code, f"the conversation's store failed: {problem}") from None
+        except ArcError as problem:
+            raise Refused(problem.code, f"ARC refused the conversation: {problem}", _budget(conversation.state)) from None
 
     async def _upstream(self, conversation: Conversation, messages: list[dict[str, Any]],
                         tools: list[dict[str, Any]], body: dict[str, Any], tokens: int, hidden: bool) -> dict[str, Any]:
@@ -568,12 +573,6 @@ class Proxy:
         prompt_tokens = (completion.get("usage") or {}).get("prompt_tokens")
         record.upstream_prompt_tokens = prompt_tokens if isinstance(prompt_tokens, int) else None
         return completion  # type: ignore[no-any-return]
-
-
-def _code(problem: ArcError) -> str:
-    name = type(problem).__name__
-    return {"CapacityExceeded": "capacity", "ConfigError": "configuration",
-            "BudgetViolation": "budget"}.get(name, "invalid_event")
 
 
 # --- streaming -------------------------------------------------------------------------------------------
@@ -635,7 +634,7 @@ def build_app(settings: ProxySettings) -> Any:
 
     def failure(problem: Exception) -> Response:
         if isinstance(problem, Refused):
-            return JSONResponse(problem.body(), status_code=400)
+            return JSONResponse(problem.body(), status_code=problem.http_status_hint)
         assert isinstance(problem, UpstreamError)
         return Response(problem.body, status_code=problem.status, media_type=problem.content_type)
 

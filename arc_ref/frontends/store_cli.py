@@ -57,8 +57,11 @@ def add_commands(commands: "argparse._SubParsersAction[argparse.ArgumentParser]"
     mcp.set_defaults(parse_setting=parse_setting)
 
 
-class OutputFailed(Exception):
+class OutputFailed(ArcError):
     """Standard output is closed or a write to it failed (exit status 4, ``arc_ref.frontends.exit_status.IO``)."""
+
+    code = "output_failed"
+    exit_status_hint = IO.code
 
 
 def run(arguments: argparse.Namespace) -> int:
@@ -77,8 +80,8 @@ def run(arguments: argparse.Namespace) -> int:
         return status
     except OutputFailed as problem:
         silence_stdout()  # so that the interpreter's last flush cannot fail again
-        raise CommandFailed(IO, f"arc-ref {name}: {problem}") from None
-    except (StoreError, ArcError, ValueError, LookupError) as problem:  # ValueError: a bad --set
+        raise CommandFailed(status_of(problem), f"arc-ref {name}: {problem}") from None
+    except (ArcError, ValueError, LookupError) as problem:  # ValueError: a bad --set
         text = problem.args[0] if isinstance(problem, LookupError) and problem.args else problem
         raise CommandFailed(status_of(problem), f"arc-ref {name}: {text}") from None
 

@@ -107,24 +107,34 @@ CREATE TABLE writer (
 """
 
 
-class StoreError(Exception):
+class StoreError(ArcError):
     """A store that cannot be opened, read or written; the message says which and why."""
+
+    code = "store"
 
 
 class StoreNotFound(StoreError):
-    pass
+    """No store at the path given."""
+
+    code = "store_not_found"
 
 
 class StoreExists(StoreError):
-    pass
+    """A store to be created is already there."""
+
+    code = "store_exists"
 
 
 class StoreLocked(StoreError):
     """Another process holds the store open for writing."""
 
+    code = "store_locked"
+
 
 class StoreCorrupt(StoreError):
     """A row that is damaged, edited, out of order or missing, or a file that is not an ARC store."""
+
+    code = "store_corrupt"
 
 
 def chain(previous: str, seq: int, line: bytes) -> str:
@@ -803,7 +813,7 @@ class DurableStore:
                         assert state is not None
                         state, _ = step(state, event)
                         folded += 1
-            except (TraceError, ArcError) as problem:
+            except ArcError as problem:  # a TraceError or a core refusal
                 raise StoreCorrupt(f"{str(self.path)!r}: row {seq}: {problem}") from None
             if candidate is not None and seq == snapshot_seq:
                 assert state is not None

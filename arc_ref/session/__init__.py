@@ -72,6 +72,8 @@ TOOL_MODE_SYSTEM = (
 class SessionError(ArcError):
     """A session used out of order (a result for a call never made, a turn while calls wait...)."""
 
+    code = "session"
+
 
 @frozen
 class Audit:
