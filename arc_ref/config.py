@@ -21,6 +21,7 @@ from arc_ref.errors import ConfigError
 from arc_ref.escape import ShownForm, control_strings
 from arc_ref.ids import IdScheme
 from arc_ref.message import Context, Message, ToolCall, ToolSpec
+from arc_ref.openai_wire import TOOL_SHAPE, ShapeError, read_tool
 from arc_ref.text import ELLIPSIS
 from arc_ref.tokenizers import HF_DIR_PREFIX, HuggingFaceTokenizer, Tokenizer, get_tokenizer
 from arc_ref.tools import ARC_TOOL_NAMES, ARC_TOOLS
@@ -176,11 +177,10 @@ def parse_tools(value: Any) -> tuple[ToolSpec, ...]:
     elif isinstance(value, list):
         parsed = []
         for number, item in enumerate(value, start=1):
-            function = item.get("function") if isinstance(item, dict) and item.get("type") == "function" else None
-            if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-                raise ConfigError(
-                    f"config key 'tools': tool {number} must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}"
-                )
+            try:
+                function = read_tool(item, number - 1)
+            except ShapeError:
+                raise ConfigError(f"config key 'tools': tool {number} must be {TOOL_SHAPE}") from None
             unknown = sorted(set(function) - {"name", "description", "parameters"})
             if unknown:
                 raise ConfigError(f"config key 'tools': tool {number} has unknown function key(s) {', '.join(unknown)}")

@@ -64,6 +64,7 @@ from attrs import frozen
 
 from arc_ref.errors import ConfigError
 from arc_ref.message import Context, ToolCall, ToolSpec, openai_message
+from arc_ref.openai_wire import ShapeError, content_parts
 from arc_ref.tokenizers import HuggingFaceTokenizer, read_regular_file
 
 TEMPLATE_FILE_LIMIT = 2**20  # bytes of chat_template.jinja; published templates are a few kB
@@ -162,23 +163,15 @@ def _environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
 
 
 def _content_text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if isinstance(part, str):
-                texts.append(part)
-            elif isinstance(part, Mapping) and part.get("type") in ("text", "input_text", "output_text", "refusal"):
-                text = part.get("text", part.get("refusal"))
-                if text is not None:
-                    texts.append(str(text))
-            else:
-                raise ValueError(f"content part {part!r} is not text; the core renders text conversations only")
-        return "\n".join(texts)
-    raise ValueError(f"message content must be a string, a list of text parts or null, got {type(content).__name__}")
+    """A message's text as vLLM hands it to the template: its text parts joined by newlines."""
+    try:
+        return "\n".join(content_parts(content, as_server=True))
+    except ShapeError as bad:
+        if bad.rule == "part":
+            raise ValueError(f"content part {bad.value!r} is not text; the core renders text conversations only") \
+                from None
+        raise ValueError("message content must be a string, a list of text parts or null,"
+                         f" got {type(content).__name__}") from None
 
 
 def server_arguments(arguments: Any) -> Any:

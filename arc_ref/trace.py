@@ -35,6 +35,7 @@ from arc_ref.machine import (
     step,
 )
 from arc_ref.message import ToolCall
+from arc_ref.openai_wire import TOOL_CALL_SHAPE, ShapeError, read_tool_call
 from arc_ref.view import View, verify_tokens
 
 TRACE_OPS = ("config", "observe", "agent", "tool_turn", "tool_result", "user", "compact", "view")
@@ -222,26 +223,24 @@ def _returncode(obj: dict[str, Any]) -> int:
     return returncode
 
 
-CALL_SHAPE = '{"id": ..., "type": "function", "function": {"name": ..., "arguments": ...}}'
-
-
 def _calls(value: Any) -> tuple[ToolCall, ...]:
-    """The ``calls`` of a tool_turn line: OpenAI tool calls, each exactly ``CALL_SHAPE`` with string values."""
+    """The ``calls`` of a tool_turn line: OpenAI tool calls, each exactly ``TOOL_CALL_SHAPE`` with string values."""
     if not isinstance(value, list):
-        raise TraceError(f"'calls' must be an array of tool calls {CALL_SHAPE}, got {_shown_value(value)}")
+        raise TraceError(f"'calls' must be an array of tool calls {TOOL_CALL_SHAPE}, got {_shown_value(value)}")
     calls = []
     for number, item in enumerate(value, start=1):
         where = f"call {number} of 'calls'"
-        if not isinstance(item, dict) or set(item) != {"id", "type", "function"} or item["type"] != "function":
-            raise TraceError(f"{where} must be {CALL_SHAPE}, got {_shown_value(item)}")
-        function = item["function"]
-        if not isinstance(function, dict) or set(function) != {"name", "arguments"}:
+        try:
+            read = read_tool_call(item, number - 1, exact=True)
+        except ShapeError as bad:
+            if bad.rule == "call":
+                raise TraceError(f"{where} must be {TOOL_CALL_SHAPE}, got {_shown_value(item)}") from None
             raise TraceError(f"{where}: 'function' must be {{\"name\": ..., \"arguments\": ...}},"
-                             f" got {_shown_value(function)}")
-        for key, member in (("id", item["id"]), ("name", function["name"]), ("arguments", function["arguments"])):
+                             f" got {_shown_value(bad.value)}") from None
+        for key, member in (("id", read.call_id), ("name", read.name), ("arguments", read.arguments)):
             if not isinstance(member, str):
                 raise TraceError(f"{where}: {key!r} must be a string, got {_shown_value(member)}")
-        calls.append(ToolCall(item["id"], function["name"], function["arguments"]))
+        calls.append(ToolCall(read.call_id, read.name, read.arguments))
     return tuple(calls)
 
 

@@ -23,15 +23,16 @@ ALLOWED: dict[str, set[str]] = {
     "core": set(),
     "persist": {"core"},
     "session": {"core", "persist"},
-    "arc-ref front ends": {"core", "persist", "session"},
+    "serving": {"core"},
+    "arc-ref front ends": {"core", "persist", "session", "serving"},
     "proofs": {"core", "persist", "session"},
     "eval leaves": {"core"},
     "methods, agent": {"core", "eval leaves"},
-    "backends": {"core", "eval leaves"},
+    "backends": {"core", "eval leaves", "serving"},
     "analysis": {"eval leaves", "methods, agent"},
     "loop": {"core", "eval leaves", "methods, agent", "backends"},
     "runner": {"core", "eval leaves", "methods, agent", "backends", "analysis", "loop"},
-    "eval front ends": {"core", "eval leaves", "methods, agent", "backends", "analysis", "loop", "runner"},
+    "eval front ends": {"core", "eval leaves", "methods, agent", "backends", "analysis", "loop", "runner", "serving"},
 }
 
 
@@ -48,6 +49,8 @@ def layer_of(module: str) -> str | None:
             return "session"
         if first == "frontends":
             return "arc-ref front ends"
+        if first == "serving":
+            return "serving"
         if (PACKAGES["arc_ref"] / f"{first}.py").is_file() or first == "":
             return "core"  # a top-level module of arc_ref is core
         return None  # a subpackage of arc_ref that DESIGN.md places in no layer

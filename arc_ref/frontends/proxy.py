@@ -33,7 +33,6 @@ import argparse
 import asyncio
 import hashlib
 import json
-import socket
 import sys
 import time
 import uuid
@@ -60,7 +59,10 @@ from arc_ref.machine import (
     view,
 )
 from arc_ref.message import ToolCall
+from arc_ref.openai_wire import TOOL_SHAPE, ShapeError, arguments_text, content_parts, error_body, read_tool, \
+    read_tool_call
 from arc_ref.persist import DurableStore, StoreError
+from arc_ref.serving import listening_socket
 from arc_ref.session import TOOL_MODE_SYSTEM
 from arc_ref.tools import ARC_TOOL_NAMES
 from arc_ref.trace import event_from_line, parse_line
@@ -88,8 +90,7 @@ class Refused(ArcError):
         self.budget = dict(budget or {})
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"type": "arc_refused", "code": self.code, "message": str(self), "param": None,
-                          "budget": self.budget}}
+        return error_body(str(self), "arc_refused", self.code, budget=self.budget)
 
 
 @attrs.define
@@ -110,18 +111,12 @@ class UpstreamError(ArcError):
 
 def _text(content: Any, where: str) -> str:
     """A message's text: a string, null, or a list of text parts (joined); anything else is refused."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise Refused("unsupported_content", f"{where}: only text content is supported (text parts)")
-            texts.append(part["text"])
-        return "".join(texts)
-    raise Refused("bad_message", f"{where}: content must be a string or a list of text parts")
+    try:
+        return "".join(content_parts(content))
+    except ShapeError as bad:
+        if bad.rule == "part":
+            raise Refused("unsupported_content", f"{where}: only text content is supported (text parts)") from None
+        raise Refused("bad_message", f"{where}: content must be a string or a list of text parts") from None
 
 
 def _arguments(text: str) -> str:
@@ -135,16 +130,13 @@ def _arguments(text: str) -> str:
 def _calls(message: Mapping[str, Any], where: str) -> tuple[ToolCall, ...]:
     calls = []
     for number, call in enumerate(message.get("tool_calls") or (), start=1):
-        function = call.get("function") if isinstance(call, Mapping) else None
-        if not isinstance(function, Mapping) or not isinstance(call.get("id"), str) \
-                or not isinstance(function.get("name"), str):
+        try:
+            read = read_tool_call(call, number - 1)
+        except ShapeError:
+            read = None
+        if read is None or not isinstance(read.call_id, str) or not isinstance(read.name, str):
             raise Refused("bad_message", f"{where}: tool call {number} must have an id and a function name")
-        arguments = function.get("arguments")
-        if arguments is None:
-            arguments = ""
-        if not isinstance(arguments, str):
-            arguments = json.dumps(arguments)
-        calls.append(ToolCall(call["id"], function["name"], arguments))
+        calls.append(ToolCall(read.call_id, read.name, arguments_text(read.arguments)))
     return tuple(calls)
 
 
@@ -211,9 +203,10 @@ def agent_tools(tools: Any) -> list[dict[str, Any]]:
         raise Refused("bad_tools", "tools must be a list of OpenAI function tools")
     kept = []
     for number, tool in enumerate(tools, start=1):
-        function = tool.get("function") if isinstance(tool, Mapping) and tool.get("type") == "function" else None
-        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
-            raise Refused("bad_tools", f"tool {number} must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}")
+        try:
+            function = read_tool(tool, number - 1)
+        except ShapeError:
+            raise Refused("bad_tools", f"tool {number} must be {TOOL_SHAPE}") from None
         if function["name"] in ARC_TOOL_NAMES:
             raise Refused("bad_tools", f"tool {number} is named {function['name']!r}, the name of one of ARC's tools")
         kept.append({"type": "function", "function": {key: function[key] for key in ("name", "description",
@@ -557,8 +550,7 @@ class Proxy:
         except httpx.HTTPError as problem:
             self.rounds.append(RoundRecord(conversation.key, hidden, tokens, state.setup.budget, state.setup.limit,
                                            max_tokens, 502, None))
-            body_text = json.dumps({"error": {"message": f"the upstream did not answer: {problem!r}",
-                                              "type": "upstream_unreachable", "code": 502}})
+            body_text = json.dumps(error_body(f"the upstream did not answer: {problem!r}", "upstream_unreachable", 502))
             raise UpstreamError(502, body_text.encode("utf-8"), "application/json") from None
         record = RoundRecord(conversation.key, hidden, tokens, state.setup.budget, state.setup.limit, max_tokens,
                              response.status_code, None, bool(body.get("stream")))
@@ -678,8 +670,7 @@ def build_app(settings: ProxySettings) -> Any:
                 yield f"data: {json.dumps(problem.body())}\n\n"
                 return
             except UpstreamError as problem:
-                error = {"error": {"message": problem.body.decode("utf-8", "replace"), "type": "upstream_error",
-                                   "code": problem.status}}
+                error = error_body(problem.body.decode("utf-8", "replace"), "upstream_error", problem.status)
                 yield f"data: {json.dumps(error)}\n\n"
                 return
             for event in sse_chunks(reply.completion, include_usage):
@@ -717,21 +708,6 @@ def settings_from(arguments: argparse.Namespace, parse_setting: Callable[[str], 
     preset(settings.preset_name, **settings.overrides, tokenizer=settings.tokenizer, chat_format="template",
            action_mode="tools")  # refuse a bad configuration now, not at the first request
     return settings
-
-
-def listening_socket(host: str, port: int) -> socket.socket:
-    """A bound TCP socket for uvicorn, made with IPPROTO_TCP named so that asyncio sets TCP_NODELAY on its
-    connections (without it Nagle's algorithm and delayed ACKs add ~40 ms to a small answer)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((host, port))
-    except OSError:
-        listener.close()
-        raise
-    listener.set_inheritable(True)
-    return listener
 
 
 def serve(arguments: argparse.Namespace, parse_setting: Callable[[str], tuple[str, object]]) -> int:

@@ -97,6 +97,7 @@ from arc_eval.arguments import http_url, non_negative_int, positive_float
 from arc_eval.protocol import TASK_TOOL_SPECS
 from arc_eval.registry import BackendEntry, BackendRun, option, register_backend
 from arc_ref.message import ToolCall, ToolSpec
+from arc_ref.openai_wire import ShapeError, WireToolCall, error_message, read_tool_call
 from arc_eval.counting import DEFAULT_TOKENIZER, TemplateCounter, TokenCounter, make_counter
 from arc_eval.types import (
     Backend,
@@ -161,14 +162,14 @@ def render_for_count(
         content = message.get("content") or ""
         if not isinstance(content, str):
             content = json.dumps(content, ensure_ascii=False)
-        for call in message.get("tool_calls") or ():
-            function = call.get("function", {})
+        for number, call in enumerate(message.get("tool_calls") or ()):
+            try:
+                read = read_tool_call(call, number)
+            except ShapeError:
+                read = WireToolCall(None, None, None)
             content += (
                 "\n<tool_call>\n"
-                + json.dumps(
-                    {"name": function.get("name"), "arguments": function.get("arguments")},
-                    ensure_ascii=False,
-                )
+                + json.dumps({"name": read.name, "arguments": read.arguments}, ensure_ascii=False)
                 + "\n</tool_call>"
             )
         role = str(message.get("role", "user"))
@@ -199,15 +200,8 @@ def _error_message(response: httpx.Response) -> str:
         body = response.json()
     except ValueError:
         return response.text[:2000]
-    if isinstance(body, Mapping):
-        error = body.get("error", body)
-        if isinstance(error, Mapping) and "message" in error:
-            return str(error["message"])
-        if isinstance(error, str):  # vLLM's 401: {"error": "Unauthorized"}
-            return error
-        if "message" in body:
-            return str(body["message"])
-    return response.text[:2000]
+    message = error_message(body)
+    return response.text[:2000] if message is None else message
 
 
 @frozen

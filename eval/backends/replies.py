@@ -17,6 +17,7 @@ from typing import Any, Mapping
 from attrs import frozen
 
 from arc_eval.types import BackendReplyError
+from arc_ref.openai_wire import ShapeError, read_tool_call
 
 
 @frozen
@@ -53,24 +54,25 @@ def _tool_calls(raw: Any, where: str) -> tuple[ToolCall, ...]:
         raise BackendReplyError(f"{where}: message.tool_calls must be a list, got {raw!r:.200}")
     calls = []
     for index, call in enumerate(raw):
-        function = call.get("function") if isinstance(call, Mapping) else None
-        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+        try:
+            read = read_tool_call(call, index)
+        except ShapeError:
+            read = None
+        if read is None or not isinstance(read.name, str):
             raise BackendReplyError(
                 f"{where}: message.tool_calls[{index}] needs a function with a string name, "
                 f"got {call!r:.200}"
             )
-        arguments = function.get("arguments", "")
-        if arguments is None:
-            arguments = ""
+        arguments = "" if read.arguments is None else read.arguments
         if not isinstance(arguments, (str, Mapping)):
             raise BackendReplyError(
                 f"{where}: message.tool_calls[{index}].function.arguments must be a JSON string, "
                 f"got {arguments!r:.200}"
             )
-        call_id = call.get("id")
+        call_id = read.call_id
         if call_id is not None and not isinstance(call_id, str):
             raise BackendReplyError(f"{where}: message.tool_calls[{index}].id must be text, got {call_id!r:.200}")
-        calls.append(ToolCall(function["name"], arguments, call_id or ""))
+        calls.append(ToolCall(read.name, arguments, call_id or ""))
     return tuple(calls)
 
 
