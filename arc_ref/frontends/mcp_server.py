@@ -36,7 +36,7 @@ from mcp.types import (CallToolResult, JSONRPCError, JSONRPCMessage, JSONRPCRequ
 from arc_ref.catalog import page_count
 from arc_ref.errors import ArcError
 from arc_ref.machine import AgentResult, AgentTurn, Observe, ObserveResult
-from arc_ref.persist import DurableStore, StoreError
+from arc_ref.persist import DurableStore
 from arc_ref.recall import chunk_count
 from arc_ref.text import ASCII_WHITESPACE
 from arc_ref.trace import TraceError, strict_json
