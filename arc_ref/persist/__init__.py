@@ -1,6 +1,15 @@
 """Durability around the pure core: an ARC task's events in SQLite (`DurableStore`), reopened by replaying them.
 
-The core stays free of I/O; this package is the only part of `arc_ref` besides the CLI that touches files.
+The core stays free of I/O; this package, the Session and the front ends are the parts of `arc_ref` that touch
+files. One module per job:
+
+- `rows`: the row format (the event's replay-trace line), the checksum chain, reopening by folding: any backend's;
+- `errors`: the store errors (`StoreError` and its kinds), any backend's;
+- `store`: the SQLite backend, `DurableStore` and `read_rows`, with its parts: `sqlite_file` (schema, header,
+  connections, a new file), `lock` (one writer per file), `acknowledgement` (``STORE.ack``: what was
+  acknowledged), `wal_damage` (a write-ahead log SQLite cannot read), `snapshot` (a cache of the fold).
+
+A second backend (PostgreSQL) reuses `rows` and `errors` and supplies its own storage and acknowledgement.
 """
 
 from arc_ref.persist.store import (
