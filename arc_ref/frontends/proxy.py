@@ -62,6 +62,7 @@ from arc_ref.message import ToolCall
 from arc_ref.openai_wire import TOOL_SHAPE, ShapeError, arguments_text, content_parts, error_body, read_tool, \
     read_tool_call
 from arc_ref.persist import DurableStore, StoreError
+from arc_ref.persist.marks import ConversationIndex, IndexMark, MarkFile
 from arc_ref.serving import listening_socket
 from arc_ref.session import TOOL_MODE_SYSTEM
 from arc_ref.tools import ARC_TOOL_NAMES
@@ -241,6 +242,7 @@ class Conversation:
     seq: int = 1  # rows: the config row and one per event
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
     last_reply: dict[str, Any] | None = None
+    index: ConversationIndex | None = None  # its marks beside its store (arc_ref.persist.marks), when durable
 
     def apply(self, event: Event) -> Output:
         """One event through the core (machine.step), committed first when durable."""
@@ -255,9 +257,8 @@ class Conversation:
     def mark(self, chain_hash: str) -> Mark:
         mark = Mark(self.position, self.seq, self.state, chain_hash)
         self.head = chain_hash
-        if self.directory is not None:
-            with open(self.directory / "marks.jsonl", "a", encoding="utf-8") as marks:
-                marks.write(json.dumps({"hash": chain_hash, "position": self.position, "seq": self.seq}) + "\n")
+        if self.index is not None and self.store is not None:
+            self.index.append(IndexMark(chain_hash, self.position, self.seq, self.store.checksum))
         return mark
 
 
@@ -298,24 +299,19 @@ class Conversations:
         self._lock = asyncio.Lock()
         if settings.store is not None:
             settings.store.mkdir(parents=True, exist_ok=True)
-            for directory in sorted(path for path in settings.store.iterdir() if (path / "marks.jsonl").exists()):
+            for directory in sorted(path for path in settings.store.iterdir() if MarkFile.holds_index(path)):
                 self._reopen(directory)
 
     def _reopen(self, directory: Path) -> None:
         """A conversation of a previous run: its store reopened (the fold of its events), its marks read back."""
         store = DurableStore.open(directory / "task.arc")
-        conversation = Conversation(directory.name, store.state, store, directory, seq=store.seq)
+        index, marks = MarkFile.open(directory, store.seq, ((row.seq, row.checksum) for row in store.events()))
+        conversation = Conversation(directory.name, store.state, store, directory, seq=store.seq, index=index)
         last: Mark | None = None
-        for line in (directory / "marks.jsonl").read_text(encoding="utf-8").splitlines():
-            try:
-                item = json.loads(line)
-            except ValueError:
-                break  # a mark cut by a crash: the marks before it stand
-            if item["seq"] > store.seq:
-                break
-            mark = Mark(item["position"], item["seq"], None, item["hash"])
-            self.add(item["hash"], conversation, mark)
-            conversation.position, conversation.head = mark.position, item["hash"]
+        for item in marks:  # checked (StoreCorrupt names a damaged line); a line cut by a crash is dropped
+            mark = Mark(item.position, item.seq, None, item.chain_hash)
+            self.add(item.chain_hash, conversation, mark)
+            conversation.position, conversation.head = mark.position, item.chain_hash
             last = mark
         if last is not None and last.seq != store.seq:  # events stored after the last mark (a crash mid-request):
             conversation.position = -1  # never resumed in place: a request forks at its mark instead
@@ -349,8 +345,8 @@ class Conversations:
             directory.mkdir()
             store = DurableStore.create(directory / "task.arc", config)
             store.append_many(events)
-            conversation = Conversation(key, store.state, store, directory, seq=store.seq)
-            (directory / "marks.jsonl").touch()
+            conversation = Conversation(key, store.state, store, directory, seq=store.seq,
+                                        index=MarkFile.create(directory))
         self.by_key[key] = conversation
         return conversation
 

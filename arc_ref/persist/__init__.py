@@ -7,7 +7,9 @@ files. One module per job:
 - `errors`: the store errors (`StoreError` and its kinds), any backend's;
 - `store`: the SQLite backend, `DurableStore` and `read_rows`, with its parts: `sqlite_file` (schema, header,
   connections, a new file), `lock` (one writer per file), `acknowledgement` (``STORE.ack``: what was
-  acknowledged), `wal_damage` (a write-ahead log SQLite cannot read), `snapshot` (a cache of the fold).
+  acknowledged), `wal_damage` (a write-ahead log SQLite cannot read), `snapshot` (a cache of the fold);
+- `marks`: the proxy's conversation index (the marks of each conversation's hash chain beside its store, with
+  the store's integrity rules), behind the interface `ConversationIndex` the proxy calls.
 
 A second backend (PostgreSQL) reuses `rows` and `errors` and supplies its own storage and acknowledgement.
 """
