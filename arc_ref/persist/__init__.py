@@ -22,13 +22,15 @@ from arc_ref.persist.store import (
     StoreCorrupt,
     StoreError,
     StoreExists,
+    StoreFull,
     StoreLocked,
     StoreNotFound,
+    StoreReadOnly,
     fold_lines,
     read_rows,
 )
 
 __all__ = [
-    "Appended", "DurableStore", "OpenReport", "StoreCorrupt", "StoreError", "StoreExists", "StoreLocked",
-    "StoreNotFound", "StoredEvent", "fold_lines", "read_rows",
+    "Appended", "DurableStore", "OpenReport", "StoreCorrupt", "StoreError", "StoreExists", "StoreFull", "StoreLocked",
+    "StoreNotFound", "StoreReadOnly", "StoredEvent", "fold_lines", "read_rows",
 ]

@@ -23,6 +23,7 @@ from pathlib import Path
 from attrs import frozen
 
 from arc_ref.persist.errors import StoreCorrupt, StoreError
+from arc_ref.persist.sqlite_file import refused_by_file_system
 
 ACK_SUFFIX = ".ack"
 ACK_MAGIC = b"arc-ref acknowledged "
@@ -89,8 +90,8 @@ class AckWriter:
             self.descriptor = os.open(staging, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                                       0o600)
         except OSError as problem:
-            raise StoreError(f"cannot write the acknowledgement record of {str(shown)!r}: {problem.strerror}") \
-                from None
+            raise refused_by_file_system(shown, "write its acknowledgement record", problem) or StoreError(
+                f"cannot write the acknowledgement record of {str(shown)!r}: {problem.strerror}") from None
         try:
             os.fchmod(self.descriptor, 0o600)
             os.pwrite(self.descriptor, ack_record(seq, checksum), 0)
@@ -100,8 +101,8 @@ class AckWriter:
         except OSError as problem:
             os.close(self.descriptor)
             staging.unlink(missing_ok=True)
-            raise StoreError(f"cannot write the acknowledgement record of {str(shown)!r}: {problem.strerror}") \
-                from None
+            raise refused_by_file_system(shown, "write its acknowledgement record", problem) or StoreError(
+                f"cannot write the acknowledgement record of {str(shown)!r}: {problem.strerror}") from None
 
     def record(self, seq: int, checksum: str) -> None:
         """Rows up to ``seq`` are acknowledged: a same-size overwrite, so fdatasync need not sync metadata."""

@@ -34,3 +34,17 @@ class StoreCorrupt(StoreError):
     """A row that is damaged, edited, out of order or missing, or a file that is not an ARC store."""
 
     code = "store_corrupt"
+
+
+class StoreReadOnly(StoreError):
+    """The store cannot be written where it is (a read-only mount or directory, no permission to write); readers
+    still read it. Nothing is damaged."""
+
+    code = "store_read_only"
+
+
+class StoreFull(StoreError):
+    """The file system holding the store is full: what was asked is not written, nothing acknowledged is lost, and
+    the store opens again once there is room. Nothing is damaged."""
+
+    code = "store_full"

@@ -10,11 +10,12 @@ immutable.
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 from pathlib import Path
 
-from arc_ref.persist.errors import StoreCorrupt, StoreError
+from arc_ref.persist.errors import StoreCorrupt, StoreError, StoreFull, StoreReadOnly
 from arc_ref.persist.rows import GENESIS, chain
 
 APPLICATION_ID = 0x41524331  # "ARC1" in the SQLite header: this file is an ARC store
@@ -82,8 +83,56 @@ def read_header(connection: sqlite3.Connection) -> tuple[int, int]:
     return application_id, version
 
 
+def is_damage(problem: sqlite3.Error) -> bool:
+    """Whether SQLite's error says the file or its WAL is damaged (malformed, not a database, a short or failed
+    read), rather than that the file system refuses (read-only, full, cannot open) or that it is busy."""
+    code = getattr(problem, "sqlite_errorcode", None)
+    return not isinstance(code, int) or code & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB,
+                                                        sqlite3.SQLITE_IOERR)
+
+
+def refused_by_file_system(path: Path, doing: str, problem: OSError | sqlite3.Error) -> StoreError | None:
+    """The error for what the file system refused, named for what it is: a full file system (StoreFull), a
+    read-only one or a directory that cannot be written (StoreReadOnly); None when it is neither."""
+    if isinstance(problem, OSError):
+        full = problem.errno in (errno.ENOSPC, errno.EDQUOT)
+        read_only = problem.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
+        cause = problem.strerror or str(problem)
+    else:
+        code = getattr(problem, "sqlite_errorcode", 0)
+        code = code & 0xFF if isinstance(code, int) else 0
+        full = code == sqlite3.SQLITE_FULL
+        read_only = code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM) or (
+            not is_damage(problem) and not _writable(path.parent))
+        cause = str(problem)
+    if full:
+        return StoreFull(f"{str(path)!r}: cannot {doing}: the file system is full ({cause}); nothing is damaged and"
+                         " nothing acknowledged is lost: make room and try again")
+    if read_only:
+        after = {"create it": "nothing was created",
+                 "read it": "SQLite cannot write the index it reads an unclosed store's log with there: read a copy",
+                 }.get(doing, "readers (arc-ref inspect / export) can still read it")
+        return StoreReadOnly(f"{str(path)!r}: cannot {doing}: it is on a read-only file system or in a directory"
+                             f" that cannot be written ({cause}); nothing is damaged: {after}")
+    return None
+
+
+def _writable(directory: Path) -> bool:
+    """Whether files can be created in ``directory`` (its file system mounted read-write, write permission)."""
+    try:
+        if os.statvfs(directory).f_flag & os.ST_RDONLY:
+            return False
+    except OSError:
+        return True
+    return os.access(directory, os.W_OK)
+
+
 def unreadable(path: Path, problem: sqlite3.DatabaseError, header_read: bool) -> StoreError:
-    """The error for a store SQLite cannot read (no acknowledgement record to count missing events by)."""
+    """The error for a store SQLite cannot read (no acknowledgement record to count missing events by): a file
+    system that refuses is named (read-only, full), damage is StoreCorrupt."""
+    refused = None if is_damage(problem) else refused_by_file_system(path, "read it", problem)
+    if refused is not None:
+        return refused
     if header_read:
         return StoreCorrupt(f"{str(path)!r} cannot be read: {problem}")
     if isinstance(problem, sqlite3.OperationalError):  # e.g. no permission to read it, or to create its -shm file

@@ -29,6 +29,7 @@ snapshot never delays an acknowledgement), and on close.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -50,7 +51,15 @@ from arc_ref.persist.acknowledgement import (
     acknowledgement_problem,
     read_acknowledged,
 )
-from arc_ref.persist.errors import StoreCorrupt, StoreError, StoreExists, StoreLocked, StoreNotFound
+from arc_ref.persist.errors import (
+    StoreCorrupt,
+    StoreError,
+    StoreExists,
+    StoreFull,
+    StoreLocked,
+    StoreNotFound,
+    StoreReadOnly,
+)
 from arc_ref.persist.lock import WriterLock
 from arc_ref.persist.rows import (
     GENESIS,
@@ -72,8 +81,10 @@ from arc_ref.persist.sqlite_file import (
     check_header,
     check_header_values,
     connect,
+    is_damage,
     read_clean_seq,
     read_header,
+    refused_by_file_system,
     unreadable,
     writer_pragmas,
 )
@@ -125,7 +136,7 @@ def read_rows(path: str | os.PathLike[str]) -> Iterator[StoredEvent]:
                 yield StoredEvent(seq, line.decode("utf-8", "replace"), checksum)
             connection.execute("COMMIT")
         except sqlite3.DatabaseError as problem:
-            if acknowledged is None or not has_wal(real):
+            if acknowledged is None or not has_wal(real) or not is_damage(problem):
                 raise unreadable(target, problem, header_read) from None
             wal_problem = problem  # the rows through the WAL end here: what does the database file hold?
         else:
@@ -202,12 +213,15 @@ class DurableStore:
                         raise exists from None
                     os.replace(staging, target)
             except OSError as problem:
-                raise StoreError(f"cannot create {str(target)!r}: {problem.strerror}") from None
+                raise refused_by_file_system(target, "create it", problem) \
+                    or StoreError(f"cannot create {str(target)!r}: {problem.strerror}") from None
             except sqlite3.Error as problem:
-                raise StoreError(f"cannot create {str(target)!r}: {problem}") from None
+                raise refused_by_file_system(target, "create it", problem) \
+                    or StoreError(f"cannot create {str(target)!r}: {problem}") from None
             finally:
                 for leftover in ("", "-wal", "-shm", "-journal"):
-                    Path(str(staging) + leftover).unlink(missing_ok=True)
+                    with contextlib.suppress(OSError):  # (a read-only directory: nothing was made there)
+                        Path(str(staging) + leftover).unlink(missing_ok=True)
             connection = connect(target, readonly=False)
         except BaseException:
             if lock is not None:
@@ -218,6 +232,9 @@ class DurableStore:
         try:
             writer_pragmas(connection)
             store._start_writing()
+        except sqlite3.DatabaseError as problem:
+            store._abandon()
+            raise _cannot_write(target, problem) from None
         except BaseException:
             store._abandon()
             raise
@@ -261,7 +278,9 @@ class DurableStore:
                 store._start_writing()
         except sqlite3.DatabaseError as problem:  # e.g. a damaged schema ("malformed database schema") or WAL
             store._abandon()
-            if checked or acknowledged is None or not has_wal(store._real):
+            if checked:  # the log was read and checked: what failed is starting to write (read-only? full?)
+                raise _cannot_write(target, problem) from None
+            if acknowledged is None or not has_wal(store._real) or not is_damage(problem):
                 raise unreadable(target, problem, header_read) from None
             return cls._open_without_wal(target, readonly, use_snapshot, acknowledged, problem)
         except BaseException:
@@ -503,7 +522,8 @@ class DurableStore:
                     raise StoreError(
                         f"{str(self.path)!r}: row {rows[0][0]} was written by someone else; reopen the store"
                     ) from None
-                raise StoreError(f"{str(self.path)!r}: cannot store event #{rows[0][0]}: {problem}") from None
+                raise refused_by_file_system(self.path, f"store event #{rows[0][0]}", problem) \
+                    or StoreError(f"{str(self.path)!r}: cannot store event #{rows[0][0]}: {problem}") from None
             self._state, self.seq, self.checksum = state, seq, checksum
             assert self._acknowledgements is not None
             try:  # the acknowledgement is recorded apart from the WAL before append returns (A2 across crashes)
@@ -586,9 +606,18 @@ class DurableStore:
         self.close()
 
 
+def _cannot_write(target: Path, problem: sqlite3.DatabaseError) -> StoreError:
+    """A store whose log was read and checked but cannot be opened for writing: the file system refuses
+    (read-only, full), damage SQLite found writing (StoreCorrupt), or another failure, never called damage."""
+    if is_damage(problem):
+        return unreadable(target, problem, header_read=True)
+    return refused_by_file_system(target, "open it for writing", problem) \
+        or StoreError(f"{str(target)!r}: cannot open it for writing: {problem}")
+
+
 __all__ = [
     "ACK_SUFFIX", "APPLICATION_ID", "Acknowledged", "Appended", "DurableStore", "GENESIS", "OpenReport",
     "SCHEMA_VERSION", "SNAPSHOT_GROWTH", "SNAPSHOT_MIN_EVENTS", "SNAPSHOT_PART_BYTES", "StoreCorrupt", "StoreError",
-    "StoreExists", "StoreLocked", "StoreNotFound", "StoredEvent", "chain", "fold_lines", "read_acknowledged",
+    "StoreExists", "StoreFull", "StoreLocked", "StoreNotFound", "StoreReadOnly", "StoredEvent", "chain", "fold_lines", "read_acknowledged",
     "read_rows",
 ]
