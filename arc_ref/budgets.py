@@ -1,7 +1,8 @@
 """Budgets from a window and a prefix: M, R, P, p, c, Q, q and eta derived so that K <= L (A4).
 
-The one owner of this derivation (spec/parameters.md, "Budgets from a window and a prefix"): the Session,
-`arc-ref proxy` and arc-eval's ARC method all call `fit_to_window`. The caller gives the served window
+The one owner of this derivation (spec/parameters.md, "Budgets from a window and a prefix"): the Session and
+`arc-ref proxy` call `fit_to_window`; arc-eval's ARC method calls `window_budgets` and accepts regime ``shares``
+only (its recall knobs are the experiment's variable, honoured whole or refused). The caller gives the served window
 ``context_limit`` (L_ctx), the completion reserve ``max_completion`` (G_max), the tokenizer and chat format,
 and the conversation's own prefix F (system text, tools listing, goal); everything else is derived:
 
@@ -56,6 +57,10 @@ class WindowBudgets:
     """The budgets derived for one window and one prefix, with the measured quantities they came from."""
 
     regime: str  # "shares" (the evaluation's split) or "floors" (every component at its floor, then the rest)
+    # regime "floors": why the shares did not do: (budget field, its share, its floor), the first share below its
+    # floor in the order M, R, P; and A = L - B - Q - eta of regime "shares", Q = max(Q*, its floor with q*)
+    shortfall: tuple[str, int, int] | None
+    shares_available: int
     limit: int  # L = L_ctx - G_max
     prefix_tokens: int  # B
     summary_budget: int  # M
@@ -106,12 +111,13 @@ def window_budgets(config: Config, *, recall_budget: int = PREFERRED_RECALL_BUDG
 
     available = limit - prefix_tokens - preferred_recall - overhead
     total_shares = sum(share for _, share in SHARES)
-    split = {name: max(available, 0) * share // total_shares for name, share in SHARES}
-    if available >= 0 and all(split[name] >= floors[name] for name in split):
+    split = {name: available * share // total_shares for name, share in SHARES}
+    short = [(name, split[name], floors[name]) for name, _ in SHARES if split[name] < floors[name]]
+    if not short:  # (every floor is positive, so a negative A leaves some share short)
         return WindowBudgets(
-            regime="shares", limit=limit, prefix_tokens=prefix_tokens, page_size=page_size_of(
-                split["page_budget"], page_frame, stub_cap), stub_cap=stub_cap, recall_budget=preferred_recall,
-            chunk_tokens=chunk_tokens, overhead=overhead, **split,
+            regime="shares", shortfall=None, shares_available=available, limit=limit, prefix_tokens=prefix_tokens,
+            page_size=page_size_of(split["page_budget"], page_frame, stub_cap), stub_cap=stub_cap,
+            recall_budget=preferred_recall, chunk_tokens=chunk_tokens, overhead=overhead, **split,
         )
 
     smallest = {name: floors[name] for name, _ in FLOOR_SHARES if name != "recall_budget"}
@@ -134,7 +140,8 @@ def window_budgets(config: Config, *, recall_budget: int = PREFERRED_RECALL_BUDG
     grown["recent_budget"] += grown["recall_budget"] - capped
     grown["recall_budget"] = capped
     return WindowBudgets(
-        regime="floors", limit=limit, prefix_tokens=prefix_tokens,
+        regime="floors", shortfall=short[0], shares_available=available,
+        limit=limit, prefix_tokens=prefix_tokens,
         page_size=page_size_of(grown["page_budget"], page_frame, stub_cap), stub_cap=stub_cap,
         chunk_tokens=min(chunk_tokens, capped - recall_frame), overhead=overhead, **grown,
     )

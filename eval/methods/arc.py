@@ -16,7 +16,9 @@ Budgets come from the run's window and the task's prefix through the core's one 
 (`arc_ref.budgets.fit_to_window`, spec/parameters.md "Budgets from a window and a prefix"): L = context_limit
 - max_tokens; the paper's recall knobs map to the preferred Q* = recall_budget_chars / 4 and q* =
 recall_max_chars / 4 - 80 tokens (the 80 leaving room for the response wrapper); what remains of L after the
-prefix B, Q and eta is split between S, H and G as M : R : P = 2 : 4 : 1, every component at least its floor.
+prefix B, Q and eta is split between S, H and G as M : R : P = 2 : 4 : 1 (the derivation's regime "shares"). The
+recall knobs are the experiment's variable (the recall-budget ablation): a setting where they cannot be honoured
+whole (regime "floors", which the Session and the proxy accept) is refused, naming the budget that falls short.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from typing import Any, Mapping
 
 from arc_eval.errors import InvalidInput
 from arc_ref import render
-from arc_ref.budgets import fit_to_window
-from arc_ref.config import PRESETS, Config
-from arc_ref.errors import ArcError
+from arc_ref.budgets import window_budgets
+from arc_ref.config import PRESETS, Config, make_setup
+from arc_ref.errors import ArcError, ConfigError
 from arc_ref.machine import (
     AgentTurn,
     ArcState,
@@ -90,7 +92,19 @@ def arc_config(settings: MethodSettings, system: str, goal: str, *, check: bool 
     options = settings.options_of(ARC_NAME, ArcOptions)
     chunk_tokens = max(1, options.recall_max_chars // CHARS_PER_TOKEN - WRAPPER_ALLOWANCE)
     recall_budget = max(1, options.recall_budget_chars // CHARS_PER_TOKEN)
-    return fit_to_window(base, recall_budget=recall_budget, chunk_tokens=chunk_tokens, check=check)
+    derived = window_budgets(base, recall_budget=recall_budget, chunk_tokens=chunk_tokens)
+    if derived.shortfall is not None:  # the recall knobs are the experiment's variable: honoured whole or refused
+        name, share, floor = derived.shortfall
+        raise ConfigError(
+            f"arc: {name} would be {share} tokens, below its minimum {floor}: L = {derived.limit} minus the prefix"
+            f" ({derived.prefix_tokens}), the recall budget ({max(recall_budget, derived.recall_budget)}) and"
+            f" overhead leaves {derived.shares_available}; raise --context-limit, lower --recall-budget-chars, or"
+            " shorten the goal"
+        )
+    config = base.replace(**derived.fields())
+    if check:
+        make_setup(config)  # validated here: K <= L and every component floor
+    return config
 
 
 class ArcMethod:
