@@ -123,6 +123,13 @@ def sync_directory(directory: Path) -> None:
         os.close(descriptor)
 
 
+def _has_wal(real: Path) -> bool:
+    try:
+        return os.stat(str(real) + "-wal").st_size > 0
+    except OSError:
+        return False
+
+
 def acknowledgement_problem(shown: Path, real: Path, acknowledged: Acknowledged | None, clean_seq: int | None,
                              rows: int, checksum_at_acknowledged: str | None,
                              wal_problem: sqlite3.Error | None = None) -> str | None:
@@ -135,9 +142,14 @@ def acknowledgement_problem(shown: Path, real: Path, acknowledged: Acknowledged 
     if acknowledged is not None:
         if acknowledged.seq > rows:
             missing = acknowledged.seq - rows
-            why = ("was deleted, truncated or damaged after a crash" if wal_problem is None else
-                   f"cannot be read ({wal_problem}): it was damaged after a crash, and the database file without it"
-                   " holds the rows up to there")
+            if wal_problem is None:
+                why = "was deleted, truncated or damaged after a crash"
+            elif _has_wal(real):
+                why = (f"cannot be read ({wal_problem}): it was damaged after a crash, and the database file without"
+                       " it holds the rows up to there")
+            else:  # a checkpoint cut by a crash, then the log deleted: the file is half old, half new
+                why = (f"is missing or empty and the database file alone can be read only up to there"
+                       f" ({wal_problem}): a checkpoint was cut by a crash and the log deleted after it")
             return (f"{str(shown)!r}: {missing} acknowledged event{'s are' if missing > 1 else ' is'} missing:"
                     f" rows up to {acknowledged.seq} were acknowledged ({str(ack_path(real))!r}) but the store"
                     f" ends at row {rows}; its write-ahead log {wal} {why} (restore it if you can; {keep})")

@@ -136,7 +136,7 @@ def read_rows(path: str | os.PathLike[str]) -> Iterator[StoredEvent]:
                 yield StoredEvent(seq, line.decode("utf-8", "replace"), checksum)
             connection.execute("COMMIT")
         except sqlite3.DatabaseError as problem:
-            if acknowledged is None or not has_wal(real) or not is_damage(problem):
+            if acknowledged is None or not is_damage(problem):  # damage, with a record to count by: count
                 raise unreadable(target, problem, header_read) from None
             wal_problem = problem  # the rows through the WAL end here: what does the database file hold?
         else:
@@ -280,7 +280,7 @@ class DurableStore:
             store._abandon()
             if checked:  # the log was read and checked: what failed is starting to write (read-only? full?)
                 raise _cannot_write(target, problem) from None
-            if acknowledged is None or not has_wal(store._real) or not is_damage(problem):
+            if acknowledged is None or not is_damage(problem):  # damage, with a record to count by: count
                 raise unreadable(target, problem, header_read) from None
             return cls._open_without_wal(target, readonly, use_snapshot, acknowledged, problem)
         except BaseException:
@@ -305,19 +305,27 @@ class DurableStore:
         if missing is not None:
             raise StoreCorrupt(missing)
         wal = f"{str(real) + '-wal'!r}"
-        if not readonly:
+        if not readonly and has_wal(real):
             raise StoreCorrupt(
                 f"{str(target)!r}: its write-ahead log {wal} cannot be read ({wal_problem}), but the database file"
                 f" without it holds every acknowledged event (rows up to {acknowledged.seq}); readers (arc-ref"
                 f" inspect / export) read them; to write again, move {wal} and its -shm aside (keep them: nothing"
                 f" acknowledged is lost without them)")
+        if not readonly:  # no WAL to move aside: the damage is in the database file itself
+            raise StoreCorrupt(
+                f"{str(target)!r}: no acknowledged event is missing (rows up to {acknowledged.seq} are there), but"
+                f" the database file cannot be read whole ({wal_problem}) and is not written again; readers"
+                " (arc-ref inspect / export) read every acknowledged event")
         store = cls(target, connect_without_wal(real), None)
         try:
             check_header(store._connection, target)
             store._load(use_snapshot, acknowledged)
-        except sqlite3.DatabaseError as problem:
+        except sqlite3.DatabaseError as problem:  # past the acknowledged rows, or beside them (a snapshot page)
             store._abandon()
-            raise unreadable(target, problem, header_read=True) from None
+            raise StoreCorrupt(
+                f"{str(target)!r}: no acknowledged event is missing (rows up to {acknowledged.seq} are there), but"
+                f" the database file cannot be read whole ({problem}); arc-ref export writes the {rows} rows that"
+                " are there") from None
         except BaseException:
             store._abandon()
             raise
