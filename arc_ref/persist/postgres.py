@@ -103,6 +103,7 @@ CREATE TABLE arc_marks (
     position integer NOT NULL,      -- agent messages up to this mark
     seq bigint NOT NULL,            -- rows of the task at this mark
     checksum text NOT NULL,         -- the chained checksum of row seq: binds the mark to the rows
+    added bigint GENERATED ALWAYS AS IDENTITY,  -- the order marks were added (the latest fork first)
     PRIMARY KEY (hash, task)
 )
 """,
