@@ -274,6 +274,7 @@ class ProxySettings:
     store: Path | None = None
     database: str | None = None  # --store postgresql://...: conversations shared by every instance on it
     cache_conversations: int = 256  # with a database: conversation states an instance keeps (least recent out)
+    store_retry_s: float = 15.0  # with a database: how long a request is tried again while it is unavailable
     max_hidden_rounds: int = DEFAULT_MAX_HIDDEN_ROUNDS
     keepalive_s: float = KEEPALIVE_S
     timeout_s: float = 600.0

@@ -9,8 +9,10 @@ every instance), catches up from the rows other instances appended, and commits 
 before the reply is sent. For the same requests the ids and views are those of one process: the state is the
 fold of the same events, and which instance folds them does not matter.
 
-The database unreachable or restarting: 503 with a typed body (``store_unavailable``; clients retry), and nothing
-of that request is kept; the instance reconnects at the next request. A conversation this instance never saw is
+The database unreachable or restarting: nothing of that request is kept; it is tried again from the start (a new
+connection, the upstream asked again) until ``store_retry_s`` (15 s) has passed, so that a restart of the database
+costs the agent time, not a failed step (a stream that has begun cannot turn into a 503 any more); then 503 with a
+typed body (``store_unavailable``; clients retry). A conversation this instance never saw is
 folded from its rows (its cost: benchmarks/bench_many_proxies.py).
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from collections import OrderedDict
 from typing import Any, Callable
@@ -34,7 +37,17 @@ from arc_ref.persist.postgres_conversations import (
     fold_rows,
 )
 from arc_ref.persist.store import GENESIS, StoreCorrupt, StoreError
-from arc_ref.proxy import Mark, Proxy, ProxySettings, Refused, Reply, RoundRecord, UpstreamError, parse_request
+from arc_ref.proxy import (
+    AgentMessage,
+    Mark,
+    Proxy,
+    ProxySettings,
+    Refused,
+    Reply,
+    RoundRecord,
+    UpstreamError,
+    parse_request,
+)
 from arc_ref.trace import config_line, encode_config_line
 
 SEEN_HASHES_PER_CONVERSATION = 64  # the local hash -> conversation index keeps this many hashes per cached state
@@ -129,43 +142,58 @@ class SharedProxy(Proxy):
         self.seen = SeenHashes(self.cache_limit * SEEN_HASHES_PER_CONVERSATION, self.conversations.config)
         self.conversations = self.seen  # type: ignore[assignment]  # `_run` records each mark through `add`
         self.folded_rows = 0  # rows this instance folded to catch up (conversations other instances advanced)
+        self.store_retries = 0  # requests tried again while the database was unavailable
 
     async def close(self) -> None:
         await self.database.close()
 
     async def complete(self, body: dict[str, Any], explicit: str | None) -> Reply:
+        """One request in one transaction. The database unavailable (down, restarting): the request is tried again
+        from the start (nothing of it was kept) until ``store_retry_s`` has passed, then answered 503."""
         messages, tools, system, hashes = parse_request(body, explicit)
-        try:
-            async with self.database.connection() as connection:
-                transaction = RequestTransaction(self.database, connection)
-                expected_key = self.seen.deepest(hashes)
-                expected = self.cache.get(expected_key) if expected_key is not None else None
-                found, rows = await transaction.begin(hashes, expected)
-                if found is None:
-                    state = await asyncio.to_thread(self._new_state, system, messages[0].text, tools)
-                    line = encode_config_line(config_line(state.config))
-                    transaction.create(uuid.uuid4().hex, line, hashes[0])
-                    start = 1
-                elif found.in_place:
-                    transaction.resume(found)
-                    state = await self._caught_up(transaction, found, expected, rows)
-                    start = found.mark_position
-                else:  # it moved on (a retry of an answered request, an edited or regenerated message): fork
-                    state = await self._state_at_mark(transaction, found)
-                    transaction.fork(found, uuid.uuid4().hex)
-                    start = found.mark_position
-                conversation = SharedConversation(transaction, state)
-                if start == 1 and found is None:
-                    self.seen.add(hashes[0], conversation, Mark(1, 1, None, hashes[0]))
-                try:
-                    reply = await self._run(conversation, messages[start:], hashes[start:], body)  # type: ignore[arg-type]
-                finally:  # a refusal or an upstream error keeps what was applied, as one process does
-                    await transaction.commit()
-                    self._remember(CachedConversation(transaction.key, transaction.seq, transaction.checksum,
-                                                      conversation.state))
-                return reply
-        except StoreError as problem:
-            raise StoreFailed(problem) from None
+        deadline = time.monotonic() + self.settings.store_retry_s
+        delay = 0.1
+        while True:
+            try:
+                return await self._complete_once(messages, tools, system, hashes, body)
+            except StoreUnavailable as problem:
+                if time.monotonic() + delay > deadline:
+                    raise StoreFailed(problem) from None
+                await self.database.discard_idle()
+                await asyncio.sleep(delay)
+                delay = min(2.0, delay * 2)
+                self.store_retries += 1
+            except StoreError as problem:
+                raise StoreFailed(problem) from None
+
+    async def _complete_once(self, messages: list[AgentMessage], tools: list[dict[str, Any]], system: str,
+                             hashes: list[str], body: dict[str, Any]) -> Reply:
+        async with self.database.connection() as connection:
+            transaction = RequestTransaction(self.database, connection)
+            expected_key = self.seen.deepest(hashes)
+            expected = self.cache.get(expected_key) if expected_key is not None else None
+            found, rows = await transaction.begin(hashes, expected)
+            if found is None:
+                state = await asyncio.to_thread(self._new_state, system, messages[0].text, tools)
+                line = encode_config_line(config_line(state.config))
+                transaction.create(uuid.uuid4().hex, line, hashes[0])
+                start = 1
+            elif found.in_place:
+                transaction.resume(found)
+                state = await self._caught_up(transaction, found, expected, rows)
+                start = found.mark_position
+            else:  # it moved on (a retry of an answered request, an edited or regenerated message): fork
+                state = await self._state_at_mark(transaction, found)
+                transaction.fork(found, uuid.uuid4().hex)
+                start = found.mark_position
+            conversation = SharedConversation(transaction, state)
+            try:
+                reply = await self._run(conversation, messages[start:], hashes[start:], body)  # type: ignore[arg-type]
+            finally:  # a refusal or an upstream error keeps what was applied, as one process does
+                await transaction.commit()
+                self._remember(CachedConversation(transaction.key, transaction.seq, transaction.checksum,
+                                                  conversation.state))
+            return reply
 
     def _new_state(self, system: str, goal: str, tools: list[dict[str, Any]]) -> ArcState:
         config = self._config(system, goal, tools)

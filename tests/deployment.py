@@ -257,3 +257,71 @@ def haproxy(backends: Sequence[str]) -> Iterator[Haproxy]:
         yield balancer
     finally:
         balancer.stop()
+
+
+# --- the proxy deployment: serve-scripted upstream, arc-ref proxy instances, the balancer --------------------
+
+
+def _bin(name: str) -> str:
+    import sys
+
+    return str(Path(sys.executable).parent / name)
+
+
+class Service:
+    """A child process listening on 127.0.0.1:port (its output in ``log``)."""
+
+    def __init__(self, command: list[str], port: int, log: Path, ready_path: str) -> None:
+        self.command, self.port, self.log = command, port, log
+        self.ready_path = ready_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> "Service":
+        from tests.waiting import http_ok, wait_until
+
+        with open(self.log, "ab") as out:
+            self.process = subprocess.Popen(self.command, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            wait_until(http_ok(f"http://127.0.0.1:{self.port}{self.ready_path}"), self.process,
+                       f"{Path(self.command[0]).name} on port {self.port}")
+        except AssertionError as problem:
+            raise AssertionError(f"{problem}\n{self.log.read_text(errors='replace')[-3000:]}") from None
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def kill(self) -> None:
+        """kill -9."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def scripted_upstream(directory: Path, tokenizer: Path, latency_ms: float = 0.0, port: int | None = None,
+                      max_model_len: int = 16384) -> Service:
+    """`arc-eval serve-scripted` with the policy that recalls (arc_eval.agent.recall_then_submit)."""
+    port = port or free_port()
+    command = [_bin("arc-eval"), "serve-scripted", "--port", str(port), "--tokenizer", str(tokenizer),
+               "--max-model-len", str(max_model_len), "--model-name", "scripted", "--latency-ms", str(latency_ms),
+               "--policy", "arc_eval.agent.recall_then_submit:RecallThenSubmitPolicy"]
+    return Service(command, port, directory / f"upstream-{port}.log", "/health").start()
+
+
+def arc_proxy(directory: Path, upstream_url: str, tokenizer: Path, store: str | None, settings: dict[str, object],
+              port: int | None = None) -> Service:
+    """`arc-ref proxy` as a user starts it (``store``: a database URL, a directory, or None: memory)."""
+    port = port or free_port()
+    command = [_bin("arc-ref"), "proxy", "--upstream", upstream_url, "--tokenizer", f"hf-dir:{tokenizer}",
+               "--port", str(port), *(["--store", store] if store else []),
+               *(part for key, value in settings.items() for part in ("--set", f"{key}={value}"))]
+    return Service(command, port, directory / f"proxy-{port}.log", "/v1/models").start()

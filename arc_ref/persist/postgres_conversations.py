@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from typing import TYPE_CHECKING, Any, AsyncIterator, Sequence
 
 import attrs
@@ -119,7 +120,8 @@ class AsyncDatabase:
         driver = self._driver
         try:
             connection: "psycopg.AsyncConnection[Any]" = await driver.AsyncConnection.connect(
-                self.url, autocommit=True, connect_timeout=self.connect_timeout_s, application_name="arc-ref proxy")
+                self.url, autocommit=True, connect_timeout=self.connect_timeout_s,
+                application_name=f"arc-ref proxy {os.getpid()}")  # which instance holds what (pg_stat_activity)
             return connection
         except driver.OperationalError as problem:
             raise unavailable(self.url, problem) from None
@@ -161,10 +163,14 @@ class AsyncDatabase:
                 return
         self._idle.append(connection)
 
-    async def close(self) -> None:
+    async def discard_idle(self) -> None:
+        """Close every idle connection (the server went away: each would fail at its next use)."""
         idle, self._idle = self._idle, []
         for connection in idle:
             await connection.close()
+
+    async def close(self) -> None:
+        await self.discard_idle()
 
 
 class RequestTransaction:
