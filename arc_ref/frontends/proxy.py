@@ -645,7 +645,7 @@ def build_app(settings: ProxySettings) -> Any:
         limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
         async with httpx.AsyncClient(limits=limits, timeout=settings.timeout_s) as client:
             if settings.database is not None:  # many instances on one database (issue 30)
-                from arc_ref.proxy_shared import SharedProxy
+                from arc_ref.frontends.proxy_shared import SharedProxy
 
                 holder["proxy"] = SharedProxy(settings, client)
             else:

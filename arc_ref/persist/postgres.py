@@ -27,6 +27,7 @@ plus one when another writer appended in between (its rows). `Database.round_tri
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import select
 import threading
@@ -40,6 +41,7 @@ from arc_ref.machine import ArcState, Event, RequestView, init, step
 from arc_ref.persist.store import (
     GENESIS,
     Appended,
+    DurableStore,
     OpenReport,
     StoredEvent,
     StoreCorrupt,
@@ -568,5 +570,32 @@ class PostgresStore:
         self.close()
 
 
-__all__ = ["Database", "PostgresStore", "StoreUnavailable", "checked_rows", "database", "event_row_line",
+Store = DurableStore | PostgresStore
+"""A task's durable store: a SQLite file (the embedded default) or a task in a PostgreSQL database."""
+
+
+def _task(location: str) -> tuple[str, str]:
+    url, key = split_task_url(location)
+    if key is None:
+        raise StoreError(f"{shown_url(url)}: name the task in the database: {shown_url(url)}#KEY")
+    return url, key
+
+
+def open_store(location: str | os.PathLike[str], *, readonly: bool = False, use_snapshot: bool = True) -> Store:
+    """`DurableStore.open` for a path; for ``postgresql://.../DB#KEY`` the task KEY of that database."""
+    if is_database_url(location):
+        assert isinstance(location, str)
+        return PostgresStore.open(*_task(location), readonly=readonly)
+    return DurableStore.open(location, readonly=readonly, use_snapshot=use_snapshot)
+
+
+def create_store(location: str | os.PathLike[str], config: Config) -> Store:
+    """`DurableStore.create` for a path; for ``postgresql://.../DB#KEY`` a new task KEY in that database."""
+    if is_database_url(location):
+        assert isinstance(location, str)
+        return PostgresStore.create(*_task(location), config)
+    return DurableStore.create(location, config)
+
+
+__all__ = ["Database", "Store", "create_store", "open_store", "PostgresStore", "StoreUnavailable", "checked_rows", "database", "event_row_line",
            "fold_row", "is_database_url", "shown_url", "split_task_url"]

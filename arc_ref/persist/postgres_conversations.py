@@ -1,7 +1,7 @@
 """The proxy's conversations in PostgreSQL (issue 30 item 2): any instance serves any request of any conversation.
 
 A conversation is a task of `arc_ref.persist.postgres` (its rows, its head) plus its marks in ``arc_marks``: the
-proxy's hash chain over the agent's messages (`arc_ref.proxy.chain_next`), each mark naming the task, the agent
+proxy's hash chain over the agent's messages (`arc_ref.frontends.proxy.chain_next`), each mark naming the task, the agent
 messages up to it (``position``), the rows then (``seq``) and the chained checksum of that row, which binds the
 mark to the rows. The index is thus in the database with the same integrity rule as the rows.
 

@@ -72,7 +72,7 @@ def test_refused_events_store_nothing_and_keys_are_unique(pg_url: str) -> None:
 
 def test_export_is_a_trace_that_replay_reproduces(pg_url: str, tmp_path: Path) -> None:
     written(pg_url)
-    exported = subprocess.run([sys.executable, "-m", "arc_ref.cli", "export", f"{pg_url}#task"],
+    exported = subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", "export", f"{pg_url}#task"],
                               capture_output=True, text=True, check=False)
     if exported.returncode != 0 and "no ARC store" in exported.stderr:
         pytest.fail(f"arc-ref export does not read postgresql:// yet: {exported.stderr}")
@@ -81,7 +81,7 @@ def test_export_is_a_trace_that_replay_reproduces(pg_url: str, tmp_path: Path) -
     assert lines == [row.line for row in PostgresStore.open(pg_url, "task").events()]
     trace = tmp_path / "trace.jsonl"
     trace.write_text(exported.stdout, encoding="utf-8")
-    replayed = subprocess.run([sys.executable, "-m", "arc_ref.cli", "replay", str(trace)], capture_output=True,
+    replayed = subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", "replay", str(trace)], capture_output=True,
                               text=True, check=False)
     assert replayed.returncode == 0, replayed.stderr
 
@@ -168,3 +168,14 @@ def test_counted_round_trips_are_the_wires(pg_url: str, tmp_path: Path) -> None:
     directions = [line.split()[0] for line in trace.read_text().splitlines() if line.strip()]
     waits = sum(1 for earlier, later in zip(directions, directions[1:]) if earlier == "F" and later == "B")
     assert counted == waits == 3  # lock and head; the other writer's row; rows, head and COMMIT
+
+
+def test_inspect_names_a_task_of_a_database_and_refuses_a_url_without_one(pg_url: str) -> None:
+    written(pg_url)
+    shown = subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", "inspect", f"{pg_url}#task", "--events"],
+                           capture_output=True, text=True, check=False)
+    assert shown.returncode == 0, shown.stderr
+    assert len(shown.stdout.strip().splitlines()) >= len(events()) + 1
+    missing = subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", "inspect", pg_url], capture_output=True,
+                             text=True, check=False)
+    assert missing.returncode == 2 and "#KEY" in missing.stderr and "Traceback" not in missing.stderr

@@ -18,7 +18,7 @@ from tests.proxy.harness import BASH_TOOL, BUDGETS, QWEN3, big_log, needs_qwen3,
 
 import httpx  # noqa: E402
 
-from arc_ref.proxy import ProxySettings, build_app, listening_socket  # noqa: E402
+from arc_ref.frontends.proxy import ProxySettings, build_app, listening_socket  # noqa: E402
 
 pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'arc-ref[postgres]')")
 uvicorn = pytest.importorskip("uvicorn")

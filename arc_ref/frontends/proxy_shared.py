@@ -1,7 +1,7 @@
 """`arc-ref proxy --store postgresql://...`: many proxy instances, one database; any instance serves any request of
 any conversation (issue 30 item 2).
 
-The request path is the one-process proxy's (`arc_ref.proxy.Proxy._run`: the same events, views, hidden rounds
+The request path is the one-process proxy's (`arc_ref.frontends.proxy.Proxy._run`: the same events, views, hidden rounds
 and replies), on a conversation whose state this instance holds in a bounded cache and whose rows, marks and head
 live in the database (`arc_ref.persist.postgres_conversations`). Each request is one database transaction that
 locks its conversation's head row for its whole duration (requests of one conversation are serialized across
@@ -37,7 +37,7 @@ from arc_ref.persist.postgres_conversations import (
     fold_rows,
 )
 from arc_ref.persist.store import GENESIS, StoreCorrupt, StoreError
-from arc_ref.proxy import (
+from arc_ref.frontends.proxy import (
     AgentMessage,
     Mark,
     Proxy,
