@@ -33,19 +33,17 @@ import argparse
 import asyncio
 import hashlib
 import json
-import sys
 import time
 import uuid
 from collections import deque
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import attrs
 import httpx
 
 from arc_ref.config import Config, parse_tools, preset
 from arc_ref.errors import ArcError
-from arc_ref.frontends.exit_status import OK, USAGE
 from arc_ref.machine import (
     ArcState,
     Event,
@@ -63,6 +61,7 @@ from arc_ref.openai_wire import TOOL_SHAPE, ShapeError, arguments_text, content_
     read_tool_call
 from arc_ref.persist import DurableStore, StoreError
 from arc_ref.persist.marks import ConversationIndex, IndexMark, MarkFile
+from arc_ref.persist.postgres import is_database_url
 from arc_ref.serving import listening_socket
 from arc_ref.session import TOOL_MODE_SYSTEM
 from arc_ref.tools import ARC_TOOL_NAMES
@@ -269,6 +268,9 @@ class ProxySettings:
     preset_name: str = "paper"
     overrides: Mapping[str, Any] = attrs.field(factory=dict)
     store: Path | None = None
+    database: str | None = None  # --store postgresql://...: conversations shared by every instance on it
+    cache_conversations: int = 256  # with a database: conversation states an instance keeps (least recent out)
+    store_retry_s: float = 15.0  # with a database: how long a request is tried again while it is unavailable
     max_hidden_rounds: int = DEFAULT_MAX_HIDDEN_ROUNDS
     keepalive_s: float = KEEPALIVE_S
     timeout_s: float = 600.0
@@ -287,6 +289,8 @@ class RoundRecord:
     status: int
     upstream_prompt_tokens: int | None
     streamed: bool = False  # the agent asked for a stream (the upstream is always asked for a whole reply)
+    view_digest: str = ""  # sha256 of the upstream request's messages and tools (canonical JSON)
+    seq: int = 0  # the conversation's rows when its view was taken (orders one conversation's rounds)
 
 
 class Conversations:
@@ -393,6 +397,31 @@ def _event(message: AgentMessage) -> Event:
     raise Refused("bad_message", "a system message may only open the conversation")
 
 
+def parse_request(body: Mapping[str, Any], explicit: str | None
+                  ) -> tuple[list[AgentMessage], list[dict[str, Any]], str, list[str]]:
+    """A chat request's agent messages (the leading system messages taken out), its tools, its system text and
+    the hash chain over its messages (one hash per message); Refused when it is malformed."""
+    if not isinstance(body.get("messages"), list) or not body["messages"]:
+        raise Refused("bad_request", "messages must be a non-empty list")
+    model = body.get("model")
+    if not isinstance(model, str):
+        raise Refused("bad_request", "model must be a string")
+    messages = [agent_message(message, number) for number, message in enumerate(body["messages"], start=1)]
+    tools = agent_tools(body.get("tools"))
+    system_parts = []
+    while messages and messages[0].role == "system":
+        system_parts.append(messages.pop(0).text)
+    if not messages or messages[0].role != "user":
+        raise Refused("bad_message", "the first message after the system prompt must be the user's task")
+    system = "\n\n".join(system_parts)
+    hashes = []
+    previous = chain_root(model, tools, system, explicit)
+    for message in messages:
+        previous = chain_next(previous, message)
+        hashes.append(previous)
+    return messages, tools, system, hashes
+
+
 @attrs.define
 class Reply:
     """What the agent gets back: the final completion, the rounds it took, the last view's count."""
@@ -412,26 +441,11 @@ class Proxy:
         self.conversations = Conversations(settings)
         self.rounds: deque[RoundRecord] = deque(maxlen=ROUND_LOG_SIZE)
 
+    async def close(self) -> None:
+        self.conversations.close()
+
     async def complete(self, body: dict[str, Any], explicit: str | None) -> Reply:
-        if not isinstance(body.get("messages"), list) or not body["messages"]:
-            raise Refused("bad_request", "messages must be a non-empty list")
-        model = body.get("model")
-        if not isinstance(model, str):
-            raise Refused("bad_request", "model must be a string")
-        messages = [agent_message(message, number) for number, message in enumerate(body["messages"], start=1)]
-        tools = agent_tools(body.get("tools"))
-        system_parts = []
-        while messages and messages[0].role == "system":
-            system_parts.append(messages.pop(0).text)
-        if not messages or messages[0].role != "user":
-            raise Refused("bad_message", "the first message after the system prompt must be the user's task")
-        system = "\n\n".join(system_parts)
-        root = chain_root(model, tools, system, explicit)
-        hashes = []
-        previous = root
-        for message in messages:
-            previous = chain_next(previous, message)
-            hashes.append(previous)
+        messages, tools, system, hashes = parse_request(body, explicit)
         conversation, mark, start = await self._resume(hashes, messages, system, tools)
         async with conversation.lock:
             if conversation.position == mark.position:
@@ -549,7 +563,8 @@ class Proxy:
             body_text = json.dumps(error_body(f"the upstream did not answer: {problem!r}", "upstream_unreachable", 502))
             raise UpstreamError(502, body_text.encode("utf-8"), "application/json") from None
         record = RoundRecord(conversation.key, hidden, tokens, state.setup.budget, state.setup.limit, max_tokens,
-                             response.status_code, None, bool(body.get("stream")))
+                             response.status_code, None, bool(body.get("stream")), view_digest(messages, tools),
+                             conversation.seq)
         self.rounds.append(record)
         if response.status_code != 200:
             raise UpstreamError(response.status_code, response.content,
@@ -561,6 +576,11 @@ class Proxy:
         prompt_tokens = (completion.get("usage") or {}).get("prompt_tokens")
         record.upstream_prompt_tokens = prompt_tokens if isinstance(prompt_tokens, int) else None
         return completion  # type: ignore[no-any-return]
+
+
+def view_digest(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+    """What the upstream was shown, as one digest: runs of the same requests compare by it (issue 30)."""
+    return _digest(json.dumps({"messages": messages, "tools": tools}, sort_keys=True, ensure_ascii=False))
 
 
 # --- streaming -------------------------------------------------------------------------------------------
@@ -591,102 +611,7 @@ def sse_chunks(completion: Mapping[str, Any], include_usage: bool) -> list[str]:
     return events
 
 
-# --- the HTTP server -------------------------------------------------------------------------------------
-
-
-def build_app(settings: ProxySettings) -> Any:
-    """The Starlette application of the proxy (its httpx client opened and closed with the app)."""
-    import contextlib
-
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response, StreamingResponse
-    from starlette.routing import Route
-
-    holder: dict[str, Proxy] = {}
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
-        async with httpx.AsyncClient(limits=limits, timeout=settings.timeout_s) as client:
-            holder["proxy"] = Proxy(settings, client)
-            app.state.proxy = holder["proxy"]
-            try:
-                yield
-            finally:
-                holder["proxy"].conversations.close()
-
-    def headers(reply: Reply) -> dict[str, str]:
-        return {"x-arc-hidden-rounds": str(reply.hidden_rounds), "x-arc-view-tokens": str(reply.view_tokens),
-                "x-arc-conversation": reply.conversation}
-
-    def failure(problem: Exception) -> Response:
-        if isinstance(problem, Refused):
-            return JSONResponse(problem.body(), status_code=problem.http_status_hint)
-        assert isinstance(problem, UpstreamError)
-        return Response(problem.body, status_code=problem.status, media_type=problem.content_type)
-
-    async def chat(request: Request) -> Response:
-        proxy = holder["proxy"]
-        try:
-            body = json.loads(await request.body())
-        except ValueError:
-            return JSONResponse(Refused("bad_request", "the body is not JSON").body(), status_code=400)
-        if not isinstance(body, dict):
-            return JSONResponse(Refused("bad_request", "the body must be a JSON object").body(), status_code=400)
-        metadata = body.get("metadata")
-        explicit = request.headers.get(CONVERSATION_HEADER)
-        if explicit is None and isinstance(metadata, Mapping) and isinstance(metadata.get("conversation_id"), str):
-            explicit = metadata["conversation_id"]
-        task = asyncio.ensure_future(proxy.complete(body, explicit))
-        if not body.get("stream"):
-            try:
-                reply = await task
-            except (Refused, UpstreamError) as problem:
-                return failure(problem)
-            return JSONResponse(reply.completion, headers=headers(reply))
-        options = body.get("stream_options")
-        include_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
-        done, _ = await asyncio.wait({task}, timeout=settings.keepalive_s)
-        if done:  # answered before the first keepalive: a plain status is still possible
-            try:
-                reply = task.result()
-            except (Refused, UpstreamError) as problem:
-                return failure(problem)
-            return StreamingResponse(iter(sse_chunks(reply.completion, include_usage)),
-                                     media_type="text/event-stream", headers=headers(reply))
-
-        async def events() -> AsyncIterator[str]:
-            while not task.done():
-                yield ": keepalive\n\n"
-                await asyncio.wait({task}, timeout=settings.keepalive_s)
-            try:
-                reply = task.result()
-            except Refused as problem:
-                yield f"data: {json.dumps(problem.body())}\n\n"
-                return
-            except UpstreamError as problem:
-                error = error_body(problem.body.decode("utf-8", "replace"), "upstream_error", problem.status)
-                yield f"data: {json.dumps(error)}\n\n"
-                return
-            for event in sse_chunks(reply.completion, include_usage):
-                yield event
-
-        return StreamingResponse(events(), media_type="text/event-stream")
-
-    async def models(request: Request) -> Response:
-        response = await holder["proxy"].client.get(f"{settings.upstream}/models")
-        return Response(response.content, status_code=response.status_code,
-                        media_type=response.headers.get("content-type", "application/json"))
-
-    async def rounds(request: Request) -> Response:
-        return JSONResponse([attrs.asdict(record) for record in holder["proxy"].rounds])
-
-    return Starlette(routes=[
-        Route("/v1/chat/completions", chat, methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/arc/rounds", rounds, methods=["GET"]),
-    ], lifespan=lifespan)
+# --- the settings of `arc-ref proxy` (its HTTP server: arc_ref.frontends.proxy_app) -------------------------
 
 
 def settings_from(arguments: argparse.Namespace, parse_setting: Callable[[str], tuple[str, object]]) -> ProxySettings:
@@ -697,36 +622,17 @@ def settings_from(arguments: argparse.Namespace, parse_setting: Callable[[str], 
         raise ValueError(f"--set {', '.join(fixed)}: fixed by the proxy (from --tokenizer and each request)")
     if arguments.max_hidden_rounds < 0:
         raise ValueError("--max-hidden-rounds must be >= 0")
+    database = arguments.store if is_database_url(arguments.store) else None
+    if database is not None and "#" in database:
+        raise ValueError("--store postgresql://...: the proxy names its conversations itself (no #KEY)")
     settings = ProxySettings(upstream=arguments.upstream.rstrip("/"), tokenizer=arguments.tokenizer,
                              preset_name=arguments.preset, overrides=overrides,
-                             store=Path(arguments.store) if arguments.store else None,
-                             max_hidden_rounds=arguments.max_hidden_rounds)
+                             store=Path(arguments.store) if arguments.store and database is None else None,
+                             database=database, max_hidden_rounds=arguments.max_hidden_rounds)
     preset(settings.preset_name, **settings.overrides, tokenizer=settings.tokenizer, chat_format="template",
            action_mode="tools")  # refuse a bad configuration now, not at the first request
     return settings
 
 
-def serve(arguments: argparse.Namespace, parse_setting: Callable[[str], tuple[str, object]]) -> int:
-    """`arc-ref proxy`: serve until interrupted."""
-    import uvicorn
-
-    try:
-        settings = settings_from(arguments, parse_setting)
-    except (ValueError, ArcError) as problem:
-        print(f"arc-ref proxy: {problem}", file=sys.stderr)
-        return USAGE.code
-    try:
-        listener = listening_socket(arguments.host, arguments.port)
-    except OSError as problem:
-        print(f"arc-ref proxy: cannot listen on {arguments.host}:{arguments.port}: {problem.strerror or problem}",
-              file=sys.stderr)
-        return USAGE.code
-    print(f"arc-ref proxy: http://{arguments.host}:{arguments.port}/v1 -> {settings.upstream}"
-          f" (store: {settings.store or 'memory'})", flush=True)
-    server = uvicorn.Server(uvicorn.Config(build_app(settings), log_level="warning", access_log=False))
-    asyncio.run(server.serve(sockets=[listener]))
-    return OK.code
-
-
 __all__ = ["ARC_NOTE", "AgentMessage", "Conversations", "Proxy", "ProxySettings", "Refused", "agent_message",
-           "build_app", "chain_next", "chain_root", "listening_socket", "serve", "sse_chunks"]
+           "chain_next", "chain_root", "listening_socket", "settings_from", "sse_chunks"]
