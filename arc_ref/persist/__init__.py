@@ -14,21 +14,10 @@ files. One module per job:
 A second backend (PostgreSQL) reuses `rows` and `errors` and supplies its own storage and acknowledgement.
 """
 
-from arc_ref.persist.store import (
-    Appended,
-    DurableStore,
-    OpenReport,
-    StoredEvent,
-    StoreCorrupt,
-    StoreError,
-    StoreExists,
-    StoreFull,
-    StoreLocked,
-    StoreNotFound,
-    StoreReadOnly,
-    fold_lines,
-    read_rows,
-)
+from arc_ref.persist.errors import StoreCorrupt, StoreError, StoreExists, StoreFull, StoreLocked, StoreNotFound
+from arc_ref.persist.errors import StoreReadOnly
+from arc_ref.persist.rows import Appended, OpenReport, StoredEvent, fold_lines
+from arc_ref.persist.store import DurableStore, read_rows
 
 __all__ = [
     "Appended", "DurableStore", "OpenReport", "StoreCorrupt", "StoreError", "StoreExists", "StoreFull", "StoreLocked",
