@@ -149,7 +149,7 @@ def acknowledgement_problem(shown: Path, real: Path, acknowledged: Acknowledged 
                        " it holds the rows up to there")
             else:  # a checkpoint cut by a crash, then the log deleted: the file is half old, half new
                 why = (f"is missing or empty and the database file alone can be read only up to there"
-                       f" ({wal_problem}): a checkpoint was cut by a crash and the log deleted after it")
+                       f" ({wal_problem}): most often a checkpoint cut by a crash, the log deleted after it")
             return (f"{str(shown)!r}: {missing} acknowledged event{'s are' if missing > 1 else ' is'} missing:"
                     f" rows up to {acknowledged.seq} were acknowledged ({str(ack_path(real))!r}) but the store"
                     f" ends at row {rows}; its write-ahead log {wal} {why} (restore it if you can; {keep})")

@@ -91,6 +91,12 @@ def is_damage(problem: sqlite3.Error) -> bool:
                                                         sqlite3.SQLITE_IOERR)
 
 
+def rows_may_be_counted(problem: sqlite3.Error) -> bool:
+    """Whether, after this damage, the rows the database file alone holds can be read and counted: not when its
+    schema is damaged (no table can be read: that store is refused as corrupt, spec/store.md)."""
+    return is_damage(problem) and not str(problem).startswith("malformed database schema")
+
+
 def refused_by_file_system(path: Path, doing: str, problem: OSError | sqlite3.Error) -> StoreError | None:
     """The error for what the file system refused, named for what it is: a full file system (StoreFull), a
     read-only one or a directory that cannot be written (StoreReadOnly); None when it is neither."""

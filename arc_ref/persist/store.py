@@ -85,6 +85,7 @@ from arc_ref.persist.sqlite_file import (
     read_clean_seq,
     read_header,
     refused_by_file_system,
+    rows_may_be_counted,
     unreadable,
     writer_pragmas,
 )
@@ -136,7 +137,7 @@ def read_rows(path: str | os.PathLike[str]) -> Iterator[StoredEvent]:
                 yield StoredEvent(seq, line.decode("utf-8", "replace"), checksum)
             connection.execute("COMMIT")
         except sqlite3.DatabaseError as problem:
-            if acknowledged is None or not is_damage(problem):  # damage, with a record to count by: count
+            if acknowledged is None or not rows_may_be_counted(problem):  # damage, a record to count by: count
                 raise unreadable(target, problem, header_read) from None
             wal_problem = problem  # the rows through the WAL end here: what does the database file hold?
         else:
@@ -280,7 +281,7 @@ class DurableStore:
             store._abandon()
             if checked:  # the log was read and checked: what failed is starting to write (read-only? full?)
                 raise _cannot_write(target, problem) from None
-            if acknowledged is None or not is_damage(problem):  # damage, with a record to count by: count
+            if acknowledged is None or not rows_may_be_counted(problem):  # damage, a record to count by: count
                 raise unreadable(target, problem, header_read) from None
             return cls._open_without_wal(target, readonly, use_snapshot, acknowledged, problem)
         except BaseException:
