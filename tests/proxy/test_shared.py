@@ -126,3 +126,39 @@ def test_an_instance_catches_up_on_what_the_others_appended(pg_url: str, tmp_pat
     records = sorted((record for of_one in served for record in of_one), key=lambda record: record["seq"])
     assert len(set(conversations)) == 1 and all(len(of_one) >= 3 for of_one in served)
     assert [record["view_digest"] for record in records] == alone
+
+
+def test_the_database_down_is_a_503_and_the_instance_serves_again_when_it_is_back(postgres: Any,
+                                                                                   tmp_path: Path) -> None:
+    """No retry inside the proxy (store_retry_s=0): the agent sees 503 store_unavailable while the database is
+    down; nothing it had acknowledged is lost; once the database is back the same instance answers again, and
+    the conversation goes on with the ids one process gives."""
+    database = postgres.create_database("arc_test_shared_down")
+    log = tmp_path / "big.log"
+    big_log(log)
+    with serve_upstream() as (_, upstream_url), serve_proxy(upstream_url) as single:
+        chatty_agent([single], task_text(log), 4)
+        alone = [record["view_digest"] for record in rounds(single)]
+    with serve_upstream() as (_, upstream_url), serve_shared(upstream_url, database, store_retry_s=0.0) as instance:
+        chatty_agent([instance], task_text(log), 2)
+        postgres.kill()
+        try:
+            refused = httpx.post(f"{instance}/chat/completions", timeout=60, json={
+                "model": "scripted", "tools": [BASH_TOOL],
+                "messages": [{"role": "system", "content": "You are a helpful assistant."},
+                             {"role": "user", "content": task_text(log)}]})
+        finally:
+            postgres.resume()
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error"]["type"] == "store_unavailable"
+        shared = [record["view_digest"] for record in rounds(instance) if record["status"] == 200]
+        back = httpx.post(f"{instance}/chat/completions", timeout=60, json={  # the same instance, the database back
+            "model": "scripted", "messages": [{"role": "user", "content": "another task"}]})
+        assert back.status_code == 200, back.text
+    with serve_upstream() as (_, upstream_url), serve_shared(upstream_url, database) as again:
+        # the agent's conversation, resent from its start on an instance that never saw it: found in the database
+        # (forked at its start, since it had moved on), the views one process gives, and on from there
+        chatty_agent([again], task_text(log), 4)
+        later = [record["view_digest"] for record in rounds(again)]
+    assert shared == alone[:len(shared)] and len(shared) >= 2
+    assert later == alone
