@@ -39,6 +39,7 @@ from arc_ref.persist.postgres import (
     checked_rows,
     fold_row,
     shown_url,
+    store_error,
     unavailable,
 )
 from arc_ref.persist.store import GENESIS, StoreCorrupt, StoreError, chain
@@ -141,10 +142,8 @@ class AsyncDatabase:
                         connection = None
                 try:
                     yield connection
-                except driver.OperationalError as problem:
-                    raise unavailable(self.url, problem) from None
                 except driver.Error as problem:
-                    raise StoreError(f"the database {self.shown}: {str(problem).strip()}") from None
+                    raise store_error(self.url, problem) from None
             finally:
                 if connection is not None:
                     await self._give_back(connection)
