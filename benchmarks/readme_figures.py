@@ -146,8 +146,10 @@ def main() -> int:
                 count = selected.group(1) if selected else "?"
                 test_seconds, output = timed([python, "-m", "pytest", "-q", "-p", "no:cacheprovider"], clone, "tests")
                 summary = [line for line in output.splitlines() if " passed" in line]
-                print(f"  {summary[-1] if summary else 'no summary line'}")
-                run = f"the tests: {duration(test_seconds)} ({int(count):,} tests)" if count != "?" else duration(test_seconds)
+                print(f"  {summary[-1] if summary else 'no summary line'}; {count} selected by the default markers")
+                outcome = re.findall(r"(\d+) (passed|skipped|failed)", summary[-1] if summary else "")
+                said = ", ".join(f"{int(number):,} {word}" for number, word in outcome) or f"{count} selected"
+                run = f"the tests: {duration(test_seconds)} ({said})"
             rows.append(f"| second: `pip install -e '.[dev]'`, then `pytest` | {size / MIB:.0f} MiB | {duration(seconds)} | {run} |")
     print()
     print(f"README rows (measured {today}, commit {commit}, by benchmarks/readme_figures.py; {machine()}; {load()}):")
