@@ -15,6 +15,7 @@ from typing import Any, Iterable, Iterator
 from arc_ref.chat import ChatFormat
 from arc_ref.config import OVERRIDE_KEYS, PRESETS, Config, config_json, first_lone_surrogate, preset
 from arc_ref.errors import ArcError, BudgetViolation
+from arc_ref.json_limits import nesting_problem
 from arc_ref.machine import (
     AgentResult,
     AgentTurn,
@@ -363,12 +364,13 @@ def _parse(line: str | bytes) -> Any:
         may_hold_surrogate = "\\u" in line
     if line.startswith("\ufeff"):
         raise TraceError("not valid JSON: a byte order mark (U+FEFF) before the value")
+    too_deep = nesting_problem(line)  # first: it makes the parser's recursion safe (trace.md section 8)
+    if too_deep is not None:
+        raise TraceError(f"JSON {too_deep}")
     try:
         value = _DECODER.decode(line)
     except json.JSONDecodeError as bad:
         raise TraceError(f"not valid JSON: {bad.msg} at column {bad.colno}") from None
-    except RecursionError:  # nesting deeper than Python's recursion limit (about a thousand levels)
-        raise TraceError("not valid JSON: nested too deeply to read (thousands of levels)") from None
     except ValueError:  # int() refuses a literal of more than 4300 digits (sys.int_info.default_max_str_digits)
         raise TraceError("not valid JSON: an integer literal of more than 4300 digits") from None
     problem = _lone_surrogate(value) if may_hold_surrogate else None
@@ -443,11 +445,9 @@ def _lone_surrogate(value: Any) -> str | None:
 
 
 def _shown_value(value: Any) -> str:
-    """A value echoed in an error message: its JSON, clipped to 40 characters (a nesting too deep to print is named)."""
-    try:
-        return json.dumps(value)[:40]
-    except (RecursionError, ValueError):
-        return f"a deeply nested JSON {'array' if isinstance(value, list) else 'object'}"
+    """A value echoed in an error message: its JSON, clipped to 40 characters (a line nests at most
+    MAX_NESTING levels, so json.dumps can write any value of it)."""
+    return json.dumps(value)[:40]
 
 
 def replay(lines: Iterable[str | bytes], verify: bool = False) -> Iterator[dict[str, Any]]:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from arc_ref.json_limits import MAX_NESTING
+
 from proofs_check.vectors.dsl import (
     VIEW,
     TraceVector,
@@ -175,6 +179,14 @@ READ_FILE = {"type": "function", "function": {"name": "read_file", "description"
 LS = {"type": "function", "function": {"name": "ls"}}
 
 
+def nested_tool(depth: int) -> dict[str, Any]:
+    """A tool whose parameters nest ``depth`` levels: an array of arrays ... of strings."""
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(depth - 1):
+        schema = {"type": "array", "items": schema}
+    return {"type": "function", "function": {"name": "nested", "parameters": schema}}
+
+
 def tool_mode_vectors() -> list[TraceVector]:
     """Tool-calling mode (rendering.md §13) through the trace's tool_turn and tool_result ops, on Qwen3's files."""
     qwen_tools = {"tokenizer": QWEN3, "chat_format": "template", "action_mode": "tools", "tools": [READ_FILE, LS],
@@ -316,22 +328,71 @@ def tool_mode_vectors() -> list[TraceVector]:
             ("rendering.md §13", "trace.md §8"),
             "A tool turn whose call's arguments the server could not read back (json.loads) nor the template"
             " write again (tojson) is refused with an error line naming why, and the state is kept: brackets"
-            " nesting 257 levels deep (at most 256) and an integer literal of 4,301 digits (at most 4,300); the"
-            " next turn is taken as usual.",
+            f" nesting {MAX_NESTING + 1} levels deep (at most {MAX_NESTING}), balanced or not (the limits hold for"
+            " the raw text even when it is not JSON), and an integer literal of 4,301 digits (at most 4,300), in"
+            f" JSON or not; arguments at the limits are taken ({MAX_NESTING} levels: the template writes them back;"
+            f" {MAX_NESTING} levels, then text that is no JSON and 4,300 digits: the server reads {{}}). A lone"
+            " surrogate escape only in the dropped value of a repeated key is never read (the server keeps the last"
+            " value) and refuses nothing; the same escape in the kept value refuses the turn.",
             (
                 config("minimal", **qwen_tools),
-                tool_turn("", call("call_1", "read_file", "[" * 257 + "]" * 257)),
+                tool_turn("", call("call_1", "read_file", "[" * (MAX_NESTING + 1) + "]" * (MAX_NESTING + 1))),
+                tool_turn("", call("call_1", "read_file", "[" * (MAX_NESTING + 1))),
                 tool_turn("", call("call_1", "_recall", '{"id": ' + "7" * 4301 + "}")),
-                tool_turn("", call("call_1", "read_file", {"path": "report.txt"})),
+                tool_turn("", call("call_1", "read_file", '{"n": ' + "7" * 4301)),
+                tool_turn("", call("call_1", "read_file", '{"path": "a", "path": "\\udc00"}')),
+                tool_turn("", call("call_1", "read_file", "[" * MAX_NESTING + "]" * MAX_NESTING)),
                 tool_result("call_1", "row 1"),
+                tool_turn("", call("call_2", "read_file", "[" * MAX_NESTING + " no JSON " + "7" * 4300),
+                          call("call_3", "read_file", '{"path": "\\udc00", "path": "report.txt"}')),
+                tool_result("call_2", "row 2"),
+                tool_result("call_3", "row 3"),
                 VIEW,
             ),
             (
-                ("the refused lines", errors_on(2, 3)),
-                ("too deep", has_error("tool call 'call_1' cannot be read back: its arguments nest 257 levels deep"
-                                       " (at most 256)")),
+                ("the refused lines", errors_on(2, 3, 4, 5, 6)),
+                ("too deep", has_error(f"tool call 'call_1' cannot be read back: its arguments are nested"
+                                       f" {MAX_NESTING + 1} levels deep (at most {MAX_NESTING})")),
                 ("too many digits", has_error("its arguments hold an integer of 4301 digits (at most 4300)")),
-                ("the next turn is taken", view_has('"path": "report.txt"')),
+                ("a lone surrogate in the kept value", has_error("are not text: their JSON holds a lone surrogate")),
+                ("the edge is written back", view_has("[" * MAX_NESTING + "]" * MAX_NESTING)),
+                ("the edge that is no JSON is read as {}", view_has('"arguments": {}')),
+                ("the dropped value is never read", view_has('"path": "report.txt"')),
+            ),
+            (QWEN3_VECTOR_PATH,),
+        ),
+        TraceVector(
+            "nesting_limit_config",
+            ("trace.md §8", "trace.md §4", "rendering.md §13"),
+            f"A config line nesting exactly {MAX_NESTING} levels, the limit of every JSON text ARC reads: its"
+            f" tool's parameters (an array schema) nest {MAX_NESTING - 4} levels, 4 below the line's object, and"
+            " the task starts (the echo and the system turn's tools listing hold them); nesting_limit_config_over"
+            " is the same line one level deeper.",
+            (
+                config("minimal", **{**qwen_tools, "context_limit": 6000, "tools": [nested_tool(MAX_NESTING - 4)]}),
+                VIEW,
+            ),
+            (
+                ("the config line is taken", lambda outputs: outputs[0]["op"] == "config"),
+                ("the deepest schema is listed", view_has('{"type": "array", "items": {"type": "string"}}')),
+            ),
+            (QWEN3_VECTOR_PATH,),
+        ),
+        TraceVector(
+            "nesting_limit_config_over",
+            ("trace.md §8",),
+            f"The config line of nesting_limit_config with its tool's parameters one level deeper: the line nests"
+            f" {MAX_NESTING + 1} levels, more than the {MAX_NESTING} any JSON text ARC reads may nest, so it is an"
+            " error line (before: up to about a thousand levels were read, and a few levels below that the replay"
+            " stopped with exit status 70 and no line written), and with no task every later line is one too.",
+            (
+                config("minimal", **{**qwen_tools, "context_limit": 6000, "tools": [nested_tool(MAX_NESTING - 3)]}),
+                VIEW,
+            ),
+            (
+                ("every line is an error", errors_on(1, 2)),
+                ("the depth is named", has_error(f"JSON nested {MAX_NESTING + 1} levels deep (at most"
+                                                 f" {MAX_NESTING})")),
             ),
             (QWEN3_VECTOR_PATH,),
         ),

@@ -38,7 +38,7 @@ HOSTILE: list[tuple[str, bytes, int, str]] = [
     ("5,000-digit integer", store_call(2, action="ls", observation="x").replace(b'"x"', b"9" * 5000), -32700,
      "an integer literal of more than 4300 digits"),
     ("50,000-deep nesting", b'{"jsonrpc":"2.0","id":3,"method":"ping","params":' + b"[" * 50_000 + b"]" * 50_000
-     + b"}", -32700, "nested too deeply"),
+     + b"}", -32700, "JSON nested 50001 levels deep (at most 128)"),
     ("batch", b"[" + store_call(4, action="ls", observation="x") + b"]", -32600, "batch is not supported"),
     ("invalid UTF-8", store_call(5, action="ls", observation="caf?").replace(b"caf?", b"caf\xe9"), -32700,
      "not UTF-8 text (invalid byte at offset"),
