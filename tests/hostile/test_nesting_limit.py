@@ -55,7 +55,7 @@ def config_line(parameters_depth: int) -> str:
 
 
 def replay(*lines: str) -> tuple[int, list[dict[str, Any]], str]:
-    done = subprocess.run([sys.executable, "-m", "arc_ref.cli", "replay", "-"], input="\n".join(lines) + "\n",
+    done = subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", "replay", "-"], input="\n".join(lines) + "\n",
                           capture_output=True, text=True, timeout=300)
     return done.returncode, [json.loads(line) for line in done.stdout.splitlines()], done.stderr
 
@@ -135,7 +135,7 @@ def test_budgets_set_tools_holds_parameters_to_the_same_limit() -> None:
     """`arc-ref budgets --set tools=...`: the value is read as a JSON text (its own limit), then as tools."""
     for depth, status in ((TOOL_PARAMETERS_NESTING, 0), (TOOL_PARAMETERS_NESTING + 1, 2), (5000, 2)):
         tools = json.dumps([nested_tool(depth)]) if depth < 900 else "[" * depth + "]" * depth
-        done = subprocess.run([sys.executable, "-m", "arc_ref.cli", "budgets", "--preset", "minimal", "--set",
+        done = subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", "budgets", "--preset", "minimal", "--set",
                                f"tokenizer={_qwen3()}", "--set", "chat_format=template", "--set",
                                "action_mode=tools", "--set", "context_limit=60000", "--set", f"tools={tools}"],
                               capture_output=True, text=True, timeout=300)
