@@ -68,15 +68,22 @@ def long_integer(text: str) -> int | None:
     return None if found is None else len(found.group(1))
 
 
-def nesting_beyond_limit(text: str) -> int | None:
-    """The depth of ``text`` (`nesting`) when it exceeds MAX_NESTING, else None: every reader's check."""
+def nesting_beyond_limit(text: str | bytes) -> int | None:
+    """The depth of ``text`` (`nesting`) when it exceeds MAX_NESTING, else None: every reader's check.
+
+    Bytes (a request body) are measured as their UTF-8 text, without decoding it: every character the measure
+    looks at is ASCII, and UTF-8 never uses an ASCII byte inside a longer character, so reading each byte as
+    one character (Latin-1) gives the same depth, whether or not the bytes are valid UTF-8.
+    """
+    if isinstance(text, bytes):
+        text = text.decode("latin-1")
     if text.count("[") + text.count("{") <= MAX_NESTING:  # fewer brackets than levels: nothing to measure
         return None
     depth = nesting(text)
     return depth if depth > MAX_NESTING else None
 
 
-def nesting_problem(text: str) -> str | None:
+def nesting_problem(text: str | bytes) -> str | None:
     """``nested {depth} levels deep (at most 128)`` for a text deeper than MAX_NESTING, else None."""
     depth = nesting_beyond_limit(text)
     return None if depth is None else f"nested {depth} levels deep (at most {MAX_NESTING})"

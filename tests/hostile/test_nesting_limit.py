@@ -80,6 +80,9 @@ def test_the_measure_on_text_that_is_not_json() -> None:
     assert nesting("]]][[[[") == 1  # prefix counts: -3, then up to +1
     assert nesting_beyond_limit("[" * MAX_NESTING) is None
     assert nesting_beyond_limit("[" * (MAX_NESTING + 1)) == MAX_NESTING + 1
+    deep = '{"é": "[[\\"", "x": ' + "[" * MAX_NESTING + "]" * MAX_NESTING + "}"
+    assert nesting_beyond_limit(deep) == nesting_beyond_limit(deep.encode("utf-8")) == MAX_NESTING + 1  # a body
+    assert nesting_beyond_limit(b"\xff[" + b"[" * MAX_NESTING) == MAX_NESTING + 1  # bytes that are not UTF-8
 
 
 def test_replay_takes_a_line_at_the_limit_and_refuses_one_past_it() -> None:
