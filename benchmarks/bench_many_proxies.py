@@ -23,52 +23,36 @@ import asyncio
 import contextlib
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+import itertools
+from typing import Any, Iterator
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.deployment import Haproxy, PostgresServer, arc_proxy, haproxy_absent, postgres_absent  # noqa: E402
-from tests.proxy.harness import BASH_TOOL, BUDGETS, QWEN3  # noqa: E402
+from tests.proxy.harness import BASH_TOOL, BUDGETS, QWEN3, serve_app  # noqa: E402
 from arc_eval.backends.scripted_server import build_app as build_upstream  # noqa: E402
 from arc_eval.backends.scripted_server import serve_in_thread  # noqa: E402
-from arc_eval.types import Message  # noqa: E402
-
-
-def always_bash(messages: Sequence[Message]) -> str:
-    """A policy that always runs one more command (a reply with a tool call every turn)."""
-    return f"Thought: step {len(messages)}.\nAction: bash ls -la"
+from benchmarks.bench_proxy import agent, always_bash  # noqa: E402  (one agent loop for both benchmarks)
 
 
 OUTPUT = "\n".join(f"-rw-r--r-- 1 user user {number * 97} file_{number}.py" for number in range(20))
 
 
-async def agent(client: httpx.AsyncClient, base_url: str, name: str, turns: int, latencies: list[float]) -> None:
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a helpful assistant."},
-                                      {"role": "user", "content": f"Task {name}: list the files, {turns} times."}]
-    for _ in range(turns):
-        started = time.perf_counter()
-        response = await client.post(f"{base_url}/chat/completions", json={
-            "model": "scripted", "messages": messages, "tools": [BASH_TOOL]})
-        latencies.append(time.perf_counter() - started)
-        response.raise_for_status()
-        message = response.json()["choices"][0]["message"]
-        messages.append(message)
-        for call in message.get("tool_calls") or ():
-            messages.append({"role": "tool", "tool_call_id": call["id"], "content": OUTPUT})
+TASK_NUMBERS = itertools.count(1)  # every agent of the run its own task, so its own conversation
 
 
-def load(base_url: str, agents: int, turns: int, label: str) -> tuple[list[float], float]:
-    """``agents`` agents at once, ``turns`` requests each: the latencies and the wall time."""
+def load(base_url: str, agents: int, turns: int) -> tuple[list[float], float]:
+    """``agents`` agents at once, ``turns`` requests each (bench_proxy.py's agent loop): the latencies and the
+    wall time."""
     async def main() -> list[float]:
         latencies: list[float] = []
         async with httpx.AsyncClient(timeout=300) as client:
-            await asyncio.gather(*(agent(client, base_url, f"{label}-{number}", turns, latencies)
-                                   for number in range(agents)))
+            await asyncio.gather(*(agent(client, base_url, next(TASK_NUMBERS), turns, OUTPUT, latencies)
+                                   for _ in range(agents)))
         return latencies
 
     started = time.perf_counter()
@@ -84,24 +68,13 @@ def percentile(values: list[float], fraction: float) -> float:
 @contextlib.contextmanager
 def in_process_instance(upstream_url: str, database: str, **settings: Any) -> Iterator[tuple[str, Any]]:
     """One shared proxy in a thread of this process (its counters readable): its base URL and its app."""
-    import uvicorn
-
-    from arc_ref.frontends.proxy import ProxySettings, build_app, listening_socket
+    from arc_ref.frontends.proxy import ProxySettings, build_app
 
     assert QWEN3 is not None
     app = build_app(ProxySettings(upstream=upstream_url, tokenizer=f"hf-dir:{QWEN3}", overrides=BUDGETS,
                                   database=database, **settings))
-    listener = listening_socket("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[listener])), daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1", app
-    finally:
-        server.should_exit = True
-        thread.join(30)
+    with serve_app(app) as base_url:
+        yield base_url, app
 
 
 class Chat:
@@ -161,12 +134,11 @@ def main() -> int:
                          for name, services in setups.items()}
             try:
                 for name, balancer in balancers.items():  # warm: templates compiled, connections open
-                    load(balancer.url, 2, 2, f"warm {name}")
+                    load(balancer.url, 2, 2)
                 measured: dict[str, list[tuple[list[float], float]]] = {name: [] for name in setups}
-                for round_number in range(arguments.rounds):
+                for _ in range(arguments.rounds):
                     for name, balancer in balancers.items():
-                        measured[name].append(load(balancer.url, arguments.agents, arguments.turns,
-                                                   f"r{round_number} {name}"))
+                        measured[name].append(load(balancer.url, arguments.agents, arguments.turns))
             finally:
                 for balancer in balancers.values():
                     balancer.stop()

@@ -67,6 +67,7 @@ HOW: dict[str, str] = {
     "python benchmarks/bench_store.py": "help",
     "python benchmarks/bench_store_crash.py": "help",
     "python benchmarks/refusal_cases.py": "help",
+    "python benchmarks/bench_many_proxies.py": "help",
     "arc-eval bench": "tests/eval/test_runner_cli.py",
     # "Running several proxies": the deployment test starts the same processes (other ports, a throwaway database)
     "pip install 'arc-ref[proxy,postgres]'": DEPLOYMENT,
