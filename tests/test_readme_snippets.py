@@ -68,6 +68,7 @@ HOW: dict[str, str] = {
     "python benchmarks/bench_trajectories.py": "help",
     "python benchmarks/bench_store.py": "help",
     "python benchmarks/bench_store_crash.py": "help",
+    "python benchmarks/readme_figures.py": "help",
     "python benchmarks/refusal_cases.py": "help",
     "python benchmarks/bench_many_proxies.py": "help",
     "arc-eval bench": "tests/eval/test_runner_cli.py",
