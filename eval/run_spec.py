@@ -22,7 +22,6 @@ from arc_ref.chat import CHAT_FORMATS
 from arc_ref.config import PRESETS, TEMPLATE_FORMAT
 from arc_ref.errors import ConfigError
 from arc_ref.tokenizers import HF_DIR_PREFIX
-from arc_eval.arguments import non_negative_float, positive_int
 from arc_eval.counting import DEFAULT_TOKENIZER, TokenCounter, make_counter, model_directory, resolve_counting
 from arc_eval.loop import DEFAULT_FORCE_AT_CALLS
 from arc_eval.registry import (
@@ -31,6 +30,8 @@ from arc_eval.registry import (
     TASKS,
     BackendEntry,
     TaskEntry,
+    float_option,
+    int_option,
     option,
     option_names,
     options_check,
@@ -128,17 +129,17 @@ class RunSpec:
     tasks_per_seed: int | None = None  # None: the task's default (its ``count_default``)
     backend: str = field(factory=_default_backend)
     model: str | None = option(None, help="model name as served (e.g. Qwen/Qwen3-8B; default: the backend's)")
-    context_limit: int = option(PAPER.context_limit, parse=positive_int, minimum=1, metavar="L_CTX",
-                                help="the server's max model length")
-    max_tokens: int = option(PAPER.max_completion, parse=positive_int, minimum=1, metavar="G_MAX",
-                             help="completion cap per call")
-    temperature: float = option(0.0, parse=non_negative_float, minimum=0, metavar="T", help="sampling temperature")
-    force_at_calls: tuple[int, ...] = option(DEFAULT_FORCE_AT_CALLS, parse=positive_int, nargs="*", minimum=1,
-                                             metavar="K", converter=_tuple_of_ints,
-                                             help="agent steps before which compaction is forced (none: empty)")
-    keep_verbatim_chars: int = option(PAPER.keep_verbatim_chars, parse=positive_int, minimum=1, metavar="CHARS",
-                                      help="observations shorter than this are kept verbatim by the condensing "
-                                           "methods and ARC")
+    context_limit: int = int_option(PAPER.context_limit, minimum=1, metavar="L_CTX",
+                                    help="the server's max model length")
+    max_tokens: int = int_option(PAPER.max_completion, minimum=1, metavar="G_MAX",
+                                 help="completion cap per call")
+    temperature: float = float_option(0.0, minimum=0, metavar="T", help="sampling temperature")
+    force_at_calls: tuple[int, ...] = int_option(DEFAULT_FORCE_AT_CALLS, nargs="*", minimum=1,
+                                                 metavar="K", converter=_tuple_of_ints,
+                                                 help="agent steps before which compaction is forced (none: empty)")
+    keep_verbatim_chars: int = int_option(PAPER.keep_verbatim_chars, minimum=1, metavar="CHARS",
+                                          help="observations shorter than this are kept verbatim by the condensing "
+                                               "methods and ARC")
     tokenizer: str = option(DEFAULT_TOKENIZER, metavar="DIR|NAME",
                             help="what every prompt is counted with: the served model's directory (DIR or "
                                  "hf-dir:DIR: its tokenizer.json and chat template, rendered as vLLM renders them, "
@@ -152,9 +153,9 @@ class RunSpec:
     tool_calling: bool = option(False, store_true=True,
                                 help="every method acts through function tools (the task's commands; ARC's recall "
                                      "and catalog commands too), one call per reply; needs --tokenizer DIR")
-    max_steps: int | None = option(None, parse=positive_int, minimum=1, metavar="N",
-                                   help="agent steps per task (default: the goal's plan + 10)")
-    concurrency: int = option(8, parse=positive_int, minimum=1, metavar="N", help="trajectories in flight at once")
+    max_steps: int | None = int_option(None, minimum=1, metavar="N",
+                                       help="agent steps per task (default: the goal's plan + 10)")
+    concurrency: int = int_option(8, minimum=1, metavar="N", help="trajectories in flight at once")
     resume: bool = False
     variants: Mapping[str, Mapping[str, Any]] = field(factory=lambda: {"": {}})
     command: tuple[str, ...] = ()

@@ -93,9 +93,9 @@ from arc_eval.protocol import tool_call_action as tool_call_action
 from arc_eval.protocol import tool_names as tool_names
 from arc_ref.config import PRESETS, parse_tools
 from arc_ref.errors import ConfigError
-from arc_eval.arguments import http_url, non_negative_int, positive_float
+from arc_eval.arguments import http_url
 from arc_eval.protocol import TASK_TOOL_SPECS
-from arc_eval.registry import BackendEntry, BackendRun, option, register_backend
+from arc_eval.registry import BackendEntry, BackendRun, float_option, int_option, option, register_backend
 from arc_ref.message import ToolCall, ToolSpec
 from arc_eval.counting import DEFAULT_TOKENIZER, TemplateCounter, TokenCounter, make_counter
 from arc_eval.types import (
@@ -887,15 +887,15 @@ class OpenAIOptions:
     api_key: str | None = option(None, metavar="KEY", recorded=False,
                                  help="the server's API key (vllm --api-key); default: $OPENAI_API_KEY; never "
                                       "recorded")
-    connect_timeout_s: float = option(10.0, flag="--connect-timeout", parse=positive_float, exclusive_minimum=0,
+    connect_timeout_s: float = float_option(10.0, flag="--connect-timeout", exclusive_minimum=0,
                                       metavar="S", recorded=False, help="seconds to connect")
-    first_byte_timeout_s: float | None = option(None, flag="--first-byte-timeout", parse=positive_float,
-                                                exclusive_minimum=0, metavar="S", recorded=False,
+    first_byte_timeout_s: float | None = float_option(None, flag="--first-byte-timeout",
+                                                      exclusive_minimum=0, metavar="S", recorded=False,
                                                 help="seconds until the answer starts (default: the request "
                                                      "timeout)")
-    request_timeout_s: float = option(600.0, flag="--request-timeout", parse=positive_float, exclusive_minimum=0,
+    request_timeout_s: float = float_option(600.0, flag="--request-timeout", exclusive_minimum=0,
                                       metavar="S", recorded=False, help="seconds for a whole request")
-    max_retries: int = option(6, parse=non_negative_int, minimum=0, metavar="N", recorded=False,
+    max_retries: int = int_option(6, minimum=0, metavar="N", recorded=False,
                               help="retries of refused or dropped connections, timeouts, 5xx and 429; one call never "
                                    "takes longer than two whole requests plus 30 s")
     count_with: str = option("auto", choices=COUNT_MODES, recorded=False,

@@ -44,9 +44,8 @@ from arc_ref.errors import ConfigError
 from attrs import evolve, frozen
 
 from arc_eval.announce import duration
-from arc_eval.arguments import positive_int
 from arc_eval.methods.base import AuxCaller, MethodSettings, TranscriptMethod, Turn
-from arc_eval.registry import MethodEntry, option, register_method
+from arc_eval.registry import MethodEntry, int_option, option, register_method
 from arc_eval.types import Message
 
 RETRIEVER_CHOICES = ("auto", "embeddings", "bm25")
@@ -309,8 +308,8 @@ class EmbeddingRetriever:
 class RagOptions:
     """rag_memory's own knobs (paper, Related Works: top-k retrieval over chunks of older observations)."""
 
-    rag_top_k: int = option(3, parse=positive_int, minimum=1, metavar="K", help="rag_memory: chunks retrieved per call")
-    rag_chunk_chars: int = option(1000, parse=positive_int, minimum=1, metavar="CHARS", help="rag_memory: characters per chunk")
+    rag_top_k: int = int_option(3, minimum=1, metavar="K", help="rag_memory: chunks retrieved per call")
+    rag_chunk_chars: int = int_option(1000, minimum=1, metavar="CHARS", help="rag_memory: characters per chunk")
     rag_retriever: str = option("auto", choices=RETRIEVER_CHOICES,
                                 help="rag_memory retriever (auto: embeddings when installed and a CUDA device is "
                                      "there, else bm25, the fast one)")

@@ -63,8 +63,7 @@ from typing import Sequence
 from attrs import frozen
 
 from arc_eval.errors import InvalidInput
-from arc_eval.arguments import non_negative_int
-from arc_eval.registry import TaskEntry, option, register_task
+from arc_eval.registry import TaskEntry, int_option, option, register_task
 from arc_eval.types import Task
 
 NIH_KIND = "nih"  # the task's name: Task.kind, the records' task_kind, the command
@@ -332,10 +331,10 @@ def score_nih(task: Task, submission: str | None) -> bool:
 class NihOptions:
     """The needle-in-a-haystack task's knobs (paper, "Experimental Setup"; the noise sweep of "Ablation")."""
 
-    noise_lines_per_side: int = option(DEFAULT_NOISE_LINES_PER_SIDE, flag="--noise-lines", parse=non_negative_int, metavar="N",
-                                       minimum=0, help="noise lines per side")
-    distractor_files: int = option(DEFAULT_DISTRACTOR_FILES, parse=non_negative_int, minimum=0, metavar="N",
-                                   help="distractor files (varied layout: the centre of each task's range D/2..3D/2)")
+    noise_lines_per_side: int = int_option(DEFAULT_NOISE_LINES_PER_SIDE, flag="--noise-lines", minimum=0, metavar="N",
+                                           help="noise lines per side")
+    distractor_files: int = int_option(DEFAULT_DISTRACTOR_FILES, minimum=0, metavar="N",
+                                       help="distractor files (varied layout: the centre of each task's range D/2..3D/2)")
     nih_layout: str = option(DEFAULT_NIH_LAYOUT, choices=NIH_LAYOUTS,
                              help="varied: each task draws its own shape; paper: the paper's single structure")
 

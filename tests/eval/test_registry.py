@@ -17,7 +17,6 @@ import pytest
 from attrs import frozen
 
 from arc_ref.errors import ConfigError
-from arc_eval.arguments import positive_int
 from arc_eval.cli import main
 from arc_eval.methods.base import MethodSettings
 from arc_eval.methods.full_context import FullContextMethod
@@ -27,6 +26,7 @@ from arc_eval.registry import (
     TASKS,
     MethodEntry,
     TaskEntry,
+    int_option,
     option,
     option_owners,
     register_method,
@@ -42,7 +42,7 @@ TOY_METHOD = "toy_keep_all"
 
 @frozen
 class ToyTaskOptions:
-    toy_files: int = option(2, parse=positive_int, minimum=1, help="toy: distractor files per task")
+    toy_files: int = int_option(2, minimum=1, help="toy: distractor files per task")
 
 
 @frozen
@@ -61,7 +61,7 @@ def _toy_score(task: Task, submission: str, reply: str) -> tuple[bool, str | Non
 
 @frozen
 class ToyMethodOptions:
-    toy_level: int = option(1, parse=positive_int, minimum=1, help="toy: a knob only the toy method has")
+    toy_level: int = int_option(1, minimum=1, help="toy: a knob only the toy method has")
 
 
 class ToyKeepAll(FullContextMethod):
