@@ -24,6 +24,7 @@ from arc_ref.frontends import exit_status
 from arc_ref.errors import ArcError
 from arc_ref.frontends.exit_status import MAX_LINE_BYTES as MAX_LINE_BYTES
 from arc_ref.frontends.exit_status import CommandFailed
+from arc_ref.tools import DEFAULT_MAX_HIDDEN_ROUNDS
 from arc_ref.trace import TraceError, encode, replay_text, strict_json
 
 # The exit statuses' numbers, from the one table (arc_ref.exit_status)
@@ -240,8 +241,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     proxy_parser.add_argument("--port", type=int, default=8100)
     proxy_parser.add_argument("--preset", default="paper", choices=sorted(PRESETS))
     proxy_parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    proxy_parser.add_argument("--max-hidden-rounds", type=int, default=8,
-                              help="upstream calls answered by ARC alone before the reply goes back (default 8)")
+    proxy_parser.add_argument("--max-hidden-rounds", type=int, default=DEFAULT_MAX_HIDDEN_ROUNDS,
+                              help="upstream calls answered by ARC alone before the reply goes back (default"
+                                   f" {DEFAULT_MAX_HIDDEN_ROUNDS})")
     arguments = parser.parse_args(argv)
     if arguments.command == "proxy":
         return _run(lambda: _proxy(arguments))

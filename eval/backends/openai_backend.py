@@ -91,7 +91,9 @@ from arc_eval.protocol import action_to_tool_call as action_to_tool_call
 from arc_eval.protocol import split_tool_action as split_tool_action
 from arc_eval.protocol import tool_call_action as tool_call_action
 from arc_eval.protocol import tool_names as tool_names
+from arc_ref.chat import chatml_format
 from arc_ref.config import PRESETS, parse_tools
+from arc_ref.tokenizers import hf_tokenizer_name
 from arc_ref.errors import ConfigError
 from arc_eval.arguments import http_url
 from arc_eval.protocol import TASK_TOOL_SPECS
@@ -316,8 +318,8 @@ class OpenAIBackend:
             raise InvalidInput("the API key must be printable ASCII (it travels in an HTTP header)")
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         if counter is None:
-            name = f"hf:{tokenizer_json}" if tokenizer_json else DEFAULT_TOKENIZER
-            counter = make_counter(name, "chatml" if enable_thinking else "qwen3-nothink")
+            name = hf_tokenizer_name(tokenizer_json) if tokenizer_json else DEFAULT_TOKENIZER
+            counter = make_counter(name, chatml_format(enable_thinking))
         self.counter = counter
         self._round_robin = 0
         self._clients: dict[int, httpx.AsyncClient] = {}
@@ -651,7 +653,7 @@ class OpenAIBackend:
         rendered the hermes way (``render_for_count``), an estimate (the runner refuses tool mode
         without a model directory)."""
         if tools and not isinstance(self.counter, TemplateCounter):
-            chat_format = "chatml" if self.enable_thinking else "qwen3-nothink"
+            chat_format = chatml_format(self.enable_thinking)
             encoded = [message.as_json() for message in messages]
             text = render_for_count(encoded, [tool.openai() for tool in tools], chat_format)
             return self.counter.tokenizer.count(text)
