@@ -186,11 +186,6 @@ def option_names(options_class: type) -> tuple[str, ...]:
     return tuple(attribute.name for attribute in option_fields(options_class))
 
 
-@frozen
-class NoOptions:
-    """A component without knobs of its own."""
-
-
 # -- flags ------------------------------------------------------------------------------------------
 
 

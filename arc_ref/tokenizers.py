@@ -73,6 +73,11 @@ class Tokenizer(Protocol):
         message's count be derived from its parts' counts; False when unsure, and the whole is counted)."""
         ...
 
+    def control_tokens(self) -> tuple[str, ...]:
+        """The texts this tokenizer reads as one control token (its added tokens, special or not): what S keeps
+        inert in an observation (spec/rendering.md 7.1); () when it has none."""
+        ...
+
 
 SHORT_TEXT = 48  # texts up to this many characters have their counts remembered (message frames, headers)
 

@@ -10,7 +10,7 @@ import io
 import tempfile
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, TextIO
 
 from arc_ref.message import ToolSpec
 from arc_eval.agent.scripted import ScriptedBackend, ScriptedPolicy, message_facts
@@ -25,7 +25,7 @@ from arc_eval.tasks.nih import make_nih_tasks
 from arc_eval.types import Backend, ChatReply, ChatRequest, Message, Task
 
 
-class _TimedBackend:
+class _TimedBackend(Backend):
     """Wraps a backend and adds up the wall time spent inside it ("the model")."""
 
     def __init__(self, inner: Backend) -> None:
@@ -44,6 +44,12 @@ class _TimedBackend:
 
     async def count_prompt_tokens(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
         return await self.inner.count_prompt_tokens(messages, tools)
+
+    async def preflight(self, out: TextIO) -> None:
+        await self.inner.preflight(out)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
 def bench_throughput(methods: Sequence[str], tasks: int, *, rag_retriever: str = "bm25", seed: int = 42) -> str:

@@ -25,7 +25,6 @@ from attrs import frozen
 
 from arc_ref.errors import ConfigError
 from arc_ref.options import (
-    NoOptions,
     add_option_flags,
     float_option,
     given_options,
@@ -43,6 +42,33 @@ from arc_ref.options import (
 if TYPE_CHECKING:
     from arc_eval.counting import TokenCounter
     from arc_eval.types import Backend, Task
+
+class ComponentOptions:
+    """What every registered options class is: its fields made with ``option`` (``arc_ref.options``) and these
+    hooks, each with a working default that a class overrides where it has something to say."""
+
+    def check(self) -> None:
+        """A cross-field check of the options (a ConfigError naming the flags); default: none."""
+
+    def resolved(self) -> Any:
+        """The options as the run uses and records them (RAG's ``auto`` retriever made the one available);
+        default: themselves."""
+        return self
+
+    def describe(self, model: str) -> str | None:
+        """A backend's words in a run's plan, given the served model; default: None (the plan names the backend)."""
+        return None
+
+    def plan_note(self, jobs: int) -> str | None:
+        """A method's note in a run's plan, given its task runs (rag_memory's retriever and its cost); default:
+        None."""
+        return None
+
+
+@frozen
+class NoOptions(ComponentOptions):
+    """A component without knobs of its own."""
+
 
 # -- entries ----------------------------------------------------------------------------------------
 
@@ -139,7 +165,11 @@ class Registry(Generic[E]):
         self._discovered = False
 
     def register(self, entry: E) -> E:
-        """Add ``entry``; a second entry of the same name is refused (a ConfigError), the same one is a no-op."""
+        """Add ``entry``; a second entry of the same name is refused (a ConfigError), the same one is a no-op, and
+        its options class must be a ``ComponentOptions`` (its hooks)."""
+        if not issubclass(entry.options, ComponentOptions):
+            raise ConfigError(f"{self.kind} {entry.name!r}: options {entry.options.__name__} must derive from "
+                              "arc_eval.registry.ComponentOptions")
         known = self._entries.get(entry.name)
         if known is not None and known != entry:
             raise ConfigError(f"{self.kind} {entry.name!r} is registered twice")
@@ -227,23 +257,12 @@ def option_owners() -> dict[str, str]:
     return owners
 
 
-def options_resolved(options: Any) -> Any:
-    """An options value as the run uses it (its ``resolved`` method, if it has one: RAG's ``auto`` retriever)."""
-    resolve = getattr(options, "resolved", None)
-    return resolve() if callable(resolve) else options
-
-
-def options_check(options: Any) -> None:
-    """An options class's own cross-field check (its ``check`` method), if it has one."""
-    check = getattr(options, "check", None)
-    if callable(check):
-        check()
 
 
 __all__ = [
-    "BACKENDS", "METHODS", "TASKS", "BackendEntry", "BackendRun", "MethodEntry", "NoOptions", "Registry", "TaskEntry",
+    "BACKENDS", "METHODS", "TASKS", "BackendEntry", "BackendRun", "ComponentOptions", "MethodEntry", "NoOptions", "Registry", "TaskEntry",
     "TaskSource", "add_option_flags", "float_option", "given_options", "highlighted_method", "int_option", "option",
     "option_dest", "option_fields", "option_flag", "option_info", "option_names", "option_owners",
-    "options_check", "options_from_args", "options_resolved", "recorded_options", "register_backend",
+    "options_from_args", "recorded_options", "register_backend",
     "register_method", "register_task", "unused_options", "with_overrides",
 ]

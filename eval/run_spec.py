@@ -34,7 +34,6 @@ from arc_eval.registry import (
     int_option,
     option,
     option_names,
-    options_check,
     with_overrides,
 )
 
@@ -245,8 +244,8 @@ class RunSpec:
                 "(a seed draws its own tasks)"
             )
         self.served_model()
-        options_check(self.task_opts())
-        options_check(self.backend_opts())
+        self.task_opts().check()
+        self.backend_opts().check()
         count = self.task_count()
         if count is not None and count < 1:
             raise ConfigError(f"{task.count_flag} must be at least 1")

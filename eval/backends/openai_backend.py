@@ -97,7 +97,7 @@ from arc_ref.tokenizers import hf_tokenizer_name
 from arc_ref.errors import ConfigError
 from arc_eval.arguments import http_url
 from arc_eval.protocol import TASK_TOOL_SPECS
-from arc_eval.registry import BackendEntry, BackendRun, float_option, int_option, option, register_backend
+from arc_eval.registry import BackendEntry, BackendRun, ComponentOptions, float_option, int_option, option, register_backend
 from arc_ref.message import ToolCall, ToolSpec
 from arc_eval.counting import DEFAULT_TOKENIZER, TemplateCounter, TokenCounter, make_counter
 from arc_eval.types import (
@@ -226,7 +226,7 @@ class PromptCount:
         return self.tokens + self.margin
 
 
-class OpenAIBackend:
+class OpenAIBackend(Backend):
     """An OpenAI-compatible server as an `arc_eval.types.Backend` (see the module docstring)."""
 
     name = "openai"
@@ -879,7 +879,7 @@ class OpenAIBackend:
 
 
 @frozen
-class OpenAIOptions:
+class OpenAIOptions(ComponentOptions):
     """Where the server is and how to talk to it (eval/SERVING.md). Only ``base_urls`` is recorded (not part of
     the run's meaning): the key, timeouts, retries and counting mode are the connection's, never recorded."""
 

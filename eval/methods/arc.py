@@ -45,7 +45,7 @@ from arc_ref.machine import (
 from arc_ref.message import ToolCall, ToolSpec
 from attrs import frozen
 
-from arc_eval.registry import MethodEntry, int_option, register_method
+from arc_eval.registry import ComponentOptions, MethodEntry, int_option, register_method
 from arc_eval.methods.base import AuxCaller, Intercepted, MethodEvents, MethodSettings, ToolTurnOutcome
 from arc_eval.protocol import TASK_TOOL_SPECS
 from arc_eval.types import Message, Observation
@@ -59,7 +59,7 @@ CAPACITY = 65535
 
 
 @frozen
-class ArcOptions:
+class ArcOptions(ComponentOptions):
     """ARC's own knobs: the paper's recall budgets in characters (``RECALL_BUDGET_CHARS``, ``RECALL_MAX_CHARS``;
     the recall-budget sweep of "Ablation")."""
 

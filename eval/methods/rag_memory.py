@@ -45,7 +45,7 @@ from attrs import evolve, frozen
 
 from arc_eval.announce import duration
 from arc_eval.methods.base import AuxCaller, MethodSettings, TranscriptMethod, Turn
-from arc_eval.registry import MethodEntry, int_option, option, register_method
+from arc_eval.registry import ComponentOptions, MethodEntry, int_option, option, register_method
 from arc_eval.types import Message
 
 RETRIEVER_CHOICES = ("auto", "embeddings", "bm25")
@@ -305,7 +305,7 @@ class EmbeddingRetriever:
 
 
 @frozen
-class RagOptions:
+class RagOptions(ComponentOptions):
     """rag_memory's own knobs (paper, Related Works: top-k retrieval over chunks of older observations)."""
 
     rag_top_k: int = int_option(3, minimum=1, metavar="K", help="rag_memory: chunks retrieved per call")

@@ -63,7 +63,7 @@ from typing import Sequence
 from attrs import frozen
 
 from arc_eval.errors import InvalidInput
-from arc_eval.registry import TaskEntry, int_option, option, register_task
+from arc_eval.registry import ComponentOptions, TaskEntry, int_option, option, register_task
 from arc_eval.types import Task
 
 NIH_KIND = "nih"  # the task's name: Task.kind, the records' task_kind, the command
@@ -328,7 +328,7 @@ def score_nih(task: Task, submission: str | None) -> bool:
 
 
 @frozen
-class NihOptions:
+class NihOptions(ComponentOptions):
     """The needle-in-a-haystack task's knobs (paper, "Experimental Setup"; the noise sweep of "Ablation")."""
 
     noise_lines_per_side: int = int_option(DEFAULT_NOISE_LINES_PER_SIDE, flag="--noise-lines", minimum=0, metavar="N",

@@ -22,6 +22,7 @@ from arc_eval.methods.base import MethodSettings
 from arc_eval.methods.full_context import FullContextMethod
 from arc_eval.registry import (
     BACKENDS,
+    ComponentOptions,
     METHODS,
     TASKS,
     MethodEntry,
@@ -41,7 +42,7 @@ TOY_METHOD = "toy_keep_all"
 
 
 @frozen
-class ToyTaskOptions:
+class ToyTaskOptions(ComponentOptions):
     toy_files: int = int_option(2, minimum=1, help="toy: distractor files per task")
 
 
@@ -60,7 +61,7 @@ def _toy_score(task: Task, submission: str, reply: str) -> tuple[bool, str | Non
 
 
 @frozen
-class ToyMethodOptions:
+class ToyMethodOptions(ComponentOptions):
     toy_level: int = int_option(1, minimum=1, help="toy: a knob only the toy method has")
 
 
@@ -132,6 +133,24 @@ def test_a_name_is_registered_once_and_every_option_has_one_owner() -> None:
     owners = option_owners()
     assert owners["rag_top_k"] == "method rag_memory" and owners["recall_budget_chars"] == "method arc"
     assert owners["base_urls"] == "backend openai" and owners["agent"] == "backend scripted"
+
+
+def test_options_hooks_have_working_defaults_and_an_options_class_without_them_is_refused() -> None:
+    """The hooks a run calls (``check``, ``resolved``, ``describe``, ``plan_note``) are declared on
+    ``ComponentOptions`` with defaults, so no caller looks for them with getattr; a class that does not derive from it
+    cannot register."""
+
+    @attrs.frozen
+    class Bare:
+        level: int = int_option(1, minimum=1, help="a knob")
+
+    entry = METHODS.get("sliding_window")
+    with pytest.raises(ConfigError, match="must derive from arc_eval.registry.ComponentOptions"):
+        register_method(attrs.evolve(entry, name="bare_options", options=Bare))
+    defaults = ToyMethodOptions()
+    defaults.check()
+    assert defaults.resolved() is defaults
+    assert defaults.describe("m") is None and defaults.plan_note(10) is None
 
 
 def _owner_modules() -> set[Path]:
