@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -40,11 +39,8 @@ import attrs
 from arc_ref.errors import ArcError
 from arc_eval.errors import INTERRUPTED, OK, SERVER_STOPPED, TERMINATED, USAGE, EvalError, status_of
 from arc_eval.arguments import (
-    http_url,
     integer,
     non_negative_float,
-    non_negative_int,
-    positive_float,
     positive_int,
 )
 

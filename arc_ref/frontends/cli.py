@@ -29,7 +29,6 @@ from arc_ref.trace import TraceError, encode, replay_text, strict_json
 
 # The exit statuses' numbers, from the one table (arc_ref.exit_status)
 EXIT_OK = exit_status.OK.code
-EXIT_INSPECT_FAILED = exit_status.INSPECT_FAILED.code
 EXIT_USAGE = exit_status.USAGE.code
 EXIT_LINE_TOO_LONG = exit_status.LINE_TOO_LONG.code
 EXIT_IO = exit_status.IO.code

@@ -28,7 +28,6 @@ from arc_eval.registry import (
     MethodEntry,
     TaskEntry,
     int_option,
-    option,
     option_owners,
     register_method,
     register_task,

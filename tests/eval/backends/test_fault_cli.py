@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-import httpx
 import pytest
 
 from arc_eval.cli import main
