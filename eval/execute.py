@@ -178,7 +178,9 @@ async def execute(plan: RunPlan, writer: RunWriter, backends: Mapping[str, Backe
     try:
         for batch in plan.batches(finished):
             jobs = iter(batch.jobs)  # shared by the workers: each job is taken once
-            workers = [asyncio.create_task(worker(batch, jobs)) for _ in range(spec.concurrency)]
+            # N workers, never more than the batch's task runs (a worker without a job would only wait)
+            workers = [asyncio.create_task(worker(batch, jobs))
+                       for _ in range(min(spec.concurrency, len(batch.jobs)))]
             try:
                 await asyncio.gather(*workers)
             except BaseException:

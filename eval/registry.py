@@ -42,6 +42,11 @@ if TYPE_CHECKING:
     from arc_eval.counting import TokenCounter
     from arc_eval.types import Backend, Task
 
+# Tasks per seed (every task's count flag, issue 31): a seed's tasks are generated and held at once; a task's own
+# options may bound the count lower (``ComponentOptions.check_count``: NIH by the characters its fixtures hold).
+MAX_TASKS_PER_SEED = 100_000
+
+
 class ComponentOptions:
     """What every registered options class is: its fields made with ``option`` (``arc_ref.options``) and these
     hooks, each with a working default that a class overrides where it has something to say."""
@@ -62,6 +67,9 @@ class ComponentOptions:
         """A method's note in a run's plan, given its task runs (rag_memory's retriever and its cost); default:
         None."""
         return None
+
+    def check_count(self, count: int, flag: str) -> None:
+        """A task's check of its tasks per seed under these options (``flag`` names the count); default: none."""
 
 
 @frozen
@@ -100,6 +108,7 @@ class TaskEntry:
     count_flag: str
     count_default: int | None
     count_help: str
+    count_maximum: int = MAX_TASKS_PER_SEED  # the count flag's upper bound
     report_table: str | None = None  # "module:function"
     order: int = 0  # position in help and reports (smaller first); the first is an ablation's default task
 
@@ -256,12 +265,10 @@ def option_owners() -> dict[str, str]:
     return owners
 
 
-
-
 __all__ = [
-    "BACKENDS", "METHODS", "TASKS", "BackendEntry", "BackendRun", "ComponentOptions", "MethodEntry", "NoOptions", "Registry", "TaskEntry",
-    "TaskSource", "add_option_flags", "float_option", "given_options", "highlighted_method", "int_option", "option",
-    "option_dest", "option_fields", "option_flag", "option_info", "option_names", "option_owners",
-    "options_from_args", "recorded_options", "register_backend",
+    "BACKENDS", "METHODS", "TASKS", "BackendEntry", "BackendRun", "ComponentOptions", "MAX_TASKS_PER_SEED",
+    "MethodEntry", "NoOptions", "Registry", "TaskEntry", "TaskSource", "add_option_flags", "float_option",
+    "given_options", "highlighted_method", "int_option", "option", "option_dest", "option_fields", "option_flag",
+    "option_info", "option_names", "option_owners", "options_from_args", "recorded_options", "register_backend",
     "register_method", "register_task", "unused_options", "with_overrides",
 ]

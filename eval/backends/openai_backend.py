@@ -120,6 +120,10 @@ PROBE_MESSAGES = (Message("user", "Reply with the word OK."),)
 # The check before the first task (issue 19): a server that is down fails in seconds, a line per attempt.
 PREFLIGHT_RETRIES = 2
 PREFLIGHT_MAX_PAUSE_S = 1.0
+# The bounds of the connection's numbers (issue 31): a timeout of a day at most (an answer later than that is a hung
+# server's); 100 retries at most (each backs off up to 30 s: 50 minutes for one call).
+MAX_TIMEOUT_S = 86_400.0
+MAX_RETRIES = 100
 
 __all__ = [
     "BackendRequestError",  # defined in arc_eval.types; kept importable from here
@@ -889,15 +893,15 @@ class OpenAIOptions(ComponentOptions):
     api_key: str | None = option(None, metavar="KEY", recorded=False,
                                  help="the server's API key (vllm --api-key); default: $OPENAI_API_KEY; never "
                                       "recorded")
-    connect_timeout_s: float = float_option(10.0, flag="--connect-timeout", exclusive_minimum=0,
+    connect_timeout_s: float = float_option(10.0, flag="--connect-timeout", exclusive_minimum=0, maximum=MAX_TIMEOUT_S,
                                       metavar="S", recorded=False, help="seconds to connect")
     first_byte_timeout_s: float | None = float_option(None, flag="--first-byte-timeout",
-                                                      exclusive_minimum=0, metavar="S", recorded=False,
+                                                      exclusive_minimum=0, maximum=MAX_TIMEOUT_S, metavar="S", recorded=False,
                                                 help="seconds until the answer starts (default: the request "
                                                      "timeout)")
-    request_timeout_s: float = float_option(600.0, flag="--request-timeout", exclusive_minimum=0,
+    request_timeout_s: float = float_option(600.0, flag="--request-timeout", exclusive_minimum=0, maximum=MAX_TIMEOUT_S,
                                       metavar="S", recorded=False, help="seconds for a whole request")
-    max_retries: int = int_option(6, minimum=0, metavar="N", recorded=False,
+    max_retries: int = int_option(6, minimum=0, maximum=MAX_RETRIES, metavar="N", recorded=False,
                               help="retries of refused or dropped connections, timeouts, 5xx and 429; one call never "
                                    "takes longer than two whole requests plus 30 s")
     count_with: str = option("auto", choices=COUNT_MODES, recorded=False,

@@ -42,7 +42,7 @@ TOY_METHOD = "toy_keep_all"
 
 @frozen
 class ToyTaskOptions(ComponentOptions):
-    toy_files: int = int_option(2, minimum=1, help="toy: distractor files per task")
+    toy_files: int = int_option(2, minimum=1, maximum=100, help="toy: distractor files per task")
 
 
 @frozen
@@ -61,7 +61,7 @@ def _toy_score(task: Task, submission: str, reply: str) -> tuple[bool, str | Non
 
 @frozen
 class ToyMethodOptions(ComponentOptions):
-    toy_level: int = int_option(1, minimum=1, help="toy: a knob only the toy method has")
+    toy_level: int = int_option(1, minimum=1, maximum=100, help="toy: a knob only the toy method has")
 
 
 class ToyKeepAll(FullContextMethod):
@@ -111,7 +111,7 @@ def test_a_toy_task_and_method_registered_from_a_test_module_run_end_to_end(
 
     assert (kind_label(TOY_TASK), method_label(TOY_METHOD)) == ("Toy needle", "Toy_keep_all")
     assert main([TOY_TASK, "--toy-level", "0", "--out", str(tmp_path / "bad")]) == 2  # bounds from the option
-    assert "argument --toy-level: expected a positive integer" in capsys.readouterr().err
+    assert "argument --toy-level: expected an integer from 1 to 100" in capsys.readouterr().err
     from arc_eval.run_spec import RunSpec
 
     with pytest.raises(ConfigError, match="--toy-level must be at least 1"):  # the same bound, built in code
@@ -141,7 +141,7 @@ def test_options_hooks_have_working_defaults_and_an_options_class_without_them_i
 
     @attrs.frozen
     class Bare:
-        level: int = int_option(1, minimum=1, help="a knob")
+        level: int = int_option(1, minimum=1, maximum=100, help="a knob")
 
     entry = METHODS.get("sliding_window")
     with pytest.raises(ConfigError, match="must derive from arc_eval.registry.ComponentOptions"):
