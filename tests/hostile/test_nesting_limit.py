@@ -161,3 +161,37 @@ def test_tool_call_arguments_at_the_limit_and_past_it() -> None:
         {"id": "c1", "type": "function", "function": {"name": "nested", "arguments": at_limit}}]})
     session.add_tool_result("c1", "done")
     assert any(at_limit in json.dumps(message) for message in session.messages())
+
+
+def test_the_proxy_reads_a_body_at_the_limit_and_refuses_one_past_it() -> None:
+    """`arc-ref proxy`'s request body: 128 levels (a tool's parameters at 124) are read and served, 129 and 50,004
+    are a 400 naming the depth before anything reaches the upstream (before: 129 was read, and 50,004 levels
+    were a 500 Internal Server Error, a RecursionError in the proxy's log)."""
+    harness = pytest.importorskip("tests.proxy.harness", reason="the proxy extra is not installed")
+    import httpx
+
+    if harness.QWEN3 is None:
+        pytest.skip("the Qwen3 tokenizer directory (../shared/data/qwen3-tokenizer) is absent")
+
+    def body(depth: int) -> str:
+        return json.dumps({"model": "scripted", "messages": [{"role": "user", "content": "hi"}],
+                           "tools": [nested_tool(depth - 4)]})
+
+    deepest = ('{"model": "scripted", "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function",'
+               ' "function": {"name": "f", "parameters": ' + '{"a": ' * 49_999 + "{}" + "}" * 49_999 + "}}]}")
+    with harness.serve_upstream() as (server, upstream_url):
+        with harness.serve_proxy(upstream_url) as base_url:
+            def post(text: str) -> httpx.Response:
+                return httpx.post(f"{base_url}/chat/completions", content=text.encode("utf-8"), timeout=120,
+                                  headers={"Content-Type": "application/json"})
+
+            for depth, text in ((MAX_NESTING + 1, body(MAX_NESTING + 1)), (50_004, deepest)):
+                refused = post(text)
+                assert refused.status_code == 400, refused.text
+                error = refused.json()["error"]
+                assert error["code"] == "bad_request", error
+                assert error["message"] == f"the body is JSON nested {depth} levels deep (at most {MAX_NESTING})"
+            assert server.stats.chat_requests == 0  # nothing refused reached the upstream
+            served = post(body(MAX_NESTING))
+            assert served.status_code == 200, served.text
+            assert server.stats.chat_requests >= 1
