@@ -15,7 +15,7 @@ import attrs
 from attrs import field, frozen
 
 from arc_ref import render
-from arc_ref.chat import ChatFormat, get_chat_format
+from arc_ref.chat import DEFAULT_CHAT_FORMAT, ChatFormat, get_chat_format
 from arc_ref.counting import Part, joined_tokens
 from arc_ref.errors import ConfigError
 from arc_ref.escape import ShownForm, control_strings
@@ -60,7 +60,7 @@ class Config:
     tokenizer: str
     system: str
     goal: str
-    chat_format: str = "chatml"
+    chat_format: str = DEFAULT_CHAT_FORMAT
     action_mode: str = "text"  # "tools": actions are OpenAI tool calls (needs chat_format "template")
     tools: tuple[ToolSpec, ...] = NO_TOOLS  # the environment's tools, sent after ARC's own (tool mode)
     template_kwargs: tuple[tuple[str, Any], ...] = DEFAULT_TEMPLATE_KWARGS  # chat_template_kwargs of each request

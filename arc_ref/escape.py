@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
+
+if TYPE_CHECKING:
+    from arc_ref.tokenizers import Tokenizer
 
 WORD_JOINER = "\u2060"
 
@@ -114,7 +117,7 @@ class ShownForm:
         return any(control in text for control in self.control_strings)
 
 
-def control_strings(chat: Any, tokenizer: Any) -> tuple[str, ...]:
+def control_strings(chat: Any, tokenizer: Tokenizer) -> tuple[str, ...]:
     """The control strings of a setup: the chat format's own markers (ChatML's ``<|im_start|>``, ``<|im_end|>``)
     and every added token of the tokenizer (``tokenizer.json``'s ``added_tokens``, special or not; a tiktoken
     encoding's special tokens). The byte tokenizer has none."""
@@ -122,7 +125,5 @@ def control_strings(chat: Any, tokenizer: Any) -> tuple[str, ...]:
     for marker in (getattr(chat, "message_start", None), getattr(chat, "message_end", None)):
         if isinstance(marker, str) and marker.strip():
             found.add(marker.strip())
-    added = getattr(tokenizer, "control_tokens", None)
-    if callable(added):
-        found.update(added())
+    found.update(tokenizer.control_tokens())
     return tuple(sorted(found))

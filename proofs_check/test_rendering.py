@@ -303,6 +303,9 @@ class LineMergingTokenizer:
     def splits_between(self, before: str, after: str) -> bool:
         return False  # its lines merge: every message is counted whole
 
+    def control_tokens(self) -> tuple[str, ...]:
+        return self.inner.control_tokens()
+
 
 @given(tight_setups(), st.lists(st.tuples(st.sampled_from(("stub", "thought", "inline")), texts(60)), max_size=14),
        st.integers(0, 3), st.booleans())

@@ -701,7 +701,7 @@ def _parser() -> argparse.ArgumentParser:
         help="a model directory (its tokenizer.json and chat template, rendered as vLLM renders them), or an "
         "arc_ref tokenizer: bytes, o200k_base, cl100k_base, hf:PATH, hf-dir:DIR",
     )
-    parser.add_argument("--chat-format", default="chatml",
+    parser.add_argument("--chat-format", default=DEFAULT_CHAT_FORMAT,
                         help="chatml or qwen3-nothink (without a model directory)")
     parser.add_argument("--concurrency", type=int, default=8, help="requests processed at once")
     parser.add_argument(
