@@ -23,57 +23,55 @@ import asyncio
 import contextlib
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+import itertools
+from typing import Any, Iterator
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.deployment import Haproxy, PostgresServer, arc_proxy, haproxy_absent, postgres_absent  # noqa: E402
-from tests.proxy.harness import BASH_TOOL, BUDGETS, QWEN3  # noqa: E402
+from tests.proxy.harness import BASH_TOOL, BUDGETS, QWEN3, serve_app  # noqa: E402
 from arc_eval.backends.scripted_server import build_app as build_upstream  # noqa: E402
 from arc_eval.backends.scripted_server import serve_in_thread  # noqa: E402
-from arc_eval.types import Message  # noqa: E402
-
-
-def always_bash(messages: Sequence[Message]) -> str:
-    """A policy that always runs one more command (a reply with a tool call every turn)."""
-    return f"Thought: step {len(messages)}.\nAction: bash ls -la"
+from benchmarks.bench_proxy import agent, always_bash  # noqa: E402  (one agent loop for both benchmarks)
 
 
 OUTPUT = "\n".join(f"-rw-r--r-- 1 user user {number * 97} file_{number}.py" for number in range(20))
 
 
-async def agent(client: httpx.AsyncClient, base_url: str, name: str, turns: int, latencies: list[float]) -> None:
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a helpful assistant."},
-                                      {"role": "user", "content": f"Task {name}: list the files, {turns} times."}]
-    for _ in range(turns):
-        started = time.perf_counter()
-        response = await client.post(f"{base_url}/chat/completions", json={
-            "model": "scripted", "messages": messages, "tools": [BASH_TOOL]})
-        latencies.append(time.perf_counter() - started)
-        response.raise_for_status()
-        message = response.json()["choices"][0]["message"]
-        messages.append(message)
-        for call in message.get("tool_calls") or ():
-            messages.append({"role": "tool", "tool_call_id": call["id"], "content": OUTPUT})
+TASK_NUMBERS = itertools.count(1)  # every agent of the run its own task, so its own conversation
 
 
-def load(base_url: str, agents: int, turns: int, label: str) -> tuple[list[float], float]:
-    """``agents`` agents at once, ``turns`` requests each: the latencies and the wall time."""
+def load(base_url: str, agents: int, turns: int) -> tuple[list[float], float]:
+    """``agents`` agents at once, ``turns`` requests each (bench_proxy.py's agent loop): the latencies and the
+    wall time."""
     async def main() -> list[float]:
         latencies: list[float] = []
         async with httpx.AsyncClient(timeout=300) as client:
-            await asyncio.gather(*(agent(client, base_url, f"{label}-{number}", turns, latencies)
-                                   for number in range(agents)))
+            await asyncio.gather(*(agent(client, base_url, next(TASK_NUMBERS), turns, OUTPUT, latencies)
+                                   for _ in range(agents)))
         return latencies
 
     started = time.perf_counter()
     latencies = asyncio.run(main())
     return latencies, time.perf_counter() - started
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of these processes so far (/proc/PID/stat), in seconds."""
+    import os
+
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone (a database backend whose connection closed)
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -84,25 +82,14 @@ def percentile(values: list[float], fraction: float) -> float:
 @contextlib.contextmanager
 def in_process_instance(upstream_url: str, database: str, **settings: Any) -> Iterator[tuple[str, Any]]:
     """One shared proxy in a thread of this process (its counters readable): its base URL and its app."""
-    import uvicorn
-
-    from arc_ref.frontends.proxy import ProxySettings, listening_socket
+    from arc_ref.frontends.proxy import ProxySettings
     from arc_ref.frontends.proxy_app import build_app
 
     assert QWEN3 is not None
     app = build_app(ProxySettings(upstream=upstream_url, tokenizer=f"hf-dir:{QWEN3}", overrides=BUDGETS,
                                   database=database, **settings))
-    listener = listening_socket("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[listener])), daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1", app
-    finally:
-        server.should_exit = True
-        thread.join(30)
+    with serve_app(app) as base_url:
+        yield base_url, app
 
 
 class Chat:
@@ -162,12 +149,20 @@ def main() -> int:
                          for name, services in setups.items()}
             try:
                 for name, balancer in balancers.items():  # warm: templates compiled, connections open
-                    load(balancer.url, 2, 2, f"warm {name}")
+                    load(balancer.url, 2, 2)
                 measured: dict[str, list[tuple[list[float], float]]] = {name: [] for name in setups}
-                for round_number in range(arguments.rounds):
+                cpu: dict[str, float] = {name: 0.0 for name in setups}
+                database_cpu: dict[str, float] = {name: 0.0 for name in setups}
+                pids = {name: [service.process.pid for service in services if service.process is not None]
+                        for name, services in setups.items()}
+                for _ in range(arguments.rounds):
                     for name, balancer in balancers.items():
-                        measured[name].append(load(balancer.url, arguments.agents, arguments.turns,
-                                                   f"r{round_number} {name}"))
+                        backends = postgres.pids()
+                        before, database_before = cpu_seconds(pids[name]), cpu_seconds(backends)
+                        measured[name].append(load(balancer.url, arguments.agents, arguments.turns))
+                        cpu[name] += cpu_seconds(pids[name]) - before
+                        backends = sorted(set(backends) | set(postgres.pids()))  # and those started meanwhile
+                        database_cpu[name] += cpu_seconds(backends) - database_before
             finally:
                 for balancer in balancers.values():
                     balancer.stop()
@@ -175,12 +170,13 @@ def main() -> int:
                     service.stop()
             print(f"1. through HAProxy (round-robin): {arguments.agents} agents at once, {arguments.turns} requests"
                   f" each, {arguments.rounds} interleaved rounds per set-up; upstream serve-scripted in-process")
-            print(f"{'set-up':>22} | {'requests/s':>10} | {'p50':>9} | {'p99':>9}")
+            print(f"{'set-up':>22} | {'requests/s':>10} | {'p50':>9} | {'p99':>9} | CPU per request: proxies, database")
             for name, runs in measured.items():
                 latencies = [value for run in runs for value in run[0]]
                 rate = statistics.median(len(run[0]) / run[1] for run in runs)
                 print(f"{name:>22} | {rate:>10.1f} | {percentile(latencies, 0.5) * 1000:>6.1f} ms |"
-                      f" {percentile(latencies, 0.99) * 1000:>6.1f} ms")
+                      f" {percentile(latencies, 0.99) * 1000:>6.1f} ms | {cpu[name] / len(latencies) * 1000:.1f} ms,"
+                      f" {database_cpu[name] / len(latencies) * 1000:.1f} ms")
 
             trips = postgres.create_database("arc_bench_trips")
             with contextlib.ExitStack() as stack:

@@ -27,6 +27,7 @@ from arc_ref.frontends.proxy import (
     settings_from,
     sse_chunks,
 )
+from arc_ref.json_limits import nesting_problem
 from arc_ref.openai_wire import error_body
 from arc_ref.persist import StoreError
 from arc_ref.persist.postgres import shown_url
@@ -72,8 +73,12 @@ def build_app(settings: ProxySettings) -> Any:
 
     async def chat(request: Request) -> Response:
         proxy = holder["proxy"]
+        raw = await request.body()
+        too_deep = nesting_problem(raw)  # before json.loads, which recurses (spec/trace.md section 2)
+        if too_deep is not None:
+            return JSONResponse(Refused("bad_request", f"the body is JSON {too_deep}").body(), status_code=400)
         try:
-            body = json.loads(await request.body())
+            body = json.loads(raw)
         except ValueError:
             return JSONResponse(Refused("bad_request", "the body is not JSON").body(), status_code=400)
         if not isinstance(body, dict):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 import uuid
 from collections import OrderedDict
@@ -135,7 +136,9 @@ class SharedProxy(Proxy):
     def __init__(self, settings: ProxySettings, client: Any, database: AsyncDatabase | None = None) -> None:
         assert settings.database is not None
         super().__init__(ProxySettings(**{**_fields(settings), "store": None}), client)
-        self.database = database or AsyncDatabase(settings.database)
+        # a request's transaction is idle while the upstream answers, each of its rounds: never longer than that
+        idle = (settings.max_hidden_rounds + 1) * settings.timeout_s + 60
+        self.database = database or AsyncDatabase(settings.database, idle_in_transaction_s=idle)
         self.database.check_schema()  # once, at start (created in an empty database)
         self.cache: OrderedDict[str, CachedConversation] = OrderedDict()
         self.cache_limit = max(1, settings.cache_conversations)
@@ -159,6 +162,8 @@ class SharedProxy(Proxy):
             except StoreUnavailable as problem:
                 if time.monotonic() + delay > deadline:
                     raise StoreFailed(problem) from None
+                print(f"arc-ref proxy: {problem}; the request is tried again in {delay:.1f} s", file=sys.stderr,
+                      flush=True)
                 await self.database.discard_idle()
                 await asyncio.sleep(delay)
                 delay = min(2.0, delay * 2)

@@ -147,6 +147,13 @@ def _psycopg() -> Any:
     return psycopg
 
 
+def store_error(url: str, problem: Exception) -> StoreError:
+    """psycopg's error as the store's: the server unreachable or gone (OperationalError) is StoreUnavailable."""
+    if isinstance(problem, _psycopg().OperationalError):
+        return unavailable(url, problem)
+    return StoreError(f"the database {shown_url(url)}: {str(problem).strip()}")
+
+
 def unavailable(url: str, problem: Exception) -> StoreUnavailable:
     first = str(problem).strip().splitlines()[0] if str(problem).strip() else type(problem).__name__
     return StoreUnavailable(f"the database {shown_url(url)} is unavailable ({first}); retry later")
@@ -200,10 +207,8 @@ class Database:
                 self.ensure_schema(connection)
             try:
                 yield connection
-            except psycopg.OperationalError as problem:
-                raise unavailable(self.url, problem) from None
             except psycopg.Error as problem:
-                raise StoreError(f"the database {self.shown}: {str(problem).strip()}") from None
+                raise store_error(self.url, problem) from None
         finally:
             if connection is not None:
                 self._give_back(connection)

@@ -39,6 +39,7 @@ from arc_ref.persist.postgres import (
     checked_rows,
     fold_row,
     shown_url,
+    store_error,
     unavailable,
 )
 from arc_ref.persist.store import GENESIS, StoreCorrupt, StoreError, chain
@@ -96,8 +97,10 @@ class AsyncDatabase:
     As `arc_ref.persist.postgres.Database`: a pooled connection whose server went away is dropped without a round
     trip, one that failed in use is closed; psycopg's errors become StoreUnavailable (retry) or StoreError."""
 
-    def __init__(self, url: str, pool_size: int = DEFAULT_POOL_SIZE, connect_timeout_s: int = CONNECT_TIMEOUT_S) -> None:
+    def __init__(self, url: str, pool_size: int = DEFAULT_POOL_SIZE, connect_timeout_s: int = CONNECT_TIMEOUT_S,
+                 idle_in_transaction_s: float = 3600.0) -> None:
         self.url = url
+        self.idle_in_transaction_s = idle_in_transaction_s
         self.shown = shown_url(url)
         self.pool_size = pool_size
         self.connect_timeout_s = connect_timeout_s
@@ -119,9 +122,14 @@ class AsyncDatabase:
     async def _connect(self) -> "psycopg.AsyncConnection[Any]":
         driver = self._driver
         try:
+            # TCP keepalives both ways and an idle-in-transaction limit: an instance cut off from the database (a
+            # network partition) holds its conversation's lock until the server notices, ~25 s, not for ever
             connection: "psycopg.AsyncConnection[Any]" = await driver.AsyncConnection.connect(
                 self.url, autocommit=True, connect_timeout=self.connect_timeout_s,
-                application_name=f"arc-ref proxy {os.getpid()}")  # which instance holds what (pg_stat_activity)
+                application_name=f"arc-ref proxy {os.getpid()}",  # which instance holds what (pg_stat_activity)
+                keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3,
+                options=(f"-c idle_in_transaction_session_timeout={int(self.idle_in_transaction_s * 1000)}"
+                         " -c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3"))
             return connection
         except driver.OperationalError as problem:
             raise unavailable(self.url, problem) from None
@@ -141,10 +149,8 @@ class AsyncDatabase:
                         connection = None
                 try:
                     yield connection
-                except driver.OperationalError as problem:
-                    raise unavailable(self.url, problem) from None
                 except driver.Error as problem:
-                    raise StoreError(f"the database {self.shown}: {str(problem).strip()}") from None
+                    raise store_error(self.url, problem) from None
             finally:
                 if connection is not None:
                     await self._give_back(connection)

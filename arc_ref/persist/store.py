@@ -29,7 +29,6 @@ snapshot never delays an acknowledgement), and on close.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import os
@@ -221,8 +220,10 @@ class DurableStore:
                     or StoreError(f"cannot create {str(target)!r}: {problem}") from None
             finally:
                 for leftover in ("", "-wal", "-shm", "-journal"):
-                    with contextlib.suppress(OSError):  # (a read-only directory: nothing was made there)
-                        Path(str(staging) + leftover).unlink(missing_ok=True)
+                    try:
+                        Path(str(staging) + leftover).unlink()
+                    except OSError:  # not there; or no directory there at all (a path under a regular file)
+                        pass
             connection = connect(target, readonly=False)
         except BaseException:
             if lock is not None:
