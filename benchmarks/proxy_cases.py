@@ -2,7 +2,7 @@
 
     python benchmarks/proxy_cases.py [--tree DIR] [--only NAME,...] [--list]
 
-Each case starts its own proxy (``python -m arc_ref.cli proxy`` with ``PYTHONPATH=DIR``, so the same script measures
+Each case starts its own proxy (``python -m arc_ref.frontends.cli proxy`` with ``PYTHONPATH=DIR``, so the same script measures
 another checkout, e.g. main before a change) in front of a fake upstream in this process (whose replies each case
 sets: completions, malformed bodies, a cut connection, a key it requires) and prints one line: the HTTP status and
 the start of the body the hostile client got, what a well-behaved client of another conversation saw at the same
@@ -38,6 +38,11 @@ BUDGETS = ["--set", "recent_budget=2000", "--set", "recall_budget=2600", "--set"
 BASH_TOOL = {"type": "function", "function": {"name": "bash", "description": "Execute a bash command",
                                               "parameters": {"type": "object", "properties": {
                                                   "command": {"type": "string"}}, "required": ["command"]}}}
+
+
+def cli_module(tree: Path) -> str:
+    """The module of `arc-ref` in ``tree`` (arc_ref.cli before the front ends moved to arc_ref/frontends)."""
+    return "arc_ref.frontends.cli" if (tree / "arc_ref" / "frontends" / "cli.py").is_file() else "arc_ref.cli"
 
 
 def free_port() -> int:
@@ -134,7 +139,7 @@ class Proxy:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
         self.tree = tree
-        command = [sys.executable, "-m", "arc_ref.cli", "proxy", "--upstream", upstream, "--tokenizer",
+        command = [sys.executable, "-m", cli_module(tree), "proxy", "--upstream", upstream, "--tokenizer",
                    f"hf-dir:{QWEN3}", "--port", str(self.port), *(BUDGETS if budgets else []), *extra]
         environment = {**os.environ, "PYTHONPATH": str(tree), **(env or {})}
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -292,7 +297,7 @@ def start_refusal(tree: Path, *arguments: str, budgets: bool = True) -> Row:
 
 def port_text(tree: Path, port: str) -> Row:
     with fake_upstream() as upstream:
-        done = subprocess.run([sys.executable, "-m", "arc_ref.cli", "proxy", "--upstream", upstream.url,
+        done = subprocess.run([sys.executable, "-m", cli_module(tree), "proxy", "--upstream", upstream.url,
                                "--tokenizer", f"hf-dir:{QWEN3}", "--port", port, *BUDGETS],
                               capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree,
                               timeout=60)
@@ -512,7 +517,7 @@ def case_full_disk(tree: Path) -> Row:
         environment = {**os.environ, "PYTHONPATH": str(tree)}
         port = free_port()
         process = subprocess.Popen(
-            [sys.executable, "-m", "arc_ref.cli", "proxy", "--upstream", upstream.url, "--tokenizer",
+            [sys.executable, "-m", cli_module(tree), "proxy", "--upstream", upstream.url, "--tokenizer",
              f"hf-dir:{QWEN3}", "--port", str(port), "--store", f"{scratch}/store", *BUDGETS],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment, cwd=tree,
             preexec_fn=limited, start_new_session=True)

@@ -259,7 +259,7 @@ class ProxyProcess:
     def __init__(self, upstream: str, model_dir: Path, log: Path, *extra: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
-        command = [sys.executable, "-m", "arc_ref.cli", "proxy", "--upstream", upstream, "--tokenizer",
+        command = [sys.executable, "-m", "arc_ref.frontends.cli", "proxy", "--upstream", upstream, "--tokenizer",
                    f"hf-dir:{model_dir}", "--port", str(self.port), *PROXY_BUDGETS, *extra]
         with log.open("w") as sink:
             self.process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, cwd=ROOT,

@@ -20,7 +20,7 @@ from tests.proxy.harness import BASH_TOOL, BUDGETS, QWEN3, needs_qwen3
 
 import httpx  # noqa: E402
 
-from arc_ref.proxy import Proxy, ProxySettings, Refused  # noqa: E402
+from arc_ref.frontends.proxy import Proxy, ProxySettings, Refused  # noqa: E402
 from proofs_check.shared_data import transformers_prompt  # noqa: E402
 
 pytestmark = needs_qwen3
