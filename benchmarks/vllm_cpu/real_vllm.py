@@ -355,6 +355,7 @@ def check_proxy(report: Report, url: str, model_dir: Path, work: Path) -> None:
     without chat_template_kwargs, through `arc-ref proxy` to vLLM: the proxy's count = usage.prompt_tokens on every
     upstream call (issue 25 item 2)."""
     started = time.monotonic()
+    work.mkdir(parents=True, exist_ok=True)
     try:
         proxy = ProxyProcess(url, model_dir, work / "proxy.log")
     except RuntimeError as problem:
