@@ -19,7 +19,8 @@ turn (tool parser on), and:
 5. ``arc-ref proxy`` in front of the tool server: mini-swe-agent (tool and text configurations) and the OpenAI
    Agents SDK (plain and streamed), each with and without ``chat_template_kwargs``, send their own requests through
    it; the proxy's count = ``usage.prompt_tokens`` on every upstream call (about a minute: 4 mini runs of at most 4
-   steps, 4 SDK runs of at most 3 turns, 24 tokens a reply).
+   steps, 4 SDK runs of at most 3 turns, 64 tokens a reply: enough for the tool model's call, so the SDK's
+   conversations without thinking go on after a tool result).
 
 Prints one line per check and a summary; exit 0 when all pass, 1 otherwise.
 """
@@ -299,7 +300,7 @@ NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
 
 def run_mini(proxy_url: str, config: str, workdir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     """mini-swe-agent (its own `mini` command, unchanged) on a small task through the proxy: at most 4 steps of at
-    most 24 tokens, one attempt per request; its exit status does not matter (the tiny model's replies are not a
+    most 64 tokens, one attempt per request; its exit status does not matter (the tiny model's replies are not a
     useful agent's), its requests do."""
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "notes.txt").write_text("".join(f"line {number}\n" for number in range(1, 41)), encoding="utf-8")
@@ -309,7 +310,7 @@ def run_mini(proxy_url: str, config: str, workdir: Path, *extra: str) -> subproc
     mini = Path(sys.executable).parent / "mini"
     return subprocess.run(
         [str(mini), "-m", f"openai/{SERVED}", "-t", "Count the lines of notes.txt.", "-y", "--exit-immediately",
-         "-c", config, "-c", f"model.model_kwargs.api_base={proxy_url}", "-c", "model.model_kwargs.max_tokens=24",
+         "-c", config, "-c", f"model.model_kwargs.api_base={proxy_url}", "-c", "model.model_kwargs.max_tokens=64",
          "-c", "agent.step_limit=4", *extra, "-o", str(workdir / "trajectory.json")],
         cwd=workdir, env=environment, capture_output=True, text=True, timeout=300, check=False)
 
@@ -329,7 +330,7 @@ def run_agents_sdk(proxy_url: str, stream: bool, extra_body: dict[str, Any] | No
     async def scenario() -> str:
         client = AsyncOpenAI(base_url=proxy_url, api_key="not-needed", max_retries=0)
         model = agents.OpenAIChatCompletionsModel(model=SERVED, openai_client=client)
-        settings = agents.ModelSettings(max_tokens=24, extra_body=extra_body)
+        settings = agents.ModelSettings(max_tokens=64, extra_body=extra_body)
         agent = agents.Agent(name="reader", instructions="You read files.", model=model, tools=[cat],
                              model_settings=settings)
         config = agents.RunConfig(tracing_disabled=True)
@@ -379,7 +380,10 @@ def check_proxy(report: Report, url: str, model_dir: Path, work: Path) -> None:
         proxy.stop()
     answered = [record for record in records if record["status"] == 200]
     gaps = [record["view_tokens"] - record["upstream_prompt_tokens"] for record in answered]
-    conversations = len({record["conversation"] for record in answered})
+    per_conversation: dict[str, int] = {}
+    for record in answered:
+        per_conversation[record["conversation"]] = per_conversation.get(record["conversation"], 0) + 1
+    conversations = f"{len(per_conversation)} ({sum(1 for calls in per_conversation.values() if calls > 1)} resumed)"
     report.check(len(answered) >= 12 and len(answered) == len(records) and set(gaps) == {0},
                  "proxy: mini-swe-agent and the Agents SDK through arc-ref proxy, count = usage.prompt_tokens on"
                  " every upstream call",
