@@ -237,7 +237,7 @@ def request_template_kwargs(request: Mapping[str, Any]) -> tuple[tuple[str, Any]
 
     for name, default in RENDERING_DEFAULTS:
         if name in request and request[name] != default and request[name] is not None:
-            raise ConfigError(f"{name}={json.dumps(request[name])[:60]}: the proxy counts prompts rendered with"
+            raise ConfigError(f"{name}={json.dumps(request[name])[:40]}: the proxy counts prompts rendered with"
                               f" the served template and {name}={json.dumps(default)} only")
     given = request.get("chat_template_kwargs")
     if given is None:
