@@ -51,6 +51,7 @@ import httpx
 from arc_ref.config import Config, parse_tools, preset
 from arc_ref.errors import ArcError
 from arc_ref.frontends.exit_status import OK, USAGE
+from arc_ref.json_limits import nesting_problem
 from arc_ref.machine import (
     ArcState,
     Event,
@@ -68,7 +69,7 @@ from arc_ref.persist import DurableStore, StoreError
 from arc_ref.persist.postgres import is_database_url, shown_url
 from arc_ref.session import TOOL_MODE_SYSTEM
 from arc_ref.templates import request_template_kwargs
-from arc_ref.tools import ARC_TOOL_NAMES
+from arc_ref.tools import ARC_TOOL_NAMES, DEFAULT_MAX_HIDDEN_ROUNDS
 from arc_ref.trace import event_from_line, parse_line
 
 ARC_NOTE = (
@@ -80,7 +81,6 @@ ARC_NOTE = (
 """Appended to the agent's system prompt: the model must know how to use ARC's tools (its own prompt does not)."""
 
 CONVERSATION_HEADER = "x-arc-conversation"
-DEFAULT_MAX_HIDDEN_ROUNDS = 8
 KEEPALIVE_S = 5.0
 ROUND_LOG_SIZE = 10_000
 
@@ -686,8 +686,12 @@ def build_app(settings: ProxySettings) -> Any:
 
     async def chat(request: Request) -> Response:
         proxy = holder["proxy"]
+        raw = await request.body()
+        too_deep = nesting_problem(raw)  # before json.loads, which recurses (spec/trace.md section 2)
+        if too_deep is not None:
+            return JSONResponse(Refused("bad_request", f"the body is JSON {too_deep}").body(), status_code=400)
         try:
-            body = json.loads(await request.body())
+            body = json.loads(raw)
         except ValueError:
             return JSONResponse(Refused("bad_request", "the body is not JSON").body(), status_code=400)
         if not isinstance(body, dict):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 import uuid
 from collections import OrderedDict
@@ -161,6 +162,8 @@ class SharedProxy(Proxy):
             except StoreUnavailable as problem:
                 if time.monotonic() + delay > deadline:
                     raise StoreFailed(problem) from None
+                print(f"arc-ref proxy: {problem}; the request is tried again in {delay:.1f} s", file=sys.stderr,
+                      flush=True)
                 await self.database.discard_idle()
                 await asyncio.sleep(delay)
                 delay = min(2.0, delay * 2)

@@ -240,6 +240,10 @@ def test_kill_one_instance_then_the_database_mid_request(postgres: PostgresServe
     mini_sent = tool_outputs(results["mini"])
     assert mini_sent and mini_sent in stored.values(), "a conversation holds every output mini-swe-agent sent"
     assert sdk_outputs and sdk_outputs in stored.values(), "a conversation holds every output the SDK agent sent"
+    retried = [line for instance in instances for line in instance.log.read_text(errors="replace").splitlines()
+               if "the request is tried again" in line]
+    assert retried, "no request met the database down (the kill was not mid-request)"
+    events.append(f"requests tried again while the database was down: {len(retried)} ({retried[0][:100]}...)")
     recalled = sum(exactly_recalled(state) for state in conversations.values())
     print("\n" + "\n".join(events) + f"\nboth agents finished; {len(conversations)} conversations, {recalled}"
           " stored ids, each reassembled exactly; every conversation's rows pass the chain and the head")
