@@ -8,7 +8,7 @@ characters, log-uniform, mostly ASCII words with some 'é' and '中'; agent turn
 recalls and catalog commands; compactions; a view every ten events). Then, each in a fresh interpreter
 and taking turns (replay, floor, replay, floor, ...) so that machine noise falls on both alike:
 
-- replay: `arc-ref replay TRACE` (arc_ref.cli.main), its output written to a file;
+- replay: `arc-ref replay TRACE` (arc_ref.frontends.cli.main), its output written to a file;
 - floor: what any replay must do at least: read and parse every line (json.loads), count every
   observation's tokens once (o200k_base; a non-ASCII text is counted through its UTF-8 bytes, so no
   second copy stays on the string), hold every observation once as a Python str, and write the
@@ -45,13 +45,13 @@ SMALLEST, LARGEST = 60, 30_000
 
 _REPLAY_CHILD = r"""
 import json, resource, sys, time
-import arc_ref.cli, arc_ref.trace
+import arc_ref.frontends.cli, arc_ref.trace
 from arc_ref.tokenizers import get_tokenizer
 trace, stats, tokenizer_name, extra = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 get_tokenizer(tokenizer_name)
 start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 started, cpu = time.perf_counter(), time.process_time()
-code = arc_ref.cli.main(["replay", trace, *extra])
+code = arc_ref.frontends.cli.main(["replay", trace, *extra])
 sys.stdout.flush()
 seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -92,7 +92,7 @@ with open(stats, "w") as stats_out:
 
 _FLOOR_CHILD = r"""
 import json, resource, sys, time
-import arc_ref.cli, arc_ref.trace
+import arc_ref.frontends.cli, arc_ref.trace
 from arc_ref.tokenizers import get_tokenizer
 get_tokenizer("o200k_base")
 trace, expected, stats = sys.argv[1], sys.argv[2], sys.argv[3]

@@ -43,12 +43,12 @@ from typing import Any, Callable, Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: the tests' one readiness wait
 from tests.waiting import http_ok, wait_until  # noqa: E402
-from arc_ref.cli import EXIT_IO, EXIT_LINE_TOO_LONG, EXIT_OK, EXIT_USAGE, MAX_LINE_BYTES
+from arc_ref.frontends.cli import EXIT_IO, EXIT_LINE_TOO_LONG, EXIT_OK, EXIT_USAGE, MAX_LINE_BYTES
 from arc_ref.tokenizers import TOKENIZER_FILE_LIMIT
 
 REPO = Path(__file__).resolve().parents[1]
 QWEN3_DIR = REPO.parent / "shared" / "data" / "qwen3-tokenizer"
-ARC_REF = [sys.executable, "-m", "arc_ref.cli"]
+ARC_REF = [sys.executable, "-m", "arc_ref.frontends.cli"]
 ARC_EVAL = [sys.executable, "-c", "import sys; from arc_eval.cli import main; sys.exit(main(sys.argv[1:]))"]
 ARC_REF_SHELL = " ".join(shlex.quote(part) for part in ARC_REF)
 EXIT_STOPPED = 3  # arc-eval: the server or its answers stopped the run (eval/SERVING.md)

@@ -25,7 +25,7 @@ OUTPUT = "".join(f"test_{n:02d} ... {'ok' if n != 7 else 'FAILED: expected 41, g
 async def round_trip(store: Path) -> None:
     command = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "arc_ref.cli", "mcp", str(store), "--preset", "paper", "--set", "chunk_tokens=64",
+        args=["-m", "arc_ref.frontends.cli", "mcp", str(store), "--preset", "paper", "--set", "chunk_tokens=64",
               "--set", "capacity=1000"],
     )
     async with Client(command) as client:

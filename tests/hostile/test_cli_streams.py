@@ -18,7 +18,7 @@ import pytest
 
 CONFIG = '{"op": "config", "preset": "minimal"}'
 OBSERVE = '{"op": "observe", "action": "ls", "observation": "x"}'
-ARC_REF = f"{shlex.quote(sys.executable)} -m arc_ref.cli"
+ARC_REF = f"{shlex.quote(sys.executable)} -m arc_ref.frontends.cli"
 needs_dev_full = pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
 
 
@@ -28,7 +28,7 @@ def _shell(script: str, stdin: bytes | None = None) -> subprocess.CompletedProce
 
 
 def _arc_ref(*args: str | bytes, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "arc_ref.cli", *args], input=stdin, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", *args], input=stdin, capture_output=True,
                           timeout=300)
 
 
@@ -83,7 +83,7 @@ def test_a_reader_that_goes_away_ends_the_replay_quietly() -> None:
 
 
 def test_read_lines_refuses_a_line_one_byte_over_the_limit() -> None:
-    from arc_ref.cli import LineTooLong, read_lines
+    from arc_ref.frontends.cli import LineTooLong, read_lines
 
     assert list(read_lines(io.BytesIO(b"abcd\nabcd"), limit=4)) == [b"abcd\n", b"abcd"]
     assert list(read_lines(io.BytesIO(b"abc\r\n\n"), limit=4)) == [b"abc\r\n", b"\n"]
@@ -99,7 +99,7 @@ def test_read_lines_refuses_a_line_one_byte_over_the_limit() -> None:
 def test_a_line_over_the_limit_is_answered_then_the_replay_stops(monkeypatch: pytest.MonkeyPatch,
                                                                    capfdbinary: pytest.CaptureFixture[bytes],
                                                                    tmp_path: Path) -> None:
-    import arc_ref.cli as cli
+    import arc_ref.frontends.cli as cli
 
     original = cli.read_lines
     monkeypatch.setattr(cli, "read_lines", lambda stream: original(stream, limit=64))
@@ -115,7 +115,7 @@ def test_a_line_over_the_limit_is_answered_then_the_replay_stops(monkeypatch: py
 
 def test_an_internal_error_is_one_line_and_exit_70(monkeypatch: pytest.MonkeyPatch,
                                                     capfd: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    import arc_ref.cli as cli
+    import arc_ref.frontends.cli as cli
 
     def broken(lines: object, verify: bool = False) -> object:
         raise RuntimeError("a bug")

@@ -167,7 +167,7 @@ def _fuzz_cli(examples: int) -> Counter[str]:
         expected = data.split(b"\n")
         if expected[-1] == b"":
             expected.pop()  # a final LF does not start a further line
-        result = subprocess.run([sys.executable, "-m", "arc_ref.cli", "replay", "-"], input=data,
+        result = subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", "replay", "-"], input=data,
                                 capture_output=True, timeout=300)
         tried["inputs"] += 1
         tried["lines"] += len(expected)

@@ -50,7 +50,7 @@ class Server:
     """`arc-ref mcp` in a subprocess; one line written, one line read back."""
 
     def __init__(self, store: Path) -> None:
-        self.process = subprocess.Popen([sys.executable, "-m", "arc_ref.cli", "mcp", str(store)],
+        self.process = subprocess.Popen([sys.executable, "-m", "arc_ref.frontends.cli", "mcp", str(store)],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def send(self, line: bytes) -> None:
@@ -108,7 +108,7 @@ def test_requests_piped_before_the_input_closes_are_all_answered(tmp_path: Path)
     lines = [json.dumps(INITIALIZE).encode(), json.dumps(INITIALIZED).encode(),
              *(store_call(number, action="ls", observation=f"output {number}") for number in range(1, 6)),
              HOSTILE[0][1]]
-    done = subprocess.run([sys.executable, "-m", "arc_ref.cli", "mcp", str(tmp_path / "piped.arc")],
+    done = subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", "mcp", str(tmp_path / "piped.arc")],
                           input=b"\n".join(lines) + b"\n", capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr
     answers = [json.loads(line) for line in done.stdout.splitlines()]

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from arc_ref.cli import EXIT_IO
+from arc_ref.frontends.cli import EXIT_IO
 from arc_ref.config import preset
 from arc_ref.machine import Observe
 from arc_ref.persist import DurableStore
 
-ARC_REF = [sys.executable, "-m", "arc_ref.cli"]
+ARC_REF = [sys.executable, "-m", "arc_ref.frontends.cli"]
 CONTENT = "héllo 中 😀\n"
 
 

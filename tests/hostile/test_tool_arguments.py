@@ -75,7 +75,7 @@ def test_replay_answers_the_line_with_an_error_and_goes_on() -> None:
         lines.append(json.dumps({"op": "tool_turn", "thought": "", "calls": [
             {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": arguments}}]}))
     lines.append('{"op": "view"}')
-    done = subprocess.run([sys.executable, "-m", "arc_ref.cli", "replay", "-"], input="\n".join(lines) + "\n",
+    done = subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", "replay", "-"], input="\n".join(lines) + "\n",
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     answers = [json.loads(line) for line in done.stdout.splitlines()]

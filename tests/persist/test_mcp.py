@@ -27,7 +27,7 @@ LOG = "".join(f"line {n}: é中😀 status=ok\n" for n in range(12))
 
 
 def server(store: Path, *options: str) -> StdioServerParameters:
-    return StdioServerParameters(command=sys.executable, args=["-m", "arc_ref.cli", "mcp", str(store), *options])
+    return StdioServerParameters(command=sys.executable, args=["-m", "arc_ref.frontends.cli", "mcp", str(store), *options])
 
 
 def text_of(result: CallToolResult) -> str:
@@ -85,7 +85,7 @@ def test_store_and_recall_exactly_over_mcp_stdio(tmp_path: Path) -> None:
 
             # a second server on the same store is refused while this one runs
             refused = subprocess.run(
-                [sys.executable, "-m", "arc_ref.cli", "mcp", str(store)],
+                [sys.executable, "-m", "arc_ref.frontends.cli", "mcp", str(store)],
                 capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=scaled_ceiling(60),
             )
             assert refused.returncode == 2
@@ -115,12 +115,12 @@ def test_mcp_on_an_existing_store_refuses_a_new_configuration(tmp_path: Path) ->
     store = tmp_path / "s.arc"
     DurableStore.create(store, preset("minimal")).close()
     done = subprocess.run(
-        [sys.executable, "-m", "arc_ref.cli", "mcp", str(store), "--preset", "paper"],
+        [sys.executable, "-m", "arc_ref.frontends.cli", "mcp", str(store), "--preset", "paper"],
         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=scaled_ceiling(60),
     )
     assert done.returncode == 2 and "its configuration was fixed when it was created" in done.stderr
     bad = subprocess.run(
-        [sys.executable, "-m", "arc_ref.cli", "mcp", str(tmp_path / "new.arc"), "--set", "page_size=x"],
+        [sys.executable, "-m", "arc_ref.frontends.cli", "mcp", str(tmp_path / "new.arc"), "--set", "page_size=x"],
         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=scaled_ceiling(60),
     )
     assert bad.returncode == 2 and "--set page_size needs an integer" in bad.stderr

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from arc_ref.cli import main
+from arc_ref.frontends.cli import main
 from arc_ref.config import preset
 from arc_ref.machine import Observe
 from arc_ref.persist import DurableStore, StoreCorrupt, StoreError, StoreLocked, read_rows

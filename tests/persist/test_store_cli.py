@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from arc_ref.cli import main
+from arc_ref.frontends.cli import main
 from arc_ref.config import preset
 from arc_ref.machine import AgentTurn, Compact, Observe, view
 from arc_ref.persist import DurableStore, fold_lines
@@ -75,7 +75,7 @@ def test_inspect_catalog_record_events_view_and_verify(store_path: Path, capfd: 
 
 
 def test_export_replays_to_the_store_state(store_path: Path, tmp_path: Path) -> None:
-    exported = subprocess.run([sys.executable, "-m", "arc_ref.cli", "export", str(store_path)],
+    exported = subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", "export", str(store_path)],
                               capture_output=True, check=True).stdout.decode("utf-8")
     lines = exported.splitlines()
     with DurableStore.open(store_path, readonly=True) as store:
@@ -84,7 +84,7 @@ def test_export_replays_to_the_store_state(store_path: Path, tmp_path: Path) -> 
         state = store.state
     trace = tmp_path / "export.jsonl"
     trace.write_text(exported + '{"op":"view"}\n', encoding="utf-8")
-    replayed = subprocess.run([sys.executable, "-m", "arc_ref.cli", "replay", str(trace)],
+    replayed = subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", "replay", str(trace)],
                               capture_output=True, check=True).stdout.decode("utf-8").splitlines()
     outputs = [json.loads(line) for line in replayed]
     assert [output["op"] for output in outputs] == ["config", "observe", "observe", "agent", "compact",
@@ -146,7 +146,7 @@ def test_a_tool_mode_store_exports_and_replays(tmp_path: Path, capfd: pytest.Cap
     assert [json.loads(line)["op"] for line in lines] == ["config", "tool_turn", "tool_result", "tool_turn"]
     assert fold_lines(lines) == state
     outputs = [json.loads(line) for line in
-               subprocess.run([sys.executable, "-m", "arc_ref.cli", "replay", "-"], input=exported.encode("utf-8"),
+               subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", "replay", "-"], input=exported.encode("utf-8"),
                               capture_output=True, check=True).stdout.decode("utf-8").splitlines()]
     assert [output["op"] for output in outputs] == ["config", "tool_turn", "tool_result", "tool_turn"]
     assert outputs[2]["id"] == obs_id and outputs[2]["call_id"] == "call_1"

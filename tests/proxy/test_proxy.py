@@ -1,4 +1,4 @@
-"""arc-ref proxy (arc_ref.proxy) over real HTTP: serve-scripted on Qwen3's files upstream, an agent loop that
+"""arc-ref proxy (arc_ref.frontends.proxy) over real HTTP: serve-scripted on Qwen3's files upstream, an agent loop that
 resends its whole history every turn in front (tests/proxy/harness.py)."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from tests.proxy.harness import (
 
 import httpx  # noqa: E402  (after the harness, which skips without the proxy extra)
 
-from arc_ref.proxy import Proxy, ProxySettings, Refused, sse_chunks  # noqa: E402
+from arc_ref.frontends.proxy import Proxy, ProxySettings, Refused, sse_chunks  # noqa: E402
 from arc_ref.session import TOOL_MODE_SYSTEM  # noqa: E402
 from arc_ref.tools import ARC_TOOL_NAMES  # noqa: E402
 

@@ -46,7 +46,7 @@ import httpx
 
 from arc_ref.config import Config, parse_tools, preset
 from arc_ref.errors import ArcError
-from arc_ref.exit_status import OK, USAGE
+from arc_ref.frontends.exit_status import OK, USAGE
 from arc_ref.machine import (
     ArcState,
     Event,

@@ -21,7 +21,7 @@ from typing import BinaryIO, Callable
 from arc_ref.catalog import page_count, render_page
 from arc_ref.config import PRESETS, Config, preset
 from arc_ref.errors import ArcError
-from arc_ref.exit_status import INSPECT_FAILED, IO, OK, CommandFailed, status_of
+from arc_ref.frontends.exit_status import INSPECT_FAILED, IO, OK, CommandFailed, status_of
 from arc_ref.machine import ArcState, view
 from arc_ref.persist import DurableStore, StoreError, StoreNotFound, read_rows
 from arc_ref.recall import chunk_count
@@ -75,7 +75,7 @@ def run(arguments: argparse.Namespace) -> int:
         _flush()
         return status
     except OutputFailed as problem:
-        from arc_ref.cli import _silence_stdout
+        from arc_ref.frontends.cli import _silence_stdout
 
         _silence_stdout()  # so that the interpreter's last flush cannot fail again
         raise CommandFailed(IO, f"arc-ref {name}: {problem}") from None
@@ -240,7 +240,7 @@ def _mcp(arguments: argparse.Namespace) -> int:
     except StoreNotFound:
         store = DurableStore.create(arguments.store, _new_store_config(arguments))
     try:
-        from arc_ref.mcp_server import serve
+        from arc_ref.frontends.mcp_server import serve
 
         serve(store)
     except KeyboardInterrupt:

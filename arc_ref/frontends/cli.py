@@ -18,12 +18,12 @@ import re
 import sys
 from typing import BinaryIO, Callable, Iterator, Sequence
 
-from arc_ref import store_cli
+from arc_ref.frontends import store_cli
 from arc_ref.config import JSON_FIELDS, OVERRIDE_KEYS, PRESETS, STRING_FIELDS, make_setup, preset
-from arc_ref import exit_status
+from arc_ref.frontends import exit_status
 from arc_ref.errors import ArcError
-from arc_ref.exit_status import MAX_LINE_BYTES as MAX_LINE_BYTES
-from arc_ref.exit_status import CommandFailed
+from arc_ref.frontends.exit_status import MAX_LINE_BYTES as MAX_LINE_BYTES
+from arc_ref.frontends.exit_status import CommandFailed
 from arc_ref.trace import TraceError, encode, replay_text, strict_json
 
 # The exit statuses' numbers, from the one table (arc_ref.exit_status)
@@ -204,7 +204,7 @@ def _budgets(preset_name: str, settings: Sequence[str]) -> int:
 
 def _proxy(arguments: argparse.Namespace) -> int:
     try:
-        from arc_ref.proxy import serve
+        from arc_ref.frontends.proxy import serve
     except ImportError as missing:
         raise CommandFailed(exit_status.USAGE, f"arc-ref proxy needs the extra 'proxy' (pip install 'arc-ref[proxy]'): {missing}")
     return serve(arguments, _parse_setting)
