@@ -45,13 +45,17 @@ SMALLEST, LARGEST = 60, 30_000
 
 _REPLAY_CHILD = r"""
 import json, resource, sys, time
-import arc_ref.frontends.cli, arc_ref.trace
+try:
+    from arc_ref.frontends import cli
+except ImportError:  # a baseline checkout from before the front ends moved (issue 29)
+    from arc_ref import cli
+import arc_ref.trace
 from arc_ref.tokenizers import get_tokenizer
 trace, stats, tokenizer_name, extra = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 get_tokenizer(tokenizer_name)
 start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 started, cpu = time.perf_counter(), time.process_time()
-code = arc_ref.frontends.cli.main(["replay", trace, *extra])
+code = cli.main(["replay", trace, *extra])
 sys.stdout.flush()
 seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -61,7 +65,7 @@ with open(stats, "w") as out:
 
 _TOOL_FLOOR_CHILD = r"""
 import json, resource, sys, time
-import arc_ref.cli, arc_ref.trace
+import arc_ref.frontends.cli, arc_ref.trace
 from arc_ref.tokenizers import get_tokenizer
 trace, expected, stats, tokenizer_name = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 count = get_tokenizer(tokenizer_name).count
