@@ -39,6 +39,7 @@ class Counter:
         self.op = "config"
         self.calls: collections.Counter[tuple[str, str]] = collections.Counter()
         self.seconds: collections.Counter[str] = collections.Counter()
+        self.chars: collections.Counter[str] = collections.Counter()  # encoded, and new message texts
         self.lines: collections.Counter[str] = collections.Counter()
 
     def wrap(self, owner: Any, name: str, kind: str) -> None:
@@ -46,11 +47,13 @@ class Counter:
 
         def counted(*args: Any, **kwargs: Any) -> Any:
             self.calls[(self.op, kind)] += 1
-            started = time.perf_counter()
+            if kind == "encodes" and len(args) > 1 and isinstance(args[1], str):
+                self.chars["encoded"] += len(args[1])
+            started = time.process_time()
             try:
                 return original(*args, **kwargs)
             finally:
-                self.seconds[kind] += time.perf_counter() - started
+                self.seconds[kind] += time.process_time() - started
 
         setattr(owner, name, counted)
 
@@ -59,9 +62,27 @@ class Counter:
 
         with path.open("rb") as lines:
             for line in lines:
-                self.op = json.loads(line).get("op", "?")
+                event = json.loads(line)
+                self.op = event.get("op", "?")
                 self.lines[self.op] += 1
+                self.chars["new"] += new_text_chars(event)
                 yield line
+
+
+def new_text_chars(event: dict[str, Any]) -> int:
+    """Characters of the new texts an event brings (what the floor encodes once): an observation, a tool
+    result, a user message, a thought with its action or its calls' names and arguments."""
+    op = event.get("op")
+    if op in ("observe", "tool_result"):
+        return len(event["observation"])
+    if op == "user":
+        return len(event["content"])
+    if op == "agent":
+        return len(event["thought"]) + len(event["action"])
+    if op == "tool_turn":
+        return len(event["thought"]) + sum(len(call["function"]["name"]) + len(call["function"]["arguments"])
+                                           for call in event.get("calls", ()))
+    return 0
 
 
 def instrument() -> Counter:
@@ -107,31 +128,34 @@ def main() -> int:
             write_tool_trace(trace, arguments.events, tokenizer)
         counter = instrument()
         profile = cProfile.Profile() if arguments.profile else None
-        started = time.perf_counter()
+        started = time.process_time()
         if profile is not None:
             profile.enable()
         replay(trace, counter)
         if profile is not None:
             profile.disable()
-        seconds = time.perf_counter() - started
+        seconds = time.process_time() - started
     events = sum(count for op, count in counter.lines.items() if op != "config")
     messages = sum(counter.lines[op] for op in NEW_MESSAGE_OPS)
     kinds = ("split renders", "whole renders", "encodes")
     after_config = {kind: sum(n for (op, k), n in counter.calls.items() if k == kind and op != "config")
                     for kind in kinds}
     print(f"{arguments.mode} mode, {arguments.events:,} events ({messages:,} new messages), arc_ref from"
-          f" {Path(arc_ref.__file__).parent}, {seconds:.2f} s{' (profiled)' if profile else ''}")
+          f" {Path(arc_ref.__file__).parent}, {seconds:.2f} s CPU{' (profiled)' if profile else ''}")
     print(f"{'op':<12} {'lines':>7} " + " ".join(f"{kind + ' /line':>20}" for kind in kinds))
     for op in sorted(counter.lines):
         lines = counter.lines[op]
         print(f"{op:<12} {lines:>7} " + " ".join(f"{counter.calls[(op, kind)] / lines:>20.2f}" for kind in kinds))
     renders = after_config["split renders"] + after_config["whole renders"]
-    print(f"per event (config line apart): renders {renders / events:.2f} (split {after_config['split renders'] / events:.2f},"
+    split = after_config["split renders"] / events
+    print(f"per event (config line apart): renders {renders / events:.2f} (split {split:.2f},"
           f" whole {after_config['whole renders'] / events:.2f}), encodes {after_config['encodes'] / events:.2f};"
           f" per new message: encodes {sum(counter.calls[(op, 'encodes')] for op in NEW_MESSAGE_OPS) / messages:.2f},"
           f" split renders {sum(counter.calls[(op, 'split renders')] for op in NEW_MESSAGE_OPS) / messages:.2f}")
-    print("seconds inside: " + ", ".join(f"{kind} {counter.seconds[kind]:.2f}" for kind in kinds)
+    print("CPU seconds inside: " + ", ".join(f"{kind} {counter.seconds[kind]:.2f}" for kind in kinds)
           + f" (of {seconds:.2f}; a render's time includes none of the encodes)")
+    print(f"characters encoded {counter.chars['encoded']:,} for {counter.chars['new']:,} characters of new text"
+          f" ({counter.chars['encoded'] / max(counter.chars['new'], 1):.2f} x; config line included)")
     if profile is not None:
         out = io.StringIO()
         pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(arguments.profile)
