@@ -444,6 +444,42 @@ def make_setup(config: Config) -> Setup:
     Raises ConfigError naming the budgets when K = B + M + R + P + Q + eta exceeds L = L_ctx - G_max,
     or when a component budget cannot hold its smallest possible content.
     """
+    tokenizer, chat = _checked_format(config)
+    ids = IdScheme(config.capacity, config.fingerprint_bits)
+    costs = _fixed_costs(config, tokenizer, chat, ids.widest())
+    limit = config.context_limit - config.max_completion
+    budget = (costs.prefix_tokens + config.summary_budget + config.recent_budget + config.page_budget
+              + config.recall_budget + config.overhead)
+    problems = _budget_problems(config, costs, limit, budget)
+    if problems:
+        raise ConfigError("invalid ARC configuration:\n  - " + "\n  - ".join(problems))
+    return Setup(
+        config=config,
+        tokenizer=tokenizer,
+        chat=chat,
+        ids=ids,
+        prefix_messages=costs.prefix_messages,
+        prefix_tokens=costs.prefix_tokens,
+        generation_tokens=costs.generation_tokens,
+        wrapper_cost=costs.wrapper_cost,
+        stub_floor=costs.stub_floor,
+        page_frame=costs.page_frame,
+        summary_frame=costs.summary_frame,
+        summary_base=costs.summary_base,
+        recall_frame=costs.recall_frame,
+        observation_stub_frame=costs.observation_stub_frame,
+        agent_floor=costs.agent_floor,
+        command_floor=costs.command_floor,
+        tool_reserve=costs.tool_reserve,
+        tool_unit_floor=costs.tool_unit_floor,
+        limit=limit,
+        budget=budget,
+    )
+
+
+def _checked_format(config: Config) -> tuple[Tokenizer, Union[ChatFormat, "TemplateFormat"]]:
+    """The config's fields checked one by one, then its tokenizer and chat format (a served template is built
+    here: a template the core cannot split fails here)."""
     _check_integers(config)
     if config.action_mode not in ACTION_MODES:
         raise ConfigError(f"action_mode must be one of {', '.join(ACTION_MODES)}, got {config.action_mode!r}")
@@ -463,10 +499,37 @@ def make_setup(config: Config) -> Setup:
     chat = _template_format(config, tokenizer) if config.chat_format == TEMPLATE_FORMAT else get_chat_format(
         config.chat_format
     )
-    ids = IdScheme(config.capacity, config.fingerprint_bits)
-    widest_id = ids.widest()
-    number = render.WIDEST_NUMBER
+    return tokenizer, chat
 
+
+@frozen
+class _FixedCosts:
+    """What ``make_setup`` measures before it checks the budgets: B, the generation prompt, every frame and floor
+    at the widest numbers (the fields of ``Setup`` of the same names), and what the checks print."""
+
+    prefix_messages: tuple[tuple[str, str], ...]
+    prefix_tokens: int
+    prefix_apart: tuple[int, ...]  # a ChatFormat's F counted as its two messages apart (check 4); () for a template
+    generation_tokens: int
+    generation_prompt: str
+    stub_floor: int
+    page_frame: int
+    summary_frame: int
+    summary_base: int
+    recall_frame: int
+    wrapper_cost: int
+    observation_stub_frame: int
+    agent_floor: int
+    command_floor: int
+    tool_reserve: int  # tool mode (else 0): what a pending call's result may cost in H
+    unit_floor: int  # tool mode (else 0): the smallest tool turn (one call)
+    tool_unit_floor: int  # tool mode (else 0): unit_floor + tool_reserve
+
+
+def _fixed_costs(config: Config, tokenizer: Tokenizer, chat: Union[ChatFormat, "TemplateFormat"],
+                 widest_id: str) -> _FixedCosts:
+    """B, the generation prompt and every frame and floor of the view at the widest numbers (A3-A5)."""
+    number = render.WIDEST_NUMBER
     prefix = ((render.SYSTEM, config.system), (render.USER, config.goal))
     if isinstance(chat, ChatFormat):
         marker = chat
@@ -504,26 +567,36 @@ def make_setup(config: Config) -> Setup:
     )
     agent_floor = message(render.ASSISTANT, render.agent_message(ELLIPSIS, ELLIPSIS))
     command_floor = message(render.USER, render.command_message((ELLIPSIS,)))
-
-    m = config
-    limit = m.context_limit - m.max_completion
-    budget = prefix_tokens + m.summary_budget + m.recent_budget + m.page_budget + m.recall_budget + m.overhead
-
-    problems: list[str] = []
-    recent_floor = max(observation_stub_frame + m.stub_cap, agent_floor, command_floor)
-    tool_reserve = tool_unit_floor = 0
+    tool_reserve = unit_floor = tool_unit_floor = 0
     if config.action_mode == "tools":
-        tool_reserve = tool_result_reserve(chat, widest_id, TOOL_RESERVE_CALL_ID) + m.stub_cap
+        tool_reserve = tool_result_reserve(chat, widest_id, TOOL_RESERVE_CALL_ID) + config.stub_cap
         shortest = min((tool.name for tool in (*ARC_TOOLS, *config.tools)), key=len)
         unit_floor = message(render.ASSISTANT, "") if isinstance(chat, ChatFormat) else max(
             cost for _, cost in chat.placed_costs(render.ASSISTANT, "", (ToolCall(TOOL_RESERVE_CALL_ID, shortest, "{}"),))
         )
         tool_unit_floor = unit_floor + tool_reserve
-    floors = component_floors(
-        stub_cap=m.stub_cap, page_size=m.page_size, chunk_tokens=m.chunk_tokens, stub_floor=stub_floor,
-        page_frame=page_frame, recall_frame=recall_frame, wrapper_cost=wrapper_cost, summary_frame=summary_frame,
-        recent_floor=recent_floor, tool_unit_floor=tool_unit_floor, generation_tokens=generation_tokens,
+    apart = tuple(message(role, content) for role, content in prefix) if isinstance(chat, ChatFormat) else ()
+    return _FixedCosts(
+        prefix_messages=prefix, prefix_tokens=prefix_tokens, prefix_apart=apart, generation_tokens=generation_tokens,
+        generation_prompt=generation_prompt, stub_floor=stub_floor, page_frame=page_frame,
+        summary_frame=summary_frame, summary_base=summary_base, recall_frame=recall_frame, wrapper_cost=wrapper_cost,
+        observation_stub_frame=observation_stub_frame, agent_floor=agent_floor, command_floor=command_floor,
+        tool_reserve=tool_reserve, unit_floor=unit_floor, tool_unit_floor=tool_unit_floor,
     )
+
+
+def _budget_problems(config: Config, costs: _FixedCosts, limit: int, budget: int) -> list[str]:
+    """Every inequality of A3-A5 the config breaks, in words (none: the budgets hold): each component at least its
+    floor (``component_floors``), K = B + M + R + P + Q + eta <= L, and F's count the sum of its messages."""
+    m = config
+    recent_floor = max(costs.observation_stub_frame + m.stub_cap, costs.agent_floor, costs.command_floor)
+    floors = component_floors(
+        stub_cap=m.stub_cap, page_size=m.page_size, chunk_tokens=m.chunk_tokens, stub_floor=costs.stub_floor,
+        page_frame=costs.page_frame, recall_frame=costs.recall_frame, wrapper_cost=costs.wrapper_cost,
+        summary_frame=costs.summary_frame, recent_floor=recent_floor, tool_unit_floor=costs.tool_unit_floor,
+        generation_tokens=costs.generation_tokens,
+    )
+    problems: list[str] = []
     if limit < 1:
         problems.append(
             f"L = L_ctx - G_max = context_limit {m.context_limit} - max_completion {m.max_completion}"
@@ -531,80 +604,57 @@ def make_setup(config: Config) -> Setup:
         )
     if floors["overhead"] > m.overhead:
         problems.append(
-            f"overhead eta = {m.overhead} < {generation_tokens} tokens of the generation prompt"
-            f" {generation_prompt!r}"
+            f"overhead eta = {m.overhead} < {costs.generation_tokens} tokens of the generation prompt"
+            f" {costs.generation_prompt!r}"
         )
     if floors["stub_cap"] > m.stub_cap:
         problems.append(
-            f"stub_cap c = {m.stub_cap} < {stub_floor}, the smallest stub (id, widest metadata, empty previews)"
+            f"stub_cap c = {m.stub_cap} < {costs.stub_floor}, the smallest stub (id, widest metadata, empty previews)"
         )
     if floors["page_budget"] > m.page_budget:
         problems.append(
-            f"page_budget P = {m.page_budget} < page frame {page_frame} + page_size p {m.page_size}"
-            f" x stub_cap c {m.stub_cap} = {page_frame + m.page_size * m.stub_cap} (A3: p*c <= P)"
+            f"page_budget P = {m.page_budget} < page frame {costs.page_frame} + page_size p {m.page_size}"
+            f" x stub_cap c {m.stub_cap} = {costs.page_frame + m.page_size * m.stub_cap} (A3: p*c <= P)"
         )
     if floors["recall_budget"] > m.recall_budget:
         problems.append(
-            f"recall_budget Q = {m.recall_budget} < buffer frame {recall_frame} + chunk_tokens q"
-            f" {m.chunk_tokens} + wrapper rho {wrapper_cost} = {recall_frame + m.chunk_tokens + wrapper_cost}"
-            " (A5: q + rho <= Q)"
+            f"recall_budget Q = {m.recall_budget} < buffer frame {costs.recall_frame} + chunk_tokens q"
+            f" {m.chunk_tokens} + wrapper rho {costs.wrapper_cost}"
+            f" = {costs.recall_frame + m.chunk_tokens + costs.wrapper_cost} (A5: q + rho <= Q)"
         )
     if floors["summary_budget"] > m.summary_budget:
         problems.append(
-            f"summary_budget M = {m.summary_budget} < summary frame {summary_frame} + stub_cap c"
-            f" {m.stub_cap} = {summary_frame + m.stub_cap}"
+            f"summary_budget M = {m.summary_budget} < summary frame {costs.summary_frame} + stub_cap c"
+            f" {m.stub_cap} = {costs.summary_frame + m.stub_cap}"
         )
     if config.action_mode == "tools":
         if floors["tool_unit"] > m.recent_budget:
             problems.append(
-                f"recent_budget R = {m.recent_budget} < {unit_floor + tool_reserve}, the smallest tool turn"
-                f" (one call: {unit_floor}) and the reserve for its result (tool_reserve {tool_reserve})"
+                f"recent_budget R = {m.recent_budget} < {costs.unit_floor + costs.tool_reserve}, the smallest tool"
+                f" turn (one call: {costs.unit_floor}) and the reserve for its result (tool_reserve"
+                f" {costs.tool_reserve})"
             )
     if floors["recent_budget"] > m.recent_budget:
         problems.append(
             f"recent_budget R = {m.recent_budget} < {recent_floor}, the largest of: a too-large observation"
-            f" shown as its stub ({observation_stub_frame} + c {m.stub_cap}), the smallest agent message"
-            f" ({agent_floor}), the smallest command result ({command_floor})"
+            f" shown as its stub ({costs.observation_stub_frame} + c {m.stub_cap}), the smallest agent message"
+            f" ({costs.agent_floor}), the smallest command result ({costs.command_floor})"
         )
     if budget > limit:
         problems.append(
-            f"K = B + M + R + P + Q + eta = {prefix_tokens} + {m.summary_budget} + {m.recent_budget}"
+            f"K = B + M + R + P + Q + eta = {costs.prefix_tokens} + {m.summary_budget} + {m.recent_budget}"
             f" + {m.page_budget} + {m.recall_budget} + {m.overhead} = {budget} exceeds L = L_ctx - G_max"
             f" = {m.context_limit} - {m.max_completion} = {limit} (A4: K <= L); lower summary_budget,"
             " recent_budget, page_budget, recall_budget or overhead, shorten system/goal, or raise context_limit"
         )
-    if isinstance(chat, ChatFormat):  # check 4: B is counted whole, the view sums F's two messages apart
-        apart = [message(role, content) for role, content in prefix]
-        if sum(apart) != prefix_tokens:
-            problems.append(
-                f"the task prefix F costs {prefix_tokens} tokens counted whole but {apart[0]} + {apart[1]} ="
-                f" {sum(apart)} as its two messages: tokenizer {config.tokenizer!r} merges across their boundary,"
-                " so the view's total would not be the sum of its messages"
-            )
-    if problems:
-        raise ConfigError("invalid ARC configuration:\n  - " + "\n  - ".join(problems))
-    return Setup(
-        config=config,
-        tokenizer=tokenizer,
-        chat=chat,
-        ids=ids,
-        prefix_messages=prefix,
-        prefix_tokens=prefix_tokens,
-        generation_tokens=generation_tokens,
-        wrapper_cost=wrapper_cost,
-        stub_floor=stub_floor,
-        page_frame=page_frame,
-        summary_frame=summary_frame,
-        summary_base=summary_base,
-        recall_frame=recall_frame,
-        observation_stub_frame=observation_stub_frame,
-        agent_floor=agent_floor,
-        command_floor=command_floor,
-        tool_reserve=tool_reserve,
-        tool_unit_floor=tool_unit_floor,
-        limit=limit,
-        budget=budget,
-    )
+    if costs.prefix_apart and sum(costs.prefix_apart) != costs.prefix_tokens:  # check 4: B counted whole vs apart
+        apart = costs.prefix_apart
+        problems.append(
+            f"the task prefix F costs {costs.prefix_tokens} tokens counted whole but {apart[0]} + {apart[1]} ="
+            f" {sum(apart)} as its two messages: tokenizer {config.tokenizer!r} merges across their boundary,"
+            " so the view's total would not be the sum of its messages"
+        )
+    return problems
 
 
 def minimum_budgets(config: Config) -> Mapping[str, int]:

@@ -34,7 +34,9 @@ sys.path.insert(0, str(REPO))
 
 from arc_eval.loop import run_task  # noqa: E402
 from arc_eval.methods import make_method, method_names  # noqa: E402
-from arc_eval.runner import RunSpec, default_max_steps, make_backend, method_settings  # noqa: E402
+from arc_eval.execute import make_backend  # noqa: E402
+from arc_eval.plan import default_max_steps, method_settings  # noqa: E402
+from arc_eval.run_spec import RunSpec  # noqa: E402
 from arc_eval.tasks.longbench import load_longbench  # noqa: E402
 from arc_eval.tasks.nih import make_nih_tasks  # noqa: E402
 from arc_eval.types import ChatReply, ChatRequest, ContextOverflow, Task  # noqa: E402

@@ -18,7 +18,9 @@ from arc_eval.backends.scripted_server import build_app, serve_in_thread
 from arc_eval.loop import run_task
 from arc_eval.methods import make_method
 from arc_eval.records import RunReader
-from arc_eval.runner import PAPER, RunPlan, RunSpec, default_max_steps, run
+from arc_eval.plan import RunPlan, default_max_steps
+from arc_eval.run_spec import PAPER, RunSpec
+from arc_eval.runner import run
 from arc_eval.tasks.nih import make_nih_tasks
 from arc_eval.types import Backend, ChatReply, ChatRequest, Message, Task
 

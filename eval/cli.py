@@ -5,7 +5,7 @@ Subcommands::
     arc-eval nih        --methods all --seeds 42 82 122 --tasks 1000 [--backend scripted|openai ...]
     arc-eval longbench  --data PATH [--limit N] ...
     arc-eval ablation   recall-budget|force-schedule|noise-lines [--task nih|longbench] ...
-                        (default methods: the paper's, ``runner.ablation_methods``; runs/ablation-<sweep>-<hash>)
+                        (default methods: the paper's, ``ablations.ablation_methods``; runs/ablation-<sweep>-<hash>)
     arc-eval report     RUN_DIR...            (arc_eval.analysis.cli.report_main)
     arc-eval serve-scripted ...               (arc_eval.backends.scripted_server.serve_main)
     arc-eval bench      [--tasks 1000] ...    (throughput, harness overhead, concurrency)
@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import attrs
-from attrs import evolve
 
 from arc_ref.errors import ArcError
 from arc_eval.errors import INTERRUPTED, OK, SERVER_STOPPED, TERMINATED, USAGE, EvalError, status_of
@@ -87,7 +86,7 @@ RUN_OWNER = "run"
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     """The run's own flags (``RunSpec``'s option fields), then each method's and each backend's options."""
     from arc_eval.registry import BACKENDS, METHODS, add_option_flags
-    from arc_eval.runner import PAPER_SEEDS, RunSpec
+    from arc_eval.run_spec import PAPER_SEEDS, RunSpec
 
     run = parser.add_argument_group("run")
     run.add_argument("--methods", type=parse_methods, default=None, metavar="all|m1,m2",
@@ -129,8 +128,8 @@ def _add_task_options(parser: argparse.ArgumentParser, task: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from arc_eval.methods.rag_memory import RETRIEVER_CHOICES
+    from arc_eval.ablations import ABLATIONS
     from arc_eval.registry import TASKS
-    from arc_eval.runner import ABLATIONS
 
     parser = _Parser(prog="arc-eval", description="Evaluate ARC and five baselines (see eval/METHODS.md).")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -201,17 +200,20 @@ def run_kind(args: argparse.Namespace) -> str:
 
 def default_run_dir(spec: Any, kind: str | None = None) -> Path:
     """runs/<kind>-<hash of the run's meaning>: the same run names the same directory, however it is spelled.
-    ``kind`` defaults to the task kind (``run_kind`` names ablations by their sweep).
+    ``kind`` defaults to the task kind (``run_kind`` names ablations by their sweep). ``spec``: a ``RunSpec``, or
+    the ``RunPlan`` of one (its manifest as it resolved it).
 
     The meaning is what a resume compares (``arc_eval.schema.run_meaning``): argument order, the run
     directory, ``--concurrency``, ``--no-progress`` and the resume flags do not change it.
     """
-    from arc_eval.runner import run_manifest
+    from arc_eval.plan import RunPlan, run_manifest
     from arc_eval.schema import run_meaning
 
-    meaning = run_meaning(run_manifest(spec))
+    manifest = spec.manifest() if isinstance(spec, RunPlan) else run_manifest(spec)
+    task_kind = spec.spec.task_kind if isinstance(spec, RunPlan) else spec.task_kind
+    meaning = run_meaning(manifest)
     digest = hashlib.sha256(json.dumps(meaning, sort_keys=True).encode("utf-8")).hexdigest()[:10]
-    return Path(DEFAULT_RUNS_DIR) / f"{kind or spec.task_kind}-{digest}"
+    return Path(DEFAULT_RUNS_DIR) / f"{kind or task_kind}-{digest}"
 
 
 def _refuse_other_components(args: argparse.Namespace, kind: str, backend: str) -> None:
@@ -229,10 +231,18 @@ def _refuse_other_components(args: argparse.Namespace, kind: str, backend: str) 
 
 
 def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
-    """A RunSpec from parsed arguments (the command line is recorded in the manifest as provenance)."""
+    """The RunSpec of parsed arguments, validated, its run directory named (``plan_from_args``)."""
+    return plan_from_args(args, argv).spec
+
+
+def plan_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
+    """The RunPlan of parsed arguments (the command line is recorded in the manifest as provenance): the spec
+    validated once, its counting resolved once, its run directory ``--out`` or named after the run's meaning."""
+    from arc_eval.ablations import ABLATIONS, ablation_methods
     from arc_eval.methods import method_names
+    from arc_eval.plan import RunPlan
     from arc_eval.registry import BACKENDS, METHODS, TASKS, option_dest, options_from_args
-    from arc_eval.runner import ABLATIONS, RunSpec, ablation_methods
+    from arc_eval.run_spec import RunSpec
 
     if args.command == "ablation":
         kind = args.task
@@ -266,18 +276,18 @@ def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> Any:
         backend_options=options_from_args(args.backend, BACKENDS.get(args.backend).options, args),
         **run_values,
     )
+    plan = RunPlan(spec)
     if args.out:
-        return spec
-    spec.validate()  # the default directory is named after the run's meaning: check the spec first
-    return evolve(spec, out=default_run_dir(spec, run_kind(args)))
+        return plan
+    return plan.with_out(default_run_dir(plan, run_kind(args)))  # named after the run's meaning, once checked
 
 
 def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from arc_eval.runner import run
+    from arc_eval.runner import run_plan
 
-    spec = spec_from_args(args, argv)
-    spec.validate()
-    result = run(spec)
+    plan = plan_from_args(args, argv)
+    spec = plan.spec
+    result = run_plan(plan)
     if result.stopped_by is not None:
         from arc_eval.announce import stopped_text
 

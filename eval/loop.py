@@ -51,7 +51,7 @@ import functools
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from attrs import evolve
+from attrs import define, evolve, field
 
 from arc_eval.errors import InvalidInput
 from arc_ref.message import ToolCall, ToolSpec
@@ -261,6 +261,19 @@ class _TaskRun:
         return taken
 
 
+@define
+class _Trajectory:
+    """How one task is going: its steps, re-executions, actions run, and how it ended."""
+
+    steps: int = 0
+    reexecutions: int = 0
+    seen: set[str] = field(factory=set)  # the signatures of the actions run (re-executions)
+    submission: str | None = None
+    final_reply: str = ""
+    end: str = "step_limit"
+    error: str | None = None
+
+
 async def run_task(
     task: Task,
     method: Method,
@@ -284,122 +297,151 @@ async def run_task(
         task, method, backend, settings, seed=seed, variant=variant,
         model=model if model is not None else backend.name, temperature=temperature,
     )
-    forced = frozenset(force_at_calls)
-    steps = 0
-    reexecutions = 0
-    seen: set[str] = set()
-    submission: str | None = None
-    final_reply = ""
-    end = "step_limit"
-    error: str | None = None
+    state = _Trajectory()
     score: Scorer | None = scorer
     try:
         environment = sandbox if sandbox is not None else default_sandbox(task)
         if score is None:
             score = default_scorer(task.kind)
-        tool_mode = settings.action_mode == "tools"
-        method.begin(tool_system_prompt() if tool_mode else system_prompt(), task.goal)
-        while steps < max_steps:
-            if steps + 1 in forced:
-                await method.compact("forced", run.aux)
-            messages = await method.prompt(run.aux)
-            tools = method.tools() if tool_mode else ()
-            reply: ChatReply | None = None
-            call = -1
-            retries = 0
-            while reply is None:
-                try:
-                    reply, call = await run.call(messages, "agent", run.take_compactions(), tools)
-                except ContextOverflow:
-                    if retries >= max_reactive_retries or not await method.compact("reactive", run.aux):
-                        break
-                    retries += 1
-                    messages = await method.prompt(run.aux)
-            if reply is None:
-                end = "overflow"
-                break
-            steps += 1
-            record: Callable[[Observation], None]
-            if tool_mode:
-                action, environment_call = _tool_turn(run, method, reply, call, tools)
-                if environment_call is None:
-                    continue
-                record = functools.partial(method.record_tool_result, environment_call)
-            else:
-                thought, action = parse_reply(reply.content)
-                run.amend(call, action=action)
-                intercepted = method.record_agent(thought, action)
-                events = method.drain_events()
-                run.pending_compactions.extend(events.compactions)
-                recalls = events.recalls or (intercepted.recalls if intercepted is not None else ())
-                run.amend(call, recalls=_recalls(recalls))
-                if intercepted is not None:
-                    continue
-                if not action:
-                    method.record_observation(action, Observation(NO_ACTION_MESSAGE, 2))
-                    continue
-                record = functools.partial(method.record_observation, action)
-            if is_submission(action):
-                if not submitted_text(action):
-                    end, error = "error", DECLINED_MESSAGE
-                    break
-                observation = environment.run(action)
-                if observation.submitted is not None:
-                    run.amend(call, submission=observation.submitted)
-                    missing = [required for required in task.required_actions if _signature(required) not in seen]
-                    if missing:
-                        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
-                        end, error = "premature", f"{PREMATURE_MESSAGE} (not yet run: {shown})"
-                        break
-                    submission = observation.submitted
-                    final_reply = strip_reasoning(reply.content).strip()
-                    end = "submitted"
-                    break
-                record(observation)
-                continue
-            signature = _signature(action)
-            if signature in seen:
-                run.amend(call, reexecution=True)
-                reexecutions += 1
-            seen.add(signature)
-            record(environment.run(action))
+        await _drive(run, environment, state, max_steps, frozenset(force_at_calls), max_reactive_retries)
     except BackendError:
         raise
     except Exception as failure:  # noqa: BLE001 - a task's crash is recorded, never a wrong answer
-        end, error = "error", f"{type(failure).__name__}: {failure}"
-        submission = None
+        state.end, state.error = "error", f"{type(failure).__name__}: {failure}"
+        state.submission = None
+    return run.calls, _task_record(run, state, score)
+
+
+async def _drive(run: _TaskRun, environment: Sandbox, state: _Trajectory, max_steps: int, forced: frozenset[int],
+                 max_reactive_retries: int) -> None:
+    """The steps of one task until it ends (``state.end``): a forced compaction where the schedule says, the agent's
+    call, its turn handed to the method, its action run."""
+    method = run.method
+    tool_mode = run.settings.action_mode == "tools"
+    method.begin(tool_system_prompt() if tool_mode else system_prompt(), run.task.goal)
+    while state.steps < max_steps:
+        if state.steps + 1 in forced:
+            await method.compact("forced", run.aux)
+        answered = await _agent_call(run, tool_mode, max_reactive_retries)
+        if answered is None:
+            state.end = "overflow"
+            return
+        reply, call, tools = answered
+        state.steps += 1
+        action, record = _tool_turn(run, reply, call, tools) if tool_mode else _text_turn(run, reply, call)
+        if record is None:
+            continue
+        if is_submission(action):
+            if _submit(run, environment, state, reply, call, action, record):
+                return
+            continue
+        signature = _signature(action)
+        if signature in state.seen:
+            run.amend(call, reexecution=True)
+            state.reexecutions += 1
+        state.seen.add(signature)
+        record(environment.run(action))
+
+
+async def _agent_call(run: _TaskRun, tool_mode: bool,
+                      max_reactive_retries: int) -> tuple[ChatReply, int, tuple[ToolSpec, ...]] | None:
+    """The step's agent call (its reply, its position in the records, the tools it offered); a ContextOverflow
+    compacts reactively and retries, at most ``max_reactive_retries`` times; None when nothing is left to shrink."""
+    method = run.method
+    messages = await method.prompt(run.aux)
+    tools = method.tools() if tool_mode else ()
+    retries = 0
+    while True:
+        try:
+            reply, call = await run.call(messages, "agent", run.take_compactions(), tools)
+        except ContextOverflow:
+            if retries >= max_reactive_retries or not await method.compact("reactive", run.aux):
+                return None
+            retries += 1
+            messages = await method.prompt(run.aux)
+            continue
+        return reply, call, tools
+
+
+Recorder = Callable[[Observation], None]
+
+
+def _text_turn(run: _TaskRun, reply: ChatReply, call: int) -> tuple[str, Recorder | None]:
+    """Text mode: the reply parsed into a thought and an action and handed to the method; (the action, where its
+    observation goes), None when nothing runs (the method intercepted the action, or the reply held none)."""
+    method = run.method
+    thought, action = parse_reply(reply.content)
+    run.amend(call, action=action)
+    intercepted = method.record_agent(thought, action)
+    events = method.drain_events()
+    run.pending_compactions.extend(events.compactions)
+    recalls = events.recalls or (intercepted.recalls if intercepted is not None else ())
+    run.amend(call, recalls=_recalls(recalls))
+    if intercepted is not None:
+        return action, None
+    if not action:
+        method.record_observation(action, Observation(NO_ACTION_MESSAGE, 2))
+        return action, None
+    return action, functools.partial(method.record_observation, action)
+
+
+def _submit(run: _TaskRun, environment: Sandbox, state: _Trajectory, reply: ChatReply, call: int, action: str,
+            record: Recorder) -> bool:
+    """A ``submit`` action: True when it ends the task (accepted, declined or premature); else its observation
+    (the sandbox refused it) goes back to the method."""
+    if not submitted_text(action):
+        state.end, state.error = "error", DECLINED_MESSAGE
+        return True
+    observation = environment.run(action)
+    if observation.submitted is None:
+        record(observation)
+        return False
+    run.amend(call, submission=observation.submitted)
+    missing = [required for required in run.task.required_actions if _signature(required) not in state.seen]
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        state.end, state.error = "premature", f"{PREMATURE_MESSAGE} (not yet run: {shown})"
+        return True
+    state.submission = observation.submitted
+    state.final_reply = strip_reasoning(reply.content).strip()
+    state.end = "submitted"
+    return True
+
+
+def _task_record(run: _TaskRun, state: _Trajectory, score: Scorer | None) -> TaskRecord:
+    """The task's record: how it ended and, for a submission, its score."""
+    task = run.task
     correct, scored = False, None
-    if submission is not None and score is not None:
-        correct, scored = score(task, submission, final_reply)
-    outcome = TaskRecord(
-        variant=variant,
-        method=method.name,
+    if state.submission is not None and score is not None:
+        correct, scored = score(task, state.submission, state.final_reply)
+    return TaskRecord(
+        variant=run.variant,
+        method=run.method.name,
         model=run.model,
         task_kind=task.kind,
         task_id=task.task_id,
-        seed=seed,
-        submitted=submission is not None,
-        no_answer=submission is None,
+        seed=run.seed,
+        submitted=state.submission is not None,
+        no_answer=state.submission is None,
         correct=bool(correct),
         submission=scored,
-        end=end,
-        error=error,
+        end=state.end,
+        error=state.error,
         calls=len(run.calls),  # every call made, one record each (a call that raised is recorded as an error)
-        steps=steps,
-        reexecutions=reexecutions,
+        steps=state.steps,
+        reexecutions=state.reexecutions,
         meta=_json_meta(task.meta),
     )
-    return run.calls, outcome
 
 
 def _recalls(recalls: Sequence[Mapping[str, Any]]) -> tuple[Recall, ...]:
     return tuple(Recall(recall["id"], recall["chunk"], recall["chunks"]) for recall in recalls)
 
 
-def _tool_turn(
-    run: _TaskRun, method: Method, reply: ChatReply, call: int, tools: tuple[ToolSpec, ...]
-) -> tuple[str, ToolCall | None]:
-    """Tool-calling mode: hand the reply's turn to the method; (the text action, the call the environment runs)."""
+def _tool_turn(run: _TaskRun, reply: ChatReply, call: int, tools: tuple[ToolSpec, ...]) -> tuple[str, Recorder | None]:
+    """Tool-calling mode: hand the reply's turn to the method; (the text action, where the environment's result of
+    its call goes), None when the environment runs nothing."""
+    method = run.method
     thought = strip_reasoning(reply.content).strip()
     calls = reply.tool_calls[:1]  # one call per reply
     if calls and not calls[0].call_id:
@@ -410,7 +452,9 @@ def _tool_turn(
     events = method.drain_events()
     run.pending_compactions.extend(events.compactions)
     run.amend(call, recalls=_recalls(events.recalls or outcome.recalls))
-    return action, (calls[0] if calls and calls[0] in outcome.environment_calls else None)
+    if not (calls and calls[0] in outcome.environment_calls):
+        return action, None
+    return action, functools.partial(method.record_tool_result, calls[0])
 
 
 def _check_reply(reply: ChatReply) -> None:

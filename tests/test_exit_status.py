@@ -54,6 +54,7 @@ def test_every_arc_eval_error_carries_a_status_of_the_table() -> None:
     import arc_eval.backends.scripted_server  # noqa: F401
     import arc_eval.cli  # noqa: F401
     import arc_eval.runner  # noqa: F401
+    import arc_eval.run_spec  # noqa: F401
 
     errors = _subclasses(arc_eval_statuses.EvalError)
     assert len(errors) >= 8  # usage, records, schema, LongBench, analysis, backend (3 kinds), overflow, input

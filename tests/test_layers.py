@@ -62,7 +62,7 @@ def layer_of(module: str) -> str | None:
             return "analysis"
         if first == "loop":
             return "loop"
-        if first == "runner":
+        if first in ("runner", "run_spec", "ablations", "plan", "execute"):
             return "runner"
         if first in ("cli", "bench"):
             return "eval front ends"

@@ -35,6 +35,7 @@ from typing import Any, Mapping, Sequence
 
 from attrs import frozen
 
+from arc_ref.budgets import DERIVED_FIELDS, fit_to_window
 from arc_ref.config import Config, preset
 from arc_ref.errors import ArcError
 from arc_ref.machine import (
@@ -164,8 +165,11 @@ class Session:
 
     ``tokenizer`` is the served model's directory as ``hf-dir:DIR`` (its tokenizer and chat template count
     every message as the server will). ``tools`` are the environment's tools (OpenAI tool objects), offered
-    after ARC's own. ``preset_name`` and ``overrides`` set the budgets (spec/parameters.md); the defaults are
-    the paper's (a 16k window, 4096-token completions). Without ``system`` the model is told how to call ARC's
+    after ARC's own. The budgets are derived from the window and the session's own prefix (system text, tools
+    listing, goal) when the session starts (`arc_ref.budgets.fit_to_window`, spec/parameters.md "Budgets from a
+    window and a prefix"): give ``context_limit`` (L_ctx, default the paper's 16384) and ``max_completion``
+    (G_max, default 4096); a budget given in ``overrides`` is kept over the derived one. With ``preset_name``
+    the named preset's budgets are used as they are (spec/parameters.md). Without ``system`` the model is told how to call ARC's
     tools (`TOOL_MODE_SYSTEM`). Misuse raises `SessionError` (an `ArcError`); the durable store's own failures
     (missing, locked, damaged) raise `arc_ref.persist.StoreError`. System and goal may also be set before the first
     message is requested (`set_system`, `set_goal` / the first `add_user`); the session starts then. A later
@@ -174,7 +178,7 @@ class Session:
 
     def __init__(self, tokenizer: str | None = None, *, system: str | None = None, goal: str | None = None,
                  tools: Sequence[Mapping[str, Any]] = (), path: str | os.PathLike[str] | None = None,
-                 config: Config | None = None, preset_name: str = "paper", **overrides: Any) -> None:
+                 config: Config | None = None, preset_name: str | None = None, **overrides: Any) -> None:
         if config is None and tokenizer is None:
             raise SessionError("a session needs the served model's tokenizer (hf-dir:DIR) or a config")
         if config is not None and (tokenizer is not None or tools or overrides):
@@ -257,12 +261,16 @@ class Session:
         """Fix the configuration and start the task (and create the store); done by the first use anyway."""
         if self._state is not None:
             return self._state
-        config = self._config if self._config is not None else preset(self._preset_name, **self._overrides)
+        config = self._config if self._config is not None else preset(self._preset_name or "paper",
+                                                                         **self._overrides)
         changes = {name: value for name, value in (("system", self._system), ("goal", self._goal))
                    if value is not None}
         if "goal" not in changes and self._config is None:
             raise SessionError("no task yet: add the user's message first (add_user or set_goal)")
         config = config.replace(**changes)
+        if self._config is None and self._preset_name is None:  # budgets from the window and this prefix
+            kept = {name: value for name, value in self._overrides.items() if name in DERIVED_FIELDS}
+            config = fit_to_window(config, keep=kept, check=False)  # init checks it (K <= L, every floor)
         if config.action_mode != "tools":
             raise SessionError("a session speaks OpenAI tool calls: it needs action_mode 'tools' (chat format"
                                " 'template' with the tokenizer 'hf-dir:DIR')")

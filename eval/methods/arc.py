@@ -12,11 +12,13 @@ calls to ARC's own tools answered by the core, the others returned to the loop),
 (``TASK_TOOL_SPECS``), and the messages sent are the view's own, tool calls and ``tool_call_id``
 included, so what is counted (K <= L) is exactly what is sent.
 
-Budgets come from the run's settings: L = context_limit - max_tokens; the paper's recall knobs map to
-tokens at 4 characters per token (Q = recall_budget_chars / 4, q = recall_max_chars / 4 - 80, the 80
-leaving room for the response wrapper); what remains of L after the prefix B, Q and eta is split
-between S, H and G in the paper preset's proportions M : R : P = 2 : 4 : 1. The stub cap c is the paper
-preset's (112) or, when the tokenizer needs more for the smallest stub, that floor.
+Budgets come from the run's window and the task's prefix through the core's one derivation
+(`arc_ref.budgets.fit_to_window`, spec/parameters.md "Budgets from a window and a prefix"): L = context_limit
+- max_tokens; the paper's recall knobs map to the preferred Q* = recall_budget_chars / 4 and q* =
+recall_max_chars / 4 - 80 tokens (the 80 leaving room for the response wrapper); what remains of L after the
+prefix B, Q and eta is split between S, H and G as M : R : P = 2 : 4 : 1 (the derivation's regime "shares"). The
+recall knobs are the experiment's variable (the recall-budget ablation): a setting where they cannot be honoured
+whole (regime "floors", which the Session and the proxy accept) is refused, naming the budget that falls short.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from typing import Any, Mapping
 
 from arc_eval.errors import InvalidInput
 from arc_ref import render
-from arc_ref.config import PRESETS, Config, make_setup, minimum_budgets
+from arc_ref.budgets import window_budgets
+from arc_ref.config import PRESETS, Config, make_setup
 from arc_ref.errors import ArcError, ConfigError
 from arc_ref.machine import (
     AgentTurn,
@@ -54,8 +57,6 @@ from arc_eval.types import Message, Observation
 ARC_NAME = "arc"
 CHARS_PER_TOKEN = 4
 WRAPPER_ALLOWANCE = 80  # tokens of q's character budget left for the response wrapper
-SHARES = {"summary_budget": 2, "recent_budget": 4, "page_budget": 1}
-OVERHEAD = 64
 CAPACITY = 65535
 
 
@@ -74,7 +75,8 @@ def arc_config(settings: MethodSettings, system: str, goal: str, *, check: bool 
     """The core's Config for one task under the run's shared budgets and ARC's options (module docstring).
 
     ``check``: build its Setup here to validate it (K <= L, every component floor); ``begin`` leaves that
-    to ``init``, which builds the same Setup and raises the same error."""
+    to ``init``, which builds the same Setup and raises the same error. A prefix that cannot fit the window is a
+    ConfigError naming the numbers."""
     base = PRESETS["paper"].replace(
         context_limit=settings.context_limit,
         max_completion=settings.max_tokens,
@@ -86,29 +88,20 @@ def arc_config(settings: MethodSettings, system: str, goal: str, *, check: bool 
         system=system,
         goal=goal,
         capacity=int(settings.extra.get("arc_capacity", CAPACITY)),
-        overhead=OVERHEAD,
     )
     options = settings.options_of(ARC_NAME, ArcOptions)
     chunk_tokens = max(1, options.recall_max_chars // CHARS_PER_TOKEN - WRAPPER_ALLOWANCE)
-    floors = minimum_budgets(base.replace(chunk_tokens=chunk_tokens, page_size=1))
-    if floors["stub_cap"] > base.stub_cap:  # a tokenizer that spends more on the smallest stub (ids, numbers)
-        base = base.replace(stub_cap=floors["stub_cap"])
-        floors = minimum_budgets(base.replace(chunk_tokens=chunk_tokens, page_size=1))
-    recall_budget = max(options.recall_budget_chars // CHARS_PER_TOKEN, floors["recall_budget"])
-    limit = settings.context_limit - settings.max_tokens
-    available = limit - floors["prefix_tokens"] - recall_budget - OVERHEAD
-    total_shares = sum(SHARES.values())
-    budgets = {name: available * share // total_shares for name, share in SHARES.items()}
-    for name in budgets:
-        if budgets[name] < floors[name]:
-            raise ConfigError(
-                f"arc: {name} would be {budgets[name]} tokens, below its minimum {floors[name]}: L = {limit} minus"
-                f" the prefix ({floors['prefix_tokens']}), the recall budget ({recall_budget}) and overhead leaves"
-                f" {available}; raise --context-limit, lower --recall-budget-chars, or shorten the goal"
-            )
-    page_frame = floors["page_budget"] - base.stub_cap  # the floor was taken with one stub per page
-    page_size = max(1, (budgets["page_budget"] - page_frame) // base.stub_cap)
-    config = base.replace(chunk_tokens=chunk_tokens, recall_budget=recall_budget, page_size=page_size, **budgets)
+    recall_budget = max(1, options.recall_budget_chars // CHARS_PER_TOKEN)
+    derived = window_budgets(base, recall_budget=recall_budget, chunk_tokens=chunk_tokens)
+    if derived.shortfall is not None:  # the recall knobs are the experiment's variable: honoured whole or refused
+        name, share, floor = derived.shortfall
+        raise ConfigError(
+            f"arc: {name} would be {share} tokens, below its minimum {floor}: L = {derived.limit} minus the prefix"
+            f" ({derived.prefix_tokens}), the recall budget ({max(recall_budget, derived.recall_budget)}) and"
+            f" overhead leaves {derived.shares_available}; raise --context-limit, lower --recall-budget-chars, or"
+            " shorten the goal"
+        )
+    config = base.replace(**derived.fields())
     if check:
         make_setup(config)  # validated here: K <= L and every component floor
     return config

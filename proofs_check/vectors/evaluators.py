@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from arc_ref import catalog, commands, ids, recall, text
+from arc_ref.budgets import WindowTooSmall, window_budgets
 from arc_ref.config import make_setup, preset
 from arc_ref.errors import ArcError
 from arc_ref.escape import ShownForm, unshow
@@ -123,3 +124,20 @@ def evaluate_tokens(inputs: Mapping[str, Json]) -> Json:
     content = inputs["text"]
     tokens = tokenizer.encode(content)
     return {"tokens": tokens, "token_starts": tokenizer.token_starts(content), "n_tokens": len(tokens)}
+
+
+def evaluate_window_budgets(inputs: Mapping[str, Json]) -> Json:
+    """Budgets from a window and a prefix (spec/parameters.md): the paper preset with the case's tokenizer, chat
+    format, system, goal (repeated ``repeat`` times), window and completion reserve, and the preferences Q*, q*."""
+    base = preset("paper", tokenizer=inputs["tokenizer"], chat_format=inputs["chat_format"],
+                  system=inputs["system"], goal=inputs["goal"] * inputs["repeat"],
+                  context_limit=inputs["context_limit"], max_completion=inputs["max_completion"])
+    try:
+        derived = window_budgets(base, recall_budget=inputs["recall_budget"], chunk_tokens=inputs["chunk_tokens"])
+    except WindowTooSmall as problem:
+        return {"error": "WindowTooSmall", "needed": problem.needed, "smallest_window": problem.smallest_window}
+    except ArcError as problem:
+        return _error(problem)
+    setup = make_setup(base.replace(**derived.fields()))
+    return {"regime": derived.regime, "L": setup.limit, "B": setup.prefix_tokens, "K": setup.budget,
+            **derived.fields()}

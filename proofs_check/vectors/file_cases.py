@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proofs_check.vectors.dsl import VectorFile, cases
+from proofs_check.vectors.dsl import Json, VectorFile, cases
 from proofs_check.vectors.evaluators import (
     evaluate_chunks,
     evaluate_commands,
@@ -11,6 +11,7 @@ from proofs_check.vectors.evaluators import (
     evaluate_pages,
     evaluate_text,
     evaluate_tokens,
+    evaluate_window_budgets,
 )
 
 
@@ -286,7 +287,7 @@ def vector_files() -> tuple[VectorFile, ...]:
             ),
             evaluate_commands,
         ),
-    ) + (tokens_file(),)
+    ) + (tokens_file(), window_budgets_file())
 
 
 TIKTOKEN_VERSION = "0.14.0"  # the tiktoken the vectors were made with (spec/rendering.md §2)
@@ -332,4 +333,70 @@ def tokens_file() -> VectorFile:
             if tokenizer in tokenizers
         ]),
         evaluate_tokens,
+    )
+
+
+def window_budgets_file() -> VectorFile:
+    """Budgets from a window and a prefix (spec/parameters.md): what arc_ref.budgets derives, regime by regime."""
+    system = "You are a coding agent."
+    task = "Fix the failing test in the parser and explain the change. "  # 11 o200k tokens
+
+    def case(comment: str, flags: tuple[str, ...], window: int, reserve: int = 4096, repeat: int = 1,
+             recall: int = 4000, chunk: int = 1920, tokenizer: str = "o200k_base",
+             chat_format: str = "chatml") -> tuple[str, tuple[str, ...], dict[str, Json]]:
+        return (comment, flags, {"tokenizer": tokenizer, "chat_format": chat_format, "system": system, "goal": task,
+                                 "repeat": repeat, "context_limit": window, "max_completion": reserve,
+                                 "recall_budget": recall, "chunk_tokens": chunk})
+
+    return VectorFile(
+        "window_budgets",
+        "ARC-budgets-from-a-window",
+        ("D2", "A3", "A4", "A5"),
+        (
+            ("Every budget from L_ctx (context_limit), G_max (max_completion) and the prefix F (spec/parameters.md,"
+             " 'Budgets from a window and a prefix'), the other fields being the paper preset's: eta = max(64,"
+             " eta_i), c = max(112, c_min), B measured; regime shares: Q = max(Q*, floor of Q with q*), q = q*,"
+             " M : R : P = 2 : 4 : 1 of L - B - Q - eta; regime floors (when a share is below its floor): each of"
+             " M, R, P (p = 1), Q (q = 1) at its floor, the surplus split Q : M : R : P = 2 : 2 : 4 : 1, Q capped at"
+             " max(Q*, floor with q*) (the rest to R), q = min(q*, Q - recall frame - rho); p = max(1, (P - page"
+             " frame) // c)."),
+            ("inputs: tokenizer, chat_format, system, goal (repeated 'repeat' times), context_limit (L_ctx),"
+             " max_completion (G_max), recall_budget (Q*), chunk_tokens (q*). result: regime, L, B, K and the"
+             " eight derived fields; or {error: WindowTooSmall, needed (B + eta + the floors), smallest_window"
+             " (L_ctx + needed - L)}, or {error} naming another refusal."),
+        ),
+        {
+            "Shares": "Regime shares: the evaluation's split, the preferences honoured whole.",
+            "Floors": "Regime floors: a share would be below its floor, every component starts from its floor.",
+            "RecallCapped": "Regime floors with Q above max(Q*, its floor with q*): Q capped, the rest to R.",
+            "LongPrefix": "A prefix of about 1.5k tokens (mini-swe-agent's is ~1.5k) in a small window.",
+            "SmallestWindow": "The smallest window that fits: surplus 0, every component at its floor.",
+            "WindowTooSmall": "The prefix with the smallest S, H, G, U and eta exceeds L: refused, naming the numbers.",
+            "StubCapRaised": "The tokenizer needs more than 112 tokens for the smallest stub: c is that floor.",
+            "InvalidPreference": "Q* or q* outside 1..10^8: refused.",
+        },
+        cases(
+            case("the paper's 16k window", ("Shares",), 16384),
+            case("32k window", ("Shares",), 32768),
+            case("a recall budget of 32,000 characters at 16k", ("Shares",), 16384, recall=8000, chunk=3920),
+            case("a small recall preference", ("Shares",), 16384, recall=1000, chunk=400),
+            case("Q* below its floor with q*: Q is the floor", ("Shares",), 16384, recall=100, chunk=1920),
+            case("12k window, 1.5k-token prefix", ("Shares", "LongPrefix"), 12288, repeat=130),
+            case("8k window, 1.5k-token prefix", ("Floors", "LongPrefix"), 8192, repeat=130),
+            case("8k window, 2k completion reserve, 1.5k-token prefix", ("Floors", "LongPrefix"), 8192, 2048, 130),
+            case("8k window, a small recall preference leaves room for every share", ("Shares", "LongPrefix"), 8192,
+                 repeat=130, recall=100, chunk=20),
+            case("a small recall preference in a window where a share is below its floor",
+                 ("Floors", "RecallCapped", "LongPrefix"), 6400, repeat=130, recall=70, chunk=1),
+            case("the smallest window for this prefix", ("Floors", "SmallestWindow", "LongPrefix"), 6296, repeat=130),
+            case("one token short of it", ("WindowTooSmall", "LongPrefix"), 6295, repeat=130),
+            case("a 4k-token prefix in an 8k window", ("WindowTooSmall",), 8192, repeat=370),
+            case("G_max equal to L_ctx", ("WindowTooSmall",), 4096, 4096),
+            case("bytes: the smallest stub is wider than 112", ("Shares", "StubCapRaised"), 16384,
+                 tokenizer="bytes"),
+            case("cl100k_base and qwen3-nothink", ("Shares",), 16384, tokenizer="cl100k_base",
+                 chat_format="qwen3-nothink"),
+            case("Q* = 0", ("InvalidPreference",), 16384, recall=0),
+        ),
+        evaluate_window_budgets,
     )

@@ -26,7 +26,9 @@ from arc_eval.counting import PromptCounter, TemplateCounter, make_counter
 from arc_eval.loop import run_task
 from arc_eval.methods import make_method, method_names
 from arc_eval.protocol import TASK_TOOL_SPECS, system_prompt, tool_system_prompt
-from arc_eval.runner import RunPlan, RunSpec, make_backend
+from arc_eval.execute import make_backend
+from arc_eval.plan import RunPlan
+from arc_eval.run_spec import RunSpec
 from arc_eval.tasks.nih import make_nih_tasks
 from arc_eval.types import ChatReply, ChatRequest, Message
 from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir, transformers_prompt

@@ -112,7 +112,7 @@ def test_a_toy_task_and_method_registered_from_a_test_module_run_end_to_end(
     assert (kind_label(TOY_TASK), method_label(TOY_METHOD)) == ("Toy needle", "Toy_keep_all")
     assert main([TOY_TASK, "--toy-level", "0", "--out", str(tmp_path / "bad")]) == 2  # bounds from the option
     assert "argument --toy-level: expected a positive integer" in capsys.readouterr().err
-    from arc_eval.runner import RunSpec
+    from arc_eval.run_spec import RunSpec
 
     with pytest.raises(ConfigError, match="--toy-level must be at least 1"):  # the same bound, built in code
         RunSpec.build(TOY_TASK, (TOY_METHOD,), (1,), tmp_path, toy_level=0)

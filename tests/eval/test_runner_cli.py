@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 
 from arc_eval.cli import build_parser, default_run_dir, main, spec_from_args
-from arc_eval.runner import ABLATIONS, RunSpec, run
+from arc_eval.ablations import ABLATIONS
+from arc_eval.run_spec import RunSpec
+from arc_eval.runner import run
 from tests.eval.helpers import tool_model_dir
 from tests.waiting import scaled_ceiling, wait_until
 
@@ -175,7 +177,7 @@ def test_ctrl_c_stops_between_tasks_with_status_130(tmp_path: Path) -> None:
 
 def test_an_unavailable_backend_stops_the_run_resumably(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
-    import arc_eval.runner
+    import arc_eval.execute
     from arc_eval.agent.scripted import ScriptedBackend
     from arc_eval.types import BackendUnavailable, ChatReply, ChatRequest
 
@@ -187,7 +189,7 @@ def test_an_unavailable_backend_stops_the_run_resumably(tmp_path: Path, monkeypa
                 raise BackendUnavailable("503 Service Unavailable after 6 retries")
             return await super().complete(request)
 
-    monkeypatch.setattr(arc_eval.runner, "make_backend", lambda spec, method=None: FailingAfter())
+    monkeypatch.setattr(arc_eval.execute, "make_backend", lambda spec, method=None: FailingAfter())
     out = tmp_path / "run"
     argv = ["nih", "--tasks", "10", "--seeds", "42", "--methods", "sliding_window", "--out", str(out),
             "--no-progress", "--concurrency", "1"]
@@ -368,7 +370,8 @@ def test_a_model_directory_counts_with_its_template_and_tool_mode_offers_each_me
     from arc_eval.counting import TemplateCounter
     from arc_eval.methods import make_method
     from arc_eval.protocol import TASK_TOOL_SPECS
-    from arc_eval.runner import RunPlan, make_backends
+    from arc_eval.execute import make_backends
+    from arc_eval.plan import RunPlan
 
     model = tool_model_dir(tmp_path / "model")
     spec = RunSpec.build(task_kind="nih", methods=("sliding_window", "arc"), seeds=(1,), out=tmp_path / "run",
@@ -458,11 +461,11 @@ def test_a_backend_error_stops_the_run_and_the_task_in_flight_is_redone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Any BackendError (here a refused request) stops the run with status 3; nothing of the task is kept."""
-    import arc_eval.runner
+    import arc_eval.execute
     from arc_eval.types import BackendError
 
     refused = BackendError("401 Unauthorized: the server wants --api-key")
-    monkeypatch.setattr(arc_eval.runner, "make_backend", lambda spec, method=None: _failing_backend_after(50, refused))
+    monkeypatch.setattr(arc_eval.execute, "make_backend", lambda spec, method=None: _failing_backend_after(50, refused))
     out = tmp_path / "run"
     argv = ["nih", "--tasks", "10", "--seeds", "42", "--methods", "sliding_window", "--out", str(out),
             "--no-progress", "--concurrency", "1"]
@@ -484,9 +487,9 @@ def test_a_call_that_crashes_is_an_error_outcome_not_a_crashed_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Before: RunWriter refused the task ("says calls=N and has N-1 call records") and the run died."""
-    import arc_eval.runner
+    import arc_eval.execute
 
-    monkeypatch.setattr(arc_eval.runner, "make_backend",
+    monkeypatch.setattr(arc_eval.execute, "make_backend",
                         lambda spec, method=None: _failing_backend_after(30, KeyError("choices")))
     out = tmp_path / "run"
     assert main(["nih", "--tasks", "3", "--seeds", "42", "--methods", "sliding_window", "--out", str(out),

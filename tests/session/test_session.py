@@ -15,6 +15,7 @@ import pytest
 from arc_ref.view import VIEW_COMPONENTS
 from arc_ref.errors import ConfigError
 from arc_ref.machine import view
+from arc_ref.budgets import WindowTooSmall
 from arc_ref.session import Session, SessionError
 from arc_ref.tools import ARC_TOOLS
 from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir, transformers_prompt
@@ -237,3 +238,31 @@ def test_add_user_works_at_any_time_and_is_stored(model_dir: str, tmp_path: Path
     reopened = Session.open(tmp_path / "s.arc")
     assert reopened.messages() == messages and reopened.add_user("more") is not None
     reopened.close()
+
+
+@pytest.mark.skipif(QWEN3 is None, reason=QWEN3_ABSENT)
+@pytest.mark.parametrize("window", [8192, 12288, 16384])
+def test_a_session_given_only_its_window_derives_its_budgets(window: int) -> None:
+    """Budgets from a window and a prefix (spec/parameters.md): a ~1.5k-token system text (mini-swe-agent's size)
+    and only the window given; the session starts with K <= L and its requests count as the server counts them."""
+    assert QWEN3 is not None
+    system = "You are a helpful assistant that can interact with a computer shell. " * 110
+    session = Session(f"hf-dir:{QWEN3}", system=system, tools=ENVIRONMENT, context_limit=window)
+    session.add_user("What is the value of line 77?")
+    audit = session.audit()
+    assert audit.prefix + audit.tool_listing > 1500 and audit.budget <= audit.limit == window - 4096
+    for turn in range(6):
+        session.add_assistant(f"turn {turn}", [call(f"c{turn}", "read_file", {"path": f"{turn}.txt"})])
+        session.add_tool_result(f"c{turn}", LOG[: 900 * (turn + 1)])
+        text, count = transformers_prompt(QWEN3, session.messages(), session.tools(), enable_thinking=False)
+        assert session.audit().tokens == count <= session.audit().budget
+
+
+@pytest.mark.skipif(QWEN3 is None, reason=QWEN3_ABSENT)
+def test_a_prefix_that_cannot_fit_the_window_is_refused_naming_the_numbers() -> None:
+    assert QWEN3 is not None
+    session = Session(f"hf-dir:{QWEN3}", system="Be careful. " * 2000, tools=ENVIRONMENT, context_limit=8192)
+    session.add_user("Go.")
+    with pytest.raises(WindowTooSmall, match=r"B = \d+ .* > L = L_ctx - G_max = 8192 - 4096 = 4096; a window of at"
+                                             r" least \d+ tokens is needed"):
+        session.start()

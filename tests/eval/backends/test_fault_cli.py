@@ -128,7 +128,7 @@ def test_a_window_smaller_than_the_context_limit(serve: type[Server], tmp_path: 
 def test_a_refusal_mid_run_records_nothing_for_the_task_in_flight_and_resumes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import arc_eval.runner
+    import arc_eval.execute
     from arc_eval.agent.scripted import ScriptedBackend
     from arc_eval.types import BackendReplyError, ChatReply, ChatRequest
 
@@ -138,7 +138,7 @@ def test_a_refusal_mid_run_records_nothing_for_the_task_in_flight_and_resumes(
                 raise BackendReplyError("http://h/v1/chat/completions: `usage` must be an object, got '12'")
             return await super().complete(request)
 
-    monkeypatch.setattr(arc_eval.runner, "make_backend", lambda spec, method=None: BreaksAfter())
+    monkeypatch.setattr(arc_eval.execute, "make_backend", lambda spec, method=None: BreaksAfter())
     out = tmp_path / "run"
     argv = ["nih", "--tasks", "6", "--seeds", "42", "--methods", "sliding_window", "--out", str(out),
             "--no-progress", "--concurrency", "1"]
