@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-import operator
 import os
 import re
 import stat
@@ -75,7 +74,6 @@ class Tokenizer(Protocol):
         ...
 
 
-_FIRST = operator.itemgetter(0)
 SHORT_TEXT = 48  # texts up to this many characters have their counts remembered (message frames, headers)
 
 _LEAD_BYTES = bytes(value for value in range(256) if not 0x80 <= value < 0xC0)
@@ -427,10 +425,7 @@ class HuggingFaceTokenizer:
         for begin, piece in self._slices(text):
             offsets = self._encoding(piece).offsets
             # offsets are character spans; keep them monotone (merged or empty spans repeat), within the text
-            firsts: Iterable[int] = map(_FIRST, offsets)
-            if begin:
-                firsts = map(begin.__add__, firsts)
-            running = list(itertools.accumulate(firsts, max, initial=floor))
+            running = list(itertools.accumulate([begin + start for start, _end in offsets], max, initial=floor))
             floor = running[-1]
             starts.extend(min(start, len(text)) for start in running[1 + (-count) % every :: every])
             count += len(offsets)
