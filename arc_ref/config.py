@@ -268,6 +268,8 @@ class Setup:
     _frame_tokens: dict[str, tuple[int, int]] = field(factory=dict, init=False, eq=False, repr=False)
     # S of spec/rendering.md 7.1 for this chat format and tokenizer, built when first needed
     _shown_forms: dict[None, ShownForm] = field(factory=dict, init=False, eq=False, repr=False)
+    # counts of texts ARC writes again and again (S's head per omitted count), remembered (bounded by its user)
+    remembered_counts: dict[str, int] = field(factory=dict, init=False, eq=False, repr=False)
 
     @property
     def shown_form(self) -> ShownForm:
