@@ -344,8 +344,17 @@ class Route:
     pid: int
 
 
+_ARC_MAIN = """import sys
+try:
+    from arc_ref.frontends.cli import main
+except ImportError:  # a checkout from before the front ends moved (issue 29)
+    from arc_ref.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def arc_command(python: str, upstream: str, port: int, qwen3: Path) -> list[str]:
-    return [python, "-m", "arc_ref.frontends.cli", "proxy", "--upstream", upstream, "--tokenizer", f"hf-dir:{qwen3}",
+    return [python, "-c", _ARC_MAIN, "proxy", "--upstream", upstream, "--tokenizer", f"hf-dir:{qwen3}",
             "--port", str(port), "--set", f"context_limit={WINDOW}", "--set", "max_completion=4096",
             "--set", "recent_budget=16000", "--set", "summary_budget=2048"]
 
@@ -413,6 +422,9 @@ def main() -> int:
     parser.add_argument("--litellm", default=None, help="the `litellm` command of an environment with its proxy")
     parser.add_argument("--no-litellm", action="store_true")
     parser.add_argument("--arc-python", default=sys.executable, help="the interpreter whose arc_ref to run")
+    parser.add_argument("--baseline-python", default=None, metavar="PY",
+                        help="also run `arc-ref proxy` of this interpreter's arc_ref (route arc-before), same run")
+    parser.add_argument("--long-runs", type=int, default=2, help="long conversations per route")
     arguments = parser.parse_args()
     if arguments.serve_fake is not None:
         asyncio.run(_serve_fake(arguments.serve_fake))
@@ -440,6 +452,12 @@ def main() -> int:
         arc = stack.enter_context(server_process(arc_command(arguments.arc_python, upstream, arc_port, qwen3),
                                                  arc_port, "arc-ref proxy", env=env, log=scratch_path / "arc.log"))
         routes.append(Route("arc", f"http://127.0.0.1:{arc_port}/v1", arc.pid))
+        if arguments.baseline_python:
+            before_port = free_port()
+            before = stack.enter_context(server_process(
+                arc_command(arguments.baseline_python, upstream, before_port, qwen3), before_port, "arc-ref proxy (before)",
+                env=env, log=scratch_path / "arc-before.log"))
+            routes.append(Route("arc-before", f"http://127.0.0.1:{before_port}/v1", before.pid))
         if litellm is not None:
             config = scratch_path / "litellm.yaml"
             config.write_text(LITELLM_CONFIG.format(upstream=upstream, key=KEY))
@@ -463,31 +481,31 @@ def main() -> int:
             for route in routes:
                 first[route.name] += asyncio.run(request_by_request(route.base, 6, outputs, route.pid,
                                                                     f"new-{route.name}-{number}"))
-        for number in range(2):
+        for number in range(arguments.long_runs):
             for route in routes:
                 long_runs[route.name] += asyncio.run(request_by_request(
                     route.base, arguments.long_turns, outputs, route.pid, f"long-{route.name}-{number}"))
-            print(f"  long conversations {number + 1}/2 done (load {load()})", flush=True)
+            print(f"  long conversations {number + 1}/{arguments.long_runs} done (load {load()})", flush=True)
     names = [route.name for route in routes]
     print(f"\nper request, by route and concurrency (medians over rounds; load average now {load()}):")
-    print(f"{'route':<8} {'agents':>6} {'median ms':>10} {'p99 ms':>9} {'server CPU ms':>14} {'req/s':>8}")
+    print(f"{'route':<10} {'agents':>6} {'median ms':>10} {'p99 ms':>9} {'server CPU ms':>14} {'req/s':>8}")
     table: dict[tuple[str, int], Figures] = {}
     for agents in arguments.concurrency:
         for name in names:
             table[(name, agents)] = one = figures(results[(name, agents)])
-            print(f"{name:<8} {agents:>6} {one.median_ms:>10.1f} {one.p99_ms:>9.1f} {one.cpu_ms:>14.2f}"
+            print(f"{name:<10} {agents:>6} {one.median_ms:>10.1f} {one.p99_ms:>9.1f} {one.cpu_ms:>14.2f}"
                   f" {one.throughput:>8.1f}")
     print("\nrequest by request (concurrency 1), server CPU ms (median) and latency ms (median):")
     turns = [turn for turn in (10, 50, 200) if turn <= arguments.long_turns]
     head = "".join(f" {'turn ' + str(turn):>16}" for turn in turns)
-    print(f"{'route':<8} {'new conv.':>16} {'continuing':>16}{head}")
+    print(f"{'route':<10} {'new conv.':>16} {'continuing':>16}{head}")
     measured: dict[str, dict[str, float]] = {}
     for name in names:
         new = [sample for sample in first[name] if sample.turn == 1]
         going = [sample for sample in first[name] if sample.turn > 1]
         cells = {"new": statistics.median(s.cpu or 0.0 for s in new) * 1000,
                  "continuing": statistics.median(s.cpu or 0.0 for s in going) * 1000}
-        line = (f"{name:<8} {cells['new']:>7.2f} / {statistics.median(s.latency for s in new) * 1000:>6.1f}"
+        line = (f"{name:<10} {cells['new']:>7.2f} / {statistics.median(s.latency for s in new) * 1000:>6.1f}"
                 f" {cells['continuing']:>7.2f} / {statistics.median(s.latency for s in going) * 1000:>6.1f}")
         for turn in turns:
             around = window(long_runs[name], turn)
@@ -497,12 +515,13 @@ def main() -> int:
         print(line)
     if "litellm" in names:
         top = max(arguments.concurrency)
-        print("\nratios arc / litellm (same run):")
-        for agents in arguments.concurrency:
-            arc_fig, lite = table[("arc", agents)], table[("litellm", agents)]
-            print(f"  concurrency {agents:>3}: CPU/request {arc_fig.cpu_ms / lite.cpu_ms:.2f}x, median"
-                  f" {arc_fig.median_ms / lite.median_ms:.2f}x, p99 {arc_fig.p99_ms / lite.p99_ms:.2f}x, throughput"
-                  f" {arc_fig.throughput / lite.throughput:.2f}x")
+        for arc_name in [name for name in names if name.startswith("arc")]:
+            print(f"\nratios {arc_name} / litellm (same run):")
+            for agents in arguments.concurrency:
+                arc_fig, lite = table[(arc_name, agents)], table[("litellm", agents)]
+                print(f"  concurrency {agents:>3}: CPU/request {arc_fig.cpu_ms / lite.cpu_ms:.2f}x, median"
+                      f" {arc_fig.median_ms / lite.median_ms:.2f}x, p99 {arc_fig.p99_ms / lite.p99_ms:.2f}x, throughput"
+                      f" {arc_fig.throughput / lite.throughput:.2f}x")
         targets = [
             ("server CPU per request <= LiteLLM's at every concurrency",
              all(table[("arc", a)].cpu_ms <= table[("litellm", a)].cpu_ms for a in arguments.concurrency),
