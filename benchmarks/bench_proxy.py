@@ -263,6 +263,28 @@ async def run_agent(client: Any, url: str, conversation: Conversation, turns: in
             conversation.add({"role": "tool", "tool_call_id": call["id"], "content": rng.choice(outputs)})
 
 
+def always_bash(messages: Sequence[Any]) -> str:
+    """A scripted policy that always runs one more command (serve-scripted's, for bench_many_proxies.py)."""
+    return f"Thought: step {len(messages)}.\nAction: bash ls -la"
+
+
+async def agent(client: Any, base_url: str, number: int, turns: int, output: str, latencies: list[float]) -> None:
+    """The short agent loop bench_many_proxies.py shares: a one-line system prompt and task, ``turns`` requests
+    each resending the whole history, every tool call answered with ``output``."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a helpful assistant."},
+                                      {"role": "user", "content": f"Task {number}: list the files, {turns} times."}]
+    for _ in range(turns):
+        started = time.perf_counter()
+        response = await client.post(f"{base_url}/chat/completions", json={
+            "model": "scripted", "messages": messages, "tools": [BASH_TOOL]})
+        latencies.append(time.perf_counter() - started)
+        response.raise_for_status()
+        message = response.json()["choices"][0]["message"]
+        messages.append(message)
+        for call in message.get("tool_calls") or ():
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
+
+
 @dataclass
 class Round:
     route: str
