@@ -34,6 +34,7 @@ BIN = Path(sys.executable).parent
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
 COMMENT = re.compile(r"\s+#\s.*$")
 
+DEPLOYMENT = "tests/proxy/test_deployment.py::test_agents_through_the_balancer_see_what_one_process_shows"
 # each bash line of the README (comment dropped) -> how it is checked
 HOW: dict[str, str] = {
     "python3 -m venv .venv && .venv/bin/pip install -e '.[eval]' && .venv/bin/arc-eval nih --tasks 100 --seeds 42":
@@ -66,7 +67,14 @@ HOW: dict[str, str] = {
     "python benchmarks/bench_store.py": "help",
     "python benchmarks/bench_store_crash.py": "help",
     "python benchmarks/refusal_cases.py": "help",
+    "python benchmarks/bench_many_proxies.py": "help",
     "arc-eval bench": "tests/eval/test_runner_cli.py",
+    # "Running several proxies": the deployment test starts the same processes (other ports, a throwaway database)
+    "pip install 'arc-ref[proxy,postgres]'": DEPLOYMENT,
+    "createdb -h db-host -U arc arc": DEPLOYMENT,
+    **{f"arc-ref proxy --upstream http://localhost:8000/v1 --tokenizer hf-dir:/models/Qwen3-8B --port {port} --store"
+       " postgresql://arc@db-host:5432/arc": DEPLOYMENT for port in (8101, 8102, 8103)},
+    "haproxy -f haproxy.cfg": DEPLOYMENT,
 }
 
 

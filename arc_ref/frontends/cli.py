@@ -235,7 +235,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     proxy_parser.add_argument("--upstream", required=True, help="the served model's base URL, e.g. http://host:8000/v1")
     proxy_parser.add_argument("--tokenizer", required=True,
                               help="hf-dir:DIR of the served model (its tokenizer and chat template)")
-    proxy_parser.add_argument("--store", default=None, help="a directory: every conversation a durable store there")
+    proxy_parser.add_argument("--store", default=None,
+                              help="a directory (every conversation a durable store there), or postgresql://...:"
+                                   " one database shared by any number of proxy instances")
     proxy_parser.add_argument("--host", default="127.0.0.1")
     proxy_parser.add_argument("--port", type=int, default=8100)
     proxy_parser.add_argument("--preset", default="paper", choices=sorted(PRESETS))

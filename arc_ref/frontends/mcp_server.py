@@ -36,7 +36,8 @@ from mcp.types import (CallToolResult, JSONRPCError, JSONRPCMessage, JSONRPCRequ
 from arc_ref.catalog import page_count
 from arc_ref.errors import ArcError
 from arc_ref.machine import AgentResult, AgentTurn, Observe, ObserveResult
-from arc_ref.persist import DurableStore, StoreError
+from arc_ref.persist import StoreError
+from arc_ref.persist.postgres import Store
 from arc_ref.recall import chunk_count
 from arc_ref.text import ASCII_WHITESPACE
 from arc_ref.trace import TraceError, strict_json
@@ -104,7 +105,7 @@ def _result(text: str, structured: object) -> CallToolResult:
 class ArcTools:
     """The five tools over one open writer store (calls are serialized by the store)."""
 
-    def __init__(self, store: DurableStore) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
 
     def _command(self, action: str) -> AgentResult:
@@ -183,7 +184,7 @@ class ArcTools:
         return _result(catalog.content, listing)
 
 
-def build_server(store: DurableStore) -> MCPServer:
+def build_server(store: Store) -> MCPServer:
     """An MCP server with ARC's five tools over ``store`` (a writer)."""
     tools = ArcTools(store)
     server: MCPServer = MCPServer(name="arc-ref", instructions=INSTRUCTIONS, log_level="WARNING")
@@ -285,6 +286,6 @@ async def serve_lines(server: MCPServer, stdin: IO[bytes], stdout: IO[bytes]) ->
         await outgoing.aclose()
 
 
-def serve(store: DurableStore) -> None:
+def serve(store: Store) -> None:
     """Serve the tools on standard input/output until the client disconnects (every line answered)."""
     anyio.run(serve_lines, build_server(store), sys.stdin.buffer, sys.stdout.buffer)

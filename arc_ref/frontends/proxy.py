@@ -61,6 +61,7 @@ from arc_ref.machine import (
 )
 from arc_ref.message import ToolCall
 from arc_ref.persist import DurableStore, StoreError
+from arc_ref.persist.postgres import is_database_url, shown_url
 from arc_ref.session import TOOL_MODE_SYSTEM
 from arc_ref.tools import ARC_TOOL_NAMES
 from arc_ref.trace import event_from_line, parse_line
@@ -271,6 +272,9 @@ class ProxySettings:
     preset_name: str = "paper"
     overrides: Mapping[str, Any] = attrs.field(factory=dict)
     store: Path | None = None
+    database: str | None = None  # --store postgresql://...: conversations shared by every instance on it
+    cache_conversations: int = 256  # with a database: conversation states an instance keeps (least recent out)
+    store_retry_s: float = 15.0  # with a database: how long a request is tried again while it is unavailable
     max_hidden_rounds: int = DEFAULT_MAX_HIDDEN_ROUNDS
     keepalive_s: float = KEEPALIVE_S
     timeout_s: float = 600.0
@@ -289,6 +293,8 @@ class RoundRecord:
     status: int
     upstream_prompt_tokens: int | None
     streamed: bool = False  # the agent asked for a stream (the upstream is always asked for a whole reply)
+    view_digest: str = ""  # sha256 of the upstream request's messages and tools (canonical JSON)
+    seq: int = 0  # the conversation's rows when its view was taken (orders one conversation's rounds)
 
 
 class Conversations:
@@ -400,6 +406,31 @@ def _event(message: AgentMessage) -> Event:
     raise Refused("bad_message", "a system message may only open the conversation")
 
 
+def parse_request(body: Mapping[str, Any], explicit: str | None
+                  ) -> tuple[list[AgentMessage], list[dict[str, Any]], str, list[str]]:
+    """A chat request's agent messages (the leading system messages taken out), its tools, its system text and
+    the hash chain over its messages (one hash per message); Refused when it is malformed."""
+    if not isinstance(body.get("messages"), list) or not body["messages"]:
+        raise Refused("bad_request", "messages must be a non-empty list")
+    model = body.get("model")
+    if not isinstance(model, str):
+        raise Refused("bad_request", "model must be a string")
+    messages = [agent_message(message, number) for number, message in enumerate(body["messages"], start=1)]
+    tools = agent_tools(body.get("tools"))
+    system_parts = []
+    while messages and messages[0].role == "system":
+        system_parts.append(messages.pop(0).text)
+    if not messages or messages[0].role != "user":
+        raise Refused("bad_message", "the first message after the system prompt must be the user's task")
+    system = "\n\n".join(system_parts)
+    hashes = []
+    previous = chain_root(model, tools, system, explicit)
+    for message in messages:
+        previous = chain_next(previous, message)
+        hashes.append(previous)
+    return messages, tools, system, hashes
+
+
 @attrs.define
 class Reply:
     """What the agent gets back: the final completion, the rounds it took, the last view's count."""
@@ -419,26 +450,11 @@ class Proxy:
         self.conversations = Conversations(settings)
         self.rounds: deque[RoundRecord] = deque(maxlen=ROUND_LOG_SIZE)
 
+    async def close(self) -> None:
+        self.conversations.close()
+
     async def complete(self, body: dict[str, Any], explicit: str | None) -> Reply:
-        if not isinstance(body.get("messages"), list) or not body["messages"]:
-            raise Refused("bad_request", "messages must be a non-empty list")
-        model = body.get("model")
-        if not isinstance(model, str):
-            raise Refused("bad_request", "model must be a string")
-        messages = [agent_message(message, number) for number, message in enumerate(body["messages"], start=1)]
-        tools = agent_tools(body.get("tools"))
-        system_parts = []
-        while messages and messages[0].role == "system":
-            system_parts.append(messages.pop(0).text)
-        if not messages or messages[0].role != "user":
-            raise Refused("bad_message", "the first message after the system prompt must be the user's task")
-        system = "\n\n".join(system_parts)
-        root = chain_root(model, tools, system, explicit)
-        hashes = []
-        previous = root
-        for message in messages:
-            previous = chain_next(previous, message)
-            hashes.append(previous)
+        messages, tools, system, hashes = parse_request(body, explicit)
         conversation, mark, start = await self._resume(hashes, messages, system, tools)
         async with conversation.lock:
             if conversation.position == mark.position:
@@ -556,7 +572,8 @@ class Proxy:
                                               "type": "upstream_unreachable", "code": 502}})
             raise UpstreamError(502, body_text.encode("utf-8"), "application/json") from None
         record = RoundRecord(conversation.key, hidden, tokens, state.setup.budget, state.setup.limit, max_tokens,
-                             response.status_code, None, bool(body.get("stream")))
+                             response.status_code, None, bool(body.get("stream")), view_digest(messages, tools),
+                             conversation.seq)
         self.rounds.append(record)
         if response.status_code != 200:
             raise UpstreamError(response.status_code, response.content,
@@ -568,6 +585,11 @@ class Proxy:
         prompt_tokens = (completion.get("usage") or {}).get("prompt_tokens")
         record.upstream_prompt_tokens = prompt_tokens if isinstance(prompt_tokens, int) else None
         return completion  # type: ignore[no-any-return]
+
+
+def view_digest(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+    """What the upstream was shown, as one digest: runs of the same requests compare by it (issue 30)."""
+    return _digest(json.dumps({"messages": messages, "tools": tools}, sort_keys=True, ensure_ascii=False))
 
 
 def _code(problem: ArcError) -> str:
@@ -622,12 +644,17 @@ def build_app(settings: ProxySettings) -> Any:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
         async with httpx.AsyncClient(limits=limits, timeout=settings.timeout_s) as client:
-            holder["proxy"] = Proxy(settings, client)
+            if settings.database is not None:  # many instances on one database (issue 30)
+                from arc_ref.frontends.proxy_shared import SharedProxy
+
+                holder["proxy"] = SharedProxy(settings, client)
+            else:
+                holder["proxy"] = Proxy(settings, client)
             app.state.proxy = holder["proxy"]
             try:
                 yield
             finally:
-                holder["proxy"].conversations.close()
+                await holder["proxy"].close()
 
     def headers(reply: Reply) -> dict[str, str]:
         return {"x-arc-hidden-rounds": str(reply.hidden_rounds), "x-arc-view-tokens": str(reply.view_tokens),
@@ -711,10 +738,13 @@ def settings_from(arguments: argparse.Namespace, parse_setting: Callable[[str], 
         raise ValueError(f"--set {', '.join(fixed)}: fixed by the proxy (from --tokenizer and each request)")
     if arguments.max_hidden_rounds < 0:
         raise ValueError("--max-hidden-rounds must be >= 0")
+    database = arguments.store if is_database_url(arguments.store) else None
+    if database is not None and "#" in database:
+        raise ValueError("--store postgresql://...: the proxy names its conversations itself (no #KEY)")
     settings = ProxySettings(upstream=arguments.upstream.rstrip("/"), tokenizer=arguments.tokenizer,
                              preset_name=arguments.preset, overrides=overrides,
-                             store=Path(arguments.store) if arguments.store else None,
-                             max_hidden_rounds=arguments.max_hidden_rounds)
+                             store=Path(arguments.store) if arguments.store and database is None else None,
+                             database=database, max_hidden_rounds=arguments.max_hidden_rounds)
     preset(settings.preset_name, **settings.overrides, tokenizer=settings.tokenizer, chat_format="template",
            action_mode="tools")  # refuse a bad configuration now, not at the first request
     return settings
@@ -744,6 +774,14 @@ def serve(arguments: argparse.Namespace, parse_setting: Callable[[str], tuple[st
     except (ValueError, ArcError) as problem:
         print(f"arc-ref proxy: {problem}", file=sys.stderr)
         return USAGE.code
+    if settings.database is not None:  # reachable, and an ARC database (its schema created when empty)
+        from arc_ref.persist.postgres_conversations import AsyncDatabase
+
+        try:
+            AsyncDatabase(settings.database).check_schema()
+        except StoreError as problem:
+            print(f"arc-ref proxy: --store: {problem}", file=sys.stderr)
+            return USAGE.code
     try:
         listener = listening_socket(arguments.host, arguments.port)
     except OSError as problem:
@@ -751,7 +789,8 @@ def serve(arguments: argparse.Namespace, parse_setting: Callable[[str], tuple[st
               file=sys.stderr)
         return USAGE.code
     print(f"arc-ref proxy: http://{arguments.host}:{arguments.port}/v1 -> {settings.upstream}"
-          f" (store: {settings.store or 'memory'})", flush=True)
+          f" (store: {settings.store or (shown_url(settings.database) if settings.database else 'memory')})",
+          flush=True)
     server = uvicorn.Server(uvicorn.Config(build_app(settings), log_level="warning", access_log=False))
     asyncio.run(server.serve(sockets=[listener]))
     return OK.code

@@ -23,7 +23,8 @@ from arc_ref.config import PRESETS, Config, preset
 from arc_ref.errors import ArcError
 from arc_ref.frontends.exit_status import INSPECT_FAILED, IO, OK, CommandFailed, status_of
 from arc_ref.machine import ArcState, view
-from arc_ref.persist import DurableStore, StoreError, StoreNotFound, read_rows
+from arc_ref.persist import StoreError, StoreNotFound, read_rows
+from arc_ref.persist.postgres import Store, is_database_url, create_store, open_store
 from arc_ref.recall import chunk_count
 from arc_ref.view import VIEW_COMPONENTS, verify_tokens
 
@@ -119,6 +120,10 @@ def _flush() -> None:
 
 def _export(path: str) -> int:
     _stdout()  # a closed standard output is refused before the store is read
+    if is_database_url(path):  # a task of a PostgreSQL database: its rows checked, then written
+        for line in open_store(path, readonly=True).export_lines():
+            _emit(line + "\n")
+        return OK.code
     for row in read_rows(path):  # a damaged row raises after every row before it was written
         _emit(row.line + "\n")
     return OK.code
@@ -128,9 +133,9 @@ def _export(path: str) -> int:
 
 
 def _inspect(arguments: argparse.Namespace) -> int:
-    with DurableStore.open(arguments.store, readonly=True) as store:
+    with open_store(arguments.store, readonly=True) as store:
         if arguments.verify:
-            with DurableStore.open(arguments.store, readonly=True, use_snapshot=False) as full:
+            with open_store(arguments.store, readonly=True, use_snapshot=False) as full:
                 agree = full.state == store.state and full.seq == store.seq
             _emit(f"verify: {store.report.snapshot_note}; the fold of all {full.seq} rows "
                   f"{'equals' if agree else 'DIFFERS FROM'} the state opened\n")
@@ -158,7 +163,7 @@ def _inspect(arguments: argparse.Namespace) -> int:
         return OK.code
 
 
-def _print_overview(store: DurableStore) -> None:
+def _print_overview(store: Store) -> None:
     state, report = store.state, store.report
     config_row = next(store.events(1, 1)).line
     _emit(f"store {store.path}: {store.seq} rows (the config line and {store.seq - 1} events),"
@@ -232,13 +237,13 @@ def _mcp(arguments: argparse.Namespace) -> int:
     if importlib.util.find_spec("mcp") is None:
         raise StoreError("the MCP server needs the mcp package: pip install 'arc-ref[mcp]'")
     try:  # the store first: a locked or corrupt store is refused before the (slower) import of the SDK
-        store = DurableStore.open(arguments.store)
+        store = open_store(arguments.store)
         if arguments.preset is not None or arguments.set:
             store.close(snapshot=False)
             raise StoreError(f"{arguments.store!r} exists: its configuration was fixed when it was created"
                              " (leave out --preset and --set)")
     except StoreNotFound:
-        store = DurableStore.create(arguments.store, _new_store_config(arguments))
+        store = create_store(arguments.store, _new_store_config(arguments))
     try:
         from arc_ref.frontends.mcp_server import serve
 
