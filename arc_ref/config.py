@@ -20,6 +20,7 @@ from arc_ref.counting import Part, joined_tokens
 from arc_ref.errors import ConfigError
 from arc_ref.escape import ShownForm, control_strings
 from arc_ref.ids import IdScheme
+from arc_ref.json_limits import MAX_NESTING, nesting, value_nesting
 from arc_ref.message import Context, Message, ToolCall, ToolSpec
 from arc_ref.text import ELLIPSIS
 from arc_ref.tokenizers import HF_DIR_PREFIX, HuggingFaceTokenizer, Tokenizer, get_tokenizer
@@ -190,11 +191,17 @@ def parse_tools(value: Any) -> tuple[ToolSpec, ...]:
                 raise ConfigError(f"config key 'tools': tool {number}'s description must be a string")
             if parameters is not None and not isinstance(parameters, dict):
                 raise ConfigError(f"config key 'tools': tool {number}'s parameters must be a JSON object")
+            if parameters is not None:
+                _check_parameters_nesting(number, value_nesting(parameters))
             text = None if parameters is None else json.dumps(parameters, ensure_ascii=False)
             parsed.append(ToolSpec(function["name"], description, text))
         tools = tuple(parsed)
     else:
         raise ConfigError(f"config key 'tools' must be an array of tools, got {json.dumps(value)[:40]}")
+    if tools is value:
+        for number, tool in enumerate(tools, start=1):
+            if tool.parameters is not None:
+                _check_parameters_nesting(number, nesting(tool.parameters))
     names = [tool.name for tool in tools]
     for tool_name in names:
         if not 1 <= len(tool_name) <= 64 or not set(tool_name) <= TOOL_NAME_CHARS:
@@ -202,6 +209,17 @@ def parse_tools(value: Any) -> tuple[ToolSpec, ...]:
     if len(set(names)) != len(names):
         raise ConfigError(f"config key 'tools': tool names must be distinct, got {names}")
     return tools
+
+
+# A tool's parameters stand 4 levels down in the config line ({"tools": [{"function": {"parameters": ...}}]}), as
+# in a request body: they nest at most 124 levels, so that the line nests at most MAX_NESTING (spec/trace.md §8).
+TOOL_PARAMETERS_NESTING = MAX_NESTING - 4
+
+
+def _check_parameters_nesting(number: int, depth: int) -> None:
+    if depth > TOOL_PARAMETERS_NESTING:
+        raise ConfigError(f"config key 'tools': tool {number}'s parameters are nested {depth} levels deep (at most"
+                          f" {TOOL_PARAMETERS_NESTING}, so that the config line nests at most {MAX_NESTING})")
 
 
 def parse_template_kwargs(value: Any) -> tuple[tuple[str, Any], ...]:

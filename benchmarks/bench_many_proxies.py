@@ -60,6 +60,20 @@ def load(base_url: str, agents: int, turns: int) -> tuple[list[float], float]:
     return latencies, time.perf_counter() - started
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of these processes so far (/proc/PID/stat), in seconds."""
+    import os
+
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone (a database backend whose connection closed)
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
@@ -136,9 +150,18 @@ def main() -> int:
                 for name, balancer in balancers.items():  # warm: templates compiled, connections open
                     load(balancer.url, 2, 2)
                 measured: dict[str, list[tuple[list[float], float]]] = {name: [] for name in setups}
+                cpu: dict[str, float] = {name: 0.0 for name in setups}
+                database_cpu: dict[str, float] = {name: 0.0 for name in setups}
+                pids = {name: [service.process.pid for service in services if service.process is not None]
+                        for name, services in setups.items()}
                 for _ in range(arguments.rounds):
                     for name, balancer in balancers.items():
+                        backends = postgres.pids()
+                        before, database_before = cpu_seconds(pids[name]), cpu_seconds(backends)
                         measured[name].append(load(balancer.url, arguments.agents, arguments.turns))
+                        cpu[name] += cpu_seconds(pids[name]) - before
+                        backends = sorted(set(backends) | set(postgres.pids()))  # and those started meanwhile
+                        database_cpu[name] += cpu_seconds(backends) - database_before
             finally:
                 for balancer in balancers.values():
                     balancer.stop()
@@ -146,12 +169,13 @@ def main() -> int:
                     service.stop()
             print(f"1. through HAProxy (round-robin): {arguments.agents} agents at once, {arguments.turns} requests"
                   f" each, {arguments.rounds} interleaved rounds per set-up; upstream serve-scripted in-process")
-            print(f"{'set-up':>22} | {'requests/s':>10} | {'p50':>9} | {'p99':>9}")
+            print(f"{'set-up':>22} | {'requests/s':>10} | {'p50':>9} | {'p99':>9} | CPU per request: proxies, database")
             for name, runs in measured.items():
                 latencies = [value for run in runs for value in run[0]]
                 rate = statistics.median(len(run[0]) / run[1] for run in runs)
                 print(f"{name:>22} | {rate:>10.1f} | {percentile(latencies, 0.5) * 1000:>6.1f} ms |"
-                      f" {percentile(latencies, 0.99) * 1000:>6.1f} ms")
+                      f" {percentile(latencies, 0.99) * 1000:>6.1f} ms | {cpu[name] / len(latencies) * 1000:.1f} ms,"
+                      f" {database_cpu[name] / len(latencies) * 1000:.1f} ms")
 
             trips = postgres.create_database("arc_bench_trips")
             with contextlib.ExitStack() as stack:

@@ -47,6 +47,7 @@ import httpx
 from arc_ref.config import Config, parse_tools, preset
 from arc_ref.errors import ArcError
 from arc_ref.frontends.exit_status import OK, USAGE
+from arc_ref.json_limits import nesting_problem
 from arc_ref.machine import (
     ArcState,
     Event,
@@ -668,8 +669,12 @@ def build_app(settings: ProxySettings) -> Any:
 
     async def chat(request: Request) -> Response:
         proxy = holder["proxy"]
+        raw = await request.body()
+        too_deep = nesting_problem(raw)  # before json.loads, which recurses (spec/trace.md section 2)
+        if too_deep is not None:
+            return JSONResponse(Refused("bad_request", f"the body is JSON {too_deep}").body(), status_code=400)
         try:
-            body = json.loads(await request.body())
+            body = json.loads(raw)
         except ValueError:
             return JSONResponse(Refused("bad_request", "the body is not JSON").body(), status_code=400)
         if not isinstance(body, dict):

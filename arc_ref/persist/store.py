@@ -598,7 +598,10 @@ class DurableStore:
                 raise StoreError(f"cannot create {str(target)!r}: {problem}") from None
             finally:
                 for leftover in ("", "-wal", "-shm", "-journal"):
-                    Path(str(staging) + leftover).unlink(missing_ok=True)
+                    try:
+                        Path(str(staging) + leftover).unlink()
+                    except OSError:  # not there; or no directory there at all (a path under a regular file)
+                        pass
             connection = _connect(target, readonly=False)
         except BaseException:
             if lock is not None:

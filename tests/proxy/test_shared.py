@@ -159,3 +159,29 @@ def test_the_database_down_is_a_503_and_the_instance_serves_again_when_it_is_bac
         later = [record["view_digest"] for record in rounds(again)]
     assert shared == alone[:len(shared)] and len(shared) >= 2
     assert later == alone
+
+
+def test_one_request_sent_to_two_instances_at_once_is_serialized_by_the_database(pg_url: str, tmp_path: Path
+                                                                                 ) -> None:
+    """The same request (a client's retry, say) reaching two instances at once: the conversation's row lock makes
+    the second wait for the first and then fork, as one process does; neither fails, nothing is written twice."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    log = tmp_path / "big.log"
+    big_log(log)
+    with serve_upstream(latency_ms=400) as (_, upstream_url), contextlib.ExitStack() as stack:
+        instances = [stack.enter_context(serve_shared(upstream_url, pg_url)) for _ in range(2)]
+        messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a helpful assistant."},
+                                          {"role": "user", "content": task_text(log)}]
+        first, _ = send(instances[0], messages)
+        messages.append(first)
+        for call in first.get("tool_calls") or ():
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": "some output\n" * 30})
+        with ThreadPoolExecutor(2) as pool:
+            replies = list(pool.map(lambda url: send(url, messages), instances))
+    keys = {key for _, key in replies}
+    assert len(keys) == 2  # one went on in place, the other forked after waiting for it
+    from arc_ref.persist.postgres import PostgresStore
+
+    states = [PostgresStore.open(pg_url, key, readonly=True).state for key in keys]
+    assert states[0].records == states[1].records  # the same stored output under the same id in both
