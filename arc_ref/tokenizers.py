@@ -73,6 +73,11 @@ class Tokenizer(Protocol):
         message's count be derived from its parts' counts; False when unsure, and the whole is counted)."""
         ...
 
+    def control_tokens(self) -> tuple[str, ...]:
+        """The texts this tokenizer reads as one control token (its added tokens, special or not): what S keeps
+        inert in an observation (spec/rendering.md 7.1); () when it has none."""
+        ...
+
 
 SHORT_TEXT = 48  # texts up to this many characters have their counts remembered (message frames, headers)
 
@@ -333,7 +338,7 @@ class HuggingFaceTokenizer:
     stub_lines_add_up = False  # an arbitrary file: pages are counted whole
 
     def __init__(self, path: str, tokenizer: Any, name: str | None = None) -> None:
-        self._name = name if name is not None else f"hf:{path}"
+        self._name = name if name is not None else hf_tokenizer_name(path)
         self._path = path
         self._tokenizer = tokenizer
         self._max_token_chars: int | None = None
@@ -586,7 +591,7 @@ def _load_huggingface(path: str, name: str | None = None) -> HuggingFaceTokenize
     try:
         from tokenizers import Tokenizer as RustTokenizer
     except ImportError as missing:  # pragma: no cover - depends on the environment
-        spelled = name if name is not None else f"hf:{path}"  # a directory is named as the user gave it
+        spelled = name if name is not None else hf_tokenizer_name(path)  # a directory is named as the user gave it
         raise ConfigError(
             f"tokenizer {spelled!r} needs the package 'tokenizers' (pip install 'arc-ref[eval]' or 'arc-ref[hf]')"
         ) from missing
@@ -610,7 +615,13 @@ def tokenizer_json_of(directory: str) -> str:
 _BYTES = ByteTokenizer()
 
 
-HF_DIR_PREFIX = "hf-dir:"
+HF_PREFIX = "hf:"  # a tokenizer.json file: hf:PATH
+HF_DIR_PREFIX = "hf-dir:"  # a model directory: its tokenizer.json (and chat template)
+
+
+def hf_tokenizer_name(path: str) -> str:
+    """The tokenizer name of a ``tokenizer.json`` file: ``hf:PATH``."""
+    return f"{HF_PREFIX}{path}"
 
 
 def get_tokenizer(name: str) -> Tokenizer:
@@ -619,8 +630,8 @@ def get_tokenizer(name: str) -> Tokenizer:
         return _BYTES
     if name in TIKTOKEN_ENCODINGS:
         return _load_tiktoken(name)
-    if name.startswith("hf:"):
-        return _load_huggingface(name[3:])
+    if name.startswith(HF_PREFIX):
+        return _load_huggingface(name[len(HF_PREFIX):])
     if name.startswith(HF_DIR_PREFIX):
         return _load_huggingface(tokenizer_json_of(name[len(HF_DIR_PREFIX):]), name)
     raise ConfigError(

@@ -18,6 +18,10 @@ from arc_ref.json_limits import MAX_INTEGER_DIGITS, long_integer, nesting_proble
 from arc_ref.message import ToolCall, ToolSpec
 from arc_ref.text import ASCII_WHITESPACE, ascii_words
 
+# Rounds of the model's calls to ARC's own tools that a front end (the proxy) answers alone, before the reply goes
+# back to the agent: the default of ``arc-ref proxy --max-hidden-rounds``.
+DEFAULT_MAX_HIDDEN_ROUNDS = 8
+
 _ID_PARAMETER = ("id", "the observation id, e.g. §0001-3fa9c1e2, exactly as printed")
 _COMMANDS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
     ("_recall", "Return the first chunk of a stored observation, exactly (never re-runs the tool).", (_ID_PARAMETER,)),

@@ -33,7 +33,7 @@ import os
 from collections import OrderedDict
 from typing import Any, Protocol, Sequence
 
-from arc_ref.chat import get_chat_format
+from arc_ref.chat import DEFAULT_CHAT_FORMAT, get_chat_format
 from arc_ref.config import DEFAULT_TEMPLATE_KWARGS, SYSTEM_CONTEXT, TEMPLATE_FORMAT
 from arc_ref.counting import joined_tokens
 from arc_ref.errors import BudgetViolation, ConfigError
@@ -47,7 +47,7 @@ from arc_ref.templates import (
     server_tools,
     template_format,
 )
-from arc_ref.tokenizers import HF_DIR_PREFIX, HuggingFaceTokenizer, Tokenizer, get_tokenizer
+from arc_ref.tokenizers import HF_DIR_PREFIX, HuggingFaceTokenizer, Tokenizer, get_tokenizer, hf_tokenizer_name
 from arc_ref.view import placed_costs
 from arc_eval.types import Message
 
@@ -56,7 +56,6 @@ _NO_TOOLS = (
     " template (--tokenizer DIR, the model directory)"
 )
 DEFAULT_TOKENIZER = "o200k_base"  # the evaluation's default tokenizer (a stand-in for a served model's)
-DEFAULT_CHAT_FORMAT = "chatml"
 NEUTRAL_TEXT = "x"  # system prompt and goal of the format that prices a message on its own (message_tokens)
 
 
@@ -331,7 +330,7 @@ def resolve_counting(tokenizer: str, chat_format: str = "auto", tokenizer_json: 
     the chat format (ChatML for ``auto``)."""
     directory = model_directory(tokenizer)
     if tokenizer_json:
-        name = f"hf:{tokenizer_json}"
+        name = hf_tokenizer_name(tokenizer_json)
     elif directory is not None:
         name = f"{HF_DIR_PREFIX}{directory}"
     else:

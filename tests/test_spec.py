@@ -750,7 +750,7 @@ def test_rendering_examples_are_real_replay_output() -> None:
 
 ERROR_CLASSES = {"TraceError", "ConfigError", "TemplateRefused", "InvalidEvent", "CapacityExceeded",
                  "BudgetViolation", "TemplateError", "SecurityError", "LineTooLong"}
-NOT_REPLAY_MODULES = {"store_cli.py", "mcp_server.py", "budgets.py"}  # their errors are not replay lines
+NOT_REPLAY_MODULES = {"store_cli.py", "mcp_server.py", "budgets.py", "options.py"}  # their errors are not replay lines
 PLACEHOLDER = re.compile(r"\{[a-z_][A-Za-z0-9_]*(?::[a-z]+)?\}")
 
 

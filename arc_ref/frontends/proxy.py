@@ -64,7 +64,7 @@ from arc_ref.message import ToolCall
 from arc_ref.persist import DurableStore, StoreError
 from arc_ref.persist.postgres import is_database_url, shown_url
 from arc_ref.session import TOOL_MODE_SYSTEM
-from arc_ref.tools import ARC_TOOL_NAMES
+from arc_ref.tools import ARC_TOOL_NAMES, DEFAULT_MAX_HIDDEN_ROUNDS
 from arc_ref.trace import event_from_line, parse_line
 
 ARC_NOTE = (
@@ -76,7 +76,6 @@ ARC_NOTE = (
 """Appended to the agent's system prompt: the model must know how to use ARC's tools (its own prompt does not)."""
 
 CONVERSATION_HEADER = "x-arc-conversation"
-DEFAULT_MAX_HIDDEN_ROUNDS = 8
 KEEPALIVE_S = 5.0
 ROUND_LOG_SIZE = 10_000
 

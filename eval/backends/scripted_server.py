@@ -80,6 +80,7 @@ from arc_ref.errors import ConfigError
 from arc_eval.errors import OK, USAGE, EvalError, InvalidInput
 from arc_eval.arguments import port_number
 from arc_eval.backends.openai_backend import render_for_count
+from arc_eval.backends.servers import SCRIPTED_OWNER
 from arc_eval.counting import (
     DEFAULT_CHAT_FORMAT,
     DEFAULT_TOKENIZER,
@@ -415,7 +416,7 @@ class ScriptedServer:
             "id": self.model_name,
             "object": "model",
             "created": 0,
-            "owned_by": "arc-eval",
+            "owned_by": SCRIPTED_OWNER,
             "root": self.model_name,
             "max_model_len": self.max_model_len,
         }
@@ -700,7 +701,7 @@ def _parser() -> argparse.ArgumentParser:
         help="a model directory (its tokenizer.json and chat template, rendered as vLLM renders them), or an "
         "arc_ref tokenizer: bytes, o200k_base, cl100k_base, hf:PATH, hf-dir:DIR",
     )
-    parser.add_argument("--chat-format", default="chatml",
+    parser.add_argument("--chat-format", default=DEFAULT_CHAT_FORMAT,
                         help="chatml or qwen3-nothink (without a model directory)")
     parser.add_argument("--concurrency", type=int, default=8, help="requests processed at once")
     parser.add_argument(

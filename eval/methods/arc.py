@@ -28,7 +28,7 @@ from typing import Any, Mapping
 from arc_eval.errors import InvalidInput
 from arc_ref import render
 from arc_ref.budgets import window_budgets
-from arc_ref.config import PRESETS, Config, make_setup
+from arc_ref.config import MAX_CONFIG_INTEGER, PRESETS, Config, make_setup
 from arc_ref.errors import ArcError, ConfigError
 from arc_ref.machine import (
     AgentTurn,
@@ -48,8 +48,7 @@ from arc_ref.machine import (
 from arc_ref.message import ToolCall, ToolSpec
 from attrs import frozen
 
-from arc_eval.arguments import positive_int
-from arc_eval.registry import MethodEntry, option, register_method
+from arc_eval.registry import ComponentOptions, MethodEntry, int_option, register_method
 from arc_eval.methods.base import AuxCaller, Intercepted, MethodEvents, MethodSettings, ToolTurnOutcome
 from arc_eval.protocol import TASK_TOOL_SPECS
 from arc_eval.types import Message, Observation
@@ -61,13 +60,13 @@ CAPACITY = 65535
 
 
 @frozen
-class ArcOptions:
+class ArcOptions(ComponentOptions):
     """ARC's own knobs: the paper's recall budgets in characters (``RECALL_BUDGET_CHARS``, ``RECALL_MAX_CHARS``;
     the recall-budget sweep of "Ablation")."""
 
-    recall_budget_chars: int = option(16000, parse=positive_int, minimum=1, metavar="CHARS",
+    recall_budget_chars: int = int_option(16000, minimum=1, maximum=MAX_CONFIG_INTEGER, metavar="CHARS",
                                       help="ARC's recall budget Q, in characters (4 per token)")
-    recall_max_chars: int = option(8000, parse=positive_int, minimum=1, metavar="CHARS",
+    recall_max_chars: int = int_option(8000, minimum=1, maximum=MAX_CONFIG_INTEGER, metavar="CHARS",
                                    help="ARC's largest recalled chunk q, in characters (4 per token, less 80)")
 
 

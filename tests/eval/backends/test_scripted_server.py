@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from typing import Any, Sequence
 
 import httpx
