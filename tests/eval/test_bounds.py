@@ -54,6 +54,8 @@ def refused(argv: list[str], capsys: pytest.CaptureFixture[str], tmp_path: Path)
     (["nih", "--tasks", "1", "--backend", "openai", "--model", "m", "--base-url", "http://127.0.0.1:9/v1",
       "--max-retries", "1000"], "--max-retries: expected an integer from 0 to 100"),
     (["bench", "--only", "concurrency", "--concurrency", "1000000000000"], "expected an integer from 1 to 4096"),
+    (["report", "no-run", "--scratch-gb", "500"], "--scratch-gb must be from 0 to below the 141 GB of HBM of H200"),
+    (["report", "no-run", "--scratch-gb", "1e999"], "--scratch-gb: expected a number from 0 to 1e+06"),
     # integers in ASCII digits only: read as 1, 10 and 1 before
     (["nih", "--tasks", "１"], "--tasks: expected an integer from 1 to 100000 (ASCII digits only), got '１'"),
     (["nih", "--tasks", "1_0"], "(ASCII digits only), got '1_0'"),
