@@ -22,7 +22,7 @@ from arc_ref.escape import ShownForm, control_strings
 from arc_ref.ids import IdScheme
 from arc_ref.json_limits import MAX_NESTING, nesting, value_nesting
 from arc_ref.message import Context, Message, ToolCall, ToolSpec
-from arc_ref.text import ELLIPSIS
+from arc_ref.text import ELLIPSIS, shown_signature
 from arc_ref.tokenizers import HF_DIR_PREFIX, HuggingFaceTokenizer, Tokenizer, get_tokenizer
 from arc_ref.tools import ARC_TOOL_NAMES, ARC_TOOLS
 
@@ -295,6 +295,21 @@ class Setup:
             form = self._shown_forms[None] = ShownForm(control_strings(self.chat, self.tokenizer))
         return form
 
+    def show(self, text: str) -> str:
+        """S(text): a text of the model's or a tool's, as a text ARC writes shows it (spec/rendering.md 7.1)."""
+        return self.shown_form.show(text)
+
+    def shown_signature(self, signature: str) -> str:
+        """An action signature as stubs, summary items and observation headers show it: S, escaped, clipped."""
+        return shown_signature(self.show(signature), self.config.signature_chars)
+
+    def shown_call(self, call: ToolCall) -> ToolCall:
+        """A tool call of the model's as an assistant message of the view shows it: S on its id and name, and on
+        every string its arguments hold (`ShownForm.show_arguments`); the call itself when nothing changes."""
+        form = self.shown_form
+        shown = ToolCall(form.show(call.call_id), form.show(call.name), form.show_arguments(call.arguments))
+        return call if shown == call else shown
+
     def message_tokens(self, role: str, content: str) -> int:
         """Tokens of one serialized message, role markers included (the largest over its places, A4)."""
         if isinstance(self.chat, ChatFormat):
@@ -350,8 +365,9 @@ class Setup:
         )
 
     def result_reserve(self, call_id: str) -> int:
-        """Tool mode: the most a pending call's result may cost in H, its stub message at the widest (A4)."""
-        return tool_result_reserve(self.chat, self.ids.widest(), call_id) + self.config.stub_cap
+        """Tool mode: the most a pending call's result may cost in H, its stub message at the widest (A4), under the
+        call's id as the view shows it."""
+        return tool_result_reserve(self.chat, self.ids.widest(), self.show(call_id)) + self.config.stub_cap
 
     def line_tokens(self, line: str) -> int:
         """Tokens a line costs inside a component: the line with the newline that precedes it."""

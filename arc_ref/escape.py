@@ -11,6 +11,7 @@ gives O back byte for byte: the decoder D of Theorem claim 5 applies it to the c
 
 from __future__ import annotations
 
+import json
 import re
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -83,6 +84,34 @@ class ShownForm:
         if self._any.search(text) is None:
             return text  # the same object: nothing is copied for an ordinary observation
         return self._marks.sub(_mark, text)
+
+    def show_arguments(self, arguments: str) -> str:
+        """A tool call's arguments as an assistant message shows them (spec/rendering.md 7.1): S on every string,
+        key or value, of the JSON value the server reads from them and its template prints again (``tojson``),
+        the value then written as that filter writes it. The text itself when no string changes, or when the
+        server cannot read it as JSON (it prints ``{}``). A JSON escape (``\\u003c``) is read as the server reads
+        it, so a control string spelled with escapes is found too."""
+        if "\\" not in arguments and self._any.search(arguments) is None:
+            return arguments  # no escape: every decoded string is a piece of this text, which holds nothing to mark
+        try:
+            value = json.loads(arguments)
+        except (ValueError, RecursionError):
+            return arguments
+        changed = [False]
+
+        def shown(item: Any) -> Any:
+            if isinstance(item, str):
+                text = self.show(item)
+                changed[0] = changed[0] or text is not item
+                return text
+            if isinstance(item, list):
+                return [shown(element) for element in item]
+            if isinstance(item, dict):
+                return {shown(key): shown(element) for key, element in item.items()}
+            return item
+
+        result = shown(value)
+        return json.dumps(result, ensure_ascii=False) if changed[0] else arguments
 
     def holds_control_string(self, text: str) -> bool:
         return any(control in text for control in self.control_strings)

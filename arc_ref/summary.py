@@ -25,7 +25,7 @@ from arc_ref.history import (
 )
 from arc_ref.message import Message
 from arc_ref.store import Record
-from arc_ref.text import clip_until, clipped, escape_line, shown_signature
+from arc_ref.text import clip_until, clipped, escape_line
 
 ItemKind = Literal["thought", "note", "stub", "bare", "inline"]
 LineBuilder = Callable[[str, str], str]
@@ -76,8 +76,8 @@ def _bounded_line(setup: Setup, build: LineBuilder, first: str, second: str) -> 
 
 
 def thought_item(setup: Setup, entry: AgentEntry) -> SummaryItem:
-    thought = clipped(escape_line(entry.thought), setup.config.thought_chars)
-    action = clipped(escape_line(entry.action), setup.config.action_chars)
+    thought = clipped(escape_line(setup.show(entry.thought)), setup.config.thought_chars)
+    action = clipped(escape_line(setup.show(entry.action)), setup.config.action_chars)
     text, tokens = _bounded_line(setup, lambda t, a: render.thought_item(entry.turn, t, a), thought, action)
     return SummaryItem("thought", text, tokens, closed_tokens=_closed(setup, text, tokens))
 
@@ -112,7 +112,7 @@ def _closed(setup: Setup, text: str, line_tokens: int) -> int:
 def observation_item(setup: Setup, record: Record, cited: bool) -> SummaryItem:
     """Inline when short and never shown as a handle and it fits S; otherwise the citation stub."""
     if not cited and record.n_chars < setup.config.keep_verbatim_chars:
-        signature = shown_signature(record.signature, setup.config.signature_chars)
+        signature = setup.shown_signature(record.signature)
         text = render.inline_item(record.obs_id, record.returncode, signature, record.shown)
         tokens = setup.line_tokens(text)
         if setup.summary_frame + tokens <= setup.config.summary_budget:

@@ -287,7 +287,7 @@ def run_report(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> Repo
 
         progress("drawing plots")
         try:
-            report.figures = write_plots(dataset, report.costs, out_dir)
+            report.figures = write_plots(dataset, report.costs, out_dir, options)
         except OSError as exc:
             raise AnalysisError(f"cannot write the plots into {out_dir}: {exc}") from None
     markdown = render_report_markdown(report)

@@ -644,7 +644,7 @@ class OpenAIBackend(Backend):
         for info in await self.check_server():
             window = f"window {info.window} ({info.window_field})" if info.window else "window not said"
             tools = "; tool mode checked" if self.tools else ""
-            print(f"server {info.url.removesuffix('/models')}: {info.kind}, serves {self.model}, "
+            print(f"server {info.url.removesuffix('/models')}: {info.label}, serves {self.model}, "
                   f"{window}; counts with {self.count_source}{tools}", file=out)
         print(self.retry_policy(), file=out)
 

@@ -80,6 +80,7 @@ from arc_ref.errors import ConfigError
 from arc_eval.errors import OK, USAGE, EvalError, InvalidInput
 from arc_eval.arguments import OneLineParser, once_each
 from arc_eval.backends.openai_backend import render_for_count
+from arc_eval.backends.servers import SCRIPTED_OWNER
 from arc_eval.counting import (
     DEFAULT_CHAT_FORMAT,
     DEFAULT_TOKENIZER,
@@ -421,7 +422,7 @@ class ScriptedServer:
             "id": self.model_name,
             "object": "model",
             "created": 0,
-            "owned_by": "arc-eval",
+            "owned_by": SCRIPTED_OWNER,
             "root": self.model_name,
             "max_model_len": self.max_model_len,
         }
