@@ -155,7 +155,7 @@ def test_cli_bad_arguments_exit_2_with_a_message(capsys: pytest.CaptureFixture[s
 def test_cli_refuses_a_port_outside_0_to_65535(port: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert serve_main(["--port", port]) == 2
     err = capsys.readouterr().err
-    assert f"argument --port: expected a port number from 0 to 65535, got {port!r}" in err
+    assert f"argument --port: expected an integer from 0 to 65535{' (ASCII digits only)' if port == 'http' else ''}, got {port!r}" in err
     assert "Traceback" not in err
 
 
