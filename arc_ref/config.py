@@ -286,6 +286,8 @@ class Setup:
     _frame_tokens: dict[str, tuple[int, int]] = field(factory=dict, init=False, eq=False, repr=False)
     # S of spec/rendering.md 7.1 for this chat format and tokenizer, built when first needed
     _shown_forms: dict[None, ShownForm] = field(factory=dict, init=False, eq=False, repr=False)
+    # counts of texts ARC writes again and again (S's head per omitted count), remembered (bounded by its user)
+    remembered_counts: dict[str, int] = field(factory=dict, init=False, eq=False, repr=False)
 
     @property
     def shown_form(self) -> ShownForm:
@@ -326,7 +328,7 @@ class Setup:
         parts (`arc_ref.counting`): exactly the count of the rendered message, no known part counted again. A
         served template's piece may depend on its place and may rewrite the content, so it is counted in
         every place the view can give it (`TemplateFormat.placed_costs`; spec/rendering.md section 3.1),
-        the parts unused.
+        the parts reused where the piece holds the content verbatim.
         """
         if isinstance(self.chat, ChatFormat):
             if tool_calls or tool_call_id is not None:
@@ -334,7 +336,7 @@ class Setup:
             if parts is None:
                 return Message(role, content, self.tokenizer.count(self.chat.render_message(role, content)))
             return Message(role, content, self._framed_tokens(role, parts))
-        placed = self.chat.placed_costs(role, content, tool_calls, tool_call_id)
+        placed = self.chat.placed_costs(role, content, tool_calls, tool_call_id, parts)
         return Message(role, content, max(cost for _, cost in placed), tool_calls, tool_call_id, placed)
 
     def _framed_tokens(self, role: str, parts: Sequence[Part]) -> int:

@@ -34,6 +34,7 @@ class OptionInfo:
 
     help: str
     flag: str | None = None  # the command-line flag (default: --the-field-name)
+    aliases: tuple[str, ...] = ()  # other spellings of the flag (serve-scripted's --served-model-name, vLLM's)
     parse: Callable[[str], Any] | None = None  # a parser of its own (a URL); a number's comes from its bounds
     number: type | None = None  # int or float: a number, parsed and checked by its bounds
     choices: tuple[Any, ...] | None = None
@@ -148,11 +149,13 @@ def option(
     converter: Callable[[Any], Any] | None = None,
     store_true: bool = False,
     append: bool = False,
+    aliases: Sequence[str] = (),
 ) -> Any:
     """A field of an options class that is not a number: text, a choice, a switch (``store_true``), or a value with
     a parser of its own (``parse``)."""
     info = OptionInfo(help=help, flag=flag, parse=parse, choices=tuple(choices) if choices is not None else None,
-                      nargs=nargs, metavar=metavar, recorded=recorded, store_true=store_true, append=append)
+                      nargs=nargs, metavar=metavar, recorded=recorded, store_true=store_true, append=append,
+                      aliases=tuple(aliases))
     return _field(default, info, converter)
 
 
@@ -238,7 +241,8 @@ def _check_option(instance: Any, attribute: attrs.Attribute[Any], value: Any) ->
     flag = option_flag(attribute)
     if value is None:
         return
-    items = value if isinstance(value, tuple) else (value,)
+    is_list = info.nargs is not None or info.append  # a list of values the command line gives one by one
+    items = value if is_list and isinstance(value, tuple) else (value,)
     for item in items:
         if info.choices is not None and item not in info.choices:
             raise ConfigError(f"{flag} must be one of {', '.join(map(str, info.choices))}, got {item!r}")
@@ -285,8 +289,9 @@ def add_option_flags(group: argparse._ArgumentGroup | argparse.ArgumentParser, o
         text = f"{info.help} ({'; '.join(said)})" if said else info.help
         kwargs: dict[str, Any] = {"dest": option_dest(owner, attribute.name), "default": argparse.SUPPRESS,
                                   "help": text}
+        flags = (option_flag(attribute), *info.aliases)
         if info.store_true:
-            group.add_argument(option_flag(attribute), action="store_true", **kwargs)
+            group.add_argument(*flags, action="store_true", **kwargs)
             continue
         parser = info.parser()
         if parser is not None:
@@ -299,7 +304,7 @@ def add_option_flags(group: argparse._ArgumentGroup | argparse.ArgumentParser, o
             kwargs["metavar"] = info.metavar or attribute.name.upper()
         if info.append:
             kwargs["action"] = "append"
-        group.add_argument(option_flag(attribute), **kwargs)
+        group.add_argument(*flags, **kwargs)
 
 
 def given_options(owner: str, args: argparse.Namespace) -> list[str]:

@@ -375,7 +375,7 @@ def _parse(line: str | bytes) -> Any:
     if too_deep is not None:
         raise UnreadableValue(f"JSON {too_deep}")
     try:
-        value = _DECODER.decode(line)
+        value = (_DECODER if may_hold_surrogate else _PLAIN_DECODER).decode(line)
     except json.JSONDecodeError as bad:
         raise TraceError(f"not valid JSON: {bad.msg} at column {bad.colno}") from None
     except ValueError:  # int() refuses a literal of more than 4300 digits (sys.int_info.default_max_str_digits)
@@ -409,6 +409,9 @@ def _object_keeping_last(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 # One decoder for every line (json.loads with options would build one per call).
 _DECODER = json.JSONDecoder(parse_constant=_not_json_constant, object_pairs_hook=_object_keeping_last)
+# ... and for a line that can hold no surrogate (strict UTF-8 without a \u escape): a repeated key keeps its last
+# value as well, with no value to check and no call back into Python per object.
+_PLAIN_DECODER = json.JSONDecoder(parse_constant=_not_json_constant)
 
 
 def _surrogate_in(value: Any) -> tuple[str, int, bool, str | None] | None:

@@ -11,17 +11,9 @@ from __future__ import annotations
 import argparse
 import urllib.parse
 
-from arc_ref.options import OneLineParser, integer_parser, number_parser, once_each, strict_integer
+from arc_ref.options import OneLineParser, integer_parser, number_parser, once_each
 
-__all__ = ["OneLineParser", "http_url", "integer_parser", "number_parser", "once_each", "port_number"]
-
-
-def port_number(text: str) -> int:
-    """A TCP port: an integer from 0 to 65535 (0: any free port), in ASCII digits."""
-    try:
-        return strict_integer(text, 0, 65535)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number from 0 to 65535, got {text!r}") from None
+__all__ = ["OneLineParser", "http_url", "integer_parser", "number_parser", "once_each"]
 
 
 def http_url(text: str) -> str:

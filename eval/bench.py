@@ -17,22 +17,20 @@ from attrs import frozen
 from arc_ref.message import ToolSpec
 from arc_ref.options import float_option, int_option, option
 from arc_eval.agent.scripted import ScriptedBackend, ScriptedPolicy, message_facts
-from arc_eval.backends.scripted_server import build_app, serve_in_thread
+from arc_eval.backends.scripted_server import MAX_LATENCY_MS, build_app, serve_in_thread
 from arc_eval.loop import run_task
 from arc_eval.methods import make_method, parse_methods
 from arc_eval.methods.rag_memory import RETRIEVER_CHOICES
 from arc_eval.records import RunReader
 from arc_eval.plan import RunPlan, default_max_steps
-from arc_eval.registry import MAX_TASKS_PER_SEED
-from arc_eval.run_spec import MAX_CONCURRENCY, PAPER, RunSpec
+from arc_eval.registry import MAX_CONCURRENCY, MAX_TASKS_PER_SEED
+from arc_eval.run_spec import PAPER, RunSpec
 from arc_eval.runner import run
 from arc_eval.tasks.nih import make_nih_tasks
 from arc_eval.types import Backend, ChatReply, ChatRequest, Message, Task
 
 
 BENCH_FIGURES = ("throughput", "overhead", "concurrency")
-# serve-scripted's service time per request: at most a minute (a slower one measures nothing but the sleep).
-MAX_LATENCY_MS = 60_000.0
 
 
 @frozen

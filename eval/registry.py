@@ -45,6 +45,10 @@ if TYPE_CHECKING:
 # Tasks per seed (every task's count flag, issue 31): a seed's tasks are generated and held at once; a task's own
 # options may bound the count lower (``ComponentOptions.check_count``: NIH by the characters its fixtures hold).
 MAX_TASKS_PER_SEED = 100_000
+# Trajectories (a run's) or requests (serve-scripted's) in flight at once: each holds a method's view, transcript
+# and files (about 1 MB at the paper's 16k window) and an HTTP request: 4 GB at most, and 16 times vLLM's default
+# batch (256 sequences); a run's workers are never more than a batch's task runs either (arc_eval.execute).
+MAX_CONCURRENCY = 4096
 
 
 class ComponentOptions:
@@ -266,7 +270,7 @@ def option_owners() -> dict[str, str]:
 
 
 __all__ = [
-    "BACKENDS", "METHODS", "TASKS", "BackendEntry", "BackendRun", "ComponentOptions", "MAX_TASKS_PER_SEED",
+    "BACKENDS", "METHODS", "TASKS", "BackendEntry", "BackendRun", "ComponentOptions", "MAX_CONCURRENCY", "MAX_TASKS_PER_SEED",
     "MethodEntry", "NoOptions", "Registry", "TaskEntry", "TaskSource", "add_option_flags", "float_option",
     "given_options", "highlighted_method", "int_option", "option", "option_dest", "option_fields", "option_flag",
     "option_info", "option_names", "option_owners", "options_from_args", "recorded_options", "register_backend",

@@ -28,6 +28,7 @@ from arc_eval.registry import (
     BACKENDS,
     METHODS,
     TASKS,
+    MAX_CONCURRENCY,
     BackendEntry,
     TaskEntry,
     float_option,
@@ -47,15 +48,12 @@ COMPONENT_OPTIONS = ("task_options", "method_options", "backend_options")  # Run
 #   MAX_CONFIG_INTEGER = 2^31 - 1 (spec/parameters.md, check 1);
 # - a task's steps: each is a model call whose record the task holds until it ends, and full context's transcript
 #   grows by an observation per step: MAX_STEPS, 250 times the longest plan of the paper's tasks (~40 steps);
-# - trajectories in flight: each holds its method's view, transcript and files (about 1 MB at the paper's 16k
-#   window) and an HTTP request: MAX_CONCURRENCY, 4 GB at most, and 16 times vLLM's default batch (256 sequences);
-#   the workers are never more than a batch's task runs either (arc_eval.execute);
+# - trajectories in flight: arc_eval.registry.MAX_CONCURRENCY (4096: its reason there);
 # - the temperature: the OpenAI API's range, 0 to 2.
 # - a seed: recorded in every line and read back by any JSON reader (a port's too): a signed 64-bit integer.
 MAX_STEPS = 10_000
 MIN_SEED = -(2**63)
 MAX_SEED = 2**63 - 1
-MAX_CONCURRENCY = 4096
 MAX_TEMPERATURE = 2.0
 
 

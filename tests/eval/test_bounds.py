@@ -54,6 +54,8 @@ def refused(argv: list[str], capsys: pytest.CaptureFixture[str], tmp_path: Path)
     (["nih", "--tasks", "1", "--backend", "openai", "--model", "m", "--base-url", "http://127.0.0.1:9/v1",
       "--max-retries", "1000"], "--max-retries: expected an integer from 0 to 100"),
     (["bench", "--only", "concurrency", "--concurrency", "1000000000000"], "expected an integer from 1 to 4096"),
+    (["report", "no-run", "--scratch-gb", "500"], "--scratch-gb must be from 0 to below the 141 GB of HBM of H200"),
+    (["report", "no-run", "--scratch-gb", "1e999"], "--scratch-gb: expected a number from 0 to 1e+06"),
     # integers in ASCII digits only: read as 1, 10 and 1 before
     (["nih", "--tasks", "１"], "--tasks: expected an integer from 1 to 100000 (ASCII digits only), got '１'"),
     (["nih", "--tasks", "1_0"], "(ASCII digits only), got '1_0'"),
@@ -76,6 +78,11 @@ def refused(argv: list[str], capsys: pytest.CaptureFixture[str], tmp_path: Path)
     (["nih", "--tasks", "1", "--tool-calling", "--tool-calling"], "--tool-calling: given more than once"),
     (["ablation", "noise-lines", "--task", "nih", "--task", "nih"], "argument --task: given more than once"),
     (["bench", "--tasks", "1", "--tasks", "2"], "argument --tasks: given more than once"),
+    (["serve-scripted", "--port", "0", "--port", "1"], "argument --port: given more than once"),
+    (["serve-scripted", "--concurrency", "1000000000000"], "--concurrency: expected an integer from 1 to 4096"),
+    (["serve-scripted", "--max-model-len", "１"], "--max-model-len: expected an integer from 2 to 2147483647 (ASCII"),
+    (["serve-scripted", "--latency-ms", "1e300"], "--latency-ms: expected a number from 0 to 60000"),
+    (["serve-scripted", "--inject-faults", "503,1_0"], "a fault is an HTTP status 400-599 or 'drop', got '1_0'"),
     # an argument that is not UTF-8 text: a UnicodeEncodeError traceback (exit 1) before
     (["nih", "--tasks", "1", "--model", os.fsdecode(b"\xff")],
      "arc-eval: argument 5 (after --model) is not valid UTF-8 text: b'\\xff'"),
@@ -122,12 +129,13 @@ def _numbers(options_class: type) -> list[tuple[str, OptionInfo]]:
 def test_every_numeric_option_states_an_upper_bound() -> None:
     """Each option class's numbers (the run's, every task's, method's and backend's, the bench's) carry a maximum,
     so their parsers refuse what exceeds it; every count flag too."""
+    from arc_eval.backends.scripted_server import ServeOptions
     from arc_eval.bench import BenchOptions
 
-    classes = [RunSpec, BenchOptions, *(entry.options for registry in (TASKS, METHODS, BACKENDS)
+    classes = [RunSpec, BenchOptions, ServeOptions, *(entry.options for registry in (TASKS, METHODS, BACKENDS)
                                         for entry in registry.entries())]
     numbers = [(cls.__name__, name, info) for cls in classes for name, info in _numbers(cls)]
-    assert len(numbers) >= 18
+    assert len(numbers) >= 22
     unbounded = [f"{cls}.{name}" for cls, name, info in numbers if info.maximum is None]
     assert unbounded == []
     assert all(0 < entry.count_maximum <= 100_000 for entry in TASKS.entries())
@@ -147,8 +155,9 @@ def _actions(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.Action
 def test_no_flag_of_arc_eval_reads_a_number_with_bare_int_or_float() -> None:
     """int() reads '１', '1_0' and ' 1 ', float() 'inf': every numeric flag goes through a bounded, strict parser."""
     from arc_eval.analysis.cli import _parser as report_parser
+    from arc_eval.backends.scripted_server import _parser as serve_parser
 
-    actions = _actions(build_parser()) + _actions(report_parser())
+    actions = _actions(build_parser()) + _actions(report_parser()) + _actions(serve_parser())
     bare = [flag for flag, action in actions if action.type in (int, float)]
     assert bare == []
 
