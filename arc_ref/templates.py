@@ -72,6 +72,7 @@ import jinja2.nodes
 import jinja2.sandbox
 from attrs import frozen
 
+from arc_ref.chat import parse_template_kwargs
 from arc_ref.counting import EDGE_WINDOW, SPLIT_FROM, Part, joined_tokens
 from arc_ref.errors import ConfigError
 from arc_ref.message import Context, ToolCall, ToolSpec, openai_message
@@ -301,8 +302,6 @@ def request_template_kwargs(request: Mapping[str, Any]) -> tuple[tuple[str, Any]
     A server started with ``--default-chat-template-kwargs`` adds its own under these (not visible in a request).
     ConfigError for a request the core cannot render as vLLM does (another template, documents, no generation
     prompt, a continued final message, kwargs that are not an object of scalars)."""
-    from arc_ref.config import parse_template_kwargs
-
     for name, default in RENDERING_DEFAULTS:
         if name in request and request[name] != default and request[name] is not None:
             raise ConfigError(f"{name}={json.dumps(request[name])[:40]}: the proxy counts prompts rendered with"
