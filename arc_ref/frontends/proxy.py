@@ -37,16 +37,19 @@ import argparse
 import asyncio
 import hashlib
 import json
+import os
 import time
 import uuid
 from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
+from urllib.parse import urlsplit
 
 import attrs
 import httpx
 
-from arc_ref.config import Config, parse_tools, preset
+from arc_ref.budgets import DERIVED_FIELDS, fit_to_window
+from arc_ref.config import PRESETS, Config, preset
 from arc_ref.errors import ArcError
 from arc_ref.machine import (
     ArcState,
@@ -60,7 +63,9 @@ from arc_ref.machine import (
     step,
     view,
 )
+from arc_ref.frontends.proxy_options import DEFAULT_MAX_BODY_MB, UPSTREAM_KEY_ENV, ProxyOptions
 from arc_ref.message import ToolCall
+from arc_ref.options import unique_settings
 from arc_ref.openai_wire import TOOL_SHAPE, ShapeError, arguments_text, content_parts, error_body, read_tool, \
     read_tool_call
 from arc_ref.persist import DurableStore, StoreError
@@ -69,6 +74,7 @@ from arc_ref.persist.postgres import is_database_url
 from arc_ref.serving import listening_socket
 from arc_ref.session import TOOL_MODE_SYSTEM
 from arc_ref.templates import request_template_kwargs
+from arc_ref.tokenizers import HF_DIR_PREFIX
 from arc_ref.tools import ARC_TOOL_NAMES, DEFAULT_MAX_HIDDEN_ROUNDS
 from arc_ref.trace import event_from_line, parse_line
 
@@ -83,6 +89,7 @@ ARC_NOTE = (
 CONVERSATION_HEADER = "x-arc-conversation"
 KEEPALIVE_S = 5.0
 ROUND_LOG_SIZE = 10_000
+PROBE_GOAL = "ARC proxy start check."  # the goal of the conversation `prepare` builds before listening
 
 
 class Refused(ArcError):
@@ -282,6 +289,9 @@ class ProxySettings:
     max_hidden_rounds: int = DEFAULT_MAX_HIDDEN_ROUNDS
     keepalive_s: float = KEEPALIVE_S
     timeout_s: float = 600.0
+    context_limit: int | None = None  # the served window; None: --set context_limit or the preset's (`prepare`)
+    max_body_bytes: int = DEFAULT_MAX_BODY_MB * 2**20
+    upstream_api_key: str | None = attrs.field(default=None, repr=False)
 
 
 @attrs.define
@@ -341,10 +351,7 @@ class Conversations:
 
     def config(self, system: str, goal: str, tools: list[dict[str, Any]],
                template_kwargs: tuple[tuple[str, Any], ...] = ()) -> Config:
-        overrides = {**self.settings.overrides, "tokenizer": self.settings.tokenizer, "chat_format": "template",
-                     "action_mode": "tools", "tools": tools, "system": system, "goal": goal,
-                     "template_kwargs": template_kwargs}
-        return preset(self.settings.preset_name, **overrides)
+        return conversation_config(self.settings, system, goal, tools, template_kwargs)
 
     def new(self, config: Config, events: Sequence[Event] = ()) -> Conversation:
         """A new conversation (its store created when durable), with ``events`` applied first."""
@@ -631,26 +638,149 @@ def sse_chunks(completion: Mapping[str, Any], include_usage: bool) -> list[str]:
 # --- the settings of `arc-ref proxy` (its HTTP server: arc_ref.frontends.proxy_app) -------------------------
 
 
-def settings_from(arguments: argparse.Namespace, parse_setting: Callable[[str], tuple[str, object]]) -> ProxySettings:
-    """The settings of `arc-ref proxy`'s arguments (ValueError or ArcError when they are refused)."""
-    overrides = dict(parse_setting(text) for text in arguments.set)
+class StartRefused(ArcError):
+    """A setting that would make every request fail: `arc-ref proxy` exits with status 2 and this one line,
+    before it listens or creates anything."""
+
+    code = "start_refused"
+
+
+def settings_from(options: ProxyOptions, parse_setting: Callable[[str], tuple[str, object]]) -> ProxySettings:
+    """The settings of `arc-ref proxy`'s options (StartRefused when they are refused; nothing is created)."""
+    if options.upstream is None or options.tokenizer is None:
+        missing = " and ".join(flag for flag, value in (("--upstream", options.upstream),
+                                                        ("--tokenizer", options.tokenizer)) if value is None)
+        raise StartRefused(f"{missing} required (arc-ref proxy --upstream URL --tokenizer hf-dir:DIR)")
+    try:
+        overrides = unique_settings(parse_setting(text) for text in options.set)
+    except (ValueError, ArcError) as problem:
+        raise StartRefused(str(problem)) from None
     fixed = sorted(set(overrides) & {"tokenizer", "chat_format", "action_mode", "tools", "system", "goal",
                                      "template_kwargs"})
     if fixed:
-        raise ValueError(f"--set {', '.join(fixed)}: fixed by the proxy (from --tokenizer and each request)")
-    if arguments.max_hidden_rounds < 0:
-        raise ValueError("--max-hidden-rounds must be >= 0")
-    database = arguments.store if is_database_url(arguments.store) else None
+        raise StartRefused(f"--set {', '.join(fixed)}: fixed by the proxy (from --tokenizer and each request)")
+    context_limit = options.context_limit
+    if "context_limit" in overrides:
+        given = overrides.pop("context_limit")
+        if context_limit is not None and given != context_limit:
+            raise StartRefused(f"--context-limit {context_limit} and --set context_limit={given} disagree")
+        if not isinstance(given, int):
+            raise StartRefused(f"--set context_limit must be an integer, got {given!r}")
+        context_limit = given
+    upstream = options.upstream.rstrip("/")
+    parts = urlsplit(upstream)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise StartRefused(f"--upstream {_shown(options.upstream)} is not an http(s) URL (e.g. http://host:8000/v1)")
+    tokenizer = options.tokenizer
+    if not tokenizer.startswith(HF_DIR_PREFIX) and Path(tokenizer).is_dir():
+        tokenizer = HF_DIR_PREFIX + tokenizer
+    if not tokenizer.startswith(HF_DIR_PREFIX):
+        raise StartRefused(f"--tokenizer {_shown(options.tokenizer)}: the proxy counts with the served model's own"
+                           " tokenizer and chat template: give its directory (hf-dir:DIR)")
+    directory = Path(tokenizer[len(HF_DIR_PREFIX):]).expanduser()
+    if not (directory / "tokenizer.json").is_file() and not (directory / "tokenizer_config.json").is_file():
+        raise StartRefused(f"--tokenizer {_shown(options.tokenizer)}: "
+                           f"{'no such directory' if not directory.is_dir() else 'no tokenizer files in it'}")
+    database = options.store if is_database_url(options.store) else None
     if database is not None and "#" in database:
-        raise ValueError("--store postgresql://...: the proxy names its conversations itself (no #KEY)")
-    settings = ProxySettings(upstream=arguments.upstream.rstrip("/"), tokenizer=arguments.tokenizer,
-                             preset_name=arguments.preset, overrides=overrides,
-                             store=Path(arguments.store) if arguments.store and database is None else None,
-                             database=database, max_hidden_rounds=arguments.max_hidden_rounds)
-    preset(settings.preset_name, **settings.overrides, tokenizer=settings.tokenizer, chat_format="template",
-           action_mode="tools")  # refuse a bad configuration now, not at the first request
-    return settings
+        raise StartRefused("--store postgresql://...: the proxy names its conversations itself (no #KEY)")
+    store = Path(options.store) if options.store and database is None else None
+    if store is not None and store.exists() and not store.is_dir():
+        raise StartRefused(f"--store {_shown(str(store))} is not a directory")
+    upstream_key = options.upstream_api_key or os.environ.get(UPSTREAM_KEY_ENV) or None
+    return ProxySettings(upstream=upstream, tokenizer=f"{HF_DIR_PREFIX}{directory.resolve()}", preset_name=options.preset,
+                         overrides=overrides, store=store, database=database,
+                         max_hidden_rounds=options.max_hidden_rounds, context_limit=context_limit,
+                         max_body_bytes=options.max_body_mb * 2**20, upstream_api_key=upstream_key)
 
 
-__all__ = ["ARC_NOTE", "AgentMessage", "Conversations", "Proxy", "ProxySettings", "Refused", "agent_message",
-           "chain_next", "chain_root", "listening_socket", "settings_from", "sse_chunks"]
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= 80 else repr(text[:80]) + "..."
+
+
+def served_window(settings: ProxySettings, timeout_s: float = 10.0) -> int | None:
+    """The smallest window the upstream serves (``GET /models``: vLLM's ``max_model_len`` of each model), None
+    when it does not say; StartRefused when it does not answer."""
+    try:
+        response = httpx.get(f"{settings.upstream}/models", headers=upstream_headers(settings, None),
+                             timeout=timeout_s)
+    except httpx.HTTPError as problem:
+        raise StartRefused(f"the upstream {settings.upstream} does not answer GET /models ({type(problem).__name__}"
+                           f"{': ' + str(problem) if str(problem) else ''}); start it first, or give its window:"
+                           " --context-limit N") from None
+    try:
+        cards = response.json().get("data") if response.status_code == 200 else None
+    except (ValueError, RecursionError, AttributeError):
+        cards = None
+    windows = [card["max_model_len"] for card in cards if isinstance(card, Mapping)
+               and type(card.get("max_model_len")) is int and card["max_model_len"] > 1] \
+        if isinstance(cards, list) else []
+    return min(windows) if windows else None
+
+
+def prepare(settings: ProxySettings) -> ProxySettings:
+    """Every check that can be made before listening (StartRefused with one line): the served window (from the
+    upstream unless --context-limit gives it; a larger --context-limit than the upstream's is refused), the
+    tokenizer and its chat template and the overrides (a probe conversation is built with them), the store
+    directory (created, written once). Returns the settings with the window."""
+    if settings.database is None or settings.context_limit is None:
+        try:
+            served = served_window(settings)
+        except StartRefused:
+            if settings.context_limit is None:
+                raise
+            served = None  # the window given stands; the upstream may come later
+    else:
+        served = None
+    window = settings.context_limit if settings.context_limit is not None else served
+    if window is None:
+        raise StartRefused(f"GET {settings.upstream}/models names no max_model_len (the window vLLM reports);"
+                           " give the served model's window: --context-limit N")
+    if served is not None and window > served:
+        raise StartRefused(f"--context-limit {window} is more than the window the upstream serves ({served})")
+    prepared = attrs.evolve(settings, context_limit=window)
+    try:
+        init(conversation_config(prepared, TOOL_MODE_SYSTEM, PROBE_GOAL, [], ()))
+    except ArcError as problem:
+        raise StartRefused(" ".join(str(problem).split())) from None
+    if settings.store is not None:
+        try:
+            settings.store.mkdir(parents=True, exist_ok=True)
+            probe = settings.store / f".arc-proxy-write-check-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as problem:
+            raise StartRefused(f"--store {str(settings.store)!r} cannot be written: "
+                               f"{problem.strerror or problem}") from None
+    return prepared
+
+
+def conversation_config(settings: ProxySettings, system: str, goal: str, tools: Sequence[Mapping[str, Any]],
+                        template_kwargs: tuple[tuple[str, Any], ...]) -> Config:
+    """A conversation's configuration: the served window, the prefix its agent sent (system text with ARC's note,
+    tools listing, goal) and budgets derived from both (`arc_ref.budgets.fit_to_window`, the one owner of that
+    rule; spec/parameters.md), but those ``--set`` gives, which are kept. ConfigError (WindowTooSmall naming the
+    numbers) when the prefix alone cannot fit."""
+    overrides = dict(settings.overrides)
+    window = settings.context_limit if settings.context_limit is not None else overrides.get("context_limit")
+    if window is None:
+        window = PRESETS[settings.preset_name].context_limit
+    overrides["context_limit"] = window
+    overrides.setdefault("max_completion", min(PRESETS[settings.preset_name].max_completion, int(window) // 2))
+    config = preset(settings.preset_name, **overrides, tokenizer=settings.tokenizer, chat_format="template",
+                    action_mode="tools", tools=list(tools), system=system, goal=goal, template_kwargs=template_kwargs)
+    kept = {name: value for name, value in settings.overrides.items() if name in DERIVED_FIELDS}
+    return fit_to_window(config, keep=kept, check=False)  # init checks it (K <= L, every floor)
+
+
+def upstream_headers(settings: ProxySettings, authorization: str | None) -> dict[str, str]:
+    """The headers of a request to the upstream: its key (--upstream-api-key or $ARC_UPSTREAM_API_KEY), else the
+    client's own Authorization."""
+    if settings.upstream_api_key:
+        return {"Authorization": f"Bearer {settings.upstream_api_key}"}
+    return {"Authorization": authorization} if authorization else {}
+
+
+__all__ = ["ARC_NOTE", "AgentMessage", "Conversations", "Proxy", "ProxySettings", "Refused", "StartRefused",
+           "agent_message", "chain_next", "chain_root", "conversation_config", "listening_socket", "prepare",
+           "settings_from", "sse_chunks", "upstream_headers"]

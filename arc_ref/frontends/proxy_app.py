@@ -6,7 +6,6 @@ Apart from `arc_ref.frontends.proxy` so that neither proxy module imports the ot
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
@@ -24,9 +23,12 @@ from arc_ref.frontends.proxy import (
     Refused,
     Reply,
     UpstreamError,
+    StartRefused,
+    prepare,
     settings_from,
     sse_chunks,
 )
+from arc_ref.frontends.proxy_options import ProxyOptions
 from arc_ref.json_limits import nesting_problem
 from arc_ref.openai_wire import error_body
 from arc_ref.persist import StoreError
@@ -138,13 +140,14 @@ def build_app(settings: ProxySettings) -> Any:
     ], lifespan=lifespan)
 
 
-def serve(arguments: argparse.Namespace, parse_setting: Callable[[str], tuple[str, object]]) -> int:
-    """`arc-ref proxy`: serve until interrupted."""
+def serve(options: ProxyOptions, parse_setting: Callable[[str], tuple[str, object]]) -> int:
+    """`arc-ref proxy`: check everything that can be checked (exit status 2 and one line, nothing created), then
+    serve until interrupted."""
     import uvicorn
 
     try:
-        settings = settings_from(arguments, parse_setting)
-    except (ValueError, ArcError) as problem:
+        settings = prepare(settings_from(options, parse_setting))
+    except StartRefused as problem:
         print(f"arc-ref proxy: {problem}", file=sys.stderr)
         return USAGE.code
     if settings.database is not None:  # reachable, and an ARC database (its schema created when empty)
@@ -156,14 +159,14 @@ def serve(arguments: argparse.Namespace, parse_setting: Callable[[str], tuple[st
             print(f"arc-ref proxy: --store: {problem}", file=sys.stderr)
             return USAGE.code
     try:
-        listener = listening_socket(arguments.host, arguments.port)
-    except OSError as problem:
-        print(f"arc-ref proxy: cannot listen on {arguments.host}:{arguments.port}: {problem.strerror or problem}",
-              file=sys.stderr)
+        listener = listening_socket(options.host, options.port)
+    except (OSError, OverflowError) as problem:
+        print(f"arc-ref proxy: cannot listen on {options.host}:{options.port}: "
+              f"{getattr(problem, 'strerror', None) or problem}", file=sys.stderr)
         return USAGE.code
-    print(f"arc-ref proxy: http://{arguments.host}:{arguments.port}/v1 -> {settings.upstream}"
-          f" (store: {settings.store or (shown_url(settings.database) if settings.database else 'memory')})",
-          flush=True)
+    shown_store = settings.store or (shown_url(settings.database) if settings.database else "memory")
+    print(f"arc-ref proxy: http://{options.host}:{options.port}/v1 -> {settings.upstream} (window"
+          f" {settings.context_limit}, store: {shown_store})", flush=True)
     server = uvicorn.Server(uvicorn.Config(build_app(settings), log_level="warning", access_log=False))
     asyncio.run(server.serve(sockets=[listener]))
     return OK.code
