@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
 import hashlib
 import json
 import os
+import sys
 import time
 import uuid
 from collections import deque
@@ -63,6 +65,7 @@ from arc_ref.machine import (
     step,
     view,
 )
+from arc_ref.json_limits import nesting_problem
 from arc_ref.frontends.proxy_options import DEFAULT_MAX_BODY_MB, UPSTREAM_KEY_ENV, ProxyOptions
 from arc_ref.message import ToolCall
 from arc_ref.options import unique_settings
@@ -89,6 +92,10 @@ ARC_NOTE = (
 CONVERSATION_HEADER = "x-arc-conversation"
 KEEPALIVE_S = 5.0
 ROUND_LOG_SIZE = 10_000
+UPSTREAM_HEADERS: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar("upstream_headers",
+                                                                                  default={})
+"""The headers of this request's upstream calls (`upstream_headers`: the upstream's key or the client's), set by
+the HTTP server for each request."""
 PROBE_GOAL = "ARC proxy start check."  # the goal of the conversation `prepare` builds before listening
 
 
@@ -102,6 +109,23 @@ class Refused(ArcError):
 
     def body(self) -> dict[str, Any]:
         return error_body(str(self), "arc_refused", self.code, budget=self.budget)
+
+
+class Failed(ArcError):
+    """A request the proxy could not answer now, though it may pass later (HTTP ``status`` with a typed body, and
+    ``retry_after`` seconds when given): the upstream unreachable (502), slow (504) or answering with something
+    that is not a completion (502, nothing recorded), a store that cannot be written (503), a body over the
+    limit (413)."""
+
+    def __init__(self, status: int, kind: str, message: str, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.http_status_hint = status
+        self.code = kind
+        self.retry_after = retry_after
+
+    def body(self) -> dict[str, Any]:
+        return error_body(str(self), self.code, self.status)
 
 
 @attrs.define
@@ -318,16 +342,26 @@ class Conversations:
         self.settings = settings
         self.index: dict[str, list[tuple[Conversation, Mark]]] = {}  # every conversation that passed a hash
         self.by_key: dict[str, Conversation] = {}
+        self.set_aside: dict[str, str] = {}  # a conversation of --store that cannot be reopened: why
         self._lock = asyncio.Lock()
         if settings.store is not None:
             settings.store.mkdir(parents=True, exist_ok=True)
             for directory in sorted(path for path in settings.store.iterdir() if MarkFile.holds_index(path)):
-                self._reopen(directory)
+                try:
+                    self._reopen(directory)
+                except (StoreError, OSError, ValueError) as problem:  # damaged, locked by another process
+                    self.set_aside[directory.name] = " ".join(str(problem).split())
+                    print(f"arc-ref proxy: conversation {directory.name} set aside (its requests start a new"
+                          f" conversation): {self.set_aside[directory.name]}", file=sys.stderr, flush=True)
 
     def _reopen(self, directory: Path) -> None:
         """A conversation of a previous run: its store reopened (the fold of its events), its marks read back."""
         store = DurableStore.open(directory / "task.arc")
-        index, marks = MarkFile.open(directory, store.seq, ((row.seq, row.checksum) for row in store.events()))
+        try:
+            index, marks = MarkFile.open(directory, store.seq, ((row.seq, row.checksum) for row in store.events()))
+        except BaseException:
+            store.close(snapshot=False)
+            raise
         conversation = Conversation(directory.name, store.state, store, directory, seq=store.seq, index=index)
         last: Mark | None = None
         for item in marks:  # checked (StoreCorrupt names a damaged line); a line cut by a crash is dropped
@@ -424,6 +458,7 @@ def parse_request(body: Mapping[str, Any], explicit: str | None
     model = body.get("model")
     if not isinstance(model, str):
         raise Refused("bad_request", "model must be a string")
+    _check_options(body)
     messages = [agent_message(message, number) for number, message in enumerate(body["messages"], start=1)]
     tools = agent_tools(body.get("tools"))
     system_parts = []
@@ -442,6 +477,65 @@ def parse_request(body: Mapping[str, Any], explicit: str | None
         previous = chain_next(previous, message)
         hashes.append(previous)
     return messages, tools, system, hashes, template_kwargs
+
+
+def _check_options(body: Mapping[str, Any]) -> None:
+    """The request's own options the proxy cannot pass on as they are: Refused (400) naming the option."""
+    choices = body.get("n")
+    if choices is not None and (type(choices) is not int or choices != 1):
+        raise Refused("unsupported", f"n={json.dumps(choices)[:20]}: the proxy keeps one conversation per history,"
+                      " so it asks for one choice (n=1)")
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = body.get(name)
+        if value is not None and (type(value) is not int or value < 1):
+            raise Refused("bad_request", f"{name} must be a positive integer, got {json.dumps(value)[:40]}")
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise Refused("bad_request", f"stream must be true or false, got {json.dumps(stream)[:40]}")
+    choice = body.get("tool_choice")
+    function = choice.get("function") if isinstance(choice, Mapping) else None
+    named = function.get("name") if isinstance(function, Mapping) else None
+    if named in ARC_TOOL_NAMES:
+        raise Refused("bad_request", f"tool_choice names {named!r}, one of ARC's tools: the agent never sees them"
+                      " (the model calls them on its own, inside the proxy)")
+
+
+@attrs.frozen
+class UpstreamReply:
+    """A completion the upstream sent, read: its first choice, its text and calls (what is recorded), its usage."""
+
+    completion: dict[str, Any]
+    choice: dict[str, Any]
+    content: str
+    calls: tuple[ToolCall, ...]
+    usage: Mapping[str, Any]
+
+
+def read_completion(completion: Any) -> UpstreamReply:
+    """An upstream's 200 answer read as a chat completion; Failed (502, nothing recorded) when it is not one."""
+    def malformed(why: str) -> Failed:
+        return Failed(502, "upstream_malformed", f"the upstream's reply is not a chat completion: {why}")
+
+    if not isinstance(completion, dict):
+        raise malformed(f"the body is {type(completion).__name__}, not an object")
+    choices = completion.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise malformed("no choices")
+    choice = choices[0]
+    if not isinstance(choice, dict) or not isinstance(choice.get("message"), Mapping):
+        raise malformed("its first choice has no message")
+    usage = completion.get("usage")
+    if usage is not None and not isinstance(usage, Mapping):
+        raise malformed("usage is not an object")
+    message = choice["message"]
+    if message.get("tool_calls") is not None and not isinstance(message.get("tool_calls"), list):
+        raise malformed("tool_calls is not a list")
+    try:
+        content = _text(message.get("content"), "the upstream reply")
+        calls = _calls(message, "the upstream reply")
+    except Refused as problem:
+        raise malformed(str(problem)) from None
+    return UpstreamReply(completion, choice, content, calls, usage or {})
 
 
 @attrs.define
@@ -481,23 +575,34 @@ class Proxy:
                       tools: list[dict[str, Any]], template_kwargs: tuple[tuple[str, Any], ...]
                       ) -> tuple[Conversation, Mark, int]:
         """The conversation at the request's deepest known message, its mark there, and that depth."""
+        found = self._deepest(hashes)
+        if found is not None:
+            return found
+        # a new conversation: its configuration (the goal and tools counted, possibly a long text) is made outside
+        # the lock every new conversation takes, so that no other conversation waits for it
+        config = await asyncio.to_thread(self._config, system, messages[0].text, tools, template_kwargs)
         async with self.conversations._lock:
-            for depth in range(len(hashes), 0, -1):
-                found = self.conversations.find(hashes[depth - 1])
-                if found is not None:
-                    return found[0], found[1], depth
-            goal = messages[0].text
-            config = await asyncio.to_thread(self._config, system, goal, tools, template_kwargs)
+            found = self._deepest(hashes)  # the same history may have arrived meanwhile
+            if found is not None:
+                return found
             try:
                 conversation = await asyncio.to_thread(self.conversations.new, config)
-            except StoreError:
-                raise
+            except (StoreError, OSError) as problem:
+                raise Failed(503, "store_unavailable", f"a new conversation's store cannot be created: {problem}",
+                             retry_after=5) from None
             except ArcError as problem:  # K > L for this system prompt and goal, most often
                 raise Refused("configuration", f"ARC cannot hold this conversation: {problem}") from None
             conversation.position = 1  # the system prompt and the goal are its prefix F
             mark = conversation.mark(hashes[0])
             self.conversations.add(hashes[0], conversation, mark)
             return conversation, mark, 1
+
+    def _deepest(self, hashes: list[str]) -> tuple[Conversation, Mark, int] | None:
+        for depth in range(len(hashes), 0, -1):
+            found = self.conversations.find(hashes[depth - 1])
+            if found is not None:
+                return found[0], found[1], depth
+        return None
 
     def _config(self, system: str, goal: str, tools: list[dict[str, Any]],
                 template_kwargs: tuple[tuple[str, Any], ...]) -> Config:
@@ -522,15 +627,12 @@ class Proxy:
         hidden = 0
         while True:
             shown = await asyncio.to_thread(view, conversation.state)
-            completion = await self._upstream(conversation, shown.chat_messages(), shown.tools() or [], body,
-                                              shown.tokens, hidden > 0)
+            reply = await self._upstream(conversation, shown.chat_messages(), shown.tools() or [], body,
+                                         shown.tokens, hidden > 0)
             for key in usage:
-                value = (completion.get("usage") or {}).get(key)
-                usage[key] += value if isinstance(value, int) else 0
-            choice = (completion.get("choices") or [{}])[0]
-            reply = choice.get("message") or {}
-            content = _text(reply.get("content"), "the upstream reply")
-            calls = _calls(reply, "the upstream reply")
+                value = reply.usage.get(key)
+                usage[key] += value if type(value) is int else 0
+            choice, content, calls = reply.choice, reply.content, reply.calls
             output = await self._apply(conversation, ToolTurn(content, calls))
             assert isinstance(output, ToolTurnResult)
             environment = output.environment_calls
@@ -549,7 +651,7 @@ class Proxy:
         conversation.position += 1
         chain_hash = chain_next(conversation.head, AgentMessage("assistant", content, environment))
         self.conversations.add(chain_hash, conversation, conversation.mark(chain_hash))
-        result = dict(completion)
+        result = dict(reply.completion)
         result["choices"] = [{**choice, "index": 0, "message": returned, "finish_reason": finish}]
         result["usage"] = usage
         return Reply(result, hidden, shown.tokens, conversation.key)
@@ -557,13 +659,14 @@ class Proxy:
     async def _apply(self, conversation: Conversation, event: Event) -> Output:
         try:
             return await asyncio.to_thread(conversation.apply, event)
-        except StoreError as problem:
-            raise Refused(StoreError.code, f"the conversation's store failed: {problem}") from None
+        except StoreError as problem:  # a full disk, an I/O error: may pass on a retry (the same history)
+            raise Failed(503, "store_unavailable", f"the conversation's store failed: {problem}",
+                         retry_after=5) from None
         except ArcError as problem:
             raise Refused(problem.code, f"ARC refused the conversation: {problem}", _budget(conversation.state)) from None
 
     async def _upstream(self, conversation: Conversation, messages: list[dict[str, Any]],
-                        tools: list[dict[str, Any]], body: dict[str, Any], tokens: int, hidden: bool) -> dict[str, Any]:
+                        tools: list[dict[str, Any]], body: dict[str, Any], tokens: int, hidden: bool) -> UpstreamReply:
         state = conversation.state
         cap = state.config.max_completion
         request = {key: value for key, value in body.items()
@@ -578,28 +681,37 @@ class Proxy:
         max_tokens = min([cap, *asked])
         request.pop("max_completion_tokens", None)
         request["max_tokens"] = max_tokens
+        record = RoundRecord(conversation.key, hidden, tokens, state.setup.budget, state.setup.limit, max_tokens,
+                             0, None, bool(body.get("stream")), view_digest(messages, tools), conversation.seq)
+        self.rounds.append(record)
         try:
             response = await self.client.post(f"{self.settings.upstream}/chat/completions", json=request,
-                                              timeout=self.settings.timeout_s)
+                                              headers=UPSTREAM_HEADERS.get(), timeout=self.settings.timeout_s)
+        except httpx.TimeoutException as problem:
+            record.status = 504
+            raise Failed(504, "upstream_timeout", f"the upstream did not answer within {self.settings.timeout_s:g} s"
+                         f" ({type(problem).__name__})") from None
         except httpx.HTTPError as problem:
-            self.rounds.append(RoundRecord(conversation.key, hidden, tokens, state.setup.budget, state.setup.limit,
-                                           max_tokens, 502, None))
-            body_text = json.dumps(error_body(f"the upstream did not answer: {problem!r}", "upstream_unreachable", 502))
-            raise UpstreamError(502, body_text.encode("utf-8"), "application/json") from None
-        record = RoundRecord(conversation.key, hidden, tokens, state.setup.budget, state.setup.limit, max_tokens,
-                             response.status_code, None, bool(body.get("stream")), view_digest(messages, tools),
-                             conversation.seq)
-        self.rounds.append(record)
+            record.status = 502
+            raise Failed(502, "upstream_unreachable", f"the upstream did not answer: {problem!r}") from None
+        record.status = response.status_code
         if response.status_code != 200:
             raise UpstreamError(response.status_code, response.content,
                                 response.headers.get("content-type", "application/json"))
+        record.status = 502  # until it reads as a completion
+        raw = response.content
+        too_deep = nesting_problem(raw)
+        if too_deep is not None:
+            raise Failed(502, "upstream_malformed", f"the upstream's reply is JSON {too_deep}")
         try:
-            completion = response.json()
-        except ValueError:
-            raise UpstreamError(502, response.content, response.headers.get("content-type", "text/plain")) from None
-        prompt_tokens = (completion.get("usage") or {}).get("prompt_tokens")
-        record.upstream_prompt_tokens = prompt_tokens if isinstance(prompt_tokens, int) else None
-        return completion  # type: ignore[no-any-return]
+            decoded = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise Failed(502, "upstream_malformed", f"the upstream's reply is not JSON: {raw[:80]!r}") from None
+        reply = read_completion(decoded)
+        record.status = 200
+        prompt_tokens = reply.usage.get("prompt_tokens")
+        record.upstream_prompt_tokens = prompt_tokens if type(prompt_tokens) is int else None
+        return reply
 
 
 def view_digest(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
