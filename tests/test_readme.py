@@ -58,3 +58,15 @@ def test_every_path_of_arc_ref_named_by_the_docs_exists() -> None:
                       if not (ROOT / path).exists()})
     assert not missing, f"paths the docs name that are not in the repository: {missing}"
 
+
+def test_every_pip_install_of_the_readme_installs_this_checkout() -> None:
+    """arc-ref is not published on a package index: a README command that installs it names the checkout
+    (`pip install -e '.[EXTRAS]'`), never `arc-ref[...]`, which pip looks for on the index and does not find."""
+    import re
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```bash\n(.*?)^```", text, re.S | re.M)
+    installs = [line for block in blocks for line in block.splitlines() if "pip install" in line]
+    assert installs
+    by_name = [line for line in installs if re.search(r"pip install[^#]*['\"]?arc-ref\[", line)]
+    assert not by_name, f"README commands that look arc-ref up on the index: {by_name}"
