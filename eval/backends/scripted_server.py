@@ -79,7 +79,7 @@ from arc_ref.config import PRESETS, TEMPLATE_FORMAT, parse_tools
 from arc_ref.errors import ConfigError
 from arc_eval.errors import OK, USAGE, EvalError, InvalidInput
 from arc_eval.arguments import OneLineParser, once_each
-from arc_eval.backends.openai_backend import render_for_count
+from arc_eval.backends.server_counting import render_for_count
 from arc_eval.backends.servers import SCRIPTED_OWNER
 from arc_eval.counting import (
     DEFAULT_CHAT_FORMAT,
