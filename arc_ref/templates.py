@@ -290,6 +290,40 @@ def server_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]] | None:
     return [tool.server_dump() for tool in tools]
 
 
+RENDERING_DEFAULTS = (("add_generation_prompt", True), ("continue_final_message", False), ("documents", None),
+                      ("chat_template", None))
+"""A request's fields that change vLLM's rendering, at the values the core renders with."""
+
+
+def request_template_kwargs(request: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The ``chat_template_kwargs`` vLLM renders a chat request with, sorted by name (vLLM 0.32,
+    ``ChatCompletionRequest.build_chat_params``): the request's own ``chat_template_kwargs`` (none when absent:
+    Qwen3's ``enable_thinking`` is then undefined, not false), ``reasoning_effort`` when set, and, when the request
+    sets ``reasoning_effort`` but not ``enable_thinking``, ``enable_thinking = reasoning_effort != "none"``.
+    A server started with ``--default-chat-template-kwargs`` adds its own under these (not visible in a request).
+    ConfigError for a request the core cannot render as vLLM does (another template, documents, no generation
+    prompt, a continued final message, kwargs that are not an object of scalars)."""
+    from arc_ref.config import parse_template_kwargs
+
+    for name, default in RENDERING_DEFAULTS:
+        if name in request and request[name] != default and request[name] is not None:
+            raise ConfigError(f"{name}={json.dumps(request[name])[:40]}: the proxy counts prompts rendered with"
+                              f" the served template and {name}={json.dumps(default)} only")
+    given = request.get("chat_template_kwargs")
+    if given is None:
+        given = {}
+    if not isinstance(given, Mapping):
+        raise ConfigError(f"chat_template_kwargs must be an object, got {json.dumps(given)[:40]}")
+    kwargs = dict(parse_template_kwargs(dict(given)))
+    effort = request.get("reasoning_effort")
+    if effort is not None:
+        if not isinstance(effort, str):
+            raise ConfigError(f"reasoning_effort must be a string, got {json.dumps(effort)[:40]}")
+        kwargs["reasoning_effort"] = effort
+        kwargs.setdefault("enable_thinking", effort != "none")
+    return tuple(sorted(kwargs.items()))
+
+
 # --- loading a model directory ----------------------------------------------------------------------
 
 

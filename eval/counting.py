@@ -246,10 +246,13 @@ class TemplateCounter:
         """What the server renders: the template over vLLM's reading of the request (``arc_ref.templates``)."""
         return self.render_request([message.as_json() for message in messages], tools)
 
-    def render_request(self, messages: Sequence[Any], tools: Sequence[ToolSpec] = ()) -> str:
-        """The same for OpenAI JSON messages (a server's view of a request)."""
+    def render_request(self, messages: Sequence[Any], tools: Sequence[ToolSpec] = (),
+                       template_kwargs: tuple[tuple[str, Any], ...] | None = None) -> str:
+        """The same for OpenAI JSON messages (a server's view of a request), with the request's own template kwargs
+        when given (``arc_ref.templates.request_template_kwargs``), else this counter's."""
         source = self.source.tool_source if (tools and self.source.tool_source is not None) else self.source.source
-        template = compiled_template(source, self.source.special_tokens, self.template_kwargs, self.directory)
+        kwargs = self.template_kwargs if template_kwargs is None else template_kwargs
+        template = compiled_template(source, self.source.special_tokens, kwargs, self.directory)
         return template.render(server_conversation(messages), server_tools(tuple(tools)), True)
 
     def count(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:

@@ -21,6 +21,10 @@ user message a `UserMessage`. The upstream request is the agent's own with ``mes
 called again (at most ``max_hidden_rounds`` hidden rounds); calls to the agent's tools go back with ARC's
 calls stripped, so the agent never sees an ARC tool name. ``usage`` is the sum over the rounds.
 
+Counting. Each view is counted with the served template and the ``chat_template_kwargs`` the upstream renders
+that request with (`arc_ref.templates.request_template_kwargs`: the request's own, none when it sends none), so
+the count is the upstream's ``usage.prompt_tokens`` exactly; the kwargs are part of the conversation's root.
+
 Errors. Upstream errors pass back unchanged (the agent's events are kept: its retry resends the same
 history and resumes). ARC's own refusals (a configuration whose K exceeds L, capacity, a turn that can never
 fit R, a malformed history) are HTTP 400 with a typed body ``{"error": {"type": "arc_refused", "code": ...,
@@ -64,6 +68,7 @@ from arc_ref.message import ToolCall
 from arc_ref.persist import DurableStore, StoreError
 from arc_ref.persist.postgres import is_database_url, shown_url
 from arc_ref.session import TOOL_MODE_SYSTEM
+from arc_ref.templates import request_template_kwargs
 from arc_ref.tools import ARC_TOOL_NAMES, DEFAULT_MAX_HIDDEN_ROUNDS
 from arc_ref.trace import event_from_line, parse_line
 
@@ -106,7 +111,8 @@ class UpstreamError(Exception):
 
 
 def _text(content: Any, where: str) -> str:
-    """A message's text: a string, null, or a list of text parts (joined); anything else is refused."""
+    """A message's text: a string, null, or a list of text parts (joined with newlines, as vLLM does); anything
+    else is refused."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -117,7 +123,7 @@ def _text(content: Any, where: str) -> str:
             if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 raise Refused("unsupported_content", f"{where}: only text content is supported (text parts)")
             texts.append(part["text"])
-        return "".join(texts)
+        return "\n".join(texts)  # as vLLM joins text parts
     raise Refused("bad_message", f"{where}: content must be a string or a list of text parts")
 
 
@@ -186,10 +192,13 @@ def agent_message(message: Any, number: int) -> AgentMessage:
     return AgentMessage(role, text, _calls(message, where) if role == "assistant" else (), None, name)
 
 
-def chain_root(model: str, tools: Sequence[Mapping[str, Any]], system: str, explicit: str | None) -> str:
-    """The root of a conversation's hash chain: the model, the canonical tools list, the system text, the name."""
+def chain_root(model: str, tools: Sequence[Mapping[str, Any]], system: str, explicit: str | None,
+               template_kwargs: Sequence[tuple[str, Any]] = ()) -> str:
+    """The root of a conversation's hash chain: the model, the canonical tools list, the system text, the name,
+    and the chat template's kwargs the upstream renders with (they change every count)."""
     canonical_tools = json.dumps(list(tools), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return _digest(json.dumps([model, canonical_tools, system, explicit], ensure_ascii=False))
+    return _digest(json.dumps([model, canonical_tools, system, explicit, [list(item) for item in template_kwargs]],
+                              ensure_ascii=False))
 
 
 def chain_next(previous: str, message: AgentMessage) -> str:
@@ -340,9 +349,11 @@ class Conversations:
             return None
         return next(((c, m) for c, m in found if c.position == m.position), found[-1])
 
-    def config(self, system: str, goal: str, tools: list[dict[str, Any]]) -> Config:
+    def config(self, system: str, goal: str, tools: list[dict[str, Any]],
+               template_kwargs: tuple[tuple[str, Any], ...] = ()) -> Config:
         overrides = {**self.settings.overrides, "tokenizer": self.settings.tokenizer, "chat_format": "template",
-                     "action_mode": "tools", "tools": tools, "system": system, "goal": goal}
+                     "action_mode": "tools", "tools": tools, "system": system, "goal": goal,
+                     "template_kwargs": template_kwargs}
         return preset(self.settings.preset_name, **overrides)
 
     def new(self, config: Config, events: Sequence[Event] = ()) -> Conversation:
@@ -407,9 +418,10 @@ def _event(message: AgentMessage) -> Event:
 
 
 def parse_request(body: Mapping[str, Any], explicit: str | None
-                  ) -> tuple[list[AgentMessage], list[dict[str, Any]], str, list[str]]:
-    """A chat request's agent messages (the leading system messages taken out), its tools, its system text and
-    the hash chain over its messages (one hash per message); Refused when it is malformed."""
+                  ) -> tuple[list[AgentMessage], list[dict[str, Any]], str, list[str], tuple[tuple[str, Any], ...]]:
+    """A chat request's agent messages (the leading system messages taken out), its tools, its system text, the
+    hash chain over its messages (one hash per message) and the chat template's kwargs the upstream renders it
+    with (`request_template_kwargs`: part of the chain's root); Refused when it is malformed."""
     if not isinstance(body.get("messages"), list) or not body["messages"]:
         raise Refused("bad_request", "messages must be a non-empty list")
     model = body.get("model")
@@ -423,12 +435,16 @@ def parse_request(body: Mapping[str, Any], explicit: str | None
     if not messages or messages[0].role != "user":
         raise Refused("bad_message", "the first message after the system prompt must be the user's task")
     system = "\n\n".join(system_parts)
+    try:  # counted as the upstream renders this request (without them Qwen3's enable_thinking is undefined)
+        template_kwargs = request_template_kwargs(body)
+    except ArcError as problem:
+        raise Refused("unsupported", str(problem)) from None
     hashes = []
-    previous = chain_root(model, tools, system, explicit)
+    previous = chain_root(model, tools, system, explicit, template_kwargs)
     for message in messages:
         previous = chain_next(previous, message)
         hashes.append(previous)
-    return messages, tools, system, hashes
+    return messages, tools, system, hashes, template_kwargs
 
 
 @attrs.define
@@ -454,8 +470,8 @@ class Proxy:
         self.conversations.close()
 
     async def complete(self, body: dict[str, Any], explicit: str | None) -> Reply:
-        messages, tools, system, hashes = parse_request(body, explicit)
-        conversation, mark, start = await self._resume(hashes, messages, system, tools)
+        messages, tools, system, hashes, template_kwargs = parse_request(body, explicit)
+        conversation, mark, start = await self._resume(hashes, messages, system, tools, template_kwargs)
         async with conversation.lock:
             if conversation.position == mark.position:
                 return await self._run(conversation, messages[start:], hashes[start:], body)
@@ -465,7 +481,8 @@ class Proxy:
             return await self._run(forked, messages[start:], hashes[start:], body)
 
     async def _resume(self, hashes: list[str], messages: list[AgentMessage], system: str,
-                      tools: list[dict[str, Any]]) -> tuple[Conversation, Mark, int]:
+                      tools: list[dict[str, Any]], template_kwargs: tuple[tuple[str, Any], ...]
+                      ) -> tuple[Conversation, Mark, int]:
         """The conversation at the request's deepest known message, its mark there, and that depth."""
         async with self.conversations._lock:
             for depth in range(len(hashes), 0, -1):
@@ -473,7 +490,7 @@ class Proxy:
                 if found is not None:
                     return found[0], found[1], depth
             goal = messages[0].text
-            config = await asyncio.to_thread(self._config, system, goal, tools)
+            config = await asyncio.to_thread(self._config, system, goal, tools, template_kwargs)
             try:
                 conversation = await asyncio.to_thread(self.conversations.new, config)
             except ArcError as problem:  # K > L for this system prompt and goal, most often
@@ -483,10 +500,11 @@ class Proxy:
             self.conversations.add(hashes[0], conversation, mark)
             return conversation, mark, 1
 
-    def _config(self, system: str, goal: str, tools: list[dict[str, Any]]) -> Config:
+    def _config(self, system: str, goal: str, tools: list[dict[str, Any]],
+                template_kwargs: tuple[tuple[str, Any], ...]) -> Config:
         shown_system = f"{system}\n\n{ARC_NOTE}" if system else TOOL_MODE_SYSTEM
         try:
-            return self.conversations.config(shown_system, goal, tools)
+            return self.conversations.config(shown_system, goal, tools, template_kwargs)
         except ArcError as problem:
             raise Refused("configuration", f"ARC cannot hold this conversation: {problem}") from None
 
@@ -737,7 +755,8 @@ def build_app(settings: ProxySettings) -> Any:
 def settings_from(arguments: argparse.Namespace, parse_setting: Callable[[str], tuple[str, object]]) -> ProxySettings:
     """The settings of `arc-ref proxy`'s arguments (ValueError or ArcError when they are refused)."""
     overrides = dict(parse_setting(text) for text in arguments.set)
-    fixed = sorted(set(overrides) & {"tokenizer", "chat_format", "action_mode", "tools", "system", "goal"})
+    fixed = sorted(set(overrides) & {"tokenizer", "chat_format", "action_mode", "tools", "system", "goal",
+                                     "template_kwargs"})
     if fixed:
         raise ValueError(f"--set {', '.join(fixed)}: fixed by the proxy (from --tokenizer and each request)")
     if arguments.max_hidden_rounds < 0:

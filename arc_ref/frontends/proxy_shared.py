@@ -153,12 +153,12 @@ class SharedProxy(Proxy):
     async def complete(self, body: dict[str, Any], explicit: str | None) -> Reply:
         """One request in one transaction. The database unavailable (down, restarting): the request is tried again
         from the start (nothing of it was kept) until ``store_retry_s`` has passed, then answered 503."""
-        messages, tools, system, hashes = parse_request(body, explicit)
+        messages, tools, system, hashes, template_kwargs = parse_request(body, explicit)
         deadline = time.monotonic() + self.settings.store_retry_s
         delay = 0.1
         while True:
             try:
-                return await self._complete_once(messages, tools, system, hashes, body)
+                return await self._complete_once(messages, tools, system, hashes, body, template_kwargs)
             except StoreUnavailable as problem:
                 if time.monotonic() + delay > deadline:
                     raise StoreFailed(problem) from None
@@ -172,14 +172,15 @@ class SharedProxy(Proxy):
                 raise StoreFailed(problem) from None
 
     async def _complete_once(self, messages: list[AgentMessage], tools: list[dict[str, Any]], system: str,
-                             hashes: list[str], body: dict[str, Any]) -> Reply:
+                             hashes: list[str], body: dict[str, Any],
+                             template_kwargs: tuple[tuple[str, Any], ...] = ()) -> Reply:
         async with self.database.connection() as connection:
             transaction = RequestTransaction(self.database, connection)
             expected_key = self.seen.deepest(hashes)
             expected = self.cache.get(expected_key) if expected_key is not None else None
             found, rows = await transaction.begin(hashes, expected)
             if found is None:
-                state = await asyncio.to_thread(self._new_state, system, messages[0].text, tools)
+                state = await asyncio.to_thread(self._new_state, system, messages[0].text, tools, template_kwargs)
                 line = encode_config_line(config_line(state.config))
                 transaction.create(uuid.uuid4().hex, line, hashes[0])
                 start = 1
@@ -200,8 +201,9 @@ class SharedProxy(Proxy):
                                                   conversation.state))
             return reply
 
-    def _new_state(self, system: str, goal: str, tools: list[dict[str, Any]]) -> ArcState:
-        config = self._config(system, goal, tools)
+    def _new_state(self, system: str, goal: str, tools: list[dict[str, Any]],
+                   template_kwargs: tuple[tuple[str, Any], ...] = ()) -> ArcState:
+        config = self._config(system, goal, tools, template_kwargs)
         try:
             return init(config)
         except ArcError as problem:  # K > L for this system prompt and goal, most often

@@ -14,7 +14,9 @@ Endpoints (the subset of vLLM's server the harness uses):
 
 Prompt length. Given a model directory (``--tokenizer DIR`` or ``hf-dir:DIR``), the prompt is
 that model's own chat template rendered as vLLM renders it, tools and tool calls included, and
-encoded with its tokenizer (`arc_eval.counting.TemplateCounter`); otherwise it is the ChatML
+encoded with its tokenizer (`arc_eval.counting.TemplateCounter`), with the request's own
+``chat_template_kwargs`` as vLLM reads them (`arc_ref.templates.request_template_kwargs`: none sent, none used,
+so Qwen3's ``enable_thinking`` is undefined); otherwise it is the ChatML
 rendering of the messages (hermes-style tool calls, an approximation of Qwen's template) counted
 with an `arc_ref` tokenizer (``o200k_base`` by default). With
 ``max_model_len`` L and a prompt of N tokens, it answers as vLLM >= 0.32 does (the texts of
@@ -76,6 +78,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from arc_ref.config import PRESETS, TEMPLATE_FORMAT, parse_tools
+from arc_ref.templates import request_template_kwargs
 from arc_ref.errors import ConfigError
 from arc_eval.errors import OK, USAGE, EvalError, InvalidInput
 from arc_eval.arguments import OneLineParser, once_each
@@ -459,12 +462,15 @@ class ScriptedServer:
         return messages
 
     def count_messages(
-        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
+        request: Mapping[str, Any] | None = None,
     ) -> list[int]:
-        """Token ids of the prompt the way this server renders it (chat and /tokenize alike)."""
+        """Token ids of the prompt the way this server renders it (chat and /tokenize alike): with the model's
+        template, the ``chat_template_kwargs`` vLLM derives from ``request`` (none when it sends none)."""
         if self.template is not None:
             specs = parse_tools(list(tools)) if tools else ()
-            return self.tokenizer.encode(self.template.render_request(messages, specs))
+            kwargs = request_template_kwargs(request or {})
+            return self.tokenizer.encode(self.template.render_request(messages, specs, kwargs))
         return self.tokenizer.encode(render_for_count(messages, tools, self.chat_format))
 
     def _tokenize(self, body: bytes) -> tuple[int, dict[str, Any]]:
@@ -479,7 +485,7 @@ class ScriptedServer:
             if isinstance(messages, tuple):
                 return messages
             try:
-                tokens = self.count_messages(messages, request.get("tools"))
+                tokens = self.count_messages(messages, request.get("tools"), request)
             except ConfigError as bad:  # a malformed tool, or a conversation the template refuses
                 return _error(400, str(bad), "BadRequestError")
         return 200, {"count": len(tokens), "max_model_len": self.max_model_len, "tokens": tokens}
@@ -507,7 +513,7 @@ class ScriptedServer:
         if tools and not self.auto_tool_choice and tool_choice in (None, "auto"):
             return _error(400, TOOL_CHOICE_MESSAGE, "BadRequestError")
         try:
-            prompt_tokens = len(self.count_messages(messages, tools))
+            prompt_tokens = len(self.count_messages(messages, tools, request))
         except ConfigError as bad:  # a malformed tool, or a conversation the template refuses
             return _error(400, str(bad), "BadRequestError")
         requested = request.get("max_tokens")
