@@ -82,7 +82,7 @@ from arc_ref.templates import request_template_kwargs
 from arc_ref.errors import ConfigError
 from arc_eval.errors import OK, USAGE, EvalError, InvalidInput
 from arc_eval.arguments import OneLineParser, once_each
-from arc_eval.backends.openai_backend import render_for_count
+from arc_eval.backends.server_counting import render_for_count
 from arc_eval.backends.servers import SCRIPTED_OWNER
 from arc_eval.counting import (
     DEFAULT_CHAT_FORMAT,
