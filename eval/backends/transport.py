@@ -22,7 +22,7 @@ import ssl
 import sys
 import time
 import zlib
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping, Protocol
 
 import httpx
 from attrs import frozen
@@ -31,9 +31,6 @@ from arc_eval.backends.faults import configuration_fault, refusal_message, retry
 from arc_eval.errors import InvalidInput
 from arc_eval.types import BackendReplyError, BackendRequestError, BackendUnavailable
 from arc_ref.openai_wire import error_message as body_message
-
-if TYPE_CHECKING:
-    from arc_eval.backends.openai_backend import OpenAIOptions
 
 # The check before the first task (issue 19): a server that is down fails in seconds, a line per attempt.
 PREFLIGHT_RETRIES = 2
@@ -45,6 +42,24 @@ MAX_TIMEOUT_S = 86_400.0
 MAX_RETRIES = 100
 
 Route = tuple[int, int]  # (replica, client shard) of a call
+
+
+class ConnectionOptions(Protocol):
+    """The connection's options a `Transport` reads (`OpenAIOptions` has them: declared here, so that the transport
+    does not import the backend that builds it)."""
+
+    @property
+    def base_urls(self) -> tuple[str, ...]: ...
+    @property
+    def api_key(self) -> str | None: ...
+    @property
+    def connect_timeout_s(self) -> float: ...
+    @property
+    def first_byte_timeout_s(self) -> float | None: ...
+    @property
+    def request_timeout_s(self) -> float: ...
+    @property
+    def max_retries(self) -> int: ...
 
 
 @frozen
@@ -102,7 +117,7 @@ class Transport:
     """The HTTP side of an OpenAI backend: one client per shard (made in the running event loop), the replicas'
     endpoints, routing, and ``send`` with its timeouts and retries (see the module docstring)."""
 
-    def __init__(self, options: OpenAIOptions, tuning: TransportTuning = TransportTuning(),
+    def __init__(self, options: ConnectionOptions, tuning: TransportTuning = TransportTuning(),
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         """``options``' api key None reads ``OPENAI_API_KEY`` (empty: none); its first-byte timeout None is the
         request timeout (a non-streamed answer starts when it is complete)."""
