@@ -265,14 +265,16 @@ def read_message(line: bytes) -> JSONRPCMessage | str:
     The SDK's stdio reader replaces invalid UTF-8 with U+FFFD and drops, without an answer, any line its
     parser refuses (a lone-surrogate escape, an integer past 4,300 digits, deep nesting, a batch): the client
     then waits forever. Here every such line is answered, and bytes are never replaced. A line of JSON text
-    that holds a value no reader takes (`UnreadableValue`) is answered under its id when the id can be read
-    (`readable_id`): JSON-RPC leaves the id null only where it could not be read.
+    that holds a value no reader takes (`UnreadableValue`), or that is not UTF-8 text, is answered under its id
+    when the id can be read (`readable_id`): JSON-RPC leaves the id null only where it could not be read.
     """
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as bad:
+        # the id is still read where it can be: each byte that is not UTF-8 becomes a lone surrogate
+        # (surrogateescape), which `readable_id` never takes as part of an id
         return _error_line(PARSE_ERROR, f"Parse error: not UTF-8 text (invalid byte at offset {bad.start});"
-                                        " nothing was stored")
+                                        " nothing was stored", readable_id(line.decode("utf-8", "surrogateescape")))
     try:
         value: Any = strict_json(text)
     except UnreadableValue as problem:

@@ -83,7 +83,7 @@ from arc_ref.openai_wire import error_body
 from arc_ref.serving import listening_socket
 from arc_eval.errors import OK, USAGE, EvalError, InvalidInput
 from arc_eval.arguments import OneLineParser, once_each
-from arc_eval.backends.openai_backend import render_for_count
+from arc_eval.backends.server_counting import render_for_count
 from arc_eval.backends.servers import SCRIPTED_OWNER
 from arc_eval.counting import (
     DEFAULT_CHAT_FORMAT,
