@@ -517,7 +517,7 @@ def read_completion(completion: Any) -> UpstreamReply:
         return Failed(502, "upstream_malformed", f"the upstream's reply is not a chat completion: {why}")
 
     if not isinstance(completion, dict):
-        raise malformed(f"the body is {type(completion).__name__}, not an object")
+        raise malformed(f"the body is {json.dumps(completion)[:40]}, not an object")
     choices = completion.get("choices")
     if not isinstance(choices, list) or not choices:
         raise malformed("no choices")
@@ -690,7 +690,7 @@ class Proxy:
         except httpx.TimeoutException as problem:
             record.status = 504
             raise Failed(504, "upstream_timeout", f"the upstream did not answer within {self.settings.timeout_s:g} s"
-                         f" ({type(problem).__name__})") from None
+                         f" ({problem!r})") from None
         except httpx.HTTPError as problem:
             record.status = 502
             raise Failed(502, "upstream_unreachable", f"the upstream did not answer: {problem!r}") from None
@@ -817,8 +817,8 @@ def served_window(settings: ProxySettings, timeout_s: float = 10.0) -> int | Non
         response = httpx.get(f"{settings.upstream}/models", headers=upstream_headers(settings, None),
                              timeout=timeout_s)
     except httpx.HTTPError as problem:
-        raise StartRefused(f"the upstream {settings.upstream} does not answer GET /models ({type(problem).__name__}"
-                           f"{': ' + str(problem) if str(problem) else ''}); start it first, or give its window:"
+        raise StartRefused(f"the upstream {settings.upstream} does not answer GET /models ({problem!r}); start it"
+                           " first, or give its window:"
                            " --context-limit N") from None
     try:
         cards = response.json().get("data") if response.status_code == 200 else None
