@@ -46,7 +46,7 @@ from typing import Any, Callable, Mapping, Sequence
 import attrs
 import httpx
 
-from arc_ref.config import Config, parse_tools, preset
+from arc_ref.config import Config, preset
 from arc_ref.errors import ArcError
 from arc_ref.machine import (
     ArcState,
