@@ -7,7 +7,6 @@ and gets a `ChatReply` back (or a `ContextOverflow`), the loop runs actions in a
 
 from __future__ import annotations
 
-import json
 from typing import Any, Mapping, Protocol, Sequence, TextIO
 
 from attrs import field, frozen

@@ -41,8 +41,7 @@ from typing import Iterable, Iterator
 from attrs import frozen
 
 from arc_ref.config import Config
-from arc_ref.errors import ArcError
-from arc_ref.machine import ArcState, Event, RequestView, init, step
+from arc_ref.machine import ArcState, Event, init, step
 from arc_ref.persist import snapshot
 from arc_ref.persist.acknowledgement import (
     ACK_SUFFIX,
@@ -90,7 +89,7 @@ from arc_ref.persist.sqlite_file import (
     writer_pragmas,
 )
 from arc_ref.persist.wal_damage import connect_without_wal, has_wal, rows_without_wal
-from arc_ref.trace import TraceError, config_line, encode_config_line, event_from_line, parse_line
+from arc_ref.trace import config_line, encode_config_line
 
 SNAPSHOT_MIN_EVENTS = 1000  # a writer snapshots after at least this many new events ...
 SNAPSHOT_GROWTH = 0.25  # ... and at least this fraction of the events already covered by the last snapshot
@@ -426,21 +425,10 @@ class DurableStore:
                 found = connection.execute("SELECT checksum FROM events WHERE seq = ?",
                                            (acknowledged.seq,)).fetchone()
                 watched = None if found is None else bytes(found[0]).decode("ascii", "replace")
-            for number, line, stored_checksum in connection.execute(
-                    "SELECT seq, line, checksum FROM events WHERE seq > ? ORDER BY seq", (seq,)):
-                if number != seq + 1:
-                    raise StoreCorrupt(f"{str(self.path)!r}: row {seq + 1} is missing (the next row is {number})")
-                line = bytes(line)
-                checksum = chain(checksum, number, line)
-                if stored_checksum != checksum.encode("ascii"):
-                    raise StoreCorrupt(f"{str(self.path)!r}: row {number} fails its checksum (damaged or edited)")
-                try:
-                    event = event_from_line(parse_line(line))
-                    if isinstance(event, RequestView):
-                        raise TraceError("a view request is not an event of the log")
-                    state, _ = step(state, event)
-                except (TraceError, ArcError) as problem:
-                    raise StoreCorrupt(f"{str(self.path)!r}: row {number}: {problem}") from None
+            where = f"{str(self.path)!r}"
+            after = connection.execute("SELECT seq, line, checksum FROM events WHERE seq > ? ORDER BY seq", (seq,))
+            for number, line, checksum in checked_rows(after, where, seq, checksum):
+                state = fold_row(state, number, line, where)
                 seq = number
                 if acknowledged is not None and number == acknowledged.seq:
                     watched = checksum
