@@ -33,7 +33,6 @@ fit R, a malformed history) are HTTP 400 with a typed body ``{"error": {"type": 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextvars
 import hashlib

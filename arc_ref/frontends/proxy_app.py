@@ -14,7 +14,6 @@ from typing import Any, AsyncIterator, Callable, Mapping
 import attrs
 import httpx
 
-from arc_ref.errors import ArcError
 from arc_ref.frontends.exit_status import OK, USAGE
 from arc_ref.frontends.proxy import (
     CONVERSATION_HEADER,
