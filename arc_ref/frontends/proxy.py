@@ -65,7 +65,7 @@ from arc_ref.machine import (
     view,
 )
 from arc_ref.json_limits import nesting_problem
-from arc_ref.frontends.proxy_options import DEFAULT_MAX_BODY_MB, UPSTREAM_KEY_ENV, ProxyOptions
+from arc_ref.frontends.proxy_options import DEFAULT_MAX_BODY_MB, DEFAULT_MAX_CONVERSATIONS, UPSTREAM_KEY_ENV, ProxyOptions
 from arc_ref.message import ToolCall
 from arc_ref.options import unique_settings
 from arc_ref.openai_wire import TOOL_SHAPE, ShapeError, arguments_text, content_parts, error_body, read_tool, \
@@ -314,6 +314,7 @@ class ProxySettings:
     timeout_s: float = 600.0
     context_limit: int | None = None  # the served window; None: --set context_limit or the preset's (`prepare`)
     max_body_bytes: int = DEFAULT_MAX_BODY_MB * 2**20
+    max_conversations: int = DEFAULT_MAX_CONVERSATIONS  # conversations kept in memory (the least recent leave)
     upstream_api_key: str | None = attrs.field(default=None, repr=False)
 
 
@@ -340,8 +341,11 @@ class Conversations:
     def __init__(self, settings: ProxySettings) -> None:
         self.settings = settings
         self.index: dict[str, list[tuple[Conversation, Mark]]] = {}  # every conversation that passed a hash
-        self.by_key: dict[str, Conversation] = {}
+        self.by_key: dict[str, Conversation] = {}  # those in memory, the least recently used first
+        self.hashes_of: dict[str, list[str]] = {}  # a conversation in memory -> the chain hashes it passed
+        self.on_disk: dict[str, str] = {}  # a chain hash of a conversation evicted from memory -> its folder
         self.set_aside: dict[str, str] = {}  # a conversation of --store that cannot be reopened: why
+        self.evicted = 0
         self._lock = asyncio.Lock()
         if settings.store is not None:
             settings.store.mkdir(parents=True, exist_ok=True)
@@ -352,15 +356,30 @@ class Conversations:
                     self.set_aside[directory.name] = " ".join(str(problem).split())
                     print(f"arc-ref proxy: conversation {directory.name} set aside (its requests start a new"
                           f" conversation): {self.set_aside[directory.name]}", file=sys.stderr, flush=True)
+            for store in self.evict_over_limit():  # memory and open files bounded from the start
+                store.close()
 
     def _reopen(self, directory: Path) -> None:
         """A conversation of a previous run: its store reopened (the fold of its events), its marks read back."""
+        self.register(directory, *self.load(directory))
+
+    @staticmethod
+    def load(directory: Path) -> tuple[DurableStore, ConversationIndex, list[IndexMark]]:
+        """A stored conversation's store opened and its marks read (blocking: a worker thread at run time);
+        StoreError or OSError when it cannot be."""
         store = DurableStore.open(directory / "task.arc")
         try:
             index, marks = MarkFile.open(directory, store.seq, ((row.seq, row.checksum) for row in store.events()))
         except BaseException:
             store.close(snapshot=False)
             raise
+        return store, index, list(marks)
+
+    def register(self, directory: Path, store: DurableStore, index: ConversationIndex,
+                 marks: list[IndexMark]) -> Conversation:
+        """A conversation `load` opened, in memory again: its marks in the index (in the event loop)."""
+        for chain_hash in [item.chain_hash for item in marks]:
+            self.on_disk.pop(chain_hash, None)
         conversation = Conversation(directory.name, store.state, store, directory, seq=store.seq, index=index)
         last: Mark | None = None
         for item in marks:  # checked (StoreCorrupt names a damaged line); a line cut by a crash is dropped
@@ -371,9 +390,41 @@ class Conversations:
         if last is not None and last.seq != store.seq:  # events stored after the last mark (a crash mid-request):
             conversation.position = -1  # never resumed in place: a request forks at its mark instead
         self.by_key[conversation.key] = conversation
+        return conversation
 
     def add(self, chain_hash: str, conversation: Conversation, mark: Mark) -> None:
         self.index.setdefault(chain_hash, []).append((conversation, mark))
+        self.hashes_of.setdefault(conversation.key, []).append(chain_hash)
+
+    def used(self, conversation: Conversation) -> None:
+        """``conversation`` used now: the last to leave memory."""
+        if self.by_key.pop(conversation.key, None) is not None:
+            self.by_key[conversation.key] = conversation
+
+    def evict_over_limit(self) -> list[DurableStore]:
+        """Conversations out of memory, the least recently used first, until at most ``max_conversations`` stay
+        (one a request holds stays). A stored one keeps only its chain hashes here (``on_disk``) and is reopened
+        from its store by its next request; one in memory only is forgotten (its agent's next request, the
+        whole history, builds it again). Returns the stores to close (blocking: a worker thread)."""
+        closing: list[DurableStore] = []
+        for conversation in list(self.by_key.values()):
+            if len(self.by_key) <= self.settings.max_conversations:
+                break
+            if conversation.lock.locked():
+                continue
+            del self.by_key[conversation.key]
+            self.evicted += 1
+            for chain_hash in self.hashes_of.pop(conversation.key, []):
+                kept = [(c, m) for c, m in self.index.get(chain_hash, ()) if c is not conversation]
+                if kept:
+                    self.index[chain_hash] = kept
+                else:
+                    self.index.pop(chain_hash, None)
+                if conversation.store is not None:
+                    self.on_disk[chain_hash] = conversation.key
+            if conversation.store is not None:
+                closing.append(conversation.store)
+        return closing
 
     def find(self, chain_hash: str) -> tuple[Conversation, Mark] | None:
         """A conversation that passed ``chain_hash``: one still there (resumed in place) when there is one."""
@@ -421,7 +472,7 @@ class Conversations:
         return child
 
     def close(self) -> None:
-        for conversation in self.by_key.values():
+        for conversation in list(self.by_key.values()):
             if conversation.store is not None:
                 conversation.store.close()
 
@@ -561,20 +612,26 @@ class Proxy:
 
     async def complete(self, body: dict[str, Any], explicit: str | None) -> Reply:
         messages, tools, system, hashes, template_kwargs = parse_request(body, explicit)
-        conversation, mark, start = await self._resume(hashes, messages, system, tools, template_kwargs)
-        async with conversation.lock:
-            if conversation.position == mark.position:
-                return await self._run(conversation, messages[start:], hashes[start:], body)
-            # it moved on (another request of this history, or the agent edited or regenerated): fork at the mark
-            forked = await asyncio.to_thread(self.conversations.fork, conversation, mark)
-        async with forked.lock:
-            return await self._run(forked, messages[start:], hashes[start:], body)
+        try:
+            conversation, mark, start = await self._resume(hashes, messages, system, tools, template_kwargs)
+            async with conversation.lock:
+                self.conversations.used(conversation)
+                if conversation.position == mark.position:
+                    return await self._run(conversation, messages[start:], hashes[start:], body)
+                # it moved on (another request of this history, or the agent edited or regenerated): fork here
+                forked = await asyncio.to_thread(self.conversations.fork, conversation, mark)
+            async with forked.lock:
+                return await self._run(forked, messages[start:], hashes[start:], body)
+        finally:
+            closing = self.conversations.evict_over_limit()
+            if closing:
+                await asyncio.to_thread(_close_all, closing)
 
     async def _resume(self, hashes: list[str], messages: list[AgentMessage], system: str,
                       tools: list[dict[str, Any]], template_kwargs: tuple[tuple[str, Any], ...]
                       ) -> tuple[Conversation, Mark, int]:
         """The conversation at the request's deepest known message, its mark there, and that depth."""
-        found = self._deepest(hashes)
+        found = await self._found(hashes)
         if found is not None:
             return found
         # a new conversation: its configuration (the goal and tools counted, possibly a long text) is made outside
@@ -595,6 +652,31 @@ class Proxy:
             mark = conversation.mark(hashes[0])
             self.conversations.add(hashes[0], conversation, mark)
             return conversation, mark, 1
+
+    async def _found(self, hashes: list[str]) -> tuple[Conversation, Mark, int] | None:
+        """`_deepest`, a conversation evicted from memory reopened from its store first when it passed a deeper
+        hash than any in memory; a store that cannot be reopened is set aside (the request starts afresh)."""
+        while True:
+            found = self._deepest(hashes)
+            depth = found[2] if found is not None else 0
+            key = next((self.conversations.on_disk[chain_hash] for chain_hash in reversed(hashes[depth:])
+                        if chain_hash in self.conversations.on_disk), None)
+            if key is None or self.settings.store is None:
+                return found
+            async with self.conversations._lock:
+                if key in self.conversations.by_key:
+                    continue
+                directory = self.settings.store / key
+                try:
+                    loaded = await asyncio.to_thread(Conversations.load, directory)
+                except (StoreError, OSError, ValueError) as problem:
+                    for chain_hash in [h for h, owner in self.conversations.on_disk.items() if owner == key]:
+                        del self.conversations.on_disk[chain_hash]
+                    self.conversations.set_aside[key] = " ".join(str(problem).split())
+                    print(f"arc-ref proxy: conversation {key} set aside: {self.conversations.set_aside[key]}",
+                          file=sys.stderr, flush=True)
+                    continue
+                self.conversations.register(directory, *loaded)
 
     def _deepest(self, hashes: list[str]) -> tuple[Conversation, Mark, int] | None:
         for depth in range(len(hashes), 0, -1):
@@ -713,6 +795,11 @@ class Proxy:
         return reply
 
 
+def _close_all(stores: list[DurableStore]) -> None:
+    for store in stores:
+        store.close()
+
+
 def view_digest(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
     """What the upstream was shown, as one digest: runs of the same requests compare by it (issue 30)."""
     return _digest(json.dumps({"messages": messages, "tools": tools}, sort_keys=True, ensure_ascii=False))
@@ -802,7 +889,8 @@ def settings_from(options: ProxyOptions, parse_setting: Callable[[str], tuple[st
     return ProxySettings(upstream=upstream, tokenizer=f"{HF_DIR_PREFIX}{directory.resolve()}", preset_name=options.preset,
                          overrides=overrides, store=store, database=database,
                          max_hidden_rounds=options.max_hidden_rounds, context_limit=context_limit,
-                         max_body_bytes=options.max_body_mb * 2**20, upstream_api_key=upstream_key)
+                         max_body_bytes=options.max_body_mb * 2**20, upstream_api_key=upstream_key,
+                         max_conversations=options.max_conversations)
 
 
 def _shown(text: str) -> str:
