@@ -907,6 +907,9 @@ def served_window(settings: ProxySettings, timeout_s: float = 10.0) -> int | Non
         raise StartRefused(f"the upstream {settings.upstream} does not answer GET /models ({problem!r}); start it"
                            " first, or give its window:"
                            " --context-limit N") from None
+    if response.status_code in (401, 403):
+        raise StartRefused(f"GET {settings.upstream}/models answered {response.status_code}: the upstream needs a key"
+                           " (--upstream-api-key, or $ARC_UPSTREAM_API_KEY), or give its window: --context-limit N")
     try:
         cards = response.json().get("data") if response.status_code == 200 else None
     except (ValueError, RecursionError, AttributeError):
