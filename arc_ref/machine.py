@@ -12,8 +12,10 @@ calls; calls to ARC's own tools are answered here) and the environment answers e
 ToolResult (stored like an observation), and a user message after the goal is a UserMessage (stored like an
 observation, shown as a user message, a unit of its own); Observe and AgentTurn belong to text mode.
 
-Invariant kept by every transition: tokens(H) <= R. When an append makes the recent suffix exceed R,
-the compaction routine runs at once (the proactive trigger), so a view is always within budget.
+Invariant kept by every transition (spec/rendering.md section 11.1, `arc_ref.trigger`): under layout "paper"
+tokens(H) <= R; under layout "lean" S, G, U within M, P, Q and tokens(S) + tokens(G) + tokens(U) + tokens(H) <=
+M + R + P + Q, H using what the others leave. When an append would break it the compaction routine runs at once
+(the proactive trigger), so a view is always within K; under "lean" the cost model may also fold earlier.
 """
 
 from __future__ import annotations
@@ -25,15 +27,17 @@ import attrs
 import immutables
 from attrs import frozen
 
-from arc_ref import render
+from arc_ref import render, trigger
 from arc_ref.catalog import page_count, page_of, render_page
 from arc_ref.commands import RECALL_WORDS, Command, IgnoredLine, parse_action
 from arc_ref.config import Config, Setup, make_setup
 from arc_ref.errors import BudgetViolation, CapacityExceeded, InvalidEvent
 from arc_ref.history import (
+    AgentEntry,
     LiveEntry,
     ObservationEntry,
     ToolResultEntry,
+    ToolTurnEntry,
     UserEntry,
     agent_entry,
     command_entry,
@@ -194,6 +198,7 @@ class ArcState:
     recall_buffer: tuple[BufferEntry, ...]  # U's bodies, least recently used first
     recall_message: Message | None  # U
     pending: tuple[ToolCall, ...] = ()  # tool mode: environment calls of the last turn without a result yet
+    live_turns: int = 0  # agent turns in H (the cost model's t, arc_ref.trigger)
 
     @property
     def config(self) -> Config:
@@ -283,7 +288,8 @@ def fold(state: ArcState, keep_tokens: int) -> tuple[ArcState, int]:
             cited = cited.set(item.index, True)
         items.append(item)
     summary = fit_summary(setup, items, state.summary.omitted, state.record)
-    folded = attrs.evolve(state, live=live[count:], live_tokens=remaining, summary=summary, cited=cited)
+    folded = attrs.evolve(state, live=live[count:], live_tokens=remaining, summary=summary, cited=cited,
+                          live_turns=state.live_turns - _turns(live[:count]))
     if setup.config.layout == "lean":
         folded = attrs.evolve(folded, catalog_message=lean_page(folded, folded.catalog_cursor))
     return folded, count
@@ -326,18 +332,50 @@ def lean_page(state: ArcState, cursor: int | None) -> Message | None:
     return render_page(state.setup, state.records, page_of(compacted, state.config.page_size), compacted)
 
 
+def _tokens(message: Message | None) -> int:
+    return 0 if message is None else message.tokens
+
+
+def _turns(entries: tuple[LiveEntry, ...]) -> int:
+    return sum(1 for entry in entries if isinstance(entry, (AgentEntry, ToolTurnEntry)))
+
+
+def unit_budget(state: ArcState) -> int:
+    """The most one unit of H may cost now: R, or under layout "lean" R + Q - tokens(U) (`arc_ref.trigger`)."""
+    return trigger.unit_budget(state.config, _tokens(state.recall_message))
+
+
+def budget_name(config: Config) -> str:
+    """How a refusal names the unit budget: ``recent_budget R`` ("paper") or ``R + Q - tokens(U)`` ("lean")."""
+    return "recent_budget R" if config.layout == "paper" else "its unit budget R + Q - tokens(U)"
+
+
 def compaction_target(state: ArcState) -> int:
-    """Every trigger compacts H down to half of R (hysteresis, so compaction is not run every step)."""
-    return state.config.recent_budget // 2
+    """Every trigger compacts H down to the low-water mark (hysteresis, so compaction is not run every step):
+    R // 2 under layout "paper", low_water percent of the unit budget under "lean" (`arc_ref.trigger`)."""
+    return trigger.low_water_mark(state.config, _tokens(state.recall_message))
+
+
+def fold_decision(state: ArcState) -> str:
+    """`arc_ref.trigger.decide` on this state: keep, bound (the view would exceed K) or cost (folding pays)."""
+    return trigger.decide(state.config, _tokens(state.summary.message), _tokens(state.catalog_message),
+                          _tokens(state.recall_message), state.live_tokens, state.live_turns)
 
 
 def _append_live(state: ArcState, entries: tuple[LiveEntry, ...], **changes: Any) -> tuple[ArcState, int]:
-    """Append entries to H, then run the proactive trigger if H now exceeds R."""
+    """Append entries to H, then run the proactive trigger (spec/rendering.md section 11.1): fold to the low-water
+    mark when the view would exceed K (layout "paper": when H exceeds R), or when the cost model says folding
+    pays and the fold gives a smaller view."""
     tokens = state.live_tokens + sum(entry.message.tokens for entry in entries)
-    appended = attrs.evolve(state, live=state.live + entries, live_tokens=tokens, **changes)
-    if tokens > state.config.recent_budget:
-        return fold(appended, compaction_target(appended))
-    return appended, 0
+    appended = attrs.evolve(state, live=state.live + entries, live_tokens=tokens,
+                            live_turns=state.live_turns + _turns(entries), **changes)
+    decision = fold_decision(appended)
+    if decision == trigger.KEEP:
+        return appended, 0
+    folded, count = fold(appended, compaction_target(appended))
+    if decision == trigger.COST and (count == 0 or view(folded).tokens >= view(appended).tokens):
+        return appended, 0
+    return folded, count
 
 
 def compact(state: ArcState, event: Compact) -> tuple[ArcState, CompactResult]:
@@ -377,7 +415,9 @@ def observe(state: ArcState, event: Observe) -> tuple[ArcState, ObserveResult]:
     content = _require_str("observation", event.observation)
     if isinstance(event.returncode, bool) or not isinstance(event.returncode, int):
         raise InvalidEvent(f"returncode must be an integer, got {event.returncode!r}")
-    return _store(state, action, content, event.returncode, lambda record: observation_entry(state.setup, record))
+    budget = unit_budget(state)
+    return _store(state, action, content, event.returncode,
+                  lambda record: observation_entry(state.setup, record, budget))
 
 
 def _store(state: ArcState, action: str, content: str, returncode: int,
@@ -524,7 +564,7 @@ def agent_turn(state: ArcState, event: AgentTurn) -> tuple[ArcState, AgentResult
     action = _require_str("action", event.action)
     setup = state.setup
     turn = state.turn + 1
-    agent = agent_entry(setup, turn, thought, action)
+    agent = agent_entry(setup, turn, thought, action, unit_budget(state))
     commands = parse_action(action)
     if commands is None:
         new_state, folded = _append_live(state, (agent,), turn=turn)
@@ -532,7 +572,7 @@ def agent_turn(state: ArcState, event: AgentTurn) -> tuple[ArcState, AgentResult
     run = _CommandRun(state)
     for command in commands:
         run.dispatch(command)
-    result_entry = command_entry(setup, turn, run.notes)
+    result_entry = command_entry(setup, turn, run.notes, unit_budget(run.state))
     new_state, folded = _append_live(run.state, (agent, result_entry), turn=turn)
     response = "\n".join(run.responses)
     return new_state, AgentResult(True, response, tuple(run.notes), tuple(run.recalls), folded)
@@ -591,7 +631,6 @@ def tool_turn(state: ArcState, event: ToolTurn) -> tuple[ArcState, ToolTurnResul
         waiting = ", ".join(call.call_id for call in state.pending)
         raise InvalidEvent(f"tool call(s) {waiting} of the previous turn have no result yet")
     setup = state.setup
-    budget = setup.config.recent_budget
     turn = state.turn + 1
     offered = {tool.name for tool in setup.config.tools}
     run = _CommandRun(state)
@@ -607,6 +646,7 @@ def tool_turn(state: ArcState, event: ToolTurn) -> tuple[ArcState, ToolTurnResul
         else:
             run.answer(render.note_unknown_tool(clipped(call.name, SHOWN_TOKEN_CHARS)))
         answered.append((call, tuple(run.notes[start:]), "\n".join(run.responses[start:])))
+    budget = unit_budget(run.state)  # after the recalls of this turn entered U
     answers = [tool_note_entry(setup, turn, call.call_id, notes, budget) for call, notes, _ in answered]
     reserved = sum(setup.result_reserve(call.call_id) for call in environment)
     left = budget - sum(entry.message.tokens for entry in answers) - reserved
@@ -614,8 +654,8 @@ def tool_turn(state: ArcState, event: ToolTurn) -> tuple[ArcState, ToolTurnResul
         assistant = tool_turn_entry(setup, turn, thought, calls, left)
     except BudgetViolation:
         raise InvalidEvent(
-            f"a tool turn with {len(calls)} call(s) cannot fit recent_budget R = {budget}: with its text clipped"
-            f" its message costs more than the {left} tokens left after ARC's answers and the {reserved} reserved"
+            f"a tool turn with {len(calls)} call(s) cannot fit {budget_name(state.config)} = {budget}: with its text"
+            f" clipped its message costs more than the {left} tokens left after ARC's answers and the {reserved} reserved"
             f" for the {len(environment)} result(s) of the environment"
         ) from None
     new_state, folded = _append_live(run.state, (assistant, *answers), turn=turn, pending=tuple(environment))
@@ -642,7 +682,7 @@ def tool_result(state: ArcState, event: ToolResult) -> tuple[ArcState, ObserveRe
         raise InvalidEvent(f"no pending tool call has id {clipped(call_id, SHOWN_TOKEN_CHARS)!r} (pending: {waiting})")
     setup = state.setup
     pending = tuple(other for other in state.pending if other.call_id != call_id)
-    left = (state.config.recent_budget - _unit_tokens(state.live)
+    left = (unit_budget(state) - _unit_tokens(state.live)
             - sum(setup.result_reserve(other.call_id) for other in pending))
     return _store(state, call.action(), content, event.returncode,
                   lambda record: tool_result_entry(setup, state.turn, call_id, record, left), pending=pending)
@@ -657,7 +697,8 @@ def user_message(state: ArcState, event: UserMessage) -> tuple[ArcState, Observe
     if state.pending:
         waiting = ", ".join(call.call_id for call in state.pending)
         raise InvalidEvent(f"a user message cannot come while tool call(s) {waiting} have no result yet")
-    return _store(state, USER_ACTION, content, 0, lambda record: user_entry(state.setup, state.turn, record))
+    budget = unit_budget(state)
+    return _store(state, USER_ACTION, content, 0, lambda record: user_entry(state.setup, state.turn, record, budget))
 
 
 # --- view and dispatch ------------------------------------------------------------------------
