@@ -41,8 +41,11 @@ NO_TOOLS: tuple[ToolSpec, ...] = ()
 # The cost model's defaults (spec/rendering.md section 11.1), from the roofline of arc_eval.analysis at the paper's
 # 16k setting, Qwen3-8B on one H200: prefilling a token costs 2 x 6.95e9 FLOPs / 989e12 FLOP/s = 14.0 us; one
 # generated token reads each context token's KV (147,456 bytes) and its share of the weights (M_w / free HBM =
-# 0.148 of it) at 4.8e12 B/s = 35.3 ps: prefill_cost = 14.0 us / 35.3 ps = 398 (Qwen3-32B on two H200: 857).
-DEFAULT_LOW_WATER = 50
+# 0.148 of it) at 4.8e12 B/s = 35.3 ns: prefill_cost = 14.0 us / 35.3 ns = 398 (Qwen3-32B on two H200: 857).
+# low_water 25 was chosen by measurement (benchmarks/bench_trajectories.py, section tradeoff: the least roofline
+# time with prefix caching over five real trajectories at 16k and 32k, o200k and Qwen3, among low-water marks 10,
+# 25, 50, 75 and expected completions 1024, 256, 64 or the bound alone); expected_completion 256 with it.
+DEFAULT_LOW_WATER = 25
 DEFAULT_PREFILL_COST = 398
 DEFAULT_EXPECTED_COMPLETION = 256
 MAX_COST_FIELD = 2**20  # prefill_cost and expected_completion at most this: the rule's products fit 128 bits

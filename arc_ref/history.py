@@ -88,17 +88,15 @@ def starts_unit(entry: LiveEntry) -> bool:
 
 
 class FitsRecent:
-    """Predicate: does a message of ``role`` with this content cost at most ``budget`` tokens (the budget of one
-    unit of H: R, or under layout "lean" R + Q - tokens(U), `arc_ref.trigger.unit_budget`)?"""
+    """Predicate: does a message of ``role`` with this content cost at most R tokens?"""
 
-    def __init__(self, setup: Setup, role: str, budget: int | None = None) -> None:
+    def __init__(self, setup: Setup, role: str) -> None:
         self.setup = setup
         self.role = role
-        self.budget = setup.config.recent_budget if budget is None else budget
         self._last: Message | None = None  # the message built last (its content asked about last)
 
     def __call__(self, content: str) -> bool:
-        return self.message(content).tokens <= self.budget
+        return self.message(content).tokens <= self.setup.config.recent_budget
 
     def message(self, content: str) -> Message:
         """The message (`Setup.message`); the content asked about last is not counted again."""
@@ -107,10 +105,9 @@ class FitsRecent:
         return self._last
 
 
-def agent_entry(setup: Setup, turn: int, thought: str, action: str, budget: int | None = None) -> AgentEntry:
-    """The agent's turn as an assistant message; the thought, then the action, clipped until it fits ``budget``
-    (default R)."""
-    fits = FitsRecent(setup, render.ASSISTANT, budget)
+def agent_entry(setup: Setup, turn: int, thought: str, action: str) -> AgentEntry:
+    """The agent's turn as an assistant message; the thought, then the action, clipped until it fits R."""
+    fits = FitsRecent(setup, render.ASSISTANT)
     content = render.agent_message(thought, action)
     if not fits(content):
         shown_thought = clip_until(thought, lambda t: fits(render.agent_message(t, action)))
@@ -145,26 +142,25 @@ def cannot_fit(setup: Setup, content: str, budget: int) -> bool:
     return isinstance(widest, int) and widest > 0 and len(content) > budget * widest
 
 
-def observation_entry(setup: Setup, record: Record, budget: int | None = None) -> ObservationEntry:
-    """The new observation verbatim when its message fits ``budget`` (default R), otherwise its stub (A4)."""
-    budget = setup.config.recent_budget if budget is None else budget
+def observation_entry(setup: Setup, record: Record) -> ObservationEntry:
+    """The new observation verbatim when its message fits R, otherwise its stub (A4)."""
     head = verbatim_head(setup, record)
     # the content's count is the record's n_j: it is not counted again (arc_ref.counting)
     parts = ((head, None), (record.shown, record.n_tokens))
-    if not cannot_fit(setup, record.shown, budget):
+    if not cannot_fit(setup, record.shown, setup.config.recent_budget):
         message = setup.message(render.USER, head + record.shown, parts=parts)
-        if message.tokens <= budget:
+        if message.tokens <= setup.config.recent_budget:
             return ObservationEntry(record.index, True, message)
     content = render.observation_stub_message(record.obs_id, record.returncode, record.n_tokens, record.stub)
     message = setup.message(render.USER, content)
-    if message.tokens > budget:
+    if message.tokens > setup.config.recent_budget:
         raise BudgetViolation(f"the stub message of {record.obs_id} costs {message.tokens} > recent_budget R")
     return ObservationEntry(record.index, False, message)
 
 
-def command_entry(setup: Setup, turn: int, notes: Sequence[str], budget: int | None = None) -> CommandEntry:
-    """Notes answering the agent's commands, clipped as one text until the message fits ``budget`` (default R)."""
-    fits = FitsRecent(setup, render.USER, budget)
+def command_entry(setup: Setup, turn: int, notes: Sequence[str]) -> CommandEntry:
+    """Notes answering the agent's commands, clipped as one text until the message fits R."""
+    fits = FitsRecent(setup, render.USER)
     content = render.command_message(notes)
     if not fits(content):
         joined = "\n".join(notes)
@@ -218,15 +214,13 @@ def tool_result_entry(setup: Setup, turn: int, call_id: str, record: Record, bud
     return ToolResultEntry(turn, call_id, record.index, False, (), message)
 
 
-def user_entry(setup: Setup, turn: int, record: Record, budget: int | None = None) -> UserEntry:
-    """A user message after the goal: its text verbatim when the message fits ``budget`` (default R), otherwise
-    its stub (A4)."""
-    budget = setup.config.recent_budget if budget is None else budget
+def user_entry(setup: Setup, turn: int, record: Record) -> UserEntry:
+    """A user message after the goal: its text verbatim when the message fits R, otherwise its stub (A4)."""
     message = setup.message(render.USER, record.shown, parts=((record.shown, record.n_tokens),))
-    if message.tokens <= budget:
+    if message.tokens <= setup.config.recent_budget:
         return UserEntry(turn, record.index, True, message)
     content = render.observation_stub_message(record.obs_id, record.returncode, record.n_tokens, record.stub)
     message = setup.message(render.USER, content)
-    if message.tokens > budget:
+    if message.tokens > setup.config.recent_budget:
         raise BudgetViolation(f"the stub message of {record.obs_id} costs {message.tokens} > recent_budget R")
     return UserEntry(turn, record.index, False, message)

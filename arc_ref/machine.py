@@ -340,20 +340,10 @@ def _turns(entries: tuple[LiveEntry, ...]) -> int:
     return sum(1 for entry in entries if isinstance(entry, (AgentEntry, ToolTurnEntry)))
 
 
-def unit_budget(state: ArcState) -> int:
-    """The most one unit of H may cost now: R, or under layout "lean" R + Q - tokens(U) (`arc_ref.trigger`)."""
-    return trigger.unit_budget(state.config, _tokens(state.recall_message))
-
-
-def budget_name(config: Config) -> str:
-    """How a refusal names the unit budget: ``recent_budget R`` ("paper") or ``R + Q - tokens(U)`` ("lean")."""
-    return "recent_budget R" if config.layout == "paper" else "its unit budget R + Q - tokens(U)"
-
-
 def compaction_target(state: ArcState) -> int:
     """Every trigger compacts H down to the low-water mark (hysteresis, so compaction is not run every step):
-    R // 2 under layout "paper", low_water percent of the unit budget under "lean" (`arc_ref.trigger`)."""
-    return trigger.low_water_mark(state.config, _tokens(state.recall_message))
+    R // 2 under layout "paper", low_water percent of R under "lean" (`arc_ref.trigger`)."""
+    return trigger.low_water_mark(state.config)
 
 
 def fold_decision(state: ArcState) -> str:
@@ -373,8 +363,13 @@ def _append_live(state: ArcState, entries: tuple[LiveEntry, ...], **changes: Any
     if decision == trigger.KEEP:
         return appended, 0
     folded, count = fold(appended, compaction_target(appended))
-    if decision == trigger.COST and (count == 0 or view(folded).tokens >= view(appended).tokens):
-        return appended, 0
+    if decision == trigger.COST:
+        if count == 0:
+            return appended, 0
+        before, after = view(appended).tokens, view(folded).tokens
+        fixed = state.setup.prefix_tokens + state.setup.generation_tokens
+        if not trigger.pays(state.config, before - after, after - fixed, appended.live_tokens, appended.live_turns):
+            return appended, 0
     return folded, count
 
 
@@ -415,9 +410,7 @@ def observe(state: ArcState, event: Observe) -> tuple[ArcState, ObserveResult]:
     content = _require_str("observation", event.observation)
     if isinstance(event.returncode, bool) or not isinstance(event.returncode, int):
         raise InvalidEvent(f"returncode must be an integer, got {event.returncode!r}")
-    budget = unit_budget(state)
-    return _store(state, action, content, event.returncode,
-                  lambda record: observation_entry(state.setup, record, budget))
+    return _store(state, action, content, event.returncode, lambda record: observation_entry(state.setup, record))
 
 
 def _store(state: ArcState, action: str, content: str, returncode: int,
@@ -564,7 +557,7 @@ def agent_turn(state: ArcState, event: AgentTurn) -> tuple[ArcState, AgentResult
     action = _require_str("action", event.action)
     setup = state.setup
     turn = state.turn + 1
-    agent = agent_entry(setup, turn, thought, action, unit_budget(state))
+    agent = agent_entry(setup, turn, thought, action)
     commands = parse_action(action)
     if commands is None:
         new_state, folded = _append_live(state, (agent,), turn=turn)
@@ -572,7 +565,7 @@ def agent_turn(state: ArcState, event: AgentTurn) -> tuple[ArcState, AgentResult
     run = _CommandRun(state)
     for command in commands:
         run.dispatch(command)
-    result_entry = command_entry(setup, turn, run.notes, unit_budget(run.state))
+    result_entry = command_entry(setup, turn, run.notes)
     new_state, folded = _append_live(run.state, (agent, result_entry), turn=turn)
     response = "\n".join(run.responses)
     return new_state, AgentResult(True, response, tuple(run.notes), tuple(run.recalls), folded)
@@ -631,6 +624,7 @@ def tool_turn(state: ArcState, event: ToolTurn) -> tuple[ArcState, ToolTurnResul
         waiting = ", ".join(call.call_id for call in state.pending)
         raise InvalidEvent(f"tool call(s) {waiting} of the previous turn have no result yet")
     setup = state.setup
+    budget = setup.config.recent_budget
     turn = state.turn + 1
     offered = {tool.name for tool in setup.config.tools}
     run = _CommandRun(state)
@@ -646,7 +640,6 @@ def tool_turn(state: ArcState, event: ToolTurn) -> tuple[ArcState, ToolTurnResul
         else:
             run.answer(render.note_unknown_tool(clipped(call.name, SHOWN_TOKEN_CHARS)))
         answered.append((call, tuple(run.notes[start:]), "\n".join(run.responses[start:])))
-    budget = unit_budget(run.state)  # after the recalls of this turn entered U
     answers = [tool_note_entry(setup, turn, call.call_id, notes, budget) for call, notes, _ in answered]
     reserved = sum(setup.result_reserve(call.call_id) for call in environment)
     left = budget - sum(entry.message.tokens for entry in answers) - reserved
@@ -654,8 +647,8 @@ def tool_turn(state: ArcState, event: ToolTurn) -> tuple[ArcState, ToolTurnResul
         assistant = tool_turn_entry(setup, turn, thought, calls, left)
     except BudgetViolation:
         raise InvalidEvent(
-            f"a tool turn with {len(calls)} call(s) cannot fit {budget_name(state.config)} = {budget}: with its text"
-            f" clipped its message costs more than the {left} tokens left after ARC's answers and the {reserved} reserved"
+            f"a tool turn with {len(calls)} call(s) cannot fit recent_budget R = {budget}: with its text clipped"
+            f" its message costs more than the {left} tokens left after ARC's answers and the {reserved} reserved"
             f" for the {len(environment)} result(s) of the environment"
         ) from None
     new_state, folded = _append_live(run.state, (assistant, *answers), turn=turn, pending=tuple(environment))
@@ -682,7 +675,7 @@ def tool_result(state: ArcState, event: ToolResult) -> tuple[ArcState, ObserveRe
         raise InvalidEvent(f"no pending tool call has id {clipped(call_id, SHOWN_TOKEN_CHARS)!r} (pending: {waiting})")
     setup = state.setup
     pending = tuple(other for other in state.pending if other.call_id != call_id)
-    left = (unit_budget(state) - _unit_tokens(state.live)
+    left = (state.config.recent_budget - _unit_tokens(state.live)
             - sum(setup.result_reserve(other.call_id) for other in pending))
     return _store(state, call.action(), content, event.returncode,
                   lambda record: tool_result_entry(setup, state.turn, call_id, record, left), pending=pending)
@@ -697,8 +690,7 @@ def user_message(state: ArcState, event: UserMessage) -> tuple[ArcState, Observe
     if state.pending:
         waiting = ", ".join(call.call_id for call in state.pending)
         raise InvalidEvent(f"a user message cannot come while tool call(s) {waiting} have no result yet")
-    budget = unit_budget(state)
-    return _store(state, USER_ACTION, content, 0, lambda record: user_entry(state.setup, state.turn, record, budget))
+    return _store(state, USER_ACTION, content, 0, lambda record: user_entry(state.setup, state.turn, record))
 
 
 # --- view and dispatch ------------------------------------------------------------------------

@@ -81,10 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     client = OpenAI(base_url=args.base_url, api_key=args.api_key)
-    # small budgets (the rest derived from the 16k window): the log is larger than a unit of H may take
-    # (R + Q - tokens(U)), so H shows its stub and the model recalls it
-    session = Session(args.tokenizer, system=SYSTEM, tools=[READ_FILE], recent_budget=1536, recall_budget=1024,
-                      chunk_tokens=640)
+    session = Session(args.tokenizer, system=SYSTEM, tools=[READ_FILE], recent_budget=1536, chunk_tokens=640)
     session.add_user(GOAL)
     for step in range(1, args.max_steps + 1):
         messages = session.messages()

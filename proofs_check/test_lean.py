@@ -8,9 +8,9 @@ its configuration adds to F (its instructions in the system text, its tools in t
 same on both sides here. Traces are runs of normal actions (no recall or catalog command: those are calls
 an agent without ARC cannot make). Properties, for every trace, at every call:
 
-* before the first compaction the view is the plain transcript, text and token count, and it stays so while the
-  rules of spec/rendering.md 11.1 (restated here from the plain transcript's own counts) say keep: the machine
-  folds nothing it is not told to;
+* while every message fits R (none clipped or shown as its stub), before the first compaction the view is the
+  plain transcript, text and token count, and it stays so while the rules of spec/rendering.md 11.1 (restated
+  here from the plain transcript's own counts) say keep: the machine folds nothing it is not told to;
 * the view never costs more than the plain transcript (a fold is taken only when it makes the view smaller or the
   view would exceed K);
 * between compactions the previous prompt, less its generation prompt, is a token prefix of the next one.
@@ -80,7 +80,7 @@ def keeps(config: Config, recent: int, turns: int) -> bool:
     room = config.summary_budget + config.recent_budget + config.page_budget + config.recall_budget
     if recent > room:
         return False
-    low = (config.recent_budget + config.recall_budget) * config.low_water // 100
+    low = config.recent_budget * config.low_water // 100
     if config.prefill_cost == 0 or recent <= low:
         return True
     removed = recent - low
@@ -92,7 +92,7 @@ class Plain:
     """The plain transcript of the same trace, built from the events alone (not from ARC's state).
 
     ``kept``: every step so far fitted and kept (spec/rendering.md 11.1, computed here from the plain messages'
-    costs): every message within the unit budget R + Q, and after every append the bound and the cost rule say
+    costs): every message within R (a unit of H), and after every append the bound and the cost rule say
     keep. While it holds, the view must be the plain transcript."""
 
     def __init__(self, state: ArcState) -> None:
@@ -101,13 +101,14 @@ class Plain:
         self.recent = 0  # h: the messages after F at their msg cost (largest over their places)
         self.turns = 0
         self.unit = 0  # tool mode: the current unit's cost so far
+        self.fitted = True  # every message so far fitted R (none clipped, none shown as its stub)
         self.kept = True
 
     def _appended(self, cost: int, fits: bool = True) -> None:
         config = self.setup.config
         self.recent += cost
-        self.kept = self.kept and fits and cost <= config.recent_budget + config.recall_budget and keeps(
-            config, self.recent, self.turns)
+        self.fitted = self.fitted and fits and cost <= config.recent_budget
+        self.kept = self.kept and self.fitted and keeps(config, self.recent, self.turns)
 
     def agent(self, thought: str, action: str) -> None:
         content = render.agent_message(thought, action)
@@ -126,7 +127,7 @@ class Plain:
                               "tool_calls": [call.openai() for call in calls]})
         self.turns += 1
         self.pending = [call.call_id for call in calls]
-        budget = self.setup.config.recent_budget + self.setup.config.recall_budget
+        budget = self.setup.config.recent_budget
         cost = self.setup.message(render.ASSISTANT, thought, tuple(calls)).tokens
         self.unit = cost
         reserved = sum(self.setup.result_reserve(call_id) for call_id in self.pending)
@@ -137,7 +138,7 @@ class Plain:
         message = render.lean_observation_message(returncode, shown)
         self.messages.append({"role": render.TOOL, "content": message, "tool_call_id": call_id})
         self.pending.remove(call_id)
-        budget = self.setup.config.recent_budget + self.setup.config.recall_budget
+        budget = self.setup.config.recent_budget
         left = budget - self.unit - sum(self.setup.result_reserve(other) for other in self.pending)
         cost = self.setup.message(render.TOOL, message, (), call_id).tokens
         self.unit += cost
@@ -173,9 +174,10 @@ class Calls:
         self.compacted |= folded > 0
         plain_tokens = self.plain.tokens()
         parts = shown.components
-        if not self.compacted or self.plain.kept:
-            # before the first fold, and whenever the rule of section 11.1 said keep at every step so far, the view
-            # is the plain transcript (so the machine folded nothing it was not told to)
+        if (not self.compacted and self.plain.fitted) or self.plain.kept:
+            # while every message fitted R: before the first fold, and whenever the rule of section 11.1 said keep
+            # at every step so far, the view is the plain transcript (so the machine folded nothing it was not told
+            # to); a message that does not fit R is clipped or shown as its stub (sections 9.1, 13), fold or not
             assert shown.text() == self.plain.text()
             assert shown.tokens == plain_tokens
             assert parts.catalog == 0 and parts.summary == 0 and parts.recall == 0
@@ -232,7 +234,7 @@ def run_tools(config: Config, steps: list[tuple[str, list[tuple[str, str, str, i
         try:
             state, turn = tool_turn(state, ToolTurn(thought, tuple(tool_calls)))
         except InvalidEvent as refused:
-            assert "cannot fit its unit budget" in str(refused) or "cannot fit recent_budget R" in str(refused)
+            assert "cannot fit recent_budget R" in str(refused)
             return
         plain.tool_turn(thought, tool_calls)
         folded = turn.folded

@@ -1,9 +1,8 @@
 """When and how much to compact (spec/rendering.md section 11.1), the rule itself on random token counts.
 
 `arc_ref.trigger.decide` against the rule as the spec writes it, restated here on its own; the low-water mark
-and the unit budget; and the invariant a bound fold restores: after folding H down to the low-water mark (or to
-its newest unit, at most the unit budget), S, G, U and H together fit W = M + R + P + Q whatever S and G became
-within their budgets.
+and the invariant a bound fold restores: after folding H down to the low-water mark (or to its newest unit, at
+most R), S, G, U and H together fit W = M + R + P + Q whatever S, G and U are within their budgets.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ def spec_rule(config: Config, s: int, g: int, u: int, h: int, t: int) -> str:
         return "bound" if h > R else "keep"
     if s + g + u + h > M + R + P + Q:
         return "bound"
-    h_low = (R + Q - u) * config.low_water // 100
+    h_low = R * config.low_water // 100
     if config.prefill_cost > 0 and h > h_low:
         X, Y = h - h_low, s + g + u + h_low
         if config.expected_completion * X**2 * max(1, t) >= 2 * config.prefill_cost * Y * h:
@@ -54,15 +53,13 @@ def test_trigger_decides_as_the_spec_states(config: Config, s: int, g: int, u: i
 @given(trigger_configs(), st.data())
 @proves("A4", "L2", "T1")
 def test_a_fold_to_the_low_water_mark_restores_the_bound(config: Config, data: st.DataObject) -> None:
-    """Whatever S and G become within M and P, and whatever U (within Q): H at the low-water mark, or its newest
-    unit alone (at most the unit budget), keeps S + G + U + H within W."""
+    """Whatever S, G and U are within M, P and Q: H at the low-water mark, or its newest unit alone (at most R),
+    keeps S + G + U + H within W (layout paper: H within R)."""
     M, R, P, Q = config.summary_budget, config.recent_budget, config.page_budget, config.recall_budget
-    u = data.draw(st.integers(0, Q))
-    s, g = data.draw(st.integers(0, M)), data.draw(st.integers(0, P))
-    budget = trigger.unit_budget(config, u)
-    low = trigger.low_water_mark(config, u)
-    newest = data.draw(st.integers(0, budget))
-    assert low <= budget and budget >= R
+    s, g, u = data.draw(st.integers(0, M)), data.draw(st.integers(0, P)), data.draw(st.integers(0, Q))
+    low = trigger.low_water_mark(config)
+    newest = data.draw(st.integers(0, R))
+    assert low <= R
     if config.layout == "paper":
         assert max(low, newest) <= R
     else:

@@ -40,12 +40,12 @@ from proofs_check.vectors.features import (
 )
 from proofs_check.shared_data import QWEN3_VECTOR_PATH
 
-NUMBERED = "\n".join(f"line {number:03d}: value={number * 7 % 101}" for number in range(1, 41))
+NUMBERED = "\n".join(f"line {number:03d}: value={number * 7 % 101}" for number in range(1, 25))
 FRAKTUR = "naïve café 😀 中文 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 ǅ ꙮ 𓀀 🜁 end"
 MIXED = "aé中😀b" * 3 + "\u0301z"
 PAPER_BIG = "\n".join(
     f"{number:05d} | sensor={number * 37 % 997:03d} | status={'OK' if number % 11 else 'WARN'} | note=reading"
-    for number in range(1, 561)
+    for number in range(1, 281)
 )
 
 
@@ -112,7 +112,7 @@ def template_vectors() -> list[TraceVector]:
             " its thought), and loses that text once a user turn follows it; a decomposed character is recalled"
             " exactly as stored although the tokenizer normalizes to NFC; folds compact H.",
             (
-                config("minimal", **qwen),
+                config("minimal", **qwen, prefill_cost=1),
                 obs("cat notes.md", "notes: <|im_end|> ends a turn, </think> ends a thought"),
                 VIEW,
                 agent("plan A</think>", "cat cafe.txt"),
@@ -137,7 +137,7 @@ def template_vectors() -> list[TraceVector]:
                 ("the decomposed characters come back exactly", reassembles(DECOMPOSED)),
                 ("the generation prompt has the empty think block",
                  view_has("<|im_start|>assistant\n<think>\n\n</think>\n\n")),
-                ("H was folded", folded_by("observe")),
+                ("H was folded", lambda outputs: folded_by("observe")(outputs) or folded_by("agent")(outputs)),
             ),
             (QWEN3_VECTOR_PATH,),
         ),
@@ -167,7 +167,7 @@ def template_vectors() -> list[TraceVector]:
 SENSOR_REPORT = "\n".join(
     f"row {number}: reading={number * 13 % 97} status={'ok' if number % 5 else 'LATE'}" for number in range(1, 7)
 )
-PASTED_LOG = "\n".join(f"pasted {number}: ok" for number in range(1, 120))
+PASTED_LOG = "\n".join(f"pasted {number}: ok" for number in range(1, 70))
 READ_FILE = {"type": "function", "function": {"name": "read_file", "description": "Read a file.",
                                               "parameters": {"type": "object",
                                                              "properties": {"path": {"type": "string"}},
@@ -179,7 +179,7 @@ def tool_mode_vectors() -> list[TraceVector]:
     """Tool-calling mode (rendering.md §13) through the trace's tool_turn and tool_result ops, on Qwen3's files."""
     qwen_tools = {"tokenizer": QWEN3, "chat_format": "template", "action_mode": "tools", "tools": [READ_FILE, LS],
                   "context_limit": 3000, "recent_budget": 420, "summary_budget": 300, "page_budget": 300,
-                  "recall_budget": 200, "chunk_tokens": 24, "low_water": 25}
+                  "recall_budget": 200, "chunk_tokens": 24, "prefill_cost": 1}
     report_arguments = '{"path": "report.txt"}'
     report = make_id(1, f"read_file {report_arguments}", SENSOR_REPORT)
     pasted = make_id(3, "user", PASTED_LOG)
@@ -237,7 +237,7 @@ def tool_mode_vectors() -> list[TraceVector]:
             " are not JSON as {}; an ARC tool reads a non-string value as its JSON text (1.0 -> '1.0', [2] ->"
             " '[2]') and text that is not JSON as itself; an unknown tool name is clipped to 48 characters and"
             " escaped in its note; a tool turn without calls folds into S as a turn whose action is empty; a turn"
-            " whose results cannot all be reserved in its unit budget (R + Q - tokens(U)) is refused whole.",
+            " whose results cannot all be reserved in R is refused whole.",
             (
                 config("minimal", **qwen_tools),
                 tool_turn("Read.", call("call_1", "read_file",
@@ -257,8 +257,7 @@ def tool_mode_vectors() -> list[TraceVector]:
                 tool_result("call_8", "a.txt b.txt " * 20),
                 compact("forced"),
                 VIEW,
-                tool_turn("", call("call_9", "ls"), call("call_10", "ls"), call("call_11", "ls"), call("call_12", "ls"),
-                          call("call_13", "ls")),
+                tool_turn("", call("call_9", "ls"), call("call_10", "ls"), call("call_11", "ls")),
             ),
             (
                 ("tojson writes the parsed arguments back", view_has(
@@ -270,8 +269,8 @@ def tool_mode_vectors() -> list[TraceVector]:
                 ("an unknown name is clipped, then escaped",
                  answered_has("tool\\t" + "n" * 43 + "…: no tool has this name; not run")),
                 ("a turn without calls folds with an empty action", view_has("thought: Done. | action: \n")),
-                ("five results cannot be reserved in a unit: the turn is refused",
-                 has_error("a tool turn with 5 call(s) cannot fit its unit budget R + Q - tokens(U) = 620")),
+                ("three results cannot be reserved in R: the turn is refused",
+                 has_error("a tool turn with 3 call(s) cannot fit recent_budget R = 420")),
             ),
             (QWEN3_VECTOR_PATH,),
         ),
@@ -341,7 +340,7 @@ def tool_mode_vectors() -> list[TraceVector]:
             ("rendering.md §13", "trace.md §2", "trace.md §3", "A2", "A4", "A5", "L4"),
             "A user message after the goal (tool mode): refused while a call waits for its result; otherwise"
             " stored as the next observation under the action 'user' and shown as a user message after the"
-            " results (verbatim, or its stub when the message exceeds its unit budget); recalled exactly by id; folded by"
+            " results (verbatim, or its stub when the message exceeds R); recalled exactly by id; folded by"
             " compaction as a unit of its own (an observation item of S), never between a call and its result.",
             (
                 config("minimal", **{**qwen_tools, "chunk_tokens": 200, "recall_budget": 300}),
@@ -354,8 +353,6 @@ def tool_mode_vectors() -> list[TraceVector]:
                 VIEW,
                 tool_turn("", call("call_2", "_recall", {"id": pasted}), call("call_3", "_recall-next", {"id": pasted})),
                 tool_turn("", call("call_4", "_recall-next", {"id": pasted}), call("call_5", "_recall-next", {"id": pasted})),
-                tool_turn("", call("call_41", "_recall-next", {"id": pasted}),
-                          call("call_51", "_recall-next", {"id": pasted})),
                 tool_turn("Listing.", call("call_6", "ls")),
                 tool_result("call_6", "report.txt big.log"),
                 user("Thanks; now say which row is LATE."),
@@ -428,17 +425,22 @@ def trace_vectors() -> tuple[TraceVector, ...]:
         TraceVector(
             "minimal_session",
             ("A2", "A4", "A5", "rendering.md §11.1"),
-            "The minimal preset (bytes tokenizer): observations, a normal turn, a recall, a catalog command, views;"
-            " S, G, U and H together would exceed M + R + P + Q and the proactive trigger folds H.",
+            "The minimal preset (bytes tokenizer): observations, a normal turn, a forced compaction, a recall, a"
+            " catalog command, views; S, G, U and H together would exceed M + R + P + Q and the proactive trigger"
+            " folds H.",
             (
                 config("minimal"),
                 VIEW,
                 obs("ls", "a.txt b.txt notes.md"),
                 agent("Read the notes.", "cat  notes.md"),
-                obs("cat  notes.md", "The key is 4417.\nKeep it safe.\n" + "(a long note) " * 25),
+                obs("cat  notes.md", "The key is 4417.\nKeep it safe.\n"),
+                VIEW,
+                compact("forced"),
                 VIEW,
                 agent("Check the first file.", "cat a.txt"),
-                obs("cat a.txt", "alpha " * 88, 0),
+                obs("cat a.txt", "alpha " * 60, 0),
+                agent("And the next.", "cat c.txt"),
+                obs("cat c.txt", "gamma " * 60, 0),
                 VIEW,
                 agent("Look at the listing again.", f"_recall {listing}"),
                 VIEW,
@@ -447,7 +449,8 @@ def trace_vectors() -> tuple[TraceVector, ...]:
                 VIEW,
             ),
             (
-                ("the proactive trigger folds H", folded_by("observe")),
+                ("the proactive trigger folds H",
+                 lambda outputs: folded_by("observe")(outputs) or folded_by("agent")(outputs)),
                 ("a recall chunk reaches the buffer", view_has(f"[recall {listing} chunk 1/")),
                 ("the summary keeps a short observation inline", inline_in_summary),
             ),
@@ -455,9 +458,8 @@ def trace_vectors() -> tuple[TraceVector, ...]:
         TraceVector(
             "paper_session",
             ("A4", "A5", "L4", "T4"),
-            "The paper preset (o200k_base, 16k window): small observations verbatim, one observation larger than a"
-            " unit of H may take (R + Q - tokens(U) under layout lean) shown as its stub, recalled chunk by chunk"
-            " (chunks of q = 1920 tokens).",
+            "The paper preset (o200k_base, 16k window): small observations verbatim, one observation larger than R"
+            " shown as its stub, recalled chunk by chunk (chunks of q = 1920 tokens).",
             (
                 config("paper"),
                 obs("ls -la", "total 12\n-rw-r--r-- 1 user user 4410 notes.txt\n-rw-r--r-- 1 user user 95 key.txt"),
@@ -468,11 +470,10 @@ def trace_vectors() -> tuple[TraceVector, ...]:
                 VIEW,
                 agent("Read the log back exactly.", f"_recall-start {log}"),
                 agent("Continue.", f"_recall-next {log}\n_recall-next {log}"),
-                agent("Continue.", f"_recall-next {log}\n_recall-next {log}"),
                 VIEW,
             ),
             (
-                ("an observation larger than a unit of H may take is shown as its stub", not_verbatim),
+                ("an observation larger than R is shown as its stub", not_verbatim),
                 ("the large observation comes back exactly", reassembles(PAPER_BIG)),
             ),
         ),
@@ -505,9 +506,11 @@ def trace_vectors() -> tuple[TraceVector, ...]:
                 obs("ls", "a.txt b.txt"),
                 VIEW,
                 agent("Read a.", "cat a.txt"),
-                obs("cat a.txt", "alpha " * 90),
+                obs("cat a.txt", "alpha " * 50),
                 agent("Read b.", "cat b.txt"),
-                obs("cat b.txt", "beta " * 90),
+                obs("cat b.txt", "beta " * 50),
+                VIEW,
+                compact("forced"),
                 VIEW,
                 agent("Read c.", "cat c.txt"),
                 obs("cat c.txt", "gamma"),
@@ -517,8 +520,9 @@ def trace_vectors() -> tuple[TraceVector, ...]:
             ),
             (
                 ("no catalog page before a fold", view_has("Solve it.<|im_end|>\n<|im_start|>user\nObservation (rc=0):\na.txt b.txt")),
-                ("H was folded", folded_by("observe")),
-                ("the default page counts the observations that left H", view_has("[ARC catalog page 1/1: observations 1-2 of 2;")),
+                ("H was folded", folded_by("compact")),
+                ("the default page counts the observations that left H",
+                 view_has("[ARC catalog page 1/1: observations 1-2 of 2;")),
                 ("a chosen page counts every stored stub", view_has("[ARC catalog page 1/2: observations 1-2 of 4;")),
             ),
         ),
@@ -677,8 +681,8 @@ def trace_vectors() -> tuple[TraceVector, ...]:
         TraceVector(
             "large_observations",
             ("A4", "A5", "rendering.md §9.1", "rendering.md §10.5"),
-            "An observation larger than a unit of H may take (R + Q - tokens(U): shown as its stub in H) and larger"
-            " than Q (read back in 8-byte chunks through a buffer that holds only a few responses).",
+            "An observation larger than R (shown as its stub in H) and larger than Q (read back in 8-byte chunks"
+            " through a buffer that holds only a few responses).",
             (
                 config("minimal"),
                 obs("cat numbers.txt", NUMBERED, 0),
@@ -771,9 +775,11 @@ def trace_vectors() -> tuple[TraceVector, ...]:
                 obs("cat a", "a short one"),
                 compact("reactive"),
                 agent("Think about it for a while longer.", "cat b"),
-                obs("cat b", "b" * 500),
+                obs("cat b", "b" * 360),
                 agent("And more.", "cat c"),
-                obs("cat c", "c" * 500),
+                obs("cat c", "c" * 360),
+                agent("And one more.", "cat e"),
+                obs("cat e", "e" * 360),
                 agent("A longer thought: " + "the file c looks uniform, so the next file should be read as well. " * 2,
                       "cat d"),
                 compact("proactive"),
@@ -787,7 +793,8 @@ def trace_vectors() -> tuple[TraceVector, ...]:
                 VIEW,
             ),
             (
-                ("the proactive trigger folds on observe", folded_by("observe")),
+                ("the proactive trigger folds on an append",
+                 lambda outputs: folded_by("observe")(outputs) or folded_by("agent")(outputs)),
                 ("an explicit compaction folds", folded_by("compact")),
                 ("unknown reason refused", has_error("compact reason must be one of")),
             ),
@@ -1012,7 +1019,7 @@ HUGE_INTEGER = "9" * 4300  # the most digits Python's parser reads; out of range
 def port_guess_vectors() -> tuple[TraceVector, ...]:
     """What a port written from spec/ alone had to guess (issue 9.6), each pinned by a trace."""
     long_action = "y" * 600
-    many_notes = "catalog-first\ncatalog-next\n" + "\n".join(f"note line {number}" for number in range(20))
+    many_notes = "catalog-first\ncatalog-next\n" + "\n".join(f"note line {number}" for number in range(12))
     return (
         TraceVector(
             "folded_items_use_event_text",
@@ -1021,10 +1028,12 @@ def port_guess_vectors() -> tuple[TraceVector, ...]:
             " not from its message in H, which §9.1 may have clipped to fit R: H shows the thought as '…' and the"
             " notes cut short, the summary shows the thought and the notes joined by ' / '.",
             (
-                config("minimal", action_chars=60),
+                config("minimal", action_chars=60, low_water=50),
                 agent("Short thought.", long_action),
                 VIEW,
                 agent("", many_notes),
+                VIEW,
+                compact("forced"),
                 VIEW,
                 agent("Next.", "ls"),
                 compact("forced"),
@@ -1033,7 +1042,7 @@ def port_guess_vectors() -> tuple[TraceVector, ...]:
             (
                 ("H shows the thought clipped to nothing", view_has("Thought: …\nAction: yyy")),
                 ("the summary shows the event's own thought", view_has("turn 1: thought: Short")),
-                ("H shows the notes clipped", view_has("ignored (not a command): note line 8\nignore…")),
+                ("H shows the notes clipped", view_has("ignored (not a command): note line 4\nig…")),
                 ("the summary joins the event's notes", view_has("the catalog is empty / catalog-next")),
             ),
         ),
@@ -1045,7 +1054,7 @@ def port_guess_vectors() -> tuple[TraceVector, ...]:
             " item total (a full stub's cost minus its bare id's; a dropped item's cost), and the second loop"
             " finishes on the exact count. A port returning more or less keeps a different summary.",
             (
-                config("minimal", tokenizer="o200k_base", summary_budget=250, low_water=10),
+                config("minimal", tokenizer="o200k_base", summary_budget=250),
                 *[
                     event
                     for number in range(1, 9)

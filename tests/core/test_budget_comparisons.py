@@ -245,7 +245,7 @@ def test_short_observation_once_shown_as_its_stub_is_never_inlined() -> None:
     config = preset("minimal", keep_verbatim_chars=10**6, summary_budget=4 * base.recent_budget,
                     context_limit=base.context_limit + 4 * base.recent_budget)
     state = init(config)
-    content = "y" * (config.recent_budget + config.recall_budget + 10)  # short by the threshold, too big for H
+    content = "y" * (config.recent_budget + 10)  # short by the threshold, too big for H
     state, stored = observe(state, Observe("cat y.txt", content, 0))
     assert not stored.verbatim
     for number in range(6):

@@ -44,9 +44,8 @@ def test_the_readme_snippet_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         replaced = (code.replace("http://localhost:8000/v1", url).replace("hf-dir:/models/Qwen3-8B", f"hf-dir:{QWEN3}")
                     .replace('model="Qwen/Qwen3-8B"', 'model="scripted"'))
         assert replaced.count(url) == 1 and replaced.count(str(QWEN3)) == 1 and 'model="scripted"' in replaced
-        # the log four times: larger than a unit of H may take (R + Q - tokens(U), spec/rendering.md 11.1, with the
-        # budgets derived from the 16k window), so H shows its stub and the model recalls
-        (tmp_path / "server.log").write_text(example.FILES["server.log"] * 4, encoding="utf-8")
+        # the log twice: larger than the paper preset's recent window R, so H shows its stub and the model recalls
+        (tmp_path / "server.log").write_text(example.FILES["server.log"] * 2, encoding="utf-8")
         monkeypatch.chdir(tmp_path)
         namespace: dict[str, Any] = {}
         printed = io.StringIO()
@@ -54,6 +53,6 @@ def test_the_readme_snippet_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
             exec(compile(replaced, "README.md", "exec"), namespace)
     session = namespace["session"]
     assert namespace["message"].content.startswith("The row with status LATE is: row 070")
-    assert session.state.stored == 1 and session.state.records[0].content == example.FILES["server.log"] * 4
+    assert session.state.stored == 1 and session.state.records[0].content == example.FILES["server.log"] * 2
     assert session.audit().recalled[0][:2] == (session.state.records[0].obs_id, 1)
     assert "tokens <= K =" in printed.getvalue()
