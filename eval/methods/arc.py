@@ -28,7 +28,14 @@ from typing import Any, Mapping
 from arc_eval.errors import InvalidInput
 from arc_ref import render
 from arc_ref.budgets import window_budgets
-from arc_ref.config import PRESETS, Config, make_setup
+from arc_ref.config import (
+    DEFAULT_EXPECTED_COMPLETION,
+    DEFAULT_LOW_WATER,
+    DEFAULT_PREFILL_COST,
+    PRESETS,
+    Config,
+    make_setup,
+)
 from arc_ref.errors import ArcError, ConfigError
 from arc_ref.machine import (
     AgentTurn,
@@ -48,7 +55,7 @@ from arc_ref.machine import (
 from arc_ref.message import ToolCall, ToolSpec
 from attrs import frozen
 
-from arc_eval.arguments import positive_int
+from arc_eval.arguments import non_negative_int, positive_int
 from arc_eval.registry import MethodEntry, option, register_method
 from arc_eval.methods.base import AuxCaller, Intercepted, MethodEvents, MethodSettings, ToolTurnOutcome
 from arc_eval.protocol import TASK_TOOL_SPECS
@@ -69,6 +76,14 @@ class ArcOptions:
                                       help="ARC's recall budget Q, in characters (4 per token)")
     recall_max_chars: int = option(8000, parse=positive_int, minimum=1, metavar="CHARS",
                                    help="ARC's largest recalled chunk q, in characters (4 per token, less 80)")
+    low_water: int = option(DEFAULT_LOW_WATER, parse=positive_int, minimum=1, metavar="PERCENT",
+                            help="ARC folds H down to this percent of its recent budget R (1..100)")
+    prefill_cost: int = option(DEFAULT_PREFILL_COST, parse=non_negative_int, minimum=0, metavar="READS",
+                               help="ARC's cost model: one token's prefill in KV reads of one context token by one"
+                                    " generated token (398: Qwen3-8B on an H200; 857: Qwen3-32B on two); 0 folds"
+                                    " only when the view would exceed K")
+    expected_completion: int = option(DEFAULT_EXPECTED_COMPLETION, parse=positive_int, minimum=1, metavar="TOKENS",
+                                      help="ARC's cost model: the tokens a call is expected to generate")
 
 
 def arc_config(settings: MethodSettings, system: str, goal: str, *, check: bool = True) -> Config:
@@ -90,6 +105,8 @@ def arc_config(settings: MethodSettings, system: str, goal: str, *, check: bool 
         capacity=int(settings.extra.get("arc_capacity", CAPACITY)),
     )
     options = settings.options_of(ARC_NAME, ArcOptions)
+    base = base.replace(low_water=options.low_water, prefill_cost=options.prefill_cost,
+                        expected_completion=options.expected_completion)
     chunk_tokens = max(1, options.recall_max_chars // CHARS_PER_TOKEN - WRAPPER_ALLOWANCE)
     recall_budget = max(1, options.recall_budget_chars // CHARS_PER_TOKEN)
     derived = window_budgets(base, recall_budget=recall_budget, chunk_tokens=chunk_tokens)
