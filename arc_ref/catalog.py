@@ -64,8 +64,9 @@ def render_page(setup: Setup, store: Store, page: int, upto: int | None = None) 
         # proofs_check.test_catalog.test_a3_page_tokens_are_header_plus_stub_lines)
         tokens = setup.message_tokens(render.USER, header) + sum(record.stub_tokens for record in records)
         message = Message(render.USER, content, tokens)
-    else:
-        message = setup.message(render.USER, content)
+    else:  # each stub line's cached count reused where the tokenizer's boundary rule allows (arc_ref.counting)
+        lines = [("\n" + record.stub, record.stub_tokens) for record in records]
+        message = setup.message(render.USER, content, parts=[(header, None), *lines])
     if message.tokens > setup.config.page_budget:
         raise BudgetViolation(
             f"catalog page {page} costs {message.tokens} tokens > page_budget P = {setup.config.page_budget}"

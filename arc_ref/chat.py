@@ -53,6 +53,12 @@ QWEN3_NOTHINK = ChatFormat(
 )
 
 CHAT_FORMATS = {fmt.name: fmt for fmt in (CHATML, QWEN3_NOTHINK)}
+DEFAULT_CHAT_FORMAT = CHATML.name  # a configuration's, the evaluation's and serve-scripted's default
+
+
+def chatml_format(enable_thinking: bool) -> str:
+    """The ChatML format a request's ``enable_thinking`` asks for (Qwen3's no-think variant when it is off)."""
+    return CHATML.name if enable_thinking else QWEN3_NOTHINK.name
 
 
 def get_chat_format(name: str) -> ChatFormat:

@@ -8,8 +8,6 @@ is inert.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from attrs import frozen
 
 from arc_ref.text import ASCII_WHITESPACE, ascii_words
@@ -17,11 +15,6 @@ from arc_ref.text import ASCII_WHITESPACE, ascii_words
 RECALL_WORDS = ("_recall", "_recall-start", "_recall-next", "_recall_meta")
 CATALOG_WORDS = ("catalog-first", "catalog-next", "catalog-page")
 COMMAND_WORDS = RECALL_WORDS + CATALOG_WORDS
-
-CommandWord = Literal[
-    "_recall", "_recall-start", "_recall-next", "_recall_meta", "catalog-first", "catalog-next", "catalog-page"
-]
-
 
 @frozen
 class Command:

@@ -15,13 +15,14 @@ import attrs
 from attrs import field, frozen
 
 from arc_ref import render
-from arc_ref.chat import ChatFormat, get_chat_format
+from arc_ref.chat import DEFAULT_CHAT_FORMAT, ChatFormat, get_chat_format
 from arc_ref.counting import Part, joined_tokens
 from arc_ref.errors import ConfigError
 from arc_ref.escape import ShownForm, control_strings
 from arc_ref.ids import IdScheme
+from arc_ref.json_limits import MAX_NESTING, nesting, value_nesting
 from arc_ref.message import Context, Message, ToolCall, ToolSpec
-from arc_ref.text import ELLIPSIS
+from arc_ref.text import ELLIPSIS, shown_signature
 from arc_ref.tokenizers import HF_DIR_PREFIX, HuggingFaceTokenizer, Tokenizer, get_tokenizer
 from arc_ref.tools import ARC_TOOL_NAMES, ARC_TOOLS
 
@@ -72,7 +73,7 @@ class Config:
     tokenizer: str
     system: str
     goal: str
-    chat_format: str = "chatml"
+    chat_format: str = DEFAULT_CHAT_FORMAT
     action_mode: str = "text"  # "tools": actions are OpenAI tool calls (needs chat_format "template")
     tools: tuple[ToolSpec, ...] = NO_TOOLS  # the environment's tools, sent after ARC's own (tool mode)
     template_kwargs: tuple[tuple[str, Any], ...] = DEFAULT_TEMPLATE_KWARGS  # chat_template_kwargs of each request
@@ -212,11 +213,17 @@ def parse_tools(value: Any) -> tuple[ToolSpec, ...]:
                 raise ConfigError(f"config key 'tools': tool {number}'s description must be a string")
             if parameters is not None and not isinstance(parameters, dict):
                 raise ConfigError(f"config key 'tools': tool {number}'s parameters must be a JSON object")
+            if parameters is not None:
+                _check_parameters_nesting(number, value_nesting(parameters))
             text = None if parameters is None else json.dumps(parameters, ensure_ascii=False)
             parsed.append(ToolSpec(function["name"], description, text))
         tools = tuple(parsed)
     else:
         raise ConfigError(f"config key 'tools' must be an array of tools, got {json.dumps(value)[:40]}")
+    if tools is value:
+        for number, tool in enumerate(tools, start=1):
+            if tool.parameters is not None:
+                _check_parameters_nesting(number, nesting(tool.parameters))
     names = [tool.name for tool in tools]
     for tool_name in names:
         if not 1 <= len(tool_name) <= 64 or not set(tool_name) <= TOOL_NAME_CHARS:
@@ -224,6 +231,17 @@ def parse_tools(value: Any) -> tuple[ToolSpec, ...]:
     if len(set(names)) != len(names):
         raise ConfigError(f"config key 'tools': tool names must be distinct, got {names}")
     return tools
+
+
+# A tool's parameters stand 4 levels down in the config line ({"tools": [{"function": {"parameters": ...}}]}), as
+# in a request body: they nest at most 124 levels, so that the line nests at most MAX_NESTING (spec/trace.md §8).
+TOOL_PARAMETERS_NESTING = MAX_NESTING - 4
+
+
+def _check_parameters_nesting(number: int, depth: int) -> None:
+    if depth > TOOL_PARAMETERS_NESTING:
+        raise ConfigError(f"config key 'tools': tool {number}'s parameters are nested {depth} levels deep (at most"
+                          f" {TOOL_PARAMETERS_NESTING}, so that the config line nests at most {MAX_NESTING})")
 
 
 def parse_template_kwargs(value: Any) -> tuple[tuple[str, Any], ...]:
@@ -290,6 +308,8 @@ class Setup:
     _frame_tokens: dict[str, tuple[int, int]] = field(factory=dict, init=False, eq=False, repr=False)
     # S of spec/rendering.md 7.1 for this chat format and tokenizer, built when first needed
     _shown_forms: dict[None, ShownForm] = field(factory=dict, init=False, eq=False, repr=False)
+    # counts of texts ARC writes again and again (S's head per omitted count), remembered (bounded by its user)
+    remembered_counts: dict[str, int] = field(factory=dict, init=False, eq=False, repr=False)
 
     @property
     def shown_form(self) -> ShownForm:
@@ -298,6 +318,21 @@ class Setup:
         if form is None:
             form = self._shown_forms[None] = ShownForm(control_strings(self.chat, self.tokenizer))
         return form
+
+    def show(self, text: str) -> str:
+        """S(text): a text of the model's or a tool's, as a text ARC writes shows it (spec/rendering.md 7.1)."""
+        return self.shown_form.show(text)
+
+    def shown_signature(self, signature: str) -> str:
+        """An action signature as stubs, summary items and observation headers show it: S, escaped, clipped."""
+        return shown_signature(self.show(signature), self.config.signature_chars)
+
+    def shown_call(self, call: ToolCall) -> ToolCall:
+        """A tool call of the model's as an assistant message of the view shows it: S on its id and name, and on
+        every string its arguments hold (`ShownForm.show_arguments`); the call itself when nothing changes."""
+        form = self.shown_form
+        shown = ToolCall(form.show(call.call_id), form.show(call.name), form.show_arguments(call.arguments))
+        return call if shown == call else shown
 
     def message_tokens(self, role: str, content: str) -> int:
         """Tokens of one serialized message, role markers included (the largest over its places, A4)."""
@@ -315,7 +350,7 @@ class Setup:
         parts (`arc_ref.counting`): exactly the count of the rendered message, no known part counted again. A
         served template's piece may depend on its place and may rewrite the content, so it is counted in
         every place the view can give it (`TemplateFormat.placed_costs`; spec/rendering.md section 3.1),
-        the parts unused.
+        the parts reused where the piece holds the content verbatim.
         """
         if isinstance(self.chat, ChatFormat):
             if tool_calls or tool_call_id is not None:
@@ -323,7 +358,7 @@ class Setup:
             if parts is None:
                 return Message(role, content, self.tokenizer.count(self.chat.render_message(role, content)))
             return Message(role, content, self._framed_tokens(role, parts))
-        placed = self.chat.placed_costs(role, content, tool_calls, tool_call_id)
+        placed = self.chat.placed_costs(role, content, tool_calls, tool_call_id, parts)
         return Message(role, content, max(cost for _, cost in placed), tool_calls, tool_call_id, placed)
 
     def _framed_tokens(self, role: str, parts: Sequence[Part]) -> int:
@@ -354,8 +389,9 @@ class Setup:
         )
 
     def result_reserve(self, call_id: str) -> int:
-        """Tool mode: the most a pending call's result may cost in H, its stub message at the widest (A4)."""
-        return tool_result_reserve(self.chat, self.ids.widest(), call_id) + self.config.stub_cap
+        """Tool mode: the most a pending call's result may cost in H, its stub message at the widest (A4), under the
+        call's id as the view shows it."""
+        return tool_result_reserve(self.chat, self.ids.widest(), self.show(call_id)) + self.config.stub_cap
 
     def line_tokens(self, line: str) -> int:
         """Tokens a line costs inside a component: the line with the newline that precedes it."""

@@ -15,13 +15,14 @@ parts equals the count of its serialized text on random traces, for every tokeni
 Every component builds its messages through `arc_ref.config.Setup.message`, passing the parts it knows;
 this module is used there for a chat format that embeds the content verbatim between a frame of its own
 (`arc_ref.chat.ChatFormat.frame`). A served model's template (`arc_ref.templates`) may rewrite the
-content and renders a message differently by its place, so its messages are counted per place instead
-(`TemplateFormat.placed_costs`), each piece whole, and the parts are not used (spec/rendering.md §2, §3.1).
+content and renders a message differently by its place, so its messages are counted per place
+(`TemplateFormat.placed_costs`): each piece rendered, and where the piece holds the content verbatim, the
+piece's text before it, the parts and the text after it are summed here (spec/rendering.md §2, §3.1).
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Optional, Tuple
+from typing import Callable, Iterable, Optional, Tuple
 
 from arc_ref.tokenizers import Tokenizer
 
@@ -39,14 +40,17 @@ def _vouched_cut(tokenizer: Tokenizer, text: str, positions: range) -> int:
     return 0
 
 
-def joined_tokens(tokenizer: Tokenizer, parts: Iterable[Part]) -> int:
+def joined_tokens(tokenizer: Tokenizer, parts: Iterable[Part], count: Callable[[str], int] | None = None) -> int:
     """tokens("".join(texts of parts)), counting only the parts (or runs of parts) not known already.
 
     Empty parts are skipped (the junction is then between their neighbours). A long known part whose
     junction with a neighbour is not vouched for gives up its edge up to the nearest vouched junction
     inside it (within EDGE_WINDOW characters; count: the known count minus the edges' counts); then
-    every run of texts joined at junctions not vouched for is counted whole.
+    every run of texts joined at junctions not vouched for is counted whole, with ``count`` (default
+    ``tokenizer.count``; a caller may pass one that remembers what it counted).
     """
+    if count is None:
+        count = tokenizer.count
     texts: list[str] = []
     counts: list[int | None] = []
     for text, known in parts:
@@ -72,22 +76,22 @@ def joined_tokens(tokenizer: Tokenizer, parts: Iterable[Part]) -> int:
                 head, tail = text[:head_end], text[tail_start:]
                 if head:  # it ends the run it joins
                     run.append(head)
-                    known -= tokenizer.count(head)
+                    known -= count(head)
                 if run:
-                    total += tokenizer.count("".join(run))
+                    total += count("".join(run))
                 if tail:  # it opens the next run
-                    known -= tokenizer.count(tail)
+                    known -= count(tail)
                 run = [tail] if tail else []
                 total += known  # the rest stands between two vouched junctions
                 continue
         if opens:
             if run:
-                total += tokenizer.count("".join(run))
+                total += count("".join(run))
                 run = []
             if closes and known is not None:
                 total += known
                 continue
         run.append(text)
     if run:
-        total += tokenizer.count("".join(run))
+        total += count("".join(run))
     return total

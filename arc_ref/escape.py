@@ -11,8 +11,12 @@ gives O back byte for byte: the decoder D of Theorem claim 5 applies it to the c
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
+
+if TYPE_CHECKING:
+    from arc_ref.tokenizers import Tokenizer
 
 WORD_JOINER = "\u2060"
 
@@ -81,11 +85,39 @@ class ShownForm:
             return text  # the same object: nothing is copied for an ordinary observation
         return self._marks.sub(_mark, text)
 
+    def show_arguments(self, arguments: str) -> str:
+        """A tool call's arguments as an assistant message shows them (spec/rendering.md 7.1): S on every string,
+        key or value, of the JSON value the server reads from them and its template prints again (``tojson``),
+        the value then written as that filter writes it. The text itself when no string changes, or when the
+        server cannot read it as JSON (it prints ``{}``). A JSON escape (``\\u003c``) is read as the server reads
+        it, so a control string spelled with escapes is found too."""
+        if "\\" not in arguments and self._any.search(arguments) is None:
+            return arguments  # no escape: every decoded string is a piece of this text, which holds nothing to mark
+        try:
+            value = json.loads(arguments)
+        except (ValueError, RecursionError):
+            return arguments
+        changed = [False]
+
+        def shown(item: Any) -> Any:
+            if isinstance(item, str):
+                text = self.show(item)
+                changed[0] = changed[0] or text is not item
+                return text
+            if isinstance(item, list):
+                return [shown(element) for element in item]
+            if isinstance(item, dict):
+                return {shown(key): shown(element) for key, element in item.items()}
+            return item
+
+        result = shown(value)
+        return json.dumps(result, ensure_ascii=False) if changed[0] else arguments
+
     def holds_control_string(self, text: str) -> bool:
         return any(control in text for control in self.control_strings)
 
 
-def control_strings(chat: Any, tokenizer: Any) -> tuple[str, ...]:
+def control_strings(chat: Any, tokenizer: Tokenizer) -> tuple[str, ...]:
     """The control strings of a setup: the chat format's own markers (ChatML's ``<|im_start|>``, ``<|im_end|>``)
     and every added token of the tokenizer (``tokenizer.json``'s ``added_tokens``, special or not; a tiktoken
     encoding's special tokens). The byte tokenizer has none."""
@@ -93,7 +125,5 @@ def control_strings(chat: Any, tokenizer: Any) -> tuple[str, ...]:
     for marker in (getattr(chat, "message_start", None), getattr(chat, "message_end", None)):
         if isinstance(marker, str) and marker.strip():
             found.add(marker.strip())
-    added = getattr(tokenizer, "control_tokens", None)
-    if callable(added):
-        found.update(added())
+    found.update(tokenizer.control_tokens())
     return tuple(sorted(found))

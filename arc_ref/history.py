@@ -22,7 +22,7 @@ from arc_ref.config import Setup
 from arc_ref.errors import BudgetViolation
 from arc_ref.message import Message, ToolCall
 from arc_ref.store import Record
-from arc_ref.text import ELLIPSIS, clip_until, clipped, shown_signature
+from arc_ref.text import ELLIPSIS, clip_until, clipped
 
 
 @frozen
@@ -106,16 +106,18 @@ class FitsRecent:
 
 
 def agent_entry(setup: Setup, turn: int, thought: str, action: str) -> AgentEntry:
-    """The agent's turn as an assistant message; the thought, then the action, clipped until it fits R."""
+    """The agent's turn as an assistant message, its texts through S (spec/rendering.md 7.1: a control string the
+    model wrote ends no message); the thought, then the action, clipped until it fits R."""
     fits = FitsRecent(setup, render.ASSISTANT)
-    content = render.agent_message(thought, action)
+    thought_shown, action_shown = setup.show(thought), setup.show(action)
+    content = render.agent_message(thought_shown, action_shown)
     if not fits(content):
-        shown_thought = clip_until(thought, lambda t: fits(render.agent_message(t, action)))
+        shown_thought = clip_until(thought_shown, lambda t: fits(render.agent_message(t, action_shown)))
         if shown_thought is not None:
-            content = render.agent_message(shown_thought, action)
+            content = render.agent_message(shown_thought, action_shown)
         else:
-            empty_thought = clipped(thought, 0)
-            shown_action = clip_until(action, lambda a: fits(render.agent_message(empty_thought, a)))
+            empty_thought = clipped(thought_shown, 0)
+            shown_action = clip_until(action_shown, lambda a: fits(render.agent_message(empty_thought, a)))
             if shown_action is None:
                 raise BudgetViolation("an agent message cannot fit recent_budget R even fully clipped")
             content = render.agent_message(empty_thought, shown_action)
@@ -126,7 +128,7 @@ def verbatim_head(setup: Setup, record: Record) -> str:
     """The header of a verbatim observation: return code only (layout "lean"), or id, code and signature ("paper")."""
     if setup.config.layout == "lean":
         return render.lean_observation_head(record.returncode)
-    signature = shown_signature(record.signature, setup.config.signature_chars)
+    signature = setup.shown_signature(record.signature)
     return render.observation_head(record.obs_id, record.returncode, signature)
 
 
@@ -175,12 +177,14 @@ def command_entry(setup: Setup, turn: int, notes: Sequence[str]) -> CommandEntry
 
 
 def tool_turn_entry(setup: Setup, turn: int, thought: str, calls: tuple[ToolCall, ...], budget: int) -> ToolTurnEntry:
-    """The assistant turn with its calls; its text (the thought) clipped until the message costs <= ``budget``."""
+    """The assistant turn with its calls, its text and calls through S (spec/rendering.md 7.1: `Setup.shown_call`);
+    its text (the thought) clipped until the message costs <= ``budget``. The entry keeps what the model wrote."""
+    shown_calls = tuple(setup.shown_call(call) for call in calls)
 
     def message(text: str) -> Message:
-        return setup.message(render.ASSISTANT, text, calls)
+        return setup.message(render.ASSISTANT, text, shown_calls)
 
-    shown = clip_until(thought, lambda text: message(text).tokens <= budget)
+    shown = clip_until(setup.show(thought), lambda text: message(text).tokens <= budget)
     if shown is None:
         raise BudgetViolation(f"the tool calls of turn {turn} cost more than the {budget} tokens left for them in R")
     return ToolTurnEntry(turn, thought, calls, message(shown))
@@ -191,7 +195,7 @@ def tool_note_entry(setup: Setup, turn: int, call_id: str, notes: Sequence[str],
     joined = "\n".join(notes)
 
     def message(text: str) -> Message:
-        return setup.message(render.TOOL, text, (), call_id)
+        return setup.message(render.TOOL, text, (), setup.show(call_id))
 
     shown = clip_until(joined, lambda text: message(text).tokens <= budget)
     if shown is None:
@@ -204,11 +208,11 @@ def tool_result_entry(setup: Setup, turn: int, call_id: str, record: Record, bud
     head = verbatim_head(setup, record)
     parts = ((head, None), (record.shown, record.n_tokens))
     if not cannot_fit(setup, record.shown, budget):
-        message = setup.message(render.TOOL, head + record.shown, (), call_id, parts)
+        message = setup.message(render.TOOL, head + record.shown, (), setup.show(call_id), parts)
         if message.tokens <= budget:
             return ToolResultEntry(turn, call_id, record.index, True, (), message)
     content = render.observation_stub_message(record.obs_id, record.returncode, record.n_tokens, record.stub)
-    message = setup.message(render.TOOL, content, (), call_id)
+    message = setup.message(render.TOOL, content, (), setup.show(call_id))
     if message.tokens > budget:
         raise BudgetViolation(f"the stub message of {record.obs_id} costs {message.tokens} > the {budget} tokens left")
     return ToolResultEntry(turn, call_id, record.index, False, (), message)

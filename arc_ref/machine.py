@@ -460,6 +460,10 @@ class _CommandRun:
     responses: list[str] = attrs.field(factory=list)
     recalls: list[RecallResult] = attrs.field(factory=list)
 
+    def shown_token(self, text: str) -> str:
+        """A word of the model's that a note repeats: through S (spec/rendering.md 7.1), then clipped."""
+        return clipped(self.state.setup.show(text), SHOWN_TOKEN_CHARS)
+
     def answer(self, note: str, response: str | None = None) -> None:
         self.notes.append(note)
         self.responses.append(note if response is None else response)
@@ -468,7 +472,7 @@ class _CommandRun:
         records = self.state.records
         first = records[0].obs_id if len(records) else None
         last = records[-1].obs_id if len(records) else None
-        shown = clipped(token, SHOWN_TOKEN_CHARS)
+        shown = self.shown_token(token)
         self.answer(render.note_unknown_id(word, shown, self.state.nearest(token), first, last))
 
     def recall(self, command: Command) -> None:
@@ -478,7 +482,7 @@ class _CommandRun:
             return
         if word != "_recall_meta":
             if self.body_recalls >= self.state.config.recalls_per_step:
-                self.answer(render.note_recall_limit(word, clipped(command.argument, SHOWN_TOKEN_CHARS),
+                self.answer(render.note_recall_limit(word, self.shown_token(command.argument),
                                                      self.state.config.recalls_per_step))
                 return
             self.body_recalls += 1
@@ -515,7 +519,7 @@ class _CommandRun:
 
     def dispatch(self, command: Command | IgnoredLine) -> None:
         if isinstance(command, IgnoredLine):
-            self.answer(render.note_ignored(clipped(command.text, SHOWN_TOKEN_CHARS)))
+            self.answer(render.note_ignored(self.shown_token(command.text)))
         elif command.word in RECALL_WORDS:
             self.recall(command)
         else:
@@ -543,7 +547,7 @@ class _CommandRun:
             argument = command.argument
             target = int(argument) if _DECIMAL.fullmatch(argument) else 0
             if not 1 <= target <= pages:
-                self.answer(render.note_catalog_no_page(word, clipped(argument, SHOWN_TOKEN_CHARS), pages))
+                self.answer(render.note_catalog_no_page(word, self.shown_token(argument), pages))
                 return
         page = render_page(self.state.setup, self.state.records, target)
         self.state = attrs.evolve(self.state, catalog_cursor=target, catalog_message=page)
@@ -638,7 +642,7 @@ def tool_turn(state: ArcState, event: ToolTurn) -> tuple[ArcState, ToolTurnResul
         if call.name in ARC_TOOL_NAMES:
             run.dispatch(call_command(call))
         else:
-            run.answer(render.note_unknown_tool(clipped(call.name, SHOWN_TOKEN_CHARS)))
+            run.answer(render.note_unknown_tool(run.shown_token(call.name)))
         answered.append((call, tuple(run.notes[start:]), "\n".join(run.responses[start:])))
     answers = [tool_note_entry(setup, turn, call.call_id, notes, budget) for call, notes, _ in answered]
     reserved = sum(setup.result_reserve(call.call_id) for call in environment)

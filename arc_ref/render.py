@@ -167,10 +167,6 @@ RECALL_BODY = Template(RECALL_OPEN.text + "\n{payload}\n", obs_id=ID, chunk=COUN
 RECALL_RESPONSE = Template(RECALL_BODY.text + RECALL_CLOSE.text, obs_id=ID, chunk=COUNT, chunks=COUNT, payload=TEXT)
 
 
-def recall_open(obs_id: str, chunk: int, chunks: int) -> str:
-    return RECALL_OPEN.render(obs_id=obs_id, chunk=chunk, chunks=chunks)
-
-
 def recall_close(obs_id: str, chunk: int, chunks: int) -> str:
     return RECALL_CLOSE.render(obs_id=obs_id, chunk=chunk, chunks=chunks)
 

@@ -14,7 +14,7 @@ from arc_ref import render
 from arc_ref.config import Setup
 from arc_ref.errors import BudgetViolation, InvalidEvent
 from arc_ref.recall import count_and_inner_cuts
-from arc_ref.text import ascii_words, clip_until, halving_lengths, shown_signature, utf8_bytes
+from arc_ref.text import ascii_words, clip_until, halving_lengths, utf8_bytes
 
 
 def action_signature(action: str) -> str:
@@ -59,7 +59,7 @@ def make_stub(setup: Setup, obs_id: str, returncode: int, n_chars: int, n_tokens
               signature: str, head: str, tail: str) -> tuple[str, int]:
     """z_j with previews clipped (halving, tail and head together) and then the signature, until cost <= c."""
     cap = setup.config.stub_cap
-    sig = shown_signature(signature, setup.config.signature_chars)
+    sig = setup.shown_signature(signature)  # S, escaped, clipped: a control string in the action is inert
 
     def cost(line: str) -> int:
         return setup.line_tokens(line)

@@ -25,7 +25,7 @@ from arc_ref.history import (
 )
 from arc_ref.message import Message
 from arc_ref.store import Record
-from arc_ref.text import clip_until, clipped, escape_line, shown_signature
+from arc_ref.text import clip_until, clipped, escape_line
 
 ItemKind = Literal["thought", "note", "stub", "bare", "inline"]
 LineBuilder = Callable[[str, str], str]
@@ -76,8 +76,8 @@ def _bounded_line(setup: Setup, build: LineBuilder, first: str, second: str) -> 
 
 
 def thought_item(setup: Setup, entry: AgentEntry) -> SummaryItem:
-    thought = clipped(escape_line(entry.thought), setup.config.thought_chars)
-    action = clipped(escape_line(entry.action), setup.config.action_chars)
+    thought = clipped(escape_line(setup.show(entry.thought)), setup.config.thought_chars)
+    action = clipped(escape_line(setup.show(entry.action)), setup.config.action_chars)
     text, tokens = _bounded_line(setup, lambda t, a: render.thought_item(entry.turn, t, a), thought, action)
     return SummaryItem("thought", text, tokens, closed_tokens=_closed(setup, text, tokens))
 
@@ -112,7 +112,7 @@ def _closed(setup: Setup, text: str, line_tokens: int) -> int:
 def observation_item(setup: Setup, record: Record, cited: bool) -> SummaryItem:
     """Inline when short and never shown as a handle and it fits S; otherwise the citation stub."""
     if not cited and record.n_chars < setup.config.keep_verbatim_chars:
-        signature = shown_signature(record.signature, setup.config.signature_chars)
+        signature = setup.shown_signature(record.signature)
         text = render.inline_item(record.obs_id, record.returncode, signature, record.shown)
         tokens = setup.line_tokens(text)
         if setup.summary_frame + tokens <= setup.config.summary_budget:
@@ -123,16 +123,36 @@ def observation_item(setup: Setup, record: Record, cited: bool) -> SummaryItem:
 def render_summary(setup: Setup, items: Sequence[SummaryItem], omitted: int) -> Message | None:
     """S as a message. Its count is summed from the head and each item with the newline after it
     (``closed_tokens``): every item starts a line ("turn ..." or "§..."), where the shipped tokenizers
-    split, so nothing is counted again but the head and the last item (`arc_ref.counting`)."""
+    split, so nothing is counted again but the head, once per omitted count (`arc_ref.counting`)."""
     if not items and omitted == 0:
         return None
     head = render.summary_content(omitted, ())
     content = render.summary_content(omitted, (item.text for item in items))
     parts: list[Part] = [(head, None)]
     if items:
-        parts = [(head + "\n", None), *((item.text + "\n", item.closed_tokens) for item in items[:-1])]
-        parts.append((items[-1].text, None))
+        last = items[-1]
+        parts = [(head + "\n", _head_tokens(setup, head + "\n")),
+                 *((item.text + "\n", item.closed_tokens) for item in items[:-1]),
+                 (last.text, _unlined_tokens(setup, last.text, last.tokens))]
     return setup.message(render.USER, content, parts=parts)
+
+
+def _head_tokens(setup: Setup, head: str) -> int:
+    """tokens(head) of S's head with its newline: counted once per omitted count, remembered in the Setup."""
+    known = setup.remembered_counts.get(head)
+    if known is None:
+        if len(setup.remembered_counts) >= 1024:
+            setup.remembered_counts.clear()
+        known = setup.remembered_counts[head] = setup.tokenizer.count(head)
+    return known
+
+
+def _unlined_tokens(setup: Setup, text: str, line_tokens: int) -> int | None:
+    """tokens(text) of an item from its line cost tokens("\n" + text), where the tokenizer splits after the
+    newline; None (count it) elsewhere."""
+    if text and setup.tokenizer.splits_between("\n", text[0]):
+        return line_tokens - setup.tokenizer.count("\n")
+    return None
 
 
 def fit_summary(setup: Setup, items: Iterable[SummaryItem], omitted: int, records: RecordLookup) -> Summary:
@@ -158,14 +178,27 @@ def fit_summary(setup: Setup, items: Iterable[SummaryItem], omitted: int, record
         raise BudgetViolation(f"the summary frame alone exceeds summary_budget M = {budget}")
 
     omitted_lines: dict[int, int] = {0: 0}  # tokens of the omitted-count line, per count
+    # tokens("\n(N" + rest) = tokens("\n(N") + tokens(rest) >= 1 + tokens(rest) where the tokenizer splits after
+    # N's last digit: a lower bound of the frame that decides the loop below without counting the line
+    rest = render.summary_omitted(0)[2:]
+    floor_tokens = setup.summary_base + 1 + _head_tokens(setup, rest)
 
     def frame() -> int:
         if omitted not in omitted_lines:
             omitted_lines[omitted] = setup.line_tokens(render.summary_omitted(omitted))
         return setup.summary_base + omitted_lines[omitted]
 
+    def over_budget() -> bool:
+        """frame() + item_tokens > budget, known from the lower bound when it already exceeds the budget."""
+        if omitted and floor_tokens + item_tokens > budget:
+            digits = str(omitted)
+            if (render.summary_omitted(omitted) == "(" + digits + rest
+                    and setup.tokenizer.splits_between(digits[-1], rest[:1])):
+                return True
+        return frame() + item_tokens > budget
+
     item_tokens = sum(item.tokens for item in kept)
-    while frame() + item_tokens > budget:
+    while over_budget():
         item_tokens -= shrink_once()
     message = render_summary(setup, kept, omitted)
     while message is not None and message.tokens > budget:

@@ -44,6 +44,16 @@ it in probe conversations that realise those contexts; the budgets use the large
 of the contexts it actually gives (exact, not a bound). Counting pieces separately is exact because every
 boundary between pieces falls beside an added token (checked when the format is built), and Hugging Face
 tokenizers split the text at added tokens before anything else.
+
+Each text is counted once (spec/rendering.md section 3.1, "Counting each text once"): a piece is its added
+tokens and the texts between them, each counted once and remembered; a content the piece holds verbatim is
+counted apart from the context's wrapper, once for all contexts, its known parts (a stored observation's n_j)
+not at all; the tools listing is serialized once; a tool message's costs hold for every call id when the
+template never read its ``tool_call_id`` (`_WatchedMessage`), so the tool-result reserve is rendered once.
+What still needs a rendering is each new message, once per probe conversation of its role (3 for an assistant
+turn, 2 for a tool result, 6 for a user message in tool mode): the template is arbitrary code, and a piece is
+known only by running it in a conversation that gives the message its context. No count renders a whole view;
+the replay does so only for a view line's text.
 """
 
 from __future__ import annotations
@@ -62,6 +72,7 @@ import jinja2.nodes
 import jinja2.sandbox
 from attrs import frozen
 
+from arc_ref.counting import EDGE_WINDOW, SPLIT_FROM, Part, joined_tokens
 from arc_ref.errors import ConfigError
 from arc_ref.message import Context, ToolCall, ToolSpec, openai_message
 from arc_ref.tokenizers import HuggingFaceTokenizer, read_regular_file
@@ -93,8 +104,31 @@ class _GenerationTag(jinja2.ext.Extension):
         return caller()
 
 
+# Mapping types whose instances have no attribute of their own (no __dict__, no __getattr__): reading a name
+# that is not an attribute of the type raises AttributeError, and the sandbox then reads the item. Their
+# attribute names, per type.
+_ITEM_TYPES: dict[type, frozenset[str]] = {dict: frozenset(dir(dict))}
+
+
+class SerializedTool(dict[str, Any]):
+    """A tool as the template sees it (a dict), carrying its ``tojson`` text: the tools listing is serialized
+    once per format, not in every rendering (``json.dumps`` of this dict is the same text). The text sits in
+    a slot whose name starts with ``_``, which the sandbox refuses to a template, as it refuses it on a dict."""
+
+    __slots__ = ("_text",)
+
+    def __init__(self, tool: Mapping[str, Any]) -> None:
+        super().__init__(tool)
+        self._text = json.dumps(self, ensure_ascii=False)
+
+
+_ITEM_TYPES[SerializedTool] = frozenset(dir(SerializedTool))
+
+
 def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
             sort_keys: bool = False) -> str:
+    if type(x) is SerializedTool and not ensure_ascii and indent is None and separators is None and not sort_keys:
+        return x._text
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
@@ -141,10 +175,46 @@ class _TemplateNamespace(jinja2.utils.Namespace):
             )
 
 
+class _Sandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
+    """transformers' sandbox (`ImmutableSandboxedEnvironment`), its attribute lookup taking two short cuts that
+    change no outcome: ``message.role`` on a plain mapping reads the item without first raising AttributeError,
+    and whether an attribute is safe, which for this sandbox depends only on the object's type and the name
+    (``is_internal_attribute``, ``modifies_known_mutable``), is decided once per type and name."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._safe: dict[tuple[type, str], bool] = {}
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        kind = type(obj)
+        names = _ITEM_TYPES.get(kind)
+        if names is not None and attribute not in names:
+            try:
+                return obj[attribute]
+            except (TypeError, LookupError):
+                return self.undefined(obj=obj, name=attribute)
+        try:
+            value = getattr(obj, attribute)
+        except AttributeError:
+            try:
+                return obj[attribute]
+            except (TypeError, LookupError):
+                pass
+        else:
+            fmt = self.wrap_str_format(value)
+            if fmt is not None:
+                return fmt
+            safe = self._safe.get((kind, attribute))
+            if safe is None:
+                safe = self._safe[(kind, attribute)] = self.is_safe_attribute(obj, attribute, value)
+            if safe:
+                return value
+            return self.unsafe_undefined(obj, attribute)
+        return self.undefined(obj=obj, name=attribute)
+
+
 def _environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
-    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols]
-    )
+    env = _Sandbox(trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -218,6 +288,40 @@ def server_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]] | None:
     if not tools:
         return None
     return [tool.server_dump() for tool in tools]
+
+
+RENDERING_DEFAULTS = (("add_generation_prompt", True), ("continue_final_message", False), ("documents", None),
+                      ("chat_template", None))
+"""A request's fields that change vLLM's rendering, at the values the core renders with."""
+
+
+def request_template_kwargs(request: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The ``chat_template_kwargs`` vLLM renders a chat request with, sorted by name (vLLM 0.32,
+    ``ChatCompletionRequest.build_chat_params``): the request's own ``chat_template_kwargs`` (none when absent:
+    Qwen3's ``enable_thinking`` is then undefined, not false), ``reasoning_effort`` when set, and, when the request
+    sets ``reasoning_effort`` but not ``enable_thinking``, ``enable_thinking = reasoning_effort != "none"``.
+    A server started with ``--default-chat-template-kwargs`` adds its own under these (not visible in a request).
+    ConfigError for a request the core cannot render as vLLM does (another template, documents, no generation
+    prompt, a continued final message, kwargs that are not an object of scalars)."""
+    from arc_ref.config import parse_template_kwargs
+
+    for name, default in RENDERING_DEFAULTS:
+        if name in request and request[name] != default and request[name] is not None:
+            raise ConfigError(f"{name}={json.dumps(request[name])[:40]}: the proxy counts prompts rendered with"
+                              f" the served template and {name}={json.dumps(default)} only")
+    given = request.get("chat_template_kwargs")
+    if given is None:
+        given = {}
+    if not isinstance(given, Mapping):
+        raise ConfigError(f"chat_template_kwargs must be an object, got {json.dumps(given)[:40]}")
+    kwargs = dict(parse_template_kwargs(dict(given)))
+    effort = request.get("reasoning_effort")
+    if effort is not None:
+        if not isinstance(effort, str):
+            raise ConfigError(f"reasoning_effort must be a string, got {json.dumps(effort)[:40]}")
+        kwargs["reasoning_effort"] = effort
+        kwargs.setdefault("enable_thinking", effort != "none")
+    return tuple(sorted(kwargs.items()))
 
 
 # --- loading a model directory ----------------------------------------------------------------------
@@ -369,12 +473,16 @@ class ChatTemplate:
             raise TemplateRefused(f"chat template of {self.name!r} refused the conversation: {bad}") from None
 
     def render_parts(self, conversation: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                     add_generation_prompt: bool = True, tools_text: str | None = None) -> tuple[str, list[str], str]:
+                     add_generation_prompt: bool = True, tools_text: str | None = None,
+                     mark: str | None = None) -> tuple[str, list[str], str]:
         """(head, one piece per message, tail): their concatenation is ``render(...)``.
 
-        ``tools_text``: every string of ``tools`` joined (a caller rendering many times with the same tools).
+        ``tools_text``: every string of ``tools`` joined (a caller rendering many times with the same tools);
+        ``mark``: a split mark already chosen (`marker`) for every string of the conversation and the tools.
         """
-        mark = self._marker(conversation, tools, tools_text)
+        if mark is None:
+            listing = tools_text if tools_text is not None else "".join(_strings(tools))
+            mark = self.marker(_strings(conversation), listing)
         piece_mark, end_mark = mark + "P" + mark, mark + "E" + mark
         variables = self._variables_for(conversation, tools, add_generation_prompt)
         try:
@@ -390,13 +498,12 @@ class ChatTemplate:
             )
         return parts[0], parts[1:], tail
 
-    def _marker(self, conversation: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                tools_text: str | None) -> str:
-        """A character that occurs in no input and not in the template: it cannot come out of the template
-        except where the instrumented loop writes it."""
-        text = "".join(_strings(conversation)) + (tools_text if tools_text is not None else "".join(_strings(tools)))
+    def marker(self, texts: Iterable[str], tools_text: str) -> str:
+        """A character that occurs in none of ``texts`` (the conversation's strings), not in ``tools_text`` and
+        not in the template: it cannot come out of the template except where the instrumented loop writes it."""
+        strings = [tools_text, *texts]
         for char in self._mark_candidates:
-            if char not in text:
+            if not any(char in text for text in strings):
                 return char
         raise TemplateRefused("every split-mark character occurs in the conversation; cannot split it per message")
 
@@ -521,7 +628,7 @@ def probe_plans(contexts: tuple[Context, ...], role: str) -> tuple[tuple[Context
 
 
 class _LRU:
-    """A small bounded cache of computed piece costs (pure: the same message always costs the same)."""
+    """A small bounded cache of computed costs (pure: the same key always maps to the same value); thread-safe."""
 
     def __init__(self, size: int) -> None:
         self._size = size
@@ -543,8 +650,44 @@ class _LRU:
                 self._items.popitem(last=False)
 
 
-SPLIT_COUNT_CHARS = 1024
-"""A piece longer than this is counted between its added tokens (`TemplateFormat._count_between_added`)."""
+MEMO_TEXT_CHARS = 4096
+"""A text between added tokens up to this long has its count remembered for every task of the tokenizer; a longer
+one (a tool result, a summary) only while one message's pieces are counted (`TemplateFormat.placed_costs`)."""
+MEMO_TOTAL_CHARS = 1 << 21  # characters of remembered texts per tokenizer (about 4 MiB of keys at most)
+
+
+class _TextCounts:
+    """Token counts of texts without an added token, remembered per tokenizer (LRU, bounded in characters)."""
+
+    def __init__(self, tokenizer: HuggingFaceTokenizer, chars: int) -> None:
+        self._count = tokenizer.count
+        self._limit = chars
+        self._chars = 0
+        self._items: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def count(self, text: str) -> int:
+        with self._lock:
+            known = self._items.get(text)
+            if known is not None:
+                self._items.move_to_end(text)
+                return known
+        known = self._count(text)  # outside the lock: conversations count in parallel
+        with self._lock:
+            if text not in self._items:
+                self._items[text] = known
+                self._chars += len(text)
+                while self._chars > self._limit:
+                    dropped, _ = self._items.popitem(last=False)
+                    self._chars -= len(dropped)
+        return known
+
+
+@functools.lru_cache(maxsize=None)
+def text_counts(tokenizer: HuggingFaceTokenizer) -> _TextCounts:
+    """The one memo of a tokenizer's counts of short texts, shared by every task (a wrapper such as
+    ``"user\n"`` or ``"\n</tool_response>"`` is counted once per process)."""
+    return _TextCounts(tokenizer, MEMO_TOTAL_CHARS)
 
 
 class _AddedTokens:
@@ -575,11 +718,95 @@ def added_tokens_cut_safe(tokens: Sequence[str]) -> str | None:
     return None
 
 
+_WHOLE = "*"  # a read of a whole probed message (iterated, dumped, compared or printed), not of one key
+_ANY_CALL_ID = object()  # the cache key of a tool message's costs that hold for every tool_call_id
+
+
+class _WatchedMessage(dict[str, Any]):
+    """A probed message as the template sees it (a dict), noting which of its keys the template reads.
+
+    Rendering is deterministic (no clock, no randomness), so a value the template never read cannot have
+    changed what it wrote: a tool message whose ``tool_call_id`` was never read costs the same whatever its
+    call id (`TemplateFormat.placed_costs` then reuses its costs, the tool-result reserve above all). Every way
+    a template reaches a dict's values goes through a method noted here: an item or ``get`` (that key);
+    iterating, ``keys``/``values``/``items`` (which ``tojson`` and ``dictsort`` use), printing or comparing
+    (the whole). The notes sit in a slot whose name starts with ``_``, refused to templates by the sandbox."""
+
+    __slots__ = ("_reads",)
+
+    def __init__(self, message: Mapping[str, Any], reads: set[str]) -> None:
+        super().__init__(message)
+        self._reads = reads
+
+    def __getitem__(self, key: str) -> Any:
+        self._reads.add(key)
+        return dict.__getitem__(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self._reads.add(key)
+        return dict.get(self, key, default)
+
+    def _whole(self) -> None:
+        self._reads.add(_WHOLE)
+
+    def __iter__(self) -> Iterator[str]:
+        self._whole()
+        return dict.__iter__(self)
+
+    def __reversed__(self) -> Iterator[str]:
+        self._whole()
+        return dict.__reversed__(self)
+
+    def keys(self) -> Any:
+        self._whole()
+        return dict.keys(self)
+
+    def values(self) -> Any:
+        self._whole()
+        return dict.values(self)
+
+    def items(self) -> Any:
+        self._whole()
+        return dict.items(self)
+
+    def copy(self) -> dict[str, Any]:
+        self._whole()
+        return dict(dict.items(self))
+
+    def __repr__(self) -> str:
+        self._whole()
+        return dict.__repr__(self)
+
+    def __eq__(self, other: object) -> bool:
+        self._whole()
+        return dict.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        self._whole()
+        return dict.__ne__(self, other)
+
+    def __or__(self, other: Any) -> Any:
+        self._whole()
+        return dict.__or__(self, other)
+
+    def __ror__(self, other: Any) -> Any:
+        self._whole()
+        return dict.__ror__(self, other)
+
+    __hash__ = None
+
+
+_ITEM_TYPES[_WatchedMessage] = frozenset(dir(_WatchedMessage))
+
+
 class TemplateFormat:
     """The chat format ``template``: a model directory's own chat template, counted with its tokenizer.
 
     Built once per task (`arc_ref.config.make_setup`) for a prefix (system, goal), the tools listing sent with
-    every request and the template keywords. ``placed_costs`` is the only per-message work.
+    every request and the template keywords. ``placed_costs`` is the only per-message work: one rendering per
+    probe conversation of the message (section 3.1), its pieces counted as one token per added token plus the
+    texts between them, each text counted once (remembered: `text_counts`), and a part of the content whose
+    count is already known (a stored observation's n_j) not counted again.
     """
 
     name = "template"
@@ -608,14 +835,22 @@ class TemplateFormat:
                 f"chat format 'template' with tokenizer {tokenizer.name!r}: added token {overlap}, so a match"
                 " could span two messages and per-message counts would not add up"
             )
+        # added tokens matched as written (not single-word, not on normalized text): a text is then counted as
+        # one token per added token plus the texts between them; otherwise each text is counted whole
+        self._split_at_added = tokenizer.added_tokens_match_as_written()
+        self._texts = text_counts(tokenizer)
         chosen = source.tool_source if (self.tools and source.tool_source is not None) else source.source
         self.template = compiled_template(chosen, source.special_tokens, tuple(self.template_kwargs.items()),
                                           source.directory)
-        self._server_tools = server_tools(self.tools)
+        dumped = server_tools(self.tools)
+        self._server_tools: list[dict[str, Any]] | None = (
+            None if dumped is None else [SerializedTool(tool) for tool in dumped])
         self._tools_text = "".join(_strings(self._server_tools))
         self._prefix = [{"role": "system", "content": system}, {"role": "user", "content": goal}]
-        self._cache = _LRU(4096)
-        self._count_cache = _LRU(8192)
+        self._prefix_strings = tuple(_strings(self._prefix))
+        self._cache = _LRU(4096)  # placed costs of messages whose content is at most MEMO_TEXT_CHARS long
+        self._last_large: tuple[Any, tuple[tuple[Context, int], ...]] | None = None  # ... and of the last longer one
+        self._listing_tokens: int | None = None
         head, pieces, tail = self.template.render_parts(self._prefix, self._server_tools)
         self.head = head
         self.tail = tail
@@ -645,40 +880,89 @@ class TemplateFormat:
     # -- counting --------------------------------------------------------------------------------------
 
     def tool_listing_tokens(self) -> int:
-        """Tokens the tools listing adds to B (A4): the head and system turn with the tools, less without them."""
+        """Tokens the tools listing adds to B (A4): the head and system turn with the tools, less without them
+        (rendered once per format)."""
         if not self.tools:
             return 0
-        head, pieces, _ = self.template.render_parts(self._prefix, None)
-        return self.head_tokens + self.system_piece_tokens - self._count(head) - self._count(pieces[0])
+        if self._listing_tokens is None:
+            head, pieces, _ = self.template.render_parts(self._prefix, None)
+            self._listing_tokens = (self.head_tokens + self.system_piece_tokens - self._count(head)
+                                    - self._count(pieces[0]))
+        return self._listing_tokens
 
-    def _count(self, text: str) -> int:
-        cached = self._count_cache.get(text)
-        if cached is None:
-            cached = self._count_between_added(text) if len(text) > SPLIT_COUNT_CHARS else self.tokenizer.count(text)
-            self._count_cache.put(text, cached)
-        return int(cached)
-
-    def _count_between_added(self, text: str) -> int:
-        """The count of a long piece as one token per added token plus the counts of the texts between them.
+    def _count(self, text: str, local: dict[str, int] | None = None) -> int:
+        """tokens(text): one token per added token plus the count of each text between them.
 
         The encoder matches added tokens first and encodes the texts between them apart (the assumption this
-        format already makes at every message boundary; stripping or overlapping added tokens are refused when
-        the format is built). A long observation is then counted once for all the places a view can give its
-        message: the wrappers differ from place to place, the text between ``<tool_response>`` and its close
-        does not, and its count is remembered.
+        format makes at every message boundary; stripping or overlapping added tokens are refused when the
+        format is built). Each text between them is counted once: up to MEMO_TEXT_CHARS it is remembered for
+        every task of the tokenizer (`text_counts`), a longer one in ``local`` (one message's pieces, which
+        share it: a tool result sits between the same ``<tool_response>`` tokens in every context).
         """
+        if not self._split_at_added:
+            return self._between(text, local)
         total = 0
         start = 0
         for match in self._added.matches(text):
             if match.start() > start:
-                total += self._count(text[start:match.start()])
+                total += self._between(text[start:match.start()], local)
             total += 1
             start = match.end()
-        if start == 0:
-            return self.tokenizer.count(text)
         if start < len(text):
-            total += self._count(text[start:])
+            total += self._between(text[start:] if start else text, local)
         return total
+
+    def _between(self, text: str, local: dict[str, int] | None) -> int:
+        if len(text) <= MEMO_TEXT_CHARS:
+            return self._texts.count(text)
+        if local is None:
+            return self.tokenizer.count(text)
+        known = local.get(text)
+        if known is None:
+            known = local[text] = self.tokenizer.count(text)
+        return known
+
+    def _content_split(self, content: str, parts: Sequence[Part] | None,
+                       local: dict[str, int]) -> tuple[str, int, str] | None:
+        """(lead, tokens of the core, trail) with content = lead + core + trail, where the core starts and ends at
+        junctions inside the content that the tokenizer's boundary rule vouches for, or None when there are none.
+
+        Whatever text stands around the content, tokens(before + content + after) = tokens(before + lead) +
+        tokens(core) + tokens(trail + after): the core is counted once for every context of the message, from
+        the known counts of ``parts`` where there are (a stored observation's n_j: `arc_ref.counting`)."""
+        splits = self.tokenizer.splits_between
+        size = len(content)
+        first = next((p for p in range(1, min(SPLIT_FROM, size - 1) + 1) if splits(content[p - 1], content[p])), 0)
+        last = next((p for p in range(size - 1, max(size - 1 - SPLIT_FROM, first), -1)
+                     if splits(content[p - 1], content[p])), 0)
+        if not first or not last:
+            return None
+        core: list[Part] = []
+        offset = 0
+        for text, known in parts or ((content, None),):
+            begin, end = offset, offset + len(text)
+            offset = end
+            if end <= first or begin >= last:
+                continue
+            cut_from, cut_to = max(first, begin) - begin, min(last, end) - begin
+            if known is not None:  # the cuts are vouched: the rest's count is the known one less the edges'
+                known -= (self._count(text[:cut_from], local) if cut_from else 0) + (
+                    self._count(text[cut_to:], local) if cut_to < len(text) else 0)
+            core.append((text[cut_from:cut_to], known))
+        core_tokens = joined_tokens(self.tokenizer, core, lambda text: self._count(text, local))
+        return content[:first], core_tokens, content[last:]
+
+    def _piece_tokens(self, piece: str, content: str, split: tuple[str, int, str] | None,
+                      local: dict[str, int]) -> int:
+        """tokens(piece) of a message with ``content`` split as `_content_split` gives it: where the piece holds the
+        content verbatim, the text before the core, the core's count and the text after it; else the whole piece."""
+        if split is not None:
+            at = piece.find(content)
+            if at >= 0:
+                lead, core_tokens, trail = split
+                return (self._count(piece[:at] + lead, local) + core_tokens
+                        + self._count(trail + piece[at + len(content):], local))
+        return self._count(piece, local)
 
     def _check_boundary(self, left: str, right: str, where: str) -> None:
         if left and right and not self._added.cut_safe(left, right):
@@ -701,8 +985,9 @@ class TemplateFormat:
             costs.append((ctx, self._count(pieces[1])))
         return tuple(costs)
 
-    def _pieces(self, conversation: list[dict[str, Any]]) -> list[str]:
-        head, pieces, tail = self.template.render_parts(conversation, self._server_tools, True, self._tools_text)
+    def _pieces(self, conversation: list[dict[str, Any]], mark: str | None = None) -> list[str]:
+        head, pieces, tail = self.template.render_parts(conversation, self._server_tools, True, self._tools_text,
+                                                        mark)
         if head != self.head or tail != self.tail:
             raise TemplateRefused(
                 f"chat template of {self.template.name!r}: the text before or after its message loop depends on"
@@ -715,32 +1000,60 @@ class TemplateFormat:
         for left, right in zip(shown, shown[1:]):
             self._check_boundary(left, right, "two messages")
 
+    def _cached(self, key: tuple[Any, ...]) -> tuple[tuple[Context, int], ...] | None:
+        if len(key[1]) <= MEMO_TEXT_CHARS:
+            found: tuple[tuple[Context, int], ...] | None = self._cache.get(key)
+            return found
+        last = self._last_large
+        return last[1] if last is not None and last[0] == key else None
+
+    def _remember(self, key: tuple[Any, ...], costs: tuple[tuple[Context, int], ...]) -> None:
+        if len(key[1]) <= MEMO_TEXT_CHARS:
+            self._cache.put(key, costs)
+        else:
+            self._last_large = (key, costs)
+
     def placed_costs(self, role: str, content: str, tool_calls: tuple[ToolCall, ...] = (),
-                     tool_call_id: str | None = None) -> tuple[tuple[Context, int], ...]:
-        """Tokens of the message's piece in every context a view can give it (exact per context)."""
+                     tool_call_id: str | None = None,
+                     parts: Sequence[Part] | None = None) -> tuple[tuple[Context, int], ...]:
+        """Tokens of the message's piece in every context a view can give it (exact per context).
+
+        ``parts``: the content as a concatenation of texts with their counts where known (`Setup.message`);
+        the result is the same with or without them, only a known count is not counted again. A tool
+        message's costs are kept for every call id when the template never read its ``tool_call_id``
+        (`_WatchedMessage`): the tool-result reserve is rendered once per task, not once per call.
+        """
         key = (role, content, tool_calls, tool_call_id)
-        cached = self._cache.get(key)
+        cached = self._cached(key)
+        if cached is None and tool_call_id is not None:
+            cached = self._cached((role, content, tool_calls, _ANY_CALL_ID))
         if cached is not None:
-            return tuple(cached)
+            return cached
         message = openai_message(role, content, tool_calls, tool_call_id)
         contexts = possible_contexts(role, self.action_mode)
+        mark = self.template.marker((*self._prefix_strings, *_strings(server_conversation([message])), FILLER),
+                                    self._tools_text)
+        reads: set[str] = set()
+        local: dict[str, int] = {}
+        split = self._content_split(content, parts, local) if len(content) > 2 * EDGE_WINDOW else None
         costs: dict[Context, int] = {}
         for plan in probe_plans(contexts, role):
-            conversation = list(self._prefix)
+            server = list(self._prefix)
             where: list[tuple[int, Context]] = []
             for item in plan:
                 if isinstance(item, Context):
-                    where.append((len(conversation), item))
-                    conversation.append(message)
+                    where.append((len(server), item))
+                    server.append(_WatchedMessage(server_conversation([message])[0], reads))
                 else:
-                    conversation.append(_filler(item))
-            server = server_conversation(conversation)
-            pieces = self._pieces(server)
+                    server.append(_filler(item))
+            pieces = self._pieces(server, mark)
             self._check_pieces(server, pieces)
             for position, ctx in where:
-                costs[ctx] = self._count(pieces[position])
+                costs[ctx] = self._piece_tokens(pieces[position], content, split, local)
         result = tuple((ctx, costs[ctx]) for ctx in contexts)
-        self._cache.put(key, result)
+        self._remember(key, result)
+        if tool_call_id is not None and "tool_call_id" not in reads and _WHOLE not in reads:
+            self._remember((role, content, tool_calls, _ANY_CALL_ID), result)
         return result
 
 

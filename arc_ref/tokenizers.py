@@ -73,6 +73,11 @@ class Tokenizer(Protocol):
         message's count be derived from its parts' counts; False when unsure, and the whole is counted)."""
         ...
 
+    def control_tokens(self) -> tuple[str, ...]:
+        """The texts this tokenizer reads as one control token (its added tokens, special or not): what S keeps
+        inert in an observation (spec/rendering.md 7.1); () when it has none."""
+        ...
+
 
 SHORT_TEXT = 48  # texts up to this many characters have their counts remembered (message frames, headers)
 
@@ -113,6 +118,24 @@ def _throwaway_copy(text: str) -> str:
     """A new string object equal to ``text`` (a join of two parts always allocates), for C code that
     would otherwise leave a UTF-8 copy inside a stored string."""
     return "".join((text, ""))
+
+
+def pieces_split_between(before: str, after: str, newline_tail: str = "") -> bool:
+    """The boundary rule of a pre-tokenizer of cl100k_base's family (cl100k_base, o200k_base, Qwen2's): no piece
+    spans the junction ``before | after`` (`TiktokenTokenizer.splits_between` states it)."""
+    if len(before) != 1 or len(after) != 1:
+        return False
+    if before in "\r\n":
+        return _never_space(after) and after not in newline_tail
+    if _is_letter(before):
+        if after.isascii():
+            return not after.isalpha() and after != "'"
+        return unicodedata.category(after)[0] in "NPSZ"
+    if _is_number(before):
+        if after.isascii():
+            return not after.isdigit()
+        return unicodedata.category(after)[0] in "LMPSZ"
+    return False
 
 
 def _never_space(char: str) -> bool:
@@ -203,6 +226,7 @@ class TiktokenTokenizer:
         self._newline_tail = newline_tail
         self._byte_lengths = _TokenByteLengths(encoding)
         self._vouched: dict[tuple[str, str], bool] = {}  # splits_between, per pair of characters seen
+        self._pairs: frozenset[str] | None = None
         self._short_counts: dict[str, int] = {}  # counts of short texts (frames, headers, line ends)
 
     @property
@@ -279,19 +303,7 @@ class TiktokenTokenizer:
         return known
 
     def _splits_between(self, before: str, after: str) -> bool:
-        if len(before) != 1 or len(after) != 1:
-            return False
-        if before in "\r\n":
-            return _never_space(after) and after not in self._newline_tail
-        if _is_letter(before):
-            if after.isascii():
-                return not after.isalpha() and after != "'"
-            return unicodedata.category(after)[0] in "NPSZ"
-        if _is_number(before):
-            if after.isascii():
-                return not after.isdigit()
-            return unicodedata.category(after)[0] in "LMPSZ"
-        return False
+        return pieces_split_between(before, after, self._newline_tail)
 
     def __repr__(self) -> str:
         return f"TiktokenTokenizer({self._name!r})"
@@ -326,11 +338,13 @@ class HuggingFaceTokenizer:
     stub_lines_add_up = False  # an arbitrary file: pages are counted whole
 
     def __init__(self, path: str, tokenizer: Any, name: str | None = None) -> None:
-        self._name = name if name is not None else f"hf:{path}"
+        self._name = name if name is not None else hf_tokenizer_name(path)
         self._path = path
         self._tokenizer = tokenizer
         self._max_token_chars: int | None = None
         self._sliceable: bool | None = None
+        self._vouched: dict[tuple[str, str], bool] = {}  # splits_between, per pair of characters seen
+        self._pairs: frozenset[str] | None = None
 
     @property
     def name(self) -> str:
@@ -356,6 +370,13 @@ class HuggingFaceTokenizer:
         return tuple((decoder[key].content, bool(decoder[key].lstrip), bool(decoder[key].rstrip))
                      for key in sorted(decoder))
 
+    def added_tokens_match_as_written(self) -> bool:
+        """True when every added token is matched wherever its text occurs in the original text: none is
+        ``single_word`` (matched only between word boundaries) or ``normalized`` (matched in the normalized text).
+        A text is then encoded as its added tokens and the texts between them, each encoded apart."""
+        decoder = self._tokenizer.get_added_tokens_decoder()
+        return not any(token.single_word or token.normalized for token in decoder.values())
+
     def _encoding(self, text: str) -> Any:
         return self._tokenizer.encode(text if text.isascii() else _throwaway_copy(text), add_special_tokens=False)
 
@@ -363,12 +384,12 @@ class HuggingFaceTokenizer:
         """True when slices cut at ``_SLICE_POINT`` encode to the tokens of the whole (checked once, on the
         file's normalizer, pre-tokenizer, model and added tokens: Qwen2's shape)."""
         if self._sliceable is None:
-            spec = json.loads(self._tokenizer.to_str())
-            model = spec.get("model") or {}
+            tokenizer = self._tokenizer
+            normalizer, pre_tokenizer, model = tokenizer.normalizer, tokenizer.pre_tokenizer, tokenizer.model
             self._sliceable = (
-                spec.get("normalizer") in (None, {"type": "NFC"})
-                and spec.get("pre_tokenizer") == _QWEN2_PRE_TOKENIZER
-                and model.get("type") == "BPE" and model.get("dropout") is None
+                (normalizer is None or json.loads(normalizer.__getstate__()) == {"type": "NFC"})
+                and pre_tokenizer is not None and json.loads(pre_tokenizer.__getstate__()) == _QWEN2_PRE_TOKENIZER
+                and type(model).__name__ == "BPE" and model.dropout is None
                 and not any("\n" in token or "\r" in token for token in self.added_tokens())
             )
         return self._sliceable
@@ -387,7 +408,7 @@ class HuggingFaceTokenizer:
             start = end
 
     def count(self, text: str) -> int:
-        return sum(len(self._encoding(piece).ids) for _, piece in self._slices(text))
+        return sum(len(self._encoding(piece)) for _, piece in self._slices(text))
 
     def encode(self, text: str) -> list[int]:
         ids: list[int] = []
@@ -417,7 +438,30 @@ class HuggingFaceTokenizer:
         return count, starts
 
     def splits_between(self, before: str, after: str) -> bool:
-        return False  # an arbitrary file: messages are counted whole
+        """For a file of Qwen2's shape (``_slices_apart``), the rule of cl100k_base (`pieces_split_between`); never
+        for any other file (an arbitrary file: the parts are counted together).
+
+        Qwen2's split pattern is cl100k_base's with single digits, run on each text between added tokens after
+        NFC. NFC composes no character with a following one the rule lets follow (the second character of a
+        composition is a mark, or a Hangul jamo, which is a letter). An added token is matched before anything
+        else, so a junction two consecutive characters of one could span (``"<think" | ">"``) is never vouched
+        for (none holds a line end). The properties check the rule on every pair of edge characters, inside every
+        added token and on adversarial texts (proofs_check.test_view)."""
+        pair = (before, after)
+        known = self._vouched.get(pair)
+        if known is None:
+            if len(self._vouched) >= 1 << 16:
+                self._vouched.clear()
+            known = self._vouched[pair] = (self._slices_apart() and pieces_split_between(before, after)
+                                           and before + after not in self._added_pairs())
+        return known
+
+    def _added_pairs(self) -> frozenset[str]:
+        """Every two consecutive characters of an added token's text: a junction between them could be spanned
+        by that token, which the encoder matches before anything else."""
+        if self._pairs is None:
+            self._pairs = frozenset(token[k:k + 2] for token in self.added_tokens() for k in range(len(token) - 1))
+        return self._pairs
 
     @property
     def max_token_chars(self) -> int:
@@ -547,7 +591,7 @@ def _load_huggingface(path: str, name: str | None = None) -> HuggingFaceTokenize
     try:
         from tokenizers import Tokenizer as RustTokenizer
     except ImportError as missing:  # pragma: no cover - depends on the environment
-        spelled = name if name is not None else f"hf:{path}"  # a directory is named as the user gave it
+        spelled = name if name is not None else hf_tokenizer_name(path)  # a directory is named as the user gave it
         raise ConfigError(
             f"tokenizer {spelled!r} needs the package 'tokenizers' (pip install 'arc-ref[eval]' or 'arc-ref[hf]')"
         ) from missing
@@ -571,7 +615,13 @@ def tokenizer_json_of(directory: str) -> str:
 _BYTES = ByteTokenizer()
 
 
-HF_DIR_PREFIX = "hf-dir:"
+HF_PREFIX = "hf:"  # a tokenizer.json file: hf:PATH
+HF_DIR_PREFIX = "hf-dir:"  # a model directory: its tokenizer.json (and chat template)
+
+
+def hf_tokenizer_name(path: str) -> str:
+    """The tokenizer name of a ``tokenizer.json`` file: ``hf:PATH``."""
+    return f"{HF_PREFIX}{path}"
 
 
 def get_tokenizer(name: str) -> Tokenizer:
@@ -580,8 +630,8 @@ def get_tokenizer(name: str) -> Tokenizer:
         return _BYTES
     if name in TIKTOKEN_ENCODINGS:
         return _load_tiktoken(name)
-    if name.startswith("hf:"):
-        return _load_huggingface(name[3:])
+    if name.startswith(HF_PREFIX):
+        return _load_huggingface(name[len(HF_PREFIX):])
     if name.startswith(HF_DIR_PREFIX):
         return _load_huggingface(tokenizer_json_of(name[len(HF_DIR_PREFIX):]), name)
     raise ConfigError(

@@ -14,8 +14,13 @@ import re
 from typing import Any
 
 from arc_ref.commands import Command
+from arc_ref.json_limits import MAX_INTEGER_DIGITS, long_integer, nesting_problem
 from arc_ref.message import ToolCall, ToolSpec
 from arc_ref.text import ASCII_WHITESPACE, ascii_words
+
+# Rounds of the model's calls to ARC's own tools that a front end (the proxy) answers alone, before the reply goes
+# back to the agent: the default of ``arc-ref proxy --max-hidden-rounds``.
+DEFAULT_MAX_HIDDEN_ROUNDS = 8
 
 _ID_PARAMETER = ("id", "the observation id, e.g. §0001-3fa9c1e2, exactly as printed")
 _COMMANDS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
@@ -45,48 +50,25 @@ ARC_TOOL_NAMES = frozenset(tool.name for tool in ARC_TOOLS)
 _ARGUMENT_ORDER = {name: tuple(argument for argument, _ in arguments) for name, _, arguments in _COMMANDS}
 
 
-# The deepest nesting of ``[`` and ``{`` a call's arguments may have (spec/rendering.md section 13): the
-# server reads them (json.loads) and the template writes them again (tojson), both recursively, so a deeper
-# value would stop either with a RecursionError. Real arguments nest a few levels.
-MAX_ARGUMENT_NESTING = 256
-# An integer literal longer than this is refused by Python's int() (sys.int_info.default_max_str_digits),
-# so by the server's json.loads too.
-MAX_INTEGER_DIGITS = 4300
-_STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
-# A JSON string, or a run of digits that is an integer literal (not a fraction's or an exponent's digits).
-_DIGIT_RUN = re.compile("[0-9]{%d}" % (MAX_INTEGER_DIGITS + 1))
-_LONG_INTEGER = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|(?<![0-9.eE+\-])-?([0-9]{%d,})(?![0-9.eE])' % (MAX_INTEGER_DIGITS + 1))
-
-
-def argument_nesting(arguments: str) -> int:
-    """How deep ``[`` and ``{`` nest in ``arguments``, outside JSON strings (linear, no recursion)."""
-    if arguments.count("[") + arguments.count("{") <= MAX_ARGUMENT_NESTING:
-        return arguments.count("[") + arguments.count("{")  # an upper bound, enough to pass
-    depth = deepest = 0
-    for match in _STRING_OR_BRACKET.finditer(arguments):
-        mark = match.group()
-        if mark in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif mark in "]}":
-            depth = max(depth - 1, 0)
-    return deepest
+# A call's arguments are read by the server (json.loads) and written again by the template (tojson), both
+# recursively: they are held to the limits of every JSON reader (arc_ref.json_limits, spec/trace.md section 8).
 
 
 def arguments_problem(arguments: str) -> str | None:
     """Why a call's ``arguments`` cannot be read back by the server, or None (A2: an event the core refuses).
 
-    Arguments that are not valid JSON are fine (the server reads them as ``{}``); JSON nesting deeper than
-    ``MAX_ARGUMENT_NESTING`` or an integer literal of more than ``MAX_INTEGER_DIGITS`` digits is refused.
+    The server reads them (json.loads) and the template writes them again (tojson), both recursively, so they
+    are held to the limits of every JSON reader (`arc_ref.json_limits`, spec/trace.md section 8). Arguments that
+    are not valid JSON are fine (the server reads them as ``{}``), but the limits hold for the raw
+    text all the same: nesting deeper than ``MAX_NESTING`` (`arc_ref.json_limits.nesting`) or an integer literal
+    of more than ``MAX_INTEGER_DIGITS`` digits is refused.
     """
-    depth = argument_nesting(arguments)
-    if depth > MAX_ARGUMENT_NESTING:
-        return f"its arguments nest {depth} levels deep (at most {MAX_ARGUMENT_NESTING})"
-    if _DIGIT_RUN.search(arguments) is not None:  # only then tell integers from strings, fractions, exponents
-        for match in _LONG_INTEGER.finditer(arguments):
-            if match.group(1) is not None:
-                digits = len(match.group(1))
-                return f"its arguments hold an integer of {digits} digits (at most {MAX_INTEGER_DIGITS})"
+    too_deep = nesting_problem(arguments)
+    if too_deep is not None:
+        return f"its arguments are {too_deep}"
+    digits = long_integer(arguments)
+    if digits is not None:
+        return f"its arguments hold an integer of {digits} digits (at most {MAX_INTEGER_DIGITS})"
     return None
 
 

@@ -15,6 +15,7 @@ from typing import Any, Iterable, Iterator
 from arc_ref.chat import ChatFormat
 from arc_ref.config import OVERRIDE_KEYS, PRESETS, Config, config_json, first_lone_surrogate, preset
 from arc_ref.errors import ArcError, BudgetViolation
+from arc_ref.json_limits import nesting_problem
 from arc_ref.machine import (
     AgentResult,
     AgentTurn,
@@ -54,6 +55,12 @@ _FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 class TraceError(Exception):
     """A line that is not a valid event; becomes an error output line."""
+
+
+class UnreadableValue(TraceError):
+    """JSON text holding a value that no reader takes (trace.md sections 2 and 8): nested more than MAX_NESTING
+    levels, an integer literal of more than 4,300 digits, a lone surrogate. The text around it is JSON as far as
+    it was read, so a member such as a JSON-RPC id may still be read alone (`arc_ref.frontends.mcp_server`)."""
 
 
 _CANONICAL = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"))
@@ -363,17 +370,18 @@ def _parse(line: str | bytes) -> Any:
         may_hold_surrogate = "\\u" in line
     if line.startswith("\ufeff"):
         raise TraceError("not valid JSON: a byte order mark (U+FEFF) before the value")
+    too_deep = nesting_problem(line)  # first: it makes the parser's recursion safe (trace.md section 8)
+    if too_deep is not None:
+        raise UnreadableValue(f"JSON {too_deep}")
     try:
-        value = _DECODER.decode(line)
+        value = (_DECODER if may_hold_surrogate else _PLAIN_DECODER).decode(line)
     except json.JSONDecodeError as bad:
         raise TraceError(f"not valid JSON: {bad.msg} at column {bad.colno}") from None
-    except RecursionError:  # nesting deeper than Python's recursion limit (about a thousand levels)
-        raise TraceError("not valid JSON: nested too deeply to read (thousands of levels)") from None
     except ValueError:  # int() refuses a literal of more than 4300 digits (sys.int_info.default_max_str_digits)
-        raise TraceError("not valid JSON: an integer literal of more than 4300 digits") from None
+        raise UnreadableValue("not valid JSON: an integer literal of more than 4300 digits") from None
     problem = _lone_surrogate(value) if may_hold_surrogate else None
     if problem is not None:
-        raise TraceError(f"not valid Unicode text: {problem}")
+        raise UnreadableValue(f"not valid Unicode text: {problem}")
     return value
 
 
@@ -393,13 +401,16 @@ def _object_keeping_last(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     if len(obj) != len(pairs):
         for key, member in pairs:
             if obj[key] is not member and _surrogate_in(member) is not None:
-                raise TraceError(f"not valid Unicode text: a lone surrogate in a value of the repeated key"
+                raise UnreadableValue(f"not valid Unicode text: a lone surrogate in a value of the repeated key"
                                  f" {_shown_value(key)}")
     return obj
 
 
 # One decoder for every line (json.loads with options would build one per call).
 _DECODER = json.JSONDecoder(parse_constant=_not_json_constant, object_pairs_hook=_object_keeping_last)
+# ... and for a line that can hold no surrogate (strict UTF-8 without a \u escape): a repeated key keeps its last
+# value as well, with no value to check and no call back into Python per object.
+_PLAIN_DECODER = json.JSONDecoder(parse_constant=_not_json_constant)
 
 
 def _surrogate_in(value: Any) -> tuple[str, int, bool, str | None] | None:
@@ -443,11 +454,9 @@ def _lone_surrogate(value: Any) -> str | None:
 
 
 def _shown_value(value: Any) -> str:
-    """A value echoed in an error message: its JSON, clipped to 40 characters (a nesting too deep to print is named)."""
-    try:
-        return json.dumps(value)[:40]
-    except (RecursionError, ValueError):
-        return f"a deeply nested JSON {'array' if isinstance(value, list) else 'object'}"
+    """A value echoed in an error message: its JSON, clipped to 40 characters (a line nests at most
+    MAX_NESTING levels, so json.dumps can write any value of it)."""
+    return json.dumps(value)[:40]
 
 
 def replay(lines: Iterable[str | bytes], verify: bool = False) -> Iterator[dict[str, Any]]:

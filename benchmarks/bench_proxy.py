@@ -1,42 +1,276 @@
-"""The proxy's own overhead per request: an agent loop direct to serve-scripted vs through `arc-ref proxy`.
+"""`arc-ref proxy` against the LiteLLM proxy and no proxy, in front of one fast fake upstream (issue 28 item 4).
 
-    python benchmarks/bench_proxy.py [--turns 20] [--agents 8] [--output-lines 40]
+    python benchmarks/bench_proxy.py [--rounds 3] [--concurrency 1 8 32] [--turns 20] [--long-turns 200]
+                                     [--litellm PATH | --no-litellm] [--arc-python PY]
 
-Prints, measured in one run: the latency of each chat request (median and p99, milliseconds) when the agents
-talk to the upstream directly and when they talk to it through the proxy, at concurrency 1 (one agent) and 8
-(eight agents at once, each its own conversation), and the difference of the medians (the proxy's overhead per
-request: conversation identity, the new events through the core, the view, the upstream round trip's extra
-hop). The upstream is `arc-eval serve-scripted` on Qwen3's files (../shared/data/qwen3-tokenizer), whose policy
-always calls the agent's bash tool; each agent resends its whole history every turn with a short tool output
-(outputs stay verbatim in H, so both routes send the upstream the same amount of text).
+Three routes to the same upstream, each server a process of its own:
+- direct: the agents talk to the upstream itself;
+- arc: `arc-ref proxy --upstream ... --tokenizer hf-dir:<Qwen3's files>` (no --store: conversations in memory);
+- litellm: the LiteLLM proxy (`litellm --config ... --num_workers 1`) with one model routed to the upstream as an
+  OpenAI-compatible endpoint, a pass-through (no database, no callbacks, no retries). ``--litellm`` names the
+  `litellm` command of an environment with LiteLLM's proxy extra (fastapi and friends); without one the
+  route is left out, saying why.
+
+The upstream (`--serve-fake`, run as its own process) answers every chat request at once with one call of the
+agent's bash tool (a new call id each time) and `GET /v1/models` with a window of 65,536 tokens; it reads the
+body but parses nothing, so it costs next to nothing and the same for every route.
+
+The workload: each agent holds a conversation of a ~1 KB system prompt and a task, plus 18 messages of earlier
+turns (tool outputs of 1-5 KB), 20 messages in all, and runs ``--turns`` turns (each adds the model's call and a
+1-5 KB tool output: 20 -> 60 messages), resending its whole history every turn, as mini-swe-agent does; every
+agent of every round starts a conversation of its own. For each concurrency (agents at once), ``--rounds``
+rounds take the routes in turn (rotating the order), so machine noise falls on all alike. Printed per route
+and concurrency: median and p99 latency of a request, server CPU per request (the route's server process and
+its children, from /proc: the time each thread was on a CPU), and throughput (requests per second of the
+round). Then, at concurrency 1 (request by request, so each request's CPU is its own): a new conversation's
+first request vs a continuing one's, and one conversation of ``--long-turns`` turns, its requests around turn
+10, 50 and 200. Then the ratios arc / litellm and the targets of issue 28: CPU per request <= LiteLLM's at every
+concurrency; p99 <= 1.2x LiteLLM's at the highest concurrency; throughput at saturation (the highest
+concurrency) >= LiteLLM's; turn 200 within 1.2x of turn 10 (CPU per request); a new conversation within 2x of a
+continuing one. The load average is printed before and after: the machine is shared.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import socket
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
-import httpx
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+BASH_TOOL = {"type": "function", "function": {
+    "name": "bash", "description": "Execute a bash command and return its output.",
+    "parameters": {"type": "object", "properties": {"command": {"type": "string", "description": "the command"}},
+                   "required": ["command"]}}}
+SYSTEM = ("You are a helpful assistant that can interact with a computer to solve tasks. " * 6 + "\n\n"
+          + "Use the bash tool to run one command at a time; read outputs carefully; when done, say so. " * 6)
+WORDS = ("def", "return", "self", "import", "class", "the", "file", "line", "error", "0", "1", "None", "->", "x")
+WINDOW = 65536
+KEY = "sk-bench-" + "0" * 32  # LiteLLM's proxy refuses to start without a master key; every route is sent it
+HEADERS = {"content-type": "application/json", "authorization": f"Bearer {KEY}"}
 
-from tests.proxy.harness import BASH_TOOL, QWEN3, serve_proxy  # noqa: E402
-from arc_eval.backends.scripted_server import build_app, serve_in_thread  # noqa: E402
-from arc_eval.types import Message  # noqa: E402
+
+# --- the fake upstream ----------------------------------------------------------------------------------------
+
+def _completion(number: int) -> bytes:
+    arguments = json.dumps({"command": f"cat src/file_{number % 97}.py"})
+    return json.dumps({
+        "id": f"chatcmpl-{number}", "object": "chat.completion", "created": 0, "model": "fake",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": f"Step {number}: look at the next file.",
+            "tool_calls": [{"id": f"call_{number}", "type": "function",
+                            "function": {"name": "bash", "arguments": arguments}}]}}],
+        "usage": {"prompt_tokens": 1000, "completion_tokens": 20, "total_tokens": 1020}}).encode()
 
 
-def always_bash(messages: Sequence[Message]) -> str:
-    """A policy that always runs one more command (a reply with a tool call every turn)."""
+MODELS = json.dumps({"object": "list", "data": [{"id": "fake", "object": "model", "owned_by": "bench",
+                                                 "max_model_len": WINDOW}]}).encode()
+
+
+async def _serve_fake(port: int) -> None:
+    counter = [0]
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                request_line, *header_lines = head.decode("latin-1").split("\r\n")
+                headers = {}
+                for line in header_lines:
+                    name, _, value = line.partition(":")
+                    headers[name.strip().lower()] = value.strip()
+                length = int(headers.get("content-length", "0") or 0)
+                if length:
+                    await reader.readexactly(length)
+                if request_line.startswith("GET") and "/models" in request_line:
+                    body = MODELS
+                else:
+                    counter[0] += 1
+                    body = _completion(counter[0])
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                             + str(len(body)).encode() + b"\r\n\r\n" + body)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=1024)
+    async with server:
+        await server.serve_forever()
+
+
+# --- processes, ports, CPU --------------------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    found, pending = [], [pid]
+    while pending:
+        current = pending.pop()
+        found.append(current)
+        pending.extend(children.get(current, ()))
+    return found
+
+
+def cpu_seconds(pid: int) -> float:
+    """Seconds on a CPU of every thread of the process and its descendants (/proc/*/task/*/schedstat, ns)."""
+    total = 0
+    for process in _descendants(pid):
+        try:
+            tasks = os.listdir(f"/proc/{process}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{process}/task/{task}/schedstat") as stat:
+                    total += int(stat.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+    return total / 1e9
+
+
+def wait_listening(port: int, process: subprocess.Popen[bytes], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode} before listening")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"{what} did not listen on port {port} within {seconds:.0f} s")
+
+
+@contextlib.contextmanager
+def server_process(command: Sequence[str], port: int, what: str, env: dict[str, str] | None = None,
+                   log: Path | None = None, start_seconds: float = 120) -> Iterator[subprocess.Popen[bytes]]:
+    out = open(log, "wb") if log is not None else subprocess.DEVNULL
+    process = subprocess.Popen(list(command), stdout=out, stderr=subprocess.STDOUT, env=env,
+                               start_new_session=True)
+    try:
+        wait_listening(port, process, start_seconds, what)
+        yield process
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(20)
+        if log is not None and not isinstance(out, int):
+            out.close()
+
+
+# --- the agents ---------------------------------------------------------------------------------------------------
+
+def output_pool(seed: int, size: int = 64) -> list[str]:
+    """Tool outputs of 1-5 KB (lines of code-like words), JSON-encoded once."""
+    rng = random.Random(seed)
+    pool = []
+    for _ in range(size):
+        target = rng.randint(1024, 5120)
+        lines, length = [], 0
+        while length < target:
+            line = " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 14)))
+            lines.append(line)
+            length += len(line) + 1
+        pool.append("\n".join(lines)[:target])
+    return pool
+
+
+@dataclass
+class Conversation:
+    """An agent's history, each message kept as its JSON text (the client's own cost stays small)."""
+
+    encoded: list[str] = field(default_factory=list)
+
+    def add(self, message: dict[str, Any]) -> None:
+        self.encoded.append(json.dumps(message))
+
+    def body(self) -> bytes:
+        return ('{"model":"fake","messages":[' + ",".join(self.encoded) + '],"tools":['
+                + json.dumps(BASH_TOOL) + "]}").encode()
+
+
+def new_conversation(name: str, outputs: list[str], rng: random.Random) -> Conversation:
+    """System, task and 9 earlier turns (assistant call + tool output): 20 messages."""
+    conversation = Conversation()
+    conversation.add({"role": "system", "content": SYSTEM})
+    conversation.add({"role": "user", "content": f"Task {name}: find the failing test in the repository and fix"
+                                                 " it; explain what was wrong."})
+    for number in range(9):
+        call = f"call_{name}_{number}"
+        conversation.add({"role": "assistant", "content": f"Earlier step {number}.", "tool_calls": [
+            {"id": call, "type": "function", "function": {"name": "bash",
+                                                          "arguments": json.dumps({"command": f"ls -la d{number}"})}}]})
+        conversation.add({"role": "tool", "tool_call_id": call, "content": rng.choice(outputs)})
+    return conversation
+
+
+@dataclass
+class Sample:
+    latency: float
+    cpu: float | None = None  # the server's CPU seconds for this request alone (request by request only)
+    turn: int = 0
+
+
+async def run_agent(client: Any, url: str, conversation: Conversation, turns: int, outputs: list[str],
+                    rng: random.Random, samples: list[Sample], server_pid: int | None = None,
+                    first_turn: int = 1) -> None:
+    for turn in range(first_turn, first_turn + turns):
+        before = cpu_seconds(server_pid) if server_pid is not None else 0.0
+        started = time.perf_counter()
+        response = await client.post(url, content=conversation.body(), headers=HEADERS)
+        latency = time.perf_counter() - started
+        cpu = cpu_seconds(server_pid) - before if server_pid is not None else None
+        if response.status_code != 200:
+            raise RuntimeError(f"{url}: HTTP {response.status_code}: {response.text[:300]}")
+        message = response.json()["choices"][0]["message"]
+        samples.append(Sample(latency, cpu, turn))
+        calls = message.get("tool_calls") or []
+        conversation.add({"role": "assistant", "content": message.get("content") or "", "tool_calls": calls})
+        for call in calls:
+            conversation.add({"role": "tool", "tool_call_id": call["id"], "content": rng.choice(outputs)})
+
+
+def always_bash(messages: Sequence[Any]) -> str:
+    """A scripted policy that always runs one more command (serve-scripted's, for bench_many_proxies.py)."""
     return f"Thought: step {len(messages)}.\nAction: bash ls -la"
 
 
-async def agent(client: httpx.AsyncClient, base_url: str, number: int, turns: int, output: str,
-                latencies: list[float]) -> None:
+async def agent(client: Any, base_url: str, number: int, turns: int, output: str, latencies: list[float]) -> None:
+    """The short agent loop bench_many_proxies.py shares: a one-line system prompt and task, ``turns`` requests
+    each resending the whole history, every tool call answered with ``output``."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a helpful assistant."},
                                       {"role": "user", "content": f"Task {number}: list the files, {turns} times."}]
     for _ in range(turns):
@@ -51,52 +285,291 @@ async def agent(client: httpx.AsyncClient, base_url: str, number: int, turns: in
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
 
 
-def run(base_url: str, agents: int, turns: int, output: str) -> list[float]:
-    async def main() -> list[float]:
-        latencies: list[float] = []
-        async with httpx.AsyncClient(timeout=120) as client:
-            await asyncio.gather(*(agent(client, base_url, number, turns, output, latencies)
-                                   for number in range(agents)))
-        return latencies
+@dataclass
+class Round:
+    route: str
+    agents: int
+    samples: list[Sample]
+    seconds: float
+    cpu: float
 
-    return asyncio.run(main())
+    @property
+    def requests(self) -> int:
+        return len(self.samples)
 
 
-def figures(latencies: list[float]) -> tuple[float, float]:
-    ordered = sorted(latencies)
-    p99 = ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
-    return statistics.median(ordered) * 1000, p99 * 1000
+async def one_round(base: str, route: str, agents: int, turns: int, outputs: list[str], server_pid: int,
+                    tag: str) -> Round:
+    import httpx
+
+    limits = httpx.Limits(max_connections=agents + 4, max_keepalive_connections=agents + 4)
+    async with httpx.AsyncClient(timeout=300, limits=limits) as client:
+        samples: list[Sample] = []
+        rngs = [random.Random(f"{tag}-{number}") for number in range(agents)]
+        conversations = [new_conversation(f"{tag}-{number}", outputs, rngs[number]) for number in range(agents)]
+        cpu_before = cpu_seconds(server_pid)
+        started = time.perf_counter()
+        await asyncio.gather(*(run_agent(client, f"{base}/chat/completions", conversations[number], turns, outputs,
+                                         rngs[number], samples) for number in range(agents)))
+        seconds = time.perf_counter() - started
+        cpu = cpu_seconds(server_pid) - cpu_before
+    return Round(route, agents, samples, seconds, cpu)
+
+
+async def request_by_request(base: str, turns: int, outputs: list[str], server_pid: int, tag: str,
+                             first_turn: int = 1) -> list[Sample]:
+    """One agent, its server's CPU read around each request."""
+    import httpx
+
+    async with httpx.AsyncClient(timeout=300) as client:
+        samples: list[Sample] = []
+        rng = random.Random(tag)
+        conversation = new_conversation(tag, outputs, rng)
+        await run_agent(client, f"{base}/chat/completions", conversation, turns, outputs, rng, samples, server_pid,
+                        first_turn)
+    return samples
+
+
+# --- figures ----------------------------------------------------------------------------------------------------
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
+
+
+def load() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+@dataclass
+class Figures:
+    median_ms: float
+    p99_ms: float
+    cpu_ms: float  # server CPU per request
+    throughput: float  # requests per second (of the whole round)
+
+
+def figures(rounds: list[Round]) -> Figures:
+    latencies = [sample.latency for one in rounds for sample in one.samples]
+    requests = sum(one.requests for one in rounds)
+    return Figures(statistics.median(latencies) * 1000, percentile(latencies, 0.99) * 1000,
+                   sum(one.cpu for one in rounds) / requests * 1000,
+                   statistics.median(one.requests / one.seconds for one in rounds))
+
+
+# --- the routes ---------------------------------------------------------------------------------------------------
+
+@dataclass
+class Route:
+    name: str
+    base: str  # .../v1
+    pid: int
+
+
+_ARC_MAIN = """import sys
+try:
+    from arc_ref.frontends.cli import main
+except ImportError:  # a checkout from before the front ends moved (issue 29)
+    from arc_ref.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def arc_command(python: str, upstream: str, port: int, qwen3: Path) -> list[str]:
+    return [python, "-c", _ARC_MAIN, "proxy", "--upstream", upstream, "--tokenizer", f"hf-dir:{qwen3}",
+            "--port", str(port), "--set", f"context_limit={WINDOW}", "--set", "max_completion=4096",
+            "--set", "recent_budget=16000", "--set", "summary_budget=2048"]
+
+
+LITELLM_CONFIG = """model_list:
+  - model_name: fake
+    litellm_params:
+      model: openai/fake
+      api_base: {upstream}
+      api_key: not-needed
+litellm_settings:
+  drop_params: true
+  num_retries: 0
+  request_timeout: 300
+  telemetry: false
+  turn_off_message_logging: true
+general_settings:
+  master_key: {key}
+  disable_spend_logs: true
+  disable_adding_master_key_hash_to_db: true
+"""
+
+
+def find_litellm(given: str | None) -> tuple[str | None, str]:
+    """The `litellm` command to run the proxy with, or None and why not."""
+    candidates = [given] if given else [str(Path(sys.executable).parent / "litellm"), shutil.which("litellm")]
+    for candidate in candidates:
+        if not candidate or not Path(candidate).exists():
+            continue
+        python = Path(candidate).parent / "python"
+        check = subprocess.run([str(python), "-c", "import fastapi, litellm.proxy.proxy_server"],
+                               capture_output=True, text=True)
+        if check.returncode == 0:
+            return candidate, ""
+        return None, (f"{candidate}: LiteLLM's proxy cannot start there ({check.stderr.strip().splitlines()[-1]});"
+                      " install its proxy dependencies (pip install 'litellm[proxy]') or pass --litellm PATH")
+    return None, "no `litellm` command found; pass --litellm PATH (an environment with 'litellm[proxy]')"
+
+
+async def interleaved(routes: list[Route], concurrency: Sequence[int], rounds: int, turns: int,
+                      outputs: list[str]) -> dict[tuple[str, int], list[Round]]:
+    results: dict[tuple[str, int], list[Round]] = {}
+    for agents in concurrency:
+        for number in range(rounds):
+            order = routes[number % len(routes):] + routes[:number % len(routes)]
+            for route in order:
+                tag = f"{route.name}-c{agents}-r{number}"
+                results.setdefault((route.name, agents), []).append(
+                    await one_round(route.base, route.name, agents, turns, outputs, route.pid, tag))
+            print(f"  concurrency {agents}, round {number + 1}/{rounds} done (load {load()})", flush=True)
+    return results
+
+
+def window(samples: list[Sample], turn: int, width: int = 2) -> list[Sample]:
+    return [sample for sample in samples if abs(sample.turn - turn) <= width]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--turns", type=int, default=20, help="requests per agent")
-    parser.add_argument("--agents", type=int, default=8, help="agents at once for the second figure")
-    parser.add_argument("--output-lines", type=int, default=40, help="lines of each tool output")
+    parser.add_argument("--serve-fake", type=int, default=None, metavar="PORT", help=argparse.SUPPRESS)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--turns", type=int, default=20, help="turns per agent per round (20 -> 60 messages)")
+    parser.add_argument("--long-turns", type=int, default=200, help="turns of the one long conversation")
+    parser.add_argument("--litellm", default=None, help="the `litellm` command of an environment with its proxy")
+    parser.add_argument("--no-litellm", action="store_true")
+    parser.add_argument("--arc-python", default=sys.executable, help="the interpreter whose arc_ref to run")
+    parser.add_argument("--baseline-python", default=None, metavar="PY",
+                        help="also run `arc-ref proxy` of this interpreter's arc_ref (route arc-before), same run")
+    parser.add_argument("--long-runs", type=int, default=2, help="long conversations per route")
     arguments = parser.parse_args()
-    if QWEN3 is None:
-        print("bench_proxy: Qwen3's files are not in ../shared/data (run from the repository root)", file=sys.stderr)
+    if arguments.serve_fake is not None:
+        asyncio.run(_serve_fake(arguments.serve_fake))
+        return 0
+    from proofs_check.shared_data import qwen3_dir
+
+    qwen3 = qwen3_dir()
+    if qwen3 is None:
+        print("bench_proxy: Qwen3's files are not in ../shared/data (the arc route counts with them)", file=sys.stderr)
         return 2
-    output = "\n".join(f"-rw-r--r-- 1 user user {number * 97} file_{number}.py" for number in range(
-        arguments.output_lines))
-    upstream = build_app(always_bash, max_model_len=65536, tokenizer=str(QWEN3), concurrency=64,
-                         model_name="scripted")
-    rows = []
-    with serve_in_thread(upstream) as upstream_url, serve_proxy(upstream_url, context_limit=65536,
-                                                                 recent_budget=16000) as proxy_url:
-        run(proxy_url, 1, 2, output)  # warm both (template compiled, connections open)
-        run(upstream_url, 1, 2, output)
-        for agents in (1, arguments.agents):
-            direct = figures(run(upstream_url, agents, arguments.turns, output))
-            proxied = figures(run(proxy_url, agents, arguments.turns, output))
-            rows.append((agents, direct, proxied))
-    print(f"proxy overhead per request: {arguments.turns} requests per agent, tool outputs of"
-          f" {arguments.output_lines} lines, upstream serve-scripted (Qwen3's template and tokenizer), one run")
-    print(f"{'agents at once':>14} | {'direct median':>13} | {'direct p99':>10} | {'proxy median':>12} |"
-          f" {'proxy p99':>9} | {'overhead (median)':>17}")
-    for agents, (direct_median, direct_p99), (proxy_median, proxy_p99) in rows:
-        print(f"{agents:>14} | {direct_median:>10.1f} ms | {direct_p99:>7.1f} ms | {proxy_median:>9.1f} ms |"
-              f" {proxy_p99:>6.1f} ms | {proxy_median - direct_median:>14.1f} ms")
+    litellm, why = (None, "left out (--no-litellm)") if arguments.no_litellm else find_litellm(arguments.litellm)
+    outputs = output_pool(1)
+    print(f"bench_proxy: {os.cpu_count()} CPUs, load average {load()}; concurrency {arguments.concurrency},"
+          f" {arguments.rounds} rounds, {arguments.turns} turns per agent (20 -> {20 + 2 * arguments.turns} messages,"
+          f" tool outputs 1-5 KB); litellm: {litellm or why}", flush=True)
+    with tempfile.TemporaryDirectory() as scratch, contextlib.ExitStack() as stack:
+        scratch_path = Path(scratch)
+        fake_port = free_port()
+        fake = stack.enter_context(server_process(
+            [sys.executable, str(Path(__file__).resolve()), "--serve-fake", str(fake_port)], fake_port, "fake upstream"))
+        upstream = f"http://127.0.0.1:{fake_port}/v1"
+        routes = [Route("direct", upstream, fake.pid)]
+        arc_port = free_port()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        arc = stack.enter_context(server_process(arc_command(arguments.arc_python, upstream, arc_port, qwen3),
+                                                 arc_port, "arc-ref proxy", env=env, log=scratch_path / "arc.log"))
+        routes.append(Route("arc", f"http://127.0.0.1:{arc_port}/v1", arc.pid))
+        if arguments.baseline_python:
+            before_port = free_port()
+            before = stack.enter_context(server_process(
+                arc_command(arguments.baseline_python, upstream, before_port, qwen3), before_port, "arc-ref proxy (before)",
+                env=env, log=scratch_path / "arc-before.log"))
+            routes.append(Route("arc-before", f"http://127.0.0.1:{before_port}/v1", before.pid))
+        if litellm is not None:
+            config = scratch_path / "litellm.yaml"
+            config.write_text(LITELLM_CONFIG.format(upstream=upstream, key=KEY))
+            litellm_port = free_port()
+            litellm_env = {**env, "LITELLM_LOG": "ERROR", "LITELLM_MODE": "PRODUCTION", "NO_DOCS": "True",
+                           "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                           "DISABLE_ADMIN_UI": "True", "LITELLM_TELEMETRY": "False"}
+            litellm_process = stack.enter_context(server_process(
+                [litellm, "--config", str(config), "--port", str(litellm_port), "--host", "127.0.0.1",
+                 "--num_workers", "1"], litellm_port, "litellm proxy", env=litellm_env,
+                log=scratch_path / "litellm.log", start_seconds=300))
+            routes.append(Route("litellm", f"http://127.0.0.1:{litellm_port}/v1", litellm_process.pid))
+        # warm every route (imports, compiled templates, connections), then measure
+        for route in routes:
+            asyncio.run(one_round(route.base, route.name, 2, 3, outputs, route.pid, f"warm-{route.name}"))
+        results = asyncio.run(interleaved(routes, arguments.concurrency, arguments.rounds, arguments.turns, outputs))
+        # request by request at concurrency 1: new vs continuing, turn 10 / 50 / 200
+        first: dict[str, list[Sample]] = {route.name: [] for route in routes}
+        long_runs: dict[str, list[Sample]] = {route.name: [] for route in routes}
+        for number in range(max(2, arguments.rounds)):
+            for route in routes:
+                first[route.name] += asyncio.run(request_by_request(route.base, 6, outputs, route.pid,
+                                                                    f"new-{route.name}-{number}"))
+        for number in range(arguments.long_runs):
+            for route in routes:
+                long_runs[route.name] += asyncio.run(request_by_request(
+                    route.base, arguments.long_turns, outputs, route.pid, f"long-{route.name}-{number}"))
+            print(f"  long conversations {number + 1}/{arguments.long_runs} done (load {load()})", flush=True)
+    names = [route.name for route in routes]
+    print(f"\nper request, by route and concurrency (medians over rounds; load average now {load()}):")
+    print(f"{'route':<10} {'agents':>6} {'median ms':>10} {'p99 ms':>9} {'server CPU ms':>14} {'req/s':>8}")
+    table: dict[tuple[str, int], Figures] = {}
+    for agents in arguments.concurrency:
+        for name in names:
+            table[(name, agents)] = one = figures(results[(name, agents)])
+            print(f"{name:<10} {agents:>6} {one.median_ms:>10.1f} {one.p99_ms:>9.1f} {one.cpu_ms:>14.2f}"
+                  f" {one.throughput:>8.1f}")
+    print("\nrequest by request (concurrency 1), server CPU ms (median) and latency ms (median):")
+    turns = [turn for turn in (10, 50, 200) if turn <= arguments.long_turns]
+    head = "".join(f" {'turn ' + str(turn):>16}" for turn in turns)
+    print(f"{'route':<10} {'new conv.':>16} {'continuing':>16}{head}")
+    measured: dict[str, dict[str, float]] = {}
+    for name in names:
+        new = [sample for sample in first[name] if sample.turn == 1]
+        going = [sample for sample in first[name] if sample.turn > 1]
+        cells = {"new": statistics.median(s.cpu or 0.0 for s in new) * 1000,
+                 "continuing": statistics.median(s.cpu or 0.0 for s in going) * 1000}
+        line = (f"{name:<10} {cells['new']:>7.2f} / {statistics.median(s.latency for s in new) * 1000:>6.1f}"
+                f" {cells['continuing']:>7.2f} / {statistics.median(s.latency for s in going) * 1000:>6.1f}")
+        for turn in turns:
+            around = window(long_runs[name], turn)
+            cells[f"turn {turn}"] = statistics.median(s.cpu or 0.0 for s in around) * 1000
+            line += f" {cells[f'turn {turn}']:>7.2f} / {statistics.median(s.latency for s in around) * 1000:>6.1f}"
+        measured[name] = cells
+        print(line)
+    if "litellm" in names:
+        top = max(arguments.concurrency)
+        for arc_name in [name for name in names if name.startswith("arc")]:
+            print(f"\nratios {arc_name} / litellm (same run):")
+            for agents in arguments.concurrency:
+                arc_fig, lite = table[(arc_name, agents)], table[("litellm", agents)]
+                print(f"  concurrency {agents:>3}: CPU/request {arc_fig.cpu_ms / lite.cpu_ms:.2f}x, median"
+                      f" {arc_fig.median_ms / lite.median_ms:.2f}x, p99 {arc_fig.p99_ms / lite.p99_ms:.2f}x, throughput"
+                      f" {arc_fig.throughput / lite.throughput:.2f}x")
+        targets = [
+            ("server CPU per request <= LiteLLM's at every concurrency",
+             all(table[("arc", a)].cpu_ms <= table[("litellm", a)].cpu_ms for a in arguments.concurrency),
+             ", ".join(f"{table[('arc', a)].cpu_ms:.2f} vs {table[('litellm', a)].cpu_ms:.2f} ms"
+                       for a in arguments.concurrency)),
+            (f"p99 <= 1.2x LiteLLM's at concurrency {top}",
+             table[("arc", top)].p99_ms <= 1.2 * table[("litellm", top)].p99_ms,
+             f"{table[('arc', top)].p99_ms:.1f} vs {table[('litellm', top)].p99_ms:.1f} ms"),
+            (f"throughput at saturation (concurrency {top}) >= LiteLLM's",
+             table[("arc", top)].throughput >= table[("litellm", top)].throughput,
+             f"{table[('arc', top)].throughput:.1f} vs {table[('litellm', top)].throughput:.1f} req/s"),
+        ]
+    else:
+        targets = []
+    arc_cells = measured["arc"]
+    last = f"turn {turns[-1]}"
+    targets += [
+        (f"{last} within 1.2x of turn 10 (arc, server CPU)", arc_cells[last] <= 1.2 * arc_cells["turn 10"],
+         f"{arc_cells[last]:.2f} vs {arc_cells['turn 10']:.2f} ms"),
+        ("a new conversation within 2x of a continuing one (arc, server CPU)",
+         arc_cells["new"] <= 2 * arc_cells["continuing"],
+         f"{arc_cells['new']:.2f} vs {arc_cells['continuing']:.2f} ms"),
+    ]
+    print("\ntargets (issue 28):")
+    for text, met, detail in targets:
+        print(f"  [{'met' if met else 'NOT met'}] {text}: {detail}")
     return 0
 
 

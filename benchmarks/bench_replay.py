@@ -45,18 +45,53 @@ SMALLEST, LARGEST = 60, 30_000
 
 _REPLAY_CHILD = r"""
 import json, resource, sys, time
-import arc_ref.frontends.cli, arc_ref.trace
+try:
+    from arc_ref.frontends import cli
+except ImportError:  # a baseline checkout from before the front ends moved (issue 29)
+    from arc_ref import cli
+import arc_ref.trace
 from arc_ref.tokenizers import get_tokenizer
-get_tokenizer("o200k_base")
-trace, stats, extra = sys.argv[1], sys.argv[2], sys.argv[3:]
+trace, stats, tokenizer_name, extra = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+get_tokenizer(tokenizer_name)
 start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 started, cpu = time.perf_counter(), time.process_time()
-code = arc_ref.frontends.cli.main(["replay", trace, *extra])
+code = cli.main(["replay", trace, *extra])
 sys.stdout.flush()
 seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 with open(stats, "w") as out:
     json.dump({"seconds": seconds, "cpu": cpu, "start_kib": start_rss, "peak_kib": peak, "code": code}, out)
+"""
+
+_TOOL_FLOOR_CHILD = r"""
+import json, resource, sys, time
+import arc_ref.frontends.cli, arc_ref.trace
+from arc_ref.tokenizers import get_tokenizer
+trace, expected, stats, tokenizer_name = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+count = get_tokenizer(tokenizer_name).count
+start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+started, cpu = time.perf_counter(), time.process_time()
+held, tokens = [], 0
+out = sys.stdout.buffer
+with open(trace, "rb") as lines, open(expected, "rb") as outputs:
+    for line in lines:
+        event = json.loads(line)
+        op = event.get("op")
+        if op == "tool_result" or op == "user":
+            text = event["observation" if op == "tool_result" else "content"]
+            tokens += count(text)
+            held.append(text)
+        elif op == "tool_turn":
+            tokens += count(event["thought"] + "".join(call["function"]["name"] + call["function"]["arguments"]
+                                                       for call in event.get("calls", ())))
+        out.write(outputs.readline())
+out.flush()
+seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+with open(stats, "w") as stats_out:
+    json.dump({"seconds": seconds, "cpu": cpu, "start_kib": start_rss, "peak_kib": peak, "tokens": tokens,
+               "payload_bytes": sum(sys.getsizeof(text) for text in held),
+               "payload_chars": sum(len(text) for text in held)}, stats_out)
 """
 
 _FLOOR_CHILD = r"""
@@ -134,6 +169,71 @@ def write_trace(path: Path, events: int, seed: int = 11) -> None:
             out.write(json.dumps(line, ensure_ascii=False) + "\n")
 
 
+BASH_TOOL = {"type": "function", "function": {
+    "name": "bash", "description": "Run one shell command and return its output.",
+    "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}
+
+
+def tool_call(number: int, name: str, arguments: dict[str, str]) -> dict[str, object]:
+    return {"id": f"call_{number}", "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
+
+
+def write_tool_trace(path: Path, events: int, tokenizer: str, seed: int = 11) -> None:
+    """A tool-mode trace (Qwen3's template) of ``events`` lines after the config line.
+
+    An agent loop: a tool turn calls bash once (sometimes twice) and each call is answered by a tool_result
+    (the same observations as the text-mode trace); some turns call ARC's tools (_recall, _recall-next,
+    _recall_meta on ids already stored, catalog-first/-next); a few user messages and compactions; a view
+    every ten events.
+    """
+    from arc_ref.config import preset
+    from arc_ref.ids import IdScheme
+    from arc_ref.machine import USER_ACTION
+    from arc_ref.store import action_signature
+
+    rng = random.Random(seed)
+    scheme = IdScheme(events + 1, preset("paper").fingerprint_bits)
+    ids: list[str] = []
+    pending: list[tuple[str, str]] = []  # (call id, action) of calls waiting for their result
+    with path.open("w", encoding="utf-8") as out:
+        out.write(json.dumps({"op": "config", "preset": "paper", "capacity": events + 1, "tokenizer": tokenizer,
+                              "chat_format": "template", "action_mode": "tools", "tools": [BASH_TOOL]}) + "\n")
+        for n in range(events):
+            roll = rng.random()
+            line: dict[str, object]
+            if n % 10 == 9:
+                line = {"op": "view"}
+            elif pending:
+                call_id, action = pending.pop(0)
+                text = observation_text(rng)
+                line = {"op": "tool_result", "call_id": call_id, "observation": text}
+                ids.append(scheme.make(len(ids) + 1, action_signature(action), text))
+            elif roll < 0.70 or not ids:
+                calls = [tool_call(n, "bash", {"command": f"cat file_{n}.py"})]
+                if roll < 0.10:
+                    calls.append(tool_call(n + events, "bash", {"command": f"wc -l file_{n}.py"}))
+                for call in calls:
+                    function = call["function"]
+                    assert isinstance(function, dict)
+                    pending.append((str(call["id"]), f"{function['name']} {function['arguments']}"))
+                line = {"op": "tool_turn", "thought": f"Next, file {n}.", "calls": calls}
+            elif roll < 0.85:
+                word = rng.choice(("_recall", "_recall-next", "_recall_meta"))
+                line = {"op": "tool_turn", "thought": "Read it again.",
+                        "calls": [tool_call(n, word, {"id": rng.choice(ids)})]}
+            elif roll < 0.92:
+                word = rng.choice(("catalog-first", "catalog-next"))
+                line = {"op": "tool_turn", "thought": "Browse.", "calls": [tool_call(n, word, {})]}
+            elif roll < 0.97:
+                text = f"Also check file_{n}.py, please."
+                line = {"op": "user", "content": text}
+                ids.append(scheme.make(len(ids) + 1, action_signature(USER_ACTION), text))
+            else:
+                line = {"op": "compact", "reason": rng.choice(("forced", "reactive"))}
+            out.write(json.dumps(line, ensure_ascii=False) + "\n")
+
+
 def run_child(python: str, code: str, arguments: list[str], stdout: Path, stats: Path) -> dict[str, float]:
     with stdout.open("wb") as out:  # run in the scratch folder: the current folder must not shadow arc_ref
         subprocess.run([python, "-c", code, *arguments], stdout=out, check=True, cwd=stats.parent)
@@ -163,13 +263,21 @@ def _row(label: str, events: int, replays: list[dict[str, float]], floors: list[
     floor_s = statistics.median(f["seconds"] for f in floors)
     return (f"{label:<9}{events:>8,} {events / replay_s:>9,.0f} {replay_s:>8.2f} {floor_s:>7.2f} "
             f"{statistics.median(wall_ratios):>6.2f} {statistics.median(cpu_ratios):>6.2f} {replay_mib:>8.1f} "
-            f"{floor_mib:>7.1f} {replay_mib / floor_mib:>6.2f}  {sha}  "
+            f"{floor_mib:>7.1f} {replay_mib / max(floor_mib, 0.1):>6.2f}  {sha}  "
             f"[{', '.join(f'{ratio:.2f}' for ratio in wall_ratios)}]")
 
 
-def measure(events: int, repeat: int, replay_args: list[str], baseline: str | None, scratch: Path) -> None:
+def measure(events: int, repeat: int, replay_args: list[str], baseline: str | None, scratch: Path,
+            tokenizer: str | None = None) -> None:
+    """Rounds of (replay, [baseline,] floor) on one trace; ``tokenizer``: a tool-mode trace under that hf-dir
+    tokenizer's template (its floor: one encode per new message), else the text-mode trace (o200k_base)."""
     trace = scratch / f"trace_{events}.jsonl"
-    write_trace(trace, events)
+    if tokenizer is None:
+        write_trace(trace, events)
+        floor_code, floor_extra, tokenizer_name = _FLOOR_CHILD, [], "o200k_base"
+    else:
+        write_tool_trace(trace, events, tokenizer)
+        floor_code, floor_extra, tokenizer_name = _TOOL_FLOOR_CHILD, [tokenizer], tokenizer
     runs: dict[str, list[dict[str, float]]] = {"replay": [], "baseline": [], "floor": []}
     digests: dict[str, set[str]] = {"replay": set(), "baseline": set()}
     pythons = {"replay": sys.executable, "baseline": baseline}
@@ -180,10 +288,11 @@ def measure(events: int, repeat: int, replay_args: list[str], baseline: str | No
             python = pythons[name]
             if python is None:
                 continue
-            arguments = [str(trace), str(stats), *(replay_args if name == "replay" else [])]
+            arguments = [str(trace), str(stats), tokenizer_name, *(replay_args if name == "replay" else [])]
             runs[name].append(run_child(python, _REPLAY_CHILD, arguments, output, stats))
             digests[name].add(digest(output))
-        runs["floor"].append(run_child(sys.executable, _FLOOR_CHILD, [str(trace), str(output), str(stats)],
+        runs["floor"].append(run_child(sys.executable, floor_code,
+                                       [str(trace), str(output), str(stats), *floor_extra],
                                        scratch / "floor.jsonl", stats))
         if digest(scratch / "floor.jsonl") != digest(output):
             raise SystemExit("the floor did not write the replay's output")
@@ -199,26 +308,47 @@ def measure(events: int, repeat: int, replay_args: list[str], baseline: str | No
         print(_row("baseline", events, runs["baseline"], runs["floor"], sha), flush=True)
 
 
+def qwen3_tokenizer() -> str | None:
+    """``hf-dir:`` of Qwen3's files in ../shared/data (absolute: the children run in a scratch folder)."""
+    sys.path.append(str(Path(__file__).resolve().parent.parent))  # after any other checkout's (a baseline's)
+    from proofs_check.shared_data import qwen3_dir
+
+    directory = qwen3_dir()
+    return None if directory is None else f"hf-dir:{directory}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 30_000, 100_000])
     parser.add_argument("--repeat", type=int, default=2, help="rounds (replay, [baseline,] floor) per size")
+    parser.add_argument("--mode", choices=("text", "tools"), default="text",
+                        help="text: the paper preset under o200k_base; tools: tool mode under Qwen3's template")
     parser.add_argument("--baseline-python", default=None, metavar="PYTHON",
                         help="also replay with this interpreter (another checkout's arc_ref) in every round")
     parser.add_argument("--replay-args", nargs=argparse.REMAINDER, default=[],
                         help="extra arguments for `arc-ref replay` (e.g. --verify); must come last")
     arguments = parser.parse_args()
-    print(f"paper preset, o200k_base, observations of {SMALLEST}-{LARGEST} characters, a view every 10 events; "
+    tokenizer = None
+    if arguments.mode == "tools":
+        tokenizer = qwen3_tokenizer()
+        if tokenizer is None:
+            print("bench_replay: tool mode needs Qwen3's files in ../shared/data/qwen3-tokenizer (absent)",
+                  file=sys.stderr)
+            return 2
+    described = ("paper preset, o200k_base" if tokenizer is None else
+                 "tool mode, paper preset, Qwen3's template and tokenizer (floor: one encode per new message)")
+    print(f"{described}, observations of {SMALLEST}-{LARGEST} characters, a view every 10 events; "
           f"{arguments.repeat} round(s) per size; replay args {arguments.replay_args}; "
           f"load average {load()} on {os.cpu_count()} CPUs")
     print(f"{'':<9}{'events':>8} {'events/s':>9} {'replay s':>8} {'floor s':>7} {'time x':>6} {'cpu x':>6} "
           f"{'rep. MiB':>8} {'fl. MiB':>7} {'mem x':>6}  output sha256     [time x per round]")
     with tempfile.TemporaryDirectory() as scratch:
         for events in arguments.sizes:
-            measure(events, arguments.repeat, arguments.replay_args, arguments.baseline_python, Path(scratch))
+            measure(events, arguments.repeat, arguments.replay_args, arguments.baseline_python, Path(scratch),
+                    tokenizer)
     print("MiB = peak resident memory above the child's own start-up (the floor's ~ the payload held once as str); "
           "time x = wall-clock replay / floor, cpu x = the same in CPU time (steadier on a shared machine), "
-          "mem x = replay / floor memory; targets: time <= 2 at 30k and 100k events, memory <= 1.25")
+          "mem x = replay / floor memory; targets: time <= 1.5 at 30k events (text mode), memory <= 1.25")
     return 0
 
 

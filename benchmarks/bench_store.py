@@ -171,7 +171,7 @@ def main() -> int:
         timed(f"reopen after a crash (snapshot of row {report.snapshot_seq:,}, {report.folded:,} folded)",
               seconds, replay)
 
-        with DurableStore.open(path) as writer:  # the writer's close snapshots the last row
+        with DurableStore.open(path):  # the writer's close snapshots the last row
             pass
         sizes = {name: os.path.getsize(Path(scratch) / name) for name in os.listdir(scratch) if "task.arc" in name}
         started = clock()

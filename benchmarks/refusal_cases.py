@@ -52,7 +52,7 @@ ARC_REF = [sys.executable, "-m", "arc_ref.frontends.cli"]
 ARC_EVAL = [sys.executable, "-c", "import sys; from arc_eval.cli import main; sys.exit(main(sys.argv[1:]))"]
 ARC_REF_SHELL = " ".join(shlex.quote(part) for part in ARC_REF)
 EXIT_STOPPED = 3  # arc-eval: the server or its answers stopped the run (eval/SERVING.md)
-EXIT_REPORT_BAD_INPUT = 1  # arc-eval report: bad input (eval/analysis/cli.py)
+EXIT_REPORT_BAD_INPUT = 2  # arc-eval report: bad input, like every arc-eval command (issue 21 item 3)
 CONFIG = '{"op":"config","preset":"minimal"}'
 OBSERVE = '{"op":"observe","action":"ls","observation":"x"}'
 MESSAGE_WIDTH = 300
@@ -260,9 +260,11 @@ def _env_without_key() -> dict[str, str]:
 
 
 def nih_over_http(url: str, out: Path, *extra: str, model: str = "scripted") -> list[str]:
-    return [*ARC_EVAL, "nih", "--backend", "openai", "--base-url", url, "--model", model, "--context-limit", "4096",
-            "--max-tokens", "256", "--tasks", "1", "--seeds", "42", "--methods", "sliding_window", "--out", str(out),
-            "--no-progress", "--max-retries", "1", *extra]
+    """arc-eval nih over HTTP; ``extra`` may replace a default flag (a flag is given once)."""
+    defaults = {"--context-limit": "4096", "--max-tokens": "256", "--max-retries": "1"}
+    base = [part for flag, value in defaults.items() if flag not in extra for part in (flag, value)]
+    return [*ARC_EVAL, "nih", "--backend", "openai", "--base-url", url, "--model", model, *base, "--tasks", "1",
+            "--seeds", "42", "--methods", "sliding_window", "--out", str(out), "--no-progress", *extra]
 
 
 def recorded_tasks(out: Path) -> int:
@@ -602,7 +604,7 @@ def mcp_cases(work: Path) -> list[Case]:
 
     return [Case(f"mcp: {name}", f"arc-ref mcp STORE <<< {name} line", answered(name, line, code), EXIT_OK,
                  words)
-            for name, line, code, words in hostile.HOSTILE]
+            for name, line, code, words, *_ in hostile.HOSTILE]
 
 
 def issue18_input_cases(scratch: Path) -> list[Case]:
@@ -653,7 +655,7 @@ def issue18_input_cases(scratch: Path) -> list[Case]:
     return [
         Case("tool call arguments nesting 100,000 deep", "arc-ref replay - (tool_turn, arguments [[[...]]])",
              lambda: then_answered([qwen_tools, tool_turn("[" * 100_000 + "]" * 100_000)]), EXIT_OK,
-             "its arguments nest 100000 levels deep (at most 256)"),
+             "its arguments are nested 100000 levels deep (at most 128)"),
         Case("tool call arguments with a 5,000-digit integer", "arc-ref replay - (tool_turn, {\"id\": 99...9})",
              lambda: then_answered([qwen_tools, tool_turn('{"id": ' + "9" * 5000 + "}")]), EXIT_OK,
              "its arguments hold an integer of 5000 digits (at most 4300)"),
@@ -832,8 +834,11 @@ def store_cases(scratch: Path) -> list[Case]:
         Case("damaged schema: the writer", "arc-ref mcp s.arc", damaged_schema("mcp"), EXIT_USAGE,
              "malformed database schema"),
         Case("--from 10**30", f"arc-ref inspect s.arc --events --from {10**30}",
-             lambda: from_stderr([*ARC_REF, "inspect", str(good), "--events", "--from", str(10**30)]), 1,
-             "no row 1000000000000000000000000000000: the store has rows 1-41"),
+             lambda: from_stderr([*ARC_REF, "inspect", str(good), "--events", "--from", str(10**30)], pick="error"),
+             EXIT_USAGE, "--from: expected an integer from 1 to 9223372036854775807"),
+        Case("--from 42 (past the last row)", "arc-ref inspect s.arc --events --from 42",
+             lambda: from_stderr([*ARC_REF, "inspect", str(good), "--events", "--from", "42"]), 1,
+             "no row 42: the store has rows 1-41"),
         Case("PYTHONIOENCODING=ascii", "PYTHONIOENCODING=ascii arc-ref inspect s.arc --events --full",
              lambda: _from_stdout([*ARC_REF, "inspect", str(good), "--events", "--full"], "é中",
                                   env={**os.environ, "PYTHONIOENCODING": "ascii"}), EXIT_OK, "row 0 é中"),
@@ -875,6 +880,81 @@ def _read_only_media(work: Path, store: Path) -> Outcome:
 def shown(message: str, scratch: Path) -> str:
     """The message as the table shows it: the temporary directory as $TMP, the servers' ports as PORT."""
     return re.sub(r"http://127\.0\.0\.1:\d+", "http://127.0.0.1:PORT", message.replace(str(scratch), "$TMP"))
+
+
+def bounds_cases(scratch: Path) -> list[Case]:
+    """Issue 31 item 2: every number bounded above and read in ASCII digits, no value twice, a flag given once, an
+    argument that is text. Before: the sizes grew memory without end (`--concurrency 10**12`: 254 -> 999 MiB in
+    12 s), `１`, `1_0` and `' 1 '` were read as numbers, `--force-at-calls 5 5` and a repeated flag were taken, and
+    `--model $'\\xff'` ended in a traceback (exit 1)."""
+    work = scratch / "bounds"
+    work.mkdir()
+    store = _store(work / "s.arc")
+
+    def nih(*extra: str) -> Callable[[], Outcome]:
+        return lambda: from_stderr([*ARC_EVAL, "nih", "--seeds", "42", "--methods", "arc", *extra, "--out",
+                                    str(work / "run"), "--no-progress"], timeout=60)
+
+    def arc_ref(*argv: str) -> Callable[[], Outcome]:
+        return lambda: from_stderr([*ARC_REF, *argv], pick="error", timeout=60)
+
+    def serve(*extra: str) -> Callable[[], Outcome]:
+        return lambda: from_stderr([*ARC_EVAL, "serve-scripted", "--port", "0", *extra], pick="error", timeout=60)
+
+    bound = "expected an integer from"
+    return [
+        Case("--concurrency 10**12, one task", "arc-eval nih --tasks 1 --concurrency 1000000000000",
+             nih("--tasks", "1", "--concurrency", str(10**12)), EXIT_USAGE, f"--concurrency: {bound} 1 to 4096"),
+        Case("--tasks 10**23", "arc-eval nih --tasks 100000000000000000000000", nih("--tasks", str(10**23)),
+             EXIT_USAGE, f"--tasks: {bound} 1 to 100000"),
+        Case("--tasks 100000 (memory of one seed)", "arc-eval nih --tasks 100000", nih("--tasks", "100000"),
+             EXIT_USAGE, "x up to 158,500 characters of files per task"),
+        Case("--noise-lines 10**12", "arc-eval nih --tasks 1 --noise-lines 1000000000000",
+             nih("--tasks", "1", "--noise-lines", str(10**12)), EXIT_USAGE, f"--noise-lines: {bound} 0 to 100000"),
+        Case("--distractor-files 10**9", "arc-eval nih --tasks 1 --distractor-files 1000000000",
+             nih("--tasks", "1", "--distractor-files", str(10**9)), EXIT_USAGE,
+             f"--distractor-files: {bound} 0 to 10000"),
+        Case("--tasks １ (full-width)", "arc-eval nih --tasks １", nih("--tasks", "１"), EXIT_USAGE,
+             "(ASCII digits only), got '１'"),
+        Case("--tasks 1_0", "arc-eval nih --tasks 1_0", nih("--tasks", "1_0"), EXIT_USAGE,
+             "(ASCII digits only), got '1_0'"),
+        Case("--tasks ' 1 '", "arc-eval nih --tasks ' 1 '", nih("--tasks", " 1 "), EXIT_USAGE,
+             "(ASCII digits only), got ' 1 '"),
+        Case("--temperature nan", "arc-eval nih --tasks 1 --temperature nan", nih("--tasks", "1", "--temperature",
+             "nan"), EXIT_USAGE, "--temperature: expected a number from 0 to 2"),
+        Case("--force-at-calls 5 5", "arc-eval nih --tasks 1 --force-at-calls 5 5",
+             nih("--tasks", "1", "--force-at-calls", "5", "5"), EXIT_USAGE, "--force-at-calls lists 5 more than once"),
+        Case("--seeds 1 1", "arc-eval nih --tasks 1 --seeds 1 1", nih("--tasks", "1", "--seeds", "1", "1"),
+             EXIT_USAGE, "argument --seeds: given more than once"),
+        Case("--tasks 1 --tasks 2", "arc-eval nih --tasks 1 --tasks 2", nih("--tasks", "1", "--tasks", "2"),
+             EXIT_USAGE, "argument --tasks: given more than once; give it once"),
+        Case("--model $'\\xff'", "arc-eval nih --tasks 1 --model $'\\xff'",
+             nih("--tasks", "1", "--model", os.fsdecode(b"\xff")), EXIT_USAGE,
+             "(after --model) is not valid UTF-8 text: b'\\xff'"),
+        Case("bench --concurrency 10**12", "arc-eval bench --only concurrency --concurrency 1000000000000",
+             lambda: from_stderr([*ARC_EVAL, "bench", "--only", "concurrency", "--concurrency", str(10**12)],
+                                 timeout=60), EXIT_USAGE, f"--concurrency: {bound} 1 to 4096"),
+        Case("serve-scripted --concurrency 10**12", "arc-eval serve-scripted --concurrency 1000000000000",
+             serve("--concurrency", str(10**12)), EXIT_USAGE, f"--concurrency: {bound} 1 to 4096"),
+        Case("serve-scripted --port 0 --port 1", "arc-eval serve-scripted --port 0 --port 1", serve("--port", "1"),
+             EXIT_USAGE, "argument --port: given more than once"),
+        Case("report --scratch-gb 1e999", "arc-eval report RUN --scratch-gb 1e999",
+             lambda: from_stderr([*ARC_EVAL, "report", str(work), "--scratch-gb", "1e999"], pick="error"),
+             EXIT_USAGE, "--scratch-gb: expected a number from 0 to 1e+06"),
+        Case("inspect --catalog １", "arc-ref inspect s.arc --catalog １", arc_ref("inspect", str(store), "--catalog",
+             "１"), EXIT_USAGE, f"--catalog: {bound} 0 to 2147483647 (ASCII digits only)"),
+        Case("inspect --count 10**30", "arc-ref inspect s.arc --events --count 10**30",
+             arc_ref("inspect", str(store), "--events", "--count", str(10**30)), EXIT_USAGE,
+             f"--count: {bound} 0 to 9223372036854775807"),
+        Case("inspect --from 1 --from 2", "arc-ref inspect s.arc --events --from 1 --from 2",
+             arc_ref("inspect", str(store), "--events", "--from", "1", "--from", "2"), EXIT_USAGE,
+             "argument --from: given more than once"),
+        Case("budgets --set capacity twice", "arc-ref budgets --preset minimal --set capacity=50 --set capacity=60",
+             arc_ref("budgets", "--preset", "minimal", "--set", "capacity=50", "--set", "capacity=60"), EXIT_USAGE,
+             "--set capacity given more than once"),
+        Case("arc-ref replay $'\\xff'", "arc-ref replay $'\\xff'", arc_ref("replay", os.fsdecode(b"\xff")),
+             EXIT_USAGE, "argument 2 (after replay) is not valid UTF-8 text: b'\\xff'"),
+    ]
 
 
 def run_cases(groups: list[tuple[str, list[Case]]], scratch: Path) -> int:
@@ -933,6 +1013,8 @@ def main(argv: list[str] | None = None) -> int:
             ("serve-scripted answering like a misconfigured vLLM (issue 8.2)", server_fault_cases(scratch)),
             ("the durable store and its front ends (issue 18.1-3, 18.8)", store_cases(scratch)),
             ("hostile input to the front ends (issue 18, items 5, 6, 7, 9)", issue18_input_cases(scratch)),
+            ("numbers bounded and read strictly, no value or flag twice, arguments as text (issue 31.2)",
+             bounds_cases(scratch)),
         ]
         groups = [(title, [case for case in cases if args.only in case.name]) for title, cases in groups]
         differing = run_cases(groups, scratch)

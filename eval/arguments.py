@@ -1,5 +1,9 @@
 """Value types for the command lines of `arc-eval` and its subcommands: each checks one argument and says
 what it expected (argparse turns the ArgumentTypeError into a usage error naming the option).
+
+Numbers are parsed by their bounds (``arc_ref.options``: ``integer_parser``, ``number_parser``, ASCII digits
+only, re-exported here for the layers that do not import the core), and every parser refuses a flag given twice
+(``once_each``).
 """
 
 from __future__ import annotations
@@ -7,63 +11,9 @@ from __future__ import annotations
 import argparse
 import urllib.parse
 
+from arc_ref.options import OneLineParser, integer_parser, number_parser, once_each
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
-
-
-def integer(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
-
-
-def port_number(text: str) -> int:
-    """A TCP port: an integer from 0 to 65535 (0: any free port)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port number from 0 to 65535, got {text!r}")
-    return value
+__all__ = ["OneLineParser", "http_url", "integer_parser", "number_parser", "once_each"]
 
 
 def http_url(text: str) -> str:

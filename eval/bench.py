@@ -10,22 +10,51 @@ import io
 import tempfile
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, TextIO
+
+from attrs import frozen
 
 from arc_ref.message import ToolSpec
+from arc_ref.options import float_option, int_option, option
 from arc_eval.agent.scripted import ScriptedBackend, ScriptedPolicy, message_facts
-from arc_eval.backends.scripted_server import build_app, serve_in_thread
+from arc_eval.backends.scripted_server import MAX_LATENCY_MS, build_app, serve_in_thread
 from arc_eval.loop import run_task
-from arc_eval.methods import make_method
+from arc_eval.methods import make_method, parse_methods
+from arc_eval.methods.rag_memory import RETRIEVER_CHOICES
 from arc_eval.records import RunReader
 from arc_eval.plan import RunPlan, default_max_steps
+from arc_eval.registry import MAX_CONCURRENCY, MAX_TASKS_PER_SEED
 from arc_eval.run_spec import PAPER, RunSpec
 from arc_eval.runner import run
 from arc_eval.tasks.nih import make_nih_tasks
 from arc_eval.types import Backend, ChatReply, ChatRequest, Message, Task
 
 
-class _TimedBackend:
+BENCH_FIGURES = ("throughput", "overhead", "concurrency")
+
+
+@frozen
+class BenchOptions:
+    """The knobs of ``arc-eval bench`` (its flags derive from them, ``arc_ref.options``)."""
+
+    tasks: int = int_option(1000, minimum=1, maximum=MAX_TASKS_PER_SEED, metavar="N",
+                            help="NIH tasks for the throughput figure")
+    methods: tuple[str, ...] | None = option(None, parse=parse_methods, metavar="all|m1,m2",
+                                             help="methods measured (default: all)")
+    overhead_tasks: int = int_option(50, minimum=1, maximum=MAX_TASKS_PER_SEED, metavar="N",
+                                     help="NIH tasks for the overhead figure")
+    concurrency: int = int_option(8, minimum=1, maximum=MAX_CONCURRENCY, metavar="N",
+                                  help="N for the serve-scripted figure")
+    concurrency_tasks: int = int_option(32, minimum=1, maximum=MAX_TASKS_PER_SEED, metavar="N",
+                                        help="NIH tasks for the concurrency figure")
+    latency_ms: float = float_option(20.0, minimum=0, maximum=MAX_LATENCY_MS, metavar="MS",
+                                     help="serve-scripted service time per request")
+    rag_retriever: str = option("bm25", choices=RETRIEVER_CHOICES, help="rag_memory's retriever")
+    only: tuple[str, ...] = option((), choices=BENCH_FIGURES, append=True, converter=tuple,
+                                   help="a figure to print (default: every one)")
+
+
+class _TimedBackend(Backend):
     """Wraps a backend and adds up the wall time spent inside it ("the model")."""
 
     def __init__(self, inner: Backend) -> None:
@@ -44,6 +73,12 @@ class _TimedBackend:
 
     async def count_prompt_tokens(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
         return await self.inner.count_prompt_tokens(messages, tools)
+
+    async def preflight(self, out: TextIO) -> None:
+        await self.inner.preflight(out)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
 def bench_throughput(methods: Sequence[str], tasks: int, *, rag_retriever: str = "bm25", seed: int = 42) -> str:

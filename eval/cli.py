@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -38,15 +37,8 @@ from typing import Any, Sequence
 import attrs
 
 from arc_ref.errors import ArcError
+from arc_ref.options import add_option_flags, integer_parser, once_each, options_from_args, undecodable_argument
 from arc_eval.errors import INTERRUPTED, OK, SERVER_STOPPED, TERMINATED, USAGE, EvalError, status_of
-from arc_eval.arguments import (
-    http_url,
-    integer,
-    non_negative_float,
-    non_negative_int,
-    positive_float,
-    positive_int,
-)
 
 DEFAULT_RUNS_DIR = "runs"
 _DISPATCHED = ("report", "serve-scripted")
@@ -63,37 +55,23 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
-def parse_methods(text: str) -> tuple[str, ...]:
-    """``all`` or a comma-separated list of method names."""
-    from arc_eval.methods import method_names
-
-    known = method_names()
-    if text.strip() == "all":
-        return known
-    names = tuple(name.strip() for name in text.split(",") if name.strip())
-    unknown = [name for name in names if name not in known]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown method(s) {', '.join(unknown) or text!r}; use 'all' or a comma-separated "
-            f"subset of {', '.join(known)}"
-        )
-    return names
-
-
 RUN_OWNER = "run"
+BENCH_OWNER = "bench"
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     """The run's own flags (``RunSpec``'s option fields), then each method's and each backend's options."""
-    from arc_eval.registry import BACKENDS, METHODS, add_option_flags
-    from arc_eval.run_spec import PAPER_SEEDS, RunSpec
+    from arc_eval.methods import parse_methods
+    from arc_eval.registry import BACKENDS, METHODS
+    from arc_eval.run_spec import MAX_SEED, MIN_SEED, PAPER_SEEDS, RunSpec
 
     run = parser.add_argument_group("run")
     run.add_argument("--methods", type=parse_methods, default=None, metavar="all|m1,m2",
                      help="methods to compare (default: all; an ablation: the methods the paper ablates, "
                           "arc alone for recall-budget)")
-    run.add_argument("--seeds", type=integer, nargs="+", default=list(PAPER_SEEDS), metavar="SEED",
-                     help=f"seeds (default: {' '.join(map(str, PAPER_SEEDS))})")
+    run.add_argument("--seeds", type=integer_parser(MIN_SEED, MAX_SEED), nargs="+", default=list(PAPER_SEEDS),
+                     metavar="SEED", help=f"seeds, each once (default: {' '.join(map(str, PAPER_SEEDS))}; "
+                                          f"{MIN_SEED} to {MAX_SEED})")
     run.add_argument("--out", default=None, metavar="RUN_DIR",
                      help="run directory (default: runs/<kind>-<hash of the run's meaning>)")
     resume = run.add_mutually_exclusive_group()
@@ -117,18 +95,19 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
 
 def _add_task_options(parser: argparse.ArgumentParser, task: Any) -> None:
     """A task's flags: its per-seed count, then its options."""
-    from arc_eval.registry import add_option_flags
-
     group = parser.add_argument_group(f"task {task.name} ({task.label})")
-    group.add_argument(task.count_flag, dest=f"count/{task.name}", type=positive_int, default=task.count_default,
-                       metavar="N", help=task.count_help + (f" (default {task.count_default})"
-                                                            if task.count_default is not None else ""))
+    default = f"default {task.count_default}; " if task.count_default is not None else ""
+    group.add_argument(task.count_flag, dest=f"count/{task.name}", type=integer_parser(1, task.count_maximum),
+                       default=task.count_default, metavar="N",
+                       help=f"{task.count_help} ({default}1 to {task.count_maximum})")
     add_option_flags(group, task.name, task.options)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from arc_eval.methods.rag_memory import RETRIEVER_CHOICES
+    """The parser of ``arc-eval`` (but its dispatched subcommands): a flag given twice is refused (``once_each``)
+    but the repeatable ones (``--base-url``, ``bench --only``)."""
     from arc_eval.ablations import ABLATIONS
+    from arc_eval.bench import BenchOptions
     from arc_eval.registry import TASKS
 
     parser = _Parser(prog="arc-eval", description="Evaluate ARC and five baselines (see eval/METHODS.md).")
@@ -149,16 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("serve-scripted", help="the scripted agent as an OpenAI-compatible HTTP server",
                         add_help=False)
     bench = commands.add_parser("bench", help="throughput, per-call harness overhead, concurrency")
-    bench.add_argument("--tasks", type=positive_int, default=1000, help="NIH tasks for the throughput figure")
-    bench.add_argument("--methods", type=parse_methods, default=None, metavar="all|m1,m2")
-    bench.add_argument("--overhead-tasks", type=positive_int, default=50, help="NIH tasks for the overhead figure")
-    bench.add_argument("--concurrency", type=positive_int, default=8, help="N for the serve-scripted figure")
-    bench.add_argument("--concurrency-tasks", type=positive_int, default=32)
-    bench.add_argument("--latency-ms", type=non_negative_float, default=20.0,
-                       help="serve-scripted service time per request")
-    bench.add_argument("--rag-retriever", choices=RETRIEVER_CHOICES, default="bm25")
-    bench.add_argument("--only", choices=("throughput", "overhead", "concurrency"), action="append", default=None)
-    return parser
+    add_option_flags(bench, BENCH_OWNER, BenchOptions)
+    return once_each(parser)
 
 
 def connection_options() -> tuple[str, ...]:
@@ -307,22 +278,29 @@ def _run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def _bench(args: argparse.Namespace) -> int:
     from arc_eval.methods import method_names
-    from arc_eval.bench import bench_concurrency, bench_harness_overhead, bench_throughput
+    from arc_eval.bench import BENCH_FIGURES, BenchOptions, bench_concurrency, bench_harness_overhead, bench_throughput
 
-    methods = args.methods if args.methods is not None else method_names()
-    only = set(args.only or ("throughput", "overhead", "concurrency"))
+    options = options_from_args(BENCH_OWNER, BenchOptions, args)
+    methods = options.methods if options.methods is not None else method_names()
+    only = set(options.only or BENCH_FIGURES)
     if "throughput" in only:
-        print(bench_throughput(methods, args.tasks, rag_retriever=args.rag_retriever), flush=True)
+        print(bench_throughput(methods, options.tasks, rag_retriever=options.rag_retriever), flush=True)
     if "overhead" in only:
-        print(bench_harness_overhead(methods, args.overhead_tasks, rag_retriever=args.rag_retriever), flush=True)
+        print(bench_harness_overhead(methods, options.overhead_tasks, rag_retriever=options.rag_retriever),
+              flush=True)
     if "concurrency" in only:
-        print(bench_concurrency(args.concurrency, args.concurrency_tasks, latency_ms=args.latency_ms), flush=True)
+        print(bench_concurrency(options.concurrency, options.concurrency_tasks, latency_ms=options.latency_ms),
+              flush=True)
     return OK.code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``arc-eval`` console script; returns the exit status."""
     arguments = list(sys.argv[1:] if argv is None else argv)
+    unreadable = undecodable_argument(arguments)
+    if unreadable is not None:  # before anything prints it (a UnicodeEncodeError otherwise)
+        print(f"arc-eval: {unreadable}", file=sys.stderr)
+        return USAGE.code
     try:
         if arguments and arguments[0] in _DISPATCHED:
             try:

@@ -33,7 +33,7 @@ import os
 from collections import OrderedDict
 from typing import Any, Protocol, Sequence
 
-from arc_ref.chat import get_chat_format
+from arc_ref.chat import DEFAULT_CHAT_FORMAT, get_chat_format
 from arc_ref.config import DEFAULT_TEMPLATE_KWARGS, SYSTEM_CONTEXT, TEMPLATE_FORMAT
 from arc_ref.counting import joined_tokens
 from arc_ref.errors import BudgetViolation, ConfigError
@@ -47,7 +47,7 @@ from arc_ref.templates import (
     server_tools,
     template_format,
 )
-from arc_ref.tokenizers import HF_DIR_PREFIX, HuggingFaceTokenizer, Tokenizer, get_tokenizer
+from arc_ref.tokenizers import HF_DIR_PREFIX, HuggingFaceTokenizer, Tokenizer, get_tokenizer, hf_tokenizer_name
 from arc_ref.view import placed_costs
 from arc_eval.types import Message
 
@@ -56,7 +56,6 @@ _NO_TOOLS = (
     " template (--tokenizer DIR, the model directory)"
 )
 DEFAULT_TOKENIZER = "o200k_base"  # the evaluation's default tokenizer (a stand-in for a served model's)
-DEFAULT_CHAT_FORMAT = "chatml"
 NEUTRAL_TEXT = "x"  # system prompt and goal of the format that prices a message on its own (message_tokens)
 
 
@@ -247,10 +246,13 @@ class TemplateCounter:
         """What the server renders: the template over vLLM's reading of the request (``arc_ref.templates``)."""
         return self.render_request([message.as_json() for message in messages], tools)
 
-    def render_request(self, messages: Sequence[Any], tools: Sequence[ToolSpec] = ()) -> str:
-        """The same for OpenAI JSON messages (a server's view of a request)."""
+    def render_request(self, messages: Sequence[Any], tools: Sequence[ToolSpec] = (),
+                       template_kwargs: tuple[tuple[str, Any], ...] | None = None) -> str:
+        """The same for OpenAI JSON messages (a server's view of a request), with the request's own template kwargs
+        when given (``arc_ref.templates.request_template_kwargs``), else this counter's."""
         source = self.source.tool_source if (tools and self.source.tool_source is not None) else self.source.source
-        template = compiled_template(source, self.source.special_tokens, self.template_kwargs, self.directory)
+        kwargs = self.template_kwargs if template_kwargs is None else template_kwargs
+        template = compiled_template(source, self.source.special_tokens, kwargs, self.directory)
         return template.render(server_conversation(messages), server_tools(tuple(tools)), True)
 
     def count(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
@@ -331,7 +333,7 @@ def resolve_counting(tokenizer: str, chat_format: str = "auto", tokenizer_json: 
     the chat format (ChatML for ``auto``)."""
     directory = model_directory(tokenizer)
     if tokenizer_json:
-        name = f"hf:{tokenizer_json}"
+        name = hf_tokenizer_name(tokenizer_json)
     elif directory is not None:
         name = f"{HF_DIR_PREFIX}{directory}"
     else:

@@ -60,11 +60,9 @@ def _distinct(backends: Mapping[str, Backend]) -> list[Backend]:
 
 
 async def close_backends(backends: Mapping[str, Backend]) -> None:
-    """Close every distinct backend that holds something to close (its ``aclose``)."""
+    """Close every distinct backend (its ``aclose``: what it holds, such as HTTP clients)."""
     for backend in _distinct(backends):
-        closer = getattr(backend, "aclose", None)
-        if closer is not None:
-            await closer()
+        await backend.aclose()
 
 
 def describe_backend_error(failure: BackendError) -> str:
@@ -79,13 +77,12 @@ def describe_backend_error(failure: BackendError) -> str:
 
 
 async def check_backends(backends: Mapping[str, Backend]) -> str | None:
-    """Check every backend that can be checked before the first task (its ``preflight``, e.g. an HTTP server's);
-    the reason the run cannot start, or None. Each says on stderr what it found."""
+    """Check every backend before the first task (its ``preflight``: an HTTP server's model, window and key; an
+    in-process backend has nothing to check); the reason the run cannot start, or None. Each says on stderr what
+    it found."""
     try:
         for backend in _distinct(backends):
-            preflight = getattr(backend, "preflight", None)
-            if preflight is not None:
-                await preflight(sys.stderr)
+            await backend.preflight(sys.stderr)
     except BackendError as failure:
         return describe_backend_error(failure)
     finally:
@@ -181,7 +178,9 @@ async def execute(plan: RunPlan, writer: RunWriter, backends: Mapping[str, Backe
     try:
         for batch in plan.batches(finished):
             jobs = iter(batch.jobs)  # shared by the workers: each job is taken once
-            workers = [asyncio.create_task(worker(batch, jobs)) for _ in range(spec.concurrency)]
+            # N workers, never more than the batch's task runs (a worker without a job would only wait)
+            workers = [asyncio.create_task(worker(batch, jobs))
+                       for _ in range(min(spec.concurrency, len(batch.jobs)))]
             try:
                 await asyncio.gather(*workers)
             except BaseException:

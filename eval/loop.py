@@ -54,7 +54,7 @@ from typing import Any, Callable, Mapping, Sequence
 from attrs import define, evolve, field
 
 from arc_eval.errors import InvalidInput
-from arc_ref.message import ToolCall, ToolSpec
+from arc_ref.message import ToolSpec
 from arc_eval.methods.base import Method, MethodSettings
 from arc_eval.protocol import (
     NO_ACTION_MESSAGE,

@@ -22,7 +22,7 @@ from arc_eval.counting import TokenCounter
 from arc_eval.methods import make_method
 from arc_eval.methods.base import MethodSettings
 from arc_eval.protocol import system_prompt, tool_system_prompt
-from arc_eval.registry import TASKS, TaskSource, options_resolved, recorded_options
+from arc_eval.registry import TASKS, TaskSource, recorded_options
 from arc_eval.run_spec import PromptCounting, RunSpec
 from arc_eval.schema import SCHEMA, RecordKey
 from arc_eval.types import Task
@@ -39,7 +39,7 @@ def method_settings(spec: RunSpec, counter: TokenCounter) -> MethodSettings:
         max_tokens=spec.max_tokens,
         keep_verbatim_chars=spec.keep_verbatim_chars,
         counter=counter,
-        method_options={name: options_resolved(spec.method_opts(name)) for name in spec.methods},
+        method_options={name: spec.method_opts(name).resolved() for name in spec.methods},
     )
 
 
@@ -89,8 +89,8 @@ class RunPlan:
 
     @functools.cached_property
     def method_options(self) -> dict[str, Any]:
-        """Each method's options as the run uses and records them (``options_resolved``)."""
-        return {name: options_resolved(self.spec.method_opts(name)) for name in self.spec.methods}
+        """Each method's options as the run uses and records them (``ComponentOptions.resolved``)."""
+        return {name: self.spec.method_opts(name).resolved() for name in self.spec.methods}
 
     def with_out(self, out: Path) -> RunPlan:
         """The same plan writing to ``out`` (the run directory does not change what is run)."""
@@ -157,21 +157,17 @@ class RunPlan:
         return run_manifest(self.spec, self.method_options, self.counting)
 
     def notes(self) -> list[str]:
-        """What each method of the run says of itself in the plan (its options' ``plan_note``, if any: rag_memory's
+        """What each method of the run says of itself in the plan (its options' ``plan_note``: rag_memory's
         retriever and its cost)."""
         jobs = self.total_jobs() // max(1, len(self.spec.methods))
-        notes = []
-        for name in self.spec.methods:
-            note = getattr(self.method_options[name], "plan_note", None)
-            if note is not None:
-                notes.append(str(note(jobs)))
-        return notes
+        notes = (self.method_options[name].plan_note(jobs) for name in self.spec.methods)
+        return [note for note in notes if note is not None]
 
 
 def describe_backend(spec: RunSpec) -> str:
     """The backend as the plan names it (its options' ``describe``, given the served model; else its name)."""
-    describe = getattr(spec.backend_opts(), "describe", None)
-    return str(describe(spec.served_model())) if describe is not None else f"backend {spec.backend}"
+    described = spec.backend_opts().describe(spec.served_model())
+    return described if described is not None else f"backend {spec.backend}"
 
 
 def run_manifest(spec: RunSpec, method_options: Mapping[str, Any] | None = None,
@@ -213,7 +209,7 @@ def run_config(spec: RunSpec, method_options: Mapping[str, Any] | None = None,
     }
     config.update(recorded_options(spec.task_opts()))
     for name in spec.methods:
-        options = method_options[name] if method_options is not None else options_resolved(spec.method_opts(name))
+        options = method_options[name] if method_options is not None else spec.method_opts(name).resolved()
         config.update(recorded_options(options))
     config.update(recorded_options(spec.backend_opts()))
     return config

@@ -235,7 +235,6 @@ TASK_TOOL_SPECS: tuple[ToolSpec, ...] = (
     _tool_spec("submit", "Give your final answer; this ends the task.",
                (("answer", "the answer, in the form the task asks for"),)),
 )
-TASK_TOOL_NAMES = frozenset(tool.name for tool in TASK_TOOL_SPECS)
 
 TOOL_SYSTEM_PROMPT = """You are an agent solving a task inside a sandbox with a small virtual file system. There is no \
 real shell: you act only by calling the tools you are given, exactly one tool call per reply. \

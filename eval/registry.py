@@ -6,116 +6,78 @@ A component registers itself in its own module (``register_task``, ``register_me
 ``@modelapi(name=...)`` name a component where it is defined). A test module may register a toy
 component the same way; nothing generic names a task or a method.
 
-Options. A component's knobs are one frozen attrs class whose fields are made with ``option``: its
-default, bounds, choices and help are written there once, and everything else is derived from it: the
-``arc-eval`` flags (``add_option_flags``), the check of a value (a ``ConfigError`` naming the flag), the
-manifest's ``config`` (``recorded_options``, hence the resume key) and an ablation's overrides
-(``route_overrides``). An option's name is owned by one component (``check_option_owners``).
+Options. A component's knobs are one frozen attrs class whose fields are made with ``arc_ref.options``'
+``option``, ``int_option`` or ``float_option`` (re-exported here): its default, bounds, choices and help are
+written there once, and everything else is derived from it: the ``arc-eval`` flags and their parsers
+(``add_option_flags``), the check of a value (a ``ConfigError`` naming the flag), the manifest's ``config``
+(``recorded_options``, hence the resume key) and an ablation's overrides (``with_overrides``, routed by
+``arc_eval.run_spec.route_settings``). An option's name is owned by one component (``option_owners``).
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import pkgutil
-from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Protocol, TypeVar
 
-import attrs
 from attrs import frozen
 
 from arc_ref.errors import ConfigError
+from arc_ref.options import (
+    add_option_flags,
+    float_option,
+    given_options,
+    int_option,
+    option,
+    option_dest,
+    option_fields,
+    option_flag,
+    option_info,
+    option_names,
+    options_from_args,
+    with_overrides,
+)
 
 if TYPE_CHECKING:
     from arc_eval.counting import TokenCounter
     from arc_eval.types import Backend, Task
 
-OPTION_KEY = "arc_eval.option"
+# Tasks per seed (every task's count flag, issue 31): a seed's tasks are generated and held at once; a task's own
+# options may bound the count lower (``ComponentOptions.check_count``: NIH by the characters its fixtures hold).
+MAX_TASKS_PER_SEED = 100_000
+# Trajectories (a run's) or requests (serve-scripted's) in flight at once: each holds a method's view, transcript
+# and files (about 1 MB at the paper's 16k window) and an HTTP request: 4 GB at most, and 16 times vLLM's default
+# batch (256 sequences); a run's workers are never more than a batch's task runs either (arc_eval.execute).
+MAX_CONCURRENCY = 4096
+
+
+class ComponentOptions:
+    """What every registered options class is: its fields made with ``option`` (``arc_ref.options``) and these
+    hooks, each with a working default that a class overrides where it has something to say."""
+
+    def check(self) -> None:
+        """A cross-field check of the options (a ConfigError naming the flags); default: none."""
+
+    def resolved(self) -> Any:
+        """The options as the run uses and records them (RAG's ``auto`` retriever made the one available);
+        default: themselves."""
+        return self
+
+    def describe(self, model: str) -> str | None:
+        """A backend's words in a run's plan, given the served model; default: None (the plan names the backend)."""
+        return None
+
+    def plan_note(self, jobs: int) -> str | None:
+        """A method's note in a run's plan, given its task runs (rag_memory's retriever and its cost); default:
+        None."""
+        return None
+
+    def check_count(self, count: int, flag: str) -> None:
+        """A task's check of its tasks per seed under these options (``flag`` names the count); default: none."""
 
 
 @frozen
-class OptionInfo:
-    """What an option says about itself beyond its type and default (``option``)."""
-
-    help: str
-    flag: str | None = None  # the command-line flag (default: --the-field-name)
-    parse: Callable[[str], Any] | None = None  # argparse ``type``
-    choices: tuple[Any, ...] | None = None
-    minimum: float | None = None
-    exclusive_minimum: float | None = None
-    nargs: str | None = None
-    metavar: str | None = None
-    recorded: bool = True  # False: a connection setting, never in the manifest (an API key, a timeout)
-    store_true: bool = False
-    append: bool = False  # the flag may be repeated, each value appended (a tuple)
-
-
-def option(
-    default: Any,
-    *,
-    help: str,
-    flag: str | None = None,
-    parse: Callable[[str], Any] | None = None,
-    choices: Sequence[Any] | None = None,
-    minimum: float | None = None,
-    exclusive_minimum: float | None = None,
-    nargs: str | None = None,
-    metavar: str | None = None,
-    recorded: bool = True,
-    converter: Callable[[Any], Any] | None = None,
-    store_true: bool = False,
-    append: bool = False,
-) -> Any:
-    """A field of an options class: its default, bounds and help written once (see the module docstring)."""
-    info = OptionInfo(help=help, flag=flag, parse=parse, choices=tuple(choices) if choices is not None else None,
-                      minimum=minimum, exclusive_minimum=exclusive_minimum, nargs=nargs, metavar=metavar,
-                      recorded=recorded, store_true=store_true, append=append)
-    return attrs.field(default=default, validator=_check_option, converter=converter, metadata={OPTION_KEY: info})
-
-
-def option_flag(attribute: attrs.Attribute[Any]) -> str:
-    info = option_info(attribute)
-    return info.flag or "--" + attribute.name.replace("_", "-")
-
-
-def option_info(attribute: attrs.Attribute[Any]) -> OptionInfo:
-    info = attribute.metadata.get(OPTION_KEY)
-    if not isinstance(info, OptionInfo):
-        raise TypeError(f"field {attribute.name} is not made with arc_eval.registry.option")
-    return info
-
-
-def _bounded(info: OptionInfo, flag: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{flag} must be a number, got {value!r}")
-    if info.minimum is not None and not value >= info.minimum:
-        raise ConfigError(f"{flag} must be at least {info.minimum:g}, got {value!r}")
-    if info.exclusive_minimum is not None and not value > info.exclusive_minimum:
-        raise ConfigError(f"{flag} must be above {info.exclusive_minimum:g}, got {value!r}")
-    if value != value or value == float("inf"):
-        raise ConfigError(f"{flag} must be a finite number, got {value!r}")
-
-
-def _check_option(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    """The bounds and choices an option declares, checked on every construction (a ConfigError naming its flag)."""
-    info = option_info(attribute)
-    flag = option_flag(attribute)
-    if value is None:
-        return
-    if info.choices is not None and value not in info.choices:
-        raise ConfigError(f"{flag} must be one of {', '.join(map(str, info.choices))}, got {value!r}")
-    if info.minimum is None and info.exclusive_minimum is None:
-        return
-    for item in value if isinstance(value, tuple) else (value,):
-        _bounded(info, flag, item)
-
-
-def option_fields(options_class: type) -> tuple[attrs.Attribute[Any], ...]:
-    """The fields of a class made with ``option`` (a spec may hold other fields too)."""
-    return tuple(attribute for attribute in attrs.fields(options_class) if OPTION_KEY in attribute.metadata)
-
-
-@frozen
-class NoOptions:
+class NoOptions(ComponentOptions):
     """A component without knobs of its own."""
 
 
@@ -150,6 +112,7 @@ class TaskEntry:
     count_flag: str
     count_default: int | None
     count_help: str
+    count_maximum: int = MAX_TASKS_PER_SEED  # the count flag's upper bound
     report_table: str | None = None  # "module:function"
     order: int = 0  # position in help and reports (smaller first); the first is an ablation's default task
 
@@ -214,7 +177,11 @@ class Registry(Generic[E]):
         self._discovered = False
 
     def register(self, entry: E) -> E:
-        """Add ``entry``; a second entry of the same name is refused (a ConfigError), the same one is a no-op."""
+        """Add ``entry``; a second entry of the same name is refused (a ConfigError), the same one is a no-op, and
+        its options class must be a ``ComponentOptions`` (its hooks)."""
+        if not issubclass(entry.options, ComponentOptions):
+            raise ConfigError(f"{self.kind} {entry.name!r}: options {entry.options.__name__} must derive from "
+                              "arc_eval.registry.ComponentOptions")
         known = self._entries.get(entry.name)
         if known is not None and known != entry:
             raise ConfigError(f"{self.kind} {entry.name!r} is registered twice")
@@ -275,57 +242,6 @@ def highlighted_method() -> str | None:
 # -- options: flags, values, the manifest ----------------------------------------------------------
 
 
-def option_dest(owner: str, name: str) -> str:
-    """argparse's destination of an option: owner-qualified, so two components never share one."""
-    return f"{owner}:{name}"
-
-
-def add_option_flags(group: argparse._ArgumentGroup, owner: str, options_class: type) -> None:
-    """The command-line flags of ``options_class`` (help, type, choices, default from the fields).
-
-    A flag not given leaves no value (``argparse.SUPPRESS``): ``given_options`` tells what the user set, and
-    ``options_from_args`` takes the field's default for the rest."""
-    for attribute in option_fields(options_class):
-        info = option_info(attribute)
-        default = attribute.default
-        shown = " ".join(map(str, default)) if isinstance(default, tuple) else default
-        text = f"{info.help} (default: {shown})" if default is not None and not info.store_true else info.help
-        kwargs: dict[str, Any] = {"dest": option_dest(owner, attribute.name), "default": argparse.SUPPRESS,
-                                  "help": text}
-        if info.store_true:
-            group.add_argument(option_flag(attribute), action="store_true", **kwargs)
-            continue
-        if info.parse is not None:
-            kwargs["type"] = info.parse
-        if info.choices is not None:
-            kwargs["choices"] = info.choices
-        if info.nargs is not None:
-            kwargs["nargs"] = info.nargs
-        if info.metavar is not None or info.choices is None:  # the field's name, not the owner-qualified dest
-            kwargs["metavar"] = info.metavar or attribute.name.upper()
-        if info.append:
-            kwargs["action"] = "append"
-        group.add_argument(option_flag(attribute), **kwargs)
-
-
-def given_options(owner: str, args: argparse.Namespace) -> list[str]:
-    """The flags of ``owner``'s options the command line gave."""
-    prefix = option_dest(owner, "")
-    return [name[len(prefix):] for name in vars(args) if name.startswith(prefix)]
-
-
-def options_from_args(owner: str, options_class: type, args: argparse.Namespace) -> Any:
-    """The options instance the command line gave (defaults for flags not given); a ConfigError if out of bounds."""
-    values: dict[str, Any] = {}
-    given = vars(args)
-    for attribute in option_fields(options_class):
-        dest = option_dest(owner, attribute.name)
-        if dest in given:
-            value = given[dest]
-            values[attribute.name] = tuple(value) if isinstance(value, list) else value
-    return options_class(**values)
-
-
 def recorded_options(options: Any) -> dict[str, Any]:
     """The recorded fields of an options instance, by name (the manifest's ``config``); tuples as lists."""
     recorded: dict[str, Any] = {}
@@ -341,10 +257,6 @@ def unused_options(options_class: type) -> dict[str, Any]:
     return {attribute.name: None for attribute in option_fields(options_class) if option_info(attribute).recorded}
 
 
-def option_names(options_class: type) -> tuple[str, ...]:
-    return tuple(attribute.name for attribute in option_fields(options_class))
-
-
 def option_owners() -> dict[str, str]:
     """Every option name of a method or backend and its one owner (a ConfigError when two claim one)."""
     owners: dict[str, str] = {}
@@ -357,23 +269,10 @@ def option_owners() -> dict[str, str]:
     return owners
 
 
-def with_overrides(options: Any, overrides: Mapping[str, Any]) -> Any:
-    """``options`` with the overrides that name its fields (checked like any construction)."""
-    mine = {name: (tuple(value) if isinstance(value, list) else value)
-            for name, value in overrides.items() if name in option_names(type(options))}
-    return attrs.evolve(options, **mine) if mine else options
-
-
-def options_resolved(options: Any) -> Any:
-    """An options value as the run uses it (its ``resolved`` method, if it has one: RAG's ``auto`` retriever)."""
-    resolve = getattr(options, "resolved", None)
-    return resolve() if callable(resolve) else options
-
-
-def options_check(options: Any) -> None:
-    """An options class's own cross-field check (its ``check`` method), if it has one."""
-    check = getattr(options, "check", None)
-    if callable(check):
-        check()
-
-
+__all__ = [
+    "BACKENDS", "METHODS", "TASKS", "BackendEntry", "BackendRun", "ComponentOptions", "MAX_CONCURRENCY", "MAX_TASKS_PER_SEED",
+    "MethodEntry", "NoOptions", "Registry", "TaskEntry", "TaskSource", "add_option_flags", "float_option",
+    "given_options", "highlighted_method", "int_option", "option", "option_dest", "option_fields", "option_flag",
+    "option_info", "option_names", "option_owners", "options_from_args", "recorded_options", "register_backend",
+    "register_method", "register_task", "unused_options", "with_overrides",
+]

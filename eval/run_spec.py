@@ -19,21 +19,22 @@ import attrs
 from attrs import evolve, field, frozen
 
 from arc_ref.chat import CHAT_FORMATS
-from arc_ref.config import PRESETS, TEMPLATE_FORMAT
+from arc_ref.config import MAX_CONFIG_INTEGER, PRESETS, TEMPLATE_FORMAT
 from arc_ref.errors import ConfigError
 from arc_ref.tokenizers import HF_DIR_PREFIX
-from arc_eval.arguments import non_negative_float, positive_int
 from arc_eval.counting import DEFAULT_TOKENIZER, TokenCounter, make_counter, model_directory, resolve_counting
 from arc_eval.loop import DEFAULT_FORCE_AT_CALLS
 from arc_eval.registry import (
     BACKENDS,
     METHODS,
     TASKS,
+    MAX_CONCURRENCY,
     BackendEntry,
     TaskEntry,
+    float_option,
+    int_option,
     option,
     option_names,
-    options_check,
     with_overrides,
 )
 
@@ -41,6 +42,19 @@ PAPER = PRESETS["paper"]  # the paper's setting: the defaults of the window, the
 PAPER_SEEDS = (42, 82, 122)  # the paper's seeds: the default of --seeds
 CHAT_FORMAT_CHOICES = ("auto", *CHAT_FORMATS, TEMPLATE_FORMAT)
 COMPONENT_OPTIONS = ("task_options", "method_options", "backend_options")  # RunSpec's fields of its components
+
+# The bounds of the run's own numbers, and why (every number of arc-eval has an upper bound: issue 31):
+# - the window, the completion cap and keep-verbatim reach the core's Config: at most its bound on every integer,
+#   MAX_CONFIG_INTEGER = 2^31 - 1 (spec/parameters.md, check 1);
+# - a task's steps: each is a model call whose record the task holds until it ends, and full context's transcript
+#   grows by an observation per step: MAX_STEPS, 250 times the longest plan of the paper's tasks (~40 steps);
+# - trajectories in flight: arc_eval.registry.MAX_CONCURRENCY (4096: its reason there);
+# - the temperature: the OpenAI API's range, 0 to 2.
+# - a seed: recorded in every line and read back by any JSON reader (a port's too): a signed 64-bit integer.
+MAX_STEPS = 10_000
+MIN_SEED = -(2**63)
+MAX_SEED = 2**63 - 1
+MAX_TEMPERATURE = 2.0
 
 
 @frozen
@@ -128,17 +142,19 @@ class RunSpec:
     tasks_per_seed: int | None = None  # None: the task's default (its ``count_default``)
     backend: str = field(factory=_default_backend)
     model: str | None = option(None, help="model name as served (e.g. Qwen/Qwen3-8B; default: the backend's)")
-    context_limit: int = option(PAPER.context_limit, parse=positive_int, minimum=1, metavar="L_CTX",
-                                help="the server's max model length")
-    max_tokens: int = option(PAPER.max_completion, parse=positive_int, minimum=1, metavar="G_MAX",
-                             help="completion cap per call")
-    temperature: float = option(0.0, parse=non_negative_float, minimum=0, metavar="T", help="sampling temperature")
-    force_at_calls: tuple[int, ...] = option(DEFAULT_FORCE_AT_CALLS, parse=positive_int, nargs="*", minimum=1,
-                                             metavar="K", converter=_tuple_of_ints,
-                                             help="agent steps before which compaction is forced (none: empty)")
-    keep_verbatim_chars: int = option(PAPER.keep_verbatim_chars, parse=positive_int, minimum=1, metavar="CHARS",
-                                      help="observations shorter than this are kept verbatim by the condensing "
-                                           "methods and ARC")
+    context_limit: int = int_option(PAPER.context_limit, minimum=1, maximum=MAX_CONFIG_INTEGER, metavar="L_CTX",
+                                    help="the server's max model length")
+    max_tokens: int = int_option(PAPER.max_completion, minimum=1, maximum=MAX_CONFIG_INTEGER, metavar="G_MAX",
+                                 help="completion cap per call")
+    temperature: float = float_option(0.0, minimum=0, maximum=MAX_TEMPERATURE, metavar="T",
+                                      help="sampling temperature")
+    force_at_calls: tuple[int, ...] = int_option(DEFAULT_FORCE_AT_CALLS, nargs="*", minimum=1, maximum=MAX_STEPS,
+                                                 metavar="K", converter=_tuple_of_ints,
+                                                 help="agent steps before which compaction is forced (none: empty)")
+    keep_verbatim_chars: int = int_option(PAPER.keep_verbatim_chars, minimum=1, maximum=MAX_CONFIG_INTEGER,
+                                          metavar="CHARS",
+                                          help="observations shorter than this are kept verbatim by the condensing "
+                                               "methods and ARC")
     tokenizer: str = option(DEFAULT_TOKENIZER, metavar="DIR|NAME",
                             help="what every prompt is counted with: the served model's directory (DIR or "
                                  "hf-dir:DIR: its tokenizer.json and chat template, rendered as vLLM renders them, "
@@ -152,9 +168,10 @@ class RunSpec:
     tool_calling: bool = option(False, store_true=True,
                                 help="every method acts through function tools (the task's commands; ARC's recall "
                                      "and catalog commands too), one call per reply; needs --tokenizer DIR")
-    max_steps: int | None = option(None, parse=positive_int, minimum=1, metavar="N",
-                                   help="agent steps per task (default: the goal's plan + 10)")
-    concurrency: int = option(8, parse=positive_int, minimum=1, metavar="N", help="trajectories in flight at once")
+    max_steps: int | None = int_option(None, minimum=1, maximum=MAX_STEPS, metavar="N",
+                                       help="agent steps per task (default: the goal's plan + 10)")
+    concurrency: int = int_option(8, minimum=1, maximum=MAX_CONCURRENCY, metavar="N",
+                                  help="trajectories in flight at once")
     resume: bool = False
     variants: Mapping[str, Mapping[str, Any]] = field(factory=lambda: {"": {}})
     command: tuple[str, ...] = ()
@@ -244,11 +261,15 @@ class RunSpec:
                 "(a seed draws its own tasks)"
             )
         self.served_model()
-        options_check(self.task_opts())
-        options_check(self.backend_opts())
+        self.task_opts().check()
+        self.backend_opts().check()
         count = self.task_count()
         if count is not None and count < 1:
             raise ConfigError(f"{task.count_flag} must be at least 1")
+        if count is not None and count > task.count_maximum:
+            raise ConfigError(f"{task.count_flag} must be at most {task.count_maximum}, got {count}")
+        if count is not None:
+            self.task_opts().check_count(count, task.count_flag)
         if self.max_tokens >= self.context_limit:
             raise ConfigError(
                 f"--max-tokens ({self.max_tokens}) must be below --context-limit ({self.context_limit})"
@@ -268,7 +289,9 @@ class RunSpec:
                 " chat template: give the model directory with --tokenizer DIR (its tokenizer.json and chat template)"
             )
         for label in self.variants:
-            self.for_variant(label)  # an unknown override, or one out of bounds, fails here
+            variant = self.for_variant(label)  # an unknown override, or one out of bounds, fails here
+            if count is not None:
+                variant.task_opts().check_count(count, task.count_flag)
 
     def prompt_counting(self) -> PromptCounting:
         """The tokenizer and chat format prompts are counted with: the one place the options are resolved.

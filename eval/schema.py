@@ -253,10 +253,6 @@ def _bad(where: str, name: str, wanted: str, value: Any) -> RecordError:
     return RecordError(f"{where}: field '{name}' should be {wanted}, got {_shown(value)}")
 
 
-def _is_int(value: Any) -> bool:
-    return type(value) is int  # bool is not an integer here
-
-
 def _scalar(kind: type, choices: tuple[str, ...] | None, minimum: int | None) -> tuple[Checker, str]:
     if kind is str:
         if choices:

@@ -8,7 +8,7 @@ and gets a `ChatReply` back (or a `ContextOverflow`), the loop runs actions in a
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence, TextIO
 
 from attrs import field, frozen
 
@@ -142,6 +142,15 @@ class Backend(Protocol):
     async def count_prompt_tokens(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
         """Tokens the server will charge for `messages` (offered `tools`) with the generation prompt appended."""
         ...
+
+    async def preflight(self, out: TextIO) -> None:
+        """Check, before a run's first task, that the backend can serve the run, saying on ``out`` what it found; a
+        BackendError naming the fix otherwise. Default: nothing to check (an in-process backend)."""
+        return None
+
+    async def aclose(self) -> None:
+        """Release what the backend holds (HTTP clients); it may be used again after. Default: nothing held."""
+        return None
 
 
 @frozen

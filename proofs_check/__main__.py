@@ -27,6 +27,25 @@ from proofs_check.registry import EXAMPLES, PROPERTIES, STATEMENTS
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 _COUNTEREXAMPLE = re.compile(r"error: (.*when calling .*)$")
+_CALL = re.compile(r"when calling (.*)$")
+BROKEN_LABEL = "(broken on purpose: must fail)"
+
+
+def statement_label(key: str) -> str:
+    """A row's statement as the table prints it: its key and its name (``A4 Budgeted active view``)."""
+    return f"{key} {STATEMENTS[key]}" if key in STATEMENTS else key
+
+
+def broken_result(reported: str | None, known_fails: bool) -> str:
+    """What a deliberately broken variant's row says: ``caught`` with CrossHair's counterexample when CrossHair
+    found one (and the recorded counterexample still breaks the postcondition), else ``NOT CAUGHT``."""
+    if reported is not None and known_fails:
+        found = _CALL.search(reported)
+        call = found.group(1) if found else reported
+        return f"caught: CrossHair found {call}, which breaks the postcondition"
+    if reported is None:
+        return "NOT CAUGHT: CrossHair found no counterexample to a contract that is broken"
+    return "NOT CAUGHT: the recorded counterexample no longer breaks the postcondition"
 
 
 def property_name(item: Any) -> str:
@@ -80,6 +99,22 @@ def crosshair_check(targets: Sequence[str], per_condition_timeout: float, total_
     return done.returncode, found, output
 
 
+def format_table(rows: Sequence[dict[str, Any]], missing: Sequence[str]) -> str:
+    """The table: statement (key and name) -> property -> examples run -> result, in the appendix's order,
+    the deliberately broken variants last; then one line per statement without a passing check."""
+    order = list(STATEMENTS)
+    ordered = sorted(rows, key=lambda r: order.index(r["statement"]) if r["statement"] in STATEMENTS else len(order))
+    labels = [statement_label(row["statement"]) for row in ordered] + [statement_label(key) for key in missing]
+    first = max([len("statement"), *map(len, labels)])
+    width = max([len("property"), *(len(row["check"]) for row in rows)])
+    lines = [f"{'statement':<{first}}  {'property':<{width}} {'examples':>9}  result"]
+    for label, row in zip(labels, ordered):
+        lines.append(f"{label:<{first}}  {row['check']:<{width}} {row['examples']!s:>9}  {row['result']}")
+    for key in missing:
+        lines.append(f"{statement_label(key):<{first}}  {'(no passing property)':<{width}} {'-':>9}  MISSING")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m proofs_check", description=__doc__.split("\n")[0])
     parser.add_argument("--profile", choices=("ci", "thorough", "dev"), default=None,
@@ -125,20 +160,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             known_fails = not postcondition(counterexample, function(*counterexample))
             ok = bool(reported) and known_fails
             crosshair_ok = crosshair_ok and ok
-            rows.append({"statement": "(broken)", "check": f"crosshair broken_contracts.{name}",
-                         "examples": "symbolic",
-                         "result": f"caught: {reported[0]}" if ok else "NOT CAUGHT"})
+            rows.append({"statement": BROKEN_LABEL, "check": f"crosshair broken_contracts.{name}",
+                         "examples": "symbolic", "result": broken_result(reported[0] if reported else None, known_fails)})
 
     covered = {row["statement"] for row in rows if row["result"] in ("passed", "no counterexample")}
     missing = [key for key in STATEMENTS if key not in covered]
 
-    width = max(len(row["check"]) for row in rows)
     print()
-    print(f"{'statement':<10} {'property':<{width}} {'examples':>9}  result")
-    for row in sorted(rows, key=lambda r: (list(STATEMENTS).index(r["statement"]) if r["statement"] in STATEMENTS else 99)):
-        print(f"{row['statement']:<10} {row['check']:<{width}} {row['examples']!s:>9}  {row['result']}")
-    for key in missing:
-        print(f"{key:<10} {'(no passing property)':<{width}} {'-':>9}  MISSING: {STATEMENTS[key]}")
+    print(format_table(rows, missing))
     failed = [row for row in rows if row["result"] not in ("passed", "no counterexample") and not str(row["result"]).startswith("caught")]
     elapsed = time.monotonic() - started
     print()

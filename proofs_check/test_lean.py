@@ -2,8 +2,10 @@
 
 The plain transcript of a trace is what an agent without ARC sends: the same prefix F (system, goal and, in
 tool mode, the same tool listing), then every agent turn and every observation appended, each observation
-as ``Observation (rc=N):`` and its shown form S(O) (rendering.md 7.1: control strings inert, as any agent must
-send it; O itself when it holds none), rendered by the same chat format. ARC's overhead over it is what
+as ``Observation (rc=N):`` and its shown form S(O), and every text of the model's (thought, action, a call's id,
+name and arguments) through S (rendering.md 7.1, 7.2: control strings inert, as any agent must send them; the
+texts themselves when they hold none), rendered by the same chat format. Thoughts, actions and arguments quote
+control strings in some traces. ARC's overhead over it is what
 its configuration adds to F (its instructions in the system text, its tools in the listing): B itself, the
 same on both sides here. Traces are runs of normal actions (no recall or catalog command: those are calls
 an agent without ARC cannot make). Properties, for every trace, at every call:
@@ -21,6 +23,7 @@ in text mode and in tool mode.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Sequence
 
 import pytest
@@ -48,16 +51,19 @@ from arc_ref.message import ToolCall
 from arc_ref.view import View
 from proofs_check.registry import proves
 from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
-from proofs_check.strategies import ENVIRONMENT_TOOLS, configs, normal_actions, texts, thoughts
+from proofs_check.strategies import ENVIRONMENT_TOOLS, configs, normal_actions, quoting, texts, thoughts
 
 QWEN3 = qwen3_dir()
 needs_qwen3 = pytest.mark.skipif(QWEN3 is None, reason=QWEN3_ABSENT)
 
 returncodes = st.sampled_from((0, 0, 0, 1, 2, -9, 127))
-text_steps = st.lists(st.tuples(thoughts, normal_actions, texts(400), returncodes), max_size=24)
-tool_arguments = st.sampled_from(('{"path": "a.txt"}', '{"path": "notes"}', "{}"))
+model_thoughts = st.one_of(thoughts, quoting(3))
+actions = st.one_of(normal_actions, normal_actions, quoting(2).map(lambda quoted: f"grep -n '{quoted}' log.txt"))
+text_steps = st.lists(st.tuples(model_thoughts, actions, texts(400), returncodes), max_size=24)
+tool_arguments = st.one_of(st.sampled_from(('{"path": "a.txt"}', '{"path": "notes"}', "{}")),
+                           quoting(2).map(lambda quoted: json.dumps({"path": quoted})))
 tool_steps_plain = st.lists(
-    st.tuples(thoughts, st.lists(st.tuples(st.sampled_from(("read_file", "ls")), tool_arguments, texts(300),
+    st.tuples(model_thoughts, st.lists(st.tuples(st.sampled_from(("read_file", "ls")), tool_arguments, texts(300),
                                            returncodes), min_size=1, max_size=2)),
     max_size=14,
 )
@@ -97,6 +103,7 @@ class Plain:
 
     def __init__(self, state: ArcState) -> None:
         self.setup = state.setup
+        self.show = state.setup.shown_form.show
         self.messages: list[dict[str, Any]] = [message.openai() for message in state.prefix]
         self.recent = 0  # h: the messages after F at their msg cost (largest over their places)
         self.turns = 0
@@ -111,7 +118,7 @@ class Plain:
         self.kept = self.kept and self.fitted and keeps(config, self.recent, self.turns)
 
     def agent(self, thought: str, action: str) -> None:
-        content = render.agent_message(thought, action)
+        content = render.agent_message(self.show(thought), self.show(action))
         self.messages.append({"role": render.ASSISTANT, "content": content})
         self.turns += 1
         self._appended(self.setup.message(render.ASSISTANT, content).tokens)
@@ -123,12 +130,15 @@ class Plain:
         self._appended(self.setup.message(render.USER, message).tokens)
 
     def tool_turn(self, thought: str, calls: Sequence[ToolCall]) -> None:
-        self.messages.append({"role": render.ASSISTANT, "content": thought,
-                              "tool_calls": [call.openai() for call in calls]})
+        form = self.setup.shown_form
+        shown = tuple(ToolCall(self.show(call.call_id), self.show(call.name), form.show_arguments(call.arguments))
+                      for call in calls)
+        self.messages.append({"role": render.ASSISTANT, "content": self.show(thought),
+                              "tool_calls": [call.openai() for call in shown]})
         self.turns += 1
         self.pending = [call.call_id for call in calls]
         budget = self.setup.config.recent_budget
-        cost = self.setup.message(render.ASSISTANT, thought, tuple(calls)).tokens
+        cost = self.setup.message(render.ASSISTANT, self.show(thought), shown).tokens
         self.unit = cost
         reserved = sum(self.setup.result_reserve(call_id) for call_id in self.pending)
         self._appended(cost, cost <= budget - reserved)  # else its thought is clipped
@@ -136,11 +146,11 @@ class Plain:
     def tool_result(self, call_id: str, content: str, returncode: int) -> None:
         shown = self.setup.shown_form.show(content)
         message = render.lean_observation_message(returncode, shown)
-        self.messages.append({"role": render.TOOL, "content": message, "tool_call_id": call_id})
+        self.messages.append({"role": render.TOOL, "content": message, "tool_call_id": self.show(call_id)})
         self.pending.remove(call_id)
         budget = self.setup.config.recent_budget
         left = budget - self.unit - sum(self.setup.result_reserve(other) for other in self.pending)
-        cost = self.setup.message(render.TOOL, message, (), call_id).tokens
+        cost = self.setup.message(render.TOOL, message, (), self.show(call_id)).tokens
         self.unit += cost
         self._appended(cost, cost <= left)  # else it is shown as its stub
 

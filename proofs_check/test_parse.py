@@ -25,7 +25,7 @@ from arc_ref.render import Template
 from arc_ref.text import escape_line
 from proofs_check.harness import apply, event_lists, exact_view
 from proofs_check.registry import proves
-from proofs_check.strategies import configs, texts
+from proofs_check.strategies import configs
 
 TEMPLATES: dict[str, Template] = {
     name: value for name, value in vars(render).items() if isinstance(value, Template)

@@ -87,7 +87,7 @@ def oracle_stub(setup: Setup, obs_id: str, rc: int, content: str, n_tokens: int,
     config = setup.config
     # the previews are of the shown form S(O) (spec 7.1), the size is O's
     head, tail = previews(setup.shown_form.show(content), config.preview_head_chars, config.preview_tail_chars)
-    sig = clipped(escape_line(signature), config.signature_chars)
+    sig = clipped(escape_line(setup.shown_form.show(signature)), config.signature_chars)  # spec §5, §7.2
 
     def line_cost(line: str) -> int:
         return setup.tokenizer.count("\n" + line)
@@ -151,10 +151,11 @@ def oracle_clip_two_parts(fits: Callable[[str], bool], build: Callable[[str, str
 
 
 def oracle_agent_content(setup: Setup, thought: str, action: str) -> str:
-    """Spec §9.1, agent entry: the message must fit R."""
+    """Spec §9.1, agent entry: the model's texts through S (§7.2); the message must fit R."""
+    show = setup.shown_form.show
     return oracle_clip_two_parts(
         lambda content: setup.message_tokens(render.ASSISTANT, content) <= setup.config.recent_budget,
-        lambda t, a: f"Thought: {t}\nAction: {a}", thought, action,
+        lambda t, a: f"Thought: {t}\nAction: {a}", show(thought), show(action),
     )
 
 
@@ -206,7 +207,8 @@ def test_summary_lines_match_the_spec(setup: Setup, thought: str, action: str, n
     item = thought_item(setup, entry)
     expected = oracle_bounded(
         setup, lambda x, y: f"turn 7: thought: {x} | action: {y}",
-        clipped(escape_line(thought), config.thought_chars), clipped(escape_line(action), config.action_chars),
+        clipped(escape_line(setup.shown_form.show(thought)), config.thought_chars),
+        clipped(escape_line(setup.shown_form.show(action)), config.action_chars),
     )
     assert (item.kind, item.text, item.tokens) == ("thought", expected, setup.line_tokens(expected))
     assert item.tokens <= config.stub_cap
@@ -223,7 +225,8 @@ def test_observation_items_match_the_spec(setup: Setup, content: str, action: st
     """Spec §11.2: inline when not cited, shorter than keep_verbatim_chars and fitting S; else the stub."""
     record = make_record(setup, 1, action, content, 0, 0)
     item = observation_item(setup, record, cited)
-    inline = f"{record.obs_id} (rc=0) of `{shown_signature(record.signature, setup.config.signature_chars)}`:\n{content}"
+    signature = shown_signature(setup.shown_form.show(record.signature), setup.config.signature_chars)
+    inline = f"{record.obs_id} (rc=0) of `{signature}`:\n{record.shown}"
     inline_fits = setup.summary_frame + setup.line_tokens(inline) <= setup.config.summary_budget
     if not cited and len(content) < setup.config.keep_verbatim_chars and inline_fits:
         assert (item.kind, item.text, item.index) == ("inline", inline, 1)
@@ -299,6 +302,9 @@ class LineMergingTokenizer:
 
     def splits_between(self, before: str, after: str) -> bool:
         return False  # its lines merge: every message is counted whole
+
+    def control_tokens(self) -> tuple[str, ...]:
+        return self.inner.control_tokens()
 
 
 @given(tight_setups(), st.lists(st.tuples(st.sampled_from(("stub", "thought", "inline")), texts(60)), max_size=14),

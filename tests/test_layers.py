@@ -80,6 +80,9 @@ CORE_MAY_IMPORT = {
 }
 # The only file reads of the core: a tokenizer's or a chat template's files, read when a Config is built.
 CORE_FILE_READERS = {"arc_ref.tokenizers": {"os", "stat"}, "arc_ref.templates": {"os"}}
+# The one builder of command-line flags (options written once, used by arc-ref's and arc-eval's front ends): it adds
+# flags to a parser its caller owns; parsing argv and printing happen in the front ends.
+CORE_FLAG_BUILDERS = {"arc_ref.options": {"argparse"}}
 
 
 def module_name(package: str, path: Path) -> str:
@@ -144,7 +147,8 @@ def test_imports_point_down(module: str, path: Path) -> None:
 
 def core_io_imports(module: str, path: Path) -> set[str]:
     """The imports of a core module that its rule forbids (I/O, clock, randomness, any other library)."""
-    return outside_imports_of(path) - CORE_MAY_IMPORT - CORE_FILE_READERS.get(module, set())
+    return (outside_imports_of(path) - CORE_MAY_IMPORT - CORE_FILE_READERS.get(module, set())
+            - CORE_FLAG_BUILDERS.get(module, set()))
 
 
 CORE_MODULES = [(module, path) for module, path in all_modules() if layer_of(module) == "core"]

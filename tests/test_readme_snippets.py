@@ -34,6 +34,7 @@ BIN = Path(sys.executable).parent
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
 COMMENT = re.compile(r"\s+#\s.*$")
 
+DEPLOYMENT = "tests/proxy/test_deployment.py::test_agents_through_the_balancer_see_what_one_process_shows"
 # each bash line of the README (comment dropped) -> how it is checked
 HOW: dict[str, str] = {
     "python3 -m venv .venv && .venv/bin/pip install -e '.[eval]' && .venv/bin/arc-eval nih --tasks 100 --seeds 42":
@@ -45,6 +46,8 @@ HOW: dict[str, str] = {
     "arc-ref replay spec/vectors/catalog_paging.trace.jsonl | diff - spec/vectors/catalog_paging.expected.jsonl": "run",
     "arc-ref budgets --preset paper --set context_limit=32768": "run",
     "vllm serve Qwen/Qwen3-8B --max-model-len 16384": "real vLLM: .ci/run's vLLM step (issue 19 item 1)",
+    "vllm serve Qwen/Qwen3-8B --max-model-len 16384 --enable-auto-tool-choice --tool-call-parser hermes":
+        "real vLLM: benchmarks/vllm_cpu/real_vllm.py serves with these tool flags in .ci/run's vLLM step",
     "arc-eval nih --backend openai --base-url http://localhost:8000/v1 --model Qwen/Qwen3-8B --context-limit 16384 "
     "--tasks 5 --seeds 42": "test_the_vllm_quick_start_runs_against_a_server_of_that_name",
     "arc-ref inspect task.arc --catalog 1 --verify": "run",
@@ -65,8 +68,16 @@ HOW: dict[str, str] = {
     "python benchmarks/bench_trajectories.py": "help",
     "python benchmarks/bench_store.py": "help",
     "python benchmarks/bench_store_crash.py": "help",
+    "python benchmarks/readme_figures.py": "help",
     "python benchmarks/refusal_cases.py": "help",
+    "python benchmarks/bench_many_proxies.py": "help",
     "arc-eval bench": "tests/eval/test_runner_cli.py",
+    # "Running several proxies": the deployment test starts the same processes (other ports, a throwaway database)
+    "pip install 'arc-ref[proxy,postgres]'": DEPLOYMENT,
+    "createdb -h db-host -U arc arc": DEPLOYMENT,
+    **{f"arc-ref proxy --upstream http://localhost:8000/v1 --tokenizer hf-dir:/models/Qwen3-8B --port {port} --store"
+       " postgresql://arc@db-host:5432/arc": DEPLOYMENT for port in (8101, 8102, 8103)},
+    "haproxy -f haproxy.cfg": DEPLOYMENT,
 }
 
 

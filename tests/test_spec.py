@@ -522,6 +522,158 @@ def test_qwen3_split_regex_runs_on_the_same_unicode_tables_as_tiktoken() -> None
     assert [piece for piece, _ in ignore_case.pre_tokenize_str("x'\u017fy")] == ["x", "'\u017f", "y"]
 
 
+# --- rendering.md §2 run as written: token starts under NFC, byte-pair merging ------------------------
+
+# Characters assigned by Unicode 9.0 (the tables of tokenizers' normalizer), so that Python's unicodedata (14.0)
+# gives the same decompositions, classes and compositions: letters, composed letters, combining marks of several
+# classes, U+0344 and U+0F73 (decompose to two marks), U+212B (a singleton), Hangul syllables and jamo, Tibetan.
+_NFC_POOL = ("a", "e", "o", "d", "x", "q", "A", " ", "\u00e9", "\u00c5", "\u1e0b", "\u1ea1", "\u212b", "\u2126",
+             "\u0301", "\u0307", "\u0308", "\u0323", "\u0327", "\u031b", "\u030a", "\u0340", "\u0341", "\u0343",
+             "\u0344", "\u0345", "\u0313", "\u1f00", "\u1fbf", "\u05b8", "\u05c1", "\u0e48", "\u3099", "\u304b",
+             "\u0958", "\u0b47", "\u0b3e", "\u0cc6", "\u0cd5", "\u0f71", "\u0f72", "\u0f73", "\u0f81", "\u1100",
+             "\u1161", "\u11a8", "\uac00")
+
+
+def spec_nfc_positions(text: str) -> tuple[str, list[int]]:
+    """NFC(text) and each of its characters' position in ``text``: the four steps of rendering.md §2."""
+    import unicodedata
+
+    def composite(first: str, second: str) -> str | None:  # the primary composite of a starter and a character
+        joined = unicodedata.normalize("NFC", first + second)
+        return joined if len(joined) == 1 else None
+
+    items = [[unicodedata.combining(part), part, 0 if number == 0 else 1]  # 1. decompose
+             for char in text for number, part in enumerate(unicodedata.normalize("NFD", char))]
+    start = 0
+    while start < len(items):  # 2. reorder each run of non-starters by ccc, stably
+        end = start
+        while end < len(items) and items[end][0] != 0:
+            end += 1
+        items[start:end] = sorted(items[start:end], key=lambda item: item[0])
+        start = end + 1
+    kept: list[list[Any]] = []  # 3. compose: [char, change]
+    starter: int | None = None
+    last_class: int | None = None  # ccc of the last character kept after the starter
+    for ccc, char, change in items:
+        blocked = last_class is not None and (last_class == 0 or last_class >= ccc)
+        found = composite(kept[starter][0], char) if starter is not None and not blocked else None
+        if found is not None and starter is not None:
+            kept[starter] = [found, kept[starter][1] + change - 1]
+            continue
+        kept.append([char, change])
+        if ccc == 0:
+            starter, last_class = len(kept) - 1, None
+        else:
+            last_class = ccc
+    cursor, positions = 0, []  # 4. positions
+    for _, change in kept:
+        if change > 0:
+            positions.append(max(cursor - 1, 0))
+        else:
+            positions.append(cursor)
+            cursor += 1 - change
+    return "".join(char for char, _ in kept), positions
+
+
+def _qwen3_tokenizer() -> Any:
+    from proofs_check.shared_data import QWEN3_VECTOR_PATH
+    from arc_ref.tokenizers import get_tokenizer
+
+    directory = ROOT / QWEN3_VECTOR_PATH
+    if not (directory / "tokenizer.json").is_file():
+        pytest.skip(f"Qwen3's tokenizer.json is absent ({directory})")
+    return get_tokenizer(f"hf-dir:{directory}")
+
+
+def test_token_starts_under_nfc_are_the_four_steps_of_rendering_md() -> None:
+    """rendering.md §2's alignment rule, run as written, gives the reference's token starts (Qwen3, NFC) on 3,000
+    random texts of composed letters, marks, Hangul and Tibetan, and on the spec's worked examples."""
+    import random
+    import unicodedata
+
+    tokenizer = _qwen3_tokenizer()
+    encoder = tokenizer._tokenizer
+    byte_level = {**{chr(code): code for code in range(33, 127)}, **{chr(code): code for code in range(161, 173)},
+                  **{chr(code): code for code in range(174, 256)}}
+    extra = [code for code in range(256) if code not in byte_level.values()]
+    byte_level.update({chr(256 + number): code for number, code in enumerate(extra)})
+
+    def spec_starts(text: str) -> list[int]:
+        normalized, positions = spec_nfc_positions(text)
+        assert normalized == unicodedata.normalize("NFC", text)
+        owner = [index for index, char in enumerate(normalized) for _ in char.encode("utf-8")]
+        starts, offset, previous = [], 0, 0
+        for token in encoder.encode(text, add_special_tokens=False).tokens:
+            previous = max(previous, positions[owner[offset]])
+            starts.append(previous)
+            offset += len(token)  # a byte-level token: one character per byte
+        return starts
+
+    examples = {"x\u0323\u0307y": [0, 0, 2, 2, 3], "a\u0344b": [0, 1, 2]}
+    for text, starts in examples.items():
+        assert spec_starts(text) == starts == tokenizer.token_starts(text), text
+    generator = random.Random(27)
+    for _ in range(3000):
+        text = "".join(generator.choice(_NFC_POOL) for _ in range(generator.randint(1, 9)))
+        assert spec_starts(text) == tokenizer.token_starts(text), ascii(text)
+
+
+def spec_merge(symbols: list[Any], rank: Callable[[Any, Any], int | None]) -> list[Any]:
+    """Byte-pair merging as rendering.md §2 states it: the pair of lowest rank, the leftmost on ties."""
+    while len(symbols) > 1:
+        best: tuple[int, int] | None = None
+        for index in range(len(symbols) - 1):
+            found = rank(symbols[index], symbols[index + 1])
+            if found is not None and (best is None or found < best[0]):
+                best = (found, index)
+        if best is None:
+            break
+        index = best[1]
+        symbols[index:index + 2] = [symbols[index] + symbols[index + 1]]
+    return symbols
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+def test_byte_pair_merging_of_tiktoken_is_the_rule_of_rendering_md(encoding: str) -> None:
+    """The spec's tie texts and sample texts, split by the encoding's pattern and each piece merged by the written
+    rule, give tiktoken's ids."""
+    regex = pytest.importorskip("regex", reason="the regex package (tiktoken's dependency) is not installed")
+    from arc_ref.tokenizers import get_tokenizer
+
+    tiktoken_encoding = get_tokenizer(encoding)._encoding
+    ranks = tiktoken_encoding._mergeable_ranks
+    for text in ("aaaaa", "eeeee", "ssssss", "!!!!!!!", "xxxxxxxxx", "Hello, wonderful world!", "Straße 1234567"):
+        got: list[int] = []
+        for piece in regex.findall(tiktoken_encoding._pat_str, text):
+            symbols = spec_merge([bytes([byte]) for byte in piece.encode("utf-8")],
+                                 lambda left, right: ranks.get(left + right))
+            got.extend(ranks[symbol] for symbol in symbols)
+        assert got == tiktoken_encoding.encode_ordinary(text), text
+
+
+def test_byte_pair_merging_of_qwen3_is_the_rule_of_rendering_md() -> None:
+    """Qwen3's BPE (merges' index as rank, leftmost on ties) by the written rule gives the reference's ids."""
+    tokenizer = _qwen3_tokenizer()
+    model = json.loads(tokenizer._tokenizer.to_str())["model"]
+    merges = {tuple(pair if isinstance(pair, list) else pair.split(" ")): index
+              for index, pair in reversed(list(enumerate(model["merges"])))}
+    vocab = model["vocab"]
+    for text in ("aaaaa", "eeeee", "ssssss", "!!!!!!!", "xxxxxxxxx", "Hello", "wonderful", "Straße"):
+        symbols = spec_merge(list(tokenizer._tokenizer.pre_tokenizer.pre_tokenize_str(text)[0][0]),
+                             lambda left, right: merges.get((left, right)))
+        assert [vocab[symbol] for symbol in symbols] == tokenizer._tokenizer.encode(
+            text, add_special_tokens=False).ids, text
+
+
+def test_trace_md_lists_the_known_config_keys_in_the_order_of_the_message() -> None:
+    """trace.md §6 gives the order of the known keys in the unknown-key message: OVERRIDE_KEYS' order."""
+    text = (SPEC / "trace.md").read_text(encoding="utf-8")
+    found = re.search(r"the known ones in this order, which is not the configuration table's: `(?P<keys>[a-z_, ]+)`",
+                      text)
+    assert found is not None, "trace.md §6 must list the known config keys of the unknown-key message"
+    assert found["keys"].split(", ") == list(OVERRIDE_KEYS)
+
+
 def test_rendering_gives_the_lossless_probe_exactly() -> None:
     """The Python block of rendering.md §2 computes LOSSLESS_PROBE, character for character."""
     from arc_ref.tokenizers import LOSSLESS_PROBE
@@ -598,7 +750,7 @@ def test_rendering_examples_are_real_replay_output() -> None:
 
 ERROR_CLASSES = {"TraceError", "ConfigError", "TemplateRefused", "InvalidEvent", "CapacityExceeded",
                  "BudgetViolation", "TemplateError", "SecurityError", "LineTooLong"}
-NOT_REPLAY_MODULES = {"store_cli.py", "mcp_server.py", "budgets.py"}  # their errors are not replay lines
+NOT_REPLAY_MODULES = {"store_cli.py", "mcp_server.py", "budgets.py", "options.py"}  # their errors are not replay lines
 PLACEHOLDER = re.compile(r"\{[a-z_][A-Za-z0-9_]*(?::[a-z]+)?\}")
 
 

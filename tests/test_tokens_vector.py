@@ -63,6 +63,8 @@ def test_the_simulation_of_rusts_classes_reproduces_every_whitespace_case() -> N
     for case in _cases():
         if "UnicodeVersion" in case["flags"]:
             continue  # the regex package's tables are newer than 16.0
+        if "MergeOrder" in case["flags"]:
+            continue  # no whitespace: the merge order's cases (below)
         inputs = case["inputs"]
         simulated = _simulated(inputs["tokenizer"], "white_space", inputs["text"])
         assert simulated == case["result"]["tokens"], case["comment"]
@@ -71,7 +73,7 @@ def test_the_simulation_of_rusts_classes_reproduces_every_whitespace_case() -> N
 def test_each_whitespace_case_is_tokenized_differently_by_the_engine_it_concerns() -> None:
     for case in _cases():
         inputs = case["inputs"]
-        if "UnicodeVersion" in case["flags"]:
+        if "UnicodeVersion" in case["flags"] or "MergeOrder" in case["flags"]:
             continue
         engine = "python_re" if "\u001c" in inputs["text"] else "javascript"
         assert _simulated(inputs["tokenizer"], engine, inputs["text"]) != case["result"]["tokens"], (
@@ -87,3 +89,38 @@ def test_a_letter_of_unicode_17_is_not_a_letter_to_the_reference() -> None:
         assert regex.fullmatch(r"\p{L}", "\U0001e6c0"), "this regex package predates Unicode 17.0"
         inputs = case["inputs"]
         assert _simulated(inputs["tokenizer"], "white_space", inputs["text"]) != case["result"]["tokens"]
+
+
+def _merged(tokenizer: str, piece: bytes, order: str) -> list[int]:
+    """Byte-pair merging of one piece: ``lowest_leftmost`` as rendering.md §2 states it, or a port's wrong
+    reading: ``lowest_rightmost`` (the last of the tied pairs) or ``first_mergeable`` (the leftmost pair that
+    merges at all, whatever its rank)."""
+    ranks = _encoding(tokenizer)._mergeable_ranks
+    symbols = [bytes([byte]) for byte in piece]
+    while len(symbols) > 1:
+        candidates = [(ranks[left + right], index) for index, (left, right) in enumerate(zip(symbols, symbols[1:]))
+                      if left + right in ranks]
+        if not candidates:
+            break
+        if order == "first_mergeable":
+            _, index = candidates[0]
+        elif order == "lowest_rightmost":
+            _, index = min(candidates, key=lambda candidate: (candidate[0], -candidate[1]))
+        else:
+            _, index = min(candidates)
+        symbols[index:index + 2] = [symbols[index] + symbols[index + 1]]
+    return [ranks[symbol] for symbol in symbols]
+
+
+def test_each_merge_order_case_is_tokenized_differently_by_a_wrong_merge_order() -> None:
+    """The MergeOrder cases: the stated order (lowest rank, leftmost on ties) gives the reference's tokens; a
+    rightmost tie fails every case, taking the first mergeable pair fails the eeeee cases."""
+    cases = [case for case in _cases() if "MergeOrder" in case["flags"]]
+    assert len(cases) == 4
+    for case in cases:
+        inputs, expected = case["inputs"], case["result"]["tokens"]
+        piece = inputs["text"].encode("utf-8")
+        assert _merged(inputs["tokenizer"], piece, "lowest_leftmost") == expected, case["comment"]
+        assert _merged(inputs["tokenizer"], piece, "lowest_rightmost") != expected, case["comment"]
+        if "eeeee" in inputs["text"]:
+            assert _merged(inputs["tokenizer"], piece, "first_mergeable") != expected, case["comment"]

@@ -24,11 +24,12 @@ from arc_ref.frontends import exit_status
 from arc_ref.errors import ArcError
 from arc_ref.frontends.exit_status import MAX_LINE_BYTES as MAX_LINE_BYTES
 from arc_ref.frontends.exit_status import CommandFailed
+from arc_ref.options import OneLineParser, once_each, undecodable_argument, unique_settings
+from arc_ref.tools import DEFAULT_MAX_HIDDEN_ROUNDS
 from arc_ref.trace import TraceError, encode, replay_text, strict_json
 
 # The exit statuses' numbers, from the one table (arc_ref.exit_status)
 EXIT_OK = exit_status.OK.code
-EXIT_INSPECT_FAILED = exit_status.INSPECT_FAILED.code
 EXIT_USAGE = exit_status.USAGE.code
 EXIT_LINE_TOO_LONG = exit_status.LINE_TOO_LONG.code
 EXIT_IO = exit_status.IO.code
@@ -169,7 +170,7 @@ def _parse_setting(text: str) -> tuple[str, object]:
 
 def _budgets(preset_name: str, settings: Sequence[str]) -> int:
     try:
-        overrides = dict(_parse_setting(text) for text in settings)
+        overrides = unique_settings(_parse_setting(text) for text in settings)
         setup = make_setup(preset(preset_name, **overrides))
     except (ValueError, ArcError) as problem:
         raise CommandFailed(exit_status.USAGE, f"arc-ref budgets: {problem}") from None
@@ -212,8 +213,8 @@ def _proxy(arguments: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     help_format = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(prog="arc-ref", description="ARC reference core", epilog=EXIT_CODES,
-                                     formatter_class=help_format)
+    parser = OneLineParser(prog="arc-ref", description="ARC reference core", epilog=EXIT_CODES,
+                           formatter_class=help_format)
     commands = parser.add_subparsers(dest="command", required=True)
     replay_parser = commands.add_parser(
         "replay", help="replay an event trace (JSON Lines)", epilog=EXIT_CODES, formatter_class=help_format,
@@ -235,14 +236,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     proxy_parser.add_argument("--upstream", required=True, help="the served model's base URL, e.g. http://host:8000/v1")
     proxy_parser.add_argument("--tokenizer", required=True,
                               help="hf-dir:DIR of the served model (its tokenizer and chat template)")
-    proxy_parser.add_argument("--store", default=None, help="a directory: every conversation a durable store there")
+    proxy_parser.add_argument("--store", default=None,
+                              help="a directory (every conversation a durable store there), or postgresql://...:"
+                                   " one database shared by any number of proxy instances")
     proxy_parser.add_argument("--host", default="127.0.0.1")
     proxy_parser.add_argument("--port", type=int, default=8100)
     proxy_parser.add_argument("--preset", default="paper", choices=sorted(PRESETS))
     proxy_parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    proxy_parser.add_argument("--max-hidden-rounds", type=int, default=8,
-                              help="upstream calls answered by ARC alone before the reply goes back (default 8)")
-    arguments = parser.parse_args(argv)
+    proxy_parser.add_argument("--max-hidden-rounds", type=int, default=DEFAULT_MAX_HIDDEN_ROUNDS,
+                              help="upstream calls answered by ARC alone before the reply goes back (default"
+                                   f" {DEFAULT_MAX_HIDDEN_ROUNDS})")
+    unreadable = undecodable_argument(sys.argv[1:] if argv is None else argv)
+    if unreadable is not None:  # before anything prints it (a UnicodeEncodeError otherwise)
+        _say(f"arc-ref: {unreadable}")
+        return EXIT_USAGE
+    arguments = once_each(parser).parse_args(argv)  # a flag given twice is refused, but --set (repeatable)
     if arguments.command == "proxy":
         return _run(lambda: _proxy(arguments))
     if arguments.command in store_cli.STORE_COMMANDS:

@@ -22,6 +22,7 @@ core's message (for a mistyped id, the nearest stored id).
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import IO, Annotated, Any, TypedDict
 
@@ -34,12 +35,14 @@ from mcp.types import (CallToolResult, JSONRPCError, JSONRPCMessage, JSONRPCRequ
                        ToolAnnotations, jsonrpc_message_adapter)
 
 from arc_ref.catalog import page_count
+from arc_ref.config import first_lone_surrogate
 from arc_ref.errors import ArcError
 from arc_ref.machine import AgentResult, AgentTurn, Observe, ObserveResult
-from arc_ref.persist import DurableStore, StoreError
+from arc_ref.persist import StoreError
+from arc_ref.persist.postgres import Store
 from arc_ref.recall import chunk_count
 from arc_ref.text import ASCII_WHITESPACE
-from arc_ref.trace import TraceError, strict_json
+from arc_ref.trace import TraceError, UnreadableValue, strict_json
 
 INSTRUCTIONS = (
     "ARC keeps tool outputs verbatim under short ids (like §0012-3456) and gives them back exactly, in chunks."
@@ -104,7 +107,7 @@ def _result(text: str, structured: object) -> CallToolResult:
 class ArcTools:
     """The five tools over one open writer store (calls are serialized by the store)."""
 
-    def __init__(self, store: DurableStore) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
 
     def _command(self, action: str) -> AgentResult:
@@ -183,7 +186,7 @@ class ArcTools:
         return _result(catalog.content, listing)
 
 
-def build_server(store: DurableStore) -> MCPServer:
+def build_server(store: Store) -> MCPServer:
     """An MCP server with ARC's five tools over ``store`` (a writer)."""
     tools = ArcTools(store)
     server: MCPServer = MCPServer(name="arc-ref", instructions=INSTRUCTIONS, log_level="WARNING")
@@ -207,12 +210,64 @@ def _error_line(code: int, message: str, request_id: object = None) -> str:
                       ensure_ascii=False)
 
 
+# A JSON text read as tokens: a string (one that never closes runs to the end), a run of opening or of closing
+# brackets, a colon or a comma, a run of anything else (a number, true, false, null, text that is no JSON), a run of
+# white space. Possessive, and every position starts a token: one pass reads each character once.
+_TOKEN = re.compile(r'"(?:[^"\\]++|\\.)*+"|".*|[\[{]++|[\]}]++|[:,]|[^\s"\[\]{}:,]++|\s++', re.DOTALL)
+_NESTED_TOKEN = re.compile(r'"(?:[^"\\]++|\\.)*+"|".*|[\[{]++|[\]}]++', re.DOTALL)  # below the top level
+_INTEGER_ID = re.compile(r"-?(?:0|[1-9][0-9]{0,4299})")
+
+
+def readable_id(text: str) -> str | int | None:
+    """The ``id`` of a JSON-RPC message whose text could not be read whole, read alone: the first ``"id"`` member
+    of the top-level object, when its value is a string (text: no lone surrogate) or an integer of at most 4,300
+    digits; None where there is none or it cannot be read (JSON-RPC's null id). Linear and without recursion: it
+    reads top-level tokens, skips nested values by their strings and brackets, and stops at the id."""
+    depth = 0
+    position = 0
+    key: str | None = None  # a top-level string that a colon would make a member's key
+    awaiting = False  # the colon after the key "id" was read: the next token is the id
+    while (match := (_TOKEN if depth <= 1 else _NESTED_TOKEN).search(text, position)) is not None:
+        token = match.group()
+        position = match.end()
+        first = token[0]
+        if first in "[{":
+            if depth == 1 and awaiting:
+                return None  # an array or object as the id
+            depth += len(token)
+        elif first in "]}":
+            depth -= len(token)
+        elif depth != 1 or first.isspace():
+            continue
+        elif token == ":":
+            awaiting, key = key == '"id"', None
+        elif token == ",":
+            awaiting, key = False, None
+        elif awaiting:
+            return _id_value(token)
+        else:
+            key = token if first == '"' else None
+    return None
+
+
+def _id_value(token: str) -> str | int | None:
+    if token.startswith('"'):
+        try:
+            value = json.loads(token)
+        except ValueError:
+            return None
+        return value if isinstance(value, str) and first_lone_surrogate(value) is None else None
+    return int(token) if _INTEGER_ID.fullmatch(token) else None
+
+
 def read_message(line: bytes) -> JSONRPCMessage | str:
     """One line of standard input as an MCP message, or the error response answering it.
 
     The SDK's stdio reader replaces invalid UTF-8 with U+FFFD and drops, without an answer, any line its
     parser refuses (a lone-surrogate escape, an integer past 4,300 digits, deep nesting, a batch): the client
-    then waits forever. Here every such line is answered, and bytes are never replaced.
+    then waits forever. Here every such line is answered, and bytes are never replaced. A line of JSON text
+    that holds a value no reader takes (`UnreadableValue`) is answered under its id when the id can be read
+    (`readable_id`): JSON-RPC leaves the id null only where it could not be read.
     """
     try:
         text = line.decode("utf-8")
@@ -221,6 +276,8 @@ def read_message(line: bytes) -> JSONRPCMessage | str:
                                         " nothing was stored")
     try:
         value: Any = strict_json(text)
+    except UnreadableValue as problem:
+        return _error_line(INVALID_REQUEST, f"Invalid Request: {problem}; nothing was stored", readable_id(text))
     except TraceError as problem:
         return _error_line(PARSE_ERROR, f"Parse error: {problem}")
     if isinstance(value, list):
@@ -285,6 +342,6 @@ async def serve_lines(server: MCPServer, stdin: IO[bytes], stdout: IO[bytes]) ->
         await outgoing.aclose()
 
 
-def serve(store: DurableStore) -> None:
+def serve(store: Store) -> None:
     """Serve the tools on standard input/output until the client disconnects (every line answered)."""
     anyio.run(serve_lines, build_server(store), sys.stdin.buffer, sys.stdout.buffer)

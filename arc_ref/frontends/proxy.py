@@ -21,6 +21,10 @@ user message a `UserMessage`. The upstream request is the agent's own with ``mes
 called again (at most ``max_hidden_rounds`` hidden rounds); calls to the agent's tools go back with ARC's
 calls stripped, so the agent never sees an ARC tool name. ``usage`` is the sum over the rounds.
 
+Counting. Each view is counted with the served template and the ``chat_template_kwargs`` the upstream renders
+that request with (`arc_ref.templates.request_template_kwargs`: the request's own, none when it sends none), so
+the count is the upstream's ``usage.prompt_tokens`` exactly; the kwargs are part of the conversation's root.
+
 Errors. Upstream errors pass back unchanged (the agent's events are kept: its retry resends the same
 history and resumes). ARC's own refusals (a configuration whose K exceeds L, capacity, a turn that can never
 fit R, a malformed history) are HTTP 400 with a typed body ``{"error": {"type": "arc_refused", "code": ...,
@@ -47,6 +51,7 @@ import httpx
 from arc_ref.config import Config, parse_tools, preset
 from arc_ref.errors import ArcError
 from arc_ref.frontends.exit_status import OK, USAGE
+from arc_ref.json_limits import nesting_problem
 from arc_ref.machine import (
     ArcState,
     Event,
@@ -61,8 +66,10 @@ from arc_ref.machine import (
 )
 from arc_ref.message import ToolCall
 from arc_ref.persist import DurableStore, StoreError
+from arc_ref.persist.postgres import is_database_url, shown_url
 from arc_ref.session import TOOL_MODE_SYSTEM
-from arc_ref.tools import ARC_TOOL_NAMES
+from arc_ref.templates import request_template_kwargs
+from arc_ref.tools import ARC_TOOL_NAMES, DEFAULT_MAX_HIDDEN_ROUNDS
 from arc_ref.trace import event_from_line, parse_line
 
 ARC_NOTE = (
@@ -74,7 +81,6 @@ ARC_NOTE = (
 """Appended to the agent's system prompt: the model must know how to use ARC's tools (its own prompt does not)."""
 
 CONVERSATION_HEADER = "x-arc-conversation"
-DEFAULT_MAX_HIDDEN_ROUNDS = 8
 KEEPALIVE_S = 5.0
 ROUND_LOG_SIZE = 10_000
 
@@ -105,7 +111,8 @@ class UpstreamError(Exception):
 
 
 def _text(content: Any, where: str) -> str:
-    """A message's text: a string, null, or a list of text parts (joined); anything else is refused."""
+    """A message's text: a string, null, or a list of text parts (joined with newlines, as vLLM does); anything
+    else is refused."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -116,7 +123,7 @@ def _text(content: Any, where: str) -> str:
             if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 raise Refused("unsupported_content", f"{where}: only text content is supported (text parts)")
             texts.append(part["text"])
-        return "".join(texts)
+        return "\n".join(texts)  # as vLLM joins text parts
     raise Refused("bad_message", f"{where}: content must be a string or a list of text parts")
 
 
@@ -185,10 +192,13 @@ def agent_message(message: Any, number: int) -> AgentMessage:
     return AgentMessage(role, text, _calls(message, where) if role == "assistant" else (), None, name)
 
 
-def chain_root(model: str, tools: Sequence[Mapping[str, Any]], system: str, explicit: str | None) -> str:
-    """The root of a conversation's hash chain: the model, the canonical tools list, the system text, the name."""
+def chain_root(model: str, tools: Sequence[Mapping[str, Any]], system: str, explicit: str | None,
+               template_kwargs: Sequence[tuple[str, Any]] = ()) -> str:
+    """The root of a conversation's hash chain: the model, the canonical tools list, the system text, the name,
+    and the chat template's kwargs the upstream renders with (they change every count)."""
     canonical_tools = json.dumps(list(tools), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return _digest(json.dumps([model, canonical_tools, system, explicit], ensure_ascii=False))
+    return _digest(json.dumps([model, canonical_tools, system, explicit, [list(item) for item in template_kwargs]],
+                              ensure_ascii=False))
 
 
 def chain_next(previous: str, message: AgentMessage) -> str:
@@ -271,6 +281,9 @@ class ProxySettings:
     preset_name: str = "paper"
     overrides: Mapping[str, Any] = attrs.field(factory=dict)
     store: Path | None = None
+    database: str | None = None  # --store postgresql://...: conversations shared by every instance on it
+    cache_conversations: int = 256  # with a database: conversation states an instance keeps (least recent out)
+    store_retry_s: float = 15.0  # with a database: how long a request is tried again while it is unavailable
     max_hidden_rounds: int = DEFAULT_MAX_HIDDEN_ROUNDS
     keepalive_s: float = KEEPALIVE_S
     timeout_s: float = 600.0
@@ -289,6 +302,8 @@ class RoundRecord:
     status: int
     upstream_prompt_tokens: int | None
     streamed: bool = False  # the agent asked for a stream (the upstream is always asked for a whole reply)
+    view_digest: str = ""  # sha256 of the upstream request's messages and tools (canonical JSON)
+    seq: int = 0  # the conversation's rows when its view was taken (orders one conversation's rounds)
 
 
 class Conversations:
@@ -334,9 +349,11 @@ class Conversations:
             return None
         return next(((c, m) for c, m in found if c.position == m.position), found[-1])
 
-    def config(self, system: str, goal: str, tools: list[dict[str, Any]]) -> Config:
+    def config(self, system: str, goal: str, tools: list[dict[str, Any]],
+               template_kwargs: tuple[tuple[str, Any], ...] = ()) -> Config:
         overrides = {**self.settings.overrides, "tokenizer": self.settings.tokenizer, "chat_format": "template",
-                     "action_mode": "tools", "tools": tools, "system": system, "goal": goal}
+                     "action_mode": "tools", "tools": tools, "system": system, "goal": goal,
+                     "template_kwargs": template_kwargs}
         return preset(self.settings.preset_name, **overrides)
 
     def new(self, config: Config, events: Sequence[Event] = ()) -> Conversation:
@@ -400,6 +417,36 @@ def _event(message: AgentMessage) -> Event:
     raise Refused("bad_message", "a system message may only open the conversation")
 
 
+def parse_request(body: Mapping[str, Any], explicit: str | None
+                  ) -> tuple[list[AgentMessage], list[dict[str, Any]], str, list[str], tuple[tuple[str, Any], ...]]:
+    """A chat request's agent messages (the leading system messages taken out), its tools, its system text, the
+    hash chain over its messages (one hash per message) and the chat template's kwargs the upstream renders it
+    with (`request_template_kwargs`: part of the chain's root); Refused when it is malformed."""
+    if not isinstance(body.get("messages"), list) or not body["messages"]:
+        raise Refused("bad_request", "messages must be a non-empty list")
+    model = body.get("model")
+    if not isinstance(model, str):
+        raise Refused("bad_request", "model must be a string")
+    messages = [agent_message(message, number) for number, message in enumerate(body["messages"], start=1)]
+    tools = agent_tools(body.get("tools"))
+    system_parts = []
+    while messages and messages[0].role == "system":
+        system_parts.append(messages.pop(0).text)
+    if not messages or messages[0].role != "user":
+        raise Refused("bad_message", "the first message after the system prompt must be the user's task")
+    system = "\n\n".join(system_parts)
+    try:  # counted as the upstream renders this request (without them Qwen3's enable_thinking is undefined)
+        template_kwargs = request_template_kwargs(body)
+    except ArcError as problem:
+        raise Refused("unsupported", str(problem)) from None
+    hashes = []
+    previous = chain_root(model, tools, system, explicit, template_kwargs)
+    for message in messages:
+        previous = chain_next(previous, message)
+        hashes.append(previous)
+    return messages, tools, system, hashes, template_kwargs
+
+
 @attrs.define
 class Reply:
     """What the agent gets back: the final completion, the rounds it took, the last view's count."""
@@ -419,27 +466,12 @@ class Proxy:
         self.conversations = Conversations(settings)
         self.rounds: deque[RoundRecord] = deque(maxlen=ROUND_LOG_SIZE)
 
+    async def close(self) -> None:
+        self.conversations.close()
+
     async def complete(self, body: dict[str, Any], explicit: str | None) -> Reply:
-        if not isinstance(body.get("messages"), list) or not body["messages"]:
-            raise Refused("bad_request", "messages must be a non-empty list")
-        model = body.get("model")
-        if not isinstance(model, str):
-            raise Refused("bad_request", "model must be a string")
-        messages = [agent_message(message, number) for number, message in enumerate(body["messages"], start=1)]
-        tools = agent_tools(body.get("tools"))
-        system_parts = []
-        while messages and messages[0].role == "system":
-            system_parts.append(messages.pop(0).text)
-        if not messages or messages[0].role != "user":
-            raise Refused("bad_message", "the first message after the system prompt must be the user's task")
-        system = "\n\n".join(system_parts)
-        root = chain_root(model, tools, system, explicit)
-        hashes = []
-        previous = root
-        for message in messages:
-            previous = chain_next(previous, message)
-            hashes.append(previous)
-        conversation, mark, start = await self._resume(hashes, messages, system, tools)
+        messages, tools, system, hashes, template_kwargs = parse_request(body, explicit)
+        conversation, mark, start = await self._resume(hashes, messages, system, tools, template_kwargs)
         async with conversation.lock:
             if conversation.position == mark.position:
                 return await self._run(conversation, messages[start:], hashes[start:], body)
@@ -449,7 +481,8 @@ class Proxy:
             return await self._run(forked, messages[start:], hashes[start:], body)
 
     async def _resume(self, hashes: list[str], messages: list[AgentMessage], system: str,
-                      tools: list[dict[str, Any]]) -> tuple[Conversation, Mark, int]:
+                      tools: list[dict[str, Any]], template_kwargs: tuple[tuple[str, Any], ...]
+                      ) -> tuple[Conversation, Mark, int]:
         """The conversation at the request's deepest known message, its mark there, and that depth."""
         async with self.conversations._lock:
             for depth in range(len(hashes), 0, -1):
@@ -457,7 +490,7 @@ class Proxy:
                 if found is not None:
                     return found[0], found[1], depth
             goal = messages[0].text
-            config = await asyncio.to_thread(self._config, system, goal, tools)
+            config = await asyncio.to_thread(self._config, system, goal, tools, template_kwargs)
             try:
                 conversation = await asyncio.to_thread(self.conversations.new, config)
             except ArcError as problem:  # K > L for this system prompt and goal, most often
@@ -467,10 +500,11 @@ class Proxy:
             self.conversations.add(hashes[0], conversation, mark)
             return conversation, mark, 1
 
-    def _config(self, system: str, goal: str, tools: list[dict[str, Any]]) -> Config:
+    def _config(self, system: str, goal: str, tools: list[dict[str, Any]],
+                template_kwargs: tuple[tuple[str, Any], ...]) -> Config:
         shown_system = f"{system}\n\n{ARC_NOTE}" if system else TOOL_MODE_SYSTEM
         try:
-            return self.conversations.config(shown_system, goal, tools)
+            return self.conversations.config(shown_system, goal, tools, template_kwargs)
         except ArcError as problem:
             raise Refused("configuration", f"ARC cannot hold this conversation: {problem}") from None
 
@@ -556,7 +590,8 @@ class Proxy:
                                               "type": "upstream_unreachable", "code": 502}})
             raise UpstreamError(502, body_text.encode("utf-8"), "application/json") from None
         record = RoundRecord(conversation.key, hidden, tokens, state.setup.budget, state.setup.limit, max_tokens,
-                             response.status_code, None, bool(body.get("stream")))
+                             response.status_code, None, bool(body.get("stream")), view_digest(messages, tools),
+                             conversation.seq)
         self.rounds.append(record)
         if response.status_code != 200:
             raise UpstreamError(response.status_code, response.content,
@@ -568,6 +603,11 @@ class Proxy:
         prompt_tokens = (completion.get("usage") or {}).get("prompt_tokens")
         record.upstream_prompt_tokens = prompt_tokens if isinstance(prompt_tokens, int) else None
         return completion  # type: ignore[no-any-return]
+
+
+def view_digest(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+    """What the upstream was shown, as one digest: runs of the same requests compare by it (issue 30)."""
+    return _digest(json.dumps({"messages": messages, "tools": tools}, sort_keys=True, ensure_ascii=False))
 
 
 def _code(problem: ArcError) -> str:
@@ -622,12 +662,17 @@ def build_app(settings: ProxySettings) -> Any:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
         async with httpx.AsyncClient(limits=limits, timeout=settings.timeout_s) as client:
-            holder["proxy"] = Proxy(settings, client)
+            if settings.database is not None:  # many instances on one database (issue 30)
+                from arc_ref.frontends.proxy_shared import SharedProxy
+
+                holder["proxy"] = SharedProxy(settings, client)
+            else:
+                holder["proxy"] = Proxy(settings, client)
             app.state.proxy = holder["proxy"]
             try:
                 yield
             finally:
-                holder["proxy"].conversations.close()
+                await holder["proxy"].close()
 
     def headers(reply: Reply) -> dict[str, str]:
         return {"x-arc-hidden-rounds": str(reply.hidden_rounds), "x-arc-view-tokens": str(reply.view_tokens),
@@ -641,8 +686,12 @@ def build_app(settings: ProxySettings) -> Any:
 
     async def chat(request: Request) -> Response:
         proxy = holder["proxy"]
+        raw = await request.body()
+        too_deep = nesting_problem(raw)  # before json.loads, which recurses (spec/trace.md section 2)
+        if too_deep is not None:
+            return JSONResponse(Refused("bad_request", f"the body is JSON {too_deep}").body(), status_code=400)
         try:
-            body = json.loads(await request.body())
+            body = json.loads(raw)
         except ValueError:
             return JSONResponse(Refused("bad_request", "the body is not JSON").body(), status_code=400)
         if not isinstance(body, dict):
@@ -706,15 +755,19 @@ def build_app(settings: ProxySettings) -> Any:
 def settings_from(arguments: argparse.Namespace, parse_setting: Callable[[str], tuple[str, object]]) -> ProxySettings:
     """The settings of `arc-ref proxy`'s arguments (ValueError or ArcError when they are refused)."""
     overrides = dict(parse_setting(text) for text in arguments.set)
-    fixed = sorted(set(overrides) & {"tokenizer", "chat_format", "action_mode", "tools", "system", "goal"})
+    fixed = sorted(set(overrides) & {"tokenizer", "chat_format", "action_mode", "tools", "system", "goal",
+                                     "template_kwargs"})
     if fixed:
         raise ValueError(f"--set {', '.join(fixed)}: fixed by the proxy (from --tokenizer and each request)")
     if arguments.max_hidden_rounds < 0:
         raise ValueError("--max-hidden-rounds must be >= 0")
+    database = arguments.store if is_database_url(arguments.store) else None
+    if database is not None and "#" in database:
+        raise ValueError("--store postgresql://...: the proxy names its conversations itself (no #KEY)")
     settings = ProxySettings(upstream=arguments.upstream.rstrip("/"), tokenizer=arguments.tokenizer,
                              preset_name=arguments.preset, overrides=overrides,
-                             store=Path(arguments.store) if arguments.store else None,
-                             max_hidden_rounds=arguments.max_hidden_rounds)
+                             store=Path(arguments.store) if arguments.store and database is None else None,
+                             database=database, max_hidden_rounds=arguments.max_hidden_rounds)
     preset(settings.preset_name, **settings.overrides, tokenizer=settings.tokenizer, chat_format="template",
            action_mode="tools")  # refuse a bad configuration now, not at the first request
     return settings
@@ -744,6 +797,14 @@ def serve(arguments: argparse.Namespace, parse_setting: Callable[[str], tuple[st
     except (ValueError, ArcError) as problem:
         print(f"arc-ref proxy: {problem}", file=sys.stderr)
         return USAGE.code
+    if settings.database is not None:  # reachable, and an ARC database (its schema created when empty)
+        from arc_ref.persist.postgres_conversations import AsyncDatabase
+
+        try:
+            AsyncDatabase(settings.database).check_schema()
+        except StoreError as problem:
+            print(f"arc-ref proxy: --store: {problem}", file=sys.stderr)
+            return USAGE.code
     try:
         listener = listening_socket(arguments.host, arguments.port)
     except OSError as problem:
@@ -751,7 +812,8 @@ def serve(arguments: argparse.Namespace, parse_setting: Callable[[str], tuple[st
               file=sys.stderr)
         return USAGE.code
     print(f"arc-ref proxy: http://{arguments.host}:{arguments.port}/v1 -> {settings.upstream}"
-          f" (store: {settings.store or 'memory'})", flush=True)
+          f" (store: {settings.store or (shown_url(settings.database) if settings.database else 'memory')})",
+          flush=True)
     server = uvicorn.Server(uvicorn.Config(build_app(settings), log_level="warning", access_log=False))
     asyncio.run(server.serve(sockets=[listener]))
     return OK.code

@@ -16,34 +16,41 @@ import argparse
 import importlib.util
 import json
 import sys
-from typing import BinaryIO, Callable
+from typing import Any, BinaryIO, Callable
 
 from arc_ref.catalog import page_count, render_page
-from arc_ref.config import PRESETS, Config, preset
+from arc_ref.config import MAX_CONFIG_INTEGER, PRESETS, Config, preset
 from arc_ref.errors import ArcError
 from arc_ref.frontends.exit_status import INSPECT_FAILED, IO, OK, CommandFailed, status_of
 from arc_ref.machine import ArcState, view
-from arc_ref.persist import DurableStore, StoreError, StoreNotFound, read_rows
+from arc_ref.options import integer_parser, unique_settings
+from arc_ref.persist import StoreError, StoreNotFound, read_rows
+from arc_ref.persist.postgres import Store, is_database_url, create_store, open_store
 from arc_ref.recall import chunk_count
 from arc_ref.view import VIEW_COMPONENTS, verify_tokens
 
 STORE_COMMANDS = ("inspect", "export", "mcp")
 EVENT_LINE_CHARS = 160  # --events clips each line to this many characters unless --full
+# The bounds of inspect's numbers (issue 31): a store's rows are numbered by SQLite's signed 64-bit integer; a
+# catalog has at most as many pages as the store holds observations, at most the core's 2^31 - 1.
+MAX_ROW = 2**63 - 1
 
 
-def add_commands(commands: "argparse._SubParsersAction[argparse.ArgumentParser]",
+def add_commands(commands: "argparse._SubParsersAction[Any]",
                  parse_setting: Callable[[str], tuple[str, object]]) -> None:
     """Add inspect, export and mcp to the `arc-ref` parser."""
     inspect = commands.add_parser("inspect", help="look into a durable store (readers may run beside its writer)")
     inspect.add_argument("store", help="path of the store")
     shown = inspect.add_mutually_exclusive_group()
-    shown.add_argument("--catalog", nargs="?", type=int, const=0, metavar="PAGE",
-                       help="a catalog page (default: the last)")
+    shown.add_argument("--catalog", nargs="?", type=integer_parser(0, MAX_CONFIG_INTEGER), const=0, metavar="PAGE",
+                       help=f"a catalog page, 1 to {MAX_CONFIG_INTEGER} (default, or 0: the last)")
     shown.add_argument("--record", metavar="ID", help="one stored observation: metadata, then its exact content")
     shown.add_argument("--events", action="store_true", help="the event log: row, checksum, line")
     shown.add_argument("--view", action="store_true", help="the current view, then its budget audit")
-    inspect.add_argument("--from", dest="start", type=int, default=1, metavar="ROW", help="--events: first row")
-    inspect.add_argument("--count", type=int, default=None, help="--events: number of rows")
+    inspect.add_argument("--from", dest="start", type=integer_parser(1, MAX_ROW), default=1, metavar="ROW",
+                         help=f"--events: first row (default 1; 1 to {MAX_ROW})")
+    inspect.add_argument("--count", type=integer_parser(0, MAX_ROW), default=None,
+                         help=f"--events: number of rows (default: every one; 0 to {MAX_ROW})")
     inspect.add_argument("--full", action="store_true", help="--events: whole lines, not clipped")
     inspect.add_argument("--verify", action="store_true",
                          help="also fold every row without the snapshot and check that both states agree")
@@ -119,6 +126,10 @@ def _flush() -> None:
 
 def _export(path: str) -> int:
     _stdout()  # a closed standard output is refused before the store is read
+    if is_database_url(path):  # a task of a PostgreSQL database: its rows checked, then written
+        for line in open_store(path, readonly=True).export_lines():
+            _emit(line + "\n")
+        return OK.code
     for row in read_rows(path):  # a damaged row raises after every row before it was written
         _emit(row.line + "\n")
     return OK.code
@@ -128,9 +139,9 @@ def _export(path: str) -> int:
 
 
 def _inspect(arguments: argparse.Namespace) -> int:
-    with DurableStore.open(arguments.store, readonly=True) as store:
+    with open_store(arguments.store, readonly=True) as store:
         if arguments.verify:
-            with DurableStore.open(arguments.store, readonly=True, use_snapshot=False) as full:
+            with open_store(arguments.store, readonly=True, use_snapshot=False) as full:
                 agree = full.state == store.state and full.seq == store.seq
             _emit(f"verify: {store.report.snapshot_note}; the fold of all {full.seq} rows "
                   f"{'equals' if agree else 'DIFFERS FROM'} the state opened\n")
@@ -143,8 +154,6 @@ def _inspect(arguments: argparse.Namespace) -> int:
         if arguments.events:
             if not 1 <= arguments.start <= store.seq:
                 raise LookupError(f"no row {arguments.start}: the store has rows 1-{store.seq}")
-            if arguments.count is not None and arguments.count < 0:
-                raise ValueError(f"--count {arguments.count}: a number of rows is 0 or more")
             for row in store.events(arguments.start, arguments.count):
                 line = row.line if arguments.full or len(row.line) <= EVENT_LINE_CHARS else (
                     row.line[:EVENT_LINE_CHARS] + f"... ({len(row.line):,} characters)")
@@ -158,7 +167,7 @@ def _inspect(arguments: argparse.Namespace) -> int:
         return OK.code
 
 
-def _print_overview(store: DurableStore) -> None:
+def _print_overview(store: Store) -> None:
     state, report = store.state, store.report
     config_row = next(store.events(1, 1)).line
     _emit(f"store {store.path}: {store.seq} rows (the config line and {store.seq - 1} events),"
@@ -224,7 +233,7 @@ def _print_record(state: ArcState, token: str) -> int:
 
 
 def _new_store_config(arguments: argparse.Namespace) -> Config:
-    overrides = dict(arguments.parse_setting(text) for text in arguments.set)
+    overrides = unique_settings(arguments.parse_setting(text) for text in arguments.set)
     return preset(arguments.preset or "paper", **overrides)
 
 
@@ -232,13 +241,13 @@ def _mcp(arguments: argparse.Namespace) -> int:
     if importlib.util.find_spec("mcp") is None:
         raise StoreError("the MCP server needs the mcp package: pip install 'arc-ref[mcp]'")
     try:  # the store first: a locked or corrupt store is refused before the (slower) import of the SDK
-        store = DurableStore.open(arguments.store)
+        store = open_store(arguments.store)
         if arguments.preset is not None or arguments.set:
             store.close(snapshot=False)
             raise StoreError(f"{arguments.store!r} exists: its configuration was fixed when it was created"
                              " (leave out --preset and --set)")
     except StoreNotFound:
-        store = DurableStore.create(arguments.store, _new_store_config(arguments))
+        store = create_store(arguments.store, _new_store_config(arguments))
     try:
         from arc_ref.frontends.mcp_server import serve
 

@@ -7,6 +7,7 @@ from arc_ref.persist.store import (
     Appended,
     DurableStore,
     OpenReport,
+    Resume,
     StoredEvent,
     StoreCorrupt,
     StoreError,
@@ -18,6 +19,6 @@ from arc_ref.persist.store import (
 )
 
 __all__ = [
-    "Appended", "DurableStore", "OpenReport", "StoreCorrupt", "StoreError", "StoreExists", "StoreLocked",
+    "Appended", "DurableStore", "OpenReport", "Resume", "StoreCorrupt", "StoreError", "StoreExists", "StoreLocked",
     "StoreNotFound", "StoredEvent", "fold_lines", "read_rows",
 ]

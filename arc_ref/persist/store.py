@@ -150,6 +150,18 @@ class _SnapshotRow:
 
 
 @frozen
+class Resume:
+    """What a process kept of a store it closed: the state after row ``seq`` and that row's chained checksum.
+    `DurableStore.open(path, resume=...)` then reads and folds only the rows after ``seq`` (another writer's),
+    so reopening costs what was appended since, not the whole log."""
+
+    state: ArcState
+    seq: int
+    checksum: str
+    config_line: bytes
+
+
+@frozen
 class StoredEvent:
     seq: int
     line: str
@@ -598,7 +610,10 @@ class DurableStore:
                 raise StoreError(f"cannot create {str(target)!r}: {problem}") from None
             finally:
                 for leftover in ("", "-wal", "-shm", "-journal"):
-                    Path(str(staging) + leftover).unlink(missing_ok=True)
+                    try:
+                        Path(str(staging) + leftover).unlink()
+                    except OSError:  # not there; or no directory there at all (a path under a regular file)
+                        pass
             connection = _connect(target, readonly=False)
         except BaseException:
             if lock is not None:
@@ -617,12 +632,15 @@ class DurableStore:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, readonly: bool = False,
-             use_snapshot: bool = True) -> "DurableStore":
+             use_snapshot: bool = True, resume: Resume | None = None) -> "DurableStore":
         """Reopen a store: the state is the fold of its events (StoreCorrupt names a bad row, or says how many
         acknowledged events are missing).
 
         ``readonly``: a reader (no lock, no writes; may run beside the writer). ``use_snapshot=False``
         folds every event even when a valid snapshot exists (to check the snapshot, or to time the fold).
+        ``resume``: what this process kept when it last closed the store (`resume_point`): when row
+        ``resume.seq`` still has that chained checksum, only the rows after it are read, checked and folded onto
+        ``resume.state`` (rows another writer appended meanwhile); otherwise every row is, as without it.
         """
         target = Path(path)
         if not target.is_file():
@@ -643,7 +661,8 @@ class DurableStore:
             acknowledged = read_acknowledged(store._real, target)  # before the rows: never ahead of them
             _check_header_values(target, *_read_header(connection))
             header_read = True
-            store._load(use_snapshot, acknowledged)
+            if resume is None or not store._catch_up(resume, acknowledged):
+                store._load(use_snapshot, acknowledged)
             checked = True
             if not readonly:
                 connection.close()
@@ -753,6 +772,60 @@ class DurableStore:
         assert state is not None
         self._state = state
         self.report = OpenReport(self.seq, self.snapshot_seq, folded, time.perf_counter() - started, note)
+
+    def _catch_up(self, resume: Resume, acknowledged: Acknowledged | None) -> bool:
+        """The state of ``resume`` plus the rows after it, checked and folded (False, nothing changed: row
+        ``resume.seq`` is not the row that state was folded from, so every row must be read)."""
+        started = time.perf_counter()
+        connection = self._connection
+        connection.execute("BEGIN")  # one read transaction: a consistent view of the log
+        try:
+            row = connection.execute("SELECT checksum FROM events WHERE seq = ?", (resume.seq,)).fetchone()
+            first = connection.execute("SELECT line FROM events WHERE seq = 1").fetchone()
+            if row is None or row[0] != resume.checksum.encode("ascii") or first is None \
+                    or bytes(first[0]) != resume.config_line:
+                return False
+            state, seq, checksum = resume.state, resume.seq, resume.checksum
+            watched = None
+            if acknowledged is not None and acknowledged.seq <= seq:
+                found = connection.execute("SELECT checksum FROM events WHERE seq = ?",
+                                           (acknowledged.seq,)).fetchone()
+                watched = None if found is None else bytes(found[0]).decode("ascii", "replace")
+            for number, line, stored_checksum in connection.execute(
+                    "SELECT seq, line, checksum FROM events WHERE seq > ? ORDER BY seq", (seq,)):
+                if number != seq + 1:
+                    raise StoreCorrupt(f"{str(self.path)!r}: row {seq + 1} is missing (the next row is {number})")
+                line = bytes(line)
+                checksum = chain(checksum, number, line)
+                if stored_checksum != checksum.encode("ascii"):
+                    raise StoreCorrupt(f"{str(self.path)!r}: row {number} fails its checksum (damaged or edited)")
+                try:
+                    event = event_from_line(parse_line(line))
+                    if isinstance(event, RequestView):
+                        raise TraceError("a view request is not an event of the log")
+                    state, _ = step(state, event)
+                except (TraceError, ArcError) as problem:
+                    raise StoreCorrupt(f"{str(self.path)!r}: row {number}: {problem}") from None
+                seq = number
+                if acknowledged is not None and number == acknowledged.seq:
+                    watched = checksum
+            snapshot_row = connection.execute("SELECT max(seq) FROM snapshots").fetchone()
+            clean_seq = _clean_seq(connection)
+        finally:
+            if connection.in_transaction:
+                connection.execute("COMMIT")
+        missing = _acknowledgement_problem(self.path, self._real, acknowledged, clean_seq, seq, watched)
+        if missing is not None:
+            raise StoreCorrupt(missing)
+        self._state, self.seq, self.checksum, self._config_line = state, seq, checksum, resume.config_line
+        self.snapshot_seq = snapshot_row[0] or 0 if snapshot_row is not None else 0
+        self.report = OpenReport(seq, self.snapshot_seq, seq - resume.seq, time.perf_counter() - started,
+                                 f"resumed after row {resume.seq}")
+        return True
+
+    def resume_point(self) -> Resume:
+        """What to keep of this store to reopen it later at the cost of what is appended meanwhile."""
+        return Resume(self.state, self.seq, self.checksum, self._config_line)
 
     def _snapshot_candidate(self) -> tuple[_SnapshotRow | None, bool]:
         """The latest snapshot's row (None: no snapshot), and whether it was ignored as damaged (wrong types,

@@ -53,7 +53,7 @@ from arc_ref.machine import (
     view,
 )
 from arc_ref.message import ToolCall
-from arc_ref.persist import DurableStore
+from arc_ref.persist.postgres import Store, create_store, open_store
 from arc_ref.templates import TemplateFormat
 from arc_ref.tools import ARC_TOOL_NAMES
 from arc_ref.view import VIEW_COMPONENTS
@@ -200,7 +200,7 @@ class Session:
         self._system = system if system is not None or config is not None else TOOL_MODE_SYSTEM
         self._goal = goal
         self._path = path
-        self._store: DurableStore | None = None
+        self._store: Store | None = None
         self._state: ArcState | None = None
         self._answers: dict[str, ToolAnswer] = {}  # ARC's answers to the calls of the last turn
         self._calls: dict[str, ToolCall] = {}  # the calls of the last turn
@@ -211,7 +211,7 @@ class Session:
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> "Session":
         """Resume a durable session: its state is the fold of its stored events (calls still pending included)."""
-        store = DurableStore.open(path)
+        store = open_store(path)
         mode = store.state.config.action_mode
         if mode != "tools":
             store.close(snapshot=False)
@@ -275,7 +275,7 @@ class Session:
             raise SessionError("a session speaks OpenAI tool calls: it needs action_mode 'tools' (chat format"
                                " 'template' with the tokenizer 'hf-dir:DIR')")
         if self._path is not None:
-            self._store = DurableStore.create(self._path, config)
+            self._store = create_store(self._path, config)
             self._state = self._store.state
         else:
             self._state = init(config)

@@ -15,7 +15,12 @@ turn (tool parser on), and:
    a prompt above the window (400) are recognized by the harness (`faults`, `overflow`);
 3. the Session: examples/session_openai.py against the server (exit 0), and a Session fed tool results until it
    compacts, whose audit equals ``usage.prompt_tokens`` on every request;
-4. ``arc-eval nih`` against the random model (garbage replies): exit 0, count = usage on every call.
+4. ``arc-eval nih`` against the random model (garbage replies): exit 0, count = usage on every call;
+5. ``arc-ref proxy`` in front of the tool server: mini-swe-agent (tool and text configurations) and the OpenAI
+   Agents SDK (plain and streamed), each with and without ``chat_template_kwargs``, send their own requests through
+   it; the proxy's count = ``usage.prompt_tokens`` on every upstream call (about a minute: 4 mini runs of at most 4
+   steps, 4 SDK runs of at most 3 turns, 64 tokens a reply: enough for the tool model's call, so the SDK's
+   conversations without thinking go on after a tool result).
 
 Prints one line per check and a summary; exit 0 when all pass, 1 otherwise.
 """
@@ -249,6 +254,143 @@ def check_session(report: Report, url: str, model_dir: Path) -> None:
     session.close()
 
 
+class ProxyProcess:
+    """`arc-ref proxy` in its own process in front of ``upstream``, its log in a file."""
+
+    def __init__(self, upstream: str, model_dir: Path, log: Path, *extra: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        command = [sys.executable, "-m", "arc_ref.frontends.cli", "proxy", "--upstream", upstream, "--tokenizer",
+                   f"hf-dir:{model_dir}", "--port", str(self.port), *PROXY_BUDGETS, *extra]
+        with log.open("w") as sink:
+            self.process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, cwd=ROOT,
+                                            start_new_session=True)
+        deadline = time.monotonic() + 120
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"arc-ref proxy exited with {self.process.returncode}:\n{tail(log)}")
+            try:
+                if httpx.get(f"{self.url}/models", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"arc-ref proxy did not answer within 120 s:\n{tail(log)}")
+            time.sleep(0.5)
+
+    def rounds(self) -> list[dict[str, Any]]:
+        return httpx.get(self.url.removesuffix("/v1") + "/arc/rounds", timeout=30).json()  # type: ignore[no-any-return]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=30)
+
+
+# budgets for the served window of 8192 that hold mini-swe-agent's ~1.5k-token prefix
+PROXY_BUDGETS = ("--set", f"context_limit={WINDOW}", "--set", "max_completion=1024", "--set", "recent_budget=2000",
+                 "--set", "recall_budget=1200", "--set", "chunk_tokens=600", "--set", "summary_budget=1000")
+NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
+
+
+def run_mini(proxy_url: str, config: str, workdir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """mini-swe-agent (its own `mini` command, unchanged) on a small task through the proxy: at most 4 steps of at
+    most 64 tokens, one attempt per request; its exit status does not matter (the tiny model's replies are not a
+    useful agent's), its requests do."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "notes.txt").write_text("".join(f"line {number}\n" for number in range(1, 41)), encoding="utf-8")
+    environment = {**os.environ, "OPENAI_API_KEY": "not-needed", "MSWEA_COST_TRACKING": "ignore_errors",
+                   "MSWEA_CONFIGURED": "true", "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": "1",
+                   "MSWEA_GLOBAL_CONFIG_DIR": str(workdir / "mini-config")}
+    mini = Path(sys.executable).parent / "mini"
+    return subprocess.run(
+        [str(mini), "-m", f"openai/{SERVED}", "-t", "Count the lines of notes.txt.", "-y", "--exit-immediately",
+         "-c", config, "-c", f"model.model_kwargs.api_base={proxy_url}", "-c", "model.model_kwargs.max_tokens=64",
+         "-c", "agent.step_limit=4", *extra, "-o", str(workdir / "trajectory.json")],
+        cwd=workdir, env=environment, capture_output=True, text=True, timeout=300, check=False)
+
+
+def run_agents_sdk(proxy_url: str, stream: bool, extra_body: dict[str, Any] | None) -> str:
+    """The OpenAI Agents SDK (its chat-completions model) with one tool, `cat`, through the proxy: at most 3 turns."""
+    import asyncio
+
+    import agents
+    from openai import AsyncOpenAI
+
+    @agents.function_tool
+    def cat(file: str) -> str:
+        """Print a file."""
+        return "".join(f"{file} row {number}: ok\n" for number in range(60))
+
+    async def scenario() -> str:
+        client = AsyncOpenAI(base_url=proxy_url, api_key="not-needed", max_retries=0)
+        model = agents.OpenAIChatCompletionsModel(model=SERVED, openai_client=client)
+        settings = agents.ModelSettings(max_tokens=64, extra_body=extra_body)
+        agent = agents.Agent(name="reader", instructions="You read files.", model=model, tools=[cat],
+                             model_settings=settings)
+        config = agents.RunConfig(tracing_disabled=True)
+        try:
+            if stream:
+                result = agents.Runner.run_streamed(agent, input="What does secrets.txt hold?", max_turns=3,
+                                                    run_config=config)
+                async for _ in result.stream_events():
+                    pass
+            else:
+                await agents.Runner.run(agent, input="What does secrets.txt hold?", max_turns=3, run_config=config)
+        except agents.MaxTurnsExceeded:
+            return "max turns"
+        finally:
+            await client.close()
+        return "answered"
+
+    return asyncio.run(scenario())
+
+
+def check_proxy(report: Report, url: str, model_dir: Path, work: Path) -> None:
+    """mini-swe-agent (tool and text configurations) and the OpenAI Agents SDK (plain and streamed), each with and
+    without chat_template_kwargs, through `arc-ref proxy` to vLLM: the proxy's count = usage.prompt_tokens on every
+    upstream call (issue 25 item 2)."""
+    started = time.monotonic()
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        proxy = ProxyProcess(url, model_dir, work / "proxy.log")
+    except RuntimeError as problem:
+        report.check(False, "proxy: arc-ref proxy starts in front of vLLM", str(problem)[-2000:])
+        return
+    runs: list[str] = []
+    try:
+        for config in ("mini.yaml", "mini_textbased.yaml"):
+            for kwargs in ((), ("-c", f"model.model_kwargs.extra_body={json.dumps(NO_THINKING)}")):
+                done = run_mini(proxy.url, config, work / "mini" / f"{config}-{len(kwargs)}", *kwargs)
+                runs.append(f"mini {config}{' no-thinking' if kwargs else ''}: exit {done.returncode}")
+                if "Traceback" in done.stderr:
+                    report.check(False, f"proxy: mini {config} runs without a traceback", done.stderr[-2000:])
+        for stream in (False, True):
+            for extra_body in (None, NO_THINKING):
+                outcome = run_agents_sdk(proxy.url, stream, extra_body)
+                runs.append(f"agents sdk{' streamed' if stream else ''}{' no-thinking' if extra_body else ''}:"
+                            f" {outcome}")
+        records = proxy.rounds()
+    finally:
+        proxy.stop()
+    answered = [record for record in records if record["status"] == 200]
+    gaps = [record["view_tokens"] - record["upstream_prompt_tokens"] for record in answered]
+    per_conversation: dict[str, int] = {}
+    for record in answered:
+        per_conversation[record["conversation"]] = per_conversation.get(record["conversation"], 0) + 1
+    conversations = f"{len(per_conversation)} ({sum(1 for calls in per_conversation.values() if calls > 1)} resumed)"
+    report.check(len(answered) >= 12 and len(answered) == len(records) and set(gaps) == {0},
+                 "proxy: mini-swe-agent and the Agents SDK through arc-ref proxy, count = usage.prompt_tokens on"
+                 " every upstream call",
+                 f"{len(answered)} of {len(records)} upstream calls answered, {conversations} conversations, "
+                 f"count - usage: {sorted(set(gaps))}, in {time.monotonic() - started:.0f} s; " + "; ".join(runs))
+
+
 def make_model(python: str, out: Path, *extra: str) -> None:
     subprocess.run([python, str(HERE / "make_tiny_qwen3.py"), str(out), *extra], check=True, timeout=600)
 
@@ -306,6 +448,7 @@ def tool_part(report: Report, args: argparse.Namespace, tool_model: Path, runs: 
                   "--tool-calling", paths=True)
         check_run(report, "tool mode, local counting", server.url, tool_model, runs / "tool-local",
                   "--tool-calling", "--count-with", "local", paths=True)
+        check_proxy(report, server.url, tool_model, work / "proxy")
     finally:
         server.stop()
 

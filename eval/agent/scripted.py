@@ -40,7 +40,7 @@ from arc_eval.agent.ranking import bm25_scores, named_sources, ranked, tokens
 # message_facts: the benches clear its cache through this module
 from arc_eval.agent.reading import Plan, View, message_facts, plan_of, words
 from arc_eval.counting import TokenCounter, default_counter
-from arc_eval.registry import BackendEntry, BackendRun, option, register_backend
+from arc_eval.registry import BackendEntry, BackendRun, ComponentOptions, option, register_backend
 from arc_eval.protocol import STATE_REQUEST_HEADER, SUMMARY_REQUEST_HEADER, reply_tool_call, text_view
 from arc_eval.types import Backend, ChatReply, ChatRequest, ContextOverflow, Message
 
@@ -272,7 +272,7 @@ class FloorPolicy(ScriptedPolicy):
         super().__init__(variant=variant, allow_reexecution=allow_reexecution, max_recall_targets=max_recall_targets)
 
 
-class ScriptedBackend:
+class ScriptedBackend(Backend):
     """``Backend`` in-process around a policy, with the harness' L_ctx - G_max check.
 
     The prompt is counted with the run's counter (``arc_eval.counting``: the same function the methods
@@ -341,7 +341,7 @@ SCRIPTED_MODEL = "scripted"  # the records' model: scripted-<agent>, naming the 
 
 
 @frozen
-class ScriptedOptions:
+class ScriptedOptions(ComponentOptions):
     """The scripted agent's rules (eval/METHODS.md)."""
 
     agent: str = option(DEFAULT_AGENT, choices=AGENT_VARIANTS,

@@ -20,6 +20,7 @@ from typing import Any, Sequence, TextIO
 
 from arc_eval.errors import INTERRUPTED, OK, USAGE
 from arc_eval.registry import highlighted_method
+from arc_eval.arguments import OneLineParser, number_parser, once_each
 from arc_eval.analysis.accuracy import accuracy_rows
 from arc_eval.analysis.errors import AnalysisError
 from arc_eval.analysis.load import Dataset, load_runs
@@ -43,11 +44,12 @@ from arc_eval.analysis.report import (
 from arc_eval.analysis.roofline import DEFAULT_BASELINE, NORMALISATIONS, MethodCost
 
 FORMATS = ("md", "tex", "png", "json")
+MAX_SCRATCH_GB = 1e6  # the parser's bound; the hardware's own HBM bounds it lower (presets.hardware_preset)
 DEFAULT_FORMATS = "md,tex,png"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="arc-eval report",
         description="Accuracy, McNemar and roofline tables (Markdown, LaTeX) and plots (PNG) from arc-eval run directories.",
     )
@@ -75,7 +77,8 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_FORMATS,
         help=f"comma-separated subset of {','.join(FORMATS)} (default: %(default)s)",
     )
-    parser.add_argument("--scratch-gb", type=float, default=None, help="scratch reserve S in GB (default: 10%% of HBM)")
+    parser.add_argument("--scratch-gb", type=number_parser(MAX_SCRATCH_GB, minimum=0), default=None,
+                        help="scratch reserve S in GB, below the hardware's HBM (default: 10%% of HBM)")
     parser.add_argument(
         "--normalise",
         choices=NORMALISATIONS,
@@ -84,7 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--arc", default=None, metavar="METHOD",
                         help="method A of the McNemar tests, a recorded method (default: the paper's method, arc, when recorded)")
-    return parser
+    return once_each(parser)  # a flag given twice is refused
 
 
 def resolve_models(dataset: Dataset, flag: str | None) -> tuple[dict[str, ModelSpec], list[str]]:
@@ -284,7 +287,7 @@ def run_report(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> Repo
 
         progress("drawing plots")
         try:
-            report.figures = write_plots(dataset, report.costs, out_dir)
+            report.figures = write_plots(dataset, report.costs, out_dir, options)
         except OSError as exc:
             raise AnalysisError(f"cannot write the plots into {out_dir}: {exc}") from None
     markdown = render_report_markdown(report)

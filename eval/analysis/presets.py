@@ -305,8 +305,9 @@ def hardware_preset(name_or_file: str, scratch_gb: float | None = None) -> Hardw
             )
         spec = hardware_from_table(_read_table(path), str(path), default_name=path.stem)
     if scratch_gb is not None:
-        if not scratch_gb >= 0:
-            raise AnalysisError(f"--scratch-gb must be >= 0, got {scratch_gb}")
+        if not 0 <= scratch_gb * GB < spec.total_hbm_bytes:
+            raise AnalysisError(f"--scratch-gb must be from 0 to below the {spec.total_hbm_bytes / GB:g} GB of HBM of "
+                                f"{spec.name}, got {scratch_gb:g}")
         spec = HardwareSpec(
             spec.name, spec.hbm_bytes, spec.bandwidth_bytes_per_s, spec.peak_flops, spec.n_gpu, scratch_gb * GB
         )

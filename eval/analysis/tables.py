@@ -84,10 +84,6 @@ class Table:
         self.sections.append(section)
         return section
 
-    @property
-    def n_rows(self) -> int:
-        return sum(len(s.rows) for s in self.sections)
-
 
 def render_markdown(table: Table) -> str:
     n = len(table.columns)

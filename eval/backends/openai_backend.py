@@ -91,11 +91,13 @@ from arc_eval.protocol import action_to_tool_call as action_to_tool_call
 from arc_eval.protocol import split_tool_action as split_tool_action
 from arc_eval.protocol import tool_call_action as tool_call_action
 from arc_eval.protocol import tool_names as tool_names
+from arc_ref.chat import chatml_format
 from arc_ref.config import PRESETS, parse_tools
+from arc_ref.tokenizers import hf_tokenizer_name
 from arc_ref.errors import ConfigError
-from arc_eval.arguments import http_url, non_negative_int, positive_float
+from arc_eval.arguments import http_url
 from arc_eval.protocol import TASK_TOOL_SPECS
-from arc_eval.registry import BackendEntry, BackendRun, option, register_backend
+from arc_eval.registry import BackendEntry, BackendRun, ComponentOptions, float_option, int_option, option, register_backend
 from arc_ref.message import ToolCall, ToolSpec
 from arc_eval.counting import DEFAULT_TOKENIZER, TemplateCounter, TokenCounter, make_counter
 from arc_eval.types import (
@@ -118,6 +120,10 @@ PROBE_MESSAGES = (Message("user", "Reply with the word OK."),)
 # The check before the first task (issue 19): a server that is down fails in seconds, a line per attempt.
 PREFLIGHT_RETRIES = 2
 PREFLIGHT_MAX_PAUSE_S = 1.0
+# The bounds of the connection's numbers (issue 31): a timeout of a day at most (an answer later than that is a hung
+# server's); 100 retries at most (each backs off up to 30 s: 50 minutes for one call).
+MAX_TIMEOUT_S = 86_400.0
+MAX_RETRIES = 100
 
 __all__ = [
     "BackendRequestError",  # defined in arc_eval.types; kept importable from here
@@ -224,7 +230,7 @@ class PromptCount:
         return self.tokens + self.margin
 
 
-class OpenAIBackend:
+class OpenAIBackend(Backend):
     """An OpenAI-compatible server as an `arc_eval.types.Backend` (see the module docstring)."""
 
     name = "openai"
@@ -316,8 +322,8 @@ class OpenAIBackend:
             raise InvalidInput("the API key must be printable ASCII (it travels in an HTTP header)")
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         if counter is None:
-            name = f"hf:{tokenizer_json}" if tokenizer_json else DEFAULT_TOKENIZER
-            counter = make_counter(name, "chatml" if enable_thinking else "qwen3-nothink")
+            name = hf_tokenizer_name(tokenizer_json) if tokenizer_json else DEFAULT_TOKENIZER
+            counter = make_counter(name, chatml_format(enable_thinking))
         self.counter = counter
         self._round_robin = 0
         self._clients: dict[int, httpx.AsyncClient] = {}
@@ -638,7 +644,7 @@ class OpenAIBackend:
         for info in await self.check_server():
             window = f"window {info.window} ({info.window_field})" if info.window else "window not said"
             tools = "; tool mode checked" if self.tools else ""
-            print(f"server {info.url.removesuffix('/models')}: {info.kind}, serves {self.model}, "
+            print(f"server {info.url.removesuffix('/models')}: {info.label}, serves {self.model}, "
                   f"{window}; counts with {self.count_source}{tools}", file=out)
         print(self.retry_policy(), file=out)
 
@@ -651,7 +657,7 @@ class OpenAIBackend:
         rendered the hermes way (``render_for_count``), an estimate (the runner refuses tool mode
         without a model directory)."""
         if tools and not isinstance(self.counter, TemplateCounter):
-            chat_format = "chatml" if self.enable_thinking else "qwen3-nothink"
+            chat_format = chatml_format(self.enable_thinking)
             encoded = [message.as_json() for message in messages]
             text = render_for_count(encoded, [tool.openai() for tool in tools], chat_format)
             return self.counter.tokenizer.count(text)
@@ -877,7 +883,7 @@ class OpenAIBackend:
 
 
 @frozen
-class OpenAIOptions:
+class OpenAIOptions(ComponentOptions):
     """Where the server is and how to talk to it (eval/SERVING.md). Only ``base_urls`` is recorded (not part of
     the run's meaning): the key, timeouts, retries and counting mode are the connection's, never recorded."""
 
@@ -887,15 +893,15 @@ class OpenAIOptions:
     api_key: str | None = option(None, metavar="KEY", recorded=False,
                                  help="the server's API key (vllm --api-key); default: $OPENAI_API_KEY; never "
                                       "recorded")
-    connect_timeout_s: float = option(10.0, flag="--connect-timeout", parse=positive_float, exclusive_minimum=0,
+    connect_timeout_s: float = float_option(10.0, flag="--connect-timeout", exclusive_minimum=0, maximum=MAX_TIMEOUT_S,
                                       metavar="S", recorded=False, help="seconds to connect")
-    first_byte_timeout_s: float | None = option(None, flag="--first-byte-timeout", parse=positive_float,
-                                                exclusive_minimum=0, metavar="S", recorded=False,
+    first_byte_timeout_s: float | None = float_option(None, flag="--first-byte-timeout",
+                                                      exclusive_minimum=0, maximum=MAX_TIMEOUT_S, metavar="S", recorded=False,
                                                 help="seconds until the answer starts (default: the request "
                                                      "timeout)")
-    request_timeout_s: float = option(600.0, flag="--request-timeout", parse=positive_float, exclusive_minimum=0,
+    request_timeout_s: float = float_option(600.0, flag="--request-timeout", exclusive_minimum=0, maximum=MAX_TIMEOUT_S,
                                       metavar="S", recorded=False, help="seconds for a whole request")
-    max_retries: int = option(6, parse=non_negative_int, minimum=0, metavar="N", recorded=False,
+    max_retries: int = int_option(6, minimum=0, maximum=MAX_RETRIES, metavar="N", recorded=False,
                               help="retries of refused or dropped connections, timeouts, 5xx and 429; one call never "
                                    "takes longer than two whole requests plus 30 s")
     count_with: str = option("auto", choices=COUNT_MODES, recorded=False,

@@ -14,7 +14,9 @@ Endpoints (the subset of vLLM's server the harness uses):
 
 Prompt length. Given a model directory (``--tokenizer DIR`` or ``hf-dir:DIR``), the prompt is
 that model's own chat template rendered as vLLM renders it, tools and tool calls included, and
-encoded with its tokenizer (`arc_eval.counting.TemplateCounter`); otherwise it is the ChatML
+encoded with its tokenizer (`arc_eval.counting.TemplateCounter`), with the request's own
+``chat_template_kwargs`` as vLLM reads them (`arc_ref.templates.request_template_kwargs`: none sent, none used,
+so Qwen3's ``enable_thinking`` is undefined); otherwise it is the ChatML
 rendering of the messages (hermes-style tool calls, an approximation of Qwen's template) counted
 with an `arc_ref` tokenizer (``o200k_base`` by default). With
 ``max_model_len`` L and a prompt of N tokens, it answers as vLLM >= 0.32 does (the texts of
@@ -76,10 +78,12 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from arc_ref.config import PRESETS, TEMPLATE_FORMAT, parse_tools
+from arc_ref.templates import request_template_kwargs
 from arc_ref.errors import ConfigError
 from arc_eval.errors import OK, USAGE, EvalError, InvalidInput
-from arc_eval.arguments import port_number
+from arc_eval.arguments import OneLineParser, once_each
 from arc_eval.backends.openai_backend import render_for_count
+from arc_eval.backends.servers import SCRIPTED_OWNER
 from arc_eval.counting import (
     DEFAULT_CHAT_FORMAT,
     DEFAULT_TOKENIZER,
@@ -88,6 +92,10 @@ from arc_eval.counting import (
     resolve_counting,
 )
 from arc_eval.protocol import reply_tool_call, text_view
+from arc_eval.registry import MAX_CONCURRENCY, add_option_flags, int_option, float_option, option, options_from_args
+from arc_ref.chat import CHAT_FORMATS
+from arc_ref.config import MAX_CONFIG_INTEGER
+from arc_ref.options import strict_integer
 from arc_eval.types import ROLES, Message
 
 Policy = Callable[[Sequence[Message]], str]
@@ -96,6 +104,8 @@ DEFAULT_POLICY = "arc_eval.agent.scripted:ScriptedPolicy"
 MAX_BODY_BYTES = 256 * 1024 * 1024
 _DROP = object()
 KEEP_ALIVE_S = 5  # uvicorn's default idle keep-alive, which vLLM keeps
+# A request's added service time: at most a minute (a slower one measures nothing but the sleep).
+MAX_LATENCY_MS = 60_000.0
 
 
 class InjectedDrop(EvalError):
@@ -415,7 +425,7 @@ class ScriptedServer:
             "id": self.model_name,
             "object": "model",
             "created": 0,
-            "owned_by": "arc-eval",
+            "owned_by": SCRIPTED_OWNER,
             "root": self.model_name,
             "max_model_len": self.max_model_len,
         }
@@ -452,12 +462,15 @@ class ScriptedServer:
         return messages
 
     def count_messages(
-        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
+        request: Mapping[str, Any] | None = None,
     ) -> list[int]:
-        """Token ids of the prompt the way this server renders it (chat and /tokenize alike)."""
+        """Token ids of the prompt the way this server renders it (chat and /tokenize alike): with the model's
+        template, the ``chat_template_kwargs`` vLLM derives from ``request`` (none when it sends none)."""
         if self.template is not None:
             specs = parse_tools(list(tools)) if tools else ()
-            return self.tokenizer.encode(self.template.render_request(messages, specs))
+            kwargs = request_template_kwargs(request or {})
+            return self.tokenizer.encode(self.template.render_request(messages, specs, kwargs))
         return self.tokenizer.encode(render_for_count(messages, tools, self.chat_format))
 
     def _tokenize(self, body: bytes) -> tuple[int, dict[str, Any]]:
@@ -472,7 +485,7 @@ class ScriptedServer:
             if isinstance(messages, tuple):
                 return messages
             try:
-                tokens = self.count_messages(messages, request.get("tools"))
+                tokens = self.count_messages(messages, request.get("tools"), request)
             except ConfigError as bad:  # a malformed tool, or a conversation the template refuses
                 return _error(400, str(bad), "BadRequestError")
         return 200, {"count": len(tokens), "max_model_len": self.max_model_len, "tokens": tokens}
@@ -500,7 +513,7 @@ class ScriptedServer:
         if tools and not self.auto_tool_choice and tool_choice in (None, "auto"):
             return _error(400, TOOL_CHOICE_MESSAGE, "BadRequestError")
         try:
-            prompt_tokens = len(self.count_messages(messages, tools))
+            prompt_tokens = len(self.count_messages(messages, tools, request))
         except ConfigError as bad:  # a malformed tool, or a conversation the template refuses
             return _error(400, str(bad), "BadRequestError")
         requested = request.get("max_tokens")
@@ -676,70 +689,79 @@ def load_policy(spec: str) -> Policy:
     return policy  # type: ignore[no-any-return]
 
 
-def _parse_faults(text: str) -> list[int | str]:
+def parse_faults(text: str) -> tuple[int | str, ...]:
+    """``--inject-faults``: comma-separated answers of the first chat requests, each an HTTP status 400-599 (ASCII
+    digits) or ``drop``; a status may repeat (each answers one request)."""
     faults: list[int | str] = []
     for item in filter(None, (part.strip() for part in text.split(","))):
-        faults.append("drop" if item == "drop" else int(item))
-    return faults
+        if item == "drop":
+            faults.append(item)
+            continue
+        try:
+            faults.append(strict_integer(item, 400, 599))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"a fault is an HTTP status 400-599 or 'drop', got {item!r}") from None
+    return tuple(faults)
+
+
+@define(frozen=True)
+class ServeOptions:
+    """The knobs of ``arc-eval serve-scripted`` (its flags derive from them, ``arc_ref.options``); the last five
+    answer like a misconfigured vLLM, to try a run's failures without a GPU."""
+
+    host: str = option("127.0.0.1", help="the address to listen on")
+    port: int = int_option(8000, minimum=0, maximum=65535, help="the port to listen on (0: any free port)")
+    max_model_len: int = int_option(PRESETS["paper"].context_limit, minimum=2, maximum=MAX_CONFIG_INTEGER,
+                                    metavar="L", help="context window L (tokens)")
+    tokenizer: str = option(DEFAULT_TOKENIZER, metavar="DIR|NAME",
+                            help="a model directory (its tokenizer.json and chat template, rendered as vLLM renders "
+                                 "them), or an arc_ref tokenizer: bytes, o200k_base, cl100k_base, hf:PATH, hf-dir:DIR")
+    chat_format: str = option(DEFAULT_CHAT_FORMAT, choices=tuple(CHAT_FORMATS),
+                              help="the chat format without a model directory")
+    concurrency: int = int_option(8, minimum=1, maximum=MAX_CONCURRENCY, metavar="N",
+                                  help="requests processed at once")
+    latency_ms: float = float_option(0.0, minimum=0, maximum=MAX_LATENCY_MS, metavar="MS",
+                                     help="artificial service time per request")
+    model_name: str = option("scripted", aliases=("--served-model-name",), metavar="NAME",
+                             help="the served model name")
+    policy: str = option(DEFAULT_POLICY, metavar="MODULE:ATTRIBUTE", help="the policy")
+    reject_long_completion: bool = option(False, store_true=True,
+                                          help="refuse prompt + max_tokens > max-model-len (vLLM <= 0.31) instead of "
+                                               "clamping")
+    inject_faults: tuple[int | str, ...] = option((), parse=parse_faults, converter=tuple, metavar="FAULTS",
+                                                  help="e.g. 503,drop,500: answers of the first chat requests")
+    api_key: str | None = option(None, metavar="KEY",
+                                 help="require this bearer key on /v1 paths (401 otherwise), like vllm --api-key")
+    no_auto_tool_choice: bool = option(False, store_true=True,
+                                       help="refuse tool_choice=auto like a vLLM started without "
+                                            "--enable-auto-tool-choice")
+    overflow_every_request: bool = option(False, store_true=True,
+                                          help="refuse every chat request as too long, whatever its length")
+    never_answer: bool = option(False, store_true=True,
+                                help="accept chat requests and never answer them (a hung engine)")
+
+
+SERVE_OWNER = "serve"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="arc-eval serve-scripted",
         description="Serve the deterministic scripted agent as an OpenAI-compatible endpoint that "
-        "answers over-long prompts the way vLLM does.",
+        "answers over-long prompts the way vLLM does (and, with the last five flags, like a misconfigured vLLM).",
     )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=port_number, default=8000, help="0 to 65535 (0: any free port)")
-    parser.add_argument(
-        "--max-model-len", type=int, default=PRESETS["paper"].context_limit, help="context window L (tokens)"
-    )
-    parser.add_argument(
-        "--tokenizer",
-        default=DEFAULT_TOKENIZER,
-        help="a model directory (its tokenizer.json and chat template, rendered as vLLM renders them), or an "
-        "arc_ref tokenizer: bytes, o200k_base, cl100k_base, hf:PATH, hf-dir:DIR",
-    )
-    parser.add_argument("--chat-format", default="chatml",
-                        help="chatml or qwen3-nothink (without a model directory)")
-    parser.add_argument("--concurrency", type=int, default=8, help="requests processed at once")
-    parser.add_argument(
-        "--latency-ms", type=float, default=0.0, help="artificial service time per request"
-    )
-    parser.add_argument("--model-name", "--served-model-name", default="scripted",
-                        help="the served model name")
-    parser.add_argument("--policy", default=DEFAULT_POLICY, help="module:attribute of the policy")
-    parser.add_argument(
-        "--reject-long-completion",
-        action="store_true",
-        help="refuse prompt + max_tokens > max-model-len (vLLM <= 0.31) instead of clamping",
-    )
-    faults = parser.add_argument_group(
-        "answering like a misconfigured vLLM (to try a run's failures without a GPU)"
-    )
-    faults.add_argument("--api-key", default=None,
-                        help="require this bearer key on /v1 paths (401 otherwise), like vllm --api-key")
-    faults.add_argument("--no-auto-tool-choice", dest="auto_tool_choice", action="store_false",
-                        help="refuse tool_choice=auto like a vLLM started without "
-                        "--enable-auto-tool-choice")
-    faults.add_argument("--overflow-every-request", action="store_true",
-                        help="refuse every chat request as too long, whatever its length")
-    faults.add_argument("--never-answer", action="store_true",
-                        help="accept chat requests and never answer them (a hung engine)")
-    parser.add_argument(
-        "--inject-faults", default="", help="e.g. 503,drop,500: answers of the first chat requests"
-    )
-    return parser
+    add_option_flags(parser, SERVE_OWNER, ServeOptions)
+    return once_each(parser)  # a flag given twice is refused
 
 
 def serve_main(argv: list[str]) -> int:
     """`arc-eval serve-scripted`: serves until SIGINT/SIGTERM; returns the exit code (2: bad arguments)."""
     try:
-        args = _parser().parse_args(argv)
+        given = _parser().parse_args(argv)
     except SystemExit as done:  # --help, or a usage error argparse has already printed
         return done.code if isinstance(done.code, int) else 2
     try:
-        faults = _parse_faults(args.inject_faults)
+        args = options_from_args(SERVE_OWNER, ServeOptions, given)
         policy = load_policy(args.policy)
         app = build_app(
             policy,
@@ -750,9 +772,9 @@ def serve_main(argv: list[str]) -> int:
             model_name=args.model_name,
             chat_format=args.chat_format,
             reject_long_completion=args.reject_long_completion,
-            faults=faults,
+            faults=args.inject_faults,
             api_key=args.api_key,
-            auto_tool_choice=args.auto_tool_choice,
+            auto_tool_choice=not args.no_auto_tool_choice,
             overflow_every_request=args.overflow_every_request,
             never_answer=args.never_answer,
         )

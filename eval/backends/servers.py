@@ -28,6 +28,7 @@ VLLM = "vllm"
 LLAMA_CPP = "llama.cpp"
 OPENAI = "openai"  # an OpenAI-compatible server of unknown make
 SERVER_KINDS = (VLLM, LLAMA_CPP, OPENAI)
+SCRIPTED_OWNER = "arc-eval"  # the `owned_by` of `arc-eval serve-scripted`'s cards (it answers as vLLM does)
 
 
 @frozen
@@ -39,6 +40,12 @@ class ServerInfo:
     model_ids: tuple[str, ...]  # served names (llama.cpp: ids and aliases)
     window: int | None  # tokens of prompt + completion one request may use; None if not said
     window_field: str | None  # where the window was read ("max_model_len", "meta.n_ctx")
+    owned_by: str | None = None  # the first card's `owned_by`
+
+    @property
+    def label(self) -> str:
+        """What a reader is told the server is: its kind, or serve-scripted (which answers as vLLM, kind vllm)."""
+        return "arc-eval serve-scripted (answers as vLLM)" if self.owned_by == SCRIPTED_OWNER else self.kind
 
 
 def _int_field(value: Any, where: str, url: str) -> int | None:
@@ -58,6 +65,7 @@ def parse_models(body: Any, url: str) -> ServerInfo:
     cards = body["data"]
     ids: list[str] = []
     kind = OPENAI
+    owned_by = next((card.get("owned_by") for card in cards if isinstance(card, Mapping)), None)
     window: int | None = None
     window_field: str | None = None
     for index, card in enumerate(cards):
@@ -79,7 +87,7 @@ def parse_models(body: Any, url: str) -> ServerInfo:
                 length = _int_field(meta.get("n_ctx"), f"data[{index}].meta.n_ctx", url)
                 if length is not None:
                     window, window_field = length, "meta.n_ctx"
-    return ServerInfo(url, kind, tuple(ids), window, window_field)
+    return ServerInfo(url, kind, tuple(ids), window, window_field, owned_by if isinstance(owned_by, str) else None)
 
 
 def tokenize_count(body: Any, url: str) -> int:

@@ -32,6 +32,8 @@ from arc_ref.config import (
     DEFAULT_EXPECTED_COMPLETION,
     DEFAULT_LOW_WATER,
     DEFAULT_PREFILL_COST,
+    MAX_CONFIG_INTEGER,
+    MAX_COST_FIELD,
     PRESETS,
     Config,
     make_setup,
@@ -55,8 +57,7 @@ from arc_ref.machine import (
 from arc_ref.message import ToolCall, ToolSpec
 from attrs import frozen
 
-from arc_eval.arguments import non_negative_int, positive_int
-from arc_eval.registry import MethodEntry, option, register_method
+from arc_eval.registry import ComponentOptions, MethodEntry, int_option, register_method
 from arc_eval.methods.base import AuxCaller, Intercepted, MethodEvents, MethodSettings, ToolTurnOutcome
 from arc_eval.protocol import TASK_TOOL_SPECS
 from arc_eval.types import Message, Observation
@@ -68,22 +69,23 @@ CAPACITY = 65535
 
 
 @frozen
-class ArcOptions:
+class ArcOptions(ComponentOptions):
     """ARC's own knobs: the paper's recall budgets in characters (``RECALL_BUDGET_CHARS``, ``RECALL_MAX_CHARS``;
     the recall-budget sweep of "Ablation")."""
 
-    recall_budget_chars: int = option(16000, parse=positive_int, minimum=1, metavar="CHARS",
+    recall_budget_chars: int = int_option(16000, minimum=1, maximum=MAX_CONFIG_INTEGER, metavar="CHARS",
                                       help="ARC's recall budget Q, in characters (4 per token)")
-    recall_max_chars: int = option(8000, parse=positive_int, minimum=1, metavar="CHARS",
+    recall_max_chars: int = int_option(8000, minimum=1, maximum=MAX_CONFIG_INTEGER, metavar="CHARS",
                                    help="ARC's largest recalled chunk q, in characters (4 per token, less 80)")
-    low_water: int = option(DEFAULT_LOW_WATER, parse=positive_int, minimum=1, metavar="PERCENT",
-                            help="ARC folds H down to this percent of its recent budget R (1..100)")
-    prefill_cost: int = option(DEFAULT_PREFILL_COST, parse=non_negative_int, minimum=0, metavar="READS",
-                               help="ARC's cost model: one token's prefill in KV reads of one context token by one"
-                                    " generated token (398: Qwen3-8B on an H200; 857: Qwen3-32B on two); 0 folds"
-                                    " only when the view would exceed K")
-    expected_completion: int = option(DEFAULT_EXPECTED_COMPLETION, parse=positive_int, minimum=1, metavar="TOKENS",
-                                      help="ARC's cost model: the tokens a call is expected to generate")
+    low_water: int = int_option(DEFAULT_LOW_WATER, minimum=1, maximum=100, metavar="PERCENT",
+                                help="ARC folds H down to this percent of its recent budget R")
+    prefill_cost: int = int_option(DEFAULT_PREFILL_COST, minimum=0, maximum=MAX_COST_FIELD, metavar="READS",
+                                   help="ARC's cost model: one token's prefill in KV reads of one context token by"
+                                        " one generated token (398: Qwen3-8B on an H200; 857: Qwen3-32B on two);"
+                                        " 0 folds only when the view would exceed K")
+    expected_completion: int = int_option(DEFAULT_EXPECTED_COMPLETION, minimum=1, maximum=MAX_COST_FIELD,
+                                          metavar="TOKENS",
+                                          help="ARC's cost model: the tokens a call is expected to generate")
 
 
 def arc_config(settings: MethodSettings, system: str, goal: str, *, check: bool = True) -> Config:

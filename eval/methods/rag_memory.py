@@ -39,17 +39,20 @@ import re
 from collections import Counter, OrderedDict
 from typing import Any, Protocol, Sequence
 
+from arc_ref.config import MAX_CONFIG_INTEGER
 from arc_ref.counting import joined_tokens
 from arc_ref.errors import ConfigError
 from attrs import evolve, frozen
 
 from arc_eval.announce import duration
-from arc_eval.arguments import positive_int
 from arc_eval.methods.base import AuxCaller, MethodSettings, TranscriptMethod, Turn
-from arc_eval.registry import MethodEntry, option, register_method
+from arc_eval.registry import ComponentOptions, MethodEntry, int_option, option, register_method
 from arc_eval.types import Message
 
 RETRIEVER_CHOICES = ("auto", "embeddings", "bm25")
+# Chunks retrieved per call (issue 31's bound): each is a message of the prompt and the retriever ranks that many
+# (bm25s allocates k-wide arrays): 1,000 chunks of the default 1,000 characters already fill sixteen 16k windows.
+MAX_TOP_K = 1000
 RETRIEVED_HEADER = "Retrieved memory (older observations most similar to the current step):"
 
 
@@ -306,11 +309,13 @@ class EmbeddingRetriever:
 
 
 @frozen
-class RagOptions:
+class RagOptions(ComponentOptions):
     """rag_memory's own knobs (paper, Related Works: top-k retrieval over chunks of older observations)."""
 
-    rag_top_k: int = option(3, parse=positive_int, minimum=1, metavar="K", help="rag_memory: chunks retrieved per call")
-    rag_chunk_chars: int = option(1000, parse=positive_int, minimum=1, metavar="CHARS", help="rag_memory: characters per chunk")
+    rag_top_k: int = int_option(3, minimum=1, maximum=MAX_TOP_K, metavar="K",
+                                help="rag_memory: chunks retrieved per call")
+    rag_chunk_chars: int = int_option(1000, minimum=1, maximum=MAX_CONFIG_INTEGER, metavar="CHARS",
+                                   help="rag_memory: characters per chunk")
     rag_retriever: str = option("auto", choices=RETRIEVER_CHOICES,
                                 help="rag_memory retriever (auto: embeddings when installed and a CUDA device is "
                                      "there, else bm25, the fast one)")

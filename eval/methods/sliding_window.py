@@ -9,7 +9,7 @@ keep-verbatim threshold does not apply (a pure window keeps no older observation
 
 from __future__ import annotations
 
-from arc_eval.methods.base import AuxCaller, MethodSettings, TranscriptMethod, Turn
+from arc_eval.methods.base import AuxCaller, TranscriptMethod, Turn
 from arc_eval.registry import MethodEntry, register_method
 
 
@@ -18,12 +18,8 @@ class SlidingWindowMethod(TranscriptMethod):
 
     name = "sliding_window"
 
-    def __init__(self, settings: MethodSettings):
-        super().__init__(settings)
-        self.dropped_turns = 0
-
     async def _condense(self, older: list[Turn], aux: AuxCaller) -> None:
-        self.dropped_turns += len(older)
+        """Nothing is kept of the older turns."""
 
 
 register_method(MethodEntry(name=SlidingWindowMethod.name, label="Sliding_window", order=2, factory=SlidingWindowMethod))

@@ -37,7 +37,7 @@ from attrs import frozen
 
 from arc_ref.errors import ConfigError
 from arc_eval.errors import EvalError
-from arc_eval.registry import TaskEntry, option, register_task
+from arc_eval.registry import ComponentOptions, TaskEntry, option, register_task
 from arc_eval.sandbox import DEFAULT_PAGE_CHARS, paginate
 from arc_eval.types import Task
 
@@ -315,7 +315,7 @@ def _absolute_path(path: str | None) -> str | None:
 
 
 @frozen
-class LongBenchOptions:
+class LongBenchOptions(ComponentOptions):
     """The LongBench-v2 task's knobs: the local data and the subset (paper: the hard subset)."""
 
     data: str | None = option(None, metavar="PATH", converter=_absolute_path,

@@ -62,9 +62,9 @@ from typing import Sequence
 
 from attrs import frozen
 
+from arc_ref.errors import ConfigError
 from arc_eval.errors import InvalidInput
-from arc_eval.arguments import non_negative_int
-from arc_eval.registry import TaskEntry, option, register_task
+from arc_eval.registry import ComponentOptions, TaskEntry, int_option, option, register_task
 from arc_eval.types import Task
 
 NIH_KIND = "nih"  # the task's name: Task.kind, the records' task_kind, the command
@@ -84,6 +84,15 @@ NOISE_LINES_SWEEP = (5, 10, 25, 30)  # the paper's fixture-size ablation
 NIH_LAYOUTS = ("varied", "paper")
 DEFAULT_NIH_LAYOUT = "varied"
 NEEDLE_ACTION = f"cat {NEEDLE_FILE}"
+# The bounds of the task's sizes, and why (issue 31): the needle file holds ~172 * N + 260 characters, 17 MB at
+# MAX_NOISE_LINES, more than any served window reads whole; a task has up to 3D/2 distractor files of up to
+# 3/2 DISTRACTOR_CHARS each, 94 M characters at MAX_DISTRACTOR_FILES; and a seed's tasks are generated and held at
+# once (about 1.1 bytes of memory per character, measured on 2,000 default tasks), so tasks x the largest task's
+# characters (``largest_task_chars``) is at most MAX_SEED_CHARS (1 G characters, about 1.2 GB: 6,774 tasks of the
+# default shape, seven times the paper's 1,000).
+MAX_NOISE_LINES = 100_000
+MAX_DISTRACTOR_FILES = 10_000
+MAX_SEED_CHARS = 2**30
 
 # A submitted `NEEDLE=<value>` token: the value is the longest run of letters and digits after it.
 NEEDLE_TOKEN_RE = re.compile(r"NEEDLE=([A-Za-z0-9]+)")
@@ -242,6 +251,13 @@ def varied_layout(seed: int, index: int, noise_lines_per_side: int, distractor_f
     return NihLayout(before, chars, above, 2 * noise_lines_per_side - above)
 
 
+def largest_task_chars(noise_lines_per_side: int, distractor_files: int) -> int:
+    """The most characters one task's files can hold (either layout; an upper estimate): 3D/2 distractor files of
+    up to 3/2 DISTRACTOR_CHARS, and the needle file's 2N noise lines of at most 90 characters and its banner."""
+    files = distractor_files + distractor_files // 2
+    return files * (DISTRACTOR_CHARS * 3 // 2 + 100) + 2 * noise_lines_per_side * 90 + 400
+
+
 def make_nih_tasks(
     seed: int,
     n_tasks: int,
@@ -329,15 +345,27 @@ def score_nih(task: Task, submission: str | None) -> bool:
 
 
 @frozen
-class NihOptions:
+class NihOptions(ComponentOptions):
     """The needle-in-a-haystack task's knobs (paper, "Experimental Setup"; the noise sweep of "Ablation")."""
 
-    noise_lines_per_side: int = option(DEFAULT_NOISE_LINES_PER_SIDE, flag="--noise-lines", parse=non_negative_int, metavar="N",
-                                       minimum=0, help="noise lines per side")
-    distractor_files: int = option(DEFAULT_DISTRACTOR_FILES, parse=non_negative_int, minimum=0, metavar="N",
-                                   help="distractor files (varied layout: the centre of each task's range D/2..3D/2)")
+    noise_lines_per_side: int = int_option(DEFAULT_NOISE_LINES_PER_SIDE, flag="--noise-lines", minimum=0,
+                                           maximum=MAX_NOISE_LINES, metavar="N",
+                                           help="noise lines per side")
+    distractor_files: int = int_option(DEFAULT_DISTRACTOR_FILES, minimum=0, maximum=MAX_DISTRACTOR_FILES,
+                                       metavar="N", help="distractor files (varied layout: the centre of each task's "
+                                                         "range D/2..3D/2)")
     nih_layout: str = option(DEFAULT_NIH_LAYOUT, choices=NIH_LAYOUTS,
                              help="varied: each task draws its own shape; paper: the paper's single structure")
+
+    def check_count(self, count: int, flag: str) -> None:
+        """A seed's tasks are held at once: ``count`` times the largest task's characters within MAX_SEED_CHARS."""
+        largest = largest_task_chars(self.noise_lines_per_side, self.distractor_files)
+        if count * largest > MAX_SEED_CHARS:
+            raise ConfigError(
+                f"{flag} {count} x up to {largest:,} characters of files per task (--distractor-files "
+                f"{self.distractor_files}, --noise-lines {self.noise_lines_per_side}) = {count * largest:,} characters"
+                f" per seed, all held in memory at once; at most {MAX_SEED_CHARS:,}: give at most "
+                f"{flag} {MAX_SEED_CHARS // largest}, or fewer --distractor-files or --noise-lines")
 
 
 @frozen

@@ -307,6 +307,10 @@ def tokens_file() -> VectorFile:
         ("U+1E6C0 (a letter since Unicode 17.0) is not one in the 16.0 tables", ("UnicodeVersion",), "\U0001e6c0's",
          both),
         ("unassigned U+0378", ("UnicodeVersion",), "\u0378's", both),
+        ("five a: of the tied pairs of lowest rank the leftmost merges first (aaaa a)", ("MergeOrder",), "aaaaa",
+         both),
+        ("five e: the pair of lowest rank merges first, the leftmost on ties (ee eee)", ("MergeOrder",), "eeeee",
+         both),
     )
     return VectorFile(
         "tokens",
@@ -325,6 +329,8 @@ def tokens_file() -> VectorFile:
             "Whitespace": "U+0085 NEL, which is White_Space.",
             "NotWhitespace": "U+FEFF or U+001C, which are not White_Space.",
             "UnicodeVersion": "Whether a code point is a letter depends on the Unicode version of the tables (16.0).",
+            "MergeOrder": ("Byte-pair merging takes the pair of lowest rank, the leftmost when several tie"
+                           " (rendering.md §2): a rightmost tie or the first mergeable pair gives other tokens."),
         },
         cases(*[
             (f"{tokenizer}: {comment}", flags, {"tokenizer": tokenizer, "text": text})

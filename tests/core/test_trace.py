@@ -29,7 +29,7 @@ MALFORMED = [
     ('{"op": "config", "preset": "minimal"}', "must be the first line"),
     ('{"op": "view", "extra": 1}', "unknown key(s) extra"),
     ("", "not valid JSON"),
-    ("[" * 100000, "not valid JSON"),
+    ("[" * 100000, "JSON nested 100000 levels deep (at most 128)"),
     ('{"op": "view", "n": ' + "9" * 5000 + "}", "not valid JSON"),
     ('{"op": "observe", "action": "ls", "observation": "\\ud800"}', "not valid Unicode"),
     ('{"op": "agent", "thought": "\\udfff", "action": "ls"}', "not valid Unicode"),

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Callable, Sequence
 
-from arc_eval.types import ChatReply, ChatRequest, ContextOverflow, Message, Observation, Task
+from arc_eval.types import Backend, ChatReply, ChatRequest, ContextOverflow, Message, Observation, Task
 from tests.core.test_tokenizers import _train_tokenizer_json
 from tests.core.test_tool_mode import TOOL_TEMPLATE
 
@@ -26,7 +26,7 @@ def reply(text: str, prompt_tokens: int = 10) -> ChatReply:
     )
 
 
-class FakeBackend:
+class FakeBackend(Backend):
     """Answers with a function of the request; records every request it saw."""
 
     name = "fake"

@@ -17,17 +17,17 @@ import pytest
 from attrs import frozen
 
 from arc_ref.errors import ConfigError
-from arc_eval.arguments import positive_int
 from arc_eval.cli import main
 from arc_eval.methods.base import MethodSettings
 from arc_eval.methods.full_context import FullContextMethod
 from arc_eval.registry import (
     BACKENDS,
+    ComponentOptions,
     METHODS,
     TASKS,
     MethodEntry,
     TaskEntry,
-    option,
+    int_option,
     option_owners,
     register_method,
     register_task,
@@ -41,8 +41,8 @@ TOY_METHOD = "toy_keep_all"
 
 
 @frozen
-class ToyTaskOptions:
-    toy_files: int = option(2, parse=positive_int, minimum=1, help="toy: distractor files per task")
+class ToyTaskOptions(ComponentOptions):
+    toy_files: int = int_option(2, minimum=1, maximum=100, help="toy: distractor files per task")
 
 
 @frozen
@@ -60,8 +60,8 @@ def _toy_score(task: Task, submission: str, reply: str) -> tuple[bool, str | Non
 
 
 @frozen
-class ToyMethodOptions:
-    toy_level: int = option(1, parse=positive_int, minimum=1, help="toy: a knob only the toy method has")
+class ToyMethodOptions(ComponentOptions):
+    toy_level: int = int_option(1, minimum=1, maximum=100, help="toy: a knob only the toy method has")
 
 
 class ToyKeepAll(FullContextMethod):
@@ -111,7 +111,7 @@ def test_a_toy_task_and_method_registered_from_a_test_module_run_end_to_end(
 
     assert (kind_label(TOY_TASK), method_label(TOY_METHOD)) == ("Toy needle", "Toy_keep_all")
     assert main([TOY_TASK, "--toy-level", "0", "--out", str(tmp_path / "bad")]) == 2  # bounds from the option
-    assert "argument --toy-level: expected a positive integer" in capsys.readouterr().err
+    assert "argument --toy-level: expected an integer from 1 to 100" in capsys.readouterr().err
     from arc_eval.run_spec import RunSpec
 
     with pytest.raises(ConfigError, match="--toy-level must be at least 1"):  # the same bound, built in code
@@ -132,6 +132,24 @@ def test_a_name_is_registered_once_and_every_option_has_one_owner() -> None:
     owners = option_owners()
     assert owners["rag_top_k"] == "method rag_memory" and owners["recall_budget_chars"] == "method arc"
     assert owners["base_urls"] == "backend openai" and owners["agent"] == "backend scripted"
+
+
+def test_options_hooks_have_working_defaults_and_an_options_class_without_them_is_refused() -> None:
+    """The hooks a run calls (``check``, ``resolved``, ``describe``, ``plan_note``) are declared on
+    ``ComponentOptions`` with defaults, so no caller looks for them with getattr; a class that does not derive from it
+    cannot register."""
+
+    @attrs.frozen
+    class Bare:
+        level: int = int_option(1, minimum=1, maximum=100, help="a knob")
+
+    entry = METHODS.get("sliding_window")
+    with pytest.raises(ConfigError, match="must derive from arc_eval.registry.ComponentOptions"):
+        register_method(attrs.evolve(entry, name="bare_options", options=Bare))
+    defaults = ToyMethodOptions()
+    defaults.check()
+    assert defaults.resolved() is defaults
+    assert defaults.describe("m") is None and defaults.plan_note(10) is None
 
 
 def _owner_modules() -> set[Path]:

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ def lines(path: Path) -> list[dict[str, Any]]:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["nih", "--tasks", "0"], "positive integer"),
+        (["nih", "--tasks", "0"], "expected an integer from 1 to 100000"),
         (["nih", "--methods", "full_context,bogus"], "unknown method"),
         (["nih", "--seeds", "x"], "expected an integer"),
         (["nih", "--backend", "openai"], "--model"),
@@ -261,7 +260,8 @@ def test_resume_forgives_what_does_not_change_the_run(tmp_path: Path, monkeypatc
     assert main(again) == 0
     assert "resuming" in capsys.readouterr().err
     assert (tmp_path / "run" / "tasks.jsonl").read_text() == finished  # nothing redone
-    assert main([*again[:-2], "--seeds", "43"]) == 2  # another seed is another run
+    another_seed = ["nih", "--methods", "sliding_window", "--out", str(tmp_path / "run"), "--seeds", "43", "--tasks", "3"]
+    assert main(another_seed) == 2  # another seed is another run
     assert "seeds: stored [42] != requested [43]" in capsys.readouterr().err
 
 

@@ -168,10 +168,12 @@ def test_budgets_refuses_integers_that_are_not_json_integers_in_range(setting: s
 
 @pytest.mark.parametrize("field", [b"goal", b"system", b"tokenizer"])
 def test_budgets_refuses_text_that_is_not_utf8(field: bytes) -> None:
-    """A non-UTF-8 argument reaches Python as a lone surrogate (surrogateescape)."""
+    """A non-UTF-8 argument reaches Python as a lone surrogate (surrogateescape): refused before it is read, naming
+    the argument and its bytes (issue 31: one check for every argument of arc-ref and arc-eval)."""
     result = _arc_ref("budgets", "--preset", "minimal", "--set", field + b"=\xff\xfe", stdin=b"")
     assert result.returncode == 2
-    assert "is not valid Unicode text (lone surrogate at index 0)" in _one_clean_line(result.stderr)
+    said = _one_clean_line(result.stderr)
+    assert "argument 5 (after --set) is not valid UTF-8 text: b'" + field.decode() + "=\\xff\\xfe'" in said, said
 
 
 def test_budgets_accepts_the_largest_config_integer() -> None:

@@ -4,14 +4,21 @@ Before: the MCP SDK's stdio reader dropped, with no answer, a line holding a lon
 of more than 4,300 digits, 50,000-deep nesting or a JSON-RPC batch (the client waited forever); it replaced
 invalid UTF-8 with U+FFFD (the observation was stored as something that was not sent); and pydantic's lax
 mode stored ``returncode: true`` as 1.
+
+Issue 31 item 3: those lines were then answered, but with ``"id": null`` (-32700) although their id could be
+read, so a client waiting for its id still waited forever; now each is answered under its id, and the id is
+null only where it cannot be read (not JSON, or an id that is itself unreadable). Issue 27 item 7: a line
+nests at most 128 levels (arc_ref.json_limits), as every reader's text does: 128 is served, 129 refused.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,17 +39,27 @@ def store_call(request_id: int, **arguments: Any) -> bytes:
                        "params": {"name": "store_observation", "arguments": arguments}}).encode()
 
 
-HOSTILE: list[tuple[str, bytes, int, str]] = [
+def deep_store_call(request_id: int, levels: int) -> bytes:
+    """A store_observation call whose line nests ``levels`` levels (its extra argument holds the depth)."""
+    inner = "[" * (levels - 3) + "]" * (levels - 3)  # the line, params and arguments objects, then the arrays
+    return (f'{{"jsonrpc":"2.0","id":{request_id},"method":"tools/call","params":{{"name":"store_observation",'
+            f'"arguments":{{"action":"ls","observation":"deep {levels}","extra":{inner}}}}}}}').encode()
+
+
+HOSTILE: list[tuple[str, bytes, int, str, object]] = [  # name, line, error code, words of the message, its id
     ("lone surrogate", b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"store_observation",'
-                       b'"arguments":{"action":"ls","observation":"\\ud800"}}}', -32700, "a lone surrogate U+D800"),
-    ("5,000-digit integer", store_call(2, action="ls", observation="x").replace(b'"x"', b"9" * 5000), -32700,
-     "an integer literal of more than 4300 digits"),
+                       b'"arguments":{"action":"ls","observation":"\\ud800"}}}', -32600, "a lone surrogate U+D800", 1),
+    ("5,000-digit integer", store_call(2, action="ls", observation="x").replace(b'"x"', b"9" * 5000), -32600,
+     "an integer literal of more than 4300 digits", 2),
     ("50,000-deep nesting", b'{"jsonrpc":"2.0","id":3,"method":"ping","params":' + b"[" * 50_000 + b"]" * 50_000
-     + b"}", -32700, "nested too deeply"),
-    ("batch", b"[" + store_call(4, action="ls", observation="x") + b"]", -32600, "batch is not supported"),
+     + b"}", -32600, "JSON nested 50001 levels deep (at most 128)", 3),
+    ("batch", b"[" + store_call(4, action="ls", observation="x") + b"]", -32600, "batch is not supported", None),
     ("invalid UTF-8", store_call(5, action="ls", observation="caf?").replace(b"caf?", b"caf\xe9"), -32700,
-     "not UTF-8 text (invalid byte at offset"),
-    ("no method", b'{"jsonrpc":"2.0","id":6}', -32600, "Invalid Request"),
+     "not UTF-8 text (invalid byte at offset", None),
+    ("no method", b'{"jsonrpc":"2.0","id":6}', -32600, "Invalid Request", 6),
+    ("not JSON", b'{"jsonrpc":"2.0","id":10,"method":', -32700, "Parse error: not valid JSON", None),
+    ("an id that is a lone surrogate", b'{"jsonrpc":"2.0","id":"\\ud800","method":"ping"}', -32600,
+     "a lone surrogate U+D800", None),
 ]
 
 
@@ -81,11 +98,11 @@ def test_every_hostile_line_gets_a_json_rpc_error_and_nothing_is_stored(tmp_path
     try:
         assert "result" in server.answer(json.dumps(INITIALIZE).encode())
         server.send(json.dumps(INITIALIZED).encode())
-        for name, line, code, words in HOSTILE:
+        for name, line, code, words, request_id in HOSTILE:
             answer = server.answer(line)
             assert answer.get("error", {}).get("code") == code, (name, answer)
             assert words in answer["error"]["message"], (name, answer)
-            assert answer["id"] == (6 if name == "no method" else None), name
+            assert answer["id"] == request_id, (name, answer)
         refused = server.answer(store_call(7, action="ls", observation="x", returncode=True))
         assert refused["id"] == 7 and refused["result"]["isError"], refused
         assert "valid integer" in refused["result"]["content"][0]["text"]
@@ -112,5 +129,114 @@ def test_requests_piped_before_the_input_closes_are_all_answered(tmp_path: Path)
                           input=b"\n".join(lines) + b"\n", capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr
     answers = [json.loads(line) for line in done.stdout.splitlines()]
-    assert sorted(answer["id"] for answer in answers if answer["id"] is not None) == [0, 1, 2, 3, 4, 5]
-    assert sum(answer["id"] is None for answer in answers) == 1  # the hostile line's error
+    assert sorted(answer["id"] for answer in answers if answer["id"] is not None) == [0, 1, 1, 2, 3, 4, 5]
+    assert sum(answer["id"] is None for answer in answers) == 0  # the hostile line's error has its id, 1
+
+
+class Client(Server):
+    """A client as a real one behaves: it waits for the answer carrying its request's id, whatever else comes."""
+
+    def __init__(self, store: Path) -> None:
+        super().__init__(store)
+        self.next_id = 100
+        self.pending = b""
+
+    def _line(self, deadline: float) -> dict[str, Any] | None:
+        assert self.process.stdout is not None
+        while b"\n" not in self.pending:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self.process.stdout], [], [], max(left, 0))
+            if not ready:
+                return None
+            chunk = os.read(self.process.stdout.fileno(), 1 << 16)
+            if not chunk:
+                return None
+            self.pending += chunk
+        line, _, self.pending = self.pending.partition(b"\n")
+        decoded: dict[str, Any] = json.loads(line)
+        return decoded
+
+    def reply_to(self, line: bytes, request_id: object, barrier: bool = False) -> tuple[dict[str, Any], float]:
+        """Send ``line``; the answer under ``request_id`` and its time, waiting at most ANSWER_WITHIN_S. With
+        ``barrier``, a ping follows the line: the server answers a line it refuses before it reads the next one,
+        so an answer to the ping with none under ``request_id`` before it means none will ever come."""
+        self.next_id += 1
+        ping = self.next_id
+        started = time.monotonic()
+        self.send(line)
+        if barrier:
+            self.send(json.dumps({"jsonrpc": "2.0", "id": ping, "method": "ping"}).encode())
+        deadline = started + ANSWER_WITHIN_S
+        seen = []
+        while (answer := self._line(deadline)) is not None:
+            if answer.get("id") == request_id:
+                return answer, time.monotonic() - started
+            seen.append(answer)
+            if barrier and answer.get("id") == ping:
+                break
+        raise AssertionError(f"no answer under id {request_id!r}: a client waiting for it would wait forever"
+                             f" (answers seen: {json.dumps(seen)[:300]})")
+
+
+ANSWERED_UNDER_ITS_ID = [  # issue 31 item 3: JSON text whose id can be read, holding a value no reader takes
+    ("a lone surrogate in the observation", 11, b'{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":'
+     b'"store_observation","arguments":{"action":"ls","observation":"\\ud800"}}}', "a lone surrogate U+D800"),
+    ("a lone surrogate in an id argument", 12, b'{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":'
+     b'"recall","arguments":{"id":"\\udfff"}}}', "a lone surrogate U+DFFF"),
+    ("an integer of 5,000 digits", 13, store_call(13, action="ls", observation="x").replace(b'"x"', b"9" * 5000),
+     "an integer literal of more than 4300 digits"),
+    ("arguments nested 50,000 deep", 14, b'{"jsonrpc":"2.0","id":14,"method":"tools/call","params":{"name":'
+     b'"store_observation","arguments":' + b"[" * 50_000 + b"]" * 50_000 + b"}}", "JSON nested 50002 levels deep"),
+    ("a string id, the id after a deep params", "call-15", b'{"jsonrpc":"2.0","method":"tools/call","params":{"name":'
+     b'"catalog_page","arguments":{"page":' + b"1" * 5000 + b'}},"id":"call-15"}',
+     "an integer literal of more than 4300 digits"),
+    ("one level past the nesting limit", 16, deep_store_call(16, 129), "JSON nested 129 levels deep (at most 128)"),
+]
+
+
+@pytest.mark.parametrize("name, request_id, line, words", ANSWERED_UNDER_ITS_ID,
+                         ids=[case[0] for case in ANSWERED_UNDER_ITS_ID])
+def test_a_request_whose_id_can_be_read_is_answered_under_that_id(tmp_path: Path, name: str, request_id: object,
+                                                                  line: bytes, words: str) -> None:
+    """Before (main 8055a1f): each of these got -32700 with "id": null, and a raw client waiting for its id
+    timed out; now an error -32600 under the request's id, at once, and nothing is stored."""
+    client = Client(tmp_path / "store.arc")
+    try:
+        assert "result" in client.reply_to(json.dumps(INITIALIZE).encode(), 0)[0]
+        client.send(json.dumps(INITIALIZED).encode())
+        answer, _ = client.reply_to(line, request_id, barrier=True)
+        assert answer["error"]["code"] == -32600 and words in answer["error"]["message"], answer
+        assert "nothing was stored" in answer["error"]["message"]
+        stored, _ = client.reply_to(store_call(99, action="ls", observation="after"), 99)  # the server goes on
+        assert stored["result"]["structuredContent"]["index"] == 1, stored
+    finally:
+        code, err = client.close()
+    assert code == 0 and "Traceback" not in err, err
+
+
+def test_the_nesting_limit_of_a_line_is_128(tmp_path: Path) -> None:
+    """The limit of every JSON reader (issue 27 item 7): a call nesting 128 levels is served, 129 refused under
+    its id (before: both were served, and about a thousand levels ended in a parse error with a null id)."""
+    client = Client(tmp_path / "store.arc")
+    try:
+        client.reply_to(json.dumps(INITIALIZE).encode(), 0)
+        client.send(json.dumps(INITIALIZED).encode())
+        served, _ = client.reply_to(deep_store_call(21, 128), 21)
+        assert served["result"]["structuredContent"]["index"] == 1, served
+        refused, _ = client.reply_to(deep_store_call(22, 129), 22, barrier=True)
+        assert refused["error"]["code"] == -32600, refused
+        assert "JSON nested 129 levels deep (at most 128)" in refused["error"]["message"]
+    finally:
+        code, err = client.close()
+    assert code == 0 and "Traceback" not in err, err
+
+
+def test_a_store_path_under_a_regular_file_is_a_clear_exit_2(tmp_path: Path) -> None:
+    """Before: exit status 70, internal error (NotADirectoryError from the clean-up of the staging file)."""
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    for path in (tmp_path / "file" / "x.arc", tmp_path / "file" / "sub" / "x.arc"):
+        done = subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", "mcp", str(path)],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip() == f"arc-ref mcp: cannot create {str(path)!r}: Not a directory", done.stderr
+        assert not any((tmp_path / "file").parent.glob(".x.arc.creating-*"))

@@ -14,6 +14,7 @@ import pytest
 
 from arc_ref.config import make_setup, preset
 from arc_ref.errors import ConfigError
+from arc_ref.json_limits import MAX_NESTING
 from arc_ref.trace import replay, replay_text
 
 CONFIG = '{"op": "config", "preset": "minimal"}'
@@ -96,10 +97,12 @@ def test_what_rfc_8259_does_not_call_json_is_an_error_line(line: str, message: s
 def test_a_value_nested_too_deep_to_print_is_an_error_line() -> None:
     """The error message echoes the value: one the parser read but json.dumps cannot write must not crash it.
 
-    The parser and json.dumps both stop near the interpreter's recursion limit, at depths that depend on the
-    caller's stack, so every depth up to past the limit is tried.
+    Before issue 27 the parser and json.dumps both stopped near the interpreter's recursion limit, at depths that
+    depend on the caller's stack; now no line deeper than MAX_NESTING is parsed, so every depth from the limit to
+    past the recursion limit is one error line naming its depth.
     """
-    for depth in range(sys.getrecursionlimit() - 200, sys.getrecursionlimit() + 5):
+    for depth in [*range(MAX_NESTING - 2, MAX_NESTING + 2), *range(sys.getrecursionlimit() - 200,
+                                                                   sys.getrecursionlimit() + 5, 7)]:
         nested = "[" * depth + "]" * depth
         for line in (
             f'{{"op": "observe", "action": {nested}, "observation": "x"}}',
@@ -108,7 +111,11 @@ def test_a_value_nested_too_deep_to_print_is_an_error_line() -> None:
             f'{{"op": "config", "preset": "minimal", "goal": {nested}}}',
         ):
             outputs = _answers(CONFIG, line)
-            _error_message(outputs[1])
+            message = _error_message(outputs[1])
+            if depth + 1 > MAX_NESTING:
+                assert message == f"JSON nested {depth + 1} levels deep (at most {MAX_NESTING})"
+            else:
+                assert "nested" not in message
 
 
 @pytest.mark.parametrize(

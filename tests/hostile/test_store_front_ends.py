@@ -93,11 +93,16 @@ def test_a_full_disk_or_a_closed_standard_output_is_status_4(store_path: Path, a
 
 
 def test_rows_past_the_end_or_a_negative_count_are_refused_clearly(store_path: Path) -> None:
-    one_clear_line(arc_ref("inspect", str(store_path), "--events", "--from", str(10**30)), 1,
-                   f"no row {10**30}: the store has rows 1-3")
-    one_clear_line(arc_ref("inspect", str(store_path), "--events", "--from", "0"), 1, "no row 0")
-    one_clear_line(arc_ref("inspect", str(store_path), "--events", "--count", "-3"), 2, "0 or more")
-    done = arc_ref("inspect", str(store_path), "--events", "--from", "3", "--count", str(10**30))
+    def events(*argv: str) -> subprocess.CompletedProcess[bytes]:
+        return arc_ref("inspect", str(store_path), "--events", *argv)
+
+    one_clear_line(events("--from", "4"), 1, "no row 4: the store has rows 1-3")
+    rows = "--from: expected an integer from 1 to 9223372036854775807"  # a SQLite integer (issue 31: bounded)
+    one_clear_line(events("--from", str(10**30)), 2, rows)
+    one_clear_line(events("--from", "0"), 2, rows)
+    one_clear_line(arc_ref("inspect", str(store_path), "--events", "--count", "-3"), 2,
+                   "--count: expected an integer from 0 to 9223372036854775807")
+    done = arc_ref("inspect", str(store_path), "--events", "--from", "3", "--count", str(2**63 - 1))
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 1
 
 

@@ -15,7 +15,8 @@ import pytest
 
 from arc_ref.errors import InvalidEvent
 from arc_ref.session import Session
-from arc_ref.tools import MAX_ARGUMENT_NESTING, MAX_INTEGER_DIGITS, arguments_problem
+from arc_ref.json_limits import MAX_INTEGER_DIGITS, MAX_NESTING
+from arc_ref.tools import arguments_problem
 from proofs_check.shared_data import qwen3_dir
 
 DEEP = "[" * 100_000 + "]" * 100_000
@@ -38,9 +39,9 @@ def _call(name: str, arguments: str) -> dict[str, object]:
 def test_the_limits_are_exact() -> None:
     """Nesting up to the limit and integers up to 4,300 digits pass; one more is refused; digits that are
     not an integer literal (a string, a fraction, an exponent) are not counted."""
-    assert arguments_problem("[" * MAX_ARGUMENT_NESTING + "]" * MAX_ARGUMENT_NESTING) is None
-    assert arguments_problem("[" * (MAX_ARGUMENT_NESTING + 1)) == (
-        f"its arguments nest {MAX_ARGUMENT_NESTING + 1} levels deep (at most {MAX_ARGUMENT_NESTING})")
+    assert arguments_problem("[" * MAX_NESTING + "]" * MAX_NESTING) is None
+    assert arguments_problem("[" * (MAX_NESTING + 1)) == (
+        f"its arguments are nested {MAX_NESTING + 1} levels deep (at most {MAX_NESTING})")
     assert arguments_problem('"' + "[" * 1000 + '"') is None  # brackets inside a string do not nest
     assert arguments_problem('["\\"' + "[" * 1000 + '"]') is None  # nor after an escaped quote
     digits = "9" * MAX_INTEGER_DIGITS
@@ -52,7 +53,7 @@ def test_the_limits_are_exact() -> None:
 
 
 @pytest.mark.parametrize("name", ["bash", "_recall"])
-@pytest.mark.parametrize("arguments, words", [(DEEP, "nest 100000 levels deep"),
+@pytest.mark.parametrize("arguments, words", [(DEEP, "are nested 100000 levels deep"),
                                               (HUGE_INTEGER, "hold an integer of 5000 digits")])
 def test_add_assistant_refuses_unreadable_arguments_and_keeps_the_session(name: str, arguments: str,
                                                                           words: str) -> None:
@@ -80,5 +81,5 @@ def test_replay_answers_the_line_with_an_error_and_goes_on() -> None:
     assert done.returncode == 0, done.stderr
     answers = [json.loads(line) for line in done.stdout.splitlines()]
     assert [answer["op"] for answer in answers] == ["config", "error", "error", "view"]
-    assert "nest 100000 levels deep" in answers[1]["message"]
+    assert "are nested 100000 levels deep" in answers[1]["message"]
     assert "an integer of 5000 digits" in answers[2]["message"]

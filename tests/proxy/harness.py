@@ -61,9 +61,16 @@ def serve_proxy(upstream_url: str, store: Path | None = None, keepalive_s: float
     assert QWEN3 is not None
     settings = ProxySettings(upstream=upstream_url, tokenizer=f"hf-dir:{QWEN3}", overrides={**BUDGETS, **overrides},
                              store=store, keepalive_s=keepalive_s, max_hidden_rounds=max_hidden_rounds)
+    with serve_app(build_app(settings)) as base_url:
+        yield base_url
+
+
+@contextlib.contextmanager
+def serve_app(app: Any) -> Iterator[str]:
+    """A proxy's application (`build_app`) on a free port in a thread (its own event loop); its base URL."""
     listener = listening_socket("127.0.0.1", 0)
     port = int(listener.getsockname()[1])
-    server = uvicorn.Server(uvicorn.Config(build_app(settings), log_level="warning", access_log=False))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[listener])), daemon=True)
     thread.start()
     while not server.started:

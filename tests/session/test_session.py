@@ -240,6 +240,21 @@ def test_add_user_works_at_any_time_and_is_stored(model_dir: str, tmp_path: Path
     reopened.close()
 
 
+def test_a_session_in_postgresql_resumes_in_another_process_with_the_same_state(model_dir: str, pg_url: str) -> None:
+    """`Session(path="postgresql://.../DB#KEY")` (issue 30): the same events, the same state, reopened anywhere."""
+    location = f"{pg_url}#agent-1"
+    session = new_session(model_dir, path=location)  # type: ignore[arg-type]
+    session.add_assistant("read", [call("call_a", "read_file", {"path": "log.txt"})])
+    stored_id = session.add_tool_result("call_a", LOG)
+    state, messages = session.state, session.messages()
+    session.close()
+    with Session.open(location) as resumed:
+        assert resumed.state == state and resumed.messages() == messages
+    local = new_session(model_dir)
+    local.add_assistant("read", [call("call_a", "read_file", {"path": "log.txt"})])
+    assert local.add_tool_result("call_a", LOG) == stored_id and local.state == state
+
+
 @pytest.mark.skipif(QWEN3 is None, reason=QWEN3_ABSENT)
 @pytest.mark.parametrize("window", [8192, 12288, 16384])
 def test_a_session_given_only_its_window_derives_its_budgets(window: int) -> None:

@@ -186,7 +186,8 @@ def test_bad_input_is_one_clear_message(tmp_path: Path, setup: str, argv_extra: 
         lines = (run / "tasks.jsonl").read_text().split("\n")
         lines[1] = lines[1][:20]
         (run / "tasks.jsonl").write_text("\n".join(lines))
-    code, out, err = _run([str(run), "--format", "md", *argv_extra])
+    formats = [] if "--format" in argv_extra else ["--format", "md"]  # a flag is given once
+    code, out, err = _run([str(run), *formats, *argv_extra])
     assert code == 2  # bad input, the status of every arc-eval command's (arc_eval.errors.USAGE)
     assert message in err
     assert "Traceback" not in err and out == ""

@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-import httpx
 import pytest
 
 from arc_eval.cli import main
@@ -63,9 +62,11 @@ def serve() -> Iterator[type[Server]]:
 
 
 def arc_eval(url: str, out: Path, *extra: str, model: str = "scripted") -> subprocess.CompletedProcess[str]:
+    defaults = {"--context-limit": "4096", "--max-tokens": "256", "--max-retries": "1"}  # unless extra gives them
+    base = [part for flag, value in defaults.items() if flag not in extra for part in (flag, value)]
     command = [sys.executable, "-c", RUN, "nih", "--backend", "openai", "--base-url", url, "--model", model,
-               "--context-limit", "4096", "--max-tokens", "256", "--tasks", "1", "--seeds", "42",
-               "--methods", "sliding_window", "--out", str(out), "--no-progress", "--max-retries", "1", *extra]
+               *base, "--tasks", "1", "--seeds", "42", "--methods", "sliding_window", "--out", str(out),
+               "--no-progress", *extra]
     env = {key: value for key, value in os.environ.items() if key != "OPENAI_API_KEY"}
     return subprocess.run(command, capture_output=True, text=True, timeout=scaled_ceiling(120), env=env)
 

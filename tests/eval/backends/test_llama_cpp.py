@@ -36,7 +36,7 @@ from arc_eval.types import (
     Message,
 )
 from proofs_check.shared_data import shared_data_dir
-from tests.waiting import http_ok, scaled_ceiling, wait_until
+from tests.waiting import http_ok, wait_until
 
 REPO = Path(__file__).resolve().parents[3]
 TOKENIZER_DIR = shared_data_dir() / "qwen3-tokenizer"

@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from typing import Any, Sequence
 
 import httpx
@@ -156,7 +155,7 @@ def test_cli_bad_arguments_exit_2_with_a_message(capsys: pytest.CaptureFixture[s
 def test_cli_refuses_a_port_outside_0_to_65535(port: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert serve_main(["--port", port]) == 2
     err = capsys.readouterr().err
-    assert f"argument --port: expected a port number from 0 to 65535, got {port!r}" in err
+    assert f"argument --port: expected an integer from 0 to 65535{' (ASCII digits only)' if port == 'http' else ''}, got {port!r}" in err
     assert "Traceback" not in err
 
 
@@ -202,3 +201,25 @@ def test_cli_serves_until_sigterm() -> None:
         out, err = server.communicate(timeout=scaled_ceiling(60))
     assert server.returncode == 0, err
     assert f"serve-scripted: http://127.0.0.1:{port}/v1" in out and "stopped" in out
+
+
+def test_a_served_template_renders_with_the_request_s_own_template_kwargs() -> None:
+    """As vLLM: no chat_template_kwargs leaves Qwen3's enable_thinking undefined (no empty think block, 4 tokens
+    fewer than enable_thinking false); reasoning_effort 'none' turns thinking off (the proxy's count relies on it)."""
+    from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
+
+    directory = qwen3_dir()
+    if directory is None:
+        pytest.skip(QWEN3_ABSENT)
+    app = build_app(constant_policy, max_model_len=4000, tokenizer=str(directory))
+    with serve_in_thread(app) as url, httpx.Client() as client:
+        root = url[: -len("/v1")]
+        counts = []
+        for extra in ({}, {"chat_template_kwargs": {"enable_thinking": False}}, {"reasoning_effort": "none"}):
+            tokenized = client.post(f"{root}/tokenize", json=chat(USER, **extra)).json()["count"]
+            charged = client.post(f"{url}/chat/completions", json=chat(USER, max_tokens=5, **extra)).json()
+            assert charged["usage"]["prompt_tokens"] == tokenized
+            counts.append(tokenized)
+        refused = client.post(f"{url}/chat/completions", json=chat(USER, chat_template_kwargs=[1]))
+    assert counts[1] - counts[0] == 4 and counts[2] == counts[1]
+    assert refused.status_code == 400

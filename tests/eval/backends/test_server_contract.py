@@ -77,6 +77,7 @@ def test_a_healthy_server_passes_and_says_what_it_is() -> None:
     assert [(info.kind, info.window, info.window_field) for info in infos] == [
         ("vllm", 2048, "max_model_len")
     ]
+    assert infos[0].label == "arc-eval serve-scripted (answers as vLLM)"  # what the plan says (issue 31 item 5)
     assert app.stats.chat_requests == 1  # the 1-token probe
 
 

@@ -1,0 +1,606 @@
+"""The PostgreSQL store: ARC tasks' events in a shared database, beside the embedded SQLite store (issue 30).
+
+The contract is the SQLite store's (spec/store.md): one append-only row per event, numbered from 1 like the lines
+of a replay trace (row 1 the config line), each row the event's replay-trace line with the chained checksum
+``c_n = sha256(c_(n-1) + "\\n" + n + "\\n" + line_n)``; an event is acknowledged only after its row is committed;
+reopening is replaying; `arc-ref export` of a task is its rows, a trace any port replays. One database holds
+many tasks, each under a key (a proxy's conversation, a Session, an `arc-ref mcp` store).
+
+What differs from SQLite is only where the acknowledgement record lives and who may write. The head of a task
+(``arc_tasks``: its last row and that row's checksum) is updated in the same transaction as the rows it names, so
+it cannot run ahead of them; opening refuses a log that ends before its head or whose row there has another
+checksum (rows deleted or edited: the table is append-only by a trigger too). Any number of writers, in any
+number of processes and hosts: a writer locks the task's head row (``SELECT ... FOR UPDATE``) for the
+transaction of its append, first folds the rows other writers appended since it last looked (catching up:
+checked against the chain from the checksum it holds), then appends. Readers read one consistent snapshot
+(REPEATABLE READ) and take no lock.
+
+The database unreachable, restarting or failing over raises `StoreUnavailable` (retryable: the proxy answers
+503); nothing is acknowledged then, and the next call reconnects. Connections are pooled per process
+(`Database`); a pooled connection whose server went away is noticed without a round trip (its socket reads as
+closed) and replaced.
+
+Round trips: an append is two (lock and read the head; then the rows, the new head and COMMIT in one pipeline),
+plus one when another writer appended in between (its rows). `Database.round_trips` counts them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import select
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from urllib.parse import urlsplit, urlunsplit
+
+from arc_ref.config import Config
+from arc_ref.errors import ArcError
+from arc_ref.machine import ArcState, Event, RequestView, init, step
+from arc_ref.persist.store import (
+    GENESIS,
+    Appended,
+    DurableStore,
+    OpenReport,
+    StoredEvent,
+    StoreCorrupt,
+    StoreError,
+    StoreExists,
+    StoreNotFound,
+    chain,
+)
+from arc_ref.trace import (
+    TraceError,
+    config_from_line,
+    config_line,
+    encode,
+    encode_config_line,
+    event_from_line,
+    event_line,
+    parse_line,
+)
+
+if TYPE_CHECKING:  # psycopg is an optional extra ("postgres"); imported when a database is opened
+    import psycopg
+
+APPLICATION = "ARC1"  # arc_meta.application: this database holds ARC tasks
+SCHEMA_VERSION = 1
+SCHEMES = ("postgresql://", "postgres://")
+DEFAULT_POOL_SIZE = 32
+CONNECT_TIMEOUT_S = 5
+KEY_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")
+_SCHEMA_LOCK = 0x41524331  # pg_advisory_xact_lock key while the schema is created ("ARC1")
+
+SCHEMA = (
+    """
+CREATE TABLE arc_meta (
+    key text PRIMARY KEY,
+    value text NOT NULL
+)
+""",
+    """
+CREATE TABLE arc_tasks (
+    key text PRIMARY KEY,           -- the task (a conversation, a session, an MCP store)
+    seq bigint NOT NULL,            -- its last acknowledged row
+    checksum text NOT NULL,         -- that row's chained checksum
+    position integer NOT NULL DEFAULT 0,   -- the proxy: agent messages applied
+    head text NOT NULL DEFAULT '',  -- the proxy: the chain hash at position
+    created timestamptz NOT NULL DEFAULT now()
+)
+""",
+    """
+CREATE TABLE arc_events (
+    task text NOT NULL REFERENCES arc_tasks (key),
+    seq bigint NOT NULL,            -- 1 = the config line, then one event per row, as in an export
+    line text NOT NULL,             -- the replay trace line (spec/trace.md), canonical JSON
+    checksum text NOT NULL,         -- sha256(previous checksum + "\\n" + seq + "\\n" + line), hex
+    PRIMARY KEY (task, seq)
+)
+""",
+    """
+CREATE TABLE arc_marks (
+    hash text NOT NULL,             -- the proxy's hash chain over the agent's messages
+    task text NOT NULL REFERENCES arc_tasks (key),
+    position integer NOT NULL,      -- agent messages up to this mark
+    seq bigint NOT NULL,            -- rows of the task at this mark
+    checksum text NOT NULL,         -- the chained checksum of row seq: binds the mark to the rows
+    added bigint GENERATED ALWAYS AS IDENTITY,  -- the order marks were added (the latest fork first)
+    PRIMARY KEY (hash, task)
+)
+""",
+    """
+CREATE OR REPLACE FUNCTION arc_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'ARC tables are append-only: % on % refused', TG_OP, TG_TABLE_NAME;
+END $$
+""",
+    """
+CREATE TRIGGER arc_events_append_only BEFORE UPDATE OR DELETE ON arc_events
+    FOR EACH ROW EXECUTE FUNCTION arc_append_only()
+""",
+    """
+CREATE TRIGGER arc_marks_append_only BEFORE UPDATE OR DELETE ON arc_marks
+    FOR EACH ROW EXECUTE FUNCTION arc_append_only()
+""",
+)
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be reached now (down, restarting, failing over): retry later; nothing was acknowledged."""
+
+
+def is_database_url(text: object) -> bool:
+    """Whether a --store / path argument names a PostgreSQL database rather than a file or directory."""
+    return isinstance(text, str) and text.startswith(SCHEMES)
+
+
+def split_task_url(text: str) -> tuple[str, str | None]:
+    """``postgresql://.../db#KEY`` -> (the database URL, KEY); no fragment: (URL, None)."""
+    url, _, key = text.partition("#")
+    return url, (key or None)
+
+
+def shown_url(url: str) -> str:
+    """The URL without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = (parts.username or "") + ":***"
+    return urlunsplit(parts._replace(netloc=f"{user}@{netloc[-1]}"))
+
+
+def check_key(key: str) -> str:
+    if not KEY_PATTERN.fullmatch(key):
+        raise StoreError(f"task key {key!r}: 1 to 128 of A-Z a-z 0-9 . _ -")
+    return key
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        raise StoreError("a postgresql:// store needs psycopg: pip install 'arc-ref[postgres]'") from None
+    return psycopg
+
+
+def store_error(url: str, problem: Exception) -> StoreError:
+    """psycopg's error as the store's: the server unreachable or gone (OperationalError) is StoreUnavailable."""
+    if isinstance(problem, _psycopg().OperationalError):
+        return unavailable(url, problem)
+    return StoreError(f"the database {shown_url(url)}: {str(problem).strip()}")
+
+
+def unavailable(url: str, problem: Exception) -> StoreUnavailable:
+    first = str(problem).strip().splitlines()[0] if str(problem).strip() else type(problem).__name__
+    return StoreUnavailable(f"the database {shown_url(url)} is unavailable ({first}); retry later")
+
+
+# --- connections ---------------------------------------------------------------------------------------
+
+
+class Database:
+    """A pool of autocommit connections to one PostgreSQL database (thread-safe), and its schema.
+
+    ``connection()`` lends one; a connection whose socket is readable while idle (the server closed it: a restart,
+    a kill) is dropped without a round trip, and one that failed during use is closed instead of returned.
+    ``round_trips`` counts the client's waits for the server (each query outside a pipeline, each pipeline sync).
+    """
+
+    def __init__(self, url: str, pool_size: int = DEFAULT_POOL_SIZE, connect_timeout_s: int = CONNECT_TIMEOUT_S) -> None:
+        self.url = url
+        self.shown = shown_url(url)
+        self.pool_size = pool_size
+        self.connect_timeout_s = connect_timeout_s
+        self.round_trips = 0
+        self._idle: list[psycopg.Connection[Any]] = []
+        self._slots = threading.BoundedSemaphore(pool_size)
+        self._guard = threading.Lock()
+        self._schema_checked = False
+        self._psycopg = _psycopg()
+
+    def _connect(self) -> "psycopg.Connection[Any]":
+        driver = self._psycopg
+        try:
+            connection: "psycopg.Connection[Any]" = driver.connect(
+                self.url, autocommit=True, connect_timeout=self.connect_timeout_s, application_name="arc-ref")
+            return connection
+        except driver.OperationalError as problem:
+            raise unavailable(self.url, problem) from None
+        except driver.ProgrammingError as problem:  # a malformed URL
+            raise StoreError(f"cannot use the database {self.shown}: {problem}") from None
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator["psycopg.Connection[Any]"]:
+        """A connection of the pool for the duration of the block; psycopg's errors become StoreUnavailable
+        (the server went away) or StoreError; a connection left inside a transaction is rolled back."""
+        psycopg = self._psycopg
+        if not self._slots.acquire(timeout=60):
+            raise StoreUnavailable(f"the database {self.shown}: all {self.pool_size} connections busy for 60 s")
+        connection = None
+        try:
+            connection = self._take()
+            if not self._schema_checked:
+                self.ensure_schema(connection)
+            try:
+                yield connection
+            except psycopg.Error as problem:
+                raise store_error(self.url, problem) from None
+        finally:
+            if connection is not None:
+                self._give_back(connection)
+            self._slots.release()
+
+    def _take(self) -> "psycopg.Connection[Any]":
+        while True:
+            with self._guard:
+                connection = self._idle.pop() if self._idle else None
+            if connection is None:
+                return self._connect()
+            if connection.closed or _reads_as_closed(connection):
+                connection.close()
+                continue
+            return connection
+
+    def _give_back(self, connection: "psycopg.Connection[Any]") -> None:
+        pq = self._psycopg.pq
+        status = connection.pgconn.transaction_status
+        if connection.closed or status == pq.TransactionStatus.UNKNOWN:
+            connection.close()
+            return
+        if status != pq.TransactionStatus.IDLE:
+            try:
+                connection.execute("ROLLBACK")
+            except self._psycopg.Error:
+                connection.close()
+                return
+        with self._guard:
+            self._idle.append(connection)
+
+    def discard_idle(self) -> None:
+        """Close every idle connection (after the server restarted, before the next use notices each one)."""
+        with self._guard:
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
+
+    def close(self) -> None:
+        self.discard_idle()
+
+    def ensure_schema(self, connection: "psycopg.Connection[Any]") -> None:
+        """Check the database's ARC schema, creating it in an empty database (under an advisory lock, so that
+        instances starting at once create it once); refuse another application's tables or another version."""
+        found = self._meta(connection)
+        if found is None:
+            with connection.transaction():
+                connection.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                self.round_trips += 2
+                found = self._meta(connection)
+                if found is None:
+                    for statement in SCHEMA:
+                        connection.execute(statement)
+                    connection.execute("INSERT INTO arc_meta VALUES ('application', %s), ('schema_version', %s)",
+                                       (APPLICATION, str(SCHEMA_VERSION)))
+                    self.round_trips += len(SCHEMA) + 1
+                    found = {"application": APPLICATION, "schema_version": str(SCHEMA_VERSION)}
+        if found.get("application") != APPLICATION:
+            raise StoreCorrupt(f"the database {self.shown} holds tables of another application (arc_meta)")
+        if found.get("schema_version") != str(SCHEMA_VERSION):
+            raise StoreCorrupt(f"the database {self.shown} holds ARC schema {found.get('schema_version')}; this"
+                               f" arc-ref reads schema {SCHEMA_VERSION}")
+        self._schema_checked = True
+
+    def _meta(self, connection: "psycopg.Connection[Any]") -> dict[str, str] | None:
+        """arc_meta's rows; None when the table does not exist (an empty database)."""
+        exists = connection.execute("SELECT to_regclass('arc_meta') IS NOT NULL").fetchone()
+        self.round_trips += 1
+        if not exists or not exists[0]:
+            return None
+        self.round_trips += 1
+        return dict(connection.execute("SELECT key, value FROM arc_meta").fetchall())
+
+
+def _reads_as_closed(connection: "psycopg.Connection[Any]") -> bool:
+    """An idle connection whose socket is readable: the server sent something unasked (its goodbye when it shut
+    down) or closed it. Costs no round trip."""
+    try:
+        readable, _, _ = select.select([connection.fileno()], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
+_databases: dict[str, Database] = {}
+_databases_guard = threading.Lock()
+
+
+def database(url: str) -> Database:
+    """The process's one pool for ``url``."""
+    with _databases_guard:
+        found = _databases.get(url)
+        if found is None:
+            found = _databases[url] = Database(url)
+        return found
+
+
+# --- rows: checking and folding -------------------------------------------------------------------------
+
+
+def event_row_line(event: Event) -> str:
+    """The row's line of an event (spec/trace.md §2, canonical); StoreError for what is not a stored event."""
+    if isinstance(event, RequestView):
+        raise StoreError("a view request changes nothing and is not stored; use view(store.state)")
+    try:
+        return encode(event_line(event))
+    except TraceError as problem:
+        raise StoreError(f"cannot store this event: {problem}") from None
+
+
+def checked_rows(rows: Iterable[tuple[int, str, str]], where: str, after_seq: int = 0,
+                 after_checksum: str = GENESIS) -> Iterator[tuple[int, str, str]]:
+    """The rows following row ``after_seq`` (whose checksum is ``after_checksum``), checked: numbering without
+    gaps and the chain; StoreCorrupt at the first bad row (every row before it is intact)."""
+    expected, checksum = after_seq + 1, after_checksum
+    for seq, line, stored in rows:
+        if seq != expected:
+            raise StoreCorrupt(f"{where}: row {expected} is missing (the next row is {seq})")
+        checksum = chain(checksum, seq, line.encode("utf-8"))
+        if stored != checksum:
+            raise StoreCorrupt(f"{where}: row {seq} fails its checksum (damaged or edited; the rows before it are"
+                               " intact: arc-ref export writes them)")
+        yield seq, line, checksum
+        expected += 1
+
+
+def fold_row(state: ArcState | None, seq: int, line: str, where: str) -> tuple[ArcState, str | None]:
+    """The state after row ``seq`` (row 1: ``init`` of its config), and the config line when seq is 1;
+    StoreCorrupt naming the row when it is not a legal line or event."""
+    try:
+        obj = parse_line(line)
+        if seq == 1:
+            if obj.get("op") != "config":
+                raise TraceError("row 1 must hold the config line")
+            return init(config_from_line(obj)[1]), line
+        event = event_from_line(obj)
+        if isinstance(event, RequestView):
+            raise TraceError("a view request is not an event of the log")
+        assert state is not None
+        return step(state, event)[0], None
+    except (TraceError, ArcError) as problem:
+        raise StoreCorrupt(f"{where}: row {seq}: {problem}") from None
+
+
+def _missing(where: str, head_seq: int, head_checksum: str, rows: int, checksum_at_head: str | None) -> str | None:
+    """Why the rows read are not every acknowledged event (None when they are)."""
+    if head_seq > rows:
+        missing = head_seq - rows
+        return (f"{where}: {missing} acknowledged event{'s are' if missing > 1 else ' is'} missing: rows up to"
+                f" {head_seq} were acknowledged (arc_tasks) but the log ends at row {rows} (arc-ref export writes"
+                f" the {rows} rows that are there)")
+    if rows > head_seq:
+        return f"{where}: rows after the acknowledged row {head_seq} exist (written outside a writer's transaction)"
+    if checksum_at_head != head_checksum:
+        return (f"{where}: row {head_seq} is not the acknowledged row (its chained checksum differs from"
+                " arc_tasks): acknowledged rows were replaced")
+    return None
+
+
+# --- one task ------------------------------------------------------------------------------------------
+
+
+class PostgresStore:
+    """An ARC task whose every event is committed to PostgreSQL before it is acknowledged (see the module doc).
+
+    The same methods as `arc_ref.persist.DurableStore` (create, open, append, append_many, events, export_lines,
+    state, seq, checksum, close), for the Session, `arc-ref mcp`, `inspect` and `export`; writers in several
+    processes may share a task (each catches up before it appends).
+    """
+
+    def __init__(self, db: Database, key: str, readonly: bool) -> None:
+        self.database = db
+        self.key = key
+        self.path = f"{db.shown}#{key}"  # how messages name it (no password)
+        self._readonly = readonly
+        self._state: ArcState | None = None
+        self._guard = threading.RLock()
+        self.seq = 0
+        self.checksum = GENESIS
+        self.snapshot_seq = 0
+        self.report = OpenReport(0, 0, 0, 0.0, "")
+        self.closed = False
+
+    @classmethod
+    def create(cls, url: str, key: str, config: Config) -> "PostgresStore":
+        """A new task ``key`` under ``config`` (StoreExists when the key is taken)."""
+        line = encode_config_line(config_line(config))
+        state = init(config)  # ConfigError before anything is written
+        store = cls(database(url), check_key(key), readonly=False)
+        checksum = chain(GENESIS, 1, line.encode("utf-8"))
+        psycopg = store.database._psycopg
+        with store.database.connection() as connection:
+            try:
+                with connection.pipeline():  # one round trip: the block's end sends the only Sync
+                    connection.execute("BEGIN")
+                    connection.execute("INSERT INTO arc_tasks (key, seq, checksum) VALUES (%s, 1, %s)",
+                                       (key, checksum))
+                    connection.execute("INSERT INTO arc_events VALUES (%s, 1, %s, %s)", (key, line, checksum))
+                    connection.execute("COMMIT")
+                store.database.round_trips += 1
+            except psycopg.errors.UniqueViolation:
+                raise StoreExists(f"{store.path} already exists; open it, or choose another key") from None
+        store._state, store.seq, store.checksum = state, 1, checksum
+        store.report = OpenReport(1, 0, 0, 0.0, "new store")
+        return store
+
+    @classmethod
+    def open(cls, url: str, key: str, *, readonly: bool = False) -> "PostgresStore":
+        """Reopen task ``key``: the fold of its rows, each checked; StoreNotFound, or StoreCorrupt naming a bad row
+        or how many acknowledged events are missing."""
+        store = cls(database(url), check_key(key), readonly)
+        started = time.perf_counter()
+        store._catch_up_read()
+        store.report = OpenReport(store.seq, 0, store.seq - 1, time.perf_counter() - started, "no snapshot")
+        return store
+
+    def _catch_up_read(self) -> None:
+        """Fold the rows after ``seq`` in one consistent read (REPEATABLE READ), checked against the head."""
+        with self.database.connection() as connection:
+            with connection.pipeline():
+                connection.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                head = connection.execute("SELECT seq, checksum FROM arc_tasks WHERE key = %s", (self.key,))
+                rows = connection.execute("SELECT seq, line, checksum FROM arc_events WHERE task = %s AND seq > %s"
+                                          " ORDER BY seq", (self.key, self.seq))
+                connection.execute("COMMIT")
+            found = head.fetchone()
+            fetched = rows.fetchall()
+            self.database.round_trips += 1
+        if found is None:
+            raise StoreNotFound(f"no ARC task {self.key!r} in {self.database.shown}")
+        self._fold(fetched, found[0], found[1])
+
+    def _fold(self, rows: Sequence[tuple[int, str, str]], head_seq: int, head_checksum: str) -> None:
+        state, seq, checksum = self._state, self.seq, self.checksum
+        at_head = checksum if seq == head_seq else None
+        for seq, line, checksum in checked_rows(rows, self.path, self.seq, self.checksum):
+            state, config_text = fold_row(state, seq, line, self.path)
+            if seq == head_seq:
+                at_head = checksum
+        if seq == 0:
+            raise StoreCorrupt(f"{self.path} holds no rows (not even the config line)")
+        problem = _missing(self.path, head_seq, head_checksum, seq, at_head)
+        if problem is not None:
+            raise StoreCorrupt(problem)
+        self._state, self.seq, self.checksum = state, seq, checksum
+
+    # --- reading ------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> ArcState:
+        if self._state is None or self.closed:
+            raise StoreError(f"{self.path} is closed")
+        return self._state
+
+    @property
+    def readonly(self) -> bool:
+        return self._readonly
+
+    def events(self, start: int = 1, count: int | None = None) -> Iterator[StoredEvent]:
+        """The stored rows from ``start`` up to the row this store has folded (row 1 is the config line)."""
+        start = max(1, min(start, self.seq + 1))
+        end = self.seq if count is None else min(self.seq, start + max(0, count) - 1)
+        if end < start:
+            return
+        with self.database.connection() as connection:
+            rows = connection.execute("SELECT seq, line, checksum FROM arc_events WHERE task = %s AND seq >= %s"
+                                      " AND seq <= %s ORDER BY seq", (self.key, start, end)).fetchall()
+            self.database.round_trips += 1
+        for seq, line, checksum in rows:
+            yield StoredEvent(seq, line, checksum)
+
+    def export_lines(self) -> Iterator[str]:
+        for stored in self.events():
+            yield stored.line
+
+    # --- writing ------------------------------------------------------------------------------
+
+    def append(self, event: Event) -> Appended:
+        return self.append_many((event,))[0]
+
+    def append_many(self, events: Iterable[Event]) -> list[Appended]:
+        """Lock the task, fold what other writers appended, apply ``events`` (all or none), commit, return."""
+        with self._guard:
+            if self.closed:
+                raise StoreError(f"{self.path} is closed")
+            if self._readonly:
+                raise StoreError(f"{self.path} is open read-only; open it without readonly to append")
+            events = list(events)
+            for event in events:
+                event_row_line(event)  # refused before anything is locked
+            with self.database.connection() as connection:
+                with connection.pipeline():
+                    connection.execute("BEGIN")
+                    locked = connection.execute("SELECT seq, checksum FROM arc_tasks WHERE key = %s FOR UPDATE",
+                                                (self.key,))
+                head = locked.fetchone()
+                self.database.round_trips += 1
+                if head is None:
+                    raise StoreNotFound(f"no ARC task {self.key!r} in {self.database.shown}")
+                if head[0] != self.seq or head[1] != self.checksum:  # another writer appended: catch up
+                    rows = connection.execute("SELECT seq, line, checksum FROM arc_events WHERE task = %s AND"
+                                              " seq > %s ORDER BY seq", (self.key, self.seq)).fetchall()
+                    self.database.round_trips += 1
+                    if head[0] < self.seq:
+                        raise StoreCorrupt(f"{self.path}: the database holds {head[0]} rows, fewer than the"
+                                           f" {self.seq} this writer saw acknowledged")
+                    self._fold(rows, head[0], head[1])
+                state, seq, checksum = self.state, self.seq, self.checksum
+                rows_out: list[tuple[str, int, str, str]] = []
+                acknowledged: list[Appended] = []
+                for event in events:
+                    state, output = step(state, event)  # ArcError: nothing of this batch is stored
+                    line = event_row_line(event)
+                    seq += 1
+                    checksum = chain(checksum, seq, line.encode("utf-8"))
+                    rows_out.append((self.key, seq, line, checksum))
+                    acknowledged.append(Appended(seq, checksum, output))
+                if not rows_out:
+                    connection.execute("ROLLBACK")
+                    self.database.round_trips += 1
+                    return []
+                with connection.pipeline():
+                    with connection.cursor() as cursor:
+                        cursor.executemany("INSERT INTO arc_events VALUES (%s, %s, %s, %s)", rows_out)
+                    connection.execute("UPDATE arc_tasks SET seq = %s, checksum = %s WHERE key = %s",
+                                       (seq, checksum, self.key))
+                    connection.execute("COMMIT")
+                self.database.round_trips += 1
+            self._state, self.seq, self.checksum = state, seq, checksum
+            return acknowledged
+
+    def snapshot_due(self) -> bool:
+        return False
+
+    def write_snapshot(self) -> str:
+        return "no snapshot: a PostgreSQL store folds its rows (no pickled state is shared between processes)"
+
+    def close(self, snapshot: bool = True) -> None:
+        with self._guard:
+            self.closed = True
+
+    def __enter__(self) -> "PostgresStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+Store = DurableStore | PostgresStore
+"""A task's durable store: a SQLite file (the embedded default) or a task in a PostgreSQL database."""
+
+
+def _task(location: str) -> tuple[str, str]:
+    url, key = split_task_url(location)
+    if key is None:
+        raise StoreError(f"{shown_url(url)}: name the task in the database: {shown_url(url)}#KEY")
+    return url, key
+
+
+def open_store(location: str | os.PathLike[str], *, readonly: bool = False, use_snapshot: bool = True) -> Store:
+    """`DurableStore.open` for a path; for ``postgresql://.../DB#KEY`` the task KEY of that database."""
+    if is_database_url(location):
+        assert isinstance(location, str)
+        return PostgresStore.open(*_task(location), readonly=readonly)
+    return DurableStore.open(location, readonly=readonly, use_snapshot=use_snapshot)
+
+
+def create_store(location: str | os.PathLike[str], config: Config) -> Store:
+    """`DurableStore.create` for a path; for ``postgresql://.../DB#KEY`` a new task KEY in that database."""
+    if is_database_url(location):
+        assert isinstance(location, str)
+        return PostgresStore.create(*_task(location), config)
+    return DurableStore.create(location, config)
+
+
+__all__ = ["Database", "Store", "create_store", "open_store", "PostgresStore", "StoreUnavailable", "checked_rows", "database", "event_row_line",
+           "fold_row", "is_database_url", "shown_url", "split_task_url"]

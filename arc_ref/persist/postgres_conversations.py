@@ -1,0 +1,307 @@
+"""The proxy's conversations in PostgreSQL (issue 30 item 2): any instance serves any request of any conversation.
+
+A conversation is a task of `arc_ref.persist.postgres` (its rows, its head) plus its marks in ``arc_marks``: the
+proxy's hash chain over the agent's messages (`arc_ref.frontends.proxy.chain_next`), each mark naming the task, the agent
+messages up to it (``position``), the rows then (``seq``) and the chained checksum of that row, which binds the
+mark to the rows. The index is thus in the database with the same integrity rule as the rows.
+
+One request is one transaction (`RequestTransaction`): it finds the deepest known message of the request and
+locks that conversation's head row (``SELECT ... FOR UPDATE``), so that requests of one conversation are
+serialized across every instance, never per process; it folds what other instances appended since this
+instance last saw the conversation (catching up from its rows, checked against the chain); the events and marks
+of the request are kept in memory and written with the new head and COMMIT in one pipeline at the end, before
+the reply is sent (nothing is acknowledged before it is committed). An instance killed mid-request leaves
+nothing: PostgreSQL rolls its transaction back when its connection closes, and the agent's retry finds the
+conversation as it was. Round trips per request: one to find and lock (with the rows of the conversation this
+instance expects, when it has seen it before), one to commit; one more to fold a conversation it never saw, or
+to fork.
+
+The connections are `psycopg.AsyncConnection`s (a request waiting for a conversation's lock holds no thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from typing import TYPE_CHECKING, Any, AsyncIterator, Sequence
+
+import attrs
+
+from arc_ref.machine import ArcState
+from arc_ref.persist.postgres import (
+    CONNECT_TIMEOUT_S,
+    DEFAULT_POOL_SIZE,
+    Database,
+    StoreUnavailable,
+    _psycopg,
+    _reads_as_closed,
+    checked_rows,
+    fold_row,
+    shown_url,
+    store_error,
+    unavailable,
+)
+from arc_ref.persist.store import GENESIS, StoreCorrupt, StoreError, chain
+
+if TYPE_CHECKING:
+    import psycopg
+
+FIND_AND_LOCK = """
+SELECT t.key, t.seq, t.checksum, t.position, t.head, m.position, m.seq, m.checksum, m.hash
+FROM arc_marks m JOIN arc_tasks t ON t.key = m.task
+WHERE m.hash = ANY(%s)
+ORDER BY m.position DESC, (t.position = m.position) DESC, m.added DESC
+LIMIT 1
+FOR UPDATE OF t
+"""
+"""The deepest mark among the request's hashes; of the conversations that passed it, one still there (resumed in
+place) before the latest one added; its head row locked for the transaction."""
+
+ROWS_AFTER = "SELECT seq, line, checksum FROM arc_events WHERE task = %s AND seq > %s AND seq <= %s ORDER BY seq"
+
+
+@attrs.frozen
+class Found:
+    """The deepest known mark of a request, and the head of the conversation that passed it (locked)."""
+
+    key: str
+    seq: int  # the conversation's head: rows
+    checksum: str
+    position: int  # agent messages applied
+    head: str
+    mark_position: int
+    mark_seq: int
+    mark_checksum: str
+    mark_hash: str
+
+    @property
+    def in_place(self) -> bool:
+        """The conversation is still at the mark (resume it), rather than past it (fork it there)."""
+        return self.position == self.mark_position
+
+
+@attrs.frozen
+class CachedConversation:
+    """An instance's copy of a conversation's state after row ``seq`` (checksum ``checksum``)."""
+
+    key: str
+    seq: int
+    checksum: str
+    state: ArcState
+
+
+class AsyncDatabase:
+    """A pool of autocommit `psycopg.AsyncConnection`s to one database (the proxy's request path).
+
+    As `arc_ref.persist.postgres.Database`: a pooled connection whose server went away is dropped without a round
+    trip, one that failed in use is closed; psycopg's errors become StoreUnavailable (retry) or StoreError."""
+
+    def __init__(self, url: str, pool_size: int = DEFAULT_POOL_SIZE, connect_timeout_s: int = CONNECT_TIMEOUT_S,
+                 idle_in_transaction_s: float = 3600.0) -> None:
+        self.url = url
+        self.idle_in_transaction_s = idle_in_transaction_s
+        self.shown = shown_url(url)
+        self.pool_size = pool_size
+        self.connect_timeout_s = connect_timeout_s
+        self.round_trips = 0
+        self._driver = _psycopg()
+        self._idle: list[psycopg.AsyncConnection[Any]] = []
+        self._slots = asyncio.Semaphore(pool_size)
+
+    def check_schema(self) -> None:
+        """Create or check the schema (synchronously, at start: a bad URL or another application's tables are
+        refused before the proxy listens)."""
+        sync = Database(self.url, pool_size=1, connect_timeout_s=self.connect_timeout_s)
+        try:
+            with sync.connection():
+                pass
+        finally:
+            sync.close()
+
+    async def _connect(self) -> "psycopg.AsyncConnection[Any]":
+        driver = self._driver
+        try:
+            # TCP keepalives both ways and an idle-in-transaction limit: an instance cut off from the database (a
+            # network partition) holds its conversation's lock until the server notices, ~25 s, not for ever
+            connection: "psycopg.AsyncConnection[Any]" = await driver.AsyncConnection.connect(
+                self.url, autocommit=True, connect_timeout=self.connect_timeout_s,
+                application_name=f"arc-ref proxy {os.getpid()}",  # which instance holds what (pg_stat_activity)
+                keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3,
+                options=(f"-c idle_in_transaction_session_timeout={int(self.idle_in_transaction_s * 1000)}"
+                         " -c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3"))
+            return connection
+        except driver.OperationalError as problem:
+            raise unavailable(self.url, problem) from None
+        except driver.ProgrammingError as problem:
+            raise StoreError(f"cannot use the database {self.shown}: {problem}") from None
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator["psycopg.AsyncConnection[Any]"]:
+        driver = self._driver
+        async with self._slots:
+            connection = None
+            try:
+                while connection is None:
+                    connection = self._idle.pop() if self._idle else await self._connect()
+                    if connection.closed or _reads_as_closed(connection):  # type: ignore[arg-type]
+                        await connection.close()
+                        connection = None
+                try:
+                    yield connection
+                except driver.Error as problem:
+                    raise store_error(self.url, problem) from None
+            finally:
+                if connection is not None:
+                    await self._give_back(connection)
+
+    async def _give_back(self, connection: "psycopg.AsyncConnection[Any]") -> None:
+        pq = self._driver.pq
+        status = connection.pgconn.transaction_status
+        if connection.closed or status == pq.TransactionStatus.UNKNOWN:
+            await connection.close()
+            return
+        if status != pq.TransactionStatus.IDLE:
+            try:
+                await connection.execute("ROLLBACK")
+            except self._driver.Error:
+                await connection.close()
+                return
+        self._idle.append(connection)
+
+    async def discard_idle(self) -> None:
+        """Close every idle connection (the server went away: each would fail at its next use)."""
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            await connection.close()
+
+    async def close(self) -> None:
+        await self.discard_idle()
+
+
+class RequestTransaction:
+    """One proxy request's transaction on one conversation (see the module doc). Use `AsyncDatabase.connection()`
+    and `begin`, then `fold`/`fork`/`create`, `append` and `mark` as the request goes, `commit` at the end."""
+
+    def __init__(self, db: AsyncDatabase, connection: "psycopg.AsyncConnection[Any]") -> None:
+        self.db = db
+        self.connection = connection
+        self.key = ""
+        self.seq = 0
+        self.checksum = GENESIS
+        self.position = 0
+        self.head = ""
+        self._created: tuple[str, str] | None = None  # (config line, its checksum) of a new conversation
+        self._forked_from: tuple[str, int] | None = None  # (parent key, rows copied)
+        self._rows: list[tuple[str, int, str, str]] = []
+        self._marks: list[tuple[str, str, int, int, str]] = []
+
+    async def begin(self, hashes: Sequence[str], expected: CachedConversation | None
+                    ) -> tuple[Found | None, list[tuple[int, str, str]]]:
+        """BEGIN; the deepest known mark of ``hashes`` and its conversation's head, locked; and, in the same round
+        trip, the rows of ``expected`` (the conversation this instance last saw at these hashes) after the row it
+        holds. Returns the mark (None: a new conversation) and those rows (to check against the head)."""
+        connection = self.connection
+        async with connection.pipeline():
+            await connection.execute("BEGIN")
+            found_cursor = await connection.execute(FIND_AND_LOCK, (list(hashes),))
+            rows_cursor = None
+            if expected is not None:
+                rows_cursor = await connection.execute(ROWS_AFTER + "", (expected.key, expected.seq, 2**62))
+        self.db.round_trips += 1
+        row = await found_cursor.fetchone()
+        rows = list(await rows_cursor.fetchall()) if rows_cursor is not None else []
+        if row is None:
+            return None, []
+        found = Found(*row)
+        if expected is None or expected.key != found.key:
+            rows = []
+        return found, [row for row in rows if row[0] <= found.seq]
+
+    async def rows(self, key: str, after: int, upto: int) -> list[tuple[int, str, str]]:
+        """Rows ``after`` < seq <= ``upto`` of conversation ``key`` (one round trip)."""
+        cursor = await self.connection.execute(ROWS_AFTER, (key, after, upto))
+        self.db.round_trips += 1
+        return list(await cursor.fetchall())
+
+    def resume(self, found: Found) -> None:
+        """Go on in place from the conversation's head (locked by `begin`)."""
+        if (found.mark_seq, found.mark_checksum) != (found.seq, found.checksum):
+            raise StoreCorrupt(f"{self.db.shown}#{found.key}: its head is at the mark {found.mark_hash[:12]} (agent"
+                               f" message {found.position}) but the mark names row {found.mark_seq} and the head"
+                               f" row {found.seq}")
+        self.key, self.seq, self.checksum = found.key, found.seq, found.checksum
+        self.position, self.head = found.position, found.head
+
+    def fork(self, found: Found, key: str) -> None:
+        """A new conversation ``key`` equal to ``found``'s at its mark: its rows up to there copied at commit."""
+        self._forked_from = (found.key, found.mark_seq)
+        self.key, self.seq, self.checksum = key, found.mark_seq, found.mark_checksum
+        self.position, self.head = found.mark_position, found.mark_hash
+        self.mark(found.mark_hash)
+
+    def create(self, key: str, config_line: str, first_hash: str) -> None:
+        """A new conversation ``key``: row 1 its config line, then its first mark (the system prompt and goal)."""
+        self.key = key
+        self.seq, self.checksum = 1, chain(GENESIS, 1, config_line.encode("utf-8"))
+        self._created = (config_line, self.checksum)
+        self.position, self.head = 1, first_hash
+        self.mark(first_hash)
+
+    def append(self, line: str) -> None:
+        """One event's row, kept until `commit`."""
+        self.seq += 1
+        self.checksum = chain(self.checksum, self.seq, line.encode("utf-8"))
+        self._rows.append((self.key, self.seq, line, self.checksum))
+
+    def mark(self, chain_hash: str) -> None:
+        """The agent's messages so far end at ``chain_hash`` (kept until `commit`)."""
+        self.head = chain_hash
+        self._marks.append((chain_hash, self.key, self.position, self.seq, self.checksum))
+
+    async def commit(self) -> None:
+        """The new conversation or fork, the rows, the marks, the head and COMMIT in one round trip: only after
+        it returns is anything of the request acknowledged."""
+        connection = self.connection
+        async with connection.pipeline():
+            if self._created is not None:
+                line, checksum = self._created
+                await connection.execute("INSERT INTO arc_tasks (key, seq, checksum) VALUES (%s, 1, %s)",
+                                         (self.key, checksum))
+                await connection.execute("INSERT INTO arc_events VALUES (%s, 1, %s, %s)", (self.key, line, checksum))
+            elif self._forked_from is not None:
+                parent, upto = self._forked_from
+                first = self._marks[0]
+                await connection.execute("INSERT INTO arc_tasks (key, seq, checksum) VALUES (%s, %s, %s)",
+                                         (self.key, first[3], first[4]))
+                await connection.execute("INSERT INTO arc_events SELECT %s, seq, line, checksum FROM arc_events"
+                                         " WHERE task = %s AND seq <= %s", (self.key, parent, upto))
+            if self._rows:
+                async with connection.cursor() as cursor:
+                    await cursor.executemany("INSERT INTO arc_events VALUES (%s, %s, %s, %s)", self._rows)
+            if self._marks:
+                async with connection.cursor() as cursor:
+                    await cursor.executemany("INSERT INTO arc_marks (hash, task, position, seq, checksum)"
+                                             " VALUES (%s, %s, %s, %s, %s)", self._marks)
+            await connection.execute("UPDATE arc_tasks SET seq = %s, checksum = %s, position = %s, head = %s"
+                                     " WHERE key = %s", (self.seq, self.checksum, self.position, self.head, self.key))
+            await connection.execute("COMMIT")
+        self.db.round_trips += 1
+
+    async def rollback(self) -> None:
+        await self.connection.execute("ROLLBACK")
+        self.db.round_trips += 1
+
+
+def fold_rows(state: ArcState | None, rows: Sequence[tuple[int, str, str]], where: str, after_seq: int,
+              after_checksum: str) -> tuple[ArcState, int, str]:
+    """``state`` (after row ``after_seq``) with ``rows`` folded in, each checked against the chain."""
+    seq, checksum = after_seq, after_checksum
+    for seq, line, checksum in checked_rows(rows, where, after_seq, after_checksum):
+        state, _ = fold_row(state, seq, line, where)
+    if state is None:
+        raise StoreCorrupt(f"{where} holds no rows (not even the config line)")
+    return state, seq, checksum
+
+
+__all__ = ["AsyncDatabase", "CachedConversation", "Found", "RequestTransaction", "StoreUnavailable", "fold_rows"]

@@ -1,0 +1,327 @@
+"""The real deployment's parts for the tests (issue 30): a PostgreSQL server and an HAProxy load balancer from the
+machine's Debian packages, each started in a temporary directory and stopped (its directory removed) afterwards.
+
+Where a part cannot run here, the tests that need it skip, saying why (`postgres_absent()`, `haproxy_absent()`);
+`.ci/run` installs both (`apt-get install postgresql haproxy`) and sets ``ARC_REQUIRE_POSTGRES=1``, which turns
+that skip into a failure. PostgreSQL refuses to run as root: as root the server runs as the ``postgres`` user
+(`runuser`), its directory handed to that user. The server listens on 127.0.0.1 only (no Unix socket), trusts
+local connections (a throwaway cluster), keeps PostgreSQL's durability defaults (fsync, synchronous_commit on)
+so that a kill -9 of the database tests what a deployment gets.
+
+Usable outside pytest too (`benchmarks/bench_many_proxies.py`): `PostgresServer.start()`, `Haproxy.start(...)`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator, Sequence
+
+POSTGRES_REQUIRED = "ARC_REQUIRE_POSTGRES"  # set by .ci/run: a missing PostgreSQL fails instead of skipping
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (bound to port 0, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def postgres_bin() -> Path | None:
+    """The directory of PostgreSQL's server programs (initdb, pg_ctl, postgres): Debian keeps them in
+    /usr/lib/postgresql/VERSION/bin (the newest is taken); else wherever PATH finds initdb."""
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"),
+                      key=lambda path: int(path.parent.parent.name) if path.parent.parent.name.isdigit() else 0)
+    if versions:
+        return versions[-1].parent
+    found = shutil.which("initdb")
+    return Path(found).resolve().parent if found else None
+
+
+def postgres_absent() -> str | None:
+    """Why PostgreSQL cannot run here (None when it can): no server programs, or no psycopg."""
+    if postgres_bin() is None:
+        return "PostgreSQL's server programs are not installed (Debian: apt-get install postgresql)"
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        return "psycopg is not installed (pip install 'arc-ref[postgres]')"
+    if os.geteuid() == 0 and shutil.which("runuser") is None:
+        return "running as root without runuser: PostgreSQL refuses to run as root"
+    return None
+
+
+def haproxy_absent() -> str | None:
+    if shutil.which("haproxy") is None and not Path("/usr/sbin/haproxy").exists():
+        return "HAProxy is not installed (Debian: apt-get install haproxy)"
+    return None
+
+
+def _as_postgres(command: Sequence[str]) -> list[str]:
+    """``command`` as the postgres user when this process is root (PostgreSQL refuses root)."""
+    return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else list(command)
+
+
+class PostgresServer:
+    """A throwaway PostgreSQL cluster in a temporary directory, on a free port of 127.0.0.1."""
+
+    def __init__(self, directory: Path, port: int, programs: Path) -> None:
+        self.directory = directory
+        self.data = directory / "data"
+        self.port = port
+        self.programs = programs
+        self.log = directory / "server.log"
+        self.options = ""  # pg_ctl -o: where it listens, and the extra settings
+
+    @classmethod
+    def start(cls, settings: Sequence[str] = ()) -> "PostgresServer":
+        """initdb, then pg_ctl start (waiting until it accepts connections). ``settings``: extra ``-c`` settings."""
+        programs = postgres_bin()
+        if programs is None:
+            raise RuntimeError(postgres_absent() or "no PostgreSQL")
+        directory = Path(tempfile.mkdtemp(prefix="arc-pg-"))
+        directory.chmod(0o755)  # the postgres user must reach its data directory
+        server = cls(directory, free_port(), programs)
+        try:
+            if os.geteuid() == 0:
+                shutil.chown(directory, "postgres", "postgres")
+            subprocess.run(_as_postgres([str(programs / "initdb"), "-D", str(server.data), "-U", "arc", "-A", "trust",
+                                         "-E", "UTF8", "--locale=C", "--no-sync"]),
+                           check=True, capture_output=True, text=True, timeout=180)
+            # syncfs: crash recovery syncs the file system once instead of every file (a restart after kill -9
+            # takes ~1 s instead of ~5 s here; durability is the same)
+            options = [f"-c listen_addresses=127.0.0.1 -p {server.port} -c unix_socket_directories=''",
+                       "-c max_connections=300 -c recovery_init_sync_method=syncfs",
+                       *(f"-c {setting}" for setting in settings)]
+            server.options = " ".join(options)
+            server.resume()
+        except BaseException:
+            server.remove()
+            raise
+        return server
+
+    def resume(self) -> None:
+        """Start the server on its data directory (again, after a stop or a kill: crash recovery runs)."""
+        done = subprocess.run(_as_postgres([str(self.programs / "pg_ctl"), "-D", str(self.data), "-l", str(self.log),
+                                            "-o", self.options, "-w", "-t", "120", "start"]),
+                              capture_output=True, text=True, timeout=180)
+        if done.returncode != 0:
+            raise RuntimeError(f"pg_ctl start failed ({done.returncode}): {done.stdout}{done.stderr}"
+                               f"{self.log.read_text(errors='replace')[-2000:] if self.log.exists() else ''}")
+
+    @property
+    def dsn(self) -> str:
+        return self.url("postgres")
+
+    def url(self, database: str) -> str:
+        return f"postgresql://arc@127.0.0.1:{self.port}/{database}"
+
+    def create_database(self, name: str) -> str:
+        """A new empty database; its URL."""
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True) as connection:
+            connection.execute(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+    def pids(self) -> list[int]:
+        """The postmaster's pid and its children's (every process of this server)."""
+        try:
+            postmaster = int((self.data / "postmaster.pid").read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            return []
+        found = [postmaster]
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                if int(fields[1]) == postmaster:
+                    found.append(int(entry.name))
+        return found
+
+    def kill(self) -> None:
+        """kill -9 of the database: every process of the server at once (a crash; restart with `resume`)."""
+        for pid in self.pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while any(Path(f"/proc/{pid}").exists() for pid in self.pids()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        subprocess.run(_as_postgres([str(self.programs / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w",
+                                     "stop"]), capture_output=True, text=True, timeout=120)
+
+    def remove(self) -> None:
+        self.stop()
+        self.kill()  # whatever did not stop
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def postgres_server(settings: Sequence[str] = ()) -> Iterator[PostgresServer]:
+    server = PostgresServer.start(settings)
+    try:
+        yield server
+    finally:
+        server.remove()
+
+
+HAPROXY_CONFIG = """\
+global
+    maxconn 2048
+    tune.bufsize 1048576
+
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 600s
+    timeout server 600s
+    retries 3
+    option redispatch 1
+    retry-on conn-failure empty-response
+
+frontend arc
+    bind 127.0.0.1:{port}
+    default_backend proxies
+
+backend proxies
+    balance roundrobin
+{servers}
+"""
+
+
+class Haproxy:
+    """HAProxy in front of ``backends`` (host:port), round-robin, no stickiness; TCP health checks every
+    200 ms take a dead instance out. A request the balancer could not deliver (connection refused) or whose
+    instance died before answering (empty response) is sent again to another instance (``retry-on``)."""
+
+    def __init__(self, directory: Path, port: int, process: subprocess.Popen[bytes]) -> None:
+        self.directory = directory
+        self.port = port
+        self.process = process
+
+    @classmethod
+    def start(cls, backends: Sequence[str]) -> "Haproxy":
+        directory = Path(tempfile.mkdtemp(prefix="arc-haproxy-"))
+        port = free_port()
+        servers = "\n".join(f"    server proxy{number} {address} check inter 200ms fall 1 rise 2"
+                            for number, address in enumerate(backends, start=1))
+        config = directory / "haproxy.cfg"
+        config.write_text(HAPROXY_CONFIG.format(port=port, servers=servers), encoding="utf-8")
+        check = subprocess.run(["haproxy", "-c", "-q", "-f", str(config)], capture_output=True, text=True)
+        if check.returncode != 0:
+            raise RuntimeError(f"haproxy refused its configuration: {check.stdout}{check.stderr}")
+        log = open(directory / "haproxy.log", "wb")
+        process = subprocess.Popen(["haproxy", "-db", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        balancer = cls(directory, port, process)
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            if process.poll() is not None or time.monotonic() > deadline:
+                balancer.stop()
+                raise RuntimeError(f"haproxy did not start: {(directory / 'haproxy.log').read_text()[-2000:]}")
+            time.sleep(0.02)
+        return balancer
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def haproxy(backends: Sequence[str]) -> Iterator[Haproxy]:
+    balancer = Haproxy.start(backends)
+    try:
+        yield balancer
+    finally:
+        balancer.stop()
+
+
+# --- the proxy deployment: serve-scripted upstream, arc-ref proxy instances, the balancer --------------------
+
+
+def _bin(name: str) -> str:
+    import sys
+
+    return str(Path(sys.executable).parent / name)
+
+
+class Service:
+    """A child process listening on 127.0.0.1:port (its output in ``log``)."""
+
+    def __init__(self, command: list[str], port: int, log: Path, ready_path: str) -> None:
+        self.command, self.port, self.log = command, port, log
+        self.ready_path = ready_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> "Service":
+        from tests.waiting import http_ok, wait_until
+
+        with open(self.log, "ab") as out:
+            self.process = subprocess.Popen(self.command, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            wait_until(http_ok(f"http://127.0.0.1:{self.port}{self.ready_path}"), self.process,
+                       f"{Path(self.command[0]).name} on port {self.port}")
+        except AssertionError as problem:
+            raise AssertionError(f"{problem}\n{self.log.read_text(errors='replace')[-3000:]}") from None
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def kill(self) -> None:
+        """kill -9."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def scripted_upstream(directory: Path, tokenizer: Path, latency_ms: float = 0.0, port: int | None = None,
+                      max_model_len: int = 16384) -> Service:
+    """`arc-eval serve-scripted` with the policy that recalls (arc_eval.agent.recall_then_submit)."""
+    port = port or free_port()
+    command = [_bin("arc-eval"), "serve-scripted", "--port", str(port), "--tokenizer", str(tokenizer),
+               "--max-model-len", str(max_model_len), "--model-name", "scripted", "--latency-ms", str(latency_ms),
+               "--policy", "arc_eval.agent.recall_then_submit:RecallThenSubmitPolicy"]
+    return Service(command, port, directory / f"upstream-{port}.log", "/health").start()
+
+
+def arc_proxy(directory: Path, upstream_url: str, tokenizer: Path, store: str | None, settings: dict[str, object],
+              port: int | None = None) -> Service:
+    """`arc-ref proxy` as a user starts it (``store``: a database URL, a directory, or None: memory)."""
+    port = port or free_port()
+    command = [_bin("arc-ref"), "proxy", "--upstream", upstream_url, "--tokenizer", f"hf-dir:{tokenizer}",
+               "--port", str(port), *(["--store", store] if store else []),
+               *(part for key, value in settings.items() for part in ("--set", f"{key}={value}"))]
+    return Service(command, port, directory / f"proxy-{port}.log", "/v1/models").start()

@@ -1,0 +1,181 @@
+"""The PostgreSQL store (issue 30 item 1): the SQLite store's contract on a shared database. Rows are the replay
+trace (export = the same lines a SQLite store of the same events exports), reopening is replaying, a damaged,
+edited or missing row stops the open naming it, several writers catch up instead of overwriting, the database
+down is StoreUnavailable with nothing acknowledged lost, and the counted round trips are the wire's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from arc_ref.config import preset
+from arc_ref.errors import CapacityExceeded
+from arc_ref.machine import AgentTurn, Observe
+from arc_ref.persist import DurableStore, StoreCorrupt, StoreError, StoreExists, StoreNotFound
+
+from tests.deployment import PostgresServer
+from tests.persist.test_store import CONFIG, events, folded
+
+postgres_store = pytest.importorskip("arc_ref.persist.postgres")
+psycopg = pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'arc-ref[postgres]')")
+PostgresStore = postgres_store.PostgresStore
+StoreUnavailable = postgres_store.StoreUnavailable
+
+
+def written(url: str, key: str = "task") -> "postgres_store.PostgresStore":
+    store = PostgresStore.create(url, key, CONFIG)
+    for event in events():
+        store.append(event)
+    return store
+
+
+def sql(url: str, statement: str) -> None:
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute(statement)
+
+
+def test_rows_are_the_sqlite_stores_lines_and_reopening_is_replaying(pg_url: str, tmp_path: Path) -> None:
+    store = written(pg_url)
+    with DurableStore.create(tmp_path / "task.arc", CONFIG) as sqlite_store:
+        for event in events():
+            sqlite_store.append(event)
+        sqlite_rows = [(row.seq, row.line, row.checksum) for row in sqlite_store.events()]
+    reopened = PostgresStore.open(pg_url, "task")
+    assert [(row.seq, row.line, row.checksum) for row in reopened.events()] == sqlite_rows
+    assert reopened.state == store.state == folded()
+    assert (reopened.seq, reopened.checksum) == (store.seq, store.checksum) == (len(events()) + 1, sqlite_rows[-1][2])
+    reader = PostgresStore.open(pg_url, "task", readonly=True)
+    with pytest.raises(StoreError, match="read-only"):
+        reader.append(Observe("ls", ""))
+    assert list(reader.events(3, 2)) == list(reopened.events())[2:4]
+
+
+def test_refused_events_store_nothing_and_keys_are_unique(pg_url: str) -> None:
+    store = PostgresStore.create(pg_url, "small", preset("minimal", capacity=3))
+    with pytest.raises(StoreExists):
+        PostgresStore.create(pg_url, "small", CONFIG)
+    with pytest.raises(StoreNotFound):
+        PostgresStore.open(pg_url, "absent")
+    with pytest.raises(StoreError, match="task key"):
+        PostgresStore.open(pg_url, "no spaces")
+    before = store.seq
+    with pytest.raises(CapacityExceeded):
+        for number in range(20):
+            store.append(Observe(f"cmd {number}", "x"))
+    assert store.seq == before + 3 and store.state.stored == 3
+    assert PostgresStore.open(pg_url, "small").seq == store.seq  # the refused fourth left no row
+
+
+def test_export_is_a_trace_that_replay_reproduces(pg_url: str, tmp_path: Path) -> None:
+    written(pg_url)
+    exported = subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", "export", f"{pg_url}#task"],
+                              capture_output=True, text=True, check=False)
+    if exported.returncode != 0 and "no ARC store" in exported.stderr:
+        pytest.fail(f"arc-ref export does not read postgresql:// yet: {exported.stderr}")
+    assert exported.returncode == 0, exported.stderr
+    lines = exported.stdout.splitlines()
+    assert lines == [row.line for row in PostgresStore.open(pg_url, "task").events()]
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text(exported.stdout, encoding="utf-8")
+    replayed = subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", "replay", str(trace)], capture_output=True,
+                              text=True, check=False)
+    assert replayed.returncode == 0, replayed.stderr
+
+
+def test_a_damaged_edited_or_missing_row_stops_the_open_naming_it(pg_url: str) -> None:
+    written(pg_url)
+    with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
+        sql(pg_url, "UPDATE arc_events SET line = line WHERE seq = 3")
+    sql(pg_url, "ALTER TABLE arc_events DISABLE TRIGGER arc_events_append_only")  # what a tamperer could do
+    sql(pg_url, "UPDATE arc_events SET line = replace(line, 'a.txt', 'A.txt') WHERE task = 'task' AND seq = 2")
+    with pytest.raises(StoreCorrupt, match="row 2 fails its checksum"):
+        PostgresStore.open(pg_url, "task")
+    written(pg_url, "second")
+    sql(pg_url, "DELETE FROM arc_events WHERE task = 'second' AND seq = 9")
+    with pytest.raises(StoreCorrupt, match="1 acknowledged event is missing: rows up to 9 were acknowledged"):
+        PostgresStore.open(pg_url, "second")
+    written(pg_url, "third")
+    sql(pg_url, "DELETE FROM arc_events WHERE task = 'third' AND seq = 4")
+    with pytest.raises(StoreCorrupt, match="row 4 is missing"):
+        PostgresStore.open(pg_url, "third")
+
+
+def test_writers_in_several_places_catch_up_instead_of_overwriting(pg_url: str) -> None:
+    first = PostgresStore.create(pg_url, "shared", preset("minimal", capacity=100))
+    second = PostgresStore.open(pg_url, "shared")
+    first.append(Observe("ls", "one"))
+    second.append(Observe("cat", "two"))  # folds row 2 first, then appends row 3
+    first.append(AgentTurn("again", "ls"))
+    assert first.seq == second.seq + 1 == 4
+    assert PostgresStore.open(pg_url, "shared").state == first.state
+    workers = [PostgresStore.open(pg_url, "shared") for _ in range(4)]
+
+    def append(store: "postgres_store.PostgresStore", number: int) -> None:
+        for turn in range(10):
+            store.append(Observe(f"worker {number} turn {turn}", str(turn)))
+
+    threads = [threading.Thread(target=append, args=(store, number)) for number, store in enumerate(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    final = PostgresStore.open(pg_url, "shared")
+    assert final.seq == 4 + 40  # nothing lost, nothing written twice: every row checked by the chain on open
+    actions = [row.line for row in final.events(5)]
+    assert len(set(actions)) == 40
+
+
+def test_the_database_down_is_unavailable_and_nothing_acknowledged_is_lost(postgres: PostgresServer) -> None:
+    url = postgres.create_database("arc_test_down")
+    store = written(url)
+    acknowledged = store.seq
+    postgres.kill()
+    try:
+        with pytest.raises(StoreUnavailable, match="unavailable"):
+            store.append(Observe("ls", "while down"))
+        with pytest.raises(StoreUnavailable):
+            PostgresStore.open(url, "task")
+    finally:
+        postgres.resume()
+    assert store.seq == acknowledged  # the failed append changed nothing
+    store.append(Observe("ls", "back"))
+    reopened = PostgresStore.open(url, "task")
+    assert reopened.seq == acknowledged + 1 and reopened.state == store.state
+
+
+def test_counted_round_trips_are_the_wires(pg_url: str, tmp_path: Path) -> None:
+    """The counter against libpq's own trace of the protocol: a round trip is the client sending, then waiting
+    for what the server answers (a run of front-end messages followed by back-end ones)."""
+    store = written(pg_url)
+    other = PostgresStore.open(pg_url, "task")
+    other.append(Observe("ls", "by another writer"))
+    database = store.database
+    with database.connection():
+        pass
+    connection = database._idle[-1]
+    trace = tmp_path / "libpq.trace"
+    with open(trace, "w") as handle:
+        connection.pgconn.trace(handle.fileno())
+        connection.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS | psycopg.pq.Trace.REGRESS_MODE)
+        before = database.round_trips
+        store.append(Observe("cat", "catching up first"))
+        counted = database.round_trips - before
+        connection.pgconn.untrace()
+    directions = [line.split()[0] for line in trace.read_text().splitlines() if line.strip()]
+    waits = sum(1 for earlier, later in zip(directions, directions[1:]) if earlier == "F" and later == "B")
+    assert counted == waits == 3  # lock and head; the other writer's row; rows, head and COMMIT
+
+
+def test_inspect_names_a_task_of_a_database_and_refuses_a_url_without_one(pg_url: str) -> None:
+    written(pg_url)
+    shown = subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", "inspect", f"{pg_url}#task", "--events"],
+                           capture_output=True, text=True, check=False)
+    assert shown.returncode == 0, shown.stderr
+    assert len(shown.stdout.strip().splitlines()) >= len(events()) + 1
+    missing = subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", "inspect", pg_url], capture_output=True,
+                             text=True, check=False)
+    assert missing.returncode == 2 and "#KEY" in missing.stderr and "Traceback" not in missing.stderr

@@ -1,0 +1,101 @@
+"""The proxy counts each upstream prompt as the upstream renders that request (issue 25 item 2).
+
+vLLM renders a chat request with the request's own ``chat_template_kwargs`` and none of its own: an agent that
+sends none (mini-swe-agent, the OpenAI Agents SDK) gets Qwen3's template with ``enable_thinking`` undefined, which
+writes no empty think block. The proxy counted every view with ``{"enable_thinking": false}`` (the evaluation's
+default), 4 tokens (``<think>\\n\\n</think>\\n\\n``) more than vLLM's ``usage.prompt_tokens`` on every request. The
+oracle here is transformers' own ``apply_chat_template`` over exactly what the upstream received; real vLLM is
+benchmarks/vllm_cpu/real_vllm.py's proxy check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from tests.proxy.harness import BASH_TOOL, BUDGETS, QWEN3, needs_qwen3
+
+import httpx  # noqa: E402
+
+from arc_ref.frontends.proxy import Proxy, ProxySettings, Refused  # noqa: E402
+from proofs_check.shared_data import transformers_prompt  # noqa: E402
+
+pytestmark = needs_qwen3
+
+
+def vllm_kwargs(request: dict[str, Any]) -> dict[str, Any]:
+    """vLLM 0.32's template kwargs for a request (ChatCompletionRequest.build_chat_params), written out here."""
+    kwargs = dict(request.get("chat_template_kwargs") or {})
+    effort = request.get("reasoning_effort")
+    if effort is not None:
+        kwargs["reasoning_effort"] = effort
+        kwargs.setdefault("enable_thinking", effort != "none")
+    return kwargs
+
+
+def test_each_upstream_prompt_is_counted_with_the_request_s_own_template_kwargs() -> None:
+    pytest.importorskip("transformers", reason="transformers is the independent oracle here")
+    assert QWEN3 is not None
+    sent: list[dict[str, Any]] = []
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        return httpx.Response(200, json={"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                                         "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
+                                                      "finish_reason": "stop"}],
+                                         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+
+    variants: list[dict[str, Any]] = [{}, {"chat_template_kwargs": {"enable_thinking": False}},
+                                      {"chat_template_kwargs": {"enable_thinking": True}},
+                                      {"reasoning_effort": "none"}, {"reasoning_effort": "low"}]
+    counted: list[int] = []
+    resumed: list[bool] = []
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(upstream)) as client:
+            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS), client)
+            for extra in variants:
+                messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "List."}]
+                first = await proxy.complete({"model": "m", "messages": messages, "tools": [BASH_TOOL], **extra},
+                                             None)
+                messages.append(first.completion["choices"][0]["message"])
+                messages.append({"role": "user", "content": "And again."})
+                second = await proxy.complete({"model": "m", "messages": messages, "tools": [BASH_TOOL], **extra},
+                                              None)
+                counted.extend([first.view_tokens, second.view_tokens])
+                resumed.append(second.conversation == first.conversation)
+
+    asyncio.run(scenario())
+    assert len(sent) == len(counted) == 2 * len(variants)
+    served = [transformers_prompt(QWEN3, request["messages"], request["tools"], **vllm_kwargs(request))[1]
+              for request in sent]
+    assert counted == served, list(zip(counted, served))
+    # the think block of enable_thinking false is 4 tokens: the case every agent without kwargs hit
+    assert counted[2] - counted[0] == 4 and counted[6] - counted[0] == 4 and counted[8] == counted[0]
+    assert all(resumed)  # the same kwargs: the conversation resumes in place
+
+
+def test_a_request_the_template_cannot_be_counted_for_is_refused() -> None:
+    """Another template, documents, no generation prompt: vLLM would render something else; a 400 names it."""
+    assert QWEN3 is not None
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        raise AssertionError("nothing refused reaches the upstream")
+
+    async def scenario() -> list[str]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(upstream)) as client:
+            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS), client)
+            codes = []
+            for extra in ({"chat_template": "{{ messages }}"}, {"add_generation_prompt": False},
+                          {"documents": [{"text": "d"}]}, {"chat_template_kwargs": ["x"]},
+                          {"chat_template_kwargs": {"tools": 1}}):
+                with pytest.raises(Refused) as refused:
+                    await proxy.complete({"model": "m", "messages": [{"role": "user", "content": "go"}], **extra},
+                                         None)
+                codes.append(refused.value.code)
+            return codes
+
+    assert asyncio.run(scenario()) == ["unsupported"] * 5

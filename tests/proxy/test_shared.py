@@ -1,0 +1,187 @@
+"""Many `arc-ref proxy` instances on one PostgreSQL database (issue 30 item 2), in one process: requests of one
+conversation sent round-robin to three instances give the upstream the very views one in-memory proxy gives
+(by digest), the stored ids are the same, and every instance can take any request."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from tests.proxy.harness import (
+    BASH_TOOL,
+    BUDGETS,
+    QWEN3,
+    big_log,
+    needs_qwen3,
+    serve_app,
+    serve_proxy,
+    serve_upstream,
+    task_text,
+)
+
+import httpx  # noqa: E402
+
+from arc_ref.frontends.proxy import ProxySettings, build_app  # noqa: E402
+
+pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'arc-ref[postgres]')")
+pytestmark = [needs_qwen3]
+
+
+@contextlib.contextmanager
+def serve_shared(upstream_url: str, database: str, **settings: Any) -> Iterator[str]:
+    """One proxy instance on ``database`` in a thread; its base URL."""
+    assert QWEN3 is not None
+    with serve_app(build_app(ProxySettings(upstream=upstream_url, tokenizer=f"hf-dir:{QWEN3}", overrides=BUDGETS,
+                                           database=database, **settings))) as base_url:
+        yield base_url
+
+
+def send(base_url: str, messages: list[dict[str, Any]]) -> tuple[dict[str, Any], str]:
+    """One chat request with the whole history; the reply's message and its conversation header."""
+    response = httpx.post(f"{base_url}/chat/completions", timeout=120,
+                          json={"model": "scripted", "messages": messages, "tools": [BASH_TOOL]})
+    assert response.status_code == 200, response.text
+    return response.json()["choices"][0]["message"], response.headers["x-arc-conversation"]
+
+
+def round_robin_agent(base_urls: list[str], task: str, steps: int = 10) -> tuple[str | None, list[str]]:
+    """The harness's agent loop (whole history every turn), each request to the next instance in turn: what it
+    submitted, and the conversation header of each reply."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a helpful assistant."},
+                                      {"role": "user", "content": task}]
+    conversations = []
+    for turn in range(steps):
+        message, conversation = send(base_urls[turn % len(base_urls)], messages)
+        conversations.append(conversation)
+        messages.append(message)
+        for call in message.get("tool_calls") or ():
+            command = json.loads(call["function"]["arguments"])["command"]
+            output = subprocess.run(command, shell=True, capture_output=True, text=True, check=False).stdout
+            if output.startswith("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"):
+                return output.split("\n", 1)[1], conversations
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
+    return None, conversations
+
+
+def rounds(base_url: str) -> list[dict[str, Any]]:
+    return httpx.get(base_url.removesuffix("/v1") + "/arc/rounds").json()  # type: ignore[no-any-return]
+
+
+def test_three_instances_round_robin_show_the_upstream_what_one_process_shows(pg_url: str, tmp_path: Path) -> None:
+    log = tmp_path / "big.log"
+    big_log(log)
+    with serve_upstream() as (_, upstream_url), serve_proxy(upstream_url) as single:
+        submitted_alone, _ = round_robin_agent([single], task_text(log))
+        alone = [record["view_digest"] for record in rounds(single)]
+    with serve_upstream() as (_, upstream_url), contextlib.ExitStack() as stack:
+        instances = [stack.enter_context(serve_shared(upstream_url, pg_url)) for _ in range(3)]
+        submitted, conversations = round_robin_agent(instances, task_text(log))
+        served = [rounds(instance) for instance in instances]
+        records = [record for of_one in served for record in of_one]
+    print([len(of_one) for of_one in served], [(r["seq"], r["hidden"]) for r in records])
+    assert sum(1 for of_one in served if of_one) >= 2  # the conversation moved between instances
+    assert submitted == submitted_alone == "NEEDLE_KEY=violet-42\n"
+    assert len(set(conversations)) == 1  # one conversation, whichever instance answered
+    assert {record["conversation"] for record in records} == set(conversations)
+    shared = [record["view_digest"] for record in sorted(records, key=lambda record: record["seq"])]
+    assert shared == alone and len(alone) >= 4  # every upstream view, in order, identical by digest
+    assert any(record["hidden"] for record in records)
+
+
+def chatty_agent(base_urls: list[str], task: str, turns: int) -> list[str]:
+    """A conversation of ``turns`` requests that never ends on its own: each reply is kept, its tool calls
+    answered "ok", and a user message asks to go on; request n goes to instance n mod len(base_urls)."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a helpful assistant."},
+                                      {"role": "user", "content": task}]
+    conversations = []
+    for turn in range(turns):
+        message, conversation = send(base_urls[turn % len(base_urls)], messages)
+        conversations.append(conversation)
+        messages.append(message)
+        for call in message.get("tool_calls") or ():
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": f"ok {turn}\n" * 40})
+        messages.append({"role": "user", "content": f"go on ({turn})"})
+    return conversations
+
+
+def test_an_instance_catches_up_on_what_the_others_appended(pg_url: str, tmp_path: Path) -> None:
+    log = tmp_path / "big.log"
+    big_log(log)
+    with serve_upstream() as (_, upstream_url), serve_proxy(upstream_url) as single:
+        chatty_agent([single], task_text(log), 9)
+        alone = [record["view_digest"] for record in rounds(single)]
+    with serve_upstream() as (_, upstream_url), contextlib.ExitStack() as stack:
+        instances = [stack.enter_context(serve_shared(upstream_url, pg_url, cache_conversations=4))
+                     for _ in range(3)]
+        conversations = chatty_agent(instances, task_text(log), 9)
+        served = [rounds(instance) for instance in instances]
+    records = sorted((record for of_one in served for record in of_one), key=lambda record: record["seq"])
+    assert len(set(conversations)) == 1 and all(len(of_one) >= 3 for of_one in served)
+    assert [record["view_digest"] for record in records] == alone
+
+
+def test_the_database_down_is_a_503_and_the_instance_serves_again_when_it_is_back(postgres: Any,
+                                                                                   tmp_path: Path) -> None:
+    """No retry inside the proxy (store_retry_s=0): the agent sees 503 store_unavailable while the database is
+    down; nothing it had acknowledged is lost; once the database is back the same instance answers again, and
+    the conversation goes on with the ids one process gives."""
+    database = postgres.create_database("arc_test_shared_down")
+    log = tmp_path / "big.log"
+    big_log(log)
+    with serve_upstream() as (_, upstream_url), serve_proxy(upstream_url) as single:
+        chatty_agent([single], task_text(log), 4)
+        alone = [record["view_digest"] for record in rounds(single)]
+    with serve_upstream() as (_, upstream_url), serve_shared(upstream_url, database, store_retry_s=0.0) as instance:
+        chatty_agent([instance], task_text(log), 2)
+        postgres.kill()
+        try:
+            refused = httpx.post(f"{instance}/chat/completions", timeout=60, json={
+                "model": "scripted", "tools": [BASH_TOOL],
+                "messages": [{"role": "system", "content": "You are a helpful assistant."},
+                             {"role": "user", "content": task_text(log)}]})
+        finally:
+            postgres.resume()
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error"]["type"] == "store_unavailable"
+        shared = [record["view_digest"] for record in rounds(instance) if record["status"] == 200]
+        back = httpx.post(f"{instance}/chat/completions", timeout=60, json={  # the same instance, the database back
+            "model": "scripted", "messages": [{"role": "user", "content": "another task"}]})
+        assert back.status_code == 200, back.text
+    with serve_upstream() as (_, upstream_url), serve_shared(upstream_url, database) as again:
+        # the agent's conversation, resent from its start on an instance that never saw it: found in the database
+        # (forked at its start, since it had moved on), the views one process gives, and on from there
+        chatty_agent([again], task_text(log), 4)
+        later = [record["view_digest"] for record in rounds(again)]
+    assert shared == alone[:len(shared)] and len(shared) >= 2
+    assert later == alone
+
+
+def test_one_request_sent_to_two_instances_at_once_is_serialized_by_the_database(pg_url: str, tmp_path: Path
+                                                                                 ) -> None:
+    """The same request (a client's retry, say) reaching two instances at once: the conversation's row lock makes
+    the second wait for the first and then fork, as one process does; neither fails, nothing is written twice."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    log = tmp_path / "big.log"
+    big_log(log)
+    with serve_upstream(latency_ms=400) as (_, upstream_url), contextlib.ExitStack() as stack:
+        instances = [stack.enter_context(serve_shared(upstream_url, pg_url)) for _ in range(2)]
+        messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a helpful assistant."},
+                                          {"role": "user", "content": task_text(log)}]
+        first, _ = send(instances[0], messages)
+        messages.append(first)
+        for call in first.get("tool_calls") or ():
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": "some output\n" * 30})
+        with ThreadPoolExecutor(2) as pool:
+            replies = list(pool.map(lambda url: send(url, messages), instances))
+    keys = {key for _, key in replies}
+    assert len(keys) == 2  # one went on in place, the other forked after waiting for it
+    from arc_ref.persist.postgres import PostgresStore
+
+    states = [PostgresStore.open(pg_url, key, readonly=True).state for key in keys]
+    assert states[0].records == states[1].records  # the same stored output under the same id in both
