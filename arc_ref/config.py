@@ -15,13 +15,14 @@ import attrs
 from attrs import field, frozen
 
 from arc_ref import render
-from arc_ref.chat import DEFAULT_CHAT_FORMAT, ChatFormat, get_chat_format
+from arc_ref.chat import DEFAULT_CHAT_FORMAT, ChatFormat, get_chat_format, parse_template_kwargs
 from arc_ref.counting import Part, joined_tokens
 from arc_ref.errors import ConfigError
 from arc_ref.escape import ShownForm, control_strings
 from arc_ref.ids import IdScheme
 from arc_ref.json_limits import MAX_NESTING, nesting, value_nesting
 from arc_ref.message import Context, Message, ToolCall, ToolSpec
+from arc_ref.openai_wire import TOOL_SHAPE, ShapeError, read_tool
 from arc_ref.text import ELLIPSIS, shown_signature
 from arc_ref.tokenizers import HF_DIR_PREFIX, HuggingFaceTokenizer, Tokenizer, get_tokenizer
 from arc_ref.tools import ARC_TOOL_NAMES, ARC_TOOLS
@@ -199,11 +200,10 @@ def parse_tools(value: Any) -> tuple[ToolSpec, ...]:
     elif isinstance(value, list):
         parsed = []
         for number, item in enumerate(value, start=1):
-            function = item.get("function") if isinstance(item, dict) and item.get("type") == "function" else None
-            if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-                raise ConfigError(
-                    f"config key 'tools': tool {number} must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}"
-                )
+            try:
+                function = read_tool(item, number - 1)
+            except ShapeError:
+                raise ConfigError(f"config key 'tools': tool {number} must be {TOOL_SHAPE}") from None
             unknown = sorted(set(function) - {"name", "description", "parameters"})
             if unknown:
                 raise ConfigError(f"config key 'tools': tool {number} has unknown function key(s) {', '.join(unknown)}")
@@ -242,25 +242,6 @@ def _check_parameters_nesting(number: int, depth: int) -> None:
     if depth > TOOL_PARAMETERS_NESTING:
         raise ConfigError(f"config key 'tools': tool {number}'s parameters are nested {depth} levels deep (at most"
                           f" {TOOL_PARAMETERS_NESTING}, so that the config line nests at most {MAX_NESTING})")
-
-
-def parse_template_kwargs(value: Any) -> tuple[tuple[str, Any], ...]:
-    """The ``template_kwargs`` override: a JSON object of scalars (the request's ``chat_template_kwargs``)."""
-    if isinstance(value, tuple):
-        items = list(value)
-    elif isinstance(value, dict):
-        items = list(value.items())
-    else:
-        raise ConfigError(f"config key 'template_kwargs' must be an object, got {json.dumps(value)[:40]}")
-    for item in items:
-        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
-            raise ConfigError("config key 'template_kwargs' must map names to values")
-        key, scalar = item
-        if scalar is not None and not isinstance(scalar, (str, int, float, bool)):
-            raise ConfigError(f"config key 'template_kwargs': {key!r} must be a string, number, boolean or null")
-        if key in ("messages", "tools", "documents", "add_generation_prompt", "chat_template", "tokenize"):
-            raise ConfigError(f"config key 'template_kwargs': {key!r} is set by the request itself")
-    return tuple(items)
 
 
 def config_json(config: Config) -> dict[str, Any]:

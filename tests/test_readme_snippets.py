@@ -73,7 +73,7 @@ HOW: dict[str, str] = {
     "python benchmarks/bench_many_proxies.py": "help",
     "arc-eval bench": "tests/eval/test_runner_cli.py",
     # "Running several proxies": the deployment test starts the same processes (other ports, a throwaway database)
-    "pip install 'arc-ref[proxy,postgres]'": DEPLOYMENT,
+    "pip install -e '.[proxy,postgres]'": "tests/test_readme.py::test_every_pip_install_of_the_readme_installs_this_checkout",
     "createdb -h db-host -U arc arc": DEPLOYMENT,
     **{f"arc-ref proxy --upstream http://localhost:8000/v1 --tokenizer hf-dir:/models/Qwen3-8B --port {port} --store"
        " postgresql://arc@db-host:5432/arc": DEPLOYMENT for port in (8101, 8102, 8103)},

@@ -37,21 +37,17 @@ import argparse
 import asyncio
 import hashlib
 import json
-import socket
-import sys
 import time
 import uuid
 from collections import deque
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import attrs
 import httpx
 
-from arc_ref.config import Config, parse_tools, preset
+from arc_ref.config import Config, preset
 from arc_ref.errors import ArcError
-from arc_ref.frontends.exit_status import OK, USAGE
-from arc_ref.json_limits import nesting_problem
 from arc_ref.machine import (
     ArcState,
     Event,
@@ -65,8 +61,12 @@ from arc_ref.machine import (
     view,
 )
 from arc_ref.message import ToolCall
+from arc_ref.openai_wire import TOOL_SHAPE, ShapeError, arguments_text, content_parts, error_body, read_tool, \
+    read_tool_call
 from arc_ref.persist import DurableStore, StoreError
-from arc_ref.persist.postgres import is_database_url, shown_url
+from arc_ref.persist.marks import ConversationIndex, IndexMark, MarkFile
+from arc_ref.persist.postgres import is_database_url
+from arc_ref.serving import listening_socket
 from arc_ref.session import TOOL_MODE_SYSTEM
 from arc_ref.templates import request_template_kwargs
 from arc_ref.tools import ARC_TOOL_NAMES, DEFAULT_MAX_HIDDEN_ROUNDS
@@ -85,7 +85,7 @@ KEEPALIVE_S = 5.0
 ROUND_LOG_SIZE = 10_000
 
 
-class Refused(Exception):
+class Refused(ArcError):
     """A request ARC refuses deterministically: answered with HTTP 400 and a typed body, never retried."""
 
     def __init__(self, code: str, message: str, budget: Mapping[str, int] | None = None) -> None:
@@ -94,17 +94,20 @@ class Refused(Exception):
         self.budget = dict(budget or {})
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"type": "arc_refused", "code": self.code, "message": str(self), "param": None,
-                          "budget": self.budget}}
+        return error_body(str(self), "arc_refused", self.code, budget=self.budget)
 
 
 @attrs.define
-class UpstreamError(Exception):
-    """An upstream answer that is not a completion: passed back to the agent unchanged."""
+class UpstreamError(ArcError):
+    """An upstream answer that is not a completion: passed back to the agent unchanged (under its own status)."""
 
     status: int
     body: bytes
     content_type: str
+    code = "upstream"
+
+    def __attrs_post_init__(self) -> None:
+        self.http_status_hint = self.status
 
 
 # --- canonical messages and the hash chain ---------------------------------------------------------------
@@ -113,18 +116,12 @@ class UpstreamError(Exception):
 def _text(content: Any, where: str) -> str:
     """A message's text: a string, null, or a list of text parts (joined with newlines, as vLLM does); anything
     else is refused."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise Refused("unsupported_content", f"{where}: only text content is supported (text parts)")
-            texts.append(part["text"])
-        return "\n".join(texts)  # as vLLM joins text parts
-    raise Refused("bad_message", f"{where}: content must be a string or a list of text parts")
+    try:
+        return "\n".join(content_parts(content))  # as vLLM joins text parts
+    except ShapeError as bad:
+        if bad.rule == "part":
+            raise Refused("unsupported_content", f"{where}: only text content is supported (text parts)") from None
+        raise Refused("bad_message", f"{where}: content must be a string or a list of text parts") from None
 
 
 def _arguments(text: str) -> str:
@@ -138,16 +135,13 @@ def _arguments(text: str) -> str:
 def _calls(message: Mapping[str, Any], where: str) -> tuple[ToolCall, ...]:
     calls = []
     for number, call in enumerate(message.get("tool_calls") or (), start=1):
-        function = call.get("function") if isinstance(call, Mapping) else None
-        if not isinstance(function, Mapping) or not isinstance(call.get("id"), str) \
-                or not isinstance(function.get("name"), str):
+        try:
+            read = read_tool_call(call, number - 1)
+        except ShapeError:
+            read = None
+        if read is None or not isinstance(read.call_id, str) or not isinstance(read.name, str):
             raise Refused("bad_message", f"{where}: tool call {number} must have an id and a function name")
-        arguments = function.get("arguments")
-        if arguments is None:
-            arguments = ""
-        if not isinstance(arguments, str):
-            arguments = json.dumps(arguments)
-        calls.append(ToolCall(call["id"], function["name"], arguments))
+        calls.append(ToolCall(read.call_id, read.name, arguments_text(read.arguments)))
     return tuple(calls)
 
 
@@ -217,9 +211,10 @@ def agent_tools(tools: Any) -> list[dict[str, Any]]:
         raise Refused("bad_tools", "tools must be a list of OpenAI function tools")
     kept = []
     for number, tool in enumerate(tools, start=1):
-        function = tool.get("function") if isinstance(tool, Mapping) and tool.get("type") == "function" else None
-        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
-            raise Refused("bad_tools", f"tool {number} must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}")
+        try:
+            function = read_tool(tool, number - 1)
+        except ShapeError:
+            raise Refused("bad_tools", f"tool {number} must be {TOOL_SHAPE}") from None
         if function["name"] in ARC_TOOL_NAMES:
             raise Refused("bad_tools", f"tool {number} is named {function['name']!r}, the name of one of ARC's tools")
         kept.append({"type": "function", "function": {key: function[key] for key in ("name", "description",
@@ -254,6 +249,7 @@ class Conversation:
     seq: int = 1  # rows: the config row and one per event
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
     last_reply: dict[str, Any] | None = None
+    index: ConversationIndex | None = None  # its marks beside its store (arc_ref.persist.marks), when durable
 
     def apply(self, event: Event) -> Output:
         """One event through the core (machine.step), committed first when durable."""
@@ -268,9 +264,8 @@ class Conversation:
     def mark(self, chain_hash: str) -> Mark:
         mark = Mark(self.position, self.seq, self.state, chain_hash)
         self.head = chain_hash
-        if self.directory is not None:
-            with open(self.directory / "marks.jsonl", "a", encoding="utf-8") as marks:
-                marks.write(json.dumps({"hash": chain_hash, "position": self.position, "seq": self.seq}) + "\n")
+        if self.index is not None and self.store is not None:
+            self.index.append(IndexMark(chain_hash, self.position, self.seq, self.store.checksum))
         return mark
 
 
@@ -316,24 +311,19 @@ class Conversations:
         self._lock = asyncio.Lock()
         if settings.store is not None:
             settings.store.mkdir(parents=True, exist_ok=True)
-            for directory in sorted(path for path in settings.store.iterdir() if (path / "marks.jsonl").exists()):
+            for directory in sorted(path for path in settings.store.iterdir() if MarkFile.holds_index(path)):
                 self._reopen(directory)
 
     def _reopen(self, directory: Path) -> None:
         """A conversation of a previous run: its store reopened (the fold of its events), its marks read back."""
         store = DurableStore.open(directory / "task.arc")
-        conversation = Conversation(directory.name, store.state, store, directory, seq=store.seq)
+        index, marks = MarkFile.open(directory, store.seq, ((row.seq, row.checksum) for row in store.events()))
+        conversation = Conversation(directory.name, store.state, store, directory, seq=store.seq, index=index)
         last: Mark | None = None
-        for line in (directory / "marks.jsonl").read_text(encoding="utf-8").splitlines():
-            try:
-                item = json.loads(line)
-            except ValueError:
-                break  # a mark cut by a crash: the marks before it stand
-            if item["seq"] > store.seq:
-                break
-            mark = Mark(item["position"], item["seq"], None, item["hash"])
-            self.add(item["hash"], conversation, mark)
-            conversation.position, conversation.head = mark.position, item["hash"]
+        for item in marks:  # checked (StoreCorrupt names a damaged line); a line cut by a crash is dropped
+            mark = Mark(item.position, item.seq, None, item.chain_hash)
+            self.add(item.chain_hash, conversation, mark)
+            conversation.position, conversation.head = mark.position, item.chain_hash
             last = mark
         if last is not None and last.seq != store.seq:  # events stored after the last mark (a crash mid-request):
             conversation.position = -1  # never resumed in place: a request forks at its mark instead
@@ -369,8 +359,8 @@ class Conversations:
             directory.mkdir()
             store = DurableStore.create(directory / "task.arc", config)
             store.append_many(events)
-            conversation = Conversation(key, store.state, store, directory, seq=store.seq)
-            (directory / "marks.jsonl").touch()
+            conversation = Conversation(key, store.state, store, directory, seq=store.seq,
+                                        index=MarkFile.create(directory))
         self.by_key[key] = conversation
         return conversation
 
@@ -493,6 +483,8 @@ class Proxy:
             config = await asyncio.to_thread(self._config, system, goal, tools, template_kwargs)
             try:
                 conversation = await asyncio.to_thread(self.conversations.new, config)
+            except StoreError:
+                raise
             except ArcError as problem:  # K > L for this system prompt and goal, most often
                 raise Refused("configuration", f"ARC cannot hold this conversation: {problem}") from None
             conversation.position = 1  # the system prompt and the goal are its prefix F
@@ -558,11 +550,10 @@ class Proxy:
     async def _apply(self, conversation: Conversation, event: Event) -> Output:
         try:
             return await asyncio.to_thread(conversation.apply, event)
-        except ArcError as problem:
-            raise Refused(_code(problem), f"ARC refused the conversation: {problem}",
-                          _budget(conversation.state)) from None
         except StoreError as problem:
-            raise Refused("store", f"the conversation's store failed: {problem}") from None
+            raise Refused(StoreError.code, f"the conversation's store failed: {problem}") from None
+        except ArcError as problem:
+            raise Refused(problem.code, f"ARC refused the conversation: {problem}", _budget(conversation.state)) from None
 
     async def _upstream(self, conversation: Conversation, messages: list[dict[str, Any]],
                         tools: list[dict[str, Any]], body: dict[str, Any], tokens: int, hidden: bool) -> dict[str, Any]:
@@ -586,8 +577,7 @@ class Proxy:
         except httpx.HTTPError as problem:
             self.rounds.append(RoundRecord(conversation.key, hidden, tokens, state.setup.budget, state.setup.limit,
                                            max_tokens, 502, None))
-            body_text = json.dumps({"error": {"message": f"the upstream did not answer: {problem!r}",
-                                              "type": "upstream_unreachable", "code": 502}})
+            body_text = json.dumps(error_body(f"the upstream did not answer: {problem!r}", "upstream_unreachable", 502))
             raise UpstreamError(502, body_text.encode("utf-8"), "application/json") from None
         record = RoundRecord(conversation.key, hidden, tokens, state.setup.budget, state.setup.limit, max_tokens,
                              response.status_code, None, bool(body.get("stream")), view_digest(messages, tools),
@@ -608,12 +598,6 @@ class Proxy:
 def view_digest(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
     """What the upstream was shown, as one digest: runs of the same requests compare by it (issue 30)."""
     return _digest(json.dumps({"messages": messages, "tools": tools}, sort_keys=True, ensure_ascii=False))
-
-
-def _code(problem: ArcError) -> str:
-    name = type(problem).__name__
-    return {"CapacityExceeded": "capacity", "ConfigError": "configuration",
-            "BudgetViolation": "budget"}.get(name, "invalid_event")
 
 
 # --- streaming -------------------------------------------------------------------------------------------
@@ -644,112 +628,7 @@ def sse_chunks(completion: Mapping[str, Any], include_usage: bool) -> list[str]:
     return events
 
 
-# --- the HTTP server -------------------------------------------------------------------------------------
-
-
-def build_app(settings: ProxySettings) -> Any:
-    """The Starlette application of the proxy (its httpx client opened and closed with the app)."""
-    import contextlib
-
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response, StreamingResponse
-    from starlette.routing import Route
-
-    holder: dict[str, Proxy] = {}
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
-        async with httpx.AsyncClient(limits=limits, timeout=settings.timeout_s) as client:
-            if settings.database is not None:  # many instances on one database (issue 30)
-                from arc_ref.frontends.proxy_shared import SharedProxy
-
-                holder["proxy"] = SharedProxy(settings, client)
-            else:
-                holder["proxy"] = Proxy(settings, client)
-            app.state.proxy = holder["proxy"]
-            try:
-                yield
-            finally:
-                await holder["proxy"].close()
-
-    def headers(reply: Reply) -> dict[str, str]:
-        return {"x-arc-hidden-rounds": str(reply.hidden_rounds), "x-arc-view-tokens": str(reply.view_tokens),
-                "x-arc-conversation": reply.conversation}
-
-    def failure(problem: Exception) -> Response:
-        if isinstance(problem, Refused):
-            return JSONResponse(problem.body(), status_code=400)
-        assert isinstance(problem, UpstreamError)
-        return Response(problem.body, status_code=problem.status, media_type=problem.content_type)
-
-    async def chat(request: Request) -> Response:
-        proxy = holder["proxy"]
-        raw = await request.body()
-        too_deep = nesting_problem(raw)  # before json.loads, which recurses (spec/trace.md section 2)
-        if too_deep is not None:
-            return JSONResponse(Refused("bad_request", f"the body is JSON {too_deep}").body(), status_code=400)
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            return JSONResponse(Refused("bad_request", "the body is not JSON").body(), status_code=400)
-        if not isinstance(body, dict):
-            return JSONResponse(Refused("bad_request", "the body must be a JSON object").body(), status_code=400)
-        metadata = body.get("metadata")
-        explicit = request.headers.get(CONVERSATION_HEADER)
-        if explicit is None and isinstance(metadata, Mapping) and isinstance(metadata.get("conversation_id"), str):
-            explicit = metadata["conversation_id"]
-        task = asyncio.ensure_future(proxy.complete(body, explicit))
-        if not body.get("stream"):
-            try:
-                reply = await task
-            except (Refused, UpstreamError) as problem:
-                return failure(problem)
-            return JSONResponse(reply.completion, headers=headers(reply))
-        options = body.get("stream_options")
-        include_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
-        done, _ = await asyncio.wait({task}, timeout=settings.keepalive_s)
-        if done:  # answered before the first keepalive: a plain status is still possible
-            try:
-                reply = task.result()
-            except (Refused, UpstreamError) as problem:
-                return failure(problem)
-            return StreamingResponse(iter(sse_chunks(reply.completion, include_usage)),
-                                     media_type="text/event-stream", headers=headers(reply))
-
-        async def events() -> AsyncIterator[str]:
-            while not task.done():
-                yield ": keepalive\n\n"
-                await asyncio.wait({task}, timeout=settings.keepalive_s)
-            try:
-                reply = task.result()
-            except Refused as problem:
-                yield f"data: {json.dumps(problem.body())}\n\n"
-                return
-            except UpstreamError as problem:
-                error = {"error": {"message": problem.body.decode("utf-8", "replace"), "type": "upstream_error",
-                                   "code": problem.status}}
-                yield f"data: {json.dumps(error)}\n\n"
-                return
-            for event in sse_chunks(reply.completion, include_usage):
-                yield event
-
-        return StreamingResponse(events(), media_type="text/event-stream")
-
-    async def models(request: Request) -> Response:
-        response = await holder["proxy"].client.get(f"{settings.upstream}/models")
-        return Response(response.content, status_code=response.status_code,
-                        media_type=response.headers.get("content-type", "application/json"))
-
-    async def rounds(request: Request) -> Response:
-        return JSONResponse([attrs.asdict(record) for record in holder["proxy"].rounds])
-
-    return Starlette(routes=[
-        Route("/v1/chat/completions", chat, methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/arc/rounds", rounds, methods=["GET"]),
-    ], lifespan=lifespan)
+# --- the settings of `arc-ref proxy` (its HTTP server: arc_ref.frontends.proxy_app) -------------------------
 
 
 def settings_from(arguments: argparse.Namespace, parse_setting: Callable[[str], tuple[str, object]]) -> ProxySettings:
@@ -773,51 +652,5 @@ def settings_from(arguments: argparse.Namespace, parse_setting: Callable[[str], 
     return settings
 
 
-def listening_socket(host: str, port: int) -> socket.socket:
-    """A bound TCP socket for uvicorn, made with IPPROTO_TCP named so that asyncio sets TCP_NODELAY on its
-    connections (without it Nagle's algorithm and delayed ACKs add ~40 ms to a small answer)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((host, port))
-    except OSError:
-        listener.close()
-        raise
-    listener.set_inheritable(True)
-    return listener
-
-
-def serve(arguments: argparse.Namespace, parse_setting: Callable[[str], tuple[str, object]]) -> int:
-    """`arc-ref proxy`: serve until interrupted."""
-    import uvicorn
-
-    try:
-        settings = settings_from(arguments, parse_setting)
-    except (ValueError, ArcError) as problem:
-        print(f"arc-ref proxy: {problem}", file=sys.stderr)
-        return USAGE.code
-    if settings.database is not None:  # reachable, and an ARC database (its schema created when empty)
-        from arc_ref.persist.postgres_conversations import AsyncDatabase
-
-        try:
-            AsyncDatabase(settings.database).check_schema()
-        except StoreError as problem:
-            print(f"arc-ref proxy: --store: {problem}", file=sys.stderr)
-            return USAGE.code
-    try:
-        listener = listening_socket(arguments.host, arguments.port)
-    except OSError as problem:
-        print(f"arc-ref proxy: cannot listen on {arguments.host}:{arguments.port}: {problem.strerror or problem}",
-              file=sys.stderr)
-        return USAGE.code
-    print(f"arc-ref proxy: http://{arguments.host}:{arguments.port}/v1 -> {settings.upstream}"
-          f" (store: {settings.store or (shown_url(settings.database) if settings.database else 'memory')})",
-          flush=True)
-    server = uvicorn.Server(uvicorn.Config(build_app(settings), log_level="warning", access_log=False))
-    asyncio.run(server.serve(sockets=[listener]))
-    return OK.code
-
-
 __all__ = ["ARC_NOTE", "AgentMessage", "Conversations", "Proxy", "ProxySettings", "Refused", "agent_message",
-           "build_app", "chain_next", "chain_root", "listening_socket", "serve", "sse_chunks"]
+           "chain_next", "chain_root", "listening_socket", "settings_from", "sse_chunks"]
