@@ -23,9 +23,9 @@ from arc_ref.frontends import exit_status
 from arc_ref.errors import ArcError
 from arc_ref.frontends.exit_status import MAX_LINE_BYTES as MAX_LINE_BYTES
 from arc_ref.frontends.exit_status import CommandFailed
+from arc_ref.frontends.proxy_options import add_proxy_flags, proxy_options
 from arc_ref.frontends.streams import silence_stdout
 from arc_ref.options import OneLineParser, once_each, undecodable_argument, unique_settings
-from arc_ref.tools import DEFAULT_MAX_HIDDEN_ROUNDS
 from arc_ref.trace import TraceError, encode, replay_text, strict_json
 
 # The exit statuses' numbers, from the one table (arc_ref.frontends.exit_status)
@@ -201,7 +201,11 @@ def _proxy(arguments: argparse.Namespace) -> int:
         from arc_ref.frontends.proxy_app import serve
     except ImportError as missing:
         raise CommandFailed(exit_status.USAGE, f"arc-ref proxy needs the extra 'proxy' (pip install 'arc-ref[proxy]'): {missing}")
-    return serve(arguments, _parse_setting)
+    try:
+        options = proxy_options(arguments)
+    except ArcError as refused:
+        raise CommandFailed(exit_status.USAGE, f"arc-ref proxy: {refused}") from None
+    return serve(options, _parse_setting)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -226,19 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "proxy", help="ARC in front of an agent: an OpenAI-compatible /v1/chat/completions proxy",
         description="Serve /v1/chat/completions: each conversation kept by ARC, the upstream sent ARC's view"
                     " (K <= L in the served model's tokens), every tool output recoverable by id (arc_ref.frontends.proxy).")
-    proxy_parser.add_argument("--upstream", required=True, help="the served model's base URL, e.g. http://host:8000/v1")
-    proxy_parser.add_argument("--tokenizer", required=True,
-                              help="hf-dir:DIR of the served model (its tokenizer and chat template)")
-    proxy_parser.add_argument("--store", default=None,
-                              help="a directory (every conversation a durable store there), or postgresql://...:"
-                                   " one database shared by any number of proxy instances")
-    proxy_parser.add_argument("--host", default="127.0.0.1")
-    proxy_parser.add_argument("--port", type=int, default=8100)
-    proxy_parser.add_argument("--preset", default="paper", choices=sorted(PRESETS))
-    proxy_parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    proxy_parser.add_argument("--max-hidden-rounds", type=int, default=DEFAULT_MAX_HIDDEN_ROUNDS,
-                              help="upstream calls answered by ARC alone before the reply goes back (default"
-                                   f" {DEFAULT_MAX_HIDDEN_ROUNDS})")
+    add_proxy_flags(proxy_parser)
     unreadable = undecodable_argument(sys.argv[1:] if argv is None else argv)
     if unreadable is not None:  # before anything prints it (a UnicodeEncodeError otherwise)
         _say(f"arc-ref: {unreadable}")

@@ -6,7 +6,6 @@ Apart from `arc_ref.frontends.proxy` so that neither proxy module imports the ot
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
@@ -15,23 +14,62 @@ from typing import Any, AsyncIterator, Callable, Mapping
 import attrs
 import httpx
 
-from arc_ref.errors import ArcError
 from arc_ref.frontends.exit_status import OK, USAGE
 from arc_ref.frontends.proxy import (
     CONVERSATION_HEADER,
+    UPSTREAM_HEADERS,
+    Failed,
     Proxy,
     ProxySettings,
     Refused,
     Reply,
     UpstreamError,
+    StartRefused,
+    prepare,
     settings_from,
     sse_chunks,
+    upstream_headers,
 )
+from arc_ref.frontends.proxy_options import ProxyOptions
 from arc_ref.json_limits import nesting_problem
 from arc_ref.openai_wire import error_body
 from arc_ref.persist import StoreError
 from arc_ref.persist.postgres import shown_url
 from arc_ref.serving import listening_socket
+
+
+LARGE_BODY_BYTES = 256 * 2**10  # a body above this is decoded in a worker thread
+
+
+def decode_body(raw: bytes) -> dict[str, Any]:
+    """The body's JSON object; Refused when it is not JSON, not an object, or nested deeper than the decoder
+    reads (checked before json.loads, which recurses: spec/trace.md section 2)."""
+    too_deep = nesting_problem(raw)
+    if too_deep is not None:
+        raise Refused("bad_request", f"the body is JSON {too_deep}")
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise Refused("bad_request", "the body is not JSON") from None
+    if not isinstance(body, dict):
+        raise Refused("bad_request", "the body must be a JSON object")
+    return body
+
+
+def error_event(problem: Exception) -> str:
+    """The SSE event of a failure met after the stream began (its status cannot change any more): the typed
+    body of a refusal or failure, the upstream's own error body when it is one."""
+    if isinstance(problem, (Refused, Failed)):
+        body = problem.body()
+    else:
+        assert isinstance(problem, UpstreamError)
+        try:
+            body = json.loads(problem.body)
+            if not isinstance(body, dict) or "error" not in body:
+                raise ValueError
+        except (ValueError, RecursionError):
+            body = error_body(problem.body.decode("utf-8", "replace")[:2000], "upstream_error", problem.status)
+    return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
 
 def build_app(settings: ProxySettings) -> Any:
@@ -68,30 +106,46 @@ def build_app(settings: ProxySettings) -> Any:
     def failure(problem: Exception) -> Response:
         if isinstance(problem, Refused):
             return JSONResponse(problem.body(), status_code=problem.http_status_hint)
+        if isinstance(problem, Failed):
+            extra = {"retry-after": str(problem.retry_after)} if problem.retry_after is not None else None
+            return JSONResponse(problem.body(), status_code=problem.status, headers=extra)
         assert isinstance(problem, UpstreamError)
         return Response(problem.body, status_code=problem.status, media_type=problem.content_type)
 
+    async def read_body(request: Request) -> bytes:
+        """The body, refused (413) as soon as it passes the limit: never held whole when too large."""
+        limit = settings.max_body_bytes
+        too_large = Failed(413, "request_too_large", f"the request body is over the proxy's limit of {limit} bytes"
+                           " (--max-body-mb)")
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise too_large
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_large
+            chunks.append(chunk)
+        return b"".join(chunks)
+
     async def chat(request: Request) -> Response:
         proxy = holder["proxy"]
-        raw = await request.body()
-        too_deep = nesting_problem(raw)  # before json.loads, which recurses (spec/trace.md section 2)
-        if too_deep is not None:
-            return JSONResponse(Refused("bad_request", f"the body is JSON {too_deep}").body(), status_code=400)
         try:
-            body = json.loads(raw)
-        except ValueError:
-            return JSONResponse(Refused("bad_request", "the body is not JSON").body(), status_code=400)
-        if not isinstance(body, dict):
-            return JSONResponse(Refused("bad_request", "the body must be a JSON object").body(), status_code=400)
+            raw = await read_body(request)
+            # a large body is checked and decoded in a worker thread: the other clients' requests go on meanwhile
+            body = decode_body(raw) if len(raw) <= LARGE_BODY_BYTES else await asyncio.to_thread(decode_body, raw)
+        except (Refused, Failed) as problem:
+            return failure(problem)
         metadata = body.get("metadata")
         explicit = request.headers.get(CONVERSATION_HEADER)
         if explicit is None and isinstance(metadata, Mapping) and isinstance(metadata.get("conversation_id"), str):
             explicit = metadata["conversation_id"]
-        task = asyncio.ensure_future(proxy.complete(body, explicit))
-        if not body.get("stream"):
+        UPSTREAM_HEADERS.set(upstream_headers(settings, request.headers.get("authorization")))
+        task = asyncio.ensure_future(proxy.complete(body, explicit))  # a copy of this context: its headers
+        if body.get("stream") is not True:
             try:
                 reply = await task
-            except (Refused, UpstreamError) as problem:
+            except (Refused, Failed, UpstreamError) as problem:
                 return failure(problem)
             return JSONResponse(reply.completion, headers=headers(reply))
         options = body.get("stream_options")
@@ -100,7 +154,7 @@ def build_app(settings: ProxySettings) -> Any:
         if done:  # answered before the first keepalive: a plain status is still possible
             try:
                 reply = task.result()
-            except (Refused, UpstreamError) as problem:
+            except (Refused, Failed, UpstreamError) as problem:
                 return failure(problem)
             return StreamingResponse(iter(sse_chunks(reply.completion, include_usage)),
                                      media_type="text/event-stream", headers=headers(reply))
@@ -111,12 +165,9 @@ def build_app(settings: ProxySettings) -> Any:
                 await asyncio.wait({task}, timeout=settings.keepalive_s)
             try:
                 reply = task.result()
-            except Refused as problem:
-                yield f"data: {json.dumps(problem.body())}\n\n"
-                return
-            except UpstreamError as problem:
-                error = error_body(problem.body.decode("utf-8", "replace"), "upstream_error", problem.status)
-                yield f"data: {json.dumps(error)}\n\n"
+            except (Refused, Failed, UpstreamError) as problem:  # the status is sent: an error event, then the end
+                yield error_event(problem)
+                yield "data: [DONE]\n\n"
                 return
             for event in sse_chunks(reply.completion, include_usage):
                 yield event
@@ -124,7 +175,12 @@ def build_app(settings: ProxySettings) -> Any:
         return StreamingResponse(events(), media_type="text/event-stream")
 
     async def models(request: Request) -> Response:
-        response = await holder["proxy"].client.get(f"{settings.upstream}/models")
+        try:
+            response = await holder["proxy"].client.get(
+                f"{settings.upstream}/models", headers=upstream_headers(settings, request.headers.get("authorization")),
+                timeout=min(settings.timeout_s, 30.0))
+        except httpx.HTTPError as problem:
+            return failure(Failed(502, "upstream_unreachable", f"the upstream did not answer GET /models: {problem!r}"))
         return Response(response.content, status_code=response.status_code,
                         media_type=response.headers.get("content-type", "application/json"))
 
@@ -138,13 +194,14 @@ def build_app(settings: ProxySettings) -> Any:
     ], lifespan=lifespan)
 
 
-def serve(arguments: argparse.Namespace, parse_setting: Callable[[str], tuple[str, object]]) -> int:
-    """`arc-ref proxy`: serve until interrupted."""
+def serve(options: ProxyOptions, parse_setting: Callable[[str], tuple[str, object]]) -> int:
+    """`arc-ref proxy`: check everything that can be checked (exit status 2 and one line, nothing created), then
+    serve until interrupted."""
     import uvicorn
 
     try:
-        settings = settings_from(arguments, parse_setting)
-    except (ValueError, ArcError) as problem:
+        settings = prepare(settings_from(options, parse_setting))
+    except StartRefused as problem:
         print(f"arc-ref proxy: {problem}", file=sys.stderr)
         return USAGE.code
     if settings.database is not None:  # reachable, and an ARC database (its schema created when empty)
@@ -156,14 +213,14 @@ def serve(arguments: argparse.Namespace, parse_setting: Callable[[str], tuple[st
             print(f"arc-ref proxy: --store: {problem}", file=sys.stderr)
             return USAGE.code
     try:
-        listener = listening_socket(arguments.host, arguments.port)
-    except OSError as problem:
-        print(f"arc-ref proxy: cannot listen on {arguments.host}:{arguments.port}: {problem.strerror or problem}",
-              file=sys.stderr)
+        listener = listening_socket(options.host, options.port)
+    except (OSError, OverflowError) as problem:
+        print(f"arc-ref proxy: cannot listen on {options.host}:{options.port}: "
+              f"{getattr(problem, 'strerror', None) or problem}", file=sys.stderr)
         return USAGE.code
-    print(f"arc-ref proxy: http://{arguments.host}:{arguments.port}/v1 -> {settings.upstream}"
-          f" (store: {settings.store or (shown_url(settings.database) if settings.database else 'memory')})",
-          flush=True)
+    shown_store = settings.store or (shown_url(settings.database) if settings.database else "memory")
+    print(f"arc-ref proxy: http://{options.host}:{options.port}/v1 -> {settings.upstream} (window"
+          f" {settings.context_limit}, store: {shown_store})", flush=True)
     server = uvicorn.Server(uvicorn.Config(build_app(settings), log_level="warning", access_log=False))
     asyncio.run(server.serve(sockets=[listener]))
     return OK.code

@@ -112,8 +112,9 @@ def test_only_files_the_index_made_are_written(tmp_path: Path) -> None:
         MarkFile.create(tmp_path / "c")  # one is there
 
 
-def test_the_proxy_refuses_a_damaged_index_at_start(tmp_path: Path) -> None:
-    """arc-ref proxy --store DIR reopens every conversation through the index (its marks checked)."""
+def test_the_proxy_sets_a_conversation_with_a_damaged_index_aside_at_start(tmp_path: Path) -> None:
+    """arc-ref proxy --store DIR reopens every conversation through the index (its marks checked); one whose index
+    is damaged is set aside with the reason, the others served (issue 25 item 3: it refused to start before)."""
     pytest.importorskip("httpx")
     from arc_ref.frontends.proxy import Conversations, ProxySettings
 
@@ -129,5 +130,7 @@ def test_the_proxy_refuses_a_damaged_index_at_start(tmp_path: Path) -> None:
     value["seq"] = 2  # the last mark moved back a row: resumed at the wrong row before
     content[2] = (json.dumps(value) + "\n").encode()
     write(tmp_path / "store" / "k1", content)
-    with pytest.raises(StoreCorrupt, match="line 3 of the conversation index fails its checksum"):
-        Conversations(settings)
+    reopened = Conversations(settings)
+    assert "line 3 of the conversation index fails its checksum" in reopened.set_aside["k1"]
+    assert reopened.find("h3") is None and reopened.by_key == {}
+    reopened.close()
