@@ -77,7 +77,7 @@ from arc_ref.persist.rows import row_events
 from arc_ref.serving import listening_socket
 from arc_ref.session import TOOL_MODE_SYSTEM
 from arc_ref.templates import request_template_kwargs
-from arc_ref.tokenizers import HF_DIR_PREFIX
+from arc_ref.tokenizers import HF_DIR_PREFIX, HuggingFaceTokenizer, get_tokenizer
 from arc_ref.tools import ARC_TOOL_NAMES, DEFAULT_MAX_HIDDEN_ROUNDS
 
 ARC_NOTE = (
@@ -687,6 +687,9 @@ class Proxy:
     def _config(self, system: str, goal: str, tools: list[dict[str, Any]],
                 template_kwargs: tuple[tuple[str, Any], ...]) -> Config:
         shown_system = f"{system}\n\n{ARC_NOTE}" if system else TOOL_MODE_SYSTEM
+        too_long = prefix_past_window(self.settings, len(shown_system) + len(goal))
+        if too_long is not None:  # before any count: a task of megabytes is refused at once, never tokenized
+            raise Refused("configuration", f"ARC cannot hold this conversation: {too_long}")
         try:
             return self.conversations.config(shown_system, goal, tools, template_kwargs)
         except ArcError as problem:
@@ -972,6 +975,20 @@ def conversation_config(settings: ProxySettings, system: str, goal: str, tools: 
                     action_mode="tools", tools=list(tools), system=system, goal=goal, template_kwargs=template_kwargs)
     kept = {name: value for name, value in settings.overrides.items() if name in DERIVED_FIELDS}
     return fit_to_window(config, keep=kept, check=False)  # init checks it (K <= L, every floor)
+
+
+def prefix_past_window(settings: ProxySettings, characters: int) -> str | None:
+    """Why a system text and task of ``characters`` characters cannot fit the window, whatever their tokens: one
+    token covers at most ``max_token_chars`` characters of the served tokenizer, so they are at least
+    ``characters // max_token_chars`` tokens; None when that floor fits (only then are they counted)."""
+    tokenizer = get_tokenizer(settings.tokenizer)
+    per_token = tokenizer.max_token_chars if isinstance(tokenizer, HuggingFaceTokenizer) else 1
+    window = settings.context_limit or PRESETS[settings.preset_name].context_limit
+    floor = characters // per_token
+    if floor <= window:
+        return None
+    return (f"the system text and task are {characters} characters, at least {floor} tokens (one token of this"
+            f" tokenizer covers at most {per_token} characters): more than the window L_ctx = {window}")
 
 
 def upstream_headers(settings: ProxySettings, authorization: str | None) -> dict[str, str]:

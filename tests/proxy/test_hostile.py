@@ -198,3 +198,21 @@ def test_a_damaged_conversation_is_set_aside_and_every_other_is_served(damage: A
     assert damaged.status_code == 200 and damaged.headers["x-arc-conversation"] not in keys.values()
     assert f"conversation {keys[1]} set aside" in capfd.readouterr().err
     shutil.rmtree(store)
+
+
+def test_a_task_of_megabytes_is_refused_before_it_is_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: a 10 MB task was tokenized (30 s, other clients waited as long) and then refused. Now the floor
+    of its tokens (its characters over the most one token covers) already passes the window: refused at once."""
+    from arc_ref.frontends import proxy as proxy_module
+
+    def never(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the task was counted")
+
+    with fake_upstream() as upstream, proxy(upstream) as base_url:
+        monkeypatch.setattr(proxy_module, "conversation_config", never)
+        big = post(base_url, [{"role": "user", "content": "word " * (2 * 2**20)}])
+        monkeypatch.undo()
+        small = post(base_url, task(2))
+    assert big.status_code == 400 and "at least" in big.json()["error"]["message"], big.text
+    assert "more than the window L_ctx = 16384" in big.json()["error"]["message"]
+    assert small.status_code == 200
