@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import hashlib
+import hmac
 import json
 import os
 import sys
@@ -65,7 +66,7 @@ from arc_ref.machine import (
     view,
 )
 from arc_ref.json_limits import nesting_problem
-from arc_ref.frontends.proxy_options import DEFAULT_MAX_BODY_MB, DEFAULT_MAX_CONVERSATIONS, UPSTREAM_KEY_ENV, ProxyOptions
+from arc_ref.frontends.proxy_options import CLIENT_KEYS_ENV, DEFAULT_MAX_BODY_MB, DEFAULT_MAX_CONVERSATIONS, UPSTREAM_KEY_ENV, ProxyOptions
 from arc_ref.message import ToolCall
 from arc_ref.options import unique_settings
 from arc_ref.openai_wire import TOOL_SHAPE, ShapeError, arguments_text, content_parts, error_body, read_tool, \
@@ -91,6 +92,8 @@ ARC_NOTE = (
 CONVERSATION_HEADER = "x-arc-conversation"
 KEEPALIVE_S = 5.0
 ROUND_LOG_SIZE = 10_000
+REQUEST_OWNER: contextvars.ContextVar[str] = contextvars.ContextVar("request_owner", default="")
+"""With --client-keys, a digest of this request's key (its rounds at /arc/rounds), set by the HTTP server."""
 UPSTREAM_HEADERS: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar("upstream_headers",
                                                                                   default={})
 """The headers of this request's upstream calls (`upstream_headers`: the upstream's key or the client's), set by
@@ -316,6 +319,7 @@ class ProxySettings:
     max_body_bytes: int = DEFAULT_MAX_BODY_MB * 2**20
     max_conversations: int = DEFAULT_MAX_CONVERSATIONS  # conversations kept in memory (the least recent leave)
     upstream_api_key: str | None = attrs.field(default=None, repr=False)
+    client_keys: frozenset[str] = attrs.field(default=frozenset(), repr=False)  # none: no client authentication
 
 
 @attrs.define
@@ -333,6 +337,7 @@ class RoundRecord:
     streamed: bool = False  # the agent asked for a stream (the upstream is always asked for a whole reply)
     view_digest: str = ""  # sha256 of the upstream request's messages and tools (canonical JSON)
     seq: int = 0  # the conversation's rows when its view was taken (orders one conversation's rounds)
+    owner: str = attrs.field(default="", repr=False)  # with --client-keys: a digest of the caller's key
 
 
 class Conversations:
@@ -765,7 +770,8 @@ class Proxy:
         request.pop("max_completion_tokens", None)
         request["max_tokens"] = max_tokens
         record = RoundRecord(conversation.key, hidden, tokens, state.setup.budget, state.setup.limit, max_tokens,
-                             0, None, bool(body.get("stream")), view_digest(messages, tools), conversation.seq)
+                             0, None, bool(body.get("stream")), view_digest(messages, tools), conversation.seq,
+                             REQUEST_OWNER.get())
         self.rounds.append(record)
         try:
             response = await self.client.post(f"{self.settings.upstream}/chat/completions", json=request,
@@ -888,11 +894,42 @@ def settings_from(options: ProxyOptions, parse_setting: Callable[[str], tuple[st
     if store is not None and store.exists() and not store.is_dir():
         raise StartRefused(f"--store {_shown(str(store))} is not a directory")
     upstream_key = options.upstream_api_key or os.environ.get(UPSTREAM_KEY_ENV) or None
+    client_keys = _client_keys(options.client_keys)
     return ProxySettings(upstream=upstream, tokenizer=f"{HF_DIR_PREFIX}{directory.resolve()}", preset_name=options.preset,
                          overrides=overrides, store=store, database=database,
                          max_hidden_rounds=options.max_hidden_rounds, context_limit=context_limit,
                          max_body_bytes=options.max_body_mb * 2**20, upstream_api_key=upstream_key,
-                         max_conversations=options.max_conversations)
+                         max_conversations=options.max_conversations, client_keys=client_keys)
+
+
+def _client_keys(path: str | None) -> frozenset[str]:
+    """The keys of --client-keys FILE (one per line, # comments), else of $ARC_PROXY_CLIENT_KEYS (comma-separated);
+    StartRefused when the file cannot be read or holds none."""
+    if path is None:
+        listed = os.environ.get(CLIENT_KEYS_ENV, "")
+        return frozenset(key.strip() for key in listed.split(",") if key.strip())
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as problem:
+        raise StartRefused(f"--client-keys {_shown(path)} cannot be read: {problem}") from None
+    keys = frozenset(line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#"))
+    if not keys:
+        raise StartRefused(f"--client-keys {_shown(path)} holds no key (one per line)")
+    return keys
+
+
+def client_owner(settings: ProxySettings, authorization: str | None) -> str | None:
+    """With --client-keys: a digest of the request's key when it is one of them, None when it is not (401);
+    without: "" (every client is the same one)."""
+    if not settings.client_keys:
+        return ""
+    scheme, _, token = (authorization or "").partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not any(hmac.compare_digest(token.encode("utf-8", "surrogatepass"),
+                                                                 key.encode("utf-8", "surrogatepass"))
+                                             for key in settings.client_keys):
+        return None
+    return _digest("client key\n" + token)
 
 
 def _shown(text: str) -> str:
@@ -996,6 +1033,8 @@ def upstream_headers(settings: ProxySettings, authorization: str | None) -> dict
     client's own Authorization."""
     if settings.upstream_api_key:
         return {"Authorization": f"Bearer {settings.upstream_api_key}"}
+    if settings.client_keys:  # the client's key is the proxy's, not the upstream's
+        return {}
     return {"Authorization": authorization} if authorization else {}
 
 
