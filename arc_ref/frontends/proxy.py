@@ -14,8 +14,9 @@ deepest known message and only what is new becomes events; a request that diverg
 the front, has another root and starts a new conversation.
 
 Mapping. The leading system messages are the system prompt (ARC's note on its tools appended), the first
-user message the goal; then an assistant message is a `ToolTurn`, a tool message a `ToolResult`, a later
-user message a `UserMessage`. The upstream request is the agent's own with ``messages`` = the view, ``tools``
+user message the goal; then each message becomes the core's event by the Session's mapping
+(`arc_ref.session.message_event`: an assistant message a `ToolTurn`, a tool message a `ToolResult`, a later
+user message a `UserMessage`). The upstream request is the agent's own with ``messages`` = the view, ``tools``
 = ARC's then the agent's (function name, description and parameters: what the core counts), and
 ``max_tokens`` capped at G_max. When the model calls only ARC's tools the core answers and the upstream is
 called again (at most ``max_hidden_rounds`` hidden rounds); calls to the agent's tools go back with ARC's
@@ -57,16 +58,20 @@ from arc_ref.machine import (
     ArcState,
     Event,
     Output,
-    ToolResult,
     ToolTurn,
     ToolTurnResult,
-    UserMessage,
     init,
     step,
     view,
 )
+from arc_ref.frontends.proxy_options import (
+    CLIENT_KEYS_ENV,
+    DEFAULT_MAX_BODY_MB,
+    DEFAULT_MAX_CONVERSATIONS,
+    UPSTREAM_KEY_ENV,
+    ProxyOptions,
+)
 from arc_ref.json_limits import nesting_problem
-from arc_ref.frontends.proxy_options import CLIENT_KEYS_ENV, DEFAULT_MAX_BODY_MB, DEFAULT_MAX_CONVERSATIONS, UPSTREAM_KEY_ENV, ProxyOptions
 from arc_ref.message import ToolCall
 from arc_ref.options import unique_settings
 from arc_ref.openai_wire import TOOL_SHAPE, ShapeError, arguments_text, content_parts, error_body, read_tool, \
@@ -76,7 +81,7 @@ from arc_ref.persist.marks import ConversationIndex, IndexMark, MarkFile
 from arc_ref.persist.postgres import is_database_url
 from arc_ref.persist.rows import row_events
 from arc_ref.serving import listening_socket
-from arc_ref.session import TOOL_MODE_SYSTEM
+from arc_ref.session import TOOL_MODE_SYSTEM, message_event
 from arc_ref.templates import request_template_kwargs
 from arc_ref.tokenizers import HF_DIR_PREFIX, HuggingFaceTokenizer, get_tokenizer
 from arc_ref.tools import ARC_TOOL_NAMES, DEFAULT_MAX_HIDDEN_ROUNDS
@@ -492,14 +497,13 @@ def _budget(state: ArcState) -> dict[str, int]:
 
 
 def _event(message: AgentMessage) -> Event:
-    if message.role == "assistant":
-        return ToolTurn(message.text, message.calls)
-    if message.role == "tool":
-        assert message.tool_call_id is not None
-        return ToolResult(message.tool_call_id, message.text)
-    if message.role == "user":
-        return UserMessage(message.text)
-    raise Refused("bad_message", "a system message may only open the conversation")
+    """The core's event for an agent message after the prefix: the Session's mapping (`message_event`)."""
+    if message.role == "system":
+        raise Refused("bad_message", "a system message may only open the conversation")
+    try:
+        return message_event(message.role, message.text, message.calls, message.tool_call_id)
+    except ArcError as problem:
+        raise Refused("bad_message", str(problem)) from None
 
 
 def parse_request(body: Mapping[str, Any], explicit: str | None

@@ -138,6 +138,24 @@ class Audit:
         return "\n".join(lines)
 
 
+def message_event(role: str, text: str, calls: Sequence[ToolCall] = (), tool_call_id: str | None = None,
+                  returncode: int = 0) -> Event:
+    """The core's event for one OpenAI chat message after the prefix F: the one mapping of the Session and of
+    `arc-ref proxy` (issue 25 item 5). An assistant message is a `ToolTurn` (its text and tool calls; the core
+    answers the calls to ARC's tools), a tool message the `ToolResult` of the call it answers (stored under an id
+    the store mints, A1), a user message a `UserMessage` (stored and shown as the user's). SessionError for
+    another role (the system text and the goal are the prefix F) or a tool message without its call's id."""
+    if role == "assistant":
+        return ToolTurn(text, tuple(calls))
+    if role == "tool":
+        if tool_call_id is None:
+            raise SessionError("a tool message answers a call: it needs its tool_call_id")
+        return ToolResult(tool_call_id, text, returncode)
+    if role == "user":
+        return UserMessage(text)
+    raise SessionError(f"a {role!r} message has no event: the system text and the goal are the prefix F")
+
+
 def tool_call(call: Any) -> ToolCall:
     """An OpenAI tool call (a mapping, an openai client object, or a ToolCall) as the core's ToolCall."""
     if isinstance(call, ToolCall):
@@ -239,7 +257,7 @@ class Session:
                 f"tool call(s) {', '.join(call.call_id for call in state.pending)} of the last assistant turn"
                 " await their result (add_tool_result) before a user message"
             )
-        output = self._apply(UserMessage(text))
+        output = self._apply(message_event("user", text))
         assert isinstance(output, ObserveResult)
         return output.obs_id
 
@@ -350,7 +368,7 @@ class Session:
                 f"tool call(s) {', '.join(call.call_id for call in state.pending)} of the last assistant turn"
                 " await their result (add_tool_result) before the next assistant turn"
             )
-        output = self._apply(ToolTurn(content, calls))
+        output = self._apply(message_event("assistant", content, calls))
         assert isinstance(output, ToolTurnResult)
         self._calls = {call.call_id: call for call in calls}
         self._answers = {answer.call_id: answer for answer in output.answered}
@@ -393,7 +411,7 @@ class Session:
             waiting = ", ".join(call.call_id for call in state.pending) or "none"
             raise SessionError(f"no call of the last assistant turn waits for a result under id {call_id!r}"
                                f" (waiting: {waiting})")
-        output = self._apply(ToolResult(call_id, content, returncode))
+        output = self._apply(message_event("tool", content, (), call_id, returncode))
         assert isinstance(output, ObserveResult)
         self._results[call_id] = output.obs_id
         return output.obs_id
@@ -426,4 +444,4 @@ class Session:
         self.close()
 
 
-__all__ = ["TOOL_MODE_SYSTEM", "Audit", "Session", "SessionError", "tool_call"]
+__all__ = ["TOOL_MODE_SYSTEM", "Audit", "Session", "SessionError", "message_event", "tool_call"]
