@@ -73,12 +73,12 @@ from arc_ref.openai_wire import TOOL_SHAPE, ShapeError, arguments_text, content_
 from arc_ref.persist import DurableStore, StoreError
 from arc_ref.persist.marks import ConversationIndex, IndexMark, MarkFile
 from arc_ref.persist.postgres import is_database_url
+from arc_ref.persist.rows import row_events
 from arc_ref.serving import listening_socket
 from arc_ref.session import TOOL_MODE_SYSTEM
 from arc_ref.templates import request_template_kwargs
 from arc_ref.tokenizers import HF_DIR_PREFIX
 from arc_ref.tools import ARC_TOOL_NAMES, DEFAULT_MAX_HIDDEN_ROUNDS
-from arc_ref.trace import event_from_line, parse_line
 
 ARC_NOTE = (
     "Tool outputs are stored verbatim under ids like §00042-0591234567; older turns are summarized and a long"
@@ -407,8 +407,7 @@ class Conversations:
     def fork(self, parent: Conversation, mark: Mark) -> Conversation:
         """A new conversation equal to ``parent`` at ``mark`` (an edited or regenerated message follows it)."""
         if parent.store is not None:
-            lines = [stored.line for stored in parent.store.events(2, mark.seq - 1)]
-            events = [event_from_line(parse_line(line)) for line in lines]
+            events = row_events(parent.store.events(2, mark.seq - 1), f"{str(parent.store.path)!r}")
         else:
             events = []
         child = self.new(parent.state.config, events)

@@ -1,4 +1,5 @@
-"""Durability around the pure core: an ARC task's events in SQLite (`DurableStore`), reopened by replaying them.
+"""Durability around the pure core: an ARC task's events in SQLite (`DurableStore`) or PostgreSQL, reopened by
+replaying them.
 
 The core stays free of I/O; this package, the Session and the front ends are the parts of `arc_ref` that touch
 files. One module per job:

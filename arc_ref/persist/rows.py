@@ -110,6 +110,18 @@ def read_row(seq: int, line: str | bytes, where: str) -> Config | Event:
         raise StoreCorrupt(f"{where}: row {seq}: {problem}") from None
 
 
+def row_events(rows: Iterable[StoredEvent], where: str) -> list[Event]:
+    """The events of stored rows after row 1 (what a fork or a copy of a log replays); StoreCorrupt naming a row
+    that holds no event."""
+    events = []
+    for row in rows:
+        value = read_row(row.seq, row.line, where)
+        if isinstance(value, Config):
+            raise StoreCorrupt(f"{where}: row {row.seq}: the configuration is not an event")
+        events.append(value)
+    return events
+
+
 def fold_row(state: ArcState | None, seq: int, line: str | bytes, where: str) -> ArcState:
     """The state after row ``seq``: ``init`` of row 1's configuration, else ``state`` stepped by the row's event
     (reopening = replaying); StoreCorrupt naming the row when the core refuses it."""

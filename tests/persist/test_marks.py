@@ -134,3 +134,24 @@ def test_the_proxy_sets_a_conversation_with_a_damaged_index_aside_at_start(tmp_p
     assert "line 3 of the conversation index fails its checksum" in reopened.set_aside["k1"]
     assert reopened.find("h3") is None and reopened.by_key == {}
     reopened.close()
+
+
+def test_a_fork_of_a_durable_conversation_replays_the_rows_up_to_its_mark(tmp_path: Path) -> None:
+    """A regenerated message forks a durable conversation: the child's store holds the parent's rows up to the
+    mark (read back through arc_ref.persist.rows.row_events, not the trace parser) and its state is the mark's.
+    With the last replayed event dropped, the child's rows and state differ: this fails."""
+    pytest.importorskip("httpx")
+    from arc_ref.frontends.proxy import Conversations, ProxySettings
+
+    settings = ProxySettings(upstream="http://127.0.0.1:9/v1", tokenizer="unused", store=tmp_path / "store")
+    conversations = Conversations(settings)
+    parent = conversations.new(CONFIG)
+    marks = []
+    for number in range(1, 4):
+        parent.apply(Observe(f"cat f{number}", f"line {number}\n" * number, 0))
+        marks.append(parent.mark(f"h{number}"))
+    child = conversations.fork(parent, marks[1])
+    assert parent.store is not None and child.store is not None and child.store is not parent.store
+    assert [row.line for row in child.store.events(2)] == [row.line for row in parent.store.events(2, 2)]
+    assert child.store.seq == marks[1].seq == 3 and child.store.state == marks[1].state
+    conversations.close()
