@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import operator
 import os
 import re
 import stat
@@ -82,6 +83,9 @@ class Tokenizer(Protocol):
 SHORT_TEXT = 48  # texts up to this many characters have their counts remembered (message frames, headers)
 
 _LEAD_BYTES = bytes(value for value in range(256) if not 0x80 <= value < 0xC0)
+
+
+_first = operator.itemgetter(0)
 
 
 def chars_holding(data: bytes, offsets: Iterable[int]) -> list[int]:
@@ -429,10 +433,11 @@ class HuggingFaceTokenizer:
         count = 0
         for begin, piece in self._slices(text):
             offsets = self._encoding(piece).offsets
-            # offsets are character spans; keep them monotone (merged or empty spans repeat), within the text
-            running = list(itertools.accumulate([begin + start for start, _end in offsets], max, initial=floor))
-            floor = running[-1]
-            starts.extend(min(start, len(text)) for start in running[1 + (-count) % every :: every])
+            # offsets are character spans; keep them monotone (merged or empty spans repeat), within the text:
+            # the running maximum of begin + start is begin + the running maximum of start (all in C)
+            running = list(itertools.accumulate(map(_first, offsets), max, initial=floor - begin))
+            floor = begin + running[-1]
+            starts.extend(min(begin + start, len(text)) for start in running[1 + (-count) % every :: every])
             count += len(offsets)
             del offsets, running
         return count, starts
