@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -16,7 +17,7 @@ from arc_ref.store import make_record
 from arc_ref.tokenizers import get_tokenizer
 from proofs_check.harness import command, read_back
 from proofs_check.registry import proves
-from proofs_check.shared_data import qwen3_dir
+from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
 from proofs_check.strategies import DECOYS, configs, texts, unicode_texts
 
 TOKENIZERS = ("bytes", "o200k_base", "cl100k_base")
@@ -50,6 +51,19 @@ def test_lemma4_chunks_partition_the_observation_exactly(tokenizer_name: str, co
         assert 1 <= end - start <= chunk_tokens
         assert cut == (starts[start] if start else 0)  # the chunk begins at the character holding its first byte
         assert tokenizer.count(piece) <= end - start + tokenizer.chunk_overrun
+
+
+@pytest.mark.skipif(QWEN3 is None, reason=QWEN3_ABSENT)
+@given(st.one_of(texts(400), unicode_texts(300), st.text(alphabet="ab \n中é\u0301\u0323\u2060🙂<|>", max_size=400)),
+       st.sampled_from((16, 17, 40, 1920)))
+@proves("L4", "A5")
+def test_sparse_token_starts_are_every_nth_dense_start(content: str, every: int) -> None:
+    """Qwen3's starts of every q-th token, read token by token on a text NFC leaves as it is
+    (`HuggingFaceTokenizer._sparse_starts`), are every q-th of the starts read from all the spans: the chunk
+    cuts of a record (Lemma 4) do not depend on how they were read."""
+    tokenizer = get_tokenizer(f"hf-dir:{QWEN3}")
+    count, dense = tokenizer.count_and_starts(content, 1)
+    assert tokenizer.count_and_starts(content, every) == (count, dense[::every])
 
 
 @given(st.sampled_from(COUNTED_CHUNK_TOKENIZERS), st.one_of(texts(300), unicode_texts(150)), st.integers(1, 9))
