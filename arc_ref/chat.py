@@ -7,7 +7,8 @@ think block that Qwen3's template adds when ``enable_thinking`` is false.
 
 from __future__ import annotations
 
-from typing import Iterable
+import json
+from typing import Any, Iterable
 
 from attrs import frozen
 
@@ -68,3 +69,23 @@ def get_chat_format(name: str) -> ChatFormat:
         raise ConfigError(
             f"unknown chat format {name!r}; known: {', '.join(sorted(CHAT_FORMATS))}"
         ) from None
+
+
+def parse_template_kwargs(value: Any) -> tuple[tuple[str, Any], ...]:
+    """The ``template_kwargs`` override: a JSON object of scalars (the request's ``chat_template_kwargs``), the
+    keyword arguments a served chat template renders with (read by the config and by the proxy's requests)."""
+    if isinstance(value, tuple):
+        items = list(value)
+    elif isinstance(value, dict):
+        items = list(value.items())
+    else:
+        raise ConfigError(f"config key 'template_kwargs' must be an object, got {json.dumps(value)[:40]}")
+    for item in items:
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
+            raise ConfigError("config key 'template_kwargs' must map names to values")
+        key, scalar = item
+        if scalar is not None and not isinstance(scalar, (str, int, float, bool)):
+            raise ConfigError(f"config key 'template_kwargs': {key!r} must be a string, number, boolean or null")
+        if key in ("messages", "tools", "documents", "add_generation_prompt", "chat_template", "tokenize"):
+            raise ConfigError(f"config key 'template_kwargs': {key!r} is set by the request itself")
+    return tuple(items)

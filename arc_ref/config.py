@@ -15,13 +15,14 @@ import attrs
 from attrs import field, frozen
 
 from arc_ref import render
-from arc_ref.chat import DEFAULT_CHAT_FORMAT, ChatFormat, get_chat_format
+from arc_ref.chat import DEFAULT_CHAT_FORMAT, ChatFormat, get_chat_format, parse_template_kwargs
 from arc_ref.counting import Part, joined_tokens
 from arc_ref.errors import ConfigError
 from arc_ref.escape import ShownForm, control_strings
 from arc_ref.ids import IdScheme
 from arc_ref.json_limits import MAX_NESTING, nesting, value_nesting
 from arc_ref.message import Context, Message, ToolCall, ToolSpec
+from arc_ref.openai_wire import TOOL_SHAPE, ShapeError, read_tool
 from arc_ref.text import ELLIPSIS, shown_signature
 from arc_ref.tokenizers import HF_DIR_PREFIX, HuggingFaceTokenizer, Tokenizer, get_tokenizer
 from arc_ref.tools import ARC_TOOL_NAMES, ARC_TOOLS
@@ -37,6 +38,19 @@ ACTION_MODES = ("text", "tools")
 LAYOUTS = ("lean", "paper")
 DEFAULT_TEMPLATE_KWARGS: tuple[tuple[str, Any], ...] = (("enable_thinking", False),)
 NO_TOOLS: tuple[ToolSpec, ...] = ()
+
+
+# The cost model's defaults (spec/rendering.md section 11.1), from the roofline of arc_eval.analysis at the paper's
+# 16k setting, Qwen3-8B on one H200: prefilling a token costs 2 x 6.95e9 FLOPs / 989e12 FLOP/s = 14.0 us; one
+# generated token reads each context token's KV (147,456 bytes) and its share of the weights (M_w / free HBM =
+# 0.148 of it) at 4.8e12 B/s = 35.3 ns: prefill_cost = 14.0 us / 35.3 ns = 398 (Qwen3-32B on two H200: 857).
+# low_water 25 was chosen by measurement (benchmarks/bench_trajectories.py, section tradeoff: the least roofline
+# time with prefix caching over five real trajectories at 16k and 32k, o200k and Qwen3, among low-water marks 10,
+# 25, 50, 75 and expected completions 1024, 256, 64 or the bound alone); expected_completion 256 with it.
+DEFAULT_LOW_WATER = 25
+DEFAULT_PREFILL_COST = 398
+DEFAULT_EXPECTED_COMPLETION = 256
+MAX_COST_FIELD = 2**20  # prefill_cost and expected_completion at most this: the rule's products fit 128 bits
 
 
 @frozen(kw_only=True)
@@ -70,6 +84,13 @@ class Config:
     thought_chars: int = 96  # summary: older thoughts truncated to this
     action_chars: int = 128  # summary: older actions truncated to this
     layout: str = "lean"  # the view's presentation, one of LAYOUTS
+    # When and how much layout "lean" compacts (spec/rendering.md section 11.1; layout "paper" keeps the paper's
+    # rule): H folds down to low_water percent of what it may hold; it folds early when the roofline's terms say
+    # a fold pays: prefill_cost is the prefill of one token in KV reads of one context token per generated token
+    # (0: fold only when the view would exceed K), expected_completion the tokens a call generates.
+    low_water: int = DEFAULT_LOW_WATER
+    prefill_cost: int = DEFAULT_PREFILL_COST
+    expected_completion: int = DEFAULT_EXPECTED_COMPLETION
 
     def replace(self, **changes: Any) -> "Config":
         return attrs.evolve(self, **changes)
@@ -82,14 +103,16 @@ STRING_FIELDS = ("tokenizer", "system", "goal", "chat_format", "action_mode", "l
 JSON_FIELDS = ("tools", "template_kwargs")  # given as JSON values (an array of tools, an object)
 # Fields that were added after the first traces: echoed on the config line only when not at their default,
 # so that every earlier trace replays byte-identically (spec/trace.md section 4).
-LATER_FIELDS = ("action_mode", "tools", "template_kwargs", "layout")
-# The replay trace's override keys (the issue fixes these names; the last six are extensions).
+LATER_FIELDS = ("action_mode", "tools", "template_kwargs", "layout", "low_water", "prefill_cost",
+                "expected_completion")
+# The replay trace's override keys (the issue fixes these names; the last nine are extensions).
 OVERRIDE_KEYS = (
     "context_limit", "max_completion", "summary_budget", "recent_budget", "page_budget", "page_size",
     "stub_cap", "recall_budget", "chunk_tokens", "overhead", "capacity", "fingerprint_bits",
     "keep_verbatim_chars", "recalls_per_step", "tokenizer", "system", "goal",
     "chat_format", "preview_head_chars", "preview_tail_chars", "signature_chars", "thought_chars",
-    "action_chars", "action_mode", "tools", "template_kwargs", "layout",
+    "action_chars", "action_mode", "tools", "template_kwargs", "layout", "low_water", "prefill_cost",
+    "expected_completion",
 )
 
 PRESETS: dict[str, Config] = {
@@ -177,11 +200,10 @@ def parse_tools(value: Any) -> tuple[ToolSpec, ...]:
     elif isinstance(value, list):
         parsed = []
         for number, item in enumerate(value, start=1):
-            function = item.get("function") if isinstance(item, dict) and item.get("type") == "function" else None
-            if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-                raise ConfigError(
-                    f"config key 'tools': tool {number} must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}"
-                )
+            try:
+                function = read_tool(item, number - 1)
+            except ShapeError:
+                raise ConfigError(f"config key 'tools': tool {number} must be {TOOL_SHAPE}") from None
             unknown = sorted(set(function) - {"name", "description", "parameters"})
             if unknown:
                 raise ConfigError(f"config key 'tools': tool {number} has unknown function key(s) {', '.join(unknown)}")
@@ -220,25 +242,6 @@ def _check_parameters_nesting(number: int, depth: int) -> None:
     if depth > TOOL_PARAMETERS_NESTING:
         raise ConfigError(f"config key 'tools': tool {number}'s parameters are nested {depth} levels deep (at most"
                           f" {TOOL_PARAMETERS_NESTING}, so that the config line nests at most {MAX_NESTING})")
-
-
-def parse_template_kwargs(value: Any) -> tuple[tuple[str, Any], ...]:
-    """The ``template_kwargs`` override: a JSON object of scalars (the request's ``chat_template_kwargs``)."""
-    if isinstance(value, tuple):
-        items = list(value)
-    elif isinstance(value, dict):
-        items = list(value.items())
-    else:
-        raise ConfigError(f"config key 'template_kwargs' must be an object, got {json.dumps(value)[:40]}")
-    for item in items:
-        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
-            raise ConfigError("config key 'template_kwargs' must map names to values")
-        key, scalar = item
-        if scalar is not None and not isinstance(scalar, (str, int, float, bool)):
-            raise ConfigError(f"config key 'template_kwargs': {key!r} must be a string, number, boolean or null")
-        if key in ("messages", "tools", "documents", "add_generation_prompt", "chat_template", "tokenize"):
-            raise ConfigError(f"config key 'template_kwargs': {key!r} is set by the request itself")
-    return tuple(items)
 
 
 def config_json(config: Config) -> dict[str, Any]:
@@ -384,18 +387,25 @@ def _check_integers(config: Config) -> None:
     _check_range_and_text(config)
     at_least_one = (
         "context_limit", "max_completion", "summary_budget", "recent_budget", "page_budget",
-        "page_size", "stub_cap", "recall_budget", "chunk_tokens", "recalls_per_step",
+        "page_size", "stub_cap", "recall_budget", "chunk_tokens", "recalls_per_step", "low_water",
+        "expected_completion",
     )
     for name in at_least_one:
         if getattr(config, name) < 1:
             raise ConfigError(f"{name} must be >= 1, got {shown_integer(getattr(config, name))}")
     non_negative = (
         "overhead", "keep_verbatim_chars", "preview_head_chars", "preview_tail_chars",
-        "signature_chars", "thought_chars", "action_chars",
+        "signature_chars", "thought_chars", "action_chars", "prefill_cost",
     )
     for name in non_negative:
         if getattr(config, name) < 0:
             raise ConfigError(f"{name} must be >= 0, got {shown_integer(getattr(config, name))}")
+    if config.low_water > 100:
+        raise ConfigError(f"low_water must be a percentage from 1 to 100, got {shown_integer(config.low_water)}")
+    for name in ("prefill_cost", "expected_completion"):
+        if getattr(config, name) > MAX_COST_FIELD:
+            raise ConfigError(f"{name} must be at most {MAX_COST_FIELD} (2^20), got"
+                              f" {shown_integer(getattr(config, name))}")
     for name in STRING_FIELDS:
         if not isinstance(getattr(config, name), str):
             raise ConfigError(f"{name} must be a string, got {getattr(config, name)!r}")

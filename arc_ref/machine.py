@@ -12,8 +12,10 @@ calls; calls to ARC's own tools are answered here) and the environment answers e
 ToolResult (stored like an observation), and a user message after the goal is a UserMessage (stored like an
 observation, shown as a user message, a unit of its own); Observe and AgentTurn belong to text mode.
 
-Invariant kept by every transition: tokens(H) <= R. When an append makes the recent suffix exceed R,
-the compaction routine runs at once (the proactive trigger), so a view is always within budget.
+Invariant kept by every transition (spec/rendering.md section 11.1, `arc_ref.trigger`): under layout "paper"
+tokens(H) <= R; under layout "lean" S, G, U within M, P, Q and tokens(S) + tokens(G) + tokens(U) + tokens(H) <=
+M + R + P + Q, H using what the others leave. When an append would break it the compaction routine runs at once
+(the proactive trigger), so a view is always within K; under "lean" the cost model may also fold earlier.
 """
 
 from __future__ import annotations
@@ -25,15 +27,17 @@ import attrs
 import immutables
 from attrs import frozen
 
-from arc_ref import render
+from arc_ref import render, trigger
 from arc_ref.catalog import page_count, page_of, render_page
 from arc_ref.commands import RECALL_WORDS, Command, IgnoredLine, parse_action
 from arc_ref.config import Config, Setup, make_setup
 from arc_ref.errors import BudgetViolation, CapacityExceeded, InvalidEvent
 from arc_ref.history import (
+    AgentEntry,
     LiveEntry,
     ObservationEntry,
     ToolResultEntry,
+    ToolTurnEntry,
     UserEntry,
     agent_entry,
     command_entry,
@@ -194,6 +198,7 @@ class ArcState:
     recall_buffer: tuple[BufferEntry, ...]  # U's bodies, least recently used first
     recall_message: Message | None  # U
     pending: tuple[ToolCall, ...] = ()  # tool mode: environment calls of the last turn without a result yet
+    live_turns: int = 0  # agent turns in H (the cost model's t, arc_ref.trigger)
 
     @property
     def config(self) -> Config:
@@ -283,7 +288,8 @@ def fold(state: ArcState, keep_tokens: int) -> tuple[ArcState, int]:
             cited = cited.set(item.index, True)
         items.append(item)
     summary = fit_summary(setup, items, state.summary.omitted, state.record)
-    folded = attrs.evolve(state, live=live[count:], live_tokens=remaining, summary=summary, cited=cited)
+    folded = attrs.evolve(state, live=live[count:], live_tokens=remaining, summary=summary, cited=cited,
+                          live_turns=state.live_turns - _turns(live[:count]))
     if setup.config.layout == "lean":
         folded = attrs.evolve(folded, catalog_message=lean_page(folded, folded.catalog_cursor))
     return folded, count
@@ -326,18 +332,45 @@ def lean_page(state: ArcState, cursor: int | None) -> Message | None:
     return render_page(state.setup, state.records, page_of(compacted, state.config.page_size), compacted)
 
 
+def _tokens(message: Message | None) -> int:
+    return 0 if message is None else message.tokens
+
+
+def _turns(entries: tuple[LiveEntry, ...]) -> int:
+    return sum(1 for entry in entries if isinstance(entry, (AgentEntry, ToolTurnEntry)))
+
+
 def compaction_target(state: ArcState) -> int:
-    """Every trigger compacts H down to half of R (hysteresis, so compaction is not run every step)."""
-    return state.config.recent_budget // 2
+    """Every trigger compacts H down to the low-water mark (hysteresis, so compaction is not run every step):
+    R // 2 under layout "paper", low_water percent of R under "lean" (`arc_ref.trigger`)."""
+    return trigger.low_water_mark(state.config)
+
+
+def fold_decision(state: ArcState) -> str:
+    """`arc_ref.trigger.decide` on this state: keep, bound (the view would exceed K) or cost (folding pays)."""
+    return trigger.decide(state.config, _tokens(state.summary.message), _tokens(state.catalog_message),
+                          _tokens(state.recall_message), state.live_tokens, state.live_turns)
 
 
 def _append_live(state: ArcState, entries: tuple[LiveEntry, ...], **changes: Any) -> tuple[ArcState, int]:
-    """Append entries to H, then run the proactive trigger if H now exceeds R."""
+    """Append entries to H, then run the proactive trigger (spec/rendering.md section 11.1): fold to the low-water
+    mark when the view would exceed K (layout "paper": when H exceeds R), or when the cost model says folding
+    pays and the fold gives a smaller view."""
     tokens = state.live_tokens + sum(entry.message.tokens for entry in entries)
-    appended = attrs.evolve(state, live=state.live + entries, live_tokens=tokens, **changes)
-    if tokens > state.config.recent_budget:
-        return fold(appended, compaction_target(appended))
-    return appended, 0
+    appended = attrs.evolve(state, live=state.live + entries, live_tokens=tokens,
+                            live_turns=state.live_turns + _turns(entries), **changes)
+    decision = fold_decision(appended)
+    if decision == trigger.KEEP:
+        return appended, 0
+    folded, count = fold(appended, compaction_target(appended))
+    if decision == trigger.COST:
+        if count == 0:
+            return appended, 0
+        before, after = view(appended).tokens, view(folded).tokens
+        fixed = state.setup.prefix_tokens + state.setup.generation_tokens
+        if not trigger.pays(state.config, before - after, after - fixed, appended.live_tokens, appended.live_turns):
+            return appended, 0
+    return folded, count
 
 
 def compact(state: ArcState, event: Compact) -> tuple[ArcState, CompactResult]:

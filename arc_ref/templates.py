@@ -72,9 +72,11 @@ import jinja2.nodes
 import jinja2.sandbox
 from attrs import frozen
 
+from arc_ref.chat import parse_template_kwargs
 from arc_ref.counting import EDGE_WINDOW, SPLIT_FROM, Part, joined_tokens
 from arc_ref.errors import ConfigError
 from arc_ref.message import Context, ToolCall, ToolSpec, openai_message
+from arc_ref.openai_wire import ShapeError, content_parts
 from arc_ref.tokenizers import HuggingFaceTokenizer, read_regular_file
 
 TEMPLATE_FILE_LIMIT = 2**20  # bytes of chat_template.jinja; published templates are a few kB
@@ -84,7 +86,12 @@ FILLER = "x"  # content of the neighbours in probe conversations
 
 
 class TemplateRefused(ConfigError):
-    """A template the core cannot render or split exactly (the message says why)."""
+    """A template the core cannot render or split exactly (the message says why).
+
+    Its code is ``invalid_event``: met by a transition, it is the conversation that the template refuses (met
+    while a configuration is built, the front end refuses the configuration as a whole)."""
+
+    code = "invalid_event"
 
 
 # --- the Jinja environment of transformers' apply_chat_template ------------------------------------
@@ -227,23 +234,15 @@ def _environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
 
 
 def _content_text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if isinstance(part, str):
-                texts.append(part)
-            elif isinstance(part, Mapping) and part.get("type") in ("text", "input_text", "output_text", "refusal"):
-                text = part.get("text", part.get("refusal"))
-                if text is not None:
-                    texts.append(str(text))
-            else:
-                raise ValueError(f"content part {part!r} is not text; the core renders text conversations only")
-        return "\n".join(texts)
-    raise ValueError(f"message content must be a string, a list of text parts or null, got {type(content).__name__}")
+    """A message's text as vLLM hands it to the template: its text parts joined by newlines."""
+    try:
+        return "\n".join(content_parts(content, as_server=True))
+    except ShapeError as bad:
+        if bad.rule == "part":
+            raise ValueError(f"content part {bad.value!r} is not text; the core renders text conversations only") \
+                from None
+        raise ValueError("message content must be a string, a list of text parts or null,"
+                         f" got {type(content).__name__}") from None
 
 
 def server_arguments(arguments: Any) -> Any:
@@ -303,8 +302,6 @@ def request_template_kwargs(request: Mapping[str, Any]) -> tuple[tuple[str, Any]
     A server started with ``--default-chat-template-kwargs`` adds its own under these (not visible in a request).
     ConfigError for a request the core cannot render as vLLM does (another template, documents, no generation
     prompt, a continued final message, kwargs that are not an object of scalars)."""
-    from arc_ref.config import parse_template_kwargs
-
     for name, default in RENDERING_DEFAULTS:
         if name in request and request[name] != default and request[name] is not None:
             raise ConfigError(f"{name}={json.dumps(request[name])[:40]}: the proxy counts prompts rendered with"

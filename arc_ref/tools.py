@@ -10,7 +10,6 @@ number), so the listing the model reads and the text commands of text mode are t
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from arc_ref.commands import Command

@@ -1,7 +1,7 @@
 """The replay contract (`spec/trace.md`): JSON Lines events in, exactly one JSON line out per line in.
 
 This is what a port in another language is tested against. It is a pure function of the input lines;
-reading files and writing standard output is the CLI's job (`arc_ref.cli`). No user input produces a
+reading files and writing standard output is the CLI's job (`arc_ref.frontends.cli`). No user input produces a
 traceback: a malformed line yields ``{"op": "error", "line": N, "message": ...}`` and the replay goes on
 with the state it had before that line.
 """
@@ -36,6 +36,7 @@ from arc_ref.machine import (
     step,
 )
 from arc_ref.message import ToolCall
+from arc_ref.openai_wire import TOOL_CALL_SHAPE, ShapeError, read_tool_call
 from arc_ref.view import View, verify_tokens
 
 TRACE_OPS = ("config", "observe", "agent", "tool_turn", "tool_result", "user", "compact", "view")
@@ -53,8 +54,10 @@ _FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
-class TraceError(Exception):
+class TraceError(ArcError):
     """A line that is not a valid event; becomes an error output line."""
+
+    code = "trace"
 
 
 class UnreadableValue(TraceError):
@@ -227,26 +230,24 @@ def _returncode(obj: dict[str, Any]) -> int:
     return returncode
 
 
-CALL_SHAPE = '{"id": ..., "type": "function", "function": {"name": ..., "arguments": ...}}'
-
-
 def _calls(value: Any) -> tuple[ToolCall, ...]:
-    """The ``calls`` of a tool_turn line: OpenAI tool calls, each exactly ``CALL_SHAPE`` with string values."""
+    """The ``calls`` of a tool_turn line: OpenAI tool calls, each exactly ``TOOL_CALL_SHAPE`` with string values."""
     if not isinstance(value, list):
-        raise TraceError(f"'calls' must be an array of tool calls {CALL_SHAPE}, got {_shown_value(value)}")
+        raise TraceError(f"'calls' must be an array of tool calls {TOOL_CALL_SHAPE}, got {_shown_value(value)}")
     calls = []
     for number, item in enumerate(value, start=1):
         where = f"call {number} of 'calls'"
-        if not isinstance(item, dict) or set(item) != {"id", "type", "function"} or item["type"] != "function":
-            raise TraceError(f"{where} must be {CALL_SHAPE}, got {_shown_value(item)}")
-        function = item["function"]
-        if not isinstance(function, dict) or set(function) != {"name", "arguments"}:
+        try:
+            read = read_tool_call(item, number - 1, exact=True)
+        except ShapeError as bad:
+            if bad.rule == "call":
+                raise TraceError(f"{where} must be {TOOL_CALL_SHAPE}, got {_shown_value(item)}") from None
             raise TraceError(f"{where}: 'function' must be {{\"name\": ..., \"arguments\": ...}},"
-                             f" got {_shown_value(function)}")
-        for key, member in (("id", item["id"]), ("name", function["name"]), ("arguments", function["arguments"])):
+                             f" got {_shown_value(bad.value)}") from None
+        for key, member in (("id", read.call_id), ("name", read.name), ("arguments", read.arguments)):
             if not isinstance(member, str):
                 raise TraceError(f"{where}: {key!r} must be a string, got {_shown_value(member)}")
-        calls.append(ToolCall(item["id"], function["name"], function["arguments"]))
+        calls.append(ToolCall(read.call_id, read.name, read.arguments))
     return tuple(calls)
 
 
@@ -492,7 +493,7 @@ def _replay(lines: Iterable[str | bytes], verify: bool, views: _ViewLines | None
                 state, output = _apply(state, obj, verify, views)
         except BudgetViolation as violation:
             output = {"op": "error", "line": number, "message": f"internal budget violation: {violation}"}
-        except (TraceError, ArcError) as problem:
+        except ArcError as problem:  # a TraceError or a core refusal
             output = {"op": "error", "line": number, "message": str(problem)}
         yield output
 

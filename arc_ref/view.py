@@ -144,9 +144,16 @@ def build_view(
         0 if message is None else next(middle_costs) for message in (summary, catalog, recall)
     )
     recent_tokens = sum(placed[cut + len(middle) :])
-    names = ("prefix B", "summary_budget M", "recent_budget R", "page_budget P", "recall_budget Q", "overhead eta")
     costs = (prefix_tokens, summary_tokens, recent_tokens, catalog_tokens, recall_tokens, setup.generation_tokens)
-    budgets = (setup.prefix_tokens, config.summary_budget, config.recent_budget, config.page_budget,
+    recent_budget = config.recent_budget
+    recent_name = "recent_budget R"
+    if config.layout == "lean":  # H may use what S, G and U leave unused: the bound is on the sum (section 11.1)
+        unused = (config.summary_budget - summary_tokens) + (config.page_budget - catalog_tokens) + (
+            config.recall_budget - recall_tokens)
+        recent_budget += max(0, unused)
+        recent_name = "recent H: R + what S, G and U leave unused"
+    names = ("prefix B", "summary_budget M", recent_name, "page_budget P", "recall_budget Q", "overhead eta")
+    budgets = (setup.prefix_tokens, config.summary_budget, recent_budget, config.page_budget,
                config.recall_budget, config.overhead)
     if not within_budget(costs, budgets):
         over = [f"{name}: {cost} > {allowed}" for name, cost, allowed in zip(names, costs, budgets) if cost > allowed]

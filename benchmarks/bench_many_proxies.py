@@ -82,7 +82,8 @@ def percentile(values: list[float], fraction: float) -> float:
 @contextlib.contextmanager
 def in_process_instance(upstream_url: str, database: str, **settings: Any) -> Iterator[tuple[str, Any]]:
     """One shared proxy in a thread of this process (its counters readable): its base URL and its app."""
-    from arc_ref.frontends.proxy import ProxySettings, build_app
+    from arc_ref.frontends.proxy import ProxySettings
+    from arc_ref.frontends.proxy_app import build_app
 
     assert QWEN3 is not None
     app = build_app(ProxySettings(upstream=upstream_url, tokenizer=f"hf-dir:{QWEN3}", overrides=BUDGETS,

@@ -108,7 +108,8 @@ def append_costs(path: Path, appends: int, rounds: int = 6) -> None:
 
 
 def _ack_record_sample() -> bytes:
-    from arc_ref.persist.store import _ack_record, GENESIS
+    from arc_ref.persist.acknowledgement import ack_record as _ack_record
+    from arc_ref.persist.rows import GENESIS
 
     return _ack_record(1, GENESIS)
 

@@ -47,8 +47,10 @@ def main() -> int:
     kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(figures.damage_kinds.items()))
     print(f"WAL damages after a kill: {figures.wal_damages} ({kinds or 'none'}); reopened with every acknowledged"
           f" event: {figures.recovered}; refused, naming the acknowledged events missing: {figures.refused}")
+    print(f"refused WITHOUT the count of missing acknowledged events (each also a problem): "
+          f"{len(figures.refused_uncounted)}")
     for refusal in figures.refused_uncounted:
-        print(f"refused as corrupt WITHOUT the count of missing acknowledged events (nothing lost): {refusal}")
+        print(f"  {refusal}")
     print(f"problems: {figures.problems[:5] or 'none'}{' ...' if len(figures.problems) > 5 else ''}")
     print(f"({time.perf_counter() - started:.0f} s)")
     return 0 if not figures.problems and figures.lost == 0 else 1

@@ -1,7 +1,8 @@
 """Real agent runs replayed through the six methods: prompt tokens, prefix-cache prefill, roofline cost, recall.
 
     python benchmarks/bench_trajectories.py [--data ../shared/data/trajectories] [--windows 16k,32k]
-                                            [--formats o200k,qwen3] [--calls]
+                                            [--formats o200k,qwen3] [--sections main,tradeoff,long]
+                                            [--long-steps 500]
 
 For each trajectory in the shared data (OpenHands CodeAct on Multi-SWE-bench, SWE-agent with GPT-4 and with
 function calling), each window (16k: the paper's L_ctx 16384 with G_max 4096; 32k: L_ctx 32768) and each
@@ -15,6 +16,7 @@ answered by the scripted backend), and per method the script prints:
 * ``prefill``: the tokens a prefix-caching server prefills: each prompt minus its longest common token
   prefix with the previous prompt of the task (the token ids of the rendered prompt);
 * ``served``: calls answered / agent calls (full context's calls over L are not served and cost nothing);
+* ``comp``: compactions (the method's own events: ARC's folds, a baseline's condensing or dropping);
 * ``>full``: agent calls where the method's prompt is longer than full context's, counted where full fits;
   ``>f+o``: longer than full context's plus the method's fixed overhead (its first prompt minus full's: for
   ARC its instructions);
@@ -22,36 +24,48 @@ answered by the scripted backend), and per method the script prints:
   two H200 at 32k, the presets of the paper), and ``T s`` / ``T$ s``: its total time without and with
   prefix caching (decode reads the whole KV in both; prefill costs the uncached tokens only with caching).
 
-Costs are over the calls each method got answered. Ratios compare ARC with full context on the same run.
-Finally every observation ARC stored comes back byte for byte through ``_recall-start`` / ``_recall-next``.
+ARC's cost model is configured for the roofline of its window (``prefill_cost`` 398 at 16k, Qwen3-8B on one H200;
+857 at 32k, Qwen3-32B on two: spec/rendering.md 11.1). Costs are over the calls each method got answered. After each
+block the issue's targets are checked on every trajectory (ARC's T$ <= full context's where full fits and <= every
+bounded baseline's; ARC's prompt <= full context's + ARC's overhead on every call) and every observation ARC stored
+comes back byte for byte through ``_recall-start`` / ``_recall-next``.
+
+Section ``tradeoff``: ARC alone under several low-water marks and trigger settings (the bound alone, the cost model
+with the roofline's prefill cost and an expected completion of 1024, 256 or 64 tokens), totals over the five
+trajectories per block with the number of trajectories missing a T$ target, and the settings with the least T$ over
+all blocks (each block's T$ relative to its best), overall and among those missing the fewest targets. Section ``long``: a synthetic
+trajectory of ``--long-steps`` steps built from the real ones (the same actions, outputs and sizes, in a seeded
+shuffled order), every method: compactions per 100 steps, prompt and prefill per served call, T$.
 The issue's "before" figures come from running this same script with PYTHONPATH at the old tree.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import asyncio
+import dataclasses
+import random
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from arc_eval.analysis.presets import hardware_preset, model_preset
-from arc_eval.analysis.roofline import trajectory_cost
+from arc_eval.analysis.roofline import free_hbm, trajectory_cost
 from arc_eval.agent.scripted import ScriptedBackend
 from arc_eval.counting import TokenCounter, make_counter
 from arc_eval.methods import make_method, method_names
+from arc_eval.methods.arc import ArcOptions
 from arc_eval.methods.base import MethodSettings
 from arc_eval.protocol import system_prompt
 from arc_eval.types import ChatReply, ChatRequest, ContextOverflow, Message, Observation
+from arc_ref.config import DEFAULT_EXPECTED_COMPLETION, DEFAULT_LOW_WATER
 from arc_ref.machine import AgentTurn, agent_turn
-from arc_ref.recall import reassemble
-from arc_ref.recall import chunk_count
+from arc_ref.recall import chunk_count, reassemble
 from arc_ref.render import agent_message
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from trajectories import DATA_DIR, Trajectory, load_all  # noqa: E402
+from trajectories import DATA_DIR, Step, Trajectory, load_all  # noqa: E402
 
 QWEN3_DIR = DATA_DIR.parent / "qwen3-tokenizer"
 WINDOWS = {"16k": 16384, "32k": 32768}
@@ -60,6 +74,14 @@ MAX_TOKENS = 4096
 ROOFLINE = {"16k": ("qwen3-8b", "h200", 1), "32k": ("qwen3-32b", "h200", 2)}
 SHORT = {"full_context": "full", "sliding_window": "window", "llm_summary": "summary",
          "structured_state": "state", "rag_memory": "rag", "arc": "arc"}
+BOUNDED = ("sliding_window", "llm_summary", "structured_state", "rag_memory")
+LOW_WATERS = (10, 25, 50, 75)
+# the trigger: the bound alone (prefill_cost 0), or the cost model with the roofline's prefill_cost and an expected
+# completion of m tokens (only prefill_cost / m matters; these trajectories' agent turns average 77 tokens)
+TRIGGERS: dict[str, int | None] = {"bound": None, "m=1024": 1024, "m=256": 256, "m=64": 64}
+LONG_SEED = 26
+# RequestSink(method, messages, prompt tokens, cached tokens by the model): a served request, as a server gets it
+RequestSink = Callable[[str, Sequence[Message], int, int], None]
 
 
 def formats() -> dict[str, tuple[str, str]]:
@@ -67,6 +89,21 @@ def formats() -> dict[str, tuple[str, str]]:
     if (QWEN3_DIR / "tokenizer.json").is_file():
         found["qwen3"] = (f"hf-dir:{QWEN3_DIR}", "template")
     return found
+
+
+def roofline_of(window: str) -> tuple[Any, Any]:
+    model_name, hardware_name, gpus = ROOFLINE[window]
+    return model_preset(model_name), dataclasses.replace(hardware_preset(hardware_name), n_gpu=gpus)
+
+
+def prefill_cost(window: str) -> int:
+    """The cost model's prefill_cost for the roofline of this window (spec/rendering.md 11.1): one token's prefill
+    (2 x matmul parameters / peak FLOP/s) in KV reads of one context token by one generated token (its KV and its
+    share of the weights streamed for the batch, M_w / free HBM of it, at the HBM bandwidth)."""
+    model, hardware = roofline_of(window)
+    prefill = 2 * model.matmul_params / hardware.total_flops
+    read = model.kv_bytes_per_token * (1 + model.weight_bytes / free_hbm(model, hardware)) / hardware.total_bandwidth
+    return round(prefill / read)
 
 
 def common_prefix(first: Sequence[int], second: Sequence[int]) -> int:
@@ -88,18 +125,24 @@ def common_prefix(first: Sequence[int], second: Sequence[int]) -> int:
 class Replay:
     """One method driven through one trajectory; every served request's tokens and ids are kept."""
 
-    def __init__(self, name: str, settings: MethodSettings, backend: ScriptedBackend) -> None:
+    def __init__(self, name: str, settings: MethodSettings, backend: ScriptedBackend,
+                 sink: RequestSink | None = None) -> None:
         self.name = name
         self.settings = settings
         self.method = make_method(name, settings)
         self.backend = backend
         self.counter = settings.counter
+        self.sink = sink
         self.previous: list[int] = []
         self.requests: list[tuple[int, int, int]] = []  # (prompt, completion, cached) of served requests
         self.agent_prompts: list[int | None] = []  # per agent call: its prompt tokens, None when not served
+        self.compactions = 0
+        self.grows_only = name == "full_context"  # its prompt never shrinks: once over L, every later call is too
 
     def serve(self, messages: Sequence[Message], completion: int) -> int | None:
         """Account one request: None when it is over L (a server rejects it before any prefill)."""
+        if self.grows_only and self.agent_prompts and self.agent_prompts[-1] is None:
+            return None  # (full context: counting a transcript that only grows past L again would change nothing)
         tokens = self.counter.count(messages)
         if tokens > self.settings.usable_tokens:
             return None
@@ -107,6 +150,8 @@ class Replay:
         cached = common_prefix(self.previous, ids)
         self.previous = ids
         self.requests.append((tokens, completion, min(cached, tokens)))
+        if self.sink is not None:
+            self.sink(self.name, messages, tokens, min(cached, tokens))
         return tokens
 
     async def aux(self, messages: Sequence[Message], purpose: str) -> ChatReply:
@@ -128,10 +173,12 @@ class Replay:
                 messages = await self.method.prompt(self.aux)
                 served = self.serve(messages, max(completion, 1))
             self.agent_prompts.append(served)
+            self.compactions += len(self.method.drain_events().compactions)
             if step is None:
                 break
             self.method.record_agent(step.thought, step.action)
             self.method.record_observation(step.action, Observation(step.observation, step.returncode))
+            self.compactions += len(self.method.drain_events().compactions)
 
 
 def recall_exact(replay: Replay) -> tuple[int, int]:
@@ -148,34 +195,55 @@ def recall_exact(replay: Replay) -> tuple[int, int]:
     return exact, state.stored
 
 
-def measure(trajectory: Trajectory, window: str, counter: TokenCounter) -> dict[str, Any]:
+def arc_options(window: str, low_water: int = DEFAULT_LOW_WATER,
+                completion: int | None = DEFAULT_EXPECTED_COMPLETION) -> ArcOptions:
+    """ARC configured for the roofline of its window (the trade-off varies the low-water mark and the trigger;
+    ``completion`` None: the bound alone)."""
+    if completion is None:
+        return ArcOptions(low_water=low_water, prefill_cost=0)
+    return ArcOptions(low_water=low_water, prefill_cost=prefill_cost(window), expected_completion=completion)
+
+
+def replay(name: str, trajectory: Trajectory, window: str, counter: TokenCounter,
+           options: ArcOptions | None = None, sink: RequestSink | None = None) -> Replay:
+    settings = MethodSettings(context_limit=WINDOWS[window], max_tokens=MAX_TOKENS, counter=counter,
+                              method_options={"arc": options or arc_options(window)})
+    runner = Replay(name, settings, ScriptedBackend(context_limit=10**7, counter=counter), sink)
+    asyncio.run(runner.run(trajectory))
+    return runner
+
+
+def costs(runner: Replay, window: str) -> dict[str, Any]:
+    model, hardware = roofline_of(window)
+    plain = trajectory_cost([(p, m) for p, m, _ in runner.requests], model, hardware)
+    cached = trajectory_cost(runner.requests, model, hardware)
+    return {
+        "prompt": sum(p for p, _, _ in runner.requests),
+        "prefill": sum(p - c for p, _, c in runner.requests),
+        "served": sum(1 for p in runner.agent_prompts if p is not None),
+        "calls": len(runner.agent_prompts),
+        "requests": len(runner.requests),
+        "compactions": runner.compactions,
+        "hbm": plain.decode_bytes / 1e9,
+        "t": plain.t_total,
+        "t_cached": cached.t_total,
+    }
+
+
+def measure(trajectory: Trajectory, window: str, counter: TokenCounter,
+            sink: RequestSink | None = None) -> dict[str, Any]:
     """``counter``: the one counter of this counting, shared by the methods and the backend (as a run's is)."""
-    settings = MethodSettings(context_limit=WINDOWS[window], max_tokens=MAX_TOKENS, counter=counter)
-    model_name, hardware_name, gpus = ROOFLINE[window]
-    model, hardware = model_preset(model_name), dataclasses.replace(hardware_preset(hardware_name), n_gpu=gpus)
     results: dict[str, Any] = {}
     replays = {}
     for name in method_names():
-        backend = ScriptedBackend(context_limit=10**7, counter=counter)
-        replay = Replay(name, settings, backend)
-        asyncio.run(replay.run(trajectory))
-        replays[name] = replay
-        plain = trajectory_cost([(p, m) for p, m, _ in replay.requests], model, hardware)
-        cached = trajectory_cost(replay.requests, model, hardware)
-        results[name] = {
-            "prompt": sum(p for p, _, _ in replay.requests),
-            "prefill": sum(p - c for p, _, c in replay.requests),
-            "served": sum(1 for p in replay.agent_prompts if p is not None),
-            "calls": len(replay.agent_prompts),
-            "hbm": plain.decode_bytes / 1e9,
-            "t": plain.t_total,
-            "t_cached": cached.t_total,
-        }
+        runner = replay(name, trajectory, window, counter, sink=sink)
+        replays[name] = runner
+        results[name] = costs(runner, window)
     full = replays["full_context"].agent_prompts
-    for name, replay in replays.items():
+    for name, runner in replays.items():
         # a method's fixed overhead: its first prompt (no history yet) minus full context's (ARC: its instructions)
-        overhead = (replay.agent_prompts[0] or 0) - (full[0] or 0)
-        pairs = [(own, theirs) for own, theirs in zip(replay.agent_prompts, full) if theirs is not None and own is not None]
+        overhead = (runner.agent_prompts[0] or 0) - (full[0] or 0)
+        pairs = [(own, theirs) for own, theirs in zip(runner.agent_prompts, full) if theirs is not None and own is not None]
         results[name]["over_full"] = sum(1 for own, theirs in pairs if own > theirs)
         results[name]["over_full_overhead"] = sum(1 for own, theirs in pairs if own > theirs + max(overhead, 0))
         results[name]["overhead"] = overhead
@@ -184,15 +252,137 @@ def measure(trajectory: Trajectory, window: str, counter: TokenCounter) -> dict[
     return results
 
 
+def targets(name: str, results: dict[str, Any]) -> list[str]:
+    """The issue's targets on one trajectory: a line per target missed (empty: all met)."""
+    arc, full = results["arc"], results["full_context"]
+    missed = []
+    if not results["_needs_compaction"] and arc["t_cached"] > full["t_cached"]:
+        missed.append(f"{name}: ARC's T$ {arc['t_cached']:.3f} > full context's {full['t_cached']:.3f} (full fits)")
+    for baseline in BOUNDED:
+        if arc["t_cached"] > results[baseline]["t_cached"]:
+            missed.append(f"{name}: ARC's T$ {arc['t_cached']:.3f} > {SHORT[baseline]}'s"
+                          f" {results[baseline]['t_cached']:.3f}")
+    if arc["over_full_overhead"]:
+        missed.append(f"{name}: ARC's prompt exceeds full context's + its overhead on {arc['over_full_overhead']} calls")
+    return missed
+
+
+HEADER = (f"{'trajectory':<34} {'method':<8} {'prompt':>10} {'prefill':>10} {'served':>8} {'comp':>5} {'>full':>5}"
+          f" {'>f+o':>5} {'HBM GB':>8} {'T s':>8} {'T$ s':>8}")
+
+
+def main_section(trajectories: list[Trajectory], window: str, counter: TokenCounter) -> tuple[bool, list[str]]:
+    print(HEADER)
+    totals: dict[str, dict[str, float]] = {}
+    all_exact = True
+    missed: list[str] = []
+    for trajectory in trajectories:
+        results = measure(trajectory, window, counter)
+        label = f"{trajectory.name[:26]}{'' if results['_needs_compaction'] else ' (fits)'}"
+        for name in method_names():
+            row = results[name]
+            total = totals.setdefault(name, {"prompt": 0, "prefill": 0, "compactions": 0, "hbm": 0.0, "t": 0.0,
+                                             "t_cached": 0.0, "over_full": 0, "over_full_overhead": 0})
+            for key in total:
+                total[key] += row[key]
+            print(f"{label:<34} {SHORT[name]:<8} {row['prompt']:>10,} {row['prefill']:>10,}"
+                  f" {row['served']:>3}/{row['calls']:<4} {row['compactions']:>5} {row['over_full']:>5}"
+                  f" {row['over_full_overhead']:>5} {row['hbm']:>8.2f} {row['t']:>8.3f} {row['t_cached']:>8.3f}")
+        exact, stored = results["arc"]["exact"]
+        all_exact &= exact == stored
+        arc, full = results["arc"], results["full_context"]
+        print(f"{'':<34} arc/full prompt {arc['prompt'] / full['prompt']:.3f}, prefill"
+              f" {arc['prefill'] / full['prefill']:.2f}x; ARC's overhead {arc['overhead']} tokens;"
+              f" recall byte-exact {exact}/{stored}")
+        missed.extend(targets(trajectory.name[:26], results))
+    for name in method_names():
+        total = totals[name]
+        print(f"{'all five':<34} {SHORT[name]:<8} {int(total['prompt']):>10,} {int(total['prefill']):>10,}"
+              f" {'':>8} {int(total['compactions']):>5} {int(total['over_full']):>5}"
+              f" {int(total['over_full_overhead']):>5} {total['hbm']:>8.2f} {total['t']:>8.3f}"
+              f" {total['t_cached']:>8.3f}")
+    print("targets: " + ("all met on every trajectory" if not missed else f"{len(missed)} missed"))
+    for line in missed:
+        print(f"  MISSED {line}")
+    return all_exact, missed
+
+
+def tradeoff_section(trajectories: list[Trajectory], window: str, counter: TokenCounter,
+                     scores: dict[tuple[int, str], list[float]], misses: dict[tuple[int, str], int]) -> None:
+    """ARC alone per low-water mark and trigger: totals over the trajectories, and how many trajectories miss a
+    T$ target (ARC's T$ above full context's where full fits, or above a bounded baseline's); ``scores`` collects
+    T$ per block, ``misses`` the missed targets."""
+    print(f"ARC's trade-off (prefill_cost of the roofline: {prefill_cost(window)}):")
+    print(f"  {'low_water':>9} {'trigger':<8} {'prompt':>10} {'prefill':>10} {'comp':>5} {'T s':>8} {'T$ s':>8}"
+          f" {'missed':>6}")
+    others = {}
+    for trajectory in trajectories:  # the baselines do not depend on ARC's settings
+        others[trajectory.name] = {name: costs(replay(name, trajectory, window, counter), window)
+                                   for name in ("full_context", *BOUNDED)}
+        others[trajectory.name]["_needs_compaction"] = others[trajectory.name]["full_context"]["served"] < len(
+            trajectory.steps) + 1
+    block: dict[tuple[int, str], float] = {}
+    for low_water in LOW_WATERS:
+        for trigger, completion in TRIGGERS.items():
+            total = {"prompt": 0, "prefill": 0, "compactions": 0, "t": 0.0, "t_cached": 0.0}
+            missed = 0
+            for trajectory in trajectories:
+                row = costs(replay("arc", trajectory, window, counter, arc_options(window, low_water, completion)),
+                            window)
+                for key in total:
+                    total[key] += row[key]
+                theirs = others[trajectory.name]
+                missed += (not theirs["_needs_compaction"] and row["t_cached"] > theirs["full_context"]["t_cached"]) or any(
+                    row["t_cached"] > theirs[name]["t_cached"] for name in BOUNDED)
+            block[(low_water, trigger)] = total["t_cached"]
+            misses[(low_water, trigger)] = misses.get((low_water, trigger), 0) + missed
+            print(f"  {low_water:>9} {trigger:<8} {int(total['prompt']):>10,} {int(total['prefill']):>10,}"
+                  f" {int(total['compactions']):>5} {total['t']:>8.3f} {total['t_cached']:>8.3f} {missed:>6}")
+    best = min(block.values())
+    for setting, value in block.items():
+        scores.setdefault(setting, []).append(value / best)
+
+
+def synthetic(trajectories: list[Trajectory], steps: int, seed: int = LONG_SEED) -> Trajectory:
+    """``steps`` steps of the real trajectories (their actions, outputs and sizes) in a seeded shuffled order: the
+    pool of every step, shuffled, then shuffled again each time it is used up; the first trajectory's goal."""
+    pool: list[Step] = [step for trajectory in trajectories for step in trajectory.steps]
+    order: list[Step] = []
+    shuffler = random.Random(seed)
+    while len(order) < steps:
+        batch = list(pool)
+        shuffler.shuffle(batch)
+        order.extend(batch)
+    return Trajectory(f"synthetic-{steps}", "synthetic", trajectories[0].goal, tuple(order[:steps]))
+
+
+def long_section(trajectories: list[Trajectory], window: str, counter: TokenCounter, steps: int) -> None:
+    long = synthetic(trajectories, steps)
+    print(f"synthetic {steps}-step trajectory ({len({s.action for s in long.steps})} distinct actions, seed"
+          f" {LONG_SEED}):")
+    print(f"  {'method':<8} {'served':>9} {'comp/100':>8} {'prompt/call':>11} {'prefill/call':>12} {'T$ s':>9}")
+    for name in method_names():
+        started = time.perf_counter()
+        row = costs(replay(name, long, window, counter), window)
+        served = max(row["served"], 1)
+        print(f"  {SHORT[name]:<8} {row['served']:>4}/{row['calls']:<4} {100 * row['compactions'] / steps:>8.1f}"
+              f" {row['prompt'] / max(row['requests'], 1):>11,.0f} {row['prefill'] / max(row['requests'], 1):>12,.0f}"
+              f" {row['t_cached']:>9.3f}   ({time.perf_counter() - started:.0f} s; per served call"
+              f" T$ {row['t_cached'] / served * 1000:.1f} ms)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", type=Path, default=DATA_DIR)
     parser.add_argument("--windows", default="16k,32k")
     parser.add_argument("--formats", default="o200k,qwen3")
+    parser.add_argument("--sections", default="main,tradeoff,long")
+    parser.add_argument("--long-steps", type=int, default=500)
     arguments = parser.parse_args()
     if not arguments.data.is_dir():
         print(f"skipped: no trajectory data at {arguments.data} (it ships in ../shared/data/trajectories)")
         return 0
+    sections = arguments.sections.split(",")
     trajectories = load_all(arguments.data)
     available = formats()
     chosen = [name for name in arguments.formats.split(",") if name in available]
@@ -202,42 +392,42 @@ def main() -> int:
     print(f"{len(trajectories)} trajectories from {arguments.data}; {sum(len(t.steps) + 1 for t in trajectories)}"
           " agent calls per method and setting")
     all_exact = True
+    all_missed: list[str] = []
+    scores: dict[tuple[int, str], list[float]] = {}
+    misses: dict[tuple[int, str], int] = {}
     started = time.perf_counter()
     for counting in chosen:
         tokenizer, chat_format = available[counting]
         counter = make_counter(tokenizer, chat_format)
         for window in arguments.windows.split(","):
             model_name, hardware_name, gpus = ROOFLINE[window]
-            print(f"\n== {window}, {counting} (roofline {model_name} on {gpus} x {hardware_name}) ==")
-            print(f"{'trajectory':<34} {'method':<8} {'prompt':>10} {'prefill':>10} {'served':>8} {'>full':>5}"
-                  f" {'>f+o':>5} {'HBM GB':>8} {'T s':>8} {'T$ s':>8}")
-            totals: dict[str, dict[str, float]] = {}
-            for trajectory in trajectories:
-                results = measure(trajectory, window, counter)
-                label = f"{trajectory.name[:26]}{'' if results['_needs_compaction'] else ' (fits)'}"
-                for name in method_names():
-                    row = results[name]
-                    total = totals.setdefault(name, {"prompt": 0, "prefill": 0, "hbm": 0.0, "t": 0.0,
-                                                     "t_cached": 0.0, "over_full": 0, "over_full_overhead": 0})
-                    for key in total:
-                        total[key] += row[key]
-                    print(f"{label:<34} {SHORT[name]:<8} {row['prompt']:>10,} {row['prefill']:>10,}"
-                          f" {row['served']:>3}/{row['calls']:<4} {row['over_full']:>5} {row['over_full_overhead']:>5}"
-                          f" {row['hbm']:>8.2f}"
-                          f" {row['t']:>8.3f} {row['t_cached']:>8.3f}")
-                exact, stored = results["arc"]["exact"]
-                all_exact &= exact == stored
-                arc, full = results["arc"], results["full_context"]
-                print(f"{'':<34} arc/full prompt {arc['prompt'] / full['prompt']:.3f}, prefill"
-                      f" {arc['prefill'] / full['prefill']:.2f}x; ARC's overhead {arc['overhead']} tokens;"
-                      f" recall byte-exact {exact}/{stored}")
-            for name in method_names():
-                total = totals[name]
-                print(f"{'all five':<34} {SHORT[name]:<8} {int(total['prompt']):>10,} {int(total['prefill']):>10,}"
-                      f" {'':>8} {int(total['over_full']):>5} {int(total['over_full_overhead']):>5}"
-                      f" {total['hbm']:>8.2f} {total['t']:>8.3f}"
-                      f" {total['t_cached']:>8.3f}")
+            print(f"\n== {window}, {counting} (roofline {model_name} on {gpus} x {hardware_name}; ARC's prefill_cost"
+                  f" {prefill_cost(window)}) ==")
+            if "main" in sections:
+                exact, missed = main_section(trajectories, window, counter)
+                all_exact &= exact
+                all_missed.extend(f"{window} {counting} {line}" for line in missed)
+            if "tradeoff" in sections:
+                tradeoff_section(trajectories, window, counter, scores, misses)
+            if "long" in sections:
+                long_section(trajectories, window, counter, arguments.long_steps)
+    if scores:
+        ranked = sorted(scores.items(), key=lambda item: sum(item[1]) / len(item[1]))
+        print("\nARC's settings by T$ over every block (mean of T$ / the block's best; trajectories missing a T$"
+              " target, all blocks):")
+        for (low_water, trigger), values in ranked:
+            print(f"  low_water {low_water:>3}, trigger {trigger:<7}: {sum(values) / len(values):.4f}"
+                  f"  missed {misses[(low_water, trigger)]}")
+        (low_water, trigger), _ = ranked[0]
+        fewest = min(misses.values())
+        (safe_water, safe_trigger), _ = next(item for item in ranked if misses[item[0]] == fewest)
+        print(f"least T$ by measurement: low_water {low_water}, trigger {trigger} (missing {misses[ranked[0][0]]}"
+              f" targets); the least T$ among the settings missing the fewest targets ({fewest}): low_water"
+              f" {safe_water}, trigger {safe_trigger}. The shipped default (arc_ref.config): low_water"
+              f" {DEFAULT_LOW_WATER}, trigger m={DEFAULT_EXPECTED_COMPLETION}")
     print(f"\n{time.perf_counter() - started:.0f} s")
+    if "main" in sections:
+        print("targets: " + ("all met" if not all_missed else f"{len(all_missed)} missed in all"))
     print("every observation recovered byte for byte" if all_exact else "SOME OBSERVATIONS DIFFER")
     return 0 if all_exact else 1
 

@@ -135,12 +135,12 @@ class Proxy:
     """`arc-ref proxy` as a process of the checkout ``tree``."""
 
     def __init__(self, tree: Path, upstream: str, *extra: str, budgets: bool = True, wait: bool = True,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, tokenizer: str | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
         self.tree = tree
         command = [sys.executable, "-m", cli_module(tree), "proxy", "--upstream", upstream, "--tokenizer",
-                   f"hf-dir:{QWEN3}", "--port", str(self.port), *(BUDGETS if budgets else []), *extra]
+                   tokenizer or f"hf-dir:{QWEN3}", "--port", str(self.port), *(BUDGETS if budgets else []), *extra]
         environment = {**os.environ, "PYTHONPATH": str(tree), **(env or {})}
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                         env=environment, cwd=tree, start_new_session=True)
@@ -282,7 +282,12 @@ def start_refusal(tree: Path, *arguments: str, budgets: bool = True) -> Row:
             at = extra.index("--upstream")
             upstream_url = extra[at + 1]
             del extra[at: at + 2]
-        proxy = Proxy(tree, upstream_url, *extra, budgets=budgets, wait=False)
+        tokenizer = None  # a flag given twice is refused since h29-eval's options: the case's replaces the default
+        if "--tokenizer" in extra:
+            at = extra.index("--tokenizer")
+            tokenizer = extra[at + 1]
+            del extra[at: at + 2]
+        proxy = Proxy(tree, upstream_url, *extra, budgets=budgets, wait=False, tokenizer=tokenizer)
         listening = proxy.wait_listening(30)
         row: Row = {"rss": proxy.rss_mib()}
         if listening:

@@ -7,7 +7,6 @@ and gets a `ChatReply` back (or a `ContextOverflow`), the loop runs actions in a
 
 from __future__ import annotations
 
-import json
 from typing import Any, Mapping, Protocol, Sequence, TextIO
 
 from attrs import field, frozen
@@ -15,6 +14,7 @@ from attrs import field, frozen
 from arc_eval.errors import SERVER_STOPPED, EvalError
 from arc_ref.config import PRESETS
 from arc_ref.message import ToolCall, ToolSpec, openai_message
+from arc_ref.openai_wire import ShapeError, WireToolCall, arguments_text, field_of, read_tool_call
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -39,11 +39,13 @@ class Message:
         """An OpenAI chat message (a server's view of a request): null content is "", arguments kept as text."""
         calls = []
         for number, call in enumerate(message.get("tool_calls") or ()):
-            function = call.get("function") or {}
-            arguments = function.get("arguments", "")
-            if not isinstance(arguments, str):
-                arguments = json.dumps(arguments, ensure_ascii=False)
-            calls.append(ToolCall(str(call.get("id") or f"call_{number}"), str(function.get("name", "")), arguments))
+            try:
+                read = read_tool_call(call, number)
+            except ShapeError:  # a call without a function: an empty name, no arguments
+                read = WireToolCall(field_of(call, "id"), None, None)
+            name = "" if read.name is None else str(read.name)
+            arguments = arguments_text(read.arguments, ensure_ascii=False)
+            calls.append(ToolCall(str(read.call_id or f"call_{number}"), name, arguments))
         call_id = message.get("tool_call_id")
         return cls(str(message["role"]), str(message.get("content") or ""), tuple(calls),
                    None if call_id is None else str(call_id))

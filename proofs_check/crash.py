@@ -16,8 +16,10 @@ SQLite files" reflex or a bad disk does to the write-ahead log: deletes it (with
 truncates it at a random length, or flips a random byte of it. The store must then either reopen with every
 acknowledged event byte for byte (recovered) or be refused with StoreCorrupt naming how many acknowledged
 events are missing (refused; the count is checked against the rows that are there), also when SQLite itself
-cannot read the store through the damaged WAL (the store then reads its database file alone); a reopen that
-lacks an acknowledged event is a loss, and any other refusal (another message, another StoreError) a problem.
+cannot read the store through the damaged WAL (the store then reads its database file alone), and when a kill cut
+a checkpoint and the WAL was then deleted (the database file half old, half new: its readable rows are counted);
+a reopen that lacks an acknowledged event is a loss, and any other refusal (another message, another StoreError,
+a refusal without the count) a problem.
 The log is then put back as it was (its -shm removed, to be rebuilt) and the loop goes on.
 """
 
@@ -94,8 +96,9 @@ class CrashFigures:
     fold_checks: int = 0  # reopens compared with the fold of every row
     wal_damages: int = 0  # kills after which the WAL was deleted, truncated or had a byte flipped
     recovered: int = 0  # ... and the store still reopened with every acknowledged event
-    refused: int = 0  # ... and the store was refused, naming how many acknowledged events are missing
-    # ... refused as corrupt without that count (nothing lost, nothing opened: a known gap, listed apart)
+    refused: int = 0  # ... and the store was refused, naming how many acknowledged events are missing (maybe none)
+    # ... refused as corrupt without that count: each is also a problem (issue 31.4: the one such case, a
+    # checkpoint cut by the kill and the WAL deleted after it, now states its count)
     refused_uncounted: list[str] = Factory(list)
     damage_kinds: dict[str, int] = Factory(dict)  # damages by kind
     problems: list[str] = Factory(list)
@@ -149,6 +152,7 @@ def check_store(
 WAL_DAMAGES = ("deleted", "deleted with its -shm", "truncated", "a byte flipped")
 _MISSING = re.compile(r"(\d+) acknowledged events? (?:is|are) missing: rows up to (\d+) were acknowledged"
                       r" .* the store ends at row (\d+)")
+_NONE_MISSING = re.compile(r"no acknowledged event is missing \(rows up to (\d+) are there\)")
 
 
 def damage_wal(store_path: Path, rng: random.Random) -> str | None:
@@ -183,12 +187,19 @@ def check_damaged(store_path: Path, acks: dict[int, tuple[str, str]], figures: C
             seq = store.seq
     except StoreError as refusal:  # any refusal (SQLite's "disk I/O error" too) is checked, never a crash of the loop
         found = _MISSING.search(str(refusal))
+        none_missing = _NONE_MISSING.search(str(refusal))
         last_acknowledged = max(acks, default=1)
         if not isinstance(refusal, StoreCorrupt):
             figures.problems.append(f"a damaged WAL was refused as {type(refusal).__name__}, not StoreCorrupt:"
                                     f" {refusal}")
-        elif found is None:  # refused, nothing lost, but the count of missing events is not said
+        elif none_missing is not None:  # every acknowledged row is there, the file is damaged past or beside them
+            acknowledged = int(none_missing.group(1))
+            if acknowledged < last_acknowledged or len(rows) < acknowledged:
+                figures.problems.append(f"refused with wrong figures ({refusal}); {len(rows)} rows are there and"
+                                        f" row {last_acknowledged} was acknowledged")
+        elif found is None:  # refused without the count of missing events: never acceptable (issue 31.4)
             figures.refused_uncounted.append(str(refusal))
+            figures.problems.append(f"refused without the count of missing acknowledged events: {refusal}")
         else:
             missing, acknowledged, there = (int(value) for value in found.groups())
             if there != len(rows) or missing != acknowledged - there or acknowledged < last_acknowledged:

@@ -21,7 +21,8 @@ from arc_ref.machine import (
 )
 from arc_ref.errors import CapacityExceeded
 from arc_ref.recall import chunk_count
-from arc_ref.view import View, verify_tokens
+from arc_ref.config import Config
+from arc_ref.view import Components, View, verify_tokens
 from proofs_check.strategies import normal_actions, texts, thoughts
 
 
@@ -71,6 +72,15 @@ def run(state: ArcState, events: Iterable[Event]) -> ArcState:
     for event in events:
         state = apply(state, event)
     return state
+
+
+def recent_allowance(config: Config, parts: Components) -> int:
+    """What H may cost in a view with these parts: R under layout "paper"; under "lean" R and what S, G and U leave
+    of M, P and Q (the bound is on the sum, spec/rendering.md section 11.1)."""
+    if config.layout == "paper":
+        return config.recent_budget
+    return (config.recent_budget + config.summary_budget - parts.summary + config.page_budget - parts.catalog
+            + config.recall_budget - parts.recall)
 
 
 def exact_view(state: ArcState) -> tuple[View, int]:

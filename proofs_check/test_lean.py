@@ -10,8 +10,11 @@ its configuration adds to F (its instructions in the system text, its tools in t
 same on both sides here. Traces are runs of normal actions (no recall or catalog command: those are calls
 an agent without ARC cannot make). Properties, for every trace, at every call:
 
-* before the first compaction the view is the plain transcript, text and token count;
-* the view never costs more than the plain transcript;
+* while every message fits R (none clipped or shown as its stub), before the first compaction the view is the
+  plain transcript, text and token count, and it stays so while the rules of spec/rendering.md 11.1 (restated
+  here from the plain transcript's own counts) say keep: the machine folds nothing it is not told to;
+* the view never costs more than the plain transcript (a fold is taken only when it makes the view smaller or the
+  view would exceed K);
 * between compactions the previous prompt, less its generation prompt, is a token prefix of the next one.
 
 Each runs with ChatML and o200k_base and with Qwen3's own chat template and tokenizer (skipped when absent),
@@ -67,7 +70,9 @@ tool_steps_plain = st.lists(
 
 
 def o200k_configs(action_mode: str = "text", **fixed: Any) -> st.SearchStrategy[Config]:
-    return configs("paper", fixed={"tokenizer": "o200k_base", "chat_format": "chatml", "layout": "lean", **fixed})
+    """Either preset's scale (the minimal preset's budgets in o200k tokens reach the trigger's rules within a
+    short trace; the paper preset's rarely do)."""
+    return configs(fixed={"tokenizer": "o200k_base", "chat_format": "chatml", "layout": "lean", **fixed})
 
 
 def qwen3_configs(action_mode: str = "text", **fixed: Any) -> st.SearchStrategy[Config]:
@@ -75,33 +80,79 @@ def qwen3_configs(action_mode: str = "text", **fixed: Any) -> st.SearchStrategy[
                           "layout": "lean", **fixed})
 
 
+def keeps(config: Config, recent: int, turns: int) -> bool:
+    """spec/rendering.md 11.1 for a state where nothing was folded (s = g = u = 0), written here from the spec
+    alone: the bound holds (h <= W) and the cost rule says keep."""
+    room = config.summary_budget + config.recent_budget + config.page_budget + config.recall_budget
+    if recent > room:
+        return False
+    low = config.recent_budget * config.low_water // 100
+    if config.prefill_cost == 0 or recent <= low:
+        return True
+    removed = recent - low
+    return (config.expected_completion * removed * removed * max(1, turns)
+            < 2 * config.prefill_cost * low * recent)
+
+
 class Plain:
-    """The plain transcript of the same trace, built from the events alone (not from ARC's state)."""
+    """The plain transcript of the same trace, built from the events alone (not from ARC's state).
+
+    ``kept``: every step so far fitted and kept (spec/rendering.md 11.1, computed here from the plain messages'
+    costs): every message within R (a unit of H), and after every append the bound and the cost rule say
+    keep. While it holds, the view must be the plain transcript."""
 
     def __init__(self, state: ArcState) -> None:
         self.setup = state.setup
         self.show = state.setup.shown_form.show
         self.messages: list[dict[str, Any]] = [message.openai() for message in state.prefix]
+        self.recent = 0  # h: the messages after F at their msg cost (largest over their places)
+        self.turns = 0
+        self.unit = 0  # tool mode: the current unit's cost so far
+        self.fitted = True  # every message so far fitted R (none clipped, none shown as its stub)
+        self.kept = True
+
+    def _appended(self, cost: int, fits: bool = True) -> None:
+        config = self.setup.config
+        self.recent += cost
+        self.fitted = self.fitted and fits and cost <= config.recent_budget
+        self.kept = self.kept and self.fitted and keeps(config, self.recent, self.turns)
 
     def agent(self, thought: str, action: str) -> None:
         content = render.agent_message(self.show(thought), self.show(action))
         self.messages.append({"role": render.ASSISTANT, "content": content})
+        self.turns += 1
+        self._appended(self.setup.message(render.ASSISTANT, content).tokens)
 
     def observation(self, content: str, returncode: int) -> None:
         shown = self.setup.shown_form.show(content)
-        self.messages.append({"role": render.USER, "content": render.lean_observation_message(returncode, shown)})
+        message = render.lean_observation_message(returncode, shown)
+        self.messages.append({"role": render.USER, "content": message})
+        self._appended(self.setup.message(render.USER, message).tokens)
 
     def tool_turn(self, thought: str, calls: Sequence[ToolCall]) -> None:
         form = self.setup.shown_form
-        shown = [ToolCall(self.show(call.call_id), self.show(call.name), form.show_arguments(call.arguments))
-                 for call in calls]
+        shown = tuple(ToolCall(self.show(call.call_id), self.show(call.name), form.show_arguments(call.arguments))
+                      for call in calls)
         self.messages.append({"role": render.ASSISTANT, "content": self.show(thought),
                               "tool_calls": [call.openai() for call in shown]})
+        self.turns += 1
+        self.pending = [call.call_id for call in calls]
+        budget = self.setup.config.recent_budget
+        cost = self.setup.message(render.ASSISTANT, self.show(thought), shown).tokens
+        self.unit = cost
+        reserved = sum(self.setup.result_reserve(call_id) for call_id in self.pending)
+        self._appended(cost, cost <= budget - reserved)  # else its thought is clipped
 
     def tool_result(self, call_id: str, content: str, returncode: int) -> None:
         shown = self.setup.shown_form.show(content)
-        self.messages.append({"role": render.TOOL, "content": render.lean_observation_message(returncode, shown),
-                              "tool_call_id": self.show(call_id)})
+        message = render.lean_observation_message(returncode, shown)
+        self.messages.append({"role": render.TOOL, "content": message, "tool_call_id": self.show(call_id)})
+        self.pending.remove(call_id)
+        budget = self.setup.config.recent_budget
+        left = budget - self.unit - sum(self.setup.result_reserve(other) for other in self.pending)
+        cost = self.setup.message(render.TOOL, message, (), self.show(call_id)).tokens
+        self.unit += cost
+        self._appended(cost, cost <= left)  # else it is shown as its stub
 
     def text(self, keep: int | None = None) -> str:
         """The plain transcript rendered; ``keep``: only F and its last ``keep`` messages."""
@@ -133,10 +184,16 @@ class Calls:
         self.compacted |= folded > 0
         plain_tokens = self.plain.tokens()
         parts = shown.components
-        if not self.compacted:
+        if (not self.compacted and self.plain.fitted) or self.plain.kept:
+            # while every message fitted R: before the first fold, and whenever the rule of section 11.1 said keep
+            # at every step so far, the view is the plain transcript (so the machine folded nothing it was not told
+            # to); a message that does not fit R is clipped or shown as its stub (sections 9.1, 13), fold or not
             assert shown.text() == self.plain.text()
             assert shown.tokens == plain_tokens
             assert parts.catalog == 0 and parts.summary == 0 and parts.recall == 0
+        # section 11.1: a fold is taken only when it makes the view smaller or the view would exceed K, so the
+        # view never costs more than the plain transcript
+        assert shown.tokens <= plain_tokens, f"view {shown.tokens} > plain transcript {plain_tokens}"
         # F, H and the generation prompt cost no more than F and the same messages of the plain transcript
         # (an entry of H is the plain message, clipped or replaced by its stub when it could not fit R) ...
         kept = self.plain.tokens(len(state.live))

@@ -142,7 +142,16 @@ class ArcMachine(RuleBasedStateMachine):
         setup = self.arc.setup
         assert exact <= setup.budget <= setup.limit
         assert exact + setup.config.max_completion <= setup.config.context_limit
-        assert self.arc.live_tokens <= setup.config.recent_budget
+        config = setup.config
+        if config.layout == "paper":  # the paper's rule: H within R
+            assert self.arc.live_tokens <= config.recent_budget
+        else:  # lean: the bound is on the sum, H using what S, G and U leave (spec/rendering.md section 11.1)
+            parts = [0 if message is None else message.tokens
+                     for message in (self.arc.summary.message, self.arc.catalog_message, self.arc.recall_message)]
+            assert parts[0] <= config.summary_budget and parts[1] <= config.page_budget
+            assert parts[2] <= config.recall_budget
+            assert sum(parts) + self.arc.live_tokens <= (config.summary_budget + config.recent_budget
+                                                         + config.page_budget + config.recall_budget)
 
     @invariant()
     def view_components_match_the_state(self) -> None:

@@ -22,7 +22,7 @@ from arc_ref.machine import (
 from arc_ref.message import ToolCall
 from arc_ref.recall import reassemble
 from arc_ref.view import View
-from proofs_check.harness import apply, event_lists, resolve_stored
+from proofs_check.harness import apply, event_lists, resolve_stored, recent_allowance
 from proofs_check.registry import proves
 from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir, transformers_prompt
 from proofs_check.strategies import ENVIRONMENT_TOOLS, configs, tool_steps
@@ -49,7 +49,7 @@ def check_view_against_the_server(state: ArcState) -> View:
     parts = shown.components
     assert parts.prefix <= state.setup.prefix_tokens
     assert parts.summary <= config.summary_budget
-    assert parts.recent <= config.recent_budget
+    assert parts.recent <= recent_allowance(config, parts)
     assert parts.catalog <= config.page_budget
     assert parts.recall <= config.recall_budget
     assert parts.overhead == state.setup.generation_tokens <= config.overhead

@@ -19,7 +19,7 @@ from arc_ref.machine import (
 from arc_ref.message import ToolCall
 from arc_ref.tokenizers import get_tokenizer
 from arc_ref.view import verify_tokens, within_budget
-from proofs_check.harness import apply, event_lists, exact_view, resolve_stored
+from proofs_check.harness import apply, event_lists, exact_view, resolve_stored, recent_allowance
 from proofs_check.registry import proves
 from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
 from proofs_check.strategies import ENVIRONMENT_TOOLS, configs, texts, tool_steps, unicode_texts
@@ -37,7 +37,7 @@ def test_lemma2_every_view_is_within_k_and_l(config: Config, events: list[object
         assert exact <= setup.budget <= setup.limit
         parts = shown.components
         assert parts.summary <= config.summary_budget
-        assert parts.recent <= config.recent_budget
+        assert parts.recent <= recent_allowance(config, parts)
         assert parts.catalog <= config.page_budget
         assert parts.recall <= config.recall_budget
         assert 0 <= parts.overhead <= config.overhead

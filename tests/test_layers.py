@@ -23,15 +23,16 @@ ALLOWED: dict[str, set[str]] = {
     "core": set(),
     "persist": {"core"},
     "session": {"core", "persist"},
-    "arc-ref front ends": {"core", "persist", "session"},
+    "serving": {"core"},
+    "arc-ref front ends": {"core", "persist", "session", "serving"},
     "proofs": {"core", "persist", "session"},
     "eval leaves": {"core"},
     "methods, agent": {"core", "eval leaves"},
-    "backends": {"core", "eval leaves"},
+    "backends": {"core", "eval leaves", "serving"},
     "analysis": {"eval leaves", "methods, agent"},
     "loop": {"core", "eval leaves", "methods, agent", "backends"},
     "runner": {"core", "eval leaves", "methods, agent", "backends", "analysis", "loop"},
-    "eval front ends": {"core", "eval leaves", "methods, agent", "backends", "analysis", "loop", "runner"},
+    "eval front ends": {"core", "eval leaves", "methods, agent", "backends", "analysis", "loop", "runner", "serving"},
 }
 
 
@@ -48,6 +49,8 @@ def layer_of(module: str) -> str | None:
             return "session"
         if first == "frontends":
             return "arc-ref front ends"
+        if first == "serving":
+            return "serving"
         if (PACKAGES["arc_ref"] / f"{first}.py").is_file() or first == "":
             return "core"  # a top-level module of arc_ref is core
         return None  # a subpackage of arc_ref that DESIGN.md places in no layer
@@ -186,3 +189,67 @@ def test_design_md_names_every_layer() -> None:
     text = (ROOT / "DESIGN.md").read_text(encoding="utf-8")
     for layer in ALLOWED:
         assert f"| {layer} |" in text, f"DESIGN.md's table has no row for {layer!r}"
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the modules of ours it imports (anywhere in the file), an import of its own enclosing package
+    (``from arc_ref.persist import snapshot`` inside arc_ref.persist) left out."""
+    modules = dict(all_modules())
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        targets = set()
+        for target in imports_of(path, module):
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != module and not module.startswith(target + "."):
+                targets.add(target)
+        graph[module] = targets
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+    return found
+
+
+def test_no_circle_of_imports() -> None:
+    assert circles(import_graph()) == [], "modules that import each other, directly or around a circle"
+
+
+def test_the_circle_check_catches_a_circle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert circles(graph) == [["a", "b", "c"]]
+    assert circles({"cli": {"store_cli"}, "store_cli": {"cli"}}) == [["cli", "store_cli"]]

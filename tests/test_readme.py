@@ -44,3 +44,29 @@ def test_the_readme_test_command_installs_no_pytorch() -> None:
 def test_ci_runs_the_readme_test_command() -> None:
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert _readme_commands()[1] in ci.splitlines()
+
+
+def test_every_path_of_arc_ref_named_by_the_docs_exists() -> None:
+    """A reader follows `arc_ref/...` paths from the README, DESIGN.md and spec/: each names a file or package
+    that is there (the front ends moved to arc_ref/frontends/ and the Session to arc_ref/session/, issue 29)."""
+    import re
+
+    named = re.compile(r"arc_ref/[A-Za-z0-9_/]*[A-Za-z0-9_](?:\.py)?")
+    documents = [ROOT / "README.md", ROOT / "DESIGN.md", *sorted((ROOT / "spec").glob("*.md"))]
+    missing = sorted({(document.name, path) for document in documents
+                      for path in named.findall(document.read_text(encoding="utf-8"))
+                      if not (ROOT / path).exists()})
+    assert not missing, f"paths the docs name that are not in the repository: {missing}"
+
+
+def test_every_pip_install_of_the_readme_installs_this_checkout() -> None:
+    """arc-ref is not published on a package index: a README command that installs it names the checkout
+    (`pip install -e '.[EXTRAS]'`), never `arc-ref[...]`, which pip looks for on the index and does not find."""
+    import re
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```bash\n(.*?)^```", text, re.S | re.M)
+    installs = [line for block in blocks for line in block.splitlines() if "pip install" in line]
+    assert installs
+    by_name = [line for line in installs if re.search(r"pip install[^#]*['\"]?arc-ref\[", line)]
+    assert not by_name, f"README commands that look arc-ref up on the index: {by_name}"

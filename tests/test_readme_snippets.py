@@ -60,7 +60,7 @@ HOW: dict[str, str] = {
     "arc-eval ablation recall-budget --tasks 200": "plan",
     "arc-eval nih --backend openai --base-url http://localhost:8000/v1 --model Qwen/Qwen3-8B --tokenizer "
     "../shared/data/qwen3-tokenizer --tool-calling --tasks 200": "plan",
-    "arc-eval report runs/nih-009fb81a3c": "test_the_report_line_names_the_first_command_s_run_directory",
+    "arc-eval report runs/nih-6bfac648b3": "test_the_report_line_names_the_first_command_s_run_directory",
     "arc-eval serve-scripted --port 8001 --max-model-len 16384":
         "test_the_vllm_quick_start_runs_against_a_server_of_that_name",
     "python benchmarks/bench_core.py": "help",
@@ -73,7 +73,7 @@ HOW: dict[str, str] = {
     "python benchmarks/bench_many_proxies.py": "help",
     "arc-eval bench": "tests/eval/test_runner_cli.py",
     # "Running several proxies": the deployment test starts the same processes (other ports, a throwaway database)
-    "pip install 'arc-ref[proxy,postgres]'": DEPLOYMENT,
+    "pip install -e '.[proxy,postgres]'": "tests/test_readme.py::test_every_pip_install_of_the_readme_installs_this_checkout",
     "createdb -h db-host -U arc arc": DEPLOYMENT,
     **{f"arc-ref proxy --upstream http://localhost:8000/v1 --tokenizer hf-dir:/models/Qwen3-8B --port {port} --store"
        " postgresql://arc@db-host:5432/arc": DEPLOYMENT for port in (8101, 8102, 8103)},

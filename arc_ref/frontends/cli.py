@@ -1,19 +1,18 @@
-"""`arc-ref`: the command line around the pure core (the only module here that does I/O).
+"""`arc-ref`: the command line around the pure core (replay, budgets, and the table of subcommands).
 
     arc-ref replay TRACE.jsonl|- [--verify]   one JSON line out per line in (spec/trace.md)
     arc-ref budgets [--preset NAME] [--set KEY=VALUE ...]   the budget table of a configuration
-    arc-ref inspect | export | mcp STORE ...   a durable store (arc_ref.store_cli)
-    arc-ref proxy --upstream URL --tokenizer hf-dir:DIR [--store DIR]   ARC in front of any agent (arc_ref.proxy)
+    arc-ref inspect | export | mcp STORE ...   a durable store (arc_ref.frontends.store_cli)
+    arc-ref proxy --upstream URL --tokenizer hf-dir:DIR [--store DIR]   ARC in front of any agent (arc_ref.frontends.proxy)
 
 No input ends in a traceback: a bad line is an error line, a refused input or a failed read or write is one
-line on standard error and an exit status of ``arc_ref.exit_status`` (the one table; spec/trace.md §8).
+line on standard error and an exit status of ``arc_ref.frontends.exit_status`` (the one table; spec/trace.md §8).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 from typing import BinaryIO, Callable, Iterator, Sequence
@@ -24,11 +23,12 @@ from arc_ref.frontends import exit_status
 from arc_ref.errors import ArcError
 from arc_ref.frontends.exit_status import MAX_LINE_BYTES as MAX_LINE_BYTES
 from arc_ref.frontends.exit_status import CommandFailed
+from arc_ref.frontends.proxy_options import add_proxy_flags, proxy_options
+from arc_ref.frontends.streams import silence_stdout
 from arc_ref.options import OneLineParser, once_each, undecodable_argument, unique_settings
-from arc_ref.tools import DEFAULT_MAX_HIDDEN_ROUNDS
 from arc_ref.trace import TraceError, encode, replay_text, strict_json
 
-# The exit statuses' numbers, from the one table (arc_ref.exit_status)
+# The exit statuses' numbers, from the one table (arc_ref.frontends.exit_status)
 EXIT_OK = exit_status.OK.code
 EXIT_USAGE = exit_status.USAGE.code
 EXIT_LINE_TOO_LONG = exit_status.LINE_TOO_LONG.code
@@ -38,8 +38,11 @@ EXIT_INTERRUPTED = exit_status.INTERRUPTED.code
 EXIT_CODES = exit_status.exit_codes_help()
 
 
-class LineTooLong(Exception):
+class LineTooLong(ArcError):
     """Input line ``number`` has more than ``limit`` bytes before its LF (or the input never ends)."""
+
+    code = "line_too_long"
+    exit_status_hint = exit_status.LINE_TOO_LONG.code
 
     def __init__(self, number: int, limit: int) -> None:
         super().__init__(f"line {number} is longer than {limit} bytes, the longest line arc-ref replay reads")
@@ -83,16 +86,6 @@ def _input_lines(stream: BinaryIO, source: str) -> Iterator[bytes]:
         raise CommandFailed(exit_status.IO, f"arc-ref replay: cannot read {source}: {problem.strerror or problem}") from None
 
 
-def _silence_stdout() -> None:
-    """Point file descriptor 1 at /dev/null so that the interpreter's final flush cannot fail again."""
-    try:
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, sys.stdout.fileno())
-        os.close(null)
-    except (OSError, ValueError, AttributeError):
-        pass
-
-
 def _standard_output() -> BinaryIO:
     if sys.stdout is None:
         raise CommandFailed(exit_status.IO, "arc-ref: standard output is closed; nothing can be written")
@@ -107,7 +100,7 @@ def _write(out: BinaryIO, text: str, flush: bool) -> None:
     except BrokenPipeError:
         raise  # the reader went away: main() ends quietly
     except OSError as problem:
-        _silence_stdout()
+        silence_stdout()
         raise CommandFailed(exit_status.IO, f"arc-ref: cannot write standard output: {problem.strerror or problem}") from None
 
 
@@ -137,7 +130,7 @@ def _replay_stream(stream: BinaryIO, source: str, out: BinaryIO, interactive: bo
     except LineTooLong as refused:
         error = {"op": "error", "line": refused.number, "message": f"{refused}: the replay stops here"}
         _write(out, encode(error) + "\n", flush=True)
-        raise CommandFailed(exit_status.LINE_TOO_LONG, f"arc-ref replay: {refused}; stopped there") from None
+        raise CommandFailed(exit_status.status_of(refused), f"arc-ref replay: {refused}; stopped there") from None
     _write(out, "", flush=True)
     return EXIT_OK
 
@@ -205,10 +198,14 @@ def _budgets(preset_name: str, settings: Sequence[str]) -> int:
 
 def _proxy(arguments: argparse.Namespace) -> int:
     try:
-        from arc_ref.frontends.proxy import serve
+        from arc_ref.frontends.proxy_app import serve
     except ImportError as missing:
         raise CommandFailed(exit_status.USAGE, f"arc-ref proxy needs the extra 'proxy' (pip install 'arc-ref[proxy]'): {missing}")
-    return serve(arguments, _parse_setting)
+    try:
+        options = proxy_options(arguments)
+    except ArcError as refused:
+        raise CommandFailed(exit_status.USAGE, f"arc-ref proxy: {refused}") from None
+    return serve(options, _parse_setting)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -232,20 +229,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     proxy_parser = commands.add_parser(
         "proxy", help="ARC in front of an agent: an OpenAI-compatible /v1/chat/completions proxy",
         description="Serve /v1/chat/completions: each conversation kept by ARC, the upstream sent ARC's view"
-                    " (K <= L in the served model's tokens), every tool output recoverable by id (arc_ref.proxy).")
-    proxy_parser.add_argument("--upstream", required=True, help="the served model's base URL, e.g. http://host:8000/v1")
-    proxy_parser.add_argument("--tokenizer", required=True,
-                              help="hf-dir:DIR of the served model (its tokenizer and chat template)")
-    proxy_parser.add_argument("--store", default=None,
-                              help="a directory (every conversation a durable store there), or postgresql://...:"
-                                   " one database shared by any number of proxy instances")
-    proxy_parser.add_argument("--host", default="127.0.0.1")
-    proxy_parser.add_argument("--port", type=int, default=8100)
-    proxy_parser.add_argument("--preset", default="paper", choices=sorted(PRESETS))
-    proxy_parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    proxy_parser.add_argument("--max-hidden-rounds", type=int, default=DEFAULT_MAX_HIDDEN_ROUNDS,
-                              help="upstream calls answered by ARC alone before the reply goes back (default"
-                                   f" {DEFAULT_MAX_HIDDEN_ROUNDS})")
+                    " (K <= L in the served model's tokens), every tool output recoverable by id (arc_ref.frontends.proxy).")
+    add_proxy_flags(proxy_parser)
     unreadable = undecodable_argument(sys.argv[1:] if argv is None else argv)
     if unreadable is not None:  # before anything prints it (a UnicodeEncodeError otherwise)
         _say(f"arc-ref: {unreadable}")
@@ -267,7 +252,7 @@ def _run(command: Callable[[], int]) -> int:
         _say(str(stop))
         return stop.status.code
     except BrokenPipeError:
-        _silence_stdout()
+        silence_stdout()
         return EXIT_OK
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

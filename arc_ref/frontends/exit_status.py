@@ -7,8 +7,7 @@ carries its ``error_status_hint``, a failure here carries its exit status).
 
 from __future__ import annotations
 
-from arc_ref.errors import ArcError, ExitStatus
-from arc_ref.persist.store import StoreError
+from arc_ref.errors import USAGE_STATUS, ArcError, ExitStatus
 
 MAX_LINE_BYTES = 32 * 1024 * 1024  # the longest input line `arc-ref replay` reads (spec/trace.md section 1)
 
@@ -17,7 +16,7 @@ OK = ExitStatus(0, "done: every input line was answered (malformed lines by erro
                    "of standard output goes away (a broken pipe): the command ends quietly")
 INSPECT_FAILED = ExitStatus(1, "inspect: no such record or page in a store that opened, or --verify found that the fold "
                           "of every row differs from the state opened")
-USAGE = ExitStatus(2, "usage: bad arguments, a trace file that cannot be opened, a configuration that is refused; "
+USAGE = ExitStatus(USAGE_STATUS, "usage: bad arguments, a trace file that cannot be opened, a configuration that is refused; "
                       "a store that is missing, corrupt or locked")
 LINE_TOO_LONG = ExitStatus(3, f"replay: a line longer than {MAX_LINE_BYTES} bytes: answered by an error line, then "
                               "the replay stops")
@@ -28,22 +27,31 @@ INTERRUPTED = ExitStatus(130, "interrupted (Ctrl-C)")
 EXIT_STATUSES = (OK, INSPECT_FAILED, USAGE, LINE_TOO_LONG, IO, INTERNAL, INTERRUPTED)
 
 
-class CommandFailed(Exception):
+class CommandFailed(ArcError):
     """The one way an arc-ref command fails: its exit status and one line for standard error."""
+
+    code = "command_failed"
 
     def __init__(self, status: ExitStatus, message: str) -> None:
         super().__init__(message)
         self.status = status
+        self.exit_status_hint = status.code
+
+
+def status_numbered(code: int) -> ExitStatus:
+    """The status of the table with this number (INTERNAL for a number the table does not hold: a bug)."""
+    return next((status for status in EXIT_STATUSES if status.code == code), INTERNAL)
 
 
 def status_of(error: Exception) -> ExitStatus:
-    """The exit status of an error a store command meets: a lookup in a store that opened is INSPECT_FAILED; a store,
-    core or value error is USAGE; anything else INTERNAL (a bug)."""
-    if isinstance(error, CommandFailed):
-        return error.status
+    """The exit status of an error a command meets: an ``ArcError`` (a store, core, trace or command error) ends
+    with the status it carries (``exit_status_hint``); a lookup in a store that opened is INSPECT_FAILED; a bad
+    value USAGE; anything else INTERNAL (a bug)."""
+    if isinstance(error, ArcError):
+        return status_numbered(error.exit_status_hint)
     if isinstance(error, LookupError):
         return INSPECT_FAILED
-    if isinstance(error, (StoreError, ArcError, ValueError)):
+    if isinstance(error, ValueError):
         return USAGE
     return INTERNAL
 

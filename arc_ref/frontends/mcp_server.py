@@ -38,7 +38,6 @@ from arc_ref.catalog import page_count
 from arc_ref.config import first_lone_surrogate
 from arc_ref.errors import ArcError
 from arc_ref.machine import AgentResult, AgentTurn, Observe, ObserveResult
-from arc_ref.persist import StoreError
 from arc_ref.persist.postgres import Store
 from arc_ref.recall import chunk_count
 from arc_ref.text import ASCII_WHITESPACE
@@ -113,7 +112,7 @@ class ArcTools:
     def _command(self, action: str) -> AgentResult:
         try:
             output = self.store.append(AgentTurn("", action)).output
-        except (ArcError, StoreError) as problem:
+        except ArcError as problem:  # a core refusal or a StoreError
             raise ToolError(str(problem)) from None
         assert isinstance(output, AgentResult)
         return output
@@ -124,7 +123,7 @@ class ArcTools:
         """Keep a tool's output verbatim in ARC; returns the id to recall it by."""
         try:
             appended = self.store.append(Observe(action, observation, returncode))
-        except (ArcError, StoreError) as problem:
+        except ArcError as problem:  # a core refusal or a StoreError
             raise ToolError(str(problem)) from None
         output = appended.output
         assert isinstance(output, ObserveResult)
@@ -266,14 +265,16 @@ def read_message(line: bytes) -> JSONRPCMessage | str:
     The SDK's stdio reader replaces invalid UTF-8 with U+FFFD and drops, without an answer, any line its
     parser refuses (a lone-surrogate escape, an integer past 4,300 digits, deep nesting, a batch): the client
     then waits forever. Here every such line is answered, and bytes are never replaced. A line of JSON text
-    that holds a value no reader takes (`UnreadableValue`) is answered under its id when the id can be read
-    (`readable_id`): JSON-RPC leaves the id null only where it could not be read.
+    that holds a value no reader takes (`UnreadableValue`), or that is not UTF-8 text, is answered under its id
+    when the id can be read (`readable_id`): JSON-RPC leaves the id null only where it could not be read.
     """
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as bad:
+        # the id is still read where it can be: each byte that is not UTF-8 becomes a lone surrogate
+        # (surrogateescape), which `readable_id` never takes as part of an id
         return _error_line(PARSE_ERROR, f"Parse error: not UTF-8 text (invalid byte at offset {bad.start});"
-                                        " nothing was stored")
+                                        " nothing was stored", readable_id(line.decode("utf-8", "surrogateescape")))
     try:
         value: Any = strict_json(text)
     except UnreadableValue as problem:

@@ -33,25 +33,25 @@ fit R, a malformed history) are HTTP 400 with a typed body ``{"error": {"type": 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
+import contextvars
 import hashlib
 import json
-import socket
+import os
 import sys
 import time
 import uuid
 from collections import deque
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
+from urllib.parse import urlsplit
 
 import attrs
 import httpx
 
-from arc_ref.config import Config, parse_tools, preset
+from arc_ref.budgets import DERIVED_FIELDS, fit_to_window
+from arc_ref.config import PRESETS, Config, preset
 from arc_ref.errors import ArcError
-from arc_ref.frontends.exit_status import OK, USAGE
-from arc_ref.json_limits import nesting_problem
 from arc_ref.machine import (
     ArcState,
     Event,
@@ -64,13 +64,21 @@ from arc_ref.machine import (
     step,
     view,
 )
+from arc_ref.json_limits import nesting_problem
+from arc_ref.frontends.proxy_options import DEFAULT_MAX_BODY_MB, UPSTREAM_KEY_ENV, ProxyOptions
 from arc_ref.message import ToolCall
+from arc_ref.options import unique_settings
+from arc_ref.openai_wire import TOOL_SHAPE, ShapeError, arguments_text, content_parts, error_body, read_tool, \
+    read_tool_call
 from arc_ref.persist import DurableStore, StoreError
-from arc_ref.persist.postgres import is_database_url, shown_url
+from arc_ref.persist.marks import ConversationIndex, IndexMark, MarkFile
+from arc_ref.persist.postgres import is_database_url
+from arc_ref.persist.rows import row_events
+from arc_ref.serving import listening_socket
 from arc_ref.session import TOOL_MODE_SYSTEM
 from arc_ref.templates import request_template_kwargs
+from arc_ref.tokenizers import HF_DIR_PREFIX
 from arc_ref.tools import ARC_TOOL_NAMES, DEFAULT_MAX_HIDDEN_ROUNDS
-from arc_ref.trace import event_from_line, parse_line
 
 ARC_NOTE = (
     "Tool outputs are stored verbatim under ids like §00042-0591234567; older turns are summarized and a long"
@@ -83,9 +91,14 @@ ARC_NOTE = (
 CONVERSATION_HEADER = "x-arc-conversation"
 KEEPALIVE_S = 5.0
 ROUND_LOG_SIZE = 10_000
+UPSTREAM_HEADERS: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar("upstream_headers",
+                                                                                  default={})
+"""The headers of this request's upstream calls (`upstream_headers`: the upstream's key or the client's), set by
+the HTTP server for each request."""
+PROBE_GOAL = "ARC proxy start check."  # the goal of the conversation `prepare` builds before listening
 
 
-class Refused(Exception):
+class Refused(ArcError):
     """A request ARC refuses deterministically: answered with HTTP 400 and a typed body, never retried."""
 
     def __init__(self, code: str, message: str, budget: Mapping[str, int] | None = None) -> None:
@@ -94,17 +107,37 @@ class Refused(Exception):
         self.budget = dict(budget or {})
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"type": "arc_refused", "code": self.code, "message": str(self), "param": None,
-                          "budget": self.budget}}
+        return error_body(str(self), "arc_refused", self.code, budget=self.budget)
+
+
+class Failed(ArcError):
+    """A request the proxy could not answer now, though it may pass later (HTTP ``status`` with a typed body, and
+    ``retry_after`` seconds when given): the upstream unreachable (502), slow (504) or answering with something
+    that is not a completion (502, nothing recorded), a store that cannot be written (503), a body over the
+    limit (413)."""
+
+    def __init__(self, status: int, kind: str, message: str, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.http_status_hint = status
+        self.code = kind
+        self.retry_after = retry_after
+
+    def body(self) -> dict[str, Any]:
+        return error_body(str(self), self.code, self.status)
 
 
 @attrs.define
-class UpstreamError(Exception):
-    """An upstream answer that is not a completion: passed back to the agent unchanged."""
+class UpstreamError(ArcError):
+    """An upstream answer that is not a completion: passed back to the agent unchanged (under its own status)."""
 
     status: int
     body: bytes
     content_type: str
+    code = "upstream"
+
+    def __attrs_post_init__(self) -> None:
+        self.http_status_hint = self.status
 
 
 # --- canonical messages and the hash chain ---------------------------------------------------------------
@@ -113,18 +146,12 @@ class UpstreamError(Exception):
 def _text(content: Any, where: str) -> str:
     """A message's text: a string, null, or a list of text parts (joined with newlines, as vLLM does); anything
     else is refused."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise Refused("unsupported_content", f"{where}: only text content is supported (text parts)")
-            texts.append(part["text"])
-        return "\n".join(texts)  # as vLLM joins text parts
-    raise Refused("bad_message", f"{where}: content must be a string or a list of text parts")
+    try:
+        return "\n".join(content_parts(content))  # as vLLM joins text parts
+    except ShapeError as bad:
+        if bad.rule == "part":
+            raise Refused("unsupported_content", f"{where}: only text content is supported (text parts)") from None
+        raise Refused("bad_message", f"{where}: content must be a string or a list of text parts") from None
 
 
 def _arguments(text: str) -> str:
@@ -138,16 +165,13 @@ def _arguments(text: str) -> str:
 def _calls(message: Mapping[str, Any], where: str) -> tuple[ToolCall, ...]:
     calls = []
     for number, call in enumerate(message.get("tool_calls") or (), start=1):
-        function = call.get("function") if isinstance(call, Mapping) else None
-        if not isinstance(function, Mapping) or not isinstance(call.get("id"), str) \
-                or not isinstance(function.get("name"), str):
+        try:
+            read = read_tool_call(call, number - 1)
+        except ShapeError:
+            read = None
+        if read is None or not isinstance(read.call_id, str) or not isinstance(read.name, str):
             raise Refused("bad_message", f"{where}: tool call {number} must have an id and a function name")
-        arguments = function.get("arguments")
-        if arguments is None:
-            arguments = ""
-        if not isinstance(arguments, str):
-            arguments = json.dumps(arguments)
-        calls.append(ToolCall(call["id"], function["name"], arguments))
+        calls.append(ToolCall(read.call_id, read.name, arguments_text(read.arguments)))
     return tuple(calls)
 
 
@@ -217,9 +241,10 @@ def agent_tools(tools: Any) -> list[dict[str, Any]]:
         raise Refused("bad_tools", "tools must be a list of OpenAI function tools")
     kept = []
     for number, tool in enumerate(tools, start=1):
-        function = tool.get("function") if isinstance(tool, Mapping) and tool.get("type") == "function" else None
-        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
-            raise Refused("bad_tools", f"tool {number} must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}")
+        try:
+            function = read_tool(tool, number - 1)
+        except ShapeError:
+            raise Refused("bad_tools", f"tool {number} must be {TOOL_SHAPE}") from None
         if function["name"] in ARC_TOOL_NAMES:
             raise Refused("bad_tools", f"tool {number} is named {function['name']!r}, the name of one of ARC's tools")
         kept.append({"type": "function", "function": {key: function[key] for key in ("name", "description",
@@ -254,6 +279,7 @@ class Conversation:
     seq: int = 1  # rows: the config row and one per event
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
     last_reply: dict[str, Any] | None = None
+    index: ConversationIndex | None = None  # its marks beside its store (arc_ref.persist.marks), when durable
 
     def apply(self, event: Event) -> Output:
         """One event through the core (machine.step), committed first when durable."""
@@ -268,9 +294,8 @@ class Conversation:
     def mark(self, chain_hash: str) -> Mark:
         mark = Mark(self.position, self.seq, self.state, chain_hash)
         self.head = chain_hash
-        if self.directory is not None:
-            with open(self.directory / "marks.jsonl", "a", encoding="utf-8") as marks:
-                marks.write(json.dumps({"hash": chain_hash, "position": self.position, "seq": self.seq}) + "\n")
+        if self.index is not None and self.store is not None:
+            self.index.append(IndexMark(chain_hash, self.position, self.seq, self.store.checksum))
         return mark
 
 
@@ -287,6 +312,9 @@ class ProxySettings:
     max_hidden_rounds: int = DEFAULT_MAX_HIDDEN_ROUNDS
     keepalive_s: float = KEEPALIVE_S
     timeout_s: float = 600.0
+    context_limit: int | None = None  # the served window; None: --set context_limit or the preset's (`prepare`)
+    max_body_bytes: int = DEFAULT_MAX_BODY_MB * 2**20
+    upstream_api_key: str | None = attrs.field(default=None, repr=False)
 
 
 @attrs.define
@@ -313,27 +341,32 @@ class Conversations:
         self.settings = settings
         self.index: dict[str, list[tuple[Conversation, Mark]]] = {}  # every conversation that passed a hash
         self.by_key: dict[str, Conversation] = {}
+        self.set_aside: dict[str, str] = {}  # a conversation of --store that cannot be reopened: why
         self._lock = asyncio.Lock()
         if settings.store is not None:
             settings.store.mkdir(parents=True, exist_ok=True)
-            for directory in sorted(path for path in settings.store.iterdir() if (path / "marks.jsonl").exists()):
-                self._reopen(directory)
+            for directory in sorted(path for path in settings.store.iterdir() if MarkFile.holds_index(path)):
+                try:
+                    self._reopen(directory)
+                except (StoreError, OSError, ValueError) as problem:  # damaged, locked by another process
+                    self.set_aside[directory.name] = " ".join(str(problem).split())
+                    print(f"arc-ref proxy: conversation {directory.name} set aside (its requests start a new"
+                          f" conversation): {self.set_aside[directory.name]}", file=sys.stderr, flush=True)
 
     def _reopen(self, directory: Path) -> None:
         """A conversation of a previous run: its store reopened (the fold of its events), its marks read back."""
         store = DurableStore.open(directory / "task.arc")
-        conversation = Conversation(directory.name, store.state, store, directory, seq=store.seq)
+        try:
+            index, marks = MarkFile.open(directory, store.seq, ((row.seq, row.checksum) for row in store.events()))
+        except BaseException:
+            store.close(snapshot=False)
+            raise
+        conversation = Conversation(directory.name, store.state, store, directory, seq=store.seq, index=index)
         last: Mark | None = None
-        for line in (directory / "marks.jsonl").read_text(encoding="utf-8").splitlines():
-            try:
-                item = json.loads(line)
-            except ValueError:
-                break  # a mark cut by a crash: the marks before it stand
-            if item["seq"] > store.seq:
-                break
-            mark = Mark(item["position"], item["seq"], None, item["hash"])
-            self.add(item["hash"], conversation, mark)
-            conversation.position, conversation.head = mark.position, item["hash"]
+        for item in marks:  # checked (StoreCorrupt names a damaged line); a line cut by a crash is dropped
+            mark = Mark(item.position, item.seq, None, item.chain_hash)
+            self.add(item.chain_hash, conversation, mark)
+            conversation.position, conversation.head = mark.position, item.chain_hash
             last = mark
         if last is not None and last.seq != store.seq:  # events stored after the last mark (a crash mid-request):
             conversation.position = -1  # never resumed in place: a request forks at its mark instead
@@ -351,10 +384,7 @@ class Conversations:
 
     def config(self, system: str, goal: str, tools: list[dict[str, Any]],
                template_kwargs: tuple[tuple[str, Any], ...] = ()) -> Config:
-        overrides = {**self.settings.overrides, "tokenizer": self.settings.tokenizer, "chat_format": "template",
-                     "action_mode": "tools", "tools": tools, "system": system, "goal": goal,
-                     "template_kwargs": template_kwargs}
-        return preset(self.settings.preset_name, **overrides)
+        return conversation_config(self.settings, system, goal, tools, template_kwargs)
 
     def new(self, config: Config, events: Sequence[Event] = ()) -> Conversation:
         """A new conversation (its store created when durable), with ``events`` applied first."""
@@ -369,16 +399,15 @@ class Conversations:
             directory.mkdir()
             store = DurableStore.create(directory / "task.arc", config)
             store.append_many(events)
-            conversation = Conversation(key, store.state, store, directory, seq=store.seq)
-            (directory / "marks.jsonl").touch()
+            conversation = Conversation(key, store.state, store, directory, seq=store.seq,
+                                        index=MarkFile.create(directory))
         self.by_key[key] = conversation
         return conversation
 
     def fork(self, parent: Conversation, mark: Mark) -> Conversation:
         """A new conversation equal to ``parent`` at ``mark`` (an edited or regenerated message follows it)."""
         if parent.store is not None:
-            lines = [stored.line for stored in parent.store.events(2, mark.seq - 1)]
-            events = [event_from_line(parse_line(line)) for line in lines]
+            events = row_events(parent.store.events(2, mark.seq - 1), f"{str(parent.store.path)!r}")
         else:
             events = []
         child = self.new(parent.state.config, events)
@@ -427,6 +456,7 @@ def parse_request(body: Mapping[str, Any], explicit: str | None
     model = body.get("model")
     if not isinstance(model, str):
         raise Refused("bad_request", "model must be a string")
+    _check_options(body)
     messages = [agent_message(message, number) for number, message in enumerate(body["messages"], start=1)]
     tools = agent_tools(body.get("tools"))
     system_parts = []
@@ -445,6 +475,65 @@ def parse_request(body: Mapping[str, Any], explicit: str | None
         previous = chain_next(previous, message)
         hashes.append(previous)
     return messages, tools, system, hashes, template_kwargs
+
+
+def _check_options(body: Mapping[str, Any]) -> None:
+    """The request's own options the proxy cannot pass on as they are: Refused (400) naming the option."""
+    choices = body.get("n")
+    if choices is not None and (type(choices) is not int or choices != 1):
+        raise Refused("unsupported", f"n={json.dumps(choices)[:20]}: the proxy keeps one conversation per history,"
+                      " so it asks for one choice (n=1)")
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = body.get(name)
+        if value is not None and (type(value) is not int or value < 1):
+            raise Refused("bad_request", f"{name} must be a positive integer, got {json.dumps(value)[:40]}")
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise Refused("bad_request", f"stream must be true or false, got {json.dumps(stream)[:40]}")
+    choice = body.get("tool_choice")
+    function = choice.get("function") if isinstance(choice, Mapping) else None
+    named = function.get("name") if isinstance(function, Mapping) else None
+    if named in ARC_TOOL_NAMES:
+        raise Refused("bad_request", f"tool_choice names {named!r}, one of ARC's tools: the agent never sees them"
+                      " (the model calls them on its own, inside the proxy)")
+
+
+@attrs.frozen
+class UpstreamReply:
+    """A completion the upstream sent, read: its first choice, its text and calls (what is recorded), its usage."""
+
+    completion: dict[str, Any]
+    choice: dict[str, Any]
+    content: str
+    calls: tuple[ToolCall, ...]
+    usage: Mapping[str, Any]
+
+
+def read_completion(completion: Any) -> UpstreamReply:
+    """An upstream's 200 answer read as a chat completion; Failed (502, nothing recorded) when it is not one."""
+    def malformed(why: str) -> Failed:
+        return Failed(502, "upstream_malformed", f"the upstream's reply is not a chat completion: {why}")
+
+    if not isinstance(completion, dict):
+        raise malformed(f"the body is {json.dumps(completion)[:40]}, not an object")
+    choices = completion.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise malformed("no choices")
+    choice = choices[0]
+    if not isinstance(choice, dict) or not isinstance(choice.get("message"), Mapping):
+        raise malformed("its first choice has no message")
+    usage = completion.get("usage")
+    if usage is not None and not isinstance(usage, Mapping):
+        raise malformed("usage is not an object")
+    message = choice["message"]
+    if message.get("tool_calls") is not None and not isinstance(message.get("tool_calls"), list):
+        raise malformed("tool_calls is not a list")
+    try:
+        content = _text(message.get("content"), "the upstream reply")
+        calls = _calls(message, "the upstream reply")
+    except Refused as problem:
+        raise malformed(str(problem)) from None
+    return UpstreamReply(completion, choice, content, calls, usage or {})
 
 
 @attrs.define
@@ -484,21 +573,34 @@ class Proxy:
                       tools: list[dict[str, Any]], template_kwargs: tuple[tuple[str, Any], ...]
                       ) -> tuple[Conversation, Mark, int]:
         """The conversation at the request's deepest known message, its mark there, and that depth."""
+        found = self._deepest(hashes)
+        if found is not None:
+            return found
+        # a new conversation: its configuration (the goal and tools counted, possibly a long text) is made outside
+        # the lock every new conversation takes, so that no other conversation waits for it
+        config = await asyncio.to_thread(self._config, system, messages[0].text, tools, template_kwargs)
         async with self.conversations._lock:
-            for depth in range(len(hashes), 0, -1):
-                found = self.conversations.find(hashes[depth - 1])
-                if found is not None:
-                    return found[0], found[1], depth
-            goal = messages[0].text
-            config = await asyncio.to_thread(self._config, system, goal, tools, template_kwargs)
+            found = self._deepest(hashes)  # the same history may have arrived meanwhile
+            if found is not None:
+                return found
             try:
                 conversation = await asyncio.to_thread(self.conversations.new, config)
+            except (StoreError, OSError) as problem:
+                raise Failed(503, "store_unavailable", f"a new conversation's store cannot be created: {problem}",
+                             retry_after=5) from None
             except ArcError as problem:  # K > L for this system prompt and goal, most often
                 raise Refused("configuration", f"ARC cannot hold this conversation: {problem}") from None
             conversation.position = 1  # the system prompt and the goal are its prefix F
             mark = conversation.mark(hashes[0])
             self.conversations.add(hashes[0], conversation, mark)
             return conversation, mark, 1
+
+    def _deepest(self, hashes: list[str]) -> tuple[Conversation, Mark, int] | None:
+        for depth in range(len(hashes), 0, -1):
+            found = self.conversations.find(hashes[depth - 1])
+            if found is not None:
+                return found[0], found[1], depth
+        return None
 
     def _config(self, system: str, goal: str, tools: list[dict[str, Any]],
                 template_kwargs: tuple[tuple[str, Any], ...]) -> Config:
@@ -523,15 +625,12 @@ class Proxy:
         hidden = 0
         while True:
             shown = await asyncio.to_thread(view, conversation.state)
-            completion = await self._upstream(conversation, shown.chat_messages(), shown.tools() or [], body,
-                                              shown.tokens, hidden > 0)
+            reply = await self._upstream(conversation, shown.chat_messages(), shown.tools() or [], body,
+                                         shown.tokens, hidden > 0)
             for key in usage:
-                value = (completion.get("usage") or {}).get(key)
-                usage[key] += value if isinstance(value, int) else 0
-            choice = (completion.get("choices") or [{}])[0]
-            reply = choice.get("message") or {}
-            content = _text(reply.get("content"), "the upstream reply")
-            calls = _calls(reply, "the upstream reply")
+                value = reply.usage.get(key)
+                usage[key] += value if type(value) is int else 0
+            choice, content, calls = reply.choice, reply.content, reply.calls
             output = await self._apply(conversation, ToolTurn(content, calls))
             assert isinstance(output, ToolTurnResult)
             environment = output.environment_calls
@@ -550,7 +649,7 @@ class Proxy:
         conversation.position += 1
         chain_hash = chain_next(conversation.head, AgentMessage("assistant", content, environment))
         self.conversations.add(chain_hash, conversation, conversation.mark(chain_hash))
-        result = dict(completion)
+        result = dict(reply.completion)
         result["choices"] = [{**choice, "index": 0, "message": returned, "finish_reason": finish}]
         result["usage"] = usage
         return Reply(result, hidden, shown.tokens, conversation.key)
@@ -558,14 +657,14 @@ class Proxy:
     async def _apply(self, conversation: Conversation, event: Event) -> Output:
         try:
             return await asyncio.to_thread(conversation.apply, event)
+        except StoreError as problem:  # a full disk, an I/O error: may pass on a retry (the same history)
+            raise Failed(503, "store_unavailable", f"the conversation's store failed: {problem}",
+                         retry_after=5) from None
         except ArcError as problem:
-            raise Refused(_code(problem), f"ARC refused the conversation: {problem}",
-                          _budget(conversation.state)) from None
-        except StoreError as problem:
-            raise Refused("store", f"the conversation's store failed: {problem}") from None
+            raise Refused(problem.code, f"ARC refused the conversation: {problem}", _budget(conversation.state)) from None
 
     async def _upstream(self, conversation: Conversation, messages: list[dict[str, Any]],
-                        tools: list[dict[str, Any]], body: dict[str, Any], tokens: int, hidden: bool) -> dict[str, Any]:
+                        tools: list[dict[str, Any]], body: dict[str, Any], tokens: int, hidden: bool) -> UpstreamReply:
         state = conversation.state
         cap = state.config.max_completion
         request = {key: value for key, value in body.items()
@@ -580,40 +679,42 @@ class Proxy:
         max_tokens = min([cap, *asked])
         request.pop("max_completion_tokens", None)
         request["max_tokens"] = max_tokens
+        record = RoundRecord(conversation.key, hidden, tokens, state.setup.budget, state.setup.limit, max_tokens,
+                             0, None, bool(body.get("stream")), view_digest(messages, tools), conversation.seq)
+        self.rounds.append(record)
         try:
             response = await self.client.post(f"{self.settings.upstream}/chat/completions", json=request,
-                                              timeout=self.settings.timeout_s)
+                                              headers=UPSTREAM_HEADERS.get(), timeout=self.settings.timeout_s)
+        except httpx.TimeoutException as problem:
+            record.status = 504
+            raise Failed(504, "upstream_timeout", f"the upstream did not answer within {self.settings.timeout_s:g} s"
+                         f" ({problem!r})") from None
         except httpx.HTTPError as problem:
-            self.rounds.append(RoundRecord(conversation.key, hidden, tokens, state.setup.budget, state.setup.limit,
-                                           max_tokens, 502, None))
-            body_text = json.dumps({"error": {"message": f"the upstream did not answer: {problem!r}",
-                                              "type": "upstream_unreachable", "code": 502}})
-            raise UpstreamError(502, body_text.encode("utf-8"), "application/json") from None
-        record = RoundRecord(conversation.key, hidden, tokens, state.setup.budget, state.setup.limit, max_tokens,
-                             response.status_code, None, bool(body.get("stream")), view_digest(messages, tools),
-                             conversation.seq)
-        self.rounds.append(record)
+            record.status = 502
+            raise Failed(502, "upstream_unreachable", f"the upstream did not answer: {problem!r}") from None
+        record.status = response.status_code
         if response.status_code != 200:
             raise UpstreamError(response.status_code, response.content,
                                 response.headers.get("content-type", "application/json"))
+        record.status = 502  # until it reads as a completion
+        raw = response.content
+        too_deep = nesting_problem(raw)
+        if too_deep is not None:
+            raise Failed(502, "upstream_malformed", f"the upstream's reply is JSON {too_deep}")
         try:
-            completion = response.json()
-        except ValueError:
-            raise UpstreamError(502, response.content, response.headers.get("content-type", "text/plain")) from None
-        prompt_tokens = (completion.get("usage") or {}).get("prompt_tokens")
-        record.upstream_prompt_tokens = prompt_tokens if isinstance(prompt_tokens, int) else None
-        return completion  # type: ignore[no-any-return]
+            decoded = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise Failed(502, "upstream_malformed", f"the upstream's reply is not JSON: {raw[:80]!r}") from None
+        reply = read_completion(decoded)
+        record.status = 200
+        prompt_tokens = reply.usage.get("prompt_tokens")
+        record.upstream_prompt_tokens = prompt_tokens if type(prompt_tokens) is int else None
+        return reply
 
 
 def view_digest(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
     """What the upstream was shown, as one digest: runs of the same requests compare by it (issue 30)."""
     return _digest(json.dumps({"messages": messages, "tools": tools}, sort_keys=True, ensure_ascii=False))
-
-
-def _code(problem: ArcError) -> str:
-    name = type(problem).__name__
-    return {"CapacityExceeded": "capacity", "ConfigError": "configuration",
-            "BudgetViolation": "budget"}.get(name, "invalid_event")
 
 
 # --- streaming -------------------------------------------------------------------------------------------
@@ -644,180 +745,152 @@ def sse_chunks(completion: Mapping[str, Any], include_usage: bool) -> list[str]:
     return events
 
 
-# --- the HTTP server -------------------------------------------------------------------------------------
+# --- the settings of `arc-ref proxy` (its HTTP server: arc_ref.frontends.proxy_app) -------------------------
 
 
-def build_app(settings: ProxySettings) -> Any:
-    """The Starlette application of the proxy (its httpx client opened and closed with the app)."""
-    import contextlib
+class StartRefused(ArcError):
+    """A setting that would make every request fail: `arc-ref proxy` exits with status 2 and this one line,
+    before it listens or creates anything."""
 
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response, StreamingResponse
-    from starlette.routing import Route
-
-    holder: dict[str, Proxy] = {}
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
-        async with httpx.AsyncClient(limits=limits, timeout=settings.timeout_s) as client:
-            if settings.database is not None:  # many instances on one database (issue 30)
-                from arc_ref.frontends.proxy_shared import SharedProxy
-
-                holder["proxy"] = SharedProxy(settings, client)
-            else:
-                holder["proxy"] = Proxy(settings, client)
-            app.state.proxy = holder["proxy"]
-            try:
-                yield
-            finally:
-                await holder["proxy"].close()
-
-    def headers(reply: Reply) -> dict[str, str]:
-        return {"x-arc-hidden-rounds": str(reply.hidden_rounds), "x-arc-view-tokens": str(reply.view_tokens),
-                "x-arc-conversation": reply.conversation}
-
-    def failure(problem: Exception) -> Response:
-        if isinstance(problem, Refused):
-            return JSONResponse(problem.body(), status_code=400)
-        assert isinstance(problem, UpstreamError)
-        return Response(problem.body, status_code=problem.status, media_type=problem.content_type)
-
-    async def chat(request: Request) -> Response:
-        proxy = holder["proxy"]
-        raw = await request.body()
-        too_deep = nesting_problem(raw)  # before json.loads, which recurses (spec/trace.md section 2)
-        if too_deep is not None:
-            return JSONResponse(Refused("bad_request", f"the body is JSON {too_deep}").body(), status_code=400)
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            return JSONResponse(Refused("bad_request", "the body is not JSON").body(), status_code=400)
-        if not isinstance(body, dict):
-            return JSONResponse(Refused("bad_request", "the body must be a JSON object").body(), status_code=400)
-        metadata = body.get("metadata")
-        explicit = request.headers.get(CONVERSATION_HEADER)
-        if explicit is None and isinstance(metadata, Mapping) and isinstance(metadata.get("conversation_id"), str):
-            explicit = metadata["conversation_id"]
-        task = asyncio.ensure_future(proxy.complete(body, explicit))
-        if not body.get("stream"):
-            try:
-                reply = await task
-            except (Refused, UpstreamError) as problem:
-                return failure(problem)
-            return JSONResponse(reply.completion, headers=headers(reply))
-        options = body.get("stream_options")
-        include_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
-        done, _ = await asyncio.wait({task}, timeout=settings.keepalive_s)
-        if done:  # answered before the first keepalive: a plain status is still possible
-            try:
-                reply = task.result()
-            except (Refused, UpstreamError) as problem:
-                return failure(problem)
-            return StreamingResponse(iter(sse_chunks(reply.completion, include_usage)),
-                                     media_type="text/event-stream", headers=headers(reply))
-
-        async def events() -> AsyncIterator[str]:
-            while not task.done():
-                yield ": keepalive\n\n"
-                await asyncio.wait({task}, timeout=settings.keepalive_s)
-            try:
-                reply = task.result()
-            except Refused as problem:
-                yield f"data: {json.dumps(problem.body())}\n\n"
-                return
-            except UpstreamError as problem:
-                error = {"error": {"message": problem.body.decode("utf-8", "replace"), "type": "upstream_error",
-                                   "code": problem.status}}
-                yield f"data: {json.dumps(error)}\n\n"
-                return
-            for event in sse_chunks(reply.completion, include_usage):
-                yield event
-
-        return StreamingResponse(events(), media_type="text/event-stream")
-
-    async def models(request: Request) -> Response:
-        response = await holder["proxy"].client.get(f"{settings.upstream}/models")
-        return Response(response.content, status_code=response.status_code,
-                        media_type=response.headers.get("content-type", "application/json"))
-
-    async def rounds(request: Request) -> Response:
-        return JSONResponse([attrs.asdict(record) for record in holder["proxy"].rounds])
-
-    return Starlette(routes=[
-        Route("/v1/chat/completions", chat, methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/arc/rounds", rounds, methods=["GET"]),
-    ], lifespan=lifespan)
+    code = "start_refused"
 
 
-def settings_from(arguments: argparse.Namespace, parse_setting: Callable[[str], tuple[str, object]]) -> ProxySettings:
-    """The settings of `arc-ref proxy`'s arguments (ValueError or ArcError when they are refused)."""
-    overrides = dict(parse_setting(text) for text in arguments.set)
+def settings_from(options: ProxyOptions, parse_setting: Callable[[str], tuple[str, object]]) -> ProxySettings:
+    """The settings of `arc-ref proxy`'s options (StartRefused when they are refused; nothing is created)."""
+    if options.upstream is None or options.tokenizer is None:
+        missing = " and ".join(flag for flag, value in (("--upstream", options.upstream),
+                                                        ("--tokenizer", options.tokenizer)) if value is None)
+        raise StartRefused(f"{missing} required (arc-ref proxy --upstream URL --tokenizer hf-dir:DIR)")
+    try:
+        overrides = unique_settings(parse_setting(text) for text in options.set)
+    except (ValueError, ArcError) as problem:
+        raise StartRefused(str(problem)) from None
     fixed = sorted(set(overrides) & {"tokenizer", "chat_format", "action_mode", "tools", "system", "goal",
                                      "template_kwargs"})
     if fixed:
-        raise ValueError(f"--set {', '.join(fixed)}: fixed by the proxy (from --tokenizer and each request)")
-    if arguments.max_hidden_rounds < 0:
-        raise ValueError("--max-hidden-rounds must be >= 0")
-    database = arguments.store if is_database_url(arguments.store) else None
+        raise StartRefused(f"--set {', '.join(fixed)}: fixed by the proxy (from --tokenizer and each request)")
+    context_limit = options.context_limit
+    if "context_limit" in overrides:
+        given = overrides.pop("context_limit")
+        if context_limit is not None and given != context_limit:
+            raise StartRefused(f"--context-limit {context_limit} and --set context_limit={given} disagree")
+        if not isinstance(given, int):
+            raise StartRefused(f"--set context_limit must be an integer, got {given!r}")
+        context_limit = given
+    upstream = options.upstream.rstrip("/")
+    parts = urlsplit(upstream)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise StartRefused(f"--upstream {_shown(options.upstream)} is not an http(s) URL (e.g. http://host:8000/v1)")
+    tokenizer = options.tokenizer
+    if not tokenizer.startswith(HF_DIR_PREFIX) and Path(tokenizer).is_dir():
+        tokenizer = HF_DIR_PREFIX + tokenizer
+    if not tokenizer.startswith(HF_DIR_PREFIX):
+        raise StartRefused(f"--tokenizer {_shown(options.tokenizer)}: the proxy counts with the served model's own"
+                           " tokenizer and chat template: give its directory (hf-dir:DIR)")
+    directory = Path(tokenizer[len(HF_DIR_PREFIX):]).expanduser()
+    if not (directory / "tokenizer.json").is_file() and not (directory / "tokenizer_config.json").is_file():
+        raise StartRefused(f"--tokenizer {_shown(options.tokenizer)}: "
+                           f"{'no such directory' if not directory.is_dir() else 'no tokenizer files in it'}")
+    database = options.store if is_database_url(options.store) else None
     if database is not None and "#" in database:
-        raise ValueError("--store postgresql://...: the proxy names its conversations itself (no #KEY)")
-    settings = ProxySettings(upstream=arguments.upstream.rstrip("/"), tokenizer=arguments.tokenizer,
-                             preset_name=arguments.preset, overrides=overrides,
-                             store=Path(arguments.store) if arguments.store and database is None else None,
-                             database=database, max_hidden_rounds=arguments.max_hidden_rounds)
-    preset(settings.preset_name, **settings.overrides, tokenizer=settings.tokenizer, chat_format="template",
-           action_mode="tools")  # refuse a bad configuration now, not at the first request
-    return settings
+        raise StartRefused("--store postgresql://...: the proxy names its conversations itself (no #KEY)")
+    store = Path(options.store) if options.store and database is None else None
+    if store is not None and store.exists() and not store.is_dir():
+        raise StartRefused(f"--store {_shown(str(store))} is not a directory")
+    upstream_key = options.upstream_api_key or os.environ.get(UPSTREAM_KEY_ENV) or None
+    return ProxySettings(upstream=upstream, tokenizer=f"{HF_DIR_PREFIX}{directory.resolve()}", preset_name=options.preset,
+                         overrides=overrides, store=store, database=database,
+                         max_hidden_rounds=options.max_hidden_rounds, context_limit=context_limit,
+                         max_body_bytes=options.max_body_mb * 2**20, upstream_api_key=upstream_key)
 
 
-def listening_socket(host: str, port: int) -> socket.socket:
-    """A bound TCP socket for uvicorn, made with IPPROTO_TCP named so that asyncio sets TCP_NODELAY on its
-    connections (without it Nagle's algorithm and delayed ACKs add ~40 ms to a small answer)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= 80 else repr(text[:80]) + "..."
+
+
+def served_window(settings: ProxySettings, timeout_s: float = 10.0) -> int | None:
+    """The smallest window the upstream serves (``GET /models``: vLLM's ``max_model_len`` of each model), None
+    when it does not say; StartRefused when it does not answer."""
     try:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((host, port))
-    except OSError:
-        listener.close()
-        raise
-    listener.set_inheritable(True)
-    return listener
-
-
-def serve(arguments: argparse.Namespace, parse_setting: Callable[[str], tuple[str, object]]) -> int:
-    """`arc-ref proxy`: serve until interrupted."""
-    import uvicorn
-
+        response = httpx.get(f"{settings.upstream}/models", headers=upstream_headers(settings, None),
+                             timeout=timeout_s)
+    except httpx.HTTPError as problem:
+        raise StartRefused(f"the upstream {settings.upstream} does not answer GET /models ({problem!r}); start it"
+                           " first, or give its window:"
+                           " --context-limit N") from None
     try:
-        settings = settings_from(arguments, parse_setting)
-    except (ValueError, ArcError) as problem:
-        print(f"arc-ref proxy: {problem}", file=sys.stderr)
-        return USAGE.code
-    if settings.database is not None:  # reachable, and an ARC database (its schema created when empty)
-        from arc_ref.persist.postgres_conversations import AsyncDatabase
+        cards = response.json().get("data") if response.status_code == 200 else None
+    except (ValueError, RecursionError, AttributeError):
+        cards = None
+    windows = [card["max_model_len"] for card in cards if isinstance(card, Mapping)
+               and type(card.get("max_model_len")) is int and card["max_model_len"] > 1] \
+        if isinstance(cards, list) else []
+    return min(windows) if windows else None
 
+
+def prepare(settings: ProxySettings) -> ProxySettings:
+    """Every check that can be made before listening (StartRefused with one line): the served window (from the
+    upstream unless --context-limit gives it; a larger --context-limit than the upstream's is refused), the
+    tokenizer and its chat template and the overrides (a probe conversation is built with them), the store
+    directory (created, written once). Returns the settings with the window."""
+    if settings.database is None or settings.context_limit is None:
         try:
-            AsyncDatabase(settings.database).check_schema()
-        except StoreError as problem:
-            print(f"arc-ref proxy: --store: {problem}", file=sys.stderr)
-            return USAGE.code
+            served = served_window(settings)
+        except StartRefused:
+            if settings.context_limit is None:
+                raise
+            served = None  # the window given stands; the upstream may come later
+    else:
+        served = None
+    window = settings.context_limit if settings.context_limit is not None else served
+    if window is None:
+        raise StartRefused(f"GET {settings.upstream}/models names no max_model_len (the window vLLM reports);"
+                           " give the served model's window: --context-limit N")
+    if served is not None and window > served:
+        raise StartRefused(f"--context-limit {window} is more than the window the upstream serves ({served})")
+    prepared = attrs.evolve(settings, context_limit=window)
     try:
-        listener = listening_socket(arguments.host, arguments.port)
-    except OSError as problem:
-        print(f"arc-ref proxy: cannot listen on {arguments.host}:{arguments.port}: {problem.strerror or problem}",
-              file=sys.stderr)
-        return USAGE.code
-    print(f"arc-ref proxy: http://{arguments.host}:{arguments.port}/v1 -> {settings.upstream}"
-          f" (store: {settings.store or (shown_url(settings.database) if settings.database else 'memory')})",
-          flush=True)
-    server = uvicorn.Server(uvicorn.Config(build_app(settings), log_level="warning", access_log=False))
-    asyncio.run(server.serve(sockets=[listener]))
-    return OK.code
+        init(conversation_config(prepared, TOOL_MODE_SYSTEM, PROBE_GOAL, [], ()))
+    except ArcError as problem:
+        raise StartRefused(" ".join(str(problem).split())) from None
+    if settings.store is not None:
+        try:
+            settings.store.mkdir(parents=True, exist_ok=True)
+            probe = settings.store / f".arc-proxy-write-check-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as problem:
+            raise StartRefused(f"--store {str(settings.store)!r} cannot be written: "
+                               f"{problem.strerror or problem}") from None
+    return prepared
 
 
-__all__ = ["ARC_NOTE", "AgentMessage", "Conversations", "Proxy", "ProxySettings", "Refused", "agent_message",
-           "build_app", "chain_next", "chain_root", "listening_socket", "serve", "sse_chunks"]
+def conversation_config(settings: ProxySettings, system: str, goal: str, tools: Sequence[Mapping[str, Any]],
+                        template_kwargs: tuple[tuple[str, Any], ...]) -> Config:
+    """A conversation's configuration: the served window, the prefix its agent sent (system text with ARC's note,
+    tools listing, goal) and budgets derived from both (`arc_ref.budgets.fit_to_window`, the one owner of that
+    rule; spec/parameters.md), but those ``--set`` gives, which are kept. ConfigError (WindowTooSmall naming the
+    numbers) when the prefix alone cannot fit."""
+    overrides = dict(settings.overrides)
+    window = settings.context_limit if settings.context_limit is not None else overrides.get("context_limit")
+    if window is None:
+        window = PRESETS[settings.preset_name].context_limit
+    overrides["context_limit"] = window
+    overrides.setdefault("max_completion", min(PRESETS[settings.preset_name].max_completion, int(window) // 2))
+    config = preset(settings.preset_name, **overrides, tokenizer=settings.tokenizer, chat_format="template",
+                    action_mode="tools", tools=list(tools), system=system, goal=goal, template_kwargs=template_kwargs)
+    kept = {name: value for name, value in settings.overrides.items() if name in DERIVED_FIELDS}
+    return fit_to_window(config, keep=kept, check=False)  # init checks it (K <= L, every floor)
+
+
+def upstream_headers(settings: ProxySettings, authorization: str | None) -> dict[str, str]:
+    """The headers of a request to the upstream: its key (--upstream-api-key or $ARC_UPSTREAM_API_KEY), else the
+    client's own Authorization."""
+    if settings.upstream_api_key:
+        return {"Authorization": f"Bearer {settings.upstream_api_key}"}
+    return {"Authorization": authorization} if authorization else {}
+
+
+__all__ = ["ARC_NOTE", "AgentMessage", "Conversations", "Proxy", "ProxySettings", "Refused", "StartRefused",
+           "agent_message", "chain_next", "chain_root", "conversation_config", "listening_socket", "prepare",
+           "settings_from", "sse_chunks", "upstream_headers"]

@@ -29,6 +29,7 @@ from typing import Any, Callable
 from arc_ref.config import Config
 from arc_ref.errors import ArcError
 from arc_ref.machine import ArcState, Event, Output, init, step
+from arc_ref.openai_wire import error_body
 from arc_ref.persist.postgres import StoreUnavailable, event_row_line
 from arc_ref.persist.postgres_conversations import (
     AsyncDatabase,
@@ -59,8 +60,7 @@ class StoreFailed(UpstreamError):
 
     def __init__(self, problem: StoreError) -> None:
         retry = isinstance(problem, StoreUnavailable)
-        body = {"error": {"type": "store_unavailable" if retry else "store_failed", "code": 503 if retry else 500,
-                          "message": str(problem), "param": None}}
+        body = error_body(str(problem), "store_unavailable" if retry else "store_failed", 503 if retry else 500)
         super().__init__(503 if retry else 500, json.dumps(body).encode("utf-8"), "application/json")
 
 

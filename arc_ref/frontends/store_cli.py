@@ -1,4 +1,4 @@
-"""The store's subcommands of `arc-ref` (wired in by `arc_ref.cli`):
+"""The store's subcommands of `arc-ref` (wired in by `arc_ref.frontends.cli`):
 
     arc-ref inspect STORE [--catalog [N] | --record ID | --events | --view] [--verify]
     arc-ref export STORE                  the rows as a replay trace (spec/trace.md), to standard output
@@ -6,7 +6,7 @@
 
 A missing, corrupt or locked store is one clear line on standard error and exit status 2, never a traceback;
 no such record, page or row is status 1; standard output closed or failing (a full disk) is status 4: the statuses
-of `arc_ref.exit_status`, the one table.
+of `arc_ref.frontends.exit_status`, the one table.
 What they write is UTF-8 whatever the locale or PYTHONIOENCODING says (store lines are UTF-8 text).
 """
 
@@ -22,6 +22,7 @@ from arc_ref.catalog import page_count, render_page
 from arc_ref.config import MAX_CONFIG_INTEGER, PRESETS, Config, preset
 from arc_ref.errors import ArcError
 from arc_ref.frontends.exit_status import INSPECT_FAILED, IO, OK, CommandFailed, status_of
+from arc_ref.frontends.streams import silence_stdout
 from arc_ref.machine import ArcState, view
 from arc_ref.options import integer_parser, unique_settings
 from arc_ref.persist import StoreError, StoreNotFound, read_rows
@@ -63,13 +64,16 @@ def add_commands(commands: "argparse._SubParsersAction[Any]",
     mcp.set_defaults(parse_setting=parse_setting)
 
 
-class OutputFailed(Exception):
-    """Standard output is closed or a write to it failed (exit status 4, ``arc_ref.exit_status.IO``)."""
+class OutputFailed(ArcError):
+    """Standard output is closed or a write to it failed (exit status 4, ``arc_ref.frontends.exit_status.IO``)."""
+
+    code = "output_failed"
+    exit_status_hint = IO.code
 
 
 def run(arguments: argparse.Namespace) -> int:
     """Run one of STORE_COMMANDS; a problem is one line on standard error and its status of the one table
-    (``arc_ref.exit_status.status_of``: USAGE for a store that cannot be opened, INSPECT_FAILED for no such
+    (``arc_ref.frontends.exit_status.status_of``: USAGE for a store that cannot be opened, INSPECT_FAILED for no such
     record, page or row in a store that opened, IO when standard output is closed or failing)."""
     name = arguments.command
     try:
@@ -82,11 +86,9 @@ def run(arguments: argparse.Namespace) -> int:
         _flush()
         return status
     except OutputFailed as problem:
-        from arc_ref.frontends.cli import _silence_stdout
-
-        _silence_stdout()  # so that the interpreter's last flush cannot fail again
-        raise CommandFailed(IO, f"arc-ref {name}: {problem}") from None
-    except (StoreError, ArcError, ValueError, LookupError) as problem:  # ValueError: a bad --set
+        silence_stdout()  # so that the interpreter's last flush cannot fail again
+        raise CommandFailed(status_of(problem), f"arc-ref {name}: {problem}") from None
+    except (ArcError, ValueError, LookupError) as problem:  # ValueError: a bad --set
         text = problem.args[0] if isinstance(problem, LookupError) and problem.args else problem
         raise CommandFailed(status_of(problem), f"arc-ref {name}: {text}") from None
 

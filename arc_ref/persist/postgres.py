@@ -36,30 +36,12 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 from arc_ref.config import Config
-from arc_ref.errors import ArcError
-from arc_ref.machine import ArcState, Event, RequestView, init, step
-from arc_ref.persist.store import (
-    GENESIS,
-    Appended,
-    DurableStore,
-    OpenReport,
-    StoredEvent,
-    StoreCorrupt,
-    StoreError,
-    StoreExists,
-    StoreNotFound,
-    chain,
-)
-from arc_ref.trace import (
-    TraceError,
-    config_from_line,
-    config_line,
-    encode,
-    encode_config_line,
-    event_from_line,
-    event_line,
-    parse_line,
-)
+from arc_ref.machine import ArcState, Event, init, step
+from arc_ref.persist import rows
+from arc_ref.persist.errors import StoreCorrupt, StoreError, StoreExists, StoreNotFound
+from arc_ref.persist.rows import GENESIS, Appended, OpenReport, StoredEvent, chain, checked_rows, event_row_line
+from arc_ref.persist.store import DurableStore
+from arc_ref.trace import config_line, encode_config_line
 
 if TYPE_CHECKING:  # psycopg is an optional extra ("postgres"); imported when a database is opened
     import psycopg
@@ -327,48 +309,10 @@ def database(url: str) -> Database:
 # --- rows: checking and folding -------------------------------------------------------------------------
 
 
-def event_row_line(event: Event) -> str:
-    """The row's line of an event (spec/trace.md §2, canonical); StoreError for what is not a stored event."""
-    if isinstance(event, RequestView):
-        raise StoreError("a view request changes nothing and is not stored; use view(store.state)")
-    try:
-        return encode(event_line(event))
-    except TraceError as problem:
-        raise StoreError(f"cannot store this event: {problem}") from None
-
-
-def checked_rows(rows: Iterable[tuple[int, str, str]], where: str, after_seq: int = 0,
-                 after_checksum: str = GENESIS) -> Iterator[tuple[int, str, str]]:
-    """The rows following row ``after_seq`` (whose checksum is ``after_checksum``), checked: numbering without
-    gaps and the chain; StoreCorrupt at the first bad row (every row before it is intact)."""
-    expected, checksum = after_seq + 1, after_checksum
-    for seq, line, stored in rows:
-        if seq != expected:
-            raise StoreCorrupt(f"{where}: row {expected} is missing (the next row is {seq})")
-        checksum = chain(checksum, seq, line.encode("utf-8"))
-        if stored != checksum:
-            raise StoreCorrupt(f"{where}: row {seq} fails its checksum (damaged or edited; the rows before it are"
-                               " intact: arc-ref export writes them)")
-        yield seq, line, checksum
-        expected += 1
-
-
 def fold_row(state: ArcState | None, seq: int, line: str, where: str) -> tuple[ArcState, str | None]:
     """The state after row ``seq`` (row 1: ``init`` of its config), and the config line when seq is 1;
-    StoreCorrupt naming the row when it is not a legal line or event."""
-    try:
-        obj = parse_line(line)
-        if seq == 1:
-            if obj.get("op") != "config":
-                raise TraceError("row 1 must hold the config line")
-            return init(config_from_line(obj)[1]), line
-        event = event_from_line(obj)
-        if isinstance(event, RequestView):
-            raise TraceError("a view request is not an event of the log")
-        assert state is not None
-        return step(state, event)[0], None
-    except (TraceError, ArcError) as problem:
-        raise StoreCorrupt(f"{where}: row {seq}: {problem}") from None
+    StoreCorrupt naming the row when it is not a legal line or event (`arc_ref.persist.rows.fold_row`)."""
+    return rows.fold_row(state, seq, line, where), (line if seq == 1 else None)
 
 
 def _missing(where: str, head_seq: int, head_checksum: str, rows: int, checksum_at_head: str | None) -> str | None:

@@ -34,6 +34,7 @@ import pyrsistent
 
 import arc_ref
 from arc_ref.config import Setup
+from arc_ref.errors import ArcError
 from arc_ref.machine import ArcState
 
 SNAPSHOT_FORMAT = "arc-ref snapshot 1 (pickle protocol 5, restricted loader)"
@@ -42,8 +43,10 @@ PICKLE_PROTOCOL = 5
 TOKENIZER_PROBE = "ARC probe §0123-4567 _recall\n\tdef f(x): return x  # é 中文 😀 ёж ∑ <|im_end|>"
 
 
-class SnapshotRefused(Exception):
-    """A snapshot that cannot be used (the store then folds every event instead)."""
+class SnapshotRefused(ArcError):
+    """A snapshot that cannot be used (the store then folds every event instead: it never leaves the store)."""
+
+    code = "snapshot_refused"
 
 
 @functools.lru_cache(maxsize=1)

@@ -53,6 +53,7 @@ from arc_ref.machine import (
     view,
 )
 from arc_ref.message import ToolCall
+from arc_ref.openai_wire import TOOL_CALL_SHAPE, ShapeError, WireToolCall, arguments_text, field_of, read_tool_call
 from arc_ref.persist.postgres import Store, create_store, open_store
 from arc_ref.templates import TemplateFormat
 from arc_ref.tools import ARC_TOOL_NAMES
@@ -72,6 +73,8 @@ TOOL_MODE_SYSTEM = (
 
 class SessionError(ArcError):
     """A session used out of order (a result for a call never made, a turn while calls wait...)."""
+
+    code = "session"
 
 
 @frozen
@@ -135,29 +138,19 @@ class Audit:
         return "\n".join(lines)
 
 
-def _field(value: Any, name: str) -> Any:
-    """A field of a mapping or of an object (the openai client's pydantic models), None when absent."""
-    if isinstance(value, Mapping):
-        return value.get(name)
-    return getattr(value, name, None)
-
-
 def tool_call(call: Any) -> ToolCall:
     """An OpenAI tool call (a mapping, an openai client object, or a ToolCall) as the core's ToolCall."""
     if isinstance(call, ToolCall):
         return call
-    function = _field(call, "function")
-    call_id, name, arguments = _field(call, "id"), _field(function, "name"), _field(function, "arguments")
-    if not isinstance(call_id, str) or not isinstance(name, str):
-        raise SessionError(
-            'a tool call must be {"id": ..., "type": "function", "function": {"name": ..., "arguments": ...}}'
-            f" with string id and name, got {str(call)[:80]!r}"
-        )
-    if arguments is None:
-        arguments = ""
-    if not isinstance(arguments, str):
-        raise SessionError(f"tool call {call_id!r}: arguments must be the JSON text the model produced (a string)")
-    return ToolCall(call_id, name, arguments)
+    try:
+        read = read_tool_call(call, 0)
+    except ShapeError:
+        read = WireToolCall(field_of(call, "id"), None, None)
+    if not isinstance(read.call_id, str) or not isinstance(read.name, str):
+        raise SessionError(f"a tool call must be {TOOL_CALL_SHAPE} with string id and name, got {str(call)[:80]!r}")
+    if read.arguments is not None and not isinstance(read.arguments, str):
+        raise SessionError(f"tool call {read.call_id!r}: arguments must be the JSON text the model produced (a string)")
+    return ToolCall(read.call_id, read.name, arguments_text(read.arguments))
 
 
 class Session:
@@ -341,14 +334,14 @@ class Session:
         else:
             if tool_calls is not None:
                 raise SessionError("give an assistant message or its text and tool_calls, not both")
-            role = _field(message, "role")
+            role = field_of(message, "role")
             known = isinstance(message, Mapping) or hasattr(message, "content") or hasattr(message, "tool_calls")
             if not known or role not in (None, "assistant"):
                 raise SessionError("add_assistant takes the model's reply: an assistant message (a mapping or the"
                                    " openai client's message, role 'assistant') or its text and tool_calls, got"
                                    f" {str(message)[:80]!r}")
-            content = _field(message, "content") or ""
-            calls = tuple(tool_call(call) for call in _field(message, "tool_calls") or ())
+            content = field_of(message, "content") or ""
+            calls = tuple(tool_call(call) for call in field_of(message, "tool_calls") or ())
             if not isinstance(content, str):
                 raise SessionError("the assistant message's content must be text")
         state = self.start()

@@ -1,4 +1,5 @@
-"""A chat completion read as the OpenAI API promises it, every field checked (issue 9.3).
+"""A chat completion read as the OpenAI API promises it, every field checked (issue 9.3), and made the run's
+``ChatReply`` (the OpenAI backend's reply parsing; `arc_eval.backends.openai_backend`).
 
 A reply that breaks the promise (no ``choices``, a ``message`` that is not an object, a string
 ``usage``, a non-numeric token count, tool calls without a function name...) is a
@@ -8,15 +9,26 @@ TypeError deep in the loop, and never a task scored on a half-read reply.
 Optional fields stay optional where servers differ: ``usage`` may be absent (the harness then
 uses its own count), ``finish_reason`` may be null, ``content`` may be null when a tool call
 carries the answer.
+
+``chat_reply`` makes the run's reply of it: the text with its reasoning block removed, the tool calls as the
+core's (an id for a call without one, an object of arguments written as JSON text), the server's ``usage``
+(authoritative; the harness's own count where the server gives none) and ``finish_reason`` ("length" when the
+completion hit its cap, clamped or not; "tool_calls" is reported as "stop").
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import json
+import re
+from typing import Any, Callable, Mapping
 
 from attrs import frozen
 
-from arc_eval.types import BackendReplyError
+from arc_ref.message import ToolCall as CoreToolCall
+from arc_eval.types import BackendReplyError, ChatReply
+from arc_ref.openai_wire import ShapeError, read_tool_call
+
+_THINK_PREFIX = re.compile(r"^\s*<think>.*?</think>\s*", re.DOTALL)
 
 
 @frozen
@@ -53,24 +65,25 @@ def _tool_calls(raw: Any, where: str) -> tuple[ToolCall, ...]:
         raise BackendReplyError(f"{where}: message.tool_calls must be a list, got {raw!r:.200}")
     calls = []
     for index, call in enumerate(raw):
-        function = call.get("function") if isinstance(call, Mapping) else None
-        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+        try:
+            read = read_tool_call(call, index)
+        except ShapeError:
+            read = None
+        if read is None or not isinstance(read.name, str):
             raise BackendReplyError(
                 f"{where}: message.tool_calls[{index}] needs a function with a string name, "
                 f"got {call!r:.200}"
             )
-        arguments = function.get("arguments", "")
-        if arguments is None:
-            arguments = ""
+        arguments = "" if read.arguments is None else read.arguments
         if not isinstance(arguments, (str, Mapping)):
             raise BackendReplyError(
                 f"{where}: message.tool_calls[{index}].function.arguments must be a JSON string, "
                 f"got {arguments!r:.200}"
             )
-        call_id = call.get("id")
+        call_id = read.call_id
         if call_id is not None and not isinstance(call_id, str):
             raise BackendReplyError(f"{where}: message.tool_calls[{index}].id must be text, got {call_id!r:.200}")
-        calls.append(ToolCall(function["name"], arguments, call_id or ""))
+        calls.append(ToolCall(read.name, arguments, call_id or ""))
     return tuple(calls)
 
 
@@ -110,4 +123,35 @@ def parse_completion(body: Any, where: str) -> Completion:
         finish_reason=finish_reason,
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
+    )
+
+
+def chat_reply(completion: Completion, counted_tokens: int, latency_s: float,
+               text_tokens: Callable[[str], int]) -> ChatReply:
+    """The run's reply of a completion (see the module docstring). ``counted_tokens``: the harness's count of the
+    prompt; ``text_tokens``: the run's count of a bare text, for a server that reports no completion tokens."""
+    content = _THINK_PREFIX.sub("", completion.content)
+    calls = tuple(
+        CoreToolCall(
+            call.call_id or f"call_{number}",
+            call.name,
+            call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments, ensure_ascii=False),
+        )
+        for number, call in enumerate(completion.tool_calls)
+    )
+    prompt_tokens = completion.prompt_tokens if completion.prompt_tokens is not None else counted_tokens
+    completion_tokens = completion.completion_tokens
+    if completion_tokens is None:
+        completion_tokens = text_tokens(content)
+    finish_reason = completion.finish_reason or "stop"
+    if finish_reason == "tool_calls":
+        finish_reason = "stop"
+    return ChatReply(
+        content=content,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        finish_reason=finish_reason,
+        latency_s=latency_s,
+        counted_prompt_tokens=counted_tokens,
+        tool_calls=calls,
     )

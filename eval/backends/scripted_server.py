@@ -61,7 +61,6 @@ import importlib
 import json
 import logging
 import signal
-import socket
 import sys
 import threading
 import time
@@ -80,9 +79,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from arc_ref.config import PRESETS, TEMPLATE_FORMAT, parse_tools
 from arc_ref.templates import request_template_kwargs
 from arc_ref.errors import ConfigError
+from arc_ref.openai_wire import error_body
+from arc_ref.serving import listening_socket
 from arc_eval.errors import OK, USAGE, EvalError, InvalidInput
 from arc_eval.arguments import OneLineParser, once_each
-from arc_eval.backends.openai_backend import render_for_count
+from arc_eval.backends.server_counting import render_for_count
 from arc_eval.backends.servers import SCRIPTED_OWNER
 from arc_eval.counting import (
     DEFAULT_CHAT_FORMAT,
@@ -166,7 +167,7 @@ def _error(
     status: int, message: str, kind: str, param: str | None = None
 ) -> tuple[int, dict[str, Any]]:
     """An OpenAI error object as vLLM nests it."""
-    return status, {"error": {"message": message, "type": kind, "param": param, "code": status}}
+    return status, error_body(message, kind, status, param)
 
 
 def _json(status: int, payload: Mapping[str, Any] | None) -> Response:
@@ -299,17 +300,7 @@ class ScriptedServer:
         """
         self._semaphore = asyncio.Semaphore(self.concurrency)
         self._stopping = asyncio.Event()
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        # IPPROTO_TCP named explicitly: asyncio sets TCP_NODELAY only on sockets that say so, and
-        # without it Nagle's algorithm adds ~40 ms to every small answer.
-        listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        try:
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            listener.bind((host, port))
-        except OSError:
-            listener.close()
-            raise
-        listener.set_inheritable(True)
+        listener = listening_socket(host, port)  # TCP_NODELAY on its connections, as the proxy's
         config = uvicorn.Config(
             self.app,
             log_level="warning",

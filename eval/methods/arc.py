@@ -28,7 +28,16 @@ from typing import Any, Mapping
 from arc_eval.errors import InvalidInput
 from arc_ref import render
 from arc_ref.budgets import window_budgets
-from arc_ref.config import MAX_CONFIG_INTEGER, PRESETS, Config, make_setup
+from arc_ref.config import (
+    DEFAULT_EXPECTED_COMPLETION,
+    DEFAULT_LOW_WATER,
+    DEFAULT_PREFILL_COST,
+    MAX_CONFIG_INTEGER,
+    MAX_COST_FIELD,
+    PRESETS,
+    Config,
+    make_setup,
+)
 from arc_ref.errors import ArcError, ConfigError
 from arc_ref.machine import (
     AgentTurn,
@@ -68,6 +77,15 @@ class ArcOptions(ComponentOptions):
                                       help="ARC's recall budget Q, in characters (4 per token)")
     recall_max_chars: int = int_option(8000, minimum=1, maximum=MAX_CONFIG_INTEGER, metavar="CHARS",
                                    help="ARC's largest recalled chunk q, in characters (4 per token, less 80)")
+    low_water: int = int_option(DEFAULT_LOW_WATER, minimum=1, maximum=100, metavar="PERCENT",
+                                help="ARC folds H down to this percent of its recent budget R")
+    prefill_cost: int = int_option(DEFAULT_PREFILL_COST, minimum=0, maximum=MAX_COST_FIELD, metavar="READS",
+                                   help="ARC's cost model: one token's prefill in KV reads of one context token by"
+                                        " one generated token (398: Qwen3-8B on an H200; 857: Qwen3-32B on two);"
+                                        " 0 folds only when the view would exceed K")
+    expected_completion: int = int_option(DEFAULT_EXPECTED_COMPLETION, minimum=1, maximum=MAX_COST_FIELD,
+                                          metavar="TOKENS",
+                                          help="ARC's cost model: the tokens a call is expected to generate")
 
 
 def arc_config(settings: MethodSettings, system: str, goal: str, *, check: bool = True) -> Config:
@@ -89,6 +107,8 @@ def arc_config(settings: MethodSettings, system: str, goal: str, *, check: bool 
         capacity=int(settings.extra.get("arc_capacity", CAPACITY)),
     )
     options = settings.options_of(ARC_NAME, ArcOptions)
+    base = base.replace(low_water=options.low_water, prefill_cost=options.prefill_cost,
+                        expected_completion=options.expected_completion)
     chunk_tokens = max(1, options.recall_max_chars // CHARS_PER_TOKEN - WRAPPER_ALLOWANCE)
     recall_budget = max(1, options.recall_budget_chars // CHARS_PER_TOKEN)
     derived = window_budgets(base, recall_budget=recall_budget, chunk_tokens=chunk_tokens)

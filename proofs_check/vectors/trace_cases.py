@@ -133,7 +133,7 @@ def template_vectors() -> list[TraceVector]:
             " template splits no reasoning off it, at the end of the view or before a user turn; a decomposed"
             " character is recalled exactly as stored although the tokenizer normalizes to NFC; folds compact H.",
             (
-                config("minimal", **qwen),
+                config("minimal", **qwen, prefill_cost=1),
                 obs("cat notes.md", "notes: <|im_end|> ends a turn, </think> ends a thought"),
                 VIEW,
                 agent("plan A</think>", "cat cafe.txt"),
@@ -159,7 +159,7 @@ def template_vectors() -> list[TraceVector]:
                 ("the decomposed characters come back exactly", reassembles(DECOMPOSED)),
                 ("the generation prompt has the empty think block",
                  view_has("<|im_start|>assistant\n<think>\n\n</think>\n\n")),
-                ("H was folded", folded_by("observe")),
+                ("H was folded", lambda outputs: folded_by("observe")(outputs) or folded_by("agent")(outputs)),
             ),
             (QWEN3_VECTOR_PATH,),
         ),
@@ -237,7 +237,7 @@ def tool_mode_vectors() -> list[TraceVector]:
     """Tool-calling mode (rendering.md §13) through the trace's tool_turn and tool_result ops, on Qwen3's files."""
     qwen_tools = {"tokenizer": QWEN3, "chat_format": "template", "action_mode": "tools", "tools": [READ_FILE, LS],
                   "context_limit": 3000, "recent_budget": 420, "summary_budget": 300, "page_budget": 300,
-                  "recall_budget": 200, "chunk_tokens": 24}
+                  "recall_budget": 200, "chunk_tokens": 24, "prefill_cost": 1}
     report_arguments = '{"path": "report.txt"}'
     report = make_id(1, f"read_file {report_arguments}", SENSOR_REPORT)
     pasted = make_id(3, "user", PASTED_LOG)
@@ -425,7 +425,7 @@ def tool_mode_vectors() -> list[TraceVector]:
             " surrogate escape only in the dropped value of a repeated key is never read (the server keeps the last"
             " value) and refuses nothing; the same escape in the kept value refuses the turn.",
             (
-                config("minimal", **qwen_tools),
+                config("minimal", **{**qwen_tools, "prefill_cost": 0}),  # no fold: the last turn stays in H
                 tool_turn("", call("call_1", "read_file", "[" * (MAX_NESTING + 1) + "]" * (MAX_NESTING + 1))),
                 tool_turn("", call("call_1", "read_file", "[" * (MAX_NESTING + 1))),
                 tool_turn("", call("call_1", "_recall", '{"id": ' + "7" * 4301 + "}")),
@@ -594,6 +594,7 @@ def trace_vectors() -> tuple[TraceVector, ...]:
                 obs("cat big<|endoftext|>.log", "\n".join(f"log line {number}: all quiet" for number in range(1, 40))),
                 agent("", "cat small.txt"),
                 obs("cat small.txt", "ok"),
+                compact("forced"),
                 VIEW,
                 agent("", "catalog-first"),
                 VIEW,
@@ -609,14 +610,15 @@ def trace_vectors() -> tuple[TraceVector, ...]:
                 ("no view has a turn that no message opened", no_injected_turns),
                 ("no view holds <|endoftext|>", lambda outputs: all("<|endoftext|>" not in output["text"]
                                                                     for output in ops(outputs, "view"))),
-                ("H was folded", lambda outputs: any(output.get("folded", 0) > 0 for output in ops(outputs, "agent"))),
+                ("H was folded", folded_by("compact")),
             ),
         ),
         TraceVector(
             "minimal_session",
             ("A2", "A4", "A5", "rendering.md §11.1"),
-            "The minimal preset (bytes tokenizer): observations, a normal turn, a recall, a catalog command, views;"
-            " the recent suffix overflows R and the proactive trigger folds it.",
+            "The minimal preset (bytes tokenizer): observations, a normal turn, a forced compaction, a recall, a"
+            " catalog command, views; S, G, U and H together would exceed M + R + P + Q and the proactive trigger"
+            " folds H.",
             (
                 config("minimal"),
                 VIEW,
@@ -624,8 +626,13 @@ def trace_vectors() -> tuple[TraceVector, ...]:
                 agent("Read the notes.", "cat  notes.md"),
                 obs("cat  notes.md", "The key is 4417.\nKeep it safe.\n"),
                 VIEW,
+                compact("forced"),
+                VIEW,
                 agent("Check the first file.", "cat a.txt"),
-                obs("cat a.txt", "alpha " * 30, 0),
+                obs("cat a.txt", "alpha " * 60, 0),
+                agent("And the next.", "cat c.txt"),
+                obs("cat c.txt", "gamma " * 60, 0),
+                VIEW,
                 agent("Look at the listing again.", f"_recall {listing}"),
                 VIEW,
                 agent("", "catalog-first"),
@@ -633,7 +640,8 @@ def trace_vectors() -> tuple[TraceVector, ...]:
                 VIEW,
             ),
             (
-                ("the proactive trigger folds H", folded_by("observe")),
+                ("the proactive trigger folds H",
+                 lambda outputs: folded_by("observe")(outputs) or folded_by("agent")(outputs)),
                 ("a recall chunk reaches the buffer", view_has(f"[recall {listing} chunk 1/")),
                 ("the summary keeps a short observation inline", inline_in_summary),
             ),
@@ -693,6 +701,8 @@ def trace_vectors() -> tuple[TraceVector, ...]:
                 agent("Read b.", "cat b.txt"),
                 obs("cat b.txt", "beta " * 50),
                 VIEW,
+                compact("forced"),
+                VIEW,
                 agent("Read c.", "cat c.txt"),
                 obs("cat c.txt", "gamma"),
                 VIEW,
@@ -701,8 +711,9 @@ def trace_vectors() -> tuple[TraceVector, ...]:
             ),
             (
                 ("no catalog page before a fold", view_has("Solve it.<|im_end|>\n<|im_start|>user\nObservation (rc=0):\na.txt b.txt")),
-                ("H was folded", folded_by("observe")),
-                ("the default page counts the observations that left H", view_has("[ARC catalog page 2/2: observations 3-3 of 3;")),
+                ("H was folded", folded_by("compact")),
+                ("the default page counts the observations that left H",
+                 view_has("[ARC catalog page 1/1: observations 1-2 of 2;")),
                 ("a chosen page counts every stored stub", view_has("[ARC catalog page 1/2: observations 1-2 of 4;")),
             ),
         ),
@@ -955,9 +966,11 @@ def trace_vectors() -> tuple[TraceVector, ...]:
                 obs("cat a", "a short one"),
                 compact("reactive"),
                 agent("Think about it for a while longer.", "cat b"),
-                obs("cat b", "b" * 100),
+                obs("cat b", "b" * 360),
                 agent("And more.", "cat c"),
-                obs("cat c", "c" * 100),
+                obs("cat c", "c" * 360),
+                agent("And one more.", "cat e"),
+                obs("cat e", "e" * 360),
                 agent("A longer thought: " + "the file c looks uniform, so the next file should be read as well. " * 2,
                       "cat d"),
                 compact("proactive"),
@@ -971,7 +984,8 @@ def trace_vectors() -> tuple[TraceVector, ...]:
                 VIEW,
             ),
             (
-                ("the proactive trigger folds on observe", folded_by("observe")),
+                ("the proactive trigger folds on an append",
+                 lambda outputs: folded_by("observe")(outputs) or folded_by("agent")(outputs)),
                 ("an explicit compaction folds", folded_by("compact")),
                 ("unknown reason refused", has_error("compact reason must be one of")),
             ),
@@ -1205,10 +1219,12 @@ def port_guess_vectors() -> tuple[TraceVector, ...]:
             " not from its message in H, which §9.1 may have clipped to fit R: H shows the thought as '…' and the"
             " notes cut short, the summary shows the thought and the notes joined by ' / '.",
             (
-                config("minimal", action_chars=60),
+                config("minimal", action_chars=60, low_water=50),
                 agent("Short thought.", long_action),
                 VIEW,
                 agent("", many_notes),
+                VIEW,
+                compact("forced"),
                 VIEW,
                 agent("Next.", "ls"),
                 compact("forced"),

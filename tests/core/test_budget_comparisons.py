@@ -16,7 +16,7 @@ from arc_ref.config import Setup, make_setup, preset
 from arc_ref.errors import BudgetViolation, CapacityExceeded, ConfigError
 from arc_ref.history import AgentEntry, agent_entry, command_entry, observation_entry
 from arc_ref.ids import IdScheme, edit_distance
-from arc_ref.machine import AgentTurn, Observe, agent_turn, fold, init, observe, view
+from arc_ref.machine import AgentTurn, Compact, Observe, agent_turn, compact, fold, init, observe, view
 from arc_ref.message import Message
 from arc_ref.recall import admit, make_entry
 from arc_ref.store import make_record, make_stub
@@ -190,12 +190,21 @@ def test_view_exactly_at_k_is_accepted_and_h_over_r_is_named() -> None:
     at_k = attrs.evolve(state.setup, budget=shown.tokens)
     assert build_view(at_k, state.prefix, state.summary.message, state.catalog_message, None, state.live) == \
         attrs.evolve(shown, budget=shown.tokens)
-    small_r = _with(state.setup, recent_budget=state.live_tokens - 1)
+    small_r = _with(state.setup, recent_budget=state.live_tokens - 1, layout="paper")
     with pytest.raises(BudgetViolation) as refused:
         build_view(small_r, state.prefix, None, None, None, state.live)
     assert str(refused.value) == (
         f"component over budget: recent_budget R: {state.live_tokens} > {state.live_tokens - 1}"
     )
+    # layout lean: H may use what S, G and U leave unused; the bound is on the sum (spec/rendering.md 11.1)
+    unused = sum(getattr(state.config, name) for name in ("summary_budget", "page_budget", "recall_budget"))
+    lean = _with(state.setup, recent_budget=state.live_tokens - unused)
+    assert build_view(lean, state.prefix, None, None, None, state.live).components.recent == state.live_tokens
+    tight = _with(state.setup, recent_budget=state.live_tokens - unused - 1)
+    with pytest.raises(BudgetViolation) as refused:
+        build_view(tight, state.prefix, None, None, None, state.live)
+    assert str(refused.value) == (f"component over budget: recent H: R + what S, G and U leave unused:"
+                                  f" {state.live_tokens} > {state.live_tokens - 1}")
 
 
 def test_id_scheme_refusals_and_widest_id() -> None:
@@ -241,6 +250,7 @@ def test_short_observation_once_shown_as_its_stub_is_never_inlined() -> None:
     assert not stored.verbatim
     for number in range(6):
         state, _ = agent_turn(state, AgentTurn(f"step {number}", "ls"))
+    state, _ = compact(state, Compact("forced"))
     folded = [item for item in state.summary.items if item.index == 1]
     assert folded and folded[0].kind in ("stub", "bare")
     inline = observation_item(state.setup, state.records[0], False)

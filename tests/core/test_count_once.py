@@ -37,7 +37,10 @@ WORDS = ("def", "return", "self", "import", "class", "the", "file", "line", "err
 # The bounds over the mixed run below (`tool_events`, 160 turns, Qwen3, tool mode), as measured after issue 28:
 # 3.18 renderings, 4.75 encodes and 1.82 characters encoded per character of new text, per event (before:
 # 4.06, 5.61 and 4.75). The characters above one per new character are ARC's own texts (stubs, summary lines).
-TOOL_RENDERS_PER_EVENT = 3.3
+# Issue 26's cost trigger (spec/rendering.md 11.1) folds H earlier and more often (16 folds here, and 14 fold copies
+# it checks and leaves), each writing a new S and G: 3.47 renders per event (with prefill_cost 0, the bound alone:
+# 2.82).
+TOOL_RENDERS_PER_EVENT = 3.6
 TOOL_ENCODES_PER_EVENT = 5.0
 TOOL_ENCODED_PER_NEW_CHARACTER = 2.0
 # Text mode under o200k_base (no template), the run of `text_events`: encodes per event (before issue 28: 3.48).

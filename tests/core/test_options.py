@@ -146,8 +146,8 @@ def test_arc_ref_non_utf8_argument_is_one_line_and_exit_2(tmp_path: Path) -> Non
 
 
 def test_no_flag_of_arc_ref_reads_a_number_with_bare_int_or_float() -> None:
-    """Every numeric flag of arc-ref's own commands goes through a bounded, strict parser (the proxy's flags are
-    h25-proxy's, which adopts arc_ref.options)."""
+    """Every numeric flag of arc-ref's own commands goes through a bounded, strict parser (the proxy's too: its
+    flags come from arc_ref.frontends.proxy_options.ProxyOptions)."""
     import arc_ref.frontends.cli as cli
 
     captured: list[argparse.ArgumentParser] = []
@@ -164,6 +164,6 @@ def test_no_flag_of_arc_ref_reads_a_number_with_bare_int_or_float() -> None:
     finally:
         argparse.ArgumentParser.parse_args = original  # type: ignore[method-assign]
     subcommands = next(action for action in captured[0]._actions if isinstance(action, argparse._SubParsersAction))
-    bare = [f"{name} {action.option_strings[0]}" for name, sub in subcommands.choices.items() if name != "proxy"
+    bare = [f"{name} {action.option_strings[0]}" for name, sub in subcommands.choices.items()
             for action in sub._actions if action.option_strings and action.type in (int, float)]
     assert bare == []

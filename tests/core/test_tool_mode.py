@@ -139,8 +139,11 @@ def test_a_lone_surrogate_in_arguments_is_an_error_line_of_replay(model_dir: str
     assert outputs[2]["op"] == "view"
 
 
-def test_a_turn_and_its_results_fit_r_and_fold_as_one_unit(model_dir: str) -> None:
-    config = tool_config(model_dir)
+@pytest.mark.parametrize("layout", ["paper", "lean"])
+def test_a_turn_and_its_results_fit_r_and_fold_as_one_unit(model_dir: str, layout: str) -> None:
+    """Layout paper: H <= R after every event. Layout lean: the bound is on the sum (S, G, U, H within M + R + P +
+    Q), every unit of H within R (spec/rendering.md 11.1)."""
+    config = tool_config(model_dir, layout=layout)
     state = init(config)
     number = 0
     for round_ in range(12):
@@ -149,7 +152,14 @@ def test_a_turn_and_its_results_fit_r_and_fold_as_one_unit(model_dir: str) -> No
         state, turn = tool_turn(state, ToolTurn(f"round {round_} " * 20, calls))
         for call in turn.environment_calls:
             state, result = tool_result(state, ToolResult(call.call_id, f"content {call.call_id} " * (40 * (round_ % 3))))
-            assert sum(entry.message.tokens for entry in state.live) <= config.recent_budget
+            tokens = sum(entry.message.tokens for entry in state.live)
+            if layout == "paper":
+                assert tokens <= config.recent_budget
+            else:
+                parts = [0 if message is None else message.tokens
+                         for message in (state.summary.message, state.catalog_message, state.recall_message)]
+                assert sum(parts) + tokens <= (config.summary_budget + config.recent_budget + config.page_budget
+                                               + config.recall_budget)
             pairs_hold(state)
         shown = view(state)
         assert shown.tokens == state.setup.tokenizer.count(shown.text()) <= shown.budget

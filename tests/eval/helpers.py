@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from arc_eval.types import Backend, ChatReply, ChatRequest, ContextOverflow, Message, Observation, Task
 from tests.core.test_tokenizers import _train_tokenizer_json
@@ -91,3 +91,35 @@ def tiny_task(kind: str = "nih", files: dict[str, str] | None = None) -> Task:
 
 def exact_scorer(task: Task, submission: str, reply: str = "") -> tuple[bool, str | None]:
     return submission == "NEEDLE=OK", submission
+
+
+def openai_backend(urls: str | Sequence[str], model: str = "scripted", *, context_limit: int,
+                   max_tokens: int = 4096, temperature: float = 0.0, tools: Sequence[Any] | None = None,
+                   counter: Any = None, transport: Any = None, **settings: Any) -> Any:
+    """An OpenAIBackend from flat settings, as the tests write them: each goes to its owner (``OpenAIOptions``, the
+    flags; ``TransportTuning``, what no flag sets); ``tools`` (ToolSpecs or OpenAI JSON) are the probe's, in tool
+    mode; ``counter`` defaults to o200k_base over Qwen3's no-think ChatML."""
+    import attrs
+
+    from arc_ref.config import parse_tools
+    from arc_ref.options import option_names
+    from arc_eval.backends.openai_backend import OpenAIBackend, OpenAIOptions
+    from arc_eval.backends.transport import TransportTuning
+    from arc_eval.counting import DEFAULT_TOKENIZER, make_counter
+    from arc_eval.registry import BackendRun
+
+    flags = set(option_names(OpenAIOptions))
+    tuned = {attribute.name for attribute in attrs.fields(TransportTuning)}
+    unknown = sorted(set(settings) - flags - tuned)
+    if unknown:
+        raise TypeError(f"unknown OpenAIBackend setting(s) {unknown}")
+    options = OpenAIOptions(base_urls=tuple([urls] if isinstance(urls, str) else urls),
+                            **{name: value for name, value in settings.items() if name in flags})
+    tuning = TransportTuning(**{name: value for name, value in settings.items() if name in tuned})
+    counter = counter if counter is not None else make_counter(DEFAULT_TOKENIZER, "qwen3-nothink")
+    offered = None if tools is None else tuple(
+        tool for tool in (parse_tools([tool for tool in tools if isinstance(tool, dict)])
+                          + tuple(tool for tool in tools if not isinstance(tool, dict))))
+    run = BackendRun(model=model, context_limit=context_limit, max_tokens=max_tokens, temperature=temperature,
+                     counter=counter, tool_calling=bool(offered))
+    return OpenAIBackend(options, run, tuning=tuning, transport=transport, tools=offered)

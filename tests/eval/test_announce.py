@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import arc_eval.announce as announce
-from arc_eval.backends.openai_backend import PREFLIGHT_MAX_PAUSE_S
+from arc_eval.backends.transport import PREFLIGHT_MAX_PAUSE_S
 from arc_eval.cli import main
 from tests.waiting import scaled_ceiling, wait_until
 

@@ -55,6 +55,8 @@ HOSTILE: list[tuple[str, bytes, int, str, object]] = [  # name, line, error code
      + b"}", -32600, "JSON nested 50001 levels deep (at most 128)", 3),
     ("batch", b"[" + store_call(4, action="ls", observation="x") + b"]", -32600, "batch is not supported", None),
     ("invalid UTF-8", store_call(5, action="ls", observation="caf?").replace(b"caf?", b"caf\xe9"), -32700,
+     "not UTF-8 text (invalid byte at offset", 5),
+    ("invalid UTF-8 in the id", b'{"jsonrpc":"2.0","id":"caf\xe9","method":"ping"}', -32700,
      "not UTF-8 text (invalid byte at offset", None),
     ("no method", b'{"jsonrpc":"2.0","id":6}', -32600, "Invalid Request", 6),
     ("not JSON", b'{"jsonrpc":"2.0","id":10,"method":', -32700, "Parse error: not valid JSON", None),
@@ -209,6 +211,27 @@ def test_a_request_whose_id_can_be_read_is_answered_under_that_id(tmp_path: Path
         assert "nothing was stored" in answer["error"]["message"]
         stored, _ = client.reply_to(store_call(99, action="ls", observation="after"), 99)  # the server goes on
         assert stored["result"]["structuredContent"]["index"] == 1, stored
+    finally:
+        code, err = client.close()
+    assert code == 0 and "Traceback" not in err, err
+
+
+def test_a_line_that_is_not_utf8_is_answered_under_its_id_when_that_id_can_be_read(tmp_path: Path) -> None:
+    """A byte that is not UTF-8 inside an observation is a string that is not text, as a lone surrogate escape is:
+    the id around it can still be read, so the answer carries it (before: -32700 with "id": null, and a raw
+    client waiting for its id waited forever). A byte that is not UTF-8 inside the id leaves it unreadable: null."""
+    client = Client(tmp_path / "store.arc")
+    try:
+        client.reply_to(json.dumps(INITIALIZE).encode(), 0)
+        client.send(json.dumps(INITIALIZED).encode())
+        line = store_call(31, action="ls", observation="caf?").replace(b"caf?", b"caf\xe9")
+        answer, _ = client.reply_to(line, 31, barrier=True)
+        assert answer["error"]["code"] == -32700, answer
+        assert "not UTF-8 text (invalid byte at offset" in answer["error"]["message"], answer
+        unreadable, _ = client.reply_to(b'{"jsonrpc":"2.0","id":"\xff","method":"ping"}', None, barrier=True)
+        assert unreadable["error"]["code"] == -32700, unreadable
+        stored, _ = client.reply_to(store_call(32, action="ls", observation="after"), 32)
+        assert stored["result"]["structuredContent"]["index"] == 1, stored  # nothing of the bad line was stored
     finally:
         code, err = client.close()
     assert code == 0 and "Traceback" not in err, err

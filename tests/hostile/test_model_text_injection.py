@@ -56,7 +56,8 @@ def turn_starts(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | No
 
 
 def test_the_issue_case_through_a_session() -> None:
-    session = Session(f"hf-dir:{QWEN3}", goal=GOAL, tools=[BASH], recent_budget=1500)
+    # a long expected completion: the cost model (spec/rendering.md 11.1) folds within the six rounds
+    session = Session(f"hf-dir:{QWEN3}", goal=GOAL, tools=[BASH], recent_budget=1500, expected_completion=4096)
     counts = []
     for number in range(ROUNDS):
         session.add_assistant({"role": "assistant", "content": THOUGHT, "tool_calls": [
@@ -129,7 +130,7 @@ def test_the_issue_case_through_the_proxy(upstream: str, tmp_path: Path) -> None
     from tests.proxy.harness import serve_proxy
 
     messages: list[dict[str, Any]] = [{"role": "user", "content": GOAL}]
-    with serve_proxy(upstream, recent_budget=1500, summary_budget=1500) as base_url:
+    with serve_proxy(upstream, recent_budget=1500, summary_budget=1500, expected_completion=4096) as base_url:
         for number in range(ROUNDS):
             answer = httpx.post(f"{base_url}/chat/completions", timeout=60,
                                 json={"model": "m", "messages": messages, "tools": [BASH]})

@@ -301,3 +301,44 @@ def test_a_malformed_wal_whose_rows_are_all_in_the_database_file_is_read_exactly
         assert writer.seq == last
         writer.append(Observe("ls", "after the WAL was set aside"))
     assert [row.seq for row in read_rows(path)][-1] == last + 1
+
+
+def _checkpoint_cut_then_log_deleted(path: Path, split: float) -> int:
+    """What a kill in the middle of a checkpoint leaves when the WAL is then deleted: the database file holds the
+    new pages below page ``split`` of the way and the old ones above it. Returns the last acknowledged row."""
+    config = preset("minimal", capacity=1_000_000, page_budget=400, stub_cap=120, summary_budget=400,
+                    recall_budget=220, recent_budget=480, context_limit=2400)
+    store = DurableStore.create(path, config)
+    for number in range(30):
+        store.append(Observe(f"cat a{number}", f"a{number} " * 3000, 0))
+    store._connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    before = path.read_bytes()
+    for number in range(30):
+        store.append(Observe(f"cat b{number}", f"b{number} " * 3000, 0))
+    store._connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+    after = path.read_bytes()
+    last = store.seq
+    store._abandon()  # the writer is killed: no clean close
+    cut = int(len(after) // 4096 * split) * 4096
+    path.write_bytes(after[:cut] + before[cut:])
+    for suffix in ("-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    return last
+
+
+@pytest.mark.parametrize("split", [0.1, 0.5, 0.9])
+def test_a_checkpoint_cut_by_a_crash_then_the_log_deleted_is_refused_with_the_count(tmp_path: Path,
+                                                                                    split: float) -> None:
+    """Issue 31.4: the kill loop's refusal without a count (refused_uncounted) was this: SQLite reads the database
+    file half old, half new ('database disk image is malformed') and no WAL is left; before, the open said only
+    '... cannot be read: database disk image is malformed'. Now the rows the file alone holds are counted."""
+    path = tmp_path / "s.arc"
+    last = _checkpoint_cut_then_log_deleted(path, split)
+    rows = [row.seq for row in _rows_until_refused(path)]  # the rows the file alone holds (maybe none)
+    there = len(rows)
+    assert rows == list(range(1, there + 1)) and there < last
+    for readonly in (True, False):
+        with pytest.raises(StoreCorrupt, match=rf"{last - there} acknowledged events? (is|are) missing: rows up"
+                                               rf" to {last} were acknowledged .* the store ends at row {there};"
+                                               " its write-ahead log .* is missing or empty"):
+            DurableStore.open(path, readonly=readonly)

@@ -14,7 +14,8 @@ pytest.importorskip("httpx", reason="the proxy needs the extra 'proxy' (httpx, s
 pytest.importorskip("starlette", reason="the proxy needs the extra 'proxy' (httpx, starlette, uvicorn)")
 uvicorn = pytest.importorskip("uvicorn", reason="the proxy needs the extra 'proxy' (httpx, starlette, uvicorn)")
 
-from arc_ref.frontends.proxy import ProxySettings, build_app, listening_socket  # noqa: E402
+from arc_ref.frontends.proxy import ProxySettings, listening_socket  # noqa: E402
+from arc_ref.frontends.proxy_app import build_app  # noqa: E402
 from arc_eval.agent.recall_then_submit import RecallThenSubmitPolicy  # noqa: E402
 from arc_eval.backends.scripted_server import build_app as build_upstream  # noqa: E402
 from arc_eval.backends.scripted_server import ScriptedServer, serve_in_thread  # noqa: E402

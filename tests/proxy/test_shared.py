@@ -26,7 +26,8 @@ from tests.proxy.harness import (
 
 import httpx  # noqa: E402
 
-from arc_ref.frontends.proxy import ProxySettings, build_app  # noqa: E402
+from arc_ref.frontends.proxy import ProxySettings  # noqa: E402
+from arc_ref.frontends.proxy_app import build_app  # noqa: E402
 
 pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'arc-ref[postgres]')")
 pytestmark = [needs_qwen3]

@@ -28,6 +28,7 @@ from arc_ref.config import parse_tools
 from arc_ref.message import ToolCall
 from arc_eval.backends.faults import PREFILL_FIX, SHARED_KV_FIX
 from arc_eval.backends.openai_backend import OpenAIBackend
+from tests.eval.helpers import openai_backend
 from arc_eval.types import (
     BackendRequestError,
     BackendUnavailable,
@@ -96,8 +97,8 @@ def run(handler: Callable[[httpx.Request], httpx.Response], job: Callable[[OpenA
     settings.update(options)
 
     async def go() -> Any:
-        async with OpenAIBackend(["http://llama.invalid:8080/v1"], "tiny", transport=httpx.MockTransport(handler),
-                                 **settings) as backend:
+        async with openai_backend("http://llama.invalid:8080/v1", "tiny", transport=httpx.MockTransport(handler),
+                                  **settings) as backend:
             return await job(backend)
 
     return asyncio.run(go())
@@ -300,8 +301,8 @@ def test_a_real_llama_server_counts_exactly_in_text_and_tool_mode(llama_server: 
 
     for tools in (None, TOOLS):
         async def go() -> Any:
-            async with OpenAIBackend([llama_server], "tiny", context_limit=4096, max_tokens=64, api_key="",
-                                     tools=tools) as backend:
+            async with openai_backend(llama_server, "tiny", context_limit=4096, max_tokens=64, api_key="",
+                                      tools=tools) as backend:
                 return await job(backend)
 
         infos, replies, calibration = asyncio.run(go())

@@ -11,12 +11,12 @@ import httpx
 import pytest
 
 from arc_ref.config import parse_tools
+from arc_ref.errors import ConfigError
+from tests.eval.helpers import openai_backend
 from arc_ref.message import ToolCall
-from arc_eval.backends.openai_backend import (
-    BackendRequestError,
-    OpenAIBackend,
-    api_urls,
-)
+from arc_eval.backends.openai_backend import OpenAIBackend
+from arc_eval.backends.transport import api_urls
+from arc_eval.types import BackendRequestError
 from arc_eval.backends.overflow import is_context_overflow
 from arc_eval.backends.scripted_server import build_app, serve_in_thread
 from arc_eval.types import BackendUnavailable, ChatRequest, ContextOverflow, Message
@@ -38,8 +38,7 @@ def echo_policy(messages: Sequence[Message]) -> str:
 def backend(url: str | list[str], **options: Any) -> OpenAIBackend:
     settings: dict[str, Any] = {"context_limit": 2048, "max_tokens": 256, "backoff_base_s": 0.01}
     settings.update(options)
-    urls = url if isinstance(url, list) else [url]
-    return OpenAIBackend(urls, "scripted", **settings)
+    return openai_backend(url, "scripted", **settings)
 
 
 def ask(text: str, task_id: str = "nih-s42-0000") -> ChatRequest:
@@ -140,7 +139,7 @@ def test_wrong_model_name_is_a_request_error() -> None:
     with serve_in_thread(app) as url:
 
         async def run() -> None:
-            client = OpenAIBackend([url], "Qwen/Qwen3-8B", context_limit=2048, max_tokens=256)
+            client = openai_backend(url, "Qwen/Qwen3-8B", context_limit=2048, max_tokens=256)
             with pytest.raises(BackendRequestError, match="does not exist"):
                 await client.complete(ask("go"))
             with pytest.raises(
@@ -246,14 +245,14 @@ def test_tool_calls_travel_verbatim_both_ways() -> None:
                     Message("tool", "[§0001-ab12 chunk 1/1] NEEDLE=XYZ", tool_call_id="call_0"),
                     Message("user", "go on"),
                 )
-                original = client._send
+                original = client.transport.send
 
                 async def spy(endpoint: str, payload: Any, *args: Any, **kwargs: Any) -> Any:
                     if endpoint == "chat":
                         sent.append(payload)
                     return await original(endpoint, payload, *args, **kwargs)
 
-                client._send = spy  # type: ignore[method-assign]
+                client.transport.send = spy  # type: ignore[method-assign]
                 plain = await client.complete(ChatRequest(history))  # no tools: none offered, none parsed
                 assert plain.tool_calls == () and plain.content.endswith("Action: cat a.txt")
                 assert client.calibration()["max_abs_diff"] == 0
@@ -349,11 +348,11 @@ def test_constructor_and_url_errors() -> None:
     with pytest.raises(ValueError, match="http://"):
         api_urls("localhost:8000")
     with pytest.raises(ValueError, match="max_tokens < context_limit"):
-        OpenAIBackend(["http://h/v1"], "m", context_limit=100, max_tokens=100)
+        openai_backend("http://h/v1", "m", context_limit=100, max_tokens=100)
     with pytest.raises(ValueError, match="at least one base URL"):
-        OpenAIBackend([], "m", context_limit=100)
-    with pytest.raises(ValueError, match="count_with"):
-        OpenAIBackend(["http://h/v1"], "m", context_limit=100, max_tokens=10, count_with="guess")
+        openai_backend([], "m", context_limit=100, max_tokens=10)
+    with pytest.raises(ConfigError, match="--count-with must be one of auto, server, local"):
+        openai_backend("http://h/v1", "m", context_limit=100, max_tokens=10, count_with="guess")
 
 
 # vLLM 0.32's body for max_tokens > max_model_len (renderers/params.py, TokenizeParams.__post_init__), as its

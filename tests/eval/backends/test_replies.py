@@ -9,7 +9,7 @@ from typing import Any, Callable
 import httpx
 import pytest
 
-from arc_eval.backends.openai_backend import OpenAIBackend
+from tests.eval.helpers import openai_backend
 from arc_eval.backends.replies import parse_completion
 from arc_eval.backends.servers import parse_models, tokenize_count
 from arc_eval.types import BackendReplyError, ChatRequest, Message
@@ -38,8 +38,8 @@ def server(
 
 def complete(handler: Callable[[httpx.Request], httpx.Response]) -> Any:
     async def run() -> Any:
-        backend = OpenAIBackend(
-            ["http://mock.invalid/v1"], "m", context_limit=4096, max_tokens=256, api_key="",
+        backend = openai_backend(
+            "http://mock.invalid/v1", "m", context_limit=4096, max_tokens=256, api_key="",
             transport=httpx.MockTransport(handler),
         )
         try:

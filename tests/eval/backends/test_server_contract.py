@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from arc_eval.backends.openai_backend import OpenAIBackend
+from tests.eval.helpers import openai_backend
 from arc_eval.backends.overflow import is_context_overflow
 from arc_eval.backends.scripted_server import (
     NO_ROOM_MESSAGE,
@@ -55,7 +56,7 @@ def client(url: str, **options: Any) -> OpenAIBackend:
     }
     settings.update(options)
     model = settings.pop("model", "scripted")
-    return OpenAIBackend([url], model, **settings)
+    return openai_backend(url, model, **settings)
 
 
 def ask(text: str = "go") -> ChatRequest:

@@ -1,0 +1,67 @@
+"""`arc-ref proxy`'s flags as one options class (`arc_ref.options`: each default, bound and help written once).
+
+Apart from `arc_ref.frontends.proxy` so that `arc-ref`'s parser reads them without the extra 'proxy' (httpx,
+starlette, uvicorn) installed; `arc_ref.frontends.proxy.settings_from` turns them into the proxy's settings and
+`arc_ref.frontends.proxy.prepare` checks what can only be checked against the world (the upstream, the
+tokenizer's files, the store directory) before the proxy listens.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from attrs import frozen
+
+from arc_ref.config import MAX_CONFIG_INTEGER, PRESETS
+from arc_ref.options import add_option_flags, int_option, option, options_from_args
+from arc_ref.tools import DEFAULT_MAX_HIDDEN_ROUNDS
+
+PROXY_OWNER = "proxy"
+UPSTREAM_KEY_ENV = "ARC_UPSTREAM_API_KEY"
+DEFAULT_MAX_BODY_MB = 32  # a whole agent history; ARC's own limit on one observation is 64 MiB
+MAX_BODY_MB = 4096
+MAX_HIDDEN_ROUNDS = 1024
+
+
+@frozen
+class ProxyOptions:
+    """The knobs of ``arc-ref proxy`` (its flags derive from them)."""
+
+    upstream: str | None = option(None, metavar="URL",
+                                  help="the served model's base URL, e.g. http://host:8000/v1 (required)")
+    tokenizer: str | None = option(None, metavar="hf-dir:DIR",
+                                   help="the served model's directory (its tokenizer and chat template; required)")
+    context_limit: int | None = int_option(None, minimum=2, maximum=MAX_CONFIG_INTEGER, metavar="L",
+                                           help="the served window in tokens (default: the upstream's max_model_len,"
+                                                " GET /models)")
+    store: str | None = option(None, metavar="DIR|URL",
+                               help="a directory (every conversation a durable store there), or postgresql://...:"
+                                    " one database shared by any number of proxy instances")
+    host: str = option("127.0.0.1", help="the address to listen on (127.0.0.1: this machine only; the proxy has"
+                                         " no client authentication, see the README)")
+    port: int = int_option(8100, minimum=0, maximum=65535, help="the port to listen on")
+    preset: str = option("paper", choices=tuple(sorted(PRESETS)), help="the configuration the budgets start from")
+    set: tuple[str, ...] = option((), append=True, converter=tuple, metavar="KEY=VALUE",
+                                  help="a configuration value (spec/parameters.md); a budget given here is kept,"
+                                       " the others derived from the window and each conversation's prefix")
+    max_hidden_rounds: int = int_option(DEFAULT_MAX_HIDDEN_ROUNDS, minimum=0, maximum=MAX_HIDDEN_ROUNDS, metavar="N",
+                                        help="upstream calls answered by ARC alone before the reply goes back")
+    max_body_mb: int = int_option(DEFAULT_MAX_BODY_MB, minimum=1, maximum=MAX_BODY_MB, metavar="MIB",
+                                  help="the largest request body in MiB; a larger one is answered 413")
+    upstream_api_key: str | None = option(None, metavar="KEY", recorded=False, aliases=("--upstream-key",),
+                                          help=f"the upstream's key (or ${UPSTREAM_KEY_ENV}); without it the"
+                                               " client's Authorization goes to the upstream")
+
+
+def add_proxy_flags(parser: argparse.ArgumentParser) -> None:
+    add_option_flags(parser, PROXY_OWNER, ProxyOptions)
+
+
+def proxy_options(arguments: argparse.Namespace) -> ProxyOptions:
+    """The options the command line gave (a ConfigError when out of bounds)."""
+    options: ProxyOptions = options_from_args(PROXY_OWNER, ProxyOptions, arguments)
+    return options
+
+
+__all__ = ["DEFAULT_MAX_BODY_MB", "PROXY_OWNER", "ProxyOptions", "UPSTREAM_KEY_ENV", "add_proxy_flags",
+           "proxy_options"]

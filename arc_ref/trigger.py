@@ -1,0 +1,69 @@
+"""When and how much to compact (spec/rendering.md section 11.1): a pure function of the state's token counts and
+the configuration.
+
+Layout "paper" keeps the paper's rule: H holds at most R tokens; an append that makes it exceed R folds it down to
+R // 2. Layout "lean" bounds the sum (A4 needs only K = B + M + R + P + Q + eta <= L): with s, g, u, h the tokens of
+S, G, U and H,
+
+* each of S, G, U stays within its own budget (M, P, Q) and s + g + u + h <= W = M + R + P + Q, so H may use what
+  S, G and U leave unused; one unit of H (an entry, or a tool turn with its results) costs at most R, as in the
+  paper, so H is sure to fit once everything older is folded (S, G, U at their budgets);
+* **bound**: an append that makes s + g + u + h exceed W folds H down to the low-water mark
+  h_low = R * low_water // 100;
+* **cost**: otherwise H folds down to h_low early when the roofline's terms say the fold pays. Folding X = h - h_low
+  tokens makes the server prefill again what follows F, about Y = s + g + u + h_low tokens, at prefill_cost each (in
+  KV reads of one context token by one generated token), and spares X such reads for each of the
+  expected_completion tokens of every later call. With H growing d = h / t tokens a call (t the agent turns in H),
+  folding every time X reaches sqrt(2 * prefill_cost * Y * d / expected_completion) minimises the cost per call
+  (the economic-order-quantity balance of one cache break against the reads it saves); in integers:
+  expected_completion * X^2 * t >= 2 * prefill_cost * Y * h. The machine then folds a copy and takes it only when the
+  same inequality holds with X and Y measured on the two views (`pays`; X > 0: the fold makes the view smaller).
+  prefill_cost = 0 folds only on the bound. The defaults (low_water 25, expected_completion 256) were chosen by
+  measurement (benchmarks/bench_trajectories.py, section tradeoff).
+"""
+
+from __future__ import annotations
+
+from arc_ref.config import Config
+
+KEEP = "keep"
+BOUND = "bound"  # the view would exceed K (layout "paper": H would exceed R)
+COST = "cost"  # the cost model says folding now pays
+
+
+def low_water_mark(config: Config) -> int:
+    """The tokens of H a fold leaves at most (the newest unit always stays): R // 2 ("paper"), or low_water percent
+    of R ("lean")."""
+    if config.layout == "paper":
+        return config.recent_budget // 2
+    return config.recent_budget * config.low_water // 100
+
+
+def decide(config: Config, summary: int, catalog: int, recall: int, recent: int, turns: int) -> str:
+    """KEEP, BOUND or COST for a state whose S, G, U, H cost ``summary``, ``catalog``, ``recall``, ``recent`` tokens
+    (each message at its largest cost over its places) with ``turns`` agent turns in H (module docstring).
+
+    pre: min(summary, catalog, recall, recent, turns) >= 0
+    post: __return__ in ("keep", "bound", "cost")
+    """
+    if config.layout == "paper":
+        return BOUND if recent > config.recent_budget else KEEP
+    room = config.summary_budget + config.recent_budget + config.page_budget + config.recall_budget
+    if summary + catalog + recall + recent > room:
+        return BOUND
+    low = low_water_mark(config)
+    if config.prefill_cost == 0 or recent <= low:
+        return KEEP
+    if pays(config, recent - low, summary + catalog + recall + low, recent, turns):
+        return COST
+    return KEEP
+
+
+def pays(config: Config, removed: int, prefilled: int, recent: int, turns: int) -> bool:
+    """The cost model's inequality: expected_completion * X^2 * t >= 2 * prefill_cost * Y * h (X removed, Y
+    prefilled again, h = tokens(H), t the agent turns in H)."""
+    return removed > 0 and (config.expected_completion * removed * removed * max(1, turns)
+                            >= 2 * config.prefill_cost * prefilled * recent)
+
+
+__all__ = ["BOUND", "COST", "KEEP", "decide", "low_water_mark", "pays"]

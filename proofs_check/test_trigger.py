@@ -1,0 +1,66 @@
+"""When and how much to compact (spec/rendering.md section 11.1), the rule itself on random token counts.
+
+`arc_ref.trigger.decide` against the rule as the spec writes it, restated here on its own; the low-water mark
+and the invariant a bound fold restores: after folding H down to the low-water mark (or to its newest unit, at
+most R), S, G, U and H together fit W = M + R + P + Q whatever S, G and U are within their budgets.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from arc_ref import trigger
+from arc_ref.config import PRESETS, Config
+from proofs_check.registry import proves
+
+counts = st.integers(0, 20000)
+
+
+@st.composite
+def trigger_configs(draw: st.DrawFn) -> Config:
+    return PRESETS["paper"].replace(
+        summary_budget=draw(st.integers(1, 8000)), recent_budget=draw(st.integers(1, 16000)),
+        page_budget=draw(st.integers(1, 4000)), recall_budget=draw(st.integers(1, 8000)),
+        low_water=draw(st.integers(1, 100)), prefill_cost=draw(st.sampled_from((0, 1, 398, 857, 2**20))),
+        expected_completion=draw(st.sampled_from((1, 64, 256, 2**20))),
+        layout=draw(st.sampled_from(("lean", "paper"))),
+    )
+
+
+def spec_rule(config: Config, s: int, g: int, u: int, h: int, t: int) -> str:
+    """Section 11.1 as written there."""
+    M, R, P, Q = config.summary_budget, config.recent_budget, config.page_budget, config.recall_budget
+    if config.layout == "paper":
+        return "bound" if h > R else "keep"
+    if s + g + u + h > M + R + P + Q:
+        return "bound"
+    h_low = R * config.low_water // 100
+    if config.prefill_cost > 0 and h > h_low:
+        X, Y = h - h_low, s + g + u + h_low
+        if config.expected_completion * X**2 * max(1, t) >= 2 * config.prefill_cost * Y * h:
+            return "cost"
+    return "keep"
+
+
+@given(trigger_configs(), counts, counts, counts, counts, st.integers(0, 400))
+@proves("A4", "T1")
+def test_trigger_decides_as_the_spec_states(config: Config, s: int, g: int, u: int, h: int, t: int) -> None:
+    u = min(u, config.recall_budget)
+    assert trigger.decide(config, s, g, u, h, t) == spec_rule(config, s, g, u, h, t)
+
+
+@given(trigger_configs(), st.data())
+@proves("A4", "L2", "T1")
+def test_a_fold_to_the_low_water_mark_restores_the_bound(config: Config, data: st.DataObject) -> None:
+    """Whatever S, G and U are within M, P and Q: H at the low-water mark, or its newest unit alone (at most R),
+    keeps S + G + U + H within W (layout paper: H within R)."""
+    M, R, P, Q = config.summary_budget, config.recent_budget, config.page_budget, config.recall_budget
+    s, g, u = data.draw(st.integers(0, M)), data.draw(st.integers(0, P)), data.draw(st.integers(0, Q))
+    low = trigger.low_water_mark(config)
+    newest = data.draw(st.integers(0, R))
+    assert low <= R
+    if config.layout == "paper":
+        assert max(low, newest) <= R
+    else:
+        assert s + g + u + max(low, newest) <= M + R + P + Q

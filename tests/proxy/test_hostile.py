@@ -1,0 +1,200 @@
+"""One client never harms another (issue 25 item 3): the hostile cases of benchmarks/proxy_cases.py with
+assertions, each against `arc-ref proxy` in a thread in front of a fake upstream whose replies the case sets."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from tests.proxy.harness import BASH_TOOL, QWEN3, needs_qwen3, serve_app
+
+import httpx  # noqa: E402  (after the harness, which skips without the proxy extra)
+
+from arc_ref.frontends.proxy import ProxySettings  # noqa: E402
+from arc_ref.frontends.proxy_app import build_app  # noqa: E402
+from arc_ref.persist import DurableStore, StoreError  # noqa: E402
+from benchmarks.proxy_cases import FakeUpstream, completion, fake_upstream, task  # noqa: E402
+
+pytestmark = needs_qwen3
+WINDOW = 16384
+
+
+@contextlib.contextmanager
+def proxy(upstream: FakeUpstream, store: Path | None = None, **settings: Any) -> Iterator[str]:
+    """`arc-ref proxy` with no --set (budgets from the window and each prefix) in front of ``upstream``."""
+    configured = ProxySettings(upstream=upstream.url, tokenizer=f"hf-dir:{QWEN3}", store=store,
+                               context_limit=WINDOW, **settings)
+    with serve_app(build_app(configured)) as base_url:
+        yield base_url
+
+
+def post(base_url: str, messages: list[dict[str, Any]], headers: dict[str, str] | None = None,
+         **extra: Any) -> httpx.Response:
+    return httpx.post(f"{base_url}/chat/completions", json={"model": "fake", "messages": messages, **extra},
+                      headers=headers, timeout=120)
+
+
+def call_reply(call_id: str = "c1") -> tuple[int, bytes]:
+    calls = [{"id": call_id, "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]
+    return 200, json.dumps(completion("", calls)).encode()
+
+
+MALFORMED = {
+    "list": b"[]",
+    "string": b'"hello"',
+    "choices_null": b'{"choices": [null]}',
+    "usage_list": json.dumps({**completion(), "usage": [1]}).encode(),
+    "empty_object": b"{}",
+    "not_json": b"<html>",
+    "deep": b"[" * 100_000 + b"]" * 100_000,
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_a_reply_that_is_not_a_completion_is_502_and_nothing_is_recorded(case: str) -> None:
+    """Before: 500 AttributeError ([], a string, choices [null], usage a list), and 200 with finish_reason null
+    for {} with an empty assistant turn recorded (the agent's retry then forked the conversation)."""
+    with fake_upstream() as upstream, proxy(upstream) as base_url:
+        upstream.reply = lambda body: call_reply()
+        first = post(base_url, task(1), tools=[BASH_TOOL])
+        assert first.status_code == 200, first.text
+        history = [*task(1), first.json()["choices"][0]["message"],
+                   {"role": "tool", "tool_call_id": "c1", "content": "a.txt"}]
+        upstream.reply = lambda body: (200, MALFORMED[case])
+        failed = post(base_url, history, tools=[BASH_TOOL])
+        assert failed.status_code == 502, failed.text
+        assert failed.json()["error"]["type"] == "upstream_malformed"
+        upstream.reply = lambda body: (200, json.dumps(completion("done")).encode())
+        retry = post(base_url, history, tools=[BASH_TOOL])
+    assert retry.status_code == 200 and retry.json()["choices"][0]["message"]["content"] == "done"
+    # resumed in place: nothing of the failed round was recorded (a recorded turn makes the retry fork)
+    assert retry.headers["x-arc-conversation"] == first.headers["x-arc-conversation"]
+
+
+@pytest.mark.parametrize("extra, named", [
+    ({"n": 3}, "n=3"),
+    ({"tool_choice": {"type": "function", "function": {"name": "_recall"}}}, "'_recall'"),
+    ({"max_tokens": True}, "max_tokens must be a positive integer"),
+    ({"max_completion_tokens": 0}, "max_completion_tokens must be a positive integer"),
+    ({"stream": "yes"}, "stream must be true or false"),
+])
+def test_options_the_proxy_cannot_pass_on_are_refused_before_the_upstream_is_asked(extra: dict[str, Any],
+                                                                                    named: str) -> None:
+    """Before: n=3 forwarded (3 generated, 1 returned), tool_choice _recall made 9 upstream calls and returned
+    null content, max_tokens true forwarded as is."""
+    with fake_upstream() as upstream, proxy(upstream) as base_url:
+        response = post(base_url, task(1), **extra)
+    assert response.status_code == 400 and named in response.json()["error"]["message"], response.text
+    assert upstream.requests == []
+
+
+def test_a_stream_cut_after_a_keepalive_ends_with_an_error_event_and_done() -> None:
+    """Before: ': keepalive', one data line, and no [DONE]."""
+    with fake_upstream() as upstream, proxy(upstream, keepalive_s=0.2) as base_url:
+        upstream.delay_s = 0.6
+        upstream.reply = lambda body: "cut"
+        with httpx.stream("POST", f"{base_url}/chat/completions", timeout=60,
+                          json={"model": "fake", "messages": task(1), "stream": True}) as response:
+            assert response.status_code == 200
+            lines = [line for line in response.iter_lines() if line]
+    assert lines[0] == ": keepalive"
+    data = [line.removeprefix("data: ") for line in lines if line.startswith("data: ")]
+    assert data[-1] == "[DONE]" and len(data) == 2, lines
+    assert json.loads(data[0])["error"]["type"] == "upstream_unreachable"
+
+
+def test_models_with_the_upstream_down_is_502_typed() -> None:
+    with fake_upstream() as upstream:
+        url = upstream.url
+    configured = ProxySettings(upstream=url, tokenizer=f"hf-dir:{QWEN3}", context_limit=WINDOW)
+    with serve_app(build_app(configured)) as base_url:
+        models = httpx.get(f"{base_url}/models", timeout=60)
+        chat = post(base_url, task(1))
+    assert models.status_code == 502 and models.json()["error"]["type"] == "upstream_unreachable"
+    assert chat.status_code == 502 and chat.json()["error"]["type"] == "upstream_unreachable"
+
+
+def test_a_body_over_the_limit_is_413_and_others_are_served() -> None:
+    """Before: no limit (a 100 MB body took 390 s, RSS 168 -> 912 MiB)."""
+    with fake_upstream() as upstream, proxy(upstream, max_body_bytes=2**20) as base_url:
+        big = post(base_url, [{"role": "user", "content": "x" * (2 * 2**20)}])
+        small = post(base_url, task(2))
+    assert big.status_code == 413 and big.json()["error"]["type"] == "request_too_large"
+    assert small.status_code == 200
+
+
+def test_the_upstream_key_or_the_clients_authorization_goes_upstream() -> None:
+    """Before: the client's Authorization was dropped (401 from an upstream that needs a key)."""
+    with fake_upstream(require_key="sk-up") as upstream:
+        with proxy(upstream) as base_url:
+            forwarded = post(base_url, task(1), headers={"Authorization": "Bearer sk-up"})
+            models = httpx.get(f"{base_url}/models", headers={"Authorization": "Bearer sk-up"}, timeout=60)
+            missing = post(base_url, task(2))
+        with proxy(upstream, upstream_api_key="sk-up") as base_url:
+            own = post(base_url, task(3), headers={"Authorization": "Bearer client-key"})
+    assert forwarded.status_code == 200 and models.status_code == 200, forwarded.text
+    assert missing.status_code == 401  # the upstream's own answer, unchanged
+    sent = {name.lower(): value for name, value in upstream.headers[-1].items()}
+    assert own.status_code == 200 and sent["authorization"] == "Bearer sk-up"
+
+
+def test_a_store_that_fails_to_write_is_503_retryable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Before: a full disk reached the client as 400 'refused, do not retry'."""
+    with fake_upstream() as upstream, proxy(upstream, store=tmp_path / "store") as base_url:
+        upstream.reply = lambda body: call_reply()
+        first = post(base_url, task(1), tools=[BASH_TOOL])
+        history = [*task(1), first.json()["choices"][0]["message"],
+                   {"role": "tool", "tool_call_id": "c1", "content": "a.txt"}]
+
+        def full(self: DurableStore, *args: Any, **kwargs: Any) -> Any:
+            raise StoreError("No space left on device")
+
+        with monkeypatch.context() as patched:
+            patched.setattr(DurableStore, "append", full)
+            failed = post(base_url, history, tools=[BASH_TOOL])
+        upstream.reply = lambda body: (200, json.dumps(completion("done")).encode())
+        retry = post(base_url, history, tools=[BASH_TOOL])
+    assert failed.status_code == 503 and failed.headers["retry-after"] == "5", failed.text
+    assert failed.json()["error"]["type"] == "store_unavailable"
+    assert retry.status_code == 200 and retry.headers["x-arc-conversation"] == first.headers["x-arc-conversation"]
+
+
+def damage_ack(folder: Path) -> None:
+    ack = folder / "task.arc.ack"
+    ack.write_bytes(ack.read_bytes()[: len(ack.read_bytes()) // 2 - 1])
+
+
+def damage_marks(folder: Path) -> None:
+    with open(folder / "marks.jsonl", "a", encoding="utf-8") as marks:
+        marks.write("{}\n")
+
+
+def damage_task(folder: Path) -> None:
+    (folder / "task.arc").unlink()
+
+
+@pytest.mark.parametrize("damage", [damage_ack, damage_marks, damage_task], ids=lambda f: f.__name__)
+def test_a_damaged_conversation_is_set_aside_and_every_other_is_served(damage: Any, tmp_path: Path,
+                                                                       capfd: pytest.CaptureFixture[str]) -> None:
+    """Before: one damaged conversation (a truncated ack, a {} line in marks.jsonl, a folder without task.arc)
+    and the proxy never started (exit 3, a traceback)."""
+    store = tmp_path / "store"
+    with fake_upstream() as upstream:
+        with proxy(upstream, store=store) as base_url:
+            answers = {number: post(base_url, task(number)) for number in (1, 2)}
+        keys = {number: answer.headers["x-arc-conversation"] for number, answer in answers.items()}
+        damage(store / keys[1])
+        histories = {number: [*task(number), answers[number].json()["choices"][0]["message"],
+                              {"role": "user", "content": "next"}] for number in (1, 2)}
+        with proxy(upstream, store=store) as base_url:
+            healthy = post(base_url, histories[2])
+            damaged = post(base_url, histories[1])
+    assert healthy.status_code == 200 and healthy.headers["x-arc-conversation"] == keys[2]
+    assert damaged.status_code == 200 and damaged.headers["x-arc-conversation"] not in keys.values()
+    assert f"conversation {keys[1]} set aside" in capfd.readouterr().err
+    shutil.rmtree(store)

@@ -1,0 +1,131 @@
+"""`arc-ref proxy` out of the box (issue 25 item 1): the window from the upstream, budgets from each conversation's
+prefix (arc_ref.budgets.fit_to_window), and every option that cannot work refused at start with one line and exit
+status 2, nothing created."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.proxy.harness import BASH_TOOL, QWEN3, needs_qwen3, serve_app, serve_upstream
+
+import httpx  # noqa: E402  (after the harness, which skips without the proxy extra)
+
+from arc_ref.frontends.proxy import ProxySettings, StartRefused, prepare  # noqa: E402
+from arc_ref.frontends.proxy_app import build_app  # noqa: E402
+from arc_eval.agent.recall_then_submit import RecallThenSubmitPolicy  # noqa: E402
+from arc_eval.backends.scripted_server import build_app as build_upstream  # noqa: E402
+from arc_eval.backends.scripted_server import serve_in_thread  # noqa: E402
+
+pytestmark = needs_qwen3
+REPO = Path(__file__).resolve().parents[2]
+
+
+def mini_prefix() -> list[dict[str, Any]]:
+    """mini-swe-agent's first request (its mini.yaml system prompt and instance template, ~1.5k Qwen3 tokens)."""
+    found = importlib.util.find_spec("minisweagent")  # located, not imported (its import prints a banner)
+    if found is None or not found.submodule_search_locations:
+        pytest.skip("mini-swe-agent is not installed (the extra 'agents')")
+    import yaml
+
+    folder = Path(list(found.submodule_search_locations)[0]) / "config"
+    loaded = yaml.safe_load((folder / "mini.yaml").read_text(encoding="utf-8"))
+    instance = loaded["agent"]["instance_template"].replace("{{task}}", "Count the lines of notes.txt.")
+    return [{"role": "system", "content": loaded["agent"]["system_template"]}, {"role": "user", "content": instance}]
+
+
+def zero_config(upstream_url: str, **extra: Any) -> ProxySettings:
+    """The README's `arc-ref proxy --upstream URL --tokenizer hf-dir:DIR` and nothing else, prepared."""
+    return prepare(ProxySettings(upstream=upstream_url, tokenizer=f"hf-dir:{QWEN3}", **extra))
+
+
+@pytest.mark.parametrize("window", [16384, 8192])
+def test_mini_swe_agents_prefix_is_served_with_no_budget_given(window: int) -> None:
+    """Before: 400 'K = 1498 + 2048 + 4096 + 1024 + 4096 + 64 = 12826 exceeds L = 12288' (16384), and at 8192
+    page_size as well. Now the window comes from GET /models and the budgets from the prefix."""
+    upstream = build_upstream(RecallThenSubmitPolicy(), max_model_len=window, tokenizer=str(QWEN3),
+                              model_name="scripted")
+    with serve_in_thread(upstream) as upstream_url:
+        settings = zero_config(upstream_url)
+        assert settings.context_limit == window
+        with serve_app(build_app(settings)) as base_url:
+            response = httpx.post(f"{base_url}/chat/completions", timeout=120,
+                                  json={"model": "scripted", "messages": mini_prefix(), "tools": [BASH_TOOL]})
+            assert response.status_code == 200, response.text
+            rounds = httpx.get(base_url.removesuffix("/v1") + "/arc/rounds").json()
+    assert rounds and all(record["limit"] + record["max_tokens"] <= window for record in rounds)
+    assert all(record["upstream_prompt_tokens"] == record["view_tokens"] <= record["budget"] <= record["limit"]
+               for record in rounds)
+
+
+def test_a_prefix_that_cannot_fit_the_window_is_refused_naming_the_numbers() -> None:
+    upstream = build_upstream(RecallThenSubmitPolicy(), max_model_len=3072, tokenizer=str(QWEN3),
+                              model_name="scripted")
+    with serve_in_thread(upstream) as upstream_url, serve_app(build_app(zero_config(upstream_url))) as base_url:
+        response = httpx.post(f"{base_url}/chat/completions", timeout=120,
+                              json={"model": "scripted", "messages": mini_prefix(), "tools": [BASH_TOOL]})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["type"] == "arc_refused" and error["code"] == "configuration"
+    assert "a window of at least" in error["message"] and "L = L_ctx - G_max = 3072" in error["message"]
+
+
+def test_the_window_comes_from_the_upstream_and_a_larger_one_is_refused() -> None:
+    with serve_upstream() as (_, upstream_url):
+        assert zero_config(upstream_url).context_limit == 16384
+        assert zero_config(upstream_url, context_limit=8000).context_limit == 8000
+        with pytest.raises(StartRefused, match="more than the window the upstream serves"):
+            zero_config(upstream_url, context_limit=32768)
+    with pytest.raises(StartRefused, match="does not answer GET /models"):
+        zero_config(upstream_url)  # stopped: no window known
+
+
+def run_proxy(*arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "arc_ref.frontends.cli", "proxy", *arguments]
+    environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    environment.pop("ARC_UPSTREAM_API_KEY", None)
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=cwd, env=environment)
+
+
+BAD_OPTIONS: dict[str, tuple[list[str], str]] = {
+    "tokenizer_missing_dir": (["--tokenizer", "hf-dir:/nonexistent/model"], "no such directory"),
+    "tokenizer_bytes": (["--tokenizer", "bytes"], "give its directory (hf-dir:DIR)"),
+    "recent_budget_negative": (["--set", "recent_budget=-5"], "recent_budget must be >= 1"),
+    "upstream_not_a_url": (["--upstream", "notaurl"], "is not an http(s) URL"),
+    "port_70000": (["--port", "70000"], "expected an integer from 0 to 65535"),
+    "port_minus_1": (["--port", "-1"], "expected an integer from 0 to 65535"),
+    "store_dev_null": (["--store", "/dev/null"], "is not a directory"),
+    "flag_twice": (["--max-hidden-rounds", "3", "--max-hidden-rounds", "4"], "given more than once"),
+    "set_twice": (["--set", "recent_budget=900", "--set", "recent_budget=901"], "given more than once"),
+    "window_too_small": (["--context-limit", "100"], "a window of at least"),
+    "no_window": (["--context-limit", "DROP"], "does not answer GET /models"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_OPTIONS))
+def test_a_bad_option_is_refused_at_start_in_one_line_and_nothing_is_created(case: str, tmp_path: Path) -> None:
+    """Before: the proxy listened and answered every request 400 (a bad tokenizer, a negative budget, not a URL),
+    exited 70 'internal error' (--port 70000) or with a traceback (--store /dev/null)."""
+    extra, expected = BAD_OPTIONS[case]
+    given = {"--upstream": "http://127.0.0.1:9/v1", "--tokenizer": f"hf-dir:{QWEN3}", "--context-limit": "16384",
+             "--store": str(tmp_path / "store"), "--port": "0"}
+    for flag, value in zip(extra[::2], extra[1::2]):
+        if flag in given:
+            given[flag] = value
+    if given["--context-limit"] == "DROP":
+        del given["--context-limit"]
+    arguments = [item for flag, value in given.items() for item in (flag, value)]
+    arguments += [item for flag, value in zip(extra[::2], extra[1::2]) if flag not in given and value != "DROP"
+                  for item in (flag, value)]
+    done = run_proxy(*arguments, cwd=tmp_path)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1 and lines[0].startswith("arc-ref proxy: ") and expected in lines[0], lines
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    assert sorted(path.name for path in tmp_path.iterdir()) == [], "the refused start created files"
