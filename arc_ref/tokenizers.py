@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-import operator
 import os
 import re
 import stat
@@ -85,7 +84,6 @@ SHORT_TEXT = 48  # texts up to this many characters have their counts remembered
 _LEAD_BYTES = bytes(value for value in range(256) if not 0x80 <= value < 0xC0)
 
 
-_first = operator.itemgetter(0)
 # Token starts wanted at least this far apart are read token by token (`HuggingFaceTokenizer._sparse_starts`).
 _SPARSE_STARTS = 16
 
@@ -446,8 +444,8 @@ class HuggingFaceTokenizer:
             offsets = encoding.offsets
             del encoding
             # offsets are character spans; keep them monotone (merged or empty spans repeat), within the text:
-            # the running maximum of begin + start is begin + the running maximum of start (all in C)
-            running = list(itertools.accumulate(map(_first, offsets), max, initial=floor - begin))
+            # the running maximum of begin + start is begin + the running maximum of start
+            running = list(itertools.accumulate([start for start, _end in offsets], max, initial=floor - begin))
             floor = begin + running[-1]
             starts.extend(min(begin + start, len(text)) for start in running[1 + (-count) % every :: every])
             count += len(offsets)
