@@ -315,7 +315,8 @@ def case_upstream_key(tree: Path) -> Row:
     with fake_upstream(require_key="sk-test") as upstream:
         direct = httpx.post(f"{upstream.url}/chat/completions", json={"model": "fake", "messages": task(1)},
                             headers={"Authorization": "Bearer sk-test"}, timeout=30).status_code
-        proxy = Proxy(tree, upstream.url)
+        # the window given (--set context_limit: every checkout reads it): the proxy has no key of its own to ask
+        proxy = Proxy(tree, upstream.url, "--set", f"context_limit={WINDOW}")
         try:
             status, body, _ = chat(proxy.url, task(1), headers={"Authorization": "Bearer sk-test"})
             return {"status": status, "body": f"direct {direct}; through the proxy: {body}", "rss": proxy.rss_mib()}
@@ -546,10 +547,12 @@ def case_full_disk(tree: Path) -> Row:
             process.communicate(timeout=30)
 
 
-def case_memory(tree: Path, conversations: int) -> Row:
-    """RSS per conversation after ``conversations`` conversations of 6 messages each, then idle for a while."""
+def case_memory(tree: Path, conversations: int, limit: int | None = None) -> Row:
+    """RSS per conversation after ``conversations`` conversations of 6 messages each, then idle for a while
+    (``limit``: the proxy's --max-conversations, a checkout that has it)."""
+    bound = ["--max-conversations", str(limit)] if limit is not None else []
     with tempfile.TemporaryDirectory() as scratch, fake_upstream() as upstream:
-        proxy = Proxy(tree, upstream.url, "--store", f"{scratch}/store")
+        proxy = Proxy(tree, upstream.url, "--store", f"{scratch}/store", *bound)
         try:
             chat(proxy.url, task(0))
             before = proxy.rss_mib()
@@ -564,7 +567,7 @@ def case_memory(tree: Path, conversations: int) -> Row:
             idle = proxy.rss_mib()
         finally:
             proxy.stop()
-        restart = Proxy(tree, upstream.url, "--store", f"{scratch}/store", wait=False)
+        restart = Proxy(tree, upstream.url, "--store", f"{scratch}/store", *bound, wait=False)
         try:
             listening = restart.wait_listening(600)
             files = restart.open_files()
@@ -610,7 +613,7 @@ def cases(tree: Path, args: argparse.Namespace) -> dict[str, Callable[[], Row]]:
         "out_of_the_box": lambda: case_out_of_the_box(tree),
         "tokenizer_missing_dir": lambda: start_refusal(tree, "--tokenizer", "hf-dir:/nonexistent/model"),
         "tokenizer_bytes": lambda: start_refusal(tree, "--tokenizer", "bytes"),
-        "recent_budget_negative": lambda: start_refusal(tree, "--set", "recent_budget=-5"),
+        "recent_budget_negative": lambda: start_refusal(tree, "--set", "recent_budget=-5", budgets=False),
         "upstream_not_a_url": lambda: start_refusal(tree, "--upstream", "notaurl"),
         "port_70000": lambda: port_text(tree, "70000"),
         "port_minus_1": lambda: port_text(tree, "-1"),
@@ -637,7 +640,7 @@ def cases(tree: Path, args: argparse.Namespace) -> dict[str, Callable[[], Row]]:
                                                                    "function": {"name": "_recall"}}),
         "max_tokens_true": lambda: forwarded(tree, max_tokens=True),
         "full_disk": lambda: case_full_disk(tree),
-        "memory": lambda: case_memory(tree, args.conversations),
+        "memory": lambda: case_memory(tree, args.conversations, args.max_conversations),
         "ownership": lambda: case_ownership(tree),
     }
 
@@ -648,6 +651,8 @@ def main() -> int:
     parser.add_argument("--only", default="", help="comma-separated case names (default: all)")
     parser.add_argument("--list", action="store_true", help="print the case names and stop")
     parser.add_argument("--conversations", type=int, default=200, help="conversations of the memory case")
+    parser.add_argument("--max-conversations", type=int, default=None,
+                        help="the memory case's proxy --max-conversations (a checkout that has the flag)")
     parser.add_argument("--big-timeout", type=float, default=120, help="seconds the 100 MB request may take")
     args = parser.parse_args()
     if not (QWEN3 / "tokenizer.json").is_file():

@@ -7,7 +7,7 @@ most R), S, G, U and H together fit W = M + R + P + Q whatever S, G and U are wi
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from arc_ref import trigger
@@ -64,3 +64,24 @@ def test_a_fold_to_the_low_water_mark_restores_the_bound(config: Config, data: s
         assert max(low, newest) <= R
     else:
         assert s + g + u + max(low, newest) <= M + R + P + Q
+
+
+@given(trigger_configs(), st.data())
+@proves("T1")
+def test_the_cost_rule_turns_exactly_at_its_inequality(config: Config, data: st.DataObject) -> None:
+    """Layout lean: with S, G, U and H within W and h above the low-water mark, the cost rule says keep one agent
+    turn before expected_completion * X^2 * t reaches 2 * prefill_cost * Y * h, and fold at the first t where it
+    does (a random draw rarely lands near that boundary, so the boundary is computed here from section 11.1)."""
+    config = config.replace(layout="lean", prefill_cost=config.prefill_cost or 398)
+    M, R, P, Q = config.summary_budget, config.recent_budget, config.page_budget, config.recall_budget
+    s, g, u = data.draw(st.integers(0, M)), data.draw(st.integers(0, P)), data.draw(st.integers(0, Q))
+    h_low = R * config.low_water // 100
+    room = M + R + P + Q - s - g - u
+    assume(room > h_low)
+    h = data.draw(st.integers(h_low + 1, room))
+    removed, prefilled = h - h_low, s + g + u + h_low
+    needed = 2 * config.prefill_cost * prefilled * h
+    first = -(-needed // (config.expected_completion * removed * removed))  # the least t with the product >= it
+    assume(first >= 2)  # t counts as max(1, t): the turn before must be a real one
+    assert trigger.decide(config, s, g, u, h, first) == trigger.COST
+    assert trigger.decide(config, s, g, u, h, first - 1) == trigger.KEEP

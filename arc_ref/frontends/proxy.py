@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import hashlib
+import hmac
 import json
 import os
 import sys
@@ -65,7 +66,7 @@ from arc_ref.machine import (
     view,
 )
 from arc_ref.json_limits import nesting_problem
-from arc_ref.frontends.proxy_options import DEFAULT_MAX_BODY_MB, UPSTREAM_KEY_ENV, ProxyOptions
+from arc_ref.frontends.proxy_options import CLIENT_KEYS_ENV, DEFAULT_MAX_BODY_MB, DEFAULT_MAX_CONVERSATIONS, UPSTREAM_KEY_ENV, ProxyOptions
 from arc_ref.message import ToolCall
 from arc_ref.options import unique_settings
 from arc_ref.openai_wire import TOOL_SHAPE, ShapeError, arguments_text, content_parts, error_body, read_tool, \
@@ -77,7 +78,7 @@ from arc_ref.persist.rows import row_events
 from arc_ref.serving import listening_socket
 from arc_ref.session import TOOL_MODE_SYSTEM
 from arc_ref.templates import request_template_kwargs
-from arc_ref.tokenizers import HF_DIR_PREFIX
+from arc_ref.tokenizers import HF_DIR_PREFIX, HuggingFaceTokenizer, get_tokenizer
 from arc_ref.tools import ARC_TOOL_NAMES, DEFAULT_MAX_HIDDEN_ROUNDS
 
 ARC_NOTE = (
@@ -91,6 +92,8 @@ ARC_NOTE = (
 CONVERSATION_HEADER = "x-arc-conversation"
 KEEPALIVE_S = 5.0
 ROUND_LOG_SIZE = 10_000
+REQUEST_OWNER: contextvars.ContextVar[str] = contextvars.ContextVar("request_owner", default="")
+"""With --client-keys, a digest of this request's key (its rounds at /arc/rounds), set by the HTTP server."""
 UPSTREAM_HEADERS: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar("upstream_headers",
                                                                                   default={})
 """The headers of this request's upstream calls (`upstream_headers`: the upstream's key or the client's), set by
@@ -314,7 +317,9 @@ class ProxySettings:
     timeout_s: float = 600.0
     context_limit: int | None = None  # the served window; None: --set context_limit or the preset's (`prepare`)
     max_body_bytes: int = DEFAULT_MAX_BODY_MB * 2**20
+    max_conversations: int = DEFAULT_MAX_CONVERSATIONS  # conversations kept in memory (the least recent leave)
     upstream_api_key: str | None = attrs.field(default=None, repr=False)
+    client_keys: frozenset[str] = attrs.field(default=frozenset(), repr=False)  # none: no client authentication
 
 
 @attrs.define
@@ -332,6 +337,7 @@ class RoundRecord:
     streamed: bool = False  # the agent asked for a stream (the upstream is always asked for a whole reply)
     view_digest: str = ""  # sha256 of the upstream request's messages and tools (canonical JSON)
     seq: int = 0  # the conversation's rows when its view was taken (orders one conversation's rounds)
+    owner: str = attrs.field(default="", repr=False)  # with --client-keys: a digest of the caller's key
 
 
 class Conversations:
@@ -340,8 +346,11 @@ class Conversations:
     def __init__(self, settings: ProxySettings) -> None:
         self.settings = settings
         self.index: dict[str, list[tuple[Conversation, Mark]]] = {}  # every conversation that passed a hash
-        self.by_key: dict[str, Conversation] = {}
+        self.by_key: dict[str, Conversation] = {}  # those in memory, the least recently used first
+        self.hashes_of: dict[str, list[str]] = {}  # a conversation in memory -> the chain hashes it passed
+        self.on_disk: dict[str, str] = {}  # a chain hash of a conversation evicted from memory -> its folder
         self.set_aside: dict[str, str] = {}  # a conversation of --store that cannot be reopened: why
+        self.evicted = 0
         self._lock = asyncio.Lock()
         if settings.store is not None:
             settings.store.mkdir(parents=True, exist_ok=True)
@@ -352,15 +361,30 @@ class Conversations:
                     self.set_aside[directory.name] = " ".join(str(problem).split())
                     print(f"arc-ref proxy: conversation {directory.name} set aside (its requests start a new"
                           f" conversation): {self.set_aside[directory.name]}", file=sys.stderr, flush=True)
+            for store in self.evict_over_limit():  # memory and open files bounded from the start
+                store.close()
 
     def _reopen(self, directory: Path) -> None:
         """A conversation of a previous run: its store reopened (the fold of its events), its marks read back."""
+        self.register(directory, *self.load(directory))
+
+    @staticmethod
+    def load(directory: Path) -> tuple[DurableStore, ConversationIndex, list[IndexMark]]:
+        """A stored conversation's store opened and its marks read (blocking: a worker thread at run time);
+        StoreError or OSError when it cannot be."""
         store = DurableStore.open(directory / "task.arc")
         try:
             index, marks = MarkFile.open(directory, store.seq, ((row.seq, row.checksum) for row in store.events()))
         except BaseException:
             store.close(snapshot=False)
             raise
+        return store, index, list(marks)
+
+    def register(self, directory: Path, store: DurableStore, index: ConversationIndex,
+                 marks: list[IndexMark]) -> Conversation:
+        """A conversation `load` opened, in memory again: its marks in the index (in the event loop)."""
+        for chain_hash in [item.chain_hash for item in marks]:
+            self.on_disk.pop(chain_hash, None)
         conversation = Conversation(directory.name, store.state, store, directory, seq=store.seq, index=index)
         last: Mark | None = None
         for item in marks:  # checked (StoreCorrupt names a damaged line); a line cut by a crash is dropped
@@ -371,9 +395,41 @@ class Conversations:
         if last is not None and last.seq != store.seq:  # events stored after the last mark (a crash mid-request):
             conversation.position = -1  # never resumed in place: a request forks at its mark instead
         self.by_key[conversation.key] = conversation
+        return conversation
 
     def add(self, chain_hash: str, conversation: Conversation, mark: Mark) -> None:
         self.index.setdefault(chain_hash, []).append((conversation, mark))
+        self.hashes_of.setdefault(conversation.key, []).append(chain_hash)
+
+    def used(self, conversation: Conversation) -> None:
+        """``conversation`` used now: the last to leave memory."""
+        if self.by_key.pop(conversation.key, None) is not None:
+            self.by_key[conversation.key] = conversation
+
+    def evict_over_limit(self) -> list[DurableStore]:
+        """Conversations out of memory, the least recently used first, until at most ``max_conversations`` stay
+        (one a request holds stays). A stored one keeps only its chain hashes here (``on_disk``) and is reopened
+        from its store by its next request; one in memory only is forgotten (its agent's next request, the
+        whole history, builds it again). Returns the stores to close (blocking: a worker thread)."""
+        closing: list[DurableStore] = []
+        for conversation in list(self.by_key.values()):
+            if len(self.by_key) <= self.settings.max_conversations:
+                break
+            if conversation.lock.locked():
+                continue
+            del self.by_key[conversation.key]
+            self.evicted += 1
+            for chain_hash in self.hashes_of.pop(conversation.key, []):
+                kept = [(c, m) for c, m in self.index.get(chain_hash, ()) if c is not conversation]
+                if kept:
+                    self.index[chain_hash] = kept
+                else:
+                    self.index.pop(chain_hash, None)
+                if conversation.store is not None:
+                    self.on_disk[chain_hash] = conversation.key
+            if conversation.store is not None:
+                closing.append(conversation.store)
+        return closing
 
     def find(self, chain_hash: str) -> tuple[Conversation, Mark] | None:
         """A conversation that passed ``chain_hash``: one still there (resumed in place) when there is one."""
@@ -420,7 +476,7 @@ class Conversations:
         return child
 
     def close(self) -> None:
-        for conversation in self.by_key.values():
+        for conversation in list(self.by_key.values()):
             if conversation.store is not None:
                 conversation.store.close()
 
@@ -560,20 +616,26 @@ class Proxy:
 
     async def complete(self, body: dict[str, Any], explicit: str | None) -> Reply:
         messages, tools, system, hashes, template_kwargs = parse_request(body, explicit)
-        conversation, mark, start = await self._resume(hashes, messages, system, tools, template_kwargs)
-        async with conversation.lock:
-            if conversation.position == mark.position:
-                return await self._run(conversation, messages[start:], hashes[start:], body)
-            # it moved on (another request of this history, or the agent edited or regenerated): fork at the mark
-            forked = await asyncio.to_thread(self.conversations.fork, conversation, mark)
-        async with forked.lock:
-            return await self._run(forked, messages[start:], hashes[start:], body)
+        try:
+            conversation, mark, start = await self._resume(hashes, messages, system, tools, template_kwargs)
+            async with conversation.lock:
+                self.conversations.used(conversation)
+                if conversation.position == mark.position:
+                    return await self._run(conversation, messages[start:], hashes[start:], body)
+                # it moved on (another request of this history, or the agent edited or regenerated): fork here
+                forked = await asyncio.to_thread(self.conversations.fork, conversation, mark)
+            async with forked.lock:
+                return await self._run(forked, messages[start:], hashes[start:], body)
+        finally:
+            closing = self.conversations.evict_over_limit()
+            if closing:
+                await asyncio.to_thread(_close_all, closing)
 
     async def _resume(self, hashes: list[str], messages: list[AgentMessage], system: str,
                       tools: list[dict[str, Any]], template_kwargs: tuple[tuple[str, Any], ...]
                       ) -> tuple[Conversation, Mark, int]:
         """The conversation at the request's deepest known message, its mark there, and that depth."""
-        found = self._deepest(hashes)
+        found = await self._found(hashes)
         if found is not None:
             return found
         # a new conversation: its configuration (the goal and tools counted, possibly a long text) is made outside
@@ -595,6 +657,31 @@ class Proxy:
             self.conversations.add(hashes[0], conversation, mark)
             return conversation, mark, 1
 
+    async def _found(self, hashes: list[str]) -> tuple[Conversation, Mark, int] | None:
+        """`_deepest`, a conversation evicted from memory reopened from its store first when it passed a deeper
+        hash than any in memory; a store that cannot be reopened is set aside (the request starts afresh)."""
+        while True:
+            found = self._deepest(hashes)
+            depth = found[2] if found is not None else 0
+            key = next((self.conversations.on_disk[chain_hash] for chain_hash in reversed(hashes[depth:])
+                        if chain_hash in self.conversations.on_disk), None)
+            if key is None or self.settings.store is None:
+                return found
+            async with self.conversations._lock:
+                if key in self.conversations.by_key:
+                    continue
+                directory = self.settings.store / key
+                try:
+                    loaded = await asyncio.to_thread(Conversations.load, directory)
+                except (StoreError, OSError, ValueError) as problem:
+                    for chain_hash in [h for h, owner in self.conversations.on_disk.items() if owner == key]:
+                        del self.conversations.on_disk[chain_hash]
+                    self.conversations.set_aside[key] = " ".join(str(problem).split())
+                    print(f"arc-ref proxy: conversation {key} set aside: {self.conversations.set_aside[key]}",
+                          file=sys.stderr, flush=True)
+                    continue
+                self.conversations.register(directory, *loaded)
+
     def _deepest(self, hashes: list[str]) -> tuple[Conversation, Mark, int] | None:
         for depth in range(len(hashes), 0, -1):
             found = self.conversations.find(hashes[depth - 1])
@@ -605,6 +692,9 @@ class Proxy:
     def _config(self, system: str, goal: str, tools: list[dict[str, Any]],
                 template_kwargs: tuple[tuple[str, Any], ...]) -> Config:
         shown_system = f"{system}\n\n{ARC_NOTE}" if system else TOOL_MODE_SYSTEM
+        too_long = prefix_past_window(self.settings, len(shown_system) + len(goal))
+        if too_long is not None:  # before any count: a task of megabytes is refused at once, never tokenized
+            raise Refused("configuration", f"ARC cannot hold this conversation: {too_long}")
         try:
             return self.conversations.config(shown_system, goal, tools, template_kwargs)
         except ArcError as problem:
@@ -680,7 +770,8 @@ class Proxy:
         request.pop("max_completion_tokens", None)
         request["max_tokens"] = max_tokens
         record = RoundRecord(conversation.key, hidden, tokens, state.setup.budget, state.setup.limit, max_tokens,
-                             0, None, bool(body.get("stream")), view_digest(messages, tools), conversation.seq)
+                             0, None, bool(body.get("stream")), view_digest(messages, tools), conversation.seq,
+                             REQUEST_OWNER.get())
         self.rounds.append(record)
         try:
             response = await self.client.post(f"{self.settings.upstream}/chat/completions", json=request,
@@ -710,6 +801,11 @@ class Proxy:
         prompt_tokens = reply.usage.get("prompt_tokens")
         record.upstream_prompt_tokens = prompt_tokens if type(prompt_tokens) is int else None
         return reply
+
+
+def _close_all(stores: list[DurableStore]) -> None:
+    for store in stores:
+        store.close()
 
 
 def view_digest(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
@@ -798,10 +894,42 @@ def settings_from(options: ProxyOptions, parse_setting: Callable[[str], tuple[st
     if store is not None and store.exists() and not store.is_dir():
         raise StartRefused(f"--store {_shown(str(store))} is not a directory")
     upstream_key = options.upstream_api_key or os.environ.get(UPSTREAM_KEY_ENV) or None
+    client_keys = _client_keys(options.client_keys)
     return ProxySettings(upstream=upstream, tokenizer=f"{HF_DIR_PREFIX}{directory.resolve()}", preset_name=options.preset,
                          overrides=overrides, store=store, database=database,
                          max_hidden_rounds=options.max_hidden_rounds, context_limit=context_limit,
-                         max_body_bytes=options.max_body_mb * 2**20, upstream_api_key=upstream_key)
+                         max_body_bytes=options.max_body_mb * 2**20, upstream_api_key=upstream_key,
+                         max_conversations=options.max_conversations, client_keys=client_keys)
+
+
+def _client_keys(path: str | None) -> frozenset[str]:
+    """The keys of --client-keys FILE (one per line, # comments), else of $ARC_PROXY_CLIENT_KEYS (comma-separated);
+    StartRefused when the file cannot be read or holds none."""
+    if path is None:
+        listed = os.environ.get(CLIENT_KEYS_ENV, "")
+        return frozenset(key.strip() for key in listed.split(",") if key.strip())
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as problem:
+        raise StartRefused(f"--client-keys {_shown(path)} cannot be read: {problem}") from None
+    keys = frozenset(line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#"))
+    if not keys:
+        raise StartRefused(f"--client-keys {_shown(path)} holds no key (one per line)")
+    return keys
+
+
+def client_owner(settings: ProxySettings, authorization: str | None) -> str | None:
+    """With --client-keys: a digest of the request's key when it is one of them, None when it is not (401);
+    without: "" (every client is the same one)."""
+    if not settings.client_keys:
+        return ""
+    scheme, _, token = (authorization or "").partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not any(hmac.compare_digest(token.encode("utf-8", "surrogatepass"),
+                                                                 key.encode("utf-8", "surrogatepass"))
+                                             for key in settings.client_keys):
+        return None
+    return _digest("client key\n" + token)
 
 
 def _shown(text: str) -> str:
@@ -818,6 +946,9 @@ def served_window(settings: ProxySettings, timeout_s: float = 10.0) -> int | Non
         raise StartRefused(f"the upstream {settings.upstream} does not answer GET /models ({problem!r}); start it"
                            " first, or give its window:"
                            " --context-limit N") from None
+    if response.status_code in (401, 403):
+        raise StartRefused(f"GET {settings.upstream}/models answered {response.status_code}: the upstream needs a key"
+                           " (--upstream-api-key, or $ARC_UPSTREAM_API_KEY), or give its window: --context-limit N")
     try:
         cards = response.json().get("data") if response.status_code == 200 else None
     except (ValueError, RecursionError, AttributeError):
@@ -883,11 +1014,27 @@ def conversation_config(settings: ProxySettings, system: str, goal: str, tools: 
     return fit_to_window(config, keep=kept, check=False)  # init checks it (K <= L, every floor)
 
 
+def prefix_past_window(settings: ProxySettings, characters: int) -> str | None:
+    """Why a system text and task of ``characters`` characters cannot fit the window, whatever their tokens: one
+    token covers at most ``max_token_chars`` characters of the served tokenizer, so they are at least
+    ``characters // max_token_chars`` tokens; None when that floor fits (only then are they counted)."""
+    tokenizer = get_tokenizer(settings.tokenizer)
+    per_token = tokenizer.max_token_chars if isinstance(tokenizer, HuggingFaceTokenizer) else 1
+    window = settings.context_limit or PRESETS[settings.preset_name].context_limit
+    floor = characters // per_token
+    if floor <= window:
+        return None
+    return (f"the system text and task are {characters} characters, at least {floor} tokens (one token of this"
+            f" tokenizer covers at most {per_token} characters): more than the window L_ctx = {window}")
+
+
 def upstream_headers(settings: ProxySettings, authorization: str | None) -> dict[str, str]:
     """The headers of a request to the upstream: its key (--upstream-api-key or $ARC_UPSTREAM_API_KEY), else the
     client's own Authorization."""
     if settings.upstream_api_key:
         return {"Authorization": f"Bearer {settings.upstream_api_key}"}
+    if settings.client_keys:  # the client's key is the proxy's, not the upstream's
+        return {}
     return {"Authorization": authorization} if authorization else {}
 
 

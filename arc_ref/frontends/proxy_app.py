@@ -17,6 +17,7 @@ import httpx
 from arc_ref.frontends.exit_status import OK, USAGE
 from arc_ref.frontends.proxy import (
     CONVERSATION_HEADER,
+    REQUEST_OWNER,
     UPSTREAM_HEADERS,
     Failed,
     Proxy,
@@ -28,6 +29,7 @@ from arc_ref.frontends.proxy import (
     prepare,
     settings_from,
     sse_chunks,
+    client_owner,
     upstream_headers,
 )
 from arc_ref.frontends.proxy_options import ProxyOptions
@@ -128,8 +130,13 @@ def build_app(settings: ProxySettings) -> Any:
             chunks.append(chunk)
         return b"".join(chunks)
 
+    unauthorized = Failed(401, "unauthorized", "this proxy needs a client key: Authorization: Bearer KEY")
+
     async def chat(request: Request) -> Response:
         proxy = holder["proxy"]
+        owner = client_owner(settings, request.headers.get("authorization"))
+        if owner is None:
+            return failure(unauthorized)
         try:
             raw = await read_body(request)
             # a large body is checked and decoded in a worker thread: the other clients' requests go on meanwhile
@@ -140,6 +147,9 @@ def build_app(settings: ProxySettings) -> Any:
         explicit = request.headers.get(CONVERSATION_HEADER)
         if explicit is None and isinstance(metadata, Mapping) and isinstance(metadata.get("conversation_id"), str):
             explicit = metadata["conversation_id"]
+        if owner:  # each key's conversations its own: another key replaying a history starts its own
+            explicit = f"{owner}:{explicit or ''}"
+        REQUEST_OWNER.set(owner)
         UPSTREAM_HEADERS.set(upstream_headers(settings, request.headers.get("authorization")))
         task = asyncio.ensure_future(proxy.complete(body, explicit))  # a copy of this context: its headers
         if body.get("stream") is not True:
@@ -175,6 +185,8 @@ def build_app(settings: ProxySettings) -> Any:
         return StreamingResponse(events(), media_type="text/event-stream")
 
     async def models(request: Request) -> Response:
+        if client_owner(settings, request.headers.get("authorization")) is None:
+            return failure(unauthorized)
         try:
             response = await holder["proxy"].client.get(
                 f"{settings.upstream}/models", headers=upstream_headers(settings, request.headers.get("authorization")),
@@ -185,7 +197,12 @@ def build_app(settings: ProxySettings) -> Any:
                         media_type=response.headers.get("content-type", "application/json"))
 
     async def rounds(request: Request) -> Response:
-        return JSONResponse([attrs.asdict(record) for record in holder["proxy"].rounds])
+        """Every upstream call; with --client-keys only the caller's own."""
+        owner = client_owner(settings, request.headers.get("authorization"))
+        if owner is None:
+            return failure(unauthorized)
+        return JSONResponse([{name: value for name, value in attrs.asdict(record).items() if name != "owner"}
+                             for record in holder["proxy"].rounds if record.owner == owner])
 
     return Starlette(routes=[
         Route("/v1/chat/completions", chat, methods=["POST"]),

@@ -18,9 +18,12 @@ from arc_ref.tools import DEFAULT_MAX_HIDDEN_ROUNDS
 
 PROXY_OWNER = "proxy"
 UPSTREAM_KEY_ENV = "ARC_UPSTREAM_API_KEY"
+CLIENT_KEYS_ENV = "ARC_PROXY_CLIENT_KEYS"
 DEFAULT_MAX_BODY_MB = 32  # a whole agent history; ARC's own limit on one observation is 64 MiB
 MAX_BODY_MB = 4096
 MAX_HIDDEN_ROUNDS = 1024
+DEFAULT_MAX_CONVERSATIONS = 256
+MAX_CONVERSATIONS = 10**6
 
 
 @frozen
@@ -48,9 +51,16 @@ class ProxyOptions:
                                         help="upstream calls answered by ARC alone before the reply goes back")
     max_body_mb: int = int_option(DEFAULT_MAX_BODY_MB, minimum=1, maximum=MAX_BODY_MB, metavar="MIB",
                                   help="the largest request body in MiB; a larger one is answered 413")
+    max_conversations: int = int_option(DEFAULT_MAX_CONVERSATIONS, minimum=1, maximum=MAX_CONVERSATIONS, metavar="N",
+                                        help="conversations kept in memory, the least recently used leaving first"
+                                             " (with --store reopened from it on their next request)")
     upstream_api_key: str | None = option(None, metavar="KEY", recorded=False, aliases=("--upstream-key",),
                                           help=f"the upstream's key (or ${UPSTREAM_KEY_ENV}); without it the"
                                                " client's Authorization goes to the upstream")
+    client_keys: str | None = option(None, metavar="FILE", recorded=False,
+                                     help=f"a file of the keys clients must give (Authorization: Bearer KEY), one per"
+                                          f" line (or ${CLIENT_KEYS_ENV}, comma-separated): each key's conversations"
+                                          " and /arc/rounds its own; default: no client authentication")
 
 
 def add_proxy_flags(parser: argparse.ArgumentParser) -> None:
@@ -63,5 +73,5 @@ def proxy_options(arguments: argparse.Namespace) -> ProxyOptions:
     return options
 
 
-__all__ = ["DEFAULT_MAX_BODY_MB", "PROXY_OWNER", "ProxyOptions", "UPSTREAM_KEY_ENV", "add_proxy_flags",
+__all__ = ["CLIENT_KEYS_ENV", "DEFAULT_MAX_BODY_MB", "DEFAULT_MAX_CONVERSATIONS", "PROXY_OWNER", "ProxyOptions", "UPSTREAM_KEY_ENV", "add_proxy_flags",
            "proxy_options"]

@@ -292,9 +292,9 @@ class ProxyProcess:
                 self.process.wait(timeout=30)
 
 
-# budgets for the served window of 8192 that hold mini-swe-agent's ~1.5k-token prefix
-PROXY_BUDGETS = ("--set", f"context_limit={WINDOW}", "--set", "max_completion=1024", "--set", "recent_budget=2000",
-                 "--set", "recall_budget=1200", "--set", "chunk_tokens=600", "--set", "summary_budget=1000")
+# none: zero configuration (issue 25 item 1): the window is vLLM's max_model_len (GET /v1/models) and each
+# conversation's budgets come from it and the conversation's own prefix (mini-swe-agent's is ~1.5k tokens)
+PROXY_BUDGETS: tuple[str, ...] = ()
 NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
 
 
@@ -388,6 +388,7 @@ def check_proxy(report: Report, url: str, model_dir: Path, work: Path) -> None:
                  "proxy: mini-swe-agent and the Agents SDK through arc-ref proxy, count = usage.prompt_tokens on"
                  " every upstream call",
                  f"{len(answered)} of {len(records)} upstream calls answered, {conversations} conversations, "
+                 f"no --set (K {records[0]['budget'] if records else '-'}, L {records[0]['limit'] if records else '-'}), "
                  f"count - usage: {sorted(set(gaps))}, in {time.monotonic() - started:.0f} s; " + "; ".join(runs))
 
 

@@ -198,3 +198,48 @@ def test_a_damaged_conversation_is_set_aside_and_every_other_is_served(damage: A
     assert damaged.status_code == 200 and damaged.headers["x-arc-conversation"] not in keys.values()
     assert f"conversation {keys[1]} set aside" in capfd.readouterr().err
     shutil.rmtree(store)
+
+
+def test_a_task_of_megabytes_is_refused_before_it_is_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: a 10 MB task was tokenized (30 s, other clients waited as long) and then refused. Now the floor
+    of its tokens (its characters over the most one token covers) already passes the window: refused at once."""
+    from arc_ref.frontends import proxy as proxy_module
+
+    def never(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the task was counted")
+
+    with fake_upstream() as upstream, proxy(upstream) as base_url:
+        monkeypatch.setattr(proxy_module, "conversation_config", never)
+        big = post(base_url, [{"role": "user", "content": "word " * (2 * 2**20)}])
+        monkeypatch.undo()
+        small = post(base_url, task(2))
+    assert big.status_code == 400 and "at least" in big.json()["error"]["message"], big.text
+    assert "more than the window L_ctx = 16384" in big.json()["error"]["message"]
+    assert small.status_code == 200
+
+
+def test_with_client_keys_each_key_has_its_own_conversations_and_rounds() -> None:
+    """Before: anyone reaching the port read every conversation at GET /arc/rounds, and a client replaying
+    another's history continued that conversation in place (the owner's moved to a fork)."""
+    alice, bob = {"Authorization": "Bearer key-a"}, {"Authorization": "Bearer key-b"}
+    with fake_upstream() as upstream, proxy(upstream, client_keys=frozenset({"key-a", "key-b"}),
+                                            upstream_api_key="sk-up") as base_url:
+        rounds_url = base_url.removesuffix("/v1") + "/arc/rounds"
+        refused = [post(base_url, task(1)), post(base_url, task(1), headers={"Authorization": "Bearer nope"}),
+                   httpx.get(rounds_url, timeout=30), httpx.get(f"{base_url}/models", timeout=30)]
+        first = post(base_url, task(1), headers=alice)
+        history = [*task(1), first.json()["choices"][0]["message"], {"role": "user", "content": "more"}]
+        replayed = post(base_url, history, headers=bob)
+        continued = post(base_url, history, headers=alice)
+        seen = {name: httpx.get(rounds_url, headers=headers, timeout=30).json()
+                for name, headers in (("alice", alice), ("bob", bob))}
+    assert [response.status_code for response in refused] == [401, 401, 401, 401]
+    assert refused[0].json()["error"]["type"] == "unauthorized" and len(upstream.requests) == 3
+    ours = first.headers["x-arc-conversation"]
+    assert replayed.headers["x-arc-conversation"] != ours  # bob's own conversation
+    assert continued.headers["x-arc-conversation"] == ours  # alice's resumed in place, not forked
+    assert {record["conversation"] for record in seen["alice"]} == {ours}
+    assert {record["conversation"] for record in seen["bob"]} == {replayed.headers["x-arc-conversation"]}
+    assert all("owner" not in record for record in seen["alice"])
+    sent = {name.lower(): value for name, value in upstream.headers[-1].items()}
+    assert sent["authorization"] == "Bearer sk-up"  # the upstream's key, never a client's

@@ -105,6 +105,7 @@ BAD_OPTIONS: dict[str, tuple[list[str], str]] = {
     "set_twice": (["--set", "recent_budget=900", "--set", "recent_budget=901"], "given more than once"),
     "window_too_small": (["--context-limit", "100"], "a window of at least"),
     "no_window": (["--context-limit", "DROP"], "does not answer GET /models"),
+    "client_keys_unreadable": (["--client-keys", "/nonexistent/keys"], "cannot be read"),
 }
 
 
