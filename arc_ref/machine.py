@@ -50,7 +50,7 @@ from arc_ref.history import (
 )
 from arc_ref.ids import resolve, suggest
 from arc_ref.message import Message, ToolCall
-from arc_ref.recall import BufferEntry, admit, chunk_count, make_entry, stored_chunk
+from arc_ref.recall import BufferEntry, admit, chunk_count, make_entry, stored_chunk, stored_chunk_tokens
 from arc_ref.tools import ARC_TOOL_NAMES, arguments_problem, arguments_surrogate, call_command
 from arc_ref.store import EMPTY_STORE, Record, Store, make_record
 from arc_ref.summary import EMPTY_SUMMARY, Summary, fit_summary, summarize_entry
@@ -506,7 +506,8 @@ class _CommandRun:
         if len(record.inner_cuts) != chunks - 1:
             raise BudgetViolation(f"{record.obs_id}: {len(record.inner_cuts) + 1} stored chunks, expected {chunks}")
         payload = stored_chunk(record.shown, record.inner_cuts, chunk)
-        entry = make_entry(setup, record.index, record.obs_id, chunk, chunks, payload)
+        payload_tokens = stored_chunk_tokens(setup, record.shown, record.inner_cuts, record.n_tokens, chunk)
+        entry = make_entry(setup, record.index, record.obs_id, chunk, chunks, payload, payload_tokens)
         buffer, message, _evicted = admit(setup, self.state.recall_buffer, entry)
         self.state = attrs.evolve(
             self.state,

@@ -99,6 +99,27 @@ def stored_chunk(content: str, inner_cuts: Sequence[int], chunk: int) -> str:
     return content[start:end]
 
 
+def stored_chunk_tokens(setup: Setup, shown: str, inner_cuts: Sequence[int], n_tokens: int, chunk: int) -> int | None:
+    """Tokens of chunk ``chunk`` of a record's shown text when they follow from its stored count, else None.
+
+    Chunk l holds tokens (l-1)q .. min(lq, n) - 1 of the whole (Lemma 4). Its text, counted alone, has exactly
+    that many tokens when no token can cross either of its cuts: at a cut inside the text, the tokenizer's
+    boundary rule vouches for the junction (`Tokenizer.splits_between`: the tokens of the whole are those of
+    the text before the cut followed by those of the text after it), and the character after the cut is ASCII
+    (one byte: the token that starts at the cut starts at its first byte, so the text before the cut holds
+    exactly the tokens before that one). A single chunk is the whole text: n_j, with no condition.
+    """
+    q = setup.config.chunk_tokens
+    chunks = len(inner_cuts) + 1
+    inner = (inner_cuts[chunk - 2] if chunk > 1 else None, inner_cuts[chunk - 1] if chunk < chunks else None)
+    splits = setup.tokenizer.splits_between
+    for cut in inner:  # an inner cut at 0 (tokens of one character) has no character before it: not vouched
+        if cut is not None and not (0 < cut < len(shown) and shown[cut].isascii()
+                                    and splits(shown[cut - 1], shown[cut])):
+            return None
+    return q if chunk < chunks else n_tokens - (chunks - 1) * q
+
+
 @frozen
 class BufferEntry:
     """One recall response held in U: its body (opening line, payload, newline) and its closing line.
@@ -120,10 +141,17 @@ class BufferEntry:
         return self.body + self.close
 
 
-def make_entry(setup: Setup, index: int, obs_id: str, chunk: int, chunks: int, payload: str) -> BufferEntry:
+def make_entry(setup: Setup, index: int, obs_id: str, chunk: int, chunks: int, payload: str,
+               payload_tokens: int | None = None) -> BufferEntry:
+    """A recall response for U; ``payload_tokens``: the payload's count when already known
+    (`stored_chunk_tokens`), so that the body's count reuses it (`arc_ref.counting`)."""
     body = render.recall_body(obs_id, chunk, chunks, payload)
     close = render.recall_close(obs_id, chunk, chunks)
-    body_tokens = setup.tokenizer.count(body)  # the chunk's text is counted here, once
+    if payload_tokens is None:
+        body_tokens = setup.tokenizer.count(body)  # the chunk's text is counted here, once
+    else:  # the body is the opening line, a newline, the payload and a newline
+        opening = body[: len(body) - len(payload) - 1]
+        body_tokens = joined_tokens(setup.tokenizer, ((opening, None), (payload, payload_tokens), ("\n", None)))
     tokens = joined_tokens(setup.tokenizer, (("\n", None), (body, body_tokens), (close, None)))
     return BufferEntry(index, chunk, chunks, body, close, body_tokens, tokens)
 

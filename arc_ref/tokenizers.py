@@ -84,6 +84,10 @@ SHORT_TEXT = 48  # texts up to this many characters have their counts remembered
 _LEAD_BYTES = bytes(value for value in range(256) if not 0x80 <= value < 0xC0)
 
 
+# Token starts wanted at least this far apart are read token by token (`HuggingFaceTokenizer._sparse_starts`).
+_SPARSE_STARTS = 16
+
+
 def chars_holding(data: bytes, offsets: Iterable[int]) -> list[int]:
     """For increasing byte offsets into the UTF-8 text ``data``, the index of the character holding each byte.
 
@@ -428,14 +432,44 @@ class HuggingFaceTokenizer:
         floor = 0
         count = 0
         for begin, piece in self._slices(text):
-            offsets = self._encoding(piece).offsets
-            # offsets are character spans; keep them monotone (merged or empty spans repeat), within the text
-            running = list(itertools.accumulate([begin + start for start, _end in offsets], max, initial=floor))
-            floor = running[-1]
-            starts.extend(min(start, len(text)) for start in running[1 + (-count) % every :: every])
+            encoding = self._encoding(piece)
+            if every >= _SPARSE_STARTS and unicodedata.is_normalized("NFC", piece):
+                sparse = self._sparse_starts(encoding, (-count) % every, every)
+                if sparse is not None:
+                    kept, last = sparse
+                    starts.extend(min(begin + start, len(text)) for start in kept)
+                    floor = max(floor, begin + last)
+                    count += len(encoding)
+                    continue
+            offsets = encoding.offsets
+            del encoding
+            # offsets are character spans; keep them monotone (merged or empty spans repeat), within the text:
+            # the running maximum of begin + start is begin + the running maximum of start
+            running = list(itertools.accumulate([start for start, _end in offsets], max, initial=floor - begin))
+            floor = begin + running[-1]
+            starts.extend(min(begin + start, len(text)) for start in running[1 + (-count) % every :: every])
             count += len(offsets)
             del offsets, running
         return count, starts
+
+    @staticmethod
+    def _sparse_starts(encoding: Any, first: int, every: int) -> tuple[list[int], int] | None:
+        """The starts of tokens ``first``, ``first + every``, ... read one by one (no list of every token's span),
+        and the last token's start, for a slice that NFC leaves as it is: its alignment is the identity, the
+        pre-tokenizer's pieces and each piece's tokens come in order, so the spans' starts never decrease and
+        their running maximum is the start itself. None when a token has no span or the starts read do decrease
+        (the caller then takes every span)."""
+        kept: list[int] = []
+        previous = 0
+        tokens = len(encoding)
+        for token in [*range(first, tokens, every), *([tokens - 1] if tokens else [])]:
+            span = encoding.token_to_chars(token)
+            if span is None or span[0] < previous:
+                return None
+            previous = span[0]
+            kept.append(previous)
+        last = kept.pop() if tokens else 0
+        return kept, last
 
     def splits_between(self, before: str, after: str) -> bool:
         """For a file of Qwen2's shape (``_slices_apart``), the rule of cl100k_base (`pieces_split_between`); never

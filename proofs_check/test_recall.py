@@ -4,18 +4,26 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from arc_ref.config import Config, make_setup, preset
 from arc_ref.machine import AgentTurn, Observe, agent_turn, init, observe
-from arc_ref.recall import chunk_bounds, chunk_count, chunk_cuts, chunk_texts, reassemble
+from arc_ref.recall import (
+    chunk_bounds, chunk_count, chunk_cuts, chunk_texts, make_entry, reassemble, stored_chunk, stored_chunk_tokens,
+)
+from arc_ref.store import make_record
 from arc_ref.tokenizers import get_tokenizer
 from proofs_check.harness import command, read_back
 from proofs_check.registry import proves
+from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
 from proofs_check.strategies import DECOYS, configs, texts, unicode_texts
 
 TOKENIZERS = ("bytes", "o200k_base", "cl100k_base")
+QWEN3 = qwen3_dir()
+# the tokenizers whose boundary rule a chunk's count may rest on: Qwen3's too, where its files are present
+COUNTED_CHUNK_TOKENIZERS = TOKENIZERS + (() if QWEN3 is None else (f"hf-dir:{QWEN3}",))
 
 
 @given(st.sampled_from(TOKENIZERS), st.one_of(texts(200), unicode_texts(120)), st.integers(1, 9))
@@ -43,6 +51,45 @@ def test_lemma4_chunks_partition_the_observation_exactly(tokenizer_name: str, co
         assert 1 <= end - start <= chunk_tokens
         assert cut == (starts[start] if start else 0)  # the chunk begins at the character holding its first byte
         assert tokenizer.count(piece) <= end - start + tokenizer.chunk_overrun
+
+
+@pytest.mark.skipif(QWEN3 is None, reason=QWEN3_ABSENT)
+@given(st.one_of(texts(400), unicode_texts(300), st.text(alphabet="ab \n中é\u0301\u0323\u2060🙂<|>", max_size=400)),
+       st.sampled_from((16, 17, 40, 1920)))
+@proves("L4", "A5")
+def test_sparse_token_starts_are_every_nth_dense_start(content: str, every: int) -> None:
+    """Qwen3's starts of every q-th token, read token by token on a text NFC leaves as it is
+    (`HuggingFaceTokenizer._sparse_starts`), are every q-th of the starts read from all the spans: the chunk
+    cuts of a record (Lemma 4) do not depend on how they were read."""
+    tokenizer = get_tokenizer(f"hf-dir:{QWEN3}")
+    count, dense = tokenizer.count_and_starts(content, 1)
+    assert tokenizer.count_and_starts(content, every) == (count, dense[::every])
+
+
+@given(st.sampled_from(COUNTED_CHUNK_TOKENIZERS), st.one_of(texts(300), unicode_texts(150)), st.integers(1, 9))
+@proves("L4", "A5")
+def test_a_chunk_count_taken_from_the_record_is_the_count_of_its_text(
+    tokenizer_name: str, content: str, chunk_tokens: int
+) -> None:
+    """A recall body reuses its chunk's count from the record (`stored_chunk_tokens`: q, or what is left of n_j)
+    only where that is the count of the chunk's text alone; the body's count is then its text's count. The
+    single chunk of an observation of at most q tokens is always taken from the record."""
+    setup = make_setup(preset("minimal", tokenizer=tokenizer_name, chunk_tokens=chunk_tokens, recall_budget=4000,
+                              context_limit=10**6))
+    tokenizer = setup.tokenizer
+    record = make_record(setup, 1, "cat f", content, 0, 0)
+    chunks = chunk_count(record.n_tokens, chunk_tokens)
+    for chunk in range(1, chunks + 1):
+        payload = stored_chunk(record.shown, record.inner_cuts, chunk)
+        known = stored_chunk_tokens(setup, record.shown, record.inner_cuts, record.n_tokens, chunk)
+        if chunks == 1:
+            assert known == record.n_tokens
+        if known is None:
+            continue
+        assert known == tokenizer.count(payload), (chunk, chunks, payload)
+        entry = make_entry(setup, 1, record.obs_id, chunk, chunks, payload, known)
+        assert entry.body_tokens == tokenizer.count(entry.body)
+        assert entry == make_entry(setup, 1, record.obs_id, chunk, chunks, payload)
 
 
 @given(configs(), st.one_of(texts(400), unicode_texts(200)), st.lists(texts(40), max_size=4))
