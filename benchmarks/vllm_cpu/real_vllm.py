@@ -230,8 +230,10 @@ def check_session(report: Report, url: str, model_dir: Path) -> None:
     read_file = {"type": "function", "function": {
         "name": "read_file", "description": "Read a text file.",
         "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}
+    # the window vLLM serves (its --max-model-len), so the Session's budgets are those of this server; with the
+    # Session's default window (16384) the ten outputs fit beside the others' unused budgets and nothing folds
     session = Session(f"hf-dir:{model_dir}", system="You are an agent.", tools=[read_file],
-                      recent_budget=1024, chunk_tokens=512)
+                      recent_budget=1024, chunk_tokens=512, context_limit=WINDOW, max_completion=1024)
     session.add_user("Which line of the logs says LATE?")
     gaps: list[int] = []
     steps = 10
