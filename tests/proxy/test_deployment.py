@@ -123,11 +123,12 @@ def test_agents_through_the_balancer_see_what_one_process_shows(postgres: Postgr
         first = [record for instance in instances for record in rounds(instance)]
         shared["mini"] = views(first)
         upstream.stop()  # a fresh upstream on the same port: the same call ids as the one-process run
-        upstream = scripted_upstream(tmp_path, QWEN3, port=upstream.port)
-        assert run_sdk(balancer.url, task_text(log)) == "NEEDLE_KEY=violet-42"
-        both = [record for instance in instances for record in rounds(instance)]
-        shared["sdk"] = views([record for record in both if record not in first])
-        served = [len(rounds(instance)) for instance in instances]
+        restarted = scripted_upstream(tmp_path, QWEN3, port=upstream.port)
+        with running(restarted):  # stopped here: `running` above holds the first upstream, not this one
+            assert run_sdk(balancer.url, task_text(log)) == "NEEDLE_KEY=violet-42"
+            both = [record for instance in instances for record in rounds(instance)]
+            shared["sdk"] = views([record for record in both if record not in first])
+            served = [len(rounds(instance)) for instance in instances]
     assert shared == alone
     assert sum(1 for count in served if count) >= 2  # the conversations moved between instances
     print(f"\nviews identical by digest: mini {len(alone['mini'])}, sdk {len(alone['sdk'])}; upstream rounds per"
