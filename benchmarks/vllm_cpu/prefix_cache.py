@@ -27,7 +27,6 @@ takes about 10 minutes on two CPU cores. Needs the shared data (trajectories, th
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import signal
 import subprocess
@@ -41,7 +40,7 @@ import httpx
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
-from real_vllm import SERVED, free_port, tail  # noqa: E402
+from real_vllm import SERVED, VllmServer  # noqa: E402
 import bench_trajectories as bench  # noqa: E402
 from trajectories import DATA_DIR, load_all  # noqa: E402
 
@@ -53,35 +52,15 @@ CHECK_TRAJECTORY = "sweagent_function_calling"
 METRICS = ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits")
 
 
-class Server:
-    """vLLM's OpenAI server of one model, prefix caching and prompt token details on, its log in a file."""
+class Server(VllmServer):
+    """vLLM's OpenAI server of one model (real_vllm.VllmServer), prefix caching and prompt token details on."""
 
     def __init__(self, python: str, model: Path, window: int, log: Path, start_timeout_s: float) -> None:
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        environment = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")}
-        command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-                   "--served-model-name", SERVED, "--max-model-len", str(window), "--port", str(self.port),
-                   "--host", "127.0.0.1", "--enable-prefix-caching", "--enable-prompt-tokens-details"]
-        print(f"starting vLLM: {' '.join(command)}", flush=True)
-        with log.open("w") as sink:
-            self.process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=environment,
-                                            start_new_session=True)
-        started = time.monotonic()
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"vLLM exited with {self.process.returncode}; log: {log}\n" + tail(log))
-            if time.monotonic() - started > start_timeout_s:
-                self.stop()
-                raise RuntimeError(f"vLLM did not come up within {start_timeout_s:g} s; log {log}\n" + tail(log))
-            try:
-                if httpx.get(f"{self.base}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(2)
+        super().__init__(python, model, log, start_timeout_s, window=window,
+                         flags=("--enable-prefix-caching", "--enable-prompt-tokens-details"), kv_cache_gib=2)
+        self.base = self.root
         self.block_size = block_size(log)
-        print(f"vLLM up after {time.monotonic() - started:.0f} s (block size {self.block_size})", flush=True)
+        print(f"vLLM block size {self.block_size}", flush=True)
         self.client = httpx.Client(timeout=600)
 
     def metrics(self) -> dict[str, float]:
@@ -102,16 +81,6 @@ class Server:
             raise RuntimeError(f"vLLM answered {response.status_code}: {response.text[:300]}")
         usage: dict[str, Any] = response.json()["usage"]
         return usage
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=30)
-
 
 def block_size(log: Path) -> int:
     """The KV cache block size vLLM chose, as its start-up log states it (128 on the CPU backend by default)."""

@@ -37,7 +37,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import httpx
 
@@ -72,17 +72,25 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-class VllmServer:
-    """`python -m vllm.entrypoints.openai.api_server` in the vLLM environment, its log in a file."""
+TOOL_CALL_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
 
-    def __init__(self, python: str, model: Path, log: Path, start_timeout_s: float) -> None:
+
+class VllmServer:
+    """`python -m vllm.entrypoints.openai.api_server` in the vLLM environment, its log in a file: a window of
+    ``window`` tokens, ``flags`` added (tool calls by default), ``kv_cache_gib`` of KV cache unless
+    VLLM_CPU_KVCACHE_SPACE says otherwise."""
+
+    def __init__(self, python: str, model: Path, log: Path, start_timeout_s: float, window: int = WINDOW,
+                 flags: Sequence[str] = TOOL_CALL_FLAGS, kv_cache_gib: int = 1) -> None:
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.root = f"http://127.0.0.1:{self.port}"
+        self.url = f"{self.root}/v1"
         self.log = log
-        environment = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+        environment = {**os.environ,
+                       "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))}
         command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-                   "--served-model-name", SERVED, "--max-model-len", str(WINDOW), "--port", str(self.port),
-                   "--host", "127.0.0.1", "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+                   "--served-model-name", SERVED, "--max-model-len", str(window), "--port", str(self.port),
+                   "--host", "127.0.0.1", *flags]
         print(f"starting vLLM ({model.name}): {' '.join(command)}", flush=True)
         started = time.monotonic()
         with log.open("w") as sink:
