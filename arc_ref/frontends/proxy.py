@@ -74,6 +74,7 @@ from arc_ref.frontends.proxy_options import (
 from arc_ref.json_limits import nesting_problem
 from arc_ref.message import ToolCall
 from arc_ref.options import unique_settings
+from arc_ref.view import View
 from arc_ref.openai_wire import TOOL_SHAPE, ShapeError, arguments_text, content_parts, error_body, read_tool, \
     read_tool_call
 from arc_ref.persist import DurableStore, StoreError
@@ -704,34 +705,34 @@ class Proxy:
         except ArcError as problem:
             raise Refused("configuration", f"ARC cannot hold this conversation: {problem}") from None
 
-    async def _run(self, conversation: Conversation, new: list[AgentMessage], hashes: list[str],
+    async def _run(self, conversation: Conversation, new: Sequence[AgentMessage], hashes: Sequence[str],
                    body: dict[str, Any]) -> Reply:
-        for agent_said, chain_hash in zip(new, hashes):
-            await self._apply(conversation, _event(agent_said))
-            conversation.position += 1
-            self.conversations.add(chain_hash, conversation, conversation.mark(chain_hash))
-        state = conversation.state
-        if state.pending:
-            waiting = ", ".join(call.call_id for call in state.pending)
-            raise Refused("pending_calls", f"tool call(s) {waiting} of the last assistant message have no tool"
-                          " message answering them", _budget(state))
+        """The agent's new messages through the core, then the upstream's rounds: the core's work of a request in
+        one worker-thread hand-off before the first upstream call (`_advance`) and one after each (`_answered`),
+        so that the event loop serves the other clients meanwhile and no event hops on its own."""
+        marks: list[tuple[str, Mark]] = []
+        try:
+            shown = await asyncio.to_thread(self._advance, conversation, new, hashes, marks)
+        finally:  # the marks of what was applied, even when a later message is refused (the retry resumes there)
+            for chain_hash, mark in marks:
+                self.conversations.add(chain_hash, conversation, mark)
         usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
         hidden = 0
         while True:
-            shown = await asyncio.to_thread(view, conversation.state)
             reply = await self._upstream(conversation, shown.chat_messages(), shown.tools() or [], body,
                                          shown.tokens, hidden > 0)
             for key in usage:
                 value = reply.usage.get(key)
                 usage[key] += value if type(value) is int else 0
-            choice, content, calls = reply.choice, reply.content, reply.calls
-            output = await self._apply(conversation, ToolTurn(content, calls))
-            assert isinstance(output, ToolTurnResult)
-            environment = output.environment_calls
-            if calls and not environment and hidden < self.settings.max_hidden_rounds:
+            answered = await asyncio.to_thread(self._answered, conversation, reply, hidden)
+            if isinstance(answered, View):  # ARC answered every call: another (hidden) round
+                shown = answered
                 hidden += 1
                 continue
             break
+        environment, (chain_hash, mark) = answered
+        self.conversations.add(chain_hash, conversation, mark)
+        choice, content, calls = reply.choice, reply.content, reply.calls
         returned: dict[str, Any] = {"role": "assistant", "content": content or None}
         if environment:
             returned["tool_calls"] = [call.openai() for call in environment]
@@ -740,17 +741,44 @@ class Proxy:
             finish = "stop"  # ARC's calls are never shown; the round cap was reached
         elif environment:
             finish = "tool_calls"
-        conversation.position += 1
-        chain_hash = chain_next(conversation.head, AgentMessage("assistant", content, environment))
-        self.conversations.add(chain_hash, conversation, conversation.mark(chain_hash))
         result = dict(reply.completion)
         result["choices"] = [{**choice, "index": 0, "message": returned, "finish_reason": finish}]
         result["usage"] = usage
         return Reply(result, hidden, shown.tokens, conversation.key)
 
-    async def _apply(self, conversation: Conversation, event: Event) -> Output:
+    def _advance(self, conversation: Conversation, new: Sequence[AgentMessage], hashes: Sequence[str],
+                 marks: list[tuple[str, Mark]]) -> View:
+        """(A worker thread.) Each new agent message as the core's event, marked (``marks``: registered by the
+        event loop), then the view of the first round; Refused when the last assistant message's calls are not
+        all answered."""
+        for agent_said, chain_hash in zip(new, hashes):
+            self._apply(conversation, _event(agent_said))
+            conversation.position += 1
+            marks.append((chain_hash, conversation.mark(chain_hash)))
+        state = conversation.state
+        if state.pending:
+            waiting = ", ".join(call.call_id for call in state.pending)
+            raise Refused("pending_calls", f"tool call(s) {waiting} of the last assistant message have no tool"
+                          " message answering them", _budget(state))
+        return view(state)
+
+    def _answered(self, conversation: Conversation, reply: UpstreamReply, hidden: int
+                  ) -> View | tuple[tuple[ToolCall, ...], tuple[str, Mark]]:
+        """(A worker thread.) The upstream's reply as the model's turn: the next round's view when it called only
+        ARC's tools and another hidden round is allowed; else the calls that go back to the agent and the mark
+        of the assistant message the agent will send back."""
+        output = self._apply(conversation, ToolTurn(reply.content, reply.calls))
+        assert isinstance(output, ToolTurnResult)
+        environment = output.environment_calls
+        if reply.calls and not environment and hidden < self.settings.max_hidden_rounds:
+            return view(conversation.state)
+        conversation.position += 1
+        chain_hash = chain_next(conversation.head, AgentMessage("assistant", reply.content, environment))
+        return environment, (chain_hash, conversation.mark(chain_hash))
+
+    def _apply(self, conversation: Conversation, event: Event) -> Output:
         try:
-            return await asyncio.to_thread(conversation.apply, event)
+            return conversation.apply(event)
         except StoreError as problem:  # a full disk, an I/O error: may pass on a retry (the same history)
             raise Failed(503, "store_unavailable", f"the conversation's store failed: {problem}",
                          retry_after=5) from None
