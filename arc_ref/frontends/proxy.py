@@ -469,9 +469,10 @@ class Conversations:
 
     def __init__(self, settings: ProxySettings) -> None:
         self.settings = settings
-        self.keys_of: dict[str, list[str]] = {}  # chain hash -> the conversations that passed it, oldest first
+        self.keys_of: dict[str, list[str]] = {}  # without --store: chain hash -> the conversations in memory
         self.by_key: dict[str, Conversation] = {}  # those in memory, the least recently used first
         self.set_aside: dict[str, str] = {}  # a conversation of --store that cannot be opened: why
+        self.ignored: set[tuple[str, str]] = set()  # (hash, key) rows of the shared index whose mark is lost
         self.evicted = 0
         self.opened = 0  # durable conversations read whole from their store (first request, or after eviction)
         self._lock = asyncio.Lock()
@@ -479,31 +480,17 @@ class Conversations:
         if settings.store is not None:
             settings.store.mkdir(parents=True, exist_ok=True)
             self.hash_index = HashIndex(settings.store)
-            self.refresh()
             self._index_unindexed()
 
     @property
     def durable(self) -> bool:
         return self.settings.store is not None
 
-    def refresh(self) -> None:
-        """The shared index's rows written since the last look (by this process, another, or an earlier run)."""
-        if self.hash_index is not None:
-            for chain_hash, key in self.hash_index.new_rows():
-                self._learn(chain_hash, key)
-
-    def _learn(self, chain_hash: str, key: str) -> None:
-        if key in self.set_aside:
-            return
-        keys = self.keys_of.setdefault(chain_hash, [])
-        if key not in keys:
-            keys.append(key)
-
     def _index_unindexed(self) -> None:
         """The conversations of --store the shared index does not name (written before it existed, or their rows
         lost with the machine): their marks files read (not their stores) and their hashes added to it."""
         assert self.settings.store is not None and self.hash_index is not None
-        known = {key for keys in self.keys_of.values() for key in keys}
+        known = self.hash_index.keys()
         rows: list[tuple[str, str]] = []
         for directory in sorted(self.settings.store.iterdir()):
             if directory.name in known or not MarkFile.holds_index(directory):
@@ -513,49 +500,46 @@ class Conversations:
             except (StoreError, OSError) as problem:  # damaged: its requests start a new conversation
                 self._set_aside(directory.name, problem)
         self.hash_index.add(rows)
-        self.refresh()
 
     def _set_aside(self, key: str, problem: BaseException) -> None:
         self.set_aside[key] = " ".join(str(problem).split())
-        for chain_hash in [h for h, keys in list(self.keys_of.items()) if key in keys]:
-            self.keys_of[chain_hash].remove(key)
-            if not self.keys_of[chain_hash]:
-                del self.keys_of[chain_hash]
         self.by_key.pop(key, None)
         print(f"arc-ref proxy: conversation {key} set aside (its requests start a new conversation):"
               f" {self.set_aside[key]}", file=sys.stderr, flush=True)
 
-    def deepest(self, hashes: list[str]) -> tuple[str, int] | None:
+    def deepest(self, hashes: Sequence[str]) -> tuple[str, int] | None:
         """The conversation that passed the deepest of ``hashes`` (one in memory still there, resumed in place,
-        when there is one; else the latest), and that depth."""
+        when there is one; else the latest), and that depth. With --store: looked up in the shared index (what
+        every process on the directory wrote, up to now)."""
+        keys_of = self.keys_of if self.hash_index is None else self.hash_index.keys_of(hashes)
         for depth in range(len(hashes), 0, -1):
-            keys = self.keys_of.get(hashes[depth - 1])
+            chain_hash = hashes[depth - 1]
+            keys = [key for key in keys_of.get(chain_hash, ()) if key not in self.set_aside
+                    and (chain_hash, key) not in self.ignored]
             if keys:
                 for key in keys:
                     conversation = self.by_key.get(key)
-                    mark = conversation.marks.get(hashes[depth - 1]) if conversation is not None else None
+                    mark = conversation.marks.get(chain_hash) if conversation is not None else None
                     if conversation is not None and mark is not None and conversation.position == mark.position:
                         return key, depth
                 return keys[-1], depth
         return None
 
-    def forget(self, key: str, hashes: list[str], conversation: Conversation) -> None:
+    def forget(self, key: str, hashes: Sequence[str], conversation: Conversation) -> None:
         """The index named ``key`` for hashes its marks do not hold (a mark lost in a crash): not any more."""
         for chain_hash in hashes:
-            keys = self.keys_of.get(chain_hash)
-            if keys and key in keys and chain_hash not in conversation.marks:
-                keys.remove(key)
-                if not keys:
-                    del self.keys_of[chain_hash]
+            if chain_hash not in conversation.marks:
+                self.ignored.add((chain_hash, key))
 
     def add(self, chain_hash: str, conversation: Conversation, mark: Mark) -> None:
-        """A mark `Conversation.mark` wrote: noted, and (with --store) in the shared index."""
+        """A mark `Conversation.mark` wrote: noted, and in the shared index (with --store) or the memory's."""
         conversation.note(mark)
+        if self.hash_index is not None:
+            self.hash_index.add([(chain_hash, conversation.key)])
+            return
         keys = self.keys_of.setdefault(chain_hash, [])
         if conversation.key not in keys:
             keys.append(conversation.key)
-        if self.hash_index is not None:
-            self.hash_index.add([(chain_hash, conversation.key)])
 
     @contextlib.asynccontextmanager
     async def held(self, key: str) -> AsyncIterator[Conversation]:
@@ -1020,13 +1004,11 @@ class Proxy:
             return conversation.key
 
     def _found(self, hashes: list[str]) -> str | None:
-        """The conversation that passed the deepest of ``hashes``, after the rows other processes added to the
-        shared index of --store were read (one query)."""
+        """The conversation that passed the deepest of ``hashes`` (with --store: one query of the shared index)."""
         try:
-            self.conversations.refresh()
+            found = self.conversations.deepest(hashes)
         except StoreError as problem:
             raise Failed(503, "store_unavailable", str(problem), retry_after=5) from None
-        found = self.conversations.deepest(hashes)
         return found[0] if found is not None else None
 
     def _config(self, system: str, goal: str, tools: list[dict[str, Any]],
