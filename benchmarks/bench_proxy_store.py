@@ -69,13 +69,13 @@ def heap_figures(upstream_url: str, store: Path, count: int) -> str:
 
     import httpx
 
-    from arc_ref.frontends.proxy import Proxy, ProxySettings
+    from arc_ref.frontends.proxy import KnownMessages, Proxy, ProxySettings
     from benchmarks.proxy_cases import QWEN3
 
     settings = ProxySettings(upstream=upstream_url, tokenizer=f"hf-dir:{QWEN3}", context_limit=16384, store=store,
                              max_conversations=count + 10)
 
-    async def run() -> tuple[int, int, int, int]:
+    async def run() -> tuple[int, int, int, int, int]:
         async with httpx.AsyncClient() as client:
             proxy = Proxy(settings, client)
 
@@ -102,49 +102,22 @@ def heap_figures(upstream_url: str, store: Path, count: int) -> str:
             proxy.conversations.evict(now=time.monotonic() + 10**9)
             gc.collect()
             again = tracemalloc.get_traced_memory()[0]
+            proxy.rounds.clear()  # the /arc/rounds log (the last 10,000 rounds) and the known-message memo
+            proxy.known = KnownMessages()  # (bounded), emptied: what is left is per conversation
+            gc.collect()
+            emptied = tracemalloc.get_traced_memory()[0]
             tracemalloc.stop()
             await proxy.close()
-            return base, held, after, again
+            return base, held, after, again, emptied
 
-    base, held, after, again = asyncio.run(run())
+    base, held, after, again, emptied = asyncio.run(run())
     return (f"Python heap (tracemalloc, in this process): {count} conversations in memory {(held - base) / 2**20:.1f}"
             f" MiB ({(held - base) / count / 1024:.1f} KiB each, with the caches they filled), after they left"
-            f" {(after - base) / 2**20:.1f} MiB (the chain hashes and the process-wide caches: at most 64 chat"
-            f" formats, the count memo); {count} more, then out of memory: +{(again - after) / count / 1024:.2f} KiB"
-            f" per conversation out of memory")
-
-
-def start_figures(tree: Path, counts: list[int]) -> None:
-    with fake_upstream() as upstream, tempfile.TemporaryDirectory() as scratch:
-        upstream.reply = reply_for
-        empty = Proxy(tree, upstream.url, "--store", f"{scratch}/empty", wait=False)
-        try:
-            empty.wait_listening(600)
-            base = empty.listening_after or float("nan")
-        finally:
-            empty.stop()
-        print(f"tree {tree}: an empty store: listening after {base:.2f} s", flush=True)
-        store = Path(scratch) / "store"
-        written = 0
-        for count in counts:
-            writer = Proxy(tree, upstream.url, "--store", str(store), "--max-conversations", str(max(counts) + 1))
-            try:
-                for number in range(written + 1, count + 1):
-                    converse(writer.url, number)
-            finally:
-                writer.stop()
-            written = count
-            files = sum(1 for _ in store.rglob("*") if _.is_file())
-            restart = Proxy(tree, upstream.url, "--store", str(store), wait=False)
-            try:
-                listening = restart.wait_listening(900)
-                held, rss = restart.open_files(), restart.rss_mib()
-            finally:
-                restart.stop()
-            seconds = restart.listening_after or float("nan")
-            print(f"{count} stored conversations ({files} files): listening after {seconds:.2f} s"
-                  f" ({seconds - base:+.2f} s over the empty store), {held} open files, RSS {rss:.0f} MiB"
-                  f"{'' if listening else ' (did not listen)'}", flush=True)
+            f" {(after - base) / 2**20:.1f} MiB (process-wide caches: at most 64 chat formats, the count memo, the"
+            f" known messages; the rounds log); {count} more, then out of memory:"
+            f" +{(again - after) / count / 1024:.2f} KiB per conversation, of which"
+            f" {(again - emptied) / count / 1024:.2f} KiB in the rounds log and the known-message memo (bounded);"
+            f" the heap then {(emptied - base) / 2**20:.2f} MiB over the start")
 
 
 def memory_figures(tree: Path, count: int, idle_seconds: int) -> None:

@@ -26,6 +26,11 @@ Counting. Each view is counted with the served template and the ``chat_template_
 that request with (`arc_ref.templates.request_template_kwargs`: the request's own, none when it sends none), so
 the count is the upstream's ``usage.prompt_tokens`` exactly; the kwargs are part of the conversation's root.
 
+Stores (--store DIR). Each conversation is a durable store in ``DIR/KEY/`` with its marks; ``DIR/hashes.sqlite``
+says which conversation passed which hash, for every proxy process on DIR. A conversation's store is opened and
+locked only while a request holds it, catching up on what another process appended; conversations leave memory
+past --max-conversations or --idle-seconds and are read again on demand; a start opens none (spec/store.md).
+
 Errors. Upstream errors pass back unchanged (the agent's events are kept: its retry resends the same
 history and resumes). ARC's own refusals (a configuration whose K exceeds L, capacity, a turn that can never
 fit R, a malformed history) are HTTP 400 with a typed body ``{"error": {"type": "arc_refused", "code": ...,
