@@ -1,13 +1,13 @@
 """`arc-ref proxy --store DIR`: the start on a store of many conversations, and memory per idle conversation.
 
-    python benchmarks/bench_proxy_store.py start [--conversations 100,300] [--tree DIR]
+    python benchmarks/bench_proxy_store.py start [--conversations 100,300] [--tree DIR ...]
     python benchmarks/bench_proxy_store.py memory [--conversations 200] [--idle-seconds 5] [--tree DIR]
 
 ``start``: N conversations (4 requests each: a tool call, its output, a text reply, one more user turn) are
-written to a store by one proxy, which is stopped; then a fresh proxy is started on that store and timed until it
-listens (and one with an empty store, the same way, for the start's fixed part), with the files it holds open.
-Both proxies are processes of the checkout ``--tree`` (default: this one), so the same script measures another
-checkout (e.g. main before a change); a fake upstream runs in this process.
+written to a store by one proxy, which is stopped; then a fresh proxy of each ``--tree`` (default: this checkout;
+repeat it to compare, e.g. main before a change, interleaved in one run) is started on that store and timed until
+it listens (and one with an empty store, the same way, for the start's fixed part), with the files it holds open.
+The store is written by the last tree's proxy; a fake upstream runs in this process.
 
 ``memory``: N conversations kept in memory (``--max-conversations`` above N), then idle: RSS with none, with the
 N in memory, and after ``--idle-seconds`` (the option of a checkout that has it) sent them out of memory; each
@@ -120,6 +120,45 @@ def heap_figures(upstream_url: str, store: Path, count: int) -> str:
             f" the heap then {(emptied - base) / 2**20:.2f} MiB over the start")
 
 
+def start_figures(trees: list[Path], counts: list[int]) -> None:
+    """Per count: the conversations written by the last tree's proxy, then each tree's proxy started on them in
+    turn (interleaved, one run), and each tree's start on an empty store."""
+    with fake_upstream() as upstream, tempfile.TemporaryDirectory() as scratch:
+        upstream.reply = reply_for
+        base: dict[Path, float] = {}
+        for tree in trees:
+            empty = Proxy(tree, upstream.url, "--store", f"{scratch}/empty-{len(base)}", wait=False)
+            try:
+                empty.wait_listening(600)
+                base[tree] = empty.listening_after or float("nan")
+            finally:
+                empty.stop()
+            print(f"tree {tree}: an empty store: listening after {base[tree]:.2f} s", flush=True)
+        store = Path(scratch) / "store"
+        written = 0
+        for count in counts:
+            writer = Proxy(trees[-1], upstream.url, "--store", str(store), "--max-conversations",
+                           str(max(counts) + 1))
+            try:
+                for number in range(written + 1, count + 1):
+                    converse(writer.url, number)
+            finally:
+                writer.stop()
+            written = count
+            files = sum(1 for _ in store.rglob("*") if _.is_file())
+            for tree in trees:
+                restart = Proxy(tree, upstream.url, "--store", str(store), wait=False)
+                try:
+                    listening = restart.wait_listening(900)
+                    held, rss = restart.open_files(), restart.rss_mib()
+                finally:
+                    restart.stop()
+                seconds = restart.listening_after or float("nan")
+                print(f"tree {tree}: {count} stored conversations ({files} files): listening after {seconds:.2f} s"
+                      f" ({seconds - base[tree]:+.2f} s over its empty store), {held} open files, RSS {rss:.0f} MiB"
+                      f"{'' if listening else ' (did not listen)'}", flush=True)
+
+
 def memory_figures(tree: Path, count: int, idle_seconds: int) -> None:
     with fake_upstream() as upstream, tempfile.TemporaryDirectory() as scratch:
         upstream.reply = reply_for
@@ -157,13 +196,15 @@ def main() -> int:
     parser.add_argument("--conversations", default=None, help="start: comma-separated counts (100,300);"
                                                                " memory: one count (200)")
     parser.add_argument("--idle-seconds", type=int, default=5)
-    parser.add_argument("--tree", type=Path, default=REPO, help="the checkout whose `arc-ref proxy` is measured")
+    parser.add_argument("--tree", type=Path, action="append", default=None,
+                        help="a checkout whose `arc-ref proxy` is measured (repeat: start compares them, interleaved;"
+                             " the last writes the store); default: this one")
     args = parser.parse_args()
-    tree = args.tree.resolve()
+    trees = [tree.resolve() for tree in (args.tree or [REPO])]
     if args.what == "start":
-        start_figures(tree, [int(part) for part in (args.conversations or "100,300").split(",")])
+        start_figures(trees, [int(part) for part in (args.conversations or "100,300").split(",")])
     else:
-        memory_figures(tree, int(args.conversations or 200), args.idle_seconds)
+        memory_figures(trees[-1], int(args.conversations or 200), args.idle_seconds)
     return 0
 
 

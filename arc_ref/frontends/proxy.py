@@ -48,6 +48,7 @@ import hmac
 import itertools
 import json
 import os
+import shutil
 import sys
 import time
 import uuid
@@ -691,6 +692,17 @@ class Conversations:
         self.by_key[key] = conversation
         return conversation
 
+    def discard(self, conversation: Conversation) -> None:
+        """A conversation `new` made that no mark names yet (the same history arrived first in another
+        request): out of memory, its store closed and removed (blocking: a worker thread)."""
+        if self.by_key.get(conversation.key) is conversation:
+            del self.by_key[conversation.key]
+        if conversation.store is not None:
+            conversation.store.close(snapshot=False)
+            conversation.store = None
+        if conversation.directory is not None:
+            shutil.rmtree(conversation.directory, ignore_errors=True)
+
     def fork(self, parent: Conversation, mark: Mark) -> Conversation:
         """A new conversation equal to ``parent`` at ``mark`` (an edited or regenerated message follows it)."""
         if parent.store is not None:
@@ -991,23 +1003,25 @@ class Proxy:
         found = self._found(hashes)
         if found is not None:
             return found
-        # a new conversation: its configuration (the goal and tools counted, possibly a long text) is made outside
-        # the lock every new conversation takes, so that no other conversation waits for it
+        # a new conversation: its configuration (the goal and tools counted, possibly a long text), its state and
+        # store are made outside the lock every new conversation takes, so that no other conversation waits for
+        # them; under it, only the check that the same history did not arrive meanwhile and the first mark
         config = await asyncio.to_thread(self._config, system, messages[0].text, tools, template_kwargs)
+        try:
+            conversation = await asyncio.to_thread(self.conversations.new, config)
+        except (StoreError, OSError) as problem:
+            raise Failed(503, "store_unavailable", f"a new conversation's store cannot be created: {problem}",
+                         retry_after=5) from None
+        except ArcError as problem:  # K > L for this system prompt and goal, most often
+            raise Refused("configuration", f"ARC cannot hold this conversation: {problem}") from None
         async with self.conversations._lock:
-            found = self._found(hashes)  # the same history may have arrived meanwhile
-            if found is not None:
-                return found
-            try:
-                conversation = await asyncio.to_thread(self.conversations.new, config)
-            except (StoreError, OSError) as problem:
-                raise Failed(503, "store_unavailable", f"a new conversation's store cannot be created: {problem}",
-                             retry_after=5) from None
-            except ArcError as problem:  # K > L for this system prompt and goal, most often
-                raise Refused("configuration", f"ARC cannot hold this conversation: {problem}") from None
-            conversation.position = 1  # the system prompt and the goal are its prefix F
-            self.conversations.add(hashes[0], conversation, conversation.mark(hashes[0]))
-            return conversation.key
+            found = self._found(hashes)  # the same history may have arrived meanwhile: that one goes on
+            if found is None:
+                conversation.position = 1  # the system prompt and the goal are its prefix F
+                self.conversations.add(hashes[0], conversation, conversation.mark(hashes[0]))
+                return conversation.key
+        await asyncio.to_thread(self.conversations.discard, conversation)
+        return found
 
     def _found(self, hashes: list[str]) -> str | None:
         """The conversation that passed the deepest of ``hashes`` (with --store: one query of the shared index)."""

@@ -147,3 +147,19 @@ def test_a_conversation_another_process_holds_is_waited_for_then_answered_503_st
     assert busy.status_code == 503 and busy.json()["error"]["type"] == "store_busy", busy.text
     assert busy.headers["retry-after"] == "1"
     assert answered.status_code == 200 and answered.headers["x-arc-conversation"] == key
+
+
+def test_the_same_new_history_at_once_leaves_no_store_behind(tmp_path: Path) -> None:
+    """A new conversation's store is made outside the lock every new conversation takes; when the same history
+    arrived meanwhile, the one made for nothing is removed: every conversation directory is one a reply named."""
+    import concurrent.futures
+
+    store = tmp_path / "store"
+    with fake_upstream() as upstream, proxy(upstream, store=store) as (base_url, held):
+        upstream.delay_s = 0.2
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            answers = list(pool.map(lambda _: post(base_url, task(1)), range(6)))
+        in_memory = set(held.conversations.by_key)
+    keys = {answer.headers["x-arc-conversation"] for answer in answers}
+    assert all(answer.status_code == 200 for answer in answers)
+    assert {path.name for path in store.iterdir() if path.is_dir()} == keys == in_memory
