@@ -2,6 +2,7 @@
 
     python benchmarks/bench_proxy_store.py start [--conversations 100,300] [--tree DIR ...]
     python benchmarks/bench_proxy_store.py memory [--conversations 200] [--idle-seconds 5] [--tree DIR]
+    python benchmarks/bench_proxy_store.py hold [--conversations 4,40]
 
 ``start``: N conversations (4 requests each: a tool call, its output, a text reply, one more user turn) are
 written to a store by one proxy, which is stopped; then a fresh proxy of each ``--tree`` (default: this checkout;
@@ -11,7 +12,8 @@ The store is written by the last tree's proxy; a fake upstream runs in this proc
 
 ``memory``: N conversations kept in memory (``--max-conversations`` above N), then idle: RSS with none, with the
 N in memory, and after ``--idle-seconds`` (the option of a checkout that has it) sent them out of memory; each
-figure is divided by N. Speed and memory figures are printed, never asserted (tests/proxy asserts behaviour).
+figure is divided by N. ``hold``: what holding a stored conversation costs each request (opened, locked, caught
+up, closed) for conversations of 4 and 40 requests, against reading it whole. Speed and memory figures are printed, never asserted (tests/proxy asserts behaviour).
 """
 
 from __future__ import annotations
@@ -190,9 +192,57 @@ def memory_figures(tree: Path, count: int, idle_seconds: int) -> None:
             print(heap_figures(upstream.url, Path(scratch) / "heap", count), flush=True)
 
 
+def hold_figures(turns: list[int], repeat: int = 30) -> None:
+    """In this process: what holding a stored conversation costs a request (its store opened and locked, the rows
+    and marks since the last request caught up, closed after) for conversations of ``turns`` requests, against
+    reading it whole (a conversation out of memory, or another process's)."""
+    import asyncio
+
+    import httpx
+
+    from arc_ref.frontends.proxy import Proxy, ProxySettings
+    from benchmarks.proxy_cases import QWEN3
+
+    with fake_upstream() as upstream, tempfile.TemporaryDirectory() as scratch:
+        upstream.reply = reply_for
+        settings = ProxySettings(upstream=upstream.url, tokenizer=f"hf-dir:{QWEN3}", context_limit=16384,
+                                 store=Path(scratch) / "store")
+
+        async def run() -> None:
+            async with httpx.AsyncClient() as client:
+                proxy = Proxy(settings, client)
+                for count in turns:
+                    messages = task(count, f"List the files of directory {count}.")
+                    key = ""
+                    for _ in range(count):
+                        reply = await proxy.complete({"model": "fake", "messages": list(messages),
+                                                      "tools": [BASH_TOOL]}, None)
+                        key = reply.conversation
+                        next_messages(messages, reply.completion["choices"][0]["message"], count)
+                    conversations = proxy.conversations
+                    caught_up, whole = [], []
+                    for _ in range(repeat):
+                        started = time.perf_counter()
+                        async with conversations.held(key):
+                            pass
+                        caught_up.append(time.perf_counter() - started)
+                        conversations.by_key.pop(key)  # out of memory: the next hold reads it whole
+                        started = time.perf_counter()
+                        async with conversations.held(key):
+                            pass
+                        whole.append(time.perf_counter() - started)
+                    rows = conversations.by_key[key].seq
+                    print(f"a conversation of {count} requests ({rows} rows): held by a request (opened, locked,"
+                          f" caught up, closed) {sorted(caught_up)[repeat // 2] * 1000:.1f} ms median; read whole"
+                          f" (out of memory) {sorted(whole)[repeat // 2] * 1000:.1f} ms median", flush=True)
+                await proxy.close()
+
+        asyncio.run(run())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("start", "memory"))
+    parser.add_argument("what", choices=("start", "memory", "hold"))
     parser.add_argument("--conversations", default=None, help="start: comma-separated counts (100,300);"
                                                                " memory: one count (200)")
     parser.add_argument("--idle-seconds", type=int, default=5)
@@ -203,6 +253,8 @@ def main() -> int:
     trees = [tree.resolve() for tree in (args.tree or [REPO])]
     if args.what == "start":
         start_figures(trees, [int(part) for part in (args.conversations or "100,300").split(",")])
+    elif args.what == "hold":
+        hold_figures([int(part) for part in (args.conversations or "4,40").split(",")])
     else:
         memory_figures(trees[-1], int(args.conversations or 200), args.idle_seconds)
     return 0
