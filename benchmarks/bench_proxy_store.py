@@ -189,6 +189,7 @@ def memory_figures(tree: Path, count: int, idle_seconds: int) -> None:
             print(error[-2000:], file=sys.stderr)
         if tree == REPO:
             upstream.requests = collections.deque(maxlen=1)  # type: ignore[assignment]  # the fake keeps no body
+            upstream.headers = collections.deque(maxlen=1)  # type: ignore[assignment]  # nor headers
             print(heap_figures(upstream.url, Path(scratch) / "heap", count), flush=True)
 
 
