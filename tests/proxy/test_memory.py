@@ -164,3 +164,34 @@ def test_the_same_new_history_at_once_leaves_no_store_behind(tmp_path: Path) -> 
     keys = {answer.headers["x-arc-conversation"] for answer in answers}
     assert all(answer.status_code == 200 for answer in answers)
     assert {path.name for path in store.iterdir() if path.is_dir()} == keys == in_memory
+
+
+def test_what_a_worker_thread_opened_for_a_cancelled_request_is_closed() -> None:
+    """A request cancelled while a worker thread opens its store (its client gone, the server stopping): the
+    thread finishes, and what it opened is closed then (before, the store stayed open and locked)."""
+    import asyncio
+    import threading
+
+    from arc_ref.frontends.proxy import in_thread_undone_if_cancelled
+
+    opened, closed = threading.Event(), []
+
+    def open_slowly() -> str:
+        opened.wait(5)
+        return "store"
+
+    async def scenario() -> None:
+        request = asyncio.ensure_future(in_thread_undone_if_cancelled(open_slowly, closed.append))
+        await asyncio.sleep(0.05)
+        request.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await request
+        assert closed == []  # the thread is still opening it
+        opened.set()
+        for _ in range(100):
+            if closed:
+                break
+            await asyncio.sleep(0.02)
+
+    asyncio.run(scenario())
+    assert closed == ["store"]
