@@ -1365,7 +1365,7 @@ def prepare(settings: ProxySettings) -> ProxySettings:
     """Every check that can be made before listening (StartRefused with one line): the served window (from the
     upstream unless --context-limit gives it; a larger --context-limit than the upstream's is refused), the
     tokenizer and its chat template and the overrides (a probe conversation is built with them), the store
-    directory (created, written once). Returns the settings with the window."""
+    directory (created, written once) and its conversations' index (hashes.sqlite, read). Returns the settings with the window."""
     if settings.database is None or settings.context_limit is None:
         try:
             served = served_window(settings)
@@ -1399,6 +1399,14 @@ def prepare(settings: ProxySettings) -> ProxySettings:
         except OSError as problem:
             raise StartRefused(f"--store {str(settings.store)!r} cannot be written: "
                                f"{problem.strerror or problem}") from None
+        try:  # the conversations' shared index: opened (created when absent) and read once
+            index = HashIndex(settings.store)
+            try:
+                index.keys()
+            finally:
+                index.close()
+        except StoreError as problem:
+            raise StartRefused(f"--store {str(settings.store)!r}: {problem}") from None
     return prepared
 
 

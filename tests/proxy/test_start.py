@@ -132,3 +132,16 @@ def test_a_bad_option_is_refused_at_start_in_one_line_and_nothing_is_created(cas
     assert len(lines) == 1 and lines[0].startswith("arc-ref proxy: ") and expected in lines[0], lines
     assert "Traceback" not in done.stderr and done.stdout == ""
     assert sorted(path.name for path in tmp_path.iterdir()) == [], "the refused start created files"
+
+
+def test_a_damaged_conversations_index_is_refused_at_start_in_one_line(tmp_path: Path) -> None:
+    """--store DIR whose hashes.sqlite is not a database: exit 2 and one line naming it, before listening (before:
+    a traceback and exit 3 when the application started)."""
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "hashes.sqlite").write_bytes(b"not a database " * 100)
+    done = run_proxy("--upstream", "http://127.0.0.1:9/v1", "--tokenizer", f"hf-dir:{QWEN3}", "--context-limit",
+                     "16384", "--store", str(store), "--port", "0", cwd=tmp_path)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1 and "hashes.sqlite" in lines[0] and "cannot be opened" in lines[0], lines
