@@ -68,8 +68,11 @@ def long_integer(text: str) -> int | None:
     return None if found is None else len(found.group(1))
 
 
-def nesting_beyond_limit(text: str | bytes) -> int | None:
+def nesting_beyond_limit(text: str | bytes, enclosing: int = 0) -> int | None:
     """The depth of ``text`` (`nesting`) when it exceeds MAX_NESTING, else None: every reader's check.
+
+    ``enclosing``: the levels of arrays and objects around ``text`` when it is a value inside a larger text (a
+    message of a request body: 2, the body's object and its ``messages`` array), counted in its depth.
 
     Bytes (a request body) are measured as their UTF-8 text, without decoding it: every character the measure
     looks at is ASCII, and UTF-8 never uses an ASCII byte inside a longer character, so reading each byte as
@@ -77,15 +80,15 @@ def nesting_beyond_limit(text: str | bytes) -> int | None:
     """
     if isinstance(text, bytes):
         text = text.decode("latin-1")
-    if text.count("[") + text.count("{") <= MAX_NESTING:  # fewer brackets than levels: nothing to measure
+    if text.count("[") + text.count("{") + enclosing <= MAX_NESTING:  # fewer brackets than levels: nothing to do
         return None
-    depth = nesting(text)
+    depth = nesting(text) + enclosing
     return depth if depth > MAX_NESTING else None
 
 
-def nesting_problem(text: str | bytes) -> str | None:
+def nesting_problem(text: str | bytes, enclosing: int = 0) -> str | None:
     """``nested {depth} levels deep (at most 128)`` for a text deeper than MAX_NESTING, else None."""
-    depth = nesting_beyond_limit(text)
+    depth = nesting_beyond_limit(text, enclosing)
     return None if depth is None else f"nested {depth} levels deep (at most {MAX_NESTING})"
 
 

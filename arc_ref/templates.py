@@ -705,7 +705,13 @@ class _AddedTokens:
 
 
 def added_tokens_cut_safe(tokens: Sequence[str]) -> str | None:
-    """None when no added token can match across a cut beside another added token; else the offending pair."""
+    """None when no added token can match across a cut beside another added token; else the offending pair
+    (found once per set of tokens: every conversation of a proxy builds a chat format with the same ones)."""
+    return _added_tokens_cut_safe(tuple(tokens))
+
+
+@functools.lru_cache(maxsize=16)
+def _added_tokens_cut_safe(tokens: tuple[str, ...]) -> str | None:
     for u in tokens:
         for t in tokens:
             for k in range(1, len(u)):

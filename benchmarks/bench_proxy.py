@@ -23,8 +23,8 @@ rounds take the routes in turn (rotating the order), so machine noise falls on a
 and concurrency: median and p99 latency of a request, server CPU per request (the route's server process and
 its children, from /proc: the time each thread was on a CPU), and throughput (requests per second of the
 round). Then, at concurrency 1 (request by request, so each request's CPU is its own): a new conversation's
-first request vs a continuing one's, and one conversation of ``--long-turns`` turns, its requests around turn
-10, 50 and 200. Then the ratios arc / litellm and the targets of issue 28: CPU per request <= LiteLLM's at every
+first request vs a continuing one's (and the first request each server answers after it starts), and one
+conversation of ``--long-turns`` turns, its requests around turn 10, 50 and 200. Then the ratios arc / litellm and the targets of issue 28: CPU per request <= LiteLLM's at every
 concurrency; p99 <= 1.2x LiteLLM's at the highest concurrency; throughput at saturation (the highest
 concurrency) >= LiteLLM's; turn 200 within 1.2x of turn 10 (CPU per request); a new conversation within 2x of a
 continuing one. The load average is printed before and after: the machine is shared.
@@ -492,7 +492,10 @@ def main() -> int:
                  "--num_workers", "1"], litellm_port, "litellm proxy", env=litellm_env,
                 log=scratch_path / "litellm.log", start_seconds=300))
             routes.append(Route("litellm", f"http://127.0.0.1:{litellm_port}/v1", litellm_process.pid))
-        # warm every route (imports, compiled templates, connections), then measure
+        # the first request each server answers after it listens (a new conversation of 20 messages): what a
+        # cold start leaves to it; then warm every route (imports, compiled templates, connections), and measure
+        cold = {route.name: asyncio.run(request_by_request(route.base, 1, outputs, route.pid, f"cold-{route.name}"))[0]
+                for route in routes}
         for route in routes:
             asyncio.run(one_round(route.base, route.name, 2, 3, outputs, route.pid, f"warm-{route.name}"))
         results = asyncio.run(interleaved(routes, arguments.concurrency, arguments.rounds, arguments.turns, outputs))
@@ -517,6 +520,8 @@ def main() -> int:
             table[(name, agents)] = one = figures(results[(name, agents)])
             print(f"{name:<10} {agents:>6} {one.median_ms:>10.1f} {one.p99_ms:>9.1f} {one.cpu_ms:>14.2f}"
                   f" {one.throughput:>8.1f}")
+    print("\nthe first request after start (a new conversation of 20 messages), server CPU ms / latency ms: "
+          + ", ".join(f"{name} {(cold[name].cpu or 0.0) * 1000:.1f} / {cold[name].latency * 1000:.1f}" for name in names))
     print("\nrequest by request (concurrency 1), server CPU ms (median) and latency ms (median):")
     turns = [turn for turn in (10, 50, 200) if turn <= arguments.long_turns]
     head = "".join(f" {'turn ' + str(turn):>16}" for turn in turns)

@@ -38,6 +38,7 @@ import asyncio
 import contextvars
 import hashlib
 import hmac
+import itertools
 import json
 import os
 import sys
@@ -45,11 +46,12 @@ import time
 import uuid
 from collections import deque
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, overload
 from urllib.parse import urlsplit
 
 import attrs
 import httpx
+import msgspec
 
 from arc_ref.budgets import DERIVED_FIELDS, fit_to_window
 from arc_ref.config import PRESETS, Config, preset
@@ -71,9 +73,10 @@ from arc_ref.frontends.proxy_options import (
     UPSTREAM_KEY_ENV,
     ProxyOptions,
 )
-from arc_ref.json_limits import nesting_problem
+from arc_ref.json_limits import nesting_beyond_limit, nesting_problem
 from arc_ref.message import ToolCall
 from arc_ref.options import unique_settings
+from arc_ref.view import View
 from arc_ref.openai_wire import TOOL_SHAPE, ShapeError, arguments_text, content_parts, error_body, read_tool, \
     read_tool_call
 from arc_ref.persist import DurableStore, StoreError
@@ -104,6 +107,8 @@ UPSTREAM_HEADERS: contextvars.ContextVar[Mapping[str, str]] = contextvars.Contex
 """The headers of this request's upstream calls (`upstream_headers`: the upstream's key or the client's), set by
 the HTTP server for each request."""
 PROBE_GOAL = "ARC proxy start check."  # the goal of the conversation `prepare` builds before listening
+PROBE_TOOL = {"type": "function", "function": {"name": "probe", "description": "The agent's tool of a start check.",
+                                               "parameters": {"type": "object", "properties": {}}}}
 
 
 class Refused(ArcError):
@@ -239,6 +244,73 @@ def chain_next(previous: str, message: AgentMessage) -> str:
 
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+KNOWN_MESSAGES = 2**17  # message texts (and chain links) the proxy remembers as read, the oldest forgotten first
+_READ_VALUE = msgspec.json.Decoder()
+UNREADABLE: Any = object()
+
+
+def read_json_value(raw: bytes | msgspec.Raw, enclosing: int) -> Any:
+    """A JSON value of a request body read alone (``enclosing`` levels deep in the body): its value as the standard
+    json module reads it (msgspec first, json when msgspec refuses it: NaN, a lone surrogate, 1e400), or
+    ``UNREADABLE`` when it is nested too deep for the body's limit (json_limits, counting ``enclosing``) or is not
+    JSON."""
+    if nesting_beyond_limit(bytes(raw), enclosing) is not None:
+        return UNREADABLE
+    try:
+        return _READ_VALUE.decode(raw)
+    except (msgspec.MsgspecError, ValueError, RecursionError):
+        pass
+    try:
+        return json.loads(bytes(raw))
+    except (ValueError, RecursionError):
+        return UNREADABLE
+
+
+@attrs.define(eq=False)
+class RawMessage:
+    """One message of a request body as its JSON text (``raw``, a slice of the body) and the sha256 of that text;
+    ``value`` its value when read, None when the proxy has read these very bytes before as a valid agent
+    message (`KnownMessages`): then it is read again only if a request needs its text."""
+
+    raw: bytes | msgspec.Raw
+    digest: bytes
+    value: Any = None
+
+    def read(self) -> Any:
+        if self.value is None:
+            self.value = read_json_value(self.raw, 2)
+            assert self.value is not UNREADABLE, "a message read before reads again"
+        return self.value
+
+
+class KnownMessages:
+    """What the proxy remembers of the message texts it has read (bounded: the oldest ``limit`` forgotten first),
+    so that a request costs in proportion to its new messages: the digest of each raw text read as a valid agent
+    message, with its role, and each link of a hash chain, (the previous hash, a message's digest) -> the next
+    hash. The chain is the same with or without them (a link is `chain_next` of the message those bytes read
+    as); only a message never seen is read and hashed."""
+
+    def __init__(self, limit: int = KNOWN_MESSAGES) -> None:
+        self.limit = limit
+        self.roles: dict[bytes, str] = {}
+        self.links: dict[tuple[str, bytes], str] = {}
+        self.read = 0  # messages read and hashed (not known): what a request costs, counted by the tests
+
+    def valid(self, digest: bytes, role: str) -> None:
+        self.roles[digest] = role
+        _forget_oldest(self.roles, self.limit)
+
+    def link(self, previous: str, digest: bytes, chain_hash: str) -> None:
+        self.links[(previous, digest)] = chain_hash
+        _forget_oldest(self.links, self.limit)
+
+
+def _forget_oldest(known: dict[Any, Any], limit: int) -> None:
+    if len(known) > limit:
+        for key in list(itertools.islice(known, len(known) - limit * 3 // 4)):
+            del known[key]
 
 
 def agent_tools(tools: Any) -> list[dict[str, Any]]:
@@ -506,23 +578,94 @@ def _event(message: AgentMessage) -> Event:
         raise Refused("bad_message", str(problem)) from None
 
 
-def parse_request(body: Mapping[str, Any], explicit: str | None
-                  ) -> tuple[list[AgentMessage], list[dict[str, Any]], str, list[str], tuple[tuple[str, Any], ...]]:
+class _Messages:
+    """A request's messages, each read (`agent_message`) at most once and only when a request needs it: a message
+    the proxy knows by its digest (`KnownMessages`) gives its role without being read."""
+
+    def __init__(self, items: list[Any], known: KnownMessages | None) -> None:
+        self.items = items
+        self.known = known
+        self.read: dict[int, AgentMessage] = {}
+
+    def message(self, index: int) -> AgentMessage:
+        found = self.read.get(index)
+        if found is None:
+            item = self.items[index]
+            raw = item if isinstance(item, RawMessage) else None
+            found = self.read[index] = agent_message(raw.read() if raw is not None else item, index + 1)
+            if self.known is not None:
+                self.known.read += 1
+                if raw is not None:
+                    self.known.valid(raw.digest, found.role)
+        return found
+
+    def role(self, index: int) -> str:
+        item = self.items[index]
+        if self.known is not None and isinstance(item, RawMessage) and index not in self.read:
+            role = self.known.roles.get(item.digest)
+            if role is not None:
+                return role
+        return self.message(index).role
+
+
+class AgentMessages(Sequence[AgentMessage]):
+    """The agent messages of a request after its system messages, each read when first asked for."""
+
+    def __init__(self, messages: _Messages, first: int) -> None:
+        self._messages = messages
+        self._first = first
+
+    def __len__(self) -> int:
+        return len(self._messages.items) - self._first
+
+    @overload
+    def __getitem__(self, index: int) -> AgentMessage: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[AgentMessage]: ...
+
+    def __getitem__(self, index: int | slice) -> AgentMessage | list[AgentMessage]:
+        if isinstance(index, slice):
+            return [self[at] for at in range(*index.indices(len(self)))]
+        if not -len(self) <= index < len(self):
+            raise IndexError(index)
+        return self._messages.message(self._first + index % len(self))
+
+
+def parse_request(body: Mapping[str, Any], explicit: str | None, known: KnownMessages | None = None
+                  ) -> tuple[AgentMessages, list[dict[str, Any]], str, list[str], tuple[tuple[str, Any], ...]]:
     """A chat request's agent messages (the leading system messages taken out), its tools, its system text, the
     hash chain over its messages (one hash per message) and the chat template's kwargs the upstream renders it
-    with (`request_template_kwargs`: part of the chain's root); Refused when it is malformed."""
-    if not isinstance(body.get("messages"), list) or not body["messages"]:
+    with (`request_template_kwargs`: part of the chain's root); Refused when it is malformed.
+
+    With ``known``, a message whose raw text (`RawMessage`) the proxy has read before is not read again, and the
+    link from the previous hash over its digest gives its chain hash: a request reads and hashes its new messages
+    only (and its system messages, the root's). A malformed request gets the refusal of the first problem in the
+    order the checks take over the whole request (`_refusal`), whatever it knew."""
+    try:
+        return _parse(body, explicit, known)
+    except Refused:
+        _refusal(body)
+        raise
+
+
+def _parse(body: Mapping[str, Any], explicit: str | None, known: KnownMessages | None
+           ) -> tuple[AgentMessages, list[dict[str, Any]], str, list[str], tuple[tuple[str, Any], ...]]:
+    items = body.get("messages")
+    if not isinstance(items, list) or not items:
         raise Refused("bad_request", "messages must be a non-empty list")
     model = body.get("model")
     if not isinstance(model, str):
         raise Refused("bad_request", "model must be a string")
     _check_options(body)
-    messages = [agent_message(message, number) for number, message in enumerate(body["messages"], start=1)]
-    tools = agent_tools(body.get("tools"))
+    messages = _Messages(items, known)
+    first = 0
     system_parts = []
-    while messages and messages[0].role == "system":
-        system_parts.append(messages.pop(0).text)
-    if not messages or messages[0].role != "user":
+    while first < len(items) and messages.role(first) == "system":
+        system_parts.append(messages.message(first).text)
+        first += 1
+    tools = agent_tools(body.get("tools"))
+    if first == len(items) or messages.role(first) != "user":
         raise Refused("bad_message", "the first message after the system prompt must be the user's task")
     system = "\n\n".join(system_parts)
     try:  # counted as the upstream renders this request (without them Qwen3's enable_thinking is undefined)
@@ -531,10 +674,36 @@ def parse_request(body: Mapping[str, Any], explicit: str | None
         raise Refused("unsupported", str(problem)) from None
     hashes = []
     previous = chain_root(model, tools, system, explicit, template_kwargs)
-    for message in messages:
-        previous = chain_next(previous, message)
-        hashes.append(previous)
-    return messages, tools, system, hashes, template_kwargs
+    for index in range(first, len(items)):
+        item = items[index]
+        raw = item if known is not None and isinstance(item, RawMessage) else None
+        chain_hash = known.links.get((previous, raw.digest)) if known is not None and raw is not None else None
+        if chain_hash is None:
+            chain_hash = chain_next(previous, messages.message(index))
+            if known is not None and raw is not None:
+                known.link(previous, raw.digest, chain_hash)
+        hashes.append(chain_hash)
+        previous = chain_hash
+    return AgentMessages(messages, first), tools, system, hashes, template_kwargs
+
+
+def _refusal(body: Mapping[str, Any]) -> None:
+    """The checks of a request in their order over the whole of it, every message read: raises the refusal of
+    its first problem (a message before the tools, the tools before the first message's role)."""
+    items = body.get("messages")
+    if not isinstance(items, list) or not items:
+        raise Refused("bad_request", "messages must be a non-empty list")
+    if not isinstance(body.get("model"), str):
+        raise Refused("bad_request", "model must be a string")
+    _check_options(body)
+    messages = [agent_message(item.read() if isinstance(item, RawMessage) else item, number)
+                for number, item in enumerate(items, start=1)]
+    agent_tools(body.get("tools"))
+    system = 0
+    while system < len(messages) and messages[system].role == "system":
+        system += 1
+    if system == len(messages) or messages[system].role != "user":
+        raise Refused("bad_message", "the first message after the system prompt must be the user's task")
 
 
 def _check_options(body: Mapping[str, Any]) -> None:
@@ -614,12 +783,13 @@ class Proxy:
         self.client = client  # an httpx.AsyncClient
         self.conversations = Conversations(settings)
         self.rounds: deque[RoundRecord] = deque(maxlen=ROUND_LOG_SIZE)
+        self.known = KnownMessages()  # the message texts read before: a request reads its new messages only
 
     async def close(self) -> None:
         self.conversations.close()
 
     async def complete(self, body: dict[str, Any], explicit: str | None) -> Reply:
-        messages, tools, system, hashes, template_kwargs = parse_request(body, explicit)
+        messages, tools, system, hashes, template_kwargs = parse_request(body, explicit, self.known)
         try:
             conversation, mark, start = await self._resume(hashes, messages, system, tools, template_kwargs)
             async with conversation.lock:
@@ -635,7 +805,7 @@ class Proxy:
             if closing:
                 await asyncio.to_thread(_close_all, closing)
 
-    async def _resume(self, hashes: list[str], messages: list[AgentMessage], system: str,
+    async def _resume(self, hashes: list[str], messages: Sequence[AgentMessage], system: str,
                       tools: list[dict[str, Any]], template_kwargs: tuple[tuple[str, Any], ...]
                       ) -> tuple[Conversation, Mark, int]:
         """The conversation at the request's deepest known message, its mark there, and that depth."""
@@ -704,34 +874,34 @@ class Proxy:
         except ArcError as problem:
             raise Refused("configuration", f"ARC cannot hold this conversation: {problem}") from None
 
-    async def _run(self, conversation: Conversation, new: list[AgentMessage], hashes: list[str],
+    async def _run(self, conversation: Conversation, new: Sequence[AgentMessage], hashes: Sequence[str],
                    body: dict[str, Any]) -> Reply:
-        for agent_said, chain_hash in zip(new, hashes):
-            await self._apply(conversation, _event(agent_said))
-            conversation.position += 1
-            self.conversations.add(chain_hash, conversation, conversation.mark(chain_hash))
-        state = conversation.state
-        if state.pending:
-            waiting = ", ".join(call.call_id for call in state.pending)
-            raise Refused("pending_calls", f"tool call(s) {waiting} of the last assistant message have no tool"
-                          " message answering them", _budget(state))
+        """The agent's new messages through the core, then the upstream's rounds: the core's work of a request in
+        one worker-thread hand-off before the first upstream call (`_advance`) and one after each (`_answered`),
+        so that the event loop serves the other clients meanwhile and no event hops on its own."""
+        marks: list[tuple[str, Mark]] = []
+        try:
+            shown = await asyncio.to_thread(self._advance, conversation, new, hashes, marks)
+        finally:  # the marks of what was applied, even when a later message is refused (the retry resumes there)
+            for chain_hash, mark in marks:
+                self.conversations.add(chain_hash, conversation, mark)
         usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
         hidden = 0
         while True:
-            shown = await asyncio.to_thread(view, conversation.state)
             reply = await self._upstream(conversation, shown.chat_messages(), shown.tools() or [], body,
                                          shown.tokens, hidden > 0)
             for key in usage:
                 value = reply.usage.get(key)
                 usage[key] += value if type(value) is int else 0
-            choice, content, calls = reply.choice, reply.content, reply.calls
-            output = await self._apply(conversation, ToolTurn(content, calls))
-            assert isinstance(output, ToolTurnResult)
-            environment = output.environment_calls
-            if calls and not environment and hidden < self.settings.max_hidden_rounds:
+            answered = await asyncio.to_thread(self._answered, conversation, reply, hidden)
+            if isinstance(answered, View):  # ARC answered every call: another (hidden) round
+                shown = answered
                 hidden += 1
                 continue
             break
+        environment, (chain_hash, mark) = answered
+        self.conversations.add(chain_hash, conversation, mark)
+        choice, content, calls = reply.choice, reply.content, reply.calls
         returned: dict[str, Any] = {"role": "assistant", "content": content or None}
         if environment:
             returned["tool_calls"] = [call.openai() for call in environment]
@@ -740,17 +910,44 @@ class Proxy:
             finish = "stop"  # ARC's calls are never shown; the round cap was reached
         elif environment:
             finish = "tool_calls"
-        conversation.position += 1
-        chain_hash = chain_next(conversation.head, AgentMessage("assistant", content, environment))
-        self.conversations.add(chain_hash, conversation, conversation.mark(chain_hash))
         result = dict(reply.completion)
         result["choices"] = [{**choice, "index": 0, "message": returned, "finish_reason": finish}]
         result["usage"] = usage
         return Reply(result, hidden, shown.tokens, conversation.key)
 
-    async def _apply(self, conversation: Conversation, event: Event) -> Output:
+    def _advance(self, conversation: Conversation, new: Sequence[AgentMessage], hashes: Sequence[str],
+                 marks: list[tuple[str, Mark]]) -> View:
+        """(A worker thread.) Each new agent message as the core's event, marked (``marks``: registered by the
+        event loop), then the view of the first round; Refused when the last assistant message's calls are not
+        all answered."""
+        for agent_said, chain_hash in zip(new, hashes):
+            self._apply(conversation, _event(agent_said))
+            conversation.position += 1
+            marks.append((chain_hash, conversation.mark(chain_hash)))
+        state = conversation.state
+        if state.pending:
+            waiting = ", ".join(call.call_id for call in state.pending)
+            raise Refused("pending_calls", f"tool call(s) {waiting} of the last assistant message have no tool"
+                          " message answering them", _budget(state))
+        return view(state)
+
+    def _answered(self, conversation: Conversation, reply: UpstreamReply, hidden: int
+                  ) -> View | tuple[tuple[ToolCall, ...], tuple[str, Mark]]:
+        """(A worker thread.) The upstream's reply as the model's turn: the next round's view when it called only
+        ARC's tools and another hidden round is allowed; else the calls that go back to the agent and the mark
+        of the assistant message the agent will send back."""
+        output = self._apply(conversation, ToolTurn(reply.content, reply.calls))
+        assert isinstance(output, ToolTurnResult)
+        environment = output.environment_calls
+        if reply.calls and not environment and hidden < self.settings.max_hidden_rounds:
+            return view(conversation.state)
+        conversation.position += 1
+        chain_hash = chain_next(conversation.head, AgentMessage("assistant", reply.content, environment))
+        return environment, (chain_hash, conversation.mark(chain_hash))
+
+    def _apply(self, conversation: Conversation, event: Event) -> Output:
         try:
-            return await asyncio.to_thread(conversation.apply, event)
+            return conversation.apply(event)
         except StoreError as problem:  # a full disk, an I/O error: may pass on a retry (the same history)
             raise Failed(503, "store_unavailable", f"the conversation's store failed: {problem}",
                          retry_after=5) from None
@@ -986,6 +1183,10 @@ def prepare(settings: ProxySettings) -> ProxySettings:
     prepared = attrs.evolve(settings, context_limit=window)
     try:
         init(conversation_config(prepared, TOOL_MODE_SYSTEM, PROBE_GOAL, [], ()))
+        # what every conversation needs, built before the first request rather than by it: the tokenizer's
+        # longest token (`prefix_past_window`), the template of a request with tools of its own
+        prefix_past_window(prepared, 0)
+        init(conversation_config(prepared, TOOL_MODE_SYSTEM, PROBE_GOAL, [PROBE_TOOL], ()))
     except ArcError as problem:
         raise StartRefused(" ".join(str(problem).split())) from None
     if settings.store is not None:
@@ -1042,6 +1243,6 @@ def upstream_headers(settings: ProxySettings, authorization: str | None) -> dict
     return {"Authorization": authorization} if authorization else {}
 
 
-__all__ = ["ARC_NOTE", "AgentMessage", "Conversations", "Proxy", "ProxySettings", "Refused", "StartRefused",
+__all__ = ["ARC_NOTE", "AgentMessage", "AgentMessages", "Conversations", "KnownMessages", "Proxy", "ProxySettings", "Refused", "StartRefused",
            "agent_message", "chain_next", "chain_root", "conversation_config", "listening_socket", "prepare",
-           "settings_from", "sse_chunks", "upstream_headers"]
+           "RawMessage", "UNREADABLE", "read_json_value", "settings_from", "sse_chunks", "upstream_headers"]

@@ -7,12 +7,14 @@ Apart from `arc_ref.frontends.proxy` so that neither proxy module imports the ot
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import sys
 from typing import Any, AsyncIterator, Callable, Mapping
 
 import attrs
 import httpx
+import msgspec
 
 from arc_ref.frontends.exit_status import OK, USAGE
 from arc_ref.frontends.proxy import (
@@ -20,18 +22,23 @@ from arc_ref.frontends.proxy import (
     REQUEST_OWNER,
     UPSTREAM_HEADERS,
     Failed,
+    KnownMessages,
     Proxy,
+    RawMessage,
     ProxySettings,
     Refused,
     Reply,
     UpstreamError,
     StartRefused,
+    UNREADABLE,
     prepare,
     settings_from,
     sse_chunks,
     client_owner,
+    read_json_value,
     upstream_headers,
 )
+
 from arc_ref.frontends.proxy_options import ProxyOptions
 from arc_ref.json_limits import nesting_problem
 from arc_ref.openai_wire import error_body
@@ -40,12 +47,55 @@ from arc_ref.persist.postgres import shown_url
 from arc_ref.serving import listening_socket
 
 
-LARGE_BODY_BYTES = 256 * 2**10  # a body above this is decoded in a worker thread
+LARGE_BODY_BYTES = 4 * 2**20  # a body above this is decoded in a worker thread
+_SPLIT_BODY = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_SPLIT_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 
 
-def decode_body(raw: bytes) -> dict[str, Any]:
-    """The body's JSON object; Refused when it is not JSON, not an object, or nested deeper than the decoder
-    reads (checked before json.loads, which recurses: spec/trace.md section 2)."""
+def decode_body(raw: bytes, known: KnownMessages | None = None) -> dict[str, Any]:
+    """The body's JSON object, its ``messages`` as `RawMessage`s (their texts and digests; read unless ``known``
+    holds their digest: a message read before is not read again); Refused when it is not JSON, not an object, or
+    nested deeper than the limit of json_limits (checked before any reader recurses: spec/trace.md section 2).
+
+    The body is split into its members' texts (msgspec, which recurses no deeper than the interpreter allows),
+    each read as the json module reads it (`read_json_value`), each message's depth counted with the body's two
+    levels around it; anything the split does not pass (not JSON, not an object, too deep, NaN...) is decoded
+    whole as before (`decode_whole`), so every body is read or refused as the json module would."""
+    split = _split_body(raw, known)
+    return split if split is not None else decode_whole(raw)
+
+
+def _split_body(raw: bytes, known: KnownMessages | None) -> dict[str, Any] | None:
+    try:
+        members = _SPLIT_BODY.decode(raw)
+    except (msgspec.MsgspecError, ValueError, RecursionError):
+        return None
+    body: dict[str, Any] = {}
+    for name, text in members.items():
+        if name != "messages":
+            value = read_json_value(text, 1)
+            if value is UNREADABLE:
+                return None
+            body[name] = value
+            continue
+        try:
+            items = _SPLIT_LIST.decode(text)
+        except (msgspec.MsgspecError, ValueError, RecursionError):
+            return None  # not an array: decoded whole, refused by parse_request
+        messages = []
+        for item in items:
+            message = RawMessage(item, hashlib.sha256(item).digest())
+            if known is None or message.digest not in known.roles:
+                message.value = read_json_value(item, 2)
+                if message.value is UNREADABLE:
+                    return None
+            messages.append(message)
+        body[name] = messages
+    return body
+
+
+def decode_whole(raw: bytes) -> dict[str, Any]:
+    """The body decoded at once by the json module, after the nesting check of the whole text."""
     too_deep = nesting_problem(raw)
     if too_deep is not None:
         raise Refused("bad_request", f"the body is JSON {too_deep}")
@@ -139,8 +189,9 @@ def build_app(settings: ProxySettings) -> Any:
             return failure(unauthorized)
         try:
             raw = await read_body(request)
-            # a large body is checked and decoded in a worker thread: the other clients' requests go on meanwhile
-            body = decode_body(raw) if len(raw) <= LARGE_BODY_BYTES else await asyncio.to_thread(decode_body, raw)
+            # a very large body is decoded in a worker thread: the other clients' requests go on meanwhile
+            body = (decode_body(raw, proxy.known) if len(raw) <= LARGE_BODY_BYTES
+                    else await asyncio.to_thread(decode_body, raw, proxy.known))
         except (Refused, Failed) as problem:
             return failure(problem)
         metadata = body.get("metadata")

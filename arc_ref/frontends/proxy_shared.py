@@ -24,7 +24,7 @@ import sys
 import time
 import uuid
 from collections import OrderedDict
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from arc_ref.config import Config
 from arc_ref.errors import ArcError
@@ -153,7 +153,7 @@ class SharedProxy(Proxy):
     async def complete(self, body: dict[str, Any], explicit: str | None) -> Reply:
         """One request in one transaction. The database unavailable (down, restarting): the request is tried again
         from the start (nothing of it was kept) until ``store_retry_s`` has passed, then answered 503."""
-        messages, tools, system, hashes, template_kwargs = parse_request(body, explicit)
+        messages, tools, system, hashes, template_kwargs = parse_request(body, explicit, self.known)
         deadline = time.monotonic() + self.settings.store_retry_s
         delay = 0.1
         while True:
@@ -171,7 +171,7 @@ class SharedProxy(Proxy):
             except StoreError as problem:
                 raise StoreFailed(problem) from None
 
-    async def _complete_once(self, messages: list[AgentMessage], tools: list[dict[str, Any]], system: str,
+    async def _complete_once(self, messages: Sequence[AgentMessage], tools: list[dict[str, Any]], system: str,
                              hashes: list[str], body: dict[str, Any],
                              template_kwargs: tuple[tuple[str, Any], ...] = ()) -> Reply:
         async with self.database.connection() as connection:
