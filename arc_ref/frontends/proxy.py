@@ -26,6 +26,11 @@ Counting. Each view is counted with the served template and the ``chat_template_
 that request with (`arc_ref.templates.request_template_kwargs`: the request's own, none when it sends none), so
 the count is the upstream's ``usage.prompt_tokens`` exactly; the kwargs are part of the conversation's root.
 
+Stores (--store DIR). Each conversation is a durable store in ``DIR/KEY/`` with its marks; ``DIR/hashes.sqlite``
+says which conversation passed which hash, for every proxy process on DIR. A conversation's store is opened and
+locked only while a request holds it, catching up on what another process appended; conversations leave memory
+past --max-conversations or --idle-seconds and are read again on demand; a start opens none (spec/store.md).
+
 Errors. Upstream errors pass back unchanged (the agent's events are kept: its retry resends the same
 history and resumes). ARC's own refusals (a configuration whose K exceeds L, capacity, a turn that can never
 fit R, a malformed history) are HTTP 400 with a typed body ``{"error": {"type": "arc_refused", "code": ...,
@@ -35,7 +40,9 @@ fit R, a malformed history) are HTTP 400 with a typed body ``{"error": {"type": 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
+import gc
 import hashlib
 import hmac
 import itertools
@@ -46,7 +53,7 @@ import time
 import uuid
 from collections import deque
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, overload
+from typing import Any, AsyncIterator, Callable, Mapping, Sequence, overload
 from urllib.parse import urlsplit
 
 import attrs
@@ -69,6 +76,7 @@ from arc_ref.machine import (
 from arc_ref.frontends.proxy_options import (
     CLIENT_KEYS_ENV,
     DEFAULT_MAX_BODY_MB,
+    DEFAULT_IDLE_SECONDS,
     DEFAULT_MAX_CONVERSATIONS,
     UPSTREAM_KEY_ENV,
     ProxyOptions,
@@ -79,10 +87,12 @@ from arc_ref.options import unique_settings
 from arc_ref.view import View
 from arc_ref.openai_wire import TOOL_SHAPE, ShapeError, arguments_text, content_parts, error_body, read_tool, \
     read_tool_call
-from arc_ref.persist import DurableStore, StoreError
-from arc_ref.persist.marks import ConversationIndex, IndexMark, MarkFile
+from arc_ref.persist import DurableStore, StoreError, StoreLocked
+from arc_ref.persist.hash_index import HashIndex
+from arc_ref.persist.marks import IndexMark, MarkFile, read_hashes
 from arc_ref.persist.postgres import is_database_url
 from arc_ref.persist.rows import row_events
+from arc_ref.persist.store import Resume
 from arc_ref.serving import listening_socket
 from arc_ref.session import TOOL_MODE_SYSTEM, message_event
 from arc_ref.templates import request_template_kwargs
@@ -349,18 +359,36 @@ class Mark:
 
 @attrs.define(eq=False)
 class Conversation:
-    """One agent conversation: an ARC task (in memory, or a durable store) and the marks of its hash chain."""
+    """One agent conversation: an ARC task (in memory, or a durable store) and the marks of its hash chain.
+
+    A durable one's store is open (and locked) only while a request holds the conversation
+    (`Conversations.held`); between requests this process keeps its state and where its rows and marks ended
+    (``resume``, the marks file's offset), or nothing when it left memory."""
 
     key: str
-    state: ArcState
+    loaded: ArcState | None  # None: a durable conversation not read yet (or out of memory)
     store: DurableStore | None
     directory: Path | None
     position: int = 0  # agent messages applied
     head: str = ""  # the chain hash at ``position``
     seq: int = 1  # rows: the config row and one per event
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
-    last_reply: dict[str, Any] | None = None
-    index: ConversationIndex | None = None  # its marks beside its store (arc_ref.persist.marks), when durable
+    index: MarkFile | None = None  # its marks beside its store (arc_ref.persist.marks), when durable
+    marks: dict[str, Mark] = attrs.field(factory=dict)  # the chain hashes it passed -> its mark there
+    last_mark: Mark | None = None  # the latest mark written
+    resume: Resume | None = None  # where its store was when this process last released it
+    used_at: float = attrs.field(factory=time.monotonic)
+    requests: int = 0  # requests holding it or waiting for it (it stays in memory meanwhile)
+
+    @property
+    def state(self) -> ArcState:
+        if self.loaded is None:
+            raise StoreError(f"conversation {self.key} is not loaded")
+        return self.loaded
+
+    @state.setter
+    def state(self, value: ArcState) -> None:
+        self.loaded = value
 
     def apply(self, event: Event) -> Output:
         """One event through the core (machine.step), committed first when durable."""
@@ -373,11 +401,25 @@ class Conversation:
         return output
 
     def mark(self, chain_hash: str) -> Mark:
-        mark = Mark(self.position, self.seq, self.state, chain_hash)
+        """The mark here (written to its marks file first when durable; a durable mark keeps no state)."""
         self.head = chain_hash
         if self.index is not None and self.store is not None:
             self.index.append(IndexMark(chain_hash, self.position, self.seq, self.store.checksum))
-        return mark
+            return Mark(self.position, self.seq, None, chain_hash)
+        return Mark(self.position, self.seq, self.state, chain_hash)
+
+    def deepest_mark(self, hashes: list[str]) -> tuple[Mark, int] | None:
+        """Its mark at the deepest of ``hashes`` it passed, and that depth."""
+        for depth in range(len(hashes), 0, -1):
+            mark = self.marks.get(hashes[depth - 1])
+            if mark is not None:
+                return mark, depth
+        return None
+
+    def note(self, mark: Mark) -> None:
+        self.marks[mark.chain_hash] = mark
+        if self.last_mark is None or mark.seq >= self.last_mark.seq:
+            self.last_mark = mark
 
 
 @attrs.frozen
@@ -396,6 +438,8 @@ class ProxySettings:
     context_limit: int | None = None  # the served window; None: --set context_limit or the preset's (`prepare`)
     max_body_bytes: int = DEFAULT_MAX_BODY_MB * 2**20
     max_conversations: int = DEFAULT_MAX_CONVERSATIONS  # conversations kept in memory (the least recent leave)
+    idle_seconds: float = DEFAULT_IDLE_SECONDS  # a conversation idle longer leaves memory (with --store: reopened)
+    lock_wait_s: float = 30.0  # with --store: how long a request waits for a conversation another process holds
     upstream_api_key: str | None = attrs.field(default=None, repr=False)
     client_keys: frozenset[str] = attrs.field(default=frozenset(), repr=False)  # none: no client authentication
 
@@ -418,110 +462,215 @@ class RoundRecord:
     owner: str = attrs.field(default="", repr=False)  # with --client-keys: a digest of the caller's key
 
 
+class ConversationGone(ArcError):
+    """The conversation a request was matched to cannot be used (set aside: damaged, missing; or forgotten out of
+    memory): the request is matched again without it."""
+
+
 class Conversations:
-    """Every conversation the proxy knows, indexed by the hashes of their chains (in memory and on disk)."""
+    """Every conversation the proxy knows: the chain hashes each passed (with --store, every conversation of the
+    directory, read from its shared index `arc_ref.persist.hash_index`, never by opening them), and those in
+    memory (at most ``max_conversations``, none idle longer than ``idle_seconds``). A durable conversation's
+    store is opened and locked only while a request holds it (`held`)."""
 
     def __init__(self, settings: ProxySettings) -> None:
         self.settings = settings
-        self.index: dict[str, list[tuple[Conversation, Mark]]] = {}  # every conversation that passed a hash
+        self.keys_of: dict[str, list[str]] = {}  # without --store: chain hash -> the conversations in memory
         self.by_key: dict[str, Conversation] = {}  # those in memory, the least recently used first
-        self.hashes_of: dict[str, list[str]] = {}  # a conversation in memory -> the chain hashes it passed
-        self.on_disk: dict[str, str] = {}  # a chain hash of a conversation evicted from memory -> its folder
-        self.set_aside: dict[str, str] = {}  # a conversation of --store that cannot be reopened: why
+        self.set_aside: dict[str, str] = {}  # a conversation of --store that cannot be opened: why
+        self.ignored: set[tuple[str, str]] = set()  # (hash, key) rows of the shared index whose mark is lost
         self.evicted = 0
+        self.opened = 0  # durable conversations read whole from their store (first request, or after eviction)
         self._lock = asyncio.Lock()
+        self.hash_index: HashIndex | None = None
         if settings.store is not None:
             settings.store.mkdir(parents=True, exist_ok=True)
-            for directory in sorted(path for path in settings.store.iterdir() if MarkFile.holds_index(path)):
-                try:
-                    self._reopen(directory)
-                except (StoreError, OSError, ValueError) as problem:  # damaged, locked by another process
-                    self.set_aside[directory.name] = " ".join(str(problem).split())
-                    print(f"arc-ref proxy: conversation {directory.name} set aside (its requests start a new"
-                          f" conversation): {self.set_aside[directory.name]}", file=sys.stderr, flush=True)
-            for store in self.evict_over_limit():  # memory and open files bounded from the start
-                store.close()
+            self.hash_index = HashIndex(settings.store)
+            self._index_unindexed()
 
-    def _reopen(self, directory: Path) -> None:
-        """A conversation of a previous run: its store reopened (the fold of its events), its marks read back."""
-        self.register(directory, *self.load(directory))
+    @property
+    def durable(self) -> bool:
+        return self.settings.store is not None
 
-    @staticmethod
-    def load(directory: Path) -> tuple[DurableStore, ConversationIndex, list[IndexMark]]:
-        """A stored conversation's store opened and its marks read (blocking: a worker thread at run time);
-        StoreError or OSError when it cannot be."""
-        store = DurableStore.open(directory / "task.arc")
+    def _index_unindexed(self) -> None:
+        """The conversations of --store the shared index does not name (written before it existed, or their rows
+        lost with the machine): their marks files read (not their stores) and their hashes added to it."""
+        assert self.settings.store is not None and self.hash_index is not None
+        known = self.hash_index.keys()
+        rows: list[tuple[str, str]] = []
+        for directory in sorted(self.settings.store.iterdir()):
+            if directory.name in known or not MarkFile.holds_index(directory):
+                continue
+            try:
+                rows += [(chain_hash, directory.name) for chain_hash in read_hashes(directory)]
+            except (StoreError, OSError) as problem:  # damaged: its requests start a new conversation
+                self._set_aside(directory.name, problem)
+        self.hash_index.add(rows)
+
+    def _set_aside(self, key: str, problem: BaseException) -> None:
+        self.set_aside[key] = " ".join(str(problem).split())
+        self.by_key.pop(key, None)
+        print(f"arc-ref proxy: conversation {key} set aside (its requests start a new conversation):"
+              f" {self.set_aside[key]}", file=sys.stderr, flush=True)
+
+    def deepest(self, hashes: Sequence[str]) -> tuple[str, int] | None:
+        """The conversation that passed the deepest of ``hashes`` (one in memory still there, resumed in place,
+        when there is one; else the latest), and that depth. With --store: looked up in the shared index (what
+        every process on the directory wrote, up to now)."""
+        keys_of = self.keys_of if self.hash_index is None else self.hash_index.keys_of(hashes)
+        for depth in range(len(hashes), 0, -1):
+            chain_hash = hashes[depth - 1]
+            keys = [key for key in keys_of.get(chain_hash, ()) if key not in self.set_aside
+                    and (chain_hash, key) not in self.ignored]
+            if keys:
+                for key in keys:
+                    conversation = self.by_key.get(key)
+                    mark = conversation.marks.get(chain_hash) if conversation is not None else None
+                    if conversation is not None and mark is not None and conversation.position == mark.position:
+                        return key, depth
+                return keys[-1], depth
+        return None
+
+    def forget(self, key: str, hashes: Sequence[str], conversation: Conversation) -> None:
+        """The index named ``key`` for hashes its marks do not hold (a mark lost in a crash): not any more."""
+        for chain_hash in hashes:
+            if chain_hash not in conversation.marks:
+                self.ignored.add((chain_hash, key))
+
+    def add(self, chain_hash: str, conversation: Conversation, mark: Mark) -> None:
+        """A mark `Conversation.mark` wrote: noted, and in the shared index (with --store) or the memory's."""
+        conversation.note(mark)
+        if self.hash_index is not None:
+            self.hash_index.add([(chain_hash, conversation.key)])
+            return
+        keys = self.keys_of.setdefault(chain_hash, [])
+        if conversation.key not in keys:
+            keys.append(conversation.key)
+
+    @contextlib.asynccontextmanager
+    async def held(self, key: str) -> AsyncIterator[Conversation]:
+        """The conversation ``key``, held by this request: its lock in this process and, with --store, its store
+        opened and locked (another process holding it: waited for up to ``lock_wait_s``, then 503 store_busy),
+        with the rows and marks written since this process last held it read; released after the request.
+        ConversationGone when it cannot be used (set aside with the reason)."""
+        conversation = self.by_key.get(key)
+        if conversation is None:
+            if not self.durable or key in self.set_aside:
+                raise ConversationGone(f"conversation {key} is not in memory")
+            assert self.settings.store is not None
+            conversation = Conversation(key, None, None, self.settings.store / key)
+            self.by_key[key] = conversation
+        conversation.requests += 1
         try:
-            index, marks = MarkFile.open(directory, store.seq, ((row.seq, row.checksum) for row in store.events()))
+            async with conversation.lock:
+                self.used(conversation)
+                if self.durable and conversation.store is None:
+                    try:
+                        await self._take_waiting(conversation)
+                    except StoreLocked:
+                        raise Failed(503, "store_busy", f"conversation {key} is held by another proxy process for"
+                                     f" more than {self.settings.lock_wait_s:g} s; try again",
+                                     retry_after=max(1, round(self.settings.lock_wait_s))) from None
+                    except (StoreError, OSError, ValueError) as problem:  # damaged, missing, unreadable
+                        self._set_aside(key, problem)
+                        raise ConversationGone(self.set_aside[key]) from None
+                try:
+                    yield conversation
+                finally:
+                    if conversation.store is not None:
+                        await asyncio.to_thread(self._release, conversation)
+        finally:
+            conversation.requests -= 1
+            conversation.used_at = time.monotonic()
+
+    async def _take_waiting(self, conversation: Conversation) -> None:
+        """`_take`, tried again every 10 to 200 ms while another process holds the store, for up to
+        ``lock_wait_s`` (then StoreLocked); the waits are the event loop's, no worker thread is held."""
+        deadline = time.monotonic() + self.settings.lock_wait_s
+        delay = 0.01
+        while True:
+            try:
+                return await asyncio.to_thread(self._take, conversation)
+            except StoreLocked:
+                if time.monotonic() + delay > deadline:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(0.2, delay * 2)
+
+    def _take(self, conversation: Conversation) -> None:
+        """Open and lock the store (blocking: a worker thread; StoreLocked while another process holds it), then
+        the state caught up (only the rows after ``resume`` are folded) and the new marks read and checked."""
+        assert conversation.directory is not None
+        store = DurableStore.open(conversation.directory / "task.arc", resume=conversation.resume)
+        try:
+            if conversation.index is None or conversation.loaded is None:  # read whole: first in this process
+                conversation.index, marks = MarkFile.open(conversation.directory, store.seq,
+                                                          ((row.seq, row.checksum) for row in store.events()))
+                conversation.marks, conversation.last_mark = {}, None
+                self.opened += 1
+            else:
+                marks = conversation.index.read_new(store.seq, lambda seq: next(
+                    (row.checksum for row in store.events(seq, 1)), None))
         except BaseException:
             store.close(snapshot=False)
             raise
-        return store, index, list(marks)
+        conversation.store, conversation.state, conversation.seq = store, store.state, store.seq
+        for item in marks:
+            conversation.note(Mark(item.position, item.seq, None, item.chain_hash))
+        last = conversation.last_mark
+        # events stored after the last mark (a process killed mid-request): never resumed in place; a request
+        # forks at a mark instead
+        conversation.position = last.position if last is not None and last.seq == store.seq else -1
+        conversation.head = last.chain_hash if last is not None else ""
 
-    def register(self, directory: Path, store: DurableStore, index: ConversationIndex,
-                 marks: list[IndexMark]) -> Conversation:
-        """A conversation `load` opened, in memory again: its marks in the index (in the event loop)."""
-        for chain_hash in [item.chain_hash for item in marks]:
-            self.on_disk.pop(chain_hash, None)
-        conversation = Conversation(directory.name, store.state, store, directory, seq=store.seq, index=index)
-        last: Mark | None = None
-        for item in marks:  # checked (StoreCorrupt names a damaged line); a line cut by a crash is dropped
-            mark = Mark(item.position, item.seq, None, item.chain_hash)
-            self.add(item.chain_hash, conversation, mark)
-            conversation.position, conversation.head = mark.position, item.chain_hash
-            last = mark
-        if last is not None and last.seq != store.seq:  # events stored after the last mark (a crash mid-request):
-            conversation.position = -1  # never resumed in place: a request forks at its mark instead
-        self.by_key[conversation.key] = conversation
-        return conversation
-
-    def add(self, chain_hash: str, conversation: Conversation, mark: Mark) -> None:
-        self.index.setdefault(chain_hash, []).append((conversation, mark))
-        self.hashes_of.setdefault(conversation.key, []).append(chain_hash)
+    @staticmethod
+    def _release(conversation: Conversation) -> None:
+        """The store closed and its lock dropped (blocking); what is needed to catch up next time kept."""
+        store = conversation.store
+        if store is None:
+            return
+        conversation.store = None
+        try:
+            conversation.resume = store.resume_point()
+        finally:
+            store.close(snapshot=False)  # the store snapshots itself when due, as it appends
 
     def used(self, conversation: Conversation) -> None:
         """``conversation`` used now: the last to leave memory."""
         if self.by_key.pop(conversation.key, None) is not None:
             self.by_key[conversation.key] = conversation
 
-    def evict_over_limit(self) -> list[DurableStore]:
-        """Conversations out of memory, the least recently used first, until at most ``max_conversations`` stay
-        (one a request holds stays). A stored one keeps only its chain hashes here (``on_disk``) and is reopened
-        from its store by its next request; one in memory only is forgotten (its agent's next request, the
-        whole history, builds it again). Returns the stores to close (blocking: a worker thread)."""
-        closing: list[DurableStore] = []
+    def evict(self, now: float | None = None) -> int:
+        """Conversations out of memory, the least recently used first, while more than ``max_conversations`` are
+        in it or they were idle longer than ``idle_seconds`` (none a request holds or waits for). A stored one
+        keeps only its chain hashes here and is read from its store by its next request; one in memory only is
+        forgotten (its agent's next request, the whole history, builds it again). Returns how many left."""
+        now = time.monotonic() if now is None else now
+        left = 0
         for conversation in list(self.by_key.values()):
-            if len(self.by_key) <= self.settings.max_conversations:
+            over = len(self.by_key) > self.settings.max_conversations
+            if not over and now - conversation.used_at <= self.settings.idle_seconds:
                 break
-            if conversation.lock.locked():
+            if conversation.requests or conversation.store is not None:
                 continue
             del self.by_key[conversation.key]
             self.evicted += 1
-            for chain_hash in self.hashes_of.pop(conversation.key, []):
-                kept = [(c, m) for c, m in self.index.get(chain_hash, ()) if c is not conversation]
-                if kept:
-                    self.index[chain_hash] = kept
-                else:
-                    self.index.pop(chain_hash, None)
-                if conversation.store is not None:
-                    self.on_disk[chain_hash] = conversation.key
-            if conversation.store is not None:
-                closing.append(conversation.store)
-        return closing
-
-    def find(self, chain_hash: str) -> tuple[Conversation, Mark] | None:
-        """A conversation that passed ``chain_hash``: one still there (resumed in place) when there is one."""
-        found = self.index.get(chain_hash)
-        if not found:
-            return None
-        return next(((c, m) for c, m in found if c.position == m.position), found[-1])
+            left += 1
+            if not self.durable:
+                for chain_hash in conversation.marks:
+                    keys = self.keys_of.get(chain_hash)
+                    if keys and conversation.key in keys:
+                        keys.remove(conversation.key)
+                        if not keys:
+                            del self.keys_of[chain_hash]
+        return left
 
     def config(self, system: str, goal: str, tools: list[dict[str, Any]],
                template_kwargs: tuple[tuple[str, Any], ...] = ()) -> Config:
         return conversation_config(self.settings, system, goal, tools, template_kwargs)
 
     def new(self, config: Config, events: Sequence[Event] = ()) -> Conversation:
-        """A new conversation (its store created when durable), with ``events`` applied first."""
+        """A new conversation (its store created, open and locked, when durable), with ``events`` applied first."""
         key = uuid.uuid4().hex
         if self.settings.store is None:
             state = init(config)
@@ -532,9 +681,13 @@ class Conversations:
             directory = self.settings.store / key
             directory.mkdir()
             store = DurableStore.create(directory / "task.arc", config)
-            store.append_many(events)
-            conversation = Conversation(key, store.state, store, directory, seq=store.seq,
-                                        index=MarkFile.create(directory))
+            try:
+                store.append_many(events)
+                index = MarkFile.create(directory)
+            except BaseException:
+                store.close(snapshot=False)
+                raise
+            conversation = Conversation(key, store.state, store, directory, seq=store.seq, index=index)
         self.by_key[key] = conversation
         return conversation
 
@@ -557,6 +710,8 @@ class Conversations:
         for conversation in list(self.by_key.values()):
             if conversation.store is not None:
                 conversation.store.close()
+        if self.hash_index is not None:
+            self.hash_index.close()
 
 
 # --- one request -----------------------------------------------------------------------------------------
@@ -784,40 +939,63 @@ class Proxy:
         self.client = client  # an httpx.AsyncClient
         self.conversations = Conversations(settings)
         self.rounds: deque[RoundRecord] = deque(maxlen=ROUND_LOG_SIZE)
+        self._sweeper: asyncio.Task[None] | None = None
         self.known = KnownMessages()  # the message texts read before: a request reads its new messages only
 
     async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         self.conversations.close()
 
     async def complete(self, body: dict[str, Any], explicit: str | None) -> Reply:
         messages, tools, system, hashes, template_kwargs = parse_request(body, explicit, self.known)
+        self._sweep_idle()
         try:
-            conversation, mark, start = await self._resume(hashes, messages, system, tools, template_kwargs)
-            async with conversation.lock:
-                self.conversations.used(conversation)
-                if conversation.position == mark.position:
-                    return await self._run(conversation, messages[start:], hashes[start:], body)
-                # it moved on (another request of this history, or the agent edited or regenerated): fork here
-                forked = await asyncio.to_thread(self.conversations.fork, conversation, mark)
-            async with forked.lock:
-                return await self._run(forked, messages[start:], hashes[start:], body)
+            while True:
+                key = await self._resume(hashes, messages, system, tools, template_kwargs)
+                try:
+                    async with self.conversations.held(key) as conversation:
+                        found = conversation.deepest_mark(hashes)  # its rows and marks caught up: maybe deeper
+                        if found is None:  # the index named it for a mark its marks file lost: look again
+                            self.conversations.forget(key, hashes, conversation)
+                            continue
+                        mark, start = found
+                        if conversation.position == mark.position:
+                            return await self._run(conversation, messages[start:], hashes[start:], body)
+                        # it moved on (another request of this history, or the agent edited or regenerated): fork
+                        forked = await asyncio.to_thread(self.conversations.fork, conversation, mark)
+                except ConversationGone:
+                    continue  # set aside (or forgotten): matched again without it
+                async with self.conversations.held(forked.key) as forked:
+                    return await self._run(forked, messages[start:], hashes[start:], body)
         finally:
-            closing = self.conversations.evict_over_limit()
-            if closing:
-                await asyncio.to_thread(_close_all, closing)
+            self.conversations.evict()
+
+    def _sweep_idle(self) -> None:
+        """From the first request on: every few seconds, conversations idle past ``idle_seconds`` leave memory
+        (also when no request comes)."""
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+
+    async def _sweep(self) -> None:
+        period = max(0.5, min(60.0, self.settings.idle_seconds / 4))
+        while True:
+            await asyncio.sleep(period)
+            if self.conversations.evict():
+                gc.collect()  # the states' reference cycles: their memory back now, not at the next collection
+                _give_back_freed_memory()
 
     async def _resume(self, hashes: list[str], messages: Sequence[AgentMessage], system: str,
-                      tools: list[dict[str, Any]], template_kwargs: tuple[tuple[str, Any], ...]
-                      ) -> tuple[Conversation, Mark, int]:
-        """The conversation at the request's deepest known message, its mark there, and that depth."""
-        found = await self._found(hashes)
+                      tools: list[dict[str, Any]], template_kwargs: tuple[tuple[str, Any], ...]) -> str:
+        """The conversation that passed the request's deepest known message (a new one when none did)."""
+        found = self._found(hashes)
         if found is not None:
             return found
         # a new conversation: its configuration (the goal and tools counted, possibly a long text) is made outside
         # the lock every new conversation takes, so that no other conversation waits for it
         config = await asyncio.to_thread(self._config, system, messages[0].text, tools, template_kwargs)
         async with self.conversations._lock:
-            found = self._deepest(hashes)  # the same history may have arrived meanwhile
+            found = self._found(hashes)  # the same history may have arrived meanwhile
             if found is not None:
                 return found
             try:
@@ -828,41 +1006,16 @@ class Proxy:
             except ArcError as problem:  # K > L for this system prompt and goal, most often
                 raise Refused("configuration", f"ARC cannot hold this conversation: {problem}") from None
             conversation.position = 1  # the system prompt and the goal are its prefix F
-            mark = conversation.mark(hashes[0])
-            self.conversations.add(hashes[0], conversation, mark)
-            return conversation, mark, 1
+            self.conversations.add(hashes[0], conversation, conversation.mark(hashes[0]))
+            return conversation.key
 
-    async def _found(self, hashes: list[str]) -> tuple[Conversation, Mark, int] | None:
-        """`_deepest`, a conversation evicted from memory reopened from its store first when it passed a deeper
-        hash than any in memory; a store that cannot be reopened is set aside (the request starts afresh)."""
-        while True:
-            found = self._deepest(hashes)
-            depth = found[2] if found is not None else 0
-            key = next((self.conversations.on_disk[chain_hash] for chain_hash in reversed(hashes[depth:])
-                        if chain_hash in self.conversations.on_disk), None)
-            if key is None or self.settings.store is None:
-                return found
-            async with self.conversations._lock:
-                if key in self.conversations.by_key:
-                    continue
-                directory = self.settings.store / key
-                try:
-                    loaded = await asyncio.to_thread(Conversations.load, directory)
-                except (StoreError, OSError, ValueError) as problem:
-                    for chain_hash in [h for h, owner in self.conversations.on_disk.items() if owner == key]:
-                        del self.conversations.on_disk[chain_hash]
-                    self.conversations.set_aside[key] = " ".join(str(problem).split())
-                    print(f"arc-ref proxy: conversation {key} set aside: {self.conversations.set_aside[key]}",
-                          file=sys.stderr, flush=True)
-                    continue
-                self.conversations.register(directory, *loaded)
-
-    def _deepest(self, hashes: list[str]) -> tuple[Conversation, Mark, int] | None:
-        for depth in range(len(hashes), 0, -1):
-            found = self.conversations.find(hashes[depth - 1])
-            if found is not None:
-                return found[0], found[1], depth
-        return None
+    def _found(self, hashes: list[str]) -> str | None:
+        """The conversation that passed the deepest of ``hashes`` (with --store: one query of the shared index)."""
+        try:
+            found = self.conversations.deepest(hashes)
+        except StoreError as problem:
+            raise Failed(503, "store_unavailable", str(problem), retry_after=5) from None
+        return found[0] if found is not None else None
 
     def _config(self, system: str, goal: str, tools: list[dict[str, Any]],
                 template_kwargs: tuple[tuple[str, Any], ...]) -> Config:
@@ -1005,9 +1158,15 @@ class Proxy:
         return reply
 
 
-def _close_all(stores: list[DurableStore]) -> None:
-    for store in stores:
-        store.close()
+def _give_back_freed_memory() -> None:
+    """The C allocator's free memory returned to the system (glibc's malloc_trim), so that RSS falls after idle
+    conversations left; nothing elsewhere."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def view_digest(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
@@ -1101,7 +1260,8 @@ def settings_from(options: ProxyOptions, parse_setting: Callable[[str], tuple[st
                          overrides=overrides, store=store, database=database,
                          max_hidden_rounds=options.max_hidden_rounds, context_limit=context_limit,
                          max_body_bytes=options.max_body_mb * 2**20, upstream_api_key=upstream_key,
-                         max_conversations=options.max_conversations, client_keys=client_keys)
+                         max_conversations=options.max_conversations, idle_seconds=options.idle_seconds,
+                         client_keys=client_keys)
 
 
 def _client_keys(path: str | None) -> frozenset[str]:

@@ -24,6 +24,8 @@ MAX_BODY_MB = 4096
 MAX_HIDDEN_ROUNDS = 1024
 DEFAULT_MAX_CONVERSATIONS = 256
 MAX_CONVERSATIONS = 10**6
+DEFAULT_IDLE_SECONDS = 600  # an agent's turn takes seconds to minutes; one idle 10 minutes has most likely ended
+MAX_IDLE_SECONDS = 30 * 86400
 
 
 @frozen
@@ -54,6 +56,9 @@ class ProxyOptions:
     max_conversations: int = int_option(DEFAULT_MAX_CONVERSATIONS, minimum=1, maximum=MAX_CONVERSATIONS, metavar="N",
                                         help="conversations kept in memory, the least recently used leaving first"
                                              " (with --store reopened from it on their next request)")
+    idle_seconds: int = int_option(DEFAULT_IDLE_SECONDS, minimum=1, maximum=MAX_IDLE_SECONDS, metavar="S",
+                                   help="a conversation without a request for this long leaves memory (with --store"
+                                        " reopened from it on its next request)")
     upstream_api_key: str | None = option(None, metavar="KEY", recorded=False, aliases=("--upstream-key",),
                                           help=f"the upstream's key (or ${UPSTREAM_KEY_ENV}); without it the"
                                                " client's Authorization goes to the upstream")
@@ -73,5 +78,5 @@ def proxy_options(arguments: argparse.Namespace) -> ProxyOptions:
     return options
 
 
-__all__ = ["CLIENT_KEYS_ENV", "DEFAULT_MAX_BODY_MB", "DEFAULT_MAX_CONVERSATIONS", "PROXY_OWNER", "ProxyOptions", "UPSTREAM_KEY_ENV", "add_proxy_flags",
+__all__ = ["CLIENT_KEYS_ENV", "DEFAULT_IDLE_SECONDS", "DEFAULT_MAX_BODY_MB", "DEFAULT_MAX_CONVERSATIONS", "PROXY_OWNER", "ProxyOptions", "UPSTREAM_KEY_ENV", "add_proxy_flags",
            "proxy_options"]

@@ -27,7 +27,7 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import Callable, Iterator, Protocol
 
 from attrs import frozen
 
@@ -68,10 +68,11 @@ def _encode(value: dict[str, object]) -> bytes:
 class MarkFile:
     """The index of one conversation: ``marks.jsonl`` in its directory (see the module doc)."""
 
-    def __init__(self, path: Path, count: int, last_chain: str) -> None:
+    def __init__(self, path: Path, count: int, last_chain: str, offset: int = 0) -> None:
         self.path = path
         self.count = count  # marks (lines) in the file
         self.last_chain = last_chain
+        self.offset = offset  # bytes of the file read or written (its first ``count`` lines)
 
     @staticmethod
     def holds_index(directory: Path) -> bool:
@@ -87,7 +88,7 @@ class MarkFile:
         except OSError as problem:
             raise StoreError(f"cannot create the conversation index {str(path)!r}: {problem.strerror}") from None
         os.close(descriptor)
-        return cls(path, 0, MARKS_GENESIS)
+        return cls(path, 0, MARKS_GENESIS, 0)
 
     @classmethod
     def open(cls, directory: Path, rows: int, row_checksums: Iterator[tuple[int, str]]) -> tuple["MarkFile",
@@ -109,7 +110,30 @@ class MarkFile:
         _bind_to_rows(path, marks, row_checksums)
         if len(complete) < len(data):
             _cut(path, len(complete))
-        return cls(path, len(marks), last_chain), marks
+        return cls(path, len(marks), last_chain, len(complete)), marks
+
+    def read_new(self, rows: int, row_checksum: Callable[[int], str | None]) -> list[IndexMark]:
+        """The marks another process appended since this index was opened or last read, each line checked (its
+        chain from the last line read, its fields, ``row_checksum(seq)`` of the store that now holds ``rows``
+        rows); a cut last line is cut off. Only the writer of the conversation (its store's lock held) calls it."""
+        data = _read_regular(self.path)
+        if len(data) < self.offset:
+            raise StoreCorrupt(f"{str(self.path)!r}: the conversation index is shorter than the {self.offset} bytes"
+                               " read from it before (cut or replaced)")
+        complete = data[:data.rfind(b"\n") + 1]
+        marks: list[IndexMark] = []
+        number, last_chain = self.count, self.last_chain
+        for line in data[self.offset:len(complete)].splitlines():
+            number += 1
+            mark, last_chain = _checked_mark(self.path, number, line, last_chain)
+            if mark.seq > rows or row_checksum(mark.seq) != mark.checksum:
+                raise StoreCorrupt(f"{str(self.path)!r}: line {number}: the mark is not of its store's rows (row"
+                                   f" {mark.seq})")
+            marks.append(mark)
+        if len(complete) < len(data):
+            _cut(self.path, len(complete))
+        self.count, self.last_chain, self.offset = number, last_chain, max(self.offset, len(complete))
+        return marks
 
     def append(self, mark: IndexMark) -> None:
         """Write ``mark`` as the next line, chained to the one before it."""
@@ -127,11 +151,24 @@ class MarkFile:
             written = os.write(descriptor, line)
             if written != len(line):
                 raise StoreError(f"cannot write the conversation index {str(self.path)!r}: a short write")
+            end = os.lseek(descriptor, 0, os.SEEK_CUR)
         except OSError as problem:
             raise StoreError(f"cannot write the conversation index {str(self.path)!r}: {problem.strerror}") from None
         finally:
             os.close(descriptor)
-        self.count, self.last_chain = number, link
+        self.count, self.last_chain, self.offset = number, link, end
+
+
+def read_hashes(directory: Path) -> list[str]:
+    """The chain hashes of a conversation's marks, in order, read without its store (each line's own chain
+    checked; its binding to the rows is checked when the store is opened). StoreCorrupt names a damaged line."""
+    path = directory / INDEX_FILE
+    data = _read_regular(path)
+    hashes, last_chain = [], MARKS_GENESIS
+    for number, line in enumerate(data[:data.rfind(b"\n") + 1].splitlines(), start=1):
+        mark, last_chain = _checked_mark(path, number, line, last_chain)
+        hashes.append(mark.chain_hash)
+    return hashes
 
 
 def _read_regular(path: Path) -> bytes:
@@ -203,4 +240,4 @@ def _cut(path: Path, length: int) -> None:
         os.close(descriptor)
 
 
-__all__ = ["INDEX_FILE", "MARKS_GENESIS", "ConversationIndex", "IndexMark", "MarkFile"]
+__all__ = ["INDEX_FILE", "MARKS_GENESIS", "ConversationIndex", "IndexMark", "MarkFile", "read_hashes"]

@@ -3,6 +3,7 @@ store's integrity rules: every line chained and bound to its store's rows, damag
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -112,18 +113,28 @@ def test_only_files_the_index_made_are_written(tmp_path: Path) -> None:
         MarkFile.create(tmp_path / "c")  # one is there
 
 
-def test_the_proxy_sets_a_conversation_with_a_damaged_index_aside_at_start(tmp_path: Path) -> None:
-    """arc-ref proxy --store DIR reopens every conversation through the index (its marks checked); one whose index
-    is damaged is set aside with the reason, the others served (issue 25 item 3: it refused to start before)."""
+def test_the_proxy_finds_a_conversation_by_its_marks_and_sets_a_damaged_one_aside_when_it_opens_it(
+        tmp_path: Path) -> None:
+    """arc-ref proxy --store DIR finds a conversation by its marks without opening its store (a store written
+    before the shared index existed: its marks file read at start); the first request that holds it opens the
+    store and checks every mark against the rows; one whose index is damaged is set aside with the reason, the
+    others served (issue 25 item 3: it refused to start before; then every store was opened at start)."""
     pytest.importorskip("httpx")
-    from arc_ref.frontends.proxy import Conversations, ProxySettings
+    from arc_ref.frontends.proxy import ConversationGone, Conversations, ProxySettings
 
     store, written = conversation(tmp_path / "store" / "k1")
     store.close()
     settings = ProxySettings(upstream="http://127.0.0.1:9/v1", tokenizer="unused", store=tmp_path / "store")
     conversations = Conversations(settings)
-    found = conversations.find("h3")
-    assert found is not None and found[1].position == 3 and found[0].position == 3
+    assert conversations.deepest(["h1", "h2", "h3", "h4"]) == ("k1", 3) and conversations.opened == 0
+
+    async def hold(into: Conversations) -> tuple[int, int]:
+        async with into.held("k1") as held:
+            found = held.deepest_mark(["h1", "h2", "h3"])
+            assert found is not None
+            return held.position, found[1]
+
+    assert asyncio.run(hold(conversations)) == (3, 3) and conversations.opened == 1
     conversations.close()
     content = lines(tmp_path / "store" / "k1")
     value = json.loads(content[2])
@@ -131,9 +142,16 @@ def test_the_proxy_sets_a_conversation_with_a_damaged_index_aside_at_start(tmp_p
     content[2] = (json.dumps(value) + "\n").encode()
     write(tmp_path / "store" / "k1", content)
     reopened = Conversations(settings)
+    assert reopened.deepest(["h1", "h2", "h3"]) == ("k1", 3)  # the shared index names it; its marks decide
+    with pytest.raises(ConversationGone, match="line 3 of the conversation index fails its checksum"):
+        asyncio.run(hold(reopened))
     assert "line 3 of the conversation index fails its checksum" in reopened.set_aside["k1"]
-    assert reopened.find("h3") is None and reopened.by_key == {}
+    assert reopened.deepest(["h1", "h2", "h3"]) is None and reopened.by_key == {}
     reopened.close()
+    (tmp_path / "store" / "hashes.sqlite").unlink()  # no shared index: the marks files are read at start
+    at_start = Conversations(settings)
+    assert "line 3 of the conversation index fails its checksum" in at_start.set_aside["k1"]
+    at_start.close()
 
 
 def test_a_fork_of_a_durable_conversation_replays_the_rows_up_to_its_mark(tmp_path: Path) -> None:
@@ -153,5 +171,5 @@ def test_a_fork_of_a_durable_conversation_replays_the_rows_up_to_its_mark(tmp_pa
     child = conversations.fork(parent, marks[1])
     assert parent.store is not None and child.store is not None and child.store is not parent.store
     assert [row.line for row in child.store.events(2)] == [row.line for row in parent.store.events(2, 2)]
-    assert child.store.seq == marks[1].seq == 3 and child.store.state == marks[1].state
+    assert child.store.seq == marks[1].seq == 3 and child.store.checksum == next(parent.store.events(3, 1)).checksum
     conversations.close()

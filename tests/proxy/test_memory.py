@@ -5,6 +5,10 @@ views unchanged; without one its agent's next request (the whole history) builds
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -62,15 +66,84 @@ def test_conversations_leave_memory_past_the_limit_and_come_back_unchanged(store
     assert in_memory == 1 and evicted >= 4
 
 
-def test_a_restart_keeps_at_most_the_limit_in_memory_and_reopens_the_rest_on_demand(tmp_path: Path) -> None:
+def test_a_restart_opens_no_conversation_and_each_request_opens_only_its_own(tmp_path: Path) -> None:
+    """Stores opened lazily (issue 25 item 3): a restart reads the shared index (no store opened, none in memory,
+    no store file held open); a request opens its own conversation's store, and releases it after. Before: the
+    restart opened every stored conversation (and kept up to --max-conversations of them open)."""
     store = tmp_path / "store"
     with fake_upstream() as upstream:
         with proxy(upstream, store=store) as (base_url, _):
             first = {number: post(base_url, task(number)) for number in (1, 2, 3)}
-        with proxy(upstream, store=store, max_conversations=1) as (base_url, held):
-            in_memory = len(held.conversations.by_key)
+        with proxy(upstream, store=store, max_conversations=2) as (base_url, held):
+            at_start = (len(held.conversations.by_key), held.conversations.opened, open_stores())
             again = {number: post(base_url, [*task(number), first[number].json()["choices"][0]["message"],
                                              {"role": "user", "content": "go on"}]) for number in (1, 2, 3)}
-    assert in_memory == 1
+            after = (len(held.conversations.by_key), held.conversations.opened, open_stores())
+    assert at_start == (0, 0, 0)
+    assert after == (2, 3, 0)  # each opened once, two kept in memory, no store left open (nor locked)
     for number in (1, 2, 3):  # each resumed in its own stored conversation
         assert again[number].headers["x-arc-conversation"] == first[number].headers["x-arc-conversation"]
+
+
+def open_stores() -> int:
+    """This process's open descriptors on a conversation's store (task.arc)."""
+    count = 0
+    for descriptor in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            count += os.readlink(f"/proc/self/fd/{descriptor}").endswith("task.arc")
+    return count
+
+
+@pytest.mark.parametrize("stored", [True, False], ids=["store", "memory"])
+def test_an_idle_conversation_leaves_memory_and_comes_back_unchanged(stored: bool, tmp_path: Path) -> None:
+    """--idle-seconds (issue 25 item 3): a conversation without a request for that long leaves memory, also when
+    no request comes (the sweep); with --store its next request reads it from its store (the same conversation,
+    the same upstream views as one never evicted); without one its agent's next request builds it again."""
+    numbers = (1, 2)
+    with fake_upstream() as upstream:
+        upstream.reply = lambda body: call_reply()
+        with proxy(upstream, store=tmp_path / "kept" if stored else None) as (base_url, _):
+            _, expected = three_turns(base_url, numbers)
+        with proxy(upstream, store=tmp_path / "idle" if stored else None, idle_seconds=1) as (base_url, held):
+            first = {number: post(base_url, task(number), tools=[BASH_TOOL]) for number in numbers}
+            deadline = time.monotonic() + 30
+            while held.conversations.by_key and time.monotonic() < deadline:
+                time.sleep(0.1)
+            emptied = (len(held.conversations.by_key), held.conversations.evicted)
+            views = []
+            for number in numbers:
+                history = [*task(number), first[number].json()["choices"][0]["message"],
+                           {"role": "tool", "tool_call_id": "c1", "content": f"output {number}\n" * 50}]
+                second = post(base_url, history, tools=[BASH_TOOL])
+                assert second.status_code == 200, second.text
+                if stored:
+                    assert second.headers["x-arc-conversation"] == first[number].headers["x-arc-conversation"]
+            views = [record["view_digest"]
+                     for record in httpx.get(base_url.removesuffix("/v1") + "/arc/rounds", timeout=30).json()]
+    assert emptied == (0, 2)  # both left memory while no request came
+    assert views == expected
+
+
+def test_a_conversation_another_process_holds_is_waited_for_then_answered_503_store_busy(tmp_path: Path) -> None:
+    """Locked only while a request holds it: a conversation whose store another process holds (a proxy inside a
+    request) is waited for up to lock_wait_s, then answered 503 store_busy with retry-after, nothing changed;
+    once that process lets go, the same request is answered in the same conversation."""
+    store = tmp_path / "store"
+    with fake_upstream() as upstream:
+        with proxy(upstream, store=store, lock_wait_s=0.5) as (base_url, _):
+            first = post(base_url, task(1))
+            key = first.headers["x-arc-conversation"]
+            history = [*task(1), first.json()["choices"][0]["message"], {"role": "user", "content": "go on"}]
+            holder = subprocess.Popen(
+                [sys.executable, "-c", "import sys, time\nfrom arc_ref.persist import DurableStore\n"
+                 "store = DurableStore.open(sys.argv[1])\nprint('held', flush=True)\nsys.stdin.readline()\n",
+                 str(store / key / "task.arc")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            try:
+                assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+                busy = post(base_url, history)
+            finally:
+                holder.communicate("done\n", timeout=30)
+            answered = post(base_url, history)
+    assert busy.status_code == 503 and busy.json()["error"]["type"] == "store_busy", busy.text
+    assert busy.headers["retry-after"] == "1"
+    assert answered.status_code == 200 and answered.headers["x-arc-conversation"] == key

@@ -31,6 +31,7 @@ SYSTEM = "You run one bash command per turn."
 # needs its text), the new assistant message and tool message, and the chain hash of the reply it gets back
 READ_PER_TURN = 3
 HASHED_PER_TURN = 3
+HOPS_PER_TURN = 2  # worker-thread hand-offs of a continuing request of one upstream round: before it, after it
 
 
 def upstream(request: httpx.Request) -> httpx.Response:
@@ -56,6 +57,14 @@ def test_a_continuing_request_reads_and_hashes_only_its_new_messages(monkeypatch
         return chain_next(previous, message)
 
     monkeypatch.setattr(proxy_module, "chain_next", counted)
+    hops = [0]
+    to_thread = asyncio.to_thread
+
+    async def counted_hop(function: Any, *args: Any, **kwargs: Any) -> Any:
+        hops[0] += 1
+        return await to_thread(function, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted_hop)
 
     async def scenario() -> None:
         async with httpx.AsyncClient(transport=httpx.MockTransport(upstream)) as client:
@@ -64,12 +73,13 @@ def test_a_continuing_request_reads_and_hashes_only_its_new_messages(monkeypatch
                                               {"role": "user", "content": "list the files"}]
             keys = set()
             for turn in range(1, 31):
-                read, hashes = proxy.known.read, hashed[0]
+                read, hashes, hopped = proxy.known.read, hashed[0], hops[0]
                 reply = await proxy.complete(decode_body(body_bytes(messages), proxy.known), None)
                 keys.add(reply.conversation)
                 if turn > 1:  # the history grows by 2 messages a turn; what a request reads does not
                     assert proxy.known.read - read <= READ_PER_TURN, (turn, len(messages), proxy.known.read - read)
                     assert hashed[0] - hashes <= HASHED_PER_TURN, (turn, len(messages), hashed[0] - hashes)
+                    assert hops[0] - hopped <= HOPS_PER_TURN, (turn, hops[0] - hopped)
                 message = reply.completion["choices"][0]["message"]
                 messages += [message, {"role": "tool", "tool_call_id": message["tool_calls"][0]["id"],
                                        "content": f"file_{turn}.py\n" * 40}]

@@ -106,6 +106,8 @@ BAD_OPTIONS: dict[str, tuple[list[str], str]] = {
     "window_too_small": (["--context-limit", "100"], "a window of at least"),
     "no_window": (["--context-limit", "DROP"], "does not answer GET /models"),
     "client_keys_unreadable": (["--client-keys", "/nonexistent/keys"], "cannot be read"),
+    "idle_seconds_0": (["--idle-seconds", "0"], "--idle-seconds"),
+    "idle_seconds_text": (["--idle-seconds", "soon"], "--idle-seconds"),
 }
 
 

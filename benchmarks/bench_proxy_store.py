@@ -1,0 +1,171 @@
+"""`arc-ref proxy --store DIR`: the start on a store of many conversations, and memory per idle conversation.
+
+    python benchmarks/bench_proxy_store.py start [--conversations 100,300] [--tree DIR]
+    python benchmarks/bench_proxy_store.py memory [--conversations 200] [--idle-seconds 5] [--tree DIR]
+
+``start``: N conversations (4 requests each: a tool call, its output, a text reply, one more user turn) are
+written to a store by one proxy, which is stopped; then a fresh proxy is started on that store and timed until it
+listens (and one with an empty store, the same way, for the start's fixed part), with the files it holds open.
+Both proxies are processes of the checkout ``--tree`` (default: this one), so the same script measures another
+checkout (e.g. main before a change); a fake upstream runs in this process.
+
+``memory``: N conversations kept in memory (``--max-conversations`` above N), then idle: RSS with none, with the
+N in memory, and after ``--idle-seconds`` (the option of a checkout that has it) sent them out of memory; each
+figure is divided by N. Speed and memory figures are printed, never asserted (tests/proxy asserts behaviour).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.proxy_cases import BASH_TOOL, Proxy, chat, completion, fake_upstream, task  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def reply_for(body: dict[str, Any]) -> tuple[int, bytes]:
+    """A tool call when the last message is the task, else a text reply."""
+    last = body["messages"][-1]
+    if last.get("role") == "user" and "Task" in str(last.get("content")) and body.get("tools"):
+        calls = [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]
+        return 200, json.dumps(completion("", calls)).encode()
+    return 200, json.dumps(completion("done")).encode()
+
+
+def converse(url: str, number: int) -> None:
+    """One conversation of 4 requests (its store: the config, 7 events and their marks)."""
+    messages = task(number, f"List the files of directory {number}.")
+    for turn in range(4):
+        status, body, _ = chat(url, messages, tools=[BASH_TOOL])
+        if status != 200:
+            raise SystemExit(f"conversation {number}, request {turn + 1}: {status} {body[:200]}")
+        next_messages(messages, json.loads(body)["choices"][0]["message"], number)
+
+
+def next_messages(messages: list[dict[str, Any]], message: dict[str, Any], number: int) -> None:
+    """The reply, then the tool's output (a listing of about 4 KB) or the user's next question."""
+    messages.append(message)
+    if message.get("tool_calls"):
+        listing = "".join(f"-rw-r--r-- 1 user user {size:6d} file-{number}-{size}.txt\n" for size in range(80))
+        messages.append({"role": "tool", "tool_call_id": "c1", "content": listing})
+    else:
+        messages.append({"role": "user", "content": f"And directory {number}'s hidden files? " * 10})
+
+
+def heap_figures(upstream_url: str, store: Path, count: int) -> str:
+    """In this process, with tracemalloc: the Python heap a conversation takes in memory and after it left."""
+    import asyncio
+    import gc
+    import tracemalloc
+
+    import httpx
+
+    from arc_ref.frontends.proxy import KnownMessages, Proxy, ProxySettings
+    from benchmarks.proxy_cases import QWEN3
+
+    settings = ProxySettings(upstream=upstream_url, tokenizer=f"hf-dir:{QWEN3}", context_limit=16384, store=store,
+                             max_conversations=count + 10)
+
+    async def run() -> tuple[int, int, int, int, int]:
+        async with httpx.AsyncClient() as client:
+            proxy = Proxy(settings, client)
+
+            async def one(number: int) -> None:
+                messages = task(number, f"List the files of directory {number}.")
+                for _ in range(4):
+                    reply = await proxy.complete({"model": "fake", "messages": list(messages),
+                                                  "tools": [BASH_TOOL]}, None)
+                    next_messages(messages, reply.completion["choices"][0]["message"], number)
+
+            await one(0)
+            gc.collect()
+            tracemalloc.start()
+            base = tracemalloc.get_traced_memory()[0]
+            for number in range(1, count + 1):
+                await one(number)
+            gc.collect()
+            held = tracemalloc.get_traced_memory()[0]
+            proxy.conversations.evict(now=time.monotonic() + 10**9)  # all idle
+            gc.collect()
+            after = tracemalloc.get_traced_memory()[0]
+            for number in range(count + 1, 2 * count + 1):  # as many again: the process-wide caches are full
+                await one(number)
+            proxy.conversations.evict(now=time.monotonic() + 10**9)
+            gc.collect()
+            again = tracemalloc.get_traced_memory()[0]
+            proxy.rounds.clear()  # the /arc/rounds log (the last 10,000 rounds) and the known-message memo
+            proxy.known = KnownMessages()  # (bounded), emptied: what is left is per conversation
+            gc.collect()
+            emptied = tracemalloc.get_traced_memory()[0]
+            tracemalloc.stop()
+            await proxy.close()
+            return base, held, after, again, emptied
+
+    base, held, after, again, emptied = asyncio.run(run())
+    return (f"Python heap (tracemalloc, in this process): {count} conversations in memory {(held - base) / 2**20:.1f}"
+            f" MiB ({(held - base) / count / 1024:.1f} KiB each, with the caches they filled), after they left"
+            f" {(after - base) / 2**20:.1f} MiB (process-wide caches: at most 64 chat formats, the count memo, the"
+            f" known messages; the rounds log); {count} more, then out of memory:"
+            f" +{(again - after) / count / 1024:.2f} KiB per conversation, of which"
+            f" {(again - emptied) / count / 1024:.2f} KiB in the rounds log and the known-message memo (bounded);"
+            f" the heap then {(emptied - base) / 2**20:.2f} MiB over the start")
+
+
+def memory_figures(tree: Path, count: int, idle_seconds: int) -> None:
+    with fake_upstream() as upstream, tempfile.TemporaryDirectory() as scratch:
+        upstream.reply = reply_for
+        proxy = Proxy(tree, upstream.url, "--store", f"{scratch}/store", "--max-conversations", str(count + 10),
+                      "--idle-seconds", str(idle_seconds))
+        try:
+            converse(proxy.url, 0)  # the caches every conversation shares (tokenizer, template) filled
+            time.sleep(idle_seconds + 2)
+            baseline = proxy.rss_mib()
+            started = time.monotonic()
+            for number in range(1, count + 1):
+                converse(proxy.url, number)
+            held = proxy.rss_mib()
+            took = time.monotonic() - started
+            time.sleep(idle_seconds + 3)
+            chat(proxy.url, task(0, "List the files of directory 0."), tools=[BASH_TOOL])  # a request: eviction ran
+            time.sleep(1)
+            evicted = proxy.rss_mib()
+        finally:
+            code, error = proxy.stop()
+        print(f"tree {tree}: {count} conversations of 4 requests ({took:.1f} s), --idle-seconds {idle_seconds}:"
+              f" RSS {baseline:.1f} MiB before them, {held:.1f} MiB with them in memory"
+              f" ({(held - baseline) / count * 1024:.1f} KiB each), {evicted:.1f} MiB after they were idle"
+              f" {idle_seconds} s ({(evicted - baseline) / count * 1024:.1f} KiB each)", flush=True)
+        if code not in (0, None, -15) and error:
+            print(error[-2000:], file=sys.stderr)
+        if tree == REPO:
+            upstream.requests = collections.deque(maxlen=1)  # type: ignore[assignment]  # the fake keeps no body
+            print(heap_figures(upstream.url, Path(scratch) / "heap", count), flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("what", choices=("start", "memory"))
+    parser.add_argument("--conversations", default=None, help="start: comma-separated counts (100,300);"
+                                                               " memory: one count (200)")
+    parser.add_argument("--idle-seconds", type=int, default=5)
+    parser.add_argument("--tree", type=Path, default=REPO, help="the checkout whose `arc-ref proxy` is measured")
+    args = parser.parse_args()
+    tree = args.tree.resolve()
+    if args.what == "start":
+        start_figures(tree, [int(part) for part in (args.conversations or "100,300").split(",")])
+    else:
+        memory_figures(tree, int(args.conversations or 200), args.idle_seconds)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
