@@ -1,17 +1,19 @@
 """`arc-ref proxy --store DIR`: the start on a store of many conversations, and memory per idle conversation.
 
-    python benchmarks/bench_proxy_store.py start [--conversations 100,300] [--tree DIR]
+    python benchmarks/bench_proxy_store.py start [--conversations 100,300] [--tree DIR ...]
     python benchmarks/bench_proxy_store.py memory [--conversations 200] [--idle-seconds 5] [--tree DIR]
+    python benchmarks/bench_proxy_store.py hold [--conversations 4,40]
 
 ``start``: N conversations (4 requests each: a tool call, its output, a text reply, one more user turn) are
-written to a store by one proxy, which is stopped; then a fresh proxy is started on that store and timed until it
-listens (and one with an empty store, the same way, for the start's fixed part), with the files it holds open.
-Both proxies are processes of the checkout ``--tree`` (default: this one), so the same script measures another
-checkout (e.g. main before a change); a fake upstream runs in this process.
+written to a store by one proxy, which is stopped; then a fresh proxy of each ``--tree`` (default: this checkout;
+repeat it to compare, e.g. main before a change, interleaved in one run) is started on that store and timed until
+it listens (and one with an empty store, the same way, for the start's fixed part), with the files it holds open.
+The store is written by the last tree's proxy; a fake upstream runs in this process.
 
 ``memory``: N conversations kept in memory (``--max-conversations`` above N), then idle: RSS with none, with the
 N in memory, and after ``--idle-seconds`` (the option of a checkout that has it) sent them out of memory; each
-figure is divided by N. Speed and memory figures are printed, never asserted (tests/proxy asserts behaviour).
+figure is divided by N. ``hold``: what holding a stored conversation costs each request (opened, locked, caught
+up, closed) for conversations of 4 and 40 requests, against reading it whole. Speed and memory figures are printed, never asserted (tests/proxy asserts behaviour).
 """
 
 from __future__ import annotations
@@ -120,6 +122,45 @@ def heap_figures(upstream_url: str, store: Path, count: int) -> str:
             f" the heap then {(emptied - base) / 2**20:.2f} MiB over the start")
 
 
+def start_figures(trees: list[Path], counts: list[int]) -> None:
+    """Per count: the conversations written by the last tree's proxy, then each tree's proxy started on them in
+    turn (interleaved, one run), and each tree's start on an empty store."""
+    with fake_upstream() as upstream, tempfile.TemporaryDirectory() as scratch:
+        upstream.reply = reply_for
+        base: dict[Path, float] = {}
+        for tree in trees:
+            empty = Proxy(tree, upstream.url, "--store", f"{scratch}/empty-{len(base)}", wait=False)
+            try:
+                empty.wait_listening(600)
+                base[tree] = empty.listening_after or float("nan")
+            finally:
+                empty.stop()
+            print(f"tree {tree}: an empty store: listening after {base[tree]:.2f} s", flush=True)
+        store = Path(scratch) / "store"
+        written = 0
+        for count in counts:
+            writer = Proxy(trees[-1], upstream.url, "--store", str(store), "--max-conversations",
+                           str(max(counts) + 1))
+            try:
+                for number in range(written + 1, count + 1):
+                    converse(writer.url, number)
+            finally:
+                writer.stop()
+            written = count
+            files = sum(1 for _ in store.rglob("*") if _.is_file())
+            for tree in trees:
+                restart = Proxy(tree, upstream.url, "--store", str(store), wait=False)
+                try:
+                    listening = restart.wait_listening(900)
+                    held, rss = restart.open_files(), restart.rss_mib()
+                finally:
+                    restart.stop()
+                seconds = restart.listening_after or float("nan")
+                print(f"tree {tree}: {count} stored conversations ({files} files): listening after {seconds:.2f} s"
+                      f" ({seconds - base[tree]:+.2f} s over its empty store), {held} open files, RSS {rss:.0f} MiB"
+                      f"{'' if listening else ' (did not listen)'}", flush=True)
+
+
 def memory_figures(tree: Path, count: int, idle_seconds: int) -> None:
     with fake_upstream() as upstream, tempfile.TemporaryDirectory() as scratch:
         upstream.reply = reply_for
@@ -148,22 +189,75 @@ def memory_figures(tree: Path, count: int, idle_seconds: int) -> None:
             print(error[-2000:], file=sys.stderr)
         if tree == REPO:
             upstream.requests = collections.deque(maxlen=1)  # type: ignore[assignment]  # the fake keeps no body
+            upstream.headers = collections.deque(maxlen=1)  # type: ignore[assignment]  # nor headers
             print(heap_figures(upstream.url, Path(scratch) / "heap", count), flush=True)
+
+
+def hold_figures(turns: list[int], repeat: int = 30) -> None:
+    """In this process: what holding a stored conversation costs a request (its store opened and locked, the rows
+    and marks since the last request caught up, closed after) for conversations of ``turns`` requests, against
+    reading it whole (a conversation out of memory, or another process's)."""
+    import asyncio
+
+    import httpx
+
+    from arc_ref.frontends.proxy import Proxy, ProxySettings
+    from benchmarks.proxy_cases import QWEN3
+
+    with fake_upstream() as upstream, tempfile.TemporaryDirectory() as scratch:
+        upstream.reply = reply_for
+        settings = ProxySettings(upstream=upstream.url, tokenizer=f"hf-dir:{QWEN3}", context_limit=16384,
+                                 store=Path(scratch) / "store")
+
+        async def run() -> None:
+            async with httpx.AsyncClient() as client:
+                proxy = Proxy(settings, client)
+                for count in turns:
+                    messages = task(count, f"List the files of directory {count}.")
+                    key = ""
+                    for _ in range(count):
+                        reply = await proxy.complete({"model": "fake", "messages": list(messages),
+                                                      "tools": [BASH_TOOL]}, None)
+                        key = reply.conversation
+                        next_messages(messages, reply.completion["choices"][0]["message"], count)
+                    conversations = proxy.conversations
+                    caught_up, whole = [], []
+                    for _ in range(repeat):
+                        started = time.perf_counter()
+                        async with conversations.held(key):
+                            pass
+                        caught_up.append(time.perf_counter() - started)
+                        conversations.by_key.pop(key)  # out of memory: the next hold reads it whole
+                        started = time.perf_counter()
+                        async with conversations.held(key):
+                            pass
+                        whole.append(time.perf_counter() - started)
+                    rows = conversations.by_key[key].seq
+                    print(f"a conversation of {count} requests ({rows} rows): held by a request (opened, locked,"
+                          f" caught up, closed) {sorted(caught_up)[repeat // 2] * 1000:.1f} ms median; read whole"
+                          f" (out of memory) {sorted(whole)[repeat // 2] * 1000:.1f} ms median", flush=True)
+                await proxy.close()
+
+        asyncio.run(run())
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("start", "memory"))
+    parser.add_argument("what", choices=("start", "memory", "hold"))
     parser.add_argument("--conversations", default=None, help="start: comma-separated counts (100,300);"
                                                                " memory: one count (200)")
     parser.add_argument("--idle-seconds", type=int, default=5)
-    parser.add_argument("--tree", type=Path, default=REPO, help="the checkout whose `arc-ref proxy` is measured")
+    parser.add_argument("--tree", type=Path, action="append", default=None,
+                        help="a checkout whose `arc-ref proxy` is measured (repeat: start compares them, interleaved;"
+                             " the last writes the store); default: this one")
     args = parser.parse_args()
-    tree = args.tree.resolve()
+    trees = [tree.resolve() for tree in (args.tree or [REPO])]
     if args.what == "start":
-        start_figures(tree, [int(part) for part in (args.conversations or "100,300").split(",")])
+        start_figures(trees, [int(part) for part in (args.conversations or "100,300").split(",")])
+    elif args.what == "hold":
+        hold_figures([int(part) for part in (args.conversations or "4,40").split(",")])
     else:
-        memory_figures(tree, int(args.conversations or 200), args.idle_seconds)
+        memory_figures(trees[-1], int(args.conversations or 200), args.idle_seconds)
     return 0
 
 

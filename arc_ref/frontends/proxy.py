@@ -48,12 +48,13 @@ import hmac
 import itertools
 import json
 import os
+import shutil
 import sys
 import time
 import uuid
 from collections import deque
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Mapping, Sequence, overload
+from typing import Any, AsyncIterator, Callable, Mapping, Sequence, TypeVar, overload
 from urllib.parse import urlsplit
 
 import attrs
@@ -116,6 +117,7 @@ UPSTREAM_HEADERS: contextvars.ContextVar[Mapping[str, str]] = contextvars.Contex
                                                                                   default={})
 """The headers of this request's upstream calls (`upstream_headers`: the upstream's key or the client's), set by
 the HTTP server for each request."""
+T = TypeVar("T")
 PROBE_GOAL = "ARC proxy start check."  # the goal of the conversation `prepare` builds before listening
 PROBE_TOOL = {"type": "function", "function": {"name": "probe", "description": "The agent's tool of a start check.",
                                                "parameters": {"type": "object", "properties": {}}}}
@@ -590,7 +592,8 @@ class Conversations:
         delay = 0.01
         while True:
             try:
-                return await asyncio.to_thread(self._take, conversation)
+                return await in_thread_undone_if_cancelled(lambda: self._take(conversation),
+                                                           lambda _: self._release(conversation))
             except StoreLocked:
                 if time.monotonic() + delay > deadline:
                     raise
@@ -690,6 +693,17 @@ class Conversations:
             conversation = Conversation(key, store.state, store, directory, seq=store.seq, index=index)
         self.by_key[key] = conversation
         return conversation
+
+    def discard(self, conversation: Conversation) -> None:
+        """A conversation `new` made that no mark names yet (the same history arrived first in another
+        request): out of memory, its store closed and removed (blocking: a worker thread)."""
+        if self.by_key.get(conversation.key) is conversation:
+            del self.by_key[conversation.key]
+        if conversation.store is not None:
+            conversation.store.close(snapshot=False)
+            conversation.store = None
+        if conversation.directory is not None:
+            shutil.rmtree(conversation.directory, ignore_errors=True)
 
     def fork(self, parent: Conversation, mark: Mark) -> Conversation:
         """A new conversation equal to ``parent`` at ``mark`` (an edited or regenerated message follows it)."""
@@ -963,7 +977,8 @@ class Proxy:
                         if conversation.position == mark.position:
                             return await self._run(conversation, messages[start:], hashes[start:], body)
                         # it moved on (another request of this history, or the agent edited or regenerated): fork
-                        forked = await asyncio.to_thread(self.conversations.fork, conversation, mark)
+                        forked = await in_thread_undone_if_cancelled(
+                            lambda: self.conversations.fork(conversation, mark), self.conversations._release)
                 except ConversationGone:
                     continue  # set aside (or forgotten): matched again without it
                 async with self.conversations.held(forked.key) as forked:
@@ -991,23 +1006,33 @@ class Proxy:
         found = self._found(hashes)
         if found is not None:
             return found
-        # a new conversation: its configuration (the goal and tools counted, possibly a long text) is made outside
-        # the lock every new conversation takes, so that no other conversation waits for it
+        # a new conversation: its configuration (the goal and tools counted, possibly a long text), its state and
+        # store are made outside the lock every new conversation takes, so that no other conversation waits for
+        # them; under it, only the check that the same history did not arrive meanwhile and the first mark
         config = await asyncio.to_thread(self._config, system, messages[0].text, tools, template_kwargs)
-        async with self.conversations._lock:
-            found = self._found(hashes)  # the same history may have arrived meanwhile
-            if found is not None:
-                return found
-            try:
-                conversation = await asyncio.to_thread(self.conversations.new, config)
-            except (StoreError, OSError) as problem:
-                raise Failed(503, "store_unavailable", f"a new conversation's store cannot be created: {problem}",
+        try:
+            conversation = await in_thread_undone_if_cancelled(lambda: self.conversations.new(config),
+                                                               self.conversations.discard)
+        except (StoreError, OSError) as problem:
+            raise Failed(503, "store_unavailable", f"a new conversation's store cannot be created: {problem}",
+                         retry_after=5) from None
+        except ArcError as problem:  # K > L for this system prompt and goal, most often
+            raise Refused("configuration", f"ARC cannot hold this conversation: {problem}") from None
+        try:
+            async with self.conversations._lock:
+                found = self._found(hashes)  # the same history may have arrived meanwhile: that one goes on
+                if found is None:
+                    conversation.position = 1  # the system prompt and the goal are its prefix F
+                    self.conversations.add(hashes[0], conversation, conversation.mark(hashes[0]))
+                    return conversation.key
+        except BaseException as problem:  # nothing names it: not left open (and locked) in memory
+            self.conversations.discard(conversation)
+            if isinstance(problem, StoreError):
+                raise Failed(503, "store_unavailable", f"a new conversation's index cannot be written: {problem}",
                              retry_after=5) from None
-            except ArcError as problem:  # K > L for this system prompt and goal, most often
-                raise Refused("configuration", f"ARC cannot hold this conversation: {problem}") from None
-            conversation.position = 1  # the system prompt and the goal are its prefix F
-            self.conversations.add(hashes[0], conversation, conversation.mark(hashes[0]))
-            return conversation.key
+            raise
+        await asyncio.to_thread(self.conversations.discard, conversation)
+        return found
 
     def _found(self, hashes: list[str]) -> str | None:
         """The conversation that passed the deepest of ``hashes`` (with --store: one query of the shared index)."""
@@ -1156,6 +1181,21 @@ class Proxy:
         prompt_tokens = reply.usage.get("prompt_tokens")
         record.upstream_prompt_tokens = prompt_tokens if type(prompt_tokens) is int else None
         return reply
+
+
+async def in_thread_undone_if_cancelled(work: Callable[[], T], undo: Callable[[T], object]) -> T:
+    """``work()`` in a worker thread; when the request is cancelled meanwhile (its client gone, the server
+    stopping), the thread still finishes, and ``undo`` is applied to what it made (a store opened: closed)."""
+    task = asyncio.ensure_future(asyncio.to_thread(work))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        def finished(done: asyncio.Future[T]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                undo(done.result())
+
+        task.add_done_callback(finished)
+        raise
 
 
 def _give_back_freed_memory() -> None:

@@ -75,22 +75,23 @@ def test_a_restart_opens_no_conversation_and_each_request_opens_only_its_own(tmp
         with proxy(upstream, store=store) as (base_url, _):
             first = {number: post(base_url, task(number)) for number in (1, 2, 3)}
         with proxy(upstream, store=store, max_conversations=2) as (base_url, held):
-            at_start = (len(held.conversations.by_key), held.conversations.opened, open_stores())
+            at_start = (len(held.conversations.by_key), held.conversations.opened, open_stores(store))
             again = {number: post(base_url, [*task(number), first[number].json()["choices"][0]["message"],
                                              {"role": "user", "content": "go on"}]) for number in (1, 2, 3)}
-            after = (len(held.conversations.by_key), held.conversations.opened, open_stores())
+            after = (len(held.conversations.by_key), held.conversations.opened, open_stores(store))
     assert at_start == (0, 0, 0)
     assert after == (2, 3, 0)  # each opened once, two kept in memory, no store left open (nor locked)
     for number in (1, 2, 3):  # each resumed in its own stored conversation
         assert again[number].headers["x-arc-conversation"] == first[number].headers["x-arc-conversation"]
 
 
-def open_stores() -> int:
-    """This process's open descriptors on a conversation's store (task.arc)."""
+def open_stores(store: Path) -> int:
+    """This process's open descriptors on a conversation's store (DIR/KEY/task.arc) under ``store``."""
     count = 0
     for descriptor in os.listdir("/proc/self/fd"):
         with contextlib.suppress(OSError):
-            count += os.readlink(f"/proc/self/fd/{descriptor}").endswith("task.arc")
+            target = os.readlink(f"/proc/self/fd/{descriptor}")
+            count += target.startswith(str(store.resolve())) and target.endswith("task.arc")
     return count
 
 
@@ -147,3 +148,19 @@ def test_a_conversation_another_process_holds_is_waited_for_then_answered_503_st
     assert busy.status_code == 503 and busy.json()["error"]["type"] == "store_busy", busy.text
     assert busy.headers["retry-after"] == "1"
     assert answered.status_code == 200 and answered.headers["x-arc-conversation"] == key
+
+
+def test_the_same_new_history_at_once_leaves_no_store_behind(tmp_path: Path) -> None:
+    """A new conversation's store is made outside the lock every new conversation takes; when the same history
+    arrived meanwhile, the one made for nothing is removed: every conversation directory is one a reply named."""
+    import concurrent.futures
+
+    store = tmp_path / "store"
+    with fake_upstream() as upstream, proxy(upstream, store=store) as (base_url, held):
+        upstream.delay_s = 0.2
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            answers = list(pool.map(lambda _: post(base_url, task(1)), range(6)))
+        in_memory = set(held.conversations.by_key)
+    keys = {answer.headers["x-arc-conversation"] for answer in answers}
+    assert all(answer.status_code == 200 for answer in answers)
+    assert {path.name for path in store.iterdir() if path.is_dir()} == keys == in_memory
