@@ -44,12 +44,13 @@ NO_TOOLS: tuple[ToolSpec, ...] = ()
 # 16k setting, Qwen3-8B on one H200: prefilling a token costs 2 x 6.95e9 FLOPs / 989e12 FLOP/s = 14.0 us; one
 # generated token reads each context token's KV (147,456 bytes) and its share of the weights (M_w / free HBM =
 # 0.148 of it) at 4.8e12 B/s = 35.3 ns: prefill_cost = 14.0 us / 35.3 ns = 398 (Qwen3-32B on two H200: 857).
-# low_water 25 was chosen by measurement (benchmarks/bench_trajectories.py, section tradeoff: the least roofline
-# time with prefix caching over five real trajectories at 16k and 32k, o200k and Qwen3, among low-water marks 10,
-# 25, 50, 75 and expected completions 1024, 256, 64 or the bound alone); expected_completion 256 with it.
-DEFAULT_LOW_WATER = 25
+# low_water 5 and expected_completion 0 (the agent's own tokens per turn in H, not a constant) were chosen by
+# measurement (benchmarks/bench_trajectories.py, sections tradeoff and long: the least roofline time with prefix
+# caching over five real trajectories and a 500-step one at 16k and 32k, o200k and Qwen3; the issue-26 rules tried
+# are listed in benchmarks/PERFORMANCE.md).
+DEFAULT_LOW_WATER = 5
 DEFAULT_PREFILL_COST = 398
-DEFAULT_EXPECTED_COMPLETION = 256
+DEFAULT_EXPECTED_COMPLETION = 0
 MAX_COST_FIELD = 2**20  # prefill_cost and expected_completion at most this: the rule's products fit 128 bits
 
 
@@ -87,7 +88,8 @@ class Config:
     # When and how much layout "lean" compacts (spec/rendering.md section 11.1; layout "paper" keeps the paper's
     # rule): H folds down to low_water percent of what it may hold; it folds early when the roofline's terms say
     # a fold pays: prefill_cost is the prefill of one token in KV reads of one context token per generated token
-    # (0: fold only when the view would exceed K), expected_completion the tokens a call generates.
+    # (0: fold only when the view would exceed K), expected_completion the tokens a call generates (0: the agent's
+    # own tokens per turn, measured on the turns in H).
     low_water: int = DEFAULT_LOW_WATER
     prefill_cost: int = DEFAULT_PREFILL_COST
     expected_completion: int = DEFAULT_EXPECTED_COMPLETION
@@ -388,14 +390,13 @@ def _check_integers(config: Config) -> None:
     at_least_one = (
         "context_limit", "max_completion", "summary_budget", "recent_budget", "page_budget",
         "page_size", "stub_cap", "recall_budget", "chunk_tokens", "recalls_per_step", "low_water",
-        "expected_completion",
     )
     for name in at_least_one:
         if getattr(config, name) < 1:
             raise ConfigError(f"{name} must be >= 1, got {shown_integer(getattr(config, name))}")
     non_negative = (
         "overhead", "keep_verbatim_chars", "preview_head_chars", "preview_tail_chars",
-        "signature_chars", "thought_chars", "action_chars", "prefill_cost",
+        "signature_chars", "thought_chars", "action_chars", "prefill_cost", "expected_completion",
     )
     for name in non_negative:
         if getattr(config, name) < 0:

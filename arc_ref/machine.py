@@ -53,7 +53,7 @@ from arc_ref.message import Message, ToolCall
 from arc_ref.recall import BufferEntry, admit, chunk_count, make_entry, stored_chunk, stored_chunk_tokens
 from arc_ref.tools import ARC_TOOL_NAMES, arguments_problem, arguments_surrogate, call_command
 from arc_ref.store import EMPTY_STORE, Record, Store, make_record
-from arc_ref.summary import EMPTY_SUMMARY, Summary, fit_summary, summarize_entry
+from arc_ref.summary import EMPTY_SUMMARY, Summary, SummaryItem, fit_summary, summarize_entry
 from arc_ref.text import clipped, utf8_bytes
 from arc_ref.view import View, build_view
 
@@ -180,6 +180,17 @@ Output = Union[ObserveResult, AgentResult, ToolTurnResult, CompactResult, View]
 
 
 @frozen
+class FoldMemo:
+    """The summary items that a fold copy the cost rule declined made for the oldest entries of H (spec/rendering.md
+    section 11.1), so that the next try does not summarize them again; used only while those entries and Cited
+    are the very same objects (then the items are the ones the routine would make)."""
+
+    entries: tuple[LiveEntry, ...]
+    cited: immutables.Map[int, bool]
+    items: tuple[SummaryItem, ...]
+
+
+@frozen
 class ArcState:
     """The whole state of one task. Fields holding history are persistent structures (shared, not copied)."""
 
@@ -199,6 +210,8 @@ class ArcState:
     recall_message: Message | None  # U
     pending: tuple[ToolCall, ...] = ()  # tool mode: environment calls of the last turn without a result yet
     live_turns: int = 0  # agent turns in H (the cost model's t, arc_ref.trigger)
+    live_agent_tokens: int = 0  # tokens of those turns (the cost model's m * t by default, arc_ref.trigger)
+    fold_memo: FoldMemo | None = None  # the items of the last fold copy the cost rule declined
 
     @property
     def config(self) -> Config:
@@ -262,37 +275,61 @@ def fold(state: ArcState, keep_tokens: int) -> tuple[ArcState, int]:
     its result are never separated. The newest unit always stays in H. Stored records are never touched
     (A2): only H, S and Cited change.
     """
+    folded, count, _ = _fold(state, keep_tokens)
+    return folded, count
+
+
+def _fold(state: ArcState, keep_tokens: int) -> tuple[ArcState, int, tuple[SummaryItem, ...]]:
+    """`fold`, also giving the items of the folded entries (a declined copy keeps them: FoldMemo)."""
     live = state.live
-    remaining = state.live_tokens
+    count, remaining = fold_extent(live, state.live_tokens, keep_tokens)
+    if count == 0:
+        return state, 0, ()
+    setup = state.setup
+    cited = state.cited
+    memo = state.fold_memo
+    reused = 0
+    if memo is not None and memo.cited is cited:
+        limit = min(count, len(memo.entries))
+        while reused < limit and memo.entries[reused] is live[reused]:
+            reused += 1
+    added: list[SummaryItem] = []
+    for position, entry in enumerate(live[:count]):
+        if position < reused:
+            item = memo.items[position]  # type: ignore[union-attr]  # (reused > 0: memo is set)
+        else:
+            record = None
+            if isinstance(entry, (ObservationEntry, ToolResultEntry, UserEntry)) and entry.index > 0:
+                record = state.record(entry.index)
+            item = summarize_entry(setup, entry, record, record is not None and record.index in cited)
+        if item.kind == "stub":
+            cited = cited.set(item.index, True)
+        added.append(item)
+    summary = fit_summary(setup, [*state.summary.items, *added], state.summary.omitted, state.record)
+    folded = attrs.evolve(state, live=live[count:], live_tokens=remaining, summary=summary, cited=cited,
+                          live_turns=state.live_turns - _turns(live[:count]),
+                          live_agent_tokens=state.live_agent_tokens - _agent_tokens(live[:count]), fold_memo=None)
+    if setup.config.layout == "lean":
+        folded = attrs.evolve(folded, catalog_message=lean_page(folded, folded.catalog_cursor))
+    return folded, count, tuple(added)
+
+
+def fold_extent(live: tuple[LiveEntry, ...], tokens: int, keep_tokens: int) -> tuple[int, int]:
+    """(entries the routine folds, tokens of H it leaves) for H = ``live`` of ``tokens`` tokens and the target
+    ``keep_tokens``: whole units from the oldest while more than the target is left, never the newest unit
+    (spec/rendering.md section 11.2)."""
     newest = len(live) - 1
     while newest > 0 and not starts_unit(live[newest]):
         newest -= 1
     count = 0
+    remaining = tokens
     while count < newest and remaining > keep_tokens:
         remaining -= live[count].message.tokens
         count += 1
         while count < newest and not starts_unit(live[count]):
             remaining -= live[count].message.tokens
             count += 1
-    if count == 0:
-        return state, 0
-    setup = state.setup
-    cited = state.cited
-    items = list(state.summary.items)
-    for entry in live[:count]:
-        record = None
-        if isinstance(entry, (ObservationEntry, ToolResultEntry, UserEntry)) and entry.index > 0:
-            record = state.record(entry.index)
-        item = summarize_entry(setup, entry, record, record is not None and record.index in cited)
-        if item.kind == "stub":
-            cited = cited.set(item.index, True)
-        items.append(item)
-    summary = fit_summary(setup, items, state.summary.omitted, state.record)
-    folded = attrs.evolve(state, live=live[count:], live_tokens=remaining, summary=summary, cited=cited,
-                          live_turns=state.live_turns - _turns(live[:count]))
-    if setup.config.layout == "lean":
-        folded = attrs.evolve(folded, catalog_message=lean_page(folded, folded.catalog_cursor))
-    return folded, count
+    return count, remaining
 
 
 def compacted_count(state: ArcState) -> int:
@@ -340,6 +377,10 @@ def _turns(entries: tuple[LiveEntry, ...]) -> int:
     return sum(1 for entry in entries if isinstance(entry, (AgentEntry, ToolTurnEntry)))
 
 
+def _agent_tokens(entries: tuple[LiveEntry, ...]) -> int:
+    return sum(entry.message.tokens for entry in entries if isinstance(entry, (AgentEntry, ToolTurnEntry)))
+
+
 def compaction_target(state: ArcState) -> int:
     """Every trigger compacts H down to the low-water mark (hysteresis, so compaction is not run every step):
     R // 2 under layout "paper", low_water percent of R under "lean" (`arc_ref.trigger`)."""
@@ -348,8 +389,12 @@ def compaction_target(state: ArcState) -> int:
 
 def fold_decision(state: ArcState) -> str:
     """`arc_ref.trigger.decide` on this state: keep, bound (the view would exceed K) or cost (folding pays)."""
+    kept = state.live_tokens  # what a fold would keep: needed by the cost rule only
+    if state.config.layout == "lean" and state.config.prefill_cost > 0:
+        kept = fold_extent(state.live, state.live_tokens, compaction_target(state))[1]
     return trigger.decide(state.config, _tokens(state.summary.message), _tokens(state.catalog_message),
-                          _tokens(state.recall_message), state.live_tokens, state.live_turns)
+                          _tokens(state.recall_message), state.live_tokens, state.live_turns,
+                          state.live_agent_tokens, kept)
 
 
 def _append_live(state: ArcState, entries: tuple[LiveEntry, ...], **changes: Any) -> tuple[ArcState, int]:
@@ -358,18 +403,20 @@ def _append_live(state: ArcState, entries: tuple[LiveEntry, ...], **changes: Any
     pays and the fold gives a smaller view."""
     tokens = state.live_tokens + sum(entry.message.tokens for entry in entries)
     appended = attrs.evolve(state, live=state.live + entries, live_tokens=tokens,
-                            live_turns=state.live_turns + _turns(entries), **changes)
+                            live_turns=state.live_turns + _turns(entries),
+                            live_agent_tokens=state.live_agent_tokens + _agent_tokens(entries), **changes)
     decision = fold_decision(appended)
     if decision == trigger.KEEP:
         return appended, 0
-    folded, count = fold(appended, compaction_target(appended))
+    folded, count, added = _fold(appended, compaction_target(appended))
     if decision == trigger.COST:
         if count == 0:
             return appended, 0
         before, after = view(appended).tokens, view(folded).tokens
         fixed = state.setup.prefix_tokens + state.setup.generation_tokens
-        if not trigger.pays(state.config, before - after, after - fixed, appended.live_tokens, appended.live_turns):
-            return appended, 0
+        if not trigger.pays(state.config, before - after, after - fixed, appended.live_tokens, appended.live_turns,
+                            appended.live_agent_tokens):
+            return attrs.evolve(appended, fold_memo=FoldMemo(appended.live[:count], appended.cited, added)), 0
     return folded, count
 
 

@@ -10,16 +10,19 @@ S, G, U and H,
   paper, so H is sure to fit once everything older is folded (S, G, U at their budgets);
 * **bound**: an append that makes s + g + u + h exceed W folds H down to the low-water mark
   h_low = R * low_water // 100;
-* **cost**: otherwise H folds down to h_low early when the roofline's terms say the fold pays. Folding X = h - h_low
-  tokens makes the server prefill again what follows F, about Y = s + g + u + h_low tokens, at prefill_cost each (in
-  KV reads of one context token by one generated token), and spares X such reads for each of the
-  expected_completion tokens of every later call. With H growing d = h / t tokens a call (t the agent turns in H),
-  folding every time X reaches sqrt(2 * prefill_cost * Y * d / expected_completion) minimises the cost per call
-  (the economic-order-quantity balance of one cache break against the reads it saves); in integers:
-  expected_completion * X^2 * t >= 2 * prefill_cost * Y * h. The machine then folds a copy and takes it only when the
-  same inequality holds with X and Y measured on the two views (`pays`; X > 0: the fold makes the view smaller).
-  prefill_cost = 0 folds only on the bound. The defaults (low_water 25, expected_completion 256) were chosen by
-  measurement (benchmarks/bench_trajectories.py, section tradeoff).
+* **cost**: otherwise H folds down to h_low early when the roofline's terms say the fold pays. With k the tokens of
+  H such a fold keeps (whole units, the newest always: at least h_low or the newest unit), folding X = h - k
+  tokens makes the server prefill again what follows F, about Y = s + g + u + k tokens, at prefill_cost each (in
+  KV reads of one context token by one generated token), and spares X such reads for each of the m tokens every
+  later call generates. With H growing d = h / t tokens a call (t the agent turns in H), folding every time X
+  reaches sqrt(2 * prefill_cost * Y * d / m) minimises the cost per call (the economic-order-quantity balance of
+  one cache break against the reads it saves); in integers: m * t * X^2 >= 2 * prefill_cost * Y * h. m * t is
+  expected_completion * max(1, t) when expected_completion > 0, else (the default, 0) the agent's own rate as the
+  state knows it: a = the tokens of the agent turns in H (m = a / t, so m * t = a; at least 1). The machine then
+  folds a copy and takes it only when the same inequality holds with X and Y measured on the two views (`pays`;
+  X > 0: the fold makes the view smaller). prefill_cost = 0 folds only on the bound. The defaults (low_water 5,
+  expected_completion 0) were chosen by measurement (benchmarks/bench_trajectories.py, sections tradeoff and
+  long).
 """
 
 from __future__ import annotations
@@ -39,11 +42,14 @@ def low_water_mark(config: Config) -> int:
     return config.recent_budget * config.low_water // 100
 
 
-def decide(config: Config, summary: int, catalog: int, recall: int, recent: int, turns: int) -> str:
+def decide(config: Config, summary: int, catalog: int, recall: int, recent: int, turns: int,
+           agent: int, kept: int) -> str:
     """KEEP, BOUND or COST for a state whose S, G, U, H cost ``summary``, ``catalog``, ``recall``, ``recent`` tokens
-    (each message at its largest cost over its places) with ``turns`` agent turns in H (module docstring).
+    (each message at its largest cost over its places) with ``turns`` agent turns in H, costing ``agent`` tokens
+    together, of which a fold to the low-water mark would keep ``kept`` (whole units, the newest always; module
+    docstring).
 
-    pre: min(summary, catalog, recall, recent, turns) >= 0
+    pre: min(summary, catalog, recall, recent, turns, agent, kept) >= 0
     post: __return__ in ("keep", "bound", "cost")
     """
     if config.layout == "paper":
@@ -51,19 +57,26 @@ def decide(config: Config, summary: int, catalog: int, recall: int, recent: int,
     room = config.summary_budget + config.recent_budget + config.page_budget + config.recall_budget
     if summary + catalog + recall + recent > room:
         return BOUND
-    low = low_water_mark(config)
-    if config.prefill_cost == 0 or recent <= low:
+    if config.prefill_cost == 0 or recent <= max(low_water_mark(config), kept):
         return KEEP
-    if pays(config, recent - low, summary + catalog + recall + low, recent, turns):
+    if pays(config, recent - kept, summary + catalog + recall + kept, recent, turns, agent):
         return COST
     return KEEP
 
 
-def pays(config: Config, removed: int, prefilled: int, recent: int, turns: int) -> bool:
-    """The cost model's inequality: expected_completion * X^2 * t >= 2 * prefill_cost * Y * h (X removed, Y
-    prefilled again, h = tokens(H), t the agent turns in H)."""
-    return removed > 0 and (config.expected_completion * removed * removed * max(1, turns)
+def generated_reads(config: Config, turns: int, agent: int) -> int:
+    """m * t of the cost model: the tokens the next t calls are expected to generate, from expected_completion
+    when it is set (> 0), else from the agent's own turns in H (``agent`` tokens over ``turns`` turns: m = a / t)."""
+    if config.expected_completion > 0:
+        return config.expected_completion * max(1, turns)
+    return max(1, agent)
+
+
+def pays(config: Config, removed: int, prefilled: int, recent: int, turns: int, agent: int) -> bool:
+    """The cost model's inequality: m * t * X^2 >= 2 * prefill_cost * Y * h (X removed, Y prefilled again,
+    h = tokens(H), t the agent turns in H, m * t from `generated_reads`)."""
+    return removed > 0 and (generated_reads(config, turns, agent) * removed * removed
                             >= 2 * config.prefill_cost * prefilled * recent)
 
 
-__all__ = ["BOUND", "COST", "KEEP", "decide", "low_water_mark", "pays"]
+__all__ = ["BOUND", "COST", "KEEP", "decide", "generated_reads", "low_water_mark", "pays"]

@@ -31,7 +31,8 @@ bounded baseline's; ARC's prompt <= full context's + ARC's overhead on every cal
 comes back byte for byte through ``_recall-start`` / ``_recall-next``.
 
 Section ``tradeoff``: ARC alone under several low-water marks and trigger settings (the bound alone, the cost model
-with the roofline's prefill cost and an expected completion of 1024, 256 or 64 tokens), totals over the five
+with the roofline's prefill cost and the agent's own tokens per turn, or an expected completion of 256 or 64
+tokens), totals over the five
 trajectories per block with the number of trajectories missing a T$ target, and the settings with the least T$ over
 all blocks (each block's T$ relative to its best), overall and among those missing the fewest targets. Section ``long``: a synthetic
 trajectory of ``--long-steps`` steps built from the real ones (the same actions, outputs and sizes, in a seeded
@@ -75,10 +76,11 @@ ROOFLINE = {"16k": ("qwen3-8b", "h200", 1), "32k": ("qwen3-32b", "h200", 2)}
 SHORT = {"full_context": "full", "sliding_window": "window", "llm_summary": "summary",
          "structured_state": "state", "rag_memory": "rag", "arc": "arc"}
 BOUNDED = ("sliding_window", "llm_summary", "structured_state", "rag_memory")
-LOW_WATERS = (10, 25, 50, 75)
+LOW_WATERS = (5, 10, 25, 50)
 # the trigger: the bound alone (prefill_cost 0), or the cost model with the roofline's prefill_cost and an expected
-# completion of m tokens (only prefill_cost / m matters; these trajectories' agent turns average 77 tokens)
-TRIGGERS: dict[str, int | None] = {"bound": None, "m=1024": 1024, "m=256": 256, "m=64": 64}
+# completion of m tokens (only prefill_cost / m matters; these trajectories' agent turns average 66 to 113 tokens),
+# or ("agent", expected_completion 0) the agent's own tokens per turn in H
+TRIGGERS: dict[str, int | None] = {"bound": None, "agent": 0, "m=256": 256, "m=64": 64}
 LONG_SEED = 26
 # RequestSink(method, messages, prompt tokens, cached tokens by the model): a served request, as a server gets it
 RequestSink = Callable[[str, Sequence[Message], int, int], None]
@@ -424,7 +426,8 @@ def main() -> int:
         print(f"least T$ by measurement: low_water {low_water}, trigger {trigger} (missing {misses[ranked[0][0]]}"
               f" targets); the least T$ among the settings missing the fewest targets ({fewest}): low_water"
               f" {safe_water}, trigger {safe_trigger}. The shipped default (arc_ref.config): low_water"
-              f" {DEFAULT_LOW_WATER}, trigger m={DEFAULT_EXPECTED_COMPLETION}")
+              f" {DEFAULT_LOW_WATER}, trigger"
+              f" {f'm={DEFAULT_EXPECTED_COMPLETION}' if DEFAULT_EXPECTED_COMPLETION else 'agent'}")
     print(f"\n{time.perf_counter() - started:.0f} s")
     if "main" in sections:
         print("targets: " + ("all met" if not all_missed else f"{len(all_missed)} missed in all"))

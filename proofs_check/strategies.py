@@ -88,9 +88,9 @@ def configs(draw: st.DrawFn, preset_name: str | None = None, fixed: Mapping[str,
     if "layout" not in overrides:  # both presentations (spec/rendering.md section 14), lean the default
         overrides["layout"] = draw(st.sampled_from(LAYOUTS))
     # the trigger's knobs (section 11.1): the defaults, the bound alone (prefill_cost 0), eager and lazy folds
-    overrides.setdefault("low_water", draw(st.sampled_from((50, 1, 10, 25, 75, 100))))
+    overrides.setdefault("low_water", draw(st.sampled_from((50, 1, 5, 10, 25, 75, 100))))
     overrides.setdefault("prefill_cost", draw(st.sampled_from((398, 0, 1, 40, 857, 4000))))
-    overrides.setdefault("expected_completion", draw(st.sampled_from((256, 1, 64, 1024))))
+    overrides.setdefault("expected_completion", draw(st.sampled_from((0, 256, 1, 64, 1024))))
     base = preset(name, **overrides)
     floors = minimum_budgets(base)
     for key in ("stub_cap", "overhead"):

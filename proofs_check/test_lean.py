@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -41,6 +42,8 @@ from arc_ref.machine import (
     ToolResult,
     ToolTurn,
     agent_turn,
+    compaction_target,
+    fold,
     init,
     observe,
     tool_result,
@@ -80,18 +83,37 @@ def qwen3_configs(action_mode: str = "text", **fixed: Any) -> st.SearchStrategy[
                           "layout": "lean", **fixed})
 
 
-def keeps(config: Config, recent: int, turns: int) -> bool:
+def kept_by_fold(units: Sequence[tuple[int, bool]], target: int) -> int:
+    """Section 11.2's routine on H's entries (cost, starts a unit): the tokens it leaves for this target."""
+    newest = len(units) - 1
+    while newest > 0 and not units[newest][1]:
+        newest -= 1
+    remaining = sum(cost for cost, _ in units)
+    count = 0
+    while count < newest and remaining > target:
+        remaining -= units[count][0]
+        count += 1
+        while count < newest and not units[count][1]:
+            remaining -= units[count][0]
+            count += 1
+    return remaining
+
+
+def keeps(config: Config, units: Sequence[tuple[int, bool]], turns: int, agent: int) -> bool:
     """spec/rendering.md 11.1 for a state where nothing was folded (s = g = u = 0), written here from the spec
-    alone: the bound holds (h <= W) and the cost rule says keep."""
+    alone: the bound holds (h <= W) and the cost rule says keep (``units``: H's entries, their cost and whether
+    each starts a unit; ``agent``: the agent turns' tokens)."""
+    recent = sum(cost for cost, _ in units)
     room = config.summary_budget + config.recent_budget + config.page_budget + config.recall_budget
     if recent > room:
         return False
     low = config.recent_budget * config.low_water // 100
-    if config.prefill_cost == 0 or recent <= low:
+    kept = kept_by_fold(units, low)
+    if config.prefill_cost == 0 or recent <= max(low, kept):
         return True
-    removed = recent - low
-    return (config.expected_completion * removed * removed * max(1, turns)
-            < 2 * config.prefill_cost * low * recent)
+    removed = recent - kept
+    generated = config.expected_completion * max(1, turns) if config.expected_completion else max(1, agent)
+    return generated * removed * removed < 2 * config.prefill_cost * kept * recent
 
 
 class Plain:
@@ -107,21 +129,26 @@ class Plain:
         self.messages: list[dict[str, Any]] = [message.openai() for message in state.prefix]
         self.recent = 0  # h: the messages after F at their msg cost (largest over their places)
         self.turns = 0
+        self.agent_tokens = 0  # the agent turns' tokens (the cost model's m * t when expected_completion is 0)
+        self.units: list[tuple[int, bool]] = []  # H's entries: cost, and whether it starts a unit (a tool result not)
         self.unit = 0  # tool mode: the current unit's cost so far
         self.fitted = True  # every message so far fitted R (none clipped, none shown as its stub)
         self.kept = True
 
-    def _appended(self, cost: int, fits: bool = True) -> None:
+    def _appended(self, cost: int, fits: bool = True, starts_unit: bool = True) -> None:
         config = self.setup.config
         self.recent += cost
+        self.units.append((cost, starts_unit))
         self.fitted = self.fitted and fits and cost <= config.recent_budget
-        self.kept = self.kept and self.fitted and keeps(config, self.recent, self.turns)
+        self.kept = self.kept and self.fitted and keeps(config, self.units, self.turns, self.agent_tokens)
 
     def agent(self, thought: str, action: str) -> None:
         content = render.agent_message(self.show(thought), self.show(action))
         self.messages.append({"role": render.ASSISTANT, "content": content})
         self.turns += 1
-        self._appended(self.setup.message(render.ASSISTANT, content).tokens)
+        cost = self.setup.message(render.ASSISTANT, content).tokens
+        self.agent_tokens += cost
+        self._appended(cost)
 
     def observation(self, content: str, returncode: int) -> None:
         shown = self.setup.shown_form.show(content)
@@ -140,6 +167,7 @@ class Plain:
         budget = self.setup.config.recent_budget
         cost = self.setup.message(render.ASSISTANT, self.show(thought), shown).tokens
         self.unit = cost
+        self.agent_tokens += cost
         reserved = sum(self.setup.result_reserve(call_id) for call_id in self.pending)
         self._appended(cost, cost <= budget - reserved)  # else its thought is clipped
 
@@ -152,7 +180,7 @@ class Plain:
         left = budget - self.unit - sum(self.setup.result_reserve(other) for other in self.pending)
         cost = self.setup.message(render.TOOL, message, (), self.show(call_id)).tokens
         self.unit += cost
-        self._appended(cost, cost <= left)  # else it is shown as its stub
+        self._appended(cost, cost <= left, starts_unit=False)  # else it is shown as its stub
 
     def text(self, keep: int | None = None) -> str:
         """The plain transcript rendered; ``keep``: only F and its last ``keep`` messages."""
@@ -178,6 +206,7 @@ class Calls:
         self.previous: list[int] | None = None
         self.generation = state.setup.generation_tokens
         self.calls = 0
+        self.memo_checks = 0
 
     def check(self, state: ArcState, folded: int) -> View:
         shown = view(state)
@@ -204,6 +233,11 @@ class Calls:
         assert shown.tokens <= plain_tokens + excess, f"view {shown.tokens} > plain {plain_tokens} + {excess}"
         if folded_tokens >= state.config.summary_budget + state.config.page_budget:
             assert shown.tokens <= plain_tokens
+        if state.fold_memo is not None:
+            # a declined fold copy's items, kept for the next try, are the items the routine makes (section 11.1)
+            target = compaction_target(state)
+            assert fold(state, target)[0] == fold(attrs.evolve(state, fold_memo=None), target)[0]
+            self.memo_checks += 1
         ids = state.setup.tokenizer.encode(shown.text())
         if self.previous is not None and folded == 0:
             kept = len(self.previous) - self.generation

@@ -23,31 +23,35 @@ def trigger_configs(draw: st.DrawFn) -> Config:
         summary_budget=draw(st.integers(1, 8000)), recent_budget=draw(st.integers(1, 16000)),
         page_budget=draw(st.integers(1, 4000)), recall_budget=draw(st.integers(1, 8000)),
         low_water=draw(st.integers(1, 100)), prefill_cost=draw(st.sampled_from((0, 1, 398, 857, 2**20))),
-        expected_completion=draw(st.sampled_from((1, 64, 256, 2**20))),
+        expected_completion=draw(st.sampled_from((0, 1, 64, 256, 2**20))),
         layout=draw(st.sampled_from(("lean", "paper"))),
     )
 
 
-def spec_rule(config: Config, s: int, g: int, u: int, h: int, t: int) -> str:
-    """Section 11.1 as written there."""
+def spec_rule(config: Config, s: int, g: int, u: int, h: int, t: int, a: int, k: int) -> str:
+    """Section 11.1 as written there (``a``: the tokens of the agent turns in H; ``k``: what a fold to the
+    low-water mark would keep of H)."""
     M, R, P, Q = config.summary_budget, config.recent_budget, config.page_budget, config.recall_budget
     if config.layout == "paper":
         return "bound" if h > R else "keep"
     if s + g + u + h > M + R + P + Q:
         return "bound"
     h_low = R * config.low_water // 100
-    if config.prefill_cost > 0 and h > h_low:
-        X, Y = h - h_low, s + g + u + h_low
-        if config.expected_completion * X**2 * max(1, t) >= 2 * config.prefill_cost * Y * h:
+    if config.prefill_cost > 0 and h > max(h_low, k):
+        X, Y = h - k, s + g + u + k
+        mt = config.expected_completion * max(1, t) if config.expected_completion > 0 else max(1, a)
+        if mt * X**2 >= 2 * config.prefill_cost * Y * h:
             return "cost"
     return "keep"
 
 
-@given(trigger_configs(), counts, counts, counts, counts, st.integers(0, 400))
+@given(trigger_configs(), counts, counts, counts, counts, st.integers(0, 400), st.data())
 @proves("A4", "T1")
-def test_trigger_decides_as_the_spec_states(config: Config, s: int, g: int, u: int, h: int, t: int) -> None:
+def test_trigger_decides_as_the_spec_states(config: Config, s: int, g: int, u: int, h: int, t: int,
+                                            data: st.DataObject) -> None:
     u = min(u, config.recall_budget)
-    assert trigger.decide(config, s, g, u, h, t) == spec_rule(config, s, g, u, h, t)
+    a, k = data.draw(st.integers(0, h)), data.draw(st.integers(0, h))  # the agent turns and what a fold keeps: of H
+    assert trigger.decide(config, s, g, u, h, t, a, k) == spec_rule(config, s, g, u, h, t, a, k)
 
 
 @given(trigger_configs(), st.data())
@@ -69,9 +73,11 @@ def test_a_fold_to_the_low_water_mark_restores_the_bound(config: Config, data: s
 @given(trigger_configs(), st.data())
 @proves("T1")
 def test_the_cost_rule_turns_exactly_at_its_inequality(config: Config, data: st.DataObject) -> None:
-    """Layout lean: with S, G, U and H within W and h above the low-water mark, the cost rule says keep one agent
-    turn before expected_completion * X^2 * t reaches 2 * prefill_cost * Y * h, and fold at the first t where it
-    does (a random draw rarely lands near that boundary, so the boundary is computed here from section 11.1)."""
+    """Layout lean: with S, G, U and H within W and h above the low-water mark, the cost rule says keep one step
+    before m * t * X^2 reaches 2 * prefill_cost * Y * h, and fold at the first step where it does: one agent turn
+    more when expected_completion is set (m * t = expected_completion * t), one agent token more when it is 0
+    (m * t = a, the agent turns' tokens in H). A random draw rarely lands near that boundary, so the boundary is
+    computed here from section 11.1."""
     config = config.replace(layout="lean", prefill_cost=config.prefill_cost or 398)
     M, R, P, Q = config.summary_budget, config.recent_budget, config.page_budget, config.recall_budget
     s, g, u = data.draw(st.integers(0, M)), data.draw(st.integers(0, P)), data.draw(st.integers(0, Q))
@@ -79,9 +85,18 @@ def test_the_cost_rule_turns_exactly_at_its_inequality(config: Config, data: st.
     room = M + R + P + Q - s - g - u
     assume(room > h_low)
     h = data.draw(st.integers(h_low + 1, room))
-    removed, prefilled = h - h_low, s + g + u + h_low
+    k = data.draw(st.integers(h_low, h - 1))  # what the fold keeps: h_low or more (whole units)
+    removed, prefilled = h - k, s + g + u + k
     needed = 2 * config.prefill_cost * prefilled * h
-    first = -(-needed // (config.expected_completion * removed * removed))  # the least t with the product >= it
-    assume(first >= 2)  # t counts as max(1, t): the turn before must be a real one
-    assert trigger.decide(config, s, g, u, h, first) == trigger.COST
-    assert trigger.decide(config, s, g, u, h, first - 1) == trigger.KEEP
+    if config.expected_completion > 0:
+        first = -(-needed // (config.expected_completion * removed * removed))  # the least t with the product >= it
+        assume(first >= 2)  # t counts as max(1, t): the turn before must be a real one
+        a = data.draw(st.integers(0, h))  # the agent's tokens play no part
+        assert trigger.decide(config, s, g, u, h, first, a, k) == trigger.COST
+        assert trigger.decide(config, s, g, u, h, first - 1, a, k) == trigger.KEEP
+    else:
+        first = -(-needed // (removed * removed))  # the least a with the product >= it
+        assume(2 <= first <= h)  # a counts as max(1, a) and is part of H
+        t = data.draw(st.integers(0, 400))  # the number of turns plays no part
+        assert trigger.decide(config, s, g, u, h, t, first, k) == trigger.COST
+        assert trigger.decide(config, s, g, u, h, t, first - 1, k) == trigger.KEEP

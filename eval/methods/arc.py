@@ -83,9 +83,10 @@ class ArcOptions(ComponentOptions):
                                    help="ARC's cost model: one token's prefill in KV reads of one context token by"
                                         " one generated token (398: Qwen3-8B on an H200; 857: Qwen3-32B on two);"
                                         " 0 folds only when the view would exceed K")
-    expected_completion: int = int_option(DEFAULT_EXPECTED_COMPLETION, minimum=1, maximum=MAX_COST_FIELD,
+    expected_completion: int = int_option(DEFAULT_EXPECTED_COMPLETION, minimum=0, maximum=MAX_COST_FIELD,
                                           metavar="TOKENS",
-                                          help="ARC's cost model: the tokens a call is expected to generate")
+                                          help="ARC's cost model: the tokens a call is expected to generate (0:"
+                                               " the agent's own tokens per turn, measured on the turns in H)")
 
 
 def arc_config(settings: MethodSettings, system: str, goal: str, *, check: bool = True) -> Config:
