@@ -470,10 +470,10 @@ class ConversationGone(ArcError):
 
 
 class Conversations:
-    """Every conversation the proxy knows: the chain hashes each passed (with --store, every conversation of the
-    directory, read from its shared index `arc_ref.persist.hash_index`, never by opening them), and those in
-    memory (at most ``max_conversations``, none idle longer than ``idle_seconds``). A durable conversation's
-    store is opened and locked only while a request holds it (`held`)."""
+    """Every conversation the proxy knows: which passed which chain hash (with --store, every conversation of the
+    directory, looked up in its shared index `arc_ref.persist.hash_index`, never by opening them; without, those
+    in memory), and those in memory (at most ``max_conversations``, none idle longer than ``idle_seconds``). A
+    durable conversation's store is opened and locked only while a request holds it (`held`)."""
 
     def __init__(self, settings: ProxySettings) -> None:
         self.settings = settings
