@@ -244,9 +244,13 @@ def check_session(report: Report, url: str, model_dir: Path) -> None:
                       recent_budget=1024, chunk_tokens=512, context_limit=WINDOW, max_completion=1024)
     session.add_user("Which line of the logs says LATE?")
     gaps: list[int] = []
-    steps = 10
-    for step in range(steps):
+    # steps until the view has folded and three requests were sent after the fold (when the Session folds is the
+    # trigger's choice, spec 11.1: 11 steps with today's defaults), at most 40
+    steps, after_fold = 0, 0
+    while steps < 40 and after_fold < 3:
+        step = steps
         audit = session.audit()
+        after_fold += audit.folded > 0
         payload = {"model": SERVED, "messages": session.messages(), "tools": session.tools(), "max_tokens": 16,
                    "chat_template_kwargs": {"enable_thinking": False}}
         answer = httpx.post(f"{url}/chat/completions", json=payload, timeout=600).json()
@@ -256,11 +260,12 @@ def check_session(report: Report, url: str, model_dir: Path) -> None:
         session.add_assistant({"role": "assistant", "content": "", "tool_calls": [call]})
         output = "\n".join(f"log{step} line {line}: status={'LATE' if line == 7 else 'ok'}" for line in range(30))
         session.add_tool_result(f"call_{step}", output)
+        steps += 1
     final = session.audit()
-    report.check(max(gaps) == 0 and final.folded > 0 and final.stored == steps and final.tokens <= final.budget,
+    report.check(max(gaps) == 0 and after_fold >= 3 and final.stored == steps and final.tokens <= final.budget,
                  "session: audit tokens = usage.prompt_tokens on every request while it compacts",
-                 f"{len(gaps)} requests, max |audit - usage| = {max(gaps)}, {final.stored} stored, "
-                 f"{final.folded} entries folded")
+                 f"{len(gaps)} requests ({after_fold} after the first fold), max |audit - usage| = {max(gaps)},"
+                 f" {final.stored} stored, {final.folded} entries folded")
     session.close()
 
 
