@@ -88,7 +88,7 @@ from arc_ref.options import unique_settings
 from arc_ref.view import View
 from arc_ref.openai_wire import TOOL_SHAPE, ShapeError, arguments_text, content_parts, error_body, read_tool, \
     read_tool_call
-from arc_ref.persist import DurableStore, StoreError, StoreLocked
+from arc_ref.persist import DurableStore, StoreError, StoreFull, StoreLocked, StoreReadOnly
 from arc_ref.persist.hash_index import HashIndex
 from arc_ref.persist.marks import IndexMark, MarkFile, read_hashes
 from arc_ref.persist.postgres import is_database_url
@@ -573,8 +573,12 @@ class Conversations:
                         raise Failed(503, "store_busy", f"conversation {key} is held by another proxy process for"
                                      f" more than {self.settings.lock_wait_s:g} s; try again",
                                      retry_after=max(1, round(self.settings.lock_wait_s))) from None
-                    except (StoreError, OSError, ValueError) as problem:  # damaged, missing, unreadable
-                        self._set_aside(key, problem)
+                    except (StoreError, OSError, ValueError) as problem:
+                        if not _damaged(problem):  # a full disk, a read-only mount, no file descriptor left:
+                            # may pass; the conversation is kept (set aside, its next request would start anew)
+                            raise Failed(503, "store_unavailable", f"conversation {key}'s store cannot be opened"
+                                         f" now: {' '.join(str(problem).split())}", retry_after=5) from None
+                        self._set_aside(key, problem)  # damaged or missing: never usable as it is
                         raise ConversationGone(self.set_aside[key]) from None
                 try:
                     yield conversation
@@ -683,12 +687,17 @@ class Conversations:
         else:
             directory = self.settings.store / key
             directory.mkdir()
-            store = DurableStore.create(directory / "task.arc", config)
+            try:
+                store = DurableStore.create(directory / "task.arc", config)
+            except BaseException:
+                shutil.rmtree(directory, ignore_errors=True)
+                raise
             try:
                 store.append_many(events)
                 index = MarkFile.create(directory)
             except BaseException:
                 store.close(snapshot=False)
+                shutil.rmtree(directory, ignore_errors=True)
                 raise
             conversation = Conversation(key, store.state, store, directory, seq=store.seq, index=index)
         self.by_key[key] = conversation
@@ -712,12 +721,16 @@ class Conversations:
         else:
             events = []
         child = self.new(parent.state.config, events)
-        if parent.store is None:
-            assert mark.state is not None
-            child.state = mark.state
-            child.seq = mark.seq
-        child.position = mark.position
-        self.add(mark.chain_hash, child, child.mark(mark.chain_hash))  # the chain goes on from the fork point
+        try:
+            if parent.store is None:
+                assert mark.state is not None
+                child.state = mark.state
+                child.seq = mark.seq
+            child.position = mark.position
+            self.add(mark.chain_hash, child, child.mark(mark.chain_hash))  # the chain goes on from the fork point
+        except BaseException:  # its mark not written: nothing names it, so it is not left open (and locked)
+            self.discard(child)
+            raise
         return child
 
     def close(self) -> None:
@@ -965,26 +978,37 @@ class Proxy:
         messages, tools, system, hashes, template_kwargs = parse_request(body, explicit, self.known)
         self._sweep_idle()
         try:
-            while True:
-                key = await self._resume(hashes, messages, system, tools, template_kwargs)
-                try:
-                    async with self.conversations.held(key) as conversation:
-                        found = conversation.deepest_mark(hashes)  # its rows and marks caught up: maybe deeper
-                        if found is None:  # the index named it for a mark its marks file lost: look again
-                            self.conversations.forget(key, hashes, conversation)
-                            continue
-                        mark, start = found
-                        if conversation.position == mark.position:
-                            return await self._run(conversation, messages[start:], hashes[start:], body)
-                        # it moved on (another request of this history, or the agent edited or regenerated): fork
-                        forked = await in_thread_undone_if_cancelled(
-                            lambda: self.conversations.fork(conversation, mark), self.conversations._release)
-                except ConversationGone:
-                    continue  # set aside (or forgotten): matched again without it
-                async with self.conversations.held(forked.key) as forked:
-                    return await self._run(forked, messages[start:], hashes[start:], body)
+            return await self._complete(messages, tools, system, hashes, template_kwargs, body)
+        except TimeoutError:  # an OSError, but not the store's
+            raise
+        except (StoreError, OSError) as problem:  # a mark, the shared index, a fork's store: may pass on a retry
+            raise Failed(503, "store_unavailable", f"the conversation's store failed: {' '.join(str(problem).split())}",
+                         retry_after=5) from None
         finally:
             self.conversations.evict()
+
+    async def _complete(self, messages: Sequence[AgentMessage], tools: list[dict[str, Any]], system: str,
+                        hashes: list[str], template_kwargs: tuple[tuple[str, Any], ...], body: dict[str, Any]
+                        ) -> Reply:
+        """`complete` after the request is read: the conversation found (or made, or forked) and held, then run."""
+        while True:
+            key = await self._resume(hashes, messages, system, tools, template_kwargs)
+            try:
+                async with self.conversations.held(key) as conversation:
+                    found = conversation.deepest_mark(hashes)  # its rows and marks caught up: maybe deeper
+                    if found is None:  # the index named it for a mark its marks file lost: look again
+                        self.conversations.forget(key, hashes, conversation)
+                        continue
+                    mark, start = found
+                    if conversation.position == mark.position:
+                        return await self._run(conversation, messages[start:], hashes[start:], body)
+                    # it moved on (another request of this history, or the agent edited or regenerated): fork
+                    forked = await in_thread_undone_if_cancelled(
+                        lambda: self.conversations.fork(conversation, mark), self.conversations._release)
+            except ConversationGone:
+                continue  # set aside (or forgotten): matched again without it
+            async with self.conversations.held(forked.key) as forked:
+                return await self._run(forked, messages[start:], hashes[start:], body)
 
     def _sweep_idle(self) -> None:
         """From the first request on: every few seconds, conversations idle past ``idle_seconds`` leave memory
@@ -1207,6 +1231,19 @@ def _give_back_freed_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
+
+
+def _damaged(problem: BaseException) -> bool:
+    """A stored conversation that cannot be opened because of what is on disk (damaged rows or marks, a missing
+    file: set aside), rather than for a passing reason (a full or read-only file system, no file descriptor
+    left, a busy index: 503, kept)."""
+    if isinstance(problem, (StoreFull, StoreReadOnly)):
+        return False
+    if isinstance(problem, StoreError):
+        return True  # StoreCorrupt, StoreNotFound, a file that is not a store
+    if isinstance(problem, OSError):
+        return isinstance(problem, (FileNotFoundError, NotADirectoryError, IsADirectoryError))
+    return True  # ValueError: a row or mark that does not read
 
 
 def view_digest(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -31,17 +32,36 @@ class HashIndex:
     def __init__(self, directory: Path) -> None:
         self.path = directory / HASH_INDEX_FILE
         self._guard = threading.Lock()
-        try:
-            self._connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
-                                               check_same_thread=False)
-            self._connection.execute("PRAGMA journal_mode=WAL")
-            self._connection.execute("PRAGMA synchronous=NORMAL")
-            self._connection.execute("CREATE TABLE IF NOT EXISTS hashes (id INTEGER PRIMARY KEY, hash TEXT NOT NULL,"
-                                     " key TEXT NOT NULL)")
-            self._connection.execute("CREATE INDEX IF NOT EXISTS hashes_by_hash ON hashes (hash)")
-        except sqlite3.Error as problem:
-            raise StoreError(f"the conversations' index {str(self.path)!r} cannot be opened ({problem}); it is"
-                             " rebuilt from each conversation's marks.jsonl when removed") from None
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            connection: sqlite3.Connection | None = None
+            try:
+                self._connection = connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S,
+                                                                isolation_level=None, check_same_thread=False)
+                # switching to WAL answers "database is locked" at once (no busy wait) while another process
+                # sets the file up: tried again, as two processes started together on a new DIR do
+                self._connection.execute("PRAGMA journal_mode=WAL")
+                self._connection.execute("PRAGMA synchronous=NORMAL")
+                self._connection.execute("CREATE TABLE IF NOT EXISTS hashes (id INTEGER PRIMARY KEY, hash TEXT"
+                                         " NOT NULL, key TEXT NOT NULL)")
+                self._connection.execute("CREATE INDEX IF NOT EXISTS hashes_by_hash ON hashes (hash)")
+                return
+            except sqlite3.OperationalError as problem:
+                if "locked" in str(problem) and time.monotonic() < deadline:
+                    if connection is not None:
+                        connection.close()
+                    time.sleep(0.05)
+                    continue
+                raise self._unopened(problem) from None
+            except sqlite3.Error as problem:
+                raise self._unopened(problem) from None
+
+    def _unopened(self, problem: sqlite3.Error) -> StoreError:
+        if "locked" in str(problem):
+            return StoreError(f"the conversations' index {str(self.path)!r} cannot be opened: another process"
+                              f" holds it locked ({problem})")
+        return StoreError(f"the conversations' index {str(self.path)!r} cannot be opened ({problem}); it is"
+                          " rebuilt from each conversation's marks.jsonl when removed")
 
     def keys_of(self, hashes: Sequence[str]) -> dict[str, list[str]]:
         """The conversations that passed each of ``hashes`` (those that any did), oldest row first."""
