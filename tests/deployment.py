@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 POSTGRES_REQUIRED = "ARC_REQUIRE_POSTGRES"  # set by .ci/run: a missing PostgreSQL fails instead of skipping
 
@@ -325,3 +325,28 @@ def arc_proxy(directory: Path, upstream_url: str, tokenizer: Path, store: str | 
                "--port", str(port), *(["--store", store] if store else []),
                *(part for key, value in settings.items() for part in ("--set", f"{key}={value}"))]
     return Service(command, port, directory / f"proxy-{port}.log", "/v1/models").start()
+
+
+@contextlib.contextmanager
+def running(*services: "Service | Haproxy") -> Iterator[None]:
+    """Each of ``services`` stopped when the block ends, however it ends."""
+    try:
+        yield
+    finally:
+        for service in services:
+            service.stop()
+
+
+def rounds(service: Service) -> list[dict[str, Any]]:
+    """The proxy's GET /arc/rounds: the upstream calls it made, as it recorded them."""
+    import httpx  # the proxy extra's; only the proxy tests call this
+
+    return httpx.get(f"http://127.0.0.1:{service.port}/arc/rounds", timeout=30).json()  # type: ignore[no-any-return]
+
+
+def views(records: list[dict[str, Any]]) -> list[str]:
+    """The upstream views of one conversation, in order (its rounds ordered by the rows they were taken at)."""
+    conversations = {record["conversation"] for record in records}
+    assert len(conversations) == 1, f"expected one conversation, got {len(conversations)}"
+    return [record["view_digest"] for record in sorted(records, key=lambda record: record["seq"])
+            if record["status"] == 200]

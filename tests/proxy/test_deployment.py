@@ -13,14 +13,13 @@ Slow (agent processes); skips, saying why, without Qwen3's files, the agents, Po
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import shutil
 import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -28,10 +27,12 @@ from tests.deployment import (
     POSTGRES_REQUIRED,
     Haproxy,
     PostgresServer,
-    Service,
     arc_proxy,
     haproxy_absent,
+    rounds,
+    running,
     scripted_upstream,
+    views,
 )
 from tests.proxy.harness import BUDGETS, QWEN3, big_log, needs_qwen3, task_text
 from tests.proxy.test_acceptance import MINI, check_trajectory, run_mini
@@ -50,27 +51,6 @@ def balancer_available() -> None:
         if os.environ.get(POSTGRES_REQUIRED) == "1":
             pytest.fail(f"{POSTGRES_REQUIRED}=1 but {why}")
         pytest.skip(why)
-
-
-@contextlib.contextmanager
-def running(*services: Service | Haproxy) -> Iterator[None]:
-    try:
-        yield
-    finally:
-        for service in services:
-            service.stop()
-
-
-def rounds(service: Service) -> list[dict[str, Any]]:
-    return httpx.get(f"http://127.0.0.1:{service.port}/arc/rounds", timeout=30).json()  # type: ignore[no-any-return]
-
-
-def views(records: list[dict[str, Any]]) -> list[str]:
-    """The upstream views of one conversation, in order (its rounds ordered by the rows they were taken at)."""
-    conversations = {record["conversation"] for record in records}
-    assert len(conversations) == 1, f"expected one conversation, got {len(conversations)}"
-    return [record["view_digest"] for record in sorted(records, key=lambda record: record["seq"])
-            if record["status"] == 200]
 
 
 def run_sdk(base_url: str, task: str, outputs: list[str] | None = None) -> str:

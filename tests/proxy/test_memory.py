@@ -38,17 +38,29 @@ def three_turns(base_url: str, numbers: tuple[int, ...], same_key: bool = True) 
     """Each conversation's first request, then the others', then each one's second: the conversation keys of
     the second requests and the digests of every upstream view, in order."""
     first = {number: post(base_url, task(number), tools=[BASH_TOOL]) for number in numbers}
+    return second_turns(base_url, first, same_key), view_digests(base_url)
+
+
+def second_turns(base_url: str, first: dict[int, httpx.Response], same_key: bool) -> list[str]:
+    """Each conversation's second request (its first reply and a tool output), in order: their conversation keys;
+    with ``same_key`` each is asserted to be the first's (resumed in place; without a store an evicted
+    conversation is built again: a new key)."""
     keys = []
-    for number in numbers:
-        history = [*task(number), first[number].json()["choices"][0]["message"],
+    for number, answered in first.items():
+        history = [*task(number), answered.json()["choices"][0]["message"],
                    {"role": "tool", "tool_call_id": "c1", "content": f"output {number}\n" * 50}]
         second = post(base_url, history, tools=[BASH_TOOL])
         assert second.status_code == 200, second.text
-        if same_key:  # resumed in place (without a store an evicted conversation is built again: a new key)
-            assert second.headers["x-arc-conversation"] == first[number].headers["x-arc-conversation"]
+        if same_key:
+            assert second.headers["x-arc-conversation"] == answered.headers["x-arc-conversation"]
         keys.append(second.headers["x-arc-conversation"])
-    rounds = httpx.get(base_url.removesuffix("/v1") + "/arc/rounds", timeout=30).json()
-    return keys, [record["view_digest"] for record in rounds]
+    return keys
+
+
+def view_digests(base_url: str) -> list[str]:
+    """The digest of every upstream view the proxy sent, in order (GET /arc/rounds)."""
+    return [record["view_digest"]
+            for record in httpx.get(base_url.removesuffix("/v1") + "/arc/rounds", timeout=30).json()]
 
 
 @pytest.mark.parametrize("stored", [True, False], ids=["store", "memory"])
@@ -111,16 +123,8 @@ def test_an_idle_conversation_leaves_memory_and_comes_back_unchanged(stored: boo
             while held.conversations.by_key and time.monotonic() < deadline:
                 time.sleep(0.1)
             emptied = (len(held.conversations.by_key), held.conversations.evicted)
-            views = []
-            for number in numbers:
-                history = [*task(number), first[number].json()["choices"][0]["message"],
-                           {"role": "tool", "tool_call_id": "c1", "content": f"output {number}\n" * 50}]
-                second = post(base_url, history, tools=[BASH_TOOL])
-                assert second.status_code == 200, second.text
-                if stored:
-                    assert second.headers["x-arc-conversation"] == first[number].headers["x-arc-conversation"]
-            views = [record["view_digest"]
-                     for record in httpx.get(base_url.removesuffix("/v1") + "/arc/rounds", timeout=30).json()]
+            second_turns(base_url, first, same_key=stored)
+            views = view_digests(base_url)
     assert emptied == (0, 2)  # both left memory while no request came
     assert views == expected
 

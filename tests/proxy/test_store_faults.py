@@ -4,8 +4,9 @@ is kept (not set aside, so its next request resumes it rather than starting anew
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -31,91 +32,88 @@ def _edited(number: int) -> list[dict[str, Any]]:
     return [*task(1), {"role": "assistant", "content": f"edited {number}"}, {"role": "user", "content": "again"}]
 
 
-def _settings(url: str, store: Path) -> ProxySettings:
-    return ProxySettings(upstream=url, tokenizer=f"hf-dir:{QWEN3}", context_limit=16384, store=store)
+@contextlib.contextmanager
+def _proxy(store: Path) -> Iterator[tuple[Any, str]]:
+    """The proxy app on ``store`` (and its URL) in front of an upstream that always calls the bash tool."""
+    with fake_upstream() as upstream:
+        upstream.reply = lambda body: call_reply()
+        app = build_app(ProxySettings(upstream=upstream.url, tokenizer=f"hf-dir:{QWEN3}", context_limit=16384,
+                                      store=store))
+        with serve_app(app) as base:
+            yield app, base
+
+
+def _no_space(self: Any, mark: Any) -> None:
+    """MarkFile.append on a full disk."""
+    raise StoreError("cannot write the conversation index: No space left on device (injected)")
 
 
 def test_a_full_disk_when_a_conversation_is_opened_is_503_and_the_conversation_is_kept(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with fake_upstream() as upstream:
-        upstream.reply = lambda body: call_reply()
-        app = build_app(_settings(upstream.url, tmp_path / "store"))
-        with serve_app(app) as base:
-            first = post(base, task(1), tools=[BASH_TOOL])
-            key = first.headers["x-arc-conversation"]
-            opened = proxy_module.DurableStore.open
-            failures = iter([StoreFull("the file system is full (injected); nothing is damaged")])
+    with _proxy(tmp_path / "store") as (app, base):
+        first = post(base, task(1), tools=[BASH_TOOL])
+        key = first.headers["x-arc-conversation"]
+        opened = proxy_module.DurableStore.open
+        failures = iter([StoreFull("the file system is full (injected); nothing is damaged")])
 
-            def full_once(path: Any, **options: Any) -> Any:
-                failure = next(failures, None)
-                if failure is not None:
-                    raise failure
-                return opened(path, **options)
+        def full_once(path: Any, **options: Any) -> Any:
+            failure = next(failures, None)
+            if failure is not None:
+                raise failure
+            return opened(path, **options)
 
-            monkeypatch.setattr(proxy_module.DurableStore, "open", full_once)
-            app.state.proxy.conversations.evict(now=float("inf"))  # out of memory: the next request opens it
-            refused = post(base, _continued(first), tools=[BASH_TOOL])
-            assert (refused.status_code, refused.json()["error"]["type"]) == (503, "store_unavailable")
-            assert refused.headers.get("retry-after")
-            assert app.state.proxy.conversations.set_aside == {}
-            again = post(base, _continued(first), tools=[BASH_TOOL])  # the retry resumes the same conversation
-            assert (again.status_code, again.headers["x-arc-conversation"]) == (200, key)
+        monkeypatch.setattr(proxy_module.DurableStore, "open", full_once)
+        app.state.proxy.conversations.evict(now=float("inf"))  # out of memory: the next request opens it
+        refused = post(base, _continued(first), tools=[BASH_TOOL])
+        assert (refused.status_code, refused.json()["error"]["type"]) == (503, "store_unavailable")
+        assert refused.headers.get("retry-after")
+        assert app.state.proxy.conversations.set_aside == {}
+        again = post(base, _continued(first), tools=[BASH_TOOL])  # the retry resumes the same conversation
+        assert (again.status_code, again.headers["x-arc-conversation"]) == (200, key)
 
 
 def test_a_mark_or_index_that_cannot_be_written_is_503_not_500(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with fake_upstream() as upstream:
-        upstream.reply = lambda body: call_reply()
-        app = build_app(_settings(upstream.url, tmp_path / "store"))
-        with serve_app(app) as base:
-            first = post(base, task(1), tools=[BASH_TOOL])
+    with _proxy(tmp_path / "store") as (app, base):
+        first = post(base, task(1), tools=[BASH_TOOL])
 
-            def no_space(self: Any, mark: Any) -> None:
-                raise StoreError("cannot write the conversation index: No space left on device (injected)")
+        with monkeypatch.context() as patch:
+            patch.setattr(MarkFile, "append", _no_space)
+            refused = post(base, _continued(first), tools=[BASH_TOOL])
+            assert (refused.status_code, refused.json()["error"]["type"]) == (503, "store_unavailable")
+        index = app.state.proxy.conversations.hash_index
 
-            with monkeypatch.context() as patch:
-                patch.setattr(MarkFile, "append", no_space)
-                refused = post(base, _continued(first), tools=[BASH_TOOL])
-                assert (refused.status_code, refused.json()["error"]["type"]) == (503, "store_unavailable")
-            index = app.state.proxy.conversations.hash_index
+        def busy(rows: Any) -> None:
+            raise StoreError("the conversations' index cannot be written: database is locked (injected)")
 
-            def busy(rows: Any) -> None:
-                raise StoreError("the conversations' index cannot be written: database is locked (injected)")
-
-            with monkeypatch.context() as patch:
-                patch.setattr(index, "add", busy)
-                refused = post(base, _continued(first, "other output\n"), tools=[BASH_TOOL])
-                assert (refused.status_code, refused.json()["error"]["type"]) == (503, "store_unavailable")
+        with monkeypatch.context() as patch:
+            patch.setattr(index, "add", busy)
+            refused = post(base, _continued(first, "other output\n"), tools=[BASH_TOOL])
+            assert (refused.status_code, refused.json()["error"]["type"]) == (503, "store_unavailable")
 
 
 def test_a_fork_that_fails_leaves_no_store_open_and_no_directory(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = tmp_path / "store"
-    with fake_upstream() as upstream:
-        upstream.reply = lambda body: call_reply()
-        app = build_app(_settings(upstream.url, store))
-        with serve_app(app) as base:
-            assert post(base, task(1), tools=[BASH_TOOL]).status_code == 200
-            directories = sorted(path.name for path in store.iterdir() if path.is_dir())
+    with _proxy(store) as (app, base):
+        assert post(base, task(1), tools=[BASH_TOOL]).status_code == 200
+        directories = sorted(path.name for path in store.iterdir() if path.is_dir())
 
-            def no_space(self: Any, mark: Any) -> None:
-                raise StoreError("cannot write the conversation index: No space left on device (injected)")
+        with monkeypatch.context() as patch:  # the fork's store is made, then its first mark fails
+            patch.setattr(MarkFile, "append", _no_space)
+            for number in range(3):
+                assert post(base, _edited(number), tools=[BASH_TOOL]).status_code == 503
+        conversations = app.state.proxy.conversations
+        assert [key for key, held in conversations.by_key.items() if held.store is not None] == []
+        assert sorted(path.name for path in store.iterdir() if path.is_dir()) == directories
 
-            with monkeypatch.context() as patch:  # the fork's store is made, then its first mark fails
-                patch.setattr(MarkFile, "append", no_space)
-                for number in range(3):
-                    assert post(base, _edited(number), tools=[BASH_TOOL]).status_code == 503
-            conversations = app.state.proxy.conversations
-            assert [key for key, held in conversations.by_key.items() if held.store is not None] == []
-            assert sorted(path.name for path in store.iterdir() if path.is_dir()) == directories
+        def full(path: Any, config: Any) -> Any:
+            raise StoreFull("the file system is full (injected)")
 
-            def full(path: Any, config: Any) -> Any:
-                raise StoreFull("the file system is full (injected)")
-
-            with monkeypatch.context() as patch:  # the fork's store cannot even be created
-                patch.setattr(proxy_module.DurableStore, "create", full)
-                assert post(base, _edited(9), tools=[BASH_TOOL]).status_code == 503
-            assert sorted(path.name for path in store.iterdir() if path.is_dir()) == directories
-            for directory in store.iterdir():  # no store of this test left locked: each opens (StoreLocked if not)
-                if directory.is_dir():
-                    DurableStore.open(directory / "task.arc").close(snapshot=False)
+        with monkeypatch.context() as patch:  # the fork's store cannot even be created
+            patch.setattr(proxy_module.DurableStore, "create", full)
+            assert post(base, _edited(9), tools=[BASH_TOOL]).status_code == 503
+        assert sorted(path.name for path in store.iterdir() if path.is_dir()) == directories
+        for directory in store.iterdir():  # no store of this test left locked: each opens (StoreLocked if not)
+            if directory.is_dir():
+                DurableStore.open(directory / "task.arc").close(snapshot=False)

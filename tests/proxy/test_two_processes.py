@@ -13,13 +13,12 @@ resends its whole history every turn and sends each request to the other process
 
 from __future__ import annotations
 
-import contextlib
 import json
 import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pytest
 
@@ -27,30 +26,10 @@ from tests.proxy.harness import BASH_TOOL, BUDGETS, QWEN3, big_log, needs_qwen3,
 
 import httpx  # noqa: E402  (after the harness, which skips without the proxy extra)
 
-from tests.deployment import Service, arc_proxy, scripted_upstream  # noqa: E402
+from tests.deployment import Service, arc_proxy, rounds, running, scripted_upstream, views  # noqa: E402
 
 pytestmark = needs_qwen3
 SUBMIT = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
-
-
-@contextlib.contextmanager
-def running(*services: Service) -> Iterator[None]:
-    try:
-        yield
-    finally:
-        for service in services:
-            service.stop()
-
-
-def rounds(service: Service) -> list[dict[str, Any]]:
-    return httpx.get(f"http://127.0.0.1:{service.port}/arc/rounds", timeout=30).json()  # type: ignore[no-any-return]
-
-
-def views(records: list[dict[str, Any]]) -> list[str]:
-    """The upstream views of one conversation, in order (its rounds ordered by the rows they were taken at)."""
-    assert len({record["conversation"] for record in records}) == 1, "expected one conversation"
-    return [record["view_digest"] for record in sorted(records, key=lambda record: record["seq"])
-            if record["status"] == 200]
 
 
 def agent(route: Callable[[int, list[dict[str, Any]]], httpx.Response], log: Path, confirmations: int = 3
