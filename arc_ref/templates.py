@@ -505,11 +505,24 @@ class ChatTemplate:
         raise TemplateRefused("every split-mark character occurs in the conversation; cannot split it per message")
 
 
-@functools.lru_cache(maxsize=16)
 def compiled_template(source: str, special_tokens: tuple[tuple[str, Any], ...],
                       template_kwargs: tuple[tuple[str, Any], ...], name: str) -> ChatTemplate:
     """A compiled template, shared by every task that renders it (compiling costs tens of milliseconds)."""
+    return _compiled_template(source, special_tokens, template_kwargs, name, kwargs_key(template_kwargs))
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled_template(source: str, special_tokens: tuple[tuple[str, Any], ...],
+                       template_kwargs: tuple[tuple[str, Any], ...], name: str,
+                       typed_kwargs: tuple[tuple[str, str, str], ...]) -> ChatTemplate:
     return ChatTemplate(source, dict(special_tokens), dict(template_kwargs), name)
+
+
+def kwargs_key(template_kwargs: Iterable[tuple[str, Any]]) -> tuple[tuple[str, str, str], ...]:
+    """Template keywords as a cache key tells them apart: each value's type and repr beside it, since Python finds
+    ``False == 0 == 0.0`` and ``0.0 == -0.0`` (equal keys) where a template does not (``enable_thinking is false``
+    is not true of 0: Qwen3's empty think block, 4 tokens)."""
+    return tuple((name, type(value).__name__, repr(value)) for name, value in template_kwargs)
 
 
 def _strings(value: Any) -> Iterable[str]:
@@ -1060,9 +1073,22 @@ class TemplateFormat:
         return result
 
 
-@functools.lru_cache(maxsize=64)
 def template_format(tokenizer: HuggingFaceTokenizer, directory: str, template_kwargs: tuple[tuple[str, Any], ...],
                     tools: tuple[ToolSpec, ...], system: str, goal: str, action_mode: str) -> TemplateFormat:
-    """The chat format ``template`` of a model directory for one task prefix (shared by equal configurations)."""
+    """The chat format ``template`` of a model directory for one task prefix (shared by equal configurations:
+    keywords equal by type and repr, `kwargs_key`)."""
+    return _template_format(tokenizer, directory, template_kwargs, tools, system, goal, action_mode,
+                            kwargs_key(template_kwargs))
+
+
+@functools.lru_cache(maxsize=64)
+def _template_format(tokenizer: HuggingFaceTokenizer, directory: str, template_kwargs: tuple[tuple[str, Any], ...],
+                     tools: tuple[ToolSpec, ...], system: str, goal: str, action_mode: str,
+                     typed_kwargs: tuple[tuple[str, str, str], ...]) -> TemplateFormat:
     return TemplateFormat(tokenizer, load_template_source(directory), dict(template_kwargs), tools, system, goal,
                           action_mode)
+
+
+def clear_template_formats() -> None:
+    """Forget every cached chat format of a task prefix (the evaluation layer's ``clear``)."""
+    _template_format.cache_clear()
