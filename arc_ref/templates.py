@@ -780,7 +780,7 @@ SHARED_FAMILIES = 16  # prefixes without their goal (template, tools, system, mo
 
 class _SharedCosts:
     """Placed costs that hold for every goal (`TemplateFormat.placed_costs`), per family of formats: the compiled
-    template (its source, keywords and model directory), the tools, the system text and the action mode. The
+    template (its source, keywords and model directory), the tokenizer, the tools, the system text and the mode. The
     least recently used families and, in each, messages are forgotten; thread-safe."""
 
     def __init__(self, families: int) -> None:
@@ -968,7 +968,7 @@ class TemplateFormat:
         self._prefix_strings = tuple(_strings(self._prefix))
         self._cache = _LRU(4096)  # placed costs of messages whose content is at most MEMO_TEXT_CHARS long
         # ... and those that hold for every goal, shared by the formats of this template, tools, system and mode
-        self._shared = _SHARED_COSTS.family((self.template, self.tools, system, action_mode))
+        self._shared = _SHARED_COSTS.family((self.template, tokenizer, self.tools, system, action_mode))
         self._last_large: tuple[Any, tuple[tuple[Context, int], ...]] | None = None  # ... and of the last longer one
         self._listing_tokens: int | None = None
         head, pieces, tail = self.template.render_parts(self._prefix, self._server_tools)
