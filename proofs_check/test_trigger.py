@@ -81,7 +81,8 @@ def test_the_cost_rule_turns_exactly_at_its_inequality(config: Config, data: st.
     before m * t * X^2 reaches 2 * prefill_cost * Y * h, and fold at the first step where it does: one agent turn
     more when expected_completion is set (m * t = expected_completion * t), one agent token more when it is 0
     (m * t = a, the agent turns' tokens in H). A random draw rarely lands near that boundary, so the boundary is
-    computed here from section 11.1."""
+    computed here from section 11.1, half the time for a fold of ``n`` entries after which S may have to shrink
+    (s + n * c > M: X grows by what S sheds down to its low-water mark, Y by what is left of it)."""
     config = config.replace(layout="lean", prefill_cost=config.prefill_cost or 398)
     M, R, P, Q = config.summary_budget, config.recent_budget, config.page_budget, config.recall_budget
     s, g, u = data.draw(st.integers(0, M)), data.draw(st.integers(0, P)), data.draw(st.integers(0, Q))
@@ -91,16 +92,20 @@ def test_the_cost_rule_turns_exactly_at_its_inequality(config: Config, data: st.
     h = data.draw(st.integers(h_low + 1, room))
     k = data.draw(st.integers(h_low, h - 1))  # what the fold keeps: h_low or more (whole units)
     removed, prefilled = h - k, g + u + k
+    n = data.draw(st.integers(0, 200))  # the entries the fold folds
+    if s + n * config.stub_cap > M:
+        s_low = M * config.summary_low_water // 100
+        removed, prefilled = removed + max(0, s - s_low), prefilled + min(s, s_low)
     needed = 2 * config.prefill_cost * prefilled * h
     if config.expected_completion > 0:
         first = -(-needed // (config.expected_completion * removed * removed))  # the least t with the product >= it
         assume(first >= 2)  # t counts as max(1, t): the turn before must be a real one
         a = data.draw(st.integers(0, h))  # the agent's tokens play no part
-        assert trigger.decide(config, s, g, u, h, first, a, k) == trigger.COST
-        assert trigger.decide(config, s, g, u, h, first - 1, a, k) == trigger.KEEP
+        assert trigger.decide(config, s, g, u, h, first, a, k, n) == trigger.COST
+        assert trigger.decide(config, s, g, u, h, first - 1, a, k, n) == trigger.KEEP
     else:
         first = -(-needed // (removed * removed))  # the least a with the product >= it
         assume(2 <= first <= h)  # a counts as max(1, a) and is part of H
         t = data.draw(st.integers(0, 400))  # the number of turns plays no part
-        assert trigger.decide(config, s, g, u, h, t, first, k) == trigger.COST
-        assert trigger.decide(config, s, g, u, h, t, first - 1, k) == trigger.KEEP
+        assert trigger.decide(config, s, g, u, h, t, first, k, n) == trigger.COST
+        assert trigger.decide(config, s, g, u, h, t, first - 1, k, n) == trigger.KEEP
