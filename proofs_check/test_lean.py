@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import string
+import sys
 from typing import Any, Sequence
 
 import attrs
@@ -38,10 +39,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from arc_ref import render
+from arc_ref import machine, render, trigger
 from arc_ref.chat import ChatFormat
 from arc_ref.config import PRESETS, Config
-from arc_ref.errors import CapacityExceeded, InvalidEvent
+from arc_ref.errors import BudgetViolation, CapacityExceeded, InvalidEvent
 from arc_ref.machine import (
     AgentTurn,
     ArcState,
@@ -377,3 +378,44 @@ def test_folds_append_to_s_between_shrinks(summary_low_water: int) -> None:
         plain.observation(content, 0)
         calls.check(state, turn.folded + stored.folded)
     assert calls.appended >= 2 and calls.shrunk >= 2, (calls.appended, calls.shrunk)
+
+
+@proves("A4")
+def test_a_fold_copy_is_priced_by_what_it_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Section 11.1's second test on the fixed trace above: a fold copy is priced with X the tokens it removes
+    from the view and Y what the server prefills again, everything after F less the old S when the copy's S text
+    extends it (only appended to), the old S too when S shrank. Both kinds occur."""
+    config = PRESETS["minimal"].replace(
+        tokenizer="o200k_base", chat_format="chatml", layout="lean", capacity=200, fingerprint_bits=8,
+        summary_budget=1200, context_limit=3000, prefill_cost=40)  # a cheap prefill: cost folds with S shown
+    copies: list[tuple[ArcState, ArcState]] = []
+    priced: list[tuple[ArcState, ArcState, int, int]] = []  # each copy the machine priced, and its X and Y
+    real_fold, real_pays = machine._fold, trigger.pays
+
+    def recording_fold(state: ArcState, keep_tokens: int) -> Any:
+        folded = real_fold(state, keep_tokens)
+        copies.append((state, folded[0]))
+        return folded
+
+    def recording_pays(config: Config, removed: int, prefilled: int, *rest: int) -> bool:
+        if sys._getframe(1).f_code.co_name == "_append_live":  # the copy's test, not the first one (decide)
+            priced.append((*copies[-1], removed, prefilled))
+        return real_pays(config, removed, prefilled, *rest)
+
+    monkeypatch.setattr(machine, "_fold", recording_fold)
+    monkeypatch.setattr(trigger, "pays", recording_pays)
+    state = init(config)
+    for step in range(60):
+        thought, action = f"Step {step}: look at part {step}", f"cat part{step}.txt"
+        state, _ = agent_turn(state, AgentTurn(thought, action))
+        state, _ = observe(state, Observe(action, f"line {step} " * (5 + step % 7 * 9), 0))
+    fixed = state.setup.prefix_tokens + state.setup.generation_tokens
+    kinds = set()
+    for before, after, removed, prefilled in priced:
+        old, new = before.summary.message, after.summary.message
+        extended = old is None or new is not None and new.content.startswith(old.content + "\n")
+        kinds.add(extended)
+        cached = 0 if old is None or not extended else old.tokens
+        expected = (view(before).tokens - view(after).tokens, view(after).tokens - fixed - cached)
+        assert (removed, prefilled) == expected, f"copy priced X, Y = {removed, prefilled}, section 11.1: {expected}"
+    assert kinds == {True, False}, kinds
