@@ -25,8 +25,10 @@ environment whose arc_ref is the code before a change): its figures are printed 
 same run, and its output must be byte-identical (the output is a contract).
 ``--breakdown`` adds one more replay per size, timed from inside (the tokenizer's and the id scheme's
 methods wrapped): the seconds of the observations' counts with their chunk cuts, of every other text's
-count, of the fingerprints and of the view text's JSON escaping, each against the floor's own encode time,
-and what is left (the state machine's Python); "work the output needs" is the floor plus those extras.
+count, of the fingerprints, of the view text's JSON escaping and (tool mode) of the served template's renders,
+against the floor's own encode time, and what is left (the state machine's Python); "work the output needs" is
+the floor plus those extras, renders left out (they are how a served template's places are counted, not text
+the output holds).
 Targets (issue 12): time ratio <= 2 at 30,000 and 100,000 events; memory ratio <= 1.25; (issue 28) time
 ratio <= 1.5 at 30,000 events (text mode).
 """
@@ -138,11 +140,11 @@ with open(stats, "w") as stats_out:
 _BREAKDOWN_CHILD = r"""
 import json, sys, time
 from arc_ref.frontends import cli
-import arc_ref.ids, arc_ref.trace
+import arc_ref.ids, arc_ref.templates, arc_ref.trace
 from arc_ref.tokenizers import get_tokenizer
 trace, stats, tokenizer_name = sys.argv[1], sys.argv[2], sys.argv[3]
 clock = time.perf_counter
-spent = {"observations": 0.0, "other_texts": 0.0, "fingerprints": 0.0, "escaping": 0.0}
+spent = {"observations": 0.0, "other_texts": 0.0, "fingerprints": 0.0, "escaping": 0.0, "renders": 0.0}
 depth = [0]
 
 def timed(function, kind):
@@ -164,6 +166,7 @@ tokenizer_class.count = timed(tokenizer_class.count, "other_texts")
 tokenizer_class.encode = timed(tokenizer_class.encode, "other_texts")
 arc_ref.ids.IdScheme.make = timed(arc_ref.ids.IdScheme.make, "fingerprints")
 arc_ref.trace._ESCAPE = timed(arc_ref.trace._ESCAPE, "escaping")
+arc_ref.templates.ChatTemplate.render_parts = timed(arc_ref.templates.ChatTemplate.render_parts, "renders")
 started = clock()
 code = cli.main(["replay", trace])
 sys.stdout.flush()
@@ -325,11 +328,14 @@ def breakdown(trace: Path, tokenizer_name: str, floors: list[dict[str, float]], 
     floor_encode = statistics.median(f["encode_seconds"] for f in floors)
     cuts = spent["observations"] - floor_encode  # the same encodes as the floor's, and the chunk cuts
     needed = floor_s + max(cuts, 0.0) + spent["other_texts"] + spent["fingerprints"] + spent["escaping"]
-    rest = spent["seconds"] - spent["observations"] - spent["other_texts"] - spent["fingerprints"] - spent["escaping"]
+    rest = spent["seconds"] - sum(spent[kind] for kind in ("observations", "other_texts", "fingerprints", "escaping",
+                                                             "renders"))
+    renders = f"served template renders (each message's places, spec/rendering.md 3.1) {spent['renders']:.2f} s, "
     print(f"  breakdown (one replay timed from inside, {spent['seconds']:.2f} s; floor {floor_s:.2f} s, of which its "
           f"encodes {floor_encode:.2f} s): observations' counts and cuts {spent['observations']:.2f} s "
           f"({cuts:+.2f} s beyond the floor's encodes), other texts' counts {spent['other_texts']:.2f} s, "
-          f"fingerprints {spent['fingerprints']:.2f} s, view text escaping {spent['escaping']:.2f} s, the rest "
+          f"fingerprints {spent['fingerprints']:.2f} s, view text escaping {spent['escaping']:.2f} s, "
+          f"{renders if spent['renders'] else ''}the rest "
           f"(the state machine's Python, parsing, output lines) {rest:.2f} s; work the output needs = the floor + "
           f"those extras = {needed:.2f} s = x{needed / floor_s:.2f} the floor", flush=True)
 
