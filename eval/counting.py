@@ -41,6 +41,7 @@ from arc_ref.message import Message as CoreMessage
 from arc_ref.message import ToolSpec
 from arc_ref.templates import (
     TemplateFormat,
+    clear_template_formats,
     compiled_template,
     load_template_source,
     server_conversation,
@@ -306,7 +307,7 @@ class TemplateCounter:
     def clear(self) -> None:
         """Forget every cached count, the core's formats of prefixes included."""
         self._cache.clear()
-        template_format.cache_clear()
+        clear_template_formats()
 
 
 def _reads_as_tool_result(message: Message) -> bool:

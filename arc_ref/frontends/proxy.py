@@ -1033,10 +1033,13 @@ class Proxy:
         # a new conversation: its configuration (the goal and tools counted, possibly a long text), its state and
         # store are made outside the lock every new conversation takes, so that no other conversation waits for
         # them; under it, only the check that the same history did not arrive meanwhile and the first mark
-        config = await asyncio.to_thread(self._config, system, messages[0].text, tools, template_kwargs)
-        try:
-            conversation = await in_thread_undone_if_cancelled(lambda: self.conversations.new(config),
-                                                               self.conversations.discard)
+        goal = messages[0].text
+        try:  # one worker-thread hand-off: the configuration (Refused when it cannot fit), then the conversation
+            conversation = await in_thread_undone_if_cancelled(
+                lambda: self.conversations.new(self._config(system, goal, tools, template_kwargs)),
+                self.conversations.discard)
+        except Refused:
+            raise
         except (StoreError, OSError) as problem:
             raise Failed(503, "store_unavailable", f"a new conversation's store cannot be created: {problem}",
                          retry_after=5) from None

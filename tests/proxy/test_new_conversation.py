@@ -1,0 +1,142 @@
+"""What a new conversation's first request costs the proxy (issue 28: a new conversation within 2x of a continuing
+one): the served template's renders and the tokenizer's encodes of its configuration and its earlier messages, at
+most the numbers stated here; a prefix (system text, goal, tools, template keywords) counted before is not counted
+again (`arc_ref.templates.template_format`, shared by equal prefixes); and those caches tell apart keywords Python
+finds equal (``false`` and ``0``), which the template does not."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from typing import Any
+
+import pytest
+
+from tests.proxy.harness import BASH_TOOL, QWEN3, needs_qwen3
+
+import httpx  # noqa: E402  (after the harness, which skips without the proxy extra)
+
+from arc_ref import templates, tokenizers  # noqa: E402
+from arc_ref.frontends.proxy import Proxy, ProxySettings, agent_tools  # noqa: E402
+from arc_ref.frontends.proxy_app import decode_body  # noqa: E402
+from arc_ref.machine import init  # noqa: E402
+
+WINDOW = 65536
+OVERRIDES = {"max_completion": 4096, "recent_budget": 16000, "summary_budget": 2048}  # benchmarks/bench_proxy.py's
+SYSTEM = "You are a helpful assistant that can interact with a computer to solve tasks. " * 6
+EARLIER_TURNS = 9  # a new conversation arrives with 18 earlier messages (an assistant call and a tool output each)
+# A new conversation's first request (Qwen3's template, 9 earlier turns with tool outputs of 1-3 KB), measured: 105
+# renders (153 when nothing was shared across goals): its configuration and initial state 21 (the format of its
+# prefix: the head, the goal in its 4 places, an assistant message with and without a call and a tool message, 13;
+# B's floors of an assistant message and a tool result, 8; ARC's frames, user messages, 0: shared across goals, 69
+# before), each assistant message 3, each tool message 2, each fold's summary and page (user messages of their own)
+# 6 each; 59-61 encodes (each tool output once, summary and stub lines; short texts once per process). Stated with
+# a margin of about a tenth:
+RENDERS_NEW = 120
+ENCODES_NEW = 70
+RENDERS_CONFIGURATION = 25  # of them, the configuration's and the initial state's (was 69: ARC's frames rendered
+# again for every goal)
+
+
+def upstream(request: httpx.Request) -> httpx.Response:
+    number = len(json.loads(request.content)["messages"])
+    message = {"role": "assistant", "content": f"step {number}", "tool_calls": [
+        {"id": f"call_{number}", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]}
+    return httpx.Response(200, json={"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                                     "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+                                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+
+
+def history(task: str, seed: int) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    words = ("def", "return", "self", "import", "class", "the", "file", "line", "error", "0", "1", "None", "->")
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task}]
+    for turn in range(EARLIER_TURNS):
+        call = f"call_{seed}_{turn}"
+        output = "\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(4, 14)))
+                           for _ in range(rng.randint(20, 60)))
+        messages += [{"role": "assistant", "content": f"Earlier step {turn}.", "tool_calls": [
+            {"id": call, "type": "function", "function": {"name": "bash",
+                                                          "arguments": json.dumps({"command": f"ls d{turn}"})}}]},
+                     {"role": "tool", "tool_call_id": call, "content": output}]
+    return messages
+
+
+def body(messages: list[dict[str, Any]], **extra: Any) -> bytes:
+    return json.dumps({"model": "m", "messages": messages, "tools": [BASH_TOOL], **extra}).encode()
+
+
+@needs_qwen3
+def test_a_new_conversation_renders_and_encodes_at_most_the_stated_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+    counted = {"renders": 0, "encodes": 0}
+    render_parts, encoding = templates.ChatTemplate.render_parts, tokenizers.HuggingFaceTokenizer._encoding
+
+    def counted_render(self: Any, *args: Any, **kwargs: Any) -> Any:
+        counted["renders"] += 1
+        return render_parts(self, *args, **kwargs)
+
+    def counted_encoding(self: Any, text: str) -> Any:
+        counted["encodes"] += 1
+        return encoding(self, text)
+
+    monkeypatch.setattr(templates.ChatTemplate, "render_parts", counted_render)
+    monkeypatch.setattr(tokenizers.HuggingFaceTokenizer, "_encoding", counted_encoding)
+
+    async def first_request(proxy: Proxy, messages: list[dict[str, Any]]) -> dict[str, int]:
+        before = dict(counted)
+        await proxy.complete(decode_body(body(messages), proxy.known), None)
+        return {name: counted[name] - before[name] for name in counted}
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(upstream)) as client:
+            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=OVERRIDES,
+                                        context_limit=WINDOW), client)
+            await first_request(proxy, history("Warm the process up: list the files.", 0))  # as a server after start
+            for seed in (1, 2):
+                new = await first_request(proxy, history(f"Task {seed}: find the failing test and fix it.", seed))
+                assert new["renders"] <= RENDERS_NEW and new["encodes"] <= ENCODES_NEW, new
+            assert len(proxy.conversations.by_key) == 3  # each its own conversation
+            before = counted["renders"]
+            init(proxy._config(SYSTEM, "Task 3: another goal.", agent_tools([BASH_TOOL]), ()))
+            assert counted["renders"] - before <= RENDERS_CONFIGURATION, counted["renders"] - before
+
+    asyncio.run(scenario())
+
+
+@needs_qwen3
+def test_template_keywords_equal_in_python_but_not_to_the_template_are_counted_apart() -> None:
+    """``{"enable_thinking": false}`` and ``{"enable_thinking": 0}`` are equal keys to Python's dicts and
+    tuples, but Qwen3's template writes its empty think block only for ``false`` (``is false``): each request's
+    view is counted as the upstream renders it, whichever came first in the process (the count of its messages
+    and tools rendered by a template compiled apart, with its own keywords)."""
+    assert QWEN3 is not None
+    source = templates.load_template_source(str(QWEN3))
+    tokenizer = tokenizers.get_tokenizer(f"hf-dir:{QWEN3}")
+    seen: list[tuple[Any, int]] = []
+
+    def counting_upstream(request: httpx.Request) -> httpx.Response:
+        sent = json.loads(request.content)
+        kwargs = tuple(sorted((sent.get("chat_template_kwargs") or {}).items()))
+        template = templates.ChatTemplate(source.source, dict(source.special_tokens), dict(kwargs), "apart")
+        text = template.render(templates.server_conversation(sent["messages"]),
+                               [{"type": "function", "function": {**tool["function"]}} for tool in sent["tools"]])
+        seen.append((kwargs, tokenizer.count(text)))
+        return upstream(request)
+
+    async def scenario() -> list[int]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(counting_upstream)) as client:
+            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=OVERRIDES,
+                                        context_limit=WINDOW), client)
+            counts = []
+            for value in (False, 0, False, 0.0):
+                messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "list the files"}]
+                reply = await proxy.complete(decode_body(body(messages, chat_template_kwargs={
+                    "enable_thinking": value}), proxy.known), None)
+                counts.append(reply.view_tokens)
+            return counts
+
+    counts = asyncio.run(scenario())
+    served = [count for _, count in seen]
+    assert served[0] == served[1] + 4 == served[2] == served[3] + 4  # the think block: false only
+    assert counts == served, (counts, served)
