@@ -1,7 +1,7 @@
 """`arc-ref replay` against its floor: time and peak memory as ratios, measured side by side in one run.
 
     python benchmarks/bench_replay.py [--sizes 10000 30000 100000] [--repeat 2] [--baseline-python PY]
-                                      [--replay-args --verify]
+                                      [--replay-args --verify] [--breakdown]
 
 For each size, a synthetic trace is written (paper preset, o200k_base; observations of 60-30,000
 characters, log-uniform, mostly ASCII words with some 'é' and '中'; agent turns with normal actions,
@@ -23,7 +23,14 @@ replay/floor (floor memory ~ the payload held once as str), and the SHA-256 of t
 ``--baseline-python PYTHON`` replays with another interpreter too, in every round (e.g. a virtual
 environment whose arc_ref is the code before a change): its figures are printed beside, measured in the
 same run, and its output must be byte-identical (the output is a contract).
-Targets (issue 12): time ratio <= 2 at 30,000 and 100,000 events; memory ratio <= 1.25.
+``--breakdown`` adds one more replay per size, timed from inside (the tokenizer's and the id scheme's
+methods wrapped): the seconds of the observations' counts with their chunk cuts, of every other text's
+count, of the fingerprints, of the view text's JSON escaping and (tool mode) of the served template's renders,
+against the floor's own encode time, and what is left (the state machine's Python); "work the output needs" is
+the floor plus those extras, renders left out (they are how a served template's places are counted, not text
+the output holds).
+Targets (issue 12): time ratio <= 2 at 30,000 and 100,000 events; memory ratio <= 1.25; (issue 28) time
+ratio <= 1.5 at 30,000 events (text mode).
 """
 
 from __future__ import annotations
@@ -71,7 +78,7 @@ trace, expected, stats, tokenizer_name = sys.argv[1], sys.argv[2], sys.argv[3], 
 count = get_tokenizer(tokenizer_name).count
 start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 started, cpu = time.perf_counter(), time.process_time()
-held, tokens = [], 0
+held, tokens, encoding, clock = [], 0, 0.0, time.perf_counter
 out = sys.stdout.buffer
 with open(trace, "rb") as lines, open(expected, "rb") as outputs:
     for line in lines:
@@ -79,18 +86,23 @@ with open(trace, "rb") as lines, open(expected, "rb") as outputs:
         op = event.get("op")
         if op == "tool_result" or op == "user":
             text = event["observation" if op == "tool_result" else "content"]
+            began = clock()
             tokens += count(text)
+            encoding += clock() - began
             held.append(text)
         elif op == "tool_turn":
-            tokens += count(event["thought"] + "".join(call["function"]["name"] + call["function"]["arguments"]
-                                                       for call in event.get("calls", ())))
+            text = event["thought"] + "".join(call["function"]["name"] + call["function"]["arguments"]
+                                              for call in event.get("calls", ()))
+            began = clock()
+            tokens += count(text)
+            encoding += clock() - began
         out.write(outputs.readline())
 out.flush()
 seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 with open(stats, "w") as stats_out:
     json.dump({"seconds": seconds, "cpu": cpu, "start_kib": start_rss, "peak_kib": peak, "tokens": tokens,
-               "payload_bytes": sum(sys.getsizeof(text) for text in held),
+               "encode_seconds": encoding, "payload_bytes": sum(sys.getsizeof(text) for text in held),
                "payload_chars": sum(len(text) for text in held)}, stats_out)
 """
 
@@ -104,14 +116,16 @@ encoding = get_tokenizer("o200k_base")._encoding
 count_str, count_bytes = encoding.encode_ordinary, encoding._encode_bytes
 start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 started, cpu = time.perf_counter(), time.process_time()
-held, tokens = [], 0
+held, tokens, encoding, clock = [], 0, 0.0, time.perf_counter
 out = sys.stdout.buffer
 with open(trace, "rb") as lines, open(expected, "rb") as outputs:
     for line in lines:
         event = json.loads(line)
         if event.get("op") == "observe":
             text = event["observation"]
+            began = clock()
             tokens += len(count_str(text) if text.isascii() else count_bytes(text.encode("utf-8")))
+            encoding += clock() - began
             held.append(text)
         out.write(outputs.readline())
 out.flush()
@@ -119,8 +133,46 @@ seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 with open(stats, "w") as stats_out:
     json.dump({"seconds": seconds, "cpu": cpu, "start_kib": start_rss, "peak_kib": peak, "tokens": tokens,
-               "payload_bytes": sum(sys.getsizeof(text) for text in held),
+               "encode_seconds": encoding, "payload_bytes": sum(sys.getsizeof(text) for text in held),
                "payload_chars": sum(len(text) for text in held)}, stats_out)
+"""
+
+_BREAKDOWN_CHILD = r"""
+import json, sys, time
+from arc_ref.frontends import cli
+import arc_ref.ids, arc_ref.templates, arc_ref.trace
+from arc_ref.tokenizers import get_tokenizer
+trace, stats, tokenizer_name = sys.argv[1], sys.argv[2], sys.argv[3]
+clock = time.perf_counter
+spent = {"observations": 0.0, "other_texts": 0.0, "fingerprints": 0.0, "escaping": 0.0, "renders": 0.0}
+depth = [0]
+
+def timed(function, kind):
+    def wrapper(*arguments):
+        if depth[0]:  # inside another timed call: counted there
+            return function(*arguments)
+        depth[0] += 1
+        began = clock()
+        try:
+            return function(*arguments)
+        finally:
+            spent[kind] += clock() - began
+            depth[0] -= 1
+    return wrapper
+
+tokenizer_class = type(get_tokenizer(tokenizer_name))
+tokenizer_class.count_and_starts = timed(tokenizer_class.count_and_starts, "observations")
+tokenizer_class.count = timed(tokenizer_class.count, "other_texts")
+tokenizer_class.encode = timed(tokenizer_class.encode, "other_texts")
+arc_ref.ids.IdScheme.make = timed(arc_ref.ids.IdScheme.make, "fingerprints")
+arc_ref.trace._ESCAPE = timed(arc_ref.trace._ESCAPE, "escaping")
+arc_ref.templates.ChatTemplate.render_parts = timed(arc_ref.templates.ChatTemplate.render_parts, "renders")
+started = clock()
+code = cli.main(["replay", trace])
+sys.stdout.flush()
+spent["seconds"] = clock() - started
+with open(stats, "w") as out:
+    json.dump(spent, out)
 """
 
 
@@ -267,8 +319,29 @@ def _row(label: str, events: int, replays: list[dict[str, float]], floors: list[
             f"[{', '.join(f'{ratio:.2f}' for ratio in wall_ratios)}]")
 
 
+def breakdown(trace: Path, tokenizer_name: str, floors: list[dict[str, float]], scratch: Path) -> None:
+    """One more replay, timed from inside (`_BREAKDOWN_CHILD`): where its time goes against the floor's."""
+    stats = scratch / "stats.json"
+    spent = run_child(sys.executable, _BREAKDOWN_CHILD, [str(trace), str(stats), tokenizer_name],
+                      scratch / "breakdown.jsonl", stats)
+    floor_s = statistics.median(f["seconds"] for f in floors)
+    floor_encode = statistics.median(f["encode_seconds"] for f in floors)
+    cuts = spent["observations"] - floor_encode  # the same encodes as the floor's, and the chunk cuts
+    needed = floor_s + max(cuts, 0.0) + spent["other_texts"] + spent["fingerprints"] + spent["escaping"]
+    rest = spent["seconds"] - sum(spent[kind] for kind in ("observations", "other_texts", "fingerprints", "escaping",
+                                                             "renders"))
+    renders = f"served template renders (each message's places, spec/rendering.md 3.1) {spent['renders']:.2f} s, "
+    print(f"  breakdown (one replay timed from inside, {spent['seconds']:.2f} s; floor {floor_s:.2f} s, of which its "
+          f"encodes {floor_encode:.2f} s): observations' counts and cuts {spent['observations']:.2f} s "
+          f"({cuts:+.2f} s beyond the floor's encodes), other texts' counts {spent['other_texts']:.2f} s, "
+          f"fingerprints {spent['fingerprints']:.2f} s, view text escaping {spent['escaping']:.2f} s, "
+          f"{renders if spent['renders'] else ''}the rest "
+          f"(the state machine's Python, parsing, output lines) {rest:.2f} s; work the output needs = the floor + "
+          f"those extras = {needed:.2f} s = x{needed / floor_s:.2f} the floor", flush=True)
+
+
 def measure(events: int, repeat: int, replay_args: list[str], baseline: str | None, scratch: Path,
-            tokenizer: str | None = None) -> None:
+            tokenizer: str | None = None, with_breakdown: bool = False) -> None:
     """Rounds of (replay, [baseline,] floor) on one trace; ``tokenizer``: a tool-mode trace under that hf-dir
     tokenizer's template (its floor: one encode per new message), else the text-mode trace (o200k_base)."""
     trace = scratch / f"trace_{events}.jsonl"
@@ -306,6 +379,8 @@ def measure(events: int, repeat: int, replay_args: list[str], baseline: str | No
     print(_row("replay", events, runs["replay"], runs["floor"], sha), flush=True)
     if baseline is not None:
         print(_row("baseline", events, runs["baseline"], runs["floor"], sha), flush=True)
+    if with_breakdown:
+        breakdown(trace, tokenizer_name, runs["floor"], scratch)
 
 
 def qwen3_tokenizer() -> str | None:
@@ -325,6 +400,8 @@ def main() -> int:
                         help="text: the paper preset under o200k_base; tools: tool mode under Qwen3's template")
     parser.add_argument("--baseline-python", default=None, metavar="PYTHON",
                         help="also replay with this interpreter (another checkout's arc_ref) in every round")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="one more replay per size, timed from inside: where its time goes against the floor's")
     parser.add_argument("--replay-args", nargs=argparse.REMAINDER, default=[],
                         help="extra arguments for `arc-ref replay` (e.g. --verify); must come last")
     arguments = parser.parse_args()
@@ -345,7 +422,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         for events in arguments.sizes:
             measure(events, arguments.repeat, arguments.replay_args, arguments.baseline_python, Path(scratch),
-                    tokenizer)
+                    tokenizer, arguments.breakdown)
     print("MiB = peak resident memory above the child's own start-up (the floor's ~ the payload held once as str); "
           "time x = wall-clock replay / floor, cpu x = the same in CPU time (steadier on a shared machine), "
           "mem x = replay / floor memory; targets: time <= 1.5 at 30k events (text mode), memory <= 1.25")

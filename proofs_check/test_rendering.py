@@ -23,7 +23,7 @@ from arc_ref.summary import SummaryItem, fit_summary, note_item, observation_ite
 from arc_ref.tokenizers import Tokenizer
 from arc_ref.text import ELLIPSIS, clip_until, clipped, escape_line, id_safe_cut, shown_signature
 from proofs_check.registry import proves
-from proofs_check.strategies import texts
+from proofs_check.strategies import texts, unicode_texts
 
 _ID_CHARS = set("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz._-")
 # text with ids and id-like runs, so that id-safe clipping has something to protect
@@ -50,6 +50,22 @@ def oracle_id_safe_cut(text: str, cut: int) -> int:
         if not inside:
             return candidate
     return 0
+
+
+def oracle_escape_line(text: str) -> str:
+    """Spec §4's table, character by character."""
+    named = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+    return "".join(named.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x20 or char == "\x7f" else char)
+                   for char in text)
+
+
+_CONTROLS = st.characters(max_codepoint=0x9F) | st.sampled_from("\\\n\r\t\x0b\x0c\x7f\x85\u2028é中")
+
+
+@given(st.one_of(unicode_texts(60), st.text(_CONTROLS, max_size=40), texts(60)))
+@proves("A4")
+def test_escape_line_is_the_spec_table(text: str) -> None:
+    assert escape_line(text) == oracle_escape_line(text)
 
 
 @given(id_texts, st.integers(-2, 80))
