@@ -1,7 +1,8 @@
 """`arc-ref proxy` against the LiteLLM proxy and no proxy, in front of one fast fake upstream (issue 28 item 4).
 
     python benchmarks/bench_proxy.py [--rounds 3] [--concurrency 1 8 32] [--turns 20] [--long-turns 200]
-                                     [--litellm PATH | --no-litellm] [--arc-python PY]
+                                     [--litellm PATH | --no-litellm] [--arc-python PY] [--baseline-python PY]
+                                     [--new-runs N]
 
 Three routes to the same upstream, each server a process of its own:
 - direct: the agents talk to the upstream itself;
@@ -447,6 +448,9 @@ def main() -> int:
     parser.add_argument("--baseline-python", default=None, metavar="PY",
                         help="also run `arc-ref proxy` of this interpreter's arc_ref (route arc-before), same run")
     parser.add_argument("--long-runs", type=int, default=2, help="long conversations per route")
+    parser.add_argument("--new-runs", type=int, default=None,
+                        help="new conversations (of 6 requests) per route for new vs continuing (default: the rounds,"
+                             " at least 2)")
     arguments = parser.parse_args()
     if arguments.serve_fake is not None:
         asyncio.run(_serve_fake(arguments.serve_fake))
@@ -502,7 +506,7 @@ def main() -> int:
         # request by request at concurrency 1: new vs continuing, turn 10 / 50 / 200
         first: dict[str, list[Sample]] = {route.name: [] for route in routes}
         long_runs: dict[str, list[Sample]] = {route.name: [] for route in routes}
-        for number in range(max(2, arguments.rounds)):
+        for number in range(arguments.new_runs or max(2, arguments.rounds)):
             for route in routes:
                 first[route.name] += asyncio.run(request_by_request(route.base, 6, outputs, route.pid,
                                                                     f"new-{route.name}-{number}"))
