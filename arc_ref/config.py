@@ -51,6 +51,9 @@ NO_TOOLS: tuple[ToolSpec, ...] = ()
 DEFAULT_LOW_WATER = 5
 DEFAULT_PREFILL_COST = 398
 DEFAULT_EXPECTED_COMPLETION = 0
+# summary_low_water: once a fold's items do not fit M, S shrinks to this percent of M (layout "lean"; until then
+# folds only append to S); chosen by measurement (benchmarks/bench_trajectories.py, issue 26's third round).
+DEFAULT_SUMMARY_LOW_WATER = 50
 MAX_COST_FIELD = 2**20  # prefill_cost and expected_completion at most this: the rule's products fit 128 bits
 
 
@@ -93,6 +96,9 @@ class Config:
     low_water: int = DEFAULT_LOW_WATER
     prefill_cost: int = DEFAULT_PREFILL_COST
     expected_completion: int = DEFAULT_EXPECTED_COMPLETION
+    # S (layout "lean", spec/rendering.md 11.3): a fold appends its items to S while they fit M; when they do not,
+    # S shrinks down to summary_low_water percent of M, so that one rewrite of S buys many appending folds.
+    summary_low_water: int = DEFAULT_SUMMARY_LOW_WATER
 
     def replace(self, **changes: Any) -> "Config":
         return attrs.evolve(self, **changes)
@@ -106,7 +112,7 @@ JSON_FIELDS = ("tools", "template_kwargs")  # given as JSON values (an array of 
 # Fields that were added after the first traces: echoed on the config line only when not at their default,
 # so that every earlier trace replays byte-identically (spec/trace.md section 4).
 LATER_FIELDS = ("action_mode", "tools", "template_kwargs", "layout", "low_water", "prefill_cost",
-                "expected_completion")
+                "expected_completion", "summary_low_water")
 # The replay trace's override keys (the issue fixes these names; the last nine are extensions).
 OVERRIDE_KEYS = (
     "context_limit", "max_completion", "summary_budget", "recent_budget", "page_budget", "page_size",
@@ -114,7 +120,7 @@ OVERRIDE_KEYS = (
     "keep_verbatim_chars", "recalls_per_step", "tokenizer", "system", "goal",
     "chat_format", "preview_head_chars", "preview_tail_chars", "signature_chars", "thought_chars",
     "action_chars", "action_mode", "tools", "template_kwargs", "layout", "low_water", "prefill_cost",
-    "expected_completion",
+    "expected_completion", "summary_low_water",
 )
 
 PRESETS: dict[str, Config] = {
@@ -390,6 +396,7 @@ def _check_integers(config: Config) -> None:
     at_least_one = (
         "context_limit", "max_completion", "summary_budget", "recent_budget", "page_budget",
         "page_size", "stub_cap", "recall_budget", "chunk_tokens", "recalls_per_step", "low_water",
+        "summary_low_water",
     )
     for name in at_least_one:
         if getattr(config, name) < 1:
@@ -401,8 +408,10 @@ def _check_integers(config: Config) -> None:
     for name in non_negative:
         if getattr(config, name) < 0:
             raise ConfigError(f"{name} must be >= 0, got {shown_integer(getattr(config, name))}")
-    if config.low_water > 100:
-        raise ConfigError(f"low_water must be a percentage from 1 to 100, got {shown_integer(config.low_water)}")
+    for name in ("low_water", "summary_low_water"):
+        if getattr(config, name) > 100:
+            raise ConfigError(f"{name} must be a percentage from 1 to 100, got"
+                              f" {shown_integer(getattr(config, name))}")
     for name in ("prefill_cost", "expected_completion"):
         if getattr(config, name) > MAX_COST_FIELD:
             raise ConfigError(f"{name} must be at most {MAX_COST_FIELD} (2^20), got"

@@ -53,7 +53,7 @@ from arc_ref.message import Message, ToolCall
 from arc_ref.recall import BufferEntry, admit, chunk_count, make_entry, stored_chunk, stored_chunk_tokens
 from arc_ref.tools import ARC_TOOL_NAMES, arguments_problem, arguments_surrogate, call_command
 from arc_ref.store import EMPTY_STORE, Record, Store, make_record
-from arc_ref.summary import EMPTY_SUMMARY, Summary, SummaryItem, fit_summary, summarize_entry
+from arc_ref.summary import EMPTY_SUMMARY, Summary, SummaryItem, extends, fit_summary, summarize_entry
 from arc_ref.text import clipped, utf8_bytes
 from arc_ref.view import View, build_view
 
@@ -305,7 +305,8 @@ def _fold(state: ArcState, keep_tokens: int) -> tuple[ArcState, int, tuple[Summa
         if item.kind == "stub":
             cited = cited.set(item.index, True)
         added.append(item)
-    summary = fit_summary(setup, [*state.summary.items, *added], state.summary.omitted, state.record)
+    summary = fit_summary(setup, [*state.summary.items, *added], state.summary.omitted, state.record,
+                          trigger.summary_low_water_mark(setup.config), len(added))
     folded = attrs.evolve(state, live=live[count:], live_tokens=remaining, summary=summary, cited=cited,
                           live_turns=state.live_turns - _turns(live[:count]),
                           live_agent_tokens=state.live_agent_tokens - _agent_tokens(live[:count]), fold_memo=None)
@@ -389,12 +390,12 @@ def compaction_target(state: ArcState) -> int:
 
 def fold_decision(state: ArcState) -> str:
     """`arc_ref.trigger.decide` on this state: keep, bound (the view would exceed K) or cost (folding pays)."""
-    kept = state.live_tokens  # what a fold would keep: needed by the cost rule only
+    folded, kept = 0, state.live_tokens  # what a fold would fold and keep: needed by the cost rule only
     if state.config.layout == "lean" and state.config.prefill_cost > 0:
-        kept = fold_extent(state.live, state.live_tokens, compaction_target(state))[1]
+        folded, kept = fold_extent(state.live, state.live_tokens, compaction_target(state))
     return trigger.decide(state.config, _tokens(state.summary.message), _tokens(state.catalog_message),
                           _tokens(state.recall_message), state.live_tokens, state.live_turns,
-                          state.live_agent_tokens, kept)
+                          state.live_agent_tokens, kept, folded)
 
 
 def _append_live(state: ArcState, entries: tuple[LiveEntry, ...], **changes: Any) -> tuple[ArcState, int]:
@@ -414,6 +415,8 @@ def _append_live(state: ArcState, entries: tuple[LiveEntry, ...], **changes: Any
             return appended, 0
         before, after = view(appended).tokens, view(folded).tokens
         fixed = state.setup.prefix_tokens + state.setup.generation_tokens
+        if extends(folded.summary, appended.summary):  # S only appended to: its earlier text stays cached
+            fixed += appended.summary.tokens
         if not trigger.pays(state.config, before - after, after - fixed, appended.live_tokens, appended.live_turns,
                             appended.live_agent_tokens):
             return attrs.evolve(appended, fold_memo=FoldMemo(appended.live[:count], appended.cited, added)), 0

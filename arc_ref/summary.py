@@ -7,7 +7,9 @@ Folding moves the oldest entries of the recent suffix into the summary, one item
 - a command result becomes ``turn k: result: ...``.
 When S would exceed M, the oldest full stubs collapse to bare ``§id`` references, and only when no full
 stub is left are the oldest items dropped (counted in one line). An id is never renamed: a stub, a bare
-reference and an inline item of observation j all print id_j itself.
+reference and an inline item of observation j all print id_j itself. Under layout "lean" a fold whose items fit
+M only appends them (S's earlier text is untouched, so a server's prefix cache keeps it); when they do not, S
+shrinks down to its low-water mark (spec/rendering.md 11.3), so that one rewrite buys many appending folds.
 """
 
 from __future__ import annotations
@@ -155,9 +157,14 @@ def _unlined_tokens(setup: Setup, text: str, line_tokens: int) -> int | None:
     return None
 
 
-def fit_summary(setup: Setup, items: Iterable[SummaryItem], omitted: int, records: RecordLookup) -> Summary:
-    """Rebuild S from ``items`` so that tokens(S) <= M: collapse oldest stubs to bare ids, then drop oldest."""
+def fit_summary(setup: Setup, items: Iterable[SummaryItem], omitted: int, records: RecordLookup,
+                shrink_to: int | None = None, added: int = 0) -> Summary:
+    """Rebuild S from ``items`` so that tokens(S) <= M: collapse oldest stubs to bare ids, then drop oldest.
+    ``shrink_to`` (at most M; None: M): once S must shrink, it shrinks until it costs at most this or until only
+    the last ``added`` items (this fold's) are left, then only as far as M needs (spec/rendering.md 11.3: layout
+    "lean" shrinks to the summary low-water mark)."""
     budget = setup.config.summary_budget
+    target = budget if shrink_to is None else min(shrink_to, budget)
     kept = list(items)
     next_stub = 0  # items before this position hold no full stub
 
@@ -188,23 +195,45 @@ def fit_summary(setup: Setup, items: Iterable[SummaryItem], omitted: int, record
             omitted_lines[omitted] = setup.line_tokens(render.summary_omitted(omitted))
         return setup.summary_base + omitted_lines[omitted]
 
-    def over_budget() -> bool:
-        """frame() + item_tokens > budget, known from the lower bound when it already exceeds the budget."""
-        if omitted and floor_tokens + item_tokens > budget:
+    def over(limit: int) -> bool:
+        """frame() + item_tokens > limit, known from the lower bound when it already exceeds the limit."""
+        if omitted and floor_tokens + item_tokens > limit:
             digits = str(omitted)
             if (render.summary_omitted(omitted) == "(" + digits + rest
                     and setup.tokenizer.splits_between(digits[-1], rest[:1])):
                 return True
-        return frame() + item_tokens > budget
+        return frame() + item_tokens > limit
+
+    def shrinking(limit: int) -> bool:
+        """Shrink on while S exceeds ``limit``: always above M; below it (the low-water mark) while an item from
+        before this fold is left."""
+        return limit == budget or len(kept) > added
 
     item_tokens = sum(item.tokens for item in kept)
-    while over_budget():
+    message = None
+    if not over(budget):
+        message = render_summary(setup, kept, omitted)
+        if message is None or message.tokens <= budget:
+            return Summary(tuple(kept), omitted, message)
+    while over(target) and shrinking(target):
+        item_tokens -= shrink_once()
+    while over(budget):
         item_tokens -= shrink_once()
     message = render_summary(setup, kept, omitted)
-    while message is not None and message.tokens > budget:
+    while message is not None and message.tokens > target and shrinking(target):
+        shrink_once()
+        message = render_summary(setup, kept, omitted)
+    while message is not None and message.tokens > budget:  # this fold's items alone exceed M
         shrink_once()
         message = render_summary(setup, kept, omitted)
     return Summary(tuple(kept), omitted, message)
+
+
+def extends(summary: Summary, earlier: Summary) -> bool:
+    """S ``summary`` only appended items to ``earlier`` (same omitted count, ``earlier``'s items first): the earlier
+    message's text less its end is a prefix of this one's (spec/rendering.md 11.3)."""
+    count = len(earlier.items)
+    return summary.omitted == earlier.omitted and summary.items[:count] == earlier.items
 
 
 def summarize_entry(setup: Setup, entry: LiveEntry, record: Record | None, cited: bool) -> SummaryItem:

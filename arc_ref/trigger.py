@@ -12,7 +12,10 @@ S, G, U and H,
   h_low = R * low_water // 100;
 * **cost**: otherwise H folds down to h_low early when the roofline's terms say the fold pays. With k the tokens of
   H such a fold keeps (whole units, the newest always: at least h_low or the newest unit), folding X = h - k
-  tokens makes the server prefill again what follows F, about Y = s + g + u + k tokens, at prefill_cost each (in
+  tokens makes the server prefill again what the fold changes, about Y = g + u + k tokens (a fold that only
+  appends to S keeps S's earlier text cached, spec/rendering.md 11.3); when S may have to shrink (s + n * c > M,
+  n the entries folded, c the stub cap, which bounds every item but an inline one) S sheds max(0, s - s_low) more
+  (X grows by it) and min(s, s_low) is prefilled again (Y grows by it), s_low its low-water mark; at prefill_cost each (in
   KV reads of one context token by one generated token), and spares X such reads for each of the m tokens every
   later call generates. With H growing d = h / t tokens a call (t the agent turns in H), folding every time X
   reaches sqrt(2 * prefill_cost * Y * d / m) minimises the cost per call (the economic-order-quantity balance of
@@ -20,7 +23,8 @@ S, G, U and H,
   expected_completion * max(1, t) when expected_completion > 0, else (the default, 0) the agent's own rate as the
   state knows it: a = the tokens of the agent turns in H (m = a / t, so m * t = a; at least 1). The machine then
   folds a copy and takes it only when the same inequality holds with X and Y measured on the two views (`pays`;
-  X > 0: the fold makes the view smaller). prefill_cost = 0 folds only on the bound. The defaults (low_water 5,
+  X > 0: the fold makes the view smaller; Y: everything after F in the copy's view, less the old S when the copy's
+  S only appended to it). prefill_cost = 0 folds only on the bound. The defaults (low_water 5,
   expected_completion 0) were chosen by measurement (benchmarks/bench_trajectories.py, sections tradeoff and
   long).
 """
@@ -42,14 +46,22 @@ def low_water_mark(config: Config) -> int:
     return config.recent_budget * config.low_water // 100
 
 
+def summary_low_water_mark(config: Config) -> int:
+    """What S shrinks to once a fold's items do not fit M: M itself ("paper": S is re-fitted to just fit), or
+    summary_low_water percent of M ("lean": until then a fold only appends to S; spec/rendering.md 11.3)."""
+    if config.layout == "paper":
+        return config.summary_budget
+    return config.summary_budget * config.summary_low_water // 100
+
+
 def decide(config: Config, summary: int, catalog: int, recall: int, recent: int, turns: int,
-           agent: int, kept: int) -> str:
+           agent: int, kept: int, folded: int = 0) -> str:
     """KEEP, BOUND or COST for a state whose S, G, U, H cost ``summary``, ``catalog``, ``recall``, ``recent`` tokens
     (each message at its largest cost over its places) with ``turns`` agent turns in H, costing ``agent`` tokens
     together, of which a fold to the low-water mark would keep ``kept`` (whole units, the newest always; module
-    docstring).
+    docstring), folding ``folded`` entries.
 
-    pre: min(summary, catalog, recall, recent, turns, agent, kept) >= 0
+    pre: min(summary, catalog, recall, recent, turns, agent, kept, folded) >= 0
     post: __return__ in ("keep", "bound", "cost")
     """
     if config.layout == "paper":
@@ -59,7 +71,11 @@ def decide(config: Config, summary: int, catalog: int, recall: int, recent: int,
         return BOUND
     if config.prefill_cost == 0 or recent <= max(low_water_mark(config), kept):
         return KEEP
-    if pays(config, recent - kept, summary + catalog + recall + kept, recent, turns, agent):
+    removed, prefilled = recent - kept, catalog + recall + kept
+    if summary + folded * config.stub_cap > config.summary_budget:  # S may have to shrink (to its low-water mark)
+        low = summary_low_water_mark(config)
+        removed, prefilled = removed + max(0, summary - low), prefilled + min(summary, low)
+    if pays(config, removed, prefilled, recent, turns, agent):
         return COST
     return KEEP
 
@@ -79,4 +95,4 @@ def pays(config: Config, removed: int, prefilled: int, recent: int, turns: int, 
                             >= 2 * config.prefill_cost * prefilled * recent)
 
 
-__all__ = ["BOUND", "COST", "KEEP", "decide", "generated_reads", "low_water_mark", "pays"]
+__all__ = ["BOUND", "COST", "KEEP", "decide", "generated_reads", "low_water_mark", "pays", "summary_low_water_mark"]

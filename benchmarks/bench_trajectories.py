@@ -1,7 +1,7 @@
 """Real agent runs replayed through the six methods: prompt tokens, prefix-cache prefill, roofline cost, recall.
 
     python benchmarks/bench_trajectories.py [--data ../shared/data/trajectories] [--windows 16k,32k]
-                                            [--formats o200k,qwen3] [--sections main,tradeoff,long]
+                                            [--formats o200k,qwen3] [--sections main,tradeoff,long,summary]
                                             [--long-steps 500]
 
 For each trajectory in the shared data (OpenHands CodeAct on Multi-SWE-bench, SWE-agent with GPT-4 and with
@@ -36,7 +36,11 @@ tokens), totals over the five
 trajectories per block with the number of trajectories missing a T$ target, and the settings with the least T$ over
 all blocks (each block's T$ relative to its best), overall and among those missing the fewest targets. Section ``long``: a synthetic
 trajectory of ``--long-steps`` steps built from the real ones (the same actions, outputs and sizes, in a seeded
-shuffled order), every method: compactions per 100 steps, prompt and prefill per served call, T$.
+shuffled order), every method: compactions per 100 steps, prompt and prefill per served call, T$. Section
+``summary``: ARC alone per summary low-water mark (``summary_low_water``, spec/rendering.md 11.3: S appended to
+until a fold's items do not fit M, then shrunk to this percent of M; 100 shrinks only to fit), the five
+trajectories' totals and the long run, next to full context and the sliding window, ranked as above; the shipped
+default is the largest mark among those missing the fewest T$ targets.
 The issue's "before" figures come from running this same script with PYTHONPATH at the old tree.
 """
 
@@ -60,7 +64,7 @@ from arc_eval.methods.arc import ArcOptions
 from arc_eval.methods.base import MethodSettings
 from arc_eval.protocol import system_prompt
 from arc_eval.types import ChatReply, ChatRequest, ContextOverflow, Message, Observation
-from arc_ref.config import DEFAULT_EXPECTED_COMPLETION, DEFAULT_LOW_WATER
+from arc_ref.config import DEFAULT_EXPECTED_COMPLETION, DEFAULT_LOW_WATER, DEFAULT_SUMMARY_LOW_WATER
 from arc_ref.machine import AgentTurn, agent_turn
 from arc_ref.recall import chunk_count, reassemble
 from arc_ref.render import agent_message
@@ -77,6 +81,7 @@ SHORT = {"full_context": "full", "sliding_window": "window", "llm_summary": "sum
          "structured_state": "state", "rag_memory": "rag", "arc": "arc"}
 BOUNDED = ("sliding_window", "llm_summary", "structured_state", "rag_memory")
 LOW_WATERS = (5, 10, 25, 50)
+SUMMARY_LOW_WATERS = (100, 75, 50, 25, 10)  # section summary: S's low-water mark (100: S re-fitted to just fit M)
 # the trigger: the bound alone (prefill_cost 0), or the cost model with the roofline's prefill_cost and an expected
 # completion of m tokens (only prefill_cost / m matters; these trajectories' agent turns average 66 to 113 tokens),
 # or ("agent", expected_completion 0) the agent's own tokens per turn in H
@@ -198,12 +203,14 @@ def recall_exact(replay: Replay) -> tuple[int, int]:
 
 
 def arc_options(window: str, low_water: int = DEFAULT_LOW_WATER,
-                completion: int | None = DEFAULT_EXPECTED_COMPLETION) -> ArcOptions:
-    """ARC configured for the roofline of its window (the trade-off varies the low-water mark and the trigger;
-    ``completion`` None: the bound alone)."""
+                completion: int | None = DEFAULT_EXPECTED_COMPLETION,
+                summary_low_water: int = DEFAULT_SUMMARY_LOW_WATER) -> ArcOptions:
+    """ARC configured for the roofline of its window (the trade-off varies the low-water mark and the trigger, the
+    section summary S's low-water mark; ``completion`` None: the bound alone)."""
     if completion is None:
-        return ArcOptions(low_water=low_water, prefill_cost=0)
-    return ArcOptions(low_water=low_water, prefill_cost=prefill_cost(window), expected_completion=completion)
+        return ArcOptions(low_water=low_water, prefill_cost=0, summary_low_water=summary_low_water)
+    return ArcOptions(low_water=low_water, prefill_cost=prefill_cost(window), expected_completion=completion,
+                      summary_low_water=summary_low_water)
 
 
 def replay(name: str, trajectory: Trajectory, window: str, counter: TokenCounter,
@@ -373,12 +380,69 @@ def long_section(trajectories: list[Trajectory], window: str, counter: TokenCoun
               f" T$ {row['t_cached'] / served * 1000:.1f} ms)")
 
 
+def summary_section(trajectories: list[Trajectory], window: str, counter: TokenCounter, steps: int,
+                    scores: dict[int, list[float]], misses: dict[int, int]) -> None:
+    """ARC alone per summary low-water mark (S appended to while a fold's items fit M, then shrunk to this percent
+    of M): totals over the five trajectories (with the trajectories missing a T$ target) and the ``steps``-step
+    synthetic trajectory, next to full context's and the sliding window's; ``scores`` collects T$ per block
+    (five and long, each relative to its best), ``misses`` the missed targets (the long run's T$ above the
+    window's counts as one)."""
+    long = synthetic(trajectories, steps)
+    others = {}
+    for trajectory in trajectories:
+        others[trajectory.name] = {name: costs(replay(name, trajectory, window, counter), window)
+                                   for name in ("full_context", *BOUNDED)}
+    fits = {name: others[name]["full_context"]["served"] == len(t.steps) + 1
+            for name, t in zip(others, trajectories)}
+    window_long = costs(replay("sliding_window", long, window, counter), window)
+    print("ARC per summary low-water mark (five trajectories: totals; synthetic"
+          f" {steps} steps: compactions per 100 steps, prompt and prefill per call, T$):")
+    print(f"  {'summary_lw':>10} {'prompt':>10} {'prefill':>9} {'comp':>4} {'T s':>7} {'T$ s':>7} {'missed':>6}"
+          f" | {'comp/100':>8} {'prompt/call':>11} {'prefill/call':>12} {'T$ s':>8}")
+    for name, label in (("full_context", "full"), ("sliding_window", "window")):
+        total = {key: sum(others[t.name][name][key] for t in trajectories)
+                 for key in ("prompt", "prefill", "compactions", "t", "t_cached")}
+        tail = ""
+        if name == "sliding_window":
+            row = window_long
+            tail = (f" {100 * row['compactions'] / steps:>8.1f} {row['prompt'] / max(row['requests'], 1):>11,.0f}"
+                    f" {row['prefill'] / max(row['requests'], 1):>12,.0f} {row['t_cached']:>8.3f}")
+        print(f"  {label:>10} {int(total['prompt']):>10,} {int(total['prefill']):>9,} {int(total['compactions']):>4}"
+              f" {total['t']:>7.3f} {total['t_cached']:>7.3f} {'':>6} |{tail}")
+    five: dict[int, float] = {}
+    longer: dict[int, float] = {}
+    for summary_low_water in SUMMARY_LOW_WATERS:
+        options = arc_options(window, summary_low_water=summary_low_water)
+        total = {"prompt": 0, "prefill": 0, "compactions": 0, "t": 0.0, "t_cached": 0.0}
+        missed = 0
+        for trajectory in trajectories:
+            row = costs(replay("arc", trajectory, window, counter, options), window)
+            for key in total:
+                total[key] += row[key]
+            theirs = others[trajectory.name]
+            missed += (fits[trajectory.name] and row["t_cached"] > theirs["full_context"]["t_cached"]) or any(
+                row["t_cached"] > theirs[name]["t_cached"] for name in BOUNDED)
+        row = costs(replay("arc", long, window, counter, options), window)
+        missed += row["t_cached"] > window_long["t_cached"]
+        five[summary_low_water], longer[summary_low_water] = total["t_cached"], row["t_cached"]
+        misses[summary_low_water] = misses.get(summary_low_water, 0) + missed
+        print(f"  {summary_low_water:>10} {int(total['prompt']):>10,} {int(total['prefill']):>9,}"
+              f" {int(total['compactions']):>4} {total['t']:>7.3f} {total['t_cached']:>7.3f} {missed:>6} |"
+              f" {100 * row['compactions'] / steps:>8.1f} {row['prompt'] / max(row['requests'], 1):>11,.0f}"
+              f" {row['prefill'] / max(row['requests'], 1):>12,.0f} {row['t_cached']:>8.3f}")
+    for block in (five, longer):
+        best = min(block.values())
+        for setting, value in block.items():
+            scores.setdefault(setting, []).append(value / best)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", type=Path, default=DATA_DIR)
     parser.add_argument("--windows", default="16k,32k")
     parser.add_argument("--formats", default="o200k,qwen3")
-    parser.add_argument("--sections", default="main,tradeoff,long")
+    parser.add_argument("--sections", default="main,tradeoff,long",
+                        help="comma-separated: main, tradeoff, long, summary (S's low-water marks)")
     parser.add_argument("--long-steps", type=int, default=500)
     arguments = parser.parse_args()
     if not arguments.data.is_dir():
@@ -397,6 +461,8 @@ def main() -> int:
     all_missed: list[str] = []
     scores: dict[tuple[int, str], list[float]] = {}
     misses: dict[tuple[int, str], int] = {}
+    summary_scores: dict[int, list[float]] = {}
+    summary_misses: dict[int, int] = {}
     started = time.perf_counter()
     for counting in chosen:
         tokenizer, chat_format = available[counting]
@@ -413,6 +479,8 @@ def main() -> int:
                 tradeoff_section(trajectories, window, counter, scores, misses)
             if "long" in sections:
                 long_section(trajectories, window, counter, arguments.long_steps)
+            if "summary" in sections:
+                summary_section(trajectories, window, counter, arguments.long_steps, summary_scores, summary_misses)
     if scores:
         ranked = sorted(scores.items(), key=lambda item: sum(item[1]) / len(item[1]))
         print("\nARC's settings by T$ over every block (mean of T$ / the block's best; trajectories missing a T$"
@@ -428,6 +496,19 @@ def main() -> int:
               f" {safe_water}, trigger {safe_trigger}. The shipped default (arc_ref.config): low_water"
               f" {DEFAULT_LOW_WATER}, trigger"
               f" {f'm={DEFAULT_EXPECTED_COMPLETION}' if DEFAULT_EXPECTED_COMPLETION else 'agent'}")
+    if summary_scores:
+        ranked_summary = sorted(summary_scores.items(), key=lambda item: sum(item[1]) / len(item[1]))
+        print("\nS's low-water marks by T$ over every block, five trajectories and the long run (mean of T$ / the"
+              " block's best; targets missed, all blocks):")
+        for summary_low_water, values in ranked_summary:
+            print(f"  summary_low_water {summary_low_water:>3}: {sum(values) / len(values):.4f}"
+                  f"  missed {summary_misses[summary_low_water]}")
+        fewest = min(summary_misses.values())
+        largest = max(mark for mark, missed in summary_misses.items() if missed == fewest)
+        print(f"least T$ by measurement: summary_low_water {ranked_summary[0][0]} (a smaller S always costs less;"
+              f" what S tells the agent is not measured here); the largest mark among those missing the fewest"
+              f" targets ({fewest}), so keeping the most of S that costs no target: {largest}. The shipped default"
+              f" (arc_ref.config): {DEFAULT_SUMMARY_LOW_WATER}")
     print(f"\n{time.perf_counter() - started:.0f} s")
     if "main" in sections:
         print("targets: " + ("all met" if not all_missed else f"{len(all_missed)} missed in all"))

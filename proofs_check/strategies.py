@@ -91,6 +91,8 @@ def configs(draw: st.DrawFn, preset_name: str | None = None, fixed: Mapping[str,
     overrides.setdefault("low_water", draw(st.sampled_from((50, 1, 5, 10, 25, 75, 100))))
     overrides.setdefault("prefill_cost", draw(st.sampled_from((398, 0, 1, 40, 857, 4000))))
     overrides.setdefault("expected_completion", draw(st.sampled_from((0, 256, 1, 64, 1024))))
+    # S's low-water mark (section 11.3): the default, S re-fitted to just fit M (100), S emptied at every shrink (1)
+    overrides.setdefault("summary_low_water", draw(st.sampled_from((50, 100, 1, 25, 75))))
     base = preset(name, **overrides)
     floors = minimum_budgets(base)
     for key in ("stub_cap", "overhead"):

@@ -15,7 +15,13 @@ an agent without ARC cannot make). Properties, for every trace, at every call:
   here from the plain transcript's own counts) say keep: the machine folds nothing it is not told to;
 * the view never costs more than the plain transcript (a fold is taken only when it makes the view smaller or the
   view would exceed K);
-* between compactions the previous prompt, less its generation prompt, is a token prefix of the next one.
+* between compactions the previous prompt, less its generation prompt, is a token prefix of the next one;
+* at a compaction S either only grows (the previous S message's text less its end is a prefix of the new one, and
+  the new prompt's token prefix with the previous one reaches to the end of the previous S's items, but for the
+  last item's trailing punctuation or spaces, which a tokenizer may merge with the newline that now follows) or
+  shrinks to at most its low-water mark, or until none of its earlier items is left (spec/rendering.md 11.3), so
+  between two folds that did not shrink S a prefix-caching server prefills only the items appended to S and
+  what follows S.
 
 Each runs with ChatML and o200k_base and with Qwen3's own chat template and tokenizer (skipped when absent),
 in text mode and in tool mode.
@@ -24,6 +30,8 @@ in text mode and in tool mode.
 from __future__ import annotations
 
 import json
+import string
+import sys
 from typing import Any, Sequence
 
 import attrs
@@ -31,10 +39,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from arc_ref import render
+from arc_ref import machine, render, trigger
 from arc_ref.chat import ChatFormat
-from arc_ref.config import Config
-from arc_ref.errors import CapacityExceeded, InvalidEvent
+from arc_ref.config import PRESETS, Config
+from arc_ref.errors import BudgetViolation, CapacityExceeded, InvalidEvent
 from arc_ref.machine import (
     AgentTurn,
     ArcState,
@@ -50,7 +58,7 @@ from arc_ref.machine import (
     tool_turn,
     view,
 )
-from arc_ref.message import ToolCall
+from arc_ref.message import Message, ToolCall
 from arc_ref.view import View
 from proofs_check.registry import proves
 from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
@@ -207,6 +215,35 @@ class Calls:
         self.generation = state.setup.generation_tokens
         self.calls = 0
         self.memo_checks = 0
+        self.summary: Message | None = None  # S at the previous call
+        self.text = ""  # the previous prompt's text
+        self.appended = 0  # folds that only appended to S (S was not empty before)
+        self.shrunk = 0  # folds that shrank S
+        self.items = self.omitted = 0  # S's items and omitted count at the previous call
+
+    def check_summary(self, state: ArcState, ids: list[int]) -> None:
+        """At a fold: S only grew, and the cached prefix reaches to the end of its earlier items, or S shrank to at
+        most its low-water mark (or to no item). Section 11.3, restated here from the spec."""
+        before, after = self.summary, state.summary.message
+        if before is None or before == after:
+            return
+        config = state.config
+        old, new = before.content, "" if after is None else after.content
+        if new.startswith(old + "\n"):
+            self.appended += 1
+            previous = self.previous or []
+            end = self.text.index(old) + len(old)
+            trailing = len(old) - len(old.rstrip(string.punctuation + " \t…"))  # may merge with the next newline
+            reach = len(state.setup.tokenizer.encode(self.text[:end - trailing]))
+            common = next((i for i, (a, b) in enumerate(zip(previous, ids)) if a != b), min(len(previous), len(ids)))
+            assert common >= reach, f"the prompts share {common} tokens, S's earlier items end at token {reach}"
+            return
+        self.shrunk += 1
+        low = config.summary_budget * config.summary_low_water // 100
+        dropped = state.summary.omitted - self.omitted
+        assert after is None or after.tokens <= low or dropped >= self.items, (
+            f"S was rewritten to {after.tokens} tokens, above its low-water mark {low}, keeping"
+            f" {self.items - dropped} of its {self.items} earlier items")
 
     def check(self, state: ArcState, folded: int) -> View:
         shown = view(state)
@@ -238,11 +275,15 @@ class Calls:
             target = compaction_target(state)
             assert fold(state, target)[0] == fold(attrs.evolve(state, fold_memo=None), target)[0]
             self.memo_checks += 1
-        ids = state.setup.tokenizer.encode(shown.text())
+        text = shown.text()
+        ids = state.setup.tokenizer.encode(text)
         if self.previous is not None and folded == 0:
             kept = len(self.previous) - self.generation
             assert ids[:kept] == self.previous[:kept], "the view rewrote itself without a compaction"
-        self.previous = ids
+        if folded and state.config.layout == "lean":
+            self.check_summary(state, ids)
+        self.previous, self.text, self.summary = ids, text, state.summary.message
+        self.items, self.omitted = len(state.summary.items), state.summary.omitted
         self.calls += 1
         return shown
 
@@ -314,3 +355,67 @@ def test_lean_template_view_costs_no_more_than_the_plain_transcript(config: Conf
 def test_lean_tool_mode_view_costs_no_more_than_the_plain_transcript(config: Config, steps: list[Any]) -> None:
     """The same in tool mode (Qwen3's template): tool turns and their results, the listing in both prefixes."""
     run_tools(config, steps)
+
+
+@pytest.mark.parametrize("summary_low_water", [50, 25])
+@proves("A4")
+def test_folds_append_to_s_between_shrinks(summary_low_water: int) -> None:
+    """A fixed trace that folds S many times (o200k, ChatML, M = 1200): S is appended to at some folds and shrunk
+    to its low-water mark at others, each checked at its call as in the properties above."""
+    config = PRESETS["minimal"].replace(
+        tokenizer="o200k_base", chat_format="chatml", layout="lean", summary_low_water=summary_low_water,
+        capacity=200, fingerprint_bits=8, summary_budget=1200, context_limit=3000)
+    state = init(config)
+    plain = Plain(state)
+    calls = Calls(state, plain)
+    calls.check(state, 0)
+    for step in range(60):
+        thought, action = f"Step {step}: look at part {step}", f"cat part{step}.txt"
+        content = f"line {step} " * (5 + step % 7 * 9)
+        state, turn = agent_turn(state, AgentTurn(thought, action))
+        plain.agent(thought, action)
+        state, stored = observe(state, Observe(action, content, 0))
+        plain.observation(content, 0)
+        calls.check(state, turn.folded + stored.folded)
+    assert calls.appended >= 2 and calls.shrunk >= 2, (calls.appended, calls.shrunk)
+
+
+@proves("A4")
+def test_a_fold_copy_is_priced_by_what_it_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Section 11.1's second test on the fixed trace above: a fold copy is priced with X the tokens it removes
+    from the view and Y what the server prefills again, everything after F less the old S when the copy's S text
+    extends it (only appended to), the old S too when S shrank. Both kinds occur."""
+    config = PRESETS["minimal"].replace(
+        tokenizer="o200k_base", chat_format="chatml", layout="lean", capacity=200, fingerprint_bits=8,
+        summary_budget=1200, context_limit=3000, prefill_cost=40)  # a cheap prefill: cost folds with S shown
+    copies: list[tuple[ArcState, ArcState]] = []
+    priced: list[tuple[ArcState, ArcState, int, int]] = []  # each copy the machine priced, and its X and Y
+    real_fold, real_pays = machine._fold, trigger.pays
+
+    def recording_fold(state: ArcState, keep_tokens: int) -> Any:
+        folded = real_fold(state, keep_tokens)
+        copies.append((state, folded[0]))
+        return folded
+
+    def recording_pays(config: Config, removed: int, prefilled: int, *rest: int) -> bool:
+        if sys._getframe(1).f_code.co_name == "_append_live":  # the copy's test, not the first one (decide)
+            priced.append((*copies[-1], removed, prefilled))
+        return real_pays(config, removed, prefilled, *rest)
+
+    monkeypatch.setattr(machine, "_fold", recording_fold)
+    monkeypatch.setattr(trigger, "pays", recording_pays)
+    state = init(config)
+    for step in range(60):
+        thought, action = f"Step {step}: look at part {step}", f"cat part{step}.txt"
+        state, _ = agent_turn(state, AgentTurn(thought, action))
+        state, _ = observe(state, Observe(action, f"line {step} " * (5 + step % 7 * 9), 0))
+    fixed = state.setup.prefix_tokens + state.setup.generation_tokens
+    kinds = set()
+    for before, after, removed, prefilled in priced:
+        old, new = before.summary.message, after.summary.message
+        extended = old is None or new is not None and new.content.startswith(old.content + "\n")
+        kinds.add(extended)
+        cached = 0 if old is None or not extended else old.tokens
+        expected = (view(before).tokens - view(after).tokens, view(after).tokens - fixed - cached)
+        assert (removed, prefilled) == expected, f"copy priced X, Y = {removed, prefilled}, section 11.1: {expected}"
+    assert kinds == {True, False}, kinds

@@ -61,7 +61,7 @@ HOW: dict[str, str] = {
     "arc-eval ablation recall-budget --tasks 200": "plan",
     "arc-eval nih --backend openai --base-url http://localhost:8000/v1 --model Qwen/Qwen3-8B --tokenizer "
     "../shared/data/qwen3-tokenizer --tool-calling --tasks 200": "plan",
-    "arc-eval report runs/nih-fd89cd5bbb": "test_the_report_line_names_the_first_command_s_run_directory",
+    "arc-eval report runs/nih-395411e9c2": "test_the_report_line_names_the_first_command_s_run_directory",
     "arc-eval serve-scripted --port 8001 --max-model-len 16384":
         "test_the_vllm_quick_start_runs_against_a_server_of_that_name",
     "python benchmarks/bench_core.py": "help",

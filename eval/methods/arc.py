@@ -32,6 +32,7 @@ from arc_ref.config import (
     DEFAULT_EXPECTED_COMPLETION,
     DEFAULT_LOW_WATER,
     DEFAULT_PREFILL_COST,
+    DEFAULT_SUMMARY_LOW_WATER,
     MAX_CONFIG_INTEGER,
     MAX_COST_FIELD,
     PRESETS,
@@ -87,6 +88,9 @@ class ArcOptions(ComponentOptions):
                                           metavar="TOKENS",
                                           help="ARC's cost model: the tokens a call is expected to generate (0:"
                                                " the agent's own tokens per turn, measured on the turns in H)")
+    summary_low_water: int = int_option(DEFAULT_SUMMARY_LOW_WATER, minimum=1, maximum=100, metavar="PERCENT",
+                                        help="ARC appends to its summary S while a fold's items fit M, then shrinks S"
+                                             " to this percent of M")
 
 
 def arc_config(settings: MethodSettings, system: str, goal: str, *, check: bool = True) -> Config:
@@ -109,7 +113,7 @@ def arc_config(settings: MethodSettings, system: str, goal: str, *, check: bool 
     )
     options = settings.options_of(ARC_NAME, ArcOptions)
     base = base.replace(low_water=options.low_water, prefill_cost=options.prefill_cost,
-                        expected_completion=options.expected_completion)
+                        expected_completion=options.expected_completion, summary_low_water=options.summary_low_water)
     chunk_tokens = max(1, options.recall_max_chars // CHARS_PER_TOKEN - WRAPPER_ALLOWANCE)
     recall_budget = max(1, options.recall_budget_chars // CHARS_PER_TOKEN)
     derived = window_budgets(base, recall_budget=recall_budget, chunk_tokens=chunk_tokens)
