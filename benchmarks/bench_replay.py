@@ -23,12 +23,12 @@ replay/floor (floor memory ~ the payload held once as str), and the SHA-256 of t
 ``--baseline-python PYTHON`` replays with another interpreter too, in every round (e.g. a virtual
 environment whose arc_ref is the code before a change): its figures are printed beside, measured in the
 same run, and its output must be byte-identical (the output is a contract).
-``--breakdown`` adds one more replay per size, timed from inside (the tokenizer's and the id scheme's
-methods wrapped): the seconds of the observations' counts with their chunk cuts, of every other text's
+``--breakdown`` adds one more replay per round, timed from inside (the tokenizer's and the id scheme's
+methods wrapped), beside that round's floor: the time of the observations' counts with their chunk cuts, of every other text's
 count, of the fingerprints, of the view text's JSON escaping and (tool mode) of the served template's renders,
-against the floor's own encode time, and what is left (the state machine's Python); "work the output needs" is
-the floor plus those extras, renders left out (they are how a served template's places are counted, not text
-the output holds).
+against the floor's own encode time, and what is left beyond the floor's own parsing and writing (the state
+machine's Python), each in multiples of the floor's CPU time; "the work the output needs" is the floor plus those
+extras, renders left out (they are how a served template's places are counted, not text the output holds).
 Targets (issue 12): time ratio <= 2 at 30,000 and 100,000 events; memory ratio <= 1.25; (issue 28) time
 ratio <= 1.5 at 30,000 events (text mode).
 """
@@ -78,7 +78,7 @@ trace, expected, stats, tokenizer_name = sys.argv[1], sys.argv[2], sys.argv[3], 
 count = get_tokenizer(tokenizer_name).count
 start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 started, cpu = time.perf_counter(), time.process_time()
-held, tokens, encoding, clock = [], 0, 0.0, time.perf_counter
+held, tokens, encoding, clock = [], 0, 0.0, time.process_time
 out = sys.stdout.buffer
 with open(trace, "rb") as lines, open(expected, "rb") as outputs:
     for line in lines:
@@ -102,7 +102,7 @@ seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 with open(stats, "w") as stats_out:
     json.dump({"seconds": seconds, "cpu": cpu, "start_kib": start_rss, "peak_kib": peak, "tokens": tokens,
-               "encode_seconds": encoding, "payload_bytes": sum(sys.getsizeof(text) for text in held),
+               "encode_cpu": encoding, "payload_bytes": sum(sys.getsizeof(text) for text in held),
                "payload_chars": sum(len(text) for text in held)}, stats_out)
 """
 
@@ -116,7 +116,7 @@ encoding = get_tokenizer("o200k_base")._encoding
 count_str, count_bytes = encoding.encode_ordinary, encoding._encode_bytes
 start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 started, cpu = time.perf_counter(), time.process_time()
-held, tokens, encoding, clock = [], 0, 0.0, time.perf_counter
+held, tokens, encoding, clock = [], 0, 0.0, time.process_time
 out = sys.stdout.buffer
 with open(trace, "rb") as lines, open(expected, "rb") as outputs:
     for line in lines:
@@ -133,17 +133,17 @@ seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 with open(stats, "w") as stats_out:
     json.dump({"seconds": seconds, "cpu": cpu, "start_kib": start_rss, "peak_kib": peak, "tokens": tokens,
-               "encode_seconds": encoding, "payload_bytes": sum(sys.getsizeof(text) for text in held),
+               "encode_cpu": encoding, "payload_bytes": sum(sys.getsizeof(text) for text in held),
                "payload_chars": sum(len(text) for text in held)}, stats_out)
 """
 
 _BREAKDOWN_CHILD = r"""
 import json, sys, time
 from arc_ref.frontends import cli
-import arc_ref.ids, arc_ref.templates, arc_ref.trace
+import arc_ref.ids, arc_ref.machine, arc_ref.store, arc_ref.templates, arc_ref.tokenizers, arc_ref.trace
 from arc_ref.tokenizers import get_tokenizer
 trace, stats, tokenizer_name = sys.argv[1], sys.argv[2], sys.argv[3]
-clock = time.perf_counter
+clock = time.process_time  # CPU time: steadier than the wall clock on a shared machine
 spent = {"observations": 0.0, "other_texts": 0.0, "fingerprints": 0.0, "escaping": 0.0, "renders": 0.0}
 depth = [0]
 
@@ -166,11 +166,14 @@ tokenizer_class.count = timed(tokenizer_class.count, "other_texts")
 tokenizer_class.encode = timed(tokenizer_class.encode, "other_texts")
 arc_ref.ids.IdScheme.make = timed(arc_ref.ids.IdScheme.make, "fingerprints")
 arc_ref.trace._ESCAPE = timed(arc_ref.trace._ESCAPE, "escaping")
+for module in (arc_ref.ids, arc_ref.machine, arc_ref.store, arc_ref.tokenizers):  # a text's UTF-8 form, made once
+    module.utf8_bytes = timed(module.utf8_bytes, "observations")  # for its checks, fingerprint and encode (the floor
+    # encodes each observation to UTF-8 inside its timed encode); inside another timed call it is counted there
 arc_ref.templates.ChatTemplate.render_parts = timed(arc_ref.templates.ChatTemplate.render_parts, "renders")
 started = clock()
 code = cli.main(["replay", trace])
 sys.stdout.flush()
-spent["seconds"] = clock() - started
+spent["cpu"] = clock() - started
 with open(stats, "w") as out:
     json.dump(spent, out)
 """
@@ -319,25 +322,35 @@ def _row(label: str, events: int, replays: list[dict[str, float]], floors: list[
             f"[{', '.join(f'{ratio:.2f}' for ratio in wall_ratios)}]")
 
 
-def breakdown(trace: Path, tokenizer_name: str, floors: list[dict[str, float]], scratch: Path) -> None:
-    """One more replay, timed from inside (`_BREAKDOWN_CHILD`): where its time goes against the floor's."""
-    stats = scratch / "stats.json"
-    spent = run_child(sys.executable, _BREAKDOWN_CHILD, [str(trace), str(stats), tokenizer_name],
-                      scratch / "breakdown.jsonl", stats)
-    floor_s = statistics.median(f["seconds"] for f in floors)
-    floor_encode = statistics.median(f["encode_seconds"] for f in floors)
-    cuts = spent["observations"] - floor_encode  # the same encodes as the floor's, and the chunk cuts
-    needed = floor_s + max(cuts, 0.0) + spent["other_texts"] + spent["fingerprints"] + spent["escaping"]
-    rest = spent["seconds"] - sum(spent[kind] for kind in ("observations", "other_texts", "fingerprints", "escaping",
-                                                             "renders"))
-    renders = f"served template renders (each message's places, spec/rendering.md 3.1) {spent['renders']:.2f} s, "
-    print(f"  breakdown (one replay timed from inside, {spent['seconds']:.2f} s; floor {floor_s:.2f} s, of which its "
-          f"encodes {floor_encode:.2f} s): observations' counts and cuts {spent['observations']:.2f} s "
-          f"({cuts:+.2f} s beyond the floor's encodes), other texts' counts {spent['other_texts']:.2f} s, "
-          f"fingerprints {spent['fingerprints']:.2f} s, view text escaping {spent['escaping']:.2f} s, "
-          f"{renders if spent['renders'] else ''}the rest "
-          f"(the state machine's Python, parsing, output lines) {rest:.2f} s; work the output needs = the floor + "
-          f"those extras = {needed:.2f} s = x{needed / floor_s:.2f} the floor", flush=True)
+_PARTS = (("cuts", "observations' encodes and chunk cuts beyond the floor's encodes"),
+          ("other_texts", "other new texts' counts"), ("fingerprints", "fingerprints"),
+          ("escaping", "view text escaping"), ("renders", "served template renders (spec/rendering.md 3.1)"),
+          ("bookkeeping", "the rest: the state machine's Python, beyond the floor's own parsing and writing"))
+
+
+def breakdown_parts(spent: dict[str, float], floor: dict[str, float]) -> dict[str, float]:
+    """An instrumented replay (`_BREAKDOWN_CHILD`) beside a floor run, in multiples of that floor's CPU time: the replay
+    is 1 (the floor's work) + the parts (``_PARTS``); "needed" is 1 + the parts its output holds (renders and
+    bookkeeping left out)."""
+    floor_s = floor["cpu"]
+    timed = ("observations", "other_texts", "fingerprints", "escaping", "renders")
+    parts = {kind: spent[kind] / floor_s for kind in timed if kind != "observations"}
+    parts["cuts"] = (spent["observations"] - floor["encode_cpu"]) / floor_s
+    floor_rest = floor_s - floor["encode_cpu"]  # the floor's parsing and writing
+    parts["bookkeeping"] = (spent["cpu"] - sum(spent[kind] for kind in timed) - floor_rest) / floor_s
+    parts["total"] = spent["cpu"] / floor_s
+    parts["needed"] = 1 + parts["cuts"] + parts["other_texts"] + parts["fingerprints"] + parts["escaping"]
+    return parts
+
+
+def print_breakdown(rounds: list[dict[str, float]]) -> None:
+    """Medians over the rounds of `breakdown_parts`."""
+    median = {kind: statistics.median(parts[kind] for parts in rounds) for kind in rounds[0]}
+    shown = ", ".join(f"{label} {median[kind]:+.2f}" for kind, label in _PARTS if kind != "renders" or median[kind])
+    print(f"  breakdown in floors of CPU time (medians of {len(rounds)} instrumented replay(s), each beside its round's "
+          f"floor): "
+          f"the floor's work 1 + {shown} = x{median['total']:.2f} (instrumented); "
+          f"the work the output needs alone: x{median['needed']:.2f}", flush=True)
 
 
 def measure(events: int, repeat: int, replay_args: list[str], baseline: str | None, scratch: Path,
@@ -352,6 +365,7 @@ def measure(events: int, repeat: int, replay_args: list[str], baseline: str | No
         write_tool_trace(trace, events, tokenizer)
         floor_code, floor_extra, tokenizer_name = _TOOL_FLOOR_CHILD, [tokenizer], tokenizer
     runs: dict[str, list[dict[str, float]]] = {"replay": [], "baseline": [], "floor": []}
+    parts: list[dict[str, float]] = []
     digests: dict[str, set[str]] = {"replay": set(), "baseline": set()}
     pythons = {"replay": sys.executable, "baseline": baseline}
     stats = scratch / "stats.json"
@@ -369,6 +383,10 @@ def measure(events: int, repeat: int, replay_args: list[str], baseline: str | No
                                        scratch / "floor.jsonl", stats))
         if digest(scratch / "floor.jsonl") != digest(output):
             raise SystemExit("the floor did not write the replay's output")
+        if with_breakdown:
+            spent = run_child(sys.executable, _BREAKDOWN_CHILD, [str(trace), str(stats), tokenizer_name],
+                              scratch / "breakdown.jsonl", stats)
+            parts.append(breakdown_parts(spent, runs["floor"][-1]))
     shas = digests["replay"] | digests["baseline"]
     if len(shas) != 1:
         raise SystemExit(f"replays of the same trace wrote different outputs: {sorted(shas)}")
@@ -379,8 +397,8 @@ def measure(events: int, repeat: int, replay_args: list[str], baseline: str | No
     print(_row("replay", events, runs["replay"], runs["floor"], sha), flush=True)
     if baseline is not None:
         print(_row("baseline", events, runs["baseline"], runs["floor"], sha), flush=True)
-    if with_breakdown:
-        breakdown(trace, tokenizer_name, runs["floor"], scratch)
+    if parts:
+        print_breakdown(parts)
 
 
 def qwen3_tokenizer() -> str | None:
