@@ -49,10 +49,7 @@ Each text is counted once (spec/rendering.md section 3.1, "Counting each text on
 tokens and the texts between them, each counted once and remembered; a content the piece holds verbatim is
 counted apart from the context's wrapper, once for all contexts, its known parts (a stored observation's n_j)
 not at all; the tools listing is serialized once; a tool message's costs hold for every call id when the
-template never read its ``tool_call_id`` (`_WatchedMessage`), so the tool-result reserve is rendered once; and a
-message's costs are shared by the formats whose prefixes differ only in the goal when its probes read nothing of
-the goal but its role outside the goal's own turn and the template confines a turn to its piece (`_TurnWatch`,
-`_confines_turns`): a proxy's new conversation does not render ARC's frames again.
+template never read its ``tool_call_id`` (`_WatchedMessage`), so the tool-result reserve is rendered once.
 What still needs a rendering is each new message, once per probe conversation of its role (3 for an assistant
 turn, 2 for a tool result, 6 for a user message in tool mode): the template is arbitrary code, and a piece is
 known only by running it in a conversation that gives the message its context. No count renders a whole view;
@@ -455,7 +452,6 @@ class ChatTemplate:
         if not _insert_after(tree, loop, jinja2.nodes.Output([jinja2.nodes.Name(_END_VARIABLE, "load")])):
             raise TemplateRefused(f"chat template of {name!r}: cannot place a mark after its message loop")
         self._split = env.from_string(tree)
-        self.confines_turns = _confines_turns(tree, loop)
         self._variables = {**dict(special_tokens), **dict(template_kwargs)}
         fixed = source + "".join(_strings(self._variables))
         self._mark_candidates = "".join(char for char in _MARK_CHARACTERS if char not in fixed)
@@ -475,23 +471,19 @@ class ChatTemplate:
 
     def render_parts(self, conversation: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                      add_generation_prompt: bool = True, tools_text: str | None = None,
-                     mark: str | None = None, turn: "_TurnWatch | None" = None) -> tuple[str, list[str], str]:
+                     mark: str | None = None) -> tuple[str, list[str], str]:
         """(head, one piece per message, tail): their concatenation is ``render(...)``.
 
         ``tools_text``: every string of ``tools`` joined (a caller rendering many times with the same tools);
-        ``mark``: a split mark already chosen (`marker`) for every string of the conversation and the tools;
-        ``turn``: told which message's iteration the template is in (`_TurnWatch`), as it renders.
+        ``mark``: a split mark already chosen (`marker`) for every string of the conversation and the tools.
         """
         if mark is None:
             listing = tools_text if tools_text is not None else "".join(_strings(tools))
             mark = self.marker(_strings(conversation), listing)
         piece_mark, end_mark = mark + "P" + mark, mark + "E" + mark
         variables = self._variables_for(conversation, tools, add_generation_prompt)
-        marks: dict[str, str] = {_MARK_VARIABLE: piece_mark, _END_VARIABLE: end_mark}
-        if turn is not None:  # the marks tell it when the template writes them: each turn's start, the loop's end
-            marks = {_MARK_VARIABLE: _TurnMark(piece_mark, turn, 1), _END_VARIABLE: _TurnMark(end_mark, turn, None)}
         try:
-            text = str(self._split.render(**variables, **marks))
+            text = str(self._split.render(**variables, **{_MARK_VARIABLE: piece_mark, _END_VARIABLE: end_mark}))
         except jinja2.exceptions.TemplateError as bad:
             raise TemplateRefused(f"chat template of {self.name!r} refused the conversation: {bad}") from None
         body, ends, tail = text.rpartition(end_mark)
@@ -531,73 +523,6 @@ def kwargs_key(template_kwargs: Iterable[tuple[str, Any]]) -> tuple[tuple[str, s
     ``False == 0 == 0.0`` and ``0.0 == -0.0`` (equal keys) where a template does not (``enable_thinking is false``
     is not true of 0: Qwen3's empty think block, 4 tokens)."""
     return tuple((name, type(value).__name__, repr(value)) for name, value in template_kwargs)
-
-
-_LOOP_FIELDS = frozenset(("index", "index0", "revindex", "revindex0", "first", "last", "length", "depth", "depth0",
-                          "previtem", "nextitem", "cycle"))
-"""What a template may read of ``loop`` in a template whose turns are confined: none remembers another turn."""
-_STATEFUL_GLOBALS = frozenset(("cycler", "joiner", "lipsum"))  # Jinja's globals that keep state (or draw at random)
-
-
-def _confines_turns(tree: jinja2.nodes.Template, loop: jinja2.nodes.For) -> bool:
-    """Whether what the template computes in one turn of its message loop can reach the rest of the rendering only
-    as that turn's piece, checked on its syntax (conservative: a template failing it is still counted exactly,
-    only never across goals): no namespace attribute (nor anything but a plain name) is set in the loop's body or
-    in a macro or call block (a plain ``{% set x %}`` in a loop is the turn's own: each turn starts again from the
-    values before the loop), no ``{% break %}`` in the loop's body, ``loop`` used only to read one of
-    `_LOOP_FIELDS` (not ``loop.changed``, which remembers the turn before, nor ``loop`` passed or indexed), and none
-    of Jinja's stateful globals (`_STATEFUL_GLOBALS`). `TemplateFormat.placed_costs` shares costs across goals on
-    this."""
-    scopes: list[jinja2.nodes.Node] = [*loop.body, *tree.find_all(jinja2.nodes.Macro),
-                                       *tree.find_all(jinja2.nodes.CallBlock)]
-    for scope in scopes:
-        for node in (scope, *scope.find_all(jinja2.nodes.Node)):
-            if isinstance(node, (jinja2.nodes.Assign, jinja2.nodes.AssignBlock)) and not isinstance(
-                    node.target, jinja2.nodes.Name):
-                return False
-    if any(isinstance(node, jinja2.nodes.Break) for body in loop.body for node in (body, *body.find_all(jinja2.nodes.Break))):
-        return False
-    read_fields = {id(node.node) for node in tree.find_all(jinja2.nodes.Getattr)
-                   if isinstance(node.node, jinja2.nodes.Name) and node.attr in _LOOP_FIELDS}
-    for name in tree.find_all(jinja2.nodes.Name):
-        if name.name in _STATEFUL_GLOBALS or (name.name == "loop" and id(name) not in read_fields):
-            return False
-    return True
-
-
-GOAL_TURN = 1  # the goal's index in a probe conversation: [system, goal, ...]
-
-
-class _TurnWatch(set[str]):
-    """The keys of a probe's goal the template read outside the goal's own turn (its iteration of the message
-    loop): the head, another message's turn, the tail. Filled by `_WatchedMessage` (as its set of reads), told the
-    turn by the marks the instrumented template writes (`_TurnMark`)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.turn = -1  # before the loop: the head
-
-    def add(self, key: str) -> None:
-        if self.turn != GOAL_TURN:
-            super().add(key)
-
-
-class _TurnMark(str):
-    """A split mark that, when the template writes it (Jinja writes ``str(value)``), tells `_TurnWatch` that the next
-    turn starts (``step`` 1) or that the loop ended (``step`` None). Its text is the mark's."""
-
-    _turn: _TurnWatch
-    _step: int | None
-
-    def __new__(cls, text: str, turn: _TurnWatch, step: int | None) -> "_TurnMark":
-        made = super().__new__(cls, text)
-        made._turn = turn
-        made._step = step
-        return made
-
-    def __str__(self) -> str:
-        self._turn.turn = self._turn.turn + self._step if self._step is not None else 1 << 30
-        return str.__str__(self)
 
 
 def _strings(value: Any) -> Iterable[str]:
@@ -775,33 +700,6 @@ def text_counts(tokenizer: HuggingFaceTokenizer) -> _TextCounts:
     return _TextCounts(tokenizer, MEMO_TOTAL_CHARS)
 
 
-SHARED_FAMILIES = 16  # prefixes without their goal (template, tools, system, mode) whose shared costs are kept
-
-
-class _SharedCosts:
-    """Placed costs that hold for every goal (`TemplateFormat.placed_costs`), per family of formats: the compiled
-    template (its source, keywords and model directory), the tokenizer, the tools, the system text and the mode. The
-    least recently used families and, in each, messages are forgotten; thread-safe."""
-
-    def __init__(self, families: int) -> None:
-        self._families: OrderedDict[Any, _LRU] = OrderedDict()
-        self._size = families
-        self._lock = threading.Lock()
-
-    def family(self, key: Any) -> _LRU:
-        with self._lock:
-            found = self._families.get(key)
-            if found is None:
-                found = self._families[key] = _LRU(4096)
-                if len(self._families) > self._size:
-                    self._families.popitem(last=False)
-            self._families.move_to_end(key)
-            return found
-
-
-_SHARED_COSTS = _SharedCosts(SHARED_FAMILIES)
-
-
 class _AddedTokens:
     """Where added tokens touch a cut: a cut between two parts is exact when one side touches an added token."""
 
@@ -967,8 +865,6 @@ class TemplateFormat:
         self._prefix = [{"role": "system", "content": system}, {"role": "user", "content": goal}]
         self._prefix_strings = tuple(_strings(self._prefix))
         self._cache = _LRU(4096)  # placed costs of messages whose content is at most MEMO_TEXT_CHARS long
-        # ... and those that hold for every goal, shared by the formats of this template, tools, system and mode
-        self._shared = _SHARED_COSTS.family((self.template, tokenizer, self.tools, system, action_mode))
         self._last_large: tuple[Any, tuple[tuple[Context, int], ...]] | None = None  # ... and of the last longer one
         self._listing_tokens: int | None = None
         head, pieces, tail = self.template.render_parts(self._prefix, self._server_tools)
@@ -1105,10 +1001,9 @@ class TemplateFormat:
             costs.append((ctx, self._count(pieces[1])))
         return tuple(costs)
 
-    def _pieces(self, conversation: list[dict[str, Any]], mark: str | None = None,
-                turn: _TurnWatch | None = None) -> list[str]:
+    def _pieces(self, conversation: list[dict[str, Any]], mark: str | None = None) -> list[str]:
         head, pieces, tail = self.template.render_parts(conversation, self._server_tools, True, self._tools_text,
-                                                        mark, turn)
+                                                        mark)
         if head != self.head or tail != self.tail:
             raise TemplateRefused(
                 f"chat template of {self.template.name!r}: the text before or after its message loop depends on"
@@ -1148,12 +1043,6 @@ class TemplateFormat:
         cached = self._cached(key)
         if cached is None and tool_call_id is not None:
             cached = self._cached((role, content, tool_calls, _ANY_CALL_ID))
-        if cached is None and len(content) <= MEMO_TEXT_CHARS:
-            cached = self._shared.get(key)
-            if cached is None and tool_call_id is not None:
-                cached = self._shared.get((role, content, tool_calls, _ANY_CALL_ID))
-            if cached is not None:
-                self._remember(key, cached)
         if cached is not None:
             return cached
         message = openai_message(role, content, tool_calls, tool_call_id)
@@ -1161,12 +1050,11 @@ class TemplateFormat:
         mark = self.template.marker((*self._prefix_strings, *_strings(server_conversation([message])), FILLER),
                                     self._tools_text)
         reads: set[str] = set()
-        goal_reads = _TurnWatch()  # the goal's keys read outside its own turn, over every probe
         local: dict[str, int] = {}
         split = self._content_split(content, parts, local) if len(content) > 2 * EDGE_WINDOW else None
         costs: dict[Context, int] = {}
         for plan in probe_plans(contexts, role):
-            server: list[dict[str, Any]] = [self._prefix[0], _WatchedMessage(self._prefix[1], goal_reads)]
+            server = list(self._prefix)
             where: list[tuple[int, Context]] = []
             for item in plan:
                 if isinstance(item, Context):
@@ -1174,23 +1062,14 @@ class TemplateFormat:
                     server.append(_WatchedMessage(server_conversation([message])[0], reads))
                 else:
                     server.append(_filler(item))
-            goal_reads.turn = -1
-            pieces = self._pieces(server, mark, goal_reads)
+            pieces = self._pieces(server, mark)
             self._check_pieces(server, pieces)
             for position, ctx in where:
                 costs[ctx] = self._piece_tokens(pieces[position], content, split, local)
         result = tuple((ctx, costs[ctx]) for ctx in contexts)
-        any_call_id = tool_call_id is not None and "tool_call_id" not in reads and _WHOLE not in reads
         self._remember(key, result)
-        if any_call_id:
+        if tool_call_id is not None and "tool_call_id" not in reads and _WHOLE not in reads:
             self._remember((role, content, tool_calls, _ANY_CALL_ID), result)
-        # every goal gives these costs when the template read nothing of the goal but its role outside the goal's
-        # own turn, and a turn's effects stay in its piece (`_confines_turns`): the pieces of the other messages,
-        # the head and the tail are then the same whatever the goal's text (rendering is deterministic)
-        if self.template.confines_turns and goal_reads <= {"role"} and len(content) <= MEMO_TEXT_CHARS:
-            self._shared.put(key, result)
-            if any_call_id:
-                self._shared.put((role, content, tool_calls, _ANY_CALL_ID), result)
         return result
 
 
