@@ -18,7 +18,7 @@ an agent without ARC cannot make). Properties, for every trace, at every call:
 * between compactions the previous prompt, less its generation prompt, is a token prefix of the next one;
 * at a compaction S either only grows (the previous S message's text less its end is a prefix of the new one, and
   the new prompt's token prefix with the previous one reaches to the end of the previous S's items, but for the
-  last item's trailing punctuation or spaces, which a tokenizer may merge with the newline that now follows) or
+  last item's trailing punctuation or white space, which a tokenizer may merge with the newline that now follows) or
   shrinks to at most its low-water mark, or until none of its earlier items is left (spec/rendering.md 11.3), so
   between two folds that did not shrink S a prefix-caching server prefills only the items appended to S and
   what follows S.
@@ -59,6 +59,7 @@ from arc_ref.machine import (
     view,
 )
 from arc_ref.message import Message, ToolCall
+from arc_ref.summary import EMPTY_SUMMARY, Summary
 from arc_ref.view import View
 from proofs_check.registry import proves
 from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
@@ -219,31 +220,44 @@ class Calls:
         self.text = ""  # the previous prompt's text
         self.appended = 0  # folds that only appended to S (S was not empty before)
         self.shrunk = 0  # folds that shrank S
-        self.items = self.omitted = 0  # S's items and omitted count at the previous call
+        self.base: Summary = EMPTY_SUMMARY  # S after the last event seen (a call or an event that folded)
+        self.rewritten = False  # S shrank since the previous call
 
-    def check_summary(self, state: ArcState, ids: list[int]) -> None:
-        """At a fold: S only grew, and the cached prefix reaches to the end of its earlier items, or S shrank to at
-        most its low-water mark (or to no item). Section 11.3, restated here from the spec."""
-        before, after = self.summary, state.summary.message
+    def folded(self, state: ArcState) -> None:
+        """After an event that folded: S only grew (the text of S before the event, less its end, is a prefix of the
+        new one) or it shrank to at most its low-water mark, or until none of its earlier items is left. Section
+        11.3, restated here from the spec; events between two calls (an agent turn, then an observation) each."""
+        earlier, before, after = self.base, self.base.message, state.summary.message
+        self.base = state.summary
         if before is None or before == after:
             return
-        config = state.config
-        old, new = before.content, "" if after is None else after.content
-        if new.startswith(old + "\n"):
+        if after is not None and after.content.startswith(before.content + "\n"):
             self.appended += 1
-            previous = self.previous or []
-            end = self.text.index(old) + len(old)
-            trailing = len(old) - len(old.rstrip(string.punctuation + " \t…"))  # may merge with the next newline
-            reach = len(state.setup.tokenizer.encode(self.text[:end - trailing]))
-            common = next((i for i, (a, b) in enumerate(zip(previous, ids)) if a != b), min(len(previous), len(ids)))
-            assert common >= reach, f"the prompts share {common} tokens, S's earlier items end at token {reach}"
             return
         self.shrunk += 1
+        self.rewritten = True
+        config = state.config
         low = config.summary_budget * config.summary_low_water // 100
-        dropped = state.summary.omitted - self.omitted
-        assert after is None or after.tokens <= low or dropped >= self.items, (
+        dropped, items = state.summary.omitted - earlier.omitted, len(earlier.items)
+        assert after is None or after.tokens <= low or dropped >= items, (
             f"S was rewritten to {after.tokens} tokens, above its low-water mark {low}, keeping"
-            f" {self.items - dropped} of its {self.items} earlier items")
+            f" {items - dropped} of its {items} earlier items")
+
+    def check_summary(self, state: ArcState, ids: list[int]) -> None:
+        """At a call after folds that did not shrink S: the new prompt's token prefix with the previous one reaches to
+        the end of S's earlier items, but for the last item's trailing punctuation or white space, which a
+        tokenizer may merge with the newline that now follows."""
+        before, after = self.summary, state.summary.message
+        if before is None or before == after or self.rewritten or after is None:
+            return
+        old = before.content
+        assert after.content.startswith(old + "\n")
+        previous = self.previous or []
+        end = self.text.index(old) + len(old)
+        trailing = len(old) - len(old.rstrip(string.punctuation + string.whitespace + "…"))
+        reach = len(state.setup.tokenizer.encode(self.text[:end - trailing]))
+        common = next((i for i, (a, b) in enumerate(zip(previous, ids)) if a != b), min(len(previous), len(ids)))
+        assert common >= reach, f"the prompts share {common} tokens, S's earlier items end at token {reach}"
 
     def check(self, state: ArcState, folded: int) -> View:
         shown = view(state)
@@ -281,9 +295,10 @@ class Calls:
             kept = len(self.previous) - self.generation
             assert ids[:kept] == self.previous[:kept], "the view rewrote itself without a compaction"
         if folded and state.config.layout == "lean":
+            self.folded(state)
             self.check_summary(state, ids)
         self.previous, self.text, self.summary = ids, text, state.summary.message
-        self.items, self.omitted = len(state.summary.items), state.summary.omitted
+        self.base, self.rewritten = state.summary, False
         self.calls += 1
         return shown
 
@@ -297,6 +312,8 @@ def run_text(config: Config, steps: list[tuple[str, str, str, int]]) -> None:
         state, turn = agent_turn(state, AgentTurn(thought, action))
         assert not turn.command
         plain.agent(thought, action)
+        if turn.folded:
+            calls.folded(state)
         try:
             state, stored = observe(state, Observe(action, content, returncode))
         except CapacityExceeded:
@@ -323,6 +340,8 @@ def run_tools(config: Config, steps: list[tuple[str, list[tuple[str, str, str, i
             return
         plain.tool_turn(thought, tool_calls)
         folded = turn.folded
+        if folded:
+            calls.folded(state)
         for call, (_, _, content, returncode) in zip(tool_calls, made):
             try:
                 state, stored = tool_result(state, ToolResult(call.call_id, content, returncode))
@@ -330,6 +349,8 @@ def run_tools(config: Config, steps: list[tuple[str, list[tuple[str, str, str, i
                 return
             plain.tool_result(call.call_id, content, returncode)
             folded += stored.folded
+            if stored.folded:
+                calls.folded(state)
         calls.check(state, folded)
 
 
@@ -374,6 +395,8 @@ def test_folds_append_to_s_between_shrinks(summary_low_water: int) -> None:
         content = f"line {step} " * (5 + step % 7 * 9)
         state, turn = agent_turn(state, AgentTurn(thought, action))
         plain.agent(thought, action)
+        if turn.folded:
+            calls.folded(state)
         state, stored = observe(state, Observe(action, content, 0))
         plain.observation(content, 0)
         calls.check(state, turn.folded + stored.folded)
