@@ -18,7 +18,7 @@ an agent without ARC cannot make). Properties, for every trace, at every call:
 * between compactions the previous prompt, less its generation prompt, is a token prefix of the next one;
 * at a compaction S either only grows (the previous S message's text less its end is a prefix of the new one, and
   the new prompt's token prefix with the previous one reaches to the end of the previous S's items, but for the
-  last item's trailing punctuation or white space, which a tokenizer may merge with the newline that now follows) or
+  last item's trailing punctuation, spaces or line breaks, which a tokenizer may merge with the newline that now follows) or
   shrinks to at most its low-water mark, or until none of its earlier items is left (spec/rendering.md 11.3), so
   between two folds that did not shrink S a prefix-caching server prefills only the items appended to S and
   what follows S.
@@ -46,10 +46,12 @@ from arc_ref.errors import BudgetViolation, CapacityExceeded, InvalidEvent
 from arc_ref.machine import (
     AgentTurn,
     ArcState,
+    Compact,
     Observe,
     ToolResult,
     ToolTurn,
     agent_turn,
+    compact,
     compaction_target,
     fold,
     init,
@@ -59,7 +61,7 @@ from arc_ref.machine import (
     view,
 )
 from arc_ref.message import Message, ToolCall
-from arc_ref.summary import EMPTY_SUMMARY, Summary
+from arc_ref.summary import EMPTY_SUMMARY, Summary, extends
 from arc_ref.view import View
 from proofs_check.registry import proves
 from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
@@ -206,6 +208,15 @@ class Plain:
         return self.setup.tokenizer.count(self.text(keep))
 
 
+def summary_items_reach(state: ArcState, text: str, summary: str) -> int:
+    """Tokens of the view ``text`` up to the end of its summary ``summary``'s items, less the last item's trailing
+    punctuation, spaces or line breaks, which a tokenizer may merge with the newline an appended item brings
+    (spec/rendering.md 14, item 3)."""
+    end = text.index(summary) + len(summary)
+    trailing = len(summary) - len(summary.rstrip(string.punctuation + " \t\r\n…"))
+    return len(state.setup.tokenizer.encode(text[:end - trailing]))
+
+
 class Calls:
     """Checks made before every call: exactness before the first compaction, the bound, the token prefix."""
 
@@ -245,17 +256,15 @@ class Calls:
 
     def check_summary(self, state: ArcState, ids: list[int]) -> None:
         """At a call after folds that did not shrink S: the new prompt's token prefix with the previous one reaches to
-        the end of S's earlier items, but for the last item's trailing punctuation or white space, which a
-        tokenizer may merge with the newline that now follows."""
+        the end of S's earlier items, but for the last item's trailing punctuation, spaces or line breaks
+        (`summary_items_reach`)."""
         before, after = self.summary, state.summary.message
         if before is None or before == after or self.rewritten or after is None:
             return
         old = before.content
         assert after.content.startswith(old + "\n")
         previous = self.previous or []
-        end = self.text.index(old) + len(old)
-        trailing = len(old) - len(old.rstrip(string.punctuation + string.whitespace + "…"))
-        reach = len(state.setup.tokenizer.encode(self.text[:end - trailing]))
+        reach = summary_items_reach(state, self.text, old)
         common = next((i for i, (a, b) in enumerate(zip(previous, ids)) if a != b), min(len(previous), len(ids)))
         assert common >= reach, f"the prompts share {common} tokens, S's earlier items end at token {reach}"
 
@@ -401,6 +410,37 @@ def test_folds_append_to_s_between_shrinks(summary_low_water: int) -> None:
         plain.observation(content, 0)
         calls.check(state, turn.folded + stored.folded)
     assert calls.appended >= 2 and calls.shrunk >= 2, (calls.appended, calls.shrunk)
+
+
+@pytest.mark.parametrize("ending", ["\n", "\r\n", "\r", " ", "."])
+@pytest.mark.parametrize("counting", ["o200k", "qwen3"])
+@proves("A4")
+def test_an_appending_fold_keeps_the_prefix_to_s_items_end(counting: str, ending: str) -> None:
+    """Two compactions, the second only appends to S, whose last item is an inline observation ending in a line
+    break, a space or punctuation: the new prompt shares the previous one's tokens up to the end of S's earlier
+    items, less that ending, which the next item's LF may merge with (section 14, item 3; o200k and Qwen3)."""
+    if counting == "qwen3" and QWEN3 is None:
+        pytest.skip(QWEN3_ABSENT)
+    tokenizer, chat_format = ("o200k_base", "chatml") if counting == "o200k" else (f"hf-dir:{QWEN3}", "template")
+    config = PRESETS["paper"].replace(tokenizer=tokenizer, chat_format=chat_format, layout="lean", prefill_cost=0,
+                                      low_water=1, recent_budget=400)
+    state = init(config)
+    state, _ = agent_turn(state, AgentTurn("Read it", "cat a.txt"))
+    state, _ = observe(state, Observe("cat a.txt", "all good" + ending, 0))  # short: S shows it inline
+    state, _ = agent_turn(state, AgentTurn("Next", "cat b.txt"))
+    state, _ = compact(state, Compact())
+    before, earlier = view(state).text(), state.summary
+    assert earlier.message is not None and earlier.items[-1].kind == "inline"
+    state, _ = observe(state, Observe("cat b.txt", "fine", 0))
+    state, _ = agent_turn(state, AgentTurn("Done", "ls"))
+    state, _ = compact(state, Compact())
+    after = view(state).text()
+    assert extends(state.summary, earlier) and len(state.summary.items) > len(earlier.items)
+    encode = state.setup.tokenizer.encode
+    old_ids, new_ids = encode(before), encode(after)
+    common = next(i for i, (a, b) in enumerate(zip(old_ids, new_ids)) if a != b)
+    reach = summary_items_reach(state, before, earlier.message.content)
+    assert common >= reach, f"the prompts share {common} tokens, S's earlier items end at token {reach}"
 
 
 @proves("A4")
