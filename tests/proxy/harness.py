@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
 from pathlib import Path
 from typing import Any, Iterator
@@ -27,6 +28,19 @@ MAX_MODEL_LEN = 16384
 # budgets that hold mini-swe-agent's long instance template in F and show a 300-line file as its stub
 BUDGETS: dict[str, Any] = {"recent_budget": 2000, "recall_budget": 2600, "chunk_tokens": 1200,
                            "summary_budget": 1500}
+
+
+def bash_call_reply(request: Any) -> Any:
+    """A mock upstream's answer (an httpx.MockTransport handler): one bash call, named by the request's message
+    count, with a usage block."""
+    import httpx
+
+    number = len(json.loads(request.content)["messages"])
+    message = {"role": "assistant", "content": f"step {number}", "tool_calls": [
+        {"id": f"call_{number}", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]}
+    return httpx.Response(200, json={"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                                     "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+                                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
 
 
 def big_log(path: Path, needle_line: int = 150) -> str:

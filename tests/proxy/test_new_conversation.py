@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.proxy.harness import BASH_TOOL, QWEN3, needs_qwen3
+from tests.proxy.harness import BASH_TOOL, bash_call_reply, QWEN3, needs_qwen3
 
 import httpx  # noqa: E402  (after the harness, which skips without the proxy extra)
 
@@ -32,15 +32,6 @@ EARLIER_TURNS = 9  # a new conversation arrives with 18 earlier messages (an ass
 RENDERS_NEW = 245
 ENCODES_NEW = 165
 RENDERS_CONFIGURATION = 60  # at least this many of them are the configuration's: not rendered for a known prefix
-
-
-def upstream(request: httpx.Request) -> httpx.Response:
-    number = len(json.loads(request.content)["messages"])
-    message = {"role": "assistant", "content": f"step {number}", "tool_calls": [
-        {"id": f"call_{number}", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]}
-    return httpx.Response(200, json={"id": "x", "object": "chat.completion", "created": 0, "model": "m",
-                                     "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
-                                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
 
 
 def history(task: str, seed: int) -> list[dict[str, Any]]:
@@ -84,7 +75,7 @@ def test_a_new_conversation_renders_and_encodes_at_most_the_stated_numbers(monke
         return {name: counted[name] - before[name] for name in counted}
 
     async def scenario() -> None:
-        async with httpx.AsyncClient(transport=httpx.MockTransport(upstream)) as client:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(bash_call_reply)) as client:
             proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=OVERRIDES,
                                         context_limit=WINDOW), client)
             await first_request(proxy, history("Warm the process up: list the files.", 0))  # as a server after start
@@ -118,7 +109,7 @@ def test_template_keywords_equal_in_python_but_not_to_the_template_are_counted_a
         text = template.render(templates.server_conversation(sent["messages"]),
                                [{"type": "function", "function": {**tool["function"]}} for tool in sent["tools"]])
         seen.append((kwargs, tokenizer.count(text)))
-        return upstream(request)
+        return bash_call_reply(request)
 
     async def scenario() -> list[int]:
         async with httpx.AsyncClient(transport=httpx.MockTransport(counting_upstream)) as client:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.proxy.harness import BASH_TOOL, BUDGETS, QWEN3, needs_qwen3
+from tests.proxy.harness import BASH_TOOL, bash_call_reply, BUDGETS, QWEN3, needs_qwen3
 
 import httpx  # noqa: E402  (after the harness, which skips without the proxy extra)
 
@@ -32,15 +32,6 @@ SYSTEM = "You run one bash command per turn."
 READ_PER_TURN = 3
 HASHED_PER_TURN = 3
 HOPS_PER_TURN = 2  # worker-thread hand-offs of a continuing request of one upstream round: before it, after it
-
-
-def upstream(request: httpx.Request) -> httpx.Response:
-    number = len(json.loads(request.content)["messages"])
-    message = {"role": "assistant", "content": f"step {number}", "tool_calls": [
-        {"id": f"call_{number}", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]}
-    return httpx.Response(200, json={"id": "x", "object": "chat.completion", "created": 0, "model": "m",
-                                     "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
-                                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
 
 
 def body_bytes(messages: list[dict[str, Any]]) -> bytes:
@@ -67,7 +58,7 @@ def test_a_continuing_request_reads_and_hashes_only_its_new_messages(monkeypatch
     monkeypatch.setattr(asyncio, "to_thread", counted_hop)
 
     async def scenario() -> None:
-        async with httpx.AsyncClient(transport=httpx.MockTransport(upstream)) as client:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(bash_call_reply)) as client:
             proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS), client)
             messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM},
                                               {"role": "user", "content": "list the files"}]
