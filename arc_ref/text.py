@@ -50,7 +50,7 @@ _CONTROL_ESCAPES = {code: escaped for code, escaped in _ESCAPES.items() if escap
 def escape_line(text: str) -> str:
     """Make ``text`` a single line: backslash, newline, CR and tab escaped; other control chars as \\xNN.
 
-    The same as ``text.translate(_ESCAPES)`` (spec/rendering.md section 5), written as four replacements (the
+    The same as ``text.translate(_ESCAPES)`` (spec/rendering.md section 4), written as four replacements (the
     backslash first, so no escape is escaped again) and a search for the rarer controls: str.translate looks
     every character of a non-ASCII text up in the table, about six times slower on a stub's previews.
     """
