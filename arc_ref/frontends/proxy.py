@@ -50,6 +50,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
 import uuid
 from collections import deque
@@ -488,7 +489,7 @@ class Conversations:
         self.ignored: set[tuple[str, str]] = set()  # (hash, key) rows of the shared index whose mark is lost
         self.evicted = 0
         self.opened = 0  # durable conversations read whole from their store (first request, or after eviction)
-        self._lock = asyncio.Lock()
+        self.registering = threading.Lock()  # a new conversation's check and first mark (a worker thread)
         self.hash_index: HashIndex | None = None
         if settings.store is not None:
             settings.store.mkdir(parents=True, exist_ok=True)
@@ -1097,18 +1098,30 @@ class Proxy:
 
     async def _resume(self, hashes: list[str], messages: Sequence[AgentMessage], system: str,
                       tools: list[dict[str, Any]], template_kwargs: tuple[tuple[str, Any], ...]) -> str:
-        """The conversation that passed the request's deepest known message (a new one when none did)."""
-        found = self._found(hashes)
+        """The conversation that passed the request's deepest known message (a new one when none did). With
+        --store the shared index is asked in a worker thread (a busy index stalls this request, not the event
+        loop): the hand-off that before released the store after the request (now the last round's)."""
+        if self.conversations.hash_index is None:
+            found = self._found(hashes)
+        else:
+            found = await asyncio.to_thread(self._found, hashes)
         if found is not None:
             return found
-        # a new conversation: its configuration (the goal and tools counted, possibly a long text), its state and
-        # store are made outside the lock every new conversation takes, so that no other conversation waits for
-        # them; under it, only the check that the same history did not arrive meanwhile and the first mark
+        # a new conversation: one worker-thread hand-off makes it (its configuration, state and store, outside
+        # every lock) and, under the lock every new conversation takes, checks that the same history did not
+        # arrive meanwhile and writes its first mark
         goal = messages[0].text
-        try:  # one worker-thread hand-off: the configuration (Refused when it cannot fit), then the conversation
-            conversation = await in_thread_undone_if_cancelled(
-                lambda: self.conversations.new(self._config(system, goal, tools, template_kwargs)),
-                self.conversations.discard)
+        _, key = await in_thread_undone_if_cancelled(
+            lambda: self._made(hashes, system, goal, tools, template_kwargs),
+            lambda made: made[0] is not None and self.conversations._release(made[0]))
+        return key
+
+    def _made(self, hashes: list[str], system: str, goal: str, tools: list[dict[str, Any]],
+              template_kwargs: tuple[tuple[str, Any], ...]) -> tuple[Conversation | None, str]:
+        """(A worker thread.) A new conversation for ``hashes`` with its first mark, or (None, the conversation
+        that passed them meanwhile) when the same history arrived first (the one made is removed)."""
+        try:  # the configuration (Refused when it cannot fit), then the conversation
+            conversation = self.conversations.new(self._config(system, goal, tools, template_kwargs))
         except Refused:
             raise
         except (StoreError, OSError) as problem:
@@ -1117,21 +1130,21 @@ class Proxy:
         except ArcError as problem:  # K > L for this system prompt and goal, most often
             raise Refused("configuration", f"ARC cannot hold this conversation: {problem}") from None
         try:
-            async with self.conversations._lock:
+            with self.conversations.registering:
                 found = self._found(hashes)  # the same history may have arrived meanwhile: that one goes on,
                 # unless a request holds it (agents that start alike): this one is then as good as a fork of it
                 if found is None or self.conversations.busy(found):
                     conversation.position = 1  # the system prompt and the goal are its prefix F
                     self.conversations.add(hashes[0], conversation, conversation.mark(hashes[0]))
-                    return conversation.key
+                    return conversation, conversation.key
         except BaseException as problem:  # nothing names it: not left open (and locked) in memory
             self.conversations.discard(conversation)
             if isinstance(problem, StoreError):
                 raise Failed(503, "store_unavailable", f"a new conversation's index cannot be written: {problem}",
                              retry_after=5) from None
             raise
-        await asyncio.to_thread(self.conversations.discard, conversation)
-        return found
+        self.conversations.discard(conversation)
+        return None, found
 
     def _found(self, hashes: list[str]) -> str | None:
         """The conversation that passed the deepest of ``hashes`` (with --store: one query of the shared index)."""
@@ -1157,12 +1170,7 @@ class Proxy:
         """The agent's new messages through the core, then the upstream's rounds: the core's work of a request in
         one worker-thread hand-off before the first upstream call (`_advance`) and one after each (`_answered`),
         so that the event loop serves the other clients meanwhile and no event hops on its own."""
-        marks: list[tuple[str, Mark]] = []
-        try:
-            shown = await asyncio.to_thread(self._advance, conversation, new, hashes, marks)
-        finally:  # the marks of what was applied, even when a later message is refused (the retry resumes there)
-            for chain_hash, mark in marks:
-                self.conversations.add(chain_hash, conversation, mark)
+        shown = await asyncio.to_thread(self._advance, conversation, new, hashes)
         usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
         hidden = 0
         while True:
@@ -1177,8 +1185,7 @@ class Proxy:
                 hidden += 1
                 continue
             break
-        environment, (chain_hash, mark) = answered
-        self.conversations.add(chain_hash, conversation, mark)
+        environment = answered
         choice, content, calls = reply.choice, reply.content, reply.calls
         returned: dict[str, Any] = {"role": "assistant", "content": content or None}
         if environment:
@@ -1193,15 +1200,19 @@ class Proxy:
         result["usage"] = usage
         return Reply(result, hidden, shown.tokens, conversation.key)
 
-    def _advance(self, conversation: Conversation, new: Sequence[AgentMessage], hashes: Sequence[str],
-                 marks: list[tuple[str, Mark]]) -> View:
-        """(A worker thread.) Each new agent message as the core's event, marked (``marks``: registered by the
-        event loop), then the view of the first round; Refused when the last assistant message's calls are not
-        all answered."""
-        for agent_said, chain_hash in zip(new, hashes):
-            self._apply(conversation, _event(agent_said))
-            conversation.position += 1
-            marks.append((chain_hash, conversation.mark(chain_hash)))
+    def _advance(self, conversation: Conversation, new: Sequence[AgentMessage], hashes: Sequence[str]) -> View:
+        """(A worker thread.) Each new agent message as the core's event, marked (in the shared index too, with
+        --store), then the view of the first round; Refused when the last assistant message's calls are not all
+        answered."""
+        marks: list[tuple[str, Mark]] = []
+        try:
+            for agent_said, chain_hash in zip(new, hashes):
+                self._apply(conversation, _event(agent_said))
+                conversation.position += 1
+                marks.append((chain_hash, conversation.mark(chain_hash)))
+        finally:  # the marks of what was applied, even when a later message is refused (the retry resumes there)
+            for chain_hash, mark in marks:
+                self.conversations.add(chain_hash, conversation, mark)
         state = conversation.state
         if state.pending:
             waiting = ", ".join(call.call_id for call in state.pending)
@@ -1210,10 +1221,11 @@ class Proxy:
         return view(state)
 
     def _answered(self, conversation: Conversation, reply: UpstreamReply, hidden: int
-                  ) -> View | tuple[tuple[ToolCall, ...], tuple[str, Mark]]:
+                  ) -> View | tuple[ToolCall, ...]:
         """(A worker thread.) The upstream's reply as the model's turn: the next round's view when it called only
-        ARC's tools and another hidden round is allowed; else the calls that go back to the agent and the mark
-        of the assistant message the agent will send back."""
+        ARC's tools and another hidden round is allowed; else the calls that go back to the agent, after the mark
+        of the assistant message the agent will send back (in the shared index too) and, with --store, the store
+        released (the request's last hand-off)."""
         output = self._apply(conversation, ToolTurn(reply.content, reply.calls))
         assert isinstance(output, ToolTurnResult)
         environment = output.environment_calls
@@ -1221,7 +1233,10 @@ class Proxy:
             return view(conversation.state)
         conversation.position += 1
         chain_hash = chain_next(conversation.head, AgentMessage("assistant", reply.content, environment))
-        return environment, (chain_hash, conversation.mark(chain_hash))
+        self.conversations.add(chain_hash, conversation, conversation.mark(chain_hash))
+        if isinstance(conversation, Conversation) and conversation.store is not None:
+            Conversations._release(conversation)
+        return environment
 
     def _apply(self, conversation: Conversation, event: Event) -> Output:
         try:

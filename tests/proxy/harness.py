@@ -43,6 +43,19 @@ def bash_call_reply(request: Any) -> Any:
                                      "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
 
 
+def count_hand_offs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """asyncio.to_thread counted from now on (the proxy's worker-thread hand-offs): a one-item list, the count."""
+    hops = [0]
+    to_thread = asyncio.to_thread
+
+    async def counted_hop(function: Any, *args: Any, **kwargs: Any) -> Any:
+        hops[0] += 1
+        return await to_thread(function, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted_hop)
+    return hops
+
+
 def big_log(path: Path, needle_line: int = 150) -> str:
     """A 300-line log (about 2,400 Qwen3 tokens, under mini-swe-agent's 10,000-character cut) with one needle."""
     lines = [f"row {number}: ok c={number * 37 % 1000:04d}" for number in range(1, 301)]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.proxy.harness import BASH_TOOL, bash_call_reply, BUDGETS, QWEN3, needs_qwen3
+from tests.proxy.harness import BASH_TOOL, bash_call_reply, BUDGETS, QWEN3, count_hand_offs, needs_qwen3
 
 import httpx  # noqa: E402  (after the harness, which skips without the proxy extra)
 
@@ -48,14 +48,7 @@ def test_a_continuing_request_reads_and_hashes_only_its_new_messages(monkeypatch
         return chain_next(previous, message)
 
     monkeypatch.setattr(proxy_module, "chain_next", counted)
-    hops = [0]
-    to_thread = asyncio.to_thread
-
-    async def counted_hop(function: Any, *args: Any, **kwargs: Any) -> Any:
-        hops[0] += 1
-        return await to_thread(function, *args, **kwargs)
-
-    monkeypatch.setattr(asyncio, "to_thread", counted_hop)
+    hops = count_hand_offs(monkeypatch)
 
     async def scenario() -> None:
         async with httpx.AsyncClient(transport=httpx.MockTransport(bash_call_reply)) as client:
