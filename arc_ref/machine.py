@@ -459,11 +459,16 @@ def _append_live(state: ArcState, entries: tuple[LiveEntry, ...], **changes: Any
 
 def _copy_cannot_pay(state: ArcState, count: int, before: int, fixed_most: int) -> bool:
     """Whether the cost rule must decline folding the oldest ``count`` entries of H whatever the new S costs
-    (spec/rendering.md 11.1), decided before S is built: the copy's view is priced with S at 0 tokens (a user
-    message still, so every other message keeps its place and its exact count) and the new G at its one place,
-    which is at most the copy's ``after``; ``fixed_most`` is the most the rule's ``B + eta + s_kept`` can be
-    (`trigger.declines`). A served template then renders G's one probe conversation instead of S's and G's in
-    every place."""
+    (spec/rendering.md 11.1), decided before S is built: at the copy's `copy_floor` and ``fixed_most``, the most
+    the rule's ``B + eta + s_kept`` can be, `trigger.declines` decides for every cost S can have."""
+    return trigger.declines(state.config, before, copy_floor(state, count), fixed_most, state.live_tokens,
+                            state.live_turns, state.live_agent_tokens)
+
+
+def copy_floor(state: ArcState, count: int) -> int:
+    """tokens(view of the copy) less its new S's count, known before S is built: the copy's view priced with S at
+    0 tokens (a user message still, so every other message keeps its place and its exact count) and the new G at
+    its one place (a served template renders G's one probe conversation instead of S's and G's in every place)."""
     setup = state.setup
     kept = state.live[count:]
     text = lean_page_text(state, state.catalog_cursor, kept)
@@ -473,8 +478,7 @@ def _copy_cannot_pay(state: ArcState, count: int, before: int, fixed_most: int) 
     floor = sum(placed_costs(messages)) + setup.generation_tokens
     if text is not None:
         floor += page_cost_at(setup, text, context_at(messages, len(state.prefix) + 1))
-    return trigger.declines(state.config, before, floor, fixed_most, state.live_tokens, state.live_turns,
-                            state.live_agent_tokens)
+    return floor
 
 
 def compact(state: ArcState, event: Compact) -> tuple[ArcState, CompactResult]:

@@ -1078,13 +1078,13 @@ class TemplateFormat:
         probe conversation of ``placed_costs`` that gives the message this context (the same conversation,
         rendered and counted the same way), rendered alone unless the message's costs are known. For a message
         that may be thrown away unseen (a fold copy the cost rule declines, `arc_ref.machine`)."""
+        contexts = possible_contexts(role, self.action_mode)
+        if context not in contexts:
+            raise BudgetViolation(f"a {role} message has no count for its place {context} in the view")
         key = (role, content, tool_calls, tool_call_id)
         cached = self._known(key)
         if cached is not None:
             return next(cost for ctx, cost in cached if ctx == context)
-        contexts = possible_contexts(role, self.action_mode)
-        if context not in contexts:
-            raise BudgetViolation(f"a {role} message has no count for its place {context} in the view")
         plans = probe_plans(contexts, role)
         number = next(number for number, plan in enumerate(plans) if context in plan)
         done, reads = self._partial_costs(key)

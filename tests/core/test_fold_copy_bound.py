@@ -4,23 +4,29 @@
 (`TemplateFormat.placed_cost_at`: one probe conversation instead of S's and G's in every place) and declines it
 when `arc_ref.trigger.declines` says no S could make it pay. Checked here: whole traces give equal states and
 outputs with the shortcut and without it (Qwen3's template in tool mode, o200k in text mode), and both of its
-outcomes occur; `placed_cost_at` equals `placed_costs` in every place of every role, before and after either.
+outcomes occur; at every copy the floor is exactly the copy's view count less its new S's (on a template whose
+pieces depend on their place too), and a copy declined on it does not pay when built whole; `placed_cost_at`
+equals `placed_costs` in every place of every role, before and after either.
 `trigger.declines` itself: proofs_check/test_trigger.py.
 """
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
-from arc_ref import machine
+from arc_ref import machine, trigger
 from arc_ref.config import Config, preset
-from arc_ref.machine import ArcState, Event, init, step, view
+from arc_ref.machine import ArcState, Event, compaction_target, fold_extent, init, step, view
+from arc_ref.summary import extends
 from arc_ref.message import ToolCall
 from arc_ref.templates import TemplateFormat, clear_template_formats, possible_contexts
 from tests.core.test_count_once import Calls, needs_qwen3, text_events, tool_config, tool_events
+from tests.core.test_tokenizers import _train_tokenizer_json
 
 
 def run(config: Config, events: list[Event], monkeypatch: pytest.MonkeyPatch, shortcut: bool) -> list[Any]:
@@ -74,6 +80,74 @@ def test_the_shortcut_changes_no_state_in_tool_mode(monkeypatch: pytest.MonkeyPa
 
 def test_the_shortcut_changes_no_state_in_text_mode(monkeypatch: pytest.MonkeyPatch) -> None:
     check_same(preset("paper"), list(text_events(random.Random(7), 300)), monkeypatch)
+
+
+LAST = ("{% for message in messages %}<|im_start|>{{ message.role }}\n{% if loop.last %}LAST {% endif %}"
+        "{% if not loop.last and messages[loop.index0 + 1].role == 'user' %}NU {% endif %}{{ message.content }}"
+        "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def positional_toy(tmp_path: Path) -> Config:
+    """A small served template whose pieces depend on their place (the last message, a user message next)."""
+    directory = tmp_path / "model"
+    directory.mkdir()
+    _train_tokenizer_json(directory / "tokenizer.json")
+    (directory / "tokenizer_config.json").write_text(json.dumps({"chat_template": LAST, "eos_token": "<|im_end|>"}))
+    return preset("minimal", tokenizer=f"hf-dir:{directory}", chat_format="template", context_limit=6000,
+                  recent_budget=600, summary_budget=600, page_budget=600, recall_budget=300, capacity=400)
+
+
+def check_floors(config: Config, events: list[Event], monkeypatch: pytest.MonkeyPatch) -> int:
+    """At every copy the cost rule makes: the floor is the copy's view count less its S's count, exactly, and a
+    copy declined on its floor is one that does not pay when built whole. Returns the copies declined so."""
+    real = machine._copy_cannot_pay
+    declines = 0
+
+    def checking(state: ArcState, count: int, before: int, fixed_most: int) -> bool:
+        nonlocal declines
+        declined = real(state, count, before, fixed_most)
+        _, remaining = fold_extent(state.live, state.live_tokens, compaction_target(state))
+        copy = machine._folded(state, count, remaining, *machine._fold_items(state, count))
+        shown = view(copy)
+        assert machine.copy_floor(state, count) + shown.components.summary == shown.tokens
+        fixed = state.setup.prefix_tokens + state.setup.generation_tokens
+        fixed += state.summary.tokens if extends(copy.summary, state.summary) else 0
+        if declined:
+            declines += 1
+            assert not trigger.pays(state.config, before - shown.tokens, shown.tokens - fixed, state.live_tokens,
+                                    state.live_turns, state.live_agent_tokens)
+        return declined
+
+    with monkeypatch.context() as patched:
+        patched.setattr(machine, "_copy_cannot_pay", checking)
+        state = init(config)
+        for event in events:
+            state, _ = step(state, event)
+    return declines
+
+
+def test_the_floor_is_the_copy_less_its_summary_on_a_positional_template(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = positional_toy(tmp_path)
+    declines = 0
+    for prefill_cost in (10, 398, 2000):
+        for seed in (1, 2):
+            declines += check_floors(config.replace(prefill_cost=prefill_cost),
+                                     list(text_events(random.Random(seed), 200)), monkeypatch)
+    assert declines > 0
+
+
+@needs_qwen3
+def test_the_floor_is_the_copy_less_its_summary_in_tool_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    declines = 0
+    for prefill_cost in (10, 398, 2000):
+        declines += check_floors(tool_config().replace(prefill_cost=prefill_cost),
+                                 list(tool_events(random.Random(5), 120)), monkeypatch)
+    assert declines > 0
+
+
+def test_the_floor_is_the_copy_less_its_summary_in_text_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert check_floors(preset("paper"), list(text_events(random.Random(7), 300)), monkeypatch) > 0
 
 
 @needs_qwen3
