@@ -69,6 +69,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import jinja2
 import jinja2.ext
 import jinja2.nodes
+import jinja2.runtime
 import jinja2.sandbox
 import attrs
 from attrs import frozen
@@ -183,11 +184,15 @@ class _TemplateNamespace(jinja2.utils.Namespace):
             )
 
 
+_LOOP_NUMBERS = frozenset(("index", "index0", "revindex", "revindex0", "first", "last", "length", "depth", "depth0"))
+
+
 class _Sandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
-    """transformers' sandbox (`ImmutableSandboxedEnvironment`), its attribute lookup taking two short cuts that
+    """transformers' sandbox (`ImmutableSandboxedEnvironment`), its attribute lookup taking three short cuts that
     change no outcome: ``message.role`` on a plain mapping reads the item without first raising AttributeError,
-    and whether an attribute is safe, which for this sandbox depends only on the object's type and the name
-    (``is_internal_attribute``, ``modifies_known_mutable``), is decided once per type and name."""
+    whether an attribute is safe, which for this sandbox depends only on the object's type and the name
+    (``is_internal_attribute``, ``modifies_known_mutable``), is decided once per type and name, and the loop's
+    counters (``loop.index0``, ``loop.last``...: ints and bools, safe) are read as they are."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -195,6 +200,8 @@ class _Sandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         kind = type(obj)
+        if kind is jinja2.runtime.LoopContext and attribute in _LOOP_NUMBERS:
+            return getattr(obj, attribute)  # an int or a bool: nothing to wrap, and safe for this sandbox
         names = _ITEM_TYPES.get(kind)
         if names is not None and attribute not in names:
             try:
@@ -706,12 +713,12 @@ class _AddedTokens:
 
     def __init__(self, tokens: Sequence[str]) -> None:
         alternatives = "|".join(re.escape(token) for token in sorted(tokens, key=len, reverse=True)) or "(?!)"
-        self._ends = re.compile(f"(?:{alternatives})\\Z")
         self._starts = re.compile(f"(?:{alternatives})")
-        self._longest = max((len(token) for token in tokens), default=0)
+        self._tokens = tuple(tokens)
 
     def cut_safe(self, left: str, right: str) -> bool:
-        return bool(self._ends.search(left[-self._longest:])) or bool(self._starts.match(right))
+        """``left`` ends with an added token or ``right`` starts with one (checked on every probe's cuts)."""
+        return left.endswith(self._tokens) or right.startswith(self._tokens)
 
     def matches(self, text: str) -> Iterator[re.Match[str]]:
         """The added tokens in ``text``, leftmost first and longest at a place (no two overlap: refused)."""
