@@ -608,6 +608,43 @@ def case_ownership(tree: Path) -> Row:
             proxy.stop()
 
 
+def case_same_prompt(tree: Path, processes: int, store: bool, hold_s: float = 2.0) -> Row:
+    """Two agents that start alike (one system prompt and task: best-of-n): A's first upstream call is held
+    ``hold_s``; how long does B's first request (the same history) take? With ``processes`` 2, A asks one proxy
+    and B another, both on one --store."""
+    with fake_upstream() as upstream, tempfile.TemporaryDirectory() as directory:
+        arrived = threading.Event()
+
+        def reply(body: dict[str, Any]) -> tuple[int, bytes]:
+            if not arrived.is_set():  # the first call (A's): held
+                arrived.set()
+                time.sleep(hold_s)
+            return 200, json.dumps(completion("ok")).encode()
+
+        upstream.reply = reply
+        extra = ["--store", directory] if store else []
+        proxies = [Proxy(tree, upstream.url, *extra) for _ in range(processes)]
+        try:
+            answers: dict[str, tuple[int, str, float]] = {}
+            first = threading.Thread(target=lambda: answers.update(A=chat(proxies[0].url, task(1))))
+            first.start()
+            arrived.wait(60)
+            answers["B"] = chat(proxies[-1].url, task(1))
+            b_done_while_a_held = first.is_alive()
+            first.join(120)
+            (a_status, _, a_s), (b_status, b_text, b_s) = answers["A"], answers["B"]
+            return {"status": b_status, "body": f"B (the same history) answered in {b_s:.3f} s"
+                    f" ({'while' if b_done_while_a_held else 'after'} A's upstream call was held {hold_s:g} s);"
+                    f" {short(b_text, 50) if b_status != 200 else 'a completion'}",
+                    "others": f"A: status {a_status} in {a_s:.2f} s; {len(upstream.requests)} upstream calls"
+                    f" ({'two processes on one --store' if processes == 2 else 'one process'}"
+                    f"{', --store' if store and processes == 1 else ''})",
+                    "rss": proxies[-1].rss_mib()}
+        finally:
+            for proxy in proxies:
+                proxy.stop()
+
+
 def cases(tree: Path, args: argparse.Namespace) -> dict[str, Callable[[], Row]]:
     return {
         "out_of_the_box": lambda: case_out_of_the_box(tree),
@@ -642,6 +679,9 @@ def cases(tree: Path, args: argparse.Namespace) -> dict[str, Callable[[], Row]]:
         "full_disk": lambda: case_full_disk(tree),
         "memory": lambda: case_memory(tree, args.conversations, args.max_conversations),
         "ownership": lambda: case_ownership(tree),
+        "same_prompt": lambda: case_same_prompt(tree, 1, store=False),
+        "same_prompt_store": lambda: case_same_prompt(tree, 1, store=True),
+        "same_prompt_two_processes": lambda: case_same_prompt(tree, 2, store=True),
     }
 
 

@@ -90,10 +90,10 @@ from arc_ref.openai_wire import TOOL_SHAPE, ShapeError, arguments_text, content_
     read_tool_call
 from arc_ref.persist import DurableStore, StoreError, StoreFull, StoreLocked, StoreReadOnly
 from arc_ref.persist.hash_index import HashIndex
-from arc_ref.persist.marks import IndexMark, MarkFile, read_hashes
+from arc_ref.persist.marks import IndexMark, MarkFile, read_hashes, read_marks
 from arc_ref.persist.postgres import is_database_url
-from arc_ref.persist.rows import row_events
-from arc_ref.persist.store import Resume
+from arc_ref.persist.rows import read_row, row_events
+from arc_ref.persist.store import Resume, read_rows
 from arc_ref.serving import listening_socket
 from arc_ref.session import TOOL_MODE_SYSTEM, message_event
 from arc_ref.templates import request_template_kwargs
@@ -469,6 +469,11 @@ class ConversationGone(ArcError):
     memory): the request is matched again without it."""
 
 
+class ConversationBusy(ArcError):
+    """The conversation a request was matched to is held by another request (of this process, or, with --store,
+    of another process): the request forks it at its deepest mark without waiting (`Conversations.fork_unheld`)."""
+
+
 class Conversations:
     """Every conversation the proxy knows: which passed which chain hash (with --store, every conversation of the
     directory, looked up in its shared index `arc_ref.persist.hash_index`, never by opening them; without, those
@@ -525,13 +530,21 @@ class Conversations:
             keys = [key for key in keys_of.get(chain_hash, ()) if key not in self.set_aside
                     and (chain_hash, key) not in self.ignored]
             if keys:
+                held_in_place = []
                 for key in keys:
                     conversation = self.by_key.get(key)
                     mark = conversation.marks.get(chain_hash) if conversation is not None else None
                     if conversation is not None and mark is not None and conversation.position == mark.position:
-                        return key, depth
-                return keys[-1], depth
+                        if not conversation.lock.locked():
+                            return key, depth
+                        held_in_place.append(key)
+                return (held_in_place[0] if held_in_place else keys[-1]), depth
         return None
+
+    def busy(self, key: str) -> bool:
+        """Whether a request of this process holds conversation ``key`` now."""
+        conversation = self.by_key.get(key)
+        return conversation is not None and conversation.lock.locked()
 
     def forget(self, key: str, hashes: Sequence[str], conversation: Conversation) -> None:
         """The index named ``key`` for hashes its marks do not hold (a mark lost in a crash): not any more."""
@@ -550,11 +563,12 @@ class Conversations:
             keys.append(conversation.key)
 
     @contextlib.asynccontextmanager
-    async def held(self, key: str) -> AsyncIterator[Conversation]:
+    async def held(self, key: str, wait: bool = True) -> AsyncIterator[Conversation]:
         """The conversation ``key``, held by this request: its lock in this process and, with --store, its store
-        opened and locked (another process holding it: waited for up to ``lock_wait_s``, then 503 store_busy),
-        with the rows and marks written since this process last held it read; released after the request.
-        ConversationGone when it cannot be used (set aside with the reason)."""
+        opened and locked (another process holding it: waited for up to ``lock_wait_s``, then 503 store_busy;
+        ConversationBusy at once when not ``wait``), with the rows and marks written since this process last
+        held it read; released after the request. ConversationGone when it cannot be used (set aside with the
+        reason)."""
         conversation = self.by_key.get(key)
         if conversation is None:
             if not self.durable or key in self.set_aside:
@@ -568,8 +582,10 @@ class Conversations:
                 self.used(conversation)
                 if self.durable and conversation.store is None:
                     try:
-                        await self._take_waiting(conversation)
+                        await self._take_waiting(conversation, wait)
                     except StoreLocked:
+                        if not wait:
+                            raise ConversationBusy(f"conversation {key} is held by another process") from None
                         raise Failed(503, "store_busy", f"conversation {key} is held by another proxy process for"
                                      f" more than {self.settings.lock_wait_s:g} s; try again",
                                      retry_after=max(1, round(self.settings.lock_wait_s))) from None
@@ -589,10 +605,11 @@ class Conversations:
             conversation.requests -= 1
             conversation.used_at = time.monotonic()
 
-    async def _take_waiting(self, conversation: Conversation) -> None:
+    async def _take_waiting(self, conversation: Conversation, wait: bool = True) -> None:
         """`_take`, tried again every 10 to 200 ms while another process holds the store, for up to
-        ``lock_wait_s`` (then StoreLocked); the waits are the event loop's, no worker thread is held."""
-        deadline = time.monotonic() + self.settings.lock_wait_s
+        ``lock_wait_s`` (then StoreLocked; at once when not ``wait``); the waits are the event loop's, no worker
+        thread is held."""
+        deadline = time.monotonic() + (self.settings.lock_wait_s if wait else 0.0)
         delay = 0.01
         while True:
             try:
@@ -715,15 +732,58 @@ class Conversations:
             shutil.rmtree(conversation.directory, ignore_errors=True)
 
     def fork(self, parent: Conversation, mark: Mark) -> Conversation:
-        """A new conversation equal to ``parent`` at ``mark`` (an edited or regenerated message follows it)."""
+        """A new conversation equal to ``parent`` at ``mark`` (an edited or regenerated message follows it), made
+        while this request holds ``parent``."""
         if parent.store is not None:
             events = row_events(parent.store.events(2, mark.seq - 1), f"{str(parent.store.path)!r}")
         else:
             events = []
-        child = self.new(parent.state.config, events)
+        return self._forked(parent.state.config, events, mark)
+
+    def fork_unheld(self, key: str, hashes: Sequence[str]) -> tuple[Conversation, int] | None:
+        """(A worker thread.) A new conversation equal to ``key``'s at the deepest of ``hashes`` it passed, and that
+        depth, made while another request holds ``key`` (agents that start alike, best-of-n; a history sent again
+        while its first request is answered), without waiting for it: what a fork copies is settled at the mark.
+        In memory the mark keeps its state (the core's states are immutable); with --store the mark and the rows
+        up to it were committed before the holder went on, and are read without its lock (the marks' chain and the
+        rows' chain up to the mark's checksum checked). None when there is no such mark to read: the request
+        waits for the conversation instead."""
+        if not self.durable:
+            parent = self.by_key.get(key)
+            found = parent.deepest_mark(list(hashes)) if parent is not None else None
+            if parent is None or found is None or found[0].state is None:
+                return None
+            return self._forked(parent.state.config, [], found[0]), found[1]
+        assert self.settings.store is not None
+        directory = self.settings.store / key
+        where = f"{str(directory / 'task.arc')!r}"
         try:
-            if parent.store is None:
-                assert mark.state is not None
+            marks = {mark.chain_hash: mark for mark in read_marks(directory)}
+            depth = next((depth for depth in range(len(hashes), 0, -1) if hashes[depth - 1] in marks), 0)
+            if depth == 0:
+                return None
+            at = marks[hashes[depth - 1]]
+            rows = []
+            for row in read_rows(directory / "task.arc"):  # no lock: the rows committed when the read began
+                rows.append(row)
+                if row.seq >= at.seq:
+                    break
+            if rows[-1].seq != at.seq or rows[-1].checksum != at.checksum:
+                return None  # the mark is not of these rows: the holder's reopen will say why
+            config = read_row(1, rows[0].line, where)
+            if not isinstance(config, Config):
+                return None
+            events = row_events(rows[1:], where)
+        except (StoreError, OSError, ValueError, IndexError):
+            return None  # unreadable without its lock: waited for, and opened as every request opens it
+        return self._forked(config, events, Mark(at.position, at.seq, None, at.chain_hash)), depth
+
+    def _forked(self, config: Config, events: Sequence[Event], mark: Mark) -> Conversation:
+        """A new conversation of ``config`` and ``events`` (with --store), or the state ``mark`` keeps (in memory),
+        at ``mark``'s position, its first mark ``mark``'s hash."""
+        child = self.new(config, events)
+        try:
+            if mark.state is not None:
                 child.state = mark.state
                 child.seq = mark.seq
             child.position = mark.position
@@ -991,10 +1051,13 @@ class Proxy:
                         hashes: list[str], template_kwargs: tuple[tuple[str, Any], ...], body: dict[str, Any]
                         ) -> Reply:
         """`complete` after the request is read: the conversation found (or made, or forked) and held, then run."""
+        wait = False
         while True:
             key = await self._resume(hashes, messages, system, tools, template_kwargs)
             try:
-                async with self.conversations.held(key) as conversation:
+                if not wait and self.conversations.busy(key):
+                    raise ConversationBusy(f"conversation {key} is held by another request")
+                async with self.conversations.held(key, wait) as conversation:
                     found = conversation.deepest_mark(hashes)  # its rows and marks caught up: maybe deeper
                     if found is None:  # the index named it for a mark its marks file lost: look again
                         self.conversations.forget(key, hashes, conversation)
@@ -1007,6 +1070,14 @@ class Proxy:
                         lambda: self.conversations.fork(conversation, mark), self.conversations._release)
             except ConversationGone:
                 continue  # set aside (or forgotten): matched again without it
+            except ConversationBusy:  # another request holds it: forked at this request's deepest mark at once
+                unheld = await in_thread_undone_if_cancelled(
+                    lambda: self.conversations.fork_unheld(key, hashes),
+                    lambda made: made is not None and self.conversations._release(made[0]))
+                if unheld is None:  # no mark to fork at without it: waited for, as before
+                    wait = True
+                    continue
+                forked, start = unheld
             async with self.conversations.held(forked.key) as forked:
                 return await self._run(forked, messages[start:], hashes[start:], body)
 
@@ -1047,8 +1118,9 @@ class Proxy:
             raise Refused("configuration", f"ARC cannot hold this conversation: {problem}") from None
         try:
             async with self.conversations._lock:
-                found = self._found(hashes)  # the same history may have arrived meanwhile: that one goes on
-                if found is None:
+                found = self._found(hashes)  # the same history may have arrived meanwhile: that one goes on,
+                # unless a request holds it (agents that start alike): this one is then as good as a fork of it
+                if found is None or self.conversations.busy(found):
                     conversation.position = 1  # the system prompt and the goal are its prefix F
                     self.conversations.add(hashes[0], conversation, conversation.mark(hashes[0]))
                     return conversation.key

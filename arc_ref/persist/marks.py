@@ -159,16 +159,22 @@ class MarkFile:
         self.count, self.last_chain, self.offset = number, link, end
 
 
-def read_hashes(directory: Path) -> list[str]:
-    """The chain hashes of a conversation's marks, in order, read without its store (each line's own chain
-    checked; its binding to the rows is checked when the store is opened). StoreCorrupt names a damaged line."""
+def read_marks(directory: Path) -> list[IndexMark]:
+    """A conversation's marks, in order, read without its store or its lock (each complete line's own chain
+    checked; a line being appended is not read yet; the binding of a mark to its rows is for the reader to check,
+    as `MarkFile.open` does). StoreCorrupt names a damaged line."""
     path = directory / INDEX_FILE
     data = _read_regular(path)
-    hashes, last_chain = [], MARKS_GENESIS
+    marks, last_chain = [], MARKS_GENESIS
     for number, line in enumerate(data[:data.rfind(b"\n") + 1].splitlines(), start=1):
         mark, last_chain = _checked_mark(path, number, line, last_chain)
-        hashes.append(mark.chain_hash)
-    return hashes
+        marks.append(mark)
+    return marks
+
+
+def read_hashes(directory: Path) -> list[str]:
+    """The chain hashes of a conversation's marks, in order (`read_marks`)."""
+    return [mark.chain_hash for mark in read_marks(directory)]
 
 
 def _read_regular(path: Path) -> bytes:
@@ -240,4 +246,5 @@ def _cut(path: Path, length: int) -> None:
         os.close(descriptor)
 
 
-__all__ = ["INDEX_FILE", "MARKS_GENESIS", "ConversationIndex", "IndexMark", "MarkFile", "read_hashes"]
+__all__ = ["INDEX_FILE", "MARKS_GENESIS", "ConversationIndex", "IndexMark", "MarkFile", "read_hashes",
+           "read_marks"]

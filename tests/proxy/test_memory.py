@@ -129,25 +129,62 @@ def test_an_idle_conversation_leaves_memory_and_comes_back_unchanged(stored: boo
     assert views == expected
 
 
-def test_a_conversation_another_process_holds_is_waited_for_then_answered_503_store_busy(tmp_path: Path) -> None:
-    """Locked only while a request holds it: a conversation whose store another process holds (a proxy inside a
-    request) is waited for up to lock_wait_s, then answered 503 store_busy with retry-after, nothing changed;
-    once that process lets go, the same request is answered in the same conversation."""
+@contextlib.contextmanager
+def held_by_another_process(store: Path) -> Iterator[None]:
+    """The conversation store ``store`` held for writing by another process (as a proxy inside a request holds it)
+    until the block ends."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom arc_ref.persist import DurableStore\n"
+         "store = DurableStore.open(sys.argv[1])\nprint('held', flush=True)\nsys.stdin.readline()\n",
+         str(store)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        yield
+    finally:
+        holder.communicate("done\n", timeout=30)
+
+
+def first_then_go_on(base_url: str) -> tuple[str, list[dict[str, Any]]]:
+    """Task 1's first request: its conversation, and the history of its next request (the reply, "go on")."""
+    first = post(base_url, task(1))
+    return first.headers["x-arc-conversation"], [*task(1), first.json()["choices"][0]["message"],
+                                                 {"role": "user", "content": "go on"}]
+
+
+def test_a_conversation_another_process_holds_is_forked_at_once_with_the_view_it_would_give(tmp_path: Path) -> None:
+    """Locked only while a request holds it, and never waited for: a request for a conversation whose store
+    another process holds is answered at once on a fork at its deepest mark (its marks and rows up to it read
+    without the lock), with the upstream view the conversation gives when nobody holds it."""
+    store = tmp_path / "store"
+    with fake_upstream() as upstream:
+        with proxy(upstream, store=store, lock_wait_s=60) as (base_url, _):
+            key, history = first_then_go_on(base_url)
+            with held_by_another_process(store / key / "task.arc"):
+                started = time.monotonic()
+                forked = post(base_url, history)
+                took = time.monotonic() - started
+            held_view = upstream.requests[-1]["messages"]
+            again = post(base_url, history)  # nobody holds anything now
+    assert forked.status_code == 200 and forked.headers["x-arc-conversation"] != key, forked.text
+    assert took < 30  # not the 60 s lock_wait_s: the fork did not wait
+    assert again.status_code == 200 and upstream.requests[-1]["messages"] == held_view
+
+
+def test_a_held_conversation_without_a_mark_to_fork_at_is_waited_for_then_503_store_busy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the held conversation gives no mark to fork at without its lock (here: none read, as when its marks do
+    not match its rows), the request waits for it up to lock_wait_s, then is answered 503 store_busy with
+    retry-after, nothing changed; once that process lets go, the same request is answered in the same
+    conversation."""
+    from arc_ref.frontends.proxy import Conversations
+
+    monkeypatch.setattr(Conversations, "fork_unheld", lambda self, key, hashes: None)
     store = tmp_path / "store"
     with fake_upstream() as upstream:
         with proxy(upstream, store=store, lock_wait_s=0.5) as (base_url, _):
-            first = post(base_url, task(1))
-            key = first.headers["x-arc-conversation"]
-            history = [*task(1), first.json()["choices"][0]["message"], {"role": "user", "content": "go on"}]
-            holder = subprocess.Popen(
-                [sys.executable, "-c", "import sys, time\nfrom arc_ref.persist import DurableStore\n"
-                 "store = DurableStore.open(sys.argv[1])\nprint('held', flush=True)\nsys.stdin.readline()\n",
-                 str(store / key / "task.arc")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-            try:
-                assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+            key, history = first_then_go_on(base_url)
+            with held_by_another_process(store / key / "task.arc"):
                 busy = post(base_url, history)
-            finally:
-                holder.communicate("done\n", timeout=30)
             answered = post(base_url, history)
     assert busy.status_code == 503 and busy.json()["error"]["type"] == "store_busy", busy.text
     assert busy.headers["retry-after"] == "1"

@@ -1,0 +1,149 @@
+"""Agents that start alike (best-of-n, pass@k: one system prompt, tools and task) never wait for each other: the
+second's first request forks the first's conversation at their shared prefix while the first's upstream call is
+still out, in one process and across two processes on one --store; each agent's upstream prompts are those of a
+run of it alone, its later requests resume the conversation that holds its own messages, and with --store a
+restart loses and mixes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.proxy.harness import BASH_TOOL, BUDGETS, QWEN3, needs_qwen3
+
+import httpx  # noqa: E402  (after the harness, which skips without the proxy extra)
+
+from arc_ref.frontends.proxy import Proxy, ProxySettings, Reply  # noqa: E402
+from arc_ref.frontends.proxy_app import decode_body  # noqa: E402
+
+pytestmark = needs_qwen3
+AGENT: contextvars.ContextVar[str] = contextvars.ContextVar("agent", default="")
+SYSTEM = "You run one bash command per turn."
+TASK = "List the files, then say what they hold."
+TURNS = 3
+B_WITHIN_S = 30  # B's first request is answered within this, while A's upstream call is held
+
+
+class Upstream:
+    """A deterministic fake upstream (its reply is a function of the view it is shown: one bash call whose id is a
+    digest of the view) that records each view under the agent that caused it, and holds its first call until
+    ``release`` is set."""
+
+    def __init__(self, hold_first: bool) -> None:
+        self.views: dict[str, list[str]] = {}
+        self.release = asyncio.Event()
+        self.first_arrived = asyncio.Event()
+        if not hold_first:
+            self.release.set()
+        self.calls = 0
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        shown = json.dumps({"messages": body["messages"], "tools": body["tools"]}, sort_keys=True)
+        digest = hashlib.sha256(shown.encode()).hexdigest()
+        self.views.setdefault(AGENT.get(), []).append(digest)
+        self.calls += 1
+        if self.calls == 1:
+            self.first_arrived.set()
+            await self.release.wait()
+        number = len(body["messages"])
+        message = {"role": "assistant", "content": f"step {number}", "tool_calls": [
+            {"id": f"call_{digest[:12]}", "type": "function",
+             "function": {"name": "bash", "arguments": json.dumps({"command": f"ls {number}"})}}]}
+        return httpx.Response(200, json={"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                                         "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+                                         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+
+
+class Agent:
+    """An agent that resends its whole history every turn; its tool outputs name it (A's and B's differ)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM},
+                                               {"role": "user", "content": TASK}]
+        self.keys: list[str] = []
+        self.replies: list[tuple[str, int]] = []  # (the reply's text and calls, the view's count)
+
+    async def ask(self, proxy: Proxy) -> Reply:
+        AGENT.set(self.name)
+        body = json.dumps({"model": "m", "messages": self.messages, "tools": [BASH_TOOL]}).encode()
+        reply = await proxy.complete(decode_body(body, proxy.known), None)
+        message = reply.completion["choices"][0]["message"]
+        self.keys.append(reply.conversation)
+        self.replies.append((json.dumps(message, sort_keys=True), reply.view_tokens))
+        call = message["tool_calls"][0]
+        self.messages += [message, {"role": "tool", "tool_call_id": call["id"],
+                                    "content": f"{self.name}: file_{len(self.messages)}.py\n" * 60}]
+        return reply
+
+
+def make_proxy(client: httpx.AsyncClient, store: Path | None) -> Proxy:
+    """A proxy (with ``store``: as one process on it) that would wait for a held store far longer than B may take."""
+    return Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS, store=store,
+                               lock_wait_s=4 * B_WITHIN_S), client)
+
+
+async def alone(name: str) -> tuple[list[str], list[tuple[str, int]]]:
+    """The upstream views and replies of agent ``name`` run alone (in memory, nothing held)."""
+    upstream = Upstream(hold_first=False)
+    agent = Agent(name)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(upstream.handle)) as client:
+        proxy = make_proxy(client, None)
+        try:
+            for _ in range(TURNS):
+                await agent.ask(proxy)
+        finally:
+            await proxy.close()
+    return upstream.views[name], agent.replies
+
+
+async def together(store: Path | None, processes: int, restart: bool) -> tuple[Upstream, Agent, Agent]:
+    """A's first request held at the upstream while B's (the same history) must be answered; then each goes on,
+    turn by turn (A's requests to the first proxy, B's to the last: with ``processes`` 2, two proxies on one
+    --store, as two processes are: a store one holds is locked for the other); with ``restart`` the proxies are
+    closed and made again on the store before the last turn."""
+    upstream = Upstream(hold_first=True)
+    a, b = Agent("A"), Agent("B")
+    async with httpx.AsyncClient(transport=httpx.MockTransport(upstream.handle)) as client:
+        proxies = [make_proxy(client, store) for _ in range(processes)]
+        try:
+            first = asyncio.ensure_future(a.ask(proxies[0]))
+            await asyncio.wait_for(upstream.first_arrived.wait(), 60)
+            await asyncio.wait_for(b.ask(proxies[-1]), B_WITHIN_S)  # B answered while A's upstream call is held
+            assert not first.done(), "A's upstream call is still held: B did not wait for it"
+            upstream.release.set()
+            await first
+            for turn in range(1, TURNS):
+                if restart and turn == TURNS - 1:
+                    for proxy in proxies:
+                        await proxy.close()
+                    proxies = [make_proxy(client, store) for _ in range(processes)]
+                await a.ask(proxies[0])
+                await b.ask(proxies[-1])
+        finally:
+            for proxy in proxies:
+                await proxy.close()
+    return upstream, a, b
+
+
+@pytest.mark.parametrize("where", ["memory", "store", "store-restarted", "two-processes"])
+def test_agents_that_start_alike_fork_at_once_and_each_sees_its_lone_run(where: str, tmp_path: Path) -> None:
+    store = None if where == "memory" else tmp_path / "store"
+    upstream, a, b = asyncio.run(together(store, 2 if where == "two-processes" else 1, where == "store-restarted"))
+    views_a, replies_a = asyncio.run(alone("A"))
+    views_b, replies_b = asyncio.run(alone("B"))
+    assert upstream.views["A"] == views_a and upstream.views["B"] == views_b  # the upstream prompts of lone runs
+    assert a.replies == replies_a and b.replies == replies_b  # the replies (ids, calls) and counts of lone runs
+    assert a.keys[0] != b.keys[0]  # B did not wait to fork A's conversation: it went on on its own at once
+    # once their messages differ each resumes the conversation that holds its own (one each, never the other's)
+    assert len(set(a.keys[1:])) == 1 and len(set(b.keys[1:])) == 1 and a.keys[-1] != b.keys[-1]
+    if store is not None:
+        directories = {path.name for path in store.iterdir() if path.is_dir()}
+        assert set(a.keys) | set(b.keys) <= directories
