@@ -6,10 +6,14 @@ removed): page s holds z_((s-1)p+1) .. z_min(sp, N). Only one page is materializ
 
 from __future__ import annotations
 
+from attrs import frozen
+
 from arc_ref import render
+from arc_ref.chat import ChatFormat
 from arc_ref.config import Setup
+from arc_ref.counting import Part
 from arc_ref.errors import BudgetViolation
-from arc_ref.message import Message
+from arc_ref.message import Context, Message
 from arc_ref.store import Store
 
 
@@ -46,8 +50,23 @@ def page_span(page: int, page_size: int, stored: int) -> tuple[int, int]:
     return first, min(page * page_size, stored)
 
 
-def render_page(setup: Setup, store: Store, page: int, upto: int | None = None) -> Message:
-    """G: the catalog message for ``page`` (1 <= page <= pages); its tokens are <= P (Lemma 3).
+@frozen
+class PageText:
+    """A catalog page's text before it is priced: its number, content, header and each stub line (its newline
+    first) with the stub's cached count."""
+
+    page: int
+    content: str
+    header: str
+    lines: tuple[tuple[str, int], ...]
+
+    def parts(self) -> list[Part]:
+        """The content as parts of known counts (`arc_ref.counting`): the header, uncounted, then the lines."""
+        return [(self.header, None), *self.lines]
+
+
+def page_text(setup: Setup, store: Store, page: int, upto: int | None = None) -> PageText:
+    """The text of G for ``page`` (1 <= page <= pages), as `render_page` shows it.
 
     ``upto`` (layout "lean", spec/rendering.md section 14): the page of the catalog of observations 1..upto,
     those that have left the verbatim view; its header counts them (pages and total), not later ones.
@@ -59,16 +78,35 @@ def render_page(setup: Setup, store: Store, page: int, upto: int | None = None) 
     header = render.catalog_header(page, pages, first, last, stored)
     records = [store[index - 1] for index in range(first, last + 1)]
     content = render.catalog_content(header, (record.stub for record in records))
+    return PageText(page, content, header, tuple(("\n" + record.stub, record.stub_tokens) for record in records))
+
+
+def render_page(setup: Setup, store: Store, page: int, upto: int | None = None) -> Message:
+    """G: the catalog message for ``page`` (1 <= page <= pages, ``upto`` as in `page_text`); its tokens are <= P
+    (Lemma 3)."""
+    return page_message(setup, page_text(setup, store, page, upto))
+
+
+def page_message(setup: Setup, text: PageText) -> Message:
+    """The catalog message of ``text`` with its cost; its tokens are <= P (Lemma 3)."""
     if setup.tokenizer.stub_lines_add_up and not setup.chat.positional:
         # the page costs its header message plus each stub's cached line cost (exact for these tokenizers:
         # proofs_check.test_catalog.test_a3_page_tokens_are_header_plus_stub_lines)
-        tokens = setup.message_tokens(render.USER, header) + sum(record.stub_tokens for record in records)
-        message = Message(render.USER, content, tokens)
+        tokens = setup.message_tokens(render.USER, text.header) + sum(tokens for _, tokens in text.lines)
+        message = Message(render.USER, text.content, tokens)
     else:  # each stub line's cached count reused where the tokenizer's boundary rule allows (arc_ref.counting)
-        lines = [("\n" + record.stub, record.stub_tokens) for record in records]
-        message = setup.message(render.USER, content, parts=[(header, None), *lines])
+        message = setup.message(render.USER, text.content, parts=text.parts())
     if message.tokens > setup.config.page_budget:
         raise BudgetViolation(
-            f"catalog page {page} costs {message.tokens} tokens > page_budget P = {setup.config.page_budget}"
+            f"catalog page {text.page} costs {message.tokens} tokens > page_budget P = {setup.config.page_budget}"
         )
     return message
+
+
+def page_cost_at(setup: Setup, text: PageText, context: Context) -> int:
+    """Tokens of the catalog message of ``text`` where the view places it (``context``): exactly what the view
+    of `page_message`'s message counts there. A served template renders only the one probe conversation that
+    gives the message this place (`TemplateFormat.placed_cost_at`), for a page that may be thrown away unseen."""
+    if isinstance(setup.chat, ChatFormat):
+        return page_message(setup, text).tokens
+    return setup.chat.placed_cost_at(context, render.USER, text.content, parts=text.parts())

@@ -28,7 +28,7 @@ import immutables
 from attrs import frozen
 
 from arc_ref import render, trigger
-from arc_ref.catalog import page_count, page_of, render_page
+from arc_ref.catalog import PageText, page_cost_at, page_count, page_message, page_of, page_text, render_page
 from arc_ref.commands import RECALL_WORDS, Command, IgnoredLine, parse_action
 from arc_ref.config import Config, Setup, make_setup
 from arc_ref.errors import BudgetViolation, CapacityExceeded, InvalidEvent
@@ -55,7 +55,7 @@ from arc_ref.tools import ARC_TOOL_NAMES, arguments_problem, arguments_surrogate
 from arc_ref.store import EMPTY_STORE, Record, Store, make_record
 from arc_ref.summary import EMPTY_SUMMARY, Summary, SummaryItem, extends, fit_summary, summarize_entry
 from arc_ref.text import clipped, utf8_bytes
-from arc_ref.view import View, build_view
+from arc_ref.view import View, build_view, context_at, placed_costs, view_messages
 
 COMPACT_REASONS: tuple[str, ...] = ("proactive", "reactive", "forced")
 USER_ACTION = "user"  # the action a user message is stored under (its signature, hence its id, A1)
@@ -281,10 +281,17 @@ def fold(state: ArcState, keep_tokens: int) -> tuple[ArcState, int]:
 
 def _fold(state: ArcState, keep_tokens: int) -> tuple[ArcState, int, tuple[SummaryItem, ...]]:
     """`fold`, also giving the items of the folded entries (a declined copy keeps them: FoldMemo)."""
-    live = state.live
-    count, remaining = fold_extent(live, state.live_tokens, keep_tokens)
+    count, remaining = fold_extent(state.live, state.live_tokens, keep_tokens)
     if count == 0:
         return state, 0, ()
+    added, cited = _fold_items(state, count)
+    return _folded(state, count, remaining, added, cited), count, added
+
+
+def _fold_items(state: ArcState, count: int) -> tuple[tuple[SummaryItem, ...], immutables.Map[int, bool]]:
+    """The summary items of the oldest ``count`` entries of H (those of a declined copy reused: FoldMemo) and
+    Cited once their stubs are shown."""
+    live = state.live
     setup = state.setup
     cited = state.cited
     memo = state.fold_memo
@@ -305,6 +312,15 @@ def _fold(state: ArcState, keep_tokens: int) -> tuple[ArcState, int, tuple[Summa
         if item.kind == "stub":
             cited = cited.set(item.index, True)
         added.append(item)
+    return tuple(added), cited
+
+
+def _folded(state: ArcState, count: int, remaining: int, added: tuple[SummaryItem, ...],
+            cited: immutables.Map[int, bool]) -> ArcState:
+    """The state once the oldest ``count`` entries of H (``remaining`` tokens left) are folded into S as
+    ``added``: S fitted (section 11.3), Cited, and under layout "lean" G."""
+    setup = state.setup
+    live = state.live
     summary = fit_summary(setup, [*state.summary.items, *added], state.summary.omitted, state.record,
                           trigger.summary_low_water_mark(setup.config), len(added))
     folded = attrs.evolve(state, live=live[count:], live_tokens=remaining, summary=summary, cited=cited,
@@ -312,7 +328,7 @@ def _fold(state: ArcState, keep_tokens: int) -> tuple[ArcState, int, tuple[Summa
                           live_agent_tokens=state.live_agent_tokens - _agent_tokens(live[:count]), fold_memo=None)
     if setup.config.layout == "lean":
         folded = attrs.evolve(folded, catalog_message=lean_page(folded, folded.catalog_cursor))
-    return folded, count, tuple(added)
+    return folded
 
 
 def fold_extent(live: tuple[LiveEntry, ...], tokens: int, keep_tokens: int) -> tuple[int, int]:
@@ -335,10 +351,14 @@ def fold_extent(live: tuple[LiveEntry, ...], tokens: int, keep_tokens: int) -> t
 
 def compacted_count(state: ArcState) -> int:
     """c: observations 1..c have left the recent suffix H (folding takes the oldest first); O(|H|)."""
-    for entry in state.live:
+    return _compacted(state.live, state.stored)
+
+
+def _compacted(live: tuple[LiveEntry, ...], stored: int) -> int:
+    for entry in live:
         if isinstance(entry, (ObservationEntry, ToolResultEntry, UserEntry)) and entry.index > 0:
             return entry.index - 1
-    return state.stored
+    return stored
 
 
 def default_page(state: ArcState) -> int:
@@ -362,12 +382,18 @@ def page_after_storing(state: ArcState, records: Store) -> Message | None:
 def lean_page(state: ArcState, cursor: int | None) -> Message | None:
     """G under layout "lean": the chosen page whole, or the default page with the stubs of observations that
     have left H only; None while no observation has (A3 keeps every stub in the external catalog)."""
+    text = lean_page_text(state, cursor, state.live)
+    return None if text is None else page_message(state.setup, text)
+
+
+def lean_page_text(state: ArcState, cursor: int | None, live: tuple[LiveEntry, ...]) -> PageText | None:
+    """The text of `lean_page` for the state with H = ``live``, before it is priced."""
     if cursor is not None:
-        return render_page(state.setup, state.records, cursor)
-    compacted = compacted_count(state)
+        return page_text(state.setup, state.records, cursor)
+    compacted = _compacted(live, state.stored)
     if compacted == 0:
         return None
-    return render_page(state.setup, state.records, page_of(compacted, state.config.page_size), compacted)
+    return page_text(state.setup, state.records, page_of(compacted, state.config.page_size), compacted)
 
 
 def _tokens(message: Message | None) -> int:
@@ -409,18 +435,50 @@ def _append_live(state: ArcState, entries: tuple[LiveEntry, ...], **changes: Any
     decision = fold_decision(appended)
     if decision == trigger.KEEP:
         return appended, 0
-    folded, count, added = _fold(appended, compaction_target(appended))
-    if decision == trigger.COST:
-        if count == 0:
-            return appended, 0
-        before, after = view(appended).tokens, view(folded).tokens
-        fixed = state.setup.prefix_tokens + state.setup.generation_tokens
-        if extends(folded.summary, appended.summary):  # S only appended to: its earlier text stays cached
-            fixed += appended.summary.tokens
-        if not trigger.pays(state.config, before - after, after - fixed, appended.live_tokens, appended.live_turns,
-                            appended.live_agent_tokens):
-            return attrs.evolve(appended, fold_memo=FoldMemo(appended.live[:count], appended.cited, added)), 0
+    if decision == trigger.BOUND:
+        folded, count, _ = _fold(appended, compaction_target(appended))
+        return folded, count
+    count, remaining = fold_extent(appended.live, appended.live_tokens, compaction_target(appended))
+    if count == 0:
+        return appended, 0
+    added, cited = _fold_items(appended, count)
+    declined = attrs.evolve(appended, fold_memo=FoldMemo(appended.live[:count], appended.cited, added))
+    before = view(appended).tokens
+    fixed = state.setup.prefix_tokens + state.setup.generation_tokens
+    if _copy_cannot_pay(appended, count, before, fixed + appended.summary.tokens):
+        return declined, 0
+    folded = _folded(appended, count, remaining, added, cited)
+    after = view(folded).tokens
+    if extends(folded.summary, appended.summary):  # S only appended to: its earlier text stays cached
+        fixed += appended.summary.tokens
+    if not trigger.pays(state.config, before - after, after - fixed, appended.live_tokens, appended.live_turns,
+                        appended.live_agent_tokens):
+        return declined, 0
     return folded, count
+
+
+def _copy_cannot_pay(state: ArcState, count: int, before: int, fixed_most: int) -> bool:
+    """Whether the cost rule must decline folding the oldest ``count`` entries of H whatever the new S costs
+    (spec/rendering.md 11.1), decided before S is built: at the copy's `copy_floor` and ``fixed_most``, the most
+    the rule's ``B + eta + s_kept`` can be, `trigger.declines` decides for every cost S can have."""
+    return trigger.declines(state.config, before, copy_floor(state, count), fixed_most, state.live_tokens,
+                            state.live_turns, state.live_agent_tokens)
+
+
+def copy_floor(state: ArcState, count: int) -> int:
+    """tokens(view of the copy) less its new S's count, known before S is built: the copy's view priced with S at
+    0 tokens (a user message still, so every other message keeps its place and its exact count) and the new G at
+    its one place (a served template renders G's one probe conversation instead of S's and G's in every place)."""
+    setup = state.setup
+    kept = state.live[count:]
+    text = lean_page_text(state, state.catalog_cursor, kept)
+    summary = Message(render.USER, "", 0)
+    catalog = None if text is None else Message(render.USER, text.content, 0)
+    messages = view_messages(state.prefix, summary, catalog, state.recall_message, kept)
+    floor = sum(placed_costs(messages)) + setup.generation_tokens
+    if text is not None:
+        floor += page_cost_at(setup, text, context_at(messages, len(state.prefix) + 1))
+    return floor
 
 
 def compact(state: ArcState, event: Compact) -> tuple[ArcState, CompactResult]:

@@ -69,12 +69,14 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import jinja2
 import jinja2.ext
 import jinja2.nodes
+import jinja2.runtime
 import jinja2.sandbox
+import attrs
 from attrs import frozen
 
 from arc_ref.chat import parse_template_kwargs
 from arc_ref.counting import EDGE_WINDOW, SPLIT_FROM, Part, joined_tokens
-from arc_ref.errors import ConfigError
+from arc_ref.errors import BudgetViolation, ConfigError
 from arc_ref.message import Context, ToolCall, ToolSpec, openai_message
 from arc_ref.openai_wire import ShapeError, content_parts
 from arc_ref.tokenizers import HuggingFaceTokenizer, read_regular_file
@@ -182,11 +184,15 @@ class _TemplateNamespace(jinja2.utils.Namespace):
             )
 
 
+_LOOP_NUMBERS = frozenset(("index", "index0", "revindex", "revindex0", "first", "last", "length", "depth", "depth0"))
+
+
 class _Sandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
-    """transformers' sandbox (`ImmutableSandboxedEnvironment`), its attribute lookup taking two short cuts that
+    """transformers' sandbox (`ImmutableSandboxedEnvironment`), its attribute lookup taking three short cuts that
     change no outcome: ``message.role`` on a plain mapping reads the item without first raising AttributeError,
-    and whether an attribute is safe, which for this sandbox depends only on the object's type and the name
-    (``is_internal_attribute``, ``modifies_known_mutable``), is decided once per type and name."""
+    whether an attribute is safe, which for this sandbox depends only on the object's type and the name
+    (``is_internal_attribute``, ``modifies_known_mutable``), is decided once per type and name, and the loop's
+    counters (``loop.index0``, ``loop.last``...: ints and bools, safe) are read as they are."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -194,6 +200,8 @@ class _Sandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         kind = type(obj)
+        if kind is jinja2.runtime.LoopContext and attribute in _LOOP_NUMBERS:
+            return getattr(obj, attribute)  # an int or a bool: nothing to wrap, and safe for this sandbox
         names = _ITEM_TYPES.get(kind)
         if names is not None and attribute not in names:
             try:
@@ -705,12 +713,12 @@ class _AddedTokens:
 
     def __init__(self, tokens: Sequence[str]) -> None:
         alternatives = "|".join(re.escape(token) for token in sorted(tokens, key=len, reverse=True)) or "(?!)"
-        self._ends = re.compile(f"(?:{alternatives})\\Z")
         self._starts = re.compile(f"(?:{alternatives})")
-        self._longest = max((len(token) for token in tokens), default=0)
+        self._tokens = tuple(tokens)
 
     def cut_safe(self, left: str, right: str) -> bool:
-        return bool(self._ends.search(left[-self._longest:])) or bool(self._starts.match(right))
+        """``left`` ends with an added token or ``right`` starts with one (checked on every probe's cuts)."""
+        return left.endswith(self._tokens) or right.startswith(self._tokens)
 
     def matches(self, text: str) -> Iterator[re.Match[str]]:
         """The added tokens in ``text``, leftmost first and longest at a place (no two overlap: refused)."""
@@ -815,6 +823,18 @@ class _WatchedMessage(dict[str, Any]):
 _ITEM_TYPES[_WatchedMessage] = frozenset(dir(_WatchedMessage))
 
 
+@attrs.define
+class _Probe:
+    """One message's shared state across its probe conversations (`TemplateFormat._probe`)."""
+
+    message: dict[str, Any]  # in OpenAI chat format (`server_conversation` gives each occurrence its own copy)
+    content: str
+    mark: str
+    split: tuple[str, int, str] | None
+    local: dict[str, int]
+    reads: set[str]  # the message's keys the template read (`_WatchedMessage`), over every rendered probe
+
+
 class TemplateFormat:
     """The chat format ``template``: a model directory's own chat template, counted with its tokenizer.
 
@@ -866,6 +886,8 @@ class TemplateFormat:
         self._prefix_strings = tuple(_strings(self._prefix))
         self._cache = _LRU(4096)  # placed costs of messages whose content is at most MEMO_TEXT_CHARS long
         self._last_large: tuple[Any, tuple[tuple[Context, int], ...]] | None = None  # ... and of the last longer one
+        self._partial = _LRU(16)  # per message: costs by probe conversation that `placed_cost_at` rendered, and
+        # the keys the template read there
         self._listing_tokens: int | None = None
         head, pieces, tail = self.template.render_parts(self._prefix, self._server_tools)
         self.head = head
@@ -1037,40 +1059,84 @@ class TemplateFormat:
         ``parts``: the content as a concatenation of texts with their counts where known (`Setup.message`);
         the result is the same with or without them, only a known count is not counted again. A tool
         message's costs are kept for every call id when the template never read its ``tool_call_id``
-        (`_WatchedMessage`): the tool-result reserve is rendered once per task, not once per call.
+        (`_WatchedMessage`): the tool-result reserve is rendered once per task, not once per call. A probe
+        conversation already rendered for the same message by `placed_cost_at` is not rendered again.
         """
         key = (role, content, tool_calls, tool_call_id)
-        cached = self._cached(key)
-        if cached is None and tool_call_id is not None:
-            cached = self._cached((role, content, tool_calls, _ANY_CALL_ID))
+        cached = self._known(key)
         if cached is not None:
             return cached
-        message = openai_message(role, content, tool_calls, tool_call_id)
+        probe = self._probe(role, content, tool_calls, tool_call_id, parts)
         contexts = possible_contexts(role, self.action_mode)
-        mark = self.template.marker((*self._prefix_strings, *_strings(server_conversation([message])), FILLER),
-                                    self._tools_text)
-        reads: set[str] = set()
-        local: dict[str, int] = {}
-        split = self._content_split(content, parts, local) if len(content) > 2 * EDGE_WINDOW else None
+        done, reads = self._partial_costs(key)
         costs: dict[Context, int] = {}
-        for plan in probe_plans(contexts, role):
-            server = list(self._prefix)
-            where: list[tuple[int, Context]] = []
-            for item in plan:
-                if isinstance(item, Context):
-                    where.append((len(server), item))
-                    server.append(_WatchedMessage(server_conversation([message])[0], reads))
-                else:
-                    server.append(_filler(item))
-            pieces = self._pieces(server, mark)
-            self._check_pieces(server, pieces)
-            for position, ctx in where:
-                costs[ctx] = self._piece_tokens(pieces[position], content, split, local)
+        for number, plan in enumerate(probe_plans(contexts, role)):
+            costs.update(done.get(number) or self._plan_costs(probe, plan))
         result = tuple((ctx, costs[ctx]) for ctx in contexts)
         self._remember(key, result)
+        reads = reads | probe.reads
         if tool_call_id is not None and "tool_call_id" not in reads and _WHOLE not in reads:
             self._remember((role, content, tool_calls, _ANY_CALL_ID), result)
         return result
+
+    def placed_cost_at(self, context: Context, role: str, content: str, tool_calls: tuple[ToolCall, ...] = (),
+                       tool_call_id: str | None = None, parts: Sequence[Part] | None = None) -> int:
+        """Tokens of the message's piece in one ``context``: exactly ``placed_costs``' count there, from the one
+        probe conversation of ``placed_costs`` that gives the message this context (the same conversation,
+        rendered and counted the same way), rendered alone unless the message's costs are known. For a message
+        that may be thrown away unseen (a fold copy the cost rule declines, `arc_ref.machine`)."""
+        contexts = possible_contexts(role, self.action_mode)
+        if context not in contexts:
+            raise BudgetViolation(f"a {role} message has no count for its place {context} in the view")
+        key = (role, content, tool_calls, tool_call_id)
+        cached = self._known(key)
+        if cached is not None:
+            return next(cost for ctx, cost in cached if ctx == context)
+        plans = probe_plans(contexts, role)
+        number = next(number for number, plan in enumerate(plans) if context in plan)
+        done, reads = self._partial_costs(key)
+        if number not in done:
+            probe = self._probe(role, content, tool_calls, tool_call_id, parts)
+            done = {**done, number: self._plan_costs(probe, plans[number])}
+            self._partial.put(key, (done, reads | probe.reads))
+        return next(cost for ctx, cost in done[number] if ctx == context)
+
+    def _partial_costs(self, key: tuple[Any, ...]) -> tuple[dict[int, tuple[tuple[Context, int], ...]], frozenset[str]]:
+        """The message's costs by probe conversation rendered so far by `placed_cost_at`, and the keys read there."""
+        found: tuple[dict[int, tuple[tuple[Context, int], ...]], frozenset[str]] | None = self._partial.get(key)
+        return found or ({}, frozenset())
+
+    def _known(self, key: tuple[Any, ...]) -> tuple[tuple[Context, int], ...] | None:
+        cached = self._cached(key)
+        if cached is None and key[3] is not None:
+            cached = self._cached((*key[:3], _ANY_CALL_ID))
+        return cached
+
+    def _probe(self, role: str, content: str, tool_calls: tuple[ToolCall, ...], tool_call_id: str | None,
+               parts: Sequence[Part] | None) -> _Probe:
+        """What every probe conversation of one message shares: the message as the server passes it, the split
+        mark, the content's core counted once (`_content_split`) and the counts of its long texts."""
+        message = openai_message(role, content, tool_calls, tool_call_id)
+        mark = self.template.marker((*self._prefix_strings, *_strings(server_conversation([message])), FILLER),
+                                    self._tools_text)
+        local: dict[str, int] = {}
+        split = self._content_split(content, parts, local) if len(content) > 2 * EDGE_WINDOW else None
+        return _Probe(message, content, mark, split, local, set())
+
+    def _plan_costs(self, probe: _Probe, plan: tuple[Context | str, ...]) -> tuple[tuple[Context, int], ...]:
+        """The message's cost in each context of one probe conversation (`probe_plans`): one rendering."""
+        server = list(self._prefix)
+        where: list[tuple[int, Context]] = []
+        for item in plan:
+            if isinstance(item, Context):
+                where.append((len(server), item))
+                server.append(_WatchedMessage(server_conversation([probe.message])[0], probe.reads))
+            else:
+                server.append(_filler(item))
+        pieces = self._pieces(server, probe.mark)
+        self._check_pieces(server, pieces)
+        return tuple((ctx, self._piece_tokens(pieces[position], probe.content, probe.split, probe.local))
+                     for position, ctx in where)
 
 
 def template_format(tokenizer: HuggingFaceTokenizer, directory: str, template_kwargs: tuple[tuple[str, Any], ...],

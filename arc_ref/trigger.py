@@ -95,4 +95,16 @@ def pays(config: Config, removed: int, prefilled: int, recent: int, turns: int, 
                             >= 2 * config.prefill_cost * prefilled * recent)
 
 
-__all__ = ["BOUND", "COST", "KEEP", "decide", "generated_reads", "low_water_mark", "pays", "summary_low_water_mark"]
+def declines(config: Config, before: int, after_least: int, fixed_most: int, recent: int, turns: int,
+             agent: int) -> bool:
+    """Whether a fold copy's test, `pays` with X = before - after and Y = after - fixed, is false for every copy
+    whose view costs ``after >= after_least`` with ``fixed <= fixed_most``: it is false at the largest X and the
+    least Y these allow, and lower X (below 0 it never pays) or higher Y only make it false again
+    (proofs_check.test_trigger)."""
+    return not pays(config, before - after_least, after_least - fixed_most, recent, turns, agent)
+
+
+__all__ = [
+    "BOUND", "COST", "KEEP", "decide", "declines", "generated_reads", "low_water_mark", "pays",
+    "summary_low_water_mark",
+]

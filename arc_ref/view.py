@@ -124,6 +124,21 @@ def placed_costs(messages: Sequence[Message]) -> list[int]:
     return costs
 
 
+def context_at(messages: Sequence[Message], position: int) -> Context:
+    """Where the view places ``messages[position]``: the roles before and after it, a user message later."""
+    last = len(messages) - 1
+    return Context(messages[position - 1].role if position > 0 else None,
+                   messages[position + 1].role if position < last else None,
+                   any(message.role == "user" for message in messages[position + 1:]))
+
+
+def view_messages(prefix: Sequence[Message], summary: Message | None, catalog: Message | None,
+                  recall: Message | None, recent: Sequence[LiveEntry]) -> tuple[Message, ...]:
+    """The view's messages in order: F, then S, G and U where present, then the entries of H."""
+    middle = tuple(message for message in (summary, catalog, recall) if message is not None)
+    return tuple(prefix) + middle + tuple(entry.message for entry in recent)
+
+
 def build_view(
     setup: Setup,
     prefix: Sequence[Message],
@@ -135,7 +150,7 @@ def build_view(
     """Assemble the view and check every component budget and K <= L (Lemma 2); raise, never overflow."""
     config = setup.config
     middle = tuple(message for message in (summary, catalog, recall) if message is not None)
-    messages = tuple(prefix) + middle + tuple(entry.message for entry in recent)
+    messages = view_messages(prefix, summary, catalog, recall, recent)
     placed = placed_costs(messages)
     cut = len(prefix)
     prefix_tokens = sum(placed[:cut])

@@ -1,7 +1,7 @@
 """Real agent runs replayed through the six methods: prompt tokens, prefix-cache prefill, roofline cost, recall.
 
     python benchmarks/bench_trajectories.py [--data ../shared/data/trajectories] [--windows 16k,32k]
-                                            [--formats o200k,qwen3] [--sections main,tradeoff,long,summary]
+                                            [--formats o200k,qwen3] [--sections main,tradeoff,long,summary,prices]
                                             [--long-steps 500]
 
 For each trajectory in the shared data (OpenHands CodeAct on Multi-SWE-bench, SWE-agent with GPT-4 and with
@@ -40,7 +40,13 @@ shuffled order), every method: compactions per 100 steps, prompt and prefill per
 ``summary``: ARC alone per summary low-water mark (``summary_low_water``, spec/rendering.md 11.3: S appended to
 until a fold's items do not fit M, then shrunk to this percent of M; 100 shrinks only to fit), the five
 trajectories' totals and the long run, next to full context and the sliding window, ranked as above; the shipped
-default is the largest mark among those missing the fewest T$ targets.
+default is the largest mark among those missing the fewest T$ targets. Section ``prices``: each cost fold ARC takes
+on the five trajectories, the cost model's price (spec/rendering.md 11.1: X and Y measured on the fold's copy, m the
+agent's rate in H) beside what the roofline charged: the same replay with that fold declined (and the rule's later
+cost folds until its next bound fold) gives the next call's prompt reduction and extra prefill, the tokens the
+later calls generated (and H's own calls, for the framing an agent message adds to m), and T$'s change split into
+prefill matmul, prefill attention, decode KV reads and decode weight reads; ``payback`` is prefill_cost * Y / (m * X)
+in calls, ``margin`` the rule's m * t * X^2 over 2 * prefill_cost * Y * h.
 The issue's "before" figures come from running this same script with PYTHONPATH at the old tree.
 """
 
@@ -48,12 +54,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import random
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from arc_eval.analysis.presets import hardware_preset, model_preset
 from arc_eval.analysis.roofline import free_hbm, trajectory_cost
@@ -64,10 +71,12 @@ from arc_eval.methods.arc import ArcOptions
 from arc_eval.methods.base import MethodSettings
 from arc_eval.protocol import system_prompt
 from arc_eval.types import ChatReply, ChatRequest, ContextOverflow, Message, Observation
+from arc_ref import machine, trigger
 from arc_ref.config import DEFAULT_EXPECTED_COMPLETION, DEFAULT_LOW_WATER, DEFAULT_SUMMARY_LOW_WATER
 from arc_ref.machine import AgentTurn, agent_turn
 from arc_ref.recall import chunk_count, reassemble
 from arc_ref.render import agent_message
+from arc_ref.summary import extends
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trajectories import DATA_DIR, Step, Trajectory, load_all  # noqa: E402
@@ -352,6 +361,147 @@ def tradeoff_section(trajectories: list[Trajectory], window: str, counter: Token
         scores.setdefault(setting, []).append(value / best)
 
 
+@dataclasses.dataclass
+class CostFold:
+    """One cost fold as the cost model priced it (spec/rendering.md 11.1): after agent call ``call`` (1-based; the
+    next prompt is the first to show it), X and Y measured on the fold's copy, h and t of H, m * t."""
+
+    call: int
+    removed: int  # X: tokens(view) - tokens(copy)
+    prefilled: int  # Y: tokens(copy) - B - eta (less the old S when the copy's S only appended to it)
+    recent: int  # h
+    turns: int  # t
+    generated: int  # m * t (trigger.generated_reads)
+
+
+class FoldWatch:
+    """Wraps ``arc_ref.machine.fold_decision`` while a replay runs: notes each cost fold the rule takes, priced by
+    the spec's copy test (its inequality re-evaluated here, so a disagreement with the machine shows as a count
+    that differs from the replay's compactions), and, for the counterfactual, answers keep instead of cost from
+    agent call ``decline_from`` on until the rule next folds on the bound."""
+
+    def __init__(self, decline_from: int | None = None) -> None:
+        self.decline_from = decline_from
+        self.folds: list[CostFold] = []
+        self.bound_folds = 0
+
+    def decide(self, state: Any) -> str:
+        decision = ORIGINAL_FOLD_DECISION(state)
+        if decision == trigger.BOUND:
+            self.bound_folds += 1
+            self.decline_from = None  # the rule resumes after the next bound fold
+            return decision
+        if decision != trigger.COST:
+            return decision
+        if self.decline_from is not None and state.turn >= self.decline_from:
+            return trigger.KEEP
+        folded, count = machine.fold(state, machine.compaction_target(state))
+        if count == 0:
+            return decision
+        before, after = machine.view(state).tokens, machine.view(folded).tokens
+        fixed = state.setup.prefix_tokens + state.setup.generation_tokens
+        if extends(folded.summary, state.summary):
+            fixed += state.summary.tokens
+        removed, prefilled = before - after, after - fixed
+        recent, turns, agent = state.live_tokens, state.live_turns, state.live_agent_tokens
+        if trigger.pays(state.config, removed, prefilled, recent, turns, agent):
+            self.folds.append(CostFold(state.turn, removed, prefilled, recent, turns,
+                                       trigger.generated_reads(state.config, turns, agent)))
+        return decision
+
+
+ORIGINAL_FOLD_DECISION = machine.fold_decision
+
+
+@contextlib.contextmanager
+def watching(watch: FoldWatch) -> Iterator[FoldWatch]:
+    machine.fold_decision = watch.decide
+    try:
+        yield watch
+    finally:
+        machine.fold_decision = ORIGINAL_FOLD_DECISION
+
+
+def watched_replay(trajectory: Trajectory, window: str, counter: TokenCounter,
+                   decline_from: int | None = None) -> tuple[Replay, FoldWatch]:
+    with watching(FoldWatch(decline_from)) as watch:
+        runner = replay("arc", trajectory, window, counter)
+    return runner, watch
+
+
+ROOFLINE_TERMS = ("matmul", "attention", "kv", "weights")
+
+
+def roofline_terms(runner: Replay, window: str) -> tuple[float, dict[str, float]]:
+    """T$ and its terms in seconds: prefill matmul, prefill attention (and the logits, a constant per call), decode
+    KV reads, decode weight reads (each call's share of the batch's)."""
+    model, hardware = roofline_of(window)
+    cost = trajectory_cost(runner.requests, model, hardware)
+    flops, bandwidth = hardware.total_flops, hardware.total_bandwidth
+    terms = {"matmul": sum(c.prefill_matmul_flops for c in cost.calls) / flops,
+             "attention": sum(c.prefill_attention_flops + c.prefill_lm_head_flops for c in cost.calls) / flops,
+             "kv": cost.kv_bytes / bandwidth, "weights": cost.weight_bytes / bandwidth}
+    return cost.t_total, terms
+
+
+def fold_prices(trajectory: Trajectory, window: str, counter: TokenCounter) -> list[dict[str, Any]]:
+    """Per cost fold of ARC's replay: the price the cost model put on it against what the roofline charged. The
+    realized figures compare the replay with the same replay with this fold declined (and the rule's later cost
+    folds until its next bound fold): the next call's prompt reduction (X) and extra prefill (Y), the tokens the
+    later calls generated (the rule's m is the agent's rate so far), and T$'s change by term."""
+    taken, watch = watched_replay(trajectory, window, counter)
+    if len(taken.requests) != len(taken.agent_prompts):
+        raise AssertionError("ARC made auxiliary requests: calls and requests no longer line up")
+    total, terms = roofline_terms(taken, window)
+    rows = []
+    for fold in watch.folds:
+        declined, _ = watched_replay(trajectory, window, counter, decline_from=fold.call)
+        other_total, other_terms = roofline_terms(declined, window)
+        first = fold.call  # index of the first request that shows the fold
+        later = [completion for _, completion, _ in taken.requests[first:]]
+        before = [completion for _, completion, _ in taken.requests[max(0, first - fold.turns):first]]
+        prompt_saved = declined.requests[first][0] - taken.requests[first][0]
+        extra_prefill = ((taken.requests[first][0] - taken.requests[first][2])
+                         - (declined.requests[first][0] - declined.requests[first][2]))
+        rows.append({"fold": fold, "prompt_saved": prompt_saved, "extra_prefill": extra_prefill, "later": later,
+                     "generated_in_h": sum(before) / max(1, len(before)),
+                     "delta": total - other_total, "terms": {key: terms[key] - other_terms[key] for key in terms}})
+    return rows
+
+
+def prices_section(trajectories: list[Trajectory], window: str, counter: TokenCounter) -> None:
+    cost = prefill_cost(window)
+    print(f"ARC's cost folds: the cost model's price (spec/rendering.md 11.1, prefill_cost {cost}) against the"
+          " roofline's charge (realized: this replay minus the same replay with the fold declined until the next"
+          " bound fold)")
+    print(f"  {'trajectory':<26} {'after':>5} {'X rule/next':>13} {'Y rule/next':>13} {'m rule/H/later':>16}"
+          f" {'left':>4} {'payback':>7} {'margin':>6} | {'dT$ ms':>7} = {'matmul':>7} {'attn':>6} {'KV':>7} {'weights':>7}")
+    ratios_y: list[float] = []
+    ratios_m: list[float] = []
+    ratios_h: list[float] = []
+    for trajectory in trajectories:
+        for row in fold_prices(trajectory, window, counter):
+            fold, later = row["fold"], row["later"]
+            m = fold.generated / max(1, fold.turns)
+            later_mean = sum(later) / max(1, len(later))
+            payback = cost * fold.prefilled / max(1.0, m * fold.removed)  # calls at m for X per token to repay Y
+            margin = fold.generated * fold.removed ** 2 / max(1, 2 * cost * fold.prefilled * fold.recent)
+            ratios_y.append(row["extra_prefill"] / max(1, fold.prefilled))
+            ratios_m.append(later_mean / max(1.0, m))
+            ratios_h.append(row["generated_in_h"] / max(1.0, m))
+            terms = row["terms"]
+            print(f"  {trajectory.name[:26]:<26} {fold.call:>5} {fold.removed:>6,}/{row['prompt_saved']:<6,}"
+                  f" {fold.prefilled:>6,}/{row['extra_prefill']:<6,}"
+                  f" {m:>5.0f}/{row['generated_in_h']:>4.0f}/{later_mean:<5.0f} {len(later):>4}"
+                  f" {payback:>7.1f} {margin:>6.2f} | {row['delta'] * 1e3:>+7.1f} = "
+                  + " ".join(f"{terms[key] * 1e3:>+7.1f}" for key in ROOFLINE_TERMS))
+    if ratios_y:
+        print(f"  {len(ratios_y)} folds: the next call's extra prefill / Y: mean {sum(ratios_y) / len(ratios_y):.2f}"
+              f" (min {min(ratios_y):.2f}); later calls' generated tokens / m: mean"
+              f" {sum(ratios_m) / len(ratios_m):.2f} (min {min(ratios_m):.2f}, max {max(ratios_m):.2f}); H's calls'"
+              f" generated tokens / m: mean {sum(ratios_h) / len(ratios_h):.2f}")
+
+
 def synthetic(trajectories: list[Trajectory], steps: int, seed: int = LONG_SEED) -> Trajectory:
     """``steps`` steps of the real trajectories (their actions, outputs and sizes) in a seeded shuffled order: the
     pool of every step, shuffled, then shuffled again each time it is used up; the first trajectory's goal."""
@@ -442,7 +592,8 @@ def main() -> int:
     parser.add_argument("--windows", default="16k,32k")
     parser.add_argument("--formats", default="o200k,qwen3")
     parser.add_argument("--sections", default="main,tradeoff,long",
-                        help="comma-separated: main, tradeoff, long, summary (S's low-water marks)")
+                        help="comma-separated: main, tradeoff, long, summary (S's low-water marks), prices (each"
+                             " cost fold's price against the roofline's charge)")
     parser.add_argument("--long-steps", type=int, default=500)
     arguments = parser.parse_args()
     if not arguments.data.is_dir():
@@ -479,6 +630,8 @@ def main() -> int:
                 tradeoff_section(trajectories, window, counter, scores, misses)
             if "long" in sections:
                 long_section(trajectories, window, counter, arguments.long_steps)
+            if "prices" in sections:
+                prices_section(trajectories, window, counter)
             if "summary" in sections:
                 summary_section(trajectories, window, counter, arguments.long_steps, summary_scores, summary_misses)
     if scores:

@@ -453,11 +453,11 @@ def test_a_fold_copy_is_priced_by_what_it_changes(monkeypatch: pytest.MonkeyPatc
         summary_budget=1200, context_limit=3000, prefill_cost=40)  # a cheap prefill: cost folds with S shown
     copies: list[tuple[ArcState, ArcState]] = []
     priced: list[tuple[ArcState, ArcState, int, int]] = []  # each copy the machine priced, and its X and Y
-    real_fold, real_pays = machine._fold, trigger.pays
+    real_folded, real_pays = machine._folded, trigger.pays
 
-    def recording_fold(state: ArcState, keep_tokens: int) -> Any:
-        folded = real_fold(state, keep_tokens)
-        copies.append((state, folded[0]))
+    def recording_folded(state: ArcState, *rest: Any) -> ArcState:
+        folded = real_folded(state, *rest)
+        copies.append((state, folded))
         return folded
 
     def recording_pays(config: Config, removed: int, prefilled: int, *rest: int) -> bool:
@@ -465,7 +465,7 @@ def test_a_fold_copy_is_priced_by_what_it_changes(monkeypatch: pytest.MonkeyPatc
             priced.append((*copies[-1], removed, prefilled))
         return real_pays(config, removed, prefilled, *rest)
 
-    monkeypatch.setattr(machine, "_fold", recording_fold)
+    monkeypatch.setattr(machine, "_folded", recording_folded)
     monkeypatch.setattr(trigger, "pays", recording_pays)
     state = init(config)
     for step in range(60):

@@ -109,3 +109,18 @@ def test_the_cost_rule_turns_exactly_at_its_inequality(config: Config, data: st.
         t = data.draw(st.integers(0, 400))  # the number of turns plays no part
         assert trigger.decide(config, s, g, u, h, t, first, k, n) == trigger.COST
         assert trigger.decide(config, s, g, u, h, t, first - 1, k, n) == trigger.KEEP
+
+
+@given(trigger_configs(), st.integers(0, 40000), st.integers(0, 40000), st.integers(0, 20000), counts,
+       st.integers(0, 400), st.data())
+@proves("T1")
+def test_a_copy_declined_at_its_floor_is_declined_at_every_cost_above_it(
+        config: Config, before: int, floor: int, fixed_most: int, h: int, t: int, data: st.DataObject) -> None:
+    """Section 11.1's copy test, `pays` with X = before - after and Y = after - fixed, is false for every copy
+    view of ``after >= floor`` tokens and every ``fixed <= fixed_most`` when `declines` says so at the floor (the
+    machine declines a copy before S is built on that: S at 0 tokens, s_kept at its most)."""
+    a = data.draw(st.integers(0, h))
+    after = floor + data.draw(st.one_of(st.just(0), st.integers(0, 5000)))  # at the floor half the time: its edge
+    fixed = fixed_most - data.draw(st.one_of(st.just(0), st.integers(0, fixed_most)))
+    if trigger.declines(config, before, floor, fixed_most, h, t, a):
+        assert not trigger.pays(config, before - after, after - fixed, h, t, a)

@@ -22,6 +22,7 @@ from arc_ref.config import config_json, make_setup, preset
 from arc_ref.errors import ConfigError
 from arc_ref.message import ToolCall, ToolSpec
 from arc_ref.templates import (
+    _AddedTokens,
     TemplateFormat,
     added_tokens_cut_safe,
     load_template_source,
@@ -283,6 +284,16 @@ def test_the_config_line_echoes_later_fields_only_when_set() -> None:
 )
 def test_overlapping_added_tokens_are_found(tokens: list[str], overlap: bool) -> None:
     assert (added_tokens_cut_safe(tokens) is not None) == overlap
+
+
+@given(st.lists(st.text(alphabet="<|>ab", min_size=1, max_size=4), max_size=5), st.text(alphabet="<|>ab", max_size=8),
+       st.text(alphabet="<|>ab", max_size=8))
+def test_a_cut_is_safe_where_an_added_token_ends_or_starts_it(tokens: list[str], left: str, right: str) -> None:
+    """The boundary check of every probe: an added token ends ``left`` or starts ``right`` (as a search for one at
+    the end of ``left`` and a match at the start of ``right`` find it)."""
+    pattern = "|".join(re.escape(token) for token in sorted(tokens, key=len, reverse=True)) or "(?!)"
+    expected = bool(re.search(f"(?:{pattern})\\Z", left)) or bool(re.match(f"(?:{pattern})", right))
+    assert _AddedTokens(tokens).cut_safe(left, right) == expected
 
 
 def test_probe_plans_realise_every_context_once() -> None:

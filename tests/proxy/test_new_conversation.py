@@ -26,11 +26,13 @@ OVERRIDES = {"max_completion": 4096, "recent_budget": 16000, "summary_budget": 2
 SYSTEM = "You are a helpful assistant that can interact with a computer to solve tasks. " * 6
 EARLIER_TURNS = 9  # a new conversation arrives with 18 earlier messages (an assistant call and a tool output each)
 # A new conversation's first request (Qwen3's template, 9 earlier turns with tool outputs of 1-3 KB), measured:
-# 189-223 renders (its configuration 63: the format of its prefix 19, B's frames and floors 44; the state 6; each
-# assistant message 3, each tool message 2; each fold's summary and page 6 each) and 80-150 encodes (each tool output
-# once, summary lines, stub lines; short texts once per process). Stated with a margin of about a tenth:
-RENDERS_NEW = 245
-ENCODES_NEW = 165
+# 120-121 renders (its configuration 63: the format of its prefix 19, B's frames and floors 44; the state 6; each
+# assistant message 3, each tool message 2; each fold copy the cost rule declines before its S is built, 3-4 here,
+# its page in its one place: 1, or 0 when the page is the same as the last copy's) and 48-53 encodes (each tool
+# output once, summary lines, stub lines; short texts once per process). Before that (each declined copy's S and
+# page rendered in all their places, 12): 153-165 renders, 58-62 encodes. Stated with a margin of about a tenth:
+RENDERS_NEW = 132
+ENCODES_NEW = 58
 RENDERS_CONFIGURATION = 60  # at least this many of them are the configuration's: not rendered for a known prefix
 
 
