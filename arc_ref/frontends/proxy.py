@@ -40,6 +40,7 @@ fit R, a malformed history) are HTTP 400 with a typed body ``{"error": {"type": 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import gc
@@ -536,16 +537,16 @@ class Conversations:
                     conversation = self.by_key.get(key)
                     mark = conversation.marks.get(chain_hash) if conversation is not None else None
                     if conversation is not None and mark is not None and conversation.position == mark.position:
-                        if not conversation.lock.locked():
+                        if not conversation.requests:
                             return key, depth
                         held_in_place.append(key)
                 return (held_in_place[0] if held_in_place else keys[-1]), depth
         return None
 
     def busy(self, key: str) -> bool:
-        """Whether a request of this process holds conversation ``key`` now."""
+        """Whether a request of this process holds conversation ``key`` or waits for it now."""
         conversation = self.by_key.get(key)
-        return conversation is not None and conversation.lock.locked()
+        return conversation is not None and conversation.requests > 0
 
     def forget(self, key: str, hashes: Sequence[str], conversation: Conversation) -> None:
         """The index named ``key`` for hashes its marks do not hold (a mark lost in a crash): not any more."""
@@ -781,8 +782,10 @@ class Conversations:
 
     def _forked(self, config: Config, events: Sequence[Event], mark: Mark) -> Conversation:
         """A new conversation of ``config`` and ``events`` (with --store), or the state ``mark`` keeps (in memory),
-        at ``mark``'s position, its first mark ``mark``'s hash."""
+        at ``mark``'s position, its first mark ``mark``'s hash; counted as held by the request that made it (never
+        evicted before that request holds it: it lets go with `let_go_of_fork`)."""
         child = self.new(config, events)
+        child.requests = 1
         try:
             if mark.state is not None:
                 child.state = mark.state
@@ -793,6 +796,11 @@ class Conversations:
             self.discard(child)
             raise
         return child
+
+    @staticmethod
+    def let_go_of_fork(child: Conversation) -> None:
+        """The request that made the fork ``child`` (`_forked`) no longer counts on it."""
+        child.requests -= 1
 
     def close(self) -> None:
         for conversation in list(self.by_key.values()):
@@ -1029,10 +1037,15 @@ class Proxy:
         self.rounds: deque[RoundRecord] = deque(maxlen=ROUND_LOG_SIZE)
         self._sweeper: asyncio.Task[None] | None = None
         self.known = KnownMessages()  # the message texts read before: a request reads its new messages only
+        # forks copy a conversation up to a mark (its rows replayed, with --store): one at a time, on a thread of
+        # their own, so that a burst of them (agents that start alike, a history resent many times) never takes
+        # the worker threads every other client's requests need
+        self.fork_copies = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="arc-proxy-fork")
 
     async def close(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
+        self.fork_copies.shutdown(wait=False)
         self.conversations.close()
 
     async def complete(self, body: dict[str, Any], explicit: str | None) -> Reply:
@@ -1068,19 +1081,27 @@ class Proxy:
                         return await self._run(conversation, messages[start:], hashes[start:], body)
                     # it moved on (another request of this history, or the agent edited or regenerated): fork
                     forked = await in_thread_undone_if_cancelled(
-                        lambda: self.conversations.fork(conversation, mark), self.conversations._release)
+                        lambda: self.conversations.fork(conversation, mark), self._drop_fork, self.fork_copies)
             except ConversationGone:
                 continue  # set aside (or forgotten): matched again without it
             except ConversationBusy:  # another request holds it: forked at this request's deepest mark at once
                 unheld = await in_thread_undone_if_cancelled(
                     lambda: self.conversations.fork_unheld(key, hashes),
-                    lambda made: made is not None and self.conversations._release(made[0]))
+                    lambda made: self._drop_fork(made[0]) if made is not None else None, self.fork_copies)
                 if unheld is None:  # no mark to fork at without it: waited for, as before
                     wait = True
                     continue
                 forked, start = unheld
-            async with self.conversations.held(forked.key) as forked:
-                return await self._run(forked, messages[start:], hashes[start:], body)
+            try:
+                async with self.conversations.held(forked.key) as child:
+                    return await self._run(child, messages[start:], hashes[start:], body)
+            finally:
+                self.conversations.let_go_of_fork(forked)
+
+    def _drop_fork(self, child: Conversation) -> None:
+        """A fork made for a request that was cancelled meanwhile: its store released, its count dropped."""
+        self.conversations._release(child)
+        self.conversations.let_go_of_fork(child)
 
     def _sweep_idle(self) -> None:
         """From the first request on: every few seconds, conversations idle past ``idle_seconds`` leave memory
@@ -1297,10 +1318,13 @@ class Proxy:
         return reply
 
 
-async def in_thread_undone_if_cancelled(work: Callable[[], T], undo: Callable[[T], object]) -> T:
-    """``work()`` in a worker thread; when the request is cancelled meanwhile (its client gone, the server
-    stopping), the thread still finishes, and ``undo`` is applied to what it made (a store opened: closed)."""
-    task = asyncio.ensure_future(asyncio.to_thread(work))
+async def in_thread_undone_if_cancelled(work: Callable[[], T], undo: Callable[[T], object],
+                                        executor: concurrent.futures.Executor | None = None) -> T:
+    """``work()`` in a worker thread (of ``executor`` when given); when the request is cancelled meanwhile (its
+    client gone, the server stopping), the thread still finishes, and ``undo`` is applied to what it made (a
+    store opened: closed)."""
+    task: asyncio.Future[T] = asyncio.ensure_future(
+        asyncio.to_thread(work) if executor is None else asyncio.get_running_loop().run_in_executor(executor, work))
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:

@@ -10,6 +10,8 @@ import asyncio
 import contextvars
 import hashlib
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ AGENT: contextvars.ContextVar[str] = contextvars.ContextVar("agent", default="")
 SYSTEM = "You run one bash command per turn."
 TASK = "List the files, then say what they hold."
 TURNS = 3
+loop: asyncio.AbstractEventLoop  # the running scenario's (the eviction test calls into it from a thread)
 B_WITHIN_S = 30  # B's first request is answered within this, while A's upstream call is held
 
 
@@ -147,3 +150,82 @@ def test_agents_that_start_alike_fork_at_once_and_each_sees_its_lone_run(where: 
     if store is not None:
         directories = {path.name for path in store.iterdir() if path.is_dir()}
         assert set(a.keys) | set(b.keys) <= directories
+
+
+def test_a_burst_of_forks_copies_one_at_a_time_on_a_thread_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five copies of A's history while A's upstream call is held: each forks at once, but the copies run one at
+    a time on the proxy's fork thread, never on the worker threads every other client's requests need (before,
+    a burst of them took the whole pool: an unrelated client waited seconds)."""
+    from arc_ref.frontends.proxy import Conversations
+
+    running, most, threads = [0], [0], set()
+    fork_unheld = Conversations.fork_unheld
+
+    def watched(self: Conversations, key: str, hashes: Any) -> Any:
+        running[0] += 1
+        most[0] = max(most[0], running[0])
+        threads.add(threading.current_thread().name)
+        try:
+            time.sleep(0.1)  # a long history's copy
+            return fork_unheld(self, key, hashes)
+        finally:
+            running[0] -= 1
+
+    monkeypatch.setattr(Conversations, "fork_unheld", watched)
+
+    async def scenario() -> list[str]:
+        upstream = Upstream(hold_first=True)
+        async with httpx.AsyncClient(transport=httpx.MockTransport(upstream.handle)) as client:
+            proxy = make_proxy(client, None)
+            try:
+                first = asyncio.ensure_future(Agent("A").ask(proxy))
+                await asyncio.wait_for(upstream.first_arrived.wait(), 60)
+                copies = [Agent(f"B{number}") for number in range(5)]
+                await asyncio.wait_for(asyncio.gather(*(copy.ask(proxy) for copy in copies)), B_WITHIN_S)
+                assert not first.done()
+                upstream.release.set()
+                await first
+                return [copy.keys[0] for copy in copies]
+            finally:
+                await proxy.close()
+
+    keys = asyncio.run(scenario())
+    assert len(set(keys)) == 5  # each its own fork
+    assert most[0] == 1 and all(name.startswith("arc-proxy-fork") for name in threads), (most, threads)
+
+
+def test_a_fresh_fork_is_not_evicted_before_its_request_holds_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In memory with --max-conversations 1: another request ending (evict) right after a fork was made, before its
+    request holds it, leaves the fork alone (before: it was evicted and the request failed with
+    ConversationGone, an HTTP 500)."""
+    from arc_ref.frontends.proxy import Conversations
+
+    fork_unheld = Conversations.fork_unheld
+
+    def then_evicted(self: Conversations, key: str, hashes: Any) -> Any:
+        made = fork_unheld(self, key, hashes)
+        loop.call_soon_threadsafe(self.evict)  # "another request ended now"
+        return made
+
+    monkeypatch.setattr(Conversations, "fork_unheld", then_evicted)
+
+    async def scenario() -> tuple[Agent, Agent]:
+        global loop
+        loop = asyncio.get_running_loop()
+        upstream = Upstream(hold_first=True)
+        a, b = Agent("A"), Agent("B")
+        async with httpx.AsyncClient(transport=httpx.MockTransport(upstream.handle)) as client:
+            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS, max_conversations=1),
+                          client)
+            try:
+                first = asyncio.ensure_future(a.ask(proxy))
+                await asyncio.wait_for(upstream.first_arrived.wait(), 60)
+                await asyncio.wait_for(b.ask(proxy), B_WITHIN_S)
+                upstream.release.set()
+                await first
+            finally:
+                await proxy.close()
+        return a, b
+
+    a, b = asyncio.run(scenario())
+    assert a.keys[0] != b.keys[0] and b.replies == asyncio.run(alone("B"))[1][:1]
