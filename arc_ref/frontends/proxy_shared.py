@@ -4,9 +4,9 @@ any conversation (issue 30 item 2).
 The request path is the one-process proxy's (`arc_ref.frontends.proxy.Proxy._run`: the same events, views, hidden rounds
 and replies), on a conversation whose state this instance holds in a bounded cache and whose rows, marks and head
 live in the database (`arc_ref.persist.postgres_conversations`). Each request is one database transaction that
-locks its conversation's head row for its whole duration (requests of one conversation are serialized across
-every instance), catches up from the rows other instances appended, and commits the request's events and marks
-before the reply is sent. For the same requests the ids and views are those of one process: the state is the
+locks its conversation's head row for its whole duration (one request at a time goes on in place, across every
+instance; another request for it forks it at its deepest committed mark instead of waiting), catches up from the
+rows other instances appended, and commits the request's events and marks before the reply is sent. For the same requests the ids and views are those of one process: the state is the
 fold of the same events, and which instance folds them does not matter.
 
 The database unreachable or restarting: nothing of that request is kept; it is tried again from the start (a new

@@ -6,8 +6,9 @@ messages up to it (``position``), the rows then (``seq``) and the chained checks
 mark to the rows. The index is thus in the database with the same integrity rule as the rows.
 
 One request is one transaction (`RequestTransaction`): it finds the deepest known message of the request and
-locks that conversation's head row (``SELECT ... FOR UPDATE``), so that requests of one conversation are
-serialized across every instance, never per process; it folds what other instances appended since this
+locks that conversation's head row (``SELECT ... FOR UPDATE NOWAIT``), so that one request at a time goes on
+in place, across every instance; a request for a conversation another request holds does not wait: it forks it
+at the deepest mark as committed (agents that start alike). It folds what other instances appended since this
 instance last saw the conversation (catching up from its rows, checked against the chain); the events and marks
 of the request are kept in memory and written with the new head and COMMIT in one pipeline at the end, before
 the reply is sent (nothing is acknowledged before it is committed). An instance killed mid-request leaves
@@ -57,6 +58,10 @@ FOR UPDATE OF t
 """
 """The deepest mark among the request's hashes; of the conversations that passed it, one still there (resumed in
 place) before the latest one added; its head row locked for the transaction."""
+FIND_AND_LOCK_NOW = FIND_AND_LOCK.rstrip() + " NOWAIT\n"
+"""`FIND_AND_LOCK`, failing at once (LockNotAvailable) when another transaction holds that head row."""
+FIND = FIND_AND_LOCK.replace("FOR UPDATE OF t", "")
+"""`FIND_AND_LOCK` without the lock: the mark as committed (a fork copies rows committed up to it)."""
 
 ROWS_AFTER = "SELECT seq, line, checksum FROM arc_events WHERE task = %s AND seq > %s AND seq <= %s ORDER BY seq"
 
@@ -74,11 +79,13 @@ class Found:
     mark_seq: int
     mark_checksum: str
     mark_hash: str
+    held: bool = False  # another request holds the conversation (its head row was not locked): fork at the mark
 
     @property
     def in_place(self) -> bool:
-        """The conversation is still at the mark (resume it), rather than past it (fork it there)."""
-        return self.position == self.mark_position
+        """The conversation is still at the mark and this request holds it (resume it), rather than past it or
+        held by another request (fork it there)."""
+        return self.position == self.mark_position and not self.held
 
 
 @attrs.frozen
@@ -200,20 +207,34 @@ class RequestTransaction:
                     ) -> tuple[Found | None, list[tuple[int, str, str]]]:
         """BEGIN; the deepest known mark of ``hashes`` and its conversation's head, locked; and, in the same round
         trip, the rows of ``expected`` (the conversation this instance last saw at these hashes) after the row it
-        holds. Returns the mark (None: a new conversation) and those rows (to check against the head)."""
+        holds. Returns the mark (None: a new conversation) and those rows (to check against the head).
+
+        A conversation whose head row another request holds is not waited for: the mark is found again without
+        the lock (`Found.held`), as committed, and the request forks there (agents that start alike)."""
         connection = self.connection
-        async with connection.pipeline():
-            await connection.execute("BEGIN")
-            found_cursor = await connection.execute(FIND_AND_LOCK, (list(hashes),))
-            rows_cursor = None
-            if expected is not None:
-                rows_cursor = await connection.execute(ROWS_AFTER + "", (expected.key, expected.seq, 2**62))
+        driver = self.db._driver
+        try:
+            async with connection.pipeline():
+                await connection.execute("BEGIN")
+                found_cursor = await connection.execute(FIND_AND_LOCK_NOW, (list(hashes),))
+                rows_cursor = None
+                if expected is not None:
+                    rows_cursor = await connection.execute(ROWS_AFTER + "", (expected.key, expected.seq, 2**62))
+            row = await found_cursor.fetchone()
+            rows = list(await rows_cursor.fetchall()) if rows_cursor is not None else []
+            held = False
+        except driver.errors.LockNotAvailable:  # another request holds it: its mark as committed, without waiting
+            self.db.round_trips += 1
+            async with connection.pipeline():
+                await connection.execute("ROLLBACK")
+                await connection.execute("BEGIN")
+                found_cursor = await connection.execute(FIND, (list(hashes),))
+            row = await found_cursor.fetchone()
+            rows, held = [], True
         self.db.round_trips += 1
-        row = await found_cursor.fetchone()
-        rows = list(await rows_cursor.fetchall()) if rows_cursor is not None else []
         if row is None:
             return None, []
-        found = Found(*row)
+        found = attrs.evolve(Found(*row), held=True) if held else Found(*row)
         if expected is None or expected.key != found.key:
             rows = []
         return found, [row for row in rows if row[0] <= found.seq]

@@ -35,15 +35,16 @@ B_WITHIN_S = 30  # B's first request is answered within this, while A's upstream
 
 class Upstream:
     """A deterministic fake upstream (its reply is a function of the view it is shown: one bash call whose id is a
-    digest of the view) that records each view under the agent that caused it, and holds its first call until
-    ``release`` is set."""
+    digest of the view) that records each view under the agent that caused it, and holds its call number
+    ``hold_call`` (the first when ``hold_first``) until ``release`` is set."""
 
-    def __init__(self, hold_first: bool) -> None:
+    def __init__(self, hold_first: bool, hold_call: int = 1) -> None:
         self.views: dict[str, list[str]] = {}
         self.release = asyncio.Event()
-        self.first_arrived = asyncio.Event()
+        self.first_arrived = asyncio.Event()  # the held call arrived
         if not hold_first:
             self.release.set()
+        self.hold_call = hold_call
         self.calls = 0
 
     async def handle(self, request: httpx.Request) -> httpx.Response:
@@ -52,7 +53,7 @@ class Upstream:
         digest = hashlib.sha256(shown.encode()).hexdigest()
         self.views.setdefault(AGENT.get(), []).append(digest)
         self.calls += 1
-        if self.calls == 1:
+        if self.calls == self.hold_call:
             self.first_arrived.set()
             await self.release.wait()
         number = len(body["messages"])
@@ -229,3 +230,43 @@ def test_a_fresh_fork_is_not_evicted_before_its_request_holds_it(monkeypatch: py
 
     a, b = asyncio.run(scenario())
     assert a.keys[0] != b.keys[0] and b.replies == asyncio.run(alone("B"))[1][:1]
+
+
+def test_with_postgresql_agents_that_start_as_an_earlier_run_did_fork_at_once(pg_url: str) -> None:
+    """With a PostgreSQL --store: an earlier run (E) left the conversation of this system prompt and task; B's first
+    request forks it and holds its head row's lock for its whole request (its upstream call held); C's (the same
+    history) does not wait for that lock: it forks at the same mark as committed. Each one's upstream views and
+    replies are those of a run of it alone."""
+    pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'arc-ref[postgres]')")
+    from arc_ref.frontends.proxy_shared import SharedProxy
+
+    async def scenario() -> tuple[Upstream, Agent, Agent]:
+        upstream = Upstream(hold_first=True, hold_call=TURNS + 1)
+        earlier, b, c = Agent("E"), Agent("B"), Agent("C")
+        async with httpx.AsyncClient(transport=httpx.MockTransport(upstream.handle)) as client:
+            settings = ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS, database=pg_url)
+            proxies = [SharedProxy(settings, client) for _ in range(2)]
+            try:
+                for _ in range(TURNS):
+                    await earlier.ask(proxies[0])
+                first = asyncio.ensure_future(b.ask(proxies[0]))
+                await asyncio.wait_for(upstream.first_arrived.wait(), 60)
+                await asyncio.wait_for(c.ask(proxies[1]), B_WITHIN_S)  # while B holds the conversation's head
+                assert not first.done(), "B's upstream call is still held: C did not wait for it"
+                upstream.release.set()
+                await first
+                for _ in range(1, TURNS):
+                    await b.ask(proxies[0])
+                    await c.ask(proxies[1])
+            finally:
+                for proxy in proxies:
+                    await proxy.close()
+        return upstream, b, c
+
+    upstream, b, c = asyncio.run(scenario())
+    views_b, replies_b = asyncio.run(alone("B"))
+    views_c, replies_c = asyncio.run(alone("C"))
+    assert upstream.views["B"] == views_b and upstream.views["C"] == views_c
+    assert b.replies == replies_b and c.replies == replies_c
+    assert b.keys[0] != c.keys[0]
+    assert len(set(b.keys[1:])) == 1 and len(set(c.keys[1:])) == 1 and b.keys[-1] != c.keys[-1]
