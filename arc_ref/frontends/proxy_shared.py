@@ -148,6 +148,7 @@ class SharedProxy(Proxy):
         self.store_retries = 0  # requests tried again while the database was unavailable
 
     async def close(self) -> None:
+        self.fork_copies.shutdown(wait=False)
         await self.database.close()
 
     async def complete(self, body: dict[str, Any], explicit: str | None) -> Reply:
@@ -233,7 +234,9 @@ class SharedProxy(Proxy):
     async def _state_at_mark(self, transaction: RequestTransaction, found: Found) -> ArcState:
         where = f"{self.database.shown}#{found.key}"
         rows = await transaction.rows(found.key, 0, found.mark_seq)
-        state, seq, checksum = await asyncio.to_thread(fold_rows, None, rows, where, 0, GENESIS)
+        # a fork's fold: on the forks' own thread, one at a time (a burst never takes the shared worker threads)
+        state, seq, checksum = await asyncio.get_running_loop().run_in_executor(
+            self.fork_copies, fold_rows, None, rows, where, 0, GENESIS)
         if (seq, checksum) != (found.mark_seq, found.mark_checksum):
             raise StoreCorrupt(f"{where}: the mark {found.mark_hash[:12]} names row {found.mark_seq} with another"
                                " checksum than the rows hold")
