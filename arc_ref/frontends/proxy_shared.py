@@ -6,8 +6,9 @@ and replies), on a conversation whose state this instance holds in a bounded cac
 live in the database (`arc_ref.persist.postgres_conversations`). Each request is one database transaction that
 locks its conversation's head row for its whole duration (one request at a time goes on in place, across every
 instance; another request for it forks it at its deepest committed mark instead of waiting), catches up from the
-rows other instances appended, and commits the request's events and marks before the reply is sent. For the same requests the ids and views are those of one process: the state is the
-fold of the same events, and which instance folds them does not matter.
+rows other instances appended, and commits the request's events and marks before the reply is sent. For the
+same requests the ids and views are those of one process: the state is the fold of the same events, and which
+instance folds them does not matter.
 
 The database unreachable or restarting: nothing of that request is kept; it is tried again from the start (a new
 connection, the upstream asked again) until ``store_retry_s`` (15 s) has passed, so that a restart of the database
