@@ -316,19 +316,26 @@ def _fold_items(state: ArcState, count: int) -> tuple[tuple[SummaryItem, ...], i
 
 
 def _folded(state: ArcState, count: int, remaining: int, added: tuple[SummaryItem, ...],
-            cited: immutables.Map[int, bool]) -> ArcState:
+            cited: immutables.Map[int, bool], summary: Summary | None = None) -> ArcState:
     """The state once the oldest ``count`` entries of H (``remaining`` tokens left) are folded into S as
-    ``added``: S fitted (section 11.3), Cited, and under layout "lean" G."""
+    ``added``: S fitted (section 11.3; ``summary`` when it already is: `_fitted`), Cited, and under layout "lean"
+    G."""
     setup = state.setup
     live = state.live
-    summary = fit_summary(setup, [*state.summary.items, *added], state.summary.omitted, state.record,
-                          trigger.summary_low_water_mark(setup.config), len(added))
+    if summary is None:
+        summary = _fitted(state, added)
     folded = attrs.evolve(state, live=live[count:], live_tokens=remaining, summary=summary, cited=cited,
                           live_turns=state.live_turns - _turns(live[:count]),
                           live_agent_tokens=state.live_agent_tokens - _agent_tokens(live[:count]), fold_memo=None)
     if setup.config.layout == "lean":
         folded = attrs.evolve(folded, catalog_message=lean_page(folded, folded.catalog_cursor))
     return folded
+
+
+def _fitted(state: ArcState, added: tuple[SummaryItem, ...]) -> Summary:
+    """S with the items ``added`` by a fold, fitted to M (section 11.3)."""
+    return fit_summary(state.setup, [*state.summary.items, *added], state.summary.omitted, state.record,
+                       trigger.summary_low_water_mark(state.config), len(added))
 
 
 def fold_extent(live: tuple[LiveEntry, ...], tokens: int, keep_tokens: int) -> tuple[int, int]:
@@ -447,14 +454,14 @@ def _append_live(state: ArcState, entries: tuple[LiveEntry, ...], **changes: Any
     fixed = state.setup.prefix_tokens + state.setup.generation_tokens
     if _copy_cannot_pay(appended, count, before, fixed + appended.summary.tokens):
         return declined, 0
-    folded = _folded(appended, count, remaining, added, cited)
-    after = view(folded).tokens
-    if extends(folded.summary, appended.summary):  # S only appended to: its earlier text stays cached
+    summary = _fitted(appended, added)
+    after = copy_tokens(appended, count, summary.message)
+    if extends(summary, appended.summary):  # S only appended to: its earlier text stays cached
         fixed += appended.summary.tokens
     if not trigger.pays(state.config, before - after, after - fixed, appended.live_tokens, appended.live_turns,
                         appended.live_agent_tokens):
         return declined, 0
-    return folded, count
+    return _folded(appended, count, remaining, added, cited, summary), count
 
 
 def _copy_cannot_pay(state: ArcState, count: int, before: int, fixed_most: int) -> bool:
@@ -467,18 +474,23 @@ def _copy_cannot_pay(state: ArcState, count: int, before: int, fixed_most: int) 
 
 def copy_floor(state: ArcState, count: int) -> int:
     """tokens(view of the copy) less its new S's count, known before S is built: the copy's view priced with S at
-    0 tokens (a user message still, so every other message keeps its place and its exact count) and the new G at
-    its one place (a served template renders G's one probe conversation instead of S's and G's in every place)."""
+    0 tokens (a user message still, so every other message keeps its place and its exact count)."""
+    return copy_tokens(state, count, Message(render.USER, "", 0))
+
+
+def copy_tokens(state: ArcState, count: int, summary: Message | None) -> int:
+    """tokens(view of the copy that folds the oldest ``count`` entries of H) with ``summary`` as its S: exactly
+    `view`'s count of the copy built whole, its new G priced at its one place (a served template renders G's one
+    probe conversation instead of G's every place: the copy may be declined unseen)."""
     setup = state.setup
     kept = state.live[count:]
     text = lean_page_text(state, state.catalog_cursor, kept)
-    summary = Message(render.USER, "", 0)
     catalog = None if text is None else Message(render.USER, text.content, 0)
     messages = view_messages(state.prefix, summary, catalog, state.recall_message, kept)
-    floor = sum(placed_costs(messages)) + setup.generation_tokens
+    tokens = sum(placed_costs(messages)) + setup.generation_tokens
     if text is not None:
-        floor += page_cost_at(setup, text, context_at(messages, len(state.prefix) + 1))
-    return floor
+        tokens += page_cost_at(setup, text, context_at(messages, len(state.prefix) + (summary is not None)))
+    return tokens
 
 
 def compact(state: ArcState, event: Compact) -> tuple[ArcState, CompactResult]:

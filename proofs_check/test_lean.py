@@ -453,19 +453,21 @@ def test_a_fold_copy_is_priced_by_what_it_changes(monkeypatch: pytest.MonkeyPatc
         summary_budget=1200, context_limit=3000, prefill_cost=40)  # a cheap prefill: cost folds with S shown
     copies: list[tuple[ArcState, ArcState]] = []
     priced: list[tuple[ArcState, ArcState, int, int]] = []  # each copy the machine priced, and its X and Y
-    real_folded, real_pays = machine._folded, trigger.pays
+    real_copy_tokens, real_pays = machine.copy_tokens, trigger.pays
 
-    def recording_folded(state: ArcState, *rest: Any) -> ArcState:
-        folded = real_folded(state, *rest)
-        copies.append((state, folded))
-        return folded
+    def recording_copy_tokens(state: ArcState, count: int, summary: Any) -> int:
+        if sys._getframe(1).f_code.co_name == "_append_live":  # the copy's own count, not its floor's
+            folded, folded_count = machine.fold(state, machine.compaction_target(state))  # the copy built whole
+            assert folded_count == count
+            copies.append((state, folded))
+        return real_copy_tokens(state, count, summary)
 
     def recording_pays(config: Config, removed: int, prefilled: int, *rest: int) -> bool:
         if sys._getframe(1).f_code.co_name == "_append_live":  # the copy's test, not the first one (decide)
             priced.append((*copies[-1], removed, prefilled))
         return real_pays(config, removed, prefilled, *rest)
 
-    monkeypatch.setattr(machine, "_folded", recording_folded)
+    monkeypatch.setattr(machine, "copy_tokens", recording_copy_tokens)
     monkeypatch.setattr(trigger, "pays", recording_pays)
     state = init(config)
     for step in range(60):

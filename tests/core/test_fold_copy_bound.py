@@ -98,8 +98,9 @@ def positional_toy(tmp_path: Path) -> Config:
 
 
 def check_floors(config: Config, events: list[Event], monkeypatch: pytest.MonkeyPatch) -> int:
-    """At every copy the cost rule makes: the floor is the copy's view count less its S's count, exactly, and a
-    copy declined on its floor is one that does not pay when built whole. Returns the copies declined so."""
+    """At every copy the cost rule makes: the floor is the copy's view count less its S's count, exactly, the count
+    with its S built and its G in its one place is the copy's view count, and a copy declined on its floor is one
+    that does not pay when built whole. Returns the copies declined so."""
     real = machine._copy_cannot_pay
     declines = 0
 
@@ -110,6 +111,7 @@ def check_floors(config: Config, events: list[Event], monkeypatch: pytest.Monkey
         copy = machine._folded(state, count, remaining, *machine._fold_items(state, count))
         shown = view(copy)
         assert machine.copy_floor(state, count) + shown.components.summary == shown.tokens
+        assert machine.copy_tokens(state, count, copy.summary.message) == shown.tokens  # G at its one place
         fixed = state.setup.prefix_tokens + state.setup.generation_tokens
         fixed += state.summary.tokens if extends(copy.summary, state.summary) else 0
         if declined:
