@@ -522,26 +522,47 @@ class Conversations:
         print(f"arc-ref proxy: conversation {key} set aside (its requests start a new conversation):"
               f" {self.set_aside[key]}", file=sys.stderr, flush=True)
 
-    def deepest(self, hashes: Sequence[str]) -> tuple[str, int] | None:
+    def deepest(self, hashes: Sequence[str], no_reply_at: Callable[[int], bool] | None = None
+                ) -> tuple[str, int] | None:
         """The conversation that passed the deepest of ``hashes`` (one in memory still there, resumed in place,
-        when there is one; else the latest), and that depth. With --store: looked up in the shared index (what
-        every process on the directory wrote, up to now)."""
+        when no request holds it; else, when ``no_reply_at(depth)`` says the messages from there back to a
+        shallower hash are none of them the model's reply (tool results, user messages: no hidden round lies
+        before them), one in memory still at that shallower hash, resumed in place there rather than a copy of
+        a deeper one made (agents whose histories are identical so far); else one still there that a request
+        holds; else the latest), and that depth. With --store: looked up in the shared index (what every process
+        on the directory wrote, up to now)."""
         keys_of = self.keys_of if self.hash_index is None else self.hash_index.keys_of(hashes)
         for depth in range(len(hashes), 0, -1):
-            chain_hash = hashes[depth - 1]
-            keys = [key for key in keys_of.get(chain_hash, ()) if key not in self.set_aside
-                    and (chain_hash, key) not in self.ignored]
+            keys = self._listed(keys_of, hashes[depth - 1])
             if keys:
-                held_in_place = []
-                for key in keys:
-                    conversation = self.by_key.get(key)
-                    mark = conversation.marks.get(chain_hash) if conversation is not None else None
-                    if conversation is not None and mark is not None and conversation.position == mark.position:
-                        if not conversation.requests:
-                            return key, depth
-                        held_in_place.append(key)
+                idle, held_in_place = self._in_place(keys, hashes[depth - 1])
+                if idle is not None:
+                    return idle, depth
+                shallower = depth
+                while no_reply_at is not None and shallower > 1 and no_reply_at(shallower):
+                    shallower -= 1
+                    idle, _ = self._in_place(self._listed(keys_of, hashes[shallower - 1]), hashes[shallower - 1])
+                    if idle is not None:
+                        return idle, shallower
                 return (held_in_place[0] if held_in_place else keys[-1]), depth
         return None
+
+    def _listed(self, keys_of: Mapping[str, list[str]], chain_hash: str) -> list[str]:
+        return [key for key in keys_of.get(chain_hash, ()) if key not in self.set_aside
+                and (chain_hash, key) not in self.ignored]
+
+    def _in_place(self, keys: Sequence[str], chain_hash: str) -> tuple[str | None, list[str]]:
+        """Of ``keys``, the first in memory still at its mark of ``chain_hash`` that no request holds, and those
+        still there that a request holds."""
+        held_in_place: list[str] = []
+        for key in keys:
+            conversation = self.by_key.get(key)
+            mark = conversation.marks.get(chain_hash) if conversation is not None else None
+            if conversation is not None and mark is not None and conversation.position == mark.position:
+                if not conversation.requests:
+                    return key, held_in_place
+                held_in_place.append(key)
+        return None, held_in_place
 
     def busy(self, key: str) -> bool:
         """Whether a request of this process holds conversation ``key`` or waits for it now."""
@@ -883,6 +904,10 @@ class AgentMessages(Sequence[AgentMessage]):
             raise IndexError(index)
         return self._messages.message(self._first + index % len(self))
 
+    def role(self, index: int) -> str:
+        """The role of message ``index`` (not read when the proxy knows its text)."""
+        return self._messages.role(self._first + index)
+
 
 def parse_request(body: Mapping[str, Any], explicit: str | None, known: KnownMessages | None = None
                   ) -> tuple[AgentMessages, list[dict[str, Any]], str, list[str], tuple[tuple[str, Any], ...]]:
@@ -1122,10 +1147,14 @@ class Proxy:
         """The conversation that passed the request's deepest known message (a new one when none did). With
         --store the shared index is asked in a worker thread (a busy index stalls this request, not the event
         loop): the hand-off that before released the store after the request (now the last round's)."""
+        def no_reply_at(depth: int) -> bool:
+            role = messages.role(depth - 1) if isinstance(messages, AgentMessages) else messages[depth - 1].role
+            return role != "assistant"
+
         if self.conversations.hash_index is None:
-            found = self._found(hashes)
+            found = self._found(hashes, no_reply_at)
         else:
-            found = await asyncio.to_thread(self._found, hashes)
+            found = await asyncio.to_thread(self._found, hashes, no_reply_at)
         if found is not None:
             return found
         # a new conversation: one worker-thread hand-off makes it (its configuration, state and store, outside
@@ -1167,10 +1196,10 @@ class Proxy:
         self.conversations.discard(conversation)
         return None, found
 
-    def _found(self, hashes: list[str]) -> str | None:
+    def _found(self, hashes: list[str], no_reply_at: Callable[[int], bool] | None = None) -> str | None:
         """The conversation that passed the deepest of ``hashes`` (with --store: one query of the shared index)."""
         try:
-            found = self.conversations.deepest(hashes)
+            found = self.conversations.deepest(hashes, no_reply_at)
         except StoreError as problem:
             raise Failed(503, "store_unavailable", str(problem), retry_after=5) from None
         return found[0] if found is not None else None

@@ -68,8 +68,9 @@ class Upstream:
 class Agent:
     """An agent that resends its whole history every turn; its tool outputs name it (A's and B's differ)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, says: str | None = None) -> None:
         self.name = name
+        self.says = says or name  # what its tool outputs say (two agents saying the same stay identical)
         self.messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM},
                                                {"role": "user", "content": TASK}]
         self.keys: list[str] = []
@@ -84,7 +85,7 @@ class Agent:
         self.replies.append((json.dumps(message, sort_keys=True), reply.view_tokens))
         call = message["tool_calls"][0]
         self.messages += [message, {"role": "tool", "tool_call_id": call["id"],
-                                    "content": f"{self.name}: file_{len(self.messages)}.py\n" * 60}]
+                                    "content": f"{self.says}: file_{len(self.messages)}.py\n" * 60}]
         return reply
 
 
@@ -94,10 +95,10 @@ def make_proxy(client: httpx.AsyncClient, store: Path | None) -> Proxy:
                                lock_wait_s=4 * B_WITHIN_S), client)
 
 
-async def alone(name: str) -> tuple[list[str], list[tuple[str, int]]]:
+async def alone(name: str, says: str | None = None) -> tuple[list[str], list[tuple[str, int]]]:
     """The upstream views and replies of agent ``name`` run alone (in memory, nothing held)."""
     upstream = Upstream(hold_first=False)
-    agent = Agent(name)
+    agent = Agent(name, says)
     async with httpx.AsyncClient(transport=httpx.MockTransport(upstream.handle)) as client:
         proxy = make_proxy(client, None)
         try:
@@ -270,3 +271,33 @@ def test_with_postgresql_agents_that_start_as_an_earlier_run_did_fork_at_once(pg
     assert b.replies == replies_b and c.replies == replies_c
     assert b.keys[0] != c.keys[0]
     assert len(set(b.keys[1:])) == 1 and len(set(c.keys[1:])) == 1 and b.keys[-1] != c.keys[-1]
+
+
+@pytest.mark.parametrize("where", ["memory", "store"])
+def test_agents_whose_histories_stay_identical_each_go_on_in_a_conversation_of_its_own(where: str,
+                                                                                     tmp_path: Path) -> None:
+    """Two agents with identical replies and tool outputs (greedy decoding, deterministic tools), turn by turn: a
+    request whose deepest message the other agent's conversation already moved past resumes its own, still at its
+    last reply, and applies its new tool output there (no hidden round lies before a tool output), instead of
+    copying the other's (before: a fork every turn, 1 + TURNS conversations for two agents). Views as alone."""
+    store = None if where == "memory" else tmp_path / "store"
+
+    async def scenario() -> tuple[Upstream, Agent, Agent, int]:
+        upstream = Upstream(hold_first=False)
+        a, b = Agent("A", "X"), Agent("B", "X")
+        async with httpx.AsyncClient(transport=httpx.MockTransport(upstream.handle)) as client:
+            proxy = make_proxy(client, store)
+            try:
+                for _ in range(TURNS):
+                    await a.ask(proxy)
+                    await b.ask(proxy)
+                return upstream, a, b, len(proxy.conversations.by_key)
+            finally:
+                await proxy.close()
+
+    upstream, a, b, in_memory = asyncio.run(scenario())
+    views, replies = asyncio.run(alone("A", "X"))
+    assert upstream.views["A"] == views and upstream.views["B"] == views
+    assert a.replies == replies and b.replies == replies
+    conversations = in_memory if store is None else sum(1 for path in store.iterdir() if path.is_dir())
+    assert conversations == 2 and len(set(a.keys[1:])) == 1 and len(set(b.keys[1:])) == 1, (a.keys, b.keys)
