@@ -97,7 +97,8 @@ def stub_item(setup: Setup, record: Record) -> SummaryItem:
 
 def bare_item(setup: Setup, record: Record) -> SummaryItem:
     obs_id = record.obs_id
-    tokens = setup.line_tokens(obs_id)
+    # its line cost (`Setup.line_tokens`) remembered: each fold copy the cost rule declines collapses it again
+    tokens = _head_tokens(setup, "\n" + obs_id)
     return SummaryItem("bare", obs_id, tokens, record.index, _closed(setup, obs_id, tokens))
 
 
@@ -140,7 +141,8 @@ def render_summary(setup: Setup, items: Sequence[SummaryItem], omitted: int) -> 
 
 
 def _head_tokens(setup: Setup, head: str) -> int:
-    """tokens(head) of S's head with its newline: counted once per omitted count, remembered in the Setup."""
+    """tokens(head) of S's head with its newline, or of a bare id's line: counted once, remembered in the Setup
+    (at most 1,024 texts)."""
     known = setup.remembered_counts.get(head)
     if known is None:
         if len(setup.remembered_counts) >= 1024:
