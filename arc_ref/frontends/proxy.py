@@ -113,6 +113,7 @@ ARC_NOTE = (
 CONVERSATION_HEADER = "x-arc-conversation"
 KEEPALIVE_S = 5.0
 ROUND_LOG_SIZE = 10_000
+FORK_THREADS = 2  # copies of different conversations at once (those of one conversation: one at a time)
 REQUEST_OWNER: contextvars.ContextVar[str] = contextvars.ContextVar("request_owner", default="")
 """With --client-keys, a digest of this request's key (its rounds at /arc/rounds), set by the HTTP server."""
 UPSTREAM_HEADERS: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar("upstream_headers",
@@ -1062,10 +1063,12 @@ class Proxy:
         self.rounds: deque[RoundRecord] = deque(maxlen=ROUND_LOG_SIZE)
         self._sweeper: asyncio.Task[None] | None = None
         self.known = KnownMessages()  # the message texts read before: a request reads its new messages only
-        # forks copy a conversation up to a mark (its rows replayed, with --store): one at a time, on a thread of
-        # their own, so that a burst of them (agents that start alike, a history resent many times) never takes
-        # the worker threads every other client's requests need
-        self.fork_copies = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="arc-proxy-fork")
+        # forks copy a conversation up to a mark (its rows replayed, with --store) on threads of their own, so that
+        # a burst of them (agents that start alike, a history resent many times) never takes the worker threads
+        # every other client's requests need; the forks of one conversation one at a time (`fork_turn`), so such
+        # a burst never delays the fork of another conversation (a retry, an edit) by more than one copy
+        self.fork_copies = concurrent.futures.ThreadPoolExecutor(FORK_THREADS, thread_name_prefix="arc-proxy-fork")
+        self._fork_gates: dict[str, tuple[asyncio.Lock, list[int]]] = {}
 
     async def close(self) -> None:
         if self._sweeper is not None:
@@ -1105,14 +1108,16 @@ class Proxy:
                     if conversation.position == mark.position:
                         return await self._run(conversation, messages[start:], hashes[start:], body)
                     # it moved on (another request of this history, or the agent edited or regenerated): fork
-                    forked = await in_thread_undone_if_cancelled(
-                        lambda: self.conversations.fork(conversation, mark), self._drop_fork, self.fork_copies)
+                    async with self.fork_turn(key):
+                        forked = await in_thread_undone_if_cancelled(
+                            lambda: self.conversations.fork(conversation, mark), self._drop_fork, self.fork_copies)
             except ConversationGone:
                 continue  # set aside (or forgotten): matched again without it
             except ConversationBusy:  # another request holds it: forked at this request's deepest mark at once
-                unheld = await in_thread_undone_if_cancelled(
-                    lambda: self.conversations.fork_unheld(key, hashes),
-                    lambda made: self._drop_fork(made[0]) if made is not None else None, self.fork_copies)
+                async with self.fork_turn(key):
+                    unheld = await in_thread_undone_if_cancelled(
+                        lambda: self.conversations.fork_unheld(key, hashes),
+                        lambda made: self._drop_fork(made[0]) if made is not None else None, self.fork_copies)
                 if unheld is None:  # no mark to fork at without it: waited for, as before
                     wait = True
                     continue
@@ -1122,6 +1127,23 @@ class Proxy:
                     return await self._run(child, messages[start:], hashes[start:], body)
             finally:
                 self.conversations.let_go_of_fork(forked)
+
+    @contextlib.asynccontextmanager
+    async def fork_turn(self, parent: str) -> AsyncIterator[None]:
+        """This request's turn to copy conversation ``parent`` up to a mark: after the copies of ``parent`` other
+        requests asked for first (waited for on the event loop, so a request cancelled while it waits copies
+        nothing), beside copies of other conversations."""
+        gate = self._fork_gates.get(parent)
+        if gate is None:
+            gate = self._fork_gates[parent] = (asyncio.Lock(), [0])
+        gate[1][0] += 1
+        try:
+            async with gate[0]:
+                yield
+        finally:
+            gate[1][0] -= 1
+            if not gate[1][0]:
+                del self._fork_gates[parent]
 
     def _drop_fork(self, child: Conversation) -> None:
         """A fork made for a request that was cancelled meanwhile: its store released, its count dropped."""

@@ -235,9 +235,11 @@ class SharedProxy(Proxy):
     async def _state_at_mark(self, transaction: RequestTransaction, found: Found) -> ArcState:
         where = f"{self.database.shown}#{found.key}"
         rows = await transaction.rows(found.key, 0, found.mark_seq)
-        # a fork's fold: on the forks' own thread, one at a time (a burst never takes the shared worker threads)
-        state, seq, checksum = await asyncio.get_running_loop().run_in_executor(
-            self.fork_copies, fold_rows, None, rows, where, 0, GENESIS)
+        # a fork's fold: on the forks' own threads, the forks of one conversation one at a time (a burst never
+        # takes the shared worker threads, nor delays the fork of another conversation by more than one copy)
+        async with self.fork_turn(found.key):
+            state, seq, checksum = await asyncio.get_running_loop().run_in_executor(
+                self.fork_copies, fold_rows, None, rows, where, 0, GENESIS)
         if (seq, checksum) != (found.mark_seq, found.mark_checksum):
             raise StoreCorrupt(f"{where}: the mark {found.mark_hash[:12]} names row {found.mark_seq} with another"
                                " checksum than the rows hold")

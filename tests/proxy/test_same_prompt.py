@@ -196,6 +196,68 @@ def test_a_burst_of_forks_copies_one_at_a_time_on_a_thread_of_its_own(monkeypatc
     assert most[0] == 1 and all(name.startswith("arc-proxy-fork") for name in threads), (most, threads)
 
 
+class HeldAgents(Upstream):
+    """`Upstream` holding every call of the agents ``names`` until ``gate`` is set (``arrived`` tells they came)."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        super().__init__(hold_first=False)
+        self.gate = asyncio.Event()
+        self.arrived = {name: asyncio.Event() for name in names}
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        name = AGENT.get()
+        if name in self.arrived:
+            self.arrived[name].set()
+            await self.gate.wait()
+        return await super().handle(request)
+
+
+def test_a_burst_of_forks_of_one_history_never_delays_the_fork_of_another(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five copies of A's history fork A's held conversation (each copy slow), then one copy of C's (another task)
+    forks C's: C's copy does not wait behind A's burst (the forks of one conversation one at a time, beside those
+    of another; before, every fork of every client waited in one queue: C's copy came last, after A's five)."""
+    from arc_ref.frontends.proxy import Conversations
+
+    done: list[str] = []  # the parent conversation of each copy, in the order the copies finished
+    fork_unheld = Conversations.fork_unheld
+
+    def slow(self: Conversations, key: str, hashes: Any) -> Any:
+        time.sleep(0.2)  # a long history's copy
+        made = fork_unheld(self, key, hashes)
+        done.append(key)
+        return made
+
+    monkeypatch.setattr(Conversations, "fork_unheld", slow)
+
+    def of_c(name: str) -> Agent:
+        agent = Agent(name)
+        agent.messages[1] = {"role": "user", "content": TASK + " Then count them."}
+        return agent
+
+    async def scenario() -> tuple[str, str]:
+        upstream = HeldAgents(("A", "C"))
+        async with httpx.AsyncClient(transport=httpx.MockTransport(upstream.handle)) as client:
+            proxy = make_proxy(client, None)
+            try:
+                a, c = Agent("A"), of_c("C")
+                firsts = [asyncio.ensure_future(a.ask(proxy)), asyncio.ensure_future(c.ask(proxy))]
+                await asyncio.wait_for(asyncio.gather(*(event.wait() for event in upstream.arrived.values())), 60)
+                burst = [asyncio.ensure_future(Agent(f"B{number}").ask(proxy)) for number in range(5)]
+                while not done:  # A's first copy is being made: the other four wait for it
+                    await asyncio.sleep(0.01)
+                await asyncio.wait_for(of_c("D").ask(proxy), B_WITHIN_S)
+                await asyncio.wait_for(asyncio.gather(*burst), B_WITHIN_S)
+                upstream.gate.set()
+                await asyncio.gather(*firsts)
+                return a.keys[0], c.keys[0]
+            finally:
+                await proxy.close()
+
+    a_key, c_key = asyncio.run(scenario())
+    assert done.count(a_key) == 5 and done.count(c_key) == 1
+    assert done.index(c_key) <= 2, done  # after at most the copies of A under way when it came
+
+
 def test_a_fresh_fork_is_not_evicted_before_its_request_holds_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """In memory with --max-conversations 1: another request ending (evict) right after a fork was made, before its
     request holds it, leaves the fork alone (before: it was evicted and the request failed with
