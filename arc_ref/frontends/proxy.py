@@ -717,8 +717,9 @@ class Conversations:
                template_kwargs: tuple[tuple[str, Any], ...] = ()) -> Config:
         return conversation_config(self.settings, system, goal, tools, template_kwargs)
 
-    def new(self, config: Config, events: Sequence[Event] = ()) -> Conversation:
-        """A new conversation (its store created, open and locked, when durable), with ``events`` applied first."""
+    def new(self, config: Config, events: Sequence[Event] = (), requests: int = 0) -> Conversation:
+        """A new conversation (its store created, open and locked, when durable), with ``events`` applied first,
+        counted as held by ``requests`` requests from the moment `evict` can see it."""
         key = uuid.uuid4().hex
         if self.settings.store is None:
             state = init(config)
@@ -741,6 +742,7 @@ class Conversations:
                 shutil.rmtree(directory, ignore_errors=True)
                 raise
             conversation = Conversation(key, store.state, store, directory, seq=store.seq, index=index)
+        conversation.requests = requests
         self.by_key[key] = conversation
         return conversation
 
@@ -806,8 +808,7 @@ class Conversations:
         """A new conversation of ``config`` and ``events`` (with --store), or the state ``mark`` keeps (in memory),
         at ``mark``'s position, its first mark ``mark``'s hash; counted as held by the request that made it (never
         evicted before that request holds it: it lets go with `let_go_of_fork`)."""
-        child = self.new(config, events)
-        child.requests = 1
+        child = self.new(config, events, requests=1)
         try:
             if mark.state is not None:
                 child.state = mark.state

@@ -295,6 +295,39 @@ def test_a_fresh_fork_is_not_evicted_before_its_request_holds_it(monkeypatch: py
     assert a.keys[0] != b.keys[0] and b.replies == asyncio.run(alone("B"))[1][:1]
 
 
+def test_a_fork_is_counted_held_before_eviction_can_see_it() -> None:
+    """In memory with --max-conversations 1: an eviction run the moment a fork enters the conversations (here:
+    from the dict's own insertion) leaves it alone, since it is counted as held before it is inserted (before, the
+    count came just after: a few bytecodes in which another request's eviction dropped it, an HTTP 500)."""
+    from arc_ref.frontends.proxy import Conversations
+
+    class EvictingAtInsertion(dict[str, Any]):
+        conversations: Conversations
+
+        def __setitem__(self, key: str, value: Any) -> None:
+            super().__setitem__(key, value)
+            self.conversations.evict()  # "another request ended now", on the loop, in the worst place
+
+    async def scenario() -> tuple[Agent, Agent]:
+        upstream = Upstream(hold_first=False)
+        a, b = Agent("A"), Agent("B")
+        async with httpx.AsyncClient(transport=httpx.MockTransport(upstream.handle)) as client:
+            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS, max_conversations=1),
+                          client)
+            try:
+                await a.ask(proxy)  # A's conversation moved on past the shared prefix
+                evicting = EvictingAtInsertion(proxy.conversations.by_key)
+                evicting.conversations = proxy.conversations
+                proxy.conversations.by_key = evicting
+                await asyncio.wait_for(b.ask(proxy), B_WITHIN_S)  # B's history forks A's at the prefix
+            finally:
+                await proxy.close()
+        return a, b
+
+    a, b = asyncio.run(scenario())
+    assert a.keys[0] != b.keys[0] and b.replies == asyncio.run(alone("B"))[1][:1]
+
+
 def test_with_postgresql_agents_that_start_as_an_earlier_run_did_fork_at_once(pg_url: str) -> None:
     """With a PostgreSQL --store: an earlier run (E) left the conversation of this system prompt and task; B's first
     request forks it and holds its head row's lock for its whole request (its upstream call held); C's (the same
