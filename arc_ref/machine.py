@@ -188,6 +188,10 @@ class FoldMemo:
     entries: tuple[LiveEntry, ...]
     cited: immutables.Map[int, bool]
     items: tuple[SummaryItem, ...]
+    # S fitted with those items when the copy got that far, and the S it was fitted from: reused while that S is the
+    # very same object and the items are equal (then fit_summary's inputs are the same); a cache, not state
+    fitted_from: Summary | None = attrs.field(default=None, eq=False)
+    fitted: Summary | None = attrs.field(default=None, eq=False)
 
 
 @frozen
@@ -333,7 +337,11 @@ def _folded(state: ArcState, count: int, remaining: int, added: tuple[SummaryIte
 
 
 def _fitted(state: ArcState, added: tuple[SummaryItem, ...]) -> Summary:
-    """S with the items ``added`` by a fold, fitted to M (section 11.3)."""
+    """S with the items ``added`` by a fold, fitted to M (section 11.3); the last declined copy's when it was made
+    from the same S and items (FoldMemo)."""
+    memo = state.fold_memo
+    if memo is not None and memo.fitted is not None and memo.fitted_from is state.summary and memo.items == added:
+        return memo.fitted
     return fit_summary(state.setup, [*state.summary.items, *added], state.summary.omitted, state.record,
                        trigger.summary_low_water_mark(state.config), len(added))
 
@@ -460,7 +468,8 @@ def _append_live(state: ArcState, entries: tuple[LiveEntry, ...], **changes: Any
         fixed += appended.summary.tokens
     if not trigger.pays(state.config, before - after, after - fixed, appended.live_tokens, appended.live_turns,
                         appended.live_agent_tokens):
-        return declined, 0
+        memo = FoldMemo(appended.live[:count], appended.cited, added, appended.summary, summary)
+        return attrs.evolve(appended, fold_memo=memo), 0
     return _folded(appended, count, remaining, added, cited, summary), count
 
 
