@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -42,6 +42,16 @@ def run(config: Config, events: list[Event], monkeypatch: pytest.MonkeyPatch, sh
         return seen
 
 
+def replay_with(config: Config, events: list[Event], monkeypatch: pytest.MonkeyPatch,
+                copy_cannot_pay: Callable[..., bool]) -> None:
+    """``events`` applied from the initial state of ``config`` with ``copy_cannot_pay`` in the machine's place."""
+    with monkeypatch.context() as patched:
+        patched.setattr(machine, "_copy_cannot_pay", copy_cannot_pay)
+        state = init(config)
+        for event in events:
+            state, _ = step(state, event)
+
+
 def outcomes(config: Config, events: list[Event], monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """How often the shortcut declined a copy, and how often it let one be built whole."""
     counted = {"declined unbuilt": 0, "built": 0}
@@ -52,11 +62,7 @@ def outcomes(config: Config, events: list[Event], monkeypatch: pytest.MonkeyPatc
         counted["declined unbuilt" if declined else "built"] += 1
         return declined
 
-    with monkeypatch.context() as patched:
-        patched.setattr(machine, "_copy_cannot_pay", counting)
-        state = init(config)
-        for event in events:
-            state, _ = step(state, event)
+    replay_with(config, events, monkeypatch, counting)
     return counted
 
 
@@ -120,11 +126,7 @@ def check_floors(config: Config, events: list[Event], monkeypatch: pytest.Monkey
                                     state.live_turns, state.live_agent_tokens)
         return declined
 
-    with monkeypatch.context() as patched:
-        patched.setattr(machine, "_copy_cannot_pay", checking)
-        state = init(config)
-        for event in events:
-            state, _ = step(state, event)
+    replay_with(config, events, monkeypatch, checking)
     return declines
 
 

@@ -95,6 +95,12 @@ def make_proxy(client: httpx.AsyncClient, store: Path | None) -> Proxy:
                                lock_wait_s=4 * B_WITHIN_S), client)
 
 
+def one_conversation_proxy(client: httpx.AsyncClient) -> Proxy:
+    """A proxy in memory that keeps one conversation at most (--max-conversations 1): every other is evicted as
+    soon as nothing holds it."""
+    return Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS, max_conversations=1), client)
+
+
 async def alone(name: str, says: str | None = None) -> tuple[list[str], list[tuple[str, int]]]:
     """The upstream views and replies of agent ``name`` run alone (in memory, nothing held)."""
     upstream = Upstream(hold_first=False)
@@ -279,8 +285,7 @@ def test_a_fresh_fork_is_not_evicted_before_its_request_holds_it(monkeypatch: py
         upstream = Upstream(hold_first=True)
         a, b = Agent("A"), Agent("B")
         async with httpx.AsyncClient(transport=httpx.MockTransport(upstream.handle)) as client:
-            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS, max_conversations=1),
-                          client)
+            proxy = one_conversation_proxy(client)
             try:
                 first = asyncio.ensure_future(a.ask(proxy))
                 await asyncio.wait_for(upstream.first_arrived.wait(), 60)
@@ -312,8 +317,7 @@ def test_a_fork_is_counted_held_before_eviction_can_see_it() -> None:
         upstream = Upstream(hold_first=False)
         a, b = Agent("A"), Agent("B")
         async with httpx.AsyncClient(transport=httpx.MockTransport(upstream.handle)) as client:
-            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS, max_conversations=1),
-                          client)
+            proxy = one_conversation_proxy(client)
             try:
                 await a.ask(proxy)  # A's conversation moved on past the shared prefix
                 evicting = EvictingAtInsertion(proxy.conversations.by_key)
