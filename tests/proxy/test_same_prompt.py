@@ -160,9 +160,9 @@ def test_agents_that_start_alike_fork_at_once_and_each_sees_its_lone_run(where: 
         assert set(a.keys) | set(b.keys) <= directories
 
 
-def test_a_burst_of_forks_copies_one_at_a_time_on_a_thread_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_burst_of_forks_copies_one_at_a_time_on_the_fork_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     """Five copies of A's history while A's upstream call is held: each forks at once, but the copies run one at
-    a time on the proxy's fork thread, never on the worker threads every other client's requests need (before,
+    a time on the proxy's fork threads, never on the worker threads every other client's requests need (before,
     a burst of them took the whole pool: an unrelated client waited seconds)."""
     from arc_ref.frontends.proxy import Conversations
 
