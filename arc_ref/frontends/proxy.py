@@ -295,10 +295,35 @@ class RawMessage:
     value: Any = None
 
     def read(self) -> Any:
-        if self.value is None:
-            self.value = read_json_value(self.raw, 2)
-            assert self.value is not UNREADABLE, "a message read before reads again"
-        return self.value
+        value = self.value  # one read: a RawMessage may be shared by the requests of one conversation
+        if value is None:
+            value = self.value = read_json_value(self.raw, 2)
+            assert value is not UNREADABLE, "a message read before reads again"
+        return value
+
+
+@attrs.frozen
+class ChainPrefix:
+    """What `parse_request` derived from a request's messages: its chain's root, its leading system messages
+    (``first``) and the chain hash of each later message, in order."""
+
+    root: str
+    first: int
+    hashes: tuple[str, ...]
+
+
+class BodyMessages(list[Any]):
+    """A body's messages (`RawMessage`s) whose first ``shared`` are the very bytes of an earlier body's, which
+    `parse_request` read as ``earlier``: it continues that chain from there (same root) instead of walking those
+    messages again. ``parsed`` is what it derived from this body's (for a later body)."""
+
+    __slots__ = ("earlier", "shared", "parsed")
+
+    def __init__(self, items: Sequence[Any] = (), earlier: ChainPrefix | None = None, shared: int = 0) -> None:
+        super().__init__(items)
+        self.earlier = earlier
+        self.shared = shared
+        self.parsed: ChainPrefix | None = None
 
 
 class KnownMessages:
@@ -313,6 +338,7 @@ class KnownMessages:
         self.roles: dict[bytes, str] = {}
         self.links: dict[tuple[str, bytes], str] = {}
         self.read = 0  # messages read and hashed (not known): what a request costs, counted by the tests
+        self.bodies: Any = None  # the bodies decoded last (proxy_app.RecentBodies, made by its first decode_body)
 
     def valid(self, digest: bytes, role: str) -> None:
         self.roles[digest] = role
@@ -951,9 +977,17 @@ def _parse(body: Mapping[str, Any], explicit: str | None, known: KnownMessages |
         template_kwargs = request_template_kwargs(body)
     except ArcError as problem:
         raise Refused("unsupported", str(problem)) from None
-    hashes = []
-    previous = chain_root(model, tools, system, explicit, template_kwargs)
-    for index in range(first, len(items)):
+    root = previous = chain_root(model, tools, system, explicit, template_kwargs)
+    hashes: list[str] = []
+    start = first
+    body_messages = items if isinstance(items, BodyMessages) else None
+    earlier = body_messages.earlier if body_messages is not None else None
+    if (body_messages is not None and earlier is not None and earlier.root == root and earlier.first == first
+            and body_messages.shared > first):
+        # the first `shared` messages are the earlier body's bytes, hashed from this very root: its chain holds
+        hashes = list(earlier.hashes[:body_messages.shared - first])
+        start, previous = body_messages.shared, hashes[-1]
+    for index in range(start, len(items)):
         item = items[index]
         raw = item if known is not None and isinstance(item, RawMessage) else None
         chain_hash = known.links.get((previous, raw.digest)) if known is not None and raw is not None else None
@@ -963,6 +997,8 @@ def _parse(body: Mapping[str, Any], explicit: str | None, known: KnownMessages |
                 known.link(previous, raw.digest, chain_hash)
         hashes.append(chain_hash)
         previous = chain_hash
+    if body_messages is not None:
+        body_messages.parsed, body_messages.earlier = ChainPrefix(root, first, tuple(hashes)), None
     return AgentMessages(messages, first), tools, system, hashes, template_kwargs
 
 
@@ -1657,4 +1693,5 @@ def upstream_headers(settings: ProxySettings, authorization: str | None) -> dict
 
 __all__ = ["ARC_NOTE", "AgentMessage", "AgentMessages", "Conversations", "KnownMessages", "Proxy", "ProxySettings", "Refused", "StartRefused",
            "agent_message", "chain_next", "chain_root", "conversation_config", "listening_socket", "prepare",
-           "RawMessage", "UNREADABLE", "read_json_value", "settings_from", "sse_chunks", "upstream_headers"]
+           "RawMessage", "BodyMessages", "ChainPrefix", "UNREADABLE", "read_json_value", "settings_from", "sse_chunks",
+           "upstream_headers"]

@@ -10,7 +10,8 @@ import asyncio
 import hashlib
 import json
 import sys
-from typing import Any, AsyncIterator, Callable, Mapping
+import threading
+from typing import Any, AsyncIterator, Callable, Mapping, Sequence
 
 import attrs
 import httpx
@@ -21,6 +22,7 @@ from arc_ref.frontends.proxy import (
     CONVERSATION_HEADER,
     REQUEST_OWNER,
     UPSTREAM_HEADERS,
+    BodyMessages,
     Failed,
     KnownMessages,
     Proxy,
@@ -60,38 +62,284 @@ def decode_body(raw: bytes, known: KnownMessages | None = None) -> dict[str, Any
     The body is split into its members' texts (msgspec, which recurses no deeper than the interpreter allows),
     each read as the json module reads it (`read_json_value`), each message's depth counted with the body's two
     levels around it; anything the split does not pass (not JSON, not an object, too deep, NaN...) is decoded
-    whole as before (`decode_whole`), so every body is read or refused as the json module would."""
+    whole as before (`decode_whole`), so every body is read or refused as the json module would.
+
+    With ``known``, a body that begins byte for byte as one of the bodies decoded last (`RecentBodies`), up to the
+    end of one of its messages, is decoded from there on only: the same object, in proportion to what is new."""
+    if known is not None:
+        if not isinstance(known.bodies, RecentBodies):
+            known.bodies = RecentBodies()
+        return known.bodies.decode(raw, known)
     split = _split_body(raw, known)
-    return split if split is not None else decode_whole(raw)
+    return split[0] if split is not None else decode_whole(raw)
 
 
-def _split_body(raw: bytes, known: KnownMessages | None) -> dict[str, Any] | None:
+def _split_body(raw: bytes, known: KnownMessages | None) -> tuple[dict[str, Any], msgspec.Raw | None] | None:
+    """The body split and read (None when the split does not pass it), and the text of its ``messages``."""
     try:
         members = _SPLIT_BODY.decode(raw)
     except (msgspec.MsgspecError, ValueError, RecursionError):
         return None
+    text = members.get("messages")
+    if text is None:
+        body = _read_members(members, [])
+        return None if body is None else (body, None)
+    try:
+        items = _SPLIT_LIST.decode(text)
+    except (msgspec.MsgspecError, ValueError, RecursionError):
+        return None  # not an array: decoded whole, refused by parse_request
+    messages = _raw_messages(items, known)
+    if messages is None:
+        return None
+    body = _read_members(members, BodyMessages(messages))
+    return None if body is None else (body, text)
+
+
+def _raw_messages(items: Sequence[msgspec.Raw], known: KnownMessages | None) -> list[RawMessage] | None:
+    """Each message text with its digest, read unless ``known`` holds its digest; None when one is unreadable."""
+    messages = []
+    for item in items:
+        message = RawMessage(item, hashlib.sha256(item).digest())
+        if known is None or message.digest not in known.roles:
+            message.value = read_json_value(item, 2)
+            if message.value is UNREADABLE:
+                return None
+        messages.append(message)
+    return messages
+
+
+def _read_members(members: Mapping[str, msgspec.Raw], messages: list[Any]) -> dict[str, Any] | None:
+    """The body's members in their order, each read (``messages``: the messages given); None when one is
+    unreadable."""
     body: dict[str, Any] = {}
     for name, text in members.items():
-        if name != "messages":
-            value = read_json_value(text, 1)
-            if value is UNREADABLE:
-                return None
-            body[name] = value
+        if name == "messages":
+            body[name] = messages
             continue
-        try:
-            items = _SPLIT_LIST.decode(text)
-        except (msgspec.MsgspecError, ValueError, RecursionError):
-            return None  # not an array: decoded whole, refused by parse_request
-        messages = []
-        for item in items:
-            message = RawMessage(item, hashlib.sha256(item).digest())
-            if known is None or message.digest not in known.roles:
-                message.value = read_json_value(item, 2)
-                if message.value is UNREADABLE:
-                    return None
-            messages.append(message)
-        body[name] = messages
+        value = read_json_value(text, 1)
+        if value is UNREADABLE:
+            return None
+        body[name] = value
     return body
+
+
+# --- the bodies decoded last --------------------------------------------------------------------------------
+
+BODY_MEMORY_BYTES = 32 * 2**20  # what `RecentBodies` holds at most (bodies and the texts their messages lie in)
+BODY_KEY_BYTES = 4096  # bodies alike in their first bytes, this many, are candidates for one another
+BODY_CANDIDATES = 32  # the most recent bodies kept for one key (each compared until its first byte that differs)
+_SPACE = b" \t\n\r"
+_COMMA, _COLON, _BRACKET = ord(","), ord(":"), ord("[")
+# a body's rest after one of its messages, decoded as the rest of an array of one null (the state a reader is in
+# there: inside an array inside the top object, after a value), under two names: a rest with a member of either
+# name, or named "messages", is decoded whole
+_OPENED = (b'{"arc:rest":[null', b'{"arc:other":[null')
+_OPENED_NAMES = ("arc:rest", "arc:other")
+
+
+@attrs.define(eq=False)
+class _Decoded:
+    """A body decoded before: its bytes, where its ``messages`` array opens, its members before that array (as
+    decoding them alone gives them: ``messages`` null among them), where each message's text ends, its messages
+    (the `BodyMessages` `parse_request` read), and the bytes of the texts those messages lie in besides ``raw``."""
+
+    raw: bytes
+    opens: int
+    head: dict[str, msgspec.Raw]
+    ends: list[int]
+    messages: BodyMessages
+    elsewhere: int
+    whole: bool  # its messages lie in ``raw`` (decoded whole), not in the rests of later bodies
+
+    @property
+    def weight(self) -> int:
+        return len(self.raw) + self.elsewhere
+
+    def shared_with(self, raw: bytes, partial: bool) -> int:
+        """How many of its messages ``raw`` begins with, byte for byte from the body's first byte (0 when not all
+        and not ``partial``)."""
+        ends = self.ends
+        if not ends:
+            return 0
+        text = memoryview(self.raw)
+        if raw.startswith(text[:ends[-1]]):
+            return len(ends)
+        if not partial:
+            return 0
+        low, high = 0, len(ends) - 1  # raw begins with the first `low` messages, not with the first `high + 1`
+        while low < high:
+            middle = (low + high + 1) // 2
+            if raw.startswith(text[:ends[middle - 1]]):
+                low = middle
+            else:
+                high = middle - 1
+        return low
+
+
+class RecentBodies:
+    """The bodies decoded last (``budget`` bytes at most, counting with each body the texts its messages lie in;
+    the least recently used forgotten first), so that a body costs in proportion to what is new in it.
+
+    An agent resends its history with a message or two more: the new body begins byte for byte as the one before,
+    up to the end of that one's last message. Such a body is decoded from there on only: its rest, after the last
+    message both share, read as the rest of an array of one null (``{"arc:rest":[null`` + rest: the state a JSON
+    reader is in at that point, inside an array inside the top object, after a value), so it is read or refused
+    exactly as the whole body would be; the messages before are the earlier body's (their digests, and the chain
+    `parse_request` derived from them: `BodyMessages`). Anything doubtful (the rest not JSON, a member named
+    ``messages`` after the array...) is decoded whole, as without them."""
+
+    def __init__(self, budget: int = BODY_MEMORY_BYTES) -> None:
+        self.budget = budget
+        self.held = 0  # bytes of the bodies kept (their `weight`)
+        self.continued = 0  # bodies decoded from an earlier one's messages on (counted by the tests)
+        self._lock = threading.Lock()  # a large body is decoded in a worker thread
+        self._keyed: dict[bytes, list[_Decoded]] = {}
+        self._recent: dict[_Decoded, bytes] = {}  # least recently used first, with its key
+
+    def decode(self, raw: bytes, known: KnownMessages) -> dict[str, Any]:
+        """`decode_body` of ``raw``, from the deepest message it shares with a body decoded before."""
+        key = raw[:BODY_KEY_BYTES]
+        with self._lock:
+            candidates = list(self._keyed.get(key, ()))
+        earlier, shared = None, 0
+        for number, candidate in enumerate(candidates):
+            count = candidate.shared_with(raw, number < 2)
+            if count > shared:
+                earlier, shared = candidate, count
+            if count == len(candidate.ends):
+                break
+        if earlier is not None:
+            continued = _continued(raw, known, earlier, shared)
+            if continued is not None:
+                self.continued += 1
+                self._keep(key, continued[1], earlier if shared == len(earlier.ends) else None)
+                return continued[0]
+        split = _split_body(raw, known)
+        if split is None:
+            return decode_whole(raw)
+        body, text = split
+        if text is not None:
+            decoded = _decoded_whole(raw, text, body["messages"])
+            if decoded is not None:
+                self._keep(key, decoded, None)
+        return body
+
+    def _keep(self, key: bytes, decoded: _Decoded, replaced: _Decoded | None) -> None:
+        if decoded.weight > self.budget // 4:
+            return
+        with self._lock:
+            bucket = self._keyed.setdefault(key, [])
+            if replaced is not None and replaced in self._recent:  # its history goes on in the new body
+                bucket.remove(replaced)
+                self._forget(replaced)
+            bucket.insert(0, decoded)
+            self._recent[decoded] = key
+            self.held += decoded.weight
+            for old in bucket[BODY_CANDIDATES:]:
+                self._forget(old)
+            del bucket[BODY_CANDIDATES:]
+            while self.held > self.budget:
+                oldest, oldest_key = next(iter(self._recent.items()))
+                self._keyed[oldest_key].remove(oldest)
+                if not self._keyed[oldest_key]:
+                    del self._keyed[oldest_key]
+                self._forget(oldest)
+
+    def _forget(self, decoded: _Decoded) -> None:
+        del self._recent[decoded]
+        self.held -= decoded.weight
+
+
+def _skip_space(text: bytes, at: int) -> int:
+    while at < len(text) and text[at] in _SPACE:
+        at += 1
+    return at
+
+
+def _item_ends(text: bytes, at: int, items: Sequence[msgspec.Raw], separated: bool) -> list[int] | None:
+    """Where each of ``items`` ends in ``text``, read from ``at`` on (separated from what is before by a comma when
+    ``separated``), one after another as a JSON array holds them; None when they do not lie there so."""
+    ends: list[int] = []
+    for item in items:
+        at = _skip_space(text, at)
+        if ends or separated:
+            if at >= len(text) or text[at] != _COMMA:
+                return None
+            at = _skip_space(text, at + 1)
+        if not text.startswith(item, at):
+            return None
+        at += len(item)
+        ends.append(at)
+    return ends
+
+
+def _decoded_whole(raw: bytes, text: msgspec.Raw, messages: BodyMessages) -> _Decoded | None:
+    """A body decoded whole, as a later body can continue it: where its ``messages`` array (``text``) opens,
+    found and proved (its head, decoded alone with a null or a 0 in the array's place, has that value as its
+    ``messages``: the array is the value of the top object's member ``messages``); None when not found so."""
+    at = raw.find(b'"messages"')
+    for _ in range(4):  # the name written plainly, one of its first occurrences
+        if at < 0:
+            return None
+        opens = _skip_space(raw, at + len(b'"messages"'))
+        if opens < len(raw) and raw[opens] == _COLON:
+            opens = _skip_space(raw, opens + 1)
+            if raw.startswith(text, opens):
+                head = _head(raw[:opens])
+                if head is not None:
+                    ends = _item_ends(raw, opens + 1, [message.raw for message in messages], False)
+                    return None if ends is None else _Decoded(raw, opens, head, ends, messages, 0, True)
+        at = raw.find(b'"messages"', at + 1)
+    return None
+
+
+def _head(head: bytes) -> dict[str, msgspec.Raw] | None:
+    """The members of a body's head (its text up to the value of ``messages``), when that head is the top object
+    up to its member ``messages``'s value: completed with null or with 0, it decodes with that as ``messages``."""
+    try:
+        with_null = _SPLIT_BODY.decode(head + b"null}")
+        with_zero = _SPLIT_BODY.decode(head + b"0}")
+    except (msgspec.MsgspecError, ValueError, RecursionError):
+        return None
+    if bytes(with_null.get("messages", b"")) != b"null" or bytes(with_zero.get("messages", b"")) != b"0":
+        return None
+    return with_null
+
+
+def _continued(raw: bytes, known: KnownMessages, earlier: _Decoded, shared: int
+               ) -> tuple[dict[str, Any], _Decoded] | None:
+    """``raw``, which begins byte for byte as ``earlier`` up to the end of its message ``shared``, decoded from there
+    on (`RecentBodies`), and as a later body can continue it; None when the rest does not read so."""
+    end = earlier.ends[shared - 1]
+    rest = raw[end:]
+    opened = _OPENED[0] + rest
+    try:
+        members = _SPLIT_BODY.decode(opened)
+        others = _SPLIT_BODY.decode(_OPENED[1] + rest)
+    except (msgspec.MsgspecError, ValueError, RecursionError):
+        return None  # not JSON, too deep...: decoded whole
+    if "messages" in members or _OPENED_NAMES[1] in members or _OPENED_NAMES[0] in others:
+        return None  # the array would not be the body's messages, or a name of the rest taken
+    try:
+        items = _SPLIT_LIST.decode(members.pop(_OPENED_NAMES[0]))
+    except (msgspec.MsgspecError, ValueError, RecursionError):
+        return None
+    if not items or bytes(items[0]) != b"null":
+        return None
+    ends = _item_ends(opened, len(_OPENED[0]), items[1:], True)
+    new = _raw_messages(items[1:], known)
+    if ends is None or new is None:
+        return None
+    messages = BodyMessages(earlier.messages[:shared] + new, earlier.messages.parsed, shared)
+    whole = dict(earlier.head)
+    whole.update(members)
+    body = _read_members(whole, messages)
+    if body is None:
+        return None
+    moved = end - len(_OPENED[0])
+    elsewhere = earlier.elsewhere + (len(earlier.raw) if earlier.whole else 0) + len(opened)
+    return body, _Decoded(raw, earlier.opens, earlier.head, earlier.ends[:shared] + [at + moved for at in ends],
+                          messages, elsewhere, False)
 
 
 def decode_whole(raw: bytes) -> dict[str, Any]:
