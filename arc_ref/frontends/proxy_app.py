@@ -188,8 +188,9 @@ class RecentBodies:
     `parse_request` derived from them: `BodyMessages`). Anything doubtful (the rest not JSON, a member named
     ``messages`` after the array...) is decoded whole, as without them."""
 
-    def __init__(self, budget: int = BODY_MEMORY_BYTES) -> None:
+    def __init__(self, budget: int = BODY_MEMORY_BYTES, key_bytes: int = BODY_KEY_BYTES) -> None:
         self.budget = budget
+        self.key_bytes = key_bytes
         self.held = 0  # bytes of the bodies kept (their `weight`)
         self.continued = 0  # bodies decoded from an earlier one's messages on (counted by the tests)
         self._lock = threading.Lock()  # a large body is decoded in a worker thread
@@ -198,7 +199,7 @@ class RecentBodies:
 
     def decode(self, raw: bytes, known: KnownMessages) -> dict[str, Any]:
         """`decode_body` of ``raw``, from the deepest message it shares with a body decoded before."""
-        key = raw[:BODY_KEY_BYTES]
+        key = raw[:self.key_bytes]
         with self._lock:
             candidates = list(self._keyed.get(key, ()))
         earlier, shared = None, 0
