@@ -127,6 +127,7 @@ def _read_members(members: Mapping[str, msgspec.Raw], messages: list[Any]) -> di
 
 BODY_MEMORY_BYTES = 32 * 2**20  # what `RecentBodies` holds at most (bodies and the texts their messages lie in)
 BODY_KEY_BYTES = 4096  # bodies alike in their first bytes, this many, are candidates for one another
+MESSAGE_BYTES = 1024  # what a message kept costs besides its text (its RawMessage, digest, chain hash, dict...)
 BODY_CANDIDATES = 32  # the most recent bodies kept for one key (each compared until its first byte that differs)
 _SPACE = b" \t\n\r"
 _COMMA, _COLON, _BRACKET = ord(","), ord(":"), ord("[")
@@ -153,7 +154,9 @@ class _Decoded:
 
     @property
     def weight(self) -> int:
-        return len(self.raw) + self.elsewhere
+        """The memory it may hold, over-estimated: its bytes and the texts its messages lie in, as much again for
+        what was read from them, and per message its objects (digest, chain hash, ...)."""
+        return 2 * (len(self.raw) + self.elsewhere) + MESSAGE_BYTES * len(self.messages)
 
     def shared_with(self, raw: bytes, partial: bool) -> int:
         """How many of its messages ``raw`` begins with, byte for byte from the body's first byte (0 when not all

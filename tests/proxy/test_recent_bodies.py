@@ -259,11 +259,12 @@ def test_a_request_decodes_and_hashes_its_new_messages_only(monkeypatch: pytest.
 def test_the_bodies_kept_stay_within_their_budget() -> None:
     """Many conversations at once: what RecentBodies holds (bodies and the texts their messages lie in) never
     passes its budget, the least recently used forgotten first, and each conversation still reads right."""
-    budget = 200_000
+    budget = 600_000
     known = KnownMessages()
     known.bodies = RecentBodies(budget)
     rng = random.Random(3)
     histories = [[{"role": "user", "content": f"task {number} " + "x" * 3000}] for number in range(30)]
+    forgotten = 0
     for _ in range(300):
         history = rng.choice(histories)
         history += turn_messages(rng, len(history))
@@ -272,4 +273,35 @@ def test_the_bodies_kept_stay_within_their_budget() -> None:
         assert known.bodies.held <= budget
         assert known.bodies.held == sum(kept.weight for kept in known.bodies._recent)
         assert sum(len(bucket) for bucket in known.bodies._keyed.values()) == len(known.bodies._recent)
-    assert known.bodies.continued > 100
+        forgotten += len(known.bodies._recent) < len(histories)
+    assert known.bodies.continued > 100 and forgotten > 100  # continued, while the budget forgot some
+
+
+@pytest.mark.parametrize("repeat", [40, 1])
+def test_what_the_bodies_hold_is_within_what_they_count(repeat: int) -> None:
+    """The memory freed when the bodies kept are dropped (tracemalloc) is at most what RecentBodies counts held,
+    for long tool outputs and for short messages (where each message's objects outweigh its text)."""
+    import gc
+    import tracemalloc
+
+    rng = random.Random(1)
+    known = KnownMessages()
+    known.bodies = RecentBodies()
+    histories = [[{"role": "system", "content": "be brief " * 100}, {"role": "user", "content": f"task {number}"}]
+                 for number in range(3)]
+    tracemalloc.start()
+    try:
+        for turn in range(60):
+            for history in histories:
+                history += turn_messages(rng, turn)
+                history[-1]["content"] = (history[-1]["content"] * repeat)[:8000]
+                parse_request(decode_body(written(history, 1), known), None, known)
+        gc.collect()
+        holding = tracemalloc.get_traced_memory()[0]
+        held = known.bodies.held
+        known.bodies = None
+        gc.collect()
+        freed = holding - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert 0 < freed <= held, (freed, held)
