@@ -945,8 +945,10 @@ def parse_request(body: Mapping[str, Any], explicit: str | None, known: KnownMes
 
     With ``known``, a message whose raw text (`RawMessage`) the proxy has read before is not read again, and the
     link from the previous hash over its digest gives its chain hash: a request reads and hashes its new messages
-    only (and its system messages, the root's). A malformed request gets the refusal of the first problem in the
-    order the checks take over the whole request (`_refusal`), whatever it knew."""
+    only (and its system messages, the root's). The messages a `BodyMessages` shares with an earlier body are not
+    walked at all: their chain hashes are the earlier body's when the root is the same. A malformed request gets the
+    refusal of the first problem in the order the checks take over the whole request (`_refusal`), whatever it
+    knew."""
     try:
         return _parse(body, explicit, known)
     except Refused:
