@@ -125,12 +125,12 @@ def _read_members(members: Mapping[str, msgspec.Raw], messages: list[Any]) -> di
 
 # --- the bodies decoded last --------------------------------------------------------------------------------
 
-BODY_MEMORY_BYTES = 32 * 2**20  # what `RecentBodies` holds at most (bodies and the texts their messages lie in)
+BODY_MEMORY_BYTES = 32 * 2**20  # what `RecentBodies` holds at most (the `weight` of the bodies it keeps)
 BODY_KEY_BYTES = 4096  # bodies alike in their first bytes, this many, are candidates for one another
 MESSAGE_BYTES = 1024  # what a message kept costs besides its text (its RawMessage, digest, chain hash, dict...)
 BODY_CANDIDATES = 32  # the most recent bodies kept for one key (each compared until its first byte that differs)
 _SPACE = b" \t\n\r"
-_COMMA, _COLON, _BRACKET = ord(","), ord(":"), ord("[")
+_COMMA, _COLON = ord(","), ord(":")
 # a body's rest after one of its messages, decoded as the rest of an array of one null (the state a reader is in
 # there: inside an array inside the top object, after a value), under two names: a rest with a member of either
 # name, or named "messages", is decoded whole
@@ -180,8 +180,8 @@ class _Decoded:
 
 
 class RecentBodies:
-    """The bodies decoded last (``budget`` bytes at most, counting with each body the texts its messages lie in;
-    the least recently used forgotten first), so that a body costs in proportion to what is new in it.
+    """The bodies decoded last (``budget`` bytes at most, each counted with what it holds: `_Decoded.weight`; the
+    oldest kept forgotten first), so that a body costs in proportion to what is new in it.
 
     An agent resends its history with a message or two more: the new body begins byte for byte as the one before,
     up to the end of that one's last message. Such a body is decoded from there on only: its rest, after the last
