@@ -193,6 +193,7 @@ class DurableStore:
         self.closed = False
         self._watched_seq = 0  # the acknowledged row whose chained checksum the fold notes
         self._watched_checksum: str | None = None
+        self._unreadable_snapshot: sqlite3.DatabaseError | None = None  # SQLite's damage met reading the snapshot
 
     # --- opening ------------------------------------------------------------------------------
 
@@ -288,6 +289,12 @@ class DurableStore:
             if resume is None or not store._catch_up(resume, acknowledged):
                 store._load(use_snapshot, acknowledged)
             checked = True
+            if not readonly and store._unreadable_snapshot is not None:
+                raise StoreCorrupt(
+                    f"{str(target)!r}: no acknowledged event is missing (rows up to"
+                    f" {store.seq if acknowledged is None else acknowledged.seq} are there), but SQLite cannot read"
+                    f" its snapshot ({store._unreadable_snapshot}): the store is damaged and is not written again;"
+                    " readers (arc-ref inspect / export) read every acknowledged event")
             if not readonly:
                 connection.close()
                 store._connection = connect(target, readonly=False)
@@ -383,22 +390,22 @@ class DurableStore:
         self._watched_seq = 0 if acknowledged is None else acknowledged.seq
         connection.execute("BEGIN")  # one read transaction: a consistent view of the log (SQLite's errors: open)
         try:
-            candidate, damaged = self._snapshot_candidate() if use_snapshot else (None, False)
+            candidate, ignored = self._snapshot_candidate() if use_snapshot else (None, None)
             last = connection.execute("SELECT max(seq) FROM events").fetchone()[0] or 0
             past_the_end = candidate is not None and candidate.seq > last
             state, folded, note = self._fold_rows(None if past_the_end else candidate)
             if past_the_end:
                 assert candidate is not None
                 note = f"snapshot ignored: it is of row {candidate.seq}, past the last row {last}"
-            if damaged:
-                note = "snapshot ignored: its row is damaged (not the types and ASCII text it is written with)"
+            if ignored is not None:
+                note = f"snapshot ignored: {ignored}"
             if state is None:  # the snapshot was refused after its rows were passed: fold them all
                 state, folded, _ = self._fold_rows(None)
                 # the note of the first pass says why
             clean_seq = read_clean_seq(connection)
         finally:
-            if connection.in_transaction:
-                connection.execute("COMMIT")
+            if connection.in_transaction:  # (a read: after damage in the snapshot COMMIT reports it again)
+                connection.execute("COMMIT" if self._unreadable_snapshot is None else "ROLLBACK")
         missing = acknowledgement_problem(self.path, self._real, acknowledged, clean_seq, self.seq,
                                            self._watched_checksum)
         if missing is not None:
@@ -450,20 +457,34 @@ class DurableStore:
         """What to keep of this store to reopen it later at the cost of what is appended meanwhile."""
         return Resume(self.state, self.seq, self.checksum, self._config_line)
 
-    def _snapshot_candidate(self) -> tuple[_SnapshotRow | None, bool]:
-        """The latest snapshot's row (None: no snapshot), and whether it was ignored as damaged (wrong types,
-        non-ASCII text): a snapshot is a cache, so a damaged one means folding the events (issue 18.8)."""
-        row = self._connection.execute(
-            "SELECT seq, key, chain, digest FROM snapshots ORDER BY seq DESC LIMIT 1").fetchone()
+    def _snapshot_candidate(self) -> tuple[_SnapshotRow | None, str | None]:
+        """The latest snapshot's row (None: no snapshot), and why it was ignored as damaged (wrong types,
+        non-ASCII text, pages SQLite cannot read): a snapshot is a cache, so a damaged one means folding the events
+        (issue 18.8)."""
+        damaged = "its row is damaged (not the types and ASCII text it is written with)"
+        try:
+            row = self._connection.execute(
+                "SELECT seq, key, chain, digest FROM snapshots ORDER BY seq DESC LIMIT 1").fetchone()
+        except sqlite3.DatabaseError as problem:
+            return None, self._snapshot_unreadable(problem)
         if row is None:
-            return None, False
+            return None, None
         if not isinstance(row[0], int) or not all(isinstance(value, bytes) for value in row[1:]):
-            return None, True
+            return None, damaged
         try:
             key, chain_value, digest = (value.decode("ascii") for value in row[1:])
         except UnicodeDecodeError:
-            return None, True
-        return _SnapshotRow(row[0], key, chain_value, digest), False
+            return None, damaged
+        return _SnapshotRow(row[0], key, chain_value, digest), None
+
+    def _snapshot_unreadable(self, problem: sqlite3.DatabaseError) -> str:
+        """SQLite reports damage in the snapshot's pages (e.g. half new after a checkpoint cut by a kill, its WAL
+        frames then damaged): it is ignored and the events are folded, as export reads them; a writer is then
+        refused (`open`). Any other error is raised."""
+        if not is_damage(problem):
+            raise problem
+        self._unreadable_snapshot = problem
+        return f"SQLite cannot read it ({problem})"
 
     def _fold_rows(self, candidate: _SnapshotRow | None) -> tuple[ArcState | None, int, str]:
         """One pass over the rows: check each, fold those after the snapshot (if one is usable)."""
@@ -510,12 +531,15 @@ class DurableStore:
         seq, digest = candidate.seq, candidate.digest
         if candidate.chain != checksum:
             raise snapshot.SnapshotRefused(f"it is of other events than rows 1-{seq}")
-        parts = self._connection.execute("SELECT part, data FROM snapshots WHERE seq = ? ORDER BY part", (seq,))
         chunks: list[bytes] = []
-        for number, (part, data) in enumerate(parts):
-            if part != number:
-                raise snapshot.SnapshotRefused(f"part {number} is missing")
-            chunks.append(bytes(data))
+        try:
+            parts = self._connection.execute("SELECT part, data FROM snapshots WHERE seq = ? ORDER BY part", (seq,))
+            for number, (part, data) in enumerate(parts):
+                if part != number:
+                    raise snapshot.SnapshotRefused(f"part {number} is missing")
+                chunks.append(bytes(data))
+        except sqlite3.DatabaseError as problem:
+            raise snapshot.SnapshotRefused(self._snapshot_unreadable(problem)) from None
         data = b"".join(chunks)
         if hashlib.sha256(data).hexdigest() != digest:
             raise snapshot.SnapshotRefused("its bytes fail their checksum")
