@@ -315,19 +315,18 @@ class DurableStore:
     @classmethod
     def _open_without_wal(cls, target: Path, readonly: bool, use_snapshot: bool, acknowledged: Acknowledged,
                           wal_problem: sqlite3.DatabaseError) -> "DurableStore":
-        """SQLite cannot read the store through its WAL (damaged after a crash): the database file alone decides.
-        It lacks acknowledged rows: refused with their count (A2 across crashes). It holds them all: a reader
-        gets exactly them (read without the WAL); a writer is refused, since SQLite would write through the
-        damaged WAL (spec/store.md)."""
+        """SQLite cannot read the store through its WAL (damaged after a crash). When the database file alone holds
+        every acknowledged row, it decides: a reader gets exactly them (read without the WAL); a writer is refused,
+        since SQLite would write through the damaged WAL (spec/store.md). Otherwise what export reads decides
+        (`_open_as_exported`)."""
         real = target.resolve()
         rows, at_acknowledged = 0, None
         for seq, _, checksum in rows_without_wal(real, target):
             rows = seq
             if seq == acknowledged.seq:
                 at_acknowledged = checksum
-        missing = acknowledgement_problem(target, real, acknowledged, None, rows, at_acknowledged, wal_problem)
-        if missing is not None:
-            raise StoreCorrupt(missing)
+        if acknowledgement_problem(target, real, acknowledged, None, rows, at_acknowledged, wal_problem) is not None:
+            return cls._open_as_exported(target, readonly, acknowledged, wal_problem)
         wal = f"{str(real) + '-wal'!r}"
         if not readonly and has_wal(real):
             raise StoreCorrupt(
@@ -356,6 +355,38 @@ class DurableStore:
         store.report = OpenReport(store.report.events, store.report.snapshot_seq, store.report.folded,
                                   store.report.seconds, store.report.snapshot_note
                                   + f"; read without its write-ahead log, which cannot be read ({wal_problem})")
+        return store
+
+    @classmethod
+    def _open_as_exported(cls, target: Path, readonly: bool, acknowledged: Acknowledged,
+                          wal_problem: sqlite3.DatabaseError) -> "DurableStore":
+        """SQLite cannot read the store through its WAL and the database file alone lacks acknowledged rows: the rows
+        `read_rows` (export) reads decide, those through the WAL up to where SQLite fails, then the file's own after
+        them, so that the open and export give the same figures. Acknowledged rows missing there: refused as export
+        is, with their count (A2 across crashes). None missing (SQLite failed where export does not read): a writer
+        is refused; a reader folds every row through the WAL, its snapshot not used."""
+        exported = 0
+        for row in read_rows(target):  # raises export's refusal, with its count, when acknowledged rows are missing
+            exported = row.seq
+        there = f"{str(target)!r}: no acknowledged event is missing (rows up to {acknowledged.seq} are there)"
+        if not readonly:
+            raise StoreCorrupt(f"{there}, but SQLite cannot read the store whole through its write-ahead log"
+                               f" ({wal_problem}) and it is not written again; readers (arc-ref inspect / export) read"
+                               " every acknowledged event (keep the write-ahead log: the database file alone lacks"
+                               " them)")
+        store = cls(target, connect(target, readonly=True), None)
+        try:
+            store._load(False, acknowledged)
+        except sqlite3.DatabaseError as problem:
+            store._abandon()
+            raise StoreCorrupt(f"{there}, but SQLite cannot read the store whole ({problem}); arc-ref export writes"
+                               f" the {exported} rows that are there") from None
+        except BaseException:
+            store._abandon()
+            raise
+        store.report = OpenReport(store.report.events, 0, store.report.folded, store.report.seconds,
+                                  f"snapshot not used: SQLite cannot read the store whole through its write-ahead log"
+                                  f" ({wal_problem})")
         return store
 
     def _abandon(self) -> None:

@@ -12,6 +12,7 @@ the database file alone and refused: "N acknowledged events are missing ... the 
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 
@@ -89,6 +90,43 @@ def test_a_damaged_snapshot_frame_after_a_cut_checkpoint_is_recovered_by_readers
 
 # --- the open and export give the same figures wherever SQLite fails through the WAL --------------------------------
 
+_ROW = re.compile(r"the store ends at row (\d+)")
+
+
+def _pages(path: Path, table: str, kind: str) -> list[int]:
+    """The pages of ``table`` of that kind ('leaf', 'internal', 'overflow') in b-tree order (SQLite's dbstat)."""
+    plain = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return [row[0] for row in plain.execute("SELECT pageno FROM dbstat WHERE name = ? AND pagetype = ?"
+                                                " ORDER BY path", (table, kind))]
+    except sqlite3.OperationalError:
+        pytest.skip("this SQLite has no dbstat table")
+    finally:
+        plain.close()
+
+
+def test_an_events_page_sqlite_cannot_read_is_refused_by_the_open_with_exports_figures(tmp_path: Path) -> None:
+    """SQLite fails in the middle of the rows (an events page damaged in the WAL, its frames re-signed): the rows
+    before it read through the WAL, the database file alone holds row 1. Export counts the first (read_rows: the
+    rows through the WAL, then the file's own after them); before, the open counted the file alone's ("ends at
+    row 1"), the kill loop's "refused with wrong figures"."""
+    path = tmp_path / "s.arc"
+    last = killed_writer(path, 95)
+    leaves = _pages(path, "events", "leaf")
+    assert len(leaves) >= 4
+    damage_page_with_valid_checksums(wal(path), leaves[len(leaves) // 2], (0, 8))
+    exported: list[int] = []
+    with pytest.raises(StoreCorrupt, match="cannot be read") as export_refusal:
+        for row in read_rows(path):
+            exported.append(row.seq)
+    there = int(_ROW.findall(str(export_refusal.value))[0])
+    assert 1 < there == len(exported) < last and exported == list(range(1, there + 1))
+    for readonly in (True, False):
+        with pytest.raises(StoreCorrupt, match=rf"{last - there} acknowledged events are missing: rows up to {last}"
+                                               rf" were acknowledged .* the store ends at row {there};"):
+            DurableStore.open(path, readonly=readonly)
+
+
 def test_a_snapshot_page_sqlite_cannot_read_is_ignored_by_readers_and_refuses_writers(tmp_path: Path) -> None:
     """The snapshots table's root page damaged in the WAL (frames re-signed): every row reads; a reader folds them
     (the snapshot is a cache), a writer is refused with the true figures."""
@@ -106,6 +144,29 @@ def test_a_snapshot_page_sqlite_cannot_read_is_ignored_by_readers_and_refuses_wr
     with pytest.raises(StoreCorrupt, match=rf"no acknowledged event is missing \(rows up to {last} are there\), but"
                                            " SQLite cannot read its snapshot"):
         DurableStore.open(path)
+    assert wal(path).read_bytes() == log
+
+
+def test_a_resumed_writer_meeting_damage_where_export_reads_every_row_is_refused_with_the_true_figures(
+        tmp_path: Path) -> None:
+    """A store opened with `resume` (the proxy's) reads the snapshots' index, not the snapshot: damaged there
+    (frames re-signed), SQLite fails where export does not read. Export reads every row; a writer is refused
+    saying none is missing, a reader gets every row folded (before: both counted the database file alone,
+    'the store ends at row 1')."""
+    path = tmp_path / "s.arc"
+    last = killed_writer(path, 90, snapshot_at=45)
+    with DurableStore.open(path, readonly=True) as before:
+        kept, state = before.resume_point(), before.state
+    damage_page_with_valid_checksums(wal(path), _root_page(path, "sqlite_autoindex_snapshots_1"), (0, 8))
+    exported = list(read_rows(path))
+    assert [row.seq for row in exported] == list(range(1, last + 1))
+    with DurableStore.open(path, readonly=True, resume=kept) as reader:
+        assert reader.seq == last and reader.state == state and reader.checksum == exported[-1].checksum
+        assert reader.report.snapshot_note.startswith("snapshot not used: SQLite cannot read the store whole")
+    log = wal(path).read_bytes()
+    with pytest.raises(StoreCorrupt, match=rf"no acknowledged event is missing \(rows up to {last} are there\), but"
+                                           " SQLite cannot read the store whole through its write-ahead log"):
+        DurableStore.open(path, resume=kept)
     assert wal(path).read_bytes() == log
 
 
