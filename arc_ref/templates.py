@@ -833,6 +833,7 @@ class _Probe:
     split: tuple[str, int, str] | None
     local: dict[str, int]
     reads: set[str]  # the message's keys the template read (`_WatchedMessage`), over every rendered probe
+    pieces: dict[str, int] = attrs.field(factory=dict)  # tokens of each distinct piece of the message counted so far
 
 
 class TemplateFormat:
@@ -1135,8 +1136,16 @@ class TemplateFormat:
                 server.append(_filler(item))
         pieces = self._pieces(server, probe.mark)
         self._check_pieces(server, pieces)
-        return tuple((ctx, self._piece_tokens(pieces[position], probe.content, probe.split, probe.local))
-                     for position, ctx in where)
+        return tuple((ctx, self._probe_piece_tokens(probe, pieces[position])) for position, ctx in where)
+
+    def _probe_piece_tokens(self, probe: _Probe, piece: str) -> int:
+        """tokens(piece) of the probed message (`_piece_tokens`), each distinct piece counted once per message: the
+        template writes the same piece in most of its places (a pure function of the piece's text, the content
+        and its split, which the probe fixes)."""
+        known = probe.pieces.get(piece)
+        if known is None:
+            known = probe.pieces[piece] = self._piece_tokens(piece, probe.content, probe.split, probe.local)
+        return known
 
 
 def template_format(tokenizer: HuggingFaceTokenizer, directory: str, template_kwargs: tuple[tuple[str, Any], ...],
