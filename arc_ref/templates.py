@@ -890,13 +890,18 @@ class TemplateFormat:
         self._partial = _LRU(16)  # per message: costs by probe conversation that `placed_cost_at` rendered, and
         # the keys the template read there
         self._listing_tokens: int | None = None
-        head, pieces, tail = self.template.render_parts(self._prefix, self._server_tools)
+        # the renderings of plain conversations while the format is built, by messages and mark (`_pieces`)
+        self._setup_renders: dict[tuple[Any, ...], list[str]] | None = {}
+        head, pieces, tail = self.template.render_parts(self._prefix, self._server_tools, True, self._tools_text)
         self.head = head
         self.tail = tail
         self.head_tokens = self._count(head)
         self.tail_tokens = self._count(tail)
         self.system_piece_tokens = self._count(pieces[0])
         self._check_boundary(head, pieces[0] or pieces[1], "the head and the first message")
+        prefix_key = _plain_key(self._prefix, self.template.marker(self._prefix_strings, self._tools_text))
+        if prefix_key is not None:  # the goal's context with nothing after it renders this conversation again
+            self._setup_renders[prefix_key] = pieces
         self.goal_costs = self._prefix_goal_costs()
         # every role in every context once, so that a template that cannot render ARC's views is refused now
         self.placed_costs("user", FILLER)
@@ -905,6 +910,7 @@ class TemplateFormat:
             probe_call = ToolCall("call_0", tools[0].name if tools else "f", "{}")
             self.placed_costs("assistant", FILLER, (probe_call,))
             self.placed_costs("tool", FILLER, (), "call_0")
+        self._setup_renders = None
 
     # -- rendering -------------------------------------------------------------------------------------
 
@@ -1025,6 +1031,24 @@ class TemplateFormat:
         return tuple(costs)
 
     def _pieces(self, conversation: list[dict[str, Any]], mark: str | None = None) -> list[str]:
+        """The pieces of ``conversation`` rendered with the format's tools (its head and tail checked). While the
+        format is built, a conversation of plain messages (role and content only) rendered with the same mark
+        before is not rendered again: its goal's contexts and the filler probes meet 4 times (rendering is
+        deterministic; a message whose keys the template reads matters only with a tool_call_id, never plain)."""
+        renders = self._setup_renders
+        if renders is None:
+            return self._rendered_pieces(conversation, mark)
+        if mark is None:
+            mark = self.template.marker(_strings(conversation), self._tools_text)
+        key = _plain_key(conversation, mark)
+        if key is None:
+            return self._rendered_pieces(conversation, mark)
+        pieces = renders.get(key)
+        if pieces is None:
+            pieces = renders[key] = self._rendered_pieces(conversation, mark)
+        return pieces
+
+    def _rendered_pieces(self, conversation: list[dict[str, Any]], mark: str | None) -> list[str]:
         head, pieces, tail = self.template.render_parts(conversation, self._server_tools, True, self._tools_text,
                                                         mark)
         if head != self.head or tail != self.tail:
@@ -1146,6 +1170,20 @@ class TemplateFormat:
         if known is None:
             known = probe.pieces[piece] = self._piece_tokens(piece, probe.content, probe.split, probe.local)
         return known
+
+
+def _plain_key(conversation: Sequence[dict[str, Any]], mark: str) -> tuple[Any, ...] | None:
+    """(mark, role, content, role, content...) of a conversation whose messages hold a role and a content and
+    nothing else (read without noting a read: `_WatchedMessage`); None otherwise."""
+    key: list[Any] = [mark]
+    for message in conversation:
+        if len(message) != 2:
+            return None
+        role, content = dict.get(message, "role"), dict.get(message, "content")
+        if not isinstance(role, str) or not isinstance(content, str):
+            return None
+        key += (role, content)
+    return tuple(key)
 
 
 def template_format(tokenizer: HuggingFaceTokenizer, directory: str, template_kwargs: tuple[tuple[str, Any], ...],
