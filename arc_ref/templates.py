@@ -834,6 +834,10 @@ class _Probe:
     local: dict[str, int]
     reads: set[str]  # the message's keys the template read (`_WatchedMessage`), over every rendered probe
     pieces: dict[str, int] = attrs.field(factory=dict)  # tokens of each distinct piece of the message counted so far
+    # the message as the server passes it when every value is a string (no tool calls): `server_conversation` gives
+    # every call a new dict of the same string objects (role, content, tool_call_id, name as they are; a lone text
+    # joined is itself), so each occurrence is a copy of this one (`_WatchedMessage` copies its items)
+    flat_server: dict[str, Any] | None = None
 
 
 class TemplateFormat:
@@ -1142,11 +1146,12 @@ class TemplateFormat:
         """What every probe conversation of one message shares: the message as the server passes it, the split
         mark, the content's core counted once (`_content_split`) and the counts of its long texts."""
         message = openai_message(role, content, tool_calls, tool_call_id)
-        mark = self.template.marker((*self._prefix_strings, *_strings(server_conversation([message])), FILLER),
-                                    self._tools_text)
+        server = server_conversation([message])[0]
+        mark = self.template.marker((*self._prefix_strings, *_strings(server), FILLER), self._tools_text)
         local: dict[str, int] = {}
         split = self._content_split(content, parts, local) if len(content) > 2 * EDGE_WINDOW else None
-        return _Probe(message, content, mark, split, local, set())
+        flat = server if all(type(value) is str for value in server.values()) else None
+        return _Probe(message, content, mark, split, local, set(), flat_server=flat)
 
     def _plan_costs(self, probe: _Probe, plan: tuple[Context | str, ...]) -> tuple[tuple[Context, int], ...]:
         """The message's cost in each context of one probe conversation (`probe_plans`): one rendering."""
@@ -1155,7 +1160,9 @@ class TemplateFormat:
         for item in plan:
             if isinstance(item, Context):
                 where.append((len(server), item))
-                server.append(_WatchedMessage(server_conversation([probe.message])[0], probe.reads))
+                flat = probe.flat_server
+                server.append(_WatchedMessage(flat if flat is not None else server_conversation([probe.message])[0],
+                                              probe.reads))
             else:
                 server.append(_filler(item))
         pieces = self._pieces(server, probe.mark)
