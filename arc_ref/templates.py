@@ -714,11 +714,11 @@ class _AddedTokens:
     def __init__(self, tokens: Sequence[str]) -> None:
         alternatives = "|".join(re.escape(token) for token in sorted(tokens, key=len, reverse=True)) or "(?!)"
         self._starts = re.compile(f"(?:{alternatives})")
-        self._tokens = tuple(tokens)
+        self.tokens = tuple(tokens)
 
     def cut_safe(self, left: str, right: str) -> bool:
         """``left`` ends with an added token or ``right`` starts with one (checked on every probe's cuts)."""
-        return left.endswith(self._tokens) or right.startswith(self._tokens)
+        return left.endswith(self.tokens) or right.startswith(self.tokens)
 
     def matches(self, text: str) -> Iterator[re.Match[str]]:
         """The added tokens in ``text``, leftmost first and longest at a place (no two overlap: refused)."""
@@ -1064,8 +1064,10 @@ class TemplateFormat:
 
     def _check_pieces(self, conversation: list[dict[str, Any]], pieces: list[str]) -> None:
         shown = [self.head] + [piece for piece in pieces if piece] + [self.tail]
+        tokens = self._added.tokens
         for left, right in zip(shown, shown[1:]):
-            self._check_boundary(left, right, "two messages")
+            if not (left.endswith(tokens) or right.startswith(tokens)):  # `_AddedTokens.cut_safe`, inline
+                self._check_boundary(left, right, "two messages")
 
     def _cached(self, key: tuple[Any, ...]) -> tuple[tuple[Context, int], ...] | None:
         if len(key[1]) <= MEMO_TEXT_CHARS:
