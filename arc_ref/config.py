@@ -7,6 +7,7 @@ under which the appendix' assumptions could fail, naming the budgets involved.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
@@ -305,7 +306,7 @@ class Setup:
         """S: how an observation is shown with no control string of this setup in it (spec/rendering.md 7.1)."""
         form = self._shown_forms.get(None)
         if form is None:
-            form = self._shown_forms[None] = ShownForm(control_strings(self.chat, self.tokenizer))
+            form = self._shown_forms[None] = _shown_form(control_strings(self.chat, self.tokenizer))
         return form
 
     def show(self, text: str) -> str:
@@ -582,6 +583,29 @@ class _FixedCosts:
     tool_unit_floor: int  # tool mode (else 0): unit_floor + tool_reserve
 
 
+@functools.lru_cache(maxsize=16)
+def _shown_form(control: tuple[str, ...]) -> ShownForm:
+    """S for a setup's control strings, built once per set of them (its patterns are built from a trie of the
+    strings: ~0.2 ms for Qwen3's 26; a ShownForm is not changed after it is built, so setups share it)."""
+    return ShownForm(control)
+
+
+_FIXED_TEXT_TOKENS: dict[tuple[Tokenizer, str], int] = {}  # bounded: see _fixed_text_tokens
+
+
+def _fixed_text_tokens(tokenizer: Tokenizer, text: str) -> int:
+    """tokens(text) of a line `_fixed_costs` writes from numbers alone (the widest stub, the recall wrapper at the
+    widest id): the same text for every setup of the same capacity, counted once per tokenizer (a new conversation
+    of the proxy makes two setups, each conversation the same texts). At most 256 remembered."""
+    key = (tokenizer, text)
+    tokens = _FIXED_TEXT_TOKENS.get(key)
+    if tokens is None:
+        if len(_FIXED_TEXT_TOKENS) >= 256:
+            _FIXED_TEXT_TOKENS.clear()
+        tokens = _FIXED_TEXT_TOKENS[key] = tokenizer.count(text)
+    return tokens
+
+
 def _fixed_costs(config: Config, tokenizer: Tokenizer, chat: Union[ChatFormat, "TemplateFormat"],
                  widest_id: str) -> _FixedCosts:
     """B, the generation prompt and every frame and floor of the view at the widest numbers (A3-A5)."""
@@ -607,7 +631,7 @@ def _fixed_costs(config: Config, tokenizer: Tokenizer, chat: Union[ChatFormat, "
         generation_tokens = template.tail_tokens
         generation_prompt = template.tail
     widest_stub = render.stub(widest_id, render.WIDEST_RETURNCODE, number, number, ELLIPSIS, "", "")
-    stub_floor = tokenizer.count("\n" + widest_stub)
+    stub_floor = _fixed_text_tokens(tokenizer, "\n" + widest_stub)
     widest_pages = -(-config.capacity // config.page_size)
     page_frame = message(
         render.USER,
@@ -617,7 +641,7 @@ def _fixed_costs(config: Config, tokenizer: Tokenizer, chat: Union[ChatFormat, "
     summary_base = message(render.USER, render.summary_content(0, ()))
     recall_frame = message(render.USER, render.recall_content(()))
     wrapper = render.recall_response(widest_id, number, number, "")
-    wrapper_cost = tokenizer.count("\n" + wrapper) + tokenizer.chunk_overrun
+    wrapper_cost = _fixed_text_tokens(tokenizer, "\n" + wrapper) + tokenizer.chunk_overrun
     observation_stub_frame = message(
         render.USER, render.observation_stub_message(widest_id, render.WIDEST_RETURNCODE, number, "")
     )

@@ -714,11 +714,11 @@ class _AddedTokens:
     def __init__(self, tokens: Sequence[str]) -> None:
         alternatives = "|".join(re.escape(token) for token in sorted(tokens, key=len, reverse=True)) or "(?!)"
         self._starts = re.compile(f"(?:{alternatives})")
-        self._tokens = tuple(tokens)
+        self.tokens = tuple(tokens)
 
     def cut_safe(self, left: str, right: str) -> bool:
         """``left`` ends with an added token or ``right`` starts with one (checked on every probe's cuts)."""
-        return left.endswith(self._tokens) or right.startswith(self._tokens)
+        return left.endswith(self.tokens) or right.startswith(self.tokens)
 
     def matches(self, text: str) -> Iterator[re.Match[str]]:
         """The added tokens in ``text``, leftmost first and longest at a place (no two overlap: refused)."""
@@ -833,6 +833,11 @@ class _Probe:
     split: tuple[str, int, str] | None
     local: dict[str, int]
     reads: set[str]  # the message's keys the template read (`_WatchedMessage`), over every rendered probe
+    pieces: dict[str, int] = attrs.field(factory=dict)  # tokens of each distinct piece of the message counted so far
+    # the message as the server passes it when every value is a string (no tool calls): `server_conversation` gives
+    # every call a new dict of the same string objects (role, content, tool_call_id, name as they are; a lone text
+    # joined is itself), so each occurrence is a copy of this one (`_WatchedMessage` copies its items)
+    flat_server: dict[str, Any] | None = None
 
 
 class TemplateFormat:
@@ -889,13 +894,18 @@ class TemplateFormat:
         self._partial = _LRU(16)  # per message: costs by probe conversation that `placed_cost_at` rendered, and
         # the keys the template read there
         self._listing_tokens: int | None = None
-        head, pieces, tail = self.template.render_parts(self._prefix, self._server_tools)
+        # the renderings of plain conversations while the format is built, by messages and mark (`_pieces`)
+        self._setup_renders: dict[tuple[Any, ...], list[str]] | None = {}
+        head, pieces, tail = self.template.render_parts(self._prefix, self._server_tools, True, self._tools_text)
         self.head = head
         self.tail = tail
         self.head_tokens = self._count(head)
         self.tail_tokens = self._count(tail)
         self.system_piece_tokens = self._count(pieces[0])
         self._check_boundary(head, pieces[0] or pieces[1], "the head and the first message")
+        prefix_key = _plain_key(self._prefix, self.template.marker(self._prefix_strings, self._tools_text))
+        if prefix_key is not None:  # the goal's context with nothing after it renders this conversation again
+            self._setup_renders[prefix_key] = pieces
         self.goal_costs = self._prefix_goal_costs()
         # every role in every context once, so that a template that cannot render ARC's views is refused now
         self.placed_costs("user", FILLER)
@@ -904,6 +914,7 @@ class TemplateFormat:
             probe_call = ToolCall("call_0", tools[0].name if tools else "f", "{}")
             self.placed_costs("assistant", FILLER, (probe_call,))
             self.placed_costs("tool", FILLER, (), "call_0")
+        self._setup_renders = None
 
     # -- rendering -------------------------------------------------------------------------------------
 
@@ -1024,6 +1035,24 @@ class TemplateFormat:
         return tuple(costs)
 
     def _pieces(self, conversation: list[dict[str, Any]], mark: str | None = None) -> list[str]:
+        """The pieces of ``conversation`` rendered with the format's tools (its head and tail checked). While the
+        format is built, a conversation of plain messages (role and content only) rendered with the same mark
+        before is not rendered again: its goal's contexts and the filler probes meet 4 times (rendering is
+        deterministic; a message whose keys the template reads matters only with a tool_call_id, never plain)."""
+        renders = self._setup_renders
+        if renders is None:
+            return self._rendered_pieces(conversation, mark)
+        if mark is None:
+            mark = self.template.marker(_strings(conversation), self._tools_text)
+        key = _plain_key(conversation, mark)
+        if key is None:
+            return self._rendered_pieces(conversation, mark)
+        pieces = renders.get(key)
+        if pieces is None:
+            pieces = renders[key] = self._rendered_pieces(conversation, mark)
+        return pieces
+
+    def _rendered_pieces(self, conversation: list[dict[str, Any]], mark: str | None) -> list[str]:
         head, pieces, tail = self.template.render_parts(conversation, self._server_tools, True, self._tools_text,
                                                         mark)
         if head != self.head or tail != self.tail:
@@ -1035,8 +1064,10 @@ class TemplateFormat:
 
     def _check_pieces(self, conversation: list[dict[str, Any]], pieces: list[str]) -> None:
         shown = [self.head] + [piece for piece in pieces if piece] + [self.tail]
+        tokens = self._added.tokens
         for left, right in zip(shown, shown[1:]):
-            self._check_boundary(left, right, "two messages")
+            if not (left.endswith(tokens) or right.startswith(tokens)):  # `_AddedTokens.cut_safe`, inline
+                self._check_boundary(left, right, "two messages")
 
     def _cached(self, key: tuple[Any, ...]) -> tuple[tuple[Context, int], ...] | None:
         if len(key[1]) <= MEMO_TEXT_CHARS:
@@ -1117,11 +1148,12 @@ class TemplateFormat:
         """What every probe conversation of one message shares: the message as the server passes it, the split
         mark, the content's core counted once (`_content_split`) and the counts of its long texts."""
         message = openai_message(role, content, tool_calls, tool_call_id)
-        mark = self.template.marker((*self._prefix_strings, *_strings(server_conversation([message])), FILLER),
-                                    self._tools_text)
+        server = server_conversation([message])[0]
+        mark = self.template.marker((*self._prefix_strings, *_strings(server), FILLER), self._tools_text)
         local: dict[str, int] = {}
         split = self._content_split(content, parts, local) if len(content) > 2 * EDGE_WINDOW else None
-        return _Probe(message, content, mark, split, local, set())
+        flat = server if all(type(value) is str for value in server.values()) else None
+        return _Probe(message, content, mark, split, local, set(), flat_server=flat)
 
     def _plan_costs(self, probe: _Probe, plan: tuple[Context | str, ...]) -> tuple[tuple[Context, int], ...]:
         """The message's cost in each context of one probe conversation (`probe_plans`): one rendering."""
@@ -1130,13 +1162,37 @@ class TemplateFormat:
         for item in plan:
             if isinstance(item, Context):
                 where.append((len(server), item))
-                server.append(_WatchedMessage(server_conversation([probe.message])[0], probe.reads))
+                flat = probe.flat_server
+                server.append(_WatchedMessage(flat if flat is not None else server_conversation([probe.message])[0],
+                                              probe.reads))
             else:
                 server.append(_filler(item))
         pieces = self._pieces(server, probe.mark)
         self._check_pieces(server, pieces)
-        return tuple((ctx, self._piece_tokens(pieces[position], probe.content, probe.split, probe.local))
-                     for position, ctx in where)
+        return tuple((ctx, self._probe_piece_tokens(probe, pieces[position])) for position, ctx in where)
+
+    def _probe_piece_tokens(self, probe: _Probe, piece: str) -> int:
+        """tokens(piece) of the probed message (`_piece_tokens`), each distinct piece counted once per message: the
+        template writes the same piece in most of its places (a pure function of the piece's text, the content
+        and its split, which the probe fixes)."""
+        known = probe.pieces.get(piece)
+        if known is None:
+            known = probe.pieces[piece] = self._piece_tokens(piece, probe.content, probe.split, probe.local)
+        return known
+
+
+def _plain_key(conversation: Sequence[dict[str, Any]], mark: str) -> tuple[Any, ...] | None:
+    """(mark, role, content, role, content...) of a conversation whose messages hold a role and a content and
+    nothing else (read without noting a read: `_WatchedMessage`); None otherwise."""
+    key: list[Any] = [mark]
+    for message in conversation:
+        if len(message) != 2:
+            return None
+        role, content = dict.get(message, "role"), dict.get(message, "content")
+        if not isinstance(role, str) or not isinstance(content, str):
+            return None
+        key += (role, content)
+    return tuple(key)
 
 
 def template_format(tokenizer: HuggingFaceTokenizer, directory: str, template_kwargs: tuple[tuple[str, Any], ...],

@@ -19,13 +19,14 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from arc_ref.config import Config, preset
+from arc_ref.budgets import fit_to_window
+from arc_ref.config import ARC_TOOLS, Config, make_setup, parse_tools, preset
 from arc_ref.machine import (
     AgentTurn, ArcState, Compact, Event, Observe, RequestView, ToolResult, ToolTurn, UserMessage, init, step,
 )
 from arc_ref.message import ToolCall
-from arc_ref.templates import ChatTemplate
-from arc_ref.tokenizers import HuggingFaceTokenizer, TiktokenTokenizer
+from arc_ref.templates import ChatTemplate, TemplateFormat, _strings, load_template_source, template_format
+from arc_ref.tokenizers import HuggingFaceTokenizer, TiktokenTokenizer, get_tokenizer
 from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
 
 QWEN3 = qwen3_dir()
@@ -201,3 +202,86 @@ def test_encodes_per_event_stay_under_the_stated_bound_in_text_mode(monkeypatch:
     events, _ = run(state, text_events(random.Random(7), 400))
     assert calls.counts["renders"] == 0
     assert calls.counts["encodes"] / events <= TEXT_ENCODES_PER_EVENT, calls.counts["encodes"] / events
+
+
+# A new task's configuration in a process that has configured another (a new goal: `fit_to_window`'s setup, then
+# the fitted one, as the proxy makes them for a new conversation), Qwen3, tool mode, measured after issue 28's
+# fourth round: 65 renders (the format 15: its prefix, 4 goal contexts less the 3 that the filler probes render
+# again, 14 filler probes; B's frames and floors 44, then the fitted page frame 6) and 1 encode (the goal's text;
+# the widest stub and the recall wrapper are counted once per tokenizer). Before: 69 renders and 5 encodes.
+NEW_TASK_RENDERS = 65
+NEW_TASK_ENCODES = 1
+
+
+def new_task(goal: str) -> None:
+    config = tool_config().replace(goal=goal, context_limit=65536, max_completion=4096)
+    make_setup(fit_to_window(config, check=False))
+
+
+@needs_qwen3
+def test_a_new_task_renders_and_encodes_its_configuration_at_most_the_stated_numbers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    new_task("Warm the process up: list the files.")
+    calls = Calls(monkeypatch)
+    for goal in ("Task 1: find the failing test and fix it.", "Task 2: find the bug in parse.py."):
+        calls.reset()
+        new_task(goal)
+        assert calls.counts["renders"] <= NEW_TASK_RENDERS, calls.counts
+        assert calls.counts["encodes"] <= NEW_TASK_ENCODES, calls.counts
+
+
+@needs_qwen3
+def test_a_format_being_built_renders_no_conversation_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its prefix [system, goal] and the goal's contexts that the user and assistant filler probes give again
+    ([system, goal, user x], [.., assistant x], [.., assistant x, user x]) are rendered once each: every
+    rendering while a new goal's format is built has other messages, tools or mark than the ones before it."""
+    assert QWEN3 is not None
+    tokenizer = get_tokenizer(f"hf-dir:{QWEN3}")
+    tools = ARC_TOOLS + parse_tools([BASH])
+    template_format(tokenizer, str(QWEN3), (), tools, "You are a helpful agent.", "Warm up.", "tools")
+    rendered: list[str] = []
+    render_parts = ChatTemplate.render_parts
+
+    def noted(self: ChatTemplate, conversation: list[dict[str, Any]], tools: Any, generation: bool = True,
+              tools_text: str | None = None, mark: str | None = None) -> Any:
+        listing = tools_text if tools_text is not None else "".join(_strings(tools))
+        chosen = mark if mark is not None else self.marker(_strings(conversation), listing)
+        rendered.append(json.dumps([[dict(dict.items(message)) for message in conversation], tools, generation,
+                                    chosen], sort_keys=True))
+        return render_parts(self, conversation, tools, generation, tools_text, mark)
+
+    monkeypatch.setattr(ChatTemplate, "render_parts", noted)
+    template_format(tokenizer, str(QWEN3), (), tools, "You are a helpful agent.", "Fix the failing test.", "tools")
+    assert len(rendered) == 15 and len(set(rendered)) == len(rendered), (len(rendered), len(set(rendered)))
+
+
+@needs_qwen3
+@pytest.mark.parametrize("role, content, tool_calls, tool_call_id", [
+    ("user", "Also check file_9.py, please.", (), None),
+    ("assistant", "Next, file 9.", (ToolCall("call_9", "bash", '{"command": "cat file_9.py"}'),), None),
+    ("tool", "def f(self):\n    return None\n" * 40, (), "call_9"),
+])
+def test_each_distinct_piece_of_a_message_is_counted_once(monkeypatch: pytest.MonkeyPatch, role: str, content: str,
+                                                          tool_calls: tuple[ToolCall, ...],
+                                                          tool_call_id: str | None) -> None:
+    """The template writes a message's piece alike in most of its places (Qwen3: a user message's in all 12): each
+    distinct piece is counted once per message, and the costs are those of each piece counted apart."""
+    setup = make_setup(tool_config())
+    chat = setup.chat
+    assert isinstance(chat, TemplateFormat)
+    counted: list[str] = []
+    piece_tokens = TemplateFormat._piece_tokens
+
+    def noted(self: TemplateFormat, piece: str, *args: Any) -> int:
+        counted.append(piece)
+        return piece_tokens(self, piece, *args)
+
+    monkeypatch.setattr(TemplateFormat, "_piece_tokens", noted)
+    placed = chat.placed_costs(role, content, tool_calls, tool_call_id)
+    assert len(counted) == len(set(counted)) < len(placed), (len(counted), len(set(counted)), len(placed))
+    # the same costs with every occurrence counted anew, by a format of the same prefix built apart
+    monkeypatch.setattr(TemplateFormat, "_probe_piece_tokens", lambda self, probe, piece: piece_tokens(
+        self, piece, probe.content, probe.split, probe.local))
+    (_, system), (_, goal) = setup.prefix_messages
+    apart = TemplateFormat(chat.tokenizer, load_template_source(str(QWEN3)), {}, chat.tools, system, goal, "tools")
+    assert apart.placed_costs(role, content, tool_calls, tool_call_id) == placed
