@@ -286,19 +286,16 @@ def read_json_value(raw: bytes | msgspec.Raw, enclosing: int) -> Any:
 
 @attrs.define(eq=False)
 class RawMessage:
-    """One message of a request body as its JSON text (``raw``, a slice of the body) and the sha256 of that text;
-    ``value`` its value when read, None when the proxy has read these very bytes before as a valid agent
-    message (`KnownMessages`): then it is read again only if a request needs its text."""
+    """One message of a request body as its JSON text (``raw``) and the sha256 of that text. Its value is read from
+    the text when a request needs it (`read`: `_Messages` keeps it for that request only), never kept here: the
+    bodies decoded last keep their RawMessages (proxy_app.RecentBodies), and what they hold is these texts."""
 
     raw: bytes | msgspec.Raw
     digest: bytes
-    value: Any = None
 
     def read(self) -> Any:
-        value = self.value  # one read: a RawMessage may be shared by the requests of one conversation
-        if value is None:
-            value = self.value = read_json_value(self.raw, 2)
-            assert value is not UNREADABLE, "a message read before reads again"
+        value = read_json_value(self.raw, 2)
+        assert value is not UNREADABLE, "a message read before reads again"
         return value
 
 

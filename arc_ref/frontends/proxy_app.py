@@ -74,8 +74,10 @@ def decode_body(raw: bytes, known: KnownMessages | None = None) -> dict[str, Any
     return split[0] if split is not None else decode_whole(raw)
 
 
-def _split_body(raw: bytes, known: KnownMessages | None) -> tuple[dict[str, Any], msgspec.Raw | None] | None:
-    """The body split and read (None when the split does not pass it), and the text of its ``messages``."""
+def _split_body(raw: bytes, known: KnownMessages | None, copied: bool = False
+                ) -> tuple[dict[str, Any], msgspec.Raw | None] | None:
+    """The body split and read (None when the split does not pass it), and the text of its ``messages``; each
+    message's text its own bytes when ``copied`` (kept without the body)."""
     try:
         members = _SPLIT_BODY.decode(raw)
     except (msgspec.MsgspecError, ValueError, RecursionError):
@@ -88,22 +90,22 @@ def _split_body(raw: bytes, known: KnownMessages | None) -> tuple[dict[str, Any]
         items = _SPLIT_LIST.decode(text)
     except (msgspec.MsgspecError, ValueError, RecursionError):
         return None  # not an array: decoded whole, refused by parse_request
-    messages = _raw_messages(items, known)
+    messages = _raw_messages(items, known, copied)
     if messages is None:
         return None
     body = _read_members(members, BodyMessages(messages))
     return None if body is None else (body, text)
 
 
-def _raw_messages(items: Sequence[msgspec.Raw], known: KnownMessages | None) -> list[RawMessage] | None:
-    """Each message text with its digest, read unless ``known`` holds its digest; None when one is unreadable."""
+def _raw_messages(items: Sequence[msgspec.Raw], known: KnownMessages | None, copied: bool
+                  ) -> list[RawMessage] | None:
+    """Each message text (its own bytes when ``copied``) with its digest, read (to be sure it reads) unless
+    ``known`` holds its digest; None when one is unreadable."""
     messages = []
     for item in items:
-        message = RawMessage(item, hashlib.sha256(item).digest())
-        if known is None or message.digest not in known.roles:
-            message.value = read_json_value(item, 2)
-            if message.value is UNREADABLE:
-                return None
+        message = RawMessage(bytes(item) if copied else item, hashlib.sha256(item).digest())
+        if (known is None or message.digest not in known.roles) and read_json_value(item, 2) is UNREADABLE:
+            return None
         messages.append(message)
     return messages
 
@@ -125,9 +127,10 @@ def _read_members(members: Mapping[str, msgspec.Raw], messages: list[Any]) -> di
 
 # --- the bodies decoded last --------------------------------------------------------------------------------
 
-BODY_MEMORY_BYTES = 32 * 2**20  # what `RecentBodies` holds at most (the `weight` of the bodies it keeps)
+BODY_MEMORY_BYTES = 64 * 2**20  # what `RecentBodies` holds at most (the `weight` of the bodies it keeps)
 BODY_KEY_BYTES = 4096  # bodies alike in their first bytes, this many, are candidates for one another
-MESSAGE_BYTES = 1024  # what a message kept costs besides its text (its RawMessage, digest, chain hash, dict...)
+MESSAGE_BYTES = 1024  # what a message kept costs besides its text (its RawMessage, digest, chain hash, end: ~300)
+BODY_BYTES = 4096  # what a body kept costs besides its bytes and its messages (its head's members, lists...)
 BODY_CANDIDATES = 32  # the most recent bodies kept for one key (each compared until its first byte that differs)
 _SPACE = b" \t\n\r"
 _COMMA, _COLON = ord(","), ord(":")
@@ -141,22 +144,20 @@ _OPENED_NAMES = ("arc:rest", "arc:other")
 @attrs.define(eq=False)
 class _Decoded:
     """A body decoded before: its bytes, where its ``messages`` array opens, its members before that array (as
-    decoding them alone gives them: ``messages`` null among them), where each message's text ends, its messages
-    (the `BodyMessages` `parse_request` read), and the bytes of the texts those messages lie in besides ``raw``."""
+    decoding them alone gives them: ``messages`` null among them), where each message's text ends, and its
+    messages (the `BodyMessages` `parse_request` read: each text its own bytes, no value read kept)."""
 
     raw: bytes
     opens: int
     head: dict[str, msgspec.Raw]
     ends: list[int]
     messages: BodyMessages
-    elsewhere: int
-    whole: bool  # its messages lie in ``raw`` (decoded whole), not in the rests of later bodies
 
     @property
     def weight(self) -> int:
-        """The memory it may hold, over-estimated: its bytes and the texts its messages lie in, as much again for
-        what was read from them, and per message its objects (digest, chain hash, ...)."""
-        return 2 * (len(self.raw) + self.elsewhere) + MESSAGE_BYTES * len(self.messages)
+        """The memory it holds, over-estimated: its bytes, as much again for its head's and its messages' texts
+        (each a part of its bytes), per message its objects, and a body's own."""
+        return _weight(len(self.raw), len(self.messages))
 
     def shared_with(self, raw: bytes, partial: bool) -> int:
         """How many of its messages ``raw`` begins with, byte for byte from the body's first byte (0 when not all
@@ -202,6 +203,10 @@ class RecentBodies:
 
     def decode(self, raw: bytes, known: KnownMessages) -> dict[str, Any]:
         """`decode_body` of ``raw``, from the deepest message it shares with a body decoded before."""
+        if len(raw) <= self.key_bytes or _weight(len(raw), 0) > self.budget // 4:
+            # no later body has its key (but itself), or never kept: decoded as without them
+            split = _split_body(raw, known)
+            return split[0] if split is not None else decode_whole(raw)
         key = raw[:self.key_bytes]
         with self._lock:
             candidates = list(self._keyed.get(key, ()))
@@ -218,7 +223,7 @@ class RecentBodies:
                 self.continued += 1
                 self._keep(key, continued[1], earlier if shared == len(earlier.ends) else None)
                 return continued[0]
-        split = _split_body(raw, known)
+        split = _split_body(raw, known, copied=True)
         if split is None:
             return decode_whole(raw)
         body, text = split
@@ -229,13 +234,15 @@ class RecentBodies:
         return body
 
     def _keep(self, key: bytes, decoded: _Decoded, replaced: _Decoded | None) -> None:
-        if decoded.weight > self.budget // 4:
-            return
         with self._lock:
             bucket = self._keyed.setdefault(key, [])
             if replaced is not None and replaced in self._recent:  # its history goes on in the new body
                 bucket.remove(replaced)
                 self._forget(replaced)
+            if decoded.weight > self.budget // 4:  # not kept (nor the body it continued: a later body of this
+                if not bucket:                     # history is decoded whole, never from a stale point)
+                    del self._keyed[key]
+                return
             bucket.insert(0, decoded)
             self._recent[decoded] = key
             self.held += decoded.weight
@@ -292,7 +299,7 @@ def _decoded_whole(raw: bytes, text: msgspec.Raw, messages: BodyMessages) -> _De
                 head = _head(raw[:opens])
                 if head is not None:
                     ends = _item_ends(raw, opens + 1, [message.raw for message in messages], False)
-                    return None if ends is None else _Decoded(raw, opens, head, ends, messages, 0, True)
+                    return None if ends is None else _Decoded(raw, opens, head, ends, messages)
         at = raw.find(b'"messages"', at + 1)
     return None
 
@@ -331,7 +338,7 @@ def _continued(raw: bytes, known: KnownMessages, earlier: _Decoded, shared: int
     if not items or bytes(items[0]) != b"null":
         return None
     ends = _item_ends(opened, len(_OPENED[0]), items[1:], True)
-    new = _raw_messages(items[1:], known)
+    new = _raw_messages(items[1:], known, True)
     if ends is None or new is None:
         return None
     messages = BodyMessages(earlier.messages[:shared] + new, earlier.messages.parsed, shared)
@@ -341,9 +348,13 @@ def _continued(raw: bytes, known: KnownMessages, earlier: _Decoded, shared: int
     if body is None:
         return None
     moved = end - len(_OPENED[0])
-    elsewhere = earlier.elsewhere + (len(earlier.raw) if earlier.whole else 0) + len(opened)
     return body, _Decoded(raw, earlier.opens, earlier.head, earlier.ends[:shared] + [at + moved for at in ends],
-                          messages, elsewhere, False)
+                          messages)
+
+
+def _weight(size: int, messages: int) -> int:
+    """`_Decoded.weight` of a body of ``size`` bytes and ``messages`` messages."""
+    return 2 * size + MESSAGE_BYTES * messages + BODY_BYTES
 
 
 def decode_whole(raw: bytes) -> dict[str, Any]:

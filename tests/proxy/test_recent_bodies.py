@@ -277,10 +277,11 @@ def test_the_bodies_kept_stay_within_their_budget() -> None:
     assert known.bodies.continued > 100 and forgotten > 100  # continued, while the budget forgot some
 
 
-@pytest.mark.parametrize("repeat", [40, 1])
-def test_what_the_bodies_hold_is_within_what_they_count(repeat: int) -> None:
+@pytest.mark.parametrize("shape", ["long outputs", "short messages", "an emoji", "tiny containers"])
+def test_what_the_bodies_hold_is_within_what_they_count(shape: str) -> None:
     """The memory freed when the bodies kept are dropped (tracemalloc) is at most what RecentBodies counts held,
-    for long tool outputs and for short messages (where each message's objects outweigh its text)."""
+    for long tool outputs, short messages (each message's objects outweigh its text), a text Python keeps at 4
+    bytes a character (one emoji) and a message of many tiny containers (its value ~20x its text, not kept)."""
     import gc
     import tracemalloc
 
@@ -291,10 +292,14 @@ def test_what_the_bodies_hold_is_within_what_they_count(repeat: int) -> None:
                  for number in range(3)]
     tracemalloc.start()
     try:
-        for turn in range(60):
+        for turn in range(40):
             for history in histories:
                 history += turn_messages(rng, turn)
-                history[-1]["content"] = (history[-1]["content"] * repeat)[:8000]
+                text = history[-1]["content"]
+                history[-1]["content"] = {"long outputs": (text * 40)[:8000], "short messages": text[:5],
+                                          "an emoji": "\U0001F600" + "log line\n" * 500, "tiny containers": text}[shape]
+                if shape == "tiny containers":
+                    history[-1]["pad"] = [{}] * 3000
                 parse_request(decode_body(written(history, 1), known), None, known)
         gc.collect()
         holding = tracemalloc.get_traced_memory()[0]
@@ -305,3 +310,28 @@ def test_what_the_bodies_hold_is_within_what_they_count(repeat: int) -> None:
     finally:
         tracemalloc.stop()
     assert 0 < freed <= held, (freed, held)
+
+
+def test_a_history_grown_past_what_is_kept_is_decoded_as_without_them() -> None:
+    """Once a history's body is too large to keep (a quarter of the budget), the body it continued is forgotten
+    too: its later bodies are decoded whole (as without RecentBodies), never from a stale earlier point."""
+    budget = 400_000
+    known = KnownMessages()
+    known.bodies = RecentBodies(budget)
+    rng = random.Random(5)
+    history = [{"role": "user", "content": "task"}]
+    passed = 0
+    for turn in range(80):
+        history += turn_messages(rng, turn)
+        history[-1]["content"] = "x" * 1500
+        raw = written(history, 0)
+        continued = known.bodies.continued
+        assert outcome(lambda text: decode_body(text, known), raw) == outcome(decode_whole, raw)
+        if proxy_app._weight(len(raw), len(history)) > budget // 4:
+            passed += 1
+            assert known.bodies.held == 0 and not known.bodies._keyed, turn  # nothing stale kept
+            if passed > 1:
+                assert known.bodies.continued == continued, turn  # decoded whole
+        elif len(raw) > proxy_app.BODY_KEY_BYTES:  # (a body no longer than its key is not kept: no other has it)
+            assert known.bodies.held > 0
+    assert passed > 10 and known.bodies.continued > 10
