@@ -277,11 +277,13 @@ def test_the_bodies_kept_stay_within_their_budget() -> None:
     assert known.bodies.continued > 100 and forgotten > 100  # continued, while the budget forgot some
 
 
-@pytest.mark.parametrize("shape", ["long outputs", "short messages", "an emoji", "tiny containers"])
+@pytest.mark.parametrize("shape", ["long outputs", "short messages", "an emoji", "tiny containers",
+                                   "a large member after the messages"])
 def test_what_the_bodies_hold_is_within_what_they_count(shape: str) -> None:
     """The memory freed when the bodies kept are dropped (tracemalloc) is at most what RecentBodies counts held,
     for long tool outputs, short messages (each message's objects outweigh its text), a text Python keeps at 4
-    bytes a character (one emoji) and a message of many tiny containers (its value ~20x its text, not kept)."""
+    bytes a character (one emoji), a message of many tiny containers (its value ~20x its text, not kept), and a
+    large member after the messages (in every body's rest: no rest is kept)."""
     import gc
     import tracemalloc
 
@@ -296,11 +298,12 @@ def test_what_the_bodies_hold_is_within_what_they_count(shape: str) -> None:
             for history in histories:
                 history += turn_messages(rng, turn)
                 text = history[-1]["content"]
-                history[-1]["content"] = {"long outputs": (text * 40)[:8000], "short messages": text[:5],
-                                          "an emoji": "\U0001F600" + "log line\n" * 500, "tiny containers": text}[shape]
+                history[-1]["content"] = {"long outputs": (text * 40)[:8000], "an emoji": "\U0001F600" + "log\n" * 900,
+                                          }.get(shape, text[:5] if shape == "short messages" else text)
                 if shape == "tiny containers":
                     history[-1]["pad"] = [{}] * 3000
-                parse_request(decode_body(written(history, 1), known), None, known)
+                extra = {"user": "u" * 6000} if shape.startswith("a large member") else None
+                parse_request(decode_body(written(history, 1, extra), known), None, known)
         gc.collect()
         holding = tracemalloc.get_traced_memory()[0]
         held = known.bodies.held
