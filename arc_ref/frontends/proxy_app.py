@@ -74,10 +74,8 @@ def decode_body(raw: bytes, known: KnownMessages | None = None) -> dict[str, Any
     return split[0] if split is not None else decode_whole(raw)
 
 
-def _split_body(raw: bytes, known: KnownMessages | None, copied: bool = False
-                ) -> tuple[dict[str, Any], msgspec.Raw | None] | None:
-    """The body split and read (None when the split does not pass it), and the text of its ``messages``; each
-    message's text its own bytes when ``copied`` (kept without the body)."""
+def _split_body(raw: bytes, known: KnownMessages | None) -> tuple[dict[str, Any], msgspec.Raw | None] | None:
+    """The body split and read (None when the split does not pass it), and the text of its ``messages``."""
     try:
         members = _SPLIT_BODY.decode(raw)
     except (msgspec.MsgspecError, ValueError, RecursionError):
@@ -90,7 +88,7 @@ def _split_body(raw: bytes, known: KnownMessages | None, copied: bool = False
         items = _SPLIT_LIST.decode(text)
     except (msgspec.MsgspecError, ValueError, RecursionError):
         return None  # not an array: decoded whole, refused by parse_request
-    messages = _raw_messages(items, known, copied)
+    messages = _raw_messages(items, known, False)
     if messages is None:
         return None
     body = _read_members(members, BodyMessages(messages))
@@ -155,8 +153,9 @@ class _Decoded:
 
     @property
     def weight(self) -> int:
-        """The memory it holds, over-estimated: its bytes, as much again for its head's and its messages' texts
-        (each a part of its bytes), per message its objects, and a body's own."""
+        """The memory it holds, over-estimated: its bytes, as much again for the texts its head and messages lie in
+        (its bytes, or those of the body decoded whole its first messages came from, or each its own), per message
+        its objects, and a body's own."""
         return _weight(len(self.raw), len(self.messages))
 
     def shared_with(self, raw: bytes, partial: bool) -> int:
@@ -217,17 +216,18 @@ class RecentBodies:
                 earlier, shared = candidate, count
             if count == len(candidate.ends):
                 break
-        if earlier is not None:
+        if earlier is not None and 2 * earlier.ends[shared - 1] >= len(raw):
+            # (a rest over half the body, read three times, would cost more than the body read whole once)
             continued = _continued(raw, known, earlier, shared)
             if continued is not None:
                 self.continued += 1
                 self._keep(key, continued[1], earlier if shared == len(earlier.ends) else None)
                 return continued[0]
-        split = _split_body(raw, known, copied=True)
+        split = _split_body(raw, known)  # its messages' texts are parts of its bytes, kept with them
         if split is None:
             return decode_whole(raw)
         body, text = split
-        if text is not None:
+        if text is not None and _weight(len(raw), len(body["messages"])) <= self.budget // 4:
             decoded = _decoded_whole(raw, text, body["messages"])
             if decoded is not None:
                 self._keep(key, decoded, None)

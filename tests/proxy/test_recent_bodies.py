@@ -338,3 +338,43 @@ def test_a_history_grown_past_what_is_kept_is_decoded_as_without_them() -> None:
         elif len(raw) > proxy_app.BODY_KEY_BYTES:  # (a body no longer than its key is not kept: no other has it)
             assert known.bodies.held > 0
     assert passed > 10 and known.bodies.continued > 10
+
+
+@pytest.mark.parametrize("case", ["an early message edited", "another conversation of the same first message"])
+def test_a_body_sharing_little_with_those_kept_is_read_once(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A body that shares less than half its bytes with every body kept (an early edit of its history; its own
+    history forgotten while another conversation with its first message is kept) is decoded whole, as without
+    them: msgspec reads it about twice (the body, then its messages' array), never its rest three times."""
+    decoded = [0]
+
+    class Counted:
+        def __init__(self, decoder: Any) -> None:
+            self.decoder = decoder
+
+        def decode(self, text: Any) -> Any:
+            decoded[0] += len(text)
+            return self.decoder.decode(text)
+
+    monkeypatch.setattr(proxy_app, "_SPLIT_BODY", Counted(proxy_app._SPLIT_BODY))
+    monkeypatch.setattr(proxy_app, "_SPLIT_LIST", Counted(proxy_app._SPLIT_LIST))
+    rng = random.Random(9)
+    known = KnownMessages()
+    known.bodies = RecentBodies(key_bytes=64)
+    system = {"role": "system", "content": "rules " * 200}
+    mine = [system, {"role": "user", "content": "my task"}]
+    other = [system, {"role": "user", "content": "another task"}]
+    for turn in range(30):
+        mine += turn_messages(rng, turn)
+        other += turn_messages(rng, turn)
+    decode_body(written(mine, 0), known)
+    decode_body(written(other, 0), known)
+    if case == "an early message edited":
+        body = [*mine[:3], {**mine[3], "content": "edited"}, *mine[4:]]
+    else:
+        known.bodies = RecentBodies(key_bytes=64)  # its own history forgotten, the other's kept
+        decode_body(written(other, 0), known)
+        body = mine + turn_messages(rng, 31)
+    raw = written(body, 0)
+    before = decoded[0]
+    assert outcome(lambda text: decode_body(text, known), raw) == outcome(decode_whole, raw)
+    assert decoded[0] - before <= 2 * len(raw), (decoded[0] - before, len(raw))
