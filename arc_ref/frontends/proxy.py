@@ -312,15 +312,18 @@ class ChainPrefix:
 class BodyMessages(list[Any]):
     """A body's messages (`RawMessage`s) whose first ``shared`` are the very bytes of an earlier body's, which
     `parse_request` read as ``earlier``: it continues that chain from there (same root) instead of walking those
-    messages again. ``parsed`` is what it derived from this body's (for a later body)."""
+    messages again. ``parsed`` is what it derived from this body's (for a later body); ``values`` the values the
+    decoding read (by index), handed to this body's request once (`_Messages` takes them)."""
 
-    __slots__ = ("earlier", "shared", "parsed")
+    __slots__ = ("earlier", "shared", "parsed", "values")
 
-    def __init__(self, items: Sequence[Any] = (), earlier: ChainPrefix | None = None, shared: int = 0) -> None:
+    def __init__(self, items: Sequence[Any] = (), earlier: ChainPrefix | None = None, shared: int = 0,
+                 values: dict[int, Any] | None = None) -> None:
         super().__init__(items)
         self.earlier = earlier
         self.shared = shared
         self.parsed: ChainPrefix | None = None
+        self.values = values if values is not None else {}
 
 
 class KnownMessages:
@@ -884,13 +887,18 @@ class _Messages:
         self.items = items
         self.known = known
         self.read: dict[int, AgentMessage] = {}
+        self.values: dict[int, Any] = {}
+        if isinstance(items, BodyMessages):  # the values its decoding read: this request's only (not kept)
+            self.values, items.values = items.values, {}
 
     def message(self, index: int) -> AgentMessage:
         found = self.read.get(index)
         if found is None:
             item = self.items[index]
             raw = item if isinstance(item, RawMessage) else None
-            found = self.read[index] = agent_message(raw.read() if raw is not None else item, index + 1)
+            value = self.values.pop(index, UNREADABLE) if raw is not None else item
+            found = self.read[index] = agent_message(raw.read() if value is UNREADABLE and raw is not None
+                                                     else value, index + 1)
             if self.known is not None:
                 self.known.read += 1
                 if raw is not None:
@@ -951,6 +959,10 @@ def parse_request(body: Mapping[str, Any], explicit: str | None, known: KnownMes
     except Refused:
         _refusal(body)
         raise
+    finally:  # the values its decoding read are this request's (taken by its `_Messages`), never kept with it
+        items = body.get("messages")
+        if isinstance(items, BodyMessages):
+            items.values = {}
 
 
 def _parse(body: Mapping[str, Any], explicit: str | None, known: KnownMessages | None

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
+import operator
 import sys
 import threading
 from typing import Any, AsyncIterator, Callable, Mapping, Sequence
@@ -88,22 +90,25 @@ def _split_body(raw: bytes, known: KnownMessages | None) -> tuple[dict[str, Any]
         items = _SPLIT_LIST.decode(text)
     except (msgspec.MsgspecError, ValueError, RecursionError):
         return None  # not an array: decoded whole, refused by parse_request
-    messages = _raw_messages(items, known, False)
+    values: dict[int, Any] = {}
+    messages = _raw_messages(items, known, False, values, 0)
     if messages is None:
         return None
-    body = _read_members(members, BodyMessages(messages))
+    body = _read_members(members, BodyMessages(messages, values=values))
     return None if body is None else (body, text)
 
 
-def _raw_messages(items: Sequence[msgspec.Raw], known: KnownMessages | None, copied: bool
-                  ) -> list[RawMessage] | None:
-    """Each message text (its own bytes when ``copied``) with its digest, read (to be sure it reads) unless
-    ``known`` holds its digest; None when one is unreadable."""
+def _raw_messages(items: Sequence[msgspec.Raw], known: KnownMessages | None, copied: bool,
+                  values: dict[int, Any], first: int) -> list[RawMessage] | None:
+    """Each message text (its own bytes when ``copied``) with its digest, read unless ``known`` holds its digest
+    (its value in ``values``, by its index counted from ``first``); None when one is unreadable."""
     messages = []
-    for item in items:
+    for number, item in enumerate(items, start=first):
         message = RawMessage(bytes(item) if copied else item, hashlib.sha256(item).digest())
-        if (known is None or message.digest not in known.roles) and read_json_value(item, 2) is UNREADABLE:
-            return None
+        if known is None or message.digest not in known.roles:
+            value = values[number] = read_json_value(item, 2)
+            if value is UNREADABLE:
+                return None
         messages.append(message)
     return messages
 
@@ -270,6 +275,13 @@ def _skip_space(text: bytes, at: int) -> int:
 def _item_ends(text: bytes, at: int, items: Sequence[msgspec.Raw], separated: bool) -> list[int] | None:
     """Where each of ``items`` ends in ``text``, read from ``at`` on (separated from what is before by a comma when
     ``separated``), one after another as a JSON array holds them; None when they do not lie there so."""
+    if items:  # as json.dumps writes them, compact or not: proved by one compare of them all
+        for separator in (b",", b", "):
+            first = at + len(separator) if separated else at
+            if (not separated or text.startswith(separator, at)) and text.startswith(separator.join(items), first):
+                step = len(separator)
+                return list(map(operator.add, itertools.accumulate(map(len, items)),
+                                range(first, first + step * len(items), step)))
     ends: list[int] = []
     for item in items:
         at = _skip_space(text, at)
@@ -338,10 +350,11 @@ def _continued(raw: bytes, known: KnownMessages, earlier: _Decoded, shared: int
     if not items or bytes(items[0]) != b"null":
         return None
     ends = _item_ends(opened, len(_OPENED[0]), items[1:], True)
-    new = _raw_messages(items[1:], known, True)
+    values: dict[int, Any] = {}
+    new = _raw_messages(items[1:], known, True, values, shared)
     if ends is None or new is None:
         return None
-    messages = BodyMessages(earlier.messages[:shared] + new, earlier.messages.parsed, shared)
+    messages = BodyMessages(earlier.messages[:shared] + new, earlier.messages.parsed, shared, values)
     whole = dict(earlier.head)
     whole.update(members)
     body = _read_members(whole, messages)
