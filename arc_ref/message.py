@@ -17,9 +17,10 @@ from typing import Any, Sequence
 from attrs import field, frozen
 
 
-@frozen
+@frozen(cache_hash=True)
 class Context:
-    """Where a message sits in a view: the role before it, the role after it (None: last), a user message later."""
+    """Where a message sits in a view: the role before it, the role after it (None: last), a user message later
+    (its hash kept: contexts key every message's costs)."""
 
     before: str | None
     after: str | None

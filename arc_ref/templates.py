@@ -551,12 +551,14 @@ def _strings(value: Any) -> Iterable[str]:
 ACTION_MODES = ("text", "tools")
 
 
+@functools.lru_cache(maxsize=16)
 def possible_contexts(role: str, action_mode: str) -> tuple[Context, ...]:
     """Every context a message of ``role`` after the prefix F can have in a view (spec/rendering.md section 3.1).
 
     Text mode: S, G, U and H hold user and assistant messages in any order. Tool mode: S, G, U are user
     messages before H; H holds assistant turns, each followed by the tool results answering its calls, and
-    user messages after the goal (a unit of their own, never between a call and its result).
+    user messages after the goal (a unit of their own, never between a call and its result). Built once per role
+    and mode (each message's costs look them up).
     """
     afters: tuple[str | None, ...]
     if action_mode == "text":
