@@ -208,7 +208,7 @@ def test_encodes_per_event_stay_under_the_stated_bound_in_text_mode(monkeypatch:
 # the fitted one, as the proxy makes them for a new conversation), Qwen3, tool mode, measured after issue 28's
 # fourth round: 65 renders (the format 15: its prefix, 4 goal contexts less the 3 that the filler probes render
 # again, 14 filler probes; B's frames and floors 44, then the fitted page frame 6) and 1 encode (the goal's text;
-# the widest stub and the recall wrapper are counted once per tokenizer). Before: 69 renders and 5 encodes.
+# the widest stub and the recall wrapper are counted once per tokenizer). Before: 69 renders and 4-5 encodes.
 NEW_TASK_RENDERS = 65
 NEW_TASK_ENCODES = 1
 
