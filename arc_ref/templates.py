@@ -78,6 +78,7 @@ from arc_ref.chat import parse_template_kwargs
 from arc_ref.counting import EDGE_WINDOW, SPLIT_FROM, Part, joined_tokens
 from arc_ref.errors import BudgetViolation, ConfigError
 from arc_ref.message import Context, ToolCall, ToolSpec, openai_message
+from arc_ref.message import context as shared_context
 from arc_ref.openai_wire import ShapeError, content_parts
 from arc_ref.tokenizers import HuggingFaceTokenizer, read_regular_file
 
@@ -574,18 +575,18 @@ def possible_contexts(role: str, action_mode: str) -> tuple[Context, ...]:
     for before in befores:
         for after in afters:
             if after == "user":
-                contexts.append(Context(before, after, True))
+                contexts.append(shared_context(before, after, True))
             elif after is None:
-                contexts.append(Context(before, after, False))
+                contexts.append(shared_context(before, after, False))
             else:
-                contexts.extend((Context(before, after, False), Context(before, after, True)))
+                contexts.extend((shared_context(before, after, False), shared_context(before, after, True)))
     return tuple(contexts)
 
 
 def goal_contexts(action_mode: str) -> tuple[Context, ...]:
     """Contexts of the goal (the second message, after the system prompt)."""
-    return (Context("system", "user", True), Context("system", "assistant", False), Context("system", None, False),
-            Context("system", "assistant", True))
+    return (shared_context("system", "user", True), shared_context("system", "assistant", False),
+            shared_context("system", None, False), shared_context("system", "assistant", True))
 
 
 def _filler(role: str) -> dict[str, Any]:
