@@ -193,6 +193,7 @@ class DurableStore:
         self.closed = False
         self._watched_seq = 0  # the acknowledged row whose chained checksum the fold notes
         self._watched_checksum: str | None = None
+        self._unreadable_snapshot: sqlite3.DatabaseError | None = None  # SQLite's damage met reading the snapshot
 
     # --- opening ------------------------------------------------------------------------------
 
@@ -288,6 +289,12 @@ class DurableStore:
             if resume is None or not store._catch_up(resume, acknowledged):
                 store._load(use_snapshot, acknowledged)
             checked = True
+            if not readonly and store._unreadable_snapshot is not None:
+                raise StoreCorrupt(
+                    f"{str(target)!r}: no acknowledged event is missing (rows up to"
+                    f" {store.seq if acknowledged is None else acknowledged.seq} are there), but SQLite cannot read"
+                    f" its snapshot ({store._unreadable_snapshot}): the store is damaged and is not written again;"
+                    " readers (arc-ref inspect / export) read every acknowledged event")
             if not readonly:
                 connection.close()
                 store._connection = connect(target, readonly=False)
@@ -308,19 +315,18 @@ class DurableStore:
     @classmethod
     def _open_without_wal(cls, target: Path, readonly: bool, use_snapshot: bool, acknowledged: Acknowledged,
                           wal_problem: sqlite3.DatabaseError) -> "DurableStore":
-        """SQLite cannot read the store through its WAL (damaged after a crash): the database file alone decides.
-        It lacks acknowledged rows: refused with their count (A2 across crashes). It holds them all: a reader
-        gets exactly them (read without the WAL); a writer is refused, since SQLite would write through the
-        damaged WAL (spec/store.md)."""
+        """SQLite cannot read the store through its WAL (damaged after a crash). When the database file alone holds
+        every acknowledged row, it decides: a reader gets exactly them (read without the WAL); a writer is refused,
+        since SQLite would write through the damaged WAL (spec/store.md). Otherwise what export reads decides
+        (`_open_as_exported`)."""
         real = target.resolve()
         rows, at_acknowledged = 0, None
         for seq, _, checksum in rows_without_wal(real, target):
             rows = seq
             if seq == acknowledged.seq:
                 at_acknowledged = checksum
-        missing = acknowledgement_problem(target, real, acknowledged, None, rows, at_acknowledged, wal_problem)
-        if missing is not None:
-            raise StoreCorrupt(missing)
+        if acknowledgement_problem(target, real, acknowledged, None, rows, at_acknowledged, wal_problem) is not None:
+            return cls._open_as_exported(target, readonly, acknowledged, wal_problem)
         wal = f"{str(real) + '-wal'!r}"
         if not readonly and has_wal(real):
             raise StoreCorrupt(
@@ -349,6 +355,38 @@ class DurableStore:
         store.report = OpenReport(store.report.events, store.report.snapshot_seq, store.report.folded,
                                   store.report.seconds, store.report.snapshot_note
                                   + f"; read without its write-ahead log, which cannot be read ({wal_problem})")
+        return store
+
+    @classmethod
+    def _open_as_exported(cls, target: Path, readonly: bool, acknowledged: Acknowledged,
+                          wal_problem: sqlite3.DatabaseError) -> "DurableStore":
+        """SQLite cannot read the store through its WAL and the database file alone lacks acknowledged rows: the rows
+        `read_rows` (export) reads decide, those through the WAL up to where SQLite fails, then the file's own after
+        them, so that the open and export give the same figures. Acknowledged rows missing there: refused as export
+        is, with their count (A2 across crashes). None missing (SQLite failed where export does not read): a writer
+        is refused; a reader folds every row through the WAL, its snapshot not used."""
+        exported = 0
+        for row in read_rows(target):  # raises export's refusal, with its count, when acknowledged rows are missing
+            exported = row.seq
+        there = f"{str(target)!r}: no acknowledged event is missing (rows up to {acknowledged.seq} are there)"
+        if not readonly:
+            raise StoreCorrupt(f"{there}, but SQLite cannot read the store whole through its write-ahead log"
+                               f" ({wal_problem}) and it is not written again; readers (arc-ref inspect / export) read"
+                               " every acknowledged event (keep the write-ahead log: the database file alone lacks"
+                               " them)")
+        store = cls(target, connect(target, readonly=True), None)
+        try:
+            store._load(False, acknowledged)
+        except sqlite3.DatabaseError as problem:
+            store._abandon()
+            raise StoreCorrupt(f"{there}, but SQLite cannot read the store whole ({problem}); arc-ref export writes"
+                               f" the {exported} rows that are there") from None
+        except BaseException:
+            store._abandon()
+            raise
+        store.report = OpenReport(store.report.events, 0, store.report.folded, store.report.seconds,
+                                  f"snapshot not used: SQLite cannot read the store whole through its write-ahead log"
+                                  f" ({wal_problem})")
         return store
 
     def _abandon(self) -> None:
@@ -383,22 +421,22 @@ class DurableStore:
         self._watched_seq = 0 if acknowledged is None else acknowledged.seq
         connection.execute("BEGIN")  # one read transaction: a consistent view of the log (SQLite's errors: open)
         try:
-            candidate, damaged = self._snapshot_candidate() if use_snapshot else (None, False)
+            candidate, ignored = self._snapshot_candidate() if use_snapshot else (None, None)
             last = connection.execute("SELECT max(seq) FROM events").fetchone()[0] or 0
             past_the_end = candidate is not None and candidate.seq > last
             state, folded, note = self._fold_rows(None if past_the_end else candidate)
             if past_the_end:
                 assert candidate is not None
                 note = f"snapshot ignored: it is of row {candidate.seq}, past the last row {last}"
-            if damaged:
-                note = "snapshot ignored: its row is damaged (not the types and ASCII text it is written with)"
+            if ignored is not None:
+                note = f"snapshot ignored: {ignored}"
             if state is None:  # the snapshot was refused after its rows were passed: fold them all
                 state, folded, _ = self._fold_rows(None)
                 # the note of the first pass says why
             clean_seq = read_clean_seq(connection)
         finally:
-            if connection.in_transaction:
-                connection.execute("COMMIT")
+            if connection.in_transaction:  # (a read: after damage in the snapshot COMMIT reports it again)
+                connection.execute("COMMIT" if self._unreadable_snapshot is None else "ROLLBACK")
         missing = acknowledgement_problem(self.path, self._real, acknowledged, clean_seq, self.seq,
                                            self._watched_checksum)
         if missing is not None:
@@ -450,20 +488,34 @@ class DurableStore:
         """What to keep of this store to reopen it later at the cost of what is appended meanwhile."""
         return Resume(self.state, self.seq, self.checksum, self._config_line)
 
-    def _snapshot_candidate(self) -> tuple[_SnapshotRow | None, bool]:
-        """The latest snapshot's row (None: no snapshot), and whether it was ignored as damaged (wrong types,
-        non-ASCII text): a snapshot is a cache, so a damaged one means folding the events (issue 18.8)."""
-        row = self._connection.execute(
-            "SELECT seq, key, chain, digest FROM snapshots ORDER BY seq DESC LIMIT 1").fetchone()
+    def _snapshot_candidate(self) -> tuple[_SnapshotRow | None, str | None]:
+        """The latest snapshot's row (None: no snapshot), and why it was ignored as damaged (wrong types,
+        non-ASCII text, pages SQLite cannot read): a snapshot is a cache, so a damaged one means folding the events
+        (issue 18.8)."""
+        damaged = "its row is damaged (not the types and ASCII text it is written with)"
+        try:
+            row = self._connection.execute(
+                "SELECT seq, key, chain, digest FROM snapshots ORDER BY seq DESC LIMIT 1").fetchone()
+        except sqlite3.DatabaseError as problem:
+            return None, self._snapshot_unreadable(problem)
         if row is None:
-            return None, False
+            return None, None
         if not isinstance(row[0], int) or not all(isinstance(value, bytes) for value in row[1:]):
-            return None, True
+            return None, damaged
         try:
             key, chain_value, digest = (value.decode("ascii") for value in row[1:])
         except UnicodeDecodeError:
-            return None, True
-        return _SnapshotRow(row[0], key, chain_value, digest), False
+            return None, damaged
+        return _SnapshotRow(row[0], key, chain_value, digest), None
+
+    def _snapshot_unreadable(self, problem: sqlite3.DatabaseError) -> str:
+        """SQLite reports damage in the snapshot's pages (e.g. half new after a checkpoint cut by a kill, its WAL
+        frames then damaged): it is ignored and the events are folded, as export reads them; a writer is then
+        refused (`open`). Any other error is raised."""
+        if not is_damage(problem):
+            raise problem
+        self._unreadable_snapshot = problem
+        return f"SQLite cannot read it ({problem})"
 
     def _fold_rows(self, candidate: _SnapshotRow | None) -> tuple[ArcState | None, int, str]:
         """One pass over the rows: check each, fold those after the snapshot (if one is usable)."""
@@ -510,12 +562,15 @@ class DurableStore:
         seq, digest = candidate.seq, candidate.digest
         if candidate.chain != checksum:
             raise snapshot.SnapshotRefused(f"it is of other events than rows 1-{seq}")
-        parts = self._connection.execute("SELECT part, data FROM snapshots WHERE seq = ? ORDER BY part", (seq,))
         chunks: list[bytes] = []
-        for number, (part, data) in enumerate(parts):
-            if part != number:
-                raise snapshot.SnapshotRefused(f"part {number} is missing")
-            chunks.append(bytes(data))
+        try:
+            parts = self._connection.execute("SELECT part, data FROM snapshots WHERE seq = ? ORDER BY part", (seq,))
+            for number, (part, data) in enumerate(parts):
+                if part != number:
+                    raise snapshot.SnapshotRefused(f"part {number} is missing")
+                chunks.append(bytes(data))
+        except sqlite3.DatabaseError as problem:
+            raise snapshot.SnapshotRefused(self._snapshot_unreadable(problem)) from None
         data = b"".join(chunks)
         if hashlib.sha256(data).hexdigest() != digest:
             raise snapshot.SnapshotRefused("its bytes fail their checksum")

@@ -33,14 +33,18 @@ from arc_ref.persist import DurableStore
 store = DurableStore.create(sys.argv[1], preset("minimal", capacity=100))
 for number in range(int(sys.argv[2])):
     store.append(Observe(f"cat f{number}", f"row {number} " * 5))
+    if number + 1 == int(sys.argv[3]):
+        store.write_snapshot()
 os.write(1, f"{store.seq}\\n".encode())
 os.kill(os.getpid(), 9)  # acknowledged, then killed: the rows are in STORE-wal until a checkpoint
 """
 
 
-def killed_writer(path: Path, appends: int = APPENDED) -> int:
-    """A writer that appends ``appends`` events, acknowledged, and is killed with SIGKILL; its last row."""
-    done = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(path), str(appends)], capture_output=True)
+def killed_writer(path: Path, appends: int = APPENDED, snapshot_at: int = 0) -> int:
+    """A writer that appends ``appends`` events, acknowledged (with a snapshot after the ``snapshot_at``-th), and
+    is killed with SIGKILL; its last row."""
+    done = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(path), str(appends), str(snapshot_at)],
+                          capture_output=True)
     assert done.returncode == -signal.SIGKILL, done.stderr
     assert Path(str(path) + "-wal").stat().st_size > 0  # the rows are in the WAL, not yet in the database file
     return int(done.stdout)
@@ -228,6 +232,11 @@ SCHEMA_BTREE_HEADER = (100, 108)  # sqlite_schema's b-tree page header: "databas
 def damage_page_one_with_valid_checksums(log: Path, zeroed: tuple[int, int] = SCHEMA_BTREE_HEADER) -> None:
     """Zero bytes ``zeroed`` of the newest copy of page 1 in the WAL and re-sign every frame from there on, as
     a bad disk or a buggy copier may leave it: SQLite accepts the frames and cannot read the database."""
+    damage_page_with_valid_checksums(log, 1, zeroed)
+
+
+def damage_page_with_valid_checksums(log: Path, page: int, zeroed: tuple[int, int]) -> None:
+    """Zero bytes ``zeroed`` of the newest copy of ``page`` in the WAL and re-sign every frame from there on."""
     data = bytearray(log.read_bytes())
     big_endian = bool(int.from_bytes(data[0:4], "big") & 1)
     page_size = int.from_bytes(data[8:12], "big")
@@ -235,9 +244,9 @@ def damage_page_one_with_valid_checksums(log: Path, zeroed: tuple[int, int] = SC
     frame_bytes = 24 + page_size
     frames = [32 + number * frame_bytes for number in range((len(data) - 32) // frame_bytes)]
     frames = [start for start in frames if bytes(data[start + 8:start + 16]) == salts]
-    page_one = [start for start in frames if int.from_bytes(data[start:start + 4], "big") == 1]
-    assert page_one, "page 1 is not in the WAL"
-    target = page_one[-1]
+    copies = [start for start in frames if int.from_bytes(data[start:start + 4], "big") == page]
+    assert copies, f"page {page} is not in the WAL"
+    target = copies[-1]
     data[target + 24 + zeroed[0]:target + 24 + zeroed[1]] = bytes(zeroed[1] - zeroed[0])
     s0, s1 = int.from_bytes(data[24:28], "big"), int.from_bytes(data[28:32], "big")
     for start in frames:
