@@ -720,7 +720,8 @@ class _AddedTokens:
         self.tokens = tuple(tokens)
 
     def cut_safe(self, left: str, right: str) -> bool:
-        """``left`` ends with an added token or ``right`` starts with one (checked on every probe's cuts)."""
+        """``left`` ends with an added token or ``right`` starts with one (checked on every probe's cuts; the same
+        test is written out in `TemplateFormat._check_pieces`' loop)."""
         return left.endswith(self.tokens) or right.startswith(self.tokens)
 
     def matches(self, text: str) -> Iterator[re.Match[str]]:
@@ -1069,7 +1070,9 @@ class TemplateFormat:
         shown = [self.head] + [piece for piece in pieces if piece] + [self.tail]
         tokens = self._added.tokens
         for left, right in zip(shown, shown[1:]):
-            if not (left.endswith(tokens) or right.startswith(tokens)):  # `_AddedTokens.cut_safe`, inline
+            # `_AddedTokens.cut_safe`, written out: two Python calls fewer per cut (~1,400 cuts a new conversation
+            # of the proxy); `_check_boundary` refuses with the same test
+            if not (left.endswith(tokens) or right.startswith(tokens)):
                 self._check_boundary(left, right, "two messages")
 
     def _cached(self, key: tuple[Any, ...]) -> tuple[tuple[Context, int], ...] | None:
