@@ -28,7 +28,9 @@ from arc_ref.machine import (
     AgentTurn, ArcState, Compact, Event, Observe, RequestView, ToolResult, ToolTurn, UserMessage, init, step,
 )
 from arc_ref.message import ToolCall
-from arc_ref.templates import ChatTemplate, TemplateFormat, _strings, load_template_source, template_format
+from arc_ref.templates import (
+    ChatTemplate, TemplateFormat, _strings, load_template_source, possible_contexts, template_format,
+)
 from arc_ref.text import ELLIPSIS
 from arc_ref.tokenizers import HuggingFaceTokenizer, TiktokenTokenizer, get_tokenizer
 from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
@@ -309,3 +311,13 @@ def test_setups_of_two_tokenizers_in_one_process_keep_their_own_counts_and_shown
         assert setup.stub_floor == tokenizer.count("\n" + stub), name
         assert setup.wrapper_cost == tokenizer.count("\n" + wrapper) + tokenizer.chunk_overrun, name
         assert setup.shown_form.control_strings == ShownForm(control_strings(setup.chat, tokenizer)).control_strings
+
+
+@pytest.mark.parametrize("modes", [("text", "tools"), ("tools", "text")])
+def test_the_contexts_of_each_role_and_mode_are_those_computed_apart(modes: tuple[str, str]) -> None:
+    """`possible_contexts` is built once per (role, mode) for the process: in either order of the modes, each is
+    the tuple the function computes afresh (a cache keyed by the role alone would hand tool mode text mode's)."""
+    possible_contexts.cache_clear()
+    for mode in modes:
+        for role in ("user", "assistant", "tool"):
+            assert possible_contexts(role, mode) == possible_contexts.__wrapped__(role, mode), (role, mode)
