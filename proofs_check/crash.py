@@ -217,14 +217,27 @@ def check_damaged(store_path: Path, acks: dict[int, tuple[str, str]], figures: C
     figures.recovered += 1
 
 
+def wait_for_acknowledged(acks_path: Path, events: int, child: subprocess.Popen[bytes],
+                          seconds: float = 300.0) -> None:
+    """Wait until the writer has acknowledged ``events`` events (RuntimeError after ``seconds`` or if it exits)."""
+    deadline = time.monotonic() + seconds
+    while len(read_acks(acks_path)) < events:
+        if child.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the writer acknowledged {len(read_acks(acks_path))} of {events} events"
+                               f" before the first kill ({'it exited' if child.poll() is not None else 'timed out'})")
+        time.sleep(0.01)
+
+
 def kill_loop(
     directory: Path, kills: int, seed: int = 7, max_delay: float = 0.4, fold_every: int = 1,
-    wal_damage: float = 0.0,
+    wal_damage: float = 0.0, first_kill_after: int = 0,
 ) -> CrashFigures:
     """Start the writer, SIGKILL it at a random moment, check, repeat ``kills`` times on one store.
 
     The full fold (O(rows)) is compared with the snapshot reopen after every ``fold_every``-th kill and after
-    the last; the acknowledged rows are checked after every kill."""
+    the last; the acknowledged rows are checked after every kill. ``first_kill_after``: the first kill comes
+    (at a random moment) only after that many events were acknowledged, whatever the machine's speed; with
+    SNAPSHOT_EVERY, every reopen starts from a snapshot (the first precedes the SNAPSHOT_EVERY-th event)."""
     rng = random.Random(seed)
     store_path, acks_path = directory / "crash.arc", directory / "acks.txt"
     figures = CrashFigures()
@@ -234,7 +247,7 @@ def kill_loop(
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )
         try:
-            if rng.random() < 0.1:  # now and then, while it starts, opens or replays
+            if rng.random() < 0.1 and not (kill == 0 and first_kill_after):  # now and then, while it starts
                 time.sleep(rng.uniform(0.0, 0.3))
             else:
                 assert child.stdout is not None
@@ -242,6 +255,8 @@ def kill_loop(
                 if ready != READY:
                     error = child.stderr.read().decode("utf-8", "replace") if child.stderr else ""
                     raise RuntimeError(f"the writer did not start: {error}")
+                if kill == 0:
+                    wait_for_acknowledged(acks_path, first_kill_after, child)
                 time.sleep(rng.uniform(0.0, max_delay))
         finally:
             child.send_signal(signal.SIGKILL)

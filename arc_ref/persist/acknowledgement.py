@@ -132,11 +132,12 @@ def _has_wal(real: Path) -> bool:
 
 def acknowledgement_problem(shown: Path, real: Path, acknowledged: Acknowledged | None, clean_seq: int | None,
                              rows: int, checksum_at_acknowledged: str | None,
-                             wal_problem: sqlite3.Error | None = None) -> str | None:
+                             wal_problem: sqlite3.Error | None = None, file_rows: int | None = None) -> str | None:
     """Why the rows read are not every acknowledged event (None when they are). A2 (a stored observation is
     never truncated or deleted during the task) holds across crashes only for a log that lost nothing it
     acknowledged, so a shorter log is refused, never served as the task (spec/store.md). ``wal_problem``:
-    SQLite could not read the store through its WAL, and ``rows`` are those readable without it."""
+    SQLite could not read the store through its WAL, and ``rows`` are those read through it up to there, or
+    those the database file alone holds (``file_rows``, when known) when it holds more."""
     wal = f"{str(real) + '-wal'!r}"
     keep = f"arc-ref export writes the {rows} rows that are there"
     if acknowledged is not None:
@@ -144,6 +145,9 @@ def acknowledgement_problem(shown: Path, real: Path, acknowledged: Acknowledged 
             missing = acknowledged.seq - rows
             if wal_problem is None:
                 why = "was deleted, truncated or damaged after a crash"
+            elif _has_wal(real) and file_rows is not None and file_rows < rows:  # rows read through the WAL
+                why = (f"cannot be read past row {rows} ({wal_problem}): it was damaged after a crash; keep it: the"
+                       f" database file without it holds only {file_rows} row{'s' if file_rows != 1 else ''}")
             elif _has_wal(real):
                 why = (f"cannot be read ({wal_problem}): it was damaged after a crash, and the database file without"
                        " it holds the rows up to there")

@@ -157,13 +157,16 @@ def read_rows(path: str | os.PathLike[str]) -> Iterator[StoredEvent]:
             return
     finally:
         connection.close()
+    file_rows = 0
     for seq, line, checksum in rows_without_wal(real, target):  # the rows before `rows` were yielded already
+        file_rows = seq
         if seq == acknowledged.seq:
             at_acknowledged = checksum
         if seq > rows:
             rows = seq
             yield StoredEvent(seq, line.decode("utf-8", "replace"), checksum)
-    missing = acknowledgement_problem(target, real, acknowledged, None, rows, at_acknowledged, wal_problem)
+    missing = acknowledgement_problem(target, real, acknowledged, None, rows, at_acknowledged, wal_problem,
+                                      file_rows)
     if missing is not None:
         raise StoreCorrupt(missing)
 
@@ -384,9 +387,10 @@ class DurableStore:
         except BaseException:
             store._abandon()
             raise
-        store.report = OpenReport(store.report.events, 0, store.report.folded, store.report.seconds,
-                                  f"snapshot not used: SQLite cannot read the store whole through its write-ahead log"
-                                  f" ({wal_problem})")
+        report = store.report
+        store.report = OpenReport(report.events, report.snapshot_seq, report.folded, report.seconds,
+                                  f"{report.snapshot_note}; read through its write-ahead log, which SQLite cannot read"
+                                  f" whole ({wal_problem})")
         return store
 
     def _abandon(self) -> None:
@@ -472,9 +476,11 @@ class DurableStore:
                     watched = checksum
             snapshot_row = connection.execute("SELECT max(seq) FROM snapshots").fetchone()
             clean_seq = read_clean_seq(connection)
+            if not clean_seq and not self.readonly:  # a writer after a crash: is the snapshot it replaces readable?
+                self._read_whole_snapshot()
         finally:
-            if connection.in_transaction:
-                connection.execute("COMMIT")
+            if connection.in_transaction:  # (a read: after damage in the snapshot COMMIT reports it again)
+                connection.execute("COMMIT" if self._unreadable_snapshot is None else "ROLLBACK")
         missing = acknowledgement_problem(self.path, self._real, acknowledged, clean_seq, seq, watched)
         if missing is not None:
             raise StoreCorrupt(missing)
@@ -507,6 +513,16 @@ class DurableStore:
         except UnicodeDecodeError:
             return None, damaged
         return _SnapshotRow(row[0], key, chain_value, digest), None
+
+    def _read_whole_snapshot(self) -> None:
+        """Read the snapshot rows whole, their pages included (O(snapshot), once): a writer that resumes after a
+        crash folds no snapshot, yet it would replace it; SQLite's damage there refuses it as it refuses a writer
+        that folds (`open`), instead of writing into a damaged file."""
+        try:
+            for _ in self._connection.execute("SELECT * FROM snapshots"):
+                pass
+        except sqlite3.DatabaseError as problem:
+            self._snapshot_unreadable(problem)
 
     def _snapshot_unreadable(self, problem: sqlite3.DatabaseError) -> str:
         """SQLite reports damage in the snapshot's pages (e.g. half new after a checkpoint cut by a kill, its WAL

@@ -5,9 +5,11 @@ frames is flipped.
 SQLite's recovery keeps the WAL up to the last commit before the damaged frame (every event row), while the
 database file already holds part of the new snapshot (the cut checkpoint copied its first pages). Through the
 WAL every row reads and checks; only the snapshot's pages are half new, half old ("database disk image is
-malformed" when, and only when, they are read); the database file alone holds no readable row. Before the fix
-`arc-ref export` (read_rows) read every acknowledged row, and the open, which reads the snapshot, fell back to
-the database file alone and refused: "N acknowledged events are missing ... the store ends at row 0".
+malformed" when, and only when, they are read). Before the fix `arc-ref export` (read_rows) read every
+acknowledged row, and the open, which reads the snapshot, fell back to the database file alone: with the cut at
+0.1 of the file it holds no readable row, and the open refused with the CI's wrong figures ("21 acknowledged
+events are missing ... the store ends at row 0"); at 0.5 and 0.9 it holds them all, and the open refused
+readers ("the database file cannot be read whole") where export reads every row.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 from arc_ref.config import preset
 from arc_ref.machine import Observe
 from arc_ref.persist import DurableStore, StoreCorrupt, fold_lines, read_rows
+from arc_ref.persist.store import Resume
 from tests.persist.test_store_acknowledged import damage_page_with_valid_checksums, killed_writer, wal
 
 CONFIG = preset("minimal", capacity=1_000_000, page_budget=400, stub_cap=120, summary_budget=400,
@@ -36,10 +39,11 @@ def _frames(log: bytes) -> tuple[int, list[int]]:
     return page_size, [start for start in starts if log[start + 8:start + 16] == log[16:24]]
 
 
-def killed_after_its_snapshot_commit_in_a_checkpoint(path: Path, split: float) -> int:
+def killed_after_its_snapshot_commit_in_a_checkpoint(path: Path, split: float) -> tuple[int, Resume]:
     """A writer that appended EVENTS events, committed a snapshot and was killed while the checkpoint after that
     commit had copied the pages below ``split`` of the database file (as SQLite copies them: in page order); then
-    a byte of the snapshot's first WAL frame flipped. Returns the last acknowledged row."""
+    a byte of the snapshot's first WAL frame flipped. Returns the last acknowledged row and the writer's resume
+    point (what the proxy keeps to reopen it)."""
     store = DurableStore.create(path, CONFIG)
     for number in range(EVENTS):
         store.append(Observe(f"cat f{number}", f"f{number} " * 3000, 0))
@@ -48,7 +52,7 @@ def killed_after_its_snapshot_commit_in_a_checkpoint(path: Path, split: float) -
     before = path.read_bytes()
     store._connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
     after, log = path.read_bytes(), wal.read_bytes()  # a checkpoint copies frames into the file; the WAL stays
-    last = store.seq
+    last, kept = store.seq, store.resume_point()
     store._abandon()  # killed (closing may checkpoint and remove the WAL: the files are written back below)
     page_size, frames = _frames(log)
     commits = [number for number, start in enumerate(frames) if int.from_bytes(log[start + 4:start + 8], "big")]
@@ -60,14 +64,14 @@ def killed_after_its_snapshot_commit_in_a_checkpoint(path: Path, split: float) -
     path.write_bytes(cut_file + bytes(max(0, len(after) - len(cut_file))))  # the file was grown before the copy
     wal.write_bytes(bytes(damaged))
     Path(str(path) + "-shm").unlink(missing_ok=True)
-    return last
+    return last, kept
 
 
 @pytest.mark.parametrize("split", [0.1, 0.5, 0.9])
 def test_a_damaged_snapshot_frame_after_a_cut_checkpoint_is_recovered_by_readers_as_export_reads_it(
         tmp_path: Path, split: float) -> None:
     path = tmp_path / "s.arc"
-    last = killed_after_its_snapshot_commit_in_a_checkpoint(path, split)
+    last, kept = killed_after_its_snapshot_commit_in_a_checkpoint(path, split)
     plain = sqlite3.connect(f"file:{path}?mode=ro", uri=True)  # what SQLite itself reads through the WAL
     assert plain.execute("SELECT count(*), max(seq) FROM events").fetchone() == (last, last)
     with pytest.raises(sqlite3.DatabaseError, match="malformed"):
@@ -82,10 +86,12 @@ def test_a_damaged_snapshot_frame_after_a_cut_checkpoint_is_recovered_by_readers
             reader.report.snapshot_note
         assert [row.line for row in reader.events()] == [row.line for row in exported]
     log = Path(str(path) + "-wal").read_bytes()
-    with pytest.raises(StoreCorrupt, match=rf"no acknowledged event is missing \(rows up to {last} are there\), but"
-                                           r" SQLite cannot read its snapshot \(database disk image is malformed\)"):
-        DurableStore.open(path)  # a writer would write into a file SQLite reads as damaged
-    assert Path(str(path) + "-wal").read_bytes() == log  # the refused writer changed nothing
+    for resume in (None, kept):  # a writer would write into a file SQLite reads as damaged, also one that resumes
+        with pytest.raises(StoreCorrupt, match=rf"no acknowledged event is missing \(rows up to {last} are there\),"
+                                               r" but SQLite cannot read its snapshot \(database disk image is"
+                                               r" malformed\)"):
+            DurableStore.open(path, resume=resume)
+    assert Path(str(path) + "-wal").read_bytes() == log  # the refused writers changed nothing
 
 
 # --- the open and export give the same figures wherever SQLite fails through the WAL --------------------------------
@@ -121,9 +127,11 @@ def test_an_events_page_sqlite_cannot_read_is_refused_by_the_open_with_exports_f
             exported.append(row.seq)
     there = int(_ROW.findall(str(export_refusal.value))[0])
     assert 1 < there == len(exported) < last and exported == list(range(1, there + 1))
+    assert f"cannot be read past row {there} (database disk image is malformed): it was damaged after a crash; keep" \
+        " it: the database file without it holds only 1 row " in str(export_refusal.value)  # not "holds the rows"
     for readonly in (True, False):
         with pytest.raises(StoreCorrupt, match=rf"{last - there} acknowledged events are missing: rows up to {last}"
-                                               rf" were acknowledged .* the store ends at row {there};"):
+                                               rf" were acknowledged .* the store ends at row {there}; .* keep it"):
             DurableStore.open(path, readonly=readonly)
 
 
@@ -162,7 +170,9 @@ def test_a_resumed_writer_meeting_damage_where_export_reads_every_row_is_refused
     assert [row.seq for row in exported] == list(range(1, last + 1))
     with DurableStore.open(path, readonly=True, resume=kept) as reader:
         assert reader.seq == last and reader.state == state and reader.checksum == exported[-1].checksum
-        assert reader.report.snapshot_note.startswith("snapshot not used: SQLite cannot read the store whole")
+        assert reader.report.snapshot_note.startswith("no snapshot; read through its write-ahead log, which SQLite"
+                                                      " cannot read whole")
+        assert reader.report.snapshot_seq == 0 and reader.report.folded == last - 1  # every event folded
     log = wal(path).read_bytes()
     with pytest.raises(StoreCorrupt, match=rf"no acknowledged event is missing \(rows up to {last} are there\), but"
                                            " SQLite cannot read the store whole through its write-ahead log"):
