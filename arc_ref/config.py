@@ -22,7 +22,8 @@ from arc_ref.errors import ConfigError
 from arc_ref.escape import ShownForm, control_strings
 from arc_ref.ids import IdScheme
 from arc_ref.json_limits import MAX_NESTING, nesting, value_nesting
-from arc_ref.message import Context, Message, ToolCall, ToolSpec
+from arc_ref.message import Message, ToolCall, ToolSpec
+from arc_ref.message import context as shared_context
 from arc_ref.openai_wire import TOOL_SHAPE, ShapeError, read_tool
 from arc_ref.text import ELLIPSIS, shown_signature
 from arc_ref.tokenizers import HF_DIR_PREFIX, HuggingFaceTokenizer, Tokenizer, get_tokenizer
@@ -463,7 +464,7 @@ def _check_range_and_text(config: Config) -> None:
             raise ConfigError(f"{name} is not valid Unicode text (lone surrogate at index {index})")
 
 
-SYSTEM_CONTEXT = Context(None, "user", True)  # the system prompt: first, the goal after it
+SYSTEM_CONTEXT = shared_context(None, "user", True)  # the system prompt: first, the goal after it
 TOOL_RESERVE_CALL_ID = "call_0"  # the call id the reserve of Setup is measured with (per call at run time)
 
 

@@ -11,19 +11,28 @@ template, `arc_ref.templates`), ``placed`` holds the exact cost in every context
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Sequence
 
 from attrs import field, frozen
 
 
-@frozen
+@frozen(cache_hash=True)
 class Context:
-    """Where a message sits in a view: the role before it, the role after it (None: last), a user message later."""
+    """Where a message sits in a view: the role before it, the role after it (None: last), a user message later
+    (its hash kept: contexts key every message's costs)."""
 
     before: str | None
     after: str | None
     user_after: bool
+
+
+@functools.lru_cache(maxsize=256)
+def context(before: str | None, after: str | None, user_after: bool) -> Context:
+    """The one Context of these fields that the core's messages and views share (an equal one may be built apart:
+    `Message.tokens_at` finds it by identity first, by equality otherwise)."""
+    return Context(before, after, user_after)
 
 
 @frozen
@@ -85,6 +94,9 @@ class Message:
         """The exact cost where the view places it; ``tokens`` when the cost does not depend on the place."""
         if not self.placed:
             return self.tokens
+        for candidate, cost in self.placed:  # the shared Context (`context`): no field compared
+            if candidate is context:
+                return cost
         for candidate, cost in self.placed:
             if candidate == context:
                 return cost

@@ -78,6 +78,7 @@ from arc_ref.chat import parse_template_kwargs
 from arc_ref.counting import EDGE_WINDOW, SPLIT_FROM, Part, joined_tokens
 from arc_ref.errors import BudgetViolation, ConfigError
 from arc_ref.message import Context, ToolCall, ToolSpec, openai_message
+from arc_ref.message import context as shared_context
 from arc_ref.openai_wire import ShapeError, content_parts
 from arc_ref.tokenizers import HuggingFaceTokenizer, read_regular_file
 
@@ -551,12 +552,14 @@ def _strings(value: Any) -> Iterable[str]:
 ACTION_MODES = ("text", "tools")
 
 
+@functools.lru_cache(maxsize=16)
 def possible_contexts(role: str, action_mode: str) -> tuple[Context, ...]:
     """Every context a message of ``role`` after the prefix F can have in a view (spec/rendering.md section 3.1).
 
     Text mode: S, G, U and H hold user and assistant messages in any order. Tool mode: S, G, U are user
     messages before H; H holds assistant turns, each followed by the tool results answering its calls, and
-    user messages after the goal (a unit of their own, never between a call and its result).
+    user messages after the goal (a unit of their own, never between a call and its result). Built once per role
+    and mode (each message's costs look them up).
     """
     afters: tuple[str | None, ...]
     if action_mode == "text":
@@ -572,18 +575,18 @@ def possible_contexts(role: str, action_mode: str) -> tuple[Context, ...]:
     for before in befores:
         for after in afters:
             if after == "user":
-                contexts.append(Context(before, after, True))
+                contexts.append(shared_context(before, after, True))
             elif after is None:
-                contexts.append(Context(before, after, False))
+                contexts.append(shared_context(before, after, False))
             else:
-                contexts.extend((Context(before, after, False), Context(before, after, True)))
+                contexts.extend((shared_context(before, after, False), shared_context(before, after, True)))
     return tuple(contexts)
 
 
 def goal_contexts(action_mode: str) -> tuple[Context, ...]:
     """Contexts of the goal (the second message, after the system prompt)."""
-    return (Context("system", "user", True), Context("system", "assistant", False), Context("system", None, False),
-            Context("system", "assistant", True))
+    return (shared_context("system", "user", True), shared_context("system", "assistant", False),
+            shared_context("system", None, False), shared_context("system", "assistant", True))
 
 
 def _filler(role: str) -> dict[str, Any]:
@@ -717,7 +720,8 @@ class _AddedTokens:
         self.tokens = tuple(tokens)
 
     def cut_safe(self, left: str, right: str) -> bool:
-        """``left`` ends with an added token or ``right`` starts with one (checked on every probe's cuts)."""
+        """``left`` ends with an added token or ``right`` starts with one (checked on every probe's cuts; the same
+        test is written out in `TemplateFormat._check_pieces`' loop)."""
         return left.endswith(self.tokens) or right.startswith(self.tokens)
 
     def matches(self, text: str) -> Iterator[re.Match[str]]:
@@ -1066,7 +1070,9 @@ class TemplateFormat:
         shown = [self.head] + [piece for piece in pieces if piece] + [self.tail]
         tokens = self._added.tokens
         for left, right in zip(shown, shown[1:]):
-            if not (left.endswith(tokens) or right.startswith(tokens)):  # `_AddedTokens.cut_safe`, inline
+            # `_AddedTokens.cut_safe`, written out: two Python calls fewer per cut (~1,400 cuts a new conversation
+            # of the proxy); `_check_boundary` refuses with the same test
+            if not (left.endswith(tokens) or right.startswith(tokens)):
                 self._check_boundary(left, right, "two messages")
 
     def _cached(self, key: tuple[Any, ...]) -> tuple[tuple[Context, int], ...] | None:

@@ -23,6 +23,7 @@ from arc_ref.config import Setup
 from arc_ref.errors import BudgetViolation
 from arc_ref.history import LiveEntry
 from arc_ref.message import Context, Message
+from arc_ref.message import context as shared_context
 
 if TYPE_CHECKING:
     from arc_ref.templates import TemplateFormat
@@ -109,7 +110,7 @@ def placed_costs(messages: Sequence[Message]) -> list[int]:
     for position in range(last, -1, -1):
         message = messages[position]
         if message.placed:
-            context = Context(
+            context = shared_context(
                 messages[position - 1].role if position > 0 else None,
                 messages[position + 1].role if position < last else None,
                 user_after,
@@ -127,9 +128,9 @@ def placed_costs(messages: Sequence[Message]) -> list[int]:
 def context_at(messages: Sequence[Message], position: int) -> Context:
     """Where the view places ``messages[position]``: the roles before and after it, a user message later."""
     last = len(messages) - 1
-    return Context(messages[position - 1].role if position > 0 else None,
-                   messages[position + 1].role if position < last else None,
-                   any(message.role == "user" for message in messages[position + 1:]))
+    return shared_context(messages[position - 1].role if position > 0 else None,
+                          messages[position + 1].role if position < last else None,
+                          any(message.role == "user" for message in messages[position + 1:]))
 
 
 def view_messages(prefix: Sequence[Message], summary: Message | None, catalog: Message | None,

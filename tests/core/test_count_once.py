@@ -19,13 +19,19 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from arc_ref import config as config_module
+from arc_ref import render
 from arc_ref.budgets import fit_to_window
 from arc_ref.config import ARC_TOOLS, Config, make_setup, parse_tools, preset
+from arc_ref.escape import ShownForm, control_strings
 from arc_ref.machine import (
     AgentTurn, ArcState, Compact, Event, Observe, RequestView, ToolResult, ToolTurn, UserMessage, init, step,
 )
 from arc_ref.message import ToolCall
-from arc_ref.templates import ChatTemplate, TemplateFormat, _strings, load_template_source, template_format
+from arc_ref.templates import (
+    ChatTemplate, TemplateFormat, _strings, load_template_source, possible_contexts, template_format,
+)
+from arc_ref.text import ELLIPSIS
 from arc_ref.tokenizers import HuggingFaceTokenizer, TiktokenTokenizer, get_tokenizer
 from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
 
@@ -208,7 +214,7 @@ def test_encodes_per_event_stay_under_the_stated_bound_in_text_mode(monkeypatch:
 # the fitted one, as the proxy makes them for a new conversation), Qwen3, tool mode, measured after issue 28's
 # fourth round: 65 renders (the format 15: its prefix, 4 goal contexts less the 3 that the filler probes render
 # again, 14 filler probes; B's frames and floors 44, then the fitted page frame 6) and 1 encode (the goal's text;
-# the widest stub and the recall wrapper are counted once per tokenizer). Before: 69 renders and 5 encodes.
+# the widest stub and the recall wrapper are counted once per tokenizer). Before: 69 renders and 4-5 encodes.
 NEW_TASK_RENDERS = 65
 NEW_TASK_ENCODES = 1
 
@@ -285,3 +291,33 @@ def test_each_distinct_piece_of_a_message_is_counted_once(monkeypatch: pytest.Mo
     (_, system), (_, goal) = setup.prefix_messages
     apart = TemplateFormat(chat.tokenizer, load_template_source(str(QWEN3)), {}, chat.tools, system, goal, "tools")
     assert apart.placed_costs(role, content, tool_calls, tool_call_id) == placed
+
+
+@needs_qwen3
+@pytest.mark.parametrize("order", [("qwen3", "o200k_base"), ("o200k_base", "qwen3")])
+def test_setups_of_two_tokenizers_in_one_process_keep_their_own_counts_and_shown_form(order: tuple[str, str]) -> None:
+    """What setups share across a process (`config._fixed_text_tokens`: the widest stub and recall wrapper lines;
+    `config._shown_form`: S) is keyed by the tokenizer and by the control strings: setups of two tokenizers,
+    built in either order, each get their own tokenizer's counts and their own control strings."""
+    config_module._FIXED_TEXT_TOKENS.clear()
+    config_module._shown_form.cache_clear()
+    configs = {"qwen3": tool_config(), "o200k_base": preset("paper", capacity=4000)}  # the same widest id and lines
+    number = render.WIDEST_NUMBER
+    for name in order:
+        setup = make_setup(configs[name])
+        tokenizer, widest = setup.tokenizer, setup.ids.widest()
+        stub = render.stub(widest, render.WIDEST_RETURNCODE, number, number, ELLIPSIS, "", "")
+        wrapper = render.recall_response(widest, number, number, "")
+        assert setup.stub_floor == tokenizer.count("\n" + stub), name
+        assert setup.wrapper_cost == tokenizer.count("\n" + wrapper) + tokenizer.chunk_overrun, name
+        assert setup.shown_form.control_strings == ShownForm(control_strings(setup.chat, tokenizer)).control_strings
+
+
+@pytest.mark.parametrize("modes", [("text", "tools"), ("tools", "text")])
+def test_the_contexts_of_each_role_and_mode_are_those_computed_apart(modes: tuple[str, str]) -> None:
+    """`possible_contexts` is built once per (role, mode) for the process: in either order of the modes, each is
+    the tuple the function computes afresh (a cache keyed by the role alone would hand tool mode text mode's)."""
+    possible_contexts.cache_clear()
+    for mode in modes:
+        for role in ("user", "assistant", "tool"):
+            assert possible_contexts(role, mode) == possible_contexts.__wrapped__(role, mode), (role, mode)
