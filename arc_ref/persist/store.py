@@ -121,7 +121,9 @@ def read_rows(path: str | os.PathLike[str]) -> Iterator[StoredEvent]:
 
     Takes no lock (a writer may be appending: the rows are those committed when the read began). Raises
     StoreNotFound / StoreCorrupt; a damaged row raises after every row before it was yielded, and so does a
-    log that lacks acknowledged events (the acknowledgement record, read before the rows, says so).
+    log that lacks acknowledged events (the acknowledgement record, read before the rows, says so). The rows are
+    those SQLite reads through the WAL, then, when SQLite fails there or they end before the acknowledged row
+    while a WAL is there, the database file's own after them (spec/store.md).
     """
     target = Path(path)
     if not target.is_file():
@@ -133,6 +135,7 @@ def read_rows(path: str | os.PathLike[str]) -> Iterator[StoredEvent]:
     except sqlite3.Error as problem:
         raise StoreError(f"cannot open {str(target)!r}: {problem}") from None
     rows, at_acknowledged, header_read = 0, None, False
+    wal_problem: sqlite3.DatabaseError | None = None
     try:
         try:
             header = read_header(connection)
@@ -152,9 +155,12 @@ def read_rows(path: str | os.PathLike[str]) -> Iterator[StoredEvent]:
             wal_problem = problem  # the rows through the WAL end here: what does the database file hold?
         else:
             missing = acknowledgement_problem(target, real, acknowledged, clean_seq, rows, at_acknowledged)
-            if missing is not None:
+            if missing is None:
+                return
+            if acknowledged is None or rows >= acknowledged.seq or not has_wal(real):
                 raise StoreCorrupt(missing)
-            return
+            # the rows through the WAL end before the acknowledged row (a WAL damaged after a complete checkpoint
+            # reads as an older log): what does the database file alone hold?
     finally:
         connection.close()
     file_rows = 0
@@ -303,6 +309,10 @@ class DurableStore:
                 store._connection = connect(target, readonly=False)
                 writer_pragmas(store._connection)
                 store._start_writing()
+        except _WalEndsEarly as early:  # as export reads it: the database file alone decides when it holds them all
+            store._abandon()
+            assert acknowledged is not None
+            return cls._open_without_wal(target, readonly, use_snapshot, acknowledged, early.why)
         except sqlite3.DatabaseError as problem:  # e.g. a damaged schema ("malformed database schema") or WAL
             store._abandon()
             if checked:  # the log was read and checked: what failed is starting to write (read-only? full?)
@@ -317,8 +327,9 @@ class DurableStore:
 
     @classmethod
     def _open_without_wal(cls, target: Path, readonly: bool, use_snapshot: bool, acknowledged: Acknowledged,
-                          wal_problem: sqlite3.DatabaseError) -> "DurableStore":
-        """SQLite cannot read the store through its WAL (damaged after a crash). When the database file alone holds
+                          wal_problem: sqlite3.DatabaseError | str) -> "DurableStore":
+        """SQLite cannot read the store through its WAL (damaged after a crash), or the rows it reads through it end
+        before the acknowledged row (``wal_problem`` then says so). When the database file alone holds
         every acknowledged row, it decides: a reader gets exactly them (read without the WAL); a writer is refused,
         since SQLite would write through the damaged WAL (spec/store.md). Otherwise what export reads decides
         (`_open_as_exported`)."""
@@ -328,12 +339,13 @@ class DurableStore:
             rows = seq
             if seq == acknowledged.seq:
                 at_acknowledged = checksum
-        if acknowledgement_problem(target, real, acknowledged, None, rows, at_acknowledged, wal_problem) is not None:
+        if acknowledgement_problem(target, real, acknowledged, None, rows, at_acknowledged) is not None:
             return cls._open_as_exported(target, readonly, acknowledged, wal_problem)
         wal = f"{str(real) + '-wal'!r}"
+        wal_is = wal_problem if isinstance(wal_problem, str) else f"cannot be read ({wal_problem})"
         if not readonly and has_wal(real):
             raise StoreCorrupt(
-                f"{str(target)!r}: its write-ahead log {wal} cannot be read ({wal_problem}), but the database file"
+                f"{str(target)!r}: its write-ahead log {wal} {wal_is}, but the database file"
                 f" without it holds every acknowledged event (rows up to {acknowledged.seq}); readers (arc-ref"
                 f" inspect / export) read them; to write again, move {wal} and its -shm aside (keep them: nothing"
                 f" acknowledged is lost without them)")
@@ -357,12 +369,12 @@ class DurableStore:
             raise
         store.report = OpenReport(store.report.events, store.report.snapshot_seq, store.report.folded,
                                   store.report.seconds, store.report.snapshot_note
-                                  + f"; read without its write-ahead log, which cannot be read ({wal_problem})")
+                                  + f"; read without its write-ahead log, which {wal_is}")
         return store
 
     @classmethod
     def _open_as_exported(cls, target: Path, readonly: bool, acknowledged: Acknowledged,
-                          wal_problem: sqlite3.DatabaseError) -> "DurableStore":
+                          wal_problem: sqlite3.DatabaseError | str) -> "DurableStore":
         """SQLite cannot read the store through its WAL and the database file alone lacks acknowledged rows: the rows
         `read_rows` (export) reads decide, those through the WAL up to where SQLite fails, then the file's own after
         them, so that the open and export give the same figures. Acknowledged rows missing there: refused as export
@@ -444,7 +456,7 @@ class DurableStore:
         missing = acknowledgement_problem(self.path, self._real, acknowledged, clean_seq, self.seq,
                                            self._watched_checksum)
         if missing is not None:
-            raise StoreCorrupt(missing)
+            raise self._missing(missing, acknowledged, self.seq)
         assert state is not None
         self._state = state
         self.report = OpenReport(self.seq, self.snapshot_seq, folded, time.perf_counter() - started, note)
@@ -483,7 +495,7 @@ class DurableStore:
                 connection.execute("COMMIT" if self._unreadable_snapshot is None else "ROLLBACK")
         missing = acknowledgement_problem(self.path, self._real, acknowledged, clean_seq, seq, watched)
         if missing is not None:
-            raise StoreCorrupt(missing)
+            raise self._missing(missing, acknowledged, seq)
         self._state, self.seq, self.checksum, self._config_line = state, seq, checksum, resume.config_line
         self.snapshot_seq = snapshot_row[0] or 0 if snapshot_row is not None else 0
         self.report = OpenReport(seq, self.snapshot_seq, seq - resume.seq, time.perf_counter() - started,
@@ -513,6 +525,13 @@ class DurableStore:
         except UnicodeDecodeError:
             return None, damaged
         return _SnapshotRow(row[0], key, chain_value, digest), None
+
+    def _missing(self, missing: str, acknowledged: Acknowledged | None, rows: int) -> StoreCorrupt:
+        """The refusal of a log read through its WAL that lacks acknowledged rows; `_WalEndsEarly` when it ends
+        before the acknowledged row and a WAL exists: the database file alone may hold them (`open`)."""
+        if acknowledged is not None and rows < acknowledged.seq and has_wal(self._real):
+            return _WalEndsEarly(missing, f"ends at row {rows}, before the acknowledged row {acknowledged.seq}")
+        return StoreCorrupt(missing)
 
     def _read_whole_snapshot(self) -> None:
         """Read the snapshot rows whole, their pages included (O(snapshot), once): a writer that resumes after a
@@ -743,6 +762,14 @@ class DurableStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _WalEndsEarly(StoreCorrupt):
+    """The rows read through the WAL end before the acknowledged row (``why``), while a WAL exists."""
+
+    def __init__(self, missing: str, why: str) -> None:
+        super().__init__(missing)
+        self.why = why
 
 
 def _cannot_write(target: Path, problem: sqlite3.DatabaseError) -> StoreError:

@@ -187,3 +187,45 @@ def _root_page(path: Path, name: str) -> int:
         return page
     finally:
         plain.close()
+
+
+def test_a_damaged_wal_frame_after_a_complete_checkpoint_reads_the_database_file_alone(tmp_path: Path) -> None:
+    """A kill after a checkpoint that copied every frame (the WAL not yet written over), then a byte flipped in a
+    middle frame: SQLite's recovery ends the WAL at the commit before it and reads an older log, without any
+    error, while the database file alone holds every acknowledged row. Export and a reader read them (before,
+    both said "N acknowledged events are missing ... the store ends at row R", and main's open recovered only
+    when that older log also broke the snapshot); a writer is told to move the WAL aside, then opens whole."""
+    path = tmp_path / "s.arc"
+    store = DurableStore.create(path, CONFIG)
+    for number in range(EVENTS):
+        store.append(Observe(f"cat f{number}", f"f{number} " * 3000, 0))
+    store._connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()  # every frame copied
+    wal, last, state = Path(str(path) + "-wal"), store.seq, store.state
+    log = bytearray(wal.read_bytes())
+    store._abandon()  # killed (closing may checkpoint and remove the WAL: written back below)
+    _, frames = _frames(bytes(log))
+    commits = [number for number, start in enumerate(frames) if int.from_bytes(log[start + 4:start + 8], "big")]
+    log[frames[commits[len(commits) // 2] + 1] + 24 + 100] ^= 0x10  # the frame after a middle commit
+    wal.write_bytes(bytes(log))
+    Path(str(path) + "-shm").unlink(missing_ok=True)
+    plain = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    through_wal = plain.execute("SELECT count(*) FROM events").fetchone()[0]
+    plain.close()
+    assert 1 < through_wal < last  # SQLite itself reads an older log through the WAL, without an error
+    exported = list(read_rows(path))
+    assert [row.seq for row in exported] == list(range(1, last + 1))
+    with DurableStore.open(path, readonly=True) as reader:
+        assert reader.seq == last and reader.state == state
+        assert [row.line for row in reader.events()] == [row.line for row in exported]
+        assert f"read without its write-ahead log, which ends at row {through_wal}, before the acknowledged row" \
+            f" {last}" in reader.report.snapshot_note
+    with pytest.raises(StoreCorrupt, match=rf"ends at row {through_wal}, before the acknowledged row {last}, but the"
+                                           " database file without it holds every acknowledged event .* to write"
+                                           " again"):
+        DurableStore.open(path)
+    wal.rename(tmp_path / "damaged-wal")  # what the refusal says to do
+    Path(str(path) + "-shm").rename(tmp_path / "damaged-shm")
+    with DurableStore.open(path) as writer:
+        assert writer.seq == last and writer.state == state
+        writer.append(Observe("ls", "after the WAL was set aside"))
+    assert [row.seq for row in read_rows(path)][-1] == last + 1
