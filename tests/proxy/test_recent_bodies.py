@@ -204,12 +204,9 @@ def test_the_array_found_is_the_body_messages() -> None:
             assert parsed(decode_body(raw, known), known) == parsed(json.loads(raw), None), raw
 
 
-def test_a_request_decodes_and_hashes_its_new_messages_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Per request of one conversation that grows to 400 messages: the bytes msgspec decodes (its rest read three
-    times: under each name, then its array), the messages hashed (sha256 of their text) and the chain links looked
-    up are those of the new messages (and the members after them), not the history's; the chain is the one from
-    the root."""
-    decoded, digests = [0], [0]
+def _count_decoded_bytes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The bytes msgspec's two split decoders of proxy_app read from now on, counted in the list returned."""
+    decoded = [0]
 
     class Counted:
         def __init__(self, decoder: Any) -> None:
@@ -219,14 +216,24 @@ def test_a_request_decodes_and_hashes_its_new_messages_only(monkeypatch: pytest.
             decoded[0] += len(text)
             return self.decoder.decode(text)
 
+    monkeypatch.setattr(proxy_app, "_SPLIT_BODY", Counted(proxy_app._SPLIT_BODY))
+    monkeypatch.setattr(proxy_app, "_SPLIT_LIST", Counted(proxy_app._SPLIT_LIST))
+    return decoded
+
+
+def test_a_request_decodes_and_hashes_its_new_messages_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per request of one conversation that grows to 400 messages: the bytes msgspec decodes (its rest read three
+    times: under each name, then its array), the messages hashed (sha256 of their text) and the chain links looked
+    up are those of the new messages (and the members after them), not the history's; the chain is the one from
+    the root."""
+    decoded, digests = _count_decoded_bytes(monkeypatch), [0]
+
     class CountedHashlib:
         @staticmethod
         def sha256(data: Any) -> Any:
             digests[0] += 1
             return __import__("hashlib").sha256(data)
 
-    monkeypatch.setattr(proxy_app, "_SPLIT_BODY", Counted(proxy_app._SPLIT_BODY))
-    monkeypatch.setattr(proxy_app, "_SPLIT_LIST", Counted(proxy_app._SPLIT_LIST))
     monkeypatch.setattr(proxy_app, "hashlib", CountedHashlib)
 
     class CountedLinks(dict[Any, Any]):
@@ -345,18 +352,7 @@ def test_a_body_sharing_little_with_those_kept_is_read_once(case: str, monkeypat
     """A body that shares less than half its bytes with every body kept (an early edit of its history; its own
     history forgotten while another conversation with its first message is kept) is decoded whole, as without
     them: msgspec reads it about twice (the body, then its messages' array), never its rest three times."""
-    decoded = [0]
-
-    class Counted:
-        def __init__(self, decoder: Any) -> None:
-            self.decoder = decoder
-
-        def decode(self, text: Any) -> Any:
-            decoded[0] += len(text)
-            return self.decoder.decode(text)
-
-    monkeypatch.setattr(proxy_app, "_SPLIT_BODY", Counted(proxy_app._SPLIT_BODY))
-    monkeypatch.setattr(proxy_app, "_SPLIT_LIST", Counted(proxy_app._SPLIT_LIST))
+    decoded = _count_decoded_bytes(monkeypatch)
     rng = random.Random(9)
     known = KnownMessages()
     known.bodies = RecentBodies(key_bytes=64)
