@@ -29,7 +29,7 @@ class Context:
 
 
 @functools.lru_cache(maxsize=256)
-def context(before: str | None, after: str | None, user_after: bool) -> Context:
+def shared_context(before: str | None, after: str | None, user_after: bool) -> Context:
     """The one Context of these fields that the core's messages and views share (an equal one may be built apart:
     `Message.tokens_at` finds it by identity first, by equality otherwise)."""
     return Context(before, after, user_after)
@@ -94,7 +94,7 @@ class Message:
         """The exact cost where the view places it; ``tokens`` when the cost does not depend on the place."""
         if not self.placed:
             return self.tokens
-        for candidate, cost in self.placed:  # the shared Context (`context`): no field compared
+        for candidate, cost in self.placed:  # the shared Context (`shared_context`): no field compared
             if candidate is context:
                 return cost
         for candidate, cost in self.placed:
