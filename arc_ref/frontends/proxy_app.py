@@ -148,7 +148,8 @@ _OPENED_NAMES = ("arc:rest", "arc:other")
 class _Decoded:
     """A body decoded before: its bytes, where its ``messages`` array opens, its members before that array (as
     decoding them alone gives them: ``messages`` null among them), where each message's text ends, and its
-    messages (the `BodyMessages` `parse_request` read: each text its own bytes, no value read kept)."""
+    messages (the `BodyMessages` `parse_request` read: each text a part of the body decoded whole it came from,
+    or its own bytes; no value read kept)."""
 
     raw: bytes
     opens: int
@@ -219,7 +220,7 @@ class RecentBodies:
             count = candidate.shared_with(raw, number < 2)
             if count > shared:
                 earlier, shared = candidate, count
-            if count == len(candidate.ends):
+            if count and count == len(candidate.ends):  # (a body without messages continues nothing)
                 break
         if earlier is not None and 2 * earlier.ends[shared - 1] >= len(raw):
             # (a rest over half the body, read three times, would cost more than the body read whole once)
@@ -232,7 +233,7 @@ class RecentBodies:
         if split is None:
             return decode_whole(raw)
         body, text = split
-        if text is not None and _weight(len(raw), len(body["messages"])) <= self.budget // 4:
+        if text is not None and body["messages"] and _weight(len(raw), len(body["messages"])) <= self.budget // 4:
             decoded = _decoded_whole(raw, text, body["messages"])
             if decoded is not None:
                 self._keep(key, decoded, None)

@@ -196,12 +196,16 @@ def test_the_array_found_is_the_body_messages() -> None:
              b'{"x\\"messages":[' + message + b'],"messages":[', b'{"m\\u0065ssages":[1],"messages":[',
              b'{"messages":[' + message + b'],"messages":[', b'{"messages":null,"messages":[',
              b'{"messages"  :\n [']
+    continued = 0
     for head in heads:
         known = KnownMessages()
+        known.bodies = RecentBodies(key_bytes=8)  # these short bodies looked up and kept, so continued
         for raw in (head + message + b'],"model":"m"}', head + message + more + b'],"model":"m"}',
                     head + message + more + more + b'],"model":"m","messages":[' + message + b"]}"):
             assert outcome(lambda text: decode_body(text, known), raw) == outcome(decode_whole, raw), raw
             assert parsed(decode_body(raw, known), known) == parsed(json.loads(raw), None), raw
+        continued += known.bodies.continued
+    assert continued > 0  # the array found in a kept body's head was used to continue it
 
 
 def _count_decoded_bytes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -374,3 +378,17 @@ def test_a_body_sharing_little_with_those_kept_is_read_once(case: str, monkeypat
     before = decoded[0]
     assert outcome(lambda text: decode_body(text, known), raw) == outcome(decode_whole, raw)
     assert decoded[0] - before <= 2 * len(raw), (decoded[0] - before, len(raw))
+
+
+def test_a_body_without_messages_does_not_stop_another_from_continuing() -> None:
+    """A body with an empty ``messages`` (refused later, by `parse_request`) and the same first bytes as another
+    conversation's is no candidate: the other's next body still continues its own."""
+    known = KnownMessages()
+    known.bodies = RecentBodies(key_bytes=8)
+    head = b'{"model":"m","messages":['
+    history = b'{"role":"user","content":"go"},{"role":"assistant","content":"ok"}'
+    decode_body(head + history + b"]}", known)
+    decode_body(head + b"]}", known)
+    grown = head + history + b',{"role":"user","content":"again"}]}'
+    assert decode_body(grown, known) is not None
+    assert known.bodies.continued == 1
