@@ -78,6 +78,7 @@ from arc_ref.machine import (
 )
 from arc_ref.frontends.proxy_options import (
     CLIENT_KEYS_ENV,
+    DEFAULT_BODY_MEMORY_MB,
     DEFAULT_MAX_BODY_MB,
     DEFAULT_IDLE_SECONDS,
     DEFAULT_MAX_CONVERSATIONS,
@@ -468,6 +469,7 @@ class ProxySettings:
     timeout_s: float = 600.0
     context_limit: int | None = None  # the served window; None: --set context_limit or the preset's (`prepare`)
     max_body_bytes: int = DEFAULT_MAX_BODY_MB * 2**20
+    body_memory_bytes: int = DEFAULT_BODY_MEMORY_MB * 2**20  # the bodies decoded last (`proxy_app.RecentBodies`)
     max_conversations: int = DEFAULT_MAX_CONVERSATIONS  # conversations kept in memory (the least recent leave)
     idle_seconds: float = DEFAULT_IDLE_SECONDS  # a conversation idle longer leaves memory (with --store: reopened)
     lock_wait_s: float = 30.0  # with --store: how long a request waits for a conversation another process holds
@@ -1549,7 +1551,8 @@ def settings_from(options: ProxyOptions, parse_setting: Callable[[str], tuple[st
     return ProxySettings(upstream=upstream, tokenizer=f"{HF_DIR_PREFIX}{directory.resolve()}", preset_name=options.preset,
                          overrides=overrides, store=store, database=database,
                          max_hidden_rounds=options.max_hidden_rounds, context_limit=context_limit,
-                         max_body_bytes=options.max_body_mb * 2**20, upstream_api_key=upstream_key,
+                         max_body_bytes=options.max_body_mb * 2**20, body_memory_bytes=options.body_memory_mb * 2**20,
+                         upstream_api_key=upstream_key,
                          max_conversations=options.max_conversations, idle_seconds=options.idle_seconds,
                          client_keys=client_keys)
 

@@ -43,7 +43,7 @@ from arc_ref.frontends.proxy import (
     upstream_headers,
 )
 
-from arc_ref.frontends.proxy_options import ProxyOptions
+from arc_ref.frontends.proxy_options import DEFAULT_BODY_MEMORY_MB, ProxyOptions
 from arc_ref.json_limits import nesting_problem
 from arc_ref.openai_wire import error_body
 from arc_ref.persist import StoreError
@@ -130,7 +130,8 @@ def _read_members(members: Mapping[str, msgspec.Raw], messages: list[Any]) -> di
 
 # --- the bodies decoded last --------------------------------------------------------------------------------
 
-BODY_MEMORY_BYTES = 64 * 2**20  # what `RecentBodies` holds at most (the `weight` of the bodies it keeps)
+BODY_MEMORY_BYTES = DEFAULT_BODY_MEMORY_MB * 2**20  # what `RecentBodies` holds at most (the `weight` of the bodies
+# it keeps): `arc-ref proxy --body-memory-mb`
 BODY_KEY_BYTES = 4096  # bodies alike in their first bytes, this many, are candidates for one another
 MESSAGE_BYTES = 1024  # what a message kept costs besides its text (its RawMessage, digest, chain hash, end: ~300)
 BODY_BYTES = 4096  # what a body kept costs besides its bytes and its messages (its head's members, lists...)
@@ -422,6 +423,7 @@ def build_app(settings: ProxySettings) -> Any:
                 holder["proxy"] = SharedProxy(settings, client)
             else:
                 holder["proxy"] = Proxy(settings, client)
+            holder["proxy"].known.bodies = RecentBodies(settings.body_memory_bytes)
             app.state.proxy = holder["proxy"]
             try:
                 yield

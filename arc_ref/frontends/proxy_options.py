@@ -22,6 +22,8 @@ CLIENT_KEYS_ENV = "ARC_PROXY_CLIENT_KEYS"
 DEFAULT_MAX_BODY_MB = 32  # a whole agent history; ARC's own limit on one observation is 64 MiB
 MAX_BODY_MB = 4096
 MAX_HIDDEN_ROUNDS = 1024
+DEFAULT_BODY_MEMORY_MB = 64  # the request bodies kept so that a body is decoded from its new messages on
+MAX_BODY_MEMORY_MB = 2**20
 DEFAULT_MAX_CONVERSATIONS = 256
 MAX_CONVERSATIONS = 10**6
 DEFAULT_IDLE_SECONDS = 600  # an agent's turn takes seconds to minutes; one idle 10 minutes has most likely ended
@@ -53,6 +55,11 @@ class ProxyOptions:
                                         help="upstream calls answered by ARC alone before the reply goes back")
     max_body_mb: int = int_option(DEFAULT_MAX_BODY_MB, minimum=1, maximum=MAX_BODY_MB, metavar="MIB",
                                   help="the largest request body in MiB; a larger one is answered 413")
+    body_memory_mb: int = int_option(DEFAULT_BODY_MEMORY_MB, minimum=0, maximum=MAX_BODY_MEMORY_MB, metavar="MIB",
+                                     recorded=False,
+                                     help="memory for the request bodies decoded last, so that a body resending a"
+                                          " history is decoded from its new messages on (0: every body decoded"
+                                          " whole); counted over what they hold, resident may be more")
     max_conversations: int = int_option(DEFAULT_MAX_CONVERSATIONS, minimum=1, maximum=MAX_CONVERSATIONS, metavar="N",
                                         help="conversations kept in memory, the least recently used leaving first"
                                              " (with --store reopened from it on their next request)")
@@ -78,5 +85,5 @@ def proxy_options(arguments: argparse.Namespace) -> ProxyOptions:
     return options
 
 
-__all__ = ["CLIENT_KEYS_ENV", "DEFAULT_IDLE_SECONDS", "DEFAULT_MAX_BODY_MB", "DEFAULT_MAX_CONVERSATIONS", "PROXY_OWNER", "ProxyOptions", "UPSTREAM_KEY_ENV", "add_proxy_flags",
+__all__ = ["CLIENT_KEYS_ENV", "DEFAULT_BODY_MEMORY_MB", "DEFAULT_IDLE_SECONDS", "DEFAULT_MAX_BODY_MB", "DEFAULT_MAX_CONVERSATIONS", "PROXY_OWNER", "ProxyOptions", "UPSTREAM_KEY_ENV", "add_proxy_flags",
            "proxy_options"]

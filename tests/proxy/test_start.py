@@ -108,6 +108,7 @@ BAD_OPTIONS: dict[str, tuple[list[str], str]] = {
     "client_keys_unreadable": (["--client-keys", "/nonexistent/keys"], "cannot be read"),
     "idle_seconds_0": (["--idle-seconds", "0"], "--idle-seconds"),
     "idle_seconds_text": (["--idle-seconds", "soon"], "--idle-seconds"),
+    "body_memory_minus_1": (["--body-memory-mb", "-1"], "--body-memory-mb"),
 }
 
 
