@@ -22,8 +22,7 @@ from arc_ref.errors import ConfigError
 from arc_ref.escape import ShownForm, control_strings
 from arc_ref.ids import IdScheme
 from arc_ref.json_limits import MAX_NESTING, nesting, value_nesting
-from arc_ref.message import Message, ToolCall, ToolSpec
-from arc_ref.message import shared_context
+from arc_ref.message import Message, ToolCall, ToolSpec, shared_context
 from arc_ref.openai_wire import TOOL_SHAPE, ShapeError, read_tool
 from arc_ref.text import ELLIPSIS, shown_signature
 from arc_ref.tokenizers import HF_DIR_PREFIX, HuggingFaceTokenizer, Tokenizer, get_tokenizer

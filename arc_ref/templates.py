@@ -77,8 +77,7 @@ from attrs import frozen
 from arc_ref.chat import parse_template_kwargs
 from arc_ref.counting import EDGE_WINDOW, SPLIT_FROM, Part, joined_tokens
 from arc_ref.errors import BudgetViolation, ConfigError
-from arc_ref.message import Context, ToolCall, ToolSpec, openai_message
-from arc_ref.message import shared_context
+from arc_ref.message import Context, ToolCall, ToolSpec, openai_message, shared_context
 from arc_ref.openai_wire import ShapeError, content_parts
 from arc_ref.tokenizers import HuggingFaceTokenizer, read_regular_file
 

@@ -22,8 +22,7 @@ from arc_ref.chat import ChatFormat
 from arc_ref.config import Setup
 from arc_ref.errors import BudgetViolation
 from arc_ref.history import LiveEntry
-from arc_ref.message import Context, Message
-from arc_ref.message import shared_context
+from arc_ref.message import Context, Message, shared_context
 
 if TYPE_CHECKING:
     from arc_ref.templates import TemplateFormat
