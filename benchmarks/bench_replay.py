@@ -13,7 +13,14 @@ and taking turns (replay, floor, replay, floor, ...) so that machine noise falls
   observation's tokens once (o200k_base; a non-ASCII text is counted through its UTF-8 bytes, so no
   second copy stays on the string), hold every observation once as a Python str, and write the
   output lines (the replay's own output, read back from its file: the floor pays for writing them,
-  not for producing them).
+  not for producing them). In tool mode (``--mode tools``, Qwen3's template) the floor counts each new
+  message once with the fastest exact encoder there is, the one the replay itself uses
+  (`HuggingFaceTokenizer.count`: tiktoken's fast engine on ASCII texts without added tokens, spec/rendering.md
+  section 2, and ``tokenizers`` elsewhere), so the ratio falls only when ARC's own work does, not because its
+  encoder got faster.
+
+Start-up (interpreter, arc_ref, the tokenizer and, for a Qwen3 file, its fast engine, built on the first ASCII
+text) is left out of every child's clock; its seconds are printed beside each size ("start-up s").
 
 Each child measures itself after start-up (interpreter, arc_ref and the tokenizer loaded): seconds of
 work (wall clock and CPU time) and peak resident memory above its own start-up (ru_maxrss). Printed per
@@ -59,7 +66,9 @@ except ImportError:  # a baseline checkout from before the front ends moved (iss
 import arc_ref.trace
 from arc_ref.tokenizers import get_tokenizer
 trace, stats, tokenizer_name, extra = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-get_tokenizer(tokenizer_name)
+began = time.perf_counter()
+get_tokenizer(tokenizer_name).count("start-up: the tokenizer's engines are built before the clock starts")
+engine = time.perf_counter() - began  # loading and, where the tokenizer has one, building its fast engine
 start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 started, cpu = time.perf_counter(), time.process_time()
 code = cli.main(["replay", trace, *extra])
@@ -67,7 +76,8 @@ sys.stdout.flush()
 seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 with open(stats, "w") as out:
-    json.dump({"seconds": seconds, "cpu": cpu, "start_kib": start_rss, "peak_kib": peak, "code": code}, out)
+    json.dump({"seconds": seconds, "cpu": cpu, "start_kib": start_rss, "peak_kib": peak, "code": code,
+               "start_s": engine}, out)
 """
 
 _TOOL_FLOOR_CHILD = r"""
@@ -75,7 +85,8 @@ import json, resource, sys, time
 import arc_ref.frontends.cli, arc_ref.trace
 from arc_ref.tokenizers import get_tokenizer
 trace, expected, stats, tokenizer_name = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-count = get_tokenizer(tokenizer_name).count
+count = get_tokenizer(tokenizer_name).count  # the replay's own exact encoder: its fast engine where it takes a text
+count("start-up: the tokenizer's engines are built before the clock starts")
 start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 started, cpu = time.perf_counter(), time.process_time()
 held, tokens, encoding, clock = [], 0, 0.0, time.process_time
@@ -392,8 +403,11 @@ def measure(events: int, repeat: int, replay_args: list[str], baseline: str | No
         raise SystemExit(f"replays of the same trace wrote different outputs: {sorted(shas)}")
     sha = shas.pop()
     floor = runs["floor"][0]
+    start = {name: statistics.median(run.get("start_s", math.nan) for run in runs[name]) for name in runs
+             if runs[name] and name != "floor"}
     print(f"{events:,} events: payload {floor['payload_bytes'] / 2**20:.1f} MiB as str "
-          f"({floor['payload_chars'] / 1e6:.1f}M characters), load {load()}", flush=True)
+          f"({floor['payload_chars'] / 1e6:.1f}M characters), load {load()}; start-up s (not timed): "
+          + ", ".join(f"{name} {seconds:.2f}" for name, seconds in start.items()), flush=True)
     print(_row("replay", events, runs["replay"], runs["floor"], sha), flush=True)
     if baseline is not None:
         print(_row("baseline", events, runs["baseline"], runs["floor"], sha), flush=True)
