@@ -207,7 +207,8 @@ def _copy(source: str, new: str) -> int:
         try:
             os.link(staging, target)
         except FileExistsError:
-            raise StoreExists(f"{new!r} was created by someone else while the copy ran; the copy is removed")
+            raise StoreExists(f"{new!r} was created by someone else while the copy ran; the copy is removed") \
+                from None
         except OSError as problem:
             if problem.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
                 raise StoreError(f"cannot create {new!r}: {problem.strerror}") from None
@@ -217,6 +218,8 @@ def _copy(source: str, new: str) -> int:
         os.replace(str(staging) + ACK_SUFFIX, str(target) + ACK_SUFFIX)
     except OSError as problem:
         raise StoreError(f"cannot create {new!r}: {problem.strerror}") from None
+    except StoreError as problem:  # named by NEW, not by the temporary name it was being built under
+        raise type(problem)(str(problem).replace(repr(str(staging)), repr(new))) from None
     finally:
         if store is not None and not store.closed:
             store.close(snapshot=False)
