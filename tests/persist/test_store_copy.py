@@ -57,7 +57,8 @@ def test_copy_refuses_an_existing_new_store_a_missing_one_and_a_database_url(
     assert taken.read_bytes() == b"someone's file"
     code, out, err = run(capfd, "copy", str(tmp_path / "none.arc"), str(tmp_path / "c.arc"))
     assert (code, out) == (2, "") and err == f"arc-ref copy: no ARC store at {str(tmp_path / 'none.arc')!r}\n"
-    code, out, err = run(capfd, "copy", str(source), str(tmp_path / "no" / "c.arc"))  # named by NEW, not its temporary name
+    # named by NEW, not by the temporary name it is built under
+    code, out, err = run(capfd, "copy", str(source), str(tmp_path / "no" / "c.arc"))
     assert (code, out) == (2, "") and err.startswith(f"arc-ref copy: cannot create {str(tmp_path / 'no' / 'c.arc')!r}")
     code, _, err = run(capfd, "copy", str(source), "postgresql://u@localhost:1/db#k")
     assert code == 2 and err == "arc-ref copy: arc-ref copy writes a new SQLite store: give a path for NEW\n"
