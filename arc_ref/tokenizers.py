@@ -349,10 +349,10 @@ class FastAsciiEncoder:
     `fast_ascii_encoder`: for an ASCII text holding no added token's text, exactly the ids of ``tokenizers``
     (spec/rendering.md section 2, "The fast engine"); ``takes`` says which texts those are."""
 
-    def __init__(self, encoding: Any, added: re.Pattern[str] | None) -> None:
+    def __init__(self, encoding: Any, added: re.Pattern[str] | None, byte_lengths: list[int]) -> None:
         self._encode: Callable[[str], list[int]] = encoding.encode_ordinary
         self._added = added
-        self.byte_lengths = _TokenByteLengths(encoding)
+        self.byte_lengths = byte_lengths  # by token id: the length in bytes of each ASCII token (0 for the others)
 
     def takes(self, text: str) -> bool:
         """An ASCII text (NFC leaves it as it is; the split pattern reads it alike in both regex engines) in which
@@ -403,11 +403,11 @@ def fast_ascii_encoder(tokenizer: Any) -> tuple[FastAsciiEncoder | None, str]:
              state.get("end_of_word_suffix") or "", state.get("ignore_merges"))
     if flags != (None, False, "", "", False):
         return None, "BPE with dropout, byte fallback, a subword prefix or suffix, or ignore_merges"
-    vocab: dict[str, int] = state["vocab"]
-    merges: list[Any] = state["merges"]
     characters = byte_level_characters()
     ascii_token = re.compile("[" + re.escape("".join(characters[:128])) + "]+")
-    ascii_ids = {symbols: token for symbols, token in vocab.items() if ascii_token.fullmatch(symbols)}
+    ascii_ids = {symbols: token for symbols, token in state["vocab"].items() if ascii_token.fullmatch(symbols)}
+    merges: list[Any] = state.pop("merges")
+    del state  # the whole vocabulary (peak memory: the parse, ~50 MiB for Qwen3's, freed here)
     if any(characters[value] not in ascii_ids for value in range(128)):
         return None, "c0: an ASCII byte that is no token"
     if len(set(ascii_ids.values())) != len(ascii_ids) or not all(0 <= token < 2**32 for token in ascii_ids.values()):
@@ -433,6 +433,7 @@ def fast_ascii_encoder(tokenizer: Any) -> tuple[FastAsciiEncoder | None, str]:
             return None, f"c3: the merge {left!r} {right!r} makes a token of a smaller id than a part"
         made.add(product)
         last = product
+    del merges
     several = [symbols for symbols in ascii_ids if len(symbols) > 1]
     if len(made) != len(several):
         return None, "c2: an ASCII token that no merge makes"
@@ -448,14 +449,19 @@ def fast_ascii_encoder(tokenizer: Any) -> tuple[FastAsciiEncoder | None, str]:
 
     to_ascii = {ord(characters[value]): value for value in range(128)}
     ranks = {symbols.translate(to_ascii).encode("ascii"): token for symbols, token in ascii_ids.items()}
+    del ascii_ids
+    byte_lengths = [0] * (max(ranks.values()) + 1)
+    for data, token in ranks.items():
+        byte_lengths[token] = len(data)
     encoding = tiktoken.Encoding("arc-ascii-bpe", pat_str=QWEN2_SPLIT, mergeable_ranks=ranks, special_tokens={})
+    ranks.clear()  # tiktoken merges with its own copy (in Rust); its Python object keeps this dict only to pickle
     decoder = tokenizer.get_added_tokens_decoder()
     forms = {added.content for added in decoder.values()}
     forms |= {unicodedata.normalize("NFC", added.content) for added in decoder.values()
               if added.normalized and normalizer is not None}
     ascii_forms = sorted((form for form in forms if form.isascii()), key=len, reverse=True)
     added = re.compile("|".join(map(re.escape, ascii_forms))) if ascii_forms else None
-    return FastAsciiEncoder(encoding, added), ""
+    return FastAsciiEncoder(encoding, added, byte_lengths), ""
 
 
 class HuggingFaceTokenizer:
@@ -620,7 +626,7 @@ class HuggingFaceTokenizer:
             del offsets, running
         return count, starts
 
-    def _fast_byte_lengths(self) -> _TokenByteLengths:
+    def _fast_byte_lengths(self) -> list[int]:
         fast = self._fast_encoder()
         assert fast is not None
         return fast.byte_lengths
