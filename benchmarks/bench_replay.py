@@ -21,7 +21,8 @@ and taking turns (replay, floor, replay, floor, ...) so that machine noise falls
 
 Start-up (interpreter, arc_ref, the tokenizer and, for a Qwen3 file, its fast engine, built on the first ASCII
 text) is left out of every child's clock and, where Linux lets a process reset its peak (/proc/self/clear_refs),
-of its peak memory; its seconds are printed beside each size ("start-up s").
+of its peak memory (the memory start-up freed is first handed back, glibc's malloc_trim, so that the work's own
+allocations show); its seconds are printed beside each size ("start-up s").
 
 Each child measures itself after start-up (interpreter, arc_ref and the tokenizer loaded): seconds of
 work (wall clock and CPU time) and peak resident memory above its own start-up (ru_maxrss). Printed per
@@ -70,7 +71,13 @@ trace, stats, tokenizer_name, extra = sys.argv[1], sys.argv[2], sys.argv[3], sys
 began = time.perf_counter()
 get_tokenizer(tokenizer_name).count("start-up: the tokenizer's engines are built before the clock starts")
 engine = time.perf_counter() - began  # loading and, where the tokenizer has one, building its fast engine
-try:  # peak memory from here on (Linux): start-up's own peak, e.g. building a tokenizer's engine, is not the work's
+import ctypes, gc
+gc.collect()
+try:  # memory start-up freed (e.g. building a tokenizer's engine) back to the system, so the work's own shows
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+except (OSError, AttributeError):
+    pass
+try:  # peak memory from here on (Linux): start-up's own peak is not the work's
     with open("/proc/self/clear_refs", "w") as clear:
         clear.write("5")
 except OSError:
@@ -93,7 +100,13 @@ from arc_ref.tokenizers import get_tokenizer
 trace, expected, stats, tokenizer_name = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 count = get_tokenizer(tokenizer_name).count  # the replay's own exact encoder: its fast engine where it takes a text
 count("start-up: the tokenizer's engines are built before the clock starts")
-try:  # peak memory from here on (Linux): start-up's own peak, e.g. building a tokenizer's engine, is not the work's
+import ctypes, gc
+gc.collect()
+try:  # memory start-up freed (e.g. building a tokenizer's engine) back to the system, so the work's own shows
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+except (OSError, AttributeError):
+    pass
+try:  # peak memory from here on (Linux): start-up's own peak is not the work's
     with open("/proc/self/clear_refs", "w") as clear:
         clear.write("5")
 except OSError:
@@ -136,7 +149,13 @@ get_tokenizer("o200k_base")
 trace, expected, stats = sys.argv[1], sys.argv[2], sys.argv[3]
 encoding = get_tokenizer("o200k_base")._encoding
 count_str, count_bytes = encoding.encode_ordinary, encoding._encode_bytes
-try:  # peak memory from here on (Linux): start-up's own peak, e.g. building a tokenizer's engine, is not the work's
+import ctypes, gc
+gc.collect()
+try:  # memory start-up freed (e.g. building a tokenizer's engine) back to the system, so the work's own shows
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+except (OSError, AttributeError):
+    pass
+try:  # peak memory from here on (Linux): start-up's own peak is not the work's
     with open("/proc/self/clear_refs", "w") as clear:
         clear.write("5")
 except OSError:
