@@ -478,6 +478,10 @@ class ChatTemplate:
         if not _insert_after(tree, loop, jinja2.nodes.Output([jinja2.nodes.Name(_END_VARIABLE, "load")])):
             raise TemplateRefused(f"chat template of {name!r}: cannot place a mark after its message loop")
         self._split = env.from_string(tree)
+        for compiled in (self._whole, self._split):
+            # its globals a plain dict of the same items: jinja gives a template a ChainMap over the environment's
+            # (unchanged after this), which every rendering copies key by key in Python (two passes per rendering)
+            compiled.globals = dict(compiled.globals)
         self._variables = {**dict(special_tokens), **dict(template_kwargs)}
         fixed = source + "".join(_strings(self._variables))
         self._mark_candidates = "".join(char for char in _MARK_CHARACTERS if char not in fixed)
