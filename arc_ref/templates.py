@@ -134,10 +134,28 @@ class SerializedTool(dict[str, Any]):
 _ITEM_TYPES[SerializedTool] = frozenset(dir(SerializedTool))
 
 
+class _SerializedArguments(dict[str, Any]):
+    """A probed tool call's ``arguments`` as the template sees it (the dict ``json.loads`` gives, a new one in each
+    probe conversation), carrying the ``tojson`` text of that dict, serialized once per probed message (the same
+    text: ``json.loads`` of the same string gives an equal dict, and the sandbox lets no template change it). The
+    text sits in a slot the sandbox refuses to a template, as `SerializedTool`'s."""
+
+    __slots__ = ("_text",)
+
+    def __init__(self, arguments: dict[str, Any], text: str) -> None:
+        super().__init__(arguments)
+        self._text = text
+
+
+_ITEM_TYPES[_SerializedArguments] = frozenset(dir(_SerializedArguments))
+_SERIALIZED = (SerializedTool, _SerializedArguments)
+
+
 def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
             sort_keys: bool = False) -> str:
-    if type(x) is SerializedTool and not ensure_ascii and indent is None and separators is None and not sort_keys:
-        return x._text
+    if type(x) in _SERIALIZED and not ensure_ascii and indent is None and separators is None and not sort_keys:
+        text: str = x._text
+        return text
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
@@ -460,6 +478,10 @@ class ChatTemplate:
         if not _insert_after(tree, loop, jinja2.nodes.Output([jinja2.nodes.Name(_END_VARIABLE, "load")])):
             raise TemplateRefused(f"chat template of {name!r}: cannot place a mark after its message loop")
         self._split = env.from_string(tree)
+        for compiled in (self._whole, self._split):
+            # its globals a plain dict of the same items: jinja gives a template a ChainMap over the environment's
+            # (unchanged after this), which every rendering copies key by key in Python (two passes per rendering)
+            compiled.globals = dict(compiled.globals)
         self._variables = {**dict(special_tokens), **dict(template_kwargs)}
         fixed = source + "".join(_strings(self._variables))
         self._mark_candidates = "".join(char for char in _MARK_CHARACTERS if char not in fixed)
@@ -841,6 +863,13 @@ class _Probe:
     # every call a new dict of the same string objects (role, content, tool_call_id, name as they are; a lone text
     # joined is itself), so each occurrence is a copy of this one (`_WatchedMessage` copies its items)
     flat_server: dict[str, Any] | None = None
+    # a message with tool calls: its server form once, and each call's arguments serialized as ``tojson`` writes them
+    # (None where they are not a JSON object given as a string); each occurrence is built from them (`_occurrence`)
+    server: dict[str, Any] | None = None
+    argument_texts: tuple[str | None, ...] = ()
+    # whether the template's reads of the message are noted (`_WatchedMessage`): only a tool message's with a call
+    # id are used (`placed_costs`); any other message is passed as the plain dict the server passes
+    watched: bool = True
 
 
 class TemplateFormat:
@@ -1158,7 +1187,33 @@ class TemplateFormat:
         local: dict[str, int] = {}
         split = self._content_split(content, parts, local) if len(content) > 2 * EDGE_WINDOW else None
         flat = server if all(type(value) is str for value in server.values()) else None
-        return _Probe(message, content, mark, split, local, set(), flat_server=flat)
+        texts: tuple[str | None, ...] = ()
+        if flat is None and type(message.get("content")) is str and "tool_calls" in server:
+            texts = tuple(
+                json.dumps(call["function"]["arguments"], ensure_ascii=False)
+                if type(call["function"]["arguments"]) is dict and type(sent["function"].get("arguments")) is str
+                else None
+                for call, sent in zip(server["tool_calls"], message["tool_calls"]))
+        return _Probe(message, content, mark, split, local, set(), flat_server=flat,
+                      server=server if texts else None, argument_texts=texts, watched=tool_call_id is not None)
+
+    @staticmethod
+    def _occurrence(probe: _Probe) -> dict[str, Any]:
+        """One occurrence of the probed message in a probe conversation, as `server_conversation` gives it: new dicts
+        and lists (a new arguments object parsed from its string) around the same strings, each call's arguments
+        carrying their ``tojson`` text (`_SerializedArguments`)."""
+        if probe.flat_server is not None:
+            return dict(probe.flat_server)
+        server = probe.server
+        if server is None:
+            return server_conversation([probe.message])[0]
+        calls = []
+        for call, sent, text in zip(server["tool_calls"], probe.message["tool_calls"], probe.argument_texts):
+            arguments = server_arguments(sent["function"].get("arguments"))
+            if text is not None:
+                arguments = _SerializedArguments(arguments, text)
+            calls.append({**call, "function": {**call["function"], "arguments": arguments}})
+        return {**server, "tool_calls": calls}
 
     def _plan_costs(self, probe: _Probe, plan: tuple[Context | str, ...]) -> tuple[tuple[Context, int], ...]:
         """The message's cost in each context of one probe conversation (`probe_plans`): one rendering."""
@@ -1167,9 +1222,8 @@ class TemplateFormat:
         for item in plan:
             if isinstance(item, Context):
                 where.append((len(server), item))
-                flat = probe.flat_server
-                server.append(_WatchedMessage(flat if flat is not None else server_conversation([probe.message])[0],
-                                              probe.reads))
+                occurrence = self._occurrence(probe)
+                server.append(_WatchedMessage(occurrence, probe.reads) if probe.watched else occurrence)
             else:
                 server.append(_filler(item))
         pieces = self._pieces(server, probe.mark)

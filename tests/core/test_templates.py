@@ -29,6 +29,7 @@ from arc_ref.templates import (
     possible_contexts,
     probe_plans,
     server_arguments,
+    server_conversation,
 )
 from arc_ref.tokenizers import HuggingFaceTokenizer, get_tokenizer
 from arc_ref.trace import replay
@@ -426,3 +427,47 @@ def test_role_line_and_content_merge_only_after_a_line_break(content: str) -> No
 def test_a_content_that_starts_with_a_line_break_does_merge() -> None:
     tokenizer = qwen3_tokenizer()
     assert tokenizer.count("user\n" + "\nx") < tokenizer.count("user\n") + tokenizer.count("\nx")
+
+
+TOOL_ECHO = (  # writes each call's arguments through tojson (the memoized text and the keyword form) and whether a
+    # message's calls or arguments are the very objects of the last message with calls (an occurrence must be new)
+    "{% set ns = namespace(calls=none, arguments=none) %}"
+    "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}"
+    "{% for call in message.tool_calls or [] %}<tool_call>{{ call.function.arguments | tojson }}"
+    "{{ call.function.arguments | tojson(indent=1) }}{{ call.function.arguments | length }}"
+    "{% if call.function.arguments is sameas ns.arguments %} SAME{% endif %}"
+    "{% set ns.arguments = call.function.arguments %}</tool_call>{% endfor %}"
+    "{% if message.tool_calls is defined %}{% if message.tool_calls is sameas ns.calls %} SAME{% endif %}"
+    "{% set ns.calls = message.tool_calls %}{% endif %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.mark.parametrize("arguments", ['{"command": "ls -la é", "n": [1, {"k": null}]}', "not json", "[1, 2]"])
+def test_a_probed_tool_call_is_counted_as_the_server_renders_it(tmp_path: Path, arguments: str) -> None:
+    """Each occurrence of a probed assistant message is built once more from its parsed form (new dicts and lists,
+    its arguments parsed anew, carrying their tojson text): every placed cost equals the count of the piece that
+    the template writes for the conversation as the server hands it over (`server_conversation` of each message)."""
+    directory = _model_dir(tmp_path, TOOL_ECHO)
+    tokenizer = get_tokenizer(f"hf-dir:{directory}")
+    assert isinstance(tokenizer, HuggingFaceTokenizer)
+    tools = (ToolSpec("bash", "Run it.", "{\"type\": \"object\"}"),)
+    chat = TemplateFormat(tokenizer, load_template_source(directory), {}, tools, "Agent.", "Solve it.", "tools")
+    calls = (ToolCall("c1", "bash", arguments), ToolCall("c2", "bash", '{"command": "pwd"}'))
+    costs = dict(chat.placed_costs("assistant", "Next.", calls))
+    message = {"role": "assistant", "content": "Next.", "tool_calls": [
+        {"id": call.call_id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+        for call in calls]}
+    for plan in probe_plans(possible_contexts("assistant", "tools"), "assistant"):
+        conversation = [{"role": "system", "content": "Agent."}, {"role": "user", "content": "Solve it."}]
+        where = []
+        for item in plan:
+            if isinstance(item, str):
+                conversation.append({"role": item, "content": "x"})
+            else:
+                where.append((len(conversation), item))
+                conversation.append(message)
+        _, pieces, _ = chat.template.render_parts(server_conversation(conversation), chat._server_tools)
+        assert all(" SAME" not in piece for piece in pieces)
+        for position, ctx in where:
+            assert costs[ctx] == tokenizer.count(pieces[position]), (ctx, pieces[position])
