@@ -96,6 +96,19 @@ def test_the_characters_the_regex_engines_could_read_apart() -> None:
         assert_same(tokenizer, text)
 
 
+@needs_qwen3
+def test_long_pieces_which_tiktoken_merges_with_its_other_loop() -> None:
+    """tiktoken merges a piece of 100 bytes or more with a heap instead of a scan (both lowest rank, leftmost):
+    long runs of letters, spaces, punctuation and line ends, alone and mixed, past Qwen3's longest token (128)."""
+    tokenizer = qwen3()
+    runs = ["a" * 150, "ab" * 120, "Zq" * 99 + "x", " " * 100, " " * 129, " " * 500 + "x", "-" * 257, "=-" * 130,
+            "\n" * 140, "\r\n" * 70, "\t " * 90, "." * 99, "." * 100, "//" + "-" * 300, " " + "!@#$%^&*()" * 15,
+            "'s" * 60, "aaaaa" * 40, "eeeee " * 30 + "\n"]
+    for text in runs + [" ".join(runs), "\n".join(runs)]:
+        assert fast_taken(tokenizer, text)
+        assert_same(tokenizer, text)
+
+
 # --- (b) random ASCII text --------------------------------------------------------------------------------------
 
 
