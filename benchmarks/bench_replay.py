@@ -17,7 +17,7 @@ and taking turns (replay, floor, replay, floor, ...) so that machine noise falls
   message once with the fastest exact encoder there is, the one the replay itself uses
   (`HuggingFaceTokenizer.count`: tiktoken's fast engine on ASCII texts without added tokens, spec/rendering.md
   section 2, and ``tokenizers`` elsewhere), so the ratio falls only when ARC's own work does, not because its
-  encoder got faster.
+  encoder got faster; the same encodes through ``tokenizers`` alone are timed after its clock and printed beside.
 
 Start-up (interpreter, arc_ref, the tokenizer and, for a Qwen3 file, its fast engine, built on the first ASCII
 text) is left out of every child's clock and, where Linux lets a process reset its peak (/proc/self/clear_refs),
@@ -113,7 +113,7 @@ except OSError:
     pass
 start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 started, cpu = time.perf_counter(), time.process_time()
-held, tokens, encoding, clock = [], 0, 0.0, time.process_time
+held, turns, tokens, encoding, clock = [], [], 0, 0.0, time.process_time
 out = sys.stdout.buffer
 with open(trace, "rb") as lines, open(expected, "rb") as outputs:
     for line in lines:
@@ -131,14 +131,22 @@ with open(trace, "rb") as lines, open(expected, "rb") as outputs:
             began = clock()
             tokens += count(text)
             encoding += clock() - began
+            turns.append(text)
         out.write(outputs.readline())
 out.flush()
 seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+# after the clock: the same encodes through tokenizers alone (what the floor cost before the fast engine), and
+# their count, which must be the same
+slow = get_tokenizer(tokenizer_name)._tokenizer.encode
+began = clock()
+slow_tokens = sum(len(slow(text, add_special_tokens=False)) for text in held + turns)
+slow_cpu = clock() - began
+assert slow_tokens == tokens, (slow_tokens, tokens)
 with open(stats, "w") as stats_out:
     json.dump({"seconds": seconds, "cpu": cpu, "start_kib": start_rss, "peak_kib": peak, "tokens": tokens,
                "encode_cpu": encoding, "payload_bytes": sum(sys.getsizeof(text) for text in held),
-               "payload_chars": sum(len(text) for text in held)}, stats_out)
+               "payload_chars": sum(len(text) for text in held), "tokenizers_encode_cpu": slow_cpu}, stats_out)
 """
 
 _FLOOR_CHILD = r"""
@@ -443,6 +451,11 @@ def measure(events: int, repeat: int, replay_args: list[str], baseline: str | No
     print(f"{events:,} events: payload {floor['payload_bytes'] / 2**20:.1f} MiB as str "
           f"({floor['payload_chars'] / 1e6:.1f}M characters), load {load()}; start-up s (not timed): "
           + ", ".join(f"{name} {seconds:.2f}" for name, seconds in start.items()), flush=True)
+    if "tokenizers_encode_cpu" in floor:
+        fast_s = statistics.median(run["encode_cpu"] for run in runs["floor"])
+        slow_s = statistics.median(run["tokenizers_encode_cpu"] for run in runs["floor"])
+        print(f"  the floor's encodes (CPU s, median): {fast_s:.2f} with the exact encoder it uses, {slow_s:.2f} through"
+              f" tokenizers alone (the same counts; measured after its clock)", flush=True)
     print(_row("replay", events, runs["replay"], runs["floor"], sha), flush=True)
     if baseline is not None:
         print(_row("baseline", events, runs["baseline"], runs["floor"], sha), flush=True)
