@@ -345,6 +345,22 @@ def test_a_file_of_another_shape_is_counted_by_tokenizers(tmp_path: Path) -> Non
     assert_same(tokenizer, SAMPLE)
 
 
+def test_a_normalized_added_token_falls_back_in_its_nfc_form() -> None:
+    """``tokenizers`` matches a ``normalized`` added token in the normalized text: U+212A (Kelvin) is "K" after NFC,
+    so "OK" would hold it. (Such a file fails the lossless check at load; the engine's rule is checked on the
+    ``tokenizers`` object itself.)"""
+    from tokenizers import Tokenizer as RustTokenizer
+
+    data = synthetic_file(GOOD)
+    data["added_tokens"].append({"id": data["added_tokens"][0]["id"] + 1, "content": "\u212a", "single_word": False,
+                                 "lstrip": False, "rstrip": False, "normalized": True, "special": False})
+    loaded = RustTokenizer.from_str(json.dumps(data))
+    assert loaded.encode("OK", add_special_tokens=False).ids[-1] == data["added_tokens"][1]["id"]
+    engine, refusal = tokenizers.fast_ascii_encoder(loaded)
+    assert engine is not None and refusal == ""
+    assert not engine.takes("OK") and not engine.takes("a<|im_start|>") and engine.takes("ok abc")
+
+
 def test_ascii_tokens_are_read_through_the_byte_level_table() -> None:
     characters = byte_level_characters()
     assert len(set(characters)) == 256 and characters[ord("a")] == "a" and characters[ord(" ")] == "\u0120"
