@@ -134,28 +134,28 @@ class SerializedTool(dict[str, Any]):
 _ITEM_TYPES[SerializedTool] = frozenset(dir(SerializedTool))
 
 
-class _SerializedArguments(dict[str, Any]):
-    """A probed tool call's ``arguments`` as the template sees it (the dict ``json.loads`` gives, a new one in each
-    probe conversation), carrying the ``tojson`` text of that dict, serialized once per probed message (the same
-    text: ``json.loads`` of the same string gives an equal dict, and the sandbox lets no template change it). The
-    text sits in a slot the sandbox refuses to a template, as `SerializedTool`'s."""
+class _KnownJSON(threading.local):
+    """Per thread, the ``tojson`` texts known for objects of the rendering in progress, by ``id`` beside the object
+    itself (`TemplateFormat._plan_costs`: a probed tool call's arguments, a new dict in each occurrence, serialized
+    once per probed message). The objects stay the plain dicts the server passes (a subclass would show a template
+    other attribute names); the sandbox lets no template change them while it renders."""
 
-    __slots__ = ("_text",)
-
-    def __init__(self, arguments: dict[str, Any], text: str) -> None:
-        super().__init__(arguments)
-        self._text = text
+    texts: dict[int, tuple[Any, str]] | None = None
 
 
-_ITEM_TYPES[_SerializedArguments] = frozenset(dir(_SerializedArguments))
-_SERIALIZED = (SerializedTool, _SerializedArguments)
+_KNOWN_JSON = _KnownJSON()
 
 
 def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
             sort_keys: bool = False) -> str:
-    if type(x) in _SERIALIZED and not ensure_ascii and indent is None and separators is None and not sort_keys:
-        text: str = x._text
-        return text
+    if not ensure_ascii and indent is None and separators is None and not sort_keys:
+        if type(x) is SerializedTool:
+            return x._text
+        known = _KNOWN_JSON.texts
+        if known:
+            entry = known.get(id(x))
+            if entry is not None and entry[0] is x:
+                return entry[1]
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
@@ -1198,10 +1198,10 @@ class TemplateFormat:
                       server=server if texts else None, argument_texts=texts, watched=tool_call_id is not None)
 
     @staticmethod
-    def _occurrence(probe: _Probe) -> dict[str, Any]:
+    def _occurrence(probe: _Probe, known_json: dict[int, tuple[Any, str]]) -> dict[str, Any]:
         """One occurrence of the probed message in a probe conversation, as `server_conversation` gives it: new dicts
-        and lists (a new arguments object parsed from its string) around the same strings, each call's arguments
-        carrying their ``tojson`` text (`_SerializedArguments`)."""
+        and lists (a new arguments object parsed from its string) around the same strings; each call's arguments
+        noted in ``known_json`` with their ``tojson`` text (`_KnownJSON`)."""
         if probe.flat_server is not None:
             return dict(probe.flat_server)
         server = probe.server
@@ -1211,7 +1211,7 @@ class TemplateFormat:
         for call, sent, text in zip(server["tool_calls"], probe.message["tool_calls"], probe.argument_texts):
             arguments = server_arguments(sent["function"].get("arguments"))
             if text is not None:
-                arguments = _SerializedArguments(arguments, text)
+                known_json[id(arguments)] = (arguments, text)
             calls.append({**call, "function": {**call["function"], "arguments": arguments}})
         return {**server, "tool_calls": calls}
 
@@ -1219,14 +1219,19 @@ class TemplateFormat:
         """The message's cost in each context of one probe conversation (`probe_plans`): one rendering."""
         server = list(self._prefix)
         where: list[tuple[int, Context]] = []
+        known_json: dict[int, tuple[Any, str]] = {}
         for item in plan:
             if isinstance(item, Context):
                 where.append((len(server), item))
-                occurrence = self._occurrence(probe)
+                occurrence = self._occurrence(probe, known_json)
                 server.append(_WatchedMessage(occurrence, probe.reads) if probe.watched else occurrence)
             else:
                 server.append(_filler(item))
-        pieces = self._pieces(server, probe.mark)
+        outer, _KNOWN_JSON.texts = _KNOWN_JSON.texts, known_json
+        try:
+            pieces = self._pieces(server, probe.mark)
+        finally:
+            _KNOWN_JSON.texts = outer
         self._check_pieces(server, pieces)
         return tuple((ctx, self._probe_piece_tokens(probe, pieces[position])) for position, ctx in where)
 
