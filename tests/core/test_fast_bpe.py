@@ -311,6 +311,8 @@ def test_the_synthetic_file_agrees_on_random_text(good_file: HuggingFaceTokenize
 @pytest.mark.parametrize("case, merges, first, refusal, differs", [
     # c1: two merges swapped: merge order is no longer id order ("abc": tokenizers makes "bc" first, tiktoken "ab")
     ("swapped", [("b", "c"), ("a", "b"), ("ab", "c")], ("ab", "bc"), "c1:", True),
+    # c1: the id order against the merge order, nothing else wrong ("abc": tokenizers makes "ab", tiktoken "bc")
+    ("order", [("a", "b"), ("b", "c")], ("bc", "ab"), "c1:", True),
     # c1: one token made by two merges ("abcc": tokenizers merges "cc" before the second merge of "abc")
     ("twice", [("a", "b"), ("b", "c"), ("a", "bc"), ("c", "c"), ("ab", "c")], (), "c1:", True),
     # c2: the merge of "abc" replaced by another split of it, which tokenizers never reaches ("ab" wins over "bc")
