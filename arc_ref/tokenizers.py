@@ -407,11 +407,14 @@ def fast_ascii_encoder(tokenizer: Any) -> tuple[FastAsciiEncoder | None, str]:
     ascii_token = re.compile("[" + re.escape("".join(characters[:128])) + "]+")
     ascii_ids = {symbols: token for symbols, token in state["vocab"].items() if ascii_token.fullmatch(symbols)}
     merges: list[Any] = state.pop("merges")
+    vocabulary_size = len(state["vocab"])
     del state  # the whole vocabulary (peak memory: the parse, ~50 MiB for Qwen3's, freed here)
     if any(characters[value] not in ascii_ids for value in range(128)):
         return None, "c0: an ASCII byte that is no token"
-    if len(set(ascii_ids.values())) != len(ascii_ids) or not all(0 <= token < 2**32 for token in ascii_ids.values()):
+    if len(set(ascii_ids.values())) != len(ascii_ids):
         return None, "c0: two ASCII tokens with one id"
+    if not all(0 <= token < 2 * vocabulary_size + 1024 for token in ascii_ids.values()):
+        return None, "c0: an ASCII token id far past the vocabulary's size"  # ids index a list; tiktoken's no-rank is 2**32-1
     made: set[int] = set()
     last = -1
     token_of = ascii_ids.get
@@ -541,6 +544,13 @@ class HuggingFaceTokenizer:
                         _FAST_ENCODERS[self._digest] = built
                 self._fast = built
         return self._fast[0]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled and copied without the fast engine (tiktoken's object keeps no ranks to pickle, `fast_ascii_encoder`):
+        the copy takes it from the per-content cache or builds it again."""
+        state = dict(self.__dict__)
+        state["_fast"] = None
+        return state
 
     @property
     def fast_path_refusal(self) -> str:

@@ -14,6 +14,7 @@ import copy
 import itertools
 import json
 import os
+import pickle
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -345,6 +346,18 @@ def test_a_file_of_another_shape_is_counted_by_tokenizers(tmp_path: Path) -> Non
     tokenizer = load(tmp_path, "trimming", synthetic_file(GOOD, post_processor=trimming))
     assert tokenizer.fast_path_refusal.startswith("a post processor")
     assert_same(tokenizer, SAMPLE)
+
+
+@needs_qwen3
+def test_a_tokenizer_with_its_engine_built_is_pickled_and_copied() -> None:
+    """tiktoken's object keeps no ranks to pickle (the build drops them): the tokenizer is copied without its engine,
+    which the copy takes from the per-content cache."""
+    tokenizer = qwen3()
+    text = "def f(x):\n    return x  # 'LL\n"
+    for copied in (pickle.loads(pickle.dumps(tokenizer)), copy.deepcopy(tokenizer)):
+        assert isinstance(copied, HuggingFaceTokenizer) and copied._fast is None
+        assert fast_taken(copied, text) and copied.count_and_starts(text, 1) == tokenizer.count_and_starts(text, 1)
+        assert copied._fast_encoder() is tokenizer._fast_encoder()
 
 
 def test_a_normalized_added_token_falls_back_in_its_nfc_form() -> None:
