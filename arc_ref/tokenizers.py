@@ -823,6 +823,10 @@ def _load_huggingface(path: str, name: str | None = None) -> HuggingFaceTokenize
         loaded = RustTokenizer.from_str(data.decode("utf-8"))
     except Exception as failure:
         raise ConfigError(f"cannot load tokenizer.json from {path!r}: {failure}") from failure
+    except BaseException as failure:  # a panic inside tokenizers: pyo3's PanicException is no Exception
+        if type(failure).__name__ != "PanicException":
+            raise
+        raise ConfigError(f"cannot load tokenizer.json from {path!r}: tokenizers failed on it ({failure})") from None
     adapter = HuggingFaceTokenizer(path, loaded, name, hashlib.sha256(data).digest())
     check_lossless(adapter)
     return adapter

@@ -376,6 +376,21 @@ def test_a_normalized_added_token_falls_back_in_its_nfc_form() -> None:
     assert not engine.takes("OK") and not engine.takes("a<|im_start|>") and engine.takes("ok abc")
 
 
+def test_a_file_that_makes_tokenizers_panic_is_one_clear_error(tmp_path: Path) -> None:
+    """A subword prefix longer than a merge's right part makes tokenizers 0.23 panic while loading; pyo3's
+    PanicException is no Exception: the loader names the file in one line (exit status 2), no traceback."""
+    from arc_ref.errors import ConfigError
+    from arc_ref.frontends import cli
+
+    data = synthetic_file(GOOD)
+    data["model"]["continuing_subword_prefix"] = "##"
+    path = tmp_path / "panics.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ConfigError, match="tokenizers failed on it"):
+        get_tokenizer(f"hf:{path}")
+    assert cli.main(["budgets", "--set", f"tokenizer=hf:{path}"]) == 2
+
+
 def test_ascii_tokens_are_read_through_the_byte_level_table() -> None:
     characters = byte_level_characters()
     assert len(set(characters)) == 256 and characters[ord("a")] == "a" and characters[ord(" ")] == "\u0120"
