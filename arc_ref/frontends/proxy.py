@@ -1110,6 +1110,12 @@ class Proxy:
         self.settings = settings
         self.client = client  # an httpx.AsyncClient
         self.conversations = Conversations(settings)
+        try:  # a server counts much text: its tokenizer's fast engine built now, not by a request (prepare refuses
+            tokenizer = get_tokenizer(settings.tokenizer)  # a tokenizer that cannot load)
+        except ArcError:
+            tokenizer = None
+        if isinstance(tokenizer, HuggingFaceTokenizer):
+            tokenizer.build_fast_engine()
         self.rounds: deque[RoundRecord] = deque(maxlen=ROUND_LOG_SIZE)
         self._sweeper: asyncio.Task[None] | None = None
         self.known = KnownMessages()  # the message texts read before: a request reads its new messages only

@@ -273,6 +273,7 @@ def load(tmp_path: Path, name: str, data: dict[str, Any]) -> HuggingFaceTokenize
     path.write_text(json.dumps(data), encoding="utf-8")
     tokenizer = get_tokenizer(f"hf:{path}")
     assert isinstance(tokenizer, HuggingFaceTokenizer)
+    tokenizer.build_fast_engine()  # at once, not after FAST_ENGINE_AFTER characters
     return tokenizer
 
 
@@ -358,6 +359,26 @@ def test_a_tokenizer_with_its_engine_built_is_pickled_and_copied() -> None:
         assert isinstance(copied, HuggingFaceTokenizer) and copied._fast is None
         assert fast_taken(copied, text) and copied.count_and_starts(text, 1) == tokenizer.count_and_starts(text, 1)
         assert copied._fast_encoder() is tokenizer._fast_encoder()
+
+
+def test_the_engine_is_built_once_a_file_has_encoded_enough_ascii_text(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A short command never pays the build: ASCII texts go through tokenizers until FAST_ENGINE_AFTER characters
+    have been asked for, then through the engine; a second tokenizer of the same content takes it at once."""
+    monkeypatch.setattr(tokenizers, "FAST_ENGINE_AFTER", 100)
+    data = synthetic_file(GOOD)
+    data["added_tokens"][0]["content"] = "<|threshold|>"  # content of its own: no engine built for it yet
+    path = tmp_path / "threshold.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    tokenizer = get_tokenizer(f"hf:{path}")
+    assert isinstance(tokenizer, HuggingFaceTokenizer)
+    text = "abc abcc cccc ab c cc"  # 21 characters
+    for _ in range(4):  # 21, 42, 63, 84 characters asked for
+        assert not fast_taken(tokenizer, text) and tokenizer._fast is None
+    assert fast_taken(tokenizer, text) and tokenizer.fast_path_refusal == ""  # 105
+    assert_same(tokenizer, text)
+    again = HuggingFaceTokenizer(str(path), tokenizer._tokenizer, digest=tokenizer._digest)
+    assert fast_taken(again, "ab")
 
 
 def test_a_normalized_added_token_falls_back_in_its_nfc_form() -> None:
