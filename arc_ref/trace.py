@@ -308,8 +308,14 @@ def _apply(state: ArcState, obj: dict[str, Any], verify: bool,
     (``views``: a view's output line encoded directly, when its chat format allows)."""
     event = _event(obj)
     new_state, output = step(state, event)
-    if views is not None and not verify and isinstance(output, View) and isinstance(output.chat, ChatFormat):
-        return new_state, views.line(output)
+    if views is not None and not verify:
+        if isinstance(output, View):
+            if isinstance(output.chat, ChatFormat):
+                return new_state, views.line(output)
+        else:
+            line = _output_line(event, output)
+            if line is not None:
+                return new_state, line
     answer = _output_json(new_state, output, verify)
     if isinstance(event, ToolResult):  # a stored tool result: an observe output, named by its op and call
         answer.update(op="tool_result", call_id=event.call_id)
@@ -319,6 +325,50 @@ def _apply(state: ArcState, obj: dict[str, Any], verify: bool,
 
 
 _ESCAPE = json.encoder.encode_basestring  # what _CANONICAL writes for a string (ensure_ascii=False)
+_STRING = json.encoder.encode_basestring  # the same, for the strings of the other output lines (`_output_line`)
+_BOOLEAN = {True: "true", False: "false"}
+
+
+def _output_line(event: Event, output: Output) -> str | None:
+    """The output line of an observe, agent or compact step written directly: exactly what `encode` writes for
+    `_apply`'s object (its keys in sorted order, strings escaped as `_CANONICAL` escapes them, integers in
+    decimal), without building the object; None for any other output (then the object is encoded)."""
+    if isinstance(output, ObserveResult):
+        if isinstance(event, Observe):
+            head = '{"chunks":'
+            op = "observe"
+        elif isinstance(event, ToolResult):
+            head = '{"call_id":' + _STRING(event.call_id) + ',"chunks":'
+            op = "tool_result"
+        else:
+            head = '{"chunks":'
+            op = "user"
+        return (f'{head}{output.chunks:d},"folded":{output.folded:d},"id":{_STRING(output.obs_id)},'
+                f'"index":{output.index:d},"op":"{op}","tokens":{output.tokens:d},'
+                f'"verbatim":{_BOOLEAN[output.verbatim]}}}')
+    if isinstance(output, AgentResult):
+        response = output.response
+        if output.command and response is None:
+            return None
+        recalls = output.recalls
+        line = ""
+        if recalls:
+            first = recalls[0]
+            line = f'"chunk":{first.chunk:d},"chunks":{first.chunks:d},'
+        line = f'{{{line}"command":{_BOOLEAN[output.command]},"folded":{output.folded:d},'
+        if recalls:
+            line += f'"id":{_STRING(recalls[0].obs_id)},"op":"agent","payload":{_STRING(recalls[0].payload)},"recalls":['
+            line += ",".join(f'{{"chunk":{recall.chunk:d},"chunks":{recall.chunks:d},"id":{_STRING(recall.obs_id)},'
+                             f'"payload":{_STRING(recall.payload)}}}' for recall in recalls)
+            line += "]"
+        else:
+            line += '"op":"agent"'
+        if output.command and response is not None:
+            line += f',"response":{_STRING(response)}'
+        return line + "}"
+    if isinstance(output, CompactResult):
+        return f'{{"folded":{output.folded:d},"op":"compact","reason":{_STRING(output.reason)}}}'
+    return None
 
 
 class _ViewLines:
