@@ -15,7 +15,7 @@ from typing import Any, Iterable, Iterator
 from arc_ref.chat import ChatFormat
 from arc_ref.config import OVERRIDE_KEYS, PRESETS, Config, config_json, first_lone_surrogate, preset
 from arc_ref.errors import ArcError, BudgetViolation
-from arc_ref.json_limits import nesting_problem
+from arc_ref.json_limits import MAX_NESTING, nesting_problem
 from arc_ref.machine import (
     AgentResult,
     AgentTurn,
@@ -83,7 +83,19 @@ def encode_config_line(obj: dict[str, Any]) -> str:
     return json.dumps(dict(sorted(obj.items())), ensure_ascii=False, separators=(",", ":"))
 
 
-def _check_keys(obj: dict[str, Any], required: tuple[str, ...], optional: tuple[str, ...]) -> None:
+# Per op: the keys a line must hold and every key it may hold ("op" included), as sets for one comparison each.
+_KEY_SETS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    op: (frozenset(required), frozenset((*required, *optional, "op"))) for op, (required, optional) in _FIELDS.items()
+}
+
+
+def _check_keys(obj: dict[str, Any], op: str) -> None:
+    """The keys of a line of ``op`` (`_FIELDS`): every required one, no other than the optional ones."""
+    needed, allowed = _KEY_SETS[op]
+    keys = obj.keys()
+    if needed <= keys <= allowed:  # the usual line: nothing to name
+        return
+    required, optional = _FIELDS[op]
     missing = [key for key in required if key not in obj]
     if missing:
         raise TraceError(f"missing key(s) {', '.join(missing)} for op {obj['op']!r}")
@@ -206,8 +218,7 @@ def parse_line(line: str | bytes) -> dict[str, Any]:
 def _event(obj: dict[str, Any]) -> Event:
     """The core event of a trace line (keys and types checked here; values by the core)."""
     op = obj["op"]
-    required, optional = _FIELDS[op]
-    _check_keys(obj, required, optional)
+    _check_keys(obj, op)
     if op == "observe":
         return Observe(_string(obj, "action"), _string(obj, "observation"), _returncode(obj))
     if op == "agent":
@@ -412,16 +423,21 @@ def mode_ops(state: ArcState | None) -> tuple[str, ...]:
 def _parse(line: str | bytes) -> Any:
     # A line decoded here from strict UTF-8 holds no surrogate, so its parsed strings can hold one only
     # through a \u escape: without a "\u" in the line there is nothing to look for.
+    # In UTF-8 no ASCII byte stands inside a longer character, so the bytes of a line hold its "\u", "[" and "{"
+    # exactly where its text does: counted there, over the bytes, one byte a character.
     may_hold_surrogate = True
+    shallow = False  # fewer brackets than MAX_NESTING levels: `nesting_problem` finds none too deep
     if isinstance(line, bytes):
+        shallow = line.count(b"[") + line.count(b"{") <= MAX_NESTING
+        may_hold_surrogate = b"\\u" in line
         try:
             line = line.decode("utf-8")
         except UnicodeDecodeError as bad:
             raise TraceError(f"not UTF-8 text (invalid byte at offset {bad.start})") from None
-        may_hold_surrogate = "\\u" in line
     if line.startswith("\ufeff"):
         raise TraceError("not valid JSON: a byte order mark (U+FEFF) before the value")
-    too_deep = nesting_problem(line)  # first: it makes the parser's recursion safe (trace.md section 8)
+    # first: it makes the parser's recursion safe (trace.md section 8)
+    too_deep = None if shallow else nesting_problem(line)
     if too_deep is not None:
         raise UnreadableValue(f"JSON {too_deep}")
     try:
