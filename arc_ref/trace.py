@@ -420,7 +420,9 @@ def mode_ops(state: ArcState | None) -> tuple[str, ...]:
     return TEXT_MODE_OPS
 
 
-def _parse(line: str | bytes) -> Any:
+def _parse(line: str | bytes, line_end: bool = False) -> Any:
+    """One line's JSON value (TraceError, UnreadableValue). ``line_end``: every CR and LF at the end of the line is
+    left out first (bytes are decoded without them: no copy of the line is made to cut them off)."""
     # A line decoded here from strict UTF-8 holds no surrogate, so its parsed strings can hold one only
     # through a \u escape: without a "\u" in the line there is nothing to look for.
     # In UTF-8 no ASCII byte stands inside a longer character, so the bytes of a line hold its "\u", "[" and "{"
@@ -428,12 +430,18 @@ def _parse(line: str | bytes) -> Any:
     may_hold_surrogate = True
     shallow = False  # fewer brackets than MAX_NESTING levels: `nesting_problem` finds none too deep
     if isinstance(line, bytes):
-        shallow = line.count(b"[") + line.count(b"{") <= MAX_NESTING
+        shallow = line.count(b"[") + line.count(b"{") <= MAX_NESTING  # CR and LF hold neither, nor a "\\u"
         may_hold_surrogate = b"\\u" in line
+        end = len(line)
+        if line_end:
+            while end and line[end - 1] in _LINE_END_BYTES:
+                end -= 1
         try:
-            line = line.decode("utf-8")
+            line = line.decode("utf-8") if end == len(line) else str(memoryview(line)[:end], "utf-8")
         except UnicodeDecodeError as bad:
             raise TraceError(f"not UTF-8 text (invalid byte at offset {bad.start})") from None
+    elif line_end:
+        line = line.rstrip("\r\n")
     if line.startswith("\ufeff"):
         raise TraceError("not valid JSON: a byte order mark (U+FEFF) before the value")
     # first: it makes the parser's recursion safe (trace.md section 8)
@@ -537,13 +545,15 @@ def replay(lines: Iterable[str | bytes], verify: bool = False) -> Iterator[dict[
         yield output
 
 
-def _replay(lines: Iterable[str | bytes], verify: bool, views: _ViewLines | None) -> Iterator[dict[str, Any] | str]:
-    """`replay`, with view lines already encoded (`_ViewLines`) when ``views`` is given."""
+def _replay(lines: Iterable[str | bytes], verify: bool, views: _ViewLines | None,
+            line_ends: bool = False) -> Iterator[dict[str, Any] | str]:
+    """`replay`, with view lines already encoded (`_ViewLines`) when ``views`` is given; ``line_ends``: each line
+    may end with CR and LF characters, left out."""
     state: ArcState | None = None
     output: dict[str, Any] | str
     for number, line in enumerate(lines, start=1):
         try:
-            obj = _parse(line)
+            obj = _parse(line, line_ends)
             if not isinstance(obj, dict):
                 raise TraceError("each line must be a JSON object")
             op = obj.get("op")
@@ -564,11 +574,11 @@ def _replay(lines: Iterable[str | bytes], verify: bool, views: _ViewLines | None
         yield output
 
 
-def _strip_line_end(line: str | bytes) -> str | bytes:
-    return line.rstrip(b"\r\n") if isinstance(line, bytes) else line.rstrip("\r\n")
+_LINE_END_BYTES = b"\r\n"
 
 
 def replay_text(lines: Iterable[str | bytes], verify: bool = False) -> Iterator[str]:
-    """The replay's output lines, canonically encoded (input lines may keep their line ends)."""
-    for output in _replay((_strip_line_end(line) for line in lines), verify, _ViewLines()):
+    """The replay's output lines, canonically encoded (input lines may keep their line ends: every CR and LF at
+    the end of a line is left out)."""
+    for output in _replay(lines, verify, _ViewLines(), line_ends=True):
         yield output if isinstance(output, str) else encode(output)

@@ -181,6 +181,10 @@ def _fuzz_cli(examples: int) -> Counter[str]:
     return tried
 
 
+def _without_line_end(line: str | bytes) -> str | bytes:
+    return line.rstrip(b"\r\n") if isinstance(line, bytes) else line.rstrip("\r\n")
+
+
 def test_written_lines_are_the_encoded_objects() -> None:
     """`replay_text` writes some lines directly (views, observe, agent and compact lines): each is exactly
     `encode` of the object `replay` gives for that line, on the fuzzer's traces (keys sorted, strings escaped)."""
@@ -191,7 +195,7 @@ def test_written_lines_are_the_encoded_objects() -> None:
     @given(long_traces)
     def run(trace: list[str | bytes]) -> None:
         written = list(replay_text(trace))
-        objects = list(replay(trace))
+        objects = list(replay([_without_line_end(line) for line in trace]))  # replay_text leaves them out
         tried["lines"] += len(trace)
         tried["written"] += sum(1 for obj in objects if obj["op"] in ("observe", "agent", "compact", "view"))
         assert written == [encode(obj) for obj in objects]
