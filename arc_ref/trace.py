@@ -314,7 +314,7 @@ def _view_output(state: ArcState, shown: View, verify: bool) -> dict[str, Any]:
 
 
 def _apply(state: ArcState, obj: dict[str, Any], verify: bool,
-           views: _ViewLines | None = None) -> tuple[ArcState, dict[str, Any] | str]:
+           views: _ViewLines | None = None) -> tuple[ArcState, dict[str, Any] | str | bytes]:
     """Map a trace line to its event, apply it with the one dispatcher (machine.step), map the output back
     (``views``: a view's output line encoded directly, when its chat format allows)."""
     event = _event(obj)
@@ -383,33 +383,41 @@ def _output_line(event: Event, output: Output) -> str | None:
 
 
 class _ViewLines:
-    """View output lines encoded as `encode` would, each message's escaped text kept while it stays in view.
+    """View output lines encoded as `encode` would, in UTF-8, each message's escaped text kept while it stays in
+    view.
 
     JSON escapes a string character by character, so the escaped serialized text is the concatenation of
     the escaped messages (and generation prompt); a message shown by the view before (the same object) is
-    not rendered or escaped again. Only the current view's messages are kept: O(K) memory.
+    not rendered, escaped or encoded again. Only the current view's messages are kept: O(K) memory.
     """
 
     def __init__(self) -> None:
-        self._escaped: dict[int, tuple[Any, str]] = {}
+        self._escaped: dict[int, tuple[Any, memoryview]] = {}
+        self._prompts: dict[str, bytes] = {}
 
-    def line(self, shown: View) -> str:
+    def line(self, shown: View) -> bytes:
+        """The view's output line in UTF-8 (no line end)."""
         chat = shown.chat
         assert isinstance(chat, ChatFormat)
         kept = self._escaped
-        escaped: dict[int, tuple[Any, str]] = {}
-        parts: list[str] = []
+        escaped: dict[int, tuple[Any, memoryview]] = {}
+        parts: list[bytes | memoryview] = []
         for message in shown.messages:
             known = kept.get(id(message))
             if known is None or known[0] is not message:
-                known = (message, _ESCAPE(chat.render_message(message.role, message.content))[1:-1])
+                text = _ESCAPE(chat.render_message(message.role, message.content))
+                known = (message, memoryview(text.encode("utf-8"))[1:-1])  # the quotes left out, no copy made
             escaped[id(message)] = known
             parts.append(known[1])
-        parts.append(_ESCAPE(chat.generation_prompt)[1:-1])
+        prompt = self._prompts.get(chat.generation_prompt)
+        if prompt is None:
+            prompt = self._prompts[chat.generation_prompt] = _ESCAPE(chat.generation_prompt)[1:-1].encode("utf-8")
+        parts.append(prompt)
         self._escaped = escaped
         # the keys in encode's sorted order: budget, components, limit, op, text, tokens
-        return (f'{{"budget":{shown.budget:d},"components":{encode(shown.components.as_dict())},'
-                f'"limit":{shown.limit:d},"op":"view","text":"{"".join(parts)}","tokens":{shown.tokens:d}}}')
+        head = (f'{{"budget":{shown.budget:d},"components":{encode(shown.components.as_dict())},'
+                f'"limit":{shown.limit:d},"op":"view","text":"')
+        return b"".join((head.encode("utf-8"), *parts, f'","tokens":{shown.tokens:d}}}'.encode("utf-8")))
 
 
 
@@ -546,11 +554,11 @@ def replay(lines: Iterable[str | bytes], verify: bool = False) -> Iterator[dict[
 
 
 def _replay(lines: Iterable[str | bytes], verify: bool, views: _ViewLines | None,
-            line_ends: bool = False) -> Iterator[dict[str, Any] | str]:
-    """`replay`, with view lines already encoded (`_ViewLines`) when ``views`` is given; ``line_ends``: each line
-    may end with CR and LF characters, left out."""
+            line_ends: bool = False) -> Iterator[dict[str, Any] | str | bytes]:
+    """`replay`, with lines already encoded when ``views`` is given (a view's in UTF-8: `_ViewLines`, others as
+    str: `_output_line`); ``line_ends``: each line may end with CR and LF characters, left out."""
     state: ArcState | None = None
-    output: dict[str, Any] | str
+    output: dict[str, Any] | str | bytes
     for number, line in enumerate(lines, start=1):
         try:
             obj = _parse(line, line_ends)
@@ -581,4 +589,17 @@ def replay_text(lines: Iterable[str | bytes], verify: bool = False) -> Iterator[
     """The replay's output lines, canonically encoded (input lines may keep their line ends: every CR and LF at
     the end of a line is left out)."""
     for output in _replay(lines, verify, _ViewLines(), line_ends=True):
-        yield output if isinstance(output, str) else encode(output)
+        if isinstance(output, bytes):
+            yield output.decode("utf-8")
+        else:
+            yield output if isinstance(output, str) else encode(output)
+
+
+def replay_bytes(lines: Iterable[str | bytes], verify: bool = False) -> Iterator[bytes]:
+    """`replay_text`'s lines in UTF-8 (what `arc-ref replay` writes; a view's line is encoded once, its messages
+    kept encoded while they stay in view)."""
+    for output in _replay(lines, verify, _ViewLines(), line_ends=True):
+        if isinstance(output, bytes):
+            yield output
+        else:
+            yield (output if isinstance(output, str) else encode(output)).encode("utf-8")
