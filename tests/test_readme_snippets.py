@@ -53,6 +53,7 @@ HOW: dict[str, str] = {
     "--tasks 5 --seeds 42": "test_the_vllm_quick_start_runs_against_a_server_of_that_name",
     "arc-ref inspect task.arc --catalog 1 --verify": "run",
     "arc-ref export task.arc > task.jsonl": "run",
+    "arc-ref copy task.arc task2.arc": "run",
     "arc-ref replay task.jsonl --verify": "run",
     "arc-ref mcp task.arc": "tests/persist/test_mcp.py",
     "arc-eval nih --methods all --seeds 42 82 122 --tasks 1000": "plan",

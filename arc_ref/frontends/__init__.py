@@ -2,7 +2,7 @@
 command lines, standard streams and sockets.
 
 - `cli`: `arc-ref replay | budgets`, and the subcommand table (the `arc-ref` entry point);
-- `store_cli`: `arc-ref inspect | export` of a durable store;
+- `store_cli`: `arc-ref inspect | export | copy` of a durable store;
 - `mcp_server`: `arc-ref mcp STORE`, the store's tools over MCP's stdio transport;
 - `proxy`: `arc-ref proxy`, the OpenAI-compatible proxy in front of any agent;
 - `exit_status`: the one table of exit statuses of every subcommand (spec/trace.md §8).

@@ -2,6 +2,7 @@
 
     arc-ref inspect STORE [--catalog [N] | --record ID | --events | --view] [--verify]
     arc-ref export STORE                  the rows as a replay trace (spec/trace.md), to standard output
+    arc-ref copy STORE NEW                every row export reads, into a new store NEW (a damaged store's way on)
     arc-ref mcp STORE [--preset NAME] [--set KEY=VALUE ...]   serve ARC's tools over MCP (stdio)
 
 A missing, corrupt or locked store is one clear line on standard error and exit status 2, never a traceback;
@@ -13,28 +14,37 @@ What they write is UTF-8 whatever the locale or PYTHONIOENCODING says (store lin
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.util
 import json
+import os
 import sys
-from typing import Any, BinaryIO, Callable
+import time
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, Iterator
 
 from arc_ref.catalog import page_count, render_page
 from arc_ref.config import MAX_CONFIG_INTEGER, PRESETS, Config, preset
 from arc_ref.errors import ArcError
 from arc_ref.frontends.exit_status import INSPECT_FAILED, IO, OK, CommandFailed, status_of
 from arc_ref.frontends.streams import silence_stdout
-from arc_ref.machine import ArcState, view
+from arc_ref.machine import ArcState, Event, view
 from arc_ref.options import integer_parser, unique_settings
-from arc_ref.persist import StoreError, StoreNotFound, read_rows
+from arc_ref.persist import DurableStore, StoreError, StoreNotFound, read_rows
+from arc_ref.persist.acknowledgement import ACK_SUFFIX
+from arc_ref.persist.errors import StoreExists
 from arc_ref.persist.postgres import Store, is_database_url, create_store, open_store
+from arc_ref.persist.rows import read_row
 from arc_ref.recall import chunk_count
 from arc_ref.view import VIEW_COMPONENTS, verify_tokens
 
-STORE_COMMANDS = ("inspect", "export", "mcp")
+STORE_COMMANDS = ("inspect", "export", "copy", "mcp")
 EVENT_LINE_CHARS = 160  # --events clips each line to this many characters unless --full
 # The bounds of inspect's numbers (issue 31): a store's rows are numbered by SQLite's signed 64-bit integer; a
 # catalog has at most as many pages as the store holds observations, at most the core's 2^31 - 1.
 MAX_ROW = 2**63 - 1
+COPY_BATCH = 512  # events stepped and committed together by `arc-ref copy`
+COPY_PROGRESS_S = 5.0  # a progress line on standard error at most this often while a copy runs
 
 
 def add_commands(commands: "argparse._SubParsersAction[Any]",
@@ -57,6 +67,10 @@ def add_commands(commands: "argparse._SubParsersAction[Any]",
                          help="also fold every row without the snapshot and check that both states agree")
     export = commands.add_parser("export", help="write a store's events as a replay trace (spec/trace.md)")
     export.add_argument("store", help="path of the store")
+    copy = commands.add_parser("copy", help="copy every row export reads into a new store (a damaged or read-only"
+                                            " store's way on)")
+    copy.add_argument("store", help="path of the store (or postgresql://.../DB#KEY)")
+    copy.add_argument("new", help="path of the new store (must not exist)")
     mcp = commands.add_parser("mcp", help="serve ARC's store and recall tools over MCP (stdio) on a store")
     mcp.add_argument("store", help="path of the store (created when absent, with --preset and --set)")
     mcp.add_argument("--preset", choices=sorted(PRESETS), default=None, help="for a new store (default: paper)")
@@ -81,6 +95,8 @@ def run(arguments: argparse.Namespace) -> int:
             status = _inspect(arguments)
         elif name == "export":
             status = _export(arguments.store)
+        elif name == "copy":
+            status = _copy(arguments.store, arguments.new)
         else:
             return _mcp(arguments)
         _flush()
@@ -134,6 +150,85 @@ def _export(path: str) -> int:
         return OK.code
     for row in read_rows(path):  # a damaged row raises after every row before it was written
         _emit(row.line + "\n")
+    return OK.code
+
+
+# --- copy ---------------------------------------------------------------------------------------
+
+
+def _source_lines(source: str) -> Iterator[str]:
+    """The rows of ``source`` in order, as `arc-ref export` reads them (a damaged row raises after the rows
+    before it)."""
+    if is_database_url(source):
+        with open_store(source, readonly=True) as store:
+            yield from store.export_lines()
+    else:
+        for row in read_rows(source):
+            yield row.line
+
+
+def _copy(source: str, new: str) -> int:
+    """Copy every row `arc-ref export` reads from ``source`` into a new SQLite store ``new``: row 1's
+    configuration, then the events, stepped by the core and committed COPY_BATCH at a time, then a snapshot.
+
+    This is how a store that stays read-only goes on (spec/store.md: one whose snapshot SQLite cannot read, every
+    acknowledged row still there): the copy has the same rows, ids and state, and a writer. The new store is
+    built under a temporary name beside ``new`` and linked into place only when complete and closed cleanly, so
+    a failed or interrupted copy leaves nothing at ``new``."""
+    if is_database_url(new):
+        raise StoreError("arc-ref copy writes a new SQLite store: give a path for NEW")
+    target = Path(new)
+    if os.path.lexists(target):
+        raise StoreExists(f"{new!r} already exists; choose a path where no store is")
+    staging = target.with_name(f".{target.name}.copying-{os.getpid()}")
+    rows, store, started, shown = 0, None, time.monotonic(), time.monotonic()
+    try:
+        batch: list[Event] = []
+        for line in _source_lines(source):
+            rows += 1
+            value = read_row(rows, line, repr(source))  # StoreCorrupt naming a row that holds no event
+            if store is None:  # row 1: read_row gives its configuration or raises
+                assert isinstance(value, Config)
+                store = DurableStore.create(staging, value)
+                continue
+            assert not isinstance(value, Config)  # read_row gives a configuration for row 1 only
+            batch.append(value)
+            if len(batch) >= COPY_BATCH:
+                store.append_many(batch)
+                batch = []
+            if time.monotonic() - shown >= COPY_PROGRESS_S:
+                shown = time.monotonic()
+                print(f"arc-ref copy: {rows:,} rows copied ({shown - started:.0f} s)", file=sys.stderr, flush=True)
+        if store is None:
+            raise StoreError(f"{source!r} holds no rows")
+        if batch:
+            store.append_many(batch)
+        store.close()  # a snapshot, and closed cleanly: the store opens by its new name without its .ack
+        try:
+            os.link(staging, target)
+        except FileExistsError:
+            raise StoreExists(f"{new!r} was created by someone else while the copy ran; the copy is removed") \
+                from None
+        except OSError as problem:
+            if problem.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+                raise StoreError(f"cannot create {new!r}: {problem.strerror}") from None
+            if os.path.lexists(target):
+                raise StoreExists(f"{new!r} was created by someone else while the copy ran; the copy is removed")
+            os.replace(staging, target)
+        os.replace(str(staging) + ACK_SUFFIX, str(target) + ACK_SUFFIX)
+    except OSError as problem:
+        raise StoreError(f"cannot create {new!r}: {problem.strerror}") from None
+    except StoreError as problem:  # named by NEW, not by the temporary name it was being built under
+        raise type(problem)(str(problem).replace(repr(str(staging)), repr(new))) from None
+    finally:
+        if store is not None and not store.closed:
+            store.close(snapshot=False)
+        for leftover in ("", "-wal", "-shm", "-journal", ACK_SUFFIX):
+            try:
+                Path(str(staging) + leftover).unlink()
+            except OSError:
+                pass
+    _emit(f"copied {rows:,} rows (the config line and {rows - 1:,} events) from {source} into {new}\n")
     return OK.code
 
 

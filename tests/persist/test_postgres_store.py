@@ -86,6 +86,16 @@ def test_export_is_a_trace_that_replay_reproduces(pg_url: str, tmp_path: Path) -
     assert replayed.returncode == 0, replayed.stderr
 
 
+def test_copy_moves_a_task_of_the_database_into_a_sqlite_store(pg_url: str, tmp_path: Path) -> None:
+    source = written(pg_url)
+    copied = subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", "copy", f"{pg_url}#task",
+                             str(tmp_path / "task.arc")], capture_output=True, text=True, check=False)
+    assert copied.returncode == 0 and copied.stderr == "", copied.stderr
+    with DurableStore.open(tmp_path / "task.arc") as store:  # a writer: the same rows and state
+        assert [row.line for row in store.events()] == [row.line for row in source.events()]
+        assert store.state == source.state and store.checksum == source.checksum
+
+
 def test_a_damaged_edited_or_missing_row_stops_the_open_naming_it(pg_url: str) -> None:
     written(pg_url)
     with pytest.raises(psycopg.errors.RaiseException, match="append-only"):

@@ -1,0 +1,83 @@
+"""`arc-ref copy STORE NEW`: a store that stays read-only (its snapshot unreadable to SQLite, every acknowledged row
+there: spec/store.md) goes on as a new store holding the same rows, with a writer; a copy that fails leaves nothing
+at NEW and no temporary file beside it."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from arc_ref.frontends import store_cli
+from arc_ref.frontends.cli import main
+from arc_ref.machine import AgentTurn, Observe
+from arc_ref.persist import DurableStore, StoreCorrupt, fold_lines, read_rows
+from tests.persist.test_store_cut_snapshot import CONFIG, killed_after_its_snapshot_commit_in_a_checkpoint
+
+
+def run(capfd: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capfd.readouterr()
+    return code, out, err
+
+
+def test_a_store_whose_snapshot_sqlite_cannot_read_goes_on_as_a_copy(tmp_path: Path,
+                                                                      capfd: pytest.CaptureFixture[str]) -> None:
+    damaged, new = tmp_path / "s.arc", tmp_path / "copy.arc"
+    last, _ = killed_after_its_snapshot_commit_in_a_checkpoint(damaged, 0.5)
+    with pytest.raises(StoreCorrupt, match="cannot read its snapshot"):
+        DurableStore.open(damaged)  # no writer: the store stays read-only
+    rows = list(read_rows(damaged))
+    code, out, err = run(capfd, "copy", str(damaged), str(new))
+    assert (code, err) == (0, "")
+    assert out == f"copied {last} rows (the config line and {last - 1} events) from {damaged} into {new}\n"
+    assert [(row.seq, row.line, row.checksum) for row in read_rows(new)] == \
+        [(row.seq, row.line, row.checksum) for row in rows]  # the same rows, so the same chained checksums
+    with DurableStore.open(new) as writer:  # a writer now, from the snapshot the copy wrote when it closed
+        assert writer.report.snapshot_seq == last and writer.report.folded == 0
+        assert writer.state == fold_lines([row.line for row in rows])
+        first_id = writer.state.records[0].obs_id
+        writer.append(AgentTurn("read it again", "_recall " + first_id))
+        writer.append(Observe("cat next", "next " * 50))
+    with DurableStore.open(new, readonly=True) as reader:
+        assert reader.seq == last + 2 and reader.state.records[0].obs_id == first_id
+    assert sorted(path.name for path in tmp_path.iterdir() if path.name.startswith(".")) == []
+
+
+def test_copy_refuses_an_existing_new_store_a_missing_one_and_a_database_url(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    source, taken = tmp_path / "a.arc", tmp_path / "b.arc"
+    with DurableStore.create(source, CONFIG) as store:
+        store.append(Observe("ls", "a b c"))
+    taken.write_bytes(b"someone's file")
+    code, out, err = run(capfd, "copy", str(source), str(taken))
+    assert (code, out) == (2, "") and err == f"arc-ref copy: {str(taken)!r} already exists; choose a path where no" \
+                                             " store is\n"
+    assert taken.read_bytes() == b"someone's file"
+    code, out, err = run(capfd, "copy", str(tmp_path / "none.arc"), str(tmp_path / "c.arc"))
+    assert (code, out) == (2, "") and err == f"arc-ref copy: no ARC store at {str(tmp_path / 'none.arc')!r}\n"
+    # named by NEW, not by the temporary name it is built under
+    code, out, err = run(capfd, "copy", str(source), str(tmp_path / "no" / "c.arc"))
+    assert (code, out) == (2, "") and err.startswith(f"arc-ref copy: cannot create {str(tmp_path / 'no' / 'c.arc')!r}")
+    code, _, err = run(capfd, "copy", str(source), "postgresql://u@localhost:1/db#k")
+    assert code == 2 and err == "arc-ref copy: arc-ref copy writes a new SQLite store: give a path for NEW\n"
+    assert sorted(path.name for path in tmp_path.iterdir() if not path.name.startswith("a.arc")) == ["b.arc"]
+
+
+def test_a_copy_that_fails_part_way_leaves_nothing_at_new(tmp_path: Path, capfd: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    source, new = tmp_path / "a.arc", tmp_path / "b.arc"
+    with DurableStore.create(source, CONFIG) as store:
+        for number in range(40):
+            store.append(Observe(f"cat f{number}", f"f{number} " * 20))
+    last = store.seq
+    plain = sqlite3.connect(source)
+    plain.execute("UPDATE events SET line = replace(line, 'f30 ', 'F30 ') WHERE seq = 32")  # row 32 fails its checksum
+    plain.commit()
+    plain.close()
+    monkeypatch.setattr(store_cli, "COPY_BATCH", 8)  # batches committed before the damaged row is met
+    code, out, err = run(capfd, "copy", str(source), str(new))
+    assert (code, out) == (2, "") and "row 32 fails its checksum" in err
+    assert sorted(path.name for path in tmp_path.iterdir() if path.name.startswith(("b.arc", ".b.arc"))) == []
+    assert last == 41
