@@ -134,10 +134,28 @@ class SerializedTool(dict[str, Any]):
 _ITEM_TYPES[SerializedTool] = frozenset(dir(SerializedTool))
 
 
+class _KnownJSON(threading.local):
+    """Per thread, the ``tojson`` texts known for objects of the rendering in progress, by ``id`` beside the object
+    itself (`TemplateFormat._plan_costs`: a probed tool call's arguments, a new dict in each occurrence, serialized
+    once per probed message). The objects stay the plain dicts the server passes (a subclass would show a template
+    other attribute names); the sandbox lets no template change them while it renders."""
+
+    texts: dict[int, tuple[Any, str]] | None = None
+
+
+_KNOWN_JSON = _KnownJSON()
+
+
 def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
             sort_keys: bool = False) -> str:
-    if type(x) is SerializedTool and not ensure_ascii and indent is None and separators is None and not sort_keys:
-        return x._text
+    if not ensure_ascii and indent is None and separators is None and not sort_keys:
+        if type(x) is SerializedTool:
+            return x._text
+        known = _KNOWN_JSON.texts
+        if known:
+            entry = known.get(id(x))
+            if entry is not None and entry[0] is x:
+                return entry[1]
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
@@ -460,6 +478,10 @@ class ChatTemplate:
         if not _insert_after(tree, loop, jinja2.nodes.Output([jinja2.nodes.Name(_END_VARIABLE, "load")])):
             raise TemplateRefused(f"chat template of {name!r}: cannot place a mark after its message loop")
         self._split = env.from_string(tree)
+        for compiled in (self._whole, self._split):
+            # its globals a plain dict of the same items: jinja gives a template a ChainMap over the environment's
+            # (unchanged after this), which every rendering copies key by key in Python (two passes per rendering)
+            compiled.globals = dict(compiled.globals)
         self._variables = {**dict(special_tokens), **dict(template_kwargs)}
         fixed = source + "".join(_strings(self._variables))
         self._mark_candidates = "".join(char for char in _MARK_CHARACTERS if char not in fixed)
@@ -841,6 +863,13 @@ class _Probe:
     # every call a new dict of the same string objects (role, content, tool_call_id, name as they are; a lone text
     # joined is itself), so each occurrence is a copy of this one (`_WatchedMessage` copies its items)
     flat_server: dict[str, Any] | None = None
+    # a message with tool calls: its server form once, and each call's arguments serialized as ``tojson`` writes them
+    # (None where they are not a JSON object given as a string); each occurrence is built from them (`_occurrence`)
+    server: dict[str, Any] | None = None
+    argument_texts: tuple[str | None, ...] = ()
+    # whether the template's reads of the message are noted (`_WatchedMessage`): only a tool message's with a call
+    # id are used (`placed_costs`); any other message is passed as the plain dict the server passes
+    watched: bool = True
 
 
 class TemplateFormat:
@@ -1158,21 +1187,51 @@ class TemplateFormat:
         local: dict[str, int] = {}
         split = self._content_split(content, parts, local) if len(content) > 2 * EDGE_WINDOW else None
         flat = server if all(type(value) is str for value in server.values()) else None
-        return _Probe(message, content, mark, split, local, set(), flat_server=flat)
+        texts: tuple[str | None, ...] = ()
+        if flat is None and type(message.get("content")) is str and "tool_calls" in server:
+            texts = tuple(
+                json.dumps(call["function"]["arguments"], ensure_ascii=False)
+                if type(call["function"]["arguments"]) is dict and type(sent["function"].get("arguments")) is str
+                else None
+                for call, sent in zip(server["tool_calls"], message["tool_calls"]))
+        return _Probe(message, content, mark, split, local, set(), flat_server=flat,
+                      server=server if texts else None, argument_texts=texts, watched=tool_call_id is not None)
+
+    @staticmethod
+    def _occurrence(probe: _Probe, known_json: dict[int, tuple[Any, str]]) -> dict[str, Any]:
+        """One occurrence of the probed message in a probe conversation, as `server_conversation` gives it: new dicts
+        and lists (a new arguments object parsed from its string) around the same strings; each call's arguments
+        noted in ``known_json`` with their ``tojson`` text (`_KnownJSON`)."""
+        if probe.flat_server is not None:
+            return dict(probe.flat_server)
+        server = probe.server
+        if server is None:
+            return server_conversation([probe.message])[0]
+        calls = []
+        for call, sent, text in zip(server["tool_calls"], probe.message["tool_calls"], probe.argument_texts):
+            arguments = server_arguments(sent["function"].get("arguments"))
+            if text is not None:
+                known_json[id(arguments)] = (arguments, text)
+            calls.append({**call, "function": {**call["function"], "arguments": arguments}})
+        return {**server, "tool_calls": calls}
 
     def _plan_costs(self, probe: _Probe, plan: tuple[Context | str, ...]) -> tuple[tuple[Context, int], ...]:
         """The message's cost in each context of one probe conversation (`probe_plans`): one rendering."""
         server = list(self._prefix)
         where: list[tuple[int, Context]] = []
+        known_json: dict[int, tuple[Any, str]] = {}
         for item in plan:
             if isinstance(item, Context):
                 where.append((len(server), item))
-                flat = probe.flat_server
-                server.append(_WatchedMessage(flat if flat is not None else server_conversation([probe.message])[0],
-                                              probe.reads))
+                occurrence = self._occurrence(probe, known_json)
+                server.append(_WatchedMessage(occurrence, probe.reads) if probe.watched else occurrence)
             else:
                 server.append(_filler(item))
-        pieces = self._pieces(server, probe.mark)
+        outer, _KNOWN_JSON.texts = _KNOWN_JSON.texts, known_json
+        try:
+            pieces = self._pieces(server, probe.mark)
+        finally:
+            _KNOWN_JSON.texts = outer
         self._check_pieces(server, pieces)
         return tuple((ctx, self._probe_piece_tokens(probe, pieces[position])) for position, ctx in where)
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arc_ref import tokenizers
+from arc_ref import templates, tokenizers
 from arc_ref.config import config_json, make_setup, preset
 from arc_ref.errors import ConfigError
 from arc_ref.message import ToolCall, ToolSpec
@@ -29,6 +29,7 @@ from arc_ref.templates import (
     possible_contexts,
     probe_plans,
     server_arguments,
+    server_conversation,
 )
 from arc_ref.tokenizers import HuggingFaceTokenizer, get_tokenizer
 from arc_ref.trace import replay
@@ -426,3 +427,94 @@ def test_role_line_and_content_merge_only_after_a_line_break(content: str) -> No
 def test_a_content_that_starts_with_a_line_break_does_merge() -> None:
     tokenizer = qwen3_tokenizer()
     assert tokenizer.count("user\n" + "\nx") < tokenizer.count("user\n") + tokenizer.count("\nx")
+
+
+TOOL_ECHO = (  # writes each call's arguments through tojson (the memoized text and the keyword forms), a key named
+    # like an attribute of a class read as an attribute (the server's plain dict has none: it reads the item), and
+    # whether a message's calls or arguments are the very objects of the last message with calls (an occurrence is new)
+    "{% set ns = namespace(calls=none, arguments=none) %}"
+    "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}"
+    "{% for call in message.tool_calls or [] %}<tool_call>{{ call.function.arguments | tojson }}"
+    "{{ call.function.arguments | tojson(indent=1) }}{{ call.function.arguments | tojson(ensure_ascii=true) }}"
+    "{{ call.function.arguments | tojson(separators=(',', ':')) }}{{ call.function.arguments | tojson(sort_keys=true) }}"
+    "{{ call.function.arguments | length }}({{ call.function.arguments._text }}|{{ call.function.arguments.__slots__ }}"
+    "|{{ call.function.arguments | attr('_text') }})"
+    "{% if call.function.arguments is sameas ns.arguments %} SAME{% endif %}"
+    "{% set ns.arguments = call.function.arguments %}</tool_call>{% endfor %}"
+    "{% if message.tool_calls is defined %}{% if message.tool_calls is sameas ns.calls %} SAME{% endif %}"
+    "{% set ns.calls = message.tool_calls %}{% endif %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.mark.parametrize("arguments", ['{"command": "ls -la é", "n": [1, {"k": null}]}', "not json", "[1, 2]",
+                                       '{"_text": "HIDDEN", "__slots__": "S", "z": 1, "a": "é"}'])
+def test_a_probed_tool_call_is_counted_as_the_server_renders_it(tmp_path: Path, arguments: str) -> None:
+    """Each occurrence of a probed assistant message is built once more from its parsed form (new dicts and lists,
+    its arguments parsed anew, their tojson text known for the rendering): every placed cost equals the count of the
+    piece that the template writes for the conversation as the server hands it over (`server_conversation`)."""
+    directory = _model_dir(tmp_path, TOOL_ECHO)
+    tokenizer = get_tokenizer(f"hf-dir:{directory}")
+    assert isinstance(tokenizer, HuggingFaceTokenizer)
+    tools = (ToolSpec("bash", "Run it.", "{\"type\": \"object\"}"),)
+    chat = TemplateFormat(tokenizer, load_template_source(directory), {}, tools, "Agent.", "Solve it.", "tools")
+    calls = (ToolCall("c1", "bash", arguments), ToolCall("c2", "bash", '{"command": "pwd"}'))
+    costs = dict(chat.placed_costs("assistant", "Next.", calls))
+    message = {"role": "assistant", "content": "Next.", "tool_calls": [
+        {"id": call.call_id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+        for call in calls]}
+    for plan in probe_plans(possible_contexts("assistant", "tools"), "assistant"):
+        conversation = [{"role": "system", "content": "Agent."}, {"role": "user", "content": "Solve it."}]
+        where = []
+        for item in plan:
+            if isinstance(item, str):
+                conversation.append({"role": item, "content": "x"})
+            else:
+                where.append((len(conversation), item))
+                conversation.append(message)
+        _, pieces, _ = chat.template.render_parts(server_conversation(conversation), chat._server_tools)
+        assert all(" SAME" not in piece for piece in pieces)
+        for position, ctx in where:
+            assert costs[ctx] == tokenizer.count(pieces[position]), (ctx, pieces[position])
+
+
+def test_a_probed_tool_calls_arguments_are_serialized_once_per_message(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The arguments' tojson text is known for every occurrence of the probed message (18 places here): json.dumps
+    runs once per call of the message, not once per occurrence."""
+    directory = _model_dir(tmp_path, CHATML.replace(
+        "{{ message.content }}", "{{ message.content }}{% for call in message.tool_calls or [] %}<tool_call>"
+        "{{ call.function.arguments | tojson }}</tool_call>{% endfor %}"))
+    tokenizer = get_tokenizer(f"hf-dir:{directory}")
+    assert isinstance(tokenizer, HuggingFaceTokenizer)
+    chat = TemplateFormat(tokenizer, load_template_source(directory), {}, (ToolSpec("bash"),), "Agent.", "Solve it.",
+                          "tools")
+    dumped: list[Any] = []
+    dumps = json.dumps
+
+    def counted_dumps(value: Any, **kwargs: Any) -> str:
+        dumped.append(value)
+        return dumps(value, **kwargs)
+
+    monkeypatch.setattr(templates.json, "dumps", counted_dumps)
+    calls = (ToolCall("c1", "bash", '{"command": "ls"}'), ToolCall("c2", "bash", '{"command": "pwd"}'))
+    places = chat.placed_costs("assistant", "Next.", calls)
+    assert len(places) == 18 and dumped == [{"command": "ls"}, {"command": "pwd"}], dumped
+
+
+def test_a_known_tojson_text_serves_only_the_default_form_of_that_very_object() -> None:
+    """`_KnownJSON`: the text noted for an object is its tojson with the default keywords; any other keyword, or
+    another object (an equal one, or one under a stale id), is serialized by json.dumps."""
+    known = {"b": "é", "a": [1, 2]}
+    text = '{"b": "é", "a": [1, 2]}'
+    equal_but_other = dict(known)
+    # the second entry stands for an object gone whose id a new one has taken: its text is not the new one's
+    outer, templates._KNOWN_JSON.texts = templates._KNOWN_JSON.texts, {id(known): (known, text),
+                                                                       id(equal_but_other): (known, "stale")}
+    try:
+        assert templates._tojson(known) is text
+        assert templates._tojson(equal_but_other) == text and templates._tojson(equal_but_other) is not text
+        for keywords in ({"sort_keys": True}, {"ensure_ascii": True}, {"indent": 1}, {"separators": (",", ":")}):
+            assert templates._tojson(known, **keywords) == json.dumps(known, **{"ensure_ascii": False, **keywords})
+    finally:
+        templates._KNOWN_JSON.texts = outer
