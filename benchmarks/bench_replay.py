@@ -13,7 +13,16 @@ and taking turns (replay, floor, replay, floor, ...) so that machine noise falls
   observation's tokens once (o200k_base; a non-ASCII text is counted through its UTF-8 bytes, so no
   second copy stays on the string), hold every observation once as a Python str, and write the
   output lines (the replay's own output, read back from its file: the floor pays for writing them,
-  not for producing them).
+  not for producing them). In tool mode (``--mode tools``, Qwen3's template) the floor counts each new
+  message once with the fastest exact encoder there is, the one the replay itself uses
+  (`HuggingFaceTokenizer.count`: tiktoken's fast engine on ASCII texts without added tokens, spec/rendering.md
+  section 2, and ``tokenizers`` elsewhere), so the ratio falls only when ARC's own work does, not because its
+  encoder got faster; the same encodes through ``tokenizers`` alone are timed after its clock and printed beside.
+
+Start-up (interpreter, arc_ref, the tokenizer and, for a Qwen3 file, its fast engine, built on the first ASCII
+text) is left out of every child's clock and, where Linux lets a process reset its peak (/proc/self/clear_refs),
+of its peak memory (the memory start-up freed is first handed back, glibc's malloc_trim, so that the work's own
+allocations show); its seconds are printed beside each size ("start-up s").
 
 Each child measures itself after start-up (interpreter, arc_ref and the tokenizer loaded): seconds of
 work (wall clock and CPU time) and peak resident memory above its own start-up (ru_maxrss). Printed per
@@ -59,7 +68,20 @@ except ImportError:  # a baseline checkout from before the front ends moved (iss
 import arc_ref.trace
 from arc_ref.tokenizers import get_tokenizer
 trace, stats, tokenizer_name, extra = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-get_tokenizer(tokenizer_name)
+began = time.perf_counter()
+get_tokenizer(tokenizer_name).count("start-up: the tokenizer's engines are built before the clock starts")
+engine = time.perf_counter() - began  # loading and, where the tokenizer has one, building its fast engine
+import ctypes, gc
+gc.collect()
+try:  # memory start-up freed (e.g. building a tokenizer's engine) back to the system, so the work's own shows
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+except (OSError, AttributeError):
+    pass
+try:  # peak memory from here on (Linux): start-up's own peak is not the work's
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")
+except OSError:
+    pass
 start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 started, cpu = time.perf_counter(), time.process_time()
 code = cli.main(["replay", trace, *extra])
@@ -67,7 +89,8 @@ sys.stdout.flush()
 seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 with open(stats, "w") as out:
-    json.dump({"seconds": seconds, "cpu": cpu, "start_kib": start_rss, "peak_kib": peak, "code": code}, out)
+    json.dump({"seconds": seconds, "cpu": cpu, "start_kib": start_rss, "peak_kib": peak, "code": code,
+               "start_s": engine}, out)
 """
 
 _TOOL_FLOOR_CHILD = r"""
@@ -75,10 +98,22 @@ import json, resource, sys, time
 import arc_ref.frontends.cli, arc_ref.trace
 from arc_ref.tokenizers import get_tokenizer
 trace, expected, stats, tokenizer_name = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-count = get_tokenizer(tokenizer_name).count
+count = get_tokenizer(tokenizer_name).count  # the replay's own exact encoder: its fast engine where it takes a text
+count("start-up: the tokenizer's engines are built before the clock starts")
+import ctypes, gc
+gc.collect()
+try:  # memory start-up freed (e.g. building a tokenizer's engine) back to the system, so the work's own shows
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+except (OSError, AttributeError):
+    pass
+try:  # peak memory from here on (Linux): start-up's own peak is not the work's
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")
+except OSError:
+    pass
 start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 started, cpu = time.perf_counter(), time.process_time()
-held, tokens, encoding, clock = [], 0, 0.0, time.process_time
+held, turns, tokens, encoding, clock = [], [], 0, 0.0, time.process_time
 out = sys.stdout.buffer
 with open(trace, "rb") as lines, open(expected, "rb") as outputs:
     for line in lines:
@@ -96,14 +131,22 @@ with open(trace, "rb") as lines, open(expected, "rb") as outputs:
             began = clock()
             tokens += count(text)
             encoding += clock() - began
+            turns.append(text)
         out.write(outputs.readline())
 out.flush()
 seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+# after the clock: the same encodes through tokenizers alone (what the floor cost before the fast engine), and
+# their count, which must be the same
+slow = get_tokenizer(tokenizer_name)._tokenizer.encode
+began = clock()
+slow_tokens = sum(len(slow(text, add_special_tokens=False)) for text in held + turns)
+slow_cpu = clock() - began
+assert slow_tokens == tokens, (slow_tokens, tokens)
 with open(stats, "w") as stats_out:
     json.dump({"seconds": seconds, "cpu": cpu, "start_kib": start_rss, "peak_kib": peak, "tokens": tokens,
                "encode_cpu": encoding, "payload_bytes": sum(sys.getsizeof(text) for text in held),
-               "payload_chars": sum(len(text) for text in held)}, stats_out)
+               "payload_chars": sum(len(text) for text in held), "tokenizers_encode_cpu": slow_cpu}, stats_out)
 """
 
 _FLOOR_CHILD = r"""
@@ -114,6 +157,17 @@ get_tokenizer("o200k_base")
 trace, expected, stats = sys.argv[1], sys.argv[2], sys.argv[3]
 encoding = get_tokenizer("o200k_base")._encoding
 count_str, count_bytes = encoding.encode_ordinary, encoding._encode_bytes
+import ctypes, gc
+gc.collect()
+try:  # memory start-up freed (e.g. building a tokenizer's engine) back to the system, so the work's own shows
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+except (OSError, AttributeError):
+    pass
+try:  # peak memory from here on (Linux): start-up's own peak is not the work's
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")
+except OSError:
+    pass
 start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 started, cpu = time.perf_counter(), time.process_time()
 held, tokens, encoding, clock = [], 0, 0.0, time.process_time
@@ -392,8 +446,16 @@ def measure(events: int, repeat: int, replay_args: list[str], baseline: str | No
         raise SystemExit(f"replays of the same trace wrote different outputs: {sorted(shas)}")
     sha = shas.pop()
     floor = runs["floor"][0]
+    start = {name: statistics.median(run.get("start_s", math.nan) for run in runs[name]) for name in runs
+             if runs[name] and name != "floor"}
     print(f"{events:,} events: payload {floor['payload_bytes'] / 2**20:.1f} MiB as str "
-          f"({floor['payload_chars'] / 1e6:.1f}M characters), load {load()}", flush=True)
+          f"({floor['payload_chars'] / 1e6:.1f}M characters), load {load()}; start-up s (not timed): "
+          + ", ".join(f"{name} {seconds:.2f}" for name, seconds in start.items()), flush=True)
+    if "tokenizers_encode_cpu" in floor:
+        fast_s = statistics.median(run["encode_cpu"] for run in runs["floor"])
+        slow_s = statistics.median(run["tokenizers_encode_cpu"] for run in runs["floor"])
+        print(f"  the floor's encodes (CPU s, median): {fast_s:.2f} with the exact encoder it uses, {slow_s:.2f} through"
+              f" tokenizers alone (the same counts; measured after its clock)", flush=True)
     print(_row("replay", events, runs["replay"], runs["floor"], sha), flush=True)
     if baseline is not None:
         print(_row("baseline", events, runs["baseline"], runs["floor"], sha), flush=True)
