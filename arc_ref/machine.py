@@ -443,10 +443,15 @@ def _append_live(state: ArcState, entries: tuple[LiveEntry, ...], **changes: Any
     """Append entries to H, then run the proactive trigger (spec/rendering.md section 11.1): fold to the low-water
     mark when the view would exceed K (layout "paper": when H exceeds R), or when the cost model says folding
     pays and the fold gives a smaller view."""
-    tokens = state.live_tokens + sum(entry.message.tokens for entry in entries)
-    appended = attrs.evolve(state, live=state.live + entries, live_tokens=tokens,
-                            live_turns=state.live_turns + _turns(entries),
-                            live_agent_tokens=state.live_agent_tokens + _agent_tokens(entries), **changes)
+    tokens, turns, agent_tokens = state.live_tokens, state.live_turns, state.live_agent_tokens
+    for entry in entries:  # one pass: what `_turns` and `_agent_tokens` count
+        entry_tokens = entry.message.tokens
+        tokens += entry_tokens
+        if isinstance(entry, (AgentEntry, ToolTurnEntry)):
+            turns += 1
+            agent_tokens += entry_tokens
+    appended = attrs.evolve(state, live=state.live + entries, live_tokens=tokens, live_turns=turns,
+                            live_agent_tokens=agent_tokens, **changes)
     decision = fold_decision(appended)
     if decision == trigger.KEEP:
         return appended, 0

@@ -102,6 +102,8 @@ def make_record(setup: Setup, index: int, action: str, content: str, returncode:
     n_tokens, inner_cuts = count_and_inner_cuts(setup, shown)
     if max(len(shown), n_tokens) > render.WIDEST_NUMBER:
         raise InvalidEvent("observation longer than 9,999,999,999 characters or tokens")
+    # measured while its UTF-8 form is still the one kept (`utf8_bytes`): counting the stub encodes another text
+    n_bytes = len(content) if content.isascii() else len(utf8_bytes(content))
     head, tail = previews(shown, setup.config.preview_head_chars, setup.config.preview_tail_chars)
     stub, stub_tokens = make_stub(setup, obs_id, returncode, len(content), n_tokens, signature, head, tail)
     return Record(
@@ -113,7 +115,7 @@ def make_record(setup: Setup, index: int, action: str, content: str, returncode:
         returncode=returncode,
         step=step,
         n_chars=len(content),
-        n_bytes=len(content) if content.isascii() else len(utf8_bytes(content)),
+        n_bytes=n_bytes,
         n_tokens=n_tokens,
         inner_cuts=inner_cuts,
         head=head,

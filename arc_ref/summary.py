@@ -20,7 +20,7 @@ from attrs import frozen
 
 from arc_ref import render
 from arc_ref.config import Setup
-from arc_ref.counting import Part
+from arc_ref.counting import Part, joined_tokens
 from arc_ref.errors import BudgetViolation
 from arc_ref.history import (
     AgentEntry, CommandEntry, LiveEntry, ObservationEntry, ToolResultEntry, ToolTurnEntry, UserEntry,
@@ -117,7 +117,10 @@ def observation_item(setup: Setup, record: Record, cited: bool) -> SummaryItem:
     if not cited and record.n_chars < setup.config.keep_verbatim_chars:
         signature = setup.shown_signature(record.signature)
         text = render.inline_item(record.obs_id, record.returncode, signature, record.shown)
-        tokens = setup.line_tokens(text)
+        # its line cost tokens("\n" + text): the content's count is the record's n_j, not counted again where the
+        # tokenizer splits before it (`arc_ref.counting`; the template ends with the content)
+        head = "\n" + text[: len(text) - len(record.shown)]
+        tokens = joined_tokens(setup.tokenizer, ((head, None), (record.shown, record.n_tokens)))
         if setup.summary_frame + tokens <= setup.config.summary_budget:
             return SummaryItem("inline", text, tokens, record.index, _closed(setup, text, tokens))
     return stub_item(setup, record)

@@ -9,13 +9,14 @@ with the state it had before that line.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Iterable, Iterator
 
 
 from arc_ref.chat import ChatFormat
 from arc_ref.config import OVERRIDE_KEYS, PRESETS, Config, config_json, first_lone_surrogate, preset
 from arc_ref.errors import ArcError, BudgetViolation
-from arc_ref.json_limits import nesting_problem
+from arc_ref.json_limits import MAX_NESTING, nesting_problem
 from arc_ref.machine import (
     AgentResult,
     AgentTurn,
@@ -83,7 +84,19 @@ def encode_config_line(obj: dict[str, Any]) -> str:
     return json.dumps(dict(sorted(obj.items())), ensure_ascii=False, separators=(",", ":"))
 
 
-def _check_keys(obj: dict[str, Any], required: tuple[str, ...], optional: tuple[str, ...]) -> None:
+# Per op: the keys a line must hold and every key it may hold ("op" included), as sets for one comparison each.
+_KEY_SETS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    op: (frozenset(required), frozenset((*required, *optional, "op"))) for op, (required, optional) in _FIELDS.items()
+}
+
+
+def _check_keys(obj: dict[str, Any], op: str) -> None:
+    """The keys of a line of ``op`` (`_FIELDS`): every required one, no other than the optional ones."""
+    needed, allowed = _KEY_SETS[op]
+    keys = obj.keys()
+    if needed <= keys <= allowed:  # the usual line: nothing to name
+        return
+    required, optional = _FIELDS[op]
     missing = [key for key in required if key not in obj]
     if missing:
         raise TraceError(f"missing key(s) {', '.join(missing)} for op {obj['op']!r}")
@@ -206,8 +219,7 @@ def parse_line(line: str | bytes) -> dict[str, Any]:
 def _event(obj: dict[str, Any]) -> Event:
     """The core event of a trace line (keys and types checked here; values by the core)."""
     op = obj["op"]
-    required, optional = _FIELDS[op]
-    _check_keys(obj, required, optional)
+    _check_keys(obj, op)
     if op == "observe":
         return Observe(_string(obj, "action"), _string(obj, "observation"), _returncode(obj))
     if op == "agent":
@@ -303,13 +315,19 @@ def _view_output(state: ArcState, shown: View, verify: bool) -> dict[str, Any]:
 
 
 def _apply(state: ArcState, obj: dict[str, Any], verify: bool,
-           views: _ViewLines | None = None) -> tuple[ArcState, dict[str, Any] | str]:
+           views: _ViewLines | None = None) -> tuple[ArcState, dict[str, Any] | str | bytes]:
     """Map a trace line to its event, apply it with the one dispatcher (machine.step), map the output back
     (``views``: a view's output line encoded directly, when its chat format allows)."""
     event = _event(obj)
     new_state, output = step(state, event)
-    if views is not None and not verify and isinstance(output, View) and isinstance(output.chat, ChatFormat):
-        return new_state, views.line(output)
+    if views is not None and not verify:
+        if isinstance(output, View):
+            if isinstance(output.chat, ChatFormat):
+                return new_state, views.line(output)
+        else:
+            line = _output_line(event, output)
+            if line is not None:
+                return new_state, line
     answer = _output_json(new_state, output, verify)
     if isinstance(event, ToolResult):  # a stored tool result: an observe output, named by its op and call
         answer.update(op="tool_result", call_id=event.call_id)
@@ -319,36 +337,88 @@ def _apply(state: ArcState, obj: dict[str, Any], verify: bool,
 
 
 _ESCAPE = json.encoder.encode_basestring  # what _CANONICAL writes for a string (ensure_ascii=False)
+_STRING = json.encoder.encode_basestring  # the same, for the strings of the other output lines (`_output_line`)
+_BOOLEAN = {True: "true", False: "false"}
+
+
+def _output_line(event: Event, output: Output) -> str | None:
+    """The output line of an observe, agent or compact step written directly: exactly what `encode` writes for
+    `_apply`'s object (its keys in sorted order, strings escaped as `_CANONICAL` escapes them, integers in
+    decimal), without building the object; None for any other output (then the object is encoded)."""
+    if isinstance(output, ObserveResult):
+        if isinstance(event, Observe):
+            head = '{"chunks":'
+            op = "observe"
+        elif isinstance(event, ToolResult):
+            head = '{"call_id":' + _STRING(event.call_id) + ',"chunks":'
+            op = "tool_result"
+        else:
+            head = '{"chunks":'
+            op = "user"
+        return (f'{head}{output.chunks:d},"folded":{output.folded:d},"id":{_STRING(output.obs_id)},'
+                f'"index":{output.index:d},"op":"{op}","tokens":{output.tokens:d},'
+                f'"verbatim":{_BOOLEAN[output.verbatim]}}}')
+    if isinstance(output, AgentResult):
+        response = output.response
+        if output.command and response is None:
+            return None
+        recalls = output.recalls
+        line = ""
+        if recalls:
+            first = recalls[0]
+            line = f'"chunk":{first.chunk:d},"chunks":{first.chunks:d},'
+        line = f'{{{line}"command":{_BOOLEAN[output.command]},"folded":{output.folded:d},'
+        if recalls:
+            line += f'"id":{_STRING(recalls[0].obs_id)},"op":"agent","payload":{_STRING(recalls[0].payload)},"recalls":['
+            line += ",".join(f'{{"chunk":{recall.chunk:d},"chunks":{recall.chunks:d},"id":{_STRING(recall.obs_id)},'
+                             f'"payload":{_STRING(recall.payload)}}}' for recall in recalls)
+            line += "]"
+        else:
+            line += '"op":"agent"'
+        if output.command and response is not None:
+            line += f',"response":{_STRING(response)}'
+        return line + "}"
+    if isinstance(output, CompactResult):
+        return f'{{"folded":{output.folded:d},"op":"compact","reason":{_STRING(output.reason)}}}'
+    return None
 
 
 class _ViewLines:
-    """View output lines encoded as `encode` would, each message's escaped text kept while it stays in view.
+    """View output lines encoded as `encode` would, in UTF-8, each message's escaped text kept while it stays in
+    view.
 
     JSON escapes a string character by character, so the escaped serialized text is the concatenation of
     the escaped messages (and generation prompt); a message shown by the view before (the same object) is
-    not rendered or escaped again. Only the current view's messages are kept: O(K) memory.
+    not rendered, escaped or encoded again. Only the current view's messages are kept: O(K) memory.
     """
 
     def __init__(self) -> None:
-        self._escaped: dict[int, tuple[Any, str]] = {}
+        self._escaped: dict[int, tuple[Any, memoryview]] = {}
+        self._prompts: dict[str, bytes] = {}
 
-    def line(self, shown: View) -> str:
+    def line(self, shown: View) -> bytes:
+        """The view's output line in UTF-8 (no line end)."""
         chat = shown.chat
         assert isinstance(chat, ChatFormat)
         kept = self._escaped
-        escaped: dict[int, tuple[Any, str]] = {}
-        parts: list[str] = []
+        escaped: dict[int, tuple[Any, memoryview]] = {}
+        parts: list[bytes | memoryview] = []
         for message in shown.messages:
             known = kept.get(id(message))
             if known is None or known[0] is not message:
-                known = (message, _ESCAPE(chat.render_message(message.role, message.content))[1:-1])
+                text = _ESCAPE(chat.render_message(message.role, message.content))
+                known = (message, memoryview(text.encode("utf-8"))[1:-1])  # the quotes left out, no copy made
             escaped[id(message)] = known
             parts.append(known[1])
-        parts.append(_ESCAPE(chat.generation_prompt)[1:-1])
+        prompt = self._prompts.get(chat.generation_prompt)
+        if prompt is None:
+            prompt = self._prompts[chat.generation_prompt] = _ESCAPE(chat.generation_prompt)[1:-1].encode("utf-8")
+        parts.append(prompt)
         self._escaped = escaped
         # the keys in encode's sorted order: budget, components, limit, op, text, tokens
-        return (f'{{"budget":{shown.budget:d},"components":{encode(shown.components.as_dict())},'
-                f'"limit":{shown.limit:d},"op":"view","text":"{"".join(parts)}","tokens":{shown.tokens:d}}}')
+        head = (f'{{"budget":{shown.budget:d},"components":{encode(shown.components.as_dict())},'
+                f'"limit":{shown.limit:d},"op":"view","text":"')
+        return b"".join((head.encode("utf-8"), *parts, f'","tokens":{shown.tokens:d}}}'.encode("utf-8")))
 
 
 
@@ -359,19 +429,32 @@ def mode_ops(state: ArcState | None) -> tuple[str, ...]:
     return TEXT_MODE_OPS
 
 
-def _parse(line: str | bytes) -> Any:
+def _parse(line: str | bytes, line_end: bool = False) -> Any:
+    """One line's JSON value (TraceError, UnreadableValue). ``line_end``: every CR and LF at the end of the line is
+    left out first (bytes are decoded without them: no copy of the line is made to cut them off)."""
     # A line decoded here from strict UTF-8 holds no surrogate, so its parsed strings can hold one only
     # through a \u escape: without a "\u" in the line there is nothing to look for.
+    # In UTF-8 no ASCII byte stands inside a longer character, so the bytes of a line hold its "\u", "[" and "{"
+    # exactly where its text does: counted there, over the bytes, one byte a character.
     may_hold_surrogate = True
+    shallow = False  # fewer brackets than MAX_NESTING levels: `nesting_problem` finds none too deep
     if isinstance(line, bytes):
+        shallow = line.count(b"[") + line.count(b"{") <= MAX_NESTING  # CR and LF hold neither, nor a "\\u"
+        may_hold_surrogate = _ESCAPED_CODE_POINT.search(line) is not None  # what `b"\\u" in line` says, 2x faster
+        end = len(line)
+        if line_end:
+            while end and line[end - 1] in _LINE_END_BYTES:
+                end -= 1
         try:
-            line = line.decode("utf-8")
+            line = line.decode("utf-8") if end == len(line) else str(memoryview(line)[:end], "utf-8")
         except UnicodeDecodeError as bad:
             raise TraceError(f"not UTF-8 text (invalid byte at offset {bad.start})") from None
-        may_hold_surrogate = "\\u" in line
+    elif line_end:
+        line = line.rstrip("\r\n")
     if line.startswith("\ufeff"):
         raise TraceError("not valid JSON: a byte order mark (U+FEFF) before the value")
-    too_deep = nesting_problem(line)  # first: it makes the parser's recursion safe (trace.md section 8)
+    # first: it makes the parser's recursion safe (trace.md section 8)
+    too_deep = None if shallow else nesting_problem(line)
     if too_deep is not None:
         raise UnreadableValue(f"JSON {too_deep}")
     try:
@@ -471,13 +554,15 @@ def replay(lines: Iterable[str | bytes], verify: bool = False) -> Iterator[dict[
         yield output
 
 
-def _replay(lines: Iterable[str | bytes], verify: bool, views: _ViewLines | None) -> Iterator[dict[str, Any] | str]:
-    """`replay`, with view lines already encoded (`_ViewLines`) when ``views`` is given."""
+def _replay(lines: Iterable[str | bytes], verify: bool, views: _ViewLines | None,
+            line_ends: bool = False) -> Iterator[dict[str, Any] | str | bytes]:
+    """`replay`, with lines already encoded when ``views`` is given (a view's in UTF-8: `_ViewLines`, others as
+    str: `_output_line`); ``line_ends``: each line may end with CR and LF characters, left out."""
     state: ArcState | None = None
-    output: dict[str, Any] | str
+    output: dict[str, Any] | str | bytes
     for number, line in enumerate(lines, start=1):
         try:
-            obj = _parse(line)
+            obj = _parse(line, line_ends)
             if not isinstance(obj, dict):
                 raise TraceError("each line must be a JSON object")
             op = obj.get("op")
@@ -498,11 +583,25 @@ def _replay(lines: Iterable[str | bytes], verify: bool, views: _ViewLines | None
         yield output
 
 
-def _strip_line_end(line: str | bytes) -> str | bytes:
-    return line.rstrip(b"\r\n") if isinstance(line, bytes) else line.rstrip("\r\n")
+_LINE_END_BYTES = b"\r\n"
+_ESCAPED_CODE_POINT = re.compile(rb"\\u")  # a "\u" escape's start (in a line of JSON text, as bytes)
 
 
 def replay_text(lines: Iterable[str | bytes], verify: bool = False) -> Iterator[str]:
-    """The replay's output lines, canonically encoded (input lines may keep their line ends)."""
-    for output in _replay((_strip_line_end(line) for line in lines), verify, _ViewLines()):
-        yield output if isinstance(output, str) else encode(output)
+    """The replay's output lines, canonically encoded (input lines may keep their line ends: every CR and LF at
+    the end of a line is left out)."""
+    for output in _replay(lines, verify, _ViewLines(), line_ends=True):
+        if isinstance(output, bytes):
+            yield output.decode("utf-8")
+        else:
+            yield output if isinstance(output, str) else encode(output)
+
+
+def replay_bytes(lines: Iterable[str | bytes], verify: bool = False) -> Iterator[bytes]:
+    """`replay_text`'s lines in UTF-8 (what `arc-ref replay` writes; a view's line is encoded once, its messages
+    kept encoded while they stay in view)."""
+    for output in _replay(lines, verify, _ViewLines(), line_ends=True):
+        if isinstance(output, bytes):
+            yield output
+        else:
+            yield (output if isinstance(output, str) else encode(output)).encode("utf-8")

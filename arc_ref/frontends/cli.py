@@ -26,7 +26,7 @@ from arc_ref.frontends.exit_status import CommandFailed
 from arc_ref.frontends.proxy_options import add_proxy_flags, proxy_options
 from arc_ref.frontends.streams import silence_stdout
 from arc_ref.options import OneLineParser, once_each, undecodable_argument, unique_settings
-from arc_ref.trace import TraceError, encode, replay_text, strict_json
+from arc_ref.trace import TraceError, encode, replay_bytes, strict_json
 
 # The exit statuses' numbers, from the one table (arc_ref.frontends.exit_status)
 EXIT_OK = exit_status.OK.code
@@ -92,9 +92,9 @@ def _standard_output() -> BinaryIO:
     return sys.stdout.buffer
 
 
-def _write(out: BinaryIO, text: str, flush: bool) -> None:
+def _write(out: BinaryIO, text: str | bytes, flush: bool) -> None:
     try:
-        out.write(text.encode("utf-8"))
+        out.write(text if isinstance(text, bytes) else text.encode("utf-8"))
         if flush:
             out.flush()
     except BrokenPipeError:
@@ -125,8 +125,9 @@ def _replay(path: str, verify: bool = False) -> int:
 
 def _replay_stream(stream: BinaryIO, source: str, out: BinaryIO, interactive: bool, verify: bool) -> int:
     try:
-        for line in replay_text(_input_lines(stream, source), verify):
-            _write(out, line + "\n", flush=interactive)
+        for line in replay_bytes(_input_lines(stream, source), verify):
+            _write(out, line, flush=False)
+            _write(out, b"\n", flush=interactive)  # apart: a view's line is not copied to add it
     except LineTooLong as refused:
         error = {"op": "error", "line": refused.number, "message": f"{refused}: the replay stops here"}
         _write(out, encode(error) + "\n", flush=True)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from arc_ref.trace import replay, replay_text
+from arc_ref.config import make_setup
+from arc_ref.store import action_signature
+from arc_ref.trace import config_from_line, encode, replay, replay_text
 
 CONFIG = json.dumps({"op": "config", "preset": "minimal"})
 OBSERVE = json.dumps({"op": "observe", "action": "cat a.txt", "observation": "alpha ü 😀 beta", "returncode": 0})
@@ -139,3 +142,47 @@ def test_cli_budgets_prints_the_table_and_refuses_k_over_l() -> None:
     assert refused.returncode == 2 and "exceeds L" in refused.stderr
     wrong = _cli("budgets", "--set", "nonsense")
     assert wrong.returncode == 2 and "KEY=VALUE" in wrong.stderr
+
+
+
+def _awkward_trace(seed: int, events: int) -> list[str]:
+    """A text-mode trace whose strings hold what JSON escapes (quotes, backslashes, controls, U+2028, non-BMP),
+    with recalls of the ids stored, catalog commands, compactions and views."""
+    rng = random.Random(seed)
+    pieces = ('"', "\\", "\n", "\t", "\x00", "\x1f", "\x7f", "\u2028", "é", "中", "😀", "<|im_end|>", "§", "word", " ")
+    config = {"op": "config", "preset": "minimal", "tokenizer": "o200k_base", "chunk_tokens": 8,
+              "capacity": 400}
+    scheme = make_setup(config_from_line(config)[1]).ids
+    ids: list[str] = []
+    lines = [json.dumps(config)]
+    for number in range(events):
+        roll = rng.random()
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 120)))
+        event: dict[str, object] = {"op": "view"}
+        if number % 7 == 6:
+            pass
+        elif roll < 0.4 or not ids:
+            action = f"cat {text[:12]}"
+            event = {"op": "observe", "action": action, "observation": text, "returncode": rng.randint(-2, 2)}
+            ids.append(scheme.make(len(ids) + 1, action_signature(action), text))
+        elif roll < 0.8:
+            words = [rng.choice(("_recall", "_recall-next", "_recall_meta")) + " " + rng.choice(ids)
+                     for _ in range(rng.randint(1, 3))]
+            event = {"op": "agent", "thought": text, "action": "\n".join(words)}
+        elif roll < 0.9:
+            event = {"op": "agent", "thought": text, "action": rng.choice(("catalog-first", "catalog-next", "ls"))}
+        else:
+            event = {"op": "compact", "reason": rng.choice(("forced", "reactive", "later"))}
+        lines.append(json.dumps(event, ensure_ascii=rng.random() < 0.5))
+    return lines
+
+
+def test_written_lines_are_the_encoded_objects_with_recalls() -> None:
+    """The lines `replay_text` writes directly are `encode` of `replay`'s objects: observe lines, agent lines with
+    recalls (payloads full of escapes) and responses, compact lines, errors and views."""
+    for seed in range(3):
+        trace = _awkward_trace(seed, 300)
+        objects = list(replay(trace))
+        assert sum(1 for obj in objects if obj["op"] == "agent" and len(obj.get("recalls", ())) > 1) > 20
+        assert sum(1 for obj in objects if obj["op"] == "error") > 5  # the compact reason "later"
+        assert list(replay_text(trace)) == [encode(obj) for obj in objects]

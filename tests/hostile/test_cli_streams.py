@@ -120,7 +120,7 @@ def test_an_internal_error_is_one_line_and_exit_70(monkeypatch: pytest.MonkeyPat
     def broken(lines: object, verify: bool = False) -> object:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(cli, "replay_text", broken)
+    monkeypatch.setattr(cli, "replay_bytes", broken)
     trace = tmp_path / "t.jsonl"
     trace.write_text(CONFIG + "\n", encoding="utf-8")
     assert cli.main(["replay", str(trace)]) == 70

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from arc_ref.config import OVERRIDE_KEYS
-from arc_ref.trace import TRACE_OPS, replay_text
+from arc_ref.trace import TRACE_OPS, encode, replay, replay_text
 
 OUTPUT_OPS = set(TRACE_OPS) | {"error"}
 # How many inputs each run tries (benchmarks/refusal_cases.py prints them): traces replayed in process and
@@ -179,6 +179,30 @@ def _fuzz_cli(examples: int) -> Counter[str]:
 
     run()
     return tried
+
+
+def _without_line_end(line: str | bytes) -> str | bytes:
+    return line.rstrip(b"\r\n") if isinstance(line, bytes) else line.rstrip("\r\n")
+
+
+def test_written_lines_are_the_encoded_objects() -> None:
+    """`replay_text` writes some lines directly (views, observe, agent and compact lines): each is exactly
+    `encode` of the object `replay` gives for that line, on the fuzzer's traces (keys sorted, strings escaped)."""
+    tried: Counter[str] = Counter()
+
+    @settings(max_examples=200, deadline=None, derandomize=True, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(long_traces)
+    def run(trace: list[str | bytes]) -> None:
+        written = list(replay_text(trace))
+        objects = list(replay([_without_line_end(line) for line in trace]))  # replay_text leaves them out
+        tried["lines"] += len(trace)
+        tried["written"] += sum(1 for obj in objects if obj["op"] in ("observe", "agent", "compact", "view"))
+        assert written == [encode(obj) for obj in objects]
+
+    run()
+    print(f"\nwritten lines vs encoded objects: {tried['lines']} lines, {tried['written']} written directly")
+    assert tried["written"] >= 500
 
 
 def test_fuzz_replay_in_process() -> None:
