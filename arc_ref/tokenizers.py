@@ -403,6 +403,13 @@ def fast_ascii_encoder(tokenizer: Any) -> tuple[FastAsciiEncoder | None, str]:
     model = tokenizer.model
     if type(model).__name__ != "BPE":
         return None, "a model other than BPE"
+    import tiktoken
+
+    if tuple(int(part) for part in re.findall(r"\d+", tiktoken.__version__)[:2]) < (0, 13):
+        return None, "tiktoken before 0.13 merges a long piece in quadratic time"
+    ids = tokenizer.get_vocab(with_added_tokens=False).values()
+    if max(ids, default=0) >= 2 * len(ids) + 1024:  # before the model is serialized: memory grows with the largest id
+        return None, "c0: a token id far past the vocabulary's size"
     state = json.loads(model.__getstate__())
     flags = (state.get("dropout"), state.get("byte_fallback"), state.get("continuing_subword_prefix") or "",
              state.get("end_of_word_suffix") or "", state.get("ignore_merges"))
@@ -453,7 +460,6 @@ def fast_ascii_encoder(tokenizer: Any) -> tuple[FastAsciiEncoder | None, str]:
     clear_cache = getattr(model, "_clear_cache", None)
     if clear_cache is not None:
         clear_cache()  # the check filled the model's word cache with tokens; texts' words refill it
-    import tiktoken
 
     to_ascii = {ord(characters[value]): value for value in range(128)}
     ranks = {symbols.translate(to_ascii).encode("ascii"): token for symbols, token in ascii_ids.items()}

@@ -381,6 +381,31 @@ def test_the_engine_is_built_once_a_file_has_encoded_enough_ascii_text(
     assert fast_taken(again, "ab")
 
 
+def test_no_engine_with_a_tiktoken_that_merges_long_pieces_in_quadratic_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tiktoken before 0.13 has no heap merge for pieces of 100 bytes or more: a 100 KB run of letters took seconds."""
+    import tiktoken
+
+    monkeypatch.setattr(tiktoken, "__version__", "0.12.0")
+    data = synthetic_file(GOOD)
+    data["added_tokens"][0]["content"] = "<|old tiktoken|>"  # content of its own: no engine built for it yet
+    tokenizer = load(tmp_path, "old-tiktoken", data)
+    assert tokenizer.fast_path_refusal == "tiktoken before 0.13 merges a long piece in quadratic time"
+    assert not fast_taken(tokenizer, SAMPLE)
+    assert_same(tokenizer, SAMPLE)
+
+
+def test_no_engine_for_a_vocabulary_of_sparse_ids(tmp_path: Path) -> None:
+    """Token ids far past the vocabulary's size are refused before the model is serialized (its memory, and the byte
+    lengths by id, grow with the largest id)."""
+    data = synthetic_file(GOOD)
+    data["model"]["vocab"]["cc"] = 10**6  # a product of GOOD's merges, renumbered
+    data["added_tokens"][0]["id"] = 10**6 + 1
+    tokenizer = load(tmp_path, "sparse", data)
+    assert tokenizer.fast_path_refusal == "c0: a token id far past the vocabulary's size"
+    assert_same(tokenizer, SAMPLE)
+
+
 def test_a_normalized_added_token_falls_back_in_its_nfc_form() -> None:
     """``tokenizers`` matches a ``normalized`` added token in the normalized text: U+212A (Kelvin) is "K" after NFC,
     so "OK" would hold it. (Such a file fails the lossless check at load; the engine's rule is checked on the
