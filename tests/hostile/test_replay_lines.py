@@ -193,3 +193,19 @@ def test_the_first_lone_surrogate_in_the_line_order_is_reported_under_its_own_ke
     config = json.dumps({"op": "config", "preset": "minimal"})
     assert _error_message(_answers(config, line)[1]) == f"not valid Unicode text: a lone surrogate {where}"
 
+
+def test_line_ends_are_left_out_of_a_line_read_as_bytes_or_text() -> None:
+    """Every CR and LF at the end of a line is left out before it is read (spec/trace.md §1): a malformed line's
+    error names the same column whatever its line end (CR is JSON white space: kept, the parser would report
+    the column after it)."""
+    lines = [CONFIG, "", '{"op": "observe", "action": "ls"', '{"op": "view" "x"}', OBSERVE]
+    expected = list(replay_text(lines))
+    assert [_error_message(output) for output in expected[1:4]] == [
+        "not valid JSON: Expecting value at column 1",
+        "not valid JSON: Expecting ',' delimiter at column 33",
+        "not valid JSON: Expecting ',' delimiter at column 15",
+    ]
+    for end in ("\n", "\r\n", "\r", "\r\r\n"):
+        assert list(replay_text([line + end for line in lines])) == expected, repr(end)
+        as_bytes = replay_bytes([(line + end).encode("utf-8") for line in lines])
+        assert [line.decode("utf-8") for line in as_bytes] == expected, repr(end)
