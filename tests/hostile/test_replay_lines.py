@@ -15,7 +15,7 @@ import pytest
 from arc_ref.config import make_setup, preset
 from arc_ref.errors import ConfigError
 from arc_ref.json_limits import MAX_NESTING
-from arc_ref.trace import replay, replay_text
+from arc_ref.trace import replay, replay_bytes, replay_text
 
 CONFIG = '{"op": "config", "preset": "minimal"}'
 OBSERVE = '{"op": "observe", "action": "ls", "observation": "x"}'
@@ -23,8 +23,11 @@ HUGE = "9" * 4300  # the most digits Python's JSON parser reads
 
 
 def _answers(*lines: str) -> list[str]:
-    """The replay's output lines; each must be UTF-8 text (what the CLI writes) and one JSON object."""
+    """The replay's output lines; each must be UTF-8 text (what the CLI writes) and one JSON object. The same lines
+    as bytes (what the CLI reads: their \\u escapes and brackets are looked for over the bytes) give the same
+    output."""
     outputs = list(replay_text(list(lines)))
+    assert [line.decode("utf-8") for line in replay_bytes([line.encode("utf-8") for line in lines])] == outputs
     assert len(outputs) == len(lines)
     for output in outputs:
         output.encode("utf-8")  # raises on a lone surrogate: the output line must stay valid UTF-8
@@ -189,3 +192,20 @@ def test_the_first_lone_surrogate_in_the_line_order_is_reported_under_its_own_ke
     holding the reported string (the walk popped values last-first and named the first key holding any)."""
     config = json.dumps({"op": "config", "preset": "minimal"})
     assert _error_message(_answers(config, line)[1]) == f"not valid Unicode text: a lone surrogate {where}"
+
+
+def test_line_ends_are_left_out_of_a_line_read_as_bytes_or_text() -> None:
+    """Every CR and LF at the end of a line is left out before it is read (spec/trace.md §1): a malformed line's
+    error names the same column whatever its line end (CR is JSON white space: kept, the parser would report
+    the column after it)."""
+    lines = [CONFIG, "", '{"op": "observe", "action": "ls"', '{"op": "view" "x"}', OBSERVE]
+    expected = list(replay_text(lines))
+    assert [_error_message(output) for output in expected[1:4]] == [
+        "not valid JSON: Expecting value at column 1",
+        "not valid JSON: Expecting ',' delimiter at column 33",
+        "not valid JSON: Expecting ',' delimiter at column 15",
+    ]
+    for end in ("\n", "\r\n", "\r", "\r\r\n"):
+        assert list(replay_text([line + end for line in lines])) == expected, repr(end)
+        as_bytes = replay_bytes([(line + end).encode("utf-8") for line in lines])
+        assert [line.decode("utf-8") for line in as_bytes] == expected, repr(end)
