@@ -59,6 +59,22 @@ from pathlib import Path
 WORDS = ("def", "return", "self", "import", "class", "the", "file", "line", "error", "0", "1", "None", "->", "é", "中")
 SMALLEST, LARGEST = 60, 30_000
 
+# Each child's start of measurement: the memory start-up freed (e.g. building a tokenizer's engine) handed back to the
+# system and the peak reset (Linux), so that the work's own peak shows; then the resident size it starts from.
+_PEAK_FROM_HERE = r"""import ctypes, gc
+gc.collect()
+try:
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+except (OSError, AttributeError):
+    pass
+try:
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")
+except OSError:
+    pass
+start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+"""
+
 _REPLAY_CHILD = r"""
 import json, resource, sys, time
 try:
@@ -73,18 +89,7 @@ tokenizer = get_tokenizer(tokenizer_name)
 getattr(tokenizer, "build_fast_engine", lambda: None)()  # as a server would at start (a checkout before it: none)
 tokenizer.count("start-up: the tokenizer's engines are built before the clock starts")
 engine = time.perf_counter() - began  # loading and, where the tokenizer has one, building its fast engine
-import ctypes, gc
-gc.collect()
-try:  # memory start-up freed (e.g. building a tokenizer's engine) back to the system, so the work's own shows
-    ctypes.CDLL("libc.so.6").malloc_trim(0)
-except (OSError, AttributeError):
-    pass
-try:  # peak memory from here on (Linux): start-up's own peak is not the work's
-    with open("/proc/self/clear_refs", "w") as clear:
-        clear.write("5")
-except OSError:
-    pass
-start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+#PEAK_FROM_HERE#
 started, cpu = time.perf_counter(), time.process_time()
 code = cli.main(["replay", trace, *extra])
 sys.stdout.flush()
@@ -103,18 +108,7 @@ trace, expected, stats, tokenizer_name = sys.argv[1], sys.argv[2], sys.argv[3], 
 tokenizer = get_tokenizer(tokenizer_name)
 tokenizer.build_fast_engine()  # built before the clock starts, as in the replay's child
 count = tokenizer.count  # the replay's own exact encoder: its fast engine where it takes a text
-import ctypes, gc
-gc.collect()
-try:  # memory start-up freed (e.g. building a tokenizer's engine) back to the system, so the work's own shows
-    ctypes.CDLL("libc.so.6").malloc_trim(0)
-except (OSError, AttributeError):
-    pass
-try:  # peak memory from here on (Linux): start-up's own peak is not the work's
-    with open("/proc/self/clear_refs", "w") as clear:
-        clear.write("5")
-except OSError:
-    pass
-start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+#PEAK_FROM_HERE#
 started, cpu = time.perf_counter(), time.process_time()
 held, turns, tokens, encoding, clock = [], [], 0, 0.0, time.process_time
 out = sys.stdout.buffer
@@ -160,18 +154,7 @@ get_tokenizer("o200k_base")
 trace, expected, stats = sys.argv[1], sys.argv[2], sys.argv[3]
 encoding = get_tokenizer("o200k_base")._encoding
 count_str, count_bytes = encoding.encode_ordinary, encoding._encode_bytes
-import ctypes, gc
-gc.collect()
-try:  # memory start-up freed (e.g. building a tokenizer's engine) back to the system, so the work's own shows
-    ctypes.CDLL("libc.so.6").malloc_trim(0)
-except (OSError, AttributeError):
-    pass
-try:  # peak memory from here on (Linux): start-up's own peak is not the work's
-    with open("/proc/self/clear_refs", "w") as clear:
-        clear.write("5")
-except OSError:
-    pass
-start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+#PEAK_FROM_HERE#
 started, cpu = time.perf_counter(), time.process_time()
 held, tokens, encoding, clock = [], 0, 0.0, time.process_time
 out = sys.stdout.buffer
@@ -234,6 +217,10 @@ spent["cpu"] = clock() - started
 with open(stats, "w") as out:
     json.dump(spent, out)
 """
+
+
+_REPLAY_CHILD, _TOOL_FLOOR_CHILD, _FLOOR_CHILD = (child.replace("#PEAK_FROM_HERE#\n", _PEAK_FROM_HERE)
+                                                 for child in (_REPLAY_CHILD, _TOOL_FLOOR_CHILD, _FLOOR_CHILD))
 
 
 def observation_text(rng: random.Random) -> str:
