@@ -32,6 +32,18 @@ def qwen3_dir() -> Path | None:
     return path if (path / "tokenizer.json").is_file() else None
 
 
+def json_strings(value: object) -> Iterator[str]:
+    """Every string value inside a decoded JSON value (objects' values, arrays' items), in order; keys left out."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from json_strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from json_strings(item)
+
+
 QWEN3_ABSENT = (
     f"the Qwen3 tokenizer directory is absent: {shared_data_dir() / QWEN3_NAME} (real material lives in"
     f" ../shared/data beside the repository; set {SHARED_DATA_ENV} to point elsewhere)"

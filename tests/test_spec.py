@@ -38,7 +38,7 @@ from arc_ref.trace import replay_text
 from proofs_check import vectors
 from proofs_check.broken_contracts import CONTRACT_STATEMENTS, CONTRACTED
 from proofs_check.registry import PROPERTIES, STATEMENTS
-from proofs_check.shared_data import SHARED_DATA_ENV, replay_directory
+from proofs_check.shared_data import SHARED_DATA_ENV, json_strings, replay_directory
 from proofs_check.vectors.dsl import SECTION_REFERENCE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -722,17 +722,6 @@ def test_links_between_spec_files_resolve() -> None:
     assert not broken, "broken links in spec/:\n  " + "\n  ".join(broken)
 
 
-def _strings(value: object) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _strings(item)
-
-
 def test_rendering_examples_are_real_replay_output() -> None:
     text = (SPEC / "rendering.md").read_text(encoding="utf-8")
     examples = re.findall(r"```text vector=(?P<name>[a-z0-9_]+)\n(?P<body>.*?)\n```", text, re.DOTALL)
@@ -741,7 +730,7 @@ def test_rendering_examples_are_real_replay_output() -> None:
         path = VECTOR_DIR / f"{name}.expected.jsonl"
         assert path.exists(), f"rendering.md cites unknown vector {name}"
         outputs = [json.loads(line) for line in read_lines(path)]
-        assert any(body in string for output in outputs for string in _strings(output)), (
+        assert any(body in string for output in outputs for string in json_strings(output)), (
             f"rendering.md example from {name} is not in its expected output:\n{body[:300]}"
         )
 

@@ -16,7 +16,7 @@ import json
 import os
 import pickle
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import example, given, settings
@@ -27,7 +27,7 @@ from arc_ref.tokenizers import (
     QWEN2_SPLIT, FastAsciiEncoder, HuggingFaceTokenizer, byte_level_characters, get_tokenizer,
 )
 from proofs_check.profiles import DEFAULT_PROFILE, PROFILE_ENV
-from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir, shared_data_dir
+from proofs_check.shared_data import QWEN3_ABSENT, json_strings, qwen3_dir, shared_data_dir
 
 QWEN3 = qwen3_dir()
 needs_qwen3 = pytest.mark.skipif(QWEN3 is None, reason=QWEN3_ABSENT)
@@ -147,17 +147,6 @@ def test_the_47_vocabulary_cases() -> None:
     assert taken >= 30  # most cases are ASCII: the fast engine's own answers are what was compared
 
 
-def _strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _strings(item)
-
-
 def trajectory_texts() -> list[str]:
     """Every string of the recorded agent trajectories (observations, actions, thoughts, prompts), in file order."""
     folder = shared_data_dir() / "trajectories"
@@ -166,7 +155,7 @@ def trajectory_texts() -> list[str]:
         raw = path.read_text(encoding="utf-8")
         values = [json.loads(line) for line in raw.splitlines() if line.strip()] if path.suffix == ".jsonl" else [
             json.loads(raw)]
-        texts += [text for value in values for text in _strings(value) if text]
+        texts += [text for value in values for text in json_strings(value) if text]
     return texts
 
 
