@@ -2,7 +2,7 @@
 
     arc-ref inspect STORE [--catalog [N] | --record ID | --events | --view] [--verify]
     arc-ref export STORE                  the rows as a replay trace (spec/trace.md), to standard output
-    arc-ref copy STORE NEW                every row export reads, into a new store NEW (a damaged store's way on)
+    arc-ref copy STORE NEW                every row export reads, into a new store NEW (a read-only store's way on)
     arc-ref mcp STORE [--preset NAME] [--set KEY=VALUE ...]   serve ARC's tools over MCP (stdio)
 
 A missing, corrupt or locked store is one clear line on standard error and exit status 2, never a traceback;
@@ -14,11 +14,13 @@ What they write is UTF-8 whatever the locale or PYTHONIOENCODING says (store lin
 from __future__ import annotations
 
 import argparse
-import errno
 import importlib.util
 import json
 import os
+import secrets
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
@@ -33,6 +35,7 @@ from arc_ref.options import integer_parser, unique_settings
 from arc_ref.persist import DurableStore, StoreError, StoreNotFound, read_rows
 from arc_ref.persist.acknowledgement import ACK_SUFFIX
 from arc_ref.persist.errors import StoreExists
+from arc_ref.persist.store import SQLITE_LOGS, link_into_place, refuse_leftover_logs
 from arc_ref.persist.postgres import Store, is_database_url, create_store, open_store
 from arc_ref.persist.rows import read_row
 from arc_ref.recall import chunk_count
@@ -67,8 +70,8 @@ def add_commands(commands: "argparse._SubParsersAction[Any]",
                          help="also fold every row without the snapshot and check that both states agree")
     export = commands.add_parser("export", help="write a store's events as a replay trace (spec/trace.md)")
     export.add_argument("store", help="path of the store")
-    copy = commands.add_parser("copy", help="copy every row export reads into a new store (a damaged or read-only"
-                                            " store's way on)")
+    copy = commands.add_parser("copy", help="copy every row export reads into a new store (how a store that stays"
+                                            " read-only goes on)")
     copy.add_argument("store", help="path of the store (or postgresql://.../DB#KEY)")
     copy.add_argument("new", help="path of the new store (must not exist)")
     mcp = commands.add_parser("mcp", help="serve ARC's store and recall tools over MCP (stdio) on a store")
@@ -173,15 +176,19 @@ def _copy(source: str, new: str) -> int:
 
     This is how a store that stays read-only goes on (spec/store.md: one whose snapshot SQLite cannot read, every
     acknowledged row still there): the copy has the same rows, ids and state, and a writer. The new store is
-    built under a temporary name beside ``new`` and linked into place only when complete and closed cleanly, so
-    a failed or interrupted copy leaves nothing at ``new``."""
+    built under a temporary name beside ``new``, linked into place only when complete and closed cleanly, then
+    read back (its last row and checksum those written); a copy that fails, is interrupted (Ctrl-C, SIGTERM) or
+    does not read back leaves nothing at ``new``."""
     if is_database_url(new):
         raise StoreError("arc-ref copy writes a new SQLite store: give a path for NEW")
     target = Path(new)
     if os.path.lexists(target):
         raise StoreExists(f"{new!r} already exists; choose a path where no store is")
-    staging = target.with_name(f".{target.name}.copying-{os.getpid()}")
-    rows, store, started, shown = 0, None, time.monotonic(), time.monotonic()
+    refuse_leftover_logs(target)
+    staging = target.with_name(f".{target.name}.copying-{os.getpid()}-{secrets.token_hex(4)}")
+    rows, store, linked = 0, None, False
+    started = shown = time.monotonic()
+    restore = _terminate_as_interrupt()
     try:
         batch: list[Event] = []
         for line in _source_lines(source):
@@ -203,33 +210,55 @@ def _copy(source: str, new: str) -> int:
             raise StoreError(f"{source!r} holds no rows")
         if batch:
             store.append_many(batch)
+        written = (store.seq, store.checksum)
         store.close()  # a snapshot, and closed cleanly: the store opens by its new name without its .ack
-        try:
-            os.link(staging, target)
-        except FileExistsError:
-            raise StoreExists(f"{new!r} was created by someone else while the copy ran; the copy is removed") \
-                from None
-        except OSError as problem:
-            if problem.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
-                raise StoreError(f"cannot create {new!r}: {problem.strerror}") from None
-            if os.path.lexists(target):
-                raise StoreExists(f"{new!r} was created by someone else while the copy ran; the copy is removed")
-            os.replace(staging, target)
+        refuse_leftover_logs(target)  # (one may have appeared while the copy ran)
+        link_into_place(staging, target, StoreExists(f"{new!r} was created by someone else while the copy ran"))
+        linked = True
         os.replace(str(staging) + ACK_SUFFIX, str(target) + ACK_SUFFIX)
+        with DurableStore.open(target, readonly=True) as copied:
+            if (copied.seq, copied.checksum) != written:
+                raise StoreError(f"{new!r} does not read back as written (row {copied.seq}, not {written[0]});"
+                                 " it is removed")
+        linked = False  # complete: kept
     except OSError as problem:
         raise StoreError(f"cannot create {new!r}: {problem.strerror}") from None
     except StoreError as problem:  # named by NEW, not by the temporary name it was being built under
         raise type(problem)(str(problem).replace(repr(str(staging)), repr(new))) from None
     finally:
+        restore()
         if store is not None and not store.closed:
             store.close(snapshot=False)
-        for leftover in ("", "-wal", "-shm", "-journal", ACK_SUFFIX):
+        for leftover in ("", *SQLITE_LOGS, ACK_SUFFIX):
             try:
                 Path(str(staging) + leftover).unlink()
             except OSError:
                 pass
+        if linked:  # linked into place by this copy, but the copy failed after: NEW is ours, and removed
+            for leftover in ("", *SQLITE_LOGS, ACK_SUFFIX):
+                try:
+                    Path(str(target) + leftover).unlink()
+                except OSError:
+                    pass
     _emit(f"copied {rows:,} rows (the config line and {rows - 1:,} events) from {source} into {new}\n")
     return OK.code
+
+
+def _terminate_as_interrupt() -> Callable[[], None]:
+    """While a copy runs, SIGTERM ends it as Ctrl-C does (its temporary files removed, status 130); returns what
+    puts the earlier handler back. Only the main thread can set handlers: elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    earlier = signal.signal(signal.SIGTERM, interrupt)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, earlier if earlier is not None else signal.SIG_DFL)
+
+    return restore
 
 
 # --- inspect ------------------------------------------------------------------------------------

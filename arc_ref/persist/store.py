@@ -177,6 +177,34 @@ def read_rows(path: str | os.PathLike[str]) -> Iterator[StoredEvent]:
         raise StoreCorrupt(missing)
 
 
+SQLITE_LOGS = ("-wal", "-journal", "-shm")  # the files SQLite keeps beside a database NAME and applies on open
+
+
+def refuse_leftover_logs(target: Path) -> None:
+    """StoreExists when SQLite's files of an earlier database of that name lie beside ``target``: a new store
+    linked there would be opened through that database's log (its rows, not the new store's)."""
+    left = [str(target) + suffix for suffix in SQLITE_LOGS if os.path.lexists(str(target) + suffix)]
+    if left:
+        raise StoreExists(f"{str(target)!r}: files of an earlier store of that name are there ({', '.join(left)}):"
+                          " SQLite would apply them to a new one; remove them, or choose another path")
+
+
+def link_into_place(staging: Path, target: Path, exists: StoreError) -> None:
+    """Give the complete file ``staging`` the name ``target`` only if nothing has it: a hard link (refused when the
+    name is taken, so of two creators one wins), or, on a file system without hard links, a rename after a last
+    check. Raises ``exists`` when the name is taken, OSError otherwise."""
+    try:
+        os.link(staging, target)
+    except FileExistsError:
+        raise exists from None
+    except OSError as problem:
+        if problem.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+            raise
+        if os.path.lexists(target):
+            raise exists from None
+        os.replace(staging, target)
+
+
 class DurableStore:
     """An ARC task whose every event is committed to SQLite before it is acknowledged (see the module doc).
 
@@ -215,6 +243,7 @@ class DurableStore:
         exists = StoreExists(f"{str(target)!r} already exists; open it, or choose another path")
         if os.path.lexists(target):
             raise exists
+        refuse_leftover_logs(target)
         # built under a temporary name, locked, and linked into place: a crash while creating leaves no half
         # store, and of two creators only the one whose link succeeds goes on (the other gets StoreExists)
         staging = target.with_name(f".{target.name}.creating-{os.getpid()}-{threading.get_ident()}")
@@ -223,16 +252,7 @@ class DurableStore:
             try:
                 checksum = build_store(staging, line)
                 lock = WriterLock(staging, target)
-                try:
-                    os.link(staging, target)
-                except FileExistsError:
-                    raise exists from None
-                except OSError as problem:  # no hard links here: under the lock, after a last check
-                    if problem.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
-                        raise
-                    if os.path.lexists(target):
-                        raise exists from None
-                    os.replace(staging, target)
+                link_into_place(staging, target, exists)
             except OSError as problem:
                 raise refused_by_file_system(target, "create it", problem) \
                     or StoreError(f"cannot create {str(target)!r}: {problem.strerror}") from None
@@ -785,5 +805,5 @@ __all__ = [
     "ACK_SUFFIX", "APPLICATION_ID", "Acknowledged", "Appended", "DurableStore", "GENESIS", "OpenReport",
     "SCHEMA_VERSION", "SNAPSHOT_GROWTH", "SNAPSHOT_MIN_EVENTS", "SNAPSHOT_PART_BYTES", "StoreCorrupt", "StoreError",
     "StoreExists", "StoreFull", "StoreLocked", "StoreNotFound", "StoreReadOnly", "StoredEvent", "chain", "fold_lines", "read_acknowledged",
-    "read_rows",
+    "link_into_place", "read_rows", "refuse_leftover_logs",
 ]

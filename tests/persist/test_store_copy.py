@@ -4,7 +4,12 @@ at NEW and no temporary file beside it."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +17,7 @@ import pytest
 from arc_ref.frontends import store_cli
 from arc_ref.frontends.cli import main
 from arc_ref.machine import AgentTurn, Observe
-from arc_ref.persist import DurableStore, StoreCorrupt, fold_lines, read_rows
+from arc_ref.persist import DurableStore, StoreCorrupt, StoreExists, fold_lines, read_rows
 from tests.persist.test_store_cut_snapshot import CONFIG, killed_after_its_snapshot_commit_in_a_checkpoint
 
 
@@ -81,3 +86,54 @@ def test_a_copy_that_fails_part_way_leaves_nothing_at_new(tmp_path: Path, capfd:
     assert (code, out) == (2, "") and "row 32 fails its checksum" in err
     assert sorted(path.name for path in tmp_path.iterdir() if path.name.startswith(("b.arc", ".b.arc"))) == []
     assert last == 41
+
+
+def test_sqlite_files_of_an_earlier_store_of_that_name_are_refused(tmp_path: Path,
+                                                                   capfd: pytest.CaptureFixture[str]) -> None:
+    """A leftover NEW-wal would be applied to the new store on its first open (another store's rows)."""
+    source, other, new = tmp_path / "a.arc", tmp_path / "other.arc", tmp_path / "b.arc"
+    for path, text in ((source, "mine"), (other, "theirs")):
+        with DurableStore.create(path, CONFIG) as store:
+            store.append(Observe("cat f", text))
+    Path(str(new) + "-wal").write_bytes(b"\0" * 32)  # an earlier store's log, left where it was deleted
+    code, out, err = run(capfd, "copy", str(source), str(new))
+    assert (code, out) == (2, "") and "files of an earlier store of that name are there" in err and \
+        f"{new}-wal" in err
+    assert not new.exists()
+    with pytest.raises(StoreExists, match="files of an earlier store of that name"):  # and a store created there
+        DurableStore.create(new, CONFIG)
+
+
+def test_a_failure_after_new_is_linked_removes_it_and_a_leftover_temporary_name_is_not_taken(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    source, new = tmp_path / "a.arc", tmp_path / "b.arc"
+    with DurableStore.create(source, CONFIG) as store:
+        store.append(Observe("ls", "a b c"))
+    stranger = tmp_path / f".b.arc.copying-{os.getpid()}"  # a leftover of a process of the same id
+    stranger.write_bytes(b"not ours")
+    Path(str(new) + ".ack").mkdir()  # the .ack cannot be put in place: after NEW was linked
+    code, out, err = run(capfd, "copy", str(source), str(new))
+    assert (code, out) == (2, "") and err.startswith(f"arc-ref copy: cannot create {str(new)!r}")
+    assert not os.path.lexists(new) and stranger.read_bytes() == b"not ours"
+    Path(str(new) + ".ack").rmdir()
+    code, out, err = run(capfd, "copy", str(source), str(new))
+    assert (code, err) == (0, "") and [row.line for row in read_rows(new)] == [row.line for row in read_rows(source)]
+    assert stranger.read_bytes() == b"not ours"
+
+
+def test_sigterm_during_a_copy_leaves_nothing(tmp_path: Path) -> None:
+    source, new = tmp_path / "a.arc", tmp_path / "b.arc"
+    with DurableStore.create(source, CONFIG) as store:
+        for start in range(0, 6000, 500):
+            store.append_many([Observe(f"cat f{number}", f"line {number} " * 200)
+                               for number in range(start, start + 500)])
+    copying = subprocess.Popen([sys.executable, "-m", "arc_ref.frontends.cli", "copy", str(source), str(new)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not any(path.name.startswith(".b.arc.copying-") for path in tmp_path.iterdir()):
+        assert copying.poll() is None and time.monotonic() < deadline, "the copy ended before it was signalled"
+        time.sleep(0.005)
+    copying.send_signal(signal.SIGTERM)
+    out, err = copying.communicate(timeout=60)
+    assert copying.returncode == 130, err
+    assert sorted(path.name for path in tmp_path.iterdir() if not path.name.startswith("a.arc")) == []
