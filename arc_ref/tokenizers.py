@@ -408,7 +408,9 @@ def fast_ascii_encoder(tokenizer: Any) -> tuple[FastAsciiEncoder | None, str]:
     if tuple(int(part) for part in re.findall(r"\d+", tiktoken.__version__)[:2]) < (0, 13):
         return None, "tiktoken before 0.13 merges a long piece in quadratic time"
     ids = tokenizer.get_vocab(with_added_tokens=False).values()
-    if max(ids, default=0) >= 2 * len(ids) + 1024:  # before the model is serialized: memory grows with the largest id
+    sparse = max(ids, default=0) >= 2 * len(ids) + 1024  # before the model is serialized: its memory grows with it
+    del ids  # not held while the model's state is parsed (peak memory)
+    if sparse:
         return None, "c0: a token id far past the vocabulary's size"
     state = json.loads(model.__getstate__())
     flags = (state.get("dropout"), state.get("byte_fallback"), state.get("continuing_subword_prefix") or "",
