@@ -415,12 +415,15 @@ def _tokens(message: Message | None) -> int:
     return 0 if message is None else message.tokens
 
 
+_AGENT_TURN_ENTRIES = (AgentEntry, ToolTurnEntry)  # the entries of H that are the agent's turns (live_turns)
+
+
 def _turns(entries: tuple[LiveEntry, ...]) -> int:
-    return sum(1 for entry in entries if isinstance(entry, (AgentEntry, ToolTurnEntry)))
+    return sum(1 for entry in entries if isinstance(entry, _AGENT_TURN_ENTRIES))
 
 
 def _agent_tokens(entries: tuple[LiveEntry, ...]) -> int:
-    return sum(entry.message.tokens for entry in entries if isinstance(entry, (AgentEntry, ToolTurnEntry)))
+    return sum(entry.message.tokens for entry in entries if isinstance(entry, _AGENT_TURN_ENTRIES))
 
 
 def compaction_target(state: ArcState) -> int:
@@ -447,7 +450,7 @@ def _append_live(state: ArcState, entries: tuple[LiveEntry, ...], **changes: Any
     for entry in entries:  # one pass: what `_turns` and `_agent_tokens` count
         entry_tokens = entry.message.tokens
         tokens += entry_tokens
-        if isinstance(entry, (AgentEntry, ToolTurnEntry)):
+        if isinstance(entry, _AGENT_TURN_ENTRIES):
             turns += 1
             agent_tokens += entry_tokens
     appended = attrs.evolve(state, live=state.live + entries, live_tokens=tokens, live_turns=turns,
