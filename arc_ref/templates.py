@@ -63,6 +63,7 @@ import json
 import os
 import re
 import threading
+import types
 from collections import OrderedDict
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -203,14 +204,20 @@ class _TemplateNamespace(jinja2.utils.Namespace):
 
 
 _LOOP_NUMBERS = frozenset(("index", "index0", "revindex", "revindex0", "first", "last", "length", "depth", "depth0"))
+# jinja's wrap_str_format wraps only a bound method (neither type can be subclassed: the type test is isinstance's)
+_METHOD_TYPES = (types.MethodType, types.BuiltinMethodType)
+_ABSENT = object()
+_object_attribute = object.__getattribute__  # a namespace's own dict read past its __getattribute__
 
 
 class _Sandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
-    """transformers' sandbox (`ImmutableSandboxedEnvironment`), its attribute lookup taking three short cuts that
-    change no outcome: ``message.role`` on a plain mapping reads the item without first raising AttributeError,
-    whether an attribute is safe, which for this sandbox depends only on the object's type and the name
-    (``is_internal_attribute``, ``modifies_known_mutable``), is decided once per type and name, and the loop's
-    counters (``loop.index0``, ``loop.last``...: ints and bools, safe) are read as they are."""
+    """transformers' sandbox (`ImmutableSandboxedEnvironment`), its attribute lookup taking short cuts that change
+    no outcome: ``message.role`` on a plain mapping reads the item without first raising AttributeError (on a
+    plain dict without raising KeyError when the key is absent), whether an attribute is safe, which for this
+    sandbox depends only on the object's type and the name (``is_internal_attribute``, ``modifies_known_mutable``),
+    is decided once per type and name, the loop's counters (``loop.index0``, ``loop.last``...: ints and bools,
+    safe) are read as they are, ``ns.name`` (a name without a leading ``_``) is read from the namespace's own
+    dict as its ``__getattribute__`` reads it, and ``wrap_str_format`` is called only on a bound method."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -223,27 +230,37 @@ class _Sandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
         names = _ITEM_TYPES.get(kind)
         if names is not None and attribute not in names:
             try:
+                if kind is dict:  # dict.get and obj[...] find the same item; a plain dict has no __missing__
+                    value = obj.get(attribute, _ABSENT)
+                    return self.undefined(obj=obj, name=attribute) if value is _ABSENT else value
                 return obj[attribute]
             except (TypeError, LookupError):
                 return self.undefined(obj=obj, name=attribute)
-        try:
-            value = getattr(obj, attribute)
-        except AttributeError:
-            try:
-                return obj[attribute]
-            except (TypeError, LookupError):
-                pass
+        if kind is _TemplateNamespace and type(attribute) is str and attribute[:1] != "_":
+            # Namespace.__getattribute__ reads such a name from its dict (AttributeError when absent); a namespace
+            # has no __getitem__, so the fallback below would give undefined
+            value = _object_attribute(obj, "_Namespace__attrs").get(attribute, _ABSENT)
+            if value is _ABSENT:
+                return self.undefined(obj=obj, name=attribute)
         else:
+            try:
+                value = getattr(obj, attribute)
+            except AttributeError:
+                try:
+                    return obj[attribute]
+                except (TypeError, LookupError):
+                    pass
+                return self.undefined(obj=obj, name=attribute)
+        if type(value) in _METHOD_TYPES:
             fmt = self.wrap_str_format(value)
             if fmt is not None:
                 return fmt
-            safe = self._safe.get((kind, attribute))
-            if safe is None:
-                safe = self._safe[(kind, attribute)] = self.is_safe_attribute(obj, attribute, value)
-            if safe:
-                return value
-            return self.unsafe_undefined(obj, attribute)
-        return self.undefined(obj=obj, name=attribute)
+        safe = self._safe.get((kind, attribute))
+        if safe is None:
+            safe = self._safe[(kind, attribute)] = self.is_safe_attribute(obj, attribute, value)
+        if safe:
+            return value
+        return self.unsafe_undefined(obj, attribute)
 
 
 def _environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:

@@ -518,3 +518,51 @@ def test_a_known_tojson_text_serves_only_the_default_form_of_that_very_object() 
             assert templates._tojson(known, **keywords) == json.dumps(known, **{"ensure_ascii": False, **keywords})
     finally:
         templates._KNOWN_JSON.texts = outer
+
+
+def _sandbox_outcome(env: Any, obj: Any, attribute: str) -> Any:
+    """What ``env.getattr`` gives, comparable across environments: a value, a wrapped ``str.format`` by what it
+    writes, an undefined by its class, hint, name, object and the error it raises."""
+    import types
+
+    import jinja2
+
+    value = env.getattr(obj, attribute)
+    if isinstance(value, jinja2.Undefined):
+        return ("undefined", type(value), value._undefined_hint, value._undefined_name,
+                value._undefined_obj is obj, value._undefined_exception)
+    if isinstance(value, types.FunctionType):  # wrap_str_format's formatter, by what it writes
+        return ("format", value({"x": "b"}) if value.__name__ == "format_map" else value("a", x="b"))
+    return ("value", value)
+
+
+def test_the_sandbox_reads_every_attribute_as_jinjas_own_sandbox() -> None:
+    """`_Sandbox.getattr`'s short cuts (a plain dict's absent key, a namespace's own dict, wrap_str_format only on
+    a bound method, the loop's counters) give what jinja's ImmutableSandboxedEnvironment gives, value, undefined
+    and its error alike, on every kind of object a template reaches."""
+    import jinja2.runtime
+    import jinja2.sandbox
+
+    ours, theirs = templates._environment(), jinja2.sandbox.ImmutableSandboxedEnvironment()
+    loop = jinja2.runtime.LoopContext(iter([1, 2]), theirs.undefined)
+    next(iter(loop))
+    namespace = templates._TemplateNamespace(count=1, text="{0}-{x}", fmt="{0}-{x}".format, mapper="{x}".format_map,
+                                             starts="abc".startswith, items=[1], mro=2)
+    objects = [
+        {"role": "user", "content": "x", "items": 3, "format": "y"},
+        templates.SerializedTool({"type": "function", "function": {"name": "f"}}),
+        templates._WatchedMessage({"role": "tool", "content": "x"}, set()),
+        namespace, loop, "abc{0}", [1, 2], 7, None, theirs.undefined(name="u"),
+    ]
+    attributes = ["role", "content", "absent", "items", "keys", "get", "format", "format_map", "count", "text", "fmt",
+                  "mapper", "starts", "mro", "startswith", "append", "pop", "index0", "last", "length", "cycle",
+                  "_Namespace__attrs", "__class__", "__init__", "_reads", "_text", "_x", "__dict__"]
+    for obj in objects:
+        for attribute in attributes:
+            outcomes = []
+            for env in (ours, theirs):
+                try:
+                    outcomes.append(_sandbox_outcome(env, obj, attribute))
+                except Exception as error:  # the same error class and message from both
+                    outcomes.append(("raised", type(error), str(error)))
+            assert outcomes[0] == outcomes[1], (type(obj).__name__, attribute, outcomes)
