@@ -332,6 +332,13 @@ SLICE_CHARS = 1 << 18  # a text longer than this is encoded in slices of about t
 # or a digit cannot start with a line feed), NFC composes nothing across it, and no added token of such a
 # file holds a line feed; so encoding the slices apart gives the tokens of the whole text.
 _SLICE_POINT = re.compile(r"\n(?=[0-9A-Za-z])")
+# A short text with a few non-ASCII runs (a stub's line: its id's "§") is counted in parts cut at vouched junctions
+# around each run (`HuggingFaceTokenizer._cuts_around_non_ascii`), its ASCII parts by the fast engine.
+MIXED_TEXT_CHARS = 1 << 14
+MIXED_RUNS = 8
+MIXED_EDGE = 64  # characters searched for a vouched junction on either side of a run
+MIXED_ASCII_CHARS = 32  # an ASCII stretch at least this long beside a run is encoded apart from it
+_NON_ASCII_RUN = re.compile(r"[^\x00-\x7f]+")
 
 
 def byte_level_characters() -> list[str]:
@@ -480,6 +487,46 @@ def fast_ascii_encoder(tokenizer: Any) -> tuple[FastAsciiEncoder | None, str]:
     return FastAsciiEncoder(encoding, added, byte_lengths), ""
 
 
+class _PartsEncoding:
+    """The encoding of a text cut at vouched junctions (`HuggingFaceTokenizer._cuts_around_non_ascii`): the ids of its
+    parts joined (an ASCII part's by the fast engine, any other's by ``tokenizers``), which are the ids of the whole,
+    and each token's character span in the text (``offsets``, as ``tokenizers`` gives them: read by
+    ``count_and_starts``)."""
+
+    def __init__(self, text: str, cuts: Sequence[int], fast: FastAsciiEncoder, tokenizer: Any) -> None:
+        self.ids: list[int] = []
+        self._spans: list[tuple[int, Any]] = []  # (where the part begins, its fast ids or its Encoding)
+        self._byte_lengths = fast.byte_lengths
+        bounds = [0, *cuts, len(text)]
+        for begin, end in zip(bounds, bounds[1:]):
+            part = text[begin:end]
+            if fast.takes(part):
+                ids = fast.encode(part)
+                self.ids += ids
+                self._spans.append((begin, ids))
+            else:
+                encoding = tokenizer.encode(_throwaway_copy(part), add_special_tokens=False)
+                self.ids += encoding.ids
+                self._spans.append((begin, encoding))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def offsets(self) -> list[tuple[int, int]]:
+        spans: list[tuple[int, int]] = []
+        for begin, encoded in self._spans:
+            if isinstance(encoded, list):  # ASCII: a byte is a character
+                start = begin
+                for token in encoded:
+                    end = start + self._byte_lengths[token]
+                    spans.append((start, end))
+                    start = end
+            else:
+                spans.extend((begin + start, begin + end) for start, end in encoded.offsets)
+        return spans
+
+
 class HuggingFaceTokenizer:
     """A ``tokenizers`` tokenizer loaded from a local ``tokenizer.json``; no special tokens added.
 
@@ -545,6 +592,10 @@ class HuggingFaceTokenizer:
             if fast is not None and fast.takes(text):
                 return fast.encode(text)
             return self._tokenizer.encode(text, add_special_tokens=False)
+        if len(text) <= MIXED_TEXT_CHARS and self._fast is not None and self._fast[0] is not None:
+            cuts = self._cuts_around_non_ascii(text)
+            if cuts:
+                return _PartsEncoding(text, cuts, self._fast[0], self._tokenizer)
         return self._tokenizer.encode(_throwaway_copy(text), add_special_tokens=False)
 
     def _fast_encoder(self, characters: int | None = None) -> FastAsciiEncoder | None:
@@ -615,6 +666,39 @@ class HuggingFaceTokenizer:
     def count(self, text: str) -> int:
         return sum(len(self._encoding(piece)) for _, piece in self._slices(text))
 
+    def _cuts_around_non_ascii(self, text: str) -> list[int] | None:
+        """For a text of few non-ASCII runs (at most MIXED_RUNS), the junctions nearest each run on either side
+        (within MIXED_EDGE characters) that the boundary rule vouches for (`splits_between`: the tokens of the
+        parts joined are the tokens of the whole), increasing, where the ASCII text on that side is at least
+        MIXED_ASCII_CHARS long (a shorter one is encoded with the run); None for a text of more runs. A part is
+        ASCII (the fast engine encodes it) or holds a run (``tokenizers`` encodes it): a stub's line is its id's
+        few characters through ``tokenizers`` and the rest through the fast engine, the same count."""
+        splits = self.splits_between
+        size = len(text)
+        cuts: list[int] = []
+        last = 0
+        search_from = 0
+        for _ in range(MIXED_RUNS + 1):
+            run = _NON_ASCII_RUN.search(text, search_from)
+            if run is None:
+                return cuts
+            begin, end = run.span()
+            if begin - last >= MIXED_ASCII_CHARS:
+                for cut in range(begin, max(last, begin - MIXED_EDGE), -1):
+                    if splits(text[cut - 1], text[cut]):
+                        cuts.append(cut)
+                        last = cut
+                        break
+            following = _NON_ASCII_RUN.search(text, end)
+            if (following.start() if following else size) - end >= MIXED_ASCII_CHARS:
+                for cut in range(end, min(size, end + MIXED_EDGE)):
+                    if splits(text[cut - 1], text[cut]):
+                        cuts.append(cut)
+                        last = cut
+                        break
+            search_from = max(end, last)
+        return None
+
     def encode(self, text: str) -> list[int]:
         ids: list[int] = []
         for _, piece in self._slices(text):
@@ -643,7 +727,8 @@ class HuggingFaceTokenizer:
                 count += len(encoding)
                 del encoding, offsets
                 continue
-            if every >= _SPARSE_STARTS and unicodedata.is_normalized("NFC", piece):
+            if every >= _SPARSE_STARTS and not isinstance(encoding, _PartsEncoding) and unicodedata.is_normalized(
+                    "NFC", piece):
                 sparse = self._sparse_starts(encoding, (-count) % every, every)
                 if sparse is not None:
                     kept, last = sparse

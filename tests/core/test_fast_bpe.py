@@ -432,3 +432,35 @@ def test_ascii_tokens_are_read_through_the_byte_level_table() -> None:
     assert characters[ord("\n")] == "\u010a" and characters[0x7F] == "\u0121" and characters[0xAD] == "\u0143"
     assert all(ord(characters[value]) in range(0x21, 0x7F) or ord(characters[value]) in range(0x100, 0x122)
                for value in range(128))
+
+
+# --- (d) a short text with a few non-ASCII runs: encoded in parts cut at vouched junctions --------------------------
+
+_MIXED_PIECES = st.sampled_from(["§", "é", "e\u0301", "\u0301", "中文", "Ä", "🙂", "·", "\u00a0", "\u2028", "ſ", "'ſ",
+                                 "’s", "１２", "\u200d", "\ufeff", "<think>", "<|im_end|>", "x" * 40 + "\n"])
+
+
+@needs_qwen3
+@settings(PROFILE)
+@example("\n§a1b2c3d4 rc=0 1234ch 300tok $ bash ls d3 | head: def return self import class | tail: here | _recall §a1b2")
+@example("é" + "word " * 10 + "é")
+@given(st.lists(_ASCII_PIECES | _MIXED_PIECES, max_size=60).map("".join))
+def test_a_text_of_few_non_ascii_runs_is_encoded_in_parts_alike(text: str) -> None:
+    """`_PartsEncoding`: the ids, count and token starts of a text encoded in parts (ASCII parts by the fast engine,
+    the parts holding a run by tokenizers, cut only at junctions the boundary rule vouches for) are the whole's."""
+    tokenizer = qwen3()
+    assert_same(tokenizer, text)
+
+
+@needs_qwen3
+def test_a_stub_line_is_encoded_in_parts_once() -> None:
+    """A stub's line (ASCII but its id's two "§") is one encode: its id's few characters by tokenizers, the rest
+    (its previews) by the fast engine; every cut is a vouched junction."""
+    tokenizer = qwen3()
+    line = "\n§k3f9 rc=0 2700ch 640tok $ bash ls | head: def return self import the file line | tail: 0 1 None | _recall §k3f9"
+    encoding = tokenizer._encoding(line)
+    assert isinstance(encoding, tokenizers._PartsEncoding), type(encoding)
+    cuts = tokenizer._cuts_around_non_ascii(line)
+    assert cuts and all(tokenizer.splits_between(line[cut - 1], line[cut]) for cut in cuts), cuts
+    assert any(isinstance(encoded, list) and len(encoded) > 20 for _, encoded in encoding._spans)
+    assert_same(tokenizer, line)
