@@ -262,6 +262,21 @@ class _Sandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
             return value
         return self.unsafe_undefined(obj, attribute)
 
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - jinja's names
+        """A call from the template: for a method of a plain string (``content.startswith``: jinja 3.1 calls even an
+        unwrapped ``str.format`` as it is) and for ``namespace(...)``, jinja's own steps written out, since such a
+        callable is safe (it holds no ``unsafe_callable`` or ``alters_data``) and takes no context (no
+        ``jinja_pass_arg``, on it or on its ``__call__``); any other callable goes through jinja's checks."""
+        if __obj is _TemplateNamespace or (type(__obj) is types.BuiltinMethodType and type(__obj.__self__) is str):
+            kwargs.pop("_block_vars", None)
+            kwargs.pop("_loop_vars", None)
+            try:
+                return __obj(*args, **kwargs)
+            except StopIteration:  # as jinja's Context.call answers it
+                return __context.environment.undefined(
+                    "value was undefined because a callable raised a StopIteration exception")
+        return super().call(__context, __obj, *args, **kwargs)
+
 
 def _environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
     env = _Sandbox(trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols])

@@ -566,3 +566,35 @@ def test_the_sandbox_reads_every_attribute_as_jinjas_own_sandbox() -> None:
                 except Exception as error:  # the same error class and message from both
                     outcomes.append(("raised", type(error), str(error)))
             assert outcomes[0] == outcomes[1], (type(obj).__name__, attribute, outcomes)
+
+
+def test_the_sandbox_calls_every_callable_as_jinjas_own_sandbox() -> None:
+    """`_Sandbox.call`'s short cut (a plain string's methods but format/format_map, and namespace(...)) gives what
+    jinja's ImmutableSandboxedEnvironment gives: the same value, or the same error, for the same arguments."""
+    import jinja2.sandbox
+    import jinja2.utils
+
+    ours, theirs = templates._environment(), jinja2.sandbox.ImmutableSandboxedEnvironment()
+
+    class Text(str):
+        pass
+
+    calls: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = [
+        ("<a>x".startswith, ("<a>",), {"_loop_vars": {}}), ("a,b".split, (",",), {"_block_vars": {}}),
+        ("\nx\n".strip, ("\n",), {}), ("x".endswith, (), {}), ("x".startswith, ("x",), {"start": 0}),
+        ("{0}".format, ("a",), {}), ("{x}".format_map, ({"x": 1},), {}), (Text("ab").upper, (), {}),
+        (templates._TemplateNamespace, (), {"a": 1, "_loop_vars": {"k": 2}}),
+        (templates._TemplateNamespace, (), {"_bad": 1}), (templates._TemplateNamespace, ({"b": 2},), {}),
+        (ours.globals["dict"], (), {"a": 1}), (ours.globals["raise_exception"], ("no",), {}), (len, ([1],), {}),
+        ([1].append, (2,), {}), ({}.update, ({"a": 1},), {}),
+    ]
+    for function, args, kwargs in calls:
+        outcomes = []
+        for env in (ours, theirs):
+            context = env.from_string("").new_context({})
+            try:
+                value = env.call(context, function, *args, **dict(kwargs))
+                outcomes.append(("value", type(value), repr(value) if isinstance(value, jinja2.utils.Namespace) else value))
+            except Exception as error:
+                outcomes.append(("raised", type(error), str(error)))
+        assert outcomes[0] == outcomes[1], (function, outcomes)
