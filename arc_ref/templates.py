@@ -63,7 +63,6 @@ import json
 import os
 import re
 import threading
-import types
 from collections import OrderedDict
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -204,8 +203,10 @@ class _TemplateNamespace(jinja2.utils.Namespace):
 
 
 _LOOP_NUMBERS = frozenset(("index", "index0", "revindex", "revindex0", "first", "last", "length", "depth", "depth0"))
-# jinja's wrap_str_format wraps only a bound method (neither type can be subclassed: the type test is isinstance's)
-_METHOD_TYPES = (types.MethodType, types.BuiltinMethodType)
+# jinja's wrap_str_format wraps only a bound method: types.MethodType and types.BuiltinMethodType (neither can be
+# subclassed: the type test is isinstance's), taken from two bound methods (a core module imports no ``types``)
+_BUILTIN_METHOD: type = type("".startswith)
+_METHOD_TYPES: tuple[type, ...] = (type(_TemplateDict().fromkeys), _BUILTIN_METHOD)
 _ABSENT = object()
 _object_attribute = object.__getattribute__  # a namespace's own dict read past its __getattribute__
 
@@ -267,7 +268,8 @@ class _Sandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
         unwrapped ``str.format`` as it is) and for ``namespace(...)``, jinja's own steps written out, since such a
         callable is safe (it holds no ``unsafe_callable`` or ``alters_data``) and takes no context (no
         ``jinja_pass_arg``, on it or on its ``__call__``); any other callable goes through jinja's checks."""
-        if __obj is _TemplateNamespace or (type(__obj) is types.BuiltinMethodType and type(__obj.__self__) is str):
+        kind: Any = type(__obj)
+        if __obj is _TemplateNamespace or (kind is _BUILTIN_METHOD and type(__obj.__self__) is str):
             kwargs.pop("_block_vars", None)
             kwargs.pop("_loop_vars", None)
             try:

@@ -538,24 +538,26 @@ def _sandbox_outcome(env: Any, obj: Any, attribute: str) -> Any:
 
 def test_the_sandbox_reads_every_attribute_as_jinjas_own_sandbox() -> None:
     """`_Sandbox.getattr`'s short cuts (a plain dict's absent key, a namespace's own dict, wrap_str_format only on
-    a bound method, the loop's counters) give what jinja's ImmutableSandboxedEnvironment gives, value, undefined
+    a bound method, builtin or Python (Markup's format), the loop's counters) give what jinja's ImmutableSandboxedEnvironment gives, value, undefined
     and its error alike, on every kind of object a template reaches."""
     import jinja2.runtime
     import jinja2.sandbox
+    import markupsafe
 
     ours, theirs = templates._environment(), jinja2.sandbox.ImmutableSandboxedEnvironment()
     loop = jinja2.runtime.LoopContext(iter([1, 2]), theirs.undefined)
     next(iter(loop))
     namespace = templates._TemplateNamespace(count=1, text="{0}-{x}", fmt="{0}-{x}".format, mapper="{x}".format_map,
-                                             starts="abc".startswith, items=[1], mro=2)
+                                             starts="abc".startswith, items=[1], mro=2,
+                                             markup=markupsafe.Markup("<{0}>").format)  # a Python bound method
     objects = [
         {"role": "user", "content": "x", "items": 3, "format": "y"},
         templates.SerializedTool({"type": "function", "function": {"name": "f"}}),
         templates._WatchedMessage({"role": "tool", "content": "x"}, set()),
-        namespace, loop, "abc{0}", [1, 2], 7, None, theirs.undefined(name="u"),
+        namespace, loop, "abc{0}", markupsafe.Markup("<{0}-{x}>"), [1, 2], 7, None, theirs.undefined(name="u"),
     ]
     attributes = ["role", "content", "absent", "items", "keys", "get", "format", "format_map", "count", "text", "fmt",
-                  "mapper", "starts", "mro", "startswith", "append", "pop", "index0", "last", "length", "cycle",
+                  "mapper", "markup", "starts", "mro", "startswith", "append", "pop", "index0", "last", "length", "cycle",
                   "_Namespace__attrs", "__class__", "__init__", "_reads", "_text", "_x", "__dict__"]
     for obj in objects:
         for attribute in attributes:
