@@ -777,17 +777,22 @@ class HuggingFaceTokenizer:
 
         Qwen2's split pattern is cl100k_base's with single digits, run on each text between added tokens after
         NFC. NFC composes no character with a following one the rule lets follow (the second character of a
-        composition is a mark, or a Hangul jamo, which is a letter). An added token is matched before anything
-        else, so a junction two consecutive characters of one could span (``"<think" | ">"``) is never vouched
-        for (none holds a line end). The properties check the rule on every pair of edge characters, inside every
-        added token and on adversarial texts (proofs_check.test_view)."""
+        composition is a mark, or a Hangul jamo, which is a letter); and a junction beside a character NFC changes
+        is never vouched for: NFC writes the 59 letters it decomposes (U+0958 DEVANAGARI LETTER QA...) as a letter
+        and a mark, and the pattern reads that mark with the punctuation after it (``"\u093c-"``). An added token
+        is matched before anything else, so a junction two consecutive characters of one could span
+        (``"<think" | ">"``) is never vouched for (none holds a line end). The properties check the rule on every
+        pair of edge characters, beside every character NFC changes, inside every added token and on adversarial
+        texts (proofs_check.test_view)."""
         pair = (before, after)
         known = self._vouched.get(pair)
         if known is None:
             if len(self._vouched) >= 1 << 16:
                 self._vouched.clear()
             known = self._vouched[pair] = (self._slices_apart() and pieces_split_between(before, after)
-                                           and before + after not in self._added_pairs())
+                                           and before + after not in self._added_pairs()
+                                           and unicodedata.is_normalized("NFC", before)
+                                           and unicodedata.is_normalized("NFC", after))
         return known
 
     def _added_pairs(self) -> frozenset[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -128,7 +129,7 @@ def test_a4_prefix_tokens_b_is_tokens_of_f(goal: str) -> None:
 # (U+001C is space to Python only, U+00A0 and U+2028 to both), letters of both cases and other
 # scripts, a combining mark, ASCII and other numbers, the apostrophe of "'s", "/" (o200k_base takes it
 # into a newline run), brackets, the section sign and the "<" that opens "<|im_end|>".
-EDGE_CHARS = "aZé中\u0301\u02b009²Ⅷ٣'/<>[]§.:-_| \t\n\r\x0b\x1c\u00a0\u2028😀"
+EDGE_CHARS = "aZé中\u0301\u02b009²Ⅷ٣'/<>[]§.:-_| \t\n\r\x0b\x1c\u00a0\u2028😀\u0958\ufb1f"
 CONTEXTS = ("", "x", "ab'", "12", " ", ".", "]", "\n", "a \n", "word\r\n", "<|im_end|>\n", "§0001-7")
 CHAT_FORMATS = (CHATML, QWEN3_NOTHINK)
 
@@ -212,6 +213,29 @@ def test_a4_boundary_rule_holds_inside_control_tokens(name: str) -> None:
                     whole = left + token + right
                     assert tokenizer.count(whole) == tokenizer.count(left + token[:cut]) + tokenizer.count(
                         token[cut:] + right), (token, cut)
+
+
+# Every character NFC changes (1,120 up to U+2FFFF under Python's tables; 88 end in a mark once normalized: the 59
+# letters NFC decomposes, U+0958 DEVANAGARI LETTER QA and U+FB1F HEBREW LIGATURE YIDDISH YOD YOD PATAH among them)
+NFC_CHANGED = tuple(chr(point) for point in range(0x80, 0x30000) if not 0xD800 <= point <= 0xDFFF
+                    and unicodedata.normalize("NFC", chr(point)) != chr(point))
+NFC_NEIGHBOURS = "-._ a7\n'"
+
+
+@pytest.mark.skipif(not QWEN3_TOKENIZER.is_file(), reason=QWEN3_ABSENT)
+@proves("A4", "L2")
+def test_a4_boundary_rule_holds_beside_every_character_nfc_changes() -> None:
+    """Qwen3's file normalizes with NFC before it splits: beside a character NFC changes (U+0958 becomes U+0915
+    U+093C, and the pattern reads the mark with the punctuation after it), a vouched junction must still add up,
+    with that character before the junction and after it."""
+    tokenizer = get_tokenizer(f"hf:{QWEN3_TOKENIZER}")
+    for changed in NFC_CHANGED:
+        for neighbour in NFC_NEIGHBOURS:
+            for left, right in ((changed, neighbour), (neighbour, changed)):
+                if tokenizer.splits_between(left, right):
+                    whole_left, whole_right = "xx" + left, right + "yy"
+                    assert tokenizer.encode(whole_left + whole_right) == (
+                        tokenizer.encode(whole_left) + tokenizer.encode(whole_right)), (hex(ord(changed)), left, right)
 
 
 @given(st.sampled_from(TOKENIZER_NAMES), edge_texts(60), edge_texts(60))

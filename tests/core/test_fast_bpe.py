@@ -437,7 +437,8 @@ def test_ascii_tokens_are_read_through_the_byte_level_table() -> None:
 # --- (d) a short text with a few non-ASCII runs: encoded in parts cut at vouched junctions --------------------------
 
 _MIXED_PIECES = st.sampled_from(["§", "é", "e\u0301", "\u0301", "中文", "Ä", "🙂", "·", "\u00a0", "\u2028", "ſ", "'ſ",
-                                 "’s", "１２", "\u200d", "\ufeff", "<think>", "<|im_end|>", "x" * 40 + "\n"])
+                                 "’s", "１２", "\u200d", "\ufeff", "<think>", "<|im_end|>", "x" * 40 + "\n",
+                                 "\u0958-", "\ufb1f.", "\u0f43_", "\u095a-e-", "\u212b", "\u037e"])  # NFC changes these
 
 
 @needs_qwen3
@@ -464,3 +465,23 @@ def test_a_stub_line_is_encoded_in_parts_once() -> None:
     assert cuts and all(tokenizer.splits_between(line[cut - 1], line[cut]) for cut in cuts), cuts
     assert any(isinstance(encoded, list) and len(encoded) > 20 for _, encoded in encoding._spans)
     assert_same(tokenizer, line)
+
+
+@needs_qwen3
+def test_every_character_nfc_changes_beside_long_ascii_is_encoded_alike() -> None:
+    """Each character NFC changes (U+0958 is written U+0915 U+093C, and the pattern reads the mark with a following
+    "-"), followed by each of a few ASCII neighbours, between 40 ASCII characters that hold vouched junctions: the
+    parts path (engine built) gives the whole's ids, count and starts (the boundary rule vouches for no junction
+    beside such a character, so the part holding it keeps its neighbours)."""
+    import unicodedata
+
+    tokenizer = qwen3()
+    changed = [chr(point) for point in range(0x80, 0x30000) if not 0xD800 <= point <= 0xDFFF
+               and unicodedata.normalize("NFC", chr(point)) != chr(point)]
+    parts = 0
+    for character in changed:
+        for neighbour in "-._ ":
+            text = "word " * 8 + character + neighbour + "yyyy 7 " + "more " * 8
+            parts += isinstance(tokenizer._encoding(text), tokenizers._PartsEncoding)
+            assert_same(tokenizer, text, (1, 16))
+    assert parts > len(changed)  # most go through the parts path
