@@ -272,11 +272,9 @@ class _Sandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
         if __obj is _TemplateNamespace or (kind is _BUILTIN_METHOD and type(__obj.__self__) is str):
             kwargs.pop("_block_vars", None)
             kwargs.pop("_loop_vars", None)
-            try:
-                return __obj(*args, **kwargs)
-            except StopIteration:  # as jinja's Context.call answers it
-                return __context.environment.undefined(
-                    "value was undefined because a callable raised a StopIteration exception")
+            # (Context.call also turns a StopIteration into an undefined: no str method and no namespace(...)
+            # raises one)
+            return __obj(*args, **kwargs)
         return super().call(__context, __obj, *args, **kwargs)
 
 
