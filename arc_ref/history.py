@@ -19,6 +19,7 @@ from attrs import frozen
 
 from arc_ref import render
 from arc_ref.config import Setup
+from arc_ref.counting import Part
 from arc_ref.errors import BudgetViolation
 from arc_ref.message import Message, ToolCall
 from arc_ref.store import Record
@@ -144,6 +145,19 @@ def cannot_fit(setup: Setup, content: str, budget: int) -> bool:
     return isinstance(widest, int) and widest > 0 and len(content) > budget * widest
 
 
+def stub_message_parts(setup: Setup, record: Record) -> tuple[str, tuple[Part, ...] | None]:
+    """The content of a record's stub message (an observation too large for H) and its parts: the header, then the
+    stub line, whose count is the record's (``stub_tokens`` counts "\n" + stub: where the tokenizer splits after
+    that newline, the stub alone costs tokens("\n") fewer), not counted again (`arc_ref.counting`); None where it
+    is not known."""
+    content = render.observation_stub_message(record.obs_id, record.returncode, record.n_tokens, record.stub)
+    head = render.observation_stub_message(record.obs_id, record.returncode, record.n_tokens, "")
+    stub = record.stub
+    if not (stub and head.endswith("\n") and head + stub == content and setup.tokenizer.splits_between("\n", stub[0])):
+        return content, None
+    return content, ((head, None), (stub, record.stub_tokens - setup.tokenizer.count("\n")))
+
+
 def observation_entry(setup: Setup, record: Record) -> ObservationEntry:
     """The new observation verbatim when its message fits R, otherwise its stub (A4)."""
     head = verbatim_head(setup, record)
@@ -153,8 +167,8 @@ def observation_entry(setup: Setup, record: Record) -> ObservationEntry:
         message = setup.message(render.USER, head + record.shown, parts=parts)
         if message.tokens <= setup.config.recent_budget:
             return ObservationEntry(record.index, True, message)
-    content = render.observation_stub_message(record.obs_id, record.returncode, record.n_tokens, record.stub)
-    message = setup.message(render.USER, content)
+    content, stub_parts = stub_message_parts(setup, record)
+    message = setup.message(render.USER, content, parts=stub_parts)
     if message.tokens > setup.config.recent_budget:
         raise BudgetViolation(f"the stub message of {record.obs_id} costs {message.tokens} > recent_budget R")
     return ObservationEntry(record.index, False, message)
@@ -211,8 +225,8 @@ def tool_result_entry(setup: Setup, turn: int, call_id: str, record: Record, bud
         message = setup.message(render.TOOL, head + record.shown, (), setup.show(call_id), parts)
         if message.tokens <= budget:
             return ToolResultEntry(turn, call_id, record.index, True, (), message)
-    content = render.observation_stub_message(record.obs_id, record.returncode, record.n_tokens, record.stub)
-    message = setup.message(render.TOOL, content, (), setup.show(call_id))
+    content, stub_parts = stub_message_parts(setup, record)
+    message = setup.message(render.TOOL, content, (), setup.show(call_id), stub_parts)
     if message.tokens > budget:
         raise BudgetViolation(f"the stub message of {record.obs_id} costs {message.tokens} > the {budget} tokens left")
     return ToolResultEntry(turn, call_id, record.index, False, (), message)
@@ -223,8 +237,8 @@ def user_entry(setup: Setup, turn: int, record: Record) -> UserEntry:
     message = setup.message(render.USER, record.shown, parts=((record.shown, record.n_tokens),))
     if message.tokens <= setup.config.recent_budget:
         return UserEntry(turn, record.index, True, message)
-    content = render.observation_stub_message(record.obs_id, record.returncode, record.n_tokens, record.stub)
-    message = setup.message(render.USER, content)
+    content, stub_parts = stub_message_parts(setup, record)
+    message = setup.message(render.USER, content, parts=stub_parts)
     if message.tokens > setup.config.recent_budget:
         raise BudgetViolation(f"the stub message of {record.obs_id} costs {message.tokens} > recent_budget R")
     return UserEntry(turn, record.index, False, message)

@@ -284,10 +284,16 @@ class TiktokenTokenizer:
         # byte offset of each group of ``every`` tokens: the lengths of the groups before it
         if every == 1:
             lengths: Iterable[int] = map(self._byte_lengths.__getitem__, tokens[:-1])
-        else:
-            decode_bytes = self._encoding.decode_bytes
-            lengths = (len(decode_bytes(tokens[first : first + every])) for first in range(0, len(tokens) - every, every))
-        return len(tokens), _starts_from_offsets(text, [0, *itertools.accumulate(lengths)], data)
+            return len(tokens), _starts_from_offsets(text, [0, *itertools.accumulate(lengths)], data)
+        decode_bytes = self._encoding.decode_bytes
+        last = (len(tokens) - 1) // every * every  # the last group's first token (> 0)
+        offsets = [0, *itertools.accumulate(len(decode_bytes(tokens[first : first + every]))
+                                            for first in range(0, last - every, every))]
+        # the last group's offset from the end: the tokens' bytes are the text's (``data``, or the ASCII text
+        # itself), so it is the byte length less that group's, decoding at most ``every`` tokens fewer
+        size = len(text) if data is None else len(data)
+        offsets.append(size - len(decode_bytes(tokens[last:])))
+        return len(tokens), _starts_from_offsets(text, offsets, data)
 
     def splits_between(self, before: str, after: str) -> bool:
         """The boundary rule of cl100k_base / o200k_base: their pre-tokenizer's pieces never cross here.

@@ -217,3 +217,19 @@ def test_the_eval_extra_carries_what_a_model_directory_needs() -> None:
     project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text(encoding="utf-8"))
     names = [requirement.split(">")[0].split("=")[0] for requirement in project["project"]["optional-dependencies"]["eval"]]
     assert "tokenizers" in names
+
+
+@pytest.mark.parametrize("name", ["o200k_base", "cl100k_base"])
+def test_every_qth_token_start_equals_the_oracle(name: str) -> None:
+    """count_and_starts(text, q): the count and the starts of tokens 0, q, 2q, ... (a record's chunk cuts, Lemma 4),
+    exactly the oracle's for every q from 2 past the token count, the last group's start read from the text's end
+    included: ASCII, multi-byte and split characters, a lone surrogate (tiktoken's replacement), token counts that
+    are and are not multiples of q."""
+    tokenizer = get_tokenizer(name)
+    texts = [*SAMPLES, "héllo wörld 😀 中文 " * 7, "def f(x):\n    return x\n" * 9, "a\ud800b " * 11, "é" * 41]
+    for text in texts:
+        tokens = tokenizer.encode(text)
+        replaced = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")  # one U+FFFD per surrogate
+        expected = _expected_starts(tokenizer, replaced, tokens)
+        for every in range(2, len(tokens) + 3):
+            assert tokenizer.count_and_starts(text, every) == (len(tokens), expected[::every]), (text, every)
