@@ -24,8 +24,12 @@ rounds take the routes in turn (rotating the order), so machine noise falls on a
 and concurrency: median and p99 latency of a request, server CPU per request (the route's server process and
 its children, from /proc: the time each thread was on a CPU), and throughput (requests per second of the
 round). Then, at concurrency 1 (request by request, so each request's CPU is its own): a new conversation's
-first request vs a continuing one's (and the first request each server answers after it starts), and one
-conversation of ``--long-turns`` turns, its requests around turn 10, 50 and 200. Then the ratios arc / litellm and the targets of issue 28: CPU per request <= LiteLLM's at every
+first request vs a continuing one's (and the first request each server answers after it starts), and the requests
+around turn 10, 50 and ``--long-turns`` (200): one conversation per turn, driven there unmeasured, then their
+requests taken in turn (`turns_interleaved`), so the turns compared meet the same machine noise; ``--long-runs``
+times. Where the p99 at the highest concurrency comes from is printed beside: the p99 of the rounds' first
+requests (every agent's new conversation, all starting at once) and of the later ones. Then the ratios arc /
+litellm and the targets of issue 28: CPU per request <= LiteLLM's at every
 concurrency; p99 <= 1.2x LiteLLM's at the highest concurrency; throughput at saturation (the highest
 concurrency) >= LiteLLM's; turn 200 within 1.2x of turn 10 (CPU per request); a new conversation within 2x of a
 continuing one. The load average is printed before and after: the machine is shared.
@@ -331,11 +335,40 @@ async def request_by_request(base: str, turns: int, outputs: list[str], server_p
     return samples
 
 
+async def turns_interleaved(base: str, marks: Sequence[int], outputs: list[str], server_pid: int, tag: str,
+                            width: int = 2) -> list[Sample]:
+    """One conversation per mark (turn 10, 50, 200), each driven unmeasured to ``mark - width - 1`` turns; then
+    their requests around the marks are taken in turn, one of each conversation after another (the order rotating),
+    the server's CPU read around each: the turns compared are measured side by side, under the same machine
+    conditions, not minutes apart."""
+    import httpx
+
+    url = f"{base}/chat/completions"
+    async with httpx.AsyncClient(timeout=300) as client:
+        rngs = [random.Random(f"{tag}-{mark}") for mark in marks]
+        conversations = [new_conversation(f"{tag}-{mark}", outputs, rng) for mark, rng in zip(marks, rngs)]
+        for conversation, mark, rng in zip(conversations, marks, rngs):
+            await run_agent(client, url, conversation, mark - width - 1, outputs, rng, [])
+        samples: list[Sample] = []
+        order = list(range(len(marks)))
+        for step in range(2 * width + 1):
+            for which in order[step % len(order):] + order[:step % len(order)]:
+                await run_agent(client, url, conversations[which], 1, outputs, rngs[which], samples, server_pid,
+                                marks[which] - width + step)
+    return samples
+
+
 # --- figures ----------------------------------------------------------------------------------------------------
 
 def percentile(values: Sequence[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
+
+
+def tail_of(rounds: list[Round], first: bool) -> float:
+    """p99 latency in ms of the rounds' first requests (turn 1) or of their later ones."""
+    return percentile([sample.latency for one in rounds for sample in one.samples if (sample.turn == 1) == first],
+                      0.99) * 1000
 
 
 def load() -> str:
@@ -447,11 +480,14 @@ def main() -> int:
     parser.add_argument("--arc-python", default=sys.executable, help="the interpreter whose arc_ref to run")
     parser.add_argument("--baseline-python", default=None, metavar="PY",
                         help="also run `arc-ref proxy` of this interpreter's arc_ref (route arc-before), same run")
-    parser.add_argument("--long-runs", type=int, default=2, help="long conversations per route")
+    parser.add_argument("--long-runs", type=int, default=6,
+                        help="runs of the turn 10 / 50 / 200 conversations per route (5 requests of each per run)")
     parser.add_argument("--new-runs", type=int, default=None,
                         help="new conversations (of 6 requests) per route for new vs continuing (default: the rounds,"
                              " at least 2)")
     arguments = parser.parse_args()
+    if arguments.long_turns < 13:
+        parser.error("--long-turns must be at least 13 (the requests around turn 10 are compared with it)")
     if arguments.serve_fake is not None:
         asyncio.run(_serve_fake(arguments.serve_fake))
         return 0
@@ -510,10 +546,11 @@ def main() -> int:
             for route in routes:
                 first[route.name] += asyncio.run(request_by_request(route.base, 6, outputs, route.pid,
                                                                     f"new-{route.name}-{number}"))
+        marks = [turn for turn in (10, 50, 200) if turn < arguments.long_turns] + [arguments.long_turns]
         for number in range(arguments.long_runs):
             for route in routes:
-                long_runs[route.name] += asyncio.run(request_by_request(
-                    route.base, arguments.long_turns, outputs, route.pid, f"long-{route.name}-{number}"))
+                long_runs[route.name] += asyncio.run(turns_interleaved(
+                    route.base, marks, outputs, route.pid, f"long-{route.name}-{number}"))
             print(f"  long conversations {number + 1}/{arguments.long_runs} done (load {load()})", flush=True)
     names = [route.name for route in routes]
     print(f"\nper request, by route and concurrency (medians over rounds; load average now {load()}):")
@@ -524,10 +561,15 @@ def main() -> int:
             table[(name, agents)] = one = figures(results[(name, agents)])
             print(f"{name:<10} {agents:>6} {one.median_ms:>10.1f} {one.p99_ms:>9.1f} {one.cpu_ms:>14.2f}"
                   f" {one.throughput:>8.1f}")
+    top = max(arguments.concurrency)
+    print(f"\nwhere the p99 at concurrency {top} comes from: p99 ms of the rounds' first requests ({top} new conversations"
+          " starting at once) / of the later requests: " + ", ".join(
+              f"{name} {tail_of(results[(name, top)], first=True):.1f} / {tail_of(results[(name, top)], first=False):.1f}"
+              for name in names))
     print("\nthe first request after start (a new conversation of 20 messages), server CPU ms / latency ms: "
           + ", ".join(f"{name} {(cold[name].cpu or 0.0) * 1000:.1f} / {cold[name].latency * 1000:.1f}" for name in names))
     print("\nrequest by request (concurrency 1), server CPU ms (median) and latency ms (median):")
-    turns = [turn for turn in (10, 50, 200) if turn <= arguments.long_turns]
+    turns = marks
     head = "".join(f" {'turn ' + str(turn):>16}" for turn in turns)
     print(f"{'route':<10} {'new conv.':>16} {'continuing':>16}{head}")
     measured: dict[str, dict[str, float]] = {}
@@ -545,7 +587,6 @@ def main() -> int:
         measured[name] = cells
         print(line)
     if "litellm" in names:
-        top = max(arguments.concurrency)
         for arc_name in [name for name in names if name.startswith("arc")]:
             print(f"\nratios {arc_name} / litellm (same run):")
             for agents in arguments.concurrency:
