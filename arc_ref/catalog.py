@@ -9,7 +9,7 @@ from __future__ import annotations
 from attrs import frozen
 
 from arc_ref import render
-from arc_ref.chat import ChatFormat
+from arc_ref.chat import CHAT_FORMATS, ChatFormat
 from arc_ref.config import Setup
 from arc_ref.counting import Part
 from arc_ref.errors import BudgetViolation
@@ -87,11 +87,17 @@ def render_page(setup: Setup, store: Store, page: int, upto: int | None = None) 
     return page_message(setup, page_text(setup, store, page, upto))
 
 
+# The chat formats whose message end costs as much after the header's closing "]" as the first stub line's "\n"
+# does ("]\n" and "]<" are one token each: spec/rendering.md section 8); a page of any other format is counted
+# from its parts, by the tokenizer's boundary rule.
+_PAGE_LINES_ADD_UP = tuple(CHAT_FORMATS.values())
+
+
 def page_message(setup: Setup, text: PageText) -> Message:
     """The catalog message of ``text`` with its cost; its tokens are <= P (Lemma 3)."""
-    if setup.tokenizer.stub_lines_add_up and not setup.chat.positional:
-        # the page costs its header message plus each stub's cached line cost (exact for these tokenizers:
-        # proofs_check.test_catalog.test_a3_page_tokens_are_header_plus_stub_lines)
+    if setup.tokenizer.stub_lines_add_up and setup.chat in _PAGE_LINES_ADD_UP:
+        # the page costs its header message plus each stub's cached line cost (exact for these tokenizers and
+        # formats: proofs_check.test_catalog.test_a3_page_tokens_are_header_plus_stub_lines)
         tokens = setup.message_tokens(render.USER, text.header) + sum(tokens for _, tokens in text.lines)
         message = Message(render.USER, text.content, tokens)
     else:  # each stub line's cached count reused where the tokenizer's boundary rule allows (arc_ref.counting)

@@ -216,8 +216,10 @@ class _TokenByteLengths(dict[int, int]):
 class TiktokenTokenizer:
     """A tiktoken encoding; text is counted as ordinary text (``disallowed_special=()``).
 
-    Its pre-tokenizer always splits before the "\n" that ends a line ending in a digit or "]" and after it
-    when "§" follows, so a catalog page's tokens are its header's plus its stub lines' (``stub_lines_add_up``).
+    Its pre-tokenizer always splits before the "\n" that ends a line ending in a digit and after it when "§"
+    follows; "]\n" is one token, as "]<" is: so a catalog page's tokens are its header's message plus its stub
+    lines' in the shipped chat formats, whose message end starts with "<" (``stub_lines_add_up``,
+    `arc_ref.catalog.page_message`).
 
     A non-ASCII text is tokenized from its UTF-8 bytes (tiktoken's ``_encode_bytes``, which runs
     ``encode_ordinary`` on valid UTF-8), so that no UTF-8 copy is left inside the string.

@@ -78,6 +78,28 @@ def test_a3_catalog_persists_every_stub_with_bounded_cost(config: Config, events
         assert shown == [state.records[i - 1].stub for i in range(first, last + 1)]
 
 
+@given(configs(), st.lists(texts(80), min_size=1, max_size=12),
+       st.sampled_from(("", "]", "\n", "</s>", "x", "<|im_end|>", " ")), st.data())
+@proves("A3", "L3")
+def test_a3_page_tokens_exact_in_any_chat_format(config: Config, contents: list[str], end: str,
+                                                  data: st.DataObject) -> None:
+    """A page's count is its exact token count in a chat format of any message end, also one after which the
+    header's closing "]" costs a token of its own (an empty end: there the header-plus-lines sum is one too high,
+    so such a page is counted from its parts)."""
+    import attrs
+
+    from arc_ref.catalog import render_page
+    from arc_ref.chat import ChatFormat
+
+    state = init(config)
+    for content in contents[: config.capacity]:
+        state, _ = observe(state, Observe(data.draw(st.sampled_from(("ls", "cat a.txt", "grep x y  "))), content, 0))
+    setup = attrs.evolve(state.setup, chat=ChatFormat("made-up", "<s>", end, "<s>assistant\n"))
+    page = data.draw(st.integers(1, page_count(state.stored, config.page_size)))
+    message = render_page(setup, state.records, page)
+    assert message.tokens == setup.tokenizer.count(setup.chat.render_message(message.role, message.content))
+
+
 @given(configs(), st.lists(texts(80), min_size=1, max_size=12), st.data())
 @proves("A3", "L3")
 def test_a3_page_tokens_are_header_plus_stub_lines(config: Config, contents: list[str], data: st.DataObject) -> None:
