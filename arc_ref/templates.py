@@ -18,8 +18,8 @@ and ``_postprocess_messages``; the chat serving code), reproduced by ``server_co
 ``server_tools``:
 - a message's ``content`` that is ``None`` becomes ``""``; a list of text parts is joined with ``"\\n"``;
 - an assistant message keeps ``tool_calls`` (an empty list is dropped); each call's ``arguments`` string is
-  parsed with ``json.loads`` (a string that is not valid JSON becomes ``{}``), so templates print it again with
-  ``tojson``: ``{"id":"§1"}`` is rendered ``{"id": "§1"}``;
+  parsed with ``json.loads`` (a string that is not valid JSON, or whose value is not a JSON object, becomes
+  ``{}``), so templates print it again with ``tojson``: ``{"id":"§1"}`` is rendered ``{"id": "§1"}``;
 - a tool message keeps ``tool_call_id``; ``name`` is kept when it is a string;
 - each tool is passed as its pydantic dump: ``{"type": "function", "function": {"name", "description",
   "parameters"}}`` in that order, a missing description or parameters being ``null``;
@@ -303,16 +303,16 @@ def _content_text(content: Any) -> str:
                          f" got {type(content).__name__}") from None
 
 
-def server_arguments(arguments: Any) -> Any:
-    """A tool call's ``arguments`` as vLLM passes them to the template (a JSON string is parsed; bad JSON is {})."""
+def server_arguments(arguments: Any) -> dict[str, Any]:
+    """A tool call's ``arguments`` as vLLM passes them to the template: a JSON string is parsed, and whatever is
+    not then a non-empty JSON object (bad JSON, a JSON string, list, number, true, false or null, an empty value)
+    is {} (vLLM 0.32's ``_postprocess_messages``)."""
     if isinstance(arguments, str):
         try:
-            return json.loads(arguments)
+            arguments = json.loads(arguments)
         except json.JSONDecodeError:
             return {}
-    if isinstance(arguments, (dict, list)):
-        return arguments
-    return {}
+    return arguments if isinstance(arguments, dict) else {}
 
 
 def server_conversation(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

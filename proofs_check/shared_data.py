@@ -60,7 +60,8 @@ def transformers_tokenizer(directory: str) -> Any:
 
 def vllm_conversation(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The oracle's own reading of vLLM's preprocessing (written here, apart from arc_ref.templates):
-    content None -> "", a call's arguments JSON-decoded ({} when not valid JSON), tool_call_id kept."""
+    content None -> "", a call's arguments JSON-decoded ({} when not valid JSON or not a JSON object: vLLM 0.32
+    coerces "[]", "42", '"text"' to {} too), tool_call_id kept."""
     conversation = []
     for message in messages:
         converted: dict[str, Any] = {"role": message["role"], "content": message.get("content") or ""}
@@ -70,6 +71,8 @@ def vllm_conversation(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, A
                 try:
                     arguments = json.loads(call["function"]["arguments"])
                 except json.JSONDecodeError:
+                    arguments = {}
+                if not isinstance(arguments, dict):
                     arguments = {}
                 converted["tool_calls"].append({**call, "function": {**call["function"], "arguments": arguments}})
         if "tool_call_id" in message:

@@ -144,7 +144,7 @@ def tool_steps(
     a user message after the turn's results or None: short, or a long paste shown as its stub).
 
     Calls go to ENVIRONMENT_TOOLS, to ARC's own tools (ids as ``@storedK`` placeholders, see
-    `proofs_check.harness.resolve_stored`), to no offered tool, or carry arguments that are not JSON.
+    `proofs_check.harness.resolve_stored`), to no offered tool, or carry arguments that are not JSON or not a JSON object.
     ``contents``: the results' texts (default: short texts or a long run of lines); ``reasoning``: the thoughts';
     ``arguments``: the environment calls' arguments (default: a path as JSON); ``unknown_names``: the names of
     calls to no offered tool (default ``nope``).
@@ -170,8 +170,8 @@ def tool_steps(
                               json.dumps({"page": str(draw(st.integers(0, 4)))})))
             elif kind == "unknown":
                 calls.append(("nope" if unknown_names is None else draw(unknown_names), "{}"))
-            else:
-                calls.append(("read_file", "{not json"))
+            else:  # not JSON, or JSON that is no object (vLLM hands the template {} for both)
+                calls.append(("read_file", draw(st.sampled_from(("{not json", '""', '"ls -la"', "[1, 2]", "42")))))
         results = [draw(contents) for name, _ in calls if name in ENVIRONMENT_TOOL_NAMES]
         user = draw(st.one_of(st.none(), st.none(), contents))
         steps.append((draw(thoughts if reasoning is None else reasoning), calls, results, draw(st.booleans()), user))

@@ -420,8 +420,9 @@ def tool_mode_vectors() -> list[TraceVector]:
             " write again (tojson) is refused with an error line naming why, and the state is kept: brackets"
             f" nesting {MAX_NESTING + 1} levels deep (at most {MAX_NESTING}), balanced or not (the limits hold for"
             " the raw text even when it is not JSON), and an integer literal of 4,301 digits (at most 4,300), in"
-            f" JSON or not; arguments at the limits are taken ({MAX_NESTING} levels: the template writes them back;"
-            f" {MAX_NESTING} levels, then text that is no JSON and 4,300 digits: the server reads {{}}). A lone"
+            f" JSON or not; arguments at the limits are taken ({MAX_NESTING} levels in an object: the template writes"
+            f" them back; {MAX_NESTING} levels of lists, JSON but no object: the server reads {{}}, as it does for"
+            f" {MAX_NESTING} levels, then text that is no JSON and 4,300 digits). A lone"
             " surrogate escape only in the dropped value of a repeated key is never read (the server keeps the last"
             " value) and refuses nothing; the same escape in the kept value refuses the turn.",
             (
@@ -431,12 +432,14 @@ def tool_mode_vectors() -> list[TraceVector]:
                 tool_turn("", call("call_1", "_recall", '{"id": ' + "7" * 4301 + "}")),
                 tool_turn("", call("call_1", "read_file", '{"n": ' + "7" * 4301)),
                 tool_turn("", call("call_1", "read_file", '{"path": "a", "path": "\\udc00"}')),
-                tool_turn("", call("call_1", "read_file", "[" * MAX_NESTING + "]" * MAX_NESTING)),
+                tool_turn("", call("call_1", "read_file", '{"a": ' + "[" * (MAX_NESTING - 1) + "]" * (MAX_NESTING - 1) + "}")),
                 tool_result("call_1", "row 1"),
                 tool_turn("", call("call_2", "read_file", "[" * MAX_NESTING + " no JSON " + "7" * 4300),
                           call("call_3", "read_file", '{"path": "\\udc00", "path": "report.txt"}')),
                 tool_result("call_2", "row 2"),
                 tool_result("call_3", "row 3"),
+                tool_turn("", call("call_4", "read_file", "[" * MAX_NESTING + "]" * MAX_NESTING)),
+                tool_result("call_4", "row 4"),
                 VIEW,
             ),
             (
@@ -445,8 +448,10 @@ def tool_mode_vectors() -> list[TraceVector]:
                                        f" {MAX_NESTING + 1} levels deep (at most {MAX_NESTING})")),
                 ("too many digits", has_error("its arguments hold an integer of 4301 digits (at most 4300)")),
                 ("a lone surrogate in the kept value", has_error("are not text: their JSON holds a lone surrogate")),
-                ("the edge is written back", view_has("[" * MAX_NESTING + "]" * MAX_NESTING)),
+                ("the edge is written back", view_has('{"a": ' + "[" * (MAX_NESTING - 1) + "]" * (MAX_NESTING - 1) + "}")),
                 ("the edge that is no JSON is read as {}", view_has('"arguments": {}')),
+                ("the edge that is JSON but no object is read as {}",
+                 lambda outputs: all("[" * MAX_NESTING not in output["text"] for output in ops(outputs, "view"))),
                 ("the dropped value is never read", view_has('"path": "report.txt"')),
             ),
             (QWEN3_VECTOR_PATH,),

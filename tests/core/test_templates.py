@@ -318,7 +318,10 @@ def test_probe_plans_realise_every_context_once() -> None:
 def test_server_arguments_follow_vllm() -> None:
     assert server_arguments('{"id": "§1"}') == {"id": "§1"}
     assert server_arguments("not json") == {} and server_arguments("") == {} and server_arguments(None) == {}
-    assert server_arguments("[1, 2]") == [1, 2] and server_arguments('"text"') == "text"
+    # a JSON value that is not an object is {} too (vLLM 0.32 coerces it: "Chat templates require a mapping")
+    for value in ('""', '"ls -la"', "[1, 2]", "42", "true", "false", "null", "{}"):
+        assert server_arguments(value) == {}, value
+    assert server_arguments([1, 2]) == {} and server_arguments(7) == {} and server_arguments({"a": 1}) == {"a": 1}
 
 
 # --- rendering: byte-equal to transformers' apply_chat_template (Qwen3's real template) --------------
