@@ -94,10 +94,11 @@ def test_a3_page_tokens_exact_in_any_chat_format(config: Config, contents: list[
     state = init(config)
     for content in contents[: config.capacity]:
         state, _ = observe(state, Observe(data.draw(st.sampled_from(("ls", "cat a.txt", "grep x y  "))), content, 0))
-    setup = attrs.evolve(state.setup, chat=ChatFormat("made-up", "<s>", end, "<s>assistant\n"))
+    chat = ChatFormat("made-up", "<s>", end, "<s>assistant\n")
+    setup = attrs.evolve(state.setup, chat=chat)
     page = data.draw(st.integers(1, page_count(state.stored, config.page_size)))
     message = render_page(setup, state.records, page)
-    assert message.tokens == setup.tokenizer.count(setup.chat.render_message(message.role, message.content))
+    assert message.tokens == setup.tokenizer.count(chat.render_message(message.role, message.content))
 
 
 @given(configs(), st.lists(texts(80), min_size=1, max_size=12), st.data())
