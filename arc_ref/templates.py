@@ -348,8 +348,10 @@ def server_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]] | None:
 
 
 RENDERING_DEFAULTS = (("add_generation_prompt", True), ("continue_final_message", False), ("documents", None),
-                      ("chat_template", None))
-"""A request's fields that change vLLM's rendering, at the values the core renders with."""
+                      ("chat_template", None), ("truncate_prompt_tokens", None), ("add_special_tokens", False))
+"""A request's fields that change vLLM's rendering or its tokens, at the values the core counts with (a prompt
+cut to ``truncate_prompt_tokens`` from its start loses the view's head; ``add_special_tokens`` adds a BOS token
+where the tokenizer's post-processor has one)."""
 
 
 def request_template_kwargs(request: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -359,7 +361,8 @@ def request_template_kwargs(request: Mapping[str, Any]) -> tuple[tuple[str, Any]
     sets ``reasoning_effort`` but not ``enable_thinking``, ``enable_thinking = reasoning_effort != "none"``.
     A server started with ``--default-chat-template-kwargs`` adds its own under these (not visible in a request).
     ConfigError for a request the core cannot render as vLLM does (another template, documents, no generation
-    prompt, a continued final message, kwargs that are not an object of scalars)."""
+    prompt, a continued final message, a truncated prompt, special tokens added, kwargs that are not an object of
+    scalars)."""
     for name, default in RENDERING_DEFAULTS:
         if name in request and request[name] != default and request[name] is not None:
             raise ConfigError(f"{name}={json.dumps(request[name])[:40]}: the proxy counts prompts rendered with"

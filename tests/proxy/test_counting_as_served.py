@@ -79,7 +79,8 @@ def test_each_upstream_prompt_is_counted_with_the_request_s_own_template_kwargs(
 
 
 def test_a_request_the_template_cannot_be_counted_for_is_refused() -> None:
-    """Another template, documents, no generation prompt: vLLM would render something else; a 400 names it."""
+    """Another template, documents, no generation prompt, a truncated prompt, special tokens added: vLLM would
+    serve something else; a 400 names it."""
     assert QWEN3 is not None
 
     def upstream(request: httpx.Request) -> httpx.Response:
@@ -91,11 +92,12 @@ def test_a_request_the_template_cannot_be_counted_for_is_refused() -> None:
             codes = []
             for extra in ({"chat_template": "{{ messages }}"}, {"add_generation_prompt": False},
                           {"documents": [{"text": "d"}]}, {"chat_template_kwargs": ["x"]},
-                          {"chat_template_kwargs": {"tools": 1}}):
+                          {"chat_template_kwargs": {"tools": 1}}, {"truncate_prompt_tokens": 100},
+                          {"add_special_tokens": True}):
                 with pytest.raises(Refused) as refused:
                     await proxy.complete({"model": "m", "messages": [{"role": "user", "content": "go"}], **extra},
                                          None)
                 codes.append(refused.value.code)
             return codes
 
-    assert asyncio.run(scenario()) == ["unsupported"] * 5
+    assert asyncio.run(scenario()) == ["unsupported"] * 7
