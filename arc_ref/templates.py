@@ -361,12 +361,16 @@ def request_template_kwargs(request: Mapping[str, Any]) -> tuple[tuple[str, Any]
     sets ``reasoning_effort`` but not ``enable_thinking``, ``enable_thinking = reasoning_effort != "none"``.
     A server started with ``--default-chat-template-kwargs`` adds its own under these (not visible in a request).
     ConfigError for a request the core cannot render as vLLM does (another template, documents, no generation
-    prompt, a continued final message, a truncated prompt, special tokens added, kwargs that are not an object of
-    scalars)."""
+    prompt, a continued final message, a truncated prompt, special tokens added, prompt token ids given in
+    ``kv_transfer_params``, kwargs that are not an object of scalars)."""
     for name, default in RENDERING_DEFAULTS:
         if name in request and request[name] != default and request[name] is not None:
             raise ConfigError(f"{name}={json.dumps(request[name])[:40]}: the proxy counts prompts rendered with"
                               f" the served template and {name}={json.dumps(default)} only")
+    transfer = request.get("kv_transfer_params")
+    if isinstance(transfer, Mapping) and "prompt_token_ids" in transfer:
+        raise ConfigError("kv_transfer_params.prompt_token_ids: the server would take these ids as the prompt, not"
+                          " the view the proxy counted")
     given = request.get("chat_template_kwargs")
     if given is None:
         given = {}

@@ -93,11 +93,11 @@ def test_a_request_the_template_cannot_be_counted_for_is_refused() -> None:
             for extra in ({"chat_template": "{{ messages }}"}, {"add_generation_prompt": False},
                           {"documents": [{"text": "d"}]}, {"chat_template_kwargs": ["x"]},
                           {"chat_template_kwargs": {"tools": 1}}, {"truncate_prompt_tokens": 100},
-                          {"add_special_tokens": True}):
+                          {"add_special_tokens": True}, {"kv_transfer_params": {"prompt_token_ids": [1, 2]}}):
                 with pytest.raises(Refused) as refused:
                     await proxy.complete({"model": "m", "messages": [{"role": "user", "content": "go"}], **extra},
                                          None)
                 codes.append(refused.value.code)
             return codes
 
-    assert asyncio.run(scenario()) == ["unsupported"] * 7
+    assert asyncio.run(scenario()) == ["unsupported"] * 8
