@@ -336,7 +336,7 @@ def tool_mode_vectors() -> list[TraceVector]:
             "How a call's arguments reach the model and the core: the template prints them with tojson after the"
             " server's json.loads (', ' and ': ' separators, 1.0 kept as 1.0, 1e400 as Infinity, NaN, non-ASCII"
             " and <&> as they are, a key repeated keeps its first place and its last value), and arguments that"
-            " are not JSON as {}; an ARC tool reads a non-string value as its JSON text (1.0 -> '1.0', [2] ->"
+            " are not JSON, or JSON that is no object, as {}; an ARC tool reads a non-string value as its JSON text (1.0 -> '1.0', [2] ->"
             " '[2]') and text that is not JSON as itself; an unknown tool name is clipped to 48 characters and"
             " escaped in its note; a tool turn without calls folds into S as a turn whose action is empty; a turn"
             " whose results cannot all be reserved in R is refused whole.",
