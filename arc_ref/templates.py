@@ -491,6 +491,11 @@ def _insert_after(tree: jinja2.nodes.Node, target: jinja2.nodes.Node, new: jinja
     return False
 
 
+UNSET_KEYWORD_VALUES = (None, "auto")
+"""Template keywords with these values are left out, so the template finds them undefined (vLLM 0.32 merges a
+request's ``chat_template_kwargs`` over its defaults with ``merge_kwargs``, which drops them)."""
+
+
 class ChatTemplate:
     """One compiled chat template, whole and instrumented (a mark before each message and after the loop)."""
 
@@ -521,7 +526,8 @@ class ChatTemplate:
             # its globals a plain dict of the same items: jinja gives a template a ChainMap over the environment's
             # (unchanged after this), which every rendering copies key by key in Python (two passes per rendering)
             compiled.globals = dict(compiled.globals)
-        self._variables = {**dict(special_tokens), **dict(template_kwargs)}
+        self._variables = {**dict(special_tokens), **{name: value for name, value in template_kwargs.items()
+                                                      if value not in UNSET_KEYWORD_VALUES}}
         fixed = source + "".join(_strings(self._variables))
         self._mark_candidates = "".join(char for char in _MARK_CHARACTERS if char not in fixed)
 

@@ -603,3 +603,22 @@ def test_the_sandbox_calls_every_callable_as_jinjas_own_sandbox() -> None:
             except Exception as error:
                 outcomes.append(("raised", type(error), str(error)))
         assert outcomes[0] == outcomes[1], (function, outcomes)
+
+
+def test_a_keyword_set_to_null_or_auto_is_undefined_to_the_template() -> None:
+    """vLLM 0.32 merges a request's chat_template_kwargs with ``merge_kwargs``, which leaves out the values None and
+    "auto": a template that tells an undefined keyword from null renders the undefined branch (review s10 r6 F1)."""
+    from arc_ref.templates import ChatTemplate
+
+    source = ("{% if enable_thinking is not defined %}UNDEFINED{% elif enable_thinking is none %}NULL"
+              "{% else %}{{ enable_thinking }}{% endif %}|{{ bos_token }}"
+              "{% for message in messages %}{{ message.content }}{% endfor %}")
+    shown = {}
+    for value in (None, "auto", False, "none", 0, ""):
+        template = ChatTemplate(source, {"bos_token": "<s>"}, {"enable_thinking": value}, "t")
+        shown[repr(value)] = template.render([{"role": "user", "content": "x"}], None, True)
+    assert shown == {"None": "UNDEFINED|<s>x", "'auto'": "UNDEFINED|<s>x", "False": "False|<s>x",
+                     "'none'": "none|<s>x", "0": "0|<s>x", "''": "|<s>x"}
+    # a special token's name given as null keeps the special token (the keyword is left out, not set to null)
+    template = ChatTemplate(source, {"bos_token": "<s>"}, {"bos_token": None}, "t")
+    assert template.render([{"role": "user", "content": "x"}], None, True) == "UNDEFINED|<s>x"
