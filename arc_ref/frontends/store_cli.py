@@ -229,9 +229,12 @@ def _copy(source: str, new: str) -> int:
         restore()
         if store is not None and not store.closed:
             store.close(snapshot=False)
-        for leftover in ("", *SQLITE_LOGS, ACK_SUFFIX):
+        # the temporary store's files, and its acknowledgement record's own staging file when an interrupt came
+        # while that record was being put in place (persist.acknowledgement.AckWriter: .NAME.ack-PID-THREAD)
+        for path in (*(Path(str(staging) + leftover) for leftover in ("", *SQLITE_LOGS, ACK_SUFFIX)),
+                     *staging.parent.glob(f".{staging.name}{ACK_SUFFIX}-*")):
             try:
-                Path(str(staging) + leftover).unlink()
+                path.unlink()
             except OSError:
                 pass
         if linked:  # linked into place by this copy, but the copy failed after: NEW is ours, and removed

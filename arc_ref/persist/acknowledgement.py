@@ -103,6 +103,10 @@ class AckWriter:
             staging.unlink(missing_ok=True)
             raise refused_by_file_system(shown, "write its acknowledgement record", problem) or StoreError(
                 f"cannot write the acknowledgement record of {str(shown)!r}: {problem.strerror}") from None
+        except BaseException:  # interrupted (Ctrl-C, or SIGTERM in `arc-ref copy`): no staging file left behind
+            os.close(self.descriptor)
+            staging.unlink(missing_ok=True)
+            raise
 
     def record(self, seq: int, checksum: str) -> None:
         """Rows up to ``seq`` are acknowledged: a same-size overwrite, so fdatasync need not sync metadata."""

@@ -351,3 +351,25 @@ def test_a_checkpoint_cut_by_a_crash_then_the_log_deleted_is_refused_with_the_co
                                                rf" to {last} were acknowledged .* the store ends at row {there};"
                                                " its write-ahead log .* is missing or empty"):
             DurableStore.open(path, readonly=readonly)
+
+
+@pytest.mark.parametrize("step", ["fsync", "replace"])
+def test_an_interrupt_while_the_ack_record_is_put_in_place_leaves_no_staging_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str) -> None:
+    """Ctrl-C (or SIGTERM in `arc-ref copy`, which raises KeyboardInterrupt) between the staging file's creation
+    and its rename over STORE.ack: the staging file is removed, the interrupt goes on (a copy interrupted there
+    left `.NAME.ack-PID-THREAD` behind)."""
+    from arc_ref.persist import acknowledgement
+
+    real = getattr(os, step)
+
+    def interrupted(*arguments: object) -> None:
+        if any(".ack-" in str(argument) for argument in arguments) or step == "fsync":
+            raise KeyboardInterrupt
+        real(*arguments)
+
+    monkeypatch.setattr(acknowledgement.os, step, interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        DurableStore.create(tmp_path / "s.arc", CONFIG)
+    monkeypatch.undo()
+    assert [path.name for path in tmp_path.iterdir() if ".ack-" in path.name] == []
