@@ -231,8 +231,12 @@ def _copy(source: str, new: str) -> int:
             store.close(snapshot=False)
         # the temporary store's files, and its acknowledgement record's own staging file when an interrupt came
         # while that record was being put in place (persist.acknowledgement.AckWriter: .NAME.ack-PID-THREAD)
-        for path in (*(Path(str(staging) + leftover) for leftover in ("", *SQLITE_LOGS, ACK_SUFFIX)),
-                     *staging.parent.glob(f".{staging.name}{ACK_SUFFIX}-*")):
+        ack_staging = f".{staging.name}{ACK_SUFFIX}-"
+        try:  # names compared as text: a store's name may hold characters glob would read as a pattern
+            strays = [staging.parent / name for name in os.listdir(staging.parent) if name.startswith(ack_staging)]
+        except OSError:
+            strays = []
+        for path in (*(Path(str(staging) + leftover) for leftover in ("", *SQLITE_LOGS, ACK_SUFFIX)), *strays):
             try:
                 path.unlink()
             except OSError:
