@@ -137,3 +137,38 @@ def test_sigterm_during_a_copy_leaves_nothing(tmp_path: Path) -> None:
     out, err = copying.communicate(timeout=60)
     assert copying.returncode == 130, err
     assert sorted(path.name for path in tmp_path.iterdir() if not path.name.startswith("a.arc")) == []
+
+
+@pytest.mark.parametrize("name", ["b.arc", "b[1].arc", "c?*.arc", "a**b.arc"])
+def test_a_copy_interrupted_as_its_ack_record_is_made_leaves_only_what_was_there(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], name: str) -> None:
+    """An interrupt right after the new store's acknowledgement staging file is opened (before AckWriter's own
+    cleanup can run) leaves none of the copy's files, whatever NEW's name holds (glob characters included), and no
+    other file is touched (the source's own are left out: reading it may add its -wal and -shm); the same name
+    copies cleanly when nothing interrupts it."""
+    from arc_ref.persist import acknowledgement
+
+    source = tmp_path / "a.arc"
+    with DurableStore.create(source, CONFIG) as store:
+        store.append(Observe("ls", "a b c"))
+    decoys = [tmp_path / f"..{stem}.copying-{os.getpid()}-0.ack-other" for stem in ("b1.arc", "cX.arc", "aXb.arc")]
+    for decoy in decoys:
+        decoy.write_bytes(b"not ours")
+    real_open = os.open
+
+    def interrupted(path: str, *arguments: int) -> int:
+        descriptor = real_open(path, *arguments)
+        if ".ack-" in str(path):
+            raise KeyboardInterrupt
+        return descriptor
+
+    before = sorted(path.name for path in tmp_path.iterdir() if not path.name.startswith("a.arc"))
+    monkeypatch.setattr(acknowledgement.os, "open", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        store_cli._copy(str(source), str(tmp_path / name))
+    monkeypatch.undo()
+    assert sorted(path.name for path in tmp_path.iterdir() if not path.name.startswith("a.arc")) == before
+    assert all(decoy.read_bytes() == b"not ours" for decoy in decoys)
+    code, out, err = run(capfd, "copy", str(source), str(tmp_path / name))
+    assert (code, err) == (0, "") and [row.line for row in read_rows(tmp_path / name)] == [
+        row.line for row in read_rows(source)]
