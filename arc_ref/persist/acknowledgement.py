@@ -98,15 +98,13 @@ class AckWriter:
             os.fsync(self.descriptor)
             os.replace(staging, target)
             sync_directory(real.parent)
-        except OSError as problem:
-            os.close(self.descriptor)
+        except BaseException as problem:  # a failure, or an interrupt (Ctrl-C, SIGTERM in `arc-ref copy`): no
+            os.close(self.descriptor)     # staging file left behind
             staging.unlink(missing_ok=True)
+            if not isinstance(problem, OSError):
+                raise
             raise refused_by_file_system(shown, "write its acknowledgement record", problem) or StoreError(
                 f"cannot write the acknowledgement record of {str(shown)!r}: {problem.strerror}") from None
-        except BaseException:  # interrupted (Ctrl-C, or SIGTERM in `arc-ref copy`): no staging file left behind
-            os.close(self.descriptor)
-            staging.unlink(missing_ok=True)
-            raise
 
     def record(self, seq: int, checksum: str) -> None:
         """Rows up to ``seq`` are acknowledged: a same-size overwrite, so fdatasync need not sync metadata."""
