@@ -83,6 +83,8 @@ from arc_ref.tokenizers import HuggingFaceTokenizer, read_regular_file
 
 TEMPLATE_FILE_LIMIT = 2**20  # bytes of chat_template.jinja; published templates are a few kB
 CONFIG_FILE_LIMIT = 16 * 2**20  # bytes of tokenizer_config.json (some carry thousands of added tokens)
+# The special tokens a template sees by name: transformers 5 (what vLLM 0.32 renders with) passes only these;
+# `additional_special_tokens` and `extra_special_tokens` are undefined to the template.
 SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 FILLER = "x"  # content of the neighbours in probe conversations
 
@@ -446,10 +448,6 @@ def load_template_source(directory: str) -> TemplateSource:
         text = _token_text(config.get(key))
         if text is not None:
             special.append((key, text))
-    extra = config.get("additional_special_tokens")
-    if isinstance(extra, list):
-        texts = [t for t in (_token_text(item) for item in extra) if t is not None]
-        special.append(("additional_special_tokens", tuple(texts)))
     return TemplateSource(directory, named["default"], named.get("tool_use"), tuple(special))
 
 

@@ -622,3 +622,26 @@ def test_a_keyword_set_to_null_or_auto_is_undefined_to_the_template() -> None:
     # a special token's name given as null keeps the special token (the keyword is left out, not set to null)
     template = ChatTemplate(source, {"bos_token": "<s>"}, {"bos_token": None}, "t")
     assert template.render([{"role": "user", "content": "x"}], None, True) == "UNDEFINED|<s>x"
+
+
+@needs_qwen3
+def test_a_template_sees_the_special_tokens_transformers_passes(tmp_path: Path) -> None:
+    """transformers 5 (vLLM 0.32's renderer) passes a template only the seven named special tokens:
+    ``additional_special_tokens`` (a list in Qwen3's tokenizer_config.json) and ``extra_special_tokens`` are
+    undefined to it, so a template that prints them when defined renders nothing there, as the server does."""
+    assert QWEN3 is not None
+    directory = tmp_path / "qwen3-special"
+    directory.mkdir()
+    (directory / "tokenizer.json").write_bytes((QWEN3 / "tokenizer.json").read_bytes())
+    config = json.loads((QWEN3 / "tokenizer_config.json").read_text(encoding="utf-8"))
+    assert config["additional_special_tokens"]  # the real file has the list: the case is not vacuous
+    names = (*templates.SPECIAL_TOKEN_KEYS, "additional_special_tokens", "extra_special_tokens")
+    config["chat_template"] = "".join(
+        f"{{% if {name} is defined %}}[{name}={{{{ {name} }}}}]{{% endif %}}" for name in names
+    ) + CHATML
+    (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    fmt = TemplateFormat(qwen3_tokenizer(), load_template_source(str(directory)), {}, (), "S", "G", "text")
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "G"}]
+    expected, _ = transformers_prompt(directory, messages, None)
+    assert fmt.render(messages) == expected
+    assert expected.startswith("[eos_token=<|im_end|>][pad_token=<|endoftext|>]<|im_start|>system\nS")
