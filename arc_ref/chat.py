@@ -71,6 +71,13 @@ def get_chat_format(name: str) -> ChatFormat:
         ) from None
 
 
+APPLY_CHAT_TEMPLATE_PARAMETERS = frozenset({
+    "conversation", "continue_final_message", "padding", "truncation", "max_length", "return_tensors", "return_dict",
+    "return_assistant_tokens_mask", "tokenizer_kwargs"})
+"""The other parameters of transformers 5's ``apply_chat_template`` (vLLM 0.32 lets a request's keywords reach
+them, `resolve_chat_template_kwargs`): the template never sees them."""
+
+
 def parse_template_kwargs(value: Any) -> tuple[tuple[str, Any], ...]:
     """The ``template_kwargs`` override: a JSON object of scalars (the request's ``chat_template_kwargs``), the
     keyword arguments a served chat template renders with (read by the config and by the proxy's requests)."""
@@ -88,4 +95,7 @@ def parse_template_kwargs(value: Any) -> tuple[tuple[str, Any], ...]:
             raise ConfigError(f"config key 'template_kwargs': {key!r} must be a string, number, boolean or null")
         if key in ("messages", "tools", "documents", "add_generation_prompt", "chat_template", "tokenize"):
             raise ConfigError(f"config key 'template_kwargs': {key!r} is set by the request itself")
+        if key in APPLY_CHAT_TEMPLATE_PARAMETERS:
+            raise ConfigError(f"config key 'template_kwargs': {key!r} is a parameter of the server's"
+                              " apply_chat_template (it changes the rendering or is consumed), not a template variable")
     return tuple(items)

@@ -83,8 +83,8 @@ from arc_ref.tokenizers import HuggingFaceTokenizer, read_regular_file
 
 TEMPLATE_FILE_LIMIT = 2**20  # bytes of chat_template.jinja; published templates are a few kB
 CONFIG_FILE_LIMIT = 16 * 2**20  # bytes of tokenizer_config.json (some carry thousands of added tokens)
-# The special tokens a template sees by name: transformers 5 (what vLLM 0.32 renders with) passes only these;
-# `additional_special_tokens` and `extra_special_tokens` are undefined to the template.
+# The named special tokens (transformers 5, what vLLM 0.32 renders with); `additional_special_tokens` and a list of
+# `extra_special_tokens` are not template variables, model-specific ones are (`_special_token_variables`).
 SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 FILLER = "x"  # content of the neighbours in probe conversations
 
@@ -399,37 +399,56 @@ def _token_text(value: Any) -> str | None:
     return None
 
 
-@frozen
-class TemplateSource:
-    """The chat template of a model directory and the special-token variables the template sees."""
-
-    directory: str
-    source: str
-    tool_source: str | None  # a named "tool_use" template, used when tools are passed (transformers' rule)
-    special_tokens: tuple[tuple[str, Any], ...]
+def _added_token_text(value: Any) -> str | None:
+    """A string, or the content of an object tokenizer_config.json marks ``"__type": "AddedToken"``: the values
+    transformers 5 takes as a model-specific special token (another object is not one)."""
+    if isinstance(value, Mapping) and value.get("__type") != "AddedToken":
+        return None
+    return _token_text(value)
 
 
-def load_template_source(directory: str) -> TemplateSource:
-    """Find the template as transformers does: chat_template.jinja first, else tokenizer_config.json's entry."""
-    config_path = os.path.join(directory, "tokenizer_config.json")
-    config: dict[str, Any] = {}
-    if os.path.exists(config_path):
-        raw = read_regular_file(config_path, CONFIG_FILE_LIMIT, "tokenizer_config.json")
-        try:
-            loaded = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as bad:
-            raise ConfigError(f"tokenizer config {config_path!r} is not valid JSON: {bad}") from None
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"tokenizer config {config_path!r} must hold a JSON object")
-        config = loaded
+# The named special tokens a tokenizer class gives a template when tokenizer_config.json leaves the key out
+# (transformers 5.19, the constructors' defaults; "...Fast" names resolve to the same classes). A class not listed
+# here has defaults the core does not know: a template that reads such a key is refused (`_special_token_variables`).
+_LLAMA_DEFAULTS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+_QWEN2_DEFAULTS = {"eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>", "pad_token": "<|endoftext|>"}
+_GPT2_DEFAULTS = {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>"}
+_CLASS_DEFAULTS: dict[str, dict[str, str]] = {
+    "PreTrainedTokenizerFast": {}, "TokenizersBackend": {}, "PythonBackend": {}, "MistralCommonBackend": {},
+    "BloomTokenizer": {},
+    "LlamaTokenizer": _LLAMA_DEFAULTS, "CodeLlamaTokenizer": _LLAMA_DEFAULTS,
+    "Qwen2Tokenizer": _QWEN2_DEFAULTS, "Qwen3_5Tokenizer": _QWEN2_DEFAULTS,
+    "GemmaTokenizer": {"bos_token": "<bos>", "eos_token": "<eos>", "unk_token": "<unk>", "pad_token": "<pad>",
+                       "mask_token": "<mask>"},
+    "GPT2Tokenizer": _GPT2_DEFAULTS, "CodeGenTokenizer": _GPT2_DEFAULTS,
+    "GPTNeoXTokenizer": {**_GPT2_DEFAULTS, "pad_token": "<|padding|>"},
+    "T5Tokenizer": {"eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"},
+    "CohereTokenizer": {"bos_token": "<BOS_TOKEN>", "eos_token": "<|END_OF_TURN_TOKEN|>", "unk_token": "<UNK>",
+                        "sep_token": "<SEP>", "pad_token": "<PAD>", "cls_token": "<CLS>", "mask_token": "<MASK_TOKEN>"},
+}
+
+
+def class_defaults(token_class: Any) -> dict[str, str] | None:
+    """The named special tokens ``tokenizer_class`` gives by default; None for a class the core does not know."""
+    if not isinstance(token_class, str):
+        return None
+    return _CLASS_DEFAULTS.get(token_class, _CLASS_DEFAULTS.get(token_class.removesuffix("Fast")))
+
+
+def _read_json_object(path: str, what: str) -> dict[str, Any]:
+    raw = read_regular_file(path, CONFIG_FILE_LIMIT, what)
+    try:
+        loaded = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as bad:
+        raise ConfigError(f"{what} {path!r} is not valid JSON: {bad}") from None
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{what} {path!r} must hold a JSON object")
+    return loaded
+
+
+def _template_files(directory: str) -> dict[str, str]:
+    """chat_template.jinja ("default") and additional_chat_templates/NAME.jinja, read as transformers reads them."""
     named: dict[str, str] = {}
-    entry = config.get("chat_template")
-    if isinstance(entry, str):
-        named["default"] = entry
-    elif isinstance(entry, list):
-        for item in entry:
-            if isinstance(item, Mapping) and isinstance(item.get("name"), str) and isinstance(item.get("template"), str):
-                named[item["name"]] = item["template"]
     template_path = os.path.join(directory, "chat_template.jinja")
     if os.path.exists(template_path):
         named["default"] = _read_text(template_path)
@@ -438,17 +457,101 @@ def load_template_source(directory: str) -> TemplateSource:
         for file_name in sorted(os.listdir(extra_dir)):
             if file_name.endswith(".jinja"):
                 named[file_name[: -len(".jinja")]] = _read_text(os.path.join(extra_dir, file_name))
-    if "default" not in named:
+    return named
+
+
+def _template_entries(config: Mapping[str, Any]) -> dict[str, str]:
+    """tokenizer_config.json's ``chat_template``: one template ("default") or a list of named ones."""
+    named: dict[str, str] = {}
+    entry = config.get("chat_template")
+    if isinstance(entry, str):
+        named["default"] = entry
+    elif isinstance(entry, list):
+        for item in entry:
+            if isinstance(item, Mapping) and isinstance(item.get("name"), str) and isinstance(item.get("template"), str):
+                named[item["name"]] = item["template"]
+    return named
+
+
+def _special_token_variables(directory: str, config: dict[str, Any], sources: Sequence[str]) -> list[tuple[str, Any]]:
+    """The special tokens a template sees by name, as transformers 5 (vLLM 0.32's renderer) builds them
+    (spec/rendering.md section 3.1): in the legacy layout (no ``added_tokens_decoder``) special_tokens_map.json's
+    entries over the config's; the seven named tokens; every other key ending in ``_token`` whose value is a string
+    or an AddedToken, and the entries of an ``extra_special_tokens`` object over them. ConfigError where the
+    template reads a named token that the config leaves out and the tokenizer class has a default for."""
+    config = dict(config)
+    map_path = os.path.join(directory, "special_tokens_map.json")
+    if "added_tokens_decoder" not in config and os.path.exists(map_path):
+        for key, value in _read_json_object(map_path, "special tokens map").items():
+            if key == "extra_special_tokens":
+                if isinstance(value, Mapping) and isinstance(config.get(key), Mapping):
+                    value = {**config[key], **value}
+            elif key.endswith("_token") and key not in SPECIAL_TOKEN_KEYS and isinstance(config.get(key), str):
+                continue  # the config's own string was taken first and stays
+            elif isinstance(value, Mapping):
+                value = {**value, "__type": "AddedToken"}  # transformers makes every object an AddedToken here
+            config[key] = value
+    token_class = config.get("tokenizer_class")
+    defaults = class_defaults(token_class)
+    special: dict[str, Any] = {}
+    for key in SPECIAL_TOKEN_KEYS:
+        if key not in config:
+            if defaults is None and any(key in source for source in sources):
+                raise ConfigError(
+                    f"chat format 'template': the template reads {key}, which {directory!r}/tokenizer_config.json"
+                    f" does not set: the server then gives the default of tokenizer class {token_class!r}, which"
+                    f" arc-ref does not know (set \"{key}\" in tokenizer_config.json, null for none)")
+            if defaults is not None and key in defaults:
+                special[key] = defaults[key]
+            continue
+        text = _token_text(config.get(key))
+        if text is not None:
+            special[key] = text
+    for key, value in config.items():
+        if key.endswith("_token") and key not in SPECIAL_TOKEN_KEYS:
+            text = _added_token_text(value)
+            if text is not None:
+                special[key] = text
+    extra = config.get("extra_special_tokens")
+    if isinstance(extra, Mapping):
+        for key, value in extra.items():
+            text = _added_token_text(value)
+            if isinstance(key, str) and text is not None:
+                special[key] = text
+    return list(special.items())
+
+
+@frozen
+class TemplateSource:
+    """The chat template of a model directory and the special-token variables the template sees."""
+
+    directory: str
+    source: str | None  # the default template; None where there is only a "tool_use" one
+    tool_source: str | None  # a named "tool_use" template, used when tools are passed (transformers' rule)
+    special_tokens: tuple[tuple[str, Any], ...]
+
+
+def load_template_source(directory: str) -> TemplateSource:
+    """Find the template as transformers 5 does: template files (chat_template.jinja,
+    additional_chat_templates/) when there are any, else tokenizer_config.json's entry; and the special tokens it
+    sees (`_special_token_variables`)."""
+    config_path = os.path.join(directory, "tokenizer_config.json")
+    config: dict[str, Any] = {}
+    if os.path.exists(config_path):
+        config = _read_json_object(config_path, "tokenizer config")
+    named = _template_files(directory) or _template_entries(config)
+    if "default" not in named and "tool_use" not in named:
         raise ConfigError(
             f"chat format 'template': {directory!r} has no chat template (neither chat_template.jinja nor a"
             " chat_template entry in tokenizer_config.json)"
         )
-    special: list[tuple[str, Any]] = []
-    for key in SPECIAL_TOKEN_KEYS:
-        text = _token_text(config.get(key))
-        if text is not None:
-            special.append((key, text))
-    return TemplateSource(directory, named["default"], named.get("tool_use"), tuple(special))
+    if config.get("split_special_tokens") is True:
+        raise ConfigError(
+            f"chat format 'template': {directory!r}/tokenizer_config.json sets split_special_tokens: the server"
+            " would encode the template's special tokens as plain text, which the core does not count")
+    sources = [source for source in (named.get("default"), named.get("tool_use")) if source is not None]
+    special = _special_token_variables(directory, config, sources)
+    return TemplateSource(directory, named.get("default"), named.get("tool_use"), tuple(special))
 
 
 def _read_text(path: str) -> str:
@@ -956,6 +1059,10 @@ class TemplateFormat:
         self._split_at_added = tokenizer.added_tokens_match_as_written()
         self._texts = text_counts(tokenizer)
         chosen = source.tool_source if (self.tools and source.tool_source is not None) else source.source
+        if chosen is None:
+            raise ConfigError(
+                f"chat format 'template': {source.directory!r} has only a 'tool_use' chat template, which the server"
+                " uses only for a request with tools")
         self.template = compiled_template(chosen, source.special_tokens, tuple(self.template_kwargs.items()),
                                           source.directory)
         dumped = server_tools(self.tools)

@@ -11,7 +11,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -645,3 +645,120 @@ def test_a_template_sees_the_special_tokens_transformers_passes(tmp_path: Path) 
     expected, _ = transformers_prompt(directory, messages, None)
     assert fmt.render(messages) == expected
     assert expected.startswith("[eos_token=<|im_end|>][pad_token=<|endoftext|>]<|im_start|>system\nS")
+
+
+def _qwen3_variant(tmp_path: Path, name: str, config: dict[str, Any], files: dict[str, str] | None = None) -> Path:
+    """Qwen3's real tokenizer.json beside an edited tokenizer_config.json (and other files)."""
+    assert QWEN3 is not None
+    directory = tmp_path / name
+    directory.mkdir()
+    (directory / "tokenizer.json").write_bytes((QWEN3 / "tokenizer.json").read_bytes())
+    (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    for relative, text in (files or {}).items():
+        (directory / relative).parent.mkdir(parents=True, exist_ok=True)
+        (directory / relative).write_text(text, encoding="utf-8")
+    return directory
+
+
+def _shows(names: Sequence[str]) -> str:
+    """A template that prints each named variable when it is defined, then ChatML."""
+    return "".join(f"{{% if {name} is defined %}}[{name}={{{{ {name} }}}}]{{% endif %}}" for name in names) + CHATML
+
+
+def _arc_and_transformers(directory: Path, tools: tuple[ToolSpec, ...] = ()) -> tuple[str, str]:
+    fmt = TemplateFormat(qwen3_tokenizer(), load_template_source(str(directory)), {}, tools, "S", "G",
+                         "tools" if tools else "text")
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "G"}]
+    expected, _ = transformers_prompt(directory, messages, [tool.openai() for tool in tools] or None)
+    return fmt.render(messages), expected
+
+
+_NAMES = (*templates.SPECIAL_TOKEN_KEYS, "image_token", "boi_token", "audio_token", "add_bos_token")
+
+
+@needs_qwen3
+def test_model_specific_special_tokens_are_template_variables_as_in_transformers(tmp_path: Path) -> None:
+    """Top-level ``*_token`` keys holding a string or an AddedToken, and the entries of an ``extra_special_tokens``
+    object (over them), are template variables in transformers 5 (Gemma 3's boi_token, image_token); a key holding
+    anything else (``add_bos_token``: a boolean) is not."""
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "bos_token": None,
+              "image_token": "<|image_pad|>", "add_bos_token": False,
+              "boi_token": {"__type": "AddedToken", "content": "<|vision_start|>", "special": True},
+              "audio_token": "<|box_start|>", "extra_special_tokens": {"audio_token": "<|box_end|>"},
+              "chat_template": _shows(_NAMES)}
+    ours, expected = _arc_and_transformers(_qwen3_variant(tmp_path, "specific", config))
+    assert ours == expected
+    assert expected.startswith("[eos_token=<|im_end|>][image_token=<|image_pad|>][boi_token=<|vision_start|>]"
+                               "[audio_token=<|box_end|>]<|im_start|>")
+
+
+@needs_qwen3
+def test_a_named_token_the_config_leaves_out_takes_the_tokenizer_class_default(tmp_path: Path) -> None:
+    """transformers 5 gives a template the tokenizer class's default for a named token tokenizer_config.json leaves
+    out (Qwen2Tokenizer: <|endoftext|> for eos, unk and pad), none for one set to null; a class whose defaults the
+    core does not know is refused when its template reads such a key."""
+    from transformers import AutoTokenizer  # the class named in the config, as vLLM loads it
+
+    config = {"tokenizer_class": "Qwen2Tokenizer", "bos_token": None, "chat_template": _shows(_NAMES)}
+    directory = _qwen3_variant(tmp_path, "qwen2", config)
+    ours, _ = _arc_and_transformers(directory)
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "G"}]
+    expected = AutoTokenizer.from_pretrained(str(directory)).apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True)
+    assert ours == expected
+    assert expected.startswith("[eos_token=<|endoftext|>][unk_token=<|endoftext|>][pad_token=<|endoftext|>]<|im")
+    unknown = _qwen3_variant(tmp_path, "unknown", {**config, "tokenizer_class": "SomeRemoteTokenizer"})
+    with pytest.raises(ConfigError, match="reads eos_token, which .* does not set.*'SomeRemoteTokenizer'"):
+        load_template_source(str(unknown))
+    quiet = _qwen3_variant(tmp_path, "quiet", {**config, "tokenizer_class": "SomeRemoteTokenizer",
+                                               "chat_template": CHATML})
+    assert load_template_source(str(quiet)).special_tokens == ()  # a template that reads none of them is served
+
+
+@needs_qwen3
+def test_template_files_replace_the_configs_templates_as_in_transformers(tmp_path: Path) -> None:
+    """With chat_template.jinja or additional_chat_templates/ present, transformers ignores tokenizer_config.json's
+    chat_template (a named tool_use there included); a directory with only a tool_use template serves requests with
+    tools only."""
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>",
+              "chat_template": [{"name": "default", "template": "CONFIG" + CHATML},
+                                {"name": "tool_use", "template": "CONFIG-TOOLS" + CHATML}]}
+    tools = (ToolSpec("read_file", "Read a file."),)
+    directory = _qwen3_variant(tmp_path, "files", config, {"chat_template.jinja": "FILE" + CHATML})
+    ours, expected = _arc_and_transformers(directory, tools)
+    assert ours == expected and expected.startswith("FILE<|im_start|>")
+    only_tools = _qwen3_variant(tmp_path, "only_tools", config,
+                                {"additional_chat_templates/tool_use.jinja": "EXTRA" + CHATML})
+    ours, expected = _arc_and_transformers(only_tools, tools)
+    assert ours == expected and expected.startswith("EXTRA<|im_start|>")
+    with pytest.raises(ConfigError, match="only a 'tool_use' chat template"):
+        TemplateFormat(qwen3_tokenizer(), load_template_source(str(only_tools)), {}, (), "S", "G", "text")
+
+
+@needs_qwen3
+def test_the_legacy_special_tokens_map_is_read_as_transformers_reads_it(tmp_path: Path) -> None:
+    """Without ``added_tokens_decoder`` in tokenizer_config.json, transformers takes special_tokens_map.json's
+    entries over the config's (its objects as AddedTokens); with it, the file is ignored."""
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "chat_template": _shows(_NAMES)}
+    token_map = json.dumps({"bos_token": {"content": "<|endoftext|>", "lstrip": False},
+                            "eos_token": "<|endoftext|>", "image_token": "<|image_pad|>"})
+    legacy = _qwen3_variant(tmp_path, "legacy", config, {"special_tokens_map.json": token_map})
+    ours, expected = _arc_and_transformers(legacy)
+    assert ours == expected
+    assert expected.startswith("[bos_token=<|endoftext|>][eos_token=<|endoftext|>][image_token=<|image_pad|>]<|im")
+    assert QWEN3 is not None
+    decoder = json.loads((QWEN3 / "tokenizer_config.json").read_text(encoding="utf-8"))["added_tokens_decoder"]
+    modern = _qwen3_variant(tmp_path, "modern", {**config, "added_tokens_decoder": decoder},
+                            {"special_tokens_map.json": token_map})
+    ours, expected = _arc_and_transformers(modern)
+    assert ours == expected and expected.startswith("[eos_token=<|im_end|>]<|im_start|>")
+
+
+def test_split_special_tokens_and_apply_chat_template_parameters_are_refused(tmp_path: Path) -> None:
+    directory = _model_dir(tmp_path, CHATML, eos_token="<|im_end|>", split_special_tokens=True)
+    with pytest.raises(ConfigError, match="sets split_special_tokens"):
+        load_template_source(directory)
+    for name in ("continue_final_message", "return_dict", "padding", "max_length", "truncation",
+                 "return_assistant_tokens_mask", "tokenizer_kwargs"):
+        with pytest.raises(ConfigError, match=f"'{name}' is a parameter of the server's apply_chat_template"):
+            templates.request_template_kwargs({"chat_template_kwargs": {name: True}})
