@@ -592,6 +592,123 @@ def _insert_after(tree: jinja2.nodes.Node, target: jinja2.nodes.Node, new: jinja
     return False
 
 
+# --- vLLM's content format: text content as a string, or as a list of text parts ------------------------
+
+
+def _without_wrappers(node: jinja2.nodes.Node | None) -> jinja2.nodes.Node | None:
+    """``node`` without the filters, tests and slices around it (``messages|reverse``, ``messages[1:]``)."""
+    while node is not None:
+        if isinstance(node, (jinja2.nodes.Filter, jinja2.nodes.Test)):
+            node = node.node
+        elif isinstance(node, jinja2.nodes.Getitem) and isinstance(node.arg, jinja2.nodes.Slice):
+            node = node.node
+        else:
+            return node
+    return None
+
+
+def _loads_name(node: jinja2.nodes.Node | None, name: str) -> bool:
+    return isinstance(node, jinja2.nodes.Name) and node.ctx == "load" and node.name == name
+
+
+def _reads_variable(node: jinja2.nodes.Node, name: str, key: str | None = None) -> bool:
+    """``node`` is the variable ``name`` (``key`` None) or its item ``key`` (``name.key``, ``name['key']``), under
+    filters, tests and slices."""
+    inner = _without_wrappers(node)
+    if key is None:
+        return _loads_name(inner, name)
+    if isinstance(inner, jinja2.nodes.Getitem):
+        return isinstance(inner.arg, jinja2.nodes.Const) and inner.arg.value == key and _loads_name(inner.node, name)
+    if isinstance(inner, jinja2.nodes.Getattr):
+        return inner.attr == key and _loads_name(inner.node, name)
+    return False
+
+
+def _plain_target(node: jinja2.nodes.Node) -> str | None:
+    return node.name if isinstance(node, jinja2.nodes.Name) else None
+
+
+def _message_list_names(tree: jinja2.nodes.Template) -> list[str] | None:
+    """``messages`` and every variable set from it, transitively (``{% set loop_messages = messages[1:] %}``); None
+    when one is set into a target that is not a plain name (vLLM's detection stops there)."""
+    names, pending = ["messages"], ["messages"]
+    while pending:
+        current = pending.pop(0)
+        for assign in tree.find_all(jinja2.nodes.Assign):
+            if _reads_variable(assign.node, current):
+                alias = _plain_target(assign.target)
+                if alias is None:
+                    return None
+                if alias not in names:
+                    names.append(alias)
+                    pending.append(alias)
+    return names
+
+
+def _loops_over_content(tree: jinja2.nodes.Template) -> bool | None:
+    """Whether the template loops over a message's content: ``for part in message.content`` (``message`` a loop
+    variable over a message list), over a macro's parameter that a call passes a message's content, or over a
+    variable named ``content`` outside a macro; None where vLLM's detection stops (a target that is not a plain
+    name)."""
+    lists = _message_list_names(tree)
+    if lists is None:
+        return None
+    targets = [_plain_target(loop.target) for loop in tree.find_all(jinja2.nodes.For)
+               if any(_reads_variable(loop.iter, name) for name in lists)]
+    messages = [name for name in targets if name is not None]
+    if len(messages) != len(targets):
+        return None
+
+    def reads_content(node: jinja2.nodes.Node) -> bool:
+        return any(_reads_variable(node, name, "content") for name in messages)
+
+    calls = list(tree.find_all(jinja2.nodes.Call))
+    loops_in_macros: set[int] = set()
+    content_parameters: dict[int, set[str]] = {}
+    for macro in tree.find_all(jinja2.nodes.Macro):
+        arguments = [argument.name for argument in macro.args]
+        given: set[str] = set()
+        for call in calls:
+            if not (isinstance(call.node, jinja2.nodes.Name) and call.node.name == macro.name):
+                continue
+            given.update(arguments[position] for position, value in enumerate(call.args)
+                         if position < len(arguments) and reads_content(value))
+            given.update(keyword.key for keyword in call.kwargs
+                         if keyword.key in arguments and reads_content(keyword.value))
+        for loop in macro.find_all(jinja2.nodes.For):
+            loops_in_macros.add(id(loop))
+            if given:
+                content_parameters[id(loop)] = given
+    for loop in tree.find_all(jinja2.nodes.For):
+        over_name = loop.iter.name if isinstance(loop.iter, jinja2.nodes.Name) else None
+        if (reads_content(loop.iter)
+                or (over_name is not None and over_name in content_parameters.get(id(loop), ()))
+                or (over_name == "content" and id(loop) not in loops_in_macros)):
+            return _plain_target(loop.target) is not None or None
+    return False
+
+
+def content_format(tree: jinja2.nodes.Template) -> str:
+    """"openai" when vLLM 0.32 hands this template each text content as a list of text parts, else "string"
+    (vLLM's ``_detect_content_format``, its server option left at "auto": spec/rendering.md section 3.1)."""
+    return "openai" if _loops_over_content(tree) else "string"
+
+
+def _as_text_parts(conversation: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation as vLLM passes it to an "openai" content-format template: the string content of every
+    message but a tool's as one text part (tool results stay strings); a probed message keeps its read notes."""
+    shown: list[dict[str, Any]] = []
+    for message in conversation:
+        content = dict.get(message, "content")
+        if dict.get(message, "role") == "tool" or not isinstance(content, str):
+            shown.append(message)
+            continue
+        plain = dict(dict.items(message))
+        plain["content"] = [{"type": "text", "text": content}]
+        shown.append(_WatchedMessage(plain, message._reads) if isinstance(message, _WatchedMessage) else plain)
+    return shown
+
+
 UNSET_KEYWORD_VALUES = (None, "auto")
 """Template keywords with these values are left out, so the template finds them undefined (vLLM 0.32 merges a
 request's ``chat_template_kwargs`` over its defaults with ``merge_kwargs``, which drops them)."""
@@ -618,6 +735,7 @@ class ChatTemplate:
                 " template's one loop 'for message in messages' over the unchanged list (found"
                 f" {len(loops)} such loop(s){', and an assignment to messages' if assigned else ''})"
             )
+        self.content_format = content_format(tree)
         loop = loops[0]
         loop.body.insert(0, jinja2.nodes.Output([jinja2.nodes.Name(_MARK_VARIABLE, "load")]))
         if not _insert_after(tree, loop, jinja2.nodes.Output([jinja2.nodes.Name(_END_VARIABLE, "load")])):
@@ -634,6 +752,8 @@ class ChatTemplate:
 
     def _variables_for(self, conversation: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                        add_generation_prompt: bool) -> dict[str, Any]:
+        if self.content_format == "openai":
+            conversation = _as_text_parts(conversation)
         return {**self._variables, "messages": conversation, "tools": tools,
                 "documents": None, "add_generation_prompt": add_generation_prompt}
 

@@ -58,13 +58,16 @@ def transformers_tokenizer(directory: str) -> Any:
     return PreTrainedTokenizerFast.from_pretrained(directory)
 
 
-def vllm_conversation(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def vllm_conversation(messages: Sequence[Mapping[str, Any]], text_parts: bool = False) -> list[dict[str, Any]]:
     """The oracle's own reading of vLLM's preprocessing (written here, apart from arc_ref.templates):
     content None -> "", a call's arguments JSON-decoded ({} when not valid JSON or not a JSON object: vLLM 0.32
-    coerces "[]", "42", '"text"' to {} too), tool_call_id kept."""
+    coerces "[]", "42", '"text"' to {} too), tool_call_id kept. ``text_parts`` (a template vLLM finds looping over
+    a message's content): every content but a tool result's as ``[{"type": "text", "text": ...}]``."""
     conversation = []
     for message in messages:
-        converted: dict[str, Any] = {"role": message["role"], "content": message.get("content") or ""}
+        text = message.get("content") or ""
+        shown: Any = [{"type": "text", "text": text}] if text_parts and message["role"] != "tool" else text
+        converted: dict[str, Any] = {"role": message["role"], "content": shown}
         if message.get("tool_calls"):
             converted["tool_calls"] = []
             for call in message["tool_calls"]:
@@ -94,11 +97,13 @@ def vllm_tools(tools: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]
 
 
 def transformers_prompt(directory: Path, messages: Sequence[Mapping[str, Any]],
-                        tools: Sequence[Mapping[str, Any]] | None, **template_kwargs: Any) -> tuple[str, int]:
-    """What vLLM renders for an OpenAI request and how many tokens it counts, by transformers' own code."""
+                        tools: Sequence[Mapping[str, Any]] | None, text_parts: bool = False,
+                        **template_kwargs: Any) -> tuple[str, int]:
+    """What vLLM renders for an OpenAI request and how many tokens it counts, by transformers' own code
+    (``text_parts``: `vllm_conversation`)."""
     tokenizer = transformers_tokenizer(str(directory))
     text = tokenizer.apply_chat_template(
-        vllm_conversation(messages), tools=vllm_tools(tools), tokenize=False, add_generation_prompt=True,
+        vllm_conversation(messages, text_parts), tools=vllm_tools(tools), tokenize=False, add_generation_prompt=True,
         **template_kwargs,
     )
     return str(text), len(tokenizer.encode(text, add_special_tokens=False))

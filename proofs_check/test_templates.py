@@ -8,6 +8,10 @@ preprocessed as vLLM does and rendered by ``transformers``' own ``apply_chat_tem
 
 from __future__ import annotations
 
+import functools
+import json
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -182,3 +186,84 @@ def test_tool_mode_recall_is_exact_with_user_messages(config: Config, steps: lis
                 break
             word = "_recall-next"
         assert reassemble(payloads) == text  # D: the chunks of S(O) with S^-1 applied (rendering.md 7.1)
+
+
+# --- a template that vLLM hands text parts ("openai" content format) ---------------------------------
+
+PARTS_TEMPLATE = (
+    "{%- macro text_of(content) -%}{%- if content is string -%}{{- content -}}{%- else -%}"
+    "{%- for part in content -%}{%- if part.type == 'text' -%}{{- part.text -}}{%- endif -%}{%- endfor -%}"
+    "{%- endif -%}{%- endmacro -%}"
+    "{%- if tools %}<|im_start|>system\n{% if messages[0].role == 'system' %}{{ text_of(messages[0].content) }}\n\n"
+    "{% endif %}# Tools\n<tools>{% for tool in tools %}\n{{ tool | tojson }}{% endfor %}\n</tools><|im_end|>\n"
+    "{% elif messages[0].role == 'system' %}<|im_start|>system\n{{ text_of(messages[0].content) }}<|im_end|>\n"
+    "{% endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'system' and loop.first %}"
+    "{%- elif message.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ message.content }}\n</tool_response>"
+    "<|im_end|>\n"
+    "{%- else %}<|im_start|>{{ message.role }}\n{% if message.content %}[{{ text_of(message.content) }}]{% endif %}"
+    "{%- if message.tool_calls %}{% for call in message.tool_calls %}\n<tool_call>\n{\"name\": \""
+    "{{ call.function.name }}\", \"arguments\": {{ call.function.arguments | tojson }}}\n</tool_call>"
+    "{% endfor %}{% endif %}<|im_end|>\n"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+"""A Qwen2.5-VL-like template: a macro loops over a message's content, so vLLM 0.32 hands it every content but a
+tool result's as text parts, and ``{% if message.content %}`` is true of an empty content (one empty part)."""
+
+
+@functools.lru_cache(maxsize=1)
+def parts_model_dir() -> str:
+    """Qwen3's tokenizer.json beside a tokenizer_config.json whose template is PARTS_TEMPLATE (made once)."""
+    assert QWEN3 is not None
+    directory = Path(tempfile.mkdtemp(prefix="arc-parts-template-"))
+    (directory / "tokenizer.json").write_bytes((QWEN3 / "tokenizer.json").read_bytes())
+    config = json.loads((QWEN3 / "tokenizer_config.json").read_text(encoding="utf-8"))
+    config["chat_template"] = PARTS_TEMPLATE
+    (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    return str(directory)
+
+
+@given(st.data(), tool_steps())
+@proves("L2", "T1", "A4")
+def test_text_parts_views_count_as_the_server_counts(data: st.DataObject, steps: list[Any]) -> None:
+    """Tool mode on a template vLLM hands text parts: every view's text and count equal the server's (its content
+    wrapped as vLLM wraps it), within K."""
+    directory = parts_model_dir()
+    config = data.draw(configs(fixed={"tokenizer": f"hf-dir:{directory}", "chat_format": "template",
+                                      "action_mode": "tools", "tools": ENVIRONMENT_TOOLS}))
+    state = init(config)
+
+    def check() -> None:
+        shown = view(state)
+        text, server_count = transformers_prompt(Path(directory), shown.chat_messages(), shown.tools(), True,
+                                                 **dict(config.template_kwargs))
+        assert shown.text() == text
+        assert shown.tokens == server_count <= state.setup.budget <= state.setup.limit
+
+    check()
+    number = 0
+    for thought, calls, results, _, user in steps:
+        made = []
+        for name, arguments in calls:
+            number += 1
+            made.append(ToolCall(f"call_{number}", name, resolve_stored(state, arguments)))
+        try:
+            state, turn = tool_turn(state, ToolTurn(thought, tuple(made)))
+        except InvalidEvent:
+            continue
+        check()
+        for call, result in zip(turn.environment_calls, results):
+            try:
+                state, _ = tool_result(state, ToolResult(call.call_id, result))
+            except CapacityExceeded:
+                return
+        check()
+        if user is not None:
+            try:
+                state, _ = user_message(state, UserMessage(user))
+            except CapacityExceeded:
+                return
+            check()
