@@ -294,7 +294,8 @@ def _environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
 
 
 def _content_text(content: Any) -> str:
-    """A message's text as vLLM hands it to the template: its text parts joined by newlines."""
+    """A message's text as vLLM hands it to a "string" content-format template: its text parts joined by newlines
+    (the proxy's messages carry one string; `_as_text_parts` wraps it for an "openai" one)."""
     try:
         return "\n".join(content_parts(content, as_server=True))
     except ShapeError as bad:
@@ -407,32 +408,9 @@ def _added_token_text(value: Any) -> str | None:
     return _token_text(value)
 
 
-# The named special tokens a tokenizer class gives a template when tokenizer_config.json leaves the key out
-# (transformers 5.19, the constructors' defaults; "...Fast" names resolve to the same classes). A class not listed
-# here has defaults the core does not know: a template that reads such a key is refused (`_special_token_variables`).
-_LLAMA_DEFAULTS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
-_QWEN2_DEFAULTS = {"eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>", "pad_token": "<|endoftext|>"}
-_GPT2_DEFAULTS = {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>"}
-_CLASS_DEFAULTS: dict[str, dict[str, str]] = {
-    "PreTrainedTokenizerFast": {}, "TokenizersBackend": {}, "PythonBackend": {}, "MistralCommonBackend": {},
-    "BloomTokenizer": {},
-    "LlamaTokenizer": _LLAMA_DEFAULTS, "CodeLlamaTokenizer": _LLAMA_DEFAULTS,
-    "Qwen2Tokenizer": _QWEN2_DEFAULTS, "Qwen3_5Tokenizer": _QWEN2_DEFAULTS,
-    "GemmaTokenizer": {"bos_token": "<bos>", "eos_token": "<eos>", "unk_token": "<unk>", "pad_token": "<pad>",
-                       "mask_token": "<mask>"},
-    "GPT2Tokenizer": _GPT2_DEFAULTS, "CodeGenTokenizer": _GPT2_DEFAULTS,
-    "GPTNeoXTokenizer": {**_GPT2_DEFAULTS, "pad_token": "<|padding|>"},
-    "T5Tokenizer": {"eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"},
-    "CohereTokenizer": {"bos_token": "<BOS_TOKEN>", "eos_token": "<|END_OF_TURN_TOKEN|>", "unk_token": "<UNK>",
-                        "sep_token": "<SEP>", "pad_token": "<PAD>", "cls_token": "<CLS>", "mask_token": "<MASK_TOKEN>"},
-}
-
-
-def class_defaults(token_class: Any) -> dict[str, str] | None:
-    """The named special tokens ``tokenizer_class`` gives by default; None for a class the core does not know."""
-    if not isinstance(token_class, str):
-        return None
-    return _CLASS_DEFAULTS.get(token_class, _CLASS_DEFAULTS.get(token_class.removesuffix("Fast")))
+def _names_variable(source: str, name: str) -> bool:
+    """Whether a template's text names the variable ``name`` as a whole word (``bos_token``, not ``add_bos_token``)."""
+    return re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", source) is not None
 
 
 def _read_json_object(path: str, what: str) -> dict[str, Any]:
@@ -478,31 +456,31 @@ def _special_token_variables(directory: str, config: dict[str, Any], sources: Se
     (spec/rendering.md section 3.1): in the legacy layout (no ``added_tokens_decoder``) special_tokens_map.json's
     entries over the config's; the seven named tokens; every other key ending in ``_token`` whose value is a string
     or an AddedToken, and the entries of an ``extra_special_tokens`` object over them. ConfigError where the
-    template reads a named token that the config leaves out and the tokenizer class has a default for."""
+    template names a named token that the config leaves out (the server would give its tokenizer class's default:
+    the class comes from tokenizer_config.json or from config.json's model_type, and the core does not guess it)."""
     config = dict(config)
     map_path = os.path.join(directory, "special_tokens_map.json")
     if "added_tokens_decoder" not in config and os.path.exists(map_path):
         for key, value in _read_json_object(map_path, "special tokens map").items():
-            if key == "extra_special_tokens":
-                if isinstance(value, Mapping) and isinstance(config.get(key), Mapping):
+            if key == "extra_special_tokens":  # only an object names tokens; a list leaves the config's object
+                if not isinstance(value, Mapping):
+                    continue
+                if isinstance(config.get(key), Mapping):
                     value = {**config[key], **value}
             elif key.endswith("_token") and key not in SPECIAL_TOKEN_KEYS and isinstance(config.get(key), str):
                 continue  # the config's own string was taken first and stays
             elif isinstance(value, Mapping):
                 value = {**value, "__type": "AddedToken"}  # transformers makes every object an AddedToken here
             config[key] = value
-    token_class = config.get("tokenizer_class")
-    defaults = class_defaults(token_class)
     special: dict[str, Any] = {}
     for key in SPECIAL_TOKEN_KEYS:
         if key not in config:
-            if defaults is None and any(key in source for source in sources):
+            if any(_names_variable(source, key) for source in sources):
                 raise ConfigError(
                     f"chat format 'template': the template reads {key}, which {directory!r}/tokenizer_config.json"
-                    f" does not set: the server then gives the default of tokenizer class {token_class!r}, which"
-                    f" arc-ref does not know (set \"{key}\" in tokenizer_config.json, null for none)")
-            if defaults is not None and key in defaults:
-                special[key] = defaults[key]
+                    " does not set: the server then gives the default of the tokenizer class it resolves (from"
+                    f" tokenizer_config.json or config.json), which arc-ref does not guess (set \"{key}\" in"
+                    " tokenizer_config.json, null for none)")
             continue
         text = _token_text(config.get(key))
         if text is not None:

@@ -62,11 +62,13 @@ def vllm_conversation(messages: Sequence[Mapping[str, Any]], text_parts: bool = 
     """The oracle's own reading of vLLM's preprocessing (written here, apart from arc_ref.templates):
     content None -> "", a call's arguments JSON-decoded ({} when not valid JSON or not a JSON object: vLLM 0.32
     coerces "[]", "42", '"text"' to {} too), tool_call_id kept. ``text_parts`` (a template vLLM finds looping over
-    a message's content): every content but a tool result's as ``[{"type": "text", "text": ...}]``."""
+    a message's content): every content but a tool result's as ``[{"type": "text", "text": ...}]``, null as ``[]``."""
     conversation = []
     for message in messages:
-        text = message.get("content") or ""
-        shown: Any = [{"type": "text", "text": text}] if text_parts and message["role"] != "tool" else text
+        text = message.get("content")
+        shown: Any = text or ""
+        if text_parts and message["role"] != "tool":
+            shown = [] if text is None else [{"type": "text", "text": text}]
         converted: dict[str, Any] = {"role": message["role"], "content": shown}
         if message.get("tool_calls"):
             converted["tool_calls"] = []

@@ -635,6 +635,7 @@ def test_a_template_sees_the_special_tokens_transformers_passes(tmp_path: Path) 
     (directory / "tokenizer.json").write_bytes((QWEN3 / "tokenizer.json").read_bytes())
     config = json.loads((QWEN3 / "tokenizer_config.json").read_text(encoding="utf-8"))
     assert config["additional_special_tokens"]  # the real file has the list: the case is not vacuous
+    config.update(sep_token=None, cls_token=None, mask_token=None)  # named by the template: set (a left-out one refuses)
     names = (*templates.SPECIAL_TOKEN_KEYS, "additional_special_tokens", "extra_special_tokens")
     config["chat_template"] = "".join(
         f"{{% if {name} is defined %}}[{name}={{{{ {name} }}}}]{{% endif %}}" for name in names
@@ -674,6 +675,8 @@ def _arc_and_transformers(directory: Path, tools: tuple[ToolSpec, ...] = ()) -> 
 
 
 _NAMES = (*templates.SPECIAL_TOKEN_KEYS, "image_token", "boi_token", "audio_token", "add_bos_token")
+_NULLS = dict.fromkeys(templates.SPECIAL_TOKEN_KEYS)  # every named token set, to null (a left-out one the template
+# names is refused)
 
 
 @needs_qwen3
@@ -681,7 +684,7 @@ def test_model_specific_special_tokens_are_template_variables_as_in_transformers
     """Top-level ``*_token`` keys holding a string or an AddedToken, and the entries of an ``extra_special_tokens``
     object (over them), are template variables in transformers 5 (Gemma 3's boi_token, image_token); a key holding
     anything else (``add_bos_token``: a boolean) is not."""
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "bos_token": None,
+    config = {**_NULLS, "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>",
               "image_token": "<|image_pad|>", "add_bos_token": False,
               "boi_token": {"__type": "AddedToken", "content": "<|vision_start|>", "special": True},
               "audio_token": "<|box_start|>", "extra_special_tokens": {"audio_token": "<|box_end|>"},
@@ -693,26 +696,28 @@ def test_model_specific_special_tokens_are_template_variables_as_in_transformers
 
 
 @needs_qwen3
-def test_a_named_token_the_config_leaves_out_takes_the_tokenizer_class_default(tmp_path: Path) -> None:
-    """transformers 5 gives a template the tokenizer class's default for a named token tokenizer_config.json leaves
-    out (Qwen2Tokenizer: <|endoftext|> for eos, unk and pad), none for one set to null; a class whose defaults the
-    core does not know is refused when its template reads such a key."""
+def test_a_named_token_the_config_leaves_out_is_refused_where_the_template_names_it(tmp_path: Path) -> None:
+    """transformers 5 gives a template the resolved tokenizer class's default for a named token tokenizer_config.json
+    leaves out (Qwen2Tokenizer: <|endoftext|> for eos, unk and pad; the class may come from config.json's
+    model_type), none for one set to null: the core does not guess it and refuses a template that names such a
+    key (a whole word: ``add_bos_token`` does not name ``bos_token``); one that names none is served (review s11
+    h3 F1: a defaults table keyed by tokenizer_class over-counted mistral and phi3 directories)."""
     from transformers import AutoTokenizer  # the class named in the config, as vLLM loads it
 
     config = {"tokenizer_class": "Qwen2Tokenizer", "bos_token": None, "chat_template": _shows(_NAMES)}
     directory = _qwen3_variant(tmp_path, "qwen2", config)
-    ours, _ = _arc_and_transformers(directory)
     messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "G"}]
-    expected = AutoTokenizer.from_pretrained(str(directory)).apply_chat_template(
+    served = AutoTokenizer.from_pretrained(str(directory)).apply_chat_template(
         messages, tokenize=False, add_generation_prompt=True)
-    assert ours == expected
-    assert expected.startswith("[eos_token=<|endoftext|>][unk_token=<|endoftext|>][pad_token=<|endoftext|>]<|im")
-    unknown = _qwen3_variant(tmp_path, "unknown", {**config, "tokenizer_class": "SomeRemoteTokenizer"})
-    with pytest.raises(ConfigError, match="reads eos_token, which .* does not set.*'SomeRemoteTokenizer'"):
-        load_template_source(str(unknown))
-    quiet = _qwen3_variant(tmp_path, "quiet", {**config, "tokenizer_class": "SomeRemoteTokenizer",
-                                               "chat_template": CHATML})
-    assert load_template_source(str(quiet)).special_tokens == ()  # a template that reads none of them is served
+    assert served.startswith("[eos_token=<|endoftext|>][unk_token=<|endoftext|>][pad_token=<|endoftext|>]<|im")
+    with pytest.raises(ConfigError, match="reads eos_token, which .* does not set.* does not guess"):
+        load_template_source(str(directory))
+    named = {**config, "eos_token": "<|im_end|>", "unk_token": None, "pad_token": "<|endoftext|>",
+             "sep_token": None, "cls_token": None, "mask_token": None}
+    ours, expected = _arc_and_transformers(_qwen3_variant(tmp_path, "named", named))
+    assert ours == expected and expected.startswith("[eos_token=<|im_end|>][pad_token=<|endoftext|>]<|im")
+    quiet = _qwen3_variant(tmp_path, "quiet", {**config, "chat_template": "{{ add_bos_token }}" + CHATML})
+    assert load_template_source(str(quiet)).special_tokens == ()  # names no named token: served
 
 
 @needs_qwen3
@@ -739,7 +744,8 @@ def test_template_files_replace_the_configs_templates_as_in_transformers(tmp_pat
 def test_the_legacy_special_tokens_map_is_read_as_transformers_reads_it(tmp_path: Path) -> None:
     """Without ``added_tokens_decoder`` in tokenizer_config.json, transformers takes special_tokens_map.json's
     entries over the config's (its objects as AddedTokens); with it, the file is ignored."""
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "chat_template": _shows(_NAMES)}
+    config = {**_NULLS, "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>",
+              "chat_template": _shows(_NAMES)}
     token_map = json.dumps({"bos_token": {"content": "<|endoftext|>", "lstrip": False},
                             "eos_token": "<|endoftext|>", "image_token": "<|image_pad|>"})
     legacy = _qwen3_variant(tmp_path, "legacy", config, {"special_tokens_map.json": token_map})
@@ -752,6 +758,11 @@ def test_the_legacy_special_tokens_map_is_read_as_transformers_reads_it(tmp_path
                             {"special_tokens_map.json": token_map})
     ours, expected = _arc_and_transformers(modern)
     assert ours == expected and expected.startswith("[eos_token=<|im_end|>]<|im_start|>")
+    # a list of extra_special_tokens in the map leaves the config's object of them (review s11 h3 F2)
+    listed = _qwen3_variant(tmp_path, "listed", {**config, "extra_special_tokens": {"audio_token": "<|box_end|>"}},
+                            {"special_tokens_map.json": json.dumps({"extra_special_tokens": ["<|video_pad|>"]})})
+    ours, expected = _arc_and_transformers(listed)
+    assert ours == expected and "[audio_token=<|box_end|>]" in expected
 
 
 def test_split_special_tokens_and_apply_chat_template_parameters_are_refused(tmp_path: Path) -> None:
