@@ -20,6 +20,7 @@ from arc_ref.machine import (
     view,
 )
 from arc_ref.errors import CapacityExceeded
+from arc_ref.message import ToolCall
 from arc_ref.recall import chunk_count
 from arc_ref.config import Config
 from arc_ref.view import Components, View, verify_tokens
@@ -55,6 +56,13 @@ def resolve_stored(state: ArcState, arguments: str) -> str:
         return state.records[index - 1].obs_id if index <= state.stored else f"§{index:02d}"
 
     return STORED_ID.sub(real_id, arguments)
+
+
+def numbered_calls(state: ArcState, calls: Iterable[tuple[str, str]], number: int) -> tuple[ToolCall, ...]:
+    """The drawn ``(name, arguments)`` calls of a tool step as calls ``call_{number + 1}``, ... (``@storedK`` in
+    the arguments resolved: `resolve_stored`)."""
+    return tuple(ToolCall(f"call_{number + offset}", name, resolve_stored(state, arguments))
+                 for offset, (name, arguments) in enumerate(calls, start=1))
 
 
 def apply(state: ArcState, event: Event) -> ArcState:

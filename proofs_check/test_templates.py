@@ -26,7 +26,7 @@ from arc_ref.machine import (
 from arc_ref.message import ToolCall
 from arc_ref.recall import reassemble
 from arc_ref.view import View
-from proofs_check.harness import apply, event_lists, resolve_stored, recent_allowance
+from proofs_check.harness import apply, event_lists, numbered_calls, resolve_stored, recent_allowance
 from proofs_check.registry import proves
 from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir, transformers_prompt
 from proofs_check.strategies import ENVIRONMENT_TOOLS, configs, tool_steps
@@ -244,26 +244,21 @@ def test_text_parts_views_count_as_the_server_counts(data: st.DataObject, steps:
         assert shown.tokens == server_count <= state.setup.budget <= state.setup.limit
 
     check()
-    number = 0
+    called = 0
     for thought, calls, results, _, user in steps:
-        made = []
-        for name, arguments in calls:
-            number += 1
-            made.append(ToolCall(f"call_{number}", name, resolve_stored(state, arguments)))
+        made = numbered_calls(state, calls, called)
+        called += len(made)
         try:
-            state, turn = tool_turn(state, ToolTurn(thought, tuple(made)))
+            state, turn = tool_turn(state, ToolTurn(thought, made))
         except InvalidEvent:
-            continue
+            continue  # a turn too big for R, refused whole
         check()
-        for call, result in zip(turn.environment_calls, results):
-            try:
+        try:
+            for call, result in zip(turn.environment_calls, results):
                 state, _ = tool_result(state, ToolResult(call.call_id, result))
-            except CapacityExceeded:
-                return
-        check()
-        if user is not None:
-            try:
-                state, _ = user_message(state, UserMessage(user))
-            except CapacityExceeded:
-                return
             check()
+            if user is not None:
+                state, _ = user_message(state, UserMessage(user))
+                check()
+        except CapacityExceeded:
+            return  # N_max reached
