@@ -414,7 +414,8 @@ def _names_variable(source: str, name: str) -> bool:
 
 
 def _read_json_object(path: str, what: str) -> dict[str, Any]:
-    raw = read_regular_file(path, CONFIG_FILE_LIMIT, what)
+    """The JSON object of a model directory's file (``what``: its description in an error)."""
+    raw = read_regular_file(path, CONFIG_FILE_LIMIT, os.path.basename(path))
     try:
         loaded = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as bad:

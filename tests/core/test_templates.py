@@ -264,6 +264,13 @@ def test_template_configuration_errors_are_clear(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="are names of ARC's own tools"):
         make_setup(_template_config(directory, action_mode="tools",
                                     tools=[{"type": "function", "function": {"name": "_recall"}}]))
+    (tmp_path / "model" / "special_tokens_map.json").write_text("[1]", encoding="utf-8")
+    with pytest.raises(ConfigError, match="special tokens map .*special_tokens_map.json' must hold a JSON object"):
+        load_template_source(directory)  # read in the legacy layout (no added_tokens_decoder) only
+    odd = tmp_path / "odd"
+    (odd / "tokenizer_config.json").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="cannot load tokenizer_config.json from .*: not a regular file"):
+        load_template_source(str(odd))
 
 
 def test_the_config_line_echoes_later_fields_only_when_set() -> None:
@@ -716,7 +723,8 @@ def test_a_named_token_the_config_leaves_out_is_refused_where_the_template_names
              "sep_token": None, "cls_token": None, "mask_token": None}
     ours, expected = _arc_and_transformers(_qwen3_variant(tmp_path, "named", named))
     assert ours == expected and expected.startswith("[eos_token=<|im_end|>][pad_token=<|endoftext|>]<|im")
-    quiet = _qwen3_variant(tmp_path, "quiet", {**config, "chat_template": "{{ add_bos_token }}" + CHATML})
+    quiet = _qwen3_variant(tmp_path, "quiet", {"tokenizer_class": "Qwen2Tokenizer",  # no named token set
+                                               "chat_template": "{{ add_bos_token }}" + CHATML})
     assert load_template_source(str(quiet)).special_tokens == ()  # names no named token: served
 
 
