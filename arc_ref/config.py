@@ -213,7 +213,7 @@ def parse_tools(value: Any) -> tuple[ToolSpec, ...]:
                 function = read_tool(item, number - 1)
             except ShapeError:
                 raise ConfigError(f"config key 'tools': tool {number} must be {TOOL_SHAPE}") from None
-            unknown = sorted(set(function) - {"name", "description", "parameters"})
+            unknown = sorted(set(function) - FUNCTION_KEYS)
             if unknown:
                 raise ConfigError(f"config key 'tools': tool {number} has unknown function key(s) {', '.join(unknown)}")
             description = function.get("description")
@@ -224,8 +224,12 @@ def parse_tools(value: Any) -> tuple[ToolSpec, ...]:
                 raise ConfigError(f"config key 'tools': tool {number}'s parameters must be a JSON object")
             if parameters is not None:
                 _check_parameters_nesting(number, value_nesting(parameters))
+            strict = _tool_flag(number, function, "strict", "function.strict")
+            deferred = _tool_flag(number, function, "defer_loading", "function.defer_loading")
+            listed = _tool_flag(number, item, "defer_loading", "defer_loading")
             text = None if parameters is None else json.dumps(parameters, ensure_ascii=False)
-            parsed.append(ToolSpec(function["name"], description, text))
+            parsed.append(ToolSpec(function["name"], description, text, strict,
+                                   listed if deferred is None else deferred, listed))
         tools = tuple(parsed)
     else:
         raise ConfigError(f"config key 'tools' must be an array of tools, got {json.dumps(value)[:40]}")
@@ -240,6 +244,20 @@ def parse_tools(value: Any) -> tuple[ToolSpec, ...]:
     if len(set(names)) != len(names):
         raise ConfigError(f"config key 'tools': tool names must be distinct, got {names}")
     return tools
+
+
+FUNCTION_KEYS = frozenset(("name", "description", "parameters", "strict", "defer_loading"))
+"""The keys of a tool's function that the core reads (vLLM 0.32's `FunctionDefinition`); any other is refused."""
+
+
+def _tool_flag(number: int, holder: Mapping[str, Any], key: str, shown: str) -> bool | None:
+    """A tool's ``strict`` or ``defer_loading`` (of its function, or of the tool object itself, named ``shown``):
+    true, false or null (unset); ConfigError for another value."""
+    value = holder.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise ConfigError(f"config key 'tools': tool {number}'s {shown} must be true, false or null,"
+                          f" got {json.dumps(value)[:40]}")
+    return value
 
 
 # A tool's parameters stand 4 levels down in the config line ({"tools": [{"function": {"parameters": ...}}]}), as

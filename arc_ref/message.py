@@ -53,14 +53,32 @@ class ToolCall:
 
 @frozen
 class ToolSpec:
-    """One function tool offered to the model; ``parameters`` is the JSON text of its JSON Schema (key order kept)."""
+    """One function tool offered to the model; ``parameters`` is the JSON text of its JSON Schema (key order kept).
+
+    ``strict`` and ``defer_loading`` are the function's own flags, and ``listed_defer_loading`` the tool object's
+    ``defer_loading`` (vLLM 0.32 copies it into the function's when that is unset): vLLM keeps each in the tool it
+    hands the template when it is set (and a strict tool's arguments follow its schema), so the core sends and
+    counts them as given; None is unset."""
 
     name: str
     description: str | None = None
     parameters: str | None = None
+    strict: bool | None = None
+    defer_loading: bool | None = None
+    listed_defer_loading: bool | None = None
 
     def parameters_value(self) -> Any:
         return None if self.parameters is None else json.loads(self.parameters)
+
+    def _flags(self) -> dict[str, bool]:
+        return {key: value for key, value in (("strict", self.strict), ("defer_loading", self.defer_loading))
+                if value is not None}
+
+    def _listed(self, function: dict[str, Any]) -> dict[str, Any]:
+        tool: dict[str, Any] = {"type": "function", "function": function}
+        if self.listed_defer_loading is not None:
+            tool["defer_loading"] = self.listed_defer_loading
+        return tool
 
     def openai(self) -> dict[str, Any]:
         """The tool as an OpenAI request carries it."""
@@ -69,14 +87,13 @@ class ToolSpec:
             function["description"] = self.description
         if self.parameters is not None:
             function["parameters"] = self.parameters_value()
-        return {"type": "function", "function": function}
+        return self._listed({**function, **self._flags()})
 
     def server_dump(self) -> dict[str, Any]:
-        """The tool as vLLM hands it to the template: its pydantic dump, missing fields as None."""
-        return {
-            "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": self.parameters_value()},
-        }
+        """The tool as vLLM hands it to the template: its pydantic dump, a missing description or parameters as
+        None, the flags only where set (`FunctionDefinition` and `ChatCompletionToolsParam` drop them unset)."""
+        function = {"name": self.name, "description": self.description, "parameters": self.parameters_value()}
+        return self._listed({**function, **self._flags()})
 
 
 @frozen

@@ -129,9 +129,12 @@ def arguments_text(arguments: Any, *, ensure_ascii: bool = True) -> str:
 # --- tools -----------------------------------------------------------------------------------------------
 
 
-def read_tool(tool: Any, index: int) -> Mapping[str, Any]:
-    """The ``function`` of an OpenAI function tool ``TOOL_SHAPE`` (its name a string); ShapeError ``"tool"``."""
-    function = tool.get("function") if isinstance(tool, Mapping) and tool.get("type") == "function" else None
+def read_tool(tool: Any, index: int, type_optional: bool = False) -> Mapping[str, Any]:
+    """The ``function`` of an OpenAI function tool ``TOOL_SHAPE`` (its name a string); ShapeError ``"tool"``.
+    ``type_optional``: a tool without ``"type"`` is a function tool, as vLLM 0.32 reads a request's tools
+    (`ChatCompletionToolsParam`: ``type`` defaults to ``"function"``)."""
+    kind = tool.get("type", "function" if type_optional else None) if isinstance(tool, Mapping) else None
+    function = tool.get("function") if isinstance(tool, Mapping) and kind == "function" else None
     if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
         raise ShapeError("tool", tool, index)
     return function

@@ -87,15 +87,28 @@ def vllm_conversation(messages: Sequence[Mapping[str, Any]], text_parts: bool = 
 
 
 def vllm_tools(tools: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]] | None:
-    """vLLM's pydantic dump of OpenAI tools: name, description, parameters, the missing ones as None."""
+    """vLLM 0.32's pydantic dump of OpenAI tools, step by step: the tool's ``defer_loading`` copied into its
+    function's when that is unset (`ChatCompletionToolsParam._propagate_defer_loading`), then every field dumped,
+    a missing description or parameters as None, ``strict`` and ``defer_loading`` dropped where None (both
+    serializers)."""
     if not tools:
         return None
-    return [
-        {"type": "function", "function": {"name": tool["function"]["name"],
-                                          "description": tool["function"].get("description"),
-                                          "parameters": tool["function"].get("parameters")}}
-        for tool in tools
-    ]
+    dumped = []
+    for tool in tools:
+        given = tool["function"]
+        function: dict[str, Any] = {"name": given["name"], "description": given.get("description"),
+                                    "parameters": given.get("parameters"), "strict": given.get("strict"),
+                                    "defer_loading": given.get("defer_loading")}
+        if tool.get("defer_loading") is not None and function["defer_loading"] is None:
+            function["defer_loading"] = tool["defer_loading"]
+        for flag in ("strict", "defer_loading"):
+            if function[flag] is None:
+                del function[flag]
+        entry: dict[str, Any] = {"type": "function", "function": function, "defer_loading": tool.get("defer_loading")}
+        if entry["defer_loading"] is None:
+            del entry["defer_loading"]
+        dumped.append(entry)
+    return dumped
 
 
 def transformers_prompt(directory: Path, messages: Sequence[Mapping[str, Any]],

@@ -17,8 +17,9 @@ Mapping. The leading system messages are the system prompt (ARC's note on its to
 user message the goal; then each message becomes the core's event by the Session's mapping
 (`arc_ref.session.message_event`: an assistant message a `ToolTurn`, a tool message a `ToolResult`, a later
 user message a `UserMessage`). The upstream request is the agent's own with ``messages`` = the view, ``tools``
-= ARC's then the agent's (function name, description and parameters: what the core counts), and
-``max_tokens`` capped at G_max. When the model calls only ARC's tools the core answers and the upstream is
+= ARC's then the agent's (what vLLM keeps of each: function name, description, parameters, strict and
+defer_loading; what the core counts), and ``max_tokens`` (``max_completion_tokens`` when given, as vLLM reads
+it) capped at G_max. When the model calls only ARC's tools the core answers and the upstream is
 called again (at most ``max_hidden_rounds`` hidden rounds); calls to the agent's tools go back with ARC's
 calls stripped, so the agent never sees an ARC tool name. ``usage`` is the sum over the rounds.
 
@@ -357,7 +358,9 @@ def _forget_oldest(known: dict[Any, Any], limit: int) -> None:
 
 
 def agent_tools(tools: Any) -> list[dict[str, Any]]:
-    """The agent's tools as the core counts them: each function's name, description and parameters only."""
+    """The agent's tools as the core counts them: each function's name, description, parameters, strict and
+    defer_loading, and the tool's own defer_loading (what vLLM keeps of a tool: `arc_ref.message.ToolSpec`), each
+    where given and not null; a tool without ``"type"`` is a function tool, as vLLM reads it."""
     if tools is None:
         return []
     if not isinstance(tools, list):
@@ -365,14 +368,22 @@ def agent_tools(tools: Any) -> list[dict[str, Any]]:
     kept = []
     for number, tool in enumerate(tools, start=1):
         try:
-            function = read_tool(tool, number - 1)
+            function = read_tool(tool, number - 1, type_optional=True)
         except ShapeError:
             raise Refused("bad_tools", f"tool {number} must be {TOOL_SHAPE}") from None
         if function["name"] in ARC_TOOL_NAMES:
             raise Refused("bad_tools", f"tool {number} is named {function['name']!r}, the name of one of ARC's tools")
-        kept.append({"type": "function", "function": {key: function[key] for key in ("name", "description",
-                                                                                    "parameters")
-                                                      if function.get(key) is not None}})
+        flags = ((function, "strict", "function.strict"), (function, "defer_loading", "function.defer_loading"),
+                 (tool, "defer_loading", "defer_loading"))
+        for holder, key, shown in flags:
+            if holder.get(key) is not None and not isinstance(holder[key], bool):
+                raise Refused("bad_tools", f"tool {number}'s {shown} must be true, false or null")
+        kept_tool: dict[str, Any] = {"type": "function", "function": {
+            key: function[key] for key in ("name", "description", "parameters", "strict", "defer_loading")
+            if function.get(key) is not None}}
+        if tool.get("defer_loading") is not None:
+            kept_tool["defer_loading"] = tool["defer_loading"]
+        kept.append(kept_tool)
     return kept
 
 
@@ -1387,8 +1398,9 @@ class Proxy:
             if request["metadata"] is None:
                 del request["metadata"]
         request.update(messages=messages, tools=tools, stream=False)
-        asked = [request[key] for key in ("max_tokens", "max_completion_tokens") if isinstance(request.get(key), int)]
-        max_tokens = min([cap, *asked])
+        # vLLM 0.32 reads max_completion_tokens when it is given, else max_tokens (`ChatCompletionRequest`)
+        asked = [request[key] for key in ("max_completion_tokens", "max_tokens") if isinstance(request.get(key), int)]
+        max_tokens = min(cap, asked[0]) if asked else cap
         request.pop("max_completion_tokens", None)
         request["max_tokens"] = max_tokens
         record = RoundRecord(conversation.key, hidden, tokens, state.setup.budget, state.setup.limit, max_tokens,

@@ -1430,4 +1430,34 @@ def round_three_vectors() -> tuple[TraceVector, ...]:
         ),
         (QWEN3_VECTOR_PATH,),
     )
-    return (*specials, echo)
+    flagged: list[dict[str, Any]] = [
+        {"type": "function", "function": {"name": "grep", "strict": True, "parameters": {"type": "object"}}},
+        {"type": "function", "function": {"name": "later", "defer_loading": None}, "defer_loading": True},
+        {"type": "function", "function": {"name": "pwd", "strict": False, "defer_loading": False},
+         "defer_loading": True},
+    ]
+    flags = TraceVector(
+        "config_tools_flags",
+        ("trace.md §4", "rendering.md §3.1"),
+        "A tool's strict and defer_loading (trace.md §4; rendering.md §3.1: vLLM 0.32 keeps them where set, and"
+        " constrains a strict tool's arguments to its schema): the function's are echoed after its parameters,"
+        " a tool object's own defer_loading after the function, and it is the function's where the function sets"
+        " none; a null flag is left out, as a missing one is. The tools listing shows them as vLLM dumps them.",
+        (
+            config("minimal", tokenizer=QWEN3, chat_format="template", action_mode="tools", tools=flagged,
+                   context_limit=3000),
+            VIEW,
+        ),
+        (
+            ("the flags are echoed where set", lambda outputs: outputs[0]["config"]["tools"] == [
+                {"type": "function", "function": {"name": "grep", "parameters": {"type": "object"}, "strict": True}},
+                {"type": "function", "function": {"name": "later", "defer_loading": True}, "defer_loading": True},
+                {"type": "function", "function": {"name": "pwd", "strict": False, "defer_loading": False},
+                 "defer_loading": True}]),
+            ("the listing shows a strict function", view_has('"parameters": {"type": "object"}, "strict": true}')),
+            ("and a tool's own defer_loading after its function",
+             view_has('"defer_loading": false}, "defer_loading": true}')),
+        ),
+        (QWEN3_VECTOR_PATH,),
+    )
+    return (*specials, echo, flags)

@@ -75,6 +75,11 @@ def test_arguments_text_and_tools_and_error_bodies() -> None:
     for broken in ({"function": {"name": "f"}}, {"type": "function", "function": {"name": 1}}, "f"):
         with pytest.raises(ShapeError):
             read_tool(broken, 0)
+    # a request's tool without "type" is a function tool, as vLLM reads it; another type, or null, is not
+    assert read_tool({"function": {"name": "f"}}, 0, type_optional=True) == {"name": "f"}
+    for broken in ({"type": None, "function": {"name": "f"}}, {"type": "web", "function": {"name": "f"}}):
+        with pytest.raises(ShapeError):
+            read_tool(broken, 0, type_optional=True)
     body = error_body("too long", "BadRequestError", 400, "messages")
     assert body == {"error": {"message": "too long", "type": "BadRequestError", "param": "messages", "code": 400}}
     assert error_message(body) == "too long"
@@ -133,3 +138,31 @@ def test_serve_scripted_and_the_proxy_share_one_error_body() -> None:
     status, body = scripted_server._error(413, "too large", "BadRequestError")
     assert status == 413 and body == error_body("too large", "BadRequestError", 413)
     assert json.dumps(body)  # JSON as sent
+
+
+def test_a_tool_s_strict_and_defer_loading_are_kept_where_set_and_refused_when_not_boolean() -> None:
+    """The config's tools keep a function's ``strict`` and ``defer_loading`` and a tool's own ``defer_loading`` (the
+    function's where it sets none), as vLLM 0.32 keeps them; null is unset; any other value is refused."""
+    from arc_ref.config import parse_tools
+    from arc_ref.errors import ConfigError
+    from arc_ref.message import ToolSpec
+
+    tools = parse_tools([
+        {"type": "function", "function": {"name": "a", "strict": True, "defer_loading": None}},
+        {"type": "function", "function": {"name": "b"}, "defer_loading": False},
+        {"type": "function", "function": {"name": "c", "defer_loading": True}, "defer_loading": False},
+    ])
+    assert tools == (ToolSpec("a", strict=True), ToolSpec("b", defer_loading=False, listed_defer_loading=False),
+                     ToolSpec("c", defer_loading=True, listed_defer_loading=False))
+    assert tools[2].openai() == {"type": "function", "function": {"name": "c", "defer_loading": True},
+                                 "defer_loading": False}
+    assert tools[0].server_dump() == {"type": "function", "function": {
+        "name": "a", "description": None, "parameters": None, "strict": True}}
+    for tool, shown in (({"name": "a", "strict": "true"}, "function.strict"),
+                        ({"name": "a", "defer_loading": 1}, "function.defer_loading")):
+        with pytest.raises(ConfigError, match=f"tool 1's {shown} must be true, false or null"):
+            parse_tools([{"type": "function", "function": tool}])
+    with pytest.raises(ConfigError, match="tool 1's defer_loading must be true, false or null, got \"no\""):
+        parse_tools([{"type": "function", "function": {"name": "a"}, "defer_loading": "no"}])
+    with pytest.raises(ConfigError, match="unknown function key"):
+        parse_tools([{"type": "function", "function": {"name": "a", "cache_control": {}}}])

@@ -347,6 +347,10 @@ TOOL_SETS: tuple[tuple[ToolSpec, ...], ...] = (
     (),
     (ToolSpec("read_file", "Read a file.", '{"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}'),
      ToolSpec("bare"), ToolSpec("ü_ok", None, '{"b": 1, "a": [true, null]}')),
+    # the flags vLLM keeps in a tool's dump where set: the OpenAI Agents SDK sends strict on every tool
+    (ToolSpec("read_file", "Read a file.", '{"type": "object"}', strict=True),
+     ToolSpec("bare", strict=False, defer_loading=True, listed_defer_loading=False),
+     ToolSpec("later", None, None, None, True, True)),
 )
 
 

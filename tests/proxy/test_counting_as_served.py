@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -21,6 +21,7 @@ from tests.proxy.harness import BASH_TOOL, BUDGETS, QWEN3, needs_qwen3
 import httpx  # noqa: E402
 
 from arc_ref.frontends.proxy import Proxy, ProxySettings, Refused  # noqa: E402
+from arc_ref.tools import ARC_TOOL_NAMES  # noqa: E402
 from proofs_check.shared_data import transformers_prompt  # noqa: E402
 
 pytestmark = needs_qwen3
@@ -36,10 +37,8 @@ def vllm_kwargs(request: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def test_each_upstream_prompt_is_counted_with_the_request_s_own_template_kwargs() -> None:
-    pytest.importorskip("transformers", reason="transformers is the independent oracle here")
-    assert QWEN3 is not None
-    sent: list[dict[str, Any]] = []
+def recording_upstream(sent: list[dict[str, Any]]) -> Callable[[httpx.Request], httpx.Response]:
+    """A fake upstream that notes each request body in ``sent`` and answers "ok"."""
 
     def upstream(request: httpx.Request) -> httpx.Response:
         sent.append(json.loads(request.content))
@@ -47,6 +46,16 @@ def test_each_upstream_prompt_is_counted_with_the_request_s_own_template_kwargs(
                                          "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
                                                       "finish_reason": "stop"}],
                                          "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+
+    return upstream
+
+
+def test_each_upstream_prompt_is_counted_with_the_request_s_own_template_kwargs() -> None:
+    pytest.importorskip("transformers", reason="transformers is the independent oracle here")
+    assert QWEN3 is not None
+    sent: list[dict[str, Any]] = []
+
+    upstream = recording_upstream(sent)
 
     variants: list[dict[str, Any]] = [{}, {"chat_template_kwargs": {"enable_thinking": False}},
                                       {"chat_template_kwargs": {"enable_thinking": True}},
@@ -101,3 +110,54 @@ def test_a_request_the_template_cannot_be_counted_for_is_refused() -> None:
             return codes
 
     assert asyncio.run(scenario()) == ["unsupported"] * 8
+
+
+def test_a_tool_s_strict_and_defer_loading_reach_the_upstream_and_are_counted() -> None:
+    """vLLM keeps a tool's ``strict`` and ``defer_loading`` in what it hands the template (and a strict tool's
+    arguments follow its schema): the OpenAI Agents SDK sends ``strict`` on every tool. The proxy sends them as the
+    agent gave them and counts them as vLLM dumps them (review s12 h5 M2: they were dropped, the listing and the
+    decoding not vLLM's); a tool without ``"type"`` is a function tool, as vLLM reads it (m3: refused 400); and
+    ``max_completion_tokens`` is the limit when both it and ``max_tokens`` are given, as vLLM reads them (m7)."""
+    pytest.importorskip("transformers", reason="transformers is the independent oracle here")
+    assert QWEN3 is not None
+    sent: list[dict[str, Any]] = []
+
+    upstream = recording_upstream(sent)
+
+    strict = {**BASH_TOOL, "function": {**BASH_TOOL["function"], "strict": True}}
+    untyped = {"function": {"name": "later", "description": "Run later.", "defer_loading": True}, "defer_loading": False}
+    variants: list[list[dict[str, Any]]] = [[BASH_TOOL], [strict], [strict, untyped]]
+    counted: list[int] = []
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(upstream)) as client:
+            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS), client)
+            for tools in variants:
+                messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "List."}]
+                reply = await proxy.complete({"model": "m", "messages": messages, "tools": tools, "max_tokens": 50,
+                                              "max_completion_tokens": 70}, None)
+                counted.append(reply.view_tokens)
+
+    asyncio.run(scenario())
+    agent_tools_sent = [[tool for tool in request["tools"] if tool["function"]["name"] not in ARC_TOOL_NAMES]
+                        for request in sent]
+    assert agent_tools_sent[1] == [strict]
+    assert agent_tools_sent[2] == [strict, {"type": "function", "function": {
+        "name": "later", "description": "Run later.", "defer_loading": True}, "defer_loading": False}]
+    served = [transformers_prompt(QWEN3, request["messages"], request["tools"])[1] for request in sent]
+    assert counted == served, list(zip(counted, served))
+    assert counted[1] - counted[0] == 4  # ', "strict": true' in the listing
+    assert [request["max_tokens"] for request in sent] == [70, 70, 70]
+    assert all("max_completion_tokens" not in request for request in sent)
+
+    async def refused(tool: dict[str, Any]) -> str:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(upstream)) as client:
+            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS), client)
+            with pytest.raises(Refused) as refusal:
+                await proxy.complete({"model": "m", "messages": [{"role": "user", "content": "go"}], "tools": [tool]},
+                                     None)
+            return f"{refusal.value.code}: {refusal.value}"
+
+    assert asyncio.run(refused({**BASH_TOOL, "function": {**BASH_TOOL["function"], "strict": "yes"}})) == \
+        "bad_tools: tool 1's function.strict must be true, false or null"
+    assert asyncio.run(refused({**BASH_TOOL, "type": "web"})).startswith("bad_tools: tool 1 must be")
