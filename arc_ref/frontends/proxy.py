@@ -1327,6 +1327,10 @@ class Proxy:
         environment = answered
         choice, content, calls = reply.choice, reply.content, reply.calls
         returned: dict[str, Any] = {"role": "assistant", "content": content or None}
+        said = choice.get("message")
+        for key in REASONING_KEYS:  # the last round's reasoning, as the server returned it (not kept in the view)
+            if isinstance(said, Mapping) and isinstance(said.get(key), str):
+                returned[key] = said[key]
         if environment:
             returned["tool_calls"] = [call.openai() for call in environment]
         finish = choice.get("finish_reason")
@@ -1487,9 +1491,14 @@ def view_digest(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> 
 # --- streaming -------------------------------------------------------------------------------------------
 
 
+REASONING_KEYS = ("reasoning", "reasoning_content")
+"""A reply message's reasoning as a server with a reasoning parser returns it (vLLM 0.32 writes ``reasoning``; earlier
+releases and other servers ``reasoning_content``): passed back to the agent with the reply."""
+
+
 def sse_chunks(completion: Mapping[str, Any], include_usage: bool) -> list[str]:
-    """The SSE events of a completion built whole: the role and content, each tool call, the finish, the usage
-    when asked, then [DONE]."""
+    """The SSE events of a completion built whole: the role with the reasoning where the reply has one, the content,
+    each tool call, the finish, the usage when asked, then [DONE]."""
     base = {"id": completion.get("id", "chatcmpl-arc"), "object": "chat.completion.chunk",
             "created": completion.get("created", int(time.time())), "model": completion.get("model", "")}
     choice = completion["choices"][0]
@@ -1500,7 +1509,10 @@ def sse_chunks(completion: Mapping[str, Any], include_usage: bool) -> list[str]:
         payload = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
         events.append(f"data: {json.dumps(payload, ensure_ascii=False)}\n\n")
 
-    chunk({"role": "assistant", "content": message.get("content") or ""})
+    reasoning = {key: message[key] for key in REASONING_KEYS if key in message}
+    if reasoning:  # the thinking first, as a server streams it
+        chunk({"role": "assistant", **reasoning})
+    chunk({**({} if reasoning else {"role": "assistant"}), "content": message.get("content") or ""})
     for number, call in enumerate(message.get("tool_calls") or ()):
         chunk({"tool_calls": [{"index": number, "id": call["id"], "type": "function",
                                "function": {"name": call["function"]["name"],

@@ -256,3 +256,39 @@ def test_mixed_calls_go_back_without_arc_calls_and_arc_answers_stay() -> None:
     assert any(message.get("tool_call_id") == "a1" for message in seen[1]["messages"])  # ARC's answer kept
     assert sse_chunks({"choices": [{"message": {"content": "x"}, "finish_reason": "stop"}]}, False)[-1] == (
         "data: [DONE]\n\n")
+
+
+def test_the_reply_s_reasoning_goes_back_to_the_agent() -> None:
+    """A server with a reasoning parser returns the model's thinking in ``reasoning`` (vLLM 0.32; other servers
+    ``reasoning_content``): the agent gets it with the reply, streamed first (review s12 h5 M3a: the agent got an
+    empty message). The view keeps no reasoning (an observation is what ARC keeps; spec/statements.md): the agent's
+    next request, which sends it back on the assistant message, shows the model that message's text and calls only."""
+    seen: list[dict[str, Any]] = []
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        message = {"role": "assistant", "content": "ok", "reasoning": "First list.", "reasoning_content": "First list."}
+        return httpx.Response(200, json={"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                                         "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                                         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+
+    from tests.proxy.harness import BUDGETS, QWEN3
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(upstream)) as client:
+            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS), client)
+            messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+            first = await proxy.complete({"model": "m", "messages": messages, "tools": [BASH_TOOL]}, None)
+            messages += [first.completion["choices"][0]["message"], {"role": "user", "content": "more"}]
+            second = await proxy.complete({"model": "m", "messages": messages, "tools": [BASH_TOOL]}, None)
+            assert second.conversation == first.conversation
+            return first.completion, second.completion
+
+    first, _ = asyncio.run(scenario())
+    assert first["choices"][0]["message"] == {"role": "assistant", "content": "ok", "reasoning": "First list.",
+                                              "reasoning_content": "First list."}
+    assert "First list." not in json.dumps(seen[1]["messages"])
+    streamed = [json.loads(event[len("data: "):]) for event in sse_chunks(first, False)[:-1]]
+    assert streamed[0]["choices"][0]["delta"] == {"role": "assistant", "reasoning": "First list.",
+                                                  "reasoning_content": "First list."}
+    assert streamed[1]["choices"][0]["delta"] == {"content": "ok"}
