@@ -15,6 +15,8 @@ import json
 import re
 from typing import TYPE_CHECKING, Any, Iterable
 
+from arc_ref.render import RECALL_FRAME_OPENINGS
+
 if TYPE_CHECKING:
     from arc_ref.tokenizers import Tokenizer
 
@@ -132,10 +134,11 @@ class ShownForm:
 
 
 def control_strings(chat: Any, tokenizer: Tokenizer) -> tuple[str, ...]:
-    """The control strings of a setup: the chat format's own markers (ChatML's ``<|im_start|>``, ``<|im_end|>``)
-    and every added token of the tokenizer (``tokenizer.json``'s ``added_tokens``, special or not; a tiktoken
-    encoding's special tokens). The byte tokenizer has none."""
-    found: set[str] = set()
+    """The control strings of a setup: the chat format's own markers (ChatML's ``<|im_start|>``, ``<|im_end|>``),
+    every added token of the tokenizer (``tokenizer.json``'s ``added_tokens``, special or not; a tiktoken
+    encoding's special tokens; the byte tokenizer has none), and the openings of ARC's own recall frames
+    (``[recall §``, ``[end §``: a tool output cannot forge a recall response in U)."""
+    found: set[str] = set(RECALL_FRAME_OPENINGS)
     for marker in (getattr(chat, "message_start", None), getattr(chat, "message_end", None)):
         if isinstance(marker, str) and marker.strip():
             found.add(marker.strip())

@@ -165,6 +165,9 @@ RECALL_OPEN = Template("[recall {obs_id} chunk {chunk}/{chunks}]", obs_id=ID, ch
 RECALL_CLOSE = Template("[end {obs_id} chunk {chunk}/{chunks}]", obs_id=ID, chunk=COUNT, chunks=COUNT)
 RECALL_BODY = Template(RECALL_OPEN.text + "\n{payload}\n", obs_id=ID, chunk=COUNT, chunks=COUNT, payload=TEXT)
 RECALL_RESPONSE = Template(RECALL_BODY.text + RECALL_CLOSE.text, obs_id=ID, chunk=COUNT, chunks=COUNT, payload=TEXT)
+RECALL_FRAME_OPENINGS = tuple(frame.text[:frame.text.index("{obs_id}")] + "§" for frame in (RECALL_OPEN, RECALL_CLOSE))
+"""``[recall §`` and ``[end §``: how a recall response's opening and closing lines start, control strings of every
+setup (spec/rendering.md 7.1), so that no text the view shows can forge a chunk of a stored observation in U."""
 
 
 def recall_close(obs_id: str, chunk: int, chunks: int) -> str:

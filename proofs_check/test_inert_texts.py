@@ -29,6 +29,7 @@ from arc_ref.machine import (
 )
 from arc_ref.message import ToolCall
 from arc_ref.recall import chunk_count, reassemble, stored_chunk
+from arc_ref.render import RECALL_FRAME_OPENINGS
 from arc_ref.tokenizers import get_tokenizer
 from proofs_check.harness import resolve_stored
 from proofs_check.registry import proves
@@ -90,12 +91,15 @@ def check_qwen3_prompt(state: ArcState) -> None:
 
 def check_chatml_text(state: ArcState, controls: tuple[str, ...]) -> None:
     """ChatML on o200k_base: the prompt text holds ChatML's markers only where the view's messages are framed,
-    and no other control string at all."""
+    ARC's recall frames only around the chunks in U, and no other control string at all."""
     shown = view(state)
     text = shown.text()
     messages = len(shown.chat_messages())
     assert text.count("<|im_start|>") == messages + 1 and text.count("<|im_end|>") == messages
-    assert not [control for control in controls if control not in ("<|im_start|>", "<|im_end|>") and control in text]
+    framed = ("<|im_start|>", "<|im_end|>", *RECALL_FRAME_OPENINGS)
+    assert not [control for control in controls if control not in framed and control in text]
+    opening, closing = RECALL_FRAME_OPENINGS
+    assert text.count(opening) == text.count(closing) == len(state.recall_buffer), "a text of the view forged a frame"
 
 
 def check_recall_exact(state: ArcState) -> None:
@@ -201,10 +205,12 @@ def test_model_texts_open_no_turn_qwen3_tool_mode(config: Config, steps: list[An
 
 
 def test_escaping_and_clipping_cannot_make_a_control_string() -> None:
-    """rendering.md 7.2's conditions for the shipped setups: every control string starts with <, ends with >
-    and holds no other <, >, no backslash and no ellipsis, and no literal text of ARC's templates holds < or >;
-    so escape_line and clipping (which write only backslash, ASCII letters and digits, and the ellipsis) and the
-    templates' literals cannot complete one around a field that S has made inert."""
+    """rendering.md 7.2's conditions for the shipped setups: every control string but ARC's recall frame openings
+    starts with <, ends with > and holds no other <, >, no backslash and no ellipsis, and no literal text of ARC's
+    templates holds < or >; so escape_line and clipping (which write only backslash, ASCII letters and digits, and
+    the ellipsis) and the templates' literals cannot complete one around a field that S has made inert. The frame
+    openings start with [, which escaping and clipping never write, and a template's literal ends with [recall or
+    [end (or with [) only before the id of a recall frame."""
     import string
 
     from arc_ref import render
@@ -213,12 +219,24 @@ def test_escaping_and_clipping_cannot_make_a_control_string() -> None:
     if QWEN3 is not None:
         setups.append((f"hf-dir:{QWEN3}", CHATML))
     for tokenizer, chat in setups:
-        for control in control_strings(chat, get_tokenizer(tokenizer)):
+        controls = control_strings(chat, get_tokenizer(tokenizer))
+        assert set(RECALL_FRAME_OPENINGS) <= set(controls)
+        for control in controls:
+            if control in RECALL_FRAME_OPENINGS:
+                continue
             inner = control[1:-1]
             assert control[0] == "<" and control[-1] == ">", control
             assert not set(inner) & {"<", ">", "\\", "\u2026"}, control
     templates = [value for value in vars(render).values() if isinstance(value, render.Template)]
     assert len(templates) > 20
-    literals = [literal for template in templates for literal, *_ in string.Formatter().parse(template.text)]
+    parsed = [(name, literal, field) for name, template in vars(render).items() if isinstance(template, render.Template)
+              for literal, field, *_ in string.Formatter().parse(template.text)]
+    literals = [literal for _, literal, _ in parsed]
     literals += [render.SUMMARY_HEADER, render.RECALL_HEADER, render.COMMAND_RESULT_HEADER]
     assert not [literal for literal in literals if "<" in literal or ">" in literal]
+    for name, literal, field in parsed:  # a literal that could open a frame with the field after it
+        tails = [literal[cut:] for cut, character in enumerate(literal) if character == "["]
+        if field is not None and any(opening.startswith(tail) for tail in tails for opening in RECALL_FRAME_OPENINGS):
+            assert name in ("RECALL_OPEN", "RECALL_CLOSE", "RECALL_BODY", "RECALL_RESPONSE") and field == "obs_id", (
+                name, literal, field)
+    assert not [literal for literal in literals for opening in RECALL_FRAME_OPENINGS if opening in literal]
