@@ -509,6 +509,8 @@ def build_app(settings: ProxySettings) -> Any:
                 yield error_event(problem)
                 yield "data: [DONE]\n\n"
                 return
+            # the headers went out with the first keepalive, before the reply existed: the same lines as comments
+            yield "".join(f": {name}: {value}\n" for name, value in headers(reply).items()) + "\n"
             for event in sse_chunks(reply.completion, include_usage):
                 yield event
 

@@ -152,6 +152,10 @@ def test_streaming_clients_get_sse_without_arc_calls(tmp_path: Path) -> None:
                 assert response.status_code == 200
                 lines = [line for line in response.iter_lines() if line]
             assert ": keepalive" in lines and lines[-1] == "data: [DONE]"
+            # a reply slower than the first keepalive carries its x-arc headers as comments (review s12 h4 MINOR 6)
+            comments = dict(line[2:].split(": ", 1) for line in lines if line.startswith(": x-arc-"))
+            assert set(comments) == {"x-arc-hidden-rounds", "x-arc-view-tokens", "x-arc-conversation"}
+            assert "x-arc-view-tokens" not in response.headers and int(comments["x-arc-view-tokens"]) > 0
             chunks = [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
             no_arc_names(chunks)
             assert chunks[-1]["usage"]["prompt_tokens"] > 0
