@@ -71,34 +71,47 @@ class ShownForm:
     def __init__(self, control_strings: Iterable[str]) -> None:
         kept = sorted({text for text in control_strings if len(text) >= 2 and WORD_JOINER not in text})
         self.control_strings: tuple[str, ...] = tuple(kept)
-        # a character every match of ``_any`` holds: a U+2060, or the first character of a control string
-        self._openings: tuple[str, ...] = (WORD_JOINER, *sorted({text[0] for text in kept}))
+        # what every text to be marked holds, found by short searches before the full ones (`_may_match`): a U+2060,
+        # or for each control string a rare character of it (its first non-ASCII one, as the § of ARC's frame
+        # openings, else its first) and then, where that occurs, a piece of it (itself, else its first two
+        # characters): a bracket, common in JSON and code, sends no text to the full searches by itself
+        gates: dict[str, set[str]] = {WORD_JOINER: {WORD_JOINER}}
+        for text in kept:
+            rare = next((character for character in text if not character.isascii()), None)
+            gates.setdefault(rare or text[0], set()).add(text if rare else text[:2])
+        self._openings: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
+            (gate, tuple(sorted(pieces))) for gate, pieces in sorted(gates.items()))
         if kept:
             starts = _starts_pattern(kept)
             # a U+2060, or the first character of every occurrence (overlapping ones too: the lookahead
             # consumes nothing, the match one character)
             self._marks: re.Pattern[str] = re.compile(f"{WORD_JOINER}|(?={starts}).", re.DOTALL)
-            self._any: re.Pattern[str] = re.compile(f"{WORD_JOINER}|{starts}")
         else:
             self._marks = re.compile(WORD_JOINER)
-            self._any = self._marks
 
     def show(self, text: str) -> str:
         """S(text): one scan to find whether anything is to be written, one more only when it is.
 
-        The scan first looks for the few characters a match must start with (one-character searches, about
-        twenty times faster than the pattern on a long observation); only a text holding one is searched
-        with the pattern."""
-        if not self._may_match(text) or self._any.search(text) is None:
+        The scan first looks for a few short texts every control string holds (searches for one or two characters,
+        about twenty times faster than a pattern on a long observation); only a text holding one is searched for
+        the control strings themselves, and only one holding one is written again."""
+        if not self._may_match(text) or not self._holds(text):
             return text  # the same object: nothing is copied for an ordinary observation
         return self._marks.sub(_mark, text)
 
+    def _holds(self, text: str) -> bool:
+        """Whether ``text`` holds a U+2060 or a control string: each looked for whole (a string search, several times
+        faster than one pattern of them all on code, whose brackets and angles open many of its branches)."""
+        return WORD_JOINER in text or any(control in text for control in self.control_strings)
+
     def _may_match(self, text: str) -> bool:
-        """False when ``text`` holds neither a U+2060 nor the first character of any control string (then
-        ``_any`` finds nothing in it)."""
-        for opening in self._openings:
-            if opening in text:
-                return True
+        """False when ``text`` holds neither a U+2060 nor, for any control string, its rare character and the piece
+        of it looked for there (then it holds none: `_holds`)."""
+        for gate, pieces in self._openings:
+            if gate in text:
+                for piece in pieces:
+                    if piece in text:
+                        return True
         return False
 
     def show_arguments(self, arguments: str) -> str:
@@ -107,7 +120,7 @@ class ShownForm:
         the value then written as that filter writes it. The text itself when no string changes, or when the
         server cannot read it as JSON (it prints ``{}``). A JSON escape (``\\u003c``) is read as the server reads
         it, so a control string spelled with escapes is found too."""
-        if "\\" not in arguments and (not self._may_match(arguments) or self._any.search(arguments) is None):
+        if "\\" not in arguments and (not self._may_match(arguments) or not self._holds(arguments)):
             return arguments  # no escape: every decoded string is a piece of this text, which holds nothing to mark
         try:
             value = json.loads(arguments)
