@@ -23,7 +23,7 @@ from arc_ref.escape import ShownForm, control_strings
 from arc_ref.ids import IdScheme
 from arc_ref.json_limits import MAX_NESTING, nesting, value_nesting
 from arc_ref.message import Message, ToolCall, ToolSpec, shared_context
-from arc_ref.openai_wire import TOOL_SHAPE, ShapeError, read_tool
+from arc_ref.openai_wire import TOOL_SHAPE, ShapeError, read_tool, read_tool_flags
 from arc_ref.text import ELLIPSIS, shown_signature
 from arc_ref.tokenizers import HF_DIR_PREFIX, HuggingFaceTokenizer, Tokenizer, get_tokenizer
 from arc_ref.tools import ARC_TOOL_NAMES, ARC_TOOLS
@@ -224,9 +224,11 @@ def parse_tools(value: Any) -> tuple[ToolSpec, ...]:
                 raise ConfigError(f"config key 'tools': tool {number}'s parameters must be a JSON object")
             if parameters is not None:
                 _check_parameters_nesting(number, value_nesting(parameters))
-            strict = _tool_flag(number, function, "strict", "function.strict")
-            deferred = _tool_flag(number, function, "defer_loading", "function.defer_loading")
-            listed = _tool_flag(number, item, "defer_loading", "defer_loading")
+            try:
+                strict, deferred, listed = read_tool_flags(item, function, number - 1)
+            except ShapeError as bad:
+                raise ConfigError(f"config key 'tools': tool {number}'s {bad.rule} must be true, false or null,"
+                                  f" got {json.dumps(bad.value)[:40]}") from None
             text = None if parameters is None else json.dumps(parameters, ensure_ascii=False)
             parsed.append(ToolSpec(function["name"], description, text, strict,
                                    listed if deferred is None else deferred, listed))
@@ -248,16 +250,6 @@ def parse_tools(value: Any) -> tuple[ToolSpec, ...]:
 
 FUNCTION_KEYS = frozenset(("name", "description", "parameters", "strict", "defer_loading"))
 """The keys of a tool's function that the core reads (vLLM 0.32's `FunctionDefinition`); any other is refused."""
-
-
-def _tool_flag(number: int, holder: Mapping[str, Any], key: str, shown: str) -> bool | None:
-    """A tool's ``strict`` or ``defer_loading`` (of its function, or of the tool object itself, named ``shown``):
-    true, false or null (unset); ConfigError for another value."""
-    value = holder.get(key)
-    if value is not None and not isinstance(value, bool):
-        raise ConfigError(f"config key 'tools': tool {number}'s {shown} must be true, false or null,"
-                          f" got {json.dumps(value)[:40]}")
-    return value
 
 
 # A tool's parameters stand 4 levels down in the config line ({"tools": [{"function": {"parameters": ...}}]}), as

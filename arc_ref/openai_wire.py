@@ -26,7 +26,7 @@ _JSON_SCALARS = (str, bytes, int, float, bool, list, tuple, type(None))
 
 class ShapeError(ArcError):
     """A value that is not the OpenAI shape a reader expects. ``rule`` names what is wrong (``"content"``,
-    ``"part"``, ``"call"``, ``"function"``, ``"tool"``), ``value`` is the offending value, ``index`` its
+    ``"part"``, ``"call"``, ``"function"``, ``"tool"``, a tool's flag: `read_tool_flags`), ``value`` is the offending value, ``index`` its
     0-based place in its list (None when it is not in one)."""
 
     code = "bad_shape"
@@ -138,6 +138,23 @@ def read_tool(tool: Any, index: int, type_optional: bool = False) -> Mapping[str
     if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
         raise ShapeError("tool", tool, index)
     return function
+
+
+def read_tool_flags(tool: Mapping[str, Any], function: Mapping[str, Any],
+                    index: int) -> tuple[bool | None, bool | None, bool | None]:
+    """(``strict``, ``defer_loading``) of a tool's ``function`` and the tool object's own ``defer_loading``, each
+    true, false or None (null or absent), as vLLM 0.32 keeps them (`arc_ref.message.ToolSpec`); ShapeError whose
+    ``rule`` names the flag (``"function.strict"``, ``"function.defer_loading"``, ``"defer_loading"``) for another
+    value."""
+    flags: list[bool | None] = []
+    for holder, key, name in ((function, "strict", "function.strict"),
+                              (function, "defer_loading", "function.defer_loading"),
+                              (tool, "defer_loading", "defer_loading")):
+        value = holder.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise ShapeError(name, value, index)
+        flags.append(value)
+    return flags[0], flags[1], flags[2]
 
 
 # --- error bodies ----------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ user message a `UserMessage`). The upstream request is the agent's own with ``me
 defer_loading; what the core counts), and ``max_tokens`` (``max_completion_tokens`` when given, as vLLM reads
 it) capped at G_max. When the model calls only ARC's tools the core answers and the upstream is
 called again (at most ``max_hidden_rounds`` hidden rounds); calls to the agent's tools go back with ARC's
-calls stripped, so the agent never sees an ARC tool name. ``usage`` is the sum over the rounds.
+calls stripped, so the agent never receives a call to one of ARC's tools. ``usage`` is the sum over the rounds.
 
 Counting. Each view is counted with the served template and the ``chat_template_kwargs`` the upstream renders
 that request with (`arc_ref.templates.request_template_kwargs`: the request's own, none when it sends none), so
@@ -91,7 +91,7 @@ from arc_ref.message import ToolCall
 from arc_ref.options import unique_settings
 from arc_ref.view import View
 from arc_ref.openai_wire import TOOL_SHAPE, ShapeError, arguments_text, content_parts, error_body, read_tool, \
-    read_tool_call
+    read_tool_call, read_tool_flags
 from arc_ref.persist import DurableStore, StoreError, StoreFull, StoreLocked, StoreReadOnly
 from arc_ref.persist.hash_index import HashIndex
 from arc_ref.persist.marks import IndexMark, MarkFile, read_hashes, read_marks
@@ -373,16 +373,15 @@ def agent_tools(tools: Any) -> list[dict[str, Any]]:
             raise Refused("bad_tools", f"tool {number} must be {TOOL_SHAPE}") from None
         if function["name"] in ARC_TOOL_NAMES:
             raise Refused("bad_tools", f"tool {number} is named {function['name']!r}, the name of one of ARC's tools")
-        flags = ((function, "strict", "function.strict"), (function, "defer_loading", "function.defer_loading"),
-                 (tool, "defer_loading", "defer_loading"))
-        for holder, key, shown in flags:
-            if holder.get(key) is not None and not isinstance(holder[key], bool):
-                raise Refused("bad_tools", f"tool {number}'s {shown} must be true, false or null")
+        try:
+            listed = read_tool_flags(tool, function, number - 1)[2]
+        except ShapeError as bad:
+            raise Refused("bad_tools", f"tool {number}'s {bad.rule} must be true, false or null") from None
         kept_tool: dict[str, Any] = {"type": "function", "function": {
             key: function[key] for key in ("name", "description", "parameters", "strict", "defer_loading")
             if function.get(key) is not None}}
-        if tool.get("defer_loading") is not None:
-            kept_tool["defer_loading"] = tool["defer_loading"]
+        if listed is not None:
+            kept_tool["defer_loading"] = listed
         kept.append(kept_tool)
     return kept
 

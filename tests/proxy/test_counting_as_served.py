@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable, TypeVar
 
 import pytest
 
@@ -50,6 +50,19 @@ def recording_upstream(sent: list[dict[str, Any]]) -> Callable[[httpx.Request], 
     return upstream
 
 
+T = TypeVar("T")
+
+
+def with_proxy(upstream: Callable[[httpx.Request], httpx.Response], scenario: Callable[[Proxy], Awaitable[T]]) -> T:
+    """``scenario`` run against a proxy (Qwen3's template, the harness's budgets) in front of the fake ``upstream``."""
+
+    async def run() -> T:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(upstream)) as client:
+            return await scenario(Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS), client))
+
+    return asyncio.run(run())
+
+
 def test_each_upstream_prompt_is_counted_with_the_request_s_own_template_kwargs() -> None:
     pytest.importorskip("transformers", reason="transformers is the independent oracle here")
     assert QWEN3 is not None
@@ -63,21 +76,17 @@ def test_each_upstream_prompt_is_counted_with_the_request_s_own_template_kwargs(
     counted: list[int] = []
     resumed: list[bool] = []
 
-    async def scenario() -> None:
-        async with httpx.AsyncClient(transport=httpx.MockTransport(upstream)) as client:
-            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS), client)
-            for extra in variants:
-                messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "List."}]
-                first = await proxy.complete({"model": "m", "messages": messages, "tools": [BASH_TOOL], **extra},
-                                             None)
-                messages.append(first.completion["choices"][0]["message"])
-                messages.append({"role": "user", "content": "And again."})
-                second = await proxy.complete({"model": "m", "messages": messages, "tools": [BASH_TOOL], **extra},
-                                              None)
-                counted.extend([first.view_tokens, second.view_tokens])
-                resumed.append(second.conversation == first.conversation)
+    async def scenario(proxy: Proxy) -> None:
+        for extra in variants:
+            messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "List."}]
+            first = await proxy.complete({"model": "m", "messages": messages, "tools": [BASH_TOOL], **extra}, None)
+            messages.append(first.completion["choices"][0]["message"])
+            messages.append({"role": "user", "content": "And again."})
+            second = await proxy.complete({"model": "m", "messages": messages, "tools": [BASH_TOOL], **extra}, None)
+            counted.extend([first.view_tokens, second.view_tokens])
+            resumed.append(second.conversation == first.conversation)
 
-    asyncio.run(scenario())
+    with_proxy(upstream, scenario)
     assert len(sent) == len(counted) == 2 * len(variants)
     served = [transformers_prompt(QWEN3, request["messages"], request["tools"], **vllm_kwargs(request))[1]
               for request in sent]
@@ -95,21 +104,18 @@ def test_a_request_the_template_cannot_be_counted_for_is_refused() -> None:
     def upstream(request: httpx.Request) -> httpx.Response:
         raise AssertionError("nothing refused reaches the upstream")
 
-    async def scenario() -> list[str]:
-        async with httpx.AsyncClient(transport=httpx.MockTransport(upstream)) as client:
-            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS), client)
-            codes = []
-            for extra in ({"chat_template": "{{ messages }}"}, {"add_generation_prompt": False},
-                          {"documents": [{"text": "d"}]}, {"chat_template_kwargs": ["x"]},
-                          {"chat_template_kwargs": {"tools": 1}}, {"truncate_prompt_tokens": 100},
-                          {"add_special_tokens": True}, {"kv_transfer_params": {"prompt_token_ids": [1, 2]}}):
-                with pytest.raises(Refused) as refused:
-                    await proxy.complete({"model": "m", "messages": [{"role": "user", "content": "go"}], **extra},
-                                         None)
-                codes.append(refused.value.code)
-            return codes
+    async def scenario(proxy: Proxy) -> list[str]:
+        codes = []
+        for extra in ({"chat_template": "{{ messages }}"}, {"add_generation_prompt": False},
+                      {"documents": [{"text": "d"}]}, {"chat_template_kwargs": ["x"]},
+                      {"chat_template_kwargs": {"tools": 1}}, {"truncate_prompt_tokens": 100},
+                      {"add_special_tokens": True}, {"kv_transfer_params": {"prompt_token_ids": [1, 2]}}):
+            with pytest.raises(Refused) as refused:
+                await proxy.complete({"model": "m", "messages": [{"role": "user", "content": "go"}], **extra}, None)
+            codes.append(refused.value.code)
+        return codes
 
-    assert asyncio.run(scenario()) == ["unsupported"] * 8
+    assert with_proxy(upstream, scenario) == ["unsupported"] * 8
 
 
 def test_a_tool_s_strict_and_defer_loading_reach_the_upstream_and_are_counted() -> None:
@@ -129,16 +135,14 @@ def test_a_tool_s_strict_and_defer_loading_reach_the_upstream_and_are_counted() 
     variants: list[list[dict[str, Any]]] = [[BASH_TOOL], [strict], [strict, untyped]]
     counted: list[int] = []
 
-    async def scenario() -> None:
-        async with httpx.AsyncClient(transport=httpx.MockTransport(upstream)) as client:
-            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS), client)
-            for tools in variants:
-                messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "List."}]
-                reply = await proxy.complete({"model": "m", "messages": messages, "tools": tools, "max_tokens": 50,
-                                              "max_completion_tokens": 70}, None)
-                counted.append(reply.view_tokens)
+    async def scenario(proxy: Proxy) -> None:
+        for tools in variants:
+            messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "List."}]
+            reply = await proxy.complete({"model": "m", "messages": messages, "tools": tools, "max_tokens": 50,
+                                          "max_completion_tokens": 70}, None)
+            counted.append(reply.view_tokens)
 
-    asyncio.run(scenario())
+    with_proxy(upstream, scenario)
     agent_tools_sent = [[tool for tool in request["tools"] if tool["function"]["name"] not in ARC_TOOL_NAMES]
                         for request in sent]
     assert agent_tools_sent[1] == [strict]
@@ -150,14 +154,16 @@ def test_a_tool_s_strict_and_defer_loading_reach_the_upstream_and_are_counted() 
     assert [request["max_tokens"] for request in sent] == [70, 70, 70]
     assert all("max_completion_tokens" not in request for request in sent)
 
-    async def refused(tool: dict[str, Any]) -> str:
-        async with httpx.AsyncClient(transport=httpx.MockTransport(upstream)) as client:
-            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS), client)
+    def refused(tool: dict[str, Any]) -> str:
+        async def scenario(proxy: Proxy) -> str:
             with pytest.raises(Refused) as refusal:
                 await proxy.complete({"model": "m", "messages": [{"role": "user", "content": "go"}], "tools": [tool]},
                                      None)
             return f"{refusal.value.code}: {refusal.value}"
 
-    assert asyncio.run(refused({**BASH_TOOL, "function": {**BASH_TOOL["function"], "strict": "yes"}})) == \
+        return with_proxy(upstream, scenario)
+
+    assert refused({**BASH_TOOL, "function": {**BASH_TOOL["function"], "strict": "yes"}}) == \
         "bad_tools: tool 1's function.strict must be true, false or null"
-    assert asyncio.run(refused({**BASH_TOOL, "type": "web"})).startswith("bad_tools: tool 1 must be")
+    assert refused({**BASH_TOOL, "defer_loading": 1}) == "bad_tools: tool 1's defer_loading must be true, false or null"
+    assert refused({**BASH_TOOL, "type": "web"}).startswith("bad_tools: tool 1 must be")
