@@ -90,7 +90,7 @@ class ShownForm:
             self._marks = re.compile(WORD_JOINER)
 
     def show(self, text: str) -> str:
-        """S(text): one scan to find whether anything is to be written, one more only when it is.
+        """S(text): short searches to find whether anything is to be written, one more pass only when it is.
 
         The scan first looks for a few short texts every control string holds (searches for one or two characters,
         about twenty times faster than a pattern on a long observation); only a text holding one is searched for
