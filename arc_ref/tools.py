@@ -18,8 +18,11 @@ from arc_ref.message import ToolCall, ToolSpec
 from arc_ref.text import ASCII_WHITESPACE, ascii_words
 
 # Rounds of the model's calls to ARC's own tools that a front end (the proxy) answers alone, before the reply goes
-# back to the agent: the default of ``arc-ref proxy --max-hidden-rounds``.
+# back to the agent: the default of ``arc-ref proxy --max-hidden-rounds`` (rounds that show the model nothing it had
+# not seen in the request: a chunk or catalog page again, a stub's metadata, a call ARC refuses) and of
+# ``--max-read-rounds`` (rounds that show it a chunk or catalog page it had not: reading a long output chunk by chunk).
 DEFAULT_MAX_HIDDEN_ROUNDS = 8
+DEFAULT_MAX_READ_ROUNDS = 64
 
 _ID_PARAMETER = ("id", "the observation id, e.g. §0001-3fa9c1e2, exactly as printed")
 _COMMANDS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (

@@ -20,7 +20,8 @@ user message a `UserMessage`). The upstream request is the agent's own with ``me
 = ARC's then the agent's (what vLLM keeps of each: function name, description, parameters, strict and
 defer_loading; what the core counts), and ``max_tokens`` (``max_completion_tokens`` when given, as vLLM reads
 it) capped at G_max. When the model calls only ARC's tools the core answers and the upstream is
-called again (at most ``max_hidden_rounds`` hidden rounds); calls to the agent's tools go back with ARC's
+called again (hidden rounds: at most ``max_read_rounds`` that show the model a chunk or catalog page it had not
+seen in the request, and ``max_hidden_rounds`` others, `HiddenRounds`); calls to the agent's tools go back with ARC's
 calls stripped, so the agent never receives a call to one of ARC's tools. ``usage`` is the sum over the rounds.
 
 Counting. Each view is counted with the served template and the ``chat_template_kwargs`` the upstream renders
@@ -73,6 +74,7 @@ from arc_ref.machine import (
     Output,
     ToolTurn,
     ToolTurnResult,
+    default_page,
     init,
     step,
     view,
@@ -102,7 +104,7 @@ from arc_ref.serving import listening_socket
 from arc_ref.session import TOOL_MODE_SYSTEM, message_event
 from arc_ref.templates import request_template_kwargs
 from arc_ref.tokenizers import HF_DIR_PREFIX, HuggingFaceTokenizer, get_tokenizer
-from arc_ref.tools import ARC_TOOL_NAMES, DEFAULT_MAX_HIDDEN_ROUNDS
+from arc_ref.tools import ARC_TOOL_NAMES, DEFAULT_MAX_HIDDEN_ROUNDS, DEFAULT_MAX_READ_ROUNDS
 
 ARC_NOTE = (
     "Tool outputs are stored verbatim under ids like §00042-0591234567; older turns are summarized and a long"
@@ -474,7 +476,8 @@ class ProxySettings:
     database: str | None = None  # --store postgresql://...: conversations shared by every instance on it
     cache_conversations: int = 256  # with a database: conversation states an instance keeps (least recent out)
     store_retry_s: float = 15.0  # with a database: how long a request is tried again while it is unavailable
-    max_hidden_rounds: int = DEFAULT_MAX_HIDDEN_ROUNDS
+    max_hidden_rounds: int = DEFAULT_MAX_HIDDEN_ROUNDS  # hidden rounds that show nothing new (`HiddenRounds`)
+    max_read_rounds: int = DEFAULT_MAX_READ_ROUNDS  # hidden rounds that show a chunk or page not shown before
     keepalive_s: float = KEEPALIVE_S
     timeout_s: float = 600.0
     context_limit: int | None = None  # the served window; None: --set context_limit or the preset's (`prepare`)
@@ -485,6 +488,43 @@ class ProxySettings:
     lock_wait_s: float = 30.0  # with --store: how long a request waits for a conversation another process holds
     upstream_api_key: str | None = attrs.field(default=None, repr=False)
     client_keys: frozenset[str] = attrs.field(default=frozenset(), repr=False)  # none: no client authentication
+
+
+@attrs.define
+class HiddenRounds:
+    """A request's hidden rounds so far. A round that shows the model a chunk of a stored output or a catalog page it
+    had not been shown in this request is a reading round (at most ``read_limit``: a long output read chunk by chunk
+    is progress, not a loop); any other round (the same chunk again, a stub's metadata, a refused call) counts
+    against ``idle_limit``, as does a reading round past its own limit."""
+
+    idle_limit: int
+    read_limit: int
+    idle: int = 0
+    reading: int = 0
+    shown: set[tuple[str, ...]] = attrs.field(factory=set)
+
+    @property
+    def count(self) -> int:
+        return self.idle + self.reading
+
+    def another(self, shown_before: tuple[str, ...], shown_now: Sequence[tuple[str, ...]]) -> bool:
+        """Whether one more hidden round may follow a round that answered only ARC's calls, its view showing
+        ``shown_now`` (chunks and the catalog page) where the view before showed ``shown_before`` (its page); the
+        round is counted."""
+        self.shown.add(shown_before)
+        new = [item for item in shown_now if item not in self.shown]
+        self.shown.update(new)
+        if new and self.reading < self.read_limit:
+            self.reading += 1
+            return True
+        if self.idle < self.idle_limit:
+            self.idle += 1
+            return True
+        return False
+
+
+def _page_shown(state: ArcState) -> tuple[str, ...]:
+    return ("page", str(state.catalog_cursor or default_page(state)))
 
 
 @attrs.define
@@ -1310,17 +1350,16 @@ class Proxy:
         so that the event loop serves the other clients meanwhile and no event hops on its own."""
         shown = await asyncio.to_thread(self._advance, conversation, new, hashes)
         usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-        hidden = 0
+        hidden = HiddenRounds(self.settings.max_hidden_rounds, self.settings.max_read_rounds)
         while True:
             reply = await self._upstream(conversation, shown.chat_messages(), shown.tools() or [], body,
-                                         shown.tokens, hidden > 0)
+                                         shown.tokens, hidden.count > 0)
             for key in usage:
                 value = reply.usage.get(key)
                 usage[key] += value if type(value) is int else 0
             answered = await asyncio.to_thread(self._answered, conversation, reply, hidden)
             if isinstance(answered, View):  # ARC answered every call: another (hidden) round
                 shown = answered
-                hidden += 1
                 continue
             break
         environment = answered
@@ -1340,7 +1379,7 @@ class Proxy:
         result = dict(reply.completion)
         result["choices"] = [{**choice, "index": 0, "message": returned, "finish_reason": finish}]
         result["usage"] = usage
-        return Reply(result, hidden, shown.tokens, conversation.key)
+        return Reply(result, hidden.count, shown.tokens, conversation.key)
 
     def _advance(self, conversation: Conversation, new: Sequence[AgentMessage], hashes: Sequence[str]) -> View:
         """(A worker thread.) Each new agent message as the core's event, marked (in the shared index too, with
@@ -1362,17 +1401,20 @@ class Proxy:
                           " message answering them", _budget(state))
         return view(state)
 
-    def _answered(self, conversation: Conversation, reply: UpstreamReply, hidden: int
+    def _answered(self, conversation: Conversation, reply: UpstreamReply, hidden: HiddenRounds
                   ) -> View | tuple[ToolCall, ...]:
         """(A worker thread.) The upstream's reply as the model's turn: the next round's view when it called only
-        ARC's tools and another hidden round is allowed; else the calls that go back to the agent, after the mark
+        ARC's tools and ``hidden`` allows another round (counted there); else the calls that go back to the agent, after the mark
         of the assistant message the agent will send back (in the shared index too) and, with --store, the store
         released (the request's last hand-off)."""
+        page_before = _page_shown(conversation.state)
         output = self._apply(conversation, ToolTurn(reply.content, reply.calls))
         assert isinstance(output, ToolTurnResult)
         environment = output.environment_calls
-        if reply.calls and not environment and hidden < self.settings.max_hidden_rounds:
-            return view(conversation.state)
+        if reply.calls and not environment:
+            chunks = [("chunk", recall.obs_id, str(recall.chunk)) for recall in output.recalls]
+            if hidden.another(page_before, [*chunks, _page_shown(conversation.state)]):
+                return view(conversation.state)
         conversation.position += 1
         chain_hash = chain_next(conversation.head, AgentMessage("assistant", reply.content, environment))
         self.conversations.add(chain_hash, conversation, conversation.mark(chain_hash))
@@ -1579,7 +1621,8 @@ def settings_from(options: ProxyOptions, parse_setting: Callable[[str], tuple[st
     client_keys = _client_keys(options.client_keys)
     return ProxySettings(upstream=upstream, tokenizer=f"{HF_DIR_PREFIX}{directory.resolve()}", preset_name=options.preset,
                          overrides=overrides, store=store, database=database,
-                         max_hidden_rounds=options.max_hidden_rounds, context_limit=context_limit,
+                         max_hidden_rounds=options.max_hidden_rounds, max_read_rounds=options.max_read_rounds,
+                         context_limit=context_limit,
                          max_body_bytes=options.max_body_mb * 2**20, body_memory_bytes=options.body_memory_mb * 2**20,
                          upstream_api_key=upstream_key,
                          max_conversations=options.max_conversations, idle_seconds=options.idle_seconds,

@@ -14,7 +14,7 @@ from attrs import frozen
 
 from arc_ref.config import MAX_CONFIG_INTEGER, PRESETS
 from arc_ref.options import add_option_flags, int_option, option, options_from_args
-from arc_ref.tools import DEFAULT_MAX_HIDDEN_ROUNDS
+from arc_ref.tools import DEFAULT_MAX_HIDDEN_ROUNDS, DEFAULT_MAX_READ_ROUNDS
 
 PROXY_OWNER = "proxy"
 UPSTREAM_KEY_ENV = "ARC_UPSTREAM_API_KEY"
@@ -52,7 +52,12 @@ class ProxyOptions:
                                   help="a configuration value (spec/parameters.md); a budget given here is kept,"
                                        " the others derived from the window and each conversation's prefix")
     max_hidden_rounds: int = int_option(DEFAULT_MAX_HIDDEN_ROUNDS, minimum=0, maximum=MAX_HIDDEN_ROUNDS, metavar="N",
-                                        help="upstream calls answered by ARC alone before the reply goes back")
+                                        help="upstream calls answered by ARC alone, showing the model nothing new"
+                                             " in the request, before the reply goes back")
+    max_read_rounds: int = int_option(DEFAULT_MAX_READ_ROUNDS, minimum=0, maximum=MAX_HIDDEN_ROUNDS, metavar="N",
+                                      help="upstream calls answered by ARC alone that show the model a chunk or"
+                                           " catalog page not shown before in the request (a long output read chunk"
+                                           " by chunk), beyond --max-hidden-rounds")
     max_body_mb: int = int_option(DEFAULT_MAX_BODY_MB, minimum=1, maximum=MAX_BODY_MB, metavar="MIB",
                                   help="the largest request body in MiB; a larger one is answered 413")
     body_memory_mb: int = int_option(DEFAULT_BODY_MEMORY_MB, minimum=0, maximum=MAX_BODY_MEMORY_MB, metavar="MIB",

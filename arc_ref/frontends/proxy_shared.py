@@ -138,7 +138,7 @@ class SharedProxy(Proxy):
         assert settings.database is not None
         super().__init__(ProxySettings(**{**_fields(settings), "store": None}), client)
         # a request's transaction is idle while the upstream answers, each of its rounds: never longer than that
-        idle = (settings.max_hidden_rounds + 1) * settings.timeout_s + 60
+        idle = (settings.max_hidden_rounds + settings.max_read_rounds + 1) * settings.timeout_s + 60
         self.database = database or AsyncDatabase(settings.database, idle_in_transaction_s=idle)
         self.database.check_schema()  # once, at start (created in an empty database)
         self.cache: OrderedDict[str, CachedConversation] = OrderedDict()

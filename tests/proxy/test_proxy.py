@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -203,13 +204,14 @@ def test_a_restarted_proxy_with_a_store_gives_the_same_ids_and_views(tmp_path: P
 
 def test_mixed_calls_go_back_without_arc_calls_and_arc_answers_stay() -> None:
     """A reply calling ARC's _recall and the agent's bash: the agent gets only bash; the next view holds ARC's
-    answer; the hidden-round cap returns the text when the model keeps calling only ARC's tools."""
+    answer; the hidden-round cap returns the text when the model keeps calling only ARC's tools and they show it
+    nothing new."""
     replies = iter([
         {"content": "both", "tool_calls": [
             {"id": "a1", "type": "function", "function": {"name": "_recall_meta", "arguments": '{"id": "§1"}'}},
             {"id": "b1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]},
-        *({"content": "again", "tool_calls": [
-            {"id": f"a{n}", "type": "function", "function": {"name": "catalog-first", "arguments": "{}"}}]}
+        *({"content": "again", "tool_calls": [  # shows nothing new: counted by --max-hidden-rounds
+            {"id": f"a{n}", "type": "function", "function": {"name": "_recall_meta", "arguments": '{"id": "§1"}'}}]}
           for n in range(2, 5)),
         *({"content": "done"} for _ in range(3)),
     ])
@@ -296,3 +298,59 @@ def test_the_reply_s_reasoning_goes_back_to_the_agent() -> None:
     assert streamed[0]["choices"][0]["delta"] == {"role": "assistant", "reasoning": "First list.",
                                                   "reasoning_content": "First list."}
     assert streamed[1]["choices"][0]["delta"] == {"content": "ok"}
+
+
+def test_a_long_output_read_chunk_by_chunk_is_progress_not_a_loop() -> None:
+    """A model reading a stored output of many chunks, one per round, gets every chunk and then acts: rounds that show
+    it a chunk it had not seen in the request count against --max-read-rounds, not --max-hidden-rounds (review s12 h4
+    MAJOR 2: past 8 chunks the agent got an empty reply). Past both limits the reply goes back without a call."""
+    from tests.proxy.harness import BUDGETS, QWEN3
+
+    output = "".join(f"line {number:05d}: " + "abcdefgh " * 12 + "\n" for number in range(1200))
+    frame = re.compile(r"\[recall (§[^ \]]+) chunk (\d+)/(\d+)\]")
+
+    def reader() -> tuple[Any, list[tuple[int, int]]]:
+        read: list[tuple[int, int]] = []
+
+        def upstream(request: httpx.Request) -> httpx.Response:
+            sent = json.loads(request.content)
+            text = json.dumps(sent["messages"], ensure_ascii=False)
+            found = frame.findall(text)
+            if found:
+                read.append((int(found[-1][1]), int(found[-1][2])))
+            stored = re.findall(r"§\d+-\d+", text)
+            if sent["messages"][-1]["role"] == "user":
+                message: dict[str, Any] = {"content": "", "tool_calls": [
+                    {"id": "b0", "type": "function", "function": {"name": "bash", "arguments": '{"command": "cat"}'}}]}
+            elif found and found[-1][1] == found[-1][2]:
+                message = {"content": "", "tool_calls": [
+                    {"id": "b1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]}
+            else:
+                name = "_recall-next" if found else "_recall"
+                message = {"content": "", "tool_calls": [{"id": f"r{len(read)}", "type": "function", "function": {
+                    "name": name, "arguments": json.dumps({"id": stored[-1]})}}]}
+            return httpx.Response(200, json={"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                                             "choices": [{"index": 0, "message": {"role": "assistant", **message},
+                                                          "finish_reason": "tool_calls"}],
+                                             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+        return upstream, read
+
+    async def scenario(max_read_rounds: int) -> tuple[Any, list[tuple[int, int]]]:
+        upstream, read = reader()
+        async with httpx.AsyncClient(transport=httpx.MockTransport(upstream)) as client:
+            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS, max_hidden_rounds=2,
+                                        max_read_rounds=max_read_rounds), client)
+            messages: list[dict[str, Any]] = [{"role": "user", "content": "read the log"}]
+            first = await proxy.complete({"model": "m", "messages": messages, "tools": [BASH_TOOL]}, None)
+            messages += [first.completion["choices"][0]["message"],
+                         {"role": "tool", "tool_call_id": "b0", "content": output}]
+            return await proxy.complete({"model": "m", "messages": messages, "tools": [BASH_TOOL]}, None), read
+
+    reply, read = asyncio.run(scenario(64))
+    chunks = read[0][1]
+    assert chunks > 4 and read == [(number, chunks) for number in range(1, chunks + 1)]  # each chunk once, in order
+    assert reply.hidden_rounds == chunks
+    assert [call["id"] for call in reply.completion["choices"][0]["message"]["tool_calls"]] == ["b1"]
+    reply, read = asyncio.run(scenario(3))  # 3 rounds reading, then 2 more (new chunks past the read limit)
+    assert reply.hidden_rounds == 3 + 2 and [number for number, _ in read] == [1, 2, 3, 4, 5]
+    assert "tool_calls" not in reply.completion["choices"][0]["message"]
