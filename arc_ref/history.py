@@ -23,7 +23,8 @@ from arc_ref.counting import Part
 from arc_ref.errors import BudgetViolation
 from arc_ref.message import Message, ToolCall
 from arc_ref.store import Record
-from arc_ref.text import ELLIPSIS, clip_until, clipped
+from arc_ref.text import ELLIPSIS, clip_until, clipped, halving_lengths
+from arc_ref.tools import clipped_arguments, longest_string_value
 
 
 @frozen
@@ -192,16 +193,28 @@ def command_entry(setup: Setup, turn: int, notes: Sequence[str]) -> CommandEntry
 
 def tool_turn_entry(setup: Setup, turn: int, thought: str, calls: tuple[ToolCall, ...], budget: int) -> ToolTurnEntry:
     """The assistant turn with its calls, its text and calls through S (spec/rendering.md 7.1: `Setup.shown_call`);
-    its text (the thought) clipped until the message costs <= ``budget``. The entry keeps what the model wrote."""
+    its text (the thought) clipped until the message costs <= ``budget``; when no clip of the text fits, the text
+    clipped whole and the long string values of the calls' arguments clipped too, to the first length of
+    ``halving_lengths`` that fits (spec/rendering.md section 13: the model's own calls are not observations, and a
+    call too long for R is shown cut rather than refused). The entry keeps what the model wrote."""
     shown_calls = tuple(setup.shown_call(call) for call in calls)
 
-    def message(text: str) -> Message:
+    def message(text: str, shown_calls: tuple[ToolCall, ...] = shown_calls) -> Message:
         return setup.message(render.ASSISTANT, text, shown_calls)
 
-    shown = clip_until(setup.show(thought), lambda text: message(text).tokens <= budget)
-    if shown is None:
-        raise BudgetViolation(f"the tool calls of turn {turn} cost more than the {budget} tokens left for them in R")
-    return ToolTurnEntry(turn, thought, calls, message(shown))
+    shown_thought = setup.show(thought)
+    shown = clip_until(shown_thought, lambda text: message(text).tokens <= budget)
+    if shown is not None:
+        return ToolTurnEntry(turn, thought, calls, message(shown))
+    least_text = clipped(shown_thought, 0)
+    longest = max((longest_string_value(call.arguments) for call in shown_calls), default=0)
+    for keep in halving_lengths(longest)[1:]:  # the longest itself clips nothing: the text's last clip, refused
+        cut = tuple(call if (arguments := clipped_arguments(call.arguments, keep)) is call.arguments
+                    else ToolCall(call.call_id, call.name, arguments) for call in shown_calls)
+        candidate = message(least_text, cut)
+        if candidate.tokens <= budget:
+            return ToolTurnEntry(turn, thought, calls, candidate)
+    raise BudgetViolation(f"the tool calls of turn {turn} cost more than the {budget} tokens left for them in R")
 
 
 def tool_note_entry(setup: Setup, turn: int, call_id: str, notes: Sequence[str], budget: int) -> ToolResultEntry:

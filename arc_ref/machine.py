@@ -789,9 +789,9 @@ def tool_turn(state: ArcState, event: ToolTurn) -> tuple[ArcState, ToolTurnResul
         assistant = tool_turn_entry(setup, turn, thought, calls, left)
     except BudgetViolation:
         raise InvalidEvent(
-            f"a tool turn with {len(calls)} call(s) cannot fit recent_budget R = {budget}: with its text clipped"
-            f" its message costs more than the {left} tokens left after ARC's answers and the {reserved} reserved"
-            f" for the {len(environment)} result(s) of the environment"
+            f"a tool turn with {len(calls)} call(s) cannot fit recent_budget R = {budget}: with its text and the"
+            f" strings of its arguments clipped its message costs more than the {left} tokens left after ARC's"
+            f" answers and the {reserved} reserved for the {len(environment)} result(s) of the environment"
         ) from None
     new_state, folded = _append_live(run.state, (assistant, *answers), turn=turn, pending=tuple(environment))
     result = ToolTurnResult(

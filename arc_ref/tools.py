@@ -15,7 +15,7 @@ from typing import Any
 from arc_ref.commands import Command
 from arc_ref.json_limits import MAX_INTEGER_DIGITS, long_integer, nesting_problem
 from arc_ref.message import ToolCall, ToolSpec
-from arc_ref.text import ASCII_WHITESPACE, ascii_words
+from arc_ref.text import ASCII_WHITESPACE, ascii_words, clipped
 
 # Rounds of the model's calls to ARC's own tools that a front end (the proxy) answers alone, before the reply goes
 # back to the agent: the default of ``arc-ref proxy --max-hidden-rounds`` (rounds that show the model nothing it had
@@ -99,6 +99,57 @@ def arguments_surrogate(arguments: str) -> str | None:
         elif isinstance(item, list):
             pending.extend(item)
     return None
+
+
+def _decoded_object(arguments: str) -> dict[str, Any] | None:
+    """The JSON object the server reads from ``arguments``; None when it reads none (it then prints ``{}``)."""
+    try:
+        decoded: Any = json.loads(arguments)
+    except (ValueError, RecursionError):
+        return None
+    return decoded if isinstance(decoded, dict) else None
+
+
+def longest_string_value(arguments: str) -> int:
+    """The length of the longest string value (keys aside, at any depth) of the object the server reads from
+    ``arguments``; 0 when it reads no object."""
+    pending: list[Any] = [_decoded_object(arguments)]
+    longest = 0
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            longest = max(longest, len(item))
+        elif isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return longest
+
+
+def clipped_arguments(arguments: str, keep: int) -> str:
+    """``arguments`` as the view shows them when the call cannot fit R whole (spec/rendering.md section 13): every
+    string value (keys aside, at any depth) of the object the server reads from them that is longer than ``keep``
+    characters clipped to ``clipped(value, keep)``, the object written as the template's ``tojson`` writes it; the
+    text itself when nothing is clipped or the server reads no object (it prints ``{}``)."""
+    decoded = _decoded_object(arguments)
+    changed = [False]
+
+    def clip(item: Any) -> Any:
+        if isinstance(item, str):
+            if len(item) > keep:
+                changed[0] = True
+                return clipped(item, keep)
+            return item
+        if isinstance(item, list):
+            return [clip(element) for element in item]
+        if isinstance(item, dict):
+            return {key: clip(element) for key, element in item.items()}
+        return item
+
+    if decoded is None:
+        return arguments
+    result = clip(decoded)
+    return json.dumps(result, ensure_ascii=False) if changed[0] else arguments
 
 
 def call_command(call: ToolCall) -> Command:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from arc_ref.config import Config
@@ -25,6 +25,8 @@ from arc_ref.machine import (
 )
 from arc_ref.message import ToolCall
 from arc_ref.recall import reassemble
+from arc_ref.text import clipped, halving_lengths
+from arc_ref.tools import longest_string_value
 from arc_ref.view import View
 from proofs_check.harness import apply, event_lists, numbered_calls, resolve_stored, recent_allowance
 from proofs_check.registry import proves
@@ -142,6 +144,81 @@ def test_tool_mode_views_count_as_the_server_counts(config: Config, steps: list[
                 return
             shown = check_view_against_the_server(state)
             check_pairs(shown)
+
+
+def spec_clip(arguments: str, keep: int) -> str:
+    """spec/rendering.md section 13's clip_arguments, written from its text: the object the server reads, every
+    string value longer than ``keep`` replaced by clipped(value, keep), written as tojson writes it."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return arguments
+    if not isinstance(value, dict):
+        return arguments
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            return clipped(item, keep) if len(item) > keep else item
+        if isinstance(item, list):
+            return [walk(element) for element in item]
+        if isinstance(item, dict):
+            return {key: walk(element) for key, element in item.items()}
+        return item
+
+    clipped_value = walk(value)
+    return arguments if clipped_value == value else json.dumps(clipped_value, ensure_ascii=False)
+
+
+_LONG_VALUE = st.builds(lambda piece, times: piece * times, st.text(alphabet="ab \n\"\\§é中<|>", min_size=1, max_size=24),
+                        st.integers(0, 400))
+
+
+@given(template_configs("tools", tools=ENVIRONMENT_TOOLS),
+       st.lists(st.tuples(st.sampled_from(("read_file", "ls", "_recall")), _LONG_VALUE, st.integers(0, 60)),
+                min_size=1, max_size=3),
+       st.text(alphabet="ab \n<|im_end|>", max_size=300))
+@proves("L2", "T1", "A4")
+def test_a_call_too_long_for_r_is_shown_clipped_and_counts_as_the_server_counts(
+        config: Config, calls: list[tuple[str, str, int]], thought: str) -> None:
+    """spec/rendering.md section 13: a turn is refused only when even its text and every string of its calls'
+    arguments clipped to an ellipsis cannot fit; otherwise its calls are shown with every string value clipped at
+    the first length of halving_lengths whose message fits (all values alike, keys and numbers kept), the environment
+    gets the calls as made, and the view equals the server's render-and-encode within K."""
+    state = init(config)
+    made = tuple(ToolCall(f"call_{number}", name, json.dumps(
+        {"path": value[:short], "n": short, "body": [value, {"inner": value[short:]}]}, ensure_ascii=short % 2 == 0))
+        for number, (name, value, short) in enumerate(calls, 1))
+    setup = state.setup
+    shown_calls = tuple(setup.shown_call(call) for call in made)
+    environment = tuple(call for call in made if call.name != "_recall")
+    reserved = sum(setup.result_reserve(call.call_id) for call in environment)
+    least_text = clipped(setup.show(thought), 0)
+    try:
+        after, turn = tool_turn(state, ToolTurn(thought, made))
+    except InvalidEvent as refused:
+        assert "cannot fit recent_budget R" in str(refused)
+        least = tuple(ToolCall(call.call_id, call.name, spec_clip(call.arguments, 0)) for call in shown_calls)
+        if len(environment) == len(made):  # no answer of ARC's takes a share of R
+            assert setup.message("assistant", least_text, least).tokens > config.recent_budget - reserved
+        event("refused")
+        return
+    assert turn.environment_calls == environment
+    entry = after.live[-1 - len(turn.answered)]
+    left = config.recent_budget - reserved - sum(answer.message.tokens for answer in after.live[-len(turn.answered):]
+                                                 if turn.answered)
+    assert entry.message.tokens <= left
+    shown = entry.message.tool_calls
+    lengths = halving_lengths(max(longest_string_value(call.arguments) for call in shown_calls))
+    at = [keep for keep in lengths if shown == tuple(ToolCall(call.call_id, call.name, spec_clip(
+        call.arguments, keep)) for call in shown_calls)]
+    assert at, "every value clipped at one length of halving_lengths"
+    if shown != shown_calls:  # the first length that fits (a longer one did not, with the text clipped whole)
+        assert entry.message.content == least_text
+        longer = lengths[lengths.index(at[0]) - 1]
+        assert setup.message("assistant", least_text, tuple(ToolCall(call.call_id, call.name, spec_clip(
+            call.arguments, longer)) for call in shown_calls)).tokens > left
+    event("arguments clipped" if shown != shown_calls else "shown whole")
+    check_pairs(check_view_against_the_server(after))
 
 
 @given(template_configs("tools", tools=ENVIRONMENT_TOOLS), tool_steps(max_turns=5))

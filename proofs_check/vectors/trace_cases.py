@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -373,6 +374,32 @@ def tool_mode_vectors() -> list[TraceVector]:
                 ("a turn without calls folds with an empty action", view_has("thought: Done. | action: \n")),
                 ("three results cannot be reserved in R: the turn is refused",
                  has_error("a tool turn with 3 call(s) cannot fit recent_budget R = 420")),
+            ),
+            (QWEN3_VECTOR_PATH,),
+        ),
+        TraceVector(
+            "tool_call_arguments_clipped",
+            ("rendering.md §13",),
+            "The model's own call too long for R (a file written in one call) is shown, not refused: no clip of"
+            " the turn's text fits, so the text is clipped whole (an ellipsis) and every string value of the"
+            " arguments longer than k characters is clipped to k and an ellipsis, k the first of halving_lengths"
+            " of the longest value whose message fits what R leaves after the result's reserve; keys, numbers"
+            " and short values are kept, and the result answers the call as usual.",
+            (
+                config("minimal", **qwen_tools),
+                tool_turn("I will write the notes file in one call now.",
+                          call("call_1", "read_file", json.dumps({
+                              "path": "notes.txt", "n": 3,
+                              "text": "".join(f"note {number}: the sensor reads nominal\n" for number in range(40))}))),
+                VIEW,
+                tool_result("call_1", "written"),
+                VIEW,
+            ),
+            (
+                ("the text is clipped whole", view_has("<|im_start|>assistant\n\u2026\n<tool_call>")),
+                ("keys, numbers and short values are kept", view_has('"path": "notes.txt", "n": 3, "text": "note 0:')),
+                ("the long value is clipped to the first length that fits",
+                 view_has('reads nominal\\nnote 19: the sensor reads nominal\\nnote \u2026"}}\n</tool_call>')),
             ),
             (QWEN3_VECTOR_PATH,),
         ),

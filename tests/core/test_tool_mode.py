@@ -24,7 +24,8 @@ from arc_ref.machine import (
     view,
 )
 from arc_ref.message import ToolCall
-from arc_ref.tools import ARC_TOOLS, call_command
+from arc_ref.text import halving_lengths
+from arc_ref.tools import ARC_TOOLS, call_command, clipped_arguments
 from tests.core.test_tokenizers import _train_tokenizer_json
 
 TOOL_TEMPLATE = (
@@ -171,6 +172,36 @@ def test_a_turn_too_large_for_r_is_refused_with_the_reason(model_dir: str) -> No
     calls = tuple(ToolCall(f"c{k}", "read_file", "{}") for k in range(40))
     with pytest.raises(InvalidEvent, match="a tool turn with 40 call\\(s\\) cannot fit recent_budget R = 1200"):
         tool_turn(state, ToolTurn("t", calls))
+
+
+def test_a_call_too_long_for_r_is_shown_with_its_long_strings_clipped(model_dir: str) -> None:
+    """The model's own call whose arguments cannot fit R (a file written in one call) is not refused (review s12 h4
+    MAJOR 1: the agent got a 400 for the model's reply, and its retry the same): the text is clipped whole, then
+    every string value longer than the first length of halving_lengths that fits (spec/rendering.md section 13);
+    the environment gets the call as the model made it, and the view stays within R and counts exactly."""
+    state = init(tool_config(model_dir))
+    body = "".join(f"line {number}: print('hello world')\n" for number in range(600))
+    arguments = json.dumps({"path": "a.py", "nested": [{"text": body}], "mode": 7})
+    call = ToolCall("c1", "read_file", arguments)
+    state, result = tool_turn(state, ToolTurn("I will write the file now. " * 20, (call,)))
+    assert result.environment_calls == (call,)  # the environment runs the call as made
+    entry = state.live[-1]
+    shown = entry.message.tool_calls[0]
+    decoded = json.loads(shown.arguments)
+    assert decoded["path"] == "a.py" and decoded["mode"] == 7 and entry.message.content == "…"
+    kept = decoded["nested"][0]["text"]
+    assert kept.endswith("…") and body.startswith(kept[:-1]) and 0 < len(kept) < len(body)
+    lengths = halving_lengths(len(body))
+    at = lengths.index(len(kept) - 1)
+    assert at >= 1 and shown.arguments == clipped_arguments(arguments, lengths[at])
+    left = state.config.recent_budget - state.setup.result_reserve("c1")
+    assert entry.message.tokens <= left
+    longer = ToolCall("c1", "read_file", clipped_arguments(arguments, lengths[at - 1]))
+    assert state.setup.message("assistant", "…", (longer,)).tokens > left  # the first length that fits
+    shown_view = view(state)
+    assert shown_view.tokens == state.setup.tokenizer.count(shown_view.text()) <= shown_view.budget
+    state, stored = tool_result(state, ToolResult("c1", "written"))
+    assert stored.verbatim
 
 
 def test_a_large_result_is_shown_as_its_stub_within_the_unit(model_dir: str) -> None:
