@@ -20,7 +20,9 @@ turn (tool parser on), and:
    Agents SDK (plain and streamed), each with and without ``chat_template_kwargs``, send their own requests through
    it; the proxy's count = ``usage.prompt_tokens`` on every upstream call (about a minute: 4 mini runs of at most 4
    steps, 4 SDK runs of at most 3 turns, 64 tokens a reply: enough for the tool model's call, so the SDK's
-   conversations without thinking go on after a tool result).
+   conversations without thinking go on after a tool result); then, through a proxy with ``--set
+   recent_budget=600``, a reply forced by vLLM's structured outputs to write a file of ~830 tokens in one call: the
+   agent gets the call whole and the next view shows it clipped (spec/rendering.md section 13), counted as vLLM counts.
 
 Prints one line per check and a summary; exit 0 when all pass, 1 otherwise.
 """
@@ -366,6 +368,52 @@ def run_agents_sdk(proxy_url: str, stream: bool, extra_body: dict[str, Any] | No
     return asyncio.run(scenario())
 
 
+# a file written in one call: more tokens than LONG_CALL_R leaves for a call, fewer than max_tokens however the
+# model's tokens spell it (at temperature 0 the rigged model takes the lowest id the grammar allows: one byte each)
+LONG_CALL_TEXT = "".join(f"row {number}: the sensor reads nominal, drift {number % 7}.\n" for number in range(60))
+LONG_CALL_R = 600
+WRITE_TOOL = {"type": "function", "function": {
+    "name": "write", "description": "Write a file.",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "text": {"type": "string"}},
+                   "required": ["path", "text"]}}}
+
+
+def literal_regex(text: str) -> str:
+    """A regular expression matching exactly ``text`` (for vLLM's structured outputs)."""
+    return "".join("\\n" if char == "\n" else "\\" + char if char in "\\.^$*+?{}[]|()/" else char for char in text)
+
+
+def run_long_call(proxy_url: str, model_dir: Path) -> str:
+    """A reply whose one call writes a file longer than R (forced by vLLM's structured outputs): the agent gets the
+    call whole, and its next request (the tool's result) is answered from a view that shows the call's text clipped
+    (spec/rendering.md section 13; before, the reply itself was refused with a 400). What happened, in a line."""
+    from arc_ref.tokenizers import get_tokenizer
+
+    call = json.dumps({"name": "write", "arguments": {"path": "notes.txt", "text": LONG_CALL_TEXT}})
+    body: dict[str, Any] = {"model": SERVED, "tools": [WRITE_TOOL], "max_tokens": 3000, "temperature": 0,
+                            "messages": [{"role": "user", "content": "Write the sensor notes to notes.txt."}],
+                            "structured_outputs": {"regex": literal_regex(f"<tool_call>\n{call}\n</tool_call>")},
+                            **NO_THINKING}
+    first = httpx.post(f"{proxy_url}/chat/completions", json=body, timeout=900)
+    if first.status_code != 200:
+        return f"first request {first.status_code}: {first.text[:300]}"
+    message = first.json()["choices"][0]["message"]
+    calls = message.get("tool_calls") or []
+    if len(calls) != 1 or json.loads(calls[0]["function"]["arguments"]).get("text") != LONG_CALL_TEXT:
+        return f"the agent did not get the call whole: {json.dumps(message)[:300]}"
+    body.pop("structured_outputs")
+    body.update(max_tokens=16, messages=[*body["messages"], message,
+                                         {"role": "tool", "tool_call_id": calls[0]["id"], "content": "written"}])
+    second = httpx.post(f"{proxy_url}/chat/completions", json=body, timeout=900)
+    if second.status_code != 200:
+        return f"second request {second.status_code}: {second.text[:300]}"
+    text_tokens = get_tokenizer(f"hf-dir:{model_dir}").count(LONG_CALL_TEXT)
+    before, after = (int(response.headers["x-arc-view-tokens"]) for response in (first, second))
+    clipped = after < before + text_tokens  # the call whole would add its text's tokens to the first view
+    return (f"call whole to the agent ({len(LONG_CALL_TEXT)} characters, {text_tokens} tokens), views {before} then"
+            f" {after} tokens{' (the call clipped)' if clipped else ' (NOT clipped)'}")
+
+
 def check_proxy(report: Report, url: str, model_dir: Path, work: Path) -> None:
     """mini-swe-agent (tool and text configurations) and the OpenAI Agents SDK (plain and streamed), each with and
     without chat_template_kwargs, through `arc-ref proxy` to vLLM: the proxy's count = usage.prompt_tokens on every
@@ -393,17 +441,31 @@ def check_proxy(report: Report, url: str, model_dir: Path, work: Path) -> None:
         records = proxy.rounds()
     finally:
         proxy.stop()
+    try:  # its own proxy: R set small (the others derived from the window), so the call is longer than R
+        small_r = ProxyProcess(url, model_dir, work / "proxy-small-r.log", "--set", f"recent_budget={LONG_CALL_R}")
+        try:
+            long_call = run_long_call(small_r.url, model_dir)
+            records += small_r.rounds()
+        finally:
+            small_r.stop()
+    except RuntimeError as problem:
+        long_call = f"the proxy with --set recent_budget={LONG_CALL_R} did not start: {str(problem)[-300:]}"
+    runs.append(f"long call: {long_call}")
     answered = [record for record in records if record["status"] == 200]
     gaps = [record["view_tokens"] - record["upstream_prompt_tokens"] for record in answered]
     per_conversation: dict[str, int] = {}
     for record in answered:
         per_conversation[record["conversation"]] = per_conversation.get(record["conversation"], 0) + 1
     conversations = f"{len(per_conversation)} ({sum(1 for calls in per_conversation.values() if calls > 1)} resumed)"
+    report.check(long_call.startswith("call whole") and long_call.endswith("(the call clipped)"),
+                 "proxy: a reply writing a file longer than R in one call reaches the agent whole, and the next view"
+                 " shows it clipped", long_call)
     report.check(len(answered) >= 12 and len(answered) == len(records) and set(gaps) == {0},
                  "proxy: mini-swe-agent and the Agents SDK through arc-ref proxy, count = usage.prompt_tokens on"
                  " every upstream call",
                  f"{len(answered)} of {len(records)} upstream calls answered, {conversations} conversations, "
-                 f"no --set (K {records[0]['budget'] if records else '-'}, L {records[0]['limit'] if records else '-'}), "
+                 f"no --set (K {records[0]['budget'] if records else '-'}, L {records[0]['limit'] if records else '-'};"
+                 f" the long call's 2 with --set recent_budget={LONG_CALL_R}), "
                  f"count - usage: {sorted(set(gaps))}, in {time.monotonic() - started:.0f} s; " + "; ".join(runs))
 
 
