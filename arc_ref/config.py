@@ -391,7 +391,12 @@ class Setup:
     def result_reserve(self, call_id: str) -> int:
         """Tool mode: the most a pending call's result may cost in H, its stub message at the widest (A4), under the
         call's id as the view shows it."""
-        return tool_result_reserve(self.chat, self.ids.widest(), self.show(call_id)) + self.config.stub_cap
+        return self.bare_result_reserve(call_id) + self.config.stub_cap
+
+    def bare_result_reserve(self, call_id: str) -> int:
+        """Tool mode: the least a pending call's result is sure of when its turn's calls cannot all have
+        `result_reserve` (spec/rendering.md section 13): its stub message at the widest with an empty stub line."""
+        return tool_result_reserve(self.chat, self.ids.widest(), self.show(call_id))
 
     def line_tokens(self, line: str) -> int:
         """Tokens a line costs inside a component: the line with the newline that precedes it."""

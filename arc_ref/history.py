@@ -13,6 +13,7 @@ as a whole, so a call and its result are never separated; a unit's messages cost
 
 from __future__ import annotations
 
+import itertools
 from typing import Sequence, Union
 
 from attrs import frozen
@@ -22,7 +23,7 @@ from arc_ref.config import Setup
 from arc_ref.counting import Part
 from arc_ref.errors import BudgetViolation
 from arc_ref.message import Message, ToolCall
-from arc_ref.store import Record
+from arc_ref.store import Record, stub_lines
 from arc_ref.text import ELLIPSIS, clip_until, clipped, halving_lengths
 from arc_ref.tools import clipped_arguments, longest_string_value
 
@@ -230,16 +231,37 @@ def tool_note_entry(setup: Setup, turn: int, call_id: str, notes: Sequence[str],
     return ToolResultEntry(turn, call_id, 0, True, tuple(notes), message(shown))
 
 
-def tool_result_entry(setup: Setup, turn: int, call_id: str, record: Record, budget: int) -> ToolResultEntry:
-    """An environment's result: verbatim when its message costs <= ``budget``, otherwise its stub (A4)."""
+def tool_result_entry(setup: Setup, turn: int, call_id: str, record: Record, budget: int,
+                      least: int | None = None) -> ToolResultEntry:
+    """An environment's result: verbatim when its message costs <= ``budget`` (its share, the other pending results
+    keeping their reserves), otherwise its stub (A4); when the stub costs more than that share (a turn whose
+    results were reserved their stub frames only, spec/rendering.md section 13), the first of the verbatim message,
+    the stub and the stub with z_j's shorter lines, then with none, that costs <= ``least`` (what is left with the
+    other results' frames kept)."""
     head = verbatim_head(setup, record)
     parts = ((head, None), (record.shown, record.n_tokens))
+    show_id = setup.show(call_id)
+    verbatim: Message | None = None
     if not cannot_fit(setup, record.shown, budget):
-        message = setup.message(render.TOOL, head + record.shown, (), setup.show(call_id), parts)
-        if message.tokens <= budget:
-            return ToolResultEntry(turn, call_id, record.index, True, (), message)
+        verbatim = setup.message(render.TOOL, head + record.shown, (), show_id, parts)
+        if verbatim.tokens <= budget:
+            return ToolResultEntry(turn, call_id, record.index, True, (), verbatim)
     content, stub_parts = stub_message_parts(setup, record)
-    message = setup.message(render.TOOL, content, (), setup.show(call_id), stub_parts)
+    message = setup.message(render.TOOL, content, (), show_id, stub_parts)
+    if message.tokens > budget and least is not None:
+        if verbatim is None and not cannot_fit(setup, record.shown, least):
+            verbatim = setup.message(render.TOOL, head + record.shown, (), show_id, parts)
+        if verbatim is not None and verbatim.tokens <= least:
+            return ToolResultEntry(turn, call_id, record.index, True, (), verbatim)
+        lines = stub_lines(setup, record.obs_id, record.returncode, record.n_chars, record.n_tokens, record.signature,
+                           record.head, record.tail)
+        shorter = itertools.dropwhile(lambda line: line != record.stub, lines)  # z_j, then its shorter candidates
+        for line in (*shorter, ""):  # then the frame alone (what the bare reserve holds)
+            content = render.observation_stub_message(record.obs_id, record.returncode, record.n_tokens, line)
+            message = setup.message(render.TOOL, content, (), show_id)
+            if message.tokens <= least:
+                budget = least
+                break
     if message.tokens > budget:
         raise BudgetViolation(f"the stub message of {record.obs_id} costs {message.tokens} > the {budget} tokens left")
     return ToolResultEntry(turn, call_id, record.index, False, (), message)

@@ -756,7 +756,9 @@ def tool_turn(state: ArcState, event: ToolTurn) -> tuple[ArcState, ToolTurnResul
 
     The turn and the results of its calls form one unit of H that costs at most R: each environment call has
     a result reserved (``tool_reserve``: its stub message at the widest), ARC's answers and the assistant
-    message take the rest (the thought is clipped until it fits; a turn whose calls cannot fit is refused).
+    message take the rest (the thought is clipped until it fits, then the arguments' long strings); when it
+    cannot fit so, each result is reserved its stub frame only (`Setup.bare_result_reserve`); a turn whose
+    calls cannot fit even then is refused.
     A call to a tool that is neither ARC's nor the environment's is answered with a note, never run.
     """
     _tool_mode(state, "a tool turn")
@@ -783,16 +785,23 @@ def tool_turn(state: ArcState, event: ToolTurn) -> tuple[ArcState, ToolTurnResul
             run.answer(render.note_unknown_tool(run.shown_token(call.name)))
         answered.append((call, tuple(run.notes[start:]), "\n".join(run.responses[start:])))
     answers = [tool_note_entry(setup, turn, call.call_id, notes, budget) for call, notes, _ in answered]
+    answered_tokens = sum(entry.message.tokens for entry in answers)
     reserved = sum(setup.result_reserve(call.call_id) for call in environment)
-    left = budget - sum(entry.message.tokens for entry in answers) - reserved
     try:
-        assistant = tool_turn_entry(setup, turn, thought, calls, left)
+        assistant = tool_turn_entry(setup, turn, thought, calls, budget - answered_tokens - reserved)
     except BudgetViolation:
-        raise InvalidEvent(
-            f"a tool turn with {len(calls)} call(s) cannot fit recent_budget R = {budget}: with its text and the"
-            f" strings of its arguments clipped its message costs more than the {left} tokens left after ARC's"
-            f" answers and the {reserved} reserved for the {len(environment)} result(s) of the environment"
-        ) from None
+        # the results then share what is left: each is sure of its stub frame only (bare, spec 13, `tool_result`)
+        reserved = sum(setup.bare_result_reserve(call.call_id) for call in environment)
+        left = budget - answered_tokens - reserved
+        try:
+            assistant = tool_turn_entry(setup, turn, thought, calls, left)
+        except BudgetViolation:
+            raise InvalidEvent(
+                f"a tool turn with {len(calls)} call(s) cannot fit recent_budget R = {budget}: with its text and the"
+                f" strings of its arguments clipped its message costs more than the {left} tokens left after ARC's"
+                f" answers and the {reserved} reserved for the stub frames of the {len(environment)} result(s) of"
+                " the environment"
+            ) from None
     new_state, folded = _append_live(run.state, (assistant, *answers), turn=turn, pending=tuple(environment))
     result = ToolTurnResult(
         tuple(ToolAnswer(call.call_id, entry.message.content, response)
@@ -817,10 +826,11 @@ def tool_result(state: ArcState, event: ToolResult) -> tuple[ArcState, ObserveRe
         raise InvalidEvent(f"no pending tool call has id {clipped(call_id, SHOWN_TOKEN_CHARS)!r} (pending: {waiting})")
     setup = state.setup
     pending = tuple(other for other in state.pending if other.call_id != call_id)
-    left = (state.config.recent_budget - _unit_tokens(state.live)
-            - sum(setup.result_reserve(other.call_id) for other in pending))
+    unit_left = state.config.recent_budget - _unit_tokens(state.live)
+    share = unit_left - sum(setup.result_reserve(other.call_id) for other in pending)
+    least = unit_left - sum(setup.bare_result_reserve(other.call_id) for other in pending)
     return _store(state, call.action(), content, event.returncode,
-                  lambda record: tool_result_entry(setup, state.turn, call_id, record, left), pending=pending)
+                  lambda record: tool_result_entry(setup, state.turn, call_id, record, share, least), pending=pending)
 
 
 def user_message(state: ArcState, event: UserMessage) -> tuple[ArcState, ObserveResult]:

@@ -7,6 +7,8 @@ store is a persistent vector: appending costs O(log32 N) and shares every earlie
 
 from __future__ import annotations
 
+from typing import Iterator
+
 from attrs import frozen
 from pyrsistent import PVector, pvector
 
@@ -14,7 +16,7 @@ from arc_ref import render
 from arc_ref.config import Setup
 from arc_ref.errors import BudgetViolation, InvalidEvent
 from arc_ref.recall import count_and_inner_cuts
-from arc_ref.text import ascii_words, clip_until, halving_lengths, utf8_bytes
+from arc_ref.text import ascii_words, clip_until, clipped, halving_lengths, utf8_bytes
 
 
 def action_signature(action: str) -> str:
@@ -55,28 +57,27 @@ def previews(content: str, head_chars: int, tail_chars: int) -> tuple[str, str]:
     return head, content[tail_start:]
 
 
-def make_stub(setup: Setup, obs_id: str, returncode: int, n_chars: int, n_tokens: int,
-              signature: str, head: str, tail: str) -> tuple[str, int]:
-    """z_j with previews clipped (halving, tail and head together) and then the signature, until cost <= c."""
-    cap = setup.config.stub_cap
+def stub_lines(setup: Setup, obs_id: str, returncode: int, n_chars: int, n_tokens: int,
+               signature: str, head: str, tail: str) -> Iterator[str]:
+    """The candidates for z_j, longest first: the previews clipped (halving, tail and head together), then the
+    signature clipped (`clip_until`'s lengths) with no previews."""
     sig = setup.shown_signature(signature)  # S, escaped, clipped: a control string in the action is inert
-
-    def cost(line: str) -> int:
-        return setup.line_tokens(line)
-
     for keep in halving_lengths(max(len(head), len(tail))):
         clipped_tail = tail[len(tail) - min(keep, len(tail)) :]
-        line = render.stub(obs_id, returncode, n_chars, n_tokens, sig, head[:keep], clipped_tail)
-        tokens = cost(line)
+        yield render.stub(obs_id, returncode, n_chars, n_tokens, sig, head[:keep], clipped_tail)
+    for keep in halving_lengths(len(sig)):
+        yield render.stub(obs_id, returncode, n_chars, n_tokens, clipped(sig, keep), "", "")
+
+
+def make_stub(setup: Setup, obs_id: str, returncode: int, n_chars: int, n_tokens: int,
+              signature: str, head: str, tail: str) -> tuple[str, int]:
+    """z_j: the first of `stub_lines` whose cost is <= c."""
+    cap = setup.config.stub_cap
+    for line in stub_lines(setup, obs_id, returncode, n_chars, n_tokens, signature, head, tail):
+        tokens = setup.line_tokens(line)
         if tokens <= cap:
             return line, tokens
-    clipped_sig = clip_until(
-        sig, lambda s: cost(render.stub(obs_id, returncode, n_chars, n_tokens, s, "", "")) <= cap
-    )
-    if clipped_sig is None:
-        raise BudgetViolation(f"stub of {obs_id} cannot fit stub_cap c = {cap} tokens")
-    line = render.stub(obs_id, returncode, n_chars, n_tokens, clipped_sig, "", "")
-    return line, cost(line)
+    raise BudgetViolation(f"stub of {obs_id} cannot fit stub_cap c = {cap} tokens")
 
 
 # The largest observation stored (UTF-8 bytes; spec/rendering.md section 7). Storing one is linear in its size

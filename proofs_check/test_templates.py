@@ -175,37 +175,42 @@ _LONG_VALUE = st.builds(lambda piece, times: piece * times, st.text(alphabet="ab
 
 @given(template_configs("tools", tools=ENVIRONMENT_TOOLS),
        st.lists(st.tuples(st.sampled_from(("read_file", "ls", "_recall")), _LONG_VALUE, st.integers(0, 60)),
-                min_size=1, max_size=3),
-       st.text(alphabet="ab \n<|im_end|>", max_size=300))
+                min_size=1, max_size=6),
+       st.text(alphabet="ab \n<|im_end|>", max_size=300), st.lists(_LONG_VALUE, min_size=6, max_size=6))
 @proves("L2", "T1", "A4")
 def test_a_call_too_long_for_r_is_shown_clipped_and_counts_as_the_server_counts(
-        config: Config, calls: list[tuple[str, str, int]], thought: str) -> None:
-    """spec/rendering.md section 13: a turn is refused only when even its text and every string of its calls'
-    arguments clipped to an ellipsis cannot fit; otherwise its calls are shown with every string value clipped at
-    the first length of halving_lengths whose message fits (all values alike, keys and numbers kept), the environment
-    gets the calls as made, and the view equals the server's render-and-encode within K."""
+        config: Config, calls: list[tuple[str, str, int]], thought: str, outputs: list[str]) -> None:
+    """spec/rendering.md section 13: a turn's message gets what R leaves after ARC's answers and each result's full
+    reserve, else (when even its text clipped whole and every string of its calls' arguments clipped to an
+    ellipsis cannot fit) after each result's stub frame only; it is refused only when it cannot fit even then.
+    Within that room its calls are shown with every string value clipped at the first length of halving_lengths
+    whose message fits (all values alike, keys and numbers kept), the environment gets the calls as made, the
+    results then fit the unit within R, and every view equals the server's render-and-encode within K."""
     state = init(config)
     made = tuple(ToolCall(f"call_{number}", name, json.dumps(
         {"path": value[:short], "n": short, "body": [value, {"inner": value[short:]}]}, ensure_ascii=short % 2 == 0))
         for number, (name, value, short) in enumerate(calls, 1))
     setup = state.setup
+    budget = config.recent_budget
     shown_calls = tuple(setup.shown_call(call) for call in made)
     environment = tuple(call for call in made if call.name != "_recall")
-    reserved = sum(setup.result_reserve(call.call_id) for call in environment)
+    full = sum(setup.result_reserve(call.call_id) for call in environment)
+    frames = sum(setup.bare_result_reserve(call.call_id) for call in environment)
     least_text = clipped(setup.show(thought), 0)
+    least = tuple(ToolCall(call.call_id, call.name, spec_clip(call.arguments, 0)) for call in shown_calls)
     try:
         after, turn = tool_turn(state, ToolTurn(thought, made))
     except InvalidEvent as refused:
         assert "cannot fit recent_budget R" in str(refused)
-        least = tuple(ToolCall(call.call_id, call.name, spec_clip(call.arguments, 0)) for call in shown_calls)
         if len(environment) == len(made):  # no answer of ARC's takes a share of R
-            assert setup.message("assistant", least_text, least).tokens > config.recent_budget - reserved
+            assert setup.message("assistant", least_text, least).tokens > budget - frames
         event("refused")
         return
     assert turn.environment_calls == environment
     entry = after.live[-1 - len(turn.answered)]
-    left = config.recent_budget - reserved - sum(answer.message.tokens for answer in after.live[-len(turn.answered):]
-                                                 if turn.answered)
+    answered = sum(answer.message.tokens for answer in after.live[len(after.live) - len(turn.answered):])
+    bare = setup.message("assistant", least_text, least).tokens > budget - answered - full
+    left = budget - answered - (frames if bare else full)
     assert entry.message.tokens <= left
     shown = entry.message.tool_calls
     lengths = halving_lengths(max(longest_string_value(call.arguments) for call in shown_calls))
@@ -217,8 +222,17 @@ def test_a_call_too_long_for_r_is_shown_clipped_and_counts_as_the_server_counts(
         longer = lengths[lengths.index(at[0]) - 1]
         assert setup.message("assistant", least_text, tuple(ToolCall(call.call_id, call.name, spec_clip(
             call.arguments, longer)) for call in shown_calls)).tokens > left
-    event("arguments clipped" if shown != shown_calls else "shown whole")
+    event(("frames reserved, " if bare else "") + ("arguments clipped" if shown != shown_calls else "shown whole"))
     check_pairs(check_view_against_the_server(after))
+    for call, output in zip(environment, outputs):
+        try:
+            after, stored = tool_result(after, ToolResult(call.call_id, output))
+        except CapacityExceeded:
+            return
+        if stored.folded == 0:  # the unit is still H's last (a fold may take it once complete)
+            unit = after.live[len(after.live) - (2 + len(turn.answered) + environment.index(call)):]
+            assert unit[0].message.tool_calls == shown and sum(item.message.tokens for item in unit) <= budget
+        check_pairs(check_view_against_the_server(after))
 
 
 @given(template_configs("tools", tools=ENVIRONMENT_TOOLS), tool_steps(max_turns=5))

@@ -340,7 +340,7 @@ def tool_mode_vectors() -> list[TraceVector]:
             " are not JSON, or JSON that is no object, as {}; an ARC tool reads a non-string value as its JSON text (1.0 -> '1.0', [2] ->"
             " '[2]') and text that is not JSON as itself; an unknown tool name is clipped to 48 characters and"
             " escaped in its note; a tool turn without calls folds into S as a turn whose action is empty; a turn"
-            " whose results cannot all be reserved in R is refused whole.",
+            " whose calls cannot fit R even with their results' stub frames only is refused whole.",
             (
                 config("minimal", **qwen_tools),
                 tool_turn("Read.", call("call_1", "read_file",
@@ -360,7 +360,7 @@ def tool_mode_vectors() -> list[TraceVector]:
                 tool_result("call_8", "a.txt b.txt " * 20),
                 compact("forced"),
                 VIEW,
-                tool_turn("", call("call_9", "ls"), call("call_10", "ls"), call("call_11", "ls")),
+                tool_turn("", *(call(f"call_{number}", "ls") for number in range(9, 23))),
             ),
             (
                 ("tojson writes the parsed arguments back", view_has(
@@ -372,8 +372,8 @@ def tool_mode_vectors() -> list[TraceVector]:
                 ("an unknown name is clipped, then escaped",
                  answered_has("tool\\t" + "n" * 43 + "…: no tool has this name; not run")),
                 ("a turn without calls folds with an empty action", view_has("thought: Done. | action: \n")),
-                ("three results cannot be reserved in R: the turn is refused",
-                 has_error("a tool turn with 3 call(s) cannot fit recent_budget R = 420")),
+                ("fourteen calls cannot fit R even with their results' stub frames only: the turn is refused",
+                 has_error("a tool turn with 14 call(s) cannot fit recent_budget R = 420")),
             ),
             (QWEN3_VECTOR_PATH,),
         ),
@@ -400,6 +400,33 @@ def tool_mode_vectors() -> list[TraceVector]:
                 ("keys, numbers and short values are kept", view_has('"path": "notes.txt", "n": 3, "text": "note 0:')),
                 ("the long value is clipped to the first length that fits",
                  view_has('reads nominal\\nnote 19: the sensor reads nominal\\nnote \u2026"}}\n</tool_call>')),
+            ),
+            (QWEN3_VECTOR_PATH,),
+        ),
+        TraceVector(
+            "tool_results_share_r",
+            ("rendering.md §13",),
+            "Parallel calls whose results cannot all be reserved their stub message at the widest: each is reserved"
+            " its stub frame only (the stub message with an empty line), and a result that does not fit its share"
+            " with the others' full reserves kept is shown verbatim or as its stub when that fits, else as its stub"
+            " with the line shortened (z_j's own shorter candidates: previews, then signature, then none) to what is"
+            " left with the others' frames kept. The unit stays within R; every id stays in the view.",
+            (
+                config("minimal", **qwen_tools),
+                tool_turn("Reading the four reports at once.",
+                          *(call(f"call_{number}", "read_file", json.dumps({"path": f"report-{number}.txt"}))
+                            for number in range(1, 5))),
+                VIEW,
+                *(tool_result(f"call_{number}", "".join(f"report {number} row {row}: value {row * number}\n"
+                                                         for row in range(80)))
+                  for number in range(1, 5)),
+                VIEW,
+            ),
+            (
+                ("four calls fit with their results' frames reserved", errors_on()),
+                ("a result short of room shows a shorter candidate of its stub line",
+                 view_has("(1072 tokens); stub:\n§03-6 rc=0 2112ch 1072tok $ read_file {\"path… | head: report |")),
+                ("the last result has room for its frame alone", view_has("(1082 tokens); stub:\n\n</tool_response>")),
             ),
             (QWEN3_VECTOR_PATH,),
         ),
