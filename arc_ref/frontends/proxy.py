@@ -423,6 +423,7 @@ class Conversation:
     resume: Resume | None = None  # where its store was when this process last released it
     used_at: float = attrs.field(factory=time.monotonic)
     requests: int = 0  # requests holding it or waiting for it (it stays in memory meanwhile)
+    last_reply: AnsweredRequest | None = None  # its latest reply, for a client's retry of that request
 
     @property
     def state(self) -> ArcState:
@@ -488,6 +489,22 @@ class ProxySettings:
     lock_wait_s: float = 30.0  # with --store: how long a request waits for a conversation another process holds
     upstream_api_key: str | None = attrs.field(default=None, repr=False)
     client_keys: frozenset[str] = attrs.field(default=frozenset(), repr=False)  # none: no client authentication
+
+
+@attrs.frozen
+class AnsweredRequest:
+    """A conversation's latest reply and the request it answered (its deepest chain hash and its other parameters),
+    so that a client's automatic retry of that request gets the same reply (`Proxy.complete`)."""
+
+    asked_at: str  # the chain hash of the request's last message
+    answered_at: str  # the conversation's head after the reply (the mark of the assistant message it returned)
+    parameters: dict[str, Any]  # the request's members other than the messages (compared by value)
+    reply: Reply
+
+
+def request_parameters(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A request's members other than its messages (a retry sends them unchanged): a shallow copy, no serialization."""
+    return {key: value for key, value in body.items() if key != "messages"}
 
 
 @attrs.define
@@ -1182,11 +1199,16 @@ class Proxy:
         self.fork_copies.shutdown(wait=False)
         self.conversations.close()
 
-    async def complete(self, body: dict[str, Any], explicit: str | None) -> Reply:
+    async def complete(self, body: dict[str, Any], explicit: str | None, retry: bool = False) -> Reply:
+        """The reply to one chat request. ``retry``: the client says the request is a retry of one it sent before
+        (the OpenAI SDK's ``x-stainless-retry-count``): when the conversation's latest reply answered this very
+        request and nothing followed it, that reply again (the first attempt's reply was committed but never
+        received: a timeout, a cut connection), waiting for the first attempt when it still runs, rather than a
+        fork that copies the conversation and asks the upstream again."""
         messages, tools, system, hashes, template_kwargs = parse_request(body, explicit, self.known)
         self._sweep_idle()
         try:
-            return await self._complete(messages, tools, system, hashes, template_kwargs, body)
+            return await self._complete(messages, tools, system, hashes, template_kwargs, body, retry)
         except TimeoutError:  # an OSError, but not the store's
             raise
         except (StoreError, OSError) as problem:  # a mark, the shared index, a fork's store: may pass on a retry
@@ -1196,10 +1218,10 @@ class Proxy:
             self.conversations.evict()
 
     async def _complete(self, messages: Sequence[AgentMessage], tools: list[dict[str, Any]], system: str,
-                        hashes: list[str], template_kwargs: tuple[tuple[str, Any], ...], body: dict[str, Any]
-                        ) -> Reply:
+                        hashes: list[str], template_kwargs: tuple[tuple[str, Any], ...], body: dict[str, Any],
+                        retry: bool = False) -> Reply:
         """`complete` after the request is read: the conversation found (or made, or forked) and held, then run."""
-        wait = False
+        wait = retry  # a retry waits for the attempt that may still be answering it
         while True:
             key = await self._resume(hashes, messages, system, tools, template_kwargs)
             try:
@@ -1212,7 +1234,15 @@ class Proxy:
                         continue
                     mark, start = found
                     if conversation.position == mark.position:
-                        return await self._run(conversation, messages[start:], hashes[start:], body)
+                        reply = await self._run(conversation, messages[start:], hashes[start:], body)
+                        conversation.last_reply = AnsweredRequest(hashes[-1], conversation.head,
+                                                                  request_parameters(body), reply)
+                        return reply
+                    answered = conversation.last_reply
+                    if (retry and answered is not None and answered.asked_at == hashes[-1]
+                            and answered.answered_at == conversation.head
+                            and answered.parameters == request_parameters(body)):
+                        return answered.reply  # the first attempt's reply, committed but never received
                     # it moved on (another request of this history, or the agent edited or regenerated): fork
                     async with self.fork_turn(key):
                         forked = await in_thread_undone_if_cancelled(
@@ -1230,7 +1260,9 @@ class Proxy:
                 forked, start = unheld
             try:
                 async with self.conversations.held(forked.key) as child:
-                    return await self._run(child, messages[start:], hashes[start:], body)
+                    reply = await self._run(child, messages[start:], hashes[start:], body)
+                    child.last_reply = AnsweredRequest(hashes[-1], child.head, request_parameters(body), reply)
+                    return reply
             finally:
                 self.conversations.let_go_of_fork(forked)
 

@@ -386,6 +386,14 @@ def decode_whole(raw: bytes) -> dict[str, Any]:
     return body
 
 
+RETRY_COUNT_HEADER = "x-stainless-retry-count"  # the OpenAI SDKs' count of the attempts before this one
+
+
+def is_retry(count: str | None) -> bool:
+    """Whether a request says it retries one sent before (``x-stainless-retry-count`` of 1 or more)."""
+    return count is not None and count.strip().isdigit() and int(count.strip()) >= 1
+
+
 def error_event(problem: Exception) -> str:
     """The SSE event of a failure met after the stream began (its status cannot change any more): the typed
     body of a refusal or failure, the upstream's own error body when it is one."""
@@ -481,7 +489,8 @@ def build_app(settings: ProxySettings) -> Any:
             explicit = f"{owner}:{explicit or ''}"
         REQUEST_OWNER.set(owner)
         UPSTREAM_HEADERS.set(upstream_headers(settings, request.headers.get("authorization")))
-        task = asyncio.ensure_future(proxy.complete(body, explicit))  # a copy of this context: its headers
+        retry = is_retry(request.headers.get(RETRY_COUNT_HEADER))
+        task = asyncio.ensure_future(proxy.complete(body, explicit, retry))  # a copy of this context: its headers
         if body.get("stream") is not True:
             try:
                 reply = await task

@@ -152,9 +152,11 @@ class SharedProxy(Proxy):
         self.fork_copies.shutdown(wait=False)
         await self.database.close()
 
-    async def complete(self, body: dict[str, Any], explicit: str | None) -> Reply:
+    async def complete(self, body: dict[str, Any], explicit: str | None, retry: bool = False) -> Reply:
         """One request in one transaction. The database unavailable (down, restarting): the request is tried again
-        from the start (nothing of it was kept) until ``store_retry_s`` has passed, then answered 503."""
+        from the start (nothing of it was kept) until ``store_retry_s`` has passed, then answered 503. ``retry`` is
+        not used: on a database a retry of an answered request forks it, as an edited one does (one process keeps
+        the latest reply of each conversation in memory, `Proxy.complete`)."""
         messages, tools, system, hashes, template_kwargs = parse_request(body, explicit, self.known)
         deadline = time.monotonic() + self.settings.store_retry_s
         delay = 0.1

@@ -354,3 +354,78 @@ def test_a_long_output_read_chunk_by_chunk_is_progress_not_a_loop() -> None:
     reply, read = asyncio.run(scenario(3))  # 3 rounds reading, then 2 more (new chunks past the read limit)
     assert reply.hidden_rounds == 3 + 2 and [number for number, _ in read] == [1, 2, 3, 4, 5]
     assert "tool_calls" not in reply.completion["choices"][0]["message"]
+
+
+def test_a_client_s_retry_of_an_answered_request_gets_the_same_reply() -> None:
+    """The OpenAI SDK retries a request whose reply it did not receive (a timeout, a cut connection) with
+    ``x-stainless-retry-count`` >= 1 (review s12 h4 MINOR 4: each such retry forked the conversation, a copy of
+    it, and asked the upstream again). A retry of the request the conversation's latest reply answered gets that
+    reply, also while the first attempt still runs; the same request without the header, with other parameters,
+    or after the conversation went on is a fork as before."""
+    from tests.proxy.harness import BUDGETS, QWEN3
+
+    calls: list[int] = []
+    release = asyncio.Event()
+
+    async def upstream(request: httpx.Request) -> httpx.Response:
+        calls.append(len(json.loads(request.content)["messages"]))
+        if len(calls) == 3:
+            await release.wait()  # the third upstream call is slow: the client retries meanwhile
+        message = {"role": "assistant", "content": f"reply {len(calls)}", "tool_calls": [
+            {"id": f"b{len(calls)}", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]}
+        return httpx.Response(200, json={"id": f"x{len(calls)}", "object": "chat.completion", "created": 0, "model": "m",
+                                         "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+                                         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(upstream)) as client:
+            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS), client)
+            body = {"model": "m", "messages": [{"role": "user", "content": "go"}], "tools": [BASH_TOOL]}
+            first = await proxy.complete(body, None)
+            again = await proxy.complete(json.loads(json.dumps(body)), None, retry=True)
+            assert again.completion == first.completion and again.conversation == first.conversation
+            assert len(calls) == 1  # answered from the first attempt's reply
+            other = await proxy.complete({**body, "temperature": 0.5}, None, retry=True)  # not the same request
+            assert other.conversation != first.conversation and len(calls) == 2
+            # the first attempt still runs when the retry comes: the retry waits for it and gets its reply
+            body2 = {**body, "messages": [*body["messages"], first.completion["choices"][0]["message"],
+                                          {"role": "tool", "tool_call_id": "b1", "content": "a.txt"}]}
+            attempt = asyncio.ensure_future(proxy.complete(body2, None))
+            await asyncio.sleep(0.2)
+            retried = asyncio.ensure_future(proxy.complete(body2, None, retry=True))
+            await asyncio.sleep(0.2)
+            release.set()
+            done, retried_reply = await attempt, await retried
+            assert retried_reply.completion == done.completion and retried_reply.conversation == first.conversation
+            assert len(calls) == 3
+            body3 = {**body2, "messages": [*body2["messages"], done.completion["choices"][0]["message"],
+                                           {"role": "tool", "tool_call_id": "b3", "content": "b.txt"}]}
+            assert (await proxy.complete(body3, None)).conversation == first.conversation and len(calls) == 4
+            late = await proxy.complete(body2, None, retry=True)  # the conversation went on since: a fork
+            assert late.conversation != first.conversation and len(calls) == 5
+            plain = await proxy.complete(body3, None)  # the same request without the header: a fork, as before
+            assert plain.conversation not in (first.conversation, late.conversation) and len(calls) == 6
+
+    asyncio.run(scenario())
+
+
+def test_the_sdk_s_retry_header_reaches_the_proxy(tmp_path: Path) -> None:
+    """Over HTTP: ``x-stainless-retry-count: 1`` on a request already answered gets the same completion and makes no
+    upstream call; ``0`` (a first attempt: the same history sent again on purpose) is a fork, as before."""
+    with serve_upstream() as (server, upstream_url), serve_proxy(upstream_url, store=tmp_path / "store") as base_url:
+        body = {"model": "scripted", "messages": [{"role": "user", "content": task_text(tmp_path / "none.log")}],
+                "tools": [BASH_TOOL]}
+
+        def ask(count: str | None) -> httpx.Response:
+            headers = {"x-stainless-retry-count": count} if count is not None else {}
+            response = httpx.post(f"{base_url}/chat/completions", json=body, headers=headers, timeout=60)
+            assert response.status_code == 200, response.text
+            return response
+
+        first = ask(None)
+        retried = ask("1")
+        assert retried.json() == first.json() and server.stats.chat_requests == 1
+        assert retried.headers["x-arc-conversation"] == first.headers["x-arc-conversation"]
+        again = ask("0")
+        assert again.headers["x-arc-conversation"] != first.headers["x-arc-conversation"]
+        assert server.stats.chat_requests == 2 and len(rounds(base_url)) == 2
