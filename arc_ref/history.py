@@ -13,7 +13,6 @@ as a whole, so a call and its result are never separated; a unit's messages cost
 
 from __future__ import annotations
 
-import itertools
 from typing import Sequence, Union
 
 from attrs import frozen
@@ -200,13 +199,13 @@ def tool_turn_entry(setup: Setup, turn: int, thought: str, calls: tuple[ToolCall
     call too long for R is shown cut rather than refused). The entry keeps what the model wrote."""
     shown_calls = tuple(setup.shown_call(call) for call in calls)
 
-    def message(text: str, shown_calls: tuple[ToolCall, ...] = shown_calls) -> Message:
-        return setup.message(render.ASSISTANT, text, shown_calls)
+    def message(text: str, with_calls: tuple[ToolCall, ...]) -> Message:
+        return setup.message(render.ASSISTANT, text, with_calls)
 
     shown_thought = setup.show(thought)
-    shown = clip_until(shown_thought, lambda text: message(text).tokens <= budget)
+    shown = clip_until(shown_thought, lambda text: message(text, shown_calls).tokens <= budget)
     if shown is not None:
-        return ToolTurnEntry(turn, thought, calls, message(shown))
+        return ToolTurnEntry(turn, thought, calls, message(shown, shown_calls))
     least_text = clipped(shown_thought, 0)
     longest = max((longest_string_value(call.arguments) for call in shown_calls), default=0)
     for keep in halving_lengths(longest)[1:]:  # the longest itself clips nothing: the text's last clip, refused
@@ -253,9 +252,10 @@ def tool_result_entry(setup: Setup, turn: int, call_id: str, record: Record, bud
             verbatim = setup.message(render.TOOL, head + record.shown, (), show_id, parts)
         if verbatim is not None and verbatim.tokens <= least:
             return ToolResultEntry(turn, call_id, record.index, True, (), verbatim)
-        lines = stub_lines(setup, record.obs_id, record.returncode, record.n_chars, record.n_tokens, record.signature,
-                           record.head, record.tail)
-        shorter = itertools.dropwhile(lambda line: line != record.stub, lines)  # z_j, then its shorter candidates
+        lines = list(stub_lines(setup, record.obs_id, record.returncode, record.n_chars, record.n_tokens,
+                                record.signature, record.head, record.tail))
+        assert record.stub in lines, "z_j is one of its own candidates (`make_stub`)"
+        shorter = lines[lines.index(record.stub):]  # z_j, then the candidates after it
         for line in (*shorter, ""):  # then the frame alone (what the bare reserve holds)
             content = render.observation_stub_message(record.obs_id, record.returncode, record.n_tokens, line)
             message = setup.message(render.TOOL, content, (), show_id)

@@ -74,7 +74,6 @@ from arc_ref.machine import (
     Output,
     ToolTurn,
     ToolTurnResult,
-    default_page,
     init,
     step,
     view,
@@ -424,6 +423,7 @@ class Conversation:
     used_at: float = attrs.field(factory=time.monotonic)
     requests: int = 0  # requests holding it or waiting for it (it stays in memory meanwhile)
     last_reply: AnsweredRequest | None = None  # its latest reply, for a client's retry of that request
+    answering: AskedRequest | None = None  # the request it answers now (a retry of it waits for it)
 
     @property
     def state(self) -> ArcState:
@@ -491,20 +491,31 @@ class ProxySettings:
     client_keys: frozenset[str] = attrs.field(default=frozenset(), repr=False)  # none: no client authentication
 
 
-@attrs.frozen
+@attrs.frozen(hash=False)
+class AskedRequest:
+    """What a client's retry of a request repeats: the chain hash of its last message, its other members (compared
+    by value) and a digest of the credential it reaches the upstream with (a retry is answered without the upstream,
+    so only for the same credential)."""
+
+    asked_at: str
+    parameters: dict[str, Any]
+    credential: str
+
+    @staticmethod
+    def of(hashes: Sequence[str], body: Mapping[str, Any]) -> AskedRequest:
+        headers = sorted((name.lower(), value) for name, value in UPSTREAM_HEADERS.get().items())
+        credential = hashlib.sha256(json.dumps(headers).encode("utf-8", "surrogatepass")).hexdigest()
+        return AskedRequest(hashes[-1], {key: value for key, value in body.items() if key != "messages"}, credential)
+
+
+@attrs.frozen(hash=False)
 class AnsweredRequest:
-    """A conversation's latest reply and the request it answered (its deepest chain hash and its other parameters),
-    so that a client's automatic retry of that request gets the same reply (`Proxy.complete`)."""
+    """A conversation's latest reply and the request it answered, so that a client's automatic retry of that
+    request gets the same reply (`Proxy.complete`)."""
 
-    asked_at: str  # the chain hash of the request's last message
+    request: AskedRequest
     answered_at: str  # the conversation's head after the reply (the mark of the assistant message it returned)
-    parameters: dict[str, Any]  # the request's members other than the messages (compared by value)
     reply: Reply
-
-
-def request_parameters(body: Mapping[str, Any]) -> dict[str, Any]:
-    """A request's members other than its messages (a retry sends them unchanged): a shallow copy, no serialization."""
-    return {key: value for key, value in body.items() if key != "messages"}
 
 
 @attrs.define
@@ -524,11 +535,11 @@ class HiddenRounds:
     def count(self) -> int:
         return self.idle + self.reading
 
-    def another(self, shown_before: tuple[str, ...], shown_now: Sequence[tuple[str, ...]]) -> bool:
+    def another(self, shown_before: Sequence[tuple[str, ...]], shown_now: Sequence[tuple[str, ...]]) -> bool:
         """Whether one more hidden round may follow a round that answered only ARC's calls, its view showing
-        ``shown_now`` (chunks and the catalog page) where the view before showed ``shown_before`` (its page); the
+        ``shown_now`` (chunks and the catalog page) where the view before showed ``shown_before`` (its page, U's chunks); the
         round is counted."""
-        self.shown.add(shown_before)
+        self.shown.update(shown_before)
         new = [item for item in shown_now if item not in self.shown]
         self.shown.update(new)
         if new and self.reading < self.read_limit:
@@ -540,8 +551,12 @@ class HiddenRounds:
         return False
 
 
-def _page_shown(state: ArcState) -> tuple[str, ...]:
-    return ("page", str(state.catalog_cursor or default_page(state)))
+def _shown_items(state: ArcState) -> list[tuple[str, ...]]:
+    """What a view of ``state`` shows that a hidden round may show anew: its catalog page, as shown (layout lean's
+    default page N and the whole page N differ), and the chunks in U."""
+    page = state.catalog_message.content if state.catalog_message is not None else ""
+    return [("page", page), *(("chunk", state.records[entry.index - 1].obs_id, str(entry.chunk))
+                              for entry in state.recall_buffer)]
 
 
 @attrs.define
@@ -1221,12 +1236,16 @@ class Proxy:
                         hashes: list[str], template_kwargs: tuple[tuple[str, Any], ...], body: dict[str, Any],
                         retry: bool = False) -> Reply:
         """`complete` after the request is read: the conversation found (or made, or forked) and held, then run."""
-        wait = retry  # a retry waits for the attempt that may still be answering it
+        asked = AskedRequest.of(hashes, body)
+        wait = False
         while True:
             key = await self._resume(hashes, messages, system, tools, template_kwargs)
             try:
                 if not wait and self.conversations.busy(key):
-                    raise ConversationBusy(f"conversation {key} is held by another request")
+                    holder = self.conversations.by_key.get(key)
+                    if not (retry and holder is not None and holder.answering == asked):
+                        raise ConversationBusy(f"conversation {key} is held by another request")
+                    wait = True  # a retry of the request it answers now: that attempt's reply is this one's
                 async with self.conversations.held(key, wait) as conversation:
                     found = conversation.deepest_mark(hashes)  # its rows and marks caught up: maybe deeper
                     if found is None:  # the index named it for a mark its marks file lost: look again
@@ -1234,14 +1253,10 @@ class Proxy:
                         continue
                     mark, start = found
                     if conversation.position == mark.position:
-                        reply = await self._run(conversation, messages[start:], hashes[start:], body)
-                        conversation.last_reply = AnsweredRequest(hashes[-1], conversation.head,
-                                                                  request_parameters(body), reply)
-                        return reply
+                        return await self._answer(conversation, messages[start:], hashes[start:], body, asked)
                     answered = conversation.last_reply
-                    if (retry and answered is not None and answered.asked_at == hashes[-1]
-                            and answered.answered_at == conversation.head
-                            and answered.parameters == request_parameters(body)):
+                    if (retry and answered is not None and answered.request == asked
+                            and answered.answered_at == conversation.head):
                         return answered.reply  # the first attempt's reply, committed but never received
                     # it moved on (another request of this history, or the agent edited or regenerated): fork
                     async with self.fork_turn(key):
@@ -1260,11 +1275,21 @@ class Proxy:
                 forked, start = unheld
             try:
                 async with self.conversations.held(forked.key) as child:
-                    reply = await self._run(child, messages[start:], hashes[start:], body)
-                    child.last_reply = AnsweredRequest(hashes[-1], child.head, request_parameters(body), reply)
-                    return reply
+                    return await self._answer(child, messages[start:], hashes[start:], body, asked)
             finally:
                 self.conversations.let_go_of_fork(forked)
+
+    async def _answer(self, conversation: Conversation, new: Sequence[AgentMessage], hashes: Sequence[str],
+                      body: dict[str, Any], asked: AskedRequest) -> Reply:
+        """`_run` on a conversation this request holds, noting the request while it runs and its reply after it
+        (for a client's retry of it)."""
+        conversation.answering = asked
+        try:
+            reply = await self._run(conversation, new, hashes, body)
+        finally:
+            conversation.answering = None
+        conversation.last_reply = AnsweredRequest(asked, conversation.head, reply)
+        return reply
 
     @contextlib.asynccontextmanager
     async def fork_turn(self, parent: str) -> AsyncIterator[None]:
@@ -1439,13 +1464,13 @@ class Proxy:
         ARC's tools and ``hidden`` allows another round (counted there); else the calls that go back to the agent, after the mark
         of the assistant message the agent will send back (in the shared index too) and, with --store, the store
         released (the request's last hand-off)."""
-        page_before = _page_shown(conversation.state)
+        shown_before = _shown_items(conversation.state)
         output = self._apply(conversation, ToolTurn(reply.content, reply.calls))
         assert isinstance(output, ToolTurnResult)
         environment = output.environment_calls
         if reply.calls and not environment:
             chunks = [("chunk", recall.obs_id, str(recall.chunk)) for recall in output.recalls]
-            if hidden.another(page_before, [*chunks, _page_shown(conversation.state)]):
+            if hidden.another(shown_before, [*chunks, *_shown_items(conversation.state)[:1]]):
                 return view(conversation.state)
         conversation.position += 1
         chain_hash = chain_next(conversation.head, AgentMessage("assistant", reply.content, environment))

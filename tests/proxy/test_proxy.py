@@ -23,7 +23,7 @@ from tests.proxy.harness import (
 
 import httpx  # noqa: E402  (after the harness, which skips without the proxy extra)
 
-from arc_ref.frontends.proxy import Proxy, ProxySettings, Refused, sse_chunks  # noqa: E402
+from arc_ref.frontends.proxy import UPSTREAM_HEADERS, Proxy, ProxySettings, Refused, sse_chunks  # noqa: E402
 from arc_ref.session import TOOL_MODE_SYSTEM  # noqa: E402
 from arc_ref.tools import ARC_TOOL_NAMES  # noqa: E402
 
@@ -369,11 +369,12 @@ def test_a_client_s_retry_of_an_answered_request_gets_the_same_reply() -> None:
 
     async def upstream(request: httpx.Request) -> httpx.Response:
         calls.append(len(json.loads(request.content)["messages"]))
-        if len(calls) == 3:
+        number = len(calls)
+        if number == 3:
             await release.wait()  # the third upstream call is slow: the client retries meanwhile
-        message = {"role": "assistant", "content": f"reply {len(calls)}", "tool_calls": [
-            {"id": f"b{len(calls)}", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]}
-        return httpx.Response(200, json={"id": f"x{len(calls)}", "object": "chat.completion", "created": 0, "model": "m",
+        message = {"role": "assistant", "content": f"reply {number}", "tool_calls": [
+            {"id": f"b{number}", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]}
+        return httpx.Response(200, json={"id": f"x{number}", "object": "chat.completion", "created": 0, "model": "m",
                                          "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
                                          "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
 
@@ -393,18 +394,33 @@ def test_a_client_s_retry_of_an_answered_request_gets_the_same_reply() -> None:
             attempt = asyncio.ensure_future(proxy.complete(body2, None))
             await asyncio.sleep(0.2)
             retried = asyncio.ensure_future(proxy.complete(body2, None, retry=True))
-            await asyncio.sleep(0.2)
+            # a retry of another request (other parameters, or another credential) does not wait for it: a fork
+            unrelated = await asyncio.wait_for(proxy.complete({**body2, "temperature": 0.7}, None, retry=True), 20)
+            token = UPSTREAM_HEADERS.set({"Authorization": "Bearer other"})
+            try:
+                other_key = await asyncio.wait_for(proxy.complete(json.loads(json.dumps(body2)), None, retry=True), 20)
+            finally:
+                UPSTREAM_HEADERS.reset(token)
+            assert not attempt.done() and not retried.done() and len(calls) == 5
+            assert first.conversation not in (unrelated.conversation, other_key.conversation)
             release.set()
             done, retried_reply = await attempt, await retried
             assert retried_reply.completion == done.completion and retried_reply.conversation == first.conversation
-            assert len(calls) == 3
+            assert len(calls) == 5
+            token = UPSTREAM_HEADERS.set({"Authorization": "Bearer third"})
+            try:  # the answered request's retry with another credential: asked anew (the upstream checks the key)
+                assert (await proxy.complete(body2, None, retry=True)).conversation != first.conversation
+            finally:
+                UPSTREAM_HEADERS.reset(token)
+            assert len(calls) == 6
             body3 = {**body2, "messages": [*body2["messages"], done.completion["choices"][0]["message"],
-                                           {"role": "tool", "tool_call_id": "b3", "content": "b.txt"}]}
-            assert (await proxy.complete(body3, None)).conversation == first.conversation and len(calls) == 4
+                                           {"role": "tool", "content": "b.txt", "tool_call_id":
+                                            done.completion["choices"][0]["message"]["tool_calls"][0]["id"]}]}
+            assert (await proxy.complete(body3, None)).conversation == first.conversation and len(calls) == 7
             late = await proxy.complete(body2, None, retry=True)  # the conversation went on since: a fork
-            assert late.conversation != first.conversation and len(calls) == 5
+            assert late.conversation != first.conversation and len(calls) == 8
             plain = await proxy.complete(body3, None)  # the same request without the header: a fork, as before
-            assert plain.conversation not in (first.conversation, late.conversation) and len(calls) == 6
+            assert plain.conversation not in (first.conversation, late.conversation) and len(calls) == 9
 
     asyncio.run(scenario())
 
@@ -429,3 +445,32 @@ def test_the_sdk_s_retry_header_reaches_the_proxy(tmp_path: Path) -> None:
         again = ask("0")
         assert again.headers["x-arc-conversation"] != first.headers["x-arc-conversation"]
         assert server.stats.chat_requests == 2 and len(rounds(base_url)) == 2
+
+
+def test_a_hidden_round_showing_a_whole_catalog_page_is_a_reading_round() -> None:
+    """Layout lean's default page N (the stubs that have left H) and page N chosen with catalog-page (the whole
+    page) are different pages to read (review s13 h8 m2: both counted as page N, so the whole page's round was
+    counted against --max-hidden-rounds); a chunk already in U is not read anew."""
+    from arc_ref.config import preset
+    from arc_ref.frontends.proxy import HiddenRounds, _shown_items
+    from arc_ref.machine import ToolResult, ToolTurn, default_page, init, tool_result, tool_turn
+    from arc_ref.message import ToolCall
+    from tests.proxy.harness import QWEN3
+
+    state = init(preset("minimal", tokenizer=f"hf-dir:{QWEN3}", chat_format="template", action_mode="tools",
+                        tools=[BASH_TOOL], layout="lean", page_size=2, context_limit=3000, recent_budget=420,
+                        summary_budget=300, page_budget=300, recall_budget=200, chunk_tokens=24, prefill_cost=1))
+    number = 0
+    while default_page(state) == 0 or state.stored < 6:
+        number += 1
+        state, _ = tool_turn(state, ToolTurn("", (ToolCall(f"c{number}", "bash", "{}"),)))
+        state, _ = tool_result(state, ToolResult(f"c{number}", f"output {number} " * 40))
+    before = _shown_items(state)
+    page = json.dumps({"page": str(default_page(state))})
+    state, _ = tool_turn(state, ToolTurn("", (ToolCall("p", "catalog-page", page),)))
+    assert HiddenRounds(idle_limit=0, read_limit=1).another(before, _shown_items(state)[:1])  # a reading round
+    stored = state.records[0].obs_id
+    state, turn = tool_turn(state, ToolTurn("", (ToolCall("r", "_recall", json.dumps({"id": stored})),)))
+    rounds = HiddenRounds(idle_limit=0, read_limit=1)
+    assert not rounds.another(_shown_items(state), [("chunk", recall.obs_id, str(recall.chunk))
+                                                    for recall in turn.recalls])  # the chunk U shows already
