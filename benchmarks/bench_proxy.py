@@ -400,7 +400,11 @@ class Route:
     pid: int
 
 
+# `python -c` puts the current directory first on sys.path: run from a checkout, a baseline's interpreter would import
+# that checkout's arc_ref instead of its own; the directory is dropped so each interpreter imports its own
 _ARC_MAIN = """import sys
+if sys.path and sys.path[0] == "":
+    del sys.path[0]
 try:
     from arc_ref.frontends.cli import main
 except ImportError:  # a checkout from before the front ends moved (issue 29)
