@@ -101,19 +101,17 @@ def arguments_surrogate(arguments: str) -> str | None:
     return None
 
 
-def _decoded_object(arguments: str) -> dict[str, Any] | None:
-    """The JSON object the server reads from ``arguments``; None when it reads none (it then prints ``{}``)."""
-    try:
-        decoded: Any = json.loads(arguments)
-    except (ValueError, RecursionError):
-        return None
-    return decoded if isinstance(decoded, dict) else None
+def _server_object(arguments: str) -> dict[str, Any]:
+    """The object the server reads from ``arguments`` ({} when it reads none: it then prints ``{}``)."""
+    from arc_ref.templates import server_arguments  # the server's reading, one place (the core's tool mode only)
+
+    return server_arguments(arguments)
 
 
 def longest_string_value(arguments: str) -> int:
     """The length of the longest string value (keys aside, at any depth) of the object the server reads from
     ``arguments``; 0 when it reads no object."""
-    pending: list[Any] = [_decoded_object(arguments)]
+    pending: list[Any] = [_server_object(arguments)]
     longest = 0
     while pending:
         item = pending.pop()
@@ -131,13 +129,13 @@ def clipped_arguments(arguments: str, keep: int) -> str:
     string value (keys aside, at any depth) of the object the server reads from them that is longer than ``keep``
     characters clipped to ``clipped(value, keep)``, the object written as the template's ``tojson`` writes it; the
     text itself when nothing is clipped or the server reads no object (it prints ``{}``)."""
-    decoded = _decoded_object(arguments)
-    changed = [False]
+    changed = False
 
     def clip(item: Any) -> Any:
+        nonlocal changed
         if isinstance(item, str):
             if len(item) > keep:
-                changed[0] = True
+                changed = True
                 return clipped(item, keep)
             return item
         if isinstance(item, list):
@@ -146,10 +144,8 @@ def clipped_arguments(arguments: str, keep: int) -> str:
             return {key: clip(element) for key, element in item.items()}
         return item
 
-    if decoded is None:
-        return arguments
-    result = clip(decoded)
-    return json.dumps(result, ensure_ascii=False) if changed[0] else arguments
+    result = clip(_server_object(arguments))
+    return json.dumps(result, ensure_ascii=False) if changed else arguments
 
 
 def call_command(call: ToolCall) -> Command:
