@@ -147,11 +147,44 @@ def _psycopg() -> Any:
     return psycopg
 
 
+class StoreRefused(StoreError):
+    """The server refused the connection for a reason no retry changes (no such database or role, a wrong password,
+    pg_hba.conf): the URL or the server's accounts must be fixed."""
+
+
+# The server's refusals of a connection that waiting cannot cure, each with what to do. psycopg gives a failed
+# connection no SQLSTATE, so they are read from the server's FATAL line (its English wording, lc_messages=C or en);
+# anything else (refused, timed out, starting up, shutting down, too many clients) stays StoreUnavailable.
+_REFUSALS = (
+    (re.compile(r'FATAL:\s+database ".*" does not exist'),
+     "create it (createdb -h HOST -U USER NAME, as in the README's 'Running several proxies') or fix the URL"),
+    (re.compile(r'FATAL:\s+role ".*" does not exist'), "create the role (createuser) or fix the user in the URL"),
+    (re.compile(r"FATAL:\s+(password authentication failed|no pg_hba\.conf entry|(Peer|Ident|SSPI|GSSAPI|LDAP|RADIUS|"
+                r"certificate) authentication failed|role \".*\" is not permitted to log in|permission denied for"
+                r" database)"),
+     "fix the user or password in the URL, or the server's pg_hba.conf / the role's rights"),
+    (re.compile(r"fe_sendauth: no password supplied"), "give the password in the URL (or PGPASSWORD / ~/.pgpass)"),
+)
+
+
 def store_error(url: str, problem: Exception) -> StoreError:
-    """psycopg's error as the store's: the server unreachable or gone (OperationalError) is StoreUnavailable."""
+    """psycopg's error as the store's: the server unreachable or gone (OperationalError) is StoreUnavailable, a
+    connection it refuses for good StoreRefused."""
     if isinstance(problem, _psycopg().OperationalError):
-        return unavailable(url, problem)
+        return connect_failed(url, problem)
     return StoreError(f"the database {shown_url(url)}: {str(problem).strip()}")
+
+
+def connect_failed(url: str, problem: Exception) -> StoreError:
+    """A failed connection (or a connection lost in use) as StoreRefused when no retry can change the server's
+    answer, else StoreUnavailable (retry later)."""
+    text = str(problem).strip()
+    for pattern, advice in _REFUSALS:
+        found = pattern.search(text)
+        if found:
+            reason = text[found.start():].splitlines()[0].removeprefix("FATAL:").strip()
+            return StoreRefused(f"the database {shown_url(url)} refused the connection ({reason}): {advice}")
+    return unavailable(url, problem)
 
 
 def unavailable(url: str, problem: Exception) -> StoreUnavailable:
@@ -189,7 +222,7 @@ class Database:
                 self.url, autocommit=True, connect_timeout=self.connect_timeout_s, application_name="arc-ref")
             return connection
         except driver.OperationalError as problem:
-            raise unavailable(self.url, problem) from None
+            raise connect_failed(self.url, problem) from None
         except driver.ProgrammingError as problem:  # a malformed URL
             raise StoreError(f"cannot use the database {self.shown}: {problem}") from None
 
@@ -546,5 +579,5 @@ def create_store(location: str | os.PathLike[str], config: Config) -> Store:
     return DurableStore.create(location, config)
 
 
-__all__ = ["Database", "Store", "create_store", "open_store", "PostgresStore", "StoreUnavailable", "checked_rows", "database", "event_row_line",
+__all__ = ["Database", "Store", "create_store", "open_store", "PostgresStore", "StoreRefused", "StoreUnavailable", "checked_rows", "database", "event_row_line",
            "fold_row", "is_database_url", "shown_url", "split_task_url"]

@@ -38,10 +38,10 @@ from arc_ref.persist.postgres import (
     _psycopg,
     _reads_as_closed,
     checked_rows,
+    connect_failed,
     fold_row,
     shown_url,
     store_error,
-    unavailable,
 )
 from arc_ref.persist.store import GENESIS, StoreCorrupt, StoreError, chain
 
@@ -139,7 +139,7 @@ class AsyncDatabase:
                          " -c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3"))
             return connection
         except driver.OperationalError as problem:
-            raise unavailable(self.url, problem) from None
+            raise connect_failed(self.url, problem) from None
         except driver.ProgrammingError as problem:
             raise StoreError(f"cannot use the database {self.shown}: {problem}") from None
 

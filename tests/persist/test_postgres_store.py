@@ -5,9 +5,11 @@ down is StoreUnavailable with nothing acknowledged lost, and the counted round t
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from arc_ref.errors import CapacityExceeded
 from arc_ref.machine import AgentTurn, Observe
 from arc_ref.persist import DurableStore, StoreCorrupt, StoreError, StoreExists, StoreNotFound
 
+from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
 from tests.deployment import PostgresServer
 from tests.persist.test_store import CONFIG, events, folded
 
@@ -189,3 +192,55 @@ def test_inspect_names_a_task_of_a_database_and_refuses_a_url_without_one(pg_url
     missing = subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", "inspect", pg_url], capture_output=True,
                              text=True, check=False)
     assert missing.returncode == 2 and "#KEY" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def require_password(postgres: PostgresServer, role: str, password: str) -> None:
+    """``role`` logs in with a password checked by SCRAM (the session's server trusts every other role)."""
+    sql(postgres.dsn, f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
+    rules = postgres.data / "pg_hba.conf"
+    as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    written_rules = f"host all {role} 127.0.0.1/32 scram-sha-256\n" + rules.read_text()
+    subprocess.run([*as_postgres, "sh", "-c", f"cat > '{rules}'"], input=written_rules, text=True, check=True)
+    subprocess.run([*as_postgres, str(postgres.programs / "pg_ctl"), "-D", str(postgres.data), "reload"],
+                   check=True, capture_output=True)
+    time.sleep(0.5)  # the postmaster reads pg_hba.conf again on SIGHUP
+
+
+def test_a_connection_refused_for_good_is_not_worded_as_a_retry(postgres: PostgresServer, tmp_path: Path) -> None:
+    """Review h7 m3: a missing database was 'unavailable ...; retry later'. A database, a role or a password the
+    server refuses is StoreRefused saying what to fix, at start and on a request; the server down stays
+    StoreUnavailable (retry)."""
+    from arc_ref.persist.postgres_conversations import AsyncDatabase
+
+    require_password(postgres, "arc_locked", "right")
+    host = f"127.0.0.1:{postgres.port}"
+    refused = {
+        f"postgresql://arc@{host}/arc_no_such_db": 'database "arc_no_such_db" does not exist): create it (createdb',
+        f"postgresql://arc_ghost@{host}/postgres": 'role "arc_ghost" does not exist): create the role',
+        f"postgresql://arc_locked:wrong@{host}/postgres": 'password authentication failed for user "arc_locked"',
+        f"postgresql://arc_locked@{host}/postgres": "no password supplied): give the password",
+    }
+    for url, expected in refused.items():
+        for open_it in (lambda: PostgresStore.open(url, "task"), lambda: AsyncDatabase(url).check_schema()):
+            with pytest.raises(postgres_store.StoreRefused) as problem:
+                open_it()
+            assert expected in str(problem.value) and "retry" not in str(problem.value), str(problem.value)
+            assert "wrong" not in str(problem.value)  # the password is not shown
+    sql(postgres.dsn, "CREATE DATABASE arc_locked_db OWNER arc_locked")
+    PostgresStore.create(f"postgresql://arc_locked:right@{host}/arc_locked_db", "task", CONFIG)  # the right one
+    postgres.kill()
+    try:
+        with pytest.raises(StoreUnavailable, match="retry later"):
+            PostgresStore.open(postgres.url("postgres"), "task")
+    finally:
+        postgres.resume()
+    qwen3 = qwen3_dir()
+    if qwen3 is None:
+        pytest.skip(f"the proxy's start not checked: {QWEN3_ABSENT}")
+    started = subprocess.run(
+        [sys.executable, "-m", "arc_ref.frontends.cli", "proxy", "--store", f"postgresql://arc@{host}/arc_no_such_db",
+         "--upstream", "http://127.0.0.1:9/v1", "--tokenizer", f"hf-dir:{qwen3}", "--context-limit", "16384"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert started.returncode == 2 and "Traceback" not in started.stderr, started.stderr
+    assert 'refused the connection (database "arc_no_such_db" does not exist): create it' in started.stderr
+    assert "retry later" not in started.stderr
