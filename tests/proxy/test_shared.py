@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -29,7 +30,7 @@ import httpx  # noqa: E402
 from arc_ref.frontends.proxy import ProxySettings  # noqa: E402
 from arc_ref.frontends.proxy_app import build_app  # noqa: E402
 
-pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'arc-ref[postgres]')")
+psycopg = pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'arc-ref[postgres]')")
 pytestmark = [needs_qwen3]
 
 
@@ -160,6 +161,30 @@ def test_the_database_down_is_a_503_and_the_instance_serves_again_when_it_is_bac
         later = [record["view_digest"] for record in rounds(again)]
     assert shared == alone[:len(shared)] and len(shared) >= 2
     assert later == alone
+
+
+def test_a_database_dropped_under_a_running_instance_is_a_500_at_once_naming_the_fix(postgres: Any,
+                                                                                    tmp_path: Path) -> None:
+    """Review h7 m3: the server refusing the connection for good (here: the database dropped) is not retried for
+    store_retry_s as an outage is: 500 store_failed at once, saying the database does not exist and to create it."""
+    database = postgres.create_database("arc_test_shared_dropped")
+    log = tmp_path / "big.log"
+    big_log(log)
+    with serve_upstream() as (_, upstream_url), serve_shared(upstream_url, database, store_retry_s=60.0) as instance:
+        chatty_agent([instance], task_text(log), 1)
+        with psycopg.connect(postgres.dsn, autocommit=True) as connection:
+            connection.execute("DROP DATABASE arc_test_shared_dropped WITH (FORCE)")
+        started = time.monotonic()
+        refused = httpx.post(f"{instance}/chat/completions", timeout=120, json={
+            "model": "scripted", "tools": [BASH_TOOL],
+            "messages": [{"role": "system", "content": "You are a helpful assistant."},
+                         {"role": "user", "content": "another task"}]})
+        waited = time.monotonic() - started
+    assert refused.status_code == 500, refused.text
+    error = refused.json()["error"]
+    assert error["type"] == "store_failed" and "retry" not in error["message"], error
+    assert 'database "arc_test_shared_dropped" does not exist' in error["message"] and "createdb" in error["message"]
+    assert waited < 30.0  # not store_retry_s (60 s) of reconnecting
 
 
 def test_one_request_sent_to_two_instances_at_once_is_serialized_by_the_database(pg_url: str, tmp_path: Path
