@@ -81,6 +81,7 @@ from arc_ref.machine import (
 from arc_ref.frontends.proxy_options import (
     CLIENT_KEYS_ENV,
     DEFAULT_BODY_MEMORY_MB,
+    DEFAULT_DB_CONNECTIONS,
     DEFAULT_MAX_BODY_MB,
     DEFAULT_IDLE_SECONDS,
     DEFAULT_MAX_CONVERSATIONS,
@@ -477,6 +478,7 @@ class ProxySettings:
     database: str | None = None  # --store postgresql://...: conversations shared by every instance on it
     cache_conversations: int = 256  # with a database: conversation states an instance keeps (least recent out)
     store_retry_s: float = 15.0  # with a database: how long a request is tried again while it is unavailable
+    db_connections: int = DEFAULT_DB_CONNECTIONS  # with a database: the pool's size (one per request in flight)
     max_hidden_rounds: int = DEFAULT_MAX_HIDDEN_ROUNDS  # hidden rounds that show nothing new (`HiddenRounds`)
     max_read_rounds: int = DEFAULT_MAX_READ_ROUNDS  # hidden rounds that show a chunk or page not shown before
     keepalive_s: float = KEEPALIVE_S
@@ -1683,7 +1685,7 @@ def settings_from(options: ProxyOptions, parse_setting: Callable[[str], tuple[st
                          max_body_bytes=options.max_body_mb * 2**20, body_memory_bytes=options.body_memory_mb * 2**20,
                          upstream_api_key=upstream_key,
                          max_conversations=options.max_conversations, idle_seconds=options.idle_seconds,
-                         client_keys=client_keys)
+                         client_keys=client_keys, db_connections=options.db_connections)
 
 
 def _client_keys(path: str | None) -> frozenset[str]:

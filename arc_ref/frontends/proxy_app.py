@@ -446,8 +446,10 @@ def build_app(settings: ProxySettings) -> Any:
         if isinstance(problem, Refused):
             return JSONResponse(problem.body(), status_code=problem.http_status_hint)
         if isinstance(problem, Failed):
-            extra = {"retry-after": str(problem.retry_after)} if problem.retry_after is not None else None
-            return JSONResponse(problem.body(), status_code=problem.status, headers=extra)
+            extra = {"retry-after": str(problem.retry_after)} if problem.retry_after is not None else {}
+            if problem.status == 401:  # RFC 9110 11.6.1: the scheme a client must answer with
+                extra["www-authenticate"] = 'Bearer realm="arc-ref proxy"'
+            return JSONResponse(problem.body(), status_code=problem.status, headers=extra or None)
         assert isinstance(problem, UpstreamError)
         return Response(problem.body, status_code=problem.status, media_type=problem.content_type)
 
@@ -565,18 +567,27 @@ def serve(options: ProxyOptions, parse_setting: Callable[[str], tuple[str, objec
     if settings.database is not None:  # reachable, and an ARC database (its schema created when empty)
         from arc_ref.persist.postgres_conversations import AsyncDatabase
 
+        database = AsyncDatabase(settings.database, pool_size=settings.db_connections)
         try:
-            AsyncDatabase(settings.database).check_schema()
+            database.check_schema()
         except StoreError as problem:
             print(f"arc-ref proxy: --store: {problem}", file=sys.stderr)
             return USAGE.code
+        room = database.server_connections()
+        if room is not None and settings.db_connections > room[0] - room[1]:
+            allowed, open_now = room
+            print(f"arc-ref proxy: warning: --db-connections {settings.db_connections}, but the server takes"
+                  f" {allowed} client connections and {open_now} are open: requests will wait for a connection"
+                  " (503 when none comes); lower --db-connections or raise the server's max_connections (every"
+                  " instance's --db-connections together)", file=sys.stderr, flush=True)
     try:
         listener = listening_socket(options.host, options.port)
     except (OSError, OverflowError) as problem:
         print(f"arc-ref proxy: cannot listen on {options.host}:{options.port}: "
               f"{getattr(problem, 'strerror', None) or problem}", file=sys.stderr)
         return USAGE.code
-    shown_store = settings.store or (shown_url(settings.database) if settings.database else "memory")
+    shown_store = settings.store or (f"{shown_url(settings.database)}, up to {settings.db_connections} connections"
+                                     if settings.database else "memory")
     print(f"arc-ref proxy: http://{options.host}:{options.port}/v1 -> {settings.upstream} (window"
           f" {settings.context_limit}, store: {shown_store})", flush=True)
     server = uvicorn.Server(uvicorn.Config(build_app(settings), log_level="warning", access_log=False))

@@ -28,6 +28,8 @@ DEFAULT_MAX_CONVERSATIONS = 256
 MAX_CONVERSATIONS = 10**6
 DEFAULT_IDLE_SECONDS = 600  # an agent's turn takes seconds to minutes; one idle 10 minutes has most likely ended
 MAX_IDLE_SECONDS = 30 * 86400
+DEFAULT_DB_CONNECTIONS = 32  # arc_ref.persist.postgres.DEFAULT_POOL_SIZE (not imported: psycopg is an extra)
+MAX_DB_CONNECTIONS = 10000
 
 
 @frozen
@@ -71,6 +73,11 @@ class ProxyOptions:
     idle_seconds: int = int_option(DEFAULT_IDLE_SECONDS, minimum=1, maximum=MAX_IDLE_SECONDS, metavar="S",
                                    help="a conversation without a request for this long leaves memory (with --store"
                                         " reopened from it on its next request)")
+    db_connections: int = int_option(DEFAULT_DB_CONNECTIONS, minimum=1, maximum=MAX_DB_CONNECTIONS, metavar="N",
+                                     help="with --store postgresql://...: connections to the database at most, one"
+                                          " per request in flight (held while the model answers; more requests"
+                                          " wait), closed after a minute idle; every instance's N together must"
+                                          " stay below the server's max_connections")
     upstream_api_key: str | None = option(None, metavar="KEY", recorded=False, aliases=("--upstream-key",),
                                           help=f"the upstream's key (or ${UPSTREAM_KEY_ENV}); without it the"
                                                " client's Authorization goes to the upstream")
@@ -90,5 +97,5 @@ def proxy_options(arguments: argparse.Namespace) -> ProxyOptions:
     return options
 
 
-__all__ = ["CLIENT_KEYS_ENV", "DEFAULT_BODY_MEMORY_MB", "DEFAULT_IDLE_SECONDS", "DEFAULT_MAX_BODY_MB", "DEFAULT_MAX_CONVERSATIONS", "PROXY_OWNER", "ProxyOptions", "UPSTREAM_KEY_ENV", "add_proxy_flags",
+__all__ = ["CLIENT_KEYS_ENV", "DEFAULT_BODY_MEMORY_MB", "DEFAULT_DB_CONNECTIONS", "DEFAULT_IDLE_SECONDS", "DEFAULT_MAX_BODY_MB", "DEFAULT_MAX_CONVERSATIONS", "PROXY_OWNER", "ProxyOptions", "UPSTREAM_KEY_ENV", "add_proxy_flags",
            "proxy_options"]

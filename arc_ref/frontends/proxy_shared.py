@@ -11,28 +11,33 @@ same requests the ids and views are those of one process: the state is the fold 
 instance folds them does not matter.
 
 The database unreachable or restarting: nothing of that request is kept; it is tried again from the start (a new
-connection, the upstream asked again) until ``store_retry_s`` (15 s) has passed, so that a restart of the database
+connection) until ``store_retry_s`` (15 s) has passed since the first failure, so that a restart of the database
 costs the agent time, not a failed step (a stream that has begun cannot turn into a 503 any more); then 503 with a
-typed body (``store_unavailable``; clients retry). A conversation this instance never saw is
-folded from its rows (its cost: benchmarks/bench_many_proxies.py).
+typed body (``store_unavailable``; clients retry) and ``retry-after``. The upstream is not asked again for what it
+answered: the core is deterministic and the failed transaction left nothing, so the attempt shows the upstream the
+same views, and each view it answered gets its reply again (`RequestAttempts`). A commit cut by the failure may have
+been made by the server: the next attempt first reads the conversation's head, and when it holds the request's rows
+the reply is sent as it was. A connection the server refuses for good (`StoreRefused`) is 500 at once. A
+conversation this instance never saw is folded from its rows (its cost: benchmarks/bench_many_proxies.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import time
 import uuid
 from collections import OrderedDict
 from typing import Any, Callable, Sequence
 
+import attrs
+
 from arc_ref.config import Config
 from arc_ref.errors import ArcError
 from arc_ref.machine import ArcState, Event, Output, init, step
-from arc_ref.openai_wire import error_body
 from arc_ref.persist.postgres import StoreUnavailable, event_row_line
 from arc_ref.persist.postgres_conversations import (
+    IDLE_CONNECTION_S,
     AsyncDatabase,
     CachedConversation,
     Found,
@@ -42,13 +47,14 @@ from arc_ref.persist.postgres_conversations import (
 from arc_ref.persist.store import GENESIS, StoreCorrupt, StoreError
 from arc_ref.frontends.proxy import (
     AgentMessage,
+    Failed,
     Mark,
     Proxy,
     ProxySettings,
     Refused,
     Reply,
     RoundRecord,
-    UpstreamError,
+    UpstreamReply,
     parse_request,
 )
 from arc_ref.trace import config_line, encode_config_line
@@ -56,22 +62,36 @@ from arc_ref.trace import config_line, encode_config_line
 SEEN_HASHES_PER_CONVERSATION = 64  # the local hash -> conversation index keeps this many hashes per cached state
 
 
-class StoreFailed(UpstreamError):
-    """The database failed the request: 503 when it is unavailable (retry), 500 when its rows are refused."""
+STORE_RETRY_AFTER_S = 5  # the 503's retry-after, as the file store's
 
-    def __init__(self, problem: StoreError) -> None:
-        retry = isinstance(problem, StoreUnavailable)
-        body = error_body(str(problem), "store_unavailable" if retry else "store_failed", 503 if retry else 500)
-        super().__init__(503 if retry else 500, json.dumps(body).encode("utf-8"), "application/json")
+
+def store_failed(problem: StoreError) -> Failed:
+    """The database failed the request: 503 ``store_unavailable`` with ``retry-after`` when it is unavailable, 500
+    ``store_failed`` when it refuses the connection for good or refuses the rows."""
+    if isinstance(problem, StoreUnavailable):
+        return Failed(503, "store_unavailable", str(problem), retry_after=STORE_RETRY_AFTER_S)
+    return Failed(500, "store_failed", str(problem))
+
+
+@attrs.define
+class RequestAttempts:
+    """What one request keeps across its attempts when the database fails it (`SharedProxy.complete`): the views it
+    asked the upstream and the replies (an attempt that asks the same view in the same round gets the reply, not a
+    second generation), and the commit a failure cut (its conversation, head row and checksum, reply and state)."""
+
+    answered: list[tuple[list[dict[str, Any]], list[dict[str, Any]], UpstreamReply]] = attrs.field(factory=list)
+    asked: int = 0  # the rounds this attempt asked so far
+    committing: tuple[str, int, str, Reply, ArcState] | None = None
 
 
 class SharedConversation:
     """The conversation as `Proxy._run` sees it, for one request: events go through the core and into the
     request's transaction (written at its commit)."""
 
-    def __init__(self, transaction: RequestTransaction, state: ArcState) -> None:
+    def __init__(self, transaction: RequestTransaction, state: ArcState, attempts: RequestAttempts) -> None:
         self.transaction = transaction
         self.state = state
+        self.attempts = attempts
         self.lock = asyncio.Lock()  # the database's row lock serializes; this one is never contended
 
     @property
@@ -139,7 +159,8 @@ class SharedProxy(Proxy):
         super().__init__(ProxySettings(**{**_fields(settings), "store": None}), client)
         # a request's transaction is idle while the upstream answers, each of its rounds: never longer than that
         idle = (settings.max_hidden_rounds + settings.max_read_rounds + 1) * settings.timeout_s + 60
-        self.database = database or AsyncDatabase(settings.database, idle_in_transaction_s=idle)
+        self.database = database or AsyncDatabase(settings.database, pool_size=settings.db_connections,
+                                                  idle_in_transaction_s=idle)
         self.database.check_schema()  # once, at start (created in an empty database)
         self.cache: OrderedDict[str, CachedConversation] = OrderedDict()
         self.cache_limit = max(1, settings.cache_conversations)
@@ -147,25 +168,47 @@ class SharedProxy(Proxy):
         self.conversations = self.seen  # type: ignore[assignment]  # `_run` records each mark through `add`
         self.folded_rows = 0  # rows this instance folded to catch up (conversations other instances advanced)
         self.store_retries = 0  # requests tried again while the database was unavailable
+        self.answers_kept = 0  # upstream replies an attempt after a database failure did not ask again
+        self.commits_found = 0  # commits cut by a failure that the server had made
+        self._connection_sweeper: asyncio.Task[None] | None = None
 
     async def close(self) -> None:
+        if self._connection_sweeper is not None:
+            self._connection_sweeper.cancel()
         self.fork_copies.shutdown(wait=False)
         await self.database.close()
 
+    async def _sweep_connections(self) -> None:
+        """From the first request on: connections idle a minute go back to the server (a burst's, most often)."""
+        while True:
+            await asyncio.sleep(IDLE_CONNECTION_S / 4)
+            await self.database.close_idle(IDLE_CONNECTION_S)
+
     async def complete(self, body: dict[str, Any], explicit: str | None, retry: bool = False) -> Reply:
         """One request in one transaction. The database unavailable (down, restarting): the request is tried again
-        from the start (nothing of it was kept) until ``store_retry_s`` has passed, then answered 503. ``retry`` is
-        not used: on a database a retry of an answered request forks it, as an edited one does (one process keeps
-        the latest reply of each conversation in memory, `Proxy.complete`)."""
+        from the start (nothing of it was kept; what the upstream answered is not asked again, `RequestAttempts`)
+        until ``store_retry_s`` has passed since the first failure, then answered 503. ``retry`` is not used: on a
+        database a retry of an answered request forks it, as an edited one does (one process keeps the latest reply
+        of each conversation in memory, `Proxy.complete`)."""
         messages, tools, system, hashes, template_kwargs = parse_request(body, explicit, self.known)
-        deadline = time.monotonic() + self.settings.store_retry_s
+        if self._connection_sweeper is None:
+            self._connection_sweeper = asyncio.get_running_loop().create_task(self._sweep_connections())
+        attempts = RequestAttempts()
+        deadline: float | None = None
         delay = 0.1
         while True:
             try:
-                return await self._complete_once(messages, tools, system, hashes, body, template_kwargs)
+                if attempts.committing is not None:
+                    reply = await self._commit_found(attempts)
+                    if reply is not None:
+                        return reply
+                attempts.asked = 0
+                return await self._complete_once(messages, tools, system, hashes, body, template_kwargs, attempts)
             except StoreUnavailable as problem:
-                if time.monotonic() + delay > deadline:
-                    raise StoreFailed(problem) from None
+                now = time.monotonic()
+                deadline = now + self.settings.store_retry_s if deadline is None else deadline
+                if now + delay > deadline:
+                    raise store_failed(problem) from None
                 print(f"arc-ref proxy: {problem}; the request is tried again in {delay:.1f} s", file=sys.stderr,
                       flush=True)
                 await self.database.discard_idle()
@@ -173,11 +216,41 @@ class SharedProxy(Proxy):
                 delay = min(2.0, delay * 2)
                 self.store_retries += 1
             except StoreError as problem:
-                raise StoreFailed(problem) from None
+                raise store_failed(problem) from None
+
+    async def _commit_found(self, attempts: RequestAttempts) -> Reply | None:
+        """After a failure cut a commit: the reply when the server made it (the conversation's head is the row the
+        commit wrote, with its checksum: the chain names every row before it), else None (ask again)."""
+        assert attempts.committing is not None
+        key, seq, checksum, reply, state = attempts.committing
+        head = await self.database.head(key)
+        attempts.committing = None
+        if head != (seq, checksum):
+            return None
+        self.commits_found += 1
+        self._remember(CachedConversation(key, seq, checksum, state))
+        return reply
+
+    async def _upstream(self, conversation: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                        body: dict[str, Any], tokens: int, hidden: bool) -> UpstreamReply:
+        """`Proxy._upstream`, but a round whose view an earlier attempt of this request asked in the same round gets
+        the reply it had (the database failed that attempt; the upstream already answered this view)."""
+        attempts: RequestAttempts = conversation.attempts
+        round_number = attempts.asked
+        attempts.asked += 1
+        if round_number < len(attempts.answered):
+            asked_messages, asked_tools, reply = attempts.answered[round_number]
+            if asked_messages == messages and asked_tools == tools:
+                self.answers_kept += 1
+                return reply
+            del attempts.answered[round_number:]
+        reply = await super()._upstream(conversation, messages, tools, body, tokens, hidden)
+        attempts.answered.append((messages, tools, reply))
+        return reply
 
     async def _complete_once(self, messages: Sequence[AgentMessage], tools: list[dict[str, Any]], system: str,
-                             hashes: list[str], body: dict[str, Any],
-                             template_kwargs: tuple[tuple[str, Any], ...] = ()) -> Reply:
+                             hashes: list[str], body: dict[str, Any], template_kwargs: tuple[tuple[str, Any], ...],
+                             attempts: RequestAttempts) -> Reply:
         async with self.database.connection() as connection:
             transaction = RequestTransaction(self.database, connection)
             expected_key = self.seen.deepest(hashes)
@@ -196,13 +269,20 @@ class SharedProxy(Proxy):
                 state = await self._state_at_mark(transaction, found)
                 transaction.fork(found, uuid.uuid4().hex)
                 start = found.mark_position
-            conversation = SharedConversation(transaction, state)
+            conversation = SharedConversation(transaction, state, attempts)
             try:
                 reply = await self._run(conversation, messages[start:], hashes[start:], body)  # type: ignore[arg-type]
-            finally:  # a refusal or an upstream error keeps what was applied, as one process does
+            except BaseException:  # a refusal or an upstream error keeps what was applied, as one process does
                 await transaction.commit()
                 self._remember(CachedConversation(transaction.key, transaction.seq, transaction.checksum,
                                                   conversation.state))
+                raise
+            # a failure from here on may come after the server committed: the next attempt looks first
+            attempts.committing = (transaction.key, transaction.seq, transaction.checksum, reply, conversation.state)
+            await transaction.commit()
+            attempts.committing = None
+            self._remember(CachedConversation(transaction.key, transaction.seq, transaction.checksum,
+                                              conversation.state))
             return reply
 
     def _new_state(self, system: str, goal: str, tools: list[dict[str, Any]],
@@ -256,9 +336,7 @@ class SharedProxy(Proxy):
 
 
 def _fields(settings: ProxySettings) -> dict[str, Any]:
-    import attrs
-
     return attrs.asdict(settings, recurse=False)
 
 
-__all__ = ["RoundRecord", "SharedProxy", "StoreFailed"]
+__all__ = ["RequestAttempts", "RoundRecord", "SharedProxy", "store_failed"]

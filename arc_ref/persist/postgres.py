@@ -285,7 +285,38 @@ class Database:
 
     def ensure_schema(self, connection: "psycopg.Connection[Any]") -> None:
         """Check the database's ARC schema, creating it in an empty database (under an advisory lock, so that
-        instances starting at once create it once); refuse another application's tables or another version."""
+        instances starting at once create it once); refuse another application's tables or another version, and
+        a role that cannot create the tables, each saying what to do."""
+        errors = self._psycopg.errors
+        try:
+            self._ensure_schema(connection)
+        except errors.DuplicateTable as problem:
+            raise StoreCorrupt(f"the database {self.shown} has no ARC schema (arc_meta) but a table of ARC's name"
+                               f" ({str(problem).strip().splitlines()[0]}): another application's; give ARC a"
+                               " database of its own") from None
+        except errors.InsufficientPrivilege as problem:
+            raise StoreError(f"the database {self.shown} is empty and its role cannot create ARC's tables"
+                             f" ({str(problem).strip().splitlines()[0]}): grant it CREATE on the schema, or start"
+                             " the first instance with a role that can") from None
+        except self._psycopg.Error as problem:
+            raise store_error(self.url, problem) from None
+
+    def writable(self, connection: "psycopg.Connection[Any]") -> None:
+        """StoreError naming what is missing when the connection's role cannot write ARC's tables (a proxy checks
+        this at start rather than failing every request)."""
+        # (has_table_privilege with a list of privileges is true when any one is held: each asked alone)
+        needed = [(table, right) for table, rights in (("arc_tasks", ("SELECT", "INSERT", "UPDATE")),
+                                                      ("arc_events", ("SELECT", "INSERT")),
+                                                      ("arc_marks", ("SELECT", "INSERT"))) for right in rights]
+        rows = connection.execute("SELECT " + ", ".join("has_table_privilege(%s, %s)" for _ in needed),
+                                  [value for pair in needed for value in pair]).fetchone()
+        self.round_trips += 1
+        missing = [f"{right} on {table}" for (table, right), granted in zip(needed, rows or ()) if not granted]
+        if missing:
+            raise StoreError(f"the database {self.shown}: its role cannot write ARC's tables (it lacks "
+                             f"{', '.join(missing)}): grant them, or use the role that owns the tables")
+
+    def _ensure_schema(self, connection: "psycopg.Connection[Any]") -> None:
         found = self._meta(connection)
         if found is None:
             with connection.transaction():

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from typing import TYPE_CHECKING, Any, AsyncIterator, Sequence
 
 import attrs
@@ -63,6 +64,7 @@ FIND_AND_LOCK_NOW = FIND_AND_LOCK.rstrip() + " NOWAIT\n"
 FIND = FIND_AND_LOCK.replace("FOR UPDATE OF t", "")
 """`FIND_AND_LOCK` without the lock: the mark as committed (a fork copies rows committed up to it)."""
 
+IDLE_CONNECTION_S = 60.0  # a pooled connection idle this long is closed (`AsyncDatabase.close_idle`)
 ROWS_AFTER = "SELECT seq, line, checksum FROM arc_events WHERE task = %s AND seq > %s AND seq <= %s ORDER BY seq"
 
 
@@ -102,7 +104,9 @@ class AsyncDatabase:
     """A pool of autocommit `psycopg.AsyncConnection`s to one database (the proxy's request path).
 
     As `arc_ref.persist.postgres.Database`: a pooled connection whose server went away is dropped without a round
-    trip, one that failed in use is closed; psycopg's errors become StoreUnavailable (retry) or StoreError."""
+    trip, one that failed in use is closed; psycopg's errors become StoreUnavailable (retry) or StoreError. At most
+    ``pool_size`` connections at once (a request holds one while the upstream answers it); one idle for
+    ``IDLE_CONNECTION_S`` is closed by `close_idle` (a burst's connections go back to the server)."""
 
     def __init__(self, url: str, pool_size: int = DEFAULT_POOL_SIZE, connect_timeout_s: int = CONNECT_TIMEOUT_S,
                  idle_in_transaction_s: float = 3600.0) -> None:
@@ -113,16 +117,16 @@ class AsyncDatabase:
         self.connect_timeout_s = connect_timeout_s
         self.round_trips = 0
         self._driver = _psycopg()
-        self._idle: list[psycopg.AsyncConnection[Any]] = []
+        self._idle: list[tuple[float, psycopg.AsyncConnection[Any]]] = []  # (when it came back, the connection)
         self._slots = asyncio.Semaphore(pool_size)
 
     def check_schema(self) -> None:
-        """Create or check the schema (synchronously, at start: a bad URL or another application's tables are
-        refused before the proxy listens)."""
+        """Create or check the schema (synchronously, at start: a bad URL, another application's tables or a role
+        that cannot write them are refused before the proxy listens)."""
         sync = Database(self.url, pool_size=1, connect_timeout_s=self.connect_timeout_s)
         try:
-            with sync.connection():
-                pass
+            with sync.connection() as connection:
+                sync.writable(connection)
         finally:
             sync.close()
 
@@ -150,7 +154,7 @@ class AsyncDatabase:
             connection = None
             try:
                 while connection is None:
-                    connection = self._idle.pop() if self._idle else await self._connect()
+                    connection = self._idle.pop()[1] if self._idle else await self._connect()
                     if connection.closed or _reads_as_closed(connection):  # type: ignore[arg-type]
                         await connection.close()
                         connection = None
@@ -174,13 +178,46 @@ class AsyncDatabase:
             except self._driver.Error:
                 await connection.close()
                 return
-        self._idle.append(connection)
+        self._idle.append((time.monotonic(), connection))
+
+    async def head(self, key: str) -> tuple[int, str] | None:
+        """Conversation ``key``'s head row and its checksum as committed (None: no such conversation)."""
+        async with self.connection() as connection:
+            cursor = await connection.execute("SELECT seq, checksum FROM arc_tasks WHERE key = %s", (key,))
+            row = await cursor.fetchone()
+        self.round_trips += 1
+        return None if row is None else (int(row[0]), str(row[1]))
 
     async def discard_idle(self) -> None:
         """Close every idle connection (the server went away: each would fail at its next use)."""
         idle, self._idle = self._idle, []
-        for connection in idle:
+        for _, connection in idle:
             await connection.close()
+
+    async def close_idle(self, idle_s: float = IDLE_CONNECTION_S) -> int:
+        """Close the connections idle for ``idle_s`` or longer (the oldest are at the front); how many."""
+        cutoff = time.monotonic() - idle_s
+        old = [connection for returned, connection in self._idle if returned <= cutoff]
+        self._idle = [(returned, connection) for returned, connection in self._idle if returned > cutoff]
+        for connection in old:
+            await connection.close()
+        return len(old)
+
+    def server_connections(self) -> tuple[int, int] | None:
+        """(max_connections less the superuser's reserve, connections open now) on the server; None when it cannot
+        be read (synchronously, at start)."""
+        sync = Database(self.url, pool_size=1, connect_timeout_s=self.connect_timeout_s)
+        try:
+            with sync.connection() as connection:
+                limit = connection.execute("SELECT current_setting('max_connections')::int"
+                                           " - current_setting('superuser_reserved_connections')::int,"
+                                           " (SELECT count(*) FROM pg_stat_activity WHERE backend_type ="
+                                           " 'client backend')").fetchone()
+        except StoreError:
+            return None
+        finally:
+            sync.close()
+        return None if limit is None else (int(limit[0]), int(limit[1]))
 
     async def close(self) -> None:
         await self.discard_idle()

@@ -244,3 +244,80 @@ def test_a_connection_refused_for_good_is_not_worded_as_a_retry(postgres: Postgr
     assert started.returncode == 2 and "Traceback" not in started.stderr, started.stderr
     assert 'refused the connection (database "arc_no_such_db" does not exist): create it' in started.stderr
     assert "retry later" not in started.stderr
+
+
+def start_proxy(store: str, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """`arc-ref proxy --store STORE` until it refuses to start (or 20 s: it listened); its output."""
+    qwen3 = qwen3_dir()
+    if qwen3 is None:
+        pytest.skip(f"the proxy's start not checked: {QWEN3_ABSENT}")
+    command = [sys.executable, "-m", "arc_ref.frontends.cli", "proxy", "--store", store, "--upstream",
+               "http://127.0.0.1:9/v1", "--tokenizer", f"hf-dir:{qwen3}", "--context-limit", "16384", "--port", "0",
+               *extra]
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=20, cwd=tmp_path)
+    except subprocess.TimeoutExpired as listening:  # it started: what it printed
+        out = listening.stdout.decode() if isinstance(listening.stdout, bytes) else (listening.stdout or "")
+        err = listening.stderr.decode() if isinstance(listening.stderr, bytes) else (listening.stderr or "")
+        return subprocess.CompletedProcess(command, -1, out, err)
+
+
+def test_a_database_the_proxy_cannot_use_is_refused_at_start_saying_why(postgres: PostgresServer,
+                                                                         tmp_path: Path) -> None:
+    """Review h9 MINOR 5: another application's table of ARC's name and a read-only role on an empty database
+    exited 70 'internal error (a bug in arc-ref)'; a read-only role on an ARC database started, then answered every
+    request 500. Each is now exit 2 at start, one line naming what to do; a writing role starts."""
+    foreign = postgres.create_database("arc_foreign_table")
+    sql(foreign, "CREATE TABLE arc_events (id int, payload text)")
+    empty = postgres.create_database("arc_empty_for_reader")
+    ready = postgres.create_database("arc_ready_for_reader")
+    PostgresStore.create(ready, "task", CONFIG)  # the schema made by a role that can
+    sql(postgres.dsn, "CREATE ROLE arc_reader LOGIN")
+    sql(ready, "GRANT SELECT ON ALL TABLES IN SCHEMA public TO arc_reader")
+    reader = f"postgresql://arc_reader@127.0.0.1:{postgres.port}"
+    expected = {
+        foreign: "has no ARC schema (arc_meta) but a table of ARC's name",
+        f"{reader}/arc_empty_for_reader": "is empty and its role cannot create ARC's tables",
+        f"{reader}/arc_ready_for_reader": "its role cannot write ARC's tables (it lacks INSERT on arc_tasks, UPDATE"
+                                          " on arc_tasks, INSERT on arc_events, INSERT on arc_marks)",
+    }
+    for url, message in expected.items():
+        started = start_proxy(url, tmp_path)
+        assert started.returncode == 2, (url, started.returncode, started.stderr)
+        assert message in started.stderr and "internal error" not in started.stderr, started.stderr
+    assert PostgresStore.open(f"{reader}/arc_ready_for_reader", "task", readonly=True).seq == 1  # reading is fine
+    listening = start_proxy(ready, tmp_path, "--db-connections", "5000")
+    assert listening.returncode == -1, listening.stderr  # it started
+    assert "up to 5000 connections" in listening.stdout
+    assert "warning: --db-connections 5000, but the server takes" in listening.stderr
+
+
+def test_idle_connections_go_back_to_the_server(pg_url: str) -> None:
+    """Review h9 MAJOR 1: an instance kept every connection a burst opened for ever. Connections idle past the
+    limit are closed; the pool opens new ones when needed."""
+    import asyncio
+
+    from arc_ref.persist.postgres_conversations import AsyncDatabase
+
+    def open_connections() -> int:
+        with psycopg.connect(pg_url, autocommit=True) as connection:
+            row = connection.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE"
+                                     " 'arc-ref proxy%%'").fetchone()
+        return int(row[0]) if row else -1
+
+    async def scenario() -> tuple[int, int, int]:
+        database = AsyncDatabase(pg_url, pool_size=3)
+        holders = [database.connection() for _ in range(3)]
+        for holder in holders:
+            await holder.__aenter__()
+        for holder in holders:
+            await holder.__aexit__(None, None, None)
+        burst = open_connections()
+        kept = await database.close_idle(3600.0)  # none idle that long
+        closed = await database.close_idle(0.0)
+        await database.close()
+        return burst, kept, closed
+
+    burst, kept, closed = asyncio.run(scenario())
+    assert (burst, kept, closed) == (3, 0, 3)
+    assert open_connections() == 0

@@ -235,6 +235,7 @@ def test_with_client_keys_each_key_has_its_own_conversations_and_rounds() -> Non
                 for name, headers in (("alice", alice), ("bob", bob))}
     assert [response.status_code for response in refused] == [401, 401, 401, 401]
     assert refused[0].json()["error"]["type"] == "unauthorized" and len(upstream.requests) == 3
+    assert all(response.headers.get("www-authenticate") == 'Bearer realm="arc-ref proxy"' for response in refused)
     ours = first.headers["x-arc-conversation"]
     assert replayed.headers["x-arc-conversation"] != ours  # bob's own conversation
     assert continued.headers["x-arc-conversation"] == ours  # alice's resumed in place, not forked

@@ -4,9 +4,11 @@ conversation sent round-robin to three instances give the upstream the very view
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -17,6 +19,7 @@ from tests.proxy.harness import (
     BASH_TOOL,
     BUDGETS,
     QWEN3,
+    bash_call_reply,
     big_log,
     needs_qwen3,
     serve_app,
@@ -150,6 +153,7 @@ def test_the_database_down_is_a_503_and_the_instance_serves_again_when_it_is_bac
             postgres.resume()
         assert refused.status_code == 503, refused.text
         assert refused.json()["error"]["type"] == "store_unavailable"
+        assert refused.headers.get("retry-after") == "5"  # review h9 MINOR 4: as the file store's 503
         shared = [record["view_digest"] for record in rounds(instance) if record["status"] == 200]
         back = httpx.post(f"{instance}/chat/completions", timeout=60, json={  # the same instance, the database back
             "model": "scripted", "messages": [{"role": "user", "content": "another task"}]})
@@ -211,3 +215,92 @@ def test_one_request_sent_to_two_instances_at_once_is_serialized_by_the_database
 
     states = [PostgresStore.open(pg_url, key, readonly=True).state for key in keys]
     assert states[0].records == states[1].records  # the same stored output under the same id in both
+
+
+def in_process_shared(database: str, upstream: Any, **settings: Any) -> tuple[Any, Any]:
+    """A SharedProxy in this process on ``database``, its upstream an httpx.MockTransport handler; (proxy, client)."""
+    from arc_ref.frontends.proxy_shared import SharedProxy
+
+    assert QWEN3 is not None
+    client = httpx.AsyncClient(transport=httpx.MockTransport(upstream))
+    proxy = SharedProxy(ProxySettings(upstream="http://upstream/v1", tokenizer=f"hf-dir:{QWEN3}", overrides=BUDGETS,
+                                      context_limit=16384, database=database, **settings), client)
+    return proxy, client
+
+
+def first_request() -> dict[str, Any]:
+    return {"model": "scripted", "tools": [BASH_TOOL],
+            "messages": [{"role": "system", "content": "You are a helpful assistant."},
+                         {"role": "user", "content": "List the files."}]}
+
+
+def test_a_database_restart_during_the_upstream_call_costs_no_second_generation(postgres: Any) -> None:
+    """Review h9 MAJOR 2: the database restarted while the upstream answered a request (its transaction died with
+    it) made the retry ask the upstream again, and a request older than store_retry_s got 503 at once. Now the
+    attempt after the failure shows the upstream the same view and gets the reply it had (no second call), and
+    store_retry_s counts from the failure: here the upstream takes 3 s, longer than store_retry_s = 2.5 s."""
+    database = postgres.create_database("arc_test_shared_restart")
+    calls: list[dict[str, Any]] = []
+
+    async def upstream(request: Any) -> Any:
+        calls.append(json.loads(request.content))
+        if len(calls) == 1:
+            postgres.kill()
+            threading.Thread(target=postgres.resume).start()
+            await asyncio.sleep(3.0)
+        return bash_call_reply(request)
+
+    async def scenario() -> tuple[Any, Any]:
+        proxy, client = in_process_shared(database, upstream, store_retry_s=2.5)
+        try:
+            return await proxy.complete(first_request(), None), proxy
+        finally:
+            await proxy.close()
+            await client.aclose()
+
+    reply, proxy = asyncio.run(scenario())
+    assert [call["function"]["name"] for call in reply.completion["choices"][0]["message"]["tool_calls"]] == ["bash"]
+    assert len(calls) == 1 and proxy.answers_kept == 1 and proxy.store_retries >= 1
+    with psycopg.connect(postgres.url("arc_test_shared_restart")) as connection:
+        heads = connection.execute("SELECT key, seq FROM arc_tasks").fetchall()
+    assert len(heads) == 1 and heads[0][0] == reply.conversation  # the second attempt's conversation, committed
+
+
+def test_a_commit_the_server_made_before_the_connection_failed_is_the_reply(postgres: Any,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review h9 MINOR 3: the connection failing after the server committed (the acknowledgement lost) made the
+    request try again, find its conversation moved on, fork it and ask the upstream again: an orphan conversation
+    and a second reply. Now the next attempt reads the head first: the request's own rows, so its reply."""
+    from arc_ref.persist import postgres_conversations
+    from arc_ref.persist.postgres import StoreUnavailable
+
+    database = postgres.create_database("arc_test_shared_cut_commit")
+    calls: list[int] = []
+    commit = postgres_conversations.RequestTransaction.commit
+    cut = [True]
+
+    async def commit_then_lose_the_answer(transaction: Any) -> None:
+        await commit(transaction)
+        if cut:  # the request's one commit
+            cut.clear()
+            raise StoreUnavailable("the connection was lost (as if after the server's COMMIT)")
+
+    monkeypatch.setattr(postgres_conversations.RequestTransaction, "commit", commit_then_lose_the_answer)
+
+    def upstream(request: Any) -> Any:
+        calls.append(1)
+        return bash_call_reply(request)
+
+    async def scenario() -> tuple[Any, Any]:
+        proxy, client = in_process_shared(database, upstream)
+        try:
+            return await proxy.complete(first_request(), None), proxy
+        finally:
+            await proxy.close()
+            await client.aclose()
+
+    reply, proxy = asyncio.run(scenario())
+    assert not cut and proxy.commits_found == 1 and len(calls) == 1
+    with psycopg.connect(postgres.url("arc_test_shared_cut_commit")) as connection:
+        keys = [row[0] for row in connection.execute("SELECT key FROM arc_tasks").fetchall()]
+    assert keys == [reply.conversation]  # no fork
