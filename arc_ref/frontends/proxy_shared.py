@@ -206,11 +206,14 @@ class SharedProxy(Proxy):
                 return await self._complete_once(messages, tools, system, hashes, body, template_kwargs, attempts)
             except StoreUnavailable as problem:
                 now = time.monotonic()
-                deadline = now + self.settings.store_retry_s if deadline is None else deadline
+                if deadline is None:  # one line per request and outage, not one per attempt
+                    deadline = now + self.settings.store_retry_s
+                    print(f"arc-ref proxy: {problem}; the request is tried again for up to"
+                          f" {self.settings.store_retry_s:g} s", file=sys.stderr, flush=True)
                 if now + delay > deadline:
+                    print(f"arc-ref proxy: the database stayed unavailable for {self.settings.store_retry_s:g} s:"
+                          " the request is answered 503", file=sys.stderr, flush=True)
                     raise store_failed(problem) from None
-                print(f"arc-ref proxy: {problem}; the request is tried again in {delay:.1f} s", file=sys.stderr,
-                      flush=True)
                 await self.database.discard_idle()
                 await asyncio.sleep(delay)
                 delay = min(2.0, delay * 2)
