@@ -228,6 +228,16 @@ def in_process_shared(database: str, upstream: Any, **settings: Any) -> tuple[An
     return proxy, client
 
 
+async def one_request(database: str, upstream: Any, **settings: Any) -> tuple[Any, Any]:
+    """`first_request` through an in-process SharedProxy; (its reply, the proxy)."""
+    proxy, client = in_process_shared(database, upstream, **settings)
+    try:
+        return await proxy.complete(first_request(), None), proxy
+    finally:
+        await proxy.close()
+        await client.aclose()
+
+
 def first_request() -> dict[str, Any]:
     return {"model": "scripted", "tools": [BASH_TOOL],
             "messages": [{"role": "system", "content": "You are a helpful assistant."},
@@ -250,15 +260,7 @@ def test_a_database_restart_during_the_upstream_call_costs_no_second_generation(
             await asyncio.sleep(3.0)
         return bash_call_reply(request)
 
-    async def scenario() -> tuple[Any, Any]:
-        proxy, client = in_process_shared(database, upstream, store_retry_s=2.5)
-        try:
-            return await proxy.complete(first_request(), None), proxy
-        finally:
-            await proxy.close()
-            await client.aclose()
-
-    reply, proxy = asyncio.run(scenario())
+    reply, proxy = asyncio.run(one_request(database, upstream, store_retry_s=2.5))
     assert [call["function"]["name"] for call in reply.completion["choices"][0]["message"]["tool_calls"]] == ["bash"]
     assert len(calls) == 1 and proxy.answers_kept == 1 and proxy.store_retries >= 1
     with psycopg.connect(postgres.url("arc_test_shared_restart")) as connection:
@@ -291,15 +293,7 @@ def test_a_commit_the_server_made_before_the_connection_failed_is_the_reply(post
         calls.append(1)
         return bash_call_reply(request)
 
-    async def scenario() -> tuple[Any, Any]:
-        proxy, client = in_process_shared(database, upstream)
-        try:
-            return await proxy.complete(first_request(), None), proxy
-        finally:
-            await proxy.close()
-            await client.aclose()
-
-    reply, proxy = asyncio.run(scenario())
+    reply, proxy = asyncio.run(one_request(database, upstream))
     assert not cut and proxy.commits_found == 1 and len(calls) == 1
     with psycopg.connect(postgres.url("arc_test_shared_cut_commit")) as connection:
         keys = [row[0] for row in connection.execute("SELECT key FROM arc_tasks").fetchall()]
