@@ -47,6 +47,7 @@ from arc_ref.persist.postgres_conversations import (
 from arc_ref.persist.store import GENESIS, StoreCorrupt, StoreError
 from arc_ref.frontends.proxy import (
     AgentMessage,
+    AskedRequest,
     Failed,
     Mark,
     Proxy,
@@ -79,6 +80,7 @@ class RequestAttempts:
     asked the upstream and the replies (an attempt that asks the same view in the same round gets the reply, not a
     second generation), and the commit a failure cut (its conversation, head row and checksum, reply and state)."""
 
+    request: AskedRequest  # what a client's retry of it repeats (`SharedProxy._answered_before`)
     answered: list[tuple[list[dict[str, Any]], list[dict[str, Any]], UpstreamReply]] = attrs.field(factory=list)
     asked: int = 0  # the rounds this attempt asked so far
     committing: tuple[str, int, str, Reply, ArcState] | None = None
@@ -171,6 +173,10 @@ class SharedProxy(Proxy):
         self.answers_kept = 0  # upstream replies an attempt after a database failure did not ask again
         self.commits_found = 0  # commits cut by a failure that the server had made
         self._connection_sweeper: asyncio.Task[None] | None = None
+        # the latest replies of this instance by their request's last message: (request, conversation, head row,
+        # its checksum, reply)
+        self.last_replies: OrderedDict[str, tuple[AskedRequest, str, int, str, Reply]] = OrderedDict()
+        self.retries_answered = 0  # clients' retries answered with the reply they had missed
 
     async def close(self) -> None:
         if self._connection_sweeper is not None:
@@ -187,13 +193,18 @@ class SharedProxy(Proxy):
     async def complete(self, body: dict[str, Any], explicit: str | None, retry: bool = False) -> Reply:
         """One request in one transaction. The database unavailable (down, restarting): the request is tried again
         from the start (nothing of it was kept; what the upstream answered is not asked again, `RequestAttempts`)
-        until ``store_retry_s`` has passed since the first failure, then answered 503. ``retry`` is not used: on a
-        database a retry of an answered request forks it, as an edited one does (one process keeps the latest reply
-        of each conversation in memory, `Proxy.complete`)."""
+        until ``store_retry_s`` has passed since the first failure, then answered 503. ``retry``: the client's
+        retry of a request this instance answered gets that reply when the conversation's head is still the row
+        the reply committed (`_answered_before`); any other retry forks the conversation, as an edited request
+        does."""
         messages, tools, system, hashes, template_kwargs = parse_request(body, explicit, self.known)
         if self._connection_sweeper is None:
             self._connection_sweeper = asyncio.get_running_loop().create_task(self._sweep_connections())
-        attempts = RequestAttempts()
+        attempts = RequestAttempts(AskedRequest.of(hashes, body))
+        if retry:
+            answered = await self._answered_before(attempts.request)
+            if answered is not None:
+                return answered
         deadline: float | None = None
         delay = 0.1
         while True:
@@ -221,6 +232,32 @@ class SharedProxy(Proxy):
             except StoreError as problem:
                 raise store_failed(problem) from None
 
+    async def _answered_before(self, asked: AskedRequest) -> Reply | None:
+        """A client's retry (the OpenAI SDK's ``x-stainless-retry-count``) of the request this instance last answered
+        in the conversation its messages lead to: that reply, when the conversation's head is still the row it
+        committed (its first attempt's reply was committed but never received); else None (a fork, as before).
+        On another instance, or with the database unavailable, None."""
+        kept = self.last_replies.get(asked.asked_at)
+        if kept is None or kept[0] != asked:
+            return None
+        try:
+            head = await self.database.head(kept[1])
+        except StoreError:
+            return None
+        if head != (kept[2], kept[3]):
+            return None
+        self.retries_answered += 1
+        return kept[4]
+
+    def _note_reply(self, attempts: RequestAttempts, key: str, seq: int, checksum: str, reply: Reply) -> None:
+        """Note the request's reply, committed at head row ``seq`` of conversation ``key``, for a client's retry of it
+        (by the request's last message; bounded)."""
+        asked_at = attempts.request.asked_at
+        self.last_replies[asked_at] = (attempts.request, key, seq, checksum, reply)
+        self.last_replies.move_to_end(asked_at)
+        while len(self.last_replies) > self.cache_limit:
+            self.last_replies.popitem(last=False)
+
     async def _commit_found(self, attempts: RequestAttempts) -> Reply | None:
         """After a failure cut a commit: the reply when the server made it (the conversation's head is the row the
         commit wrote, with its checksum: the chain names every row before it), else None (ask again)."""
@@ -232,6 +269,7 @@ class SharedProxy(Proxy):
             return None
         self.commits_found += 1
         self._remember(CachedConversation(key, seq, checksum, state))
+        self._note_reply(attempts, key, seq, checksum, reply)
         return reply
 
     async def _upstream(self, conversation: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
@@ -286,6 +324,7 @@ class SharedProxy(Proxy):
             attempts.committing = None
             self._remember(CachedConversation(transaction.key, transaction.seq, transaction.checksum,
                                               conversation.state))
+            self._note_reply(attempts, transaction.key, transaction.seq, transaction.checksum, reply)
             return reply
 
     def _new_state(self, system: str, goal: str, tools: list[dict[str, Any]],

@@ -298,3 +298,43 @@ def test_a_commit_the_server_made_before_the_connection_failed_is_the_reply(post
     with psycopg.connect(postgres.url("arc_test_shared_cut_commit")) as connection:
         keys = [row[0] for row in connection.execute("SELECT key FROM arc_tasks").fetchall()]
     assert keys == [reply.conversation]  # no fork
+
+
+def test_a_clients_retry_of_an_answered_request_gets_its_reply_not_a_fork(postgres: Any) -> None:
+    """Review h9 NIT 7: on PostgreSQL a client's retry (x-stainless-retry-count) of a request whose reply it never
+    received forked the conversation (a copy of its rows) and asked the upstream again. Now the instance that
+    answered it sends that reply while the conversation's head is still the reply's row; once the conversation
+    moved on, or for another upstream credential, a retry forks as before."""
+    from arc_ref.frontends.proxy import UPSTREAM_HEADERS
+
+    database = postgres.create_database("arc_test_shared_retry")
+    calls: list[int] = []
+
+    def upstream(request: Any) -> Any:
+        calls.append(1)
+        return bash_call_reply(request)
+
+    async def scenario() -> tuple[Any, ...]:
+        proxy, client = in_process_shared(database, upstream)
+        try:
+            first = await proxy.complete(first_request(), None)
+            again = await proxy.complete(first_request(), None, retry=True)
+            said = first.completion["choices"][0]["message"]
+            later = {**first_request(), "messages": [*first_request()["messages"], said, {
+                "role": "tool", "tool_call_id": said["tool_calls"][0]["id"], "content": "a.txt"}]}
+            await proxy.complete(later, None)  # the conversation moves on
+            moved_on = await proxy.complete(first_request(), None, retry=True)
+            UPSTREAM_HEADERS.set({"Authorization": "Bearer another"})
+            other_key = await proxy.complete(later, None, retry=True)
+            return first, again, moved_on, other_key, proxy
+        finally:
+            await proxy.close()
+            await client.aclose()
+
+    first, again, moved_on, other_key, proxy = asyncio.run(scenario())
+    assert again is first and proxy.retries_answered == 1
+    assert moved_on.conversation != first.conversation  # forked: the reply is no longer the conversation's last
+    assert other_key.conversation != first.conversation  # forked: another credential never gets this reply
+    assert len(calls) == 4  # the first request, the later one, the two forks: not the answered retry
+    with psycopg.connect(postgres.url("arc_test_shared_retry")) as connection:
+        assert connection.execute("SELECT count(*) FROM arc_tasks").fetchone() == (3,)
