@@ -577,9 +577,9 @@ def serve(options: ProxyOptions, parse_setting: Callable[[str], tuple[str, objec
         if room is not None and settings.db_connections > room[0] - room[1]:
             allowed, open_now = room
             print(f"arc-ref proxy: warning: --db-connections {settings.db_connections}, but the server takes"
-                  f" {allowed} client connections and {open_now} are open: requests will wait for a connection"
-                  " (503 when none comes); lower --db-connections or raise the server's max_connections (every"
-                  " instance's --db-connections together)", file=sys.stderr, flush=True)
+                  f" {allowed} client connections and {open_now} are open now: requests may wait for a connection"
+                  " or meet 'too many clients'; lower --db-connections or raise the server's max_connections"
+                  " (every instance's --db-connections together, with room to spare)", file=sys.stderr, flush=True)
     try:
         listener = listening_socket(options.host, options.port)
     except (OSError, OverflowError) as problem:

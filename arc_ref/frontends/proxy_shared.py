@@ -24,6 +24,7 @@ conversation this instance never saw is folded from its rows (its cost: benchmar
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 import uuid
@@ -83,6 +84,7 @@ class RequestAttempts:
     request: AskedRequest  # what a client's retry of it repeats (`SharedProxy._answered_before`)
     answered: list[tuple[list[dict[str, Any]], list[dict[str, Any]], UpstreamReply]] = attrs.field(factory=list)
     asked: int = 0  # the rounds this attempt asked so far
+    began: bool = False  # this attempt's transaction began (the database answered it)
     committing: tuple[str, int, str, Reply, ArcState] | None = None
 
 
@@ -188,12 +190,16 @@ class SharedProxy(Proxy):
         """From the first request on: connections idle a minute go back to the server (a burst's, most often)."""
         while True:
             await asyncio.sleep(IDLE_CONNECTION_S / 4)
-            await self.database.close_idle(IDLE_CONNECTION_S)
+            try:
+                await self.database.close_idle(IDLE_CONNECTION_S)
+            except Exception as problem:  # noqa: BLE001 - the sweep goes on; the next one tries again
+                print(f"arc-ref proxy: closing idle database connections failed: {problem!r}", file=sys.stderr)
 
     async def complete(self, body: dict[str, Any], explicit: str | None, retry: bool = False) -> Reply:
         """One request in one transaction. The database unavailable (down, restarting): the request is tried again
         from the start (nothing of it was kept; what the upstream answered is not asked again, `RequestAttempts`)
-        until ``store_retry_s`` has passed since the first failure, then answered 503. ``retry``: the client's
+        until ``store_retry_s`` has passed since the failure (an attempt the database answered before it failed
+        starts the time again), then answered 503, a commit the failure cut looked for a last time first. ``retry``: the client's
         retry of a request this instance answered gets that reply when the conversation's head is still the row
         the reply committed (`_answered_before`); any other retry forks the conversation, as an edited request
         does."""
@@ -208,6 +214,7 @@ class SharedProxy(Proxy):
         deadline: float | None = None
         delay = 0.1
         while True:
+            attempts.began = False
             try:
                 if attempts.committing is not None:
                     reply = await self._commit_found(attempts)
@@ -217,11 +224,16 @@ class SharedProxy(Proxy):
                 return await self._complete_once(messages, tools, system, hashes, body, template_kwargs, attempts)
             except StoreUnavailable as problem:
                 now = time.monotonic()
-                if deadline is None:  # one line per request and outage, not one per attempt
-                    deadline = now + self.settings.store_retry_s
+                if deadline is None or attempts.began:  # a new outage: one line for it, not one per attempt
+                    deadline, delay = now + self.settings.store_retry_s, 0.1
                     print(f"arc-ref proxy: {problem}; the request is tried again for up to"
                           f" {self.settings.store_retry_s:g} s", file=sys.stderr, flush=True)
                 if now + delay > deadline:
+                    if attempts.committing is not None:  # a last look: the server may have made the commit
+                        with contextlib.suppress(StoreError):
+                            found = await self._commit_found(attempts)
+                            if found is not None:
+                                return found
                     print(f"arc-ref proxy: the database stayed unavailable for {self.settings.store_retry_s:g} s:"
                           " the request is answered 503", file=sys.stderr, flush=True)
                     raise store_failed(problem) from None
@@ -297,6 +309,7 @@ class SharedProxy(Proxy):
             expected_key = self.seen.deepest(hashes)
             expected = self.cache.get(expected_key) if expected_key is not None else None
             found, rows = await transaction.begin(hashes, expected)
+            attempts.began = True
             if found is None:
                 state = await asyncio.to_thread(self._new_state, system, messages[0].text, tools, template_kwargs)
                 line = encode_config_line(config_line(state.config))

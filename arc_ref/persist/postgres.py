@@ -124,13 +124,16 @@ def split_task_url(text: str) -> tuple[str, str | None]:
 
 
 def shown_url(url: str) -> str:
-    """The URL without its password, for messages."""
+    """The URL without its password (in the authority or as a ``password`` query parameter), for messages."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = (parts.username or "") + ":***"
-    return urlunsplit(parts._replace(netloc=f"{user}@{netloc[-1]}"))
+    if parts.password is not None:
+        netloc = parts.netloc.rsplit("@", 1)
+        parts = parts._replace(netloc=f"{parts.username or ''}:***@{netloc[-1]}")
+    if parts.query:
+        query = "&".join("password=***" if pair.split("=", 1)[0].strip().lower() == "password" else pair
+                         for pair in parts.query.split("&"))
+        parts = parts._replace(query=query)
+    return urlunsplit(parts)
 
 
 def check_key(key: str) -> str:
@@ -158,12 +161,17 @@ class StoreRefused(StoreError):
 _REFUSALS = (
     (re.compile(r'FATAL:\s+database ".*" does not exist'),
      "create it (createdb -h HOST -U USER NAME, as in the README's 'Running several proxies') or fix the URL"),
+    (re.compile(r'FATAL:\s+database ".*" is not currently accepting connections'),
+     "the database is closed to connections (ALLOW_CONNECTIONS false): open it, or use another"),
     (re.compile(r'FATAL:\s+role ".*" does not exist'), "create the role (createuser) or fix the user in the URL"),
-    (re.compile(r"FATAL:\s+(password authentication failed|no pg_hba\.conf entry|(Peer|Ident|SSPI|GSSAPI|LDAP|RADIUS|"
-                r"certificate) authentication failed|role \".*\" is not permitted to log in|permission denied for"
-                r" database)"),
+    # (LDAP, RADIUS, GSSAPI and SSPI failures are left out: the same words when their server is only unreachable)
+    (re.compile(r"FATAL:\s+(password authentication failed|no pg_hba\.conf entry|pg_hba\.conf rejects connection|"
+                r"(Peer|Ident|certificate) authentication failed|role \".*\" is not permitted to log in|"
+                r"permission denied for database)"),
      "fix the user or password in the URL, or the server's pg_hba.conf / the role's rights"),
     (re.compile(r"fe_sendauth: no password supplied"), "give the password in the URL (or PGPASSWORD / ~/.pgpass)"),
+    (re.compile(r"server does not support SSL, but SSL was required|certificate verify failed"),
+     "fix sslmode or the certificates in the URL, or the server's SSL settings"),
 )
 
 
@@ -288,16 +296,22 @@ class Database:
         instances starting at once create it once); refuse another application's tables or another version, and
         a role that cannot create the tables, each saying what to do."""
         errors = self._psycopg.errors
+        creating: list[bool] = []  # set when the tables are being created
         try:
-            self._ensure_schema(connection)
+            self._ensure_schema(connection, creating)
         except errors.DuplicateTable as problem:
             raise StoreCorrupt(f"the database {self.shown} has no ARC schema (arc_meta) but a table of ARC's name"
                                f" ({str(problem).strip().splitlines()[0]}): another application's; give ARC a"
                                " database of its own") from None
         except errors.InsufficientPrivilege as problem:
-            raise StoreError(f"the database {self.shown} is empty and its role cannot create ARC's tables"
-                             f" ({str(problem).strip().splitlines()[0]}): grant it CREATE on the schema, or start"
-                             " the first instance with a role that can") from None
+            first = str(problem).strip().splitlines()[0]
+            if creating:
+                raise StoreError(f"the database {self.shown} is empty and its role cannot create ARC's tables"
+                                 f" ({first}): grant it CREATE on the schema, or start the first instance with a role"
+                                 " that can") from None
+            raise StoreError(f"the database {self.shown}: its role cannot read ARC's tables ({first}): grant it"
+                             " SELECT on them (a proxy or a writer also INSERT and UPDATE), or use the role that owns"
+                             " them") from None
         except self._psycopg.Error as problem:
             raise store_error(self.url, problem) from None
 
@@ -305,7 +319,8 @@ class Database:
         """StoreError naming what is missing when the connection's role cannot write ARC's tables (a proxy checks
         this at start rather than failing every request)."""
         # (has_table_privilege with a list of privileges is true when any one is held: each asked alone)
-        needed = [(table, right) for table, rights in (("arc_tasks", ("SELECT", "INSERT", "UPDATE")),
+        needed = [(table, right) for table, rights in (("arc_meta", ("SELECT",)),
+                                                      ("arc_tasks", ("SELECT", "INSERT", "UPDATE")),
                                                       ("arc_events", ("SELECT", "INSERT")),
                                                       ("arc_marks", ("SELECT", "INSERT"))) for right in rights]
         rows = connection.execute("SELECT " + ", ".join("has_table_privilege(%s, %s)" for _ in needed),
@@ -316,7 +331,7 @@ class Database:
             raise StoreError(f"the database {self.shown}: its role cannot write ARC's tables (it lacks "
                              f"{', '.join(missing)}): grant them, or use the role that owns the tables")
 
-    def _ensure_schema(self, connection: "psycopg.Connection[Any]") -> None:
+    def _ensure_schema(self, connection: "psycopg.Connection[Any]", creating: list[bool]) -> None:
         found = self._meta(connection)
         if found is None:
             with connection.transaction():
@@ -324,6 +339,7 @@ class Database:
                 self.round_trips += 2
                 found = self._meta(connection)
                 if found is None:
+                    creating.append(True)
                     for statement in SCHEMA:
                         connection.execute(statement)
                     connection.execute("INSERT INTO arc_meta VALUES ('application', %s), ('schema_version', %s)",

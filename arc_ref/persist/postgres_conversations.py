@@ -119,6 +119,7 @@ class AsyncDatabase:
         self._driver = _psycopg()
         self._idle: list[tuple[float, psycopg.AsyncConnection[Any]]] = []  # (when it came back, the connection)
         self._slots = asyncio.Semaphore(pool_size)
+        self._closed = False  # after close(): a connection handed back is closed, not kept
 
     def check_schema(self) -> None:
         """Create or check the schema (synchronously, at start: a bad URL, another application's tables or a role
@@ -169,7 +170,7 @@ class AsyncDatabase:
     async def _give_back(self, connection: "psycopg.AsyncConnection[Any]") -> None:
         pq = self._driver.pq
         status = connection.pgconn.transaction_status
-        if connection.closed or status == pq.TransactionStatus.UNKNOWN:
+        if connection.closed or status == pq.TransactionStatus.UNKNOWN or self._closed:
             await connection.close()
             return
         if status != pq.TransactionStatus.IDLE:
@@ -200,7 +201,8 @@ class AsyncDatabase:
         old = [connection for returned, connection in self._idle if returned <= cutoff]
         self._idle = [(returned, connection) for returned, connection in self._idle if returned > cutoff]
         for connection in old:
-            await connection.close()
+            with contextlib.suppress(self._driver.Error, OSError):
+                await connection.close()
         return len(old)
 
     def server_connections(self) -> tuple[int, int] | None:
@@ -220,6 +222,7 @@ class AsyncDatabase:
         return None if limit is None else (int(limit[0]), int(limit[1]))
 
     async def close(self) -> None:
+        self._closed = True
         await self.discard_idle()
 
 

@@ -321,3 +321,44 @@ def test_idle_connections_go_back_to_the_server(pg_url: str) -> None:
     burst, kept, closed = asyncio.run(scenario())
     assert (burst, kept, closed) == (3, 0, 3)
     assert open_connections() == 0
+
+
+def refusal_of(url: str) -> StoreError:
+    """The StoreError opening a connection to ``url`` raises."""
+    try:
+        with postgres_store.Database(url, pool_size=1).connection():
+            pass
+    except StoreError as problem:
+        return problem
+    raise AssertionError(f"{url} connected")
+
+
+def test_more_refusals_for_good_and_none_that_may_pass(postgres: PostgresServer) -> None:
+    """Review h11 MINOR 1-4: sslmode=require against a server without SSL, a database closed to connections and a
+    pg_hba.conf reject line are for good (they read as 'retry later'); an LDAP or RADIUS failure may be its server
+    down (it read as for good); a password given as a query parameter was shown; a role without SELECT on arc_meta
+    was told the database is empty."""
+    from arc_ref.persist.postgres_conversations import AsyncDatabase
+
+    sql(postgres.dsn, "CREATE DATABASE arc_closed")
+    sql(postgres.dsn, "ALTER DATABASE arc_closed ALLOW_CONNECTIONS false")
+    assert isinstance(refusal_of(postgres.url("postgres") + "?sslmode=require"), postgres_store.StoreRefused)
+    assert isinstance(refusal_of(postgres.url("arc_closed")), postgres_store.StoreRefused)
+    rejected = ('connection failed: connection to server at "127.0.0.1", port 5432 failed: FATAL:  pg_hba.conf'
+                ' rejects connection for host "127.0.0.1", user "x", database "y", no encryption')  # PG 15's words
+    assert isinstance(postgres_store.connect_failed("postgresql://x@h/y", Exception(rejected)),
+                      postgres_store.StoreRefused)
+    for method in ("LDAP", "RADIUS", "GSSAPI"):
+        text = f'connection failed: FATAL:  {method} authentication failed for user "arc"'
+        assert isinstance(postgres_store.connect_failed("postgresql://arc@h/arc", Exception(text)), StoreUnavailable)
+    sql(postgres.dsn, "CREATE ROLE arc_query_password LOGIN PASSWORD 'right'")
+    shown = refusal_of(postgres.url("postgres").replace("arc@", "arc_query_password@") + "?password=Wr0ngSecret")
+    assert "Wr0ngSecret" not in str(shown) and "password=***" in str(shown), str(shown)
+    url = postgres.create_database("arc_no_meta_rights")
+    AsyncDatabase(url).check_schema()
+    sql(url, "CREATE ROLE arc_no_meta LOGIN")
+    sql(url, "GRANT SELECT, INSERT, UPDATE ON arc_tasks TO arc_no_meta;"
+             " GRANT SELECT, INSERT ON arc_events, arc_marks TO arc_no_meta")
+    with pytest.raises(StoreError) as refused:
+        AsyncDatabase(url.replace("arc@", "arc_no_meta@")).check_schema()
+    assert "is empty" not in str(refused.value) and "cannot read ARC's tables" in str(refused.value), refused.value

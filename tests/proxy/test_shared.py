@@ -338,3 +338,41 @@ def test_a_clients_retry_of_an_answered_request_gets_its_reply_not_a_fork(postgr
     assert len(calls) == 4  # the first request, the later one, the two forks: not the answered retry
     with psycopg.connect(postgres.url("arc_test_shared_retry")) as connection:
         assert connection.execute("SELECT count(*) FROM arc_tasks").fetchone() == (3,)
+
+
+def test_a_second_outage_after_the_database_answered_is_tried_again(postgres: Any,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review h11 MINOR 5: store_retry_s counted from the request's first failure for good: a failure at BEGIN,
+    then 3 s of upstream work (store_retry_s = 2.5 s), then one at COMMIT was a 503 at once. An attempt the
+    database answered starts the time again."""
+    from arc_ref.persist import postgres_conversations
+    from arc_ref.persist.postgres import StoreUnavailable
+
+    database = postgres.create_database("arc_test_shared_second_outage")
+    begin, commit = postgres_conversations.RequestTransaction.begin, postgres_conversations.RequestTransaction.commit
+    failures = {"begin": 1, "commit": 1}
+
+    async def failing_begin(transaction: Any, *arguments: Any) -> Any:
+        if failures["begin"]:
+            failures["begin"] -= 1
+            raise StoreUnavailable("the database is unavailable at BEGIN")
+        return await begin(transaction, *arguments)
+
+    async def failing_commit(transaction: Any) -> None:
+        if failures["commit"]:
+            failures["commit"] -= 1
+            raise StoreUnavailable("the database is unavailable at COMMIT (nothing committed)")
+        await commit(transaction)
+
+    monkeypatch.setattr(postgres_conversations.RequestTransaction, "begin", failing_begin)
+    monkeypatch.setattr(postgres_conversations.RequestTransaction, "commit", failing_commit)
+    calls: list[int] = []
+
+    async def upstream(request: Any) -> Any:
+        calls.append(1)
+        await asyncio.sleep(3.0)
+        return bash_call_reply(request)
+
+    reply, proxy = asyncio.run(one_request(database, upstream, store_retry_s=2.5))
+    assert reply.completion["choices"][0]["message"]["tool_calls"] and failures == {"begin": 0, "commit": 0}
+    assert len(calls) == 1 and proxy.answers_kept == 1
