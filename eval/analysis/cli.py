@@ -194,6 +194,14 @@ def report_json(dataset: Dataset, options: ReportOptions, costs: Sequence[Method
                     },
                     "unpaired_a": c.unpaired_a,
                     "unpaired_b": c.unpaired_b,
+                    # a task id paired under several seeds: McNemar over the distinct items (each at its first seed)
+                    "distinct_items": c.distinct_items if c.distinct is not None else None,
+                    "distinct": None if c.distinct is None else {
+                        "a_only": c.distinct.a_only, "b_only": c.distinct.b_only, "both": c.distinct.both,
+                        "neither": c.distinct.neither, "chi2_p": _json_p(c.distinct.chi2_p),
+                        "exact_p": _json_p(c.distinct.exact_p),
+                        "exact_p_one_sided": _json_p(c.distinct.exact_p_one_sided),
+                    },
                 }
             )
     roofline = []

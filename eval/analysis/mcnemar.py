@@ -242,6 +242,10 @@ class PairedComparison:
     per_seed: tuple[tuple[int, McNemarResult], ...]
     unpaired_a: int  # tasks finished by A only (the other method's run has no such task)
     unpaired_b: int
+    # when a task id is paired under more than one seed (LongBench: a seed re-runs the same items), the pairs are
+    # not independent: McNemar over the distinct items, each once at its first seed, and how many there are
+    distinct: McNemarResult | None = None
+    distinct_items: int = 0
 
     @property
     def seed_odds(self) -> PerSeedOdds:
@@ -269,6 +273,28 @@ def paired_counts(
     return cells, unpaired_a, unpaired_b
 
 
+def distinct_item_counts(
+    tasks_a: dict[PairKey, TaskRecord], tasks_b: dict[PairKey, TaskRecord], outcome: str
+) -> tuple[list[int], int] | None:
+    """[a_only, b_only, both, neither] over the distinct task ids both methods finished, each once at its lowest
+    seed, and their number; None when no task id is paired under two seeds (every pair is its own item)."""
+    first: dict[str, PairKey] = {}
+    repeated = False
+    for key in sorted(key for key in tasks_a if key in tasks_b):
+        task_id = tasks_a[key].task_id
+        if task_id in first:
+            repeated = True
+            continue
+        first[task_id] = key
+    if not repeated:
+        return None
+    cells = [0, 0, 0, 0]
+    for key in first.values():
+        sa, sb = _success(tasks_a[key], outcome), _success(tasks_b[key], outcome)
+        cells[0 if sa and not sb else 1 if sb and not sa else 2 if sa else 3] += 1
+    return cells, len(first)
+
+
 def compare_methods(
     tasks: Iterable[TaskRecord], method_a: str | None = None, outcome: str = "correct"
 ) -> list[PairedComparison]:
@@ -294,6 +320,7 @@ def compare_methods(
                 continue
             cells, ua, ub = paired_counts(by_method[method_a], by_method[method_b], outcome)
             total = [sum(c[i] for c in cells.values()) for i in range(4)]
+            distinct = distinct_item_counts(by_method[method_a], by_method[method_b], outcome)
             comparisons.append(
                 PairedComparison(
                     variant=variant,
@@ -306,6 +333,8 @@ def compare_methods(
                     per_seed=tuple((seed, mcnemar_test(*cells[seed])) for seed in sorted(cells)),
                     unpaired_a=ua,
                     unpaired_b=ub,
+                    distinct=None if distinct is None else mcnemar_test(*distinct[0]),
+                    distinct_items=0 if distinct is None else distinct[1],
                 )
             )
     return comparisons

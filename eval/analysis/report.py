@@ -422,6 +422,17 @@ def mcnemar_table(dataset: Dataset, kind: str, outcome: str, arc_method: str) ->
                     fmt_int(so.discordant_seeds),
                 ]
             )
+            if c.distinct is not None:
+                d = c.distinct
+                pairs = r.a_only + r.b_only + r.both + r.neither
+                unpaired_notes.append(
+                    f"{model} {variant_label(variant)} {method_label(c.method_a)} vs {method_label(c.method_b)}: the"
+                    f" {pairs} pairs are {c.distinct_items} distinct items run under several seeds (a seed re-runs the"
+                    " same items: the pairs are not independent, and the p-values above count each item once per"
+                    f" seed); over the distinct items, each at its first seed: A-only {d.a_only}, B-only {d.b_only},"
+                    f" χ² p {fmt_p(d.chi2_p).md}, exact p {fmt_p(d.exact_p).md}, one-sided"
+                    f" {fmt_p(d.exact_p_one_sided).md}."
+                )
             if c.unpaired_a or c.unpaired_b:
                 unpaired_notes.append(
                     f"{model} {variant_label(variant)}: {c.unpaired_a} task(s) of {method_label(c.method_a)} and "

@@ -230,3 +230,22 @@ def test_per_seed_odds_like_the_paper_single_finite_seed() -> None:
     assert per_seed_odds([mcnemar_test(0, 0)]).kind == "undefined"
     finite = per_seed_odds([mcnemar_test(30, 10), mcnemar_test(20, 10), mcnemar_test(40, 10)])
     assert finite.mean == pytest.approx(3.0) and finite.sd == pytest.approx(1.0)
+
+
+def test_items_rerun_under_several_seeds_get_a_distinct_items_test() -> None:
+    """Review h10 MAJOR-1: LongBench's seeds re-run the same items; at temperature 0 the 3 seeds of 12 items are 36
+    pairs of which 6 discordant (exact p 0.031), but only 2 distinct items are (p 0.5). The comparison now carries
+    McNemar over the distinct items, each at its first seed; tasks whose ids differ per seed (NIH) get none."""
+    tasks = []
+    for seed in (42, 82, 122):
+        for item in range(12):
+            tasks.append(_task("arc", seed, f"lbv2-{item}", item < 4, True))
+            tasks.append(_task("llm_summary", seed, f"lbv2-{item}", item < 6, True))
+    [pooled] = compare_methods(tasks, "arc", "correct")
+    assert (pooled.total.a_only, pooled.total.b_only) == (0, 6) and pooled.total.exact_p.value == pytest.approx(1 / 32)
+    assert pooled.distinct is not None and pooled.distinct_items == 12
+    assert (pooled.distinct.a_only, pooled.distinct.b_only, pooled.distinct.both, pooled.distinct.neither) == (0, 2, 4, 6)
+    assert pooled.distinct.exact_p.value == pytest.approx(0.5)
+    own_ids = [_task(t.method, t.seed, f"{t.task_id}-s{t.seed}", t.correct, True) for t in tasks]
+    [separate] = compare_methods(own_ids, "arc", "correct")
+    assert separate.distinct is None and separate.distinct_items == 0
