@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import fcntl
+import hashlib
 import importlib.metadata
 import json
 import os
 import platform
 import subprocess
+import sys
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator, Mapping, Sequence
 
@@ -51,6 +53,7 @@ MANIFEST_FILE = "manifest.json"
 CALLS_FILE = "calls.jsonl"
 TASKS_FILE = "tasks.jsonl"
 LOCK_FILE = ".lock"
+RESUME_ANY_CODE = "ARC_EVAL_RESUME_ANY_CODE"  # 1: a run may be resumed by other code (recorded on stderr)
 
 # Left by a write through a temporary file that a kill interrupted (``_write_atomically``).
 TEMPORARY_FILES = tuple(f"{name}.tmp" for name in (MANIFEST_FILE, CALLS_FILE, TASKS_FILE))
@@ -98,6 +101,37 @@ def git_commit(repo_dir: str | os.PathLike[str]) -> str | None:
     if done.returncode != 0 or len(commit) < 7:
         return None
     return commit
+
+
+def git_tree(repo_dir: str | os.PathLike[str]) -> str | None:
+    """The work tree at `repo_dir` against its `HEAD`: "clean", or "modified sha256:HEX" over `git status
+    --porcelain` and `git diff HEAD` (untracked files by name only); None when git or the repository is missing."""
+    outputs = []
+    for arguments in (["status", "--porcelain"], ["diff", "HEAD", "--no-ext-diff"]):
+        try:
+            done = subprocess.run(["git", "-C", os.fspath(repo_dir), *arguments], capture_output=True, timeout=30,
+                                  check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        if done.returncode != 0:
+            return None
+        outputs.append(done.stdout)
+    if not outputs[0].strip():
+        return "clean"
+    return "modified sha256:" + hashlib.sha256(b"\0".join(outputs)).hexdigest()
+
+
+def code_differences(stored: Manifest, current: Mapping[str, Any]) -> list[str]:
+    """What differs between the code that made a run and this process's (commit, work tree, package versions)."""
+    different = []
+    for name in ("git_commit", "git_tree"):
+        if getattr(stored, name) != current.get(name):
+            different.append(f"{name}: the run {getattr(stored, name)!r}, now {current.get(name)!r}")
+    versions = current.get("versions") or {}
+    for package in sorted(set(stored.versions) | set(versions)):
+        if stored.versions.get(package) != versions.get(package):
+            different.append(f"{package}: the run {stored.versions.get(package)!r}, now {versions.get(package)!r}")
+    return different
 
 
 def package_versions() -> dict[str, str]:
@@ -310,6 +344,7 @@ class RunWriter:
         completed.setdefault("variants", {"": {}})
         completed.setdefault("versions", package_versions())
         completed.setdefault("git_commit", git_commit(Path(__file__).resolve().parents[1]))
+        completed.setdefault("git_tree", git_tree(Path(__file__).resolve().parents[1]))
         completed.setdefault(
             "created", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         )
@@ -338,6 +373,18 @@ class RunWriter:
                 "command:\n  " + "\n  ".join(different) + "\nRestart the original command, or "
                 "choose another run directory."
             )
+        repo = Path(__file__).resolve().parents[1]
+        current = {"git_commit": git_commit(repo), "git_tree": git_tree(repo), "versions": package_versions()}
+        changed = code_differences(record, current)
+        if changed and os.environ.get(RESUME_ANY_CODE) != "1":
+            raise RunRecordError(
+                f"{self.run_dir} was run by other code than this process's, so resuming it would mix the tasks"
+                " of two codes in one table:\n  " + "\n  ".join(changed) + "\nRun the code that made it again,"
+                f" choose another run directory, or set {RESUME_ANY_CODE}=1 to mix them."
+            )
+        if changed:
+            print(f"arc-eval: warning: {self.run_dir} resumed by other code than made it ({RESUME_ANY_CODE}=1): "
+                  + "; ".join(changed), file=sys.stderr, flush=True)
         return record
 
     def _repair(self) -> None:

@@ -349,3 +349,32 @@ def test_a_garbled_last_line_before_a_torn_tail_is_torn_too(tmp_path: Path) -> N
     with RunWriter(run, manifest(), resume=True) as writer:
         assert writer.dropped_torn_lines == 2 and writer.finished() == {("", "arc", 42, "t1")}
     assert [c["task_id"] for c in lines(run / "calls.jsonl")] == ["t1", "t1"]
+
+
+def test_a_run_is_resumed_only_by_the_code_that_made_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """Review h10 MAJOR-2: the manifest named HEAD only, and a resume with the agent's code changed wrote a table of
+    88 tasks of one code and 12 of another. The manifest now says whether the tree was modified (a digest), and a
+    resume whose commit, tree or package versions differ is refused unless ARC_EVAL_RESUME_ANY_CODE=1."""
+    from arc_eval import records
+
+    run = tmp_path / "run"
+    with RunWriter(run, manifest(), resume=False) as writer:
+        write(writer, "t1")
+    stored = json.loads((run / "manifest.json").read_text())
+    assert stored["git_tree"] == records.git_tree(REPO) and stored["git_tree"] is not None
+    RunWriter(run, manifest(), resume=True).close()  # the same code: resumed
+    monkeypatch.setattr(records, "git_tree", lambda repo: "modified sha256:" + "0" * 64)
+    with pytest.raises(RunRecordError, match="was run by other code") as refused:
+        RunWriter(run, manifest(), resume=True)
+    assert "git_tree: the run" in str(refused.value) and records.RESUME_ANY_CODE in str(refused.value)
+    monkeypatch.undo()
+    monkeypatch.setattr(records, "package_versions", lambda: {**stored["versions"], "httpx": "0.0.1"})
+    with pytest.raises(RunRecordError, match="httpx: the run"):
+        RunWriter(run, manifest(), resume=True)
+    monkeypatch.setenv(records.RESUME_ANY_CODE, "1")
+    with RunWriter(run, manifest(), resume=True) as writer:
+        assert writer.finished() == {("", "arc", 42, "t1")}
+    assert "resumed by other code than made it" in capsys.readouterr().err
+    (tmp_path / "repo").mkdir()
+    assert records.git_tree(tmp_path / "repo") is None  # no repository: no claim

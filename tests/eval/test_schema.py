@@ -96,7 +96,7 @@ def manifest_json(**changes: Any) -> dict[str, Any]:
         "schema": "arc-eval-run/1", "command": ["arc-eval", "nih"], "task_kind": "nih", "methods": ["arc"],
         "seeds": [42], "tasks_per_seed": None, "model": "scripted", "backend": "scripted", "context_limit": 16384,
         "max_tokens": 4096, "variants": {"": {}}, "config": {"force_at_calls": [5]}, "versions": {"python": "3"},
-        "git_commit": None, "created": "2025-01-01T00:00:00+00:00",
+        "git_commit": None, "created": "2025-01-01T00:00:00+00:00", "git_tree": None,
     }  # fmt: skip
     return {**line, **changes}
 
