@@ -134,6 +134,12 @@ def code_differences(stored: Manifest, current: Mapping[str, Any]) -> list[str]:
     return different
 
 
+def code_identity() -> dict[str, Any]:
+    """This process's code as a manifest records it: `git_commit`, `git_tree` and `versions` (a resume must match)."""
+    repo = Path(__file__).resolve().parents[1]
+    return {"git_commit": git_commit(repo), "git_tree": git_tree(repo), "versions": package_versions()}
+
+
 def package_versions() -> dict[str, str]:
     """Python, platform and the installed versions of the packages a run depends on."""
     versions = {"python": platform.python_version(), "platform": platform.platform()}
@@ -373,14 +379,12 @@ class RunWriter:
                 "command:\n  " + "\n  ".join(different) + "\nRestart the original command, or "
                 "choose another run directory."
             )
-        repo = Path(__file__).resolve().parents[1]
-        current = {"git_commit": git_commit(repo), "git_tree": git_tree(repo), "versions": package_versions()}
-        changed = code_differences(record, current)
+        changed = code_differences(record, code_identity())
         if changed and os.environ.get(RESUME_ANY_CODE) != "1":
             raise RunRecordError(
                 f"{self.run_dir} was run by other code than this process's, so resuming it would mix the tasks"
                 " of two codes in one table:\n  " + "\n  ".join(changed) + "\nRun the code that made it again,"
-                f" choose another run directory, or set {RESUME_ANY_CODE}=1 to mix them."
+                f" give another --out (a run of this code from the start), or set {RESUME_ANY_CODE}=1 to mix them."
             )
         if changed:
             print(f"arc-eval: warning: {self.run_dir} resumed by other code than made it ({RESUME_ANY_CODE}=1): "
