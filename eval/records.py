@@ -104,10 +104,11 @@ def git_commit(repo_dir: str | os.PathLike[str]) -> str | None:
 
 
 def git_tree(repo_dir: str | os.PathLike[str]) -> str | None:
-    """The work tree at `repo_dir` against its `HEAD`: "clean", or "modified sha256:HEX" over `git status
-    --porcelain` and `git diff HEAD` (untracked files by name only); None when git or the repository is missing."""
+    """The tracked files at `repo_dir` against its `HEAD`: "clean", or "modified sha256:HEX" over `git status
+    --porcelain --untracked-files=no` and `git diff HEAD` (untracked files are not counted: a run directory or notes
+    beside the code would make every resume refused); None when git or the repository is missing."""
     outputs = []
-    for arguments in (["status", "--porcelain"], ["diff", "HEAD", "--no-ext-diff"]):
+    for arguments in (["status", "--porcelain", "--untracked-files=no"], ["diff", "HEAD", "--no-ext-diff"]):
         try:
             done = subprocess.run(["git", "-C", os.fspath(repo_dir), *arguments], capture_output=True, timeout=30,
                                   check=False)

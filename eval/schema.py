@@ -189,7 +189,7 @@ class Manifest:
     versions: Mapping[str, str]
     git_commit: str | None
     created: str
-    # the work tree against git_commit: "clean", or "modified sha256:..." (a digest of git status and git diff
+    # the tracked files against git_commit: "clean", or "modified sha256:..." (a digest of git status and git diff
     # HEAD); null without git or in records older than the field
     git_tree: str | None = None
 
