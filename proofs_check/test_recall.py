@@ -18,7 +18,7 @@ from arc_ref.tokenizers import get_tokenizer
 from proofs_check.harness import command, read_back
 from proofs_check.registry import proves
 from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
-from proofs_check.strategies import DECOYS, configs, texts, unicode_texts
+from proofs_check.strategies import DECOYS, configs, long_texts, texts, unicode_texts
 
 TOKENIZERS = ("bytes", "o200k_base", "cl100k_base")
 QWEN3 = qwen3_dir()
@@ -26,7 +26,7 @@ QWEN3 = qwen3_dir()
 COUNTED_CHUNK_TOKENIZERS = TOKENIZERS + (() if QWEN3 is None else (f"hf-dir:{QWEN3}",))
 
 
-@given(st.sampled_from(TOKENIZERS), st.one_of(texts(200), unicode_texts(120)), st.integers(1, 9))
+@given(st.sampled_from(TOKENIZERS), st.one_of(texts(200), unicode_texts(120), long_texts()), st.integers(1, 9))
 @proves("L4", "A5")
 def test_lemma4_chunks_partition_the_observation_exactly(tokenizer_name: str, content: str, chunk_tokens: int) -> None:
     """Lemma 4: m = ceil(n/q) chunks of <= q assigned tokens, disjoint, in order, concatenating to O exactly
@@ -92,7 +92,7 @@ def test_a_chunk_count_taken_from_the_record_is_the_count_of_its_text(
         assert entry == make_entry(setup, 1, record.obs_id, chunk, chunks, payload)
 
 
-@given(configs(), st.one_of(texts(400), unicode_texts(200)), st.lists(texts(40), max_size=4))
+@given(configs(), st.one_of(texts(400), unicode_texts(200), long_texts()), st.lists(texts(40), max_size=4))
 @proves("T4", "A5", "L4")
 def test_claim4_recall_returns_the_observation_exactly_in_m_chunks(
     config: Config, content: str, others: list[str]

@@ -10,10 +10,10 @@ from arc_ref.machine import Observe, init, observe, view
 from arc_ref.store import Record, decode_history, payload_tokens
 from proofs_check.harness import apply, event_lists
 from proofs_check.registry import proves
-from proofs_check.strategies import configs, unicode_texts
+from proofs_check.strategies import configs, long_texts, texts, unicode_texts
 
 
-@given(configs(), event_lists(max_events=30))
+@given(configs(), event_lists(max_events=30, contents=st.one_of(texts(160), long_texts())))
 @proves("A2", "T2", "D1")
 def test_claim2_records_are_never_rewritten(config: Config, events: list[object]) -> None:
     """Claim 2 by induction over transitions: after O_j is stored, ObsStore[id_j].full_content = O_j and the
@@ -33,7 +33,7 @@ def test_claim2_records_are_never_rewritten(config: Config, events: list[object]
     assert len(set(ids)) == len(ids)
 
 
-@given(configs(), st.lists(unicode_texts(60), max_size=12))
+@given(configs(), st.lists(st.one_of(unicode_texts(60), long_texts()), max_size=12))
 @proves("A2", "T2")
 def test_a2_observation_is_stored_before_compaction_can_remove_it(config: Config, contents: list[str]) -> None:
     """A2: the record exists and is exact in the very state where the proactive compaction folded it away."""
@@ -44,7 +44,8 @@ def test_a2_observation_is_stored_before_compaction_can_remove_it(config: Config
         assert state.records[result.index - 1].obs_id == result.obs_id
 
 
-@given(configs(), st.lists(unicode_texts(40), max_size=12), st.lists(unicode_texts(40), max_size=12))
+@given(configs(), st.lists(st.one_of(unicode_texts(40), long_texts()), max_size=12),
+       st.lists(st.one_of(unicode_texts(40), long_texts()), max_size=12))
 @proves("T5", "D1")
 def test_claim5_decoder_recovers_the_history_so_the_map_is_injective(
     config: Config, first: list[str], second: list[str]
