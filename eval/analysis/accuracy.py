@@ -172,13 +172,20 @@ def accuracy_rows(tasks: Iterable[TaskRecord], breakdown: str = "overall") -> li
 
 
 def summary_table(tasks: Iterable[TaskRecord]) -> str:
-    """The table `arc-eval` prints after a run: per (variant, method) pass/attempts, no-answer, accuracy, re-executions."""
-    rows = [("variant", "method", "pass/attempts", "no-answer", "accuracy", "re-executions")]
+    """The table `arc-eval` prints after a run: per (variant, method) pass/attempts, no-answer (and how many of them
+    ended because the prompt overflowed the window), accuracy, re-executions."""
+    rows = [("variant", "method", "pass/attempts", "no-answer", "overflow", "accuracy", "re-executions")]
     tasks_seen = list(tasks)
+    overflows: dict[tuple[str, str, str, str], int] = {}
+    for task in tasks_seen:
+        if task.end == "overflow":
+            key = (task.task_kind, task.model, task.variant, task.method)
+            overflows[key] = overflows.get(key, 0) + 1
     for group in accuracy_rows(tasks_seen):
+        overflowed = overflows.get((group.task_kind, group.model, group.variant, group.method), 0)
         rows.append(
             (group.variant or "-", group.method, f"{group.passes}/{group.attempts}", str(group.no_answers),
-             f"{100.0 * group.passes / group.attempts:.2f}%", str(group.reexecutions))
+             str(overflowed), f"{100.0 * group.passes / group.attempts:.2f}%", str(group.reexecutions))
         )  # fmt: skip
     if len(rows) == 1:
         return "no finished task in this run"
@@ -191,6 +198,7 @@ def summary_table(tasks: Iterable[TaskRecord]) -> str:
         lines.append("  ".join(cells).rstrip())
         if index == 0:
             lines.append("  ".join("-" * width for width in widths))
+    lines.append("overflow: of the no-answers, the tasks whose prompt outgrew the window (the method could not go on).")
     if note is not None:
         lines.append(note)
     return "\n".join(lines)

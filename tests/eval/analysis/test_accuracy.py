@@ -7,6 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from arc_eval.analysis.accuracy import accuracy_rows, mean_and_sd, summary_table
@@ -108,7 +109,10 @@ def test_summary_table_layout() -> None:
         for index, (method, correct, reexecutions) in enumerate(outcomes)
     ]  # fmt: skip
     table = summary_table(tasks).splitlines()
-    assert table[0].split() == ["variant", "method", "pass/attempts", "no-answer", "accuracy", "re-executions"]
-    assert table[2].split() == ["-", "sliding_window", "1/2", "1", "50.00%", "2"]
-    assert table[3].split() == ["-", "arc", "2/2", "0", "100.00%", "1"]
+    assert table[0].split() == ["variant", "method", "pass/attempts", "no-answer", "overflow", "accuracy",
+                                "re-executions"]
+    assert table[2].split() == ["-", "sliding_window", "1/2", "1", "0", "50.00%", "2"]
+    assert table[3].split() == ["-", "arc", "2/2", "0", "0", "100.00%", "1"]
+    overflowed = [attrs.evolve(tasks[2], end="overflow"), *tasks[3:]]  # review h10 MINOR-3: told apart
+    assert summary_table(overflowed).splitlines()[2].split() == ["-", "sliding_window", "1/2", "1", "1", "50.00%", "2"]
     assert summary_table([]) == "no finished task in this run"
