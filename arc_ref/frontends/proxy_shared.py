@@ -75,6 +75,9 @@ def store_failed(problem: StoreError) -> Failed:
     return Failed(500, "store_failed", str(problem))
 
 
+AnsweredRound = tuple[list[dict[str, Any]], list[dict[str, Any]], UpstreamReply]  # a round's view and its reply
+
+
 @attrs.define
 class RequestAttempts:
     """What one request keeps across its attempts when the database fails it (`SharedProxy.complete`): the views it
@@ -82,7 +85,7 @@ class RequestAttempts:
     second generation), and the commit a failure cut (its conversation, head row and checksum, reply and state)."""
 
     request: AskedRequest  # what a client's retry of it repeats (`SharedProxy._answered_before`)
-    answered: list[tuple[list[dict[str, Any]], list[dict[str, Any]], UpstreamReply]] = attrs.field(factory=list)
+    answered: list[AnsweredRound] = attrs.field(factory=list)
     asked: int = 0  # the rounds this attempt asked so far
     began: bool = False  # this attempt's transaction began (the database answered it)
     committing: tuple[str, int, str, Reply, ArcState] | None = None
@@ -179,6 +182,8 @@ class SharedProxy(Proxy):
         # its checksum, reply)
         self.last_replies: OrderedDict[str, tuple[AskedRequest, str, int, str, Reply]] = OrderedDict()
         self.retries_answered = 0  # clients' retries answered with the reply they had missed
+        # the upstream's replies of requests answered 503 (the database down too long), by their last message
+        self.unsent_replies: OrderedDict[str, tuple[AskedRequest, list[AnsweredRound]]] = OrderedDict()
 
     async def close(self) -> None:
         if self._connection_sweeper is not None:
@@ -199,14 +204,18 @@ class SharedProxy(Proxy):
         """One request in one transaction. The database unavailable (down, restarting): the request is tried again
         from the start (nothing of it was kept; what the upstream answered is not asked again, `RequestAttempts`)
         until ``store_retry_s`` has passed since the failure (an attempt the database answered before it failed
-        starts the time again), then answered 503, a commit the failure cut looked for a last time first. ``retry``: the client's
-        retry of a request this instance answered gets that reply when the conversation's head is still the row
-        the reply committed (`_answered_before`); any other retry forks the conversation, as an edited request
+        starts the time again), then answered 503, a commit the failure cut looked for a last time first; the
+        replies of a request answered 503 are kept for the same request sent again (`_keep_unsent`). ``retry``: the
+        client's retry of a request this instance answered gets that reply when the conversation's head is still the
+        row the reply committed (`_answered_before`); any other retry forks the conversation, as an edited request
         does."""
         messages, tools, system, hashes, template_kwargs = parse_request(body, explicit, self.known)
         if self._connection_sweeper is None:
             self._connection_sweeper = asyncio.get_running_loop().create_task(self._sweep_connections())
         attempts = RequestAttempts(AskedRequest.of(hashes, body))
+        unsent = self.unsent_replies.pop(attempts.request.asked_at, None)
+        if unsent is not None and unsent[0] == attempts.request:  # a 503 kept these from the agent: not asked again
+            attempts.answered = unsent[1]
         if retry:
             answered = await self._answered_before(attempts.request)
             if answered is not None:
@@ -236,6 +245,7 @@ class SharedProxy(Proxy):
                                 return found
                     print(f"arc-ref proxy: the database stayed unavailable for {self.settings.store_retry_s:g} s:"
                           " the request is answered 503", file=sys.stderr, flush=True)
+                    self._keep_unsent(attempts)
                     raise store_failed(problem) from None
                 await self.database.discard_idle()
                 await asyncio.sleep(delay)
@@ -243,6 +253,15 @@ class SharedProxy(Proxy):
                 self.store_retries += 1
             except StoreError as problem:
                 raise store_failed(problem) from None
+
+    def _keep_unsent(self, attempts: RequestAttempts) -> None:
+        """The upstream's replies of a request answered 503, for the same request sent again (the agent's retry after
+        the database is back): its rounds get them as an attempt's would (bounded; each used once)."""
+        if attempts.answered:
+            self.unsent_replies[attempts.request.asked_at] = (attempts.request, attempts.answered)
+            self.unsent_replies.move_to_end(attempts.request.asked_at)
+            while len(self.unsent_replies) > self.cache_limit:
+                self.unsent_replies.popitem(last=False)
 
     async def _answered_before(self, asked: AskedRequest) -> Reply | None:
         """A client's retry (the OpenAI SDK's ``x-stainless-retry-count``) of the request this instance last answered

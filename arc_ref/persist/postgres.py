@@ -350,7 +350,8 @@ class Database:
             raise StoreCorrupt(f"the database {self.shown} holds tables of another application (arc_meta)")
         if found.get("schema_version") != str(SCHEMA_VERSION):
             raise StoreCorrupt(f"the database {self.shown} holds ARC schema {found.get('schema_version')}; this"
-                               f" arc-ref reads schema {SCHEMA_VERSION}")
+                               f" arc-ref reads schema {SCHEMA_VERSION}: use the arc-ref that made it, or give this"
+                               " one a database of its own")
         self._schema_checked = True
 
     def _meta(self, connection: "psycopg.Connection[Any]") -> dict[str, str] | None:

@@ -376,3 +376,35 @@ def test_a_second_outage_after_the_database_answered_is_tried_again(postgres: An
     reply, proxy = asyncio.run(one_request(database, upstream, store_retry_s=2.5))
     assert reply.completion["choices"][0]["message"]["tool_calls"] and failures == {"begin": 0, "commit": 0}
     assert len(calls) == 1 and proxy.answers_kept == 1
+
+
+def test_a_request_answered_503_sent_again_gets_the_replies_its_upstream_gave(postgres: Any) -> None:
+    """Review h12: the database down longer than store_retry_s made the request a 503 after the upstream had
+    answered it, and the agent's retry once the database was back asked the upstream again. The replies are kept
+    for the same request sent again (its views are the same): no second generation."""
+    database = postgres.create_database("arc_test_shared_unsent")
+    calls: list[int] = []
+
+    async def upstream(request: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            postgres.kill()  # down until the test brings it back, after the 503
+        return bash_call_reply(request)
+
+    async def scenario() -> tuple[Any, Any, Any]:
+        proxy, client = in_process_shared(database, upstream, store_retry_s=0.5)
+        try:
+            try:
+                await proxy.complete(first_request(), None)
+                raise AssertionError("answered while the database was down")
+            except Exception as refused:  # noqa: BLE001 - the 503 this test expects
+                first = refused
+            await asyncio.to_thread(postgres.resume)
+            return first, await proxy.complete(first_request(), None, retry=True), proxy
+        finally:
+            await proxy.close()
+            await client.aclose()
+
+    refused, reply, proxy = asyncio.run(scenario())
+    assert getattr(refused, "status", None) == 503 and getattr(refused, "retry_after", None) == 5
+    assert reply.completion["choices"][0]["message"]["tool_calls"] and len(calls) == 1 and proxy.answers_kept == 1
