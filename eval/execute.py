@@ -55,13 +55,14 @@ def make_backends(spec: RunSpec, counter: TokenCounter) -> dict[str, Backend]:
     return {name: shared for name in spec.methods}
 
 
-def _distinct(backends: Mapping[str, Backend]) -> list[Backend]:
+def distinct_backends(backends: Mapping[str, Backend]) -> list[Backend]:
+    """Each backend object once (methods may share one)."""
     return list({id(backend): backend for backend in backends.values()}.values())
 
 
 async def close_backends(backends: Mapping[str, Backend]) -> None:
     """Close every distinct backend (its ``aclose``: what it holds, such as HTTP clients)."""
-    for backend in _distinct(backends):
+    for backend in distinct_backends(backends):
         await backend.aclose()
 
 
@@ -81,7 +82,7 @@ async def check_backends(backends: Mapping[str, Backend]) -> str | None:
     in-process backend has nothing to check); the reason the run cannot start, or None. Each says on stderr what
     it found."""
     try:
-        for backend in _distinct(backends):
+        for backend in distinct_backends(backends):
             await backend.preflight(sys.stderr)
     except BackendError as failure:
         return describe_backend_error(failure)

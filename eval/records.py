@@ -53,6 +53,7 @@ MANIFEST_FILE = "manifest.json"
 CALLS_FILE = "calls.jsonl"
 TASKS_FILE = "tasks.jsonl"
 LOCK_FILE = ".lock"
+SERVERS_FILE = "servers.jsonl"  # one line per invocation that checked servers: what each said (provenance)
 RESUME_ANY_CODE = "ARC_EVAL_RESUME_ANY_CODE"  # 1: a run may be resumed by other code (recorded on stderr)
 
 # Left by a write through a temporary file that a kill interrupted (``_write_atomically``).
@@ -462,6 +463,17 @@ class RunWriter:
             return None
 
     # -- writing ----------------------------------------------------------------------------
+
+    def note_servers(self, servers: Sequence[Mapping[str, Any]]) -> None:
+        """Append what this invocation's checks found of its servers (none: nothing written): a resume adds its own
+        line, so a run's record says which server answered each part of it."""
+        if not servers:
+            return
+        line = {"checked": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "servers": list(servers)}
+        with (self.run_dir / SERVERS_FILE).open("ab") as handle:
+            handle.write((json.dumps(line, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8"))
+            handle.flush()
+            os.fsync(handle.fileno())
 
     def finished(self) -> set[RecordKey]:
         """Keys `(variant, method, seed, task_id)` of the tasks already recorded."""

@@ -26,7 +26,7 @@ from attrs import frozen
 
 from arc_eval.analysis.accuracy import summary_table
 from arc_eval.announce import next_step_text, plan_text, program_name
-from arc_eval.execute import check_backends, execute, make_backends
+from arc_eval.execute import check_backends, distinct_backends, execute, make_backends
 from arc_eval.plan import RunPlan, describe_backend
 from arc_eval.records import RunReader, RunWriter
 from arc_eval.run_spec import RunSpec
@@ -59,6 +59,7 @@ def run_plan(plan: RunPlan, *, out: TextIO | None = None) -> RunResult:
     if refused is not None:
         return RunResult(spec.out, 0, 0, refused, "", started=False)
     with RunWriter(spec.out, plan.manifest(), resume=spec.resume) as writer:
+        writer.note_servers([found for backend in distinct_backends(backends) for found in backend.servers_checked()])
         if writer.finished():
             print(f"resuming {spec.out}: {len(writer.finished())} task(s) already finished", file=sys.stderr)
         executed = asyncio.run(execute(plan, writer, backends))

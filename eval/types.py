@@ -154,6 +154,11 @@ class Backend(Protocol):
         """Release what the backend holds (HTTP clients); it may be used again after. Default: nothing held."""
         return None
 
+    def servers_checked(self) -> list[dict[str, Any]]:
+        """What ``preflight`` found of each server (its kind, models, window), for the run's record. Default: none
+        (an in-process backend)."""
+        return []
+
 
 @frozen
 class Observation:

@@ -140,6 +140,9 @@ class OpenAIBackend(Backend):
     async def preflight(self, out: TextIO) -> None:
         await self.probing.preflight(out)
 
+    def servers_checked(self) -> list[dict[str, Any]]:
+        return list(self.probing.found)
+
     async def count_prompt_tokens(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
         """Tokens the server will charge for `messages` offered `tools`, plus the generation prompt."""
         return (await self.counting.count(messages, tools, self.transport.route({}))).tokens

@@ -32,6 +32,7 @@ class ServerProbe:
         self.counting = counting
         self.tools = tools  # the tools of tool-calling mode, offered with the probe
         self._probe_tools: tuple[ToolSpec, ...] = parse_tools(tools) if tools else ()
+        self.found: list[dict[str, Any]] = []  # what check_server found of each replica (the run's servers.jsonl)
 
     def check_card(self, info: ServerInfo) -> None:
         """The model is served and the window holds --context-limit; else BackendRequestError."""
@@ -84,6 +85,9 @@ class ServerProbe:
                 "replicas of one server"
             )
         self.view.info = infos[0]
+        self.found = [{"url": info.url.removesuffix("/models"), "kind": info.kind, "label": info.label,
+                       "model_ids": list(info.model_ids), "window": info.window, "window_field": info.window_field,
+                       "owned_by": info.owned_by} for info in infos]
         windows = [info.window for info in infos if info.window is not None]
         if windows:
             self.view.window = min(windows)

@@ -329,6 +329,12 @@ def test_openai_backend_over_http_matches_the_embedded_backend(tmp_path: Path) -
 
     assert outcomes(tmp_path / "embedded") == outcomes(tmp_path / "http")
     assert app.stats.chat_requests > 0
+    # review h10 MINOR-2: the run records which server answered it (one line per invocation that checked one)
+    [checked] = lines(tmp_path / "http" / "servers.jsonl")
+    [server] = checked["servers"]
+    assert server["url"] == base_url and server["kind"] == "vllm" and server["window"] == 16384
+    assert "scripted" in server["model_ids"] and checked["checked"].endswith("+00:00")
+    assert not (tmp_path / "embedded" / "servers.jsonl").exists()  # an in-process backend checks no server
 
 
 @pytest.mark.parametrize("count_with", ["server", "local"])
