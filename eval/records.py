@@ -104,12 +104,22 @@ def git_commit(repo_dir: str | os.PathLike[str]) -> str | None:
     return commit
 
 
+CODE_PATHS = ("arc_ref", "eval", "pyproject.toml")  # what a run's code is: a docs-only commit changes none of it
+_PLAIN_DIFF = ["-c", "core.quotepath=true", "diff", "--no-color", "--no-ext-diff", "--no-textconv",
+               "--src-prefix=a/", "--dst-prefix=b/"]  # the same bytes whatever the user's git settings
+
+
 def git_tree(repo_dir: str | os.PathLike[str]) -> str | None:
-    """The tracked files at `repo_dir` against its `HEAD`: "clean", or "modified sha256:HEX" over `git status
-    --porcelain --untracked-files=no` and `git diff HEAD` (untracked files are not counted: a run directory or notes
-    beside the code would make every resume refused); None when git or the repository is missing."""
+    """The run's code (`CODE_PATHS`) at `repo_dir`: "code HEX", the digest of their trees at `HEAD`, then " clean",
+    or " modified sha256:HEX" over their uncommitted changes (`git diff HEAD` with fixed options: untracked files are
+    not counted, so a run directory or notes beside the code never refuse a resume); None when git, the repository or
+    a checkout of arc-ref at `repo_dir` is missing (an installed copy: no claim)."""
+    root = Path(repo_dir)
+    if not all((root / path).exists() for path in CODE_PATHS):
+        return None
     outputs = []
-    for arguments in (["status", "--porcelain", "--untracked-files=no"], ["diff", "HEAD", "--no-ext-diff"]):
+    for arguments in (["rev-parse", *(f"HEAD:{path}" for path in CODE_PATHS)],
+                      [*_PLAIN_DIFF, "HEAD", "--", *CODE_PATHS]):
         try:
             done = subprocess.run(["git", "-C", os.fspath(repo_dir), *arguments], capture_output=True, timeout=30,
                                   check=False)
@@ -118,19 +128,25 @@ def git_tree(repo_dir: str | os.PathLike[str]) -> str | None:
         if done.returncode != 0:
             return None
         outputs.append(done.stdout)
-    if not outputs[0].strip():
-        return "clean"
-    return "modified sha256:" + hashlib.sha256(b"\0".join(outputs)).hexdigest()
+    code = "code " + hashlib.sha256(outputs[0]).hexdigest()[:16]
+    if not outputs[1].strip():
+        return code + " clean"
+    return code + " modified sha256:" + hashlib.sha256(outputs[1]).hexdigest()
+
+
+# What a resume compares besides the work tree: the versions that can change what a task does (not `platform`,
+# which names the kernel: a reboot is no other code)
+NOT_COMPARED_VERSIONS = ("platform",)
 
 
 def code_differences(stored: Manifest, current: Mapping[str, Any]) -> list[str]:
-    """What differs between the code that made a run and this process's (commit, work tree, package versions)."""
+    """What differs between the code that made a run and this process's (`git_tree`: the code's trees and its
+    uncommitted changes, and the package versions; not the commit itself, so a docs-only commit resumes)."""
     different = []
-    for name in ("git_commit", "git_tree"):
-        if getattr(stored, name) != current.get(name):
-            different.append(f"{name}: the run {getattr(stored, name)!r}, now {current.get(name)!r}")
+    if stored.git_tree != current.get("git_tree"):
+        different.append(f"git_tree: the run {stored.git_tree!r}, now {current.get('git_tree')!r}")
     versions = current.get("versions") or {}
-    for package in sorted(set(stored.versions) | set(versions)):
+    for package in sorted((set(stored.versions) | set(versions)) - set(NOT_COMPARED_VERSIONS)):
         if stored.versions.get(package) != versions.get(package):
             different.append(f"{package}: the run {stored.versions.get(package)!r}, now {versions.get(package)!r}")
     return different

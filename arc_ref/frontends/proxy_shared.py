@@ -180,10 +180,10 @@ class SharedProxy(Proxy):
         self._connection_sweeper: asyncio.Task[None] | None = None
         # the latest replies of this instance by their request's last message: (request, conversation, head row,
         # its checksum, reply)
-        self.last_replies: OrderedDict[str, tuple[AskedRequest, str, int, str, Reply]] = OrderedDict()
+        self.last_replies: OrderedDict[tuple[str, str], tuple[AskedRequest, str, int, str, Reply]] = OrderedDict()
         self.retries_answered = 0  # clients' retries answered with the reply they had missed
         # the upstream's replies of requests answered 503 (the database down too long), by their last message
-        self.unsent_replies: OrderedDict[str, tuple[AskedRequest, list[AnsweredRound]]] = OrderedDict()
+        self.unsent_replies: OrderedDict[tuple[str, str], tuple[AskedRequest, list[AnsweredRound], float]] = OrderedDict()
 
     async def close(self) -> None:
         if self._connection_sweeper is not None:
@@ -213,9 +213,11 @@ class SharedProxy(Proxy):
         if self._connection_sweeper is None:
             self._connection_sweeper = asyncio.get_running_loop().create_task(self._sweep_connections())
         attempts = RequestAttempts(AskedRequest.of(hashes, body))
-        unsent = self.unsent_replies.pop(attempts.request.asked_at, None)
+        unsent = self.unsent_replies.get(_request_key(attempts.request))
         if unsent is not None and unsent[0] == attempts.request:  # a 503 kept these from the agent: not asked again
-            attempts.answered = unsent[1]
+            del self.unsent_replies[_request_key(attempts.request)]  # (only this very request takes them, once)
+            if time.monotonic() - unsent[2] <= UNSENT_KEPT_S:
+                attempts.answered = unsent[1]
         if retry:
             answered = await self._answered_before(attempts.request)
             if answered is not None:
@@ -258,8 +260,9 @@ class SharedProxy(Proxy):
         """The upstream's replies of a request answered 503, for the same request sent again (the agent's retry after
         the database is back): its rounds get them as an attempt's would (bounded; each used once)."""
         if attempts.answered:
-            self.unsent_replies[attempts.request.asked_at] = (attempts.request, attempts.answered)
-            self.unsent_replies.move_to_end(attempts.request.asked_at)
+            key = _request_key(attempts.request)
+            self.unsent_replies[key] = (attempts.request, attempts.answered, time.monotonic())
+            self.unsent_replies.move_to_end(key)
             while len(self.unsent_replies) > self.cache_limit:
                 self.unsent_replies.popitem(last=False)
 
@@ -268,7 +271,7 @@ class SharedProxy(Proxy):
         in the conversation its messages lead to: that reply, when the conversation's head is still the row it
         committed (its first attempt's reply was committed but never received); else None (a fork, as before).
         On another instance, or with the database unavailable, None."""
-        kept = self.last_replies.get(asked.asked_at)
+        kept = self.last_replies.get(_request_key(asked))
         if kept is None or kept[0] != asked:
             return None
         try:
@@ -283,7 +286,7 @@ class SharedProxy(Proxy):
     def _note_reply(self, attempts: RequestAttempts, key: str, seq: int, checksum: str, reply: Reply) -> None:
         """Note the request's reply, committed at head row ``seq`` of conversation ``key``, for a client's retry of it
         (by the request's last message; bounded)."""
-        asked_at = attempts.request.asked_at
+        asked_at = _request_key(attempts.request)
         self.last_replies[asked_at] = (attempts.request, key, seq, checksum, reply)
         self.last_replies.move_to_end(asked_at)
         while len(self.last_replies) > self.cache_limit:
@@ -407,6 +410,15 @@ class SharedProxy(Proxy):
         self.cache.move_to_end(cached.key)
         while len(self.cache) > self.cache_limit:
             self.cache.popitem(last=False)
+
+
+UNSENT_KEPT_S = 600.0  # the replies of a request answered 503 wait this long for the same request
+
+
+def _request_key(asked: AskedRequest) -> tuple[str, str]:
+    """Where a request's kept reply is found: its last message and its upstream credential (another client's
+    request of the same messages never takes or drops it; review h13 MINOR-2)."""
+    return asked.asked_at, asked.credential
 
 
 def _fields(settings: ProxySettings) -> dict[str, Any]:

@@ -372,6 +372,16 @@ def test_a_run_is_resumed_only_by_the_code_that_made_it(tmp_path: Path, monkeypa
     monkeypatch.setattr(records, "package_versions", lambda: {**stored["versions"], "httpx": "0.0.1"})
     with pytest.raises(RunRecordError, match="httpx: the run"):
         RunWriter(run, manifest(), resume=True)
+    monkeypatch.setattr(records, "package_versions", lambda: {**stored["versions"], "platform": "another kernel"})
+    RunWriter(run, manifest(), resume=True).close()  # review h13 MINOR-4: a reboot is no other code
+    monkeypatch.undo()
+    for key, value in (("diff.noprefix", "true"), ("color.diff", "always"), ("diff.mnemonicPrefix", "true")):
+        monkeypatch.setenv("GIT_CONFIG_COUNT", "1")  # review h13 MINOR-5: the user's git settings change nothing
+        monkeypatch.setenv("GIT_CONFIG_KEY_0", key)
+        monkeypatch.setenv("GIT_CONFIG_VALUE_0", value)
+        assert records.git_tree(REPO) == stored["git_tree"]
+    monkeypatch.undo()
+    monkeypatch.setattr(records, "package_versions", lambda: {**stored["versions"], "httpx": "0.0.1"})
     monkeypatch.setenv(records.RESUME_ANY_CODE, "1")
     with RunWriter(run, manifest(), resume=True) as writer:
         assert writer.finished() == {("", "arc", 42, "t1")}
