@@ -183,7 +183,8 @@ class SharedProxy(Proxy):
         self.last_replies: OrderedDict[tuple[str, str], tuple[AskedRequest, str, int, str, Reply]] = OrderedDict()
         self.retries_answered = 0  # clients' retries answered with the reply they had missed
         # the upstream's replies of requests answered 503 (the database down too long), by their last message
-        self.unsent_replies: OrderedDict[tuple[str, str], tuple[AskedRequest, list[AnsweredRound], float]] = OrderedDict()
+        self.unsent_replies: OrderedDict[tuple[str, str], tuple[AskedRequest, list[AnsweredRound], float,
+                                                                 tuple[str, int, str, Reply, ArcState] | None]] = OrderedDict()
 
     async def close(self) -> None:
         if self._connection_sweeper is not None:
@@ -217,7 +218,7 @@ class SharedProxy(Proxy):
         if unsent is not None and unsent[0] == attempts.request:  # a 503 kept these from the agent: not asked again
             del self.unsent_replies[_request_key(attempts.request)]  # (only this very request takes them, once)
             if time.monotonic() - unsent[2] <= UNSENT_KEPT_S:
-                attempts.answered = unsent[1]
+                attempts.answered, attempts.committing = unsent[1], unsent[3]  # a cut commit: looked for first
         if retry:
             answered = await self._answered_before(attempts.request)
             if answered is not None:
@@ -258,10 +259,11 @@ class SharedProxy(Proxy):
 
     def _keep_unsent(self, attempts: RequestAttempts) -> None:
         """The upstream's replies of a request answered 503, for the same request sent again (the agent's retry after
-        the database is back): its rounds get them as an attempt's would (bounded; each used once)."""
-        if attempts.answered:
+        the database is back): its rounds get them as an attempt's would, and a commit the failure cut is looked for
+        first (review h13 MINOR-1; bounded; each used once)."""
+        if attempts.answered or attempts.committing is not None:
             key = _request_key(attempts.request)
-            self.unsent_replies[key] = (attempts.request, attempts.answered, time.monotonic())
+            self.unsent_replies[key] = (attempts.request, attempts.answered, time.monotonic(), attempts.committing)
             self.unsent_replies.move_to_end(key)
             while len(self.unsent_replies) > self.cache_limit:
                 self.unsent_replies.popitem(last=False)

@@ -11,7 +11,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -238,6 +238,24 @@ async def one_request(database: str, upstream: Any, **settings: Any) -> tuple[An
         await client.aclose()
 
 
+async def refused_then_retried(database: str, upstream: Any, back: Callable[[], Any],
+                               store_retry_s: float) -> tuple[Any, Any, Any]:
+    """`first_request` through an in-process SharedProxy while the database is away (it must end in an error),
+    then ``back()``, then the agent's retry of it; (the error, the retry's reply, the proxy)."""
+    proxy, client = in_process_shared(database, upstream, store_retry_s=store_retry_s)
+    try:
+        try:
+            await proxy.complete(first_request(), None)
+            raise AssertionError("answered while the database was away")
+        except Exception as refused:  # noqa: BLE001 - the 503 the caller expects
+            first = refused
+        await asyncio.to_thread(back)
+        return first, await proxy.complete(first_request(), None, retry=True), proxy
+    finally:
+        await proxy.close()
+        await client.aclose()
+
+
 def first_request() -> dict[str, Any]:
     return {"model": "scripted", "tools": [BASH_TOOL],
             "messages": [{"role": "system", "content": "You are a helpful assistant."},
@@ -393,20 +411,42 @@ def test_a_request_answered_503_sent_again_gets_the_replies_its_upstream_gave(po
             postgres.kill()  # down until the test brings it back, after the 503
         return bash_call_reply(request)
 
-    async def scenario() -> tuple[Any, Any, Any]:
-        proxy, client = in_process_shared(database, upstream, store_retry_s=0.5)
-        try:
-            try:
-                await proxy.complete(first_request(), None)
-                raise AssertionError("answered while the database was down")
-            except Exception as refused:  # noqa: BLE001 - the 503 this test expects
-                first = refused
-            await asyncio.to_thread(postgres.resume)
-            return first, await proxy.complete(first_request(), None, retry=True), proxy
-        finally:
-            await proxy.close()
-            await client.aclose()
-
-    refused, reply, proxy = asyncio.run(scenario())
+    refused, reply, proxy = asyncio.run(refused_then_retried(database, upstream, postgres.resume, 0.5))
     assert getattr(refused, "status", None) == 503 and getattr(refused, "retry_after", None) == 5
     assert reply.completion["choices"][0]["message"]["tool_calls"] and len(calls) == 1 and proxy.answers_kept == 1
+
+
+def test_a_cut_commit_not_seen_before_the_503_is_found_by_the_agents_retry(postgres: Any,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review h13 MINOR-1: the server made a commit whose acknowledgement was lost, the database then stayed away
+    past store_retry_s (the last look failed too): the request was a 503, and the agent's retry forked the
+    conversation. The kept replies carry the cut commit; the retry looks for it first: its reply, no fork."""
+    from arc_ref.persist import postgres_conversations
+    from arc_ref.persist.postgres import StoreUnavailable
+
+    database = postgres.create_database("arc_test_shared_cut_then_503")
+    commit, head = postgres_conversations.RequestTransaction.commit, postgres_conversations.AsyncDatabase.head
+    away = [True]  # cleared: the database is back
+
+    async def commit_then_lose_the_answer(transaction: Any) -> None:
+        await commit(transaction)
+        raise StoreUnavailable("the connection was lost after the server's COMMIT")
+
+    async def head_while_away(db: Any, key: str) -> Any:
+        if away:
+            raise StoreUnavailable("the database is away")
+        return await head(db, key)
+
+    monkeypatch.setattr(postgres_conversations.RequestTransaction, "commit", commit_then_lose_the_answer)
+    monkeypatch.setattr(postgres_conversations.AsyncDatabase, "head", head_while_away)
+    calls: list[int] = []
+
+    def upstream(request: Any) -> Any:
+        calls.append(1)
+        return bash_call_reply(request)
+
+    refused, reply, proxy = asyncio.run(refused_then_retried(database, upstream, away.clear, 0.3))
+    assert getattr(refused, "status", None) == 503 and proxy.commits_found == 1 and len(calls) == 1
+    with psycopg.connect(postgres.url("arc_test_shared_cut_then_503")) as connection:
+        keys = [row[0] for row in connection.execute("SELECT key FROM arc_tasks").fetchall()]
+    assert keys == [reply.conversation]  # no fork
