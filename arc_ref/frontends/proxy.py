@@ -478,7 +478,7 @@ class ProxySettings:
     database: str | None = None  # --store postgresql://...: conversations shared by every instance on it
     cache_conversations: int = 256  # with a database: conversation states an instance keeps (least recent out)
     store_retry_s: float = 15.0  # with a database: how long a request is tried again while it is unavailable
-    db_connections: int = DEFAULT_DB_CONNECTIONS  # with a database: the pool's size (one per request in flight)
+    db_connections: int = DEFAULT_DB_CONNECTIONS  # with a database: the pool's size (held to read and to commit)
     max_hidden_rounds: int = DEFAULT_MAX_HIDDEN_ROUNDS  # hidden rounds that show nothing new (`HiddenRounds`)
     max_read_rounds: int = DEFAULT_MAX_READ_ROUNDS  # hidden rounds that show a chunk or page not shown before
     keepalive_s: float = KEEPALIVE_S
@@ -1490,6 +1490,10 @@ class Proxy:
         except ArcError as problem:
             raise Refused(problem.code, f"ARC refused the conversation: {problem}", _budget(conversation.state)) from None
 
+    def _log_round(self, conversation: Conversation, record: RoundRecord) -> None:
+        """An upstream call, for GET /arc/rounds."""
+        self.rounds.append(record)
+
     async def _upstream(self, conversation: Conversation, messages: list[dict[str, Any]],
                         tools: list[dict[str, Any]], body: dict[str, Any], tokens: int, hidden: bool) -> UpstreamReply:
         state = conversation.state
@@ -1510,7 +1514,7 @@ class Proxy:
         record = RoundRecord(conversation.key, hidden, tokens, state.setup.budget, state.setup.limit, max_tokens,
                              0, None, bool(body.get("stream")), view_digest(messages, tools), conversation.seq,
                              REQUEST_OWNER.get())
-        self.rounds.append(record)
+        self._log_round(conversation, record)
         try:
             response = await self.client.post(f"{self.settings.upstream}/chat/completions", json=request,
                                               headers=UPSTREAM_HEADERS.get(), timeout=self.settings.timeout_s)

@@ -28,7 +28,7 @@ DEFAULT_MAX_CONVERSATIONS = 256
 MAX_CONVERSATIONS = 10**6
 DEFAULT_IDLE_SECONDS = 600  # an agent's turn takes seconds to minutes; one idle 10 minutes has most likely ended
 MAX_IDLE_SECONDS = 30 * 86400
-DEFAULT_DB_CONNECTIONS = 32  # arc_ref.persist.postgres.DEFAULT_POOL_SIZE (not imported: psycopg is an extra)
+DEFAULT_DB_CONNECTIONS = 16  # a request holds one only to read and to commit (arc_ref.persist.postgres_conversations)
 MAX_DB_CONNECTIONS = 10000
 
 
@@ -74,10 +74,10 @@ class ProxyOptions:
                                    help="a conversation without a request for this long leaves memory (with --store"
                                         " reopened from it on its next request)")
     db_connections: int = int_option(DEFAULT_DB_CONNECTIONS, minimum=1, maximum=MAX_DB_CONNECTIONS, metavar="N",
-                                     help="with --store postgresql://...: connections to the database at most, one"
-                                          " per request in flight (held while the model answers; more requests"
-                                          " wait), closed after a minute idle; every instance's N together must"
-                                          " stay below the server's max_connections")
+                                     help="with --store postgresql://...: connections to the database at most (a"
+                                          " request holds one while it reads its conversation and while it commits,"
+                                          " not while the model answers), closed after a minute idle; every"
+                                          " instance's N together must stay below the server's max_connections")
     upstream_api_key: str | None = option(None, metavar="KEY", recorded=False, aliases=("--upstream-key",),
                                           help=f"the upstream's key (or ${UPSTREAM_KEY_ENV}); without it the"
                                                " client's Authorization goes to the upstream")

@@ -3,12 +3,13 @@ any conversation (issue 30 item 2).
 
 The request path is the one-process proxy's (`arc_ref.frontends.proxy.Proxy._run`: the same events, views, hidden rounds
 and replies), on a conversation whose state this instance holds in a bounded cache and whose rows, marks and head
-live in the database (`arc_ref.persist.postgres_conversations`). Each request is one database transaction that
-locks its conversation's head row for its whole duration (one request at a time goes on in place, across every
-instance; another request for it forks it at its deepest committed mark instead of waiting), catches up from the
-rows other instances appended, and commits the request's events and marks before the reply is sent. For the
-same requests the ids and views are those of one process: the state is the fold of the same events, and which
-instance folds them does not matter.
+live in the database (`arc_ref.persist.postgres_conversations`). A request reads its conversation (the head, and
+the rows other instances appended since this instance last saw it) on a pooled connection and gives the connection
+back before the upstream is asked: no connection and no lock is held while the model answers. At the end one
+transaction commits the request's events and marks, before the reply is sent: in place when the conversation's
+head is still the row the request began at, else (another request of it, on any instance, committed first) as a
+fork at the mark the request began at, whose views and ids are the same. For the same requests the ids and views
+are those of one process: the state is the fold of the same events, and which instance folds them does not matter.
 
 The database unreachable or restarting: nothing of that request is kept; it is tried again from the start (a new
 connection) until ``store_retry_s`` (15 s) has passed since the first failure, so that a restart of the database
@@ -99,7 +100,9 @@ class SharedConversation:
         self.transaction = transaction
         self.state = state
         self.attempts = attempts
-        self.lock = asyncio.Lock()  # the database's row lock serializes; this one is never contended
+        self.lock = asyncio.Lock()  # one request per SharedConversation: never contended
+        self.records: list[RoundRecord] = []  # this request's upstream calls (renamed when it commits as a fork)
+        self.marked: list[str] = []  # the chain hashes it marked (the same)
 
     @property
     def key(self) -> str:
@@ -129,6 +132,7 @@ class SharedConversation:
 
     def mark(self, chain_hash: str) -> Mark:
         self.transaction.mark(chain_hash)
+        self.marked.append(chain_hash)
         return Mark(self.position, self.seq, None, chain_hash)
 
 
@@ -164,10 +168,9 @@ class SharedProxy(Proxy):
     def __init__(self, settings: ProxySettings, client: Any, database: AsyncDatabase | None = None) -> None:
         assert settings.database is not None
         super().__init__(ProxySettings(**{**_fields(settings), "store": None}), client)
-        # a request's transaction is idle while the upstream answers, each of its rounds: never longer than that
-        idle = (settings.max_hidden_rounds + settings.max_read_rounds + 1) * settings.timeout_s + 60
+        # a request's transaction lasts two round trips (its commit): one idle for a minute is a stuck instance's
         self.database = database or AsyncDatabase(settings.database, pool_size=settings.db_connections,
-                                                  idle_in_transaction_s=idle)
+                                                  idle_in_transaction_s=60.0)
         self.database.check_schema()  # once, at start (created in an empty database)
         self.cache: OrderedDict[str, CachedConversation] = OrderedDict()
         self.cache_limit = max(1, settings.cache_conversations)
@@ -177,6 +180,7 @@ class SharedProxy(Proxy):
         self.store_retries = 0  # requests tried again while the database was unavailable
         self.answers_kept = 0  # upstream replies an attempt after a database failure did not ask again
         self.commits_found = 0  # commits cut by a failure that the server had made
+        self.forks_at_commit = 0  # requests committed as a fork: another request moved their conversation meanwhile
         self._connection_sweeper: asyncio.Task[None] | None = None
         # the latest replies of this instance by their request's last message: (request, conversation, head row,
         # its checksum, reply)
@@ -308,6 +312,10 @@ class SharedProxy(Proxy):
         self._note_reply(attempts, key, seq, checksum, reply)
         return reply
 
+    def _log_round(self, conversation: Any, record: RoundRecord) -> None:
+        super()._log_round(conversation, record)
+        conversation.records.append(record)  # renamed when the request commits as a fork (`_committed`)
+
     async def _upstream(self, conversation: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
                         body: dict[str, Any], tokens: int, hidden: bool) -> UpstreamReply:
         """`Proxy._upstream`, but a round whose view an earlier attempt of this request asked in the same round gets
@@ -328,6 +336,9 @@ class SharedProxy(Proxy):
     async def _complete_once(self, messages: Sequence[AgentMessage], tools: list[dict[str, Any]], system: str,
                              hashes: list[str], body: dict[str, Any], template_kwargs: tuple[tuple[str, Any], ...],
                              attempts: RequestAttempts) -> Reply:
+        """One attempt: the reads on a connection given back before the upstream is asked, the rounds, then the
+        commit on another (in place, or as a fork at the mark when another request moved the conversation
+        meanwhile: the reply then names the fork)."""
         async with self.database.connection() as connection:
             transaction = RequestTransaction(self.database, connection)
             expected_key = self.seen.deepest(hashes)
@@ -347,22 +358,41 @@ class SharedProxy(Proxy):
                 state = await self._state_at_mark(transaction, found)
                 transaction.fork(found, uuid.uuid4().hex)
                 start = found.mark_position
-            conversation = SharedConversation(transaction, state, attempts)
-            try:
-                reply = await self._run(conversation, messages[start:], hashes[start:], body)  # type: ignore[arg-type]
-            except BaseException:  # a refusal or an upstream error keeps what was applied, as one process does
-                await transaction.commit()
-                self._remember(CachedConversation(transaction.key, transaction.seq, transaction.checksum,
-                                                  conversation.state))
-                raise
-            # a failure from here on may come after the server committed: the next attempt looks first
-            attempts.committing = (transaction.key, transaction.seq, transaction.checksum, reply, conversation.state)
+            transaction.connection = None  # given back: no connection is held while the upstream answers
+        conversation = SharedConversation(transaction, state, attempts)
+        try:
+            reply = await self._run(conversation, messages[start:], hashes[start:], body)  # type: ignore[arg-type]
+        except BaseException:  # a refusal or an upstream error keeps what was applied, as one process does
             await transaction.commit()
-            attempts.committing = None
-            self._remember(CachedConversation(transaction.key, transaction.seq, transaction.checksum,
-                                              conversation.state))
-            self._note_reply(attempts, transaction.key, transaction.seq, transaction.checksum, reply)
-            return reply
+            self._committed(transaction, conversation)
+            raise
+        try:
+            await transaction.commit()
+        except BaseException:  # a failure from here on may come after the server committed: the next attempt looks
+            attempts.committing = (transaction.key, transaction.seq, transaction.checksum,
+                                   self._named(reply, transaction), conversation.state)
+            raise
+        self._committed(transaction, conversation)
+        reply = self._named(reply, transaction)
+        self._note_reply(attempts, transaction.key, transaction.seq, transaction.checksum, reply)
+        return reply
+
+    def _committed(self, transaction: RequestTransaction, conversation: SharedConversation) -> None:
+        """After a commit: this instance's copy of the state, and, for a request committed as a fork, its rounds
+        and marks under the fork's key."""
+        if transaction.forked_at_commit:
+            self.forks_at_commit += 1
+            for record in conversation.records:
+                record.conversation = transaction.key
+            for chain_hash in conversation.marked:
+                if chain_hash in self.seen.keys:
+                    self.seen.keys[chain_hash] = transaction.key
+        self._remember(CachedConversation(transaction.key, transaction.seq, transaction.checksum, conversation.state))
+
+    @staticmethod
+    def _named(reply: Reply, transaction: RequestTransaction) -> Reply:
+        """The reply naming the conversation its request was committed to."""
+        return reply if reply.conversation == transaction.key else attrs.evolve(reply, conversation=transaction.key)
 
     def _new_state(self, system: str, goal: str, tools: list[dict[str, Any]],
                    template_kwargs: tuple[tuple[str, Any], ...] = ()) -> ArcState:

@@ -5,19 +5,21 @@ proxy's hash chain over the agent's messages (`arc_ref.frontends.proxy.chain_nex
 messages up to it (``position``), the rows then (``seq``) and the chained checksum of that row, which binds the
 mark to the rows. The index is thus in the database with the same integrity rule as the rows.
 
-One request is one transaction (`RequestTransaction`): it finds the deepest known message of the request and
-locks that conversation's head row (``SELECT ... FOR UPDATE NOWAIT``), so that one request at a time goes on
-in place, across every instance; a request for a conversation another request holds does not wait: it forks it
-at the deepest mark as committed (agents that start alike). It folds what other instances appended since this
-instance last saw the conversation (catching up from its rows, checked against the chain); the events and marks
-of the request are kept in memory and written with the new head and COMMIT in one pipeline at the end, before
-the reply is sent (nothing is acknowledged before it is committed). An instance killed mid-request leaves
-nothing: PostgreSQL rolls its transaction back when its connection closes, and the agent's retry finds the
-conversation as it was. Round trips per request: one to find and lock (with the rows of the conversation this
-instance expects, when it has seen it before), one to commit; one more to fold a conversation it never saw, or
-to fork.
+A request holds no connection while the model answers it (an optimistic commit, `RequestTransaction`): it reads
+the deepest known message of the request and that conversation's head without a lock (with, in the same round
+trip, the rows of the conversation this instance expects, when it has seen it before), gives the connection back,
+and folds what other instances appended since this instance last saw the conversation (catching up from its rows,
+checked against the chain). The request's events and marks are kept in memory; at the end one transaction moves
+the head from the row the request began at to its own (``UPDATE ... WHERE seq = base AND checksum = base``: the
+row lock and the check in one statement) and writes the rows and marks before the reply is sent (nothing is
+acknowledged before it is committed). When the head moved meanwhile (another request of the conversation, on any
+instance, committed first), the request is committed as a fork at the mark it began at instead: its rows are the
+same (the chain binds no task key), so are its views and ids. An instance killed mid-request leaves nothing:
+nothing was written before the commit, and PostgreSQL rolls back a transaction whose connection closes. Round
+trips per request: one to read (one more to fold a conversation this instance never saw, or to fork), two to
+commit in place (move the head; write and COMMIT), one to commit a new conversation or a fork.
 
-The connections are `psycopg.AsyncConnection`s (a request waiting for a conversation's lock holds no thread).
+The connections are `psycopg.AsyncConnection`s; a request holds one only while it reads and while it commits.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import asyncio
 import contextlib
 import os
 import time
-from typing import TYPE_CHECKING, Any, AsyncIterator, Sequence
+import uuid
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Sequence
 
 import attrs
 
@@ -49,20 +52,21 @@ from arc_ref.persist.store import GENESIS, StoreCorrupt, StoreError, chain
 if TYPE_CHECKING:
     import psycopg
 
-FIND_AND_LOCK = """
+FIND = """
 SELECT t.key, t.seq, t.checksum, t.position, t.head, m.position, m.seq, m.checksum, m.hash
 FROM arc_marks m JOIN arc_tasks t ON t.key = m.task
 WHERE m.hash = ANY(%s)
 ORDER BY m.position DESC, (t.position = m.position) DESC, m.added DESC
 LIMIT 1
-FOR UPDATE OF t
 """
-"""The deepest mark among the request's hashes; of the conversations that passed it, one still there (resumed in
-place) before the latest one added; its head row locked for the transaction."""
-FIND_AND_LOCK_NOW = FIND_AND_LOCK.rstrip() + " NOWAIT\n"
-"""`FIND_AND_LOCK`, failing at once (LockNotAvailable) when another transaction holds that head row."""
-FIND = FIND_AND_LOCK.replace("FOR UPDATE OF t", "")
-"""`FIND_AND_LOCK` without the lock: the mark as committed (a fork copies rows committed up to it)."""
+"""The deepest mark among the request's hashes, as committed; of the conversations that passed it, one still there
+(resumed in place) before the latest one added."""
+MOVE_HEAD = ("UPDATE arc_tasks SET seq = %s, checksum = %s, position = %s, head = %s"
+             " WHERE key = %s AND seq = %s AND checksum = %s RETURNING key")
+"""A conversation's head moved from the row a request began at to the request's own: locks the head row (waiting
+only for another request's commit, at most `COMMIT_LOCK_TIMEOUT`) and, in READ COMMITTED, matches nothing when that
+commit moved it."""
+COMMIT_LOCK_TIMEOUT = "5s"  # a head row locked longer than this (a stuck commit): the request forks instead
 
 IDLE_CONNECTION_S = 60.0  # a pooled connection idle this long is closed (`AsyncDatabase.close_idle`)
 ROWS_AFTER = "SELECT seq, line, checksum FROM arc_events WHERE task = %s AND seq > %s AND seq <= %s ORDER BY seq"
@@ -70,7 +74,7 @@ ROWS_AFTER = "SELECT seq, line, checksum FROM arc_events WHERE task = %s AND seq
 
 @attrs.frozen
 class Found:
-    """The deepest known mark of a request, and the head of the conversation that passed it (locked)."""
+    """The deepest known mark of a request, and the head of the conversation that passed it (as committed)."""
 
     key: str
     seq: int  # the conversation's head: rows
@@ -81,13 +85,12 @@ class Found:
     mark_seq: int
     mark_checksum: str
     mark_hash: str
-    held: bool = False  # another request holds the conversation (its head row was not locked): fork at the mark
 
     @property
     def in_place(self) -> bool:
-        """The conversation is still at the mark and this request holds it (resume it), rather than past it or
-        held by another request (fork it there)."""
-        return self.position == self.mark_position and not self.held
+        """The conversation is still at the mark (resume it; forked at commit if another request moves it
+        meanwhile), rather than past it (fork it there)."""
+        return self.position == self.mark_position
 
 
 @attrs.frozen
@@ -105,7 +108,8 @@ class AsyncDatabase:
 
     As `arc_ref.persist.postgres.Database`: a pooled connection whose server went away is dropped without a round
     trip, one that failed in use is closed; psycopg's errors become StoreUnavailable (retry) or StoreError. At most
-    ``pool_size`` connections at once (a request holds one while the upstream answers it); one idle for
+    ``pool_size`` connections at once (a request holds one while it reads and while it commits, not while the upstream
+    answers it); one idle for
     ``IDLE_CONNECTION_S`` is closed by `close_idle` (a burst's connections go back to the server)."""
 
     def __init__(self, url: str, pool_size: int = DEFAULT_POOL_SIZE, connect_timeout_s: int = CONNECT_TIMEOUT_S,
@@ -227,12 +231,13 @@ class AsyncDatabase:
 
 
 class RequestTransaction:
-    """One proxy request's transaction on one conversation (see the module doc). Use `AsyncDatabase.connection()`
-    and `begin`, then `fold`/`fork`/`create`, `append` and `mark` as the request goes, `commit` at the end."""
+    """One proxy request on one conversation (see the module doc): `begin` (on a connection of
+    `AsyncDatabase.connection()`, given back after the reads), then `resume`/`fork`/`create`, `append` and `mark` as
+    the request goes (in memory), and `commit` at the end (on a connection of its own)."""
 
-    def __init__(self, db: AsyncDatabase, connection: "psycopg.AsyncConnection[Any]") -> None:
+    def __init__(self, db: AsyncDatabase, connection: "psycopg.AsyncConnection[Any] | None") -> None:
         self.db = db
-        self.connection = connection
+        self.connection = connection  # the reads' connection (None once given back)
         self.key = ""
         self.seq = 0
         self.checksum = GENESIS
@@ -240,59 +245,49 @@ class RequestTransaction:
         self.head = ""
         self._created: tuple[str, str] | None = None  # (config line, its checksum) of a new conversation
         self._forked_from: tuple[str, int] | None = None  # (parent key, rows copied)
+        self._resumed: Found | None = None  # the head this request goes on from in place (checked at commit)
+        self.forked_at_commit = False  # another request moved the head meanwhile: committed as a fork at the mark
         self._rows: list[tuple[str, int, str, str]] = []
         self._marks: list[tuple[str, str, int, int, str]] = []
 
     async def begin(self, hashes: Sequence[str], expected: CachedConversation | None
                     ) -> tuple[Found | None, list[tuple[int, str, str]]]:
-        """BEGIN; the deepest known mark of ``hashes`` and its conversation's head, locked; and, in the same round
-        trip, the rows of ``expected`` (the conversation this instance last saw at these hashes) after the row it
-        holds. Returns the mark (None: a new conversation) and those rows (to check against the head).
-
-        A conversation whose head row another request holds is not waited for: the mark is found again without
-        the lock (`Found.held`), as committed, and the request forks there (agents that start alike)."""
+        """The deepest known mark of ``hashes`` and its conversation's head, as committed (no lock); and, in the same
+        round trip, the rows of ``expected`` (the conversation this instance last saw at these hashes) after the row
+        it holds. Returns the mark (None: a new conversation) and those rows up to the head (to check against it)."""
         connection = self.connection
-        driver = self.db._driver
-        try:
-            async with connection.pipeline():
-                await connection.execute("BEGIN")
-                found_cursor = await connection.execute(FIND_AND_LOCK_NOW, (list(hashes),))
-                rows_cursor = None
-                if expected is not None:
-                    rows_cursor = await connection.execute(ROWS_AFTER + "", (expected.key, expected.seq, 2**62))
-            row = await found_cursor.fetchone()
-            rows = list(await rows_cursor.fetchall()) if rows_cursor is not None else []
-            held = False
-        except driver.errors.LockNotAvailable:  # another request holds it: its mark as committed, without waiting
-            self.db.round_trips += 1
-            async with connection.pipeline():
-                await connection.execute("ROLLBACK")
-                await connection.execute("BEGIN")
-                found_cursor = await connection.execute(FIND, (list(hashes),))
-            row = await found_cursor.fetchone()
-            rows, held = [], True
+        assert connection is not None
+        async with connection.pipeline():
+            found_cursor = await connection.execute(FIND, (list(hashes),))
+            rows_cursor = None
+            if expected is not None:
+                rows_cursor = await connection.execute(ROWS_AFTER, (expected.key, expected.seq, 2**62))
+        row = await found_cursor.fetchone()
+        rows = list(await rows_cursor.fetchall()) if rows_cursor is not None else []
         self.db.round_trips += 1
         if row is None:
             return None, []
-        found = attrs.evolve(Found(*row), held=True) if held else Found(*row)
+        found = Found(*row)
         if expected is None or expected.key != found.key:
             rows = []
-        return found, [row for row in rows if row[0] <= found.seq]
+        return found, [row for row in rows if row[0] <= found.seq]  # read after the head: rows past it left out
 
     async def rows(self, key: str, after: int, upto: int) -> list[tuple[int, str, str]]:
         """Rows ``after`` < seq <= ``upto`` of conversation ``key`` (one round trip)."""
+        assert self.connection is not None
         cursor = await self.connection.execute(ROWS_AFTER, (key, after, upto))
         self.db.round_trips += 1
         return list(await cursor.fetchall())
 
     def resume(self, found: Found) -> None:
-        """Go on in place from the conversation's head (locked by `begin`)."""
+        """Go on in place from the conversation's head (moved at `commit` only if it is still there)."""
         if (found.mark_seq, found.mark_checksum) != (found.seq, found.checksum):
             raise StoreCorrupt(f"{self.db.shown}#{found.key}: its head is at the mark {found.mark_hash[:12]} (agent"
                                f" message {found.position}) but the mark names row {found.mark_seq} and the head"
                                f" row {found.seq}")
         self.key, self.seq, self.checksum = found.key, found.seq, found.checksum
         self.position, self.head = found.position, found.head
+        self._resumed = found
 
     def fork(self, found: Found, key: str) -> None:
         """A new conversation ``key`` equal to ``found``'s at its mark: its rows up to there copied at commit."""
@@ -320,11 +315,62 @@ class RequestTransaction:
         self.head = chain_hash
         self._marks.append((chain_hash, self.key, self.position, self.seq, self.checksum))
 
-    async def commit(self) -> None:
-        """The new conversation or fork, the rows, the marks, the head and COMMIT in one round trip: only after
-        it returns is anything of the request acknowledged."""
-        connection = self.connection
+    def _as_fork(self, key: str) -> None:
+        """The request resumed a conversation another request moved meanwhile: its rows and marks become those of a
+        fork ``key`` at the mark it resumed from (the same rows and checksums: the chain names no task)."""
+        found = self._resumed
+        assert found is not None
+        self._resumed, self.forked_at_commit = None, True
+        self._forked_from = (found.key, found.mark_seq)
+        self.key = key
+        self._rows = [(key, seq, line, checksum) for _, seq, line, checksum in self._rows]
+        self._marks = [(found.mark_hash, key, found.mark_position, found.mark_seq, found.mark_checksum),
+                       *((chain_hash, key, position, seq, checksum)
+                         for chain_hash, _, position, seq, checksum in self._marks)]
+
+    async def commit(self, fork_key: Callable[[], str] = lambda: uuid.uuid4().hex) -> None:
+        """The request's rows, marks and new head in one transaction: a conversation resumed in place has its head
+        moved from the row the request began at (one round trip; when another request moved it meanwhile, the
+        request is committed as a fork ``fork_key()`` at that mark, `forked_at_commit`), then the new conversation or
+        fork, the rows, the marks and COMMIT (one round trip). Only after it returns is anything acknowledged."""
+        async with self.db.connection() as connection:
+            self.connection = connection
+            try:
+                moved = await self._move_head(connection) if self._resumed is not None else False
+                if self._resumed is not None and not moved:
+                    self._as_fork(fork_key())
+                await self._write(connection)
+            finally:
+                self.connection = None
+        self.db.round_trips += 1
+
+    async def _move_head(self, connection: "psycopg.AsyncConnection[Any]") -> bool:
+        """BEGIN and `MOVE_HEAD`: True when the head was still the row this request began at (now locked and moved);
+        False when another request moved it (or held it past `COMMIT_LOCK_TIMEOUT`), in a fresh transaction."""
+        found = self._resumed
+        assert found is not None
+        driver = self.db._driver
+        try:
+            async with connection.pipeline():
+                await connection.execute("BEGIN")
+                await connection.execute(f"SET LOCAL lock_timeout = '{COMMIT_LOCK_TIMEOUT}'")
+                cursor = await connection.execute(MOVE_HEAD, (self.seq, self.checksum, self.position, self.head,
+                                                              found.key, found.seq, found.checksum))
+            moved = await cursor.fetchone() is not None
+        except driver.errors.LockNotAvailable:
+            async with connection.pipeline():
+                await connection.execute("ROLLBACK")
+                await connection.execute("BEGIN")
+            moved = False
+        finally:
+            self.db.round_trips += 1
+        return moved
+
+    async def _write(self, connection: "psycopg.AsyncConnection[Any]") -> None:
+        in_place = self._resumed is not None  # its transaction began, its head moved (`_move_head`)
         async with connection.pipeline():
+            if not in_place and not self.forked_at_commit:
+                await connection.execute("BEGIN")
             if self._created is not None:
                 line, checksum = self._created
                 await connection.execute("INSERT INTO arc_tasks (key, seq, checksum) VALUES (%s, 1, %s)",
@@ -344,14 +390,11 @@ class RequestTransaction:
                 async with connection.cursor() as cursor:
                     await cursor.executemany("INSERT INTO arc_marks (hash, task, position, seq, checksum)"
                                              " VALUES (%s, %s, %s, %s, %s)", self._marks)
-            await connection.execute("UPDATE arc_tasks SET seq = %s, checksum = %s, position = %s, head = %s"
-                                     " WHERE key = %s", (self.seq, self.checksum, self.position, self.head, self.key))
+            if not in_place:
+                await connection.execute("UPDATE arc_tasks SET seq = %s, checksum = %s, position = %s, head = %s"
+                                         " WHERE key = %s", (self.seq, self.checksum, self.position, self.head,
+                                                             self.key))
             await connection.execute("COMMIT")
-        self.db.round_trips += 1
-
-    async def rollback(self) -> None:
-        await self.connection.execute("ROLLBACK")
-        self.db.round_trips += 1
 
 
 def fold_rows(state: ArcState | None, rows: Sequence[tuple[int, str, str]], where: str, after_seq: int,

@@ -13,6 +13,7 @@ Slow (agent processes); skips, saying why, without Qwen3's files, the agents, Po
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import subprocess
@@ -115,25 +116,15 @@ def test_agents_through_the_balancer_see_what_one_process_shows(postgres: Postgr
           f" instance {served}")
 
 
-def open_transactions(url: str) -> list[int]:
-    """The pids of the proxy instances holding a request's transaction open now (pg_stat_activity)."""
-    import psycopg
-
-    try:
-        with psycopg.connect(url, autocommit=True, connect_timeout=2) as connection:
-            names = connection.execute("SELECT application_name FROM pg_stat_activity WHERE application_name LIKE"
-                                       " 'arc-ref proxy %' AND state = 'idle in transaction'").fetchall()
-    except psycopg.OperationalError:
-        return []
-    return [int(name.rsplit(" ", 1)[1]) for (name,) in names]
-
-
-def wait_for_open_transaction(url: str, among: list[int], ceiling_s: float = 120) -> int:
+def upstream_call_in_flight(among: list[Any], ceiling_s: float = 120) -> Any:
+    """The first of the proxy instances ``among`` seen with an upstream call in flight (its /arc/rounds: a call
+    without a status yet): a request there has read its conversation and not committed yet."""
     deadline = time.monotonic() + ceiling_s
     while time.monotonic() < deadline:
-        holders = [pid for pid in open_transactions(url) if pid in among]
-        if holders:
-            return holders[0]
+        for instance in among:
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                if any(record["status"] == 0 for record in rounds(instance)):
+                    return instance
         time.sleep(0.02)
     raise AssertionError("no request was in flight within the ceiling")
 
@@ -199,15 +190,13 @@ def test_kill_one_instance_then_the_database_mid_request(postgres: PostgresServe
         workers = [threading.Thread(target=mini), threading.Thread(target=sdk)]
         for worker in workers:
             worker.start()
-        pids = [instance.process.pid for instance in instances if instance.process is not None]
-        victim_pid = wait_for_open_transaction(url, pids)
-        victim = next(instance for instance in instances if instance.process and instance.process.pid == victim_pid)
+        victim = upstream_call_in_flight(instances)
         victim.kill()
-        events.append(f"kill -9 of instance {victim.port} (pid {victim_pid}) while it held a request's transaction")
-        survivors = [pid for pid in pids if pid != victim_pid]
-        holder = wait_for_open_transaction(url, survivors)
+        events.append(f"kill -9 of instance {victim.port} while a request of it was with the upstream")
+        holder = upstream_call_in_flight([instance for instance in instances if instance is not victim])
         postgres.kill()
-        events.append(f"kill -9 of PostgreSQL while instance pid {holder} held a request's transaction")
+        events.append(f"kill -9 of PostgreSQL while a request of instance {holder.port} was with the upstream (its"
+                      " commit to come)")
         time.sleep(1.0)
         postgres.resume()
         events.append("PostgreSQL restarted (crash recovery) after 1 s")

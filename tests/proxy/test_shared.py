@@ -262,11 +262,13 @@ def first_request() -> dict[str, Any]:
                          {"role": "user", "content": "List the files."}]}
 
 
-def test_a_database_restart_during_the_upstream_call_costs_no_second_generation(postgres: Any) -> None:
+def test_a_database_restart_during_the_upstream_call_costs_nothing(postgres: Any) -> None:
     """Review h9 MAJOR 2: the database restarted while the upstream answered a request (its transaction died with
-    it) made the retry ask the upstream again, and a request older than store_retry_s got 503 at once. Now the
-    attempt after the failure shows the upstream the same view and gets the reply it had (no second call), and
-    store_retry_s counts from the failure: here the upstream takes 3 s, longer than store_retry_s = 2.5 s."""
+    it) made the retry ask the upstream again, and a request older than store_retry_s got 503 at once. Then the
+    attempt after the failure got the reply it had (no second call). Now no connection is held while the upstream
+    answers (the optimistic commit), so a restart then is not even seen: one attempt, one call, committed; here the
+    upstream takes 3 s, longer than store_retry_s = 2.5 s. (A failure at the commit itself: the test of a second
+    outage below.)"""
     database = postgres.create_database("arc_test_shared_restart")
     calls: list[dict[str, Any]] = []
 
@@ -280,10 +282,10 @@ def test_a_database_restart_during_the_upstream_call_costs_no_second_generation(
 
     reply, proxy = asyncio.run(one_request(database, upstream, store_retry_s=2.5))
     assert [call["function"]["name"] for call in reply.completion["choices"][0]["message"]["tool_calls"]] == ["bash"]
-    assert len(calls) == 1 and proxy.answers_kept == 1 and proxy.store_retries >= 1
+    assert len(calls) == 1 and proxy.answers_kept == 0 and proxy.store_retries == 0
     with psycopg.connect(postgres.url("arc_test_shared_restart")) as connection:
         heads = connection.execute("SELECT key, seq FROM arc_tasks").fetchall()
-    assert len(heads) == 1 and heads[0][0] == reply.conversation  # the second attempt's conversation, committed
+    assert len(heads) == 1 and heads[0][0] == reply.conversation  # committed at once
 
 
 def test_a_commit_the_server_made_before_the_connection_failed_is_the_reply(postgres: Any,
@@ -450,3 +452,88 @@ def test_a_cut_commit_not_seen_before_the_503_is_found_by_the_agents_retry(postg
     with psycopg.connect(postgres.url("arc_test_shared_cut_then_503")) as connection:
         keys = [row[0] for row in connection.execute("SELECT key FROM arc_tasks").fetchall()]
     assert keys == [reply.conversation]  # no fork
+
+
+def test_no_connection_is_held_while_the_upstream_answers(postgres: Any) -> None:
+    """The optimistic commit: with one database connection (--db-connections 1), eight conversations' requests are
+    with the upstream at once (a request holds a connection only while it reads and while it commits; before, the
+    one connection was held for the whole request, so one request at a time reached the upstream)."""
+    database = postgres.create_database("arc_test_shared_no_connection_held")
+    in_flight, most = [0], [0]
+    all_in = asyncio.Event()
+
+    async def upstream(request: Any) -> Any:
+        in_flight[0] += 1
+        most[0] = max(most[0], in_flight[0])
+        if in_flight[0] == 8:
+            all_in.set()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(all_in.wait(), 10.0)
+        in_flight[0] -= 1
+        return bash_call_reply(request)
+
+    async def scenario() -> list[Any]:
+        proxy, client = in_process_shared(database, upstream, db_connections=1)
+        try:
+            return await asyncio.gather(*(proxy.complete({**first_request(), "messages": [
+                {"role": "system", "content": "You are a helpful assistant."},
+                {"role": "user", "content": f"List the files of d{number}."}]}, None) for number in range(8)))
+        finally:
+            await proxy.close()
+            await client.aclose()
+
+    replies = asyncio.run(scenario())
+    assert most[0] == 8 and len({reply.conversation for reply in replies}) == 8
+    with psycopg.connect(postgres.url("arc_test_shared_no_connection_held")) as connection:
+        assert connection.execute("SELECT count(*) FROM arc_tasks").fetchone() == (8,)
+
+
+def test_two_requests_racing_in_place_commit_one_in_place_and_one_as_a_fork_with_the_same_rows(postgres: Any
+                                                                                                ) -> None:
+    """Two requests continuing one conversation from the same head, both with the upstream at once: the first to
+    commit moves the head; the second finds it moved and is committed as a fork at the mark both began at (its rows
+    the same lines and checksums: the same requests give the same events), its reply and its rounds naming the fork;
+    nothing refused, nothing written twice under one key."""
+    database = postgres.create_database("arc_test_shared_race")
+    waiting = [0]
+    both_in = asyncio.Event()
+
+    async def upstream(request: Any) -> Any:
+        if len(json.loads(request.content)["messages"]) > 2:  # the racing requests (not the first one)
+            waiting[0] += 1
+            if waiting[0] == 2:
+                both_in.set()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(both_in.wait(), 10.0)
+        return bash_call_reply(request)
+
+    async def scenario() -> tuple[Any, list[Any], Any]:
+        proxy, client = in_process_shared(database, upstream)
+        try:
+            first = await proxy.complete(first_request(), None)
+            said = first.completion["choices"][0]["message"]
+            later = {**first_request(), "messages": [*first_request()["messages"], said, {
+                "role": "tool", "tool_call_id": said["tool_calls"][0]["id"], "content": "a.txt\nb.txt\n"}]}
+            racing = await asyncio.gather(proxy.complete(later, None), proxy.complete(later, None))
+            return first, list(racing), proxy
+        finally:
+            await proxy.close()
+            await client.aclose()
+
+    first, racing, proxy = asyncio.run(scenario())
+    assert both_in.is_set() and proxy.forks_at_commit == 1
+    keys = [reply.conversation for reply in racing]
+    assert first.conversation in keys and len(set(keys)) == 2
+    fork = next(key for key in keys if key != first.conversation)
+    assert {record.conversation for record in proxy.rounds} == {first.conversation, fork}
+    assert sum(record.conversation == fork for record in proxy.rounds) >= 1
+    with psycopg.connect(postgres.url("arc_test_shared_race")) as connection:
+        rows = {key: connection.execute("SELECT seq, line, checksum FROM arc_events WHERE task = %s ORDER BY seq",
+                                        (key,)).fetchall() for key in keys}
+        heads = {key: connection.execute("SELECT seq, checksum FROM arc_tasks WHERE key = %s", (key,)).fetchone()
+                 for key in keys}
+        marks = {key: connection.execute("SELECT hash FROM arc_marks WHERE task = %s ORDER BY position",
+                                         (key,)).fetchall() for key in keys}
+    assert rows[first.conversation] == rows[fork] and len(rows[fork]) > 2  # the same events, row for row
+    assert heads[first.conversation] == heads[fork] == rows[fork][-1][::2]
+    assert marks[fork][-1] == marks[first.conversation][-1] and len(marks[fork]) >= 2  # the mark it began at, its own
