@@ -88,7 +88,7 @@ class RequestAttempts:
     request: AskedRequest  # what a client's retry of it repeats (`SharedProxy._answered_before`)
     answered: list[AnsweredRound] = attrs.field(factory=list)
     asked: int = 0  # the rounds this attempt asked so far
-    began: bool = False  # this attempt's transaction began (the database answered it)
+    began: bool = False  # this attempt's reads were answered and it asked the upstream anew: work the outage cut
     committing: tuple[str, int, str, Reply, ArcState] | None = None
 
 
@@ -206,10 +206,11 @@ class SharedProxy(Proxy):
                 print(f"arc-ref proxy: closing idle database connections failed: {problem!r}", file=sys.stderr)
 
     async def complete(self, body: dict[str, Any], explicit: str | None, retry: bool = False) -> Reply:
-        """One request in one transaction. The database unavailable (down, restarting): the request is tried again
-        from the start (nothing of it was kept; what the upstream answered is not asked again, `RequestAttempts`)
-        until ``store_retry_s`` has passed since the failure (an attempt the database answered before it failed
-        starts the time again), then answered 503, a commit the failure cut looked for a last time first; the
+        """One request: its reads, its rounds, its commit. The database unavailable (down, restarting): the request is
+        tried again from the start (nothing of it was kept; what the upstream answered is not asked again,
+        `RequestAttempts`) until ``store_retry_s`` has passed since the failure (an attempt that asked the upstream
+        anew before it failed starts the time again; one whose replies were all kept does not, so that a commit
+        that keeps failing ends), then answered 503, a commit the failure cut looked for a last time first; the
         replies of a request answered 503 are kept for the same request sent again (`_keep_unsent`). ``retry``: the
         client's retry of a request this instance answered gets that reply when the conversation's head is still the
         row the reply committed (`_answered_before`); any other retry forks the conversation, as an edited request
@@ -329,6 +330,7 @@ class SharedProxy(Proxy):
                 self.answers_kept += 1
                 return reply
             del attempts.answered[round_number:]
+        attempts.began = True  # the database answered this attempt's reads, and it does new work
         reply = await super()._upstream(conversation, messages, tools, body, tokens, hidden)
         attempts.answered.append((messages, tools, reply))
         return reply
@@ -344,7 +346,6 @@ class SharedProxy(Proxy):
             expected_key = self.seen.deepest(hashes)
             expected = self.cache.get(expected_key) if expected_key is not None else None
             found, rows = await transaction.begin(hashes, expected)
-            attempts.began = True
             if found is None:
                 state = await asyncio.to_thread(self._new_state, system, messages[0].text, tools, template_kwargs)
                 line = encode_config_line(config_line(state.config))

@@ -537,3 +537,77 @@ def test_two_requests_racing_in_place_commit_one_in_place_and_one_as_a_fork_with
     assert rows[first.conversation] == rows[fork] and len(rows[fork]) > 2  # the same events, row for row
     assert heads[first.conversation] == heads[fork] == rows[fork][-1][::2]
     assert marks[fork][-1] == marks[first.conversation][-1] and len(marks[fork]) >= 2  # the mark it began at, its own
+
+
+def test_a_head_row_locked_past_the_commits_lock_timeout_makes_the_request_a_fork(postgres: Any,
+                                                                                   monkeypatch: pytest.MonkeyPatch
+                                                                                   ) -> None:
+    """Another connection holds the conversation's head row (a stuck commit, say) when a request continuing it
+    commits: the commit waits at most COMMIT_LOCK_TIMEOUT, then the request is committed as a fork at the mark it
+    began at (its reply, no 500); the stuck holder's row is untouched."""
+    from arc_ref.persist import postgres_conversations
+
+    monkeypatch.setattr(postgres_conversations, "COMMIT_LOCK_TIMEOUT", "300ms")
+    database = postgres.create_database("arc_test_shared_lock_timeout")
+    url = postgres.url("arc_test_shared_lock_timeout")
+    holder: list[Any] = []
+
+    async def upstream(request: Any) -> Any:
+        if len(json.loads(request.content)["messages"]) > 2 and not holder:  # the second request: lock its head
+            holder.append(psycopg.connect(url))
+            holder[0].execute("SELECT seq FROM arc_tasks FOR UPDATE").fetchall()
+        return bash_call_reply(request)
+
+    async def scenario() -> tuple[Any, Any, Any]:
+        proxy, client = in_process_shared(database, upstream)
+        try:
+            first = await proxy.complete(first_request(), None)
+            said = first.completion["choices"][0]["message"]
+            later = {**first_request(), "messages": [*first_request()["messages"], said, {
+                "role": "tool", "tool_call_id": said["tool_calls"][0]["id"], "content": "a.txt\n"}]}
+            return first, await proxy.complete(later, None), proxy
+        finally:
+            await proxy.close()
+            await client.aclose()
+
+    try:
+        first, later, proxy = asyncio.run(scenario())
+        head_then = holder[0].execute("SELECT seq, checksum FROM arc_tasks WHERE key = %s",
+                                      (first.conversation,)).fetchone()
+    finally:
+        for connection in holder:
+            connection.close()
+    assert later.conversation != first.conversation and proxy.forks_at_commit == 1
+    with psycopg.connect(url) as connection:
+        assert connection.execute("SELECT seq, checksum FROM arc_tasks WHERE key = %s",
+                                  (first.conversation,)).fetchone() == head_then  # the locked one: as it was
+        fork_head = connection.execute("SELECT seq FROM arc_tasks WHERE key = %s", (later.conversation,)).fetchone()
+    assert fork_head is not None and fork_head[0] > head_then[0]
+
+
+def test_a_commit_that_keeps_failing_ends_in_a_503(postgres: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reads answered, every commit failing as unavailable (a full disk, say): the request is a 503 after
+    store_retry_s, not tried again for ever (each attempt's reads were answered, which restarted the time; now only
+    an attempt that asked the upstream anew does), and the upstream was asked once."""
+    from arc_ref.persist import postgres_conversations
+    from arc_ref.persist.postgres import StoreUnavailable
+
+    database = postgres.create_database("arc_test_shared_commit_fails")
+
+    async def failing_commit(transaction: Any, *arguments: Any) -> None:
+        raise StoreUnavailable("could not extend file: No space left on device (injected)")
+
+    monkeypatch.setattr(postgres_conversations.RequestTransaction, "commit", failing_commit)
+    calls: list[int] = []
+
+    def upstream(request: Any) -> Any:
+        calls.append(1)
+        return bash_call_reply(request)
+
+    async def bounded() -> Any:
+        return await asyncio.wait_for(one_request(database, upstream, store_retry_s=1.0), 30.0)
+
+    with pytest.raises(Exception) as refused:
+        asyncio.run(bounded())
+    assert getattr(refused.value, "status", None) == 503, repr(refused.value)
+    assert len(calls) == 1
