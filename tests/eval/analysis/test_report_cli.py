@@ -234,3 +234,25 @@ def test_task_lines_naming_another_model_than_the_manifest(tmp_path: Path) -> No
     assert code == 0, err
     assert "differ from the manifest's 'Qwen/Qwen3-8B'" in md
     assert "| Sliding_window | ? | ? |" in md
+
+
+def test_items_rerun_under_several_seeds_get_the_distinct_items_note_in_markdown_and_json(tmp_path: Path) -> None:
+    """Review h13 NIT-2: the note of McNemar over the distinct items (a task id paired under several seeds) and
+    its ``--json`` fields: every comparison of a run whose 8 items ran under 2 seeds says 16 pairs are 8 items,
+    with the counts and exact p of its JSON row."""
+    run = tmp_path / "lb"
+    write_run(run, RunSpec(task_kind="longbench", model="Qwen/Qwen3-32B", context_limit=32768, seeds=(42, 82),
+                           tasks_per_seed=8, task_ids=[f"lbv2-{item}" for item in range(8)]))
+    code, md, stderr = _run([str(run), "--out", str(tmp_path / "out"), "--format", "md,json"])
+    assert code == 0, stderr
+    from arc_eval.analysis.report import method_label
+
+    rows = json.loads((tmp_path / "out" / "report.json").read_text())["mcnemar"]
+    assert rows and all(row["distinct_items"] == 8 for row in rows)
+    for row in rows:
+        distinct = row["distinct"]
+        assert distinct["a_only"] + distinct["b_only"] + distinct["both"] + distinct["neither"] == 8
+        notes = [line for line in md.splitlines() if "distinct items" in line and f" vs {method_label(row['b'])}:" in line]
+        assert notes and all("the 16 pairs are 8 distinct items" in note for note in notes)
+        said = f"A-only {distinct['a_only']}, B-only {distinct['b_only']},"  # one note per outcome's table
+        assert any(said in note and f"exact p {distinct['exact_p']['text']}," in note for note in notes), (said, notes)
