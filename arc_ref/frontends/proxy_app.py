@@ -570,6 +570,7 @@ def serve(options: ProxyOptions, parse_setting: Callable[[str], tuple[str, objec
         database = AsyncDatabase(settings.database, pool_size=settings.db_connections)
         try:
             database.check_schema()
+            asyncio.run(database.check_connection())  # as requests connect (a pooler refusing their options)
         except StoreError as problem:
             print(f"arc-ref proxy: --store: {problem}", file=sys.stderr)
             return USAGE.code

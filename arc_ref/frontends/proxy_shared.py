@@ -260,6 +260,8 @@ class SharedProxy(Proxy):
                 delay = min(2.0, delay * 2)
                 self.store_retries += 1
             except StoreError as problem:
+                print(f"arc-ref proxy: the database failed the request (500 store_failed): {problem}", file=sys.stderr,
+                      flush=True)
                 raise store_failed(problem) from None
 
     def _keep_unsent(self, attempts: RequestAttempts) -> None:
@@ -346,20 +348,20 @@ class SharedProxy(Proxy):
             expected_key = self.seen.deepest(hashes)
             expected = self.cache.get(expected_key) if expected_key is not None else None
             found, rows = await transaction.begin(hashes, expected)
-            if found is None:
-                state = await asyncio.to_thread(self._new_state, system, messages[0].text, tools, template_kwargs)
-                line = encode_config_line(config_line(state.config))
-                transaction.create(uuid.uuid4().hex, line, hashes[0])
-                start = 1
-            elif found.in_place:
-                transaction.resume(found)
-                state = await self._caught_up(transaction, found, expected, rows)
-                start = found.mark_position
-            else:  # it moved on (a retry of an answered request, an edited or regenerated message): fork
-                state = await self._state_at_mark(transaction, found)
-                transaction.fork(found, uuid.uuid4().hex)
-                start = found.mark_position
-            transaction.connection = None  # given back: no connection is held while the upstream answers
+            transaction.connection = None  # given back: none is held while a state is folded or the upstream answers
+        if found is None:
+            state = await asyncio.to_thread(self._new_state, system, messages[0].text, tools, template_kwargs)
+            line = encode_config_line(config_line(state.config))
+            transaction.create(uuid.uuid4().hex, line, hashes[0])
+            start = 1
+        elif found.in_place:
+            transaction.resume(found)
+            state = await self._caught_up(transaction, found, expected, rows)
+            start = found.mark_position
+        else:  # it moved on (a retry of an answered request, an edited or regenerated message): fork
+            state = await self._state_at_mark(transaction, found)
+            transaction.fork(found, uuid.uuid4().hex)
+            start = found.mark_position
         conversation = SharedConversation(transaction, state, attempts)
         try:
             reply = await self._run(conversation, messages[start:], hashes[start:], body)  # type: ignore[arg-type]

@@ -135,6 +135,17 @@ class AsyncDatabase:
         finally:
             sync.close()
 
+    async def check_connection(self) -> None:
+        """Connect as the request path connects (its startup options included: a pooler that refuses them is
+        refused at start, not on every request) and run one query."""
+        connection = await self._connect()
+        try:
+            await connection.execute("SELECT 1")
+        except self._driver.Error as problem:
+            raise store_error(self.url, problem) from None
+        finally:
+            await connection.close()
+
     async def _connect(self) -> "psycopg.AsyncConnection[Any]":
         driver = self._driver
         try:
@@ -273,11 +284,17 @@ class RequestTransaction:
         return found, [row for row in rows if row[0] <= found.seq]  # read after the head: rows past it left out
 
     async def rows(self, key: str, after: int, upto: int) -> list[tuple[int, str, str]]:
-        """Rows ``after`` < seq <= ``upto`` of conversation ``key`` (one round trip)."""
-        assert self.connection is not None
-        cursor = await self.connection.execute(ROWS_AFTER, (key, after, upto))
+        """Rows ``after`` < seq <= ``upto`` of conversation ``key`` (one round trip; on a connection of its own when
+        the reads' one was given back)."""
+        if self.connection is None:
+            async with self.db.connection() as connection:
+                cursor = await connection.execute(ROWS_AFTER, (key, after, upto))
+                rows = list(await cursor.fetchall())
+        else:
+            cursor = await self.connection.execute(ROWS_AFTER, (key, after, upto))
+            rows = list(await cursor.fetchall())
         self.db.round_trips += 1
-        return list(await cursor.fetchall())
+        return rows
 
     def resume(self, found: Found) -> None:
         """Go on in place from the conversation's head (moved at `commit` only if it is still there)."""
@@ -333,6 +350,8 @@ class RequestTransaction:
         moved from the row the request began at (one round trip; when another request moved it meanwhile, the
         request is committed as a fork ``fork_key()`` at that mark, `forked_at_commit`), then the new conversation or
         fork, the rows, the marks and COMMIT (one round trip). Only after it returns is anything acknowledged."""
+        if self._resumed is not None and not self._rows and not self._marks:
+            return  # resumed and nothing applied (a request refused before its first event): nothing to write
         async with self.db.connection() as connection:
             self.connection = connection
             try:
@@ -352,7 +371,7 @@ class RequestTransaction:
         driver = self.db._driver
         try:
             async with connection.pipeline():
-                await connection.execute("BEGIN")
+                await connection.execute("BEGIN ISOLATION LEVEL READ COMMITTED")  # MOVE_HEAD's re-check needs it
                 await connection.execute(f"SET LOCAL lock_timeout = '{COMMIT_LOCK_TIMEOUT}'")
                 cursor = await connection.execute(MOVE_HEAD, (self.seq, self.checksum, self.position, self.head,
                                                               found.key, found.seq, found.checksum))

@@ -167,10 +167,11 @@ def test_the_database_down_is_a_503_and_the_instance_serves_again_when_it_is_bac
     assert later == alone
 
 
-def test_a_database_dropped_under_a_running_instance_is_a_500_at_once_naming_the_fix(postgres: Any,
-                                                                                    tmp_path: Path) -> None:
+def test_a_database_dropped_under_a_running_instance_is_a_500_at_once_naming_the_fix(
+        postgres: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Review h7 m3: the server refusing the connection for good (here: the database dropped) is not retried for
-    store_retry_s as an outage is: 500 store_failed at once, saying the database does not exist and to create it."""
+    store_retry_s as an outage is: 500 store_failed at once, saying the database does not exist and to create it;
+    and the proxy's log says so (review h14 O2: a 500 store_failed left no line)."""
     database = postgres.create_database("arc_test_shared_dropped")
     log = tmp_path / "big.log"
     big_log(log)
@@ -189,6 +190,8 @@ def test_a_database_dropped_under_a_running_instance_is_a_500_at_once_naming_the
     assert error["type"] == "store_failed" and "retry" not in error["message"], error
     assert 'database "arc_test_shared_dropped" does not exist' in error["message"] and "createdb" in error["message"]
     assert waited < 30.0  # not store_retry_s (60 s) of reconnecting
+    logged = [line for line in capsys.readouterr().err.splitlines() if "500 store_failed" in line]
+    assert logged and 'database "arc_test_shared_dropped" does not exist' in logged[0], logged
 
 
 def test_one_request_sent_to_two_instances_at_once_is_serialized_by_the_database(pg_url: str, tmp_path: Path
@@ -611,3 +614,41 @@ def test_a_commit_that_keeps_failing_ends_in_a_503(postgres: Any, monkeypatch: p
         asyncio.run(bounded())
     assert getattr(refused.value, "status", None) == 503, repr(refused.value)
     assert len(calls) == 1
+
+
+def test_a_request_that_applied_nothing_writes_nothing_when_its_conversation_moved(postgres: Any) -> None:
+    """Review h14 C1: a request resumed in place that applied nothing (refused before its first event) used to
+    commit as a fork when another request moved the conversation meanwhile: a copy of every row that no reply
+    names. Now nothing is written."""
+    from arc_ref.frontends.proxy import parse_request
+    from arc_ref.persist.postgres_conversations import RequestTransaction
+
+    database = postgres.create_database("arc_test_shared_nothing_applied")
+
+    async def scenario() -> tuple[bool, int, int]:
+        proxy, client = in_process_shared(database, bash_call_reply)
+        try:
+            first = await proxy.complete(first_request(), None)
+            said = first.completion["choices"][0]["message"]
+            later = {**first_request(), "messages": [*first_request()["messages"], said, {
+                "role": "tool", "tool_call_id": said["tool_calls"][0]["id"], "content": "a.txt\n"}]}
+            hashes = parse_request(later, None, proxy.known)[3]
+            async with proxy.database.connection() as connection:
+                idle = RequestTransaction(proxy.database, connection)
+                found, _ = await idle.begin(hashes, None)
+                idle.connection = None
+            assert found is not None and found.in_place
+            idle.resume(found)
+            await proxy.complete(later, None)  # another request moves the conversation on
+            with psycopg.connect(database) as connection:
+                before = connection.execute("SELECT count(*) FROM arc_tasks").fetchone()[0]
+            await idle.commit()  # nothing applied
+            with psycopg.connect(database) as connection:
+                after = connection.execute("SELECT count(*) FROM arc_tasks").fetchone()[0]
+            return idle.forked_at_commit, before, after
+        finally:
+            await proxy.close()
+            await client.aclose()
+
+    forked, before, after = asyncio.run(scenario())
+    assert not forked and before == after == 1
