@@ -1210,6 +1210,11 @@ class Proxy:
         self.fork_copies = concurrent.futures.ThreadPoolExecutor(FORK_THREADS, thread_name_prefix="arc-proxy-fork")
         self._fork_gates: dict[str, tuple[asyncio.Lock, list[int]]] = {}
 
+    def stats(self) -> dict[str, int]:
+        """This instance's counters since it started (GET /arc/stats)."""
+        return {"upstream_calls_logged": len(self.rounds), "conversations_in_memory": len(self.conversations.by_key),
+                "conversations_evicted": self.conversations.evicted, "conversations_opened": self.conversations.opened}
+
     async def close(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()

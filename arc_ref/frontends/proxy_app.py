@@ -547,10 +547,17 @@ def build_app(settings: ProxySettings) -> Any:
         return JSONResponse([{name: value for name, value in attrs.asdict(record).items() if name != "owner"}
                              for record in holder["proxy"].rounds if record.owner == owner])
 
+    async def stats(request: Request) -> Response:
+        """This instance's counters (with --client-keys, for any client key: counts, no client's content)."""
+        if client_owner(settings, request.headers.get("authorization")) is None:
+            return failure(unauthorized)
+        return JSONResponse(holder["proxy"].stats())
+
     return Starlette(routes=[
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/arc/rounds", rounds, methods=["GET"]),
+        Route("/arc/stats", stats, methods=["GET"]),
     ], lifespan=lifespan)
 
 

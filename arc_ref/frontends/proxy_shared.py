@@ -190,6 +190,17 @@ class SharedProxy(Proxy):
         self.unsent_replies: OrderedDict[tuple[str, str], tuple[AskedRequest, list[AnsweredRound], float,
                                                                  tuple[str, int, str, Reply, ArcState] | None]] = OrderedDict()
 
+    def stats(self) -> dict[str, int]:
+        """This instance's counters since it started (GET /arc/stats): its cache, what catching up and the
+        database's failures cost, the forks its commits made, its connections."""
+        return {"upstream_calls_logged": len(self.rounds), "conversations_cached": len(self.cache),
+                "rows_folded": self.folded_rows, "store_retries": self.store_retries,
+                "upstream_replies_kept": self.answers_kept, "cut_commits_found": self.commits_found,
+                "forks_at_commit": self.forks_at_commit, "client_retries_answered": self.retries_answered,
+                "database_round_trips": self.database.round_trips,
+                "database_connections_idle": len(self.database._idle),
+                "database_connections_max": self.database.pool_size}
+
     async def close(self) -> None:
         if self._connection_sweeper is not None:
             self._connection_sweeper.cancel()

@@ -87,7 +87,12 @@ def test_three_instances_round_robin_show_the_upstream_what_one_process_shows(pg
         instances = [stack.enter_context(serve_shared(upstream_url, pg_url)) for _ in range(3)]
         submitted, conversations = round_robin_agent(instances, task_text(log))
         served = [rounds(instance) for instance in instances]
+        stats = [httpx.get(instance.removesuffix("/v1") + "/arc/stats").json() for instance in instances]
         records = [record for of_one in served for record in of_one]
+    # each instance's counters (review h14 O3): its calls, its round trips, nothing forked
+    assert [one["upstream_calls_logged"] for one in stats] == [len(of_one) for of_one in served]
+    assert all(one["forks_at_commit"] == 0 and (one["database_round_trips"] > 0) == (one["upstream_calls_logged"] > 0)
+               for one in stats), stats
     print([len(of_one) for of_one in served], [(r["seq"], r["hidden"]) for r in records])
     assert sum(1 for of_one in served if of_one) >= 2  # the conversation moved between instances
     assert submitted == submitted_alone == "NEEDLE_KEY=violet-42\n"
@@ -524,7 +529,7 @@ def test_two_requests_racing_in_place_commit_one_in_place_and_one_as_a_fork_with
             await client.aclose()
 
     first, racing, proxy = asyncio.run(scenario())
-    assert both_in.is_set() and proxy.forks_at_commit == 1
+    assert both_in.is_set() and proxy.forks_at_commit == 1 == proxy.stats()["forks_at_commit"]
     keys = [reply.conversation for reply in racing]
     assert first.conversation in keys and len(set(keys)) == 2
     fork = next(key for key in keys if key != first.conversation)
