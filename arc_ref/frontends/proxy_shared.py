@@ -90,6 +90,7 @@ class RequestAttempts:
     asked: int = 0  # the rounds this attempt asked so far
     began: bool = False  # this attempt's reads were answered and it asked the upstream anew: work the outage cut
     committing: tuple[str, int, str, Reply, ArcState] | None = None
+    records: list[RoundRecord] = attrs.field(factory=list)  # the upstream calls of every attempt (GET /arc/rounds)
 
 
 class SharedConversation:
@@ -101,7 +102,6 @@ class SharedConversation:
         self.state = state
         self.attempts = attempts
         self.lock = asyncio.Lock()  # one request per SharedConversation: never contended
-        self.records: list[RoundRecord] = []  # this request's upstream calls (renamed when it commits as a fork)
         self.marked: list[str] = []  # the chain hashes it marked (the same)
 
     @property
@@ -322,13 +322,14 @@ class SharedProxy(Proxy):
         if head != (seq, checksum):
             return None
         self.commits_found += 1
+        _named_rounds(attempts, key)
         self._remember(CachedConversation(key, seq, checksum, state))
         self._note_reply(attempts, key, seq, checksum, reply)
         return reply
 
     def _log_round(self, conversation: Any, record: RoundRecord) -> None:
         super()._log_round(conversation, record)
-        conversation.records.append(record)  # renamed when the request commits as a fork (`_committed`)
+        conversation.attempts.records.append(record)  # named after the conversation it commits to (`_named_rounds`)
 
     async def _upstream(self, conversation: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
                         body: dict[str, Any], tokens: int, hidden: bool) -> UpstreamReply:
@@ -394,10 +395,9 @@ class SharedProxy(Proxy):
     def _committed(self, transaction: RequestTransaction, conversation: SharedConversation) -> None:
         """After a commit: this instance's copy of the state, and, for a request committed as a fork, its rounds
         and marks under the fork's key."""
+        _named_rounds(conversation.attempts, transaction.key)
         if transaction.forked_at_commit:
             self.forks_at_commit += 1
-            for record in conversation.records:
-                record.conversation = transaction.key
             for chain_hash in conversation.marked:
                 if chain_hash in self.seen.keys:
                     self.seen.keys[chain_hash] = transaction.key
@@ -459,6 +459,13 @@ class SharedProxy(Proxy):
 
 
 UNSENT_KEPT_S = 600.0  # the replies of a request answered 503 wait this long for the same request
+
+
+def _named_rounds(attempts: RequestAttempts, key: str) -> None:
+    """The request's upstream calls, those of its failed attempts included (each attempt named a conversation it
+    never committed), named after the conversation it committed to (review h14 C3)."""
+    for record in attempts.records:
+        record.conversation = key
 
 
 def _request_key(asked: AskedRequest) -> tuple[str, str]:

@@ -406,6 +406,8 @@ def test_a_second_outage_after_the_database_answered_is_tried_again(postgres: An
     reply, proxy = asyncio.run(one_request(database, upstream, store_retry_s=2.5))
     assert reply.completion["choices"][0]["message"]["tool_calls"] and failures == {"begin": 0, "commit": 0}
     assert len(calls) == 1 and proxy.answers_kept == 1
+    # its upstream call, made by the attempt that failed, is named after the conversation committed (review h14 C3)
+    assert [record.conversation for record in proxy.rounds] == [reply.conversation]
 
 
 def test_a_request_answered_503_sent_again_gets_the_replies_its_upstream_gave(postgres: Any) -> None:
