@@ -250,6 +250,76 @@ class Haproxy:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
+PGBOUNCER = "/usr/sbin/pgbouncer"
+
+
+def pgbouncer_absent() -> str | None:
+    if shutil.which("pgbouncer") is None and not Path(PGBOUNCER).exists():
+        return "PgBouncer is not installed (Debian: apt-get install pgbouncer)"
+    return None
+
+
+class PgBouncer:
+    """PgBouncer (Debian's package) in front of a `PostgresServer`, in transaction mode (each transaction may run on
+    another server connection), ``pool_size`` server connections per database, trusting user arc."""
+
+    def __init__(self, directory: Path, port: int, process: subprocess.Popen[bytes]) -> None:
+        self.directory = directory
+        self.port = port
+        self.process = process
+
+    @classmethod
+    def start(cls, server: PostgresServer, pool_size: int = 2) -> "PgBouncer":
+        directory = Path(tempfile.mkdtemp(prefix="arc-pgbouncer-"))
+        directory.chmod(0o755)
+        port = free_port()
+        (directory / "users.txt").write_text('"arc" ""\n', encoding="utf-8")
+        config = directory / "pgbouncer.ini"
+        config.write_text(f"""[databases]
+* = host=127.0.0.1 port={server.port}
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {port}
+unix_socket_dir =
+auth_type = trust
+auth_file = {directory / "users.txt"}
+pool_mode = transaction
+default_pool_size = {pool_size}
+max_client_conn = 500
+logfile = {directory / "pgbouncer.log"}
+""", encoding="utf-8")
+        if os.geteuid() == 0:
+            for path in (directory, directory / "users.txt", config):
+                shutil.chown(path, "postgres", "postgres")
+        program = shutil.which("pgbouncer") or PGBOUNCER
+        process = subprocess.Popen(_as_postgres([program, str(config)]), stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+        bouncer = cls(directory, port, process)
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            if process.poll() is not None or time.monotonic() > deadline:
+                log = directory / "pgbouncer.log"
+                bouncer.stop()
+                raise RuntimeError(f"pgbouncer did not start: {log.read_text()[-2000:] if log.exists() else ''}")
+            time.sleep(0.02)
+        return bouncer
+
+    def url(self, database: str) -> str:
+        return f"postgresql://arc@127.0.0.1:{self.port}/{database}"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def haproxy(backends: Sequence[str]) -> Iterator[Haproxy]:
     balancer = Haproxy.start(backends)

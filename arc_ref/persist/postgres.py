@@ -171,9 +171,8 @@ _REFUSALS = (
      "fix the user or password in the URL, or the server's pg_hba.conf / the role's rights"),
     (re.compile(r"fe_sendauth: no password supplied"), "give the password in the URL (or PGPASSWORD / ~/.pgpass)"),
     (re.compile(r"unsupported startup parameter"),
-     "a connection pooler (PgBouncer?) refuses the proxy's startup options: connect arc-ref proxy to PostgreSQL"
-     " itself (its own pool, --db-connections, holds a connection only to read and to commit); transaction-mode"
-     " pooling is not supported"),
+     "a connection pooler (PgBouncer?) refuses a startup parameter of the connection: let it pass (PgBouncer:"
+     " ignore_startup_parameters) or connect to PostgreSQL itself"),
     (re.compile(r"server does not support SSL, but SSL was required|certificate verify failed"),
      "fix sslmode or the certificates in the URL, or the server's SSL settings"),
 )

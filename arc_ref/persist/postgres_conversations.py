@@ -113,7 +113,7 @@ class AsyncDatabase:
     ``IDLE_CONNECTION_S`` is closed by `close_idle` (a burst's connections go back to the server)."""
 
     def __init__(self, url: str, pool_size: int = DEFAULT_POOL_SIZE, connect_timeout_s: int = CONNECT_TIMEOUT_S,
-                 idle_in_transaction_s: float = 3600.0) -> None:
+                 idle_in_transaction_s: float = 60.0) -> None:
         self.url = url
         self.idle_in_transaction_s = idle_in_transaction_s
         self.shown = shown_url(url)
@@ -136,8 +136,8 @@ class AsyncDatabase:
             sync.close()
 
     async def check_connection(self) -> None:
-        """Connect as the request path connects (its startup options included: a pooler that refuses them is
-        refused at start, not on every request) and run one query."""
+        """Connect as the request path connects (a pooler that refuses a startup parameter of it is refused at
+        start, not on every request) and run one query."""
         connection = await self._connect()
         try:
             await connection.execute("SELECT 1")
@@ -149,14 +149,13 @@ class AsyncDatabase:
     async def _connect(self) -> "psycopg.AsyncConnection[Any]":
         driver = self._driver
         try:
-            # TCP keepalives both ways and an idle-in-transaction limit: an instance cut off from the database (a
-            # network partition) holds its conversation's lock until the server notices, ~25 s, not for ever
+            # TCP keepalives (an instance cut off from the database notices within ~25 s); no startup options and no
+            # server-side prepared statements, so that a pooler in transaction mode (PgBouncer) can stand between:
+            # the idle-in-transaction limit is set in each transaction that takes a lock (`_move_head`, `_write`)
             connection: "psycopg.AsyncConnection[Any]" = await driver.AsyncConnection.connect(
-                self.url, autocommit=True, connect_timeout=self.connect_timeout_s,
+                self.url, autocommit=True, connect_timeout=self.connect_timeout_s, prepare_threshold=None,
                 application_name=f"arc-ref proxy {os.getpid()}",  # which instance holds what (pg_stat_activity)
-                keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3,
-                options=(f"-c idle_in_transaction_session_timeout={int(self.idle_in_transaction_s * 1000)}"
-                         " -c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3"))
+                keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3)
             return connection
         except driver.OperationalError as problem:
             raise connect_failed(self.url, problem) from None
@@ -372,7 +371,7 @@ class RequestTransaction:
         try:
             async with connection.pipeline():
                 await connection.execute("BEGIN ISOLATION LEVEL READ COMMITTED")  # MOVE_HEAD's re-check needs it
-                await connection.execute(f"SET LOCAL lock_timeout = '{COMMIT_LOCK_TIMEOUT}'")
+                await self._limit_transaction(connection)
                 cursor = await connection.execute(MOVE_HEAD, (self.seq, self.checksum, self.position, self.head,
                                                               found.key, found.seq, found.checksum))
             moved = await cursor.fetchone() is not None
@@ -380,16 +379,25 @@ class RequestTransaction:
             async with connection.pipeline():
                 await connection.execute("ROLLBACK")
                 await connection.execute("BEGIN")
+                await self._limit_transaction(connection)
             moved = False
         finally:
             self.db.round_trips += 1
         return moved
+
+    async def _limit_transaction(self, connection: "psycopg.AsyncConnection[Any]") -> None:
+        """A commit's transaction's limits (in its pipeline): how long it waits for the head row's lock, and how long
+        the server lets it sit idle (an instance stuck between its two round trips holds the row no longer)."""
+        await connection.execute(f"SET LOCAL lock_timeout = '{COMMIT_LOCK_TIMEOUT}'")
+        await connection.execute("SET LOCAL idle_in_transaction_session_timeout ="
+                                 f" '{int(self.db.idle_in_transaction_s * 1000)}ms'")
 
     async def _write(self, connection: "psycopg.AsyncConnection[Any]") -> None:
         in_place = self._resumed is not None  # its transaction began, its head moved (`_move_head`)
         async with connection.pipeline():
             if not in_place and not self.forked_at_commit:
                 await connection.execute("BEGIN")
+                await self._limit_transaction(connection)
             if self._created is not None:
                 line, checksum = self._created
                 await connection.execute("INSERT INTO arc_tasks (key, seq, checksum) VALUES (%s, 1, %s)",

@@ -351,7 +351,7 @@ def test_more_refusals_for_good_and_none_that_may_pass(postgres: PostgresServer)
     pooler = ('connection failed: connection to server at "127.0.0.1", port 6432 failed: FATAL:  unsupported startup'
               ' parameter: options')  # PgBouncer 1.18's words for the proxy's startup options (review h14 O1)
     refused = postgres_store.connect_failed("postgresql://x@h:6432/y", Exception(pooler))
-    assert isinstance(refused, postgres_store.StoreRefused) and "transaction-mode pooling is not supported" in str(refused)
+    assert isinstance(refused, postgres_store.StoreRefused) and "ignore_startup_parameters" in str(refused)
     for method in ("LDAP", "RADIUS", "GSSAPI"):
         text = f'connection failed: FATAL:  {method} authentication failed for user "arc"'
         assert isinstance(postgres_store.connect_failed("postgresql://arc@h/arc", Exception(text)), StoreUnavailable)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import subprocess
 import threading
 import time
@@ -659,3 +660,49 @@ def test_a_request_that_applied_nothing_writes_nothing_when_its_conversation_mov
 
     forked, before, after = asyncio.run(scenario())
     assert not forked and before == after == 1
+
+
+def test_two_instances_through_pgbouncer_in_transaction_mode(postgres: Any) -> None:
+    """Review h14 O1: behind PgBouncer in transaction mode (each transaction may run on another server connection,
+    two of them here), every request failed (the startup options refused: 503 'retry later'; with them ignored,
+    server-side prepared statements gone: 500). The request path now sends neither: a conversation of 12 turns
+    across two instances and a race of two requests go through, and its rows open as they should."""
+    from tests.deployment import PgBouncer, pgbouncer_absent
+
+    why = pgbouncer_absent()
+    if why is not None:
+        if os.environ.get("ARC_REQUIRE_PGBOUNCER") == "1":  # CI installs it (.ci/run)
+            pytest.fail(f"ARC_REQUIRE_PGBOUNCER=1 but {why}")
+        pytest.skip(why)
+    from arc_ref.persist.postgres import PostgresStore
+
+    direct = postgres.create_database("arc_test_shared_pgbouncer")
+    bouncer = PgBouncer.start(postgres, pool_size=2)
+    try:
+        database = bouncer.url("arc_test_shared_pgbouncer")
+
+        async def scenario() -> tuple[list[str], list[str]]:
+            pair = [in_process_shared(database, bash_call_reply) for _ in range(2)]
+            try:
+                messages = first_request()["messages"]
+                keys = []
+                for turn in range(12):  # more than psycopg's prepare threshold (5) of each statement
+                    reply = await pair[turn % 2][0].complete({**first_request(), "messages": messages}, None)
+                    keys.append(reply.conversation)
+                    said = reply.completion["choices"][0]["message"]
+                    messages = [*messages, said, {"role": "tool", "tool_call_id": said["tool_calls"][0]["id"],
+                                                  "content": f"file_{turn}.txt\n"}]
+                racing = await asyncio.gather(*(proxy.complete({**first_request(), "messages": messages}, None)
+                                                for proxy, _ in pair))
+                return keys, [reply.conversation for reply in racing]
+            finally:
+                for proxy, client in pair:
+                    await proxy.close()
+                    await client.aclose()
+
+        keys, raced = asyncio.run(scenario())
+    finally:
+        bouncer.stop()
+    assert len(set(keys)) == 1 and keys[0] in raced and len(set(raced)) == 2  # one conversation; one in place, one fork
+    for key in raced:
+        assert PostgresStore.open(direct, key, readonly=True).state.records  # its rows pass the chain and the head
