@@ -548,9 +548,12 @@ def build_app(settings: ProxySettings) -> Any:
                              for record in holder["proxy"].rounds if record.owner == owner])
 
     async def stats(request: Request) -> Response:
-        """This instance's counters (with --client-keys, for any client key: counts, no client's content)."""
+        """This instance's counters; not served with --client-keys (they count every client's activity)."""
         if client_owner(settings, request.headers.get("authorization")) is None:
             return failure(unauthorized)
+        if settings.client_keys:
+            return failure(Failed(403, "forbidden", "GET /arc/stats counts every client's requests: it is not served"
+                                  " with --client-keys"))
         return JSONResponse(holder["proxy"].stats())
 
     return Starlette(routes=[

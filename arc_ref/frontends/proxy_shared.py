@@ -188,7 +188,8 @@ class SharedProxy(Proxy):
         self.retries_answered = 0  # clients' retries answered with the reply they had missed
         # the upstream's replies of requests answered 503 (the database down too long), by their last message
         self.unsent_replies: OrderedDict[tuple[str, str], tuple[AskedRequest, list[AnsweredRound], float,
-                                                                 tuple[str, int, str, Reply, ArcState] | None]] = OrderedDict()
+                                                                 tuple[str, int, str, Reply, ArcState] | None,
+                                                                 list[RoundRecord]]] = OrderedDict()
 
     def stats(self) -> dict[str, int]:
         """This instance's counters since it started (GET /arc/stats): its cache, what catching up and the
@@ -235,6 +236,7 @@ class SharedProxy(Proxy):
             del self.unsent_replies[_request_key(attempts.request)]  # (only this very request takes them, once)
             if time.monotonic() - unsent[2] <= UNSENT_KEPT_S:
                 attempts.answered, attempts.committing = unsent[1], unsent[3]  # a cut commit: looked for first
+                attempts.records = unsent[4]  # their upstream calls: named after the conversation this commits to
         if retry:
             answered = await self._answered_before(attempts.request)
             if answered is not None:
@@ -281,7 +283,8 @@ class SharedProxy(Proxy):
         first (review h13 MINOR-1; bounded; each used once)."""
         if attempts.answered or attempts.committing is not None:
             key = _request_key(attempts.request)
-            self.unsent_replies[key] = (attempts.request, attempts.answered, time.monotonic(), attempts.committing)
+            self.unsent_replies[key] = (attempts.request, attempts.answered, time.monotonic(), attempts.committing,
+                                        attempts.records)
             self.unsent_replies.move_to_end(key)
             while len(self.unsent_replies) > self.cache_limit:
                 self.unsent_replies.popitem(last=False)
@@ -378,8 +381,8 @@ class SharedProxy(Proxy):
         try:
             reply = await self._run(conversation, messages[start:], hashes[start:], body)  # type: ignore[arg-type]
         except BaseException:  # a refusal or an upstream error keeps what was applied, as one process does
-            await transaction.commit()
-            self._committed(transaction, conversation)
+            if await transaction.commit():
+                self._committed(transaction, conversation)
             raise
         try:
             await transaction.commit()

@@ -170,7 +170,7 @@ _REFUSALS = (
                 r"permission denied for database)"),
      "fix the user or password in the URL, or the server's pg_hba.conf / the role's rights"),
     (re.compile(r"fe_sendauth: no password supplied"), "give the password in the URL (or PGPASSWORD / ~/.pgpass)"),
-    (re.compile(r"unsupported startup parameter"),
+    (re.compile(r"unsupported startup parameter", re.IGNORECASE),
      "a connection pooler (PgBouncer?) refuses a startup parameter of the connection: let it pass (PgBouncer:"
      " ignore_startup_parameters) or connect to PostgreSQL itself"),
     (re.compile(r"server does not support SSL, but SSL was required|certificate verify failed"),

@@ -344,13 +344,23 @@ class RequestTransaction:
                        *((chain_hash, key, position, seq, checksum)
                          for chain_hash, _, position, seq, checksum in self._marks)]
 
-    async def commit(self, fork_key: Callable[[], str] = lambda: uuid.uuid4().hex) -> None:
+    @property
+    def applied_nothing(self) -> bool:
+        """The request resumed or forked a conversation and applied no event (refused, or its upstream failed,
+        before its first): committing it would write nothing new (in place) or a bare copy no reply names (a fork)."""
+        if self._created is not None or self._rows:
+            return False
+        return (self._resumed is not None and not self._marks) or (self._forked_from is not None
+                                                                   and len(self._marks) <= 1)
+
+    async def commit(self, fork_key: Callable[[], str] = lambda: uuid.uuid4().hex) -> bool:
         """The request's rows, marks and new head in one transaction: a conversation resumed in place has its head
         moved from the row the request began at (one round trip; when another request moved it meanwhile, the
         request is committed as a fork ``fork_key()`` at that mark, `forked_at_commit`), then the new conversation or
-        fork, the rows, the marks and COMMIT (one round trip). Only after it returns is anything acknowledged."""
-        if self._resumed is not None and not self._rows and not self._marks:
-            return  # resumed and nothing applied (a request refused before its first event): nothing to write
+        fork, the rows, the marks and COMMIT (one round trip). Only after it returns is anything acknowledged.
+        False: nothing to write (`applied_nothing`), nothing written."""
+        if self.applied_nothing:
+            return False
         async with self.db.connection() as connection:
             self.connection = connection
             try:
@@ -361,6 +371,7 @@ class RequestTransaction:
             finally:
                 self.connection = None
         self.db.round_trips += 1
+        return True
 
     async def _move_head(self, connection: "psycopg.AsyncConnection[Any]") -> bool:
         """BEGIN and `MOVE_HEAD`: True when the head was still the row this request began at (now locked and moved);
@@ -378,7 +389,7 @@ class RequestTransaction:
         except driver.errors.LockNotAvailable:
             async with connection.pipeline():
                 await connection.execute("ROLLBACK")
-                await connection.execute("BEGIN")
+                await connection.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
                 await self._limit_transaction(connection)
             moved = False
         finally:
@@ -396,7 +407,7 @@ class RequestTransaction:
         in_place = self._resumed is not None  # its transaction began, its head moved (`_move_head`)
         async with connection.pipeline():
             if not in_place and not self.forked_at_commit:
-                await connection.execute("BEGIN")
+                await connection.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
                 await self._limit_transaction(connection)
             if self._created is not None:
                 line, checksum = self._created

@@ -427,6 +427,8 @@ def test_a_request_answered_503_sent_again_gets_the_replies_its_upstream_gave(po
     refused, reply, proxy = asyncio.run(refused_then_retried(database, upstream, postgres.resume, 0.5))
     assert getattr(refused, "status", None) == 503 and getattr(refused, "retry_after", None) == 5
     assert reply.completion["choices"][0]["message"]["tool_calls"] and len(calls) == 1 and proxy.answers_kept == 1
+    # the 503'd attempt's upstream call is named after the conversation the retry committed (review h15 F7)
+    assert [record.conversation for record in proxy.rounds] == [reply.conversation]
 
 
 def test_a_cut_commit_not_seen_before_the_503_is_found_by_the_agents_retry(postgres: Any,
@@ -627,7 +629,7 @@ def test_a_commit_that_keeps_failing_ends_in_a_503(postgres: Any, monkeypatch: p
 def test_a_request_that_applied_nothing_writes_nothing_when_its_conversation_moved(postgres: Any) -> None:
     """Review h14 C1: a request resumed in place that applied nothing (refused before its first event) used to
     commit as a fork when another request moved the conversation meanwhile: a copy of every row that no reply
-    names. Now nothing is written."""
+    names; and one forking an edited history (review h15 F1) wrote that copy at once. Now nothing is written."""
     from arc_ref.frontends.proxy import parse_request
     from arc_ref.persist.postgres_conversations import RequestTransaction
 
@@ -650,9 +652,17 @@ def test_a_request_that_applied_nothing_writes_nothing_when_its_conversation_mov
             await proxy.complete(later, None)  # another request moves the conversation on
             with psycopg.connect(database) as connection:
                 before = connection.execute("SELECT count(*) FROM arc_tasks").fetchone()[0]
-            await idle.commit()  # nothing applied
+            written = await idle.commit()  # nothing applied
+            async with proxy.database.connection() as connection:  # review h15 F1: the same on the fork path
+                edited = RequestTransaction(proxy.database, connection)
+                found, _ = await edited.begin(hashes, None)  # the conversation moved past these messages
+                edited.connection = None
+            assert found is not None and not found.in_place
+            edited.fork(found, "never-written")
+            written_fork = await edited.commit()
             with psycopg.connect(database) as connection:
                 after = connection.execute("SELECT count(*) FROM arc_tasks").fetchone()[0]
+            assert not written and not written_fork
             return idle.forked_at_commit, before, after
         finally:
             await proxy.close()
