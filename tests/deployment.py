@@ -200,15 +200,42 @@ backend proxies
 """
 
 
-class Haproxy:
-    """HAProxy in front of ``backends`` (host:port), round-robin, no stickiness; TCP health checks every
-    200 ms take a dead instance out. A request the balancer could not deliver (connection refused) or whose
-    instance died before answering (empty response) is sent again to another instance (``retry-on``)."""
+class _Daemon:
+    """A helper program listening on ``port`` of 127.0.0.1, its files in ``directory`` (removed by `stop`)."""
 
     def __init__(self, directory: Path, port: int, process: subprocess.Popen[bytes]) -> None:
         self.directory = directory
         self.port = port
         self.process = process
+
+    def wait_listening(self, name: str, log: Path, ceiling_s: float) -> None:
+        """Until the port accepts a connection; stopped, and RuntimeError with its log's end, if it exits first or
+        ``ceiling_s`` passes."""
+        deadline = time.monotonic() + ceiling_s
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                said = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+                self.stop()
+                raise RuntimeError(f"{name} did not start: {said}")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class Haproxy(_Daemon):
+    """HAProxy in front of ``backends`` (host:port), round-robin, no stickiness; TCP health checks every
+    200 ms take a dead instance out. A request the balancer could not deliver (connection refused) or whose
+    instance died before answering (empty response) is sent again to another instance (``retry-on``)."""
 
     @classmethod
     def start(cls, backends: Sequence[str]) -> "Haproxy":
@@ -225,29 +252,12 @@ class Haproxy:
         process = subprocess.Popen(["haproxy", "-db", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT)
         log.close()
         balancer = cls(directory, port, process)
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-            if process.poll() is not None or time.monotonic() > deadline:
-                balancer.stop()
-                raise RuntimeError(f"haproxy did not start: {(directory / 'haproxy.log').read_text()[-2000:]}")
-            time.sleep(0.02)
+        balancer.wait_listening("haproxy", directory / "haproxy.log", 60)
         return balancer
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 PGBOUNCER = "/usr/sbin/pgbouncer"
@@ -259,14 +269,9 @@ def pgbouncer_absent() -> str | None:
     return None
 
 
-class PgBouncer:
+class PgBouncer(_Daemon):
     """PgBouncer (Debian's package) in front of a `PostgresServer`, in transaction mode (each transaction may run on
     another server connection), ``pool_size`` server connections per database, trusting user arc."""
-
-    def __init__(self, directory: Path, port: int, process: subprocess.Popen[bytes]) -> None:
-        self.directory = directory
-        self.port = port
-        self.process = process
 
     @classmethod
     def start(cls, server: PostgresServer, pool_size: int = 2) -> "PgBouncer":
@@ -295,29 +300,11 @@ logfile = {directory / "pgbouncer.log"}
         process = subprocess.Popen(_as_postgres([program, str(config)]), stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL)
         bouncer = cls(directory, port, process)
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-            if process.poll() is not None or time.monotonic() > deadline:
-                log = directory / "pgbouncer.log"
-                bouncer.stop()
-                raise RuntimeError(f"pgbouncer did not start: {log.read_text()[-2000:] if log.exists() else ''}")
-            time.sleep(0.02)
+        bouncer.wait_listening("pgbouncer", directory / "pgbouncer.log", 30)
         return bouncer
 
     def url(self, database: str) -> str:
         return f"postgresql://arc@127.0.0.1:{self.port}/{database}"
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 @contextlib.contextmanager

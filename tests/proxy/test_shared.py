@@ -271,6 +271,13 @@ def first_request() -> dict[str, Any]:
                          {"role": "user", "content": "List the files."}]}
 
 
+def continued(first: Any, output: str) -> dict[str, Any]:
+    """`first_request` continued: the reply ``first`` gave it and the output of its tool call."""
+    said = first.completion["choices"][0]["message"]
+    return {**first_request(), "messages": [*first_request()["messages"], said, {
+        "role": "tool", "tool_call_id": said["tool_calls"][0]["id"], "content": output}]}
+
+
 def test_a_database_restart_during_the_upstream_call_costs_nothing(postgres: Any) -> None:
     """Review h9 MAJOR 2: the database restarted while the upstream answered a request (its transaction died with
     it) made the retry ask the upstream again, and a request older than store_retry_s got 503 at once. Then the
@@ -348,9 +355,7 @@ def test_a_clients_retry_of_an_answered_request_gets_its_reply_not_a_fork(postgr
         try:
             first = await proxy.complete(first_request(), None)
             again = await proxy.complete(first_request(), None, retry=True)
-            said = first.completion["choices"][0]["message"]
-            later = {**first_request(), "messages": [*first_request()["messages"], said, {
-                "role": "tool", "tool_call_id": said["tool_calls"][0]["id"], "content": "a.txt"}]}
+            later = continued(first, "a.txt")
             later_reply = await proxy.complete(later, None)  # the conversation moves on
             moved_on = await proxy.complete(first_request(), None, retry=True)
             UPSTREAM_HEADERS.set({"Authorization": "Bearer another"})
@@ -524,9 +529,7 @@ def test_two_requests_racing_in_place_commit_one_in_place_and_one_as_a_fork_with
         proxy, client = in_process_shared(database, upstream)
         try:
             first = await proxy.complete(first_request(), None)
-            said = first.completion["choices"][0]["message"]
-            later = {**first_request(), "messages": [*first_request()["messages"], said, {
-                "role": "tool", "tool_call_id": said["tool_calls"][0]["id"], "content": "a.txt\nb.txt\n"}]}
+            later = continued(first, "a.txt\nb.txt\n")
             racing = await asyncio.gather(proxy.complete(later, None), proxy.complete(later, None))
             return first, list(racing), proxy
         finally:
@@ -575,9 +578,7 @@ def test_a_head_row_locked_past_the_commits_lock_timeout_makes_the_request_a_for
         proxy, client = in_process_shared(database, upstream)
         try:
             first = await proxy.complete(first_request(), None)
-            said = first.completion["choices"][0]["message"]
-            later = {**first_request(), "messages": [*first_request()["messages"], said, {
-                "role": "tool", "tool_call_id": said["tool_calls"][0]["id"], "content": "a.txt\n"}]}
+            later = continued(first, "a.txt\n")
             return first, await proxy.complete(later, None), proxy
         finally:
             await proxy.close()
@@ -639,9 +640,7 @@ def test_a_request_that_applied_nothing_writes_nothing_when_its_conversation_mov
         proxy, client = in_process_shared(database, bash_call_reply)
         try:
             first = await proxy.complete(first_request(), None)
-            said = first.completion["choices"][0]["message"]
-            later = {**first_request(), "messages": [*first_request()["messages"], said, {
-                "role": "tool", "tool_call_id": said["tool_calls"][0]["id"], "content": "a.txt\n"}]}
+            later = continued(first, "a.txt\n")
             hashes = parse_request(later, None, proxy.known)[3]
             async with proxy.database.connection() as connection:
                 idle = RequestTransaction(proxy.database, connection)
