@@ -12,7 +12,7 @@ fork at the mark the request began at, whose views and ids are the same. For the
 are those of one process: the state is the fold of the same events, and which instance folds them does not matter.
 
 The database unreachable or restarting: nothing of that request is kept; it is tried again from the start (a new
-connection) until ``store_retry_s`` (15 s) has passed since the first failure, so that a restart of the database
+connection) until ``store_retry_s`` (15 s) has passed since the failure, so that a restart of the database
 costs the agent time, not a failed step (a stream that has begun cannot turn into a 503 any more); then 503 with a
 typed body (``store_unavailable``; clients retry) and ``retry-after``. The upstream is not asked again for what it
 answered: the core is deterministic and the failed transaction left nothing, so the attempt shows the upstream the
@@ -199,7 +199,7 @@ class SharedProxy(Proxy):
                 "upstream_replies_kept": self.answers_kept, "cut_commits_found": self.commits_found,
                 "forks_at_commit": self.forks_at_commit, "client_retries_answered": self.retries_answered,
                 "database_round_trips": self.database.round_trips,
-                "database_connections_idle": len(self.database._idle),
+                "database_connections_idle": self.database.idle_connections,
                 "database_connections_max": self.database.pool_size}
 
     async def close(self) -> None:

@@ -108,9 +108,9 @@ class AsyncDatabase:
 
     As `arc_ref.persist.postgres.Database`: a pooled connection whose server went away is dropped without a round
     trip, one that failed in use is closed; psycopg's errors become StoreUnavailable (retry) or StoreError. At most
-    ``pool_size`` connections at once (a request holds one while it reads and while it commits, not while the upstream
-    answers it); one idle for
-    ``IDLE_CONNECTION_S`` is closed by `close_idle` (a burst's connections go back to the server)."""
+    ``pool_size`` connections at once (a request holds one while it reads and while it commits, not while the
+    upstream answers it); one idle for ``IDLE_CONNECTION_S`` is closed by `close_idle` (a burst's connections go back
+    to the server)."""
 
     def __init__(self, url: str, pool_size: int = DEFAULT_POOL_SIZE, connect_timeout_s: int = CONNECT_TIMEOUT_S,
                  idle_in_transaction_s: float = 60.0) -> None:
@@ -194,6 +194,11 @@ class AsyncDatabase:
                 await connection.close()
                 return
         self._idle.append((time.monotonic(), connection))
+
+    @property
+    def idle_connections(self) -> int:
+        """Pooled connections open and not lent now."""
+        return len(self._idle)
 
     async def head(self, key: str) -> tuple[int, str] | None:
         """Conversation ``key``'s head row and its checksum as committed (None: no such conversation)."""
@@ -285,12 +290,10 @@ class RequestTransaction:
     async def rows(self, key: str, after: int, upto: int) -> list[tuple[int, str, str]]:
         """Rows ``after`` < seq <= ``upto`` of conversation ``key`` (one round trip; on a connection of its own when
         the reads' one was given back)."""
-        if self.connection is None:
-            async with self.db.connection() as connection:
-                cursor = await connection.execute(ROWS_AFTER, (key, after, upto))
-                rows = list(await cursor.fetchall())
-        else:
-            cursor = await self.connection.execute(ROWS_AFTER, (key, after, upto))
+        async with contextlib.AsyncExitStack() as stack:
+            connection = (self.connection if self.connection is not None
+                          else await stack.enter_async_context(self.db.connection()))
+            cursor = await connection.execute(ROWS_AFTER, (key, after, upto))
             rows = list(await cursor.fetchall())
         self.db.round_trips += 1
         return rows
@@ -387,6 +390,7 @@ class RequestTransaction:
                                                               found.key, found.seq, found.checksum))
             moved = await cursor.fetchone() is not None
         except driver.errors.LockNotAvailable:
+            self.db.round_trips += 1  # the failed one; the ROLLBACK and new BEGIN are counted below
             async with connection.pipeline():
                 await connection.execute("ROLLBACK")
                 await connection.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
