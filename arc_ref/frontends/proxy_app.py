@@ -584,6 +584,11 @@ def serve(options: ProxyOptions, parse_setting: Callable[[str], tuple[str, objec
         except StoreError as problem:
             print(f"arc-ref proxy: --store: {problem}", file=sys.stderr)
             return USAGE.code
+        if database.replies_missing is not None:
+            print(f"arc-ref proxy: warning: the database {database.shown}: {database.replies_missing}; a client's"
+                  " retry of an answered request that reaches another instance forks the conversation (grant the"
+                  " role CREATE and rights on arc_replies, or start one instance with the role that owns ARC's"
+                  " tables)", file=sys.stderr, flush=True)
         room = database.server_connections()
         if room is not None and settings.db_connections > room[0] - room[1]:
             allowed, open_now = room

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import sys
 import time
 import uuid
@@ -224,9 +226,9 @@ class SharedProxy(Proxy):
         anew before it failed starts the time again; one whose replies were all kept does not, so that a commit
         that keeps failing ends), then answered 503, a commit the failure cut looked for a last time first; the
         replies of a request answered 503 are kept for the same request sent again (`_keep_unsent`). ``retry``: the
-        client's retry of a request this instance answered gets that reply when the conversation's head is still the
-        row the reply committed (`_answered_before`); any other retry forks the conversation, as an edited request
-        does."""
+        client's retry of a request answered before, on any instance, gets that reply when the conversation's head is
+        still the row the reply committed (`_answered_before`); any other retry forks the conversation, as an edited
+        request does."""
         messages, tools, system, hashes, template_kwargs = parse_request(body, explicit, self.known)
         if self._connection_sweeper is None:
             self._connection_sweeper = asyncio.get_running_loop().create_task(self._sweep_connections())
@@ -237,7 +239,7 @@ class SharedProxy(Proxy):
             if time.monotonic() - unsent[2] <= UNSENT_KEPT_S:
                 attempts.answered, attempts.committing = unsent[1], unsent[3]  # a cut commit: looked for first
                 attempts.records = unsent[4]  # their upstream calls: named after the conversation this commits to
-        if retry:
+        if retry and attempts.committing is None:  # (a commit a failure cut is looked for first, in the loop)
             answered = await self._answered_before(attempts.request)
             if answered is not None:
                 return answered
@@ -290,21 +292,29 @@ class SharedProxy(Proxy):
                 self.unsent_replies.popitem(last=False)
 
     async def _answered_before(self, asked: AskedRequest) -> Reply | None:
-        """A client's retry (the OpenAI SDK's ``x-stainless-retry-count``) of the request this instance last answered
-        in the conversation its messages lead to: that reply, when the conversation's head is still the row it
-        committed (its first attempt's reply was committed but never received); else None (a fork, as before).
-        On another instance, or with the database unavailable, None."""
+        """A client's retry (the OpenAI SDK's ``x-stainless-retry-count``) of a request answered before: its reply,
+        when the conversation the reply was committed to still has that row as its head (the first attempt's reply
+        was committed but never received); else None (a fork, as before), and with the database unavailable. The
+        reply is this instance's own (`_note_reply`) or, from another instance, the one kept with the commit
+        (``arc_replies``, one round trip)."""
         kept = self.last_replies.get(_request_key(asked))
-        if kept is None or kept[0] != asked:
-            return None
         try:
-            head = await self.database.head(kept[1])
+            if kept is not None and kept[0] == asked:
+                if await self.database.head(kept[1]) == (kept[2], kept[3]):
+                    self.retries_answered += 1
+                    return kept[4]
+                return None  # this instance answered it last, and the conversation moved on
+            stored = await self.database.answered(asked.asked_at, asked_digest(asked))
         except StoreError:
             return None
-        if head != (kept[2], kept[3]):
+        if stored is None:
+            return None
+        try:
+            reply = stored_reply(stored[1], stored[0])
+        except (ValueError, KeyError, TypeError):  # not a reply this arc-ref wrote: answered as any request is
             return None
         self.retries_answered += 1
-        return kept[4]
+        return reply
 
     def _note_reply(self, attempts: RequestAttempts, key: str, seq: int, checksum: str, reply: Reply) -> None:
         """Note the request's reply, committed at head row ``seq`` of conversation ``key``, for a client's retry of it
@@ -384,6 +394,7 @@ class SharedProxy(Proxy):
             if await transaction.commit():
                 self._committed(transaction, conversation)
             raise
+        transaction.reply = (asked_digest(attempts.request), reply_text(reply))  # for a retry on any instance
         try:
             await transaction.commit()
         except BaseException:  # a failure from here on may come after the server committed: the next attempt looks
@@ -475,6 +486,26 @@ def _request_key(asked: AskedRequest) -> tuple[str, str]:
     """Where a request's kept reply is found: its last message and its upstream credential (another client's
     request of the same messages never takes or drops it; review h13 MINOR-2)."""
     return asked.asked_at, asked.credential
+
+
+def asked_digest(asked: AskedRequest) -> str:
+    """The request as a client's retry repeats it (its last message's chain hash, its other members, its credential's
+    digest), as one sha256 (``arc_replies.asked``): equal requests, equal digests."""
+    text = json.dumps([asked.asked_at, asked.parameters, asked.credential], sort_keys=True, ensure_ascii=True,
+                      separators=(",", ":"))
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def reply_text(reply: Reply) -> str:
+    """The reply as ``arc_replies`` keeps it: JSON in ASCII (a lone surrogate the upstream sent stays escaped)."""
+    return json.dumps({"completion": reply.completion, "hidden_rounds": reply.hidden_rounds,
+                       "view_tokens": reply.view_tokens}, ensure_ascii=True, separators=(",", ":"))
+
+
+def stored_reply(text: str, conversation: str) -> Reply:
+    """`reply_text` read back, naming the conversation it was committed to."""
+    kept = json.loads(text)
+    return Reply(kept["completion"], int(kept["hidden_rounds"]), int(kept["view_tokens"]), conversation)
 
 
 def _fields(settings: ProxySettings) -> dict[str, Any]:

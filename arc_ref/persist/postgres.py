@@ -54,6 +54,18 @@ CONNECT_TIMEOUT_S = 5
 KEY_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")
 _SCHEMA_LOCK = 0x41524331  # pg_advisory_xact_lock key while the schema is created ("ARC1")
 
+REPLIES = """
+CREATE TABLE arc_replies (
+    task text PRIMARY KEY REFERENCES arc_tasks (key),
+    seq bigint NOT NULL,            -- the task's head row when the reply was committed
+    checksum text NOT NULL,         -- that row's chained checksum: the reply is the task's latest while both match
+    asked text NOT NULL,            -- the request it answered, as a client's retry repeats it (sha256, hex)
+    reply text NOT NULL             -- what the agent was sent (JSON: completion, hidden_rounds, view_tokens)
+)
+"""
+"""The proxy's latest reply per conversation, for a client's retry that reaches another instance (created in a
+database of schema 1 that lacks it by the first proxy that starts on it; no other reader needs it)."""
+
 SCHEMA = (
     """
 CREATE TABLE arc_meta (
@@ -91,6 +103,7 @@ CREATE TABLE arc_marks (
     PRIMARY KEY (hash, task)
 )
 """,
+    REPLIES,
     """
 CREATE OR REPLACE FUNCTION arc_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -333,6 +346,31 @@ class Database:
         if missing:
             raise StoreError(f"the database {self.shown}: its role cannot write ARC's tables (it lacks "
                              f"{', '.join(missing)}): grant them, or use the role that owns the tables")
+
+    def ensure_replies(self, connection: "psycopg.Connection[Any]") -> str | None:
+        """The proxy's ``arc_replies``: created (under the schema's advisory lock) in an ARC database made before it
+        existed. None when the connection's role can read and write it; else why not (the proxy then answers a
+        client's retry that reaches another instance with a fork, as before)."""
+        driver = self._psycopg
+        try:
+            with connection.transaction():
+                connection.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                found = connection.execute("SELECT to_regclass('arc_replies') IS NOT NULL").fetchone()
+                self.round_trips += 2
+                if not found or not found[0]:
+                    connection.execute(REPLIES)
+                    self.round_trips += 1
+        except driver.errors.InsufficientPrivilege as problem:
+            return f"its role cannot create the table arc_replies ({str(problem).strip().splitlines()[0]})"
+        except driver.Error as problem:
+            raise store_error(self.url, problem) from None
+        rights = connection.execute("SELECT has_table_privilege('arc_replies', 'SELECT'), has_table_privilege("
+                                    "'arc_replies', 'INSERT'), has_table_privilege('arc_replies', 'UPDATE')"
+                                    ).fetchone()
+        self.round_trips += 1
+        if not rights or not all(rights):
+            return "its role lacks SELECT, INSERT or UPDATE on arc_replies"
+        return None
 
     def _ensure_schema(self, connection: "psycopg.Connection[Any]", creating: list[bool]) -> None:
         found = self._meta(connection)

@@ -68,6 +68,19 @@ only for another request's commit, at most `COMMIT_LOCK_TIMEOUT`) and, in READ C
 commit moved it."""
 COMMIT_LOCK_TIMEOUT = "5s"  # a head row locked longer than this (a stuck commit): the request forks instead
 
+REPLY_OF = """
+SELECT r.task, r.reply
+FROM arc_marks m JOIN arc_replies r ON r.task = m.task
+JOIN arc_tasks t ON t.key = r.task AND t.seq = r.seq AND t.checksum = r.checksum
+WHERE m.hash = %s AND r.asked = %s
+ORDER BY m.added DESC
+LIMIT 1
+"""
+"""A conversation that passed the request's last message and whose head is still the row its reply to that request
+was committed with (a client's retry of it gets that reply, `RequestTransaction.reply`)."""
+KEEP_REPLY = ("INSERT INTO arc_replies VALUES (%s, %s, %s, %s, %s) ON CONFLICT (task) DO UPDATE"
+              " SET seq = EXCLUDED.seq, checksum = EXCLUDED.checksum, asked = EXCLUDED.asked, reply = EXCLUDED.reply")
+
 IDLE_CONNECTION_S = 60.0  # a pooled connection idle this long is closed (`AsyncDatabase.close_idle`)
 ROWS_AFTER = "SELECT seq, line, checksum FROM arc_events WHERE task = %s AND seq > %s AND seq <= %s ORDER BY seq"
 
@@ -124,6 +137,8 @@ class AsyncDatabase:
         self._idle: list[tuple[float, psycopg.AsyncConnection[Any]]] = []  # (when it came back, the connection)
         self._slots = asyncio.Semaphore(pool_size)
         self._closed = False  # after close(): a connection handed back is closed, not kept
+        self.replies = False  # arc_replies is there and writable (`check_schema`): commits keep their reply
+        self.replies_missing: str | None = None  # else why not
 
     def check_schema(self) -> None:
         """Create or check the schema (synchronously, at start: a bad URL, another application's tables or a role
@@ -132,8 +147,21 @@ class AsyncDatabase:
         try:
             with sync.connection() as connection:
                 sync.writable(connection)
+                missing = sync.ensure_replies(connection)
         finally:
             sync.close()
+        self.replies, self.replies_missing = missing is None, missing
+
+    async def answered(self, asked_at: str, asked: str) -> tuple[str, str] | None:
+        """The conversation whose latest reply answered request ``asked`` (`REPLY_OF`), and that reply's JSON text;
+        None when no conversation that passed ``asked_at`` has it as its latest (one round trip)."""
+        if not self.replies:
+            return None
+        async with self.connection() as connection:
+            cursor = await connection.execute(REPLY_OF, (asked_at, asked))
+            row = await cursor.fetchone()
+        self.round_trips += 1
+        return None if row is None else (str(row[0]), str(row[1]))
 
     async def check_connection(self) -> None:
         """Connect as the request path connects (a pooler that refuses a startup parameter of it is refused at
@@ -264,6 +292,7 @@ class RequestTransaction:
         self.forked_at_commit = False  # another request moved the head meanwhile: committed as a fork at the mark
         self._rows: list[tuple[str, int, str, str]] = []
         self._marks: list[tuple[str, str, int, int, str]] = []
+        self.reply: tuple[str, str] | None = None  # (the request's digest, the reply's JSON): kept with the commit
 
     async def begin(self, hashes: Sequence[str], expected: CachedConversation | None
                     ) -> tuple[Found | None, list[tuple[int, str, str]]]:
@@ -436,6 +465,8 @@ class RequestTransaction:
                 await connection.execute("UPDATE arc_tasks SET seq = %s, checksum = %s, position = %s, head = %s"
                                          " WHERE key = %s", (self.seq, self.checksum, self.position, self.head,
                                                              self.key))
+            if self.reply is not None and self.db.replies:
+                await connection.execute(KEEP_REPLY, (self.key, self.seq, self.checksum, *self.reply))
             await connection.execute("COMMIT")
 
 

@@ -376,6 +376,89 @@ def test_a_clients_retry_of_an_answered_request_gets_its_reply_not_a_fork(postgr
         assert connection.execute("SELECT count(*) FROM arc_tasks").fetchone() == (3,)
 
 
+def test_a_clients_retry_that_reaches_another_instance_gets_the_reply_kept_with_the_commit(postgres: Any) -> None:
+    """A client's retry of an answered request that a balancer sends to another instance forked the conversation and
+    asked the upstream again (only the answering instance remembered the reply). The reply is now kept with its
+    commit (``arc_replies``): any instance sends it while the conversation's head is still that commit's row; once the
+    conversation moved on, or for another upstream credential, the retry forks as before. A database made before
+    arc_replies existed gets it when a proxy starts on it."""
+    from arc_ref.frontends.proxy import UPSTREAM_HEADERS
+
+    database = postgres.create_database("arc_test_shared_retry_elsewhere")
+    in_process_shared(database, bash_call_reply)  # the schema, then as a database made before arc_replies
+    with psycopg.connect(database, autocommit=True) as connection:
+        connection.execute("DROP TABLE arc_replies")
+    calls: list[int] = []
+    failing = [False]
+
+    def upstream(request: Any) -> Any:  # every reply its own (a retry answered anew is told apart)
+        calls.append(1)
+        if failing[0]:
+            return httpx.Response(500, json={"error": "down"})
+        reply = json.loads(bash_call_reply(request).content)
+        reply["choices"][0]["message"]["content"] += f" (call {len(calls)})"
+        return httpx.Response(200, json=reply)
+
+    async def scenario() -> tuple[Any, ...]:
+        (one, one_client), (other, other_client) = (in_process_shared(database, upstream) for _ in range(2))
+        try:
+            first = await one.complete(first_request(), None)
+            elsewhere = await other.complete(first_request(), None, retry=True)
+            later = continued(first, "a.txt")
+            later_reply = await one.complete(later, None)
+            later_elsewhere = await other.complete(later, None, retry=True)
+            UPSTREAM_HEADERS.set({"Authorization": "Bearer another"})
+            other_key = await other.complete(later, None, retry=True)
+            UPSTREAM_HEADERS.set({})
+            failing[0] = True  # the next request's tool output is kept, with no reply: the head moves past the reply
+            said = later_reply.completion["choices"][0]["message"]
+            with pytest.raises(Exception):
+                await one.complete({**later, "messages": [*later["messages"], said, {
+                    "role": "tool", "tool_call_id": said["tool_calls"][0]["id"], "content": "b.txt"}]}, None)
+            failing[0] = False
+            moved_on = await other.complete(later, None, retry=True)  # the conversation moved on: a fork
+            return first, elsewhere, later_reply, later_elsewhere, moved_on, other_key, other
+        finally:
+            for proxy, client in ((one, one_client), (other, other_client)):
+                await proxy.close()
+                await client.aclose()
+
+    first, elsewhere, later_reply, later_elsewhere, moved_on, other_key, other = asyncio.run(scenario())
+    assert elsewhere.completion == first.completion and elsewhere.conversation == first.conversation
+    assert (elsewhere.hidden_rounds, elsewhere.view_tokens) == (first.hidden_rounds, first.view_tokens)
+    assert later_elsewhere.completion == later_reply.completion
+    assert later_elsewhere.conversation == first.conversation and other.retries_answered == 2
+    assert moved_on.conversation != first.conversation  # forked: the reply is no longer the conversation's last
+    assert other_key.conversation != first.conversation  # another credential never gets a kept reply
+    assert len(calls) == 5  # the first request, the later one, the failed one, the fork, the other credential's
+    with psycopg.connect(database) as connection:  # the conversation and the two forks
+        assert connection.execute("SELECT count(*) FROM arc_tasks").fetchone() == (3,)
+        assert connection.execute("SELECT count(*) FROM arc_replies").fetchone() == (3,)
+
+
+def test_a_role_that_cannot_make_arc_replies_still_serves(postgres: Any) -> None:
+    """A database made before arc_replies, and a role that may write ARC's tables but create none: the proxy starts
+    without it (saying so at start) and its commits write none."""
+    from arc_ref.persist.postgres_conversations import AsyncDatabase
+
+    database = postgres.create_database("arc_test_shared_no_replies")
+    AsyncDatabase(database).check_schema()
+    with psycopg.connect(database, autocommit=True) as connection:
+        connection.execute("DROP TABLE arc_replies")
+        connection.execute("CREATE ROLE arc_no_create LOGIN")
+        connection.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+        connection.execute("GRANT SELECT, INSERT, UPDATE ON arc_tasks TO arc_no_create;"
+                           " GRANT SELECT, INSERT ON arc_events, arc_marks, arc_meta TO arc_no_create")
+    limited = database.replace("arc@", "arc_no_create@")
+    checked = AsyncDatabase(limited)
+    checked.check_schema()
+    assert not checked.replies and "cannot create the table arc_replies" in str(checked.replies_missing)
+    reply, proxy = asyncio.run(one_request(limited, bash_call_reply))
+    assert reply.completion["choices"][0]["message"]["tool_calls"]
+    with psycopg.connect(database) as connection:
+        assert connection.execute("SELECT to_regclass('arc_replies')").fetchone() == (None,)
+
+
 def test_a_second_outage_after_the_database_answered_is_tried_again(postgres: Any,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Review h11 MINOR 5: store_retry_s counted from the request's first failure for good: a failure at BEGIN,
