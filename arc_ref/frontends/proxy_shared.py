@@ -61,6 +61,7 @@ from arc_ref.frontends.proxy import (
     RoundRecord,
     UpstreamReply,
     parse_request,
+    view_digest,
 )
 from arc_ref.trace import config_line, encode_config_line
 
@@ -78,13 +79,13 @@ def store_failed(problem: StoreError) -> Failed:
     return Failed(500, "store_failed", str(problem))
 
 
-AnsweredRound = tuple[list[dict[str, Any]], list[dict[str, Any]], UpstreamReply]  # a round's view and its reply
+AnsweredRound = tuple[str, UpstreamReply]  # a round's view (its `view_digest`, as /arc/rounds gives it) and its reply
 
 
 @attrs.define
 class RequestAttempts:
     """What one request keeps across its attempts when the database fails it (`SharedProxy.complete`): the views it
-    asked the upstream and the replies (an attempt that asks the same view in the same round gets the reply, not a
+    asked the upstream (their digests: a 503'd request's are kept for minutes, review h13 MINOR-3) and the replies (an attempt that asks the same view in the same round gets the reply, not a
     second generation), and the commit a failure cut (its conversation, head row and checksum, reply and state)."""
 
     request: AskedRequest  # what a client's retry of it repeats (`SharedProxy._answered_before`)
@@ -283,9 +284,12 @@ class SharedProxy(Proxy):
         """The upstream's replies of a request answered 503, for the same request sent again (the agent's retry after
         the database is back): its rounds get them as an attempt's would, and a commit the failure cut is looked for
         first (review h13 MINOR-1; bounded; each used once)."""
+        now = time.monotonic()
+        while self.unsent_replies and now - next(iter(self.unsent_replies.values()))[2] > UNSENT_KEPT_S:
+            self.unsent_replies.popitem(last=False)  # the oldest first: none waits past its use-by time
         if attempts.answered or attempts.committing is not None:
             key = _request_key(attempts.request)
-            self.unsent_replies[key] = (attempts.request, attempts.answered, time.monotonic(), attempts.committing,
+            self.unsent_replies[key] = (attempts.request, attempts.answered, now, attempts.committing,
                                         attempts.records)
             self.unsent_replies.move_to_end(key)
             while len(self.unsent_replies) > self.cache_limit:
@@ -352,14 +356,14 @@ class SharedProxy(Proxy):
         round_number = attempts.asked
         attempts.asked += 1
         if round_number < len(attempts.answered):
-            asked_messages, asked_tools, reply = attempts.answered[round_number]
-            if asked_messages == messages and asked_tools == tools:
+            asked_view, reply = attempts.answered[round_number]
+            if asked_view == view_digest(messages, tools):  # (only an attempt after a failure computes it here)
                 self.answers_kept += 1
                 return reply
             del attempts.answered[round_number:]
         attempts.began = True  # the database answered this attempt's reads, and it does new work
         reply = await super()._upstream(conversation, messages, tools, body, tokens, hidden)
-        attempts.answered.append((messages, tools, reply))
+        attempts.answered.append((attempts.records[-1].view_digest, reply))  # this round's (`_log_round`)
         return reply
 
     async def _complete_once(self, messages: Sequence[AgentMessage], tools: list[dict[str, Any]], system: str,

@@ -519,6 +519,51 @@ def test_a_request_answered_503_sent_again_gets_the_replies_its_upstream_gave(po
     assert [record.conversation for record in proxy.rounds] == [reply.conversation]
 
 
+def test_a_503d_request_keeps_digests_of_its_views_and_a_view_that_differs_is_asked_again(postgres: Any) -> None:
+    """Review h13 MINOR-3: a request answered 503 kept every round's whole view (up to a window each) for the same
+    request sent again, for as long as 256 others did not push it out. It keeps each view's digest (the one
+    /arc/rounds gives), and an entry past its use-by time goes at the next 503; a resend whose view differs from
+    the kept digest is asked again."""
+    from arc_ref.frontends.proxy_shared import UNSENT_KEPT_S
+
+    database = postgres.create_database("arc_test_shared_unsent_digests")
+    calls: list[int] = []
+
+    async def upstream(request: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            postgres.kill()
+        return bash_call_reply(request)
+
+    async def scenario() -> tuple[Any, Any, list[Any]]:
+        proxy, client = in_process_shared(database, upstream, store_retry_s=0.5)
+        try:
+            with pytest.raises(Exception):
+                await proxy.complete(first_request(), None)
+            await asyncio.to_thread(postgres.resume)
+            (key, kept), = proxy.unsent_replies.items()
+            answered = list(kept[1])
+            proxy.unsent_replies[key] = (kept[0], [("another view", answered[0][1])], *kept[2:])
+            reply = await proxy.complete(first_request(), None, retry=True)
+            stale = (kept[0], answered, time.monotonic() - UNSENT_KEPT_S - 1, None, [])
+            proxy.unsent_replies[("old", "entry")] = stale
+            postgres.kill()
+            with pytest.raises(Exception):
+                await proxy.complete(continued(reply, "a.txt"), None)
+            await asyncio.to_thread(postgres.resume)
+            return proxy, reply, answered
+        finally:
+            await proxy.close()
+            await client.aclose()
+
+    proxy, reply, answered = asyncio.run(scenario())
+    digests = [record.view_digest for record in proxy.rounds]
+    assert [view for view, _ in answered] == digests[:1] and all(isinstance(view, str) for view, _ in answered)
+    assert len(calls) == 2 and proxy.answers_kept == 0  # the resend's view was not the kept one: asked again
+    assert reply.completion["choices"][0]["message"]["tool_calls"]
+    assert not proxy.unsent_replies  # the stale one went at the next 503 (which, failing at its reads, kept nothing)
+
+
 def test_a_cut_commit_not_seen_before_the_503_is_found_by_the_agents_retry(postgres: Any,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Review h13 MINOR-1: the server made a commit whose acknowledgement was lost, the database then stayed away
