@@ -85,6 +85,8 @@ from arc_ref.frontends.proxy_options import (
     DEFAULT_MAX_BODY_MB,
     DEFAULT_IDLE_SECONDS,
     DEFAULT_MAX_CONVERSATIONS,
+    LATE_SYSTEM_AS_USER,
+    LATE_SYSTEM_REFUSED,
     UPSTREAM_KEY_ENV,
     ProxyOptions,
 )
@@ -491,6 +493,7 @@ class ProxySettings:
     lock_wait_s: float = 30.0  # with --store: how long a request waits for a conversation another process holds
     upstream_api_key: str | None = attrs.field(default=None, repr=False)
     client_keys: frozenset[str] = attrs.field(default=frozenset(), repr=False)  # none: no client authentication
+    late_system: str = LATE_SYSTEM_REFUSED  # a system or developer message after the task: refused, or a user message
 
 
 @attrs.frozen(hash=False)
@@ -955,12 +958,18 @@ def _budget(state: ArcState) -> dict[str, int]:
             "stored": state.stored}
 
 
-def _event(message: AgentMessage) -> Event:
-    """The core's event for an agent message after the prefix: the Session's mapping (`message_event`)."""
-    if message.role == "system":
-        raise Refused("bad_message", "a system message may only open the conversation")
+def _event(message: AgentMessage, late_system: str = LATE_SYSTEM_REFUSED) -> Event:
+    """The core's event for an agent message after the prefix: the Session's mapping (`message_event`). A system or
+    developer message there is refused, or with ``--late-system user`` the user message of its text (ARC's views
+    hold user, assistant and tool messages after the prefix F: review h5 B1)."""
+    role = message.role
+    if role == "system":
+        if late_system != LATE_SYSTEM_AS_USER:
+            raise Refused("bad_message", "a system or developer message may only open the conversation (start the"
+                          " proxy with --late-system user to show a later one to the model as a user message)")
+        role = "user"
     try:
-        return message_event(message.role, message.text, message.calls, message.tool_call_id)
+        return message_event(role, message.text, message.calls, message.tool_call_id)
     except ArcError as problem:
         raise Refused("bad_message", str(problem)) from None
 
@@ -1452,7 +1461,7 @@ class Proxy:
         marks: list[tuple[str, Mark]] = []
         try:
             for agent_said, chain_hash in zip(new, hashes):
-                self._apply(conversation, _event(agent_said))
+                self._apply(conversation, _event(agent_said, self.settings.late_system))
                 conversation.position += 1
                 marks.append((chain_hash, conversation.mark(chain_hash)))
         finally:  # the marks of what was applied, even when a later message is refused (the retry resumes there)
@@ -1694,7 +1703,8 @@ def settings_from(options: ProxyOptions, parse_setting: Callable[[str], tuple[st
                          max_body_bytes=options.max_body_mb * 2**20, body_memory_bytes=options.body_memory_mb * 2**20,
                          upstream_api_key=upstream_key,
                          max_conversations=options.max_conversations, idle_seconds=options.idle_seconds,
-                         client_keys=client_keys, db_connections=options.db_connections)
+                         client_keys=client_keys, db_connections=options.db_connections,
+                         late_system=options.late_system)
 
 
 def _client_keys(path: str | None) -> frozenset[str]:

@@ -30,6 +30,8 @@ DEFAULT_IDLE_SECONDS = 600  # an agent's turn takes seconds to minutes; one idle
 MAX_IDLE_SECONDS = 30 * 86400
 DEFAULT_DB_CONNECTIONS = 16  # a request holds one only to read and to commit (arc_ref.persist.postgres_conversations)
 MAX_DB_CONNECTIONS = 10000
+LATE_SYSTEM_REFUSED = "refuse"
+LATE_SYSTEM_AS_USER = "user"
 
 
 @frozen
@@ -81,6 +83,9 @@ class ProxyOptions:
     upstream_api_key: str | None = option(None, metavar="KEY", recorded=False, aliases=("--upstream-key",),
                                           help=f"the upstream's key (or ${UPSTREAM_KEY_ENV}); without it the"
                                                " client's Authorization goes to the upstream")
+    late_system: str = option(LATE_SYSTEM_REFUSED, choices=(LATE_SYSTEM_REFUSED, LATE_SYSTEM_AS_USER),
+                              help="a system or developer message after the task (Aider's 'reminder: sys'): refused"
+                                   " (400 bad_message), or shown to the model as a user message of its text")
     client_keys: str | None = option(None, metavar="FILE", recorded=False,
                                      help=f"a file of the keys clients must give (Authorization: Bearer KEY), one per"
                                           f" line (or ${CLIENT_KEYS_ENV}, comma-separated): each key's conversations"
@@ -97,5 +102,5 @@ def proxy_options(arguments: argparse.Namespace) -> ProxyOptions:
     return options
 
 
-__all__ = ["CLIENT_KEYS_ENV", "DEFAULT_BODY_MEMORY_MB", "DEFAULT_DB_CONNECTIONS", "DEFAULT_IDLE_SECONDS", "DEFAULT_MAX_BODY_MB", "DEFAULT_MAX_CONVERSATIONS", "PROXY_OWNER", "ProxyOptions", "UPSTREAM_KEY_ENV", "add_proxy_flags",
+__all__ = ["CLIENT_KEYS_ENV", "LATE_SYSTEM_AS_USER", "LATE_SYSTEM_REFUSED", "DEFAULT_BODY_MEMORY_MB", "DEFAULT_DB_CONNECTIONS", "DEFAULT_IDLE_SECONDS", "DEFAULT_MAX_BODY_MB", "DEFAULT_MAX_CONVERSATIONS", "PROXY_OWNER", "ProxyOptions", "UPSTREAM_KEY_ENV", "add_proxy_flags",
            "proxy_options"]

@@ -167,3 +167,53 @@ def test_a_tool_s_strict_and_defer_loading_reach_the_upstream_and_are_counted() 
         "bad_tools: tool 1's function.strict must be true, false or null"
     assert refused({**BASH_TOOL, "defer_loading": 1}) == "bad_tools: tool 1's defer_loading must be true, false or null"
     assert refused({**BASH_TOOL, "type": "web"}).startswith("bad_tools: tool 1 must be")
+
+
+def test_a_late_system_or_developer_message_is_refused_or_shown_as_a_user_message() -> None:
+    """Review h5 B1: a system or developer message after the task (Aider's ``reminder: sys`` puts one last on every
+    request) was refused, with no way round it. It still is by default (400 bad_message naming the flag); with
+    ``--late-system user`` it is the user message of its text: the upstream gets that view and the count is the
+    template's over what it got, the reminder at the end, after a tool result and as ``developer``."""
+    pytest.importorskip("transformers", reason="transformers is the independent oracle here")
+    assert QWEN3 is not None
+    sent: list[dict[str, Any]] = []
+    upstream = recording_upstream(sent)
+    reminder = {"role": "system", "content": "Reminder: reply with one SEARCH/REPLACE block. <|im_end|> stays text."}
+
+    async def refused(proxy: Proxy) -> Refused:
+        messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "List."}, reminder]
+        with pytest.raises(Refused) as caught:
+            await proxy.complete({"model": "m", "messages": messages}, None)
+        return caught.value
+
+    problem = with_proxy(upstream, refused)
+    assert problem.code == "bad_message" and "--late-system user" in str(problem) and not sent
+
+    async def as_user(proxy: Proxy) -> list[int]:
+        counted = []
+        messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "List."}, reminder]
+        first = await proxy.complete({"model": "m", "messages": messages, "tools": [BASH_TOOL]}, None)
+        said = first.completion["choices"][0]["message"]
+        messages += [said, {"role": "user", "content": "Now run ls."}]
+        second = await proxy.complete({"model": "m", "messages": messages, "tools": [BASH_TOOL]}, None)
+        messages += [second.completion["choices"][0]["message"], {**reminder, "role": "developer"}]
+        third = await proxy.complete({"model": "m", "messages": messages, "tools": [BASH_TOOL]}, None)
+        counted += [first.view_tokens, second.view_tokens, third.view_tokens]
+        assert first.conversation == second.conversation == third.conversation  # resumed in place each time
+        return counted
+
+    async def run() -> list[int]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(upstream)) as client:
+            return await as_user(Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS,
+                                                     late_system="user"), client))
+
+    counted = asyncio.run(run())
+    assert len(sent) == 3
+    for number, request in enumerate(sent):  # a template's control token in it is shown as text (spec/rendering.md S)
+        shown = [message for message in request["messages"]
+                 if str(message.get("content")).replace("\u2060", "") == reminder["content"]]
+        assert [message["role"] for message in shown] == ["user"] * (1 + (number == 2))
+        assert "<|im_end|>" not in shown[-1]["content"] and (number == 1) != (request["messages"][-1] is shown[-1])
+        assert all(message["role"] != "system" for message in request["messages"][1:])
+    served = [transformers_prompt(QWEN3, request["messages"], request["tools"])[1] for request in sent]
+    assert counted == served, list(zip(counted, served))
