@@ -20,7 +20,8 @@ turn (tool parser on), and:
    Agents SDK (plain and streamed), each with and without ``chat_template_kwargs``, send their own requests through
    it; the proxy's count = ``usage.prompt_tokens`` on every upstream call (about a minute: 4 mini runs of at most 4
    steps, 4 SDK runs of at most 3 turns, 64 tokens a reply: enough for the tool model's call, so the SDK's
-   conversations without thinking go on after a tool result); then, through a proxy with ``--set
+   conversations without thinking go on after a tool result), and two turns of Aider's ``reminder: sys`` shape (a
+   system message last on every request; the proxy started with ``--late-system user``); then, through a proxy with ``--set
    recent_budget=600``, a reply forced by vLLM's structured outputs to write a file of ~830 tokens in one call: the
    agent gets the call whole and the next view shows it clipped (spec/rendering.md section 13), counted as vLLM counts.
 
@@ -414,6 +415,24 @@ def run_long_call(proxy_url: str, model_dir: Path) -> str:
             f" {after} tokens{' (the call clipped)' if clipped else ' (NOT clipped)'}")
 
 
+def run_late_system(proxy_url: str) -> str:
+    """Aider's ``reminder: sys``: a system message last on every request (two turns; the reminder moves to the end
+    each time), through a proxy started with ``--late-system user``. What happened, in a line (the counts are
+    checked with every other call's)."""
+    reminder = {"role": "system", "content": "Reminder: answer in one short line."}
+    history: list[dict[str, Any]] = [{"role": "system", "content": "You are a terse assistant."},
+                                     {"role": "user", "content": "Name one prime number."}]
+    shown = []
+    for turn in range(2):
+        body = {"model": SERVED, "max_tokens": 16, "temperature": 0, "messages": [*history, reminder], **NO_THINKING}
+        response = httpx.post(f"{proxy_url}/chat/completions", json=body, timeout=900)
+        if response.status_code != 200:
+            return f"turn {turn + 1}: {response.status_code} {response.text[:300]}"
+        shown.append(response.headers["x-arc-view-tokens"])
+        history += [response.json()["choices"][0]["message"], {"role": "user", "content": "And another one."}]
+    return f"2 turns answered, views {' then '.join(shown)} tokens"
+
+
 def check_proxy(report: Report, url: str, model_dir: Path, work: Path) -> None:
     """mini-swe-agent (tool and text configurations) and the OpenAI Agents SDK (plain and streamed), each with and
     without chat_template_kwargs, through `arc-ref proxy` to vLLM: the proxy's count = usage.prompt_tokens on every
@@ -421,11 +440,12 @@ def check_proxy(report: Report, url: str, model_dir: Path, work: Path) -> None:
     started = time.monotonic()
     work.mkdir(parents=True, exist_ok=True)
     try:
-        proxy = ProxyProcess(url, model_dir, work / "proxy.log")
+        proxy = ProxyProcess(url, model_dir, work / "proxy.log", "--late-system", "user")
     except RuntimeError as problem:
         report.check(False, "proxy: arc-ref proxy starts in front of vLLM", str(problem)[-2000:])
         return
     runs: list[str] = []
+    late = "not run"
     try:
         for config in ("mini.yaml", "mini_textbased.yaml"):
             for kwargs in ((), ("-c", f"model.model_kwargs.extra_body={json.dumps(NO_THINKING)}")):
@@ -438,6 +458,8 @@ def check_proxy(report: Report, url: str, model_dir: Path, work: Path) -> None:
                 outcome = run_agents_sdk(proxy.url, stream, extra_body)
                 runs.append(f"agents sdk{' streamed' if stream else ''}{' no-thinking' if extra_body else ''}:"
                             f" {outcome}")
+        late = run_late_system(proxy.url)
+        runs.append(f"late system message: {late}")
         records = proxy.rounds()
     finally:
         proxy.stop()
@@ -457,6 +479,8 @@ def check_proxy(report: Report, url: str, model_dir: Path, work: Path) -> None:
     for record in answered:
         per_conversation[record["conversation"]] = per_conversation.get(record["conversation"], 0) + 1
     conversations = f"{len(per_conversation)} ({sum(1 for calls in per_conversation.values() if calls > 1)} resumed)"
+    report.check(late.startswith("2 turns answered"), "proxy: a system message after the task (Aider's reminder) is"
+                 " answered with --late-system user", late)
     report.check(long_call.startswith("call whole") and long_call.endswith("(the call clipped)"),
                  "proxy: a reply writing a file longer than R in one call reaches the agent whole, and the next view"
                  " shows it clipped", long_call)
