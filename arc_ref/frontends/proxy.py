@@ -1461,7 +1461,13 @@ class Proxy:
         marks: list[tuple[str, Mark]] = []
         try:
             for agent_said, chain_hash in zip(new, hashes):
-                self._apply(conversation, _event(agent_said, self.settings.late_system))
+                try:
+                    self._apply(conversation, _event(agent_said, self.settings.late_system))
+                except Refused as problem:
+                    if agent_said.role != "system" or self.settings.late_system != LATE_SYSTEM_AS_USER:
+                        raise
+                    raise Refused(problem.code, f"{problem} (a system or developer message after the task is shown"
+                                  " to the model as a user message: --late-system user)", problem.budget) from None
                 conversation.position += 1
                 marks.append((chain_hash, conversation.mark(chain_hash)))
         finally:  # the marks of what was applied, even when a later message is refused (the retry resumes there)

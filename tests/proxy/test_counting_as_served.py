@@ -187,7 +187,7 @@ def test_a_late_system_or_developer_message_is_refused_or_shown_as_a_user_messag
         return caught.value
 
     problem = with_proxy(upstream, refused)
-    assert problem.code == "bad_message" and "--late-system user" in str(problem) and not sent
+    assert problem.code == "bad_message" and str(problem).count("--late-system user") == 1 and not sent
 
     async def as_user(proxy: Proxy) -> list[int]:
         counted = []
@@ -200,6 +200,13 @@ def test_a_late_system_or_developer_message_is_refused_or_shown_as_a_user_messag
         third = await proxy.complete({"model": "m", "messages": messages, "tools": [BASH_TOOL]}, None)
         counted += [first.view_tokens, second.view_tokens, third.view_tokens]
         assert first.conversation == second.conversation == third.conversation  # resumed in place each time
+        call = {"role": "assistant", "content": "", "tool_calls": [  # between a call and its result: refused, as a
+            {"id": "call_x", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]}
+        with pytest.raises(Refused) as between:  # user message there is, saying why it is one
+            await proxy.complete({"model": "m", "tools": [BASH_TOOL], "messages": [
+                *messages, third.completion["choices"][0]["message"], {"role": "user", "content": "Run it."}, call,
+                reminder, {"role": "tool", "tool_call_id": "call_x", "content": "out"}]}, None)
+        assert between.value.code == "invalid_event" and "shown to the model as a user message" in str(between.value)
         return counted
 
     async def run() -> list[int]:
