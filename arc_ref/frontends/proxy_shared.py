@@ -171,7 +171,7 @@ class SharedProxy(Proxy):
     def __init__(self, settings: ProxySettings, client: Any, database: AsyncDatabase | None = None) -> None:
         assert settings.database is not None
         super().__init__(ProxySettings(**{**_fields(settings), "store": None}), client)
-        # a request's transaction lasts two round trips (its commit): one idle for a minute is a stuck instance's
+        # a request's transaction lasts one round trip (its commit): one idle for a minute is a stuck instance's
         self.database = database or AsyncDatabase(settings.database, pool_size=settings.db_connections,
                                                   idle_in_transaction_s=60.0)
         self.database.check_schema()  # once, at start (created in an empty database)

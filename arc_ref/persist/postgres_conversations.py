@@ -16,8 +16,10 @@ acknowledged before it is committed). When the head moved meanwhile (another req
 instance, committed first), the request is committed as a fork at the mark it began at instead: its rows are the
 same (the chain binds no task key), so are its views and ids. An instance killed mid-request leaves nothing:
 nothing was written before the commit, and PostgreSQL rolls back a transaction whose connection closes. Round
-trips per request: one to read (one more to fold a conversation this instance never saw, or to fork), two to
-commit in place (move the head; write and COMMIT), one to commit a new conversation or a fork.
+trips per request: one to read (one more to fold a conversation this instance never saw, or to fork), one to
+commit in place (one statement moves the head and, only when it moved, writes the rows, marks and reply; COMMIT in
+the same round trip), one more when another request had moved the head (committed as a fork), one to commit a new
+conversation or a fork.
 
 The connections are `psycopg.AsyncConnection`s; a request holds one only while it reads and while it commits.
 """
@@ -61,11 +63,32 @@ LIMIT 1
 """
 """The deepest mark among the request's hashes, as committed; of the conversations that passed it, one still there
 (resumed in place) before the latest one added."""
-MOVE_HEAD = ("UPDATE arc_tasks SET seq = %s, checksum = %s, position = %s, head = %s"
-             " WHERE key = %s AND seq = %s AND checksum = %s RETURNING key")
-"""A conversation's head moved from the row a request began at to the request's own: locks the head row (waiting
-only for another request's commit, at most `COMMIT_LOCK_TIMEOUT`) and, in READ COMMITTED, matches nothing when that
-commit moved it."""
+_MOVED = """
+WITH moved AS (
+    UPDATE arc_tasks SET seq = %(seq)s, checksum = %(checksum)s, position = %(position)s, head = %(head)s
+    WHERE key = %(key)s AND seq = %(base_seq)s AND checksum = %(base_checksum)s RETURNING key
+), events AS (
+    INSERT INTO arc_events (task, seq, line, checksum)
+    SELECT moved.key, r.seq, r.line, r.checksum
+    FROM moved, unnest(%(seqs)s::bigint[], %(lines)s::text[], %(checksums)s::text[]) AS r (seq, line, checksum)
+), marks AS (
+    INSERT INTO arc_marks (hash, task, position, seq, checksum)
+    SELECT r.hash, moved.key, r.position, r.seq, r.checksum
+    FROM moved, unnest(%(mark_hashes)s::text[], %(mark_positions)s::integer[], %(mark_seqs)s::bigint[],
+                       %(mark_checksums)s::text[]) AS r (hash, position, seq, checksum)
+)"""
+_KEPT = """, kept AS (
+    INSERT INTO arc_replies (task, seq, checksum, asked, reply)
+    SELECT moved.key, %(seq)s, %(checksum)s, %(asked)s, %(reply)s FROM moved
+    ON CONFLICT (task) DO UPDATE SET seq = EXCLUDED.seq, checksum = EXCLUDED.checksum, asked = EXCLUDED.asked,
+                                     reply = EXCLUDED.reply
+)"""
+MOVE_HEAD = _MOVED + "\nSELECT count(*) FROM moved"
+MOVE_HEAD_KEEPING_REPLY = _MOVED + _KEPT + "\nSELECT count(*) FROM moved"
+"""A request's commit in place, in one statement: the conversation's head moved from the row the request began at
+to its own (locking the head row, waiting only for another request's commit, at most `COMMIT_LOCK_TIMEOUT`), and,
+only when that matched (in READ COMMITTED it matches nothing when another commit moved the head meanwhile), the
+request's rows, marks and reply; the count of heads moved (1 or 0)."""
 COMMIT_LOCK_TIMEOUT = "5s"  # a head row locked longer than this (a stuck commit): the request forks instead
 
 REPLY_OF = """
@@ -179,7 +202,7 @@ class AsyncDatabase:
         try:
             # TCP keepalives (an instance cut off from the database notices within ~25 s); no startup options and no
             # server-side prepared statements, so that a pooler in transaction mode (PgBouncer) can stand between:
-            # the idle-in-transaction limit is set in each transaction that takes a lock (`_move_head`, `_write`)
+            # the idle-in-transaction limit is set in each transaction that writes (`_move_head`, `_write`)
             connection: "psycopg.AsyncConnection[Any]" = await driver.AsyncConnection.connect(
                 self.url, autocommit=True, connect_timeout=self.connect_timeout_s, prepare_threshold=None,
                 application_name=f"arc-ref proxy {os.getpid()}",  # which instance holds what (pg_stat_activity)
@@ -386,18 +409,20 @@ class RequestTransaction:
                                                                    and len(self._marks) <= 1)
 
     async def commit(self, fork_key: Callable[[], str] = lambda: uuid.uuid4().hex) -> bool:
-        """The request's rows, marks and new head in one transaction: a conversation resumed in place has its head
-        moved from the row the request began at (one round trip; when another request moved it meanwhile, the
-        request is committed as a fork ``fork_key()`` at that mark, `forked_at_commit`), then the new conversation or
-        fork, the rows, the marks and COMMIT (one round trip). Only after it returns is anything acknowledged.
-        False: nothing to write (`applied_nothing`), nothing written."""
+        """The request's rows, marks and new head in one transaction. A conversation resumed in place: its head moved
+        from the row the request began at and everything written in one statement and COMMIT (`MOVE_HEAD`, one round
+        trip); when another request moved it meanwhile, that transaction wrote nothing, and the request is committed
+        as a fork ``fork_key()`` at that mark (`forked_at_commit`) in another (one more). A new conversation or a
+        fork: the conversation, the rows, the marks and COMMIT (one round trip). Only after it returns is anything
+        acknowledged. False: nothing to write (`applied_nothing`), nothing written."""
         if self.applied_nothing:
             return False
         async with self.db.connection() as connection:
             self.connection = connection
             try:
-                moved = await self._move_head(connection) if self._resumed is not None else False
-                if self._resumed is not None and not moved:
+                if self._resumed is not None and await self._move_head(connection):
+                    return True
+                if self._resumed is not None:
                     self._as_fork(fork_key())
                 await self._write(connection)
             finally:
@@ -406,42 +431,52 @@ class RequestTransaction:
         return True
 
     async def _move_head(self, connection: "psycopg.AsyncConnection[Any]") -> bool:
-        """BEGIN and `MOVE_HEAD`: True when the head was still the row this request began at (now locked and moved);
-        False when another request moved it (or held it past `COMMIT_LOCK_TIMEOUT`), in a fresh transaction."""
+        """`MOVE_HEAD` in a transaction of its own: True when the head was still the row this request began at (moved,
+        and the rows, marks and reply written and committed); False when another request moved it (or held it past
+        `COMMIT_LOCK_TIMEOUT`): nothing written, no transaction open."""
         found = self._resumed
         assert found is not None
         driver = self.db._driver
+        marks = self._marks
+        values = {"seq": self.seq, "checksum": self.checksum, "position": self.position, "head": self.head,
+                  "key": found.key, "base_seq": found.seq, "base_checksum": found.checksum,
+                  "seqs": [row[1] for row in self._rows], "lines": [row[2] for row in self._rows],
+                  "checksums": [row[3] for row in self._rows], "mark_hashes": [mark[0] for mark in marks],
+                  "mark_positions": [mark[2] for mark in marks], "mark_seqs": [mark[3] for mark in marks],
+                  "mark_checksums": [mark[4] for mark in marks]}
+        statement = MOVE_HEAD
+        if self.reply is not None and self.db.replies:
+            statement = MOVE_HEAD_KEEPING_REPLY
+            values.update(asked=self.reply[0], reply=self.reply[1])
         try:
             async with connection.pipeline():
                 await connection.execute("BEGIN ISOLATION LEVEL READ COMMITTED")  # MOVE_HEAD's re-check needs it
                 await self._limit_transaction(connection)
-                cursor = await connection.execute(MOVE_HEAD, (self.seq, self.checksum, self.position, self.head,
-                                                              found.key, found.seq, found.checksum))
-            moved = await cursor.fetchone() is not None
+                cursor = await connection.execute(statement, values)
+                await connection.execute("COMMIT")
+            counted = await cursor.fetchone()
+            return counted is not None and counted[0] == 1
         except driver.errors.LockNotAvailable:
-            self.db.round_trips += 1  # the failed one; the ROLLBACK and new BEGIN are counted below
-            async with connection.pipeline():
-                await connection.execute("ROLLBACK")
-                await connection.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
-                await self._limit_transaction(connection)
-            moved = False
+            await connection.execute("ROLLBACK")
+            self.db.round_trips += 1
+            return False
         finally:
             self.db.round_trips += 1
-        return moved
 
     async def _limit_transaction(self, connection: "psycopg.AsyncConnection[Any]") -> None:
         """A commit's transaction's limits (in its pipeline): how long it waits for the head row's lock, and how long
-        the server lets it sit idle (an instance stuck between its two round trips holds the row no longer)."""
+        the server lets it sit idle (a transaction whose COMMIT never came, its instance stuck, holds its rows' locks
+        no longer)."""
         await connection.execute(f"SET LOCAL lock_timeout = '{COMMIT_LOCK_TIMEOUT}'")
         await connection.execute("SET LOCAL idle_in_transaction_session_timeout ="
                                  f" '{int(self.db.idle_in_transaction_s * 1000)}ms'")
 
     async def _write(self, connection: "psycopg.AsyncConnection[Any]") -> None:
-        in_place = self._resumed is not None  # its transaction began, its head moved (`_move_head`)
+        """A new conversation or a fork (one made at the mark, or at commit), its rows, marks and reply: one
+        transaction, one round trip."""
         async with connection.pipeline():
-            if not in_place and not self.forked_at_commit:
-                await connection.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
-                await self._limit_transaction(connection)
+            await connection.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+            await self._limit_transaction(connection)
             if self._created is not None:
                 line, checksum = self._created
                 await connection.execute("INSERT INTO arc_tasks (key, seq, checksum) VALUES (%s, 1, %s)",
@@ -461,10 +496,8 @@ class RequestTransaction:
                 async with connection.cursor() as cursor:
                     await cursor.executemany("INSERT INTO arc_marks (hash, task, position, seq, checksum)"
                                              " VALUES (%s, %s, %s, %s, %s)", self._marks)
-            if not in_place:
-                await connection.execute("UPDATE arc_tasks SET seq = %s, checksum = %s, position = %s, head = %s"
-                                         " WHERE key = %s", (self.seq, self.checksum, self.position, self.head,
-                                                             self.key))
+            await connection.execute("UPDATE arc_tasks SET seq = %s, checksum = %s, position = %s, head = %s"
+                                     " WHERE key = %s", (self.seq, self.checksum, self.position, self.head, self.key))
             if self.reply is not None and self.db.replies:
                 await connection.execute(KEEP_REPLY, (self.key, self.seq, self.checksum, *self.reply))
             await connection.execute("COMMIT")
