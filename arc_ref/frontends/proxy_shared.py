@@ -85,8 +85,9 @@ AnsweredRound = tuple[str, UpstreamReply]  # a round's view (its `view_digest`, 
 @attrs.define
 class RequestAttempts:
     """What one request keeps across its attempts when the database fails it (`SharedProxy.complete`): the views it
-    asked the upstream (their digests: a 503'd request's are kept for minutes, review h13 MINOR-3) and the replies (an attempt that asks the same view in the same round gets the reply, not a
-    second generation), and the commit a failure cut (its conversation, head row and checksum, reply and state)."""
+    asked the upstream (their digests: a 503'd request's are kept for minutes, review h13 MINOR-3) and the replies
+    (an attempt that asks the same view in the same round gets the reply, not a second generation), and the commit
+    a failure cut (its conversation, head row and checksum, reply and state)."""
 
     request: AskedRequest  # what a client's retry of it repeats (`SharedProxy._answered_before`)
     answered: list[AnsweredRound] = attrs.field(factory=list)

@@ -70,12 +70,12 @@ WITH moved AS (
 ), events AS (
     INSERT INTO arc_events (task, seq, line, checksum)
     SELECT moved.key, r.seq, r.line, r.checksum
-    FROM moved, unnest(%(seqs)s::bigint[], %(lines)s::text[], %(checksums)s::text[]) AS r (seq, line, checksum)
+    FROM moved, unnest(%(seqs)b::bigint[], %(lines)b::text[], %(checksums)b::text[]) AS r (seq, line, checksum)
 ), marks AS (
     INSERT INTO arc_marks (hash, task, position, seq, checksum)
     SELECT r.hash, moved.key, r.position, r.seq, r.checksum
-    FROM moved, unnest(%(mark_hashes)s::text[], %(mark_positions)s::integer[], %(mark_seqs)s::bigint[],
-                       %(mark_checksums)s::text[]) AS r (hash, position, seq, checksum)
+    FROM moved, unnest(%(mark_hashes)b::text[], %(mark_positions)b::integer[], %(mark_seqs)b::bigint[],
+                       %(mark_checksums)b::text[]) AS r (hash, position, seq, checksum)
 )"""
 _KEPT = """, kept AS (
     INSERT INTO arc_replies (task, seq, checksum, asked, reply)
@@ -85,10 +85,11 @@ _KEPT = """, kept AS (
 )"""
 MOVE_HEAD = _MOVED + "\nSELECT count(*) FROM moved"
 MOVE_HEAD_KEEPING_REPLY = _MOVED + _KEPT + "\nSELECT count(*) FROM moved"
-"""A request's commit in place, in one statement: the conversation's head moved from the row the request began at
-to its own (locking the head row, waiting only for another request's commit, at most `COMMIT_LOCK_TIMEOUT`), and,
-only when that matched (in READ COMMITTED it matches nothing when another commit moved the head meanwhile), the
-request's rows, marks and reply; the count of heads moved (1 or 0)."""
+"""A request's commit in place, in one statement: the conversation's head moved from the row the request began at to
+its own (locking the head row, waiting only for another request's commit, at most `COMMIT_LOCK_TIMEOUT`), and, only
+when that matched (in READ COMMITTED it matches nothing when another commit moved the head meanwhile), the request's
+rows, marks and reply; the count of heads moved (1 or 0). Its arrays go in binary (``%(...)b``): psycopg writes an
+array's text form escaping each element in Python, seconds for an observation of megabytes."""
 COMMIT_LOCK_TIMEOUT = "5s"  # a head row locked longer than this (a stuck commit): the request forks instead
 
 REPLY_OF = """

@@ -21,9 +21,10 @@ turn (tool parser on), and:
    it; the proxy's count = ``usage.prompt_tokens`` on every upstream call (about a minute: 4 mini runs of at most 4
    steps, 4 SDK runs of at most 3 turns, 64 tokens a reply: enough for the tool model's call, so the SDK's
    conversations without thinking go on after a tool result), and two turns of Aider's ``reminder: sys`` shape (a
-   system message last on every request; the proxy started with ``--late-system user``); then, through a proxy with ``--set
-   recent_budget=600``, a reply forced by vLLM's structured outputs to write a file of ~830 tokens in one call: the
-   agent gets the call whole and the next view shows it clipped (spec/rendering.md section 13), counted as vLLM counts.
+   system message last on every request; the proxy started with ``--late-system user``); then, through a proxy
+   with ``--set recent_budget=600``, a reply forced by vLLM's structured outputs to write a file of ~830 tokens in
+   one call: the agent gets the call whole and the next view shows it clipped (spec/rendering.md section 13),
+   counted as vLLM counts.
 
 Prints one line per check and a summary; exit 0 when all pass, 1 otherwise.
 """
