@@ -190,6 +190,7 @@ class SharedProxy(Proxy):
         # its checksum, reply)
         self.last_replies: OrderedDict[tuple[str, str], tuple[AskedRequest, str, int, str, Reply]] = OrderedDict()
         self.retries_answered = 0  # clients' retries answered with the reply they had missed
+        self._told_replies_lost = False
         # the upstream's replies of requests answered 503 (the database down too long), by their last message
         self.unsent_replies: OrderedDict[tuple[str, str], tuple[AskedRequest, list[AnsweredRound], float,
                                                                  tuple[str, int, str, Reply, ArcState] | None,
@@ -304,11 +305,10 @@ class SharedProxy(Proxy):
         (``arc_replies``, one round trip)."""
         kept = self.last_replies.get(_request_key(asked))
         try:
-            if kept is not None and kept[0] == asked:
-                if await self.database.head(kept[1]) == (kept[2], kept[3]):
-                    self.retries_answered += 1
-                    return kept[4]
-                return None  # this instance answered it last, and the conversation moved on
+            if kept is not None and kept[0] == asked and await self.database.head(kept[1]) == (kept[2], kept[3]):
+                self.retries_answered += 1
+                return kept[4]
+            # (a reply this instance sent may have been overtaken: another instance's, in the database, may be current)
             stored = await self.database.answered(asked.asked_at, asked_digest(asked))
         except StoreError:
             return None
@@ -407,6 +407,11 @@ class SharedProxy(Proxy):
                                    self._named(reply, transaction), conversation.state)
             raise
         self._committed(transaction, conversation)
+        if self.database.replies_lost and not self._told_replies_lost:
+            self._told_replies_lost = True
+            print(f"arc-ref proxy: warning: the database {self.database.shown}: {self.database.replies_missing}:"
+                  " commits go on without their replies (a client's retry that reaches another instance forks);"
+                  " restart the proxy to make the table again", file=sys.stderr, flush=True)
         reply = self._named(reply, transaction)
         self._note_reply(attempts, transaction.key, transaction.seq, transaction.checksum, reply)
         return reply

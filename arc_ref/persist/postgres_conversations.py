@@ -163,6 +163,7 @@ class AsyncDatabase:
         self._closed = False  # after close(): a connection handed back is closed, not kept
         self.replies = False  # arc_replies is there and writable (`check_schema`): commits keep their reply
         self.replies_missing: str | None = None  # else why not
+        self.replies_lost = False  # it was, and went away while the proxy ran (`lose_replies`)
 
     def check_schema(self) -> None:
         """Create or check the schema (synchronously, at start: a bad URL, another application's tables or a role
@@ -175,6 +176,11 @@ class AsyncDatabase:
         finally:
             sync.close()
         self.replies, self.replies_missing = missing is None, missing
+
+    def lose_replies(self, why: str) -> None:
+        """Commits keep no reply from now on (``arc_replies`` went away or became unwritable while the proxy runs)."""
+        self.replies, self.replies_missing = False, f"arc_replies cannot be written any more ({why})"
+        self.replies_lost = True
 
     async def answered(self, asked_at: str, asked: str) -> tuple[str, str] | None:
         """The conversation whose latest reply answered request ``asked`` (`REPLY_OF`), and that reply's JSON text;
@@ -418,14 +424,26 @@ class RequestTransaction:
         acknowledged. False: nothing to write (`applied_nothing`), nothing written."""
         if self.applied_nothing:
             return False
+        errors = self.db._driver.errors
         async with self.db.connection() as connection:
             self.connection = connection
             try:
-                if self._resumed is not None and await self._move_head(connection):
-                    return True
-                if self._resumed is not None:
-                    self._as_fork(fork_key())
-                await self._write(connection)
+                while True:
+                    try:
+                        if self._resumed is not None and await self._move_head(connection):
+                            return True
+                        if self._resumed is not None:
+                            self._as_fork(fork_key())
+                        await self._write(connection)
+                        break
+                    except (errors.UndefinedTable, errors.InsufficientPrivilege) as problem:
+                        if self.reply is None or not self.db.replies:
+                            raise
+                        # arc_replies dropped or its rights revoked while the proxy runs: the commit goes on without
+                        # it (nothing of the failed transaction was written), and so do later ones
+                        self.db.lose_replies(str(problem).strip().splitlines()[0])
+                        await connection.execute("ROLLBACK")
+                        self.db.round_trips += 1
             finally:
                 self.connection = None
         self.db.round_trips += 1

@@ -404,6 +404,8 @@ def test_a_clients_retry_that_reaches_another_instance_gets_the_reply_kept_with_
         try:
             first = await one.complete(first_request(), None)
             elsewhere = await other.complete(first_request(), None, retry=True)
+            other_members = await other.complete({**first_request(), "temperature": 0.5}, None, retry=True)
+            assert other_members.conversation != first.conversation  # another request: a fork, asked anew
             later = continued(first, "a.txt")
             later_reply = await one.complete(later, None)
             later_elsewhere = await other.complete(later, None, retry=True)
@@ -430,10 +432,10 @@ def test_a_clients_retry_that_reaches_another_instance_gets_the_reply_kept_with_
     assert later_elsewhere.conversation == first.conversation and other.retries_answered == 2
     assert moved_on.conversation != first.conversation  # forked: the reply is no longer the conversation's last
     assert other_key.conversation != first.conversation  # another credential never gets a kept reply
-    assert len(calls) == 5  # the first request, the later one, the failed one, the fork, the other credential's
-    with psycopg.connect(database) as connection:  # the conversation and the two forks
-        assert connection.execute("SELECT count(*) FROM arc_tasks").fetchone() == (3,)
-        assert connection.execute("SELECT count(*) FROM arc_replies").fetchone() == (3,)
+    assert len(calls) == 6  # the first, other members', the later one, the failed one, the fork, other credential's
+    with psycopg.connect(database) as connection:  # the conversation and the three forks
+        assert connection.execute("SELECT count(*) FROM arc_tasks").fetchone() == (4,)
+        assert connection.execute("SELECT count(*) FROM arc_replies").fetchone() == (4,)
 
 
 def test_a_role_that_cannot_make_arc_replies_still_serves(postgres: Any) -> None:
@@ -457,6 +459,39 @@ def test_a_role_that_cannot_make_arc_replies_still_serves(postgres: Any) -> None
     assert reply.completion["choices"][0]["message"]["tool_calls"]
     with psycopg.connect(database) as connection:
         assert connection.execute("SELECT to_regclass('arc_replies')").fetchone() == (None,)
+    AsyncDatabase(database).check_schema()  # made by its owner: the limited role may still not write it
+    checked = AsyncDatabase(limited)
+    checked.check_schema()
+    assert not checked.replies and "lacks SELECT, INSERT or UPDATE on arc_replies" in str(checked.replies_missing)
+
+
+def test_arc_replies_dropped_while_the_proxy_runs_costs_no_commit(postgres: Any,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Review h16 MINOR-1: arc_replies dropped (or its rights revoked) while proxies ran made every commit that keeps
+    a reply fail, 500 store_failed, its events lost. The commit goes on without it (in place and as a new
+    conversation), once with a warning, and later commits keep none."""
+    database = postgres.create_database("arc_test_shared_replies_dropped")
+
+    async def scenario() -> tuple[Any, ...]:
+        proxy, client = in_process_shared(database, bash_call_reply)
+        try:
+            first = await proxy.complete(first_request(), None)
+            with psycopg.connect(database, autocommit=True) as connection:
+                connection.execute("DROP TABLE arc_replies")
+            later = await proxy.complete(continued(first, "a.txt"), None)  # in place
+            other = await proxy.complete({**first_request(), "messages": [
+                {"role": "system", "content": "You are terse."}, {"role": "user", "content": "Go."}]}, None)  # new
+            return first, later, other, proxy
+        finally:
+            await proxy.close()
+            await client.aclose()
+
+    first, later, other, proxy = asyncio.run(scenario())
+    assert later.conversation == first.conversation and other.conversation != first.conversation
+    assert not proxy.database.replies and proxy.database.replies_lost
+    assert capsys.readouterr().err.count("commits go on without their replies") == 1
+    with psycopg.connect(database) as connection:
+        assert connection.execute("SELECT count(*) FROM arc_tasks").fetchone() == (2,)
 
 
 def test_a_second_outage_after_the_database_answered_is_tried_again(postgres: Any,
