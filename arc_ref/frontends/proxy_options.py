@@ -102,6 +102,6 @@ def proxy_options(arguments: argparse.Namespace) -> ProxyOptions:
     return options
 
 
-__all__ = ["CLIENT_KEYS_ENV", "LATE_SYSTEM_AS_USER", "LATE_SYSTEM_REFUSED",
-           "DEFAULT_BODY_MEMORY_MB", "DEFAULT_DB_CONNECTIONS", "DEFAULT_IDLE_SECONDS", "DEFAULT_MAX_BODY_MB", "DEFAULT_MAX_CONVERSATIONS", "PROXY_OWNER", "ProxyOptions", "UPSTREAM_KEY_ENV", "add_proxy_flags",
-           "proxy_options"]
+__all__ = ["CLIENT_KEYS_ENV", "LATE_SYSTEM_AS_USER", "LATE_SYSTEM_REFUSED", "DEFAULT_BODY_MEMORY_MB",
+           "DEFAULT_DB_CONNECTIONS", "DEFAULT_IDLE_SECONDS", "DEFAULT_MAX_BODY_MB", "DEFAULT_MAX_CONVERSATIONS",
+           "PROXY_OWNER", "ProxyOptions", "UPSTREAM_KEY_ENV", "add_proxy_flags", "proxy_options"]

@@ -18,8 +18,9 @@ same (the chain binds no task key), so are its views and ids. An instance killed
 nothing was written before the commit, and PostgreSQL rolls back a transaction whose connection closes. Round
 trips per request: one to read (one more to fold a conversation this instance never saw, or to fork), one to
 commit in place (one statement moves the head and, only when it moved, writes the rows, marks and reply; COMMIT in
-the same round trip), one more when another request had moved the head (committed as a fork), one to commit a new
-conversation or a fork.
+the same round trip), one more when another request had moved the head or held it past the lock timeout
+(committed as a fork, the failed transaction rolled back in the same round trip), one to commit a new conversation
+or a fork.
 
 The connections are `psycopg.AsyncConnection`s; a request holds one only while it reads and while it commits.
 """
@@ -323,6 +324,7 @@ class RequestTransaction:
         self._rows: list[tuple[str, int, str, str]] = []
         self._marks: list[tuple[str, str, int, int, str]] = []
         self.reply: tuple[str, str] | None = None  # (the request's digest, the reply's JSON): kept with the commit
+        self._aborted = False  # the commit's transaction failed: the next one's pipeline rolls it back first
 
     async def begin(self, hashes: Sequence[str], expected: CachedConversation | None
                     ) -> tuple[Found | None, list[tuple[int, str, str]]]:
@@ -442,8 +444,7 @@ class RequestTransaction:
                         # arc_replies dropped or its rights revoked while the proxy runs: the commit goes on without
                         # it (nothing of the failed transaction was written), and so do later ones
                         self.db.lose_replies(str(problem).strip().splitlines()[0])
-                        await connection.execute("ROLLBACK")
-                        self.db.round_trips += 1
+                        self._aborted = True
             finally:
                 self.connection = None
         self.db.round_trips += 1
@@ -469,18 +470,24 @@ class RequestTransaction:
             values.update(asked=self.reply[0], reply=self.reply[1])
         try:
             async with connection.pipeline():
-                await connection.execute("BEGIN ISOLATION LEVEL READ COMMITTED")  # MOVE_HEAD's re-check needs it
-                await self._limit_transaction(connection)
+                await self._begin(connection)  # READ COMMITTED: MOVE_HEAD's re-check needs it
                 cursor = await connection.execute(statement, values)
                 await connection.execute("COMMIT")
             counted = await cursor.fetchone()
             return counted is not None and counted[0] == 1
         except driver.errors.LockNotAvailable:
-            await connection.execute("ROLLBACK")
-            self.db.round_trips += 1
+            self._aborted = True  # rolled back at the start of the fork's pipeline
             return False
         finally:
             self.db.round_trips += 1
+
+    async def _begin(self, connection: "psycopg.AsyncConnection[Any]") -> None:
+        """A commit's transaction begun (in its pipeline), after rolling back the one that failed before it."""
+        if self._aborted:
+            await connection.execute("ROLLBACK")
+            self._aborted = False
+        await connection.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+        await self._limit_transaction(connection)
 
     async def _limit_transaction(self, connection: "psycopg.AsyncConnection[Any]") -> None:
         """A commit's transaction's limits (in its pipeline): how long it waits for the head row's lock, and how long
@@ -494,8 +501,7 @@ class RequestTransaction:
         """A new conversation or a fork (one made at the mark, or at commit), its rows, marks and reply: one
         transaction, one round trip."""
         async with connection.pipeline():
-            await connection.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
-            await self._limit_transaction(connection)
+            await self._begin(connection)
             if self._created is not None:
                 line, checksum = self._created
                 await connection.execute("INSERT INTO arc_tasks (key, seq, checksum) VALUES (%s, 1, %s)",

@@ -635,6 +635,52 @@ def test_a_cut_commit_not_seen_before_the_503_is_found_by_the_agents_retry(postg
     assert keys == [reply.conversation]  # no fork
 
 
+@pytest.mark.parametrize("server_committed", [True, False])
+def test_a_cut_commit_in_place_is_found_or_done_again(postgres: Any, monkeypatch: pytest.MonkeyPatch,
+                                                     server_committed: bool) -> None:
+    """Review h17: the cut-commit tests cut a new conversation's commit; an in-place commit (one round trip since
+    85d258a: the head, rows, marks and COMMIT in one pipeline) cut before its answer came back, the server having
+    committed it or not: the next attempt finds it (no fork, no second upstream call) or commits it again in place."""
+    from arc_ref.persist import postgres_conversations
+    from arc_ref.persist.postgres import StoreUnavailable
+
+    name = f"arc_test_shared_cut_in_place_{int(server_committed)}"
+    database = postgres.create_database(name)
+    commit = postgres_conversations.RequestTransaction.commit
+    cuts: list[bool] = []
+
+    async def cut_in_place(transaction: Any, *arguments: Any) -> Any:
+        if transaction._resumed is not None and not cuts:
+            cuts.append(True)
+            if server_committed:
+                await commit(transaction, *arguments)
+            raise StoreUnavailable("the connection was lost during the commit")
+        return await commit(transaction, *arguments)
+
+    monkeypatch.setattr(postgres_conversations.RequestTransaction, "commit", cut_in_place)
+    calls: list[int] = []
+
+    def upstream(request: Any) -> Any:
+        calls.append(1)
+        return bash_call_reply(request)
+
+    async def scenario() -> tuple[Any, Any, Any]:
+        proxy, client = in_process_shared(database, upstream)
+        try:
+            first = await proxy.complete(first_request(), None)
+            return first, await proxy.complete(continued(first, "a.txt"), None), proxy
+        finally:
+            await proxy.close()
+            await client.aclose()
+
+    first, second, proxy = asyncio.run(scenario())
+    assert cuts and second.conversation == first.conversation and proxy.forks_at_commit == 0
+    assert proxy.commits_found == int(server_committed) and len(calls) == 2  # the upstream not asked again
+    with psycopg.connect(database) as connection:
+        assert connection.execute("SELECT key FROM arc_tasks").fetchall() == [(first.conversation,)]
+        assert connection.execute("SELECT count(*) = count(DISTINCT seq) FROM arc_events").fetchone() == (True,)
+
+
 def test_no_connection_is_held_while_the_upstream_answers(postgres: Any) -> None:
     """The optimistic commit: with one database connection (--db-connections 1), eight conversations' requests are
     with the upstream at once (a request holds a connection only while it reads and while it commits; before, the
