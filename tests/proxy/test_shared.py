@@ -924,3 +924,23 @@ def test_two_instances_through_pgbouncer_in_transaction_mode(postgres: Any) -> N
     assert len(set(keys)) == 1 and keys[0] in raced and len(set(raced)) == 2  # one conversation; one in place, one fork
     for key in raced:
         assert PostgresStore.open(direct, key, readonly=True).state.records  # its rows pass the chain and the head
+
+
+def test_a_kept_reply_is_utf8_unless_it_holds_a_lone_surrogate(pg_url: str) -> None:
+    """Review h16 NIT-2: arc_replies kept every reply in ASCII, a CJK one at twice its size. It is UTF-8 text now
+    (NUL escaped, as JSON escapes it), and ASCII only for a reply holding a lone surrogate, which UTF-8 cannot
+    carry; both read back equal, and PostgreSQL takes both."""
+    from arc_ref.frontends.proxy import Reply
+    from arc_ref.frontends.proxy_shared import reply_text, stored_reply
+
+    def reply(content: str) -> Any:
+        return Reply({"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]}, 1, 42, "c")
+
+    cjk, lone = reply("中文" * 500 + "\x00 done"), reply("a\ud800b")
+    kept_cjk, kept_lone = reply_text(cjk), reply_text(lone)
+    assert "中文" in kept_cjk and "\x00" not in kept_cjk and len(kept_cjk.encode()) < 3 * 1000 + 200
+    assert kept_lone.isascii() and "\\ud800" in kept_lone
+    assert stored_reply(kept_cjk, "c") == cjk and stored_reply(kept_lone, "c") == lone
+    with psycopg.connect(pg_url) as connection:
+        assert connection.execute("SELECT %s::text, %s::text", (kept_cjk, kept_lone)).fetchone() == (kept_cjk,
+                                                                                                     kept_lone)
