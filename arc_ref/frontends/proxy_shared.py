@@ -400,7 +400,8 @@ class SharedProxy(Proxy):
             if await transaction.commit():
                 self._committed(transaction, conversation)
             raise
-        transaction.reply = (asked_digest(attempts.request), reply_text(reply))  # for a retry on any instance
+        if self.database.replies:  # for a client's retry on any instance
+            transaction.reply = (asked_digest(attempts.request), reply_text(reply))
         try:
             await transaction.commit()
         except BaseException:  # a failure from here on may come after the server committed: the next attempt looks

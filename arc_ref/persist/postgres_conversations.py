@@ -78,11 +78,11 @@ WITH moved AS (
     FROM moved, unnest(%(mark_hashes)b::text[], %(mark_positions)b::integer[], %(mark_seqs)b::bigint[],
                        %(mark_checksums)b::text[]) AS r (hash, position, seq, checksum)
 )"""
-_KEPT = """, kept AS (
+_REPLACING_REPLY = ("ON CONFLICT (task) DO UPDATE SET seq = EXCLUDED.seq, checksum = EXCLUDED.checksum,"
+                    " asked = EXCLUDED.asked, reply = EXCLUDED.reply")  # one row per conversation: its latest
+_KEPT = f""", kept AS (
     INSERT INTO arc_replies (task, seq, checksum, asked, reply)
-    SELECT moved.key, %(seq)s, %(checksum)s, %(asked)s, %(reply)s FROM moved
-    ON CONFLICT (task) DO UPDATE SET seq = EXCLUDED.seq, checksum = EXCLUDED.checksum, asked = EXCLUDED.asked,
-                                     reply = EXCLUDED.reply
+    SELECT moved.key, %(seq)s, %(checksum)s, %(asked)s, %(reply)s FROM moved {_REPLACING_REPLY}
 )"""
 MOVE_HEAD = _MOVED + "\nSELECT count(*) FROM moved"
 MOVE_HEAD_KEEPING_REPLY = _MOVED + _KEPT + "\nSELECT count(*) FROM moved"
@@ -103,8 +103,7 @@ LIMIT 1
 """
 """A conversation that passed the request's last message and whose head is still the row its reply to that request
 was committed with (a client's retry of it gets that reply, `RequestTransaction.reply`)."""
-KEEP_REPLY = ("INSERT INTO arc_replies VALUES (%s, %s, %s, %s, %s) ON CONFLICT (task) DO UPDATE"
-              " SET seq = EXCLUDED.seq, checksum = EXCLUDED.checksum, asked = EXCLUDED.asked, reply = EXCLUDED.reply")
+KEEP_REPLY = f"INSERT INTO arc_replies VALUES (%s, %s, %s, %s, %s) {_REPLACING_REPLY}"
 
 IDLE_CONNECTION_S = 60.0  # a pooled connection idle this long is closed (`AsyncDatabase.close_idle`)
 ROWS_AFTER = "SELECT seq, line, checksum FROM arc_events WHERE task = %s AND seq > %s AND seq <= %s ORDER BY seq"
@@ -439,7 +438,7 @@ class RequestTransaction:
                         await self._write(connection)
                         break
                     except (errors.UndefinedTable, errors.InsufficientPrivilege) as problem:
-                        if self.reply is None or not self.db.replies:
+                        if self.reply is None or not self.db.replies or "arc_replies" not in str(problem):
                             raise
                         # arc_replies dropped or its rights revoked while the proxy runs: the commit goes on without
                         # it (nothing of the failed transaction was written), and so do later ones
