@@ -2,7 +2,7 @@
 
     arc-ref replay TRACE.jsonl|- [--verify]   one JSON line out per line in (spec/trace.md)
     arc-ref budgets [--preset NAME] [--set KEY=VALUE ...]   the budget table of a configuration
-    arc-ref inspect | export | copy | mcp STORE ...   a durable store (arc_ref.frontends.store_cli)
+    arc-ref inspect | export | copy | mcp | forget STORE ...   a durable store (arc_ref.frontends.store_cli)
     arc-ref proxy --upstream URL --tokenizer hf-dir:DIR [--store DIR]   ARC in front of any agent (arc_ref.frontends.proxy)
 
 No input ends in a traceback: a bad line is an error line, a refused input or a failed read or write is one

@@ -45,6 +45,7 @@ from arc_ref.persist.postgres_conversations import (
     IDLE_CONNECTION_S,
     AsyncDatabase,
     CachedConversation,
+    ConversationGone,
     Found,
     RequestTransaction,
     fold_rows,
@@ -70,6 +71,7 @@ SEEN_HASHES_PER_CONVERSATION = 64  # the local hash -> conversation index keeps 
 
 
 STORE_RETRY_AFTER_S = 5  # the 503's retry-after, as the file store's
+FORGOTTEN_RETRIES = 3  # a request whose conversation `arc-ref forget` removed while it ran is tried again this often
 
 
 def store_failed(problem: StoreError) -> Failed:
@@ -249,6 +251,7 @@ class SharedProxy(Proxy):
                 return answered
         deadline: float | None = None
         delay = 0.1
+        gone = 0
         while True:
             attempts.began = False
             try:
@@ -258,6 +261,15 @@ class SharedProxy(Proxy):
                         return reply
                 attempts.asked = 0
                 return await self._complete_once(messages, tools, system, hashes, body, template_kwargs, attempts)
+            except ConversationGone as problem:
+                # `arc-ref forget` removed the conversation meanwhile; nothing of this attempt was written: the next
+                # one finds no mark of it and starts a new conversation from the request's messages
+                self.cache.pop(problem.key, None)
+                attempts.committing = None
+                gone += 1
+                if gone > FORGOTTEN_RETRIES:
+                    raise store_failed(problem) from None
+                print(f"arc-ref proxy: {problem}: the request is tried again", file=sys.stderr, flush=True)
             except StoreUnavailable as problem:
                 now = time.monotonic()
                 if deadline is None or attempts.began:  # a new outage: one line for it, not one per attempt
@@ -457,25 +469,39 @@ class SharedProxy(Proxy):
             except StoreCorrupt:
                 pass  # this copy is not of these rows (the database was restored?): fold them all below
         rows = await transaction.rows(found.key, 0, found.seq)
-        state, seq, checksum = await asyncio.to_thread(fold_rows, None, rows, where, 0, GENESIS)
-        if (seq, checksum) != (found.seq, found.checksum):
-            raise StoreCorrupt(f"{where}: its rows end at row {seq}, its head names row {found.seq}")
+        try:
+            state, seq, checksum = await asyncio.to_thread(fold_rows, None, rows, where, 0, GENESIS)
+            if (seq, checksum) != (found.seq, found.checksum):
+                raise StoreCorrupt(f"{where}: its rows end at row {seq}, its head names row {found.seq}")
+        except StoreCorrupt:
+            await self._unless_gone(transaction, found.key)
+            raise
         self.folded_rows += len(rows)
         return state
 
     async def _state_at_mark(self, transaction: RequestTransaction, found: Found) -> ArcState:
         where = f"{self.database.shown}#{found.key}"
         rows = await transaction.rows(found.key, 0, found.mark_seq)
-        # a fork's fold: on the forks' own threads, the forks of one conversation one at a time (a burst never
-        # takes the shared worker threads, nor delays the fork of another conversation by more than one copy)
-        async with self.fork_turn(found.key):
-            state, seq, checksum = await asyncio.get_running_loop().run_in_executor(
-                self.fork_copies, fold_rows, None, rows, where, 0, GENESIS)
-        if (seq, checksum) != (found.mark_seq, found.mark_checksum):
-            raise StoreCorrupt(f"{where}: the mark {found.mark_hash[:12]} names row {found.mark_seq} with another"
-                               " checksum than the rows hold")
+        try:
+            # a fork's fold: on the forks' own threads, the forks of one conversation one at a time (a burst never
+            # takes the shared worker threads, nor delays the fork of another conversation by more than one copy)
+            async with self.fork_turn(found.key):
+                state, seq, checksum = await asyncio.get_running_loop().run_in_executor(
+                    self.fork_copies, fold_rows, None, rows, where, 0, GENESIS)
+            if (seq, checksum) != (found.mark_seq, found.mark_checksum):
+                raise StoreCorrupt(f"{where}: the mark {found.mark_hash[:12]} names row {found.mark_seq} with"
+                                   " another checksum than the rows hold")
+        except StoreCorrupt:
+            await self._unless_gone(transaction, found.key)
+            raise
         self.folded_rows += len(rows)
         return state
+
+    async def _unless_gone(self, transaction: RequestTransaction, key: str) -> None:
+        """ConversationGone when the rows read short because `arc-ref forget` removed the conversation after the mark
+        was found (not a damaged store)."""
+        if await transaction.gone(key):
+            raise ConversationGone(self.database.shown, key)
 
     def _remember(self, cached: CachedConversation) -> None:
         self.cache[cached.key] = cached

@@ -4,6 +4,8 @@
     arc-ref export STORE                  the rows as a replay trace (spec/trace.md), to standard output
     arc-ref copy STORE NEW                every row export reads, into a new store NEW (a read-only store's way on)
     arc-ref mcp STORE [--preset NAME] [--set KEY=VALUE ...]   serve ARC's tools over MCP (stdio)
+    arc-ref forget postgresql://... [KEY ...] [--created-before TIME | --older-than DAYS] [--dry-run]
+                                          remove whole proxy conversations (arc_ref.persist.postgres_forget)
 
 A missing, corrupt or locked store is one clear line on standard error and exit status 2, never a traceback;
 no such record, page or row is status 1; standard output closed or failing (a full disk) is status 4: the statuses
@@ -14,8 +16,10 @@ What they write is UTF-8 whatever the locale or PYTHONIOENCODING says (store lin
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib.util
 import json
+import math
 import os
 import secrets
 import signal
@@ -41,13 +45,14 @@ from arc_ref.persist.rows import read_row
 from arc_ref.recall import chunk_count
 from arc_ref.view import VIEW_COMPONENTS, verify_tokens
 
-STORE_COMMANDS = ("inspect", "export", "copy", "mcp")
+STORE_COMMANDS = ("inspect", "export", "copy", "mcp", "forget")
 EVENT_LINE_CHARS = 160  # --events clips each line to this many characters unless --full
 # The bounds of inspect's numbers (issue 31): a store's rows are numbered by SQLite's signed 64-bit integer; a
 # catalog has at most as many pages as the store holds observations, at most the core's 2^31 - 1.
 MAX_ROW = 2**63 - 1
 COPY_BATCH = 512  # events stepped and committed together by `arc-ref copy`
-COPY_PROGRESS_S = 5.0  # a progress line on standard error at most this often while a copy runs
+COPY_PROGRESS_S = 5.0  # a progress line on standard error at most this often while a copy (or a forget) runs
+MAX_DAYS = 1_000_000  # forget --older-than: at most this many days (an interval PostgreSQL holds)
 
 
 def add_commands(commands: "argparse._SubParsersAction[Any]",
@@ -79,6 +84,37 @@ def add_commands(commands: "argparse._SubParsersAction[Any]",
     mcp.add_argument("--preset", choices=sorted(PRESETS), default=None, help="for a new store (default: paper)")
     mcp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="for a new store")
     mcp.set_defaults(parse_setting=parse_setting)
+    forget = commands.add_parser("forget", help="remove whole proxy conversations (rows, marks, kept reply) from a"
+                                                " PostgreSQL store: a retention time, or forks left by racing requests")
+    forget.add_argument("store", help="postgresql://... (the proxies' --store)")
+    forget.add_argument("keys", nargs="*", metavar="KEY",
+                        help="conversations to forget (the x-arc-conversation header); none: every one the time picks")
+    when = forget.add_mutually_exclusive_group()
+    when.add_argument("--created-before", type=_timestamp, metavar="TIME",
+                      help="only conversations created before TIME (ISO 8601; UTC unless it names a zone)")
+    when.add_argument("--older-than", type=_days, metavar="DAYS",
+                      help="only conversations created more than DAYS days ago (the database's clock; 0.5 = 12 h)")
+    forget.add_argument("--dry-run", action="store_true",
+                        help="list what would be forgotten (key, created, rows), remove nothing")
+
+
+def _timestamp(text: str) -> datetime.datetime:
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r} (e.g. 2026-10-01 or 2026-10-01T12:00Z)"
+                                         ) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.timezone.utc)
+
+
+def _days(text: str) -> float:
+    try:
+        days = float(text)
+    except ValueError:
+        days = math.nan
+    if not math.isfinite(days) or days < 0 or days > MAX_DAYS:
+        raise argparse.ArgumentTypeError(f"a number of days from 0 to {MAX_DAYS:,}, got {text!r}")
+    return days
 
 
 class OutputFailed(ArcError):
@@ -100,6 +136,8 @@ def run(arguments: argparse.Namespace) -> int:
             status = _export(arguments.store)
         elif name == "copy":
             status = _copy(arguments.store, arguments.new)
+        elif name == "forget":
+            status = _forget(arguments)
         else:
             return _mcp(arguments)
         _flush()
@@ -153,6 +191,65 @@ def _export(path: str) -> int:
         return OK.code
     for row in read_rows(path):  # a damaged row raises after every row before it was written
         _emit(row.line + "\n")
+    return OK.code
+
+
+# --- forget -------------------------------------------------------------------------------------
+
+
+def _forget(arguments: argparse.Namespace) -> int:
+    """Remove the chosen proxy conversations (`arc_ref.persist.postgres_forget`): with --dry-run only list them.
+    A named key that is not a proxy conversation of the database is INSPECT_FAILED, after the others are done."""
+    from arc_ref.persist.postgres import Database, split_task_url
+    from arc_ref.persist.postgres_forget import chosen, forget
+
+    url, fragment = split_task_url(arguments.store) if is_database_url(arguments.store) else ("", None)
+    if not url or fragment is not None:
+        raise StoreError(f"forget works on a PostgreSQL store (postgresql://..., the proxies' --store, without"
+                         f" #KEY), got {arguments.store!r}; in a --store directory each conversation is a store file"
+                         " of its own")
+    if not arguments.keys and arguments.created_before is None and arguments.older_than is None:
+        raise StoreError("say what to forget: conversation keys, --created-before TIME or --older-than DAYS")
+    _stdout()  # a closed standard output is refused before anything is removed
+    db = Database(url, pool_size=1)
+    try:
+        created_before = arguments.created_before
+        if arguments.older_than is not None:
+            with db.connection() as connection:
+                found = connection.execute("SELECT now() - %s * interval '1 day'", (arguments.older_than,)).fetchone()
+            assert found is not None
+            created_before = found[0]
+        conversations, unknown = chosen(db, arguments.keys, created_before)
+        rows = sum(conversation.rows for conversation in conversations)
+        if arguments.dry_run:
+            for conversation in conversations:
+                _emit(f"{conversation.key}\t{conversation.created.isoformat()}\t{conversation.rows} rows\n")
+            _emit(f"would forget {len(conversations):,} conversation(s), {rows:,} rows\n")
+        else:
+            started = shown = time.monotonic()
+            total = len(conversations)
+
+            def progress(done: Any) -> None:
+                nonlocal shown
+                if time.monotonic() - shown >= COPY_PROGRESS_S:
+                    shown = time.monotonic()
+                    print(f"arc-ref forget: {done.conversations:,} of {total:,} conversations forgotten"
+                          f" ({shown - started:.0f} s)", file=sys.stderr, flush=True)
+
+            done = forget(db, [conversation.key for conversation in conversations], created_before, progress)
+            _emit(f"forgot {done.conversations:,} conversation(s): {done.rows:,} rows, {done.marks:,} marks,"
+                  f" {done.replies:,} kept replies\n")
+            if done.busy:
+                print(f"arc-ref forget: {len(done.busy):,} conversation(s) left, a request was committing to them:"
+                      f" {', '.join(done.busy[:10])}{' ...' if len(done.busy) > 10 else ''}; run forget again",
+                      file=sys.stderr, flush=True)
+    finally:
+        db.close()
+    if unknown:
+        _flush()
+        raise LookupError(f"not a proxy conversation of {db.shown}"
+                          f"{' created before ' + created_before.isoformat() if created_before else ''}:"
+                          f" {', '.join(unknown[:10])}{' ...' if len(unknown) > 10 else ''}")
     return OK.code
 
 

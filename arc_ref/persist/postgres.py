@@ -66,6 +66,19 @@ CREATE TABLE arc_replies (
 """The proxy's latest reply per conversation, for a client's retry that reaches another instance (created in a
 database of schema 1 that lacks it by the first proxy that starts on it; no other reader needs it)."""
 
+FORGETTING = "arc.forgetting"  # set (SET LOCAL ... = 'on') only by `arc-ref forget`'s transactions
+APPEND_ONLY = f"""
+CREATE OR REPLACE FUNCTION arc_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' AND current_setting('{FORGETTING}', true) = 'on' THEN
+        RETURN OLD;  -- arc-ref forget: a whole conversation removed, in one transaction
+    END IF;
+    RAISE EXCEPTION 'ARC tables are append-only: % on % refused', TG_OP, TG_TABLE_NAME;
+END $$
+"""
+"""Rows are never updated, and deleted only by `arc-ref forget`, which removes whole proxy conversations
+(`arc_ref.persist.postgres_forget`); the function is replaced by the first ``forget`` in a database made before."""
+
 SCHEMA = (
     """
 CREATE TABLE arc_meta (
@@ -104,12 +117,7 @@ CREATE TABLE arc_marks (
 )
 """,
     REPLIES,
-    """
-CREATE OR REPLACE FUNCTION arc_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    RAISE EXCEPTION 'ARC tables are append-only: % on % refused', TG_OP, TG_TABLE_NAME;
-END $$
-""",
+    APPEND_ONLY,
     """
 CREATE TRIGGER arc_events_append_only BEFORE UPDATE OR DELETE ON arc_events
     FOR EACH ROW EXECUTE FUNCTION arc_append_only()

@@ -109,6 +109,15 @@ IDLE_CONNECTION_S = 60.0  # a pooled connection idle this long is closed (`Async
 ROWS_AFTER = "SELECT seq, line, checksum FROM arc_events WHERE task = %s AND seq > %s AND seq <= %s ORDER BY seq"
 
 
+class ConversationGone(StoreError):
+    """The conversation a request goes on from was removed (`arc-ref forget`) while the request ran: nothing of the
+    request was written; tried again, it is a new conversation (`arc_ref.frontends.proxy_shared`)."""
+
+    def __init__(self, shown: str, key: str) -> None:
+        super().__init__(f"{shown}#{key} was forgotten (arc-ref forget) while a request of it ran")
+        self.key = key
+
+
 @attrs.frozen
 class Found:
     """The deepest known mark of a request, and the head of the conversation that passed it (as committed)."""
@@ -347,6 +356,14 @@ class RequestTransaction:
             rows = []
         return found, [row for row in rows if row[0] <= found.seq]  # read after the head: rows past it left out
 
+    async def gone(self, key: str) -> bool:
+        """Whether conversation ``key`` is no longer in the database (`arc-ref forget` removed it; one round trip)."""
+        async with self.db.connection() as connection:
+            cursor = await connection.execute("SELECT 1 FROM arc_tasks WHERE key = %s", (key,))
+            found = await cursor.fetchone()
+        self.db.round_trips += 1
+        return found is None
+
     async def rows(self, key: str, after: int, upto: int) -> list[tuple[int, str, str]]:
         """Rows ``after`` < seq <= ``upto`` of conversation ``key`` (one round trip; on a connection of its own when
         the reads' one was given back)."""
@@ -437,6 +454,10 @@ class RequestTransaction:
                             self._as_fork(fork_key())
                         await self._write(connection)
                         break
+                    except errors.ForeignKeyViolation:
+                        if self._forked_from is None:
+                            raise
+                        raise ConversationGone(self.db.shown, self._forked_from[0]) from None
                     except (errors.UndefinedTable, errors.InsufficientPrivilege) as problem:
                         if self.reply is None or not self.db.replies or "arc_replies" not in str(problem):
                             raise
@@ -480,12 +501,12 @@ class RequestTransaction:
         finally:
             self.db.round_trips += 1
 
-    async def _begin(self, connection: "psycopg.AsyncConnection[Any]") -> None:
+    async def _begin(self, connection: "psycopg.AsyncConnection[Any]", isolation: str = "READ COMMITTED") -> None:
         """A commit's transaction begun (in its pipeline), after rolling back the one that failed before it."""
         if self._aborted:
             await connection.execute("ROLLBACK")
             self._aborted = False
-        await connection.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+        await connection.execute(f"BEGIN ISOLATION LEVEL {isolation}")
         await self._limit_transaction(connection)
 
     async def _limit_transaction(self, connection: "psycopg.AsyncConnection[Any]") -> None:
@@ -500,7 +521,7 @@ class RequestTransaction:
         """A new conversation or a fork (one made at the mark, or at commit), its rows, marks and reply: one
         transaction, one round trip."""
         async with connection.pipeline():
-            await self._begin(connection)
+            await self._begin(connection, "REPEATABLE READ")  # one snapshot: a fork's parent and rows agree
             if self._created is not None:
                 line, checksum = self._created
                 await connection.execute("INSERT INTO arc_tasks (key, seq, checksum) VALUES (%s, 1, %s)",
@@ -509,8 +530,12 @@ class RequestTransaction:
             elif self._forked_from is not None:
                 parent, upto = self._forked_from
                 first = self._marks[0]
-                await connection.execute("INSERT INTO arc_tasks (key, seq, checksum) VALUES (%s, %s, %s)",
-                                         (self.key, first[3], first[4]))
+                # only while the parent is there, in this transaction's one snapshot (REPEATABLE READ): the rows
+                # copied below are all of it, whenever `arc-ref forget` removes it; one it removed before leaves the
+                # fork without its task, so that the inserts below fail (ConversationGone). No lock: a commit that
+                # holds the parent's head row (a stuck one) does not hold up its forks
+                await connection.execute("INSERT INTO arc_tasks (key, seq, checksum) SELECT %s, %s, %s FROM arc_tasks"
+                                         " WHERE key = %s", (self.key, first[3], first[4], parent))
                 await connection.execute("INSERT INTO arc_events SELECT %s, seq, line, checksum FROM arc_events"
                                          " WHERE task = %s AND seq <= %s", (self.key, parent, upto))
             if self._rows:
@@ -538,4 +563,5 @@ def fold_rows(state: ArcState | None, rows: Sequence[tuple[int, str, str]], wher
     return state, seq, checksum
 
 
-__all__ = ["AsyncDatabase", "CachedConversation", "Found", "RequestTransaction", "StoreUnavailable", "fold_rows"]
+__all__ = ["AsyncDatabase", "CachedConversation", "ConversationGone", "Found", "RequestTransaction", "StoreUnavailable",
+           "fold_rows"]

@@ -1,0 +1,138 @@
+"""`arc-ref forget`: whole proxy conversations removed from a PostgreSQL store (their rows, marks and kept reply).
+
+ARC's tables are append-only (`APPEND_ONLY`): a task's rows are never updated or deleted while it lives, which is
+what makes every stored observation recoverable from its id (A2). What an operator needs besides is to remove whole
+conversations: those past a retention time, and the forks racing requests left (README, "Running several
+proxies"). ``forget`` does that and nothing finer: every row, mark and reply of a conversation goes, in one
+transaction, or none. Only the proxy's conversations (``position`` > 0) are touched; a session's or an MCP server's
+task is not.
+
+A conversation forgotten while one of its requests runs on some instance: that request's commit finds it gone (the
+head it would move is not there; the parent a fork would copy from is not there, its row held by the fork's
+``FOR KEY SHARE`` until then), writes nothing, and the request is tried again as a new conversation
+(`arc_ref.persist.postgres_conversations.ConversationGone`). A conversation whose head row a commit holds at the
+moment is left for a later run (``FOR UPDATE SKIP LOCKED``) and counted as busy.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import attrs
+
+from arc_ref.persist.errors import StoreError
+from arc_ref.persist.postgres import _SCHEMA_LOCK, APPEND_ONLY, FORGETTING, Database, _psycopg, store_error
+
+if TYPE_CHECKING:
+    import psycopg
+
+FORGET_BATCH = 500  # conversations removed per transaction (arc_marks is read once per batch: it has no task index)
+
+
+@attrs.frozen
+class Conversation:
+    """A proxy conversation as ``forget`` lists it."""
+
+    key: str
+    created: datetime.datetime
+    rows: int  # its head row: rows stored
+
+
+@attrs.frozen
+class Forgotten:
+    """What a ``forget`` removed, and what it left."""
+
+    conversations: int = 0
+    rows: int = 0
+    marks: int = 0
+    replies: int = 0
+    busy: tuple[str, ...] = ()  # named or chosen, but a commit held its head row: left for a later run
+
+
+def chosen(db: Database, keys: Sequence[str], created_before: datetime.datetime | None
+           ) -> tuple[list[Conversation], list[str]]:
+    """The proxy conversations to forget: those named by ``keys`` (created before ``created_before`` when given), or
+    with no keys every one created before ``created_before``, oldest first; and the named keys left out (not a proxy
+    conversation of this database: absent, or a session's or an MCP server's task; or not created before then)."""
+    with db.connection() as connection:
+        if keys:
+            found = connection.execute(
+                "SELECT key, created, seq FROM arc_tasks WHERE key = ANY(%s) AND position > 0"
+                " AND (%s::timestamptz IS NULL OR created < %s) ORDER BY created, key",
+                (list(keys), created_before, created_before)).fetchall()
+        else:
+            if created_before is None:
+                raise StoreError("forget needs conversation keys or a time (--created-before, --older-than)")
+            found = connection.execute("SELECT key, created, seq FROM arc_tasks WHERE position > 0 AND created < %s"
+                                       " ORDER BY created, key", (created_before,)).fetchall()
+    conversations = [Conversation(str(key), created, int(seq)) for key, created, seq in found]
+    picked = {conversation.key for conversation in conversations}
+    unknown = [key for key in dict.fromkeys(keys) if key not in picked]
+    return conversations, unknown
+
+
+def forget(db: Database, keys: Sequence[str], created_before: datetime.datetime | None = None,
+           progress: Callable[[Forgotten], None] = lambda done: None) -> Forgotten:
+    """Remove conversations ``keys`` (proxy conversations; with ``created_before``, only those created before it),
+    `FORGET_BATCH` per transaction; ``progress`` is called after each."""
+    done = Forgotten()
+    with db.connection() as connection:
+        _allow_forgetting(db, connection)
+        replies = connection.execute("SELECT to_regclass('arc_replies') IS NOT NULL").fetchone()
+        for start in range(0, len(keys), FORGET_BATCH):
+            try:
+                done = _forget_batch(connection, list(keys[start:start + FORGET_BATCH]), created_before,
+                                     bool(replies and replies[0]), done)
+            except _psycopg().errors.InsufficientPrivilege as problem:
+                raise StoreError(f"the database {db.shown}: this role cannot delete ARC's rows"
+                                 f" ({str(problem).strip().splitlines()[0]}): {_forgotten_so_far(done)}; run forget"
+                                 " with the role that owns ARC's tables") from None
+            progress(done)
+    return done
+
+
+def _forgotten_so_far(done: Forgotten) -> str:
+    return f"{done.conversations} conversation(s) forgotten before this" if done.conversations else "nothing forgotten"
+
+
+def _forget_batch(connection: "psycopg.Connection[Any]", batch: list[str], created_before: datetime.datetime | None,
+                  replies: bool, done: Forgotten) -> Forgotten:
+    with connection.transaction():
+        connection.execute(f"SET LOCAL {FORGETTING} = 'on'")
+        locked = [str(key) for (key,) in connection.execute(
+            "SELECT key FROM arc_tasks WHERE key = ANY(%s) AND position > 0"
+            " AND (%s::timestamptz IS NULL OR created < %s) FOR UPDATE SKIP LOCKED",
+            (batch, created_before, created_before)).fetchall()]
+        removed_replies = connection.execute("DELETE FROM arc_replies WHERE task = ANY(%s)",
+                                             (locked,)).rowcount if replies else 0
+        marks = connection.execute("DELETE FROM arc_marks WHERE task = ANY(%s)", (locked,)).rowcount
+        rows = connection.execute("DELETE FROM arc_events WHERE task = ANY(%s)", (locked,)).rowcount
+        tasks = connection.execute("DELETE FROM arc_tasks WHERE key = ANY(%s)", (locked,)).rowcount
+    # a key of the batch not locked: a commit held its row (busy), or it went meanwhile (another forget)
+    held = {str(key) for (key,) in connection.execute(
+        "SELECT key FROM arc_tasks WHERE key = ANY(%s) AND NOT key = ANY(%s)", (batch, locked)).fetchall()}
+    return Forgotten(done.conversations + tasks, done.rows + rows, done.marks + marks, done.replies + removed_replies,
+                     done.busy + tuple(key for key in batch if key in held))
+
+
+def _allow_forgetting(db: Database, connection: "psycopg.Connection[Any]") -> None:
+    """The append-only trigger's function as `APPEND_ONLY` writes it (one that lets ``forget`` delete), replaced in a
+    database made by an arc-ref older than ``forget`` (under the schema's advisory lock)."""
+    driver = _psycopg()
+    source = connection.execute("SELECT prosrc FROM pg_proc WHERE proname = 'arc_append_only'").fetchone()
+    if source is not None and FORGETTING in str(source[0]):
+        return
+    try:
+        with connection.transaction():
+            connection.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            connection.execute(APPEND_ONLY)
+    except driver.errors.InsufficientPrivilege as problem:
+        raise StoreError(f"the database {db.shown} was made by an arc-ref older than forget, and this role cannot"
+                         f" replace its function arc_append_only() ({str(problem).strip().splitlines()[0]}): run"
+                         " forget once with the role that owns ARC's tables") from None
+    except driver.Error as problem:
+        raise store_error(db.url, problem) from None
+
+
+__all__ = ["FORGET_BATCH", "Conversation", "Forgotten", "chosen", "forget"]

@@ -1,0 +1,207 @@
+"""`arc-ref forget` (arc_ref.persist.postgres_forget): whole proxy conversations removed from a PostgreSQL store, by key
+or by creation time, never a session's task, and a request of a conversation forgotten while it runs answered as a
+new conversation (never a fork without its rows)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from tests.proxy.harness import bash_call_reply, needs_qwen3
+from tests.proxy.test_shared import continued, first_request, in_process_shared
+
+from arc_ref.frontends.cli import main
+from arc_ref.persist.rows import GENESIS, chain
+
+psycopg = pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'arc-ref[postgres]')")
+pytestmark = [needs_qwen3]
+
+TABLES = ("arc_replies", "arc_marks", "arc_events")
+
+
+def other_request(task: str) -> dict[str, Any]:
+    request = first_request()
+    return {**request, "messages": [request["messages"][0], {"role": "user", "content": task}]}
+
+
+def counts(url: str, key: str) -> dict[str, int]:
+    """Rows of conversation ``key`` in each table."""
+    with psycopg.connect(url) as connection:
+        found = {table: connection.execute(f"SELECT count(*) FROM {table} WHERE task = %s", (key,)).fetchone()[0]
+                 for table in TABLES}
+        found["arc_tasks"] = connection.execute("SELECT count(*) FROM arc_tasks WHERE key = %s", (key,)).fetchone()[0]
+    return found
+
+
+def whole_chains(url: str) -> dict[str, int]:
+    """Every task's rows checked from row 1 along the checksum chain up to its head: {key: rows}."""
+    checked = {}
+    with psycopg.connect(url) as connection:
+        for key, seq, head in connection.execute("SELECT key, seq, checksum FROM arc_tasks").fetchall():
+            checksum, number = GENESIS, 0
+            for number, line, stored in connection.execute(
+                    "SELECT seq, line, checksum FROM arc_events WHERE task = %s AND seq <= %s ORDER BY seq",
+                    (key, seq)).fetchall():
+                checksum = chain(checksum, number, line.encode("utf-8"))
+                assert stored == checksum, (key, number)
+            assert (number, checksum) == (seq, head), (key, number, seq)
+            checked[key] = seq
+    return checked
+
+
+def serve(url: str, *requests: dict[str, Any], upstream: Any = bash_call_reply) -> list[Any]:
+    """``requests`` one after another through a new in-process instance; their replies."""
+    async def scenario() -> list[Any]:
+        proxy, client = in_process_shared(url, upstream)
+        try:
+            return [await proxy.complete(request, None) for request in requests]
+        finally:
+            await proxy.close()
+            await client.aclose()
+    return asyncio.run(scenario())
+
+
+def test_forget_by_key_removes_the_conversation_whole_and_its_next_request_starts_anew(
+        postgres: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    url = postgres.create_database("arc_test_forget_key")
+    first, kept = serve(url, first_request(), other_request("List the files of d2."))
+    before = counts(url, first.conversation)
+    assert before["arc_events"] >= 2 and before["arc_marks"] >= 1 and before["arc_replies"] == 1
+    kept_before = counts(url, kept.conversation)
+    assert main(["forget", url, first.conversation]) == 0
+    said = capsys.readouterr().out
+    assert said == (f"forgot 1 conversation(s): {before['arc_events']} rows, {before['arc_marks']} marks,"
+                    " 1 kept replies\n")
+    assert counts(url, first.conversation) == dict.fromkeys((*TABLES, "arc_tasks"), 0)
+    assert counts(url, kept.conversation) == kept_before  # another conversation untouched
+    with psycopg.connect(url) as connection, pytest.raises(psycopg.errors.RaiseException, match="append-only"):
+        connection.execute("DELETE FROM arc_events WHERE task = %s", (kept.conversation,))  # still append-only
+    (again,) = serve(url, continued(first, "a.txt\n"))  # the agent goes on: a new conversation, its history
+    assert again.conversation not in (first.conversation, kept.conversation)
+    assert counts(url, again.conversation)["arc_events"] > before["arc_events"]
+    assert set(whole_chains(url)) == {again.conversation, kept.conversation}
+
+
+def test_forget_by_age_lists_on_a_dry_run_and_leaves_newer_ones_and_other_tasks(
+        postgres: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    url = postgres.create_database("arc_test_forget_age")
+    old, new = serve(url, first_request(), other_request("List the files of d2."))
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("UPDATE arc_tasks SET created = now() - interval '40 days' WHERE key = %s",
+                           (old.conversation,))
+        # a session's task (no proxy position), older still: never forget's
+        connection.execute("INSERT INTO arc_tasks (key, seq, checksum, created) VALUES ('session-1', 0, %s,"
+                           " now() - interval '90 days')", (GENESIS,))
+    old_rows = counts(url, old.conversation)["arc_events"]
+    assert main(["forget", url, "--older-than", "30", "--dry-run"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert [line.split("\t")[0] for line in listed[:-1]] == [old.conversation]
+    assert listed[0].endswith(f"\t{old_rows} rows") and listed[-1] == f"would forget 1 conversation(s), {old_rows} rows"
+    assert counts(url, old.conversation)["arc_tasks"] == 1  # a dry run removes nothing
+    assert main(["forget", url, "--older-than", "30"]) == 0
+    assert capsys.readouterr().out.startswith(f"forgot 1 conversation(s): {old_rows} rows")
+    assert counts(url, old.conversation)["arc_tasks"] == 0 and counts(url, new.conversation)["arc_tasks"] == 1
+    # a named key that is no proxy conversation (a session's task, a key never stored, one too young): status 1
+    assert main(["forget", url, "session-1", "nothing-here", new.conversation, "--created-before", "2000-01-01"]) == 1
+    error = capsys.readouterr().err
+    assert "not a proxy conversation" in error and "session-1, nothing-here" in error
+    with psycopg.connect(url) as connection:
+        assert connection.execute("SELECT count(*) FROM arc_tasks").fetchone() == (2,)
+
+
+def test_forget_refuses_what_it_cannot_do_saying_why(postgres: Any, tmp_path: Any,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    url = postgres.create_database("arc_test_forget_refusals")
+    assert main(["forget", str(tmp_path), "abc"]) == 2
+    assert "forget works on a PostgreSQL store" in capsys.readouterr().err
+    assert main(["forget", url]) == 2
+    assert "say what to forget" in capsys.readouterr().err
+    assert main(["forget", url + "#abc", "abc"]) == 2
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["forget", url, "--older-than", "-1"])
+    with pytest.raises(SystemExit):
+        main(["forget", url, "--created-before", "yesterday"])
+
+
+def test_a_database_made_before_forget_gets_the_function_that_lets_it_delete(
+        postgres: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    url = postgres.create_database("arc_test_forget_old_schema")
+    (first,) = serve(url, first_request())
+    with psycopg.connect(url, autocommit=True) as connection:  # the function as arc-ref wrote it before forget
+        connection.execute("CREATE OR REPLACE FUNCTION arc_append_only() RETURNS trigger LANGUAGE plpgsql AS $$"
+                           " BEGIN RAISE EXCEPTION 'ARC tables are append-only: % on % refused', TG_OP, TG_TABLE_NAME;"
+                           " END $$")
+    assert main(["forget", url, first.conversation]) == 0
+    assert counts(url, first.conversation)["arc_events"] == 0
+    with psycopg.connect(url) as connection:
+        assert "arc.forgetting" in connection.execute(
+            "SELECT prosrc FROM pg_proc WHERE proname = 'arc_append_only'").fetchone()[0]
+
+
+def test_a_conversation_forgotten_while_its_request_runs_is_answered_as_a_new_one(postgres: Any) -> None:
+    """The conversation is forgotten while the upstream answers a request continuing it: the commit in place finds
+    no head, the fork it turns into finds no parent (its row gone), nothing is written, and the request is tried
+    again as a new conversation from its messages: answered, and every task in the database whole from row 1."""
+    url = postgres.create_database("arc_test_forget_racing")
+    (first,) = serve(url, first_request())
+    forgotten: list[str] = []
+
+    def upstream(request: Any) -> Any:
+        if len(json.loads(request.content)["messages"]) > 2 and not forgotten:
+            assert main(["forget", url, first.conversation]) == 0
+            forgotten.append(first.conversation)
+        return bash_call_reply(request)
+
+    (later,) = serve(url, continued(first, "a.txt\n"), upstream=upstream)
+    assert forgotten and later.conversation != first.conversation
+    assert set(whole_chains(url)) == {later.conversation}
+
+
+def test_a_conversation_forgotten_between_its_mark_and_its_rows_is_answered_as_a_new_one(
+        postgres: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An instance that never saw the conversation found its mark, then read its rows after forget removed them: not
+    a damaged store (500) but a conversation gone, and the request answered as a new one."""
+    from arc_ref.persist import postgres_conversations
+
+    url = postgres.create_database("arc_test_forget_rows")
+    (first,) = serve(url, first_request())
+    reading = postgres_conversations.RequestTransaction.rows
+    forgotten: list[str] = []
+
+    async def forgetting_first(transaction: Any, key: str, after: int, upto: int) -> Any:
+        if not forgotten:
+            assert await asyncio.to_thread(main, ["forget", url, key]) == 0
+            forgotten.append(key)
+        return await reading(transaction, key, after, upto)
+
+    monkeypatch.setattr(postgres_conversations.RequestTransaction, "rows", forgetting_first)
+    (later,) = serve(url, continued(first, "a.txt\n"))
+    assert forgotten == [first.conversation] and later.conversation != first.conversation
+    assert set(whole_chains(url)) == {later.conversation}
+
+
+def test_a_role_that_may_not_delete_or_replace_the_function_is_told_what_to_do(
+        postgres: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """The proxies' role (SELECT, INSERT, UPDATE: no DELETE) runs forget: refused, naming the owner's role, and
+    nothing removed; on a database made before forget it cannot replace the trigger's function either."""
+    url = postgres.create_database("arc_test_forget_rights")
+    (first,) = serve(url, first_request())
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("CREATE ROLE arc_no_delete LOGIN")
+        connection.execute("GRANT SELECT, INSERT, UPDATE ON arc_tasks, arc_replies TO arc_no_delete;"
+                           " GRANT SELECT, INSERT ON arc_events, arc_marks, arc_meta TO arc_no_delete")
+    limited = url.replace("arc@", "arc_no_delete@")
+    assert main(["forget", limited, first.conversation]) == 2
+    error = capsys.readouterr().err
+    assert "this role cannot delete ARC's rows" in error and "nothing forgotten" in error and "owns" in error
+    assert counts(url, first.conversation)["arc_events"] > 0
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("CREATE OR REPLACE FUNCTION arc_append_only() RETURNS trigger LANGUAGE plpgsql AS $$"
+                           " BEGIN RAISE EXCEPTION 'append-only'; END $$")
+    assert main(["forget", limited, first.conversation]) == 2
+    assert "cannot replace its function arc_append_only()" in capsys.readouterr().err
+    assert counts(url, first.conversation)["arc_events"] > 0
