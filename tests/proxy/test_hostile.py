@@ -178,7 +178,12 @@ def damage_task(folder: Path) -> None:
     (folder / "task.arc").unlink()
 
 
-@pytest.mark.parametrize("damage", [damage_ack, damage_marks, damage_task], ids=lambda f: f.__name__)
+def remove_folder(folder: Path) -> None:
+    """How a conversation leaves a --store directory (README): its folder removed while no proxy runs."""
+    shutil.rmtree(folder)
+
+
+@pytest.mark.parametrize("damage", [damage_ack, damage_marks, damage_task, remove_folder], ids=lambda f: f.__name__)
 def test_a_damaged_conversation_is_set_aside_and_every_other_is_served(damage: Any, tmp_path: Path,
                                                                        capfd: pytest.CaptureFixture[str]) -> None:
     """Before: one damaged conversation (a truncated ack, a {} line in marks.jsonl, a folder without task.arc)
