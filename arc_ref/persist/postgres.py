@@ -66,6 +66,9 @@ CREATE TABLE arc_replies (
 """The proxy's latest reply per conversation, for a client's retry that reaches another instance (created in a
 database of schema 1 that lacks it by the first proxy that starts on it; no other reader needs it)."""
 
+MARKS_BY_TASK = "CREATE INDEX IF NOT EXISTS arc_marks_by_task ON arc_marks (task)"
+"""``arc_marks`` by task, for `arc-ref forget`: deleting a task checks its foreign keys, one scan of ``arc_marks`` per
+task without it (10,000 conversations: 117 s); made by the first forget in a database made before it."""
 FORGETTING = "arc.forgetting"  # set (SET LOCAL ... = 'on') only by `arc-ref forget`'s transactions
 APPEND_ONLY = f"""
 CREATE OR REPLACE FUNCTION arc_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -117,6 +120,7 @@ CREATE TABLE arc_marks (
 )
 """,
     REPLIES,
+    MARKS_BY_TASK,
     APPEND_ONLY,
     """
 CREATE TRIGGER arc_events_append_only BEFORE UPDATE OR DELETE ON arc_events

@@ -17,17 +17,26 @@ moment is left for a later run (``FOR UPDATE SKIP LOCKED``) and counted as busy.
 from __future__ import annotations
 
 import datetime
+import sys
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import attrs
 
 from arc_ref.persist.errors import StoreError
-from arc_ref.persist.postgres import _SCHEMA_LOCK, APPEND_ONLY, FORGETTING, Database, _psycopg, store_error
+from arc_ref.persist.postgres import (
+    _SCHEMA_LOCK,
+    APPEND_ONLY,
+    FORGETTING,
+    MARKS_BY_TASK,
+    Database,
+    _psycopg,
+    store_error,
+)
 
 if TYPE_CHECKING:
     import psycopg
 
-FORGET_BATCH = 500  # conversations removed per transaction (arc_marks is read once per batch: it has no task index)
+FORGET_BATCH = 500  # conversations removed per transaction
 
 
 @attrs.frozen
@@ -79,6 +88,7 @@ def forget(db: Database, keys: Sequence[str], created_before: datetime.datetime 
     done = Forgotten()
     with db.connection() as connection:
         _allow_forgetting(db, connection)
+        _index_marks_by_task(db, connection)
         replies = connection.execute("SELECT to_regclass('arc_replies') IS NOT NULL").fetchone()
         for start in range(0, len(keys), FORGET_BATCH):
             try:
@@ -114,6 +124,27 @@ def _forget_batch(connection: "psycopg.Connection[Any]", batch: list[str], creat
         "SELECT key FROM arc_tasks WHERE key = ANY(%s) AND NOT key = ANY(%s)", (batch, locked)).fetchall()}
     return Forgotten(done.conversations + tasks, done.rows + rows, done.marks + marks, done.replies + removed_replies,
                      done.busy + tuple(key for key in batch if key in held))
+
+
+def _index_marks_by_task(db: Database, connection: "psycopg.Connection[Any]") -> None:
+    """`MARKS_BY_TASK` in a database made before it, built CONCURRENTLY (the proxies' commits go on meanwhile); one a
+    failed build left invalid built again. A role that may not: a warning, and forget goes on (one scan of
+    ``arc_marks`` per conversation removed)."""
+    driver = _psycopg()
+    found = connection.execute("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass('arc_marks_by_task')"
+                               ).fetchone()
+    if found is not None and found[0]:
+        return
+    try:
+        if found is not None:
+            connection.execute("DROP INDEX CONCURRENTLY IF EXISTS arc_marks_by_task")
+        connection.execute(MARKS_BY_TASK.replace("CREATE INDEX", "CREATE INDEX CONCURRENTLY"))
+    except driver.errors.InsufficientPrivilege as problem:
+        print(f"arc-ref forget: warning: the database {db.shown} has no index arc_marks_by_task and this role cannot"
+              f" make it ({str(problem).strip().splitlines()[0]}): each conversation removed scans arc_marks whole;"
+              " run forget once with the role that owns ARC's tables", file=sys.stderr, flush=True)
+    except driver.Error as problem:
+        raise store_error(db.url, problem) from None
 
 
 def _allow_forgetting(db: Database, connection: "psycopg.Connection[Any]") -> None:

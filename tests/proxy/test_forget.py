@@ -127,7 +127,7 @@ def test_forget_refuses_what_it_cannot_do_saying_why(postgres: Any, tmp_path: An
         main(["forget", url, "--created-before", "yesterday"])
 
 
-def test_a_database_made_before_forget_gets_the_function_that_lets_it_delete(
+def test_a_database_made_before_forget_gets_the_function_that_lets_it_delete_and_the_index(
         postgres: Any, capsys: pytest.CaptureFixture[str]) -> None:
     url = postgres.create_database("arc_test_forget_old_schema")
     (first,) = serve(url, first_request())
@@ -135,11 +135,14 @@ def test_a_database_made_before_forget_gets_the_function_that_lets_it_delete(
         connection.execute("CREATE OR REPLACE FUNCTION arc_append_only() RETURNS trigger LANGUAGE plpgsql AS $$"
                            " BEGIN RAISE EXCEPTION 'ARC tables are append-only: % on % refused', TG_OP, TG_TABLE_NAME;"
                            " END $$")
+        connection.execute("DROP INDEX arc_marks_by_task")
     assert main(["forget", url, first.conversation]) == 0
     assert counts(url, first.conversation)["arc_events"] == 0
     with psycopg.connect(url) as connection:
         assert "arc.forgetting" in connection.execute(
             "SELECT prosrc FROM pg_proc WHERE proname = 'arc_append_only'").fetchone()[0]
+        assert connection.execute("SELECT indisvalid FROM pg_index WHERE indexrelid ="
+                                  " to_regclass('arc_marks_by_task')").fetchone() == (True,)  # made, concurrently
 
 
 def test_a_conversation_forgotten_while_its_request_runs_is_answered_as_a_new_one(postgres: Any) -> None:
