@@ -234,7 +234,8 @@ class SharedProxy(Proxy):
         replies of a request answered 503 are kept for the same request sent again (`_keep_unsent`). ``retry``: the
         client's retry of a request answered before, on any instance, gets that reply when the conversation's head is
         still the row the reply committed (`_answered_before`); any other retry forks the conversation, as an edited
-        request does."""
+        request does. A conversation `arc-ref forget` removed while the request ran (`ConversationGone`: nothing of
+        it written): tried again at once, as a new conversation, up to `FORGOTTEN_RETRIES` times."""
         messages, tools, system, hashes, template_kwargs = parse_request(body, explicit, self.known)
         if self._connection_sweeper is None:
             self._connection_sweeper = asyncio.get_running_loop().create_task(self._sweep_connections())
