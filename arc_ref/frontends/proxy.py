@@ -624,7 +624,8 @@ class Conversations:
         known = self.hash_index.keys()
         rows: list[tuple[str, str]] = []
         for directory in sorted(self.settings.store.iterdir()):
-            if directory.name in known or not MarkFile.holds_index(directory):
+            if directory.name in known or directory.name.startswith(".") or not MarkFile.holds_index(directory):
+                # (a name with a leading dot is no conversation's: `arc-ref forget` removing one, say)
                 continue
             try:
                 rows += [(chain_hash, directory.name) for chain_hash in read_hashes(directory)]

@@ -5,7 +5,8 @@
     arc-ref copy STORE NEW                every row export reads, into a new store NEW (a read-only store's way on)
     arc-ref mcp STORE [--preset NAME] [--set KEY=VALUE ...]   serve ARC's tools over MCP (stdio)
     arc-ref forget postgresql://... [KEY ...] [--created-before TIME | --older-than DAYS] [--dry-run]
-                                          remove whole proxy conversations (arc_ref.persist.postgres_forget)
+    arc-ref forget DIR KEY ... [--dry-run]   remove whole proxy conversations (arc_ref.persist.postgres_forget,
+                                          arc_ref.persist.directory_forget)
 
 A missing, corrupt or locked store is one clear line on standard error and exit status 2, never a traceback;
 no such record, page or row is status 1; standard output closed or failing (a full disk) is status 4: the statuses
@@ -84,9 +85,9 @@ def add_commands(commands: "argparse._SubParsersAction[Any]",
     mcp.add_argument("--preset", choices=sorted(PRESETS), default=None, help="for a new store (default: paper)")
     mcp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="for a new store")
     mcp.set_defaults(parse_setting=parse_setting)
-    forget = commands.add_parser("forget", help="remove whole proxy conversations (rows, marks, kept reply) from a"
-                                                " PostgreSQL store: a retention time, or forks left by racing requests")
-    forget.add_argument("store", help="postgresql://... (the proxies' --store)")
+    forget = commands.add_parser("forget", help="remove whole proxy conversations (rows, marks, kept reply) from the"
+                                                " proxies' --store: a retention time, or forks left by racing requests")
+    forget.add_argument("store", help="the proxies' --store: postgresql://... or a directory (keys only)")
     forget.add_argument("keys", nargs="*", metavar="KEY",
                         help="conversations to forget (the x-arc-conversation header); none: every one the time picks")
     when = forget.add_mutually_exclusive_group()
@@ -203,11 +204,11 @@ def _forget(arguments: argparse.Namespace) -> int:
     from arc_ref.persist.postgres import Database, split_task_url
     from arc_ref.persist.postgres_forget import chosen, forget
 
-    url, fragment = split_task_url(arguments.store) if is_database_url(arguments.store) else ("", None)
-    if not url or fragment is not None:
-        raise StoreError(f"forget works on a PostgreSQL store (postgresql://..., the proxies' --store, without"
-                         f" #KEY), got {arguments.store!r}; in a --store directory each conversation is a store file"
-                         " of its own")
+    if not is_database_url(arguments.store):
+        return _forget_in_directory(arguments)
+    url, fragment = split_task_url(arguments.store)
+    if fragment is not None:
+        raise StoreError(f"forget takes the database (the proxies' --store, without #KEY), got {arguments.store!r}")
     if not arguments.keys and arguments.created_before is None and arguments.older_than is None:
         raise StoreError("say what to forget: conversation keys, --created-before TIME or --older-than DAYS")
     _stdout()  # a closed standard output is refused before anything is removed
@@ -250,6 +251,38 @@ def _forget(arguments: argparse.Namespace) -> int:
         raise LookupError(f"not a proxy conversation of {db.shown}"
                           f"{' created before ' + created_before.isoformat() if created_before else ''}:"
                           f" {', '.join(unknown[:10])}{' ...' if len(unknown) > 10 else ''}")
+    return OK.code
+
+
+def _forget_in_directory(arguments: argparse.Namespace) -> int:
+    """`arc_ref.persist.directory_forget` on an `arc-ref proxy --store DIR` directory: conversations by key only."""
+    from arc_ref.persist.directory_forget import forget_in_directory, is_conversation_directory
+
+    directory = Path(arguments.store)
+    if not is_conversation_directory(directory):
+        raise StoreError(f"forget takes a PostgreSQL store (postgresql://...) or an arc-ref proxy --store directory"
+                         f" (one holding hashes.sqlite), got {arguments.store!r}")
+    if arguments.created_before is not None or arguments.older_than is not None:
+        raise StoreError("a --store directory records no creation time: name the conversations to forget (their"
+                         " x-arc-conversation keys, the directory's folders)")
+    if not arguments.keys:
+        raise StoreError("say what to forget: conversation keys (the directory's folders)")
+    _stdout()
+    done = forget_in_directory(directory, arguments.keys, arguments.dry_run)
+    if arguments.dry_run:
+        for key in done.conversations:
+            _emit(f"{key}\n")
+        _emit(f"would forget {len(done.conversations):,} conversation(s)\n")
+    else:
+        _emit(f"forgot {len(done.conversations):,} conversation(s): {done.index_rows:,} index rows\n")
+        if done.busy:
+            print(f"arc-ref forget: {len(done.busy):,} conversation(s) left, a proxy process holds them now:"
+                  f" {', '.join(done.busy[:10])}{' ...' if len(done.busy) > 10 else ''}; run forget again",
+                  file=sys.stderr, flush=True)
+    if done.unknown:
+        _flush()
+        raise LookupError(f"not a conversation of {str(directory)!r}: {', '.join(done.unknown[:10])}"
+                          f"{' ...' if len(done.unknown) > 10 else ''}")
     return OK.code
 
 

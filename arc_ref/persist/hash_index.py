@@ -108,6 +108,20 @@ class HashIndex:
                 raise StoreError(f"the conversations' index {str(self.path)!r} cannot be written: {problem}") \
                     from None
 
+    def remove(self, keys: Sequence[str]) -> int:
+        """Every row of conversations ``keys`` (`arc-ref forget`); how many."""
+        removed = 0
+        with self._guard:
+            try:
+                for start in range(0, len(keys), LOOKUP_BATCH):
+                    batch = list(keys[start:start + LOOKUP_BATCH])
+                    removed += self._connection.execute(
+                        f"DELETE FROM hashes WHERE key IN ({', '.join('?' * len(batch))})", batch).rowcount
+            except sqlite3.Error as problem:
+                raise StoreError(f"the conversations' index {str(self.path)!r} cannot be written: {problem}") \
+                    from None
+        return removed
+
     def close(self) -> None:
         with self._guard:
             self._connection.close()

@@ -15,7 +15,7 @@ import stat
 import threading
 from pathlib import Path
 
-from arc_ref.persist.errors import StoreError, StoreLocked
+from arc_ref.persist.errors import StoreError, StoreLocked, StoreNotFound
 
 _held_locks: dict[tuple[int, int], int] = {}  # (st_dev, st_ino) of the stores this process holds for writing
 _held_guard = threading.Lock()
@@ -76,6 +76,10 @@ class WriterLock:
                         ) from None
                     self.key = (0, 0)
                     raise StoreError(f"cannot lock {str(shown)!r}: {problem.strerror}") from None
+                if os.fstat(self.descriptor).st_nlink == 0:  # removed while the lock was taken (arc-ref forget)
+                    fcntl.flock(self.descriptor, fcntl.LOCK_UN)
+                    self.key = (0, 0)
+                    raise StoreNotFound(f"{str(shown)!r} was removed while it was being opened")
                 _held_locks[self.key] = self.descriptor
         except BaseException:
             os.close(self.descriptor)

@@ -116,7 +116,7 @@ def test_forget_refuses_what_it_cannot_do_saying_why(postgres: Any, tmp_path: An
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     url = postgres.create_database("arc_test_forget_refusals")
     assert main(["forget", str(tmp_path), "abc"]) == 2
-    assert "forget works on a PostgreSQL store" in capsys.readouterr().err
+    assert "forget takes a PostgreSQL store" in capsys.readouterr().err
     assert main(["forget", url]) == 2
     assert "say what to forget" in capsys.readouterr().err
     assert main(["forget", url + "#abc", "abc"]) == 2

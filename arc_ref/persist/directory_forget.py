@@ -1,0 +1,86 @@
+"""`arc-ref forget DIR KEY ...`: whole conversations removed from an `arc-ref proxy --store DIR` directory.
+
+Each conversation is a store of its own, ``DIR/KEY/`` (its rows in ``task.arc``, its marks in ``marks.jsonl``),
+named in the shared index ``DIR/hashes.sqlite`` (`arc_ref.persist.hash_index`). One is forgotten while holding its
+store's writer lock (`arc_ref.persist.lock`: a proxy process holding it for a request makes it busy, left for a
+later run): its directory renamed to ``DIR/.forgetting-KEY`` (at once no proxy finds it there), its index rows
+deleted, the renamed directory removed, and only then the lock dropped, so that a process that opened the file just
+before takes the lock of a file without a name and refuses it (`StoreNotFound`). A process that still finds the key
+(an index lookup just before) cannot open the store and sets the key aside: its request starts a new conversation,
+as the agent's next one does. A directory left renamed by a forget that was killed is removed by the next one.
+A directory store records no creation time, so conversations are named, never chosen by age.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Sequence
+
+import attrs
+
+from arc_ref.persist.errors import StoreError, StoreLocked
+from arc_ref.persist.hash_index import HASH_INDEX_FILE, HashIndex
+from arc_ref.persist.lock import WriterLock
+from arc_ref.persist.marks import MarkFile
+
+FORGETTING_PREFIX = ".forgetting-"  # a conversation's directory while it is removed
+_KEY = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")  # a directory's name, never "." or "..", no leading dot
+
+
+def is_conversation_directory(path: Path) -> bool:
+    """Whether ``path`` is an `arc-ref proxy --store` directory (it holds the conversations' index)."""
+    return (path / HASH_INDEX_FILE).is_file()
+
+
+@attrs.frozen
+class DirectoryForgotten:
+    """What a forget in a store directory removed, and what it left."""
+
+    conversations: tuple[str, ...] = ()
+    busy: tuple[str, ...] = ()  # a proxy process held its store: left for a later run
+    unknown: tuple[str, ...] = ()  # no conversation of this directory by that name
+    index_rows: int = 0
+
+
+def forget_in_directory(directory: Path, keys: Sequence[str], dry_run: bool = False) -> DirectoryForgotten:
+    """Remove conversations ``keys`` from ``directory`` (see the module doc); with ``dry_run`` only sort them."""
+    if not dry_run:
+        for leftover in directory.glob(FORGETTING_PREFIX + "*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+    present = [key for key in dict.fromkeys(keys)
+               if _KEY.fullmatch(key) and MarkFile.holds_index(directory / key) and (directory / key).is_dir()]
+    unknown = tuple(key for key in dict.fromkeys(keys) if key not in present)
+    if dry_run:
+        return DirectoryForgotten(tuple(present), (), unknown)
+    index = HashIndex(directory)
+    forgotten: list[str] = []
+    busy: list[str] = []
+    rows = 0
+    try:
+        for key in present:
+            store = directory / key / "task.arc"
+            try:  # (a conversation without its store, damaged, is removed without a lock: no process can hold it)
+                lock = WriterLock(store, store) if os.path.lexists(store) else None
+            except StoreLocked:
+                busy.append(key)
+                continue
+            try:
+                tomb = directory / f"{FORGETTING_PREFIX}{key}"
+                os.rename(directory / key, tomb)
+                rows += index.remove([key])
+                shutil.rmtree(tomb)
+            except OSError as problem:
+                raise StoreError(f"cannot remove conversation {key} from {str(directory)!r}: {problem}") from None
+            finally:
+                if lock is not None:
+                    lock.release()
+            forgotten.append(key)
+    finally:
+        index.close()
+    return DirectoryForgotten(tuple(forgotten), tuple(busy), unknown, rows)
+
+
+__all__ = ["FORGETTING_PREFIX", "DirectoryForgotten", "forget_in_directory", "is_conversation_directory"]

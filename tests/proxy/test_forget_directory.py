@@ -1,0 +1,135 @@
+"""`arc-ref forget DIR KEY ...` (arc_ref.persist.directory_forget): conversations removed from a running proxy's
+--store directory, by key, each whole (its folder and its rows of the shared index), a conversation a request holds
+left for later, and the agent's next request of a forgotten one a new conversation."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.proxy.harness import BASH_TOOL, needs_qwen3, serve_proxy, serve_upstream
+
+from arc_ref.frontends.cli import main
+from arc_ref.persist import lock as lock_module
+from arc_ref.persist.errors import StoreNotFound
+from arc_ref.persist.lock import WriterLock
+
+pytestmark = [needs_qwen3]
+
+
+def start(task: str) -> list[dict[str, Any]]:
+    return [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": task}]
+
+
+def turn(base_url: str, messages: list[dict[str, Any]]) -> str:
+    """One request; the reply, its tool outputs and a user message appended to ``messages``; the conversation
+    header."""
+    response = httpx.post(f"{base_url}/chat/completions", timeout=120,
+                          json={"model": "scripted", "messages": messages, "tools": [BASH_TOOL]})
+    assert response.status_code == 200, response.text
+    said = response.json()["choices"][0]["message"]
+    messages.append(said)
+    messages += [{"role": "tool", "tool_call_id": call["id"], "content": "a.txt\n"}
+                 for call in said.get("tool_calls") or ()]
+    messages.append({"role": "user", "content": "go on"})
+    return str(response.headers["x-arc-conversation"])
+
+
+def index_keys(store: Path) -> set[str]:
+    with sqlite3.connect(store / "hashes.sqlite") as index:
+        return {key for (key,) in index.execute("SELECT DISTINCT key FROM hashes")}
+
+
+def test_forget_removes_a_conversation_of_a_running_proxy_and_its_agent_starts_anew(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "store"
+    first, second = start("List the files."), start("List the files of d2.")
+    with serve_upstream() as (_, upstream_url), serve_proxy(upstream_url, store=store) as base_url:
+        forgotten, kept = turn(base_url, first), turn(base_url, second)
+        assert index_keys(store) == {forgotten, kept}
+        assert main(["forget", str(store), forgotten, "--dry-run"]) == 0
+        assert capsys.readouterr().out == f"{forgotten}\nwould forget 1 conversation(s)\n"
+        assert (store / forgotten).is_dir()
+        assert main(["forget", str(store), forgotten]) == 0
+        assert capsys.readouterr().out.startswith("forgot 1 conversation(s): ")
+        assert not (store / forgotten).exists() and index_keys(store) == {kept}
+        again = turn(base_url, first)  # the agent goes on: a new conversation from its messages
+        assert again not in (forgotten, kept) and (store / again).is_dir()
+        assert turn(base_url, second) == kept  # the other one goes on in place
+    assert sorted(path.name for path in store.iterdir() if path.is_dir()) == sorted((again, kept))
+
+
+def test_a_conversation_a_process_holds_is_left_and_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "store"
+    messages = start("List the files.")
+    with serve_upstream() as (_, upstream_url), serve_proxy(upstream_url, store=store) as base_url:
+        key = turn(base_url, messages)
+    holder = WriterLock(store / key / "task.arc", store / key / "task.arc")  # as a proxy holds it for a request
+    try:
+        assert main(["forget", str(store), key]) == 0
+    finally:
+        holder.release()
+    said = capsys.readouterr()
+    assert said.out == "forgot 0 conversation(s): 0 index rows\n" and f"left, a proxy process holds them now: {key}" \
+        in said.err
+    assert (store / key / "task.arc").exists() and index_keys(store) == {key}
+
+
+def test_forget_in_a_directory_refuses_what_it_cannot_do(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "store"
+    with serve_upstream() as (_, upstream_url), serve_proxy(upstream_url, store=store) as base_url:
+        key = turn(base_url, start("List the files."))
+    assert main(["forget", str(tmp_path / "elsewhere"), key]) == 2
+    assert "or an arc-ref proxy --store directory" in capsys.readouterr().err
+    assert main(["forget", str(store), "--older-than", "1"]) == 2
+    assert "records no creation time" in capsys.readouterr().err
+    assert main(["forget", str(store)]) == 2
+    capsys.readouterr()
+    assert main(["forget", str(store), "..", ".", "nothing", f"../store/{key}", key]) == 1  # only a folder's name
+    said = capsys.readouterr()
+    assert said.out.startswith("forgot 1 conversation(s)") and "not a conversation of" in said.err
+    assert f".., ., nothing, ../store/{key}" in said.err
+    assert store.is_dir() and index_keys(store) == set()
+
+
+def test_a_removal_a_killed_forget_left_is_finished_and_never_indexed(tmp_path: Path) -> None:
+    """A forget killed between renaming a folder and removing it leaves ``.forgetting-KEY``: a proxy starting on the
+    directory does not take it for a conversation (before, any folder with marks was indexed at start), and the next
+    forget removes it."""
+    store = tmp_path / "store"
+    with serve_upstream() as (_, upstream_url):
+        with serve_proxy(upstream_url, store=store) as base_url:
+            key, other = turn(base_url, start("List the files.")), turn(base_url, start("List d2."))
+        (store / key).rename(store / f".forgetting-{key}")
+        with sqlite3.connect(store / "hashes.sqlite") as index:
+            index.execute("DELETE FROM hashes WHERE key = ?", (key,))
+        with serve_proxy(upstream_url, store=store):
+            pass
+    assert index_keys(store) == {other}
+    assert main(["forget", str(store), other]) == 0
+    assert [path.name for path in store.iterdir() if path.is_dir()] == []
+
+
+def test_a_store_removed_while_its_lock_is_taken_is_not_opened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
+    """The file was opened by name, then removed (forget, which holds the lock until the folder is gone) before its
+    lock was taken: the lock of a file without a name is refused, not used to write rows nobody will find."""
+    path = tmp_path / "task.arc"
+    path.write_bytes(b"")
+    real_flock = fcntl.flock
+
+    def removed_first(descriptor: int, operation: int) -> None:
+        if path.exists():
+            path.unlink()
+        real_flock(descriptor, operation)
+
+    monkeypatch.setattr(lock_module.fcntl, "flock", removed_first)
+    with pytest.raises(StoreNotFound, match="was removed while it was being opened"):
+        WriterLock(path, path)
+    assert json.dumps(lock_module._held_locks) == "{}"
