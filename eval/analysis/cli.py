@@ -196,6 +196,7 @@ def report_json(dataset: Dataset, options: ReportOptions, costs: Sequence[Method
                     "unpaired_b": c.unpaired_b,
                     # a task id paired under several seeds: McNemar over the distinct items (each at its first seed)
                     "distinct_items": c.distinct_items if c.distinct is not None else None,
+                    "clustered_p": None if c.clustered_p is None else _json_p(c.clustered_p),
                     "distinct": None if c.distinct is None else {
                         "a_only": c.distinct.a_only, "b_only": c.distinct.b_only, "both": c.distinct.both,
                         "neither": c.distinct.neither, "chi2_p": _json_p(c.distinct.chi2_p),

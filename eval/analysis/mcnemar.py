@@ -243,9 +243,12 @@ class PairedComparison:
     unpaired_a: int  # tasks finished by A only (the other method's run has no such task)
     unpaired_b: int
     # when a task id is paired under more than one seed (LongBench: a seed re-runs the same items), the pairs are
-    # not independent: McNemar over the distinct items, each once at its first seed, and how many there are
+    # not independent: McNemar over the distinct items, each once at the lowest seed both methods finished, and how
+    # many there are
     distinct: McNemarResult | None = None
     distinct_items: int = 0
+    # and the cluster-aware test over every seed of those items (`sign_flip_p`)
+    clustered_p: PValue | None = None
 
     @property
     def seed_odds(self) -> PerSeedOdds:
@@ -295,6 +298,55 @@ def distinct_item_counts(
     return cells, len(first)
 
 
+def item_discordances(
+    tasks_a: dict[PairKey, TaskRecord], tasks_b: dict[PairKey, TaskRecord], outcome: str
+) -> dict[str, tuple[int, int]]:
+    """Per task id both methods finished under at least one seed: (sum over its seeds of +1 for an A-only pair and
+    -1 for a B-only pair, the number of its paired seeds)."""
+    items: dict[str, tuple[int, int]] = {}
+    for key, task_a in tasks_a.items():
+        task_b = tasks_b.get(key)
+        if task_b is None:
+            continue
+        sa, sb = _success(task_a, outcome), _success(task_b, outcome)
+        total, seeds = items.get(task_a.task_id, (0, 0))
+        items[task_a.task_id] = (total + (sa and not sb) - (sb and not sa), seeds + 1)
+    return items
+
+
+def sign_flip_p(items: Iterable[tuple[int, int]]) -> PValue:
+    """A cluster-aware paired test for items run under several seeds (review h13 MINOR-8): each item's mean
+    discordance over its seeds, d_i = (A-only seeds - B-only seeds) / seeds, is symmetric about 0 when A and B do
+    equally well (the labels A and B of an item's pairs exchangeable); the two-sided p-value is
+    P(|sum of +-d_i| >= |sum of d_i|) over the 2^n sign flips of the items with d_i != 0, counted exactly (in
+    integers, d_i scaled by the seeds' least common multiple, items of equal |d_i| together: the number of their
+    +-signs summing to each value is a binomial coefficient). Every item weighs the same, however many seeds it ran;
+    with one seed per item it is the exact McNemar test (`exact_p_two_sided`)."""
+    pairs = [(total, seeds) for total, seeds in items if seeds > 0]
+    scale = math.lcm(*(seeds for _, seeds in pairs)) if pairs else 1
+    sizes: dict[int, int] = {}  # |d_i| x scale -> items of that size
+    observed = 0
+    for total, seeds in pairs:
+        scaled = total * (scale // seeds)
+        observed += scaled
+        if scaled:
+            sizes[abs(scaled)] = sizes.get(abs(scaled), 0) + 1
+    flips = sum(sizes.values())
+    if flips == 0:
+        return PValue.one()
+    ways: dict[int, int] = {0: 1}  # sum of the signed sizes so far -> number of sign assignments giving it
+    for size, count in sizes.items():
+        binomial = [math.comb(count, plus) for plus in range(count + 1)]
+        merged: dict[int, int] = {}
+        for reached, number in ways.items():
+            for plus, choose in enumerate(binomial):
+                value = reached + size * (2 * plus - count)
+                merged[value] = merged.get(value, 0) + number * choose
+        ways = merged
+    extreme = sum(number for value, number in ways.items() if abs(value) >= abs(observed))
+    return PValue(min(0.0, math.log10(extreme) - flips * _LOG10_2))
+
+
 def compare_methods(
     tasks: Iterable[TaskRecord], method_a: str | None = None, outcome: str = "correct"
 ) -> list[PairedComparison]:
@@ -335,6 +387,8 @@ def compare_methods(
                     unpaired_b=ub,
                     distinct=None if distinct is None else mcnemar_test(*distinct[0]),
                     distinct_items=0 if distinct is None else distinct[1],
+                    clustered_p=None if distinct is None else sign_flip_p(
+                        item_discordances(by_method[method_a], by_method[method_b], outcome).values()),
                 )
             )
     return comparisons

@@ -249,3 +249,60 @@ def test_items_rerun_under_several_seeds_get_a_distinct_items_test() -> None:
     own_ids = [_task(t.method, t.seed, f"{t.task_id}-s{t.seed}", t.correct, True) for t in tasks]
     [separate] = compare_methods(own_ids, "arc", "correct")
     assert separate.distinct is None and separate.distinct_items == 0
+
+
+def _brute_force_sign_flip_p(items: list[tuple[int, int]]) -> float:
+    """P(|sum of +-d_i| >= |sum of d_i|) over every sign flip of the items with d_i != 0, in fractions."""
+    import itertools
+    from fractions import Fraction
+
+    means = [Fraction(total, seeds) for total, seeds in items if total]
+    observed = abs(sum(means))
+    flips = list(itertools.product((1, -1), repeat=len(means)))
+    extreme = sum(1 for signs in flips if abs(sum(sign * mean for sign, mean in zip(signs, means))) >= observed)
+    return float(Fraction(extreme, len(flips)))
+
+
+def test_the_sign_flip_test_counts_every_flip_exactly() -> None:
+    """Review h13 MINOR-8's cluster-aware test, against enumerating every sign flip (items of 1 to 4 seeds)."""
+    import random
+
+    generator = random.Random(8)
+    for _ in range(200):
+        items = []
+        for _ in range(generator.randint(0, 11)):
+            seeds = generator.randint(1, 4)
+            items.append((sum(generator.choice((1, -1, 0, 0)) for _ in range(seeds)), seeds))
+        assert mc.sign_flip_p(items).value == pytest.approx(_brute_force_sign_flip_p(items), rel=1e-12), items
+
+
+def test_with_one_seed_per_item_the_sign_flip_test_is_exact_mcnemar() -> None:
+    for a in range(0, 40, 3):
+        for b in range(0, 40, 5):
+            items = [(1, 1)] * a + [(-1, 1)] * b + [(0, 1)] * 7
+            assert mc.sign_flip_p(items).log10 == pytest.approx(mc.exact_p_two_sided(a, b).log10, abs=1e-12), (a, b)
+
+
+def test_items_rerun_under_seeds_that_disagree_get_the_cluster_aware_p() -> None:
+    """At temperature > 0 a re-run item can change its outcome between seeds: the distinct-items test keeps one seed
+    per item; the sign-flip test keeps all three, each item weighed once. Here 8 items where A wins 2 or 3 of 3 seeds
+    against B, 1 where B wins 1 of 3: the lowest seed shows A-only 6, B-only 0 (exact p 1/32); over every seed, 4 of
+    the 512 flips of the 9 discordant items are as extreme (p 1/128)."""
+    tasks = []
+    for item in range(12):
+        for number, seed in enumerate((42, 82, 122)):
+            a_wins = item < 8 and (item < 6 or number > 0) and not (item % 3 == 2 and number == 1)
+            b_wins = item == 8 and number == 2
+            tasks.append(_task("arc", seed, f"lbv2-{item}", a_wins, True))
+            tasks.append(_task("llm_summary", seed, f"lbv2-{item}", b_wins, True))
+    [comparison] = compare_methods(tasks, "arc", "correct")
+    assert comparison.distinct is not None and comparison.clustered_p is not None
+    items = list(mc.item_discordances({t.pair_key: t for t in tasks if t.method == "arc"},
+                                      {t.pair_key: t for t in tasks if t.method == "llm_summary"}, "correct").values())
+    assert sorted(items) == sorted([(3, 3)] * 4 + [(2, 3)] * 4 + [(-1, 3)] + [(0, 3)] * 3)
+    assert comparison.clustered_p.value == pytest.approx(_brute_force_sign_flip_p(items)) == pytest.approx(1 / 128)
+    assert comparison.distinct.exact_p.value == pytest.approx(1 / 32)
+    assert comparison.clustered_p.value < comparison.distinct.exact_p.value
+    own_ids = [_task(t.method, t.seed, f"{t.task_id}-s{t.seed}", t.correct, True) for t in tasks]
+    [separate] = compare_methods(own_ids, "arc", "correct")
+    assert separate.clustered_p is None
