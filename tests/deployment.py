@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 POSTGRES_REQUIRED = "ARC_REQUIRE_POSTGRES"  # set by .ci/run: a missing PostgreSQL fails instead of skipping
 
@@ -407,3 +407,60 @@ def views(records: list[dict[str, Any]]) -> list[str]:
     assert len(conversations) == 1, f"expected one conversation, got {len(conversations)}"
     return [record["view_digest"] for record in sorted(records, key=lambda record: record["seq"])
             if record["status"] == 200]
+
+
+def agents_beside(proxies: Sequence[Service], agents: int, turns: int, command: Callable[[], list[str] | None]
+                  ) -> tuple[list[int], list[tuple[int, str]]]:
+    """``agents`` agents of ``turns`` turns each, their requests round-robin over ``proxies`` (each turn's reply
+    kept, its tool calls answered, a user message asking to go on), while ``command()`` (an `arc-ref` command line,
+    or None to skip a round) runs again and again in a subprocess until they end: the status of every request and
+    (exit status, standard output) of every command."""
+    import random
+    import sys
+    import threading
+
+    import httpx
+
+    from tests.proxy.harness import BASH_TOOL
+
+    statuses: list[int] = []
+    runs: list[tuple[int, str]] = []
+    stop = threading.Event()
+
+    def agent(number: int) -> None:
+        messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a helpful assistant."},
+                                          {"role": "user", "content": f"List the files of d{number}."}]
+        for turn in range(turns):
+            base = proxies[(number + turn) % len(proxies)].url
+            response = httpx.post(f"{base}/chat/completions", timeout=120,
+                                  json={"model": "scripted", "messages": messages, "tools": [BASH_TOOL]})
+            statuses.append(response.status_code)
+            if response.status_code != 200:
+                return
+            said = response.json()["choices"][0]["message"]
+            messages.append(said)
+            messages += [{"role": "tool", "tool_call_id": call["id"], "content": f"ok {turn} " * 50}
+                         for call in said.get("tool_calls") or ()]
+            messages.append({"role": "user", "content": f"go on ({turn})"})
+
+    def repeat() -> None:
+        while not stop.is_set():
+            arguments = command()
+            if arguments is not None:
+                done = subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", *arguments],
+                                      capture_output=True, text=True, check=False)
+                runs.append((done.returncode, done.stdout))
+            time.sleep(random.uniform(0.05, 0.3))
+
+    threads = [threading.Thread(target=agent, args=(number,)) for number in range(agents)]
+    repeating = threading.Thread(target=repeat)
+    repeating.start()
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        stop.set()
+        repeating.join()
+    return statuses, runs

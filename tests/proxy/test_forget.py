@@ -218,59 +218,17 @@ def test_forget_in_a_loop_beside_two_proxy_processes_loses_no_request_and_breaks
     again meanwhile, each removing every conversation there is. Every request is answered 200; every task left is
     whole from row 1 along its chain; no mark names a missing task. (Here 150 requests, and requests
     whose conversation went while they ran, each tried again as a new one; three runs: 7-8 forgets, 20-24 such.)"""
-    import random
-    import subprocess
-    import sys
-    import threading
-    import time
     from pathlib import Path
 
-    import httpx
-
-    from tests.deployment import arc_proxy, running, scripted_upstream
-    from tests.proxy.harness import BASH_TOOL, QWEN3
+    from tests.deployment import agents_beside, arc_proxy, running, scripted_upstream
+    from tests.proxy.harness import QWEN3
 
     assert QWEN3 is not None
     url = postgres.create_database("arc_test_forget_soak")
     upstream = scripted_upstream(tmp_path, Path(QWEN3), latency_ms=40)
     proxies = [arc_proxy(tmp_path, upstream.url, Path(QWEN3), url, {}) for _ in range(2)]
-    statuses: list[int] = []
-    forgets: list[tuple[int, str]] = []
-    stop = threading.Event()
-
-    def agent(number: int) -> None:
-        messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a helpful assistant."},
-                                          {"role": "user", "content": f"List the files of d{number}."}]
-        for turn in range(25):
-            base = proxies[(number + turn) % 2].url
-            response = httpx.post(f"{base}/chat/completions", timeout=120,
-                                  json={"model": "scripted", "messages": messages, "tools": [BASH_TOOL]})
-            statuses.append(response.status_code)
-            if response.status_code != 200:
-                return
-            said = response.json()["choices"][0]["message"]
-            messages.append(said)
-            messages += [{"role": "tool", "tool_call_id": call["id"], "content": f"ok {turn} " * 50}
-                         for call in said.get("tool_calls") or ()]
-            messages.append({"role": "user", "content": f"go on ({turn})"})
-
-    def forgetter() -> None:
-        while not stop.is_set():
-            done = subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", "forget", url, "--older-than", "0"],
-                                  capture_output=True, text=True, check=False)
-            forgets.append((done.returncode, done.stderr))
-            time.sleep(random.uniform(0.05, 0.3))
-
     with running(upstream, *proxies):
-        threads = [threading.Thread(target=agent, args=(number,)) for number in range(6)]
-        forgetting = threading.Thread(target=forgetter)
-        forgetting.start()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        stop.set()
-        forgetting.join()
+        statuses, forgets = agents_beside(proxies, 6, 25, lambda: ["forget", url, "--older-than", "0"])
     logs = "".join(log.read_text(errors="replace") for log in tmp_path.glob("proxy-*.log"))
     print(f"{len(statuses)} requests, {len(forgets)} forgets, {logs.count('was forgotten')} requests tried again")
     assert statuses == [200] * 150, logs[-3000:]

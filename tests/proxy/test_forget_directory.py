@@ -141,13 +141,7 @@ def test_forget_in_a_loop_beside_two_proxy_processes_on_one_directory(tmp_path: 
     answering in 40 ms), and `arc-ref forget DIR` with every conversation's key run again and again meanwhile. Every
     request is answered 200, every forget ends 0, and every conversation left reads whole. (A run here: 240
     requests, 17 forgets removing 39 conversations, 15 of them leaving one a request held, one key set aside.)"""
-    import random
-    import subprocess
-    import sys
-    import threading
-    import time
-
-    from tests.deployment import arc_proxy, running, scripted_upstream
+    from tests.deployment import agents_beside, arc_proxy, running, scripted_upstream
     from tests.proxy.harness import QWEN3
 
     from arc_ref.persist import read_rows
@@ -156,44 +150,13 @@ def test_forget_in_a_loop_beside_two_proxy_processes_on_one_directory(tmp_path: 
     store = tmp_path / "store"
     upstream = scripted_upstream(tmp_path, Path(QWEN3), latency_ms=40)
     proxies = [arc_proxy(tmp_path, upstream.url, Path(QWEN3), str(store), {}) for _ in range(2)]
-    statuses: list[int] = []
-    forgets: list[tuple[int, str]] = []
-    stop = threading.Event()
 
-    def agent(number: int) -> None:
-        messages = start(f"List the files of d{number}.")
-        for step in range(40):
-            base = proxies[(number + step) % 2].url
-            response = httpx.post(f"{base}/chat/completions", timeout=120,
-                                  json={"model": "scripted", "messages": messages, "tools": [BASH_TOOL]})
-            statuses.append(response.status_code)
-            if response.status_code != 200:
-                return
-            said = response.json()["choices"][0]["message"]
-            messages.append(said)
-            messages += [{"role": "tool", "tool_call_id": call["id"], "content": f"ok {step} " * 50}
-                         for call in said.get("tool_calls") or ()]
-            messages.append({"role": "user", "content": f"go on ({step})"})
-
-    def forgetter() -> None:
-        while not stop.is_set():
-            keys = [folder.name for folder in store.iterdir() if folder.is_dir() and not folder.name.startswith(".")]
-            if keys:
-                done = subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", "forget", str(store), *keys],
-                                      capture_output=True, text=True, check=False)
-                forgets.append((done.returncode, done.stdout))
-            time.sleep(random.uniform(0.05, 0.3))
+    def forget_every_key() -> list[str] | None:
+        keys = [folder.name for folder in store.iterdir() if folder.is_dir() and not folder.name.startswith(".")]
+        return ["forget", str(store), *keys] if keys else None
 
     with running(upstream, *proxies):
-        threads = [threading.Thread(target=agent, args=(number,)) for number in range(6)]
-        forgetting = threading.Thread(target=forgetter)
-        forgetting.start()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        stop.set()
-        forgetting.join()
+        statuses, forgets = agents_beside(proxies, 6, 40, forget_every_key)
     logs = "".join(log.read_text(errors="replace") for log in tmp_path.glob("proxy-*.log"))
     removed = sum(int(said.split()[1]) for _, said in forgets if said.startswith("forgot"))
     print(f"{len(statuses)} requests, {len(forgets)} forgets, {removed} conversations removed")
