@@ -278,6 +278,24 @@ def test_vector_directory_matches_the_generator() -> None:
         assert (VECTOR_DIR / f"{name}.expected.jsonl").exists(), f"{name}.expected.jsonl is missing"
 
 
+def test_readme_lists_every_trace_vector_that_needs_the_qwen3_files() -> None:
+    """Review h18 F1: the README said only the template_* vectors load more than tiktoken's encodings; 13 others did
+    too. Its list is the vectors whose config names an hf-dir tokenizer, split by chat_format template."""
+    needs: dict[str, set[str]] = {"tokenizer": set(), "template": set()}
+    for name in TRACE_NAMES:
+        text = (VECTOR_DIR / f"{name}.trace.jsonl").read_text(encoding="utf-8")
+        if "hf-dir:" in text:
+            needs["template" if '"template"' in text else "tokenizer"].add(name)
+    readme = (SPEC / "README.md").read_text(encoding="utf-8")
+    listed = {
+        kind: set(re.findall(r"`(\w+)`", readme.split(f"- the {heading}:", 1)[1].split(";", 1)[0].split(".\n", 1)[0]))
+        for kind, heading in (("tokenizer", "tokenizer only"), ("template", "tokenizer and its chat template"))
+    }
+    assert listed == needs
+    assert f"the {len(needs['tokenizer']) + len(needs['template'])} trace vectors that name" in readme
+    assert f"the {len(needs['template'])} that also set" in readme
+
+
 def test_schemas_are_valid_and_name_every_config_field() -> None:
     input_schema: dict[str, Any] = json.loads((SPEC / "trace-input.schema.json").read_text(encoding="utf-8"))
     output_schema: dict[str, Any] = json.loads((SPEC / "trace-output.schema.json").read_text(encoding="utf-8"))
