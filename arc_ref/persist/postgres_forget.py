@@ -8,9 +8,10 @@ transaction, or none. Only the proxy's conversations (``position`` > 0) are touc
 task is not.
 
 A conversation forgotten while one of its requests runs on some instance: that request's commit finds it gone (the
-head it would move is not there; the parent a fork would copy from is not there, its row held by the fork's
-``FOR KEY SHARE`` until then), writes nothing, and the request is tried again as a new conversation
-(`arc_ref.persist.postgres_conversations.ConversationGone`). A conversation whose head row a commit holds at the
+head it would move is not there; a fork, written in one REPEATABLE READ snapshot, inserts its task only where its
+parent is in that snapshot, so a parent removed before it leaves the fork's rows without their task and they fail
+their foreign key; one removed after it is copied whole), writes nothing, and the request is tried again as a new
+conversation (`arc_ref.persist.postgres_conversations.ConversationGone`). A conversation whose head row a commit holds at the
 moment is left for a later run (``FOR UPDATE SKIP LOCKED``) and counted as busy.
 """
 
