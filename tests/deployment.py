@@ -414,7 +414,7 @@ def agents_beside(proxies: Sequence[Service], agents: int, turns: int, command: 
     """``agents`` agents of ``turns`` turns each, their requests round-robin over ``proxies`` (each turn's reply
     kept, its tool calls answered, a user message asking to go on), while ``command()`` (an `arc-ref` command line,
     or None to skip a round) runs again and again in a subprocess until they end: the status of every request and
-    (exit status, standard output) of every command."""
+    (exit status, standard output and error) of every command."""
     import random
     import sys
     import threading
@@ -449,7 +449,7 @@ def agents_beside(proxies: Sequence[Service], agents: int, turns: int, command: 
             if arguments is not None:
                 done = subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", *arguments],
                                       capture_output=True, text=True, check=False)
-                runs.append((done.returncode, done.stdout))
+                runs.append((done.returncode, done.stdout + done.stderr))
             time.sleep(random.uniform(0.05, 0.3))
 
     threads = [threading.Thread(target=agent, args=(number,)) for number in range(agents)]

@@ -16,7 +16,8 @@ OK = ExitStatus(0, "done: every input line was answered (malformed lines by erro
                    "of standard output goes away (a broken pipe): the command ends quietly")
 INSPECT_FAILED = ExitStatus(1, "inspect: no such record or page in a store that opened, or --verify found that the fold "
                           "of every row differs from the state opened; forget: a key named that is no proxy "
-                          "conversation of the database (the others are forgotten)")
+                          "conversation of the database, or a conversation left because a request held it (the "
+                          "others are forgotten; run it again)")
 USAGE = ExitStatus(USAGE_STATUS, "usage: bad arguments, a trace file that cannot be opened, a configuration that is refused; "
                       "a store that is missing, corrupt or locked")
 LINE_TOO_LONG = ExitStatus(3, f"replay: a line longer than {MAX_LINE_BYTES} bytes: answered by an error line, then "

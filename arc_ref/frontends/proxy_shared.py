@@ -268,8 +268,9 @@ class SharedProxy(Proxy):
                 self.cache.pop(problem.key, None)
                 attempts.committing = None
                 gone += 1
-                if gone > FORGOTTEN_RETRIES:
-                    raise store_failed(problem) from None
+                if gone > FORGOTTEN_RETRIES:  # forgotten again and again: the client's own retry may fare better
+                    raise Failed(503, "store_unavailable", f"{problem}, {gone} times in a row; retry",
+                                 retry_after=STORE_RETRY_AFTER_S) from None
                 print(f"arc-ref proxy: {problem}: the request is tried again", file=sys.stderr, flush=True)
             except StoreUnavailable as problem:
                 now = time.monotonic()

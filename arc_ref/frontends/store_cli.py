@@ -221,6 +221,7 @@ def _forget(arguments: argparse.Namespace) -> int:
             assert found is not None
             created_before = found[0]
         conversations, unknown = chosen(db, arguments.keys, created_before)
+        left: tuple[str, ...] = ()
         rows = sum(conversation.rows for conversation in conversations)
         if arguments.dry_run:
             for conversation in conversations:
@@ -240,6 +241,7 @@ def _forget(arguments: argparse.Namespace) -> int:
             done = forget(db, [conversation.key for conversation in conversations], created_before, progress)
             _emit(f"forgot {done.conversations:,} conversation(s): {done.rows:,} rows, {done.marks:,} marks,"
                   f" {done.replies:,} kept replies\n")
+            left = done.busy
             if done.busy:
                 print(f"arc-ref forget: {len(done.busy):,} conversation(s) left, a request was committing to them:"
                       f" {', '.join(done.busy[:10])}{' ...' if len(done.busy) > 10 else ''}; run forget again",
@@ -251,7 +253,7 @@ def _forget(arguments: argparse.Namespace) -> int:
         raise LookupError(f"not a proxy conversation of {db.shown}"
                           f"{' created before ' + created_before.isoformat() if created_before else ''}:"
                           f" {', '.join(unknown[:10])}{' ...' if len(unknown) > 10 else ''}")
-    return OK.code
+    return INSPECT_FAILED.code if left else OK.code  # (review h21 MINOR-2: a script sees that some were left)
 
 
 def _forget_in_directory(arguments: argparse.Namespace) -> int:
@@ -283,7 +285,7 @@ def _forget_in_directory(arguments: argparse.Namespace) -> int:
         _flush()
         raise LookupError(f"not a conversation of {str(directory)!r}: {', '.join(done.unknown[:10])}"
                           f"{' ...' if len(done.unknown) > 10 else ''}")
-    return OK.code
+    return INSPECT_FAILED.code if done.busy else OK.code
 
 
 # --- copy ---------------------------------------------------------------------------------------

@@ -71,7 +71,7 @@ def test_a_conversation_a_process_holds_is_left_and_named(tmp_path: Path, capsys
         key = turn(base_url, messages)
     holder = WriterLock(store / key / "task.arc", store / key / "task.arc")  # as a proxy holds it for a request
     try:
-        assert main(["forget", str(store), key]) == 0
+        assert main(["forget", str(store), key]) == 1  # some left: a script sees it (review h21 MINOR-2)
     finally:
         holder.release()
     said = capsys.readouterr()
@@ -161,7 +161,9 @@ def test_forget_in_a_loop_beside_two_proxy_processes_on_one_directory(tmp_path: 
     removed = sum(int(said.split()[1]) for _, said in forgets if said.startswith("forgot"))
     print(f"{len(statuses)} requests, {len(forgets)} forgets, {removed} conversations removed")
     assert statuses == [200] * 240, logs[-3000:]
-    assert len(forgets) >= 3 and all(status == 0 for status, _ in forgets) and removed >= 1, forgets
+    # (1: a conversation a request held was left, and said so)
+    assert len(forgets) >= 3 and all(status == 0 or (status == 1 and "left" in said) for status, said in forgets) \
+        and removed >= 1, forgets
     assert "Traceback" not in logs
     for folder in store.iterdir():
         if folder.is_dir() and not folder.name.startswith("."):
