@@ -262,9 +262,9 @@ TRACE_NAMES = sorted(path.name[: -len(".trace.jsonl")] for path in VECTOR_DIR.gl
 
 
 def read_lines(path: Path) -> list[str]:
-    """The lines of a vector file as `arc-ref replay` reads them (UTF-8, newline kept untranslated)."""
-    with path.open(encoding="utf-8", newline="") as handle:
-        return list(handle)
+    """The lines of a vector file as `arc-ref replay` reads them: split at LF only (trace.md §1; a text-mode reader
+    would also end a line at a CR, which `unicode_whitespace_is_text` holds inside a line), each with its LF."""
+    return [line + "\n" for line in path.read_bytes().decode("utf-8").split("\n")[:-1]]
 
 
 def test_vector_directory_matches_the_generator() -> None:

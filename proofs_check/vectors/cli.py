@@ -25,6 +25,12 @@ def default_directory() -> Path | None:
     return VECTOR_DIR if VECTOR_DIR.is_dir() else None
 
 
+def _read_text(path: Path) -> str:
+    """A vector file's text as written: newlines untranslated (a trace line may hold a CR that is not its end)."""
+    with path.open(encoding="utf-8", newline="") as handle:
+        return handle.read()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m proofs_check.vectors", description=DESCRIPTION)
     mode = parser.add_mutually_exclusive_group(required=True)
@@ -61,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         path = directory / name
         if arguments.write:
             directory.mkdir(parents=True, exist_ok=True)
-            changed = not path.exists() or path.read_text(encoding="utf-8") != content
+            changed = not path.exists() or _read_text(path) != content
             if changed:  # write beside, then rename: an interrupted run never leaves a half-written vector
                 partial = path.with_name(path.name + ".partial")
                 partial.write_text(content, encoding="utf-8", newline="\n")
@@ -69,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{'wrote' if changed else 'unchanged'} {path}", flush=True)
         elif not path.exists():
             problems.append(f"missing: {path}")
-        elif path.read_text(encoding="utf-8") != content:
+        elif _read_text(path) != content:
             problems.append(f"differs from the reference: {path}")
     for path in sorted(directory.iterdir()) if directory.is_dir() else []:
         generated = path.name.endswith(GENERATED_SUFFIXES) and path.name not in HAND_WRITTEN

@@ -1319,6 +1319,52 @@ def port_guess_vectors() -> tuple[TraceVector, ...]:
             ),
             (("a stub collapsed to a bare id", bare_id_in_summary),),
         ),
+        unicode_whitespace_vector(),
+    )
+
+
+def unicode_whitespace_vector() -> TraceVector:
+    """Review h18's porter notes: a language's default split, strip, line split and key order differ from the
+    spec's (ASCII whitespace only, LF only, keys by code point), and each difference changes an output here."""
+    first_action, second_action = "cat\u00a0a.txt", "ls\u2028-la"
+    first, second = make_id(1, first_action, "alpha"), make_id(2, second_action, "beta")
+    return TraceVector(
+        "unicode_whitespace_is_text",
+        ("rendering.md §10", "rendering.md §4", "trace.md §4"),
+        "Only ASCII whitespace (SP, TAB, LF, CR, VT, FF) splits words and is stripped, and only LF splits an"
+        " action into lines: U+00A0, U+001F and U+3000 beside a command word leave a normal action (Python's"
+        " str.split()/strip() would find a recall), U+2028 leaves one command line whose argument is no id"
+        " (str.splitlines() would find two recalls), VT and FF around a command are stripped and split on; an"
+        " action's signature keeps U+00A0 inside its word. The config echo sorts keys by code point: U+FF61"
+        " before U+1F600 (UTF-16 code units would put the emoji first). A CR between a line's JSON tokens and a"
+        " run of CRs before its LF end no line (a reader in universal-newline mode would see more lines).",
+        (
+            config("minimal", template_kwargs={"\U0001f600": 1, "\uff61": 2, "enable_thinking": False}),
+            obs(first_action, "alpha"),
+            obs(second_action, "beta"),
+            agent("t", f"_recall\u00a0{first}"),
+            agent("t", f"\x1f_recall {first}"),
+            agent("t", f"_recall {first}\u2028_recall {second}"),
+            agent("t", f"\u3000_recall {first}\n_recall {second}"),
+            agent("t", f"\t_recall\x0b{second}\x0c\n\x0bcatalog-first"),
+            VIEW,
+            '{"op":\r"view"}',  # a CR between JSON tokens: whitespace, not a line end (only LF ends a line)
+            '{"op": "view"}\r\r',  # a run of CRs before the LF: all removed
+        ),
+        (
+            ("template_kwargs keys echoed by code point", lambda outputs: list(
+                outputs[0]["config"]["template_kwargs"]) == ["enable_thinking", "\uff61", "\U0001f600"]),
+            ("U+00A0, U+001F and U+3000 beside a command word leave a normal action",
+             lambda outputs: [outputs[index]["command"] for index in (3, 4, 6)] == [False, False, False]),
+            ("U+2028 splits no line: one unknown-id note, no recall",
+             lambda outputs: "no stored observation has this id" in outputs[5]["response"]
+             and "recalls" not in outputs[5]),
+            ("VT and FF are stripped and split on: a recall and a catalog page",
+             lambda outputs: outputs[7].get("chunk") == 1 and "catalog page 1/1" in outputs[7]["response"]),
+            ("the signature keeps U+00A0 inside its word", view_has("$ cat\u00a0a.txt | head: alpha")),
+            ("a CR inside a line or in a run at its end is no line end: three views",
+             lambda outputs: [output["op"] for output in outputs[-3:]] == ["view"] * 3),
+        ),
     )
 
 
