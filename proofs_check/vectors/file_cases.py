@@ -367,7 +367,7 @@ def window_budgets_file() -> VectorFile:
              " M : R : P = 2 : 4 : 1 of L - B - Q - eta; regime floors (when a share is below its floor): each of"
              " M, R, P (p = 1), Q (q = 1) at its floor, the surplus split Q : M : R : P = 2 : 2 : 4 : 1, Q capped at"
              " max(Q*, floor with q*) (the rest to R), q = min(q*, Q - recall frame - rho); p = max(1, (P - page"
-             " frame) // c)."),
+             " frame) // c), the page frame measured with p = 1 in both regimes."),
             ("inputs: tokenizer, chat_format, system, goal (repeated 'repeat' times), context_limit (L_ctx),"
              " max_completion (G_max), recall_budget (Q*), chunk_tokens (q*). result: regime, L, B, K and the"
              " eight derived fields; or {error: WindowTooSmall, needed (B + eta + the floors), smallest_window"
@@ -382,6 +382,9 @@ def window_budgets_file() -> VectorFile:
             "WindowTooSmall": "The prefix with the smallest S, H, G, U and eta exceeds L: refused, naming the numbers.",
             "StubCapRaised": "The tokenizer needs more than 112 tokens for the smallest stub: c is that floor.",
             "InvalidPreference": "Q* or q* outside 1..10^8: refused.",
+            "PageFrameAtOne": ("p = max(1, (P - page frame) // c) with the page frame of p = 1 (its header's widest page"
+                               " number N_max): here the frame of the p it yields is 2 bytes narrower, and a p computed"
+                               " with it would be 9, not 8 (review h23 F12)."),
         },
         cases(
             case("the paper's 16k window", ("Shares",), 16384),
@@ -405,6 +408,8 @@ def window_budgets_file() -> VectorFile:
             case("cl100k_base and qwen3-nothink", ("Shares",), 16384, tokenizer="cl100k_base",
                  chat_format="qwen3-nothink"),
             case("Q* = 0", ("InvalidPreference",), 16384, recall=0),
+            case("bytes: the page frame is that of p = 1", ("Shares", "StubCapRaised", "PageFrameAtOne"), 16434,
+                 tokenizer="bytes"),
         ),
         evaluate_window_budgets,
     )
