@@ -1404,6 +1404,74 @@ def unpinned_rule_vectors() -> tuple[TraceVector, ...]:
             ),
         ),
         TraceVector(
+            "inline_boundary_and_collapse_order",
+            ("rendering.md §11.2", "rendering.md §11.3"),
+            "An observation of exactly keep_verbatim_chars (24) characters is not inline in S (n_chars < 24 is);"
+            " S over its budget sheds from the oldest stub: the two oldest collapse to their bare ids, the newer two"
+            " stay whole (review h23 F5: inlineLE and shrinkNewest passed every vector; trace by h23).",
+            (
+                config("minimal", summary_low_water=100),
+                obs("cat a", "A" * 23 + "z"),
+                *(obs(f"cat {name}", name.upper() * 40) for name in "bcd"),
+                obs("cat e", "e"),
+                compact("forced"),
+                VIEW,
+            ),
+            (
+                ("the 24-character observation is no inline item", lambda outputs: "of `cat a`" not in summary_section(
+                    ops(outputs, "view")[0]["text"])),
+                ("the two oldest collapse, the newer two stay whole", lambda outputs: [
+                    len(item.split()) for item in summary_section(ops(outputs, "view")[0]["text"]).split("\n")[1:]]
+                 == [1, 1, 16, 16]),
+            ),
+        ),
+        TraceVector(
+            "inline_frame_and_stub_tail",
+            ("rendering.md §11.2", "rendering.md §7"),
+            "keep_verbatim_chars 1000: an observation of 300 characters is short enough to be inline, but"
+            " summary_frame + line(inline) > M, so S gets its stub; one of 31 characters is inline; a stub's tail"
+            " preview keeps the last characters of S(O) (review h23 F5: inlineFrame and tailmin; trace by h23).",
+            (
+                config("minimal", keep_verbatim_chars=1000, stub_cap=96),
+                obs("cat big.txt", "x" * 500),
+                obs("cat mid.txt", "m" * 300),
+                obs("echo abcdefghijklmnopqrstuvwxyz", "HEAD-0123456789-TAIL-abcdefghij"),
+                agent("t", "ls"),
+                compact("forced"),
+                VIEW,
+            ),
+            (
+                ("the 300 characters are a stub in S", lambda outputs: "rc=0 300ch 300tok $ cat mid.txt" in
+                 summary_section(ops(outputs, "view")[0]["text"])),
+                ("the 31 characters are inline", lambda outputs: "(rc=0) of `echo abcdefghijk…`:\nHEAD-0123456789" in
+                 summary_section(ops(outputs, "view")[0]["text"])),
+                ("the tail preview is the last characters", view_has("| head: HEAD-0 | tail: efghij |")),
+            ),
+        ),
+        TraceVector(
+            "cited_never_inline",
+            ("rendering.md §11.2", "A3"),
+            "An observation shown in H as its stub (too large for R) is Cited: folded, S gets its stub although its"
+            " inline item would fit M (summary_budget 900), while one of 300 characters never shown as a stub is"
+            " inline (review h23 F5: inlineCited; trace by h23).",
+            (
+                config("minimal", keep_verbatim_chars=1000, stub_cap=96, summary_budget=900, context_limit=3000),
+                obs("cat big.txt", "x" * 500),
+                obs("cat mid.txt", "m" * 300),
+                obs("echo abcdefghijklmnopqrstuvwxyz", "HEAD-0123456789-TAIL-abcdefghij"),
+                agent("t", "ls"),
+                compact("forced"),
+                VIEW,
+            ),
+            (
+                ("the 500 characters were shown as a stub", lambda outputs: outputs[1]["verbatim"] is False),
+                ("S gets its stub, not its inline item", lambda outputs: "rc=0 500ch 500tok $ cat big.txt" in
+                 summary_section(ops(outputs, "view")[0]["text"])),
+                ("the 300 characters are inline", lambda outputs: "(rc=0) of `cat mid.txt`:\nmmm" in
+                 summary_section(ops(outputs, "view")[0]["text"])),
+            ),
+        ),
+        TraceVector(
             "unicode16_letter_o200k",
             ("rendering.md §2", "D1"),
             "U+1C89 became a letter in Unicode 16.0: tiktoken 0.14.0's pre-tokenizer keeps its 's with it, 4 tokens"
