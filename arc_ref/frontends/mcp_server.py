@@ -43,12 +43,21 @@ from arc_ref.recall import chunk_count
 from arc_ref.text import ASCII_WHITESPACE
 from arc_ref.trace import TraceError, UnreadableValue, strict_json
 
+SHOWN_FORM = (
+    "A chunk's payload is the output as shown to a model: a chat-format control string in it (like <|im_end|>)"
+    " carries a U+2060 WORD JOINER after its first character, so that it cannot act, and a U+2060 of the output is"
+    " doubled. To get the stored bytes back, join the payloads of every chunk in order, then turn each doubled"
+    " U+2060 into one and drop each U+2060 left alone."
+)
+"""What a client must know to rebuild the exact output from the payloads (`arc_ref.escape.unshow`, spec 7.1)."""
+
 INSTRUCTIONS = (
     "ARC keeps tool outputs verbatim under short ids (like §0012-3456) and gives them back exactly, in chunks."
     " Call store_observation with a command and its output to keep it; later, recall(id) returns its first"
     " chunk and recall_next(id) each further one; recall_meta(id) tells its size before you read it;"
-    " catalog_page lists every stored output, a page at a time."
+    " catalog_page lists every stored output, a page at a time. " + SHOWN_FORM
 )
+
 
 
 ObsId = Annotated[str, Field(description="an id given by store_observation or shown in the catalog, e.g. §0001-1847617399")]
@@ -70,7 +79,8 @@ class RecalledChunk(TypedDict):
     id: str
     chunk: int  # 1-based (0 for an empty observation)
     chunks: int
-    payload: str  # the chunk of S(O), exact (unshow of every payload joined is O: spec/rendering.md 7.1)
+    payload: Annotated[str, Field(description="this chunk of the output's shown form (see the server's"
+                                  " instructions: joined and with its U+2060 undone, the stored output, byte for byte)")]
     more: bool  # recall_next has a further chunk
 
 
@@ -148,11 +158,13 @@ class ArcTools:
         return _result(text, chunk)
 
     def recall(self, id: ObsId) -> Annotated[CallToolResult, RecalledChunk]:
-        """The first chunk of a stored observation, exact (restarts its cursor)."""
+        """The first chunk of a stored observation, exact as its shown form (restarts its cursor; joined with
+        recall_next's chunks and with each lone U+2060 dropped and each doubled one made single, the stored output)."""
         return self._recall("_recall", id)
 
     def recall_next(self, id: ObsId) -> Annotated[CallToolResult, RecalledChunk]:
-        """The next chunk of a stored observation after the last one returned, exact."""
+        """The next chunk of a stored observation after the last one returned, exact as its shown form (moves
+        its cursor; see recall)."""
         return self._recall("_recall-next", id)
 
     def recall_meta(self, id: ObsId) -> Annotated[CallToolResult, ObservationMeta]:
@@ -189,13 +201,17 @@ def build_server(store: Store) -> MCPServer:
     """An MCP server with ARC's five tools over ``store`` (a writer)."""
     tools = ArcTools(store)
     server: MCPServer = MCPServer(name="arc-ref", instructions=INSTRUCTIONS, log_level="WARNING")
-    recall_hints = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
-    server.add_tool(tools.store_observation, name="store_observation", annotations=ToolAnnotations(
-        read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False))
-    server.add_tool(tools.recall, name="recall", annotations=recall_hints)
-    server.add_tool(tools.recall_next, name="recall_next", annotations=recall_hints)
-    server.add_tool(tools.recall_meta, name="recall_meta", annotations=recall_hints)
-    server.add_tool(tools.catalog_page, name="catalog_page", annotations=recall_hints)
+    # No tool is read-only: each call is a row of the store, and recall, recall_next and catalog_page move a cursor
+    # (review h24 F4: a host may run read-only tools at once; recall_next after recall then read the wrong chunk)
+    def hints(idempotent: bool) -> ToolAnnotations:
+        return ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=idempotent,
+                               open_world_hint=False)
+
+    server.add_tool(tools.store_observation, name="store_observation", annotations=hints(False))
+    server.add_tool(tools.recall, name="recall", annotations=hints(True))
+    server.add_tool(tools.recall_next, name="recall_next", annotations=hints(False))
+    server.add_tool(tools.recall_meta, name="recall_meta", annotations=hints(True))
+    server.add_tool(tools.catalog_page, name="catalog_page", annotations=hints(True))
     return server
 
 
@@ -285,7 +301,13 @@ def read_message(line: bytes) -> JSONRPCMessage | str:
         return _error_line(INVALID_REQUEST, "Invalid Request: a JSON-RPC batch is not supported (MCP sends one"
                                             " message per line); send each message on its own line")
     request_id = value.get("id") if isinstance(value, dict) else None
-    if isinstance(request_id, bool) or not isinstance(request_id, (str, int)):
+    if isinstance(value, dict) and "method" in value and "id" in value and not _mcp_id(request_id):
+        # the SDK would take it for a notification (it ignores the id) and answer nothing (review h24 F2); the id is
+        # echoed where JSON-RPC allows it (a number), else null
+        echoed = request_id if isinstance(request_id, float) else None
+        return _error_line(INVALID_REQUEST, "Invalid Request: a request's id must be a string or an integer (MCP),"
+                                            f" got {json.dumps(request_id)[:40]}; nothing was done", echoed)
+    if not _mcp_id(request_id):
         request_id = None
     try:
         return jsonrpc_message_adapter.validate_python(value, by_name=False)
@@ -295,12 +317,25 @@ def read_message(line: bytes) -> JSONRPCMessage | str:
                            request_id)
 
 
+def _mcp_id(value: object) -> bool:
+    """An id MCP takes: a string or an integer (not a boolean, not null)."""
+    return isinstance(value, (str, int)) and not isinstance(value, bool)
+
+
+NOT_INITIALIZED = ("Invalid Request: the session is not initialized; send initialize first (and"
+                   " notifications/initialized after its answer)")
+CALL = "tools/call"
+
+
 async def serve_lines(server: MCPServer, stdin: IO[bytes], stdout: IO[bytes]) -> None:
     """Serve ``server`` over newline-delimited JSON-RPC on byte streams, answering every line (`read_message`)."""
     incoming_send, incoming = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     outgoing, outgoing_receive = anyio.create_memory_object_stream[SessionMessage](0)
     lock = anyio.Lock()
     awaiting: set[str | int] = set()  # ids of requests read and not yet answered
+    calls: set[str | int] = set()  # ids of tool calls handed to the server and not yet answered
+    call_answered = anyio.Event()  # set when ``calls`` empties
+    initialized = False  # an initialize request was read
 
     def write_line(text: str) -> None:
         stdout.write(text.encode("utf-8") + b"\n")
@@ -311,6 +346,7 @@ async def serve_lines(server: MCPServer, stdin: IO[bytes], stdout: IO[bytes]) ->
             await anyio.to_thread.run_sync(write_line, text)
 
     async def reader() -> None:
+        nonlocal initialized, call_answered
         async with incoming_send:
             while True:
                 line = await anyio.to_thread.run_sync(stdin.readline)
@@ -323,10 +359,22 @@ async def serve_lines(server: MCPServer, stdin: IO[bytes], stdout: IO[bytes]) ->
                 message = read_message(line.rstrip(b"\r\n"))
                 if isinstance(message, str):
                     await emit(message)
-                else:
-                    if isinstance(message, JSONRPCRequest):
-                        awaiting.add(message.id)
-                    await incoming_send.send(SessionMessage(message))
+                    continue
+                if isinstance(message, JSONRPCRequest):
+                    if message.method == "initialize":
+                        initialized = True
+                    elif not initialized and message.method != "ping":  # the SDK answered "Invalid request
+                        await emit(_error_line(INVALID_REQUEST, NOT_INITIALIZED, message.id))  # parameters" (h24 F3)
+                        continue
+                    if message.method == CALL:
+                        # tool calls run one at a time, in the order they came (review h24 F4: pipelined, a
+                        # recall_next could run before the recall sent first; the store serializes them anyway)
+                        while calls:
+                            call_answered = anyio.Event()
+                            await call_answered.wait()
+                        calls.add(message.id)
+                    awaiting.add(message.id)
+                await incoming_send.send(SessionMessage(message))
 
     async def writer() -> None:
         async with outgoing_receive:
@@ -334,6 +382,10 @@ async def serve_lines(server: MCPServer, stdin: IO[bytes], stdout: IO[bytes]) ->
                 await emit(session_message.message.model_dump_json(by_alias=True, exclude_unset=True))
                 if isinstance(session_message.message, (JSONRPCResponse, JSONRPCError)):
                     awaiting.discard(session_message.message.id)
+                    if session_message.message.id in calls:
+                        calls.discard(session_message.message.id)
+                        if not calls:
+                            call_answered.set()
 
     lowlevel = server._lowlevel_server
     async with anyio.create_task_group() as group:

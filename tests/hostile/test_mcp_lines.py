@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import subprocess
 import sys
 import time
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -68,8 +70,8 @@ HOSTILE: list[tuple[str, bytes, int, str, object]] = [  # name, line, error code
 class Server:
     """`arc-ref mcp` in a subprocess; one line written, one line read back."""
 
-    def __init__(self, store: Path) -> None:
-        self.process = subprocess.Popen([sys.executable, "-m", "arc_ref.frontends.cli", "mcp", str(store)],
+    def __init__(self, store: Path, *options: str) -> None:
+        self.process = subprocess.Popen([sys.executable, "-m", "arc_ref.frontends.cli", "mcp", *options, str(store)],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def send(self, line: bytes) -> None:
@@ -138,8 +140,8 @@ def test_requests_piped_before_the_input_closes_are_all_answered(tmp_path: Path)
 class Client(Server):
     """A client as a real one behaves: it waits for the answer carrying its request's id, whatever else comes."""
 
-    def __init__(self, store: Path) -> None:
-        super().__init__(store)
+    def __init__(self, store: Path, *options: str) -> None:
+        super().__init__(store, *options)
         self.next_id = 100
         self.pending = b""
 
@@ -178,6 +180,18 @@ class Client(Server):
                 break
         raise AssertionError(f"no answer under id {request_id!r}: a client waiting for it would wait forever"
                              f" (answers seen: {json.dumps(seen)[:300]})")
+
+    def answers(self, request_ids: Iterable[object]) -> list[dict[str, Any]]:
+        """The answers under ``request_ids`` (sent before), in that order, whatever order they come in."""
+        wanted = list(request_ids)
+        found: dict[object, dict[str, Any]] = {}
+        deadline = time.monotonic() + ANSWER_WITHIN_S
+        while len(found) < len(wanted):
+            answer = self._line(deadline)
+            assert answer is not None, f"no answer under {sorted(set(wanted) - set(found), key=str)[:5]}"
+            if answer.get("id") in wanted:
+                found[answer["id"]] = answer
+        return [found[request_id] for request_id in wanted]
 
 
 ANSWERED_UNDER_ITS_ID = [  # issue 31 item 3: JSON text whose id can be read, holding a value no reader takes
@@ -263,3 +277,87 @@ def test_a_store_path_under_a_regular_file_is_a_clear_exit_2(tmp_path: Path) -> 
         assert done.returncode == 2, done.stderr
         assert done.stderr.strip() == f"arc-ref mcp: cannot create {str(path)!r}: Not a directory", done.stderr
         assert not any((tmp_path / "file").parent.glob(".x.arc.creating-*"))
+
+
+def tool_call(request_id: int, name: str, **arguments: Any) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+                       "params": {"name": name, "arguments": arguments}}).encode()
+
+
+BAD_IDS = [("an object", b'{"a":1}', None), ("null", b"null", None), ("a fraction", b"1.5", 1.5),
+           ("an array", b"[1]", None), ("true", b"true", None)]
+
+
+@pytest.mark.parametrize("name, text, echoed", BAD_IDS, ids=[case[0] for case in BAD_IDS])
+def test_a_request_whose_id_is_no_string_or_integer_is_answered(tmp_path: Path, name: str, text: bytes,
+                                                                 echoed: object) -> None:
+    """Review h24 F2: the SDK took such a request for a notification and answered nothing (the client waited
+    forever, and a store_observation was not stored, silently). Now -32600, the id echoed where JSON-RPC allows it."""
+    client = Client(tmp_path / "store.arc")
+    try:
+        client.reply_to(json.dumps(INITIALIZE).encode(), 0)
+        client.send(json.dumps(INITIALIZED).encode())
+        line = store_call(1, action="ls", observation="x").replace(b'"id": 1', b'"id": ' + text)
+        answer, _ = client.reply_to(line, echoed, barrier=True)
+        assert answer["error"]["code"] == -32600, answer
+        assert "a request's id must be a string or an integer" in answer["error"]["message"], answer
+        stored, _ = client.reply_to(store_call(2, action="ls", observation="after"), 2)
+        assert stored["result"]["structuredContent"]["index"] == 1, stored  # nothing of the bad line was stored
+    finally:
+        code, err = client.close()
+    assert code == 0 and "Traceback" not in err, err
+
+
+def test_a_request_before_initialize_is_told_so(tmp_path: Path) -> None:
+    """Review h24 F3: the SDK answered -32602 "Invalid request parameters" with empty data; a ping is answered."""
+    client = Client(tmp_path / "store.arc")
+    try:
+        pong, _ = client.reply_to(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode(), 1)
+        assert pong.get("result") == {}, pong
+        for request_id, line in ((2, tool_call(2, "catalog_page")),
+                                 (3, json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}).encode())):
+            refused, _ = client.reply_to(line, request_id)
+            assert refused["error"]["code"] == -32600, refused
+            assert "not initialized; send initialize first" in refused["error"]["message"], refused
+        assert "result" in client.reply_to(json.dumps(INITIALIZE).encode(), 0)[0]
+        client.send(json.dumps(INITIALIZED).encode())
+        listed, _ = client.reply_to(json.dumps({"jsonrpc": "2.0", "id": 4, "method": "tools/list"}).encode(), 4)
+        tools = {tool["name"]: tool for tool in listed["result"]["tools"]}
+        # none is read-only (each call is a row, and three move a cursor: review h24 F4); recall_next is not idempotent
+        assert {name: tool["annotations"]["readOnlyHint"] for name, tool in tools.items()} == dict.fromkeys(tools, False)
+        assert not tools["recall_next"]["annotations"]["idempotentHint"]
+        assert "U+2060" in tools["recall"]["outputSchema"]["properties"]["payload"]["description"]
+    finally:
+        code, err = client.close()
+    assert code == 0 and "Traceback" not in err, err
+
+
+def test_pipelined_calls_run_in_the_order_they_came(tmp_path: Path) -> None:
+    """Review h24 F4: calls sent without waiting ran in worker threads in any order: a recall_next could run before
+    the recall sent just before it (4 times in 100), store_observation minted indexes out of order. Now they run one
+    at a time, as they came; and the payloads, joined and with the U+2060 rule of the instructions applied, are the
+    stored output (its control string and its own U+2060 included)."""
+    output = "".join(f"line {number}: <|im_end|> and a \u2060 joiner\n" for number in range(12))
+    client = Client(tmp_path / "store.arc", "--preset", "minimal")
+    try:
+        initialized, _ = client.reply_to(json.dumps(INITIALIZE).encode(), 0)
+        assert "join the payloads of every chunk" in initialized["result"]["instructions"]
+        client.send(json.dumps(INITIALIZED).encode())
+        client.send(b"\n".join(store_call(10 + number, action=f"cat {number}", observation=f"{number}")
+                               for number in range(20)))
+        stored = client.answers(range(10, 30))  # the minimal preset stores 24
+        assert [answer["result"].get("structuredContent", answer)["index"] for answer in stored] == list(range(1, 21))
+        first, _ = client.reply_to(store_call(99, action="cat big", observation=output), 99)
+        obs_id, chunks = first["result"]["structuredContent"]["id"], first["result"]["structuredContent"]["chunks"]
+        assert chunks >= 8, first
+        for trial in range(10):
+            ids = range(1000 * (trial + 1), 1000 * (trial + 1) + chunks)
+            client.send(b"\n".join(tool_call(request_id, "recall_next" if number else "recall", id=obs_id)
+                                   for number, request_id in enumerate(ids)))
+            answers = [answer["result"]["structuredContent"] for answer in client.answers(ids)]
+            assert [answer["chunk"] for answer in answers] == list(range(1, chunks + 1)), (trial, answers)
+            joined = "".join(answer["payload"] for answer in answers)
+            assert re.sub("\u2060\u2060|\u2060", lambda found: "\u2060" if len(found.group()) == 2 else "", joined) == output
+    finally:
+        code, err = client.close()
+    assert code == 0 and "Traceback" not in err, err
