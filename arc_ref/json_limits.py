@@ -19,6 +19,9 @@ from typing import Any
 MAX_NESTING = 128
 # An integer literal longer than this is refused by Python's int() (sys.int_info.default_max_str_digits).
 MAX_INTEGER_DIGITS = 4300
+# The longest trace line `arc-ref replay` reads (spec/trace.md section 1), and so the longest row a store keeps: its
+# export must be a trace that replays.
+MAX_LINE_BYTES = 32 * 1024 * 1024
 
 # The text as a sequence of pieces: a JSON string (a backslash escapes any character), a string that never
 # closes (it runs to the end of the text), or a run outside strings (group 1). Every position starts a piece,

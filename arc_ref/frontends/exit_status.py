@@ -8,8 +8,7 @@ carries its ``error_status_hint``, a failure here carries its exit status).
 from __future__ import annotations
 
 from arc_ref.errors import USAGE_STATUS, ArcError, ExitStatus
-
-MAX_LINE_BYTES = 32 * 1024 * 1024  # the longest input line `arc-ref replay` reads (spec/trace.md section 1)
+from arc_ref.json_limits import MAX_LINE_BYTES as MAX_LINE_BYTES  # the longest line `arc-ref replay` reads
 
 
 OK = ExitStatus(0, "done: every input line was answered (malformed lines by error lines); also when the reader "

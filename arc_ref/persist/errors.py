@@ -3,7 +3,14 @@ for every backend (SQLite here, PostgreSQL beside it)."""
 
 from __future__ import annotations
 
-from arc_ref.errors import ArcError
+from arc_ref.errors import ArcError, InvalidEvent
+
+
+class EventTooLarge(InvalidEvent):
+    """An event whose row, its trace line, would be longer than `arc-ref replay` reads (32 MiB): the store's export
+    would be no trace. Refused whole, nothing stored; it is the event, not the store (no retry changes it)."""
+
+    code = "event_too_large"
 
 
 class StoreError(ArcError):

@@ -22,7 +22,8 @@ from attrs import frozen
 from arc_ref.config import Config
 from arc_ref.errors import ArcError
 from arc_ref.machine import ArcState, Event, Output, RequestView, init, step
-from arc_ref.persist.errors import StoreCorrupt, StoreError
+from arc_ref.json_limits import MAX_LINE_BYTES
+from arc_ref.persist.errors import EventTooLarge, StoreCorrupt, StoreError
 from arc_ref.trace import TraceError, config_from_line, encode, event_from_line, event_line, parse_line
 
 GENESIS = hashlib.sha256(b"arc-ref event log 1").hexdigest()  # the chain's value before row 1  # the chain's value before row 1
@@ -89,9 +90,14 @@ def event_row_line(event: Event) -> str:
     if isinstance(event, RequestView):
         raise StoreError("a view request changes nothing and is not stored; use view(store.state)")
     try:
-        return encode(event_line(event))
+        line = encode(event_line(event))
     except TraceError as problem:
         raise StoreError(f"cannot store this event: {problem}") from None
+    if len(line) * 4 > MAX_LINE_BYTES and len(line.encode("utf-8")) > MAX_LINE_BYTES:  # (4 bytes a character at most)
+        raise EventTooLarge(
+            f"cannot store this event: its row, a trace line, would be {len(line.encode('utf-8')):,} bytes of UTF-8, over the {MAX_LINE_BYTES:,} bytes arc-ref replay reads,"
+            " so the store's export would not replay (review h24 F6); store the output in parts")
+    return line
 
 
 def read_row(seq: int, line: str | bytes, where: str) -> Config | Event:

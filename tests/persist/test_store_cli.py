@@ -7,6 +7,8 @@ import json
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ import pytest
 from arc_ref.frontends.cli import main
 from arc_ref.config import preset
 from arc_ref.machine import AgentTurn, Compact, Observe, view
-from arc_ref.persist import DurableStore, fold_lines
+from arc_ref.persist import DurableStore, EventTooLarge, fold_lines
 
 CONTENT = "first line é中\nsecond line 😀\n" * 3
 
@@ -153,3 +155,43 @@ def test_a_tool_mode_store_exports_and_replays(tmp_path: Path, capfd: pytest.Cap
     assert outputs[3]["recalls"][0]["payload"] == CONTENT[:len(outputs[3]["recalls"][0]["payload"])]
     code, out, _ = run(capfd, "inspect", str(path))
     assert code == 0 and "1 observations" in out
+
+
+def test_verify_beside_a_writer_folds_the_rows_the_state_was_opened_from(
+        store_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """Review h24 F5: --verify opened the store a second time and compared folds of different rows while a writer
+    appended (every run during writing: 'DIFFERS FROM', exit 1, a false alarm of damage). Now it folds rows
+    1 .. the opened state's row again."""
+    stop = threading.Event()
+
+    def write() -> None:
+        with DurableStore.open(store_path) as writer:
+            while not stop.is_set():
+                writer.append(AgentTurn("busy", "echo still writing"))
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        time.sleep(0.3)
+        results = [run(capfd, "inspect", str(store_path), "--verify") for _ in range(5)]
+    finally:
+        stop.set()
+        writer.join()
+    assert [code for code, _, _ in results] == [0] * 5, results
+    assert all("equals the state opened" in out for _, out, _ in results), results
+    rows = [int(out.split("the fold of all ")[1].split()[0]) for _, out, _ in results]
+    assert rows == sorted(rows) and rows[-1] > rows[0], rows  # the writer went on meanwhile
+
+
+def test_an_event_whose_row_replay_could_not_read_is_refused_and_nothing_is_stored(store_path: Path) -> None:
+    """Review h24 F6: an output of 6,000,000 control characters was stored as a row of 36,000,064 bytes (each one
+    written \\u0001), and the store's export stopped arc-ref replay (a line over 32 MiB, exit 3). Now the event is
+    refused, EventTooLarge, and the store is as it was."""
+    with DurableStore.open(store_path) as store:
+        before = (store.seq, store.state)
+        with pytest.raises(EventTooLarge, match="over the 33,554,432 bytes arc-ref replay reads"):
+            store.append(Observe("dump", "\x01" * 6_000_000))
+        assert (store.seq, store.state) == before
+        fits = store.append(Observe("dump", "\x01" * 5_000_000))  # a row of 30,000,058 bytes: stored
+    with DurableStore.open(store_path, readonly=True) as reopened:
+        assert reopened.seq == fits.seq and len(next(reopened.events(fits.seq, 1)).line) < 32 * 2**20
