@@ -11,7 +11,8 @@ Any MCP-capable agent can keep its tool outputs in ARC and read them back exactl
 
 Each call is one event of the store (an observation, or an agent turn holding the matching ARC command),
 committed before the result is returned, so the log shows every store and recall. The text of a result is
-exactly what ARC's own agent would read; the structured content carries the fields (the exact ``payload``
+what ARC's own agent would read, except that notes, pages and stubs name this server's tools (``recall(ID)``,
+``catalog_page(page=N)``) where ARC's agent reads its commands; the structured content carries the fields (the exact ``payload``
 of a chunk among them). A chunk is a chunk of the observation's shown form S(O) (spec/rendering.md 7.1: a
 control string of the chat format or tokenizer in it carries a U+2060 after its first character, a U+2060 is
 doubled); the payloads of every chunk, concatenated, with ``arc_ref.escape.unshow`` applied, are the stored
@@ -109,6 +110,31 @@ def _one_id(argument: str) -> str:
     return words[0]
 
 
+# ARC's command words as this server's tools (review h24 F10: its notes and pages named commands a model connected
+# over MCP cannot call, "_recall-start ID reads it again", "catalog-first lists them")
+_TOOL_OF_WORD = {"_recall": "recall", "_recall-start": "recall", "_recall-next": "recall_next",
+                 "_recall_meta": "recall_meta", "catalog-page": "catalog_page"}
+_NOTE_WORD = re.compile(r"\A(_recall-start|_recall-next|_recall_meta|_recall|catalog-page)(?=[ :])")
+_READ_AGAIN = re.compile(r"; _recall-start (\S+) reads it again\Z")
+_STUB_RECALL = re.compile(r" \| _recall (\S+)$", re.MULTILINE)  # the last field of a stub line (not a preview)
+_PAGE_COMMANDS = "; catalog-first, catalog-next, catalog-page N]"
+
+
+def in_tool_terms(note: str) -> str:
+    """A core note (an error result) with ARC's command words as this server's tools."""
+    note = _NOTE_WORD.sub(lambda found: _TOOL_OF_WORD[found.group(1)], note, count=1)
+    note = _READ_AGAIN.sub(r"; recall(\1) reads it again", note)
+    return note.replace("; catalog-first lists them", "; catalog_page(page=1) lists them")
+
+
+def listing_in_tool_terms(text: str) -> str:
+    """A catalog page or a stub with the tools that read on: its header's commands and each stub's last field."""
+    header, newline, rest = text.partition("\n")
+    if header.startswith("[ARC catalog page ") and header.endswith(_PAGE_COMMANDS):
+        header = header[: -len(_PAGE_COMMANDS)] + "; catalog_page(page=N) shows another]"
+    return _STUB_RECALL.sub(r" | recall(\1)", header + newline + rest)
+
+
 def _result(text: str, structured: object) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
 
@@ -149,7 +175,7 @@ class ArcTools:
         answered = self._command(f"{word} {_one_id(obs_id)}")
         text = answered.response or ""
         if not answered.recalls:  # unknown id (with the nearest one), or every chunk already returned
-            return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+            return CallToolResult(content=[TextContent(type="text", text=in_tool_terms(text))], is_error=True)
         recalled = answered.recalls[0]
         chunk: RecalledChunk = {
             "id": recalled.obs_id, "chunk": recalled.chunk, "chunks": recalled.chunks,
@@ -173,14 +199,15 @@ class ArcTools:
         answered = self._command(f"_recall_meta {token}")
         record = self.store.state.lookup(token)
         if record is None:
-            return CallToolResult(content=[TextContent(type="text", text=answered.response or "")], is_error=True)
+            return CallToolResult(content=[TextContent(type="text", text=in_tool_terms(answered.response or ""))],
+                                  is_error=True)
         meta: ObservationMeta = {
-            "id": record.obs_id, "stub": record.stub, "tokens": record.n_tokens,
+            "id": record.obs_id, "stub": listing_in_tool_terms(record.stub), "tokens": record.n_tokens,
             "chunks": chunk_count(record.n_tokens, self.store.state.config.chunk_tokens),
             "characters": record.n_chars,
             "returncode": record.returncode, "action": record.signature,
         }
-        return _result(record.stub, meta)
+        return _result(meta["stub"], meta)
 
     def catalog_page(self, page: Page = None) -> Annotated[CallToolResult, CatalogPage]:
         """One page of the catalog of every stored observation (default: the last page)."""
@@ -192,9 +219,11 @@ class ArcTools:
         answered = self._command(f"catalog-page {target}")
         catalog = self.store.state.catalog_message
         if not 1 <= target <= pages or catalog is None:
-            return CallToolResult(content=[TextContent(type="text", text=answered.response or "")], is_error=True)
-        listing: CatalogPage = {"page": target, "pages": pages, "stored": state.stored, "text": catalog.content}
-        return _result(catalog.content, listing)
+            return CallToolResult(content=[TextContent(type="text", text=in_tool_terms(answered.response or ""))],
+                                  is_error=True)
+        shown = listing_in_tool_terms(catalog.content)
+        listing: CatalogPage = {"page": target, "pages": pages, "stored": state.stored, "text": shown}
+        return _result(shown, listing)
 
 
 def build_server(store: Store) -> MCPServer:
@@ -349,7 +378,8 @@ async def serve_lines(server: MCPServer, stdin: IO[bytes], stdout: IO[bytes]) ->
         nonlocal initialized, call_answered
         async with incoming_send:
             while True:
-                line = await anyio.to_thread.run_sync(stdin.readline)
+                # abandoned on cancel: Ctrl-C ends the server at once, not at the next line (review h24 F9)
+                line = await anyio.to_thread.run_sync(stdin.readline, abandon_on_cancel=True)
                 if not line:  # the client closed its side: answer what it asked, then end
                     while awaiting:
                         await anyio.sleep(0.01)

@@ -30,10 +30,12 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
 
+import attrs
+
 from arc_ref.catalog import page_count, render_page
 from arc_ref.config import MAX_CONFIG_INTEGER, PRESETS, Config, preset
 from arc_ref.errors import ArcError
-from arc_ref.frontends.exit_status import INSPECT_FAILED, IO, OK, CommandFailed, status_of
+from arc_ref.frontends.exit_status import INSPECT_FAILED, INTERRUPTED, IO, OK, CommandFailed, status_of
 from arc_ref.frontends.streams import silence_stdout
 from arc_ref.machine import ArcState, Event, view
 from arc_ref.options import integer_parser, unique_settings
@@ -64,7 +66,7 @@ def add_commands(commands: "argparse._SubParsersAction[Any]",
     shown = inspect.add_mutually_exclusive_group()
     shown.add_argument("--catalog", nargs="?", type=integer_parser(0, MAX_CONFIG_INTEGER), const=0, metavar="PAGE",
                        help=f"a catalog page, 1 to {MAX_CONFIG_INTEGER} (default, or 0: the last)")
-    shown.add_argument("--record", metavar="ID", help="one stored observation: metadata, then its exact content")
+    shown.add_argument("--record", metavar="ID", help="one stored observation: a line of metadata, then its exact content (no newline added)")
     shown.add_argument("--events", action="store_true", help="the event log: row, checksum, line")
     shown.add_argument("--view", action="store_true", help="the current view, then its budget audit")
     inspect.add_argument("--from", dest="start", type=integer_parser(1, MAX_ROW), default=1, metavar="ROW",
@@ -503,11 +505,17 @@ def _print_record(state: ArcState, token: str) -> int:
         "step": record.step, "characters": record.n_chars, "bytes": record.n_bytes, "tokens": record.n_tokens,
         "chunks": chunks, "stub": record.stub,
     }, ensure_ascii=False) + "\n")
-    _emit(record.content if record.content.endswith("\n") else record.content + "\n")
+    _emit(record.content)  # exact: nothing added (review h24 F8: a newline was, where the output ends without one)
     return OK.code
 
 
 # --- mcp ----------------------------------------------------------------------------------------
+
+
+def config_differences(stored: Config, given: Config) -> list[str]:
+    """The fields in which ``given`` differs from ``stored``, each as `name stored -> given`."""
+    return [f"{field.name} {getattr(stored, field.name)!r} -> {getattr(given, field.name)!r}"
+            for field in attrs.fields(Config) if getattr(stored, field.name) != getattr(given, field.name)]
 
 
 def _new_store_config(arguments: argparse.Namespace) -> Config:
@@ -521,17 +529,32 @@ def _mcp(arguments: argparse.Namespace) -> int:
     try:  # the store first: a locked or corrupt store is refused before the (slower) import of the SDK
         store = open_store(arguments.store)
         if arguments.preset is not None or arguments.set:
-            store.close(snapshot=False)
-            raise StoreError(f"{arguments.store!r} exists: its configuration was fixed when it was created"
-                             " (leave out --preset and --set)")
+            # an MCP host starts the server with the same arguments every time (review h24 F7: a store made with
+            # --set was refused at every later start): the configuration they give must be the store's
+            try:
+                given = _new_store_config(arguments)
+            except BaseException:
+                store.close(snapshot=False)
+                raise
+            differing = config_differences(store.state.config, given)
+            if differing:
+                store.close(snapshot=False)
+                raise StoreError(f"{arguments.store!r} exists: its configuration was fixed when it was created and"
+                                 f" differs from --preset/--set in {', '.join(differing)} (leave them out, or give"
+                                 " the store's own)")
     except StoreNotFound:
         store = create_store(arguments.store, _new_store_config(arguments))
     try:
         from arc_ref.frontends.mcp_server import serve
 
         serve(store)
-    except KeyboardInterrupt:
-        pass
+    except KeyboardInterrupt:  # Ctrl-C or SIGINT: every acknowledged call is committed (review h24 F9: exit 0)
+        store.close()
+        # the thread reading standard input stays blocked until a line comes, and the interpreter would wait for
+        # it at exit: end now, the store closed (its acknowledged calls committed) and the streams flushed
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(INTERRUPTED.code)
     finally:
         store.close()
     return OK.code

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -277,6 +278,19 @@ def test_a_store_path_under_a_regular_file_is_a_clear_exit_2(tmp_path: Path) -> 
         assert done.returncode == 2, done.stderr
         assert done.stderr.strip() == f"arc-ref mcp: cannot create {str(path)!r}: Not a directory", done.stderr
         assert not any((tmp_path / "file").parent.glob(".x.arc.creating-*"))
+
+
+def test_ctrl_c_ends_the_server_at_once_with_130(tmp_path: Path) -> None:
+    """Review h24 F9: SIGINT left the server blocked reading standard input until the next line, then exit 0."""
+    client = Client(tmp_path / "store.arc")
+    client.reply_to(json.dumps(INITIALIZE).encode(), 0)
+    client.send(json.dumps(INITIALIZED).encode())
+    stored, _ = client.reply_to(store_call(1, action="ls", observation="kept"), 1)
+    assert not stored["result"]["isError"]
+    client.process.send_signal(signal.SIGINT)
+    assert client.process.wait(timeout=20) == 130
+    with DurableStore.open(tmp_path / "store.arc", readonly=True) as reopened:
+        assert [record.content for record in reopened.state.records] == ["kept"]
 
 
 def tool_call(request_id: int, name: str, **arguments: Any) -> bytes:

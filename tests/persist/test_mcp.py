@@ -75,6 +75,9 @@ def test_store_and_recall_exactly_over_mcp_stdio(tmp_path: Path) -> None:
 
             page = await call(client, "catalog_page")
             assert obs_id in text_of(page) and page.structured_content["pages"] == 1
+            # this server's tools, not ARC's command words (review h24 F10)
+            assert text_of(page).endswith(f" | recall({obs_id})") and "catalog_page(page=N)" in text_of(page)
+            assert "catalog-first" not in text_of(page) and "_recall" not in text_of(meta)
 
             typo = await call(client, "recall", id=obs_id[:-1] + ("0" if obs_id[-1] != "0" else "1"))
             assert typo.is_error and f"did you mean {obs_id}?" in text_of(typo)
@@ -82,6 +85,8 @@ def test_store_and_recall_exactly_over_mcp_stdio(tmp_path: Path) -> None:
             assert two_words.is_error and "an id is one word" in text_of(two_words)
             nothing = await call(client, "catalog_page", page=7)
             assert nothing.is_error and "no such page" in text_of(nothing)
+            far = await call(client, "recall", id="§49-0")
+            assert far.is_error and text_of(far).startswith("recall §49-0: no stored observation has this id")
 
             # a second server on the same store is refused while this one runs
             refused = subprocess.run(
@@ -98,6 +103,7 @@ def test_store_and_recall_exactly_over_mcp_stdio(tmp_path: Path) -> None:
                 more = await call(client, "recall_next", id=seen["obs_id"])
                 if more.is_error:
                     assert "already returned" in text_of(more)
+                    assert text_of(more).endswith(f"; recall({seen['obs_id']}) reads it again")
                     break
                 payloads.append(more.structured_content["payload"])
             assert "".join(payloads) == LOG  # exact, chunk after chunk, across a restart
@@ -105,6 +111,11 @@ def test_store_and_recall_exactly_over_mcp_stdio(tmp_path: Path) -> None:
 
     anyio.run(first_session)
     anyio.run(second_session)
+    # an MCP host starts the server with the same arguments every time (review h24 F7: refused from the second)
+    again = subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", "mcp", str(store), "--preset", "minimal",
+                            "--set", "capacity=50"], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                           timeout=scaled_ceiling(60))
+    assert again.returncode == 0, again.stderr
     with DurableStore.open(store, readonly=True) as reopened:
         actions = [row.line for row in reopened.events()]
         assert reopened.state.stored == 1
@@ -119,6 +130,7 @@ def test_mcp_on_an_existing_store_refuses_a_new_configuration(tmp_path: Path) ->
         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=scaled_ceiling(60),
     )
     assert done.returncode == 2 and "its configuration was fixed when it was created" in done.stderr
+    assert "differs from --preset/--set in " in done.stderr and "capacity 24 -> " in done.stderr, done.stderr
     bad = subprocess.run(
         [sys.executable, "-m", "arc_ref.frontends.cli", "mcp", str(tmp_path / "new.arc"), "--set", "page_size=x"],
         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=scaled_ceiling(60),

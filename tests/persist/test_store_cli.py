@@ -33,6 +33,11 @@ def store_path(tmp_path: Path) -> Path:
     return path
 
 
+def store_ids(path: Path) -> list[str]:
+    with DurableStore.open(path, readonly=True) as store:
+        return [record.obs_id for record in store.state.records]
+
+
 def run(capfd: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capfd.readouterr()
@@ -63,6 +68,9 @@ def test_inspect_catalog_record_events_view_and_verify(store_path: Path, capfd: 
     code, out, _ = run(capfd, "inspect", str(store_path), "--record", first.obs_id)
     header, _, content = out.partition("\n")
     assert code == 0 and json.loads(header)["returncode"] == 3 and content == CONTENT
+    ls_id = store_ids(store_path)[1]  # "a b c", no final newline: printed as it is (review h24 F8: one was added)
+    code, out, _ = run(capfd, "inspect", str(store_path), "--record", ls_id)
+    assert code == 0 and out.partition("\n")[2] == "a b c"
     code, out, err = run(capfd, "inspect", str(store_path), "--record", first.obs_id[:-1] + "x")
     assert code == 1 and f"did you mean {first.obs_id}?" in err
     code, out, err = run(capfd, "inspect", str(store_path), "--catalog", "9")
