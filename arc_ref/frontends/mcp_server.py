@@ -22,6 +22,7 @@ core's message (for a mistyped id, the nearest stored id).
 
 from __future__ import annotations
 
+import collections
 import json
 import re
 import sys
@@ -32,7 +33,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp.shared.message import SessionMessage
 from pydantic import Field
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import (CallToolResult, JSONRPCError, JSONRPCMessage, JSONRPCRequest, JSONRPCResponse, TextContent,
+from mcp.types import (CallToolResult, JSONRPCError, JSONRPCMessage, JSONRPCNotification, JSONRPCRequest,
+                       JSONRPCResponse, TextContent,
                        ToolAnnotations, jsonrpc_message_adapter)
 
 from arc_ref.catalog import page_count
@@ -357,14 +359,27 @@ CALL = "tools/call"
 
 
 async def serve_lines(server: MCPServer, stdin: IO[bytes], stdout: IO[bytes]) -> None:
-    """Serve ``server`` over newline-delimited JSON-RPC on byte streams, answering every line (`read_message`)."""
+    """Serve ``server`` over newline-delimited JSON-RPC on byte streams, answering every line (`read_message`).
+
+    Tool calls run one at a time, in the order they came (review h24 F4: pipelined, a recall_next could run before
+    the recall sent just before it; the store serializes them anyway): they wait in a queue, and a dispatcher hands
+    the next one to the server when the last is answered. Every other line is handed over at once, so a
+    ``notifications/cancelled`` is read while calls wait: a call cancelled in the queue never runs, and one
+    cancelled while it runs (the server sends it no answer) no longer holds up the queue or the end of input
+    (review h24 F11: the end of input waited for its answer forever, holding the store's writer lock).
+    """
     incoming_send, incoming = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     outgoing, outgoing_receive = anyio.create_memory_object_stream[SessionMessage](0)
     lock = anyio.Lock()
-    awaiting: set[str | int] = set()  # ids of requests read and not yet answered
-    calls: set[str | int] = set()  # ids of tool calls handed to the server and not yet answered
-    call_answered = anyio.Event()  # set when ``calls`` empties
-    initialized = False  # an initialize request was read
+    awaiting: set[str | int] = set()  # ids of requests read and not yet answered (nor cancelled)
+    queued: collections.deque[JSONRPCRequest] = collections.deque()  # tool calls not yet handed to the server
+    running: list[str | int] = []  # the tool call handed to the server and not yet answered (nor cancelled)
+    state = {"initialized": False, "read_all": False}
+    changed = [anyio.Event()]  # set (and replaced) when the queue, the running call or the input's end changes
+
+    def wake() -> None:
+        changed[0].set()
+        changed[0] = anyio.Event()
 
     def write_line(text: str) -> None:
         stdout.write(text.encode("utf-8") + b"\n")
@@ -374,37 +389,59 @@ async def serve_lines(server: MCPServer, stdin: IO[bytes], stdout: IO[bytes]) ->
         async with lock:
             await anyio.to_thread.run_sync(write_line, text)
 
+    def cancelled(message: JSONRPCNotification) -> None:
+        """A client's cancel: the request is no longer awaited; a queued call is dropped (it never runs)."""
+        request_id = (message.params or {}).get("requestId")
+        awaiting.discard(request_id)
+        for call in list(queued):
+            if call.id == request_id:
+                queued.remove(call)
+        if running and running[0] == request_id:
+            running.clear()
+        wake()
+
     async def reader() -> None:
-        nonlocal initialized, call_answered
-        async with incoming_send:
-            while True:
-                # abandoned on cancel: Ctrl-C ends the server at once, not at the next line (review h24 F9)
-                line = await anyio.to_thread.run_sync(stdin.readline, abandon_on_cancel=True)
-                if not line:  # the client closed its side: answer what it asked, then end
-                    while awaiting:
-                        await anyio.sleep(0.01)
-                    return
-                if not line.strip():
+        while True:
+            # abandoned on cancel: Ctrl-C ends the server at once, not at the next line (review h24 F9)
+            line = await anyio.to_thread.run_sync(stdin.readline, abandon_on_cancel=True)
+            if not line:  # the client closed its side: answer what it asked, then end
+                state["read_all"] = True
+                wake()
+                while awaiting:
+                    await changed[0].wait()
+                await incoming_send.aclose()
+                return
+            if not line.strip():
+                continue
+            message = read_message(line.rstrip(b"\r\n"))
+            if isinstance(message, str):
+                await emit(message)
+                continue
+            if isinstance(message, JSONRPCRequest):
+                if message.method == "initialize":
+                    state["initialized"] = True
+                elif not state["initialized"] and message.method != "ping":  # the SDK answered "Invalid request
+                    await emit(_error_line(INVALID_REQUEST, NOT_INITIALIZED, message.id))  # parameters" (h24 F3)
                     continue
-                message = read_message(line.rstrip(b"\r\n"))
-                if isinstance(message, str):
-                    await emit(message)
+                awaiting.add(message.id)
+                if message.method == CALL:
+                    queued.append(message)
+                    wake()
                     continue
-                if isinstance(message, JSONRPCRequest):
-                    if message.method == "initialize":
-                        initialized = True
-                    elif not initialized and message.method != "ping":  # the SDK answered "Invalid request
-                        await emit(_error_line(INVALID_REQUEST, NOT_INITIALIZED, message.id))  # parameters" (h24 F3)
-                        continue
-                    if message.method == CALL:
-                        # tool calls run one at a time, in the order they came (review h24 F4: pipelined, a
-                        # recall_next could run before the recall sent first; the store serializes them anyway)
-                        while calls:
-                            call_answered = anyio.Event()
-                            await call_answered.wait()
-                        calls.add(message.id)
-                    awaiting.add(message.id)
-                await incoming_send.send(SessionMessage(message))
+            elif isinstance(message, JSONRPCNotification) and message.method == "notifications/cancelled":
+                cancelled(message)
+            await incoming_send.send(SessionMessage(message))
+
+    async def dispatcher() -> None:
+        while True:
+            if queued and not running:
+                call = queued.popleft()
+                running.append(call.id)
+                await incoming_send.send(SessionMessage(call))
+            elif state["read_all"] and not queued and not awaiting:
+                return
+            else:
+                await changed[0].wait()
 
     async def writer() -> None:
         async with outgoing_receive:
@@ -412,14 +449,14 @@ async def serve_lines(server: MCPServer, stdin: IO[bytes], stdout: IO[bytes]) ->
                 await emit(session_message.message.model_dump_json(by_alias=True, exclude_unset=True))
                 if isinstance(session_message.message, (JSONRPCResponse, JSONRPCError)):
                     awaiting.discard(session_message.message.id)
-                    if session_message.message.id in calls:
-                        calls.discard(session_message.message.id)
-                        if not calls:
-                            call_answered.set()
+                    if running and running[0] == session_message.message.id:
+                        running.clear()
+                    wake()
 
     lowlevel = server._lowlevel_server
     async with anyio.create_task_group() as group:
         group.start_soon(reader)
+        group.start_soon(dispatcher)
         group.start_soon(writer)
         await lowlevel.run(incoming, outgoing, lowlevel.create_initialization_options())
         await outgoing.aclose()

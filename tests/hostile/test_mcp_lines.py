@@ -375,3 +375,28 @@ def test_pipelined_calls_run_in_the_order_they_came(tmp_path: Path) -> None:
     finally:
         code, err = client.close()
     assert code == 0 and "Traceback" not in err, err
+
+
+def cancel(request_id: int) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                       "params": {"requestId": request_id, "reason": "timeout"}}).encode()
+
+
+def test_cancelled_calls_hold_up_neither_the_queue_nor_the_end(tmp_path: Path) -> None:
+    """Review h24 F11: a call the client cancels gets no answer (MCP), and the server waited for one at the end of
+    its input, holding the store's writer lock for good; with calls queued one at a time it would also have held up
+    every later call. A call cancelled while queued never runs; later calls are answered; the end of input ends the
+    server."""
+    client = Client(tmp_path / "store.arc")
+    client.reply_to(json.dumps(INITIALIZE).encode(), 0)
+    client.send(json.dumps(INITIALIZED).encode())
+    client.send(b"\n".join((store_call(1, action="dump", observation="y" * 5_000_000),  # runs a while
+                            store_call(2, action="ls", observation="queued, then cancelled"), cancel(2), cancel(1),
+                            store_call(3, action="ls", observation="after"))))
+    (after,) = client.answers([3])
+    assert not after["result"]["isError"], after
+    code, err = client.close()
+    assert code == 0 and "Traceback" not in err, err
+    with DurableStore.open(tmp_path / "store.arc", readonly=True) as reopened:
+        contents = [record.content for record in reopened.state.records]
+    assert "after" in contents and "queued, then cancelled" not in contents
