@@ -512,6 +512,12 @@ def _print_record(state: ArcState, token: str) -> int:
 # --- mcp ----------------------------------------------------------------------------------------
 
 
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    """The exceptions of a group and of the groups it holds."""
+    return [leaf for found in group.exceptions
+            for leaf in (_leaves(found) if isinstance(found, BaseExceptionGroup) else [found])]
+
+
 def config_differences(stored: Config, given: Config) -> list[str]:
     """The fields in which ``given`` differs from ``stored``, each as `name stored -> given`."""
     return [f"{field.name} {getattr(stored, field.name)!r} -> {getattr(given, field.name)!r}"
@@ -526,6 +532,9 @@ def _new_store_config(arguments: argparse.Namespace) -> Config:
 def _mcp(arguments: argparse.Namespace) -> int:
     if importlib.util.find_spec("mcp") is None:
         raise StoreError("the MCP server needs the mcp package: pip install 'arc-ref[mcp]'")
+    if sys.stdin is None or sys.stdout is None:  # (review h24 F12: an internal error, exit 70)
+        raise OutputFailed(f"standard {'input' if sys.stdin is None else 'output'} is closed: an MCP client speaks"
+                           " to the server over both")
     try:  # the store first: a locked or corrupt store is refused before the (slower) import of the SDK
         store = open_store(arguments.store)
         if arguments.preset is not None or arguments.set:
@@ -547,7 +556,16 @@ def _mcp(arguments: argparse.Namespace) -> int:
     try:
         from arc_ref.frontends.mcp_server import serve
 
-        serve(store)
+        try:
+            serve(store)
+        except BaseExceptionGroup as group:  # the task group's: a write to standard output that failed
+            leaves = _leaves(group)
+            if all(isinstance(leaf, BrokenPipeError) for leaf in leaves):
+                return OK.code  # the client went away: it hears nothing more (as every command ends quietly)
+            failed = next((leaf for leaf in leaves if isinstance(leaf, OSError)), None)
+            if failed is None:
+                raise
+            raise OutputFailed(f"writing to standard output failed: {failed}") from None
     except KeyboardInterrupt:  # Ctrl-C or SIGINT: every acknowledged call is committed (review h24 F9: exit 0)
         store.close()
         # the thread reading standard input stays blocked until a line comes, and the interpreter would wait for

@@ -400,3 +400,15 @@ def test_cancelled_calls_hold_up_neither_the_queue_nor_the_end(tmp_path: Path) -
     with DurableStore.open(tmp_path / "store.arc", readonly=True) as reopened:
         contents = [record.content for record in reopened.state.records]
     assert "after" in contents and "queued, then cancelled" not in contents
+
+
+@pytest.mark.parametrize("redirect, said", [("<&-", "standard input is closed"), (">&-", "standard output is closed"),
+                                            ("> /dev/full", "writing to standard output failed")])
+def test_a_closed_or_failing_standard_stream_is_exit_4_in_one_line(tmp_path: Path, redirect: str, said: str) -> None:
+    """Review h24 F12: each was exit 70, 'internal error (a bug in arc-ref)' (AttributeError, an ExceptionGroup)."""
+    line = json.dumps(INITIALIZE)
+    done = subprocess.run(["bash", "-c", f"echo '{line}' | {sys.executable} -m arc_ref.frontends.cli mcp"
+                                         f" {tmp_path / 'store.arc'} {redirect}"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 4, done.stderr
+    assert done.stderr.startswith(f"arc-ref mcp: {said}") and done.stderr.count("\n") == 1, done.stderr
