@@ -214,7 +214,7 @@ def _forget(arguments: argparse.Namespace) -> int:
     if not arguments.keys and arguments.created_before is None and arguments.older_than is None:
         raise StoreError("say what to forget: conversation keys, --created-before TIME or --older-than DAYS")
     _stdout()  # a closed standard output is refused before anything is removed
-    db = Database(url, pool_size=1)
+    db = Database(url, pool_size=1, create_schema=False)  # (review h22 F2: it made ARC's tables in any database)
     try:
         created_before = arguments.created_before
         if arguments.older_than is not None:

@@ -239,8 +239,10 @@ class Database:
     ``round_trips`` counts the client's waits for the server (each query outside a pipeline, each pipeline sync).
     """
 
-    def __init__(self, url: str, pool_size: int = DEFAULT_POOL_SIZE, connect_timeout_s: int = CONNECT_TIMEOUT_S) -> None:
+    def __init__(self, url: str, pool_size: int = DEFAULT_POOL_SIZE, connect_timeout_s: int = CONNECT_TIMEOUT_S,
+                 create_schema: bool = True) -> None:
         self.url = url
+        self.create_schema = create_schema  # False: a database without ARC's schema is refused, nothing written
         self.shown = shown_url(url)
         self.pool_size = pool_size
         self.connect_timeout_s = connect_timeout_s
@@ -386,6 +388,9 @@ class Database:
 
     def _ensure_schema(self, connection: "psycopg.Connection[Any]", creating: list[bool]) -> None:
         found = self._meta(connection)
+        if found is None and not self.create_schema:
+            raise StoreNotFound(f"the database {self.shown} holds no ARC store (no table arc_meta); nothing was"
+                                " changed")
         if found is None:
             with connection.transaction():
                 connection.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))

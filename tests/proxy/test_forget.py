@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -261,3 +263,36 @@ def test_a_request_whose_conversation_keeps_going_is_a_503_to_retry(postgres: An
         serve(url, continued(first, "a.txt\n"))
     assert getattr(refused.value, "status", None) == 503 and getattr(refused.value, "retry_after", None) == 5
     assert len(commits) == 4 and "4 times in a row" in str(refused.value)
+
+
+def test_a_database_without_arc_s_schema_is_refused_and_left_as_it_was(postgres: Any,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """Review h22 F2: forget (even --dry-run) made ARC's five tables and its function in any database it was
+    pointed at, and said 'would forget 0 conversation(s)', exit 0."""
+    url = postgres.create_database("arc_test_forget_no_schema")
+    for argv in (["--dry-run", "--older-than", "0"], ["--older-than", "0"], ["somekey"]):
+        assert main(["forget", url, *argv]) == 2
+        assert "holds no ARC store (no table arc_meta); nothing was changed" in capsys.readouterr().err
+    with psycopg.connect(url) as connection:
+        assert connection.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'arc_%'").fetchone() == (0,)
+        assert connection.execute("SELECT count(*) FROM pg_proc WHERE proname = 'arc_append_only'").fetchone() == (0,)
+
+
+def test_forgets_at_once_leave_nothing_and_say_so(postgres: Any) -> None:
+    """Review h22 F7: forgets of the same conversations at once (three here) each skipped the rows the other had locked and
+    reported them 'left, a request was committing to them', exit 1, though the other removed them all."""
+    url = postgres.create_database("arc_test_forget_twice")
+    serve(url, first_request())  # ARC's schema
+    with psycopg.connect(url, autocommit=True) as connection:  # 3,000 old conversations of two rows each, by SQL
+        connection.execute("INSERT INTO arc_tasks (key, seq, checksum, position, head, created) SELECT 'old-' || n,"
+                           " 2, 'c', 1, 'h', now() - interval '40 days' FROM generate_series(1, 3000) AS n")
+        connection.execute("INSERT INTO arc_events SELECT 'old-' || n, s, '{}', 'c' FROM generate_series(1, 3000) AS n,"
+                           " generate_series(1, 2) AS s")
+    command = [sys.executable, "-m", "arc_ref.frontends.cli", "forget", url, "--older-than", "30"]
+    runs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outcomes = [(run.wait(timeout=300), *run.communicate()) for run in runs]
+    forgot = [int(out.split("forgot ")[1].split()[0].replace(",", "")) for _, out, _ in outcomes]
+    assert sum(forgot) == 3000 and all(code == 0 for code, _, _ in outcomes), outcomes
+    assert not any("left" in err for _, _, err in outcomes), outcomes
+    with psycopg.connect(url) as connection:
+        assert connection.execute("SELECT count(*) FROM arc_tasks WHERE key LIKE 'old-%'").fetchone() == (0,)
