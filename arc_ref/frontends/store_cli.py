@@ -55,7 +55,7 @@ EVENT_LINE_CHARS = 160  # --events clips each line to this many characters unles
 MAX_ROW = 2**63 - 1
 COPY_BATCH = 512  # events stepped and committed together by `arc-ref copy`
 COPY_PROGRESS_S = 5.0  # a progress line on standard error at most this often while a copy (or a forget) runs
-MAX_DAYS = 1_000_000  # forget --older-than: at most this many days (an interval PostgreSQL holds)
+MAX_DAYS = 100_000  # forget --older-than: at most this many days (review h22 F1: past ~739,000 the time was BC)
 
 
 def add_commands(commands: "argparse._SubParsersAction[Any]",

@@ -158,6 +158,8 @@ def _index_marks_by_task(db: Database, connection: "psycopg.Connection[Any]") ->
                                ).fetchone()
     if found is not None and found[0]:
         return
+    print(f"arc-ref forget: building the index arc_marks_by_task in {db.shown} (once; it waits for the transactions"
+          " open on arc_marks to end)", file=sys.stderr, flush=True)  # (review h22 F3: it waited without a word)
     try:
         if found is not None:
             connection.execute("DROP INDEX CONCURRENTLY IF EXISTS arc_marks_by_task")

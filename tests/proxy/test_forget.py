@@ -127,6 +127,9 @@ def test_forget_refuses_what_it_cannot_do_saying_why(postgres: Any, tmp_path: An
         main(["forget", url, "--older-than", "-1"])
     with pytest.raises(SystemExit):
         main(["forget", url, "--created-before", "yesterday"])
+    with pytest.raises(SystemExit):  # review h22 F1: up to 1,000,000 was taken, and past ~739,000 days was BC
+        main(["forget", url, "--older-than", "100001"])
+    assert "a number of days from 0 to 100,000" in capsys.readouterr().err
 
 
 def test_a_database_made_before_forget_gets_the_function_that_lets_it_delete_and_the_index(
@@ -139,6 +142,7 @@ def test_a_database_made_before_forget_gets_the_function_that_lets_it_delete_and
                            " END $$")
         connection.execute("DROP INDEX arc_marks_by_task")
     assert main(["forget", url, first.conversation]) == 0
+    assert "building the index arc_marks_by_task" in capsys.readouterr().err  # review h22 F3: it waited silently
     assert counts(url, first.conversation)["arc_events"] == 0
     with psycopg.connect(url) as connection:
         assert "arc.forgetting" in connection.execute(
