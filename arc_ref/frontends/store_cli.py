@@ -283,11 +283,16 @@ def _forget_in_directory(arguments: argparse.Namespace) -> int:
             print(f"arc-ref forget: {len(done.busy):,} conversation(s) left, a proxy process holds them now:"
                   f" {', '.join(done.busy[:10])}{' ...' if len(done.busy) > 10 else ''}; run forget again",
                   file=sys.stderr, flush=True)
+    if done.links:
+        _flush()
+        print(f"arc-ref forget: a symbolic link, not a conversation folder of {str(directory)!r} (forget never follows"
+              f" one; remove the link and its target by hand): {', '.join(done.links[:10])}"
+              f"{' ...' if len(done.links) > 10 else ''}", file=sys.stderr, flush=True)
     if done.unknown:
         _flush()
         raise LookupError(f"not a conversation of {str(directory)!r}: {', '.join(done.unknown[:10])}"
                           f"{' ...' if len(done.unknown) > 10 else ''}")
-    return INSPECT_FAILED.code if done.busy else OK.code
+    return INSPECT_FAILED.code if done.busy or done.links else OK.code
 
 
 # --- copy ---------------------------------------------------------------------------------------

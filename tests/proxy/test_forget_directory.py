@@ -168,3 +168,36 @@ def test_forget_in_a_loop_beside_two_proxy_processes_on_one_directory(tmp_path: 
     for folder in store.iterdir():
         if folder.is_dir() and not folder.name.startswith("."):
             assert list(read_rows(str(folder / "task.arc")))  # every conversation left reads whole
+
+
+def test_a_killed_forget_s_index_rows_go_with_its_leftover(tmp_path: Path) -> None:
+    """Review h22 F5: a forget killed after its rename but before its index update left the key's rows of
+    hashes.sqlite for good (the next forget removed the folder only, and 'forget KEY' then said 'not a
+    conversation'); the next forget now removes them with the leftover."""
+    store = tmp_path / "store"
+    with serve_upstream() as (_, upstream_url):
+        with serve_proxy(upstream_url, store=store) as base_url:
+            key, other = turn(base_url, start("List the files.")), turn(base_url, start("List d2."))
+    (store / key).rename(store / f".forgetting-{key}")  # killed here: its index rows still there
+    assert index_keys(store) == {key, other}
+    assert main(["forget", str(store), other]) == 0
+    assert index_keys(store) == set() and not any(store.glob(".forgetting-*"))
+
+
+def test_a_conversation_folder_that_is_a_link_is_refused_untouched(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Review h22 F4: a conversation folder moved elsewhere and linked back was renamed, its index rows deleted,
+    then rmtree refused the link (exit 2), and a .forgetting- link stayed for good. Now refused before anything is
+    touched, the dry run alike; nothing outside the store is ever removed."""
+    store, elsewhere = tmp_path / "store", tmp_path / "elsewhere"
+    with serve_upstream() as (_, upstream_url):
+        with serve_proxy(upstream_url, store=store) as base_url:
+            key = turn(base_url, start("List the files."))
+    elsewhere.mkdir()
+    (store / key).rename(elsewhere / key)
+    (store / key).symlink_to(elsewhere / key)
+    for argv in (["--dry-run"], []):
+        assert main(["forget", str(store), key, *argv]) == 1
+        assert "a symbolic link, not a conversation folder" in capsys.readouterr().err
+    assert (store / key).is_symlink() and (elsewhere / key / "task.arc").is_file()
+    assert index_keys(store) == {key} and not any(store.glob(".forgetting-*"))
