@@ -176,7 +176,9 @@ def _allow_forgetting(db: Database, connection: "psycopg.Connection[Any]") -> No
     """The append-only trigger's function as `APPEND_ONLY` writes it (one that lets ``forget`` delete), replaced in a
     database made by an arc-ref older than ``forget`` (under the schema's advisory lock)."""
     driver = _psycopg()
-    source = connection.execute("SELECT prosrc FROM pg_proc WHERE proname = 'arc_append_only'").fetchone()
+    # the function the triggers of this search path call (review h22 F11: by name alone, another schema's new one
+    # was found, the old one kept, and every DELETE refused)
+    source = connection.execute("SELECT prosrc FROM pg_proc WHERE oid = to_regproc('arc_append_only')").fetchone()
     if source is not None and FORGETTING in str(source[0]):
         return
     try:

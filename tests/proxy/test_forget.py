@@ -300,3 +300,24 @@ def test_forgets_at_once_leave_nothing_and_say_so(postgres: Any) -> None:
     assert not any("left" in err for _, _, err in outcomes), outcomes
     with psycopg.connect(url) as connection:
         assert connection.execute("SELECT count(*) FROM arc_tasks WHERE key LIKE 'old-%'").fetchone() == (0,)
+
+
+def test_the_function_upgraded_is_the_one_of_the_store_s_schema(postgres: Any) -> None:
+    """Review h22 F11: forget looked the trigger function up by name alone; with the store in a schema of its own
+    (search_path in the URL) another schema's newer one was found first, this schema's old one was kept, and every
+    DELETE was refused."""
+    base = postgres.create_database("arc_test_forget_two_schemas")
+    url = base + ("&" if "?" in base else "?") + "options=-csearch_path%3Dother"
+    with psycopg.connect(base, autocommit=True) as connection:
+        connection.execute("CREATE SCHEMA other")
+        connection.execute("CREATE FUNCTION public.arc_append_only() RETURNS trigger LANGUAGE plpgsql AS $$"
+                           " BEGIN IF current_setting('arc.forgetting', true) = 'on' THEN RETURN OLD; END IF;"
+                           " RAISE EXCEPTION 'append-only'; END $$")
+    (first,) = serve(url, first_request())  # ARC's schema made in "other"
+    with psycopg.connect(base, autocommit=True) as connection:  # its function as arc-ref wrote it before forget
+        connection.execute("CREATE OR REPLACE FUNCTION other.arc_append_only() RETURNS trigger LANGUAGE plpgsql AS $$"
+                           " BEGIN RAISE EXCEPTION 'ARC tables are append-only: % on % refused', TG_OP, TG_TABLE_NAME;"
+                           " END $$")
+    assert main(["forget", url, first.conversation]) == 0
+    with psycopg.connect(base) as connection:
+        assert connection.execute("SELECT count(*) FROM other.arc_tasks").fetchone() == (0,)
