@@ -55,7 +55,7 @@ SHOWN_FORM = (
 """What a client must know to rebuild the exact output from the payloads (`arc_ref.escape.unshow`, spec 7.1)."""
 
 INSTRUCTIONS = (
-    "ARC keeps tool outputs verbatim under short ids (like §0012-3456) and gives them back exactly, in chunks."
+    "ARC keeps tool outputs verbatim under short ids (like §00012-1829489005) and gives them back exactly, in chunks."
     " Call store_observation with a command and its output to keep it; later, recall(id) returns its first"
     " chunk and recall_next(id) each further one; recall_meta(id) tells its size before you read it;"
     " catalog_page lists every stored output, a page at a time. " + SHOWN_FORM
@@ -63,7 +63,7 @@ INSTRUCTIONS = (
 
 
 
-ObsId = Annotated[str, Field(description="an id given by store_observation or shown in the catalog, e.g. §0001-1847617399")]
+ObsId = Annotated[str, Field(description="an id given by store_observation or shown in the catalog, e.g. §00012-1829489005")]
 Action = Annotated[str, Field(description="the command or tool call that produced the output (shown in its stub)")]
 Output = Annotated[str, Field(description="the output, kept verbatim")]
 ReturnCode = Annotated[int, Field(strict=True, description="the command's exit status (0: success), an integer")]
@@ -94,7 +94,7 @@ class ObservationMeta(TypedDict):
     chunks: int
     characters: int
     returncode: int
-    action: str  # the command's signature
+    action: str  # the command's signature as the stub shows it (escaped, clipped to signature_chars)
 
 
 class CatalogPage(TypedDict):
@@ -108,7 +108,7 @@ def _one_id(argument: str) -> str:
     """An id is one word; anything else would be read as further commands by the core's parser."""
     words = argument.strip(ASCII_WHITESPACE).split()
     if len(words) != 1 or any(char in argument for char in "\n\r"):
-        raise ToolError(f"an id is one word like §0012-3456, got {argument[:60]!r}")
+        raise ToolError(f"an id is one word like §00012-1829489005, got {argument[:60]!r}")
     return words[0]
 
 
@@ -207,7 +207,9 @@ class ArcTools:
             "id": record.obs_id, "stub": listing_in_tool_terms(record.stub), "tokens": record.n_tokens,
             "chunks": chunk_count(record.n_tokens, self.store.state.config.chunk_tokens),
             "characters": record.n_chars,
-            "returncode": record.returncode, "action": record.signature,
+            "returncode": record.returncode,
+            # clipped as the stub shows it (review h24 F15: a 10 MB command came back whole from the cheap call)
+            "action": self.store.state.setup.shown_signature(record.signature),
         }
         return _result(meta["stub"], meta)
 

@@ -87,6 +87,10 @@ def test_store_and_recall_exactly_over_mcp_stdio(tmp_path: Path) -> None:
             assert nothing.is_error and "no such page" in text_of(nothing)
             far = await call(client, "recall", id="§49-0")
             assert far.is_error and text_of(far).startswith("recall §49-0: no stored observation has this id")
+            long = await call(client, "store_observation", action="make " + "x" * 5000, observation="o")
+            long_meta = await call(client, "recall_meta", id=long.structured_content["id"])
+            shown = long_meta.structured_content["action"]  # review h24 F15: all 5,005 characters came back
+            assert len(shown) < 20 and shown.endswith("…") and f"$ {shown} |" in text_of(long_meta)
 
             # a second server on the same store is refused while this one runs
             refused = subprocess.run(
@@ -118,7 +122,7 @@ def test_store_and_recall_exactly_over_mcp_stdio(tmp_path: Path) -> None:
     assert again.returncode == 0, again.stderr
     with DurableStore.open(store, readonly=True) as reopened:
         actions = [row.line for row in reopened.events()]
-        assert reopened.state.stored == 1
+        assert reopened.state.stored == 2  # the log and the long command of F15
     assert '"op":"observe"' in actions[1] and "_recall_meta" in "".join(actions)
 
 
