@@ -1368,6 +1368,14 @@ def older_tables_count(text_: str) -> int | None:
 
 def unpinned_rule_vectors() -> tuple[TraceVector, ...]:
     """Rules review h23's port could write two ways with every vector passing (its F3, F4, F6), each pinned."""
+    large_middle_and_small = (  # observations of 500, 300 and 31 characters, then a forced fold
+        obs("cat big.txt", "x" * 500),
+        obs("cat mid.txt", "m" * 300),
+        obs("echo abcdefghijklmnopqrstuvwxyz", "HEAD-0123456789-TAIL-abcdefghij"),
+        agent("t", "ls"),
+        compact("forced"),
+        VIEW,
+    )
     thinking = [agent(f"thinking hard about step {n} " * 3, f"echo {n}") for n in range(8)]
     cost_fold = (config("minimal"), *thinking, VIEW)
     files = [
@@ -1433,12 +1441,7 @@ def unpinned_rule_vectors() -> tuple[TraceVector, ...]:
             " preview keeps the last characters of S(O) (review h23 F5: inlineFrame and tailmin; trace by h23).",
             (
                 config("minimal", keep_verbatim_chars=1000, stub_cap=96),
-                obs("cat big.txt", "x" * 500),
-                obs("cat mid.txt", "m" * 300),
-                obs("echo abcdefghijklmnopqrstuvwxyz", "HEAD-0123456789-TAIL-abcdefghij"),
-                agent("t", "ls"),
-                compact("forced"),
-                VIEW,
+                *large_middle_and_small,
             ),
             (
                 ("the 300 characters are a stub in S", lambda outputs: "rc=0 300ch 300tok $ cat mid.txt" in
@@ -1456,12 +1459,7 @@ def unpinned_rule_vectors() -> tuple[TraceVector, ...]:
             " inline (review h23 F5: inlineCited; trace by h23).",
             (
                 config("minimal", keep_verbatim_chars=1000, stub_cap=96, summary_budget=900, context_limit=3000),
-                obs("cat big.txt", "x" * 500),
-                obs("cat mid.txt", "m" * 300),
-                obs("echo abcdefghijklmnopqrstuvwxyz", "HEAD-0123456789-TAIL-abcdefghij"),
-                agent("t", "ls"),
-                compact("forced"),
-                VIEW,
+                *large_middle_and_small,
             ),
             (
                 ("the 500 characters were shown as a stub", lambda outputs: outputs[1]["verbatim"] is False),

@@ -245,10 +245,19 @@ def test_a_line_that_is_not_utf8_is_answered_under_its_id_when_that_id_can_be_re
         assert "not UTF-8 text (invalid byte at offset" in answer["error"]["message"], answer
         unreadable, _ = client.reply_to(b'{"jsonrpc":"2.0","id":"\xff","method":"ping"}', None, barrier=True)
         assert unreadable["error"]["code"] == -32700, unreadable
-        stored, _ = client.reply_to(store_call(32, action="ls", observation="after"), 32)
-        assert stored["result"]["structuredContent"]["index"] == 1, stored  # nothing of the bad line was stored
+        stores_first_after_it(client, 32)
     finally:
-        code, err = client.close()
+        closes_cleanly(client)
+
+
+def stores_first_after_it(client: Client, request_id: int) -> None:
+    """The server goes on after a refused line, and nothing of that line was stored: the next store is index 1."""
+    stored, _ = client.reply_to(store_call(request_id, action="ls", observation="after"), request_id)
+    assert stored["result"]["structuredContent"]["index"] == 1, stored
+
+
+def closes_cleanly(client: Client) -> None:
+    code, err = client.close()
     assert code == 0 and "Traceback" not in err, err
 
 
@@ -315,11 +324,9 @@ def test_a_request_whose_id_is_no_string_or_integer_is_answered(tmp_path: Path, 
         answer, _ = client.reply_to(line, echoed, barrier=True)
         assert answer["error"]["code"] == -32600, answer
         assert "a request's id must be a string or an integer" in answer["error"]["message"], answer
-        stored, _ = client.reply_to(store_call(2, action="ls", observation="after"), 2)
-        assert stored["result"]["structuredContent"]["index"] == 1, stored  # nothing of the bad line was stored
+        stores_first_after_it(client, 2)
     finally:
-        code, err = client.close()
-    assert code == 0 and "Traceback" not in err, err
+        closes_cleanly(client)
 
 
 def test_a_request_before_initialize_is_told_so(tmp_path: Path) -> None:
