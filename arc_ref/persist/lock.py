@@ -86,6 +86,14 @@ class WriterLock:
             self.descriptor = -1
             raise
 
+    def still_named(self, path: Path) -> bool:
+        """Whether ``path`` still names the locked file (a rename or a removal while it is open: no longer)."""
+        try:
+            status = os.stat(path)
+        except OSError:
+            return False
+        return (status.st_dev, status.st_ino) == self.key
+
     def release(self) -> None:
         if self.descriptor >= 0:
             with _held_guard:

@@ -673,6 +673,12 @@ class DurableStore:
         """Apply and store several events in one commit (all or none; the first refused event raises)."""
         with self._guard:
             self._require_writer()
+            assert self._lock is not None
+            if not self._lock.still_named(self.path):  # one stat (review h24 F14: it went on acknowledging, its
+                # log under the old name and its file under the new, so that it opened under neither)
+                raise StoreError(f"{str(self.path)!r} was moved or removed while this process had it open for writing:"
+                                 " nothing more is written to it (every acknowledged event is in it; open it by its"
+                                 " name)")
             if self.snapshot_due():  # before the new events: a snapshot never delays an acknowledgement
                 self.write_snapshot()
             state = self.state

@@ -16,7 +16,7 @@ import pytest
 from arc_ref.frontends.cli import main
 from arc_ref.config import preset
 from arc_ref.machine import AgentTurn, Compact, Observe, view
-from arc_ref.persist import DurableStore, EventTooLarge, fold_lines
+from arc_ref.persist import DurableStore, EventTooLarge, StoreError, fold_lines
 
 CONTENT = "first line é中\nsecond line 😀\n" * 3
 
@@ -203,3 +203,18 @@ def test_an_event_whose_row_replay_could_not_read_is_refused_and_nothing_is_stor
         fits = store.append(Observe("dump", "\x01" * 5_000_000))  # a row of 30,000,058 bytes: stored
     with DurableStore.open(store_path, readonly=True) as reopened:
         assert reopened.seq == fits.seq and len(next(reopened.events(fits.seq, 1)).line) < 32 * 2**20
+
+
+def test_a_store_moved_while_open_for_writing_takes_no_more_events(store_path: Path) -> None:
+    """Review h24 F14: a writer went on acknowledging after its file was renamed (its log left under the old name),
+    and the store then opened under neither name. Now it refuses to write; moved back, every acknowledged event is
+    there."""
+    moved = store_path.with_name("moved.arc")
+    with DurableStore.open(store_path) as store:
+        kept = store.append(Observe("echo", "before the move"))
+        store_path.rename(moved)
+        with pytest.raises(StoreError, match="was moved or removed while this process had it open"):
+            store.append(Observe("echo", "after the move"))
+        moved.rename(store_path)
+    with DurableStore.open(store_path, readonly=True) as reopened:
+        assert reopened.seq == kept.seq and reopened.state.records[-1].content == "before the move"
