@@ -271,10 +271,11 @@ def pgbouncer_absent() -> str | None:
 
 class PgBouncer(_Daemon):
     """PgBouncer (Debian's package) in front of a `PostgresServer`, in transaction mode (each transaction may run on
-    another server connection), ``pool_size`` server connections per database, trusting user arc."""
+    another server connection) unless ``pool_mode`` says, ``pool_size`` server connections per database, trusting
+    user arc."""
 
     @classmethod
-    def start(cls, server: PostgresServer, pool_size: int = 2) -> "PgBouncer":
+    def start(cls, server: PostgresServer, pool_size: int = 2, pool_mode: str = "transaction") -> "PgBouncer":
         directory = Path(tempfile.mkdtemp(prefix="arc-pgbouncer-"))
         directory.chmod(0o755)
         port = free_port()
@@ -288,7 +289,7 @@ listen_port = {port}
 unix_socket_dir =
 auth_type = trust
 auth_file = {directory / "users.txt"}
-pool_mode = transaction
+pool_mode = {pool_mode}
 default_pool_size = {pool_size}
 max_client_conn = 500
 logfile = {directory / "pgbouncer.log"}

@@ -33,7 +33,7 @@ import select
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from arc_ref.config import Config
 from arc_ref.machine import ArcState, Event, init, step
@@ -150,15 +150,15 @@ def split_task_url(text: str) -> tuple[str, str | None]:
 
 def shown_url(url: str) -> str:
     """The URL without its password (in the authority or as a ``password`` query parameter), for messages."""
-    parts = urlsplit(url)
+    parts, shown = urlsplit(url), url  # (the URL as written otherwise: urlunsplit made postgresql:// postgresql:)
     if parts.password is not None:
         netloc = parts.netloc.rsplit("@", 1)
-        parts = parts._replace(netloc=f"{parts.username or ''}:***@{netloc[-1]}")
+        shown = shown.replace(parts.netloc, f"{parts.username or ''}:***@{netloc[-1]}", 1)
     if parts.query:
         query = "&".join("password=***" if pair.split("=", 1)[0].strip().lower() == "password" else pair
                          for pair in parts.query.split("&"))
-        parts = parts._replace(query=query)
-    return urlunsplit(parts)
+        shown = shown.replace(f"?{parts.query}", f"?{query}", 1)
+    return shown
 
 
 def check_key(key: str) -> str:
@@ -177,7 +177,7 @@ def _psycopg() -> Any:
 
 class StoreRefused(StoreError):
     """The server refused the connection for a reason no retry changes (no such database or role, a wrong password,
-    pg_hba.conf): the URL or the server's accounts must be fixed."""
+    pg_hba.conf), or the URL cannot be used (an invalid port): the URL or the server's accounts must be fixed."""
 
 
 # The server's refusals of a connection that waiting cannot cure, each with what to do. psycopg gives a failed
@@ -200,6 +200,14 @@ _REFUSALS = (
      " ignore_startup_parameters) or connect to PostgreSQL itself"),
     (re.compile(r"server does not support SSL, but SSL was required|certificate verify failed"),
      "fix sslmode or the certificates in the URL, or the server's SSL settings"),
+    (re.compile(r"transaction blocks not allowed in statement pooling mode"),  # PgBouncer, pool_mode = statement
+     "arc-ref needs transactions, which a pooler in statement mode refuses: set its pool_mode to transaction (or"
+     " session), or connect to PostgreSQL itself"),
+)
+# A URL libpq cannot use (review h22 F6: 'invalid port number' read as 'retry later'), each with what to fix.
+_URL_FAULTS = (
+    (re.compile(r'invalid port number|invalid integer value ".*" for connection option|invalid \w+ value: "'),
+     "fix the URL"),
 )
 
 
@@ -215,6 +223,11 @@ def connect_failed(url: str, problem: Exception) -> StoreError:
     """A failed connection (or a connection lost in use) as StoreRefused when no retry can change the server's
     answer, else StoreUnavailable (retry later)."""
     text = str(problem).strip()
+    for pattern, advice in _URL_FAULTS:
+        found = pattern.search(text)
+        if found:
+            return StoreRefused(f"cannot use the database {shown_url(url)} ({text[found.start():].splitlines()[0]}):"
+                                f" {advice}")
     for pattern, advice in _REFUSALS:
         found = pattern.search(text)
         if found:
