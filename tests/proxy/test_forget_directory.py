@@ -201,3 +201,17 @@ def test_a_conversation_folder_that_is_a_link_is_refused_untouched(tmp_path: Pat
         assert "a symbolic link, not a conversation folder" in capsys.readouterr().err
     assert (store / key).is_symlink() and (elsewhere / key / "task.arc").is_file()
     assert index_keys(store) == {key} and not any(store.glob(".forgetting-*"))
+
+
+def test_keys_may_follow_an_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review h22 F10: `forget STORE --dry-run KEY` was refused ('unrecognized arguments: KEY'); an unknown option
+    still is."""
+    store = tmp_path / "store"
+    with serve_upstream() as (_, upstream_url):
+        with serve_proxy(upstream_url, store=store) as base_url:
+            key = turn(base_url, start("List the files."))
+    assert main(["forget", str(store), "--dry-run", key]) == 0
+    assert capsys.readouterr().out == f"{key}\nwould forget 1 conversation(s)\n"
+    with pytest.raises(SystemExit):
+        main(["forget", str(store), key, "--dry-run", "--bogus"])
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err
