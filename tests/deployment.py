@@ -269,6 +269,18 @@ def pgbouncer_absent() -> str | None:
     return None
 
 
+def require_pgbouncer() -> None:
+    """Skip the test where PgBouncer is absent; fail it where ARC_REQUIRE_PGBOUNCER=1 says it must run (CI installs
+    it: .ci/run)."""
+    import pytest
+
+    why = pgbouncer_absent()
+    if why is not None:
+        if os.environ.get("ARC_REQUIRE_PGBOUNCER") == "1":
+            pytest.fail(f"ARC_REQUIRE_PGBOUNCER=1 but {why}")
+        pytest.skip(why)
+
+
 class PgBouncer(_Daemon):
     """PgBouncer (Debian's package) in front of a `PostgresServer`, in transaction mode (each transaction may run on
     another server connection) unless ``pool_mode`` says, ``pool_size`` server connections per database, trusting

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 from typing import Any
@@ -327,18 +326,14 @@ def test_the_function_upgraded_is_the_one_of_the_store_s_schema(postgres: Any) -
 def test_a_setting_to_fix_is_no_retry_later(postgres: Any, capsys: pytest.CaptureFixture[str]) -> None:
     """Review h22 F6: an invalid port and a PgBouncer in statement mode (no transactions) read 'is unavailable ...;
     retry later', though no retry changes them; and postgresql:// was shown as 'the database postgresql:'."""
-    from tests.deployment import PgBouncer, pgbouncer_absent
+    from tests.deployment import PgBouncer, require_pgbouncer
 
     assert main(["forget", "postgresql://arc@127.0.0.1:99999/arc", "--older-than", "0"]) == 2
     error = capsys.readouterr().err
     assert 'invalid port number: "99999"' in error and "retry later" not in error, error
     assert main(["forget", "postgresql://", "--older-than", "0"]) == 2
     assert "the database postgresql:// " in capsys.readouterr().err
-    why = pgbouncer_absent()
-    if why is not None:
-        if os.environ.get("ARC_REQUIRE_PGBOUNCER") == "1":  # CI installs it (.ci/run)
-            pytest.fail(f"ARC_REQUIRE_PGBOUNCER=1 but {why}")
-        pytest.skip(why)
+    require_pgbouncer()
     url = postgres.create_database("arc_test_forget_statement_pooler")
     (first,) = serve(url, first_request())
     bouncer = PgBouncer.start(postgres, pool_mode="statement")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import subprocess
 import threading
 import time
@@ -885,13 +884,9 @@ def test_two_instances_through_pgbouncer_in_transaction_mode(postgres: Any) -> N
     two of them here), every request failed (the startup options refused: 503 'retry later'; with them ignored,
     server-side prepared statements gone: 500). The request path now sends neither: a conversation of 12 turns
     across two instances and a race of two requests go through, and its rows open as they should."""
-    from tests.deployment import PgBouncer, pgbouncer_absent
+    from tests.deployment import PgBouncer, require_pgbouncer
 
-    why = pgbouncer_absent()
-    if why is not None:
-        if os.environ.get("ARC_REQUIRE_PGBOUNCER") == "1":  # CI installs it (.ci/run)
-            pytest.fail(f"ARC_REQUIRE_PGBOUNCER=1 but {why}")
-        pytest.skip(why)
+    require_pgbouncer()
     from arc_ref.persist.postgres import PostgresStore
 
     direct = postgres.create_database("arc_test_shared_pgbouncer")
