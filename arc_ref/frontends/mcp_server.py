@@ -12,8 +12,8 @@ Any MCP-capable agent can keep its tool outputs in ARC and read them back exactl
 Each call is one event of the store (an observation, or an agent turn holding the matching ARC command),
 committed before the result is returned, so the log shows every store and recall. The text of a result is
 what ARC's own agent would read, except that notes, pages and stubs name this server's tools (``recall(ID)``,
-``catalog_page(page=N)``) where ARC's agent reads its commands; the structured content carries the fields (the exact ``payload``
-of a chunk among them). A chunk is a chunk of the observation's shown form S(O) (spec/rendering.md 7.1: a
+``catalog_page(page=N)``) where ARC's agent reads its commands; the structured content carries the fields
+(the exact ``payload`` of a chunk among them). A chunk is a chunk of the observation's shown form S(O) (spec/rendering.md 7.1: a
 control string of the chat format or tokenizer in it carries a U+2060 after its first character, a U+2060 is
 doubled); the payloads of every chunk, concatenated, with ``arc_ref.escape.unshow`` applied, are the stored
 output byte for byte (``arc-ref export`` gives it too). A call the core refuses or that names no stored id is an error result, with the

@@ -66,7 +66,8 @@ def add_commands(commands: "argparse._SubParsersAction[Any]",
     shown = inspect.add_mutually_exclusive_group()
     shown.add_argument("--catalog", nargs="?", type=integer_parser(0, MAX_CONFIG_INTEGER), const=0, metavar="PAGE",
                        help=f"a catalog page, 1 to {MAX_CONFIG_INTEGER} (default, or 0: the last)")
-    shown.add_argument("--record", metavar="ID", help="one stored observation: a line of metadata, then its exact content (no newline added)")
+    shown.add_argument("--record", metavar="ID",
+                       help="one stored observation: a line of metadata, then its exact content (no newline added)")
     shown.add_argument("--events", action="store_true", help="the event log: row, checksum, line")
     shown.add_argument("--view", action="store_true", help="the current view, then its budget audit")
     inspect.add_argument("--from", dest="start", type=integer_parser(1, MAX_ROW), default=1, metavar="ROW",

@@ -15,12 +15,13 @@ files. One module per job:
 A second backend (PostgreSQL) reuses `rows` and `errors` and supplies its own storage and acknowledgement.
 """
 
-from arc_ref.persist.errors import EventTooLarge, StoreCorrupt, StoreError, StoreExists, StoreFull, StoreLocked, StoreNotFound
+from arc_ref.persist.errors import (EventTooLarge, StoreCorrupt, StoreError, StoreExists, StoreFull, StoreLocked,
+                                    StoreNotFound)
 from arc_ref.persist.errors import StoreReadOnly
 from arc_ref.persist.rows import Appended, OpenReport, StoredEvent, fold_lines
 from arc_ref.persist.store import DurableStore, Resume, read_rows
 
 __all__ = [
-    "Appended", "DurableStore", "EventTooLarge", "OpenReport", "Resume", "StoreCorrupt", "StoreError", "StoreExists", "StoreFull",
-    "StoreLocked", "StoreNotFound", "StoreReadOnly", "StoredEvent", "fold_lines", "read_rows",
+    "Appended", "DurableStore", "EventTooLarge", "OpenReport", "Resume", "StoreCorrupt", "StoreError", "StoreExists",
+    "StoreFull", "StoreLocked", "StoreNotFound", "StoreReadOnly", "StoredEvent", "fold_lines", "read_rows",
 ]

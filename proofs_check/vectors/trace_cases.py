@@ -1478,7 +1478,8 @@ def unpinned_rule_vectors() -> tuple[TraceVector, ...]:
             (config("minimal", tokenizer="o200k_base"), obs("cat name", "\u1c89's"), VIEW),
             (
                 ("4 tokens", lambda outputs: outputs[1]["tokens"] == 4),
-                ("an encoder on Unicode 14 tables counts otherwise", lambda outputs: older_tables_count("\u1c89's") in (None, 5)),
+                ("an encoder on Unicode 14 tables counts otherwise",
+                 lambda outputs: older_tables_count("\u1c89's") in (None, 5)),
             ),
         ),
         TraceVector(
