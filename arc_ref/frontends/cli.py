@@ -236,11 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unreadable is not None:  # before anything prints it (a UnicodeEncodeError otherwise)
         _say(f"arc-ref: {unreadable}")
         return EXIT_USAGE
-    arguments, extra = once_each(parser).parse_known_args(argv)  # a flag given twice is refused, but --set's
-    if extra and arguments.command == "forget" and not any(word.startswith("-") for word in extra):
-        arguments.keys += extra  # keys after an option: `forget STORE --dry-run KEY` (review h22 F10: refused)
-    elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    arguments = once_each(parser).parse_args(argv)  # a flag given twice is refused, but --set (repeatable)
     if arguments.command == "proxy":
         return _run(lambda: _proxy(arguments))
     if arguments.command in store_cli.STORE_COMMANDS:

@@ -100,6 +100,19 @@ def add_commands(commands: "argparse._SubParsersAction[Any]",
                       help="only conversations created more than DAYS days ago (the database's clock; 0.5 = 12 h)")
     forget.add_argument("--dry-run", action="store_true",
                         help="list what would be forgotten (key, created, rows), remove nothing")
+    forget.__class__ = type("ForgetParser", (_KeysAfterOptions, type(forget)), {})
+
+
+class _KeysAfterOptions(argparse.ArgumentParser):
+    """A parser whose words left over after its options are more KEYs: `forget STORE --dry-run KEY` (review h22 F10:
+    argparse gave its positionals out before the option, and refused KEY); an unknown option is still refused."""
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        parsed, extra = super().parse_known_args(args, namespace)
+        if extra and not any(word.startswith("-") for word in extra):
+            parsed.keys = [*parsed.keys, *extra]
+            extra = []
+        return parsed, extra
 
 
 def _timestamp(text: str) -> datetime.datetime:
