@@ -48,6 +48,7 @@ from proofs_check.vectors.features import (
     view_has,
 )
 from proofs_check.shared_data import QWEN3_VECTOR_PATH
+from proofs_check.vectors.mutation_cases import mutation_vectors
 
 NUMBERED = "\n".join(f"line {number:03d}: value={number * 7 % 101}" for number in range(1, 25))
 FRAKTUR = "naïve café 😀 中文 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 ǅ ꙮ 𓀀 🜁 end"
@@ -1261,7 +1262,7 @@ def trace_vectors() -> tuple[TraceVector, ...]:
         *template_vectors(),
         *tool_mode_vectors(),
     ]
-    return tuple(vectors) + port_guess_vectors() + hostile_vectors() + round_three_vectors()
+    return tuple(vectors) + port_guess_vectors() + hostile_vectors() + round_three_vectors() + mutation_vectors()
 
 
 MAX_INTEGER = 2**31 - 1  # the largest config integer (spec/parameters.md, check 1)
