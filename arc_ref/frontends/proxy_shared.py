@@ -48,8 +48,8 @@ from arc_ref.persist.postgres_conversations import (
     ConversationGone,
     Found,
     RequestTransaction,
-    fold_rows,
 )
+from arc_ref.persist.rows import fold_rows
 from arc_ref.persist.store import GENESIS, StoreCorrupt, StoreError
 from arc_ref.frontends.proxy import (
     AgentMessage,

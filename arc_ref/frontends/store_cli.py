@@ -44,7 +44,7 @@ from arc_ref.persist.acknowledgement import ACK_SUFFIX
 from arc_ref.persist.errors import StoreExists
 from arc_ref.persist.store import SQLITE_LOGS, link_into_place, refuse_leftover_logs
 from arc_ref.persist.postgres import Store, is_database_url, create_store, open_store
-from arc_ref.persist.rows import GENESIS, checked_rows, fold_row, read_row
+from arc_ref.persist.rows import fold_rows, read_row
 from arc_ref.recall import chunk_count
 from arc_ref.view import VIEW_COMPONENTS, verify_tokens
 
@@ -453,16 +453,12 @@ def _inspect(arguments: argparse.Namespace) -> int:
         return OK.code
 
 
-def fold_of_rows(store: Store) -> tuple[ArcState | None, str]:
+def fold_of_rows(store: Store) -> tuple[ArcState, str]:
     """The fold of rows 1 .. ``store.seq`` read again, every one checked and folded (no snapshot), and the last
     row's checksum: the rows the state opened was folded from, whatever a writer beside it appends meanwhile
     (review h24 F5: a second open of a store being written folded more rows and reported a difference)."""
-    where = repr(str(store.path))
-    state: ArcState | None = None
-    checksum = GENESIS
     rows = ((row.seq, row.line, row.checksum) for row in store.events(1, store.seq))
-    for seq, line, checksum in checked_rows(rows, where):
-        state = fold_row(state, seq, line, where)
+    state, _, checksum = fold_rows(None, rows, repr(str(store.path)))
     return state, checksum
 
 

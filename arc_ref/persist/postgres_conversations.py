@@ -44,9 +44,7 @@ from arc_ref.persist.postgres import (
     StoreUnavailable,
     _psycopg,
     _reads_as_closed,
-    checked_rows,
     connect_failed,
-    fold_row,
     shown_url,
     store_error,
 )
@@ -552,16 +550,4 @@ class RequestTransaction:
             await connection.execute("COMMIT")
 
 
-def fold_rows(state: ArcState | None, rows: Sequence[tuple[int, str, str]], where: str, after_seq: int,
-              after_checksum: str) -> tuple[ArcState, int, str]:
-    """``state`` (after row ``after_seq``) with ``rows`` folded in, each checked against the chain."""
-    seq, checksum = after_seq, after_checksum
-    for seq, line, checksum in checked_rows(rows, where, after_seq, after_checksum):
-        state, _ = fold_row(state, seq, line, where)
-    if state is None:
-        raise StoreCorrupt(f"{where} holds no rows (not even the config line)")
-    return state, seq, checksum
-
-
-__all__ = ["AsyncDatabase", "CachedConversation", "ConversationGone", "Found", "RequestTransaction", "StoreUnavailable",
-           "fold_rows"]
+__all__ = ["AsyncDatabase", "CachedConversation", "ConversationGone", "Found", "RequestTransaction", "StoreUnavailable"]

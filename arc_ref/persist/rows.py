@@ -142,6 +142,18 @@ def fold_row(state: ArcState | None, seq: int, line: str | bytes, where: str) ->
         raise StoreCorrupt(f"{where}: row {seq}: {problem}") from None
 
 
+def fold_rows(state: ArcState | None, rows: Iterable[tuple[int, Line, Any]], where: str, after_seq: int = 0,
+              after_checksum: str = GENESIS) -> tuple[ArcState, int, str]:
+    """``state`` (after row ``after_seq``) with ``rows`` folded in, each checked against the chain (`checked_rows`);
+    the state, the last row and its checksum. StoreCorrupt when there is no row at all."""
+    seq, checksum = after_seq, after_checksum
+    for seq, line, checksum in checked_rows(rows, where, after_seq, after_checksum):
+        state = fold_row(state, seq, line, where)
+    if state is None:
+        raise StoreCorrupt(f"{where} holds no rows (not even the config line)")
+    return state, seq, checksum
+
+
 def fold_lines(lines: Sequence[str]) -> ArcState:
     """The state a list of trace lines folds to (the config line first); any bad line raises."""
     state: ArcState | None = None
