@@ -218,7 +218,7 @@ def _forget(arguments: argparse.Namespace) -> int:
     """Remove the chosen proxy conversations (`arc_ref.persist.postgres_forget`): with --dry-run only list them.
     A named key that is not a proxy conversation of the database is INSPECT_FAILED, after the others are done."""
     from arc_ref.persist.postgres import Database, split_task_url
-    from arc_ref.persist.postgres_forget import chosen, forget
+    from arc_ref.persist.postgres_forget import FORGET_BATCH, chosen, forget
 
     if not is_database_url(arguments.store):
         return _forget_in_directory(arguments)
@@ -246,15 +246,26 @@ def _forget(arguments: argparse.Namespace) -> int:
         else:
             started = shown = time.monotonic()
             total = len(conversations)
+            so_far = 0
 
             def progress(done: Any) -> None:
-                nonlocal shown
+                nonlocal shown, so_far
+                so_far = done.conversations
                 if time.monotonic() - shown >= COPY_PROGRESS_S:
                     shown = time.monotonic()
                     print(f"arc-ref forget: {done.conversations:,} of {total:,} conversations forgotten"
                           f" ({shown - started:.0f} s)", file=sys.stderr, flush=True)
 
-            done = forget(db, [conversation.key for conversation in conversations], created_before, progress)
+            restore = _terminate_as_interrupt()
+            try:
+                done = forget(db, [conversation.key for conversation in conversations], created_before, progress)
+            except KeyboardInterrupt:  # (review h22 F8: the batches already removed went unsaid)
+                print(f"arc-ref forget: interrupted: {so_far:,} of {total:,} conversations forgotten before it (each"
+                      f" batch of {FORGET_BATCH:,} is one transaction; the one under way was rolled back); run forget"
+                      " again for the rest", file=sys.stderr, flush=True)
+                raise
+            finally:
+                restore()
             _emit(f"forgot {done.conversations:,} conversation(s): {done.rows:,} rows, {done.marks:,} marks,"
                   f" {done.replies:,} kept replies\n")
             left = done.busy

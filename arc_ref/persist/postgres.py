@@ -27,6 +27,7 @@ plus one when another writer appended in between (its rows). `Database.round_tri
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import select
@@ -172,7 +173,21 @@ def _psycopg() -> Any:
         import psycopg
     except ImportError:
         raise StoreError("a postgresql:// store needs psycopg: pip install 'arc-ref[postgres]'") from None
+    if _secondary_pipeline_errors not in logging.getLogger("psycopg").filters:
+        logging.getLogger("psycopg").addFilter(_secondary_pipeline_errors)
     return psycopg
+
+
+def _secondary_pipeline_errors(record: logging.LogRecord) -> bool:
+    """psycopg's warnings, less "error ignored terminating <AsyncPipeline ...>: pipeline aborted": a pipeline whose
+    statement failed raises that first error to its caller, which handles it (a conversation forgotten while its
+    request ran, a lock past its wait), then logs each statement queued after it as this second one, raw on the
+    proxy's standard error (review h22 F9: a dozen such lines in a run beside forget). Any other warning is kept."""
+    import psycopg  # (installed by _psycopg, after it imported psycopg)
+
+    aborted = psycopg.errors.PipelineAborted
+    arguments = record.args if isinstance(record.args, tuple) else ()
+    return not any(isinstance(argument, aborted) for argument in arguments)
 
 
 class StoreRefused(StoreError):

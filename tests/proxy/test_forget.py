@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import subprocess
 import sys
 from typing import Any
@@ -242,6 +243,8 @@ def test_forget_in_a_loop_beside_two_proxy_processes_loses_no_request_and_breaks
     assert len(forgets) >= 3 and all(status == 0 or (status == 1 and "left" in said) for status, said in forgets), \
         forgets
     assert "Traceback" not in logs and logs.count("was forgotten") >= 1  # the race was run, not missed
+    # (review h22 F9: psycopg's own "error ignored terminating <AsyncPipeline ...>: pipeline aborted", raw, ~20 a run)
+    assert "pipeline aborted" not in logs and "error ignored" not in logs, logs[-3000:]
     whole_chains(url)
     with psycopg.connect(url) as connection:
         assert connection.execute("SELECT count(*) FROM arc_marks m WHERE NOT EXISTS"
@@ -344,3 +347,52 @@ def test_a_setting_to_fix_is_no_retry_later(postgres: Any, capsys: pytest.Captur
     error = capsys.readouterr().err
     assert "statement pooling mode" in error and "pool_mode to transaction" in error and "retry later" not in error
     assert counts(url, first.conversation)["arc_tasks"] == 1
+
+
+def test_psycopg_s_second_error_of_a_failed_pipeline_is_not_logged_and_its_other_warnings_are(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A pipeline whose statement failed raises that error to the proxy, which handles it; psycopg then logs each
+    statement queued after it as "error ignored ...: pipeline aborted" (review h22 F9). Those go; the rest stay."""
+    from arc_ref.persist.postgres import _psycopg
+
+    logger = logging.getLogger("psycopg")
+    _psycopg()
+    with caplog.at_level("WARNING", logger="psycopg"):
+        logger.warning("error ignored terminating %r: %s", "<AsyncPipeline>",
+                       psycopg.errors.PipelineAborted("pipeline aborted"))
+        logger.warning("error ignored in rollback on %s: %s", "<Connection>", psycopg.OperationalError("server closed"))
+    said = [record.getMessage() for record in caplog.records]
+    assert said == ["error ignored in rollback on <Connection>: server closed"], said
+
+
+def test_an_interrupted_forget_says_how_many_it_removed_before_and_the_rest_stay_whole(
+        postgres: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review h22 F8: Ctrl-C (or SIGTERM) after the first batch of 500 had been committed: exit 130 and not a word
+    of the 500 gone. Now it says how many went before it and that the batch under way was rolled back."""
+    from arc_ref.persist import postgres_forget
+
+    url = postgres.create_database("arc_test_forget_interrupted")
+    serve(url, first_request())  # ARC's schema
+    with psycopg.connect(url, autocommit=True) as connection:  # 1,200 old conversations of two rows each, by SQL
+        connection.execute("INSERT INTO arc_tasks (key, seq, checksum, position, head, created) SELECT 'old-' || n,"
+                           " 2, 'c', 1, 'h', now() - interval '40 days' FROM generate_series(1, 1200) AS n")
+        connection.execute("INSERT INTO arc_events SELECT 'old-' || n, s, '{}', 'c' FROM generate_series(1, 1200) AS n,"
+                           " generate_series(1, 2) AS s")
+    removing = postgres_forget._forget_batch
+    batches: list[int] = []
+
+    def interrupted_in_the_second(connection: Any, batch: list[str], *rest: Any, **options: Any) -> Any:
+        batches.append(len(batch))
+        if len(batches) == 2:
+            raise KeyboardInterrupt
+        return removing(connection, batch, *rest, **options)
+
+    monkeypatch.setattr(postgres_forget, "_forget_batch", interrupted_in_the_second)
+    assert main(["forget", url, "--older-than", "30"]) == 130
+    error = capsys.readouterr().err
+    assert "interrupted: 500 of 1,200 conversations forgotten before it" in error and "run forget again" in error, error
+    with psycopg.connect(url) as connection:
+        assert connection.execute("SELECT count(*) FROM arc_tasks WHERE key LIKE 'old-%'").fetchone() == (700,)
+    monkeypatch.setattr(postgres_forget, "_forget_batch", removing)
+    assert main(["forget", url, "--older-than", "30"]) == 0
+    assert "forgot 700 conversation(s)" in capsys.readouterr().out
