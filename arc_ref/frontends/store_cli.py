@@ -297,7 +297,17 @@ def _forget_in_directory(arguments: argparse.Namespace) -> int:
     if not arguments.keys:
         raise StoreError("say what to forget: conversation keys (the directory's folders)")
     _stdout()
-    done = forget_in_directory(directory, arguments.keys, arguments.dry_run)
+    gone: list[str] = []
+    restore = _terminate_as_interrupt()
+    try:
+        done = forget_in_directory(directory, arguments.keys, arguments.dry_run, gone.append)
+    except KeyboardInterrupt:  # (review h22 F8, as for PostgreSQL)
+        print(f"arc-ref forget: interrupted: {len(gone):,} conversation(s) forgotten before it"
+              f"{': ' + ', '.join(gone[:10]) if gone else ''}{' ...' if len(gone) > 10 else ''} (the one under way,"
+              " if any, is finished by the next forget); run forget again for the rest", file=sys.stderr, flush=True)
+        raise
+    finally:
+        restore()
     if arguments.dry_run:
         for key in done.conversations:
             _emit(f"{key}\n")

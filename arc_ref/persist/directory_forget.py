@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import attrs
 
@@ -46,17 +46,22 @@ class DirectoryForgotten:
     links: tuple[str, ...] = ()  # a symbolic link where a conversation's folder would be: never followed, left
 
 
-def forget_in_directory(directory: Path, keys: Sequence[str], dry_run: bool = False) -> DirectoryForgotten:
-    """Remove conversations ``keys`` from ``directory`` (see the module doc); with ``dry_run`` only sort them."""
+def forget_in_directory(directory: Path, keys: Sequence[str], dry_run: bool = False,
+                        removed: Callable[[str], None] = lambda key: None) -> DirectoryForgotten:
+    """Remove conversations ``keys`` from ``directory`` (see the module doc); with ``dry_run`` only sort them.
+    ``removed`` is called with each key once it is gone."""
     named = list(dict.fromkeys(keys))
     # a link is no conversation folder of this store: refused before anything is touched, the dry run alike (review
     # h22 F4: it was renamed, its index rows deleted, then rmtree refused it, exit 2, and the link stayed for good)
     links = tuple(key for key in named if _KEY.fullmatch(key) and (directory / key).is_symlink())
     present = [key for key in named if key not in links
                and _KEY.fullmatch(key) and MarkFile.holds_index(directory / key) and (directory / key).is_dir()]
-    unknown = tuple(key for key in named if key not in present and key not in links)
+    # a key whose removal a forget interrupted or killed left half done: finished below, and counted as forgotten
+    unfinished = [key for key in named if key not in present and key not in links and _KEY.fullmatch(key)
+                  and os.path.lexists(directory / f"{FORGETTING_PREFIX}{key}")]
+    unknown = tuple(key for key in named if key not in present and key not in links and key not in unfinished)
     if dry_run:
-        return DirectoryForgotten(tuple(present), (), unknown, 0, links)
+        return DirectoryForgotten(tuple(present + unfinished), (), unknown, 0, links)
     index = HashIndex(directory)
     forgotten: list[str] = []
     busy: list[str] = []
@@ -69,6 +74,9 @@ def forget_in_directory(directory: Path, keys: Sequence[str], dry_run: bool = Fa
             else:
                 shutil.rmtree(leftover, ignore_errors=True)
             rows += index.remove([leftover.name[len(FORGETTING_PREFIX):]])
+        for key in unfinished:
+            forgotten.append(key)
+            removed(key)
         for key in present:
             store = directory / key / "task.arc"
             try:  # (a conversation without its store, damaged, is removed without a lock: no process can hold it)
@@ -87,6 +95,7 @@ def forget_in_directory(directory: Path, keys: Sequence[str], dry_run: bool = Fa
                 if lock is not None:
                     lock.release()
             forgotten.append(key)
+            removed(key)
     finally:
         index.close()
     return DirectoryForgotten(tuple(forgotten), tuple(busy), unknown, rows, links)

@@ -215,3 +215,34 @@ def test_keys_may_follow_an_option(tmp_path: Path, capsys: pytest.CaptureFixture
     with pytest.raises(SystemExit):
         main(["forget", str(store), key, "--dry-run", "--bogus"])
     assert "unrecognized arguments: --bogus" in capsys.readouterr().err
+
+
+def test_an_interrupted_forget_names_what_it_removed_before_and_the_next_finishes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review h22 F8 for a directory: Ctrl-C (or SIGTERM) while the second of three conversations was removed exited
+    130 without a word of the first, gone. Now it names it; the next forget finishes the second and removes the
+    third."""
+    import shutil
+
+    from arc_ref.persist import directory_forget
+
+    store = tmp_path / "store"
+    with serve_upstream() as (_, upstream_url), serve_proxy(upstream_url, store=store) as base_url:
+        keys = [turn(base_url, start(f"List the files of d{number}.")) for number in range(3)]
+    removing = shutil.rmtree
+    calls: list[Any] = []
+
+    def interrupted_at_the_second(path: Any, *rest: Any, **options: Any) -> None:
+        calls.append(path)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        removing(path, *rest, **options)
+
+    monkeypatch.setattr(directory_forget.shutil, "rmtree", interrupted_at_the_second)
+    assert main(["forget", str(store), *keys]) == 130
+    error = capsys.readouterr().err
+    assert f"interrupted: 1 conversation(s) forgotten before it: {keys[0]} (the one under way" in error, error
+    monkeypatch.setattr(directory_forget.shutil, "rmtree", removing)
+    assert main(["forget", str(store), *keys[1:]]) == 0  # the second a leftover now: finished, and counted
+    assert [path.name for path in store.iterdir() if path.is_dir()] == [] and index_keys(store) == set()
+    assert capsys.readouterr().out.startswith("forgot 2 conversation(s): ")
