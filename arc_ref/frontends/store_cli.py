@@ -4,7 +4,7 @@
     arc-ref export STORE                  the rows as a replay trace (spec/trace.md), to standard output
     arc-ref copy STORE NEW                every row export reads, into a new store NEW (a read-only store's way on)
     arc-ref mcp STORE [--preset NAME] [--set KEY=VALUE ...]   serve ARC's tools over MCP (stdio)
-    arc-ref forget postgresql://... [KEY ...] [--created-before TIME | --older-than DAYS] [--dry-run]
+    arc-ref forget postgresql://... [KEY ...] [--created-before TIME | --older-than DAYS | --idle-for DAYS] [--dry-run]
     arc-ref forget DIR KEY ... [--dry-run]   remove whole proxy conversations (arc_ref.persist.postgres_forget,
                                           arc_ref.persist.directory_forget)
 
@@ -98,6 +98,9 @@ def add_commands(commands: "argparse._SubParsersAction[Any]",
                       help="only conversations created before TIME (ISO 8601; UTC unless it names a zone)")
     when.add_argument("--older-than", type=_days, metavar="DAYS",
                       help="only conversations created more than DAYS days ago (the database's clock; 0.5 = 12 h)")
+    when.add_argument("--idle-for", type=_days, metavar="DAYS",
+                      help="only conversations no request committed to for DAYS days (PostgreSQL; the database's"
+                           " clock): a retention that spares the conversations still in use")
     forget.add_argument("--dry-run", action="store_true",
                         help="list what would be forgotten (key, created, rows), remove nothing")
     forget.__class__ = type("ForgetParser", (_KeysAfterOptions, type(forget)), {})
@@ -225,18 +228,24 @@ def _forget(arguments: argparse.Namespace) -> int:
     url, fragment = split_task_url(arguments.store)
     if fragment is not None:
         raise StoreError(f"forget takes the database (the proxies' --store, without #KEY), got {arguments.store!r}")
-    if not arguments.keys and arguments.created_before is None and arguments.older_than is None:
-        raise StoreError("say what to forget: conversation keys, --created-before TIME or --older-than DAYS")
+    if not arguments.keys and arguments.created_before is None and arguments.older_than is None \
+            and arguments.idle_for is None:
+        raise StoreError("say what to forget: conversation keys, --created-before TIME, --older-than DAYS or"
+                         " --idle-for DAYS")
     _stdout()  # a closed standard output is refused before anything is removed
     db = Database(url, pool_size=1, create_schema=False)  # (review h22 F2: it made ARC's tables in any database)
     try:
-        created_before = arguments.created_before
-        if arguments.older_than is not None:
+        created_before, active_before = arguments.created_before, None
+        if arguments.older_than is not None or arguments.idle_for is not None:
+            days = arguments.older_than if arguments.older_than is not None else arguments.idle_for
             with db.connection() as connection:
-                found = connection.execute("SELECT now() - %s * interval '1 day'", (arguments.older_than,)).fetchone()
+                found = connection.execute("SELECT now() - %s * interval '1 day'", (days,)).fetchone()
             assert found is not None
-            created_before = found[0]
-        conversations, unknown = chosen(db, arguments.keys, created_before)
+            if arguments.older_than is not None:
+                created_before = found[0]
+            else:
+                active_before = found[0]
+        conversations, unknown = chosen(db, arguments.keys, created_before, active_before)
         left: tuple[str, ...] = ()
         rows = sum(conversation.rows for conversation in conversations)
         if arguments.dry_run:
@@ -258,7 +267,8 @@ def _forget(arguments: argparse.Namespace) -> int:
 
             restore = _terminate_as_interrupt()
             try:
-                done = forget(db, [conversation.key for conversation in conversations], created_before, progress)
+                done = forget(db, [conversation.key for conversation in conversations], created_before, progress,
+                              active_before)
             except KeyboardInterrupt:  # (review h22 F8: the batches already removed went unsaid)
                 print(f"arc-ref forget: interrupted: {so_far:,} of {total:,} conversations forgotten before it (each"
                       f" batch of {FORGET_BATCH:,} is one transaction; the one under way was rolled back); run forget"
@@ -278,7 +288,8 @@ def _forget(arguments: argparse.Namespace) -> int:
     if unknown:
         _flush()
         raise LookupError(f"not a proxy conversation of {db.shown}"
-                          f"{' created before ' + created_before.isoformat() if created_before else ''}:"
+                          f"{' created before ' + created_before.isoformat() if created_before else ''}"
+                          f"{' idle since before ' + active_before.isoformat() if active_before else ''}:"
                           f" {', '.join(unknown[:10])}{' ...' if len(unknown) > 10 else ''}")
     return INSPECT_FAILED.code if left else OK.code  # (review h21 MINOR-2: a script sees that some were left)
 
@@ -291,9 +302,9 @@ def _forget_in_directory(arguments: argparse.Namespace) -> int:
     if not is_conversation_directory(directory):
         raise StoreError(f"forget takes a PostgreSQL store (postgresql://...) or an arc-ref proxy --store directory"
                          f" (one holding hashes.sqlite), got {arguments.store!r}")
-    if arguments.created_before is not None or arguments.older_than is not None:
-        raise StoreError("a --store directory records no creation time: name the conversations to forget (their"
-                         " x-arc-conversation keys, the directory's folders)")
+    if arguments.created_before is not None or arguments.older_than is not None or arguments.idle_for is not None:
+        raise StoreError("a --store directory records no creation or activity time: name the conversations to"
+                         " forget (their x-arc-conversation keys, the directory's folders)")
     if not arguments.keys:
         raise StoreError("say what to forget: conversation keys (the directory's folders)")
     _stdout()

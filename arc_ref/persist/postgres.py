@@ -67,6 +67,12 @@ CREATE TABLE arc_replies (
 """The proxy's latest reply per conversation, for a client's retry that reaches another instance (created in a
 database of schema 1 that lacks it by the first proxy that starts on it; no other reader needs it)."""
 
+LAST_ACTIVE = ("ALTER TABLE arc_tasks ADD COLUMN IF NOT EXISTS last_active timestamptz;"
+               " ALTER TABLE arc_tasks ALTER COLUMN last_active SET DEFAULT now()")
+"""``arc_tasks.last_active``: when a proxy last committed a request to the conversation (set by each commit, and
+when it is created), for `arc-ref forget --idle-for`. Added by the first proxy that starts on a database made
+before it (NULL in the rows it had: forget reads their creation time instead)."""
+
 MARKS_BY_TASK = "CREATE INDEX IF NOT EXISTS arc_marks_by_task ON arc_marks (task)"
 """``arc_marks`` by task, for `arc-ref forget`: deleting a task checks its foreign keys, one scan of ``arc_marks`` per
 task without it (10,000 conversations: 117 s); made by the first forget in a database made before it."""
@@ -97,7 +103,8 @@ CREATE TABLE arc_tasks (
     checksum text NOT NULL,         -- that row's chained checksum
     position integer NOT NULL DEFAULT 0,   -- the proxy: agent messages applied
     head text NOT NULL DEFAULT '',  -- the proxy: the chain hash at position
-    created timestamptz NOT NULL DEFAULT now()
+    created timestamptz NOT NULL DEFAULT now(),
+    last_active timestamptz DEFAULT now()  -- the proxy: its last commit (LAST_ACTIVE)
 )
 """,
     """
@@ -132,6 +139,13 @@ CREATE TRIGGER arc_marks_append_only BEFORE UPDATE OR DELETE ON arc_marks
     FOR EACH ROW EXECUTE FUNCTION arc_append_only()
 """,
 )
+
+
+def has_last_active(connection: "psycopg.Connection[Any]") -> bool:
+    """Whether ``arc_tasks`` has the column ``last_active`` (`LAST_ACTIVE`; a database made before it lacks it)."""
+    found = connection.execute("SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('arc_tasks')"
+                               " AND attname = 'last_active' AND NOT attisdropped)").fetchone()
+    return bool(found and found[0])
 
 
 class StoreUnavailable(StoreError):
@@ -412,6 +426,28 @@ class Database:
         self.round_trips += 1
         if not rights or not all(rights):
             return "its role lacks SELECT, INSERT or UPDATE on arc_replies"
+        return None
+
+    def ensure_last_active(self, connection: "psycopg.Connection[Any]") -> str | None:
+        """``arc_tasks.last_active`` (`LAST_ACTIVE`): added (under the schema's advisory lock, waiting at most 5 s
+        for the table's lock) to an ARC database made before it. None when it is there; else why not (the proxy's
+        commits then leave it out, and ``forget --idle-for`` refuses the database)."""
+        driver = self._psycopg
+        try:
+            with connection.transaction():
+                connection.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                self.round_trips += 1
+                if not has_last_active(connection):
+                    connection.execute("SET LOCAL lock_timeout = '5s'")
+                    connection.execute(LAST_ACTIVE)
+                    self.round_trips += 2
+                self.round_trips += 1
+        except driver.errors.InsufficientPrivilege as problem:
+            return f"its role cannot add the column arc_tasks.last_active ({str(problem).strip().splitlines()[0]})"
+        except driver.errors.LockNotAvailable:
+            return "the table arc_tasks stayed locked for 5 s; the next start adds the column arc_tasks.last_active"
+        except driver.Error as problem:
+            raise store_error(self.url, problem) from None
         return None
 
     def _ensure_schema(self, connection: "psycopg.Connection[Any]", creating: list[bool]) -> None:

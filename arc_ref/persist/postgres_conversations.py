@@ -64,7 +64,7 @@ LIMIT 1
 (resumed in place) before the latest one added."""
 _MOVED = """
 WITH moved AS (
-    UPDATE arc_tasks SET seq = %(seq)s, checksum = %(checksum)s, position = %(position)s, head = %(head)s
+    UPDATE arc_tasks SET seq = %(seq)s, checksum = %(checksum)s, position = %(position)s, head = %(head)s{touch}
     WHERE key = %(key)s AND seq = %(base_seq)s AND checksum = %(base_checksum)s RETURNING key
 ), events AS (
     INSERT INTO arc_events (task, seq, line, checksum)
@@ -82,8 +82,10 @@ _KEPT = f""", kept AS (
     INSERT INTO arc_replies (task, seq, checksum, asked, reply)
     SELECT moved.key, %(seq)s, %(checksum)s, %(asked)s, %(reply)s FROM moved {_REPLACING_REPLY}
 )"""
-MOVE_HEAD = _MOVED + "\nSELECT count(*) FROM moved"
-MOVE_HEAD_KEEPING_REPLY = _MOVED + _KEPT + "\nSELECT count(*) FROM moved"
+TOUCHED = ", last_active = now()"  # (arc_tasks.last_active, `arc_ref.persist.postgres.LAST_ACTIVE`, when there)
+MOVE_HEAD = {touch: _MOVED.format(touch=touch) + "\nSELECT count(*) FROM moved" for touch in ("", TOUCHED)}
+MOVE_HEAD_KEEPING_REPLY = {touch: _MOVED.format(touch=touch) + _KEPT + "\nSELECT count(*) FROM moved"
+                           for touch in ("", TOUCHED)}
 """A request's commit in place, in one statement: the conversation's head moved from the row the request began at to
 its own (locking the head row, waiting only for another request's commit, at most `COMMIT_LOCK_TIMEOUT`), and, only
 when that matched (in READ COMMITTED it matches nothing when another commit moved the head meanwhile), the request's
@@ -171,6 +173,8 @@ class AsyncDatabase:
         self.replies = False  # arc_replies is there and writable (`check_schema`): commits keep their reply
         self.replies_missing: str | None = None  # else why not
         self.replies_lost = False  # it was, and went away while the proxy ran (`lose_replies`)
+        self.last_active = False  # arc_tasks.last_active is there (`check_schema`): commits set it
+        self.last_active_missing: str | None = None  # else why not
 
     def check_schema(self) -> None:
         """Create or check the schema (synchronously, at start: a bad URL, another application's tables or a role
@@ -180,9 +184,11 @@ class AsyncDatabase:
             with sync.connection() as connection:
                 sync.writable(connection)
                 missing = sync.ensure_replies(connection)
+                no_last_active = sync.ensure_last_active(connection)
         finally:
             sync.close()
         self.replies, self.replies_missing = missing is None, missing
+        self.last_active, self.last_active_missing = no_last_active is None, no_last_active
 
     def lose_replies(self, why: str) -> None:
         """Commits keep no reply from now on (``arc_replies`` went away or became unwritable while the proxy runs)."""
@@ -482,9 +488,10 @@ class RequestTransaction:
                   "checksums": [row[3] for row in self._rows], "mark_hashes": [mark[0] for mark in marks],
                   "mark_positions": [mark[2] for mark in marks], "mark_seqs": [mark[3] for mark in marks],
                   "mark_checksums": [mark[4] for mark in marks]}
-        statement = MOVE_HEAD
+        touch = TOUCHED if self.db.last_active else ""
+        statement = MOVE_HEAD[touch]
         if self.reply is not None and self.db.replies:
-            statement = MOVE_HEAD_KEEPING_REPLY
+            statement = MOVE_HEAD_KEEPING_REPLY[touch]
             values.update(asked=self.reply[0], reply=self.reply[1])
         try:
             async with connection.pipeline():

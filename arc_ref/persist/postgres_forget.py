@@ -31,6 +31,7 @@ from arc_ref.persist.postgres import (
     MARKS_BY_TASK,
     Database,
     _psycopg,
+    has_last_active,
     store_error,
 )
 
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     import psycopg
 
 FORGET_BATCH = 500  # conversations removed per transaction
+_Times = tuple["datetime.datetime | None", "datetime.datetime | None"]  # (created before, last active before)
 HELD_WAIT = "3s"  # how long the last pass waits for the row of a conversation skipped as held (lock_timeout)
 
 
@@ -61,22 +63,23 @@ class Forgotten:
     busy: tuple[str, ...] = ()  # named or chosen, but a commit held its head row: left for a later run
 
 
-def chosen(db: Database, keys: Sequence[str], created_before: datetime.datetime | None
-           ) -> tuple[list[Conversation], list[str]]:
-    """The proxy conversations to forget: those named by ``keys`` (created before ``created_before`` when given), or
-    with no keys every one created before ``created_before``, oldest first; and the named keys left out (not a proxy
-    conversation of this database: absent, or a session's or an MCP server's task; or not created before then)."""
+def chosen(db: Database, keys: Sequence[str], created_before: datetime.datetime | None,
+           active_before: datetime.datetime | None = None) -> tuple[list[Conversation], list[str]]:
+    """The proxy conversations to forget: those named by ``keys`` (created before ``created_before``, last active
+    before ``active_before``, when given), or with no keys every one the times pick, oldest first; and the named keys
+    left out (not a proxy conversation of this database: absent, or a session's or an MCP server's task; or not
+    picked by the times)."""
     with db.connection() as connection:
-        if keys:
-            found = connection.execute(
-                "SELECT key, created, seq FROM arc_tasks WHERE key = ANY(%s) AND position > 0"
-                " AND (%s::timestamptz IS NULL OR created < %s) ORDER BY created, key",
-                (list(keys), created_before, created_before)).fetchall()
-        else:
-            if created_before is None:
-                raise StoreError("forget needs conversation keys or a time (--created-before, --older-than)")
-            found = connection.execute("SELECT key, created, seq FROM arc_tasks WHERE position > 0 AND created < %s"
-                                       " ORDER BY created, key", (created_before,)).fetchall()
+        if active_before is not None and not has_last_active(connection):
+            raise StoreError(f"the database {db.shown} has no column arc_tasks.last_active (made by an arc-ref older"
+                             " than --idle-for): start an arc-ref proxy of this version on it once, with the role that"
+                             " owns ARC's tables, or use --older-than")
+        if not keys and created_before is None and active_before is None:
+            raise StoreError("forget needs conversation keys or a time (--created-before, --older-than, --idle-for)")
+        times, values = _picked_by(created_before, active_before)
+        found = connection.execute(
+            "SELECT key, created, seq FROM arc_tasks WHERE (%s OR key = ANY(%s)) AND position > 0" + times
+            + " ORDER BY created, key", (not keys, list(keys), *values)).fetchall()
     conversations = [Conversation(str(key), created, int(seq)) for key, created, seq in found]
     picked = {conversation.key for conversation in conversations}
     unknown = [key for key in dict.fromkeys(keys) if key not in picked]
@@ -84,9 +87,12 @@ def chosen(db: Database, keys: Sequence[str], created_before: datetime.datetime 
 
 
 def forget(db: Database, keys: Sequence[str], created_before: datetime.datetime | None = None,
-           progress: Callable[[Forgotten], None] = lambda done: None) -> Forgotten:
-    """Remove conversations ``keys`` (proxy conversations; with ``created_before``, only those created before it),
-    `FORGET_BATCH` per transaction; ``progress`` is called after each."""
+           progress: Callable[[Forgotten], None] = lambda done: None,
+           active_before: datetime.datetime | None = None) -> Forgotten:
+    """Remove conversations ``keys`` (proxy conversations; with ``created_before``, only those created before it;
+    with ``active_before``, only those last active before it, checked again under each one's row lock: one a request
+    committed to meanwhile stays), `FORGET_BATCH` per transaction; ``progress`` is called after each."""
+    times = (created_before, active_before)
     done = Forgotten()
     with db.connection() as connection:
         _allow_forgetting(db, connection)
@@ -94,7 +100,7 @@ def forget(db: Database, keys: Sequence[str], created_before: datetime.datetime 
         replies = connection.execute("SELECT to_regclass('arc_replies') IS NOT NULL").fetchone()
         for start in range(0, len(keys), FORGET_BATCH):
             try:
-                done = _forget_batch(connection, list(keys[start:start + FORGET_BATCH]), created_before,
+                done = _forget_batch(connection, list(keys[start:start + FORGET_BATCH]), times,
                                      bool(replies and replies[0]), done)
             except _psycopg().errors.InsufficientPrivilege as problem:
                 raise StoreError(f"the database {db.shown}: this role cannot delete ARC's rows"
@@ -102,49 +108,64 @@ def forget(db: Database, keys: Sequence[str], created_before: datetime.datetime 
                                  " with the role that owns ARC's tables") from None
             progress(done)
         if done.busy:
-            done = _forget_held(db, connection, created_before, bool(replies and replies[0]), done)
+            done = _forget_held(db, connection, times, bool(replies and replies[0]), done)
     return done
 
 
-def _forget_held(db: Database, connection: "psycopg.Connection[Any]", created_before: datetime.datetime | None,
-                 replies: bool, done: Forgotten) -> Forgotten:
+def _forget_held(db: Database, connection: "psycopg.Connection[Any]", times: _Times, replies: bool,
+                 done: Forgotten) -> Forgotten:
     """The conversations skipped because their row was locked, once more, waiting up to `HELD_WAIT` for each lock:
     one another forget was removing is gone by then (not left: review h22 F7, two forgets at once each reported
     thousands 'left' and exit 1 with none left); one a request's commit held is forgotten once it is done; one still
     held past the wait is left."""
     busy = list(done.busy)
     try:
-        return _forget_batch(connection, busy, created_before, replies, attrs.evolve(done, busy=()), wait=True)
+        return _forget_batch(connection, busy, times, replies, attrs.evolve(done, busy=()), wait=True)
     except _psycopg().errors.LockNotAvailable:  # a commit held one past the wait: every key still there is left
         still = {str(key) for (key,) in connection.execute("SELECT key FROM arc_tasks WHERE key = ANY(%s)",
                                                            (busy,)).fetchall()}
         return attrs.evolve(done, busy=tuple(key for key in busy if key in still))
 
 
+def _picked_by(created_before: datetime.datetime | None, active_before: datetime.datetime | None
+               ) -> tuple[str, tuple[datetime.datetime, ...]]:
+    """The SQL condition (``AND ...``, or nothing) and its values that pick conversations by the times given; a row
+    without ``last_active`` (stored before the column existed) counts as last active when it was created."""
+    condition = ""
+    values: tuple[datetime.datetime, ...] = ()
+    if created_before is not None:
+        condition, values = condition + " AND created < %s", (*values, created_before)
+    if active_before is not None:
+        condition, values = condition + " AND coalesce(last_active, created) < %s", (*values, active_before)
+    return condition, values
+
+
 def _forgotten_so_far(done: Forgotten) -> str:
     return f"{done.conversations} conversation(s) forgotten before this" if done.conversations else "nothing forgotten"
 
 
-def _forget_batch(connection: "psycopg.Connection[Any]", batch: list[str], created_before: datetime.datetime | None,
-                  replies: bool, done: Forgotten, wait: bool = False) -> Forgotten:
+def _forget_batch(connection: "psycopg.Connection[Any]", batch: list[str], times: _Times, replies: bool,
+                  done: Forgotten, wait: bool = False) -> Forgotten:
     """One transaction: the batch's conversations whose row it can lock, removed whole. ``wait``: it waits for a
     locked row up to `HELD_WAIT` (LockNotAvailable past it) instead of skipping it."""
     with connection.transaction():
         connection.execute(f"SET LOCAL {FORGETTING} = 'on'")
         if wait:
             connection.execute(f"SET LOCAL lock_timeout = '{HELD_WAIT}'")
+        condition, values = _picked_by(*times)
         locked = [str(key) for (key,) in connection.execute(
-            "SELECT key FROM arc_tasks WHERE key = ANY(%s) AND position > 0"
-            " AND (%s::timestamptz IS NULL OR created < %s) FOR UPDATE" + ("" if wait else " SKIP LOCKED"),
-            (batch, created_before, created_before)).fetchall()]
+            "SELECT key FROM arc_tasks WHERE key = ANY(%s) AND position > 0" + condition + " FOR UPDATE"
+            + ("" if wait else " SKIP LOCKED"), (batch, *values)).fetchall()]
         removed_replies = connection.execute("DELETE FROM arc_replies WHERE task = ANY(%s)",
                                              (locked,)).rowcount if replies else 0
         marks = connection.execute("DELETE FROM arc_marks WHERE task = ANY(%s)", (locked,)).rowcount
         rows = connection.execute("DELETE FROM arc_events WHERE task = ANY(%s)", (locked,)).rowcount
         tasks = connection.execute("DELETE FROM arc_tasks WHERE key = ANY(%s)", (locked,)).rowcount
-    # a key of the batch not locked: a commit held its row (busy), or it went meanwhile (another forget)
+    # a key of the batch not locked: a commit held its row (busy), or it went meanwhile (another forget), or (with
+    # --idle-for) a request committed to it since it was chosen: no longer picked, it stays and is not busy
     held = {str(key) for (key,) in connection.execute(
-        "SELECT key FROM arc_tasks WHERE key = ANY(%s) AND NOT key = ANY(%s)", (batch, locked)).fetchall()}
+        "SELECT key FROM arc_tasks WHERE key = ANY(%s) AND NOT key = ANY(%s)" + condition, (batch, locked, *values)
+    ).fetchall()}
     return Forgotten(done.conversations + tasks, done.rows + rows, done.marks + marks, done.replies + removed_replies,
                      done.busy + tuple(key for key in batch if key in held))
 

@@ -396,3 +396,79 @@ def test_an_interrupted_forget_says_how_many_it_removed_before_and_the_rest_stay
     monkeypatch.setattr(postgres_forget, "_forget_batch", removing)
     assert main(["forget", url, "--older-than", "30"]) == 0
     assert "forgot 700 conversation(s)" in capsys.readouterr().out
+
+
+def backdate(url: str, days: int, *, last_active: bool = True) -> None:
+    """Every conversation created (and, with ``last_active``, last committed to) ``days`` days ago."""
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("UPDATE arc_tasks SET created = now() - %s * interval '1 day'" +
+                           (", last_active = now() - %s * interval '1 day'" if last_active else ""),
+                           (days, days) if last_active else (days,))
+
+
+def test_idle_for_spares_a_conversation_still_in_use_that_older_than_removes(
+        postgres: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two conversations started 40 days ago; an agent came back to one today. `--older-than 30` picks both (the one
+    in use would lose its stored outputs); `--idle-for 30` picks only the idle one: each commit sets the
+    conversation's ``last_active``."""
+    url = postgres.create_database("arc_test_forget_idle")
+    (in_use,) = serve(url, first_request())
+    (idle,) = serve(url, other_request("List the files of d2."))
+    backdate(url, 40)
+    (later,) = serve(url, continued(in_use, "a.txt\n"))
+    assert later.conversation == in_use.conversation  # committed in place: its last_active is now
+    assert main(["forget", url, "--older-than", "30", "--dry-run"]) == 0
+    assert "would forget 2 conversation(s)" in capsys.readouterr().out
+    assert main(["forget", url, "--idle-for", "30", "--dry-run"]) == 0
+    listed = capsys.readouterr().out
+    assert idle.conversation in listed and in_use.conversation not in listed and "would forget 1 " in listed, listed
+    assert main(["forget", url, "--idle-for", "30", in_use.conversation, idle.conversation]) == 1  # one not idle
+    said = capsys.readouterr()
+    assert said.out.startswith("forgot 1 conversation(s)") and f"idle since before" in said.err, said
+    assert set(whole_chains(url)) == {in_use.conversation}
+
+
+def test_a_conversation_committed_to_after_it_was_chosen_is_not_forgotten_by_idle_for(postgres: Any) -> None:
+    """--idle-for is checked again under each conversation's row lock: a request that committed between the choice
+    and the removal keeps its conversation (and it is not reported as left)."""
+    import datetime
+
+    from arc_ref.persist.postgres import Database
+    from arc_ref.persist.postgres_forget import chosen, forget
+
+    url = postgres.create_database("arc_test_forget_idle_race")
+    (first,) = serve(url, first_request())
+    backdate(url, 40)
+    db = Database(url, pool_size=1, create_schema=False)
+    try:
+        cutoff = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=30)
+        picked, _ = chosen(db, [], None, cutoff)
+        assert [conversation.key for conversation in picked] == [first.conversation]
+        serve(url, continued(first, "a.txt\n"))  # the agent came back meanwhile
+        done = forget(db, [first.conversation], None, active_before=cutoff)
+    finally:
+        db.close()
+    assert (done.conversations, done.busy) == (0, ())
+    assert set(whole_chains(url)) == {first.conversation}
+
+
+def test_a_database_made_before_last_active_gets_it_from_the_first_proxy_and_idle_for_waits_for_it(
+        postgres: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """A database whose arc_tasks has no ``last_active`` (an arc-ref before it): ``--idle-for`` is refused, saying
+    what to do, nothing removed; the next proxy to start adds the column (the rows it had: NULL, read as their
+    creation time)."""
+    url = postgres.create_database("arc_test_forget_idle_old")
+    (first,) = serve(url, first_request())
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("ALTER TABLE arc_tasks DROP COLUMN last_active")
+    backdate(url, 40, last_active=False)
+    assert main(["forget", url, "--idle-for", "30"]) == 2
+    assert "has no column arc_tasks.last_active" in capsys.readouterr().err
+    assert set(whole_chains(url)) == {first.conversation}
+    (other,) = serve(url, other_request("List the files of d2."))  # a proxy of this version starts: the column
+    with psycopg.connect(url) as connection:
+        assert connection.execute("SELECT key FROM arc_tasks WHERE last_active IS NULL").fetchall() == [
+            (first.conversation,)]
+    assert main(["forget", url, "--idle-for", "30"]) == 0
+    assert capsys.readouterr().out.startswith("forgot 1 conversation(s)")
+    assert set(whole_chains(url)) == {other.conversation}

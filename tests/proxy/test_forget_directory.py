@@ -86,8 +86,9 @@ def test_forget_in_a_directory_refuses_what_it_cannot_do(tmp_path: Path, capsys:
         key = turn(base_url, start("List the files."))
     assert main(["forget", str(tmp_path / "elsewhere"), key]) == 2
     assert "or an arc-ref proxy --store directory" in capsys.readouterr().err
-    assert main(["forget", str(store), "--older-than", "1"]) == 2
-    assert "records no creation time" in capsys.readouterr().err
+    for option in ("--older-than", "--idle-for"):
+        assert main(["forget", str(store), option, "1"]) == 2
+        assert "records no creation or activity time" in capsys.readouterr().err
     assert main(["forget", str(store)]) == 2
     capsys.readouterr()
     assert main(["forget", str(store), "..", ".", "nothing", f"../store/{key}", key]) == 1  # only a folder's name
