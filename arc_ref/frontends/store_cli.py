@@ -5,7 +5,8 @@
     arc-ref copy STORE NEW                every row export reads, into a new store NEW (a read-only store's way on)
     arc-ref mcp STORE [--preset NAME] [--set KEY=VALUE ...]   serve ARC's tools over MCP (stdio)
     arc-ref forget postgresql://... [KEY ...] [--created-before TIME | --older-than DAYS | --idle-for DAYS] [--dry-run]
-    arc-ref forget DIR KEY ... [--dry-run]   remove whole proxy conversations (arc_ref.persist.postgres_forget,
+    arc-ref forget DIR [KEY ...] [--idle-for DAYS] [--dry-run]
+                                          remove whole proxy conversations (arc_ref.persist.postgres_forget,
                                           arc_ref.persist.directory_forget)
 
 A missing, corrupt or locked store is one clear line on standard error and exit status 2, never a traceback;
@@ -99,8 +100,8 @@ def add_commands(commands: "argparse._SubParsersAction[Any]",
     when.add_argument("--older-than", type=_days, metavar="DAYS",
                       help="only conversations created more than DAYS days ago (the database's clock; 0.5 = 12 h)")
     when.add_argument("--idle-for", type=_days, metavar="DAYS",
-                      help="only conversations no request committed to for DAYS days (PostgreSQL; the database's"
-                           " clock): a retention that spares the conversations still in use")
+                      help="only conversations no request committed to for DAYS days (the database's clock; a"
+                           " directory: its files' times): a retention that spares the conversations still in use")
     forget.add_argument("--dry-run", action="store_true",
                         help="list what would be forgotten (key, created, rows), remove nothing")
     forget.__class__ = type("ForgetParser", (_KeysAfterOptions, type(forget)), {})
@@ -295,23 +296,25 @@ def _forget(arguments: argparse.Namespace) -> int:
 
 
 def _forget_in_directory(arguments: argparse.Namespace) -> int:
-    """`arc_ref.persist.directory_forget` on an `arc-ref proxy --store DIR` directory: conversations by key only."""
+    """`arc_ref.persist.directory_forget` on an `arc-ref proxy --store DIR` directory: conversations by key, or by
+    their last commit (--idle-for)."""
     from arc_ref.persist.directory_forget import forget_in_directory, is_conversation_directory
 
     directory = Path(arguments.store)
     if not is_conversation_directory(directory):
         raise StoreError(f"forget takes a PostgreSQL store (postgresql://...) or an arc-ref proxy --store directory"
                          f" (one holding hashes.sqlite), got {arguments.store!r}")
-    if arguments.created_before is not None or arguments.older_than is not None or arguments.idle_for is not None:
-        raise StoreError("a --store directory records no creation or activity time: name the conversations to"
-                         " forget (their x-arc-conversation keys, the directory's folders)")
-    if not arguments.keys:
-        raise StoreError("say what to forget: conversation keys (the directory's folders)")
+    if arguments.created_before is not None or arguments.older_than is not None:
+        raise StoreError("a --store directory records no creation time: name the conversations to forget (their"
+                         " x-arc-conversation keys, the directory's folders), or choose them by --idle-for DAYS")
+    if not arguments.keys and arguments.idle_for is None:
+        raise StoreError("say what to forget: conversation keys (the directory's folders) or --idle-for DAYS")
+    idle_before = None if arguments.idle_for is None else time.time() - arguments.idle_for * 86400
     _stdout()
     gone: list[str] = []
     restore = _terminate_as_interrupt()
     try:
-        done = forget_in_directory(directory, arguments.keys, arguments.dry_run, gone.append)
+        done = forget_in_directory(directory, arguments.keys, arguments.dry_run, gone.append, idle_before)
     except KeyboardInterrupt:  # (review h22 F8, as for PostgreSQL)
         print(f"arc-ref forget: interrupted: {len(gone):,} conversation(s) forgotten before it"
               f"{': ' + ', '.join(gone[:10]) if gone else ''}{' ...' if len(gone) > 10 else ''} (the one under way,"
@@ -336,7 +339,8 @@ def _forget_in_directory(arguments: argparse.Namespace) -> int:
               f"{' ...' if len(done.links) > 10 else ''}", file=sys.stderr, flush=True)
     if done.unknown:
         _flush()
-        raise LookupError(f"not a conversation of {str(directory)!r}: {', '.join(done.unknown[:10])}"
+        idle = "" if idle_before is None else f" idle for {arguments.idle_for:g} days"
+        raise LookupError(f"not a conversation of {str(directory)!r}{idle}: {', '.join(done.unknown[:10])}"
                           f"{' ...' if len(done.unknown) > 10 else ''}")
     return INSPECT_FAILED.code if done.busy or done.links else OK.code
 

@@ -8,7 +8,9 @@ deleted, the renamed directory removed, and only then the lock dropped, so that 
 before takes the lock of a file without a name and refuses it (`StoreNotFound`). A process that still finds the key
 (an index lookup just before) cannot open the store and sets the key aside: its request starts a new conversation,
 as the agent's next one does. A directory left renamed by a forget that was killed is removed by the next one.
-A directory store records no creation time, so conversations are named, never chosen by age.
+A directory store records no creation time, so conversations are never chosen by age; ``--idle-for`` chooses them
+by their last commit instead (`last_active`: the modification time of the files only a writer writes), checked
+again under the store's lock, so a conversation a request committed to since it was chosen stays.
 """
 
 from __future__ import annotations
@@ -24,9 +26,12 @@ import attrs
 from arc_ref.persist.errors import StoreError, StoreLocked
 from arc_ref.persist.hash_index import HASH_INDEX_FILE, HashIndex
 from arc_ref.persist.lock import WriterLock
-from arc_ref.persist.marks import MarkFile
+from arc_ref.persist.marks import INDEX_FILE, MarkFile
 
 FORGETTING_PREFIX = ".forgetting-"  # a conversation's directory while it is removed
+STORE_FILE = "task.arc"  # a conversation's durable store in its folder
+# the files a commit writes and a reader never does (not the WAL: a reader may create an empty one)
+WRITTEN_BY_A_COMMIT = (STORE_FILE + ".ack", STORE_FILE, INDEX_FILE)
 _KEY = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")  # a directory's name, never "." or "..", no leading dot
 
 
@@ -46,20 +51,47 @@ class DirectoryForgotten:
     links: tuple[str, ...] = ()  # a symbolic link where a conversation's folder would be: never followed, left
 
 
+def last_active(folder: Path) -> float:
+    """When a request last committed to the conversation in ``folder`` (POSIX time): the newest modification time
+    of the files a commit writes (its acknowledgement record is rewritten by every one); 0.0 when none is there."""
+    times = [0.0]
+    for name in WRITTEN_BY_A_COMMIT:
+        try:
+            times.append(os.lstat(folder / name).st_mtime)
+        except OSError:
+            pass
+    return max(times)
+
+
+def idle_conversations(directory: Path, idle_before: float) -> list[str]:
+    """Every conversation of ``directory`` no request committed to since ``idle_before`` (POSIX time), by name."""
+    return sorted(entry.name for entry in os.scandir(directory)
+                  if _KEY.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False)
+                  and MarkFile.holds_index(Path(entry.path)) and last_active(Path(entry.path)) < idle_before)
+
+
 def forget_in_directory(directory: Path, keys: Sequence[str], dry_run: bool = False,
-                        removed: Callable[[str], None] = lambda key: None) -> DirectoryForgotten:
+                        removed: Callable[[str], None] = lambda key: None,
+                        idle_before: float | None = None) -> DirectoryForgotten:
     """Remove conversations ``keys`` from ``directory`` (see the module doc); with ``dry_run`` only sort them.
-    ``removed`` is called with each key once it is gone."""
+    ``removed`` is called with each key once it is gone. With ``idle_before`` (POSIX time), only conversations no
+    request committed to since then, and with no keys, every such one."""
+    chosen = idle_before is not None and not keys  # chosen here, not named: none of them is reported unknown
+    if chosen:
+        assert idle_before is not None
+        keys = idle_conversations(directory, idle_before)
     named = list(dict.fromkeys(keys))
     # a link is no conversation folder of this store: refused before anything is touched, the dry run alike (review
     # h22 F4: it was renamed, its index rows deleted, then rmtree refused it, exit 2, and the link stayed for good)
     links = tuple(key for key in named if _KEY.fullmatch(key) and (directory / key).is_symlink())
     present = [key for key in named if key not in links
-               and _KEY.fullmatch(key) and MarkFile.holds_index(directory / key) and (directory / key).is_dir()]
+               and _KEY.fullmatch(key) and MarkFile.holds_index(directory / key) and (directory / key).is_dir()
+               and (idle_before is None or chosen or last_active(directory / key) < idle_before)]
     # a key whose removal a forget interrupted or killed left half done: finished below, and counted as forgotten
     unfinished = [key for key in named if key not in present and key not in links and _KEY.fullmatch(key)
                   and os.path.lexists(directory / f"{FORGETTING_PREFIX}{key}")]
-    unknown = tuple(key for key in named if key not in present and key not in links and key not in unfinished)
+    unknown = tuple(key for key in named if key not in present and key not in links and key not in unfinished
+                    and not chosen)
     if dry_run:
         return DirectoryForgotten(tuple(present + unfinished), (), unknown, 0, links)
     index = HashIndex(directory)
@@ -78,11 +110,15 @@ def forget_in_directory(directory: Path, keys: Sequence[str], dry_run: bool = Fa
             forgotten.append(key)
             removed(key)
         for key in present:
-            store = directory / key / "task.arc"
+            store = directory / key / STORE_FILE
             try:  # (a conversation without its store, damaged, is removed without a lock: no process can hold it)
                 lock = WriterLock(store, store) if os.path.lexists(store) else None
             except StoreLocked:
                 busy.append(key)
+                continue
+            if idle_before is not None and last_active(directory / key) >= idle_before:
+                if lock is not None:  # a request committed to it since it was chosen: it stays, not busy
+                    lock.release()
                 continue
             try:
                 tomb = directory / f"{FORGETTING_PREFIX}{key}"
@@ -101,4 +137,5 @@ def forget_in_directory(directory: Path, keys: Sequence[str], dry_run: bool = Fa
     return DirectoryForgotten(tuple(forgotten), tuple(busy), unknown, rows, links)
 
 
-__all__ = ["FORGETTING_PREFIX", "DirectoryForgotten", "forget_in_directory", "is_conversation_directory"]
+__all__ = ["FORGETTING_PREFIX", "DirectoryForgotten", "forget_in_directory", "idle_conversations",
+           "is_conversation_directory", "last_active"]

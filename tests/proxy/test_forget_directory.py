@@ -86,9 +86,8 @@ def test_forget_in_a_directory_refuses_what_it_cannot_do(tmp_path: Path, capsys:
         key = turn(base_url, start("List the files."))
     assert main(["forget", str(tmp_path / "elsewhere"), key]) == 2
     assert "or an arc-ref proxy --store directory" in capsys.readouterr().err
-    for option in ("--older-than", "--idle-for"):
-        assert main(["forget", str(store), option, "1"]) == 2
-        assert "records no creation or activity time" in capsys.readouterr().err
+    assert main(["forget", str(store), "--older-than", "1"]) == 2
+    assert "records no creation time" in capsys.readouterr().err
     assert main(["forget", str(store)]) == 2
     capsys.readouterr()
     assert main(["forget", str(store), "..", ".", "nothing", f"../store/{key}", key]) == 1  # only a folder's name
@@ -247,3 +246,44 @@ def test_an_interrupted_forget_names_what_it_removed_before_and_the_next_finishe
     assert main(["forget", str(store), *keys[1:]]) == 0  # the second a leftover now: finished, and counted
     assert [path.name for path in store.iterdir() if path.is_dir()] == [] and index_keys(store) == set()
     assert capsys.readouterr().out.startswith("forgot 2 conversation(s): ")
+
+
+def test_idle_for_forgets_the_conversations_no_request_committed_to_since_and_spares_the_others(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A directory records no creation time, but each commit rewrites the conversation's acknowledgement record:
+    ``--idle-for`` picks by the newest time of the files a commit writes (never a reader). Two conversations made
+    40 days ago (their files' times set back), one continued today: only the other is forgotten; named, the one in
+    use is reported as not idle (exit 1). Checked again under the store's lock: one committed to since it was
+    chosen stays."""
+    import os
+    import time
+
+    from arc_ref.persist import directory_forget
+
+    store = tmp_path / "store"
+    in_use, idle = start("List the files."), start("List the files of d2.")
+    with serve_upstream() as (_, upstream_url), serve_proxy(upstream_url, store=store) as base_url:
+        keys = {turn(base_url, in_use): "in use", turn(base_url, idle): "idle"}
+        then = time.time() - 40 * 86400
+        for key in keys:
+            for path in (store / key).iterdir():
+                os.utime(path, (then, then), follow_symlinks=False)
+        assert main(["forget", str(store), "--idle-for", "30", "--dry-run"]) == 0
+        assert capsys.readouterr().out.endswith("would forget 2 conversation(s)\n")
+        key_in_use = turn(base_url, in_use)  # the agent comes back to one
+        assert keys[key_in_use] == "in use"
+        (key_idle,) = [key for key in keys if key != key_in_use]
+        assert main(["forget", str(store), "--idle-for", "30", "--dry-run"]) == 0
+        assert capsys.readouterr().out == f"{key_idle}\nwould forget 1 conversation(s)\n"
+        assert main(["forget", str(store), "--idle-for", "30", key_in_use]) == 1
+        assert "idle for 30 days: " + key_in_use in capsys.readouterr().err
+        # chosen while idle, committed to before its lock is taken: it stays
+        chosen = directory_forget.idle_conversations
+        monkeypatch.setattr(directory_forget, "idle_conversations", lambda *args: sorted(keys))
+        assert main(["forget", str(store), "--idle-for", "30"]) == 0
+        assert capsys.readouterr().out.startswith("forgot 1 conversation(s)")
+        monkeypatch.setattr(directory_forget, "idle_conversations", chosen)
+        assert (store / key_in_use).is_dir() and not (store / key_idle).exists()
+        assert index_keys(store) == {key_in_use}
+        turn(base_url, in_use)  # and the agent goes on in it
+    assert index_keys(store) == {key_in_use}
