@@ -65,7 +65,7 @@ import attrs
 import httpx
 import msgspec
 
-from arc_ref.budgets import DERIVED_FIELDS, fit_to_window
+from arc_ref.budgets import DERIVED_FIELDS, WindowTooSmall, fit_to_window
 from arc_ref.config import PRESETS, Config, preset
 from arc_ref.errors import ArcError
 from arc_ref.machine import (
@@ -580,6 +580,15 @@ class RoundRecord:
     view_digest: str = ""  # sha256 of the upstream request's messages and tools (canonical JSON)
     seq: int = 0  # the conversation's rows when its view was taken (orders one conversation's rounds)
     owner: str = attrs.field(default="", repr=False)  # with --client-keys: a digest of the caller's key
+    upstream_cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens (vLLM's prefix cache)
+
+
+def cached_tokens(usage: Mapping[str, Any]) -> int | None:
+    """``usage.prompt_tokens_details.cached_tokens`` of an upstream reply (vLLM with
+    --enable-prompt-tokens-details), None when it does not say."""
+    details = usage.get("prompt_tokens_details")
+    value = details.get("cached_tokens") if isinstance(details, Mapping) else None
+    return value if type(value) is int and value >= 0 else None
 
 
 class ConversationGone(ArcError):
@@ -1423,14 +1432,18 @@ class Proxy:
         one worker-thread hand-off before the first upstream call (`_advance`) and one after each (`_answered`),
         so that the event loop serves the other clients meanwhile and no event hops on its own."""
         shown = await asyncio.to_thread(self._advance, conversation, new, hashes)
-        usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        usage: dict[str, Any] = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        cached: int | None = None  # the upstream's prompt_tokens_details.cached_tokens, summed over the rounds
         hidden = HiddenRounds(self.settings.max_hidden_rounds, self.settings.max_read_rounds)
         while True:
             reply = await self._upstream(conversation, shown.chat_messages(), shown.tools() or [], body,
                                          shown.tokens, hidden.count > 0)
-            for key in usage:
+            for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
                 value = reply.usage.get(key)
                 usage[key] += value if type(value) is int else 0
+            round_cached = cached_tokens(reply.usage)
+            if round_cached is not None:
+                cached = (cached or 0) + round_cached
             answered = await asyncio.to_thread(self._answered, conversation, reply, hidden)
             if isinstance(answered, View):  # ARC answered every call: another (hidden) round
                 shown = answered
@@ -1452,6 +1465,8 @@ class Proxy:
             finish = "tool_calls"
         result = dict(reply.completion)
         result["choices"] = [{**choice, "index": 0, "message": returned, "finish_reason": finish}]
+        if cached is not None:  # (review h30 F4: dropped, the prefix cache's part was invisible through the proxy)
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
         result["usage"] = usage
         return Reply(result, hidden.count, shown.tokens, conversation.key)
 
@@ -1532,6 +1547,8 @@ class Proxy:
         max_tokens = min(cap, asked[0]) if asked else cap
         request.pop("max_completion_tokens", None)
         request["max_tokens"] = max_tokens
+        if type(request.get("min_tokens")) is int and request["min_tokens"] > max_tokens:
+            request["min_tokens"] = max_tokens  # (review h30 F10: the cap made vLLM's 'min_tokens > max_tokens' 400)
         record = RoundRecord(conversation.key, hidden, tokens, state.setup.budget, state.setup.limit, max_tokens,
                              0, None, bool(body.get("stream")), view_digest(messages, tools), conversation.seq,
                              REQUEST_OWNER.get())
@@ -1563,6 +1580,7 @@ class Proxy:
         record.status = 200
         prompt_tokens = reply.usage.get("prompt_tokens")
         record.upstream_prompt_tokens = prompt_tokens if type(prompt_tokens) is int else None
+        record.upstream_cached_tokens = cached_tokens(reply.usage)
         return reply
 
 
@@ -1748,6 +1766,10 @@ def _shown(text: str) -> str:
     return repr(text) if len(text) <= 80 else repr(text[:80]) + "..."
 
 
+class NotAnApiBase(StartRefused):
+    """The upstream answers, but not as an OpenAI-compatible API at that URL (404 for ``/models``)."""
+
+
 def served_window(settings: ProxySettings, timeout_s: float = 10.0) -> int | None:
     """The smallest window the upstream serves (``GET /models``: vLLM's ``max_model_len`` of each model), None
     when it does not say; StartRefused when it does not answer."""
@@ -1758,6 +1780,9 @@ def served_window(settings: ProxySettings, timeout_s: float = 10.0) -> int | Non
         raise StartRefused(f"the upstream {settings.upstream} does not answer GET /models ({problem!r}); start it"
                            " first, or give its window:"
                            " --context-limit N") from None
+    if response.status_code == 404:  # (review h30 F11: the advice was --context-limit, then every request a 404)
+        raise NotAnApiBase(f"GET {settings.upstream}/models answered 404: --upstream is not the base of an"
+                           " OpenAI-compatible API (vLLM's ends in /v1: http://HOST:8000/v1)")
     if response.status_code in (401, 403):
         raise StartRefused(f"GET {settings.upstream}/models answered {response.status_code}: the upstream needs a key"
                            " (--upstream-api-key, or $ARC_UPSTREAM_API_KEY), or give its window: --context-limit N")
@@ -1779,8 +1804,8 @@ def prepare(settings: ProxySettings) -> ProxySettings:
     if settings.database is None or settings.context_limit is None:
         try:
             served = served_window(settings)
-        except StartRefused:
-            if settings.context_limit is None:
+        except StartRefused as problem:
+            if settings.context_limit is None or isinstance(problem, NotAnApiBase):
                 raise
             served = None  # the window given stands; the upstream may come later
     else:
@@ -1835,7 +1860,28 @@ def conversation_config(settings: ProxySettings, system: str, goal: str, tools: 
     config = preset(settings.preset_name, **overrides, tokenizer=settings.tokenizer, chat_format="template",
                     action_mode="tools", tools=list(tools), system=system, goal=goal, template_kwargs=template_kwargs)
     kept = {name: value for name, value in settings.overrides.items() if name in DERIVED_FIELDS}
-    return fit_to_window(config, keep=kept, check=False)  # init checks it (K <= L, every floor)
+    try:
+        return fit_to_window(config, keep=kept, check=False)  # init checks it (K <= L, every floor)
+    except WindowTooSmall as problem:
+        if "max_completion" in settings.overrides:
+            raise
+        raise proxy_window_too_small(problem, int(window), PRESETS[settings.preset_name].max_completion) from None
+
+
+def proxy_window_too_small(problem: WindowTooSmall, window: int, reserve_cap: int) -> WindowTooSmall:
+    """``problem`` (the core's, whose smallest window keeps G_max fixed) told with the proxy's own reserve, G_max =
+    min(``reserve_cap``, window // 2), which grows with the window (review h30 F3: it said 4214 at 4096, then 4273 at
+    4214; 4331 was needed): the smallest window W with W - min(cap, W // 2) >= the prompt needed, and the option
+    that sets the reserve."""
+    needed = problem.needed
+    smallest = 2 * needed - 1 if needed - 1 <= reserve_cap else needed + reserve_cap
+    head = str(problem).split("; a window of at least", 1)[0]
+    room = window - needed
+    fix = (f", or a completion reserve of at most {room} tokens: --set max_completion=N (N <= {room})" if room > 0
+           else "")
+    return WindowTooSmall(needed, smallest, f"{head}; this proxy reserves G_max = min({reserve_cap}, L_ctx // 2) for"
+                          f" the completion, so a window of at least {smallest} tokens is needed{fix}, or a shorter"
+                          " system text, tools listing or goal")
 
 
 def prefix_past_window(settings: ProxySettings, characters: int) -> str | None:

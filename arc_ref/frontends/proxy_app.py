@@ -556,12 +556,22 @@ def build_app(settings: ProxySettings) -> Any:
                                   " with --client-keys"))
         return JSONResponse(holder["proxy"].stats())
 
+    async def not_served(request: Request, problem: Exception) -> Response:
+        """Any other path (or method): a JSON error naming what is served (review h30 F7: the OpenAI Agents SDK's
+        default Responses API got a bare 'Not Found')."""
+        status = getattr(problem, "status_code", 404)
+        return failure(Failed(status, "not_found" if status == 404 else "method_not_allowed",
+                              f"{request.method} {request.url.path} is not served by arc-ref proxy: it serves POST"
+                              " /v1/chat/completions (Chat Completions; for the OpenAI Agents SDK:"
+                              " set_default_openai_api(\"chat_completions\")), GET /v1/models, GET /arc/rounds and"
+                              " GET /arc/stats"))
+
     return Starlette(routes=[
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/arc/rounds", rounds, methods=["GET"]),
         Route("/arc/stats", stats, methods=["GET"]),
-    ], lifespan=lifespan)
+    ], lifespan=lifespan, exception_handlers={404: not_served, 405: not_served})
 
 
 def serve(options: ProxyOptions, parse_setting: Callable[[str], tuple[str, object]]) -> int:

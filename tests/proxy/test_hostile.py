@@ -253,3 +253,48 @@ def test_with_client_keys_each_key_has_its_own_conversations_and_rounds() -> Non
     assert all("owner" not in record for record in seen["alice"])
     sent = {name.lower(): value for name, value in upstream.headers[-1].items()}
     assert sent["authorization"] == "Bearer sk-up"  # the upstream's key, never a client's
+
+
+def test_min_tokens_above_the_proxy_s_cap_is_lowered_with_max_tokens() -> None:
+    """Review h30 F10: max_tokens capped to the reserve while min_tokens stayed above it: vLLM's own 400
+    'min_tokens must be less than or equal to max_tokens', for a request vLLM alone accepts."""
+    seen: list[dict[str, Any]] = []
+
+    def reply(body: Any) -> tuple[int, bytes]:
+        seen.append(json.loads(body) if isinstance(body, (bytes, str)) else body)
+        return 200, json.dumps(completion("done")).encode()
+
+    with fake_upstream() as upstream, proxy(upstream) as base_url:
+        upstream.reply = reply
+        answered = post(base_url, task(1), max_tokens=100_000, min_tokens=90_000)
+        small = post(base_url, task(2), max_tokens=100_000, min_tokens=5)
+    assert answered.status_code == 200 and small.status_code == 200, answered.text
+    capped, kept = seen
+    assert capped["max_tokens"] < 90_000 and capped["min_tokens"] == capped["max_tokens"], capped
+    assert kept["min_tokens"] == 5
+
+
+def test_the_upstream_s_cached_tokens_reach_the_agent_and_the_rounds() -> None:
+    """Review h30 F4: usage kept prompt_tokens, completion_tokens and total_tokens only, and /arc/rounds no cached
+    count: what the server's prefix cache served was invisible through the proxy. Now its sum over the request's
+    rounds is the reply's usage.prompt_tokens_details.cached_tokens (streamed too), and each round's is in
+    /arc/rounds; an upstream that does not say adds nothing."""
+    def cached(body: Any) -> tuple[int, bytes]:
+        done = completion("done")
+        done["usage"]["prompt_tokens_details"] = {"cached_tokens": 7}
+        return 200, json.dumps(done).encode()
+
+    with fake_upstream() as upstream, proxy(upstream) as base_url:
+        upstream.reply = cached
+        plain = post(base_url, task(1))
+        streamed = httpx.post(f"{base_url}/chat/completions", timeout=120, json={
+            "model": "fake", "messages": task(2), "stream": True, "stream_options": {"include_usage": True}})
+        upstream.reply = lambda body: (200, json.dumps(completion("done")).encode())
+        silent = post(base_url, task(3))
+        rounds = httpx.get(base_url.removesuffix("/v1") + "/arc/rounds").json()
+    assert plain.json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 7}
+    usage_lines = [json.loads(line[6:])["usage"] for line in streamed.text.splitlines()
+                   if line.startswith("data: {") and json.loads(line[6:]).get("usage")]
+    assert usage_lines and usage_lines[-1]["prompt_tokens_details"] == {"cached_tokens": 7}, streamed.text
+    assert "prompt_tokens_details" not in silent.json()["usage"]
+    assert [record["upstream_cached_tokens"] for record in rounds] == [7, 7, None]

@@ -86,6 +86,16 @@ def test_the_window_comes_from_the_upstream_and_a_larger_one_is_refused() -> Non
         zero_config(upstream_url)  # stopped: no window known
 
 
+def test_an_upstream_url_without_its_api_path_is_refused_at_start_even_with_a_window_given() -> None:
+    """Review h30 F11: ``--upstream http://host:8000`` (no /v1): the advice was --context-limit, which started a
+    proxy whose every request was a 404."""
+    with serve_upstream() as (_, upstream_url):
+        base = upstream_url.removesuffix("/v1")
+        for window in (None, 8000):
+            with pytest.raises(StartRefused, match="answered 404: --upstream is not the base of an OpenAI-compatible"):
+                zero_config(base, context_limit=window)
+
+
 def run_proxy(*arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "arc_ref.frontends.cli", "proxy", *arguments]
     environment = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -146,3 +156,37 @@ def test_a_damaged_conversations_index_is_refused_at_start_in_one_line(tmp_path:
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2, done.stderr
     assert len(lines) == 1 and "hashes.sqlite" in lines[0] and "cannot be opened" in lines[0], lines
+
+
+def test_a_path_the_proxy_does_not_serve_is_a_json_error_naming_what_it_serves() -> None:
+    """Review h30 F7: the OpenAI Agents SDK's default (the Responses API) got a bare-text 'Not Found'."""
+    with serve_upstream() as (_, upstream_url), serve_app(build_app(zero_config(upstream_url))) as base_url:
+        responses = httpx.post(f"{base_url}/responses", json={"model": "m", "input": "hi"}, timeout=30)
+        wrong_method = httpx.get(f"{base_url}/chat/completions", timeout=30)
+    assert responses.status_code == 404 and wrong_method.status_code == 405
+    for response in (responses, wrong_method):
+        error = response.json()["error"]
+        assert "is not served by arc-ref proxy" in error["message"] and "chat_completions" in error["message"], error
+    assert responses.json()["error"]["type"] == "not_found"
+
+
+def test_the_smallest_window_a_refusal_names_is_the_smallest_the_proxy_serves() -> None:
+    """Review h30 F3: the core's figure keeps G_max fixed, but the proxy's reserve is min(4096, window // 2): at
+    the window it named the prefix was refused again, naming another. Now the window named serves the prefix and
+    one token less does not, and the refusal names --set max_completion."""
+    import re
+
+    def first_request(window: int) -> httpx.Response:
+        upstream = build_upstream(RecallThenSubmitPolicy(), max_model_len=window, tokenizer=str(QWEN3),
+                                  model_name="scripted")
+        with serve_in_thread(upstream) as upstream_url, serve_app(build_app(zero_config(upstream_url))) as base_url:
+            return httpx.post(f"{base_url}/chat/completions", timeout=120,
+                              json={"model": "scripted", "messages": mini_prefix(), "tools": [BASH_TOOL]})
+
+    refused = first_request(3072)
+    assert refused.status_code == 400
+    message = refused.json()["error"]["message"]
+    assert "--set max_completion=N" in message, message
+    smallest = int(re.search(r"a window of at least (\d+) tokens", message).group(1))
+    assert first_request(smallest - 1).status_code == 400
+    assert first_request(smallest).status_code == 200
