@@ -92,6 +92,20 @@ def tool_mode_mutation_vectors() -> tuple[TraceVector, ...]:
                      ("another key when the parameter's is absent",
                       answer("call_4", lambda text: text.startswith(f"_recall_meta: {alpha} rc=0")))),
                     (QWEN3_VECTOR_PATH,)),
+        TraceVector("tool_result_share_full_reserves", tool_mode,
+                    "A result's share is R less its unit's messages so far less the full reserves (the stub message at"
+                    " the widest, 155 tokens) of the calls still pending: the first of two results, 238 tokens"
+                    " verbatim, exceeds its share (420 - 53 - 155 = 212) and is shown as its stub; with only the other"
+                    " call's stub frame (51) subtracted it would fit (316) and be shown verbatim.",
+                    (config("minimal", **TOOLS),
+                     tool_turn("Read both.", call("call_1", "read_file", listing),
+                               call("call_2", "read_file", '{"path": "b.txt"}')),
+                     tool_result("call_1", rows), tool_result("call_2", "b"), VIEW),
+                    (("the first result is its stub",
+                      lambda outputs: [output["verbatim"] for output in ops(outputs, "tool_result")] == [False, True]),
+                     ("H holds the turn, the stub and the second result",
+                      lambda outputs: bool(ops(outputs, "view")[0]["components"]["recent"] == 153))),
+                    (QWEN3_VECTOR_PATH,)),
     )
 
 
