@@ -106,6 +106,24 @@ def tool_mode_mutation_vectors() -> tuple[TraceVector, ...]:
                      ("H holds the turn, the stub and the second result",
                       lambda outputs: bool(ops(outputs, "view")[0]["components"]["recent"] == 153))),
                     (QWEN3_VECTOR_PATH,)),
+        TraceVector("tool_answers_clipped_against_r", tool_mode,
+                    "Each of ARC's answers is clipped against R alone (R = 190, the ids echoed made of a 4-token"
+                    " letter): line 2's answer, 216 tokens, is longer than R and is cut to 91 (its content clipped,"
+                    " its response whole), and the turn fits; line 3's answers, 24 and 183 tokens, and line 4's, 175"
+                    " tokens, are each within R and stay whole, so they leave the assistant message too little (beside"
+                    " line 4's read_file frame, 51) and both turns are refused. Never clipped, line 2 would be"
+                    " refused; clipped against R less the answers before it, line 3 would be taken (183 cut to 83);"
+                    " against R less the environment's reserves (111) or frames (51), line 4 (175 cut to 31 or 83).",
+                    (config("minimal", **{**TOOLS, "recent_budget": 190, "stub_cap": 60}),
+                     tool_turn("", call("call_1", "_recall", json.dumps({"id": ADLAM * 60}, ensure_ascii=False))),
+                     tool_turn("", call("call_2", "_recall_meta", '{"id": "x"}'),
+                               call("call_3", "_recall", json.dumps({"id": ADLAM * 40}, ensure_ascii=False))),
+                     tool_turn("", call("call_4", "read_file", listing),
+                               call("call_5", "_recall", json.dumps({"id": ADLAM * 38}, ensure_ascii=False))),
+                     VIEW),
+                    (("an answer longer than R is clipped", clipped_answer("call_1")),
+                     ("answers within R are not clipped: lines 3 and 4 are refused", errors_on(3, 4))),
+                    (QWEN3_VECTOR_PATH,)),
     )
 
 
