@@ -62,10 +62,13 @@ def answer(call_id: str, predicate: Callable[[str], bool]) -> Callable[[Outputs]
 
 
 def clipped_answer(call_id: str) -> Callable[[Outputs], bool]:
-    """ARC's answer to ``call_id`` is shown clipped: its ``content`` a proper prefix of ``response`` plus an ellipsis."""
-    return lambda outputs: any(
-        item["call_id"] == call_id and item["content"].endswith("\u2026") and item["content"] != item["response"]
-        for output in ops(outputs, "tool_turn") for item in output["answered"])
+    """ARC's answer to ``call_id`` is shown clipped: its ``content`` a proper prefix of ``response`` and an ellipsis."""
+
+    def clipped(content: str, response: str) -> bool:
+        return content.endswith("\u2026") and len(content) - 1 < len(response) and response.startswith(content[:-1])
+
+    return lambda outputs: any(item["call_id"] == call_id and clipped(str(item["content"]), str(item["response"]))
+                               for output in ops(outputs, "tool_turn") for item in output["answered"])
 
 
 def tool_mode_mutation_vectors() -> tuple[TraceVector, ...]:
@@ -73,6 +76,7 @@ def tool_mode_mutation_vectors() -> tuple[TraceVector, ...]:
     tool_mode = ("rendering.md §13",)
     listing = '{"path": "a.txt"}'
     alpha = make_id(1, f"read_file {listing}", "alpha beta")
+    stub = f"_recall_meta: {alpha} rc=0"  # the answer of _recall_meta ID: ID's stub line
     rows = "".join(f"row {number}: {number * 7}\n" for number in range(25))
     return (
         TraceVector("tool_argument_by_parameter_key", tool_mode,
@@ -87,10 +91,10 @@ def tool_mode_mutation_vectors() -> tuple[TraceVector, ...]:
                      tool_turn("Look again.", call("call_2", "_recall_meta", json.dumps({"note": "see", "id": alpha})),
                                call("call_3", "catalog-page", json.dumps({"n": "9", "page": "1"})),
                                call("call_4", "_recall_meta", json.dumps({"path": alpha})))),
-                    (("id read by its key", answer("call_2", lambda text: text.startswith(f"_recall_meta: {alpha} rc=0"))),
+                    (("id read by its key", answer("call_2", lambda text: text.startswith(stub))),
                      ("page read by its key", answer("call_3", lambda text: "catalog page 1/1 is shown" in text)),
                      ("another key when the parameter's is absent",
-                      answer("call_4", lambda text: text.startswith(f"_recall_meta: {alpha} rc=0")))),
+                      answer("call_4", lambda text: text.startswith(stub)))),
                     (QWEN3_VECTOR_PATH,)),
         TraceVector("tool_result_share_full_reserves", tool_mode,
                     "A result's share is R less its unit's messages so far less the full reserves (the stub message at"
