@@ -1,11 +1,29 @@
 """Trace vectors of rules a cold port could write another way while every earlier vector passed. Review h25 wrote each
 trace against a mutated copy of review h23's port (made from spec/ alone); the reference's output pins the reading
-of the text (its outputs equal the unmutated port's)."""
+of the text (its outputs equal the unmutated port's). Review h28 wrote the tool-mode ones (chat format template on
+Qwen3's files) the same way, each against a one-line mutation of the reference itself."""
 
 from __future__ import annotations
 
-from proofs_check.vectors.dsl import VIEW, Feature, TraceVector, agent, compact, config, obs
-from proofs_check.vectors.features import ops, response_has, view_has
+import json
+from collections.abc import Callable
+
+from proofs_check.shared_data import QWEN3_VECTOR_PATH
+from proofs_check.vectors.dsl import (
+    VIEW,
+    Feature,
+    Outputs,
+    TraceVector,
+    agent,
+    call,
+    compact,
+    config,
+    make_id,
+    obs,
+    tool_result,
+    tool_turn,
+)
+from proofs_check.vectors.features import errors_on, ops, response_has, view_has
 
 RUNS = (  # outputs and turns of uneven sizes: a fold that shrinks G as well (review h25's search)
     obs("run 0", "o0 " * 20), obs("run 1", "o1 " * 6), agent("think 2 " * 6, "run 2"), obs("run 3", "o3 o"),
@@ -24,6 +42,93 @@ def reads(count: int, thought_times: int, output_times: int = 1) -> list[str]:
 def folded_at(line_number: int, folded: int) -> Feature:
     """The feature: input line ``line_number`` (1-based) folds ``folded`` entries."""
     return (f"line {line_number} folds {folded}", lambda outputs: bool(outputs[line_number - 1]["folded"] == folded))
+
+
+# Tool mode (rendering.md §13) on Qwen3's template and tokenizer; one environment tool, read_file.
+READ_FILE = {"type": "function", "function": {"name": "read_file", "description": "Read a file.",
+                                              "parameters": {"type": "object",
+                                                             "properties": {"path": {"type": "string"}},
+                                                             "required": ["path"]}}}
+TOOLS = {"tokenizer": f"hf-dir:{QWEN3_VECTOR_PATH}", "chat_format": "template", "action_mode": "tools",
+         "tools": [READ_FILE], "context_limit": 3000, "recent_budget": 420, "summary_budget": 300,
+         "page_budget": 300, "recall_budget": 200, "chunk_tokens": 24, "prefill_cost": 1}
+ADLAM = "\U0001e900"  # a letter of 4 tokens under Qwen3 (its 4 UTF-8 bytes, unmerged): a costly id to echo
+
+
+def answer(call_id: str, predicate: Callable[[str], bool]) -> Callable[[Outputs], bool]:
+    """ARC's answer to the call ``call_id`` (its ``content``, as H shows it) satisfies ``predicate``."""
+    return lambda outputs: any(item["call_id"] == call_id and predicate(str(item["content"]))
+                               for output in ops(outputs, "tool_turn") for item in output["answered"])
+
+
+def clipped_answer(call_id: str) -> Callable[[Outputs], bool]:
+    """ARC's answer to ``call_id`` is shown clipped: its ``content`` a proper prefix of ``response`` and an ellipsis."""
+
+    def clipped(content: str, response: str) -> bool:
+        return content.endswith("\u2026") and len(content) - 1 < len(response) and response.startswith(content[:-1])
+
+    return lambda outputs: any(item["call_id"] == call_id and clipped(str(item["content"]), str(item["response"]))
+                               for output in ops(outputs, "tool_turn") for item in output["answered"])
+
+
+def tool_mode_mutation_vectors() -> tuple[TraceVector, ...]:
+    """Review h28's traces of tool mode (4 to 6 lines), each red under the mutation its description names."""
+    tool_mode = ("rendering.md §13",)
+    listing = '{"path": "a.txt"}'
+    alpha = make_id(1, f"read_file {listing}", "alpha beta")
+    stub = f"_recall_meta: {alpha} rc=0"  # the answer of _recall_meta ID: ID's stub line
+    rows = "".join(f"row {number}: {number * 7}\n" for number in range(25))
+    return (
+        TraceVector("tool_argument_by_parameter_key", tool_mode,
+                    "An ARC tool reads its argument from its parameter's key (id; page), whatever the key's place in"
+                    " the text, then from the other keys: _recall_meta {\"note\": \"see\", \"id\": ID} shows ID's"
+                    " stub and catalog-page {\"n\": \"9\", \"page\": \"1\"} page 1 (read in the text's order they"
+                    " would look up 'see' and page 9); _recall_meta {\"path\": ID}, without the key, still reads ID"
+                    " (read by the key alone it would be missing its argument).",
+                    (config("minimal", **TOOLS),
+                     tool_turn("Read it.", call("call_1", "read_file", listing)),
+                     tool_result("call_1", "alpha beta"),
+                     tool_turn("Look again.", call("call_2", "_recall_meta", json.dumps({"note": "see", "id": alpha})),
+                               call("call_3", "catalog-page", json.dumps({"n": "9", "page": "1"})),
+                               call("call_4", "_recall_meta", json.dumps({"path": alpha})))),
+                    (("id read by its key", answer("call_2", lambda text: text.startswith(stub))),
+                     ("page read by its key", answer("call_3", lambda text: "catalog page 1/1 is shown" in text)),
+                     ("another key when the parameter's is absent",
+                      answer("call_4", lambda text: text.startswith(stub)))),
+                    (QWEN3_VECTOR_PATH,)),
+        TraceVector("tool_result_share_full_reserves", tool_mode,
+                    "A result's share is R less its unit's messages so far less the full reserves (the stub message at"
+                    " the widest, 155 tokens) of the calls still pending: the first of two results, 238 tokens"
+                    " verbatim, exceeds its share (420 - 53 - 155 = 212) and is shown as its stub; with only the other"
+                    " call's stub frame (51) subtracted it would fit (316) and be shown verbatim.",
+                    (config("minimal", **TOOLS),
+                     tool_turn("Read both.", call("call_1", "read_file", listing),
+                               call("call_2", "read_file", '{"path": "b.txt"}')),
+                     tool_result("call_1", rows), tool_result("call_2", "b"), VIEW),
+                    (("the first result is its stub",
+                      lambda outputs: [output["verbatim"] for output in ops(outputs, "tool_result")] == [False, True]),
+                     ("H holds the turn, the stub and the second result",
+                      lambda outputs: bool(ops(outputs, "view")[0]["components"]["recent"] == 153))),
+                    (QWEN3_VECTOR_PATH,)),
+        TraceVector("tool_answers_clipped_against_r", tool_mode,
+                    "Each of ARC's answers is clipped against R alone (R = 190, the ids echoed made of a 4-token"
+                    " letter): line 2's answer, 216 tokens, is longer than R and is cut to 91 (its content clipped,"
+                    " its response whole), and the turn fits; line 3's answers, 24 and 183 tokens, and line 4's, 175"
+                    " tokens, are each within R and stay whole, so they leave the assistant message too little (beside"
+                    " line 4's read_file frame, 51) and both turns are refused. Never clipped, line 2 would be"
+                    " refused; clipped against R less the answers before it, line 3 would be taken (183 cut to 83);"
+                    " against R less the environment's reserves (111) or frames (51), line 4 (175 cut to 31 or 83).",
+                    (config("minimal", **{**TOOLS, "recent_budget": 190, "stub_cap": 60}),
+                     tool_turn("", call("call_1", "_recall", json.dumps({"id": ADLAM * 60}, ensure_ascii=False))),
+                     tool_turn("", call("call_2", "_recall_meta", '{"id": "x"}'),
+                               call("call_3", "_recall", json.dumps({"id": ADLAM * 40}, ensure_ascii=False))),
+                     tool_turn("", call("call_4", "read_file", listing),
+                               call("call_5", "_recall", json.dumps({"id": ADLAM * 38}, ensure_ascii=False))),
+                     VIEW),
+                    (("an answer longer than R is clipped", clipped_answer("call_1")),
+                     ("answers within R are not clipped: lines 3 and 4 are refused", errors_on(3, 4))),
+                    (QWEN3_VECTOR_PATH,)),
+    )
 
 
 def mutation_vectors() -> tuple[TraceVector, ...]:
@@ -98,4 +203,4 @@ def mutation_vectors() -> tuple[TraceVector, ...]:
                      obs("cat b.txt", "b = 1\t\t"), agent("done", "echo ok"), compact("forced"), VIEW),
                     (("S is 144 tokens",
                       lambda outputs: bool(ops(outputs, "view")[0]["components"]["summary"] == 144)),)),
-    )
+    ) + tool_mode_mutation_vectors()
