@@ -96,6 +96,20 @@ def tool_mode_mutation_vectors() -> tuple[TraceVector, ...]:
                      ("another key when the parameter's is absent",
                       answer("call_4", lambda text: text.startswith(stub)))),
                     (QWEN3_VECTOR_PATH,)),
+        TraceVector("tool_arguments_null", tool_mode,
+                    "Arguments that are JSON null as a whole are no value (as empty arguments): _recall null is"
+                    " missing its argument; null as a key's value is written as JSON, the word 'null':"
+                    " _recall_meta {\"id\": null} looks up the id 'null' (review h28: the spec listed a bare null"
+                    " among the values read as 'null').",
+                    (config("minimal", **TOOLS),
+                     tool_turn("Read it.", call("call_1", "read_file", listing)),
+                     tool_result("call_1", "alpha beta"),
+                     tool_turn("Look again.", call("call_2", "_recall", "null"),
+                               call("call_3", "_recall_meta", json.dumps({"id": None})))),
+                    (("a bare null is no argument", answer("call_2", lambda text: "missing argument" in text)),
+                     ("a key's null is the word null",
+                      answer("call_3", lambda text: text.startswith("_recall_meta null: no stored observation")))),
+                    (QWEN3_VECTOR_PATH,)),
         TraceVector("tool_result_share_full_reserves", tool_mode,
                     "A result's share is R less its unit's messages so far less the full reserves (the stub message at"
                     " the widest, 155 tokens) of the calls still pending: the first of two results, 238 tokens"
