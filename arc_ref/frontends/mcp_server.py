@@ -99,7 +99,7 @@ class ObservationMeta(TypedDict):
 
 
 class CatalogPage(TypedDict):
-    page: int
+    page: int  # 0 when the catalog is empty (pages 0)
     pages: int
     stored: int
     text: str  # the page as ARC's agent sees it
@@ -218,10 +218,12 @@ class ArcTools:
         """One page of the catalog of every stored observation (default: the last page)."""
         state = self.store.state
         pages = page_count(state.stored, state.config.page_size)
-        if pages == 0:
-            raise ToolError("the catalog is empty: nothing is stored yet")
         target = pages if page is None else page
         answered = self._command(f"catalog-page {target}")
+        if pages == 0:  # an empty page, as `arc-ref inspect --catalog` shows it (review h24 nit N-e: an error result)
+            empty = "the catalog is empty: nothing is stored yet (store_observation keeps an output)"
+            nothing: CatalogPage = {"page": 0, "pages": 0, "stored": 0, "text": empty}
+            return _result(empty, nothing)
         catalog = self.store.state.catalog_message
         if not 1 <= target <= pages or catalog is None:
             return CallToolResult(content=[TextContent(type="text", text=in_tool_terms(answered.response or ""))],
