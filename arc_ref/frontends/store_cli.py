@@ -23,6 +23,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import secrets
 import signal
 import sys
@@ -70,7 +71,8 @@ def add_commands(commands: "argparse._SubParsersAction[Any]",
     shown.add_argument("--record", metavar="ID",
                        help="one stored observation: a line of metadata, then its exact content (no newline added)")
     shown.add_argument("--events", action="store_true", help="the event log: row, checksum, line")
-    shown.add_argument("--view", action="store_true", help="the current view, then its budget audit")
+    shown.add_argument("--view", action="store_true", help="the current view (control characters but newline and"
+                       " tab shown as \\xNN), then its budget audit")
     inspect.add_argument("--from", dest="start", type=integer_parser(1, MAX_ROW), default=None, metavar="ROW",
                          help=f"--events: first row (default 1; 1 to {MAX_ROW})")
     inspect.add_argument("--count", type=integer_parser(0, MAX_ROW), default=None,
@@ -496,10 +498,10 @@ def _inspect(arguments: argparse.Namespace) -> int:
             for row in store.events(start, arguments.count):
                 line = row.line if arguments.full or len(row.line) <= EVENT_LINE_CHARS else (
                     row.line[:EVENT_LINE_CHARS] + f"... ({len(row.line):,} characters)")
-                _emit(f"{row.seq:>7} {row.checksum[:12]} {line}\n")
+                _emit(f"{row.seq:>7} {row.checksum[:12]} {json_shown_on_terminal(line)}\n")
             return OK.code
         if arguments.view:
-            _emit(view(store.state).text() + "\n\n")
+            _emit(shown_on_terminal(view(store.state).text()) + "\n\n")
             _print_audit(store.state)
             return OK.code
         _print_overview(store)
@@ -521,7 +523,7 @@ def _print_overview(store: Store) -> None:
     _emit(f"store {store.path}: {store.seq} rows (the config line and {store.seq - 1} events),"
           f" {state.stored} observations, {state.turn} agent turns; last checksum {store.checksum[:16]}\n")
     _emit(f"opened in {report.seconds:.3f} s: {report.snapshot_note}, {report.folded} events folded\n")
-    _emit(f"config: {config_row}\n")
+    _emit(f"config: {json_shown_on_terminal(config_row)}\n")
     pages = page_count(state.stored, state.config.page_size)
     _emit(f"catalog: {pages} page(s) of {state.config.page_size} (--catalog N), records by id (--record ID),"
           f" the log (--events), the view (--view)\n")
@@ -557,8 +559,30 @@ def _print_catalog(state: ArcState, page: int) -> int:
     target = pages if page == 0 else page
     if not 1 <= target <= pages:
         raise LookupError(f"no catalog page {page}: pages 1-{pages}")
-    _emit(render_page(state.setup, state.records, target).content + "\n")
+    _emit(shown_on_terminal(render_page(state.setup, state.records, target).content) + "\n")
     return OK.code
+
+
+# What inspect shows of a store's text (a tool's output in the view, the system prompt) goes to a terminal: a
+# control character but newline and tab (ESC, BEL, CR, DEL, the C1 controls such as U+009B CSI) is shown as \xNN,
+# never sent raw (review h24 nit N-f: `inspect --view` sent an output's escape sequences to the terminal). Only
+# the display: the store, --record and export keep the exact text.
+_TERMINAL_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def shown_on_terminal(text: str) -> str:
+    """``text`` with its control characters but newline and tab written \\xNN, CR \\r (as a stub's previews
+    write them)."""
+    return _TERMINAL_CONTROL.sub(lambda found: "\\r" if found.group() == "\r" else f"\\x{ord(found.group()):02x}",
+                                 text)
+
+
+_JSON_UNESCAPED_CONTROL = re.compile(r"[\x7f-\x9f]")  # JSON escapes the C0 controls, not DEL and the C1 ones
+
+
+def json_shown_on_terminal(line: str) -> str:
+    """A store's JSON line with DEL and the C1 controls written \\u00NN: the same JSON value, nothing raw."""
+    return _JSON_UNESCAPED_CONTROL.sub(lambda found: f"\\u{ord(found.group()):04x}", line)
 
 
 def _print_record(state: ArcState, token: str) -> int:
@@ -568,11 +592,11 @@ def _print_record(state: ArcState, token: str) -> int:
         hint = f"; did you mean {nearest}?" if nearest else ""
         raise LookupError(f"no stored observation has the id {token!r}{hint}")
     chunks = chunk_count(record.n_tokens, state.config.chunk_tokens)
-    _emit(json.dumps({
+    _emit(json_shown_on_terminal(json.dumps({
         "id": record.obs_id, "index": record.index, "action": record.signature, "returncode": record.returncode,
         "step": record.step, "characters": record.n_chars, "bytes": record.n_bytes, "tokens": record.n_tokens,
         "chunks": chunks, "stub": record.stub,
-    }, ensure_ascii=False) + "\n")
+    }, ensure_ascii=False)) + "\n")
     _emit(record.content)  # exact: nothing added (review h24 F8: a newline was, where the output ends without one)
     return OK.code
 
