@@ -45,7 +45,7 @@ from arc_ref.persist import DurableStore, StoreError, StoreNotFound, read_rows
 from arc_ref.persist.acknowledgement import ACK_SUFFIX
 from arc_ref.persist.errors import StoreExists
 from arc_ref.persist.store import SQLITE_LOGS, link_into_place, refuse_leftover_logs
-from arc_ref.persist.postgres import Store, is_database_url, create_store, open_store
+from arc_ref.persist.postgres import Store, is_database_url, create_store, open_store, shown_url
 from arc_ref.persist.rows import fold_rows, read_row
 from arc_ref.recall import chunk_count
 from arc_ref.view import VIEW_COMPONENTS, verify_tokens
@@ -363,6 +363,15 @@ def _forget_in_directory(arguments: argparse.Namespace) -> int:
     return INSPECT_FAILED.code if done.busy or done.links else OK.code
 
 
+def shown_path(path: str) -> str:
+    """A store's path (or database URL) as a message shows it: as written when every character of it is printable,
+    else quoted with its characters escaped as an error names it (review h24 nit N-g: a newline in a path broke the
+    line of inspect's overview and of copy's report); a URL without its password."""
+    if is_database_url(path):
+        path = shown_url(path)
+    return path if path.isprintable() else repr(path)
+
+
 # --- copy ---------------------------------------------------------------------------------------
 
 
@@ -454,7 +463,8 @@ def _copy(source: str, new: str) -> int:
                     Path(str(target) + leftover).unlink()
                 except OSError:
                     pass
-    _emit(f"copied {rows:,} rows (the config line and {rows - 1:,} events) from {source} into {new}\n")
+    _emit(f"copied {rows:,} rows (the config line and {rows - 1:,} events) from {shown_path(source)} into"
+          f" {shown_path(new)}\n")
     return OK.code
 
 
@@ -520,7 +530,7 @@ def fold_of_rows(store: Store) -> tuple[ArcState, str]:
 def _print_overview(store: Store) -> None:
     state, report = store.state, store.report
     config_row = next(store.events(1, 1)).line
-    _emit(f"store {store.path}: {store.seq} rows (the config line and {store.seq - 1} events),"
+    _emit(f"store {shown_path(str(store.path))}: {store.seq} rows (the config line and {store.seq - 1} events),"
           f" {state.stored} observations, {state.turn} agent turns; last checksum {store.checksum[:16]}\n")
     _emit(f"opened in {report.seconds:.3f} s: {report.snapshot_note}, {report.folded} events folded\n")
     _emit(f"config: {json_shown_on_terminal(config_row)}\n")

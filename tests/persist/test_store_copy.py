@@ -172,3 +172,21 @@ def test_a_copy_interrupted_as_its_ack_record_is_made_leaves_only_what_was_there
     code, out, err = run(capfd, "copy", str(source), str(tmp_path / name))
     assert (code, err) == (0, "") and [row.line for row in read_rows(tmp_path / name)] == [
         row.line for row in read_rows(source)]
+
+
+def test_a_path_holding_a_newline_is_shown_quoted_and_escaped(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """Review h24 (nit N-g): a newline in a store's path (or its folder's) broke the one line of copy's report and of
+    inspect's overview; such a path is shown as an error names it (quoted, \\n escaped), a plain one as written."""
+    folder = tmp_path / "two\nlines"
+    folder.mkdir()
+    source, new = folder / "a\nb.arc", folder / "c\x1b[2Jd.arc"
+    with DurableStore.create(source, CONFIG) as store:
+        store.append(Observe("ls", "a b c"))
+    code, out, err = run(capfd, "copy", str(source), str(new))
+    assert (code, err) == (0, "")
+    assert out == f"copied 2 rows (the config line and 1 events) from {str(source)!r} into {str(new)!r}\n"
+    assert "\\n" in out and "\x1b" not in out
+    code, out, err = run(capfd, "inspect", str(new))
+    assert (code, err) == (0, "") and out.startswith(f"store {str(new)!r}: 2 rows")
+    code, out, err = run(capfd, "inspect", str(tmp_path / "plain.arc"))
+    assert code == 2 and f"{str(tmp_path / 'plain.arc')!r}" in err  # errors quote every path, as before
