@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import fcntl
 import importlib.util
 import json
 import math
@@ -86,7 +87,8 @@ def add_commands(commands: "argparse._SubParsersAction[Any]",
     copy = commands.add_parser("copy", help="copy every row export reads into a new store (how a store that stays"
                                             " read-only goes on)")
     copy.add_argument("store", help="path of the store (or postgresql://.../DB#KEY)")
-    copy.add_argument("new", help="path of the new store (must not exist)")
+    copy.add_argument("new", help="path of the new store (must not exist); built as .NEW.copying-PID-HEX beside it,"
+                                  " whose files a copy killed with SIGKILL leaves: the next copy to NEW removes them")
     mcp = commands.add_parser("mcp", help="serve ARC's store and recall tools over MCP (stdio) on a store")
     mcp.add_argument("store", help="path of the store (created when absent, with --preset and --set)")
     mcp.add_argument("--preset", choices=sorted(PRESETS), default=None, help="for a new store (default: paper)")
@@ -394,14 +396,21 @@ def _copy(source: str, new: str) -> int:
     acknowledged row still there): the copy has the same rows, ids and state, and a writer. The new store is
     built under a temporary name beside ``new``, linked into place only when complete and closed cleanly, then
     read back (its last row and checksum those written); a copy that fails, is interrupted (Ctrl-C, SIGTERM) or
-    does not read back leaves nothing at ``new``."""
+    does not read back leaves nothing at ``new``. A copy killed with SIGKILL (which nothing can catch) leaves its
+    temporary files, ``.NEW.copying-PID-HEX`` and the like: the next copy to ``new`` removes them
+    (`remove_killed_copies`)."""
     if is_database_url(new):
         raise StoreError("arc-ref copy writes a new SQLite store: give a path for NEW")
     target = Path(new)
     if os.path.lexists(target):
         raise StoreExists(f"{new!r} already exists; choose a path where no store is")
     refuse_leftover_logs(target)
-    staging = target.with_name(f".{target.name}.copying-{os.getpid()}-{secrets.token_hex(4)}")
+    removed = remove_killed_copies(target)
+    if removed:
+        print(f"arc-ref copy: removed the temporary files of {len(removed)} earlier copy(ies) to {shown_path(new)}"
+              f" whose process is gone (killed): {', '.join(repr(name) for name in removed[:5])}"
+              f"{' ...' if len(removed) > 5 else ''}", file=sys.stderr, flush=True)
+    staging = target.with_name(f"{_copying_prefix(target)}{os.getpid()}-{secrets.token_hex(4)}")
     rows, store, linked = 0, None, False
     started = shown = time.monotonic()
     restore = _terminate_as_interrupt()
@@ -466,6 +475,75 @@ def _copy(source: str, new: str) -> int:
     _emit(f"copied {rows:,} rows (the config line and {rows - 1:,} events) from {shown_path(source)} into"
           f" {shown_path(new)}\n")
     return OK.code
+
+
+def _copying_prefix(target: Path) -> str:
+    """The start of the temporary name a copy to ``target`` builds the new store under (then PID-HEX)."""
+    return f".{target.name}.copying-"
+
+
+_COPY_KEY = re.compile(r"[0-9]+-[0-9a-f]{8}(?=$|[-.])")  # PID-HEX, then the end of the name, -wal, .ack, ...
+
+
+def remove_killed_copies(target: Path) -> list[str]:
+    """Remove the files an earlier copy to ``target`` left when it was killed with SIGKILL (or the machine stopped):
+    its temporary store ``.NAME.copying-PID-HEX`` with its -wal, -shm, -journal and .ack, and the staging files of
+    its creation and of its acknowledgement record (``..NAME.copying-PID-HEX.creating-...``, ``.ack-...``). Review
+    h24 nit N-b: they were left beside NEW for good. A copy's files are removed only when its process is gone (no
+    process has the PID in the name) and its temporary store is not locked (a writer holds an flock on it while
+    open, `arc_ref.persist.lock`): a copy still running, here or on another machine, is never touched. The names
+    removed (temporary stores), in order."""
+    prefix = _copying_prefix(target)
+    try:
+        names = os.listdir(target.parent)
+    except OSError:
+        return []
+    families: dict[str, list[str]] = {}
+    for name in names:
+        rest = name[len(prefix) + 1:] if name.startswith("." + prefix) else \
+            name[len(prefix):] if name.startswith(prefix) else None
+        found = _COPY_KEY.match(rest) if rest is not None else None
+        if found is not None:
+            families.setdefault(found.group(), []).append(name)
+    removed = []
+    for key, family in sorted(families.items()):
+        if _process_exists(int(key.partition("-")[0])):
+            continue
+        store = target.parent / (prefix + key)
+        try:
+            descriptor = os.open(store, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NOCTTY)
+        except FileNotFoundError:
+            descriptor = -1  # only its other files are left
+        except OSError:
+            continue
+        try:
+            if descriptor >= 0:
+                try:
+                    fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held by a writer: a copy still running
+                except OSError:
+                    continue
+            for name in family:
+                try:
+                    (target.parent / name).unlink()
+                except OSError:
+                    pass
+            removed.append(prefix + key)
+        finally:
+            if descriptor >= 0:
+                os.close(descriptor)
+    return removed
+
+
+def _process_exists(pid: int) -> bool:
+    if pid <= 0 or pid == os.getpid():
+        return pid > 0
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: another user's process
+        return True
+    return True
 
 
 def _terminate_as_interrupt() -> Callable[[], None]:
