@@ -249,3 +249,31 @@ def test_inspect_shows_control_characters_escaped_and_keeps_the_stored_bytes(tmp
     assert code == 0 and out.partition("\n")[2] == hostile  # the stored bytes, exactly
     code, out, _ = run(capfd, "export", str(path))
     assert code == 0 and json.loads(out.splitlines()[1])["observation"] == hostile
+
+
+def test_readers_leave_no_wal_or_shm_beside_a_store_that_had_none(store_path: Path,
+                                                                   capfd: pytest.CaptureFixture[str]) -> None:
+    """Review h24 (nit N-c): inspect and export of a cleanly closed store left an empty -wal and a -shm where there
+    were none (a read-only connection cannot checkpoint, so SQLite keeps them). They go when the reader closes; the
+    database file is unchanged; while a writer or another reader has the store open they stay (theirs)."""
+    def logs() -> list[str]:
+        return sorted(path.name for path in store_path.parent.iterdir() if path.name.endswith(("-wal", "-shm")))
+
+    before = store_path.read_bytes()
+    assert logs() == []
+    for argv in (["inspect"], ["inspect", "--view"], ["inspect", "--verify"], ["inspect", "--events"], ["export"]):
+        code, _, err = run(capfd, argv[0], str(store_path), *argv[1:])
+        assert (code, err) == (0, "") and logs() == [], argv
+    assert store_path.read_bytes() == before
+    with DurableStore.open(store_path, readonly=True) as other_reader:
+        code, _, _ = run(capfd, "export", str(store_path))
+        assert code == 0 and logs() == [f"{store_path.name}-shm", f"{store_path.name}-wal"]  # the other reader's
+        assert len(list(other_reader.events())) == 6
+    assert logs() == []  # the last reader closed removes them
+    with DurableStore.open(store_path) as writer:
+        code, _, _ = run(capfd, "inspect", str(store_path))
+        assert code == 0 and logs() == [f"{store_path.name}-shm", f"{store_path.name}-wal"]  # the writer's
+        writer.append(Observe("ls", "after the reader"))
+    with DurableStore.open(store_path, readonly=True) as reopened:
+        assert reopened.seq == 7 and reopened.state.records[-1].content == "after the reader"
+    assert logs() == []
