@@ -33,8 +33,9 @@ from mcp.server.mcpserver import MCPServer
 from mcp.shared.message import SessionMessage
 from pydantic import Field
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import (CallToolResult, JSONRPCError, JSONRPCMessage, JSONRPCNotification, JSONRPCRequest,
-                       JSONRPCResponse, TextContent,
+from mcp.shared.exceptions import MCPError
+from mcp.types import (INVALID_PARAMS, CallToolResult, GetPromptRequestParams, GetPromptResult, JSONRPCError,
+                       JSONRPCMessage, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse, TextContent,
                        ToolAnnotations, jsonrpc_message_adapter)
 
 from arc_ref.catalog import page_count
@@ -98,7 +99,7 @@ class ObservationMeta(TypedDict):
 
 
 class CatalogPage(TypedDict):
-    page: int
+    page: int  # 0 when the catalog is empty (pages 0)
     pages: int
     stored: int
     text: str  # the page as ARC's agent sees it
@@ -217,10 +218,12 @@ class ArcTools:
         """One page of the catalog of every stored observation (default: the last page)."""
         state = self.store.state
         pages = page_count(state.stored, state.config.page_size)
-        if pages == 0:
-            raise ToolError("the catalog is empty: nothing is stored yet")
         target = pages if page is None else page
         answered = self._command(f"catalog-page {target}")
+        if pages == 0:  # an empty page, as `arc-ref inspect --catalog` shows it (review h24 nit N-e: an error result)
+            empty = "the catalog is empty: nothing is stored yet (store_observation keeps an output)"
+            nothing: CatalogPage = {"page": 0, "pages": 0, "stored": 0, "text": empty}
+            return _result(empty, nothing)
         catalog = self.store.state.catalog_message
         if not 1 <= target <= pages or catalog is None:
             return CallToolResult(content=[TextContent(type="text", text=in_tool_terms(answered.response or ""))],
@@ -245,7 +248,15 @@ def build_server(store: Store) -> MCPServer:
     server.add_tool(tools.recall_next, name="recall_next", annotations=hints(False))
     server.add_tool(tools.recall_meta, name="recall_meta", annotations=hints(True))
     server.add_tool(tools.catalog_page, name="catalog_page", annotations=hints(True))
+    # The server has no prompts (prompts/list is empty): the SDK answered prompts/get with error code 0 and wrote a
+    # traceback on standard error (review h24, nit N-d); an unknown prompt is invalid params (-32602), as MCP says
+    server._lowlevel_server.add_request_handler("prompts/get", GetPromptRequestParams, _no_such_prompt)
     return server
+
+
+async def _no_such_prompt(context: object, params: GetPromptRequestParams) -> GetPromptResult:
+    raise MCPError(INVALID_PARAMS, f"Unknown prompt: {params.name[:60]!r}; this server has no prompts, only tools"
+                                   " (tools/list)")
 
 
 PARSE_ERROR = -32700  # JSON-RPC 2.0: the line is not JSON (or not UTF-8 text)

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import fcntl
 import importlib.util
 import json
 import math
 import os
+import re
 import secrets
 import signal
 import sys
@@ -44,7 +46,7 @@ from arc_ref.persist import DurableStore, StoreError, StoreNotFound, read_rows
 from arc_ref.persist.acknowledgement import ACK_SUFFIX
 from arc_ref.persist.errors import StoreExists
 from arc_ref.persist.store import SQLITE_LOGS, link_into_place, refuse_leftover_logs
-from arc_ref.persist.postgres import Store, is_database_url, create_store, open_store
+from arc_ref.persist.postgres import Store, is_database_url, create_store, open_store, shown_url
 from arc_ref.persist.rows import fold_rows, read_row
 from arc_ref.recall import chunk_count
 from arc_ref.view import VIEW_COMPONENTS, verify_tokens
@@ -70,20 +72,23 @@ def add_commands(commands: "argparse._SubParsersAction[Any]",
     shown.add_argument("--record", metavar="ID",
                        help="one stored observation: a line of metadata, then its exact content (no newline added)")
     shown.add_argument("--events", action="store_true", help="the event log: row, checksum, line")
-    shown.add_argument("--view", action="store_true", help="the current view, then its budget audit")
-    inspect.add_argument("--from", dest="start", type=integer_parser(1, MAX_ROW), default=1, metavar="ROW",
+    shown.add_argument("--view", action="store_true", help="the current view (control characters but newline and"
+                       " tab shown as \\xNN), then its budget audit")
+    inspect.add_argument("--from", dest="start", type=integer_parser(1, MAX_ROW), default=None, metavar="ROW",
                          help=f"--events: first row (default 1; 1 to {MAX_ROW})")
     inspect.add_argument("--count", type=integer_parser(0, MAX_ROW), default=None,
                          help=f"--events: number of rows (default: every one; 0 to {MAX_ROW})")
     inspect.add_argument("--full", action="store_true", help="--events: whole lines, not clipped")
     inspect.add_argument("--verify", action="store_true",
                          help="also fold every row without the snapshot and check that both states agree")
+    inspect.__class__ = type("InspectParser", (_EventsOptionsNeedEvents, type(inspect)), {})
     export = commands.add_parser("export", help="write a store's events as a replay trace (spec/trace.md)")
     export.add_argument("store", help="path of the store")
     copy = commands.add_parser("copy", help="copy every row export reads into a new store (how a store that stays"
                                             " read-only goes on)")
     copy.add_argument("store", help="path of the store (or postgresql://.../DB#KEY)")
-    copy.add_argument("new", help="path of the new store (must not exist)")
+    copy.add_argument("new", help="path of the new store (must not exist); built as .NEW.copying-PID-HEX beside it,"
+                                  " whose files a copy killed with SIGKILL leaves: the next copy to NEW removes them")
     mcp = commands.add_parser("mcp", help="serve ARC's store and recall tools over MCP (stdio) on a store")
     mcp.add_argument("store", help="path of the store (created when absent, with --preset and --set)")
     mcp.add_argument("--preset", choices=sorted(PRESETS), default=None, help="for a new store (default: paper)")
@@ -116,6 +121,21 @@ class _KeysAfterOptions(argparse.ArgumentParser):
         if extra and not any(word.startswith("-") for word in extra):
             parsed.keys = [*parsed.keys, *extra]
             extra = []
+        return parsed, extra
+
+
+class _EventsOptionsNeedEvents(argparse.ArgumentParser):
+    """inspect's parser: --from, --count and --full choose rows of --events; without it they are refused (review
+    h24 nit N-a: `inspect STORE --from 5` printed the overview, the flag silently ignored)."""
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        parsed, extra = super().parse_known_args(args, namespace)
+        if not parsed.events:
+            given = [flag for flag, value in (("--from", parsed.start), ("--count", parsed.count),
+                                              ("--full", parsed.full or None)) if value is not None]
+            if given:
+                self.error(f"{', '.join(given)} {'goes' if len(given) == 1 else 'go'} with --events (the rows it"
+                           " shows); add --events")
         return parsed, extra
 
 
@@ -345,6 +365,15 @@ def _forget_in_directory(arguments: argparse.Namespace) -> int:
     return INSPECT_FAILED.code if done.busy or done.links else OK.code
 
 
+def shown_path(path: str) -> str:
+    """A store's path (or database URL) as a message shows it: as written when every character of it is printable,
+    else quoted with its characters escaped as an error names it (review h24 nit N-g: a newline in a path broke the
+    line of inspect's overview and of copy's report); a URL without its password."""
+    if is_database_url(path):
+        path = shown_url(path)
+    return path if path.isprintable() else repr(path)
+
+
 # --- copy ---------------------------------------------------------------------------------------
 
 
@@ -367,14 +396,21 @@ def _copy(source: str, new: str) -> int:
     acknowledged row still there): the copy has the same rows, ids and state, and a writer. The new store is
     built under a temporary name beside ``new``, linked into place only when complete and closed cleanly, then
     read back (its last row and checksum those written); a copy that fails, is interrupted (Ctrl-C, SIGTERM) or
-    does not read back leaves nothing at ``new``."""
+    does not read back leaves nothing at ``new``. A copy killed with SIGKILL (which nothing can catch) leaves its
+    temporary files, ``.NEW.copying-PID-HEX`` and the like: the next copy to ``new`` removes them
+    (`remove_killed_copies`)."""
     if is_database_url(new):
         raise StoreError("arc-ref copy writes a new SQLite store: give a path for NEW")
     target = Path(new)
     if os.path.lexists(target):
         raise StoreExists(f"{new!r} already exists; choose a path where no store is")
     refuse_leftover_logs(target)
-    staging = target.with_name(f".{target.name}.copying-{os.getpid()}-{secrets.token_hex(4)}")
+    removed = remove_killed_copies(target)
+    if removed:
+        print(f"arc-ref copy: removed the temporary files of {len(removed)} earlier copy(ies) to {shown_path(new)}"
+              f" whose process is gone (killed): {', '.join(repr(name) for name in removed[:5])}"
+              f"{' ...' if len(removed) > 5 else ''}", file=sys.stderr, flush=True)
+    staging = target.with_name(f"{_copying_prefix(target)}{os.getpid()}-{secrets.token_hex(4)}")
     rows, store, linked = 0, None, False
     started = shown = time.monotonic()
     restore = _terminate_as_interrupt()
@@ -436,8 +472,78 @@ def _copy(source: str, new: str) -> int:
                     Path(str(target) + leftover).unlink()
                 except OSError:
                     pass
-    _emit(f"copied {rows:,} rows (the config line and {rows - 1:,} events) from {source} into {new}\n")
+    _emit(f"copied {rows:,} rows (the config line and {rows - 1:,} events) from {shown_path(source)} into"
+          f" {shown_path(new)}\n")
     return OK.code
+
+
+def _copying_prefix(target: Path) -> str:
+    """The start of the temporary name a copy to ``target`` builds the new store under (then PID-HEX)."""
+    return f".{target.name}.copying-"
+
+
+_COPY_KEY = re.compile(r"[0-9]+-[0-9a-f]{8}(?=$|[-.])")  # PID-HEX, then the end of the name, -wal, .ack, ...
+
+
+def remove_killed_copies(target: Path) -> list[str]:
+    """Remove the files an earlier copy to ``target`` left when it was killed with SIGKILL (or the machine stopped):
+    its temporary store ``.NAME.copying-PID-HEX`` with its -wal, -shm, -journal and .ack, and the staging files of
+    its creation and of its acknowledgement record (``..NAME.copying-PID-HEX.creating-...``, ``.ack-...``). Review
+    h24 nit N-b: they were left beside NEW for good. A copy's files are removed only when its process is gone (no
+    process has the PID in the name) and its temporary store is not locked (a writer holds an flock on it while
+    open, `arc_ref.persist.lock`): a copy still running, here or on another machine, is never touched. The names
+    removed (temporary stores), in order."""
+    prefix = _copying_prefix(target)
+    try:
+        names = os.listdir(target.parent)
+    except OSError:
+        return []
+    families: dict[str, list[str]] = {}
+    for name in names:
+        rest = name[len(prefix) + 1:] if name.startswith("." + prefix) else \
+            name[len(prefix):] if name.startswith(prefix) else None
+        found = _COPY_KEY.match(rest) if rest is not None else None
+        if found is not None:
+            families.setdefault(found.group(), []).append(name)
+    removed = []
+    for key, family in sorted(families.items()):
+        if _process_exists(int(key.partition("-")[0])):
+            continue
+        store = target.parent / (prefix + key)
+        try:
+            descriptor = os.open(store, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NOCTTY)
+        except FileNotFoundError:
+            descriptor = -1  # only its other files are left
+        except OSError:
+            continue
+        try:
+            if descriptor >= 0:
+                try:
+                    fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held by a writer: a copy still running
+                except OSError:
+                    continue
+            for name in family:
+                try:
+                    (target.parent / name).unlink()
+                except OSError:
+                    pass
+            removed.append(prefix + key)
+        finally:
+            if descriptor >= 0:
+                os.close(descriptor)
+    return removed
+
+
+def _process_exists(pid: int) -> bool:
+    if pid <= 0 or pid == os.getpid():
+        return pid > 0
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: another user's process
+        return True
+    return True
 
 
 def _terminate_as_interrupt() -> Callable[[], None]:
@@ -474,15 +580,16 @@ def _inspect(arguments: argparse.Namespace) -> int:
         if arguments.record is not None:
             return _print_record(store.state, arguments.record)
         if arguments.events:
-            if not 1 <= arguments.start <= store.seq:
-                raise LookupError(f"no row {arguments.start}: the store has rows 1-{store.seq}")
-            for row in store.events(arguments.start, arguments.count):
+            start = 1 if arguments.start is None else arguments.start
+            if not 1 <= start <= store.seq:
+                raise LookupError(f"no row {start}: the store has rows 1-{store.seq}")
+            for row in store.events(start, arguments.count):
                 line = row.line if arguments.full or len(row.line) <= EVENT_LINE_CHARS else (
                     row.line[:EVENT_LINE_CHARS] + f"... ({len(row.line):,} characters)")
-                _emit(f"{row.seq:>7} {row.checksum[:12]} {line}\n")
+                _emit(f"{row.seq:>7} {row.checksum[:12]} {json_shown_on_terminal(line)}\n")
             return OK.code
         if arguments.view:
-            _emit(view(store.state).text() + "\n\n")
+            _emit(shown_on_terminal(view(store.state).text()) + "\n\n")
             _print_audit(store.state)
             return OK.code
         _print_overview(store)
@@ -501,10 +608,10 @@ def fold_of_rows(store: Store) -> tuple[ArcState, str]:
 def _print_overview(store: Store) -> None:
     state, report = store.state, store.report
     config_row = next(store.events(1, 1)).line
-    _emit(f"store {store.path}: {store.seq} rows (the config line and {store.seq - 1} events),"
+    _emit(f"store {shown_path(str(store.path))}: {store.seq} rows (the config line and {store.seq - 1} events),"
           f" {state.stored} observations, {state.turn} agent turns; last checksum {store.checksum[:16]}\n")
     _emit(f"opened in {report.seconds:.3f} s: {report.snapshot_note}, {report.folded} events folded\n")
-    _emit(f"config: {config_row}\n")
+    _emit(f"config: {json_shown_on_terminal(config_row)}\n")
     pages = page_count(state.stored, state.config.page_size)
     _emit(f"catalog: {pages} page(s) of {state.config.page_size} (--catalog N), records by id (--record ID),"
           f" the log (--events), the view (--view)\n")
@@ -540,8 +647,30 @@ def _print_catalog(state: ArcState, page: int) -> int:
     target = pages if page == 0 else page
     if not 1 <= target <= pages:
         raise LookupError(f"no catalog page {page}: pages 1-{pages}")
-    _emit(render_page(state.setup, state.records, target).content + "\n")
+    _emit(shown_on_terminal(render_page(state.setup, state.records, target).content) + "\n")
     return OK.code
+
+
+# What inspect shows of a store's text (a tool's output in the view, the system prompt) goes to a terminal: a
+# control character but newline and tab (ESC, BEL, CR, DEL, the C1 controls such as U+009B CSI) is shown as \xNN,
+# never sent raw (review h24 nit N-f: `inspect --view` sent an output's escape sequences to the terminal). Only
+# the display: the store, --record and export keep the exact text.
+_TERMINAL_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def shown_on_terminal(text: str) -> str:
+    """``text`` with its control characters but newline and tab written \\xNN, CR \\r (as a stub's previews
+    write them)."""
+    return _TERMINAL_CONTROL.sub(lambda found: "\\r" if found.group() == "\r" else f"\\x{ord(found.group()):02x}",
+                                 text)
+
+
+_JSON_UNESCAPED_CONTROL = re.compile(r"[\x7f-\x9f]")  # JSON escapes the C0 controls, not DEL and the C1 ones
+
+
+def json_shown_on_terminal(line: str) -> str:
+    """A store's JSON line with DEL and the C1 controls written \\u00NN: the same JSON value, nothing raw."""
+    return _JSON_UNESCAPED_CONTROL.sub(lambda found: f"\\u{ord(found.group()):04x}", line)
 
 
 def _print_record(state: ArcState, token: str) -> int:
@@ -551,11 +680,11 @@ def _print_record(state: ArcState, token: str) -> int:
         hint = f"; did you mean {nearest}?" if nearest else ""
         raise LookupError(f"no stored observation has the id {token!r}{hint}")
     chunks = chunk_count(record.n_tokens, state.config.chunk_tokens)
-    _emit(json.dumps({
+    _emit(json_shown_on_terminal(json.dumps({
         "id": record.obs_id, "index": record.index, "action": record.signature, "returncode": record.returncode,
         "step": record.step, "characters": record.n_chars, "bytes": record.n_bytes, "tokens": record.n_tokens,
         "chunks": chunks, "stub": record.stub,
-    }, ensure_ascii=False) + "\n")
+    }, ensure_ascii=False)) + "\n")
     _emit(record.content)  # exact: nothing added (review h24 F8: a newline was, where the output ends without one)
     return OK.code
 

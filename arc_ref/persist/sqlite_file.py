@@ -56,6 +56,32 @@ def connect(path: Path, readonly: bool) -> sqlite3.Connection:
     return connection
 
 
+def no_logs_beside(real: Path) -> bool:
+    """Whether neither a -wal nor a -shm file lies beside the database (a cleanly closed store: no writer open)."""
+    return not any(os.path.lexists(str(real) + suffix) for suffix in ("-wal", "-shm"))
+
+
+def remove_reader_logs(real: Path) -> None:
+    """Remove the empty -wal and the -shm that read-only connections created beside a cleanly closed store (one
+    that had none: `no_logs_beside` before the reader opened it). A read-only connection cannot checkpoint, so
+    SQLite leaves them when it closes (review h24 nit N-c: inspect and export left them where there were none).
+    SQLite removes them itself: a read-write connection that only reads, closed as the database's last
+    connection, checkpoints the empty log and deletes both; while any other connection has the database open (a
+    writer, a reader) it cannot take the exclusive lock that needs, and leaves them. Only an empty log: one with
+    rows is never checkpointed by a reader. Best effort: nothing is said when it cannot."""
+    try:
+        if os.stat(str(real) + "-wal").st_size != 0 or os.path.lexists(str(real) + "-journal"):
+            return  # (a rollback journal would be applied by a read-write connection: never by a reader)
+        uri = "file:" + str(real).replace("%", "%25").replace("?", "%3f").replace("#", "%23") + "?mode=rw"
+        connection = sqlite3.connect(uri, uri=True, isolation_level=None)  # mode=rw: never creates a database
+        try:
+            connection.execute("PRAGMA application_id").fetchone()  # a read: opens the log
+        finally:
+            connection.close()
+    except (OSError, sqlite3.Error):
+        pass
+
+
 def on_read_only_media(real: Path) -> bool:
     """A store on a read-only file system with no write-ahead log beside it (a cleanly closed store): SQLite
     cannot create the WAL index a reader needs there, and no writer can exist, so it is read as immutable."""

@@ -81,9 +81,11 @@ from arc_ref.persist.sqlite_file import (
     check_header_values,
     connect,
     is_damage,
+    no_logs_beside,
     read_clean_seq,
     read_header,
     refused_by_file_system,
+    remove_reader_logs,
     rows_may_be_counted,
     unreadable,
     writer_pragmas,
@@ -130,6 +132,7 @@ def read_rows(path: str | os.PathLike[str]) -> Iterator[StoredEvent]:
         raise StoreNotFound(f"no ARC store at {str(target)!r}" + (" (a directory)" if target.is_dir() else ""))
     real = target.resolve()
     acknowledged = read_acknowledged(real, target)  # before the rows: it never runs ahead of them
+    no_logs = no_logs_beside(real)
     try:
         connection = connect(target, readonly=True)
     except sqlite3.Error as problem:
@@ -163,6 +166,8 @@ def read_rows(path: str | os.PathLike[str]) -> Iterator[StoredEvent]:
             # reads as an older log): what does the database file alone hold?
     finally:
         connection.close()
+        if no_logs:  # none were there: the empty ones this reader made go (review h24 nit N-c)
+            remove_reader_logs(real)
     file_rows = 0
     for seq, line, checksum in rows_without_wal(real, target):  # the rows before `rows` were yielded already
         file_rows = seq
@@ -231,6 +236,7 @@ class DurableStore:
         self._watched_seq = 0  # the acknowledged row whose chained checksum the fold notes
         self._watched_checksum: str | None = None
         self._unreadable_snapshot: sqlite3.DatabaseError | None = None  # SQLite's damage met reading the snapshot
+        self._no_logs_before = False  # a reader that found no -wal nor -shm: it removes those it made on close
 
     # --- opening ------------------------------------------------------------------------------
 
@@ -300,6 +306,7 @@ class DurableStore:
         if not target.is_file():
             raise StoreNotFound(f"no ARC store at {str(target)!r}" + (" (a directory)" if target.is_dir() else ""))
         lock = None if readonly else WriterLock(target, target)
+        no_logs = readonly and no_logs_beside(target.resolve())
         try:
             try:  # read-only until the log is checked: a refused open must not checkpoint a damaged WAL on close
                 connection = connect(target, readonly=True)
@@ -310,6 +317,7 @@ class DurableStore:
                 lock.release()
             raise
         store = cls(target, connection, lock)
+        store._no_logs_before = no_logs
         header_read, checked, acknowledged = False, False, None
         try:
             acknowledged = read_acknowledged(store._real, target)  # before the rows: never ahead of them
@@ -429,6 +437,8 @@ class DurableStore:
         """Close what an open or create that failed had opened, writing nothing."""
         self.closed = True
         self._connection.close()
+        if self._no_logs_before:  # review h24 nit N-c: a reader left an empty -wal and a -shm where none were
+            remove_reader_logs(self._real)
         if self._acknowledgements is not None:
             self._acknowledgements.close()
         if self._lock is not None:

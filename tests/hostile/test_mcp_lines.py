@@ -353,6 +353,24 @@ def test_a_request_before_initialize_is_told_so(tmp_path: Path) -> None:
     assert code == 0 and "Traceback" not in err, err
 
 
+def test_a_method_the_server_does_not_serve_is_a_json_rpc_error_without_a_traceback(tmp_path: Path) -> None:
+    """Review h24 (nit N-d): prompts/get was answered with error code 0 and a traceback on standard error; an
+    unknown prompt is now -32602 (the server has none), an unknown method -32601, and standard error stays empty."""
+    client = Client(tmp_path / "store.arc")
+    try:
+        assert "result" in client.reply_to(json.dumps(INITIALIZE).encode(), 0)[0]
+        client.send(json.dumps(INITIALIZED).encode())
+        prompt, _ = client.reply_to(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "prompts/get",
+                                                "params": {"name": "summarize"}}).encode(), 1)
+        assert prompt["error"]["code"] == -32602, prompt
+        assert prompt["error"]["message"].startswith("Unknown prompt: 'summarize'; this server has no prompts"), prompt
+        unknown, _ = client.reply_to(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "no/such"}).encode(), 2)
+        assert unknown["error"]["code"] == -32601, unknown
+    finally:
+        code, err = client.close()
+    assert code == 0 and err == "", err
+
+
 def test_pipelined_calls_run_in_the_order_they_came(tmp_path: Path) -> None:
     """Review h24 F4: calls sent without waiting ran in worker threads in any order: a recall_next could run before
     the recall sent just before it (4 times in 100), store_observation minted indexes out of order. Now they run one

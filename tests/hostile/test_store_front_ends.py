@@ -106,6 +106,19 @@ def test_rows_past_the_end_or_a_negative_count_are_refused_clearly(store_path: P
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 1
 
 
+def test_the_options_of_events_without_events_are_refused(store_path: Path) -> None:
+    """Review h24 (nit N-a): --from, --count and --full choose the rows of --events; without it they were ignored
+    (the overview, or the view, printed with status 0). Now a usage error, status 2, naming them."""
+    for argv, named in ((["--from", "2"], "--from goes with --events"), (["--count", "1"], "--count goes with"),
+                        (["--full"], "--full goes with --events"), (["--view", "--from", "1"], "--from goes with"),
+                        (["--from", "2", "--full"], "--from, --full go with --events")):
+        done = arc_ref("inspect", str(store_path), *argv)
+        one_clear_line(done, 2, named)
+        assert done.stdout == b""
+    done = arc_ref("inspect", str(store_path), "--events", "--full", "--from", "2", "--count", "1")
+    assert done.returncode == 0 and len(done.stdout.splitlines()) == 1 and done.stdout.split()[0] == b"2"
+
+
 def test_output_is_utf8_whatever_pythonioencoding_says(store_path: Path) -> None:
     env = {**os.environ, "PYTHONIOENCODING": "ascii", "LC_ALL": "C"}
     exported = arc_ref("export", str(store_path), env=env)

@@ -141,3 +141,19 @@ def test_mcp_on_an_existing_store_refuses_a_new_configuration(tmp_path: Path) ->
     )
     assert bad.returncode == 2 and "--set page_size needs an integer" in bad.stderr
     assert not (tmp_path / "new.arc").exists()
+
+
+def test_catalog_page_of_an_empty_store_is_an_empty_page(tmp_path: Path) -> None:
+    """Review h24 (nit N-e): catalog_page on a store holding no observation was an error result ("Error executing
+    tool catalog_page: the catalog is empty"); it is an empty page (pages 0), as `arc-ref inspect --catalog` shows,
+    and the call is a row of the store as every call is."""
+    from arc_ref.frontends.mcp_server import ArcTools
+
+    with DurableStore.create(tmp_path / "empty.arc", preset("minimal")) as store:
+        tools = ArcTools(store)
+        for page in (None, 1):
+            shown = tools.catalog_page(page)
+            assert not shown.is_error, text_of(shown)
+            assert shown.structured_content == {"page": 0, "pages": 0, "stored": 0, "text": text_of(shown)}
+            assert text_of(shown).startswith("the catalog is empty: nothing is stored yet")
+        assert store.seq == 3  # the config line and the two calls

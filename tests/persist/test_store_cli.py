@@ -218,3 +218,62 @@ def test_a_store_moved_while_open_for_writing_takes_no_more_events(store_path: P
         moved.rename(store_path)
     with DurableStore.open(store_path, readonly=True) as reopened:
         assert reopened.seq == kept.seq and reopened.state.records[-1].content == "before the move"
+
+
+def test_inspect_shows_control_characters_escaped_and_keeps_the_stored_bytes(tmp_path: Path,
+                                                                            capfd: pytest.CaptureFixture[str]) -> None:
+    """Review h24 (nit N-f): `inspect --view` wrote a tool output's escape sequences raw to the terminal (ESC, BEL,
+    the C1 CSI U+009B reach --catalog too, DEL and C1 the JSON lines of --events, the overview and --record's
+    metadata). The view and the catalog show them as \\xNN (newline and tab stay), the JSON lines as \\u00NN (the
+    same JSON value); --record's content and export still give the stored bytes exactly."""
+    hostile = "red \x1b[31mRED\x1b[0m bell \x07 csi \x9b2J cr \r del \x7f\ttab\nnext line"
+    path = tmp_path / "hostile.arc"
+    with DurableStore.create(path, preset("minimal", capacity=20)) as store:
+        store.append(Observe("\x9b2J\x1b]0;title\x07", hostile, 0))
+        obs_id = store.state.records[0].obs_id
+    for argv in (["--view"], ["--catalog"], ["--events", "--full"], [], ["--record", obs_id]):
+        code, out, err = run(capfd, "inspect", str(path), *argv)
+        assert code == 0 and err == ""
+        if argv[:1] == ["--record"]:
+            out = out.partition("\n")[0] + "\n"  # the metadata line; the content after it is exact (below)
+        raw = {char for char in out if (ord(char) < 0x20 or 0x7F <= ord(char) <= 0x9F) and char not in "\n\t"}
+        assert raw == set(), (argv, raw)
+        if argv[:1] in (["--view"], ["--catalog"]):
+            assert "\\x1b" in out and "\\x9b" in out, argv
+    code, out, _ = run(capfd, "inspect", str(path), "--events", "--full", "--from", "2")
+    assert json.loads(out.split(None, 2)[2]) == {"op": "observe", "action": "\x9b2J\x1b]0;title\x07",
+                                                       "observation": hostile, "returncode": 0}  # the same value
+    code, out, _ = run(capfd, "inspect", str(path), "--view")
+    assert "red \\x1b[31mRED\\x1b[0m bell \\x07 csi \\x9b2J cr \\r del \\x7f\ttab\nnext line" in out
+    code, out, _ = run(capfd, "inspect", str(path), "--record", obs_id)
+    assert code == 0 and out.partition("\n")[2] == hostile  # the stored bytes, exactly
+    code, out, _ = run(capfd, "export", str(path))
+    assert code == 0 and json.loads(out.splitlines()[1])["observation"] == hostile
+
+
+def test_readers_leave_no_wal_or_shm_beside_a_store_that_had_none(store_path: Path,
+                                                                   capfd: pytest.CaptureFixture[str]) -> None:
+    """Review h24 (nit N-c): inspect and export of a cleanly closed store left an empty -wal and a -shm where there
+    were none (a read-only connection cannot checkpoint, so SQLite keeps them). They go when the reader closes; the
+    database file is unchanged; while a writer or another reader has the store open they stay (theirs)."""
+    def logs() -> list[str]:
+        return sorted(path.name for path in store_path.parent.iterdir() if path.name.endswith(("-wal", "-shm")))
+
+    before = store_path.read_bytes()
+    assert logs() == []
+    for argv in (["inspect"], ["inspect", "--view"], ["inspect", "--verify"], ["inspect", "--events"], ["export"]):
+        code, _, err = run(capfd, argv[0], str(store_path), *argv[1:])
+        assert (code, err) == (0, "") and logs() == [], argv
+    assert store_path.read_bytes() == before
+    with DurableStore.open(store_path, readonly=True) as other_reader:
+        code, _, _ = run(capfd, "export", str(store_path))
+        assert code == 0 and logs() == [f"{store_path.name}-shm", f"{store_path.name}-wal"]  # the other reader's
+        assert len(list(other_reader.events())) == 6
+    assert logs() == []  # the last reader closed removes them
+    with DurableStore.open(store_path) as writer:
+        code, _, _ = run(capfd, "inspect", str(store_path))
+        assert code == 0 and logs() == [f"{store_path.name}-shm", f"{store_path.name}-wal"]  # the writer's
+        writer.append(Observe("ls", "after the reader"))
+    with DurableStore.open(store_path, readonly=True) as reopened:
+        assert reopened.seq == 7 and reopened.state.records[-1].content == "after the reader"
+    assert logs() == []

@@ -172,3 +172,72 @@ def test_a_copy_interrupted_as_its_ack_record_is_made_leaves_only_what_was_there
     code, out, err = run(capfd, "copy", str(source), str(tmp_path / name))
     assert (code, err) == (0, "") and [row.line for row in read_rows(tmp_path / name)] == [
         row.line for row in read_rows(source)]
+
+
+def test_a_path_holding_a_newline_is_shown_quoted_and_escaped(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """Review h24 (nit N-g): a newline in a store's path (or its folder's) broke the one line of copy's report and of
+    inspect's overview; such a path is shown as an error names it (quoted, \\n escaped), a plain one as written."""
+    folder = tmp_path / "two\nlines"
+    folder.mkdir()
+    source, new = folder / "a\nb.arc", folder / "c\x1b[2Jd.arc"
+    with DurableStore.create(source, CONFIG) as store:
+        store.append(Observe("ls", "a b c"))
+    code, out, err = run(capfd, "copy", str(source), str(new))
+    assert (code, err) == (0, "")
+    assert out == f"copied 2 rows (the config line and 1 events) from {str(source)!r} into {str(new)!r}\n"
+    assert "\\n" in out and "\x1b" not in out
+    code, out, err = run(capfd, "inspect", str(new))
+    assert (code, err) == (0, "") and out.startswith(f"store {str(new)!r}: 2 rows")
+    code, out, err = run(capfd, "inspect", str(tmp_path / "plain.arc"))
+    assert code == 2 and f"{str(tmp_path / 'plain.arc')!r}" in err  # errors quote every path, as before
+
+
+LEFT_BY_A_KILLED_COPY = """
+import os, sys
+from pathlib import Path
+from arc_ref.machine import Observe
+from arc_ref.persist import DurableStore
+from tests.persist.test_store_cut_snapshot import CONFIG
+folder, pid = Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else str(os.getpid())
+store = DurableStore.create(folder / f".b.arc.copying-{pid}-0123abcd", CONFIG)
+store.append_many([Observe(f"cat f{n}", "line " * 50) for n in range(40)])
+(folder / f"..b.arc.copying-{pid}-0123abcd.ack-{pid}-1").write_bytes(b"")  # an ack record's staging file
+print("open", flush=True)
+if len(sys.argv) > 2:
+    sys.stdin.readline()  # a copy still running: its store open (locked)
+os._exit(0)  # as a SIGKILL would: nothing closed, nothing removed
+"""
+
+
+def test_the_next_copy_removes_what_a_killed_copy_left_and_nothing_of_a_running_one(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """Review h24 (nit N-b): a copy killed with SIGKILL left .b.arc.copying-PID-HEX, its -wal, -shm and .ack beside
+    NEW for good. The next copy to NEW removes the files of a copy whose process is gone; the files of one whose
+    store is still open (locked: running, whatever the PID in its name says) and other names are left."""
+    source, new = tmp_path / "a.arc", tmp_path / "b.arc"
+    with DurableStore.create(source, CONFIG) as store:
+        store.append(Observe("ls", "a b c"))
+    killed = subprocess.run([sys.executable, "-c", LEFT_BY_A_KILLED_COPY, str(tmp_path)], capture_output=True,
+                            text=True, timeout=120, cwd=Path(__file__).parents[2])
+    assert killed.stdout == "open\n", killed.stderr
+    left = sorted(path.name for path in tmp_path.iterdir() if ".copying-" in path.name)
+    assert len(left) >= 4 and any(name.endswith("-wal") for name in left), left
+    dead_pid = left[0].split(".copying-")[1].split("-")[0]
+    running = subprocess.Popen([sys.executable, "-c", LEFT_BY_A_KILLED_COPY.replace("0123abcd", "4567cdef"),
+                                str(tmp_path), dead_pid], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                               cwd=Path(__file__).parents[2])
+    try:
+        assert running.stdout is not None and running.stdout.readline() == "open\n"
+        stranger = tmp_path / ".b.arc.copying-1-notours"
+        stranger.write_bytes(b"not ours")
+        code, out, err = run(capfd, "copy", str(source), str(new))
+        assert code == 0 and out.startswith("copied 2 rows"), err
+        assert err == (f"arc-ref copy: removed the temporary files of 1 earlier copy(ies) to {new} whose process is"
+                       f" gone (killed): '.b.arc.copying-{dead_pid}-0123abcd'\n"), err
+        still = sorted(path.name for path in tmp_path.iterdir() if ".copying-" in path.name)
+        assert not any("0123abcd" in name for name in still), still
+        assert f".b.arc.copying-{dead_pid}-4567cdef" in still and stranger.read_bytes() == b"not ours", still
+    finally:
+        assert running.stdin is not None
+        running.stdin.close()
+        running.wait(timeout=60)
