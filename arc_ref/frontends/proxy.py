@@ -1220,6 +1220,7 @@ class Proxy:
         if isinstance(tokenizer, HuggingFaceTokenizer):
             tokenizer.build_fast_engine()
         self.rounds: deque[RoundRecord] = deque(maxlen=ROUND_LOG_SIZE)
+        self.counts_differing = 0  # upstream calls whose usage.prompt_tokens was not the view's count
         self._sweeper: asyncio.Task[None] | None = None
         self.known = KnownMessages()  # the message texts read before: a request reads its new messages only
         # forks copy a conversation up to a mark (its rows replayed, with --store) on threads of their own, so that
@@ -1232,7 +1233,8 @@ class Proxy:
     def stats(self) -> dict[str, int]:
         """This instance's counters since it started (GET /arc/stats)."""
         return {"upstream_calls_logged": len(self.rounds), "conversations_in_memory": len(self.conversations.by_key),
-                "conversations_evicted": self.conversations.evicted, "conversations_opened": self.conversations.opened}
+                "conversations_evicted": self.conversations.evicted, "conversations_opened": self.conversations.opened,
+                "counts_differing": self.counts_differing}
 
     async def close(self) -> None:
         if self._sweeper is not None:
@@ -1581,6 +1583,13 @@ class Proxy:
         prompt_tokens = reply.usage.get("prompt_tokens")
         record.upstream_prompt_tokens = prompt_tokens if type(prompt_tokens) is int else None
         record.upstream_cached_tokens = cached_tokens(reply.usage)
+        if record.upstream_prompt_tokens is not None and record.upstream_prompt_tokens != record.view_tokens:
+            self.counts_differing += 1
+            if self.counts_differing == 1:  # (review h30 F6: silent; each is in /arc/rounds, their number in /arc/stats)
+                print(f"arc-ref proxy: warning: the upstream counted {record.upstream_prompt_tokens} prompt tokens where"
+                      f" the proxy counted {record.view_tokens}: is --tokenizer the served model's tokenizer and chat"
+                      " template? K <= L holds only for the count the proxy makes (said once; GET /arc/stats counts"
+                      " them)", file=sys.stderr, flush=True)
         return reply
 
 

@@ -298,3 +298,18 @@ def test_the_upstream_s_cached_tokens_reach_the_agent_and_the_rounds() -> None:
     assert usage_lines and usage_lines[-1]["prompt_tokens_details"] == {"cached_tokens": 7}, streamed.text
     assert "prompt_tokens_details" not in silent.json()["usage"]
     assert [record["upstream_cached_tokens"] for record in rounds] == [7, 7, None]
+
+
+def test_an_upstream_count_that_differs_from_the_proxy_s_is_said_once_and_counted(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """Review h30 F6: a --tokenizer whose template differs from the served one undercounted every call, and the
+    proxy, which has both numbers, said nothing. Now the first difference is one warning line, and /arc/stats
+    counts them (this fake upstream says 10 prompt tokens for every prompt)."""
+    with fake_upstream() as upstream, proxy(upstream) as base_url:
+        upstream.reply = lambda body: (200, json.dumps(completion("done")).encode())
+        for number in (1, 2):
+            assert post(base_url, task(number)).status_code == 200
+        stats = httpx.get(base_url.removesuffix("/v1") + "/arc/stats").json()
+    assert stats["counts_differing"] == 2
+    said = capfd.readouterr().err
+    assert said.count("the upstream counted 10 prompt tokens where the proxy counted") == 1, said
