@@ -1585,9 +1585,9 @@ class Proxy:
         record.upstream_cached_tokens = cached_tokens(reply.usage)
         if record.upstream_prompt_tokens is not None and record.upstream_prompt_tokens != record.view_tokens:
             self.counts_differing += 1
-            if self.counts_differing == 1:  # (review h30 F6: silent; each is in /arc/rounds, their number in /arc/stats)
-                print(f"arc-ref proxy: warning: the upstream counted {record.upstream_prompt_tokens} prompt tokens where"
-                      f" the proxy counted {record.view_tokens}: is --tokenizer the served model's tokenizer and chat"
+            if self.counts_differing == 1:  # (review h30 F6: silent; each in /arc/rounds, their number in /arc/stats)
+                print(f"arc-ref proxy: warning: the upstream counted {record.upstream_prompt_tokens} prompt tokens"
+                      f" where the proxy counted {record.view_tokens}: is --tokenizer the served model's tokenizer and chat"
                       " template? K <= L holds only for the count the proxy makes (said once; GET /arc/stats counts"
                       " them)", file=sys.stderr, flush=True)
         return reply
