@@ -508,7 +508,8 @@ def hbm_table(costs: Sequence[MethodCost], dataset: Dataset, kind: str, options:
         block = groups[(model, variant)]
         if all(c.baseline is None for c in block):
             table.notes.append(
-                f"{model} {variant_label(variant)}: no {method_label(options.baseline)} run, no savings."
+                f"{model} {variant_label(variant)}: no {method_label(options.baseline)} run, no savings (--baseline "
+                "METHOD measures them against another recorded method)."
             )
         elif all(c.baseline_t_total is None for c in block):
             table.notes.append(

@@ -158,6 +158,20 @@ def test_other_options(tmp_path: Path) -> None:
     assert "against Full_context" in md
 
 
+def test_run_without_the_default_baseline_reports_with_a_note(tmp_path: Path) -> None:
+    """Review h27 F1: a run of a --methods subset without sliding_window (the recall-budget ablation runs arc
+    alone) is reported when --baseline is not given: exit 0, no savings, a note naming the flag. A --baseline
+    given that is not recorded is still refused."""
+    run = tmp_path / "r"
+    write_run(run, RunSpec(methods=("arc", "full_context"), seeds=(1,), tasks_per_seed=2))
+    code, md, err = _run([str(run), "--format", "md"])
+    assert code == 0, err
+    assert "no Sliding_window run, no savings (--baseline METHOD" in md
+    assert "roofline cost per success" in md
+    code, _, err = _run([str(run), "--format", "md", "--baseline", "sliding_window"])
+    assert code == 2 and "--baseline sliding_window: no task of that method" in err
+
+
 @pytest.mark.parametrize(
     "setup,argv_extra,message",
     [
