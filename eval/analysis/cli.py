@@ -35,6 +35,7 @@ from arc_eval.analysis.presets import (
 )
 from arc_eval.analysis.report import (
     Report,
+    partial_warnings,
     ReportOptions,
     build_report,
     render_report_latex,
@@ -252,6 +253,7 @@ def report_json(dataset: Dataset, options: ReportOptions, costs: Sequence[Method
             }
             for name, s in options.models.items()
         },
+        "warnings": partial_warnings(dataset),
         "notes": list(dataset.notes),
         "accuracy": accuracy,
         "mcnemar": mcnemar,
@@ -282,6 +284,8 @@ def run_report(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> Repo
     )
     progress(f"computing tables over {len(dataset.tasks):,} finished task(s)")
     report = build_report(dataset, options)
+    for warning in report.warnings:
+        progress(f"warning: {warning}")
     out_dir: Path = args.out if args.out is not None else Path(args.run_dirs[0]) / "report"
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from arc_eval.analysis.accuracy import AccuracyRow, accuracy_rows, mechanism_note, method_order
 from arc_eval.analysis.survival import SURVIVAL_KEY, with_survival
 from arc_eval.tasks.longbench import OFFICIAL_COLUMNS, longbench_columns
-from arc_eval.analysis.load import Dataset
+from arc_eval.analysis.load import Dataset, RunData
 from arc_eval.registry import METHODS, TASKS, highlighted_method
 from arc_eval.schema import Manifest, TaskRecord
 from arc_eval.analysis.mcnemar import PairedComparison, PValue, compare_methods
@@ -78,6 +78,7 @@ class Report:
     worked_example: str | None = None
     figures: list[Path] = field(default_factory=list)
     costs: list[MethodCost] = field(default_factory=list)  # the roofline rows behind the HBM tables
+    warnings: list[str] = field(default_factory=list)  # shown first (a partial run): also on stderr
 
 
 # --------------------------------------------------------------------------------------------
@@ -590,6 +591,41 @@ def pick_worked_example(dataset: Dataset, arc_method: str) -> TaskRecord | None:
 # the report
 
 
+def run_progress(run: RunData) -> tuple[str, str | None]:
+    """How much of its plan a run finished: the header's words, and a warning when it is partial.
+
+    The plan is the manifest's methods x seeds x variants x tasks_per_seed; with tasks_per_seed null (all the
+    data set's items) each method's plan is the distinct (variant, seed, task) of any method, a lower bound."""
+    m = run.manifest
+    per_method = {name: 0 for name in m.methods}
+    for t in run.tasks:
+        per_method[t.method] = per_method.get(t.method, 0) + 1
+    finished = len(run.tasks)
+    if m.tasks_per_seed is not None:
+        each = len(m.seeds) * len(m.variants) * m.tasks_per_seed
+        planned = f"{finished:,} of {each * len(m.methods):,} planned task run(s) finished"
+    else:
+        each = len({(t.variant, t.seed, t.task_id) for t in run.tasks})
+        planned = f"{finished:,} finished task run(s) (plan: every item, at least {each * len(m.methods):,})"
+    counts = ", ".join(f"{name} {n:,}" for name, n in per_method.items())
+    short = any(n < each for n in per_method.values()) or run.incomplete_tasks > 0
+    uneven = len(set(per_method.values())) > 1
+    words = f"{planned}{f' ({counts})' if uneven else ''}, {run.incomplete_tasks} incomplete"
+    if not short:
+        return words, None
+    return words, (
+        f"PARTIAL RUN `{run.run_dir}`: {planned} ({counts}). The figures are partial and biased: tasks that end "
+        "early (by overflow, say) finish first, and methods may have finished different tasks. Finish the run (its "
+        "own command continues it) before reading them."
+    )
+
+
+def partial_warnings(dataset: Dataset) -> list[str]:
+    """One warning per run that finished only part of its plan (``run_progress``)."""
+    return [w for w in (run_progress(run)[1] for run in dataset.runs) if w is not None]
+
+
+
 def build_report(dataset: Dataset, options: ReportOptions) -> Report:
     """Every table of the report, computed from the records."""
     header = []
@@ -600,7 +636,7 @@ def build_report(dataset: Dataset, options: ReportOptions) -> Report:
             f"`{run.run_dir}`: {kind_label(m.task_kind)}, model `{m.model}` ({m.backend} backend), "
             f"methods {', '.join(m.methods)}, seeds {', '.join(map(str, m.seeds))} x {m.tasks_per_seed if m.tasks_per_seed is not None else 'all'} tasks, "
             f"variants {variants}, context_limit {m.context_limit}, max_tokens {m.max_tokens}; "
-            f"{len(run.tasks)} finished task(s), {run.incomplete_tasks} incomplete; created {m.created}, "
+            f"{run_progress(run)[0]}; created {m.created}, "
             f"commit {m.git_commit or 'unknown'}"
         )
     hw = options.hardware
@@ -645,6 +681,14 @@ def build_report(dataset: Dataset, options: ReportOptions) -> Report:
     if mechanism is not None:
         for table in tables:
             table.notes.append(mechanism)
+    warnings = partial_warnings(dataset)
+    if warnings:
+        for table in tables:
+            table.notes.append(
+                "PARTIAL: " + "; ".join(f"`{run.run_dir}` {run_progress(run)[0]}" for run in dataset.runs
+                                        if run_progress(run)[1] is not None)
+                + ": partial, biased figures (the warning at the top of the report says why)."
+            )
     if not any(t.method == options.arc_method for t in dataset.tasks):
         notes.append(f"no {method_label(options.arc_method)} task in the runs: McNemar tables skipped")
     worked = None
@@ -669,11 +713,14 @@ def build_report(dataset: Dataset, options: ReportOptions) -> Report:
         notes=notes,
         worked_example=worked,
         costs=costs,
+        warnings=warnings,
     )
 
 
 def render_report_markdown(report: Report) -> str:
-    parts = [f"# {report.title}", "", "## Runs", ""]
+    parts = [f"# {report.title}", ""]
+    parts += [f"> **Warning:** {warning}\n" for warning in report.warnings]
+    parts += ["## Runs", ""]
     parts += [f"- {line}" for line in report.header]
     if report.notes:
         parts += ["", "## Notes", ""]
@@ -693,6 +740,7 @@ def render_report_markdown(report: Report) -> str:
 def render_report_latex(report: Report) -> str:
     """A LaTeX fragment of booktabs tables (\\usepackage{booktabs} in the including document)."""
     parts = [f"% {report.title}: generated by arc-eval report; needs \\usepackage{{booktabs}}", ""]
+    parts += [f"% WARNING: {warning}" for warning in report.warnings]
     for line in report.header:
         parts.append("% " + line.replace("\n", " "))
     parts.append("")

@@ -270,3 +270,30 @@ def test_items_rerun_under_several_seeds_get_the_distinct_items_note_in_markdown
         assert notes and all("the 16 pairs are 8 distinct items" in note for note in notes)
         said = f"A-only {distinct['a_only']}, B-only {distinct['b_only']},"  # one note per outcome's table
         assert any(said in note and f"exact p {distinct['exact_p']['text']}," in note for note in notes), (said, notes)
+
+
+def test_unfinished_run_is_reported_as_partial_first_on_stderr_and_in_json(tmp_path: Path) -> None:
+    """Review h27 F2: a run stopped part way (here 20 of its 36 planned task runs) was reported with exit 0 and
+    only "0 incomplete". Now the report opens with a warning that says how many of the planned task runs
+    finished, per method, and that the figures are partial and biased; so do stderr, every table's notes and
+    report.json. The exit status stays 0 (the report was written). A finished run gets no warning."""
+    run = tmp_path / "cut"
+    write_run(run, RunSpec(seeds=(1, 2), tasks_per_seed=3))
+    lines = (run / "tasks.jsonl").read_text().splitlines(keepends=True)
+    (run / "tasks.jsonl").write_text("".join(lines[:20]))
+    code, md, err = _run([str(run), "--out", str(tmp_path / "out"), "--format", "md,json"])
+    assert code == 0, err
+    first = md.splitlines()[2]
+    assert first.startswith(f"> **Warning:** PARTIAL RUN `{run}`: 20 of 36 planned task run(s) finished (full_context 4,")
+    assert "partial and biased" in first and "arc 3)" in first
+    assert f"warning: PARTIAL RUN `{run}`: 20 of 36" in err
+    assert "20 of 36 planned task run(s) finished (full_context 4," in md  # the Runs list
+    assert md.count("PARTIAL: ") == md.count("### ") - 1 > 0  # a note under every table (not the worked example)
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert len(report["warnings"]) == 1 and "20 of 36" in report["warnings"][0]
+
+    whole = tmp_path / "whole"
+    write_run(whole, RunSpec(seeds=(1, 2), tasks_per_seed=3))
+    code, md, err = _run([str(whole), "--format", "md"])
+    assert code == 0, err
+    assert "PARTIAL" not in md + err and "36 of 36 planned task run(s) finished, 0 incomplete" in md
