@@ -297,3 +297,30 @@ def test_unfinished_run_is_reported_as_partial_first_on_stderr_and_in_json(tmp_p
     code, md, err = _run([str(whole), "--format", "md"])
     assert code == 0, err
     assert "PARTIAL" not in md + err and "36 of 36 planned task run(s) finished, 0 incomplete" in md
+
+
+@pytest.mark.parametrize("prefill_cost", [398, 0, None])
+def test_roofline_table_says_which_trigger_arc_ran_with(tmp_path: Path, prefill_cost: int | None) -> None:
+    """Review h27 F3: ARC's default early fold is driven by a cost constant (398) derived from the same
+    Qwen3-8B / H200 roofline that scores the table, while the baselines compact only over budget or when forced;
+    the roofline table now says which trigger ARC ran with, its constants, and where the reactive figure is."""
+    run = tmp_path / "r"
+    write_run(run, RunSpec(methods=("sliding_window", "arc"), seeds=(1,), tasks_per_seed=3))
+    manifest = json.loads((run / "manifest.json").read_text())
+    if prefill_cost is not None:
+        manifest["config"].update(prefill_cost=prefill_cost, expected_completion=0, low_water=5)
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    code, md, err = _run([str(run), "--format", "md"])
+    assert code == 0, err
+    table = md[md.index("roofline cost per success"):]
+    table = table[:table.index("###")]
+    if prefill_cost == 398:
+        assert "ARC ran with its default cost-driven early fold (--prefill-cost 398, --expected-completion 0," in table
+        assert "derived from Qwen3-8B on 1 H200(s) (arc_ref/config.py), the same roofline that scores this table" in table
+        assert "rerun with --prefill-cost 0" in table
+        code, md, err = _run([str(run), "--format", "md", "--hardware", "h100-sxm"])
+        assert "derived from Qwen3-8B" in md and "the same roofline" not in md
+    elif prefill_cost == 0:
+        assert "ARC ran with the reactive trigger (--prefill-cost 0)" in table
+    else:
+        assert "ARC's compaction trigger (prefill_cost) is not recorded" in table
