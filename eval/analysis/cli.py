@@ -198,6 +198,8 @@ def report_json(dataset: Dataset, options: ReportOptions, costs: Sequence[Method
                     "unpaired_b": c.unpaired_b,
                     # a task id paired under several seeds: McNemar over the distinct items (each at its first seed)
                     "distinct_items": c.distinct_items if c.distinct is not None else None,
+                    # every repeated item has one outcome pair under all its seeds: the table's row is `distinct`
+                    "seed_copies": c.seed_copies,
                     "clustered_p": None if c.clustered_p is None else _json_p(c.clustered_p),
                     "distinct": None if c.distinct is None else {
                         "a_only": c.distinct.a_only, "b_only": c.distinct.b_only, "both": c.distinct.both,

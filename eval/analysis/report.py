@@ -399,9 +399,12 @@ def mcnemar_table(dataset: Dataset, kind: str, outcome: str, arc_method: str) ->
     for model, variant in sorted(groups, key=lambda g: _group_key(g[0], g[1], orders[g[0]])):
         section = table.add_section(_section_header(model, variant, with_variant))
         for c in groups[(model, variant)]:
-            r = c.total
+            # seeds that are copies of one another (review h27 F4): the columns count each distinct item once
+            r = c.distinct if c.seed_copies and c.distinct is not None else c.total
             so = c.seed_odds
-            if so.kind == "finite" and so.mean is not None:
+            if c.seed_copies:
+                seed_text = "— (seeds are copies)"
+            elif so.kind == "finite" and so.mean is not None:
                 seed_text = f"{so.mean:.2f} ± {so.sd:.2f}" if so.sd is not None else f"{so.mean:.2f} ± — (1 seed)"
             else:
                 seed_text = so.kind
@@ -423,7 +426,16 @@ def mcnemar_table(dataset: Dataset, kind: str, outcome: str, arc_method: str) ->
                     fmt_int(so.discordant_seeds),
                 ]
             )
-            if c.distinct is not None:
+            if c.seed_copies and c.distinct is not None:
+                t = c.total
+                unpaired_notes.append(
+                    f"{model} {variant_label(variant)} {method_label(c.method_a)} vs {method_label(c.method_b)}: the"
+                    f" {t.a_only + t.b_only + t.both + t.neither} pairs are {c.distinct_items} distinct items, each"
+                    f" with the same outcomes under every seed (the seeds re-ran the same items: copies); the row"
+                    f" counts each item once, at its lowest seed (over every copy: A-only {t.a_only}, B-only"
+                    f" {t.b_only}, exact p {fmt_p(t.exact_p).md}, not independent pairs)."
+                )
+            elif c.distinct is not None:
                 d = c.distinct
                 pairs = r.a_only + r.b_only + r.both + r.neither
                 unpaired_notes.append(

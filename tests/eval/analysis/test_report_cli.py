@@ -268,6 +268,10 @@ def test_items_rerun_under_several_seeds_get_the_distinct_items_note_in_markdown
         assert distinct["a_only"] + distinct["b_only"] + distinct["both"] + distinct["neither"] == 8
         notes = [line for line in md.splitlines() if "distinct items" in line and f" vs {method_label(row['b'])}:" in line]
         assert notes and all("the 16 pairs are 8 distinct items" in note for note in notes)
+        if row["seed_copies"]:  # the row itself counts the distinct items (review h27 F4); the note gives the copies'
+            said = f"(over every copy: A-only {row['a_only']}, B-only {row['b_only']}, exact p {row['exact_p']['text']},"
+            assert any(said in note for note in notes), (said, notes)
+            continue
         said = f"A-only {distinct['a_only']}, B-only {distinct['b_only']},"  # one note per outcome's table
         assert any(said in note and f"exact p {distinct['exact_p']['text']}," in note for note in notes), (said, notes)
 
@@ -324,3 +328,40 @@ def test_roofline_table_says_which_trigger_arc_ran_with(tmp_path: Path, prefill_
         assert "ARC ran with the reactive trigger (--prefill-cost 0)" in table
     else:
         assert "ARC's compaction trigger (prefill_cost) is not recorded" in table
+
+
+def test_seeds_that_are_copies_count_each_item_once_in_the_mcnemar_columns(tmp_path: Path) -> None:
+    """Review h27 F4: LongBench's items do not depend on the seed and the scripted agent is deterministic, so
+    three seeds are three copies of each (item, method) outcome, and the McNemar columns counted each item three
+    times (exact p about 64 times too small at 0 | 9). Now a comparison whose repeated items have the same
+    outcomes under every seed shows the distinct items in its row, and the p-values are recomputed on them."""
+    import math
+
+    run = tmp_path / "lb"
+    write_run(run, RunSpec(task_kind="longbench", model="Qwen/Qwen3-32B", context_limit=32768, seeds=(42,),
+                           tasks_per_seed=12, task_ids=[f"lbv2-{item}" for item in range(12)]))
+    for name in ("tasks.jsonl", "calls.jsonl"):  # seeds 82 and 122: copies of seed 42, as a deterministic run
+        lines = [json.loads(line) for line in (run / name).read_text().splitlines()]
+        copies = [{**line, "seed": seed} for seed in (82, 122) for line in lines]
+        (run / name).write_text("".join(json.dumps(line) + "\n" for line in lines + copies))
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps({**manifest, "seeds": [42, 82, 122]}))
+    code, md, err = _run([str(run), "--out", str(tmp_path / "out"), "--format", "md,json"])
+    assert code == 0, err
+
+    tasks = [json.loads(line) for line in (run / "tasks.jsonl").read_text().splitlines() if '"seed": 42' in line]
+    correct = {(t["method"], t["task_id"]): t["correct"] for t in tasks}
+    a_only = sum(correct[("arc", i)] and not correct[("full_context", i)] for m, i in correct if m == "arc")
+    b_only = sum(correct[("full_context", i)] and not correct[("arc", i)] for m, i in correct if m == "arc")
+    n = a_only + b_only
+    exact = min(1.0, 2 * sum(math.comb(n, k) for k in range(min(a_only, b_only) + 1)) / 2**n)
+    row = next(r for r in json.loads((tmp_path / "out" / "report.json").read_text())["mcnemar"]
+               if r["b"] == "full_context" and r["outcome"] == "correct")
+    assert row["seed_copies"] and row["a_only"] == 3 * a_only  # JSON keeps the pooled pairs, flagged
+    assert row["distinct"]["a_only"] == a_only and math.isclose(row["distinct"]["exact_p"]["value"], exact)
+    table = md[md.index("McNemar on correctness"):]
+    line = next(x for x in table.splitlines() if x.startswith("| **ARC** | Full_context |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[2:4] == [str(a_only), str(b_only)] and sum(map(int, cells[2:6])) == 12
+    assert cells[8] == row["distinct"]["exact_p"]["text"] and cells[11] == "— (seeds are copies)"
+    assert "the 36 pairs are 12 distinct items, each with the same outcomes under every seed" in table
