@@ -189,6 +189,17 @@ def accuracy_table(dataset: Dataset, kind: str) -> Table:
         ],
     )
     _fill_accuracy(table, dataset, kind, rows, breakdown=False)
+    uneven: dict[tuple[str, str], set[tuple[int, int]]] = {}
+    for r in rows:  # review h27 F8: runs of different --tasks combined, or a partial run
+        if len({s.attempts for s in r.per_seed}) > 1:
+            uneven.setdefault((r.model, r.variant), set()).update((s.seed, s.attempts) for s in r.per_seed)
+    for (model, variant), sizes in sorted(uneven.items()):
+        table.notes.append(
+            f"{model} {variant_label(variant)}: the seeds have different numbers of attempts ("
+            + ", ".join(f"seed {seed}: {n}" for seed, n in sorted(sizes))
+            + "): Mean No-Ans / Mean Pass average counts over different totals and Mean Acc weighs every seed alike;"
+            " Pass / Attempts is the pooled figure."
+        )
     return table
 
 

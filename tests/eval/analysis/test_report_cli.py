@@ -365,3 +365,21 @@ def test_seeds_that_are_copies_count_each_item_once_in_the_mcnemar_columns(tmp_p
     assert cells[2:4] == [str(a_only), str(b_only)] and sum(map(int, cells[2:6])) == 12
     assert cells[8] == row["distinct"]["exact_p"]["text"] and cells[11] == "— (seeds are copies)"
     assert "the 36 pairs are 12 distinct items, each with the same outcomes under every seed" in table
+
+
+def test_runs_of_different_task_counts_are_flagged_in_the_accuracy_table(tmp_path: Path) -> None:
+    """Review h27 F8: a run of 6 tasks per seed combined with one of 2 (other seeds) gave Mean Pass, a mean of
+    counts over different totals, and an unweighted Mean Acc, with nothing said; now the table notes the seeds'
+    attempts and points to the pooled Pass / Attempts. Runs of equal sizes get no such note."""
+    big, small = tmp_path / "big", tmp_path / "small"
+    write_run(big, RunSpec(methods=("sliding_window", "arc"), seeds=(7,), tasks_per_seed=6))
+    write_run(small, RunSpec(methods=("sliding_window", "arc"), seeds=(42,), tasks_per_seed=2))
+    code, md, err = _run([str(big), str(small), "--format", "md"])
+    assert code == 0, err
+    accuracy = md[md.index("accuracy across seeds"):]
+    accuracy = accuracy[:accuracy.index("###")]
+    assert "the seeds have different numbers of attempts (seed 7: 6, seed 42: 2)" in accuracy
+    assert "Pass / Attempts is the pooled figure" in accuracy
+    write_run(small, RunSpec(methods=("sliding_window", "arc"), seeds=(42,), tasks_per_seed=6))
+    code, md, err = _run([str(big), str(small), "--format", "md"])
+    assert code == 0 and "different numbers of attempts" not in md
