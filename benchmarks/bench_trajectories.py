@@ -15,7 +15,9 @@ answered by the scripted backend), and per method the script prints:
 * ``prompt``: the sum over served calls of the prompt tokens (auxiliary condensing requests included);
 * ``prefill``: the tokens a prefix-caching server prefills: each prompt minus its longest common token
   prefix with the previous prompt of the task (the token ids of the rendered prompt);
-* ``served``: calls answered / agent calls (full context's calls over L are not served and cost nothing);
+* ``served``: calls answered / agent calls (full context's calls over L are not served and cost nothing); the
+  line ``arc/full`` gives the ratios only when both served every call (else n/a, with both counts), and the
+  ``all five`` totals show their served / calls, since each sums its own served calls;
 * ``comp``: compactions (the method's own events: ARC's folds, a baseline's condensing or dropping);
 * ``>full``: agent calls where the method's prompt is longer than full context's, counted where full fits;
   ``>f+o``: longer than full context's plus the method's fixed overhead (its first prompt minus full's: for
@@ -285,6 +287,17 @@ def targets(name: str, results: dict[str, Any]) -> list[str]:
     return missed
 
 
+def comparison_line(arc: dict[str, Any], full: dict[str, Any], exact: int, stored: int) -> str:
+    """ARC against full context on one trajectory. The ratios are sums over each method's served calls, so they
+    are printed only when full context served every call; else n/a with both counts (review h27 F6)."""
+    if full["served"] == full["calls"] and arc["served"] == arc["calls"]:
+        ratios = f"arc/full prompt {arc['prompt'] / full['prompt']:.3f}, prefill {arc['prefill'] / full['prefill']:.2f}x"
+    else:
+        ratios = (f"arc/full n/a (full served {full['served']}/{full['calls']}, arc {arc['served']}/{arc['calls']}:"
+                  " sums over different calls)")
+    return f"{'':<34} {ratios}; ARC's overhead {arc['overhead']} tokens; recall byte-exact {exact}/{stored}"
+
+
 HEADER = (f"{'trajectory':<34} {'method':<8} {'prompt':>10} {'prefill':>10} {'served':>8} {'comp':>5} {'>full':>5}"
           f" {'>f+o':>5} {'HBM GB':>8} {'T s':>8} {'T$ s':>8}")
 
@@ -300,7 +313,8 @@ def main_section(trajectories: list[Trajectory], window: str, counter: TokenCoun
         for name in method_names():
             row = results[name]
             total = totals.setdefault(name, {"prompt": 0, "prefill": 0, "compactions": 0, "hbm": 0.0, "t": 0.0,
-                                             "t_cached": 0.0, "over_full": 0, "over_full_overhead": 0})
+                                             "t_cached": 0.0, "over_full": 0, "over_full_overhead": 0,
+                                             "served": 0, "calls": 0})
             for key in total:
                 total[key] += row[key]
             print(f"{label:<34} {SHORT[name]:<8} {row['prompt']:>10,} {row['prefill']:>10,}"
@@ -309,16 +323,16 @@ def main_section(trajectories: list[Trajectory], window: str, counter: TokenCoun
         exact, stored = results["arc"]["exact"]
         all_exact &= exact == stored
         arc, full = results["arc"], results["full_context"]
-        print(f"{'':<34} arc/full prompt {arc['prompt'] / full['prompt']:.3f}, prefill"
-              f" {arc['prefill'] / full['prefill']:.2f}x; ARC's overhead {arc['overhead']} tokens;"
-              f" recall byte-exact {exact}/{stored}")
+        print(comparison_line(arc, full, exact, stored))
         missed.extend(targets(trajectory.name[:26], results))
     for name in method_names():
         total = totals[name]
         print(f"{'all five':<34} {SHORT[name]:<8} {int(total['prompt']):>10,} {int(total['prefill']):>10,}"
-              f" {'':>8} {int(total['compactions']):>5} {int(total['over_full']):>5}"
+              f" {int(total['served']):>3}/{int(total['calls']):<4} {int(total['compactions']):>5} {int(total['over_full']):>5}"
               f" {int(total['over_full_overhead']):>5} {total['hbm']:>8.2f} {total['t']:>8.3f}"
               f" {total['t_cached']:>8.3f}")
+    if any(totals[name]["served"] < totals[name]["calls"] for name in method_names()):
+        print(f"{'':<34} (each total sums its own served calls: a method that served fewer is not like for like)")
     print("targets: " + ("all met on every trajectory" if not missed else f"{len(missed)} missed"))
     for line in missed:
         print(f"  MISSED {line}")

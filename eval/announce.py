@@ -16,6 +16,8 @@ from typing import Any, Callable, Sequence
 
 # The estimate is printed once this many tasks have finished (or the first seed's batch, if smaller).
 ETA_AFTER_TASKS = 10
+# A first task slower than this gets a first estimate at once (a slow server: 10 tasks may take minutes).
+EARLY_ESTIMATE_AFTER_S = 30.0
 
 
 def duration(seconds: float) -> str:
@@ -101,9 +103,15 @@ class RunNotes:
             print(text, file=sys.stderr, flush=True)
 
     def task_finished(self, batch_size: int) -> None:
-        """One task recorded; after ``ETA_AFTER_TASKS`` (or a whole first batch, if smaller) say the estimate."""
+        """One task recorded; after ``ETA_AFTER_TASKS`` (or a whole first batch, if smaller) say the estimate, and
+        after the first task already when it took ``EARLY_ESTIMATE_AFTER_S`` or more (review h27 F9)."""
         self.ran += 1
         remaining = self.total - self.done_before - self.ran
-        if not self.estimated and remaining > 0 and self.ran >= min(ETA_AFTER_TASKS, max(1, batch_size)):
+        after = min(ETA_AFTER_TASKS, max(1, batch_size))
+        if self.ran == 1 and after > 1 and remaining > 0:
+            elapsed = time.monotonic() - self.started
+            if elapsed >= EARLY_ESTIMATE_AFTER_S:
+                self.say(f"{eta_text(1, elapsed, remaining)} (from the first task; again after {after})")
+        if not self.estimated and remaining > 0 and self.ran >= after:
             self.estimated = True
             self.say(eta_text(self.ran, time.monotonic() - self.started, remaining))

@@ -65,7 +65,8 @@ def run_plan(plan: RunPlan, *, out: TextIO | None = None) -> RunResult:
         executed = asyncio.run(execute(plan, writer, backends))
     if executed.stopped_by is not None:
         return RunResult(spec.out, executed.ran, executed.skipped, None, "", stopped_by=executed.stopped_by)
-    table = summary_table(RunReader(spec.out).tasks())
+    reader = RunReader(spec.out)
+    table = summary_table(reader.tasks(), list(reader.manifest.variants))
     print(table, file=out if out is not None else sys.stdout)
     if executed.aborted is None:
         print(next_step_text(spec.out, program_name(sys.argv[0])), file=out if out is not None else sys.stdout)

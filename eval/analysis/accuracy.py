@@ -171,9 +171,10 @@ def accuracy_rows(tasks: Iterable[TaskRecord], breakdown: str = "overall") -> li
     return rows
 
 
-def summary_table(tasks: Iterable[TaskRecord]) -> str:
+def summary_table(tasks: Iterable[TaskRecord], variants: Sequence[str] = ()) -> str:
     """The table `arc-eval` prints after a run: per (variant, method) pass/attempts, no-answer (and how many of them
-    ended because the prompt overflowed the window), accuracy, re-executions."""
+    ended because the prompt overflowed the window), accuracy, re-executions. ``variants``: the manifest's variant
+    labels, in the order the rows follow (as the report's; others after them, by label)."""
     rows = [("variant", "method", "pass/attempts", "no-answer", "overflow", "accuracy", "re-executions")]
     tasks_seen = list(tasks)
     overflows: dict[tuple[str, str, str, str], int] = {}
@@ -181,7 +182,9 @@ def summary_table(tasks: Iterable[TaskRecord]) -> str:
         if task.end == "overflow":
             key = (task.task_kind, task.model, task.variant, task.method)
             overflows[key] = overflows.get(key, 0) + 1
-    for group in accuracy_rows(tasks_seen):
+    rank = {label: index for index, label in enumerate(variants)}
+    ordered = sorted(accuracy_rows(tasks_seen), key=lambda r: (r.task_kind, r.model, rank.get(r.variant, len(rank))))
+    for group in ordered:
         overflowed = overflows.get((group.task_kind, group.model, group.variant, group.method), 0)
         rows.append(
             (group.variant or "-", group.method, f"{group.passes}/{group.attempts}", str(group.no_answers),

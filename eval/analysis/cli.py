@@ -35,6 +35,7 @@ from arc_eval.analysis.presets import (
 )
 from arc_eval.analysis.report import (
     Report,
+    partial_warnings,
     ReportOptions,
     build_report,
     render_report_latex,
@@ -61,8 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--baseline",
-        default=DEFAULT_BASELINE,
-        help="method that savings and speedup are measured against (default: %(default)s)",
+        default=None,
+        help=f"method that savings and speedup are measured against, a recorded method (default: {DEFAULT_BASELINE}; "
+        "a run without it gets no savings figures, and a note says so)",
     )
     parser.add_argument(
         "--hardware", default="h200", help=f"{'|'.join(HARDWARE_PRESETS)} or a TOML/JSON file (default: %(default)s)"
@@ -196,6 +198,8 @@ def report_json(dataset: Dataset, options: ReportOptions, costs: Sequence[Method
                     "unpaired_b": c.unpaired_b,
                     # a task id paired under several seeds: McNemar over the distinct items (each at its first seed)
                     "distinct_items": c.distinct_items if c.distinct is not None else None,
+                    # every repeated item has one outcome pair under all its seeds: the table's row is `distinct`
+                    "seed_copies": c.seed_copies,
                     "clustered_p": None if c.clustered_p is None else _json_p(c.clustered_p),
                     "distinct": None if c.distinct is None else {
                         "a_only": c.distinct.a_only, "b_only": c.distinct.b_only, "both": c.distinct.both,
@@ -251,6 +255,7 @@ def report_json(dataset: Dataset, options: ReportOptions, costs: Sequence[Method
             }
             for name, s in options.models.items()
         },
+        "warnings": partial_warnings(dataset),
         "notes": list(dataset.notes),
         "accuracy": accuracy,
         "mcnemar": mcnemar,
@@ -275,12 +280,14 @@ def run_report(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> Repo
         hardware=hardware,
         models=models,
         model_notes=tuple(model_notes),
-        baseline=args.baseline,
+        baseline=args.baseline if args.baseline is not None else DEFAULT_BASELINE,
         arc_method=args.arc if args.arc is not None else (highlighted_method() or ""),
         normalisation=args.normalise,
     )
     progress(f"computing tables over {len(dataset.tasks):,} finished task(s)")
     report = build_report(dataset, options)
+    for warning in report.warnings:
+        progress(f"warning: {warning}")
     out_dir: Path = args.out if args.out is not None else Path(args.run_dirs[0]) / "report"
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -249,6 +249,9 @@ class PairedComparison:
     distinct_items: int = 0
     # and the cluster-aware test over every seed of those items (`sign_flip_p`)
     clustered_p: PValue | None = None
+    # every repeated item has the same (A, B) outcome under each of its seeds: the seeds are copies (a deterministic
+    # agent on seed-independent items, LongBench's scripted run), and the report's columns count each item once
+    seed_copies: bool = False
 
     @property
     def seed_odds(self) -> PerSeedOdds:
@@ -296,6 +299,18 @@ def distinct_item_counts(
         sa, sb = _success(tasks_a[key], outcome), _success(tasks_b[key], outcome)
         cells[0 if sa and not sb else 1 if sb and not sa else 2 if sa else 3] += 1
     return cells, len(first)
+
+
+def seeds_are_copies(
+    tasks_a: dict[PairKey, TaskRecord], tasks_b: dict[PairKey, TaskRecord], outcome: str
+) -> bool:
+    """Whether every task id paired under several seeds has one (A, B) outcome under all of them."""
+    outcomes: dict[str, set[tuple[bool, bool]]] = {}
+    for key, task_a in tasks_a.items():
+        task_b = tasks_b.get(key)
+        if task_b is not None:
+            outcomes.setdefault(task_a.task_id, set()).add((_success(task_a, outcome), _success(task_b, outcome)))
+    return all(len(seen) == 1 for seen in outcomes.values())
 
 
 def item_discordances(
@@ -389,6 +404,8 @@ def compare_methods(
                     distinct_items=0 if distinct is None else distinct[1],
                     clustered_p=None if distinct is None else sign_flip_p(
                         item_discordances(by_method[method_a], by_method[method_b], outcome).values()),
+                    seed_copies=distinct is not None
+                    and seeds_are_copies(by_method[method_a], by_method[method_b], outcome),
                 )
             )
     return comparisons

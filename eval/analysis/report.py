@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from arc_eval.analysis.accuracy import AccuracyRow, accuracy_rows, mechanism_note, method_order
 from arc_eval.analysis.survival import SURVIVAL_KEY, with_survival
 from arc_eval.tasks.longbench import OFFICIAL_COLUMNS, longbench_columns
-from arc_eval.analysis.load import Dataset
+from arc_eval.analysis.load import Dataset, RunData
 from arc_eval.registry import METHODS, TASKS, highlighted_method
 from arc_eval.schema import Manifest, TaskRecord
 from arc_eval.analysis.mcnemar import PairedComparison, PValue, compare_methods
@@ -78,6 +78,7 @@ class Report:
     worked_example: str | None = None
     figures: list[Path] = field(default_factory=list)
     costs: list[MethodCost] = field(default_factory=list)  # the roofline rows behind the HBM tables
+    warnings: list[str] = field(default_factory=list)  # shown first (a partial run): also on stderr
 
 
 # --------------------------------------------------------------------------------------------
@@ -188,6 +189,17 @@ def accuracy_table(dataset: Dataset, kind: str) -> Table:
         ],
     )
     _fill_accuracy(table, dataset, kind, rows, breakdown=False)
+    uneven: dict[tuple[str, str], set[tuple[int, int]]] = {}
+    for r in rows:  # review h27 F8: runs of different --tasks combined, or a partial run
+        if len({s.attempts for s in r.per_seed}) > 1:
+            uneven.setdefault((r.model, r.variant), set()).update((s.seed, s.attempts) for s in r.per_seed)
+    for (model, variant), sizes in sorted(uneven.items()):
+        table.notes.append(
+            f"{model} {variant_label(variant)}: the seeds have different numbers of attempts ("
+            + ", ".join(f"seed {seed}: {n}" for seed, n in sorted(sizes))
+            + "): Mean No-Ans / Mean Pass average counts over different totals and Mean Acc weighs every seed alike;"
+            " Pass / Attempts is the pooled figure."
+        )
     return table
 
 
@@ -398,9 +410,12 @@ def mcnemar_table(dataset: Dataset, kind: str, outcome: str, arc_method: str) ->
     for model, variant in sorted(groups, key=lambda g: _group_key(g[0], g[1], orders[g[0]])):
         section = table.add_section(_section_header(model, variant, with_variant))
         for c in groups[(model, variant)]:
-            r = c.total
+            # seeds that are copies of one another (review h27 F4): the columns count each distinct item once
+            r = c.distinct if c.seed_copies and c.distinct is not None else c.total
             so = c.seed_odds
-            if so.kind == "finite" and so.mean is not None:
+            if c.seed_copies:
+                seed_text = "— (seeds are copies)"
+            elif so.kind == "finite" and so.mean is not None:
                 seed_text = f"{so.mean:.2f} ± {so.sd:.2f}" if so.sd is not None else f"{so.mean:.2f} ± — (1 seed)"
             else:
                 seed_text = so.kind
@@ -422,7 +437,16 @@ def mcnemar_table(dataset: Dataset, kind: str, outcome: str, arc_method: str) ->
                     fmt_int(so.discordant_seeds),
                 ]
             )
-            if c.distinct is not None:
+            if c.seed_copies and c.distinct is not None:
+                t = c.total
+                unpaired_notes.append(
+                    f"{model} {variant_label(variant)} {method_label(c.method_a)} vs {method_label(c.method_b)}: the"
+                    f" {t.a_only + t.b_only + t.both + t.neither} pairs are {c.distinct_items} distinct items, each"
+                    f" with the same outcomes under every seed (the seeds re-ran the same items: copies); the row"
+                    f" counts each item once, at its lowest seed (over every copy: A-only {t.a_only}, B-only"
+                    f" {t.b_only}, exact p {fmt_p(t.exact_p).md}, not independent pairs)."
+                )
+            elif c.distinct is not None:
                 d = c.distinct
                 pairs = r.a_only + r.b_only + r.both + r.neither
                 unpaired_notes.append(
@@ -506,9 +530,12 @@ def hbm_table(costs: Sequence[MethodCost], dataset: Dataset, kind: str, options:
                 ]
             )
         block = groups[(model, variant)]
+        if any(highlighted(c.method) for c in block):
+            table.notes.append(arc_trigger_note(dataset, kind, model, variant, spec, options.hardware))
         if all(c.baseline is None for c in block):
             table.notes.append(
-                f"{model} {variant_label(variant)}: no {method_label(options.baseline)} run, no savings."
+                f"{model} {variant_label(variant)}: no {method_label(options.baseline)} run, no savings (--baseline "
+                "METHOD measures them against another recorded method)."
             )
         elif all(c.baseline_t_total is None for c in block):
             table.notes.append(
@@ -516,6 +543,41 @@ def hbm_table(costs: Sequence[MethodCost], dataset: Dataset, kind: str, options:
                 "per success and the savings are undefined (try --normalise task)."
             )
     return table
+
+
+# ARC's compaction trigger is read from the manifest's config (prefill_cost, expected_completion, low_water: the
+# options of eval/methods/arc.py; the paper's method is the registry's highlighted one); its derived constants:
+TUNED_PREFILL_COST = {398: ("Qwen3-8B", 1), 857: ("Qwen3-32B", 2)}  # arc_ref/config.py: model, H200s
+
+
+def arc_trigger_note(
+    dataset: Dataset, kind: str, model: str, variant: str, spec: ModelSpec | None, hardware: HardwareSpec
+) -> str:
+    """Which compaction trigger ARC ran with (review h27 F3): the cost-driven early fold is tuned to a roofline
+    like the one that scores it, while the baselines compact only over budget or when forced."""
+    settings = sorted({(m.config.get("prefill_cost"), m.config.get("expected_completion"), m.config.get("low_water"))
+                       for m in dataset.manifests_for(variant, model, kind) if highlighted_method() in m.methods}, key=repr)
+    where = f"{model} {variant_label(variant)}"
+    if len(settings) != 1 or settings[0][0] is None:
+        return f"{where}: ARC's compaction trigger (prefill_cost) is not recorded in one manifest: {settings}."
+    cost, completion, low_water = settings[0]
+    if cost == 0:
+        return (f"{where}: ARC ran with the reactive trigger (--prefill-cost 0): it folds only when its view would "
+                "exceed K, as the baselines compact only over budget or when forced.")
+    tuned = TUNED_PREFILL_COST.get(cost) if isinstance(cost, int) else None
+    same = (tuned is not None and spec is not None and spec.name == tuned[0] and hardware.n_gpu == tuned[1]
+            and hardware.name.startswith("H200"))
+    return (
+        f"{where}: ARC ran with its default cost-driven early fold (--prefill-cost {cost}, --expected-completion "
+        f"{completion}, --low-water {low_water}): it folds before its view reaches K when its cost model says that "
+        "is cheaper, while the baselines compact only over budget or when forced. "
+        + (f"The constant {cost} is derived from {tuned[0]} on {tuned[1]} H200(s) (arc_ref/config.py)"
+           if tuned is not None else f"The constant {cost} is not one of the derived defaults")
+        + (", the same roofline that scores this table: part of ARC's saving here is that tuned trigger. "
+           if same else ". ")
+        + "For ARC with the reactive trigger (the paper's real-LLM setting), rerun with --prefill-cost 0 "
+        "(eval/METHODS.md, \"When compaction fires\", gives both figures)."
+    )
 
 
 def trajectory_table(dataset: Dataset, kind: str) -> Table:
@@ -589,6 +651,41 @@ def pick_worked_example(dataset: Dataset, arc_method: str) -> TaskRecord | None:
 # the report
 
 
+def run_progress(run: RunData) -> tuple[str, str | None]:
+    """How much of its plan a run finished: the header's words, and a warning when it is partial.
+
+    The plan is the manifest's methods x seeds x variants x tasks_per_seed; with tasks_per_seed null (all the
+    data set's items) each method's plan is the distinct (variant, seed, task) of any method, a lower bound."""
+    m = run.manifest
+    per_method = {name: 0 for name in m.methods}
+    for t in run.tasks:
+        per_method[t.method] = per_method.get(t.method, 0) + 1
+    finished = len(run.tasks)
+    if m.tasks_per_seed is not None:
+        each = len(m.seeds) * len(m.variants) * m.tasks_per_seed
+        planned = f"{finished:,} of {each * len(m.methods):,} planned task run(s) finished"
+    else:
+        each = len({(t.variant, t.seed, t.task_id) for t in run.tasks})
+        planned = f"{finished:,} finished task run(s) (plan: every item, at least {each * len(m.methods):,})"
+    counts = ", ".join(f"{name} {n:,}" for name, n in per_method.items())
+    short = any(n < each for n in per_method.values()) or run.incomplete_tasks > 0
+    uneven = len(set(per_method.values())) > 1
+    words = f"{planned}{f' ({counts})' if uneven else ''}, {run.incomplete_tasks} incomplete"
+    if not short:
+        return words, None
+    return words, (
+        f"PARTIAL RUN `{run.run_dir}`: {planned} ({counts}). The figures are partial and biased: tasks that end "
+        "early (by overflow, say) finish first, and methods may have finished different tasks. Finish the run (its "
+        "own command continues it) before reading them."
+    )
+
+
+def partial_warnings(dataset: Dataset) -> list[str]:
+    """One warning per run that finished only part of its plan (``run_progress``)."""
+    return [w for w in (run_progress(run)[1] for run in dataset.runs) if w is not None]
+
+
+
 def build_report(dataset: Dataset, options: ReportOptions) -> Report:
     """Every table of the report, computed from the records."""
     header = []
@@ -599,7 +696,7 @@ def build_report(dataset: Dataset, options: ReportOptions) -> Report:
             f"`{run.run_dir}`: {kind_label(m.task_kind)}, model `{m.model}` ({m.backend} backend), "
             f"methods {', '.join(m.methods)}, seeds {', '.join(map(str, m.seeds))} x {m.tasks_per_seed if m.tasks_per_seed is not None else 'all'} tasks, "
             f"variants {variants}, context_limit {m.context_limit}, max_tokens {m.max_tokens}; "
-            f"{len(run.tasks)} finished task(s), {run.incomplete_tasks} incomplete; created {m.created}, "
+            f"{run_progress(run)[0]}; created {m.created}, "
             f"commit {m.git_commit or 'unknown'}"
         )
     hw = options.hardware
@@ -644,6 +741,14 @@ def build_report(dataset: Dataset, options: ReportOptions) -> Report:
     if mechanism is not None:
         for table in tables:
             table.notes.append(mechanism)
+    warnings = partial_warnings(dataset)
+    if warnings:
+        for table in tables:
+            table.notes.append(
+                "PARTIAL: " + "; ".join(f"`{run.run_dir}` {run_progress(run)[0]}" for run in dataset.runs
+                                        if run_progress(run)[1] is not None)
+                + ": partial, biased figures (the warning at the top of the report says why)."
+            )
     if not any(t.method == options.arc_method for t in dataset.tasks):
         notes.append(f"no {method_label(options.arc_method)} task in the runs: McNemar tables skipped")
     worked = None
@@ -668,11 +773,14 @@ def build_report(dataset: Dataset, options: ReportOptions) -> Report:
         notes=notes,
         worked_example=worked,
         costs=costs,
+        warnings=warnings,
     )
 
 
 def render_report_markdown(report: Report) -> str:
-    parts = [f"# {report.title}", "", "## Runs", ""]
+    parts = [f"# {report.title}", ""]
+    parts += [f"> **Warning:** {warning}\n" for warning in report.warnings]
+    parts += ["## Runs", ""]
     parts += [f"- {line}" for line in report.header]
     if report.notes:
         parts += ["", "## Notes", ""]
@@ -692,6 +800,7 @@ def render_report_markdown(report: Report) -> str:
 def render_report_latex(report: Report) -> str:
     """A LaTeX fragment of booktabs tables (\\usepackage{booktabs} in the including document)."""
     parts = [f"% {report.title}: generated by arc-eval report; needs \\usepackage{{booktabs}}", ""]
+    parts += [f"% WARNING: {warning}" for warning in report.warnings]
     for line in report.header:
         parts.append("% " + line.replace("\n", " "))
     parts.append("")

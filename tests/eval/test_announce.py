@@ -83,12 +83,25 @@ def test_durations_and_the_estimate_read_at_a_glance(monkeypatch: pytest.MonkeyP
     assert [announce.duration(s) for s in (4.4, 185, 7800, float("nan"))] == ["4 s", "3 min 5 s", "2 h 10 min", "unknown"]
     assert announce.eta_text(10, 50.0, 990) == "estimate: 10 task(s) in 50 s (5 s per task); 990 left, about 1 h 22 min at this rate"
     said: list[str] = []
-    clock = iter([100.0, 150.0])  # started at 100, the 10th task ends at 150
+    clock = iter([100.0, 105.0, 150.0])  # started at 100, the first task ends at 105, the 10th at 150
     monkeypatch.setattr(announce.time, "monotonic", lambda: next(clock))
     notes = announce.RunNotes(total=1000, done_before=0, write=said.append)
     for _ in range(12):
         notes.task_finished(batch_size=1000)
     assert said == [announce.eta_text(10, 50.0, 990)]  # once, after the tenth task
+
+
+def test_a_slow_first_task_gets_a_first_estimate_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review h27 F9: with a slow server (40 s a task) and --no-progress nothing was said for 6 min 43 s, until
+    the estimate after 10 tasks; a first task of 30 s or more now gets a first estimate at once."""
+    said: list[str] = []
+    clock = iter([0.0, 40.0, 403.0])  # the first task ends at 40 s, the 10th at 403 s
+    monkeypatch.setattr(announce.time, "monotonic", lambda: next(clock))
+    notes = announce.RunNotes(total=12, done_before=0, write=said.append)
+    for _ in range(11):
+        notes.task_finished(batch_size=12)
+    assert said == [announce.eta_text(1, 40.0, 11) + " (from the first task; again after 10)",
+                    announce.eta_text(10, 403.0, 2)]
 
 
 def test_the_next_step_names_the_program_as_the_user_can_call_it(monkeypatch: pytest.MonkeyPatch) -> None:

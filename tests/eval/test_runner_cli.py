@@ -291,7 +291,11 @@ def test_ablation_runs_every_variant(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert sorted(task["variant"] for task in tasks) == sorted(ABLATIONS["noise-lines"])
     assert {task["meta"]["noise_lines_per_side"] for task in tasks} == {5, 10, 25, 30}
     assert json.loads((out / "manifest.json").read_text())["variants"]["noise=5"] == {"noise_lines_per_side": 5}
-    assert "noise=30" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "noise=30" in printed
+    # review h27 F7: the terminal summary's rows follow the declared variants (5, 10, 25, 30), not their text
+    rows = [line.split()[0] for line in printed.splitlines() if line.startswith("noise=")]
+    assert rows == list(ABLATIONS["noise-lines"]) == ["noise=5", "noise=10", "noise=25", "noise=30"]
 
 
 @pytest.mark.skipif(not (SAMPLE / "data.json").is_file(), reason="../shared/data/longbench_v2_hard_sample is absent")

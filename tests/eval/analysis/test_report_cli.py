@@ -158,6 +158,20 @@ def test_other_options(tmp_path: Path) -> None:
     assert "against Full_context" in md
 
 
+def test_run_without_the_default_baseline_reports_with_a_note(tmp_path: Path) -> None:
+    """Review h27 F1: a run of a --methods subset without sliding_window (the recall-budget ablation runs arc
+    alone) is reported when --baseline is not given: exit 0, no savings, a note naming the flag. A --baseline
+    given that is not recorded is still refused."""
+    run = tmp_path / "r"
+    write_run(run, RunSpec(methods=("arc", "full_context"), seeds=(1,), tasks_per_seed=2))
+    code, md, err = _run([str(run), "--format", "md"])
+    assert code == 0, err
+    assert "no Sliding_window run, no savings (--baseline METHOD" in md
+    assert "roofline cost per success" in md
+    code, _, err = _run([str(run), "--format", "md", "--baseline", "sliding_window"])
+    assert code == 2 and "--baseline sliding_window: no task of that method" in err
+
+
 @pytest.mark.parametrize(
     "setup,argv_extra,message",
     [
@@ -254,5 +268,118 @@ def test_items_rerun_under_several_seeds_get_the_distinct_items_note_in_markdown
         assert distinct["a_only"] + distinct["b_only"] + distinct["both"] + distinct["neither"] == 8
         notes = [line for line in md.splitlines() if "distinct items" in line and f" vs {method_label(row['b'])}:" in line]
         assert notes and all("the 16 pairs are 8 distinct items" in note for note in notes)
+        if row["seed_copies"]:  # the row itself counts the distinct items (review h27 F4); the note gives the copies'
+            said = f"(over every copy: A-only {row['a_only']}, B-only {row['b_only']}, exact p {row['exact_p']['text']},"
+            assert any(said in note for note in notes), (said, notes)
+            continue
         said = f"A-only {distinct['a_only']}, B-only {distinct['b_only']},"  # one note per outcome's table
         assert any(said in note and f"exact p {distinct['exact_p']['text']}," in note for note in notes), (said, notes)
+
+
+def test_unfinished_run_is_reported_as_partial_first_on_stderr_and_in_json(tmp_path: Path) -> None:
+    """Review h27 F2: a run stopped part way (here 20 of its 36 planned task runs) was reported with exit 0 and
+    only "0 incomplete". Now the report opens with a warning that says how many of the planned task runs
+    finished, per method, and that the figures are partial and biased; so do stderr, every table's notes and
+    report.json. The exit status stays 0 (the report was written). A finished run gets no warning."""
+    run = tmp_path / "cut"
+    write_run(run, RunSpec(seeds=(1, 2), tasks_per_seed=3))
+    lines = (run / "tasks.jsonl").read_text().splitlines(keepends=True)
+    (run / "tasks.jsonl").write_text("".join(lines[:20]))
+    code, md, err = _run([str(run), "--out", str(tmp_path / "out"), "--format", "md,json"])
+    assert code == 0, err
+    first = md.splitlines()[2]
+    assert first.startswith(f"> **Warning:** PARTIAL RUN `{run}`: 20 of 36 planned task run(s) finished (full_context 4,")
+    assert "partial and biased" in first and "arc 3)" in first
+    assert f"warning: PARTIAL RUN `{run}`: 20 of 36" in err
+    assert "20 of 36 planned task run(s) finished (full_context 4," in md  # the Runs list
+    assert md.count("PARTIAL: ") == md.count("### ") - 1 > 0  # a note under every table (not the worked example)
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert len(report["warnings"]) == 1 and "20 of 36" in report["warnings"][0]
+
+    whole = tmp_path / "whole"
+    write_run(whole, RunSpec(seeds=(1, 2), tasks_per_seed=3))
+    code, md, err = _run([str(whole), "--format", "md"])
+    assert code == 0, err
+    assert "PARTIAL" not in md + err and "36 of 36 planned task run(s) finished, 0 incomplete" in md
+
+
+@pytest.mark.parametrize("prefill_cost", [398, 0, None])
+def test_roofline_table_says_which_trigger_arc_ran_with(tmp_path: Path, prefill_cost: int | None) -> None:
+    """Review h27 F3: ARC's default early fold is driven by a cost constant (398) derived from the same
+    Qwen3-8B / H200 roofline that scores the table, while the baselines compact only over budget or when forced;
+    the roofline table now says which trigger ARC ran with, its constants, and where the reactive figure is."""
+    run = tmp_path / "r"
+    write_run(run, RunSpec(methods=("sliding_window", "arc"), seeds=(1,), tasks_per_seed=3))
+    manifest = json.loads((run / "manifest.json").read_text())
+    if prefill_cost is not None:
+        manifest["config"].update(prefill_cost=prefill_cost, expected_completion=0, low_water=5)
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    code, md, err = _run([str(run), "--format", "md"])
+    assert code == 0, err
+    table = md[md.index("roofline cost per success"):]
+    table = table[:table.index("###")]
+    if prefill_cost == 398:
+        assert "ARC ran with its default cost-driven early fold (--prefill-cost 398, --expected-completion 0," in table
+        assert "derived from Qwen3-8B on 1 H200(s) (arc_ref/config.py), the same roofline that scores this table" in table
+        assert "rerun with --prefill-cost 0" in table
+        code, md, err = _run([str(run), "--format", "md", "--hardware", "h100-sxm"])
+        assert "derived from Qwen3-8B" in md and "the same roofline" not in md
+    elif prefill_cost == 0:
+        assert "ARC ran with the reactive trigger (--prefill-cost 0)" in table
+    else:
+        assert "ARC's compaction trigger (prefill_cost) is not recorded" in table
+
+
+def test_seeds_that_are_copies_count_each_item_once_in_the_mcnemar_columns(tmp_path: Path) -> None:
+    """Review h27 F4: LongBench's items do not depend on the seed and the scripted agent is deterministic, so
+    three seeds are three copies of each (item, method) outcome, and the McNemar columns counted each item three
+    times (exact p about 64 times too small at 0 | 9). Now a comparison whose repeated items have the same
+    outcomes under every seed shows the distinct items in its row, and the p-values are recomputed on them."""
+    import math
+
+    run = tmp_path / "lb"
+    write_run(run, RunSpec(task_kind="longbench", model="Qwen/Qwen3-32B", context_limit=32768, seeds=(42,),
+                           tasks_per_seed=12, task_ids=[f"lbv2-{item}" for item in range(12)]))
+    for name in ("tasks.jsonl", "calls.jsonl"):  # seeds 82 and 122: copies of seed 42, as a deterministic run
+        lines = [json.loads(line) for line in (run / name).read_text().splitlines()]
+        copies = [{**line, "seed": seed} for seed in (82, 122) for line in lines]
+        (run / name).write_text("".join(json.dumps(line) + "\n" for line in lines + copies))
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps({**manifest, "seeds": [42, 82, 122]}))
+    code, md, err = _run([str(run), "--out", str(tmp_path / "out"), "--format", "md,json"])
+    assert code == 0, err
+
+    tasks = [json.loads(line) for line in (run / "tasks.jsonl").read_text().splitlines() if '"seed": 42' in line]
+    correct = {(t["method"], t["task_id"]): t["correct"] for t in tasks}
+    a_only = sum(correct[("arc", i)] and not correct[("full_context", i)] for m, i in correct if m == "arc")
+    b_only = sum(correct[("full_context", i)] and not correct[("arc", i)] for m, i in correct if m == "arc")
+    n = a_only + b_only
+    exact = min(1.0, 2 * sum(math.comb(n, k) for k in range(min(a_only, b_only) + 1)) / 2**n)
+    row = next(r for r in json.loads((tmp_path / "out" / "report.json").read_text())["mcnemar"]
+               if r["b"] == "full_context" and r["outcome"] == "correct")
+    assert row["seed_copies"] and row["a_only"] == 3 * a_only  # JSON keeps the pooled pairs, flagged
+    assert row["distinct"]["a_only"] == a_only and math.isclose(row["distinct"]["exact_p"]["value"], exact)
+    table = md[md.index("McNemar on correctness"):]
+    line = next(x for x in table.splitlines() if x.startswith("| **ARC** | Full_context |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[2:4] == [str(a_only), str(b_only)] and sum(map(int, cells[2:6])) == 12
+    assert cells[8] == row["distinct"]["exact_p"]["text"] and cells[11] == "— (seeds are copies)"
+    assert "the 36 pairs are 12 distinct items, each with the same outcomes under every seed" in table
+
+
+def test_runs_of_different_task_counts_are_flagged_in_the_accuracy_table(tmp_path: Path) -> None:
+    """Review h27 F8: a run of 6 tasks per seed combined with one of 2 (other seeds) gave Mean Pass, a mean of
+    counts over different totals, and an unweighted Mean Acc, with nothing said; now the table notes the seeds'
+    attempts and points to the pooled Pass / Attempts. Runs of equal sizes get no such note."""
+    big, small = tmp_path / "big", tmp_path / "small"
+    write_run(big, RunSpec(methods=("sliding_window", "arc"), seeds=(7,), tasks_per_seed=6))
+    write_run(small, RunSpec(methods=("sliding_window", "arc"), seeds=(42,), tasks_per_seed=2))
+    code, md, err = _run([str(big), str(small), "--format", "md"])
+    assert code == 0, err
+    accuracy = md[md.index("accuracy across seeds"):]
+    accuracy = accuracy[:accuracy.index("###")]
+    assert "the seeds have different numbers of attempts (seed 7: 6, seed 42: 2)" in accuracy
+    assert "Pass / Attempts is the pooled figure" in accuracy
+    write_run(small, RunSpec(methods=("sliding_window", "arc"), seeds=(42,), tasks_per_seed=6))
+    code, md, err = _run([str(big), str(small), "--format", "md"])
+    assert code == 0 and "different numbers of attempts" not in md
