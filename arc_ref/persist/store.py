@@ -118,6 +118,16 @@ class Resume:
     config_line: bytes
 
 
+def _what_directory(target: Path) -> str:
+    """What a directory given as a store is: nothing, or an `arc-ref proxy --store` conversation's folder, whose
+    store is its ``task.arc`` (review h30 F12: the README did not say so)."""
+    if not target.is_dir():
+        return ""
+    if os.path.lexists(target / "task.arc"):
+        return f" (a directory: an arc-ref proxy conversation's store is its task.arc, {str(target / 'task.arc')!r})"
+    return " (a directory)"
+
+
 def read_rows(path: str | os.PathLike[str]) -> Iterator[StoredEvent]:
     """The rows of a store, checked (chain and numbering) but not folded: what `arc-ref export` writes.
 
@@ -129,7 +139,7 @@ def read_rows(path: str | os.PathLike[str]) -> Iterator[StoredEvent]:
     """
     target = Path(path)
     if not target.is_file():
-        raise StoreNotFound(f"no ARC store at {str(target)!r}" + (" (a directory)" if target.is_dir() else ""))
+        raise StoreNotFound(f"no ARC store at {str(target)!r}" + _what_directory(target))
     real = target.resolve()
     acknowledged = read_acknowledged(real, target)  # before the rows: it never runs ahead of them
     no_logs = no_logs_beside(real)
@@ -304,7 +314,7 @@ class DurableStore:
         """
         target = Path(path)
         if not target.is_file():
-            raise StoreNotFound(f"no ARC store at {str(target)!r}" + (" (a directory)" if target.is_dir() else ""))
+            raise StoreNotFound(f"no ARC store at {str(target)!r}" + _what_directory(target))
         lock = None if readonly else WriterLock(target, target)
         no_logs = readonly and no_logs_beside(target.resolve())
         try:

@@ -277,3 +277,15 @@ def test_readers_leave_no_wal_or_shm_beside_a_store_that_had_none(store_path: Pa
     with DurableStore.open(store_path, readonly=True) as reopened:
         assert reopened.seq == 7 and reopened.state.records[-1].content == "after the reader"
     assert logs() == []
+
+
+def test_a_proxy_conversation_s_folder_given_as_the_store_names_its_task_arc(
+        store_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review h30 F12: `inspect DIR/KEY` of an arc-ref proxy --store said only 'no ARC store at ... (a directory)';
+    the store is DIR/KEY/task.arc (here the fixture's folder holds one)."""
+    for command in (["inspect", str(store_path.parent)], ["export", str(store_path.parent)]):
+        assert main(command) == 2
+        assert f"its task.arc, {str(store_path)!r}" in capsys.readouterr().err
+    (store_path.parent / "empty").mkdir()
+    assert main(["inspect", str(store_path.parent / "empty")]) == 2
+    assert capsys.readouterr().err.rstrip().endswith("(a directory)")
