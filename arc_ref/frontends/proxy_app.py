@@ -45,10 +45,11 @@ from arc_ref.frontends.proxy import (
 
 from arc_ref.frontends.proxy_options import DEFAULT_BODY_MEMORY_MB, ProxyOptions
 from arc_ref.json_limits import nesting_problem
-from arc_ref.openai_wire import error_body
+from arc_ref.openai_wire import error_body, error_message
 from arc_ref.persist import StoreError
 from arc_ref.persist.postgres import shown_url
 from arc_ref.serving import listening_socket
+from arc_ref.text import escape_line
 
 
 LARGE_BODY_BYTES = 4 * 2**20  # a body above this is decoded in a worker thread
@@ -445,6 +446,7 @@ def build_app(settings: ProxySettings) -> Any:
     def failure(problem: Exception) -> Response:
         if isinstance(problem, Refused):
             return JSONResponse(problem.body(), status_code=problem.http_status_hint)
+        logged(problem)
         if isinstance(problem, Failed):
             extra = {"retry-after": str(problem.retry_after)} if problem.retry_after is not None else {}
             if problem.status == 401:  # RFC 9110 11.6.1: the scheme a client must answer with
@@ -452,6 +454,22 @@ def build_app(settings: ProxySettings) -> Any:
             return JSONResponse(problem.body(), status_code=problem.status, headers=extra or None)
         assert isinstance(problem, UpstreamError)
         return Response(problem.body, status_code=problem.status, media_type=problem.content_type)
+
+    def logged(problem: Exception) -> None:
+        """One stderr line for an upstream's error and a request the proxy failed (5xx): the operator's only trace
+        of them besides /arc/rounds (review h30 F9: the log held the start line alone, also with the upstream
+        down or answering its context-length 400); a refusal (the client's request) and 401/413 are not logged."""
+        if isinstance(problem, UpstreamError):
+            text = problem.body[:4096].decode("utf-8", "replace")
+            try:
+                said = error_message(json.loads(problem.body)) or text
+            except (ValueError, RecursionError):
+                said = text
+            print(f"arc-ref proxy: the upstream answered {problem.status}: {escape_line(said)[:300]}",
+                  file=sys.stderr, flush=True)
+        elif isinstance(problem, Failed) and problem.status >= 500:
+            print(f"arc-ref proxy: {problem.status} {problem.code}: {escape_line(str(problem))[:300]}",
+                  file=sys.stderr, flush=True)
 
     async def read_body(request: Request) -> bytes:
         """The body, refused (413) as soon as it passes the limit: never held whole when too large."""

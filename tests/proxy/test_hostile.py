@@ -313,3 +313,22 @@ def test_an_upstream_count_that_differs_from_the_proxy_s_is_said_once_and_counte
     assert stats["counts_differing"] == 2
     said = capfd.readouterr().err
     assert said.count("the upstream counted 10 prompt tokens where the proxy counted") == 1, said
+
+
+def test_the_upstream_s_errors_and_the_proxy_s_failures_are_logged_one_line_each(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """Review h30 F9: the log held the start line alone, with the upstream answering its context-length 400 or
+    gone (502). Now each is one stderr line; the client's own refusals are not logged."""
+    too_long = {"error": {"message": "This model's maximum context length is 2048 tokens.\nHowever, ...",
+                          "type": "BadRequestError", "code": 400}}
+    with fake_upstream() as upstream, proxy(upstream) as base_url:
+        upstream.reply = lambda body: (400, json.dumps(too_long).encode())
+        assert post(base_url, task(1)).status_code == 400
+        upstream.reply = lambda body: (200, b"<html>")
+        assert post(base_url, task(2)).status_code == 502
+        assert post(base_url, [{"role": "user", "content": "x"}], n=3).status_code == 400  # refused: not logged
+    said = capfd.readouterr().err
+    assert "arc-ref proxy: the upstream answered 400: This model's maximum context length is 2048 tokens.\\nHowever" \
+        in said, said
+    assert "arc-ref proxy: 502 upstream_malformed: " in said
+    assert said.count("arc-ref proxy:") == 2 + said.count("warning: the upstream counted"), said
