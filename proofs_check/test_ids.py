@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from arc_ref.errors import CapacityExceeded
+from arc_ref.errors import CapacityExceeded, ConfigError
 from arc_ref.ids import IdScheme, decode_counter, edit_distance, encode_counter, fingerprint, normalize_token
 from arc_ref.machine import Observe, init, observe
 from arc_ref.config import preset
 from arc_ref.text import ID_PATTERN
 from proofs_check.registry import proves
-from proofs_check.strategies import configs, texts
+from proofs_check.strategies import configs, texts, unicode_texts
 
 schemes = st.builds(IdScheme, capacity=st.integers(2, 5000), fingerprint_bits=st.integers(0, 6))
 wide_schemes = st.builds(IdScheme, capacity=st.integers(2, 10**7), fingerprint_bits=st.integers(0, 64))
@@ -46,6 +47,31 @@ def test_a1_fixed_width_printed_form(scheme: IdScheme, data: st.DataObject) -> N
     assert len(obs_id) == len(scheme.widest())
     counter_text = obs_id[1:].partition("-")[0]
     assert decode_counter(counter_text, scheme.bits) == index
+
+
+@given(wide_schemes, st.sampled_from(("ls", "cat a", "grep -n x  y.py", "δ 🙂")), st.one_of(texts(60), unicode_texts(40)),
+       st.data())
+@proves("A1")
+def test_a1_printed_id_is_counter_then_top_d_bits_of_sha1(
+    scheme: IdScheme, action: str, content: str, data: st.DataObject
+) -> None:
+    """A1: id_j = enc_b(j) || fp_d(signature(A_j) || 0x1F || O_j), fp_d the top d bits of SHA1 over UTF-8 bytes
+    (an oracle computed here with hashlib), printed zero-padded after "-"; an index outside 1..N_max has no id."""
+    index = data.draw(st.integers(1, scheme.capacity))
+    digest = hashlib.sha1(action.encode("utf-8") + b"\x1f" + content.encode("utf-8")).digest()
+    expected = int.from_bytes(digest, "big") >> (160 - scheme.fingerprint_bits)
+    assert fingerprint(action, content, scheme.fingerprint_bits) == expected < 2**max(1, scheme.fingerprint_bits)
+    printed = "§" + str(index).zfill(scheme.counter_width)
+    if scheme.fingerprint_bits:
+        printed += "-" + str(expected).zfill(scheme.fingerprint_width)
+    assert scheme.make(index, action, content) == printed
+    for outside in (0, -index, scheme.capacity + 1):
+        with pytest.raises(CapacityExceeded):
+            scheme.format(outside, 0)
+    assert IdScheme(scheme.capacity, 160).fingerprint_width == len(str(2**160 - 1))  # d may be all of SHA1
+    for capacity, bits in ((1, scheme.fingerprint_bits), (0, 0), (scheme.capacity, 161), (scheme.capacity, -1)):
+        with pytest.raises(ConfigError):  # N_max >= 2 and 0 <= d <= 160
+            IdScheme(capacity, bits)
 
 
 @given(st.integers(1, 64), st.data())
@@ -174,5 +200,9 @@ def _reference_distance(left: str, right: str) -> int:
 @given(st.text(alphabet="ab-0", max_size=8), st.text(alphabet="ab-0", max_size=8))
 @proves("A1")
 def test_a1_suggestion_distance_is_levenshtein(left: str, right: str) -> None:
-    """The distance ranking suggestions is the Levenshtein distance (checked against a recursive oracle)."""
+    """The distance ranking suggestions is the Levenshtein distance (checked against a recursive oracle), also
+    between a string and its own shifts, where one insertion and one deletion beat every substitution (two
+    independent random strings rarely need an insertion: a wrong insertion cost went unseen)."""
     assert edit_distance(left, right) == _reference_distance(left, right) == edit_distance(right, left)
+    for shifted in (left[1:] + right[:1], right[:1] + left[:-1], left[:3] + right[:1] + left[3:]):
+        assert edit_distance(left, shifted) == _reference_distance(left, shifted) == edit_distance(shifted, left)
