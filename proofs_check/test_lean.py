@@ -62,7 +62,7 @@ from arc_ref.machine import (
 )
 from arc_ref.message import Message, ToolCall
 from arc_ref.summary import EMPTY_SUMMARY, Summary, extends
-from arc_ref.view import View
+from arc_ref.view import View, build_view
 from proofs_check.registry import proves
 from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
 from proofs_check.strategies import ENVIRONMENT_TOOLS, configs, normal_actions, quoting, texts, thoughts
@@ -484,3 +484,47 @@ def test_a_fold_copy_is_priced_by_what_it_changes(monkeypatch: pytest.MonkeyPatc
         expected = (view(before).tokens - view(after).tokens, view(after).tokens - fixed - cached)
         assert (removed, prefilled) == expected, f"copy priced X, Y = {removed, prefilled}, section 11.1: {expected}"
     assert kinds == {True, False}, kinds
+
+
+def _lean_state_after(config: Config, steps: list[tuple[str, str, str, int]]) -> ArcState:
+    state = init(config)
+    for thought, action, content, returncode in steps:
+        state, _ = agent_turn(state, AgentTurn(thought, action))
+        try:
+            state, _ = observe(state, Observe(action, content, returncode))
+        except CapacityExceeded:
+            break
+    return state
+
+
+def _assembled(state: ArcState, **budgets: int) -> View:
+    """The state's view assembled under its setup with ``budgets`` (M, R, P, Q) in place of the configuration's."""
+    setup = attrs.evolve(state.setup, config=state.config.replace(**budgets))
+    return build_view(setup, state.prefix, state.summary.message, state.catalog_message, state.recall_message,
+                      state.live)
+
+
+@given(o200k_configs(), text_steps, st.integers(0, 3))
+@proves("L2", "A4")
+def test_lean_h_may_use_exactly_what_s_g_and_u_leave_unused_and_no_more(
+        config: Config, steps: list[tuple[str, str, str, int]], slack: int) -> None:
+    """Layout lean (spec/rendering.md 11.1, statements.md L2): the view's assembly refuses an H over R plus what S,
+    G and U leave of M, P and Q, to the token, and takes one at it. With every one of S, G and U at its budget
+    (nothing unused) H may use R alone; with ``slack`` tokens left in each, R + 3 slack. (Review h31: loosening
+    that bound, a plus for a minus or one token always granted, failed no property: the trigger and the total
+    <= K stood behind it.)"""
+    state = _lean_state_after(config, steps)
+    parts = view(state).components
+    h = parts.recent
+    budgets = {"summary_budget": parts.summary + slack, "page_budget": parts.catalog + slack,
+               "recall_budget": parts.recall + slack}
+    allowance = h - 3 * slack
+    if allowance < 1:
+        return  # (an H too small to stand one token below its allowance)
+    assert _assembled(state, recent_budget=allowance, **budgets).components.recent == h
+    try:
+        _assembled(state, recent_budget=allowance - 1, **budgets)
+    except BudgetViolation as refused:
+        assert f"{h} > {h - 1}" in str(refused), refused
+    else:
+        raise AssertionError(f"H of {h} tokens taken over R {allowance - 1} + {3 * slack} unused")
