@@ -395,9 +395,23 @@ def is_retry(count: str | None) -> bool:
     return count is not None and count.strip().isdigit() and int(count.strip()) >= 1
 
 
+def without_frames(problem: BaseException) -> None:
+    """Drop the frames a caught refusal or failure holds (its traceback, and those of the exceptions it chains).
+    The request's task holds the exception, whose traceback holds the handler's frame, which holds the task: a
+    cycle that kept the request's body (and the goal decoded from it) until a full collection, ~60 MB per refused
+    30 MB body, 204 -> 620 MiB over 9 of them (review h30 F1). The answer needs only its type and message."""
+    seen: set[int] = set()
+    chained: BaseException | None = problem
+    while chained is not None and id(chained) not in seen:
+        seen.add(id(chained))
+        chained.__traceback__ = None
+        chained = chained.__cause__ or chained.__context__
+
+
 def error_event(problem: Exception) -> str:
     """The SSE event of a failure met after the stream began (its status cannot change any more): the typed
     body of a refusal or failure, the upstream's own error body when it is one."""
+    without_frames(problem)
     if isinstance(problem, (Refused, Failed)):
         body = problem.body()
     else:
@@ -444,6 +458,7 @@ def build_app(settings: ProxySettings) -> Any:
                 "x-arc-conversation": reply.conversation}
 
     def failure(problem: Exception) -> Response:
+        without_frames(problem)
         if isinstance(problem, Refused):
             return JSONResponse(problem.body(), status_code=problem.http_status_hint)
         logged(problem)
