@@ -44,12 +44,15 @@ DERIVED_FIELDS = ("summary_budget", "recent_budget", "page_budget", "page_size",
 
 class WindowTooSmall(ConfigError):
     """The prefix alone (with the smallest S, H, G, U and eta) needs more than L: ``needed`` tokens of prompt, a
-    window of at least ``smallest_window`` tokens for the same completion reserve."""
+    window of at least ``smallest_window`` tokens for the same completion reserve; ``shortfall`` says the first
+    (the prefix's parts against L), the message adds the remedies (a caller whose completion reserve follows the
+    window gives its own)."""
 
-    def __init__(self, needed: int, smallest_window: int, message: str) -> None:
+    def __init__(self, needed: int, smallest_window: int, message: str, shortfall: str = "") -> None:
         super().__init__(message)
         self.needed = needed
         self.smallest_window = smallest_window
+        self.shortfall = shortfall or message
 
 
 @frozen(kw_only=True)
@@ -124,15 +127,18 @@ def window_budgets(config: Config, *, recall_budget: int = PREFERRED_RECALL_BUDG
     smallest["recall_budget"] = recall_frame + 1
     surplus = limit - prefix_tokens - overhead - sum(smallest.values())
     if surplus < 0:
-        raise WindowTooSmall(
-            limit - surplus, config.context_limit - surplus,
+        shortfall = (
             f"the prefix cannot fit the window: B = {prefix_tokens} (the system text, tools listing and goal) +"
             f" eta {overhead} + the smallest summary M {smallest['summary_budget']}, recent suffix R"
             f" {smallest['recent_budget']}, catalog page P {smallest['page_budget']} (one stub of c {stub_cap})"
             f" and recall buffer Q {smallest['recall_budget']} (one-token chunks) ="
             f" {limit - surplus} tokens > L = L_ctx - G_max = {config.context_limit} - {config.max_completion}"
-            f" = {limit}; a window of at least {config.context_limit - surplus} tokens is needed, or a shorter"
-            " system text, tools listing or goal, or a smaller completion reserve"
+            f" = {limit}"
+        )
+        raise WindowTooSmall(
+            limit - surplus, config.context_limit - surplus,
+            f"{shortfall}; a window of at least {config.context_limit - surplus} tokens is needed, or a shorter"
+            " system text, tools listing or goal, or a smaller completion reserve", shortfall,
         )
     floor_shares = sum(share for _, share in FLOOR_SHARES)
     grown = {name: smallest[name] + surplus * share // floor_shares for name, share in FLOOR_SHARES}

@@ -1587,9 +1587,9 @@ class Proxy:
             self.counts_differing += 1
             if self.counts_differing == 1:  # (review h30 F6: silent; each in /arc/rounds, their number in /arc/stats)
                 print(f"arc-ref proxy: warning: the upstream counted {record.upstream_prompt_tokens} prompt tokens"
-                      f" where the proxy counted {record.view_tokens}: is --tokenizer the served model's tokenizer and chat"
-                      " template? K <= L holds only for the count the proxy makes (said once; GET /arc/stats counts"
-                      " them)", file=sys.stderr, flush=True)
+                      f" where the proxy counted {record.view_tokens}: is --tokenizer the served model's tokenizer"
+                      " and chat template? K <= L holds only for the count the proxy makes (said once; GET"
+                      " /arc/stats counts them)", file=sys.stderr, flush=True)
         return reply
 
 
@@ -1884,13 +1884,12 @@ def proxy_window_too_small(problem: WindowTooSmall, window: int, reserve_cap: in
     that sets the reserve."""
     needed = problem.needed
     smallest = 2 * needed - 1 if needed - 1 <= reserve_cap else needed + reserve_cap
-    head = str(problem).split("; a window of at least", 1)[0]
     room = window - needed
     fix = (f", or a completion reserve of at most {room} tokens: --set max_completion=N (N <= {room})" if room > 0
            else "")
-    return WindowTooSmall(needed, smallest, f"{head}; this proxy reserves G_max = min({reserve_cap}, L_ctx // 2) for"
-                          f" the completion, so a window of at least {smallest} tokens is needed{fix}, or a shorter"
-                          " system text, tools listing or goal")
+    return WindowTooSmall(needed, smallest, f"{problem.shortfall}; this proxy reserves G_max = min({reserve_cap},"
+                          f" L_ctx // 2) for the completion, so a window of at least {smallest} tokens is needed{fix},"
+                          " or a shorter system text, tools listing or goal", problem.shortfall)
 
 
 def prefix_past_window(settings: ProxySettings, characters: int) -> str | None:

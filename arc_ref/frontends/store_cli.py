@@ -18,6 +18,7 @@ What they write is UTF-8 whatever the locale or PYTHONIOENCODING says (store lin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import fcntl
 import importlib.util
@@ -286,17 +287,10 @@ def _forget(arguments: argparse.Namespace) -> int:
                     print(f"arc-ref forget: {done.conversations:,} of {total:,} conversations forgotten"
                           f" ({shown - started:.0f} s)", file=sys.stderr, flush=True)
 
-            restore = _terminate_as_interrupt()
-            try:
+            with _said_if_interrupted(lambda: f"{so_far:,} of {total:,} conversations forgotten before it (each batch"
+                                      f" of {FORGET_BATCH:,} is one transaction; the one under way was rolled back)"):
                 done = forget(db, [conversation.key for conversation in conversations], created_before, progress,
                               active_before)
-            except KeyboardInterrupt:  # (review h22 F8: the batches already removed went unsaid)
-                print(f"arc-ref forget: interrupted: {so_far:,} of {total:,} conversations forgotten before it (each"
-                      f" batch of {FORGET_BATCH:,} is one transaction; the one under way was rolled back); run forget"
-                      " again for the rest", file=sys.stderr, flush=True)
-                raise
-            finally:
-                restore()
             _emit(f"forgot {done.conversations:,} conversation(s): {done.rows:,} rows, {done.marks:,} marks,"
                   f" {done.replies:,} kept replies\n")
             left = done.busy
@@ -332,16 +326,10 @@ def _forget_in_directory(arguments: argparse.Namespace) -> int:
     idle_before = None if arguments.idle_for is None else time.time() - arguments.idle_for * 86400
     _stdout()
     gone: list[str] = []
-    restore = _terminate_as_interrupt()
-    try:
+    with _said_if_interrupted(lambda: f"{len(gone):,} conversation(s) forgotten before it"
+                              f"{': ' + ', '.join(gone[:10]) if gone else ''}{' ...' if len(gone) > 10 else ''} (the"
+                              " one under way, if any, is finished by the next forget)"):
         done = forget_in_directory(directory, arguments.keys, arguments.dry_run, gone.append, idle_before)
-    except KeyboardInterrupt:  # (review h22 F8, as for PostgreSQL)
-        print(f"arc-ref forget: interrupted: {len(gone):,} conversation(s) forgotten before it"
-              f"{': ' + ', '.join(gone[:10]) if gone else ''}{' ...' if len(gone) > 10 else ''} (the one under way,"
-              " if any, is finished by the next forget); run forget again for the rest", file=sys.stderr, flush=True)
-        raise
-    finally:
-        restore()
     if arguments.dry_run:
         for key in done.conversations:
             _emit(f"{key}\n")
@@ -544,6 +532,21 @@ def _process_exists(pid: int) -> bool:
     except OSError:  # EPERM: another user's process
         return True
     return True
+
+
+@contextlib.contextmanager
+def _said_if_interrupted(done_before: Callable[[], str]) -> Iterator[None]:
+    """A forget's work, SIGTERM ending it as Ctrl-C does; interrupted, one line says what it removed before
+    (``done_before()``) and the interrupt goes on (status 130) (review h22 F8: the batches removed went unsaid)."""
+    restore = _terminate_as_interrupt()
+    try:
+        yield
+    except KeyboardInterrupt:
+        print(f"arc-ref forget: interrupted: {done_before()}; run forget again for the rest", file=sys.stderr,
+              flush=True)
+        raise
+    finally:
+        restore()
 
 
 def _terminate_as_interrupt() -> Callable[[], None]:
