@@ -213,6 +213,9 @@ class ArcState:
     recall_buffer: tuple[BufferEntry, ...]  # U's bodies, least recently used first
     recall_message: Message | None  # U
     pending: tuple[ToolCall, ...] = ()  # tool mode: environment calls of the last turn without a result yet
+    # tool mode: ARC's answers of the last turn that wait for the results of the environment calls made before them
+    # (those calls' ids, the answer's entry), in call order: each joins H right after those results (spec 13)
+    waiting_answers: tuple[tuple[frozenset[str], LiveEntry], ...] = ()
     live_turns: int = 0  # agent turns in H (the cost model's t, arc_ref.trigger)
     live_agent_tokens: int = 0  # tokens of those turns (the cost model's m * t by default, arc_ref.trigger)
     fold_memo: FoldMemo | None = None  # the items of the last fold copy the cost rule declined
@@ -552,10 +555,10 @@ def observe(state: ArcState, event: Observe) -> tuple[ArcState, ObserveResult]:
 
 def _store(state: ArcState, action: str, content: str, returncode: int,
            entry_of: Callable[[Record], ObservationEntry | ToolResultEntry | UserEntry],
-           **changes: Any) -> tuple[ArcState, ObserveResult]:
+           then: tuple[LiveEntry, ...] = (), **changes: Any) -> tuple[ArcState, ObserveResult]:
     """The one storing step of ``observe``, ``tool_result`` and ``user_message``: the capacity check (A1), the record under the next
     id (A1, A2), its fingerprint, the citation of a stubbed entry, the catalog page (A3), then its entry in H (A4;
-    ``entry_of`` makes it) with ``changes`` to the state."""
+    ``entry_of`` makes it) and the entries ``then`` (ARC's answers that waited for it) with ``changes`` to the state."""
     setup = state.setup
     index = state.stored + 1
     if index > state.config.capacity:
@@ -572,7 +575,7 @@ def _store(state: ArcState, action: str, content: str, returncode: int,
     catalog_message = page_after_storing(state, records)
     new_state, folded = _append_live(
         state,
-        (entry,),
+        (entry, *then),
         records=records,
         fingerprints=fingerprints,
         cited=cited,
@@ -758,7 +761,8 @@ def tool_turn(state: ArcState, event: ToolTurn) -> tuple[ArcState, ToolTurnResul
     a result reserved (``tool_reserve``: its stub message at the widest), ARC's answers and the assistant
     message take the rest (the thought is clipped until it fits, then the arguments' long strings); when it
     cannot fit so, each result is reserved its stub frame only (`Setup.bare_result_reserve`); a turn whose
-    calls cannot fit even then is refused.
+    calls cannot fit even then is refused. Each answer joins H in its call's place: with the turn when no
+    environment call comes before its call, else right after those calls' results (``waiting_answers``).
     A call to a tool that is neither ARC's nor the environment's is answered with a note, never run.
     """
     _tool_mode(state, "a tool turn")
@@ -774,10 +778,12 @@ def tool_turn(state: ArcState, event: ToolTurn) -> tuple[ArcState, ToolTurnResul
     run = _CommandRun(state)
     answered: list[tuple[ToolCall, tuple[str, ...], str]] = []
     environment: list[ToolCall] = []
+    after: list[frozenset[str]] = []  # per answer: the environment calls made before its call
     for call in calls:
         if call.name in offered:
             environment.append(call)
             continue
+        after.append(frozenset(earlier.call_id for earlier in environment))
         start = len(run.notes)
         if call.name in ARC_TOOL_NAMES:
             run.dispatch(call_command(call))
@@ -802,7 +808,12 @@ def tool_turn(state: ArcState, event: ToolTurn) -> tuple[ArcState, ToolTurnResul
                 f" answers and the {reserved} reserved for the stub frames of the {len(environment)} result(s) of"
                 " the environment"
             ) from None
-    new_state, folded = _append_live(run.state, (assistant, *answers), turn=turn, pending=tuple(environment))
+    # a template that pairs results with calls by position (Qwen3's) reads each answer in its call's place: an answer
+    # joins H with the turn only when no environment call comes before its call, the others after those results
+    shown_now = tuple(entry for entry, before in zip(answers, after) if not before)
+    held = tuple((before, entry) for entry, before in zip(answers, after) if before)
+    new_state, folded = _append_live(run.state, (assistant, *shown_now), turn=turn, pending=tuple(environment),
+                                     waiting_answers=held)
     result = ToolTurnResult(
         tuple(ToolAnswer(call.call_id, entry.message.content, response)
               for (call, _, response), entry in zip(answered, answers)),
@@ -826,11 +837,18 @@ def tool_result(state: ArcState, event: ToolResult) -> tuple[ArcState, ObserveRe
         raise InvalidEvent(f"no pending tool call has id {clipped(call_id, SHOWN_TOKEN_CHARS)!r} (pending: {waiting})")
     setup = state.setup
     pending = tuple(other for other in state.pending if other.call_id != call_id)
-    unit_left = state.config.recent_budget - _unit_tokens(state.live)
+    held = state.waiting_answers
+    unit_left = (state.config.recent_budget - _unit_tokens(state.live)
+                 - sum(entry.message.tokens for _, entry in held))  # the unit's answers not in H yet count too
     share = unit_left - sum(setup.result_reserve(other.call_id) for other in pending)
     least = unit_left - sum(setup.bare_result_reserve(other.call_id) for other in pending)
+    still = {other.call_id for other in pending}
+    ready = 0  # the answers whose earlier environment calls all have their results now (a prefix: call order)
+    while ready < len(held) and not held[ready][0] & still:
+        ready += 1
     return _store(state, call.action(), content, event.returncode,
-                  lambda record: tool_result_entry(setup, state.turn, call_id, record, share, least), pending=pending)
+                  lambda record: tool_result_entry(setup, state.turn, call_id, record, share, least),
+                  tuple(entry for _, entry in held[:ready]), pending=pending, waiting_answers=held[ready:])
 
 
 def user_message(state: ArcState, event: UserMessage) -> tuple[ArcState, ObserveResult]:

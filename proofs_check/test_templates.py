@@ -23,6 +23,7 @@ from arc_ref.errors import CapacityExceeded, InvalidEvent
 from arc_ref.machine import (
     ArcState, ToolResult, ToolTurn, UserMessage, init, tool_result, tool_turn, user_message, view,
 )
+from arc_ref.history import ToolTurnEntry
 from arc_ref.message import ToolCall
 from arc_ref.recall import reassemble
 from arc_ref.text import clipped, halving_lengths
@@ -89,8 +90,19 @@ def test_template_assistant_turn_last_costs_its_think_block(config: Config, thou
 # --- tool-calling mode ---------------------------------------------------------------------------------
 
 def check_pairs(shown: View) -> None:
-    """No tool result without its call before it in the view, no answered call without its result in it."""
+    """No tool result without its call before it in the view, no answered call without its result in it; the
+    results after an assistant turn answer its calls in call order (rendering.md 13: each of ARC's answers in its
+    call's place, since Qwen3's template pairs results with calls by position; the callers give the environment's
+    results in call order)."""
     messages = shown.chat_messages()
+    for position, message in enumerate(messages):
+        calls = [call["id"] for call in message.get("tool_calls", ())]
+        following: list[str] = []
+        for later in messages[position + 1:] if calls else ():
+            if later["role"] != "tool":
+                break
+            following.append(later["tool_call_id"])
+        assert following == calls[:len(following)], (calls, following)
     called: dict[str, int] = {}
     for position, message in enumerate(messages):
         for call in message.get("tool_calls", ()):
@@ -207,8 +219,11 @@ def test_a_call_too_long_for_r_is_shown_clipped_and_counts_as_the_server_counts(
         event("refused")
         return
     assert turn.environment_calls == environment
-    entry = after.live[-1 - len(turn.answered)]
-    answered = sum(answer.message.tokens for answer in after.live[len(after.live) - len(turn.answered):])
+    start = max(number for number, item in enumerate(after.live) if isinstance(item, ToolTurnEntry))
+    entry = after.live[start]
+    answers = [*after.live[start + 1:], *(held for _, held in after.waiting_answers)]  # in H, or waiting (13)
+    assert len(answers) == len(turn.answered)
+    answered = sum(answer.message.tokens for answer in answers)
     bare = setup.message("assistant", least_text, least).tokens > budget - answered - full
     left = budget - answered - (frames if bare else full)
     assert entry.message.tokens <= left
@@ -230,7 +245,10 @@ def test_a_call_too_long_for_r_is_shown_clipped_and_counts_as_the_server_counts(
         except CapacityExceeded:
             return
         if stored.folded == 0:  # the unit is still H's last (a fold may take it once complete)
-            unit = after.live[len(after.live) - (2 + len(turn.answered) + environment.index(call)):]
+            unit = [*after.live[max(number for number, item in enumerate(after.live)
+                                    if isinstance(item, ToolTurnEntry)):],
+                    *(held for _, held in after.waiting_answers)]  # its answers in H or waiting (13)
+            assert len(unit) == 2 + len(turn.answered) + environment.index(call)
             assert unit[0].message.tool_calls == shown and sum(item.message.tokens for item in unit) <= budget
         check_pairs(check_view_against_the_server(after))
 

@@ -142,7 +142,42 @@ def tool_mode_mutation_vectors() -> tuple[TraceVector, ...]:
                     (("an answer longer than R is clipped", clipped_answer("call_1")),
                      ("answers within R are not clipped: lines 3 and 4 are refused", errors_on(3, 4))),
                     (QWEN3_VECTOR_PATH,)),
+        TraceVector("tool_answers_in_call_position", tool_mode,
+                    "Each of ARC's answers takes its call's place among the results (Qwen3's template pairs results"
+                    " with calls by position and writes no id; review h30 F8): of read_file, catalog-first,"
+                    " read_file, _recall_meta, the catalog's answer waits for the first result and _recall_meta's for"
+                    " the second; of read_file, catalog-next, read_file with the results given last first, the answer"
+                    " follows both. Appended with the turn (the order before), each view would show an answer where"
+                    " the model reads a read_file output.",
+                    (config("minimal", **{**TOOLS, "recent_budget": 900}),
+                     tool_turn("Read both.", call("call_1", "read_file", '{"path": "a.txt"}'),
+                               call("call_2", "catalog-first", "{}"), call("call_3", "read_file", '{"path": "b.txt"}'),
+                               call("call_4", "_recall_meta", '{"id": "x"}')),
+                     VIEW, tool_result("call_1", "alpha"), VIEW, tool_result("call_3", "beta"), VIEW,
+                     tool_turn("Again.", call("call_5", "read_file", '{"path": "c.txt"}'),
+                               call("call_6", "catalog-next", "{}"), call("call_7", "read_file", '{"path": "d.txt"}')),
+                     tool_result("call_7", "gamma"), VIEW, tool_result("call_5", "delta"), VIEW),
+                    (("no answer before the first result", responses_start(0)),
+                     ("the catalog's answer right after the first result",
+                      responses_start(1, "Observation (rc=0):\nalpha", "catalog-first:")),
+                     ("each answer in its call's place", responses_start(
+                         2, "Observation (rc=0):\nalpha", "catalog-first:", "Observation (rc=0):\nbeta", "_recall_meta")),
+                     ("an answer waits for every earlier call's result",
+                      lambda outputs: responses_start(3, "Observation (rc=0):\ngamma")(outputs) and responses_start(
+                          4, "Observation (rc=0):\ngamma", "Observation (rc=0):\ndelta", "catalog-next:")(outputs))),
+                    (QWEN3_VECTOR_PATH,)),
     )
+
+
+def responses_start(number: int, *prefixes: str) -> Callable[[Outputs], bool]:
+    """The ``<tool_response>`` blocks after the last assistant turn of view ``number`` (0-based) are as many as
+    ``prefixes`` and start with them, in order (Qwen3's template writes a turn's results so, with no call id)."""
+    def holds(outputs: Outputs) -> bool:
+        text = str(ops(outputs, "view")[number]["text"])
+        last_turn = text.rsplit("<|im_start|>assistant", 2)[-2]
+        blocks = last_turn.split("<tool_response>\n")[1:]
+        return len(blocks) == len(prefixes) and all(map(str.startswith, blocks, prefixes))
+    return holds
 
 
 def mutation_vectors() -> tuple[TraceVector, ...]:

@@ -93,12 +93,64 @@ def test_a_tool_turn_answers_arc_calls_and_hands_the_others_to_the_environment(m
         tool_result(state, ToolResult("c9", "x"))
     state, observed = tool_result(state, ToolResult("c1", "hello world"))
     assert observed.verbatim and state.records[0].signature == 'read_file {"path": "a.txt"}' and not state.pending
-    message = view(state).chat_messages()[-1]
-    # layout "lean" (spec/rendering.md section 14): the call's message shows the action, the result only its code
-    assert message == {"role": "tool", "tool_call_id": "c1", "content": "Observation (rc=0):\nhello world"}
+    results = [message for message in view(state).chat_messages() if message["role"] == "tool"]
+    # layout "lean" (spec/rendering.md section 14): the call's message shows the action, the result only its code;
+    # ARC's answers after it, each in its call's place (section 13: a template may pair results by position)
+    assert results == [{"role": "tool", "tool_call_id": "c1", "content": "Observation (rc=0):\nhello world"},
+                       {"role": "tool", "tool_call_id": "c2", "content": "catalog-first: the catalog is empty"},
+                       {"role": "tool", "tool_call_id": "c3", "content": "rm_rf: no tool has this name; not run"}]
     state, recalled = tool_turn(state, ToolTurn("", (ToolCall("c4", "_recall", json.dumps({"id": observed.obs_id})),)))
     assert recalled.recalls[0].payload == "hello world" and "[recall" in recalled.answered[0].response
     pairs_hold(state)
+
+
+def tool_order(state: ArcState) -> list[str]:
+    return [message["tool_call_id"] for message in view(state).chat_messages() if message["role"] == "tool"]
+
+
+def test_arc_answers_take_their_calls_places_among_the_results(model_dir: str) -> None:
+    """spec/rendering.md section 13: a template that pairs results with calls by position (Qwen3's writes no call
+    id: review h30 F8) reads each of ARC's answers as its own call's: an answer joins H with the turn when no
+    environment call comes before its call, otherwise right after the results of the environment calls before it."""
+    calls = (ToolCall("a0", "catalog-first", "{}"), ToolCall("e1", "read_file", '{"path": "1"}'),
+             ToolCall("a2", "catalog-next", "{}"), ToolCall("e3", "read_file", '{"path": "3"}'),
+             ToolCall("a4", "rm_rf", "{}"))
+    state, turn = tool_turn(init(tool_config(model_dir)), ToolTurn("", calls))
+    assert [answer.call_id for answer in turn.answered] == ["a0", "a2", "a4"]  # all answered at once, as before
+    assert tool_order(state) == ["a0"]
+    in_order, _ = tool_result(state, ToolResult("e1", "one"))
+    assert tool_order(in_order) == ["a0", "e1", "a2"]
+    in_order, _ = tool_result(in_order, ToolResult("e3", "three"))
+    assert tool_order(in_order) == ["a0", "e1", "a2", "e3", "a4"] and not in_order.waiting_answers
+    pairs_hold(in_order)
+    # results in another order are kept in the agent's order; an answer still waits for every earlier call's result
+    crossed, _ = tool_result(state, ToolResult("e3", "three"))
+    assert tool_order(crossed) == ["a0", "e3"]
+    crossed, _ = tool_result(crossed, ToolResult("e1", "one"))
+    assert tool_order(crossed) == ["a0", "e3", "e1", "a2", "a4"]
+    pairs_hold(crossed)
+
+
+def test_a_result_shares_r_with_the_answers_that_wait_for_it(model_dir: str) -> None:
+    """The answers waiting for a result are part of its unit: the result's share of R leaves room for them, so the
+    unit (turn, answers, result) costs at most R once they join H, at the longest output shown verbatim."""
+    config = tool_config(model_dir, recent_budget=300)
+    calls = (ToolCall("e1", "read_file", '{"path": "1"}'), ToolCall("a2", "_recall_meta", '{"id": "§9"}'))
+    state, _ = tool_turn(init(config), ToolTurn("", calls))
+    assert tool_order(state) == []
+
+    def unit_tokens(length: int) -> tuple[bool, int]:
+        after, observed = tool_result(state, ToolResult("e1", "word " * length))
+        start = max(number for number, entry in enumerate(after.live) if type(entry).__name__ == "ToolTurnEntry")
+        assert tool_order(after) == ["e1", "a2"]
+        return observed.verbatim, sum(entry.message.tokens for entry in after.live[start:])
+
+    low, high = 0, 400  # the longest output still shown verbatim
+    assert unit_tokens(low)[0] and not unit_tokens(high)[0]
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if unit_tokens(middle)[0] else (low, middle)
+    assert unit_tokens(low)[1] <= config.recent_budget
 
 
 def test_text_events_and_tool_events_belong_to_their_modes(model_dir: str) -> None:

@@ -202,6 +202,45 @@ def test_a_restarted_proxy_with_a_store_gives_the_same_ids_and_views(tmp_path: P
     assert strip_id == [{**call, "id": None} for call in straight[1].json()["choices"][0]["message"]["tool_calls"]]
 
 
+def test_arc_answers_reach_the_model_in_their_calls_places() -> None:
+    """A reply calling the agent's bash and then ARC's catalog-first: the agent gets bash alone; the next upstream
+    request shows bash's result, then ARC's answer, in the order of the calls (Qwen3's template pairs results with
+    calls by position and writes no id: review h30 F8 saw the answer read as bash's output)."""
+    replies = iter([
+        {"content": "both", "tool_calls": [
+            {"id": "b1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}},
+            {"id": "a1", "type": "function", "function": {"name": "catalog-first", "arguments": "{}"}}]},
+        {"content": "done"},
+    ])
+    seen: list[dict[str, Any]] = []
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        return httpx.Response(200, json={"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                                         "choices": [{"index": 0, "message": {"role": "assistant", **next(replies)},
+                                                      "finish_reason": "tool_calls"}],
+                                         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+
+    from tests.proxy.harness import BUDGETS, QWEN3
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(upstream)) as client:
+            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS), client)
+            messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+            first = await proxy.complete({"model": "m", "messages": messages, "tools": [BASH_TOOL]}, None)
+            message = first.completion["choices"][0]["message"]
+            assert [call["id"] for call in message["tool_calls"]] == ["b1"]
+            messages += [message, {"role": "tool", "tool_call_id": "b1", "content": "a.txt"}]
+            await proxy.complete({"model": "m", "messages": messages, "tools": [BASH_TOOL]}, None)
+            sent = seen[-1]["messages"]
+            calls = [call["id"] for call in sent[-3]["tool_calls"]]
+            results = [(item["tool_call_id"], item["content"]) for item in sent[-2:]]
+            assert calls == ["b1", "a1"] and results == [
+                ("b1", "Observation (rc=0):\na.txt"), ("a1", "catalog-first: the catalog is empty")]
+
+    asyncio.run(scenario())
+
+
 def test_mixed_calls_go_back_without_arc_calls_and_arc_answers_stay() -> None:
     """A reply calling ARC's _recall and the agent's bash: the agent gets only bash; the next view holds ARC's
     answer; the hidden-round cap returns the text when the model keeps calling only ARC's tools and they show it
