@@ -67,11 +67,13 @@ CREATE TABLE arc_replies (
 """The proxy's latest reply per conversation, for a client's retry that reaches another instance (created in a
 database of schema 1 that lacks it by the first proxy that starts on it; no other reader needs it)."""
 
-LAST_ACTIVE = ("ALTER TABLE arc_tasks ADD COLUMN IF NOT EXISTS last_active timestamptz;"
-               " ALTER TABLE arc_tasks ALTER COLUMN last_active SET DEFAULT now()")
+LAST_ACTIVE = "ALTER TABLE arc_tasks ADD COLUMN IF NOT EXISTS last_active timestamptz DEFAULT now()"
 """``arc_tasks.last_active``: when a proxy last committed a request to the conversation (set by each commit, and
 when it is created), for `arc-ref forget --idle-for`. Added by the first proxy that starts on a database made
-before it (NULL in the rows it had: forget reads their creation time instead)."""
+before it; the rows it had get that time (now() at the ALTER, stored once, no table rewrite): their last commit
+was never recorded, and an older proxy may have served one an hour before, so each counts as active at the
+upgrade (review h34: NULL, read as the creation time, had the first `--idle-for 30` remove conversations started
+more than 30 days before and still in use)."""
 
 MARKS_BY_TASK = "CREATE INDEX IF NOT EXISTS arc_marks_by_task ON arc_marks (task)"
 """``arc_marks`` by task, for `arc-ref forget`: deleting a task checks its foreign keys, one scan of ``arc_marks`` per

@@ -455,8 +455,10 @@ def test_a_conversation_committed_to_after_it_was_chosen_is_not_forgotten_by_idl
 def test_a_database_made_before_last_active_gets_it_from_the_first_proxy_and_idle_for_waits_for_it(
         postgres: Any, capsys: pytest.CaptureFixture[str]) -> None:
     """A database whose arc_tasks has no ``last_active`` (an arc-ref before it): ``--idle-for`` is refused, saying
-    what to do, nothing removed; the next proxy to start adds the column (the rows it had: NULL, read as their
-    creation time)."""
+    what to do, nothing removed; the next proxy to start adds the column. The rows it had get the time it was added
+    (review h34: they were NULL, read as their creation time, so the first `--idle-for 30` after the upgrade removed
+    a conversation started 40 days ago that an older proxy had served an hour before, as --older-than would): such a
+    conversation is forgotten only once no request committed to it for DAYS after the upgrade."""
     url = postgres.create_database("arc_test_forget_idle_old")
     (first,) = serve(url, first_request())
     with psycopg.connect(url, autocommit=True) as connection:
@@ -467,8 +469,13 @@ def test_a_database_made_before_last_active_gets_it_from_the_first_proxy_and_idl
     assert set(whole_chains(url)) == {first.conversation}
     (other,) = serve(url, other_request("List the files of d2."))  # a proxy of this version starts: the column
     with psycopg.connect(url) as connection:
-        assert connection.execute("SELECT key FROM arc_tasks WHERE last_active IS NULL").fetchall() == [
-            (first.conversation,)]
+        assert connection.execute("SELECT count(*) FROM arc_tasks WHERE last_active IS NULL").fetchone() == (0,)
+    assert main(["forget", url, "--idle-for", "30"]) == 0  # its last commit is unknown: counted from the upgrade
+    assert capsys.readouterr().out.startswith("forgot 0 conversation(s)")
+    assert set(whole_chains(url)) == {first.conversation, other.conversation}
+    with psycopg.connect(url, autocommit=True) as connection:  # 40 days later, nothing committed to it since
+        connection.execute("UPDATE arc_tasks SET last_active = last_active - interval '40 days' WHERE key = %s",
+                           (first.conversation,))
     assert main(["forget", url, "--idle-for", "30"]) == 0
     assert capsys.readouterr().out.startswith("forgot 1 conversation(s)")
     assert set(whole_chains(url)) == {other.conversation}
