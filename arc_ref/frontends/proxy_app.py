@@ -632,10 +632,16 @@ def serve(options: ProxyOptions, parse_setting: Callable[[str], tuple[str, objec
                   " retry of an answered request that reaches another instance forks the conversation (grant the"
                   " role CREATE and rights on arc_replies, or start one instance with the role that owns ARC's"
                   " tables)", file=sys.stderr, flush=True)
-        if database.last_active_missing is not None:
+        if database.last_active_missing is not None and not database.last_active:
             print(f"arc-ref proxy: warning: the database {database.shown}: {database.last_active_missing}; commits"
                   " do not record their time, and `arc-ref forget --idle-for` refuses this database (start one"
                   " instance with the role that owns ARC's tables)", file=sys.stderr, flush=True)
+        elif database.last_active_missing is not None:
+            print(f"arc-ref proxy: warning: the database {database.shown}: {database.last_active_missing}; this"
+                  " instance's commits record their time, but not those of an instance started before the column"
+                  " arc_tasks.last_active was there or of an older arc-ref, which `arc-ref forget --idle-for` then"
+                  " takes for idle (start one instance with the role that owns ARC's tables)", file=sys.stderr,
+                  flush=True)
         room = database.server_connections()
         if room is not None and settings.db_connections > room[0] - room[1]:
             allowed, open_now = room
