@@ -593,11 +593,15 @@ def build_app(settings: ProxySettings) -> Any:
         """Any other path (or method): a JSON error naming what is served (review h30 F7: the OpenAI Agents SDK's
         default Responses API got a bare 'Not Found')."""
         status = getattr(problem, "status_code", 404)
-        return failure(Failed(status, "not_found" if status == 404 else "method_not_allowed",
-                              f"{request.method} {request.url.path} is not served by arc-ref proxy: it serves POST"
-                              " /v1/chat/completions (Chat Completions; for the OpenAI Agents SDK:"
-                              " set_default_openai_api(\"chat_completions\")), GET /v1/models, GET /arc/rounds and"
-                              " GET /arc/stats"))
+        answer = failure(Failed(status, "not_found" if status == 404 else "method_not_allowed",
+                                f"{request.method} {request.url.path} is not served by arc-ref proxy: it serves POST"
+                                " /v1/chat/completions (Chat Completions; for the OpenAI Agents SDK:"
+                                " set_default_openai_api(\"chat_completions\")), GET /v1/models, GET /arc/rounds and"
+                                " GET /arc/stats"))
+        allowed = (getattr(problem, "headers", None) or {}).get("Allow")
+        if allowed:  # a 405 names the methods the path takes (RFC 9110 15.5.6; review h34 F6)
+            answer.headers["Allow"] = allowed
+        return answer
 
     return Starlette(routes=[
         Route("/v1/chat/completions", chat, methods=["POST"]),
