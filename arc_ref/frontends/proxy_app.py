@@ -593,11 +593,15 @@ def build_app(settings: ProxySettings) -> Any:
         """Any other path (or method): a JSON error naming what is served (review h30 F7: the OpenAI Agents SDK's
         default Responses API got a bare 'Not Found')."""
         status = getattr(problem, "status_code", 404)
-        return failure(Failed(status, "not_found" if status == 404 else "method_not_allowed",
-                              f"{request.method} {request.url.path} is not served by arc-ref proxy: it serves POST"
-                              " /v1/chat/completions (Chat Completions; for the OpenAI Agents SDK:"
-                              " set_default_openai_api(\"chat_completions\")), GET /v1/models, GET /arc/rounds and"
-                              " GET /arc/stats"))
+        answer = failure(Failed(status, "not_found" if status == 404 else "method_not_allowed",
+                                f"{request.method} {request.url.path} is not served by arc-ref proxy: it serves POST"
+                                " /v1/chat/completions (Chat Completions; for the OpenAI Agents SDK:"
+                                " set_default_openai_api(\"chat_completions\")), GET /v1/models, GET /arc/rounds and"
+                                " GET /arc/stats"))
+        allowed = (getattr(problem, "headers", None) or {}).get("Allow")
+        if allowed:  # a 405 names the methods the path takes (RFC 9110 15.5.6; review h34 F6)
+            answer.headers["Allow"] = allowed
+        return answer
 
     return Starlette(routes=[
         Route("/v1/chat/completions", chat, methods=["POST"]),
@@ -632,10 +636,16 @@ def serve(options: ProxyOptions, parse_setting: Callable[[str], tuple[str, objec
                   " retry of an answered request that reaches another instance forks the conversation (grant the"
                   " role CREATE and rights on arc_replies, or start one instance with the role that owns ARC's"
                   " tables)", file=sys.stderr, flush=True)
-        if database.last_active_missing is not None:
+        if database.last_active_missing is not None and not database.last_active:
             print(f"arc-ref proxy: warning: the database {database.shown}: {database.last_active_missing}; commits"
                   " do not record their time, and `arc-ref forget --idle-for` refuses this database (start one"
                   " instance with the role that owns ARC's tables)", file=sys.stderr, flush=True)
+        elif database.last_active_missing is not None:
+            print(f"arc-ref proxy: warning: the database {database.shown}: {database.last_active_missing}; this"
+                  " instance's commits record their time, but not those of an instance started before the column"
+                  " arc_tasks.last_active was there or of an older arc-ref, which `arc-ref forget --idle-for` then"
+                  " takes for idle (start one instance with the role that owns ARC's tables)", file=sys.stderr,
+                  flush=True)
         room = database.server_connections()
         if room is not None and settings.db_connections > room[0] - room[1]:
             allowed, open_now = room

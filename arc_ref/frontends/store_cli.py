@@ -340,6 +340,11 @@ def _forget_in_directory(arguments: argparse.Namespace) -> int:
             print(f"arc-ref forget: {len(done.busy):,} conversation(s) left, a proxy process holds them now:"
                   f" {', '.join(done.busy[:10])}{' ...' if len(done.busy) > 10 else ''}; run forget again",
                   file=sys.stderr, flush=True)
+    if done.unlockable:
+        _flush()
+        print(f"arc-ref forget: {len(done.unlockable):,} conversation(s) left, their store cannot be locked: "
+              + "; ".join(f"{key} ({why})" for key, why in done.unlockable[:10])
+              + f"{' ...' if len(done.unlockable) > 10 else ''}", file=sys.stderr, flush=True)
     if done.links:
         _flush()
         print(f"arc-ref forget: a symbolic link, not a conversation folder of {str(directory)!r} (forget never follows"
@@ -350,7 +355,7 @@ def _forget_in_directory(arguments: argparse.Namespace) -> int:
         idle = "" if idle_before is None else f" idle for {arguments.idle_for:g} days"
         raise LookupError(f"not a conversation of {str(directory)!r}{idle}: {', '.join(done.unknown[:10])}"
                           f"{' ...' if len(done.unknown) > 10 else ''}")
-    return INSPECT_FAILED.code if done.busy or done.links else OK.code
+    return INSPECT_FAILED.code if done.busy or done.links or done.unlockable else OK.code
 
 
 def shown_path(path: str) -> str:

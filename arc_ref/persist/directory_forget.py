@@ -49,6 +49,8 @@ class DirectoryForgotten:
     unknown: tuple[str, ...] = ()  # no conversation of this directory by that name
     index_rows: int = 0
     links: tuple[str, ...] = ()  # a symbolic link where a conversation's folder would be: never followed, left
+    # (key, why): its store cannot be locked (not a regular file, hard links, ...): left, the others go on
+    unlockable: tuple[tuple[str, str], ...] = ()
 
 
 def last_active(folder: Path) -> float:
@@ -97,6 +99,7 @@ def forget_in_directory(directory: Path, keys: Sequence[str], dry_run: bool = Fa
     index = HashIndex(directory)
     forgotten: list[str] = []
     busy: list[str] = []
+    unlockable: list[tuple[str, str]] = []
     rows = 0
     try:
         for leftover in directory.glob(FORGETTING_PREFIX + "*"):  # a forget killed meanwhile: finish its work,
@@ -116,6 +119,9 @@ def forget_in_directory(directory: Path, keys: Sequence[str], dry_run: bool = Fa
             except StoreLocked:
                 busy.append(key)
                 continue
+            except StoreError as problem:  # (review h34 F4: it ended the run there, the keys after it never reached)
+                unlockable.append((key, str(problem)))
+                continue
             if idle_before is not None and last_active(directory / key) >= idle_before:
                 if lock is not None:  # a request committed to it since it was chosen: it stays, not busy
                     lock.release()
@@ -134,7 +140,7 @@ def forget_in_directory(directory: Path, keys: Sequence[str], dry_run: bool = Fa
             removed(key)
     finally:
         index.close()
-    return DirectoryForgotten(tuple(forgotten), tuple(busy), unknown, rows, links)
+    return DirectoryForgotten(tuple(forgotten), tuple(busy), unknown, rows, links, tuple(unlockable))
 
 
 __all__ = ["FORGETTING_PREFIX", "DirectoryForgotten", "forget_in_directory", "idle_conversations",

@@ -67,11 +67,26 @@ CREATE TABLE arc_replies (
 """The proxy's latest reply per conversation, for a client's retry that reaches another instance (created in a
 database of schema 1 that lacks it by the first proxy that starts on it; no other reader needs it)."""
 
-LAST_ACTIVE = ("ALTER TABLE arc_tasks ADD COLUMN IF NOT EXISTS last_active timestamptz;"
-               " ALTER TABLE arc_tasks ALTER COLUMN last_active SET DEFAULT now()")
+LAST_ACTIVE = "ALTER TABLE arc_tasks ADD COLUMN IF NOT EXISTS last_active timestamptz DEFAULT now()"
 """``arc_tasks.last_active``: when a proxy last committed a request to the conversation (set by each commit, and
 when it is created), for `arc-ref forget --idle-for`. Added by the first proxy that starts on a database made
-before it (NULL in the rows it had: forget reads their creation time instead)."""
+before it; the rows it had get that time (now() at the ALTER, stored once, no table rewrite): their last commit
+was never recorded, and an older proxy may have served one an hour before, so each counts as active at the
+upgrade (review h34: NULL, read as the creation time, had the first `--idle-for 30` remove conversations started
+more than 30 days before and still in use)."""
+
+LAST_ACTIVE_TRIGGER = """
+CREATE OR REPLACE FUNCTION arc_last_active() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.last_active := now();  -- a commit moved the conversation's head, whichever arc-ref made it
+    RETURN NEW;
+END $$;
+CREATE TRIGGER arc_tasks_last_active BEFORE UPDATE OF seq ON arc_tasks FOR EACH ROW EXECUTE FUNCTION arc_last_active()
+"""
+"""Every commit sets ``arc_tasks.last_active``, also one whose statement leaves it out (review h34 F2): that of an
+instance that started before the column was there (its role could not add it; it never looks again) and that of an
+arc-ref before the column (a rolling upgrade). Added with the column, and by the first proxy of the owner's role
+that starts on a database that has the column without it."""
 
 MARKS_BY_TASK = "CREATE INDEX IF NOT EXISTS arc_marks_by_task ON arc_marks (task)"
 """``arc_marks`` by task, for `arc-ref forget`: deleting a task checks its foreign keys, one scan of ``arc_marks`` per
@@ -107,6 +122,7 @@ CREATE TABLE arc_tasks (
     last_active timestamptz DEFAULT now()  -- the proxy: its last commit (LAST_ACTIVE)
 )
 """,
+    LAST_ACTIVE_TRIGGER,
     """
 CREATE TABLE arc_events (
     task text NOT NULL REFERENCES arc_tasks (key),
@@ -139,6 +155,13 @@ CREATE TRIGGER arc_marks_append_only BEFORE UPDATE OR DELETE ON arc_marks
     FOR EACH ROW EXECUTE FUNCTION arc_append_only()
 """,
 )
+
+
+def has_last_active_trigger(connection: "psycopg.Connection[Any]") -> bool:
+    """Whether ``arc_tasks`` has the trigger that sets ``last_active`` on every commit (`LAST_ACTIVE_TRIGGER`)."""
+    found = connection.execute("SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass('arc_tasks')"
+                               " AND tgname = 'arc_tasks_last_active')").fetchone()
+    return bool(found and found[0])
 
 
 def has_last_active(connection: "psycopg.Connection[Any]") -> bool:
@@ -428,27 +451,35 @@ class Database:
             return "its role lacks SELECT, INSERT or UPDATE on arc_replies"
         return None
 
-    def ensure_last_active(self, connection: "psycopg.Connection[Any]") -> str | None:
-        """``arc_tasks.last_active`` (`LAST_ACTIVE`): added (under the schema's advisory lock, waiting at most 5 s
-        for the table's lock) to an ARC database made before it. None when it is there; else why not (the proxy's
-        commits then leave it out, and ``forget --idle-for`` refuses the database)."""
+    def ensure_last_active(self, connection: "psycopg.Connection[Any]") -> tuple[bool, str | None]:
+        """``arc_tasks.last_active`` (`LAST_ACTIVE`) and its trigger (`LAST_ACTIVE_TRIGGER`): added (under the
+        schema's advisory lock, waiting at most 5 s for the table's lock) to an ARC database made before them.
+        Whether the column is there (else the proxy's commits leave it out, and ``forget --idle-for`` refuses the
+        database), and why not both are (None when they are)."""
         driver = self._psycopg
+        column = False
         try:
             with connection.transaction():
                 connection.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-                self.round_trips += 1
-                if not has_last_active(connection):
+                column, trigger = has_last_active(connection), has_last_active_trigger(connection)
+                self.round_trips += 3
+                if not column or not trigger:
                     connection.execute("SET LOCAL lock_timeout = '5s'")
-                    connection.execute(LAST_ACTIVE)
-                    self.round_trips += 2
+                    if not column:
+                        connection.execute(LAST_ACTIVE)
+                    if not trigger:
+                        connection.execute(LAST_ACTIVE_TRIGGER)
+                    self.round_trips += 1 + (not column) + (not trigger)
                 self.round_trips += 1
         except driver.errors.InsufficientPrivilege as problem:
-            return f"its role cannot add the column arc_tasks.last_active ({str(problem).strip().splitlines()[0]})"
+            what = "the trigger arc_tasks_last_active" if column else "the column arc_tasks.last_active"
+            return column, f"its role cannot add {what} ({str(problem).strip().splitlines()[0]})"
         except driver.errors.LockNotAvailable:
-            return "the table arc_tasks stayed locked for 5 s; the next start adds the column arc_tasks.last_active"
+            what = "the trigger arc_tasks_last_active" if column else "the column arc_tasks.last_active"
+            return column, f"the table arc_tasks stayed locked for 5 s; the next start adds {what}"
         except driver.Error as problem:
             raise store_error(self.url, problem) from None
-        return None
+        return True, None
 
     def _ensure_schema(self, connection: "psycopg.Connection[Any]", creating: list[bool]) -> None:
         found = self._meta(connection)

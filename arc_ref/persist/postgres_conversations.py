@@ -174,7 +174,7 @@ class AsyncDatabase:
         self.replies_missing: str | None = None  # else why not
         self.replies_lost = False  # it was, and went away while the proxy ran (`lose_replies`)
         self.last_active = False  # arc_tasks.last_active is there (`check_schema`): commits set it
-        self.last_active_missing: str | None = None  # else why not
+        self.last_active_missing: str | None = None  # why not, or why not its trigger (`LAST_ACTIVE_TRIGGER`)
 
     def check_schema(self) -> None:
         """Create or check the schema (synchronously, at start: a bad URL, another application's tables or a role
@@ -184,11 +184,11 @@ class AsyncDatabase:
             with sync.connection() as connection:
                 sync.writable(connection)
                 missing = sync.ensure_replies(connection)
-                no_last_active = sync.ensure_last_active(connection)
+                last_active = sync.ensure_last_active(connection)
         finally:
             sync.close()
         self.replies, self.replies_missing = missing is None, missing
-        self.last_active, self.last_active_missing = no_last_active is None, no_last_active
+        self.last_active, self.last_active_missing = last_active
 
     def lose_replies(self, why: str) -> None:
         """Commits keep no reply from now on (``arc_replies`` went away or became unwritable while the proxy runs)."""

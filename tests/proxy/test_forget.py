@@ -455,11 +455,14 @@ def test_a_conversation_committed_to_after_it_was_chosen_is_not_forgotten_by_idl
 def test_a_database_made_before_last_active_gets_it_from_the_first_proxy_and_idle_for_waits_for_it(
         postgres: Any, capsys: pytest.CaptureFixture[str]) -> None:
     """A database whose arc_tasks has no ``last_active`` (an arc-ref before it): ``--idle-for`` is refused, saying
-    what to do, nothing removed; the next proxy to start adds the column (the rows it had: NULL, read as their
-    creation time)."""
+    what to do, nothing removed; the next proxy to start adds the column. The rows it had get the time it was added
+    (review h34: they were NULL, read as their creation time, so the first `--idle-for 30` after the upgrade removed
+    a conversation started 40 days ago that an older proxy had served an hour before, as --older-than would): such a
+    conversation is forgotten only once no request committed to it for DAYS after the upgrade."""
     url = postgres.create_database("arc_test_forget_idle_old")
     (first,) = serve(url, first_request())
-    with psycopg.connect(url, autocommit=True) as connection:
+    with psycopg.connect(url, autocommit=True) as connection:  # (the trigger setting it came with it: review h34 F2)
+        connection.execute("DROP TRIGGER arc_tasks_last_active ON arc_tasks")
         connection.execute("ALTER TABLE arc_tasks DROP COLUMN last_active")
     backdate(url, 40, last_active=False)
     assert main(["forget", url, "--idle-for", "30"]) == 2
@@ -467,8 +470,40 @@ def test_a_database_made_before_last_active_gets_it_from_the_first_proxy_and_idl
     assert set(whole_chains(url)) == {first.conversation}
     (other,) = serve(url, other_request("List the files of d2."))  # a proxy of this version starts: the column
     with psycopg.connect(url) as connection:
-        assert connection.execute("SELECT key FROM arc_tasks WHERE last_active IS NULL").fetchall() == [
-            (first.conversation,)]
+        assert connection.execute("SELECT count(*) FROM arc_tasks WHERE last_active IS NULL").fetchone() == (0,)
+        assert connection.execute("SELECT count(*) FROM pg_trigger WHERE tgname = 'arc_tasks_last_active'"
+                                  ).fetchone() == (1,)
+    assert main(["forget", url, "--idle-for", "30"]) == 0  # its last commit is unknown: counted from the upgrade
+    assert capsys.readouterr().out.startswith("forgot 0 conversation(s)")
+    assert set(whole_chains(url)) == {first.conversation, other.conversation}
+    with psycopg.connect(url, autocommit=True) as connection:  # 40 days later, nothing committed to it since
+        connection.execute("UPDATE arc_tasks SET last_active = last_active - interval '40 days' WHERE key = %s",
+                           (first.conversation,))
     assert main(["forget", url, "--idle-for", "30"]) == 0
     assert capsys.readouterr().out.startswith("forgot 1 conversation(s)")
     assert set(whole_chains(url)) == {other.conversation}
+
+
+def test_a_commit_whose_statement_leaves_last_active_out_still_sets_it(
+        postgres: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review h34 F2: an instance whose start found no ``last_active`` (its role could not add it) leaves it out of
+    its commits for as long as it runs, also once another instance, of the owner's role, has added it (as the
+    warning advises); an arc-ref before the column (a rolling upgrade) never sets it. `forget --idle-for 30` then
+    removed a conversation such an instance served a minute before. A trigger sets it on every commit."""
+    url = postgres.create_database("arc_test_forget_idle_untouched")
+    (first,) = serve(url, first_request())
+    backdate(url, 40)
+
+    async def scenario() -> Any:
+        proxy, client = in_process_shared(url, bash_call_reply)
+        proxy.database.last_active = False  # as one whose start found no column: its statement leaves it out
+        try:
+            return await proxy.complete(continued(first, "a.txt\n"), None)
+        finally:
+            await proxy.close()
+            await client.aclose()
+
+    assert asyncio.run(scenario()).conversation == first.conversation  # committed in place a moment ago
+    assert main(["forget", url, "--idle-for", "30"]) == 0
+    assert capsys.readouterr().out.startswith("forgot 0 conversation(s)")
+    assert set(whole_chains(url)) == {first.conversation}

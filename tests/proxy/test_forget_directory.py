@@ -287,3 +287,32 @@ def test_idle_for_forgets_the_conversations_no_request_committed_to_since_and_sp
         assert index_keys(store) == {key_in_use}
         turn(base_url, in_use)  # and the agent goes on in it
     assert index_keys(store) == {key_in_use}
+
+
+def test_idle_for_goes_past_a_conversation_whose_store_cannot_be_locked_and_names_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review h34 F4: one folder whose task.arc cannot be locked (here a directory, not a file) ended `forget DIR
+    --idle-for 30` with status 2 at that folder: the conversations before it gone without a word, those after it
+    never reached, every run again (a retention job stuck for good). Now it is left and named (status 1), and the
+    others are forgotten."""
+    import os
+    import time
+
+    from arc_ref.persist.hash_index import HashIndex
+
+    store = tmp_path / "store"
+    store.mkdir()
+    HashIndex(store).close()
+    old = time.time() - 40 * 86400
+    for key in ("a-idle", "b-damaged", "c-idle"):
+        (store / key).mkdir()
+        (store / key / "marks.jsonl").write_text("")
+        os.utime(store / key / "marks.jsonl", (old, old))
+    (store / "b-damaged" / "task.arc").mkdir()
+    os.utime(store / "b-damaged" / "task.arc", (old, old))
+    assert main(["forget", str(store), "--idle-for", "30"]) == 1
+    said = capsys.readouterr()
+    assert said.out.startswith("forgot 2 conversation(s)"), said
+    assert "1 conversation(s) left, their store cannot be locked: b-damaged (" in said.err, said.err
+    assert "is not a regular file" in said.err and "Traceback" not in said.err
+    assert sorted(path.name for path in store.iterdir() if path.is_dir()) == ["b-damaged"]

@@ -939,3 +939,11 @@ def test_a_kept_reply_is_utf8_unless_it_holds_a_lone_surrogate(pg_url: str) -> N
     with psycopg.connect(pg_url) as connection:
         assert connection.execute("SELECT %s::text, %s::text", (kept_cjk, kept_lone)).fetchone() == (kept_cjk,
                                                                                                      kept_lone)
+
+
+def test_the_shared_proxy_s_stats_count_the_calls_whose_upstream_count_differs(pg_url: str) -> None:
+    """Review h34: with --store postgresql://... /arc/stats had no counts_differing, though the proxy's warning line
+    says that /arc/stats counts them (and README lists it for both). The mock upstream says 1 prompt token."""
+    reply, proxy = asyncio.run(one_request(pg_url, bash_call_reply))
+    assert reply.completion["usage"]["prompt_tokens"] == 1 and proxy.counts_differing == 1
+    assert proxy.stats()["counts_differing"] == 1

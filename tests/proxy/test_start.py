@@ -168,6 +168,7 @@ def test_a_path_the_proxy_does_not_serve_is_a_json_error_naming_what_it_serves()
         error = response.json()["error"]
         assert "is not served by arc-ref proxy" in error["message"] and "chat_completions" in error["message"], error
     assert responses.json()["error"]["type"] == "not_found"
+    assert wrong_method.headers.get("allow") == "POST"  # (review h34 F6: RFC 9110 15.5.6; the handler dropped it)
 
 
 def test_the_smallest_window_a_refusal_names_is_the_smallest_the_proxy_serves() -> None:
