@@ -1810,15 +1810,12 @@ def prepare(settings: ProxySettings) -> ProxySettings:
     upstream unless --context-limit gives it; a larger --context-limit than the upstream's is refused), the
     tokenizer and its chat template and the overrides (a probe conversation is built with them), the store
     directory (created, written once) and its conversations' index (hashes.sqlite, read). Returns the settings with the window."""
-    if settings.database is None or settings.context_limit is None:
-        try:
-            served = served_window(settings)
-        except StartRefused as problem:
-            if settings.context_limit is None or isinstance(problem, NotAnApiBase):
-                raise
-            served = None  # the window given stands; the upstream may come later
-    else:
-        served = None
+    try:  # also with --context-limit and a database, where the instances may start before their upstream
+        served = served_window(settings)  # (review h34 F5: a URL without /v1 was then served, every request a 404)
+    except StartRefused as problem:
+        if settings.context_limit is None or isinstance(problem, NotAnApiBase):
+            raise
+        served = None  # the window given stands; the upstream may come later
     window = settings.context_limit if settings.context_limit is not None else served
     if window is None:
         raise StartRefused(f"GET {settings.upstream}/models names no max_model_len (the window vLLM reports);"

@@ -94,6 +94,11 @@ def test_an_upstream_url_without_its_api_path_is_refused_at_start_even_with_a_wi
         for window in (None, 8000):
             with pytest.raises(StartRefused, match="answered 404: --upstream is not the base of an OpenAI-compatible"):
                 zero_config(base, context_limit=window)
+        # many instances on one database with the window given (review h34 F5: the upstream was not asked at all)
+        with pytest.raises(StartRefused, match="answered 404: --upstream is not the base of an OpenAI-compatible"):
+            zero_config(base, context_limit=8000, database="postgresql://arc@127.0.0.1:9/arc")
+    # an upstream that is not there yet still leaves a window given to stand, with a database too
+    assert zero_config(base, context_limit=8000, database="postgresql://arc@127.0.0.1:9/arc").context_limit == 8000
 
 
 def run_proxy(*arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]:
