@@ -196,6 +196,8 @@ frontend arc
 
 backend proxies
     balance roundrobin
+    option httpchk GET /health
+    http-check expect status 200
 {servers}
 """
 
@@ -233,8 +235,8 @@ class _Daemon:
 
 
 class Haproxy(_Daemon):
-    """HAProxy in front of ``backends`` (host:port), round-robin, no stickiness; TCP health checks every
-    200 ms take a dead instance out. A request the balancer could not deliver (connection refused) or whose
+    """HAProxy in front of ``backends`` (host:port), round-robin, no stickiness; health checks (the proxy's GET
+    /health) every 200 ms take a dead instance out. A request the balancer could not deliver (connection refused) or whose
     instance died before answering (empty response) is sent again to another instance (``retry-on``)."""
 
     @classmethod

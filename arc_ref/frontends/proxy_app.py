@@ -589,6 +589,11 @@ def build_app(settings: ProxySettings) -> Any:
                                   " with --client-keys"))
         return JSONResponse(holder["proxy"].stats())
 
+    async def health(request: Request) -> Response:
+        """Liveness for a load balancer or an orchestrator (HAProxy's httpchk, a Kubernetes probe): the process
+        answers HTTP; asks neither the upstream nor the store, and needs no client key (it tells nothing)."""
+        return JSONResponse({"status": "ok"})
+
     async def not_served(request: Request, problem: Exception) -> Response:
         """Any other path (or method): a JSON error naming what is served (review h30 F7: the OpenAI Agents SDK's
         default Responses API got a bare 'Not Found')."""
@@ -596,8 +601,8 @@ def build_app(settings: ProxySettings) -> Any:
         answer = failure(Failed(status, "not_found" if status == 404 else "method_not_allowed",
                                 f"{request.method} {request.url.path} is not served by arc-ref proxy: it serves POST"
                                 " /v1/chat/completions (Chat Completions; for the OpenAI Agents SDK:"
-                                " set_default_openai_api(\"chat_completions\")), GET /v1/models, GET /arc/rounds and"
-                                " GET /arc/stats"))
+                                " set_default_openai_api(\"chat_completions\")), GET /v1/models, GET /arc/rounds,"
+                                " GET /arc/stats and GET /health"))
         allowed = (getattr(problem, "headers", None) or {}).get("Allow")
         if allowed:  # a 405 names the methods the path takes (RFC 9110 15.5.6; review h34 F6)
             answer.headers["Allow"] = allowed
@@ -608,6 +613,7 @@ def build_app(settings: ProxySettings) -> Any:
         Route("/v1/models", models, methods=["GET"]),
         Route("/arc/rounds", rounds, methods=["GET"]),
         Route("/arc/stats", stats, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
     ], lifespan=lifespan, exception_handlers={404: not_served, 405: not_served})
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from tests.proxy.harness import BASH_TOOL, QWEN3, needs_qwen3, serve_app, serve_upstream
 
+import attrs  # noqa: E402
 import httpx  # noqa: E402  (after the harness, which skips without the proxy extra)
 
 from arc_ref.frontends.proxy import ProxySettings, StartRefused, prepare  # noqa: E402
@@ -174,6 +175,19 @@ def test_a_path_the_proxy_does_not_serve_is_a_json_error_naming_what_it_serves()
         assert "is not served by arc-ref proxy" in error["message"] and "chat_completions" in error["message"], error
     assert responses.json()["error"]["type"] == "not_found"
     assert wrong_method.headers.get("allow") == "POST"  # (review h34 F6: RFC 9110 15.5.6; the handler dropped it)
+
+
+def test_health_answers_without_a_key_and_without_asking_the_upstream() -> None:
+    """GET /health for a load balancer's or an orchestrator's liveness check: 200 with client keys required and
+    the upstream gone (it asks neither the upstream nor the store)."""
+    with serve_upstream() as (_, upstream_url):
+        settings = attrs.evolve(zero_config(upstream_url), client_keys=frozenset({"sk-team"}))
+    with serve_app(build_app(settings)) as base_url:
+        root = base_url.removesuffix("/v1")
+        health = httpx.get(f"{root}/health", timeout=30)
+        refused = httpx.get(f"{base_url}/models", timeout=30)
+    assert health.status_code == 200 and health.json() == {"status": "ok"}
+    assert refused.status_code == 401  # the other paths still need a key
 
 
 def test_the_smallest_window_a_refusal_names_is_the_smallest_the_proxy_serves() -> None:
