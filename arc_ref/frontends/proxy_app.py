@@ -430,7 +430,7 @@ def build_app(settings: ProxySettings) -> Any:
     import contextlib
 
     from starlette.applications import Starlette
-    from starlette.requests import Request
+    from starlette.requests import ClientDisconnect, Request
     from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 
@@ -516,6 +516,8 @@ def build_app(settings: ProxySettings) -> Any:
                     else await asyncio.to_thread(decode_body, raw, proxy.known))
         except (Refused, Failed) as problem:
             return failure(problem)
+        except ClientDisconnect:  # the client left before its body was whole: nobody to answer, nothing to log
+            return Response(status_code=400)  # (review h35 F1: uvicorn logged a 40-line traceback for each)
         metadata = body.get("metadata")
         explicit = request.headers.get(CONVERSATION_HEADER)
         if explicit is None and isinstance(metadata, Mapping) and isinstance(metadata.get("conversation_id"), str):
