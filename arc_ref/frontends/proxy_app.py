@@ -552,6 +552,8 @@ def build_app(settings: ProxySettings) -> Any:
             try:
                 reply = task.result()
             except (Refused, Failed, UpstreamError) as problem:  # the status is sent: an error event, then the end
+                if not isinstance(problem, Refused):
+                    logged(problem)  # as a plain request's failure is (review h35 F2: a stream's left no line)
                 yield error_event(problem)
                 yield "data: [DONE]\n\n"
                 return

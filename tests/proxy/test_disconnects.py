@@ -57,3 +57,29 @@ def test_a_client_that_leaves_while_its_body_is_read_is_no_error_of_the_proxy() 
         assert upstream.requests == []
         assert all(message["type"] != "http.response.body" or not message.get("body") or sent[0]["status"] < 500
                    for message in sent), sent
+
+
+def test_a_stream_that_fails_after_its_keepalive_is_logged(capfd: pytest.CaptureFixture[str]) -> None:
+    """A streamed request whose upstream fails after the proxy sent its first keepalive ends with an error event (the
+    status went out with the keepalive): the failure is now said on stderr as a plain request's is (review h30 F9's
+    line; before, a stream that failed late left no trace in the proxy's log)."""
+    release = threading.Event()
+    with fake_upstream() as upstream:
+        def reply(body: dict[str, Any]) -> Any:
+            if not body.get("stream_test"):
+                return 200, json.dumps(completion()).encode()
+            release.wait(60)  # held until the client has its first keepalive
+            return 500, b'{"error": {"message": "the model crashed", "type": "internal"}}'
+        upstream.reply = reply
+        app = build_app(ProxySettings(upstream=upstream.url, tokenizer=f"hf-dir:{QWEN3}", context_limit=16384,
+                                      keepalive_s=0.05))
+        with serve_app(app) as base_url:
+            with httpx.stream("POST", f"{base_url}/chat/completions", json={**REQUEST, "stream": True,
+                                                                               "stream_test": 1},
+                              timeout=120) as response:
+                lines = response.iter_lines()
+                assert next(lines) == ": keepalive"
+                release.set()
+                said = "\n".join(lines)
+    assert "the model crashed" in said and said.rstrip().endswith("data: [DONE]"), said
+    assert "arc-ref proxy: the upstream answered 500: the model crashed" in capfd.readouterr().err
