@@ -435,6 +435,9 @@ def build_app(settings: ProxySettings) -> Any:
     from starlette.routing import Route
 
     holder: dict[str, Proxy] = {}
+    # every request's task while it runs: at shutdown uvicorn waits for the requests whose clients are connected,
+    # and the lifespan for these too (a stream whose client left after its keepalive still commits its reply)
+    running: set[asyncio.Task[Reply]] = set()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -451,6 +454,9 @@ def build_app(settings: ProxySettings) -> Any:
             try:
                 yield
             finally:
+                if running:  # (review h35 F3: closed under them, then cancelled, their replies lost)
+                    app.state.draining = True
+                    await asyncio.wait(set(running))
                 await holder["proxy"].close()
 
     def headers(reply: Reply) -> dict[str, str]:
@@ -528,6 +534,8 @@ def build_app(settings: ProxySettings) -> Any:
         UPSTREAM_HEADERS.set(upstream_headers(settings, request.headers.get("authorization")))
         retry = is_retry(request.headers.get(RETRY_COUNT_HEADER))
         task = asyncio.ensure_future(proxy.complete(body, explicit, retry))  # a copy of this context: its headers
+        running.add(task)
+        task.add_done_callback(running.discard)
         if body.get("stream") is not True:
             try:
                 reply = await task

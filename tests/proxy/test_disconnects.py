@@ -83,3 +83,54 @@ def test_a_stream_that_fails_after_its_keepalive_is_logged(capfd: pytest.Capture
                 said = "\n".join(lines)
     assert "the model crashed" in said and said.rstrip().endswith("data: [DONE]"), said
     assert "arc-ref proxy: the upstream answered 500: the model crashed" in capfd.readouterr().err
+
+
+def test_stopping_the_proxy_lets_a_stream_whose_client_left_commit(tmp_path: Path) -> None:
+    """A streamed request whose client left after its first keepalive still runs (its reply is committed for the
+    client's retry). When the proxy is stopped meanwhile (SIGTERM, Ctrl-C), uvicorn waits for the requests whose
+    clients are still connected, not for this one: the stores were closed under it and it was cancelled at the
+    end, its upstream reply lost (and 'unhandled exception during asyncio.run() shutdown' printed). Now the
+    shutdown waits for it too, so its reply is committed: the same history sent to the restarted proxy forks the
+    conversation (its head is past the task), where before it went on in place."""
+    import uvicorn
+
+    from arc_ref.frontends.proxy import listening_socket
+
+    release = threading.Event()
+    with fake_upstream() as upstream:
+        def reply(body: dict[str, Any]) -> Any:
+            if body.get("stream_test"):
+                release.wait(60)  # held until the proxy is stopping
+            return 200, json.dumps(completion("the reply")).encode()
+        upstream.reply = reply
+
+        def settings() -> ProxySettings:
+            return ProxySettings(upstream=upstream.url, tokenizer=f"hf-dir:{QWEN3}", context_limit=16384,
+                                 store=tmp_path, keepalive_s=0.05)
+        app = build_app(settings())
+        listener = listening_socket("127.0.0.1", 0)
+        port = int(listener.getsockname()[1])
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+        thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[listener])), daemon=True)
+        thread.start()
+        while not server.started:
+            assert thread.is_alive()
+            threading.Event().wait(0.01)
+        with httpx.stream("POST", f"http://127.0.0.1:{port}/v1/chat/completions", timeout=120,
+                          json={**REQUEST, "stream": True, "stream_test": 1}) as response:
+            assert next(response.iter_lines()) == ": keepalive"
+        # the client has left; the proxy is stopped while its request waits on the upstream
+        while len(upstream.requests) < 1:
+            threading.Event().wait(0.01)
+        server.should_exit = True
+        while thread.is_alive() and not getattr(app.state, "draining", False):
+            threading.Event().wait(0.01)
+        release.set()
+        thread.join(60)
+        assert not thread.is_alive()
+        first = [path.name for path in tmp_path.iterdir() if path.is_dir()]
+        assert len(first) == 1, first
+        with serve_app(build_app(settings())) as base_url:
+            again = httpx.post(f"{base_url}/chat/completions", json=REQUEST, timeout=120)
+        assert again.status_code == 200, again.text
+        assert again.headers["x-arc-conversation"] != first[0], "the first request's reply was never committed"
