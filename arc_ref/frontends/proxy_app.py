@@ -508,6 +508,16 @@ def build_app(settings: ProxySettings) -> Any:
             chunks.append(chunk)
         return b"".join(chunks)
 
+    def said_if_failed(done: asyncio.Task[Reply]) -> None:
+        """A request whose client left before its reply: its failure still said on stderr, as any other's (review
+        h35 F2: the task's error was never read), its traceback cut (review h30 F1)."""
+        problem = None if done.cancelled() else done.exception()
+        if problem is None:
+            return
+        without_frames(problem)
+        if isinstance(problem, (Failed, UpstreamError)):
+            logged(problem)
+
     unauthorized = Failed(401, "unauthorized", "this proxy needs a client key: Authorization: Bearer KEY")
 
     async def chat(request: Request) -> Response:
@@ -554,9 +564,13 @@ def build_app(settings: ProxySettings) -> Any:
                                      media_type="text/event-stream", headers=headers(reply))
 
         async def events() -> AsyncIterator[str]:
-            while not task.done():
-                yield ": keepalive\n\n"
-                await asyncio.wait({task}, timeout=settings.keepalive_s)
+            try:
+                while not task.done():
+                    yield ": keepalive\n\n"
+                    await asyncio.wait({task}, timeout=settings.keepalive_s)
+            except BaseException:  # the client left (the stream cancelled or closed): the request runs on
+                task.add_done_callback(said_if_failed)
+                raise
             try:
                 reply = task.result()
             except (Refused, Failed, UpstreamError) as problem:  # the status is sent: an error event, then the end

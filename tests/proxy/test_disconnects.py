@@ -134,3 +134,25 @@ def test_stopping_the_proxy_lets_a_stream_whose_client_left_commit(tmp_path: Pat
             again = httpx.post(f"{base_url}/chat/completions", json=REQUEST, timeout=120)
         assert again.status_code == 200, again.text
         assert again.headers["x-arc-conversation"] != first[0], "the first request's reply was never committed"
+
+
+def test_a_stream_whose_client_left_still_says_its_failure(capfd: pytest.CaptureFixture[str]) -> None:
+    """A streamed request whose client left after its first keepalive runs on; when its upstream then fails, the
+    failure is said on stderr as any other request's (before, nothing: the task's error was never read)."""
+    release = threading.Event()
+    with fake_upstream() as upstream:
+        def reply(body: dict[str, Any]) -> Any:
+            release.wait(60)  # held until the client has left
+            return 500, b'{"error": {"message": "the model crashed", "type": "internal"}}'
+        upstream.reply = reply
+        app = build_app(ProxySettings(upstream=upstream.url, tokenizer=f"hf-dir:{QWEN3}", context_limit=16384,
+                                      keepalive_s=0.05))
+        with serve_app(app) as base_url:
+            with httpx.stream("POST", f"{base_url}/chat/completions", json={**REQUEST, "stream": True},
+                              timeout=120) as response:
+                assert next(response.iter_lines()) == ": keepalive"
+            while len(upstream.requests) < 1:
+                threading.Event().wait(0.01)
+            release.set()
+        # the proxy stopped: the request whose client left was waited for (review h35 F3)
+    assert "arc-ref proxy: the upstream answered 500: the model crashed" in capfd.readouterr().err
