@@ -156,3 +156,29 @@ def test_a_stream_whose_client_left_still_says_its_failure(capfd: pytest.Capture
             release.set()
         # the proxy stopped: the request whose client left was waited for (review h35 F3)
     assert "arc-ref proxy: the upstream answered 500: the model crashed" in capfd.readouterr().err
+
+
+def test_a_body_that_stalls_is_answered_408_and_holds_nothing() -> None:
+    """A client that sends part of its body and then nothing, its connection open (a hung agent, a hostile one),
+    held the connection and the part read forever, and a SIGTERM's drain waited for it: the proxy never exited
+    while it stalled (review h35 F8). Now a body with no byte for ``body_idle_s`` (60 s by default) is answered
+    408 ``request_timeout`` and the connection closed."""
+    import socket
+
+    with fake_upstream() as upstream:
+        app = build_app(ProxySettings(upstream=upstream.url, tokenizer=f"hf-dir:{QWEN3}", context_limit=16384,
+                                      body_idle_s=0.2))
+        body = json.dumps(REQUEST).encode()
+        with serve_app(app) as base_url:
+            port = int(base_url.rsplit(":", 1)[1].split("/")[0])
+            with socket.create_connection(("127.0.0.1", port), timeout=60) as stalled:
+                stalled.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                                + f"content-length: {len(body)}\r\n\r\n".encode() + body[:20])
+                answer = b""
+                while True:  # to the end: the proxy closes the connection (before: nothing, until the timeout)
+                    more = stalled.recv(4096)
+                    if not more:
+                        break
+                    answer += more
+    assert answer.startswith(b"HTTP/1.1 408 ") and b"request_timeout" in answer, answer
+    assert upstream.requests == []
