@@ -487,6 +487,7 @@ class ProxySettings:
     timeout_s: float = 600.0
     context_limit: int | None = None  # the served window; None: --set context_limit or the preset's (`prepare`)
     max_body_bytes: int = DEFAULT_MAX_BODY_MB * 2**20
+    body_idle_s: float = 60.0  # a request body with no byte for this long: 408 (a stalled client holds nothing)
     body_memory_bytes: int = DEFAULT_BODY_MEMORY_MB * 2**20  # the bodies decoded last (`proxy_app.RecentBodies`)
     max_conversations: int = DEFAULT_MAX_CONVERSATIONS  # conversations kept in memory (the least recent leave)
     idle_seconds: float = DEFAULT_IDLE_SECONDS  # a conversation idle longer leaves memory (with --store: reopened)

@@ -430,11 +430,14 @@ def build_app(settings: ProxySettings) -> Any:
     import contextlib
 
     from starlette.applications import Starlette
-    from starlette.requests import Request
+    from starlette.requests import ClientDisconnect, Request
     from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 
     holder: dict[str, Proxy] = {}
+    # every request's task while it runs: at shutdown uvicorn waits for the requests whose clients are connected,
+    # and the lifespan for these too (a stream whose client left after its keepalive still commits its reply)
+    running: set[asyncio.Task[Reply]] = set()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -451,6 +454,9 @@ def build_app(settings: ProxySettings) -> Any:
             try:
                 yield
             finally:
+                if running:  # (review h35 F3: closed under them, then cancelled, their replies lost)
+                    app.state.draining = True
+                    await asyncio.wait(set(running))
                 await holder["proxy"].close()
 
     def headers(reply: Reply) -> dict[str, str]:
@@ -466,6 +472,8 @@ def build_app(settings: ProxySettings) -> Any:
             extra = {"retry-after": str(problem.retry_after)} if problem.retry_after is not None else {}
             if problem.status == 401:  # RFC 9110 11.6.1: the scheme a client must answer with
                 extra["www-authenticate"] = 'Bearer realm="arc-ref proxy"'
+            if problem.status == 408:  # the rest of a stalled body is not read: the connection goes with it
+                extra["connection"] = "close"
             return JSONResponse(problem.body(), status_code=problem.status, headers=extra or None)
         assert isinstance(problem, UpstreamError)
         return Response(problem.body, status_code=problem.status, media_type=problem.content_type)
@@ -487,7 +495,8 @@ def build_app(settings: ProxySettings) -> Any:
                   file=sys.stderr, flush=True)
 
     async def read_body(request: Request) -> bytes:
-        """The body, refused (413) as soon as it passes the limit: never held whole when too large."""
+        """The body, refused (413) as soon as it passes the limit: never held whole when too large; one that stalls
+        (no byte for ``body_idle_s``) answered 408."""
         limit = settings.max_body_bytes
         too_large = Failed(413, "request_too_large", f"the request body is over the proxy's limit of {limit} bytes"
                            " (--max-body-mb)")
@@ -495,12 +504,30 @@ def build_app(settings: ProxySettings) -> Any:
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise too_large
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise too_large
-            chunks.append(chunk)
+        loop = asyncio.get_running_loop()
+        try:  # (review h35 F8: a body that stalled held its connection, and a SIGTERM's drain, for ever)
+            async with asyncio.timeout(settings.body_idle_s) as stalled:  # no task per chunk: no cycle (h30 F1)
+                async for chunk in request.stream():
+                    stalled.reschedule(loop.time() + settings.body_idle_s)
+                    size += len(chunk)
+                    if size > limit:
+                        raise too_large
+                    chunks.append(chunk)
+        except TimeoutError:
+            chunks.clear()
+            raise Failed(408, "request_timeout", f"the request body stalled: no byte for {settings.body_idle_s:g} s"
+                         ) from None
         return b"".join(chunks)
+
+    def said_if_failed(done: asyncio.Task[Reply]) -> None:
+        """A request whose client left before its reply: its failure still said on stderr, as any other's (review
+        h35 F2: the task's error was never read), its traceback cut (review h30 F1)."""
+        problem = None if done.cancelled() else done.exception()
+        if problem is None:
+            return
+        without_frames(problem)
+        if isinstance(problem, (Failed, UpstreamError)):
+            logged(problem)
 
     unauthorized = Failed(401, "unauthorized", "this proxy needs a client key: Authorization: Bearer KEY")
 
@@ -516,6 +543,8 @@ def build_app(settings: ProxySettings) -> Any:
                     else await asyncio.to_thread(decode_body, raw, proxy.known))
         except (Refused, Failed) as problem:
             return failure(problem)
+        except ClientDisconnect:  # the client left before its body was whole: nobody to answer, nothing to log
+            return Response(status_code=400)  # (review h35 F1: uvicorn logged a 40-line traceback for each)
         metadata = body.get("metadata")
         explicit = request.headers.get(CONVERSATION_HEADER)
         if explicit is None and isinstance(metadata, Mapping) and isinstance(metadata.get("conversation_id"), str):
@@ -526,6 +555,8 @@ def build_app(settings: ProxySettings) -> Any:
         UPSTREAM_HEADERS.set(upstream_headers(settings, request.headers.get("authorization")))
         retry = is_retry(request.headers.get(RETRY_COUNT_HEADER))
         task = asyncio.ensure_future(proxy.complete(body, explicit, retry))  # a copy of this context: its headers
+        running.add(task)
+        task.add_done_callback(running.discard)
         if body.get("stream") is not True:
             try:
                 reply = await task
@@ -544,12 +575,18 @@ def build_app(settings: ProxySettings) -> Any:
                                      media_type="text/event-stream", headers=headers(reply))
 
         async def events() -> AsyncIterator[str]:
-            while not task.done():
-                yield ": keepalive\n\n"
-                await asyncio.wait({task}, timeout=settings.keepalive_s)
+            try:
+                while not task.done():
+                    yield ": keepalive\n\n"
+                    await asyncio.wait({task}, timeout=settings.keepalive_s)
+            except BaseException:  # the client left (the stream cancelled or closed): the request runs on
+                task.add_done_callback(said_if_failed)
+                raise
             try:
                 reply = task.result()
             except (Refused, Failed, UpstreamError) as problem:  # the status is sent: an error event, then the end
+                if not isinstance(problem, Refused):
+                    logged(problem)  # as a plain request's failure is (review h35 F2: a stream's left no line)
                 yield error_event(problem)
                 yield "data: [DONE]\n\n"
                 return

@@ -33,7 +33,7 @@ import sys
 import time
 import uuid
 from collections import OrderedDict
-from typing import Any, Callable, Sequence
+from typing import Any, AsyncIterator, Callable, Sequence
 
 import attrs
 
@@ -193,6 +193,9 @@ class SharedProxy(Proxy):
         # its checksum, reply)
         self.last_replies: OrderedDict[tuple[str, str], tuple[AskedRequest, str, int, str, Reply]] = OrderedDict()
         self.retries_answered = 0  # clients' retries answered with the reply they had missed
+        # the requests running on this instance, by their last message, for a client's retry of one (`_attempt_of`)
+        self.running_requests: dict[tuple[str, str], tuple[AskedRequest, asyncio.Future[None]]] = {}
+        self.retries_waiting = 0  # clients' retries waiting now for their first attempt on this instance
         self._told_replies_lost = False
         # the upstream's replies of requests answered 503 (the database down too long), by their last message
         self.unsent_replies: OrderedDict[tuple[str, str], tuple[AskedRequest, list[AnsweredRound], float,
@@ -234,69 +237,97 @@ class SharedProxy(Proxy):
         that keeps failing ends), then answered 503, a commit the failure cut looked for a last time first; the
         replies of a request answered 503 are kept for the same request sent again (`_keep_unsent`). ``retry``: the
         client's retry of a request answered before, on any instance, gets that reply when the conversation's head is
-        still the row the reply committed (`_answered_before`); any other retry forks the conversation, as an edited
-        request does. A conversation `arc-ref forget` removed while the request ran (`ConversationGone`: nothing of
-        it written): tried again at once, as a new conversation, up to `FORGOTTEN_RETRIES` times."""
+        still the row the reply committed (`_answered_before`), after waiting for it when it still runs on this
+        instance (`_attempt_of`); any other retry forks the conversation, as an edited request does. A conversation
+        `arc-ref forget` removed while the request ran (`ConversationGone`: nothing of it written): tried again at
+        once, as a new conversation, up to `FORGOTTEN_RETRIES` times."""
         messages, tools, system, hashes, template_kwargs = parse_request(body, explicit, self.known)
         if self._connection_sweeper is None:
             self._connection_sweeper = asyncio.get_running_loop().create_task(self._sweep_connections())
         attempts = RequestAttempts(AskedRequest.of(hashes, body))
-        unsent = self.unsent_replies.get(_request_key(attempts.request))
-        if unsent is not None and unsent[0] == attempts.request:  # a 503 kept these from the agent: not asked again
-            del self.unsent_replies[_request_key(attempts.request)]  # (only this very request takes them, once)
-            if time.monotonic() - unsent[2] <= UNSENT_KEPT_S:
-                attempts.answered, attempts.committing = unsent[1], unsent[3]  # a cut commit: looked for first
-                attempts.records = unsent[4]  # their upstream calls: named after the conversation this commits to
-        if retry and attempts.committing is None:  # (a commit a failure cut is looked for first, in the loop)
-            answered = await self._answered_before(attempts.request)
-            if answered is not None:
-                return answered
-        deadline: float | None = None
-        delay = 0.1
-        gone = 0
-        while True:
-            attempts.began = False
-            try:
-                if attempts.committing is not None:
-                    reply = await self._commit_found(attempts)
-                    if reply is not None:
-                        return reply
-                attempts.asked = 0
-                return await self._complete_once(messages, tools, system, hashes, body, template_kwargs, attempts)
-            except ConversationGone as problem:
-                # `arc-ref forget` removed the conversation meanwhile; nothing of this attempt was written: the next
-                # one finds no mark of it and starts a new conversation from the request's messages
-                self.cache.pop(problem.key, None)
-                attempts.committing = None
-                gone += 1
-                if gone > FORGOTTEN_RETRIES:  # forgotten again and again: the client's own retry may fare better
-                    raise Failed(503, "store_unavailable", f"{problem}, {gone} times in a row; retry",
-                                 retry_after=STORE_RETRY_AFTER_S) from None
-                print(f"arc-ref proxy: {problem}: the request is tried again", file=sys.stderr, flush=True)
-            except StoreUnavailable as problem:
-                now = time.monotonic()
-                if deadline is None or attempts.began:  # a new outage: one line for it, not one per attempt
-                    deadline, delay = now + self.settings.store_retry_s, 0.1
-                    print(f"arc-ref proxy: {problem}; the request is tried again for up to"
-                          f" {self.settings.store_retry_s:g} s", file=sys.stderr, flush=True)
-                if now + delay > deadline:
-                    if attempts.committing is not None:  # a last look: the server may have made the commit
-                        with contextlib.suppress(StoreError):
-                            found = await self._commit_found(attempts)
-                            if found is not None:
-                                return found
-                    print(f"arc-ref proxy: the database stayed unavailable for {self.settings.store_retry_s:g} s:"
-                          " the request is answered 503", file=sys.stderr, flush=True)
-                    self._keep_unsent(attempts)
+        async with self._attempt_of(attempts.request, retry):
+            unsent = self.unsent_replies.get(_request_key(attempts.request))
+            if unsent is not None and unsent[0] == attempts.request:  # a 503 kept these from the agent: not asked again
+                del self.unsent_replies[_request_key(attempts.request)]  # (only this very request takes them, once)
+                if time.monotonic() - unsent[2] <= UNSENT_KEPT_S:
+                    attempts.answered, attempts.committing = unsent[1], unsent[3]  # a cut commit: looked for first
+                    attempts.records = unsent[4]  # their upstream calls: named after the conversation this commits to
+            if retry and attempts.committing is None:  # (a commit a failure cut is looked for first, in the loop)
+                answered = await self._answered_before(attempts.request)
+                if answered is not None:
+                    return answered
+            deadline: float | None = None
+            delay = 0.1
+            gone = 0
+            while True:
+                attempts.began = False
+                try:
+                    if attempts.committing is not None:
+                        reply = await self._commit_found(attempts)
+                        if reply is not None:
+                            return reply
+                    attempts.asked = 0
+                    return await self._complete_once(messages, tools, system, hashes, body, template_kwargs, attempts)
+                except ConversationGone as problem:
+                    # `arc-ref forget` removed the conversation meanwhile; nothing of this attempt was written: the next
+                    # one finds no mark of it and starts a new conversation from the request's messages
+                    self.cache.pop(problem.key, None)
+                    attempts.committing = None
+                    gone += 1
+                    if gone > FORGOTTEN_RETRIES:  # forgotten again and again: the client's own retry may fare better
+                        raise Failed(503, "store_unavailable", f"{problem}, {gone} times in a row; retry",
+                                     retry_after=STORE_RETRY_AFTER_S) from None
+                    print(f"arc-ref proxy: {problem}: the request is tried again", file=sys.stderr, flush=True)
+                except StoreUnavailable as problem:
+                    now = time.monotonic()
+                    if deadline is None or attempts.began:  # a new outage: one line for it, not one per attempt
+                        deadline, delay = now + self.settings.store_retry_s, 0.1
+                        print(f"arc-ref proxy: {problem}; the request is tried again for up to"
+                              f" {self.settings.store_retry_s:g} s", file=sys.stderr, flush=True)
+                    if now + delay > deadline:
+                        if attempts.committing is not None:  # a last look: the server may have made the commit
+                            with contextlib.suppress(StoreError):
+                                found = await self._commit_found(attempts)
+                                if found is not None:
+                                    return found
+                        print(f"arc-ref proxy: the database stayed unavailable for {self.settings.store_retry_s:g} s:"
+                              " the request is answered 503", file=sys.stderr, flush=True)
+                        self._keep_unsent(attempts)
+                        raise store_failed(problem) from None
+                    await self.database.discard_idle()
+                    await asyncio.sleep(delay)
+                    delay = min(2.0, delay * 2)
+                    self.store_retries += 1
+                except StoreError as problem:
+                    print(f"arc-ref proxy: the database failed the request (500 store_failed): {problem}",
+                          file=sys.stderr, flush=True)
                     raise store_failed(problem) from None
-                await self.database.discard_idle()
-                await asyncio.sleep(delay)
-                delay = min(2.0, delay * 2)
-                self.store_retries += 1
-            except StoreError as problem:
-                print(f"arc-ref proxy: the database failed the request (500 store_failed): {problem}", file=sys.stderr,
-                      flush=True)
-                raise store_failed(problem) from None
+
+    @contextlib.asynccontextmanager
+    async def _attempt_of(self, asked: AskedRequest, retry: bool) -> AsyncIterator[None]:
+        """A request while it runs on this instance, for a client's retry of it: a retry that arrives meanwhile (the
+        client's timeout, a cut connection) waits for it, then gets its reply (`_answered_before`) or, when it
+        failed, runs itself, rather than fork the conversation and ask the upstream again, as one process without
+        PostgreSQL does (review h35 F4). A retry that reaches another instance does not wait (it cannot tell)."""
+        key = _request_key(asked)
+        running = self.running_requests.get(key)
+        if retry and running is not None and running[0] == asked:
+            self.retries_waiting += 1
+            try:
+                await asyncio.wait({running[1]})
+            finally:
+                self.retries_waiting -= 1
+            running = self.running_requests.get(key)
+        if running is not None:  # another request of the same last message runs (agents that start alike)
+            yield
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.running_requests[key] = (asked, done)
+        try:
+            yield
+        finally:
+            del self.running_requests[key]
+            done.set_result(None)
 
     def _keep_unsent(self, attempts: RequestAttempts) -> None:
         """The upstream's replies of a request answered 503, for the same request sent again (the agent's retry after

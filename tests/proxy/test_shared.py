@@ -375,6 +375,43 @@ def test_a_clients_retry_of_an_answered_request_gets_its_reply_not_a_fork(postgr
         assert connection.execute("SELECT count(*) FROM arc_tasks").fetchone() == (3,)
 
 
+def test_a_clients_retry_while_its_first_attempt_runs_on_the_same_instance_waits_for_it(postgres: Any) -> None:
+    """Review h35 F4: a client's retry (x-stainless-retry-count) of a request still running on the same instance
+    (the client's timeout, a cut connection: the first attempt runs on and commits) forked the conversation and
+    asked the upstream again, where one process without PostgreSQL waits for the first attempt: against vLLM every
+    timed-out retry was one more generation of the same view, and the agent went on in a fork. Now the instance
+    that runs the first attempt waits for it and sends its reply; if that attempt fails, the retry runs itself."""
+    database = postgres.create_database("arc_test_shared_retry_running")
+    calls: list[int] = []
+    release: list[asyncio.Event] = []
+
+    async def upstream(request: Any) -> Any:
+        calls.append(1)
+        await release[0].wait()
+        return bash_call_reply(request)
+
+    async def scenario() -> tuple[Any, Any, Any]:
+        release.append(asyncio.Event())
+        proxy, client = in_process_shared(database, upstream)
+        try:
+            first = asyncio.ensure_future(proxy.complete(first_request(), None))
+            while not calls:  # the first attempt waits on the upstream
+                await asyncio.sleep(0.01)
+            retry = asyncio.ensure_future(proxy.complete(first_request(), None, retry=True))
+            # the retry waits for it (before: it asked the upstream again)
+            while len(calls) < 2 and not getattr(proxy, "retries_waiting", 0):
+                await asyncio.sleep(0.01)
+            release[0].set()
+            return await first, await retry, proxy
+        finally:
+            await proxy.close()
+            await client.aclose()
+
+    first, retry, proxy = asyncio.run(scenario())
+    assert len(calls) == 1, "the retry asked the upstream again"
+    assert retry is first and proxy.retries_answered == 1
+
+
 def test_a_clients_retry_that_reaches_another_instance_gets_the_reply_kept_with_the_commit(postgres: Any) -> None:
     """A client's retry of an answered request that a balancer sends to another instance forked the conversation and
     asked the upstream again (only the answering instance remembered the reply). The reply is now kept with its
