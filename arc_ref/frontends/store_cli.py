@@ -46,6 +46,7 @@ from arc_ref.options import integer_parser, unique_settings
 from arc_ref.persist import DurableStore, StoreError, StoreNotFound, read_rows
 from arc_ref.persist.acknowledgement import ACK_SUFFIX
 from arc_ref.persist.errors import StoreExists
+from arc_ref.persist.lock import process_exists
 from arc_ref.persist.store import SQLITE_LOGS, link_into_place, refuse_leftover_logs
 from arc_ref.persist.postgres import Store, is_database_url, create_store, open_store, shown_url
 from arc_ref.persist.rows import fold_rows, read_row
@@ -500,7 +501,7 @@ def remove_killed_copies(target: Path) -> list[str]:
             families.setdefault(found.group(), []).append(name)
     removed = []
     for key, family in sorted(families.items()):
-        if _process_exists(int(key.partition("-")[0])):
+        if process_exists(int(key.partition("-")[0])):
             continue
         store = target.parent / (prefix + key)
         try:
@@ -525,18 +526,6 @@ def remove_killed_copies(target: Path) -> list[str]:
             if descriptor >= 0:
                 os.close(descriptor)
     return removed
-
-
-def _process_exists(pid: int) -> bool:
-    if pid <= 0 or pid == os.getpid():
-        return pid > 0
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # EPERM: another user's process
-        return True
-    return True
 
 
 @contextlib.contextmanager

@@ -21,6 +21,20 @@ _held_locks: dict[tuple[int, int], int] = {}  # (st_dev, st_ino) of the stores t
 _held_guard = threading.Lock()
 
 
+def process_exists(pid: int) -> bool:
+    """Whether a process with this PID runs on this machine (another user's counts): a file named after a dead one
+    was left by a process killed before it could remove it."""
+    if pid <= 0 or pid == os.getpid():
+        return pid > 0
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: another user's process
+        return True
+    return True
+
+
 def lock_holder(device: int, inode: int) -> str:
     """The pid holding a flock on the file, from /proc/locks (Linux), or "" when it cannot be told."""
     wanted = f"{os.major(device):02x}:{os.minor(device):02x}:{inode}"

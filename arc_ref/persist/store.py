@@ -32,6 +32,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -59,7 +60,7 @@ from arc_ref.persist.errors import (
     StoreNotFound,
     StoreReadOnly,
 )
-from arc_ref.persist.lock import WriterLock
+from arc_ref.persist.lock import WriterLock, process_exists
 from arc_ref.persist.rows import (
     GENESIS,
     Appended,
@@ -220,6 +221,32 @@ def link_into_place(staging: Path, target: Path, exists: StoreError) -> None:
         os.replace(staging, target)
 
 
+_CREATION = re.compile(r"([0-9]+)-[0-9]+(?:-wal|-shm|-journal)?")  # PID-TID, then one of SQLite's files
+
+
+def remove_killed_creations(target: Path) -> list[str]:
+    """Remove what a creation of ``target`` killed mid-way (SIGKILL, a machine stopped) left beside it: its staging
+    store ``.NAME.creating-PID-TID`` with its -wal, -shm and -journal (review h35 F6: about 57 KB left in a proxy
+    conversation's folder for good), only those of a process that no longer runs (a creation under way is never
+    touched: its process is there). The names removed."""
+    prefix = f".{target.name}.creating-"
+    try:
+        names = os.listdir(target.parent)
+    except OSError:
+        return []
+    removed = []
+    for name in sorted(names):
+        found = _CREATION.fullmatch(name[len(prefix):]) if name.startswith(prefix) else None
+        if found is None or process_exists(int(found.group(1))):
+            continue
+        try:
+            (target.parent / name).unlink()
+        except OSError:
+            continue
+        removed.append(name)
+    return removed
+
+
 class DurableStore:
     """An ARC task whose every event is committed to SQLite before it is acknowledged (see the module doc).
 
@@ -260,6 +287,7 @@ class DurableStore:
         if os.path.lexists(target):
             raise exists
         refuse_leftover_logs(target)
+        remove_killed_creations(target)
         # built under a temporary name, locked, and linked into place: a crash while creating leaves no half
         # store, and of two creators only the one whose link succeeds goes on (the other gets StoreExists)
         staging = target.with_name(f".{target.name}.creating-{os.getpid()}-{threading.get_ident()}")

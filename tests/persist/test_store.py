@@ -138,6 +138,27 @@ def test_a_refused_configuration_creates_no_file(tmp_path: Path) -> None:
     assert not path.exists()
 
 
+def test_a_creation_killed_mid_way_leaves_nothing_for_the_next_one(tmp_path: Path) -> None:
+    """A process killed while it built ``.NAME.creating-PID-TID`` (SIGKILL: its finally never ran) left that staging
+    store and its logs; the next creation of the same store removes them (review h35 F6: a proxy killed while it
+    made a conversation's store left about 57 KB in the folder for good). A live process's staging files stay."""
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(gone.stdout)  # a process that ran and ended: nothing has its PID (or one reused: left, as alive)
+    target = tmp_path / "task.arc"
+    left = [tmp_path / f".task.arc.creating-{dead_pid}-140{number}{suffix}"
+            for number, suffix in enumerate(("", "-wal", "-shm", "-journal"))]
+    running = tmp_path / f".task.arc.creating-{os.getpid()}-1"  # a creation under way in a live process
+    other = tmp_path / f".notes.arc.creating-{dead_pid}-1"  # another store's
+    for path in (*left, running, other):
+        path.write_bytes(b"x" * 100)
+    DurableStore.create(target, CONFIG).close()
+    if not any(path.exists() for path in left):  # (skipped only when the PID was taken again meanwhile)
+        assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
+            ["task.arc", "task.arc.ack", running.name, other.name])
+    else:
+        assert os.path.exists(f"/proc/{dead_pid}"), "the dead process's staging files were left"
+
+
 def test_files_are_owner_only_whatever_the_umask(tmp_path: Path) -> None:
     path = tmp_path / "s.arc"
     old = os.umask(0o002)
