@@ -168,6 +168,7 @@ class UpstreamError(ArcError):
     status: int
     body: bytes
     content_type: str
+    conversation: str = ""  # the conversation whose call it answered (the proxy's log line names it)
     code = "upstream"
 
     def __attrs_post_init__(self) -> None:
@@ -1569,7 +1570,7 @@ class Proxy:
         record.status = response.status_code
         if response.status_code != 200:
             raise UpstreamError(response.status_code, response.content,
-                                response.headers.get("content-type", "application/json"))
+                                response.headers.get("content-type", "application/json"), conversation.key)
         record.status = 502  # until it reads as a completion
         raw = response.content
         too_deep = nesting_problem(raw)

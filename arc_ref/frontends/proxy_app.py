@@ -488,7 +488,8 @@ def build_app(settings: ProxySettings) -> Any:
                 said = error_message(json.loads(problem.body)) or text
             except (ValueError, RecursionError):
                 said = text
-            print(f"arc-ref proxy: the upstream answered {problem.status}: {escape_line(said)[:300]}",
+            whose = f" (conversation {escape_line(problem.conversation)[:80]})" if problem.conversation else ""
+            print(f"arc-ref proxy: the upstream answered {problem.status}{whose}: {escape_line(said)[:300]}",
                   file=sys.stderr, flush=True)
         elif isinstance(problem, Failed) and problem.status >= 500:
             print(f"arc-ref proxy: {problem.status} {problem.code}: {escape_line(str(problem))[:300]}",
