@@ -79,3 +79,63 @@ def test_budgets_from_a_window_fit_or_the_prefix_cannot_qwen3(window: int, reser
         tools=parse_tools(ENVIRONMENT_TOOLS) if tool_mode else (),
     )
     check_window(base, recall, chunk)
+
+
+def spec_derivation(base: Config, recall: int, chunk: int) -> dict[str, int | str] | None:
+    """spec/parameters.md "Budgets from a window and a prefix", steps 1-4, restated here from the floors
+    `minimum_budgets` reports (p = 1), without `arc_ref.budgets`' arithmetic: the derived fields and the regime,
+    or None where step 3 refuses."""
+    probe = base.replace(stub_cap=112, chunk_tokens=chunk, page_size=1, overhead=64)
+    c = max(112, minimum_budgets(probe)["stub_cap"])  # c = max(112, c_min), eta = max(64, eta_i): the spec's numbers
+    floors = minimum_budgets(probe.replace(stub_cap=c))
+    eta, prefix = max(64, floors["overhead"]), floors["prefix_tokens"]
+    m_min, r_min, p_min = floors["summary_budget"], floors["recent_budget"], floors["page_budget"]
+    q_min_1 = floors["recall_budget"] - chunk + 1  # Q_min(q) = recall_frame + q + rho
+    page_frame = p_min - c
+    limit = base.context_limit - base.max_completion
+    preferred = max(recall, floors["recall_budget"])  # max(Q*, Q_min(q*))
+    a = limit - prefix - preferred - eta
+    m, r, p = 2 * a // 7, 4 * a // 7, a // 7
+    if m >= m_min and r >= r_min and p >= p_min:
+        regime, q_budget, q = "shares", preferred, chunk
+    else:
+        s = limit - prefix - eta - (m_min + r_min + p_min + q_min_1)
+        if s < 0:
+            return None
+        q_budget, m, r, p = q_min_1 + 2 * s // 9, m_min + 2 * s // 9, r_min + 4 * s // 9, p_min + s // 9
+        if q_budget > preferred:
+            r, q_budget = r + q_budget - preferred, preferred
+        regime, q = "floors", min(chunk, q_budget - q_min_1 + 1)
+    return {"regime": regime, "summary_budget": m, "recent_budget": r, "page_budget": p,
+            "page_size": max(1, (p - page_frame) // c), "stub_cap": c, "recall_budget": q_budget,
+            "chunk_tokens": q, "overhead": eta}
+
+
+@given(st.one_of(st.integers(1, 40000), st.integers(0, 39999).map(lambda x: 40000 - x)), reserves,
+       st.lists(st.sampled_from(WORDS), max_size=120).map("".join), recall_preferences, chunk_preferences,
+       st.sampled_from((("o200k_base", "chatml"), ("bytes", "chatml"), ("cl100k_base", "qwen3-nothink"))),
+       st.booleans())
+@proves("D2")
+def test_budgets_from_a_window_are_the_numbers_the_spec_derives(limit: int, reserve: int, goal: str, recall: int,
+                                                                chunk: int, counting: tuple[str, str],
+                                                                defaults: bool) -> None:
+    """A port must derive the same numbers (parameters.md): each of M, R, P, p, c, Q, q, eta and the regime is
+    the one steps 1-4 give, and the derivation refuses exactly where step 3 does. Only the fit (K <= L, every
+    floor) is checked above; a split other than 2 : 4 : 1 or 2 : 2 : 4 : 1, a p below the most stubs P holds, or a
+    cap giving its excess to another budget would pass it; nor would another default Q* or q*, or another 112 or
+    64 in c = max(112, c_min) and eta = max(64, eta_i). L is drawn (the window is L + G_max), half of
+    the time near its largest value, so that most draws are derived rather than refused."""
+    tokenizer, chat_format = counting
+    base = PRESETS["paper"].replace(tokenizer=tokenizer, chat_format=chat_format, goal=goal or "g",
+                                    context_limit=limit + reserve, max_completion=reserve)
+    if defaults:  # the preferences not given: Q* = 4000, q* = 1920
+        recall, chunk = 4000, 1920
+    expected = spec_derivation(base, recall, chunk)
+    try:
+        derived = (window_budgets(base) if defaults
+                   else window_budgets(base, recall_budget=recall, chunk_tokens=chunk))
+    except WindowTooSmall:
+        assert expected is None, f"refused although step 3 gives {expected}"
+        return
+    assert expected is not None, "step 3 refuses this window"
+    assert {"regime": derived.regime, **derived.fields()} == expected
