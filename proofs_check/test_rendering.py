@@ -357,3 +357,24 @@ def test_summary_fit_matches_the_spec(setup: Setup, specs: list[tuple[str, str]]
     for item in summary.items:
         if item.kind == "bare":
             assert item.text == records[item.index].obs_id
+
+
+@given(tight_setups(), st.lists(st.integers(1, 200), min_size=2, max_size=8))
+@proves("A4", "T1")
+def test_summary_collapses_the_oldest_full_stubs_first(setup: Setup, lengths: list[int]) -> None:
+    """Spec §11.3 on a summary of stubs only, each observation of its own length: the stubs that collapse to bare
+    ids are the oldest, so the fitted kinds are the spec's (`oracle_fit`) and every bare id precedes every full
+    stub. (A fit that collapsed the newest stub first passed `test_summary_fit_matches_the_spec`'s mixed lists
+    in the ci profile; h33 sweep, summary.py mutant 18.)"""
+    items: list[SummaryItem] = []
+    records = {}
+    for index, length in enumerate(lengths, start=1):
+        record = make_record(setup, index, "cat f", "x" * length, 0, 0)
+        records[index] = record
+        items.append(SummaryItem("stub", record.stub, record.stub_tokens, index))
+    summary = fit_summary(setup, items, 0, lambda index: records[index])
+    expected_kinds, expected_texts, expected_omitted = oracle_fit(setup, items, 0)
+    kinds = [item.kind for item in summary.items]
+    assert kinds == expected_kinds and [item.text for item in summary.items] == expected_texts
+    assert summary.omitted == expected_omitted
+    assert "stub" not in kinds or "bare" not in kinds[kinds.index("stub"):], kinds
