@@ -36,12 +36,12 @@ from typing import Any, Sequence
 
 import attrs
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from arc_ref import machine, render, trigger
 from arc_ref.chat import ChatFormat
-from arc_ref.config import PRESETS, Config
+from arc_ref.config import PRESETS, Config, preset
 from arc_ref.errors import BudgetViolation, CapacityExceeded, InvalidEvent
 from arc_ref.machine import (
     AgentTurn,
@@ -504,7 +504,19 @@ def _assembled(state: ArcState, **budgets: int) -> View:
                       state.live)
 
 
+# a state with a catalog page (G > 0), as view.py's mutant (P + g) for (P - g) needs to show (review h33 F1: the
+# derandomized draws alone hold it only while they stay what they are)
+_G_SHOWN = (preset("minimal", context_limit=335, max_completion=1, summary_budget=83, recent_budget=78, page_budget=78,
+                   page_size=1, stub_cap=37, recall_budget=56, chunk_tokens=1, overhead=8, capacity=5,
+                   fingerprint_bits=0, keep_verbatim_chars=0, recalls_per_step=1, tokenizer="o200k_base",
+                   chat_format="chatml", layout="lean", low_water=50, prefill_cost=1, expected_completion=0,
+                   summary_low_water=50),
+            [("", "head log.txt 5", "", -9), ("", "grep -n '' log.txt", "", 0), ("", "grep -n '' log.txt", "", 127),
+             ("", "  cat  notes.txt ", "", 0), ("", "ls", "", -9)], 2)
+
+
 @given(o200k_configs(), text_steps, st.integers(0, 3))
+@example(*_G_SHOWN)
 @proves("L2", "A4")
 def test_lean_h_may_use_exactly_what_s_g_and_u_leave_unused_and_no_more(
         config: Config, steps: list[tuple[str, str, str, int]], slack: int) -> None:
