@@ -93,9 +93,9 @@ def serve_proxy(upstream_url: str, store: Path | None = None, keepalive_s: float
         yield base_url
 
 
-@contextlib.contextmanager
-def serve_app(app: Any) -> Iterator[str]:
-    """A proxy's application (`build_app`) on a free port in a thread (its own event loop); its base URL."""
+def start_app(app: Any) -> tuple[Any, threading.Thread, str]:
+    """A proxy's application (`build_app`) started on a free port in a thread (its own event loop): the uvicorn
+    server (``should_exit = True`` stops it), its thread and its base URL."""
     listener = listening_socket("127.0.0.1", 0)
     port = int(listener.getsockname()[1])
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
@@ -105,8 +105,15 @@ def serve_app(app: Any) -> Iterator[str]:
         if not thread.is_alive():
             raise RuntimeError("the proxy did not start")
         threading.Event().wait(0.01)
+    return server, thread, f"http://127.0.0.1:{port}/v1"
+
+
+@contextlib.contextmanager
+def serve_app(app: Any) -> Iterator[str]:
+    """`start_app`, stopped on leaving; its base URL."""
+    server, thread, base_url = start_app(app)
     try:
-        yield f"http://127.0.0.1:{port}/v1"
+        yield base_url
     finally:
         server.should_exit = True
         thread.join(30)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.proxy.harness import QWEN3, needs_qwen3, serve_app
+from tests.proxy.harness import QWEN3, needs_qwen3, serve_app, start_app
 
 import httpx  # noqa: E402  (after the harness, which skips without the proxy extra)
 
@@ -94,10 +94,6 @@ def test_stopping_the_proxy_lets_a_stream_whose_client_left_commit(tmp_path: Pat
     end, its upstream reply lost (and 'unhandled exception during asyncio.run() shutdown' printed). Now the
     shutdown waits for it too, so its reply is committed: the same history sent to the restarted proxy forks the
     conversation (its head is past the task), where before it went on in place."""
-    import uvicorn
-
-    from arc_ref.frontends.proxy import listening_socket
-
     release = threading.Event()
     with fake_upstream() as upstream:
         def reply(body: dict[str, Any]) -> Any:
@@ -110,15 +106,8 @@ def test_stopping_the_proxy_lets_a_stream_whose_client_left_commit(tmp_path: Pat
             return ProxySettings(upstream=upstream.url, tokenizer=f"hf-dir:{QWEN3}", context_limit=16384,
                                  store=tmp_path, keepalive_s=0.05)
         app = build_app(settings())
-        listener = listening_socket("127.0.0.1", 0)
-        port = int(listener.getsockname()[1])
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
-        thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[listener])), daemon=True)
-        thread.start()
-        while not server.started:
-            assert thread.is_alive()
-            threading.Event().wait(0.01)
-        with httpx.stream("POST", f"http://127.0.0.1:{port}/v1/chat/completions", timeout=120,
+        server, thread, base_url = start_app(app)
+        with httpx.stream("POST", f"{base_url}/chat/completions", timeout=120,
                           json={**REQUEST, "stream": True, "stream_test": 1}) as response:
             assert next(response.iter_lines()) == ": keepalive"
         # the client has left; the proxy is stopped while its request waits on the upstream
