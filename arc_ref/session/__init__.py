@@ -52,6 +52,7 @@ from arc_ref.machine import (
     step,
     view,
 )
+from arc_ref.history import ToolResultEntry
 from arc_ref.message import ToolCall
 from arc_ref.openai_wire import TOOL_CALL_SHAPE, ShapeError, WireToolCall, arguments_text, field_of, read_tool_call
 from arc_ref.persist.postgres import Store, create_store, open_store
@@ -386,7 +387,15 @@ class Session:
         if made.call_id in self._calls:
             raise SessionError(f"call {made.call_id!r} is to the environment's tool {made.name!r}: run it and add"
                                " its result with add_tool_result")
-        if not self._calls and self.start().turn > 0:
+        state = self.start()
+        if not self._calls and state.turn > 0:
+            waits_for = next((before for before, entry in state.waiting_answers
+                              if isinstance(entry, ToolResultEntry) and entry.call_id == made.call_id), None)
+            if waits_for is not None:  # an answer to a call after an environment call's (spec/rendering.md 13)
+                earlier = ", ".join(call.call_id for call in state.pending if call.call_id in waits_for)
+                raise SessionError(f"call {made.call_id!r}: this session was reopened after that turn; ARC's answer"
+                                   f" to it waits for the result of {earlier} (add_tool_result), then it is in the"
+                                   " view (messages())")
             raise SessionError(f"call {made.call_id!r}: this session was reopened after that turn; ARC's answers"
                                " to its calls are already in the view (messages())")
         raise SessionError(f"no call of the last assistant turn has id {made.call_id!r}: add the assistant"

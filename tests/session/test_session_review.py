@@ -74,6 +74,12 @@ def test_handle_after_reopening_says_why_the_answer_is_not_here(model_dir: str, 
                                                                                  "arguments": '{"id": "§1"}'}}])
     session.close()
     with Session.open(tmp_path / "t.arc") as reopened:
+        # call_b comes after read_file's call: its answer waits for that result (spec/rendering.md 13), so it is
+        # not in the view yet (review h36: the message said it was)
+        with pytest.raises(SessionError, match="reopened after that turn.*waits for the result of call_a"):
+            reopened.handle({"id": "call_b", "type": "function", "function": {"name": "_recall_meta",
+                                                                             "arguments": '{"id": "§1"}'}})
+        reopened.add_tool_result("call_a", "x")
         with pytest.raises(SessionError, match="reopened after that turn.*already in the view"):
             reopened.handle({"id": "call_b", "type": "function", "function": {"name": "_recall_meta",
                                                                              "arguments": '{"id": "§1"}'}})
