@@ -166,6 +166,24 @@ def tool_mode_mutation_vectors() -> tuple[TraceVector, ...]:
                       lambda outputs: responses_start(3, "Observation (rc=0):\ngamma")(outputs) and responses_start(
                           4, "Observation (rc=0):\ngamma", "Observation (rc=0):\ndelta", "catalog-next:")(outputs))),
                     (QWEN3_VECTOR_PATH,)),
+        TraceVector("tool_answer_waiting_shares_r", tool_mode,
+                    "An answer that waits for an earlier call's result is part of that result's unit (review h36):"
+                    " of read_file then _recall_meta at R = 300, the answer (24 tokens) waits for read_file's result,"
+                    " and the result's share of R leaves room for it, so 220 words, which would be shown verbatim"
+                    " were the waiting answer not counted, are shown as their stub; in a second turn alike (its"
+                    " answer now 39 tokens: an id range to name), 190 words fit their share and are shown verbatim.",
+                    (config("minimal", **{**TOOLS, "recent_budget": 300}),
+                     tool_turn("Read it.", call("call_1", "read_file", '{"path": "a.txt"}'),
+                               call("call_2", "_recall_meta", '{"id": "x"}')),
+                     tool_result("call_1", "word " * 220), VIEW,
+                     tool_turn("Read it.", call("call_3", "read_file", '{"path": "a.txt"}'),
+                               call("call_4", "_recall_meta", '{"id": "x"}')),
+                     tool_result("call_3", "word " * 190), VIEW),
+                    (("the waiting answer counts in the result's share: line 3 is its stub",
+                      lambda outputs: ops(outputs, "tool_result")[0]["verbatim"] is False),
+                     ("a result within its share is verbatim: line 6",
+                      lambda outputs: ops(outputs, "tool_result")[1]["verbatim"] is True)),
+                    (QWEN3_VECTOR_PATH,)),
     )
 
 
