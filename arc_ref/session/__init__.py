@@ -344,8 +344,10 @@ class Session:
     def add_assistant(self, message: Any = None, tool_calls: Sequence[Any] | None = None) -> list[dict[str, Any]]:
         """Add the model's reply: an OpenAI assistant message (mapping or openai object), or its text and calls.
 
-        Calls to ARC's tools are answered now (their tool messages are returned, and are in `messages()`);
-        environment calls wait for `add_tool_result`. Returns ARC's tool messages in call order.
+        Calls to ARC's tools are answered now (their tool messages are returned); each is in `messages()` in its
+        call's place: at once when no environment call comes before it, else after the results of those calls
+        (spec/rendering.md 13). Environment calls wait for `add_tool_result`. Returns ARC's tool messages in call
+        order.
         """
         if isinstance(message, str) or message is None:
             content = message or ""
