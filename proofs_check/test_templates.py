@@ -23,7 +23,7 @@ from arc_ref.errors import CapacityExceeded, InvalidEvent
 from arc_ref.machine import (
     ArcState, ToolResult, ToolTurn, UserMessage, init, tool_result, tool_turn, user_message, view,
 )
-from arc_ref.history import ToolTurnEntry
+from arc_ref.history import ToolTurnEntry, tool_turn_entry
 from arc_ref.message import ToolCall
 from arc_ref.recall import reassemble
 from arc_ref.text import clipped, halving_lengths
@@ -371,3 +371,35 @@ def test_text_parts_views_count_as_the_server_counts(data: st.DataObject, steps:
                 check()
         except CapacityExceeded:
             return  # N_max reached
+
+
+@given(template_configs("tools", tools=ENVIRONMENT_TOOLS),
+       st.lists(st.tuples(st.sampled_from(("read_file", "ls")), _LONG_VALUE), min_size=1, max_size=3),
+       st.text(alphabet="ab \n", max_size=200))
+@proves("A4")
+def test_a_tool_turn_at_exactly_its_budget_keeps_its_text_or_its_calls_unclipped(
+        config: Config, calls: list[tuple[str, str]], thought: str) -> None:
+    """spec/rendering.md section 13, to the token: a turn whose message costs exactly its budget is shown whole;
+    when its text clipped whole with every string of its calls clipped at a length of halving_lengths costs
+    exactly the budget (and no longer length fits), the calls are shown clipped at that length, not shorter
+    (h37 sweep: history.py mutants 40 and 28, `<=` made `<` in tool_turn_entry's two fit tests, passed every
+    property; test_a_call_too_long_for_r_... checks the first length that fits only below the budget)."""
+    setup = init(config).setup
+    made = tuple(ToolCall(f"call_{number}", name, json.dumps({"path": value[:8], "body": value}))
+                 for number, (name, value) in enumerate(calls, 1))
+    shown_calls = tuple(setup.shown_call(call) for call in made)
+    text = setup.show(thought)
+    whole = setup.message("assistant", text, shown_calls).tokens
+    assert tool_turn_entry(setup, 1, thought, made, whole).message == setup.message("assistant", text, shown_calls)
+    least_text = clipped(text, 0)
+    lengths = halving_lengths(max(longest_string_value(call.arguments) for call in shown_calls))
+    unclipped = min(setup.message("assistant", clipped(text, keep), shown_calls).tokens
+                    for keep in halving_lengths(len(text)))  # the least any clip of the text alone costs
+    for keep in lengths[1:]:
+        cut = tuple(ToolCall(call.call_id, call.name, spec_clip(call.arguments, keep)) for call in shown_calls)
+        budget = setup.message("assistant", least_text, cut).tokens
+        if budget < unclipped:  # no clip of the text alone fits: the calls are clipped, at this length
+            entry = tool_turn_entry(setup, 1, thought, made, budget)
+            assert entry.message.tool_calls == cut and entry.message.content == least_text
+            event("calls clipped at exactly the budget")
+            return
