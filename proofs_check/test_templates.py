@@ -23,7 +23,8 @@ from arc_ref.errors import CapacityExceeded, InvalidEvent
 from arc_ref.machine import (
     ArcState, ToolResult, ToolTurn, UserMessage, init, tool_result, tool_turn, user_message, view,
 )
-from arc_ref.history import ToolTurnEntry, tool_turn_entry
+from arc_ref.history import ToolTurnEntry, stub_message_parts, tool_result_entry, tool_turn_entry, verbatim_head
+from arc_ref.store import make_record
 from arc_ref.message import ToolCall
 from arc_ref.recall import reassemble
 from arc_ref.text import clipped, halving_lengths
@@ -403,3 +404,28 @@ def test_a_tool_turn_at_exactly_its_budget_keeps_its_text_or_its_calls_unclipped
             assert entry.message.tool_calls == cut and entry.message.content == least_text
             event("calls clipped at exactly the budget")
             return
+
+
+@given(template_configs("tools", tools=ENVIRONMENT_TOOLS), _LONG_VALUE, st.integers(0, 3))
+@proves("A4")
+def test_a_tool_result_at_exactly_its_share_or_its_least_room_is_shown_as_the_spec_states(
+        config: Config, output: str, spare: int) -> None:
+    """spec/rendering.md section 13, to the token: a result whose verbatim message costs exactly its share is
+    shown verbatim; a stub that costs exactly the share is shown (the least room, however large, is not looked
+    at); a stub over the share gives way to the verbatim message when that costs exactly the least room (h37
+    sweep: history.py mutants 31, 32 and 48, tool_result_entry's `<=` made `<` and `>` made `>=`, passed every
+    property in the sweep's set, tests/core and the vectors)."""
+    setup = init(config).setup
+    call = ToolCall("call_1", "read_file", '{"path": "a.txt"}')
+    record = make_record(setup, 1, call.action(), output, 0, 0)
+    show_id = setup.show(call.call_id)
+    whole = setup.message("tool", verbatim_head(setup, record) + record.shown, (), show_id).tokens
+    stub = setup.message("tool", stub_message_parts(setup, record)[0], (), show_id).tokens
+    assert tool_result_entry(setup, 1, call.call_id, record, whole).verbatim
+    if stub >= whole:
+        event("the stub costs no less than the result")
+        return
+    at_share = tool_result_entry(setup, 1, call.call_id, record, stub, whole + spare)
+    assert not at_share.verbatim and at_share.message.tokens == stub
+    over = tool_result_entry(setup, 1, call.call_id, record, stub - 1, whole)
+    assert over.verbatim and over.message.tokens == whole
