@@ -19,11 +19,12 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from arc_ref.config import Config
-from arc_ref.errors import CapacityExceeded, InvalidEvent
+from arc_ref.errors import BudgetViolation, CapacityExceeded, InvalidEvent
 from arc_ref.machine import (
     ArcState, ToolResult, ToolTurn, UserMessage, init, tool_result, tool_turn, user_message, view,
 )
-from arc_ref.history import ToolTurnEntry, stub_message_parts, tool_result_entry, tool_turn_entry, verbatim_head
+from arc_ref.history import (ToolTurnEntry, stub_message_parts, tool_note_entry, tool_result_entry, tool_turn_entry,
+                             verbatim_head)
 from arc_ref.store import make_record
 from arc_ref.message import ToolCall
 from arc_ref.recall import reassemble
@@ -429,3 +430,21 @@ def test_a_tool_result_at_exactly_its_share_or_its_least_room_is_shown_as_the_sp
     assert not at_share.verbatim and at_share.message.tokens == stub
     over = tool_result_entry(setup, 1, call.call_id, record, stub - 1, whole)
     assert over.verbatim and over.message.tokens == whole
+
+
+@given(template_configs("tools", tools=ENVIRONMENT_TOOLS), st.lists(_LONG_VALUE, min_size=1, max_size=3))
+@proves("A4")
+def test_arc_s_answer_at_exactly_its_budget_is_shown_whole(config: Config, notes: list[str]) -> None:
+    """spec/rendering.md section 13, to the token: ARC's answer to a call of its tools is its notes, clipped as one
+    text only when its message costs more than the budget; one of exactly the budget is shown whole, one token
+    less clips it (h37 sweep: history.py mutant 45, tool_note_entry's `<=` made `<`, passed h33's sweep set, the
+    vectors and tests/core)."""
+    setup = init(config).setup
+    joined = "\n".join(notes)
+    whole = setup.message("tool", joined, (), setup.show("call_1"))
+    assert tool_note_entry(setup, 1, "call_1", notes, whole.tokens).message == whole
+    try:
+        below = tool_note_entry(setup, 1, "call_1", notes, whole.tokens - 1)
+    except BudgetViolation:
+        return
+    assert below.message.content != joined and below.message.tokens < whole.tokens
