@@ -415,7 +415,8 @@ def test_a_tool_result_at_exactly_its_share_or_its_least_room_is_shown_as_the_sp
     shown verbatim; a stub that costs exactly the share is shown (the least room, however large, is not looked
     at); a stub over the share gives way to the verbatim message when that costs exactly the least room (h37
     sweep: history.py mutants 31, 32 and 48, tool_result_entry's `<=` made `<` and `>` made `>=`, passed every
-    property in the sweep's set, tests/core and the vectors)."""
+    property in the sweep's set, tests/core and the vectors). A share of 1 token, too small to try the verbatim
+    message in, still gives it when it fits the least room (mutants 47 and 54 of that branch)."""
     setup = init(config).setup
     call = ToolCall("call_1", "read_file", '{"path": "a.txt"}')
     record = make_record(setup, 1, call.action(), output, 0, 0)
@@ -430,6 +431,8 @@ def test_a_tool_result_at_exactly_its_share_or_its_least_room_is_shown_as_the_sp
     assert not at_share.verbatim and at_share.message.tokens == stub
     over = tool_result_entry(setup, 1, call.call_id, record, stub - 1, whole)
     assert over.verbatim and over.message.tokens == whole
+    tiny = tool_result_entry(setup, 1, call.call_id, record, 1, whole)  # the share too small to try it in
+    assert tiny.verbatim and tiny.message.tokens == whole
 
 
 @given(template_configs("tools", tools=ENVIRONMENT_TOOLS), st.lists(_LONG_VALUE, min_size=1, max_size=3))
