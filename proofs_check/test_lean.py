@@ -29,14 +29,17 @@ in text mode and in tool mode.
 
 from __future__ import annotations
 
+import functools
 import json
 import string
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any, Sequence
 
 import attrs
 import pytest
-from hypothesis import example, given
+from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 from arc_ref import machine, render, trigger
@@ -540,3 +543,82 @@ def test_lean_h_may_use_exactly_what_s_g_and_u_leave_unused_and_no_more(
         assert f"{h} > {h - 1}" in str(refused), refused
     else:
         raise AssertionError(f"H of {h} tokens taken over R {allowance - 1} + {3 * slack} unused")
+
+
+# --- a fold copy's G priced at its one place, on a template whose pieces depend on their neighbours ---------
+
+PLACED_TEMPLATE = (
+    "{%- if tools %}<|im_start|>system\n# Tools{% for tool in tools %}\n{{ tool | tojson }}{% endfor %}<|im_end|>\n"
+    "{% endif %}"
+    "{%- for message in messages %}<|im_start|>{{ message.role }}\n"
+    "{%- if not loop.first and messages[loop.index0 - 1].role == 'assistant' %} AB{% endif %}"
+    "{%- if not loop.last and messages[loop.index0 + 1].role == 'assistant' %} NA{% endif %}"
+    "{%- if messages[loop.index0 + 1:] | selectattr('role', 'equalto', 'user') | list %} UL{% endif %}\n"
+    "{{- message.content }}"
+    "{%- if message.tool_calls %}{% for call in message.tool_calls %}\n<tool_call>{{ call.function.name }} "
+    "{{ call.function.arguments }}</tool_call>{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+"""A toy ChatML template whose every message piece names its place: AB after an assistant message, NA before
+one, UL with a user message later (the three fields of a Context)."""
+
+
+@functools.lru_cache(maxsize=1)
+def placed_model_dir() -> str:
+    """Qwen3's tokenizer.json beside a tokenizer_config.json whose template is PLACED_TEMPLATE (made once)."""
+    assert QWEN3 is not None
+    directory = Path(tempfile.mkdtemp(prefix="arc-placed-template-"))
+    (directory / "tokenizer.json").write_bytes((QWEN3 / "tokenizer.json").read_bytes())
+    config = json.loads((QWEN3 / "tokenizer_config.json").read_text(encoding="utf-8"))
+    config["chat_template"] = PLACED_TEMPLATE
+    (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    return str(directory)
+
+
+def _check_fold_copy_priced(state: ArcState) -> int:
+    """The fold copy of ``state`` (to its compaction target) costs what `machine.copy_tokens` prices it at, and
+    its floor is that less its S: G priced at its one place equals G in the copy's view. 1 when a copy shows G."""
+    copy, count = fold(state, compaction_target(state))
+    if count == 0 or copy.catalog_message is None or copy.summary.message is None:
+        return 0
+    shown = view(copy)
+    assert machine.copy_tokens(state, count, copy.summary.message) == shown.tokens
+    assert machine.copy_floor(state, count) + shown.components.summary == shown.tokens
+    return 1
+
+
+@needs_qwen3
+@given(st.sampled_from(("text", "tools")),
+       st.lists(st.tuples(st.integers(0, 40), st.integers(1, 60), st.booleans()), min_size=6, max_size=16))
+@proves("A4")
+def test_a_fold_copy_prices_its_catalog_page_where_the_copy_places_it(
+        mode: str, steps: list[tuple[int, int, bool]]) -> None:
+    """Layout lean (spec/rendering.md 11.1): the cost rule prices a fold copy before building it, its new catalog
+    page at the one place the copy's view gives it (`view.context_at`: the roles before and after it, a user
+    message later). On a template where every piece depends on those three, at every state of a trace (text or
+    tool mode, H left starting with a user or an assistant message), that price is the copy's view count
+    (h37 mutation sweep: view.py mutants 43 and 50, the role after G taken as the one before it and the G itself
+    counted as a later user message, passed every property on Qwen3, whose user pieces ignore their place)."""
+    config = preset("minimal", tokenizer=f"hf-dir:{placed_model_dir()}", chat_format="template", layout="lean",
+                    capacity=200, context_limit=3000, action_mode=mode,
+                    tools=ENVIRONMENT_TOOLS if mode == "tools" else ())
+    state = init(config)
+    shown = 0
+    try:
+        for number, (words, lines, observed) in enumerate(steps):
+            thought = f"Step {number} " + "why " * words
+            output = f"line {number} " * lines
+            if mode == "tools":
+                call = ToolCall(f"call_{number}", "read_file", json.dumps({"path": f"part{number}.txt"}))
+                state, _ = tool_turn(state, ToolTurn(thought, (call,)))
+                shown += _check_fold_copy_priced(state)
+                state, _ = tool_result(state, ToolResult(call.call_id, output))
+            else:
+                state, _ = agent_turn(state, AgentTurn(thought, f"cat part{number}.txt"))
+                shown += _check_fold_copy_priced(state)
+                if observed:
+                    state, _ = observe(state, Observe(f"cat part{number}.txt", output, 0))
+            shown += _check_fold_copy_priced(state)
+    except CapacityExceeded:
+        pass
+    event(f"copies showing G checked: {min(shown, 5)}{'+' if shown > 5 else ''}")

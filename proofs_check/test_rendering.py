@@ -11,12 +11,15 @@ from typing import Callable, Sequence
 
 import attrs
 
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from arc_ref import render
 from arc_ref.config import Config, Setup, make_setup, minimum_budgets, preset
-from arc_ref.history import AgentEntry, CommandEntry, agent_entry, command_entry
+from arc_ref.errors import BudgetViolation
+from arc_ref.history import (AgentEntry, CommandEntry, UserEntry, agent_entry, command_entry, stub_message_parts,
+                            user_entry)
+from arc_ref.machine import USER_ACTION
 from arc_ref.message import Message
 from arc_ref.store import make_record, make_stub, previews
 from arc_ref.summary import SummaryItem, fit_summary, note_item, observation_item, thought_item
@@ -378,3 +381,35 @@ def test_summary_collapses_the_oldest_full_stubs_first(setup: Setup, lengths: li
     assert kinds == expected_kinds and [item.text for item in summary.items] == expected_texts
     assert summary.omitted == expected_omitted
     assert "stub" not in kinds or "bare" not in kinds[kinds.index("stub"):], kinds
+
+
+@given(tight_setups(), texts(300), st.integers(1, 200))
+@proves("A4")
+def test_a_user_message_verbatim_at_exactly_r_and_its_stub_taken_at_exactly_r(
+        setup: Setup, content: str, repeat: int) -> None:
+    """Spec §9 (A4), a user message after the goal: verbatim when its message costs <= R, to the token; otherwise
+    its stub message, taken when that costs <= R, to the token, and refused one token below (h37 sweep:
+    history.py mutants 18 and 19, `<=` made `<` and `>` made `>=` in user_entry, passed every property, tests/core
+    and the vectors: no check put a user message or its stub at exactly R)."""
+    record = make_record(setup, 1, USER_ACTION, content * repeat, 0, 0)
+
+    def entry_at(recent_budget: int) -> UserEntry:
+        return user_entry(attrs.evolve(setup, config=setup.config.replace(recent_budget=recent_budget)), 2, record)
+
+    whole = setup.message_tokens(render.USER, record.shown)
+    at = entry_at(whole)
+    assert at.verbatim and at.message.content == record.shown and at.message.tokens == whole
+    stub = setup.message_tokens(render.USER, stub_message_parts(setup, record)[0])
+    if stub >= whole:
+        event("the stub costs no less than the message")
+        return  # (no budget takes the stub and refuses the message)
+    below = entry_at(whole - 1)
+    assert not below.verbatim and below.message.tokens == stub
+    taken = entry_at(stub)
+    assert not taken.verbatim and taken.message.tokens == stub
+    try:
+        entry_at(stub - 1)
+    except BudgetViolation:
+        pass
+    else:
+        raise AssertionError(f"a stub message of {stub} tokens taken within R = {stub - 1}")

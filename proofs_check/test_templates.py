@@ -19,11 +19,13 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from arc_ref.config import Config
-from arc_ref.errors import CapacityExceeded, InvalidEvent
+from arc_ref.errors import BudgetViolation, CapacityExceeded, InvalidEvent
 from arc_ref.machine import (
     ArcState, ToolResult, ToolTurn, UserMessage, init, tool_result, tool_turn, user_message, view,
 )
-from arc_ref.history import ToolTurnEntry
+from arc_ref.history import (ToolTurnEntry, stub_message_parts, tool_note_entry, tool_result_entry, tool_turn_entry,
+                             verbatim_head)
+from arc_ref.store import make_record
 from arc_ref.message import ToolCall
 from arc_ref.recall import reassemble
 from arc_ref.text import clipped, halving_lengths
@@ -371,3 +373,81 @@ def test_text_parts_views_count_as_the_server_counts(data: st.DataObject, steps:
                 check()
         except CapacityExceeded:
             return  # N_max reached
+
+
+@given(template_configs("tools", tools=ENVIRONMENT_TOOLS),
+       st.lists(st.tuples(st.sampled_from(("read_file", "ls")), _LONG_VALUE), min_size=1, max_size=3),
+       st.text(alphabet="ab \n", max_size=200))
+@proves("A4")
+def test_a_tool_turn_at_exactly_its_budget_keeps_its_text_or_its_calls_unclipped(
+        config: Config, calls: list[tuple[str, str]], thought: str) -> None:
+    """spec/rendering.md section 13, to the token: a turn whose message costs exactly its budget is shown whole;
+    when its text clipped whole with every string of its calls clipped at a length of halving_lengths costs
+    exactly the budget (and no longer length fits), the calls are shown clipped at that length, not shorter
+    (h37 sweep: history.py mutants 40 and 28, `<=` made `<` in tool_turn_entry's two fit tests, passed every
+    property; test_a_call_too_long_for_r_... checks the first length that fits only below the budget)."""
+    setup = init(config).setup
+    made = tuple(ToolCall(f"call_{number}", name, json.dumps({"path": value[:8], "body": value}))
+                 for number, (name, value) in enumerate(calls, 1))
+    shown_calls = tuple(setup.shown_call(call) for call in made)
+    text = setup.show(thought)
+    whole = setup.message("assistant", text, shown_calls).tokens
+    assert tool_turn_entry(setup, 1, thought, made, whole).message == setup.message("assistant", text, shown_calls)
+    least_text = clipped(text, 0)
+    lengths = halving_lengths(max(longest_string_value(call.arguments) for call in shown_calls))
+    unclipped = min(setup.message("assistant", clipped(text, keep), shown_calls).tokens
+                    for keep in halving_lengths(len(text)))  # the least any clip of the text alone costs
+    for keep in lengths[1:]:
+        cut = tuple(ToolCall(call.call_id, call.name, spec_clip(call.arguments, keep)) for call in shown_calls)
+        budget = setup.message("assistant", least_text, cut).tokens
+        if budget < unclipped:  # no clip of the text alone fits: the calls are clipped, at this length
+            entry = tool_turn_entry(setup, 1, thought, made, budget)
+            assert entry.message.tool_calls == cut and entry.message.content == least_text
+            event("calls clipped at exactly the budget")
+            return
+
+
+@given(template_configs("tools", tools=ENVIRONMENT_TOOLS), _LONG_VALUE, st.integers(0, 3))
+@proves("A4")
+def test_a_tool_result_at_exactly_its_share_or_its_least_room_is_shown_as_the_spec_states(
+        config: Config, output: str, spare: int) -> None:
+    """spec/rendering.md section 13, to the token: a result whose verbatim message costs exactly its share is
+    shown verbatim; a stub that costs exactly the share is shown (the least room, however large, is not looked
+    at); a stub over the share gives way to the verbatim message when that costs exactly the least room (h37
+    sweep: history.py mutants 31, 32 and 48, tool_result_entry's `<=` made `<` and `>` made `>=`, passed every
+    property in the sweep's set, tests/core and the vectors). A share of 1 token, too small to try the verbatim
+    message in, still gives it when it fits the least room (mutants 47 and 54 of that branch)."""
+    setup = init(config).setup
+    call = ToolCall("call_1", "read_file", '{"path": "a.txt"}')
+    record = make_record(setup, 1, call.action(), output, 0, 0)
+    show_id = setup.show(call.call_id)
+    whole = setup.message("tool", verbatim_head(setup, record) + record.shown, (), show_id).tokens
+    stub = setup.message("tool", stub_message_parts(setup, record)[0], (), show_id).tokens
+    assert tool_result_entry(setup, 1, call.call_id, record, whole).verbatim
+    if stub >= whole:
+        event("the stub costs no less than the result")
+        return
+    at_share = tool_result_entry(setup, 1, call.call_id, record, stub, whole + spare)
+    assert not at_share.verbatim and at_share.message.tokens == stub
+    over = tool_result_entry(setup, 1, call.call_id, record, stub - 1, whole)
+    assert over.verbatim and over.message.tokens == whole
+    tiny = tool_result_entry(setup, 1, call.call_id, record, 1, whole)  # the share too small to try it in
+    assert tiny.verbatim and tiny.message.tokens == whole
+
+
+@given(template_configs("tools", tools=ENVIRONMENT_TOOLS), st.lists(_LONG_VALUE, min_size=1, max_size=3))
+@proves("A4")
+def test_arc_s_answer_at_exactly_its_budget_is_shown_whole(config: Config, notes: list[str]) -> None:
+    """spec/rendering.md section 13, to the token: ARC's answer to a call of its tools is its notes, clipped as one
+    text only when its message costs more than the budget; one of exactly the budget is shown whole, one token
+    less clips it (h37 sweep: history.py mutant 45, tool_note_entry's `<=` made `<`, passed h33's sweep set, the
+    vectors and tests/core)."""
+    setup = init(config).setup
+    joined = "\n".join(notes)
+    whole = setup.message("tool", joined, (), setup.show("call_1"))
+    assert tool_note_entry(setup, 1, "call_1", notes, whole.tokens).message == whole
+    try:
+        below = tool_note_entry(setup, 1, "call_1", notes, whole.tokens - 1)
+    except BudgetViolation:
+        return
+    assert below.message.content != joined and below.message.tokens < whole.tokens
