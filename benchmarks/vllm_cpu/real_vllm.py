@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -82,7 +83,9 @@ TOOL_CALL_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
 class VllmServer:
     """`python -m vllm.entrypoints.openai.api_server` in the vLLM environment, its log in a file: a window of
     ``window`` tokens, ``flags`` added (tool calls by default), ``kv_cache_gib`` of KV cache unless
-    VLLM_CPU_KVCACHE_SPACE says otherwise."""
+    VLLM_CPU_KVCACHE_SPACE says otherwise. The server's temporary files (vLLM binds its ZMQ sockets and writes a
+    ``vllm_dist_*`` file in the temporary folder, and leaves them there: about 8 a start) go to a folder of their
+    own beside the log, removed by ``stop``."""
 
     def __init__(self, python: str, model: Path, log: Path, start_timeout_s: float, window: int = WINDOW,
                  flags: Sequence[str] = TOOL_CALL_FLAGS, kv_cache_gib: int = 1) -> None:
@@ -90,7 +93,9 @@ class VllmServer:
         self.root = f"http://127.0.0.1:{self.port}"
         self.url = f"{self.root}/v1"
         self.log = log
-        environment = {**os.environ,
+        self.scratch = log.with_name(log.stem + "-tmp")
+        self.scratch.mkdir(exist_ok=True)
+        environment = {**os.environ, "TMPDIR": str(self.scratch),
                        "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))}
         command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                    "--served-model-name", SERVED, "--max-model-len", str(window), "--port", str(self.port),
@@ -125,6 +130,7 @@ class VllmServer:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(timeout=30)
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def tail(path: Path, lines: int = 30) -> str:
