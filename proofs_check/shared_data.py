@@ -6,10 +6,12 @@ worktree). Checks that need the material skip with a message naming the path whe
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -48,6 +50,21 @@ QWEN3_ABSENT = (
     f"the Qwen3 tokenizer directory is absent: {shared_data_dir() / QWEN3_NAME} (real material lives in"
     f" ../shared/data beside the repository; set {SHARED_DATA_ENV} to point elsewhere)"
 )
+
+
+@functools.lru_cache(maxsize=None)
+def qwen3_with_template(template: str, prefix: str) -> str:
+    """A model folder made once per template: Qwen3's tokenizer.json beside a tokenizer_config.json whose chat
+    template is ``template``, in a temporary folder named ``prefix...``, removed when the process ends."""
+    qwen3 = qwen3_dir()
+    assert qwen3 is not None
+    directory = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, directory, True)
+    (directory / "tokenizer.json").write_bytes((qwen3 / "tokenizer.json").read_bytes())
+    config = json.loads((qwen3 / "tokenizer_config.json").read_text(encoding="utf-8"))
+    config["chat_template"] = template
+    (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    return str(directory)
 
 
 @functools.lru_cache(maxsize=2)

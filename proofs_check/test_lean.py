@@ -29,13 +29,9 @@ in text mode and in tool mode.
 
 from __future__ import annotations
 
-import atexit
-import functools
 import json
-import shutil
 import string
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -69,7 +65,7 @@ from arc_ref.message import Message, ToolCall
 from arc_ref.summary import EMPTY_SUMMARY, Summary, extends
 from arc_ref.view import View, build_view
 from proofs_check.registry import proves
-from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
+from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir, qwen3_with_template
 from proofs_check.strategies import ENVIRONMENT_TOOLS, configs, normal_actions, quoting, texts, thoughts
 
 QWEN3 = qwen3_dir()
@@ -565,19 +561,6 @@ PLACED_TEMPLATE = (
 one, UL with a user message later (the three fields of a Context)."""
 
 
-@functools.lru_cache(maxsize=1)
-def placed_model_dir() -> str:
-    """Qwen3's tokenizer.json beside a tokenizer_config.json whose template is PLACED_TEMPLATE (made once)."""
-    assert QWEN3 is not None
-    directory = Path(tempfile.mkdtemp(prefix="arc-placed-template-"))
-    atexit.register(shutil.rmtree, directory, True)  # removed when the process ends (it left ~2 MB per run)
-    (directory / "tokenizer.json").write_bytes((QWEN3 / "tokenizer.json").read_bytes())
-    config = json.loads((QWEN3 / "tokenizer_config.json").read_text(encoding="utf-8"))
-    config["chat_template"] = PLACED_TEMPLATE
-    (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
-    return str(directory)
-
-
 def _check_fold_copy_priced(state: ArcState) -> int:
     """The fold copy of ``state`` (to its compaction target) costs what `machine.copy_tokens` prices it at, and
     its floor is that less its S: G priced at its one place equals G in the copy's view. 1 when a copy shows G."""
@@ -602,7 +585,8 @@ def test_a_fold_copy_prices_its_catalog_page_where_the_copy_places_it(
     tool mode, H left starting with a user or an assistant message), that price is the copy's view count
     (h37 mutation sweep: view.py mutants 43 and 50, the role after G taken as the one before it and the G itself
     counted as a later user message, passed every property on Qwen3, whose user pieces ignore their place)."""
-    config = preset("minimal", tokenizer=f"hf-dir:{placed_model_dir()}", chat_format="template", layout="lean",
+    directory = qwen3_with_template(PLACED_TEMPLATE, "arc-placed-template-")
+    config = preset("minimal", tokenizer=f"hf-dir:{directory}", chat_format="template", layout="lean",
                     capacity=200, context_limit=3000, action_mode=mode,
                     tools=ENVIRONMENT_TOOLS if mode == "tools" else ())
     state = init(config)

@@ -8,11 +8,7 @@ preprocessed as vLLM does and rendered by ``transformers``' own ``apply_chat_tem
 
 from __future__ import annotations
 
-import atexit
-import functools
 import json
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +31,7 @@ from arc_ref.tools import longest_string_value
 from arc_ref.view import View
 from proofs_check.harness import apply, event_lists, numbered_calls, resolve_stored, recent_allowance
 from proofs_check.registry import proves
-from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir, transformers_prompt
+from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir, qwen3_with_template, transformers_prompt
 from proofs_check.strategies import ENVIRONMENT_TOOLS, configs, tool_steps
 
 QWEN3 = qwen3_dir()
@@ -327,25 +323,12 @@ PARTS_TEMPLATE = (
 tool result's as text parts, and ``{% if message.content %}`` is true of an empty content (one empty part)."""
 
 
-@functools.lru_cache(maxsize=1)
-def parts_model_dir() -> str:
-    """Qwen3's tokenizer.json beside a tokenizer_config.json whose template is PARTS_TEMPLATE (made once)."""
-    assert QWEN3 is not None
-    directory = Path(tempfile.mkdtemp(prefix="arc-parts-template-"))
-    atexit.register(shutil.rmtree, directory, True)  # removed when the process ends (it left ~2 MB per run)
-    (directory / "tokenizer.json").write_bytes((QWEN3 / "tokenizer.json").read_bytes())
-    config = json.loads((QWEN3 / "tokenizer_config.json").read_text(encoding="utf-8"))
-    config["chat_template"] = PARTS_TEMPLATE
-    (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
-    return str(directory)
-
-
 @given(st.data(), tool_steps())
 @proves("L2", "T1", "A4")
 def test_text_parts_views_count_as_the_server_counts(data: st.DataObject, steps: list[Any]) -> None:
     """Tool mode on a template vLLM hands text parts: every view's text and count equal the server's (its content
     wrapped as vLLM wraps it), within K."""
-    directory = parts_model_dir()
+    directory = qwen3_with_template(PARTS_TEMPLATE, "arc-parts-template-")
     config = data.draw(configs(fixed={"tokenizer": f"hf-dir:{directory}", "chat_format": "template",
                                       "action_mode": "tools", "tools": ENVIRONMENT_TOOLS}))
     state = init(config)
