@@ -22,7 +22,7 @@ from arc_ref.tokenizers import get_tokenizer
 from arc_ref.view import verify_tokens, within_budget
 from proofs_check.harness import apply, event_lists, exact_view, resolve_stored, recent_allowance
 from proofs_check.registry import proves
-from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
+from proofs_check.shared_data import QWEN3_ABSENT, QWEN3_NAME, qwen3_dir, shared_data_dir
 from proofs_check.strategies import ENVIRONMENT_TOOLS, configs, texts, tool_steps, unicode_texts
 
 
@@ -164,7 +164,7 @@ def _tokenizer_names() -> list[str]:
     return names
 
 
-QWEN3_TOKENIZER = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "qwen3-tokenizer" / "tokenizer.json"
+QWEN3_TOKENIZER = shared_data_dir() / QWEN3_NAME / "tokenizer.json"  # ARC_SHARED_DATA honoured, as elsewhere
 _SCRATCH = tempfile.TemporaryDirectory(prefix="arc-tokenizer-")  # removed when the interpreter exits
 TOKENIZER_NAMES = _tokenizer_names()
 
