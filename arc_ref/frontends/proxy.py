@@ -1551,8 +1551,11 @@ class Proxy:
         max_tokens = min(cap, asked[0]) if asked else cap
         request.pop("max_completion_tokens", None)
         request["max_tokens"] = max_tokens
-        if type(request.get("min_tokens")) is int and request["min_tokens"] > max_tokens:
-            request["min_tokens"] = max_tokens  # (review h30 F10: the cap made vLLM's 'min_tokens > max_tokens' 400)
+        least = request.get("min_tokens")
+        if type(least) is int and max_tokens < least <= (asked[0] if asked else least):
+            # lowered with the cap (review h30 F10: the cap made vLLM's 'min_tokens > max_tokens' 400); a client's
+            # min_tokens above its own max_tokens is sent as written, the upstream's 400 its answer (review h34 F7)
+            request["min_tokens"] = max_tokens
         record = RoundRecord(conversation.key, hidden, tokens, state.setup.budget, state.setup.limit, max_tokens,
                              0, None, bool(body.get("stream")), view_digest(messages, tools), conversation.seq,
                              REQUEST_OWNER.get())

@@ -269,10 +269,16 @@ def test_min_tokens_above_the_proxy_s_cap_is_lowered_with_max_tokens() -> None:
         upstream.reply = reply
         answered = post(base_url, task(1), max_tokens=100_000, min_tokens=90_000)
         small = post(base_url, task(2), max_tokens=100_000, min_tokens=5)
-    assert answered.status_code == 200 and small.status_code == 200, answered.text
-    capped, kept = seen
+        unasked = post(base_url, task(3), min_tokens=90_000)
+        inconsistent = post(base_url, task(4), max_tokens=10, min_tokens=3000)
+    assert [response.status_code for response in (answered, small, unasked, inconsistent)] == [200] * 4
+    capped, kept, capped_alone, as_sent = seen
     assert capped["max_tokens"] < 90_000 and capped["min_tokens"] == capped["max_tokens"], capped
     assert kept["min_tokens"] == 5
+    assert capped_alone["min_tokens"] == capped_alone["max_tokens"] < 90_000, capped_alone
+    # the client's own inconsistency is not rewritten: the upstream answers it (vLLM: 400), as without the proxy
+    # (review h34 F7: it was lowered to 10 and answered 200)
+    assert (as_sent["max_tokens"], as_sent["min_tokens"]) == (10, 3000), as_sent
 
 
 def test_the_upstream_s_cached_tokens_reach_the_agent_and_the_rounds() -> None:
