@@ -163,15 +163,27 @@ def cpu_seconds(pid: int) -> float:
     return total / 1e9
 
 
-def wait_listening(port: int, process: subprocess.Popen[bytes], seconds: float, what: str) -> None:
+def log_tail(log: Path | None, lines: int = 15) -> str:
+    """The last lines of a server's log, for the error that says it did not start (its folder is removed)."""
+    if log is None:
+        return ""
+    try:
+        kept = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-lines:]
+    except OSError:
+        return ""
+    return "; its log ends:\n" + "\n".join("    " + line for line in kept) if kept else ""
+
+
+def wait_listening(port: int, process: subprocess.Popen[bytes], seconds: float, what: str,
+                   log: Path | None = None) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"{what} exited with {process.returncode} before listening")
+            raise RuntimeError(f"{what} exited with {process.returncode} before listening" + log_tail(log))
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
             return
         time.sleep(0.1)
-    raise RuntimeError(f"{what} did not listen on port {port} within {seconds:.0f} s")
+    raise RuntimeError(f"{what} did not listen on port {port} within {seconds:.0f} s" + log_tail(log))
 
 
 @contextlib.contextmanager
@@ -181,7 +193,7 @@ def server_process(command: Sequence[str], port: int, what: str, env: dict[str, 
     process = subprocess.Popen(list(command), stdout=out, stderr=subprocess.STDOUT, env=env,
                                start_new_session=True)
     try:
-        wait_listening(port, process, start_seconds, what)
+        wait_listening(port, process, start_seconds, what, log)
         yield process
     finally:
         with contextlib.suppress(ProcessLookupError):
