@@ -1,0 +1,77 @@
+"""One client never harms another, for what the clients of one proxy share beyond a conversation (review h40): the
+worker threads every request's core work runs on."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import threading
+from typing import Any
+
+import pytest
+
+from tests.proxy.harness import BASH_TOOL, QWEN3, bash_call_reply, needs_qwen3
+
+import httpx  # noqa: E402  (after the harness, which skips without the proxy extra)
+
+from arc_ref.frontends.proxy import LARGE_WORK_CHARACTERS, Proxy, ProxySettings  # noqa: E402
+from arc_ref.frontends.proxy_app import decode_body  # noqa: E402
+
+pytestmark = needs_qwen3
+ANSWERED_WITHIN_S = 30  # the small client's request is answered within this while the large ones are held
+
+
+def request(task: str, output: str | None = None) -> dict[str, Any]:
+    """A first request (with ``output``: its agent's first call answered with that output)."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You run one bash command per turn."},
+                                      {"role": "user", "content": task}]
+    if output is not None:
+        messages += [{"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function",
+                      "function": {"name": "bash", "arguments": '{"command": "cat big.log"}'}}]},
+                     {"role": "tool", "tool_call_id": "call_1", "content": output}]
+    return {"model": "m", "messages": messages, "tools": [BASH_TOOL]}
+
+
+def test_requests_with_large_outputs_never_take_the_worker_threads_a_small_request_needs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """As many requests carrying a large tool output as the loop has worker threads, each held while its output is
+    counted (a 20 MB output takes seconds): a small request of another client is answered meanwhile, and the
+    large ones ran on the proxy's threads for large work. Before, they took every worker thread and the small
+    request waited for one of them to finish (8 clients sending 20 MB outputs at once: another client's request
+    waited 27 s)."""
+    advance = Proxy._advance
+    held = threading.Event()
+    large_threads: set[str] = set()
+
+    def slow_when_large(self: Proxy, conversation: Any, new: Any, hashes: Any) -> Any:
+        if sum(len(message.text) for message in new) > LARGE_WORK_CHARACTERS:
+            large_threads.add(threading.current_thread().name)
+            held.wait(4 * ANSWERED_WITHIN_S)  # the count of a long output
+        return advance(self, conversation, new, hashes)
+
+    monkeypatch.setattr(Proxy, "_advance", slow_when_large)
+    output = "row ok\n" * (LARGE_WORK_CHARACTERS // 7 + 1)
+    workers = 2
+
+    async def scenario() -> None:
+        asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(workers))
+        async with httpx.AsyncClient(transport=httpx.MockTransport(bash_call_reply)) as client:
+            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", context_limit=16384), client)
+            try:
+                large = [asyncio.ensure_future(proxy.complete(decode_body(json.dumps(request(
+                    f"Read the log {number}.", output)).encode(), proxy.known), None)) for number in range(workers)]
+                while len(large_threads) < workers and not any(task.done() for task in large):
+                    await asyncio.sleep(0.01)
+                small = proxy.complete(decode_body(json.dumps(request("Say hello.")).encode(), proxy.known), None)
+                reply = await asyncio.wait_for(small, ANSWERED_WITHIN_S)
+                assert reply.completion["choices"][0]["message"]["tool_calls"]
+                assert not any(task.done() for task in large)  # still held
+                held.set()
+                await asyncio.gather(*large)
+            finally:
+                held.set()
+                await proxy.close()
+
+    asyncio.run(scenario())
+    assert large_threads and all(name.startswith("arc-proxy-large") for name in large_threads), large_threads
