@@ -441,7 +441,10 @@ def build_app(settings: ProxySettings) -> Any:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+        # one connection per upstream call in flight, no cap: the upstream queues what it cannot run yet (vLLM's
+        # scheduler), where a pool's cap made a hidden queue in front of it, in which one client's hanging calls
+        # kept every other client's from the upstream (review h40: 256 held, the next waited up to 600 s, then 504)
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
         async with httpx.AsyncClient(limits=limits, timeout=settings.timeout_s) as client:
             if settings.database is not None:  # many instances on one database (issue 30)
                 from arc_ref.frontends.proxy_shared import SharedProxy

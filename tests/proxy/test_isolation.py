@@ -1,22 +1,31 @@
 """One client never harms another, for what the clients of one proxy share beyond a conversation (review h40): the
-worker threads every request's core work runs on."""
+worker threads every request's core work runs on, the connections to the upstream."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.proxy.harness import BASH_TOOL, QWEN3, bash_call_reply, needs_qwen3
+from tests.proxy.harness import BASH_TOOL, QWEN3, bash_call_reply, needs_qwen3, serve_app
 
 import httpx  # noqa: E402  (after the harness, which skips without the proxy extra)
 
 from arc_ref.frontends.proxy import LARGE_WORK_CHARACTERS, Proxy, ProxySettings  # noqa: E402
-from arc_ref.frontends.proxy_app import decode_body  # noqa: E402
+from arc_ref.frontends.proxy_app import build_app, decode_body  # noqa: E402
+from benchmarks.proxy_cases import completion, fake_upstream, free_port, task  # noqa: E402
 
 pytestmark = needs_qwen3
 ANSWERED_WITHIN_S = 30  # the small client's request is answered within this while the large ones are held
@@ -75,3 +84,56 @@ def test_requests_with_large_outputs_never_take_the_worker_threads_a_small_reque
 
     asyncio.run(scenario())
     assert large_threads and all(name.startswith("arc-proxy-large") for name in large_threads), large_threads
+
+
+STALLED = 260  # upstream calls held at once: more than the proxy's pool of upstream connections held before (256)
+
+
+def test_upstream_calls_one_client_holds_never_keep_another_clients_call_from_the_upstream() -> None:
+    """One client's requests whose upstream calls hang (a model that generates for minutes, a router's backend
+    that stalls), more of them than the proxy had upstream connections: another client's request still reaches the
+    upstream and is answered. Before, the proxy's pool held 256 connections to the upstream: the other request
+    waited for one of them up to the upstream timeout (600 s), then got 504 'the upstream did not answer', never
+    having been sent."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 8 * STALLED  # this process holds both ends of both hops
+    if soft < wanted:
+        if hard != resource.RLIM_INFINITY and hard < wanted:
+            pytest.skip(f"needs {wanted} open files, the hard limit is {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    release = threading.Event()
+
+    def reply(body: dict[str, Any]) -> tuple[int, bytes]:
+        if "hang" in body["messages"][-1]["content"]:
+            release.wait(4 * ANSWERED_WITHIN_S)
+        return 200, json.dumps(completion()).encode()
+
+    with fake_upstream() as upstream:
+        upstream.server.socket.listen(2 * STALLED)  # (its default backlog of 5 would make the connections retry)
+        upstream.reply = reply
+        settings = ProxySettings(upstream=upstream.url, tokenizer=f"hf-dir:{QWEN3}", context_limit=16384)
+        with serve_app(build_app(settings)) as base_url:
+
+            async def scenario() -> httpx.Response:
+                async with httpx.AsyncClient(limits=httpx.Limits(max_connections=None), timeout=None) as client:
+                    def ask(number: int, text: str) -> Any:
+                        return client.post(f"{base_url}/chat/completions",
+                                           json={"model": "fake", "messages": task(number, text)})
+
+                    held = [asyncio.ensure_future(ask(number, "hang")) for number in range(STALLED)]
+                    try:
+                        while len(upstream.requests) < 256:  # the pool the proxy had, full
+                            await asyncio.sleep(0.05)
+                        return await asyncio.wait_for(ask(STALLED, "Say hello."), ANSWERED_WITHIN_S)
+                    finally:
+                        release.set()
+                        await asyncio.gather(*held, return_exceptions=True)
+
+            try:
+                answered = asyncio.run(scenario())
+            finally:
+                release.set()
+    assert answered.status_code == 200, answered.text
+
