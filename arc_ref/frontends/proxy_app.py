@@ -658,6 +658,33 @@ def build_app(settings: ProxySettings) -> Any:
     ], lifespan=lifespan, exception_handlers={404: not_served, 405: not_served})
 
 
+FEW_OPEN_FILES = 4096  # a limit on open files below this is said at start
+
+
+def raise_open_files_limit() -> int | None:
+    """The process's soft limit on open files raised to its hard limit, and the limit now (None where there is
+    none to read). Each request in flight holds two descriptors, its client's connection and its upstream call's;
+    a shell's soft limit (1,024 on Linux, 256 on macOS) ran out at a few hundred clients at once, and the event
+    loop then refused every new connection, the quick clients' too, logging a traceback for each try, some 16,000
+    a second (review h40)."""
+    try:
+        import resource
+    except ImportError:  # (not on Windows)
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    for tried in (wanted, min(wanted, 10240)):  # macOS refuses more than OPEN_MAX (10,240) whatever its hard limit
+        if soft != resource.RLIM_INFINITY and soft >= tried:
+            break
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (tried, hard))
+            break
+        except (ValueError, OSError):
+            continue
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
 def serve(options: ProxyOptions, parse_setting: Callable[[str], tuple[str, object]]) -> int:
     """`arc-ref proxy`: check everything that can be checked (exit status 2 and one line, nothing created), then
     serve until interrupted."""
@@ -700,6 +727,12 @@ def serve(options: ProxyOptions, parse_setting: Callable[[str], tuple[str, objec
                   f" {allowed} client connections and {open_now} are open now: requests may wait for a connection"
                   " or meet 'too many clients'; lower --db-connections or raise the server's max_connections"
                   " (every instance's --db-connections together, with room to spare)", file=sys.stderr, flush=True)
+    open_files = raise_open_files_limit()
+    if open_files is not None and open_files < FEW_OPEN_FILES:
+        print(f"arc-ref proxy: warning: this process may open {open_files} files at most (ulimit -n; its hard limit"
+              f" too): a request in flight holds two (its client's connection and its upstream call), so past some"
+              f" {open_files // 2 - 16} clients at once new connections are refused; raise the hard limit",
+              file=sys.stderr, flush=True)
     try:
         listener = listening_socket(options.host, options.port)
     except (OSError, OverflowError) as problem:
@@ -715,4 +748,4 @@ def serve(options: ProxyOptions, parse_setting: Callable[[str], tuple[str, objec
     return OK.code
 
 
-__all__ = ["build_app", "serve"]
+__all__ = ["build_app", "raise_open_files_limit", "serve"]

@@ -137,3 +137,43 @@ def test_upstream_calls_one_client_holds_never_keep_another_clients_call_from_th
                 release.set()
     assert answered.status_code == 200, answered.text
 
+
+def test_a_shells_limit_on_open_files_does_not_bound_the_connections_the_proxy_serves(tmp_path: Path) -> None:
+    """`arc-ref proxy` started with a soft limit of 64 open files (a shell's is often 1,024, macOS's 256) and a
+    higher hard one: 100 clients connected at once (idle, or each waiting for its reply: a request in flight holds
+    two descriptors) leave room for another client, which is answered. Before, the process used the soft limit:
+    the connections past it were never accepted (every client refused, the slow and the quick alike) and the event
+    loop logged a traceback for each try, some 16,000 a second."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1024:
+        pytest.skip(f"the hard limit on open files is {hard}")
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+
+    with fake_upstream() as upstream, open(tmp_path / "stderr", "w+") as errors:
+        port = free_port()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "arc_ref.frontends.cli", "proxy", "--upstream", upstream.url, "--tokenizer",
+             f"hf-dir:{QWEN3}", "--port", str(port)], stdout=subprocess.DEVNULL, stderr=errors,
+            cwd=Path(__file__).resolve().parents[2], preexec_fn=limited, start_new_session=True)
+        idle: list[socket.socket] = []
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and process.poll() is None:
+                with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+                time.sleep(0.1)
+            idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(100)]
+            answered = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions",
+                                  json={"model": "fake", "messages": task(1)}, timeout=ANSWERED_WITHIN_S)
+            assert answered.status_code == 200, answered.text
+        finally:
+            for connection in idle:
+                connection.close()
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(60)
+        errors.seek(0)
+        assert "Too many open files" not in errors.read()
