@@ -685,6 +685,54 @@ def raise_open_files_limit() -> int | None:
     return None if soft == resource.RLIM_INFINITY else soft
 
 
+REQUEST_HEAD_S = 60.0  # a connection that sends no request head in this long (after connecting, or after its last
+# reply) is closed
+
+
+async def serve_server(server: Any, listener: Any, head_s: float = REQUEST_HEAD_S) -> None:
+    """The uvicorn ``server`` on ``listener`` until it exits, its connections that send no request head for
+    ``head_s`` closed meanwhile (`close_silent_connections`)."""
+    sweeper = asyncio.get_running_loop().create_task(close_silent_connections(server.server_state.connections,
+                                                                               head_s))
+    try:
+        await server.serve(sockets=[listener])
+    finally:
+        sweeper.cancel()
+
+
+async def close_silent_connections(connections: set[Any], head_s: float) -> None:
+    """Every ``head_s / 4`` s: each of the server's ``connections`` that has answered its requests (none runs) and
+    received no new request head for ``head_s`` (none since it connected, or since its last request) is shut down
+    as uvicorn shuts down an idle connection when it stops. uvicorn closes a kept-alive connection that sends
+    nothing 5 s after a reply, but not one that sends nothing from the start, nor one that sends part of a request
+    head and then nothing: those stayed open for ever, each holding a file descriptor (review h40: 1,100 of them,
+    none closed after 20 s; at the process's limit every other client was refused). A request runs on its
+    connection from its head on (its body's stalls are `read_body`'s), however long its reply takes."""
+    silent_since: dict[Any, tuple[Any, float]] = {}  # connection -> (its request when first seen idle, that time)
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(head_s / 4)
+        now = loop.time()
+        for connection in list(connections):
+            cycle = getattr(connection, "cycle", None)  # its latest request (uvicorn's h11 and httptools protocols)
+            if cycle is not None and not getattr(cycle, "response_complete", True):
+                silent_since.pop(connection, None)  # a request runs
+                continue
+            seen = silent_since.get(connection)
+            if seen is None or seen[0] is not cycle:
+                silent_since[connection] = (cycle, now)
+            elif now - seen[1] >= head_s:
+                del silent_since[connection]
+                try:
+                    connection.shutdown()
+                except Exception:  # noqa: BLE001 - whatever its protocol's state: closed all the same
+                    transport = getattr(connection, "transport", None)
+                    if transport is not None:
+                        transport.close()
+        for gone in silent_since.keys() - connections:
+            del silent_since[gone]
+
+
 def serve(options: ProxyOptions, parse_setting: Callable[[str], tuple[str, object]]) -> int:
     """`arc-ref proxy`: check everything that can be checked (exit status 2 and one line, nothing created), then
     serve until interrupted."""
@@ -744,7 +792,7 @@ def serve(options: ProxyOptions, parse_setting: Callable[[str], tuple[str, objec
     print(f"arc-ref proxy: http://{options.host}:{options.port}/v1 -> {settings.upstream} (window"
           f" {settings.context_limit}, store: {shown_store})", flush=True)
     server = uvicorn.Server(uvicorn.Config(build_app(settings), log_level="warning", access_log=False))
-    asyncio.run(server.serve(sockets=[listener]))
+    asyncio.run(serve_server(server, listener))
     return OK.code
 
 

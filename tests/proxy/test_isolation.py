@@ -1,5 +1,6 @@
 """One client never harms another, for what the clients of one proxy share beyond a conversation (review h40): the
-worker threads every request's core work runs on, the connections to the upstream."""
+worker threads every request's core work runs on, the connections to the upstream, the process's file
+descriptors."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from tests.proxy.harness import BASH_TOOL, QWEN3, bash_call_reply, needs_qwen3, 
 
 import httpx  # noqa: E402  (after the harness, which skips without the proxy extra)
 
-from arc_ref.frontends.proxy import LARGE_WORK_CHARACTERS, Proxy, ProxySettings  # noqa: E402
+from arc_ref.frontends.proxy import LARGE_WORK_CHARACTERS, Proxy, ProxySettings, listening_socket  # noqa: E402
 from arc_ref.frontends.proxy_app import build_app, decode_body  # noqa: E402
 from benchmarks.proxy_cases import completion, fake_upstream, free_port, task  # noqa: E402
 
@@ -177,3 +178,40 @@ def test_a_shells_limit_on_open_files_does_not_bound_the_connections_the_proxy_s
             process.wait(60)
         errors.seek(0)
         assert "Too many open files" not in errors.read()
+
+
+def test_a_connection_that_sends_no_request_is_closed_and_one_waiting_for_its_reply_is_not() -> None:
+    """Connections that send nothing, or the head of a request never finished, are closed after the proxy's wait
+    for a request head; a request the upstream takes longer than that to answer is answered on its connection.
+    Before, such connections stayed open for ever (1,100 of them: none closed after 20 s), each holding a file
+    descriptor: enough of them and every other client was refused."""
+    import uvicorn
+
+    from arc_ref.frontends.proxy_app import serve_server
+
+    with fake_upstream() as upstream:
+        upstream.delay_s = 1.0  # longer than the wait for a head below
+        settings = ProxySettings(upstream=upstream.url, tokenizer=f"hf-dir:{QWEN3}", context_limit=16384)
+        listener = listening_socket("127.0.0.1", 0)
+        port = int(listener.getsockname()[1])
+        server = uvicorn.Server(uvicorn.Config(build_app(settings), log_level="warning", access_log=False))
+        thread = threading.Thread(target=lambda: asyncio.run(serve_server(server, listener, head_s=0.3)),
+                                  daemon=True)
+        thread.start()
+        try:
+            while not server.started:
+                assert thread.is_alive()
+                time.sleep(0.01)
+            silent = socket.create_connection(("127.0.0.1", port))
+            partial = socket.create_connection(("127.0.0.1", port))
+            partial.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")
+            answered = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions",
+                                  json={"model": "fake", "messages": task(1)}, timeout=ANSWERED_WITHIN_S)
+            assert answered.status_code == 200, answered.text
+            for connection in (silent, partial):
+                connection.settimeout(ANSWERED_WITHIN_S)
+                assert connection.recv(1024) == b""  # closed by the proxy (a timeout here: still open)
+                connection.close()
+        finally:
+            server.should_exit = True
+            thread.join(30)
