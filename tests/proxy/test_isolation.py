@@ -215,3 +215,48 @@ def test_a_connection_that_sends_no_request_is_closed_and_one_waiting_for_its_re
         finally:
             server.should_exit = True
             thread.join(30)
+
+
+def test_the_rounds_are_listed_while_the_event_loop_serves_the_other_clients() -> None:
+    """GET /arc/rounds with its 10,000 rounds (3 MB of JSON) is built a slice at a time, the event loop running the
+    other clients' requests in between. Before, it was built in one go on the loop, ~110 ms each: one client
+    polling it made another's requests take 222 ms instead of 12 (two clients polling: 1,017 ms)."""
+    from arc_ref.frontends.proxy import ROUND_LOG_SIZE, RoundRecord
+
+    ticks = [0]
+    seen: set[int] = set()  # the ticks of the loop's other task while the list was read
+
+    class Watched(RoundRecord):
+        def __getattribute__(self, name: str) -> Any:
+            if name == "view_digest":
+                seen.add(ticks[0])
+            return super().__getattribute__(name)
+
+    with fake_upstream() as upstream:
+        app = build_app(ProxySettings(upstream=upstream.url, tokenizer=f"hf-dir:{QWEN3}", context_limit=16384))
+
+        async def listed() -> list[dict[str, Any]]:
+            async def other_client() -> None:
+                while True:
+                    ticks[0] += 1
+                    await asyncio.sleep(0)
+
+            async with app.router.lifespan_context(app):
+                app.state.proxy.rounds.extend(Watched(f"c{number}", False, 10, 100, 200, 50, 200, 10, seq=number)
+                                              for number in range(ROUND_LOG_SIZE))
+                ticker = asyncio.ensure_future(other_client())
+                try:
+                    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                                 base_url="http://proxy") as client:
+                        response = await client.get("/arc/rounds")
+                finally:
+                    ticker.cancel()
+                assert response.status_code == 200
+                return list(response.json())
+
+        rounds = asyncio.run(listed())
+    assert [entry["seq"] for entry in rounds] == list(range(ROUND_LOG_SIZE))
+    assert rounds[0] == {"conversation": "c0", "hidden": False, "view_tokens": 10, "budget": 100, "limit": 200,
+                         "max_tokens": 50, "status": 200, "upstream_prompt_tokens": 10, "streamed": False,
+                         "view_digest": "", "seq": 0, "upstream_cached_tokens": None}
+    assert len(seen) >= 10, len(seen)  # the other task ran at least 10 times while the rounds were read
