@@ -45,6 +45,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
+import functools
 import gc
 import hashlib
 import hmac
@@ -120,6 +121,9 @@ CONVERSATION_HEADER = "x-arc-conversation"
 KEEPALIVE_S = 5.0
 ROUND_LOG_SIZE = 10_000
 FORK_THREADS = 2  # copies of different conversations at once (those of one conversation: one at a time)
+LARGE_WORK_CHARACTERS = 2**20  # a request whose new messages hold more text than this is taken through the core on
+# the threads for large work (`Proxy.large_work`): a 20 MB tool output takes seconds to count
+LARGE_WORK_THREADS = 2
 REQUEST_OWNER: contextvars.ContextVar[str] = contextvars.ContextVar("request_owner", default="")
 """With --client-keys, a digest of this request's key (its rounds at /arc/rounds), set by the HTTP server."""
 UPSTREAM_HEADERS: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar("upstream_headers",
@@ -1230,6 +1234,11 @@ class Proxy:
         # every other client's requests need; the forks of one conversation one at a time (`fork_turn`), so such
         # a burst never delays the fork of another conversation (a retry, an edit) by more than one copy
         self.fork_copies = concurrent.futures.ThreadPoolExecutor(FORK_THREADS, thread_name_prefix="arc-proxy-fork")
+        # a request bringing a large output (seconds of counting) is taken through the core on threads of its own,
+        # so that a few such requests at once never take the worker threads every other client's requests need
+        # (review h40: 8 clients each sending a 20 MB tool output held another client's request 27 s)
+        self.large_work = concurrent.futures.ThreadPoolExecutor(LARGE_WORK_THREADS,
+                                                                thread_name_prefix="arc-proxy-large")
         self._fork_gates: dict[str, tuple[asyncio.Lock, list[int]]] = {}
 
     def stats(self) -> dict[str, int]:
@@ -1242,6 +1251,7 @@ class Proxy:
         if self._sweeper is not None:
             self._sweeper.cancel()
         self.fork_copies.shutdown(wait=False)
+        self.large_work.shutdown(wait=False)
         self.conversations.close()
 
     async def complete(self, body: dict[str, Any], explicit: str | None, retry: bool = False) -> Reply:
@@ -1435,7 +1445,12 @@ class Proxy:
         """The agent's new messages through the core, then the upstream's rounds: the core's work of a request in
         one worker-thread hand-off before the first upstream call (`_advance`) and one after each (`_answered`),
         so that the event loop serves the other clients meanwhile and no event hops on its own."""
-        shown = await asyncio.to_thread(self._advance, conversation, new, hashes)
+        if sum(len(message.text) + sum(len(call.arguments) for call in message.calls) for message in new
+               ) > LARGE_WORK_CHARACTERS:  # seconds of counting: on the threads for large work
+            work = functools.partial(contextvars.copy_context().run, self._advance, conversation, new, hashes)
+            shown = await asyncio.get_running_loop().run_in_executor(self.large_work, work)
+        else:
+            shown = await asyncio.to_thread(self._advance, conversation, new, hashes)
         usage: dict[str, Any] = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
         cached: int | None = None  # the upstream's prompt_tokens_details.cached_tokens, summed over the rounds
         hidden = HiddenRounds(self.settings.max_hidden_rounds, self.settings.max_read_rounds)

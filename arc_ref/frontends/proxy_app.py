@@ -32,6 +32,7 @@ from arc_ref.frontends.proxy import (
     ProxySettings,
     Refused,
     Reply,
+    RoundRecord,
     UpstreamError,
     StartRefused,
     UNREADABLE,
@@ -53,6 +54,9 @@ from arc_ref.text import escape_line
 
 
 LARGE_BODY_BYTES = 4 * 2**20  # a body above this is decoded in a worker thread
+ROUNDS_SLICE = 500  # GET /arc/rounds encodes this many rounds between two turns of the event loop's other work
+_ROUNDS_ENCODER = msgspec.json.Encoder()
+_ROUND_FIELDS = tuple(field.name for field in attrs.fields(RoundRecord) if field.name != "owner")
 _SPLIT_BODY = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _SPLIT_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 
@@ -441,7 +445,10 @@ def build_app(settings: ProxySettings) -> Any:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+        # one connection per upstream call in flight, no cap: the upstream queues what it cannot run yet (vLLM's
+        # scheduler), where a pool's cap made a hidden queue in front of it, in which one client's hanging calls
+        # kept every other client's from the upstream (review h40: 256 held, the next waited up to 600 s, then 504)
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
         async with httpx.AsyncClient(limits=limits, timeout=settings.timeout_s) as client:
             if settings.database is not None:  # many instances on one database (issue 30)
                 from arc_ref.frontends.proxy_shared import SharedProxy
@@ -611,12 +618,22 @@ def build_app(settings: ProxySettings) -> Any:
                         media_type=response.headers.get("content-type", "application/json"))
 
     async def rounds(request: Request) -> Response:
-        """Every upstream call; with --client-keys only the caller's own."""
+        """Every upstream call; with --client-keys only the caller's own. Listed a slice at a time, the event loop
+        serving the other clients in between (review h40: the 10,000 rounds in one go took ~110 ms of the loop:
+        one client polling them made every other client's requests 18 times slower)."""
         owner = client_owner(settings, request.headers.get("authorization"))
         if owner is None:
             return failure(unauthorized)
-        return JSONResponse([{name: value for name, value in attrs.asdict(record).items() if name != "owner"}
-                             for record in holder["proxy"].rounds if record.owner == owner])
+        records = list(holder["proxy"].rounds)  # (the log goes on meanwhile)
+        parts = []
+        for start in range(0, len(records), ROUNDS_SLICE):
+            part = _ROUNDS_ENCODER.encode([{name: getattr(record, name) for name in _ROUND_FIELDS}
+                                           for record in records[start:start + ROUNDS_SLICE]
+                                           if record.owner == owner])
+            if part != b"[]":
+                parts.append(part[1:-1])
+            await asyncio.sleep(0)
+        return Response(b"[" + b",".join(parts) + b"]", media_type="application/json")
 
     async def stats(request: Request) -> Response:
         """This instance's counters; not served with --client-keys (they count every client's activity)."""
@@ -653,6 +670,81 @@ def build_app(settings: ProxySettings) -> Any:
         Route("/arc/stats", stats, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
     ], lifespan=lifespan, exception_handlers={404: not_served, 405: not_served})
+
+
+FEW_OPEN_FILES = 4096  # a limit on open files below this is said at start
+
+
+def raise_open_files_limit() -> int | None:
+    """The process's soft limit on open files raised to its hard limit, and the limit now (None where there is
+    none to read). Each request in flight holds two descriptors, its client's connection and its upstream call's;
+    a shell's soft limit (1,024 on Linux, 256 on macOS) ran out at a few hundred clients at once, and the event
+    loop then refused every new connection, the quick clients' too, logging a traceback for each try, some 16,000
+    a second (review h40)."""
+    try:
+        import resource
+    except ImportError:  # (not on Windows)
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    for tried in (wanted, min(wanted, 10240)):  # macOS refuses more than OPEN_MAX (10,240) whatever its hard limit
+        if soft != resource.RLIM_INFINITY and soft >= tried:
+            break
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (tried, hard))
+            break
+        except (ValueError, OSError):
+            continue
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+REQUEST_HEAD_S = 60.0  # a connection that sends no request head in this long (after connecting, or after its last
+# reply) is closed
+
+
+async def serve_server(server: Any, listener: Any, head_s: float = REQUEST_HEAD_S) -> None:
+    """The uvicorn ``server`` on ``listener`` until it exits, its connections that send no request head for
+    ``head_s`` closed meanwhile (`close_silent_connections`)."""
+    sweeper = asyncio.get_running_loop().create_task(close_silent_connections(server.server_state.connections,
+                                                                               head_s))
+    try:
+        await server.serve(sockets=[listener])
+    finally:
+        sweeper.cancel()
+
+
+async def close_silent_connections(connections: set[Any], head_s: float) -> None:
+    """Every ``head_s / 4`` s: each of the server's ``connections`` that has answered its requests (none runs) and
+    received no new request head for ``head_s`` (none since it connected, or since its last request) is shut down
+    as uvicorn shuts down an idle connection when it stops. uvicorn closes a kept-alive connection that sends
+    nothing 5 s after a reply, but not one that sends nothing from the start, nor one that sends part of a request
+    head and then nothing: those stayed open for ever, each holding a file descriptor (review h40: 1,100 of them,
+    none closed after 20 s; at the process's limit every other client was refused). A request runs on its
+    connection from its head on (its body's stalls are `read_body`'s), however long its reply takes."""
+    silent_since: dict[Any, tuple[Any, float]] = {}  # connection -> (its request when first seen idle, that time)
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(head_s / 4)
+        now = loop.time()
+        for connection in list(connections):
+            cycle = getattr(connection, "cycle", None)  # its latest request (uvicorn's h11 and httptools protocols)
+            if cycle is not None and not getattr(cycle, "response_complete", True):
+                silent_since.pop(connection, None)  # a request runs
+                continue
+            seen = silent_since.get(connection)
+            if seen is None or seen[0] is not cycle:
+                silent_since[connection] = (cycle, now)
+            elif now - seen[1] >= head_s:
+                del silent_since[connection]
+                try:
+                    connection.shutdown()
+                except Exception:  # noqa: BLE001 - whatever its protocol's state: closed all the same
+                    transport = getattr(connection, "transport", None)
+                    if transport is not None:
+                        transport.close()
+        for gone in silent_since.keys() - connections:
+            del silent_since[gone]
 
 
 def serve(options: ProxyOptions, parse_setting: Callable[[str], tuple[str, object]]) -> int:
@@ -697,6 +789,12 @@ def serve(options: ProxyOptions, parse_setting: Callable[[str], tuple[str, objec
                   f" {allowed} client connections and {open_now} are open now: requests may wait for a connection"
                   " or meet 'too many clients'; lower --db-connections or raise the server's max_connections"
                   " (every instance's --db-connections together, with room to spare)", file=sys.stderr, flush=True)
+    open_files = raise_open_files_limit()
+    if open_files is not None and open_files < FEW_OPEN_FILES:
+        print(f"arc-ref proxy: warning: this process may open {open_files} files at most (ulimit -n; its hard limit"
+              f" too): a request in flight holds two (its client's connection and its upstream call), so past some"
+              f" {open_files // 2 - 16} clients at once new connections are refused; raise the hard limit",
+              file=sys.stderr, flush=True)
     try:
         listener = listening_socket(options.host, options.port)
     except (OSError, OverflowError) as problem:
@@ -708,8 +806,8 @@ def serve(options: ProxyOptions, parse_setting: Callable[[str], tuple[str, objec
     print(f"arc-ref proxy: http://{options.host}:{options.port}/v1 -> {settings.upstream} (window"
           f" {settings.context_limit}, store: {shown_store})", flush=True)
     server = uvicorn.Server(uvicorn.Config(build_app(settings), log_level="warning", access_log=False))
-    asyncio.run(server.serve(sockets=[listener]))
+    asyncio.run(serve_server(server, listener))
     return OK.code
 
 
-__all__ = ["build_app", "serve"]
+__all__ = ["build_app", "raise_open_files_limit", "serve"]

@@ -218,6 +218,7 @@ class SharedProxy(Proxy):
         if self._connection_sweeper is not None:
             self._connection_sweeper.cancel()
         self.fork_copies.shutdown(wait=False)
+        self.large_work.shutdown(wait=False)
         await self.database.close()
 
     async def _sweep_connections(self) -> None:
