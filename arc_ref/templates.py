@@ -210,6 +210,8 @@ _LOOP_NUMBERS = frozenset(("index", "index0", "revindex", "revindex0", "first", 
 _BUILTIN_METHOD: type = type("".startswith)
 _METHOD_TYPES: tuple[type, ...] = (type(_TemplateDict().fromkeys), _BUILTIN_METHOD)
 _ABSENT = object()
+_LOOP_CONTEXT = jinja2.runtime.LoopContext
+_DICT_NAMES = _ITEM_TYPES[dict]
 _object_attribute = object.__getattribute__  # a namespace's own dict read past its __getattribute__
 
 
@@ -228,17 +230,22 @@ class _Sandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         kind = type(obj)
-        if kind is jinja2.runtime.LoopContext and attribute in _LOOP_NUMBERS:
-            return getattr(obj, attribute)  # an int or a bool: nothing to wrap, and safe for this sandbox
-        names = _ITEM_TYPES.get(kind)
-        if names is not None and attribute not in names:
-            try:
-                if kind is dict:  # dict.get and obj[...] find the same item; a plain dict has no __missing__
+        if kind is dict:  # the commonest object (``message.role``): tested first
+            if attribute not in _DICT_NAMES:  # an item type's read (below), for a plain dict
+                try:  # dict.get and obj[...] find the same item; a plain dict has no __missing__
                     value = obj.get(attribute, _ABSENT)
                     return self.undefined(obj=obj, name=attribute) if value is _ABSENT else value
-                return obj[attribute]
-            except (TypeError, LookupError):
-                return self.undefined(obj=obj, name=attribute)
+                except (TypeError, LookupError):
+                    return self.undefined(obj=obj, name=attribute)
+        elif kind is _LOOP_CONTEXT and attribute in _LOOP_NUMBERS:
+            return getattr(obj, attribute)  # an int or a bool: nothing to wrap, and safe for this sandbox
+        else:
+            names = _ITEM_TYPES.get(kind)
+            if names is not None and attribute not in names:
+                try:
+                    return obj[attribute]
+                except (TypeError, LookupError):
+                    return self.undefined(obj=obj, name=attribute)
         if kind is _TemplateNamespace and type(attribute) is str and attribute[:1] != "_":
             # Namespace.__getattribute__ reads such a name from its dict (AttributeError when absent); a namespace
             # has no __getitem__, so the fallback below would give undefined
