@@ -416,8 +416,10 @@ def _added_token_text(value: Any) -> str | None:
 
 
 def _names_variable(source: str, name: str) -> bool:
-    """Whether a template's text names the variable ``name`` as a whole word (``bos_token``, not ``add_bos_token``)."""
-    return re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", source) is not None
+    """Whether a template's text names the variable ``name`` as a whole word (``bos_token``, not ``add_bos_token``).
+    The word's text is looked for first: the pattern, which begins with a look-behind, is tried at every position
+    of the text (~90 us over Qwen3's template, three names a new conversation's prefix)."""
+    return name in source and re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", source) is not None
 
 
 def _read_json_object(path: str, what: str) -> dict[str, Any]:
