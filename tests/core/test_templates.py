@@ -818,3 +818,36 @@ def test_qwen3s_template_gets_strings() -> None:
     source = load_template_source(str(QWEN3)).source
     assert source is not None
     assert templates.content_format(templates._environment().parse(source)) == "string"
+
+
+def _split_as_before(text: str, mark: str, messages: int) -> tuple[str, list[str], str] | int:
+    """`ChatTemplate.render_parts`' split before `templates.split_rendering` (issue 28): the reference."""
+    piece_mark, end_mark = mark + "P" + mark, mark + "E" + mark
+    body, ends, tail = text.rpartition(end_mark)
+    parts = body.split(piece_mark)
+    if not ends or end_mark in body or len(parts) != messages + 1:
+        return len(parts) - 1
+    return parts[0], parts[1:], tail
+
+
+def test_split_rendering_is_the_split_at_three_character_marks_on_every_short_text() -> None:
+    """Every text of up to 7 characters over the mark, "P", "E" and a letter, and every text of up to 6 of the
+    pieces mark, "P", "E", "a", piece mark and end mark (stray marks, "E" alone between two piece marks, marks cut
+    or overlapping), for 0-4 messages: the same pieces, or the same refusal count, as splitting at the whole marks
+    (also for the marks "P" and "E", and a two-character mark, which takes the old way)."""
+    import itertools
+
+    checked = 0
+    for mark in ("\x00", "\ufdd0", "P", "E", "\x00\x01"):
+        texts: set[str] = set()
+        for length in range(8 if mark in ("\x00", "\ufdd0") else 6):
+            texts.update("".join(letters) for letters in itertools.product((mark, "P", "E", "a"), repeat=length))
+        pieces = (mark, "P", "E", "a", mark + "P" + mark, mark + "E" + mark)
+        for length in range(7 if mark in ("\x00", "\ufdd0") else 5):
+            texts.update("".join(chosen) for chosen in itertools.product(pieces, repeat=length))
+        for text in texts:
+            for messages in range(5):
+                assert templates.split_rendering(text, mark, messages) == _split_as_before(text, mark, messages), (
+                    text, mark, messages)
+                checked += 1
+    assert checked > 600_000
