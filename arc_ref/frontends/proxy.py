@@ -80,7 +80,9 @@ from arc_ref.machine import (
     view,
 )
 from arc_ref.frontends.proxy_options import (
+    BODIES_IN_FLIGHT_PER_BODY,
     CLIENT_KEYS_ENV,
+    DEFAULT_BODIES_IN_FLIGHT_MB,
     DEFAULT_BODY_MEMORY_MB,
     DEFAULT_DB_CONNECTIONS,
     DEFAULT_MAX_BODY_MB,
@@ -492,6 +494,8 @@ class ProxySettings:
     timeout_s: float = 600.0
     context_limit: int | None = None  # the served window; None: --set context_limit or the preset's (`prepare`)
     max_body_bytes: int = DEFAULT_MAX_BODY_MB * 2**20
+    bodies_in_flight_bytes: int = DEFAULT_BODIES_IN_FLIGHT_MB * 2**20  # large bodies held at once (`BodyAllowance`)
+    body_wait_s: float = 30.0  # how long a large body waits, unread, for the allowance before 503
     body_idle_s: float = 60.0  # a request body with no byte for this long: 408 (a stalled client holds nothing)
     body_memory_bytes: int = DEFAULT_BODY_MEMORY_MB * 2**20  # the bodies decoded last (`proxy_app.RecentBodies`)
     max_conversations: int = DEFAULT_MAX_CONVERSATIONS  # conversations kept in memory (the least recent leave)
@@ -1750,11 +1754,17 @@ def settings_from(options: ProxyOptions, parse_setting: Callable[[str], tuple[st
         raise StartRefused(f"--store {_shown(str(store))} is not a directory")
     upstream_key = options.upstream_api_key or os.environ.get(UPSTREAM_KEY_ENV) or None
     client_keys = _client_keys(options.client_keys)
+    bodies_in_flight_mb = options.bodies_in_flight_mb or BODIES_IN_FLIGHT_PER_BODY * options.max_body_mb
+    if bodies_in_flight_mb < options.max_body_mb:
+        raise StartRefused(f"--bodies-in-flight-mb {bodies_in_flight_mb} is below --max-body-mb"
+                           f" {options.max_body_mb}: a body of the largest size accepted could never be held")
     return ProxySettings(upstream=upstream, tokenizer=f"{HF_DIR_PREFIX}{directory.resolve()}", preset_name=options.preset,
                          overrides=overrides, store=store, database=database,
                          max_hidden_rounds=options.max_hidden_rounds, max_read_rounds=options.max_read_rounds,
                          context_limit=context_limit,
                          max_body_bytes=options.max_body_mb * 2**20, body_memory_bytes=options.body_memory_mb * 2**20,
+                         bodies_in_flight_bytes=bodies_in_flight_mb * 2**20,
+                         timeout_s=float(options.upstream_timeout),
                          upstream_api_key=upstream_key,
                          max_conversations=options.max_conversations, idle_seconds=options.idle_seconds,
                          client_keys=client_keys, db_connections=options.db_connections,

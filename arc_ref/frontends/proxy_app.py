@@ -7,6 +7,8 @@ Apart from `arc_ref.frontends.proxy` so that neither proxy module imports the ot
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import hashlib
 import itertools
 import json
@@ -54,6 +56,7 @@ from arc_ref.text import escape_line
 
 
 LARGE_BODY_BYTES = 4 * 2**20  # a body above this is decoded in a worker thread
+HELD_BODY_BYTES = 2**20  # a body above this is held against the allowance for bodies in flight (`BodyAllowance`)
 ROUNDS_SLICE = 500  # GET /arc/rounds encodes this many rounds between two turns of the event loop's other work
 _ROUNDS_ENCODER = msgspec.json.Encoder()
 _ROUND_FIELDS = tuple(field.name for field in attrs.fields(RoundRecord) if field.name != "owner")
@@ -189,6 +192,67 @@ class _Decoded:
             else:
                 high = middle - 1
         return low
+
+
+class BodyAllowance:
+    """The bytes of large request bodies that requests hold at once (``--bodies-in-flight-mb``; review h40 F6: 48
+    bodies of 30 MB at once took the process from 805 to 2,287 MiB). A request takes its body's size before reading
+    it (`take`, first come first served: one that finds the allowance spent waits, its body unread, so its client
+    is held back by TCP) and gives it back when it ends (`give_back`); a body of unknown length takes as it is read
+    (`take_now`, never waiting: it might hold part of the allowance while another waits for it)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.free = total
+        self._waiting: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
+
+    async def take(self, size: int, wait_s: float) -> bool:
+        """Take ``size`` bytes, waiting up to ``wait_s`` behind the requests before it; False when they did not
+        come in time (nothing taken). ``size`` is at most the total (the start refuses an allowance below
+        --max-body-mb, and a larger body is refused before it asks)."""
+        if not self._waiting and size <= self.free:
+            self.free -= size
+            return True
+        granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (size, granted)
+        self._waiting.append(entry)
+        try:
+            async with asyncio.timeout(wait_s):
+                await granted
+            return True
+        except BaseException as problem:
+            if granted.done() and not granted.cancelled():  # given just before the time ran out: given back
+                self.give_back(size)
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiting.remove(entry)
+                self._grant()  # the first in line may be another now
+            if isinstance(problem, TimeoutError):
+                return False
+            raise
+
+    def take_now(self, size: int) -> bool:
+        """Take ``size`` bytes if they are free and nobody waits; else False (nothing taken)."""
+        if self._waiting or size > self.free:
+            return False
+        self.free -= size
+        return True
+
+    def give_back(self, size: int) -> None:
+        self.free += size
+        self._grant()
+
+    def _grant(self) -> None:
+        while self._waiting:
+            size, granted = self._waiting[0]
+            if granted.done():  # cancelled: its taker removes it
+                self._waiting.popleft()
+                continue
+            if size > self.free:
+                return
+            self._waiting.popleft()
+            self.free -= size
+            granted.set_result(None)
 
 
 class RecentBodies:
@@ -431,8 +495,6 @@ def error_event(problem: Exception) -> str:
 
 def build_app(settings: ProxySettings) -> Any:
     """The Starlette application of the proxy (its httpx client opened and closed with the app)."""
-    import contextlib
-
     from starlette.applications import Starlette
     from starlette.requests import ClientDisconnect, Request
     from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -442,6 +504,7 @@ def build_app(settings: ProxySettings) -> Any:
     # every request's task while it runs: at shutdown uvicorn waits for the requests whose clients are connected,
     # and the lifespan for these too (a stream whose client left after its keepalive still commits its reply)
     running: set[asyncio.Task[Reply]] = set()
+    allowance = BodyAllowance(settings.bodies_in_flight_bytes)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -502,15 +565,25 @@ def build_app(settings: ProxySettings) -> Any:
             print(f"arc-ref proxy: {problem.status} {problem.code}: {escape_line(str(problem))[:300]}",
                   file=sys.stderr, flush=True)
 
-    async def read_body(request: Request) -> bytes:
+    def busy() -> Failed:
+        return Failed(503, "busy", f"the proxy holds {settings.bodies_in_flight_bytes // 2**20} MiB of large request"
+                      " bodies already (--bodies-in-flight-mb); send it again later", retry_after=5)
+
+    async def read_body(request: Request, held: list[int]) -> bytes:
         """The body, refused (413) as soon as it passes the limit: never held whole when too large; one that stalls
-        (no byte for ``body_idle_s``) answered 408."""
+        (no byte for ``body_idle_s``) answered 408. A body over HELD_BODY_BYTES takes its size from the allowance
+        for bodies in flight first (its Content-Length, waiting up to ``body_wait_s`` unread; without one, as it
+        is read), else 503: ``held[0]`` is what it took, given back by the caller when its request ends."""
         limit = settings.max_body_bytes
         too_large = Failed(413, "request_too_large", f"the request body is over the proxy's limit of {limit} bytes"
                            " (--max-body-mb)")
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise too_large
+        if declared is not None and declared.isdigit() and int(declared) > HELD_BODY_BYTES:
+            if not await allowance.take(int(declared), settings.body_wait_s):
+                raise busy()
+            held[0] = int(declared)
         chunks, size = [], 0
         loop = asyncio.get_running_loop()
         try:  # (review h35 F8: a body that stalled held its connection, and a SIGTERM's drain, for ever)
@@ -520,6 +593,10 @@ def build_app(settings: ProxySettings) -> Any:
                     size += len(chunk)
                     if size > limit:
                         raise too_large
+                    if size > held[0] and size > HELD_BODY_BYTES:  # a body of no stated length: taken as it comes
+                        if not allowance.take_now(size - held[0]):
+                            raise busy()
+                        held[0] = size
                     chunks.append(chunk)
         except TimeoutError:
             chunks.clear()
@@ -544,15 +621,25 @@ def build_app(settings: ProxySettings) -> Any:
         owner = client_owner(settings, request.headers.get("authorization"))
         if owner is None:
             return failure(unauthorized)
+        held = [0]  # the bytes this request holds of the allowance for bodies in flight, given back when it ends
         try:
-            raw = await read_body(request)
-            # a very large body is decoded in a worker thread: the other clients' requests go on meanwhile
-            body = (decode_body(raw, proxy.known) if len(raw) <= LARGE_BODY_BYTES
-                    else await asyncio.to_thread(decode_body, raw, proxy.known))
-        except (Refused, Failed) as problem:
-            return failure(problem)
-        except ClientDisconnect:  # the client left before its body was whole: nobody to answer, nothing to log
-            return Response(status_code=400)  # (review h35 F1: uvicorn logged a 40-line traceback for each)
+            try:
+                raw = await read_body(request, held)
+                # a very large body is decoded in a worker thread: the other clients' requests go on meanwhile
+                body = (decode_body(raw, proxy.known) if len(raw) <= LARGE_BODY_BYTES
+                        else await asyncio.to_thread(decode_body, raw, proxy.known))
+            except (Refused, Failed) as problem:
+                return failure(problem)
+            except ClientDisconnect:  # the client left before its body was whole: nobody to answer, nothing to log
+                return Response(status_code=400)  # (review h35 F1: uvicorn logged a 40-line traceback for each)
+            return await answer(request, proxy, owner, body, held)
+        finally:
+            if held[0]:  # (not handed to a request that runs on)
+                allowance.give_back(held[0])
+
+    async def answer(request: Request, proxy: Proxy, owner: str, body: dict[str, Any], held: list[int]) -> Response:
+        """The reply to a decoded request (`chat`); the allowance ``held`` is handed to its task, which gives it
+        back when it ends: a stream's may end after this returns."""
         metadata = body.get("metadata")
         explicit = request.headers.get(CONVERSATION_HEADER)
         if explicit is None and isinstance(metadata, Mapping) and isinstance(metadata.get("conversation_id"), str):
@@ -565,6 +652,9 @@ def build_app(settings: ProxySettings) -> Any:
         task = asyncio.ensure_future(proxy.complete(body, explicit, retry))  # a copy of this context: its headers
         running.add(task)
         task.add_done_callback(running.discard)
+        if held[0]:
+            size, held[0] = held[0], 0
+            task.add_done_callback(lambda _done: allowance.give_back(size))
         if body.get("stream") is not True:
             try:
                 reply = await task

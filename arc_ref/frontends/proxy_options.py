@@ -22,6 +22,10 @@ CLIENT_KEYS_ENV = "ARC_PROXY_CLIENT_KEYS"
 DEFAULT_MAX_BODY_MB = 32  # a whole agent history; ARC's own limit on one observation is 64 MiB
 MAX_BODY_MB = 4096
 MAX_HIDDEN_ROUNDS = 1024
+BODIES_IN_FLIGHT_PER_BODY = 4  # --bodies-in-flight-mb by default: this many bodies of --max-body-mb (review h40 F6)
+DEFAULT_BODIES_IN_FLIGHT_MB = BODIES_IN_FLIGHT_PER_BODY * DEFAULT_MAX_BODY_MB
+DEFAULT_UPSTREAM_TIMEOUT_S = 600  # one upstream call, generation included
+MAX_UPSTREAM_TIMEOUT_S = 7 * 86400
 DEFAULT_BODY_MEMORY_MB = 64  # the request bodies kept so that a body is decoded from its new messages on
 MAX_BODY_MEMORY_MB = 2**20
 DEFAULT_MAX_CONVERSATIONS = 256
@@ -64,6 +68,16 @@ class ProxyOptions:
                                            " by chunk), beyond --max-hidden-rounds")
     max_body_mb: int = int_option(DEFAULT_MAX_BODY_MB, minimum=1, maximum=MAX_BODY_MB, metavar="MIB",
                                   help="the largest request body in MiB; a larger one is answered 413")
+    bodies_in_flight_mb: int | None = int_option(None, minimum=1, maximum=MAX_BODY_MB * 1024, metavar="MIB",
+                                                 recorded=False,
+                                                 help="request bodies over 1 MiB held at once, in MiB (each counted"
+                                                      " from before it is read until its request ends): one that"
+                                                      " finds them spent waits, unread, up to 30 s, then 503;"
+                                                      " at least --max-body-mb (default: 4 x --max-body-mb)")
+    upstream_timeout: int = int_option(DEFAULT_UPSTREAM_TIMEOUT_S, minimum=1, maximum=MAX_UPSTREAM_TIMEOUT_S,
+                                       metavar="S", recorded=False,
+                                       help="seconds one upstream call may take, the model's generation included;"
+                                            " past them the request is answered 504")
     body_memory_mb: int = int_option(DEFAULT_BODY_MEMORY_MB, minimum=0, maximum=MAX_BODY_MEMORY_MB, metavar="MIB",
                                      recorded=False,
                                      help="memory for the request bodies decoded last, so that a body resending a"
@@ -102,6 +116,7 @@ def proxy_options(arguments: argparse.Namespace) -> ProxyOptions:
     return options
 
 
-__all__ = ["CLIENT_KEYS_ENV", "LATE_SYSTEM_AS_USER", "LATE_SYSTEM_REFUSED", "DEFAULT_BODY_MEMORY_MB",
+__all__ = ["CLIENT_KEYS_ENV", "LATE_SYSTEM_AS_USER", "LATE_SYSTEM_REFUSED", "BODIES_IN_FLIGHT_PER_BODY", "DEFAULT_BODIES_IN_FLIGHT_MB",
+           "DEFAULT_BODY_MEMORY_MB", "DEFAULT_UPSTREAM_TIMEOUT_S",
            "DEFAULT_DB_CONNECTIONS", "DEFAULT_IDLE_SECONDS", "DEFAULT_MAX_BODY_MB", "DEFAULT_MAX_CONVERSATIONS",
            "PROXY_OWNER", "ProxyOptions", "UPSTREAM_KEY_ENV", "add_proxy_flags", "proxy_options"]

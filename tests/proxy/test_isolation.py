@@ -260,3 +260,47 @@ def test_the_rounds_are_listed_while_the_event_loop_serves_the_other_clients() -
                          "max_tokens": 50, "status": 200, "upstream_prompt_tokens": 10, "streamed": False,
                          "view_digest": "", "seq": 0, "upstream_cached_tokens": None}
     assert len(seen) >= 10, len(seen)  # the other task ran at least 10 times while the rounds were read
+
+
+def test_large_bodies_in_flight_are_bounded_and_small_requests_pass_meanwhile() -> None:
+    """Review h40 F6 (MAJOR): nothing bounded the bytes of large bodies held at once (48 bodies of 30 MB: the
+    process from 805 to 2,287 MiB). With room for one large body, a second that arrives while the first's request
+    runs waits unread, then is answered 503 'busy' with retry-after; a small request passes meanwhile; once the first
+    ended, a large body is held again (what was taken was given back)."""
+    release = threading.Event()
+
+    def reply(body: dict[str, Any]) -> tuple[int, bytes]:
+        if any("HOLD" in str(message.get("content")) for message in body["messages"]):
+            release.wait(4 * ANSWERED_WITHIN_S)
+        return 200, json.dumps(completion("done")).encode()
+
+    output = "row ok\n" * (1_500_000 // 7)  # a body of ~1.5 MB: over the 1 MiB from which a body is held
+    with fake_upstream() as upstream:
+        upstream.reply = reply
+        settings = ProxySettings(upstream=upstream.url, tokenizer=f"hf-dir:{QWEN3}", context_limit=16384,
+                                 max_body_bytes=2 * 2**20, bodies_in_flight_bytes=2 * 2**20, body_wait_s=1.0)
+        with serve_app(build_app(settings)) as base_url:
+            def post(body: dict[str, Any]) -> httpx.Response:
+                return httpx.post(f"{base_url}/chat/completions", json=body, timeout=4 * ANSWERED_WITHIN_S)
+
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                first = pool.submit(post, request("HOLD: read the log.", output))
+                deadline = time.monotonic() + ANSWERED_WITHIN_S
+                while not upstream.requests and time.monotonic() < deadline:  # the first body held, its call made
+                    time.sleep(0.05)
+                assert upstream.requests, "the first request never reached the upstream"
+                refused = post(request("Read the other log.", output))
+                unsized = httpx.post(f"{base_url}/chat/completions", timeout=ANSWERED_WITHIN_S,  # chunked: no length
+                                     content=iter([json.dumps(request("Read a third log.", output)).encode()]),
+                                     headers={"content-type": "application/json"})
+                small = post(request("Say hello."))
+                assert not first.done()
+                release.set()
+                assert first.result().status_code == 200, first.result().text
+            again = post(request("Read the other log.", output))
+    assert refused.status_code == 503, refused.text
+    assert refused.json()["error"]["type"] == "busy" and "--bodies-in-flight-mb" in refused.json()["error"]["message"]
+    assert refused.headers.get("retry-after") == "5"
+    assert unsized.status_code == 503 and unsized.json()["error"]["type"] == "busy", unsized.text
+    assert small.status_code == 200, small.text
+    assert again.status_code == 200, again.text

@@ -125,6 +125,9 @@ BAD_OPTIONS: dict[str, tuple[list[str], str]] = {
     "idle_seconds_0": (["--idle-seconds", "0"], "--idle-seconds"),
     "idle_seconds_text": (["--idle-seconds", "soon"], "--idle-seconds"),
     "body_memory_minus_1": (["--body-memory-mb", "-1"], "--body-memory-mb"),
+    "bodies_in_flight_below_max_body": (["--max-body-mb", "64", "--bodies-in-flight-mb", "32"],
+                                        "--bodies-in-flight-mb 32 is below --max-body-mb 64"),
+    "upstream_timeout_0": (["--upstream-timeout", "0"], "--upstream-timeout"),
 }
 
 
@@ -210,3 +213,26 @@ def test_the_smallest_window_a_refusal_names_is_the_smallest_the_proxy_serves() 
     smallest = int(re.search(r"a window of at least (\d+) tokens", message).group(1))
     assert first_request(smallest - 1).status_code == 400
     assert first_request(smallest).status_code == 200
+
+
+def test_the_upstream_timeout_and_the_allowance_for_bodies_in_flight_reach_the_settings() -> None:
+    """--upstream-timeout S (review h40 F8: 600 s was fixed) and --bodies-in-flight-mb (F6), whose default is
+    four bodies of --max-body-mb."""
+    import argparse
+
+    from arc_ref.frontends.cli import _parse_setting
+    from arc_ref.frontends.proxy import settings_from
+    from arc_ref.frontends.proxy_options import add_proxy_flags, proxy_options
+
+    def settings(*extra: str) -> ProxySettings:
+        parser = argparse.ArgumentParser()
+        add_proxy_flags(parser)
+        arguments = parser.parse_args(["--upstream", "http://127.0.0.1:9/v1", "--tokenizer", f"hf-dir:{QWEN3}",
+                                       *extra])
+        return settings_from(proxy_options(arguments), _parse_setting)
+
+    default = settings()
+    assert (default.timeout_s, default.bodies_in_flight_bytes) == (600.0, 4 * default.max_body_bytes)
+    given = settings("--upstream-timeout", "45", "--max-body-mb", "8", "--bodies-in-flight-mb", "100")
+    assert (given.timeout_s, given.max_body_bytes, given.bodies_in_flight_bytes) == (45.0, 8 * 2**20, 100 * 2**20)
+    assert settings("--max-body-mb", "8").bodies_in_flight_bytes == 32 * 2**20
