@@ -191,6 +191,27 @@ def test_agent_entry_matches_the_spec(setup: Setup, thought: str, action: str, r
     assert (entry.turn, entry.thought, entry.action) == (3, thought, action)
 
 
+@given(tight_setups(), id_texts, st.integers(1, 60))
+@proves("A4")
+def test_an_agent_turn_without_a_thought_whose_action_overflows_r_shows_no_thought(
+        setup: Setup, action: str, repeat: int) -> None:
+    """Spec §9.1, agent entry (paper Assumption A4, `ass:view`: tokens(H) <= R): when even the fully clipped
+    thought leaves no room, the thought is t0 = clipped(thought, 0), which for an empty thought is the empty text
+    (no ellipsis: nothing was cut), and the action alone is clipped to fit R. The turns of
+    test_agent_entry_matches_the_spec seldom take that branch with an empty thought (h38 sweep: history.py
+    mutant 51, agent_entry's clipped(thought, 0) made clipped(thought, -1), "…" for an empty thought, passed it,
+    h33's sweep set, the vectors and tests/core)."""
+    action = action * repeat
+    entry = agent_entry(setup, 3, "", action)
+    assert entry.message.content == oracle_agent_content(setup, "", action)
+    assert entry.message.tokens == setup.message_tokens(render.ASSISTANT, entry.message.content)
+    assert entry.message.tokens <= setup.config.recent_budget
+    if setup.message_tokens(render.ASSISTANT, render.agent_message("", setup.shown_form.show(action))) \
+            > setup.config.recent_budget:
+        event("the action alone overflows R: clipped after an empty thought")
+        assert entry.message.content.startswith("Thought: \nAction: ")
+
+
 @given(tight_setups(), st.lists(id_texts, min_size=1, max_size=6), st.integers(1, 20))
 @proves("A4")
 def test_command_entry_matches_the_spec(setup: Setup, notes: list[str], repeat: int) -> None:
