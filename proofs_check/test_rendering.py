@@ -259,6 +259,28 @@ def test_summary_lines_match_the_spec(setup: Setup, thought: str, action: str, n
     assert (note.kind, note.text, note.tokens) == ("note", expected_note, setup.line_tokens(expected_note))
 
 
+@given(tight_setups(), id_texts, st.integers(1, 30))
+@proves("A4")
+def test_a_summary_line_without_a_thought_whose_action_overflows_c_shows_no_thought(
+        setup: Setup, action: str, repeat: int) -> None:
+    """Spec §11.2, bounded() (paper Assumption A4, `ass:view`: tokens(S) <= M, every summary line at most c): when
+    no clipping of the thought makes the line fit c, the thought is clipped(thought, 0), which for an empty
+    thought is the empty text (no ellipsis: nothing was cut), and the action alone is clipped. The draws of
+    test_summary_lines_match_the_spec seldom take that branch with an empty thought (h38 sweep: summary.py
+    mutant 30, _bounded_line's clipped(first, 0) made clipped(first, -1), "…" for an empty thought, passed h33's
+    sweep set, the vectors and tests/core)."""
+    config = setup.config
+    action = action * repeat
+    item = thought_item(setup, AgentEntry(7, "", action, Message("assistant", "", 0)))
+    shown_action = clipped(escape_line(setup.shown_form.show(action)), config.action_chars)
+    expected = oracle_bounded(setup, lambda x, y: f"turn 7: thought: {x} | action: {y}", "", shown_action)
+    assert (item.kind, item.text, item.tokens) == ("thought", expected, setup.line_tokens(expected))
+    assert item.tokens <= config.stub_cap
+    if setup.line_tokens(f"turn 7: thought:  | action: {shown_action}") > config.stub_cap:
+        event("the action alone overflows c: clipped after an empty thought")
+        assert item.text.startswith("turn 7: thought:  | action: ")
+
+
 @given(tight_setups(), texts(120), id_texts, st.booleans())
 @proves("A4")
 def test_observation_items_match_the_spec(setup: Setup, content: str, action: str, cited: bool) -> None:
