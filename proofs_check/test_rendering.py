@@ -21,7 +21,7 @@ from arc_ref.history import (AgentEntry, CommandEntry, UserEntry, agent_entry, c
                             user_entry)
 from arc_ref.machine import USER_ACTION
 from arc_ref.message import Message
-from arc_ref.store import make_record, make_stub, previews
+from arc_ref.store import Record, make_record, make_stub, previews
 from arc_ref.summary import SummaryItem, fit_summary, note_item, observation_item, thought_item
 from arc_ref.tokenizers import Tokenizer
 from arc_ref.text import ELLIPSIS, clip_until, clipped, escape_line, id_safe_cut, shown_signature
@@ -369,14 +369,8 @@ class LineMergingTokenizer:
         return self.inner.control_tokens()
 
 
-@given(tight_setups(), st.lists(st.tuples(st.sampled_from(("stub", "thought", "inline")), texts(60)), max_size=14),
-       st.integers(0, 3), st.booleans())
-@proves("A4", "T1")
-def test_summary_fit_matches_the_spec(setup: Setup, specs: list[tuple[str, str]], omitted: int, merging: bool) -> None:
-    """Spec §11.3: the fitted summary is the spec's, costs <= M, and collapses keep the very same ids,
-    also under a tokenizer for which the per-line estimate is too low."""
-    if merging:
-        setup = attrs.evolve(setup, tokenizer=LineMergingTokenizer(setup.tokenizer))
+def summary_items(setup: Setup, specs: list[tuple[str, str]]) -> tuple[list[SummaryItem], dict[int, Record]]:
+    """Summary items of the drawn kinds (a thought line over c is left out) and the records of their observations."""
     items: list[SummaryItem] = []
     records = {}
     for index, (kind, text) in enumerate(specs, start=1):
@@ -391,6 +385,18 @@ def test_summary_fit_matches_the_spec(setup: Setup, specs: list[tuple[str, str]]
             line = f"turn {index}: thought: {escape_line(text)} | action: ls"
             if setup.line_tokens(line) <= setup.config.stub_cap:
                 items.append(SummaryItem("thought", line, setup.line_tokens(line)))
+    return items, records
+
+
+@given(tight_setups(), st.lists(st.tuples(st.sampled_from(("stub", "thought", "inline")), texts(60)), max_size=14),
+       st.integers(0, 3), st.booleans())
+@proves("A4", "T1")
+def test_summary_fit_matches_the_spec(setup: Setup, specs: list[tuple[str, str]], omitted: int, merging: bool) -> None:
+    """Spec §11.3: the fitted summary is the spec's, costs <= M, and collapses keep the very same ids,
+    also under a tokenizer for which the per-line estimate is too low."""
+    if merging:
+        setup = attrs.evolve(setup, tokenizer=LineMergingTokenizer(setup.tokenizer))
+    items, records = summary_items(setup, specs)
     summary = fit_summary(setup, items, omitted, lambda index: records[index])
     expected_kinds, expected_texts, expected_omitted = oracle_fit(setup, items, omitted)
     assert [item.text for item in summary.items] == expected_texts
@@ -403,6 +409,102 @@ def test_summary_fit_matches_the_spec(setup: Setup, specs: list[tuple[str, str]]
     for item in summary.items:
         if item.kind == "bare":
             assert item.text == records[item.index].obs_id
+
+
+def oracle_fit_to(setup: Setup, items: list[SummaryItem], omitted: int, low: int,
+                  added: int) -> tuple[list[str], list[str], int]:
+    """Spec §11.3, fit(items, omitted, S_low, added) as its pseudo-code states it, M = the setup's summary_budget."""
+    kinds: list[str] = [item.kind for item in items]
+    texts_ = [item.text for item in items]
+    costs = [item.tokens for item in items]
+    budget = setup.config.summary_budget
+
+    def frame() -> int:
+        return setup.summary_base + (setup.line_tokens(render.summary_omitted(omitted)) if omitted else 0)
+
+    def message() -> int | None:
+        if not texts_ and not omitted:
+            return None
+        return setup.message_tokens(render.USER, render.summary_content(omitted, texts_))
+
+    def earlier() -> bool:
+        return low == budget or len(texts_) > added
+
+    def shrink() -> None:
+        nonlocal omitted
+        if "stub" in kinds:
+            oldest = kinds.index("stub")
+            identifier = texts_[oldest].split(" ", 1)[0]
+            kinds[oldest], texts_[oldest], costs[oldest] = "bare", identifier, setup.line_tokens(identifier)
+        elif kinds:
+            kinds.pop(0), texts_.pop(0), costs.pop(0)
+            omitted += 1
+        else:
+            raise AssertionError("frame alone over M")
+
+    if frame() + sum(costs) <= budget:
+        cost = message()
+        if cost is None or cost <= budget:
+            return kinds, texts_, omitted
+    while frame() + sum(costs) > low and earlier():
+        shrink()
+    while frame() + sum(costs) > budget:
+        shrink()
+    while (cost := message()) is not None and cost > low and earlier():
+        shrink()
+    while (cost := message()) is not None and cost > budget:
+        shrink()
+    return kinds, texts_, omitted
+
+
+@given(tight_setups(), st.lists(st.tuples(st.sampled_from(("stub", "thought", "inline")), texts(60)), min_size=1,
+                                max_size=10),
+       st.integers(0, 3), st.integers(0, 4), st.integers(0, 100), st.booleans())
+@proves("A4", "T1")
+def test_summary_fit_keeps_s_at_exactly_m_and_stops_at_exactly_its_low_water_mark(
+        setup: Setup, specs: list[tuple[str, str]], omitted: int, added: int, share: int, merging: bool) -> None:
+    """Spec §11.3, fit(items, omitted, S_low, added), to the token (paper Assumption A4, `ass:view`: tokens(S) <= M;
+    Lemma 2's T1, a fold restores the bound): a summary that costs exactly M, its line costs adding up to no more,
+    is kept whole whatever S_low (S holds every item: nothing shrinks), and is otherwise fitted as the spec's
+    pseudo-code does; with M one token less it shrinks to the spec's S for a drawn S_low and `added`,
+    and again for S_low and then M set to exactly the cost that fit came to (no further shrink at equality).
+    test_summary_fit_matches_the_spec draws budgets that never land S on M (h38 sweep: summary.py mutants 49, the
+    frame of no omitted line counted one token high, and 54, the estimate's `>` made `>=`, both shrank a summary
+    of exactly M, passed h33's sweep set, the vectors and tests/core)."""
+    if merging:
+        setup = attrs.evolve(setup, tokenizer=LineMergingTokenizer(setup.tokenizer))
+    items, records = summary_items(setup, specs)
+    added = min(added, len(items))
+    whole = setup.message_tokens(render.USER, render.summary_content(omitted, [item.text for item in items]))
+
+    def with_m(budget: int) -> Setup:
+        return attrs.evolve(setup, config=setup.config.replace(summary_budget=budget))
+
+    def fitted(at: Setup, low: int | None) -> tuple[list[str], list[str], int]:
+        summary = fit_summary(at, items, omitted, lambda index: records[index], low, added)
+        assert summary.tokens <= at.config.summary_budget
+        return [item.kind for item in summary.items], [item.text for item in summary.items], summary.omitted
+
+    exact = with_m(whole)
+    for low in (whole * share // 100, whole):
+        assert fitted(exact, low) == oracle_fit_to(exact, items, omitted, low, added)
+    assert fitted(exact, None) == oracle_fit_to(exact, items, omitted, whole, 0)
+    frame = setup.summary_base + (setup.line_tokens(render.summary_omitted(omitted)) if omitted else 0)
+    if frame + sum(item.tokens for item in items) <= whole:  # the line costs add up to S's: kept whole
+        event("S of exactly M, its line costs adding up to it")
+        assert fitted(exact, whole * share // 100) == ([item.kind for item in items], [item.text for item in items],
+                                                       omitted)
+    if whole - 1 < setup.summary_frame:
+        event("M one token below S would not hold the widest frame")
+        return
+    tight = with_m(whole - 1)
+    low = (whole - 1) * share // 100
+    expected = oracle_fit_to(tight, items, omitted, low, added)
+    assert fitted(tight, low) == expected
+    reached = setup.message_tokens(render.USER, render.summary_content(expected[2], expected[1]))
+    assert fitted(tight, reached) == oracle_fit_to(tight, items, omitted, reached, added)
+    at_reached = with_m(max(reached, setup.summary_frame))
+    assert fitted(at_reached, None) == oracle_fit_to(at_reached, items, omitted, at_reached.config.summary_budget, 0)
 
 
 @given(tight_setups(), st.lists(st.integers(1, 200), min_size=2, max_size=8))
