@@ -464,13 +464,17 @@ def oracle_fit_to(setup: Setup, items: list[SummaryItem], omitted: int, low: int
 def test_summary_fit_keeps_s_at_exactly_m_and_stops_at_exactly_its_low_water_mark(
         setup: Setup, specs: list[tuple[str, str]], omitted: int, added: int, share: int, merging: bool) -> None:
     """Spec §11.3, fit(items, omitted, S_low, added), to the token (paper Assumption A4, `ass:view`: tokens(S) <= M;
-    Lemma 2's T1, a fold restores the bound): a summary that costs exactly M, its line costs adding up to no more,
-    is kept whole whatever S_low (S holds every item: nothing shrinks), and is otherwise fitted as the spec's
-    pseudo-code does; with M one token less it shrinks to the spec's S for a drawn S_low and `added`,
-    and again for S_low and then M set to exactly the cost that fit came to (no further shrink at equality).
-    test_summary_fit_matches_the_spec draws budgets that never land S on M (h38 sweep: summary.py mutants 49, the
-    frame of no omitted line counted one token high, and 54, the estimate's `>` made `>=`, both shrank a summary
-    of exactly M, passed h33's sweep set, the vectors and tests/core)."""
+    Theorem `thm:arc_formal` claim 1, T1: prompt safety): a summary that costs exactly M, its line costs adding
+    up to no more, is kept whole whatever S_low (S holds every item: nothing shrinks), and is otherwise fitted
+    as the spec's pseudo-code does; with M one token less it shrinks to the spec's S for a drawn S_low and
+    `added`, and again for S_low and then M set to exactly the cost that fit came to (no further shrink at
+    equality).
+    test_summary_fit_matches_the_spec draws budgets that never land S on M and never passes S_low (h38 sweep,
+    summary.py, each passed h33's sweep set, the vectors and tests/core: mutants 49, the frame of no omitted line
+    counted one token high, 54, the estimate's `>` made `>=`, and 91, the first check's `<=` made `<`, shrank a
+    summary of exactly M; 57 and 58, the exact loops' `>` made `>=`, shrank one step past S_low or M. It also
+    kills 55, 89 and 90, `earlier()` changed, which ran out 240 s on the sweep set or failed only one test_lean
+    property or the vectors)."""
     if merging:
         setup = attrs.evolve(setup, tokenizer=LineMergingTokenizer(setup.tokenizer))
     items, records = summary_items(setup, specs)
