@@ -402,7 +402,11 @@ def test_a_tool_result_at_exactly_its_share_or_its_least_room_is_shown_as_the_sp
     at); a stub over the share gives way to the verbatim message when that costs exactly the least room (h37
     sweep: history.py mutants 31, 32 and 48, tool_result_entry's `<=` made `<` and `>` made `>=`, passed every
     property in the sweep's set, tests/core and the vectors). A share of 1 token, too small to try the verbatim
-    message in, still gives it when it fits the least room (mutants 47 and 54 of that branch)."""
+    message in, still gives it when it fits the least room (mutants 47 and 54 of that branch). With the share one
+    token below the stub and the least room exactly the stub's cost (the verbatim message over it), the stub
+    z_j itself is shown: the first of the stub lines that costs <= the least room (h38 sweep: history.py mutant
+    49, that loop's `<=` made `<`, a shorter line shown instead, passed h33's sweep set, the vectors and
+    tests/core)."""
     setup = init(config).setup
     call = ToolCall("call_1", "read_file", '{"path": "a.txt"}')
     record = make_record(setup, 1, call.action(), output, 0, 0)
@@ -419,6 +423,10 @@ def test_a_tool_result_at_exactly_its_share_or_its_least_room_is_shown_as_the_sp
     assert over.verbatim and over.message.tokens == whole
     tiny = tool_result_entry(setup, 1, call.call_id, record, 1, whole)  # the share too small to try it in
     assert tiny.verbatim and tiny.message.tokens == whole
+    # the verbatim message over the least room, z_j's stub message at exactly it: z_j, not a shorter line
+    at_least = tool_result_entry(setup, 1, call.call_id, record, stub - 1, stub)
+    assert not at_least.verbatim and at_least.message.tokens == stub
+    assert at_least.message.content == stub_message_parts(setup, record)[0]
 
 
 @given(template_configs("tools", tools=ENVIRONMENT_TOOLS), st.lists(_LONG_VALUE, min_size=1, max_size=3))
