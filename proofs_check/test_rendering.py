@@ -297,6 +297,20 @@ def test_observation_items_match_the_spec(setup: Setup, content: str, action: st
         assert (item.kind, item.text, item.tokens, item.index) == ("stub", record.stub, record.stub_tokens, 1)
 
 
+def shrink_once(setup: Setup, kinds: list[str], texts_: list[str], costs: list[int]) -> int:
+    """Spec §11.3's shrink step, in place: the oldest full stub collapsed to its id, else the oldest item dropped;
+    the number of items dropped (0 or 1)."""
+    if "stub" in kinds:
+        oldest = kinds.index("stub")
+        identifier = texts_[oldest].split(" ", 1)[0]
+        kinds[oldest], texts_[oldest], costs[oldest] = "bare", identifier, setup.line_tokens(identifier)
+        return 0
+    if kinds:
+        kinds.pop(0), texts_.pop(0), costs.pop(0)
+        return 1
+    raise AssertionError("frame alone over M")
+
+
 def oracle_fit(setup: Setup, items: list[SummaryItem], omitted: int) -> tuple[list[str], list[str], int]:
     """Spec §11.3: collapse the oldest full stub, else drop the oldest item, until the summary fits M."""
     kinds: list[str] = [item.kind for item in items]
@@ -309,15 +323,7 @@ def oracle_fit(setup: Setup, items: list[SummaryItem], omitted: int) -> tuple[li
 
     def shrink() -> None:
         nonlocal omitted
-        if "stub" in kinds:
-            oldest = kinds.index("stub")
-            identifier = texts_[oldest].split(" ", 1)[0]
-            kinds[oldest], texts_[oldest], costs[oldest] = "bare", identifier, setup.line_tokens(identifier)
-        elif kinds:
-            kinds.pop(0), texts_.pop(0), costs.pop(0)
-            omitted += 1
-        else:
-            raise AssertionError("frame alone over M")
+        omitted += shrink_once(setup, kinds, texts_, costs)
 
     while frame() + sum(costs) > budget:
         shrink()
@@ -432,15 +438,7 @@ def oracle_fit_to(setup: Setup, items: list[SummaryItem], omitted: int, low: int
 
     def shrink() -> None:
         nonlocal omitted
-        if "stub" in kinds:
-            oldest = kinds.index("stub")
-            identifier = texts_[oldest].split(" ", 1)[0]
-            kinds[oldest], texts_[oldest], costs[oldest] = "bare", identifier, setup.line_tokens(identifier)
-        elif kinds:
-            kinds.pop(0), texts_.pop(0), costs.pop(0)
-            omitted += 1
-        else:
-            raise AssertionError("frame alone over M")
+        omitted += shrink_once(setup, kinds, texts_, costs)
 
     if frame() + sum(costs) <= budget:
         cost = message()
