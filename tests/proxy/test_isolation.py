@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.proxy.harness import BASH_TOOL, QWEN3, bash_call_reply, needs_qwen3, serve_app
+from tests.waiting import http_ok, wait_until
 
 import httpx  # noqa: E402  (after the harness, which skips without the proxy extra)
 
@@ -162,11 +163,7 @@ def test_a_shells_limit_on_open_files_does_not_bound_the_connections_the_proxy_s
             cwd=Path(__file__).resolve().parents[2], preexec_fn=limited, start_new_session=True)
         idle: list[socket.socket] = []
         try:
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and process.poll() is None:
-                with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-                time.sleep(0.1)
+            wait_until(http_ok(f"http://127.0.0.1:{port}/health"), process, "arc-ref proxy", base_s=120)
             idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(100)]
             answered = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions",
                                   json={"model": "fake", "messages": task(1)}, timeout=ANSWERED_WITHIN_S)
