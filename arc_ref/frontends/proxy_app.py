@@ -504,7 +504,9 @@ def build_app(settings: ProxySettings) -> Any:
     # every request's task while it runs: at shutdown uvicorn waits for the requests whose clients are connected,
     # and the lifespan for these too (a stream whose client left after its keepalive still commits its reply)
     running: set[asyncio.Task[Reply]] = set()
-    allowance = BodyAllowance(settings.bodies_in_flight_bytes)
+    # never below the largest body accepted (the command line refuses such an allowance; settings built in code may
+    # not): a body no allowance could hold would wait for nothing and be answered 503 every time
+    allowance = BodyAllowance(max(settings.bodies_in_flight_bytes, settings.max_body_bytes))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -300,3 +300,17 @@ def test_large_bodies_in_flight_are_bounded_and_small_requests_pass_meanwhile() 
     assert unsized.status_code == 503 and unsized.json()["error"]["type"] == "busy", unsized.text
     assert small.status_code == 200, small.text
     assert again.status_code == 200, again.text
+
+
+def test_an_allowance_below_the_largest_body_accepted_still_holds_one_such_body() -> None:
+    """Settings built in code may give an allowance below --max-body-mb (the command line refuses it): a body of
+    the largest size is then held alone, never answered 503 for an allowance that could never hold it."""
+    output = "row ok\n" * (1_500_000 // 7)
+    with fake_upstream() as upstream:
+        upstream.reply = lambda body: (200, json.dumps(completion("done")).encode())
+        settings = ProxySettings(upstream=upstream.url, tokenizer=f"hf-dir:{QWEN3}", context_limit=16384,
+                                 max_body_bytes=2 * 2**20, bodies_in_flight_bytes=2**20, body_wait_s=1.0)
+        with serve_app(build_app(settings)) as base_url:
+            answered = httpx.post(f"{base_url}/chat/completions", json=request("Read the log.", output),
+                                  timeout=4 * ANSWERED_WITHIN_S)
+    assert answered.status_code == 200, answered.text
