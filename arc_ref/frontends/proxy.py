@@ -88,6 +88,7 @@ from arc_ref.frontends.proxy_options import (
     DEFAULT_MAX_BODY_MB,
     DEFAULT_IDLE_SECONDS,
     DEFAULT_MAX_CONVERSATIONS,
+    DEFAULT_UPSTREAM_TIMEOUT_S,
     LATE_SYSTEM_AS_USER,
     LATE_SYSTEM_REFUSED,
     UPSTREAM_KEY_ENV,
@@ -491,7 +492,7 @@ class ProxySettings:
     max_hidden_rounds: int = DEFAULT_MAX_HIDDEN_ROUNDS  # hidden rounds that show nothing new (`HiddenRounds`)
     max_read_rounds: int = DEFAULT_MAX_READ_ROUNDS  # hidden rounds that show a chunk or page not shown before
     keepalive_s: float = KEEPALIVE_S
-    timeout_s: float = 600.0
+    timeout_s: float = float(DEFAULT_UPSTREAM_TIMEOUT_S)  # one upstream call (--upstream-timeout)
     context_limit: int | None = None  # the served window; None: --set context_limit or the preset's (`prepare`)
     max_body_bytes: int = DEFAULT_MAX_BODY_MB * 2**20
     bodies_in_flight_bytes: int = DEFAULT_BODIES_IN_FLIGHT_MB * 2**20  # large bodies held at once (`BodyAllowance`)
