@@ -568,7 +568,7 @@ def build_app(settings: ProxySettings) -> Any:
                   file=sys.stderr, flush=True)
 
     def busy() -> Failed:
-        return Failed(503, "busy", f"the proxy holds {settings.bodies_in_flight_bytes // 2**20} MiB of large request"
+        return Failed(503, "busy", f"the proxy holds {allowance.total // 2**20} MiB of large request"
                       " bodies already (--bodies-in-flight-mb); send it again later", retry_after=5)
 
     async def read_body(request: Request, held: list[int]) -> bytes:
