@@ -76,12 +76,13 @@ from arc_eval.types import ChatReply, ChatRequest, ContextOverflow, Message, Obs
 from arc_ref import machine, trigger
 from arc_ref.config import DEFAULT_EXPECTED_COMPLETION, DEFAULT_LOW_WATER, DEFAULT_SUMMARY_LOW_WATER
 from arc_ref.machine import AgentTurn, agent_turn
+from arc_ref.options import integer_parser
 from arc_ref.recall import chunk_count, reassemble
 from arc_ref.render import agent_message
 from arc_ref.summary import extends
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from trajectories import DATA_DIR, Step, Trajectory, load_all  # noqa: E402
+from trajectories import DATA_DIR, Step, Trajectory, TrajectoryError, load_all  # noqa: E402
 
 QWEN3_DIR = DATA_DIR.parent / "qwen3-tokenizer"
 WINDOWS = {"16k": 16384, "32k": 32768}
@@ -600,27 +601,59 @@ def summary_section(trajectories: list[Trajectory], window: str, counter: TokenC
             scores.setdefault(setting, []).append(value / best)
 
 
+SECTIONS = ("main", "tradeoff", "long", "summary", "prices")
+FORMATS = ("o200k", "qwen3")
+
+
+def comma_choices(known: Sequence[str]) -> Callable[[str], list[str]]:
+    """The argparse ``type`` of a comma-separated list of names out of ``known`` (a usage error names the others)."""
+
+    def parse(text: str) -> list[str]:
+        names = text.split(",")
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown {', '.join(map(repr, unknown))}: give a comma-separated list"
+                                             f" of {', '.join(known)}")
+        return names
+
+    return parse
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", type=Path, default=DATA_DIR)
-    parser.add_argument("--windows", default="16k,32k")
-    parser.add_argument("--formats", default="o200k,qwen3")
-    parser.add_argument("--sections", default="main,tradeoff,long",
+    parser.add_argument("--data", type=Path, default=None,
+                        help="the trajectories' directory (default: ../shared/data/trajectories; skipped when absent)")
+    parser.add_argument("--windows", type=comma_choices(tuple(WINDOWS)), default="16k,32k",
+                        help=f"comma-separated: {', '.join(WINDOWS)}")
+    parser.add_argument("--formats", type=comma_choices(FORMATS), default="o200k,qwen3",
+                        help=f"comma-separated: {', '.join(FORMATS)} (qwen3 needs ../shared/data/qwen3-tokenizer)")
+    parser.add_argument("--sections", type=comma_choices(SECTIONS), default="main,tradeoff,long",
                         help="comma-separated: main, tradeoff, long, summary (S's low-water marks), prices (each"
                              " cost fold's price against the roofline's charge)")
-    parser.add_argument("--long-steps", type=int, default=500)
+    parser.add_argument("--long-steps", type=integer_parser(1, 1_000_000), default=500,
+                        help="steps of the synthetic trajectory of sections long and summary (1 to 1000000)")
     arguments = parser.parse_args()
-    if not arguments.data.is_dir():
-        print(f"skipped: no trajectory data at {arguments.data} (it ships in ../shared/data/trajectories)")
+    if arguments.data is None and not DATA_DIR.is_dir():
+        print(f"skipped: no trajectory data at {DATA_DIR} (it ships in ../shared/data/trajectories)")
         return 0
-    sections = arguments.sections.split(",")
-    trajectories = load_all(arguments.data)
+    data = DATA_DIR if arguments.data is None else arguments.data
+    if not data.is_dir():
+        parser.error(f"--data {str(data)!r} is not a directory")
+    sections = arguments.sections
+    try:
+        trajectories = load_all(data)
+    except TrajectoryError as unreadable:
+        parser.error(str(unreadable))
+    if not trajectories:
+        parser.error(f"no trajectories (*.jsonl, *.traj) in {data}")
     available = formats()
-    chosen = [name for name in arguments.formats.split(",") if name in available]
-    missing = [name for name in arguments.formats.split(",") if name not in available]
+    chosen = [name for name in arguments.formats if name in available]
+    missing = [name for name in arguments.formats if name not in available]
+    if not chosen:
+        parser.error(f"no counting left to run: --formats {','.join(missing)} needs {QWEN3_DIR}/tokenizer.json")
     if missing:
         print(f"skipped counting {', '.join(missing)}: no tokenizer at {QWEN3_DIR}")
-    print(f"{len(trajectories)} trajectories from {arguments.data}; {sum(len(t.steps) + 1 for t in trajectories)}"
+    print(f"{len(trajectories)} trajectories from {data}; {sum(len(t.steps) + 1 for t in trajectories)}"
           " agent calls per method and setting")
     all_exact = True
     all_missed: list[str] = []
@@ -632,7 +665,7 @@ def main() -> int:
     for counting in chosen:
         tokenizer, chat_format = available[counting]
         counter = make_counter(tokenizer, chat_format)
-        for window in arguments.windows.split(","):
+        for window in arguments.windows:
             model_name, hardware_name, gpus = ROOFLINE[window]
             print(f"\n== {window}, {counting} (roofline {model_name} on {gpus} x {hardware_name}; ARC's prefill_cost"
                   f" {prefill_cost(window)}) ==")

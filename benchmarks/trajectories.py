@@ -8,6 +8,7 @@ followed by the observation the tool returned.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 from pathlib import Path
 from typing import Any, Iterator
@@ -104,13 +105,27 @@ def read_sweagent(path: Path) -> Trajectory:
     return Trajectory(path.stem, "swe-agent", goal, steps)
 
 
+class TrajectoryError(ValueError):
+    """A trajectory file that cannot be read or is not of the shape its reader expects (the message names it)."""
+
+
 def load_all(directory: Path = DATA_DIR) -> list[Trajectory]:
     trajectories: list[Trajectory] = []
     for path in sorted(directory.glob("*.jsonl")):
-        trajectories.extend(read_openhands(path))
+        with _named(path):
+            trajectories.extend(read_openhands(path))
     for path in sorted(directory.glob("*.traj")):
-        trajectories.append(read_sweagent(path))
+        with _named(path):
+            trajectories.append(read_sweagent(path))
     return trajectories
+
+
+@contextlib.contextmanager
+def _named(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except (OSError, ValueError, LookupError, TypeError, AttributeError) as problem:
+        raise TrajectoryError(f"cannot read the trajectory file {path}: {type(problem).__name__}: {problem}") from None
 
 
 def to_trace(trajectory: Trajectory, config: dict[str, Any]) -> list[dict[str, Any]]:

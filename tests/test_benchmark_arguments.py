@@ -1,0 +1,53 @@
+"""The scripts of benchmarks/ on bad input (review h43): argparse's usage error naming the problem and exit status 2,
+before anything is measured; never a traceback, a wrong status or a run that measures nothing and says it passed.
+
+Each case runs the script as a user types it (`python benchmarks/SCRIPT ARGS`), from an empty directory; `{tmp}`
+in an argument is that directory.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.waiting import scaled_ceiling
+
+REPO = Path(__file__).resolve().parent.parent
+BENCHMARKS = REPO / "benchmarks"
+
+# (script, arguments, what the last line of standard error says)
+CASES: list[tuple[str, list[str], str]] = [
+    ("bench_trajectories.py", ["--sections", "main", "--windows", "16384"],
+     "argument --windows: unknown '16384': give a comma-separated list of 16k, 32k"),
+    ("bench_trajectories.py", ["--sections", "mian"], "argument --sections: unknown 'mian'"),
+    ("bench_trajectories.py", ["--formats", "o200"], "argument --formats: unknown 'o200'"),
+    ("bench_trajectories.py", ["--long-steps", "0"], "argument --long-steps: expected an integer from 1 to 1000000"),
+    ("bench_trajectories.py", ["--data", "{tmp}/absent"], "--data '{tmp}/absent' is not a directory"),
+    ("bench_trajectories.py", ["--data", "{tmp}"], "no trajectories (*.jsonl, *.traj) in {tmp}"),
+]
+
+
+def case_id(case: tuple[str, list[str], str]) -> str:
+    script, arguments, _ = case
+    return f"{script} {' '.join(arguments)}"
+
+
+def run_script(script: str, arguments: list[str], directory: Path) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, str(BENCHMARKS / script), *(argument.format(tmp=directory) for argument in arguments)]
+    environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(command, cwd=directory, env=environment, stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=scaled_ceiling(120))
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_a_bad_argument_is_one_usage_error(case: tuple[str, list[str], str], tmp_path: Path) -> None:
+    script, arguments, expected = case
+    done = run_script(script, arguments, tmp_path)
+    assert "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+    assert (done.returncode, expected.format(tmp=tmp_path) in last) == (2, True), (done.stdout[-2000:], done.stderr)
+    assert f"{Path(script).name}: error: " in last
