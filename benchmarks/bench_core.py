@@ -21,6 +21,11 @@ from typing import Callable
 
 from arc_ref.config import Config, preset
 from arc_ref.machine import AgentTurn, ArcState, Observe, agent_turn, init, observe, view
+from arc_ref.options import integer_parser
+
+MOST_STORED = 10_000_000  # the capacity, --big + 2 x --steps + 10, stays below the core's 2^31 - 1
+MOST_STEPS = 1_000_000
+WIDE_FILL = 400  # observations of the states whose K is doubled (any --big)
 
 WORDS = ("def", "return", "self", "import", "class", "the", "file", "line", "error", "0", "1", "None", "->")
 
@@ -77,13 +82,18 @@ def time_call(function: Callable[[], object], repeat: int) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--small", type=int, default=100)
-    parser.add_argument("--big", type=int, default=100_000)
-    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--small", type=integer_parser(1, MOST_STORED), default=100,
+                        help=f"observations stored in the small state (1 to {MOST_STORED:,})")
+    parser.add_argument("--big", type=integer_parser(1, MOST_STORED), default=100_000,
+                        help=f"observations stored in the big state (--small to {MOST_STORED:,})")
+    parser.add_argument("--steps", type=integer_parser(1, MOST_STEPS), default=400,
+                        help=f"steps timed on each state (1 to {MOST_STEPS:,})")
     parser.add_argument("--preset", default="paper", choices=("paper", "minimal"))
     arguments = parser.parse_args()
+    if arguments.big < arguments.small:
+        parser.error(f"--big ({arguments.big}) must be at least --small ({arguments.small})")
 
-    config: Config = preset(arguments.preset, capacity=arguments.big + arguments.steps * 2 + 10)
+    config: Config = preset(arguments.preset, capacity=max(arguments.big, WIDE_FILL) + arguments.steps * 2 + 10)
     texts = make_texts(64)
     print(f"preset {arguments.preset} (tokenizer {config.tokenizer}), observations of "
           f"{min(map(len, texts))}-{max(map(len, texts))} characters")
@@ -114,9 +124,9 @@ def main() -> int:
         recent_budget=config.recent_budget * 2, page_budget=config.page_budget * 2,
         page_size=config.page_size * 2, recall_budget=config.recall_budget * 2,
     )
-    wide = fill(init(doubled), 400, texts, progress=False)
+    wide = fill(init(doubled), WIDE_FILL, texts, progress=False)
     wide, _ = agent_turn(wide, AgentTurn("read", f"_recall {wide.records[3].obs_id}\n_recall-next {wide.records[3].obs_id}"))
-    narrow = fill(init(config), 400, texts, progress=False)
+    narrow = fill(init(config), WIDE_FILL, texts, progress=False)
     narrow, _ = agent_turn(narrow, AgentTurn("read", f"_recall {narrow.records[3].obs_id}\n_recall-next {narrow.records[3].obs_id}"))
     text_narrow = time_call(lambda: view(narrow).text(), 300)
     text_wide = time_call(lambda: view(wide).text(), 300)

@@ -28,6 +28,14 @@ CASES: list[tuple[str, list[str], str]] = [
     ("bench_trajectories.py", ["--long-steps", "0"], "argument --long-steps: expected an integer from 1 to 1000000"),
     ("bench_trajectories.py", ["--data", "{tmp}/absent"], "--data '{tmp}/absent' is not a directory"),
     ("bench_trajectories.py", ["--data", "{tmp}"], "no trajectories (*.jsonl, *.traj) in {tmp}"),
+    ("bench_core.py", ["--small", "0"], "argument --small: expected an integer from 1 to 10000000, got '0'"),
+    ("bench_core.py", ["--steps", "-3"], "argument --steps: expected an integer from 1 to 1000000, got '-3'"),
+    ("bench_core.py", ["--small", "10", "--big", "5"], "--big (5) must be at least --small (10)"),
+]
+
+# the smallest runs a user may ask for: they run to the end (exit 0), no traceback
+SMALL_RUNS: list[tuple[str, list[str]]] = [
+    ("bench_core.py", ["--small", "1", "--big", "20", "--steps", "1"]),
 ]
 
 
@@ -51,3 +59,10 @@ def test_a_bad_argument_is_one_usage_error(case: tuple[str, list[str], str], tmp
     last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
     assert (done.returncode, expected.format(tmp=tmp_path) in last) == (2, True), (done.stdout[-2000:], done.stderr)
     assert f"{Path(script).name}: error: " in last
+
+
+@pytest.mark.parametrize("case", SMALL_RUNS, ids=lambda case: f"{case[0]} {' '.join(case[1])}")
+def test_the_smallest_run_ends(case: tuple[str, list[str]], tmp_path: Path) -> None:
+    script, arguments = case
+    done = run_script(script, arguments, tmp_path)
+    assert (done.returncode, "Traceback" in done.stderr) == (0, False), (done.stdout[-2000:], done.stderr)
