@@ -27,7 +27,9 @@ from typing import Any, Callable, Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_replay import qwen3_tokenizer, write_tool_trace, write_trace  # noqa: E402
+from bench_replay import MOST_EVENTS, qwen3_tokenizer, write_tool_trace, write_trace  # noqa: E402
+
+from arc_ref.options import integer_parser  # noqa: E402
 
 NEW_MESSAGE_OPS = ("observe", "agent", "tool_turn", "tool_result", "user")
 
@@ -109,8 +111,10 @@ def replay(path: Path, counter: Counter) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mode", choices=("text", "tools"), default="tools")
-    parser.add_argument("--events", type=int, default=3000)
-    parser.add_argument("--profile", type=int, default=0, metavar="N", help="print the N top lines of a cProfile")
+    parser.add_argument("--events", type=integer_parser(1, MOST_EVENTS), default=3000,
+                        help=f"events of the trace (1 to {MOST_EVENTS:,})")
+    parser.add_argument("--profile", type=integer_parser(0, 10_000), default=0, metavar="N",
+                        help="print the N top lines of a cProfile (0: none)")
     arguments = parser.parse_args()
     tokenizer = None
     if arguments.mode == "tools":

@@ -50,12 +50,14 @@ import json
 import math
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+MOST_EVENTS = 10_000_000  # a trace's capacity, events + 1, stays below the core's 2^31 - 1
 WORDS = ("def", "return", "self", "import", "class", "the", "file", "line", "error", "0", "1", "None", "->", "é", "中")
 SMALLEST, LARGEST = 60, 30_000
 
@@ -335,7 +337,10 @@ def write_tool_trace(path: Path, events: int, tokenizer: str, seed: int = 11) ->
 
 def run_child(python: str, code: str, arguments: list[str], stdout: Path, stats: Path) -> dict[str, float]:
     with stdout.open("wb") as out:  # run in the scratch folder: the current folder must not shadow arc_ref
-        subprocess.run([python, "-c", code, *arguments], stdout=out, check=True, cwd=stats.parent)
+        done = subprocess.run([python, "-c", code, *arguments], stdout=out, check=False, cwd=stats.parent)
+    if done.returncode != 0:  # its own message is above, on standard error
+        raise SystemExit(f"bench_replay: a child run by {python} ended with status {done.returncode} (its message is"
+                         " above); stopped")
     result: dict[str, float] = json.loads(stats.read_text())
     return result
 
@@ -463,9 +468,13 @@ def qwen3_tokenizer() -> str | None:
 
 
 def main() -> int:
+    from arc_ref.options import integer_parser
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 30_000, 100_000])
-    parser.add_argument("--repeat", type=int, default=2, help="rounds (replay, [baseline,] floor) per size")
+    parser.add_argument("--sizes", type=integer_parser(1, MOST_EVENTS), nargs="+", default=[10_000, 30_000, 100_000],
+                        help=f"events of each trace (1 to {MOST_EVENTS:,})")
+    parser.add_argument("--repeat", type=integer_parser(1, 1000), default=2,
+                        help="rounds (replay, [baseline,] floor) per size (1 to 1000)")
     parser.add_argument("--mode", choices=("text", "tools"), default="text",
                         help="text: the paper preset under o200k_base; tools: tool mode under Qwen3's template")
     parser.add_argument("--baseline-python", default=None, metavar="PYTHON",
@@ -475,6 +484,8 @@ def main() -> int:
     parser.add_argument("--replay-args", nargs=argparse.REMAINDER, default=[],
                         help="extra arguments for `arc-ref replay` (e.g. --verify); must come last")
     arguments = parser.parse_args()
+    if arguments.baseline_python is not None and shutil.which(arguments.baseline_python) is None:
+        parser.error(f"--baseline-python {arguments.baseline_python!r} is not an interpreter that can be run")
     tokenizer = None
     if arguments.mode == "tools":
         tokenizer = qwen3_tokenizer()

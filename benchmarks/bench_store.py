@@ -34,12 +34,13 @@ from pathlib import Path
 
 from arc_ref.config import preset
 from arc_ref.machine import Event, Observe
+from arc_ref.options import integer_parser
 from arc_ref.persist import DurableStore, fold_lines
 from arc_ref.tokenizers import get_tokenizer
 from arc_ref.trace import config_from_line, event_from_line, parse_line
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_replay import write_trace  # noqa: E402
+from bench_replay import MOST_EVENTS, write_trace  # noqa: E402
 
 BATCH = 1000  # events per commit while the store is filled
 
@@ -116,8 +117,10 @@ def _ack_record_sample() -> bytes:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--events", type=int, default=100_000)
-    parser.add_argument("--appends", type=int, default=300, help="single appends timed at the end")
+    parser.add_argument("--events", type=integer_parser(1, MOST_EVENTS), default=100_000,
+                        help=f"events of the trace stored (1 to {MOST_EVENTS:,})")
+    parser.add_argument("--appends", type=integer_parser(1, 1_000_000), default=300,
+                        help="single appends timed at the end (1 to 1000000)")
     parser.add_argument("--appends-only", action="store_true",
                         help="only the single appends and the acknowledgement record's cost, on a new store")
     arguments = parser.parse_args()

@@ -31,11 +31,28 @@ CASES: list[tuple[str, list[str], str]] = [
     ("bench_core.py", ["--small", "0"], "argument --small: expected an integer from 1 to 10000000, got '0'"),
     ("bench_core.py", ["--steps", "-3"], "argument --steps: expected an integer from 1 to 1000000, got '-3'"),
     ("bench_core.py", ["--small", "10", "--big", "5"], "--big (5) must be at least --small (10)"),
+    ("bench_replay.py", ["--sizes", "0"], "argument --sizes: expected an integer from 1 to 10000000, got '0'"),
+    ("bench_replay.py", ["--repeat", "0"], "argument --repeat: expected an integer from 1 to 1000, got '0'"),
+    ("bench_replay.py", ["--baseline-python", "{tmp}/absent"],
+     "--baseline-python '{tmp}/absent' is not an interpreter that can be run"),
+    ("bench_count_once.py", ["--events", "-1"], "argument --events: expected an integer from 1 to 10000000"),
+    ("bench_count_once.py", ["--profile", "-2"], "argument --profile: expected an integer from 0 to 10000"),
+    ("bench_store.py", ["--events", "0"], "argument --events: expected an integer from 1 to 10000000"),
+    ("bench_store.py", ["--appends-only", "--appends", "0"], "argument --appends: expected an integer from 1 to"),
+]
+
+# (script, arguments, exit status, the last line of standard error): a failure met while running, said in one line
+FAILURES: list[tuple[str, list[str], int, str]] = [
+    ("bench_replay.py", ["--sizes", "1", "--repeat", "1", "--replay-args", "--bogus"], 1,
+     "ended with status 2 (its message is above); stopped"),
 ]
 
 # the smallest runs a user may ask for: they run to the end (exit 0), no traceback
 SMALL_RUNS: list[tuple[str, list[str]]] = [
     ("bench_core.py", ["--small", "1", "--big", "20", "--steps", "1"]),
+    ("bench_replay.py", ["--sizes", "1", "--repeat", "1"]),
+    ("bench_count_once.py", ["--mode", "text", "--events", "1"]),
+    ("bench_store.py", ["--events", "1", "--appends", "1"]),
 ]
 
 
@@ -59,6 +76,15 @@ def test_a_bad_argument_is_one_usage_error(case: tuple[str, list[str], str], tmp
     last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
     assert (done.returncode, expected.format(tmp=tmp_path) in last) == (2, True), (done.stdout[-2000:], done.stderr)
     assert f"{Path(script).name}: error: " in last
+
+
+@pytest.mark.parametrize("case", FAILURES, ids=lambda case: f"{case[0]} {' '.join(case[1])}")
+def test_a_failure_while_running_is_one_line(case: tuple[str, list[str], int, str], tmp_path: Path) -> None:
+    script, arguments, status, expected = case
+    done = run_script(script, arguments, tmp_path)
+    assert "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+    assert (done.returncode, expected.format(tmp=tmp_path) in last) == (status, True), (done.stdout[-2000:], done.stderr)
 
 
 @pytest.mark.parametrize("case", SMALL_RUNS, ids=lambda case: f"{case[0]} {' '.join(case[1])}")
