@@ -65,9 +65,13 @@ def one_size(size_mb: float) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from arc_ref.options import number_parser
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes-mb", type=float, nargs="+", default=[1, 5, 50])
-    parser.add_argument("--one", type=float, help=argparse.SUPPRESS)  # the child's size
+    size_mb = number_parser(4096, exclusive_minimum=0)
+    parser.add_argument("--sizes-mb", type=size_mb, nargs="+", default=[1, 5, 50],
+                        help="sizes of the tool result in MB (each above 0, at most 4096)")
+    parser.add_argument("--one", type=size_mb, help=argparse.SUPPRESS)  # the child's size
     args = parser.parse_args(argv)
     if args.one is not None:
         print(json.dumps(one_size(args.one)))
@@ -76,16 +80,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipped: {QWEN3_DIR} is absent", file=sys.stderr)
         return 0
     print(f"{'MB':>6} | {'seconds':>8} | {'s/MB':>6} | {'peak RSS MB':>11} | {'RSS MB over start / MB':>22} | encodes (slices) | characters encoded / size")
+    failed = 0
     for size in args.sizes_mb:
         done = subprocess.run([sys.executable, __file__, "--one", str(size)], capture_output=True, text=True)
         if done.returncode != 0:
             print(f"{size:>6g} | failed: {done.stderr.strip().splitlines()[-1:]}")
+            failed += 1
             continue
         row = json.loads(done.stdout)
         print(f"{size:>6g} | {row['seconds']:>8.1f} | {row['seconds'] / size:>6.2f} | {row['peak_rss_mb']:>11.0f} | "
               f"{(row['peak_rss_mb'] - row['rss_before_mb']) / size:>22.0f} | {row['encodes']:>16} | "
               f"{row['passes']:.2f}", flush=True)
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from arc_ref.chat import CHATML
 from arc_ref.escape import ShownForm, control_strings, unshow
+from arc_ref.options import number_parser
 from arc_ref.tokenizers import get_tokenizer
 
 QWEN3_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "qwen3-tokenizer"
@@ -24,8 +25,9 @@ QWEN3_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "qw
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mb", type=float, default=2.0, help="size of each text in MiB (default 2)")
-    size = int(parser.parse_args().mb * 2**20)
+    parser.add_argument("--mb", type=number_parser(1024, exclusive_minimum=0), default=2.0,
+                        help="size of each text in MiB (default 2; above 0, at most 1024)")
+    size = max(1, int(parser.parse_args().mb * 2**20))
     name = f"hf-dir:{QWEN3_DIR}" if (QWEN3_DIR / "tokenizer.json").is_file() else "o200k_base"
     tokenizer = get_tokenizer(name)
     form = ShownForm(control_strings(CHATML, tokenizer))

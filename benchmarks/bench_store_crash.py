@@ -19,18 +19,21 @@ import tempfile
 import time
 from pathlib import Path
 
+from arc_ref.options import integer_parser, number_parser
 from proofs_check.crash import kill_loop
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--kills", type=int, default=500)
+    parser.add_argument("--kills", type=integer_parser(1, 1_000_000), default=500, help="1 to 1000000")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--max-delay", type=float, default=0.4, help="seconds after ready, at most, before a kill")
-    parser.add_argument("--fold-every", type=int, default=25,
+    parser.add_argument("--max-delay", type=number_parser(3600, minimum=0), default=0.4,
+                        help="seconds after ready, at most, before a kill (0 to 3600)")
+    parser.add_argument("--fold-every", type=integer_parser(1, 1_000_000), default=25,
                         help="compare the snapshot reopen with the fold of every row after every N-th kill")
-    parser.add_argument("--wal-damage", type=float, default=0.5,
-                        help="the fraction of kills after which the WAL is deleted, truncated or has a byte flipped")
+    parser.add_argument("--wal-damage", type=number_parser(1, minimum=0), default=0.5,
+                        help="the fraction of kills after which the WAL is deleted, truncated or has a byte flipped"
+                             " (0 to 1)")
     arguments = parser.parse_args()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:

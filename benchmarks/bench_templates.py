@@ -41,6 +41,7 @@ from arc_ref.machine import (  # noqa: E402
     view,
 )
 from arc_ref.message import ToolCall  # noqa: E402
+from arc_ref.options import integer_parser  # noqa: E402
 from arc_ref.trace import replay  # noqa: E402
 from proofs_check.shared_data import transformers_prompt  # noqa: E402
 
@@ -196,8 +197,9 @@ def view_costs(directory: Path, seed: int, events: int, repeats: int = 500) -> d
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--traces", type=int, default=50)
-    parser.add_argument("--events", type=int, default=40)
+    parser.add_argument("--traces", type=integer_parser(1, 100_000), default=50, help="1 to 100000")
+    parser.add_argument("--events", type=integer_parser(1, 100_000), default=40,
+                        help="events per text-mode trace, a third of them per tool-mode trace (1 to 100000)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     arguments = parser.parse_args(argv)

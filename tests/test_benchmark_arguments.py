@@ -39,6 +39,16 @@ CASES: list[tuple[str, list[str], str]] = [
     ("bench_count_once.py", ["--profile", "-2"], "argument --profile: expected an integer from 0 to 10000"),
     ("bench_store.py", ["--events", "0"], "argument --events: expected an integer from 1 to 10000000"),
     ("bench_store.py", ["--appends-only", "--appends", "0"], "argument --appends: expected an integer from 1 to"),
+    ("bench_store_crash.py", ["--kills", "0"], "argument --kills: expected an integer from 1 to 1000000, got '0'"),
+    ("bench_store_crash.py", ["--max-delay", "-1"], "argument --max-delay: expected a number from 0 to 3600"),
+    ("bench_store_crash.py", ["--fold-every", "0"], "argument --fold-every: expected an integer from 1 to"),
+    ("bench_store_crash.py", ["--wal-damage", "5"], "argument --wal-damage: expected a number from 0 to 1, got '5'"),
+    ("bench_shown_form.py", ["--mb", "nan"], "argument --mb: expected a number above 0, at most 1024"),
+    ("bench_shown_form.py", ["--mb", "-1"], "argument --mb: expected a number above 0, at most 1024"),
+    ("bench_large_observation.py", ["--sizes-mb", "0"], "argument --sizes-mb: expected a number above 0"),
+    ("bench_large_observation.py", ["--sizes-mb", "inf"], "argument --sizes-mb: expected a number above 0"),
+    ("bench_templates.py", ["--traces", "0"], "argument --traces: expected an integer from 1 to 100000, got '0'"),
+    ("bench_templates.py", ["--events", "-3"], "argument --events: expected an integer from 1 to 100000"),
 ]
 
 # (script, arguments, exit status, the last line of standard error): a failure met while running, said in one line
@@ -53,6 +63,8 @@ SMALL_RUNS: list[tuple[str, list[str]]] = [
     ("bench_replay.py", ["--sizes", "1", "--repeat", "1"]),
     ("bench_count_once.py", ["--mode", "text", "--events", "1"]),
     ("bench_store.py", ["--events", "1", "--appends", "1"]),
+    ("bench_store_crash.py", ["--kills", "1", "--max-delay", "0"]),
+    ("bench_shown_form.py", ["--mb", "0.001"]),
 ]
 
 
@@ -92,3 +104,21 @@ def test_the_smallest_run_ends(case: tuple[str, list[str]], tmp_path: Path) -> N
     script, arguments = case
     done = run_script(script, arguments, tmp_path)
     assert (done.returncode, "Traceback" in done.stderr) == (0, False), (done.stdout[-2000:], done.stderr)
+
+
+def test_a_size_that_fails_makes_bench_large_observation_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every size failing printed 'failed' rows and exited 0; now a failed size is exit status 1."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_large_observation", BENCHMARKS / "bench_large_observation.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not module.QWEN3_DIR.is_dir():
+        pytest.skip(f"needs {module.QWEN3_DIR}")
+
+    def fail(command: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(command, 1, "", "MemoryError\n")
+
+    monkeypatch.setattr(module.subprocess, "run", fail)
+    assert module.main(["--sizes-mb", "1"]) == 1
