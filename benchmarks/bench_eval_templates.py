@@ -40,6 +40,8 @@ from arc_eval.run_spec import RunSpec  # noqa: E402
 from arc_eval.tasks.longbench import load_longbench  # noqa: E402
 from arc_eval.tasks.nih import make_nih_tasks  # noqa: E402
 from arc_eval.types import ChatReply, ChatRequest, ContextOverflow, Task  # noqa: E402
+from arc_ref.errors import ArcError  # noqa: E402
+from arc_ref.options import integer_parser  # noqa: E402
 from proofs_check.shared_data import transformers_prompt  # noqa: E402
 
 
@@ -78,13 +80,19 @@ def oracle(directory: Path, request: ChatRequest) -> int:
     return transformers_prompt(directory, [m.as_json() for m in request.messages], listing, enable_thinking=False)[1]
 
 
-def measure(mode: str, tasks: list[Task], directory: Path, context_limit: int, max_tokens: int) -> list[str]:
-    limit = context_limit - max_tokens
+def run_specs(mode: str, directory: Path, context_limit: int, max_tokens: int) -> dict[str, RunSpec]:
+    """The runs' specs, one per task kind, validated (a ConfigError names a refused setting)."""
     specs = {kind: RunSpec.build(task_kind=kind, methods=method_names(), seeds=(0,), out=Path("unused"),
                                  tasks_per_seed=1, tokenizer=str(directory), tool_calling=mode == "tools",
                                  context_limit=context_limit, max_tokens=max_tokens, rag_retriever="bm25")
              for kind in ("nih", "longbench")}
     specs["nih"].validate()
+    return specs
+
+
+def measure(mode: str, tasks: list[Task], directory: Path, context_limit: int, max_tokens: int) -> list[str]:
+    limit = context_limit - max_tokens
+    specs = run_specs(mode, directory, context_limit, max_tokens)
     counter = specs["nih"].prompt_counting().counter()  # one counter for the whole measurement, as a run has
     rows = []
     worst_view, largest_view, budget = 0, 0, 0
@@ -133,8 +141,9 @@ def measure(mode: str, tasks: list[Task], directory: Path, context_limit: int, m
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", type=int, default=50)
-    parser.add_argument("--longbench", type=int, default=10, help="LongBench sample items among the tasks")
+    parser.add_argument("--tasks", type=integer_parser(1, 100_000), default=50, help="1 to 100000")
+    parser.add_argument("--longbench", type=integer_parser(0, 100_000), default=10,
+                        help="LongBench sample items among the tasks (0 to 100000)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     parser.add_argument("--context-limit", type=int, default=16384)
@@ -144,6 +153,11 @@ def main() -> int:
     if not (directory / "tokenizer.json").is_file():
         print(f"needs the Qwen3 tokenizer directory at {directory}", file=sys.stderr)
         return 2
+    try:
+        for mode in ("text", "tools"):
+            run_specs(mode, directory, args.context_limit, args.max_tokens)
+    except ArcError as refused:
+        parser.error(str(refused))
     tasks = draw_tasks(random.Random(args.seed), args.tasks, args.longbench, args.data)
     kinds = {kind: sum(task.kind == kind for task in tasks) for kind in ("nih", "longbench")}
     print(f"{len(tasks)} random eval tasks ({kinds['nih']} NIH of random seeds, {kinds['longbench']} LongBench "

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,9 +19,11 @@ from tests.waiting import scaled_ceiling
 
 REPO = Path(__file__).resolve().parent.parent
 BENCHMARKS = REPO / "benchmarks"
+QWEN3 = REPO.parent / "shared" / "data" / "qwen3-tokenizer"
+NEEDS_QWEN3 = pytest.mark.skipif(not (QWEN3 / "tokenizer.json").is_file(), reason=f"needs {QWEN3}")
 
 # (script, arguments, what the last line of standard error says)
-CASES: list[tuple[str, list[str], str]] = [
+CASES: list[Any] = [
     ("bench_trajectories.py", ["--sections", "main", "--windows", "16384"],
      "argument --windows: unknown '16384': give a comma-separated list of 16k, 32k"),
     ("bench_trajectories.py", ["--sections", "mian"], "argument --sections: unknown 'mian'"),
@@ -49,6 +52,12 @@ CASES: list[tuple[str, list[str], str]] = [
     ("bench_large_observation.py", ["--sizes-mb", "inf"], "argument --sizes-mb: expected a number above 0"),
     ("bench_templates.py", ["--traces", "0"], "argument --traces: expected an integer from 1 to 100000, got '0'"),
     ("bench_templates.py", ["--events", "-3"], "argument --events: expected an integer from 1 to 100000"),
+    ("bench_eval_templates.py", ["--tasks", "0"], "argument --tasks: expected an integer from 1 to 100000, got '0'"),
+    ("bench_eval_templates.py", ["--longbench", "-1"], "argument --longbench: expected an integer from 0 to 100000"),
+    pytest.param(("bench_eval_templates.py", ["--context-limit", "1000", "--max-tokens", "2000"],
+                  "--max-tokens (2000) must be below --context-limit (1000)"), marks=NEEDS_QWEN3),
+    pytest.param(("bench_eval_templates.py", ["--context-limit", "0"], "--context-limit must be at least 1, got 0"),
+                 marks=NEEDS_QWEN3),
 ]
 
 # (script, arguments, exit status, the last line of standard error): a failure met while running, said in one line
@@ -69,7 +78,7 @@ SMALL_RUNS: list[tuple[str, list[str]]] = [
 
 
 def case_id(case: tuple[str, list[str], str]) -> str:
-    script, arguments, _ = case
+    script, arguments, *_ = case
     return f"{script} {' '.join(arguments)}"
 
 
