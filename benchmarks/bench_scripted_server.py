@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import os
 import signal
 import socket
@@ -32,7 +33,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: the tests' one readiness wait
 from tests.waiting import http_ok, wait_until  # noqa: E402
-from arc_eval.types import Message
+from arc_eval.types import Message  # noqa: E402
+from arc_ref.options import integer_parser  # noqa: E402
 
 DEFAULT_SERVER = "arc_eval.backends.scripted_server"
 MESSAGES = [
@@ -98,20 +100,33 @@ def serve_in_process(server: str) -> Iterator[str]:
             raise SystemExit(str(failure)) from None
         yield f"http://127.0.0.1:{port}/v1"
     finally:
-        os.kill(process.pid, signal.SIGTERM)
+        if process.poll() is None:  # one that exited before it was ready is gone already
+            os.kill(process.pid, signal.SIGTERM)
         process.wait(30)
+
+
+def _module_found(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a parent package that is missing, or an empty or relative name
+        return False
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=2000)
-    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--requests", type=integer_parser(1, 10_000_000), default=2000,
+                        help="requests per measurement (1 to 10000000)")
+    parser.add_argument("--clients", type=integer_parser(1, 10_000), nargs="+", default=[1, 8, 32],
+                        help="concurrent clients of each measurement (1 to 10000)")
     parser.add_argument("--endpoint", choices=("chat", "tokenize"), default="chat")
     parser.add_argument("--server", action="append", default=None,
                         help="a module name or a scripted_server.py path (repeat to compare)")
-    parser.add_argument("--rounds", type=int, default=1, help="turns over all servers")
+    parser.add_argument("--rounds", type=integer_parser(1, 1000), default=1, help="turns over all servers (1 to 1000)")
     args = parser.parse_args()
     servers = args.server or [DEFAULT_SERVER]
+    for server in servers:
+        if not (Path(server).is_file() if server.endswith(".py") else _module_found(server)):
+            parser.error(f"--server {server!r}: no such {'file' if server.endswith('.py') else 'module'}")
     rates: dict[tuple[str, int], list[float]] = {}
     for round_index in range(args.rounds):
         for server in servers:

@@ -58,6 +58,11 @@ CASES: list[Any] = [
                   "--max-tokens (2000) must be below --context-limit (1000)"), marks=NEEDS_QWEN3),
     pytest.param(("bench_eval_templates.py", ["--context-limit", "0"], "--context-limit must be at least 1, got 0"),
                  marks=NEEDS_QWEN3),
+    ("bench_scripted_server.py", ["--requests", "0"], "argument --requests: expected an integer from 1 to 10000000"),
+    ("bench_scripted_server.py", ["--clients", "1", "0"], "argument --clients: expected an integer from 1 to 10000"),
+    ("bench_scripted_server.py", ["--rounds", "0"], "argument --rounds: expected an integer from 1 to 1000"),
+    ("bench_scripted_server.py", ["--server", "{tmp}/absent.py"], "--server '{tmp}/absent.py': no such file"),
+    ("bench_scripted_server.py", ["--server", "no_such.module"], "--server 'no_such.module': no such module"),
 ]
 
 # (script, arguments, exit status, the last line of standard error): a failure met while running, said in one line
@@ -74,6 +79,7 @@ SMALL_RUNS: list[tuple[str, list[str]]] = [
     ("bench_store.py", ["--events", "1", "--appends", "1"]),
     ("bench_store_crash.py", ["--kills", "1", "--max-delay", "0"]),
     ("bench_shown_form.py", ["--mb", "0.001"]),
+    ("bench_scripted_server.py", ["--requests", "1", "--clients", "1"]),
 ]
 
 
@@ -131,3 +137,15 @@ def test_a_size_that_fails_makes_bench_large_observation_fail(monkeypatch: pytes
 
     monkeypatch.setattr(module.subprocess, "run", fail)
     assert module.main(["--sizes-mb", "1"]) == 1
+
+
+def test_a_server_that_exits_before_it_is_ready_is_named_in_one_line(tmp_path: Path) -> None:
+    """bench_scripted_server.py: a --server that exits at once was a ProcessLookupError traceback (the script killed
+    the process it had already reaped); now its last line names the server, exit status 1."""
+    (tmp_path / "server.py").write_text("def serve_main(argv):\n    return 3\n", encoding="utf-8")
+    done = run_script("bench_scripted_server.py", ["--server", "{tmp}/server.py", "--requests", "1", "--clients", "1"],
+                      tmp_path)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1].endswith("serve-scripted: the process exited with status 3 before it"
+                                                         " was ready")
