@@ -19,18 +19,34 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parent.parent
 
 
+def integer_parser(least: int, most: int) -> Callable[[str], int]:
+    """An integer from ``least`` to ``most`` (arc_ref.options has one, but arc_ref is imported from --tree, after)."""
+
+    def parse(text: str) -> int:
+        if not (text.isascii() and text.isdigit() and least <= int(text) <= most):
+            raise argparse.ArgumentTypeError(f"expected an integer from {least} to {most}, got {text!r}")
+        return int(text)
+
+    return parse
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--copies", type=int, default=20, help="requests resending the long history at once")
-    parser.add_argument("--turns", type=int, default=20, help="turns of the long conversation")
-    parser.add_argument("--kb", type=int, default=20, help="KB of each of its tool outputs")
+    parser.add_argument("--copies", type=integer_parser(1, 10_000), default=20,
+                        help="requests resending the long history at once (1 to 10000)")
+    parser.add_argument("--turns", type=integer_parser(1, 10_000), default=20,
+                        help="turns of the long conversation (1 to 10000)")
+    parser.add_argument("--kb", type=integer_parser(1, 100_000), default=20,
+                        help="KB of each of its tool outputs (1 to 100000)")
     parser.add_argument("--tree", type=Path, default=REPO, help="the checkout whose arc_ref runs")
     args = parser.parse_args()
+    if not (args.tree / "arc_ref" / "__init__.py").is_file():
+        parser.error(f"--tree {str(args.tree)!r} is not a checkout of arc-ref (no arc_ref/__init__.py there)")
     sys.path.insert(0, str(args.tree.resolve()))
     import httpx
 

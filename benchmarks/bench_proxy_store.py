@@ -30,6 +30,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.proxy_cases import BASH_TOOL, Proxy, chat, completion, fake_upstream, task  # noqa: E402
+from arc_ref.frontends.proxy_options import MAX_IDLE_SECONDS  # noqa: E402
+from arc_ref.options import integer_parser  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -181,12 +183,12 @@ def memory_figures(tree: Path, count: int, idle_seconds: int) -> None:
             evicted = proxy.rss_mib()
         finally:
             code, error = proxy.stop()
+            if code not in (0, None, -15) and error:  # why it ended, above the line of the request that failed
+                print(error[-2000:], file=sys.stderr)
         print(f"tree {tree}: {count} conversations of 4 requests ({took:.1f} s), --idle-seconds {idle_seconds}:"
               f" RSS {baseline:.1f} MiB before them, {held:.1f} MiB with them in memory"
               f" ({(held - baseline) / count * 1024:.1f} KiB each), {evicted:.1f} MiB after they were idle"
               f" {idle_seconds} s ({(evicted - baseline) / count * 1024:.1f} KiB each)", flush=True)
-        if code not in (0, None, -15) and error:
-            print(error[-2000:], file=sys.stderr)
         if tree == REPO:
             upstream.requests = collections.deque(maxlen=1)  # type: ignore[assignment]  # the fake keeps no body
             upstream.headers = collections.deque(maxlen=1)  # type: ignore[assignment]  # nor headers
@@ -241,23 +243,39 @@ def hold_figures(turns: list[int], repeat: int = 30) -> None:
         asyncio.run(run())
 
 
+MOST_CONVERSATIONS = 1_000_000
+
+
+def counts(text: str) -> list[int]:
+    """The argparse ``type`` of --conversations: comma-separated counts, each 1 to MOST_CONVERSATIONS."""
+    parse = integer_parser(1, MOST_CONVERSATIONS)
+    return [parse(part) for part in text.split(",")]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=("start", "memory", "hold"))
-    parser.add_argument("--conversations", default=None, help="start: comma-separated counts (100,300);"
-                                                               " memory: one count (200)")
-    parser.add_argument("--idle-seconds", type=int, default=5)
+    parser.add_argument("--conversations", type=counts, default=None,
+                        help=f"start, hold: comma-separated counts (100,300; 4,40); memory: one count (200); each 1 to"
+                             f" {MOST_CONVERSATIONS}")
+    parser.add_argument("--idle-seconds", type=integer_parser(1, MAX_IDLE_SECONDS), default=5,
+                        help=f"memory: the proxy's --idle-seconds (1 to {MAX_IDLE_SECONDS})")
     parser.add_argument("--tree", type=Path, action="append", default=None,
                         help="a checkout whose `arc-ref proxy` is measured (repeat: start compares them, interleaved;"
                              " the last writes the store); default: this one")
     args = parser.parse_args()
     trees = [tree.resolve() for tree in (args.tree or [REPO])]
+    for tree in trees:
+        if not (tree / "arc_ref" / "__init__.py").is_file():
+            parser.error(f"--tree {str(tree)!r} is not a checkout of arc-ref (no arc_ref/__init__.py there)")
+    if args.what == "memory" and args.conversations is not None and len(args.conversations) != 1:
+        parser.error("memory takes one --conversations count")
     if args.what == "start":
-        start_figures(trees, [int(part) for part in (args.conversations or "100,300").split(",")])
+        start_figures(trees, args.conversations or [100, 300])
     elif args.what == "hold":
-        hold_figures([int(part) for part in (args.conversations or "4,40").split(",")])
+        hold_figures(args.conversations or [4, 40])
     else:
-        memory_figures(trees[-1], int(args.conversations or 200), args.idle_seconds)
+        memory_figures(trees[-1], (args.conversations or [200])[0], args.idle_seconds)
     return 0
 
 

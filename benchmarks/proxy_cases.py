@@ -29,6 +29,8 @@ from typing import Any, Callable, Iterator
 
 import httpx
 
+from arc_ref.options import integer_parser, number_parser
+
 REPO = Path(__file__).resolve().parent.parent
 QWEN3 = Path(os.environ.get("ARC_SHARED_DATA") or REPO.parent / "shared" / "data") / "qwen3-tokenizer"
 WINDOW = 16384
@@ -690,11 +692,15 @@ def main() -> int:
     parser.add_argument("--tree", type=Path, default=REPO, help="the checkout whose arc_ref runs (default: this one)")
     parser.add_argument("--only", default="", help="comma-separated case names (default: all)")
     parser.add_argument("--list", action="store_true", help="print the case names and stop")
-    parser.add_argument("--conversations", type=int, default=200, help="conversations of the memory case")
-    parser.add_argument("--max-conversations", type=int, default=None,
+    parser.add_argument("--conversations", type=integer_parser(1, 1_000_000), default=200,
+                        help="conversations of the memory case (1 to 1000000)")
+    parser.add_argument("--max-conversations", type=integer_parser(1, 1_000_000), default=None,
                         help="the memory case's proxy --max-conversations (a checkout that has the flag)")
-    parser.add_argument("--big-timeout", type=float, default=120, help="seconds the 100 MB request may take")
+    parser.add_argument("--big-timeout", type=number_parser(86_400, exclusive_minimum=0), default=120,
+                        help="seconds the 100 MB request may take (above 0, at most 86400)")
     args = parser.parse_args()
+    if not (args.tree / "arc_ref" / "__init__.py").is_file():
+        parser.error(f"--tree {str(args.tree)!r} is not a checkout of arc-ref (no arc_ref/__init__.py there)")
     if not (QWEN3 / "tokenizer.json").is_file():
         print(f"proxy_cases: Qwen3's files are not in {QWEN3.parent} (run beside ../shared/data)", file=sys.stderr)
         return 2

@@ -63,6 +63,18 @@ CASES: list[Any] = [
     ("bench_scripted_server.py", ["--rounds", "0"], "argument --rounds: expected an integer from 1 to 1000"),
     ("bench_scripted_server.py", ["--server", "{tmp}/absent.py"], "--server '{tmp}/absent.py': no such file"),
     ("bench_scripted_server.py", ["--server", "no_such.module"], "--server 'no_such.module': no such module"),
+    ("bench_proxy_store.py", ["hold", "--conversations", "abc"], "argument --conversations: expected an integer from 1"),
+    ("bench_proxy_store.py", ["hold", "--conversations", "0"], "argument --conversations: expected an integer from 1"),
+    ("bench_proxy_store.py", ["memory", "--conversations", "1,2"], "memory takes one --conversations count"),
+    ("bench_proxy_store.py", ["memory", "--idle-seconds", "-1"], "argument --idle-seconds: expected an integer from 1"),
+    ("bench_proxy_store.py", ["start", "--tree", "{tmp}"],
+     "--tree '{tmp}' is not a checkout of arc-ref (no arc_ref/__init__.py there)"),
+    ("bench_fork_burst.py", ["--copies", "0"], "argument --copies: expected an integer from 1 to 10000, got '0'"),
+    ("bench_fork_burst.py", ["--kb", "-1"], "argument --kb: expected an integer from 1 to 100000, got '-1'"),
+    ("bench_fork_burst.py", ["--tree", "{tmp}"], "--tree '{tmp}' is not a checkout of arc-ref"),
+    ("proxy_cases.py", ["--conversations", "0"], "argument --conversations: expected an integer from 1 to 1000000"),
+    ("proxy_cases.py", ["--big-timeout", "-1"], "argument --big-timeout: expected a number above 0, at most 86400"),
+    ("proxy_cases.py", ["--tree", "{tmp}", "--only", "ownership"], "--tree '{tmp}' is not a checkout of arc-ref"),
 ]
 
 # (script, arguments, exit status, the last line of standard error): a failure met while running, said in one line
