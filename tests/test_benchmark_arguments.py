@@ -7,6 +7,7 @@ in an argument is that directory.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.waiting import scaled_ceiling
+from tests.waiting import scaled_ceiling, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 BENCHMARKS = REPO / "benchmarks"
@@ -171,3 +172,44 @@ def test_a_server_that_exits_before_it_is_ready_is_named_in_one_line(tmp_path: P
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1].endswith("serve-scripted: the process exited with status 3 before it"
                                                          " was ready")
+
+
+def processes_naming(text: str) -> list[int]:
+    """The processes whose command line holds ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text in (entry / "cmdline").read_bytes().decode("utf-8", "replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc")
+@pytest.mark.parametrize("signum, status, last", [
+    (signal.SIGTERM, 1, "bench_store_crash: stopped by signal 15"),
+    (signal.SIGINT, 130, "bench_store_crash: interrupted; the writer is stopped and its store removed"),
+], ids=["SIGTERM", "SIGINT"])
+def test_bench_store_crash_stopped_leaves_no_writer(tmp_path: Path, signum: int, status: int, last: str) -> None:
+    """SIGTERM ended bench_store_crash at once: the store writer it had started went on alone (found running 40
+    minutes later, 2 GB of memory, 1 GB of store in a scratch folder never removed); Ctrl-C was a traceback. Now
+    both stop the writer, remove the scratch folder and end with one line."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    command = [sys.executable, str(BENCHMARKS / "bench_store_crash.py"), "--kills", "1000000"]
+    environment = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(scratch)}
+    with subprocess.Popen(command, cwd=tmp_path, env=environment, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, start_new_session=True) as process:
+        try:
+            wait_until(lambda: bool(processes_naming(f"{scratch}/")), process, "bench_store_crash's writer")
+            process.send_signal(signum)
+            _, stderr = process.communicate(timeout=scaled_ceiling(60))
+            left = processes_naming(f"{scratch}/")
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)  # whatever the script left in its group
+    assert (left, list(scratch.iterdir())) == ([], [])
+    assert "Traceback" not in stderr, stderr
+    assert (process.returncode, stderr.strip().splitlines()[-1:]) == (status, [last])
