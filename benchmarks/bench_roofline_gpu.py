@@ -49,7 +49,9 @@ from arc_eval.analysis.presets import (  # noqa: E402
     model_from_config,
     model_preset,
 )
+from arc_eval.analysis.errors import AnalysisError  # noqa: E402
 from arc_eval.analysis.roofline import decode_time, mean_context  # noqa: E402
+from arc_ref.options import integer_parser  # noqa: E402
 
 # a toy Qwen3 for the CPU test: Qwen3's vocabulary, two small layers (about 20 M parameters, float32)
 TINY = {
@@ -177,10 +179,14 @@ def decode_row(spec: ModelSpec, hardware: HardwareSpec, prompt: int, batch: int,
 def rows_from_lines(text: str, spec: ModelSpec, hardware: HardwareSpec, steps: int) -> list[Row]:
     """Rows from lines ``prefill P 1 SECONDS`` / ``decode P B SECONDS_PER_STEP`` (``--measured``); others skipped."""
     rows = []
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
         words = line.split()
         if len(words) == 4 and words[0] in ("prefill", "decode"):
-            prompt, batch, seconds = int(words[1]), int(words[2]), float(words[3])
+            try:
+                prompt, batch, seconds = int(words[1]), int(words[2]), float(words[3])
+            except ValueError:
+                raise ValueError(f"line {number} of the timings, {line.strip()!r}: P and B must be integers, S a"
+                                 " number") from None
             rows.append(prefill_row(spec, hardware, prompt, seconds) if words[0] == "prefill"
                         else decode_row(spec, hardware, prompt, batch, steps, seconds))
     return rows
@@ -234,19 +240,30 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--model", help="qwen3-8b (default on CUDA), qwen3-32b, tiny (default on CPU), or a file")
     parser.add_argument("--hardware", default="auto", help="auto, h100-sxm, h200, mi300x, or a TOML/JSON file")
-    parser.add_argument("--prompts", type=int, nargs="+", help=f"prompt sizes (default {ARC_PROMPT} {FULL_PROMPT})")
-    parser.add_argument("--decode-batches", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--decode-steps", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=3, help="prefill passes per prompt (median)")
+    count = integer_parser(1, 10_000_000)
+    parser.add_argument("--prompts", type=count, nargs="+",
+                        help=f"prompt sizes (default {ARC_PROMPT} {FULL_PROMPT}; each 1 to 10000000)")
+    parser.add_argument("--decode-batches", type=count, nargs="+", default=[1, 8])
+    parser.add_argument("--decode-steps", type=count, default=32)
+    parser.add_argument("--repeats", type=count, default=3, help="prefill passes per prompt (median)")
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     parser.add_argument("--measured", type=Path, help="print the table for timings measured elsewhere (lines "
                         "'prefill P 1 S' / 'decode P B S_PER_STEP', --decode-steps steps each), timing nothing")
     args = parser.parse_args(argv)
     if args.measured is not None:
-        spec, _ = model_config(args.model or "qwen3-8b")
-        hardware = hardware_preset("h100-sxm" if args.hardware == "auto" else args.hardware)
+        try:
+            spec, _ = model_config(args.model or "qwen3-8b")
+            hardware = hardware_preset("h100-sxm" if args.hardware == "auto" else args.hardware)
+            text = args.measured.read_text(encoding="utf-8")
+            rows = rows_from_lines(text, spec, hardware, args.decode_steps)
+        except OSError as unreadable:
+            parser.error(f"--measured {str(args.measured)!r} cannot be read: {unreadable.strerror or unreadable}")
+        except (AnalysisError, ValueError) as refused:  # an unknown preset, a line whose numbers are not numbers
+            parser.error(str(refused))
+        if not rows:
+            parser.error(f"--measured {str(args.measured)!r} holds no timing line ('prefill P 1 S' / 'decode P B S')")
         print(f"model: {spec.name}; roofline: {hardware.name}; timings from {args.measured}")
-        print_table(rows_from_lines(args.measured.read_text(encoding="utf-8"), spec, hardware, args.decode_steps))
+        print_table(rows)
         return 0
     try:
         import torch

@@ -77,6 +77,16 @@ CASES: list[Any] = [
     ("proxy_cases.py", ["--conversations", "0"], "argument --conversations: expected an integer from 1 to 1000000"),
     ("proxy_cases.py", ["--big-timeout", "-1"], "argument --big-timeout: expected a number above 0, at most 86400"),
     ("proxy_cases.py", ["--tree", "{tmp}", "--only", "ownership"], "--tree '{tmp}' is not a checkout of arc-ref"),
+    ("bench_roofline_gpu.py", ["--measured", "{tmp}/absent"],
+     "--measured '{tmp}/absent' cannot be read: No such file or directory"),
+    ("bench_roofline_gpu.py", ["--measured", "{tmp}"], "--measured '{tmp}' cannot be read: Is a directory"),
+    ("bench_roofline_gpu.py", ["--measured", "bench_roofline_gpu_h100.txt", "--model", "nope"],
+     "unknown model preset 'nope'"),
+    ("bench_roofline_gpu.py", ["--measured", "bench_roofline_gpu_h100.txt", "--hardware", "nope"],
+     "unknown hardware 'nope'"),
+    ("bench_roofline_gpu.py", ["--measured", "bench_roofline_gpu_h100.txt", "--decode-steps", "0"],
+     "argument --decode-steps: expected an integer from 1 to 10000000, got '0'"),
+    ("bench_roofline_gpu.py", ["--measured", "bench_core.py"], "holds no timing line"),
 ]
 
 # (script, arguments, exit status, the last line of standard error): a failure met while running, said in one line
@@ -105,7 +115,9 @@ def case_id(case: tuple[str, list[str], str]) -> str:
 def run_script(script: str, arguments: list[str], directory: Path) -> subprocess.CompletedProcess[str]:
     """The script run to its end; past the ceiling its whole process group is killed (a script that measures
     instead of refusing its arguments leaves no child behind)."""
-    command = [sys.executable, str(BENCHMARKS / script), *(argument.format(tmp=directory) for argument in arguments)]
+    command = [sys.executable, str(BENCHMARKS / script),
+               *(str(BENCHMARKS / argument) if (BENCHMARKS / argument).is_file() else argument.format(tmp=directory)
+                 for argument in arguments)]
     environment = {**os.environ, "PYTHONPATH": str(REPO)}
     with subprocess.Popen(command, cwd=directory, env=environment, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, start_new_session=True) as process:
