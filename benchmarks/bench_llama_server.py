@@ -25,6 +25,7 @@ import collections
 import json
 import os
 import signal
+import shutil
 import socket
 import subprocess
 import sys
@@ -35,7 +36,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: the tests' one readiness wait
 from tests.waiting import http_ok, wait_until  # noqa: E402
-from arc_eval.cli import main as arc_eval
+from arc_eval.cli import main as arc_eval  # noqa: E402
+from arc_ref.options import integer_parser  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -65,14 +67,15 @@ def main() -> int:
     parser.add_argument("--gguf", default=None)
     parser.add_argument("--llama-cpp", default=os.environ.get("LLAMA_CPP_DIR"))
     parser.add_argument("--tokenizer-dir", default=None)
-    parser.add_argument("--tasks", type=int, default=2)
+    parser.add_argument("--tasks", type=integer_parser(1, 100_000), default=2)
     parser.add_argument("--seeds", type=int, nargs="+", default=[42])
     parser.add_argument("--methods", default="all")
-    parser.add_argument("--max-tokens", type=int, default=256)
-    parser.add_argument("--max-steps", type=int, default=None, help="agent steps per task (default: the plan's)")
-    parser.add_argument("--context-limit", type=int, default=16384)
-    parser.add_argument("--slots", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--max-tokens", type=integer_parser(1, 2**31 - 1), default=256)
+    parser.add_argument("--max-steps", type=integer_parser(1, 100_000), default=None,
+                        help="agent steps per task (default: the plan's)")
+    parser.add_argument("--context-limit", type=integer_parser(1, 2**31 - 1), default=16384)
+    parser.add_argument("--slots", type=integer_parser(1, 1024), default=2)
+    parser.add_argument("--threads", type=integer_parser(1, 1024), default=1)
     parser.add_argument("--tool-calling", action="store_true")
     parser.add_argument("--tokenizer", default=None, metavar="DIR",
                         help="arc-eval --tokenizer: count with this model directory's template and tokenizer")
@@ -80,7 +83,13 @@ def main() -> int:
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     if not args.llama_server:
-        raise SystemExit("bench_llama_server: pass --llama-server BIN or set LLAMA_SERVER")
+        parser.error("pass --llama-server BIN or set LLAMA_SERVER")
+    if shutil.which(args.llama_server) is None:
+        parser.error(f"--llama-server {args.llama_server!r} is not a program that can be run")
+    if args.gguf and not Path(args.gguf).is_file():
+        parser.error(f"--gguf {args.gguf!r} is not a file")
+    if args.max_tokens >= args.context_limit:
+        parser.error(f"--max-tokens ({args.max_tokens}) must be below --context-limit ({args.context_limit})")
     work = Path(tempfile.mkdtemp(prefix="arc-llama-"))
     gguf = Path(args.gguf) if args.gguf else make_gguf(work / "tiny.gguf", args.llama_cpp, args.tokenizer_dir)
     port = free_port()
@@ -115,6 +124,10 @@ def main() -> int:
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(30)
+    if not (out / "calls.jsonl").is_file():
+        print(f"bench_llama_server: arc-eval exited with status {code} and recorded no call in {out} (its message"
+              f" is above); llama-server's log: {log}", file=sys.stderr)
+        return code or 1
     calls = [json.loads(line) for line in (out / "calls.jsonl").read_text().splitlines()]
     tasks = [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()]
     compared = [call for call in calls if call.get("counted_prompt_tokens") is not None]

@@ -37,6 +37,7 @@ from tests.proxy.harness import BASH_TOOL, BUDGETS, QWEN3, serve_app  # noqa: E4
 from arc_eval.backends.scripted_server import build_app as build_upstream  # noqa: E402
 from arc_eval.backends.scripted_server import serve_in_thread  # noqa: E402
 from benchmarks.bench_proxy import agent, always_bash  # noqa: E402  (one agent loop for both benchmarks)
+from arc_ref.options import integer_parser  # noqa: E402
 
 
 OUTPUT = "\n".join(f"-rw-r--r-- 1 user user {number * 97} file_{number}.py" for number in range(20))
@@ -123,10 +124,13 @@ def round_robin(base_urls: list[str], turns: int, name: str) -> list[float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--agents", type=int, default=8, help="agents at once (each its own conversation)")
-    parser.add_argument("--turns", type=int, default=10, help="requests per agent")
-    parser.add_argument("--rounds", type=int, default=2, help="times each set-up is measured (interleaved)")
-    parser.add_argument("--catch-up-turns", type=int, default=200, help="turns of the conversation to catch up")
+    parser.add_argument("--agents", type=integer_parser(1, 10_000), default=8,
+                        help="agents at once (each its own conversation; 1 to 10000)")
+    parser.add_argument("--turns", type=integer_parser(1, 100_000), default=10, help="requests per agent (1 to 100000)")
+    parser.add_argument("--rounds", type=integer_parser(1, 1000), default=2,
+                        help="times each set-up is measured (interleaved; 1 to 1000)")
+    parser.add_argument("--catch-up-turns", type=integer_parser(1, 100_000), default=200,
+                        help="turns of the conversation to catch up (1 to 100000)")
     arguments = parser.parse_args()
     for why in (postgres_absent(), haproxy_absent(),
                 None if QWEN3 is not None else "Qwen3's files are not in ../shared/data"):

@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from arc_ref.options import integer_parser
+
 ROOT = Path(__file__).resolve().parent.parent
 # ../shared/data beside the repository, or $ARC_SHARED_DATA (a checkout without it, e.g. a worktree)
 SHARED_DATA = Path(os.environ.get("ARC_SHARED_DATA") or ROOT.parent / "shared" / "data")
@@ -86,16 +88,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokenizer-dir", type=Path, default=DEFAULT_TOKENIZER_DIR)
     parser.add_argument("--llama-cpp", default=os.environ.get("LLAMA_CPP_DIR"))
     parser.add_argument("--name", default="tiny-qwen3-random")
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--embd", type=int, default=64)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--kv-heads", type=int, default=2)
-    parser.add_argument("--ff", type=int, default=128)
-    parser.add_argument("--context", type=int, default=32768, help="the trained context (n_ctx_train)")
+    size = integer_parser(1, 1_000_000)
+    parser.add_argument("--layers", type=size, default=2)
+    parser.add_argument("--embd", type=size, default=64)
+    parser.add_argument("--heads", type=size, default=4)
+    parser.add_argument("--kv-heads", type=size, default=2)
+    parser.add_argument("--ff", type=size, default=128)
+    parser.add_argument("--context", type=integer_parser(1, 2**31 - 1), default=32768,
+                        help="the trained context (n_ctx_train)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.embd % args.heads or args.heads % args.kv_heads:
-        raise SystemExit("make_tiny_gguf: --embd must divide by --heads, and --heads by --kv-heads")
+        parser.error("--embd must divide by --heads, and --heads by --kv-heads")
+    if not (args.tokenizer_dir / "tokenizer.json").is_file():
+        parser.error(f"--tokenizer-dir {str(args.tokenizer_dir)!r} holds no tokenizer.json")
     gguf = load_gguf(args.llama_cpp)
     tokens, types, merges, config, template = read_tokenizer(args.tokenizer_dir)
     ids = {token: index for index, token in enumerate(tokens)}

@@ -1017,6 +1017,8 @@ def main(argv: list[str] | None = None) -> int:
              bounds_cases(scratch)),
         ]
         groups = [(title, [case for case in cases if args.only in case.name]) for title, cases in groups]
+        if not any(cases for _, cases in groups):
+            parser.error(f"--only {args.only!r}: no case's name holds it")
         differing = run_cases(groups, scratch)
     total = sum(len(cases) for _, cases in groups)
     print(f"{total - differing} of {total} cases as expected, {differing} differ "

@@ -87,6 +87,18 @@ CASES: list[Any] = [
     ("bench_roofline_gpu.py", ["--measured", "bench_roofline_gpu_h100.txt", "--decode-steps", "0"],
      "argument --decode-steps: expected an integer from 1 to 10000000, got '0'"),
     ("bench_roofline_gpu.py", ["--measured", "bench_core.py"], "holds no timing line"),
+    ("refusal_cases.py", ["--no-fuzz", "--only", "no case is named so"], "--only 'no case is named so': no case's name"),
+    ("bench_many_proxies.py", ["--agents", "0"], "argument --agents: expected an integer from 1 to 10000, got '0'"),
+    ("bench_many_proxies.py", ["--rounds", "0"], "argument --rounds: expected an integer from 1 to 1000, got '0'"),
+    ("bench_llama_server.py", ["--llama-server", ""], "pass --llama-server BIN or set LLAMA_SERVER"),
+    ("bench_llama_server.py", ["--llama-server", "{tmp}/absent"],
+     "--llama-server '{tmp}/absent' is not a program that can be run"),
+    ("bench_llama_server.py", ["--llama-server", sys.executable, "--gguf", "{tmp}/absent.gguf"],
+     "--gguf '{tmp}/absent.gguf' is not a file"),
+    ("bench_llama_server.py", ["--llama-server", sys.executable, "--slots", "0"], "argument --slots: expected an"),
+    ("make_tiny_gguf.py", ["{tmp}/t.gguf", "--heads", "0"], "argument --heads: expected an integer from 1 to 1000000"),
+    ("make_tiny_gguf.py", ["{tmp}/t.gguf", "--heads", "3"], "--embd must divide by --heads, and --heads by --kv-heads"),
+    ("make_tiny_gguf.py", ["{tmp}/t.gguf", "--tokenizer-dir", "{tmp}"], "--tokenizer-dir '{tmp}' holds no tokenizer.json"),
 ]
 
 # (script, arguments, exit status, the last line of standard error): a failure met while running, said in one line
