@@ -99,6 +99,14 @@ CASES: list[Any] = [
     ("make_tiny_gguf.py", ["{tmp}/t.gguf", "--heads", "0"], "argument --heads: expected an integer from 1 to 1000000"),
     ("make_tiny_gguf.py", ["{tmp}/t.gguf", "--heads", "3"], "--embd must divide by --heads, and --heads by --kv-heads"),
     ("make_tiny_gguf.py", ["{tmp}/t.gguf", "--tokenizer-dir", "{tmp}"], "--tokenizer-dir '{tmp}' holds no tokenizer.json"),
+    ("vllm_cpu/prefix_cache.py", ["--vllm-python", sys.executable, "--work", "{tmp}", "--windows", "16384"],
+     "argument --windows: unknown '16384': give a comma-separated list of 16k, 32k"),
+    ("vllm_cpu/prefix_cache.py", ["--vllm-python", "{tmp}/absent", "--work", "{tmp}"],
+     "--vllm-python '{tmp}/absent' is not an interpreter that can be run"),
+    ("vllm_cpu/real_vllm.py", ["--vllm-python", sys.executable, "--work", "{tmp}", "--parts", "txt"],
+     "--parts: unknown 'txt': give a comma-separated list of text, tool, random"),
+    ("vllm_cpu/real_vllm.py", ["--vllm-python", "{tmp}/absent", "--work", "{tmp}"],
+     "--vllm-python '{tmp}/absent' is not an interpreter that can be run"),
 ]
 
 # (script, arguments, exit status, the last line of standard error): a failure met while running, said in one line

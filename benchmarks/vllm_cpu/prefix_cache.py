@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import re
 import signal
+import shutil
 import subprocess
 import sys
 import time
@@ -137,11 +138,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--vllm-python", required=True, help="the Python of the environment vLLM is installed in")
     parser.add_argument("--work", type=Path, required=True, help="a directory for the model and the server's log")
-    parser.add_argument("--windows", default="16k,32k")
+    parser.add_argument("--windows", type=bench.comma_choices(tuple(bench.WINDOWS)), default="16k,32k",
+                        help=f"comma-separated: {', '.join(bench.WINDOWS)}")
     parser.add_argument("--trajectories", default=None, help="names (prefixes) of the trajectories; default all five")
     parser.add_argument("--check", action="store_true", help="the bounded CI check (see the module docstring)")
     parser.add_argument("--start-timeout", type=float, default=900)
     args = parser.parse_args(argv)
+    if shutil.which(args.vllm_python) is None:
+        parser.error(f"--vllm-python {args.vllm_python!r} is not an interpreter that can be run")
     if not (bench.QWEN3_DIR / "tokenizer.json").is_file() or not DATA_DIR.is_dir():
         print(f"skipped: needs {DATA_DIR} and {bench.QWEN3_DIR}")
         return 0
@@ -150,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     model = args.work / "tiny-qwen3-random"
     if not (model / "config.json").is_file():
         subprocess.run([args.vllm_python, str(HERE / "make_tiny_qwen3.py"), str(model)], check=True, timeout=600)
-    windows = ["16k"] if args.check else args.windows.split(",")
+    windows = ["16k"] if args.check else args.windows
     names = [CHECK_TRAJECTORY] if args.check else (args.trajectories.split(",") if args.trajectories else None)
     server_window = 8192 if args.check else max(bench.WINDOWS[window] for window in windows)
     started = time.monotonic()

@@ -513,6 +513,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="the servers to run, of text (text mode, refusals, Session), tool and random (a random "
                         "model's garbage replies); default text,tool")
     args = parser.parse_args(argv)
+    unknown = set(args.parts.split(",")) - {"text", "tool", "random"}
+    if unknown:
+        parser.error(f"--parts: unknown {', '.join(sorted(map(repr, unknown)))}: give a comma-separated list of text,"
+                     " tool, random")
+    if shutil.which(args.vllm_python) is None:
+        parser.error(f"--vllm-python {args.vllm_python!r} is not an interpreter that can be run")
     # run.sh's timeout sends SIGTERM: leave through the `finally` blocks, so no vLLM server outlives the check
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(f"real_vllm: stopped by signal {signum}"))
     work: Path = args.work
