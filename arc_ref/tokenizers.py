@@ -728,12 +728,21 @@ class HuggingFaceTokenizer:
         for begin, piece in self._slices(text):
             encoding = self._encoding(piece)
             if isinstance(encoding, list):  # the fast engine's ids of an ASCII slice: a byte is a character
-                offsets = list(itertools.accumulate(map(self._fast_byte_lengths().__getitem__, encoding[:-1]),
-                                                    initial=0)) if encoding else []
-                starts.extend(begin + offset for offset in offsets[(-count) % every :: every])
-                floor = max(floor, begin + offsets[-1]) if offsets else floor
+                lengths = self._fast_byte_lengths()
+                if every == 1:
+                    if encoding:
+                        offsets = itertools.accumulate(map(lengths.__getitem__, encoding[:-1]), initial=0)
+                        starts.extend(begin + offset for offset in offsets)
+                else:  # the wanted tokens' offsets alone: each the sum of the lengths of the tokens before it
+                    offset = previous = 0
+                    for index in range((-count) % every, len(encoding), every):
+                        offset += sum(map(lengths.__getitem__, encoding[previous:index]))
+                        previous = index
+                        starts.append(begin + offset)
+                if encoding:  # the last token's offset: its tokens spell the slice, so the slice less that token
+                    floor = max(floor, begin + len(piece) - lengths[encoding[-1]])
                 count += len(encoding)
-                del encoding, offsets
+                del encoding
                 continue
             if every >= _SPARSE_STARTS and not isinstance(encoding, _PartsEncoding) and unicodedata.is_normalized(
                     "NFC", piece):
