@@ -1024,7 +1024,7 @@ class _AddedTokens:
     def cut_safe(self, left: str, right: str) -> bool:
         """``left`` ends with an added token or ``right`` starts with one (checked on every probe's cuts; the same
         test is written out in `TemplateFormat._check_pieces`' loop)."""
-        return left.endswith(self.tokens) or right.startswith(self.tokens)
+        return right.startswith(self.tokens) or left.endswith(self.tokens)
 
     def matches(self, text: str) -> Iterator[re.Match[str]]:
         """The added tokens in ``text``, leftmost first and longest at a place (no two overlap: refused)."""
@@ -1383,9 +1383,11 @@ class TemplateFormat:
         shown = [self.head] + [piece for piece in pieces if piece] + [self.tail]
         tokens = self._added.tokens
         for left, right in zip(shown, shown[1:]):
-            # `_AddedTokens.cut_safe`, written out: two Python calls fewer per cut (~1,400 cuts a new conversation
-            # of the proxy); `_check_boundary` refuses with the same test
-            if not (left.endswith(tokens) or right.startswith(tokens)):
+            # `_AddedTokens.cut_safe`, written out: two Python calls fewer per cut (~1,600 cuts a new conversation
+            # of the proxy); `_check_boundary` refuses with the same test. The right side is tested first: the two
+            # tests are pure, so their order changes no outcome, and a piece starts with an added token at 94% of
+            # a new conversation's cuts (the chat turn's opening token), where one ends with one at 6%
+            if not (right.startswith(tokens) or left.endswith(tokens)):
                 self._check_boundary(left, right, "two messages")
 
     def _cached(self, key: tuple[Any, ...]) -> tuple[tuple[Context, int], ...] | None:

@@ -304,6 +304,24 @@ def test_a_cut_is_safe_where_an_added_token_ends_or_starts_it(tokens: list[str],
     assert _AddedTokens(tokens).cut_safe(left, right) == expected
 
 
+class _UnreadEnd(str):
+    """A piece whose end may not be read (`_check_pieces` tests the right side of a cut first)."""
+
+    def endswith(self, *args: Any) -> bool:
+        raise AssertionError(f"the end of {str(self)!r} was read")
+
+
+@needs_qwen3
+def test_a_cut_opened_by_an_added_token_is_decided_without_reading_the_left_side_s_end() -> None:
+    """The check of every probe's cuts tests the right side first: a piece opening with an added token (94% of a new
+    conversation's ~1,600 cuts, Qwen3's <|im_start|>) decides its cut alone (issue 28: the check 0.29 -> 0.16 ms a
+    conversation); the two tests are pure, so the outcome is the same (the property above)."""
+    chat = _qwen3_format(())
+    pieces: list[str] = [_UnreadEnd("<|im_start|>user\nx<|im_end|>\n"), _UnreadEnd("<|im_start|>assistant\nx<|im_end|>\n")]
+    chat._check_pieces([], pieces)
+    assert chat._added.cut_safe(pieces[0], pieces[1])
+
+
 def test_probe_plans_realise_every_context_once() -> None:
     for mode in ("text", "tools"):
         for role in ("user", "assistant", "tool") if mode == "tools" else ("user", "assistant"):
