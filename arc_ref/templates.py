@@ -381,7 +381,11 @@ class _InlineReads(jinja2.compiler.CodeGenerator):
             self.visit(argument, frame)
 
 
-_Sandbox.code_generator_class = _InlineReads
+# The inline reads write code into what jinja 3.1's generator writes (its visit_Getattr, visit_Getitem and
+# visit_Call, the names a compiled template imports: LoopContext, missing): under another jinja its own generator stays.
+INLINE_READS_JINJA = "3.1."
+if jinja2.__version__.startswith(INLINE_READS_JINJA):
+    _Sandbox.code_generator_class = _InlineReads
 
 
 def _environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
