@@ -864,7 +864,7 @@ def user_message(state: ArcState, event: UserMessage) -> tuple[ArcState, Observe
     if state.pending:
         waiting = ", ".join(call.call_id for call in state.pending)
         raise InvalidEvent(f"a user message cannot come while tool call(s) {waiting} have no result yet")
-    return _store(state, USER_ACTION, content, 0, lambda record: user_entry(state.setup, state.turn, record))
+    return _store(state, USER_ACTION, content, None, lambda record: user_entry(state.setup, state.turn, record))
 
 
 # --- view and dispatch ------------------------------------------------------------------------
