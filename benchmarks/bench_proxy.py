@@ -47,7 +47,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -60,6 +59,8 @@ from typing import Any, Iterator, Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from benchmarks.servers import SERVERS, run  # noqa: E402  (the servers, stopped however the run ends)
 
 BASH_TOOL = {"type": "function", "function": {
     "name": "bash", "description": "Execute a bash command and return its output.",
@@ -189,89 +190,11 @@ def wait_listening(port: int, process: subprocess.Popen[bytes], seconds: float, 
     raise RuntimeError(f"{what} did not listen on port {port} within {seconds:.0f} s" + log_tail(log))
 
 
-class Stopped(KeyboardInterrupt):
-    """SIGTERM, SIGHUP or Ctrl-C: the run unwinds as on Ctrl-C, stopping its servers, and exits 128 + the signal."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-class Servers:
-    """The servers started and not yet reaped, by process group (each runs in a session of its own, so a signal to
-    the bench reaches none of them). The first SIGTERM, SIGHUP or SIGINT raises Stopped and the ExitStack stops
-    each server in turn; a later one kills every group left at once, so a second signal never cuts that cleanup
-    short with a server left behind."""
-
-    def __init__(self) -> None:
-        self.running: dict[int, subprocess.Popen[bytes]] = {}
-        self.signals: list[int] = []
-        self.starting = False  # while a server starts, a signal waits until its group is recorded
-        self.closing = False
-
-    def stop_on_signals(self) -> None:
-        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-            if signal.getsignal(signum) is not signal.SIG_IGN:  # one left ignored (nohup, a background job) stays so
-                signal.signal(signum, self.on_signal)
-
-    def on_signal(self, signum: int, frame: object) -> None:
-        self.signals.append(signum)
-        if len(self.signals) > 1 or self.closing:
-            self.kill_left()
-        elif not self.starting:
-            raise Stopped(signum)
-
-    def start(self, command: Sequence[str], out: Any, env: dict[str, str] | None) -> subprocess.Popen[bytes]:
-        """The server's process, recorded before a signal can stop the run (one that comes meanwhile is raised by
-        raise_if_stopped)."""
-        self.starting = True
-        try:
-            process = subprocess.Popen(list(command), stdout=out, stderr=subprocess.STDOUT, env=env,
-                                       start_new_session=True)
-            self.running[process.pid] = process
-        finally:
-            self.starting = False
-        return process
-
-    def raise_if_stopped(self) -> None:
-        if self.signals:
-            raise Stopped(self.signals[0])
-
-    def stop(self, process: subprocess.Popen[bytes]) -> None:
-        """SIGTERM to the server's group, SIGKILL after 20 s."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(20)
-        self.running.pop(process.pid, None)
-
-    def kill_left(self) -> None:
-        """SIGKILL to every group not yet reaped (a cleanup cut short, or a second signal)."""
-        for group in list(self.running):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(group, signal.SIGKILL)
-
-    def close(self) -> None:
-        """On the way out: whatever a cleanup cut short left is killed and reaped."""
-        self.closing = True
-        self.kill_left()
-        for process in list(self.running.values()):
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(20)
-
-
-SERVERS = Servers()
-
-
 @contextlib.contextmanager
 def server_process(command: Sequence[str], port: int, what: str, env: dict[str, str] | None = None,
                    log: Path | None = None, start_seconds: float = 120) -> Iterator[subprocess.Popen[bytes]]:
     out = open(log, "wb") if log is not None else subprocess.DEVNULL
-    process = SERVERS.start(command, out, env)
+    process = SERVERS.start(command, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
         SERVERS.raise_if_stopped()
         wait_listening(port, process, start_seconds, what, log)
@@ -714,17 +637,5 @@ def main() -> int:
     return 0
 
 
-def run() -> int:
-    """main(); stopped by a signal, its status is 128 + the signal, every server it started stopped."""
-    try:
-        return main()
-    except Stopped as stopped:
-        with contextlib.suppress(OSError):  # a terminal that hung up (SIGHUP) takes no more lines
-            print(f"bench_proxy: stopped by {stopped}", file=sys.stderr, flush=True)
-        return 128 + stopped.signum
-    finally:
-        SERVERS.close()
-
-
 if __name__ == "__main__":
-    sys.exit(run())
+    sys.exit(run(main, "bench_proxy"))
