@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
-import signal
 import socket
 import statistics
 import subprocess
@@ -32,6 +30,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: the tests' one readiness wait
 from tests.waiting import http_ok, wait_until  # noqa: E402
+from benchmarks.servers import SERVERS, run  # noqa: E402  (the server, stopped however the run ends)
 from arc_eval.types import Message
 
 DEFAULT_SERVER = "arc_eval.backends.scripted_server"
@@ -90,16 +89,16 @@ def serve_in_process(server: str) -> Iterator[str]:
     )
     command = [sys.executable, "-c", code, "--port", str(port), "--concurrency", "64",
                "--policy", "bench_scripted_server:constant_policy"]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    process = SERVERS.start(command, stdout=subprocess.DEVNULL)
     try:
+        SERVERS.raise_if_stopped()
         try:
             wait_until(http_ok(f"http://127.0.0.1:{port}/health"), process, f"{server}: serve-scripted", base_s=60)
         except AssertionError as failure:
             raise SystemExit(str(failure)) from None
         yield f"http://127.0.0.1:{port}/v1"
     finally:
-        os.kill(process.pid, signal.SIGTERM)
-        process.wait(30)
+        SERVERS.stop(process, 30)
 
 
 def main() -> None:
@@ -138,4 +137,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    SERVERS.stop_on_signals()
+    sys.exit(run(main, "bench_scripted_server"))

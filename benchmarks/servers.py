@@ -94,10 +94,10 @@ class Servers:
 SERVERS = Servers()
 
 
-def run(main: Callable[[], int], name: str) -> int:
-    """main(); stopped by a signal, its status is 128 + the signal, every server it started stopped."""
+def run(main: Callable[[], int | None], name: str) -> int:
+    """main() (None: 0); stopped by a signal, its status is 128 + the signal, every server it started stopped."""
     try:
-        return main()
+        return main() or 0
     except Stopped as stopped:
         with contextlib.suppress(OSError):  # a terminal that hung up (SIGHUP) takes no more lines
             print(f"{name}: stopped by {stopped}", file=sys.stderr, flush=True)

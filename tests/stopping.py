@@ -46,6 +46,18 @@ def servers_of(bench: subprocess.Popen[bytes]) -> list[Process]:
     return [process for process in processes() if process.parent == bench.pid]
 
 
+def descendants_of(pid: int) -> list[Process]:
+    """The processes ``pid`` started, those they started, and so on (while they are its descendants)."""
+    every = processes()
+    found: list[Process] = []
+    parents = {pid}
+    while parents:
+        more = [process for process in every if process.parent in parents]
+        found += more
+        parents = {process.pid for process in more}
+    return found
+
+
 def alive_in(sessions: set[int]) -> list[Process]:
     """The processes of these sessions still running (a zombie has stopped)."""
     return [process for process in processes() if process.session in sessions and process.state != "Z"]
@@ -65,14 +77,16 @@ def signals_as_by_default() -> None:
 
 
 class BenchRun:
-    """A benchmark's ``command`` running, and the sessions of its servers once recorded."""
+    """A benchmark's ``command`` running (``env`` added to the environment), and the sessions of its servers, or
+    every process it started, once recorded."""
 
-    def __init__(self, tmp_path: Path, command: list[str]) -> None:
+    def __init__(self, tmp_path: Path, command: list[str], env: dict[str, str] | None = None) -> None:
         self.output = tmp_path / "bench.out"
         with open(self.output, "wb") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                            preexec_fn=signals_as_by_default)
+                                            env={**os.environ, **(env or {})}, preexec_fn=signals_as_by_default)
         self.sessions: set[int] = set()
+        self.started: set[int] = set()
 
     def record_servers(self) -> set[int]:
         """The sessions of the servers running now (each server leads its own)."""
@@ -81,21 +95,34 @@ class BenchRun:
         self.sessions = {server.session for server in servers}
         return self.sessions
 
+    def record_started(self) -> list[Process]:
+        """Every process the bench has started and that runs now (its descendants, in a session of their own or
+        in the bench's), and the sessions of those that lead one."""
+        started = [process for process in descendants_of(self.process.pid) if process.state != "Z"]
+        self.started = {process.pid for process in started}
+        self.sessions = {process.session for process in started if process.session == process.pid}
+        return started
+
+    def left(self) -> list[Process]:
+        """What runs of the servers' sessions and of the processes recorded (a zombie has stopped)."""
+        return [process for process in processes() if process.state != "Z"
+                and (process.session in self.sessions or process.pid in self.started)]
+
     def assert_stopped_by(self, signum: int) -> None:
         """The bench exits with 128 + the signal, saying so, and no process of its servers' sessions is left."""
         wait_until(lambda: self.process.poll() is not None, None, "the benchmark exits", base_s=60)
-        at_exit = [process.command[:100] for process in alive_in(self.sessions)]
-        wait_until(lambda: not alive_in(self.sessions), None,
-                   f"every process of the servers' sessions gone (when the bench exited: {at_exit})", base_s=10)
+        at_exit = [process.command[:100] for process in self.left()]
+        wait_until(lambda: not self.left(), None,
+                   f"every process of the servers' sessions and every one recorded gone (when the bench exited: {at_exit})", base_s=10)
         said = self.output.read_text(errors="replace")[-2000:]
         assert self.process.returncode == 128 + signum, (self.process.returncode, said)
         assert f"stopped by {signal.Signals(signum).name}" in said, said
 
 
 @contextlib.contextmanager
-def bench_run(tmp_path: Path, command: list[str]) -> Iterator[BenchRun]:
+def bench_run(tmp_path: Path, command: list[str], env: dict[str, str] | None = None) -> Iterator[BenchRun]:
     """A BenchRun; whatever of it is left on the way out is killed (a bench that left its servers)."""
-    run = BenchRun(tmp_path, command)
+    run = BenchRun(tmp_path, command, env)
     try:
         yield run
     finally:
@@ -104,15 +131,20 @@ def bench_run(tmp_path: Path, command: list[str]) -> Iterator[BenchRun]:
         for session in run.sessions:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(session, signal.SIGKILL)
+        for process in run.left():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGKILL)
 
 
-def never_listening(tmp_path: Path, ignores_term: bool) -> Path:
+def never_listening(tmp_path: Path, ignores_term: bool, path: Path | None = None, prelude: str = "") -> Path:
     """An interpreter for --arc-python whose proxy never listens: it starts a child (in its process group), then
-    touches `ready`; with ``ignores_term`` a SIGTERM only touches `terminated`."""
-    script = tmp_path / "contender"
+    touches `ready`; with ``ignores_term`` a SIGTERM only touches `terminated`. Written to ``path`` (an executable
+    script that is also a module; default: tmp_path/contender), ``prelude`` (Python) run first."""
+    script = path or tmp_path / "contender"
     script.write_text(f"""#!{sys.executable}
-import signal, subprocess, time
+import signal, subprocess, sys, time
 from pathlib import Path
+{prelude}
 here = Path({str(tmp_path)!r})
 if {ignores_term}:
     signal.signal(signal.SIGTERM, lambda signum, frame: (here / "terminated").touch())
