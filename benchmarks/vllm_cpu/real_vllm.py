@@ -123,13 +123,16 @@ class VllmServer:
                     pass
                 time.sleep(2)
         except BaseException:
-            self.stop()
+            # a start cut short has nothing to save, and run.sh's timeout kills this process 60 s after its
+            # SIGTERM: vLLM stopped mid-start took longer than that to exit (its engine and worker processes)
+            self.stop(grace_s=10)
             raise
         self.start_s = time.monotonic() - started
         print(f"vLLM up after {self.start_s:.0f} s", flush=True)
 
-    def stop(self) -> None:
-        SERVERS.stop(self.process, 60)
+    def stop(self, grace_s: float = 60) -> None:
+        """SIGTERM to the server's processes, SIGKILL after ``grace_s``; its temporary folder removed."""
+        SERVERS.stop(self.process, grace_s)
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
