@@ -155,3 +155,41 @@ while True:
 """)
     script.chmod(0o755)
     return script
+
+
+HOLDING = """#!{python}
+import http.server, signal, subprocess, sys, time
+from pathlib import Path
+{prelude}
+port = int(sys.argv[sys.argv.index("--port") + 1])
+
+
+class Holding(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == "/health":
+            self.send_response(200)
+            self.end_headers()
+        else:
+            self.hold()
+
+    def do_POST(self):
+        self.hold()
+
+    def hold(self):
+        Path({here!r}, "asked").touch()
+        time.sleep(600)
+
+    def log_message(self, *arguments):
+        pass
+
+
+http.server.ThreadingHTTPServer(("127.0.0.1", port), Holding).serve_forever()
+"""
+
+
+def holding(tmp_path: Path, path: Path, prelude: str = "") -> Path:
+    """A server (an executable script at ``path``, ``prelude`` run first) for ``--port N`` that answers GET /health
+    and holds every other request, touching `asked` in tmp_path: a benchmark's client is then waiting on it."""
+    path.write_text(HOLDING.format(python=sys.executable, prelude=prelude, here=str(tmp_path)))
+    path.chmod(0o755)
+    return path

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.stopping import bench_run, never_listening
+from tests.stopping import bench_run, holding, never_listening
 from tests.waiting import wait_until
 
 BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
@@ -41,6 +41,21 @@ def test_bench_llama_server_stopped_stops_its_server(tmp_path: Path, signum: sig
     server = never_listening(tmp_path, ignores_term=False, path=tmp_path / "llama-server")
     stopped_while_starting(tmp_path, [sys.executable, str(BENCHMARKS / "bench_llama_server.py"), "--llama-server",
                                       str(server), "--gguf", str(tmp_path / "tiny.gguf")], signum)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_bench_llama_server_stopped_while_arc_eval_runs_stops_its_server(tmp_path: Path,
+                                                                         signum: signal.Signals) -> None:
+    """arc-eval runs in the bench's process; it takes Ctrl-C as its own stop (and its event loop SIGINT and SIGTERM
+    while it runs its tasks): the bench still stops llama-server and exits with 128 + the signal."""
+    server = holding(tmp_path, tmp_path / "llama-server")
+    command = [sys.executable, str(BENCHMARKS / "bench_llama_server.py"), "--llama-server", str(server), "--gguf",
+               str(tmp_path / "tiny.gguf"), "--out", str(tmp_path / "run")]
+    with bench_run(tmp_path, command, {"TMPDIR": str(tmp_path)}) as run:
+        wait_until((tmp_path / "asked").exists, run.process, "arc-eval has asked llama-server")
+        assert len(run.record_started()) == 1, run.started  # the stand-in llama-server
+        run.process.send_signal(signum)
+        run.assert_stopped_by(signum)
 
 
 def test_refusal_cases_stopped_stops_serve_scripted(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.proxy.harness import needs_qwen3
-from tests.stopping import BenchRun, bench_run, never_listening
+from tests.stopping import BenchRun, bench_run, holding, never_listening
 from tests.waiting import wait_until
 
 VLLM_CPU = Path(__file__).resolve().parents[3] / "benchmarks" / "vllm_cpu"
@@ -24,44 +24,6 @@ if len(sys.argv) > 2 and sys.argv[1].endswith("make_tiny_qwen3.py"):
     Path(sys.argv[2]).mkdir(parents=True, exist_ok=True)
     sys.exit(0)
 """
-
-HOLDING = """#!{python}
-import http.server, sys, time
-from pathlib import Path
-{makes_models}
-port = int(sys.argv[sys.argv.index("--port") + 1])
-
-
-class Holding(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        if self.path == "/health":
-            self.send_response(200)
-            self.end_headers()
-        else:
-            self.hold()
-
-    def do_POST(self):
-        self.hold()
-
-    def hold(self):
-        Path({here!r}, "asked").touch()
-        time.sleep(600)
-
-    def log_message(self, *arguments):
-        pass
-
-
-http.server.ThreadingHTTPServer(("127.0.0.1", port), Holding).serve_forever()
-"""
-
-
-def holding(tmp_path: Path) -> Path:
-    """vLLM's Python, as a server that answers /health and holds every other request (touching `asked`)."""
-    stand_in = tmp_path / "python"
-    stand_in.write_text(HOLDING.format(python=sys.executable, makes_models=MAKES_MODELS, here=str(tmp_path)))
-    stand_in.chmod(0o755)
-    return stand_in
-
 
 def starting(tmp_path: Path) -> Path:
     """vLLM's Python, as a server that never listens (tests.stopping): it starts a child, then touches `ready`."""
@@ -83,7 +45,7 @@ def stopped(run: BenchRun, ready: Path, signum: int) -> None:
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)
 def test_real_vllm_stopped_while_arc_eval_runs(tmp_path: Path, signum: signal.Signals) -> None:
-    with bench_run(tmp_path, real_vllm(holding(tmp_path), tmp_path)) as run:
+    with bench_run(tmp_path, real_vllm(holding(tmp_path, tmp_path / "python", MAKES_MODELS), tmp_path)) as run:
         stopped(run, tmp_path / "asked", signum)
 
 
