@@ -109,11 +109,12 @@ class BenchRun:
                 and (process.session in self.sessions or process.pid in self.started)]
 
     def assert_stopped_by(self, signum: int) -> None:
-        """The bench exits with 128 + the signal, saying so, and no process of its servers' sessions is left."""
+        """The bench exits with 128 + the signal, saying so, and nothing of its servers' sessions, nor any process
+        recorded, is left."""
         wait_until(lambda: self.process.poll() is not None, None, "the benchmark exits", base_s=60)
         at_exit = [process.command[:100] for process in self.left()]
-        wait_until(lambda: not self.left(), None,
-                   f"every process of the servers' sessions and every one recorded gone (when the bench exited: {at_exit})", base_s=10)
+        wait_until(lambda: not self.left(), None, "every process of the servers' sessions and every one recorded"
+                   f" gone (when the bench exited: {at_exit})", base_s=10)
         said = self.output.read_text(errors="replace")[-2000:]
         assert self.process.returncode == 128 + signum, (self.process.returncode, said)
         assert f"stopped by {signal.Signals(signum).name}" in said, said
