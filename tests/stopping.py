@@ -137,6 +137,17 @@ def bench_run(tmp_path: Path, command: list[str], env: dict[str, str] | None = N
                 os.kill(process.pid, signal.SIGKILL)
 
 
+def stopped_while_starting(tmp_path: Path, command: list[str], signum: int, env: dict[str, str] | None = None) -> None:
+    """``command`` started (``env`` added, TMPDIR in tmp_path), its stand-in server (never_listening) ready with its
+    child, then ``signum`` to the bench's pid: the bench exits 128 + the signal and neither is left."""
+    with bench_run(tmp_path, command, {"TMPDIR": str(tmp_path), **(env or {})}) as run:
+        wait_until((tmp_path / "ready").exists, run.process, "the stand-in server has started its child")
+        started = run.record_started()
+        assert len(started) == 2, started  # the stand-in server and its child
+        run.process.send_signal(signum)
+        run.assert_stopped_by(signum)
+
+
 def never_listening(tmp_path: Path, ignores_term: bool, path: Path | None = None, prelude: str = "") -> Path:
     """An interpreter for --arc-python whose proxy never listens: it starts a child (in its process group), then
     touches `ready`; with ``ignores_term`` a SIGTERM only touches `terminated`. Written to ``path`` (an executable

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.proxy.harness import needs_qwen3
-from tests.stopping import bench_run, never_listening, servers_of
+from tests.stopping import bench_run, never_listening, servers_of, stopped_while_starting
 from tests.waiting import wait_until
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -39,15 +39,6 @@ def never_listening_tree(tmp_path: Path) -> Path:
     (frontends / "__init__.py").write_text("")
     never_listening(tmp_path, ignores_term=False, path=frontends / "cli.py")
     return frontends.parent.parent
-
-
-def stopped_while_starting(tmp_path: Path, command: list[str], signum: int) -> None:
-    with bench_run(tmp_path, command, {"TMPDIR": str(tmp_path)}) as run:
-        wait_until((tmp_path / "ready").exists, run.process, "the proxy has started its child")
-        sessions = run.record_servers()
-        assert len(sessions) == 1 and len(run.left()) == 2, run.left()  # the proxy and its child
-        run.process.send_signal(signum)
-        run.assert_stopped_by(signum)
 
 
 @needs_qwen3

@@ -11,22 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.stopping import bench_run, holding, never_listening
+from tests.stopping import bench_run, holding, never_listening, stopped_while_starting
 from tests.waiting import wait_until
 
 BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
-
-
-def stopped_while_starting(tmp_path: Path, command: list[str], signum: int,
-                           env: dict[str, str] | None = None) -> None:
-    """``command`` started, its stand-in server ready (with its child), then ``signum`` to the bench's pid: the
-    bench exits 128 + the signal and neither the server nor its child is left."""
-    with bench_run(tmp_path, command, {"TMPDIR": str(tmp_path), **(env or {})}) as run:
-        wait_until((tmp_path / "ready").exists, run.process, "the stand-in server has started its child")
-        started = run.record_started()
-        assert len(started) == 2, started  # the stand-in server and its child
-        run.process.send_signal(signum)
-        run.assert_stopped_by(signum)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)
