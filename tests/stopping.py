@@ -127,12 +127,13 @@ def bench_run(tmp_path: Path, command: list[str], env: dict[str, str] | None = N
     try:
         yield run
     finally:
+        unrecorded = descendants_of(run.process.pid)  # a test that failed before it recorded them
         run.process.kill()
         run.process.wait()
         for session in run.sessions:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(session, signal.SIGKILL)
-        for process in run.left():
+        for process in [*run.left(), *unrecorded]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(process.pid, signal.SIGKILL)
 
