@@ -14,7 +14,7 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 
 class Stopped(KeyboardInterrupt):
@@ -63,6 +63,18 @@ class Servers:
     def raise_if_stopped(self) -> None:
         if self.signals:
             raise Stopped(self.signals[0])
+
+    @contextlib.contextmanager
+    def deferring(self) -> Iterator[None]:
+        """A block that starts a server this module does not (tests/deployment.py's HAProxy, a proxy) and hands it
+        to the caller's cleanup: a signal meanwhile is raised once the block is done, so the server is never
+        started and lost."""
+        self.starting = True
+        try:
+            yield
+        finally:
+            self.starting = False
+        self.raise_if_stopped()
 
     def stop(self, process: subprocess.Popen[Any], grace_s: float = 20) -> None:
         """SIGTERM to the server's group, SIGKILL after ``grace_s``."""
