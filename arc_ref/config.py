@@ -647,6 +647,13 @@ def _fixed_costs(config: Config, tokenizer: Tokenizer, chat: Union[ChatFormat, "
         generation_prompt = template.tail
     widest_stub = render.stub(widest_id, render.WIDEST_RETURNCODE, number, number, ELLIPSIS, "", "")
     stub_floor = _fixed_text_tokens(tokenizer, "\n" + widest_stub)
+    unknown_stub = render.stub(widest_id, None, number, number, ELLIPSIS, "", "")
+    if _fixed_text_tokens(tokenizer, "\n" + unknown_stub) > stub_floor:  # (never for the tokenizers shipped)
+        raise ConfigError(
+            f"tokenizer {config.tokenizer!r} spends more tokens on an unknown return code"
+            f" ({render.UNKNOWN_RETURNCODE!r}) than on the widest known one ({render.WIDEST_RETURNCODE}): the budget"
+            " checks, which show every return code at the widest, would not bound it"
+        )
     widest_pages = -(-config.capacity // config.page_size)
     page_frame = message(
         render.USER,

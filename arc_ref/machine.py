@@ -72,7 +72,7 @@ class Observe:
 
     action: str
     observation: str
-    returncode: int = 0
+    returncode: int | None = 0  # None: no exit status known (shown rc=?)
 
 
 @frozen
@@ -97,7 +97,7 @@ class ToolResult:
 
     call_id: str
     observation: str
-    returncode: int = 0
+    returncode: int | None = 0  # None: no exit status known (an OpenAI tool message; shown rc=?)
 
 
 @frozen
@@ -548,12 +548,17 @@ def observe(state: ArcState, event: Observe) -> tuple[ArcState, ObserveResult]:
     _text_mode(state, "an observe event")
     action = _require_str("action", event.action)
     content = _require_str("observation", event.observation)
-    if isinstance(event.returncode, bool) or not isinstance(event.returncode, int):
-        raise InvalidEvent(f"returncode must be an integer, got {event.returncode!r}")
+    _require_returncode(event.returncode)
     return _store(state, action, content, event.returncode, lambda record: observation_entry(state.setup, record))
 
 
-def _store(state: ArcState, action: str, content: str, returncode: int,
+def _require_returncode(returncode: object) -> None:
+    """An event's return code: an integer, or None when the environment gave no exit status (shown ``rc=?``)."""
+    if returncode is not None and (isinstance(returncode, bool) or not isinstance(returncode, int)):
+        raise InvalidEvent(f"returncode must be an integer or None, got {returncode!r}")
+
+
+def _store(state: ArcState, action: str, content: str, returncode: int | None,
            entry_of: Callable[[Record], ObservationEntry | ToolResultEntry | UserEntry],
            then: tuple[LiveEntry, ...] = (), **changes: Any) -> tuple[ArcState, ObserveResult]:
     """The one storing step of ``observe``, ``tool_result`` and ``user_message``: the capacity check (A1), the record under the next
@@ -829,8 +834,7 @@ def tool_result(state: ArcState, event: ToolResult) -> tuple[ArcState, ObserveRe
     _tool_mode(state, "a tool result")
     call_id = _require_str("call_id", event.call_id)
     content = _require_str("observation", event.observation)
-    if isinstance(event.returncode, bool) or not isinstance(event.returncode, int):
-        raise InvalidEvent(f"returncode must be an integer, got {event.returncode!r}")
+    _require_returncode(event.returncode)
     call = next((pending for pending in state.pending if pending.call_id == call_id), None)
     if call is None:
         waiting = ", ".join(pending.call_id for pending in state.pending) or "none"
@@ -860,7 +864,7 @@ def user_message(state: ArcState, event: UserMessage) -> tuple[ArcState, Observe
     if state.pending:
         waiting = ", ".join(call.call_id for call in state.pending)
         raise InvalidEvent(f"a user message cannot come while tool call(s) {waiting} have no result yet")
-    return _store(state, USER_ACTION, content, 0, lambda record: user_entry(state.setup, state.turn, record))
+    return _store(state, USER_ACTION, content, None, lambda record: user_entry(state.setup, state.turn, record))
 
 
 # --- view and dispatch ------------------------------------------------------------------------

@@ -21,15 +21,22 @@ from arc_ref import render
 from arc_ref.render import Template
 
 
-def _text(fields: Mapping[str, str | int], name: str) -> str:
+def _text(fields: Mapping[str, str | int | None], name: str) -> str:
     value = fields[name]
     assert isinstance(value, str)
     return value
 
 
-def _int(fields: Mapping[str, str | int], name: str) -> int:
+def _int(fields: Mapping[str, str | int | None], name: str) -> int:
     value = fields[name]
     assert isinstance(value, int)
+    return value
+
+
+def _returncode(fields: Mapping[str, str | int | None], name: str) -> int | None:
+    """A return code field: its integer, or None for ``?`` (no exit status known)."""
+    value = fields[name]
+    assert value is None or isinstance(value, int)
     return value
 
 
@@ -41,7 +48,7 @@ class Stub:
     """The fields of a citation stub z_j, as shown (``head`` and ``tail`` escaped)."""
 
     obs_id: str
-    returncode: int
+    returncode: int | None
     n_chars: int
     n_tokens: int
     signature: str
@@ -51,8 +58,8 @@ class Stub:
     @property
     def line(self) -> str:
         return render.STUB.render(
-            obs_id=self.obs_id, returncode=self.returncode, n_chars=self.n_chars, n_tokens=self.n_tokens,
-            signature=self.signature, head=self.head, tail=self.tail,
+            obs_id=self.obs_id, returncode=self.returncode, n_chars=self.n_chars,
+            n_tokens=self.n_tokens, signature=self.signature, head=self.head, tail=self.tail,
         )
 
 
@@ -61,7 +68,7 @@ def parse_stub(line: str) -> Stub | None:
     if fields is None:
         return None
     return Stub(
-        _text(fields, "obs_id"), _int(fields, "returncode"), _int(fields, "n_chars"), _int(fields, "n_tokens"),
+        _text(fields, "obs_id"), _returncode(fields, "returncode"), _int(fields, "n_chars"), _int(fields, "n_tokens"),
         _text(fields, "signature"), _text(fields, "head"), _text(fields, "tail"),
     )
 
@@ -132,7 +139,7 @@ class BareItem:
 @frozen
 class InlineItem:
     obs_id: str
-    returncode: int
+    returncode: int | None
     signature: str
     content: str
 
@@ -163,7 +170,7 @@ def parse_inline_item(text: str) -> InlineItem | None:
     if fields is None:
         return None
     return InlineItem(
-        _text(fields, "obs_id"), _int(fields, "returncode"), _text(fields, "signature"), _text(fields, "content")
+        _text(fields, "obs_id"), _returncode(fields, "returncode"), _text(fields, "signature"), _text(fields, "content")
     )
 
 
@@ -318,7 +325,7 @@ class AgentMessage:
 @frozen
 class ObservationMessage:
     obs_id: str
-    returncode: int
+    returncode: int | None
     signature: str
     content: str
 
@@ -327,14 +334,14 @@ class ObservationMessage:
 class LeanObservationMessage:
     """A verbatim observation under layout "lean": its return code and content (spec/rendering.md section 14)."""
 
-    returncode: int
+    returncode: int | None
     content: str
 
 
 @frozen
 class ObservationStubMessage:
     obs_id: str
-    returncode: int
+    returncode: int | None
     n_tokens: int
     stub: Stub
 
@@ -349,7 +356,7 @@ def parse_observation_message(content: str) -> ObservationMessage | None:
     if fields is None:
         return None
     return ObservationMessage(
-        _text(fields, "obs_id"), _int(fields, "returncode"), _text(fields, "signature"), _text(fields, "content")
+        _text(fields, "obs_id"), _returncode(fields, "returncode"), _text(fields, "signature"), _text(fields, "content")
     )
 
 
@@ -357,7 +364,7 @@ def parse_lean_observation_message(content: str) -> LeanObservationMessage | Non
     fields = render.LEAN_OBSERVATION_MESSAGE.parse(content)
     if fields is None:
         return None
-    return LeanObservationMessage(_int(fields, "returncode"), _text(fields, "content"))
+    return LeanObservationMessage(_returncode(fields, "returncode"), _text(fields, "content"))
 
 
 def parse_any_observation(content: str) -> ObservationMessage | LeanObservationMessage | ObservationStubMessage | None:
@@ -373,7 +380,8 @@ def parse_observation_stub_message(content: str) -> ObservationStubMessage | Non
     stub = parse_stub(_text(fields, "stub_line"))
     if stub is None:
         return None
-    return ObservationStubMessage(_text(fields, "obs_id"), _int(fields, "returncode"), _int(fields, "n_tokens"), stub)
+    return ObservationStubMessage(_text(fields, "obs_id"), _returncode(fields, "returncode"), _int(fields, "n_tokens"),
+                                  stub)
 
 
 # Notes, most specific first: NOTE_META ("word: stub") would read any "word: ..." line, so it comes last
@@ -404,7 +412,7 @@ class Note:
     """One note of a command result: its kind (a name of ``NOTE_TEMPLATES``) and its fields."""
 
     kind: str
-    fields: Mapping[str, str | int]
+    fields: Mapping[str, str | int | None]
 
     def text(self, name: str) -> str:
         return _text(self.fields, name)

@@ -21,6 +21,7 @@ from arc_ref.text import escape_line
 WIDEST_NUMBER = 9_999_999_999  # counts (chars, tokens, chunks, pages, turns) are below 10**10
 WIDEST_RETURNCODE = -(2**31)  # return codes are 32-bit signed integers
 RETURNCODE_RANGE = range(-(2**31), 2**31)
+UNKNOWN_RETURNCODE = "?"  # rc of an observation whose environment gave no exit status (an OpenAI tool message)
 
 USER = "user"
 ASSISTANT = "assistant"
@@ -31,7 +32,8 @@ TOOL = "tool"
 
 # Kinds of field: what a field may hold, as a pattern (and whether it is read back as an int).
 ID = "id"  # a printed id (A1): § and id characters
-INT = "int"  # a decimal integer, possibly negative (return codes)
+INT = "int"  # a decimal integer, possibly negative
+RC = "rc"  # a return code: a decimal integer, possibly negative, or UNKNOWN_RETURNCODE (read back as None)
 COUNT = "count"  # a non-negative decimal integer
 WORD = "word"  # a command word: no whitespace
 LINE = "line"  # any text without a newline (escaped previews, signatures, thoughts)
@@ -40,6 +42,7 @@ TEXT = "text"  # any text, newlines included (observation contents, recall paylo
 FIELD_PATTERNS: Mapping[str, str] = {
     ID: r"§[0-9A-Za-z._-]+",
     INT: r"-?[0-9]+",
+    RC: r"-?[0-9]+|\?",
     COUNT: r"[0-9]+",
     WORD: r"[^\s]+?",
     LINE: r"[^\n]*?",
@@ -57,7 +60,7 @@ class Template:
     LINE or TEXT field holds a separator of the template itself (then the split is unique).
     """
 
-    __slots__ = ("text", "kinds", "fields", "pattern")
+    __slots__ = ("text", "kinds", "fields", "pattern", "returncode_fields")
 
     def __init__(self, text: str, /, **kinds: str) -> None:
         self.text = text
@@ -80,17 +83,22 @@ class Template:
             raise ValueError(f"kinds given for fields the template does not have: {sorted(unknown)}")
         self.fields = tuple(fields)
         self.pattern = re.compile("".join(parts), re.DOTALL)
+        self.returncode_fields = tuple(name for name in fields if kinds[name] == RC)
 
     def render(self, **values: object) -> str:
+        for name in self.returncode_fields:  # an RC field's None (no exit status known) is printed "?"
+            if values[name] is None:
+                values[name] = UNKNOWN_RETURNCODE
         return self.text.format(**values)
 
-    def parse(self, text: str) -> dict[str, str | int] | None:
+    def parse(self, text: str) -> dict[str, str | int | None] | None:
         """The fields of ``text`` when it is this template, rendered; else None."""
         match = self.pattern.fullmatch(text)
         if match is None:
             return None
         return {
-            name: int(value) if self.kinds[name] in INTEGER_KINDS else value
+            name: int(value) if self.kinds[name] in INTEGER_KINDS else (
+                (None if value == UNKNOWN_RETURNCODE else int(value)) if self.kinds[name] == RC else value)
             for name, value in match.groupdict().items()
         }
 
@@ -99,7 +107,7 @@ class Template:
 
 STUB = Template(
     "{obs_id} rc={returncode} {n_chars}ch {n_tokens}tok $ {signature} | head: {head} | tail: {tail} | _recall {obs_id}",
-    obs_id=ID, returncode=INT, n_chars=COUNT, n_tokens=COUNT, signature=LINE, head=LINE, tail=LINE,
+    obs_id=ID, returncode=RC, n_chars=COUNT, n_tokens=COUNT, signature=LINE, head=LINE, tail=LINE,
 )
 CATALOG_HEADER = Template(
     "[ARC catalog page {page}/{pages}: observations {first}-{last} of {total}; catalog-first, catalog-next, catalog-page N]",
@@ -108,7 +116,7 @@ CATALOG_HEADER = Template(
 
 
 def stub(
-    obs_id: str, returncode: int, n_chars: int, n_tokens: int, signature: str, head: str, tail: str
+    obs_id: str, returncode: int | None, n_chars: int, n_tokens: int, signature: str, head: str, tail: str
 ) -> str:
     """z_j: one line holding the id, metadata, previews and the recall hint (``signature`` already shown)."""
     return STUB.render(
@@ -133,7 +141,7 @@ THOUGHT_ITEM = Template("turn {turn}: thought: {thought} | action: {action}", tu
 NOTE_ITEM = Template("turn {turn}: result: {note}", turn=COUNT, note=LINE)
 BARE_ITEM = Template("{obs_id}", obs_id=ID)  # a stub collapsed to its id (summary.bare_item prints record.obs_id)
 INLINE_ITEM = Template(
-    "{obs_id} (rc={returncode}) of `{signature}`:\n{content}", obs_id=ID, returncode=INT, signature=LINE, content=TEXT
+    "{obs_id} (rc={returncode}) of `{signature}`:\n{content}", obs_id=ID, returncode=RC, signature=LINE, content=TEXT
 )
 
 
@@ -154,7 +162,7 @@ def note_item(turn: int, note: str) -> str:
     return NOTE_ITEM.render(turn=turn, note=note)
 
 
-def inline_item(obs_id: str, returncode: int, signature: str, content: str) -> str:
+def inline_item(obs_id: str, returncode: int | None, signature: str, content: str) -> str:
     return INLINE_ITEM.render(obs_id=obs_id, returncode=returncode, signature=signature, content=content)
 
 
@@ -193,42 +201,42 @@ def recall_content(responses: Iterable[str]) -> str:
 AGENT_MESSAGE = Template("Thought: {thought}\nAction: {action}", thought=TEXT, action=LINE)
 OBSERVATION_MESSAGE = Template(
     "Observation {obs_id} (rc={returncode}) of `{signature}`:\n{content}",
-    obs_id=ID, returncode=INT, signature=LINE, content=TEXT,
+    obs_id=ID, returncode=RC, signature=LINE, content=TEXT,
 )
 OBSERVATION_STUB_MESSAGE = Template(
     "Observation {obs_id} (rc={returncode}) is too large for the recent window ({n_tokens} tokens); stub:\n{stub_line}",
-    obs_id=ID, returncode=INT, n_tokens=COUNT, stub_line=LINE,
+    obs_id=ID, returncode=RC, n_tokens=COUNT, stub_line=LINE,
 )
 
 
 # layout "lean" (spec/rendering.md section 14): a verbatim observation as the plain transcript shows it, its id and
 # signature left out (the assistant message before it shows the action; its stub shows the id once it is compacted)
-LEAN_OBSERVATION_MESSAGE = Template("Observation (rc={returncode}):\n{content}", returncode=INT, content=TEXT)
+LEAN_OBSERVATION_MESSAGE = Template("Observation (rc={returncode}):\n{content}", returncode=RC, content=TEXT)
 
 
 def agent_message(thought: str, action: str) -> str:
     return AGENT_MESSAGE.render(thought=thought, action=action)
 
 
-def observation_message(obs_id: str, returncode: int, signature: str, content: str) -> str:
+def observation_message(obs_id: str, returncode: int | None, signature: str, content: str) -> str:
     return OBSERVATION_MESSAGE.render(obs_id=obs_id, returncode=returncode, signature=signature, content=content)
 
 
-def observation_head(obs_id: str, returncode: int, signature: str) -> str:
+def observation_head(obs_id: str, returncode: int | None, signature: str) -> str:
     """The observation message before its verbatim content (the template with empty content)."""
     return OBSERVATION_MESSAGE.render(obs_id=obs_id, returncode=returncode, signature=signature, content="")
 
 
-def lean_observation_message(returncode: int, content: str) -> str:
+def lean_observation_message(returncode: int | None, content: str) -> str:
     return LEAN_OBSERVATION_MESSAGE.render(returncode=returncode, content=content)
 
 
-def lean_observation_head(returncode: int) -> str:
+def lean_observation_head(returncode: int | None) -> str:
     """The lean observation message before its verbatim content."""
     return LEAN_OBSERVATION_MESSAGE.render(returncode=returncode, content="")
 
 
-def observation_stub_message(obs_id: str, returncode: int, n_tokens: int, stub_line: str) -> str:
+def observation_stub_message(obs_id: str, returncode: int | None, n_tokens: int, stub_line: str) -> str:
     return OBSERVATION_STUB_MESSAGE.render(obs_id=obs_id, returncode=returncode, n_tokens=n_tokens, stub_line=stub_line)
 
 

@@ -33,7 +33,7 @@ class Record:
     signature: str
     content: str  # full_content = O_j, verbatim
     shown: str  # S(O_j) (spec/rendering.md 7.1): what the view shows of it; the same object when it equals O_j
-    returncode: int
+    returncode: int | None  # None: no exit status known (shown rc=?)
     step: int  # creation step: agent turns taken before this observation arrived
     n_chars: int
     n_bytes: int
@@ -57,7 +57,7 @@ def previews(content: str, head_chars: int, tail_chars: int) -> tuple[str, str]:
     return head, content[tail_start:]
 
 
-def stub_lines(setup: Setup, obs_id: str, returncode: int, n_chars: int, n_tokens: int,
+def stub_lines(setup: Setup, obs_id: str, returncode: int | None, n_chars: int, n_tokens: int,
                signature: str, head: str, tail: str) -> Iterator[str]:
     """The candidates for z_j, longest first: the previews clipped (halving, tail and head together), then the
     signature clipped (`clip_until`'s lengths) with no previews."""
@@ -69,7 +69,7 @@ def stub_lines(setup: Setup, obs_id: str, returncode: int, n_chars: int, n_token
         yield render.stub(obs_id, returncode, n_chars, n_tokens, clipped(sig, keep), "", "")
 
 
-def make_stub(setup: Setup, obs_id: str, returncode: int, n_chars: int, n_tokens: int,
+def make_stub(setup: Setup, obs_id: str, returncode: int | None, n_chars: int, n_tokens: int,
               signature: str, head: str, tail: str) -> tuple[str, int]:
     """z_j: the first of `stub_lines` whose cost is <= c."""
     cap = setup.config.stub_cap
@@ -86,9 +86,10 @@ def make_stub(setup: Setup, obs_id: str, returncode: int, n_chars: int, n_tokens
 LARGEST_OBSERVATION_BYTES = 64 * 2**20
 
 
-def make_record(setup: Setup, index: int, action: str, content: str, returncode: int, step: int) -> Record:
+def make_record(setup: Setup, index: int, action: str, content: str, returncode: int | None,
+                step: int) -> Record:
     """Build ObsStore[id_j] for the j-th observation (A1 id, A2 content, A3 stub)."""
-    if returncode not in render.RETURNCODE_RANGE:
+    if returncode is not None and returncode not in render.RETURNCODE_RANGE:
         raise InvalidEvent(f"returncode must be a 32-bit signed integer, got {returncode}")
     if len(content) * 4 > LARGEST_OBSERVATION_BYTES:  # only then may its UTF-8 form be over the limit
         size = len(content) if content.isascii() else len(content.encode("utf-8", "surrogatepass"))

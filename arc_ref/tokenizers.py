@@ -347,6 +347,13 @@ MIXED_RUNS = 8
 MIXED_EDGE = 64  # characters searched for a vouched junction on either side of a run
 MIXED_ASCII_CHARS = 32  # an ASCII stretch at least this long beside a run is encoded apart from it
 _NON_ASCII_RUN = re.compile(r"[^\x00-\x7f]+")
+# The Encodings of such parts that hold a run, remembered per tokenizer (`_PartsEncoding`): a part of at most this
+# many characters, at most PART_MEMO_SIZE of them (cleared when full). A stub's line is cut into its id's "\n§00007"
+# (the same text in every conversation at that index), its previews (ASCII) and its recall hint " §00007-5d2c1a9e"
+# (the same in each candidate line of one record, `arc_ref.store.stub_lines`): each is encoded by ``tokenizers``
+# once, not once per line (~9-15 us a call, most of it the call itself).
+PART_MEMO_CHARS = 64
+PART_MEMO_SIZE = 1024  # ~0.35 MiB of Encodings at most (measured: parts of ~56 characters)
 
 
 def byte_level_characters() -> list[str]:
@@ -501,7 +508,11 @@ class _PartsEncoding:
     and each token's character span in the text (``offsets``, as ``tokenizers`` gives them: read by
     ``count_and_starts``)."""
 
-    def __init__(self, text: str, cuts: Sequence[int], fast: FastAsciiEncoder, tokenizer: Any) -> None:
+    def __init__(self, text: str, cuts: Sequence[int], fast: FastAsciiEncoder, tokenizer: Any,
+                 known: dict[str, Any] | None = None) -> None:
+        """``known``: the Encodings of short parts holding a run already encoded by this ``tokenizer``
+        (PART_MEMO_CHARS), read and added to; ``tokenizers`` gives the same Encoding for the same text, and none
+        is changed after it is made (only its ``ids`` and ``offsets`` are read)."""
         self.ids: list[int] = []
         self._spans: list[tuple[int, Any]] = []  # (where the part begins, its fast ids or its Encoding)
         self._byte_lengths = fast.byte_lengths
@@ -513,7 +524,14 @@ class _PartsEncoding:
                 self.ids += ids
                 self._spans.append((begin, ids))
             else:
-                encoding = tokenizer.encode(_throwaway_copy(part), add_special_tokens=False)
+                memo = known if known is not None and len(part) <= PART_MEMO_CHARS else None
+                encoding = memo.get(part) if memo is not None else None
+                if encoding is None:
+                    encoding = tokenizer.encode(_throwaway_copy(part), add_special_tokens=False)
+                    if memo is not None:
+                        if len(memo) >= PART_MEMO_SIZE:
+                            memo.clear()
+                        memo[part] = encoding
                 self.ids += encoding.ids
                 self._spans.append((begin, encoding))
 
@@ -558,6 +576,7 @@ class HuggingFaceTokenizer:
         self._max_token_chars: int | None = None
         self._sliceable: bool | None = None
         self._vouched: dict[tuple[str, str], bool] = {}  # splits_between, per pair of characters seen
+        self._parts: dict[str, Any] = {}  # Encodings of short parts holding a non-ASCII run (`_PartsEncoding`)
         self._pairs: frozenset[str] | None = None
 
     @property
@@ -603,7 +622,7 @@ class HuggingFaceTokenizer:
         if len(text) <= MIXED_TEXT_CHARS and self._fast is not None and self._fast[0] is not None:
             cuts = self._cuts_around_non_ascii(text)
             if cuts:
-                return _PartsEncoding(text, cuts, self._fast[0], self._tokenizer)
+                return _PartsEncoding(text, cuts, self._fast[0], self._tokenizer, self._parts)
         return self._tokenizer.encode(_throwaway_copy(text), add_special_tokens=False)
 
     def _fast_encoder(self, characters: int | None = None) -> FastAsciiEncoder | None:
@@ -635,6 +654,7 @@ class HuggingFaceTokenizer:
         the copy takes it from the per-content cache or builds it again."""
         state = dict(self.__dict__)
         state["_fast"] = None
+        state["_parts"] = {}  # remembered Encodings are not pickled: the copy encodes them again
         return state
 
     @property
@@ -728,12 +748,21 @@ class HuggingFaceTokenizer:
         for begin, piece in self._slices(text):
             encoding = self._encoding(piece)
             if isinstance(encoding, list):  # the fast engine's ids of an ASCII slice: a byte is a character
-                offsets = list(itertools.accumulate(map(self._fast_byte_lengths().__getitem__, encoding[:-1]),
-                                                    initial=0)) if encoding else []
-                starts.extend(begin + offset for offset in offsets[(-count) % every :: every])
-                floor = max(floor, begin + offsets[-1]) if offsets else floor
+                lengths = self._fast_byte_lengths()
+                if every == 1:
+                    if encoding:
+                        offsets = itertools.accumulate(map(lengths.__getitem__, encoding[:-1]), initial=0)
+                        starts.extend(begin + offset for offset in offsets)
+                else:  # the wanted tokens' offsets alone: each the sum of the lengths of the tokens before it
+                    offset = previous = 0
+                    for index in range((-count) % every, len(encoding), every):
+                        offset += sum(map(lengths.__getitem__, encoding[previous:index]))
+                        previous = index
+                        starts.append(begin + offset)
+                if encoding:  # the last token's offset: its tokens spell the slice, so the slice less that token
+                    floor = max(floor, begin + len(piece) - lengths[encoding[-1]])
                 count += len(encoding)
-                del encoding, offsets
+                del encoding
                 continue
             if every >= _SPARSE_STARTS and not isinstance(encoding, _PartsEncoding) and unicodedata.is_normalized(
                     "NFC", piece):

@@ -235,9 +235,10 @@ def _event(obj: dict[str, Any]) -> Event:
     return RequestView()
 
 
-def _returncode(obj: dict[str, Any]) -> int:
+def _returncode(obj: dict[str, Any]) -> int | None:
+    """``returncode``: an integer (0 when absent), or null when the environment gave no exit status."""
     returncode = obj.get("returncode", 0)
-    if isinstance(returncode, bool) or not isinstance(returncode, int):
+    if returncode is not None and (isinstance(returncode, bool) or not isinstance(returncode, int)):
         raise TraceError(f"'returncode' must be an integer, got {_shown_value(returncode)}")
     return returncode
 

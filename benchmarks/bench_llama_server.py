@@ -24,7 +24,6 @@ import argparse
 import collections
 import json
 import os
-import signal
 import shutil
 import socket
 import subprocess
@@ -38,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: 
 from tests.waiting import http_ok, wait_until  # noqa: E402
 from arc_eval.cli import main as arc_eval  # noqa: E402
 from arc_ref.options import integer_parser  # noqa: E402
+from benchmarks.servers import SERVERS, run  # noqa: E402  (the server, stopped however the run ends)
 
 HERE = Path(__file__).resolve().parent
 
@@ -99,8 +99,9 @@ def main() -> int:
                "-t", str(args.threads)]
     print("llama-server " + " ".join(command[1:]), flush=True)
     with open(log, "wb") as sink:
-        server = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
+        server = SERVERS.start(command, stdout=sink, stderr=subprocess.STDOUT)
     try:
+        SERVERS.raise_if_stopped()
         try:
             wait_until(http_ok(f"http://127.0.0.1:{port}/health"), server, "llama-server", base_s=120, poll_s=0.2)
         except AssertionError as failure:
@@ -121,9 +122,12 @@ def main() -> int:
         started = time.perf_counter()
         code = arc_eval(argv)
         wall = time.perf_counter() - started
+        # arc-eval's event loop took SIGINT and SIGTERM while it ran (it stops the run itself, recording what
+        # finished) and left them at their defaults; a signal it took for Ctrl-C (SIGHUP) stops this run here
+        SERVERS.stop_on_signals()
+        SERVERS.raise_if_stopped()
     finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(30)
+        SERVERS.stop(server, 30)
     if not (out / "calls.jsonl").is_file():
         print(f"bench_llama_server: arc-eval exited with status {code} and recorded no call in {out} (its message"
               f" is above); llama-server's log: {log}", file=sys.stderr)
@@ -147,4 +151,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    SERVERS.stop_on_signals()
+    sys.exit(run(main, "bench_llama_server"))

@@ -26,18 +26,20 @@ import sys
 import time
 from pathlib import Path
 import itertools
+import shutil
 from typing import Any, Iterator
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.deployment import Haproxy, PostgresServer, arc_proxy, haproxy_absent, postgres_absent  # noqa: E402
+from tests.deployment import Haproxy, PostgresServer, Service, arc_proxy, haproxy_absent, postgres_absent  # noqa: E402
 from tests.proxy.harness import BASH_TOOL, BUDGETS, QWEN3, serve_app  # noqa: E402
 from arc_eval.backends.scripted_server import build_app as build_upstream  # noqa: E402
 from arc_eval.backends.scripted_server import serve_in_thread  # noqa: E402
 from benchmarks.bench_proxy import agent, always_bash  # noqa: E402  (one agent loop for both benchmarks)
 from arc_ref.options import integer_parser  # noqa: E402
+from benchmarks.servers import SERVERS, run  # noqa: E402
 
 
 OUTPUT = "\n".join(f"-rw-r--r-- 1 user user {number * 97} file_{number}.py" for number in range(20))
@@ -132,6 +134,7 @@ def main() -> int:
     parser.add_argument("--catch-up-turns", type=integer_parser(1, 100_000), default=200,
                         help="turns of the conversation to catch up (1 to 100000)")
     arguments = parser.parse_args()
+    SERVERS.stop_on_signals()  # SIGTERM, SIGHUP: unwound as Ctrl-C is, through the blocks that stop each server
     for why in (postgres_absent(), haproxy_absent(),
                 None if QWEN3 is not None else "Qwen3's files are not in ../shared/data"):
         if why is not None:
@@ -142,16 +145,21 @@ def main() -> int:
     upstream = build_upstream(always_bash, max_model_len=65536, tokenizer=str(QWEN3), concurrency=64,
                               model_name="scripted")
     postgres = PostgresServer.start()
-    with serve_in_thread(upstream) as upstream_url:
-        try:
+    try:  # removed however the run ends (a signal while the upstream starts too)
+        with serve_in_thread(upstream) as upstream_url:
             database = postgres.create_database("arc_bench")
-            memory = arc_proxy(work, upstream_url, QWEN3, None, BUDGETS)
-            shared = [arc_proxy(work, upstream_url, QWEN3, database, BUDGETS) for _ in range(3)]
-            setups = {"memory, 1 instance": [memory], "postgres, 1 instance": shared[:1],
-                      "postgres, 2 instances": shared[:2], "postgres, 3 instances": shared[:3]}
-            balancers = {name: Haproxy.start([f"127.0.0.1:{service.port}" for service in services])
-                         for name, services in setups.items()}
+            started: list[Service] = []  # each stopped below, however the run ends (a signal: benchmarks/servers.py)
+            balancers: dict[str, Haproxy] = {}
             try:
+                for store in (None, database, database, database):
+                    with SERVERS.deferring():
+                        started.append(arc_proxy(work, upstream_url, QWEN3, store, BUDGETS))
+                memory, shared = started[0], started[1:]
+                setups = {"memory, 1 instance": [memory], "postgres, 1 instance": shared[:1],
+                          "postgres, 2 instances": shared[:2], "postgres, 3 instances": shared[:3]}
+                for name, services in setups.items():
+                    with SERVERS.deferring():
+                        balancers[name] = Haproxy.start([f"127.0.0.1:{service.port}" for service in services])
                 for name, balancer in balancers.items():  # warm: templates compiled, connections open
                     load(balancer.url, 2, 2)
                 measured: dict[str, list[tuple[list[float], float]]] = {name: [] for name in setups}
@@ -170,7 +178,7 @@ def main() -> int:
             finally:
                 for balancer in balancers.values():
                     balancer.stop()
-                for service in [memory, *shared]:
+                for service in started:
                     service.stop()
             print(f"1. through HAProxy (round-robin): {arguments.agents} agents at once, {arguments.turns} requests"
                   f" each, {arguments.rounds} interleaved rounds per set-up; upstream serve-scripted in-process")
@@ -218,10 +226,11 @@ def main() -> int:
                   f" {behind[0] * 1000:.0f} ms on that one when one request behind; the fold of its rows alone"
                   f" (PostgresStore.open, this process) {fold * 1000:.0f} ms; building it took"
                   f" {statistics.median(built) * 1000:.0f} ms per turn (median)")
-        finally:
-            postgres.remove()
+    finally:
+        postgres.remove()
+        shutil.rmtree(work, ignore_errors=True)  # the proxies' logs
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main, "bench_many_proxies"))

@@ -33,6 +33,9 @@ litellm and the targets of issue 28: CPU per request <= LiteLLM's at every
 concurrency; p99 <= 1.2x LiteLLM's at the highest concurrency; throughput at saturation (the highest
 concurrency) >= LiteLLM's; turn 200 within 1.2x of turn 10 (CPU per request); a new conversation within 2x of a
 continuing one. The load average is printed before and after: the machine is shared.
+
+Stopped by SIGTERM, SIGHUP or Ctrl-C, it stops every server it started (a second signal kills what is left at once)
+and exits with 128 + the signal.
 """
 
 from __future__ import annotations
@@ -44,7 +47,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -57,6 +59,8 @@ from typing import Any, Iterator, Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from benchmarks.servers import SERVERS, run  # noqa: E402  (the servers, stopped however the run ends)
 
 BASH_TOOL = {"type": "function", "function": {
     "name": "bash", "description": "Execute a bash command and return its output.",
@@ -190,20 +194,13 @@ def wait_listening(port: int, process: subprocess.Popen[bytes], seconds: float, 
 def server_process(command: Sequence[str], port: int, what: str, env: dict[str, str] | None = None,
                    log: Path | None = None, start_seconds: float = 120) -> Iterator[subprocess.Popen[bytes]]:
     out = open(log, "wb") if log is not None else subprocess.DEVNULL
-    process = subprocess.Popen(list(command), stdout=out, stderr=subprocess.STDOUT, env=env,
-                               start_new_session=True)
+    process = SERVERS.start(command, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
+        SERVERS.raise_if_stopped()
         wait_listening(port, process, start_seconds, what, log)
         yield process
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(20)
+        SERVERS.stop(process)
         if log is not None and not isinstance(out, int):
             out.close()
 
@@ -507,6 +504,7 @@ def main() -> int:
     if arguments.serve_fake is not None:
         asyncio.run(_serve_fake(arguments.serve_fake))
         return 0
+    SERVERS.stop_on_signals()
     from proofs_check.shared_data import qwen3_dir
 
     qwen3 = qwen3_dir()
@@ -640,4 +638,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main, "bench_proxy"))

@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.proxy_cases import BASH_TOOL, Proxy, chat, completion, fake_upstream, task  # noqa: E402
 from arc_ref.frontends.proxy_options import MAX_IDLE_SECONDS  # noqa: E402
 from arc_ref.options import integer_parser  # noqa: E402
+from benchmarks.servers import SERVERS, run  # noqa: E402  (the proxies, stopped however the run ends)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -280,4 +281,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    SERVERS.stop_on_signals()
+    raise SystemExit(run(main, "bench_proxy_store"))

@@ -19,8 +19,6 @@ import argparse
 import asyncio
 import contextlib
 import importlib.util
-import os
-import signal
 import socket
 import statistics
 import subprocess
@@ -33,6 +31,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: the tests' one readiness wait
 from tests.waiting import http_ok, wait_until  # noqa: E402
+from benchmarks.servers import SERVERS, run  # noqa: E402  (the server, stopped however the run ends)
 from arc_eval.types import Message  # noqa: E402
 from arc_ref.options import integer_parser  # noqa: E402
 
@@ -92,17 +91,16 @@ def serve_in_process(server: str) -> Iterator[str]:
     )
     command = [sys.executable, "-c", code, "--port", str(port), "--concurrency", "64",
                "--policy", "bench_scripted_server:constant_policy"]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    process = SERVERS.start(command, stdout=subprocess.DEVNULL)
     try:
+        SERVERS.raise_if_stopped()
         try:
             wait_until(http_ok(f"http://127.0.0.1:{port}/health"), process, f"{server}: serve-scripted", base_s=60)
         except AssertionError as failure:
             raise SystemExit(str(failure)) from None
         yield f"http://127.0.0.1:{port}/v1"
     finally:
-        if process.poll() is None:  # one that exited before it was ready is gone already
-            os.kill(process.pid, signal.SIGTERM)
-        process.wait(30)
+        SERVERS.stop(process, 30)
 
 
 def _module_found(name: str) -> bool:
@@ -153,4 +151,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    SERVERS.stop_on_signals()
+    sys.exit(run(main, "bench_scripted_server"))

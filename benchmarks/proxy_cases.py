@@ -32,6 +32,10 @@ import httpx
 from arc_ref.options import integer_parser, number_parser
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks.servers import SERVERS, run  # noqa: E402  (the proxies, stopped however the run ends)
+
 QWEN3 = Path(os.environ.get("ARC_SHARED_DATA") or REPO.parent / "shared" / "data") / "qwen3-tokenizer"
 WINDOW = 16384
 # budgets main needed to hold mini-swe-agent's prefix (the cases other than the out-of-the-box one pass them)
@@ -144,8 +148,9 @@ class Proxy:
         command = [sys.executable, "-m", cli_module(tree), "proxy", "--upstream", upstream, "--tokenizer",
                    tokenizer or f"hf-dir:{QWEN3}", "--port", str(self.port), *(BUDGETS if budgets else []), *extra]
         environment = {**os.environ, "PYTHONPATH": str(tree), **(env or {})}
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                        env=environment, cwd=tree, start_new_session=True)
+        self.process = SERVERS.start(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env=environment, cwd=tree)
+        SERVERS.raise_if_stopped()  # a signal while it started (the run's end kills it)
         self.started = time.monotonic()
         self.listening_after: float | None = None
         if wait:
@@ -179,13 +184,7 @@ class Proxy:
             return -1
 
     def stop(self) -> tuple[int | None, str]:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        SERVERS.stop(self.process, 30)
         _, error = self.process.communicate()
         return self.process.returncode, error
 
@@ -524,13 +523,14 @@ def case_full_disk(tree: Path) -> Row:
 
         environment = {**os.environ, "PYTHONPATH": str(tree)}
         port = free_port()
-        process = subprocess.Popen(
+        process = SERVERS.start(
             [sys.executable, "-m", cli_module(tree), "proxy", "--upstream", upstream.url, "--tokenizer",
              f"hf-dir:{QWEN3}", "--port", str(port), "--store", f"{scratch}/store", *BUDGETS],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment, cwd=tree,
-            preexec_fn=limited, start_new_session=True)
+            preexec_fn=limited)
         url = f"http://127.0.0.1:{port}/v1"
         try:
+            SERVERS.raise_if_stopped()
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and process.poll() is None:
                 with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
@@ -545,8 +545,8 @@ def case_full_disk(tree: Path) -> Row:
             return {"status": status, "body": body,
                     "others": f"before it a small conversation got {small[0]}, after it a new one got {after[0]}"}
         finally:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.communicate(timeout=30)
+            SERVERS.stop(process, 30)
+            process.communicate()
 
 
 def case_memory(tree: Path, conversations: int, limit: int | None = None) -> Row:
@@ -729,4 +729,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    SERVERS.stop_on_signals()
+    sys.exit(run(main, "proxy_cases"))

@@ -27,7 +27,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import socket
 import sqlite3
 import subprocess
@@ -43,6 +42,7 @@ from typing import Any, Callable, Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: the tests' one readiness wait
 from tests.waiting import http_ok, wait_until  # noqa: E402
+from benchmarks.servers import SERVERS, run  # noqa: E402  (the servers, stopped however the run ends)
 from arc_ref.frontends.cli import EXIT_IO, EXIT_LINE_TOO_LONG, EXIT_OK, EXIT_USAGE, MAX_LINE_BYTES
 from arc_ref.tokenizers import TOKENIZER_FILE_LIMIT
 
@@ -180,14 +180,15 @@ def serve_scripted(*flags: str, problems: list[str]) -> Iterator[str]:
     """`arc-eval serve-scripted --max-model-len 4096 FLAGS` in a process of its own; yields its base URL. A
     traceback the server printed is added to ``problems`` when it has stopped."""
     port = free_port()
-    process = subprocess.Popen([*ARC_EVAL, "serve-scripted", "--port", str(port), "--max-model-len", "4096", *flags],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = SERVERS.start([*ARC_EVAL, "serve-scripted", "--port", str(port), "--max-model-len", "4096", *flags],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
+        SERVERS.raise_if_stopped()
         _wait_healthy(f"http://127.0.0.1:{port}/health", process)
         yield f"http://127.0.0.1:{port}/v1"
     finally:
-        os.kill(process.pid, signal.SIGTERM)
-        _, err = process.communicate(timeout=30)
+        SERVERS.stop(process, 30)
+        _, err = process.communicate()
         problems.extend(f"serve-scripted: {problem}" for problem in _tracebacks(_decoded(err)))
 
 
@@ -1029,4 +1030,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    SERVERS.stop_on_signals()
+    sys.exit(run(main, "refusal_cases"))

@@ -127,7 +127,7 @@ def event_lists(
     for _ in range(draw(st.integers(0, max_events))):
         kind = draw(st.sampled_from(("observe", "observe", "think", "recall", "catalog", "compact")))
         if kind == "observe":
-            events.append(Observe(draw(normal_actions), draw(contents), draw(st.integers(-3, 3))))
+            events.append(Observe(draw(normal_actions), draw(contents), draw(st.integers(-3, 3) | st.none())))
             stored += 1
         elif kind == "think":
             events.append(AgentTurn(draw(thoughts), draw(normal_actions)))

@@ -71,7 +71,7 @@ from proofs_check.strategies import ENVIRONMENT_TOOLS, configs, normal_actions, 
 QWEN3 = qwen3_dir()
 needs_qwen3 = pytest.mark.skipif(QWEN3 is None, reason=QWEN3_ABSENT)
 
-returncodes = st.sampled_from((0, 0, 0, 1, 2, -9, 127))
+returncodes = st.sampled_from((0, 0, 0, 1, 2, -9, 127, None))  # None: no exit status known (rc=?)
 model_thoughts = st.one_of(thoughts, quoting(3))
 actions = st.one_of(normal_actions, normal_actions, quoting(2).map(lambda quoted: f"grep -n '{quoted}' log.txt"))
 text_steps = st.lists(st.tuples(model_thoughts, actions, texts(400), returncodes), max_size=24)
@@ -162,7 +162,7 @@ class Plain:
         self.agent_tokens += cost
         self._appended(cost)
 
-    def observation(self, content: str, returncode: int) -> None:
+    def observation(self, content: str, returncode: int | None) -> None:
         shown = self.setup.shown_form.show(content)
         message = render.lean_observation_message(returncode, shown)
         self.messages.append({"role": render.USER, "content": message})
@@ -183,7 +183,7 @@ class Plain:
         reserved = sum(self.setup.result_reserve(call_id) for call_id in self.pending)
         self._appended(cost, cost <= budget - reserved)  # else its thought is clipped
 
-    def tool_result(self, call_id: str, content: str, returncode: int) -> None:
+    def tool_result(self, call_id: str, content: str, returncode: int | None) -> None:
         shown = self.setup.shown_form.show(content)
         message = render.lean_observation_message(returncode, shown)
         self.messages.append({"role": render.TOOL, "content": message, "tool_call_id": self.show(call_id)})

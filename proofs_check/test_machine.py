@@ -47,7 +47,7 @@ class ArcMachine(RuleBasedStateMachine):
 
     # --- rules: one per transition ------------------------------------------------------------
 
-    def _store(self, action: str, content: str, returncode: int) -> str:
+    def _store(self, action: str, content: str, returncode: int | None) -> str:
         self.state, result = observe(self.arc, Observe(action, content, returncode))
         self.history.append(content)
         self.payload += self.arc.setup.tokenizer.count(self.arc.setup.shown_form.show(content))  # n_j: of S(O)
@@ -56,8 +56,8 @@ class ArcMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.state is not None and self.state.stored < self.state.config.capacity)
     @rule(target=ids, action=normal_actions, content=st.one_of(texts(200), unicode_texts(80)),
-          returncode=st.integers(-2, 2))
-    def observe(self, action: str, content: str, returncode: int) -> str:
+          returncode=st.integers(-2, 2) | st.none())  # None: no exit status known (rc=?)
+    def observe(self, action: str, content: str, returncode: int | None) -> str:
         return self._store(action, content, returncode)
 
     @precondition(lambda self: self.state is not None and self.state.stored < self.state.config.capacity)

@@ -47,6 +47,7 @@ def _values(template: Template, plain: bool) -> st.SearchStrategy[dict[str, Any]
     kinds = {
         render.ID: ids,
         render.INT: returncodes,
+        render.RC: returncodes | st.none(),  # None: no exit status known, printed "?"
         render.COUNT: counts,
         render.WORD: words.filter(lambda w: ":" not in w) if plain else words,
         render.LINE: plain_lines if plain else any_lines,

@@ -94,7 +94,7 @@ class ObservationMeta(TypedDict):
     tokens: int
     chunks: int
     characters: int
-    returncode: int
+    returncode: int | None  # None: stored without an exit status (a proxy's tool result)
     action: str  # the command's signature as the stub shows it (escaped, clipped to signature_chars)
 
 

@@ -140,11 +140,12 @@ class Audit:
 
 
 def message_event(role: str, text: str, calls: Sequence[ToolCall] = (), tool_call_id: str | None = None,
-                  returncode: int = 0) -> Event:
+                  returncode: int | None = None) -> Event:
     """The core's event for one OpenAI chat message after the prefix F: the one mapping of the Session and of
     `arc-ref proxy` (issue 25 item 5). An assistant message is a `ToolTurn` (its text and tool calls; the core
     answers the calls to ARC's tools), a tool message the `ToolResult` of the call it answers (stored under an id
-    the store mints, A1), a user message a `UserMessage` (stored and shown as the user's). SessionError for
+    the store mints, A1; ``returncode`` None, shown ``rc=?``, unless the caller knows the exit status: an OpenAI tool
+    message carries none), a user message a `UserMessage` (stored and shown as the user's). SessionError for
     another role (the system text and the goal are the prefix F) or a tool message without its call's id."""
     if role == "assistant":
         return ToolTurn(text, tuple(calls))
@@ -403,8 +404,9 @@ class Session:
         raise SessionError(f"no call of the last assistant turn has id {made.call_id!r}: add the assistant"
                            " message first (add_assistant); ARC answers its calls then")
 
-    def add_tool_result(self, call_id: str, content: str, returncode: int = 0) -> str:
-        """Store the environment's result of a pending call; returns the id the store minted for it (A1)."""
+    def add_tool_result(self, call_id: str, content: str, returncode: int | None = None) -> str:
+        """Store the environment's result of a pending call; returns the id the store minted for it (A1).
+        ``returncode``: the tool's exit status when known; None (the default) is shown ``rc=?``."""
         if not isinstance(call_id, str):
             raise SessionError(f"call_id must be the tool call's id (a string), got {call_id!r}")
         if not isinstance(content, str):

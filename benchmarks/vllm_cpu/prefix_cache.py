@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import signal
 import shutil
 import subprocess
 import sys
@@ -42,6 +41,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 from real_vllm import SERVED, VllmServer  # noqa: E402
+from benchmarks.servers import SERVERS, run as run_stopping  # noqa: E402  (real_vllm put the repository on the path)
 import bench_trajectories as bench  # noqa: E402
 from trajectories import DATA_DIR, load_all  # noqa: E402
 
@@ -149,7 +149,6 @@ def main(argv: list[str] | None = None) -> int:
     if not (bench.QWEN3_DIR / "tokenizer.json").is_file() or not DATA_DIR.is_dir():
         print(f"skipped: needs {DATA_DIR} and {bench.QWEN3_DIR}")
         return 0
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(f"prefix_cache: stopped by signal {signum}"))
     args.work.mkdir(parents=True, exist_ok=True)
     model = args.work / "tiny-qwen3-random"
     if not (model / "config.json").is_file():
@@ -168,4 +167,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run.sh's timeout sends SIGTERM (a closed terminal SIGHUP): the server is stopped, the status 128 + the signal
+    SERVERS.stop_on_signals()
+    sys.exit(run_stopping(main, "prefix_cache"))

@@ -35,7 +35,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -48,6 +47,10 @@ import httpx
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.servers import SERVERS, run  # noqa: E402  (the servers, stopped however the run ends)
+
 SHARED_DATA = Path(os.environ.get("ARC_SHARED_DATA") or ROOT.parent / "shared" / "data")
 SERVED = "tiny-qwen3"
 WINDOW = 8192
@@ -103,33 +106,33 @@ class VllmServer:
         print(f"starting vLLM ({model.name}): {' '.join(command)}", flush=True)
         started = time.monotonic()
         with log.open("w") as sink:
-            self.process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=environment,
-                                            start_new_session=True)
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"vLLM exited with {self.process.returncode} while starting; log: {log}\n"
-                                   + tail(log))
-            if time.monotonic() - started > start_timeout_s:
-                self.stop()
-                raise RuntimeError(f"vLLM did not answer /health within {start_timeout_s:g} s; log: {log}\n"
-                                   + tail(log))
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(2)
+            self.process = SERVERS.start(command, stdout=sink, stderr=subprocess.STDOUT, env=environment)
+        try:  # stopped while it starts (minutes on a CPU; run.sh's timeout, a signal): stopped here
+            SERVERS.raise_if_stopped()
+            while True:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"vLLM exited with {self.process.returncode} while starting; log: {log}\n"
+                                       + tail(log))
+                if time.monotonic() - started > start_timeout_s:
+                    raise RuntimeError(f"vLLM did not answer /health within {start_timeout_s:g} s; log: {log}\n"
+                                       + tail(log))
+                try:
+                    if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=5).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(2)
+        except BaseException:
+            # a start cut short has nothing to save, and run.sh's timeout kills this process 60 s after its
+            # SIGTERM: vLLM stopped mid-start took longer than that to exit (its engine and worker processes)
+            self.stop(grace_s=10)
+            raise
         self.start_s = time.monotonic() - started
         print(f"vLLM up after {self.start_s:.0f} s", flush=True)
 
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=30)
+    def stop(self, grace_s: float = 60) -> None:
+        """SIGTERM to the server's processes, SIGKILL after ``grace_s``; its temporary folder removed."""
+        SERVERS.stop(self.process, grace_s)
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
@@ -288,8 +291,8 @@ class ProxyProcess:
         command = [sys.executable, "-m", "arc_ref.frontends.cli", "proxy", "--upstream", upstream, "--tokenizer",
                    f"hf-dir:{model_dir}", "--port", str(self.port), *PROXY_BUDGETS, *extra]
         with log.open("w") as sink:
-            self.process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, cwd=ROOT,
-                                            start_new_session=True)
+            self.process = SERVERS.start(command, stdout=sink, stderr=subprocess.STDOUT, cwd=ROOT)
+        SERVERS.raise_if_stopped()  # a signal while it started (the run's end kills it)
         deadline = time.monotonic() + 120
         while True:
             if self.process.poll() is not None:
@@ -308,13 +311,7 @@ class ProxyProcess:
         return httpx.get(self.url.removesuffix("/v1") + "/arc/rounds", timeout=30).json()  # type: ignore[no-any-return]
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=30)
+        SERVERS.stop(self.process, 30)
 
 
 # none: zero configuration (issue 25 item 1): the window is vLLM's max_model_len (GET /v1/models) and each
@@ -519,8 +516,6 @@ def main(argv: list[str] | None = None) -> int:
                      " tool, random")
     if shutil.which(args.vllm_python) is None:
         parser.error(f"--vllm-python {args.vllm_python!r} is not an interpreter that can be run")
-    # run.sh's timeout sends SIGTERM: leave through the `finally` blocks, so no vLLM server outlives the check
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(f"real_vllm: stopped by signal {signum}"))
     work: Path = args.work
     work.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -578,4 +573,7 @@ def random_part(report: Report, args: argparse.Namespace, random_model: Path, ru
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run.sh's timeout sends SIGTERM (a closed terminal SIGHUP): leave through the `finally` blocks, so no vLLM
+    # server outlives the check; the status is then 128 + the signal
+    SERVERS.stop_on_signals()
+    sys.exit(run(main, "real_vllm"))

@@ -1262,7 +1262,8 @@ def trace_vectors() -> tuple[TraceVector, ...]:
         *template_vectors(),
         *tool_mode_vectors(),
     ]
-    return tuple(vectors) + port_guess_vectors() + hostile_vectors() + round_three_vectors() + mutation_vectors()
+    return (tuple(vectors) + port_guess_vectors() + hostile_vectors() + round_three_vectors()
+            + unknown_returncode_vectors() + mutation_vectors())
 
 
 MAX_INTEGER = 2**31 - 1  # the largest config integer (spec/parameters.md, check 1)
@@ -1765,3 +1766,79 @@ def round_three_vectors() -> tuple[TraceVector, ...]:
         ),
     )
     return (*specials, echo, flags, forgery)
+
+
+NUMBERS = "\n".join(f"line {number:03d}: value={number * 7}" for number in range(1, 80))
+
+
+def unknown_returncode_vectors() -> tuple[TraceVector, ...]:
+    """An observation whose environment gave no exit status (returncode null, rendering.md §7): rc=? wherever
+    its return code is shown, in both layouts and in tool mode, never a made-up 0."""
+    listing = make_id(1, "ls", "a.txt b.txt")
+    numbers = make_id(2, "cat numbers.txt", NUMBERS)
+    lean = TraceVector(
+        "unknown_returncode",
+        ("rendering.md §7", "rendering.md §12", "trace.md §2", "A3"),
+        "Two observations stored with returncode null (no exit status known) and one with 1: the verbatim one is"
+        " 'Observation (rc=?):', the one too large for R its stub message and stub line with rc=?; once folded"
+        " the summary's inline item and the catalog's stubs show rc=? too; rc=1 stays as it is.",
+        (
+            config("minimal", tokenizer="o200k_base", recent_budget=300),
+            line("observe", action="ls", observation="a.txt b.txt", returncode=None),
+            line("observe", action="cat numbers.txt", observation=NUMBERS, returncode=None),
+            obs("false", "", 1),
+            VIEW,
+            compact("forced"),
+            agent("List them.", "catalog-first"),
+            VIEW,
+        ),
+        (
+            ("a verbatim observation says rc=?", view_has("Observation (rc=?):\na.txt b.txt")),
+            ("its stub message and line say rc=?",
+             view_has(f"Observation {numbers} (rc=?) is too large for the recent window")),
+            ("the stub line says rc=?", view_has(f"{numbers} rc=? ")),
+            ("a known return code is shown", view_has("Observation (rc=1):")),
+            ("the summary's inline item says rc=?", view_has(f"{listing} (rc=?) of `ls`:")),
+            ("the catalog's stubs say rc=?", view_has(f"{listing} rc=? 11ch 4tok $ ls")),
+        ),
+    )
+    paper = TraceVector(
+        "unknown_returncode_paper",
+        ("rendering.md §7", "rendering.md §14"),
+        "Layout paper: an observation stored with returncode null is shown with its id, rc=? and its signature,"
+        " and the last catalog page's stub says rc=?.",
+        (
+            config("minimal", tokenizer="o200k_base", recent_budget=300, layout="paper"),
+            line("observe", action="ls", observation="a.txt b.txt", returncode=None),
+            VIEW,
+        ),
+        (
+            ("the observation message says rc=?", view_has(f"Observation {listing} (rc=?) of `ls`:\na.txt b.txt")),
+            ("the catalog's stub says rc=?", view_has(f"{listing} rc=? ")),
+        ),
+    )
+    report = make_id(1, 'read_file {"path": "report.txt"}', "quiet")
+    tools = TraceVector(
+        "unknown_returncode_tool_mode",
+        ("rendering.md §7", "rendering.md §13"),
+        "Tool mode on Qwen3's template: a tool_result with returncode null (what arc-ref proxy stores for every"
+        " OpenAI tool message) is the tool message 'Observation (rc=?):' and its content; one without the key is"
+        " rc=0 as before; the stub _recall_meta answers says rc=?.",
+        (
+            config("minimal", tokenizer=QWEN3, chat_format="template", action_mode="tools", tools=[READ_FILE],
+                   context_limit=3000),
+            tool_turn("Read it.", call("call_1", "read_file", {"path": "report.txt"})),
+            line("tool_result", call_id="call_1", observation="quiet", returncode=None),
+            tool_turn("And again.", call("call_2", "read_file", {"path": "report.txt"})),
+            tool_result("call_2", "quiet"),
+            tool_turn("", call("call_3", "_recall_meta", {"id": report})),
+            VIEW,
+        ),
+        (
+            ("the tool message says rc=?", view_has("<tool_response>\nObservation (rc=?):\nquiet\n</tool_response>")),
+            ("one without returncode says rc=0", view_has("<tool_response>\nObservation (rc=0):\nquiet")),
+            ("the stub says rc=?", answered_has(f"{report} rc=? ")),
+        ),
+        (QWEN3_VECTOR_PATH,),
+    )
+    return lean, paper, tools

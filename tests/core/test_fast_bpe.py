@@ -485,3 +485,77 @@ def test_every_character_nfc_changes_beside_long_ascii_is_encoded_alike() -> Non
             parts += isinstance(tokenizer._encoding(text), tokenizers._PartsEncoding)
             assert_same(tokenizer, text, (1, 16))
     assert parts > len(changed)  # most go through the parts path
+
+
+class _CountedLengths(list[int]):
+    """The fast engine's byte lengths, counting the lookups made in them."""
+
+    lookups = 0
+
+    def __getitem__(self, index: Any) -> Any:
+        type(self).lookups += 1
+        return super().__getitem__(index)
+
+
+@needs_qwen3
+@pytest.mark.parametrize("every", (1920, 256, 7))
+def test_starts_every_q_tokens_read_the_lengths_of_the_tokens_before_each_wanted_start_only(
+        every: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`count_and_starts` of an ASCII text on the fast engine: the starts of tokens 0, q, 2q... (a record's chunk cuts,
+    q = 1,920 by default) sum the lengths of the tokens before each wanted start, and the last token's offset is the
+    text's length less that token's; so a tool output shorter than q tokens reads one length, not one per token
+    (issue 28: ~22 us of a 3 KB output's 118). The starts are tokenizers' own."""
+    tokenizer = qwen3()
+    text = "\n".join(f"    value_{k} = compute(x, {k})  # step {k}" for k in range(90))
+    lengths = _CountedLengths(tokenizer._fast_byte_lengths())
+    monkeypatch.setattr(tokenizer, "_fast_byte_lengths", lambda: lengths)
+    _CountedLengths.lookups = 0
+    ids, starts = reference(tokenizer, text)
+    assert fast_taken(tokenizer, text) and 1000 < len(ids) < 1920
+    assert tokenizer.count_and_starts(text, every) == (len(ids), starts[::every])
+    assert _CountedLengths.lookups <= (len(ids) - 1) // every * every + 1  # the tokens before the last start, the last
+
+
+class _CountedEncodes:
+    """A ``tokenizers`` tokenizer whose ``encode`` calls are counted (every other attribute is the real one's)."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.encoded: list[str] = []
+
+    def encode(self, text: str, **kwargs: Any) -> Any:
+        self.encoded.append(text)
+        return self.real.encode(text, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+@needs_qwen3
+def test_a_stub_line_s_id_and_recall_hint_are_encoded_by_tokenizers_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parts of a stub line that hold its "§" are remembered per tokenizer (PART_MEMO_CHARS): the candidate lines
+    of one record (previews halved, `arc_ref.store.stub_lines`) share their id's part and their recall hint, and a
+    record at the same index in another conversation shares the id's part; ``tokenizers`` encodes each part once
+    (issue 28: two calls of ~9-15 us a line saved on the second candidate). Ids, counts and starts stay the whole's,
+    also past the memo's bound (cleared when full)."""
+    tokenizer = qwen3()
+    counted = _CountedEncodes(tokenizer._tokenizer)
+    monkeypatch.setattr(tokenizer, "_tokenizer", counted)
+    monkeypatch.setattr(tokenizer, "_parts", {}, raising=False)
+    head, tail = "def return self import the file line x " * 3, " 0 1 None the end of it all here"
+
+    def line(fingerprint: str, keep: int) -> str:
+        return (f"\n§00007-{fingerprint} rc=0 2700ch 640tok $ bash: ls -la d7 | head: {head[:keep]} | tail:"
+                f" {tail[-keep:]} | _recall §00007-{fingerprint}")
+
+    for keep in (96, 48, 24):
+        tokenizer.count(line("5d2c1a9e", keep))
+    assert len(counted.encoded) == 2 and all("§" in part for part in counted.encoded), counted.encoded
+    tokenizer.count(line("0b7e4f11", 96))  # another record at the same index: its recall hint alone
+    assert len(counted.encoded) == 3 and "0b7e4f11" in counted.encoded[-1], counted.encoded
+    monkeypatch.setattr(tokenizer, "_tokenizer", counted.real)
+    monkeypatch.setattr(tokenizers, "PART_MEMO_SIZE", 2, raising=False)
+    for k in range(6):
+        for keep in (96, 40):
+            assert_same(tokenizer, line(f"{k:08x}", keep), (1, 7, 16))
+    assert len(tokenizer._parts) <= 2

@@ -296,8 +296,8 @@ def test_events_with_wrong_types_name_the_field() -> None:
     cases: list[tuple[Callable[[], object], str]] = [
         (lambda: observe(state, Observe(5, "x", 0)), "action must be a string, got int"),  # type: ignore[arg-type]
         (lambda: observe(state, Observe("ls", b"x", 0)), "observation must be a string, got bytes"),  # type: ignore[arg-type]
-        (lambda: observe(state, Observe("ls", "x", True)), "returncode must be an integer, got True"),
-        (lambda: observe(state, Observe("ls", "x", 1.0)), "returncode must be an integer, got 1.0"),  # type: ignore[arg-type]
+        (lambda: observe(state, Observe("ls", "x", True)), "returncode must be an integer or None, got True"),
+        (lambda: observe(state, Observe("ls", "x", 1.0)), "returncode must be an integer or None, got 1.0"),  # type: ignore[arg-type]
         (lambda: agent_turn(state, AgentTurn(None, "ls")), "thought must be a string, got NoneType"),  # type: ignore[arg-type]
         (lambda: agent_turn(state, AgentTurn("t", ["ls"])), "action must be a string, got list"),  # type: ignore[arg-type]
         (lambda: observe(state, Observe("ls", "a\ud800", 0)),
