@@ -27,6 +27,7 @@ def test_bench_scripted_server_stopped_stops_its_server(tmp_path: Path, signum: 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
 def test_bench_llama_server_stopped_stops_its_server(tmp_path: Path, signum: signal.Signals) -> None:
     server = never_listening(tmp_path, ignores_term=False, path=tmp_path / "llama-server")
+    (tmp_path / "tiny.gguf").write_bytes(b"")  # the bench asks for an existing file; the stand-in never reads it
     stopped_while_starting(tmp_path, [sys.executable, str(BENCHMARKS / "bench_llama_server.py"), "--llama-server",
                                       str(server), "--gguf", str(tmp_path / "tiny.gguf")], signum)
 
@@ -37,6 +38,7 @@ def test_bench_llama_server_stopped_while_arc_eval_runs_stops_its_server(tmp_pat
     """arc-eval runs in the bench's process; it takes Ctrl-C as its own stop (and its event loop SIGINT and SIGTERM
     while it runs its tasks): the bench still stops llama-server and exits with 128 + the signal."""
     server = holding(tmp_path, tmp_path / "llama-server")
+    (tmp_path / "tiny.gguf").write_bytes(b"")  # the bench asks for an existing file; the stand-in never reads it
     command = [sys.executable, str(BENCHMARKS / "bench_llama_server.py"), "--llama-server", str(server), "--gguf",
                str(tmp_path / "tiny.gguf"), "--out", str(tmp_path / "run")]
     with bench_run(tmp_path, command, {"TMPDIR": str(tmp_path)}) as run:
