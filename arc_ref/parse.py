@@ -58,8 +58,8 @@ class Stub:
     @property
     def line(self) -> str:
         return render.STUB.render(
-            obs_id=self.obs_id, returncode=self.returncode, n_chars=self.n_chars,
-            n_tokens=self.n_tokens, signature=self.signature, head=self.head, tail=self.tail,
+            obs_id=self.obs_id, returncode=self.returncode, n_chars=self.n_chars, n_tokens=self.n_tokens,
+            signature=self.signature, head=self.head, tail=self.tail,
         )
 
 

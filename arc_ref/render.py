@@ -32,7 +32,6 @@ TOOL = "tool"
 
 # Kinds of field: what a field may hold, as a pattern (and whether it is read back as an int).
 ID = "id"  # a printed id (A1): § and id characters
-INT = "int"  # a decimal integer, possibly negative
 RC = "rc"  # a return code: a decimal integer, possibly negative, or UNKNOWN_RETURNCODE (read back as None)
 COUNT = "count"  # a non-negative decimal integer
 WORD = "word"  # a command word: no whitespace
@@ -41,14 +40,13 @@ TEXT = "text"  # any text, newlines included (observation contents, recall paylo
 
 FIELD_PATTERNS: Mapping[str, str] = {
     ID: r"§[0-9A-Za-z._-]+",
-    INT: r"-?[0-9]+",
     RC: r"-?[0-9]+|\?",
     COUNT: r"[0-9]+",
     WORD: r"[^\s]+?",
     LINE: r"[^\n]*?",
     TEXT: r".*?",
 }
-INTEGER_KINDS = frozenset((INT, COUNT))
+INTEGER_KINDS = frozenset((COUNT,))
 
 
 class Template:

@@ -46,7 +46,6 @@ plain_texts = st.lists(plain_lines, max_size=4).map("\n".join)
 def _values(template: Template, plain: bool) -> st.SearchStrategy[dict[str, Any]]:
     kinds = {
         render.ID: ids,
-        render.INT: returncodes,
         render.RC: returncodes | st.none(),  # None: no exit status known, printed "?"
         render.COUNT: counts,
         render.WORD: words.filter(lambda w: ":" not in w) if plain else words,

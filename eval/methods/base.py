@@ -23,7 +23,7 @@ from arc_ref import render
 from arc_ref.config import ACTION_MODES, PRESETS, TEMPLATE_FORMAT
 from arc_ref.errors import ConfigError
 from arc_ref.machine import COMPACT_REASONS, SHOWN_TOKEN_CHARS
-from arc_ref.render import INT, LINE, TEXT, Template
+from arc_ref.render import LINE, RC, TEXT, Template
 from arc_ref.message import ToolCall, ToolSpec
 from arc_ref.text import clipped
 from arc_eval.counting import TokenCounter, default_counter
@@ -181,7 +181,7 @@ SHORT_OBSERVATIONS_HEADER = "Short observations of earlier turns (kept verbatim)
 # How a baseline shows an observation (its transcript, its kept short observations, its condensing
 # requests); ``OBSERVATION.parse`` reads it back (the scripted agent does).
 OBSERVATION = Template(
-    "Observation (rc={returncode}) of `{action}`:\n{text}", returncode=INT, action=LINE, text=TEXT
+    "Observation (rc={returncode}) of `{action}`:\n{text}", returncode=RC, action=LINE, text=TEXT
 )
 
 
