@@ -252,6 +252,17 @@ def waiting_answer_vectors() -> tuple[TraceVector, ...]:
                      ("H within R before b's result", lambda outputs: bool(
                          ops(outputs, "view")[0]["components"]["recent"] <= 420))),
                     (QWEN3_VECTOR_PATH,)),
+        TraceVector("tool_answer_released_before_trigger", tool_mode + ("rendering.md §11.1", "rendering.md §14"),
+                    "The answers a result releases join H before the proactive trigger runs: layout paper (h > R"
+                    " folds), R = 420, a first unit with a result of 264 words, then read_file b, catalog-first: b's"
+                    " result with the catalog's answer after it takes h over R, and that line folds the first unit"
+                    " (with the trigger run before the answer joins, h stays within R and nothing folds).",
+                    (config("minimal", **{**TOOLS, "recent_budget": 420, "layout": "paper"}),
+                     tool_turn("Read it.", read[0]), tool_result("call_a", "word " * 264),
+                     tool_turn("Again.", read[1], call("call_c", "catalog-first", "{}")), VIEW,
+                     tool_result("call_b", "beta"), VIEW),
+                    (folded_at(4, 0), folded_at(6, 2)),
+                    (QWEN3_VECTOR_PATH,)),
     )
 
 
