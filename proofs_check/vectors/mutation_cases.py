@@ -184,6 +184,85 @@ def tool_mode_mutation_vectors() -> tuple[TraceVector, ...]:
                      ("a result within its share is verbatim: line 6",
                       lambda outputs: ops(outputs, "tool_result")[1]["verbatim"] is True)),
                     (QWEN3_VECTOR_PATH,)),
+    ) + waiting_answer_vectors()
+
+
+def waiting_answer_vectors() -> tuple[TraceVector, ...]:
+    """Review h48's traces of ARC's answers that wait for earlier calls' results (rendering.md §13, 10a12b5), each
+    red under the one-line mutation of the reference its description names."""
+    tool_mode = ("rendering.md §13",)
+    read = [call(f"call_{letter}", "read_file", json.dumps({"path": f"{letter}.txt"})) for letter in "abcd"]
+    meta = call("call_m", "_recall_meta", '{"id": "x"}')
+    return (
+        TraceVector("tool_answer_waits_for_every_earlier_call", tool_mode,
+                    "An answer waits until every environment call before its call has its result, not the nearest"
+                    " one only: of read_file a, catalog-first, read_file b, _recall_meta with b's result first, no"
+                    " answer follows b's result (_recall_meta's still waits for a's); a's result brings both"
+                    " answers, in call order. Waiting for the nearest earlier call only, _recall_meta's answer would"
+                    " follow b's result.",
+                    (config("minimal", **{**TOOLS, "recent_budget": 900}),
+                     tool_turn("Read both.", read[0], call("call_c", "catalog-first", "{}"), read[1], meta),
+                     tool_result("call_b", "beta"), VIEW, tool_result("call_a", "alpha"), VIEW),
+                    (("no answer after b's result", responses_start(0, "Observation (rc=0):\nbeta")),
+                     ("both answers after a's result, in call order", responses_start(
+                         1, "Observation (rc=0):\nbeta", "Observation (rc=0):\nalpha", "catalog-first:",
+                         "_recall_meta"))),
+                    (QWEN3_VECTOR_PATH,)),
+        TraceVector("tool_answer_waiting_shares_r_out_of_order", tool_mode,
+                    "A waiting answer counts in the share of R of every result that comes while it waits, also one"
+                    " of a call after its own: of read_file a, _recall_meta, read_file b at R = 500 (each result"
+                    " reserved its full stub) with b's result first, the answer waits for a's result, and b's 246"
+                    " words are shown as their stub (verbatim were only the answers of later calls counted in share,"
+                    " the answer's call coming before b's); in a second turn alike (the answer now names the id"
+                    " range), 216 words fit and are shown verbatim.",
+                    (config("minimal", **{**TOOLS, "recent_budget": 500}),
+                     tool_turn("Read it.", read[0], meta, read[1]),
+                     tool_result("call_b", "word " * 246), tool_result("call_a", "alpha"), VIEW,
+                     tool_turn("Read it.", read[2], call("call_n", "_recall_meta", '{"id": "x"}'), read[3]),
+                     tool_result("call_d", "word " * 216), tool_result("call_c", "gamma"), VIEW),
+                    (("the waiting answer counts in b's share: line 3 is its stub",
+                      lambda outputs: ops(outputs, "tool_result")[0]["verbatim"] is False),
+                     ("a result within its share is verbatim: line 7",
+                      lambda outputs: ops(outputs, "tool_result")[2]["verbatim"] is True)),
+                    (QWEN3_VECTOR_PATH,)),
+        TraceVector("tool_answer_waiting_in_least", tool_mode,
+                    "A waiting answer counts in `least` too, the room of a result in a unit whose results were"
+                    " reserved their stub frames only: of read_file a, _recall_meta, read_file b, read_file c at"
+                    " R = 280, results c, b, a of 40 words each, b's does not fit its share and is shown as its stub"
+                    " (verbatim were the waiting answer left out of least); c's and a's are verbatim.",
+                    (config("minimal", **{**TOOLS, "recent_budget": 280}),
+                     tool_turn("Read them.", read[0], meta, read[1], read[2]),
+                     tool_result("call_c", "word " * 40), tool_result("call_b", "word " * 40),
+                     tool_result("call_a", "word " * 40), VIEW),
+                    (("b's result is its stub",
+                      lambda outputs: [out["verbatim"] for out in ops(outputs, "tool_result")] == [True, False, True]),
+                     ("the answer follows a's result", responses_start(
+                         0, "Observation (rc=0):", "Observation", "Observation (rc=0):", "_recall_meta"))),
+                    (QWEN3_VECTOR_PATH,)),
+        TraceVector("tool_answer_waiting_not_in_trigger", tool_mode + ("rendering.md §11.1", "rendering.md §14"),
+                    "A waiting answer is not in the trigger's sums: layout paper (h > R folds), R = 420, a first"
+                    " unit with a result of 300 words, then read_file b, catalog-first: with the catalog's answer"
+                    " waiting H stays within R and the tool turn folds nothing; b's result, with the answer now in"
+                    " H, folds the first unit. Counting the waiting answer in h, the tool turn itself would fold.",
+                    (config("minimal", **{**TOOLS, "recent_budget": 420, "layout": "paper"}),
+                     tool_turn("Read it.", read[0]), tool_result("call_a", "word " * 300),
+                     tool_turn("Again.", read[1], call("call_c", "catalog-first", "{}")), VIEW,
+                     tool_result("call_b", "beta"), VIEW),
+                    (folded_at(4, 0), folded_at(6, 2),
+                     ("H within R before b's result", lambda outputs: bool(
+                         ops(outputs, "view")[0]["components"]["recent"] <= 420))),
+                    (QWEN3_VECTOR_PATH,)),
+        TraceVector("tool_answer_released_before_trigger", tool_mode + ("rendering.md §11.1", "rendering.md §14"),
+                    "The answers a result releases join H before the proactive trigger runs: layout paper (h > R"
+                    " folds), R = 420, a first unit with a result of 264 words, then read_file b, catalog-first: b's"
+                    " result with the catalog's answer after it takes h over R, and that line folds the first unit"
+                    " (with the trigger run before the answer joins, h stays within R and nothing folds).",
+                    (config("minimal", **{**TOOLS, "recent_budget": 420, "layout": "paper"}),
+                     tool_turn("Read it.", read[0]), tool_result("call_a", "word " * 264),
+                     tool_turn("Again.", read[1], call("call_c", "catalog-first", "{}")), VIEW,
+                     tool_result("call_b", "beta"), VIEW),
+                    (folded_at(4, 0), folded_at(6, 2)),
+                    (QWEN3_VECTOR_PATH,)),
     )
 
 

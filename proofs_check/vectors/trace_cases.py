@@ -1841,4 +1841,23 @@ def unknown_returncode_vectors() -> tuple[TraceVector, ...]:
         ),
         (QWEN3_VECTOR_PATH,),
     )
-    return lean, paper, tools
+    numbers_207 = "\n".join(f"line {number:03d}: value={number * 7}" for number in range(1, 12))
+    unknown = make_id(1, "cat numbers.txt", numbers_207)
+    fit = TraceVector(
+        "unknown_returncode_stub_fit",
+        ("rendering.md §7",),
+        "The stub of an observation with no return code is fitted to c as it is shown, with rc=? (one token under"
+        " the bytes tokenizer), not with the widest return code that the budget checks show (11 tokens): 207"
+        " characters stored with returncode null keep previews of 12 and 8 characters in their stub; fitted at the"
+        " widest they would be halved to 6 (review h48).",
+        (
+            config("minimal"),
+            line("observe", action="cat numbers.txt", observation=numbers_207, returncode=None),
+            agent("", "catalog-first"),
+        ),
+        (
+            ("the stub keeps the previews that fit with rc=?",
+             response_has(f"{unknown} rc=? 207ch 207tok $ cat numbers.txt | head: line 001: va | tail: value=77 |")),
+        ),
+    )
+    return lean, paper, tools, fit
