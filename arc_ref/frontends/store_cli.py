@@ -262,7 +262,9 @@ def _forget(arguments: argparse.Namespace) -> int:
         if arguments.older_than is not None or arguments.idle_for is not None:
             days = arguments.older_than if arguments.older_than is not None else arguments.idle_for
             with db.connection() as connection:
-                found = connection.execute("SELECT now() - %s * interval '1 day'", (days,)).fetchone()
+                # a day is 86,400 s, as for a directory: not the session's calendar day, which a daylight-saving
+                # change makes 23 or 25 hours (review h34 F9)
+                found = connection.execute("SELECT now() - %s * interval '86400 seconds'", (days,)).fetchone()
             assert found is not None
             if arguments.older_than is not None:
                 created_before = found[0]

@@ -507,3 +507,33 @@ def test_a_commit_whose_statement_leaves_last_active_out_still_sets_it(
     assert main(["forget", url, "--idle-for", "30"]) == 0
     assert capsys.readouterr().out.startswith("forgot 0 conversation(s)")
     assert set(whole_chains(url)) == {first.conversation}
+
+
+def test_a_day_of_older_than_and_idle_for_is_86400_seconds_across_a_daylight_saving_change(
+        postgres: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--older-than D` and `--idle-for D` go back D x 86,400 s, as `forget DIR --idle-for` does, whatever the
+    database's TimeZone: in a zone with daylight saving, D calendar days across a change are D x 24 h -+ 1 h (review
+    h34 F9). Two conversations 20 minutes either side of the exact boundary: the older one alone is picked."""
+    import datetime
+    import zoneinfo
+
+    zone = zoneinfo.ZoneInfo("America/New_York")
+    now = datetime.datetime.now(datetime.timezone.utc)
+    days = next(d for d in range(1, 367)
+                if (now - datetime.timedelta(days=d)).astimezone(zone).utcoffset() != now.astimezone(zone).utcoffset())
+    url = postgres.create_database("arc_test_forget_dst")
+    (newer,) = serve(url, first_request())
+    (older,) = serve(url, other_request("List the files of d2."))
+    with psycopg.connect(url, autocommit=True) as connection:
+        name = connection.execute("SELECT current_database()").fetchone()[0]
+        connection.execute(f'ALTER DATABASE "{name}" SET timezone TO \'America/New_York\'')
+        for conversation, minutes in ((newer, 20), (older, -20)):
+            connection.execute("UPDATE arc_tasks SET created = now() - %s * interval '86400 seconds' + %s * interval"
+                               " '1 minute', last_active = now() - %s * interval '86400 seconds' + %s * interval"
+                               " '1 minute' WHERE key = %s", (days, minutes, days, minutes, conversation.conversation))
+    with psycopg.connect(url) as connection:  # (the setting is the database's: every new session has it)
+        assert connection.execute("SHOW timezone").fetchone() == ("America/New_York",)
+    for option in ("--older-than", "--idle-for"):
+        assert main(["forget", url, option, str(days), "--dry-run"]) == 0
+        listed = capsys.readouterr().out
+        assert older.conversation in listed and newer.conversation not in listed, (option, days, listed)
