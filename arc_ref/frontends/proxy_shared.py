@@ -565,7 +565,8 @@ class SharedProxy(Proxy):
                 self._committed(transaction, conversation)
             raise
         if self.database.replies:  # for a client's retry on any instance
-            transaction.reply = (asked_digest(attempts.request), reply_text(reply))
+            asked = attempts.running.asked if attempts.running is not None else asked_digest(attempts.request)
+            transaction.reply = (asked, reply_text(reply))  # (the digest its arc_running row has: computed once)
         try:
             await transaction.commit()
         except BaseException:  # a failure from here on may come after the server committed: the next attempt looks
