@@ -25,7 +25,7 @@ A client's retry of a request (the OpenAI SDK's ``x-stainless-retry-count``) get
 committed, on any instance (`_answered_before`), and waits for that attempt while it runs: on this instance by
 `_attempt_of`, on another by its row in ``arc_running`` (`_marked`, `_wait_elsewhere`): written in the request's
 first round trip, removed in its commit's transaction (or, when it ends without a commit, by one more statement),
-its lease renewed by the instance every third of ``running_lease_s`` (30 s) while it runs, so that the row of an
+its lease renewed by the instance every third of ``running_lease_s`` (15 s) while it runs, so that the row of an
 instance killed mid-request holds a retry no longer than that. The first attempt failed: the retry runs itself.
 A request that is not a retry never waits for one.
 """
