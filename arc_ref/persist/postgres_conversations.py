@@ -130,8 +130,10 @@ RUNS = "SELECT EXISTS (SELECT 1 FROM arc_running WHERE asked = %s AND until > no
 """Whether an attempt of request ``asked`` runs now on some instance (its lease not past: its instance renews it)."""
 RENEW = ("UPDATE arc_running SET until = now() + %s * interval '1 second'"
          " WHERE instance = %s AND attempt = ANY(%s)")
-SWEEP_RUNNING = "DELETE FROM arc_running WHERE until < now() - interval '1 minute'"
-"""The rows of instances that died mid-request (their leases past a minute ago), removed by any running instance."""
+SWEEP_RUNNING = ("DELETE FROM arc_running WHERE (asked, attempt) IN (SELECT asked, attempt FROM arc_running"
+                 " WHERE until < now() - interval '1 minute' FOR UPDATE SKIP LOCKED)")
+"""The rows of instances that died mid-request (their leases past a minute ago), removed by any running instance;
+rows another instance's sweep holds are left to it (two sweeps never wait for each other: no deadlock)."""
 
 IDLE_CONNECTION_S = 60.0  # a pooled connection idle this long is closed (`AsyncDatabase.close_idle`)
 ROWS_AFTER = "SELECT seq, line, checksum FROM arc_events WHERE task = %s AND seq > %s AND seq <= %s ORDER BY seq"
