@@ -49,15 +49,11 @@ async def until(condition: Any) -> None:
         await asyncio.sleep(0.01)
 
 
-@pytest.mark.parametrize("first_fails", [False, True])
-def test_a_retry_on_another_instance_while_the_first_attempt_runs_waits_for_it(postgres: Any,
-                                                                               first_fails: bool) -> None:
-    """Two instances on one database, the upstream slow to answer the first attempt (sent to the first instance): the
-    client's retry of it sent to the second instance meanwhile forked the conversation and asked the upstream again
-    (only the instance running an attempt knew of it). Now the retry waits for the first attempt (its row in
-    arc_running), then sends its reply: one upstream call, one conversation, no fork. When the first attempt fails,
-    the retry then runs itself (its upstream call after the first one's failure)."""
-    database = postgres.create_database(f"arc_test_running_elsewhere_{int(first_fails)}")
+def retry_while_running(database: str, first_fails: bool) -> tuple[Any, ...]:
+    """Two in-process instances on ``database``; the first request sent to the first one, its upstream call held;
+    the client's retry of it sent to the second meanwhile; once the retry waits (or asked the upstream), the first
+    call answered (a 500 when ``first_fails``). (The first's reply or error, the retry's, both instances' stats,
+    the upstream calls, the order of events.)"""
     calls: list[int] = []
     order: list[str] = []
     release: list[asyncio.Event] = []
@@ -90,7 +86,19 @@ def test_a_retry_on_another_instance_while_the_first_attempt_runs_waits_for_it(p
                 await proxy.close()
                 await client.aclose()
 
-    first, retry, one_stats, other_stats = asyncio.run(scenario())
+    return (*asyncio.run(scenario()), calls, order)
+
+
+@pytest.mark.parametrize("first_fails", [False, True])
+def test_a_retry_on_another_instance_while_the_first_attempt_runs_waits_for_it(postgres: Any,
+                                                                               first_fails: bool) -> None:
+    """Two instances on one database, the upstream slow to answer the first attempt (sent to the first instance): the
+    client's retry of it sent to the second instance meanwhile forked the conversation and asked the upstream again
+    (only the instance running an attempt knew of it). Now the retry waits for the first attempt (its row in
+    arc_running), then sends its reply: one upstream call, one conversation, no fork. When the first attempt fails,
+    the retry then runs itself (its upstream call after the first one's failure)."""
+    database = postgres.create_database(f"arc_test_running_elsewhere_{int(first_fails)}")
+    first, retry, one_stats, other_stats, calls, order = retry_while_running(database, first_fails)
     if first_fails:
         assert getattr(first, "status", None) == 500, first
         assert order == ["asked 1", "first answered", "asked 2"], order  # the retry ran after the first failed
@@ -106,6 +114,51 @@ def test_a_retry_on_another_instance_while_the_first_attempt_runs_waits_for_it(p
     with psycopg.connect(database) as connection:
         assert connection.execute("SELECT count(*) FROM arc_tasks").fetchone() == (1,)  # nothing forked or copied
         assert connection.execute("SELECT count(*) FROM arc_running").fetchone() == (0,)  # each removed at its end
+
+
+def test_a_retry_on_another_instance_waits_through_pgbouncer_in_transaction_mode(postgres: Any) -> None:
+    """The same through PgBouncer in transaction mode (the row's insert rides the reads' pipeline, its implicit
+    transaction): the retry waits, one upstream call, one conversation."""
+    from tests.deployment import PgBouncer, require_pgbouncer
+
+    require_pgbouncer()
+    postgres.create_database("arc_test_running_pgbouncer")
+    bouncer = PgBouncer.start(postgres, pool_size=2)
+    try:
+        first, retry, _, other_stats, calls, order = retry_while_running(
+            bouncer.url("arc_test_running_pgbouncer"), False)
+    finally:
+        bouncer.stop()
+    assert len(calls) == 1, f"the retry asked the upstream again: {order}"
+    assert retry.completion == first.completion and retry.conversation == first.conversation
+    assert other_stats["client_retries_waited_elsewhere"] == 1 and other_stats["client_retries_answered"] == 1
+
+
+def test_the_rows_of_dead_instances_are_swept_by_a_running_one(postgres: Any) -> None:
+    """An instance killed mid-request never removes its row: any instance renewing its own leases removes the rows
+    whose lease is past by a minute (and leaves the others)."""
+    from arc_ref.persist.postgres_conversations import AsyncDatabase
+
+    database = postgres.create_database("arc_test_running_swept")
+    db = AsyncDatabase(database)
+    db.check_schema()
+    with psycopg.connect(database, autocommit=True) as connection:
+        connection.execute("INSERT INTO arc_running VALUES ('dead', 'a', 'gone', now() - interval '2 minutes'),"
+                           " ('recent', 'b', 'gone', now() - interval '10 seconds'),"
+                           " ('mine', 'c', 'here', now() + interval '1 second'),"
+                           " ('other', 'd', 'there', now() + interval '1 second')")
+
+    async def renew() -> None:
+        try:
+            await db.renew_running("here", ["c"], 30.0)
+        finally:
+            await db.close()
+
+    asyncio.run(renew())
+    with psycopg.connect(database) as connection:
+        rows = dict(connection.execute("SELECT asked, until > now() + interval '20 seconds' FROM arc_running"
+                                       ).fetchall())
+    assert rows == {"recent": False, "mine": True, "other": False}, rows
 
 
 def test_a_first_attempt_longer_than_the_lease_still_holds_the_retry(postgres: Any) -> None:
