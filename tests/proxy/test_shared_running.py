@@ -163,7 +163,7 @@ def test_the_rows_of_dead_instances_are_swept_by_a_running_one(postgres: Any) ->
 
 def test_a_first_attempt_longer_than_the_lease_still_holds_the_retry(postgres: Any) -> None:
     """The first attempt's instance renews its lease while the attempt runs: a retry on another instance waits past
-    the lease (here 0.6 s, three renewals) for as long as the attempt runs, and gets its reply."""
+    the lease (here 1.5 s, three renewals) for as long as the attempt runs, and gets its reply."""
     database = postgres.create_database("arc_test_running_renewed")
     calls: list[int] = []
     release: list[asyncio.Event] = []
@@ -176,7 +176,7 @@ def test_a_first_attempt_longer_than_the_lease_still_holds_the_retry(postgres: A
 
     async def scenario() -> tuple[Any, ...]:
         release.append(asyncio.Event())
-        (one, one_client), (other, other_client) = (in_process_shared(database, upstream, running_lease_s=0.6)
+        (one, one_client), (other, other_client) = (in_process_shared(database, upstream, running_lease_s=1.5)
                                                     for _ in range(2))
         try:
             first = asyncio.ensure_future(one.complete(first_request(), None))
@@ -279,7 +279,7 @@ uvicorn.run(build_app(ProxySettings(**given)), host="127.0.0.1", port=port, log_
 def test_a_retry_after_the_first_attempts_instance_was_killed_runs_once_its_lease_is_past(postgres: Any,
                                                                                           tmp_path: Path) -> None:
     """The instance running the first attempt killed (kill -9) mid-request: its arc_running row stays, never renewed
-    nor removed; a retry on another instance waits for it only until its lease (here 2 s) is past, then runs."""
+    nor removed; a retry on another instance waits for it only until its lease (here 3 s) is past, then runs."""
     from tests.deployment import free_port
     from tests.waiting import http_ok, wait_until
 
@@ -290,10 +290,19 @@ def test_a_retry_after_the_first_attempts_instance_was_killed_runs_once_its_leas
         calls.append(1)
         return numbered_reply(request, len(calls))
 
+    async def retry_elsewhere(other: Any, client: Any) -> tuple[Any, Any]:
+        try:
+            reply = await asyncio.wait_for(other.complete(first_request(), None, retry=True), 120)
+            return reply, other.stats()
+        finally:
+            await other.close()
+            await client.aclose()
+
+    other, client = in_process_shared(database, upstream)  # ready before the kill: the retry comes right after it
     with hanging_upstream() as (upstream_url, _):
         port = free_port()
         settings = {"port": port, "upstream": upstream_url, "tokenizer": f"hf-dir:{QWEN3}", "overrides": BUDGETS,
-                    "context_limit": 16384, "database": database, "running_lease_s": 2.0}
+                    "context_limit": 16384, "database": database, "running_lease_s": 3.0}
         log = open(tmp_path / "proxy.log", "wb")
         process = subprocess.Popen([sys.executable, "-c", PROXY_PROCESS, json.dumps(settings)], cwd=ROOT, stdout=log,
                                    stderr=subprocess.STDOUT)
@@ -309,22 +318,13 @@ def test_a_retry_after_the_first_attempts_instance_was_killed_runs_once_its_leas
             finally:
                 process.kill()  # kill -9, mid-request
                 process.wait()
+            reply, stats = asyncio.run(retry_elsewhere(other, client))
             sender.join(60)
         finally:
             if process.poll() is None:
                 process.kill()
                 process.wait()
 
-    async def retry_elsewhere() -> tuple[Any, Any]:
-        other, client = in_process_shared(database, upstream)
-        try:
-            reply = await asyncio.wait_for(other.complete(first_request(), None, retry=True), 120)
-            return reply, other.stats()
-        finally:
-            await other.close()
-            await client.aclose()
-
-    reply, stats = asyncio.run(retry_elsewhere())
     assert stats["client_retries_waited_elsewhere"] == 1  # it waited for the dead instance's attempt
     assert len(calls) == 1 and reply.completion["choices"][0]["message"]["content"].endswith("(call 1)")
     assert stats["client_retries_answered"] == 0 and live_rows(database) == 0
