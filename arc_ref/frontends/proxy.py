@@ -488,6 +488,7 @@ class ProxySettings:
     database: str | None = None  # --store postgresql://...: conversations shared by every instance on it
     cache_conversations: int = 256  # with a database: conversation states an instance keeps (least recent out)
     store_retry_s: float = 15.0  # with a database: how long a request is tried again while it is unavailable
+    running_lease_s: float = 15.0  # with a database: a running request's lease in arc_running (renewed while it runs)
     db_connections: int = DEFAULT_DB_CONNECTIONS  # with a database: the pool's size (held to read and to commit)
     max_hidden_rounds: int = DEFAULT_MAX_HIDDEN_ROUNDS  # hidden rounds that show nothing new (`HiddenRounds`)
     max_read_rounds: int = DEFAULT_MAX_READ_ROUNDS  # hidden rounds that show a chunk or page not shown before

@@ -20,6 +20,14 @@ same views, and each view it answered gets its reply again (`RequestAttempts`). 
 been made by the server: the next attempt first reads the conversation's head, and when it holds the request's rows
 the reply is sent as it was. A connection the server refuses for good (`StoreRefused`) is 500 at once. A
 conversation this instance never saw is folded from its rows (its cost: benchmarks/bench_many_proxies.py).
+
+A client's retry of a request (the OpenAI SDK's ``x-stainless-retry-count``) gets the reply its first attempt
+committed, on any instance (`_answered_before`), and waits for that attempt while it runs: on this instance by
+`_attempt_of`, on another by its row in ``arc_running`` (`_marked`, `_wait_elsewhere`): written in the request's
+first round trip, removed in its commit's transaction (or, when it ends without a commit, by one more statement),
+its lease renewed by the instance every third of ``running_lease_s`` (15 s) while it runs, so that the row of an
+instance killed mid-request holds a retry no longer than that. The first attempt failed: the retry runs itself.
+A request that is not a retry never waits for one.
 """
 
 from __future__ import annotations
@@ -28,7 +36,9 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import os
 import re
+import socket
 import sys
 import time
 import uuid
@@ -48,6 +58,7 @@ from arc_ref.persist.postgres_conversations import (
     ConversationGone,
     Found,
     RequestTransaction,
+    RunningMarker,
 )
 from arc_ref.persist.rows import fold_rows
 from arc_ref.persist.store import GENESIS, StoreCorrupt, StoreError
@@ -72,6 +83,8 @@ SEEN_HASHES_PER_CONVERSATION = 64  # the local hash -> conversation index keeps 
 
 STORE_RETRY_AFTER_S = 5  # the 503's retry-after, as the file store's
 FORGOTTEN_RETRIES = 3  # a request whose conversation `arc-ref forget` removed while it ran is tried again this often
+RUNNING_POLL_S = (0.05, 0.5)  # a retry waiting for its first attempt on another instance looks again after 50 ms,
+#                              doubling up to 500 ms (`SharedProxy._wait_elsewhere`)
 
 
 def store_failed(problem: StoreError) -> Failed:
@@ -93,6 +106,7 @@ class RequestAttempts:
     a failure cut (its conversation, head row and checksum, reply and state)."""
 
     request: AskedRequest  # what a client's retry of it repeats (`SharedProxy._answered_before`)
+    running: RunningMarker | None = None  # its row in arc_running while it runs (`SharedProxy._marked`)
     answered: list[AnsweredRound] = attrs.field(factory=list)
     asked: int = 0  # the rounds this attempt asked so far
     began: bool = False  # this attempt's reads were answered and it asked the upstream anew: work the outage cut
@@ -195,7 +209,20 @@ class SharedProxy(Proxy):
         self.retries_answered = 0  # clients' retries answered with the reply they had missed
         # the requests running on this instance, by their last message, for a client's retry of one (`_attempt_of`)
         self.running_requests: dict[tuple[str, str], tuple[AskedRequest, asyncio.Future[None]]] = {}
-        self.retries_waiting = 0  # clients' retries waiting now for their first attempt on this instance
+        self.retries_waiting = 0  # clients' retries waiting now for their first attempt (on any instance)
+        self.retries_waited = 0  # clients' retries that waited for their first attempt running on another instance
+        # this instance's name in arc_running (`RunningMarker`), and the requests it runs now, by their attempt id:
+        # their leases are renewed while they run (`_renew_leases`)
+        self.instance = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.markers: dict[str, RunningMarker] = {}
+        self.leases_renewed = 0  # rounds of `_renew_leases` that renewed some
+        self._lease_renewer: asyncio.Task[None] | None = None
+        self._dropping: set[asyncio.Task[None]] = set()  # removals of arc_running rows under way
+        if self.database.running_missing is not None:
+            print(f"arc-ref proxy: warning: the database {self.database.shown}: {self.database.running_missing}; a"
+                  " client's retry that reaches another instance while its first attempt runs forks the conversation"
+                  " (grant the role CREATE and rights on arc_running, or start one instance with the role that owns"
+                  " ARC's tables)", file=sys.stderr, flush=True)
         self._told_replies_lost = False
         # the upstream's replies of requests answered 503 (the database down too long), by their last message
         self.unsent_replies: OrderedDict[tuple[str, str], tuple[AskedRequest, list[AnsweredRound], float,
@@ -209,14 +236,16 @@ class SharedProxy(Proxy):
                 "rows_folded": self.folded_rows, "store_retries": self.store_retries,
                 "upstream_replies_kept": self.answers_kept, "cut_commits_found": self.commits_found,
                 "forks_at_commit": self.forks_at_commit, "client_retries_answered": self.retries_answered,
+                "client_retries_waited_elsewhere": self.retries_waited,
                 "database_round_trips": self.database.round_trips,
                 "database_connections_idle": self.database.idle_connections,
                 "database_connections_max": self.database.pool_size,
                 "counts_differing": self.counts_differing}  # (review h34: absent here, the warning says it counts)
 
     async def close(self) -> None:
-        if self._connection_sweeper is not None:
-            self._connection_sweeper.cancel()
+        for task in (self._connection_sweeper, self._lease_renewer):
+            if task is not None:
+                task.cancel()
         self.fork_copies.shutdown(wait=False)
         self.large_work.shutdown(wait=False)
         await self.database.close()
@@ -230,6 +259,82 @@ class SharedProxy(Proxy):
             except Exception as problem:  # noqa: BLE001 - the sweep goes on; the next one tries again
                 print(f"arc-ref proxy: closing idle database connections failed: {problem!r}", file=sys.stderr)
 
+    async def _renew_leases(self) -> None:
+        """From the first request on: the leases of the requests this instance runs (their ``arc_running`` rows),
+        renewed every third of a lease, so that a retry on another instance waits for as long as one runs, and no
+        longer than a lease once this instance died; with them, the rows of dead instances swept."""
+        lease_s = self.settings.running_lease_s
+        failing = False
+        while True:
+            await asyncio.sleep(lease_s / 3)
+            held = [attempt for attempt, marker in self.markers.items() if marker.held]
+            if not held:
+                continue
+            try:
+                await self.database.renew_running(self.instance, held, lease_s)
+                self.leases_renewed += 1
+                failing = False
+            except StoreError as problem:  # the next round tries again; past the lease, retries elsewhere fork
+                if not failing:
+                    print(f"arc-ref proxy: renewing the running requests' leases failed: {problem}", file=sys.stderr,
+                          flush=True)
+                failing = True
+
+    def _start_tasks(self) -> None:
+        if self._connection_sweeper is None:
+            self._connection_sweeper = asyncio.get_running_loop().create_task(self._sweep_connections())
+        if self._lease_renewer is None and self.database.running:
+            self._lease_renewer = asyncio.get_running_loop().create_task(self._renew_leases())
+
+    @contextlib.asynccontextmanager
+    async def _marked(self, attempts: RequestAttempts) -> AsyncIterator[None]:
+        """The request's running-attempt row (`RunningMarker`) while it runs: written with its first round trip,
+        removed with its commit, or here when it ends without one (failed, refused, cancelled: the removal goes on
+        when the request is cancelled)."""
+        marker = RunningMarker(asked_digest(attempts.request), uuid.uuid4().hex, self.instance,
+                               self.settings.running_lease_s)
+        attempts.running = marker
+        self.markers[marker.attempt] = marker
+        try:
+            yield
+        finally:
+            del self.markers[marker.attempt]
+            if marker.held:
+                dropping = asyncio.get_running_loop().create_task(self._drop_marker(marker))
+                self._dropping.add(dropping)
+                dropping.add_done_callback(self._dropping.discard)
+                await asyncio.shield(dropping)
+
+    async def _drop_marker(self, marker: RunningMarker) -> None:
+        try:
+            await self.database.drop_running(marker)
+        except StoreError:
+            pass  # not renewed any more: its lease runs out
+
+    async def _wait_elsewhere(self, asked: AskedRequest) -> None:
+        """A client's retry: while an attempt of the same request runs on another instance (its ``arc_running`` row,
+        its lease not past; on any instance, but one on this instance `_attempt_of` waited for already), wait for it, looking again after 50 ms, then twice as long each time up to 500 ms (one
+        round trip each; only retries look). Its reply is then found as that of any answered request
+        (`_answered_before`); an attempt that failed leaves none, and the retry runs itself. A first attempt whose
+        instance died stops holding the retry when its lease is past (``running_lease_s``); the database
+        unavailable, the retry goes on as any request does."""
+        digest = asked_digest(asked)
+        delay, longest = RUNNING_POLL_S
+        waited = False
+        try:
+            while await self.database.runs(digest):
+                if not waited:
+                    waited = True
+                    self.retries_waited += 1
+                    self.retries_waiting += 1
+                await asyncio.sleep(delay)
+                delay = min(longest, delay * 2)
+        except StoreError:
+            pass
+        finally:
+            if waited:
+                self.retries_waiting -= 1
+
     async def complete(self, body: dict[str, Any], explicit: str | None, retry: bool = False) -> Reply:
         """One request: its reads, its rounds, its commit. The database unavailable (down, restarting): the request is
         tried again from the start (nothing of it was kept; what the upstream answered is not asked again,
@@ -238,13 +343,13 @@ class SharedProxy(Proxy):
         that keeps failing ends), then answered 503, a commit the failure cut looked for a last time first; the
         replies of a request answered 503 are kept for the same request sent again (`_keep_unsent`). ``retry``: the
         client's retry of a request answered before, on any instance, gets that reply when the conversation's head is
-        still the row the reply committed (`_answered_before`), after waiting for it when it still runs on this
-        instance (`_attempt_of`); any other retry forks the conversation, as an edited request does. A conversation
+        still the row the reply committed (`_answered_before`), after waiting for it when it still runs, on this
+        instance (`_attempt_of`) or on another (`_wait_elsewhere`: each request's ``arc_running`` row while it runs,
+        `_marked`); any other retry forks the conversation, as an edited request does. A conversation
         `arc-ref forget` removed while the request ran (`ConversationGone`: nothing of it written): tried again at
         once, as a new conversation, up to `FORGOTTEN_RETRIES` times."""
         messages, tools, system, hashes, template_kwargs = parse_request(body, explicit, self.known)
-        if self._connection_sweeper is None:
-            self._connection_sweeper = asyncio.get_running_loop().create_task(self._sweep_connections())
+        self._start_tasks()
         attempts = RequestAttempts(AskedRequest.of(hashes, body))
         async with self._attempt_of(attempts.request, retry):
             unsent = self.unsent_replies.get(_request_key(attempts.request))
@@ -254,62 +359,71 @@ class SharedProxy(Proxy):
                     attempts.answered, attempts.committing = unsent[1], unsent[3]  # a cut commit: looked for first
                     attempts.records = unsent[4]  # their upstream calls: named after the conversation this commits to
             if retry and attempts.committing is None:  # (a commit a failure cut is looked for first, in the loop)
+                await self._wait_elsewhere(attempts.request)
                 answered = await self._answered_before(attempts.request)
                 if answered is not None:
                     return answered
-            deadline: float | None = None
-            delay = 0.1
-            gone = 0
-            while True:
-                attempts.began = False
-                try:
-                    if attempts.committing is not None:
-                        reply = await self._commit_found(attempts)
-                        if reply is not None:
-                            return reply
-                    attempts.asked = 0
-                    return await self._complete_once(messages, tools, system, hashes, body, template_kwargs, attempts)
-                except ConversationGone as problem:
-                    # `arc-ref forget` removed the conversation meanwhile; nothing of this attempt was written: the next
-                    # one finds no mark of it and starts a new conversation from the request's messages
-                    self.cache.pop(problem.key, None)
-                    attempts.committing = None
-                    gone += 1
-                    if gone > FORGOTTEN_RETRIES:  # forgotten again and again: the client's own retry may fare better
-                        raise Failed(503, "store_unavailable", f"{problem}, {gone} times in a row; retry",
-                                     retry_after=STORE_RETRY_AFTER_S) from None
-                    print(f"arc-ref proxy: {problem}: the request is tried again", file=sys.stderr, flush=True)
-                except StoreUnavailable as problem:
-                    now = time.monotonic()
-                    if deadline is None or attempts.began:  # a new outage: one line for it, not one per attempt
-                        deadline, delay = now + self.settings.store_retry_s, 0.1
-                        print(f"arc-ref proxy: {problem}; the request is tried again for up to"
-                              f" {self.settings.store_retry_s:g} s", file=sys.stderr, flush=True)
-                    if now + delay > deadline:
-                        if attempts.committing is not None:  # a last look: the server may have made the commit
-                            with contextlib.suppress(StoreError):
-                                found = await self._commit_found(attempts)
-                                if found is not None:
-                                    return found
-                        print(f"arc-ref proxy: the database stayed unavailable for {self.settings.store_retry_s:g} s:"
-                              " the request is answered 503", file=sys.stderr, flush=True)
-                        self._keep_unsent(attempts)
-                        raise store_failed(problem) from None
-                    await self.database.discard_idle()
-                    await asyncio.sleep(delay)
-                    delay = min(2.0, delay * 2)
-                    self.store_retries += 1
-                except StoreError as problem:
-                    print(f"arc-ref proxy: the database failed the request (500 store_failed): {problem}",
-                          file=sys.stderr, flush=True)
+            async with self._marked(attempts):
+                return await self._tried(messages, tools, system, hashes, body, template_kwargs, attempts)
+
+    async def _tried(self, messages: Sequence[AgentMessage], tools: list[dict[str, Any]], system: str,
+                     hashes: list[str], body: dict[str, Any], template_kwargs: tuple[tuple[str, Any], ...],
+                     attempts: RequestAttempts) -> Reply:
+        """`complete`'s attempts: tried again from the start while the database is unavailable (and after `arc-ref
+        forget` removed the conversation), then 503 or 500."""
+        deadline: float | None = None
+        delay = 0.1
+        gone = 0
+        while True:
+            attempts.began = False
+            try:
+                if attempts.committing is not None:
+                    reply = await self._commit_found(attempts)
+                    if reply is not None:
+                        return reply
+                attempts.asked = 0
+                return await self._complete_once(messages, tools, system, hashes, body, template_kwargs, attempts)
+            except ConversationGone as problem:
+                # `arc-ref forget` removed the conversation meanwhile; nothing of this attempt was written: the next
+                # one finds no mark of it and starts a new conversation from the request's messages
+                self.cache.pop(problem.key, None)
+                attempts.committing = None
+                gone += 1
+                if gone > FORGOTTEN_RETRIES:  # forgotten again and again: the client's own retry may fare better
+                    raise Failed(503, "store_unavailable", f"{problem}, {gone} times in a row; retry",
+                                 retry_after=STORE_RETRY_AFTER_S) from None
+                print(f"arc-ref proxy: {problem}: the request is tried again", file=sys.stderr, flush=True)
+            except StoreUnavailable as problem:
+                now = time.monotonic()
+                if deadline is None or attempts.began:  # a new outage: one line for it, not one per attempt
+                    deadline, delay = now + self.settings.store_retry_s, 0.1
+                    print(f"arc-ref proxy: {problem}; the request is tried again for up to"
+                          f" {self.settings.store_retry_s:g} s", file=sys.stderr, flush=True)
+                if now + delay > deadline:
+                    if attempts.committing is not None:  # a last look: the server may have made the commit
+                        with contextlib.suppress(StoreError):
+                            found = await self._commit_found(attempts)
+                            if found is not None:
+                                return found
+                    print(f"arc-ref proxy: the database stayed unavailable for {self.settings.store_retry_s:g} s:"
+                          " the request is answered 503", file=sys.stderr, flush=True)
+                    self._keep_unsent(attempts)
                     raise store_failed(problem) from None
+                await self.database.discard_idle()
+                await asyncio.sleep(delay)
+                delay = min(2.0, delay * 2)
+                self.store_retries += 1
+            except StoreError as problem:
+                print(f"arc-ref proxy: the database failed the request (500 store_failed): {problem}",
+                      file=sys.stderr, flush=True)
+                raise store_failed(problem) from None
 
     @contextlib.asynccontextmanager
     async def _attempt_of(self, asked: AskedRequest, retry: bool) -> AsyncIterator[None]:
         """A request while it runs on this instance, for a client's retry of it: a retry that arrives meanwhile (the
         client's timeout, a cut connection) waits for it, then gets its reply (`_answered_before`) or, when it
         failed, runs itself, rather than fork the conversation and ask the upstream again, as one process without
-        PostgreSQL does (review h35 F4). A retry that reaches another instance does not wait (it cannot tell)."""
+        PostgreSQL does (review h35 F4). A retry that reaches another instance waits there (`_wait_elsewhere`)."""
         key = _request_key(asked)
         running = self.running_requests.get(key)
         if retry and running is not None and running[0] == asked:
@@ -388,6 +502,8 @@ class SharedProxy(Proxy):
         if head != (seq, checksum):
             return None
         self.commits_found += 1
+        if attempts.running is not None:
+            attempts.running.held = False  # (its arc_running row went with that commit)
         _named_rounds(attempts, key)
         self._remember(CachedConversation(key, seq, checksum, state))
         self._note_reply(attempts, key, seq, checksum, reply)
@@ -423,6 +539,7 @@ class SharedProxy(Proxy):
         meanwhile: the reply then names the fork)."""
         async with self.database.connection() as connection:
             transaction = RequestTransaction(self.database, connection)
+            transaction.running = attempts.running
             expected_key = self.seen.deepest(hashes)
             expected = self.cache.get(expected_key) if expected_key is not None else None
             found, rows = await transaction.begin(hashes, expected)
@@ -448,7 +565,8 @@ class SharedProxy(Proxy):
                 self._committed(transaction, conversation)
             raise
         if self.database.replies:  # for a client's retry on any instance
-            transaction.reply = (asked_digest(attempts.request), reply_text(reply))
+            asked = attempts.running.asked if attempts.running is not None else asked_digest(attempts.request)
+            transaction.reply = (asked, reply_text(reply))  # (the digest its arc_running row has: computed once)
         try:
             await transaction.commit()
         except BaseException:  # a failure from here on may come after the server committed: the next attempt looks

@@ -67,6 +67,22 @@ CREATE TABLE arc_replies (
 """The proxy's latest reply per conversation, for a client's retry that reaches another instance (created in a
 database of schema 1 that lacks it by the first proxy that starts on it; no other reader needs it)."""
 
+RUNNING = """
+CREATE UNLOGGED TABLE arc_running (
+    asked text NOT NULL,            -- the request running, as a client's retry repeats it (as arc_replies.asked)
+    attempt text NOT NULL,          -- that request's own id (identical requests of two agents: two rows)
+    instance text NOT NULL,         -- the proxy instance running it, which renews its lease while it runs
+    until timestamptz NOT NULL,     -- its lease: a row past it is ignored (its instance died or hangs), then swept
+    PRIMARY KEY (asked, attempt)
+)
+"""
+"""The requests the proxy instances run now, for a client's retry of one that reaches another instance while the
+first attempt runs: it waits for that attempt instead of forking the conversation and asking the upstream again.
+UNLOGGED: no write-ahead log, so a request's row costs no flush to disk (its insert rides the request's first
+round trip, its delete the commit's); the server's crash or a failover to a standby empties it, which only lets a
+retry in flight then fork, as before the table. Created in a database of schema 1 that lacks it by the first proxy
+that starts on it; no other reader needs it."""
+
 LAST_ACTIVE = "ALTER TABLE arc_tasks ADD COLUMN IF NOT EXISTS last_active timestamptz DEFAULT now()"
 """``arc_tasks.last_active``: when a proxy last committed a request to the conversation (set by each commit, and
 when it is created), for `arc-ref forget --idle-for`. Added by the first proxy that starts on a database made
@@ -144,6 +160,7 @@ CREATE TABLE arc_marks (
 )
 """,
     REPLIES,
+    RUNNING,
     MARKS_BY_TASK,
     APPEND_ONLY,
     """
@@ -449,6 +466,31 @@ class Database:
         self.round_trips += 1
         if not rights or not all(rights):
             return "its role lacks SELECT, INSERT or UPDATE on arc_replies"
+        return None
+
+    def ensure_running(self, connection: "psycopg.Connection[Any]") -> str | None:
+        """The proxy's ``arc_running`` (`RUNNING`): created (under the schema's advisory lock) in an ARC database made
+        before it existed. None when the connection's role can read and write it; else why not (the proxy then lets a
+        client's retry that reaches another instance while the first attempt runs fork, as before)."""
+        driver = self._psycopg
+        try:
+            with connection.transaction():
+                connection.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                found = connection.execute("SELECT to_regclass('arc_running') IS NOT NULL").fetchone()
+                self.round_trips += 2
+                if not found or not found[0]:
+                    connection.execute(RUNNING)
+                    self.round_trips += 1
+        except driver.errors.InsufficientPrivilege as problem:
+            return f"its role cannot create the table arc_running ({str(problem).strip().splitlines()[0]})"
+        except driver.Error as problem:
+            raise store_error(self.url, problem) from None
+        rights = connection.execute("SELECT " + ", ".join(f"has_table_privilege('arc_running', '{right}')"
+                                                          for right in ("SELECT", "INSERT", "UPDATE", "DELETE"))
+                                    ).fetchone()
+        self.round_trips += 1
+        if not rights or not all(rights):
+            return "its role lacks SELECT, INSERT, UPDATE or DELETE on arc_running"
         return None
 
     def ensure_last_active(self, connection: "psycopg.Connection[Any]") -> tuple[bool, str | None]:

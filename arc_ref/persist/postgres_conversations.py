@@ -14,13 +14,17 @@ the head from the row the request began at to its own (``UPDATE ... WHERE seq = 
 row lock and the check in one statement) and writes the rows and marks before the reply is sent (nothing is
 acknowledged before it is committed). When the head moved meanwhile (another request of the conversation, on any
 instance, committed first), the request is committed as a fork at the mark it began at instead: its rows are the
-same (the chain binds no task key), so are its views and ids. An instance killed mid-request leaves nothing:
-nothing was written before the commit, and PostgreSQL rolls back a transaction whose connection closes. Round
-trips per request: one to read (one more to fold a conversation this instance never saw, or to fork), one to
-commit in place (one statement moves the head and, only when it moved, writes the rows, marks and reply; COMMIT in
-the same round trip), one more when another request had moved the head or held it past the lock timeout
+same (the chain binds no task key), so are its views and ids. An instance killed mid-request leaves nothing of the
+conversation: nothing of it was written before the commit, and PostgreSQL rolls back a transaction whose connection
+closes. What a request writes before its commit is its row in ``arc_running`` (`RunningMarker`: a client's retry
+that reaches another instance waits for the attempt it names), in the reads' round trip, in an unlogged table (no
+flush to disk); the commit removes it in its own transaction, and the row of an instance killed mid-request is
+ignored once its lease (renewed by the instance while the request runs) is past. Round trips per request: one to
+read (one more to fold a conversation this instance never saw, or to fork), one to commit in place (one statement
+moves the head and, only when it moved, writes the rows, marks and reply and removes the ``arc_running`` row;
+COMMIT in the same round trip), one more when another request had moved the head or held it past the lock timeout
 (committed as a fork, the failed transaction rolled back in the same round trip), one to commit a new conversation
-or a fork.
+or a fork; one more to remove the ``arc_running`` row of a request that ends without a commit.
 
 The connections are `psycopg.AsyncConnection`s; a request holds one only while it reads and while it commits.
 """
@@ -29,7 +33,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
+import sys
 import time
 import uuid
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Sequence
@@ -82,15 +88,25 @@ _KEPT = f""", kept AS (
     INSERT INTO arc_replies (task, seq, checksum, asked, reply)
     SELECT moved.key, %(seq)s, %(checksum)s, %(asked)s, %(reply)s FROM moved {_REPLACING_REPLY}
 )"""
+_RAN = """, ran AS (
+    DELETE FROM arc_running USING moved
+    WHERE arc_running.asked = %(running_asked)s AND arc_running.attempt = %(running_attempt)s
+)"""
 TOUCHED = ", last_active = now()"  # (arc_tasks.last_active, `arc_ref.persist.postgres.LAST_ACTIVE`, when there)
-MOVE_HEAD = {touch: _MOVED.format(touch=touch) + "\nSELECT count(*) FROM moved" for touch in ("", TOUCHED)}
-MOVE_HEAD_KEEPING_REPLY = {touch: _MOVED.format(touch=touch) + _KEPT + "\nSELECT count(*) FROM moved"
-                           for touch in ("", TOUCHED)}
-"""A request's commit in place, in one statement: the conversation's head moved from the row the request began at to
-its own (locking the head row, waiting only for another request's commit, at most `COMMIT_LOCK_TIMEOUT`), and, only
-when that matched (in READ COMMITTED it matches nothing when another commit moved the head meanwhile), the request's
-rows, marks and reply; the count of heads moved (1 or 0). Its arrays go in binary (``%(...)b``): psycopg writes an
-array's text form escaping each element in Python, seconds for an observation of megabytes."""
+
+
+@functools.cache
+def move_head(touch: bool, reply: bool, running: bool) -> str:
+    """A request's commit in place, in one statement: the conversation's head moved from the row the request began at
+    to its own (locking the head row, waiting only for another request's commit, at most `COMMIT_LOCK_TIMEOUT`), and,
+    only when that matched (in READ COMMITTED it matches nothing when another commit moved the head meanwhile), the
+    request's rows, marks, reply (``reply``) and the removal of its ``arc_running`` row (``running``); the count of
+    heads moved (1 or 0). ``touch``: ``last_active`` set too. Its arrays go in binary (``%(...)b``): psycopg writes an
+    array's text form escaping each element in Python, seconds for an observation of megabytes."""
+    return (_MOVED.format(touch=TOUCHED if touch else "") + (_KEPT if reply else "") + (_RAN if running else "")
+            + "\nSELECT count(*) FROM moved")
+
+
 COMMIT_LOCK_TIMEOUT = "5s"  # a head row locked longer than this (a stuck commit): the request forks instead
 
 REPLY_OF = """
@@ -104,6 +120,20 @@ LIMIT 1
 """A conversation that passed the request's last message and whose head is still the row its reply to that request
 was committed with (a client's retry of it gets that reply, `RequestTransaction.reply`)."""
 KEEP_REPLY = f"INSERT INTO arc_replies VALUES (%s, %s, %s, %s, %s) {_REPLACING_REPLY}"
+
+RUN = ("INSERT INTO arc_running (asked, attempt, instance, until) VALUES (%s, %s, %s, now() + %s * interval '1 second')"
+       " ON CONFLICT (asked, attempt) DO UPDATE SET until = EXCLUDED.until")
+"""A request's running-attempt row (`RunningMarker`), sent with its first round trip (`RequestTransaction.begin`);
+written again, its lease renewed, by the next attempt after a database failure."""
+RAN = "DELETE FROM arc_running WHERE asked = %s AND attempt = %s"
+RUNS = "SELECT EXISTS (SELECT 1 FROM arc_running WHERE asked = %s AND until > now())"
+"""Whether an attempt of request ``asked`` runs now on some instance (its lease not past: its instance renews it)."""
+RENEW = ("UPDATE arc_running SET until = now() + %s * interval '1 second'"
+         " WHERE instance = %s AND attempt = ANY(%s)")
+SWEEP_RUNNING = ("DELETE FROM arc_running WHERE (asked, attempt) IN (SELECT asked, attempt FROM arc_running"
+                 " WHERE until < now() - interval '1 minute' FOR UPDATE SKIP LOCKED)")
+"""The rows of instances that died mid-request (their leases past a minute ago), removed by any running instance;
+rows another instance's sweep holds are left to it (two sweeps never wait for each other: no deadlock)."""
 
 IDLE_CONNECTION_S = 60.0  # a pooled connection idle this long is closed (`AsyncDatabase.close_idle`)
 ROWS_AFTER = "SELECT seq, line, checksum FROM arc_events WHERE task = %s AND seq > %s AND seq <= %s ORDER BY seq"
@@ -137,6 +167,21 @@ class Found:
         """The conversation is still at the mark (resume it; forked at commit if another request moves it
         meanwhile), rather than past it (fork it there)."""
         return self.position == self.mark_position
+
+
+@attrs.define
+class RunningMarker:
+    """A request's row in ``arc_running`` while it runs on this instance (a client's retry of it that reaches another
+    instance waits for it, `arc_ref.frontends.proxy_shared`): written with the request's first round trip
+    (`RequestTransaction.begin`), removed with its commit (the same transaction: never before its reply is
+    committed), or, when the request ends without one (failed, refused, cancelled), by a statement of its own.
+    Its lease is renewed while it runs (`AsyncDatabase.renew_running`)."""
+
+    asked: str  # the request, as a client's retry repeats it (`asked_digest`, as ``arc_replies.asked``)
+    attempt: str  # this request's id
+    instance: str  # the instance that runs it
+    lease_s: float
+    held: bool = False  # written and not yet removed (as far as this instance knows)
 
 
 @attrs.frozen
@@ -173,6 +218,9 @@ class AsyncDatabase:
         self.replies = False  # arc_replies is there and writable (`check_schema`): commits keep their reply
         self.replies_missing: str | None = None  # else why not
         self.replies_lost = False  # it was, and went away while the proxy ran (`lose_replies`)
+        self.running = False  # arc_running is there and writable (`check_schema`): requests mark their attempts
+        self.running_missing: str | None = None  # else why not
+        self.running_lost = False  # it was, and went away while the proxy ran (`lose_running`)
         self.last_active = False  # arc_tasks.last_active is there (`check_schema`): commits set it
         self.last_active_missing: str | None = None  # why not, or why not its trigger (`LAST_ACTIVE_TRIGGER`)
 
@@ -184,16 +232,81 @@ class AsyncDatabase:
             with sync.connection() as connection:
                 sync.writable(connection)
                 missing = sync.ensure_replies(connection)
+                running = sync.ensure_running(connection)
                 last_active = sync.ensure_last_active(connection)
         finally:
             sync.close()
         self.replies, self.replies_missing = missing is None, missing
+        self.running, self.running_missing = running is None, running
         self.last_active, self.last_active_missing = last_active
 
     def lose_replies(self, why: str) -> None:
         """Commits keep no reply from now on (``arc_replies`` went away or became unwritable while the proxy runs)."""
         self.replies, self.replies_missing = False, f"arc_replies cannot be written any more ({why})"
         self.replies_lost = True
+
+    def lose_running(self, problem: Exception) -> None:
+        """Requests mark their attempts no more (``arc_running`` went away or became unwritable while the proxy runs):
+        said once on stderr; a client's retry that reaches another instance while the first attempt runs forks."""
+        if not self.running:
+            return
+        self.running, self.running_lost = False, True
+        self.running_missing = f"arc_running cannot be written any more ({str(problem).strip().splitlines()[0]})"
+        print(f"arc-ref proxy: warning: the database {self.shown}: {self.running_missing}: requests go on without"
+              " their running-attempt rows (a client's retry that reaches another instance while the first attempt"
+              " runs forks); restart the proxy to make the table again", file=sys.stderr, flush=True)
+
+    def _running_lost(self, problem: Exception) -> bool:
+        """Whether ``problem`` says ``arc_running`` is gone or unwritable (then noted: `lose_running`)."""
+        errors = self._driver.errors
+        if isinstance(problem, (errors.UndefinedTable, errors.InsufficientPrivilege)) and "arc_running" in str(problem):
+            self.lose_running(problem)
+            return True
+        return False
+
+    async def runs(self, asked: str) -> bool:
+        """Whether an attempt of request ``asked`` runs now on some instance, its lease not past (one round trip);
+        False without ``arc_running``."""
+        if not self.running:
+            return False
+        async with self.connection() as connection:
+            try:
+                cursor = await connection.execute(RUNS, (asked,))
+            except self._driver.Error as problem:
+                if self._running_lost(problem):
+                    return False
+                raise
+            row = await cursor.fetchone()
+        self.round_trips += 1
+        return bool(row and row[0])
+
+    async def renew_running(self, instance: str, attempts: Sequence[str], lease_s: float) -> None:
+        """The leases of ``instance``'s running ``attempts`` renewed, and the rows of instances that died mid-request
+        swept (one round trip)."""
+        if not self.running:
+            return
+        async with self.connection() as connection:
+            try:
+                async with connection.pipeline():
+                    await connection.execute(RENEW, (lease_s, instance, list(attempts)))
+                    await connection.execute(SWEEP_RUNNING)
+            except self._driver.Error as problem:
+                if not self._running_lost(problem):
+                    raise
+        self.round_trips += 1
+
+    async def drop_running(self, marker: RunningMarker) -> None:
+        """Remove a request's ``arc_running`` row (one round trip): the request ended without a commit that did."""
+        if not self.running:
+            return
+        async with self.connection() as connection:
+            try:
+                await connection.execute(RAN, (marker.asked, marker.attempt))
+            except self._driver.Error as problem:
+                if not self._running_lost(problem):
+                    raise
+        marker.held = False
+        self.round_trips += 1
 
     async def answered(self, asked_at: str, asked: str) -> tuple[str, str] | None:
         """The conversation whose latest reply answered request ``asked`` (`REPLY_OF`), and that reply's JSON text;
@@ -336,6 +449,7 @@ class RequestTransaction:
         self._rows: list[tuple[str, int, str, str]] = []
         self._marks: list[tuple[str, str, int, int, str]] = []
         self.reply: tuple[str, str] | None = None  # (the request's digest, the reply's JSON): kept with the commit
+        self.running: RunningMarker | None = None  # the request's arc_running row: written by begin, removed by commit
         self._aborted = False  # the commit's transaction failed: the next one's pipeline rolls it back first
 
     async def begin(self, hashes: Sequence[str], expected: CachedConversation | None
@@ -345,11 +459,22 @@ class RequestTransaction:
         it holds. Returns the mark (None: a new conversation) and those rows up to the head (to check against it)."""
         connection = self.connection
         assert connection is not None
-        async with connection.pipeline():
-            found_cursor = await connection.execute(FIND, (list(hashes),))
-            rows_cursor = None
-            if expected is not None:
-                rows_cursor = await connection.execute(ROWS_AFTER, (expected.key, expected.seq, 2**62))
+        running = self.running if self.db.running else None
+        try:
+            async with connection.pipeline():
+                found_cursor = await connection.execute(FIND, (list(hashes),))
+                rows_cursor = None
+                if expected is not None:
+                    rows_cursor = await connection.execute(ROWS_AFTER, (expected.key, expected.seq, 2**62))
+                if running is not None:  # in the same round trip (an unlogged row: its commit waits for no flush)
+                    await connection.execute(RUN, (running.asked, running.attempt, running.instance, running.lease_s))
+        except self.db._driver.Error as problem:
+            if running is None or not self.db._running_lost(problem):
+                raise
+            self.db.round_trips += 1
+            return await self.begin(hashes, expected)  # arc_running went away: read again without it
+        if running is not None:
+            running.held = True
         row = await found_cursor.fetchone()
         rows = list(await rows_cursor.fetchall()) if rows_cursor is not None else []
         self.db.round_trips += 1
@@ -439,7 +564,7 @@ class RequestTransaction:
 
     async def commit(self, fork_key: Callable[[], str] = lambda: uuid.uuid4().hex) -> bool:
         """The request's rows, marks and new head in one transaction. A conversation resumed in place: its head moved
-        from the row the request began at and everything written in one statement and COMMIT (`MOVE_HEAD`, one round
+        from the row the request began at and everything written in one statement and COMMIT (`move_head`, one round
         trip); when another request moved it meanwhile, that transaction wrote nothing, and the request is committed
         as a fork ``fork_key()`` at that mark (`forked_at_commit`) in another (one more). A new conversation or a
         fork: the conversation, the rows, the marks and COMMIT (one round trip). Only after it returns is anything
@@ -453,6 +578,8 @@ class RequestTransaction:
                 while True:
                     try:
                         if self._resumed is not None and await self._move_head(connection):
+                            if self.running is not None and self.db.running:
+                                self.running.held = False  # removed in the commit's transaction
                             return True
                         if self._resumed is not None:
                             self._as_fork(fork_key())
@@ -463,6 +590,9 @@ class RequestTransaction:
                             raise
                         raise ConversationGone(self.db.shown, self._forked_from[0]) from None
                     except (errors.UndefinedTable, errors.InsufficientPrivilege) as problem:
+                        if self.running is not None and self.db._running_lost(problem):
+                            self._aborted = True  # nothing of the failed transaction was written: again without it
+                            continue
                         if self.reply is None or not self.db.replies or "arc_replies" not in str(problem):
                             raise
                         # arc_replies dropped or its rights revoked while the proxy runs: the commit goes on without
@@ -472,10 +602,12 @@ class RequestTransaction:
             finally:
                 self.connection = None
         self.db.round_trips += 1
+        if self.running is not None and self.db.running:
+            self.running.held = False  # removed in the commit's transaction
         return True
 
     async def _move_head(self, connection: "psycopg.AsyncConnection[Any]") -> bool:
-        """`MOVE_HEAD` in a transaction of its own: True when the head was still the row this request began at (moved,
+        """`move_head` in a transaction of its own: True when the head was still the row this request began at (moved,
         and the rows, marks and reply written and committed); False when another request moved it (or held it past
         `COMMIT_LOCK_TIMEOUT`): nothing written, no transaction open."""
         found = self._resumed
@@ -488,14 +620,16 @@ class RequestTransaction:
                   "checksums": [row[3] for row in self._rows], "mark_hashes": [mark[0] for mark in marks],
                   "mark_positions": [mark[2] for mark in marks], "mark_seqs": [mark[3] for mark in marks],
                   "mark_checksums": [mark[4] for mark in marks]}
-        touch = TOUCHED if self.db.last_active else ""
-        statement = MOVE_HEAD[touch]
-        if self.reply is not None and self.db.replies:
-            statement = MOVE_HEAD_KEEPING_REPLY[touch]
+        reply = self.reply is not None and self.db.replies
+        if self.reply is not None and reply:
             values.update(asked=self.reply[0], reply=self.reply[1])
+        running = self.running is not None and self.db.running
+        if self.running is not None and running:
+            values.update(running_asked=self.running.asked, running_attempt=self.running.attempt)
+        statement = move_head(self.db.last_active, reply, running)
         try:
             async with connection.pipeline():
-                await self._begin(connection)  # READ COMMITTED: MOVE_HEAD's re-check needs it
+                await self._begin(connection)  # READ COMMITTED: move_head's re-check needs it
                 cursor = await connection.execute(statement, values)
                 await connection.execute("COMMIT")
             counted = await cursor.fetchone()
@@ -554,7 +688,10 @@ class RequestTransaction:
                                      " WHERE key = %s", (self.seq, self.checksum, self.position, self.head, self.key))
             if self.reply is not None and self.db.replies:
                 await connection.execute(KEEP_REPLY, (self.key, self.seq, self.checksum, *self.reply))
+            if self.running is not None and self.db.running:
+                await connection.execute(RAN, (self.running.asked, self.running.attempt))
             await connection.execute("COMMIT")
 
 
-__all__ = ["AsyncDatabase", "CachedConversation", "ConversationGone", "Found", "RequestTransaction", "StoreUnavailable"]
+__all__ = ["AsyncDatabase", "CachedConversation", "ConversationGone", "Found", "RequestTransaction", "RunningMarker",
+           "StoreUnavailable"]

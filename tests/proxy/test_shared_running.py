@@ -1,0 +1,468 @@
+"""A client's retry that reaches another `arc-ref proxy` instance while its first attempt still runs (several
+instances on one PostgreSQL): each request's row in ``arc_running`` while it runs makes the retry wait for that
+attempt, then take its reply (or run itself when it failed), as one instance does, instead of forking the
+conversation and asking the upstream again; a crashed instance's row holds a retry no longer than its lease; a
+request that is not a retry never waits for one."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from tests.proxy.harness import BUDGETS, QWEN3, bash_call_reply, needs_qwen3, serve_app
+
+import httpx  # noqa: E402
+
+psycopg = pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'arc-ref[postgres]')")
+pytestmark = [needs_qwen3]
+
+from tests.proxy.test_shared import continued, first_request, in_process_shared  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def numbered_reply(request: Any, number: int) -> Any:
+    """`bash_call_reply`, its content naming the upstream call (a reply asked anew is told apart)."""
+    reply = json.loads(bash_call_reply(request).content)
+    reply["choices"][0]["message"]["content"] += f" (call {number})"
+    return httpx.Response(200, json=reply)
+
+
+def live_rows(database: str) -> int:
+    """The ``arc_running`` rows whose lease is not past."""
+    with psycopg.connect(database) as connection:
+        row = connection.execute("SELECT count(*) FROM arc_running WHERE until > now()").fetchone()
+    return int(row[0]) if row else 0
+
+
+async def until(condition: Any) -> None:
+    """Until ``condition()`` holds (looked at every 10 ms; the test's own timeout guards a hang)."""
+    while not condition():
+        await asyncio.sleep(0.01)
+
+
+def retry_while_running(database: str, first_fails: bool) -> tuple[Any, ...]:
+    """Two in-process instances on ``database``; the first request sent to the first one, its upstream call held;
+    the client's retry of it sent to the second meanwhile; once the retry waits (or asked the upstream), the first
+    call answered (a 500 when ``first_fails``). (The first's reply or error, the retry's, both instances' stats,
+    the upstream calls, the order of events.)"""
+    calls: list[int] = []
+    order: list[str] = []
+    release: list[asyncio.Event] = []
+
+    async def upstream(request: Any) -> Any:
+        calls.append(1)
+        number = len(calls)
+        order.append(f"asked {number}")
+        if number == 1:
+            await release[0].wait()
+            order.append("first answered")
+            if first_fails:
+                return httpx.Response(500, json={"error": "the upstream failed"})
+        return numbered_reply(request, number)
+
+    async def scenario() -> tuple[Any, ...]:
+        release.append(asyncio.Event())
+        (one, one_client), (other, other_client) = (in_process_shared(database, upstream) for _ in range(2))
+        try:
+            first = asyncio.ensure_future(one.complete(first_request(), None))
+            await until(lambda: calls)  # the first attempt waits on the upstream (its reads, and its row, done)
+            retry = asyncio.ensure_future(other.complete(first_request(), None, retry=True))
+            # the retry waits for it (before: it forked and asked the upstream again at once)
+            await until(lambda: len(calls) > 1 or other.retries_waiting)
+            release[0].set()
+            results = await asyncio.gather(first, retry, return_exceptions=True)
+            return (*results, one.stats(), other.stats())
+        finally:
+            for proxy, client in ((one, one_client), (other, other_client)):
+                await proxy.close()
+                await client.aclose()
+
+    return (*asyncio.run(scenario()), calls, order)
+
+
+@pytest.mark.parametrize("first_fails", [False, True])
+def test_a_retry_on_another_instance_while_the_first_attempt_runs_waits_for_it(postgres: Any,
+                                                                               first_fails: bool) -> None:
+    """Two instances on one database, the upstream slow to answer the first attempt (sent to the first instance): the
+    client's retry of it sent to the second instance meanwhile forked the conversation and asked the upstream again
+    (only the instance running an attempt knew of it). Now the retry waits for the first attempt (its row in
+    arc_running), then sends its reply: one upstream call, one conversation, no fork. When the first attempt fails,
+    the retry then runs itself (its upstream call after the first one's failure)."""
+    database = postgres.create_database(f"arc_test_running_elsewhere_{int(first_fails)}")
+    first, retry, one_stats, other_stats, calls, order = retry_while_running(database, first_fails)
+    if first_fails:
+        assert getattr(first, "status", None) == 500, first
+        assert order == ["asked 1", "first answered", "asked 2"], order  # the retry ran after the first failed
+        assert retry.completion["choices"][0]["message"]["content"].endswith("(call 2)")
+        assert other_stats["client_retries_answered"] == 0
+    else:
+        assert len(calls) == 1, f"the retry asked the upstream again: {order}"
+        assert retry.completion == first.completion and retry.conversation == first.conversation
+        assert (retry.hidden_rounds, retry.view_tokens) == (first.hidden_rounds, first.view_tokens)
+        assert other_stats["client_retries_answered"] == 1
+    assert one_stats["forks_at_commit"] == other_stats["forks_at_commit"] == 0
+    assert other_stats["client_retries_waited_elsewhere"] == 1
+    with psycopg.connect(database) as connection:
+        assert connection.execute("SELECT count(*) FROM arc_tasks").fetchone() == (1,)  # nothing forked or copied
+        assert connection.execute("SELECT count(*) FROM arc_running").fetchone() == (0,)  # each removed at its end
+
+
+def test_a_retry_on_another_instance_waits_through_pgbouncer_in_transaction_mode(postgres: Any) -> None:
+    """The same through PgBouncer in transaction mode (the row's insert rides the reads' pipeline, its implicit
+    transaction): the retry waits, one upstream call, one conversation."""
+    from tests.deployment import PgBouncer, require_pgbouncer
+
+    require_pgbouncer()
+    postgres.create_database("arc_test_running_pgbouncer")
+    bouncer = PgBouncer.start(postgres, pool_size=2)
+    try:
+        first, retry, _, other_stats, calls, order = retry_while_running(
+            bouncer.url("arc_test_running_pgbouncer"), False)
+    finally:
+        bouncer.stop()
+    assert len(calls) == 1, f"the retry asked the upstream again: {order}"
+    assert retry.completion == first.completion and retry.conversation == first.conversation
+    assert other_stats["client_retries_waited_elsewhere"] == 1 and other_stats["client_retries_answered"] == 1
+
+
+def test_the_rows_of_dead_instances_are_swept_by_a_running_one(postgres: Any) -> None:
+    """An instance killed mid-request never removes its row: any instance renewing its own leases removes the rows
+    whose lease is past by a minute (and leaves the others)."""
+    from arc_ref.persist.postgres_conversations import AsyncDatabase
+
+    database = postgres.create_database("arc_test_running_swept")
+    db = AsyncDatabase(database)
+    db.check_schema()
+    with psycopg.connect(database, autocommit=True) as connection:
+        connection.execute("INSERT INTO arc_running VALUES ('dead', 'a', 'gone', now() - interval '2 minutes'),"
+                           " ('recent', 'b', 'gone', now() - interval '10 seconds'),"
+                           " ('mine', 'c', 'here', now() + interval '1 second'),"
+                           " ('other', 'd', 'there', now() + interval '1 second')")
+
+    async def renew() -> None:
+        try:
+            await db.renew_running("here", ["c"], 30.0)
+        finally:
+            await db.close()
+
+    asyncio.run(renew())
+    with psycopg.connect(database) as connection:
+        rows = dict(connection.execute("SELECT asked, until > now() + interval '20 seconds' FROM arc_running"
+                                       ).fetchall())
+    assert rows == {"recent": False, "mine": True, "other": False}, rows
+
+
+def test_a_first_attempt_longer_than_the_lease_still_holds_the_retry(postgres: Any) -> None:
+    """The first attempt's instance renews its lease while the attempt runs: a retry on another instance waits past
+    the lease (here 1.5 s, three renewals) for as long as the attempt runs, and gets its reply."""
+    database = postgres.create_database("arc_test_running_renewed")
+    calls: list[int] = []
+    release: list[asyncio.Event] = []
+
+    async def upstream(request: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            await release[0].wait()
+        return numbered_reply(request, len(calls))
+
+    async def scenario() -> tuple[Any, ...]:
+        release.append(asyncio.Event())
+        (one, one_client), (other, other_client) = (in_process_shared(database, upstream, running_lease_s=1.5)
+                                                    for _ in range(2))
+        try:
+            first = asyncio.ensure_future(one.complete(first_request(), None))
+            await until(lambda: calls)
+            renewed = getattr(one, "leases_renewed", 0)
+            retry = asyncio.ensure_future(other.complete(first_request(), None, retry=True))
+            await until(lambda: len(calls) > 1 or other.retries_waiting)
+            # a lease's time passes, and more, while the retry waits: renewed three times since it came
+            await until(lambda: len(calls) > 1 or getattr(one, "leases_renewed", 0) >= renewed + 3)
+            release[0].set()
+            return await first, await retry, other.stats()
+        finally:
+            for proxy, client in ((one, one_client), (other, other_client)):
+                await proxy.close()
+                await client.aclose()
+
+    first, retry, other_stats = asyncio.run(scenario())
+    assert len(calls) == 1, "the retry stopped waiting while the first attempt ran, and asked the upstream again"
+    assert retry.completion == first.completion and other_stats["client_retries_answered"] == 1
+
+
+def test_a_request_that_is_not_a_retry_is_not_held_by_a_running_attempt(postgres: Any) -> None:
+    """The same request without the retry header, sent to another instance while the first attempt runs (its row in
+    arc_running live), does not wait for it: it runs at once and commits in place, and the first attempt, committing
+    after it, is committed as a fork (as before arc_running; two agents that start alike are two requests)."""
+    database = postgres.create_database("arc_test_running_not_a_retry")
+    calls: list[int] = []
+    release: list[asyncio.Event] = []
+
+    async def upstream(request: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:  # the first attempt of the continued request
+            await release[0].wait()
+        return numbered_reply(request, len(calls))
+
+    async def scenario() -> tuple[Any, ...]:
+        release.append(asyncio.Event())
+        (one, one_client), (other, other_client) = (in_process_shared(database, upstream) for _ in range(2))
+        try:
+            later = continued(await one.complete(first_request(), None), "a.txt")
+            first = asyncio.ensure_future(one.complete(later, None))
+            await until(lambda: len(calls) == 2)
+            running = await asyncio.to_thread(live_rows, database)  # the first attempt's row, live
+            again = await asyncio.wait_for(other.complete(later, None), 60)  # not held: the first is still held
+            still_running = not first.done()
+            release[0].set()
+            return await first, again, running, still_running, one.stats(), other.stats()
+        finally:
+            for proxy, client in ((one, one_client), (other, other_client)):
+                await proxy.close()
+                await client.aclose()
+
+    first, again, running, still_running, one_stats, other_stats = asyncio.run(scenario())
+    assert running == 1 and still_running
+    assert other_stats["client_retries_waited_elsewhere"] == 0 and other_stats["forks_at_commit"] == 0
+    assert one_stats["forks_at_commit"] == 1 and first.conversation != again.conversation
+    assert len(calls) == 3
+    assert live_rows(database) == 0
+
+
+@contextlib.contextmanager
+def hanging_upstream() -> Iterator[tuple[str, threading.Event]]:
+    """An upstream that answers no chat request until the event is set (then 500); its base URL and the event."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    stop = threading.Event()
+
+    async def chat(request: Request) -> JSONResponse:
+        while not stop.is_set():
+            await asyncio.sleep(0.05)
+        return JSONResponse({"error": "stopped"}, status_code=500)
+
+    async def models(request: Request) -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+
+    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]),
+                            Route("/v1/models", models, methods=["GET"])])
+    try:
+        with serve_app(app) as base_url:
+            yield base_url, stop
+            stop.set()
+    finally:
+        stop.set()
+
+
+PROXY_PROCESS = """
+import json, sys
+import uvicorn
+from arc_ref.frontends.proxy import ProxySettings
+from arc_ref.frontends.proxy_app import build_app
+given = json.loads(sys.argv[1])
+port = given.pop("port")
+uvicorn.run(build_app(ProxySettings(**given)), host="127.0.0.1", port=port, log_level="warning")
+"""
+
+
+def test_a_retry_after_the_first_attempts_instance_was_killed_runs_once_its_lease_is_past(postgres: Any,
+                                                                                          tmp_path: Path) -> None:
+    """The instance running the first attempt killed (kill -9) mid-request: its arc_running row stays, never renewed
+    nor removed; a retry on another instance waits for it only until its lease (here 3 s) is past, then runs."""
+    from tests.deployment import free_port
+    from tests.waiting import http_ok, wait_until
+
+    database = postgres.create_database("arc_test_running_killed")
+    calls: list[int] = []
+
+    def upstream(request: Any) -> Any:
+        calls.append(1)
+        return numbered_reply(request, len(calls))
+
+    async def retry_elsewhere(other: Any, client: Any) -> tuple[Any, Any]:
+        try:
+            reply = await asyncio.wait_for(other.complete(first_request(), None, retry=True), 120)
+            return reply, other.stats()
+        finally:
+            await other.close()
+            await client.aclose()
+
+    other, client = in_process_shared(database, upstream)  # ready before the kill: the retry comes right after it
+    with hanging_upstream() as (upstream_url, _):
+        port = free_port()
+        settings = {"port": port, "upstream": upstream_url, "tokenizer": f"hf-dir:{QWEN3}", "overrides": BUDGETS,
+                    "context_limit": 16384, "database": database, "running_lease_s": 3.0}
+        log = open(tmp_path / "proxy.log", "wb")
+        process = subprocess.Popen([sys.executable, "-c", PROXY_PROCESS, json.dumps(settings)], cwd=ROOT, stdout=log,
+                                   stderr=subprocess.STDOUT)
+        log.close()
+        sent: list[Any] = []
+        try:
+            wait_until(http_ok(f"http://127.0.0.1:{port}/health"), process, "the first proxy instance")
+            sender = threading.Thread(target=lambda: sent.append(_post_quietly(f"http://127.0.0.1:{port}/v1")))
+            sender.start()
+            try:
+                wait_until(lambda: _live_rows_or_none(database) == 1, process, "the first attempt's arc_running row",
+                           base_s=60.0)
+            finally:
+                process.kill()  # kill -9, mid-request
+                process.wait()
+            reply, stats = asyncio.run(retry_elsewhere(other, client))
+            sender.join(60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+    assert stats["client_retries_waited_elsewhere"] == 1  # it waited for the dead instance's attempt
+    assert len(calls) == 1 and reply.completion["choices"][0]["message"]["content"].endswith("(call 1)")
+    assert stats["client_retries_answered"] == 0 and live_rows(database) == 0
+    assert sent and sent[0] is None  # the first attempt's client saw its connection cut
+
+
+def _post_quietly(base_url: str) -> Any:
+    """The first request sent to ``base_url``; None when its connection is cut (the instance killed)."""
+    try:
+        return httpx.post(f"{base_url}/chat/completions", json=first_request(), timeout=120)
+    except httpx.TransportError:
+        return None
+
+
+def _live_rows_or_none(database: str) -> int | None:
+    try:
+        return live_rows(database)
+    except psycopg.Error:  # no such table (an arc-ref before arc_running)
+        return None
+
+
+def test_a_role_that_cannot_make_arc_running_still_serves_saying_so_once(postgres: Any,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A database made before arc_running and a role that may write ARC's tables but create none: the instance starts
+    without it, one warning line saying so, serves, and a retry that reaches another instance while the first attempt
+    runs forks, as before the table."""
+    from arc_ref.persist.postgres_conversations import AsyncDatabase
+
+    database = postgres.create_database("arc_test_running_no_table")
+    AsyncDatabase(database).check_schema()
+    with psycopg.connect(database, autocommit=True) as connection:
+        connection.execute("DROP TABLE arc_running")
+        connection.execute("CREATE ROLE arc_no_running LOGIN")
+        connection.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+        connection.execute("GRANT SELECT, INSERT, UPDATE ON arc_tasks, arc_replies TO arc_no_running;"
+                           " GRANT SELECT, INSERT ON arc_events, arc_marks, arc_meta TO arc_no_running")
+    limited = database.replace("arc@", "arc_no_running@")
+    calls: list[int] = []
+    release: list[asyncio.Event] = []
+
+    async def upstream(request: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            await release[0].wait()
+        return numbered_reply(request, len(calls))
+
+    async def scenario() -> tuple[Any, ...]:
+        release.append(asyncio.Event())
+        (one, one_client), (other, other_client) = (in_process_shared(limited, upstream) for _ in range(2))
+        try:
+            first = asyncio.ensure_future(one.complete(first_request(), None))
+            await until(lambda: calls)
+            retry = await asyncio.wait_for(other.complete(first_request(), None, retry=True), 60)  # not held
+            release[0].set()
+            return await first, retry, other.stats()
+        finally:
+            for proxy, client in ((one, one_client), (other, other_client)):
+                await proxy.close()
+                await client.aclose()
+
+    first, retry, stats = asyncio.run(scenario())
+    assert len(calls) == 2 and retry.conversation != first.conversation  # as before arc_running
+    assert stats["client_retries_waited_elsewhere"] == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "arc_running" in line]
+    assert len(warned) == 2 and all("cannot create the table arc_running" in line for line in warned), warned  # one
+    # line per instance started
+
+
+def test_arc_running_dropped_while_the_proxy_runs_costs_no_request(postgres: Any,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """arc_running dropped while the instance runs: the requests go on (their reads and commits without the row),
+    one warning line, and a retry no longer waits."""
+    database = postgres.create_database("arc_test_running_dropped")
+
+    async def scenario() -> tuple[Any, ...]:
+        proxy, client = in_process_shared(database, bash_call_reply)
+        try:
+            first = await proxy.complete(first_request(), None)
+            with psycopg.connect(database, autocommit=True) as connection:
+                connection.execute("DROP TABLE arc_running")
+            later = await proxy.complete(continued(first, "a.txt"), None)  # its reads without the row, then its commit
+            other = await proxy.complete({**first_request(), "messages": [
+                {"role": "system", "content": "You are terse."}, {"role": "user", "content": "Go."}]}, None)
+            again = await proxy.complete(continued(first, "a.txt"), None, retry=True)
+            return first, later, other, again, proxy
+        finally:
+            await proxy.close()
+            await client.aclose()
+
+    first, later, other, again, proxy = asyncio.run(scenario())
+    assert later.conversation == first.conversation and other.conversation != first.conversation
+    assert again.completion == later.completion  # the retry: the kept reply, as before
+    assert not proxy.database.running and proxy.database.running_lost
+    assert capsys.readouterr().err.count("arc_running cannot be written any more") == 1
+
+
+def test_a_request_marks_its_attempt_in_its_first_round_trip_and_removes_it_in_its_commit(postgres: Any) -> None:
+    """The row costs a request no round trip: written with its reads, removed in its commit's transaction (a request
+    resumed in place whose upstream failed after its events, a fork, one committed in place: the round trips of an
+    instance without arc_running); a request that ends with nothing to commit (its upstream failed before its first
+    event) removes it with one of its own. The table is unlogged: its rows cost no flush to disk."""
+    failing = [False]
+
+    def upstream(request: Any) -> Any:
+        if failing[0]:
+            return httpx.Response(500, json={"error": "down"})
+        return bash_call_reply(request)
+
+    async def scenario(database: str, running: bool) -> list[int]:
+        proxy, client = in_process_shared(database, upstream)
+        proxy.database.running = proxy.database.running and running  # False: as without the table
+        trips = []
+        try:
+            failing[0] = False
+            first = await proxy.complete(first_request(), None)
+            later = continued(first, "a.txt")
+            failed = continued(await proxy.complete(later, None), "b.txt")
+            failing[0] = True
+            for request in (failed, failed):  # its tool output committed, then nothing new
+                before = proxy.database.round_trips
+                with pytest.raises(Exception):
+                    await proxy.complete(request, None)
+                trips.append(proxy.database.round_trips - before)
+            failing[0] = False
+            for request in (first_request(), later):  # a fork (its rows read), one in place
+                before = proxy.database.round_trips
+                await proxy.complete({**request, "temperature": 0.5}, None)
+                trips.append(proxy.database.round_trips - before)
+            return trips
+        finally:
+            await proxy.close()
+            await client.aclose()
+
+    without = asyncio.run(scenario(postgres.create_database("arc_test_running_trips_without"), False))
+    database = postgres.create_database("arc_test_running_trips")
+    marked = asyncio.run(scenario(database, True))
+    with psycopg.connect(database) as connection:
+        assert connection.execute("SELECT count(*) FROM arc_running").fetchone() == (0,)
+        assert connection.execute("SELECT relpersistence FROM pg_class WHERE relname = 'arc_running'").fetchone() == (
+            "u",)
+    assert marked == [without[0], without[1] + 1, *without[2:]], (marked, without)
