@@ -63,8 +63,7 @@ class _CommandParser(_Parser):
 
     count_flags: tuple[str, frozenset[str]] | None = None
 
-    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
-                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         parsed, extras = super().parse_known_args(args, namespace)
         if extras:
             hint = ""
