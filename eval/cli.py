@@ -55,6 +55,27 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
+class _CommandParser(_Parser):
+    """A command's parser: an argument the command does not take is its own usage error, naming the command (review
+    h43: argparse hands a command's unknown arguments to the top parser, whose line said `arc-eval: unrecognized
+    arguments: --tasks 1 (see arc-eval --help)` for `arc-eval longbench --tasks 1`). A task's command given
+    another task's count flag is told its own (``count_flags``: its own flag, then every task's)."""
+
+    count_flags: tuple[str, frozenset[str]] | None = None
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            hint = ""
+            if self.count_flags is not None:
+                own, every = self.count_flags
+                if any(extra.split("=", 1)[0] in every - {own} for extra in extras):
+                    hint = f"{self.prog} takes its count as {own} N; "
+            raise UsageError(f"{self.prog}: unrecognized arguments: {' '.join(extras)} ({hint}see {self.prog}"
+                             " --help)")
+        return parsed, extras
+
+
 RUN_OWNER = "run"
 BENCH_OWNER = "bench"
 
@@ -111,10 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
     from arc_eval.registry import TASKS
 
     parser = _Parser(prog="arc-eval", description="Evaluate ARC and five baselines (see eval/METHODS.md).")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
     tasks = TASKS.entries()
+    count_flags = frozenset(task.count_flag for task in tasks)
     for task in tasks:
         command = commands.add_parser(task.name, help=task.help)
+        command.count_flags = (task.count_flag, count_flags)
         _add_run_options(command)
         _add_task_options(command, task)
     ablation = commands.add_parser("ablation", help="the paper's sweeps")

@@ -80,3 +80,21 @@ def test_arc_ref_inspect_ends_with_its_status(tmp_path: Path, capsys: pytest.Cap
     code = main(["inspect", str(store_path), "--record", "§999"])
     err = capsys.readouterr().err
     assert code == arc_ref_statuses.INSPECT_FAILED.code == 1 and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["proxy", "--bogus"], "arc-ref proxy: unrecognized arguments: --bogus (see arc-ref proxy --help)"),
+    (["budgets", "--limit", "3"], "arc-ref budgets: unrecognized arguments: --limit 3 (see arc-ref budgets --help)"),
+    (["inspect", "x.arc", "--bogus"], "arc-ref inspect: unrecognized arguments: --bogus (see arc-ref inspect --help)"),
+    (["forget", "store", "key", "--dry-run", "--bogus"],
+     "arc-ref forget: unrecognized arguments: --bogus (see arc-ref forget --help)"),
+    (["replay", "t.jsonl", "x"], "arc-ref replay: unrecognized arguments: x (see arc-ref replay --help)"),
+])
+def test_an_argument_a_command_does_not_take_is_that_commands_usage_error(
+        argv: list[str], line: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """As for arc-eval (review h43 NIT 3): argparse hands a command's unknown arguments to the top parser, whose
+    line was `arc-ref: unrecognized arguments: --bogus (see arc-ref --help)`, naming no command."""
+    with pytest.raises(SystemExit) as done:
+        arc_ref_main(argv)
+    assert done.value.code == arc_ref_statuses.USAGE.code
+    assert capsys.readouterr().err.splitlines() == [line]

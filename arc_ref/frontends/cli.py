@@ -15,7 +15,7 @@ import argparse
 import json
 import re
 import sys
-from typing import BinaryIO, Callable, Iterator, Sequence
+from typing import Any, BinaryIO, Callable, Iterator, Sequence
 
 from arc_ref.frontends import store_cli
 from arc_ref.config import JSON_FIELDS, OVERRIDE_KEYS, PRESETS, STRING_FIELDS, make_setup, preset
@@ -209,6 +209,19 @@ def _proxy(arguments: argparse.Namespace) -> int:
     return serve(options, _parse_setting)
 
 
+class _RefusesExtras(argparse.ArgumentParser):
+    """A command's parser that refuses the arguments it does not take as its own usage error: `arc-ref proxy --bogus`
+    said `arc-ref: unrecognized arguments: --bogus (see arc-ref --help)`, naming no command (argparse hands a
+    command's unknown arguments to the top parser; review h43 NIT 3, there of arc-eval). First in a command's
+    classes: after the command's own parse (forget's words after its options are more keys)."""
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     help_format = argparse.RawDescriptionHelpFormatter
     parser = OneLineParser(prog="arc-ref", description="ARC reference core", epilog=EXIT_CODES,
@@ -236,6 +249,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unreadable is not None:  # before anything prints it (a UnicodeEncodeError otherwise)
         _say(f"arc-ref: {unreadable}")
         return EXIT_USAGE
+    for command in set(commands.choices.values()):  # each refuses what it does not take, naming itself
+        command.__class__ = type(type(command).__name__, (_RefusesExtras, type(command)), {})
     arguments = once_each(parser).parse_args(argv)  # a flag given twice is refused, but --set (repeatable)
     if arguments.command == "proxy":
         return _run(lambda: _proxy(arguments))

@@ -12,7 +12,8 @@ from arc_ref.json_limits import MAX_LINE_BYTES as MAX_LINE_BYTES  # the longest 
 
 
 OK = ExitStatus(0, "done: every input line was answered (malformed lines by error lines); also when the reader "
-                   "of standard output goes away (a broken pipe): the command ends quietly")
+                   "of standard output goes away (a broken pipe): the command ends quietly; proxy: stopped by SIGTERM "
+                   "or SIGHUP, every request in flight finished")
 INSPECT_FAILED = ExitStatus(1, "inspect: no such record or page in a store that opened, or --verify found that the fold "
                           "of every row differs from the state opened; forget: a key named that is no proxy "
                           "conversation of the database, or a conversation left because a request held it (the "
@@ -23,9 +24,14 @@ LINE_TOO_LONG = ExitStatus(3, f"replay: a line longer than {MAX_LINE_BYTES} byte
                               "the replay stops")
 IO = ExitStatus(4, "standard input or output is closed, or reading or writing failed (e.g. a full disk)")
 INTERNAL = ExitStatus(70, "internal error: a bug in arc-ref, reported in one line on standard error")
-INTERRUPTED = ExitStatus(130, "interrupted (Ctrl-C)")
+HUNG_UP = ExitStatus(129, "proxy: a second signal, SIGHUP, while it drained: stopped at once, the requests in "
+                          "flight cut")
+INTERRUPTED = ExitStatus(130, "interrupted (Ctrl-C); proxy: every request in flight finished, or a second signal, "
+                              "SIGINT, while it drained: stopped at once, the requests in flight cut")
+TERMINATED = ExitStatus(143, "proxy: a second signal, SIGTERM, while it drained: stopped at once, the requests in "
+                             "flight cut")
 
-EXIT_STATUSES = (OK, INSPECT_FAILED, USAGE, LINE_TOO_LONG, IO, INTERNAL, INTERRUPTED)
+EXIT_STATUSES = (OK, INSPECT_FAILED, USAGE, LINE_TOO_LONG, IO, INTERNAL, HUNG_UP, INTERRUPTED, TERMINATED)
 
 
 class CommandFailed(ArcError):

@@ -2,8 +2,9 @@
 
 Any MCP-capable agent can keep its tool outputs in ARC and read them back exactly, in chunks (A5):
 
-- ``store_observation(action, observation, returncode=0)``: store an output verbatim under a fresh id (A1,
-  A2); the id is minted by the store, never taken from the caller;
+- ``store_observation(action, observation, returncode=None)``: store an output verbatim under a fresh id (A1,
+  A2); the id is minted by the store, never taken from the caller; a return code null or left out is unknown
+  (shown ``rc=?``, as the core's None: spec/rendering.md 7);
 - ``recall(id)``: the first chunk of an observation, exact; ``recall_next(id)``: the next chunk (the
   cursor is kept in the store, so it survives a restart of the server);
 - ``recall_meta(id)``: the observation's stub (size, chunks, return code, command, previews);
@@ -67,7 +68,8 @@ INSTRUCTIONS = (
 ObsId = Annotated[str, Field(description="an id given by store_observation or shown in the catalog, e.g. §00012-1829489005")]
 Action = Annotated[str, Field(description="the command or tool call that produced the output (shown in its stub)")]
 Output = Annotated[str, Field(description="the output, kept verbatim")]
-ReturnCode = Annotated[int, Field(strict=True, description="the command's exit status (0: success), an integer")]
+ReturnCode = Annotated[int | None, Field(strict=True, description="the command's exit status (0: success), an"
+                                       " integer; null or left out: unknown (shown rc=?)")]
 Page = Annotated[int | None, Field(strict=True, description="a page number, 1 = the oldest outputs (default: the last page)")]
 
 
@@ -157,7 +159,7 @@ class ArcTools:
         return output
 
     def store_observation(
-        self, action: Action, observation: Output, returncode: ReturnCode = 0
+        self, action: Action, observation: Output, returncode: ReturnCode = None
     ) -> Annotated[CallToolResult, StoredObservation]:
         """Keep a tool's output verbatim in ARC; returns the id to recall it by."""
         try:

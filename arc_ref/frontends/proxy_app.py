@@ -13,15 +13,17 @@ import hashlib
 import itertools
 import json
 import operator
+import os
+import signal
 import sys
 import threading
-from typing import Any, AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, AsyncIterator, Callable, Iterator, Mapping, Sequence
 
 import attrs
 import httpx
 import msgspec
 
-from arc_ref.frontends.exit_status import OK, USAGE
+from arc_ref.frontends.exit_status import INTERRUPTED, OK, USAGE
 from arc_ref.frontends.proxy import (
     CONVERSATION_HEADER,
     REQUEST_OWNER,
@@ -504,6 +506,7 @@ def build_app(settings: ProxySettings) -> Any:
     # every request's task while it runs: at shutdown uvicorn waits for the requests whose clients are connected,
     # and the lifespan for these too (a stream whose client left after its keepalive still commits its reply)
     running: set[asyncio.Task[Reply]] = set()
+    unattended: set[asyncio.Task[Reply]] = set()  # those of them whose clients left (counted by a stop's lines)
     # never below the largest body accepted (the command line refuses such an allowance; settings built in code may
     # not): a body no allowance could hold would wait for nothing and be answered 503 every time
     allowance = BodyAllowance(max(settings.bodies_in_flight_bytes, settings.max_body_bytes))
@@ -681,6 +684,8 @@ def build_app(settings: ProxySettings) -> Any:
                     await asyncio.wait({task}, timeout=settings.keepalive_s)
             except BaseException:  # the client left (the stream cancelled or closed): the request runs on
                 task.add_done_callback(said_if_failed)
+                unattended.add(task)
+                task.add_done_callback(unattended.discard)
                 raise
             try:
                 reply = task.result()
@@ -755,13 +760,15 @@ def build_app(settings: ProxySettings) -> Any:
             answer.headers["Allow"] = allowed
         return answer
 
-    return Starlette(routes=[
+    app = Starlette(routes=[
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/arc/rounds", rounds, methods=["GET"]),
         Route("/arc/stats", stats, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
     ], lifespan=lifespan, exception_handlers={404: not_served, 405: not_served})
+    app.state.unattended = unattended
+    return app
 
 
 FEW_OPEN_FILES = 4096  # a limit on open files below this is said at start
@@ -839,6 +846,101 @@ async def close_silent_connections(connections: set[Any], head_s: float) -> None
             del silent_since[gone]
 
 
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGINT") if hasattr(signal, name))
+
+
+class CountedApp:
+    """The proxy's ASGI ``app`` counting its requests in flight for a stop's lines (`stopping_server`): each HTTP
+    request from its head until its reply's last byte is handed to the server (or its handler ends), and then the
+    streams whose clients left but whose replies are still to be committed (the app's ``unattended``)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.replying = 0
+
+    def in_flight(self) -> int:
+        return self.replying + len(getattr(self.app.state, "unattended", ()))
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        self.replying += 1
+        counted = True
+
+        async def sending(message: Any) -> None:
+            nonlocal counted
+            if counted and message["type"] == "http.response.body" and not message.get("more_body", False):
+                counted = False
+                self.replying -= 1
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            if counted:
+                self.replying -= 1
+
+
+def _requests(count: int) -> str:
+    return f"{count} request{'' if count == 1 else 's'} in flight"
+
+
+def stopping_server(config: Any, app: CountedApp) -> Any:
+    """A uvicorn server stopped by SIGTERM, SIGHUP or SIGINT as a service manager expects (review h43; systemd
+    and Kubernetes stop a service by SIGTERM): the first such signal says so on stderr with the number of requests
+    in flight, then the server drains as uvicorn does (its port closed, every request in flight finished, the
+    store closed) and its ``stopped_by`` holds the signal; a second signal, any of the three, says so and ends the
+    process at once with 128 + its number, the requests in flight cut (as a crash leaves them: nothing
+    acknowledged is lost). A signal the process was started with ignored (``nohup``'s SIGHUP) stays ignored.
+
+    Before, uvicorn's own handlers drained quietly and then ended the process by the signal itself (no line, no
+    exit status of the table); they did not take SIGHUP (its default action killed the process, nothing drained)
+    and took a second SIGTERM for nothing; a second Ctrl-C answered the requests in flight 500 and wrote uvicorn's
+    tracebacks on stderr."""
+    import uvicorn
+
+    class StoppingServer(uvicorn.Server):
+        stopped_by: int | None = None
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:  # (uvicorn's hook, called by serve)
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            loop = asyncio.get_running_loop()
+            earlier: dict[int, Any] = {}
+
+            def say_draining(number: int) -> None:
+                count = app.in_flight()
+                said = f"draining {_requests(count)} (a second signal stops it at once)" if count else \
+                    "no request in flight"
+                print(f"arc-ref proxy: stopped by {signal.Signals(number).name}: {said}", file=sys.stderr,
+                      flush=True)
+
+            def stop(number: int, frame: object) -> None:
+                if self.stopped_by is None:
+                    self.stopped_by = number
+                    self.should_exit = True
+                    loop.call_soon_threadsafe(say_draining, number)
+                    return
+                cut = app.in_flight()
+                os.write(2, f"arc-ref proxy: stopped at once by a second signal ({signal.Signals(number).name}):"
+                            f" {_requests(cut)} cut\n".encode())
+                os._exit(128 + number)
+
+            for number in STOP_SIGNALS:
+                if signal.getsignal(number) is not signal.SIG_IGN:
+                    earlier[number] = signal.signal(number, stop)
+            try:
+                yield
+            finally:
+                for number, handler in earlier.items():
+                    signal.signal(number, handler)
+
+    return StoppingServer(config)
+
+
 def serve(options: ProxyOptions, parse_setting: Callable[[str], tuple[str, object]]) -> int:
     """`arc-ref proxy`: check everything that can be checked (exit status 2 and one line, nothing created), then
     serve until interrupted."""
@@ -897,9 +999,13 @@ def serve(options: ProxyOptions, parse_setting: Callable[[str], tuple[str, objec
                                      if settings.database else "memory")
     print(f"arc-ref proxy: http://{options.host}:{options.port}/v1 -> {settings.upstream} (window"
           f" {settings.context_limit}, store: {shown_store})", flush=True)
-    server = uvicorn.Server(uvicorn.Config(build_app(settings), log_level="warning", access_log=False))
+    app = CountedApp(build_app(settings))
+    server = stopping_server(uvicorn.Config(app, log_level="warning", access_log=False), app)
     asyncio.run(serve_server(server, listener))
-    return OK.code
+    if server.stopped_by is None:
+        return OK.code
+    print("arc-ref proxy: drained: every request in flight finished; stopped", file=sys.stderr, flush=True)
+    return INTERRUPTED.code if server.stopped_by == signal.SIGINT else OK.code
 
 
-__all__ = ["build_app", "raise_open_files_limit", "serve"]
+__all__ = ["CountedApp", "build_app", "raise_open_files_limit", "serve", "stopping_server"]

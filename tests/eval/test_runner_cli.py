@@ -73,6 +73,30 @@ def test_bad_arguments_exit_2_with_a_message(argv: list[str], message: str, caps
 
 
 @pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["longbench", "--data", "x", "--tasks", "1"],
+         "arc-eval longbench: unrecognized arguments: --tasks 1 (arc-eval longbench takes its count as --limit N;"
+         " see arc-eval longbench --help)"),
+        (["nih", "--limit", "3"],
+         "arc-eval nih: unrecognized arguments: --limit 3 (arc-eval nih takes its count as --tasks N;"
+         " see arc-eval nih --help)"),
+        (["nih", "--bogus", "1", "--seeds", "42"], "arc-eval nih: unrecognized arguments: --bogus 1 (see arc-eval nih --help)"),
+        (["bench", "--bogus"], "arc-eval bench: unrecognized arguments: --bogus (see arc-eval bench --help)"),
+        (["ablation", "noise-lines", "--bogus"],
+         "arc-eval ablation: unrecognized arguments: --bogus (see arc-eval ablation --help)"),
+    ],
+)
+def test_an_option_a_command_does_not_take_is_its_usage_error(argv: list[str], line: str,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Review h43 (NIT 3): `arc-eval longbench --tasks 1` said `arc-eval: unrecognized arguments: --tasks 1 (see
+    arc-eval --help)`, as if arc-eval itself took no --tasks (argparse hands a subcommand's unknown arguments to
+    the top parser); now the command's own usage error, naming its count flag when another task's was given."""
+    assert main(argv) == 2
+    assert capsys.readouterr().err.splitlines() == [line]
+
+
+@pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["nih", "--context-limit", "4096", "--max-tokens", "512"],

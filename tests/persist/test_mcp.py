@@ -157,3 +157,35 @@ def test_catalog_page_of_an_empty_store_is_an_empty_page(tmp_path: Path) -> None
             assert shown.structured_content == {"page": 0, "pages": 0, "stored": 0, "text": text_of(shown)}
             assert text_of(shown).startswith("the catalog is empty: nothing is stored yet")
         assert store.seq == 3  # the config line and the two calls
+
+
+def test_store_observation_takes_an_unknown_return_code(tmp_path: Path) -> None:
+    """The core takes a return code of None (no exit status: shown `rc=?`, spec/rendering.md 7 and 12); over MCP
+    store_observation took an integer only, and an omitted one was stored as 0 (shown `rc=0`: success, which the
+    client never said). Now null or no returncode is stored as unknown; its schema says so; integers as before, and
+    a boolean or a string is still refused. Through the SDK's client, in-process."""
+    from arc_ref.frontends.mcp_server import build_server
+
+    async def session(store: DurableStore) -> None:
+        async with Client(build_server(store)) as client:
+            listed = await client.list_tools()
+            schema = {tool.name: tool.input_schema for tool in listed.tools}["store_observation"]
+            assert schema["required"] == ["action", "observation"]
+            returncode = schema["properties"]["returncode"]
+            assert {"type": "integer"} in returncode["anyOf"] and {"type": "null"} in returncode["anyOf"], returncode
+            assert returncode["default"] is None and "unknown" in returncode["description"]
+            shown = {}
+            for name, arguments in [("null", {"returncode": None}), ("omitted", {}), ("three", {"returncode": 3}),
+                                    ("zero", {"returncode": 0})]:
+                stored = await call(client, "store_observation", action=f"run {name}", observation="out", **arguments)
+                assert not stored.is_error, text_of(stored)
+                meta = await call(client, "recall_meta", id=stored.structured_content["id"])
+                shown[name] = (meta.structured_content["returncode"], " rc=?" in text_of(meta))
+            assert shown == {"null": (None, True), "omitted": (None, True), "three": (3, False), "zero": (0, False)}
+            for bad in (True, "1", 1.5):
+                refused = await call(client, "store_observation", action="ls", observation="x", returncode=bad)
+                assert refused.is_error, bad
+
+    with DurableStore.create(tmp_path / "rc.arc", preset("minimal")) as store:
+        anyio.run(session, store)
+        assert [record.returncode for record in store.state.records] == [None, None, 3, 0]
