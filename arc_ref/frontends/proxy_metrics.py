@@ -140,7 +140,7 @@ class ProxyMetrics:
     def usage(self, usage: Mapping[str, Any], prompt_tokens: int | None, cached_tokens: int | None) -> None:
         """An upstream completion's usage (its prompt and cached tokens as read already)."""
         completion_tokens = usage.get("completion_tokens")
-        if prompt_tokens is not None and prompt_tokens > 0:  # (a counter never goes down: a negative count is not added)
+        if prompt_tokens is not None and prompt_tokens > 0:  # (a counter never goes down: no negative count)
             self.usage_prompt_tokens += prompt_tokens
         if type(completion_tokens) is int and completion_tokens > 0:
             self.usage_completion_tokens += completion_tokens
