@@ -60,6 +60,7 @@ from arc_ref.text import escape_line
 
 LARGE_BODY_BYTES = 4 * 2**20  # a body above this is decoded in a worker thread
 CLIENT_GONE = "client_gone"  # the kind of a chat request whose client left before its answer (GET /metrics)
+INTERNAL_ERROR = "internal_error"  # the kind of one the proxy failed with an exception of its own (500)
 HELD_BODY_BYTES = 2**20  # a body above this is held against the allowance for bodies in flight (`BodyAllowance`)
 ROUNDS_SLICE = 500  # GET /arc/rounds encodes this many rounds between two turns of the event loop's other work
 _ROUNDS_ENCODER = msgspec.json.Encoder()
@@ -651,6 +652,9 @@ def build_app(settings: ProxySettings) -> Any:
                 # (review h35 F1: uvicorn logged a 40-line traceback for each)
                 return counted(Response(status_code=400), started, CLIENT_GONE)
             return await answer(request, proxy, owner, body, held, started)
+        except Exception:  # a fault of the proxy's own: answered 500 by Starlette, counted (an operator's alarm)
+            proxy.metrics.request(500, INTERNAL_ERROR, False, time.perf_counter() - started)
+            raise
         finally:
             if held[0]:  # (not handed to a request that runs on)
                 allowance.give_back(held[0])

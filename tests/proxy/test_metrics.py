@@ -406,3 +406,20 @@ def test_the_404_of_another_path_names_metrics_among_the_paths_served() -> None:
         wrong_method = httpx.post(f"{root}/metrics", timeout=60)
     assert missing.status_code == 404 and "GET /metrics" in missing.json()["error"]["message"]
     assert wrong_method.status_code == 405 and "GET" in wrong_method.headers.get("allow", "")
+
+
+@needs_qwen3
+def test_a_fault_of_the_proxy_s_own_is_counted_as_a_500(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exception no handler expects (a bug) is Starlette's 500: counted, kind internal_error, so that an alert
+    on 5xx sees it."""
+    from arc_ref.frontends.proxy import Proxy
+
+    async def broken(self: Proxy, body: dict[str, Any], explicit: str | None, retry: bool = False) -> Any:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(Proxy, "complete", broken)
+    with fake_upstream() as upstream, proxy(upstream) as root:
+        assert post(root, task(1)).status_code == 500
+        families = scrape(root)
+    assert value(families, "arc_requests_total", status="500", kind="internal_error", stream="false") == 1
+    assert value(families, "arc_request_duration_seconds_count") == 1
