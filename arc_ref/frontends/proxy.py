@@ -79,6 +79,7 @@ from arc_ref.machine import (
     step,
     view,
 )
+from arc_ref.frontends.proxy_metrics import Exposition, ProxyMetrics
 from arc_ref.frontends.proxy_options import (
     BODIES_IN_FLIGHT_PER_BODY,
     CLIENT_KEYS_ENV,
@@ -91,6 +92,7 @@ from arc_ref.frontends.proxy_options import (
     DEFAULT_UPSTREAM_TIMEOUT_S,
     LATE_SYSTEM_AS_USER,
     LATE_SYSTEM_REFUSED,
+    METRICS_KEYS_ENV,
     UPSTREAM_KEY_ENV,
     ProxyOptions,
 )
@@ -505,6 +507,8 @@ class ProxySettings:
     lock_wait_s: float = 30.0  # with --store: how long a request waits for a conversation another process holds
     upstream_api_key: str | None = attrs.field(default=None, repr=False)
     client_keys: frozenset[str] = attrs.field(default=frozenset(), repr=False)  # none: no client authentication
+    # the keys that may read every client's counters (GET /metrics, /arc/stats): none, see `counters_refused`
+    metrics_keys: frozenset[str] = attrs.field(default=frozenset(), repr=False)
     late_system: str = LATE_SYSTEM_REFUSED  # a system or developer message after the task: refused, or a user message
 
 
@@ -1233,6 +1237,8 @@ class Proxy:
             tokenizer.build_fast_engine()
         self.rounds: deque[RoundRecord] = deque(maxlen=ROUND_LOG_SIZE)
         self.counts_differing = 0  # upstream calls whose usage.prompt_tokens was not the view's count
+        self.retries_answered = 0  # clients' retries answered with the reply they had missed
+        self.metrics = ProxyMetrics()  # what GET /metrics adds to these counters
         self._sweeper: asyncio.Task[None] | None = None
         self.known = KnownMessages()  # the message texts read before: a request reads its new messages only
         # forks copy a conversation up to a mark (its rows replayed, with --store) on threads of their own, so that
@@ -1252,6 +1258,26 @@ class Proxy:
         return {"upstream_calls_logged": len(self.rounds), "conversations_in_memory": len(self.conversations.by_key),
                 "conversations_evicted": self.conversations.evicted, "conversations_opened": self.conversations.opened,
                 "counts_differing": self.counts_differing}
+
+    def write_metrics(self, out: Exposition) -> None:
+        """This instance's counters for GET /metrics: `ProxyMetrics`', those of `stats`, its conversations'."""
+        self.metrics.write(out)
+        out.counter("arc_client_retries_answered_total", "Clients' retries (x-stainless-retry-count) answered with the"
+                    " reply their first attempt committed, the upstream not asked again", self.retries_answered)
+        out.counter("arc_counts_differing_total", "Upstream calls whose usage.prompt_tokens was not the proxy's count"
+                    " of the view (an alarm: is --tokenizer the served model's?)", self.counts_differing)
+        out.gauge("arc_upstream_calls_logged", "Upstream calls in GET /arc/rounds' log (the last 10,000 kept)",
+                  len(self.rounds))
+        self.write_store_metrics(out)
+
+    def write_store_metrics(self, out: Exposition) -> None:
+        """The families of where this instance keeps its conversations (in memory, or --store DIR)."""
+        out.gauge("arc_conversations_in_memory", "Conversations this process holds in memory",
+                  len(self.conversations.by_key))
+        out.counter("arc_conversations_opened_total", "Stored conversations (--store DIR) this process read from"
+                    " their store", self.conversations.opened)
+        out.counter("arc_conversations_evicted_total", "Conversations that left memory (--max-conversations,"
+                    " --idle-seconds)", self.conversations.evicted)
 
     async def close(self) -> None:
         if self._sweeper is not None:
@@ -1303,11 +1329,13 @@ class Proxy:
                     answered = conversation.last_reply
                     if (retry and answered is not None and answered.request == asked
                             and answered.answered_at == conversation.head):
+                        self.retries_answered += 1
                         return answered.reply  # the first attempt's reply, committed but never received
                     # it moved on (another request of this history, or the agent edited or regenerated): fork
                     async with self.fork_turn(key):
                         forked = await in_thread_undone_if_cancelled(
                             lambda: self.conversations.fork(conversation, mark), self._drop_fork, self.fork_copies)
+                    self.metrics.conversations_forked += 1
             except ConversationGone:
                 continue  # set aside (or forgotten): matched again without it
             except ConversationBusy:  # another request holds it: forked at this request's deepest mark at once
@@ -1319,6 +1347,7 @@ class Proxy:
                     wait = True
                     continue
                 forked, start = unheld
+                self.metrics.conversations_forked += 1
             try:
                 async with self.conversations.held(forked.key) as child:
                     return await self._answer(child, messages[start:], hashes[start:], body, asked)
@@ -1392,9 +1421,11 @@ class Proxy:
         # every lock) and, under the lock every new conversation takes, checks that the same history did not
         # arrive meanwhile and writes its first mark
         goal = messages[0].text
-        _, key = await in_thread_undone_if_cancelled(
+        made, key = await in_thread_undone_if_cancelled(
             lambda: self._made(hashes, system, goal, tools, template_kwargs),
             lambda made: made[0] is not None and self.conversations._release(made[0]))
+        if made is not None:
+            self.metrics.conversations_new += 1
         return key
 
     def _made(self, hashes: list[str], system: str, goal: str, tools: list[dict[str, Any]],
@@ -1470,10 +1501,15 @@ class Proxy:
             if round_cached is not None:
                 cached = (cached or 0) + round_cached
             answered = await asyncio.to_thread(self._answered, conversation, reply, hidden)
+            counted = self.metrics.arc_tool_calls
+            for call in reply.calls:
+                if call.name in ARC_TOOL_NAMES:
+                    counted[call.name] = counted.get(call.name, 0) + 1
             if isinstance(answered, View):  # ARC answered every call: another (hidden) round
                 shown = answered
                 continue
             break
+        self.metrics.rounds_per_request.observe(hidden.count + 1)
         environment = answered
         choice, content, calls = reply.choice, reply.content, reply.calls
         returned: dict[str, Any] = {"role": "assistant", "content": content or None}
@@ -1486,6 +1522,7 @@ class Proxy:
         finish = choice.get("finish_reason")
         if calls and not environment:
             finish = "stop"  # ARC's calls are never shown; the round cap was reached
+            self.metrics.round_limit_replies += 1
         elif environment:
             finish = "tool_calls"
         result = dict(reply.completion)
@@ -1544,12 +1581,16 @@ class Proxy:
 
     def _apply(self, conversation: Conversation, event: Event) -> Output:
         try:
-            return conversation.apply(event)
+            output = conversation.apply(event)
         except StoreError as problem:  # a full disk, an I/O error: may pass on a retry (the same history)
             raise Failed(503, "store_unavailable", f"the conversation's store failed: {problem}",
                          retry_after=5) from None
         except ArcError as problem:
             raise Refused(problem.code, f"ARC refused the conversation: {problem}", _budget(conversation.state)) from None
+        folded = getattr(output, "folded", 0)
+        if folded:
+            self.metrics.fold(folded)
+        return output
 
     def _log_round(self, conversation: Conversation, record: RoundRecord) -> None:
         """An upstream call, for GET /arc/rounds."""
@@ -1581,6 +1622,20 @@ class Proxy:
                              0, None, bool(body.get("stream")), view_digest(messages, tools), conversation.seq,
                              REQUEST_OWNER.get())
         self._log_round(conversation, record)
+        metrics = self.metrics
+        metrics.view_tokens_sent += tokens
+        if record.budget > 0:
+            metrics.budget_fill.observe(tokens / record.budget)
+        try:
+            return await self._called(record, request, conversation.key)
+        finally:  # counted by the status its record ends with (0: cancelled, no answer)
+            key = (record.status, hidden)
+            metrics.upstream_calls[key] = metrics.upstream_calls.get(key, 0) + 1
+
+    async def _called(self, record: RoundRecord, request: dict[str, Any], conversation: str) -> UpstreamReply:
+        """`_upstream`'s call (timed for GET /metrics) and its reply read: ``record`` told the status and both
+        counts."""
+        started = time.perf_counter()
         try:
             response = await self.client.post(f"{self.settings.upstream}/chat/completions", json=request,
                                               headers=UPSTREAM_HEADERS.get(), timeout=self.settings.timeout_s)
@@ -1591,10 +1646,12 @@ class Proxy:
         except httpx.HTTPError as problem:
             record.status = 502
             raise Failed(502, "upstream_unreachable", f"the upstream did not answer: {problem!r}") from None
+        finally:
+            self.metrics.upstream_seconds.observe(time.perf_counter() - started)
         record.status = response.status_code
         if response.status_code != 200:
             raise UpstreamError(response.status_code, response.content,
-                                response.headers.get("content-type", "application/json"), conversation.key)
+                                response.headers.get("content-type", "application/json"), conversation)
         record.status = 502  # until it reads as a completion
         raw = response.content
         too_deep = nesting_problem(raw)
@@ -1609,6 +1666,7 @@ class Proxy:
         prompt_tokens = reply.usage.get("prompt_tokens")
         record.upstream_prompt_tokens = prompt_tokens if type(prompt_tokens) is int else None
         record.upstream_cached_tokens = cached_tokens(reply.usage)
+        self.metrics.usage(reply.usage, record.upstream_prompt_tokens, record.upstream_cached_tokens)
         if record.upstream_prompt_tokens is not None and record.upstream_prompt_tokens != record.view_tokens:
             self.counts_differing += 1
             if self.counts_differing == 1:  # (review h30 F6: silent; each in /arc/rounds, their number in /arc/stats)
@@ -1756,6 +1814,7 @@ def settings_from(options: ProxyOptions, parse_setting: Callable[[str], tuple[st
         raise StartRefused(f"--store {_shown(str(store))} is not a directory")
     upstream_key = options.upstream_api_key or os.environ.get(UPSTREAM_KEY_ENV) or None
     client_keys = _client_keys(options.client_keys)
+    metrics_keys = _client_keys(options.metrics_keys, METRICS_KEYS_ENV, "--metrics-keys")
     bodies_in_flight_mb = options.bodies_in_flight_mb or BODIES_IN_FLIGHT_PER_BODY * options.max_body_mb
     if bodies_in_flight_mb < options.max_body_mb:
         raise StartRefused(f"--bodies-in-flight-mb {bodies_in_flight_mb} is below --max-body-mb"
@@ -1769,23 +1828,24 @@ def settings_from(options: ProxyOptions, parse_setting: Callable[[str], tuple[st
                          timeout_s=float(options.upstream_timeout),
                          upstream_api_key=upstream_key,
                          max_conversations=options.max_conversations, idle_seconds=options.idle_seconds,
-                         client_keys=client_keys, db_connections=options.db_connections,
+                         client_keys=client_keys, metrics_keys=metrics_keys, db_connections=options.db_connections,
                          late_system=options.late_system)
 
 
-def _client_keys(path: str | None) -> frozenset[str]:
+def _client_keys(path: str | None, variable: str = CLIENT_KEYS_ENV, flag: str = "--client-keys") -> frozenset[str]:
     """The keys of --client-keys FILE (one per line, # comments), else of $ARC_PROXY_CLIENT_KEYS (comma-separated);
-    StartRefused when the file cannot be read or holds none."""
+    StartRefused when the file cannot be read or holds none. (``variable`` and ``flag``: those of another list of
+    keys, --metrics-keys.)"""
     if path is None:
-        listed = os.environ.get(CLIENT_KEYS_ENV, "")
+        listed = os.environ.get(variable, "")
         return frozenset(key.strip() for key in listed.split(",") if key.strip())
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as problem:
-        raise StartRefused(f"--client-keys {_shown(path)} cannot be read: {problem}") from None
+        raise StartRefused(f"{flag} {_shown(path)} cannot be read: {problem}") from None
     keys = frozenset(line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#"))
     if not keys:
-        raise StartRefused(f"--client-keys {_shown(path)} holds no key (one per line)")
+        raise StartRefused(f"{flag} {_shown(path)} holds no key (one per line)")
     return keys
 
 
@@ -1794,13 +1854,38 @@ def client_owner(settings: ProxySettings, authorization: str | None) -> str | No
     without: "" (every client is the same one)."""
     if not settings.client_keys:
         return ""
+    token = bearer_in(settings.client_keys, authorization)
+    return None if token is None else _digest("client key\n" + token)
+
+
+def bearer_in(keys: frozenset[str], authorization: str | None) -> str | None:
+    """The key of ``Authorization: Bearer KEY`` when it is one of ``keys`` (each compared in constant time)."""
     scheme, _, token = (authorization or "").partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not any(hmac.compare_digest(token.encode("utf-8", "surrogatepass"),
                                                                  key.encode("utf-8", "surrogatepass"))
-                                             for key in settings.client_keys):
+                                             for key in keys):
         return None
-    return _digest("client key\n" + token)
+    return token
+
+
+def counters_refused(settings: ProxySettings, authorization: str | None, path: str) -> Failed | None:
+    """Why a request may not read every client's counters (GET ``path``: /metrics, /arc/stats), None when it may.
+    With --metrics-keys only a request bearing one of them may (401 otherwise: a scraper's key, never a client's
+    unless listed in both); without, any client may when there are no client keys (whoever reaches the port may
+    send requests and read /arc/rounds already), and none with --client-keys (401 without a client key, then 403:
+    one client would read the others' activity)."""
+    if settings.metrics_keys:
+        if bearer_in(settings.metrics_keys, authorization) is None:
+            return Failed(401, "unauthorized", f"GET {path} needs one of the proxy's metrics keys (--metrics-keys):"
+                          " Authorization: Bearer KEY")
+        return None
+    if client_owner(settings, authorization) is None:
+        return Failed(401, "unauthorized", "this proxy needs a client key: Authorization: Bearer KEY")
+    if settings.client_keys:
+        return Failed(403, "forbidden", f"GET {path} counts every client's requests: it is not served with"
+                      " --client-keys unless --metrics-keys names the keys that may read it")
+    return None
 
 
 def _shown(text: str) -> str:

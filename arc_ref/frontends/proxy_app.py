@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any, AsyncIterator, Callable, Iterator, Mapping, Sequence
 
 import attrs
@@ -44,10 +45,12 @@ from arc_ref.frontends.proxy import (
     settings_from,
     sse_chunks,
     client_owner,
+    counters_refused,
     read_json_value,
     upstream_headers,
 )
 
+from arc_ref.frontends.proxy_metrics import CONTENT_TYPE, Exposition
 from arc_ref.frontends.proxy_options import DEFAULT_BODY_MEMORY_MB, ProxyOptions
 from arc_ref.json_limits import nesting_problem
 from arc_ref.openai_wire import error_body, error_message
@@ -58,6 +61,8 @@ from arc_ref.text import escape_line
 
 
 LARGE_BODY_BYTES = 4 * 2**20  # a body above this is decoded in a worker thread
+CLIENT_GONE = "client_gone"  # the kind of a chat request whose client left before its answer (GET /metrics)
+INTERNAL_ERROR = "internal_error"  # the kind of one the proxy failed with an exception of its own (500)
 HELD_BODY_BYTES = 2**20  # a body above this is held against the allowance for bodies in flight (`BodyAllowance`)
 ROUNDS_SLICE = 500  # GET /arc/rounds encodes this many rounds between two turns of the event loop's other work
 _ROUNDS_ENCODER = msgspec.json.Encoder()
@@ -621,11 +626,22 @@ def build_app(settings: ProxySettings) -> Any:
 
     unauthorized = Failed(401, "unauthorized", "this proxy needs a client key: Authorization: Bearer KEY")
 
+    def counted(response: Response, started: float, kind: str, streamed: bool = False) -> Response:
+        """``response``, the chat request's answer, counted for GET /metrics (its status, ``kind``: "ok" or the
+        error's kind, and the time since it arrived)."""
+        holder["proxy"].metrics.request(response.status_code, kind, streamed, time.perf_counter() - started)
+        return response
+
+    def failed(problem: Refused | Failed | UpstreamError, started: float, streamed: bool = False) -> Response:
+        """`failure`'s answer, counted (`counted`) under the problem's kind."""
+        return counted(failure(problem), started, problem.code, streamed)
+
     async def chat(request: Request) -> Response:
+        started = time.perf_counter()
         proxy = holder["proxy"]
         owner = client_owner(settings, request.headers.get("authorization"))
         if owner is None:
-            return failure(unauthorized)
+            return failed(unauthorized, started)
         held = [0]  # the bytes this request holds of the allowance for bodies in flight, given back when it ends
         try:
             try:
@@ -634,17 +650,22 @@ def build_app(settings: ProxySettings) -> Any:
                 body = (decode_body(raw, proxy.known) if len(raw) <= LARGE_BODY_BYTES
                         else await asyncio.to_thread(decode_body, raw, proxy.known))
             except (Refused, Failed) as problem:
-                return failure(problem)
+                return failed(problem, started)
             except ClientDisconnect:  # the client left before its body was whole: nobody to answer, nothing to log
-                return Response(status_code=400)  # (review h35 F1: uvicorn logged a 40-line traceback for each)
-            return await answer(request, proxy, owner, body, held)
+                # (review h35 F1: uvicorn logged a 40-line traceback for each)
+                return counted(Response(status_code=400), started, CLIENT_GONE)
+            return await answer(request, proxy, owner, body, held, started)
+        except Exception:  # a fault of the proxy's own: answered 500 by Starlette, counted (an operator's alarm)
+            proxy.metrics.request(500, INTERNAL_ERROR, False, time.perf_counter() - started)
+            raise
         finally:
             if held[0]:  # (not handed to a request that runs on)
                 allowance.give_back(held[0])
 
-    async def answer(request: Request, proxy: Proxy, owner: str, body: dict[str, Any], held: list[int]) -> Response:
-        """The reply to a decoded request (`chat`); the allowance ``held`` is handed to its task, which gives it
-        back when it ends: a stream's may end after this returns."""
+    async def answer(request: Request, proxy: Proxy, owner: str, body: dict[str, Any], held: list[int],
+                     started: float) -> Response:
+        """The reply to a decoded request (`chat`, which it arrived at ``started``); the allowance ``held`` is
+        handed to its task, which gives it back when it ends: a stream's may end after this returns."""
         metadata = body.get("metadata")
         explicit = request.headers.get(CONVERSATION_HEADER)
         if explicit is None and isinstance(metadata, Mapping) and isinstance(metadata.get("conversation_id"), str):
@@ -664,8 +685,8 @@ def build_app(settings: ProxySettings) -> Any:
             try:
                 reply = await task
             except (Refused, Failed, UpstreamError) as problem:
-                return failure(problem)
-            return JSONResponse(reply.completion, headers=headers(reply))
+                return failed(problem, started)
+            return counted(JSONResponse(reply.completion, headers=headers(reply)), started, "ok")
         options = body.get("stream_options")
         include_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
         done, _ = await asyncio.wait({task}, timeout=settings.keepalive_s)
@@ -673,32 +694,39 @@ def build_app(settings: ProxySettings) -> Any:
             try:
                 reply = task.result()
             except (Refused, Failed, UpstreamError) as problem:
-                return failure(problem)
-            return StreamingResponse(iter(sse_chunks(reply.completion, include_usage)),
-                                     media_type="text/event-stream", headers=headers(reply))
+                return failed(problem, started, True)
+            return counted(StreamingResponse(iter(sse_chunks(reply.completion, include_usage)),
+                                             media_type="text/event-stream", headers=headers(reply)),
+                           started, "ok", True)
 
         async def events() -> AsyncIterator[str]:
+            kind = CLIENT_GONE  # what the stream ends as (counted for GET /metrics under status 200, sent already)
             try:
-                while not task.done():
-                    yield ": keepalive\n\n"
-                    await asyncio.wait({task}, timeout=settings.keepalive_s)
-            except BaseException:  # the client left (the stream cancelled or closed): the request runs on
-                task.add_done_callback(said_if_failed)
-                unattended.add(task)
-                task.add_done_callback(unattended.discard)
-                raise
-            try:
-                reply = task.result()
-            except (Refused, Failed, UpstreamError) as problem:  # the status is sent: an error event, then the end
-                if not isinstance(problem, Refused):
-                    logged(problem)  # as a plain request's failure is (review h35 F2: a stream's left no line)
-                yield error_event(problem)
-                yield "data: [DONE]\n\n"
-                return
-            # the headers went out with the first keepalive, before the reply existed: the same lines as comments
-            yield "".join(f": {name}: {value}\n" for name, value in headers(reply).items()) + "\n"
-            for event in sse_chunks(reply.completion, include_usage):
-                yield event
+                try:
+                    while not task.done():
+                        yield ": keepalive\n\n"
+                        await asyncio.wait({task}, timeout=settings.keepalive_s)
+                except BaseException:  # the client left (the stream cancelled or closed): the request runs on
+                    task.add_done_callback(said_if_failed)
+                    unattended.add(task)
+                    task.add_done_callback(unattended.discard)
+                    raise
+                try:
+                    reply = task.result()
+                except (Refused, Failed, UpstreamError) as problem:  # the status is sent: an error event, the end
+                    kind = problem.code
+                    if not isinstance(problem, Refused):
+                        logged(problem)  # as a plain request's failure is (review h35 F2: a stream's left no line)
+                    yield error_event(problem)
+                    yield "data: [DONE]\n\n"
+                    return
+                kind = "ok"
+                # the headers went out with the first keepalive, before the reply existed: the same lines as comments
+                yield "".join(f": {name}: {value}\n" for name, value in headers(reply).items()) + "\n"
+                for event in sse_chunks(reply.completion, include_usage):
+                    yield event
+            finally:
+                proxy.metrics.request(200, kind, True, time.perf_counter() - started)
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
@@ -733,13 +761,33 @@ def build_app(settings: ProxySettings) -> Any:
         return Response(b"[" + b",".join(parts) + b"]", media_type="application/json")
 
     async def stats(request: Request) -> Response:
-        """This instance's counters; not served with --client-keys (they count every client's activity)."""
-        if client_owner(settings, request.headers.get("authorization")) is None:
-            return failure(unauthorized)
-        if settings.client_keys:
-            return failure(Failed(403, "forbidden", "GET /arc/stats counts every client's requests: it is not served"
-                                  " with --client-keys"))
+        """This instance's counters; as /metrics, they count every client's activity (`counters_refused`)."""
+        refused = counters_refused(settings, request.headers.get("authorization"), "/arc/stats")
+        if refused is not None:
+            return failure(refused)
         return JSONResponse(holder["proxy"].stats())
+
+    async def metrics(request: Request) -> Response:
+        """This instance's counters in Prometheus's text format (arc_ref.frontends.proxy_metrics): served to the
+        requests that may read /arc/stats (`counters_refused`)."""
+        refused = counters_refused(settings, request.headers.get("authorization"), "/metrics")
+        if refused is not None:
+            return failure(refused)
+        proxy = holder["proxy"]
+        out = Exposition()
+        proxy.write_metrics(out)
+        out.gauge("arc_requests_in_flight", "Chat requests running now (one whose client left runs on to its"
+                  " commit)", len(running))
+        out.gauge("arc_large_bodies_held_bytes", "Bytes of large request bodies held now against"
+                  " --bodies-in-flight-mb", allowance.total - allowance.free)
+        recent = proxy.known.bodies
+        out.counter("arc_bodies_continued_total", "Request bodies decoded from the end of an earlier body's"
+                    " messages on (the rest read only)", recent.continued if isinstance(recent, RecentBodies) else 0)
+        out.gauge("arc_recent_bodies_bytes", "Memory the bodies decoded last hold, as counted against"
+                  " --body-memory-mb", recent.held if isinstance(recent, RecentBodies) else 0)
+        out.counter("arc_messages_read_total", "Agent messages read and hashed (those the proxy knows by their"
+                    " bytes are not read again)", proxy.known.read)
+        return Response(out.text(), media_type=CONTENT_TYPE)
 
     async def health(request: Request) -> Response:
         """Liveness for a load balancer or an orchestrator (HAProxy's httpchk, a Kubernetes probe): the process
@@ -754,7 +802,7 @@ def build_app(settings: ProxySettings) -> Any:
                                 f"{request.method} {request.url.path} is not served by arc-ref proxy: it serves POST"
                                 " /v1/chat/completions (Chat Completions; for the OpenAI Agents SDK:"
                                 " set_default_openai_api(\"chat_completions\")), GET /v1/models, GET /arc/rounds,"
-                                " GET /arc/stats and GET /health"))
+                                " GET /arc/stats, GET /metrics and GET /health"))
         allowed = (getattr(problem, "headers", None) or {}).get("Allow")
         if allowed:  # a 405 names the methods the path takes (RFC 9110 15.5.6; review h34 F6)
             answer.headers["Allow"] = allowed
@@ -765,6 +813,7 @@ def build_app(settings: ProxySettings) -> Any:
         Route("/v1/models", models, methods=["GET"]),
         Route("/arc/rounds", rounds, methods=["GET"]),
         Route("/arc/stats", stats, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
     ], lifespan=lifespan, exception_handlers={404: not_served, 405: not_served})
     app.state.unattended = unattended

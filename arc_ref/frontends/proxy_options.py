@@ -19,6 +19,7 @@ from arc_ref.tools import DEFAULT_MAX_HIDDEN_ROUNDS, DEFAULT_MAX_READ_ROUNDS
 PROXY_OWNER = "proxy"
 UPSTREAM_KEY_ENV = "ARC_UPSTREAM_API_KEY"
 CLIENT_KEYS_ENV = "ARC_PROXY_CLIENT_KEYS"
+METRICS_KEYS_ENV = "ARC_PROXY_METRICS_KEYS"
 DEFAULT_MAX_BODY_MB = 32  # a whole agent history; ARC's own limit on one observation is 64 MiB
 MAX_BODY_MB = 4096
 MAX_HIDDEN_ROUNDS = 1024
@@ -104,6 +105,11 @@ class ProxyOptions:
                                      help=f"a file of the keys clients must give (Authorization: Bearer KEY), one per"
                                           f" line (or ${CLIENT_KEYS_ENV}, comma-separated): each key's conversations"
                                           " and /arc/rounds its own; default: no client authentication")
+    metrics_keys: str | None = option(None, metavar="FILE", recorded=False,
+                                      help=f"a file of the keys that may read GET /metrics and GET /arc/stats (every"
+                                           f" client's counters), one per line (or ${METRICS_KEYS_ENV},"
+                                           " comma-separated): then only they may; default: any client without"
+                                           " --client-keys, none with it")
 
 
 def add_proxy_flags(parser: argparse.ArgumentParser) -> None:
@@ -116,7 +122,7 @@ def proxy_options(arguments: argparse.Namespace) -> ProxyOptions:
     return options
 
 
-__all__ = ["CLIENT_KEYS_ENV", "LATE_SYSTEM_AS_USER", "LATE_SYSTEM_REFUSED", "BODIES_IN_FLIGHT_PER_BODY", "DEFAULT_BODIES_IN_FLIGHT_MB",
+__all__ = ["CLIENT_KEYS_ENV", "METRICS_KEYS_ENV", "LATE_SYSTEM_AS_USER", "LATE_SYSTEM_REFUSED", "BODIES_IN_FLIGHT_PER_BODY", "DEFAULT_BODIES_IN_FLIGHT_MB",
            "DEFAULT_BODY_MEMORY_MB", "DEFAULT_UPSTREAM_TIMEOUT_S",
            "DEFAULT_DB_CONNECTIONS", "DEFAULT_IDLE_SECONDS", "DEFAULT_MAX_BODY_MB", "DEFAULT_MAX_CONVERSATIONS",
            "PROXY_OWNER", "ProxyOptions", "UPSTREAM_KEY_ENV", "add_proxy_flags", "proxy_options"]

@@ -76,6 +76,7 @@ from arc_ref.frontends.proxy import (
     parse_request,
     view_digest,
 )
+from arc_ref.frontends.proxy_metrics import Exposition
 from arc_ref.trace import config_line, encode_config_line
 
 SEEN_HASHES_PER_CONVERSATION = 64  # the local hash -> conversation index keeps this many hashes per cached state
@@ -241,6 +242,27 @@ class SharedProxy(Proxy):
                 "database_connections_idle": self.database.idle_connections,
                 "database_connections_max": self.database.pool_size,
                 "counts_differing": self.counts_differing}  # (review h34: absent here, the warning says it counts)
+
+    def write_store_metrics(self, out: Exposition) -> None:
+        """GET /metrics: those of `stats` that are this instance's own (its cache, its catch-up, the database's
+        failures, its connections)."""
+        out.gauge("arc_conversations_in_memory", "Conversation states this instance caches", len(self.cache))
+        out.counter("arc_rows_folded_total", "Rows this instance folded to catch up with conversations other instances"
+                    " advanced (or forks it made)", self.folded_rows)
+        out.counter("arc_store_retries_total", "Attempts of requests tried again while the database was unavailable",
+                    self.store_retries)
+        out.counter("arc_upstream_replies_kept_total", "Upstream replies an attempt after a database failure did not"
+                    " ask again", self.answers_kept)
+        out.counter("arc_cut_commits_found_total", "Commits cut by a database failure that the server had made",
+                    self.commits_found)
+        out.counter("arc_forks_at_commit_total", "Requests committed as a fork: another request moved their"
+                    " conversation meanwhile", self.forks_at_commit)
+        out.gauge("arc_client_retries_waiting", "Clients' retries waiting now for their first attempt on this"
+                  " instance", self.retries_waiting)
+        out.counter("arc_database_round_trips_total", "Round trips to the database", self.database.round_trips)
+        out.gauge("arc_database_connections_idle", "Idle connections in this instance's pool",
+                  self.database.idle_connections)
+        out.gauge("arc_database_connections_max", "The pool's size (--db-connections)", self.database.pool_size)
 
     async def close(self) -> None:
         for task in (self._connection_sweeper, self._lease_renewer):
@@ -549,6 +571,7 @@ class SharedProxy(Proxy):
             line = encode_config_line(config_line(state.config))
             transaction.create(uuid.uuid4().hex, line, hashes[0])
             start = 1
+            self.metrics.conversations_new += 1
         elif found.in_place:
             transaction.resume(found)
             state = await self._caught_up(transaction, found, expected, rows)
@@ -557,6 +580,7 @@ class SharedProxy(Proxy):
             state = await self._state_at_mark(transaction, found)
             transaction.fork(found, uuid.uuid4().hex)
             start = found.mark_position
+            self.metrics.conversations_forked += 1
         conversation = SharedConversation(transaction, state, attempts)
         try:
             reply = await self._run(conversation, messages[start:], hashes[start:], body)  # type: ignore[arg-type]
