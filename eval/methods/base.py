@@ -124,6 +124,8 @@ class MethodEvents:
 
     compactions: tuple[str, ...] = ()  # reasons, in order, since the last drain
     recalls: tuple[Mapping[str, Any], ...] = ()
+    # {"turns", "newest", "before", "after"} per clip of the agent's own text in the kept turns (``TranscriptMethod``)
+    clips: tuple[Mapping[str, Any], ...] = ()
 
 
 AuxCaller = Callable[[Sequence[Message], str], Awaitable[ChatReply]]  # (messages, purpose) -> reply
