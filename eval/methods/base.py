@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence, TypeVar
 
-from attrs import field, frozen
+from attrs import evolve, field, frozen
 
 from arc_eval.errors import InvalidInput
 from arc_ref import render
@@ -25,7 +25,8 @@ from arc_ref.errors import ConfigError
 from arc_ref.machine import COMPACT_REASONS, SHOWN_TOKEN_CHARS
 from arc_ref.render import LINE, RC, TEXT, Template
 from arc_ref.message import ToolCall, ToolSpec
-from arc_ref.text import clipped
+from arc_ref.text import clipped, halving_lengths
+from arc_ref.tools import clipped_arguments
 from arc_eval.counting import TokenCounter, default_counter
 from arc_eval.protocol import TASK_TOOL_SPECS, call_action
 from arc_eval.types import ChatReply, Message, Observation
@@ -38,6 +39,11 @@ UNKNOWN_TOOL_RETURNCODE = 2  # a call to a tool that is not offered, as its turn
 # Fraction of the usable budget L = L_ctx - G_max that a baseline keeps as its verbatim recent
 # suffix after a compaction (override with ``MethodSettings.extra["recent_fraction"]``).
 DEFAULT_RECENT_FRACTION = 0.25
+# What a baseline keeps of the agent's own text in a kept turn older than the newest when its prompt is over L after
+# its compaction: ARC's limits for a turn it no longer shows whole (spec/rendering.md section 11.2, a folded turn's
+# thought and action: ``thought_chars`` and ``action_chars`` of the paper's configuration, the one ARC runs with here)
+CLIP_THOUGHT_CHARS = PAPER.thought_chars
+CLIP_ACTION_CHARS = PAPER.action_chars
 # Fraction of L that a baseline's condensed memory (summary, JSON state, retrieved chunks) may use
 # (override with ``MethodSettings.extra["memory_fraction"]``).
 DEFAULT_MEMORY_FRACTION = 0.25
@@ -203,16 +209,65 @@ def observation_text(action: str, observation: Observation) -> str:
 
 @frozen
 class Turn:
-    """One agent turn and the observation it produced: a unit that compaction never splits."""
+    """One agent turn and the observation it produced: a unit that compaction never splits.
+
+    ``assistant``, ``observation`` and ``action`` are what the turn was (a condensing request, a retrieval query
+    read them); ``shown``, when set, is what the prompt shows instead: the same messages with the agent's own text
+    clipped (``TranscriptMethod._clip_agent_text``)."""
 
     assistant: Message
     observation: Message | None
     action: str
     observation_text: str = ""
     returncode: int = 0
+    shown: tuple[Message, ...] | None = None
 
     def messages(self) -> tuple[Message, ...]:
+        if self.shown is not None:
+            return self.shown
         return (self.assistant,) if self.observation is None else (self.assistant, self.observation)
+
+    def clipped(self, thought_keep: int, action_keep: int | None, tool_mode: bool) -> Turn:
+        """The turn with its shown messages clipped: the thought to ``thought_keep`` characters, the action (in
+        tool mode the call's string arguments) and the action that the observation's header repeats to
+        ``action_keep`` (None: as they are), each by the core's ``clipped`` (cut id-safely, ``…`` marking a cut).
+        Always clipped from what the turn was, never from an earlier clip; ``shown`` is None when nothing is cut (or
+        when a text-mode message is not in ``assistant_text``'s form, which this cannot split)."""
+        thought = self.assistant.content if tool_mode else self._thought()
+        if thought is None:
+            return evolve(self, shown=None)
+        shown_thought = clipped(thought, thought_keep)
+        shown_action = self.action if action_keep is None else clipped(self.action, action_keep)
+        if tool_mode:
+            calls = self.assistant.tool_calls if action_keep is None else tuple(
+                ToolCall(call.call_id, call.name, clipped_arguments(call.arguments, action_keep))
+                for call in self.assistant.tool_calls)
+            assistant = Message("assistant", shown_thought, calls)
+        else:
+            assistant = Message("assistant", assistant_text(shown_thought, shown_action))
+        observation = self.observation
+        if observation is not None and shown_action != self.action and self._header_repeats_action():
+            content = OBSERVATION.render(returncode=self.returncode, action=shown_action, text=self.observation_text)
+            observation = Message(observation.role, content, tool_call_id=observation.tool_call_id)
+        if assistant == self.assistant and observation == self.observation:
+            return evolve(self, shown=None)
+        return evolve(self, shown=(assistant,) if observation is None else (assistant, observation))
+
+    def _thought(self) -> str | None:
+        """Text mode: the thought of ``assistant_text(thought, action)``; None for a message of another form."""
+        content = self.assistant.content
+        if content == assistant_text("", self.action):
+            return ""
+        head, tail = "Thought: ", f"\nAction: {self.action}"
+        if content.startswith(head) and content.endswith(tail) and len(content) >= len(head) + len(tail):
+            return content[len(head):len(content) - len(tail)]
+        return None
+
+    def _header_repeats_action(self) -> bool:
+        """The observation's message is ``OBSERVATION``'s (not a note), so its header repeats the action."""
+        assert self.observation is not None
+        return self.observation.content == OBSERVATION.render(returncode=self.returncode, action=self.action,
+                                                              text=self.observation_text)
 
 
 class TranscriptMethod:

@@ -426,3 +426,36 @@ def test_embedding_retriever_ranks_by_meaning() -> None:
 
 def test_transcript_method_is_the_shared_machinery() -> None:
     assert all(issubclass(type(make_method(name, SETTINGS)), TranscriptMethod) for name in BASELINES)
+
+
+# -- the agent's own text clipped when the kept turns alone are over L (review h27 F5) ---------------------------
+
+
+def long_turns(method: Method, thoughts: Sequence[int], observation: int = 20) -> None:
+    for index, length in enumerate(thoughts):
+        action = f"cat file_{index:02d}.txt"
+        method.record_agent(f"t{index}:" + "y" * (length - 3), action)
+        method.record_observation(action, Observation("z" * observation, 0))
+
+
+def clip_settings(**extra: float) -> MethodSettings:
+    return MethodSettings(context_limit=4096, max_tokens=1024, counter=make_counter("bytes"),
+                          method_options={"rag_memory": RagOptions(rag_retriever="bm25")}, extra=extra)
+
+
+@pytest.mark.parametrize("name", ["llm_summary", "structured_state"])
+def test_condensing_request_clips_a_long_thought_before_the_observation(name: str) -> None:
+    """A folded turn whose thought alone is over a request's budget: the request shows the agent's text clipped
+    (ARC's limits) and the observation whole, where it cut the observation to nothing and still overflowed."""
+    method = make_method(name, SETTINGS)
+    method.begin("S", "G")
+    action = "cat secrets.txt"
+    method.record_agent("long reasoning " * 300, action)
+    method.record_observation(action, Observation("header\n" + "x" * 600 + "\nNEEDLE=ABC234\nfooter", 0))
+    long_turns(method, [10])
+    aux = AuxRecorder(overflow_over=SETTINGS.usable_tokens)
+    assert run(method.compact("forced", aux)) is True
+    (request, _purpose), = aux.requests
+    body = request[-1].content
+    assert "NEEDLE=ABC234" in body and "Thought: " + ("long reasoning " * 7)[:96] + "…\nAction: cat secrets.txt" in body
+    assert "long reasoning " * 7 not in body
