@@ -66,7 +66,7 @@ from arc_eval.protocol import (
     system_prompt,
     tool_system_prompt,
 )
-from arc_eval.schema import FINISH_REASONS, CallRecord, Compaction, Recall, TaskRecord
+from arc_eval.schema import FINISH_REASONS, CallRecord, Clip, Compaction, Recall, TaskRecord
 from arc_eval.types import (
     Backend,
     BackendError,
@@ -139,6 +139,7 @@ class _TaskRun:
         self.calls: list[CallRecord] = []
         self.call_index = 0
         self.pending_compactions: list[str] = []
+        self.pending_clips: list[Mapping[str, Any]] = []
 
     def record(
         self,
@@ -151,6 +152,7 @@ class _TaskRun:
         overflow: bool,
         compactions: Sequence[str] = (),
         counted_prompt_tokens: int | None = None,
+        clips: Sequence[Mapping[str, Any]] = (),
     ) -> int:
         """Record a call; returns its position in ``calls`` (``amend`` fills in what the step learns later)."""
         self.calls.append(
@@ -174,6 +176,7 @@ class _TaskRun:
                 submission=None,
                 reexecution=False,
                 counted_prompt_tokens=counted_prompt_tokens,
+                clips=tuple(Clip(clip["turns"], clip["newest"], clip["before"], clip["after"]) for clip in clips),
             )
         )
         return len(self.calls) - 1
@@ -201,7 +204,7 @@ class _TaskRun:
 
     async def call(
         self, messages: Sequence[Message], purpose: str, compactions: Sequence[str] = (),
-        tools: tuple[ToolSpec, ...] = (),
+        tools: tuple[ToolSpec, ...] = (), clips: Sequence[Mapping[str, Any]] = (),
     ) -> tuple[ChatReply, int]:
         """One recorded model call (its reply and its position in ``calls``).
 
@@ -228,6 +231,7 @@ class _TaskRun:
                     finish_reason="overflow",
                     overflow=True,
                     compactions=compactions,
+                    clips=clips,
                 )
                 raise
             _check_reply(reply)
@@ -235,7 +239,7 @@ class _TaskRun:
             raise
         except Exception:
             self.record(purpose, prompt_tokens=0, completion_tokens=0, latency_s=time.perf_counter() - started,
-                        finish_reason="error", overflow=False, compactions=compactions)
+                        finish_reason="error", overflow=False, compactions=compactions, clips=clips)
             raise
         position = self.record(
             purpose,
@@ -246,6 +250,7 @@ class _TaskRun:
             overflow=False,
             compactions=compactions,
             counted_prompt_tokens=reply.counted_prompt_tokens,
+            clips=clips,
         )
         return reply, position
 
@@ -257,7 +262,13 @@ class _TaskRun:
     def take_compactions(self) -> list[str]:
         drained = self.method.drain_events()
         self.pending_compactions.extend(drained.compactions)
+        self.pending_clips.extend(drained.clips)
         taken, self.pending_compactions = self.pending_compactions, []
+        return taken
+
+    def take_clips(self) -> list[Mapping[str, Any]]:
+        """The clips of the agent's text since the last call (drained with the compactions)."""
+        taken, self.pending_clips = self.pending_clips, []
         return taken
 
 
@@ -353,7 +364,8 @@ async def _agent_call(run: _TaskRun, tool_mode: bool,
     retries = 0
     while True:
         try:
-            reply, call = await run.call(messages, "agent", run.take_compactions(), tools)
+            compactions = run.take_compactions()
+            reply, call = await run.call(messages, "agent", compactions, tools, run.take_clips())
         except ContextOverflow:
             if retries >= max_reactive_retries or not await method.compact("reactive", run.aux):
                 return None
@@ -375,6 +387,7 @@ def _text_turn(run: _TaskRun, reply: ChatReply, call: int) -> tuple[str, Recorde
     intercepted = method.record_agent(thought, action)
     events = method.drain_events()
     run.pending_compactions.extend(events.compactions)
+    run.pending_clips.extend(events.clips)
     recalls = events.recalls or (intercepted.recalls if intercepted is not None else ())
     run.amend(call, recalls=_recalls(recalls))
     if intercepted is not None:
@@ -451,6 +464,7 @@ def _tool_turn(run: _TaskRun, reply: ChatReply, call: int, tools: tuple[ToolSpec
     outcome = method.record_tool_turn(thought, calls)
     events = method.drain_events()
     run.pending_compactions.extend(events.compactions)
+    run.pending_clips.extend(events.clips)
     run.amend(call, recalls=_recalls(events.recalls or outcome.recalls))
     if not (calls and calls[0] in outcome.environment_calls):
         return action, None

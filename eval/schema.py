@@ -55,6 +55,10 @@ def _at_least(minimum: int) -> dict[str, Any]:
     return {"minimum": minimum}
 
 
+# An optional field that `to_json` leaves out while it is empty (its default): a field added for a rare event
+_OMITTED_WHEN_EMPTY: dict[str, Any] = {"omitted_when_empty": True}
+
+
 @frozen
 class Compaction:
     """One entry of a call's `compactions`: a compaction done right before the call."""
@@ -69,6 +73,17 @@ class Recall:
     id: str
     chunk: int = field(metadata=_at_least(1))
     chunks: int = field(metadata=_at_least(1))
+
+
+@frozen
+class Clip:
+    """One entry of a call's `clips`: the agent's own text clipped in a baseline's kept turns right before the call,
+    because its compaction left the prompt over L (eval/METHODS.md, "The six methods")."""
+
+    turns: int = field(metadata=_at_least(1))  # kept turns whose agent text this clip cut
+    newest: bool  # the newest turn among them
+    before: int = field(metadata=_at_least(0))  # the method's count of the prompt before the clip
+    after: int = field(metadata=_at_least(0))  # and after it
 
 
 @frozen
@@ -96,6 +111,9 @@ class CallRecord:
     # The harness's own count of the prompt, made before it was sent (null when the backend makes
     # none apart from its answer's usage); `prompt_tokens` is the server's.
     counted_prompt_tokens: int | None = field(default=None, metadata=_at_least(0))
+    # Clips of the agent's text right before this call; written only when there is one (`to_json`), so records of
+    # runs where no clip happened are those written before the field
+    clips: tuple[Clip, ...] = field(default=(), metadata=_OMITTED_WHEN_EMPTY)
 
     @property
     def record_key(self) -> RecordKey:
@@ -221,7 +239,7 @@ def run_meaning(manifest: Mapping[str, Any]) -> dict[str, Any]:
     return plain
 
 
-RECORD_CLASSES: tuple[type, ...] = (Manifest, CallRecord, TaskRecord, Compaction, Recall)
+RECORD_CLASSES: tuple[type, ...] = (Manifest, CallRecord, TaskRecord, Compaction, Recall, Clip)
 
 
 def record_key(obj: Mapping[str, Any]) -> RecordKey:
@@ -515,8 +533,13 @@ def from_json(cls: type[R], obj: Any, where: str) -> R:
 
 
 def to_json(record: Any) -> dict[str, Any]:
-    """A record as plain JSON values, keys in field order (tuples become lists, records objects)."""
-    return {attribute.name: _plain(getattr(record, attribute.name)) for attribute in attrs.fields(type(record))}
+    """A record as plain JSON values, keys in field order (tuples become lists, records objects); a field marked
+    omitted-when-empty is left out while it is empty."""
+    return {
+        attribute.name: _plain(value)
+        for attribute in attrs.fields(type(record))
+        if (value := getattr(record, attribute.name)) or not attribute.metadata.get("omitted_when_empty")
+    }
 
 
 def _plain(value: Any) -> Any:

@@ -608,6 +608,7 @@ def trajectory_table(dataset: Dataset, kind: str) -> Table:
     orders = {m: variant_order(dataset, kind, m) for m in models}
     with_variant = any(g[1] for g in groups)
     sections: dict[tuple[str, str], Any] = {}
+    clipped: list[str] = []  # per group whose baseline clipped the agent's text (TranscriptMethod._clip_agent_text)
     for model, variant, method in sorted(
         groups, key=lambda g: (*_group_key(g[0], g[1], orders[g[0]]), method_order(g[2]))
     ):
@@ -631,6 +632,19 @@ def trajectory_table(dataset: Dataset, kind: str) -> Table:
                 fmt(sum(len(c.recalls) for c in calls) / n, 2),
                 fmt(sum(t.reexecutions for t in tasks) / n, 2),
             ]
+        )
+        clipped_tasks = sum(1 for t in tasks if any(c.clips for c in dataset.calls.get(t.key, ())))
+        if clipped_tasks:
+            where = f" ({model}{', ' + variant if variant else ''})" if len(models) > 1 or with_variant else ""
+            clipped.append(f"{method_label(method)}{where} in {clipped_tasks} of {n} task(s), "
+                           f"{sum(1 for c in calls if c.clips)} call(s)")
+    if clipped:
+        table.notes.append(
+            "Agent text clipped: " + "; ".join(clipped) + ". There the method's compaction left the prompt over L"
+            " because its kept turns alone were too long (long replies), so the agent's own text in them was"
+            " clipped as ARC's view clips it (older turns to 96 / 128 characters of thought / action, the newest to"
+            " as much as fits L; observations never), where the run would otherwise have ended by overflow"
+            " (calls.jsonl: clips; eval/METHODS.md, \"The six methods\")."
         )
     return table
 

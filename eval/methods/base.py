@@ -9,14 +9,15 @@ index, the loop asks it to ``compact``. Everything it did since the last call is
 This module also holds:
 
 * ``TranscriptMethod``: the machinery the five baselines share (prefix, turns, recent suffix,
-  proactive trigger, events). ``ArcMethod`` implements ``Method`` on its own.
+  proactive trigger, the clip of the agent's own text when the kept turns alone are over L, events).
+  ``ArcMethod`` implements ``Method`` on its own.
 """
 
 from __future__ import annotations
 
 from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence, TypeVar
 
-from attrs import field, frozen
+from attrs import evolve, field, frozen
 
 from arc_eval.errors import InvalidInput
 from arc_ref import render
@@ -25,7 +26,8 @@ from arc_ref.errors import ConfigError
 from arc_ref.machine import COMPACT_REASONS, SHOWN_TOKEN_CHARS
 from arc_ref.render import LINE, RC, TEXT, Template
 from arc_ref.message import ToolCall, ToolSpec
-from arc_ref.text import clipped
+from arc_ref.text import clipped, halving_lengths
+from arc_ref.tools import clipped_arguments
 from arc_eval.counting import TokenCounter, default_counter
 from arc_eval.protocol import TASK_TOOL_SPECS, call_action
 from arc_eval.types import ChatReply, Message, Observation
@@ -38,6 +40,11 @@ UNKNOWN_TOOL_RETURNCODE = 2  # a call to a tool that is not offered, as its turn
 # Fraction of the usable budget L = L_ctx - G_max that a baseline keeps as its verbatim recent
 # suffix after a compaction (override with ``MethodSettings.extra["recent_fraction"]``).
 DEFAULT_RECENT_FRACTION = 0.25
+# What a baseline keeps of the agent's own text in a kept turn older than the newest when its prompt is over L after
+# its compaction: ARC's limits for a turn it no longer shows whole (spec/rendering.md section 11.2, a folded turn's
+# thought and action: ``thought_chars`` and ``action_chars`` of the paper's configuration, the one ARC runs with here)
+CLIP_THOUGHT_CHARS = PAPER.thought_chars
+CLIP_ACTION_CHARS = PAPER.action_chars
 # Fraction of L that a baseline's condensed memory (summary, JSON state, retrieved chunks) may use
 # (override with ``MethodSettings.extra["memory_fraction"]``).
 DEFAULT_MEMORY_FRACTION = 0.25
@@ -124,6 +131,8 @@ class MethodEvents:
 
     compactions: tuple[str, ...] = ()  # reasons, in order, since the last drain
     recalls: tuple[Mapping[str, Any], ...] = ()
+    # {"turns", "newest", "before", "after"} per clip of the agent's own text in the kept turns (``TranscriptMethod``)
+    clips: tuple[Mapping[str, Any], ...] = ()
 
 
 AuxCaller = Callable[[Sequence[Message], str], Awaitable[ChatReply]]  # (messages, purpose) -> reply
@@ -201,16 +210,65 @@ def observation_text(action: str, observation: Observation) -> str:
 
 @frozen
 class Turn:
-    """One agent turn and the observation it produced: a unit that compaction never splits."""
+    """One agent turn and the observation it produced: a unit that compaction never splits.
+
+    ``assistant``, ``observation`` and ``action`` are what the turn was (a condensing request, a retrieval query
+    read them); ``shown``, when set, is what the prompt shows instead: the same messages with the agent's own text
+    clipped (``TranscriptMethod._clip_agent_text``)."""
 
     assistant: Message
     observation: Message | None
     action: str
     observation_text: str = ""
     returncode: int = 0
+    shown: tuple[Message, ...] | None = None
 
     def messages(self) -> tuple[Message, ...]:
+        if self.shown is not None:
+            return self.shown
         return (self.assistant,) if self.observation is None else (self.assistant, self.observation)
+
+    def clipped(self, thought_keep: int, action_keep: int | None, tool_mode: bool) -> Turn:
+        """The turn with its shown messages clipped: the thought to ``thought_keep`` characters, the action (in
+        tool mode the call's string arguments) and the action that the observation's header repeats to
+        ``action_keep`` (None: as they are), each by the core's ``clipped`` (cut id-safely, ``…`` marking a cut).
+        Always clipped from what the turn was, never from an earlier clip; ``shown`` is None when nothing is cut (or
+        when a text-mode message is not in ``assistant_text``'s form, which this cannot split)."""
+        thought = self.assistant.content if tool_mode else self._thought()
+        if thought is None:
+            return evolve(self, shown=None)
+        shown_thought = clipped(thought, thought_keep)
+        shown_action = self.action if action_keep is None else clipped(self.action, action_keep)
+        if tool_mode:
+            calls = self.assistant.tool_calls if action_keep is None else tuple(
+                ToolCall(call.call_id, call.name, clipped_arguments(call.arguments, action_keep))
+                for call in self.assistant.tool_calls)
+            assistant = Message("assistant", shown_thought, calls)
+        else:
+            assistant = Message("assistant", assistant_text(shown_thought, shown_action))
+        observation = self.observation
+        if observation is not None and shown_action != self.action and self._header_repeats_action():
+            content = OBSERVATION.render(returncode=self.returncode, action=shown_action, text=self.observation_text)
+            observation = Message(observation.role, content, tool_call_id=observation.tool_call_id)
+        if assistant == self.assistant and observation == self.observation:
+            return evolve(self, shown=None)
+        return evolve(self, shown=(assistant,) if observation is None else (assistant, observation))
+
+    def _thought(self) -> str | None:
+        """Text mode: the thought of ``assistant_text(thought, action)``; None for a message of another form."""
+        content = self.assistant.content
+        if content == assistant_text("", self.action):
+            return ""
+        head, tail = "Thought: ", f"\nAction: {self.action}"
+        if content.startswith(head) and content.endswith(tail) and len(content) >= len(head) + len(tail):
+            return content[len(head):len(content) - len(tail)]
+        return None
+
+    def _header_repeats_action(self) -> bool:
+        """The observation's message is ``OBSERVATION``'s (not a note), so its header repeats the action."""
+        assert self.observation is not None
+        return self.observation.content == OBSERVATION.render(returncode=self.returncode, action=self.action,
+                                                              text=self.observation_text)
 
 
 class TranscriptMethod:
@@ -221,10 +279,15 @@ class TranscriptMethod:
       action and its result are never separated (this also covers native tool calls);
     * ``prompt`` compacts proactively when its own token estimate exceeds L = L_ctx - G_max;
     * ``compact`` keeps the longest suffix of turns within ``recent_fraction * L`` tokens (at least
-      the last turn) and hands the older turns to ``_condense``, which each baseline defines.
+      the last turn) and hands the older turns to ``_condense``, which each baseline defines;
+    * when the prompt is still over L after that (the kept turns alone are too long: replies of thousands of
+      tokens), ``prompt`` clips the agent's own text in the kept turns as ARC's view clips it
+      (``_clip_agent_text``), provided that gets it under L; the turns are still kept whole, observations as
+      they were. A method that never shrinks its view (``full_context``) sets ``clips_agent_text`` False.
     """
 
     name = "transcript"
+    clips_agent_text = True
 
     def __init__(self, settings: MethodSettings):
         self.settings = settings
@@ -234,6 +297,7 @@ class TranscriptMethod:
         self._pending: Turn | None = None
         self._compactions: list[str] = []
         self._recalls: list[Mapping[str, Any]] = []
+        self._clips: list[Mapping[str, Any]] = []
         self._short: tuple[tuple[Turn, ...], Message] | None = None  # kept short observations and their message
         self.recent_budget = int(settings.usable_tokens * settings.fraction("recent_fraction", DEFAULT_RECENT_FRACTION))
         self.memory_budget = int(settings.usable_tokens * settings.fraction("memory_fraction", DEFAULT_MEMORY_FRACTION))
@@ -249,7 +313,67 @@ class TranscriptMethod:
         messages = await self._assemble(aux)
         if self._prompt_tokens(messages) > self.settings.usable_tokens and await self.compact("proactive", aux):
             messages = await self._assemble(aux)
+        if self.clips_agent_text and self._prompt_tokens(messages) > self.settings.usable_tokens:
+            messages = self._clip_agent_text(messages)
         return messages
+
+    def _clip_agent_text(self, messages: tuple[Message, ...]) -> tuple[Message, ...]:
+        """``messages`` (the prompt, over L after any compaction) with the agent's own text clipped in the kept
+        turns, as ARC's view clips it, when that brings the prompt within L; else ``messages`` unchanged.
+
+        First every kept turn older than the newest: its thought to ``CLIP_THOUGHT_CHARS`` and its action to
+        ``CLIP_ACTION_CHARS`` characters (ARC's limits for a turn it no longer shows whole: spec/rendering.md
+        section 11.2). When that is not enough, the newest turn too, by ARC's rule for an agent entry of its
+        recent window (section 9.1: its thought clipped, through ``halving_lengths``, to the first length that
+        fits; when none does, the thought clipped whole and the action likewise), the fit being the prompt within
+        L. A turn is never shown longer than it already was. Each clip is recorded (``drain_events``)."""
+        limit = self.settings.usable_tokens
+        if not self.turns:
+            return messages
+        head = messages[: len(messages) - len(self._turn_messages())]  # the prefix and the method's memory
+        tool_mode = self.settings.action_mode == "tools"
+
+        def cost(turns: Sequence[Turn]) -> int:
+            return self._prompt_tokens([*head, *(message for turn in turns for message in turn.messages())])
+
+        def shorter(turn: Turn, clip: Turn) -> Turn:  # a turn is never shown longer than it already was
+            return clip if self._turn_tokens(clip) < self._turn_tokens(turn) else turn
+
+        older = [shorter(turn, turn.clipped(CLIP_THOUGHT_CHARS, CLIP_ACTION_CHARS, tool_mode))
+                 for turn in self.turns[:-1]]
+        newest = self.turns[-1]
+        if cost([*older, newest]) > limit:
+            fitted = self._fit_newest(newest, lambda turn: cost([*older, turn]) <= limit, tool_mode)
+            if fitted is None:
+                return messages  # no clip of the agent's text brings it within L: the prompt stays as it was
+            newest = fitted
+        kept = [*older, newest]
+        changed = sum(1 for before, after in zip(self.turns, kept, strict=True) if before is not after)
+        if changed == 0:
+            return messages
+        clip = {"turns": changed, "newest": newest is not self.turns[-1], "before": self._prompt_tokens(messages)}
+        self.turns = kept
+        clipped_messages = (*head, *self._turn_messages())
+        self._clips.append({**clip, "after": self._prompt_tokens(clipped_messages)})
+        return clipped_messages
+
+    @staticmethod
+    def _fit_newest(turn: Turn, fits: Callable[[Turn], bool], tool_mode: bool) -> Turn | None:
+        """ARC's agent-entry rule (spec/rendering.md section 9.1) with ``fits`` as its test: the thought clipped to
+        the first of ``halving_lengths`` that fits, else the thought clipped whole and the action (a call's
+        string arguments) to the first length that fits; None when nothing fits."""
+        thought = turn.assistant.content if tool_mode else turn._thought()
+        if thought is None:
+            return None
+        for keep in halving_lengths(len(thought))[1:]:  # the whole thought did not fit
+            candidate = turn.clipped(keep, None, tool_mode)
+            if fits(candidate):
+                return candidate
+        for keep in halving_lengths(len(turn.action))[1:]:
+            candidate = turn.clipped(0, keep, tool_mode)
+            if fits(candidate):
+                return candidate
+        return None
 
     def _prompt_tokens(self, messages: Sequence[Message]) -> int:
         tools = self.tools()
@@ -320,9 +444,10 @@ class TranscriptMethod:
         return True
 
     def drain_events(self) -> MethodEvents:
-        events = MethodEvents(tuple(self._compactions), tuple(self._recalls))
+        events = MethodEvents(tuple(self._compactions), tuple(self._recalls), tuple(self._clips))
         self._compactions.clear()
         self._recalls.clear()
+        self._clips.clear()
         return events
 
     # -- shared helpers --------------------------------------------------------------------

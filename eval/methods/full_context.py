@@ -2,7 +2,8 @@
 
 Every turn is appended and re-sent verbatim, as in ReAct. The view is exact while it fits; once
 the prompt exceeds L = L_ctx - G_max the next call overflows, ``compact`` returns False, and the
-task ends as no answer (``end="overflow"``). Forced compactions are no-ops.
+task ends as no answer (``end="overflow"``). Forced compactions are no-ops, and the agent's text is never clipped
+(the other baselines clip it when their kept turns alone are over L: ``TranscriptMethod._clip_agent_text``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ class FullContextMethod(TranscriptMethod):
     """Keeps the whole transcript; never compacts."""
 
     name = "full_context"
+    clips_agent_text = False  # its view is the whole transcript, exact: it never shrinks it (nor clips a turn)
 
     async def compact(self, reason: str, aux: AuxCaller) -> bool:
         if reason not in COMPACTION_REASONS:

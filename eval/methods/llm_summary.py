@@ -22,6 +22,8 @@ from attrs import frozen
 from arc_ref.counting import joined_tokens
 from arc_ref.render import TEXT, Template
 from arc_eval.methods.base import (
+    CLIP_ACTION_CHARS,
+    CLIP_THOUGHT_CHARS,
     OBSERVATION,
     AuxCaller,
     MethodSettings,
@@ -44,9 +46,10 @@ REQUEST_SAFETY_FRACTION = 0.05
 MAX_REQUEST_ATTEMPTS = 3
 
 
-def render_turn(turn: Turn, max_chars: int | None = None) -> str:
-    """One turn as shown inside a condensing request; the observation cut to head/tail if needed."""
-    thought = turn.assistant.content
+def render_turn(turn: Turn, max_chars: int | None = None, assistant: str | None = None) -> str:
+    """One turn as shown inside a condensing request; the observation cut to head/tail if needed; ``assistant``:
+    the agent's message shown instead of the turn's own (its text clipped: ``ModelCondensedMethod._batches``)."""
+    thought = turn.assistant.content if assistant is None else assistant
     text = turn.observation_text
     if max_chars is not None and len(text) > max_chars:
         half = max(0, max_chars // 2)
@@ -170,19 +173,25 @@ class ModelCondensedMethod(TranscriptMethod):
         return max(0, usable - empty)
 
     def _batches(self, turns: list[Turn], budget: int) -> list[tuple[str, int]]:
-        """(rendered turns, how many) per request, each fitting ``budget``; a too-long turn is clipped."""
+        """(rendered turns, how many) per request, each fitting ``budget``; a too-long turn is clipped: first the
+        agent's own text, as a kept turn older than the newest is clipped (``Turn.clipped`` to ARC's limits,
+        ``CLIP_THOUGHT_CHARS`` / ``CLIP_ACTION_CHARS``: what is condensed is the observation, and a short thought
+        and action are shown whole), then, while it is still over ``budget``, its observation cut to head and tail,
+        halving."""
         batches: list[tuple[str, int]] = []
         current: list[str] = []
         used = 0
+        tool_mode = self.settings.action_mode == "tools"
         for turn in turns:
             text = render_turn(turn)
             cost = self._turn_tokens_in_request(turn, text) + 1
             if cost > budget:
-                max_chars = len(turn.observation_text)
-                while cost > budget and max_chars > 0:
-                    max_chars //= 2
-                    text = render_turn(turn, max_chars)
-                    cost = self.counter.text_tokens(text) + 1
+                clipped = turn.clipped(CLIP_THOUGHT_CHARS, CLIP_ACTION_CHARS, tool_mode)
+                shown = clipped.messages()[0].content if clipped.shown is not None else None
+                if shown is not None:
+                    text = render_turn(turn, None, shown)
+                    cost = self._turn_tokens_in_request(turn, text) + 1
+                text, cost = self._cut_observation(turn, budget, shown, text, cost)
             if current and used + cost > budget:
                 batches.append(("\n".join(current), len(current)))
                 current, used = [], 0
@@ -191,6 +200,18 @@ class ModelCondensedMethod(TranscriptMethod):
         if current:
             batches.append(("\n".join(current), len(current)))
         return batches
+
+    def _cut_observation(self, turn: Turn, budget: int, assistant: str | None, text: str,
+                         cost: int) -> tuple[str, int]:
+        """``text`` (the turn rendered whole) and its ``cost`` (with its separator) when within ``budget``; else
+        ``render_turn`` with the observation cut to head and tail, halving its length, until it costs at most
+        ``budget`` or nothing of the observation is left. The text and its cost."""
+        max_chars = len(turn.observation_text)
+        while cost > budget and max_chars > 0:
+            max_chars //= 2
+            text = render_turn(turn, max_chars, assistant)
+            cost = self.counter.text_tokens(text) + 1
+        return text, cost
 
     async def _fold(self, turns: list[Turn], aux: AuxCaller) -> None:
         shrink = 1.0

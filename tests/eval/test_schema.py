@@ -13,6 +13,7 @@ import pytest
 from arc_eval.schema import (
     RECORD_CLASSES,
     CallRecord,
+    Clip,
     Compaction,
     Manifest,
     Recall,
@@ -30,6 +31,7 @@ SECTIONS = {
     "## `manifest.json`": Manifest,
     "## `calls.jsonl`": CallRecord,
     "### An entry of `compactions`": Compaction,
+    "### An entry of `clips`": Clip,
     "### An entry of `recalls`": Recall,
     "## `tasks.jsonl`": TaskRecord,
 }
@@ -119,7 +121,8 @@ def slow_path(cls: type, obj: dict[str, Any]) -> Any:
 @pytest.mark.parametrize(
     ("cls", "obj"),
     [(CallRecord, call_json()), (TaskRecord, task_json()), (Manifest, manifest_json()),
-     (CallRecord, call_json(latency_s=2, compactions=[], recalls=[], action=None))],
+     (CallRecord, call_json(latency_s=2, compactions=[], recalls=[], action=None)),
+     (CallRecord, call_json(clips=[{"turns": 1, "newest": True, "before": 13000, "after": 7000}]))],
 )  # fmt: skip
 def test_round_trip_and_both_parsing_paths_agree(cls: type, obj: dict[str, Any]) -> None:
     record = from_json(cls, obj, "x")
@@ -127,7 +130,16 @@ def test_round_trip_and_both_parsing_paths_agree(cls: type, obj: dict[str, Any])
     assert json.loads(json.dumps(record.to_json())) == {
         **obj, **({"latency_s": float(obj["latency_s"])} if "latency_s" in obj else {})
     }
-    assert list(record.to_json()) == [spec.name for spec in field_specs(cls)]  # the order on disk
+    assert list(record.to_json()) == [spec.name for spec in field_specs(cls) if spec.name in obj]  # the order on disk
+
+
+def test_an_empty_clips_list_is_not_written() -> None:
+    """``clips`` is written only when a clip happened: a run with none writes the lines it wrote before the field."""
+    record = from_json(CallRecord, call_json(), "x")
+    assert record.clips == () and "clips" not in record.to_json() and record.to_json() == call_json()
+    assert from_json(CallRecord, call_json(clips=[]), "x") == record
+    clipped = from_json(CallRecord, call_json(clips=[{"turns": 2, "newest": False, "before": 9, "after": 8}]), "x")
+    assert clipped.clips == (Clip(2, False, 9, 8),) and clipped.to_json()["clips"][0]["turns"] == 2
 
 
 def test_a_call_record_written_before_counted_prompt_tokens_reads_with_null() -> None:
@@ -150,6 +162,8 @@ BROKEN = [
     (CallRecord, call_json(action=3), "'action' should be a string"),
     (CallRecord, call_json(counted_prompt_tokens=-1), "'counted_prompt_tokens' should be an integer >= 0"),
     (CallRecord, call_json(counted_prompt_tokens="10"), "'counted_prompt_tokens' should be an integer"),
+    (CallRecord, call_json(clips=[{"turns": 0, "newest": True, "before": 9, "after": 8}]),
+     "'turns' should be an integer >= 1"),
     (CallRecord, {k: v for k, v in call_json().items() if k != "overflow"}, "required field 'overflow' is missing"),
     (TaskRecord, task_json(no_answer=True), "negation of 'submitted'"),
     (TaskRecord, task_json(submitted=False, no_answer=True), "'correct' is true but 'submitted' is false"),

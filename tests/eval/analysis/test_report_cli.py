@@ -383,3 +383,21 @@ def test_runs_of_different_task_counts_are_flagged_in_the_accuracy_table(tmp_pat
     write_run(small, RunSpec(methods=("sliding_window", "arc"), seeds=(42,), tasks_per_seed=6))
     code, md, err = _run([str(big), str(small), "--format", "md"])
     assert code == 0 and "different numbers of attempts" not in md
+
+
+def test_trajectory_table_says_where_a_baseline_clipped_the_agents_text(tmp_path: Path) -> None:
+    """Review h27 F5: a baseline whose kept turns alone were over L clips the agent's own text (calls.jsonl:
+    clips); the trajectory table says in which tasks, and says nothing when no call clipped."""
+    run = tmp_path / "r"
+    write_run(run, RunSpec(methods=("llm_summary", "arc"), seeds=(1,), tasks_per_seed=3))
+    code, md, err = _run([str(run), "--format", "md"])
+    assert code == 0, err
+    assert "Agent text clipped" not in md
+    calls = [json.loads(line) for line in (run / "calls.jsonl").read_text().splitlines()]
+    first = next(index for index, call in enumerate(calls) if call["method"] == "llm_summary")
+    calls[first]["clips"] = [{"turns": 1, "newest": True, "before": 13000, "after": 7000}]
+    (run / "calls.jsonl").write_text("".join(json.dumps(call) + "\n" for call in calls))
+    code, md, err = _run([str(run), "--format", "md"])
+    assert code == 0, err
+    table = md[md.index("trajectory statistics"):]
+    assert "Agent text clipped: LLM_summary in 1 of 3 task(s), 1 call(s)." in table[:table.index("###")]

@@ -6,12 +6,15 @@ import asyncio
 import json
 import os
 import random
+from pathlib import Path
 from typing import Sequence
 
 import pytest
 
 from arc_ref.chat import CHATML
 from arc_ref.errors import ConfigError
+from arc_ref.message import ToolCall
+from arc_ref.text import halving_lengths
 from arc_ref.tokenizers import get_tokenizer
 from arc_eval.counting import PromptCounter, make_counter
 from arc_eval.methods.rag_memory import RagOptions
@@ -39,7 +42,7 @@ from arc_eval.methods.structured_state import STATE_KEYS, StructuredStateMethod,
 from arc_eval.protocol import STATE_REQUEST_HEADER, SUMMARY_REQUEST_HEADER
 from arc_eval.types import ChatReply, ContextOverflow, Message, Observation
 
-from ..helpers import reply
+from ..helpers import reply, tool_model_dir
 
 BASELINES = tuple(name for name in method_names() if name != highlighted_method())  # the five baselines
 SETTINGS = MethodSettings(context_limit=4096, max_tokens=1024, counter=make_counter("bytes"), method_options={"rag_memory": RagOptions(rag_retriever="bm25")})
@@ -426,3 +429,113 @@ def test_embedding_retriever_ranks_by_meaning() -> None:
 
 def test_transcript_method_is_the_shared_machinery() -> None:
     assert all(issubclass(type(make_method(name, SETTINGS)), TranscriptMethod) for name in BASELINES)
+
+
+# -- the agent's own text clipped when the kept turns alone are over L (review h27 F5) ---------------------------
+
+
+def long_turns(method: Method, thoughts: Sequence[int], observation: int = 20) -> None:
+    for index, length in enumerate(thoughts):
+        action = f"cat file_{index:02d}.txt"
+        method.record_agent(f"t{index}:" + "y" * (length - 3), action)
+        method.record_observation(action, Observation("z" * observation, 0))
+
+
+def clip_settings(**extra: float) -> MethodSettings:
+    return MethodSettings(context_limit=4096, max_tokens=1024, counter=make_counter("bytes"),
+                          method_options={"rag_memory": RagOptions(rag_retriever="bm25")}, extra=extra)
+
+
+def test_kept_turns_over_l_clip_the_older_agent_text_first_then_the_newest() -> None:
+    """A goal of 1,500 tokens and a recent suffix that may take all of L: compaction keeps every turn, the prompt
+    stays over L, and the turns older than the newest are clipped to ARC's limits (96 / 128 characters, ``…``)."""
+    settings = clip_settings(recent_fraction=1.0)
+    method = make_method("sliding_window", settings)
+    method.begin("S", "G" * 1500)
+    long_turns(method, [1000, 1000, 50])
+    messages = prompt(method)
+    assert PromptCounter("bytes", "chatml").count(messages) <= settings.usable_tokens
+    assistants = [message.content for message in messages if message.role == "assistant"]
+    assert assistants[:2] == [f"Thought: t{index}:" + "y" * 93 + f"…\nAction: cat file_0{index}.txt" for index in (0, 1)]
+    assert assistants[2] == "Thought: t2:" + "y" * 47 + "\nAction: cat file_02.txt"  # the newest: not needed
+    events = method.drain_events()
+    assert events.compactions == () and len(events.clips) == 1
+    clip = events.clips[0]
+    assert (clip["turns"], clip["newest"]) == (2, False) and clip["before"] > settings.usable_tokens >= clip["after"]
+    # what the turns were is kept: a condensing request or a retrieval query reads it
+    assert [turn.assistant.content for turn in method.turns][0].startswith("Thought: t0:" + "y" * 997)
+
+    long_turns(method, [2000])  # the newest turn too long: its thought halved until the prompt fits
+    messages = prompt(method)
+    assert PromptCounter("bytes", "chatml").count(messages) <= settings.usable_tokens
+    newest = [message.content for message in messages if message.role == "assistant"][-1]
+    head, tail = "Thought: t0:", "…\nAction: cat file_00.txt"
+    assert newest.startswith(head) and newest.endswith(tail)
+    shown = len(newest) - len(head) - len(tail) + 3  # the thought's characters shown
+    assert shown in halving_lengths(2000)[1:] and shown > 96  # as much of it as fits: more than an older turn's
+    (clip,) = method.drain_events().clips
+    assert (clip["turns"], clip["newest"]) == (1, True)  # the newest alone: the others are within the limits now
+
+
+def test_a_clip_that_cannot_bring_the_prompt_within_l_changes_nothing() -> None:
+    """An observation alone over L: no clip of the agent's text helps, so the prompt is left as it was (the call
+    overflows as before) and nothing is recorded."""
+    method = make_method("sliding_window", SETTINGS)
+    method.begin("S", "G")
+    long_turns(method, [500], observation=4000)
+    before = [turn.messages() for turn in method.turns]
+    prompt(method)
+    assert [turn.messages() for turn in method.turns] == before and method.drain_events().clips == ()
+
+
+def test_full_context_never_clips() -> None:
+    method = make_method("full_context", SETTINGS)
+    method.begin("S", "G")
+    long_turns(method, [3000, 3000])
+    messages = prompt(method)
+    assert all("…" not in message.content for message in messages) and method.drain_events().clips == ()
+
+
+@pytest.mark.parametrize("name", ["llm_summary", "structured_state"])
+def test_condensing_request_clips_a_long_thought_before_the_observation(name: str) -> None:
+    """A folded turn whose thought alone is over a request's budget: the request shows the agent's text clipped
+    (ARC's limits) and the observation whole, where it cut the observation to nothing and still overflowed."""
+    method = make_method(name, SETTINGS)
+    method.begin("S", "G")
+    action = "cat secrets.txt"
+    method.record_agent("long reasoning " * 300, action)
+    method.record_observation(action, Observation("header\n" + "x" * 600 + "\nNEEDLE=ABC234\nfooter", 0))
+    long_turns(method, [10])
+    aux = AuxRecorder(overflow_over=SETTINGS.usable_tokens)
+    assert run(method.compact("forced", aux)) is True
+    (request, _purpose), = aux.requests
+    body = request[-1].content
+    assert "NEEDLE=ABC234" in body and "Thought: " + ("long reasoning " * 7)[:96] + "…\nAction: cat secrets.txt" in body
+    assert "long reasoning " * 7 not in body
+
+
+def test_tool_mode_clips_the_turns_text_then_its_call_arguments(tmp_path: Path) -> None:
+    """Tool-calling mode: the newest turn's text is clipped first; a call whose arguments alone are too long has
+    its string arguments clipped (the core's ``clipped_arguments``), the call's id and name kept, its result whole."""
+    model = tool_model_dir(tmp_path / "model")
+    settings = MethodSettings(context_limit=4096, max_tokens=1024, action_mode="tools",
+                              counter=make_counter(f"hf-dir:{model}", "template"))
+    for thought, file in (("why " * 4000, "a.txt"), ("", "b" * 40000)):
+        method = make_method("sliding_window", settings)
+        method.begin("S", "G")
+        call = ToolCall("c1", "cat", json.dumps({"file": file}))
+        method.record_tool_turn(thought, (call,))
+        method.record_tool_result(call, Observation("alpha", 0))
+        messages = prompt(method)
+        assert settings.counter.count(messages, method.tools()) <= settings.usable_tokens
+        assistant, result = messages[-2:]
+        assert (assistant.role, result.role, result.tool_call_id) == ("assistant", "tool", "c1")
+        assert result.content.endswith("alpha")
+        (shown,) = assistant.tool_calls
+        assert (shown.call_id, shown.name) == ("c1", "cat")
+        if thought:
+            assert assistant.content.endswith("…") and len(assistant.content) < len(thought) and shown == call
+        else:
+            assert json.loads(shown.arguments)["file"].endswith("…") and len(shown.arguments) < len(call.arguments)
+        (clip,) = method.drain_events().clips
+        assert clip["newest"] and clip["after"] <= settings.usable_tokens < clip["before"]
