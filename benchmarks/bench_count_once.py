@@ -120,7 +120,9 @@ def main() -> int:
     if arguments.mode == "tools":
         tokenizer = qwen3_tokenizer()
         if tokenizer is None:
-            print("bench_count_once: tool mode needs ../shared/data/qwen3-tokenizer (absent)", file=sys.stderr)
+            from proofs_check.shared_data import QWEN3_ABSENT
+
+            print(f"bench_count_once: tool mode needs Qwen3's files: {QWEN3_ABSENT}", file=sys.stderr)
             return 2
     import arc_ref
 

@@ -20,8 +20,10 @@ import sys
 import time
 from pathlib import Path
 
+from proofs_check.shared_data import QWEN3_NAME, shared_data_dir
+
 REPO = Path(__file__).resolve().parents[1]
-QWEN3_DIR = REPO.parent / "shared" / "data" / "qwen3-tokenizer"
+QWEN3_DIR = shared_data_dir() / QWEN3_NAME
 LARGE = 10_000  # characters: longer than any header or frame, so an encode of the observation (or a slice)
 
 

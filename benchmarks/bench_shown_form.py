@@ -20,8 +20,9 @@ from arc_ref.chat import CHATML
 from arc_ref.escape import ShownForm, control_strings, unshow
 from arc_ref.options import number_parser
 from arc_ref.tokenizers import get_tokenizer
+from proofs_check.shared_data import QWEN3_NAME, shared_data_dir
 
-QWEN3_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "qwen3-tokenizer"
+QWEN3_DIR = shared_data_dir() / QWEN3_NAME
 
 
 def main() -> None:

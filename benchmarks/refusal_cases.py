@@ -45,9 +45,10 @@ from tests.waiting import http_ok, wait_until  # noqa: E402
 from benchmarks.servers import SERVERS, run  # noqa: E402  (the servers, stopped however the run ends)
 from arc_ref.frontends.cli import EXIT_IO, EXIT_LINE_TOO_LONG, EXIT_OK, EXIT_USAGE, MAX_LINE_BYTES
 from arc_ref.tokenizers import TOKENIZER_FILE_LIMIT
+from proofs_check.shared_data import QWEN3_NAME, shared_data_dir
 
 REPO = Path(__file__).resolve().parents[1]
-QWEN3_DIR = REPO.parent / "shared" / "data" / "qwen3-tokenizer"
+QWEN3_DIR = shared_data_dir() / QWEN3_NAME
 ARC_REF = [sys.executable, "-m", "arc_ref.frontends.cli"]
 ARC_EVAL = [sys.executable, "-c", "import sys; from arc_eval.cli import main; sys.exit(main(sys.argv[1:]))"]
 ARC_REF_SHELL = " ".join(shlex.quote(part) for part in ARC_REF)

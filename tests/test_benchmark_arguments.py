@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
+from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
 from tests.stopping import signals_as_by_default
 from tests.waiting import scaled_ceiling, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 BENCHMARKS = REPO / "benchmarks"
-QWEN3 = REPO.parent / "shared" / "data" / "qwen3-tokenizer"
-NEEDS_QWEN3 = pytest.mark.skipif(not (QWEN3 / "tokenizer.json").is_file(), reason=f"needs {QWEN3}")
+NEEDS_QWEN3 = pytest.mark.skipif(qwen3_dir() is None, reason=QWEN3_ABSENT)  # where the benchmarks look for it
 
 # (script, arguments, what the last line of standard error says)
 CASES: list[Any] = [
@@ -133,13 +133,14 @@ def case_id(case: tuple[str, list[str], str]) -> str:
     return f"{script} {' '.join(arguments)}"
 
 
-def run_script(script: str, arguments: list[str], directory: Path) -> subprocess.CompletedProcess[str]:
-    """The script run to its end; past the ceiling its whole process group is killed (a script that measures
-    instead of refusing its arguments leaves no child behind)."""
+def run_script(script: str, arguments: list[str], directory: Path,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The script run to its end (``env`` added to the environment); past the ceiling its whole process group is
+    killed (a script that measures instead of refusing its arguments leaves no child behind)."""
     command = [sys.executable, str(BENCHMARKS / script),
                *(str(BENCHMARKS / argument) if (BENCHMARKS / argument).is_file() else argument.format(tmp=directory)
                  for argument in arguments)]
-    environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    environment = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     with subprocess.Popen(command, cwd=directory, env=environment, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, start_new_session=True) as process:
         try:
