@@ -247,3 +247,16 @@ def test_bench_store_crash_stopped_leaves_no_writer(tmp_path: Path, signum: sign
     assert "Traceback" not in stderr, stderr
     assert (process.returncode, stderr.strip().splitlines()[-1:]) == (
         128 + signum, [f"bench_store_crash: stopped by {signum.name}"])
+
+
+@pytest.mark.parametrize("name", ["resume: abs. --out, reordered, bar, conc. 5", "resume with another seed (refused)",
+                                  "report --arc with no such method"])
+def test_refusal_cases_only_runs_first_the_case_a_chosen_one_builds_on(name: str, tmp_path: Path) -> None:
+    """`refusal_cases.py --only WORDS` ran the resume and report cases without the first run they resume or report
+    on: each differed ('no such directory', 'tasks were redone'), exit 1 (h43's NIT). Now the case it builds on runs
+    first, said in a line."""
+    done = run_script("refusal_cases.py", ["--no-fuzz", "--only", name], tmp_path)
+    assert (done.returncode, "Traceback" in done.stdout + done.stderr) == (0, False), (done.stdout, done.stderr)
+    assert done.stdout.splitlines()[0] == (f"--only {name!r}: also the case(s) the chosen ones build on: first run"
+                                           " (relative --out)"), done.stdout
+    assert "2 of 2 cases as expected, 0 differ" in done.stdout, done.stdout
