@@ -260,3 +260,17 @@ def test_refusal_cases_only_runs_first_the_case_a_chosen_one_builds_on(name: str
     assert done.stdout.splitlines()[0] == (f"--only {name!r}: also the case(s) the chosen ones build on: first run"
                                            " (relative --out)"), done.stdout
     assert "2 of 2 cases as expected, 0 differ" in done.stdout, done.stdout
+
+
+@NEEDS_QWEN3
+@pytest.mark.parametrize("script, arguments", [
+    ("bench_fork_burst.py", ["--copies", "2", "--turns", "2", "--kb", "1"]),
+    ("bench_proxy_store.py", ["hold", "--conversations", "4"]),
+    ("bench_proxy_store.py", ["memory", "--conversations", "2", "--idle-seconds", "1"]),
+], ids=lambda value: value if isinstance(value, str) else " ".join(value))
+def test_no_warning_on_the_fake_upstreams_count(script: str, arguments: list[str], tmp_path: Path) -> None:
+    """Every run warned 'the upstream counted 1 (10) prompt tokens where the proxy counted 772 (802): is --tokenizer
+    the served model's tokenizer...' (h43's NIT): the count was the fake upstream's made-up usage, not a server's.
+    The fakes now report no prompt count, so the proxy compares nothing and says nothing."""
+    done = run_script(script, arguments, tmp_path)
+    assert (done.returncode, "warning" in done.stdout + done.stderr) == (0, False), (done.stdout, done.stderr)
