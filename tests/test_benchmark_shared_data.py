@@ -1,5 +1,5 @@
-"""The benchmarks read the shared data (../shared/data beside the repository, or `$ARC_SHARED_DATA`, as the README
-says) through one helper, proofs_check.shared_data, and name the path they looked at (review h47). Before, half of
+"""The benchmarks and the tests read the shared data (../shared/data beside the repository, or `$ARC_SHARED_DATA`, as
+the README says) through one helper, proofs_check.shared_data, and name the path they looked at (review h47). Before, half of
 them ignored ARC_SHARED_DATA (a hard-coded ../shared/data: bench_trajectories, bench_templates, bench_eval_templates,
 bench_shown_form, bench_large_observation, refusal_cases, prefix_cache), and bench_replay, bench_count_once,
 bench_proxy and bench_many_proxies said "../shared/data" where they had looked elsewhere.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from proofs_check.shared_data import QWEN3_NAME, qwen3_dir
+from proofs_check.shared_data import QWEN3_NAME, SHARED_DATA_ENV, qwen3_dir
 from tests.deployment import haproxy_absent, postgres_absent
 from tests.test_benchmark_arguments import BENCHMARKS, run_script
 
@@ -45,20 +45,26 @@ def test_an_empty_shared_data_folder_is_named(case: tuple[str, list[str], int, s
     script, arguments, status, needed = case
     data = tmp_path / "data"
     data.mkdir()
-    done = run_script(script, arguments, tmp_path, {"ARC_SHARED_DATA": str(data)})
+    done = run_script(script, arguments, tmp_path, {SHARED_DATA_ENV: str(data)})
     said = done.stdout + done.stderr
     assert "Traceback" not in said, said[-3000:]
     assert (done.returncode, f"{data}/{needed}" in said) == (status, True), said[-3000:]
 
 
-def test_no_benchmark_finds_the_shared_data_itself() -> None:
-    """Every script of benchmarks/ takes the folder from proofs_check.shared_data (shared_data_dir, qwen3_dir):
-    none reads ARC_SHARED_DATA or builds "shared" / "data" itself."""
-    own = re.compile(r"[\"']ARC_SHARED_DATA[\"']|[\"']shared[\"']\s*/\s*[\"']data[\"']")
-    found = [f"{path.relative_to(BENCHMARKS)}:{number}: {line.strip()}"
-             for path in sorted(BENCHMARKS.rglob("*.py"))
+OWN = re.compile(r"[\"']ARC_SHARED_DATA[\"']|[\"']shared[\"']\s*/\s*(?:[\"']data[\"']|$)")
+# the README's commands name ../shared/data relative to the repository: its test runs them from there
+READS_THE_README = {"test_readme_snippets.py"}
+
+
+@pytest.mark.parametrize("folder", ["benchmarks", "tests"])
+def test_no_script_or_test_finds_the_shared_data_itself(folder: str) -> None:
+    """Every script of benchmarks/ and every test takes the folder from proofs_check.shared_data (shared_data_dir,
+    qwen3_dir): none reads ARC_SHARED_DATA or builds the path ../shared/data itself."""
+    root = BENCHMARKS.parent / folder
+    found = [f"{path.relative_to(root)}:{number}: {line.strip()}"
+             for path in sorted(root.rglob("*.py")) if path.name not in READS_THE_README
              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-             if own.search(line.split("#")[0])]
+             if OWN.search(line.split("#")[0])]
     assert found == []
 
 
@@ -71,7 +77,7 @@ def test_bench_shown_form_reads_qwen3_where_arc_shared_data_says(tmp_path: Path)
     qwen3 = qwen3_dir()
     assert qwen3 is not None
     (data / QWEN3_NAME).symlink_to(qwen3)
-    done = run_script("bench_shown_form.py", ["--mb", "0.001"], tmp_path, {"ARC_SHARED_DATA": str(data)})
+    done = run_script("bench_shown_form.py", ["--mb", "0.001"], tmp_path, {SHARED_DATA_ENV: str(data)})
     first = done.stdout.splitlines()[:1]
     assert (done.returncode, first[0].startswith(f"tokenizer hf-dir:{data / QWEN3_NAME}: ")) == (0, True), (
         first, done.stderr)
