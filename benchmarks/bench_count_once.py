@@ -120,7 +120,9 @@ def main() -> int:
     if arguments.mode == "tools":
         tokenizer = qwen3_tokenizer()
         if tokenizer is None:
-            print("bench_count_once: tool mode needs ../shared/data/qwen3-tokenizer (absent)", file=sys.stderr)
+            from proofs_check.shared_data import QWEN3_ABSENT
+
+            print(f"bench_count_once: tool mode needs Qwen3's files: {QWEN3_ABSENT}", file=sys.stderr)
             return 2
     import arc_ref
 
@@ -171,4 +173,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.append(str(Path(__file__).resolve().parents[1]))  # the repository, last: it shadows no other import
+    from benchmarks.servers import SERVERS, run
+
+    SERVERS.stop_on_signals()  # SIGTERM, SIGHUP, Ctrl-C: one line and exit 128 + the signal, as the servers' benches
+    sys.exit(run(main, "bench_count_once"))

@@ -42,7 +42,7 @@ from arc_eval.tasks.nih import make_nih_tasks  # noqa: E402
 from arc_eval.types import ChatReply, ChatRequest, ContextOverflow, Task  # noqa: E402
 from arc_ref.errors import ArcError  # noqa: E402
 from arc_ref.options import integer_parser  # noqa: E402
-from proofs_check.shared_data import transformers_prompt  # noqa: E402
+from proofs_check.shared_data import shared_data_dir, transformers_prompt  # noqa: E402
 
 
 class Recording:
@@ -145,7 +145,7 @@ def main() -> int:
     parser.add_argument("--longbench", type=integer_parser(0, 100_000), default=10,
                         help="LongBench sample items among the tasks (0 to 100000)")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
+    parser.add_argument("--data", type=Path, default=shared_data_dir())
     parser.add_argument("--context-limit", type=int, default=16384)
     parser.add_argument("--max-tokens", type=int, default=4096)
     args = parser.parse_args()
@@ -171,4 +171,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.append(str(Path(__file__).resolve().parents[1]))  # the repository, last: it shadows no other import
+    from benchmarks.servers import SERVERS, run
+
+    SERVERS.stop_on_signals()  # SIGTERM, SIGHUP, Ctrl-C: one line and exit 128 + the signal, as the servers' benches
+    sys.exit(run(main, "bench_eval_templates"))

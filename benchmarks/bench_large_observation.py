@@ -20,8 +20,10 @@ import sys
 import time
 from pathlib import Path
 
+from proofs_check.shared_data import QWEN3_NAME, shared_data_dir
+
 REPO = Path(__file__).resolve().parents[1]
-QWEN3_DIR = REPO.parent / "shared" / "data" / "qwen3-tokenizer"
+QWEN3_DIR = shared_data_dir() / QWEN3_NAME
 LARGE = 10_000  # characters: longer than any header or frame, so an encode of the observation (or a slice)
 
 
@@ -95,4 +97,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.append(str(Path(__file__).resolve().parents[1]))  # the repository, last: it shadows no other import
+    from benchmarks.servers import SERVERS, run
+
+    SERVERS.stop_on_signals()  # SIGTERM, SIGHUP, Ctrl-C: one line and exit 128 + the signal, as the servers' benches
+    sys.exit(run(main, "bench_large_observation"))

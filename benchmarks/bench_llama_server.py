@@ -25,6 +25,7 @@ import collections
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -36,8 +37,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: the tests' one readiness wait
 from tests.waiting import http_ok, wait_until  # noqa: E402
 from arc_eval.cli import main as arc_eval  # noqa: E402
+from arc_eval.errors import INTERRUPTED, TERMINATED  # noqa: E402
 from arc_ref.options import integer_parser  # noqa: E402
-from benchmarks.servers import SERVERS, run  # noqa: E402  (the server, stopped however the run ends)
+from benchmarks.servers import SERVERS, Stopped, run  # noqa: E402  (the server, stopped however the run ends)
 
 HERE = Path(__file__).resolve().parent
 
@@ -123,9 +125,12 @@ def main() -> int:
         code = arc_eval(argv)
         wall = time.perf_counter() - started
         # arc-eval's event loop took SIGINT and SIGTERM while it ran (it stops the run itself, recording what
-        # finished) and left them at their defaults; a signal it took for Ctrl-C (SIGHUP) stops this run here
+        # finished) and left them at their defaults; a signal it took for Ctrl-C (SIGHUP) stops this run here, and
+        # so does one its loop took (its status says which): the run is then stopped, not reported
         SERVERS.stop_on_signals()
         SERVERS.raise_if_stopped()
+        if code in (INTERRUPTED.code, TERMINATED.code):
+            raise Stopped(signal.SIGINT if code == INTERRUPTED.code else signal.SIGTERM)
     finally:
         SERVERS.stop(server, 30)
     if not (out / "calls.jsonl").is_file():

@@ -40,6 +40,7 @@ from arc_eval.backends.scripted_server import serve_in_thread  # noqa: E402
 from benchmarks.bench_proxy import agent, always_bash  # noqa: E402  (one agent loop for both benchmarks)
 from arc_ref.options import integer_parser  # noqa: E402
 from benchmarks.servers import SERVERS, run  # noqa: E402
+from proofs_check.shared_data import QWEN3_ABSENT  # noqa: E402
 
 
 OUTPUT = "\n".join(f"-rw-r--r-- 1 user user {number * 97} file_{number}.py" for number in range(20))
@@ -136,7 +137,7 @@ def main() -> int:
     arguments = parser.parse_args()
     SERVERS.stop_on_signals()  # SIGTERM, SIGHUP: unwound as Ctrl-C is, through the blocks that stop each server
     for why in (postgres_absent(), haproxy_absent(),
-                None if QWEN3 is not None else "Qwen3's files are not in ../shared/data"):
+                None if QWEN3 is not None else QWEN3_ABSENT):
         if why is not None:
             print(f"bench_many_proxies: {why}", file=sys.stderr)
             return 2

@@ -505,11 +505,11 @@ def main() -> int:
         asyncio.run(_serve_fake(arguments.serve_fake))
         return 0
     SERVERS.stop_on_signals()
-    from proofs_check.shared_data import qwen3_dir
+    from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
 
     qwen3 = qwen3_dir()
     if qwen3 is None:
-        print("bench_proxy: Qwen3's files are not in ../shared/data (the arc route counts with them)", file=sys.stderr)
+        print(f"bench_proxy: the arc route counts with Qwen3's files: {QWEN3_ABSENT}", file=sys.stderr)
         return 2
     litellm, why = (None, "left out (--no-litellm)") if arguments.no_litellm else find_litellm(arguments.litellm)
     outputs = output_pool(1)

@@ -38,12 +38,16 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def reply_for(body: dict[str, Any]) -> tuple[int, bytes]:
-    """A tool call when the last message is the task, else a text reply."""
+    """A tool call when the last message is the task, else a text reply; no usage: the fake counts no prompt (a made-up
+    prompt_tokens had the proxy warn on every run that its count differed from the server's)."""
     last = body["messages"][-1]
     if last.get("role") == "user" and "Task" in str(last.get("content")) and body.get("tools"):
         calls = [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]
-        return 200, json.dumps(completion("", calls)).encode()
-    return 200, json.dumps(completion("done")).encode()
+        reply = completion("", calls)
+    else:
+        reply = completion("done")
+    del reply["usage"]
+    return 200, json.dumps(reply).encode()
 
 
 def converse(url: str, number: int) -> None:

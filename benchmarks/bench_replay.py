@@ -459,7 +459,7 @@ def measure(events: int, repeat: int, replay_args: list[str], baseline: str | No
 
 
 def qwen3_tokenizer() -> str | None:
-    """``hf-dir:`` of Qwen3's files in ../shared/data (absolute: the children run in a scratch folder)."""
+    """``hf-dir:`` of Qwen3's files in the shared data (proofs_check.shared_data; absolute: the children run in a scratch folder)."""
     sys.path.append(str(Path(__file__).resolve().parent.parent))  # after any other checkout's (a baseline's)
     from proofs_check.shared_data import qwen3_dir
 
@@ -490,8 +490,9 @@ def main() -> int:
     if arguments.mode == "tools":
         tokenizer = qwen3_tokenizer()
         if tokenizer is None:
-            print("bench_replay: tool mode needs Qwen3's files in ../shared/data/qwen3-tokenizer (absent)",
-                  file=sys.stderr)
+            from proofs_check.shared_data import QWEN3_ABSENT
+
+            print(f"bench_replay: tool mode needs Qwen3's files: {QWEN3_ABSENT}", file=sys.stderr)
             return 2
     described = ("paper preset, o200k_base" if tokenizer is None else
                  "tool mode, paper preset, Qwen3's template and tokenizer (floor: one encode per new message)")
@@ -511,4 +512,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.append(str(Path(__file__).resolve().parents[1]))  # the repository, last: it shadows no other import
+    from benchmarks.servers import SERVERS, run
+
+    SERVERS.stop_on_signals()  # SIGTERM, SIGHUP, Ctrl-C: one line and exit 128 + the signal, as the servers' benches
+    sys.exit(run(main, "bench_replay"))

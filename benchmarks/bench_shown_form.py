@@ -12,6 +12,7 @@ character of most control strings). It prints S and S^-1 in seconds and MiB/s, a
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -19,8 +20,9 @@ from arc_ref.chat import CHATML
 from arc_ref.escape import ShownForm, control_strings, unshow
 from arc_ref.options import number_parser
 from arc_ref.tokenizers import get_tokenizer
+from proofs_check.shared_data import QWEN3_NAME, shared_data_dir
 
-QWEN3_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "qwen3-tokenizer"
+QWEN3_DIR = shared_data_dir() / QWEN3_NAME
 
 
 def main() -> None:
@@ -51,4 +53,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.path.append(str(Path(__file__).resolve().parents[1]))  # the repository, last: it shadows no other import
+    from benchmarks.servers import SERVERS, run
+
+    SERVERS.stop_on_signals()  # SIGTERM, SIGHUP, Ctrl-C: one line and exit 128 + the signal, as the servers' benches
+    sys.exit(run(main, "bench_shown_form"))

@@ -14,7 +14,6 @@ number of acknowledged events missing (refused); a reopen lacking an acknowledge
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import tempfile
 import time
@@ -37,16 +36,11 @@ def main() -> int:
                              " (0 to 1)")
     arguments = parser.parse_args()
     started = time.perf_counter()
-    # SIGTERM (kill, a CI timeout) leaves through kill_loop's `finally`, which kills the writer it started, and
-    # the scratch folder is removed: ended at once, the writer went on alone, filling the disk
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(f"bench_store_crash: stopped by signal {signum}"))
-    try:
-        with tempfile.TemporaryDirectory() as scratch:
-            figures = kill_loop(Path(scratch), arguments.kills, arguments.seed, arguments.max_delay,
-                                arguments.fold_every, arguments.wal_damage)
-    except KeyboardInterrupt:
-        print("bench_store_crash: interrupted; the writer is stopped and its store removed", file=sys.stderr)
-        return 130
+    # a signal (benchmarks/servers.py) leaves through kill_loop's `finally`, which kills the writer it started, and
+    # the scratch folder is removed: ended at once by SIGTERM, the writer went on alone, filling the disk
+    with tempfile.TemporaryDirectory() as scratch:
+        figures = kill_loop(Path(scratch), arguments.kills, arguments.seed, arguments.max_delay,
+                            arguments.fold_every, arguments.wal_damage)
     print(f"kills: {figures.kills}")
     print(f"events acknowledged: {figures.acknowledged}")
     print(f"events lost: {figures.lost}")
@@ -68,4 +62,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.append(str(Path(__file__).resolve().parents[1]))  # the repository, last: it shadows no other import
+    from benchmarks.servers import SERVERS, run
+
+    SERVERS.stop_on_signals()  # SIGTERM, SIGHUP, Ctrl-C: one line and exit 128 + the signal, as the servers' benches
+    sys.exit(run(main, "bench_store_crash"))

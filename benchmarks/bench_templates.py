@@ -43,7 +43,7 @@ from arc_ref.machine import (  # noqa: E402
 from arc_ref.message import ToolCall  # noqa: E402
 from arc_ref.options import integer_parser  # noqa: E402
 from arc_ref.trace import replay  # noqa: E402
-from proofs_check.shared_data import transformers_prompt  # noqa: E402
+from proofs_check.shared_data import shared_data_dir, transformers_prompt  # noqa: E402
 
 WORDS = ("def", "return", "self", "import", "the", "file", "line", "error", "0", "1", "None", "é", "中文", "😀",
          "<|im_end|>", "</think>", "<tool_response>", "\n", "\n\n", "  ")
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=integer_parser(1, 100_000), default=40,
                         help="events per text-mode trace, a third of them per tool-mode trace (1 to 100000)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
+    parser.add_argument("--data", type=Path, default=shared_data_dir())
     arguments = parser.parse_args(argv)
     directory = (arguments.data / "qwen3-tokenizer").resolve()
     if not (directory / "tokenizer.json").is_file():
@@ -232,4 +232,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.append(str(Path(__file__).resolve().parents[1]))  # the repository, last: it shadows no other import
+    from benchmarks.servers import SERVERS, run
+
+    SERVERS.stop_on_signals()  # SIGTERM, SIGHUP, Ctrl-C: one line and exit 128 + the signal, as the servers' benches
+    sys.exit(run(main, "bench_templates"))

@@ -80,11 +80,12 @@ from arc_ref.options import integer_parser
 from arc_ref.recall import chunk_count, reassemble
 from arc_ref.render import agent_message
 from arc_ref.summary import extends
+from proofs_check.shared_data import QWEN3_NAME, shared_data_dir
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trajectories import DATA_DIR, Step, Trajectory, TrajectoryError, load_all  # noqa: E402
 
-QWEN3_DIR = DATA_DIR.parent / "qwen3-tokenizer"
+QWEN3_DIR = shared_data_dir() / QWEN3_NAME
 WINDOWS = {"16k": 16384, "32k": 32768}
 MAX_TOKENS = 4096
 # the paper's serving setups: Qwen3-8B on one H200 at 16k, Qwen3-32B on two H200 at 32k
@@ -717,4 +718,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.append(str(Path(__file__).resolve().parents[1]))  # the repository, last: it shadows no other import
+    from benchmarks.servers import SERVERS, run
+
+    SERVERS.stop_on_signals()  # SIGTERM, SIGHUP, Ctrl-C: one line and exit 128 + the signal, as the servers' benches
+    sys.exit(run(main, "bench_trajectories"))

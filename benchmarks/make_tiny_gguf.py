@@ -31,11 +31,10 @@ from typing import Any
 import numpy as np
 
 from arc_ref.options import integer_parser
+from proofs_check.shared_data import QWEN3_NAME, shared_data_dir
 
 ROOT = Path(__file__).resolve().parent.parent
-# ../shared/data beside the repository, or $ARC_SHARED_DATA (a checkout without it, e.g. a worktree)
-SHARED_DATA = Path(os.environ.get("ARC_SHARED_DATA") or ROOT.parent / "shared" / "data")
-DEFAULT_TOKENIZER_DIR = SHARED_DATA / "qwen3-tokenizer"
+DEFAULT_TOKENIZER_DIR = shared_data_dir() / QWEN3_NAME  # ../shared/data beside the repository, or $ARC_SHARED_DATA
 NORMAL, CONTROL, USER_DEFINED = 1, 3, 4  # gguf.TokenType values
 
 
@@ -170,4 +169,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.append(str(Path(__file__).resolve().parents[1]))  # the repository, last: it shadows no other import
+    from benchmarks.servers import SERVERS, run
+
+    SERVERS.stop_on_signals()  # SIGTERM, SIGHUP, Ctrl-C: one line and exit 128 + the signal, as the servers' benches
+    sys.exit(run(main, "make_tiny_gguf"))

@@ -35,8 +35,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.servers import SERVERS, run  # noqa: E402  (the proxies, stopped however the run ends)
+from proofs_check.shared_data import QWEN3_ABSENT, QWEN3_NAME, shared_data_dir  # noqa: E402
 
-QWEN3 = Path(os.environ.get("ARC_SHARED_DATA") or REPO.parent / "shared" / "data") / "qwen3-tokenizer"
+QWEN3 = shared_data_dir() / QWEN3_NAME
 WINDOW = 16384
 # budgets main needed to hold mini-swe-agent's prefix (the cases other than the out-of-the-box one pass them)
 BUDGETS = ["--set", "recent_budget=2000", "--set", "recall_budget=2600", "--set", "chunk_tokens=1200",
@@ -702,7 +703,7 @@ def main() -> int:
     if not (args.tree / "arc_ref" / "__init__.py").is_file():
         parser.error(f"--tree {str(args.tree)!r} is not a checkout of arc-ref (no arc_ref/__init__.py there)")
     if not (QWEN3 / "tokenizer.json").is_file():
-        print(f"proxy_cases: Qwen3's files are not in {QWEN3.parent} (run beside ../shared/data)", file=sys.stderr)
+        print(f"proxy_cases: {QWEN3_ABSENT}", file=sys.stderr)
         return 2
     table = cases(args.tree.resolve(), args)
     if args.list:

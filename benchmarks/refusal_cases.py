@@ -45,9 +45,10 @@ from tests.waiting import http_ok, wait_until  # noqa: E402
 from benchmarks.servers import SERVERS, run  # noqa: E402  (the servers, stopped however the run ends)
 from arc_ref.frontends.cli import EXIT_IO, EXIT_LINE_TOO_LONG, EXIT_OK, EXIT_USAGE, MAX_LINE_BYTES
 from arc_ref.tokenizers import TOKENIZER_FILE_LIMIT
+from proofs_check.shared_data import QWEN3_NAME, shared_data_dir
 
 REPO = Path(__file__).resolve().parents[1]
-QWEN3_DIR = REPO.parent / "shared" / "data" / "qwen3-tokenizer"
+QWEN3_DIR = shared_data_dir() / QWEN3_NAME
 ARC_REF = [sys.executable, "-m", "arc_ref.frontends.cli"]
 ARC_EVAL = [sys.executable, "-c", "import sys; from arc_eval.cli import main; sys.exit(main(sys.argv[1:]))"]
 ARC_REF_SHELL = " ".join(shlex.quote(part) for part in ARC_REF)
@@ -73,6 +74,7 @@ class Case:
     run: Callable[[], Outcome]
     exit_code: int
     expect: str  # words the message must hold
+    needs: str | None = None  # the name of an earlier case whose outcome this one builds on (run first by --only)
 
 
 def _cut(text: str, width: int) -> str:
@@ -481,6 +483,9 @@ def server_fault_cases(scratch: Path) -> list[Case]:
     return cases
 
 
+FIRST_RUN = "first run (relative --out)"
+
+
 def resume_cases(scratch: Path) -> list[Case]:
     """Resume forgives what does not change the run and refuses what does (issue 9.4)."""
     work = scratch / "resume"
@@ -521,12 +526,12 @@ def resume_cases(scratch: Path) -> list[Case]:
         return checked(outcome, no_run_directory(work / "twice"))
 
     return [
-        Case("first run (relative --out)", "arc-eval " + " ".join(first), first_run, EXIT_OK, "ran: 2 task(s)"),
+        Case(FIRST_RUN, "arc-eval " + " ".join(first), first_run, EXIT_OK, "ran: 2 task(s)"),
         Case("resume: abs. --out, reordered, bar, conc. 5",
              "arc-eval nih --methods sliding_window --out /ABS/run --seeds 42 --tasks 2 --concurrency 5",
-             resumed, EXIT_OK, "resuming"),
+             resumed, EXIT_OK, "resuming", needs=FIRST_RUN),
         Case("resume with another seed (refused)", "arc-eval nih --tasks 2 --seeds 43 ... --out run",
-             another_seed, EXIT_USAGE, "seeds: stored [42] != requested [43]"),
+             another_seed, EXIT_USAGE, "seeds: stored [42] != requested [43]", needs=FIRST_RUN),
         Case("leftover manifest.json.tmp", "arc-eval nih ... --out killed (holding manifest.json.tmp)",
              leftover_tmp, EXIT_OK, "manifest.json.tmp removed"),
         Case("--seeds 42 42", "arc-eval nih --tasks 1 --seeds 42 42", repeated_seed, EXIT_USAGE,
@@ -555,7 +560,7 @@ def argument_cases(scratch: Path) -> list[Case]:
         Case("report --arc with no such method", "arc-eval report run --arc nosuch",
              lambda: from_stderr([*ARC_EVAL, "report", str(run), "--arc", "nosuch", "--out", str(scratch / "rep"),
                                   "--format", "md"], pick="nosuch"), EXIT_REPORT_BAD_INPUT,
-             "--arc nosuch: no task of that method in the runs"),
+             "--arc nosuch: no task of that method in the runs", needs=FIRST_RUN),  # the run it reports on
     ]
 
 
@@ -958,6 +963,21 @@ def bounds_cases(scratch: Path) -> list[Case]:
     ]
 
 
+def with_needs(chosen: set[str], cases: list[Case]) -> set[str]:
+    """The cases named in ``chosen`` and those they build on (``needs``, and theirs); each is an earlier case."""
+    earlier: dict[str, Case] = {}
+    for case in cases:
+        assert case.needs is None or case.needs in earlier, f"{case.name!r} needs a later or unknown case"
+        earlier[case.name] = case
+    found, pending = set(chosen), list(chosen)
+    while pending:
+        need = earlier[pending.pop()].needs
+        if need is not None and need not in found:
+            found.add(need)
+            pending.append(need)
+    return found
+
+
 def run_cases(groups: list[tuple[str, list[Case]]], scratch: Path) -> int:
     differing = 0
     print(f"{'case':<44} | {'command':<{COMMAND_WIDTH}} | exit (expected) | message")
@@ -999,7 +1019,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fuzz", action=argparse.BooleanOptionalAction, default=True,
                         help="also run the fuzzer's default budget and print its counts (default: yes)")
-    parser.add_argument("--only", default="", metavar="WORDS", help="run only the cases whose name holds WORDS")
+    parser.add_argument("--only", default="", metavar="WORDS",
+                        help="run only the cases whose name holds WORDS (and the earlier ones they build on)")
     args = parser.parse_args(argv)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="refusal-cases-") as directory:
@@ -1017,9 +1038,13 @@ def main(argv: list[str] | None = None) -> int:
             ("numbers bounded and read strictly, no value or flag twice, arguments as text (issue 31.2)",
              bounds_cases(scratch)),
         ]
-        groups = [(title, [case for case in cases if args.only in case.name]) for title, cases in groups]
-        if not any(cases for _, cases in groups):
+        chosen = {case.name for _, cases in groups for case in cases if args.only in case.name}
+        if not chosen:
             parser.error(f"--only {args.only!r}: no case's name holds it")
+        needed = with_needs(chosen, [case for _, cases in groups for case in cases]) - chosen
+        if needed:
+            print(f"--only {args.only!r}: also the case(s) the chosen ones build on: {', '.join(sorted(needed))}")
+        groups = [(title, [case for case in cases if case.name in chosen | needed]) for title, cases in groups]
         differing = run_cases(groups, scratch)
     total = sum(len(cases) for _, cases in groups)
     print(f"{total - differing} of {total} cases as expected, {differing} differ "

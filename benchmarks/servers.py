@@ -4,7 +4,8 @@ A server in a session of its own gets no signal meant for the benchmark (a termi
 SIGTERM to the benchmark's pid), so the benchmark stops it. ``SERVERS.stop_on_signals()`` makes SIGTERM, SIGHUP
 and SIGINT unwind the run as Ctrl-C does (``Stopped``, a KeyboardInterrupt), through the ``finally`` blocks that
 stop each server; ``run(main, name)`` then exits with 128 + the signal, and kills whatever a cleanup cut short
-left behind.
+left behind. Every script of benchmarks/ goes through ``run``, whether it starts a server or not, so that a signal
+ends each one the same way (tests/test_benchmark_signals.py checks each one's ``__main__`` block).
 """
 
 from __future__ import annotations
@@ -112,6 +113,8 @@ def run(main: Callable[[], int | None], name: str) -> int:
         return main() or 0
     except Stopped as stopped:
         with contextlib.suppress(OSError):  # a terminal that hung up (SIGHUP) takes no more lines
+            sys.stdout.flush()  # what was printed before comes first where both streams go to one file
+        with contextlib.suppress(OSError):
             print(f"{name}: stopped by {stopped}", file=sys.stderr, flush=True)
         return 128 + stopped.signum
     finally:

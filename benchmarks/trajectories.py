@@ -1,6 +1,6 @@
 """Convert real agent runs (OpenHands, SWE-agent) into ARC event traces (`spec/trace.md`).
 
-The files are read from `../shared/data/trajectories/` (see its SOURCES.md); nothing is copied into the
+The files are read from `../shared/data/trajectories/` (or `$ARC_SHARED_DATA/trajectories`; see its SOURCES.md); nothing is copied into the
 project. A trajectory becomes: the task goal, then for every tool call an agent turn (thought, action)
 followed by the observation the tool returned.
 """
@@ -15,7 +15,9 @@ from typing import Any, Iterator
 
 from attrs import frozen
 
-DATA_DIR = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "trajectories"
+from proofs_check.shared_data import shared_data_dir
+
+DATA_DIR = shared_data_dir() / "trajectories"
 
 
 @frozen

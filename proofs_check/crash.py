@@ -43,6 +43,9 @@ from arc_ref.trace import encode, event_line
 
 SNAPSHOT_EVERY = 50
 READY = b"ready\n"
+# Held back while kill_loop starts a writer: one that came then (Ctrl-C, a benchmark's SIGTERM) stopped the loop
+# inside subprocess.Popen, after the fork, and the writer it had started ran on alone, never killed.
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
 def crash_config() -> Config:
@@ -73,6 +76,7 @@ def writer(store_path: str, acks_path: str, seed: int) -> int:
     """Append events forever, acknowledging each after its commit (run in a child process, killed)."""
     from arc_ref.persist import DurableStore
 
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # held back by kill_loop while it started this process
     path = Path(store_path)
     store = DurableStore.open(path) if path.exists() else DurableStore.create(path, crash_config())
     store.snapshot_min_events, store.snapshot_growth = SNAPSHOT_EVERY, 0.0
@@ -242,11 +246,17 @@ def kill_loop(
     store_path, acks_path = directory / "crash.arc", directory / "acks.txt"
     figures = CrashFigures()
     for kill in range(kills):
-        child = subprocess.Popen(
-            [sys.executable, "-m", "proofs_check.crash", "writer", str(store_path), str(acks_path), str(seed)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # until the `try` whose `finally` kills it
         try:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "proofs_check.crash", "writer", str(store_path), str(acks_path), str(seed)],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            )
+        except BaseException:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            raise
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a signal held back is raised here
             if rng.random() < 0.1 and not (kill == 0 and first_kill_after):  # now and then, while it starts
                 time.sleep(rng.uniform(0.0, 0.3))
             else:

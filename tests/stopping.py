@@ -171,10 +171,12 @@ while True:
 
 
 HOLDING = """#!{python}
-import http.server, signal, subprocess, sys, time
+import http.server, json, signal, subprocess, sys, time
 from pathlib import Path
 {prelude}
 port = int(sys.argv[sys.argv.index("--port") + 1])
+PROBE = {{"id": "p", "object": "chat.completion", "created": 0, "model": "tiny", "choices": [{{"index": 0,
+         "message": {{"role": "assistant", "content": "x"}}, "finish_reason": "length"}}]}}
 
 
 class Holding(http.server.BaseHTTPRequestHandler):
@@ -182,11 +184,25 @@ class Holding(http.server.BaseHTTPRequestHandler):
         if self.path == "/health":
             self.send_response(200)
             self.end_headers()
+        elif {answers_probe} and self.path == "/v1/models":
+            self.answer({{"object": "list", "data": [{{"id": "tiny", "object": "model"}}]}})
         else:
             self.hold()
 
     def do_POST(self):
-        self.hold()
+        body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{{}}")
+        if {answers_probe} and body.get("max_tokens") == 1:
+            self.answer(PROBE)
+        else:
+            self.hold()
+
+    def answer(self, body):
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def hold(self):
         Path({here!r}, "asked").touch()
@@ -200,9 +216,12 @@ http.server.ThreadingHTTPServer(("127.0.0.1", port), Holding).serve_forever()
 """
 
 
-def holding(tmp_path: Path, path: Path, prelude: str = "") -> Path:
+def holding(tmp_path: Path, path: Path, prelude: str = "", answers_probe: bool = False) -> Path:
     """A server (an executable script at ``path``, ``prelude`` run first) for ``--port N`` that answers GET /health
-    and holds every other request, touching `asked` in tmp_path: a benchmark's client is then waiting on it."""
-    path.write_text(HOLDING.format(python=sys.executable, prelude=prelude, here=str(tmp_path)))
+    and holds every other request, touching `asked` in tmp_path: a benchmark's client is then waiting on it. With
+    ``answers_probe`` it also answers arc-eval's checks before its first task (GET /v1/models, a 1-token
+    completion), so that arc-eval is running its tasks when it waits."""
+    path.write_text(HOLDING.format(python=sys.executable, prelude=prelude, here=str(tmp_path),
+                                   answers_probe=answers_probe))
     path.chmod(0o755)
     return path

@@ -17,12 +17,13 @@ from typing import Any
 
 import pytest
 
+from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
+from tests.stopping import signals_as_by_default
 from tests.waiting import scaled_ceiling, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 BENCHMARKS = REPO / "benchmarks"
-QWEN3 = REPO.parent / "shared" / "data" / "qwen3-tokenizer"
-NEEDS_QWEN3 = pytest.mark.skipif(not (QWEN3 / "tokenizer.json").is_file(), reason=f"needs {QWEN3}")
+NEEDS_QWEN3 = pytest.mark.skipif(qwen3_dir() is None, reason=QWEN3_ABSENT)  # where the benchmarks look for it
 
 # (script, arguments, what the last line of standard error says)
 CASES: list[Any] = [
@@ -132,13 +133,14 @@ def case_id(case: tuple[str, list[str], str]) -> str:
     return f"{script} {' '.join(arguments)}"
 
 
-def run_script(script: str, arguments: list[str], directory: Path) -> subprocess.CompletedProcess[str]:
-    """The script run to its end; past the ceiling its whole process group is killed (a script that measures
-    instead of refusing its arguments leaves no child behind)."""
+def run_script(script: str, arguments: list[str], directory: Path,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The script run to its end (``env`` added to the environment); past the ceiling its whole process group is
+    killed (a script that measures instead of refusing its arguments leaves no child behind)."""
     command = [sys.executable, str(BENCHMARKS / script),
                *(str(BENCHMARKS / argument) if (BENCHMARKS / argument).is_file() else argument.format(tmp=directory)
                  for argument in arguments)]
-    environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    environment = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     with subprocess.Popen(command, cwd=directory, env=environment, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, start_new_session=True) as process:
         try:
@@ -220,20 +222,19 @@ def processes_naming(text: str) -> list[int]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc")
-@pytest.mark.parametrize("signum, status, last", [
-    (signal.SIGTERM, 1, "bench_store_crash: stopped by signal 15"),
-    (signal.SIGINT, 130, "bench_store_crash: interrupted; the writer is stopped and its store removed"),
-], ids=["SIGTERM", "SIGINT"])
-def test_bench_store_crash_stopped_leaves_no_writer(tmp_path: Path, signum: int, status: int, last: str) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)
+def test_bench_store_crash_stopped_leaves_no_writer(tmp_path: Path, signum: signal.Signals) -> None:
     """SIGTERM ended bench_store_crash at once: the store writer it had started went on alone (found running 40
     minutes later, 2 GB of memory, 1 GB of store in a scratch folder never removed); Ctrl-C was a traceback. Now
-    both stop the writer, remove the scratch folder and end with one line."""
+    each stops the writer, removes the scratch folder and ends as every benchmark does (benchmarks/servers.py): one
+    line and 128 + the signal (h43's own handler exited 1 on SIGTERM, and 130 on SIGHUP)."""
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     command = [sys.executable, str(BENCHMARKS / "bench_store_crash.py"), "--kills", "1000000"]
     environment = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(scratch)}
     with subprocess.Popen(command, cwd=tmp_path, env=environment, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, start_new_session=True) as process:
+                          stderr=subprocess.PIPE, text=True, start_new_session=True,
+                          preexec_fn=signals_as_by_default) as process:
         try:
             wait_until(lambda: bool(processes_naming(f"{scratch}/")), process, "bench_store_crash's writer")
             process.send_signal(signum)
@@ -244,4 +245,32 @@ def test_bench_store_crash_stopped_leaves_no_writer(tmp_path: Path, signum: int,
                 os.killpg(process.pid, signal.SIGKILL)  # whatever the script left in its group
     assert (left, list(scratch.iterdir())) == ([], [])
     assert "Traceback" not in stderr, stderr
-    assert (process.returncode, stderr.strip().splitlines()[-1:]) == (status, [last])
+    assert (process.returncode, stderr.strip().splitlines()[-1:]) == (
+        128 + signum, [f"bench_store_crash: stopped by {signum.name}"])
+
+
+@pytest.mark.parametrize("name", ["resume: abs. --out, reordered, bar, conc. 5", "resume with another seed (refused)",
+                                  "report --arc with no such method"])
+def test_refusal_cases_only_runs_first_the_case_a_chosen_one_builds_on(name: str, tmp_path: Path) -> None:
+    """`refusal_cases.py --only WORDS` ran the resume and report cases without the first run they resume or report
+    on: each differed ('no such directory', 'tasks were redone'), exit 1 (h43's NIT). Now the case it builds on runs
+    first, said in a line."""
+    done = run_script("refusal_cases.py", ["--no-fuzz", "--only", name], tmp_path)
+    assert (done.returncode, "Traceback" in done.stdout + done.stderr) == (0, False), (done.stdout, done.stderr)
+    assert done.stdout.splitlines()[0] == (f"--only {name!r}: also the case(s) the chosen ones build on: first run"
+                                           " (relative --out)"), done.stdout
+    assert "2 of 2 cases as expected, 0 differ" in done.stdout, done.stdout
+
+
+@NEEDS_QWEN3
+@pytest.mark.parametrize("script, arguments", [
+    ("bench_fork_burst.py", ["--copies", "2", "--turns", "2", "--kb", "1"]),
+    ("bench_proxy_store.py", ["hold", "--conversations", "4"]),
+    ("bench_proxy_store.py", ["memory", "--conversations", "2", "--idle-seconds", "1"]),
+], ids=lambda value: value if isinstance(value, str) else " ".join(value))
+def test_no_warning_on_the_fake_upstreams_count(script: str, arguments: list[str], tmp_path: Path) -> None:
+    """Every run warned 'the upstream counted 1 (10) prompt tokens where the proxy counted 772 (802): is --tokenizer
+    the served model's tokenizer...' (h43's NIT): the count was the fake upstream's made-up usage, not a server's.
+    The fakes now report no prompt count, so the proxy compares nothing and says nothing."""
+    done = run_script(script, arguments, tmp_path)
+    assert (done.returncode, "warning" in done.stdout + done.stderr) == (0, False), (done.stdout, done.stderr)

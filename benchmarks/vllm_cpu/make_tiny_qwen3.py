@@ -23,15 +23,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED_DATA = Path(os.environ.get("ARC_SHARED_DATA") or ROOT.parent / "shared" / "data")
-DEFAULT_TOKENIZER_DIR = SHARED_DATA / "qwen3-tokenizer"
+sys.path.append(str(ROOT))  # proofs_check, also from vLLM's own interpreter (last: it shadows no other import)
+from proofs_check.shared_data import QWEN3_NAME, shared_data_dir  # noqa: E402
+
+DEFAULT_TOKENIZER_DIR = shared_data_dir() / QWEN3_NAME  # ../shared/data beside the repository, or $ARC_SHARED_DATA
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 END_OF_TURN = "<|im_end|>"
 HIDDEN = 64  # one-hot room for the generation prompt's last token and the answer's tokens
@@ -158,4 +159,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository, last: it shadows no other import
+    from benchmarks.servers import SERVERS, run
+
+    SERVERS.stop_on_signals()  # SIGTERM, SIGHUP, Ctrl-C: one line and exit 128 + the signal, as the servers' benches
+    sys.exit(run(main, "make_tiny_qwen3"))

@@ -51,7 +51,6 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.servers import SERVERS, run  # noqa: E402  (the servers, stopped however the run ends)
 
-SHARED_DATA = Path(os.environ.get("ARC_SHARED_DATA") or ROOT.parent / "shared" / "data")
 SERVED = "tiny-qwen3"
 WINDOW = 8192
 ANSWER = "cat secrets.txt"  # the needle file of every nih task: each call stores ~1300 tokens

@@ -15,12 +15,13 @@ import pytest
 from arc_eval.cli import build_parser, default_run_dir, main, spec_from_args
 from arc_eval.ablations import ABLATIONS
 from arc_eval.run_spec import RunSpec
+from proofs_check.shared_data import shared_data_dir
 from arc_eval.runner import run
 from tests.eval.helpers import tool_model_dir
 from tests.waiting import scaled_ceiling, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
-SAMPLE = REPO.parent / "shared" / "data" / "longbench_v2_hard_sample"
+SAMPLE = shared_data_dir() / "longbench_v2_hard_sample"
 BASELINES = "full_context,sliding_window,llm_summary,structured_state,rag_memory"
 
 
@@ -322,7 +323,7 @@ def test_ablation_runs_every_variant(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert rows == list(ABLATIONS["noise-lines"]) == ["noise=5", "noise=10", "noise=25", "noise=30"]
 
 
-@pytest.mark.skipif(not (SAMPLE / "data.json").is_file(), reason="../shared/data/longbench_v2_hard_sample is absent")
+@pytest.mark.skipif(not (SAMPLE / "data.json").is_file(), reason=f"{SAMPLE} is absent")
 def test_longbench_on_the_real_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "lb"
     argv = ["longbench", "--data", str(SAMPLE), "--limit", "2", "--seeds", "42", "--methods",

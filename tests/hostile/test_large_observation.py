@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from arc_ref import tokenizers
 from arc_ref.session import Session
 from arc_ref.tokenizers import ByteTokenizer, get_tokenizer
-from proofs_check.shared_data import qwen3_dir
+from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
 
 LARGE = 1_000  # longer than any header or frame
 
@@ -22,7 +22,7 @@ LARGE = 1_000  # longer than any header or frame
 def _qwen3() -> str:
     directory = qwen3_dir()
     if directory is None:
-        pytest.skip("the Qwen3 tokenizer directory (../shared/data/qwen3-tokenizer) is absent")
+        pytest.skip(QWEN3_ABSENT)
     return f"hf-dir:{directory}"
 
 

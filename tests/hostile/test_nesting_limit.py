@@ -25,13 +25,13 @@ from arc_ref.errors import ConfigError, InvalidEvent
 from arc_ref.json_limits import MAX_NESTING, nesting, nesting_beyond_limit, value_nesting
 from arc_ref.persist import DurableStore
 from arc_ref.session import Session
-from proofs_check.shared_data import qwen3_dir
+from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
 
 
 def _qwen3() -> str:
     directory = qwen3_dir()
     if directory is None:
-        pytest.skip("the Qwen3 tokenizer directory (../shared/data/qwen3-tokenizer) is absent")
+        pytest.skip(QWEN3_ABSENT)
     return f"hf-dir:{directory}"
 
 
@@ -171,7 +171,7 @@ def test_the_proxy_reads_a_body_at_the_limit_and_refuses_one_past_it() -> None:
     import httpx
 
     if harness.QWEN3 is None:
-        pytest.skip("the Qwen3 tokenizer directory (../shared/data/qwen3-tokenizer) is absent")
+        pytest.skip(QWEN3_ABSENT)
 
     def body(depth: int) -> str:
         return json.dumps({"model": "scripted", "messages": [{"role": "user", "content": "hi"}],

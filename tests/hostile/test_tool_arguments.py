@@ -17,7 +17,7 @@ from arc_ref.errors import InvalidEvent
 from arc_ref.session import Session
 from arc_ref.json_limits import MAX_INTEGER_DIGITS, MAX_NESTING
 from arc_ref.tools import arguments_problem
-from proofs_check.shared_data import qwen3_dir
+from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
 
 DEEP = "[" * 100_000 + "]" * 100_000
 HUGE_INTEGER = '{"id": ' + "9" * 5000 + "}"
@@ -27,7 +27,7 @@ TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type"
 def _qwen3() -> str:
     directory = qwen3_dir()
     if directory is None:
-        pytest.skip("the Qwen3 tokenizer directory (../shared/data/qwen3-tokenizer) is absent")
+        pytest.skip(QWEN3_ABSENT)
     return f"hf-dir:{directory}"
 
 

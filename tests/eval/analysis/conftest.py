@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from proofs_check.shared_data import shared_data_dir
+
 from .synthetic_runs import RunSpec, write_run
 
 
@@ -15,11 +17,6 @@ def nih_run(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def repo_root() -> Path:
-    return Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture
-def shared_data(repo_root: Path) -> Path:
-    """`../shared/data` relative to the repository root (real material, never copied in)."""
-    return (repo_root / ".." / "shared" / "data").resolve()
+def shared_data() -> Path:
+    """`../shared/data` relative to the repository root, or `$ARC_SHARED_DATA` (real material, never copied in)."""
+    return shared_data_dir()

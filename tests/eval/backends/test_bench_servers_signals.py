@@ -32,12 +32,14 @@ def test_bench_llama_server_stopped_stops_its_server(tmp_path: Path, signum: sig
                                       str(server), "--gguf", str(tmp_path / "tiny.gguf")], signum)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)
 def test_bench_llama_server_stopped_while_arc_eval_runs_stops_its_server(tmp_path: Path,
                                                                          signum: signal.Signals) -> None:
     """arc-eval runs in the bench's process; it takes Ctrl-C as its own stop (and its event loop SIGINT and SIGTERM
-    while it runs its tasks): the bench still stops llama-server and exits with 128 + the signal."""
-    server = holding(tmp_path, tmp_path / "llama-server")
+    while it runs its tasks): the bench still stops llama-server and exits with 128 + the signal, saying so itself
+    last (before, a SIGINT or SIGTERM arc-eval took while it ran its tasks went on to the bench's report of the run,
+    with arc-eval's status). The stand-in answers arc-eval's checks and holds its tasks' requests."""
+    server = holding(tmp_path, tmp_path / "llama-server", answers_probe=True)
     (tmp_path / "tiny.gguf").write_bytes(b"")  # the bench asks for an existing file; the stand-in never reads it
     command = [sys.executable, str(BENCHMARKS / "bench_llama_server.py"), "--llama-server", str(server), "--gguf",
                str(tmp_path / "tiny.gguf"), "--out", str(tmp_path / "run")]
@@ -46,6 +48,8 @@ def test_bench_llama_server_stopped_while_arc_eval_runs_stops_its_server(tmp_pat
         assert len(run.record_started()) == 1, run.started  # the stand-in llama-server
         run.process.send_signal(signum)
         run.assert_stopped_by(signum)
+        said = run.output.read_text(errors="replace")
+        assert said.strip().splitlines()[-1] == f"bench_llama_server: stopped by {signum.name}", said[-3000:]
 
 
 def test_refusal_cases_stopped_stops_serve_scripted(tmp_path: Path) -> None:

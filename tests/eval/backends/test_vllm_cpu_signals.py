@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from proofs_check.shared_data import shared_data_dir
 from tests.proxy.harness import needs_qwen3
 from tests.stopping import BenchRun, bench_run, holding, never_listening
 from tests.waiting import wait_until
 
 VLLM_CPU = Path(__file__).resolve().parents[3] / "benchmarks" / "vllm_cpu"
-TRAJECTORIES = Path(__file__).resolve().parents[4] / "shared" / "data" / "trajectories"
+TRAJECTORIES = shared_data_dir() / "trajectories"
 
 MAKES_MODELS = """
 if len(sys.argv) > 2 and sys.argv[1].endswith("make_tiny_qwen3.py"):

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from arc_eval.sandbox import VirtualSandbox, paginate
+from proofs_check.shared_data import shared_data_dir
 from arc_eval.tasks.longbench import (
     LongBenchDataError,
     extract_longbench_answer,
@@ -18,7 +19,7 @@ from arc_eval.tasks.longbench import (
     score_longbench,
 )
 
-SAMPLE = Path(__file__).resolve().parents[4] / "shared" / "data" / "longbench_v2_hard_sample"
+SAMPLE = shared_data_dir() / "longbench_v2_hard_sample"
 
 
 def record(index: int, difficulty: str = "hard", answer: str = "B") -> dict[str, Any]:
