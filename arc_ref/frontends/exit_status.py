@@ -15,9 +15,10 @@ OK = ExitStatus(0, "done: every input line was answered (malformed lines by erro
                    "of standard output goes away (a broken pipe): the command ends quietly; proxy: stopped by SIGTERM "
                    "or SIGHUP, every request in flight finished")
 INSPECT_FAILED = ExitStatus(1, "inspect: no such record or page in a store that opened, or --verify found that the fold "
-                          "of every row differs from the state opened; forget: a key named that is no proxy "
-                          "conversation of the database, or a conversation left because a request held it (the "
-                          "others are forgotten; run it again)")
+                          "of every row differs from the state opened; forget: a key named that is no conversation "
+                          "(no proxy conversation of the database, or no folder's name in DIR), a conversation left "
+                          "because a request held it or its store could not be locked, or one named with --idle-for "
+                          "that is not idle (the others are forgotten; run it again)")
 USAGE = ExitStatus(USAGE_STATUS, "usage: bad arguments, a trace file that cannot be opened, a configuration that is refused; "
                       "a store that is missing, corrupt or locked")
 LINE_TOO_LONG = ExitStatus(3, f"replay: a line longer than {MAX_LINE_BYTES} bytes: answered by an error line, then "
