@@ -447,50 +447,36 @@ class Database:
         """The proxy's ``arc_replies``: created (under the schema's advisory lock) in an ARC database made before it
         existed. None when the connection's role can read and write it; else why not (the proxy then answers a
         client's retry that reaches another instance with a fork, as before)."""
-        driver = self._psycopg
-        try:
-            with connection.transaction():
-                connection.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-                found = connection.execute("SELECT to_regclass('arc_replies') IS NOT NULL").fetchone()
-                self.round_trips += 2
-                if not found or not found[0]:
-                    connection.execute(REPLIES)
-                    self.round_trips += 1
-        except driver.errors.InsufficientPrivilege as problem:
-            return f"its role cannot create the table arc_replies ({str(problem).strip().splitlines()[0]})"
-        except driver.Error as problem:
-            raise store_error(self.url, problem) from None
-        rights = connection.execute("SELECT has_table_privilege('arc_replies', 'SELECT'), has_table_privilege("
-                                    "'arc_replies', 'INSERT'), has_table_privilege('arc_replies', 'UPDATE')"
-                                    ).fetchone()
-        self.round_trips += 1
-        if not rights or not all(rights):
-            return "its role lacks SELECT, INSERT or UPDATE on arc_replies"
-        return None
+        return self._ensure_table(connection, "arc_replies", REPLIES, ("SELECT", "INSERT", "UPDATE"))
 
     def ensure_running(self, connection: "psycopg.Connection[Any]") -> str | None:
         """The proxy's ``arc_running`` (`RUNNING`): created (under the schema's advisory lock) in an ARC database made
         before it existed. None when the connection's role can read and write it; else why not (the proxy then lets a
         client's retry that reaches another instance while the first attempt runs fork, as before)."""
+        return self._ensure_table(connection, "arc_running", RUNNING, ("SELECT", "INSERT", "UPDATE", "DELETE"))
+
+    def _ensure_table(self, connection: "psycopg.Connection[Any]", table: str, create: str,
+                      rights: tuple[str, ...]) -> str | None:
+        """Table ``table`` made by ``create`` under the schema's advisory lock when it is absent; None when the
+        connection's role has every one of ``rights`` on it, else why not."""
         driver = self._psycopg
         try:
             with connection.transaction():
                 connection.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-                found = connection.execute("SELECT to_regclass('arc_running') IS NOT NULL").fetchone()
+                found = connection.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()
                 self.round_trips += 2
                 if not found or not found[0]:
-                    connection.execute(RUNNING)
+                    connection.execute(create)
                     self.round_trips += 1
         except driver.errors.InsufficientPrivilege as problem:
-            return f"its role cannot create the table arc_running ({str(problem).strip().splitlines()[0]})"
+            return f"its role cannot create the table {table} ({str(problem).strip().splitlines()[0]})"
         except driver.Error as problem:
             raise store_error(self.url, problem) from None
-        rights = connection.execute("SELECT " + ", ".join(f"has_table_privilege('arc_running', '{right}')"
-                                                          for right in ("SELECT", "INSERT", "UPDATE", "DELETE"))
-                                    ).fetchone()
+        granted = connection.execute("SELECT " + ", ".join("has_table_privilege(%s, %s)" for _ in rights),
+                                     [value for right in rights for value in (table, right)]).fetchone()
         self.round_trips += 1
-        if not rights or not all(rights):
-            return "its role lacks SELECT, INSERT, UPDATE or DELETE on arc_running"
+        if not granted or not all(granted):
+            return f"its role lacks {', '.join(rights[:-1])} or {rights[-1]} on {table}"
         return None
 
     def ensure_last_active(self, connection: "psycopg.Connection[Any]") -> tuple[bool, str | None]:
