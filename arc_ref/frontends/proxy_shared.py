@@ -99,6 +99,10 @@ def store_failed(problem: StoreError) -> Failed:
 AnsweredRound = tuple[str, UpstreamReply]  # a round's view (its `view_digest`, as /arc/rounds gives it) and its reply
 
 
+# a commit a failure cut: (key, head row, its checksum, the reply, the state, what it made: RequestTransaction.made)
+Committing = tuple[str, int, str, Reply, ArcState, str | None]
+
+
 @attrs.define
 class RequestAttempts:
     """What one request keeps across its attempts when the database fails it (`SharedProxy.complete`): the views it
@@ -111,7 +115,7 @@ class RequestAttempts:
     answered: list[AnsweredRound] = attrs.field(factory=list)
     asked: int = 0  # the rounds this attempt asked so far
     began: bool = False  # this attempt's reads were answered and it asked the upstream anew: work the outage cut
-    committing: tuple[str, int, str, Reply, ArcState] | None = None
+    committing: Committing | None = None  # a commit a failure cut: looked for by the next attempt
     records: list[RoundRecord] = attrs.field(factory=list)  # the upstream calls of every attempt (GET /arc/rounds)
 
 
@@ -227,7 +231,7 @@ class SharedProxy(Proxy):
         self._told_replies_lost = False
         # the upstream's replies of requests answered 503 (the database down too long), by their last message
         self.unsent_replies: OrderedDict[tuple[str, str], tuple[AskedRequest, list[AnsweredRound], float,
-                                                                 tuple[str, int, str, Reply, ArcState] | None,
+                                                                 Committing | None,
                                                                  list[RoundRecord]]] = OrderedDict()
 
     def stats(self) -> dict[str, int]:
@@ -518,12 +522,13 @@ class SharedProxy(Proxy):
         """After a failure cut a commit: the reply when the server made it (the conversation's head is the row the
         commit wrote, with its checksum: the chain names every row before it), else None (ask again)."""
         assert attempts.committing is not None
-        key, seq, checksum, reply, state = attempts.committing
+        key, seq, checksum, reply, state, made = attempts.committing
         head = await self.database.head(key)
         attempts.committing = None
         if head != (seq, checksum):
             return None
         self.commits_found += 1
+        self._count_made(made)
         if attempts.running is not None:
             attempts.running.held = False  # (its arc_running row went with that commit)
         _named_rounds(attempts, key)
@@ -571,7 +576,6 @@ class SharedProxy(Proxy):
             line = encode_config_line(config_line(state.config))
             transaction.create(uuid.uuid4().hex, line, hashes[0])
             start = 1
-            self.metrics.conversations_new += 1
         elif found.in_place:
             transaction.resume(found)
             state = await self._caught_up(transaction, found, expected, rows)
@@ -580,7 +584,6 @@ class SharedProxy(Proxy):
             state = await self._state_at_mark(transaction, found)
             transaction.fork(found, uuid.uuid4().hex)
             start = found.mark_position
-            self.metrics.conversations_forked += 1
         conversation = SharedConversation(transaction, state, attempts)
         try:
             reply = await self._run(conversation, messages[start:], hashes[start:], body)  # type: ignore[arg-type]
@@ -595,7 +598,7 @@ class SharedProxy(Proxy):
             await transaction.commit()
         except BaseException:  # a failure from here on may come after the server committed: the next attempt looks
             attempts.committing = (transaction.key, transaction.seq, transaction.checksum,
-                                   self._named(reply, transaction), conversation.state)
+                                   self._named(reply, transaction), conversation.state, transaction.made)
             raise
         self._committed(transaction, conversation)
         if self.database.replies_lost and not self._told_replies_lost:
@@ -609,7 +612,9 @@ class SharedProxy(Proxy):
 
     def _committed(self, transaction: RequestTransaction, conversation: SharedConversation) -> None:
         """After a commit: this instance's copy of the state, and, for a request committed as a fork, its rounds
-        and marks under the fork's key."""
+        and marks under the fork's key; a conversation it made counted (GET /metrics) once it is committed, not by
+        each attempt of a request the database failed."""
+        self._count_made(transaction.made)
         _named_rounds(conversation.attempts, transaction.key)
         if transaction.forked_at_commit:
             self.forks_at_commit += 1
@@ -617,6 +622,13 @@ class SharedProxy(Proxy):
                 if chain_hash in self.seen.keys:
                     self.seen.keys[chain_hash] = transaction.key
         self._remember(CachedConversation(transaction.key, transaction.seq, transaction.checksum, conversation.state))
+
+    def _count_made(self, made: str | None) -> None:
+        """A conversation a commit made (`RequestTransaction.made`), for GET /metrics."""
+        if made == "new":
+            self.metrics.conversations_new += 1
+        elif made == "fork":
+            self.metrics.conversations_forked += 1
 
     @staticmethod
     def _named(reply: Reply, transaction: RequestTransaction) -> Reply:

@@ -504,6 +504,14 @@ class RequestTransaction:
         self.db.round_trips += 1
         return rows
 
+    @property
+    def made(self) -> str | None:
+        """The conversation this request makes: ``"new"``, ``"fork"`` (at begin, or at commit because another
+        request moved the head meanwhile), or None (it goes on in place)."""
+        if self._created is not None:
+            return "new"
+        return "fork" if self._forked_from is not None or self.forked_at_commit else None
+
     def resume(self, found: Found) -> None:
         """Go on in place from the conversation's head (moved at `commit` only if it is still there)."""
         if (found.mark_seq, found.mark_checksum) != (found.seq, found.checksum):

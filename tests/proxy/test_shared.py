@@ -984,3 +984,33 @@ def test_the_shared_proxy_s_stats_count_the_calls_whose_upstream_count_differs(p
     reply, proxy = asyncio.run(one_request(pg_url, bash_call_reply))
     assert reply.completion["usage"]["prompt_tokens"] == 1 and proxy.counts_differing == 1
     assert proxy.stats()["counts_differing"] == 1
+
+
+@pytest.mark.parametrize("server_committed", [False, True])
+def test_a_conversation_is_counted_once_by_metrics_when_an_attempt_s_commit_fails(
+        postgres: Any, monkeypatch: pytest.MonkeyPatch, server_committed: bool) -> None:
+    """GET /metrics' arc_conversations_created_total counts a conversation a commit made, once: a commit that failed
+    (before the server's COMMIT, so the next attempt makes it again; or after it, so the next attempt finds it) counts
+    nothing itself (review h49: each attempt counted the conversation it began)."""
+    from arc_ref.persist import postgres_conversations
+    from arc_ref.persist.postgres import StoreUnavailable
+
+    database = postgres.create_database(f"arc_test_shared_counted_{int(server_committed)}")
+    commit = postgres_conversations.RequestTransaction.commit
+    failed = [True]
+
+    async def failing_once(transaction: Any) -> None:
+        if failed and not server_committed:
+            failed.clear()
+            raise StoreUnavailable("the connection was lost (before the server's COMMIT)")
+        await commit(transaction)
+        if failed:
+            failed.clear()
+            raise StoreUnavailable("the connection was lost (as if after the server's COMMIT)")
+
+    monkeypatch.setattr(postgres_conversations.RequestTransaction, "commit", failing_once)
+    reply, proxy = asyncio.run(one_request(database, bash_call_reply, store_retry_s=5))
+    assert not failed and proxy.commits_found == int(server_committed)
+    assert (proxy.metrics.conversations_new, proxy.metrics.conversations_forked) == (1, 0)
+    with psycopg.connect(postgres.url(f"arc_test_shared_counted_{int(server_committed)}")) as connection:
+        assert [row[0] for row in connection.execute("SELECT key FROM arc_tasks").fetchall()] == [reply.conversation]
