@@ -636,6 +636,21 @@ def build_app(settings: ProxySettings) -> Any:
         """`failure`'s answer, counted (`counted`) under the problem's kind."""
         return counted(failure(problem), started, problem.code, streamed)
 
+    class WatchedStream(StreamingResponse):
+        """A stream whose end is seen however it comes: ``ended`` runs once the response is over, also when its
+        client left before the first event was sent (the generator never started, so nothing in it runs: review h49,
+        such a stream was not counted, its failure not said)."""
+
+        def __init__(self, content: AsyncIterator[str], ended: Callable[[], None], media_type: str) -> None:
+            super().__init__(content, media_type=media_type)
+            self.ended = ended
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            try:
+                await super().__call__(scope, receive, send)
+            finally:
+                self.ended()
+
     async def chat(request: Request) -> Response:
         started = time.perf_counter()
         proxy = holder["proxy"]
@@ -699,36 +714,38 @@ def build_app(settings: ProxySettings) -> Any:
                                              media_type="text/event-stream", headers=headers(reply)),
                            started, "ok", True)
 
-        async def events() -> AsyncIterator[str]:
-            kind = CLIENT_GONE  # what the stream ends as (counted for GET /metrics under status 200, sent already)
-            try:
-                try:
-                    while not task.done():
-                        yield ": keepalive\n\n"
-                        await asyncio.wait({task}, timeout=settings.keepalive_s)
-                except BaseException:  # the client left (the stream cancelled or closed): the request runs on
-                    task.add_done_callback(said_if_failed)
-                    unattended.add(task)
-                    task.add_done_callback(unattended.discard)
-                    raise
-                try:
-                    reply = task.result()
-                except (Refused, Failed, UpstreamError) as problem:  # the status is sent: an error event, the end
-                    kind = problem.code
-                    if not isinstance(problem, Refused):
-                        logged(problem)  # as a plain request's failure is (review h35 F2: a stream's left no line)
-                    yield error_event(problem)
-                    yield "data: [DONE]\n\n"
-                    return
-                kind = "ok"
-                # the headers went out with the first keepalive, before the reply existed: the same lines as comments
-                yield "".join(f": {name}: {value}\n" for name, value in headers(reply).items()) + "\n"
-                for event in sse_chunks(reply.completion, include_usage):
-                    yield event
-            finally:
-                proxy.metrics.request(200, kind, True, time.perf_counter() - started)
+        outcome = [CLIENT_GONE]  # what the stream ends as (counted for GET /metrics under status 200, sent already)
 
-        return StreamingResponse(events(), media_type="text/event-stream")
+        async def events() -> AsyncIterator[str]:
+            while not task.done():
+                yield ": keepalive\n\n"
+                await asyncio.wait({task}, timeout=settings.keepalive_s)
+            try:
+                reply = task.result()
+            except (Refused, Failed, UpstreamError) as problem:  # the status is sent: an error event, the end
+                outcome[0] = problem.code
+                if not isinstance(problem, Refused):
+                    logged(problem)  # as a plain request's failure is (review h35 F2: a stream's left no line)
+                yield error_event(problem)
+                yield "data: [DONE]\n\n"
+                return
+            outcome[0] = "ok"
+            # the headers went out with the first keepalive, before the reply existed: the same lines as comments
+            yield "".join(f": {name}: {value}\n" for name, value in headers(reply).items()) + "\n"
+            for event in sse_chunks(reply.completion, include_usage):
+                yield event
+
+        def ended() -> None:
+            """The stream's end, however it came: a client that left (even before its first event, when the
+            generator never ran) leaves the request running on, its failure still said and a stop's drain counting
+            it; the stream counted once."""
+            if outcome[0] == CLIENT_GONE:
+                task.add_done_callback(said_if_failed)
+                unattended.add(task)
+                task.add_done_callback(unattended.discard)
+            proxy.metrics.request(200, outcome[0], True, time.perf_counter() - started)
+
+        return WatchedStream(events(), ended, media_type="text/event-stream")
 
     async def models(request: Request) -> Response:
         if client_owner(settings, request.headers.get("authorization")) is None:

@@ -174,3 +174,54 @@ def test_a_body_that_stalls_is_answered_408_and_holds_nothing() -> None:
                     answer += more
     assert answer.startswith(b"HTTP/1.1 408 ") and b"request_timeout" in answer, answer
     assert upstream.requests == []
+
+
+def test_a_stream_whose_client_left_before_its_first_event_is_counted_and_still_says_its_failure(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """A streamed request whose client is gone when the stream's first message is sent (ASGI 2.4: ``send`` raises
+    OSError, as uvicorn's does for a closed connection): the stream's generator never starts, so before nothing of
+    it ran (review h49): the request was not counted by GET /metrics, and its later failure not said. Now the
+    response's end is watched: counted as client_gone, the failure said, the request run to its end."""
+    release = threading.Event()
+    with fake_upstream() as upstream:
+        def reply(body: dict[str, Any]) -> Any:
+            release.wait(60)  # held past the first keepalive's time: the stream path, not a plain answer
+            return 500, b'{"error": {"message": "the model crashed", "type": "internal"}}'
+        upstream.reply = reply
+        app = build_app(ProxySettings(upstream=upstream.url, tokenizer=f"hf-dir:{QWEN3}", context_limit=16384,
+                                      keepalive_s=0.05))
+        body = json.dumps({**REQUEST, "stream": True}).encode()
+        path = "/v1/chat/completions"
+        scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"}, "http_version": "1.1",
+                 "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+                 "root_path": "", "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8100),
+                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
+
+        async def gone_client() -> str:
+            messages = iter([{"type": "http.request", "body": body, "more_body": False}])
+
+            async def receive() -> dict[str, Any]:
+                return next(messages, {"type": "http.disconnect"})
+
+            async def send(message: dict[str, Any]) -> None:
+                raise OSError("the client closed the connection")
+
+            async with app.router.lifespan_context(app):
+                with pytest.raises(Exception):  # (Starlette's ClientDisconnect: uvicorn's to handle)
+                    await app(scope, receive, send)
+                release.set()
+                metrics: list[dict[str, Any]] = []
+
+                async def keep(message: dict[str, Any]) -> None:
+                    metrics.append(message)
+                scrape = {**scope, "method": "GET", "path": "/metrics", "raw_path": b"/metrics", "headers": []}
+                while not app.state.unattended and len(upstream.requests) < 1:
+                    await asyncio.sleep(0.01)
+                while app.state.unattended:  # the request runs on to its end
+                    await asyncio.sleep(0.01)
+                await app(scrape, receive, keep)
+            return b"".join(message.get("body", b"") for message in metrics).decode()
+        exposition = asyncio.run(gone_client())
+    assert re.search(r'arc_requests_total\{[^}]*kind="client_gone"[^}]*stream="true"[^}]*\} 1', exposition), exposition
+    assert re.search(r"arc-ref proxy: the upstream answered 500 \(conversation \w+\): the model crashed",
+                     capfd.readouterr().err)
