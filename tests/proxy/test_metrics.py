@@ -400,6 +400,27 @@ def test_with_postgresql_the_instance_s_own_counters_are_there_too(pg_url: str) 
 
 
 @needs_qwen3
+def test_with_postgresql_every_arc_stats_counter_has_its_family(pg_url: str) -> None:
+    """The README's rule (review h51): each /arc/stats counter is in /metrics under its arc_ name, a counter's ending
+    in _total (PostgreSQL's conversations_cached is arc_conversations_in_memory), with the same value. Before,
+    client_retries_waited_elsewhere (added by h45 beside h49's families) had none: an operator's dashboard could not
+    see the retries that waited for an attempt on another instance."""
+    pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'arc-ref[postgres]')")
+    with fake_upstream() as upstream, proxy(upstream, database=pg_url) as root:
+        assert post(root, task(1)).status_code == 200
+        families = scrape(root)
+        stats = httpx.get(f"{root}/arc/stats", timeout=60).json()
+    renamed = {"conversations_cached": "arc_conversations_in_memory"}
+    missing = [key for key in stats
+               if renamed.get(key, f"arc_{key}") not in families and f"arc_{key}_total" not in families]
+    assert not missing, f"/arc/stats counters without a family in /metrics: {missing}"
+    for key in stats:
+        name = renamed.get(key) or (f"arc_{key}_total" if f"arc_{key}_total" in families else f"arc_{key}")
+        if key not in ("database_round_trips", "database_connections_idle"):  # (the scrape itself moves these)
+            assert value(families, name) == stats[key], name
+
+
+@needs_qwen3
 def test_the_404_of_another_path_names_metrics_among_the_paths_served() -> None:
     with fake_upstream() as upstream, proxy(upstream) as root:
         missing = httpx.get(f"{root}/prometheus", timeout=60)
