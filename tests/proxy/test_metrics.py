@@ -268,6 +268,45 @@ def test_a_stream_answered_after_its_keepalive_is_counted_when_it_ends() -> None
     assert value(families, "arc_request_duration_seconds_count") == 2
 
 
+@needs_qwen3
+def test_a_plain_request_whose_client_left_before_its_answer_is_counted_client_gone() -> None:
+    """A request (no stream) whose client left while the upstream answered (an SDK's timeout: its retry comes
+    next): its answer reaches nobody, so it is counted client_gone, not ok (review h51: it was counted 200 ok, and
+    with the retry's own 200 one turn of the agent counted two answered requests)."""
+    import socket
+    import threading
+    from urllib.parse import urlsplit
+
+    asked, release = threading.Event(), threading.Event()
+
+    def held(body: dict[str, Any]) -> tuple[int, bytes]:
+        asked.set()
+        release.wait(60)
+        return 200, json.dumps(completion("late")).encode()
+
+    with fake_upstream() as upstream, proxy(upstream) as root:
+        upstream.reply = held
+        address = urlsplit(root)
+        payload = json.dumps({"model": "fake", "messages": task(1)}).encode()
+        client = socket.create_connection((address.hostname or "127.0.0.1", address.port or 80))
+        client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: proxy\r\ncontent-type: application/json\r\n"
+                       b"content-length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+        try:
+            assert asked.wait(60), "the upstream was never asked"
+        finally:
+            client.close()  # the client leaves while the upstream is still answering
+        families = scrape(root)  # a request the server reads after the close: the proxy has seen it
+        release.set()
+        for _ in range(600):
+            families = scrape(root)
+            if total(families, "arc_requests_total") >= 1:
+                break
+            threading.Event().wait(0.1)
+    assert {tuple(dict(labels)[name] for name in ("status", "kind", "stream")): found
+            for (_, labels), found in families["arc_requests_total"]["samples"].items()} == {
+        ("200", "client_gone", "false"): 1}
+
+
 def _arc_command_then_done(body: dict[str, Any]) -> tuple[int, bytes]:
     """The fake model: a call of catalog-first when no ARC answer is in the view yet, else a bash call (a tool
     output then comes back), so each request has one hidden round."""
