@@ -189,6 +189,7 @@ defaults
     retries 3
     option redispatch 1
     retry-on conn-failure empty-response
+    option http-buffer-request
 
 frontend arc
     bind 127.0.0.1:{port}
@@ -237,7 +238,8 @@ class _Daemon:
 class Haproxy(_Daemon):
     """HAProxy in front of ``backends`` (host:port), round-robin, no stickiness; health checks (the proxy's GET
     /health) every 200 ms take a dead instance out. A request the balancer could not deliver (connection refused) or whose
-    instance died before answering (empty response) is sent again to another instance (``retry-on``)."""
+    instance died before answering (empty response) is sent again to another instance (``retry-on``; the latter only
+    for a request HAProxy holds whole, ``option http-buffer-request``, in one buffer, ``tune.bufsize``)."""
 
     @classmethod
     def start(cls, backends: Sequence[str]) -> "Haproxy":

@@ -701,7 +701,9 @@ def build_app(settings: ProxySettings) -> Any:
                 reply = await task
             except (Refused, Failed, UpstreamError) as problem:
                 return failed(problem, started)
-            return counted(JSONResponse(reply.completion, headers=headers(reply)), started, "ok")
+            # a client that left meanwhile (its timeout; its retry comes next) gets nothing: not counted answered
+            kind = CLIENT_GONE if await request.is_disconnected() else "ok"
+            return counted(JSONResponse(reply.completion, headers=headers(reply)), started, kind)
         options = body.get("stream_options")
         include_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
         done, _ = await asyncio.wait({task}, timeout=settings.keepalive_s)

@@ -261,8 +261,10 @@ class SharedProxy(Proxy):
                     self.commits_found)
         out.counter("arc_forks_at_commit_total", "Requests committed as a fork: another request moved their"
                     " conversation meanwhile", self.forks_at_commit)
-        out.gauge("arc_client_retries_waiting", "Clients' retries waiting now for their first attempt on this"
-                  " instance", self.retries_waiting)
+        out.counter("arc_client_retries_waited_elsewhere_total", "Clients' retries that waited for their first"
+                    " attempt running on another instance (its arc_running row)", self.retries_waited)
+        out.gauge("arc_client_retries_waiting", "Clients' retries on this instance waiting now for their first"
+                  " attempt (on this instance or another)", self.retries_waiting)
         out.counter("arc_database_round_trips_total", "Round trips to the database", self.database.round_trips)
         out.gauge("arc_database_connections_idle", "Idle connections in this instance's pool",
                   self.database.idle_connections)

@@ -217,3 +217,32 @@ def test_kill_one_instance_then_the_database_mid_request(postgres: PostgresServe
     recalled = sum(exactly_recalled(state) for state in conversations.values())
     print("\n" + "\n".join(events) + f"\nboth agents finished; {len(conversations)} conversations, {recalled}"
           " stored ids, each reassembled exactly; every conversation's rows pass the chain and the head")
+
+
+def test_a_request_whose_instance_is_killed_before_answering_is_sent_to_another_by_the_balancer(
+        postgres: PostgresServer, tmp_path: Path, balancer_available: None) -> None:
+    """The README's haproxy.cfg (this module's): a request whose instance dies (kill -9) after the whole request
+    reached it and before it answered is sent to another instance by HAProxy itself (`retry-on empty-response`,
+    which needs the request kept, `option http-buffer-request`, in a buffer it fits, `tune.bufsize`: the body
+    here, ~20 KB, a short agent history, is over HAProxy's default 16 KB); a client that does not retry gets its
+    200. Review h51: without `option http-buffer-request` HAProxy answered 502 (log `SH--`, no retry) and only a
+    client's own retry went on, after waiting out the dead attempt's lease (15 s) on another instance."""
+    url = postgres.create_database("arc_deployment_balancer_retry")
+    upstream = scripted_upstream(tmp_path, QWEN3, latency_ms=1500)  # a request in flight long enough to kill
+    instances = [arc_proxy(tmp_path, upstream.url, QWEN3, url, BUDGETS) for _ in range(2)]
+    balancer = Haproxy.start([f"127.0.0.1:{instance.port}" for instance in instances])
+    history = ("-" * 99 + "\n") * 200  # 20 KB in 400 tokens (a rule drawn 200 times)
+    answers: list[httpx.Response] = []
+
+    def ask() -> None:
+        answers.append(httpx.post(f"{balancer.url}/chat/completions", timeout=120, json={
+            "model": "scripted", "messages": [{"role": "system", "content": "You are a helpful assistant."},
+                                              {"role": "user", "content": f"Read this log.\n{history}"}]}))
+
+    with running(balancer, *instances, upstream):
+        worker = threading.Thread(target=ask)
+        worker.start()
+        upstream_call_in_flight(instances).kill()
+        worker.join(120)
+    assert not worker.is_alive() and len(answers) == 1
+    assert answers[0].status_code == 200, f"{answers[0].status_code} {answers[0].text[:300]}"

@@ -268,6 +268,45 @@ def test_a_stream_answered_after_its_keepalive_is_counted_when_it_ends() -> None
     assert value(families, "arc_request_duration_seconds_count") == 2
 
 
+@needs_qwen3
+def test_a_plain_request_whose_client_left_before_its_answer_is_counted_client_gone() -> None:
+    """A request (no stream) whose client left while the upstream answered (an SDK's timeout: its retry comes
+    next): its answer reaches nobody, so it is counted client_gone, not ok (review h51: it was counted 200 ok, and
+    with the retry's own 200 one turn of the agent counted two answered requests)."""
+    import socket
+    import threading
+    from urllib.parse import urlsplit
+
+    asked, release = threading.Event(), threading.Event()
+
+    def held(body: dict[str, Any]) -> tuple[int, bytes]:
+        asked.set()
+        release.wait(60)
+        return 200, json.dumps(completion("late")).encode()
+
+    with fake_upstream() as upstream, proxy(upstream) as root:
+        upstream.reply = held
+        address = urlsplit(root)
+        payload = json.dumps({"model": "fake", "messages": task(1)}).encode()
+        client = socket.create_connection((address.hostname or "127.0.0.1", address.port or 80))
+        client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: proxy\r\ncontent-type: application/json\r\n"
+                       b"content-length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+        try:
+            assert asked.wait(60), "the upstream was never asked"
+        finally:
+            client.close()  # the client leaves while the upstream is still answering
+        families = scrape(root)  # a request the server reads after the close: the proxy has seen it
+        release.set()
+        for _ in range(600):
+            families = scrape(root)
+            if total(families, "arc_requests_total") >= 1:
+                break
+            threading.Event().wait(0.1)
+    assert {tuple(dict(labels)[name] for name in ("status", "kind", "stream")): found
+            for (_, labels), found in families["arc_requests_total"]["samples"].items()} == {
+        ("200", "client_gone", "false"): 1}
+
+
 def _arc_command_then_done(body: dict[str, Any]) -> tuple[int, bytes]:
     """The fake model: a call of catalog-first when no ARC answer is in the view yet, else a bash call (a tool
     output then comes back), so each request has one hidden round."""
@@ -397,6 +436,27 @@ def test_with_postgresql_the_instance_s_own_counters_are_there_too(pg_url: str) 
     assert value(families, "arc_conversations_created_total", how="new") == 1
     assert value(families, "arc_conversations_created_total", how="fork") == 1
     assert "arc_conversations_opened_total" not in families  # (the file store's)
+
+
+@needs_qwen3
+def test_with_postgresql_every_arc_stats_counter_has_its_family(pg_url: str) -> None:
+    """The README's rule (review h51): each /arc/stats counter is in /metrics under its arc_ name, a counter's ending
+    in _total (PostgreSQL's conversations_cached is arc_conversations_in_memory), with the same value. Before,
+    client_retries_waited_elsewhere (added by h45 beside h49's families) had none: an operator's dashboard could not
+    see the retries that waited for an attempt on another instance."""
+    pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'arc-ref[postgres]')")
+    with fake_upstream() as upstream, proxy(upstream, database=pg_url) as root:
+        assert post(root, task(1)).status_code == 200
+        families = scrape(root)
+        stats = httpx.get(f"{root}/arc/stats", timeout=60).json()
+    renamed = {"conversations_cached": "arc_conversations_in_memory"}
+    missing = [key for key in stats
+               if renamed.get(key, f"arc_{key}") not in families and f"arc_{key}_total" not in families]
+    assert not missing, f"/arc/stats counters without a family in /metrics: {missing}"
+    for key in stats:
+        name = renamed.get(key) or (f"arc_{key}_total" if f"arc_{key}_total" in families else f"arc_{key}")
+        if key not in ("database_round_trips", "database_connections_idle"):  # (the scrape itself moves these)
+            assert value(families, name) == stats[key], name
 
 
 @needs_qwen3
