@@ -1825,7 +1825,7 @@ def settings_from(options: ProxyOptions, parse_setting: Callable[[str], tuple[st
                          context_limit=context_limit,
                          max_body_bytes=options.max_body_mb * 2**20, body_memory_bytes=options.body_memory_mb * 2**20,
                          bodies_in_flight_bytes=bodies_in_flight_mb * 2**20,
-                         timeout_s=float(options.upstream_timeout),
+                         timeout_s=float(options.upstream_timeout), running_lease_s=float(options.running_lease),
                          upstream_api_key=upstream_key,
                          max_conversations=options.max_conversations, idle_seconds=options.idle_seconds,
                          client_keys=client_keys, metrics_keys=metrics_keys, db_connections=options.db_connections,

@@ -27,6 +27,8 @@ BODIES_IN_FLIGHT_PER_BODY = 4  # --bodies-in-flight-mb by default: this many bod
 DEFAULT_BODIES_IN_FLIGHT_MB = BODIES_IN_FLIGHT_PER_BODY * DEFAULT_MAX_BODY_MB
 DEFAULT_UPSTREAM_TIMEOUT_S = 600  # one upstream call, generation included
 MAX_UPSTREAM_TIMEOUT_S = 7 * 86400
+DEFAULT_RUNNING_LEASE_S = 15  # a running request's row in arc_running (ProxySettings.running_lease_s)
+MAX_RUNNING_LEASE_S = 3600
 DEFAULT_BODY_MEMORY_MB = 64  # the request bodies kept so that a body is decoded from its new messages on
 MAX_BODY_MEMORY_MB = 2**20
 DEFAULT_MAX_CONVERSATIONS = 256
@@ -95,6 +97,12 @@ class ProxyOptions:
                                           " request holds one while it reads its conversation and while it commits,"
                                           " not while the model answers), closed after a minute idle; every"
                                           " instance's N together must stay below the server's max_connections")
+    running_lease: int = int_option(DEFAULT_RUNNING_LEASE_S, minimum=1, maximum=MAX_RUNNING_LEASE_S, metavar="S",
+                                    recorded=False,
+                                    help="with --store postgresql://...: the lease of a running request's row in"
+                                         " arc_running, renewed every third of it while the request runs; a client's"
+                                         " retry on another instance waits for the first attempt, at most this long"
+                                         " after that attempt's instance died")
     upstream_api_key: str | None = option(None, metavar="KEY", recorded=False, aliases=("--upstream-key",),
                                           help=f"the upstream's key (or ${UPSTREAM_KEY_ENV}); without it the"
                                                " client's Authorization goes to the upstream")

@@ -128,6 +128,7 @@ BAD_OPTIONS: dict[str, tuple[list[str], str]] = {
     "bodies_in_flight_below_max_body": (["--max-body-mb", "64", "--bodies-in-flight-mb", "32"],
                                         "--bodies-in-flight-mb 32 is below --max-body-mb 64"),
     "upstream_timeout_0": (["--upstream-timeout", "0"], "--upstream-timeout"),
+    "running_lease_0": (["--running-lease", "0"], "--running-lease"),
 }
 
 
@@ -236,3 +237,4 @@ def test_the_upstream_timeout_and_the_allowance_for_bodies_in_flight_reach_the_s
     given = settings("--upstream-timeout", "45", "--max-body-mb", "8", "--bodies-in-flight-mb", "100")
     assert (given.timeout_s, given.max_body_bytes, given.bodies_in_flight_bytes) == (45.0, 8 * 2**20, 100 * 2**20)
     assert settings("--max-body-mb", "8").bodies_in_flight_bytes == 32 * 2**20
+    assert (default.running_lease_s, settings("--running-lease", "40").running_lease_s) == (15.0, 40.0)  # (h51 F4)
