@@ -538,9 +538,11 @@ def parse_expositions(vllm_python: str, texts: Sequence[str]) -> list[Samples]:
     return [[(name, labels, value) for name, labels, value in samples] for samples in json.loads(done.stdout)]
 
 
-def total(samples: Samples, name: str) -> int:
-    """The sum of the samples named ``name`` over all their labels (these counters count whole tokens and calls)."""
-    return round(sum(value for sample, _, value in samples if sample == name))
+def total(samples: Samples, name: str, **labels: str) -> int:
+    """The sum of the samples named ``name`` over all their labels, or over those that have ``labels`` (these counters
+    count whole tokens and calls)."""
+    return round(sum(value for sample, found, value in samples
+                     if sample == name and all(found.get(label) == text for label, text in labels.items())))
 
 
 def check_metrics(report: Report, vllm_python: str, url: str, vllm_before: str, expositions: Sequence[str],
@@ -550,7 +552,8 @@ def check_metrics(report: Report, vllm_python: str, url: str, vllm_before: str, 
     usage they summed = vLLM's prompt, generation and cached (prefix-cache hit) token counters, each delta over the
     part; and = what /arc/rounds recorded per call; no count differing from the server's."""
     # vLLM counts a request's tokens when its output processor finishes it, which may come a moment after the reply
-    # was sent: read again until its successful requests include every call (at most 30 s)
+    # was sent: read again until its successful requests include every call answered (at most 30 s)
+    answered_calls = sum(1 for record in records if record["status"] == 200)
     started = time.monotonic()
     deadline = started + 30
     reads = 0
@@ -562,25 +565,25 @@ def check_metrics(report: Report, vllm_python: str, url: str, vllm_before: str, 
             report.check(False, "proxy /metrics: prometheus_client reads the proxies' and vLLM's expositions",
                          str(problem)[-2000:])
             return
-        if total(after, "vllm:request_success_total") - total(before, "vllm:request_success_total") >= len(records) \
+        if total(after, "vllm:request_success_total") - total(before, "vllm:request_success_total") >= answered_calls \
                 or time.monotonic() > deadline:
             break
         time.sleep(1)
 
-    def ours(name: str) -> int:
-        return sum(total(samples, name) for samples in proxies)
+    def ours(name: str, **labels: str) -> int:
+        return sum(total(samples, name, **labels) for samples in proxies)
 
     def vllm(name: str) -> int:
         return total(after, name) - total(before, name)
 
     read = (f"{len(proxies)} proxies' expositions and vLLM's (prometheus_client), {reads} read(s) of vLLM's in"
             f" {time.monotonic() - started:.1f} s")
-    calls = ours("arc_upstream_calls_total")
+    calls, answered = ours("arc_upstream_calls_total"), ours("arc_upstream_calls_total", status="200")
     vllm_calls = vllm("vllm:request_success_total")
-    report.check(len(proxies) == 2 and calls == len(records) == vllm_calls > 0,
-                 "proxy /metrics: arc_upstream_calls_total = the calls /arc/rounds lists = vLLM's"
+    report.check(len(proxies) == 2 and calls == len(records) and answered == vllm_calls > 0,
+                 "proxy /metrics: arc_upstream_calls_total = the calls /arc/rounds lists, its status=\"200\" = vLLM's"
                  " vllm:request_success_total delta",
-                 f"{read}: {calls}, {len(records)}, {vllm_calls}")
+                 f"{read}: {calls}, {len(records)}; {answered}, {vllm_calls}")
     prompt = ours("arc_upstream_prompt_tokens_total")
     usage_prompt = sum(record["upstream_prompt_tokens"] or 0 for record in records)
     vllm_prompt = vllm("vllm:prompt_tokens_total")
