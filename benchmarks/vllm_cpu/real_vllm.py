@@ -507,7 +507,7 @@ def check_proxy(report: Report, url: str, model_dir: Path, work: Path, vllm_pyth
                  f"no --set (K {records[0]['budget'] if records else '-'}, L {records[0]['limit'] if records else '-'};"
                  f" the long call's 2 with --set recent_budget={LONG_CALL_R}), "
                  f"count - usage: {sorted(set(gaps))}, in {time.monotonic() - started:.0f} s; " + "; ".join(runs))
-    check_metrics(report, vllm_python, url, vllm_before, expositions, records)
+    check_metrics(report, vllm_python, url, vllm_before, expositions, records, work)
 
 
 def vllm_metrics(url: str) -> str:
@@ -546,11 +546,12 @@ def total(samples: Samples, name: str, **labels: str) -> int:
 
 
 def check_metrics(report: Report, vllm_python: str, url: str, vllm_before: str, expositions: Sequence[str],
-                  records: Sequence[dict[str, Any]]) -> None:
+                  records: Sequence[dict[str, Any]], work: Path) -> None:
     """The proxies' GET /metrics tell what vLLM's own /metrics tell of the same calls (every call of the proxy part
     went through them, nothing else reached vLLM meanwhile): their upstream calls = vLLM's successful requests, the
     usage they summed = vLLM's prompt, generation and cached (prefix-cache hit) token counters, each delta over the
-    part; and = what /arc/rounds recorded per call; no count differing from the server's."""
+    part; and = what /arc/rounds recorded per call; no count differing from the server's. The expositions read are
+    left in ``work`` (metrics-*.txt: run.sh keeps them when a check fails)."""
     # vLLM counts a request's tokens when its output processor finishes it, which may come a moment after the reply
     # was sent: read again until its successful requests include every call answered (at most 30 s)
     answered_calls = sum(1 for record in records if record["status"] == 200)
@@ -560,7 +561,8 @@ def check_metrics(report: Report, vllm_python: str, url: str, vllm_before: str, 
     while True:
         reads += 1
         try:
-            before, after, *proxies = parse_expositions(vllm_python, [vllm_before, vllm_metrics(url), *expositions])
+            vllm_after = vllm_metrics(url)
+            before, after, *proxies = parse_expositions(vllm_python, [vllm_before, vllm_after, *expositions])
         except (RuntimeError, httpx.HTTPError, subprocess.TimeoutExpired) as problem:
             report.check(False, "proxy /metrics: prometheus_client reads the proxies' and vLLM's expositions",
                          str(problem)[-2000:])
@@ -569,6 +571,10 @@ def check_metrics(report: Report, vllm_python: str, url: str, vllm_before: str, 
                 or time.monotonic() > deadline:
             break
         time.sleep(1)
+    texts = {"vllm-before": vllm_before, "vllm-after": vllm_after} | {
+        f"proxy-{number}": text for number, text in enumerate(expositions, 1)}
+    for name, text in texts.items():
+        (work / f"metrics-{name}.txt").write_text(text, encoding="utf-8")
 
     def ours(name: str, **labels: str) -> int:
         return sum(total(samples, name, **labels) for samples in proxies)
