@@ -24,7 +24,10 @@ turn (tool parser on), and:
    system message last on every request; the proxy started with ``--late-system user``); then, through a proxy
    with ``--set recent_budget=600``, a reply forced by vLLM's structured outputs to write a file of ~830 tokens in
    one call: the agent gets the call whole and the next view shows it clipped (spec/rendering.md section 13),
-   counted as vLLM counts.
+   counted as vLLM counts; then both proxies' ``GET /metrics`` against vLLM's own ``/metrics`` (deltas over the
+   part, both read by prometheus_client's parser in the vLLM environment): upstream calls = vLLM's successful
+   requests, the summed usage = vLLM's prompt, generation and prefix-cache-hit token counters (the tool server
+   reports cached tokens: ``--enable-prompt-tokens-details``), no count differing from the server's.
 
 Prints one line per check and a summary; exit 0 when all pass, 1 otherwise.
 """
@@ -309,6 +312,12 @@ class ProxyProcess:
     def rounds(self) -> list[dict[str, Any]]:
         return httpx.get(self.url.removesuffix("/v1") + "/arc/rounds", timeout=30).json()  # type: ignore[no-any-return]
 
+    def metrics(self) -> str:
+        """Its GET /metrics (the text exposition)."""
+        response = httpx.get(self.url.removesuffix("/v1") + "/metrics", timeout=30)
+        response.raise_for_status()
+        return response.text
+
     def stop(self) -> None:
         SERVERS.stop(self.process, 30)
 
@@ -436,12 +445,14 @@ def run_late_system(proxy_url: str) -> str:
     return f"2 turns answered, views {' then '.join(shown)} tokens"
 
 
-def check_proxy(report: Report, url: str, model_dir: Path, work: Path) -> None:
+def check_proxy(report: Report, url: str, model_dir: Path, work: Path, vllm_python: str) -> None:
     """mini-swe-agent (tool and text configurations) and the OpenAI Agents SDK (plain and streamed), each with and
     without chat_template_kwargs, through `arc-ref proxy` to vLLM: the proxy's count = usage.prompt_tokens on every
-    upstream call (issue 25 item 2)."""
+    upstream call (issue 25 item 2); then the proxies' GET /metrics against vLLM's own (`check_metrics`)."""
     started = time.monotonic()
     work.mkdir(parents=True, exist_ok=True)
+    vllm_before = vllm_metrics(url)  # every call of this part goes through the proxies: vLLM's deltas are theirs
+    expositions: list[str] = []
     try:
         proxy = ProxyProcess(url, model_dir, work / "proxy.log", "--late-system", "user")
     except RuntimeError as problem:
@@ -464,6 +475,7 @@ def check_proxy(report: Report, url: str, model_dir: Path, work: Path) -> None:
         late = run_late_system(proxy.url)
         runs.append(f"late system message: {late}")
         records = proxy.rounds()
+        expositions.append(proxy.metrics())
     finally:
         proxy.stop()
     try:  # its own proxy: R set small (the others derived from the window), so the call is longer than R
@@ -471,6 +483,7 @@ def check_proxy(report: Report, url: str, model_dir: Path, work: Path) -> None:
         try:
             long_call = run_long_call(small_r.url, model_dir)
             records += small_r.rounds()
+            expositions.append(small_r.metrics())
         finally:
             small_r.stop()
     except RuntimeError as problem:
@@ -494,6 +507,116 @@ def check_proxy(report: Report, url: str, model_dir: Path, work: Path) -> None:
                  f"no --set (K {records[0]['budget'] if records else '-'}, L {records[0]['limit'] if records else '-'};"
                  f" the long call's 2 with --set recent_budget={LONG_CALL_R}), "
                  f"count - usage: {sorted(set(gaps))}, in {time.monotonic() - started:.0f} s; " + "; ".join(runs))
+    check_metrics(report, vllm_python, url, vllm_before, expositions, records, work)
+
+
+def vllm_metrics(url: str) -> str:
+    """vLLM's GET /metrics (the text exposition) of the server at ``url`` (its /v1)."""
+    response = httpx.get(url.removesuffix("/v1") + "/metrics", timeout=30)
+    response.raise_for_status()
+    return response.text
+
+
+# prometheus_client's own text parser (vLLM serves its /metrics with prometheus_client, so its environment has it;
+# the project's does not): each exposition given (a JSON list on stdin) as its samples, [name, labels, value]
+PARSE_EXPOSITIONS = """
+import json, sys
+from prometheus_client.parser import text_string_to_metric_families
+json.dump([[[sample.name, sample.labels, sample.value] for family in text_string_to_metric_families(text)
+            for sample in family.samples] for text in json.load(sys.stdin)], sys.stdout)
+"""
+
+Samples = list[tuple[str, dict[str, str], float]]
+
+
+def parse_expositions(vllm_python: str, texts: Sequence[str]) -> list[Samples]:
+    """Each text exposition's samples as prometheus_client's parser reads them (a text it cannot read: an error)."""
+    done = subprocess.run([vllm_python, "-c", PARSE_EXPOSITIONS], input=json.dumps(list(texts)), capture_output=True,
+                          text=True, timeout=120, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"prometheus_client's parser refused an exposition:\n{done.stderr[-2000:]}")
+    return [[(name, labels, value) for name, labels, value in samples] for samples in json.loads(done.stdout)]
+
+
+def total(samples: Samples, name: str, **labels: str) -> int:
+    """The sum of the samples named ``name`` over all their labels, or over those that have ``labels`` (these counters
+    count whole tokens and calls)."""
+    return round(sum(value for sample, found, value in samples
+                     if sample == name and all(found.get(label) == text for label, text in labels.items())))
+
+
+def check_metrics(report: Report, vllm_python: str, url: str, vllm_before: str, expositions: Sequence[str],
+                  records: Sequence[dict[str, Any]], work: Path) -> None:
+    """The proxies' GET /metrics tell what vLLM's own /metrics tell of the same calls (every call of the proxy part
+    went through them, nothing else reached vLLM meanwhile): their upstream calls = vLLM's successful requests, the
+    usage they summed = vLLM's prompt, generation and cached (prefix-cache hit) token counters, each delta over the
+    part; and = what /arc/rounds recorded per call; no count differing from the server's. The expositions read are
+    left in ``work`` (metrics-*.txt: run.sh keeps them when a check fails)."""
+    # vLLM counts a request's tokens when its output processor finishes it, which may come a moment after the reply
+    # was sent: read again until its successful requests include every call answered (at most 30 s)
+    answered_calls = sum(1 for record in records if record["status"] == 200)
+    started = time.monotonic()
+    deadline = started + 30
+    reads = 0
+    while True:
+        reads += 1
+        try:
+            vllm_after = vllm_metrics(url)
+            before, after, *proxies = parse_expositions(vllm_python, [vllm_before, vllm_after, *expositions])
+        except (RuntimeError, httpx.HTTPError, subprocess.TimeoutExpired) as problem:
+            report.check(False, "proxy /metrics: prometheus_client reads the proxies' and vLLM's expositions",
+                         str(problem)[-2000:])
+            return
+        if total(after, "vllm:request_success_total") - total(before, "vllm:request_success_total") >= answered_calls \
+                or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    texts = {"vllm-before": vllm_before, "vllm-after": vllm_after} | {
+        f"proxy-{number}": text for number, text in enumerate(expositions, 1)}
+    for name, text in texts.items():
+        (work / f"metrics-{name}.txt").write_text(text, encoding="utf-8")
+
+    def ours(name: str, **labels: str) -> int:
+        return sum(total(samples, name, **labels) for samples in proxies)
+
+    def vllm(name: str, **labels: str) -> int:
+        return total(after, name, **labels) - total(before, name, **labels)
+
+    read = (f"{len(proxies)} proxies' expositions and vLLM's (prometheus_client), {reads} read(s) of vLLM's in"
+            f" {time.monotonic() - started:.1f} s")
+    calls, answered = ours("arc_upstream_calls_total"), ours("arc_upstream_calls_total", status="200")
+    # vLLM's "successful" requests include those it finished as aborted (a client gone) or in error: not answered
+    vllm_calls = vllm("vllm:request_success_total") - sum(
+        vllm("vllm:request_success_total", finished_reason=reason) for reason in ("abort", "error"))
+    report.check(len(proxies) == 2 and calls == len(records) and answered == vllm_calls > 0,
+                 "proxy /metrics: arc_upstream_calls_total = the calls /arc/rounds lists, its status=\"200\" = vLLM's"
+                 " vllm:request_success_total delta (its abort and error ones left out)",
+                 f"{read}: {calls}, {len(records)}; {answered}, {vllm_calls}")
+    prompt = ours("arc_upstream_prompt_tokens_total")
+    usage_prompt = sum(record["upstream_prompt_tokens"] or 0 for record in records)
+    vllm_prompt = vllm("vllm:prompt_tokens_total")
+    sent = ours("arc_view_tokens_sent_total")
+    report.check(prompt == usage_prompt == vllm_prompt == sent > 0,
+                 "proxy /metrics: arc_upstream_prompt_tokens_total = the calls' usage.prompt_tokens summed = vLLM's"
+                 " vllm:prompt_tokens_total delta = arc_view_tokens_sent_total",
+                 f"{prompt}, {usage_prompt}, {vllm_prompt}, {sent}")
+    completion = ours("arc_upstream_completion_tokens_total")
+    vllm_completion = vllm("vllm:generation_tokens_total")
+    report.check(completion == vllm_completion > 0, "proxy /metrics: arc_upstream_completion_tokens_total = vLLM's"
+                 " vllm:generation_tokens_total delta", f"{completion}, {vllm_completion}")
+    # vLLM's cached tokens of a request (usage.prompt_tokens_details.cached_tokens) are its prefix-cache hits at the
+    # request's first scheduling, in tokens (whole blocks); vllm:prompt_tokens_cached sums them, and
+    # vllm:prefix_cache_hits counts the same hits (again after a preemption: none at this load)
+    cached = ours("arc_upstream_cached_tokens_total")
+    usage_cached = sum(record.get("upstream_cached_tokens") or 0 for record in records)
+    vllm_cached = vllm("vllm:prompt_tokens_cached_total")
+    vllm_hits = vllm("vllm:prefix_cache_hits_total")
+    report.check(cached == usage_cached == vllm_cached == vllm_hits > 0,
+                 "proxy /metrics: arc_upstream_cached_tokens_total = the calls' cached_tokens summed = vLLM's"
+                 " vllm:prompt_tokens_cached_total delta = its vllm:prefix_cache_hits_total delta",
+                 f"{cached}, {usage_cached}, {vllm_cached}, {vllm_hits}")
+    differing = ours("arc_counts_differing_total")
+    report.check(differing == 0, "proxy /metrics: arc_counts_differing_total = 0", str(differing))
 
 
 def make_model(python: str, out: Path, *extra: str) -> None:
@@ -551,13 +674,15 @@ def text_part(report: Report, args: argparse.Namespace, text_model: Path, runs: 
 
 
 def tool_part(report: Report, args: argparse.Namespace, tool_model: Path, runs: Path, work: Path) -> None:
-    server = VllmServer(args.vllm_python, tool_model, work / "vllm-tool.log", args.start_timeout)
+    # cached tokens in usage (--enable-prompt-tokens-details) for check_metrics; prefix caching is vLLM's default
+    server = VllmServer(args.vllm_python, tool_model, work / "vllm-tool.log", args.start_timeout,
+                        flags=(*TOOL_CALL_FLAGS, "--enable-prefix-caching", "--enable-prompt-tokens-details"))
     try:
         check_run(report, "tool mode, server counting", server.url, tool_model, runs / "tool-server",
                   "--tool-calling", paths=True)
         check_run(report, "tool mode, local counting", server.url, tool_model, runs / "tool-local",
                   "--tool-calling", "--count-with", "local", paths=True)
-        check_proxy(report, server.url, tool_model, work / "proxy")
+        check_proxy(report, server.url, tool_model, work / "proxy", args.vllm_python)
     finally:
         server.stop()
 
