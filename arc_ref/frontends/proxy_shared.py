@@ -341,8 +341,9 @@ class SharedProxy(Proxy):
 
     async def _wait_elsewhere(self, asked: AskedRequest) -> None:
         """A client's retry: while an attempt of the same request runs on another instance (its ``arc_running`` row,
-        its lease not past; on any instance, but one on this instance `_attempt_of` waited for already), wait for it, looking again after 50 ms, then twice as long each time up to 500 ms (one
-        round trip each; only retries look). Its reply is then found as that of any answered request
+        its lease not past; on any instance, but one on this instance `_attempt_of` waited for already), wait for
+        it, looking again after 50 ms, then twice as long each time up to 500 ms (one round trip each; only retries
+        look). Its reply is then found as that of any answered request
         (`_answered_before`); an attempt that failed leaves none, and the retry runs itself. A first attempt whose
         instance died stops holding the retry when its lease is past (``running_lease_s``); the database
         unavailable, the retry goes on as any request does."""
