@@ -500,6 +500,22 @@ def log_output(step: int) -> str:
     return "".join(f"log{step} line {line}: status={late if (step, line) == (0, 7) else 'ok'}\n" for line in range(24))
 
 
+def recalled_payload(buffer: str, identifier: str) -> str | None:
+    """The payload of chunk 1/1 of ``identifier`` in the recall buffer's text (spec/rendering.md 10.4), or None."""
+    opening, closing = f"[recall {identifier} chunk 1/1]\n", f"\n[end {identifier} chunk 1/1]"
+    start = buffer.find(opening)
+    end = buffer.find(closing, start + len(opening)) if start >= 0 else -1
+    return buffer[start + len(opening):end] if end >= 0 else None
+
+
+def difference(shown: str, stored: str) -> str:
+    """Where ``shown`` first differs from ``stored``, in a line."""
+    at = next((index for index, (one, other) in enumerate(zip(shown, stored)) if one != other),
+              min(len(shown), len(stored)))
+    return (f"{len(shown)} characters where {len(stored)} are stored, the first difference at character {at}:"
+            f" {shown[at:at + 40]!r} where the stored text has {stored[at:at + 40]!r}")
+
+
 def check_hidden_recall(report: Report, proxy: ProxyProcess, recorder: UpstreamRecorder, model_dir: Path) -> None:
     """`hidden_recall`; an error on the way (no answer, a reply not as expected) a failed check, not the run's end."""
     try:
@@ -601,13 +617,15 @@ def hidden_recall(report: Report, proxy: ProxyProcess, recorder: UpstreamRecorde
         if record["hidden"]:
             buffers = [said["content"] for said in request["messages"]
                        if str(said.get("content") or "").startswith("[ARC recall buffer]")]
-            in_view = any(expected in buffer.split("\n", 1)[-1] for buffer in buffers)
-            in_tokens = expected in tokenizer.decode(prompt_ids)
-            shown_recalls += in_view and in_tokens
-            if not (in_view and in_tokens):
-                problems.append(f"call {number} (hidden): the recall buffer {'holds' if in_view else 'lacks'} the"
-                                f" first observation exactly, vLLM's prompt tokens {'hold' if in_tokens else 'lack'}"
-                                f" it: {json.dumps(buffers)[:400]}")
+            payload = recalled_payload(buffers[-1] if buffers else "", identifier)
+            in_tokens = expected in tokenizer.decode(prompt_ids)  # the response, as vLLM's tokens spell it
+            shown_recalls += payload == outputs[0] and in_tokens
+            if payload != outputs[0] or not in_tokens:
+                problems.append(f"call {number} (hidden): the recall buffer vLLM was sent "
+                                + ("has no response for it" if payload is None else
+                                   "holds the first observation exactly" if payload == outputs[0] else
+                                   "holds another text than the first observation: " + difference(payload, outputs[0]))
+                                + f"; vLLM's prompt tokens {'hold' if in_tokens else 'lack'} its response exactly")
     hidden = sum(1 for record in records if record["hidden"])
     report.check(not problems and hidden >= 1 and hidden == hidden_rounds and shown_recalls == hidden
                  and not returned.get("tool_calls"),

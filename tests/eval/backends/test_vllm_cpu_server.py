@@ -120,3 +120,22 @@ def test_the_upstream_recorder_passes_every_call_through_and_keeps_the_chat_call
         recorder.stop()
         upstream.shutdown()
         upstream.server_close()
+
+
+def test_the_recalled_payload_is_read_between_its_frame_lines_and_a_difference_is_located() -> None:
+    real_vllm = load_real_vllm()
+    stored = real_vllm.log_output(0)
+    assert "écart → 3 ms 🕒" in stored and stored.endswith("\n")  # characters of 2, 3 and 4 bytes in UTF-8
+    identifier = "§00001-0186530882"
+
+    def buffer(payload: str) -> str:
+        return f"[ARC recall buffer]\n[recall {identifier} chunk 1/1]\n{payload}\n[end {identifier} chunk 1/1]"
+
+    assert real_vllm.recalled_payload(buffer(stored), identifier) == stored
+    assert real_vllm.recalled_payload(buffer(stored), "§00002-0186530882") is None
+    assert real_vllm.recalled_payload("[ARC recall buffer]", identifier) is None
+    clipped = real_vllm.recalled_payload(buffer(stored[:-1]), identifier)
+    assert clipped == stored[:-1]
+    assert real_vllm.difference(clipped, stored) == (
+        "584 characters where 585 are stored, the first difference at character 584: '' where the stored text has"
+        " '\\n'")
