@@ -486,11 +486,13 @@ class UpstreamRecorder:
 
 
 # a conversation of `cat` calls (the tool model's only call) through the proxy with R = LONG_CALL_R: its outputs, a
-# few hundred tokens each, fit H verbatim and one recall chunk, and after a few steps the proxy folds the first out
+# few hundred tokens each, fit H verbatim and one recall chunk, and after ten of them the proxy folds the first out
 CAT_TOOL = {"type": "function", "function": {
     "name": "cat", "description": "Print a file.",
     "parameters": {"type": "object", "properties": {"file": {"type": "string"}}, "required": ["file"]}}}
-RECALL_STEPS = 12  # at most: the proxy folds after 3-4 with R = 600
+# at most: the proxy first folds after 10 (layout lean lets H use what S, G and U leave of K besides R = 600),
+# about 0.2 s each
+RECALL_STEPS = 20
 OBSERVATION_ID = re.compile(r"§(\d+)-\d+")
 
 
