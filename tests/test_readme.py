@@ -70,3 +70,14 @@ def test_every_pip_install_of_the_readme_installs_this_checkout() -> None:
     assert installs
     by_name = [line for line in installs if re.search(r"pip install[^#]*['\"]?arc-ref\[", line)]
     assert not by_name, f"README commands that look arc-ref up on the index: {by_name}"
+
+
+def test_the_proxy_extra_runs_the_proxy() -> None:
+    """Review h54: the README's `pip install -e '.[proxy,postgres]'` (and "extra `proxy`") gave an `arc-ref proxy`
+    that refused to start: its `--tokenizer hf-dir:DIR`, the only kind it takes, reads tokenizer.json with the
+    package `tokenizers`, which only the extras hf and eval brought."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    names = [requirement.split(">")[0].split("=")[0].split("<")[0] for requirement in extras["proxy"]]
+    assert "tokenizers" in names
