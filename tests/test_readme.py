@@ -70,3 +70,31 @@ def test_every_pip_install_of_the_readme_installs_this_checkout() -> None:
     assert installs
     by_name = [line for line in installs if re.search(r"pip install[^#]*['\"]?arc-ref\[", line)]
     assert not by_name, f"README commands that look arc-ref up on the index: {by_name}"
+
+
+def test_the_proxy_extra_runs_the_proxy() -> None:
+    """Review h54: the README's `pip install -e '.[proxy,postgres]'` (and "extra `proxy`") gave an `arc-ref proxy`
+    that refused to start: its `--tokenizer hf-dir:DIR`, the only kind it takes, reads tokenizer.json with the
+    package `tokenizers`, which only the extras hf and eval brought."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    names = [requirement.split(">")[0].split("=")[0].split("<")[0] for requirement in extras["proxy"]]
+    assert "tokenizers" in names
+
+
+def test_the_readme_says_mini_swe_agent_retries_the_proxys_refusals() -> None:
+    """Review h54: the README said a typed 400 keeps a client from retrying; mini-swe-agent (the agents extra's pin)
+    retries every exception but a few, a 400 included, 10 times with waits of 4 to 60 s (a refused prefix: 4 min
+    17 s before it gave up). The README now says so and names the variable that stops it at once."""
+    import pytest
+
+    litellm_model = pytest.importorskip("minisweagent.models.litellm_model",
+                                        reason="mini-swe-agent is not installed (the extra 'agents')")
+    import litellm
+
+    retried = not any(issubclass(litellm.exceptions.BadRequestError, aborting)
+                      for aborting in litellm_model.LitellmModel.abort_exceptions)
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    if retried:
+        assert "mini-swe-agent still retries every 400" in text and "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT=1" in text

@@ -88,7 +88,8 @@ HOW: dict[str, str] = {
         "arc-ref proxy --upstream http://localhost:8000/v1 --tokenizer hf-dir:../shared/data/qwen3-tokenizer --store"
         " ./arc-conversations &",
         "seq -f \"row %g: ok\" 300 > big.log && sed -i '150s/.*/row 150: NEEDLE_KEY=violet-42/' big.log",
-        "MSWEA_CONFIGURED=true MSWEA_COST_TRACKING=ignore_errors OPENAI_API_KEY=none mini -m openai/scripted -c"
+        "MSWEA_CONFIGURED=true MSWEA_COST_TRACKING=ignore_errors LITELLM_LOCAL_MODEL_COST_MAP=True"
+        " OPENAI_API_KEY=none mini -m openai/scripted -c"
         " mini.yaml -c model.model_kwargs.api_base=http://localhost:8100/v1 -y --exit-immediately -o traj.json -t"
         " \"Find the value of NEEDLE_KEY in big.log and submit it.\"",
         "curl -s localhost:8100/arc/rounds",

@@ -15,6 +15,7 @@ import json
 import operator
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -1012,6 +1013,21 @@ def stopping_server(config: Any, app: CountedApp) -> Any:
 def serve(options: ProxyOptions, parse_setting: Callable[[str], tuple[str, object]]) -> int:
     """`arc-ref proxy`: check everything that can be checked (exit status 2 and one line, nothing created), then
     serve until interrupted."""
+    try:  # the port first (bound, not listening yet): prepare creates the store directory, its index, the tables
+        listener = listening_socket(options.host, options.port)  # (review h54: a port in use left them created)
+    except (OSError, OverflowError) as problem:
+        print(f"arc-ref proxy: cannot listen on {options.host}:{options.port}: "
+              f"{getattr(problem, 'strerror', None) or problem}", file=sys.stderr)
+        return USAGE.code
+    try:
+        return _serve_on(listener, options, parse_setting)
+    finally:
+        listener.close()
+
+
+def _serve_on(listener: socket.socket, options: ProxyOptions,
+              parse_setting: Callable[[str], tuple[str, object]]) -> int:
+    """`serve` once its port is bound: the checks, then the server on ``listener``."""
     import uvicorn
 
     try:
@@ -1057,12 +1073,6 @@ def serve(options: ProxyOptions, parse_setting: Callable[[str], tuple[str, objec
               f" too): a request in flight holds two (its client's connection and its upstream call), so past some"
               f" {open_files // 2 - 16} clients at once new connections are refused; raise the hard limit",
               file=sys.stderr, flush=True)
-    try:
-        listener = listening_socket(options.host, options.port)
-    except (OSError, OverflowError) as problem:
-        print(f"arc-ref proxy: cannot listen on {options.host}:{options.port}: "
-              f"{getattr(problem, 'strerror', None) or problem}", file=sys.stderr)
-        return USAGE.code
     shown_store = settings.store or (f"{shown_url(settings.database)}, up to {settings.db_connections} connections"
                                      if settings.database else "memory")
     print(f"arc-ref proxy: http://{options.host}:{options.port}/v1 -> {settings.upstream} (window"

@@ -155,6 +155,23 @@ def test_a_bad_option_is_refused_at_start_in_one_line_and_nothing_is_created(cas
     assert sorted(path.name for path in tmp_path.iterdir()) == [], "the refused start created files"
 
 
+def test_a_port_in_use_is_refused_at_start_in_one_line_and_nothing_is_created(tmp_path: Path) -> None:
+    """Review h54: the port was bound after the checks that create things, so a port in use (exit 2, one line) left
+    the --store directory and its hashes.sqlite behind, where the README says "nothing created"."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        done = run_proxy("--upstream", "http://127.0.0.1:9/v1", "--tokenizer", f"hf-dir:{QWEN3}", "--context-limit",
+                         "16384", "--store", str(tmp_path / "store"), "--port", str(taken.getsockname()[1]),
+                         cwd=tmp_path)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1 and lines[0].startswith("arc-ref proxy: cannot listen on 127.0.0.1:"), lines
+    assert sorted(path.name for path in tmp_path.iterdir()) == [], "the refused start created files"
+
+
 def test_a_damaged_conversations_index_is_refused_at_start_in_one_line(tmp_path: Path) -> None:
     """--store DIR whose hashes.sqlite is not a database: exit 2 and one line naming it, before listening (before:
     a traceback and exit 3 when the application started)."""
