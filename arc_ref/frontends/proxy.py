@@ -634,7 +634,7 @@ class Conversations:
         self.registering = threading.Lock()  # a new conversation's check and first mark (a worker thread)
         self.hash_index: HashIndex | None = None
         if settings.store is not None:
-            settings.store.mkdir(parents=True, exist_ok=True)
+            settings.store.mkdir(mode=0o700, parents=True, exist_ok=True)
             self.hash_index = HashIndex(settings.store)
             self._index_unindexed()
 
@@ -869,7 +869,7 @@ class Conversations:
             conversation = Conversation(key, state, None, None, seq=1 + len(events))
         else:
             directory = self.settings.store / key
-            directory.mkdir()
+            directory.mkdir(mode=0o700)  # owner-only, as the files in it
             try:
                 store = DurableStore.create(directory / "task.arc", config)
             except BaseException:
@@ -1950,7 +1950,7 @@ def prepare(settings: ProxySettings) -> ProxySettings:
         raise StartRefused(" ".join(str(problem).split())) from None
     if settings.store is not None:
         try:
-            settings.store.mkdir(parents=True, exist_ok=True)
+            settings.store.mkdir(mode=0o700, parents=True, exist_ok=True)
             probe = settings.store / f".arc-proxy-write-check-{os.getpid()}"
             probe.write_bytes(b"")
             probe.unlink()

@@ -13,6 +13,7 @@ the machine) is read from its ``marks.jsonl`` at start and its rows added.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -32,6 +33,13 @@ class HashIndex:
     def __init__(self, directory: Path) -> None:
         self.path = directory / HASH_INDEX_FILE
         self._guard = threading.Lock()
+        # created owner-only, as every file of a conversation is (its rows hold the conversations' keys); SQLite gives
+        # its -wal and -shm files the database file's mode. A file already there keeps the mode its owner gave it
+        try:
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+        except OSError as problem:
+            raise StoreError(f"the conversations' index {str(self.path)!r} cannot be opened"
+                             f" ({problem.strerror or problem})") from None
         deadline = time.monotonic() + BUSY_TIMEOUT_S
         while True:
             connection: sqlite3.Connection | None = None

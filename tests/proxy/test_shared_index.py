@@ -102,3 +102,33 @@ def test_a_continuing_stored_request_makes_no_more_hand_offs_than_before(tmp_pat
 
     per_turn = asyncio.run(scenario())
     assert all(count <= STORED_HOPS_PER_TURN for count in per_turn[1:]), per_turn
+
+
+def test_the_store_directory_its_index_and_conversations_are_owner_only(tmp_path: Path) -> None:
+    """Under the usual umask 022, everything a proxy creates in --store DIR is its owner's alone: DIR, each
+    conversation's directory, and the shared index with its WAL files (their rows hold the conversations' keys, the
+    value of X-Arc-Conversation), as every file of a conversation already was (review h54 F8: hashes.sqlite and its
+    -wal and -shm were 0644, the directories 0755)."""
+    import os
+    import stat
+
+    store = tmp_path / "store"
+
+    async def scenario() -> dict[str, str]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(bash_call_reply)) as client:
+            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS, store=store), client)
+            try:
+                task = [{"role": "system", "content": "S"}, {"role": "user", "content": "list the files"}]
+                await ask(proxy, next_history(task, await ask(proxy, task)))
+                made = [store, *store.rglob("*")]  # while it runs: the index's WAL files are there
+                assert {path.name for path in made} >= {HASH_INDEX_FILE, HASH_INDEX_FILE + "-wal", "task.arc"}
+                return {str(path.relative_to(tmp_path)): oct(stat.S_IMODE(path.stat().st_mode)) for path in made}
+            finally:
+                await proxy.close()
+
+    before = os.umask(0o022)
+    try:
+        modes = asyncio.run(scenario())
+    finally:
+        os.umask(before)
+    assert all(mode in ("0o600", "0o700") for mode in modes.values()), modes
