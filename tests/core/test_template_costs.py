@@ -1,0 +1,152 @@
+"""A message's placed costs add up to the served count of the whole conversation (chat format ``template``).
+
+`TemplateFormat.placed_costs` / `placed_cost_at` count a message's piece in every context from probe conversations,
+with caches (per format, per message, the last long content, a tool message's costs kept for every call id) and a
+content split counted once. Here each conversation's sum (head, system piece, goal in its context, every later
+message's cost in its context, tail) is compared with the whole conversation rendered at once (`TemplateFormat.render`,
+the template not split) and encoded by the tokenizer: under Qwen3's own template and under small templates made here
+that read a tool message's keys in each way `_WatchedMessage` notes (review h55, a mutation sweep of templates.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import pytest
+
+from arc_ref.message import ToolCall, ToolSpec, shared_context
+from arc_ref.templates import (
+    MEMO_TEXT_CHARS, TemplateFormat, TemplateRefused, load_template_source, possible_contexts,
+)
+from arc_ref.tokenizers import HuggingFaceTokenizer, get_tokenizer
+from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir, qwen3_with_template
+
+QWEN3 = qwen3_dir()
+pytestmark = pytest.mark.skipif(QWEN3 is None, reason=QWEN3_ABSENT)
+SYSTEM, GOAL = "You are an agent.", "Fix the bug."
+BASH = ToolSpec("bash", "Run a shell command.", '{"type": "object", "properties": {"command": {"type": "string"}}}')
+
+
+def qwen3_format(directory: str, action_mode: str, tools: Sequence[ToolSpec] = ()) -> TemplateFormat:
+    tokenizer = get_tokenizer(f"hf-dir:{directory}")
+    assert isinstance(tokenizer, HuggingFaceTokenizer)
+    return TemplateFormat(tokenizer, load_template_source(directory), {"enable_thinking": False}, tuple(tools),
+                          SYSTEM, GOAL, action_mode)
+
+
+def message(role: str, content: str, calls: tuple[ToolCall, ...] = (), call_id: str | None = None) -> dict[str, Any]:
+    return {"role": role, "content": content, "calls": calls, "call_id": call_id}
+
+
+def engine_count(chat: TemplateFormat, messages: Sequence[dict[str, Any]], one_place: bool = False) -> int:
+    """The conversation [system, goal, *messages] counted from placed costs (``one_place``: `placed_cost_at`)."""
+    roles = ["system", "user", *(m["role"] for m in messages)]
+    total = chat.head_tokens + chat.system_piece_tokens + chat.tail_tokens
+    goal_after = roles[2] if len(roles) > 2 else None
+    total += dict(chat.goal_costs)[shared_context("system", goal_after, "user" in roles[2:])]
+    for position, m in enumerate(messages, start=2):
+        after = roles[position + 1] if position + 1 < len(roles) else None
+        context = shared_context(roles[position - 1], after, "user" in roles[position + 1:])
+        assert context in possible_contexts(m["role"], chat.action_mode)
+        if one_place:
+            total += chat.placed_cost_at(context, m["role"], m["content"], m["calls"], m["call_id"])
+        else:
+            total += dict(chat.placed_costs(m["role"], m["content"], m["calls"], m["call_id"]))[context]
+    return total
+
+
+def served_count(chat: TemplateFormat, messages: Sequence[dict[str, Any]]) -> int:
+    """The whole conversation rendered at once and encoded: what the server counts."""
+    openai = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": GOAL}]
+    for m in messages:
+        shown: dict[str, Any] = {"role": m["role"], "content": m["content"]}
+        if m["calls"]:
+            shown["tool_calls"] = [call.openai() for call in m["calls"]]
+        if m["call_id"] is not None:
+            shown["tool_call_id"] = m["call_id"]
+        openai.append(shown)
+    return chat.tokenizer.count(chat.render(openai))
+
+
+def assert_adds_up(chat: TemplateFormat, messages: Sequence[dict[str, Any]]) -> None:
+    served = served_count(chat, messages)
+    assert engine_count(chat, messages) == served
+    assert engine_count(chat, messages, one_place=True) == served
+
+
+# --- a tool message's costs kept for every call id only when the template never read it ----------------------
+
+READS = {  # ways a template reads a tool message's call id (or the whole message): each is noted by _WatchedMessage
+    "attribute": "{{ message.tool_call_id }}",
+    "item": "{{ message['tool_call_id'] }}",
+    "get": "{{ message.get('tool_call_id') }}",
+    "tojson": "{{ message | tojson }}",
+    "items": "{% for key, value in message.items() %}{{ value }}{% endfor %}",
+    "values": "{{ message.values() | join(',') }}",
+    "dictsort": "{% for key, value in message | dictsort %}{{ value }}{% endfor %}",
+    "string": "{{ message | string }}",
+}
+
+
+def tool_reading_template(read: str) -> str:
+    return (
+        "{% for message in messages %}<|im_start|>{{ message.role }}\n"
+        "{% if message.role == 'tool' %}" + read + "\n{% endif %}{{ message.content }}"
+        "{% for call in message.tool_calls or [] %}<tool_call>{{ call.id }} {{ call.function.arguments | tojson }}"
+        "</tool_call>{% endfor %}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+
+
+@pytest.mark.parametrize("read", sorted(READS))
+def test_a_tool_result_costs_what_the_server_counts_for_each_call_id_the_template_reads(read: str) -> None:
+    """A template that writes a tool message's call id: the same result under a short and a long id costs what the
+    whole rendering counts for each (its costs are not kept for every call id; with Qwen3's template they are)."""
+    directory = qwen3_with_template(tool_reading_template(READS[read]), f"h55-read-{read}-")
+    chat = qwen3_format(directory, "tools", (BASH,))
+    for call_id in ("c", "call_with_a_much_longer_id_0001", "c"):
+        call = ToolCall(call_id, "bash", '{"command": "ls"}')
+        assert_adds_up(chat, [message("assistant", "Look.", (call,)),
+                              message("tool", "a.py b.py", call_id=call_id)])
+
+
+# --- a content over MEMO_TEXT_CHARS: its costs kept only for the last such message, under its whole key ---------
+
+LONG = ("line of output é 中 " * 400)[: MEMO_TEXT_CHARS + 500]
+
+
+def test_a_long_content_in_another_role_or_with_other_calls_costs_what_the_server_counts() -> None:
+    """The last long message's costs are kept apart from the LRU (`TemplateFormat._cached`): the same long text as a
+    user message then as an agent turn (Qwen3 gives the last one its empty think block), or as two agent turns
+    with other calls, is counted as the whole rendering counts each."""
+    assert QWEN3 is not None and len(LONG) > MEMO_TEXT_CHARS
+    text_mode = qwen3_format(str(QWEN3), "text")
+    assert_adds_up(text_mode, [message("user", LONG)])
+    assert_adds_up(text_mode, [message("user", "go on"), message("assistant", LONG)])
+    tool_mode = qwen3_format(str(QWEN3), "tools", (BASH,))
+    short = ToolCall("c1", "bash", '{"command": "ls"}')
+    longer = ToolCall("c1", "bash", '{"command": "cat a_file_with_a_long_name.py | head -n 40"}')
+    for calls in ((short,), (longer,), (short, longer), ()):
+        answers = [message("tool", "ok", call_id=call.call_id) for call in calls]
+        assert_adds_up(tool_mode, [message("assistant", LONG, calls), *answers])
+    assert_adds_up(tool_mode, [message("assistant", "run", (short,)), message("tool", LONG, call_id="c1")])
+    assert_adds_up(tool_mode, [message("user", LONG)])
+
+
+# --- every cut between two pieces is checked, an empty piece between them too ------------------------------------
+
+# The user's turn is closed only when no agent turn follows; an agent turn writes nothing; the generation prompt is
+# plain text: a user message followed by an agent turn meets the prompt without an added token between them.
+EMPTY_AGENT_TURN = (
+    "{% for message in messages %}{% if message.role != 'assistant' %}<|im_start|>{{ message.role }}\n"
+    "{{ message.content }}{% if loop.last or messages[loop.index0 + 1].role != 'assistant' %}<|im_end|>{% endif %}"
+    "{% endif %}{% endfor %}Answer:"
+)
+
+
+def test_a_cut_across_an_empty_piece_that_meets_without_an_added_token_is_refused() -> None:
+    """`TemplateFormat._check_pieces` skips empty pieces and checks the cut between the pieces on either side: here
+    "...x" + "" + "Answer:", which tokenizes across the cut, so the format is refused (its counts would not add up)."""
+    directory = qwen3_with_template(EMPTY_AGENT_TURN, "h55-empty-piece-")
+    with pytest.raises(TemplateRefused, match="meet without an added token"):
+        qwen3_format(directory, "text")
