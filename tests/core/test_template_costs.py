@@ -10,9 +10,12 @@ that read a tool message's keys in each way `_WatchedMessage` notes (review h55,
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from arc_ref.message import ToolCall, ToolSpec, shared_context
 from arc_ref.templates import (
@@ -27,11 +30,12 @@ SYSTEM, GOAL = "You are an agent.", "Fix the bug."
 BASH = ToolSpec("bash", "Run a shell command.", '{"type": "object", "properties": {"command": {"type": "string"}}}')
 
 
-def qwen3_format(directory: str, action_mode: str, tools: Sequence[ToolSpec] = ()) -> TemplateFormat:
+def qwen3_format(directory: str, action_mode: str, tools: Sequence[ToolSpec] = (),
+                 system: str = SYSTEM) -> TemplateFormat:
     tokenizer = get_tokenizer(f"hf-dir:{directory}")
     assert isinstance(tokenizer, HuggingFaceTokenizer)
     return TemplateFormat(tokenizer, load_template_source(directory), {"enable_thinking": False}, tuple(tools),
-                          SYSTEM, GOAL, action_mode)
+                          system, GOAL, action_mode)
 
 
 def message(role: str, content: str, calls: tuple[ToolCall, ...] = (), call_id: str | None = None) -> dict[str, Any]:
@@ -49,15 +53,15 @@ def engine_count(chat: TemplateFormat, messages: Sequence[dict[str, Any]], one_p
         context = shared_context(roles[position - 1], after, "user" in roles[position + 1:])
         assert context in possible_contexts(m["role"], chat.action_mode)
         if one_place:
-            total += chat.placed_cost_at(context, m["role"], m["content"], m["calls"], m["call_id"])
+            total += chat.placed_cost_at(context, m["role"], m["content"], m["calls"], m["call_id"], m.get("parts"))
         else:
-            total += dict(chat.placed_costs(m["role"], m["content"], m["calls"], m["call_id"]))[context]
+            total += dict(chat.placed_costs(m["role"], m["content"], m["calls"], m["call_id"], m.get("parts")))[context]
     return total
 
 
-def served_count(chat: TemplateFormat, messages: Sequence[dict[str, Any]]) -> int:
+def served_count(chat: TemplateFormat, messages: Sequence[dict[str, Any]], system: str = SYSTEM) -> int:
     """The whole conversation rendered at once and encoded: what the server counts."""
-    openai = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": GOAL}]
+    openai = [{"role": "system", "content": system}, {"role": "user", "content": GOAL}]
     for m in messages:
         shown: dict[str, Any] = {"role": m["role"], "content": m["content"]}
         if m["calls"]:
@@ -68,8 +72,8 @@ def served_count(chat: TemplateFormat, messages: Sequence[dict[str, Any]]) -> in
     return chat.tokenizer.count(chat.render(openai))
 
 
-def assert_adds_up(chat: TemplateFormat, messages: Sequence[dict[str, Any]]) -> None:
-    served = served_count(chat, messages)
+def assert_adds_up(chat: TemplateFormat, messages: Sequence[dict[str, Any]], system: str = SYSTEM) -> None:
+    served = served_count(chat, messages, system)
     assert engine_count(chat, messages) == served
     assert engine_count(chat, messages, one_place=True) == served
 
@@ -150,3 +154,113 @@ def test_a_cut_across_an_empty_piece_that_meets_without_an_added_token_is_refuse
     directory = qwen3_with_template(EMPTY_AGENT_TURN, "h55-empty-piece-")
     with pytest.raises(TemplateRefused, match="meet without an added token"):
         qwen3_format(directory, "text")
+
+
+# --- random conversations under Qwen3's template: long contents split, known parts, every cache ----------------
+
+ATOMS = ("a", "word", " ", "  ", "\n", "\n\n", "\r\n", "\t", "1", "2024", ".", ",", "<", "|", ">", "/", "_", "'s",
+         "é", "\u0301", "中文", "😀", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>",
+         "</tool_response>", "{\"k\": 1}", "def f():", "    return")
+
+
+@st.composite
+def contents(draw: st.DrawFn) -> tuple[str, tuple[tuple[str, int | None], ...] | None]:
+    """A content (short, past the split's 2 * EDGE_WINDOW, or past MEMO_TEXT_CHARS) and, sometimes, the parts it is
+    made of with their counts known (a stored observation's n_j) or not."""
+    pieces = draw(st.lists(st.sampled_from(ATOMS), min_size=0, max_size=draw(st.sampled_from((4, 60, 200)))))
+    repeat = draw(st.sampled_from((1, 1, 1, 60)))
+    content = "".join(pieces) * repeat
+    if not content or not draw(st.booleans()):
+        return content, None
+    cuts = sorted(draw(st.lists(st.integers(0, len(content)), max_size=3)))
+    bounds = [0, *cuts, len(content)]
+    texts = [content[a:b] for a, b in zip(bounds, bounds[1:])]
+    assert QWEN3 is not None
+    tokenizer = get_tokenizer(f"hf-dir:{QWEN3}")
+    known = draw(st.lists(st.booleans(), min_size=len(texts), max_size=len(texts)))
+    return content, tuple((text, tokenizer.count(text) if k else None) for text, k in zip(texts, known))
+
+
+@st.composite
+def conversations(draw: st.DrawFn, action_mode: str) -> list[dict[str, Any]]:
+    """Messages after [system, goal] in the shapes a view gives (tool mode: a turn's calls answered in order)."""
+    messages: list[dict[str, Any]] = []
+    for unit in range(draw(st.integers(0, 4))):
+        role = draw(st.sampled_from(("user", "assistant")))
+        content, parts = draw(contents())
+        if action_mode == "text" or role == "user":
+            messages.append({**message(role, content), "parts": parts})
+            continue
+        calls = tuple(ToolCall(f"call_{unit}_{k}", "bash", draw(st.sampled_from(
+            ('{"command": "ls"}', '{"command": "cat é.py", "n": [1, null]}', "not json", "[]"))))
+            for k in range(draw(st.integers(0, 2))))
+        messages.append({**message("assistant", content, calls), "parts": parts})
+        for call in calls:
+            result, result_parts = draw(contents())
+            messages.append({**message("tool", result, call_id=call.call_id), "parts": result_parts})
+    return messages
+
+
+@functools.lru_cache(maxsize=2)
+def qwen3_chat(action_mode: str) -> TemplateFormat:
+    assert QWEN3 is not None
+    return qwen3_format(str(QWEN3), action_mode, (BASH,) if action_mode == "tools" else ())
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow,
+                                                                                     HealthCheck.data_too_large])
+@given(st.sampled_from(("text", "tools")), st.booleans(), st.data())
+def test_random_conversations_cost_what_the_whole_rendering_counts(action_mode: str, one_place_first: bool,
+                                                                   data: st.DataObject) -> None:
+    """A conversation's placed costs sum to the whole rendering's count: in a new format, by `placed_cost_at` or by
+    `placed_costs` first (with the parts' known counts) and then the other way (from what the first left in the
+    caches), and in a format that has counted every earlier example's messages."""
+    messages = data.draw(conversations(action_mode))
+    chat = qwen3_chat(action_mode)
+    served = served_count(chat, messages)
+    fresh = qwen3_format(str(QWEN3), action_mode, chat.tools)
+    assert engine_count(fresh, messages, one_place_first) == served
+    assert engine_count(fresh, messages, not one_place_first) == served
+    assert engine_count(chat, messages, one_place_first) == served
+
+
+def test_a_call_id_read_in_probes_rendered_one_place_at_a_time_is_not_forgotten() -> None:
+    """A tool message counted place by place (`placed_cost_at`, every probe conversation of it) and then everywhere
+    (`placed_costs`, which renders nothing more): the template's read of its call id, noted while the places were
+    rendered, still keeps its costs from serving another call id."""
+    directory = qwen3_with_template(tool_reading_template(READS["attribute"]), "h55-read-attribute-")
+    chat = qwen3_format(directory, "tools", (BASH,))
+    for context in possible_contexts("tool", "tools"):
+        chat.placed_cost_at(context, "tool", "a.py b.py", (), "c")
+    chat.placed_costs("tool", "a.py b.py", (), "c")
+    call = ToolCall("call_with_a_much_longer_id_0001", "bash", '{"command": "ls"}')
+    assert_adds_up(chat, [message("assistant", "Look.", (call,)), message("tool", "a.py b.py", call_id=call.call_id)])
+
+
+# Writes " SAME" where a message is the very object of an earlier one: the server hands over a new dict for each.
+IDENTITY = (
+    "{% set ns = namespace(seen=[]) %}{% for message in messages %}<|im_start|>{{ message.role }}\n"
+    "{{ message.content }}{% for seen in ns.seen %}{% if message is sameas seen %} SAME{% endif %}{% endfor %}"
+    "{% set ns.seen = ns.seen + [message] %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.mark.parametrize("action_mode", ["text", "tools"])
+def test_each_occurrence_of_a_probed_message_is_a_new_object_as_the_server_passes_it(action_mode: str) -> None:
+    """A probe conversation holds the probed message several times; each occurrence is a new dict (as the server
+    builds one per message), so a template comparing identities writes what it writes for the real conversation."""
+    directory = qwen3_with_template(IDENTITY, "h55-identity-")
+    chat = qwen3_format(directory, action_mode, (BASH,) if action_mode == "tools" else ())
+    for role in ("user", "assistant"):
+        assert_adds_up(chat, [message(role, "Next."), message("user", "ok")])
+        assert_adds_up(chat, [message("user", "ok"), message(role, "Then.")])
+
+
+def test_split_marks_in_the_system_prompt_do_not_split_a_probe() -> None:
+    """The split mark of a probe conversation is a character none of its texts holds, the prefix's included: a
+    system prompt holding NUL marks (the first candidate) is rendered whole in its piece."""
+    assert QWEN3 is not None
+    system = "Agent \x00P\x00 and \x00E\x00."
+    chat = qwen3_format(str(QWEN3), "text", (), system)
+    assert_adds_up(chat, [message("assistant", "Next."), message("user", "ok")], system)
