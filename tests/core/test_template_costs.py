@@ -160,16 +160,17 @@ def test_a_cut_across_an_empty_piece_that_meets_without_an_added_token_is_refuse
 
 ATOMS = ("a", "word", " ", "  ", "\n", "\n\n", "\r\n", "\t", "1", "2024", ".", ",", "<", "|", ">", "/", "_", "'s",
          "é", "\u0301", "中文", "😀", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>",
-         "</tool_response>", "{\"k\": 1}", "def f():", "    return")
+         "</tool_response>", "{\"k\": 1}", "def f():", "    return",
+         "\n" * 300, " " * 300, "a" * 300)  # runs longer than the split's window, with no junction vouched inside
 
 
 @st.composite
 def contents(draw: st.DrawFn) -> tuple[str, tuple[tuple[str, int | None], ...] | None]:
     """A content (short, past the split's 2 * EDGE_WINDOW, or past MEMO_TEXT_CHARS) and, sometimes, the parts it is
     made of with their counts known (a stored observation's n_j) or not."""
-    pieces = draw(st.lists(st.sampled_from(ATOMS), min_size=0, max_size=draw(st.sampled_from((4, 60, 200)))))
-    repeat = draw(st.sampled_from((1, 1, 1, 60)))
-    content = "".join(pieces) * repeat
+    atoms = st.lists(st.sampled_from(ATOMS), max_size=8).map("".join)
+    block = draw(st.lists(st.sampled_from(ATOMS), min_size=1, max_size=6).map("".join))
+    content = draw(atoms) + block * draw(st.sampled_from((0, 1, 12, 60, 700))) + draw(atoms)
     if not content or not draw(st.booleans()):
         return content, None
     cuts = sorted(draw(st.lists(st.integers(0, len(content)), max_size=3)))
