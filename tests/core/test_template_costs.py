@@ -265,3 +265,28 @@ def test_split_marks_in_the_system_prompt_do_not_split_a_probe() -> None:
     system = "Agent \x00P\x00 and \x00E\x00."
     chat = qwen3_format(str(QWEN3), "text", (), system)
     assert_adds_up(chat, [message("assistant", "Next."), message("user", "ok")], system)
+
+
+# The last message's turn is left open and the generation prompt is plain text: they meet without an added token.
+OPEN_LAST_TURN = (
+    "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}"
+    "{% if not loop.last %}<|im_end|>\n{% endif %}{% endfor %}Answer:"
+)
+# The text before the loop ends in plain text; a user turn followed by an agent turn opens without an added token
+# (after another turn it follows that turn's closing token: only the cut after the head is unsafe).
+OPEN_AFTER_HEAD = (
+    "System notes.{% for message in messages %}{% if message.role != 'system' %}"
+    "{% if not loop.last and messages[loop.index0 + 1].role == 'assistant' %}{{ message.role }}: "
+    "{% else %}<|im_start|>{{ message.role }}\n{% endif %}{{ message.content }}<|im_end|>{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.mark.parametrize("template", [OPEN_LAST_TURN, OPEN_AFTER_HEAD], ids=["last-piece-and-tail", "head-and-goal"])
+def test_a_cut_at_the_head_or_the_tail_that_meets_without_an_added_token_is_refused(template: str) -> None:
+    """`TemplateFormat._check_pieces` checks the cut between the head and the first piece and between the last piece
+    and the tail in every probe conversation (here: the goal's text meets "Answer:"; "System notes." meets the goal
+    opened as "user: " when an agent turn follows it)."""
+    directory = qwen3_with_template(template, "h55-open-")
+    with pytest.raises(TemplateRefused, match="meet without an added token"):
+        qwen3_format(directory, "text")
