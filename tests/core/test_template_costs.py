@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from arc_ref.errors import BudgetViolation
 from arc_ref.message import ToolCall, ToolSpec, shared_context
 from arc_ref.templates import (
     MEMO_TEXT_CHARS, TemplateFormat, TemplateRefused, load_template_source, possible_contexts,
@@ -290,3 +291,13 @@ def test_a_cut_at_the_head_or_the_tail_that_meets_without_an_added_token_is_refu
     directory = qwen3_with_template(template, "h55-open-")
     with pytest.raises(TemplateRefused, match="meet without an added token"):
         qwen3_format(directory, "text")
+
+
+def test_a_place_a_role_cannot_have_is_refused_by_name() -> None:
+    """`placed_cost_at` for a context outside the role's possible ones (a tool result after a user message; a user
+    message before a tool result) is a BudgetViolation naming the place, not a count of some other place."""
+    chat = qwen3_chat("tools")
+    for role, context in (("tool", shared_context("user", None, False)), ("user", shared_context("user", "tool", False))):
+        assert context not in possible_contexts(role, "tools")
+        with pytest.raises(BudgetViolation, match="has no count for its place"):
+            chat.placed_cost_at(context, role, "ok", (), "c" if role == "tool" else None)
