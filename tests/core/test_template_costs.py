@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from arc_ref.errors import BudgetViolation
 from arc_ref.message import ToolCall, ToolSpec, shared_context
 from arc_ref.templates import (
-    MEMO_TEXT_CHARS, TemplateFormat, TemplateRefused, load_template_source, possible_contexts,
+    MEMO_TEXT_CHARS, ChatTemplate, TemplateFormat, TemplateRefused, load_template_source, possible_contexts,
+    probe_plans,
 )
 from arc_ref.tokenizers import HuggingFaceTokenizer, get_tokenizer
 from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir, qwen3_with_template
@@ -90,6 +91,7 @@ READS = {  # ways a template reads a tool message's call id (or the whole messag
     "values": "{{ message.values() | join(',') }}",
     "dictsort": "{% for key, value in message | dictsort %}{{ value }}{% endfor %}",
     "string": "{{ message | string }}",
+    "iterated": "{% for key in message %}{{ key }}={{ message[key] }} {% endfor %}",
 }
 
 
@@ -297,7 +299,30 @@ def test_a_place_a_role_cannot_have_is_refused_by_name() -> None:
     """`placed_cost_at` for a context outside the role's possible ones (a tool result after a user message; a user
     message before a tool result) is a BudgetViolation naming the place, not a count of some other place."""
     chat = qwen3_chat("tools")
-    for role, context in (("tool", shared_context("user", None, False)), ("user", shared_context("user", "tool", False))):
+    places = (("tool", shared_context("user", None, False)), ("user", shared_context("user", "tool", False)))
+    for role, context in places:
         assert context not in possible_contexts(role, "tools")
         with pytest.raises(BudgetViolation, match="has no count for its place"):
             chat.placed_cost_at(context, role, "ok", (), "c" if role == "tool" else None)
+
+
+def test_a_long_message_asked_again_is_not_rendered_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last message whose content is over MEMO_TEXT_CHARS keeps its costs (`TemplateFormat._cached`): asked
+    again, by `placed_costs` or for one place, it renders nothing; another long message then renders its probes."""
+    chat = qwen3_format(str(QWEN3), "tools", (BASH,))
+    renders: list[int] = []
+    original = ChatTemplate.render_parts
+
+    def counted(self: ChatTemplate, *args: Any, **kwargs: Any) -> Any:
+        renders.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(ChatTemplate, "render_parts", counted)
+    first = chat.placed_costs("tool", LONG, (), "c1")
+    probes = len(renders)
+    assert probes == len(probe_plans(possible_contexts("tool", "tools"), "tool"))
+    assert chat.placed_costs("tool", LONG, (), "c1") == first
+    assert chat.placed_cost_at(first[0][0], "tool", LONG, (), "c1") == first[0][1]
+    assert len(renders) == probes
+    chat.placed_costs("user", LONG)
+    assert len(renders) > probes
