@@ -164,7 +164,8 @@ def test_a_cut_across_an_empty_piece_that_meets_without_an_added_token_is_refuse
 ATOMS = ("a", "word", " ", "  ", "\n", "\n\n", "\r\n", "\t", "1", "2024", ".", ",", "<", "|", ">", "/", "_", "'s",
          "é", "\u0301", "中文", "😀", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>",
          "</tool_response>", "{\"k\": 1}", "def f():", "    return",
-         "\n" * 300, " " * 300, "a" * 300)  # runs longer than the split's window, with no junction vouched inside
+         "\n" * 300, " " * 300, "a" * 300,  # runs longer than the split's window, with no junction vouched inside
+         "\n" * 100, "b" * 100)  # and shorter ones: the last vouched junction far from the content's end
 
 
 @st.composite
@@ -176,7 +177,9 @@ def contents(draw: st.DrawFn) -> tuple[str, tuple[tuple[str, int | None], ...] |
     content = draw(atoms) + block * draw(st.sampled_from((0, 1, 12, 60, 700))) + draw(atoms)
     if not content or not draw(st.booleans()):
         return content, None
-    cuts = sorted(draw(st.lists(st.integers(0, len(content)), max_size=3)))
+    size = len(content)
+    near_an_edge = st.one_of(st.integers(0, min(size, 300)), st.integers(max(0, size - 300), size))
+    cuts = sorted(draw(st.lists(st.one_of(st.integers(0, len(content)), near_an_edge), max_size=3)))
     bounds = [0, *cuts, len(content)]
     texts = [content[a:b] for a, b in zip(bounds, bounds[1:])]
     assert QWEN3 is not None
