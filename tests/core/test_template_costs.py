@@ -329,3 +329,50 @@ def test_a_long_message_asked_again_is_not_rendered_again(monkeypatch: pytest.Mo
     assert len(renders) == probes
     chat.placed_costs("user", LONG)
     assert len(renders) > probes
+
+
+# Marks the last user message (as Qwen3's template finds its last query): a user message's piece depends on whether a
+# user message follows it, for the goal too.
+LAST_USER_MARKED = (
+    "{% set ns = namespace(last=-1) %}{% for message in messages[::-1] %}"
+    "{% if ns.last < 0 and message.role == 'user' %}{% set ns.last = messages | length - 1 - loop.index0 %}{% endif %}"
+    "{% endfor %}"
+    "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}"
+    "{% if loop.index0 == ns.last %} (latest){% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.mark.parametrize("action_mode", ["text", "tools"])
+def test_the_goal_costs_what_the_server_counts_with_and_without_a_user_message_after_it(action_mode: str) -> None:
+    """The goal's cost in each of its contexts (`TemplateFormat.goal_costs`) comes from a conversation that gives it
+    that context: with a user message later (after an agent turn) its piece is not the last user message's."""
+    directory = qwen3_with_template(LAST_USER_MARKED, "h55-last-user-")
+    chat = qwen3_format(directory, action_mode, (BASH,) if action_mode == "tools" else ())
+    for messages in ([], [message("assistant", "Next.")], [message("user", "ok")],
+                     [message("assistant", "Next."), message("user", "ok")]):
+        assert_adds_up(chat, messages)
+
+
+# The system turn with the tools listing before the loop, or without tools inside it (test_tool_mode's layout).
+LISTING_BEFORE_THE_LOOP = (
+    "{% if tools %}<|im_start|>system\n{{ messages[0].content }}\nTools:{% for tool in tools %}\n"
+    "{{ tool | tojson }}{% endfor %}<|im_end|>\n{% endif %}{% for message in messages %}"
+    "{% if message.role != 'system' or not tools %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.mark.parametrize("layout", ["qwen3", "listing-before-the-loop"])
+def test_the_tool_listing_costs_the_difference_the_tools_make_to_the_served_prompt(layout: str) -> None:
+    """`tool_listing_tokens` (the audit's share of B for the tools): the prompt of [system, goal] with the tools
+    less the same prompt without them, as the server counts both (Qwen3 writes the system turn before its loop in
+    both; the other template writes it inside the loop without tools)."""
+    assert QWEN3 is not None
+    directory = str(QWEN3) if layout == "qwen3" else qwen3_with_template(LISTING_BEFORE_THE_LOOP, "h55-listing-")
+    chat = qwen3_format(directory, "tools", (BASH,))
+    plain = qwen3_format(directory, "text")
+    prefix = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": GOAL}]
+    listing = chat.tokenizer.count(chat.render(prefix)) - chat.tokenizer.count(plain.render(prefix))
+    assert listing > 0 and chat.tool_listing_tokens() == listing
+    assert plain.tool_listing_tokens() == 0
