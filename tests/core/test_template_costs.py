@@ -331,14 +331,15 @@ def test_a_long_message_asked_again_is_not_rendered_again(monkeypatch: pytest.Mo
     assert len(renders) > probes
 
 
-# Marks the last user message (as Qwen3's template finds its last query): a user message's piece depends on whether a
-# user message follows it, for the goal too.
+# Marks the last user message (as Qwen3's template finds its last query) and names the role that follows each message:
+# a user message's piece depends on its whole context, the goal's too.
 LAST_USER_MARKED = (
     "{% set ns = namespace(last=-1) %}{% for message in messages[::-1] %}"
     "{% if ns.last < 0 and message.role == 'user' %}{% set ns.last = messages | length - 1 - loop.index0 %}{% endif %}"
     "{% endfor %}"
     "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}"
-    "{% if loop.index0 == ns.last %} (latest){% endif %}<|im_end|>\n{% endfor %}"
+    "{% if loop.index0 == ns.last %} (latest){% endif %}"
+    "{% if not loop.last %} (then {{ messages[loop.index0 + 1].role }}){% endif %}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
@@ -346,7 +347,7 @@ LAST_USER_MARKED = (
 @pytest.mark.parametrize("action_mode", ["text", "tools"])
 def test_the_goal_costs_what_the_server_counts_with_and_without_a_user_message_after_it(action_mode: str) -> None:
     """The goal's cost in each of its contexts (`TemplateFormat.goal_costs`) comes from a conversation that gives it
-    that context: with a user message later (after an agent turn) its piece is not the last user message's."""
+    that context: the role after it, and whether a user message comes later (after an agent turn)."""
     directory = qwen3_with_template(LAST_USER_MARKED, "h55-last-user-")
     chat = qwen3_format(directory, action_mode, (BASH,) if action_mode == "tools" else ())
     for messages in ([], [message("assistant", "Next.")], [message("user", "ok")],
