@@ -309,10 +309,13 @@ def test_a_place_a_role_cannot_have_is_refused_by_name() -> None:
             chat.placed_cost_at(context, role, "ok", (), "c" if role == "tool" else None)
 
 
-def test_a_long_message_asked_again_is_not_rendered_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The last message whose content is over MEMO_TEXT_CHARS keeps its costs (`TemplateFormat._cached`): asked
-    again, by `placed_costs` or for one place, it renders nothing; another long message then renders its probes."""
+@pytest.mark.parametrize("size", [MEMO_TEXT_CHARS, len(LONG)])
+def test_a_long_message_asked_again_is_not_rendered_again(monkeypatch: pytest.MonkeyPatch, size: int) -> None:
+    """A message's costs are kept (`TemplateFormat._cached`: in the LRU up to MEMO_TEXT_CHARS characters of content,
+    the last longer one apart): asked again, by `placed_costs` or for one place, it renders nothing; another message
+    then renders its probes."""
     chat = qwen3_format(str(QWEN3), "tools", (BASH,))
+    content = LONG[:size]
     renders: list[int] = []
     original = ChatTemplate.render_parts
 
@@ -321,13 +324,13 @@ def test_a_long_message_asked_again_is_not_rendered_again(monkeypatch: pytest.Mo
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(ChatTemplate, "render_parts", counted)
-    first = chat.placed_costs("tool", LONG, (), "c1")
+    first = chat.placed_costs("tool", content, (), "c1")
     probes = len(renders)
     assert probes == len(probe_plans(possible_contexts("tool", "tools"), "tool"))
-    assert chat.placed_costs("tool", LONG, (), "c1") == first
-    assert chat.placed_cost_at(first[0][0], "tool", LONG, (), "c1") == first[0][1]
+    assert chat.placed_costs("tool", content, (), "c1") == first
+    assert chat.placed_cost_at(first[0][0], "tool", content, (), "c1") == first[0][1]
     assert len(renders) == probes
-    chat.placed_costs("user", LONG)
+    chat.placed_costs("user", content)
     assert len(renders) > probes
 
 
