@@ -11,6 +11,8 @@ that read a tool message's keys in each way `_WatchedMessage` notes (review h55,
 from __future__ import annotations
 
 import functools
+import json
+from pathlib import Path
 from typing import Any, Sequence
 
 import pytest
@@ -25,10 +27,15 @@ from arc_ref.templates import (
 )
 from arc_ref.tokenizers import HuggingFaceTokenizer, get_tokenizer
 from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir, qwen3_with_template
+from tests.core.test_tokenizers import _train_tokenizer_json
 
 QWEN3 = qwen3_dir()
 pytestmark = pytest.mark.skipif(QWEN3 is None, reason=QWEN3_ABSENT)
 SYSTEM, GOAL = "You are an agent.", "Fix the bug."
+CHATML = (
+    "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 BASH = ToolSpec("bash", "Run a shell command.", '{"type": "object", "properties": {"command": {"type": "string"}}}')
 
 
@@ -380,3 +387,19 @@ def test_the_tool_listing_costs_the_difference_the_tools_make_to_the_served_prom
     listing = chat.tokenizer.count(chat.render(prefix)) - chat.tokenizer.count(plain.render(prefix))
     assert listing > 0 and chat.tool_listing_tokens() == listing
     assert plain.tool_listing_tokens() == 0
+
+
+def test_a_tokenizer_whose_added_token_matches_as_a_single_word_is_counted_on_whole_texts(tmp_path: Path) -> None:
+    """An added token marked ``single_word`` is matched only between word boundaries: "a<x>b" holds no such token
+    for the server's tokenizer, so the format counts each text whole rather than split at the token's text."""
+    _train_tokenizer_json(tmp_path / "tokenizer.json")
+    data = json.loads((tmp_path / "tokenizer.json").read_text(encoding="utf-8"))
+    data["added_tokens"].append({"id": len(data["model"]["vocab"]), "content": "<x>", "single_word": True,
+                                 "lstrip": False, "rstrip": False, "normalized": False, "special": False})
+    (tmp_path / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": CHATML}), encoding="utf-8")
+    tokenizer = get_tokenizer(f"hf-dir:{tmp_path}")
+    assert isinstance(tokenizer, HuggingFaceTokenizer) and not tokenizer.added_tokens_match_as_written()
+    assert tokenizer.count("a<x>b") > tokenizer.count("a") + 1 + tokenizer.count("b")
+    chat = TemplateFormat(tokenizer, load_template_source(str(tmp_path)), {}, (), SYSTEM, GOAL, "text")
+    assert_adds_up(chat, [message("user", "hello<x>world <x> x"), message("assistant", "a<x>b")])
