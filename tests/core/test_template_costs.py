@@ -295,11 +295,23 @@ OPEN_AFTER_HEAD = (
 )
 
 
-@pytest.mark.parametrize("template", [OPEN_LAST_TURN, OPEN_AFTER_HEAD], ids=["last-piece-and-tail", "head-and-goal"])
+# The system turn is left open; a user message that ends the conversation opens without an added token: only the goal
+# alone after the system turn (the first request of a task) has an unsafe cut.
+OPEN_LAST_GOAL = (
+    "{% for message in messages %}{% if message.role == 'system' %}<|im_start|>system\n{{ message.content }}"
+    "{% elif loop.last and message.role == 'user' %}user: {{ message.content }}<|im_end|>"
+    "{% else %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.mark.parametrize("template", [OPEN_LAST_TURN, OPEN_AFTER_HEAD, OPEN_LAST_GOAL],
+                         ids=["last-piece-and-tail", "head-and-goal", "system-and-last-goal"])
 def test_a_cut_at_the_head_or_the_tail_that_meets_without_an_added_token_is_refused(template: str) -> None:
     """`TemplateFormat._check_pieces` checks the cut between the head and the first piece and between the last piece
-    and the tail in every probe conversation (here: the goal's text meets "Answer:"; "System notes." meets the goal
-    opened as "user: " when an agent turn follows it)."""
+    and the tail in every probe conversation, the goal's own too (here: the goal's text meets "Answer:";
+    "System notes." meets the goal opened as "user: " when an agent turn follows it; the system prompt's "agent."
+    meets "user: " when the goal ends the conversation)."""
     directory = qwen3_with_template(template, "h55-open-")
     with pytest.raises(TemplateRefused, match="meet without an added token"):
         qwen3_format(directory, "text")
