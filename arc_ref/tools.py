@@ -2,7 +2,7 @@
 
 In tool mode (config ``action_mode = "tools"``) the model acts through OpenAI tool calls. ARC offers one
 tool per command of `arc_ref.commands`; a call to one of them is turned into the command line it names
-(``_recall §0001-3fa9c1e2``, ``catalog-page 2``) and answered by the core, never by the environment. The
+(``_recall §00042-0591234567``, ``catalog-page 2``) and answered by the core, never by the environment. The
 tool names are the command words, and each tool's parameters are the command's argument (an id or a page
 number), so the listing the model reads and the text commands of text mode are the same vocabulary.
 """
@@ -24,7 +24,7 @@ from arc_ref.text import ASCII_WHITESPACE, ascii_words, clipped
 DEFAULT_MAX_HIDDEN_ROUNDS = 8
 DEFAULT_MAX_READ_ROUNDS = 64
 
-_ID_PARAMETER = ("id", "the observation id, e.g. §0001-3fa9c1e2, exactly as printed")
+_ID_PARAMETER = ("id", "the observation id, e.g. §00042-0591234567, exactly as printed")
 _COMMANDS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
     ("_recall", "Return the first chunk of a stored observation, exactly (never re-runs the tool).", (_ID_PARAMETER,)),
     ("_recall-next", "Return the next chunk of a stored observation being recalled.", (_ID_PARAMETER,)),
