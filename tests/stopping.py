@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -111,7 +112,13 @@ class BenchRun:
     def assert_stopped_by(self, signum: int) -> None:
         """The bench exits with 128 + the signal, saying so, and nothing of its servers' sessions, nor any process
         recorded, is left."""
-        wait_until(lambda: self.process.poll() is not None, None, "the benchmark exits", base_s=60)
+        try:
+            wait_until(lambda: self.process.poll() is not None, None, "the benchmark exits", base_s=60)
+        except AssertionError as problem:  # where it is: its threads' stacks (benchmarks/servers.py, SIGUSR1)
+            self.process.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            raise AssertionError(f"{problem}; its output's end, with every thread's stack:\n"
+                                 f"{self.output.read_text(errors='replace')[-6000:]}") from None
         at_exit = [process.command[:100] for process in self.left()]
         wait_until(lambda: not self.left(), None, "every process of the servers' sessions and every one recorded"
                    f" gone (when the bench exited: {at_exit})", base_s=10)
