@@ -1635,6 +1635,16 @@ class Proxy:
     async def _called(self, record: RoundRecord, request: dict[str, Any], conversation: str) -> UpstreamReply:
         """`_upstream`'s call (timed for GET /metrics) and its reply read: ``record`` told the status and both
         counts."""
+        try:
+            return await self._answer_read(record, request, conversation)
+        except Failed as failed:
+            # no answer, or none that reads as a completion: arc_upstream_calls_total counts it under 502 or 504
+            # with the server's own answers, arc_upstream_failures_total tells it apart (review h54 F9)
+            self.metrics.upstream_failures[failed.code] = self.metrics.upstream_failures.get(failed.code, 0) + 1
+            raise
+
+    async def _answer_read(self, record: RoundRecord, request: dict[str, Any], conversation: str) -> UpstreamReply:
+        """`_called`'s work: the call, timed, and its answer read as a completion (Failed when there is none)."""
         started = time.perf_counter()
         try:
             response = await self.client.post(f"{self.settings.upstream}/chat/completions", json=request,

@@ -118,6 +118,7 @@ class ProxyMetrics:
         self.request_seconds = Histogram(DURATION_BUCKETS)
         self.upstream_calls: dict[tuple[int, bool], int] = {}  # (status as /arc/rounds records it, hidden) -> calls
         self.upstream_seconds = Histogram(DURATION_BUCKETS)
+        self.upstream_failures: dict[str, int] = {}  # error type -> calls that got no answer or no completion
         self.rounds_per_request = Histogram(ROUNDS_BUCKETS)
         self.budget_fill = Histogram(FILL_BUCKETS)
         self.view_tokens_sent = 0  # the proxy's count of every view sent upstream
@@ -167,6 +168,10 @@ class ProxyMetrics:
                      " calls of its own tools, never seen by the client)",
                      [((("status", str(status)), ("hidden", "true" if hidden else "false")), count)
                       for (status, hidden), count in self.upstream_calls.items()])
+        out.labelled("arc_upstream_failures_total", "counter", "Upstream chat calls that got no answer"
+                     " (upstream_unreachable, upstream_timeout) or one that is not a chat completion"
+                     " (upstream_malformed): arc_upstream_calls_total counts them under 502 or 504 with the server's"
+                     " own answers", [((("error", error),), count) for error, count in self.upstream_failures.items()])
         out.histogram("arc_upstream_duration_seconds", "Time of each upstream chat call, the generation included",
                       self.upstream_seconds)
         out.histogram("arc_upstream_rounds_per_request", "Upstream calls of each answered chat request (1 + its"

@@ -212,6 +212,30 @@ def scrape(root: str, headers: dict[str, str] | None = None) -> dict[str, dict[s
 
 
 @needs_qwen3
+def test_calls_that_got_no_completion_are_told_from_the_servers_own_502() -> None:
+    """arc_upstream_calls_total counts the server's own 502 and a call it never answered alike (status 502, as GET
+    /arc/rounds records both); arc_upstream_failures_total names the calls that got no answer or no completion, by
+    error type, and not the server's answers (review h54 F9)."""
+    with fake_upstream() as upstream, proxy(upstream) as root:
+        before = scrape(root)
+        upstream.reply = lambda body: (502, b'{"error": {"message": "bad gateway"}}')
+        assert post(root, task(1)).status_code == 502
+        upstream.reply = lambda body: "cut"
+        assert post(root, task(2)).status_code == 502
+        upstream.reply = lambda body: (200, b'{"not": "a completion"}')
+        assert post(root, task(3)).status_code == 502
+        upstream.reply = lambda body: (200, json.dumps(completion("fine")).encode())
+        assert post(root, task(4)).status_code == 200
+        after = scrape(root)
+    assert before["arc_upstream_failures_total"]["samples"] == {}
+    assert {dict(labels)["error"]: found for (_, labels), found in after["arc_upstream_failures_total"]["samples"].items()
+            } == {"upstream_unreachable": 1, "upstream_malformed": 1}
+    assert after["arc_upstream_failures_total"]["type"] == "counter"
+    assert {dict(labels)["status"]: found for (_, labels), found in after["arc_upstream_calls_total"]["samples"].items()
+            } == {"502": 3, "200": 1}
+
+
+@needs_qwen3
 def test_requests_are_counted_by_outcome_and_timed_with_their_upstream_calls() -> None:
     """A 200, a refusal (400, the upstream not asked), the upstream's own error passed back (500), the upstream
     gone (502) and a stream: each counted once under its status and kind, the request histogram's _count the
