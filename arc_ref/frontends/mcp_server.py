@@ -182,6 +182,8 @@ class ArcTools:
         if not answered.recalls:  # unknown id (with the nearest one), or every chunk already returned
             return CallToolResult(content=[TextContent(type="text", text=in_tool_terms(text))], is_error=True)
         recalled = answered.recalls[0]
+        if recalled.chunks == 0:  # a note, "_recall §ID: the observation is empty" (review h59: ARC's words)
+            text = in_tool_terms(text)
         chunk: RecalledChunk = {
             "id": recalled.obs_id, "chunk": recalled.chunk, "chunks": recalled.chunks,
             "payload": recalled.payload, "more": recalled.chunk < recalled.chunks,

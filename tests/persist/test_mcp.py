@@ -189,3 +189,20 @@ def test_store_observation_takes_an_unknown_return_code(tmp_path: Path) -> None:
     with DurableStore.create(tmp_path / "rc.arc", preset("minimal")) as store:
         anyio.run(session, store)
         assert [record.returncode for record in store.state.records] == [None, None, 3, 0]
+
+
+def test_recalling_an_empty_observation_names_this_servers_tools(tmp_path: Path) -> None:
+    """Review h59: recall and recall_next of an output stored empty answered with ARC's command words
+    ("_recall §00002-...: the observation is empty", "_recall-next ..."), which a model connected over MCP cannot
+    call (review h24 F10 made every other note name this server's tools). Now the note names recall / recall_next;
+    the structured content is unchanged (chunk 0 of 0, an empty payload, no more)."""
+    from arc_ref.frontends.mcp_server import ArcTools
+
+    with DurableStore.create(tmp_path / "empty-output.arc", preset("minimal")) as store:
+        tools = ArcTools(store)
+        stored = tools.store_observation("true", "", 0)
+        obs_id = stored.structured_content["id"]
+        for name, answered in (("recall", tools.recall(obs_id)), ("recall_next", tools.recall_next(obs_id))):
+            assert not answered.is_error
+            assert text_of(answered) == f"{name} {obs_id}: the observation is empty (0 chunks)"
+            assert answered.structured_content == {"id": obs_id, "chunk": 0, "chunks": 0, "payload": "", "more": False}
