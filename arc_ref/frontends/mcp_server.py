@@ -35,9 +35,9 @@ from mcp.shared.message import SessionMessage
 from pydantic import Field
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
-from mcp.types import (INVALID_PARAMS, CallToolResult, GetPromptRequestParams, GetPromptResult, JSONRPCError,
-                       JSONRPCMessage, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse, TextContent,
-                       ToolAnnotations, jsonrpc_message_adapter)
+from mcp.types import (INVALID_PARAMS, PROTOCOL_VERSION_META_KEY, CallToolResult, GetPromptRequestParams,
+                       GetPromptResult, JSONRPCError, JSONRPCMessage, JSONRPCNotification, JSONRPCRequest,
+                       JSONRPCResponse, TextContent, ToolAnnotations, jsonrpc_message_adapter)
 
 from arc_ref.catalog import page_count
 from arc_ref.config import first_lone_surrogate
@@ -370,8 +370,17 @@ def _mcp_id(value: object) -> bool:
     return isinstance(value, (str, int)) and not isinstance(value, bool)
 
 
+def _modern_envelope(request: JSONRPCRequest) -> bool:
+    """Whether a request carries the 2026-07-28 protocol's per-request envelope (``params._meta`` naming the protocol
+    version): such a request opens a session without initialize, and the SDK serves it (review h59: a client pinned
+    to that protocol was told "not initialized" at every request; the SDK's serve_dual_era_loop reads the same key)."""
+    meta = (request.params or {}).get("_meta")
+    return isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta
+
+
 NOT_INITIALIZED = ("Invalid Request: the session is not initialized; send initialize first (and"
-                   " notifications/initialized after its answer)")
+                   " notifications/initialized after its answer), or, in the 2026-07-28 protocol, the protocol"
+                   f" version in each request's params._meta ({PROTOCOL_VERSION_META_KEY})")
 CALL = "tools/call"
 
 
@@ -435,7 +444,7 @@ async def serve_lines(server: MCPServer, stdin: IO[bytes], stdout: IO[bytes]) ->
                 await emit(message)
                 continue
             if isinstance(message, JSONRPCRequest):
-                if message.method == "initialize":
+                if message.method == "initialize" or _modern_envelope(message):
                     state["initialized"] = True
                 elif not state["initialized"] and message.method != "ping":  # the SDK answered "Invalid request
                     await emit(_error_line(INVALID_REQUEST, NOT_INITIALIZED, message.id))  # parameters" (h24 F3)

@@ -4,6 +4,7 @@ a second server on the same store is refused."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -206,3 +207,44 @@ def test_recalling_an_empty_observation_names_this_servers_tools(tmp_path: Path)
             assert not answered.is_error
             assert text_of(answered) == f"{name} {obs_id}: the observation is empty (0 chunks)"
             assert answered.structured_content == {"id": obs_id, "chunk": 0, "chunks": 0, "payload": "", "more": False}
+
+
+def test_a_client_of_the_2026_protocol_is_served(tmp_path: Path) -> None:
+    """Review h59: the SDK's client pinned to the 2026-07-28 protocol (no initialize: each request carries the
+    protocol version in its _meta envelope) got -32600 "the session is not initialized" for every request, and a
+    client in the SDK's default mode ("auto": a server/discover probe) fell back to the older handshake, though the
+    SDK serves that protocol on stdio (serve_dual_era_loop). Now a request with the envelope opens the session; a
+    request with neither initialize nor the envelope before it is still told to initialize."""
+    from mcp.types import PROTOCOL_VERSION_META_KEY
+
+    store = tmp_path / "modern.arc"
+    modern = "2026-07-28"
+
+    async def session(mode: str) -> str:
+        async with Client(server(store, "--preset", "minimal"), mode=mode) as client:
+            stored = await call(client, "store_observation", action="cat log", observation=LOG)
+            assert not stored.is_error, text_of(stored)
+            obs_id = stored.structured_content["id"]
+            payloads = [(await call(client, "recall", id=obs_id)).structured_content["payload"]]
+            while True:
+                more = await call(client, "recall_next", id=obs_id)
+                if more.is_error:
+                    break
+                payloads.append(more.structured_content["payload"])
+            assert "".join(payloads) == LOG
+            return client.protocol_version
+
+    assert anyio.run(session, modern) == modern
+    assert anyio.run(session, "auto") == modern
+    assert anyio.run(session, "legacy") != modern
+    # without initialize and without the envelope: still told to initialize first
+    lines = "\n".join(json.dumps(line) for line in (
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list",
+         "params": {"_meta": {PROTOCOL_VERSION_META_KEY: modern, "io.modelcontextprotocol/clientCapabilities": {}}}},
+    )) + "\n"
+    done = subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", "mcp", str(store)], input=lines,
+                          capture_output=True, text=True, timeout=scaled_ceiling(60))
+    answers = {answer["id"]: answer for answer in map(json.loads, done.stdout.splitlines())}
+    assert answers[1]["error"]["code"] == -32600 and "not initialized" in answers[1]["error"]["message"], answers
+    assert {tool["name"] for tool in answers[2]["result"]["tools"]} == TOOLS, answers
