@@ -220,15 +220,23 @@ class ArcTools:
 
     def catalog_page(self, page: Page = None) -> Annotated[CallToolResult, CatalogPage]:
         """One page of the catalog of every stored observation (default: the last page)."""
-        state = self.store.state
-        pages = page_count(state.stored, state.config.page_size)
-        target = pages if page is None else page
-        answered = self._command(f"catalog-page {target}")
+        # The count is that of the state the call is applied to: on a PostgreSQL task another server may have
+        # stored since this one last appended, and the command folds it in (review h59: "the catalog is empty", or
+        # a page listing 2 outputs under "stored": 1, and a default that was not the last page). The default page
+        # is asked again when the first command found more pages than this server had seen (a few times at most).
+        for _attempt in range(3):
+            state = self.store.state
+            target = page_count(state.stored, state.config.page_size) if page is None else page
+            answered = self._command(f"catalog-page {target}")
+            state = self.store.state
+            pages = page_count(state.stored, state.config.page_size)
+            if page is not None or target == pages:
+                break
         if pages == 0:  # an empty page, as `arc-ref inspect --catalog` shows it (review h24 nit N-e: an error result)
             empty = "the catalog is empty: nothing is stored yet (store_observation keeps an output)"
             nothing: CatalogPage = {"page": 0, "pages": 0, "stored": 0, "text": empty}
             return _result(empty, nothing)
-        catalog = self.store.state.catalog_message
+        catalog = state.catalog_message
         if not 1 <= target <= pages or catalog is None:
             return CallToolResult(content=[TextContent(type="text", text=in_tool_terms(answered.response or ""))],
                                   is_error=True)

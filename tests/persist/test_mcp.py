@@ -248,3 +248,36 @@ def test_a_client_of_the_2026_protocol_is_served(tmp_path: Path) -> None:
     answers = {answer["id"]: answer for answer in map(json.loads, done.stdout.splitlines())}
     assert answers[1]["error"]["code"] == -32600 and "not initialized" in answers[1]["error"]["message"], answers
     assert {tool["name"] for tool in answers[2]["result"]["tools"]} == TOOLS, answers
+
+
+def test_catalog_page_counts_what_another_writer_stored(pg_url: str) -> None:
+    """Review h59: two `arc-ref mcp` servers may serve one PostgreSQL task at once (a writer folds what the others
+    appended when it appends). catalog_page read the number of stored outputs before its own call caught up: a
+    server that had not appended since the other stored answered "the catalog is empty" (pages 0), or a page whose
+    text listed 2 outputs under "stored": 1, "pages": 1; its default was the last page it had seen, not the last
+    page. Now the page and its fields are those of the state the call itself was applied to."""
+    from arc_ref.frontends.mcp_server import ArcTools
+    from arc_ref.persist.postgres import PostgresStore
+
+    config = preset("minimal")  # 2 stubs a page
+    first = PostgresStore.create(pg_url, "shared", config)
+    second = PostgresStore.open(pg_url, "shared")
+    try:
+        mine, other = ArcTools(first), ArcTools(second)
+        other.store_observation("ls", "one", 0)
+        shown = mine.catalog_page(None)  # `mine` has seen nothing stored yet
+        assert not shown.is_error and shown.structured_content["stored"] == 1, text_of(shown)
+        assert shown.structured_content["page"] == shown.structured_content["pages"] == 1
+        assert "observations 1-1 of 1" in text_of(shown)
+        for n in range(3):
+            other.store_observation(f"run {n}", f"out {n}", 0)
+        last = mine.catalog_page(None)  # 4 stored: the last page is 2, though `mine` last saw 1 page
+        assert (last.structured_content["page"], last.structured_content["pages"]) == (2, 2), text_of(last)
+        assert last.structured_content["stored"] == 4 and "observations 3-4 of 4" in text_of(last)
+        other.store_observation("five", "5", 0)
+        third = mine.catalog_page(3)  # page 3 exists once `mine` has caught up
+        assert not third.is_error and third.structured_content == {"page": 3, "pages": 3, "stored": 5,
+                                                                   "text": text_of(third)}
+    finally:
+        first.close()
+        second.close()
