@@ -35,9 +35,9 @@ from mcp.shared.message import SessionMessage
 from pydantic import Field
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
-from mcp.types import (INVALID_PARAMS, CallToolResult, GetPromptRequestParams, GetPromptResult, JSONRPCError,
-                       JSONRPCMessage, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse, TextContent,
-                       ToolAnnotations, jsonrpc_message_adapter)
+from mcp.types import (INVALID_PARAMS, PROTOCOL_VERSION_META_KEY, CallToolResult, GetPromptRequestParams,
+                       GetPromptResult, JSONRPCError, JSONRPCMessage, JSONRPCNotification, JSONRPCRequest,
+                       JSONRPCResponse, TextContent, ToolAnnotations, jsonrpc_message_adapter)
 
 from arc_ref.catalog import page_count
 from arc_ref.config import first_lone_surrogate
@@ -182,6 +182,8 @@ class ArcTools:
         if not answered.recalls:  # unknown id (with the nearest one), or every chunk already returned
             return CallToolResult(content=[TextContent(type="text", text=in_tool_terms(text))], is_error=True)
         recalled = answered.recalls[0]
+        if recalled.chunks == 0:  # a note, "_recall §ID: the observation is empty" (review h59: ARC's words)
+            text = in_tool_terms(text)
         chunk: RecalledChunk = {
             "id": recalled.obs_id, "chunk": recalled.chunk, "chunks": recalled.chunks,
             "payload": recalled.payload, "more": recalled.chunk < recalled.chunks,
@@ -218,15 +220,23 @@ class ArcTools:
 
     def catalog_page(self, page: Page = None) -> Annotated[CallToolResult, CatalogPage]:
         """One page of the catalog of every stored observation (default: the last page)."""
-        state = self.store.state
-        pages = page_count(state.stored, state.config.page_size)
-        target = pages if page is None else page
-        answered = self._command(f"catalog-page {target}")
+        # The count is that of the state the call is applied to: on a PostgreSQL task another server may have
+        # stored since this one last appended, and the command folds it in (review h59: "the catalog is empty", or
+        # a page listing 2 outputs under "stored": 1, and a default that was not the last page). The default page
+        # is asked again when the first command found more pages than this server had seen (a few times at most).
+        for _attempt in range(3):
+            state = self.store.state
+            target = page_count(state.stored, state.config.page_size) if page is None else page
+            answered = self._command(f"catalog-page {target}")
+            state = self.store.state
+            pages = page_count(state.stored, state.config.page_size)
+            if page is not None or target == pages:
+                break
         if pages == 0:  # an empty page, as `arc-ref inspect --catalog` shows it (review h24 nit N-e: an error result)
             empty = "the catalog is empty: nothing is stored yet (store_observation keeps an output)"
             nothing: CatalogPage = {"page": 0, "pages": 0, "stored": 0, "text": empty}
             return _result(empty, nothing)
-        catalog = self.store.state.catalog_message
+        catalog = state.catalog_message
         if not 1 <= target <= pages or catalog is None:
             return CallToolResult(content=[TextContent(type="text", text=in_tool_terms(answered.response or ""))],
                                   is_error=True)
@@ -368,8 +378,17 @@ def _mcp_id(value: object) -> bool:
     return isinstance(value, (str, int)) and not isinstance(value, bool)
 
 
+def _modern_envelope(request: JSONRPCRequest) -> bool:
+    """Whether a request carries the 2026-07-28 protocol's per-request envelope (``params._meta`` naming the protocol
+    version): such a request opens a session without initialize, and the SDK serves it (review h59: a client pinned
+    to that protocol was told "not initialized" at every request; the SDK's serve_dual_era_loop reads the same key)."""
+    meta = (request.params or {}).get("_meta")
+    return isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta
+
+
 NOT_INITIALIZED = ("Invalid Request: the session is not initialized; send initialize first (and"
-                   " notifications/initialized after its answer)")
+                   " notifications/initialized after its answer), or, in the 2026-07-28 protocol, the protocol"
+                   f" version in each request's params._meta ({PROTOCOL_VERSION_META_KEY})")
 CALL = "tools/call"
 
 
@@ -433,7 +452,7 @@ async def serve_lines(server: MCPServer, stdin: IO[bytes], stdout: IO[bytes]) ->
                 await emit(message)
                 continue
             if isinstance(message, JSONRPCRequest):
-                if message.method == "initialize":
+                if message.method == "initialize" or _modern_envelope(message):
                     state["initialized"] = True
                 elif not state["initialized"] and message.method != "ping":  # the SDK answered "Invalid request
                     await emit(_error_line(INVALID_REQUEST, NOT_INITIALIZED, message.id))  # parameters" (h24 F3)

@@ -4,6 +4,7 @@ a second server on the same store is refused."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -189,3 +190,94 @@ def test_store_observation_takes_an_unknown_return_code(tmp_path: Path) -> None:
     with DurableStore.create(tmp_path / "rc.arc", preset("minimal")) as store:
         anyio.run(session, store)
         assert [record.returncode for record in store.state.records] == [None, None, 3, 0]
+
+
+def test_recalling_an_empty_observation_names_this_servers_tools(tmp_path: Path) -> None:
+    """Review h59: recall and recall_next of an output stored empty answered with ARC's command words
+    ("_recall §00002-...: the observation is empty", "_recall-next ..."), which a model connected over MCP cannot
+    call (review h24 F10 made every other note name this server's tools). Now the note names recall / recall_next;
+    the structured content is unchanged (chunk 0 of 0, an empty payload, no more)."""
+    from arc_ref.frontends.mcp_server import ArcTools
+
+    with DurableStore.create(tmp_path / "empty-output.arc", preset("minimal")) as store:
+        tools = ArcTools(store)
+        stored = tools.store_observation("true", "", 0)
+        obs_id = stored.structured_content["id"]
+        for name, answered in (("recall", tools.recall(obs_id)), ("recall_next", tools.recall_next(obs_id))):
+            assert not answered.is_error
+            assert text_of(answered) == f"{name} {obs_id}: the observation is empty (0 chunks)"
+            assert answered.structured_content == {"id": obs_id, "chunk": 0, "chunks": 0, "payload": "", "more": False}
+
+
+def test_a_client_of_the_2026_protocol_is_served(tmp_path: Path) -> None:
+    """Review h59: the SDK's client pinned to the 2026-07-28 protocol (no initialize: each request carries the
+    protocol version in its _meta envelope) got -32600 "the session is not initialized" for every request, and a
+    client in the SDK's default mode ("auto": a server/discover probe) fell back to the older handshake, though the
+    SDK serves that protocol on stdio (serve_dual_era_loop). Now a request with the envelope opens the session; a
+    request with neither initialize nor the envelope before it is still told to initialize."""
+    from mcp.types import PROTOCOL_VERSION_META_KEY
+
+    store = tmp_path / "modern.arc"
+    modern = "2026-07-28"
+
+    async def session(mode: str) -> str:
+        async with Client(server(store, "--preset", "minimal"), mode=mode) as client:
+            stored = await call(client, "store_observation", action="cat log", observation=LOG)
+            assert not stored.is_error, text_of(stored)
+            obs_id = stored.structured_content["id"]
+            payloads = [(await call(client, "recall", id=obs_id)).structured_content["payload"]]
+            while True:
+                more = await call(client, "recall_next", id=obs_id)
+                if more.is_error:
+                    break
+                payloads.append(more.structured_content["payload"])
+            assert "".join(payloads) == LOG
+            return client.protocol_version
+
+    assert anyio.run(session, modern) == modern
+    assert anyio.run(session, "auto") == modern
+    assert anyio.run(session, "legacy") != modern
+    # without initialize and without the envelope: still told to initialize first
+    lines = "\n".join(json.dumps(line) for line in (
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list",
+         "params": {"_meta": {PROTOCOL_VERSION_META_KEY: modern, "io.modelcontextprotocol/clientCapabilities": {}}}},
+    )) + "\n"
+    done = subprocess.run([sys.executable, "-m", "arc_ref.frontends.cli", "mcp", str(store)], input=lines,
+                          capture_output=True, text=True, timeout=scaled_ceiling(60))
+    answers = {answer["id"]: answer for answer in map(json.loads, done.stdout.splitlines())}
+    assert answers[1]["error"]["code"] == -32600 and "not initialized" in answers[1]["error"]["message"], answers
+    assert {tool["name"] for tool in answers[2]["result"]["tools"]} == TOOLS, answers
+
+
+def test_catalog_page_counts_what_another_writer_stored(pg_url: str) -> None:
+    """Review h59: two `arc-ref mcp` servers may serve one PostgreSQL task at once (a writer folds what the others
+    appended when it appends). catalog_page read the number of stored outputs before its own call caught up: a
+    server that had not appended since the other stored answered "the catalog is empty" (pages 0), or a page whose
+    text listed 2 outputs under "stored": 1, "pages": 1; its default was the last page it had seen, not the last
+    page. Now the page and its fields are those of the state the call itself was applied to."""
+    from arc_ref.frontends.mcp_server import ArcTools
+    from arc_ref.persist.postgres import PostgresStore
+
+    config = preset("minimal")  # 2 stubs a page
+    first = PostgresStore.create(pg_url, "shared", config)
+    second = PostgresStore.open(pg_url, "shared")
+    try:
+        mine, other = ArcTools(first), ArcTools(second)
+        other.store_observation("ls", "one", 0)
+        shown = mine.catalog_page(None)  # `mine` has seen nothing stored yet
+        assert not shown.is_error and shown.structured_content["stored"] == 1, text_of(shown)
+        assert shown.structured_content["page"] == shown.structured_content["pages"] == 1
+        assert "observations 1-1 of 1" in text_of(shown)
+        for n in range(3):
+            other.store_observation(f"run {n}", f"out {n}", 0)
+        last = mine.catalog_page(None)  # 4 stored: the last page is 2, though `mine` last saw 1 page
+        assert (last.structured_content["page"], last.structured_content["pages"]) == (2, 2), text_of(last)
+        assert last.structured_content["stored"] == 4 and "observations 3-4 of 4" in text_of(last)
+        other.store_observation("five", "5", 0)
+        third = mine.catalog_page(3)  # page 3 exists once `mine` has caught up
+        assert not third.is_error and third.structured_content == {"page": 3, "pages": 3, "stored": 5,
+                                                                   "text": text_of(third)}
+    finally:
+        first.close()
+        second.close()
