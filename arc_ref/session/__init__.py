@@ -139,6 +139,14 @@ class Audit:
         return "\n".join(lines)
 
 
+def _require_text(what: str, text: object) -> str:
+    """``text`` when it is a str; else SessionError at once (review h61: a goal of 42 was refused only when the
+    session started, by then fixed, so the session could not go on)."""
+    if not isinstance(text, str):
+        raise SessionError(f"{what} must be text, got {type(text).__name__}")
+    return text
+
+
 def message_event(role: str, text: str, calls: Sequence[ToolCall] = (), tool_call_id: str | None = None,
                   returncode: int | None = None) -> Event:
     """The core's event for one OpenAI chat message after the prefix F: the one mapping of the Session and of
@@ -210,6 +218,9 @@ class Session:
                 tokenizer = f"{scheme}:{Path(directory).expanduser().resolve()}"
             self._overrides.update(tokenizer=tokenizer, chat_format="template", action_mode="tools",
                                    tools=list(tools))
+        for what, text in (("the system prompt", system), ("the goal", goal)):
+            if text is not None:
+                _require_text(what, text)
         self._system = system if system is not None or config is not None else TOOL_MODE_SYSTEM
         self._goal = goal
         self._path = path
@@ -237,22 +248,23 @@ class Session:
     # --- the prefix (before the session starts) -------------------------------------------------------
 
     def set_system(self, text: str) -> None:
+        """The system text of the prefix F (before the session starts); SessionError for anything but text."""
         self._before_start("the system prompt")
-        self._system = text
+        self._system = _require_text("the system prompt", text)
 
     def set_goal(self, text: str) -> None:
+        """The task, the goal of the prefix F (before the session starts); SessionError for anything but text."""
         self._before_start("the goal")
-        self._goal = text
+        self._goal = _require_text("the goal", text)
 
     def add_user(self, text: str) -> str | None:
         """The user's message, at any time: the first is the task (the goal, kept verbatim in the prefix F);
         every later one is stored as the next observation and shown as a user message (`UserMessage`), and its
         id is returned (A1). Refused while a call of the last assistant turn awaits its result."""
+        _require_text("a user message", text)
         if self._goal is None and self._state is None:
             self.set_goal(text)
             return None
-        if not isinstance(text, str):
-            raise SessionError(f"a user message must be text, got {type(text).__name__}")
         state = self.start()
         if state.pending:
             raise SessionError(

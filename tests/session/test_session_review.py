@@ -83,3 +83,25 @@ def test_handle_after_reopening_says_why_the_answer_is_not_here(model_dir: str, 
         with pytest.raises(SessionError, match="reopened after that turn.*already in the view"):
             reopened.handle({"id": "call_b", "type": "function", "function": {"name": "_recall_meta",
                                                                              "arguments": '{"id": "§1"}'}})
+
+
+@pytest.mark.parametrize("setter", ["add_user", "set_goal", "set_system"])
+@pytest.mark.parametrize("value", [42, None, b"task"])
+def test_a_prefix_text_that_is_not_text_is_refused_at_once_and_the_session_goes_on(
+        model_dir: str, setter: str, value: Any) -> None:
+    """Review h61: a first add_user(42) was taken as the goal and refused only at the first messages() (a
+    ConfigError), after which add_user could no longer set it (the goal was already given): the session was
+    stuck. set_system(None) fell back to the core's text-action prompt. Now refused at once, nothing kept."""
+    session = Session(f"hf-dir:{model_dir}", tools=ENVIRONMENT, preset_name="minimal", **BUDGETS)
+    with pytest.raises(SessionError, match="must be text"):
+        getattr(session, setter)(value)
+    session.add_user("Find the value of line 77.")
+    messages = session.messages()
+    assert messages[1] == {"role": "user", "content": "Find the value of line 77."}
+    assert "_recall" in messages[0]["content"], "the tool-mode system prompt is kept"
+
+
+@pytest.mark.parametrize("field", ["system", "goal"])
+def test_a_constructor_prefix_that_is_not_text_is_refused_at_once(model_dir: str, field: str) -> None:
+    with pytest.raises(SessionError, match="must be text"):
+        Session(f"hf-dir:{model_dir}", tools=ENVIRONMENT, preset_name="minimal", **{field: 42}, **BUDGETS)
