@@ -191,8 +191,11 @@ class Session:
     window and a prefix"): give ``context_limit`` (L_ctx, default the paper's 16384) and ``max_completion``
     (G_max, default 4096); a budget given in ``overrides`` is kept over the derived one. With ``preset_name``
     the named preset's budgets are used as they are (spec/parameters.md). Without ``system`` the model is told how to call ARC's
-    tools (`TOOL_MODE_SYSTEM`). Misuse raises `SessionError` (an `ArcError`); the durable store's own failures
-    (missing, locked, damaged) raise `arc_ref.persist.StoreError`. System and goal may also be set before the first
+    tools (`TOOL_MODE_SYSTEM`). Misuse raises `SessionError`; what the core refuses in an event (a model reply
+    with duplicate call ids, a lone surrogate in its arguments, more parallel calls than R can show, a durable
+    result over the row limit) raises `arc_ref.errors.InvalidEvent`; the durable store's own failures (missing,
+    locked, damaged) raise `arc_ref.persist.StoreError`: all are `ArcError`s, the one to catch, and each leaves
+    the session as it was before the call (review h61 F5). System and goal may also be set before the first
     message is requested (`set_system`, `set_goal` / the first `add_user`); the session starts then. A later
     `add_user` (a follow-up, a framework's format-error message) is stored and shown as a user message.
     """
@@ -418,7 +421,10 @@ class Session:
 
     def add_tool_result(self, call_id: str, content: str, returncode: int | None = None) -> str:
         """Store the environment's result of a pending call; returns the id the store minted for it (A1).
-        ``returncode``: the tool's exit status when known; None (the default) is shown ``rc=?``."""
+        ``returncode``: the tool's exit status when known; None (the default) is shown ``rc=?``. Add the results
+        of one assistant turn in the order of its calls: they are shown in the order added (spec/rendering.md 13),
+        and a template that pairs results with calls by position (Qwen3's) has the model read each result as
+        that of the call in its place (reviews h36 F3, h61 F2)."""
         if not isinstance(call_id, str):
             raise SessionError(f"call_id must be the tool call's id (a string), got {call_id!r}")
         if not isinstance(content, str):
