@@ -153,6 +153,7 @@ class _TaskRun:
         compactions: Sequence[str] = (),
         counted_prompt_tokens: int | None = None,
         clips: Sequence[Mapping[str, Any]] = (),
+        cached_prompt_tokens: int | None = None,
     ) -> int:
         """Record a call; returns its position in ``calls`` (``amend`` fills in what the step learns later)."""
         self.calls.append(
@@ -177,6 +178,7 @@ class _TaskRun:
                 reexecution=False,
                 counted_prompt_tokens=counted_prompt_tokens,
                 clips=tuple(Clip(clip["turns"], clip["newest"], clip["before"], clip["after"]) for clip in clips),
+                cached_prompt_tokens=cached_prompt_tokens,
             )
         )
         return len(self.calls) - 1
@@ -251,6 +253,7 @@ class _TaskRun:
             compactions=compactions,
             counted_prompt_tokens=reply.counted_prompt_tokens,
             clips=clips,
+            cached_prompt_tokens=reply.cached_prompt_tokens,
         )
         return reply, position
 
@@ -473,9 +476,9 @@ def _tool_turn(run: _TaskRun, reply: ChatReply, call: int, tools: tuple[ToolSpec
 
 def _check_reply(reply: ChatReply) -> None:
     """A reply the records can hold (token counts integers >= 0, a known finish reason), else a BackendReplyError."""
-    for name in ("prompt_tokens", "completion_tokens", "counted_prompt_tokens"):
+    for name in ("prompt_tokens", "completion_tokens", "counted_prompt_tokens", "cached_prompt_tokens"):
         value = getattr(reply, name)
-        if (value is not None or name != "counted_prompt_tokens") and (type(value) is not int or value < 0):
+        if (value is not None or name not in ("counted_prompt_tokens", "cached_prompt_tokens")) and (type(value) is not int or value < 0):
             raise BackendReplyError(f"the backend's reply has {name} {value!r}; the API promises an integer >= 0")
     if reply.finish_reason not in FINISH_REASONS:
         raise BackendReplyError(

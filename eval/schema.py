@@ -55,7 +55,8 @@ def _at_least(minimum: int) -> dict[str, Any]:
     return {"minimum": minimum}
 
 
-# An optional field that `to_json` leaves out while it is empty (its default): a field added for a rare event
+# An optional field that `to_json` leaves out while it is its default (empty, or None): a field added for a rare
+# event or one that only some servers report
 _OMITTED_WHEN_EMPTY: dict[str, Any] = {"omitted_when_empty": True}
 
 
@@ -114,6 +115,9 @@ class CallRecord:
     # Clips of the agent's text right before this call; written only when there is one (`to_json`), so records of
     # runs where no clip happened are those written before the field
     clips: tuple[Clip, ...] = field(default=(), metadata=_OMITTED_WHEN_EMPTY)
+    # The prompt tokens the server served from its prefix cache (its usage.prompt_tokens_details.cached_tokens);
+    # written only when the server said, so records of other servers and backends are those written before the field
+    cached_prompt_tokens: int | None = field(default=None, metadata={**_at_least(0), **_OMITTED_WHEN_EMPTY})
 
     @property
     def record_key(self) -> RecordKey:
@@ -534,11 +538,11 @@ def from_json(cls: type[R], obj: Any, where: str) -> R:
 
 def to_json(record: Any) -> dict[str, Any]:
     """A record as plain JSON values, keys in field order (tuples become lists, records objects); a field marked
-    omitted-when-empty is left out while it is empty."""
+    omitted-when-empty is left out while it is its default (empty, or None)."""
     return {
-        attribute.name: _plain(value)
+        attribute.name: _plain(getattr(record, attribute.name))
         for attribute in attrs.fields(type(record))
-        if (value := getattr(record, attribute.name)) or not attribute.metadata.get("omitted_when_empty")
+        if not attribute.metadata.get("omitted_when_empty") or getattr(record, attribute.name) != attribute.default
     }
 
 

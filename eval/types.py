@@ -83,6 +83,9 @@ class ChatReply:
     counted_prompt_tokens: int | None = None
     # Tool-calling mode: the calls the model made, as the server returned them (id, name, arguments).
     tool_calls: tuple[ToolCall, ...] = ()
+    # The prompt tokens the server served from its prefix cache (usage.prompt_tokens_details.cached_tokens: vLLM
+    # with --enable-prompt-tokens-details), None when it does not say.
+    cached_prompt_tokens: int | None = None
 
 
 class ContextOverflow(EvalError):

@@ -47,6 +47,9 @@ class Completion:
     finish_reason: str | None
     prompt_tokens: int | None  # usage.prompt_tokens, None when the server reports no usage
     completion_tokens: int | None
+    # usage.prompt_tokens_details.cached_tokens: the prompt tokens served from the server's prefix cache (vLLM with
+    # --enable-prompt-tokens-details); None when the server does not say
+    cached_tokens: int | None = None
 
 
 def _count(usage: Mapping[str, Any], key: str, where: str) -> int | None:
@@ -111,18 +114,29 @@ def parse_completion(body: Any, where: str) -> Completion:
             f"{where}: choices[0].finish_reason must be text or null, got {finish_reason!r:.200}"
         )
     usage = body.get("usage")
-    prompt_tokens = completion_tokens = None
+    prompt_tokens = completion_tokens = cached_tokens = None
     if usage is not None:
         if not isinstance(usage, Mapping):
             raise BackendReplyError(f"{where}: `usage` must be an object, got {usage!r:.200}")
         prompt_tokens = _count(usage, "prompt_tokens", where)
         completion_tokens = _count(usage, "completion_tokens", where)
+        details = usage.get("prompt_tokens_details")
+        if details is not None:
+            if not isinstance(details, Mapping):
+                raise BackendReplyError(
+                    f"{where}: usage.prompt_tokens_details must be an object, got {details!r:.200}")
+            cached_tokens = _count(details, "cached_tokens", where + " (prompt_tokens_details)")
+            if cached_tokens is not None and prompt_tokens is not None and cached_tokens > prompt_tokens:
+                raise BackendReplyError(
+                    f"{where}: usage.prompt_tokens_details.cached_tokens {cached_tokens} exceeds usage.prompt_tokens "
+                    f"{prompt_tokens}")
     return Completion(
         content=content,
         tool_calls=_tool_calls(message.get("tool_calls"), where),
         finish_reason=finish_reason,
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
+        cached_tokens=cached_tokens,
     )
 
 
@@ -154,4 +168,5 @@ def chat_reply(completion: Completion, counted_tokens: int, latency_s: float,
         latency_s=latency_s,
         counted_prompt_tokens=counted_tokens,
         tool_calls=calls,
+        cached_prompt_tokens=completion.cached_tokens if completion.prompt_tokens is not None else None,
     )

@@ -167,6 +167,7 @@ class ServerCounting:
         # per call: (harness count, server's usage.prompt_tokens); local counts exclude the margin
         self._counts: list[tuple[int, int]] = []
         self._local_underrun: list[int] = []  # server - local count, for the local margin
+        self._counter_differs = False  # the run's counter was seen to count a prompt otherwise than the server
 
     def local_count(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> int:
         """The harness's own count of `messages` offered `tools`, plus the generation prompt: the run's
@@ -203,9 +204,9 @@ class ServerCounting:
             if info.kind == VLLM:
                 count = await self._count_vllm(encoded, listing, route)
                 if count is not None:
-                    return count
+                    return self._compare_counter(count, messages, tools)
             elif info.kind == LLAMA_CPP:
-                return await self._count_llama_cpp(encoded, listing, route)
+                return self._compare_counter(await self._count_llama_cpp(encoded, listing, route), messages, tools)
             elif self.count_with == "server":
                 raise BackendRequestError(
                     f"{info.url}: this server offers no way to count tokens (neither vLLM's "
@@ -265,6 +266,36 @@ class ServerCounting:
         self._counts.append((count.tokens, prompt_tokens))
         if not count.exact:
             self._local_underrun.append(prompt_tokens - count.tokens)
+            if prompt_tokens != count.tokens and not self._counter_differs:
+                self._counter_differs = True
+                self.view.note(
+                    "counter-differs",
+                    f"warning: the server charged {prompt_tokens} prompt tokens for a prompt the harness counted "
+                    f"locally as {count.tokens} ({self._counter_said()}): that tokenizer or chat template is not "
+                    "the served model's. Budget checks add the largest under-count seen so far, and the methods "
+                    "decide when to compact on these counts. Fix: --tokenizer DIR, the served model's directory",
+                )
+
+    def _counter_said(self) -> str:
+        return f"--tokenizer {self.counter.tokenizer_name}, chat format {self.counter.chat_format_name}"
+
+    def _compare_counter(self, count: PromptCount, messages: Sequence[Message],
+                         tools: Sequence[ToolSpec]) -> PromptCount:
+        """The server's exact count of a prompt beside the run's counter's, which the methods decide with (when to
+        compact, ARC's K <= L): said once when they differ (a tokenizer or template that is not the served
+        model's, e.g. the default o200k_base); compared until then."""
+        if not self._counter_differs:
+            local = self.local_count(messages, tools)
+            if local != count.tokens:
+                self._counter_differs = True
+                self.view.note(
+                    "counter-differs",
+                    f"warning: the methods count prompts with {self._counter_said()}, which counts a prompt as "
+                    f"{local} tokens where the server counts {count.tokens}: they decide when to compact (and ARC "
+                    "keeps K <= L) on those estimates, and the harness's check of the server's count then "
+                    "overflows the prompts they under-count. Fix: --tokenizer DIR, the served model's directory",
+                )
+        return count
 
     def calibration(self, retries: int) -> dict[str, Any]:
         """The harness's prompt counts vs the server's `usage.prompt_tokens` over the calls so far."""
