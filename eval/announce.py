@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from arc_eval.analysis.presets import QWEN3_CONFIGS, preset_for_model_name
+
 # The estimate is printed once this many tasks have finished (or the first seed's batch, if smaller).
 ETA_AFTER_TASKS = 10
 # A first task slower than this gets a first estimate at once (a slow server: 10 tasks may take minutes).
@@ -54,9 +56,14 @@ def eta_text(finished: int, elapsed_s: float, remaining: int) -> str:
             f"{remaining} left, about {duration(rate * remaining)} at this rate")
 
 
-def next_step_text(run_dir: Path, program: str) -> str:
-    """The last line of a run: the command that reports it."""
-    return f"next: {program} report {run_dir}   (tables, McNemar tests, roofline, plots; eval/ANALYSIS.md)"
+def next_step_text(run_dir: Path, program: str, served_model: str | None = None) -> str:
+    """The last line of a run: the command that reports it. ``served_model``: the name a server ran under (None for
+    the scripted backend); when it does not say the model's size (8B / 32B, as an alias such as vLLM's
+    --served-model-name may not), the report needs --model-preset, and the command names it (review h60 F4)."""
+    sized = served_model is None or preset_for_model_name(served_model) is not None
+    preset = "" if sized else f" --model-preset {'|'.join(QWEN3_CONFIGS)}|FILE"
+    why = "" if sized else f"; {served_model!r} does not say its size: choose its preset"
+    return f"next: {program} report {run_dir}{preset}   (tables, McNemar tests, roofline, plots; eval/ANALYSIS.md{why})"
 
 
 def program_name(argv0: str) -> str:

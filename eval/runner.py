@@ -69,5 +69,6 @@ def run_plan(plan: RunPlan, *, out: TextIO | None = None) -> RunResult:
     table = summary_table(reader.tasks(), list(reader.manifest.variants))
     print(table, file=out if out is not None else sys.stdout)
     if executed.aborted is None:
-        print(next_step_text(spec.out, program_name(sys.argv[0])), file=out if out is not None else sys.stdout)
+        served = None if spec.backend == "scripted" else spec.served_model()
+        print(next_step_text(spec.out, program_name(sys.argv[0]), served), file=out if out is not None else sys.stdout)
     return RunResult(spec.out, executed.ran, executed.skipped, executed.aborted, table)

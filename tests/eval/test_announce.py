@@ -136,3 +136,16 @@ def test_a_stop_signal_says_what_it_waits_for_and_what_is_recorded(
     assert f"arc-eval: {signum.name}: stopping: cancelling the " in err and " task(s) in flight (not recorded" in err
     assert (f"arc-eval: stopped by {signum.name}: {recorded} finished task(s) are recorded in {out}" in err
             and "rerun the same command to continue" in err)
+
+
+def test_the_next_step_names_the_model_preset_when_the_served_name_does_not_say_the_size(tmp_path: Path) -> None:
+    """`arc-eval report` cannot size a model served under an alias (vLLM's --served-model-name tiny-qwen3): the
+    printed command then names --model-preset, so it does not exit 2 (review h60 F4); a name that says 8B or 32B,
+    and the scripted backend (sized 8B by the report), need none."""
+    run = tmp_path / "run"
+    aliased = announce.next_step_text(run, "arc-eval", "tiny-qwen3")
+    assert aliased.startswith(f"next: arc-eval report {run} --model-preset qwen3-8b|qwen3-32b|FILE   (")
+    assert "'tiny-qwen3' does not say its size" in aliased
+    for sized in ("Qwen/Qwen3-8B", "qwen3-32b-awq", None):
+        text = announce.next_step_text(run, "arc-eval", sized)
+        assert text.startswith(f"next: arc-eval report {run}   (") and "--model-preset" not in text
