@@ -581,7 +581,9 @@ def arc_trigger_note(
 
 
 def trajectory_table(dataset: Dataset, kind: str) -> Table:
-    """Per method: calls, prompt and completion tokens, overflows, compactions, recalls (diagnostics)."""
+    """Per method: calls, prompt and completion tokens, overflows, compactions, recalls (diagnostics). The prompt
+    columns are over the calls sent: a prompt refused as over the window is an overflow, never sent (review h60 F3:
+    the harness's count of one, 9,020 > L, was shown as the largest prompt)."""
     table = Table(
         title=f"{kind_label(kind)}: trajectory statistics (per finished task)",
         columns=[
@@ -617,7 +619,7 @@ def trajectory_table(dataset: Dataset, kind: str) -> Table:
         tasks = groups[(model, variant, method)]
         calls = [c for t in tasks for c in dataset.calls.get(t.key, ())]
         n = len(tasks)
-        prompts = [c.prompt_tokens for c in calls]
+        prompts = [c.prompt_tokens for c in calls if not c.overflow]  # sent; a refused one is counted under Overflows
         sections[(model, variant)].rows.append(
             [
                 cell(method_label(method)),

@@ -401,3 +401,24 @@ def test_trajectory_table_says_where_a_baseline_clipped_the_agents_text(tmp_path
     assert code == 0, err
     table = md[md.index("trajectory statistics"):]
     assert "Agent text clipped: LLM_summary in 1 of 3 task(s), 1 call(s)." in table[:table.index("###")]
+
+
+def test_trajectory_table_prompt_columns_leave_out_prompts_refused_as_overflow(tmp_path: Path) -> None:
+    """Review h60 F3: a prompt refused before it was sent (an overflow record holds the harness's count of it, over
+    L) was the table's Max prompt and in its mean; the prompt columns are over the calls sent, Overflows counts it."""
+    run = tmp_path / "r"
+    write_run(run, RunSpec(methods=("full_context",), seeds=(1,), tasks_per_seed=2))
+
+    def max_prompt() -> str:
+        code, md, err = _run([str(run), "--format", "md"])
+        assert code == 0, err
+        table = md[md.index("trajectory statistics"):]
+        header = next(line for line in table.splitlines() if line.startswith("| Method"))
+        row = next(line for line in table.splitlines() if line.startswith("| Full_context"))
+        return row.split("|")[header.split("|").index(" Max prompt ")].strip()
+
+    calls = [json.loads(line) for line in (run / "calls.jsonl").read_text().splitlines()]
+    before = max_prompt()
+    calls[0].update(overflow=True, prompt_tokens=9_999_999)
+    (run / "calls.jsonl").write_text("".join(json.dumps(call) + "\n" for call in calls))
+    assert max_prompt() == before and before.isdigit() and int(before) < 9_999_999
