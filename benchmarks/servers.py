@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from typing import Any, Callable, Iterator, Sequence
 
 
@@ -46,6 +47,27 @@ class Servers:
         # SIGUSR1: every thread's stack to stderr, the run going on (tests/stopping.py asks for it when a bench does
         # not stop on a signal: one such run in a CI, not reproduced since; closing note 24)
         faulthandler.register(signal.SIGUSR1, all_threads=True)
+        sys.unraisablehook = self.unraisable_hook(sys.unraisablehook)
+
+    def unraisable_hook(self, previous: Callable[[Any], object]) -> Callable[[Any], None]:
+        """``sys.unraisablehook`` that delivers again a Stopped raised inside a finalizer: a signal whose handler ran
+        while Python code of a weakref callback or a ``__del__`` ran (asyncio's set of tasks drops each finished
+        task so) raised it there, where Python prints and ignores every exception, and the run went on as if no
+        signal had come (bench_fork_burst under asyncio once did not stop on Ctrl-C in 106 s). The signal is sent
+        again shortly, from another thread, so that its handler runs in the run's own code; counted as the
+        first."""
+
+        def hook(unraisable: Any) -> None:
+            stopped = unraisable.exc_value
+            if not isinstance(stopped, Stopped) or self.closing or stopped.signum not in self.signals:
+                previous(unraisable)
+                return
+            self.signals.remove(stopped.signum)
+            again = threading.Timer(0.05, os.kill, (os.getpid(), stopped.signum))
+            again.daemon = True
+            again.start()
+
+        return hook
 
     def on_signal(self, signum: int, frame: object) -> None:
         self.signals.append(signum)
