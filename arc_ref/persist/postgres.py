@@ -518,7 +518,7 @@ class Database:
             with connection.transaction():
                 connection.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
                 self.round_trips += 2
-                found = self._meta(connection)
+                found = self._meta(connection, cached=False)  # (another instance may have made it meanwhile)
                 if found is None:
                     creating.append(True)
                     for statement in SCHEMA:
@@ -535,9 +535,16 @@ class Database:
                                " one a database of its own")
         self._schema_checked = True
 
-    def _meta(self, connection: "psycopg.Connection[Any]") -> dict[str, str] | None:
-        """arc_meta's rows; None when the table does not exist (an empty database)."""
-        exists = connection.execute("SELECT to_regclass('arc_meta') IS NOT NULL").fetchone()
+    def _meta(self, connection: "psycopg.Connection[Any]", cached: bool = True) -> dict[str, str] | None:
+        """arc_meta's rows; None when the table does not exist (an empty database). ``cached=False``: read
+        pg_class itself (in the schema a CREATE TABLE uses), not the backend's catalog cache: inside the
+        transaction that waited for the schema's lock, that cache may still hold "no arc_meta" from the look before
+        the wait while another instance created the tables meanwhile (PostgreSQL takes such news in at a
+        transaction's start or when it locks a table, not after an advisory lock; review h58 F1)."""
+        exists = connection.execute(
+            "SELECT to_regclass('arc_meta') IS NOT NULL" if cached else
+            "SELECT EXISTS (SELECT FROM pg_catalog.pg_class WHERE relname = 'arc_meta' AND relnamespace ="
+            " (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = current_schema()))").fetchone()
         self.round_trips += 1
         if not exists or not exists[0]:
             return None

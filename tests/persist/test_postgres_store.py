@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
@@ -21,6 +22,7 @@ from arc_ref.persist import DurableStore, StoreCorrupt, StoreError, StoreExists,
 
 from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir
 from tests.deployment import PostgresServer
+from tests.waiting import wait_until
 from tests.persist.test_store import CONFIG, events, folded
 
 postgres_store = pytest.importorskip("arc_ref.persist.postgres")
@@ -140,6 +142,52 @@ def test_writers_in_several_places_catch_up_instead_of_overwriting(pg_url: str) 
     assert final.seq == 4 + 40  # nothing lost, nothing written twice: every row checked by the chain on open
     actions = [row.line for row in final.events(5)]
     assert len(set(actions)) == 40
+
+
+def _schema_made_while_waiting(url: str, ensure: "Callable[[Any, Any], Any]") -> list[BaseException]:
+    """``ensure(database, connection)`` run on an empty database while another connection holds the schema's
+    advisory lock, having seen no ``arc_meta``; that other one creates the whole schema and commits once
+    ``ensure`` waits for the lock (instances starting at once on an empty database, review h58 F1). What
+    ``ensure`` raised."""
+    failures: list[BaseException] = []
+    with psycopg.connect(url, autocommit=True) as holder:
+        holder.execute("BEGIN")
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (postgres_store._SCHEMA_LOCK,))
+
+        def other_instance() -> None:
+            try:
+                database = postgres_store.Database(url, pool_size=1)
+                with database.connection() as connection:
+                    ensure(database, connection)
+                database.close()
+            except BaseException as problem:  # noqa: BLE001 - asserted on below
+                failures.append(problem)
+
+        thread = threading.Thread(target=other_instance)
+        thread.start()
+        with psycopg.connect(url, autocommit=True) as watcher:
+            wait_until(lambda: bool(watcher.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").fetchone()[0]),
+                None, "the other instance waiting for the schema's lock")
+        for statement in postgres_store.SCHEMA:
+            holder.execute(statement)
+        holder.execute("INSERT INTO arc_meta VALUES ('application', %s), ('schema_version', %s)",
+                       (postgres_store.APPLICATION, str(postgres_store.SCHEMA_VERSION)))
+        holder.execute("COMMIT")
+        thread.join()
+    return failures
+
+
+def test_instances_starting_at_once_on_an_empty_database_all_start(pg_url: str) -> None:
+    """Review h58 F1: three `arc-ref proxy` instances started at once on an empty database: two refused to start,
+    "has no ARC schema (arc_meta) but a table of ARC's name (relation "arc_meta" already exists): another
+    application's". The one that waited for the schema's lock looked for arc_meta again with to_regclass in the
+    same transaction, through the catalog cache that still said "no such table" (PostgreSQL reads the other's
+    commit into that cache only at a transaction's start or when it locks a table), and created the tables again."""
+    assert _schema_made_while_waiting(pg_url, lambda database, connection: None) == []
+    with psycopg.connect(pg_url, autocommit=True) as connection:
+        assert dict(connection.execute("SELECT key, value FROM arc_meta").fetchall()) == {
+            "application": postgres_store.APPLICATION, "schema_version": str(postgres_store.SCHEMA_VERSION)}
 
 
 def test_the_database_down_is_unavailable_and_nothing_acknowledged_is_lost(postgres: PostgresServer) -> None:
