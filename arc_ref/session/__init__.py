@@ -9,7 +9,8 @@ view of its own.
     session = Session("hf-dir:models/Qwen3-8B", system="You are a coding agent.", tools=[read_file_tool])
     session.add_user("Find the failing test.")            # the task (the goal of the prefix F)
     reply = client.chat.completions.create(model=..., messages=session.messages(), tools=session.tools())
-    session.add_assistant(reply.choices[0].message)        # text and tool calls; ARC's calls answered here
+    session.add_assistant(reply.choices[0].message, usage=reply.usage)  # ARC's calls answered here; the
+                                                           # server's count checked (CountsDifferWarning)
     for call in reply.choices[0].message.tool_calls or []:
         if not session.is_arc_call(call):
             session.add_tool_result(call.id, run_my_tool(call))   # stored under an id the store mints (A1)
@@ -405,7 +406,9 @@ class Session:
         the session cannot know what was sent. Send the session's messages and tools as they are, with the
         session's ``chat_template_kwargs`` (``{"enable_thinking": False}`` by default): the comparison cannot
         tell a request the caller changed from a tokenizer that is not the served model's. A ``usage`` that is
-        not a usage (a number, a string) is a SessionError, and the turn is not added.
+        not a usage (a number, a string) is a SessionError, and the turn is not added. The warning is given after
+        the turn is added: where a warnings filter makes it an error, the turn stays added (`handle` gives ARC's
+        answers to its calls).
         """
         prompt_tokens = self._prompt_tokens(usage)
         if isinstance(message, str) or message is None:

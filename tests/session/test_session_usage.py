@@ -169,3 +169,19 @@ def test_a_refused_turn_records_no_usage() -> None:
     with pytest.raises(SessionError, match="await their result"):
         session.add_assistant("again", usage={"prompt_tokens": 5})
     assert session.audit().usage_checked == 0
+
+
+def test_as_an_error_the_warning_comes_after_the_turn_is_added() -> None:
+    """Where a warnings filter makes CountsDifferWarning an error, the turn is added first: ARC's answer is there."""
+    session = new_session()
+    stored = session.add_assistant("", [call("c0", "read_file", {"path": "a"})])
+    assert stored == []
+    obs_id = session.add_tool_result("c0", LOG)
+    count = served_count(session)["prompt_tokens"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CountsDifferWarning)
+        with pytest.raises(CountsDifferWarning):
+            session.add_assistant("", [call("r0", "_recall", {"id": obs_id})], usage={"prompt_tokens": count + 1})
+    assert session.state.turn == 2 and session.handle(call("r0", "_recall", {"id": obs_id}))["content"].startswith(
+        f"_recall {obs_id}: chunk 1/")
+    assert (session.audit().usage_checked, session.audit().counts_differing) == (1, 1)
