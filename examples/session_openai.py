@@ -4,13 +4,17 @@ The session (`arc_ref.session.Session`) keeps the conversation: each request sen
 bounded view, counted with the served model's own tokenizer and chat template) and `session.tools()` (ARC's
 recall and catalog tools, then the environment's `read_file`). The environment's results are stored under ids
 the store mints; the model's calls to `_recall` / `_recall-next` are answered by the session, exactly, without
-running anything again. Before every request the budget audit is printed.
+running anything again. Before every request the budget audit is printed. Each reply's usage goes back to the
+session (`add_assistant(message, usage=reply.usage)`): where the server's `prompt_tokens` is not the session's
+count of the messages sent (a tokenizer or template that is not the served model's) it warns, once
+(`CountsDifferWarning`), and the audit counts the replies that differed.
 
 Here, without a GPU or a model, against `arc-eval serve-scripted` and its stand-in model `DemoModel` below
 (it reads the log, recalls it chunk by chunk through ARC's tools, and answers), from the repository root:
 
     pip install -e '.[eval,hf,examples]'
-    PYTHONPATH=examples arc-eval serve-scripted --port 8011 --policy session_openai:DemoModel &
+    PYTHONPATH=examples arc-eval serve-scripted --port 8011 --policy session_openai:DemoModel \\
+        --tokenizer hf-dir:../shared/data/qwen3-tokenizer &
     python examples/session_openai.py --base-url http://127.0.0.1:8011/v1 --model scripted \\
         --tokenizer hf-dir:../shared/data/qwen3-tokenizer
     kill %1
@@ -96,7 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             extra_body={"chat_template_kwargs": {"enable_thinking": False}},
         )
         message = reply.choices[0].message
-        session.add_assistant(message)  # ARC's calls are answered here, the environment's wait for their result
+        # ARC's calls are answered here, the environment's wait for their result; the usage checks the count
+        session.add_assistant(message, usage=reply.usage)
         if not message.tool_calls:
             print(f"=== answer: {message.content}")
             break

@@ -24,7 +24,8 @@ def _arc_ref_modules() -> list[str]:
 
 
 def _error_classes() -> list[type[BaseException]]:
-    """Every exception class defined in a module of arc_ref (the optional front ends skip when absent)."""
+    """Every exception class defined in a module of arc_ref (the optional front ends skip when absent); warning
+    categories (arc_ref.session.CountsDifferWarning) are not errors: nothing raises or maps them."""
     found = []
     for name in _arc_ref_modules():
         try:
@@ -32,7 +33,8 @@ def _error_classes() -> list[type[BaseException]]:
         except ImportError:  # an extra that is not installed (mcp, proxy): its module is not checked here
             continue
         for value in vars(module).values():
-            if isinstance(value, type) and issubclass(value, BaseException) and value.__module__ == name:
+            if (isinstance(value, type) and issubclass(value, BaseException) and not issubclass(value, Warning)
+                    and value.__module__ == name):
                 found.append(value)
     return found
 

@@ -9,7 +9,8 @@ view of its own.
     session = Session("hf-dir:models/Qwen3-8B", system="You are a coding agent.", tools=[read_file_tool])
     session.add_user("Find the failing test.")            # the task (the goal of the prefix F)
     reply = client.chat.completions.create(model=..., messages=session.messages(), tools=session.tools())
-    session.add_assistant(reply.choices[0].message)        # text and tool calls; ARC's calls answered here
+    session.add_assistant(reply.choices[0].message, usage=reply.usage)  # ARC's calls answered here; the
+                                                           # server's count checked (CountsDifferWarning)
     for call in reply.choices[0].message.tool_calls or []:
         if not session.is_arc_call(call):
             session.add_tool_result(call.id, run_my_tool(call))   # stored under an id the store mints (A1)
@@ -30,6 +31,7 @@ With ``path`` the session is durable: every event is committed to a
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -78,6 +80,13 @@ class SessionError(ArcError):
     code = "session"
 
 
+class CountsDifferWarning(UserWarning):
+    """The server's ``usage.prompt_tokens`` for a request was not the session's count of its messages: the
+    session's tokenizer or chat template (or the request's ``chat_template_kwargs``) is not the served model's, and
+    K <= L holds only for the session's count (review h61 F3). Given once per session; `Session.audit` counts
+    every reply that differed (``counts_differing``), as `arc-ref proxy` counts its calls'."""
+
+
 @frozen
 class Audit:
     """The budget audit of the messages to send (A4, Lemma 2): tokens per component, what was folded, recalled.
@@ -105,6 +114,11 @@ class Audit:
     omitted: int  # summary items collapsed into the omitted count
     recalled: tuple[tuple[str, int, int], ...]  # (id, chunk, chunks) in the recall buffer U, oldest first
     recalled_last_turn: tuple[tuple[str, int, int], ...]  # the chunks the last assistant turn recalled
+    # The server's usage handed back with the replies (Session.add_assistant's ``usage``), by this session object:
+    usage_checked: int = 0  # replies whose usage.prompt_tokens was compared with the count of the messages sent
+    counts_differing: int = 0  # of those, the replies the server counted differently (CountsDifferWarning)
+    server_tokens: int | None = None  # the server's usage.prompt_tokens of the last reply compared
+    sent_tokens: int | None = None  # the session's count of the messages that reply answered
 
     @property
     def suffix(self) -> int:
@@ -136,6 +150,10 @@ class Audit:
         if self.recalled_last_turn:
             lines.append("recalled by the last turn: " + ", ".join(
                 f"{obs_id} chunk {chunk}/{chunks}" for obs_id, chunk, chunks in self.recalled_last_turn))
+        if self.usage_checked:
+            lines.append(f"server counted {self.server_tokens} prompt tokens for the last request, the session"
+                         f" {self.sent_tokens}; {self.counts_differing} of {self.usage_checked} replies' usage"
+                         " differed")
         return "\n".join(lines)
 
 
@@ -234,6 +252,10 @@ class Session:
         self._results: dict[str, str] = {}  # call id -> the id its result was stored under (last turn)
         self._last_recalls: tuple[tuple[str, int, int], ...] = ()
         self.folded = 0
+        self._sent_tokens: int | None = None  # the count of the last messages() since the last assistant turn
+        self._usage_checked = 0
+        self._counts_differing = 0
+        self._last_usage: tuple[int, int] | None = None  # (the server's prompt_tokens, the session's count)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> "Session":
@@ -316,14 +338,18 @@ class Session:
     # --- what to send ----------------------------------------------------------------------------------
 
     def messages(self) -> list[dict[str, Any]]:
-        """The OpenAI chat messages of the next request: the view (A4), within K <= L by construction."""
+        """The OpenAI chat messages of the next request: the view (A4), within K <= L by construction. Their count
+        (``audit().tokens``, tools listing and generation prompt included) is what `add_assistant` compares the
+        server's ``usage.prompt_tokens`` with."""
         state = self.start()
         if state.pending:
             raise SessionError(
                 f"tool call(s) {', '.join(call.call_id for call in state.pending)} await their result"
                 " (add_tool_result) before the next request"
             )
-        return view(state).chat_messages()
+        shown = view(state)
+        self._sent_tokens = shown.tokens
+        return shown.chat_messages()
 
     def tools(self) -> list[dict[str, Any]]:
         """The ``tools`` of the next request (OpenAI JSON Schema): ARC's seven tools, then the environment's."""
@@ -352,19 +378,39 @@ class Session:
             recall=parts.recall, overhead=parts.overhead, stored=state.stored, folded=self.folded,
             compacted=compacted, summarized_turns=len(items) - len(compacted), omitted=state.summary.omitted,
             recalled=tuple((state.obs_id(entry.index), entry.chunk, entry.chunks) for entry in state.recall_buffer),
-            recalled_last_turn=self._last_recalls,
+            recalled_last_turn=self._last_recalls, usage_checked=self._usage_checked,
+            counts_differing=self._counts_differing,
+            server_tokens=None if self._last_usage is None else self._last_usage[0],
+            sent_tokens=None if self._last_usage is None else self._last_usage[1],
         )
 
     # --- what the model and the environment did ----------------------------------------------------------
 
-    def add_assistant(self, message: Any = None, tool_calls: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+    def add_assistant(self, message: Any = None, tool_calls: Sequence[Any] | None = None, *,
+                      usage: Any = None) -> list[dict[str, Any]]:
         """Add the model's reply: an OpenAI assistant message (mapping or openai object), or its text and calls.
 
         Calls to ARC's tools are answered now (their tool messages are returned); each is in `messages()` in its
         call's place: at once when no environment call comes before it, else after the results of those calls
         (spec/rendering.md 13). Environment calls wait for `add_tool_result`. Returns ARC's tool messages in call
         order.
+
+        ``usage``: the reply's usage (``reply.usage``: the openai client's object or a mapping), to check the
+        session's count against the server's (review h61 F3). Its ``prompt_tokens`` is compared with the count of
+        the messages the last `messages()` returned since the previous assistant turn (``audit().tokens`` then:
+        tools listing and generation prompt included); when they differ a `CountsDifferWarning` is given, once per
+        session object, and `audit()` counts every reply that differed (``counts_differing`` of
+        ``usage_checked``, the last reply's ``server_tokens`` beside ``sent_tokens``). Nothing is compared for a
+        usage without an integer ``prompt_tokens`` (None, absent), or when no `messages()` was returned since the
+        previous assistant turn (the request was not the session's messages, or the session was reopened since):
+        the session cannot know what was sent. Send the session's messages and tools as they are, with the
+        session's ``chat_template_kwargs`` (``{"enable_thinking": False}`` by default): the comparison cannot
+        tell a request the caller changed from a tokenizer that is not the served model's. A ``usage`` that is
+        not a usage (a number, a string) is a SessionError, and the turn is not added. The warning is given after
+        the turn is added: where a warnings filter makes it an error, the turn stays added (`handle` gives ARC's
+        answers to its calls).
         """
+        prompt_tokens = self._prompt_tokens(usage)
         if isinstance(message, str) or message is None:
             content = message or ""
             calls = tuple(tool_call(call) for call in tool_calls or ())
@@ -393,7 +439,35 @@ class Session:
         self._answers = {answer.call_id: answer for answer in output.answered}
         self._results = {}
         self._last_recalls = tuple((recall.obs_id, recall.chunk, recall.chunks) for recall in output.recalls)
+        sent, self._sent_tokens = self._sent_tokens, None  # this turn answers that request; the next is new
+        if prompt_tokens is not None and sent is not None:
+            self._check_usage(prompt_tokens, sent)
         return [self._tool_message(answer) for answer in output.answered]
+
+    @staticmethod
+    def _prompt_tokens(usage: Any) -> int | None:
+        """The integer ``prompt_tokens`` of a reply's usage, None without one; SessionError for a non-usage."""
+        if usage is None:
+            return None
+        if isinstance(usage, (str, bytes, int, float, list, tuple)):
+            raise SessionError("usage must be the reply's usage (reply.usage: the openai client's object or a"
+                               f" mapping with prompt_tokens), got {str(usage)[:80]!r}")
+        prompt_tokens = field_of(usage, "prompt_tokens")
+        return prompt_tokens if type(prompt_tokens) is int else None
+
+    def _check_usage(self, server: int, sent: int) -> None:
+        self._usage_checked += 1
+        self._last_usage = (server, sent)
+        if server == sent:
+            return
+        self._counts_differing += 1
+        if self._counts_differing == 1:
+            tokenizer = self.start().config.tokenizer
+            warnings.warn(f"the server counted {server} prompt tokens where the session counted {sent} for the"
+                          f" messages it sent: is {tokenizer} the served model's tokenizer and chat template, and"
+                          " the request's chat_template_kwargs the session's? K <= L holds only for the session's"
+                          " count (said once per session; audit().counts_differing counts them)",
+                          CountsDifferWarning, stacklevel=3)
 
     def handle(self, call: Any) -> dict[str, Any]:
         """The tool message answering a call of the last assistant turn to one of ARC's tools (never the
@@ -475,4 +549,5 @@ class Session:
         self.close()
 
 
-__all__ = ["TOOL_MODE_SYSTEM", "Audit", "Session", "SessionError", "message_event", "tool_call"]
+__all__ = ["TOOL_MODE_SYSTEM", "Audit", "CountsDifferWarning", "Session", "SessionError", "message_event",
+           "tool_call"]

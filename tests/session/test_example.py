@@ -1,6 +1,7 @@
 """examples/session_openai.py end to end, as its docstring says to run it: `arc-eval serve-scripted` with the
 example's stand-in model, then the example with the OpenAI Python client (messages, a recall answered by ARC,
-the audit before every request)."""
+the audit before every request, each reply's usage checked: serve-scripted counts with Qwen3's template as vLLM
+does, so no count differs)."""
 
 from __future__ import annotations
 
@@ -22,10 +23,11 @@ QWEN3 = qwen3_dir()
 @pytest.mark.skipif(QWEN3 is None, reason=QWEN3_ABSENT)
 def test_the_openai_example_runs_against_serve_scripted() -> None:
     pytest.importorskip("openai", reason="the openai package (pip install -e '.[examples]') is absent")
-    environment = {**os.environ, "PYTHONPATH": str(REPO / "examples")}
+    # this checkout's arc_ref, not whichever one is installed
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join((str(REPO), str(REPO / "examples")))}
     server = subprocess.Popen(
         [str(Path(sys.executable).parent / "arc-eval"), "serve-scripted", "--port", "0",
-         "--policy", "session_openai:DemoModel"],
+         "--policy", "session_openai:DemoModel", "--tokenizer", f"hf-dir:{QWEN3}"],
         cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -36,7 +38,7 @@ def test_the_openai_example_runs_against_serve_scripted() -> None:
         example = subprocess.run(
             [sys.executable, "examples/session_openai.py", "--base-url", found.group(1), "--model", "scripted",
              "--tokenizer", f"hf-dir:{QWEN3}"],
-            cwd=REPO, capture_output=True, text=True, timeout=300,
+            cwd=REPO, env=environment, capture_output=True, text=True, timeout=300,
         )
     finally:
         server.send_signal(signal.SIGTERM)
@@ -53,3 +55,6 @@ def test_the_openai_example_runs_against_serve_scripted() -> None:
     assert re.search(r"audit: \d+ tokens <= K = \d+ <= L = 12288: prefix \d+, tool_listing \d+, summary", out)
     assert f"recall buffer: {obs_id} chunk 1/" in out
     assert "=== answer: The row with status LATE is: row 070: latency=" in out
+    assert "CountsDifferWarning" not in example.stderr, example.stderr  # the served template's count, each call
+    assert re.search(r"server counted (\d+) prompt tokens for the last request, the session \1; 0 of 4 replies'"
+                     " usage differed", out), out

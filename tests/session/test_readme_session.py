@@ -1,11 +1,13 @@
 """The README's "Put ARC in front of your agent" Session snippet runs as written, against `serve-scripted` and the
 example's stand-in model (only the server address, the tokenizer directory and the model name are replaced), in a
-directory holding the `server.log` its `read_file` tool reads."""
+directory holding the `server.log` its `read_file` tool reads. The server counts with Qwen3's template, as vLLM
+does, so the usage the snippet hands back matches the session's count on every reply."""
 
 from __future__ import annotations
 
 import importlib.util
 import io
+import warnings
 from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
@@ -40,7 +42,11 @@ def test_the_readme_snippet_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     code = readme_snippet()
-    with serve_in_thread(build_app(example.DemoModel(), max_model_len=16384)) as url:
+    from arc_ref.session import CountsDifferWarning
+
+    app = build_app(example.DemoModel(), max_model_len=16384, tokenizer=f"hf-dir:{QWEN3}")
+    with serve_in_thread(app) as url, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         replaced = (code.replace("http://localhost:8000/v1", url).replace("hf-dir:/models/Qwen3-8B", f"hf-dir:{QWEN3}")
                     .replace('model="Qwen/Qwen3-8B"', 'model="scripted"'))
         assert replaced.count(url) == 1 and replaced.count(str(QWEN3)) == 1 and 'model="scripted"' in replaced
@@ -56,3 +62,6 @@ def test_the_readme_snippet_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert session.state.stored == 1 and session.state.records[0].content == example.FILES["server.log"] * 2
     assert session.audit().recalled[0][:2] == (session.state.records[0].obs_id, 1)
     assert "tokens <= K =" in printed.getvalue()
+    assert not [warning for warning in caught if issubclass(warning.category, CountsDifferWarning)]
+    audit = session.audit()
+    assert audit.usage_checked >= 2 and audit.counts_differing == 0 and audit.server_tokens == audit.sent_tokens
