@@ -186,6 +186,7 @@ defaults
     timeout connect 2s
     timeout client 600s
     timeout server 600s
+    timeout check 2s
     retries 3
     option redispatch 1
     retry-on conn-failure empty-response
