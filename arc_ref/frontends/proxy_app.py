@@ -501,8 +501,11 @@ def error_event(problem: Exception) -> str:
     return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
 
-def build_app(settings: ProxySettings) -> Any:
-    """The Starlette application of the proxy (its httpx client opened and closed with the app)."""
+def build_app(settings: ProxySettings, database: Any = None) -> Any:
+    """The Starlette application of the proxy (its httpx client opened and closed with the app). ``database``: with
+    ``settings.database``, its `AsyncDatabase` whose schema `arc-ref proxy` checked before listening, so the app's
+    start connects to nothing again (review h58 F3: the database gone in between was a traceback and exit status 3
+    after the listening line); None: made and checked at the app's start."""
     from starlette.applications import Starlette
     from starlette.requests import ClientDisconnect, Request
     from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -527,7 +530,7 @@ def build_app(settings: ProxySettings) -> Any:
             if settings.database is not None:  # many instances on one database (issue 30)
                 from arc_ref.frontends.proxy_shared import SharedProxy
 
-                holder["proxy"] = SharedProxy(settings, client)
+                holder["proxy"] = SharedProxy(settings, client, database)
             else:
                 holder["proxy"] = Proxy(settings, client)
             holder["proxy"].known.bodies = RecentBodies(settings.body_memory_bytes)
@@ -1035,10 +1038,11 @@ def _serve_on(listener: socket.socket, options: ProxyOptions,
     except StartRefused as problem:
         print(f"arc-ref proxy: {problem}", file=sys.stderr)
         return USAGE.code
+    checked: Any = None  # the database checked here, handed to the app (which then checks nothing again)
     if settings.database is not None:  # reachable, and an ARC database (its schema created when empty)
         from arc_ref.persist.postgres_conversations import AsyncDatabase
 
-        database = AsyncDatabase(settings.database, pool_size=settings.db_connections)
+        database = checked = AsyncDatabase(settings.database, pool_size=settings.db_connections)
         try:
             database.check_schema()
             asyncio.run(database.check_connection())  # as requests connect (a pooler refusing their options)
@@ -1077,7 +1081,7 @@ def _serve_on(listener: socket.socket, options: ProxyOptions,
                                      if settings.database else "memory")
     print(f"arc-ref proxy: http://{options.host}:{options.port}/v1 -> {settings.upstream} (window"
           f" {settings.context_limit}, store: {shown_store})", flush=True)
-    app = CountedApp(build_app(settings))
+    app = CountedApp(build_app(settings, checked))
     server = stopping_server(uvicorn.Config(app, log_level="warning", access_log=False), app)
     asyncio.run(serve_server(server, listener))
     if server.stopped_by is None:

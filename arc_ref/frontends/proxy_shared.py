@@ -197,7 +197,8 @@ class SharedProxy(Proxy):
         # a request's transaction lasts one round trip (its commit): one idle for a minute is a stuck instance's
         self.database = database or AsyncDatabase(settings.database, pool_size=settings.db_connections,
                                                   idle_in_transaction_s=60.0)
-        self.database.check_schema()  # once, at start (created in an empty database)
+        if not self.database.schema_checked:  # once, at start (created in an empty database); `arc-ref proxy`
+            self.database.check_schema()  # checked it before listening (review h58 F3: a second look could fail)
         self.cache: OrderedDict[str, CachedConversation] = OrderedDict()
         self.cache_limit = max(1, settings.cache_conversations)
         self.seen = SeenHashes(self.cache_limit * SEEN_HASHES_PER_CONVERSATION, self.conversations.config)

@@ -223,6 +223,7 @@ class AsyncDatabase:
         self.running_lost = False  # it was, and went away while the proxy ran (`lose_running`)
         self.last_active = False  # arc_tasks.last_active is there (`check_schema`): commits set it
         self.last_active_missing: str | None = None  # why not, or why not its trigger (`LAST_ACTIVE_TRIGGER`)
+        self.schema_checked = False  # `check_schema` done: the facts above are known
 
     def check_schema(self) -> None:
         """Create or check the schema (synchronously, at start: a bad URL, another application's tables or a role
@@ -239,6 +240,7 @@ class AsyncDatabase:
         self.replies, self.replies_missing = missing is None, missing
         self.running, self.running_missing = running is None, running
         self.last_active, self.last_active_missing = last_active
+        self.schema_checked = True
 
     def lose_replies(self, why: str) -> None:
         """Commits keep no reply from now on (``arc_replies`` went away or became unwritable while the proxy runs)."""

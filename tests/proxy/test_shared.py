@@ -1018,3 +1018,23 @@ def test_a_conversation_is_counted_once_by_metrics_when_an_attempt_s_commit_fail
     assert (proxy.metrics.conversations_new, proxy.metrics.conversations_forked) == (1, 0)
     with psycopg.connect(postgres.url(f"arc_test_shared_counted_{int(server_committed)}")) as connection:
         assert [row[0] for row in connection.execute("SELECT key FROM arc_tasks").fetchall()] == [reply.conversation]
+
+
+def test_an_app_handed_the_database_its_command_checked_connects_to_nothing_at_its_start(pg_url: str) -> None:
+    """`arc-ref proxy` checks the database before it says it listens, and hands that AsyncDatabase to the app: the
+    app's start looks at nothing again, so a database gone in between is a request's 503, not a traceback and exit
+    status 3 after the listening line (review h58 F3)."""
+    from arc_ref.persist.postgres_conversations import AsyncDatabase
+
+    database = AsyncDatabase(pg_url, pool_size=2)
+    database.check_schema()
+    gone = "postgresql://arc@127.0.0.1:1/gone?connect_timeout=2"  # nothing listens there
+    database.url = gone
+    assert QWEN3 is not None
+    settings = ProxySettings(upstream="http://127.0.0.1:1/v1", tokenizer=f"hf-dir:{QWEN3}", overrides=BUDGETS,
+                             database=gone)
+    with serve_app(build_app(settings, database)) as base_url:
+        assert httpx.get(f"{base_url.removesuffix('/v1')}/health", timeout=30).status_code == 200
+        response = httpx.post(f"{base_url}/chat/completions", timeout=60, json={
+            "model": "m", "messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "a task"}]})
+    assert response.status_code == 503 and response.json()["error"]["type"] == "store_unavailable", response.text
