@@ -26,6 +26,8 @@ tokenizer_config.json, so the session counts each request exactly as vLLM does):
     python examples/session_openai.py --base-url http://localhost:8000/v1 --model Qwen/Qwen3-8B \\
         --tokenizer hf-dir:/path/to/Qwen3-8B
 
+The session's window is the one vLLM lists for the model (its --max-model-len, in /v1/models), or --context-limit.
+
 tests/session/test_example.py runs the first recipe end to end.
 """
 
@@ -75,6 +77,23 @@ def short(text: str, width: int = 96) -> str:
     return flat if len(flat) <= width else flat[: width - 3] + "..."
 
 
+MAX_TOKENS = 512  # each reply's max_tokens, the session's G_max
+
+
+def served_window(client: OpenAI, model: str) -> int | None:
+    """The window the server lists for ``model`` (vLLM's /v1/models gives each model's max_model_len); None when it
+    does not say (review h61 F4: a session budgeted for a larger window than the server's met a 400 at step 8)."""
+    try:
+        listed = client.models.list().data
+    except Exception:  # a server without /v1/models: the window is then the option's or the default
+        return None
+    for entry in listed:
+        window = getattr(entry, "max_model_len", None)
+        if entry.id == model and isinstance(window, int) and window > 0:
+            return window
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--base-url", required=True, help="the server's OpenAI base URL, e.g. http://host:8000/v1")
@@ -82,10 +101,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tokenizer", required=True, help="hf-dir:DIR of the served model (tokenizer + template)")
     parser.add_argument("--api-key", default="EMPTY")
     parser.add_argument("--max-steps", type=int, default=8)
+    parser.add_argument("--context-limit", type=int, default=None,
+                        help="the server's window (default: the max_model_len the server lists for --model, as vLLM"
+                             " does, else 16384)")
     args = parser.parse_args(argv)
 
     client = OpenAI(base_url=args.base_url, api_key=args.api_key)
-    session = Session(args.tokenizer, system=SYSTEM, tools=[READ_FILE], recent_budget=1536, chunk_tokens=640)
+    window = args.context_limit or served_window(client, args.model) or 16384
+    print(f"=== window {window} tokens, {MAX_TOKENS} of them kept for each reply")
+    # K <= L = window - MAX_TOKENS: every request fits the server's window with the reply it asks for
+    session = Session(args.tokenizer, system=SYSTEM, tools=[READ_FILE], context_limit=window,
+                      max_completion=MAX_TOKENS, recent_budget=1536, chunk_tokens=640)
     session.add_user(GOAL)
     for step in range(1, args.max_steps + 1):
         messages = session.messages()
@@ -96,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {message['role']:9} {short(message['content'] or '')}{calls}")
         print("  audit: " + session.audit().text().replace("\n", "\n         "))
         reply = client.chat.completions.create(
-            model=args.model, messages=messages, tools=session.tools(), max_tokens=512,  # type: ignore[arg-type]
+            model=args.model, messages=messages, tools=session.tools(), max_tokens=MAX_TOKENS,  # type: ignore[arg-type]
             extra_body={"chat_template_kwargs": {"enable_thinking": False}},
         )
         message = reply.choices[0].message

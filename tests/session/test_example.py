@@ -27,7 +27,7 @@ def test_the_openai_example_runs_against_serve_scripted() -> None:
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join((str(REPO), str(REPO / "examples")))}
     server = subprocess.Popen(
         [str(Path(sys.executable).parent / "arc-eval"), "serve-scripted", "--port", "0",
-         "--policy", "session_openai:DemoModel", "--tokenizer", f"hf-dir:{QWEN3}"],
+         "--policy", "session_openai:DemoModel", "--tokenizer", f"hf-dir:{QWEN3}", "--max-model-len", "12000"],
         cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -45,6 +45,8 @@ def test_the_openai_example_runs_against_serve_scripted() -> None:
         server.communicate(timeout=30)
     out = example.stdout
     assert example.returncode == 0, example.stderr
+    # the window the server lists (/v1/models' max_model_len), less the replies' 512 (review h61 F4)
+    assert out.startswith("=== window 12000 tokens, 512 of them kept for each reply\n"), out
     assert "=== request 1: 2 messages, 8 tools" in out
     stored = re.search(r"model called read_file\(\{\"path\": \"server.log\"\}\); ran it: \d+ characters stored as (§\S+)",
                        out)
@@ -52,7 +54,7 @@ def test_the_openai_example_runs_against_serve_scripted() -> None:
     obs_id = stored.group(1)
     assert f'model called _recall({{"id": "{obs_id}"}}); answered by ARC: _recall {obs_id}: chunk 1/' in out
     assert f"tool      Observation {obs_id} (rc=0) is too large for the recent window" in out  # H shows its stub
-    assert re.search(r"audit: \d+ tokens <= K = \d+ <= L = 12288: prefix \d+, tool_listing \d+, summary", out)
+    assert re.search(r"audit: \d+ tokens <= K = \d+ <= L = 11488: prefix \d+, tool_listing \d+, summary", out)
     assert f"recall buffer: {obs_id} chunk 1/" in out
     assert "=== answer: The row with status LATE is: row 070: latency=" in out
     assert "CountsDifferWarning" not in example.stderr, example.stderr  # the served template's count, each call
