@@ -14,8 +14,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from arc_eval.analysis.presets import QWEN3_CONFIGS, preset_for_model_name
-
 # The estimate is printed once this many tasks have finished (or the first seed's batch, if smaller).
 ETA_AFTER_TASKS = 10
 # A first task slower than this gets a first estimate at once (a slow server: 10 tasks may take minutes).
@@ -56,14 +54,14 @@ def eta_text(finished: int, elapsed_s: float, remaining: int) -> str:
             f"{remaining} left, about {duration(rate * remaining)} at this rate")
 
 
-def next_step_text(run_dir: Path, program: str, served_model: str | None = None) -> str:
-    """The last line of a run: the command that reports it. ``served_model``: the name a server ran under (None for
-    the scripted backend); when it does not say the model's size (8B / 32B, as an alias such as vLLM's
-    --served-model-name may not), the report needs --model-preset, and the command names it (review h60 F4)."""
-    sized = served_model is None or preset_for_model_name(served_model) is not None
-    preset = "" if sized else f" --model-preset {'|'.join(QWEN3_CONFIGS)}|FILE"
-    why = "" if sized else f"; {served_model!r} does not say its size: choose its preset"
-    return f"next: {program} report {run_dir}{preset}   (tables, McNemar tests, roofline, plots; eval/ANALYSIS.md{why})"
+def next_step_text(run_dir: Path, program: str, unsized_model: str | None = None, presets: Sequence[str] = ()) -> str:
+    """The last line of a run: the command that reports it. ``unsized_model``: the served name when the report cannot
+    tell the model's size from it (an alias such as vLLM's --served-model-name may not say 8B / 32B): the report then
+    needs --model-preset, one of ``presets`` or a file, and the command names it (review h60 F4)."""
+    if unsized_model is None:
+        return f"next: {program} report {run_dir}   (tables, McNemar tests, roofline, plots; eval/ANALYSIS.md)"
+    return (f"next: {program} report {run_dir} --model-preset {'|'.join(presets)}|FILE   (tables, McNemar tests,"
+            f" roofline, plots; eval/ANALYSIS.md; {unsized_model!r} does not say its size: choose its preset)")
 
 
 def program_name(argv0: str) -> str:

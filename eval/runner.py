@@ -25,11 +25,21 @@ from typing import TextIO
 from attrs import frozen
 
 from arc_eval.analysis.accuracy import summary_table
+from arc_eval.analysis.presets import QWEN3_CONFIGS, preset_for_model_name
 from arc_eval.announce import next_step_text, plan_text, program_name
 from arc_eval.execute import check_backends, distinct_backends, execute, make_backends
 from arc_eval.plan import RunPlan, describe_backend
 from arc_eval.records import RunReader, RunWriter
 from arc_eval.run_spec import RunSpec
+
+
+def unsized_model(spec: RunSpec) -> str | None:
+    """The served model's name when `arc-eval report` cannot tell its size from it (it then needs --model-preset);
+    None for a name that says 8B or 32B, and for the scripted backend (reported as 8B)."""
+    if spec.backend == "scripted":
+        return None
+    served = spec.served_model()
+    return served if preset_for_model_name(served) is None else None
 
 
 @frozen
@@ -69,6 +79,6 @@ def run_plan(plan: RunPlan, *, out: TextIO | None = None) -> RunResult:
     table = summary_table(reader.tasks(), list(reader.manifest.variants))
     print(table, file=out if out is not None else sys.stdout)
     if executed.aborted is None:
-        served = None if spec.backend == "scripted" else spec.served_model()
-        print(next_step_text(spec.out, program_name(sys.argv[0]), served), file=out if out is not None else sys.stdout)
+        print(next_step_text(spec.out, program_name(sys.argv[0]), unsized_model(spec), tuple(QWEN3_CONFIGS)),
+              file=out if out is not None else sys.stdout)
     return RunResult(spec.out, executed.ran, executed.skipped, executed.aborted, table)

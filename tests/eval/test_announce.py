@@ -142,10 +142,20 @@ def test_the_next_step_names_the_model_preset_when_the_served_name_does_not_say_
     """`arc-eval report` cannot size a model served under an alias (vLLM's --served-model-name tiny-qwen3): the
     printed command then names --model-preset, so it does not exit 2 (review h60 F4); a name that says 8B or 32B,
     and the scripted backend (sized 8B by the report), need none."""
+    from arc_eval.run_spec import RunSpec
+    from arc_eval.runner import unsized_model
+
+    def openai_spec(model: str) -> RunSpec:
+        return RunSpec.build("nih", ("arc",), (1,), tmp_path / "x", backend="openai", model=model,
+                             base_urls=("http://127.0.0.1:1/v1",))
+
+    assert unsized_model(openai_spec("tiny-qwen3")) == "tiny-qwen3"
+    assert unsized_model(openai_spec("Qwen/Qwen3-8B")) is None
+    assert unsized_model(openai_spec("qwen3-32b-awq")) is None
+    assert unsized_model(RunSpec.build("nih", ("arc",), (1,), tmp_path / "x")) is None  # the scripted backend
     run = tmp_path / "run"
-    aliased = announce.next_step_text(run, "arc-eval", "tiny-qwen3")
+    aliased = announce.next_step_text(run, "arc-eval", "tiny-qwen3", ("qwen3-8b", "qwen3-32b"))
     assert aliased.startswith(f"next: arc-eval report {run} --model-preset qwen3-8b|qwen3-32b|FILE   (")
     assert "'tiny-qwen3' does not say its size" in aliased
-    for sized in ("Qwen/Qwen3-8B", "qwen3-32b-awq", None):
-        text = announce.next_step_text(run, "arc-eval", sized)
-        assert text.startswith(f"next: arc-eval report {run}   (") and "--model-preset" not in text
+    plain = announce.next_step_text(run, "arc-eval")
+    assert plain.startswith(f"next: arc-eval report {run}   (") and "--model-preset" not in plain
