@@ -331,6 +331,69 @@ def test_a_retry_after_the_first_attempts_instance_was_killed_runs_once_its_leas
     assert sent and sent[0] is None  # the first attempt's client saw its connection cut
 
 
+def test_of_the_retries_waiting_for_a_dead_attempt_only_one_runs_when_its_lease_is_past(postgres: Any) -> None:
+    """Review h58 F4: the instance running the first attempt killed, its row stays until its lease passes; the
+    client's retries on two other instances both wait for it, and when the lease passed both ran: the upstream was
+    asked twice for the same view and a second conversation was left. Now the first to find no live row claims the
+    request (its own row, written in the same transaction as the look) and runs; the other waits for it, then gets
+    its reply. The dead instance's row is written here (a lease of an hour, never renewed) and its lease made to
+    pass once both retries wait. So that no timing decides it, each retry, once it stopped waiting, goes on to its
+    reply lookup only after the other one too stopped waiting, or after the other looked again and still waits."""
+    from arc_ref.frontends.proxy import AskedRequest, parse_request
+    from arc_ref.frontends.proxy_shared import asked_digest
+
+    database = postgres.create_database("arc_test_running_one_retry_runs")
+    calls: list[int] = []
+
+    def upstream(request: Any) -> Any:
+        calls.append(1)
+        return numbered_reply(request, len(calls))
+
+    async def scenario() -> tuple[Any, ...]:
+        (one, one_client), (other, other_client) = (in_process_shared(database, upstream) for _ in range(2))
+        stopped_waiting: list[str] = []
+
+        def held_after_waiting(proxy: Any, peer: Any) -> None:
+            answered_before = proxy._answered_before
+
+            async def held(asked: Any) -> Any:
+                stopped_waiting.append("me")
+                looked = peer.database.round_trips
+                await until(lambda: len(stopped_waiting) == 2 or (peer.database.round_trips > looked
+                                                                   and peer.retries_waiting == 1))
+                return await answered_before(asked)
+
+            proxy._answered_before = held
+
+        held_after_waiting(one, other)
+        held_after_waiting(other, one)
+        try:
+            hashes = parse_request(first_request(), None, one.known)[3]
+            asked = asked_digest(AskedRequest.of(hashes, first_request()))
+            with psycopg.connect(database, autocommit=True) as connection:  # the killed instance's attempt
+                connection.execute("INSERT INTO arc_running VALUES (%s, 'dead', 'killed', now() + interval '1 hour')",
+                                   (asked,))
+                retries = [asyncio.ensure_future(proxy.complete(first_request(), None, retry=True))
+                           for proxy in (one, other)]
+                await asyncio.wait_for(until(lambda: one.retries_waiting == other.retries_waiting == 1), 60)
+                connection.execute("UPDATE arc_running SET until = now() WHERE attempt = 'dead'")  # its lease passed
+                replies = await asyncio.wait_for(asyncio.gather(*retries), 60)
+            return (*replies, one.stats(), other.stats())
+        finally:
+            for proxy, client in ((one, one_client), (other, other_client)):
+                await proxy.close()
+                await client.aclose()
+
+    first, second, one_stats, other_stats = asyncio.run(scenario())
+    assert len(calls) == 1, "both retries ran once the dead attempt's lease was past"
+    assert first.completion == second.completion and first.conversation == second.conversation
+    assert one_stats["client_retries_answered"] + other_stats["client_retries_answered"] == 1
+    assert one_stats["client_retries_waited_elsewhere"] == other_stats["client_retries_waited_elsewhere"] == 1
+    with psycopg.connect(database) as connection:
+        assert connection.execute("SELECT count(*) FROM arc_tasks").fetchone() == (1,)  # no second conversation
+    assert live_rows(database) == 0  # the claim's row went with its commit, the other's with its reply
+
+
 def _post_quietly(base_url: str) -> Any:
     """The first request sent to ``base_url``; None when its connection is cut (the instance killed)."""
     try:
