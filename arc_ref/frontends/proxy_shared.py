@@ -26,7 +26,9 @@ committed, on any instance (`_answered_before`), and waits for that attempt whil
 `_attempt_of`, on another by its row in ``arc_running`` (`_marked`, `_wait_elsewhere`): written in the request's
 first round trip, removed in its commit's transaction (or, when it ends without a commit, by one more statement),
 its lease renewed by the instance every third of ``running_lease_s`` (15 s) while it runs, so that the row of an
-instance killed mid-request holds a retry no longer than that. The first attempt failed: the retry runs itself.
+instance killed mid-request holds a retry no longer than that. The first attempt failed: the retry runs itself,
+once it claimed the request (its own row, written only while no other runs), so that of several retries waiting
+for one attempt one runs and the others wait for it.
 A request that is not a retry never waits for one.
 """
 
@@ -317,9 +319,10 @@ class SharedProxy(Proxy):
 
     @contextlib.asynccontextmanager
     async def _marked(self, attempts: RequestAttempts) -> AsyncIterator[None]:
-        """The request's running-attempt row (`RunningMarker`) while it runs: written with its first round trip,
-        removed with its commit, or here when it ends without one (failed, refused, cancelled: the removal goes on
-        when the request is cancelled)."""
+        """The request's running-attempt row (`RunningMarker`) while it runs: written with its first round trip (a
+        client's retry's by its claim, `_wait_elsewhere`), removed with its commit, or here when it ends without
+        one (failed, refused, cancelled, or a retry that found its reply: the removal goes on when the request is
+        cancelled)."""
         marker = RunningMarker(asked_digest(attempts.request), uuid.uuid4().hex, self.instance,
                                self.settings.running_lease_s)
         attempts.running = marker

@@ -24,7 +24,9 @@ read (one more to fold a conversation this instance never saw, or to fork), one 
 moves the head and, only when it moved, writes the rows, marks and reply and removes the ``arc_running`` row;
 COMMIT in the same round trip), one more when another request had moved the head or held it past the lock timeout
 (committed as a fork, the failed transaction rolled back in the same round trip), one to commit a new conversation
-or a fork; one more to remove the ``arc_running`` row of a request that ends without a commit.
+or a fork; one more to remove the ``arc_running`` row of a request that ends without a commit. A client's retry
+first claims its request (one round trip per look while another attempt of it runs: `AsyncDatabase.claim_running`),
+its row then written by the claim.
 
 The connections are `psycopg.AsyncConnection`s; a request holds one only while it reads and while it commits.
 """
@@ -182,8 +184,9 @@ class Found:
 class RunningMarker:
     """A request's row in ``arc_running`` while it runs on this instance (a client's retry of it that reaches another
     instance waits for it, `arc_ref.frontends.proxy_shared`): written with the request's first round trip
-    (`RequestTransaction.begin`), removed with its commit (the same transaction: never before its reply is
-    committed), or, when the request ends without one (failed, refused, cancelled), by a statement of its own.
+    (`RequestTransaction.begin`; a client's retry's before, by its claim, `AsyncDatabase.claim_running`), removed
+    with its commit (the same transaction: never before its reply is committed), or, when the request ends without
+    one (failed, refused, cancelled, or a retry that found its reply), by a statement of its own.
     Its lease is renewed while it runs (`AsyncDatabase.renew_running`)."""
 
     asked: str  # the request, as a client's retry repeats it (`asked_digest`, as ``arc_replies.asked``)
