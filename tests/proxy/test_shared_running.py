@@ -161,6 +161,48 @@ def test_the_rows_of_dead_instances_are_swept_by_a_running_one(postgres: Any) ->
     assert rows == {"recent": False, "mine": True, "other": False}, rows
 
 
+def test_a_retry_claims_its_request_only_while_no_attempt_of_it_runs(postgres: Any, monkeypatch: Any) -> None:
+    """`AsyncDatabase.claim_running`: a retry's row is written only while no row of its request has a live lease (a
+    dead attempt's row does not count; another request's neither), and a claim held up by another claim of the same
+    request that never ends (its instance stopped mid-transaction) is a look that found a row, not a failure (that
+    retry would then run, and fork): the lock's wait is cut (5 s; 100 ms here)."""
+    from arc_ref.persist import postgres_conversations
+    from arc_ref.persist.postgres_conversations import CLAIM_KEY, AsyncDatabase, RunningMarker
+
+    monkeypatch.setattr(postgres_conversations, "COMMIT_LOCK_TIMEOUT", "100ms")
+    database = postgres.create_database("arc_test_running_claims")
+    db = AsyncDatabase(database)
+    db.check_schema()
+    with psycopg.connect(database, autocommit=True) as connection:
+        connection.execute("INSERT INTO arc_running VALUES ('req', 'dead', 'gone', now() - interval '1 second')")
+
+    def marker(asked: str, attempt: str) -> Any:
+        return RunningMarker(asked, attempt, "here", 30.0)
+
+    async def claims() -> list[Any]:
+        try:
+            first, second, elsewhere = marker("req", "1"), marker("req", "2"), marker("other", "3")
+            seen = [await db.claim_running(first), first.held, await db.claim_running(second), second.held,
+                    await db.claim_running(elsewhere)]
+            stuck = marker("stuck", "4")
+            with psycopg.connect(database) as holder:  # a claim of "stuck" whose COMMIT never comes
+                holder.execute("SELECT pg_advisory_xact_lock(%s, hashtext('stuck'))", (CLAIM_KEY,))
+                ended = threading.Timer(10, holder.rollback)  # (a claim that waits for it with no limit: not for ever)
+                ended.start()
+                seen.append(await db.claim_running(stuck))
+                ended.cancel()
+                holder.rollback()
+            seen.append(await db.claim_running(stuck))
+            return seen
+        finally:
+            await db.close()
+
+    assert asyncio.run(claims()) == [True, True, False, False, True, False, True]
+    with psycopg.connect(database) as connection:
+        rows = connection.execute("SELECT asked, attempt FROM arc_running WHERE until > now() ORDER BY asked").fetchall()
+    assert rows == [("other", "3"), ("req", "1"), ("stuck", "4")]
+
+
 def test_a_first_attempt_longer_than_the_lease_still_holds_the_retry(postgres: Any) -> None:
     """The first attempt's instance renews its lease while the attempt runs: a retry on another instance waits past
     the lease (here 1.5 s, three renewals) for as long as the attempt runs, and gets its reply."""
