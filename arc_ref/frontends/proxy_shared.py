@@ -26,7 +26,9 @@ committed, on any instance (`_answered_before`), and waits for that attempt whil
 `_attempt_of`, on another by its row in ``arc_running`` (`_marked`, `_wait_elsewhere`): written in the request's
 first round trip, removed in its commit's transaction (or, when it ends without a commit, by one more statement),
 its lease renewed by the instance every third of ``running_lease_s`` (15 s) while it runs, so that the row of an
-instance killed mid-request holds a retry no longer than that. The first attempt failed: the retry runs itself.
+instance killed mid-request holds a retry no longer than that. The first attempt failed: the retry runs itself,
+once it claimed the request (its own row, written only while no other runs), so that of several retries waiting
+for one attempt one runs and the others wait for it.
 A request that is not a retry never waits for one.
 """
 
@@ -317,9 +319,10 @@ class SharedProxy(Proxy):
 
     @contextlib.asynccontextmanager
     async def _marked(self, attempts: RequestAttempts) -> AsyncIterator[None]:
-        """The request's running-attempt row (`RunningMarker`) while it runs: written with its first round trip,
-        removed with its commit, or here when it ends without one (failed, refused, cancelled: the removal goes on
-        when the request is cancelled)."""
+        """The request's running-attempt row (`RunningMarker`) while it runs: written with its first round trip (a
+        client's retry's by its claim, `_wait_elsewhere`), removed with its commit, or here when it ends without
+        one (failed, refused, cancelled, or a retry that found its reply: the removal goes on when the request is
+        cancelled)."""
         marker = RunningMarker(asked_digest(attempts.request), uuid.uuid4().hex, self.instance,
                                self.settings.running_lease_s)
         attempts.running = marker
@@ -340,19 +343,24 @@ class SharedProxy(Proxy):
         except StoreError:
             pass  # not renewed any more: its lease runs out
 
-    async def _wait_elsewhere(self, asked: AskedRequest) -> None:
+    async def _wait_elsewhere(self, attempts: RequestAttempts) -> None:
         """A client's retry: while an attempt of the same request runs on another instance (its ``arc_running`` row,
         its lease not past; on any instance, but one on this instance `_attempt_of` waited for already), wait for
         it, looking again after 50 ms, then twice as long each time up to 500 ms (one round trip each; only retries
-        look). Its reply is then found as that of any answered request
-        (`_answered_before`); an attempt that failed leaves none, and the retry runs itself. A first attempt whose
-        instance died stops holding the retry when its lease is past (``running_lease_s``); the database
-        unavailable, the retry goes on as any request does."""
-        digest = asked_digest(asked)
+        look); no attempt running, the retry claims the request: its own row is written in the same transaction as
+        the look, one claim of the request at a time (`AsyncDatabase.claim_running`), so that the other retries
+        waiting for the same attempt now wait for this one (review h58 F4: when a dead attempt's lease passed, each
+        of them ran and asked the upstream again). The claimed row is this attempt's (`_marked`): renewed while it
+        runs, removed at its end. Its reply is then found as that of any answered request (`_answered_before`); an
+        attempt that failed leaves none, and the retry runs itself. A first attempt whose instance died stops
+        holding the retry when its lease is past (``running_lease_s``); the database unavailable, the retry goes
+        on as any request does."""
+        marker = attempts.running
+        assert marker is not None
         delay, longest = RUNNING_POLL_S
         waited = False
         try:
-            while await self.database.runs(digest):
+            while not await self.database.claim_running(marker):
                 if not waited:
                     waited = True
                     self.retries_waited += 1
@@ -388,12 +396,12 @@ class SharedProxy(Proxy):
                 if time.monotonic() - unsent[2] <= UNSENT_KEPT_S:
                     attempts.answered, attempts.committing = unsent[1], unsent[3]  # a cut commit: looked for first
                     attempts.records = unsent[4]  # their upstream calls: named after the conversation this commits to
-            if retry and attempts.committing is None:  # (a commit a failure cut is looked for first, in the loop)
-                await self._wait_elsewhere(attempts.request)
-                answered = await self._answered_before(attempts.request)
-                if answered is not None:
-                    return answered
             async with self._marked(attempts):
+                if retry and attempts.committing is None:  # (a commit a failure cut is looked for first, in the loop)
+                    await self._wait_elsewhere(attempts)
+                    answered = await self._answered_before(attempts.request)
+                    if answered is not None:
+                        return answered
                 return await self._tried(messages, tools, system, hashes, body, template_kwargs, attempts)
 
     async def _tried(self, messages: Sequence[AgentMessage], tools: list[dict[str, Any]], system: str,

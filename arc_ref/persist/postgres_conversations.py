@@ -24,7 +24,9 @@ read (one more to fold a conversation this instance never saw, or to fork), one 
 moves the head and, only when it moved, writes the rows, marks and reply and removes the ``arc_running`` row;
 COMMIT in the same round trip), one more when another request had moved the head or held it past the lock timeout
 (committed as a fork, the failed transaction rolled back in the same round trip), one to commit a new conversation
-or a fork; one more to remove the ``arc_running`` row of a request that ends without a commit.
+or a fork; one more to remove the ``arc_running`` row of a request that ends without a commit. A client's retry
+first claims its request (one round trip per look while another attempt of it runs: `AsyncDatabase.claim_running`),
+its row then written by the claim.
 
 The connections are `psycopg.AsyncConnection`s; a request holds one only while it reads and while it commits.
 """
@@ -126,8 +128,17 @@ RUN = ("INSERT INTO arc_running (asked, attempt, instance, until) VALUES (%s, %s
 """A request's running-attempt row (`RunningMarker`), sent with its first round trip (`RequestTransaction.begin`);
 written again, its lease renewed, by the next attempt after a database failure."""
 RAN = "DELETE FROM arc_running WHERE asked = %s AND attempt = %s"
-RUNS = "SELECT EXISTS (SELECT 1 FROM arc_running WHERE asked = %s AND until > now())"
-"""Whether an attempt of request ``asked`` runs now on some instance (its lease not past: its instance renews it)."""
+CLAIM_LOCK = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
+"""A client's retry's claim (`CLAIM`) of request ``asked`` taken one at a time: a lock on the request for the claim's
+transaction only (in the two-key space: never the schema's lock, `arc_ref.persist.postgres._SCHEMA_LOCK`)."""
+CLAIM_KEY = 0x41524352  # CLAIM_LOCK's first key ("ARCR"): the second is the request's hash
+CLAIM = ("INSERT INTO arc_running (asked, attempt, instance, until)"
+         " SELECT %(asked)s, %(attempt)s, %(instance)s, now() + %(lease)s * interval '1 second'"
+         " WHERE NOT EXISTS (SELECT 1 FROM arc_running WHERE asked = %(asked)s AND until > now()) RETURNING 1")
+"""A client's retry's own running-attempt row, written only when no attempt of its request runs (no row of its
+``asked`` whose lease is not past): run after `CLAIM_LOCK`, in a statement of its own, so that its snapshot sees the
+row of the claim that held the lock before it (review h58 F4: two retries that waited for one dead attempt both
+ran)."""
 RENEW = ("UPDATE arc_running SET until = now() + %s * interval '1 second'"
          " WHERE instance = %s AND attempt = ANY(%s)")
 SWEEP_RUNNING = ("DELETE FROM arc_running WHERE (asked, attempt) IN (SELECT asked, attempt FROM arc_running"
@@ -173,8 +184,9 @@ class Found:
 class RunningMarker:
     """A request's row in ``arc_running`` while it runs on this instance (a client's retry of it that reaches another
     instance waits for it, `arc_ref.frontends.proxy_shared`): written with the request's first round trip
-    (`RequestTransaction.begin`), removed with its commit (the same transaction: never before its reply is
-    committed), or, when the request ends without one (failed, refused, cancelled), by a statement of its own.
+    (`RequestTransaction.begin`; a client's retry's before, by its claim, `AsyncDatabase.claim_running`), removed
+    with its commit (the same transaction: never before its reply is committed), or, when the request ends without
+    one (failed, refused, cancelled, or a retry that found its reply), by a statement of its own.
     Its lease is renewed while it runs (`AsyncDatabase.renew_running`)."""
 
     asked: str  # the request, as a client's retry repeats it (`asked_digest`, as ``arc_replies.asked``)
@@ -266,21 +278,39 @@ class AsyncDatabase:
             return True
         return False
 
-    async def runs(self, asked: str) -> bool:
-        """Whether an attempt of request ``asked`` runs now on some instance, its lease not past (one round trip);
-        False without ``arc_running``."""
+    async def claim_running(self, marker: RunningMarker) -> bool:
+        """A client's retry: ``marker``'s row written (its lease from now, `CLAIM`) when no attempt of its request runs
+        now on any instance (no row of its ``asked`` whose lease is not past), one claim of the request at a time
+        (`CLAIM_LOCK`), so that of the retries waiting for one attempt only one runs when it ends without its reply
+        (its instance died, it failed) and the others wait for that one (one round trip). True when written (the
+        marker is then held: renewed while it runs, removed at its end), or without ``arc_running``."""
         if not self.running:
-            return False
+            return True
         async with self.connection() as connection:
             try:
-                cursor = await connection.execute(RUNS, (asked,))
+                async with connection.pipeline():
+                    await connection.execute("BEGIN")
+                    # a claim whose instance stopped mid-transaction holds the request's lock no longer than these
+                    await connection.execute(f"SET LOCAL lock_timeout = '{COMMIT_LOCK_TIMEOUT}'")
+                    await connection.execute("SET LOCAL idle_in_transaction_session_timeout ="
+                                             f" '{int(self.idle_in_transaction_s * 1000)}ms'")
+                    await connection.execute(CLAIM_LOCK, (CLAIM_KEY, marker.asked))
+                    cursor = await connection.execute(CLAIM, {"asked": marker.asked, "attempt": marker.attempt,
+                                                              "instance": marker.instance, "lease": marker.lease_s})
+                    await connection.execute("COMMIT")
+                row = await cursor.fetchone()
+            except self._driver.errors.LockNotAvailable:
+                return False  # another claim of it held the lock past the timeout: the retry looks again
             except self._driver.Error as problem:
                 if self._running_lost(problem):
-                    return False
+                    return True
                 raise
-            row = await cursor.fetchone()
-        self.round_trips += 1
-        return bool(row and row[0])
+            finally:
+                self.round_trips += 1
+        if row is None:
+            return False
+        marker.held = True
+        return True
 
     async def renew_running(self, instance: str, attempts: Sequence[str], lease_s: float) -> None:
         """The leases of ``instance``'s running ``attempts`` renewed, and the rows of instances that died mid-request

@@ -161,6 +161,48 @@ def test_the_rows_of_dead_instances_are_swept_by_a_running_one(postgres: Any) ->
     assert rows == {"recent": False, "mine": True, "other": False}, rows
 
 
+def test_a_retry_claims_its_request_only_while_no_attempt_of_it_runs(postgres: Any, monkeypatch: Any) -> None:
+    """`AsyncDatabase.claim_running`: a retry's row is written only while no row of its request has a live lease (a
+    dead attempt's row does not count; another request's neither), and a claim held up by another claim of the same
+    request that never ends (its instance stopped mid-transaction) is a look that found a row, not a failure (that
+    retry would then run, and fork): the lock's wait is cut (5 s; 100 ms here)."""
+    from arc_ref.persist import postgres_conversations
+    from arc_ref.persist.postgres_conversations import CLAIM_KEY, AsyncDatabase, RunningMarker
+
+    monkeypatch.setattr(postgres_conversations, "COMMIT_LOCK_TIMEOUT", "100ms")
+    database = postgres.create_database("arc_test_running_claims")
+    db = AsyncDatabase(database)
+    db.check_schema()
+    with psycopg.connect(database, autocommit=True) as connection:
+        connection.execute("INSERT INTO arc_running VALUES ('req', 'dead', 'gone', now() - interval '1 second')")
+
+    def marker(asked: str, attempt: str) -> Any:
+        return RunningMarker(asked, attempt, "here", 30.0)
+
+    async def claims() -> list[Any]:
+        try:
+            first, second, elsewhere = marker("req", "1"), marker("req", "2"), marker("other", "3")
+            seen = [await db.claim_running(first), first.held, await db.claim_running(second), second.held,
+                    await db.claim_running(elsewhere)]
+            stuck = marker("stuck", "4")
+            with psycopg.connect(database) as holder:  # a claim of "stuck" whose COMMIT never comes
+                holder.execute("SELECT pg_advisory_xact_lock(%s, hashtext('stuck'))", (CLAIM_KEY,))
+                ended = threading.Timer(10, holder.rollback)  # (a claim that waits for it with no limit: not for ever)
+                ended.start()
+                seen.append(await db.claim_running(stuck))
+                ended.cancel()
+                holder.rollback()
+            seen.append(await db.claim_running(stuck))
+            return seen
+        finally:
+            await db.close()
+
+    assert asyncio.run(claims()) == [True, True, False, False, True, False, True]
+    with psycopg.connect(database) as connection:
+        rows = connection.execute("SELECT asked, attempt FROM arc_running WHERE until > now() ORDER BY asked").fetchall()
+    assert rows == [("other", "3"), ("req", "1"), ("stuck", "4")]
+
+
 def test_a_first_attempt_longer_than_the_lease_still_holds_the_retry(postgres: Any) -> None:
     """The first attempt's instance renews its lease while the attempt runs: a retry on another instance waits past
     the lease (here 1.5 s, three renewals) for as long as the attempt runs, and gets its reply."""
@@ -329,6 +371,69 @@ def test_a_retry_after_the_first_attempts_instance_was_killed_runs_once_its_leas
     assert len(calls) == 1 and reply.completion["choices"][0]["message"]["content"].endswith("(call 1)")
     assert stats["client_retries_answered"] == 0 and live_rows(database) == 0
     assert sent and sent[0] is None  # the first attempt's client saw its connection cut
+
+
+def test_of_the_retries_waiting_for_a_dead_attempt_only_one_runs_when_its_lease_is_past(postgres: Any) -> None:
+    """Review h58 F4: the instance running the first attempt killed, its row stays until its lease passes; the
+    client's retries on two other instances both wait for it, and when the lease passed both ran: the upstream was
+    asked twice for the same view and a second conversation was left. Now the first to find no live row claims the
+    request (its own row, written in the same transaction as the look) and runs; the other waits for it, then gets
+    its reply. The dead instance's row is written here (a lease of an hour, never renewed) and its lease made to
+    pass once both retries wait. So that no timing decides it, each retry, once it stopped waiting, goes on to its
+    reply lookup only after the other one too stopped waiting, or after the other looked again and still waits."""
+    from arc_ref.frontends.proxy import AskedRequest, parse_request
+    from arc_ref.frontends.proxy_shared import asked_digest
+
+    database = postgres.create_database("arc_test_running_one_retry_runs")
+    calls: list[int] = []
+
+    def upstream(request: Any) -> Any:
+        calls.append(1)
+        return numbered_reply(request, len(calls))
+
+    async def scenario() -> tuple[Any, ...]:
+        (one, one_client), (other, other_client) = (in_process_shared(database, upstream) for _ in range(2))
+        stopped_waiting: list[str] = []
+
+        def held_after_waiting(proxy: Any, peer: Any) -> None:
+            answered_before = proxy._answered_before
+
+            async def held(asked: Any) -> Any:
+                stopped_waiting.append("me")
+                looked = peer.database.round_trips
+                await until(lambda: len(stopped_waiting) == 2 or (peer.database.round_trips > looked
+                                                                   and peer.retries_waiting == 1))
+                return await answered_before(asked)
+
+            proxy._answered_before = held
+
+        held_after_waiting(one, other)
+        held_after_waiting(other, one)
+        try:
+            hashes = parse_request(first_request(), None, one.known)[3]
+            asked = asked_digest(AskedRequest.of(hashes, first_request()))
+            with psycopg.connect(database, autocommit=True) as connection:  # the killed instance's attempt
+                connection.execute("INSERT INTO arc_running VALUES (%s, 'dead', 'killed', now() + interval '1 hour')",
+                                   (asked,))
+                retries = [asyncio.ensure_future(proxy.complete(first_request(), None, retry=True))
+                           for proxy in (one, other)]
+                await asyncio.wait_for(until(lambda: one.retries_waiting == other.retries_waiting == 1), 60)
+                connection.execute("UPDATE arc_running SET until = now() WHERE attempt = 'dead'")  # its lease passed
+                replies = await asyncio.wait_for(asyncio.gather(*retries), 60)
+            return (*replies, one.stats(), other.stats())
+        finally:
+            for proxy, client in ((one, one_client), (other, other_client)):
+                await proxy.close()
+                await client.aclose()
+
+    first, second, one_stats, other_stats = asyncio.run(scenario())
+    assert len(calls) == 1, "both retries ran once the dead attempt's lease was past"
+    assert first.completion == second.completion and first.conversation == second.conversation
+    assert one_stats["client_retries_answered"] + other_stats["client_retries_answered"] == 1
+    assert one_stats["client_retries_waited_elsewhere"] == other_stats["client_retries_waited_elsewhere"] == 1
+    with psycopg.connect(database) as connection:
+        assert connection.execute("SELECT count(*) FROM arc_tasks").fetchone() == (1,)  # no second conversation
+    assert live_rows(database) == 0  # the claim's row went with its commit, the other's with its reply
 
 
 def _post_quietly(base_url: str) -> Any:
