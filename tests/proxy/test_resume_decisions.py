@@ -128,3 +128,52 @@ def test_metadata_conversation_id_names_the_conversation_as_the_header_does_and_
         named = ask(start, metadata={"conversation_id": "run-3"})
         assert named.headers["x-arc-conversation"] not in (key, unnamed.headers["x-arc-conversation"])
         assert made() == new_before + 2  # its own conversation, not a fork of the unnamed one
+
+
+def conversations_passing(*passed: tuple[str, list[str], int, int]) -> Any:
+    """Conversations in memory (no ARC state: `Conversations.deepest` reads their marks only): each
+    (key, the chain hashes it passed in order, its position now, the requests holding it), added in that order."""
+    from arc_ref.frontends.proxy import Conversation, Conversations, Mark
+
+    conversations = Conversations(ProxySettings("http://up/v1", "bytes"))
+    for key, hashes, position, requests in passed:
+        conversation = Conversation(key, None, None, None, position=position, requests=requests)
+        conversations.by_key[key] = conversation
+        for depth, chain_hash in enumerate(hashes, start=1):
+            conversations.add(chain_hash, conversation, Mark(depth, depth + 1, None, chain_hash))
+    return conversations
+
+
+def test_the_deepest_conversation_is_the_one_in_place_else_one_still_there_else_the_latest() -> None:
+    """`Conversations.deepest` on hand-made marks: the conversation that passed the deepest hash (not one that
+    passed only a shallower one, down to the task's hash); one a request holds there when none is idle there; the
+    latest when none is still there; never one set aside, nor one at a hash whose mark it lost."""
+    moved_on = conversations_passing(("x", ["h1", "h2", "h3"], 4, 0), ("y", ["h1", "h2"], 5, 0))
+    assert moved_on.deepest(["h1", "h2", "h3"]) == ("x", 3)  # y passed h2 only: x is the one to fork at h3
+    assert moved_on.deepest(["h1", "h2", "h9"]) == ("y", 2)  # both passed h2, none is there: the latest
+    assert moved_on.deepest(["h1", "h7"]) == ("y", 1) and moved_on.deepest(["h8"]) is None
+    moved_on.set_aside["y"] = "damaged"  # a conversation set aside is matched no more
+    moved_on.ignored.add(("h3", "x"))  # nor one at a hash whose mark it lost
+    assert moved_on.deepest(["h1", "h2", "h9"]) == ("x", 2) and moved_on.deepest(["h1", "h2", "h3"]) == ("x", 2)
+    held = conversations_passing(("a", ["h1", "h2", "h3"], 3, 1), ("b", ["h1"], 1, 0), ("c", ["h1", "h2", "h3"], 9, 0))
+    assert held.deepest(["h1", "h2", "h3"]) == ("a", 3)  # still at h3 but held: before the latest (c)
+    idle = conversations_passing(("a", ["h1", "h2", "h3"], 3, 1), ("d", ["h1", "h2", "h3"], 3, 0))
+    assert idle.deepest(["h1", "h2", "h3"]) == ("d", 3)
+
+
+def test_a_shallower_conversation_in_place_is_resumed_only_across_messages_that_are_no_reply() -> None:
+    """When the conversation at the deepest hash is held, one idle in place at a shallower hash goes on instead
+    only when no message from there on is the model's reply (``no_reply_at``), down to the task's own hash; across
+    an assistant message the held one is named (and forked), never the shallower one."""
+    def roles(*names: str) -> Any:
+        return lambda depth: names[depth - 1] != "assistant"
+
+    conversations = conversations_passing(("a", ["h1", "h2", "h3"], 3, 1), ("b", ["h1"], 1, 0))
+    hashes = ["h1", "h2", "h3"]
+    assert conversations.deepest(hashes, roles("user", "user", "tool")) == ("b", 1)  # down to the task's hash
+    assert conversations.deepest(hashes, roles("user", "assistant", "tool")) == ("a", 3)
+    assert conversations.deepest(hashes) == ("a", 3)
+    alone = conversations_passing(("a", ["h1", "h2", "h3"], 3, 1))
+    assert alone.deepest(hashes, roles("user", "user", "tool")) == ("a", 3)  # none shallower: the held one
+    at_two = conversations_passing(("a", ["h1", "h2", "h3"], 3, 1), ("e", ["h1", "h2"], 2, 0), ("b", ["h1"], 1, 0))
+    assert at_two.deepest(hashes, roles("user", "user", "tool")) == ("e", 2)  # the deepest of those in place
