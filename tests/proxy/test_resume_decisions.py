@@ -92,11 +92,11 @@ def test_metadata_conversation_id_names_the_conversation_as_the_header_does_and_
     the conversation's; a conversation_id that is not a string names nothing."""
     with serve_upstream() as (_, upstream_url), serve_proxy(upstream_url) as base_url:
         def ask(messages: list[dict[str, Any]], metadata: dict[str, Any] | None = None,
-                **headers: str) -> httpx.Response:
+                headers: dict[str, str] | None = None) -> httpx.Response:
             body: dict[str, Any] = {"model": "scripted", "messages": messages, "tools": [BASH_TOOL]}
             if metadata is not None:
                 body["metadata"] = metadata
-            response = httpx.post(f"{base_url}/chat/completions", json=body, headers=headers, timeout=60)
+            response = httpx.post(f"{base_url}/chat/completions", json=body, headers=headers or {}, timeout=60)
             assert response.status_code == 200, response.text
             return response
 
@@ -106,7 +106,7 @@ def test_metadata_conversation_id_names_the_conversation_as_the_header_does_and_
             return int(float(found.group(1))) if found else 0
 
         start = [{"role": "system", "content": "S"}, {"role": "user", "content": task_text(tmp_path / "none.log")}]
-        first = ask(start, **{"X-Arc-Conversation": "run-1"})
+        first = ask(start, headers={"X-Arc-Conversation": "run-1"})
         key = first.headers["x-arc-conversation"]
 
         def continued(reply: httpx.Response, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -118,7 +118,7 @@ def test_metadata_conversation_id_names_the_conversation_as_the_header_does_and_
         second = ask(history, metadata={"conversation_id": "run-1"})
         assert second.headers["x-arc-conversation"] == key  # the same name: the same conversation, resumed
         history = continued(second, history)
-        third = ask(history, metadata={"conversation_id": "run-2"}, **{"X-Arc-Conversation": "run-1"})
+        third = ask(history, metadata={"conversation_id": "run-2"}, headers={"X-Arc-Conversation": "run-1"})
         assert third.headers["x-arc-conversation"] == key  # the header's name, not the metadata's
         new_before = made()
         unnamed = ask(start)
