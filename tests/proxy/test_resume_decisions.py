@@ -159,6 +159,14 @@ def test_the_deepest_conversation_is_the_one_in_place_else_one_still_there_else_
     assert held.deepest(["h1", "h2", "h3"]) == ("a", 3)  # still at h3 but held: before the latest (c)
     idle = conversations_passing(("a", ["h1", "h2", "h3"], 3, 1), ("d", ["h1", "h2", "h3"], 3, 0))
     assert idle.deepest(["h1", "h2", "h3"]) == ("d", 3)
+    # a conversation in memory whose marks are not read yet (with --store: `held` put it there, its store is
+    # being opened) is not in place at a hash the index names it for
+    from arc_ref.frontends.proxy import Conversation
+
+    unread = conversations_passing(("f", ["h1"], 1, 0))
+    unread.by_key["p"] = Conversation("p", None, None, None, position=1)
+    unread.keys_of["h1"].insert(0, "p")
+    assert unread.deepest(["h1"]) == ("f", 1)
 
 
 def test_a_shallower_conversation_in_place_is_resumed_only_across_messages_that_are_no_reply() -> None:
