@@ -185,3 +185,32 @@ def test_a_shallower_conversation_in_place_is_resumed_only_across_messages_that_
     assert alone.deepest(hashes, roles("user", "user", "tool")) == ("a", 3)  # none shallower: the held one
     at_two = conversations_passing(("a", ["h1", "h2", "h3"], 3, 1), ("e", ["h1", "h2"], 2, 0), ("b", ["h1"], 1, 0))
     assert at_two.deepest(hashes, roles("user", "user", "tool")) == ("e", 2)  # the deepest of those in place
+
+
+def test_a_conversation_the_index_names_for_a_mark_it_lost_is_passed_over(tmp_path: Path) -> None:
+    """With --store, the shared index may name a conversation for a hash its marks file lost (the index row
+    written, the mark cut by a crash): the request that finds it there looks again without that row, and goes on
+    as if it were not there (here: a new conversation), neither failing nor looking for ever."""
+    from arc_ref.frontends.proxy import parse_request
+
+    seen: list[dict[str, Any]] = []
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(mock_upstream(seen))) as client:
+            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS,
+                                        store=tmp_path / "store"), client)
+            body = {"model": "m", "messages": [{"role": "user", "content": "go"}], "tools": [BASH_TOOL]}
+            first = await proxy.complete(body, None)
+            other = {**body, "messages": [{"role": "user", "content": "another task"}]}
+            hashes = parse_request(other, None)[3]
+            index = proxy.conversations.hash_index
+            assert index is not None
+            index.add([(hashes[0], first.conversation)])  # a row whose mark the conversation does not hold
+            answered = await asyncio.wait_for(proxy.complete(other, None), 30)
+            assert answered.conversation != first.conversation and len(seen) == 2
+            assert seen[-1]["messages"][-1]["content"] == "another task"
+            again = await asyncio.wait_for(proxy.complete(body, None), 30)  # the first goes on: a fork of it
+            assert again.conversation != first.conversation and len(seen) == 3
+            await proxy.close()
+
+    asyncio.run(scenario())
