@@ -214,3 +214,13 @@ def test_a_conversation_the_index_names_for_a_mark_it_lost_is_passed_over(tmp_pa
             await proxy.close()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("model", [7, None, ["m"]])
+def test_a_model_that_is_not_a_string_is_refused_whatever_else_the_request_holds(model: Any) -> None:
+    """The model is part of the chain's root: a request whose model is not a string is refused (400), also when
+    its messages are well formed (the check before the messages', in `_parse`, not only in `_refusal`)."""
+    from arc_ref.frontends.proxy import Refused, parse_request
+
+    with pytest.raises(Refused, match="model must be a string"):
+        parse_request({"model": model, "messages": [{"role": "user", "content": "go"}]}, None)
