@@ -224,3 +224,32 @@ def test_a_model_that_is_not_a_string_is_refused_whatever_else_the_request_holds
 
     with pytest.raises(Refused, match="model must be a string"):
         parse_request({"model": model, "messages": [{"role": "user", "content": "go"}]}, None)
+
+
+def test_the_chain_hashes_tell_apart_what_identifies_a_message_and_stay_what_stores_hold() -> None:
+    """A message's chain hash depends on its tool_call_id and name (a tool result answering another call, or a
+    message of another participant, is another message: never resumed as the same one), and the hashes are those
+    the marks files and the shared index of a --store already hold (a change of `AgentMessage.canonical` or
+    `chain_root` would make every stored conversation's next request a new conversation)."""
+    from arc_ref.frontends.proxy import agent_message, chain_next, chain_root
+
+    root = chain_root("m", [], "S", None)
+    assert root == "386f40b9d0fea0268756d2c898670028b1fb54e0dfbb433ec15c23a4da85b082"
+
+    def hashed(message: dict[str, Any]) -> str:
+        return chain_next(root, agent_message(message, 1))
+
+    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
+    assert [hashed(message) for message in (
+        {"role": "user", "content": "go"}, {"role": "assistant", "content": "x", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "a.txt"},
+        {"role": "user", "content": "hi", "name": "ann"})] == [
+        "5e1f598c8d8c94afb67dbf23f9430ba8abb8a921c6c3c5a48228a27fdeaa3d3e",
+        "186e4741d6dcf423b32fd8a3a3cb8deb0d3af58219ce002fac5e128bc78bff56",
+        "3c303ce8854038fb1d53b909d730363202f00cc5967e9007424174af20e146d3",
+        "5763f3e6472970df8cdda592a938319bf2f37769559830d6f950f758a0ef85db"]
+    assert hashed({"role": "tool", "tool_call_id": "c2", "content": "a.txt"}) != hashed(
+        {"role": "tool", "tool_call_id": "c1", "content": "a.txt"})
+    assert hashed({"role": "user", "content": "hi", "name": "bob"}) != hashed(
+        {"role": "user", "content": "hi", "name": "ann"}) != hashed({"role": "user", "content": "hi"})
+    assert chain_root("m", [], "S", "run-1") != root != chain_root("m2", [], "S", None)
