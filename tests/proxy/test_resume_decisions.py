@@ -253,3 +253,40 @@ def test_the_chain_hashes_tell_apart_what_identifies_a_message_and_stay_what_sto
     assert hashed({"role": "user", "content": "hi", "name": "bob"}) != hashed(
         {"role": "user", "content": "hi", "name": "ann"}) != hashed({"role": "user", "content": "hi"})
     assert chain_root("m", [], "S", "run-1") != root != chain_root("m2", [], "S", None)
+
+
+def test_a_retry_with_no_reply_of_its_own_on_record_is_a_fork(tmp_path: Path) -> None:
+    """A retry (``x-stainless-retry-count``) of a request whose conversation went on, where this process has no
+    reply on record for it (a restarted proxy on the same --store; or the latest request failed upstream after
+    its messages were applied, so the latest reply is no longer the head's), is a fork asked of the upstream,
+    never a stale reply nor a failure."""
+    seen: list[dict[str, Any]] = []
+    failing = mock_upstream(seen)
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        if json.loads(request.content)["messages"][-1]["content"].endswith("fail"):
+            return httpx.Response(503, json={"error": {"message": "down"}})
+        return failing(request)  # type: ignore[no-any-return]
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(upstream)) as client:
+            settings = ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS, store=tmp_path / "store")
+            body = {"model": "m", "messages": [{"role": "user", "content": "go"}], "tools": [BASH_TOOL]}
+            proxy = Proxy(settings, client)
+            first = await proxy.complete(body, None)
+            await proxy.close()
+            restarted = Proxy(settings, client)
+            retried = await restarted.complete(json.loads(json.dumps(body)), None, retry=True)
+            assert retried.conversation != first.conversation and len(seen) == 2
+            # the latest reply answered `body`; a later request failed upstream after its tool message was applied
+            reply = retried.completion["choices"][0]["message"]
+            failed = {**body, "messages": [*body["messages"], reply,
+                                           {"role": "tool", "tool_call_id": reply["tool_calls"][0]["id"],
+                                            "content": "fail"}]}
+            with pytest.raises(Exception):
+                await restarted.complete(failed, None)
+            again = await restarted.complete(json.loads(json.dumps(body)), None, retry=True)
+            assert again.conversation not in (first.conversation, retried.conversation) and len(seen) == 3
+            await restarted.close()
+
+    asyncio.run(scenario())
