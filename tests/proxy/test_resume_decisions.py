@@ -1,0 +1,292 @@
+"""Which stored conversation a request continues (review h63, a mutation sweep of that part of `arc-ref proxy`):
+the retry of an answered request, the conversation's name from ``metadata.conversation_id``, over a mock upstream
+(`Proxy` in this process) and over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.proxy.harness import (BASH_TOOL, BUDGETS, QWEN3, needs_qwen3, serve_proxy, serve_upstream,
+                                task_text)
+
+import httpx  # noqa: E402  (after the harness, which skips without the proxy extra)
+
+from arc_ref.frontends.proxy import Proxy, ProxySettings  # noqa: E402
+
+pytestmark = needs_qwen3
+
+
+def mock_upstream(seen: list[dict[str, Any]]) -> Any:
+    """An httpx.MockTransport handler: each request's body noted in ``seen``, one bash call named by its number."""
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        number = len(seen)
+        message = {"role": "assistant", "content": f"reply {number}", "tool_calls": [
+            {"id": f"b{number}", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]}
+        return httpx.Response(200, json={"id": f"x{number}", "object": "chat.completion", "created": 0, "model": "m",
+                                         "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+                                         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+
+    return reply
+
+
+def test_a_retry_of_a_request_whose_last_message_differs_is_asked_anew() -> None:
+    """A client's retry is answered with the conversation's latest reply only when it repeats that reply's request:
+    the same last message (its chain hash), not only the same history before it. A retry whose last message (a tool
+    result here) differs from the answered request's is another request: a fork asked of the upstream (a mark
+    before the last one, or the task's, would have handed it the reply to the other tool result)."""
+    seen: list[dict[str, Any]] = []
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(mock_upstream(seen))) as client:
+            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS), client)
+            body = {"model": "m", "messages": [{"role": "user", "content": "go"}], "tools": [BASH_TOOL]}
+            first = await proxy.complete(body, None)
+            reply = first.completion["choices"][0]["message"]
+            history = [*body["messages"], reply]
+            second = await proxy.complete(
+                {**body, "messages": [*history, {"role": "tool", "tool_call_id": "b1", "content": "a.txt"}]}, None)
+            assert second.conversation == first.conversation and len(seen) == 2
+            edited = {**body, "messages": [*history, {"role": "tool", "tool_call_id": "b1", "content": "b.txt"}]}
+            retried = await proxy.complete(edited, None, retry=True)
+            assert len(seen) == 3  # asked of the upstream: not the reply to "a.txt"
+            assert retried.completion != second.completion and retried.conversation != first.conversation
+            assert seen[-1]["messages"][-1]["content"].endswith("b.txt")
+            # the task alone, sent again as a retry after the conversation went on: also a fork asked anew
+            again = await proxy.complete(json.loads(json.dumps(body)), None, retry=True)
+            assert len(seen) == 4 and again.conversation not in (first.conversation, retried.conversation)
+
+    asyncio.run(scenario())
+
+
+def test_a_conversation_id_of_its_own_in_metadata_is_not_sent_upstream() -> None:
+    """``metadata.conversation_id`` is the proxy's: the upstream gets the rest of the metadata, and no metadata at
+    all when the name was all it held (never ``"metadata": null`` or ``{}``)."""
+    seen: list[dict[str, Any]] = []
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(mock_upstream(seen))) as client:
+            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS), client)
+            body = {"model": "m", "messages": [{"role": "user", "content": "go"}], "tools": [BASH_TOOL]}
+            await proxy.complete({**body, "metadata": {"conversation_id": "n-1"}}, "n-1")
+            assert "metadata" not in seen[-1]
+            await proxy.complete({**body, "metadata": {"conversation_id": "n-2", "user": "u"}}, "n-2")
+            assert seen[-1]["metadata"] == {"user": "u"}
+            await proxy.complete({**body, "metadata": {"user": "v"}}, None)
+            assert seen[-1]["metadata"] == {"user": "v"}
+
+    asyncio.run(scenario())
+
+
+def test_metadata_conversation_id_names_the_conversation_as_the_header_does_and_the_header_wins(
+        tmp_path: Path) -> None:
+    """Over HTTP: ``metadata.conversation_id`` names a conversation as ``X-Arc-Conversation`` does (a history
+    named by the header goes on when the next request names it in its metadata); with both, the header's name is
+    the conversation's; a conversation_id that is not a string names nothing."""
+    with serve_upstream() as (_, upstream_url), serve_proxy(upstream_url) as base_url:
+        def ask(messages: list[dict[str, Any]], metadata: dict[str, Any] | None = None,
+                headers: dict[str, str] | None = None) -> httpx.Response:
+            body: dict[str, Any] = {"model": "scripted", "messages": messages, "tools": [BASH_TOOL]}
+            if metadata is not None:
+                body["metadata"] = metadata
+            response = httpx.post(f"{base_url}/chat/completions", json=body, headers=headers or {}, timeout=60)
+            assert response.status_code == 200, response.text
+            return response
+
+        def made() -> int:  # conversations made new (not forks), from /metrics
+            text = httpx.get(base_url.removesuffix("/v1") + "/metrics").text
+            found = re.search(r'^arc_conversations_created_total\{how="new"\} (\S+)$', text, re.MULTILINE)
+            return int(float(found.group(1))) if found else 0
+
+        start = [{"role": "system", "content": "S"}, {"role": "user", "content": task_text(tmp_path / "none.log")}]
+        first = ask(start, headers={"X-Arc-Conversation": "run-1"})
+        key = first.headers["x-arc-conversation"]
+
+        def continued(reply: httpx.Response, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            message = reply.json()["choices"][0]["message"]
+            return [*messages, message, {"role": "tool", "tool_call_id": message["tool_calls"][0]["id"],
+                                         "content": "no such file"}]
+
+        history = continued(first, start)
+        second = ask(history, metadata={"conversation_id": "run-1"})
+        assert second.headers["x-arc-conversation"] == key  # the same name: the same conversation, resumed
+        history = continued(second, history)
+        third = ask(history, metadata={"conversation_id": "run-2"}, headers={"X-Arc-Conversation": "run-1"})
+        assert third.headers["x-arc-conversation"] == key  # the header's name, not the metadata's
+        new_before = made()
+        unnamed = ask(start)
+        assert unnamed.headers["x-arc-conversation"] != key and made() == new_before + 1
+        resumed = ask(continued(unnamed, start), metadata={"conversation_id": 7})  # not a name: unnamed
+        assert resumed.headers["x-arc-conversation"] == unnamed.headers["x-arc-conversation"]
+        named = ask(start, metadata={"conversation_id": "run-3"})
+        assert named.headers["x-arc-conversation"] not in (key, unnamed.headers["x-arc-conversation"])
+        assert made() == new_before + 2  # its own conversation, not a fork of the unnamed one
+
+
+def conversations_passing(*passed: tuple[str, list[str], int, int]) -> Any:
+    """Conversations in memory (no ARC state: `Conversations.deepest` reads their marks only): each
+    (key, the chain hashes it passed in order, its position now, the requests holding it), added in that order."""
+    from arc_ref.frontends.proxy import Conversation, Conversations, Mark
+
+    conversations = Conversations(ProxySettings("http://up/v1", "bytes"))
+    for key, hashes, position, requests in passed:
+        conversation = Conversation(key, None, None, None, position=position, requests=requests)
+        conversations.by_key[key] = conversation
+        for depth, chain_hash in enumerate(hashes, start=1):
+            conversations.add(chain_hash, conversation, Mark(depth, depth + 1, None, chain_hash))
+    return conversations
+
+
+def test_the_deepest_conversation_is_the_one_in_place_else_one_still_there_else_the_latest() -> None:
+    """`Conversations.deepest` on hand-made marks: the conversation that passed the deepest hash (not one that
+    passed only a shallower one, down to the task's hash); one a request holds there when none is idle there; the
+    latest when none is still there; never one set aside, nor one at a hash whose mark it lost."""
+    moved_on = conversations_passing(("x", ["h1", "h2", "h3"], 4, 0), ("y", ["h1", "h2"], 5, 0))
+    assert moved_on.deepest(["h1", "h2", "h3"]) == ("x", 3)  # y passed h2 only: x is the one to fork at h3
+    assert moved_on.deepest(["h1", "h2", "h9"]) == ("y", 2)  # both passed h2, none is there: the latest
+    assert moved_on.deepest(["h1", "h7"]) == ("y", 1) and moved_on.deepest(["h8"]) is None
+    moved_on.set_aside["y"] = "damaged"  # a conversation set aside is matched no more
+    moved_on.ignored.add(("h3", "x"))  # nor one at a hash whose mark it lost
+    assert moved_on.deepest(["h1", "h2", "h9"]) == ("x", 2) and moved_on.deepest(["h1", "h2", "h3"]) == ("x", 2)
+    held = conversations_passing(("a", ["h1", "h2", "h3"], 3, 1), ("b", ["h1"], 1, 0), ("c", ["h1", "h2", "h3"], 9, 0))
+    assert held.deepest(["h1", "h2", "h3"]) == ("a", 3)  # still at h3 but held: before the latest (c)
+    idle = conversations_passing(("a", ["h1", "h2", "h3"], 3, 1), ("d", ["h1", "h2", "h3"], 3, 0))
+    assert idle.deepest(["h1", "h2", "h3"]) == ("d", 3)
+    # a conversation in memory whose marks are not read yet (with --store: `held` put it there, its store is
+    # being opened) is not in place at a hash the index names it for
+    from arc_ref.frontends.proxy import Conversation
+
+    unread = conversations_passing(("f", ["h1"], 1, 0))
+    unread.by_key["p"] = Conversation("p", None, None, None, position=1)
+    unread.keys_of["h1"].insert(0, "p")
+    assert unread.deepest(["h1"]) == ("f", 1)
+
+
+def test_a_shallower_conversation_in_place_is_resumed_only_across_messages_that_are_no_reply() -> None:
+    """When the conversation at the deepest hash is held, one idle in place at a shallower hash goes on instead
+    only when no message from there on is the model's reply (``no_reply_at``), down to the task's own hash; across
+    an assistant message the held one is named (and forked), never the shallower one."""
+    def roles(*names: str) -> Any:
+        return lambda depth: names[depth - 1] != "assistant"
+
+    conversations = conversations_passing(("a", ["h1", "h2", "h3"], 3, 1), ("b", ["h1"], 1, 0))
+    hashes = ["h1", "h2", "h3"]
+    assert conversations.deepest(hashes, roles("user", "user", "tool")) == ("b", 1)  # down to the task's hash
+    assert conversations.deepest(hashes, roles("user", "assistant", "tool")) == ("a", 3)
+    assert conversations.deepest(hashes) == ("a", 3)
+    alone = conversations_passing(("a", ["h1", "h2", "h3"], 3, 1))
+    assert alone.deepest(hashes, roles("user", "user", "tool")) == ("a", 3)  # none shallower: the held one
+    at_two = conversations_passing(("a", ["h1", "h2", "h3"], 3, 1), ("e", ["h1", "h2"], 2, 0), ("b", ["h1"], 1, 0))
+    assert at_two.deepest(hashes, roles("user", "user", "tool")) == ("e", 2)  # the deepest of those in place
+
+
+def test_a_conversation_the_index_names_for_a_mark_it_lost_is_passed_over(tmp_path: Path) -> None:
+    """With --store, the shared index may name a conversation for a hash its marks file lost (the index row
+    written, the mark cut by a crash): the request that finds it there looks again without that row, and goes on
+    as if it were not there (here: a new conversation), neither failing nor looking for ever."""
+    from arc_ref.frontends.proxy import parse_request
+
+    seen: list[dict[str, Any]] = []
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(mock_upstream(seen))) as client:
+            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS,
+                                        store=tmp_path / "store"), client)
+            body = {"model": "m", "messages": [{"role": "user", "content": "go"}], "tools": [BASH_TOOL]}
+            first = await proxy.complete(body, None)
+            other = {**body, "messages": [{"role": "user", "content": "another task"}]}
+            hashes = parse_request(other, None)[3]
+            index = proxy.conversations.hash_index
+            assert index is not None
+            index.add([(hashes[0], first.conversation)])  # a row whose mark the conversation does not hold
+            answered = await asyncio.wait_for(proxy.complete(other, None), 30)
+            assert answered.conversation != first.conversation and len(seen) == 2
+            assert seen[-1]["messages"][-1]["content"] == "another task"
+            again = await asyncio.wait_for(proxy.complete(body, None), 30)  # the first goes on: a fork of it
+            assert again.conversation != first.conversation and len(seen) == 3
+            await proxy.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("model", [7, None, ["m"]])
+def test_a_model_that_is_not_a_string_is_refused_whatever_else_the_request_holds(model: Any) -> None:
+    """The model is part of the chain's root: a request whose model is not a string is refused (400), also when
+    its messages are well formed (the check before the messages', in `_parse`, not only in `_refusal`)."""
+    from arc_ref.frontends.proxy import Refused, parse_request
+
+    with pytest.raises(Refused, match="model must be a string"):
+        parse_request({"model": model, "messages": [{"role": "user", "content": "go"}]}, None)
+
+
+def test_the_chain_hashes_tell_apart_what_identifies_a_message_and_stay_what_stores_hold() -> None:
+    """A message's chain hash depends on its tool_call_id and name (a tool result answering another call, or a
+    message of another participant, is another message: never resumed as the same one), and the hashes are those
+    the marks files and the shared index of a --store already hold (a change of `AgentMessage.canonical` or
+    `chain_root` would make every stored conversation's next request a new conversation)."""
+    from arc_ref.frontends.proxy import agent_message, chain_next, chain_root
+
+    root = chain_root("m", [], "S", None)
+    assert root == "386f40b9d0fea0268756d2c898670028b1fb54e0dfbb433ec15c23a4da85b082"
+
+    def hashed(message: dict[str, Any]) -> str:
+        return chain_next(root, agent_message(message, 1))
+
+    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
+    assert [hashed(message) for message in (
+        {"role": "user", "content": "go"}, {"role": "assistant", "content": "x", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "a.txt"},
+        {"role": "user", "content": "hi", "name": "ann"})] == [
+        "5e1f598c8d8c94afb67dbf23f9430ba8abb8a921c6c3c5a48228a27fdeaa3d3e",
+        "186e4741d6dcf423b32fd8a3a3cb8deb0d3af58219ce002fac5e128bc78bff56",
+        "3c303ce8854038fb1d53b909d730363202f00cc5967e9007424174af20e146d3",
+        "5763f3e6472970df8cdda592a938319bf2f37769559830d6f950f758a0ef85db"]
+    assert hashed({"role": "tool", "tool_call_id": "c2", "content": "a.txt"}) != hashed(
+        {"role": "tool", "tool_call_id": "c1", "content": "a.txt"})
+    assert hashed({"role": "user", "content": "hi", "name": "bob"}) != hashed(
+        {"role": "user", "content": "hi", "name": "ann"}) != hashed({"role": "user", "content": "hi"})
+    assert chain_root("m", [], "S", "run-1") != root != chain_root("m2", [], "S", None)
+
+
+def test_a_retry_with_no_reply_of_its_own_on_record_is_a_fork(tmp_path: Path) -> None:
+    """A retry (``x-stainless-retry-count``) of a request whose conversation went on, where this process has no
+    reply on record for it (a restarted proxy on the same --store; or the latest request failed upstream after
+    its messages were applied, so the latest reply is no longer the head's), is a fork asked of the upstream,
+    never a stale reply nor a failure."""
+    seen: list[dict[str, Any]] = []
+    failing = mock_upstream(seen)
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        if json.loads(request.content)["messages"][-1]["content"].endswith("fail"):
+            return httpx.Response(503, json={"error": {"message": "down"}})
+        return failing(request)  # type: ignore[no-any-return]
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(upstream)) as client:
+            settings = ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS, store=tmp_path / "store")
+            body = {"model": "m", "messages": [{"role": "user", "content": "go"}], "tools": [BASH_TOOL]}
+            proxy = Proxy(settings, client)
+            first = await proxy.complete(body, None)
+            await proxy.close()
+            restarted = Proxy(settings, client)
+            retried = await restarted.complete(json.loads(json.dumps(body)), None, retry=True)
+            assert retried.conversation != first.conversation and len(seen) == 2
+            # the latest reply answered `body`; a later request failed upstream after its tool message was applied
+            reply = retried.completion["choices"][0]["message"]
+            failed = {**body, "messages": [*body["messages"], reply,
+                                           {"role": "tool", "tool_call_id": reply["tool_calls"][0]["id"],
+                                            "content": "fail"}]}
+            with pytest.raises(Exception):
+                await restarted.complete(failed, None)
+            again = await restarted.complete(json.loads(json.dumps(body)), None, retry=True)
+            assert again.conversation not in (first.conversation, retried.conversation) and len(seen) == 3
+            await restarted.close()
+
+    asyncio.run(scenario())
