@@ -1628,6 +1628,11 @@ class Proxy:
             metrics.budget_fill.observe(tokens / record.budget)
         try:
             return await self._called(record, request, conversation.key)
+        except Failed as failed:
+            # no answer, or none that reads as a completion: arc_upstream_calls_total counts it under 502 or 504
+            # with the server's own answers, arc_upstream_failures_total tells it apart (review h54 F9)
+            metrics.upstream_failures[failed.code] = metrics.upstream_failures.get(failed.code, 0) + 1
+            raise
         finally:  # counted by the status its record ends with (0: cancelled, no answer)
             key = (record.status, hidden)
             metrics.upstream_calls[key] = metrics.upstream_calls.get(key, 0) + 1
@@ -1635,16 +1640,6 @@ class Proxy:
     async def _called(self, record: RoundRecord, request: dict[str, Any], conversation: str) -> UpstreamReply:
         """`_upstream`'s call (timed for GET /metrics) and its reply read: ``record`` told the status and both
         counts."""
-        try:
-            return await self._answer_read(record, request, conversation)
-        except Failed as failed:
-            # no answer, or none that reads as a completion: arc_upstream_calls_total counts it under 502 or 504
-            # with the server's own answers, arc_upstream_failures_total tells it apart (review h54 F9)
-            self.metrics.upstream_failures[failed.code] = self.metrics.upstream_failures.get(failed.code, 0) + 1
-            raise
-
-    async def _answer_read(self, record: RoundRecord, request: dict[str, Any], conversation: str) -> UpstreamReply:
-        """`_called`'s work: the call, timed, and its answer read as a completion (Failed when there is none)."""
         started = time.perf_counter()
         try:
             response = await self.client.post(f"{self.settings.upstream}/chat/completions", json=request,
