@@ -38,7 +38,7 @@ from typing import Any, Mapping, Sequence
 from attrs import frozen
 
 from arc_ref.budgets import DERIVED_FIELDS, fit_to_window
-from arc_ref.config import Config, preset
+from arc_ref.config import Config, checked_fields, preset
 from arc_ref.errors import ArcError
 from arc_ref.machine import (
     ArcState,
@@ -242,6 +242,10 @@ class Session:
         for what, text in (("the system prompt", system), ("the goal", goal)):
             if text is not None:
                 _require_text(what, text)
+        # every field, the tokenizer and the tools checked here, at the line that gave them (review h61 F6); the
+        # window against the prefix waits for the goal, the chat template for the start
+        self._base_config = config if config is not None else preset(preset_name or "paper", **self._overrides)
+        checked_fields(self._base_config)
         self._system = system if system is not None or config is not None else TOOL_MODE_SYSTEM
         self._goal = goal
         self._path = path
@@ -311,8 +315,7 @@ class Session:
         """Fix the configuration and start the task (and create the store); done by the first use anyway."""
         if self._state is not None:
             return self._state
-        config = self._config if self._config is not None else preset(self._preset_name or "paper",
-                                                                         **self._overrides)
+        config = self._base_config
         changes = {name: value for name, value in (("system", self._system), ("goal", self._goal))
                    if value is not None}
         if "goal" not in changes and self._config is None:
