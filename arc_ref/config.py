@@ -491,20 +491,12 @@ def tool_result_reserve(chat: Union[ChatFormat, "TemplateFormat"], widest_id: st
 
 
 def _template_format(config: Config, tokenizer: Tokenizer) -> "TemplateFormat":
-    """The chat format "template": the model directory of an hf-dir tokenizer gives its own chat template."""
+    """The chat format "template": the model directory of an hf-dir tokenizer gives its own chat template (the
+    tokenizer and tools checked by `checked_fields`)."""
     from arc_ref.templates import template_format
 
-    if not (isinstance(tokenizer, HuggingFaceTokenizer) and config.tokenizer.startswith(HF_DIR_PREFIX)):
-        raise ConfigError(
-            f"chat format {TEMPLATE_FORMAT!r} renders the model directory's own chat template; it needs the"
-            f" tokenizer 'hf-dir:DIR' of that directory, got tokenizer {config.tokenizer!r}"
-        )
-    tools: tuple[ToolSpec, ...] = ()
-    if config.action_mode == "tools":
-        clash = sorted(ARC_TOOL_NAMES & {tool.name for tool in config.tools})
-        if clash:
-            raise ConfigError(f"config key 'tools': {clash} are names of ARC's own tools")
-        tools = ARC_TOOLS + config.tools
+    assert isinstance(tokenizer, HuggingFaceTokenizer)  # checked_fields: an hf-dir tokenizer
+    tools = ARC_TOOLS + config.tools if config.action_mode == "tools" else ()
     directory = config.tokenizer[len(HF_DIR_PREFIX):]
     return template_format(tokenizer, directory, config.template_kwargs, tools, config.system, config.goal,
                            config.action_mode)
@@ -549,9 +541,12 @@ def make_setup(config: Config) -> Setup:
     )
 
 
-def _checked_format(config: Config) -> tuple[Tokenizer, Union[ChatFormat, "TemplateFormat"]]:
-    """The config's fields checked one by one, then its tokenizer and chat format (a served template is built
-    here: a template the core cannot split fails here)."""
+def checked_fields(config: Config) -> Tokenizer:
+    """What `make_setup` checks of ``config`` before its chat template is built and its budgets are counted: each
+    field's type and range, the action mode and layout, the tools and template kwargs, the tokenizer (loaded, so
+    a missing model directory is named here) and, for chat format "template", an hf-dir tokenizer and no tool
+    named as one of ARC's. Returns the tokenizer; ConfigError naming the first problem. A caller that learns the
+    goal later (the Session) runs it when it is built, so a mistake is told at the line that made it."""
     _check_integers(config)
     if config.action_mode not in ACTION_MODES:
         raise ConfigError(f"action_mode must be one of {', '.join(ACTION_MODES)}, got {config.action_mode!r}")
@@ -567,6 +562,25 @@ def _checked_format(config: Config) -> tuple[Tokenizer, Union[ChatFormat, "Templ
     parse_tools(config.tools)
     parse_template_kwargs(config.template_kwargs)
     tokenizer = get_tokenizer(config.tokenizer)
+    if config.chat_format == TEMPLATE_FORMAT:
+        if not (isinstance(tokenizer, HuggingFaceTokenizer) and config.tokenizer.startswith(HF_DIR_PREFIX)):
+            raise ConfigError(
+                f"chat format {TEMPLATE_FORMAT!r} renders the model directory's own chat template; it needs the"
+                f" tokenizer 'hf-dir:DIR' of that directory, got tokenizer {config.tokenizer!r}"
+            )
+        if config.action_mode == "tools":
+            clash = sorted(ARC_TOOL_NAMES & {tool.name for tool in config.tools})
+            if clash:
+                raise ConfigError(f"config key 'tools': {clash} are names of ARC's own tools")
+    else:
+        get_chat_format(config.chat_format)
+    return tokenizer
+
+
+def _checked_format(config: Config) -> tuple[Tokenizer, Union[ChatFormat, "TemplateFormat"]]:
+    """The config's fields checked (`checked_fields`), then its chat format (a served template is built here: a
+    template the core cannot split fails here)."""
+    tokenizer = checked_fields(config)
     chat: ChatFormat | TemplateFormat
     chat = _template_format(config, tokenizer) if config.chat_format == TEMPLATE_FORMAT else get_chat_format(
         config.chat_format

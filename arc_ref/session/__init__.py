@@ -8,7 +8,8 @@ view of its own.
 
     session = Session("hf-dir:models/Qwen3-8B", system="You are a coding agent.", tools=[read_file_tool])
     session.add_user("Find the failing test.")            # the task (the goal of the prefix F)
-    reply = client.chat.completions.create(model=..., messages=session.messages(), tools=session.tools())
+    reply = client.chat.completions.create(model=..., messages=session.messages(), tools=session.tools(),
+                                           max_tokens=4096)  # G_max (max_completion): K <= L = L_ctx - G_max
     session.add_assistant(reply.choices[0].message, usage=reply.usage)  # ARC's calls answered here; the
                                                            # server's count checked (CountsDifferWarning)
     for call in reply.choices[0].message.tool_calls or []:
@@ -38,7 +39,7 @@ from typing import Any, Mapping, Sequence
 from attrs import frozen
 
 from arc_ref.budgets import DERIVED_FIELDS, fit_to_window
-from arc_ref.config import Config, preset
+from arc_ref.config import Config, checked_fields, preset
 from arc_ref.errors import ArcError
 from arc_ref.machine import (
     ArcState,
@@ -109,7 +110,9 @@ class Audit:
     overhead: int
     stored: int  # observations in the store
     folded: int  # entries of H folded into S by this session object (since it was opened)
-    compacted: tuple[tuple[str, str], ...]  # (id, how S shows it: stub, bare or inline) of folded observations
+    # (id, how S shows it: stub, bare or inline) of the folded observations S still shows; one whose item went
+    # into the omitted count is not listed (``omitted``)
+    compacted: tuple[tuple[str, str], ...]
     summarized_turns: int  # folded turns and answers shown in S as thoughts and notes
     omitted: int  # summary items collapsed into the omitted count
     recalled: tuple[tuple[str, int, int], ...]  # (id, chunk, chunks) in the recall buffer U, oldest first
@@ -209,7 +212,8 @@ class Session:
     window and a prefix"): give ``context_limit`` (L_ctx, default the paper's 16384) and ``max_completion``
     (G_max, default 4096); a budget given in ``overrides`` is kept over the derived one. With ``preset_name``
     the named preset's budgets are used as they are (spec/parameters.md). Without ``system`` the model is told how to call ARC's
-    tools (`TOOL_MODE_SYSTEM`). Misuse raises `SessionError`; what the core refuses in an event (a model reply
+    tools (`TOOL_MODE_SYSTEM`). A configuration mistake raises `arc_ref.errors.ConfigError` from the
+    constructor (a prefix that cannot fit the window, from the start: it needs the goal). Misuse raises `SessionError`; what the core refuses in an event (a model reply
     with duplicate call ids, a lone surrogate in its arguments, more parallel calls than R can show, a durable
     result over the row limit) raises `arc_ref.errors.InvalidEvent`; the durable store's own failures (missing,
     locked, damaged) raise `arc_ref.persist.StoreError`: all are `ArcError`s, the one to catch, and each leaves
@@ -242,6 +246,10 @@ class Session:
         for what, text in (("the system prompt", system), ("the goal", goal)):
             if text is not None:
                 _require_text(what, text)
+        # every field, the tokenizer and the tools checked here, at the line that gave them (review h61 F6); the
+        # window against the prefix waits for the goal, the chat template for the start
+        self._base_config = config if config is not None else preset(preset_name or "paper", **self._overrides)
+        checked_fields(self._base_config)
         self._system = system if system is not None or config is not None else TOOL_MODE_SYSTEM
         self._goal = goal
         self._path = path
@@ -285,7 +293,9 @@ class Session:
     def add_user(self, text: str) -> str | None:
         """The user's message, at any time: the first is the task (the goal, kept verbatim in the prefix F);
         every later one is stored as the next observation and shown as a user message (`UserMessage`), and its
-        id is returned (A1). Refused while a call of the last assistant turn awaits its result."""
+        id is returned (A1). Refused while a call of the last assistant turn awaits its result. With ``config=``
+        the first add_user before the start replaces the config's goal (a preset always has one, "Solve the
+        task.", which cannot be told from a goal given on purpose): give the task there or here, not both."""
         _require_text("a user message", text)
         if self._goal is None and self._state is None:
             self.set_goal(text)
@@ -311,8 +321,7 @@ class Session:
         """Fix the configuration and start the task (and create the store); done by the first use anyway."""
         if self._state is not None:
             return self._state
-        config = self._config if self._config is not None else preset(self._preset_name or "paper",
-                                                                         **self._overrides)
+        config = self._base_config
         changes = {name: value for name, value in (("system", self._system), ("goal", self._goal))
                    if value is not None}
         if "goal" not in changes and self._config is None:
@@ -333,6 +342,7 @@ class Session:
 
     @property
     def state(self) -> ArcState:
+        """The core's state (`arc_ref.machine.ArcState`: the store, H, S, the recall buffer); starts the session."""
         return self.start()
 
     # --- what to send ----------------------------------------------------------------------------------
@@ -539,10 +549,13 @@ class Session:
         return {"role": "tool", "tool_call_id": answer.call_id, "content": answer.content}
 
     def close(self) -> None:
+        """Close a durable session's store (every event is already committed); nothing to do in memory. A closed
+        durable session raises StoreError at its next use: `Session.open` resumes it."""
         if self._store is not None:
             self._store.close()
 
     def __enter__(self) -> "Session":
+        """``with Session(...) as session:`` closes it at the end (`close`)."""
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from arc_ref.errors import ConfigError
 from arc_ref.session import Session, SessionError
 from tests.core.test_tool_mode import ENVIRONMENT
 from tests.session.test_session import BUDGETS, model_dir, new_session  # noqa: F401  (model_dir: a fixture)
@@ -105,3 +106,30 @@ def test_a_prefix_text_that_is_not_text_is_refused_at_once_and_the_session_goes_
 def test_a_constructor_prefix_that_is_not_text_is_refused_at_once(model_dir: str, field: str) -> None:
     with pytest.raises(SessionError, match="must be text"):
         Session(f"hf-dir:{model_dir}", tools=ENVIRONMENT, preset_name="minimal", **{field: 42}, **BUDGETS)
+
+
+@pytest.mark.parametrize(("mistake", "message"), [
+    ({"context_limt": 9000}, "unknown config keys"),
+    ({"context_limit": "9000"}, "must be an integer"),
+    ({"recent_budget": -5}, "recent_budget must be >= 1"),
+    ({"template_kwargs": {"enable_thinking": object()}}, "template_kwargs"),
+    ({"tools": [{"type": "function", "function": {"name": "_recall", "parameters": {"type": "object"}}}]},
+     "names of ARC's own tools"),
+    ({"tools": [ENVIRONMENT[0], ENVIRONMENT[0]]}, "tool names must be distinct"),
+    ({"tools": [{"type": "function", "name": "read_file"}]}, "tool 1 must be"),
+    ({"tokenizer": "hf-dir:/nonexistent/arc-model"}, "is not a directory"),
+])
+def test_a_configuration_mistake_is_refused_by_the_constructor(model_dir: str, mistake: dict[str, Any],
+                                                               message: str) -> None:
+    """Review h61 F6: each of these was refused only by the first messages() (or audit()), when the session could
+    no longer be fixed (no setter for budgets or tools); now by the line that made it, as a ConfigError."""
+    arguments: dict[str, Any] = {"tools": ENVIRONMENT, "preset_name": "minimal", **BUDGETS}
+    tokenizer = mistake.pop("tokenizer", f"hf-dir:{model_dir}")
+    arguments.update(mistake)
+    with pytest.raises(ConfigError, match=message):
+        Session(tokenizer, **arguments)
+
+
+def test_a_tokenizer_that_is_not_a_model_directory_is_refused_by_the_constructor(model_dir: str) -> None:
+    with pytest.raises(ConfigError, match="needs the tokenizer 'hf-dir:DIR'"):
+        Session(f"hf:{model_dir}/tokenizer.json", tools=ENVIRONMENT, preset_name="minimal", **BUDGETS)
