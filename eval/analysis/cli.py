@@ -35,6 +35,8 @@ from arc_eval.analysis.presets import (
 )
 from arc_eval.analysis.report import (
     Report,
+    bound_breaches,
+    dataset_bounds,
     partial_warnings,
     ReportOptions,
     build_report,
@@ -234,6 +236,29 @@ def report_json(dataset: Dataset, options: ReportOptions, costs: Sequence[Method
                 "bw_savings_percent": m.bw_savings,
             }
         )
+    bounds = dataset_bounds(dataset)
+    prompt_bounds = [
+        {
+            "task_kind": b.task_kind,
+            "model": b.model,
+            "variant": b.variant,
+            "method": b.method,
+            "sent_calls": b.sent,
+            **{
+                name: {
+                    "held": check.held,
+                    "broken": [{"seed": x.seed, "task_id": x.task_id, "call_index": x.call_index,
+                                "purpose": x.purpose, "value": x.value, "bound": x.bound} for x in check.breaches],
+                    "not_recorded": check.not_recorded,
+                }
+                for name, check in (("prompt_within_limit", b.within_limit),
+                                    ("estimate_equals_prompt", b.estimate_matches),
+                                    ("estimate_within_view_budget", b.within_budget))
+            },
+            "has_view_budget": b.has_budget,
+        }
+        for b in bounds
+    ]
     hw = options.hardware
     return {
         "schema": "arc-eval-report/1",
@@ -255,11 +280,12 @@ def report_json(dataset: Dataset, options: ReportOptions, costs: Sequence[Method
             }
             for name, s in options.models.items()
         },
-        "warnings": partial_warnings(dataset),
+        "warnings": partial_warnings(dataset) + bound_breaches(bounds),
         "notes": list(dataset.notes),
         "accuracy": accuracy,
         "mcnemar": mcnemar,
         "roofline": roofline,
+        "prompt_bounds": prompt_bounds,
     }
 
 
