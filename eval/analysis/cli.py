@@ -234,6 +234,14 @@ def report_json(dataset: Dataset, options: ReportOptions, costs: Sequence[Method
                 "savings_percent": m.savings,
                 "speedup": m.speedup,
                 "bw_savings_percent": m.bw_savings,
+                # beside the re-prefill figures above: prefill charged for the tokens the server did not serve from
+                # its prefix cache (calls.jsonl cached_prompt_tokens); null when no call in scope recorded them
+                "replayed_calls": m.replayed_calls,
+                "cache_recorded_calls": m.cache_recorded_calls,
+                "total_prefill_flops_cached": m.prefill_flops_cached if m.cache_recorded_calls else None,
+                "t_pre_cached": m.t_pre_cached,
+                "t_tot_cached": m.t_tot_cached,
+                "savings_cached_percent": m.savings_cached,
             }
         )
     bounds = dataset_bounds(dataset)

@@ -476,6 +476,8 @@ def hbm_table(costs: Sequence[MethodCost], dataset: Dataset, kind: str, options:
     unit = {"success": "per success", "successful": "per successful trajectory", "task": "per task"}[
         options.normalisation
     ]
+    with_cache = any(c.cache_recorded_calls for c in rows)  # the server's prefix-cache hits are in the records
+    cache_columns = ["t_pre cached (s)", "t_tot cached (s)", "Sav. cached (%)", "Cache rec."] if with_cache else []
     table = Table(
         title=f"{kind_label(kind)}: roofline cost {unit} on {options.hardware.name}",
         columns=[
@@ -489,8 +491,9 @@ def hbm_table(costs: Sequence[MethodCost], dataset: Dataset, kind: str, options:
             "Sav. (%)",
             "Speedup (×)",
             "BW sav. (%)",
+            *cache_columns,
         ],
-        align="lrrrrrrrrr",
+        align="lrrrrrrrrr" + "r" * len(cache_columns),
         label=f"tab:hbm_{kind}",
         notes=[
             f"Savings and speedup against {method_label(options.baseline)} within each block: Sav. = 100 (1 - t_tot / "
@@ -500,6 +503,17 @@ def hbm_table(costs: Sequence[MethodCost], dataset: Dataset, kind: str, options:
                 "successful": "Costs of the correct tasks only, divided by their number.",
                 "task": "Costs of all finished tasks divided by their number.",
             }[options.normalisation],
+            "t_pre, t_tot, Sav.: re-prefill, every call prefills its whole prompt (the paper's model, blind to any"
+            " prefix cache). "
+            + ("t_pre cached, t_tot cached, Sav. cached: the same calls with prefill charged only for the tokens the"
+               " server did not serve from its prefix cache (calls.jsonl cached_prompt_tokens, the server's"
+               " usage.prompt_tokens_details.cached_tokens), decode unchanged; Cache rec.: the replayed calls whose"
+               " record has that count, of all replayed calls (a call without it is charged whole). The cache hits"
+               " depend on the server (its block size, its cache's size and load, other requests), not on the"
+               " method alone."
+               if with_cache else
+               "The server's prefix-cache hits are not recorded in these runs (calls.jsonl cached_prompt_tokens: vLLM"
+               " with --enable-prompt-tokens-details records them), so no figure with them is given."),
         ],
     )
     models = sorted({c.model for c in rows})
@@ -528,6 +542,8 @@ def hbm_table(costs: Sequence[MethodCost], dataset: Dataset, kind: str, options:
                     fmt(c.savings, 1),
                     fmt(c.speedup, 2),
                     fmt(c.bw_savings, 1),
+                    *([fmt(c.t_pre_cached, 3), fmt(c.t_tot_cached, 3), fmt(c.savings_cached, 1),
+                       cell(f"{c.cache_recorded_calls:,} / {c.replayed_calls:,}")] if with_cache else []),
                 ]
             )
         block = groups[(model, variant)]
