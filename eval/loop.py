@@ -55,7 +55,7 @@ from attrs import define, evolve, field
 
 from arc_eval.errors import InvalidInput
 from arc_ref.message import ToolSpec
-from arc_eval.methods.base import Method, MethodSettings
+from arc_eval.methods.base import Method, MethodSettings, PromptEstimate
 from arc_eval.protocol import (
     NO_ACTION_MESSAGE,
     call_action,
@@ -154,6 +154,7 @@ class _TaskRun:
         counted_prompt_tokens: int | None = None,
         clips: Sequence[Mapping[str, Any]] = (),
         cached_prompt_tokens: int | None = None,
+        estimate: PromptEstimate | None = None,
     ) -> int:
         """Record a call; returns its position in ``calls`` (``amend`` fills in what the step learns later)."""
         self.calls.append(
@@ -179,6 +180,9 @@ class _TaskRun:
                 counted_prompt_tokens=counted_prompt_tokens,
                 clips=tuple(Clip(clip["turns"], clip["newest"], clip["before"], clip["after"]) for clip in clips),
                 cached_prompt_tokens=cached_prompt_tokens,
+                estimated_prompt_tokens=estimate.tokens if estimate is not None else None,
+                view_budget=estimate.budget if estimate is not None else None,
+                prompt_limit=self.settings.usable_tokens,
             )
         )
         return len(self.calls) - 1
@@ -216,6 +220,7 @@ class _TaskRun:
         """
         self.call_index = len(self.calls) + 1
         request = self.request(messages, purpose, tools)
+        estimate = self.estimate(messages, tools)
         started = time.perf_counter()
         try:
             try:
@@ -234,6 +239,7 @@ class _TaskRun:
                     overflow=True,
                     compactions=compactions,
                     clips=clips,
+                    estimate=estimate,
                 )
                 raise
             _check_reply(reply)
@@ -241,7 +247,8 @@ class _TaskRun:
             raise
         except Exception:
             self.record(purpose, prompt_tokens=0, completion_tokens=0, latency_s=time.perf_counter() - started,
-                        finish_reason="error", overflow=False, compactions=compactions, clips=clips)
+                        finish_reason="error", overflow=False, compactions=compactions, clips=clips,
+                        estimate=estimate)
             raise
         position = self.record(
             purpose,
@@ -254,8 +261,20 @@ class _TaskRun:
             counted_prompt_tokens=reply.counted_prompt_tokens,
             clips=clips,
             cached_prompt_tokens=reply.cached_prompt_tokens,
+            estimate=estimate,
         )
         return reply, position
+
+    def estimate(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> PromptEstimate | None:
+        """The method's own count of the prompt it is about to send, and its bound (``Method.prompt_estimate``);
+        None for a method that does not define it."""
+        estimator = getattr(self.method, "prompt_estimate", None)
+        if estimator is None:
+            return None
+        estimate = estimator(messages, tools)
+        if estimate is not None and not isinstance(estimate, PromptEstimate):
+            raise TypeError(f"{self.method.name}: prompt_estimate returned {estimate!r}, not a PromptEstimate or None")
+        return estimate
 
     async def aux(self, messages: Sequence[Message], purpose: str) -> ChatReply:
         """The AuxCaller handed to methods: summary / state requests, recorded like any call."""

@@ -118,6 +118,15 @@ class CallRecord:
     # The prompt tokens the server served from its prefix cache (its usage.prompt_tokens_details.cached_tokens);
     # written only when the server said, so records of other servers and backends are those written before the field
     cached_prompt_tokens: int | None = field(default=None, metadata={**_at_least(0), **_OMITTED_WHEN_EMPTY})
+    # The method's own count of the prompt it sent, made before it was sent (ARC: its core's count of its view, which
+    # it keeps within K; a baseline: the run's counter's count of the messages and tools, the figure it decides to
+    # compact on); written only when the method gives one, so records of a method that does not are those written
+    # before the field
+    estimated_prompt_tokens: int | None = field(default=None, metadata={**_at_least(0), **_OMITTED_WHEN_EMPTY})
+    # K, the bound the method keeps its own count within (ARC's view budget); written only for a method that has one
+    view_budget: int | None = field(default=None, metadata={**_at_least(0), **_OMITTED_WHEN_EMPTY})
+    # L = L_ctx - G_max, the bound every sent prompt must keep; written by the loop on every call
+    prompt_limit: int | None = field(default=None, metadata={**_at_least(0), **_OMITTED_WHEN_EMPTY})
 
     @property
     def record_key(self) -> RecordKey:

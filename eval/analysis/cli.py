@@ -35,6 +35,8 @@ from arc_eval.analysis.presets import (
 )
 from arc_eval.analysis.report import (
     Report,
+    bound_breaches,
+    dataset_bounds,
     partial_warnings,
     ReportOptions,
     build_report,
@@ -232,8 +234,39 @@ def report_json(dataset: Dataset, options: ReportOptions, costs: Sequence[Method
                 "savings_percent": m.savings,
                 "speedup": m.speedup,
                 "bw_savings_percent": m.bw_savings,
+                # beside the re-prefill figures above: prefill charged for the tokens the server did not serve from
+                # its prefix cache (calls.jsonl cached_prompt_tokens); null when no call in scope recorded them
+                "replayed_calls": m.replayed_calls,
+                "cache_recorded_calls": m.cache_recorded_calls,
+                "total_prefill_flops_cached": m.prefill_flops_cached if m.cache_recorded_calls else None,
+                "t_pre_cached": m.t_pre_cached,
+                "t_tot_cached": m.t_tot_cached,
+                "savings_cached_percent": m.savings_cached,
             }
         )
+    bounds = dataset_bounds(dataset)
+    prompt_bounds = [
+        {
+            "task_kind": b.task_kind,
+            "model": b.model,
+            "variant": b.variant,
+            "method": b.method,
+            "sent_calls": b.sent,
+            **{
+                name: {
+                    "held": check.held,
+                    "broken": [{"seed": x.seed, "task_id": x.task_id, "call_index": x.call_index,
+                                "purpose": x.purpose, "value": x.value, "bound": x.bound} for x in check.breaches],
+                    "not_recorded": check.not_recorded,
+                }
+                for name, check in (("prompt_within_limit", b.within_limit),
+                                    ("estimate_equals_prompt", b.estimate_matches),
+                                    ("estimate_within_view_budget", b.within_budget))
+            },
+            "has_view_budget": b.has_budget,
+        }
+        for b in bounds
+    ]
     hw = options.hardware
     return {
         "schema": "arc-eval-report/1",
@@ -255,11 +288,12 @@ def report_json(dataset: Dataset, options: ReportOptions, costs: Sequence[Method
             }
             for name, s in options.models.items()
         },
-        "warnings": partial_warnings(dataset),
+        "warnings": partial_warnings(dataset) + bound_breaches(bounds),
         "notes": list(dataset.notes),
         "accuracy": accuracy,
         "mcnemar": mcnemar,
         "roofline": roofline,
+        "prompt_bounds": prompt_bounds,
     }
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from arc_eval.analysis.accuracy import AccuracyRow, accuracy_rows, mechanism_note, method_order
+from arc_eval.analysis.bounds import Check, MethodBounds, manifest_limits, method_bounds
 from arc_eval.analysis.survival import SURVIVAL_KEY, with_survival
 from arc_eval.tasks.longbench import OFFICIAL_COLUMNS, longbench_columns
 from arc_eval.analysis.load import Dataset, RunData
@@ -78,7 +79,7 @@ class Report:
     worked_example: str | None = None
     figures: list[Path] = field(default_factory=list)
     costs: list[MethodCost] = field(default_factory=list)  # the roofline rows behind the HBM tables
-    warnings: list[str] = field(default_factory=list)  # shown first (a partial run): also on stderr
+    warnings: list[str] = field(default_factory=list)  # shown first (a partial run, a bound broken): also on stderr
 
 
 # --------------------------------------------------------------------------------------------
@@ -475,6 +476,8 @@ def hbm_table(costs: Sequence[MethodCost], dataset: Dataset, kind: str, options:
     unit = {"success": "per success", "successful": "per successful trajectory", "task": "per task"}[
         options.normalisation
     ]
+    with_cache = any(c.cache_recorded_calls for c in rows)  # the server's prefix-cache hits are in the records
+    cache_columns = ["t_pre cached (s)", "t_tot cached (s)", "Sav. cached (%)", "Cache rec."] if with_cache else []
     table = Table(
         title=f"{kind_label(kind)}: roofline cost {unit} on {options.hardware.name}",
         columns=[
@@ -488,8 +491,9 @@ def hbm_table(costs: Sequence[MethodCost], dataset: Dataset, kind: str, options:
             "Sav. (%)",
             "Speedup (×)",
             "BW sav. (%)",
+            *cache_columns,
         ],
-        align="lrrrrrrrrr",
+        align="lrrrrrrrrr" + "r" * len(cache_columns),
         label=f"tab:hbm_{kind}",
         notes=[
             f"Savings and speedup against {method_label(options.baseline)} within each block: Sav. = 100 (1 - t_tot / "
@@ -499,6 +503,17 @@ def hbm_table(costs: Sequence[MethodCost], dataset: Dataset, kind: str, options:
                 "successful": "Costs of the correct tasks only, divided by their number.",
                 "task": "Costs of all finished tasks divided by their number.",
             }[options.normalisation],
+            "t_pre, t_tot, Sav.: re-prefill, every call prefills its whole prompt (the paper's model, blind to any"
+            " prefix cache). "
+            + ("t_pre cached, t_tot cached, Sav. cached: the same calls with prefill charged only for the tokens the"
+               " server did not serve from its prefix cache (calls.jsonl cached_prompt_tokens, the server's"
+               " usage.prompt_tokens_details.cached_tokens), decode unchanged; Cache rec.: the replayed calls whose"
+               " record has that count, of all replayed calls (a call without it is charged whole). The cache hits"
+               " depend on the server (its block size, its cache's size and load, other requests), not on the"
+               " method alone."
+               if with_cache else
+               "The server's prefix-cache hits are not recorded in these runs (calls.jsonl cached_prompt_tokens: vLLM"
+               " with --enable-prompt-tokens-details records them), so no figure with them is given."),
         ],
     )
     models = sorted({c.model for c in rows})
@@ -527,6 +542,8 @@ def hbm_table(costs: Sequence[MethodCost], dataset: Dataset, kind: str, options:
                     fmt(c.savings, 1),
                     fmt(c.speedup, 2),
                     fmt(c.bw_savings, 1),
+                    *([fmt(c.t_pre_cached, 3), fmt(c.t_tot_cached, 3), fmt(c.savings_cached, 1),
+                       cell(f"{c.cache_recorded_calls:,} / {c.replayed_calls:,}")] if with_cache else []),
                 ]
             )
         block = groups[(model, variant)]
@@ -651,6 +668,94 @@ def trajectory_table(dataset: Dataset, kind: str) -> Table:
     return table
 
 
+BREACHES_NAMED = 5  # calls named per broken check and method (then how many more)
+
+
+def dataset_bounds(dataset: Dataset) -> list[MethodBounds]:
+    """``bounds.method_bounds`` over the dataset, L from the manifests for records written before ``prompt_limit``."""
+    keys = {(t.task_kind, t.model, t.variant) for t in dataset.tasks}
+    limits = manifest_limits({(kind, model, variant): dataset.manifests_for(variant, model, kind)
+                              for kind, model, variant in keys})
+    return method_bounds(dataset.tasks, dataset.calls, limits)
+
+
+def _check_cell(check: Check) -> Cell:
+    if check.checked == 0:
+        return cell("not recorded")
+    text = f"{check.held:,} / {check.checked:,}"
+    return cell(text + (f" ({check.not_recorded:,} not recorded)" if check.not_recorded else ""))
+
+
+def _breaches(check: Check, value: str, bound: str) -> str:
+    named = "; ".join(b.describe(value, bound) for b in check.breaches[:BREACHES_NAMED])
+    more = len(check.breaches) - BREACHES_NAMED
+    return named + (f"; and {more} more" if more > 0 else "")
+
+
+def bound_breaches(rows: Sequence[MethodBounds]) -> list[str]:
+    """One line per method whose sent calls broke a bound it had to keep (p_k > L, ARC's estimate > K), naming them."""
+    lines = []
+    for r in rows:
+        where = f"{kind_label(r.task_kind)}, {r.model}{', variant ' + r.variant if r.variant else ''}"
+        for check, what, value, bound in ((r.within_limit, "p_k <= L", "p_k", "L"),
+                                          (r.within_budget, "estimate <= K", "estimate", "K")):
+            if check.breaches:
+                lines.append(f"BOUND BROKEN: {method_label(r.method)} ({where}): {what} fails on "
+                             f"{len(check.breaches):,} of {check.checked:,} sent call(s): {_breaches(check, value, bound)}")
+    return lines
+
+
+def bounds_table(rows: Sequence[MethodBounds], dataset: Dataset, kind: str, arc_method: str) -> Table | None:
+    """Per method, over its sent calls: p_k <= L, its own estimate == the server's p_k, and (ARC) its estimate
+    <= K (review h60 F5); each call that breaks one is named in the notes."""
+    rows = [r for r in rows if r.task_kind == kind]
+    if not rows:
+        return None
+    table = Table(
+        title=f"{kind_label(kind)}: prompt bounds per sent call",
+        columns=["Method", "Sent calls", "p_k <= L", "estimate == p_k", "estimate <= K"],
+        align="lrrrr",
+        label=f"tab:bounds_{kind}",
+        notes=[
+            "Over the calls sent (not overflows, not errors) of the finished tasks. p_k: the server's prompt tokens"
+            " (usage.prompt_tokens); L = L_ctx - G_max (calls.jsonl prompt_limit, else the manifest's);"
+            " estimate: the method's own count of the prompt before it was sent (estimated_prompt_tokens: ARC's"
+            " core's count of its view, a baseline's counter's count), which it decides on; K: ARC's view budget"
+            " (view_budget). A method with no K of its own shows —. \"not recorded\": records written without the"
+            " field (an older run), never counted as a pass.",
+        ],
+    )
+    models = sorted({r.model for r in rows})
+    orders = {m: variant_order(dataset, kind, m) for m in models}
+    with_variant = any(r.variant for r in rows)
+    sections: dict[tuple[str, str], Any] = {}
+    for r in sorted(rows, key=lambda r: (*_group_key(r.model, r.variant, orders[r.model]), method_order(r.method))):
+        if (r.model, r.variant) not in sections:
+            sections[(r.model, r.variant)] = table.add_section(_section_header(r.model, r.variant, with_variant))
+        if r.has_budget:
+            budget = _check_cell(r.within_budget)
+        else:
+            budget = cell("not recorded") if r.method == arc_method else DASH
+        sections[(r.model, r.variant)].rows.append([
+            cell(method_label(r.method), bold=highlighted(r.method)),
+            fmt_int(r.sent),
+            _check_cell(r.within_limit),
+            _check_cell(r.estimate_matches),
+            budget,
+        ])
+        where = f"{method_label(r.method)}{f' ({r.model}, {variant_label(r.variant)})' if len(models) > 1 or with_variant else ''}"
+        if r.estimate_matches.breaches:
+            check = r.estimate_matches
+            table.notes.append(
+                f"{where}: its own estimate differs from the server's p_k on {len(check.breaches):,} of "
+                f"{check.checked:,} sent call(s): {_breaches(check, 'estimate', 'p_k')}. The run's counter"
+                " (--tokenizer, chat format) is not the served model's: the method decided when to compact"
+                " (and ARC sized its view) on counts the server does not make."
+            )
+    table.notes.extend(line.removeprefix("BOUND BROKEN: ") for line in bound_breaches(rows))
+    return table
+
+
 def pick_worked_example(dataset: Dataset, arc_method: str) -> TaskRecord | None:
     """The first correct task of ARC (else of any method) that has recorded calls."""
     candidates = [t for t in dataset.tasks if dataset.calls.get(t.key)]
@@ -734,6 +839,7 @@ def build_report(dataset: Dataset, options: ReportOptions) -> Report:
     costs = method_costs(
         dataset.tasks, dataset.calls, options.models, options.hardware, options.baseline, options.normalisation
     )
+    bounds = dataset_bounds(dataset)
     for kind in _kinds(dataset.tasks):
         tables.append(accuracy_table(dataset, kind))
         for breakdown in ("length", "domain"):
@@ -754,6 +860,9 @@ def build_report(dataset: Dataset, options: ReportOptions) -> Report:
         if hbm is not None:
             tables.append(hbm)
         tables.append(trajectory_table(dataset, kind))
+        checked = bounds_table(bounds, dataset, kind, options.arc_method)
+        if checked is not None:
+            tables.append(checked)
     if mechanism is not None:
         for table in tables:
             table.notes.append(mechanism)
@@ -789,7 +898,7 @@ def build_report(dataset: Dataset, options: ReportOptions) -> Report:
         notes=notes,
         worked_example=worked,
         costs=costs,
-        warnings=warnings,
+        warnings=warnings + bound_breaches(bounds),
     )
 
 

@@ -16,6 +16,12 @@ prompt shared with the previous prompt of its task): T_prefill = sum_k FLOPs_pre
 the uncached part only; decode still reads the whole KV of p_k (BW_decode unchanged).
     T_total   = T_prefill + T_decode
 
+Recorded calls are always costed the paper's way (T_prefill: every call re-prefills its whole prompt, blind to
+any prefix cache). Beside it, T_prefill_cached charges each call only the tokens its server did not serve from
+its prefix cache, c_k = ``cached_prompt_tokens`` as the server reported it (vLLM's
+usage.prompt_tokens_details.cached_tokens); a call whose record lacks the field is charged whole, and
+``cache_recorded`` counts the replayed calls that had it. Decode is the same in both.
+
 A call that overflowed (rejected before any prefill) or ended in an error is not replayed.
 Per method the costs are summed over its finished tasks and divided by the number of successes
 (correct tasks): the paper's "per successful trajectory" cost, which charges failed attempts to
@@ -56,6 +62,8 @@ class CallCost:
     prefill_matmul_flops: float
     prefill_attention_flops: float
     prefill_lm_head_flops: float
+    cached_tokens: int | None = None  # c_k as the record gives it (None: not recorded)
+    prefill_flops_cached: float = 0.0  # prefill of the tokens not served from the prefix cache (all when unknown)
 
     @property
     def decode_bytes(self) -> float:
@@ -80,6 +88,9 @@ class TrajectoryCost:
     prefill_flops: float
     t_decode: float
     t_prefill: float
+    prefill_flops_cached: float = 0.0  # with the recorded prefix-cache hits (module docstring)
+    t_prefill_cached: float = 0.0
+    cache_recorded: int = 0  # replayed calls whose record gives the server's cached tokens
 
     @property
     def decode_bytes(self) -> float:
@@ -88,6 +99,10 @@ class TrajectoryCost:
     @property
     def t_total(self) -> float:
         return self.t_prefill + self.t_decode
+
+    @property
+    def t_total_cached(self) -> float:
+        return self.t_prefill_cached + self.t_decode
 
     @property
     def skipped_calls(self) -> int:
@@ -125,13 +140,18 @@ def trajectory_cost(
     calls: Sequence[CallRecord | tuple[int, int] | tuple[int, int, int]], model: ModelSpec, hardware: HardwareSpec
 ) -> TrajectoryCost:
     """Cost of one trajectory: recorded calls, or plain (prompt_tokens, completion_tokens) pairs, or
-    (prompt_tokens, completion_tokens, cached_tokens) triples (prefix caching: see the module docstring)."""
+    (prompt_tokens, completion_tokens, cached_tokens) triples (prefix caching: see the module docstring).
+
+    A recorded call's ``t_prefill`` re-prefills its whole prompt; its ``t_prefill_cached`` uses the record's
+    ``cached_prompt_tokens`` (the server's prefix-cache hits) where it has them. A triple's c is used by both."""
     rows: list[tuple[int, str, int, int, bool]] = []
-    cached: list[int] = []
+    cached: list[int] = []  # c_k of t_prefill: 0 for a record (the paper's re-prefill), a triple's own
+    recorded: list[int | None] = []  # c_k of t_prefill_cached: the record's cached_prompt_tokens, a triple's own
     for i, call in enumerate(calls, start=1):
         if isinstance(call, CallRecord):
             rows.append((call.call_index, call.purpose, call.prompt_tokens, call.completion_tokens, is_replayed(call)))
             cached.append(0)
+            recorded.append(call.cached_prompt_tokens)
         else:
             p, m = call[0], call[1]
             c = call[2] if len(call) == 3 else 0
@@ -139,6 +159,7 @@ def trajectory_cost(
                 raise InvalidInput("token counts must be non-negative and cached tokens at most the prompt's")
             rows.append((i, "agent", p, m, True))
             cached.append(c)
+            recorded.append(call[2] if len(call) == 3 else None)
     kv_b = model.kv_bytes_per_token
     weights = model.weight_bytes
     free = free_hbm(model, hardware)
@@ -147,7 +168,7 @@ def trajectory_cost(
     l_bar = weighted / decode_tokens if decode_tokens else None
     batch = batch_size(l_bar, model, hardware) if l_bar is not None else None
     costs = []
-    for (index, purpose, p, m, replayed), c in zip(rows, cached):
+    for (index, purpose, p, m, replayed), c, known in zip(rows, cached, recorded, strict=True):
         mean_k = mean_context(p, m)
         if replayed and batch is not None:
             weight, kv = m * weights / batch, m * mean_k * kv_b
@@ -155,10 +176,18 @@ def trajectory_cost(
             weight, kv = 0.0, 0.0
         parts = model.prefill_flops_parts(p, c) if c else model.prefill_flops_parts(p)
         matmul, attention, lm_head = parts if replayed else (0.0, 0.0, 0.0)
-        costs.append(CallCost(index, purpose, p, m, replayed, mean_k, weight, kv, matmul, attention, lm_head))
+        if not replayed:
+            with_cache = 0.0
+        elif known is None or known == c:
+            with_cache = matmul + attention + lm_head
+        else:
+            with_cache = sum(model.prefill_flops_parts(p, known or 0))
+        costs.append(CallCost(index, purpose, p, m, replayed, mean_k, weight, kv, matmul, attention, lm_head, known,
+                              with_cache))
     weight_bytes = math.fsum(c.weight_bytes for c in costs)
     kv_bytes = math.fsum(c.kv_bytes for c in costs)
     prefill = math.fsum(c.prefill_flops for c in costs)
+    prefill_cached = math.fsum(c.prefill_flops_cached for c in costs)
     return TrajectoryCost(
         calls=tuple(costs),
         decode_tokens=decode_tokens,
@@ -170,6 +199,9 @@ def trajectory_cost(
         prefill_flops=prefill,
         t_decode=(weight_bytes + kv_bytes) / hardware.total_bandwidth,
         t_prefill=prefill / hardware.total_flops,
+        prefill_flops_cached=prefill_cached,
+        t_prefill_cached=prefill_cached / hardware.total_flops,
+        cache_recorded=sum(1 for c in costs if c.replayed and c.cached_tokens is not None),
     )
 
 
@@ -211,6 +243,12 @@ class MethodCost:
     baseline: str | None = None
     baseline_t_total: float | None = None
     baseline_bw: float | None = None
+    # with the server's recorded prefix-cache hits (module docstring): totals, and how many replayed calls had them
+    prefill_flops_cached: float = 0.0
+    t_prefill_cached: float = 0.0
+    replayed_calls: int = 0
+    cache_recorded_calls: int = 0
+    baseline_t_total_cached: float | None = None
 
     @property
     def denominator(self) -> int:
@@ -235,6 +273,24 @@ class MethodCost:
     @property
     def t_tot(self) -> float | None:
         return self._per(self.t_decode + self.t_prefill)
+
+    @property
+    def t_pre_cached(self) -> float | None:
+        """Prefill per unit charging only the tokens the server did not serve from its prefix cache; None when no
+        call in scope recorded the server's cached tokens (``cache_recorded_calls``)."""
+        return self._per(self.t_prefill_cached) if self.cache_recorded_calls else None
+
+    @property
+    def t_tot_cached(self) -> float | None:
+        return self._per(self.t_decode + self.t_prefill_cached) if self.cache_recorded_calls else None
+
+    @property
+    def savings_cached(self) -> float | None:
+        """Time savings (%) against the baseline, both with the recorded prefix-cache hits."""
+        t = self.t_tot_cached
+        if t is None or self.baseline_t_total_cached is None or self.baseline_t_total_cached == 0:
+            return None
+        return savings_percent(t, self.baseline_t_total_cached)
 
     @property
     def savings(self) -> float | None:
@@ -294,6 +350,10 @@ def method_costs(
                     "flops",
                     "t_dec",
                     "t_pre",
+                    "flops_cached",
+                    "t_pre_cached",
+                    "replayed",
+                    "cache_recorded",
                 ),
                 0.0,
             ),
@@ -314,6 +374,10 @@ def method_costs(
         a["flops"] += cost.prefill_flops
         a["t_dec"] += cost.t_decode
         a["t_pre"] += cost.t_prefill
+        a["flops_cached"] += cost.prefill_flops_cached
+        a["t_pre_cached"] += cost.t_prefill_cached
+        a["replayed"] += sum(1 for c in cost.calls if c.replayed)
+        a["cache_recorded"] += cost.cache_recorded
     rows = []
     for kind, model, variant, method in sorted(acc, key=lambda g: (g[0], g[1], g[2], method_order(g[3]))):
         a = acc[(kind, model, variant, method)]
@@ -335,6 +399,10 @@ def method_costs(
                 prefill_flops=a["flops"],
                 t_decode=a["t_dec"],
                 t_prefill=a["t_pre"],
+                prefill_flops_cached=a["flops_cached"],
+                t_prefill_cached=a["t_pre_cached"],
+                replayed_calls=int(a["replayed"]),
+                cache_recorded_calls=int(a["cache_recorded"]),
             )
         )
     if baseline is None:
@@ -349,6 +417,7 @@ def method_costs(
                 baseline=baseline if b is not None else None,
                 baseline_t_total=b.t_tot if b is not None else None,
                 baseline_bw=b.bw_bytes if b is not None else None,
+                baseline_t_total_cached=b.t_tot_cached if b is not None else None,
             )
         )
     return out
@@ -406,4 +475,14 @@ def explain_trajectory(
         f" = {cost.t_prefill:.6f} s",
         f"T_total = {cost.t_prefill:.6f} + {cost.t_decode:.6f} = {cost.t_total:.6f} s",
     ]
+    if cost.cache_recorded and any(isinstance(call, CallRecord) for call in calls):
+        replayed = sum(1 for c in cost.calls if c.replayed)
+        hits = sum(c.cached_tokens or 0 for c in cost.calls if c.replayed)
+        lines += [
+            "(above: re-prefill, every call prefills its whole prompt, blind to the server's prefix cache)",
+            f"with the server's prefix-cache hits (cached_prompt_tokens on {cost.cache_recorded} of {replayed} replayed"
+            f" call(s), {hits:,} tokens; a call without it charged whole): prefill FLOPs ="
+            f" {cost.prefill_flops_cached:.6e}; T_prefill = {cost.t_prefill_cached:.6f} s; T_total ="
+            f" {cost.t_prefill_cached:.6f} + {cost.t_decode:.6f} = {cost.t_total_cached:.6f} s",
+        ]
     return "\n".join(lines)

@@ -23,7 +23,7 @@ whole (regime "floors", which the Session and the proxy accept) is refused, nami
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from arc_eval.errors import InvalidInput
 from arc_ref import render
@@ -59,7 +59,14 @@ from arc_ref.message import ToolCall, ToolSpec
 from attrs import frozen
 
 from arc_eval.registry import ComponentOptions, MethodEntry, int_option, register_method
-from arc_eval.methods.base import AuxCaller, Intercepted, MethodEvents, MethodSettings, ToolTurnOutcome
+from arc_eval.methods.base import (
+    AuxCaller,
+    Intercepted,
+    MethodEvents,
+    MethodSettings,
+    PromptEstimate,
+    ToolTurnOutcome,
+)
 from arc_eval.protocol import TASK_TOOL_SPECS
 from arc_eval.types import Message, Observation
 
@@ -141,6 +148,7 @@ class ArcMethod:
         self.state: ArcState | None = None
         self._compactions: list[str] = []
         self._recalls: list[Mapping[str, Any]] = []
+        self._shown: tuple[tuple[Message, ...], PromptEstimate] | None = None  # the last view sent and its count
 
     @property
     def arc(self) -> ArcState:
@@ -154,8 +162,18 @@ class ArcMethod:
 
     async def prompt(self, aux: AuxCaller) -> tuple[Message, ...]:
         """The core's view, message for message (tool calls and the ids results answer included)."""
-        return tuple(Message(message.role, message.content, message.tool_calls, message.tool_call_id)
-                     for message in view(self.arc).messages)
+        shown = view(self.arc)
+        messages = tuple(Message(message.role, message.content, message.tool_calls, message.tool_call_id)
+                         for message in shown.messages)
+        self._shown = (messages, PromptEstimate(shown.tokens, shown.budget))
+        return messages
+
+    def prompt_estimate(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> PromptEstimate | None:
+        """The core's count of the view ``prompt`` returned (exact for the configured tokenizer and chat format) and
+        its budget K; None for any other prompt (ARC makes no call but its view's)."""
+        if self._shown is not None and self._shown[0] is messages:
+            return self._shown[1]
+        return None
 
     def tools(self) -> tuple[ToolSpec, ...]:
         """The core's listing in tool-calling mode (ARC's tools, then the task's); () in text mode."""

@@ -135,6 +135,15 @@ class MethodEvents:
     clips: tuple[Mapping[str, Any], ...] = ()
 
 
+@frozen
+class PromptEstimate:
+    """A method's own count of a prompt it built, made before the prompt is sent (``calls.jsonl``:
+    ``estimated_prompt_tokens``, ``view_budget``)."""
+
+    tokens: int  # the count, with the method's own counting (ARC: its core's; a baseline: the run's counter)
+    budget: int | None = None  # K, the bound the method keeps that count within (ARC's view budget); None: none
+
+
 AuxCaller = Callable[[Sequence[Message], str], Awaitable[ChatReply]]  # (messages, purpose) -> reply
 
 
@@ -178,6 +187,12 @@ class Method(Protocol):
 
     def drain_events(self) -> MethodEvents:
         """Compactions and recalls since the last call, then forget them."""
+        ...
+
+    def prompt_estimate(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> PromptEstimate | None:
+        """The method's own count of ``messages`` offered ``tools``, a prompt it built (the agent's, from ``prompt``,
+        or a condensing request it hands to ``aux``), and the bound it kept that count within; None when it made
+        none. Optional: the loop records None for a method that does not define it."""
         ...
 
 
@@ -299,6 +314,7 @@ class TranscriptMethod:
         self._recalls: list[Mapping[str, Any]] = []
         self._clips: list[Mapping[str, Any]] = []
         self._short: tuple[tuple[Turn, ...], Message] | None = None  # kept short observations and their message
+        self._estimated: tuple[tuple[Message, ...], int] | None = None  # the last prompt built and its count
         self.recent_budget = int(settings.usable_tokens * settings.fraction("recent_fraction", DEFAULT_RECENT_FRACTION))
         self.memory_budget = int(settings.usable_tokens * settings.fraction("memory_fraction", DEFAULT_MEMORY_FRACTION))
 
@@ -311,11 +327,23 @@ class TranscriptMethod:
     async def prompt(self, aux: AuxCaller) -> tuple[Message, ...]:
         self._flush_pending()
         messages = await self._assemble(aux)
-        if self._prompt_tokens(messages) > self.settings.usable_tokens and await self.compact("proactive", aux):
+        tokens = self._prompt_tokens(messages)
+        if tokens > self.settings.usable_tokens and await self.compact("proactive", aux):
             messages = await self._assemble(aux)
-        if self.clips_agent_text and self._prompt_tokens(messages) > self.settings.usable_tokens:
-            messages = self._clip_agent_text(messages)
+            tokens = self._prompt_tokens(messages)
+        if self.clips_agent_text and tokens > self.settings.usable_tokens:
+            clipped_messages = self._clip_agent_text(messages)
+            if clipped_messages is not messages:
+                messages, tokens = clipped_messages, self._prompt_tokens(clipped_messages)
+        self._estimated = (messages, tokens)
         return messages
+
+    def prompt_estimate(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> PromptEstimate:
+        """The run's counter's count of ``messages`` offered ``tools``: the figure the method decides on (the last
+        prompt ``prompt`` built is counted once); no bound of its own but L."""
+        if self._estimated is not None and self._estimated[0] is messages and tuple(tools) == self.tools():
+            return PromptEstimate(self._estimated[1])
+        return PromptEstimate(self.counter.count(messages, tuple(tools)) if tools else self.counter.count(messages))
 
     def _clip_agent_text(self, messages: tuple[Message, ...]) -> tuple[Message, ...]:
         """``messages`` (the prompt, over L after any compaction) with the agent's own text clipped in the kept

@@ -35,7 +35,7 @@ SETTINGS = MethodSettings(context_limit=4096, max_tokens=1024, counter=make_coun
 CALL_KEYS = {
     "variant", "method", "model", "task_kind", "task_id", "seed", "call_index", "purpose", "prompt_tokens",
     "completion_tokens", "latency_s", "finish_reason", "overflow", "compactions", "recalls", "action",
-    "submission", "reexecution", "counted_prompt_tokens",
+    "submission", "reexecution", "counted_prompt_tokens", "estimated_prompt_tokens", "prompt_limit",
 }
 WRITER_MANIFEST: dict[str, Any] = {
     "command": ["test"], "task_kind": "nih", "methods": ["sliding_window"], "seeds": [42], "tasks_per_seed": 1,
