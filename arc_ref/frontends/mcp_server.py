@@ -42,6 +42,8 @@ from mcp.types import (INVALID_PARAMS, PROTOCOL_VERSION_META_KEY, CallToolResult
 from arc_ref.catalog import page_count
 from arc_ref.config import first_lone_surrogate
 from arc_ref.errors import ArcError
+from arc_ref.frontends.store_cli import MAX_OBSERVATION_BYTES
+from arc_ref.json_limits import MAX_LINE_BYTES
 from arc_ref.machine import AgentResult, AgentTurn, Observe, ObserveResult
 from arc_ref.persist.postgres import Store
 from arc_ref.recall import chunk_count
@@ -144,11 +146,31 @@ def _result(text: str, structured: object) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
 
 
+def utf8_size(text: str) -> int:
+    """The length of ``text`` in UTF-8 bytes (a lone surrogate, which no line this server reads carries, counts 3)."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 class ArcTools:
     """The five tools over one open writer store (calls are serialized by the store)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, max_observation_bytes: int = MAX_OBSERVATION_BYTES) -> None:
         self.store = store
+        self.max_observation_bytes = max_observation_bytes
+
+    def _refuse_oversized(self, observation: str) -> None:
+        """An output over this server's limit is refused before the store tokenizes it (review h59 F7: one call of
+        30 MB of a single letter took 1.8 GB and 32 s to tokenize, within the 32 MiB row limit)."""
+        limit = self.max_observation_bytes
+        if len(observation) > limit:  # a character is at least one byte: no need to count them
+            said = f"{len(observation):,} characters, more than"
+        elif len(observation) * 4 <= limit or (size := utf8_size(observation)) <= limit:
+            return
+        else:
+            said = f"{size:,} bytes of UTF-8, over"
+        raise ToolError(f"cannot store this output: it is {said} this server's limit of {limit:,} bytes of UTF-8"
+                        f" (arc-ref mcp --max-observation-bytes N, at most {MAX_LINE_BYTES:,}); nothing was stored;"
+                        " store it in parts")
 
     def _command(self, action: str) -> AgentResult:
         try:
@@ -162,6 +184,7 @@ class ArcTools:
         self, action: Action, observation: Output, returncode: ReturnCode = None
     ) -> Annotated[CallToolResult, StoredObservation]:
         """Keep a tool's output verbatim in ARC; returns the id to recall it by."""
+        self._refuse_oversized(observation)
         try:
             appended = self.store.append(Observe(action, observation, returncode))
         except ArcError as problem:  # a core refusal or a StoreError
@@ -245,9 +268,10 @@ class ArcTools:
         return _result(shown, listing)
 
 
-def build_server(store: Store) -> MCPServer:
-    """An MCP server with ARC's five tools over ``store`` (a writer)."""
-    tools = ArcTools(store)
+def build_server(store: Store, max_observation_bytes: int = MAX_OBSERVATION_BYTES) -> MCPServer:
+    """An MCP server with ARC's five tools over ``store`` (a writer); ``store_observation`` refuses an output of
+    more than ``max_observation_bytes`` bytes of UTF-8."""
+    tools = ArcTools(store, max_observation_bytes)
     server: MCPServer = MCPServer(name="arc-ref", instructions=INSTRUCTIONS, log_level="WARNING")
     # No tool is read-only: each call is a row of the store, and recall, recall_next and catalog_page move a cursor
     # (review h24 F4: a host may run read-only tools at once; recall_next after recall then read the wrong chunk)
@@ -496,6 +520,6 @@ async def serve_lines(server: MCPServer, stdin: IO[bytes], stdout: IO[bytes]) ->
         await outgoing.aclose()
 
 
-def serve(store: Store) -> None:
+def serve(store: Store, max_observation_bytes: int = MAX_OBSERVATION_BYTES) -> None:
     """Serve the tools on standard input/output until the client disconnects (every line answered)."""
-    anyio.run(serve_lines, build_server(store), sys.stdin.buffer, sys.stdout.buffer)
+    anyio.run(serve_lines, build_server(store, max_observation_bytes), sys.stdin.buffer, sys.stdout.buffer)

@@ -281,3 +281,35 @@ def test_catalog_page_counts_what_another_writer_stored(pg_url: str) -> None:
     finally:
         first.close()
         second.close()
+
+
+def test_an_output_over_max_observation_bytes_is_refused_before_it_is_stored(tmp_path: Path) -> None:
+    """Review h59 F7: one store_observation of 30 MB of a single letter, within the 32 MiB row limit, took 1.8 GB and
+    32 s to tokenize. `arc-ref mcp --max-observation-bytes N` (default 8 MiB, at most the row limit) refuses an
+    output of more than N bytes of UTF-8 (bytes, not characters) before the store tokenizes it, with an error result
+    naming the limit and the option; nothing is stored, and the server goes on serving."""
+    store = tmp_path / "limit.arc"
+
+    async def session() -> None:
+        async with Client(server(store, "--preset", "minimal", "--max-observation-bytes", "10")) as client:
+            fits = await call(client, "store_observation", action="ten bytes", observation="é" * 5)
+            assert not fits.is_error, text_of(fits)
+            for observation, said in [("é" * 5 + "x", "it is 11 bytes of UTF-8, over"),  # 6 characters
+                                      ("x" * 11, "it is 11 characters, more than")]:
+                refused = await call(client, "store_observation", action="too long", observation=observation)
+                assert refused.is_error
+                assert f"{said} this server's limit of 10 bytes of UTF-8" in text_of(refused), text_of(refused)
+                assert "arc-ref mcp --max-observation-bytes N, at most 33,554,432" in text_of(refused)
+            after = await call(client, "store_observation", action="after", observation="ok")
+            assert not after.is_error, text_of(after)
+            assert after.structured_content["index"] == 2
+
+    anyio.run(session)
+    with DurableStore.open(store) as reopened:
+        assert [record.content for record in reopened.state.records] == ["é" * 5, "ok"]
+    for option in ("33554433", "-1", "8MiB"):  # never above the row limit
+        refused = subprocess.run(
+            [sys.executable, "-m", "arc_ref.frontends.cli", "mcp", str(tmp_path / "new.arc"), "--max-observation-bytes",
+             option], capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=scaled_ceiling(60))
+        assert refused.returncode == 2 and "--max-observation-bytes" in refused.stderr, refused.stderr
+        assert not (tmp_path / "new.arc").exists()
