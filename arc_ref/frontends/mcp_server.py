@@ -313,11 +313,13 @@ _NESTED_TOKEN = re.compile(r'"(?:[^"\\]++|\\.)*+"|".*|[\[{]++|[\]}]++', re.DOTAL
 _INTEGER_ID = re.compile(r"-?(?:0|[1-9][0-9]{0,4299})")
 
 
-def readable_id(text: str) -> str | int | None:
+def readable_id(text: str, cut: bool = False) -> str | int | None:
     """The ``id`` of a JSON-RPC message whose text could not be read whole, read alone: the first ``"id"`` member
     of the top-level object, when its value is a string (text: no lone surrogate) or an integer of at most 4,300
     digits; None where there is none or it cannot be read (JSON-RPC's null id). Linear and without recursion: it
-    reads top-level tokens, skips nested values by their strings and brackets, and stops at the id."""
+    reads top-level tokens, skips nested values by their strings and brackets, and stops at the id. ``cut``: the
+    text is the start of a longer line, so a number that reaches its end may be cut short, and is not taken (a
+    string that closes before the end is whole; one that does not is no id)."""
     depth = 0
     position = 0
     key: str | None = None  # a top-level string that a colon would make a member's key
@@ -339,7 +341,7 @@ def readable_id(text: str) -> str | int | None:
         elif token == ",":
             awaiting, key = False, None
         elif awaiting:
-            return _id_value(token)
+            return None if cut and position == len(text) and first != '"' else _id_value(token)
         else:
             key = token if first == '"' else None
     return None
@@ -353,6 +355,43 @@ def _id_value(token: str) -> str | int | None:
             return None
         return value if isinstance(value, str) and first_lone_surrogate(value) is None else None
     return int(token) if _INTEGER_ID.fullmatch(token) else None
+
+
+ENVELOPE_BYTES = 64 * 1024  # room on a line for the rest of a tools/call: the method, the id, the action, ...
+ESCAPED_BYTES = 6  # the most bytes JSON text takes for one byte of UTF-8 (U+0001 is \u0001; é, 2 bytes, \u00e9)
+DISCARD_BYTES = 1024 * 1024  # the rest of a line too long to read is read and dropped this much at a time
+
+
+def longest_line(max_observation_bytes: int) -> int:
+    """The longest line ``arc-ref mcp`` reads, in bytes before its LF: room for an output of
+    ``max_observation_bytes`` however a client escapes it in JSON, never more than a row of the store holds (the
+    row limit, `arc_ref.json_limits.MAX_LINE_BYTES`), and `ENVELOPE_BYTES` for the rest of the call."""
+    return min(MAX_LINE_BYTES, ESCAPED_BYTES * max_observation_bytes) + ENVELOPE_BYTES
+
+
+def read_line(stream: IO[bytes], limit: int) -> tuple[bytes, bool]:
+    """The next line of ``stream`` (with its LF, when it has one; empty at the end of input) and False, or, for a
+    line of more than ``limit`` bytes before its LF, its first `ENVELOPE_BYTES` bytes (where its id can be read)
+    and True: the rest of that line is read to its LF and dropped, a piece at a time, so that no more than
+    ``limit`` + 1 bytes of it are ever held (review h59 F7: a line of any length was read whole, then parsed)."""
+    line = stream.readline(limit + 1)
+    if len(line) <= limit or line.endswith(b"\n"):
+        return line, False
+    head = line[:ENVELOPE_BYTES]
+    del line
+    while (rest := stream.readline(DISCARD_BYTES)) and not rest.endswith(b"\n"):
+        pass
+    return head, True
+
+
+def too_long(head: bytes, limit: int) -> str:
+    """The error response answering a line of more than ``limit`` bytes (`read_line`): -32600 under the id read in
+    ``head``, the line's start, when it can be read there (null otherwise)."""
+    request_id = readable_id(head.decode("utf-8", "surrogateescape"), cut=True)
+    return _error_line(INVALID_REQUEST, f"Invalid Request: a line of more than {limit:,} bytes; this server reads a"
+                                        " line of up to 6 times arc-ref mcp --max-observation-bytes (at most the"
+                                        f" {MAX_LINE_BYTES:,}-byte row limit) plus {ENVELOPE_BYTES:,} bytes; the"
+                                        " line was read to its end and dropped, nothing was stored", request_id)
 
 
 def read_message(line: bytes) -> JSONRPCMessage | str:
@@ -416,8 +455,10 @@ NOT_INITIALIZED = ("Invalid Request: the session is not initialized; send initia
 CALL = "tools/call"
 
 
-async def serve_lines(server: MCPServer, stdin: IO[bytes], stdout: IO[bytes]) -> None:
-    """Serve ``server`` over newline-delimited JSON-RPC on byte streams, answering every line (`read_message`).
+async def serve_lines(server: MCPServer, stdin: IO[bytes], stdout: IO[bytes],
+                      max_line_bytes: int = longest_line(MAX_OBSERVATION_BYTES)) -> None:
+    """Serve ``server`` over newline-delimited JSON-RPC on byte streams, answering every line (`read_message`; a
+    line of more than ``max_line_bytes`` bytes is answered -32600 and never held whole: `read_line`).
 
     Tool calls run one at a time, in the order they came (review h24 F4: pipelined, a recall_next could run before
     the recall sent just before it; the store serializes them anyway): they wait in a queue, and a dispatcher hands
@@ -461,7 +502,10 @@ async def serve_lines(server: MCPServer, stdin: IO[bytes], stdout: IO[bytes]) ->
     async def reader() -> None:
         while True:
             # abandoned on cancel: Ctrl-C ends the server at once, not at the next line (review h24 F9)
-            line = await anyio.to_thread.run_sync(stdin.readline, abandon_on_cancel=True)
+            line, overlong = await anyio.to_thread.run_sync(read_line, stdin, max_line_bytes, abandon_on_cancel=True)
+            if overlong:
+                await emit(too_long(line, max_line_bytes))
+                continue
             if not line:  # the client closed its side: answer what it asked, then end
                 state["read_all"] = True
                 wake()
@@ -522,4 +566,5 @@ async def serve_lines(server: MCPServer, stdin: IO[bytes], stdout: IO[bytes]) ->
 
 def serve(store: Store, max_observation_bytes: int = MAX_OBSERVATION_BYTES) -> None:
     """Serve the tools on standard input/output until the client disconnects (every line answered)."""
-    anyio.run(serve_lines, build_server(store, max_observation_bytes), sys.stdin.buffer, sys.stdout.buffer)
+    anyio.run(serve_lines, build_server(store, max_observation_bytes), sys.stdin.buffer, sys.stdout.buffer,
+              longest_line(max_observation_bytes))

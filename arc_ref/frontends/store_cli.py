@@ -103,7 +103,9 @@ def add_commands(commands: "argparse._SubParsersAction[Any]",
     mcp.add_argument("--max-observation-bytes", type=integer_parser(0, MAX_LINE_BYTES), default=MAX_OBSERVATION_BYTES,
                      metavar="N", help="the largest output store_observation takes, in bytes of UTF-8, refused before"
                      f" it is tokenized (default {MAX_OBSERVATION_BYTES} = 8 MiB; 0 to {MAX_LINE_BYTES}, the row"
-                     " limit)")
+                     " limit); a line of input is read up to 6 N bytes (an output however JSON escapes it), at"
+                     " most the row limit, plus 65536 for the rest of the call: a longer one is answered -32600 and"
+                     " dropped without being held whole")
     mcp.set_defaults(parse_setting=parse_setting)
     forget = commands.add_parser("forget", help="remove whole proxy conversations (rows, marks, kept reply) from the"
                                                 " proxies' --store: a retention time, or forks left by racing requests")
