@@ -488,3 +488,15 @@ def test_a_line_over_the_limit_is_answered_and_never_held_whole(tmp_path: Path) 
     assert json.loads(server.process.stdout.read())["id"] == 6
     with DurableStore.open(tmp_path / "long.arc", readonly=True) as opened:
         assert [record.content for record in opened.state.records] == ["\x01" * 1000]
+
+
+def test_an_id_cut_short_at_the_end_of_a_lines_start_is_not_taken() -> None:
+    """A line too long to read is answered under the id read in its first 64 KiB: a number that reaches the end of
+    that part may be cut short there (12 of 123) and is not taken; a string closed before it is whole."""
+    from arc_ref.frontends.mcp_server import readable_id
+
+    assert readable_id('{"jsonrpc":"2.0","id":12') == 12  # a whole text
+    assert readable_id('{"jsonrpc":"2.0","id":12', cut=True) is None
+    assert readable_id('{"jsonrpc":"2.0","id":12,', cut=True) == 12
+    assert readable_id('{"jsonrpc":"2.0","id":"ab"', cut=True) == "ab"
+    assert readable_id('{"jsonrpc":"2.0","id":"ab', cut=True) is None
