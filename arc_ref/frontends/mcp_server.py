@@ -66,6 +66,14 @@ INSTRUCTIONS = (
 )
 
 
+def instructions(store: Store) -> str:
+    """The server's instructions: `INSTRUCTIONS`, and the tokenizer its sizes are counted in (review h59 F8: no
+    result said which, and a client budgeting another model's context could not tell)."""
+    config = store.state.config
+    return (f"{INSTRUCTIONS} Sizes in tokens are counted with this store's tokenizer, {config.tokenizer} (a chunk"
+            f" holds at most {config.chunk_tokens} of its tokens); another model's tokenizer counts differently.")
+
+
 
 ObsId = Annotated[str, Field(description="an id given by store_observation or shown in the catalog, e.g. §00012-1829489005")]
 Action = Annotated[str, Field(description="the command or tool call that produced the output (shown in its stub)")]
@@ -79,6 +87,7 @@ class StoredObservation(TypedDict):
     id: str  # the id minted by the store (A1)
     index: int  # j: its position among the stored observations
     tokens: int  # n_j, in the store's tokenizer
+    tokenizer: str  # the store's tokenizer, which counts tokens (review h59 F8)
     chunks: int  # m_j: recall chunks
     seq: int  # the event's row in the store
 
@@ -96,6 +105,7 @@ class ObservationMeta(TypedDict):
     id: str
     stub: str  # z_j, the line the catalog shows
     tokens: int
+    tokenizer: str
     chunks: int
     characters: int
     returncode: int | None  # None: stored without an exit status (a proxy's tool result)
@@ -191,11 +201,12 @@ class ArcTools:
             raise ToolError(str(problem)) from None
         output = appended.output
         assert isinstance(output, ObserveResult)
+        tokenizer = self.store.state.config.tokenizer
         stored: StoredObservation = {
-            "id": output.obs_id, "index": output.index, "tokens": output.tokens, "chunks": output.chunks,
-            "seq": appended.seq,
+            "id": output.obs_id, "index": output.index, "tokens": output.tokens, "tokenizer": tokenizer,
+            "chunks": output.chunks, "seq": appended.seq,
         }
-        text = (f"stored as {output.obs_id}: {output.tokens} tokens in {output.chunks} chunk(s);"
+        text = (f"stored as {output.obs_id}: {output.tokens} tokens ({tokenizer}) in {output.chunks} chunk(s);"
                 f" recall({output.obs_id}) reads it back")
         return _result(text, stored)
 
@@ -233,6 +244,7 @@ class ArcTools:
                                   is_error=True)
         meta: ObservationMeta = {
             "id": record.obs_id, "stub": listing_in_tool_terms(record.stub), "tokens": record.n_tokens,
+            "tokenizer": self.store.state.config.tokenizer,
             "chunks": chunk_count(record.n_tokens, self.store.state.config.chunk_tokens),
             "characters": record.n_chars,
             "returncode": record.returncode,
@@ -272,7 +284,7 @@ def build_server(store: Store, max_observation_bytes: int = MAX_OBSERVATION_BYTE
     """An MCP server with ARC's five tools over ``store`` (a writer); ``store_observation`` refuses an output of
     more than ``max_observation_bytes`` bytes of UTF-8."""
     tools = ArcTools(store, max_observation_bytes)
-    server: MCPServer = MCPServer(name="arc-ref", instructions=INSTRUCTIONS, log_level="WARNING")
+    server: MCPServer = MCPServer(name="arc-ref", instructions=instructions(store), log_level="WARNING")
     # No tool is read-only: each call is a row of the store, and recall, recall_next and catalog_page move a cursor
     # (review h24 F4: a host may run read-only tools at once; recall_next after recall then read the wrong chunk)
     def hints(idempotent: bool) -> ToolAnnotations:

@@ -313,3 +313,24 @@ def test_an_output_over_max_observation_bytes_is_refused_before_it_is_stored(tmp
              option], capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=scaled_ceiling(60))
         assert refused.returncode == 2 and "--max-observation-bytes" in refused.stderr, refused.stderr
         assert not (tmp_path / "new.arc").exists()
+
+
+def test_sizes_name_the_tokenizer_that_counted_them(tmp_path: Path) -> None:
+    """Review h59 F8: the tokens store_observation and recall_meta report are counted in the store's tokenizer, and
+    neither the server's instructions nor any result said which (a client budgeting another model's context could
+    not tell). Now the instructions, store_observation's text and both results' structured content name it."""
+    from arc_ref.frontends.mcp_server import build_server
+
+    async def session(store: DurableStore) -> None:
+        async with Client(build_server(store)) as client:
+            assert client.instructions is not None
+            assert "counted with this store's tokenizer, bytes (a chunk holds at most 8 of its tokens)" \
+                in client.instructions, client.instructions
+            stored = await call(client, "store_observation", action="ls", observation="twelve bytes")
+            assert "12 tokens (bytes) in 2 chunk(s)" in text_of(stored), text_of(stored)
+            assert stored.structured_content["tokenizer"] == "bytes"
+            meta = await call(client, "recall_meta", id=stored.structured_content["id"])
+            assert meta.structured_content["tokenizer"] == "bytes" and meta.structured_content["tokens"] == 12
+
+    with DurableStore.create(tmp_path / "tok.arc", preset("minimal")) as store:
+        anyio.run(session, store)
