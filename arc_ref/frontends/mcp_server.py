@@ -19,6 +19,12 @@ control string of the chat format or tokenizer in it carries a U+2060 after its 
 doubled); the payloads of every chunk, concatenated, with ``arc_ref.escape.unshow`` applied, are the stored
 output byte for byte (``arc-ref export`` gives it too). A call the core refuses or that names no stored id is an error result, with the
 core's message (for a mistyped id, the nearest stored id).
+
+Limits (review h59 F7): ``store_observation`` refuses an output of more than ``max_observation_bytes`` bytes of
+UTF-8 (`arc-ref mcp --max-observation-bytes`, 8 MiB by default, at most the 32 MiB row limit) before the store
+tokenizes it; a line of input longer than `longest_line` is answered -32600 and dropped without being held whole
+(`read_line`). A call cancelled while it runs is not stopped: a store cancelled so may still commit (it shows in
+``catalog_page``), though its answer is never sent.
 """
 
 from __future__ import annotations
