@@ -467,10 +467,11 @@ def test_a_line_over_the_limit_is_answered_and_never_held_whole(tmp_path: Path) 
         stored = server.answer(padded(escaped, limit))  # the longest line read
         assert stored["id"] == 1 and not stored["result"]["isError"], stored
         peak = peak_memory_kib(server.process)
+        id_after_params = (b'{"jsonrpc":"2.0","method":"tools/call","params":{"name":"store_observation","arguments":'
+                           b'{"action":"ls","observation":"' + b"z" * 100_000 + b'"}},"id":4}')  # past the first 64 KiB
         for request_id, line in [(2, padded(store_call(2, action="ls", observation="x"), limit + 1)),
                                  (3, store_call(3, action="ls", observation="y" * (64 << 20))),
-                                 (None, b'{"jsonrpc":"2.0","method":"tools/call","params":{"name":"store_observation",'
-                                        b'"arguments":{"action":"ls","observation":"' + b"z" * 100_000 + b'"}},"id":4}')]:
+                                 (None, id_after_params)]:
             refused = server.answer(line)
             assert refused["id"] == request_id and refused["error"]["code"] == -32600, refused
             assert f"a line of more than {limit:,} bytes" in refused["error"]["message"], refused
