@@ -19,6 +19,12 @@ control string of the chat format or tokenizer in it carries a U+2060 after its 
 doubled); the payloads of every chunk, concatenated, with ``arc_ref.escape.unshow`` applied, are the stored
 output byte for byte (``arc-ref export`` gives it too). A call the core refuses or that names no stored id is an error result, with the
 core's message (for a mistyped id, the nearest stored id).
+
+Limits (review h59 F7): ``store_observation`` refuses an output of more than ``max_observation_bytes`` bytes of
+UTF-8 (`arc-ref mcp --max-observation-bytes`, 8 MiB by default, at most the 32 MiB row limit) before the store
+tokenizes it; a line of input longer than `longest_line` is answered -32600 and dropped without being held whole
+(`read_line`). A call cancelled while it runs is not stopped: a store cancelled so may still commit (it shows in
+``catalog_page``), though its answer is never sent.
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ from mcp.types import (INVALID_PARAMS, PROTOCOL_VERSION_META_KEY, CallToolResult
 from arc_ref.catalog import page_count
 from arc_ref.config import first_lone_surrogate
 from arc_ref.errors import ArcError
+from arc_ref.frontends.store_cli import MAX_OBSERVATION_BYTES
+from arc_ref.json_limits import MAX_LINE_BYTES
 from arc_ref.machine import AgentResult, AgentTurn, Observe, ObserveResult
 from arc_ref.persist.postgres import Store
 from arc_ref.recall import chunk_count
@@ -64,6 +72,14 @@ INSTRUCTIONS = (
 )
 
 
+def instructions(store: Store) -> str:
+    """The server's instructions: `INSTRUCTIONS`, and the tokenizer its sizes are counted in (review h59 F8: no
+    result said which, and a client budgeting another model's context could not tell)."""
+    config = store.state.config
+    return (f"{INSTRUCTIONS} Sizes in tokens are counted with this store's tokenizer, {config.tokenizer} (a chunk"
+            f" holds at most {config.chunk_tokens} of its tokens); another model's tokenizer counts differently.")
+
+
 
 ObsId = Annotated[str, Field(description="an id given by store_observation or shown in the catalog, e.g. §00012-1829489005")]
 Action = Annotated[str, Field(description="the command or tool call that produced the output (shown in its stub)")]
@@ -77,6 +93,7 @@ class StoredObservation(TypedDict):
     id: str  # the id minted by the store (A1)
     index: int  # j: its position among the stored observations
     tokens: int  # n_j, in the store's tokenizer
+    tokenizer: str  # the store's tokenizer, which counts tokens (review h59 F8)
     chunks: int  # m_j: recall chunks
     seq: int  # the event's row in the store
 
@@ -94,6 +111,7 @@ class ObservationMeta(TypedDict):
     id: str
     stub: str  # z_j, the line the catalog shows
     tokens: int
+    tokenizer: str
     chunks: int
     characters: int
     returncode: int | None  # None: stored without an exit status (a proxy's tool result)
@@ -144,11 +162,31 @@ def _result(text: str, structured: object) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
 
 
+def utf8_size(text: str) -> int:
+    """The length of ``text`` in UTF-8 bytes (a lone surrogate, which no line this server reads carries, counts 3)."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 class ArcTools:
     """The five tools over one open writer store (calls are serialized by the store)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, max_observation_bytes: int = MAX_OBSERVATION_BYTES) -> None:
         self.store = store
+        self.max_observation_bytes = max_observation_bytes
+
+    def _refuse_oversized(self, observation: str) -> None:
+        """An output over this server's limit is refused before the store tokenizes it (review h59 F7: one call of
+        30 MB of a single letter took 1.8 GB and 32 s to tokenize, within the 32 MiB row limit)."""
+        limit = self.max_observation_bytes
+        if len(observation) > limit:  # a character is at least one byte: no need to count them
+            said = f"{len(observation):,} characters, more than"
+        elif len(observation) * 4 <= limit or (size := utf8_size(observation)) <= limit:
+            return
+        else:
+            said = f"{size:,} bytes of UTF-8, over"
+        raise ToolError(f"cannot store this output: it is {said} this server's limit of {limit:,} bytes of UTF-8"
+                        f" (arc-ref mcp --max-observation-bytes N, at most {MAX_LINE_BYTES:,}); nothing was stored;"
+                        " store it in parts")
 
     def _command(self, action: str) -> AgentResult:
         try:
@@ -162,17 +200,19 @@ class ArcTools:
         self, action: Action, observation: Output, returncode: ReturnCode = None
     ) -> Annotated[CallToolResult, StoredObservation]:
         """Keep a tool's output verbatim in ARC; returns the id to recall it by."""
+        self._refuse_oversized(observation)
         try:
             appended = self.store.append(Observe(action, observation, returncode))
         except ArcError as problem:  # a core refusal or a StoreError
             raise ToolError(str(problem)) from None
         output = appended.output
         assert isinstance(output, ObserveResult)
+        tokenizer = self.store.state.config.tokenizer
         stored: StoredObservation = {
-            "id": output.obs_id, "index": output.index, "tokens": output.tokens, "chunks": output.chunks,
-            "seq": appended.seq,
+            "id": output.obs_id, "index": output.index, "tokens": output.tokens, "tokenizer": tokenizer,
+            "chunks": output.chunks, "seq": appended.seq,
         }
-        text = (f"stored as {output.obs_id}: {output.tokens} tokens in {output.chunks} chunk(s);"
+        text = (f"stored as {output.obs_id}: {output.tokens} tokens ({tokenizer}) in {output.chunks} chunk(s);"
                 f" recall({output.obs_id}) reads it back")
         return _result(text, stored)
 
@@ -210,6 +250,7 @@ class ArcTools:
                                   is_error=True)
         meta: ObservationMeta = {
             "id": record.obs_id, "stub": listing_in_tool_terms(record.stub), "tokens": record.n_tokens,
+            "tokenizer": self.store.state.config.tokenizer,
             "chunks": chunk_count(record.n_tokens, self.store.state.config.chunk_tokens),
             "characters": record.n_chars,
             "returncode": record.returncode,
@@ -245,10 +286,11 @@ class ArcTools:
         return _result(shown, listing)
 
 
-def build_server(store: Store) -> MCPServer:
-    """An MCP server with ARC's five tools over ``store`` (a writer)."""
-    tools = ArcTools(store)
-    server: MCPServer = MCPServer(name="arc-ref", instructions=INSTRUCTIONS, log_level="WARNING")
+def build_server(store: Store, max_observation_bytes: int = MAX_OBSERVATION_BYTES) -> MCPServer:
+    """An MCP server with ARC's five tools over ``store`` (a writer); ``store_observation`` refuses an output of
+    more than ``max_observation_bytes`` bytes of UTF-8."""
+    tools = ArcTools(store, max_observation_bytes)
+    server: MCPServer = MCPServer(name="arc-ref", instructions=instructions(store), log_level="WARNING")
     # No tool is read-only: each call is a row of the store, and recall, recall_next and catalog_page move a cursor
     # (review h24 F4: a host may run read-only tools at once; recall_next after recall then read the wrong chunk)
     def hints(idempotent: bool) -> ToolAnnotations:
@@ -289,11 +331,13 @@ _NESTED_TOKEN = re.compile(r'"(?:[^"\\]++|\\.)*+"|".*|[\[{]++|[\]}]++', re.DOTAL
 _INTEGER_ID = re.compile(r"-?(?:0|[1-9][0-9]{0,4299})")
 
 
-def readable_id(text: str) -> str | int | None:
+def readable_id(text: str, cut: bool = False) -> str | int | None:
     """The ``id`` of a JSON-RPC message whose text could not be read whole, read alone: the first ``"id"`` member
     of the top-level object, when its value is a string (text: no lone surrogate) or an integer of at most 4,300
     digits; None where there is none or it cannot be read (JSON-RPC's null id). Linear and without recursion: it
-    reads top-level tokens, skips nested values by their strings and brackets, and stops at the id."""
+    reads top-level tokens, skips nested values by their strings and brackets, and stops at the id. ``cut``: the
+    text is the start of a longer line, so a number that reaches its end may be cut short, and is not taken (a
+    string that closes before the end is whole; one that does not is no id)."""
     depth = 0
     position = 0
     key: str | None = None  # a top-level string that a colon would make a member's key
@@ -315,7 +359,7 @@ def readable_id(text: str) -> str | int | None:
         elif token == ",":
             awaiting, key = False, None
         elif awaiting:
-            return _id_value(token)
+            return None if cut and position == len(text) and first != '"' else _id_value(token)
         else:
             key = token if first == '"' else None
     return None
@@ -329,6 +373,43 @@ def _id_value(token: str) -> str | int | None:
             return None
         return value if isinstance(value, str) and first_lone_surrogate(value) is None else None
     return int(token) if _INTEGER_ID.fullmatch(token) else None
+
+
+ENVELOPE_BYTES = 64 * 1024  # room on a line for the rest of a tools/call: the method, the id, the action, ...
+ESCAPED_BYTES = 6  # the most bytes JSON text takes for one byte of UTF-8 (U+0001 is \u0001; é, 2 bytes, \u00e9)
+DISCARD_BYTES = 1024 * 1024  # the rest of a line too long to read is read and dropped this much at a time
+
+
+def longest_line(max_observation_bytes: int) -> int:
+    """The longest line ``arc-ref mcp`` reads, in bytes before its LF: room for an output of
+    ``max_observation_bytes`` however a client escapes it in JSON, never more than a row of the store holds (the
+    row limit, `arc_ref.json_limits.MAX_LINE_BYTES`), and `ENVELOPE_BYTES` for the rest of the call."""
+    return min(MAX_LINE_BYTES, ESCAPED_BYTES * max_observation_bytes) + ENVELOPE_BYTES
+
+
+def read_line(stream: IO[bytes], limit: int) -> tuple[bytes, bool]:
+    """The next line of ``stream`` (with its LF, when it has one; empty at the end of input) and False, or, for a
+    line of more than ``limit`` bytes before its LF, its first `ENVELOPE_BYTES` bytes (where its id can be read)
+    and True: the rest of that line is read to its LF and dropped, a piece at a time, so that no more than
+    ``limit`` + 1 bytes of it are ever held (review h59 F7: a line of any length was read whole, then parsed)."""
+    line = stream.readline(limit + 1)
+    if len(line) <= limit or line.endswith(b"\n"):
+        return line, False
+    head = line[:ENVELOPE_BYTES]
+    del line
+    while (rest := stream.readline(DISCARD_BYTES)) and not rest.endswith(b"\n"):
+        pass
+    return head, True
+
+
+def too_long(head: bytes, limit: int) -> str:
+    """The error response answering a line of more than ``limit`` bytes (`read_line`): -32600 under the id read in
+    ``head``, the line's start, when it can be read there (null otherwise)."""
+    request_id = readable_id(head.decode("utf-8", "surrogateescape"), cut=True)
+    return _error_line(INVALID_REQUEST, f"Invalid Request: a line of more than {limit:,} bytes; this server reads a"
+                                        " line of up to 6 times arc-ref mcp --max-observation-bytes (at most the"
+                                        f" {MAX_LINE_BYTES:,}-byte row limit) plus {ENVELOPE_BYTES:,} bytes; the"
+                                        " line was read to its end and dropped, nothing was stored", request_id)
 
 
 def read_message(line: bytes) -> JSONRPCMessage | str:
@@ -392,8 +473,10 @@ NOT_INITIALIZED = ("Invalid Request: the session is not initialized; send initia
 CALL = "tools/call"
 
 
-async def serve_lines(server: MCPServer, stdin: IO[bytes], stdout: IO[bytes]) -> None:
-    """Serve ``server`` over newline-delimited JSON-RPC on byte streams, answering every line (`read_message`).
+async def serve_lines(server: MCPServer, stdin: IO[bytes], stdout: IO[bytes],
+                      max_line_bytes: int = longest_line(MAX_OBSERVATION_BYTES)) -> None:
+    """Serve ``server`` over newline-delimited JSON-RPC on byte streams, answering every line (`read_message`; a
+    line of more than ``max_line_bytes`` bytes is answered -32600 and never held whole: `read_line`).
 
     Tool calls run one at a time, in the order they came (review h24 F4: pipelined, a recall_next could run before
     the recall sent just before it; the store serializes them anyway): they wait in a queue, and a dispatcher hands
@@ -437,7 +520,10 @@ async def serve_lines(server: MCPServer, stdin: IO[bytes], stdout: IO[bytes]) ->
     async def reader() -> None:
         while True:
             # abandoned on cancel: Ctrl-C ends the server at once, not at the next line (review h24 F9)
-            line = await anyio.to_thread.run_sync(stdin.readline, abandon_on_cancel=True)
+            line, overlong = await anyio.to_thread.run_sync(read_line, stdin, max_line_bytes, abandon_on_cancel=True)
+            if overlong:
+                await emit(too_long(line, max_line_bytes))
+                continue
             if not line:  # the client closed its side: answer what it asked, then end
                 state["read_all"] = True
                 wake()
@@ -496,6 +582,7 @@ async def serve_lines(server: MCPServer, stdin: IO[bytes], stdout: IO[bytes]) ->
         await outgoing.aclose()
 
 
-def serve(store: Store) -> None:
+def serve(store: Store, max_observation_bytes: int = MAX_OBSERVATION_BYTES) -> None:
     """Serve the tools on standard input/output until the client disconnects (every line answered)."""
-    anyio.run(serve_lines, build_server(store), sys.stdin.buffer, sys.stdout.buffer)
+    anyio.run(serve_lines, build_server(store, max_observation_bytes), sys.stdin.buffer, sys.stdout.buffer,
+              longest_line(max_observation_bytes))

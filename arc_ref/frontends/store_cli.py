@@ -41,6 +41,7 @@ from arc_ref.config import MAX_CONFIG_INTEGER, PRESETS, Config, preset
 from arc_ref.errors import ArcError
 from arc_ref.frontends.exit_status import INSPECT_FAILED, INTERRUPTED, IO, OK, CommandFailed, status_of
 from arc_ref.frontends.streams import silence_stdout
+from arc_ref.json_limits import MAX_LINE_BYTES
 from arc_ref.machine import ArcState, Event, view
 from arc_ref.options import integer_parser, unique_settings
 from arc_ref.persist import DurableStore, StoreError, StoreNotFound, read_rows
@@ -60,6 +61,10 @@ EVENT_LINE_CHARS = 160  # --events clips each line to this many characters unles
 MAX_ROW = 2**63 - 1
 COPY_BATCH = 512  # events stepped and committed together by `arc-ref copy`
 COPY_PROGRESS_S = 5.0  # a progress line on standard error at most this often while a copy (or a forget) runs
+# arc-ref mcp --max-observation-bytes: the largest output store_observation takes, in bytes of UTF-8 (review h59 F7:
+# within the 32 MiB row limit, one output of a single repeated letter took 1.8 GB and 32 s to tokenize; 8 MiB of it
+# takes about 0.6 GB and 6 s)
+MAX_OBSERVATION_BYTES = 8 * 1024 * 1024
 MAX_DAYS = 100_000  # forget --older-than: at most this many days (review h22 F1: past ~739,000 the time was BC)
 
 
@@ -95,6 +100,12 @@ def add_commands(commands: "argparse._SubParsersAction[Any]",
     mcp.add_argument("store", help="path of the store (created when absent, with --preset and --set)")
     mcp.add_argument("--preset", choices=sorted(PRESETS), default=None, help="for a new store (default: paper)")
     mcp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="for a new store")
+    mcp.add_argument("--max-observation-bytes", type=integer_parser(0, MAX_LINE_BYTES), default=MAX_OBSERVATION_BYTES,
+                     metavar="N", help="the largest output store_observation takes, in bytes of UTF-8, refused before"
+                     f" it is tokenized (default {MAX_OBSERVATION_BYTES} = 8 MiB; 0 to {MAX_LINE_BYTES}, the row"
+                     " limit); a line of input is read up to 6 N bytes (an output however JSON escapes it), at"
+                     " most the row limit, plus 65536 for the rest of the call: a longer one is answered -32600 and"
+                     " dropped without being held whole")
     mcp.set_defaults(parse_setting=parse_setting)
     forget = commands.add_parser("forget", help="remove whole proxy conversations (rows, marks, kept reply) from the"
                                                 " proxies' --store: a retention time, or forks left by racing requests")
@@ -736,7 +747,7 @@ def _mcp(arguments: argparse.Namespace) -> int:
         from arc_ref.frontends.mcp_server import serve
 
         try:
-            serve(store)
+            serve(store, arguments.max_observation_bytes)
         except BaseExceptionGroup as group:  # the task group's: a write to standard output that failed
             leaves = _leaves(group)
             if all(isinstance(leaf, BrokenPipeError) for leaf in leaves):

@@ -437,3 +437,67 @@ def test_a_closed_or_failing_standard_stream_is_exit_4_in_one_line(tmp_path: Pat
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 4, done.stderr
     assert done.stderr.startswith(f"arc-ref mcp: {said}") and done.stderr.count("\n") == 1, done.stderr
+
+
+def peak_memory_kib(process: subprocess.Popen[bytes]) -> int:
+    """The peak resident memory of ``process`` so far (Linux: VmHWM of /proc/PID/status)."""
+    status = Path(f"/proc/{process.pid}/status").read_text(encoding="ascii")
+    return int(status.split("VmHWM:", 1)[1].split()[0])
+
+
+def padded(line: bytes, size: int) -> bytes:
+    """``line``, a JSON object, with blanks after it to ``size`` bytes (JSON text may end in white space)."""
+    assert len(line) <= size
+    return line + b" " * (size - len(line))
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads a process's peak memory from /proc")
+def test_a_line_over_the_limit_is_answered_and_never_held_whole(tmp_path: Path) -> None:
+    """Review h59 F7: the server read a line of any length whole before refusing it (120 MB: read, parsed, then
+    refused as a row over 32 MiB, 638 MB of memory). A line is read up to 6 times --max-observation-bytes (an output
+    within the limit however JSON escapes it), at most the row limit, plus 64 KiB: a longer one is answered -32600
+    under its id when that id can be read in the line's start (null otherwise), read to its end a piece at a time
+    and dropped; the server goes on with the next line."""
+    limit = 6 * 1000 + 64 * 1024  # the longest line read with --max-observation-bytes 1000
+    server = Server(tmp_path / "long.arc", "--preset", "minimal", "--max-observation-bytes", "1000")
+    try:
+        assert "result" in server.answer(json.dumps(INITIALIZE).encode())
+        server.send(json.dumps(INITIALIZED).encode())
+        escaped = store_call(1, action="ls", observation="\x01" * 1000)  # each byte 6 on the line (\u0001)
+        stored = server.answer(padded(escaped, limit))  # the longest line read
+        assert stored["id"] == 1 and not stored["result"]["isError"], stored
+        peak = peak_memory_kib(server.process)
+        id_after_params = (b'{"jsonrpc":"2.0","method":"tools/call","params":{"name":"store_observation","arguments":'
+                           b'{"action":"ls","observation":"' + b"z" * 100_000 + b'"}},"id":4}')  # past the first 64 KiB
+        for request_id, line in [(2, padded(store_call(2, action="ls", observation="x"), limit + 1)),
+                                 (3, store_call(3, action="ls", observation="y" * (64 << 20))),
+                                 (None, id_after_params)]:
+            refused = server.answer(line)
+            assert refused["id"] == request_id and refused["error"]["code"] == -32600, refused
+            assert f"a line of more than {limit:,} bytes" in refused["error"]["message"], refused
+            assert "--max-observation-bytes" in refused["error"]["message"]
+        # the 64 MiB line was never held whole (before: read whole, then parsed; far over 64 MiB more)
+        assert peak_memory_kib(server.process) - peak < 16 * 1024, (peak, peak_memory_kib(server.process))
+        assert server.answer(json.dumps({"jsonrpc": "2.0", "id": 5, "method": "ping"}).encode()) == {
+            "jsonrpc": "2.0", "id": 5, "result": {}}
+        assert server.process.stdin is not None and server.process.stdout is not None
+        server.process.stdin.write(store_call(6, action="ls", observation="w" * 100_000))  # no LF: the input ends
+    finally:
+        code, err = server.close()
+    assert code == 0 and "Traceback" not in err, err
+    assert server.process.stdout is not None
+    assert json.loads(server.process.stdout.read())["id"] == 6
+    with DurableStore.open(tmp_path / "long.arc", readonly=True) as opened:
+        assert [record.content for record in opened.state.records] == ["\x01" * 1000]
+
+
+def test_an_id_cut_short_at_the_end_of_a_lines_start_is_not_taken() -> None:
+    """A line too long to read is answered under the id read in its first 64 KiB: a number that reaches the end of
+    that part may be cut short there (12 of 123) and is not taken; a string closed before it is whole."""
+    from arc_ref.frontends.mcp_server import readable_id
+
+    assert readable_id('{"jsonrpc":"2.0","id":12') == 12  # a whole text
+    assert readable_id('{"jsonrpc":"2.0","id":12', cut=True) is None
+    assert readable_id('{"jsonrpc":"2.0","id":12,', cut=True) == 12
+    assert readable_id('{"jsonrpc":"2.0","id":"ab"', cut=True) == "ab"
+    assert readable_id('{"jsonrpc":"2.0","id":"ab', cut=True) is None

@@ -281,3 +281,56 @@ def test_catalog_page_counts_what_another_writer_stored(pg_url: str) -> None:
     finally:
         first.close()
         second.close()
+
+
+def test_an_output_over_max_observation_bytes_is_refused_before_it_is_stored(tmp_path: Path) -> None:
+    """Review h59 F7: one store_observation of 30 MB of a single letter, within the 32 MiB row limit, took 1.8 GB and
+    32 s to tokenize. `arc-ref mcp --max-observation-bytes N` (default 8 MiB, at most the row limit) refuses an
+    output of more than N bytes of UTF-8 (bytes, not characters) before the store tokenizes it, with an error result
+    naming the limit and the option; nothing is stored, and the server goes on serving."""
+    store = tmp_path / "limit.arc"
+
+    async def session() -> None:
+        async with Client(server(store, "--preset", "minimal", "--max-observation-bytes", "10")) as client:
+            fits = await call(client, "store_observation", action="ten bytes", observation="é" * 5)
+            assert not fits.is_error, text_of(fits)
+            for observation, said in [("é" * 5 + "x", "it is 11 bytes of UTF-8, over"),  # 6 characters
+                                      ("x" * 11, "it is 11 characters, more than")]:
+                refused = await call(client, "store_observation", action="too long", observation=observation)
+                assert refused.is_error
+                assert f"{said} this server's limit of 10 bytes of UTF-8" in text_of(refused), text_of(refused)
+                assert "arc-ref mcp --max-observation-bytes N, at most 33,554,432" in text_of(refused)
+            after = await call(client, "store_observation", action="after", observation="ok")
+            assert not after.is_error, text_of(after)
+            assert after.structured_content["index"] == 2
+
+    anyio.run(session)
+    with DurableStore.open(store) as reopened:
+        assert [record.content for record in reopened.state.records] == ["é" * 5, "ok"]
+    for option in ("33554433", "-1", "8MiB"):  # never above the row limit
+        refused = subprocess.run(
+            [sys.executable, "-m", "arc_ref.frontends.cli", "mcp", str(tmp_path / "new.arc"), "--max-observation-bytes",
+             option], capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=scaled_ceiling(60))
+        assert refused.returncode == 2 and "--max-observation-bytes" in refused.stderr, refused.stderr
+        assert not (tmp_path / "new.arc").exists()
+
+
+def test_sizes_name_the_tokenizer_that_counted_them(tmp_path: Path) -> None:
+    """Review h59 F8: the tokens store_observation and recall_meta report are counted in the store's tokenizer, and
+    neither the server's instructions nor any result said which (a client budgeting another model's context could
+    not tell). Now the instructions, store_observation's text and both results' structured content name it."""
+    from arc_ref.frontends.mcp_server import build_server
+
+    async def session(store: DurableStore) -> None:
+        async with Client(build_server(store)) as client:
+            assert client.instructions is not None
+            assert "counted with this store's tokenizer, bytes (a chunk holds at most 8 of its tokens)" \
+                in client.instructions, client.instructions
+            stored = await call(client, "store_observation", action="ls", observation="twelve bytes")
+            assert "12 tokens (bytes) in 2 chunk(s)" in text_of(stored), text_of(stored)
+            assert stored.structured_content["tokenizer"] == "bytes"
+            meta = await call(client, "recall_meta", id=stored.structured_content["id"])
+            assert meta.structured_content["tokenizer"] == "bytes" and meta.structured_content["tokens"] == 12
+
+    with DurableStore.create(tmp_path / "tok.arc", preset("minimal")) as store:
+        anyio.run(session, store)
