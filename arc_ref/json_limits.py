@@ -22,6 +22,10 @@ MAX_INTEGER_DIGITS = 4300
 # The longest trace line `arc-ref replay` reads (spec/trace.md section 1), and so the longest row a store keeps: its
 # export must be a trace that replays.
 MAX_LINE_BYTES = 32 * 1024 * 1024
+# The default of arc-ref mcp --max-observation-bytes: the largest output store_observation takes, in bytes of UTF-8 (review h59 F7:
+# within the 32 MiB row limit, one output of a single repeated letter took 1.8 GB and 32 s to tokenize; 8 MiB of it
+# takes about 0.6 GB and 6 s)
+MAX_OBSERVATION_BYTES = 8 * 1024 * 1024
 
 # The text as a sequence of pieces: a JSON string (a backslash escapes any character), a string that never
 # closes (it runs to the end of the text), or a run outside strings (group 1). Every position starts a piece,

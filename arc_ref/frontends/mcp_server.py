@@ -48,8 +48,7 @@ from mcp.types import (INVALID_PARAMS, PROTOCOL_VERSION_META_KEY, CallToolResult
 from arc_ref.catalog import page_count
 from arc_ref.config import first_lone_surrogate
 from arc_ref.errors import ArcError
-from arc_ref.frontends.store_cli import MAX_OBSERVATION_BYTES
-from arc_ref.json_limits import MAX_LINE_BYTES
+from arc_ref.json_limits import MAX_LINE_BYTES, MAX_OBSERVATION_BYTES
 from arc_ref.machine import AgentResult, AgentTurn, Observe, ObserveResult
 from arc_ref.persist.postgres import Store
 from arc_ref.recall import chunk_count

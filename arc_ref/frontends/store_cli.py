@@ -41,7 +41,7 @@ from arc_ref.config import MAX_CONFIG_INTEGER, PRESETS, Config, preset
 from arc_ref.errors import ArcError
 from arc_ref.frontends.exit_status import INSPECT_FAILED, INTERRUPTED, IO, OK, CommandFailed, status_of
 from arc_ref.frontends.streams import silence_stdout
-from arc_ref.json_limits import MAX_LINE_BYTES
+from arc_ref.json_limits import MAX_LINE_BYTES, MAX_OBSERVATION_BYTES
 from arc_ref.machine import ArcState, Event, view
 from arc_ref.options import integer_parser, unique_settings
 from arc_ref.persist import DurableStore, StoreError, StoreNotFound, read_rows
@@ -61,10 +61,6 @@ EVENT_LINE_CHARS = 160  # --events clips each line to this many characters unles
 MAX_ROW = 2**63 - 1
 COPY_BATCH = 512  # events stepped and committed together by `arc-ref copy`
 COPY_PROGRESS_S = 5.0  # a progress line on standard error at most this often while a copy (or a forget) runs
-# arc-ref mcp --max-observation-bytes: the largest output store_observation takes, in bytes of UTF-8 (review h59 F7:
-# within the 32 MiB row limit, one output of a single repeated letter took 1.8 GB and 32 s to tokenize; 8 MiB of it
-# takes about 0.6 GB and 6 s)
-MAX_OBSERVATION_BYTES = 8 * 1024 * 1024
 MAX_DAYS = 100_000  # forget --older-than: at most this many days (review h22 F1: past ~739,000 the time was BC)
 
 
