@@ -1973,18 +1973,26 @@ def prepare(settings: ProxySettings) -> ProxySettings:
     return prepared
 
 
+RESERVE_FLOOR = 256
+"""The least completion reserve G_max the proxy lowers its default to for a prefix that leaves less (review h54 F6)."""
+
+
 def conversation_config(settings: ProxySettings, system: str, goal: str, tools: Sequence[Mapping[str, Any]],
                         template_kwargs: tuple[tuple[str, Any], ...]) -> Config:
     """A conversation's configuration: the served window, the prefix its agent sent (system text with ARC's note,
     tools listing, goal) and budgets derived from both (`arc_ref.budgets.fit_to_window`, the one owner of that
-    rule; spec/parameters.md), but those ``--set`` gives, which are kept. ConfigError (WindowTooSmall naming the
-    numbers) when the prefix alone cannot fit."""
+    rule; spec/parameters.md), but those ``--set`` gives, which are kept. The completion reserve G_max is
+    min(the preset's, L_ctx // 2), and for a prefix that cannot fit beside it, half of what the prefix's smallest
+    view leaves, when that is at least `RESERVE_FLOOR` (`lowered_reserve`: the rest grows the view's budgets):
+    nothing to configure for a long system prompt on a small window (review h54 F6: mini-swe-agent's at 4,096).
+    ConfigError (WindowTooSmall naming the numbers) when the prefix cannot fit even so."""
     overrides = dict(settings.overrides)
     window = settings.context_limit if settings.context_limit is not None else overrides.get("context_limit")
     if window is None:
         window = PRESETS[settings.preset_name].context_limit
     overrides["context_limit"] = window
-    overrides.setdefault("max_completion", min(PRESETS[settings.preset_name].max_completion, int(window) // 2))
+    reserve_cap = PRESETS[settings.preset_name].max_completion
+    overrides.setdefault("max_completion", min(reserve_cap, int(window) // 2))
     config = preset(settings.preset_name, **overrides, tokenizer=settings.tokenizer, chat_format="template",
                     action_mode="tools", tools=list(tools), system=system, goal=goal, template_kwargs=template_kwargs)
     kept = {name: value for name, value in settings.overrides.items() if name in DERIVED_FIELDS}
@@ -1993,21 +2001,36 @@ def conversation_config(settings: ProxySettings, system: str, goal: str, tools: 
     except WindowTooSmall as problem:
         if "max_completion" in settings.overrides:
             raise
-        raise proxy_window_too_small(problem, int(window), PRESETS[settings.preset_name].max_completion) from None
+        lowered = lowered_reserve(problem.needed, int(window))
+        if lowered is None:
+            raise proxy_window_too_small(problem, int(window), reserve_cap) from None
+        return fit_to_window(config.replace(max_completion=lowered), keep=kept, check=False)
+
+
+def lowered_reserve(needed: int, window: int) -> int | None:
+    """The completion reserve for a prefix whose smallest view needs ``needed`` tokens of prompt, more than the
+    default reserve leaves of ``window``: half of what that view leaves, the other half growing the view's budgets
+    (M, R, P, Q); None when that is less than `RESERVE_FLOOR` (the prefix is refused). K <= L = L_ctx - G_max still
+    holds, and ``max_tokens`` is capped at this G_max."""
+    reserve = (window - needed) // 2
+    return reserve if reserve >= RESERVE_FLOOR else None
 
 
 def proxy_window_too_small(problem: WindowTooSmall, window: int, reserve_cap: int) -> WindowTooSmall:
     """``problem`` (the core's, whose smallest window keeps G_max fixed) told with the proxy's own reserve, G_max =
     min(``reserve_cap``, window // 2), which grows with the window (review h30 F3: it said 4214 at 4096, then 4273 at
-    4214; 4331 was needed): the smallest window W with W - min(cap, W // 2) >= the prompt needed, and the option
-    that sets the reserve."""
+    4214; 4331 was needed), or, for a prefix that leaves less, `lowered_reserve`: the smallest window W with either
+    W - min(cap, W // 2) >= the prompt needed or (W - needed) // 2 >= `RESERVE_FLOOR`, and the option that sets the
+    reserve."""
     needed = problem.needed
-    smallest = 2 * needed - 1 if needed - 1 <= reserve_cap else needed + reserve_cap
+    default_smallest = 2 * needed - 1 if needed - 1 <= reserve_cap else needed + reserve_cap
+    smallest = min(default_smallest, needed + 2 * RESERVE_FLOOR)
     room = window - needed
     fix = (f", or a completion reserve of at most {room} tokens: --set max_completion=N (N <= {room})" if room > 0
            else "")
     return WindowTooSmall(needed, smallest, f"{problem.shortfall}; this proxy reserves G_max = min({reserve_cap},"
-                          f" L_ctx // 2) for the completion, so a window of at least {smallest} tokens is needed{fix},"
+                          f" L_ctx // 2) for the completion, or half of what the prefix leaves when that is at least"
+                          f" {RESERVE_FLOOR}, so a window of at least {smallest} tokens is needed{fix},"
                           " or a shorter system text, tools listing or goal", problem.shortfall)
 
 
@@ -2036,6 +2059,6 @@ def upstream_headers(settings: ProxySettings, authorization: str | None) -> dict
 
 
 __all__ = ["ARC_NOTE", "AgentMessage", "AgentMessages", "Conversations", "KnownMessages", "Proxy", "ProxySettings", "Refused", "StartRefused",
-           "agent_message", "chain_next", "chain_root", "conversation_config", "listening_socket", "prepare",
+           "RESERVE_FLOOR", "agent_message", "chain_next", "chain_root", "conversation_config", "listening_socket", "prepare",
            "RawMessage", "BodyMessages", "ChainPrefix", "UNREADABLE", "read_json_value", "settings_from", "sse_chunks",
            "upstream_headers"]

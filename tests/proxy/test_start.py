@@ -18,7 +18,7 @@ from tests.proxy.harness import BASH_TOOL, QWEN3, needs_qwen3, serve_app, serve_
 import attrs  # noqa: E402
 import httpx  # noqa: E402  (after the harness, which skips without the proxy extra)
 
-from arc_ref.frontends.proxy import ProxySettings, StartRefused, prepare  # noqa: E402
+from arc_ref.frontends.proxy import RESERVE_FLOOR, ProxySettings, StartRefused, prepare  # noqa: E402
 from arc_ref.frontends.proxy_app import build_app  # noqa: E402
 from arc_eval.agent.recall_then_submit import RecallThenSubmitPolicy  # noqa: E402
 from arc_eval.backends.scripted_server import build_app as build_upstream  # noqa: E402
@@ -46,10 +46,12 @@ def zero_config(upstream_url: str, **extra: Any) -> ProxySettings:
     return prepare(ProxySettings(upstream=upstream_url, tokenizer=f"hf-dir:{QWEN3}", **extra))
 
 
-@pytest.mark.parametrize("window", [16384, 8192])
+@pytest.mark.parametrize("window", [16384, 8192, 4096, 3072])
 def test_mini_swe_agents_prefix_is_served_with_no_budget_given(window: int) -> None:
     """Before: 400 'K = 1498 + 2048 + 4096 + 1024 + 4096 + 64 = 12826 exceeds L = 12288' (16384), and at 8192
-    page_size as well. Now the window comes from GET /models and the budgets from the prefix."""
+    page_size as well. Now the window comes from GET /models and the budgets from the prefix. At 4096 and 3072
+    (review h54 F6: refused, G_max = L_ctx // 2 left the prefix no room) the reserve is lowered to half of what the
+    prefix's smallest view leaves, and max_tokens is capped there."""
     upstream = build_upstream(RecallThenSubmitPolicy(), max_model_len=window, tokenizer=str(QWEN3),
                               model_name="scripted")
     with serve_in_thread(upstream) as upstream_url:
@@ -63,10 +65,15 @@ def test_mini_swe_agents_prefix_is_served_with_no_budget_given(window: int) -> N
     assert rounds and all(record["limit"] + record["max_tokens"] <= window for record in rounds)
     assert all(record["upstream_prompt_tokens"] == record["view_tokens"] <= record["budget"] <= record["limit"]
                for record in rounds)
+    reserve = rounds[0]["max_tokens"]  # the request asks none: the cap, G_max
+    if window >= 8192:
+        assert reserve == min(4096, window // 2)
+    else:
+        assert RESERVE_FLOOR <= reserve < window // 2 and rounds[0]["limit"] == window - reserve
 
 
 def test_a_prefix_that_cannot_fit_the_window_is_refused_naming_the_numbers() -> None:
-    upstream = build_upstream(RecallThenSubmitPolicy(), max_model_len=3072, tokenizer=str(QWEN3),
+    upstream = build_upstream(RecallThenSubmitPolicy(), max_model_len=2500, tokenizer=str(QWEN3),
                               model_name="scripted")
     with serve_in_thread(upstream) as upstream_url, serve_app(build_app(zero_config(upstream_url))) as base_url:
         response = httpx.post(f"{base_url}/chat/completions", timeout=120,
@@ -74,7 +81,7 @@ def test_a_prefix_that_cannot_fit_the_window_is_refused_naming_the_numbers() -> 
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["type"] == "arc_refused" and error["code"] == "configuration"
-    assert "a window of at least" in error["message"] and "L = L_ctx - G_max = 3072" in error["message"]
+    assert "a window of at least" in error["message"] and "L = L_ctx - G_max = 2500" in error["message"]
 
 
 def test_the_window_comes_from_the_upstream_and_a_larger_one_is_refused() -> None:
@@ -224,7 +231,7 @@ def test_the_smallest_window_a_refusal_names_is_the_smallest_the_proxy_serves() 
             return httpx.post(f"{base_url}/chat/completions", timeout=120,
                               json={"model": "scripted", "messages": mini_prefix(), "tools": [BASH_TOOL]})
 
-    refused = first_request(3072)
+    refused = first_request(2500)
     assert refused.status_code == 400
     message = refused.json()["error"]["message"]
     assert "--set max_completion=N" in message, message
