@@ -349,4 +349,39 @@ def mutation_vectors() -> tuple[TraceVector, ...]:
                      obs("cat b.txt", "b = 1\t\t"), agent("done", "echo ok"), compact("forced"), VIEW),
                     (("S is 144 tokens",
                       lambda outputs: bool(ops(outputs, "view")[0]["components"]["summary"] == 144)),)),
-    ) + tool_mode_mutation_vectors()
+    ) + tool_mode_mutation_vectors() + spec_port_vectors()
+
+
+def spec_port_vectors() -> tuple[TraceVector, ...]:
+    """Review h68's readings of the text that no earlier vector decided (its cold JavaScript port passed every
+    vector with either reading); review h69 wrote each trace against a one-line mutation of the reference that
+    takes the other reading, red there and green on the reference."""
+    tabs = "a\tb\tc\td\te\tf\tg\th"
+    listing = "ls\t-la\t/tmp\t/var\t/usr\t/opt\t/srv\t/home\t/etc\t/x"
+    bells = "\u0007" * 9
+    return (
+        TraceVector("command_action_entries_fold_one_at_a_time", ("rendering.md §10", "rendering.md §11.1",
+                                                                  "rendering.md §11.2"),
+                    "In text mode every entry of H is a unit of its own: a command action appends its agent entry"
+                    " and its command-result entry together, but the routine folds them one at a time (low_water 50,"
+                    " h_low 208): line 5 folds 2 (the observation and turn 1's agent entry) and turn 1's"
+                    " command-result entry stays in H. Folded as one unit with its agent entry, it would fold 3.",
+                    (config("minimal", low_water=50), obs("ls", "a.txt"),
+                     agent("I will look at the listing again with a long thought " + "x" * 120, "catalog-first"),
+                     obs("cat a.txt", "hello"), compact("forced"), VIEW),
+                    (folded_at(5, 2), ("the agent entry is in S", view_has("\nturn 1: thought: I will look … |")),
+                     ("the command result is still in H",
+                      view_has("Result of your command:\ncatalog-first: catalog page 1/1 is shown")))),
+        TraceVector("summary_items_escape_then_clip", ("rendering.md §11.2",),
+                    "A summary item's thought, action and joined notes are escaped first, then clipped (thought_chars"
+                    " 12, action_chars 40): the thought keeps 4 of its TABs (a\\tb\\tc\\td\\t…), the action 7,"
+                    " and the note, whose \\x07 escapes escape_line doubles, 5 of its 9 BELs. Clipped first (as"
+                    " section 10 echoes an ignored line), each would keep more.",
+                    (config("minimal", action_chars=40), agent(tabs, listing), agent("", "_recall_meta " + bells),
+                     obs("ls", "x"), compact("forced"), VIEW),
+                    (folded_at(5, 3),
+                     ("the thought and action items", view_has(
+                         "turn 1: thought: a\\tb\\tc\\td\\t… | action: ls\\t-la\\t/tmp\\t/var\\t/usr\\t/opt"
+                         "\\t/srv\\t/…\n")),
+                     ("the result item", view_has("turn 2: result: _recall_meta " + "\\\\x07" * 5 + "\\\\…")))),
+    )
