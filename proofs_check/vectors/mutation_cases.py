@@ -23,7 +23,9 @@ from proofs_check.vectors.dsl import (
     tool_result,
     tool_turn,
 )
-from proofs_check.vectors.features import errors_on, ops, response_has, view_has
+from proofs_check.vectors.features import (
+    errors_on, inline_in_summary, ops, response_has, summary_section, view_has,
+)
 
 RUNS = (  # outputs and turns of uneven sizes: a fold that shrinks G as well (review h25's search)
     obs("run 0", "o0 " * 20), obs("run 1", "o1 " * 6), agent("think 2 " * 6, "run 2"), obs("run 3", "o3 o"),
@@ -384,4 +386,29 @@ def spec_port_vectors() -> tuple[TraceVector, ...]:
                          "turn 1: thought: a\\tb\\tc\\td\\t… | action: ls\\t-la\\t/tmp\\t/var\\t/usr\\t/opt"
                          "\\t/srv\\t/…\n")),
                      ("the result item", view_has("turn 2: result: _recall_meta " + "\\\\x07" * 5 + "\\\\…")))),
+        TraceVector("fold_stops_at_the_target", ("rendering.md §11.2",),
+                    "The routine folds while more than the target is left, strictly: low_water 25 makes h_low 104, and"
+                    " the last two observations cost 104 together, so line 5 folds 1 and leaves H at 104 tokens."
+                    " Folding while remaining >= target, it would fold 2.",
+                    (config("minimal", low_water=25), obs("a", "x" * 10), obs("b", "y" * 3), obs("c", "z" * 5),
+                     compact("forced"), VIEW),
+                    (folded_at(5, 1), ("H keeps 104 tokens",
+                                       lambda outputs: bool(ops(outputs, "view")[0]["components"]["recent"] == 104)))),
+        TraceVector("ignored_line_echoed_stripped", ("rendering.md §10",),
+                    "An ignored line is echoed as parsed, stripped of ASCII whitespace at both ends: the line"
+                    " '   note one' + TAB + CR is echoed as 'note one' (unstripped, its spaces and its escaped TAB and"
+                    " CR would be echoed too).",
+                    (config("minimal"), agent("list", "catalog-first\n   note one\t\r\n")),
+                    (("the echo", response_has("\nignored (not a command): note one")),
+                     ("nothing after it", lambda outputs: str(outputs[1]["response"]).endswith(": note one")))),
+        TraceVector("inline_test_counts_summary_frame", ("rendering.md §11.2",),
+                    "An observation is summarized inline only when summary_frame + line(inline) <= M (the frame with"
+                    " the widest omitted line, 175 tokens under minimal; keep_verbatim_chars 400): 150 characters"
+                    " give an inline line of 177 tokens, 352 > M = 320, so the stub is used. Tested against"
+                    " summary_base (100) instead, 277 <= 320, it would be inline.",
+                    (config("minimal", keep_verbatim_chars=400), obs("cat f", "w" * 150), agent("t", "ls"),
+                     compact("forced"), VIEW),
+                    (folded_at(4, 1), ("the stub in S", lambda outputs: "\n§01-1 rc=0 150ch 150tok $ cat f | head:" in
+                                        summary_section(str(ops(outputs, "view")[0]["text"]))),
+                     ("no inline item in S", lambda outputs: not inline_in_summary(outputs)))),
     )
