@@ -411,4 +411,13 @@ def spec_port_vectors() -> tuple[TraceVector, ...]:
                     (folded_at(4, 1), ("the stub in S", lambda outputs: "\n§01-1 rc=0 150ch 150tok $ cat f | head:" in
                                         summary_section(str(ops(outputs, "view")[0]["text"]))),
                      ("no inline item in S", lambda outputs: not inline_in_summary(outputs)))),
+        TraceVector("cost_agent_tokens_leave_out_command_results", ("rendering.md §11.1",),
+                    "The cost rule's a (E = max(1, a) by default) is the tokens of the agent turns in H, the agent"
+                    " entries only: line 7's command action appends an agent entry and a command-result entry, and"
+                    " the state is kept (folded 0). With the command-result entry counted in a as well, E is larger"
+                    " and line 7 folds 6.",
+                    (config("minimal", prefill_cost=5, low_water=10), agent("think " * 6, "run 0"),
+                     obs("cat f1", "o1 " * 9), agent("think ", "run 2"), obs("cat f3", "o3 "),
+                     obs("cat f4", "o4 " * 6), agent("t " * 4, "catalog-first"), VIEW),
+                    (folded_at(7, 0),)),
     )
