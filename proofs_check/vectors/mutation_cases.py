@@ -420,4 +420,12 @@ def spec_port_vectors() -> tuple[TraceVector, ...]:
                      obs("cat f1", "o1 " * 9), agent("think ", "run 2"), obs("cat f3", "o3 "),
                      obs("cat f4", "o4 " * 6), agent("t " * 4, "catalog-first"), VIEW),
                     (folded_at(7, 0),)),
+        TraceVector("cost_copy_test_holds_at_equality", ("rendering.md §11.1",),
+                    "The cost rule's inequality is E * X^2 >= 2 * prefill_cost * Y * h, equality included: nine"
+                    " normal turns (prefill_cost 10, low_water 50); at line 10 the copy measures X = 100 and Y = 500"
+                    " with E = a = h = 600, and 600 * 100^2 = 2 * 10 * 500 * 600, so the fold is taken (6 entries)."
+                    " Read as >, line 10 keeps.",
+                    (config("minimal", prefill_cost=10, low_water=50),
+                     *(agent("t " * times, f"run {number}") for number, times in enumerate((5, 7, 5, 7, 7, 3, 0, 6, 8)))),
+                    (folded_at(10, 6),)),
     )
