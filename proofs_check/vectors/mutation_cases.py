@@ -23,7 +23,9 @@ from proofs_check.vectors.dsl import (
     tool_result,
     tool_turn,
 )
-from proofs_check.vectors.features import errors_on, ops, response_has, view_has
+from proofs_check.vectors.features import (
+    errors_on, inline_in_summary, ops, response_has, summary_section, view_has,
+)
 
 RUNS = (  # outputs and turns of uneven sizes: a fold that shrinks G as well (review h25's search)
     obs("run 0", "o0 " * 20), obs("run 1", "o1 " * 6), agent("think 2 " * 6, "run 2"), obs("run 3", "o3 o"),
@@ -349,4 +351,81 @@ def mutation_vectors() -> tuple[TraceVector, ...]:
                      obs("cat b.txt", "b = 1\t\t"), agent("done", "echo ok"), compact("forced"), VIEW),
                     (("S is 144 tokens",
                       lambda outputs: bool(ops(outputs, "view")[0]["components"]["summary"] == 144)),)),
-    ) + tool_mode_mutation_vectors()
+    ) + tool_mode_mutation_vectors() + spec_port_vectors()
+
+
+def spec_port_vectors() -> tuple[TraceVector, ...]:
+    """Review h68's readings of the text that no earlier vector decided (its cold JavaScript port passed every
+    vector with either reading); review h69 wrote each trace against a one-line mutation of the reference that
+    takes the other reading, red there and green on the reference."""
+    tabs = "a\tb\tc\td\te\tf\tg\th"
+    listing = "ls\t-la\t/tmp\t/var\t/usr\t/opt\t/srv\t/home\t/etc\t/x"
+    bells = "\u0007" * 9
+    return (
+        TraceVector("command_action_entries_fold_one_at_a_time", ("rendering.md §10", "rendering.md §11.1",
+                                                                  "rendering.md §11.2"),
+                    "In text mode every entry of H is a unit of its own: a command action appends its agent entry"
+                    " and its command-result entry together, but the routine folds them one at a time (low_water 50,"
+                    " h_low 208): line 5 folds 2 (the observation and turn 1's agent entry) and turn 1's"
+                    " command-result entry stays in H. Folded as one unit with its agent entry, it would fold 3.",
+                    (config("minimal", low_water=50), obs("ls", "a.txt"),
+                     agent("I will look at the listing again with a long thought " + "x" * 120, "catalog-first"),
+                     obs("cat a.txt", "hello"), compact("forced"), VIEW),
+                    (folded_at(5, 2), ("the agent entry is in S", view_has("\nturn 1: thought: I will look … |")),
+                     ("the command result is still in H",
+                      view_has("Result of your command:\ncatalog-first: catalog page 1/1 is shown")))),
+        TraceVector("summary_items_escape_then_clip", ("rendering.md §11.2",),
+                    "A summary item's thought, action and joined notes are escaped first, then clipped (thought_chars"
+                    " 12, action_chars 40): the thought keeps 4 of its TABs (a\\tb\\tc\\td\\t…), the action 7,"
+                    " and the note, whose \\x07 escapes escape_line doubles, 5 of its 9 BELs. Clipped first (as"
+                    " section 10 echoes an ignored line), each would keep more.",
+                    (config("minimal", action_chars=40), agent(tabs, listing), agent("", "_recall_meta " + bells),
+                     obs("ls", "x"), compact("forced"), VIEW),
+                    (folded_at(5, 3),
+                     ("the thought and action items", view_has(
+                         "turn 1: thought: a\\tb\\tc\\td\\t… | action: ls\\t-la\\t/tmp\\t/var\\t/usr\\t/opt"
+                         "\\t/srv\\t/…\n")),
+                     ("the result item", view_has("turn 2: result: _recall_meta " + "\\\\x07" * 5 + "\\\\…")))),
+        TraceVector("fold_stops_at_the_target", ("rendering.md §11.2",),
+                    "The routine folds while more than the target is left, strictly: low_water 25 makes h_low 104, and"
+                    " the last two observations cost 104 together, so line 5 folds 1 and leaves H at 104 tokens."
+                    " Folding while remaining >= target, it would fold 2.",
+                    (config("minimal", low_water=25), obs("a", "x" * 10), obs("b", "y" * 3), obs("c", "z" * 5),
+                     compact("forced"), VIEW),
+                    (folded_at(5, 1), ("H keeps 104 tokens",
+                                       lambda outputs: bool(ops(outputs, "view")[0]["components"]["recent"] == 104)))),
+        TraceVector("ignored_line_echoed_stripped", ("rendering.md §10",),
+                    "An ignored line is echoed as parsed, stripped of ASCII whitespace at both ends: the line"
+                    " '   note one' + TAB + CR is echoed as 'note one' (unstripped, its spaces and its escaped TAB and"
+                    " CR would be echoed too).",
+                    (config("minimal"), agent("list", "catalog-first\n   note one\t\r\n")),
+                    (("the echo", response_has("\nignored (not a command): note one")),
+                     ("nothing after it", lambda outputs: str(outputs[1]["response"]).endswith(": note one")))),
+        TraceVector("inline_test_counts_summary_frame", ("rendering.md §11.2",),
+                    "An observation is summarized inline only when summary_frame + line(inline) <= M (the frame with"
+                    " the widest omitted line, 175 tokens under minimal; keep_verbatim_chars 400): 150 characters"
+                    " give an inline line of 177 tokens, 352 > M = 320, so the stub is used. Tested against"
+                    " summary_base (100) instead, 277 <= 320, it would be inline.",
+                    (config("minimal", keep_verbatim_chars=400), obs("cat f", "w" * 150), agent("t", "ls"),
+                     compact("forced"), VIEW),
+                    (folded_at(4, 1), ("the stub in S", lambda outputs: "\n§01-1 rc=0 150ch 150tok $ cat f | head:" in
+                                        summary_section(str(ops(outputs, "view")[0]["text"]))),
+                     ("no inline item in S", lambda outputs: not inline_in_summary(outputs)))),
+        TraceVector("cost_agent_tokens_leave_out_command_results", ("rendering.md §11.1",),
+                    "The cost rule's a (E = max(1, a) by default) is the tokens of the agent turns in H, the agent"
+                    " entries only: line 7's command action appends an agent entry and a command-result entry, and"
+                    " the state is kept (folded 0). With the command-result entry counted in a as well, E is larger"
+                    " and line 7 folds 6.",
+                    (config("minimal", prefill_cost=5, low_water=10), agent("think " * 6, "run 0"),
+                     obs("cat f1", "o1 " * 9), agent("think ", "run 2"), obs("cat f3", "o3 "),
+                     obs("cat f4", "o4 " * 6), agent("t " * 4, "catalog-first"), VIEW),
+                    (folded_at(7, 0),)),
+        TraceVector("cost_copy_test_holds_at_equality", ("rendering.md §11.1",),
+                    "The cost rule's inequality is E * X^2 >= 2 * prefill_cost * Y * h, equality included: nine"
+                    " normal turns (prefill_cost 10, low_water 50); at line 10 the copy measures X = 100 and Y = 500"
+                    " with E = a = h = 600, and 600 * 100^2 = 2 * 10 * 500 * 600, so the fold is taken (6 entries)."
+                    " Read as >, line 10 keeps.",
+                    (config("minimal", prefill_cost=10, low_water=50),
+                     *(agent("t " * times, f"run {number}") for number, times in enumerate((5, 7, 5, 7, 7, 3, 0, 6, 8)))),
+                    (folded_at(10, 6),)),
+    )
