@@ -597,6 +597,10 @@ class RoundRecord:
     seq: int = 0  # the conversation's rows when its view was taken (orders one conversation's rounds)
     owner: str = attrs.field(default="", repr=False)  # with --client-keys: a digest of the caller's key
     upstream_cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens (vLLM's prefix cache)
+    # the conversation's completion reserve G_max, and the max_tokens (or max_completion_tokens) the client asked,
+    # None when it asked none: max_tokens is the smaller of the two (review h70 F2: a cap was seen nowhere)
+    completion_reserve: int = 0
+    asked_max_tokens: int | None = None
 
 
 def cached_tokens(usage: Mapping[str, Any]) -> int | None:
@@ -1620,7 +1624,8 @@ class Proxy:
             request["min_tokens"] = max_tokens
         record = RoundRecord(conversation.key, hidden, tokens, state.setup.budget, state.setup.limit, max_tokens,
                              0, None, bool(body.get("stream")), view_digest(messages, tools), conversation.seq,
-                             REQUEST_OWNER.get())
+                             REQUEST_OWNER.get(), completion_reserve=cap,
+                             asked_max_tokens=asked[0] if asked else None)
         self._log_round(conversation, record)
         metrics = self.metrics
         metrics.view_tokens_sent += tokens

@@ -77,6 +77,25 @@ def test_mini_swe_agents_prefix_is_served_with_no_budget_given(window: int) -> N
     assert reserve == 4096 if window == 16384 else reserve < window // 2
 
 
+def test_the_rounds_say_what_max_tokens_the_client_asked_and_the_reserve_that_capped_it() -> None:
+    """Review h70 F2: an agent asking max_tokens 3000 at a 4,096 window got a reply cut at G_max, and /arc/rounds
+    showed only the max_tokens sent; now each round also gives the client's own and the conversation's G_max."""
+    upstream = build_upstream(RecallThenSubmitPolicy(), max_model_len=4096, tokenizer=str(QWEN3),
+                              model_name="scripted")
+    with serve_in_thread(upstream) as upstream_url, serve_app(build_app(zero_config(upstream_url))) as base_url:
+        for asked in ({"max_tokens": 3000}, {"max_completion_tokens": 96}, {}):
+            response = httpx.post(f"{base_url}/chat/completions", timeout=120,
+                                  json={"model": "scripted", "messages": mini_prefix(), "tools": [BASH_TOOL],
+                                        **asked, "metadata": {"conversation_id": f"c-{len(asked)}-{asked}"}})
+            assert response.status_code == 200, response.text
+        rounds = httpx.get(base_url.removesuffix("/v1") + "/arc/rounds").json()
+    firsts = [record for record in rounds if not record["hidden"]]
+    reserve = firsts[0]["completion_reserve"]
+    assert RESERVE_FLOOR <= reserve < 3000 and all(record["completion_reserve"] == reserve for record in rounds)
+    assert [(record["asked_max_tokens"], record["max_tokens"]) for record in firsts] == [
+        (3000, reserve), (96, 96), (None, reserve)]
+
+
 def test_a_larger_window_never_gives_a_smaller_reserve_view_or_chunk() -> None:
     """Review h70 F1: the reserve was min(4096, L_ctx // 2), lowered only where that left the prefix no room, so
     one token of window past that point dropped K to the smallest view's (mini's prefix: K 3306 and chunks of 243
