@@ -66,6 +66,9 @@ class WindowBudgets:
     shares_available: int
     limit: int  # L = L_ctx - G_max
     prefix_tokens: int  # B
+    # the prompt of the smallest view the prefix allows: B + eta + the floors of M, R, P (one stub) and Q (one-token
+    # chunks); K is at least this whatever the window (WindowTooSmall's ``needed`` when L is less)
+    smallest_prompt: int
     summary_budget: int  # M
     recent_budget: int  # R
     page_budget: int  # P
@@ -112,6 +115,10 @@ def window_budgets(config: Config, *, recall_budget: int = PREFERRED_RECALL_BUDG
     limit = config.context_limit - config.max_completion
     preferred_recall = max(recall_budget, recall_frame + chunk_tokens)
 
+    smallest = {name: floors[name] for name, _ in FLOOR_SHARES if name != "recall_budget"}
+    smallest["recall_budget"] = recall_frame + 1
+    smallest_prompt = prefix_tokens + overhead + sum(smallest.values())
+
     available = limit - prefix_tokens - preferred_recall - overhead
     total_shares = sum(share for _, share in SHARES)
     split = {name: available * share // total_shares for name, share in SHARES}
@@ -119,13 +126,12 @@ def window_budgets(config: Config, *, recall_budget: int = PREFERRED_RECALL_BUDG
     if not short:  # (every floor is positive, so a negative A leaves some share short)
         return WindowBudgets(
             regime="shares", shortfall=None, shares_available=available, limit=limit, prefix_tokens=prefix_tokens,
+            smallest_prompt=smallest_prompt,
             page_size=page_size_of(split["page_budget"], page_frame, stub_cap), stub_cap=stub_cap,
             recall_budget=preferred_recall, chunk_tokens=chunk_tokens, overhead=overhead, **split,
         )
 
-    smallest = {name: floors[name] for name, _ in FLOOR_SHARES if name != "recall_budget"}
-    smallest["recall_budget"] = recall_frame + 1
-    surplus = limit - prefix_tokens - overhead - sum(smallest.values())
+    surplus = limit - smallest_prompt
     if surplus < 0:
         shortfall = (
             f"the prefix cannot fit the window: B = {prefix_tokens} (the system text, tools listing and goal) +"
@@ -147,7 +153,7 @@ def window_budgets(config: Config, *, recall_budget: int = PREFERRED_RECALL_BUDG
     grown["recall_budget"] = capped
     return WindowBudgets(
         regime="floors", shortfall=short[0], shares_available=available,
-        limit=limit, prefix_tokens=prefix_tokens,
+        limit=limit, prefix_tokens=prefix_tokens, smallest_prompt=smallest_prompt,
         page_size=page_size_of(grown["page_budget"], page_frame, stub_cap), stub_cap=stub_cap,
         chunk_tokens=min(chunk_tokens, capped - recall_frame), overhead=overhead, **grown,
     )

@@ -66,8 +66,8 @@ import attrs
 import httpx
 import msgspec
 
-from arc_ref.budgets import DERIVED_FIELDS, WindowTooSmall, fit_to_window
-from arc_ref.config import PRESETS, Config, preset
+from arc_ref.budgets import DERIVED_FIELDS, WindowBudgets, WindowTooSmall, fit_to_window, window_budgets
+from arc_ref.config import MAX_CONFIG_INTEGER, PRESETS, Config, preset
 from arc_ref.errors import ArcError
 from arc_ref.machine import (
     ArcState,
@@ -597,6 +597,10 @@ class RoundRecord:
     seq: int = 0  # the conversation's rows when its view was taken (orders one conversation's rounds)
     owner: str = attrs.field(default="", repr=False)  # with --client-keys: a digest of the caller's key
     upstream_cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens (vLLM's prefix cache)
+    # the conversation's completion reserve G_max, and the max_tokens (or max_completion_tokens) the client asked,
+    # None when it asked none: max_tokens is the smaller of the two (review h70 F2: a cap was seen nowhere)
+    completion_reserve: int = 0
+    asked_max_tokens: int | None = None
 
 
 def cached_tokens(usage: Mapping[str, Any]) -> int | None:
@@ -1620,7 +1624,8 @@ class Proxy:
             request["min_tokens"] = max_tokens
         record = RoundRecord(conversation.key, hidden, tokens, state.setup.budget, state.setup.limit, max_tokens,
                              0, None, bool(body.get("stream")), view_digest(messages, tools), conversation.seq,
-                             REQUEST_OWNER.get())
+                             REQUEST_OWNER.get(), completion_reserve=cap,
+                             asked_max_tokens=asked[0] if asked else None)
         self._log_round(conversation, record)
         metrics = self.metrics
         metrics.view_tokens_sent += tokens
@@ -1974,64 +1979,63 @@ def prepare(settings: ProxySettings) -> ProxySettings:
 
 
 RESERVE_FLOOR = 256
-"""The least completion reserve G_max the proxy lowers its default to for a prefix that leaves less (review h54 F6)."""
+"""The least completion reserve G_max the proxy gives a conversation; a prefix that leaves less is refused."""
 
 
 def conversation_config(settings: ProxySettings, system: str, goal: str, tools: Sequence[Mapping[str, Any]],
                         template_kwargs: tuple[tuple[str, Any], ...]) -> Config:
     """A conversation's configuration: the served window, the prefix its agent sent (system text with ARC's note,
     tools listing, goal) and budgets derived from both (`arc_ref.budgets.fit_to_window`, the one owner of that
-    rule; spec/parameters.md), but those ``--set`` gives, which are kept. The completion reserve G_max is
-    min(the preset's, L_ctx // 2), and for a prefix that cannot fit beside it, half of what the prefix's smallest
-    view leaves, when that is at least `RESERVE_FLOOR` (`lowered_reserve`: the rest grows the view's budgets):
-    nothing to configure for a long system prompt on a small window (review h54 F6: mini-swe-agent's at 4,096).
-    ConfigError (WindowTooSmall naming the numbers) when the prefix cannot fit even so."""
+    rule; spec/parameters.md), but those ``--set`` gives, which are kept. The completion reserve G_max, unless
+    ``--set max_completion`` gives one, is `completion_reserve`: the preset's 4096, or half of what the prefix's
+    smallest view leaves of the window when that is less, so that a larger window never gives a smaller view
+    (review h70 F1) and a long system prompt on a small window needs nothing configured (review h54 F6).
+    ConfigError (WindowTooSmall naming the numbers) when the prefix cannot fit."""
     overrides = dict(settings.overrides)
     window = settings.context_limit if settings.context_limit is not None else overrides.get("context_limit")
     if window is None:
         window = PRESETS[settings.preset_name].context_limit
     overrides["context_limit"] = window
     reserve_cap = PRESETS[settings.preset_name].max_completion
-    overrides.setdefault("max_completion", min(reserve_cap, int(window) // 2))
+    overrides.setdefault("max_completion", reserve_cap)
     config = preset(settings.preset_name, **overrides, tokenizer=settings.tokenizer, chat_format="template",
                     action_mode="tools", tools=list(tools), system=system, goal=goal, template_kwargs=template_kwargs)
     kept = {name: value for name, value in settings.overrides.items() if name in DERIVED_FIELDS}
-    try:
-        return fit_to_window(config, keep=kept, check=False)  # init checks it (K <= L, every floor)
-    except WindowTooSmall as problem:
-        if "max_completion" in settings.overrides:
-            raise
-        lowered = lowered_reserve(problem.needed, int(window))
-        if lowered is None:
-            raise proxy_window_too_small(problem, int(window), reserve_cap) from None
-        return fit_to_window(config.replace(max_completion=lowered), keep=kept, check=False)
+    if "max_completion" not in settings.overrides:
+        # the smallest view's prompt does not depend on the window: measured against the largest one
+        smallest = window_budgets(config.replace(context_limit=MAX_CONFIG_INTEGER, max_completion=1))
+        reserve = completion_reserve(smallest.smallest_prompt, int(window), reserve_cap)
+        if reserve is None:
+            raise proxy_window_too_small(smallest, int(window), reserve_cap)
+        config = config.replace(max_completion=reserve)
+    return fit_to_window(config, keep=kept, check=False)  # init checks it (K <= L, every floor)
 
 
-def lowered_reserve(needed: int, window: int) -> int | None:
-    """The completion reserve for a prefix whose smallest view needs ``needed`` tokens of prompt, more than the
-    default reserve leaves of ``window``: half of what that view leaves, the other half growing the view's budgets
-    (M, R, P, Q); None when that is less than `RESERVE_FLOOR` (the prefix is refused). K <= L = L_ctx - G_max still
-    holds, and ``max_tokens`` is capped at this G_max."""
-    reserve = (window - needed) // 2
+def completion_reserve(needed: int, window: int, cap: int) -> int | None:
+    """G_max for a prefix whose smallest view needs ``needed`` tokens of prompt: min(``cap``, half of what that
+    view leaves of ``window``), the other half growing the view's budgets (M, R, P, Q); None when that is less
+    than `RESERVE_FLOOR`. Never smaller for a larger window, and K = L_ctx - G_max - (what fit_to_window leaves
+    unused) grows with the window too; K <= L holds, and each request's ``max_tokens`` is capped at G_max."""
+    reserve = min(cap, (window - needed) // 2)
     return reserve if reserve >= RESERVE_FLOOR else None
 
 
-def proxy_window_too_small(problem: WindowTooSmall, window: int, reserve_cap: int) -> WindowTooSmall:
-    """``problem`` (the core's, whose smallest window keeps G_max fixed) told with the proxy's own reserve, G_max =
-    min(``reserve_cap``, window // 2), which grows with the window (review h30 F3: it said 4214 at 4096, then 4273 at
-    4214; 4331 was needed), or, for a prefix that leaves less, `lowered_reserve`: the smallest window W with either
-    W - min(cap, W // 2) >= the prompt needed or (W - needed) // 2 >= `RESERVE_FLOOR`, and the option that sets the
-    reserve."""
-    needed = problem.needed
-    default_smallest = 2 * needed - 1 if needed - 1 <= reserve_cap else needed + reserve_cap
-    smallest = min(default_smallest, needed + 2 * RESERVE_FLOOR)
+def proxy_window_too_small(smallest: WindowBudgets, window: int, reserve_cap: int) -> WindowTooSmall:
+    """The refusal of a prefix whose smallest view (``smallest``, measured on any window) leaves less than twice
+    `RESERVE_FLOOR` of ``window``: the numbers, the smallest window `completion_reserve` serves it at, and the
+    option that sets the reserve instead."""
+    needed = smallest.smallest_prompt
+    fits = needed + 2 * RESERVE_FLOOR
     room = window - needed
-    fix = (f", or a completion reserve of at most {room} tokens: --set max_completion=N (N <= {room})" if room > 0
-           else "")
-    return WindowTooSmall(needed, smallest, f"{problem.shortfall}; this proxy reserves G_max = min({reserve_cap},"
-                          f" L_ctx // 2) for the completion, or half of what the prefix leaves when that is at least"
-                          f" {RESERVE_FLOOR}, so a window of at least {smallest} tokens is needed{fix},"
-                          " or a shorter system text, tools listing or goal", problem.shortfall)
+    fix = (f", or a completion reserve of at most {room} tokens: --set max_completion=N (N <= {room}; the view then"
+           f" gets only what N leaves above its smallest budgets)" if room > 0 else "")
+    shortfall = (f"the prefix cannot fit the window: its smallest view needs {needed} tokens of prompt (B ="
+                 f" {smallest.prefix_tokens} for the system text, tools listing and goal, with eta and the smallest"
+                 f" summary, recent suffix, catalog page and recall buffer), and L_ctx = {window} leaves {room}")
+    return WindowTooSmall(needed, fits, f"{shortfall}; this proxy reserves G_max = min({reserve_cap}, half of what the"
+                          f" smallest view leaves) for the completion, at least {RESERVE_FLOOR}, so a window of at"
+                          f" least {fits} tokens is needed{fix}, or a shorter system text, tools listing or goal",
+                          shortfall)
 
 
 def prefix_past_window(settings: ProxySettings, characters: int) -> str | None:
@@ -2059,6 +2063,6 @@ def upstream_headers(settings: ProxySettings, authorization: str | None) -> dict
 
 
 __all__ = ["ARC_NOTE", "AgentMessage", "AgentMessages", "Conversations", "KnownMessages", "Proxy", "ProxySettings", "Refused", "StartRefused",
-           "RESERVE_FLOOR", "agent_message", "chain_next", "chain_root", "conversation_config", "listening_socket", "prepare",
+           "RESERVE_FLOOR", "agent_message", "chain_next", "chain_root", "completion_reserve", "conversation_config", "listening_socket", "prepare",
            "RawMessage", "BodyMessages", "ChainPrefix", "UNREADABLE", "read_json_value", "settings_from", "sse_chunks",
            "upstream_headers"]

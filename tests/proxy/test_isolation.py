@@ -254,7 +254,8 @@ def test_the_rounds_are_listed_while_the_event_loop_serves_the_other_clients() -
     assert [entry["seq"] for entry in rounds] == list(range(ROUND_LOG_SIZE))
     assert rounds[0] == {"conversation": "c0", "hidden": False, "view_tokens": 10, "budget": 100, "limit": 200,
                          "max_tokens": 50, "status": 200, "upstream_prompt_tokens": 10, "streamed": False,
-                         "view_digest": "", "seq": 0, "upstream_cached_tokens": None}
+                         "view_digest": "", "seq": 0, "upstream_cached_tokens": None, "completion_reserve": 0,
+                         "asked_max_tokens": None}
     assert len(seen) >= 10, len(seen)  # the other task ran at least 10 times while the rounds were read
 
 

@@ -18,7 +18,9 @@ from tests.proxy.harness import BASH_TOOL, QWEN3, needs_qwen3, serve_app, serve_
 import attrs  # noqa: E402
 import httpx  # noqa: E402  (after the harness, which skips without the proxy extra)
 
-from arc_ref.frontends.proxy import RESERVE_FLOOR, ProxySettings, StartRefused, prepare  # noqa: E402
+from arc_ref.budgets import WindowTooSmall  # noqa: E402
+from arc_ref.frontends.proxy import (RESERVE_FLOOR, ProxySettings, StartRefused, conversation_config,  # noqa: E402
+                                     prepare)
 from arc_ref.frontends.proxy_app import build_app  # noqa: E402
 from arc_eval.agent.recall_then_submit import RecallThenSubmitPolicy  # noqa: E402
 from arc_eval.backends.scripted_server import build_app as build_upstream  # noqa: E402
@@ -39,6 +41,11 @@ def mini_prefix() -> list[dict[str, Any]]:
     loaded = yaml.safe_load((folder / "mini.yaml").read_text(encoding="utf-8"))
     instance = loaded["agent"]["instance_template"].replace("{{task}}", "Count the lines of notes.txt.")
     return [{"role": "system", "content": loaded["agent"]["system_template"]}, {"role": "user", "content": instance}]
+
+
+def zero_config_offline() -> ProxySettings:
+    """The README's settings without an upstream to ask: the window set per test."""
+    return ProxySettings(upstream="http://127.0.0.1:9/v1", tokenizer=f"hf-dir:{QWEN3}")
 
 
 def zero_config(upstream_url: str, **extra: Any) -> ProxySettings:
@@ -66,10 +73,51 @@ def test_mini_swe_agents_prefix_is_served_with_no_budget_given(window: int) -> N
     assert all(record["upstream_prompt_tokens"] == record["view_tokens"] <= record["budget"] <= record["limit"]
                for record in rounds)
     reserve = rounds[0]["max_tokens"]  # the request asks none: the cap, G_max
-    if window >= 8192:
-        assert reserve == min(4096, window // 2)
-    else:
-        assert RESERVE_FLOOR <= reserve < window // 2 and rounds[0]["limit"] == window - reserve
+    assert RESERVE_FLOOR <= reserve <= 4096 and rounds[0]["limit"] == window - reserve
+    assert reserve == 4096 if window == 16384 else reserve < window // 2
+
+
+def test_the_rounds_say_what_max_tokens_the_client_asked_and_the_reserve_that_capped_it() -> None:
+    """Review h70 F2: an agent asking max_tokens 3000 at a 4,096 window got a reply cut at G_max, and /arc/rounds
+    showed only the max_tokens sent; now each round also gives the client's own and the conversation's G_max."""
+    upstream = build_upstream(RecallThenSubmitPolicy(), max_model_len=4096, tokenizer=str(QWEN3),
+                              model_name="scripted")
+    with serve_in_thread(upstream) as upstream_url, serve_app(build_app(zero_config(upstream_url))) as base_url:
+        for asked in ({"max_tokens": 3000}, {"max_completion_tokens": 96}, {}):
+            response = httpx.post(f"{base_url}/chat/completions", timeout=120,
+                                  json={"model": "scripted", "messages": mini_prefix(), "tools": [BASH_TOOL],
+                                        **asked, "metadata": {"conversation_id": f"c-{len(asked)}-{asked}"}})
+            assert response.status_code == 200, response.text
+        rounds = httpx.get(base_url.removesuffix("/v1") + "/arc/rounds").json()
+    firsts = [record for record in rounds if not record["hidden"]]
+    reserve = firsts[0]["completion_reserve"]
+    assert RESERVE_FLOOR <= reserve < 3000 and all(record["completion_reserve"] == reserve for record in rounds)
+    assert [(record["asked_max_tokens"], record["max_tokens"]) for record in firsts] == [
+        (3000, reserve), (96, 96), (None, reserve)]
+
+
+def test_a_larger_window_never_gives_a_smaller_reserve_view_or_chunk() -> None:
+    """Review h70 F1: the reserve was min(4096, L_ctx // 2), lowered only where that left the prefix no room, so
+    one token of window past that point dropped K to the smallest view's (mini's prefix: K 3306 and chunks of 243
+    tokens at 4,430, K 2216 and one-token chunks at 4,431, back only at ~6,640). Now G_max, K and the recall chunk
+    never decrease as the window grows (mini's prefix, windows 2,600 to 20,000)."""
+    messages = mini_prefix()
+    settings = zero_config_offline()
+    seen: list[tuple[int, int, int, int]] = []
+    for window in range(2600, 20000, 37):
+        try:
+            config = conversation_config(attrs.evolve(settings, context_limit=window), messages[0]["content"],
+                                         messages[1]["content"], [BASH_TOOL], ())
+        except WindowTooSmall as refused:
+            assert not seen and window < refused.smallest_window  # refused below the window it names, only there
+            continue
+        view = (config.summary_budget + config.recent_budget + config.page_budget + config.recall_budget
+                + config.overhead)
+        seen.append((window, config.max_completion, view, config.chunk_tokens))
+    assert len(seen) > 400
+    for (window, *before), (larger, *after) in zip(seen, seen[1:]):
+        assert all(a >= b for a, b in zip(after, before)), (window, before, larger, after)
+    assert seen[-1][3] == 1920 and seen[-1][1] == 4096  # the preferred chunk and the preset's reserve
 
 
 def test_a_prefix_that_cannot_fit_the_window_is_refused_naming_the_numbers() -> None:
@@ -81,7 +129,7 @@ def test_a_prefix_that_cannot_fit_the_window_is_refused_naming_the_numbers() -> 
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["type"] == "arc_refused" and error["code"] == "configuration"
-    assert "a window of at least" in error["message"] and "L = L_ctx - G_max = 2500" in error["message"]
+    assert "a window of at least" in error["message"] and "L_ctx = 2500 leaves" in error["message"]
 
 
 def test_the_window_comes_from_the_upstream_and_a_larger_one_is_refused() -> None:
