@@ -558,6 +558,7 @@ def test_a_request_marks_its_attempt_in_its_first_round_trip_and_removes_it_in_i
                 before = proxy.database.round_trips
                 await proxy.complete({**request, "temperature": 0.5}, None)
                 trips.append(proxy.database.round_trips - before)
+            assert not proxy._dropping  # (each removal of a row kept only while it runs)
             return trips
         finally:
             await proxy.close()
@@ -571,3 +572,58 @@ def test_a_request_marks_its_attempt_in_its_first_round_trip_and_removes_it_in_i
         assert connection.execute("SELECT relpersistence FROM pg_class WHERE relname = 'arc_running'").fetchone() == (
             "u",)
     assert marked == [without[0], without[1] + 1, *without[2:]], (marked, without)
+
+
+def test_the_running_rows_statements_lose_the_table_quietly_and_say_any_other_failure(
+        postgres: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """`AsyncDatabase.claim_running`, `renew_running` and `drop_running` (review h67: only the reads' and the commit's
+    loss of arc_running had a test). Another failure of their statement (a trigger refuses it here) is the caller's
+    StoreError: a renewal that failed is said and tried again, a row whose removal failed runs out. arc_running
+    dropped while instances run: each of them, the first to meet it, notes the table lost (one warning line) and
+    goes on (a claim is then granted: the retry runs as before the table); once lost, none costs a round trip."""
+    from arc_ref.persist.postgres_conversations import AsyncDatabase, RunningMarker
+    from arc_ref.persist.store import StoreError
+
+    database = postgres.create_database("arc_test_running_lost_or_failed")
+    databases = [AsyncDatabase(database) for _ in range(3)]
+    for db in databases:
+        db.check_schema()
+    marker = RunningMarker("req", "1", "here", 30.0)
+
+    async def scenario() -> list[Any]:
+        claimer, renewer, dropper = databases
+        seen: list[Any] = []
+        try:
+            seen.append(await claimer.claim_running(marker))
+            with psycopg.connect(database, autocommit=True) as connection:
+                connection.execute("CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS"
+                                   " $$BEGIN RAISE EXCEPTION 'arc_running: refused by the test'; END$$")
+                connection.execute("CREATE TRIGGER refuse BEFORE UPDATE OR DELETE ON arc_running"
+                                   " FOR EACH ROW EXECUTE FUNCTION refuse()")
+            for failing in (renewer.renew_running("here", ["1"], 30.0), dropper.drop_running(marker)):
+                try:
+                    await failing
+                    seen.append("no error")
+                except StoreError as problem:
+                    seen.append("refused by the test" in str(problem))
+            seen.append(marker.held)  # (its removal failed: as far as this instance knows, it is there)
+            with psycopg.connect(database, autocommit=True) as connection:
+                connection.execute("DROP TABLE arc_running")
+            await renewer.renew_running("here", ["1"], 30.0)  # no error: the table lost
+            await dropper.drop_running(marker)
+            seen.append(await claimer.claim_running(RunningMarker("req", "2", "here", 30.0)))
+            seen.append([(db.running, db.running_lost) for db in databases])
+            trips = [db.round_trips for db in databases]
+            seen.append(await claimer.claim_running(RunningMarker("req", "3", "here", 30.0)))
+            await renewer.renew_running("here", ["1"], 30.0)
+            await dropper.drop_running(marker)
+            seen.append([db.round_trips for db in databases] == trips)  # lost: no round trip
+            claimer.lose_running(Exception("arc_running: met again by another request"))  # said once
+            return seen
+        finally:
+            for db in databases:
+                await db.close()
+
+    assert asyncio.run(scenario()) == [True, True, True, True, True, [(False, True)] * 3, True, True]
+    warned = [line for line in capsys.readouterr().err.splitlines() if "arc_running cannot be written" in line]
+    assert len(warned) == 3, warned  # one line per instance
