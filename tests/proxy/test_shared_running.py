@@ -240,13 +240,26 @@ def test_a_first_attempt_longer_than_the_lease_still_holds_the_retry(postgres: A
     assert retry.completion == first.completion and other_stats["client_retries_answered"] == 1
 
 
-def test_a_request_that_is_not_a_retry_is_not_held_by_a_running_attempt(postgres: Any) -> None:
+def test_a_request_that_is_not_a_retry_is_not_held_by_a_running_attempt(postgres: Any, monkeypatch: Any) -> None:
     """The same request without the retry header, sent to another instance while the first attempt runs (its row in
     arc_running live), does not wait for it: it runs at once and commits in place, and the first attempt, committing
-    after it, is committed as a fork (as before arc_running; two agents that start alike are two requests)."""
+    after it, is committed as a fork (as before arc_running; two agents that start alike are two requests). The
+    first attempt's row stays until that fork's commit (review h67: removed by the in-place commit that found the
+    head moved, a retry waiting for it would have run before its reply was committed)."""
+    from arc_ref.persist.postgres_conversations import RequestTransaction
+
     database = postgres.create_database("arc_test_running_not_a_retry")
     calls: list[int] = []
     release: list[asyncio.Event] = []
+    at_fork: list[int] = []  # the live arc_running rows when a commit becomes a fork's
+    write = RequestTransaction._write
+
+    async def fork_written(self: Any, connection: Any) -> None:
+        if self.forked_at_commit:
+            at_fork.append(await asyncio.to_thread(live_rows, database))
+        await write(self, connection)
+
+    monkeypatch.setattr(RequestTransaction, "_write", fork_written)
 
     async def upstream(request: Any) -> Any:
         calls.append(1)
@@ -275,6 +288,7 @@ def test_a_request_that_is_not_a_retry_is_not_held_by_a_running_attempt(postgres
     assert running == 1 and still_running
     assert other_stats["client_retries_waited_elsewhere"] == 0 and other_stats["forks_at_commit"] == 0
     assert one_stats["forks_at_commit"] == 1 and first.conversation != again.conversation
+    assert at_fork == [1]  # the first attempt's row, live until its fork is committed
     assert len(calls) == 3
     assert live_rows(database) == 0
 
@@ -627,3 +641,45 @@ def test_the_running_rows_statements_lose_the_table_quietly_and_say_any_other_fa
     assert asyncio.run(scenario()) == [True, True, True, True, True, [(False, True)] * 3, True, True]
     warned = [line for line in capsys.readouterr().err.splitlines() if "arc_running cannot be written" in line]
     assert len(warned) == 3, warned  # one line per instance
+
+
+def test_a_running_row_is_written_again_by_the_next_attempt_and_removed_alone(postgres: Any) -> None:
+    """`RequestTransaction.begin`'s row: the next attempt of a request (after a database failure) writes it again,
+    its lease from now, even when the first one's lease passed meanwhile (an outage longer than a lease: renewal
+    failed); `AsyncDatabase.drop_running` removes only that attempt's row, not another attempt's of the same request
+    (two agents' identical requests run at once) (review h67: neither had a test)."""
+    from arc_ref.persist.postgres_conversations import AsyncDatabase, RequestTransaction, RunningMarker
+
+    database = postgres.create_database("arc_test_running_rewritten")
+    db = AsyncDatabase(database)
+    db.check_schema()
+    marker = RunningMarker("req", "1", "here", 30.0)
+
+    async def attempt() -> None:
+        async with db.connection() as connection:
+            transaction = RequestTransaction(db, connection)
+            transaction.running = marker
+            await transaction.begin(["a-hash"], None)
+
+    def rows() -> list[tuple[str, bool]]:
+        with psycopg.connect(database) as connection:
+            return [(attempt, live) for attempt, live in connection.execute(
+                "SELECT attempt, until > now() FROM arc_running ORDER BY attempt").fetchall()]
+
+    async def scenario() -> list[Any]:
+        try:
+            await attempt()
+            with psycopg.connect(database, autocommit=True) as connection:
+                connection.execute("UPDATE arc_running SET until = now() - interval '1 second'")  # its lease past
+            seen: list[Any] = [rows()]
+            await attempt()  # the next attempt after a failure
+            seen.append(rows())
+            with psycopg.connect(database, autocommit=True) as connection:  # another agent's identical request
+                connection.execute("INSERT INTO arc_running VALUES ('req', '2', 'there', now() + interval '1 minute')")
+            await db.drop_running(marker)
+            seen.append(rows())
+            return seen
+        finally:
+            await db.close()
+
+    assert asyncio.run(scenario()) == [[("1", False)], [("1", True)], [("2", True)]]
