@@ -66,3 +66,75 @@ def test_a_retry_that_claims_at_once_has_not_waited_and_one_whose_database_fails
     done, instance = waited(monkeypatch, [False, StoreError("down")])
     assert done == [("look", 0), ("sleep", 0.05), ("look", 1)]
     assert (instance.retries_waited, instance.retries_waiting) == (1, 0)
+
+
+class _Stop(Exception):
+    """Ends `SharedProxy._renew_leases`'s loop in a test."""
+
+
+def test_leases_are_renewed_every_third_of_a_lease_only_those_held_a_failure_said_once_per_outage(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`SharedProxy._renew_leases`: it sleeps a third of ``running_lease_s`` between rounds (so a live attempt's row
+    never runs out between two renewals), renews in one call the attempts it holds rows of (not those whose row is
+    not written, or gone), none at all while it holds none, counts the rounds that renewed, and says a failure once
+    per run of failures (review h67: only a whole scenario with a 1.5 s lease covered it, which a renewal that did
+    nothing passed)."""
+    slept: list[float] = []
+    renewed: list[tuple[str, list[str], float]] = []
+    held = RunningMarker("asked", "a", "here", 3.0)
+    held.held = True
+    answers: list[Any] = [None, StoreError("down"), StoreError("down"), None, StoreError("down again")]
+    instance = SimpleNamespace(settings=SimpleNamespace(running_lease_s=1.5), instance="here", leases_renewed=0,
+                               markers={"a": held, "b": RunningMarker("asked", "b", "here", 3.0)})
+
+    async def renew_running(name: str, attempts: list[str], lease_s: float) -> None:
+        renewed.append((name, list(attempts), lease_s))
+        if len(renewed) > len(answers):
+            raise _Stop()
+        answer = answers[len(renewed) - 1]
+        if answer is not None:
+            raise answer
+
+    async def sleep(delay: float) -> None:
+        slept.append(delay)
+        if len(slept) == 6:
+            held.held = False  # its row removed: nothing to renew
+        if len(slept) > 7:
+            raise _Stop()
+
+    instance.database = SimpleNamespace(renew_running=renew_running)
+    monkeypatch.setattr(proxy_shared, "asyncio", SimpleNamespace(sleep=sleep))
+    with pytest.raises(_Stop):
+        asyncio.run(SharedProxy._renew_leases(instance))  # type: ignore[arg-type]
+    assert slept == [0.5] * 8
+    assert renewed == [("here", ["a"], 1.5)] * 5
+    assert instance.leases_renewed == 2
+    said = [line for line in capsys.readouterr().err.splitlines() if "renewing the running requests' leases" in line]
+    assert len(said) == 2 and "down again" in said[1], said
+
+
+def test_an_instance_starts_one_lease_renewer_and_none_without_arc_running() -> None:
+    """`SharedProxy._start_tasks`, called by every request: the connection sweeper and the lease renewer started
+    once (not one more per request), the renewer only where arc_running is there."""
+
+    async def forever() -> None:
+        await asyncio.Event().wait()
+
+    async def started(running: bool) -> tuple[Any, ...]:
+        instance = SimpleNamespace(_connection_sweeper=None, _lease_renewer=None,
+                                   database=SimpleNamespace(running=running), _sweep_connections=forever,
+                                   _renew_leases=forever)
+        SharedProxy._start_tasks(instance)  # type: ignore[arg-type]
+        first = (instance._connection_sweeper, instance._lease_renewer)
+        SharedProxy._start_tasks(instance)  # type: ignore[arg-type]
+        second = (instance._connection_sweeper, instance._lease_renewer)
+        tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return first, second, len(tasks)
+
+    first, second, count = asyncio.run(started(True))
+    assert first == second and None not in first and count == 2
+    first, second, count = asyncio.run(started(False))
+    assert first == second and first[0] is not None and first[1] is None and count == 1

@@ -543,8 +543,9 @@ def test_arc_running_dropped_while_the_proxy_runs_costs_no_request(postgres: Any
 def test_a_request_marks_its_attempt_in_its_first_round_trip_and_removes_it_in_its_commit(postgres: Any) -> None:
     """The row costs a request no round trip: written with its reads, removed in its commit's transaction (a request
     resumed in place whose upstream failed after its events, a fork, one committed in place: the round trips of an
-    instance without arc_running); a request that ends with nothing to commit (its upstream failed before its first
-    event) removes it with one of its own. The table is unlogged: its rows cost no flush to disk."""
+    instance without arc_running; review h67: the one in place was not counted); a request that ends with nothing to
+    commit (its upstream failed before its first event) removes it with one of its own. The table is unlogged: its
+    rows cost no flush to disk."""
     failing = [False]
 
     def upstream(request: Any) -> Any:
@@ -560,7 +561,9 @@ def test_a_request_marks_its_attempt_in_its_first_round_trip_and_removes_it_in_i
             failing[0] = False
             first = await proxy.complete(first_request(), None)
             later = continued(first, "a.txt")
-            failed = continued(await proxy.complete(later, None), "b.txt")
+            before = proxy.database.round_trips
+            failed = continued(await proxy.complete(later, None), "b.txt")  # in place
+            trips.append(proxy.database.round_trips - before)
             failing[0] = True
             for request in (failed, failed):  # its tool output committed, then nothing new
                 before = proxy.database.round_trips
@@ -585,7 +588,7 @@ def test_a_request_marks_its_attempt_in_its_first_round_trip_and_removes_it_in_i
         assert connection.execute("SELECT count(*) FROM arc_running").fetchone() == (0,)
         assert connection.execute("SELECT relpersistence FROM pg_class WHERE relname = 'arc_running'").fetchone() == (
             "u",)
-    assert marked == [without[0], without[1] + 1, *without[2:]], (marked, without)
+    assert marked == [without[0], without[1], without[2] + 1, *without[3:]], (marked, without)
 
 
 def test_the_running_rows_statements_lose_the_table_quietly_and_say_any_other_failure(
@@ -683,3 +686,187 @@ def test_a_running_row_is_written_again_by_the_next_attempt_and_removed_alone(po
             await db.close()
 
     assert asyncio.run(scenario()) == [[("1", False)], [("1", True)], [("2", True)]]
+
+
+def test_without_arc_running_a_retry_on_the_same_instance_still_waits_and_an_identical_request_does_not(
+        postgres: Any) -> None:
+    """One instance whose database has no arc_running (a role that cannot make it, or the table lost): the wait for
+    an attempt on this instance is its own (`_attempt_of`; review h67: with the table there the claim waited too,
+    so nothing showed it). A client's retry while the first attempt runs waits for it and gets its reply; the same
+    request without the header runs at once (agents that start alike), and so does a retry of another request (its
+    other parameters); a first attempt that fails lets one retry run,
+    and a later retry of the same request waits for that one; the gauge of waiting retries ends at 0."""
+    database = postgres.create_database("arc_test_running_local_waits")
+    calls: list[str] = []
+    release: dict[int, asyncio.Event] = {}
+
+    async def upstream(request: Any) -> Any:
+        number = len(calls) + 1
+        calls.append(f"asked {number}")
+        if number in release:
+            await release[number].wait()
+        if number == 4:  # the first attempt of the second request fails
+            return httpx.Response(500, json={"error": "the upstream failed"})
+        return numbered_reply(request, number)
+
+    async def scenario() -> tuple[Any, ...]:
+        for number in (1, 4, 5):
+            release[number] = asyncio.Event()
+        proxy, client = in_process_shared(database, upstream)
+        proxy.database.running = False  # as without arc_running
+        try:
+            first = asyncio.ensure_future(proxy.complete(first_request(), None))
+            await until(lambda: calls)
+            retry = asyncio.ensure_future(proxy.complete(first_request(), None, retry=True))
+            await until(lambda: len(calls) > 1 or proxy.retries_waiting)
+            alike = await asyncio.wait_for(proxy.complete(first_request(), None), 60)  # not held, not a retry
+            # a retry of another request (its other parameters) is not held by it either
+            other = await asyncio.wait_for(proxy.complete({**first_request(), "temperature": 0.7}, None, retry=True),
+                                           20)
+            held = (not first.done(), not retry.done(), proxy.retries_waiting)
+            release[1].set()
+            replies = [await first, await retry, alike]
+            later = continued(replies[0], "a.txt")
+            failing = asyncio.ensure_future(proxy.complete(later, None))
+            await until(lambda: len(calls) == 4)
+            retried = asyncio.ensure_future(proxy.complete(later, None, retry=True))
+            await until(lambda: len(calls) > 4 or proxy.retries_waiting)
+            release[4].set()
+            await until(lambda: len(calls) == 5)  # the first retry runs (held upstream)
+            retried_again = asyncio.ensure_future(proxy.complete(later, None, retry=True))
+            await until(lambda: len(calls) > 5 or proxy.retries_waiting)
+            release[5].set()
+            results = await asyncio.gather(failing, retried, retried_again, return_exceptions=True)
+            answered = proxy.retries_answered
+            # a retry of a request never answered, of the same last message as one answered here: not its reply
+            unanswered = await proxy.complete({**first_request(), "temperature": 0.3}, None, retry=True)
+            assert unanswered.completion != other.completion and proxy.retries_answered == answered
+            return (*replies, held, *results, proxy.retries_waiting, answered, other)
+        finally:
+            await proxy.close()
+            await client.aclose()
+
+    first, retry, alike, held, failed, retried, retried_again, waiting, answered, other = asyncio.run(scenario())
+    assert held == (True, True, 1)
+    assert retry.completion == first.completion and retry.conversation == first.conversation
+    assert first.conversation not in (alike.conversation, other.conversation)
+    assert getattr(failed, "status", None) == 500, failed
+    assert retried_again.completion == retried.completion and retried_again.conversation == retried.conversation
+    assert calls == ["asked 1", "asked 2", "asked 3", "asked 4", "asked 5", "asked 6"], calls
+    assert (waiting, answered) == (0, 2)
+
+
+def test_arc_running_dropped_while_a_request_runs_costs_it_nothing(postgres: Any,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """arc_running dropped between a request's reads (its row written) and its commit (review h67: only a drop
+    before the reads had a test): its commit in place, whose statement removes the row, fails on the missing table;
+    it is made again without the row, in place, the reply sent; one warning line; and so for a new conversation's
+    commit on another instance (another statement removes the row there)."""
+    database = postgres.create_database("arc_test_running_dropped_mid_request")
+    release: list[asyncio.Event] = []
+    calls: list[int] = []
+
+    async def upstream(request: Any) -> Any:
+        calls.append(1)
+        if len(calls) in (2, 3):
+            await release[-1].wait()
+        return numbered_reply(request, len(calls))
+
+    async def held(proxy: Any, body: dict[str, Any]) -> Any:
+        release.append(asyncio.Event())
+        asked = len(calls)
+        request = asyncio.ensure_future(proxy.complete(body, None))
+        await until(lambda: len(calls) > asked)
+        await asyncio.to_thread(_drop_running, database)
+        release[-1].set()
+        return await request
+
+    async def scenario() -> tuple[Any, ...]:
+        (one, one_client), (another, another_client) = (in_process_shared(database, upstream) for _ in range(2))
+        try:
+            first = await one.complete(first_request(), None)
+            later = await held(one, continued(first, "a.txt"))  # in place
+            await asyncio.to_thread(AsyncDatabase(database).check_schema)  # made again (a proxy started meanwhile)
+            other = await held(another, {**first_request(), "messages": [
+                {"role": "system", "content": "You are terse."}, {"role": "user", "content": "Go."}]})  # new
+            return first, later, other, [(proxy.database.running, proxy.database.running_lost, proxy.store_retries)
+                                         for proxy in (one, another)]
+        finally:
+            for proxy, client in ((one, one_client), (another, another_client)):
+                await proxy.close()
+                await client.aclose()
+
+    from arc_ref.persist.postgres_conversations import AsyncDatabase
+
+    first, later, other, lost = asyncio.run(scenario())
+    assert later.conversation == first.conversation and other.conversation != first.conversation
+    assert later.completion["choices"][0]["message"]["content"].endswith("(call 2)")
+    assert other.completion["choices"][0]["message"]["content"].endswith("(call 3)")
+    assert lost == [(False, True, 0), (False, True, 0)]  # made again at once, not tried again as after an outage
+    assert capsys.readouterr().err.count("arc_running cannot be written any more") == 2  # one line per instance
+    with psycopg.connect(database) as connection:
+        assert connection.execute("SELECT count(*) FROM arc_tasks").fetchone() == (2,)
+
+
+def _drop_running(database: str) -> None:
+    with psycopg.connect(database, autocommit=True) as connection:
+        connection.execute("DROP TABLE IF EXISTS arc_running")
+
+
+def test_a_request_cancelled_again_while_its_row_is_removed_still_removes_it(postgres: Any) -> None:
+    """A request cut while it runs (its client gone, or a second signal stopping the proxy at once) with nothing to
+    commit: its row is removed by a statement of its own, which goes on when the request is cancelled again while
+    it waits for it (review h67: a removal cancelled with the request would leave the row live for a whole lease,
+    holding a retry elsewhere). The removal is held up here by a lock on the row, then let go."""
+    database = postgres.create_database("arc_test_running_cancelled")
+    calls: list[int] = []
+    mode = ["answer"]
+
+    async def upstream(request: Any) -> Any:
+        calls.append(1)
+        if mode[0] == "fail":
+            return httpx.Response(500, json={"error": "down"})
+        if mode[0] == "hang":
+            await asyncio.Event().wait()
+        return bash_call_reply(request)
+
+    async def scenario() -> tuple[Any, ...]:
+        proxy, client = in_process_shared(database, upstream)
+        try:
+            first = await proxy.complete(first_request(), None)
+            later = continued(first, "a.txt")
+            failed = continued(await proxy.complete(later, None), "b.txt")
+            mode[0] = "fail"
+            with contextlib.suppress(Exception):
+                await proxy.complete(failed, None)  # its tool output committed: sent again, nothing new
+            mode[0] = "hang"
+            asked = len(calls)
+            request = asyncio.ensure_future(proxy.complete(failed, None))
+            await until(lambda: len(calls) > asked)
+            with psycopg.connect(database) as holder:  # the row locked: its removal waits
+                holder.execute("SELECT 1 FROM arc_running FOR UPDATE")
+                request.cancel()
+                await until(lambda: proxy._dropping)
+                while not await asyncio.to_thread(_waiting_for_a_lock, database):  # the removal's DELETE is there
+                    await asyncio.sleep(0.01)
+                request.cancel()  # cancelled again while it waits for the removal
+                with contextlib.suppress(asyncio.CancelledError):
+                    await request
+                removals = list(proxy._dropping)
+                holder.rollback()
+            await asyncio.wait_for(asyncio.gather(*removals, return_exceptions=True), 60)
+            return await asyncio.to_thread(live_rows, database), request.cancelled()
+        finally:
+            await proxy.close()
+            await client.aclose()
+
+    rows, cancelled = asyncio.run(scenario())
+    assert cancelled and rows == 0
+
+
+def _waiting_for_a_lock(database: str) -> bool:
+    """Whether a statement on ``database`` waits for a lock now."""
+    with psycopg.connect(database) as connection:
+        row = connection.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                                 " AND wait_event_type = 'Lock'").fetchone()
+    return bool(row and row[0])
