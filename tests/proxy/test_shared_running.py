@@ -136,7 +136,9 @@ def test_a_retry_on_another_instance_waits_through_pgbouncer_in_transaction_mode
 
 def test_the_rows_of_dead_instances_are_swept_by_a_running_one(postgres: Any) -> None:
     """An instance killed mid-request never removes its row: any instance renewing its own leases removes the rows
-    whose lease is past by a minute (and leaves the others)."""
+    whose lease is past by a minute (and leaves the others, and those another sweep holds: two sweeps never wait
+    for each other). It renews the attempts it runs, not every row of its own: one whose removal failed runs out
+    (review h67)."""
     from arc_ref.persist.postgres_conversations import AsyncDatabase
 
     database = postgres.create_database("arc_test_running_swept")
@@ -146,7 +148,8 @@ def test_the_rows_of_dead_instances_are_swept_by_a_running_one(postgres: Any) ->
         connection.execute("INSERT INTO arc_running VALUES ('dead', 'a', 'gone', now() - interval '2 minutes'),"
                            " ('recent', 'b', 'gone', now() - interval '10 seconds'),"
                            " ('mine', 'c', 'here', now() + interval '1 second'),"
-                           " ('other', 'd', 'there', now() + interval '1 second')")
+                           " ('other', 'd', 'there', now() + interval '1 second'),"
+                           " ('unremoved', 'e', 'here', now() + interval '1 second')")  # its removal failed
 
     async def renew() -> None:
         try:
@@ -154,11 +157,22 @@ def test_the_rows_of_dead_instances_are_swept_by_a_running_one(postgres: Any) ->
         finally:
             await db.close()
 
-    asyncio.run(renew())
+    with psycopg.connect(database) as holder:  # another instance's sweep holds this dead row: it is left to it
+        holder.execute("SELECT 1 FROM arc_running WHERE asked = 'dead' FOR UPDATE")
+        ended = threading.Timer(10, holder.rollback)  # (a sweep that waited for it: not for ever)
+        ended.start()
+        asyncio.run(renew())
+        ended.cancel()
+        holder.rollback()
     with psycopg.connect(database) as connection:
         rows = dict(connection.execute("SELECT asked, until > now() + interval '20 seconds' FROM arc_running"
                                        ).fetchall())
-    assert rows == {"recent": False, "mine": True, "other": False}, rows
+    assert rows == {"dead": False, "recent": False, "mine": True, "other": False, "unremoved": False}, rows
+    db = AsyncDatabase(database)
+    db.check_schema()
+    asyncio.run(renew())  # the next sweep takes it
+    with psycopg.connect(database) as connection:
+        assert connection.execute("SELECT count(*) FROM arc_running WHERE asked = 'dead'").fetchone() == (0,)
 
 
 def test_a_retry_claims_its_request_only_while_no_attempt_of_it_runs(postgres: Any, monkeypatch: Any) -> None:
@@ -371,6 +385,9 @@ def test_a_retry_after_the_first_attempts_instance_was_killed_runs_once_its_leas
             try:
                 wait_until(lambda: _live_rows_or_none(database) == 1, process, "the first attempt's arc_running row",
                            base_s=60.0)
+                with psycopg.connect(database) as connection:  # its lease is the instance's (review h67: not 15 s)
+                    lease = connection.execute("SELECT until - now() <= interval '3 seconds' FROM arc_running"
+                                               ).fetchone()
             finally:
                 process.kill()  # kill -9, mid-request
                 process.wait()
@@ -381,6 +398,7 @@ def test_a_retry_after_the_first_attempts_instance_was_killed_runs_once_its_leas
                 process.kill()
                 process.wait()
 
+    assert lease == (True,)
     assert stats["client_retries_waited_elsewhere"] == 1  # it waited for the dead instance's attempt
     assert len(calls) == 1 and reply.completion["choices"][0]["message"]["content"].endswith("(call 1)")
     assert stats["client_retries_answered"] == 0 and live_rows(database) == 0
