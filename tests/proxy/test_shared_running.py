@@ -136,7 +136,9 @@ def test_a_retry_on_another_instance_waits_through_pgbouncer_in_transaction_mode
 
 def test_the_rows_of_dead_instances_are_swept_by_a_running_one(postgres: Any) -> None:
     """An instance killed mid-request never removes its row: any instance renewing its own leases removes the rows
-    whose lease is past by a minute (and leaves the others)."""
+    whose lease is past by a minute (and leaves the others, and those another sweep holds: two sweeps never wait
+    for each other). It renews the attempts it runs, not every row of its own: one whose removal failed runs out
+    (review h67)."""
     from arc_ref.persist.postgres_conversations import AsyncDatabase
 
     database = postgres.create_database("arc_test_running_swept")
@@ -146,7 +148,8 @@ def test_the_rows_of_dead_instances_are_swept_by_a_running_one(postgres: Any) ->
         connection.execute("INSERT INTO arc_running VALUES ('dead', 'a', 'gone', now() - interval '2 minutes'),"
                            " ('recent', 'b', 'gone', now() - interval '10 seconds'),"
                            " ('mine', 'c', 'here', now() + interval '1 second'),"
-                           " ('other', 'd', 'there', now() + interval '1 second')")
+                           " ('other', 'd', 'there', now() + interval '1 second'),"
+                           " ('unremoved', 'e', 'here', now() + interval '1 second')")  # its removal failed
 
     async def renew() -> None:
         try:
@@ -154,11 +157,22 @@ def test_the_rows_of_dead_instances_are_swept_by_a_running_one(postgres: Any) ->
         finally:
             await db.close()
 
-    asyncio.run(renew())
+    with psycopg.connect(database) as holder:  # another instance's sweep holds this dead row: it is left to it
+        holder.execute("SELECT 1 FROM arc_running WHERE asked = 'dead' FOR UPDATE")
+        ended = threading.Timer(10, holder.rollback)  # (a sweep that waited for it: not for ever)
+        ended.start()
+        asyncio.run(renew())
+        ended.cancel()
+        holder.rollback()
     with psycopg.connect(database) as connection:
         rows = dict(connection.execute("SELECT asked, until > now() + interval '20 seconds' FROM arc_running"
                                        ).fetchall())
-    assert rows == {"recent": False, "mine": True, "other": False}, rows
+    assert rows == {"dead": False, "recent": False, "mine": True, "other": False, "unremoved": False}, rows
+    db = AsyncDatabase(database)
+    db.check_schema()
+    asyncio.run(renew())  # the next sweep takes it
+    with psycopg.connect(database) as connection:
+        assert connection.execute("SELECT count(*) FROM arc_running WHERE asked = 'dead'").fetchone() == (0,)
 
 
 def test_a_retry_claims_its_request_only_while_no_attempt_of_it_runs(postgres: Any, monkeypatch: Any) -> None:
@@ -240,13 +254,26 @@ def test_a_first_attempt_longer_than_the_lease_still_holds_the_retry(postgres: A
     assert retry.completion == first.completion and other_stats["client_retries_answered"] == 1
 
 
-def test_a_request_that_is_not_a_retry_is_not_held_by_a_running_attempt(postgres: Any) -> None:
+def test_a_request_that_is_not_a_retry_is_not_held_by_a_running_attempt(postgres: Any, monkeypatch: Any) -> None:
     """The same request without the retry header, sent to another instance while the first attempt runs (its row in
     arc_running live), does not wait for it: it runs at once and commits in place, and the first attempt, committing
-    after it, is committed as a fork (as before arc_running; two agents that start alike are two requests)."""
+    after it, is committed as a fork (as before arc_running; two agents that start alike are two requests). The
+    first attempt's row stays until that fork's commit (review h67: removed by the in-place commit that found the
+    head moved, a retry waiting for it would have run before its reply was committed)."""
+    from arc_ref.persist.postgres_conversations import RequestTransaction
+
     database = postgres.create_database("arc_test_running_not_a_retry")
     calls: list[int] = []
     release: list[asyncio.Event] = []
+    at_fork: list[int] = []  # the live arc_running rows when a commit becomes a fork's
+    write = RequestTransaction._write
+
+    async def fork_written(self: Any, connection: Any) -> None:
+        if self.forked_at_commit:
+            at_fork.append(await asyncio.to_thread(live_rows, database))
+        await write(self, connection)
+
+    monkeypatch.setattr(RequestTransaction, "_write", fork_written)
 
     async def upstream(request: Any) -> Any:
         calls.append(1)
@@ -275,6 +302,7 @@ def test_a_request_that_is_not_a_retry_is_not_held_by_a_running_attempt(postgres
     assert running == 1 and still_running
     assert other_stats["client_retries_waited_elsewhere"] == 0 and other_stats["forks_at_commit"] == 0
     assert one_stats["forks_at_commit"] == 1 and first.conversation != again.conversation
+    assert at_fork == [1]  # the first attempt's row, live until its fork is committed
     assert len(calls) == 3
     assert live_rows(database) == 0
 
@@ -357,6 +385,9 @@ def test_a_retry_after_the_first_attempts_instance_was_killed_runs_once_its_leas
             try:
                 wait_until(lambda: _live_rows_or_none(database) == 1, process, "the first attempt's arc_running row",
                            base_s=60.0)
+                with psycopg.connect(database) as connection:  # its lease is the instance's (review h67: not 15 s)
+                    lease = connection.execute("SELECT until - now() <= interval '3 seconds' FROM arc_running"
+                                               ).fetchone()
             finally:
                 process.kill()  # kill -9, mid-request
                 process.wait()
@@ -367,6 +398,7 @@ def test_a_retry_after_the_first_attempts_instance_was_killed_runs_once_its_leas
                 process.kill()
                 process.wait()
 
+    assert lease == (True,)
     assert stats["client_retries_waited_elsewhere"] == 1  # it waited for the dead instance's attempt
     assert len(calls) == 1 and reply.completion["choices"][0]["message"]["content"].endswith("(call 1)")
     assert stats["client_retries_answered"] == 0 and live_rows(database) == 0
@@ -529,8 +561,9 @@ def test_arc_running_dropped_while_the_proxy_runs_costs_no_request(postgres: Any
 def test_a_request_marks_its_attempt_in_its_first_round_trip_and_removes_it_in_its_commit(postgres: Any) -> None:
     """The row costs a request no round trip: written with its reads, removed in its commit's transaction (a request
     resumed in place whose upstream failed after its events, a fork, one committed in place: the round trips of an
-    instance without arc_running); a request that ends with nothing to commit (its upstream failed before its first
-    event) removes it with one of its own. The table is unlogged: its rows cost no flush to disk."""
+    instance without arc_running; review h67: the one in place was not counted); a request that ends with nothing to
+    commit (its upstream failed before its first event) removes it with one of its own. The table is unlogged: its
+    rows cost no flush to disk."""
     failing = [False]
 
     def upstream(request: Any) -> Any:
@@ -546,7 +579,9 @@ def test_a_request_marks_its_attempt_in_its_first_round_trip_and_removes_it_in_i
             failing[0] = False
             first = await proxy.complete(first_request(), None)
             later = continued(first, "a.txt")
-            failed = continued(await proxy.complete(later, None), "b.txt")
+            before = proxy.database.round_trips
+            failed = continued(await proxy.complete(later, None), "b.txt")  # in place
+            trips.append(proxy.database.round_trips - before)
             failing[0] = True
             for request in (failed, failed):  # its tool output committed, then nothing new
                 before = proxy.database.round_trips
@@ -558,6 +593,7 @@ def test_a_request_marks_its_attempt_in_its_first_round_trip_and_removes_it_in_i
                 before = proxy.database.round_trips
                 await proxy.complete({**request, "temperature": 0.5}, None)
                 trips.append(proxy.database.round_trips - before)
+            assert not proxy._dropping  # (each removal of a row kept only while it runs)
             return trips
         finally:
             await proxy.close()
@@ -570,4 +606,285 @@ def test_a_request_marks_its_attempt_in_its_first_round_trip_and_removes_it_in_i
         assert connection.execute("SELECT count(*) FROM arc_running").fetchone() == (0,)
         assert connection.execute("SELECT relpersistence FROM pg_class WHERE relname = 'arc_running'").fetchone() == (
             "u",)
-    assert marked == [without[0], without[1] + 1, *without[2:]], (marked, without)
+    assert marked == [without[0], without[1], without[2] + 1, *without[3:]], (marked, without)
+
+
+def test_the_running_rows_statements_lose_the_table_quietly_and_say_any_other_failure(
+        postgres: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """`AsyncDatabase.claim_running`, `renew_running` and `drop_running` (review h67: only the reads' and the commit's
+    loss of arc_running had a test). Another failure of their statement (a trigger refuses it here) is the caller's
+    StoreError: a renewal that failed is said and tried again, a row whose removal failed runs out. arc_running
+    dropped while instances run: each of them, the first to meet it, notes the table lost (one warning line) and
+    goes on (a claim is then granted: the retry runs as before the table); once lost, none costs a round trip."""
+    from arc_ref.persist.postgres_conversations import AsyncDatabase, RunningMarker
+    from arc_ref.persist.store import StoreError
+
+    database = postgres.create_database("arc_test_running_lost_or_failed")
+    databases = [AsyncDatabase(database) for _ in range(3)]
+    for db in databases:
+        db.check_schema()
+    marker = RunningMarker("req", "1", "here", 30.0)
+
+    async def scenario() -> list[Any]:
+        claimer, renewer, dropper = databases
+        seen: list[Any] = []
+        try:
+            seen.append(await claimer.claim_running(marker))
+            with psycopg.connect(database, autocommit=True) as connection:
+                connection.execute("CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS"
+                                   " $$BEGIN RAISE EXCEPTION 'arc_running: refused by the test'; END$$")
+                connection.execute("CREATE TRIGGER refuse BEFORE UPDATE OR DELETE ON arc_running"
+                                   " FOR EACH ROW EXECUTE FUNCTION refuse()")
+            for failing in (renewer.renew_running("here", ["1"], 30.0), dropper.drop_running(marker)):
+                try:
+                    await failing
+                    seen.append("no error")
+                except StoreError as problem:
+                    seen.append("refused by the test" in str(problem))
+            seen.append(marker.held)  # (its removal failed: as far as this instance knows, it is there)
+            with psycopg.connect(database, autocommit=True) as connection:
+                connection.execute("DROP TABLE arc_running")
+            await renewer.renew_running("here", ["1"], 30.0)  # no error: the table lost
+            await dropper.drop_running(marker)
+            seen.append(await claimer.claim_running(RunningMarker("req", "2", "here", 30.0)))
+            seen.append([(db.running, db.running_lost) for db in databases])
+            trips = [db.round_trips for db in databases]
+            seen.append(await claimer.claim_running(RunningMarker("req", "3", "here", 30.0)))
+            await renewer.renew_running("here", ["1"], 30.0)
+            await dropper.drop_running(marker)
+            seen.append([db.round_trips for db in databases] == trips)  # lost: no round trip
+            claimer.lose_running(Exception("arc_running: met again by another request"))  # said once
+            return seen
+        finally:
+            for db in databases:
+                await db.close()
+
+    assert asyncio.run(scenario()) == [True, True, True, True, True, [(False, True)] * 3, True, True]
+    warned = [line for line in capsys.readouterr().err.splitlines() if "arc_running cannot be written" in line]
+    assert len(warned) == 3, warned  # one line per instance
+
+
+def test_a_running_row_is_written_again_by_the_next_attempt_and_removed_alone(postgres: Any) -> None:
+    """`RequestTransaction.begin`'s row: the next attempt of a request (after a database failure) writes it again,
+    its lease from now, even when the first one's lease passed meanwhile (an outage longer than a lease: renewal
+    failed); `AsyncDatabase.drop_running` removes only that attempt's row, not another attempt's of the same request
+    (two agents' identical requests run at once) (review h67: neither had a test)."""
+    from arc_ref.persist.postgres_conversations import AsyncDatabase, RequestTransaction, RunningMarker
+
+    database = postgres.create_database("arc_test_running_rewritten")
+    db = AsyncDatabase(database)
+    db.check_schema()
+    marker = RunningMarker("req", "1", "here", 30.0)
+
+    async def attempt() -> None:
+        async with db.connection() as connection:
+            transaction = RequestTransaction(db, connection)
+            transaction.running = marker
+            await transaction.begin(["a-hash"], None)
+
+    def rows() -> list[tuple[str, bool]]:
+        with psycopg.connect(database) as connection:
+            return [(attempt, live) for attempt, live in connection.execute(
+                "SELECT attempt, until > now() FROM arc_running ORDER BY attempt").fetchall()]
+
+    async def scenario() -> list[Any]:
+        try:
+            await attempt()
+            with psycopg.connect(database, autocommit=True) as connection:
+                connection.execute("UPDATE arc_running SET until = now() - interval '1 second'")  # its lease past
+            seen: list[Any] = [rows()]
+            await attempt()  # the next attempt after a failure
+            seen.append(rows())
+            with psycopg.connect(database, autocommit=True) as connection:  # another agent's identical request
+                connection.execute("INSERT INTO arc_running VALUES ('req', '2', 'there', now() + interval '1 minute')")
+            await db.drop_running(marker)
+            seen.append(rows())
+            return seen
+        finally:
+            await db.close()
+
+    assert asyncio.run(scenario()) == [[("1", False)], [("1", True)], [("2", True)]]
+
+
+def test_without_arc_running_a_retry_on_the_same_instance_still_waits_and_an_identical_request_does_not(
+        postgres: Any) -> None:
+    """One instance whose database has no arc_running (a role that cannot make it, or the table lost): the wait for
+    an attempt on this instance is its own (`_attempt_of`; review h67: with the table there the claim waited too,
+    so nothing showed it). A client's retry while the first attempt runs waits for it and gets its reply; the same
+    request without the header runs at once (agents that start alike), and so does a retry of another request (its
+    other parameters); a first attempt that fails lets one retry run,
+    and a later retry of the same request waits for that one; the gauge of waiting retries ends at 0."""
+    database = postgres.create_database("arc_test_running_local_waits")
+    calls: list[str] = []
+    release: dict[int, asyncio.Event] = {}
+
+    async def upstream(request: Any) -> Any:
+        number = len(calls) + 1
+        calls.append(f"asked {number}")
+        if number in release:
+            await release[number].wait()
+        if number == 4:  # the first attempt of the second request fails
+            return httpx.Response(500, json={"error": "the upstream failed"})
+        return numbered_reply(request, number)
+
+    async def scenario() -> tuple[Any, ...]:
+        for number in (1, 4, 5):
+            release[number] = asyncio.Event()
+        proxy, client = in_process_shared(database, upstream)
+        proxy.database.running = False  # as without arc_running
+        try:
+            first = asyncio.ensure_future(proxy.complete(first_request(), None))
+            await until(lambda: calls)
+            retry = asyncio.ensure_future(proxy.complete(first_request(), None, retry=True))
+            await until(lambda: len(calls) > 1 or proxy.retries_waiting)
+            alike = await asyncio.wait_for(proxy.complete(first_request(), None), 60)  # not held, not a retry
+            # a retry of another request (its other parameters) is not held by it either
+            other = await asyncio.wait_for(proxy.complete({**first_request(), "temperature": 0.7}, None, retry=True),
+                                           20)
+            held = (not first.done(), not retry.done(), proxy.retries_waiting)
+            release[1].set()
+            replies = [await first, await retry, alike]
+            later = continued(replies[0], "a.txt")
+            failing = asyncio.ensure_future(proxy.complete(later, None))
+            await until(lambda: len(calls) == 4)
+            retried = asyncio.ensure_future(proxy.complete(later, None, retry=True))
+            await until(lambda: len(calls) > 4 or proxy.retries_waiting)
+            release[4].set()
+            await until(lambda: len(calls) == 5)  # the first retry runs (held upstream)
+            retried_again = asyncio.ensure_future(proxy.complete(later, None, retry=True))
+            await until(lambda: len(calls) > 5 or proxy.retries_waiting)
+            release[5].set()
+            results = await asyncio.gather(failing, retried, retried_again, return_exceptions=True)
+            answered = proxy.retries_answered
+            # a retry of a request never answered, of the same last message as one answered here: not its reply
+            unanswered = await proxy.complete({**first_request(), "temperature": 0.3}, None, retry=True)
+            assert unanswered.completion != other.completion and proxy.retries_answered == answered
+            return (*replies, held, *results, proxy.retries_waiting, answered, other)
+        finally:
+            await proxy.close()
+            await client.aclose()
+
+    first, retry, alike, held, failed, retried, retried_again, waiting, answered, other = asyncio.run(scenario())
+    assert held == (True, True, 1)
+    assert retry.completion == first.completion and retry.conversation == first.conversation
+    assert first.conversation not in (alike.conversation, other.conversation)
+    assert getattr(failed, "status", None) == 500, failed
+    assert retried_again.completion == retried.completion and retried_again.conversation == retried.conversation
+    assert calls == ["asked 1", "asked 2", "asked 3", "asked 4", "asked 5", "asked 6"], calls
+    assert (waiting, answered) == (0, 2)
+
+
+def test_arc_running_dropped_while_a_request_runs_costs_it_nothing(postgres: Any,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """arc_running dropped between a request's reads (its row written) and its commit (review h67: only a drop
+    before the reads had a test): its commit in place, whose statement removes the row, fails on the missing table;
+    it is made again without the row, in place, the reply sent; one warning line; and so for a new conversation's
+    commit on another instance (another statement removes the row there)."""
+    database = postgres.create_database("arc_test_running_dropped_mid_request")
+    release: list[asyncio.Event] = []
+    calls: list[int] = []
+
+    async def upstream(request: Any) -> Any:
+        calls.append(1)
+        if len(calls) in (2, 3):
+            await release[-1].wait()
+        return numbered_reply(request, len(calls))
+
+    async def held(proxy: Any, body: dict[str, Any]) -> Any:
+        release.append(asyncio.Event())
+        asked = len(calls)
+        request = asyncio.ensure_future(proxy.complete(body, None))
+        await until(lambda: len(calls) > asked)
+        await asyncio.to_thread(_drop_running, database)
+        release[-1].set()
+        return await request
+
+    async def scenario() -> tuple[Any, ...]:
+        (one, one_client), (another, another_client) = (in_process_shared(database, upstream) for _ in range(2))
+        try:
+            first = await one.complete(first_request(), None)
+            later = await held(one, continued(first, "a.txt"))  # in place
+            await asyncio.to_thread(AsyncDatabase(database).check_schema)  # made again (a proxy started meanwhile)
+            other = await held(another, {**first_request(), "messages": [
+                {"role": "system", "content": "You are terse."}, {"role": "user", "content": "Go."}]})  # new
+            return first, later, other, [(proxy.database.running, proxy.database.running_lost, proxy.store_retries)
+                                         for proxy in (one, another)]
+        finally:
+            for proxy, client in ((one, one_client), (another, another_client)):
+                await proxy.close()
+                await client.aclose()
+
+    from arc_ref.persist.postgres_conversations import AsyncDatabase
+
+    first, later, other, lost = asyncio.run(scenario())
+    assert later.conversation == first.conversation and other.conversation != first.conversation
+    assert later.completion["choices"][0]["message"]["content"].endswith("(call 2)")
+    assert other.completion["choices"][0]["message"]["content"].endswith("(call 3)")
+    assert lost == [(False, True, 0), (False, True, 0)]  # made again at once, not tried again as after an outage
+    assert capsys.readouterr().err.count("arc_running cannot be written any more") == 2  # one line per instance
+    with psycopg.connect(database) as connection:
+        assert connection.execute("SELECT count(*) FROM arc_tasks").fetchone() == (2,)
+
+
+def _drop_running(database: str) -> None:
+    with psycopg.connect(database, autocommit=True) as connection:
+        connection.execute("DROP TABLE IF EXISTS arc_running")
+
+
+def test_a_request_cancelled_again_while_its_row_is_removed_still_removes_it(postgres: Any) -> None:
+    """A request cut while it runs (its client gone, or a second signal stopping the proxy at once) with nothing to
+    commit: its row is removed by a statement of its own, which goes on when the request is cancelled again while
+    it waits for it (review h67: a removal cancelled with the request would leave the row live for a whole lease,
+    holding a retry elsewhere). The removal is held up here by a lock on the row, then let go."""
+    database = postgres.create_database("arc_test_running_cancelled")
+    calls: list[int] = []
+    mode = ["answer"]
+
+    async def upstream(request: Any) -> Any:
+        calls.append(1)
+        if mode[0] == "fail":
+            return httpx.Response(500, json={"error": "down"})
+        if mode[0] == "hang":
+            await asyncio.Event().wait()
+        return bash_call_reply(request)
+
+    async def scenario() -> tuple[Any, ...]:
+        proxy, client = in_process_shared(database, upstream)
+        try:
+            first = await proxy.complete(first_request(), None)
+            later = continued(first, "a.txt")
+            failed = continued(await proxy.complete(later, None), "b.txt")
+            mode[0] = "fail"
+            with contextlib.suppress(Exception):
+                await proxy.complete(failed, None)  # its tool output committed: sent again, nothing new
+            mode[0] = "hang"
+            asked = len(calls)
+            request = asyncio.ensure_future(proxy.complete(failed, None))
+            await until(lambda: len(calls) > asked)
+            with psycopg.connect(database) as holder:  # the row locked: its removal waits
+                holder.execute("SELECT 1 FROM arc_running FOR UPDATE")
+                request.cancel()
+                await until(lambda: proxy._dropping)
+                while not await asyncio.to_thread(_waiting_for_a_lock, database):  # the removal's DELETE is there
+                    await asyncio.sleep(0.01)
+                request.cancel()  # cancelled again while it waits for the removal
+                with contextlib.suppress(asyncio.CancelledError):
+                    await request
+                removals = list(proxy._dropping)
+                holder.rollback()
+            await asyncio.wait_for(asyncio.gather(*removals, return_exceptions=True), 60)
+            return await asyncio.to_thread(live_rows, database), request.cancelled()
+        finally:
+            await proxy.close()
+            await client.aclose()
+
+    rows, cancelled = asyncio.run(scenario())
+    assert cancelled and rows == 0
+
+
+def _waiting_for_a_lock(database: str) -> bool:
+    """Whether a statement on ``database`` waits for a lock now."""
+    with psycopg.connect(database) as connection:
+        row = connection.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                                 " AND wait_event_type = 'Lock'").fetchone()
+    return bool(row and row[0])
