@@ -309,6 +309,7 @@ auth_file = {directory / "users.txt"}
 pool_mode = {pool_mode}
 default_pool_size = {pool_size}
 max_client_conn = 500
+server_login_retry = 1
 logfile = {directory / "pgbouncer.log"}
 """, encoding="utf-8")
         if os.geteuid() == 0:

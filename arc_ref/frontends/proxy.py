@@ -1478,6 +1478,9 @@ class Proxy:
             raise Refused("configuration", f"ARC cannot hold this conversation: {too_long}")
         try:
             return self.conversations.config(shown_system, goal, tools, template_kwargs)
+        except WindowTooSmall as problem:  # the numbers a client can act on (review h70 F6: the budget was {})
+            raise Refused("configuration", f"ARC cannot hold this conversation: {problem}",
+                          {"needed": problem.needed, "smallest_window": problem.smallest_window}) from None
         except ArcError as problem:
             raise Refused("configuration", f"ARC cannot hold this conversation: {problem}") from None
 

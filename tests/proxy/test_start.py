@@ -130,6 +130,8 @@ def test_a_prefix_that_cannot_fit_the_window_is_refused_naming_the_numbers() -> 
     error = response.json()["error"]
     assert error["type"] == "arc_refused" and error["code"] == "configuration"
     assert "a window of at least" in error["message"] and "L_ctx = 2500 leaves" in error["message"]
+    needed, smallest = error["budget"]["needed"], error["budget"]["smallest_window"]  # (review h70 F6: was {})
+    assert f"its smallest view needs {needed} tokens" in error["message"] and smallest == needed + 2 * RESERVE_FLOOR
 
 
 def test_the_window_comes_from_the_upstream_and_a_larger_one_is_refused() -> None:
