@@ -236,12 +236,18 @@ def _secondary_pipeline_errors(record: logging.LogRecord) -> bool:
     """psycopg's warnings, less "error ignored terminating <AsyncPipeline ...>: pipeline aborted": a pipeline whose
     statement failed raises that first error to its caller, which handles it (a conversation forgotten while its
     request ran, a lock past its wait), then logs each statement queued after it as this second one, raw on the
-    proxy's standard error (review h22 F9: a dozen such lines in a run beside forget). Any other warning is kept."""
+    proxy's standard error (review h22 F9: a dozen such lines in a run beside forget). So does a pipeline whose
+    connection was lost (PgBouncer killed, PostgreSQL stopped): its caller gets and reports the error, and psycopg,
+    which logs "error ignored terminating <pipeline>: ..." only while the block's own error is raised, says it again
+    as "... the connection is lost" (review h71: 28 to 36 such lines a chaos run through PgBouncer). Any other
+    warning is kept (a lost connection outside a pipeline included)."""
     import psycopg  # (installed by _psycopg, after it imported psycopg)
 
-    aborted = psycopg.errors.PipelineAborted
     arguments = record.args if isinstance(record.args, tuple) else ()
-    return not any(isinstance(argument, aborted) for argument in arguments)
+    if any(isinstance(argument, psycopg.errors.PipelineAborted) for argument in arguments):
+        return False
+    terminating = record.msg == "error ignored terminating %r: %s"
+    return not (terminating and any(isinstance(argument, psycopg.OperationalError) for argument in arguments))
 
 
 class StoreRefused(StoreError):

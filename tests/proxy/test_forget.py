@@ -365,6 +365,27 @@ def test_psycopg_s_second_error_of_a_failed_pipeline_is_not_logged_and_its_other
     assert said == ["error ignored in rollback on <Connection>: server closed"], said
 
 
+def test_psycopg_s_second_error_of_a_pipeline_whose_connection_was_lost_is_not_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The connection lost under a pipeline (PgBouncer killed or restarted, PostgreSQL stopped): the proxy gets that
+    error and says so itself ("... is unavailable (...); the request is tried again"); psycopg then logs it a second
+    time as "error ignored terminating <psycopg.AsyncPipeline [BAD] ...>: the connection is lost", raw (review h71:
+    28 to 36 such lines a chaos run through PgBouncer). psycopg logs that line only while the block's own error is
+    raised, so it goes too; a lost connection outside a pipeline stays."""
+    from arc_ref.persist.postgres import _psycopg
+
+    logger = logging.getLogger("psycopg")
+    _psycopg()
+    with caplog.at_level("WARNING", logger="psycopg"):
+        logger.warning("error ignored terminating %r: %s", "<psycopg.AsyncPipeline [BAD]>",
+                       psycopg.OperationalError("the connection is lost"))
+        logger.warning("error ignored terminating %r: %s", "<psycopg.AsyncPipeline [BAD]>",
+                       psycopg.OperationalError("flush request failed: server closed the connection unexpectedly"))
+        logger.warning("error ignored in rollback on %s: %s", "<Connection>", psycopg.OperationalError("server closed"))
+    said = [record.getMessage() for record in caplog.records]
+    assert said == ["error ignored in rollback on <Connection>: server closed"], said
+
+
 def test_an_interrupted_forget_says_how_many_it_removed_before_and_the_rest_stay_whole(
         postgres: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Review h22 F8: Ctrl-C (or SIGTERM) after the first batch of 500 had been committed: exit 130 and not a word
