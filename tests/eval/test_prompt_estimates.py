@@ -11,11 +11,12 @@ from typing import Any, Sequence
 
 from arc_eval.loop import run_task
 from arc_eval.methods import make_method
-from arc_eval.methods.base import AuxCaller, Intercepted, MethodEvents, MethodSettings
+from arc_eval.methods.base import MethodSettings
 from arc_eval.schema import CallRecord, from_json
-from arc_eval.types import Message, Observation, Task
+from arc_eval.types import Task
 
 from .helpers import FakeBackend, FakeSandbox, ScriptedReplies, exact_scorer
+from .test_loop import InterceptingMethod
 
 SETTINGS = MethodSettings(context_limit=16384, max_tokens=1024)
 FILES = {f"f{i}.txt": f"file {i}: " + "some distractor words. " * 400 for i in range(8)}
@@ -79,36 +80,8 @@ def test_an_overflow_record_keeps_the_estimate_of_the_prompt_it_meant_to_send() 
     assert calls[0].estimated_prompt_tokens == SETTINGS.counter.count(backend.requests[0].messages)
 
 
-class Plain:
-    """A method without ``prompt_estimate`` (the hook is optional): its records have no estimate, L still."""
-
-    name = "plain"
-
-    def __init__(self) -> None:
-        self.messages: list[Message] = []
-
-    def begin(self, system: str, goal: str) -> None:
-        self.messages = [Message("system", system), Message("user", goal)]
-
-    async def prompt(self, aux: AuxCaller) -> tuple[Message, ...]:
-        return tuple(self.messages)
-
-    def record_agent(self, thought: str, action: str) -> Intercepted | None:
-        self.messages.append(Message("assistant", f"Action: {action}"))
-        return None
-
-    def record_observation(self, action: str, observation: Observation) -> None:
-        self.messages.append(Message("user", observation.text))
-
-    async def compact(self, reason: str, aux: AuxCaller) -> bool:
-        return False
-
-    def drain_events(self) -> MethodEvents:
-        return MethodEvents()
-
-
 def test_a_method_without_the_hook_records_no_estimate() -> None:
-    calls, _ = run(Plain())
+    calls, _ = run(InterceptingMethod())  # (a minimal Method without the hook)
     assert calls and all(call.estimated_prompt_tokens is None and call.view_budget is None for call in calls)
     assert all(call.prompt_limit == SETTINGS.usable_tokens for call in calls)
     assert all("estimated_prompt_tokens" not in call.to_json() for call in calls)
