@@ -43,6 +43,16 @@ def mini_prefix() -> list[dict[str, Any]]:
     return [{"role": "system", "content": loaded["agent"]["system_template"]}, {"role": "user", "content": instance}]
 
 
+def long_prefix() -> list[dict[str, Any]]:
+    """A system prompt and task the project makes, as long as mini-swe-agent's through the proxy (its smallest view
+    needs 2,216 Qwen3 tokens with the bash tool, as mini's does): the tests of the reserve run where mini is not
+    installed (CI's default step)."""
+    rules = "\n".join(f"Rule {number}: before you run command {number}, read the file it changes and say why in one"
+                      " line." for number in range(1, 30))
+    return [{"role": "system", "content": f"You are a careful software agent working in a shell.\n{rules}"},
+            {"role": "user", "content": "Count the lines of notes.txt and submit the number."}]
+
+
 def zero_config_offline() -> ProxySettings:
     """The README's settings without an upstream to ask: the window set per test."""
     return ProxySettings(upstream="http://127.0.0.1:9/v1", tokenizer=f"hf-dir:{QWEN3}")
@@ -85,7 +95,7 @@ def test_the_rounds_say_what_max_tokens_the_client_asked_and_the_reserve_that_ca
     with serve_in_thread(upstream) as upstream_url, serve_app(build_app(zero_config(upstream_url))) as base_url:
         for asked in ({"max_tokens": 3000}, {"max_completion_tokens": 96}, {}):
             response = httpx.post(f"{base_url}/chat/completions", timeout=120,
-                                  json={"model": "scripted", "messages": mini_prefix(), "tools": [BASH_TOOL],
+                                  json={"model": "scripted", "messages": long_prefix(), "tools": [BASH_TOOL],
                                         **asked, "metadata": {"conversation_id": f"c-{len(asked)}-{asked}"}})
             assert response.status_code == 200, response.text
         rounds = httpx.get(base_url.removesuffix("/v1") + "/arc/rounds").json()
@@ -100,8 +110,8 @@ def test_a_larger_window_never_gives_a_smaller_reserve_view_or_chunk() -> None:
     """Review h70 F1: the reserve was min(4096, L_ctx // 2), lowered only where that left the prefix no room, so
     one token of window past that point dropped K to the smallest view's (mini's prefix: K 3306 and chunks of 243
     tokens at 4,430, K 2216 and one-token chunks at 4,431, back only at ~6,640). Now G_max, K and the recall chunk
-    never decrease as the window grows (mini's prefix, windows 2,600 to 20,000)."""
-    messages = mini_prefix()
+    never decrease as the window grows (a prefix as long as mini's, windows 2,600 to 20,000)."""
+    messages = long_prefix()
     settings = zero_config_offline()
     seen: list[tuple[int, int, int, int]] = []
     for window in range(2600, 20000, 37):
@@ -125,7 +135,7 @@ def test_a_prefix_that_cannot_fit_the_window_is_refused_naming_the_numbers() -> 
                               model_name="scripted")
     with serve_in_thread(upstream) as upstream_url, serve_app(build_app(zero_config(upstream_url))) as base_url:
         response = httpx.post(f"{base_url}/chat/completions", timeout=120,
-                              json={"model": "scripted", "messages": mini_prefix(), "tools": [BASH_TOOL]})
+                              json={"model": "scripted", "messages": long_prefix(), "tools": [BASH_TOOL]})
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["type"] == "arc_refused" and error["code"] == "configuration"
@@ -279,7 +289,7 @@ def test_the_smallest_window_a_refusal_names_is_the_smallest_the_proxy_serves() 
                                   model_name="scripted")
         with serve_in_thread(upstream) as upstream_url, serve_app(build_app(zero_config(upstream_url))) as base_url:
             return httpx.post(f"{base_url}/chat/completions", timeout=120,
-                              json={"model": "scripted", "messages": mini_prefix(), "tools": [BASH_TOOL]})
+                              json={"model": "scripted", "messages": long_prefix(), "tools": [BASH_TOOL]})
 
     refused = first_request(2500)
     assert refused.status_code == 400
