@@ -99,6 +99,6 @@ def test_the_readme_recipe_without_a_gpu_runs_as_written(tmp_path: Path) -> None
     trajectory = json.loads((tmp_path / "traj.json").read_text(encoding="utf-8"))
     assert trajectory["info"]["exit_status"] == "Submitted"
     rounds = json.loads(outputs[2])
-    # what the README says of them: 5 upstream requests, 3 hidden recall rounds, every count exact
-    assert len(rounds) == 5 and sum(record["hidden"] for record in rounds) == 3, rounds
+    # what the README says of them: 4 upstream requests, 2 hidden recall rounds, every count exact
+    assert len(rounds) == 4 and sum(record["hidden"] for record in rounds) == 2, rounds
     assert all(record["view_tokens"] == record["upstream_prompt_tokens"] <= record["budget"] for record in rounds)
