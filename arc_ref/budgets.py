@@ -159,6 +159,50 @@ def window_budgets(config: Config, *, recall_budget: int = PREFERRED_RECALL_BUDG
     )
 
 
+RESERVE_FLOOR = 256
+"""The least completion reserve G_max `reserve_for_window` gives; a prefix that leaves less is refused."""
+
+
+def completion_reserve(needed: int, window: int, cap: int) -> int | None:
+    """G_max for a prefix whose smallest view needs ``needed`` tokens of prompt: min(``cap``, half of what that
+    view leaves of ``window``), the other half growing the view's budgets (M, R, P, Q); None when that is less
+    than `RESERVE_FLOOR`. Never smaller for a larger window, and K = L_ctx - G_max - (what fit_to_window leaves
+    unused) grows with the window too; K <= L holds, and each request's ``max_tokens`` is capped at G_max."""
+    reserve = min(cap, (window - needed) // 2)
+    return reserve if reserve >= RESERVE_FLOOR else None
+
+
+def reserve_for_window(config: Config, cap: int, *, reserver: str, setting: str) -> int:
+    """`completion_reserve` for ``config``'s window and prefix (spec/parameters.md: G_max chosen from the window);
+    WindowTooSmall naming the numbers when it is below `RESERVE_FLOOR`. ``reserver`` and ``setting`` name, in
+    that refusal, who reserves and the option that sets G_max instead."""
+    # the smallest view's prompt does not depend on the window: measured against the largest one
+    smallest = window_budgets(config.replace(context_limit=MAX_CONFIG_INTEGER, max_completion=1))
+    reserve = completion_reserve(smallest.smallest_prompt, config.context_limit, cap)
+    if reserve is None:
+        raise reserve_too_small(smallest, config.context_limit, cap, reserver=reserver, setting=setting)
+    return reserve
+
+
+def reserve_too_small(smallest: WindowBudgets, window: int, cap: int, *, reserver: str,
+                      setting: str) -> WindowTooSmall:
+    """The refusal of a prefix whose smallest view (``smallest``, measured on any window) leaves less than twice
+    `RESERVE_FLOOR` of ``window``: the numbers, the smallest window `completion_reserve` serves it at, and the
+    option that sets the reserve instead."""
+    needed = smallest.smallest_prompt
+    fits = needed + 2 * RESERVE_FLOOR
+    room = window - needed
+    fix = (f", or a completion reserve of at most {room} tokens: {setting} (N <= {room}; the view then"
+           f" gets only what N leaves above its smallest budgets)" if room > 0 else "")
+    shortfall = (f"the prefix cannot fit the window: its smallest view needs {needed} tokens of prompt (B ="
+                 f" {smallest.prefix_tokens} for the system text, tools listing and goal, with eta and the smallest"
+                 f" summary, recent suffix, catalog page and recall buffer), and L_ctx = {window} leaves {room}")
+    return WindowTooSmall(needed, fits, f"{shortfall}; {reserver} reserves G_max = min({cap}, half of what the"
+                          f" smallest view leaves) for the completion, at least {RESERVE_FLOOR}, so a window of at"
+                          f" least {fits} tokens is needed{fix}, or a shorter system text, tools listing or goal",
+                          shortfall)
+
+
 def page_size_of(page_budget: int, page_frame: int, stub_cap: int) -> int:
     """p: as many stubs of cap c as P holds after its frame (A3: p*c <= P), at least one."""
     return max(1, (page_budget - page_frame) // stub_cap)

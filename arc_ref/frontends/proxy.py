@@ -66,8 +66,8 @@ import attrs
 import httpx
 import msgspec
 
-from arc_ref.budgets import DERIVED_FIELDS, WindowBudgets, WindowTooSmall, fit_to_window, window_budgets
-from arc_ref.config import MAX_CONFIG_INTEGER, PRESETS, Config, preset
+from arc_ref.budgets import DERIVED_FIELDS, WindowTooSmall, fit_to_window, reserve_for_window
+from arc_ref.config import PRESETS, Config, preset
 from arc_ref.errors import ArcError
 from arc_ref.machine import (
     ArcState,
@@ -1981,16 +1981,12 @@ def prepare(settings: ProxySettings) -> ProxySettings:
     return prepared
 
 
-RESERVE_FLOOR = 256
-"""The least completion reserve G_max the proxy gives a conversation; a prefix that leaves less is refused."""
-
-
 def conversation_config(settings: ProxySettings, system: str, goal: str, tools: Sequence[Mapping[str, Any]],
                         template_kwargs: tuple[tuple[str, Any], ...]) -> Config:
     """A conversation's configuration: the served window, the prefix its agent sent (system text with ARC's note,
     tools listing, goal) and budgets derived from both (`arc_ref.budgets.fit_to_window`, the one owner of that
     rule; spec/parameters.md), but those ``--set`` gives, which are kept. The completion reserve G_max, unless
-    ``--set max_completion`` gives one, is `completion_reserve`: the preset's 4096, or half of what the prefix's
+    ``--set max_completion`` gives one, is `arc_ref.budgets.completion_reserve`: the preset's 4096, or half of what the prefix's
     smallest view leaves of the window when that is less, so that a larger window never gives a smaller view
     (review h70 F1) and a long system prompt on a small window needs nothing configured (review h54 F6).
     ConfigError (WindowTooSmall naming the numbers) when the prefix cannot fit."""
@@ -2005,40 +2001,9 @@ def conversation_config(settings: ProxySettings, system: str, goal: str, tools: 
                     action_mode="tools", tools=list(tools), system=system, goal=goal, template_kwargs=template_kwargs)
     kept = {name: value for name, value in settings.overrides.items() if name in DERIVED_FIELDS}
     if "max_completion" not in settings.overrides:
-        # the smallest view's prompt does not depend on the window: measured against the largest one
-        smallest = window_budgets(config.replace(context_limit=MAX_CONFIG_INTEGER, max_completion=1))
-        reserve = completion_reserve(smallest.smallest_prompt, int(window), reserve_cap)
-        if reserve is None:
-            raise proxy_window_too_small(smallest, int(window), reserve_cap)
-        config = config.replace(max_completion=reserve)
+        config = config.replace(max_completion=reserve_for_window(config, reserve_cap, reserver="this proxy",
+                                                                  setting="--set max_completion=N"))
     return fit_to_window(config, keep=kept, check=False)  # init checks it (K <= L, every floor)
-
-
-def completion_reserve(needed: int, window: int, cap: int) -> int | None:
-    """G_max for a prefix whose smallest view needs ``needed`` tokens of prompt: min(``cap``, half of what that
-    view leaves of ``window``), the other half growing the view's budgets (M, R, P, Q); None when that is less
-    than `RESERVE_FLOOR`. Never smaller for a larger window, and K = L_ctx - G_max - (what fit_to_window leaves
-    unused) grows with the window too; K <= L holds, and each request's ``max_tokens`` is capped at G_max."""
-    reserve = min(cap, (window - needed) // 2)
-    return reserve if reserve >= RESERVE_FLOOR else None
-
-
-def proxy_window_too_small(smallest: WindowBudgets, window: int, reserve_cap: int) -> WindowTooSmall:
-    """The refusal of a prefix whose smallest view (``smallest``, measured on any window) leaves less than twice
-    `RESERVE_FLOOR` of ``window``: the numbers, the smallest window `completion_reserve` serves it at, and the
-    option that sets the reserve instead."""
-    needed = smallest.smallest_prompt
-    fits = needed + 2 * RESERVE_FLOOR
-    room = window - needed
-    fix = (f", or a completion reserve of at most {room} tokens: --set max_completion=N (N <= {room}; the view then"
-           f" gets only what N leaves above its smallest budgets)" if room > 0 else "")
-    shortfall = (f"the prefix cannot fit the window: its smallest view needs {needed} tokens of prompt (B ="
-                 f" {smallest.prefix_tokens} for the system text, tools listing and goal, with eta and the smallest"
-                 f" summary, recent suffix, catalog page and recall buffer), and L_ctx = {window} leaves {room}")
-    return WindowTooSmall(needed, fits, f"{shortfall}; this proxy reserves G_max = min({reserve_cap}, half of what the"
-                          f" smallest view leaves) for the completion, at least {RESERVE_FLOOR}, so a window of at"
-                          f" least {fits} tokens is needed{fix}, or a shorter system text, tools listing or goal",
-                          shortfall)
 
 
 def prefix_past_window(settings: ProxySettings, characters: int) -> str | None:
@@ -2066,6 +2031,6 @@ def upstream_headers(settings: ProxySettings, authorization: str | None) -> dict
 
 
 __all__ = ["ARC_NOTE", "AgentMessage", "AgentMessages", "Conversations", "KnownMessages", "Proxy", "ProxySettings", "Refused", "StartRefused",
-           "RESERVE_FLOOR", "agent_message", "chain_next", "chain_root", "completion_reserve", "conversation_config", "listening_socket", "prepare",
+           "agent_message", "chain_next", "chain_root", "conversation_config", "listening_socket", "prepare",
            "RawMessage", "BodyMessages", "ChainPrefix", "UNREADABLE", "read_json_value", "settings_from", "sse_chunks",
            "upstream_headers"]

@@ -18,9 +18,8 @@ from tests.proxy.harness import BASH_TOOL, QWEN3, needs_qwen3, serve_app, serve_
 import attrs  # noqa: E402
 import httpx  # noqa: E402  (after the harness, which skips without the proxy extra)
 
-from arc_ref.budgets import WindowTooSmall  # noqa: E402
-from arc_ref.frontends.proxy import (RESERVE_FLOOR, ProxySettings, StartRefused, conversation_config,  # noqa: E402
-                                     prepare)
+from arc_ref.budgets import RESERVE_FLOOR, WindowTooSmall  # noqa: E402
+from arc_ref.frontends.proxy import ProxySettings, StartRefused, conversation_config, prepare  # noqa: E402
 from arc_ref.frontends.proxy_app import build_app  # noqa: E402
 from arc_eval.agent.recall_then_submit import RecallThenSubmitPolicy  # noqa: E402
 from arc_eval.backends.scripted_server import build_app as build_upstream  # noqa: E402
