@@ -9,7 +9,7 @@ view of its own.
     session = Session("hf-dir:models/Qwen3-8B", system="You are a coding agent.", tools=[read_file_tool])
     session.add_user("Find the failing test.")            # the task (the goal of the prefix F)
     reply = client.chat.completions.create(model=..., messages=session.messages(), tools=session.tools(),
-                                           max_tokens=4096)  # G_max (max_completion): K <= L = L_ctx - G_max
+                                           max_tokens=session.max_tokens)  # G_max: K <= L = L_ctx - G_max
     session.add_assistant(reply.choices[0].message, usage=reply.usage)  # ARC's calls answered here; the
                                                            # server's count checked (CountsDifferWarning)
     for call in reply.choices[0].message.tool_calls or []:
@@ -38,7 +38,7 @@ from typing import Any, Mapping, Sequence
 
 from attrs import frozen
 
-from arc_ref.budgets import DERIVED_FIELDS, fit_to_window
+from arc_ref.budgets import DERIVED_FIELDS, fit_to_window, reserve_for_window
 from arc_ref.config import Config, checked_fields, preset
 from arc_ref.errors import ArcError
 from arc_ref.machine import (
@@ -209,8 +209,10 @@ class Session:
     every message as the server will). ``tools`` are the environment's tools (OpenAI tool objects), offered
     after ARC's own. The budgets are derived from the window and the session's own prefix (system text, tools
     listing, goal) when the session starts (`arc_ref.budgets.fit_to_window`, spec/parameters.md "Budgets from a
-    window and a prefix"): give ``context_limit`` (L_ctx, default the paper's 16384) and ``max_completion``
-    (G_max, default 4096); a budget given in ``overrides`` is kept over the derived one. With ``preset_name``
+    window and a prefix"): give ``context_limit`` (L_ctx, default the paper's 16384); the completion reserve G_max
+    (`max_tokens`, what each request should send) is ``max_completion`` when given, else min(4096, half of what the
+    prefix's smallest view leaves of the window), at least 256, as `arc-ref proxy` chooses it
+    (`arc_ref.budgets.reserve_for_window`); a budget given in ``overrides`` is kept over the derived one. With ``preset_name``
     the named preset's budgets are used as they are (spec/parameters.md). Without ``system`` the model is told how to call ARC's
     tools (`TOOL_MODE_SYSTEM`). A configuration mistake raises `arc_ref.errors.ConfigError` from the
     constructor (a prefix that cannot fit the window, from the start: it needs the goal). Misuse raises `SessionError`; what the core refuses in an event (a model reply
@@ -329,6 +331,10 @@ class Session:
         config = config.replace(**changes)
         if self._config is None and self._preset_name is None:  # budgets from the window and this prefix
             kept = {name: value for name, value in self._overrides.items() if name in DERIVED_FIELDS}
+            if "max_completion" not in self._overrides:  # G_max as arc-ref proxy chooses it (review h54 F6)
+                config = config.replace(max_completion=reserve_for_window(
+                    config, config.max_completion, reserver="the session",
+                    setting="Session(..., max_completion=N)"))
             config = fit_to_window(config, keep=kept, check=False)  # init checks it (K <= L, every floor)
         if config.action_mode != "tools":
             raise SessionError("a session speaks OpenAI tool calls: it needs action_mode 'tools' (chat format"
@@ -339,6 +345,13 @@ class Session:
         else:
             self._state = init(config)
         return self._state
+
+    @property
+    def max_tokens(self) -> int:
+        """G_max, the configuration's ``max_completion``: send it as each request's ``max_tokens`` (K <= L = L_ctx -
+        G_max leaves the window's last G_max tokens to the completion); starts the session. Unless given, the
+        session chooses it from the window and its prefix, as `arc-ref proxy` does (`reserve_for_window`)."""
+        return self.start().config.max_completion
 
     @property
     def state(self) -> ArcState:

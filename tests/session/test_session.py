@@ -15,7 +15,8 @@ import pytest
 from arc_ref.view import VIEW_COMPONENTS
 from arc_ref.errors import ConfigError
 from arc_ref.machine import view
-from arc_ref.budgets import WindowTooSmall
+from arc_ref.budgets import RESERVE_FLOOR, WindowTooSmall, window_budgets
+from arc_ref.config import MAX_CONFIG_INTEGER
 from arc_ref.session import Session, SessionError
 from arc_ref.tools import ARC_TOOLS
 from proofs_check.shared_data import QWEN3_ABSENT, qwen3_dir, transformers_prompt
@@ -255,17 +256,23 @@ def test_a_session_in_postgresql_resumes_in_another_process_with_the_same_state(
     assert local.add_tool_result("call_a", LOG) == stored_id and local.state == state
 
 
+MINI_SIZED_SYSTEM = "You are a helpful assistant that can interact with a computer shell. " * 110  # ~1.5k tokens
+
+
 @pytest.mark.skipif(QWEN3 is None, reason=QWEN3_ABSENT)
-@pytest.mark.parametrize("window", [8192, 12288, 16384])
+@pytest.mark.parametrize("window", [4096, 8192, 12288, 16384])
 def test_a_session_given_only_its_window_derives_its_budgets(window: int) -> None:
     """Budgets from a window and a prefix (spec/parameters.md): a ~1.5k-token system text (mini-swe-agent's size)
-    and only the window given; the session starts with K <= L and its requests count as the server counts them."""
+    and only the window given; the session starts with K <= L = L_ctx - G_max, G_max (`max_tokens`) chosen as
+    arc-ref proxy chooses it, and its requests count as the server counts them. At 4096 the session was refused
+    while its G_max was fixed at 4096 (review h54 F6, the Session's side)."""
     assert QWEN3 is not None
-    system = "You are a helpful assistant that can interact with a computer shell. " * 110
-    session = Session(f"hf-dir:{QWEN3}", system=system, tools=ENVIRONMENT, context_limit=window)
+    session = Session(f"hf-dir:{QWEN3}", system=MINI_SIZED_SYSTEM, tools=ENVIRONMENT, context_limit=window)
     session.add_user("What is the value of line 77?")
     audit = session.audit()
-    assert audit.prefix + audit.tool_listing > 1500 and audit.budget <= audit.limit == window - 4096
+    smallest = window_budgets(session.state.config.replace(context_limit=MAX_CONFIG_INTEGER, max_completion=1))
+    assert session.max_tokens == min(4096, (window - smallest.smallest_prompt) // 2) >= RESERVE_FLOOR
+    assert audit.prefix + audit.tool_listing > 1500 and audit.budget <= audit.limit == window - session.max_tokens
     for turn in range(6):
         session.add_assistant(f"turn {turn}", [call(f"c{turn}", "read_file", {"path": f"{turn}.txt"})])
         session.add_tool_result(f"c{turn}", LOG[: 900 * (turn + 1)])
@@ -274,9 +281,57 @@ def test_a_session_given_only_its_window_derives_its_budgets(window: int) -> Non
 
 
 @pytest.mark.skipif(QWEN3 is None, reason=QWEN3_ABSENT)
+def test_a_larger_window_never_gives_a_session_a_smaller_reserve_or_view() -> None:
+    """G_max and K do not decrease as the window grows (the rule of review h70 F1, now the Session's too), from the
+    smallest window the session serves to where G_max reaches 4096."""
+    assert QWEN3 is not None
+    seen: list[tuple[int, int, int]] = []
+    for window in (3400, 3500, 3700, 4096, 4500, 5000, 6000, 8192, 9000, 10000, 12288, 16384):
+        session = Session(f"hf-dir:{QWEN3}", system=MINI_SIZED_SYSTEM, tools=ENVIRONMENT, context_limit=window)
+        session.add_user("Go.")
+        seen.append((window, session.max_tokens, session.audit().budget))
+    for (_, reserve, budget), (window, next_reserve, next_budget) in zip(seen, seen[1:]):
+        assert next_reserve >= reserve and next_budget >= budget, (window, seen)
+    assert seen[-1][1] == 4096 and seen[0][1] < 4096
+
+
+@pytest.mark.skipif(QWEN3 is None, reason=QWEN3_ABSENT)
+def test_a_given_completion_reserve_is_kept() -> None:
+    assert QWEN3 is not None
+    session = Session(f"hf-dir:{QWEN3}", system=MINI_SIZED_SYSTEM, tools=ENVIRONMENT, context_limit=8192,
+                      max_completion=1000)
+    session.add_user("Go.")
+    assert session.max_tokens == 1000 and session.audit().limit == 8192 - 1000
+
+
+@pytest.mark.skipif(QWEN3 is None, reason=QWEN3_ABSENT)
 def test_a_prefix_that_cannot_fit_the_window_is_refused_naming_the_numbers() -> None:
     assert QWEN3 is not None
-    session = Session(f"hf-dir:{QWEN3}", system="Be careful. " * 2000, tools=ENVIRONMENT, context_limit=8192)
+    session = Session(f"hf-dir:{QWEN3}", system="Be careful. " * 3000, tools=ENVIRONMENT, context_limit=8192)
+    session.add_user("Go.")
+    with pytest.raises(WindowTooSmall) as refused:
+        session.start()
+    message = str(refused.value)
+    assert f"its smallest view needs {refused.value.needed} tokens of prompt" in message
+    assert refused.value.smallest_window == refused.value.needed + 2 * RESERVE_FLOOR
+    assert f"a window of at least {refused.value.smallest_window} tokens is needed" in message
+    assert "the session reserves G_max = min(4096, half of what the smallest view leaves)" in message
+    # one token less than the window it names is refused, that window is served
+    for window, served in ((refused.value.smallest_window - 1, False), (refused.value.smallest_window, True)):
+        again = Session(f"hf-dir:{QWEN3}", system="Be careful. " * 3000, tools=ENVIRONMENT, context_limit=window)
+        again.add_user("Go.")
+        if served:
+            assert again.max_tokens == RESERVE_FLOOR and again.audit().budget <= window - RESERVE_FLOOR
+        else:
+            with pytest.raises(WindowTooSmall):
+                again.start()
+
+
+@pytest.mark.skipif(QWEN3 is None, reason=QWEN3_ABSENT)
+def test_a_given_reserve_that_leaves_no_room_is_refused_as_before() -> None:
+    assert QWEN3 is not None
+    session = Session(f"hf-dir:{QWEN3}", system="Be careful. " * 2000, tools=ENVIRONMENT, context_limit=8192,
+                      max_completion=4096)
     session.add_user("Go.")
     with pytest.raises(WindowTooSmall, match=r"B = \d+ .* > L = L_ctx - G_max = 8192 - 4096 = 4096; a window of at"
                                              r" least \d+ tokens is needed"):
