@@ -290,6 +290,51 @@ def check_session(report: Report, url: str, model_dir: Path) -> None:
                  f"{len(gaps)} requests ({after_fold} after the first fold), max |audit - usage| = {max(gaps)},"
                  f" {final.stored} stored, {final.folded} entries folded")
     session.close()
+    check_session_reserve(report, url, model_dir, read_file)
+
+
+def check_session_reserve(report: Report, url: str, model_dir: Path, read_file: dict[str, Any]) -> None:
+    """A Session given only vLLM's window and a system text of ~4.5k tokens (refused while its G_max was 4096:
+    L = 4096 could not hold it) chooses G_max below 4096 and sends it as max_tokens: vLLM accepts every request
+    (prompt + max_tokens <= its window) while the view grows to K and folds, and counts each prompt as the session."""
+    from arc_ref.budgets import RESERVE_FLOOR
+    from arc_ref.errors import ArcError
+    from arc_ref.session import Session
+
+    what = "session: G_max chosen from the window, sent as max_tokens, accepted by vLLM while it compacts"
+    system = "You are a careful agent. Check every line of every log before you answer. " * 300
+    try:
+        session = Session(f"hf-dir:{model_dir}", system=system, tools=[read_file], context_limit=WINDOW)
+        session.add_user("Which line of the logs says LATE?")
+        reserve = session.max_tokens
+    except ArcError as problem:
+        report.check(False, what, f"the session was refused: {problem}"[:600])
+        return
+    largest, steps, after_fold = 0, 0, 0
+    statuses: list[int] = []
+    gaps: list[int] = []
+    while steps < 40 and after_fold < 2:  # until two requests were sent after the first fold
+        audit = session.audit()
+        after_fold += audit.folded > 0
+        largest = max(largest, audit.tokens)
+        payload = {"model": SERVED, "messages": session.messages(), "tools": session.tools(), "max_tokens": reserve,
+                   "chat_template_kwargs": {"enable_thinking": False}, "structured_outputs": {"regex": "ok"}}
+        response = httpx.post(f"{url}/chat/completions", json=payload, timeout=600)
+        statuses.append(response.status_code)
+        if response.status_code != 200:
+            break
+        gaps.append(abs(audit.tokens - response.json()["usage"]["prompt_tokens"]))
+        call = {"id": f"call_{steps}", "type": "function",
+                "function": {"name": "read_file", "arguments": json.dumps({"path": f"log{steps}.txt"})}}
+        session.add_assistant({"role": "assistant", "content": "", "tool_calls": [call]})
+        session.add_tool_result(f"call_{steps}", "\n".join(f"log{steps} line {line}: status=ok" for line in range(60)))
+        steps += 1
+    final = session.audit()
+    report.check(RESERVE_FLOOR <= reserve < 4096 and final.folded > 0 and set(statuses) == {200} and max(gaps) == 0
+                 and largest + reserve <= WINDOW and final.budget + reserve <= WINDOW, what,
+                 f"G_max {reserve}, K {final.budget}, largest prompt {largest} of {len(statuses)} requests (statuses"
+                 f" {sorted(set(statuses))}), max |audit - usage| = {max(gaps, default=-1)}, {final.folded} folded")
+    session.close()
 
 
 class ProxyProcess:
