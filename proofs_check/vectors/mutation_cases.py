@@ -428,4 +428,25 @@ def spec_port_vectors() -> tuple[TraceVector, ...]:
                     (config("minimal", prefill_cost=10, low_water=50),
                      *(agent("t " * times, f"run {number}") for number, times in enumerate((5, 7, 5, 7, 7, 3, 0, 6, 8)))),
                     (folded_at(10, 6),)),
+    ) + screen_equality_vectors()
+
+
+def screen_equality_vectors() -> tuple[TraceVector, ...]:
+    """Review h69 left the screen's reading of the cost rule's inequality (>= or >) unpinned; review h74 found the
+    trace by a search over small traces (a mutation of the reference strict in `trigger.decide` alone)."""
+    return (
+        TraceVector("cost_screen_holds_at_equality", ("rendering.md §11.1",),
+                    "The cost rule's screen holds at equality too: after a forced compact S holds one stub (165"
+                    " tokens); at line 6 (E = expected_completion * t = 10887, h = 191, k = 56) the screen sees"
+                    " s + n * c = 165 + 2 * 104 > M = 320 and prices S shed to s_low = 160: X = 135 + 5 = 140,"
+                    " Y = 183 + 56 + 160 = 399, and 10887 * 140^2 = 2 * 1400 * 399 * 191. The copy is made; its S"
+                    " collapses its three stubs to ids and lands at 121, below s_low, so it measures X = 164 and"
+                    " Y = 375 and the fold is taken (2 entries). With > in the screen alone, line 6 keeps.",
+                    (config("minimal", low_water=25, keep_verbatim_chars=0, prefill_cost=1400,
+                            expected_completion=10887),
+                     obs("cat f0", ""), obs("cat f1", "o1 " * 8 + "o1"), compact("forced"), obs("cat f4", "o4 " * 4 + "o"),
+                     agent("", "run 7"), VIEW),
+                    (folded_at(6, 2),
+                     ("S lands at 121 tokens, below s_low",
+                      lambda outputs: bool(ops(outputs, "view")[0]["components"]["summary"] == 121)))),
     )
