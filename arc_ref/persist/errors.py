@@ -43,6 +43,15 @@ class StoreCorrupt(StoreError):
     code = "store_corrupt"
 
 
+class StoreIncompatible(StoreCorrupt):
+    """An intact row (its chained checksum holds, so the arc-ref that wrote it accepted it) that this arc-ref cannot
+    read or whose configuration or event its core refuses: the rules differ from the writer's (another arc-ref
+    version, or another tokenizer or chat template counting the prefix). Nothing is damaged: the arc-ref and
+    tokenizer that made the store read it. A StoreCorrupt for every caller that sets such a store aside."""
+
+    code = "store_incompatible"
+
+
 class StoreReadOnly(StoreError):
     """The store cannot be written where it is (a read-only mount or directory, no permission to write); readers
     still read it. Nothing is damaged."""

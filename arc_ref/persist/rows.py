@@ -23,7 +23,7 @@ from arc_ref.config import Config
 from arc_ref.errors import ArcError
 from arc_ref.machine import ArcState, Event, Output, RequestView, init, step
 from arc_ref.json_limits import MAX_LINE_BYTES
-from arc_ref.persist.errors import EventTooLarge, StoreCorrupt, StoreError
+from arc_ref.persist.errors import EventTooLarge, StoreCorrupt, StoreError, StoreIncompatible
 from arc_ref.trace import TraceError, config_from_line, encode, event_from_line, event_line, parse_line
 
 GENESIS = hashlib.sha256(b"arc-ref event log 1").hexdigest()  # the chain's value before row 1  # the chain's value before row 1
@@ -114,7 +114,7 @@ def read_row(seq: int, line: str | bytes, where: str) -> Config | Event:
             raise TraceError("a view request is not an event of the log")
         return event
     except ArcError as problem:  # a TraceError or a core refusal
-        raise StoreCorrupt(f"{where}: row {seq}: {problem}") from None
+        raise incompatible(seq, problem, where) from None
 
 
 def row_events(rows: Iterable[StoredEvent], where: str) -> list[Event]:
@@ -139,7 +139,19 @@ def fold_row(state: ArcState | None, seq: int, line: str | bytes, where: str) ->
         assert state is not None
         return step(state, value)[0]
     except ArcError as problem:
-        raise StoreCorrupt(f"{where}: row {seq}: {problem}") from None
+        raise incompatible(seq, problem, where) from None
+
+
+def incompatible(seq: int, problem: ArcError, where: str) -> StoreIncompatible:
+    """Row ``seq``, intact (every caller reads rows through `checked_rows`: its checksum held), refused by this
+    arc-ref: the arc-ref that wrote it accepted it, so the rules differ (review h75: a conversation stored before
+    ARC's tool listing grew by 16 tokens no longer fit its own budgets, K > L, and the message advised lowering
+    budgets no one can change in a stored conversation)."""
+    return StoreIncompatible(
+        f"{where}: row {seq}: {problem}\n  (row {seq} is intact, its checksum holds: the arc-ref that wrote it"
+        " accepted it, and this one reads or checks it otherwise: another arc-ref version, or another tokenizer or"
+        " chat template counting the prefix; nothing is damaged: read or continue it with the arc-ref and tokenizer"
+        " that made it; README, 'Upgrading with stored conversations')")
 
 
 def fold_rows(state: ArcState | None, rows: Iterable[tuple[int, Line, Any]], where: str, after_seq: int = 0,
