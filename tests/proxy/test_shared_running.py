@@ -774,15 +774,33 @@ def test_without_arc_running_a_retry_on_the_same_instance_still_waits_and_an_ide
     assert (waiting, answered) == (0, 2)
 
 
-def test_arc_running_dropped_while_a_request_runs_costs_it_nothing(postgres: Any,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_arc_running_dropped_while_a_request_runs_costs_it_nothing(postgres: Any, capsys: pytest.CaptureFixture[str],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """arc_running dropped between a request's reads (its row written) and its commit (review h67: only a drop
     before the reads had a test): its commit in place, whose statement removes the row, fails on the missing table;
     it is made again without the row, in place, the reply sent; one warning line; and so for a new conversation's
-    commit on another instance (another statement removes the row there)."""
+    commit on another instance (another statement removes the row there). Each commit is tried twice, no more: the
+    commit notes the loss itself (review h73: a commit that did not tried again and again, thousands of failing
+    round trips, until the lease renewal's next round noted it, seconds later; the leases here are renewed never)."""
+    from arc_ref.persist.postgres_conversations import RequestTransaction
+
     database = postgres.create_database("arc_test_running_dropped_mid_request")
     release: list[asyncio.Event] = []
     calls: list[int] = []
+    tries: list[tuple[int, str]] = []  # (the transaction, the commit's statement tried)
+
+    def counted(name: str) -> Any:
+        original = getattr(RequestTransaction, name)
+
+        async def tried(self: Any, connection: Any) -> Any:
+            tries.append((id(self), name))
+            if sum(one == id(self) for one, _ in tries) > 2:  # (a loop that never ends: stopped here, not hung)
+                raise AssertionError(f"a commit tried {name} {len(tries)} times")
+            return await original(self, connection)
+        return tried
+
+    for name in ("_move_head", "_write"):
+        monkeypatch.setattr(RequestTransaction, name, counted(name))
 
     async def upstream(request: Any) -> Any:
         calls.append(1)
@@ -800,7 +818,8 @@ def test_arc_running_dropped_while_a_request_runs_costs_it_nothing(postgres: Any
         return await request
 
     async def scenario() -> tuple[Any, ...]:
-        (one, one_client), (another, another_client) = (in_process_shared(database, upstream) for _ in range(2))
+        (one, one_client), (another, another_client) = (in_process_shared(database, upstream, running_lease_s=3600.0)
+                                                        for _ in range(2))
         try:
             first = await one.complete(first_request(), None)
             later = await held(one, continued(first, "a.txt"))  # in place
@@ -824,6 +843,7 @@ def test_arc_running_dropped_while_a_request_runs_costs_it_nothing(postgres: Any
     assert capsys.readouterr().err.count("arc_running cannot be written any more") == 2  # one line per instance
     with psycopg.connect(database) as connection:
         assert connection.execute("SELECT count(*) FROM arc_tasks").fetchone() == (2,)
+    assert [name for _, name in tries] == ["_write", "_move_head", "_move_head", "_write", "_write"], tries
 
 
 def _drop_running(database: str) -> None:
