@@ -558,6 +558,46 @@ def test_arc_running_dropped_while_the_proxy_runs_costs_no_request(postgres: Any
     assert capsys.readouterr().err.count("arc_running cannot be written any more") == 1
 
 
+def test_another_tables_error_is_not_taken_for_arc_runnings_loss(postgres: Any,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Only an error whose primary message names arc_running says the table is lost (review h73): a core table
+    missing (arc_marks dropped here) fails the request (500 store_failed) with the running rows still on, and no
+    warning about arc_running; the server's errors about a table whose name begins alike, or about another table in
+    a statement whose quoted line also names arc_running, are not arc_running's either."""
+    from arc_ref.persist.postgres_conversations import names_running
+
+    database = postgres.create_database("arc_test_running_other_table")
+
+    async def scenario() -> tuple[Any, Any]:
+        proxy, client = in_process_shared(database, bash_call_reply)
+        try:
+            with psycopg.connect(database, autocommit=True) as connection:
+                connection.execute("DROP TABLE arc_marks CASCADE")
+            try:
+                await proxy.complete(first_request(), None)
+                return "answered", proxy
+            except Exception as problem:  # noqa: BLE001 - the 500 expected
+                return problem, proxy
+        finally:
+            await proxy.close()
+            await client.aclose()
+
+    failed, proxy = asyncio.run(scenario())
+    assert (getattr(failed, "status", None), getattr(failed, "code", None)) == (500, "store_failed"), failed
+    assert proxy.database.running and not proxy.database.running_lost
+    assert "arc_running" not in capsys.readouterr().err
+    named = []
+    with psycopg.connect(database, autocommit=True) as connection:
+        for statement in ("SELECT 1 FROM arc_running_gone", "SELECT 1\nFROM arc_marks_gone, arc_running",
+                          "DROP TABLE arc_running", "SELECT 1 FROM arc_running"):
+            try:
+                connection.execute(statement)
+                named.append("no error")
+            except psycopg.errors.UndefinedTable as problem:
+                named.append(names_running(problem))
+    assert named == [False, False, "no error", True]
+
+
 def test_a_request_marks_its_attempt_in_its_first_round_trip_and_removes_it_in_its_commit(postgres: Any) -> None:
     """The row costs a request no round trip: written with its reads, removed in its commit's transaction (a request
     resumed in place whose upstream failed after its events, a fork, one committed in place: the round trips of an
