@@ -468,6 +468,78 @@ def test_of_the_retries_waiting_for_a_dead_attempt_only_one_runs_when_its_lease_
     assert live_rows(database) == 0  # the claim's row went with its commit, the other's with its reply
 
 
+def test_a_retry_whose_client_left_gives_up_instead_of_asking_and_lets_the_next_one_run(postgres: Any) -> None:
+    """Review h58 F4 (its second suggestion): a client's retry whose client left (its own timeout) while it waited
+    for a dead attempt stops waiting (499 client_gone), without asking the upstream; the client's next retry, on
+    another instance, runs it once the dead attempt's lease is past: one upstream call. A retry whose client left
+    before it claimed a request no attempt ran gives up alike once it claimed it, the claim let go at once: the next
+    retry of it runs. (Before, each ran and asked the upstream for a reply only a later retry could read.) The
+    client's presence is the HTTP server's `CLIENT_LEFT` probe, set here for each retry."""
+    from arc_ref.frontends.proxy import CLIENT_LEFT, AskedRequest, parse_request
+    from arc_ref.frontends.proxy_shared import asked_digest
+
+    database = postgres.create_database("arc_test_running_retry_client_left")
+    calls: list[int] = []
+    gone = [False]
+
+    def upstream(request: Any) -> Any:
+        calls.append(1)
+        return numbered_reply(request, len(calls))
+
+    async def left() -> bool:
+        return gone[0]
+
+    async def still_there() -> bool:
+        return False
+
+    async def retried(proxy: Any, body: dict[str, Any], probe: Any) -> Any:
+        CLIENT_LEFT.set(probe)  # (this task's context only)
+        try:
+            return await proxy.complete(body, None, retry=True)
+        except Exception as problem:  # noqa: BLE001 - the 499 expected
+            return problem
+
+    async def scenario() -> tuple[Any, ...]:
+        (one, one_client), (other, other_client) = (in_process_shared(database, upstream) for _ in range(2))
+        try:
+            hashes = parse_request(first_request(), None, one.known)[3]
+            asked = asked_digest(AskedRequest.of(hashes, first_request()))
+            with psycopg.connect(database, autocommit=True) as connection:  # the killed instance's attempt
+                connection.execute("INSERT INTO arc_running VALUES (%s, 'dead', 'killed', now() + interval '1 hour')",
+                                   (asked,))
+                abandoned = asyncio.ensure_future(retried(one, first_request(), left))
+                await asyncio.wait_for(until(lambda: one.retries_waiting == 1), 60)
+                gone[0] = True  # its client's timeout: it stops waiting (the dead attempt's lease not past yet)
+                given_up = await asyncio.wait_for(abandoned, 60)
+                waiting_then = one.retries_waiting
+                kept = asyncio.ensure_future(retried(other, first_request(), still_there))
+                await asyncio.wait_for(until(lambda: other.retries_waiting == 1), 60)
+                connection.execute("UPDATE arc_running SET until = now() WHERE attempt = 'dead'")  # its lease passed
+                replies = [given_up, waiting_then, await asyncio.wait_for(kept, 60)]
+            asked_before = len(calls)
+            terse = {**first_request(), "messages": [{"role": "system", "content": "You are terse."},
+                                                     {"role": "user", "content": "Go."}]}
+            unclaimed = await retried(one, terse, left)  # no attempt of it runs: claimed at once, then let go
+            rows_then = await asyncio.to_thread(live_rows, database)
+            next_one = await retried(other, terse, still_there)
+            return (*replies, asked_before, unclaimed, rows_then, next_one)
+        finally:
+            for proxy, client in ((one, one_client), (other, other_client)):
+                await proxy.close()
+                await client.aclose()
+
+    abandoned, waiting, kept, asked_before, unclaimed, rows_then, next_one = asyncio.run(scenario())
+    assert (getattr(abandoned, "status", None), getattr(abandoned, "code", None)) == (499, "client_gone"), abandoned
+    assert waiting == 0
+    assert kept.completion["choices"][0]["message"]["content"].endswith("(call 1)") and asked_before == 1
+    assert (getattr(unclaimed, "status", None), getattr(unclaimed, "code", None)) == (499, "client_gone"), unclaimed
+    assert rows_then == 0  # its claim let go
+    assert next_one.completion["choices"][0]["message"]["content"].endswith("(call 2)") and len(calls) == 2
+    with psycopg.connect(database) as connection:
+        assert connection.execute("SELECT count(*) FROM arc_tasks").fetchone() == (2,)
+    assert live_rows(database) == 0
+
+
 def _post_quietly(base_url: str) -> Any:
     """The first request sent to ``base_url``; None when its connection is cut (the instance killed)."""
     try:
