@@ -160,10 +160,8 @@ def names_running(problem: Exception) -> bool:
     server quotes after it (another table missing in a statement that also names arc_running), nor a table whose name
     only begins alike (review h73: any other table's error taken for arc_running's loss would turn the requests'
     marks off, and a commit would be tried again as long as it failed so)."""
-    diag = getattr(problem, "diag", None)
-    primary = getattr(diag, "message_primary", None)
-    text = primary if isinstance(primary, str) else (str(problem).splitlines() or [""])[0]
-    return _RUNNING_NAMED.search(text) is not None
+    primary = getattr(getattr(problem, "diag", None), "message_primary", None)  # (the server's errors have one)
+    return isinstance(primary, str) and _RUNNING_NAMED.search(primary) is not None
 
 
 class ConversationGone(StoreError):
