@@ -59,7 +59,7 @@ import time
 import uuid
 from collections import deque
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Mapping, Sequence, TypeVar, overload
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Sequence, TypeVar, overload
 from urllib.parse import urlsplit
 
 import attrs
@@ -135,6 +135,11 @@ UPSTREAM_HEADERS: contextvars.ContextVar[Mapping[str, str]] = contextvars.Contex
                                                                                   default={})
 """The headers of this request's upstream calls (`upstream_headers`: the upstream's key or the client's), set by
 the HTTP server for each request."""
+CLIENT_LEFT: contextvars.ContextVar[Callable[[], Awaitable[bool]] | None] = contextvars.ContextVar("client_left",
+                                                                                             default=None)
+"""Whether this request's client has left (its connection closed), set by the HTTP server for each request (None:
+not known): with PostgreSQL, a client's retry that waited for another attempt of its request gives up once its
+client left, rather than ask the upstream (`arc_ref.frontends.proxy_shared.SharedProxy.complete`)."""
 T = TypeVar("T")
 PROBE_GOAL = "ARC proxy start check."  # the goal of the conversation `prepare` builds before listening
 PROBE_TOOL = {"type": "function", "function": {"name": "probe", "description": "The agent's tool of a start check.",

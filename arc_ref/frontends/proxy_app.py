@@ -27,6 +27,7 @@ import msgspec
 
 from arc_ref.frontends.exit_status import INTERRUPTED, OK, USAGE
 from arc_ref.frontends.proxy import (
+    CLIENT_LEFT,
     CONVERSATION_HEADER,
     REQUEST_OWNER,
     UPSTREAM_HEADERS,
@@ -693,6 +694,7 @@ def build_app(settings: ProxySettings, database: Any = None) -> Any:
             explicit = f"{owner}:{explicit or ''}"
         REQUEST_OWNER.set(owner)
         UPSTREAM_HEADERS.set(upstream_headers(settings, request.headers.get("authorization")))
+        CLIENT_LEFT.set(request.is_disconnected)  # (a retry that waited gives up once its client left: proxy_shared)
         retry = is_retry(request.headers.get(RETRY_COUNT_HEADER))
         task = asyncio.ensure_future(proxy.complete(body, explicit, retry))  # a copy of this context: its headers
         running.add(task)

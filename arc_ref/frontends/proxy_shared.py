@@ -28,7 +28,9 @@ first round trip, removed in its commit's transaction (or, when it ends without 
 its lease renewed by the instance every third of ``running_lease_s`` (15 s) while it runs, so that the row of an
 instance killed mid-request holds a retry no longer than that. The first attempt failed: the retry runs itself,
 once it claimed the request (its own row, written only while no other runs), so that of several retries waiting
-for one attempt one runs and the others wait for it.
+for one attempt one runs and the others wait for it. A retry whose client left meanwhile (its timeout: its next
+retry comes, or none) gives up instead of running, its claim let go for the next one (review h58 F4: an abandoned
+retry asked the upstream for a reply nobody would read unless a later retry came).
 A request that is not a retry never waits for one.
 """
 
@@ -65,6 +67,7 @@ from arc_ref.persist.postgres_conversations import (
 from arc_ref.persist.rows import fold_rows
 from arc_ref.persist.store import GENESIS, StoreCorrupt, StoreError
 from arc_ref.frontends.proxy import (
+    CLIENT_LEFT,
     AgentMessage,
     AskedRequest,
     Failed,
@@ -343,7 +346,7 @@ class SharedProxy(Proxy):
         except StoreError:
             pass  # not renewed any more: its lease runs out
 
-    async def _wait_elsewhere(self, attempts: RequestAttempts) -> None:
+    async def _wait_elsewhere(self, attempts: RequestAttempts) -> bool:
         """A client's retry: while an attempt of the same request runs on another instance (its ``arc_running`` row,
         its lease not past; on any instance, but one on this instance `_attempt_of` waited for already), wait for
         it, looking again after 50 ms, then twice as long each time up to 500 ms (one round trip each; only retries
@@ -354,13 +357,16 @@ class SharedProxy(Proxy):
         runs, removed at its end. Its reply is then found as that of any answered request (`_answered_before`); an
         attempt that failed leaves none, and the retry runs itself. A first attempt whose instance died stops
         holding the retry when its lease is past (``running_lease_s``); the database unavailable, the retry goes
-        on as any request does."""
+        on as any request does. False: the retry's client left while it waited (`client_left`): it stopped
+        waiting, claiming nothing."""
         marker = attempts.running
         assert marker is not None
         delay, longest = RUNNING_POLL_S
         waited = False
         try:
             while not await self.database.claim_running(marker):
+                if await client_left():
+                    return False
                 if not waited:
                     waited = True
                     self.retries_waited += 1
@@ -372,6 +378,7 @@ class SharedProxy(Proxy):
         finally:
             if waited:
                 self.retries_waiting -= 1
+        return True
 
     async def complete(self, body: dict[str, Any], explicit: str | None, retry: bool = False) -> Reply:
         """One request: its reads, its rounds, its commit. The database unavailable (down, restarting): the request is
@@ -383,7 +390,9 @@ class SharedProxy(Proxy):
         client's retry of a request answered before, on any instance, gets that reply when the conversation's head is
         still the row the reply committed (`_answered_before`), after waiting for it when it still runs, on this
         instance (`_attempt_of`) or on another (`_wait_elsewhere`: each request's ``arc_running`` row while it runs,
-        `_marked`); any other retry forks the conversation, as an edited request does. A conversation
+        `_marked`); any other retry forks the conversation, as an edited request does; a retry whose client left
+        (`client_left`) while it waited, or by the time it claimed the request, gives up (499 ``client_gone``)
+        instead of asking the upstream, its claim let go for the next retry. A conversation
         `arc-ref forget` removed while the request ran (`ConversationGone`: nothing of it written): tried again at
         once, as a new conversation, up to `FORGOTTEN_RETRIES` times."""
         messages, tools, system, hashes, template_kwargs = parse_request(body, explicit, self.known)
@@ -398,10 +407,14 @@ class SharedProxy(Proxy):
                     attempts.records = unsent[4]  # their upstream calls: named after the conversation this commits to
             async with self._marked(attempts):
                 if retry and attempts.committing is None:  # (a commit a failure cut is looked for first, in the loop)
-                    await self._wait_elsewhere(attempts)
-                    answered = await self._answered_before(attempts.request)
-                    if answered is not None:
-                        return answered
+                    claimed = await self._wait_elsewhere(attempts)
+                    if claimed:
+                        answered = await self._answered_before(attempts.request)
+                        if answered is not None:
+                            return answered
+                    if not claimed or await client_left():  # nobody to answer: its claim let go (`_marked`)
+                        raise Failed(499, "client_gone", "the client left while its retry waited for another"
+                                     " attempt of its request: the retry gave up before asking the upstream")
                 return await self._tried(messages, tools, system, hashes, body, template_kwargs, attempts)
 
     async def _tried(self, messages: Sequence[AgentMessage], tools: list[dict[str, Any]], system: str,
@@ -712,6 +725,17 @@ class SharedProxy(Proxy):
 
 
 UNSENT_KEPT_S = 600.0  # the replies of a request answered 503 wait this long for the same request
+
+
+async def client_left() -> bool:
+    """Whether this request's client has left (`CLIENT_LEFT`, set by the HTTP server; not known: False)."""
+    probe = CLIENT_LEFT.get()
+    if probe is None:
+        return False
+    try:
+        return await probe()
+    except Exception:  # noqa: BLE001 - not known: as a client still there
+        return False
 
 
 def _named_rounds(attempts: RequestAttempts, key: str) -> None:

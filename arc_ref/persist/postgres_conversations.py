@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import re
 import sys
 import time
 import uuid
@@ -148,6 +149,19 @@ rows another instance's sweep holds are left to it (two sweeps never wait for ea
 
 IDLE_CONNECTION_S = 60.0  # a pooled connection idle this long is closed (`AsyncDatabase.close_idle`)
 ROWS_AFTER = "SELECT seq, line, checksum FROM arc_events WHERE task = %s AND seq > %s AND seq <= %s ORDER BY seq"
+
+
+_RUNNING_NAMED = re.compile(r"(?<![\w$])arc_running(?![\w$])")
+
+
+def names_running(problem: Exception) -> bool:
+    """Whether the server's error names ``arc_running`` as the table it is about: its primary message (``relation
+    "arc_running" does not exist``, ``permission denied for table arc_running``), not the statement's line the
+    server quotes after it (another table missing in a statement that also names arc_running), nor a table whose name
+    only begins alike (review h73: any other table's error taken for arc_running's loss would turn the requests'
+    marks off, and a commit would be tried again as long as it failed so)."""
+    primary = getattr(getattr(problem, "diag", None), "message_primary", None)  # (the server's errors have one)
+    return isinstance(primary, str) and _RUNNING_NAMED.search(primary) is not None
 
 
 class ConversationGone(StoreError):
@@ -273,7 +287,7 @@ class AsyncDatabase:
     def _running_lost(self, problem: Exception) -> bool:
         """Whether ``problem`` says ``arc_running`` is gone or unwritable (then noted: `lose_running`)."""
         errors = self._driver.errors
-        if isinstance(problem, (errors.UndefinedTable, errors.InsufficientPrivilege)) and "arc_running" in str(problem):
+        if isinstance(problem, (errors.UndefinedTable, errors.InsufficientPrivilege)) and names_running(problem):
             self.lose_running(problem)
             return True
         return False

@@ -225,3 +225,51 @@ def test_a_stream_whose_client_left_before_its_first_event_is_counted_and_still_
     assert re.search(r'arc_requests_total\{[^}]*kind="client_gone"[^}]*stream="true"[^}]*\} 1', exposition), exposition
     assert re.search(r"arc-ref proxy: the upstream answered 500 \(conversation \w+\): the model crashed",
                      capfd.readouterr().err)
+
+
+def test_a_request_knows_whether_its_client_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The HTTP server gives each request a probe of its client (`CLIENT_LEFT`: with PostgreSQL, a client's retry
+    that waited gives up once its client left, review h58 F4): True once the connection is closed, False while the
+    client waits for its answer (the probe does not wait for the client's next message)."""
+    from arc_ref.frontends.proxy import CLIENT_LEFT, Failed, Proxy
+
+    seen: list[Any] = []
+
+    async def probed(self: Any, body: Any, explicit: Any, retry: bool = False) -> Any:
+        probe = CLIENT_LEFT.get()
+        seen.append(None if probe is None else await probe())
+        raise Failed(409, "probed", "the test's")
+
+    monkeypatch.setattr(Proxy, "complete", probed)
+    app = build_app(ProxySettings(upstream="http://upstream.invalid/v1", tokenizer=f"hf-dir:{QWEN3}",
+                                  context_limit=16384))
+    body = json.dumps(REQUEST).encode()
+    path = "/v1/chat/completions"
+    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+             "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+             "root_path": "", "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8100),
+             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
+
+    async def client(leaves: bool) -> None:
+        messages = iter([{"type": "http.request", "body": body, "more_body": False}])
+
+        async def receive() -> dict[str, Any]:
+            message = next(messages, None)
+            if message is not None:
+                return message
+            if not leaves:
+                await asyncio.Event().wait()  # (the client waits for its answer)
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            pass
+
+        await app(scope, receive, send)
+
+    async def both() -> None:
+        async with app.router.lifespan_context(app):
+            await client(leaves=True)
+            await client(leaves=False)
+
+    asyncio.run(both())
+    assert seen == [True, False]

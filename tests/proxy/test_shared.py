@@ -848,6 +848,54 @@ def test_a_head_row_locked_past_the_commits_lock_timeout_makes_the_request_a_for
     assert fork_head is not None and fork_head[0] > head_then[0]
 
 
+def test_after_a_fork_at_commit_the_next_request_catches_up_from_this_instances_copy(
+        postgres: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request committed as a fork (its conversation's head row held past the lock timeout): the instance's index
+    of hashes then names the fork for the request's marks, so that the agent's next request, which continues the
+    fork, reads it with the instance's copy and folds no row (review h67: an index left naming the old conversation
+    made it fold all the fork's rows again: the same reply, more work)."""
+    from arc_ref.persist import postgres_conversations
+
+    monkeypatch.setattr(postgres_conversations, "COMMIT_LOCK_TIMEOUT", "100ms")
+    database = postgres.create_database("arc_test_shared_fork_index")
+    holder: list[Any] = []
+
+    async def upstream(request: Any) -> Any:
+        if len(json.loads(request.content)["messages"]) > 2 and not holder:  # the second request: lock its head
+            holder.append(psycopg.connect(database))
+            holder[0].execute("SELECT seq FROM arc_tasks FOR UPDATE").fetchall()
+        return bash_call_reply(request)
+
+    async def scenario() -> tuple[Any, ...]:
+        proxy, client = in_process_shared(database, upstream)
+        try:
+            first = await proxy.complete(first_request(), None)
+            forked = await proxy.complete(continued(first, "a.txt\n"), None)
+            holder[0].rollback()
+            folded = proxy.folded_rows
+            later = await proxy.complete(continued_again(forked, first, "a.txt\n", "b.txt\n"), None)
+            return first, forked, later, proxy.folded_rows - folded, proxy.forks_at_commit
+        finally:
+            await proxy.close()
+            await client.aclose()
+
+    try:
+        first, forked, later, folded, forks = asyncio.run(scenario())
+    finally:
+        for connection in holder:
+            connection.close()
+    assert forks == 1 and forked.conversation != first.conversation
+    assert later.conversation == forked.conversation and folded == 0
+
+
+def continued_again(second: Any, first: Any, output: str, next_output: str) -> dict[str, Any]:
+    """`continued(first, output)` continued: the reply ``second`` gave it and the output of its tool call."""
+    asked = continued(first, output)
+    said = second.completion["choices"][0]["message"]
+    return {**asked, "messages": [*asked["messages"], said, {
+        "role": "tool", "tool_call_id": said["tool_calls"][0]["id"], "content": next_output}]}
+
+
 def test_a_commit_that_keeps_failing_ends_in_a_503(postgres: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The reads answered, every commit failing as unavailable (a full disk, say): the request is a 503 after
     store_retry_s, not tried again for ever (each attempt's reads were answered, which restarted the time; now only

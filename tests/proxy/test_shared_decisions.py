@@ -14,16 +14,24 @@ import pytest
 pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'arc-ref[postgres]')")
 
 from arc_ref.frontends import proxy_shared  # noqa: E402
+from arc_ref.frontends.proxy import CLIENT_LEFT  # noqa: E402
 from arc_ref.frontends.proxy_shared import RequestAttempts, SharedProxy  # noqa: E402
 from arc_ref.persist.postgres_conversations import RunningMarker  # noqa: E402
 from arc_ref.persist.store import StoreError  # noqa: E402
 
 
-def waited(monkeypatch: pytest.MonkeyPatch, answers: list[Any]) -> tuple[list[tuple[str, Any]], Any]:
+def waited(monkeypatch: pytest.MonkeyPatch, answers: list[Any], left_after: int | None = None
+           ) -> tuple[list[tuple[str, Any]], Any]:
     """`SharedProxy._wait_elsewhere` of one retry whose claims get ``answers`` in turn (True: claimed; False: another
     attempt of the request runs; an exception: raised), its sleeps recorded, not slept: (what it did in order, each
-    look with the retries-waiting gauge at that moment; the instance's counters after)."""
+    look with the retries-waiting gauge at that moment, and what the wait returned; the instance's counters after).
+    ``left_after``: its client leaves after that many looks (`CLIENT_LEFT`: each time it is asked, recorded)."""
     done: list[tuple[str, Any]] = []
+
+    async def left() -> bool:
+        looks = sum(what == "look" for what, _ in done)
+        done.append(("client left?", left_after is not None and looks >= left_after))
+        return done[-1][1]
     instance = SimpleNamespace(retries_waited=0, retries_waiting=0)
 
     async def claim_running(marker: RunningMarker) -> bool:
@@ -39,7 +47,12 @@ def waited(monkeypatch: pytest.MonkeyPatch, answers: list[Any]) -> tuple[list[tu
     instance.database = SimpleNamespace(claim_running=claim_running)
     monkeypatch.setattr(proxy_shared, "asyncio", SimpleNamespace(sleep=sleep))
     attempts = RequestAttempts(None, running=RunningMarker("asked", "attempt", "here", 15.0))  # type: ignore[arg-type]
-    asyncio.run(SharedProxy._wait_elsewhere(instance, attempts))  # type: ignore[arg-type]
+
+    async def wait() -> None:
+        CLIENT_LEFT.set(left)  # (this run's context only)
+        done.append(("returned", await SharedProxy._wait_elsewhere(instance, attempts)))  # type: ignore[arg-type]
+
+    asyncio.run(wait())
     return done, instance
 
 
@@ -50,9 +63,11 @@ def test_a_retry_waiting_for_another_instance_looks_again_after_50_ms_doubling_u
     past the attempt's end); while it waits it counts on the gauge of retries waiting, once in the count of retries
     that waited elsewhere, and it leaves the gauge as it found it."""
     done, instance = waited(monkeypatch, [False] * 7 + [True])
-    assert done == [("look", 0), ("sleep", 0.05), ("look", 1), ("sleep", 0.1), ("look", 1), ("sleep", 0.2),
-                    ("look", 1), ("sleep", 0.4), ("look", 1), ("sleep", 0.5), ("look", 1), ("sleep", 0.5),
-                    ("look", 1), ("sleep", 0.5), ("look", 1)]
+    asked = ("client left?", False)
+    assert done == [("look", 0), asked, ("sleep", 0.05), ("look", 1), asked, ("sleep", 0.1), ("look", 1), asked,
+                    ("sleep", 0.2), ("look", 1), asked, ("sleep", 0.4), ("look", 1), asked, ("sleep", 0.5),
+                    ("look", 1), asked, ("sleep", 0.5), ("look", 1), asked, ("sleep", 0.5), ("look", 1),
+                    ("returned", True)]
     assert (instance.retries_waited, instance.retries_waiting) == (1, 0)
 
 
@@ -61,11 +76,23 @@ def test_a_retry_that_claims_at_once_has_not_waited_and_one_whose_database_fails
     """No attempt running: claimed at the first look, no sleep, nothing counted. The database failing during the wait
     (a StoreError): the wait ends there (the retry goes on as any request), the gauge back where it was."""
     done, instance = waited(monkeypatch, [True])
-    assert done == [("look", 0)]
+    assert done == [("look", 0), ("returned", True)]
     assert (instance.retries_waited, instance.retries_waiting) == (0, 0)
     done, instance = waited(monkeypatch, [False, StoreError("down")])
-    assert done == [("look", 0), ("sleep", 0.05), ("look", 1)]
+    assert done == [("look", 0), ("client left?", False), ("sleep", 0.05), ("look", 1), ("returned", True)]
     assert (instance.retries_waited, instance.retries_waiting) == (1, 0)
+
+
+def test_a_retry_whose_client_left_stops_waiting_at_its_next_look(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review h58 F4: a waiting retry whose client left (its timeout) stops waiting after its next look that found
+    another attempt running, claiming nothing (False: it gives up, `SharedProxy.complete`), the gauge back where it
+    was; a look that claimed the request ends the wait as before (the client is asked after it, in `complete`)."""
+    done, instance = waited(monkeypatch, [False, False, False], left_after=2)
+    assert done == [("look", 0), ("client left?", False), ("sleep", 0.05), ("look", 1), ("client left?", True),
+                    ("returned", False)]
+    assert (instance.retries_waited, instance.retries_waiting) == (1, 0)
+    done, instance = waited(monkeypatch, [True], left_after=0)
+    assert done == [("look", 0), ("returned", True)]
 
 
 class _Stop(Exception):

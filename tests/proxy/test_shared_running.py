@@ -468,6 +468,78 @@ def test_of_the_retries_waiting_for_a_dead_attempt_only_one_runs_when_its_lease_
     assert live_rows(database) == 0  # the claim's row went with its commit, the other's with its reply
 
 
+def test_a_retry_whose_client_left_gives_up_instead_of_asking_and_lets_the_next_one_run(postgres: Any) -> None:
+    """Review h58 F4 (its second suggestion): a client's retry whose client left (its own timeout) while it waited
+    for a dead attempt stops waiting (499 client_gone), without asking the upstream; the client's next retry, on
+    another instance, runs it once the dead attempt's lease is past: one upstream call. A retry whose client left
+    before it claimed a request no attempt ran gives up alike once it claimed it, the claim let go at once: the next
+    retry of it runs. (Before, each ran and asked the upstream for a reply only a later retry could read.) The
+    client's presence is the HTTP server's `CLIENT_LEFT` probe, set here for each retry."""
+    from arc_ref.frontends.proxy import CLIENT_LEFT, AskedRequest, parse_request
+    from arc_ref.frontends.proxy_shared import asked_digest
+
+    database = postgres.create_database("arc_test_running_retry_client_left")
+    calls: list[int] = []
+    gone = [False]
+
+    def upstream(request: Any) -> Any:
+        calls.append(1)
+        return numbered_reply(request, len(calls))
+
+    async def left() -> bool:
+        return gone[0]
+
+    async def still_there() -> bool:
+        return False
+
+    async def retried(proxy: Any, body: dict[str, Any], probe: Any) -> Any:
+        CLIENT_LEFT.set(probe)  # (this task's context only)
+        try:
+            return await proxy.complete(body, None, retry=True)
+        except Exception as problem:  # noqa: BLE001 - the 499 expected
+            return problem
+
+    async def scenario() -> tuple[Any, ...]:
+        (one, one_client), (other, other_client) = (in_process_shared(database, upstream) for _ in range(2))
+        try:
+            hashes = parse_request(first_request(), None, one.known)[3]
+            asked = asked_digest(AskedRequest.of(hashes, first_request()))
+            with psycopg.connect(database, autocommit=True) as connection:  # the killed instance's attempt
+                connection.execute("INSERT INTO arc_running VALUES (%s, 'dead', 'killed', now() + interval '1 hour')",
+                                   (asked,))
+                abandoned = asyncio.ensure_future(retried(one, first_request(), left))
+                await asyncio.wait_for(until(lambda: one.retries_waiting == 1), 60)
+                gone[0] = True  # its client's timeout: it stops waiting (the dead attempt's lease not past yet)
+                given_up = await asyncio.wait_for(abandoned, 60)
+                waiting_then = one.retries_waiting
+                kept = asyncio.ensure_future(retried(other, first_request(), still_there))
+                await asyncio.wait_for(until(lambda: other.retries_waiting == 1), 60)
+                connection.execute("UPDATE arc_running SET until = now() WHERE attempt = 'dead'")  # its lease passed
+                replies = [given_up, waiting_then, await asyncio.wait_for(kept, 60)]
+            asked_before = len(calls)
+            terse = {**first_request(), "messages": [{"role": "system", "content": "You are terse."},
+                                                     {"role": "user", "content": "Go."}]}
+            unclaimed = await retried(one, terse, left)  # no attempt of it runs: claimed at once, then let go
+            rows_then = await asyncio.to_thread(live_rows, database)
+            next_one = await retried(other, terse, still_there)
+            return (*replies, asked_before, unclaimed, rows_then, next_one)
+        finally:
+            for proxy, client in ((one, one_client), (other, other_client)):
+                await proxy.close()
+                await client.aclose()
+
+    abandoned, waiting, kept, asked_before, unclaimed, rows_then, next_one = asyncio.run(scenario())
+    assert (getattr(abandoned, "status", None), getattr(abandoned, "code", None)) == (499, "client_gone"), abandoned
+    assert waiting == 0
+    assert kept.completion["choices"][0]["message"]["content"].endswith("(call 1)") and asked_before == 1
+    assert (getattr(unclaimed, "status", None), getattr(unclaimed, "code", None)) == (499, "client_gone"), unclaimed
+    assert rows_then == 0  # its claim let go
+    assert next_one.completion["choices"][0]["message"]["content"].endswith("(call 2)") and len(calls) == 2
+    with psycopg.connect(database) as connection:
+        assert connection.execute("SELECT count(*) FROM arc_tasks").fetchone() == (2,)
+    assert live_rows(database) == 0
+
+
 def _post_quietly(base_url: str) -> Any:
     """The first request sent to ``base_url``; None when its connection is cut (the instance killed)."""
     try:
@@ -556,6 +628,46 @@ def test_arc_running_dropped_while_the_proxy_runs_costs_no_request(postgres: Any
     assert again.completion == later.completion  # the retry: the kept reply, as before
     assert not proxy.database.running and proxy.database.running_lost
     assert capsys.readouterr().err.count("arc_running cannot be written any more") == 1
+
+
+def test_another_tables_error_is_not_taken_for_arc_runnings_loss(postgres: Any,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Only an error whose primary message names arc_running says the table is lost (review h73): a core table
+    missing (arc_marks dropped here) fails the request (500 store_failed) with the running rows still on, and no
+    warning about arc_running; the server's errors about a table whose name begins alike, or about another table in
+    a statement whose quoted line also names arc_running, are not arc_running's either."""
+    from arc_ref.persist.postgres_conversations import names_running
+
+    database = postgres.create_database("arc_test_running_other_table")
+
+    async def scenario() -> tuple[Any, Any]:
+        proxy, client = in_process_shared(database, bash_call_reply)
+        try:
+            with psycopg.connect(database, autocommit=True) as connection:
+                connection.execute("DROP TABLE arc_marks CASCADE")
+            try:
+                await proxy.complete(first_request(), None)
+                return "answered", proxy
+            except Exception as problem:  # noqa: BLE001 - the 500 expected
+                return problem, proxy
+        finally:
+            await proxy.close()
+            await client.aclose()
+
+    failed, proxy = asyncio.run(scenario())
+    assert (getattr(failed, "status", None), getattr(failed, "code", None)) == (500, "store_failed"), failed
+    assert proxy.database.running and not proxy.database.running_lost
+    assert "arc_running" not in capsys.readouterr().err
+    named = []
+    with psycopg.connect(database, autocommit=True) as connection:
+        for statement in ("SELECT 1 FROM arc_running_gone", "SELECT 1\nFROM arc_marks_gone, arc_running",
+                          "DROP TABLE arc_running", "SELECT 1 FROM arc_running"):
+            try:
+                connection.execute(statement)
+                named.append("no error")
+            except psycopg.errors.UndefinedTable as problem:
+                named.append(names_running(problem))
+    assert named == [False, False, "no error", True]
 
 
 def test_a_request_marks_its_attempt_in_its_first_round_trip_and_removes_it_in_its_commit(postgres: Any) -> None:
@@ -774,15 +886,33 @@ def test_without_arc_running_a_retry_on_the_same_instance_still_waits_and_an_ide
     assert (waiting, answered) == (0, 2)
 
 
-def test_arc_running_dropped_while_a_request_runs_costs_it_nothing(postgres: Any,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_arc_running_dropped_while_a_request_runs_costs_it_nothing(postgres: Any, capsys: pytest.CaptureFixture[str],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """arc_running dropped between a request's reads (its row written) and its commit (review h67: only a drop
     before the reads had a test): its commit in place, whose statement removes the row, fails on the missing table;
     it is made again without the row, in place, the reply sent; one warning line; and so for a new conversation's
-    commit on another instance (another statement removes the row there)."""
+    commit on another instance (another statement removes the row there). Each commit is tried twice, no more: the
+    commit notes the loss itself (review h73: a commit that did not tried again and again, thousands of failing
+    round trips, until the lease renewal's next round noted it, seconds later; the leases here are renewed never)."""
+    from arc_ref.persist.postgres_conversations import RequestTransaction
+
     database = postgres.create_database("arc_test_running_dropped_mid_request")
     release: list[asyncio.Event] = []
     calls: list[int] = []
+    tries: list[tuple[int, str]] = []  # (the transaction, the commit's statement tried)
+
+    def counted(name: str) -> Any:
+        original = getattr(RequestTransaction, name)
+
+        async def tried(self: Any, connection: Any) -> Any:
+            tries.append((id(self), name))
+            if sum(one == id(self) for one, _ in tries) > 2:  # (a loop that never ends: stopped here, not hung)
+                raise AssertionError(f"a commit tried {name} {len(tries)} times")
+            return await original(self, connection)
+        return tried
+
+    for name in ("_move_head", "_write"):
+        monkeypatch.setattr(RequestTransaction, name, counted(name))
 
     async def upstream(request: Any) -> Any:
         calls.append(1)
@@ -800,7 +930,8 @@ def test_arc_running_dropped_while_a_request_runs_costs_it_nothing(postgres: Any
         return await request
 
     async def scenario() -> tuple[Any, ...]:
-        (one, one_client), (another, another_client) = (in_process_shared(database, upstream) for _ in range(2))
+        (one, one_client), (another, another_client) = (in_process_shared(database, upstream, running_lease_s=3600.0)
+                                                        for _ in range(2))
         try:
             first = await one.complete(first_request(), None)
             later = await held(one, continued(first, "a.txt"))  # in place
@@ -824,6 +955,7 @@ def test_arc_running_dropped_while_a_request_runs_costs_it_nothing(postgres: Any
     assert capsys.readouterr().err.count("arc_running cannot be written any more") == 2  # one line per instance
     with psycopg.connect(database) as connection:
         assert connection.execute("SELECT count(*) FROM arc_tasks").fetchone() == (2,)
+    assert [name for _, name in tries] == ["_write", "_move_head", "_move_head", "_write", "_write"], tries
 
 
 def _drop_running(database: str) -> None:
