@@ -64,6 +64,7 @@ from arc_ref.persist.postgres_conversations import (
     RequestTransaction,
     RunningMarker,
 )
+from arc_ref.persist.errors import StoreIncompatible
 from arc_ref.persist.rows import fold_rows
 from arc_ref.persist.store import GENESIS, StoreCorrupt, StoreError
 from arc_ref.frontends.proxy import (
@@ -106,6 +107,16 @@ AnsweredRound = tuple[str, UpstreamReply]  # a round's view (its `view_digest`, 
 
 # a commit a failure cut: (key, head row, its checksum, the reply, the state, what it made: RequestTransaction.made)
 Committing = tuple[str, int, str, Reply, ArcState, str | None]
+
+
+class ConversationSetAside(Exception):
+    """The conversation ``key`` a request matched holds intact rows this arc-ref refuses (`StoreIncompatible`: another
+    arc-ref version, tokenizer or chat template wrote them): set aside by this instance, the request matched again
+    without it, as `arc-ref proxy --store DIR` does (review h75 F4)."""
+
+    def __init__(self, key: str, problem: StoreIncompatible) -> None:
+        super().__init__(str(problem))
+        self.key = key
 
 
 @attrs.define
@@ -213,6 +224,7 @@ class SharedProxy(Proxy):
         self.answers_kept = 0  # upstream replies an attempt after a database failure did not ask again
         self.commits_found = 0  # commits cut by a failure that the server had made
         self.forks_at_commit = 0  # requests committed as a fork: another request moved their conversation meanwhile
+        self.set_aside: dict[str, str] = {}  # conversations whose intact rows this arc-ref refuses: why
         self._connection_sweeper: asyncio.Task[None] | None = None
         # the latest replies of this instance by their request's last message: (request, conversation, head row,
         # its checksum, reply)
@@ -444,6 +456,12 @@ class SharedProxy(Proxy):
                     raise Failed(503, "store_unavailable", f"{problem}, {gone} times in a row; retry",
                                  retry_after=STORE_RETRY_AFTER_S) from None
                 print(f"arc-ref proxy: {problem}: the request is tried again", file=sys.stderr, flush=True)
+            except ConversationSetAside as problem:  # its requests start a new conversation from their history
+                self.set_aside[problem.key] = " ".join(str(problem).split())
+                self.cache.pop(problem.key, None)
+                attempts.committing = None
+                print(f"arc-ref proxy: conversation {problem.key} set aside (its requests start a new conversation):"
+                      f" {self.set_aside[problem.key]}", file=sys.stderr, flush=True)
             except StoreUnavailable as problem:
                 now = time.monotonic()
                 if deadline is None or attempts.began:  # a new outage: one line for it, not one per attempt
@@ -594,7 +612,7 @@ class SharedProxy(Proxy):
             transaction.running = attempts.running
             expected_key = self.seen.deepest(hashes)
             expected = self.cache.get(expected_key) if expected_key is not None else None
-            found, rows = await transaction.begin(hashes, expected)
+            found, rows = await transaction.begin(hashes, expected, tuple(self.set_aside))
             transaction.connection = None  # given back: none is held while a state is folded or the upstream answers
         if found is None:
             state = await asyncio.to_thread(self._new_state, system, messages[0].text, tools, template_kwargs)
@@ -687,8 +705,10 @@ class SharedProxy(Proxy):
             state, seq, checksum = await asyncio.to_thread(fold_rows, None, rows, where, 0, GENESIS)
             if (seq, checksum) != (found.seq, found.checksum):
                 raise StoreCorrupt(f"{where}: its rows end at row {seq}, its head names row {found.seq}")
-        except StoreCorrupt:
+        except StoreCorrupt as problem:
             await self._unless_gone(transaction, found.key)
+            if isinstance(problem, StoreIncompatible):
+                raise ConversationSetAside(found.key, problem) from None
             raise
         self.folded_rows += len(rows)
         return state
@@ -705,8 +725,10 @@ class SharedProxy(Proxy):
             if (seq, checksum) != (found.mark_seq, found.mark_checksum):
                 raise StoreCorrupt(f"{where}: the mark {found.mark_hash[:12]} names row {found.mark_seq} with"
                                    " another checksum than the rows hold")
-        except StoreCorrupt:
+        except StoreCorrupt as problem:
             await self._unless_gone(transaction, found.key)
+            if isinstance(problem, StoreIncompatible):
+                raise ConversationSetAside(found.key, problem) from None
             raise
         self.folded_rows += len(rows)
         return state

@@ -65,12 +65,12 @@ if TYPE_CHECKING:
 FIND = """
 SELECT t.key, t.seq, t.checksum, t.position, t.head, m.position, m.seq, m.checksum, m.hash
 FROM arc_marks m JOIN arc_tasks t ON t.key = m.task
-WHERE m.hash = ANY(%s)
+WHERE m.hash = ANY(%s) AND NOT t.key = ANY(%s)
 ORDER BY m.position DESC, (t.position = m.position) DESC, m.added DESC
 LIMIT 1
 """
-"""The deepest mark among the request's hashes, as committed; of the conversations that passed it, one still there
-(resumed in place) before the latest one added."""
+"""The deepest mark among the request's hashes, as committed, in a conversation this instance has not set aside;
+of the conversations that passed it, one still there (resumed in place) before the latest one added."""
 _MOVED = """
 WITH moved AS (
     UPDATE arc_tasks SET seq = %(seq)s, checksum = %(checksum)s, position = %(position)s, head = %(head)s{touch}
@@ -498,17 +498,18 @@ class RequestTransaction:
         self.running: RunningMarker | None = None  # the request's arc_running row: written by begin, removed by commit
         self._aborted = False  # the commit's transaction failed: the next one's pipeline rolls it back first
 
-    async def begin(self, hashes: Sequence[str], expected: CachedConversation | None
+    async def begin(self, hashes: Sequence[str], expected: CachedConversation | None, set_aside: Sequence[str] = ()
                     ) -> tuple[Found | None, list[tuple[int, str, str]]]:
-        """The deepest known mark of ``hashes`` and its conversation's head, as committed (no lock); and, in the same
-        round trip, the rows of ``expected`` (the conversation this instance last saw at these hashes) after the row
-        it holds. Returns the mark (None: a new conversation) and those rows up to the head (to check against it)."""
+        """The deepest known mark of ``hashes`` and its conversation's head, as committed (no lock), in none of the
+        conversations ``set_aside``; and, in the same round trip, the rows of ``expected`` (the conversation this
+        instance last saw at these hashes) after the row it holds. Returns the mark (None: a new conversation) and
+        those rows up to the head (to check against it)."""
         connection = self.connection
         assert connection is not None
         running = self.running if self.db.running else None
         try:
             async with connection.pipeline():
-                found_cursor = await connection.execute(FIND, (list(hashes),))
+                found_cursor = await connection.execute(FIND, (list(hashes), list(set_aside)))
                 rows_cursor = None
                 if expected is not None:
                     rows_cursor = await connection.execute(ROWS_AFTER, (expected.key, expected.seq, 2**62))
@@ -518,7 +519,7 @@ class RequestTransaction:
             if running is None or not self.db._running_lost(problem):
                 raise
             self.db.round_trips += 1
-            return await self.begin(hashes, expected)  # arc_running went away: read again without it
+            return await self.begin(hashes, expected, set_aside)  # arc_running went away: read again without it
         if running is not None:
             running.held = True
         row = await found_cursor.fetchone()

@@ -199,6 +199,53 @@ def test_a_database_dropped_under_a_running_instance_is_a_500_at_once_naming_the
     assert logged and 'database "arc_test_shared_dropped" does not exist' in logged[0], logged
 
 
+def test_a_conversation_whose_rows_this_arc_ref_refuses_is_set_aside_as_with_a_directory(
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review h75 F1/F4: an arc-ref whose rules refuse a stored conversation's intact rows (ARC's tool listing grew
+    by 16 tokens in 57e22ce, so a configuration stored before it has K > L: `StoreIncompatible`) answered every
+    request of that conversation 500 store_failed, for good, where `--store DIR` sets it aside and the agent goes on
+    in a new conversation from its history. Now PostgreSQL does the same: one line on stderr, the request matched
+    again without it, and the agent's next requests continue the new conversation. The later arc-ref is stood in
+    for by the core refusing a configuration row while stored rows are folded."""
+    from arc_ref.errors import ConfigError
+    from arc_ref.persist import rows
+
+    log = tmp_path / "big.log"
+    big_log(log)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a helpful assistant."},
+                                      {"role": "user", "content": task_text(log)}]
+
+    def turn(base_url: str, number: int) -> str:
+        message, conversation = send(base_url, messages)
+        messages.append(message)
+        for call in message.get("tool_calls") or ():
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": f"ok {number}\n" * 40})
+        messages.append({"role": "user", "content": f"go on ({number})"})
+        return conversation
+
+    with serve_upstream() as (_, upstream_url):
+        with serve_shared(upstream_url, pg_url) as earlier:
+            stored = {turn(earlier, number) for number in range(3)}
+        assert len(stored) == 1
+
+        def later_rules(config: object) -> object:
+            raise ConfigError("K = B + M + R + P + Q + eta = 4110 exceeds L = 4096 (A4: K <= L)")
+
+        monkeypatch.setattr(rows, "init", later_rules)
+        with serve_shared(upstream_url, pg_url) as later:
+            went_on = [turn(later, number) for number in range(3, 6)]
+            stats = httpx.get(later.removesuffix("/v1") + "/arc/stats").json()
+    old = stored.pop()
+    assert len(set(went_on)) == 1 and went_on[0] != old, (old, went_on)
+    set_aside = [line for line in capsys.readouterr().err.splitlines() if "set aside" in line]
+    assert len(set_aside) == 1 and f"conversation {old} set aside" in set_aside[0], set_aside
+    assert "is intact, its checksum holds" in set_aside[0] and "4110 exceeds L = 4096" in set_aside[0]
+    assert stats["upstream_calls_logged"] >= 3
+    with psycopg.connect(pg_url) as connection:  # the old conversation is kept, as a directory keeps its folder
+        keys = {row[0] for row in connection.execute("SELECT key FROM arc_tasks")}
+    assert keys == {old, went_on[0]}
+
+
 def test_one_request_sent_to_two_instances_at_once_is_serialized_by_the_database(pg_url: str, tmp_path: Path
                                                                                  ) -> None:
     """The same request (a client's retry, say) reaching two instances at once: the conversation's row lock makes
