@@ -289,3 +289,18 @@ def test_a_proxy_conversation_s_folder_given_as_the_store_names_its_task_arc(
     (store_path.parent / "empty").mkdir()
     assert main(["inspect", str(store_path.parent / "empty")]) == 2
     assert capsys.readouterr().err.rstrip().endswith("(a directory)")
+
+
+def test_a_proxy_store_directory_given_as_the_store_names_its_conversations_stores(
+        store_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review h72: `inspect DIR` of the README's `arc-ref proxy --store ./arc-conversations` said only 'no ARC store
+    at ... (a directory)'; each conversation's store is DIR/KEY/task.arc (the folder holds hashes.sqlite)."""
+    proxy_store = store_path.parent / "arc-conversations"
+    (proxy_store / "c436c563884b40a98709dd86b0882588").mkdir(parents=True)
+    store_path.rename(proxy_store / "c436c563884b40a98709dd86b0882588" / "task.arc")
+    (proxy_store / "hashes.sqlite").write_bytes(b"")
+    for command in (["inspect", str(proxy_store)], ["export", str(proxy_store)]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert "an arc-ref proxy --store: each conversation's store is KEY/task.arc in it (1 here, e.g. " in err, err
+        assert repr(str(proxy_store / "c436c563884b40a98709dd86b0882588" / "task.arc")) in err, err
