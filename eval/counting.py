@@ -320,10 +320,12 @@ def _reads_as_tool_result(message: Message) -> bool:
 
 
 def model_directory(tokenizer: str) -> str | None:
-    """The model directory a tokenizer option names (``hf-dir:DIR``, or a path to a directory), else None."""
+    """The model directory a tokenizer option names (``hf-dir:DIR``, or a path: a directory, or one that is not
+    there, so that its counter says so rather than that no tokenizer has that name), else None."""
     if tokenizer.startswith(HF_DIR_PREFIX):
         return tokenizer[len(HF_DIR_PREFIX):]
-    return tokenizer if os.path.isdir(tokenizer) else None
+    looks_like_a_path = ":" not in tokenizer and ("/" in tokenizer or os.sep in tokenizer)  # hf:PATH is a name
+    return tokenizer if os.path.isdir(tokenizer) or looks_like_a_path else None
 
 
 def resolve_counting(tokenizer: str, chat_format: str = "auto", tokenizer_json: str | None = None) -> tuple[str, str]:

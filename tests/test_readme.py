@@ -98,3 +98,37 @@ def test_the_readme_says_mini_swe_agent_retries_the_proxys_refusals() -> None:
     text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     if retried:
         assert "mini-swe-agent still retries every 400" in text and "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT=1" in text
+
+
+def _extras_installed(extras: list[str]) -> set[str]:
+    """The extras named, with those they name in turn (dev names hf, eval, proxy...)."""
+    import tomllib
+
+    table = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    pending, seen = list(extras), set()
+    while pending:
+        extra = pending.pop()
+        seen.add(extra)
+        for requirement in table[extra]:
+            if requirement.startswith("arc-ref["):
+                pending += [name for name in requirement[8:].split("]")[0].split(",") if name not in seen]
+    return seen
+
+
+def test_the_recipe_without_a_gpu_installs_what_its_commands_run() -> None:
+    """Review h72: the recipe without a GPU said to install the extra `agents` for mini-swe-agent; on the first
+    command's venv (`eval`) its `arc-ref proxy` line then stopped: "arc-ref proxy needs the extra 'proxy'"."""
+    import re
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    recipe = text.split("**Without a GPU**", 1)[1].split("```bash\n", 1)[0]
+    named = re.findall(r"pip install -e '\.\[([a-z,]+)\]'", recipe)
+    assert len(named) == 1, recipe
+    first = re.search(r"pip install -e '\.\[([a-z,]+)\]'", _readme_commands()[0])
+    assert first is not None
+    installed = _extras_installed([*first.group(1).split(","), *named[0].split(",")])
+    commands = text.split("**Without a GPU**", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    needs = {"arc-eval serve-scripted": "eval", "arc-ref proxy": "proxy", "mini ": "agents"}
+    missing = [f"{command.strip()} needs {extra}" for command, extra in needs.items()
+               if command in commands and extra not in installed]
+    assert not missing, missing

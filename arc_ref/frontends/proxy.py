@@ -1817,6 +1817,8 @@ def settings_from(options: ProxyOptions, parse_setting: Callable[[str], tuple[st
     tokenizer = options.tokenizer
     if not tokenizer.startswith(HF_DIR_PREFIX) and Path(tokenizer).is_dir():
         tokenizer = HF_DIR_PREFIX + tokenizer
+    elif ":" not in tokenizer and ("/" in tokenizer or os.sep in tokenizer or tokenizer.startswith("~")):
+        tokenizer = HF_DIR_PREFIX + tokenizer  # a path, not a tokenizer's name: said below to be no directory
     if not tokenizer.startswith(HF_DIR_PREFIX):
         raise StartRefused(f"--tokenizer {_shown(options.tokenizer)}: the proxy counts with the served model's own"
                            " tokenizer and chat template: give its directory (hf-dir:DIR)")

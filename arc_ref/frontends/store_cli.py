@@ -209,6 +209,11 @@ def _stdout() -> BinaryIO:
     return sys.stdout.buffer
 
 
+def _counted(count: int, noun: str) -> str:
+    """``1 event``, ``2 events``, ``1,000 events``: a count and its noun, singular for one."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
 def _emit(text: str) -> None:
     """Write ``text`` as UTF-8 (a reader that went away raises BrokenPipeError: arc-ref ends quietly, 0)."""
     try:
@@ -475,8 +480,8 @@ def _copy(source: str, new: str) -> int:
                     Path(str(target) + leftover).unlink()
                 except OSError:
                     pass
-    _emit(f"copied {rows:,} rows (the config line and {rows - 1:,} events) from {shown_path(source)} into"
-          f" {shown_path(new)}\n")
+    _emit(f"copied {_counted(rows, 'row')} (the config line and {_counted(rows - 1, 'event')}) from"
+          f" {shown_path(source)} into {shown_path(new)}\n")
     return OK.code
 
 
@@ -614,9 +619,10 @@ def fold_of_rows(store: Store) -> tuple[ArcState, str]:
 def _print_overview(store: Store) -> None:
     state, report = store.state, store.report
     config_row = next(store.events(1, 1)).line
-    _emit(f"store {shown_path(str(store.path))}: {store.seq} rows (the config line and {store.seq - 1} events),"
-          f" {state.stored} observations, {state.turn} agent turns; last checksum {store.checksum[:16]}\n")
-    _emit(f"opened in {report.seconds:.3f} s: {report.snapshot_note}, {report.folded} events folded\n")
+    _emit(f"store {shown_path(str(store.path))}: {_counted(store.seq, 'row')} (the config line and"
+          f" {_counted(store.seq - 1, 'event')}), {_counted(state.stored, 'observation')},"
+          f" {_counted(state.turn, 'agent turn')}; last checksum {store.checksum[:16]}\n")
+    _emit(f"opened in {report.seconds:.3f} s: {report.snapshot_note}, {_counted(report.folded, 'event')} folded\n")
     _emit(f"config: {json_shown_on_terminal(config_row)}\n")
     pages = page_count(state.stored, state.config.page_size)
     _emit(f"catalog: {pages} page(s) of {state.config.page_size} (--catalog N), records by id (--record ID),"

@@ -126,6 +126,15 @@ def _what_directory(target: Path) -> str:
         return ""
     if os.path.lexists(target / "task.arc"):
         return f" (a directory: an arc-ref proxy conversation's store is its task.arc, {str(target / 'task.arc')!r})"
+    if os.path.lexists(target / "hashes.sqlite"):  # review h72: the proxy's --store itself, one level up
+        try:
+            stores = sorted(entry.path for entry in os.scandir(target)
+                            if entry.is_dir(follow_symlinks=False) and os.path.lexists(Path(entry.path) / "task.arc"))
+        except OSError:
+            stores = []
+        example = f", e.g. {os.path.join(stores[0], 'task.arc')!r}" if stores else ""
+        return (f" (a directory: an arc-ref proxy --store: each conversation's store is KEY/task.arc in it"
+                f" ({len(stores):,} here{example}))")
     return " (a directory)"
 
 

@@ -49,7 +49,9 @@ def lines(path: Path) -> list[dict[str, Any]]:
         (["nih", "--seeds", "42", "42"], "--seeds lists 42 more than once"),
         (["nih", "--tool-calling"], "--tool-calling counts the tool listing"),
         (["nih", "--chat-format", "template"], "--chat-format template renders the served model's own chat template"),
-        (["nih", "--tokenizer", "/nonexistent-model-dir/"], "unknown tokenizer"),
+        # review h72: a path to nothing was an "unknown tokenizer" with a list of names, not a missing directory
+        (["nih", "--tokenizer", "/nonexistent-model-dir/"], "'/nonexistent-model-dir/' is not a directory"),
+        (["nih", "--tokenizer", "../shared-absent/qwen3-tokenizer"], "'../shared-absent/qwen3-tokenizer' is not a directory"),
         (["nih", "--max-tokens", "20000"], "must be below --context-limit"),
         (["nih", "--tokenizer", "nonsense"], "unknown tokenizer"),
         (["nih", "--tokenizer-json", "/nonexistent/tokenizer.json"], "cannot load tokenizer.json"),

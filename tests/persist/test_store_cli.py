@@ -47,7 +47,7 @@ def run(capfd: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def test_inspect_overview_shows_the_log_and_the_budget_audit(store_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capfd, "inspect", str(store_path))
     assert code == 0 and err == ""
-    assert "6 rows (the config line and 5 events), 3 observations, 1 agent turns" in out
+    assert "6 rows (the config line and 5 events), 3 observations, 1 agent turn;" in out  # review h72: "1 agent turns"
     assert 'config: {"capacity":20,"op":"config","preset":"minimal"}' in out
     with DurableStore.open(store_path, readonly=True) as store:
         shown = view(store.state)
@@ -162,7 +162,7 @@ def test_a_tool_mode_store_exports_and_replays(tmp_path: Path, capfd: pytest.Cap
     assert outputs[2]["id"] == obs_id and outputs[2]["call_id"] == "call_1"
     assert outputs[3]["recalls"][0]["payload"] == CONTENT[:len(outputs[3]["recalls"][0]["payload"])]
     code, out, _ = run(capfd, "inspect", str(path))
-    assert code == 0 and "1 observations" in out
+    assert code == 0 and "1 observation," in out  # h72: was "1 observations"
 
 
 def test_verify_beside_a_writer_folds_the_rows_the_state_was_opened_from(
@@ -289,3 +289,18 @@ def test_a_proxy_conversation_s_folder_given_as_the_store_names_its_task_arc(
     (store_path.parent / "empty").mkdir()
     assert main(["inspect", str(store_path.parent / "empty")]) == 2
     assert capsys.readouterr().err.rstrip().endswith("(a directory)")
+
+
+def test_a_proxy_store_directory_given_as_the_store_names_its_conversations_stores(
+        store_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review h72: `inspect DIR` of the README's `arc-ref proxy --store ./arc-conversations` said only 'no ARC store
+    at ... (a directory)'; each conversation's store is DIR/KEY/task.arc (the folder holds hashes.sqlite)."""
+    proxy_store = store_path.parent / "arc-conversations"
+    (proxy_store / "c436c563884b40a98709dd86b0882588").mkdir(parents=True)
+    store_path.rename(proxy_store / "c436c563884b40a98709dd86b0882588" / "task.arc")
+    (proxy_store / "hashes.sqlite").write_bytes(b"")
+    for command in (["inspect", str(proxy_store)], ["export", str(proxy_store)]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert "an arc-ref proxy --store: each conversation's store is KEY/task.arc in it (1 here, e.g. " in err, err
+        assert repr(str(proxy_store / "c436c563884b40a98709dd86b0882588" / "task.arc")) in err, err

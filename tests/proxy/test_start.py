@@ -178,6 +178,10 @@ def run_proxy(*arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 BAD_OPTIONS: dict[str, tuple[list[str], str]] = {
     "tokenizer_missing_dir": (["--tokenizer", "hf-dir:/nonexistent/model"], "no such directory"),
     "tokenizer_bytes": (["--tokenizer", "bytes"], "give its directory (hf-dir:DIR)"),
+    # review h72: the README's own ../shared/data/qwen3-tokenizer from a clone not beside shared/ was told to give
+    # a directory (hf-dir:DIR), which it had; it is a path to nothing
+    "tokenizer_missing_plain_dir": (["--tokenizer", "../shared-absent/qwen3-tokenizer"],
+                                    "'../shared-absent/qwen3-tokenizer': no such directory"),
     "recent_budget_negative": (["--set", "recent_budget=-5"], "recent_budget must be >= 1"),
     "upstream_not_a_url": (["--upstream", "notaurl"], "is not an http(s) URL"),
     "port_70000": (["--port", "70000"], "expected an integer from 0 to 65535"),

@@ -151,6 +151,14 @@ def test_cli_bad_arguments_exit_2_with_a_message(capsys: pytest.CaptureFixture[s
     assert serve_main(["--inject-faults", "boom", "--policy", "builtins:repr"]) == 2
 
 
+def test_cli_says_a_tokenizer_directory_that_is_not_there_is_not_there(capsys: pytest.CaptureFixture[str]) -> None:
+    """Review h72: the README's ``--tokenizer ../shared/data/qwen3-tokenizer`` from a clone not beside shared/ was
+    refused as an "unknown tokenizer" with a list of tokenizer names, not as a directory that is not there."""
+    assert serve_main(["--tokenizer", "../shared-absent/qwen3-tokenizer", "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "'../shared-absent/qwen3-tokenizer' is not a directory" in err and "unknown tokenizer" not in err
+
+
 @pytest.mark.parametrize("port", ["70000", "-1", "http"])
 def test_cli_refuses_a_port_outside_0_to_65535(port: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert serve_main(["--port", port]) == 2
