@@ -276,7 +276,12 @@ class JsonlFile:
 
 
 class RunWriter:
-    """Appends one run's records (see `eval/RECORDS.md`); resumes a killed run without loss."""
+    """Appends one run's records (see `eval/RECORDS.md`); resumes a killed run without loss.
+
+    A run made by other code (`code_differences`) is resumed only with ARC_EVAL_RESUME_ANY_CODE=1, but with
+    ``planned`` (the number of tasks the run holds when finished) one that has nothing left to run is opened anyway,
+    a note on stderr naming the differences: no task of this code joins its table (review h72 F1: the README's first
+    command, run again after the second installed scipy and statsmodels, was refused with its run finished)."""
 
     def __init__(
         self,
@@ -285,9 +290,12 @@ class RunWriter:
         *,
         resume: bool,
         fsync: bool = True,
+        planned: int | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.fsync = fsync
+        self.planned = planned
+        self.other_code: list[str] = []  # what differs from the code that made the run, when it may still finish
         self.resumed_tasks = 0
         self.removed_call_lines = 0
         self.dropped_torn_lines = 0
@@ -317,6 +325,12 @@ class RunWriter:
                     )
                 self.manifest = self._check_manifest(manifest_path, manifest)
                 self._repair()
+                if self.other_code:
+                    if self.planned is None or len(self._finished) < self.planned:
+                        raise RunRecordError(self._other_code_refusal(self.other_code))
+                    print(f"arc-eval: {self.run_dir} was made by other code than this process's"
+                          f" ({'; '.join(self.other_code)}): nothing is left to run, so nothing of this code joins"
+                          " its table", file=sys.stderr, flush=True)
             else:
                 self._refuse_unrelated_directory()  # again under the lock: files may have come meanwhile
                 self.manifest = self._complete_manifest(manifest)
@@ -399,15 +413,18 @@ class RunWriter:
             )
         changed = code_differences(record, code_identity())
         if changed and os.environ.get(RESUME_ANY_CODE) != "1":
-            raise RunRecordError(
-                f"{self.run_dir} was run by other code than this process's, so resuming it would mix the tasks"
-                " of two codes in one table:\n  " + "\n  ".join(changed) + "\nRun the code that made it again,"
-                f" give another --out (a run of this code from the start), or set {RESUME_ANY_CODE}=1 to mix them."
-            )
-        if changed:
+            if self.planned is None:
+                raise RunRecordError(self._other_code_refusal(changed))
+            self.other_code = changed  # refused after the repair unless nothing is left to run
+        elif changed:
             print(f"arc-eval: warning: {self.run_dir} resumed by other code than made it ({RESUME_ANY_CODE}=1): "
                   + "; ".join(changed), file=sys.stderr, flush=True)
         return record
+
+    def _other_code_refusal(self, changed: Sequence[str]) -> str:
+        return (f"{self.run_dir} was run by other code than this process's, so resuming it would mix the tasks"
+                " of two codes in one table:\n  " + "\n  ".join(changed) + "\nRun the code that made it again,"
+                f" give another --out (a run of this code from the start), or set {RESUME_ANY_CODE}=1 to mix them.")
 
     def _repair(self) -> None:
         """Keep exactly the finished tasks: complete task lines whose call lines are all there.

@@ -68,7 +68,7 @@ def run_plan(plan: RunPlan, *, out: TextIO | None = None) -> RunResult:
     refused = asyncio.run(check_backends(backends))
     if refused is not None:
         return RunResult(spec.out, 0, 0, refused, "", started=False)
-    with RunWriter(spec.out, plan.manifest(), resume=spec.resume) as writer:
+    with RunWriter(spec.out, plan.manifest(), resume=spec.resume, planned=plan.total_jobs()) as writer:
         writer.note_servers([found for backend in distinct_backends(backends) for found in backend.servers_checked()])
         if writer.finished():
             print(f"resuming {spec.out}: {len(writer.finished())} task(s) already finished", file=sys.stderr)

@@ -238,6 +238,32 @@ def test_resume_refuses_a_different_run(tmp_path: Path, capsys: pytest.CaptureFi
     assert main([*base, "--no-resume"]) == 2
 
 
+def test_a_finished_run_opened_by_other_code_prints_its_table_and_one_left_to_run_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review h72 F1: the README's first command run again after its second (which installs scipy and statsmodels
+    into the same venv) was refused, 'was run by other code', exit 2, with all its tasks finished. A finished run
+    now prints its table with a note naming the differences; a run with tasks left is still refused."""
+    from arc_eval import records
+
+    real_versions = records.package_versions
+    out = tmp_path / "run"
+    base = ["nih", "--tasks", "2", "--seeds", "42", "--methods", "sliding_window", "--out", str(out), "--no-progress"]
+    assert main(base) == 0
+    table = capsys.readouterr().out
+    monkeypatch.setattr(records, "package_versions", lambda: {**real_versions(), "scipy": "9.9.9"})
+    assert main(base) == 0
+    shown = capsys.readouterr()
+    assert shown.out == table and "nothing is left to run" in shown.err
+    assert f"scipy: the run {real_versions().get('scipy')!r}, now '9.9.9'" in shown.err
+    # the same run with a task left (the last task line gone, as a kill would leave it) is refused
+    tasks = (out / "tasks.jsonl").read_text().splitlines(keepends=True)
+    (out / "tasks.jsonl").write_text("".join(tasks[:-1]))
+    assert main(base) == 2
+    assert "was run by other code" in capsys.readouterr().err
+    monkeypatch.setattr(records, "package_versions", real_versions)
+    assert main(base) == 0  # the code that made it finishes it
+
+
 def default_dir(argv: list[str]) -> Path:
     args = build_parser().parse_args(argv)
     spec = spec_from_args(args, argv)
