@@ -206,6 +206,7 @@ def suggest(
     counter, _ = scheme.split(body)
     if counter is not None and counter <= stored:
         candidates.add(counter)
+    named = set(candidates)  # the counter the token names, read as an id or from its first digits: wins a tie
     width = scheme.counter_width
     # the counter and fingerprint read by position from the digits alone too, in case a separator was
     # mistyped, left out or added
@@ -213,6 +214,7 @@ def suggest(
     prefix = decode_counter(digits[:width], scheme.bits)
     if prefix is not None and prefix <= stored:
         candidates.add(prefix)
+        named.add(prefix)
     fingerprint_width = scheme.fingerprint_width
     for text in (fingerprint_text, digits[-fingerprint_width:] if fingerprint_width else ""):
         if text and text in fingerprints:
@@ -225,4 +227,4 @@ def suggest(
                 candidates.add(value)
     if not candidates:
         return None
-    return min(candidates, key=lambda index: (edit_distance(body, id_of(index)[1:]), index))
+    return min(candidates, key=lambda index: (edit_distance(body, id_of(index)[1:]), index not in named, index))

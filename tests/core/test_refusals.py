@@ -403,6 +403,22 @@ def test_suggestion_examples() -> None:
     assert state.nearest(f"0999-{fingerprint}") == ids[6]  # wrong counter, right fingerprint
 
 
+def test_a_bare_counter_is_answered_with_the_id_of_that_counter() -> None:
+    """Review h72 F8: with the paper's ids (5-digit counter, 32-bit fingerprint) `_recall §00002` was answered
+    'did you mean §00001-...?': '00002' also aligns inside the first id's fingerprint, the distances tie, and the
+    lower index won. The counter the token names wins a tie now (spec/rendering.md 6.2); a model that dropped the
+    fingerprint is pointed at the observation it asked for, not the one before it."""
+    state = init(preset("paper"))
+    ids = []
+    for number in range(3):
+        state, observed = observe(state, Observe("ls", f"observation {number}", 0))
+        ids.append(observed.obs_id)
+    for index, obs_id in enumerate(ids):
+        counter = obs_id.partition("-")[0]
+        assert state.nearest(counter) == obs_id, (index, counter, state.nearest(counter))
+        assert state.nearest(f"{counter}-0") == obs_id  # a wrong fingerprint too
+
+
 # --- the trace replayer -------------------------------------------------------------------------
 
 
