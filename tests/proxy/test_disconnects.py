@@ -27,6 +27,14 @@ REQUEST = {"model": "fake", "messages": [{"role": "system", "content": "You are 
                                          {"role": "user", "content": "List the files."}]}
 
 
+def post_scope(path: str, body: bytes, spec_version: str) -> dict[str, Any]:
+    """The ASGI scope of a JSON POST of ``body`` to ``path`` from 127.0.0.1."""
+    return {"type": "http", "asgi": {"version": "3.0", "spec_version": spec_version}, "http_version": "1.1",
+            "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+            "root_path": "", "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8100),
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
+
+
 def test_a_client_that_leaves_while_its_body_is_read_is_no_error_of_the_proxy() -> None:
     """A client that closes its connection before its body is whole (a large body sent slowly, then the agent
     stopped) is answered by nothing, quietly: before, Starlette's ClientDisconnect left the handler and uvicorn
@@ -36,10 +44,7 @@ def test_a_client_that_leaves_while_its_body_is_read_is_no_error_of_the_proxy() 
         app = build_app(ProxySettings(upstream=upstream.url, tokenizer=f"hf-dir:{QWEN3}", context_limit=16384))
         body = json.dumps(REQUEST).encode()
         path = "/v1/chat/completions"
-        scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
-                 "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
-                 "root_path": "", "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8100),
-                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
+        scope = post_scope(path, body, "2.3")
         sent: list[dict[str, Any]] = []
 
         async def cut_client() -> None:
@@ -192,10 +197,7 @@ def test_a_stream_whose_client_left_before_its_first_event_is_counted_and_still_
                                       keepalive_s=0.05))
         body = json.dumps({**REQUEST, "stream": True}).encode()
         path = "/v1/chat/completions"
-        scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"}, "http_version": "1.1",
-                 "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
-                 "root_path": "", "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8100),
-                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
+        scope = post_scope(path, body, "2.4")
 
         async def gone_client() -> str:
             messages = iter([{"type": "http.request", "body": body, "more_body": False}])
@@ -245,10 +247,7 @@ def test_a_request_knows_whether_its_client_left(monkeypatch: pytest.MonkeyPatch
                                   context_limit=16384))
     body = json.dumps(REQUEST).encode()
     path = "/v1/chat/completions"
-    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
-             "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
-             "root_path": "", "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8100),
-             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
+    scope = post_scope(path, body, "2.3")
 
     async def client(leaves: bool) -> None:
         messages = iter([{"type": "http.request", "body": body, "more_body": False}])

@@ -851,6 +851,19 @@ def test_two_requests_racing_in_place_commit_one_in_place_and_one_as_a_fork_with
     assert marks[fork][-1] == marks[first.conversation][-1] and len(marks[fork]) >= 2  # the mark it began at, its own
 
 
+def head_locking_upstream(url: str, holder: list[Any]) -> Callable[[Any], Any]:
+    """The scripted upstream, which at the second request (more than two messages) locks the conversation's head
+    row on a connection of its own, kept in ``holder`` (the test closes it)."""
+
+    async def upstream(request: Any) -> Any:
+        if len(json.loads(request.content)["messages"]) > 2 and not holder:
+            holder.append(psycopg.connect(url))
+            holder[0].execute("SELECT seq FROM arc_tasks FOR UPDATE").fetchall()
+        return bash_call_reply(request)
+
+    return upstream
+
+
 def test_a_head_row_locked_past_the_commits_lock_timeout_makes_the_request_a_fork(postgres: Any,
                                                                                    monkeypatch: pytest.MonkeyPatch
                                                                                    ) -> None:
@@ -863,12 +876,7 @@ def test_a_head_row_locked_past_the_commits_lock_timeout_makes_the_request_a_for
     database = postgres.create_database("arc_test_shared_lock_timeout")
     url = postgres.url("arc_test_shared_lock_timeout")
     holder: list[Any] = []
-
-    async def upstream(request: Any) -> Any:
-        if len(json.loads(request.content)["messages"]) > 2 and not holder:  # the second request: lock its head
-            holder.append(psycopg.connect(url))
-            holder[0].execute("SELECT seq FROM arc_tasks FOR UPDATE").fetchall()
-        return bash_call_reply(request)
+    upstream = head_locking_upstream(url, holder)
 
     async def scenario() -> tuple[Any, Any, Any]:
         proxy, client = in_process_shared(database, upstream)
@@ -906,12 +914,7 @@ def test_after_a_fork_at_commit_the_next_request_catches_up_from_this_instances_
     monkeypatch.setattr(postgres_conversations, "COMMIT_LOCK_TIMEOUT", "100ms")
     database = postgres.create_database("arc_test_shared_fork_index")
     holder: list[Any] = []
-
-    async def upstream(request: Any) -> Any:
-        if len(json.loads(request.content)["messages"]) > 2 and not holder:  # the second request: lock its head
-            holder.append(psycopg.connect(database))
-            holder[0].execute("SELECT seq FROM arc_tasks FOR UPDATE").fetchall()
-        return bash_call_reply(request)
+    upstream = head_locking_upstream(database, holder)
 
     async def scenario() -> tuple[Any, ...]:
         proxy, client = in_process_shared(database, upstream)

@@ -405,6 +405,17 @@ def test_a_retry_after_the_first_attempts_instance_was_killed_runs_once_its_leas
     assert sent and sent[0] is None  # the first attempt's client saw its connection cut
 
 
+def dead_attempt(connection: Any, proxy: Any) -> str:
+    """The row of `first_request`'s attempt on a killed instance (a lease of an hour, never renewed); its digest."""
+    from arc_ref.frontends.proxy import AskedRequest, parse_request
+    from arc_ref.frontends.proxy_shared import asked_digest
+
+    hashes = parse_request(first_request(), None, proxy.known)[3]
+    asked = asked_digest(AskedRequest.of(hashes, first_request()))
+    connection.execute("INSERT INTO arc_running VALUES (%s, 'dead', 'killed', now() + interval '1 hour')", (asked,))
+    return asked
+
+
 def test_of_the_retries_waiting_for_a_dead_attempt_only_one_runs_when_its_lease_is_past(postgres: Any) -> None:
     """Review h58 F4: the instance running the first attempt killed, its row stays until its lease passes; the
     client's retries on two other instances both wait for it, and when the lease passed both ran: the upstream was
@@ -413,9 +424,6 @@ def test_of_the_retries_waiting_for_a_dead_attempt_only_one_runs_when_its_lease_
     its reply. The dead instance's row is written here (a lease of an hour, never renewed) and its lease made to
     pass once both retries wait. So that no timing decides it, each retry, once it stopped waiting, goes on to its
     reply lookup only after the other one too stopped waiting, or after the other looked again and still waits."""
-    from arc_ref.frontends.proxy import AskedRequest, parse_request
-    from arc_ref.frontends.proxy_shared import asked_digest
-
     database = postgres.create_database("arc_test_running_one_retry_runs")
     calls: list[int] = []
 
@@ -442,11 +450,8 @@ def test_of_the_retries_waiting_for_a_dead_attempt_only_one_runs_when_its_lease_
         held_after_waiting(one, other)
         held_after_waiting(other, one)
         try:
-            hashes = parse_request(first_request(), None, one.known)[3]
-            asked = asked_digest(AskedRequest.of(hashes, first_request()))
             with psycopg.connect(database, autocommit=True) as connection:  # the killed instance's attempt
-                connection.execute("INSERT INTO arc_running VALUES (%s, 'dead', 'killed', now() + interval '1 hour')",
-                                   (asked,))
+                asked = dead_attempt(connection, one)
                 retries = [asyncio.ensure_future(proxy.complete(first_request(), None, retry=True))
                            for proxy in (one, other)]
                 await asyncio.wait_for(until(lambda: one.retries_waiting == other.retries_waiting == 1), 60)
@@ -475,8 +480,7 @@ def test_a_retry_whose_client_left_gives_up_instead_of_asking_and_lets_the_next_
     before it claimed a request no attempt ran gives up alike once it claimed it, the claim let go at once: the next
     retry of it runs. (Before, each ran and asked the upstream for a reply only a later retry could read.) The
     client's presence is the HTTP server's `CLIENT_LEFT` probe, set here for each retry."""
-    from arc_ref.frontends.proxy import CLIENT_LEFT, AskedRequest, parse_request
-    from arc_ref.frontends.proxy_shared import asked_digest
+    from arc_ref.frontends.proxy import CLIENT_LEFT
 
     database = postgres.create_database("arc_test_running_retry_client_left")
     calls: list[int] = []
@@ -502,11 +506,8 @@ def test_a_retry_whose_client_left_gives_up_instead_of_asking_and_lets_the_next_
     async def scenario() -> tuple[Any, ...]:
         (one, one_client), (other, other_client) = (in_process_shared(database, upstream) for _ in range(2))
         try:
-            hashes = parse_request(first_request(), None, one.known)[3]
-            asked = asked_digest(AskedRequest.of(hashes, first_request()))
             with psycopg.connect(database, autocommit=True) as connection:  # the killed instance's attempt
-                connection.execute("INSERT INTO arc_running VALUES (%s, 'dead', 'killed', now() + interval '1 hour')",
-                                   (asked,))
+                asked = dead_attempt(connection, one)
                 abandoned = asyncio.ensure_future(retried(one, first_request(), left))
                 await asyncio.wait_for(until(lambda: one.retries_waiting == 1), 60)
                 gone[0] = True  # its client's timeout: it stops waiting (the dead attempt's lease not past yet)
