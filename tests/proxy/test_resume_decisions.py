@@ -290,3 +290,24 @@ def test_a_retry_with_no_reply_of_its_own_on_record_is_a_fork(tmp_path: Path) ->
             await restarted.close()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("messages", [
+    [{"role": "system", "content": "s"}],
+    [{"role": "system", "content": "s"}, {"role": "system", "content": "t"}],
+    [{"role": "system", "content": "s"}, {"role": "assistant", "content": "a"}],
+    [{"role": "assistant", "content": "a"}, {"role": "user", "content": "go"}]])
+@pytest.mark.parametrize("known", [False, True])
+def test_a_request_without_a_user_task_after_its_system_messages_is_refused(
+        messages: list[dict[str, Any]], known: bool) -> None:
+    """The task is the first message after the system prompt: a request of system messages only, or whose first
+    message after them is not the user's, is refused (400 bad_message), never a failure of the proxy (review h76:
+    `_parse`'s walk over the system messages reading past the last one raised IndexError)."""
+    from arc_ref.frontends.proxy import KnownMessages, Refused, parse_request
+    from arc_ref.frontends.proxy_app import decode_body
+
+    raw = json.dumps({"model": "m", "messages": messages}).encode()
+    store = KnownMessages() if known else None
+    with pytest.raises(Refused, match="must be the user's task") as refused:
+        parse_request(decode_body(raw, store) if store is not None else json.loads(raw), None, store)
+    assert refused.value.code == "bad_message"
