@@ -311,3 +311,52 @@ def test_a_request_without_a_user_task_after_its_system_messages_is_refused(
     with pytest.raises(Refused, match="must be the user's task") as refused:
         parse_request(decode_body(raw, store) if store is not None else json.loads(raw), None, store)
     assert refused.value.code == "bad_message"
+
+
+@pytest.mark.parametrize("durable", [False, True])
+def test_a_new_conversation_made_when_the_same_history_arrived_meanwhile_gives_way_unless_that_one_is_held(
+        durable: bool, tmp_path: Path) -> None:
+    """`Proxy._made` (a request whose history no conversation passed): the new conversation is at its task (its
+    position and its first mark's, 1: the system prompt and the task, as the marks file says) and named for the
+    task's hash. When the same history arrived meanwhile (another request made a conversation for it first), the
+    new one is dropped and that one named, unless a request holds that one: then the new one goes on beside it,
+    as good as a fork (agents that start alike run at once). Review h76: making a second conversation always, or
+    waiting on the held one, passed the proxy tests."""
+    from arc_ref.frontends.proxy import parse_request
+    from arc_ref.persist.marks import read_marks
+
+    settings = ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS,
+                             store=tmp_path / "store" if durable else None)
+    proxy = Proxy(settings, httpx.AsyncClient(transport=httpx.MockTransport(mock_upstream([]))))
+    body = {"model": "m", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "go"}],
+            "tools": [BASH_TOOL]}
+    messages, tools, system, hashes, template_kwargs = parse_request(body, None)
+
+    def made() -> Any:
+        return proxy._made(hashes, system, messages[0].text, tools, template_kwargs)
+
+    conversation, key = made()
+    assert conversation is not None and key == conversation.key
+    assert conversation.position == 1 and conversation.marks[hashes[0]].position == 1
+    if durable:
+        assert [(mark.chain_hash, mark.position) for mark in read_marks(tmp_path / "store" / key)] == [(hashes[0], 1)]
+    assert proxy._found(hashes) == key
+    again, named = made()  # the same history arrived first: that conversation goes on, the new one is dropped
+    assert again is None and named == key and list(proxy.conversations.by_key) == [key]
+    if durable:
+        assert [path.name for path in (tmp_path / "store").iterdir() if path.is_dir()] == [key]
+    conversation.requests = 1  # a request holds it: the new one goes on beside it
+    beside, other = made()
+    assert beside is not None and other == beside.key != key
+    assert sorted(proxy.conversations.by_key) == sorted([key, other])
+    # a history the proxy never saw, sent whole (a proxy restarted without --store): made at its task, named for
+    # the task's hash only (its later messages are applied by the request, each marked then)
+    call = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]}
+    longer = {**body, "messages": [*body["messages"][:1], {"role": "user", "content": "another task"}, call,
+                                   {"role": "tool", "tool_call_id": "c1", "content": "a.txt"}]}
+    messages, tools, system, hashes, template_kwargs = parse_request(longer, None)
+    whole, _ = made()
+    assert whole is not None and list(whole.marks) == [hashes[0]] and whole.position == 1
+    assert proxy._found(hashes[:1]) == whole.key and proxy._found(hashes[1:]) is None
+    proxy.conversations.close()
