@@ -360,3 +360,33 @@ def test_a_new_conversation_made_when_the_same_history_arrived_meanwhile_gives_w
     assert whole is not None and list(whole.marks) == [hashes[0]] and whole.position == 1
     assert proxy._found(hashes[:1]) == whole.key and proxy._found(hashes[1:]) is None
     proxy.conversations.close()
+
+
+def test_a_new_conversation_whose_first_mark_cannot_be_written_is_dropped_and_only_a_store_fault_is_503(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`Proxy._made`: when the new conversation's first mark (the shared index's row) cannot be written, the
+    conversation is dropped (nothing names it) and the request fails 503 store_unavailable, to be tried again;
+    any other fault there is raised as it is, never passed off as the store's (review h76: every fault taken for
+    the store's passed the proxy tests)."""
+    from arc_ref.frontends.proxy import Failed, parse_request
+    from arc_ref.persist.errors import StoreError
+
+    proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS, store=tmp_path / "store"),
+                  httpx.AsyncClient(transport=httpx.MockTransport(mock_upstream([]))))
+    body = {"model": "m", "messages": [{"role": "user", "content": "go"}], "tools": [BASH_TOOL]}
+    messages, tools, system, hashes, template_kwargs = parse_request(body, None)
+    for fault in (StoreError("the index is gone"), RuntimeError("a bug")):
+        def add(*args: Any, fault: Exception = fault) -> None:
+            raise fault
+
+        monkeypatch.setattr(proxy.conversations, "add", add)
+        with pytest.raises(Failed if isinstance(fault, StoreError) else RuntimeError) as raised:
+            proxy._made(hashes, system, messages[0].text, tools, template_kwargs)
+        if isinstance(fault, StoreError):
+            assert isinstance(raised.value, Failed) and raised.value.status == 503
+            assert raised.value.code == "store_unavailable" and "the index is gone" in str(raised.value)
+        else:
+            assert raised.value is fault
+        assert not proxy.conversations.by_key
+        assert not [path for path in (tmp_path / "store").iterdir() if path.is_dir()]
+    proxy.conversations.close()
