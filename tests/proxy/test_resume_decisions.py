@@ -390,3 +390,83 @@ def test_a_new_conversation_whose_first_mark_cannot_be_written_is_dropped_and_on
         assert not proxy.conversations.by_key
         assert not [path for path in (tmp_path / "store").iterdir() if path.is_dir()]
     proxy.conversations.close()
+
+
+def test_a_request_cancelled_while_its_new_conversation_is_made_leaves_it_released(tmp_path: Path) -> None:
+    """With --store, a request cancelled (its client gone) while a worker thread makes its new conversation: the
+    thread finishes, and the conversation it made is released (its store closed, its lock dropped), not left open
+    and locked in memory; the next request of that history goes on in it. Cancelled when the same history arrived
+    meanwhile (`_made` made none of its own): nothing is undone, nothing fails. Review h76: `_resume`'s undo,
+    dropped, given the wrong part of what `_made` returned, or applied to none, passed every proxy test."""
+    import threading
+
+    seen: list[dict[str, Any]] = []
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(mock_upstream(seen))) as client:
+            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS,
+                                        store=tmp_path / "store"), client)
+            entered, gate, returned = threading.Event(), threading.Event(), threading.Event()
+            made: list[Any] = []
+            real = proxy._made
+
+            def slow(*args: Any) -> Any:
+                entered.set()
+                gate.wait()
+                try:
+                    result = real(*args)
+                    made.append(result[0])
+                    return result
+                finally:
+                    returned.set()
+
+            proxy._made = slow  # type: ignore[method-assign,assignment]
+            body = {"model": "m", "messages": [{"role": "user", "content": "go"}], "tools": [BASH_TOOL]}
+            request = asyncio.ensure_future(proxy.complete(body, None))
+            await asyncio.to_thread(entered.wait)
+            request.cancel()
+            gate.set()
+            with pytest.raises(asyncio.CancelledError):
+                await request
+            await asyncio.to_thread(returned.wait)
+            for _ in range(3000):  # the thread's result, then the undo, on the loop (waited for, up to 30 s)
+                if made and made[0].store is None:
+                    break
+                await asyncio.sleep(0.01)
+            assert made and made[0] is not None and made[0].store is None and not seen
+            proxy._made = real  # type: ignore[method-assign]
+            answered = await asyncio.wait_for(proxy.complete(body, None), 30)
+            assert answered.conversation == made[0].key and len(seen) == 1
+            # cancelled while the same history arrived meanwhile (`_made` gives way: nothing of its own to undo)
+            other = {**body, "messages": [{"role": "user", "content": "another task"}]}
+            problems: list[dict[str, Any]] = []
+            asyncio.get_running_loop().set_exception_handler(lambda loop, context: problems.append(context))
+            for event in (entered, gate, returned):
+                event.clear()
+            given: list[Any] = []
+
+            def meanwhile(*args: Any) -> Any:
+                entered.set()
+                gate.wait()
+                try:
+                    real(*args)  # another request of that history made it first
+                    given.append(real(*args))
+                    return given[-1]
+                finally:
+                    returned.set()
+
+            proxy._made = meanwhile  # type: ignore[method-assign,assignment]
+            request = asyncio.ensure_future(proxy.complete(other, None))
+            await asyncio.to_thread(entered.wait)
+            request.cancel()
+            gate.set()
+            with pytest.raises(asyncio.CancelledError):
+                await request
+            await asyncio.to_thread(returned.wait)
+            for _ in range(100):
+                await asyncio.sleep(0.01)  # the thread's result, then the undo, on the loop
+            assert given and given[0][0] is None and not problems
+            proxy._made = real  # type: ignore[method-assign]
+            await proxy.close()
+
+    asyncio.run(scenario())
