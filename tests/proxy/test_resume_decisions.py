@@ -470,3 +470,35 @@ def test_a_request_cancelled_while_its_new_conversation_is_made_leaves_it_releas
             await proxy.close()
 
     asyncio.run(scenario())
+
+
+def test_a_fork_of_a_stored_conversation_asks_what_the_same_fork_in_memory_asks(tmp_path: Path) -> None:
+    """With --store, a fork (a tool result edited after the conversation went on: a new conversation from the
+    mark before it) is made from the stored rows up to that mark: every request the upstream gets, the fork's
+    included, is the one the same requests get from a proxy in memory (review h76: a fork that skipped the first
+    stored event, the task's, passed every proxy test)."""
+    def run(store: Path | None) -> list[dict[str, Any]]:
+        seen: list[dict[str, Any]] = []
+
+        async def scenario() -> None:
+            async with httpx.AsyncClient(transport=httpx.MockTransport(mock_upstream(seen))) as client:
+                proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS, store=store),
+                              client)
+                body = {"model": "m", "messages": [{"role": "system", "content": "be brief"},
+                                                   {"role": "user", "content": "go"}], "tools": [BASH_TOOL]}
+                history = list(body["messages"])
+                for turn in range(3):
+                    reply = (await proxy.complete({**body, "messages": history}, None)).completion
+                    history += [reply["choices"][0]["message"],
+                                {"role": "tool", "tool_call_id": f"b{turn + 1}", "content": f"out {turn}"}]
+                edited = [*history[:3], {"role": "tool", "tool_call_id": "b1", "content": "edited"}]
+                forked = await proxy.complete({**body, "messages": edited}, None)
+                assert forked.conversation != (await proxy.complete({**body, "messages": history}, None)).conversation
+                await proxy.close()
+
+        asyncio.run(scenario())
+        return seen
+
+    in_memory, stored = run(None), run(tmp_path / "store")
+    assert len(stored) == 5 and stored == in_memory
+    assert stored[3]["messages"][-1]["content"].endswith("edited")
