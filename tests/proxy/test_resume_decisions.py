@@ -476,9 +476,12 @@ def test_a_fork_of_a_stored_conversation_asks_what_the_same_fork_in_memory_asks(
     """With --store, a fork (a tool result edited after the conversation went on: a new conversation from the
     mark before it) is made from the stored rows up to that mark: every request the upstream gets, the fork's
     included, is the one the same requests get from a proxy in memory (review h76: a fork that skipped the first
-    stored event, the task's, passed every proxy test)."""
-    def run(store: Path | None) -> list[dict[str, Any]]:
+    stored event, the task's, passed every proxy test; so did a fork in memory whose rows count (the
+    rounds' seq) starts again, or whose marks do not say the messages before them (their position))."""
+    def run(store: Path | None) -> tuple[list[dict[str, Any]], list[tuple[bool, int, int]], list[int]]:
         seen: list[dict[str, Any]] = []
+        rounds: list[tuple[bool, int, int]] = []
+        positions: list[int] = []
 
         async def scenario() -> None:
             async with httpx.AsyncClient(transport=httpx.MockTransport(mock_upstream(seen))) as client:
@@ -494,11 +497,17 @@ def test_a_fork_of_a_stored_conversation_asks_what_the_same_fork_in_memory_asks(
                 edited = [*history[:3], {"role": "tool", "tool_call_id": "b1", "content": "edited"}]
                 forked = await proxy.complete({**body, "messages": edited}, None)
                 assert forked.conversation != (await proxy.complete({**body, "messages": history}, None)).conversation
+                # each round's conversation (the first or the fork), its rows then; the fork's marks' positions
+                rounds.extend((record.conversation == forked.conversation, record.seq, record.view_tokens)
+                              for record in proxy.rounds)
+                child = proxy.conversations.by_key[forked.conversation]
+                positions.extend(sorted(mark.position for mark in child.marks.values()))
                 await proxy.close()
 
         asyncio.run(scenario())
-        return seen
+        return seen, rounds, positions
 
     in_memory, stored = run(None), run(tmp_path / "store")
-    assert len(stored) == 5 and stored == in_memory
-    assert stored[3]["messages"][-1]["content"].endswith("edited")
+    assert len(stored[0]) == 5 and stored == in_memory
+    assert stored[0][3]["messages"][-1]["content"].endswith("edited")
+    assert [fork for fork, _, _ in stored[1]] == [False, False, False, True, False] and stored[2] == [2, 3, 4]
