@@ -511,3 +511,35 @@ def test_a_fork_of_a_stored_conversation_asks_what_the_same_fork_in_memory_asks(
     assert len(stored[0]) == 5 and stored == in_memory
     assert stored[0][3]["messages"][-1]["content"].endswith("edited")
     assert [fork for fork, _, _ in stored[1]] == [False, False, False, True, False] and stored[2] == [2, 3, 4]
+
+
+def test_a_stored_conversation_is_forked_unheld_only_at_a_mark_its_marks_file_holds(tmp_path: Path) -> None:
+    """With --store, `Conversations.fork_unheld` (a request forking a conversation another request holds, from its
+    marks file and rows, without its lock): at the deepest of the request's hashes that file holds, and None (the
+    request waits for the conversation instead) when it holds none of them (the index named the conversation for
+    a mark a crash cut), never a failure (review h76: the depth-0 return dropped, or no-mark read as depth 1,
+    passed the proxy tests; so did reading the rows past the mark, which made a fork at an earlier mark wait)."""
+    from arc_ref.frontends.proxy import parse_request
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(mock_upstream([]))) as client:
+            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS,
+                                        store=tmp_path / "store"), client)
+            body = {"model": "m", "messages": [{"role": "user", "content": "go"}], "tools": [BASH_TOOL]}
+            first = await proxy.complete(body, None)
+            history = [*body["messages"], first.completion["choices"][0]["message"],
+                       {"role": "tool", "tool_call_id": "b1", "content": "a.txt"}]
+            hashes = parse_request({**body, "messages": history}, None)[3]
+            conversations = proxy.conversations
+            unheld = conversations.fork_unheld(first.conversation, hashes)
+            assert unheld is not None and unheld[1] == 2  # at the reply's mark (the tool result is new)
+            conversations.let_go_of_fork(unheld[0])
+            assert unheld[0].position == 2 and list(unheld[0].marks) == [hashes[1]]
+            at_task = conversations.fork_unheld(first.conversation, hashes[:1])  # a mark the rows went on from
+            assert at_task is not None and at_task[1] == 1 and list(at_task[0].marks) == [hashes[0]]
+            conversations.let_go_of_fork(at_task[0])
+            other = parse_request({**body, "messages": [{"role": "user", "content": "another task"}]}, None)[3]
+            assert conversations.fork_unheld(first.conversation, other) is None
+            await proxy.close()
+
+    asyncio.run(scenario())
