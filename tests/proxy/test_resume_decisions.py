@@ -540,6 +540,26 @@ def test_a_stored_conversation_is_forked_unheld_only_at_a_mark_its_marks_file_ho
             conversations.let_go_of_fork(at_task[0])
             other = parse_request({**body, "messages": [{"role": "user", "content": "another task"}]}, None)[3]
             assert conversations.fork_unheld(first.conversation, other) is None
+            longer = parse_request({**body, "messages": [{"role": "user", "content": "another task"}, *history[1:]]},
+                                   None)[3]
+            assert conversations.fork_unheld(first.conversation, longer) is None
             await proxy.close()
 
     asyncio.run(scenario())
+
+
+def test_what_the_proxy_remembers_of_message_texts_stays_within_its_limit() -> None:
+    """`KnownMessages` keeps at most ``limit`` digests and links: nothing forgotten up to the limit, the oldest
+    first past it (review h76: never forgetting, or forgetting at the limit, passed the proxy tests)."""
+    from arc_ref.frontends.proxy import KnownMessages
+
+    known = KnownMessages(limit=8)
+    for number in range(8):
+        known.valid(bytes([number]), "user")
+        known.link(f"h{number}", bytes([number]), f"h{number + 1}")
+    assert len(known.roles) == len(known.links) == 8  # up to the limit: all kept
+    for number in range(8, 100):
+        known.valid(bytes([number]), "tool")
+        known.link(f"h{number}", bytes([number]), f"h{number + 1}")
+        assert len(known.roles) <= 8 and len(known.links) <= 8
+    assert bytes([99]) in known.roles and ("h99", bytes([99])) in known.links and bytes([0]) not in known.roles
