@@ -392,3 +392,21 @@ def test_a_body_without_messages_does_not_stop_another_from_continuing() -> None
     grown = head + history + b',{"role":"user","content":"again"}]}'
     assert decode_body(grown, known) is not None
     assert known.bodies.continued == 1
+
+
+def test_a_body_sharing_only_the_system_prompt_with_one_kept_has_the_chain_read_alone() -> None:
+    """A body whose bytes begin as a kept body's only up to the end of its system messages (another task under
+    the same long system prompt: over half its bytes) is continued from there, and its chain is the one it has
+    read alone: the earlier body's chain holds no message of it to take (review h76: `_parse` taking the earlier
+    chain when it shares no message after the system prompt reads ``hashes[-1]`` of none)."""
+    known = KnownMessages()
+    known.bodies = RecentBodies(key_bytes=64)
+    system = {"role": "system", "content": "rules " * 200}
+    first = written([system, {"role": "user", "content": "my task"}], 0)
+    parse_request(decode_body(first, known), None, known)  # its chain is the one the next body may continue
+    for other in ([system, {"role": "user", "content": "another task"}],
+                  [system, {"role": "system", "content": "more"}, {"role": "user", "content": "a third"}]):
+        raw = written(other, 0)
+        continued = known.bodies.continued
+        assert parsed(decode_body(raw, known), known) == parsed(json.loads(raw), None)
+        assert known.bodies.continued == continued + 1  # continued from the kept body (not decoded whole)

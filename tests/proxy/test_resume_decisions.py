@@ -290,3 +290,276 @@ def test_a_retry_with_no_reply_of_its_own_on_record_is_a_fork(tmp_path: Path) ->
             await restarted.close()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("messages", [
+    [{"role": "system", "content": "s"}],
+    [{"role": "system", "content": "s"}, {"role": "system", "content": "t"}],
+    [{"role": "system", "content": "s"}, {"role": "assistant", "content": "a"}],
+    [{"role": "assistant", "content": "a"}, {"role": "user", "content": "go"}]])
+@pytest.mark.parametrize("known", [False, True])
+def test_a_request_without_a_user_task_after_its_system_messages_is_refused(
+        messages: list[dict[str, Any]], known: bool) -> None:
+    """The task is the first message after the system prompt: a request of system messages only, or whose first
+    message after them is not the user's, is refused (400 bad_message), never a failure of the proxy (review h76:
+    `_parse`'s walk over the system messages reading past the last one raised IndexError)."""
+    from arc_ref.frontends.proxy import KnownMessages, Refused, parse_request
+    from arc_ref.frontends.proxy_app import decode_body
+
+    raw = json.dumps({"model": "m", "messages": messages}).encode()
+    store = KnownMessages() if known else None
+    with pytest.raises(Refused, match="must be the user's task") as refused:
+        parse_request(decode_body(raw, store) if store is not None else json.loads(raw), None, store)
+    assert refused.value.code == "bad_message"
+
+
+@pytest.mark.parametrize("durable", [False, True])
+def test_a_new_conversation_made_when_the_same_history_arrived_meanwhile_gives_way_unless_that_one_is_held(
+        durable: bool, tmp_path: Path) -> None:
+    """`Proxy._made` (a request whose history no conversation passed): the new conversation is at its task (its
+    position and its first mark's, 1: the system prompt and the task, as the marks file says) and named for the
+    task's hash. When the same history arrived meanwhile (another request made a conversation for it first), the
+    new one is dropped and that one named, unless a request holds that one: then the new one goes on beside it,
+    as good as a fork (agents that start alike run at once). Review h76: making a second conversation always, or
+    waiting on the held one, passed the proxy tests."""
+    from arc_ref.frontends.proxy import parse_request
+    from arc_ref.persist.marks import read_marks
+
+    settings = ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS,
+                             store=tmp_path / "store" if durable else None)
+    proxy = Proxy(settings, httpx.AsyncClient(transport=httpx.MockTransport(mock_upstream([]))))
+    body = {"model": "m", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "go"}],
+            "tools": [BASH_TOOL]}
+    messages, tools, system, hashes, template_kwargs = parse_request(body, None)
+
+    def made() -> Any:
+        return proxy._made(hashes, system, messages[0].text, tools, template_kwargs)
+
+    conversation, key = made()
+    assert conversation is not None and key == conversation.key
+    assert conversation.position == 1 and conversation.marks[hashes[0]].position == 1
+    if durable:
+        assert [(mark.chain_hash, mark.position) for mark in read_marks(tmp_path / "store" / key)] == [(hashes[0], 1)]
+    assert proxy._found(hashes) == key
+    again, named = made()  # the same history arrived first: that conversation goes on, the new one is dropped
+    assert again is None and named == key and list(proxy.conversations.by_key) == [key]
+    if durable:
+        assert [path.name for path in (tmp_path / "store").iterdir() if path.is_dir()] == [key]
+    conversation.requests = 1  # a request holds it: the new one goes on beside it
+    beside, other = made()
+    assert beside is not None and other == beside.key != key
+    assert sorted(proxy.conversations.by_key) == sorted([key, other])
+    # a history the proxy never saw, sent whole (a proxy restarted without --store): made at its task, named for
+    # the task's hash only (its later messages are applied by the request, each marked then)
+    call = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]}
+    longer = {**body, "messages": [*body["messages"][:1], {"role": "user", "content": "another task"}, call,
+                                   {"role": "tool", "tool_call_id": "c1", "content": "a.txt"}]}
+    messages, tools, system, hashes, template_kwargs = parse_request(longer, None)
+    whole, _ = made()
+    assert whole is not None and list(whole.marks) == [hashes[0]] and whole.position == 1
+    assert proxy._found(hashes[:1]) == whole.key and proxy._found(hashes[1:]) is None
+    proxy.conversations.close()
+
+
+def test_a_new_conversation_whose_first_mark_cannot_be_written_is_dropped_and_only_a_store_fault_is_503(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`Proxy._made`: when the new conversation's first mark (the shared index's row) cannot be written, the
+    conversation is dropped (nothing names it) and the request fails 503 store_unavailable, to be tried again;
+    any other fault there is raised as it is, never passed off as the store's (review h76: every fault taken for
+    the store's passed the proxy tests)."""
+    from arc_ref.frontends.proxy import Failed, parse_request
+    from arc_ref.persist.errors import StoreError
+
+    proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS, store=tmp_path / "store"),
+                  httpx.AsyncClient(transport=httpx.MockTransport(mock_upstream([]))))
+    body = {"model": "m", "messages": [{"role": "user", "content": "go"}], "tools": [BASH_TOOL]}
+    messages, tools, system, hashes, template_kwargs = parse_request(body, None)
+    for fault in (StoreError("the index is gone"), RuntimeError("a bug")):
+        def add(*args: Any, fault: Exception = fault) -> None:
+            raise fault
+
+        monkeypatch.setattr(proxy.conversations, "add", add)
+        with pytest.raises(Failed if isinstance(fault, StoreError) else RuntimeError) as raised:
+            proxy._made(hashes, system, messages[0].text, tools, template_kwargs)
+        if isinstance(fault, StoreError):
+            assert isinstance(raised.value, Failed) and raised.value.status == 503
+            assert raised.value.code == "store_unavailable" and "the index is gone" in str(raised.value)
+        else:
+            assert raised.value is fault
+        assert not proxy.conversations.by_key
+        assert not [path for path in (tmp_path / "store").iterdir() if path.is_dir()]
+    proxy.conversations.close()
+
+
+def test_a_request_cancelled_while_its_new_conversation_is_made_leaves_it_released(tmp_path: Path) -> None:
+    """With --store, a request cancelled (its client gone) while a worker thread makes its new conversation: the
+    thread finishes, and the conversation it made is released (its store closed, its lock dropped), not left open
+    and locked in memory; the next request of that history goes on in it. Cancelled when the same history arrived
+    meanwhile (`_made` made none of its own): nothing is undone, nothing fails. Review h76: `_resume`'s undo,
+    dropped, given the wrong part of what `_made` returned, or applied to none, passed every proxy test."""
+    import threading
+
+    seen: list[dict[str, Any]] = []
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(mock_upstream(seen))) as client:
+            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS,
+                                        store=tmp_path / "store"), client)
+            entered, gate, returned = threading.Event(), threading.Event(), threading.Event()
+            made: list[Any] = []
+            real = proxy._made
+
+            def slow(*args: Any) -> Any:
+                entered.set()
+                gate.wait()
+                try:
+                    result = real(*args)
+                    made.append(result[0])
+                    return result
+                finally:
+                    returned.set()
+
+            proxy._made = slow  # type: ignore[method-assign,assignment]
+            body = {"model": "m", "messages": [{"role": "user", "content": "go"}], "tools": [BASH_TOOL]}
+            request = asyncio.ensure_future(proxy.complete(body, None))
+            await asyncio.to_thread(entered.wait)
+            request.cancel()
+            gate.set()
+            with pytest.raises(asyncio.CancelledError):
+                await request
+            await asyncio.to_thread(returned.wait)
+            for _ in range(3000):  # the thread's result, then the undo, on the loop (waited for, up to 30 s)
+                if made and made[0].store is None:
+                    break
+                await asyncio.sleep(0.01)
+            assert made and made[0] is not None and made[0].store is None and not seen
+            proxy._made = real  # type: ignore[method-assign]
+            answered = await asyncio.wait_for(proxy.complete(body, None), 30)
+            assert answered.conversation == made[0].key and len(seen) == 1
+            # cancelled while the same history arrived meanwhile (`_made` gives way: nothing of its own to undo)
+            other = {**body, "messages": [{"role": "user", "content": "another task"}]}
+            problems: list[dict[str, Any]] = []
+            asyncio.get_running_loop().set_exception_handler(lambda loop, context: problems.append(context))
+            for event in (entered, gate, returned):
+                event.clear()
+            given: list[Any] = []
+
+            def meanwhile(*args: Any) -> Any:
+                entered.set()
+                gate.wait()
+                try:
+                    real(*args)  # another request of that history made it first
+                    given.append(real(*args))
+                    return given[-1]
+                finally:
+                    returned.set()
+
+            proxy._made = meanwhile  # type: ignore[method-assign,assignment]
+            request = asyncio.ensure_future(proxy.complete(other, None))
+            await asyncio.to_thread(entered.wait)
+            request.cancel()
+            gate.set()
+            with pytest.raises(asyncio.CancelledError):
+                await request
+            await asyncio.to_thread(returned.wait)
+            for _ in range(100):
+                await asyncio.sleep(0.01)  # the thread's result, then the undo, on the loop
+            assert given and given[0][0] is None and not problems
+            proxy._made = real  # type: ignore[method-assign]
+            await proxy.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_fork_of_a_stored_conversation_asks_what_the_same_fork_in_memory_asks(tmp_path: Path) -> None:
+    """With --store, a fork (a tool result edited after the conversation went on: a new conversation from the
+    mark before it) is made from the stored rows up to that mark: every request the upstream gets, the fork's
+    included, is the one the same requests get from a proxy in memory (review h76: a fork that skipped the first
+    stored event, the task's, passed every proxy test; so did a fork in memory whose rows count (the
+    rounds' seq) starts again, or whose marks do not say the messages before them (their position))."""
+    def run(store: Path | None) -> tuple[list[dict[str, Any]], list[tuple[bool, int, int]], list[int]]:
+        seen: list[dict[str, Any]] = []
+        rounds: list[tuple[bool, int, int]] = []
+        positions: list[int] = []
+
+        async def scenario() -> None:
+            async with httpx.AsyncClient(transport=httpx.MockTransport(mock_upstream(seen))) as client:
+                proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS, store=store),
+                              client)
+                body = {"model": "m", "messages": [{"role": "system", "content": "be brief"},
+                                                   {"role": "user", "content": "go"}], "tools": [BASH_TOOL]}
+                history = list(body["messages"])
+                for turn in range(3):
+                    reply = (await proxy.complete({**body, "messages": history}, None)).completion
+                    history += [reply["choices"][0]["message"],
+                                {"role": "tool", "tool_call_id": f"b{turn + 1}", "content": f"out {turn}"}]
+                edited = [*history[:3], {"role": "tool", "tool_call_id": "b1", "content": "edited"}]
+                forked = await proxy.complete({**body, "messages": edited}, None)
+                assert forked.conversation != (await proxy.complete({**body, "messages": history}, None)).conversation
+                # each round's conversation (the first or the fork), its rows then; the fork's marks' positions
+                rounds.extend((record.conversation == forked.conversation, record.seq, record.view_tokens)
+                              for record in proxy.rounds)
+                child = proxy.conversations.by_key[forked.conversation]
+                positions.extend(sorted(mark.position for mark in child.marks.values()))
+                await proxy.close()
+
+        asyncio.run(scenario())
+        return seen, rounds, positions
+
+    in_memory, stored = run(None), run(tmp_path / "store")
+    assert len(stored[0]) == 5 and stored == in_memory
+    assert stored[0][3]["messages"][-1]["content"].endswith("edited")
+    assert [fork for fork, _, _ in stored[1]] == [False, False, False, True, False] and stored[2] == [2, 3, 4]
+
+
+def test_a_stored_conversation_is_forked_unheld_only_at_a_mark_its_marks_file_holds(tmp_path: Path) -> None:
+    """With --store, `Conversations.fork_unheld` (a request forking a conversation another request holds, from its
+    marks file and rows, without its lock): at the deepest of the request's hashes that file holds, and None (the
+    request waits for the conversation instead) when it holds none of them (the index named the conversation for
+    a mark a crash cut), never a failure (review h76: the depth-0 return dropped, or no-mark read as depth 1,
+    passed the proxy tests; so did reading the rows past the mark, which made a fork at an earlier mark wait)."""
+    from arc_ref.frontends.proxy import parse_request
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(mock_upstream([]))) as client:
+            proxy = Proxy(ProxySettings("http://up/v1", f"hf-dir:{QWEN3}", overrides=BUDGETS,
+                                        store=tmp_path / "store"), client)
+            body = {"model": "m", "messages": [{"role": "user", "content": "go"}], "tools": [BASH_TOOL]}
+            first = await proxy.complete(body, None)
+            history = [*body["messages"], first.completion["choices"][0]["message"],
+                       {"role": "tool", "tool_call_id": "b1", "content": "a.txt"}]
+            hashes = parse_request({**body, "messages": history}, None)[3]
+            conversations = proxy.conversations
+            unheld = conversations.fork_unheld(first.conversation, hashes)
+            assert unheld is not None and unheld[1] == 2  # at the reply's mark (the tool result is new)
+            conversations.let_go_of_fork(unheld[0])
+            assert unheld[0].position == 2 and list(unheld[0].marks) == [hashes[1]]
+            at_task = conversations.fork_unheld(first.conversation, hashes[:1])  # a mark the rows went on from
+            assert at_task is not None and at_task[1] == 1 and list(at_task[0].marks) == [hashes[0]]
+            conversations.let_go_of_fork(at_task[0])
+            other = parse_request({**body, "messages": [{"role": "user", "content": "another task"}]}, None)[3]
+            assert conversations.fork_unheld(first.conversation, other) is None
+            longer = parse_request({**body, "messages": [{"role": "user", "content": "another task"}, *history[1:]]},
+                                   None)[3]
+            assert conversations.fork_unheld(first.conversation, longer) is None
+            await proxy.close()
+
+    asyncio.run(scenario())
+
+
+def test_what_the_proxy_remembers_of_message_texts_stays_within_its_limit() -> None:
+    """`KnownMessages` keeps at most ``limit`` digests and links: nothing forgotten up to the limit, the oldest
+    first past it (review h76: never forgetting, or forgetting at the limit, passed the proxy tests)."""
+    from arc_ref.frontends.proxy import KnownMessages
+
+    known = KnownMessages(limit=8)
+    for number in range(8):
+        known.valid(bytes([number]), "user")
+        known.link(f"h{number}", bytes([number]), f"h{number + 1}")
+    assert len(known.roles) == len(known.links) == 8  # up to the limit: all kept
+    for number in range(8, 100):
+        known.valid(bytes([number]), "tool")
+        known.link(f"h{number}", bytes([number]), f"h{number + 1}")
+        assert len(known.roles) <= 8 and len(known.links) <= 8
+    assert bytes([99]) in known.roles and ("h99", bytes([99])) in known.links and bytes([0]) not in known.roles
