@@ -420,15 +420,19 @@ def test_a_request_cancelled_while_its_new_conversation_is_made_leaves_it_releas
                 finally:
                     returned.set()
 
+            async def cancelled_while_made(body: dict[str, Any]) -> None:
+                """A request of ``body`` cancelled while `_made` runs in its thread; back once that returned."""
+                request = asyncio.ensure_future(proxy.complete(body, None))
+                await asyncio.to_thread(entered.wait)
+                request.cancel()
+                gate.set()
+                with pytest.raises(asyncio.CancelledError):
+                    await request
+                await asyncio.to_thread(returned.wait)
+
             proxy._made = slow  # type: ignore[method-assign,assignment]
             body = {"model": "m", "messages": [{"role": "user", "content": "go"}], "tools": [BASH_TOOL]}
-            request = asyncio.ensure_future(proxy.complete(body, None))
-            await asyncio.to_thread(entered.wait)
-            request.cancel()
-            gate.set()
-            with pytest.raises(asyncio.CancelledError):
-                await request
-            await asyncio.to_thread(returned.wait)
+            await cancelled_while_made(body)
             for _ in range(3000):  # the thread's result, then the undo, on the loop (waited for, up to 30 s)
                 if made and made[0].store is None:
                     break
@@ -456,13 +460,7 @@ def test_a_request_cancelled_while_its_new_conversation_is_made_leaves_it_releas
                     returned.set()
 
             proxy._made = meanwhile  # type: ignore[method-assign,assignment]
-            request = asyncio.ensure_future(proxy.complete(other, None))
-            await asyncio.to_thread(entered.wait)
-            request.cancel()
-            gate.set()
-            with pytest.raises(asyncio.CancelledError):
-                await request
-            await asyncio.to_thread(returned.wait)
+            await cancelled_while_made(other)
             for _ in range(100):
                 await asyncio.sleep(0.01)  # the thread's result, then the undo, on the loop
             assert given and given[0][0] is None and not problems
