@@ -109,7 +109,7 @@ AnsweredRound = tuple[str, UpstreamReply]  # a round's view (its `view_digest`, 
 Committing = tuple[str, int, str, Reply, ArcState, str | None]
 
 
-class ConversationSetAside(Exception):
+class ConversationSetAside(ArcError):
     """The conversation ``key`` a request matched holds intact rows this arc-ref refuses (`StoreIncompatible`: another
     arc-ref version, tokenizer or chat template wrote them): set aside by this instance, the request matched again
     without it, as `arc-ref proxy --store DIR` does (review h75 F4)."""
