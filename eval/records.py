@@ -324,13 +324,15 @@ class RunWriter:
                         "--resume to continue it, or choose another run directory"
                     )
                 self.manifest = self._check_manifest(manifest_path, manifest)
-                self._repair()
-                if self.other_code:
+                if self.other_code:  # what is finished read first: a refused run is left as it was
+                    self._repair(write=False)
                     if self.planned is None or len(self._finished) < self.planned:
                         raise RunRecordError(self._other_code_refusal(self.other_code))
                     print(f"arc-eval: {self.run_dir} was made by other code than this process's"
                           f" ({'; '.join(self.other_code)}): nothing is left to run, so nothing of this code joins"
                           " its table", file=sys.stderr, flush=True)
+                    self._finished.clear()
+                self._repair()
             else:
                 self._refuse_unrelated_directory()  # again under the lock: files may have come meanwhile
                 self.manifest = self._complete_manifest(manifest)
@@ -426,8 +428,9 @@ class RunWriter:
                 " of two codes in one table:\n  " + "\n  ".join(changed) + "\nRun the code that made it again,"
                 f" give another --out (a run of this code from the start), or set {RESUME_ANY_CODE}=1 to mix them.")
 
-    def _repair(self) -> None:
-        """Keep exactly the finished tasks: complete task lines whose call lines are all there.
+    def _repair(self, write: bool = True) -> None:
+        """Keep exactly the finished tasks: complete task lines whose call lines are all there (``write`` False:
+        only find them, `finished`, changing no file and no count).
 
         Dropped: a torn last line, a duplicated task line, and a task line whose call lines are
         not exactly ``call_index`` 1..``calls`` (possible only if a power loss wrote back the task
@@ -450,7 +453,6 @@ class RunWriter:
                 duplicates += 1
                 continue
             candidates[key] = (raw, record.get("calls"))
-        self.dropped_torn_lines += scan.torn
 
         indices: dict[RecordKey, list[Any]] = {}
         calls_scan = JsonlFile(calls_path)
@@ -461,11 +463,13 @@ class RunWriter:
                 indices.setdefault(call_key, []).append(record.get("call_index"))
             else:
                 stray += 1
-        self.dropped_torn_lines += calls_scan.torn
         for key, (_raw, expected) in candidates.items():
             found = indices.get(key, [])
             if isinstance(expected, int) and sorted(found) == list(range(1, expected + 1)):
                 self._finished.add(key)
+        if not write:
+            return
+        self.dropped_torn_lines += scan.torn + calls_scan.torn
         incomplete = len(candidates) - len(self._finished)
 
         if scan.torn or duplicates or incomplete:

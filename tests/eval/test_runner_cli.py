@@ -258,8 +258,11 @@ def test_a_finished_run_opened_by_other_code_prints_its_table_and_one_left_to_ru
     # the same run with a task left (the last task line gone, as a kill would leave it) is refused
     tasks = (out / "tasks.jsonl").read_text().splitlines(keepends=True)
     (out / "tasks.jsonl").write_text("".join(tasks[:-1]))
+    calls_before = (out / "calls.jsonl").read_bytes()
     assert main(base) == 2
     assert "was run by other code" in capsys.readouterr().err
+    assert (out / "calls.jsonl").read_bytes() == calls_before  # refused, the run left as it was (its last task's
+    # call lines, which a resume drops, still there)
     monkeypatch.setattr(records, "package_versions", real_versions)
     assert main(base) == 0  # the code that made it finishes it
 
