@@ -1993,9 +1993,9 @@ def conversation_config(settings: ProxySettings, system: str, goal: str, tools: 
     """A conversation's configuration: the served window, the prefix its agent sent (system text with ARC's note,
     tools listing, goal) and budgets derived from both (`arc_ref.budgets.fit_to_window`, the one owner of that
     rule; spec/parameters.md), but those ``--set`` gives, which are kept. The completion reserve G_max, unless
-    ``--set max_completion`` gives one, is `arc_ref.budgets.completion_reserve`: the preset's 4096, or half of what the prefix's
-    smallest view leaves of the window when that is less, so that a larger window never gives a smaller view
-    (review h70 F1) and a long system prompt on a small window needs nothing configured (review h54 F6).
+    ``--set max_completion`` gives one, is `arc_ref.budgets.completion_reserve`: the preset's 4096, or half of
+    what the prefix's smallest view leaves of the window when that is less, so that a larger window never gives a
+    smaller view (review h70 F1) and a long system prompt on a small window needs nothing configured (review h54 F6).
     ConfigError (WindowTooSmall naming the numbers) when the prefix cannot fit."""
     overrides = dict(settings.overrides)
     window = settings.context_limit if settings.context_limit is not None else overrides.get("context_limit")

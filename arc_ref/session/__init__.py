@@ -212,8 +212,8 @@ class Session:
     window and a prefix"): give ``context_limit`` (L_ctx, default the paper's 16384); the completion reserve G_max
     (`max_tokens`, what each request should send) is ``max_completion`` when given, else min(4096, half of what the
     prefix's smallest view leaves of the window), at least 256, as `arc-ref proxy` chooses it
-    (`arc_ref.budgets.reserve_for_window`); a budget given in ``overrides`` is kept over the derived one. With ``preset_name``
-    the named preset's budgets are used as they are (spec/parameters.md). Without ``system`` the model is told how to call ARC's
+    (`arc_ref.budgets.reserve_for_window`); a budget given in ``overrides`` is kept over the derived one. With
+    ``preset_name`` the named preset's budgets are used as they are (spec/parameters.md). Without ``system`` the model is told how to call ARC's
     tools (`TOOL_MODE_SYSTEM`). A configuration mistake raises `arc_ref.errors.ConfigError` from the
     constructor (a prefix that cannot fit the window, from the start: it needs the goal). Misuse raises `SessionError`; what the core refuses in an event (a model reply
     with duplicate call ids, a lone surrogate in its arguments, more parallel calls than R can show, a durable
